@@ -1,0 +1,66 @@
+/* hilock: the client, a thread-safe pool of connections to one Redis server.
+ *
+ * Threads: a hilock_client may be shared by any number of threads. Every call
+ * checks a connection out of the client's pool (under the client's mutex),
+ * uses it alone, and returns it, so threads never interleave on one
+ * connection and never wait for each other's round trips. The client is
+ * reference counted: each lock handle keeps it alive, so hilock_client_free
+ * may be called while locks still exist (they then fail with HILOCK_ECLOSED).
+ *
+ * Timing: all client-side time is measured on CLOCK_MONOTONIC. */
+#ifndef HILOCK_CLIENT_H
+#define HILOCK_CLIENT_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "hilock/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hilock_client hilock_client;
+
+typedef struct hilock_options {
+  int64_t connect_timeout_ms; /* per connection attempt; default 2000 */
+  int64_t command_timeout_ms; /* per reply wait; default 5000; 0 = none */
+  int64_t reconnect_ms;       /* time budget to replace a broken connection
+                                 before a command fails; default 3000 */
+  int max_idle;               /* idle connections kept in the pool; default 8 */
+} hilock_options;
+
+/* Fill *opts with the defaults above. */
+HILOCK_API void hilock_options_init(hilock_options *opts);
+
+/* CONSTRUCTOR. Connect to the server named by url:
+ *   redis://[[user]:password@]host[:port][/db]      (host may be [ipv6])
+ *   unix:///path/to.sock[?db=N&user=U&password=P]
+ * Percent-escapes are decoded in user and password. rediss:// needs a TLS
+ * build and fails with HILOCK_ENOTSUP otherwise. opts may be NULL.
+ * One connection is opened (and authenticated, and SELECTs db) before this
+ * returns, so a wrong password or unreachable host is reported here.
+ * On failure *out may still be set: read hilock_client_errmsg, then free it.
+ * Returns HILOCK_OK, HILOCK_EINVAL, HILOCK_ENOTSUP, HILOCK_EIO,
+ * HILOCK_ETIMEDOUT, HILOCK_EAUTH, HILOCK_ENOPERM, HILOCK_EREDIS. */
+HILOCK_API int hilock_client_new(const char *url, const hilock_options *opts,
+                                 hilock_client **out);
+
+/* DESTRUCTOR. Drop the caller's reference; NULL is a no-op. */
+HILOCK_API void hilock_client_free(hilock_client *client);
+
+/* Round trip PING on a pooled connection. */
+HILOCK_API int hilock_client_ping(hilock_client *client);
+
+/* The message of the client's last failed call (shared by all threads using
+ * the client: read lock handles' messages in threaded code). Valid until the
+ * next call on the client; never NULL. */
+HILOCK_API const char *hilock_client_errmsg(const hilock_client *client);
+
+/* Status code of the client's last failed call. */
+HILOCK_API int hilock_client_errcode(const hilock_client *client);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HILOCK_CLIENT_H */

@@ -1,0 +1,10 @@
+/* hilock: Redis distributed locks. Umbrella header. */
+#ifndef HILOCK_H
+#define HILOCK_H
+
+#include "hilock/version.h"
+#include "hilock/errors.h"
+#include "hilock/client.h"
+#include "hilock/lock.h"
+
+#endif /* HILOCK_H */

@@ -1,0 +1,333 @@
+/* The client: URL, connection pool, command execution with bounded
+ * reconnect. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void hilock_options_init(hilock_options *opts) {
+  if (opts == NULL) return;
+  opts->connect_timeout_ms = 2000;
+  opts->command_timeout_ms = 5000;
+  opts->reconnect_ms = 3000;
+  opts->max_idle = 8;
+}
+
+static struct timeval tv_ms(int64_t ms) {
+  struct timeval tv;
+  tv.tv_sec = (time_t)(ms / 1000);
+  tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+  return tv;
+}
+
+static int is_timeout(const redisContext *ctx, int saved_errno) {
+#ifdef REDIS_ERR_TIMEOUT
+  if (ctx->err == REDIS_ERR_TIMEOUT) return 1;
+#endif
+  return ctx->err == REDIS_ERR_IO &&
+         (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
+          saved_errno == ETIMEDOUT || strstr(ctx->errstr, "timed out"));
+}
+
+static const char *where(const hilock_client *c, char *buf, size_t n) {
+  if (c->url.unix_socket)
+    snprintf(buf, n, "%s", c->url.path);
+  else
+    snprintf(buf, n, "%s:%d", c->url.host, c->url.port);
+  return buf;
+}
+
+/* Run one setup command (AUTH, SELECT) on a fresh context. */
+static int setup_command(hilock__err *e, redisContext *ctx, int argc,
+                         const char **argv, const size_t *lens) {
+  redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
+  int rc = HILOCK_OK;
+  if (r == NULL) {
+    int saved = errno;
+    return hilock__set_err(e, is_timeout(ctx, saved) ? HILOCK_ETIMEDOUT
+                                                      : HILOCK_EIO,
+                           "%s: %s", argv[0], ctx->errstr);
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    rc = hilock__reply_error(e, r->str, r->len);
+    if (rc == HILOCK__NOSCRIPT) rc = HILOCK_EREDIS;
+    e->code = rc;
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Open, authenticate and select: one attempt. */
+static int connect_once(hilock_client *c, hilock__err *e, hilock__conn **out) {
+  struct timeval tv = tv_ms(c->opts.connect_timeout_ms);
+  redisContext *ctx;
+  char buf[300];
+  int saved, rc;
+
+  errno = 0;
+  if (c->url.unix_socket)
+    ctx = redisConnectUnixWithTimeout(c->url.path, tv);
+  else
+    ctx = redisConnectWithTimeout(c->url.host, c->url.port, tv);
+  saved = errno;
+  if (ctx == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  if (ctx->err) {
+    rc = hilock__set_err(e, is_timeout(ctx, saved) ? HILOCK_ETIMEDOUT
+                                                   : HILOCK_EIO,
+                         "connect to %s: %s", where(c, buf, sizeof(buf)),
+                         ctx->errstr);
+    redisFree(ctx);
+    return rc;
+  }
+  if (c->opts.command_timeout_ms > 0)
+    redisSetTimeout(ctx, tv_ms(c->opts.command_timeout_ms));
+  if (!c->url.unix_socket) redisEnableKeepAlive(ctx);
+  if (c->url.password != NULL) {
+    const char *argv[3] = {"AUTH", NULL, NULL};
+    size_t lens[3] = {4, 0, 0};
+    int argc = 1;
+    if (c->url.user != NULL) {
+      argv[argc] = c->url.user;
+      lens[argc++] = strlen(c->url.user);
+    }
+    argv[argc] = c->url.password;
+    lens[argc++] = strlen(c->url.password);
+    rc = setup_command(e, ctx, argc, argv, lens);
+    if (rc != HILOCK_OK) {
+      if (rc == HILOCK_EREDIS) rc = e->code = HILOCK_EAUTH;
+      redisFree(ctx);
+      return rc;
+    }
+  }
+  if (c->url.db != 0) {
+    char db[24];
+    const char *argv[2] = {"SELECT", db};
+    size_t lens[2] = {6, hilock__i64(db, c->url.db)};
+    rc = setup_command(e, ctx, 2, argv, lens);
+    if (rc != HILOCK_OK) {
+      redisFree(ctx);
+      return rc;
+    }
+  }
+  *out = calloc(1, sizeof(hilock__conn));
+  if (*out == NULL) {
+    redisFree(ctx);
+    return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  }
+  (*out)->ctx = ctx;
+  return HILOCK_OK;
+}
+
+/* Connect, retrying refused or failed attempts with backoff until the
+ * monotonic deadline. Authentication and ACL errors are not retried. */
+static int connect_until(hilock_client *c, hilock__err *e, int64_t deadline,
+                         hilock__conn **out) {
+  int64_t pause = 20;
+  for (;;) {
+    int rc = connect_once(c, e, out);
+    if (rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT) return rc;
+    int64_t left = deadline - hilock__now_ms();
+    if (left <= 0) return rc;
+    hilock__sleep_ms(pause < left ? pause : left);
+    pause = pause * 2 > 500 ? 500 : pause * 2;
+  }
+}
+
+static void conn_free(hilock__conn *k) {
+  if (k == NULL) return;
+  redisFree(k->ctx);
+  free(k);
+}
+
+/* Detach and free every idle connection (after a broken one, or a fork).
+ * Call with c->mu held; frees after unlocking via the returned list. */
+static hilock__conn *take_idle(hilock_client *c) {
+  hilock__conn *list = c->idle;
+  c->idle = NULL;
+  c->nidle = 0;
+  return list;
+}
+
+static void free_list(hilock__conn *k) {
+  while (k != NULL) {
+    hilock__conn *next = k->next;
+    conn_free(k);
+    k = next;
+  }
+}
+
+/* Check out an idle connection (*fresh = 0) or open one (*fresh = 1). */
+static int pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
+                    int *fresh) {
+  hilock__conn *k = NULL, *stale = NULL;
+  int closed;
+  pthread_mutex_lock(&c->mu);
+  closed = c->closed;
+  if (c->pid != getpid()) {
+    /* Forked: the pooled sockets are the parent's. Close our copies (no
+     * bytes are sent) and start afresh. */
+    stale = take_idle(c);
+    c->pid = getpid();
+  } else if (c->idle != NULL) {
+    k = c->idle;
+    c->idle = k->next;
+    c->nidle--;
+  }
+  pthread_mutex_unlock(&c->mu);
+  free_list(stale);
+  if (closed) {
+    conn_free(k);
+    return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
+  }
+  if (k != NULL) {
+    k->next = NULL;
+    *out = k;
+    *fresh = 0;
+    return HILOCK_OK;
+  }
+  *fresh = 1;
+  return connect_until(c, e, hilock__now_ms() + c->opts.reconnect_ms, out);
+}
+
+static void pool_put(hilock_client *c, hilock__conn *k) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->closed && c->pid == getpid() && c->nidle < c->opts.max_idle) {
+    k->next = c->idle;
+    c->idle = k;
+    c->nidle++;
+    k = NULL;
+  }
+  pthread_mutex_unlock(&c->mu);
+  conn_free(k);
+}
+
+int hilock__command(hilock_client *c, hilock__err *e, int argc,
+                    const char **argv, const size_t *lens, redisReply **out) {
+  hilock__conn *k;
+  int fresh, rc;
+  char buf[300];
+  int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
+
+  *out = NULL;
+  rc = pool_get(c, e, &k, &fresh);
+  if (rc != HILOCK_OK) return rc;
+  for (;;) {
+    redisReply *r = redisCommandArgv(k->ctx, argc, argv, lens);
+    if (r == NULL) {
+      int saved = errno;
+      int timeout = is_timeout(k->ctx, saved);
+      rc = hilock__set_err(e, timeout ? HILOCK_ETIMEDOUT : HILOCK_EIO,
+                           "%s on %s: %s", argv[0], where(c, buf, sizeof(buf)),
+                           timeout ? "no reply in time" : k->ctx->errstr);
+      conn_free(k);
+      /* A timed-out reply may still arrive: never resend. A broken pooled
+       * connection (server restarted, idle timeout) is replaced and the
+       * command sent once more; every script is safe to resend. */
+      if (timeout || fresh) return rc;
+      pthread_mutex_lock(&c->mu);
+      hilock__conn *stale = take_idle(c);
+      pthread_mutex_unlock(&c->mu);
+      free_list(stale);
+      fresh = 1;
+      rc = connect_until(c, e, deadline, &k);
+      if (rc != HILOCK_OK) return rc;
+      continue;
+    }
+    pool_put(c, k);
+    if (r->type == REDIS_REPLY_ERROR) {
+      rc = hilock__reply_error(e, r->str, r->len);
+      freeReplyObject(r);
+      return rc;
+    }
+    *out = r;
+    return HILOCK_OK;
+  }
+}
+
+int hilock_client_new(const char *url, const hilock_options *opts,
+                      hilock_client **out) {
+  hilock_client *c;
+  hilock__conn *k = NULL;
+  int rc;
+
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  c = calloc(1, sizeof(*c));
+  if (c == NULL) return HILOCK_ENOMEM;
+  if (pthread_mutex_init(&c->mu, NULL) != 0) {
+    free(c);
+    return HILOCK_ENOMEM;
+  }
+  c->refs = 1;
+  c->pid = getpid();
+  hilock_options_init(&c->opts);
+  *out = c;
+  if (opts != NULL) {
+    if (opts->connect_timeout_ms < 1 || opts->command_timeout_ms < 0 ||
+        opts->reconnect_ms < 0 || opts->max_idle < 0)
+      return hilock__set_err(&c->err, HILOCK_EINVAL,
+                             "bad client options (timeouts must be >= 1 ms "
+                             "to connect, >= 0 otherwise)");
+    c->opts = *opts;
+  }
+  rc = hilock__url_parse(url, &c->url, &c->err);
+  if (rc != HILOCK_OK) return rc;
+  rc = connect_once(c, &c->err, &k);
+  if (rc != HILOCK_OK) return rc;
+  pool_put(c, k);
+  return HILOCK_OK;
+}
+
+void hilock__client_ref(hilock_client *c) {
+  pthread_mutex_lock(&c->mu);
+  c->refs++;
+  pthread_mutex_unlock(&c->mu);
+}
+
+void hilock__client_unref(hilock_client *c) {
+  int last;
+  hilock__conn *idle;
+  pthread_mutex_lock(&c->mu);
+  last = --c->refs == 0;
+  idle = last ? take_idle(c) : NULL;
+  pthread_mutex_unlock(&c->mu);
+  if (!last) return;
+  free_list(idle);
+  hilock__url_clear(&c->url);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+void hilock_client_free(hilock_client *c) {
+  hilock__conn *idle;
+  if (c == NULL) return;
+  pthread_mutex_lock(&c->mu);
+  c->closed = 1;
+  idle = take_idle(c);
+  pthread_mutex_unlock(&c->mu);
+  free_list(idle);
+  hilock__client_unref(c);
+}
+
+int hilock_client_ping(hilock_client *c) {
+  const char *argv[1] = {"PING"};
+  size_t lens[1] = {4};
+  redisReply *r;
+  int rc;
+  if (c == NULL) return HILOCK_EINVAL;
+  rc = hilock__command(c, &c->err, 1, argv, lens, &r);
+  if (rc == HILOCK_OK) freeReplyObject(r);
+  return rc;
+}
+
+const char *hilock_client_errmsg(const hilock_client *c) {
+  if (c == NULL) return "client is NULL";
+  return c->err.msg;
+}
+
+int hilock_client_errcode(const hilock_client *c) {
+  return c == NULL ? HILOCK_EINVAL : c->err.code;
+}

@@ -1,0 +1,74 @@
+/* Status codes, per-handle messages, Redis error mapping, version. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+const char *hilock_strerror(int status) {
+  switch (status) {
+#define HILOCK_XX_TEXT(name, value, text) \
+  case value:                             \
+    return text;
+    HILOCK_ERRNO_MAP(HILOCK_XX_TEXT)
+#undef HILOCK_XX_TEXT
+    default:
+      return "unknown status";
+  }
+}
+
+const char *hilock_err_name(int status) {
+  switch (status) {
+#define HILOCK_XX_NAME(name, value, text) \
+  case value:                             \
+    return #name;
+    HILOCK_ERRNO_MAP(HILOCK_XX_NAME)
+#undef HILOCK_XX_NAME
+    default:
+      return "UNKNOWN";
+  }
+}
+
+unsigned hilock_version(void) { return HILOCK_VERSION_HEX; }
+const char *hilock_version_string(void) { return HILOCK_VERSION_STRING; }
+
+int hilock__set_err(hilock__err *e, int code, const char *fmt, ...) {
+  if (e != NULL) {
+    va_list ap;
+    e->code = code;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+void hilock__clear_err(hilock__err *e) {
+  e->code = HILOCK_OK;
+  e->msg[0] = '\0';
+}
+
+static int has_prefix(const char *text, size_t len, const char *prefix) {
+  size_t n = strlen(prefix);
+  return len >= n && memcmp(text, prefix, n) == 0 &&
+         (len == n || text[n] == ' ');
+}
+
+int hilock__reply_error(hilock__err *e, const char *text, size_t len) {
+  int code = HILOCK_EREDIS;
+  if (has_prefix(text, len, "NOSCRIPT")) {
+    code = HILOCK__NOSCRIPT;
+  } else if (has_prefix(text, len, "WRONGTYPE")) {
+    code = HILOCK_EWRONGTYPE;
+  } else if (has_prefix(text, len, "NOPERM")) {
+    code = HILOCK_ENOPERM;
+  } else if (has_prefix(text, len, "WRONGPASS") ||
+             has_prefix(text, len, "NOAUTH")) {
+    code = HILOCK_EAUTH;
+  } else if (len >= 4 && memcmp(text, "ERR ", 4) == 0 &&
+             (memmem(text, len, "script", 6) != NULL ||
+              memmem(text, len, "Script", 6) != NULL)) {
+    code = HILOCK_ESCRIPT;
+  }
+  return hilock__set_err(e, code, "redis: %.*s",
+                         (int)(len > 200 ? 200 : len), text);
+}

@@ -1,0 +1,209 @@
+/* Connection URLs: redis://, unix://, and a clear refusal of rediss://. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static char *dup_range(const char *s, size_t n) {
+  char *d = malloc(n + 1);
+  if (d == NULL) return NULL;
+  memcpy(d, s, n);
+  d[n] = '\0';
+  return d;
+}
+
+static int hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c = tolower(c);
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/* Percent-decode s[0..n) into a new string; *bad = 1 on a bad escape or an
+ * escaped NUL. */
+static char *decode(const char *s, size_t n, int *bad) {
+  char *d = malloc(n + 1), *p = d;
+  if (d == NULL) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '%') {
+      int hi = i + 2 < n ? hexval((unsigned char)s[i + 1]) : -1;
+      int lo = i + 2 < n ? hexval((unsigned char)s[i + 2]) : -1;
+      if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+        *bad = 1;
+        free(d);
+        return NULL;
+      }
+      *p++ = (char)(hi * 16 + lo);
+      i += 2;
+    } else {
+      *p++ = s[i];
+    }
+  }
+  *p = '\0';
+  return d;
+}
+
+static int parse_int(const char *s, size_t n, long lo, long hi, long *out) {
+  long v = 0;
+  if (n == 0 || n > 9) return -1;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+void hilock__url_clear(hilock__url *u) {
+  free(u->host);
+  free(u->path);
+  free(u->user);
+  free(u->password);
+  memset(u, 0, sizeof(*u));
+}
+
+#define BAD(...)                                             \
+  do {                                                       \
+    hilock__url_clear(out);                                  \
+    return hilock__set_err(e, HILOCK_EINVAL, __VA_ARGS__);   \
+  } while (0)
+#define NOMEM()                                                   \
+  do {                                                            \
+    hilock__url_clear(out);                                       \
+    return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");    \
+  } while (0)
+
+/* user:password@ in s[0..n): fills out->user/out->password. */
+static int parse_userinfo(const char *s, size_t n, hilock__url *out,
+                          hilock__err *e) {
+  const char *colon = memchr(s, ':', n);
+  int bad = 0;
+  if (colon == NULL) {
+    /* "redis://secret@host" is taken as a password, like redis-py. */
+    out->password = decode(s, n, &bad);
+  } else {
+    size_t ul = (size_t)(colon - s);
+    if (ul > 0) out->user = decode(s, ul, &bad);
+    if (!bad) out->password = decode(colon + 1, n - ul - 1, &bad);
+  }
+  if (bad) BAD("bad percent-escape in URL user or password");
+  if (out->password == NULL) NOMEM();
+  return HILOCK_OK;
+}
+
+static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
+  while (*q != '\0') {
+    const char *amp = strchr(q, '&');
+    size_t n = amp ? (size_t)(amp - q) : strlen(q);
+    const char *eq = memchr(q, '=', n);
+    int bad = 0;
+    if (eq == NULL) BAD("bad URL query parameter '%.*s'", (int)n, q);
+    size_t kl = (size_t)(eq - q), vl = n - kl - 1;
+    if (kl == 2 && memcmp(q, "db", 2) == 0) {
+      long db;
+      if (parse_int(eq + 1, vl, 0, 1000000, &db) != 0)
+        BAD("bad database number in URL");
+      out->db = (int)db;
+    } else if (kl == 8 && memcmp(q, "password", 8) == 0) {
+      free(out->password);
+      out->password = decode(eq + 1, vl, &bad);
+      if (bad) BAD("bad percent-escape in URL password");
+      if (out->password == NULL) NOMEM();
+    } else if (kl == 4 && memcmp(q, "user", 4) == 0) {
+      free(out->user);
+      out->user = decode(eq + 1, vl, &bad);
+      if (bad) BAD("bad percent-escape in URL user");
+      if (out->user == NULL) NOMEM();
+    } else {
+      BAD("unknown URL query parameter '%.*s'", (int)kl, q);
+    }
+    q += n;
+    if (*q == '&') q++;
+  }
+  return HILOCK_OK;
+}
+
+int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
+  memset(out, 0, sizeof(*out));
+  out->port = 6379;
+  if (url == NULL) return hilock__set_err(e, HILOCK_EINVAL, "URL is NULL");
+  if (strncmp(url, "rediss://", 9) == 0)
+    return hilock__set_err(
+        e, HILOCK_ENOTSUP,
+        "rediss:// (TLS) needs hiredis >= 1.0 built with SSL; this hilock was "
+        "built against hiredis %d.%d without TLS",
+        HIREDIS_MAJOR, HIREDIS_MINOR);
+
+  if (strncmp(url, "unix://", 7) == 0) {
+    const char *p = url + 7, *q = strchr(p, '?');
+    size_t n = q ? (size_t)(q - p) : strlen(p);
+    const char *at = memchr(p, '@', n);
+    out->unix_socket = 1;
+    if (at != NULL) {
+      int rc = parse_userinfo(p, (size_t)(at - p), out, e);
+      if (rc != HILOCK_OK) return rc;
+      n -= (size_t)(at + 1 - p);
+      p = at + 1;
+    }
+    if (n == 0 || p[0] != '/') BAD("unix:// URL needs an absolute socket path");
+    out->path = dup_range(p, n);
+    if (out->path == NULL) NOMEM();
+    return q ? parse_query(q + 1, out, e) : HILOCK_OK;
+  }
+
+  if (strncmp(url, "redis://", 8) != 0)
+    BAD("URL must start with redis://, rediss:// or unix:// (got '%.40s')",
+        url);
+  const char *p = url + 8;
+  const char *end = p + strcspn(p, "/?");
+  const char *at = NULL;
+  for (const char *s = p; s < end; s++)
+    if (*s == '@') at = s; /* last '@': passwords may hold one */
+  if (at != NULL) {
+    int rc = parse_userinfo(p, (size_t)(at - p), out, e);
+    if (rc != HILOCK_OK) return rc;
+    p = at + 1;
+  }
+  const char *hs = p, *he;
+  const char *portp = NULL;
+  if (*p == '[') {
+    const char *rb = memchr(p, ']', (size_t)(end - p));
+    if (rb == NULL) BAD("unclosed '[' in URL host");
+    hs = p + 1;
+    he = rb;
+    if (rb + 1 < end) {
+      if (rb[1] != ':') BAD("junk after ']' in URL host");
+      portp = rb + 2;
+    }
+  } else {
+    const char *colon = memchr(p, ':', (size_t)(end - p));
+    he = colon ? colon : end;
+    if (colon) portp = colon + 1;
+  }
+  if (he == hs) {
+    out->host = dup_range("127.0.0.1", 9);
+  } else {
+    out->host = dup_range(hs, (size_t)(he - hs));
+  }
+  if (out->host == NULL) NOMEM();
+  if (portp != NULL) {
+    long port;
+    if (parse_int(portp, (size_t)(end - portp), 1, 65535, &port) != 0)
+      BAD("bad port in URL");
+    out->port = (int)port;
+  }
+  if (*end == '/') {
+    const char *ds = end + 1, *de = ds + strcspn(ds, "?");
+    if (de > ds) {
+      long db;
+      if (parse_int(ds, (size_t)(de - ds), 0, 1000000, &db) != 0)
+        BAD("bad database number in URL");
+      out->db = (int)db;
+    }
+    end = de;
+  }
+  if (*end == '?') return parse_query(end + 1, out, e);
+  return HILOCK_OK;
+}

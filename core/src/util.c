@@ -1,0 +1,103 @@
+/* Owner tokens, monotonic clocks, backoff jitter, names and keys. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "internal.h"
+
+int hilock__token(char out[HILOCK__TOKEN_LEN + 1], hilock__err *e) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char raw[HILOCK__TOKEN_LEN / 2];
+  size_t got = 0;
+  while (got < sizeof(raw)) {
+    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return hilock__set_err(e, HILOCK_EIO, "getrandom: %s", strerror(errno));
+    }
+    got += (size_t)n;
+  }
+  for (size_t i = 0; i < sizeof(raw); i++) {
+    out[2 * i] = hex[raw[i] >> 4];
+    out[2 * i + 1] = hex[raw[i] & 15];
+  }
+  out[HILOCK__TOKEN_LEN] = '\0';
+  return HILOCK_OK;
+}
+
+int64_t hilock__now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t hilock__now_ms(void) { return hilock__now_us() / 1000; }
+
+void hilock__sleep_ms(int64_t ms) {
+  struct timespec ts;
+  if (ms <= 0) return;
+  ts.tv_sec = (time_t)(ms / 1000);
+  ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+int64_t hilock__jitter(int64_t lo, int64_t hi) {
+  static _Thread_local uint64_t state;
+  if (state == 0) {
+    state = (uint64_t)hilock__now_us() ^ ((uint64_t)(uintptr_t)&state << 16);
+    if (state == 0) state = 0x9e3779b97f4a7c15ULL;
+  }
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  if (hi <= lo) return lo;
+  return lo + (int64_t)(state % (uint64_t)(hi - lo + 1));
+}
+
+int hilock__check_name(hilock__err *e, const char *name, size_t len) {
+  if (name == NULL)
+    return hilock__set_err(e, HILOCK_EINVAL, "lock name is NULL");
+  if (len == 0) return hilock__set_err(e, HILOCK_EINVAL, "lock name is empty");
+  if (len > HILOCK_NAME_MAX)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "lock name is %zu bytes; the limit is %d", len,
+                           HILOCK_NAME_MAX);
+  if (name[0] == '}')
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "lock name may not begin with '}' (it would break "
+                           "the key's cluster hash tag)");
+  return HILOCK_OK;
+}
+
+int hilock__check_ms(hilock__err *e, const char *what, int64_t ms) {
+  if (ms < 1 || ms > HILOCK_TTL_MAX_MS)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "%s must be 1..%" PRId64 " ms, got %" PRId64, what,
+                           HILOCK_TTL_MAX_MS, ms);
+  return HILOCK_OK;
+}
+
+char *hilock__key(const char *name, size_t len, const char *role,
+                  size_t *outlen) {
+  static const char head[] = "hilock:{";
+  size_t hl = sizeof(head) - 1, rl = strlen(role);
+  size_t total = hl + len + 2 + rl;
+  char *k = malloc(total + 1);
+  if (k == NULL) return NULL;
+  memcpy(k, head, hl);
+  memcpy(k + hl, name, len);
+  memcpy(k + hl + len, "}:", 2);
+  memcpy(k + hl + len + 2, role, rl);
+  k[total] = '\0';
+  *outlen = total;
+  return k;
+}
+
+size_t hilock__i64(char *buf, int64_t v) {
+  return (size_t)snprintf(buf, 24, "%" PRId64, v);
+}
