@@ -1,0 +1,45 @@
+"""hilock: Redis distributed locks with fencing tokens.
+
+    from hilock import lock
+
+    with lock("orders:42", ttl=30, timeout=5) as lk:
+        ...  # lk.fence: pass it to the storage you protect
+
+The C core (hilock._hilock) does the work; this package gives it the
+``threading.Lock`` contract, context managers and exceptions.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import _hilock
+from ._client import Client, default_client, default_url
+from ._lock import Lock
+from ._util import Name
+from .errors import (AuthenticationError, ConnectionError, InvalidArgument, LockError,
+                     LockNotOwnedError, LockTimeout, NoPermissionError, RedisError,
+                     UnsupportedError, WrongTypeError)
+
+__version__ = _hilock.hilock_version_string().decode()
+
+__all__ = [
+    "Client", "Lock", "lock", "simple_lock", "lease", "default_client", "default_url",
+    "LockError", "LockNotOwnedError", "LockTimeout", "ConnectionError",
+    "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
+    "NoPermissionError", "UnsupportedError", "__version__",
+]
+
+
+def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> Lock:
+    """An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``)."""
+    return default_client().lock(name, ttl=ttl, timeout=timeout, **kw)
+
+
+def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
+    """A simple (non-expiring) lock on the default client."""
+    return default_client().simple_lock(name, timeout=timeout)
+
+
+def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None) -> Lock:
+    """A lease on the default client."""
+    return default_client().lease(name, ttl=ttl, timeout=timeout)

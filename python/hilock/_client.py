@@ -1,0 +1,105 @@
+"""The client: one thread-safe pool of connections to a Redis server."""
+from __future__ import annotations
+
+import os
+import threading
+from types import TracebackType
+from typing import Any, Optional, Type
+
+from . import _hilock as _h
+from ._lock import EXPIRING, LEASE, SIMPLE, Lock
+from ._util import Name, seconds_to_ms
+from .errors import ConnectionError, InvalidArgument
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+def default_url() -> str:
+    """``$HILOCK_URL``, else ``$REDIS_URL``, else redis://127.0.0.1:6379/0."""
+    return os.environ.get("HILOCK_URL") or os.environ.get("REDIS_URL") or DEFAULT_URL
+
+
+class Client:
+    """A connection pool to one Redis server, shared by all threads.
+
+    ``url``: ``redis://[[user]:password@]host[:port][/db]`` or
+    ``unix:///path.sock[?db=N&user=U&password=P]``; default
+    :func:`default_url`. Times are float seconds. One connection is opened
+    (and authenticated) here, so a bad URL or password fails at once.
+    """
+
+    def __init__(self, url: Optional[str] = None, *, connect_timeout: float = 2.0,
+                 command_timeout: float = 5.0, reconnect: float = 3.0) -> None:
+        self._h: Any = None
+        url = default_url() if url is None else url
+        if not isinstance(url, str) or "\0" in url:
+            raise InvalidArgument("url must be a str without NUL characters")
+        self.url = url
+        connect_ms = seconds_to_ms(connect_timeout, "connect_timeout")
+        command_ms = seconds_to_ms(command_timeout, "command_timeout")
+        reconnect_ms = 0 if reconnect == 0 else seconds_to_ms(reconnect, "reconnect")
+        self._close_lock = threading.Lock()
+        self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms)
+
+    def _handle(self) -> Any:
+        h = self._h
+        if h is None:
+            raise ConnectionError("client is closed", _h.HILOCK_ECLOSED)
+        return h
+
+    def close(self) -> None:
+        """Close the pool. Locks made from this client fail afterwards."""
+        with self._close_lock:
+            h, self._h = self._h, None
+        if h is not None:
+            _h.hilock_client_free(h)
+
+    def __del__(self) -> None:
+        if getattr(self, "_h", None) is not None:
+            self.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]],
+                 exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._h is None else "open"
+        return f"<hilock.Client {self.url!r} {state}>"
+
+    def ping(self) -> None:
+        """One round trip (PING)."""
+        _h.hilock_client_ping(self._handle())
+
+    def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None) -> Lock:
+        """An expiring lock (SET NX PX): it lapses ``ttl`` seconds after the
+        grant unless released or extended. ``timeout`` is the default wait of
+        ``acquire()`` and ``with`` (None: no limit)."""
+        return Lock(self, name, EXPIRING, ttl, timeout)
+
+    def simple_lock(self, name: Name, timeout: Optional[float] = None) -> Lock:
+        """A simple lock (SETNX) with no expiry: if its holder dies it stays
+        held until :meth:`Lock.force_release`. Prefer :meth:`lock`."""
+        return Lock(self, name, SIMPLE, None, timeout)
+
+    def lease(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None) -> Lock:
+        """A lease: an expiring lock held by renewing it (``renew()``,
+        ``extend()``) before ``ttl`` runs out."""
+        return Lock(self, name, LEASE, ttl, timeout)
+
+
+_default_lock = threading.Lock()
+_default: Optional[Client] = None
+_default_pid = 0
+
+
+def default_client() -> Client:
+    """The module's shared client on :func:`default_url` (one per process)."""
+    global _default, _default_pid
+    with _default_lock:
+        if _default is None or _default_pid != os.getpid():
+            _default = Client()
+            _default_pid = os.getpid()
+        return _default

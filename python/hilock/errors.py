@@ -1,0 +1,91 @@
+"""hilock's exceptions, and the one table that maps C status codes to them."""
+from __future__ import annotations
+
+import builtins
+from typing import Dict, Type
+
+from . import _hilock as _h
+
+__all__ = [
+    "LockError", "LockNotOwnedError", "LockTimeout", "ConnectionError",
+    "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
+    "NoPermissionError", "UnsupportedError", "error_for",
+]
+
+
+class LockError(Exception):
+    """Base of every hilock error. ``code`` is the C status (negative), or 0."""
+
+    code: int = 0
+
+    def __init__(self, message: str = "", code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class LockNotOwnedError(LockError, RuntimeError):
+    """Release or extend of a lock this holder does not hold (never held,
+    expired, or taken by another owner). Nothing was changed in Redis."""
+
+
+class LockTimeout(LockError, builtins.TimeoutError):
+    """The lock was not acquired within the wait timeout."""
+
+
+class ConnectionError(LockError, builtins.ConnectionError):
+    """Redis could not be reached, the connection broke beyond the reconnect
+    budget, a reply did not arrive in time, or the client is closed."""
+
+
+class AuthenticationError(ConnectionError):
+    """AUTH failed (WRONGPASS, NOAUTH)."""
+
+
+class InvalidArgument(LockError, ValueError):
+    """A bad name, TTL, timeout, URL or option."""
+
+
+class RedisError(LockError):
+    """Redis answered with an error (its text is in the message)."""
+
+
+class WrongTypeError(RedisError):
+    """A lock key holds a value of another type (WRONGTYPE)."""
+
+
+class NoPermissionError(RedisError, builtins.PermissionError):
+    """The ACL user may not run a command or touch a key (NOPERM)."""
+
+
+class UnsupportedError(LockError):
+    """The operation is not supported by this lock type or build."""
+
+
+_BY_CODE: Dict[int, Type[BaseException]] = {
+    _h.HILOCK_EINVAL: InvalidArgument,
+    _h.HILOCK_ENOMEM: MemoryError,
+    _h.HILOCK_EIO: ConnectionError,
+    _h.HILOCK_ETIMEDOUT: ConnectionError,
+    _h.HILOCK_ECLOSED: ConnectionError,
+    _h.HILOCK_EAUTH: AuthenticationError,
+    _h.HILOCK_EPROTO: RedisError,
+    _h.HILOCK_ESCRIPT: RedisError,
+    _h.HILOCK_EREDIS: RedisError,
+    _h.HILOCK_EWRONGTYPE: WrongTypeError,
+    _h.HILOCK_ENOPERM: NoPermissionError,
+    _h.HILOCK_ENOTOWNED: LockNotOwnedError,
+    _h.HILOCK_ENOTSUP: UnsupportedError,
+}
+
+
+def error_for(code: int, message: str) -> BaseException:
+    """The exception for a C status code (the extension raises what this
+    returns)."""
+    cls = _BY_CODE.get(code, LockError)
+    text = message or _h.hilock_strerror(code).decode()
+    if issubclass(cls, LockError):
+        return cls(text, code)
+    return cls(text)
+
+
+_h._set_error_factory(error_for)
