@@ -91,3 +91,20 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+def main(argv: Optional[list] = None) -> int:
+    """``python -m hilock._server CMD [ARGS...]``: run CMD with $HILOCK_URL
+    pointing at a private redis-server, stopped when CMD exits."""
+    import sys
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m hilock._server CMD [ARGS...]", file=sys.stderr)
+        return 2
+    with RedisServer() as srv:
+        env = dict(os.environ, HILOCK_URL=srv.url)
+        return subprocess.call(args, env=env)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""The overselling demo: N processes sell from a stock of 100.
+
+Each sale is a non-atomic read-modify-write (GET stock, check, SET stock-1),
+the overselling bug of an unguarded inventory. Without a lock more than 100
+items are sold; with each hilock lock type exactly 100 are.
+
+    python examples/python/inventory_demo.py [--workers 8] [--stock 100]
+
+Uses $HILOCK_URL/$REDIS_URL, or starts a private redis-server."""
+import argparse
+import contextlib
+import multiprocessing as mp
+import time
+
+import redis
+
+import hilock
+from _example import redis_url
+
+STOCK, SOLD = "demo:stock", "demo:sold"
+
+
+def seller(url, kind, start, results):
+    r = redis.Redis.from_url(url)
+    client = hilock.Client(url)
+    if kind == "lock":
+        guard = client.lock("demo:inventory", ttl=10.0)
+    elif kind == "simple_lock":
+        guard = client.simple_lock("demo:inventory")
+    elif kind == "lease":
+        guard = client.lease("demo:inventory", ttl=10.0)
+    else:
+        guard = contextlib.nullcontext()
+    start.wait()
+    sold = 0
+    while True:
+        with guard:
+            stock = int(r.get(STOCK))
+            if stock <= 0:
+                break
+            time.sleep(0.0005)  # work between the read and the write
+            r.set(STOCK, stock - 1)
+            r.incr(SOLD)
+            sold += 1
+    results.put(sold)
+    client.close()
+
+
+def run(url, kind, workers, stock):
+    r = redis.Redis.from_url(url)
+    r.set(STOCK, stock)
+    r.set(SOLD, 0)
+    ctx = mp.get_context("fork")
+    start, results = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=seller, args=(url, kind, start, results)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    t0 = time.monotonic()
+    start.set()
+    counts = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(counts), int(r.get(STOCK)), time.monotonic() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--stock", type=int, default=100)
+    args = ap.parse_args()
+    with redis_url() as url:
+        print(f"{args.workers} processes selling a stock of {args.stock} ({url})\n")
+        print(f"| {'guard':<12} | {'sold':>5} | {'oversold':>8} | {'stock left':>10} | {'seconds':>7} |")
+        print(f"|{'-' * 14}|{'-' * 7}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
+        ok = True
+        for kind in ("none", "lock", "simple_lock", "lease"):
+            sold, left, secs = run(url, kind, args.workers, args.stock)
+            over = max(0, sold - args.stock)
+            print(f"| {kind:<12} | {sold:>5} | {over:>8} | {left:>10} | {secs:>7.2f} |")
+            if kind != "none" and (sold != args.stock or left != 0):
+                ok = False
+        print("\nwith every lock type exactly", args.stock, "sold" if ok else "NOT all correct")
+        return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Install what building and testing hilock needs, if it is missing:
+# Debian packages (as root, or with sudo) and a virtualenv at build/venv.
+# Sourced by tests/run.sh and examples/demo.sh.
+set -euo pipefail
+
+hilock_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HILOCK_VENV=${HILOCK_VENV:-$hilock_root/build/venv}
+
+hilock_ensure_debs() {
+  local want=(cmake make gcc pkg-config libhiredis-dev libcmocka-dev swig redis-server)
+  local py=${PYTHON:-python3}
+  if ! command -v "$py" >/dev/null 2>&1; then
+    want+=(python3 python3-dev python3-venv)
+  elif ! "$py" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+    want+=(python3-dev)
+  fi
+  if command -v "$py" >/dev/null 2>&1 && ! "$py" -c 'import venv, ensurepip' 2>/dev/null; then
+    want+=(python3-venv)
+  fi
+  local missing=()
+  for p in "${want[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing Debian packages: ${missing[*]}"
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -q >/dev/null
+  "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# hilock_ensure_venv [extra pip packages...]
+hilock_ensure_venv() {
+  local py=${PYTHON:-python3}
+  if [ ! -x "$HILOCK_VENV/bin/python" ]; then
+    "$py" -m venv "$HILOCK_VENV"
+  fi
+  local need=(pytest redis scikit-build-core "$@") missing=()
+  for p in "${need[@]}"; do
+    "$HILOCK_VENV/bin/python" -m pip show -q "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing Python packages: ${missing[*]}"
+    "$HILOCK_VENV/bin/python" -m pip install -q --disable-pip-version-check "${missing[@]}"
+  fi
+}
+
+# Build and install the hilock Python package into the virtualenv.
+hilock_install_python() {
+  "$HILOCK_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    --no-build-isolation --force-reinstall --no-deps "$hilock_root"
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Build hilock and run every test suite: cmocka (plain and ASan+UBSan) via
+# ctest, the install check, and pytest against the pip-installed package.
+# Installs whatever is missing first. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tests/ensure_deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+hilock_ensure_debs
+hilock_ensure_venv
+PY=$HILOCK_VENV/bin/python
+
+echo "== C library, examples and cmocka suites"
+cmake -S . -B build/main -DHILOCK_BUILD_TESTS=ON -DHILOCK_BUILD_PYTHON=OFF \
+  -DPython_EXECUTABLE="$PY" >/dev/null
+cmake --build build/main -j"$jobs"
+ctest --test-dir build/main --output-on-failure -j"$jobs"
+
+echo "== cmocka suites under AddressSanitizer + UBSan"
+cmake -S . -B build/asan -DHILOCK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+  -DHILOCK_BUILD_TESTS=ON -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF >/dev/null
+cmake --build build/asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build/asan --output-on-failure -j"$jobs"
+
+echo "== install: find_package(hilock) and hilock.pc"
+rm -rf build/stage build/consumer
+cmake --install build/main --prefix "$PWD/build/stage" >/dev/null
+cmake -S tests/install -B build/consumer -DCMAKE_PREFIX_PATH="$PWD/build/stage" >/dev/null
+cmake --build build/consumer >/dev/null
+build/consumer/consumer_cmake
+PKG_CONFIG_PATH="$PWD/build/stage/lib/pkgconfig:$PWD/build/stage/lib/x86_64-linux-gnu/pkgconfig" \
+  sh -c 'cc tests/install/consumer.c $(pkg-config --cflags --libs hilock) -o build/consumer/consumer_pc'
+LD_LIBRARY_PATH="$PWD/build/stage/lib:$PWD/build/stage/lib/x86_64-linux-gnu" build/consumer/consumer_pc
+
+echo "== Python package (pip install .) and pytest"
+hilock_install_python
+(cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider)
