@@ -4,8 +4,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+import warnings
 from types import TracebackType
-from typing import TYPE_CHECKING, Optional, Type
+from typing import TYPE_CHECKING, Any, Optional, Type
 
 from . import _hilock as _h
 from ._util import Name, name_bytes, seconds_to_ms, wait_seconds
@@ -46,7 +47,14 @@ class Lock:
     def __del__(self) -> None:
         h, self._h = getattr(self, "_h", None), None
         if h is not None:
+            if _h.hilock_lock_held(h):
+                warnings.warn(f"hilock lock {self._name!r} collected while held; it is not "
+                              "released (an expiring lock lapses at its TTL)",
+                              ResourceWarning, stacklevel=2)
             _h.hilock_lock_free(h)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("hilock locks cannot be pickled: a lock object stands for one holder")
 
     def __repr__(self) -> str:
         state = "held" if self._local.locked() else "free"
