@@ -1,0 +1,103 @@
+/* Expiring lock (SET NX PX): the grant lapses after its TTL unless released.
+ *
+ * A holder that outlives its TTL loses the lock to the next one, and learns
+ * it on release: HILOCK_ENOTOWNED, and nothing of the new holder's is
+ * deleted.
+ *
+ *   expiring_lock [url]    url defaults to $HILOCK_URL, $REDIS_URL or
+ *                          redis://127.0.0.1:6379/0 */
+#include <errno.h>
+#include <hilock/hilock.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *redis_url(int argc, char **argv) {
+  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
+  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
+  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
+  return url;
+}
+
+static void report(const char *what, const hilock_lock *lk, int rc) {
+  fprintf(stderr, "%s: %s\n", what,
+          rc < 0 ? hilock_lock_errmsg(lk) : hilock_strerror(rc));
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *url = redis_url(argc, argv);
+  hilock_client *c = NULL;
+  hilock_lock *order = NULL, *slow = NULL, *other = NULL;
+  int rc, owned, status = 1;
+
+  rc = hilock_client_new(url, NULL, &c);
+  if (rc != HILOCK_OK) {
+    fprintf(stderr, "connect %s: %s\n", url,
+            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    goto out;
+  }
+  if (hilock_lock_new(c, "orders:42", 9, 5000, &order) != HILOCK_OK ||
+      hilock_lock_new(c, "report", 6, 200, &slow) != HILOCK_OK ||
+      hilock_lock_new(c, "report", 6, 5000, &other) != HILOCK_OK) {
+    fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
+    goto out;
+  }
+
+  /* The usual pattern: wait up to 2 s for the lock, work, release. */
+  if ((rc = hilock_lock_acquire(order, 2000)) != HILOCK_OK) {
+    report("acquire orders:42", order, rc);
+    goto out;
+  }
+  printf("holding orders:42: fence=%" PRIu64 " validity=%" PRId64 " ms\n",
+         hilock_lock_fence(order), hilock_lock_validity_ms(order));
+  if ((rc = hilock_lock_release(order)) != HILOCK_OK) {
+    report("release orders:42", order, rc);
+    goto out;
+  }
+
+  /* A holder that outlives its 200 ms TTL. */
+  if ((rc = hilock_lock_try_acquire(slow)) != HILOCK_OK) {
+    report("try_acquire report", slow, rc);
+    goto out;
+  }
+  sleep_ms(300);
+  printf("after 300 ms the slow holder's validity is %" PRId64 " ms\n",
+         hilock_lock_validity_ms(slow));
+  if ((rc = hilock_lock_try_acquire(other)) != HILOCK_OK) {
+    report("try_acquire report (other)", other, rc);
+    goto out;
+  }
+  printf("another holder got it after expiry: fence %" PRIu64 "\n",
+         hilock_lock_fence(other));
+  rc = hilock_lock_release(slow);
+  if (rc != HILOCK_ENOTOWNED) {
+    report("stale release (expected ENOTOWNED)", slow, rc);
+    goto out;
+  }
+  printf("stale release refused (%s): %s\n", hilock_err_name(rc),
+         hilock_lock_errmsg(slow));
+  if ((rc = hilock_lock_owned(other, &owned)) != HILOCK_OK) {
+    report("owned", other, rc);
+    goto out;
+  }
+  printf("the new holder still owns it: %s\n", owned ? "yes" : "no");
+  if ((rc = hilock_lock_release(other)) != HILOCK_OK) {
+    report("release report", other, rc);
+    goto out;
+  }
+  status = owned ? 0 : 1;
+out:
+  hilock_lock_free(order);
+  hilock_lock_free(slow);
+  hilock_lock_free(other);
+  hilock_client_free(c);
+  return status;
+}

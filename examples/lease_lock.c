@@ -1,0 +1,102 @@
+/* Lease: hold a resource for as long as you keep renewing it.
+ *
+ * Work in steps shorter than the lease and renew between them; check
+ * hilock_lock_validity_ms (no round trip) before anything that must happen
+ * under the lock. A lease that already lapsed can not be renewed.
+ *
+ *   lease_lock [url]       url defaults to $HILOCK_URL, $REDIS_URL or
+ *                          redis://127.0.0.1:6379/0 */
+#include <errno.h>
+#include <hilock/hilock.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static const char *redis_url(int argc, char **argv) {
+  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
+  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
+  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
+  return url;
+}
+
+static void report(const char *what, const hilock_lock *lk, int rc) {
+  fprintf(stderr, "%s: %s\n", what,
+          rc < 0 ? hilock_lock_errmsg(lk) : hilock_strerror(rc));
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *url = redis_url(argc, argv);
+  hilock_client *c = NULL;
+  hilock_lock *leader = NULL, *late = NULL;
+  int rc, owned, status = 1;
+
+  rc = hilock_client_new(url, NULL, &c);
+  if (rc != HILOCK_OK) {
+    fprintf(stderr, "connect %s: %s\n", url,
+            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    goto out;
+  }
+  if (hilock_lease_new(c, "leader", 6, 1000, &leader) != HILOCK_OK ||
+      hilock_lease_new(c, "cleanup", 7, 100, &late) != HILOCK_OK) {
+    fprintf(stderr, "lease: %s\n", hilock_client_errmsg(c));
+    goto out;
+  }
+
+  if ((rc = hilock_lock_acquire(leader, 2000)) != HILOCK_OK) {
+    report("acquire leader", leader, rc);
+    goto out;
+  }
+  printf("leader: fence %" PRIu64 ", lease %" PRId64 " ms, validity %" PRId64
+         " ms\n", hilock_lock_fence(leader), hilock_lock_ttl_ms(leader),
+         hilock_lock_validity_ms(leader));
+  for (int step = 0; step < 3; step++) {
+    sleep_ms(400); /* one step of work, shorter than the lease */
+    if ((rc = hilock_lock_renew(leader)) != HILOCK_OK) {
+      report("renew", leader, rc);
+      goto out;
+    }
+    if ((rc = hilock_lock_owned(leader, &owned)) != HILOCK_OK) {
+      report("owned", leader, rc);
+      goto out;
+    }
+    printf("step %d: renewed, validity %" PRId64 " ms, owned=%d\n", step,
+           hilock_lock_validity_ms(leader), owned);
+  }
+  if ((rc = hilock_lock_extend(leader, 2000, 0)) != HILOCK_OK) {
+    report("extend", leader, rc);
+    goto out;
+  }
+  printf("extended by 2000 ms: validity %" PRId64 " ms\n",
+         hilock_lock_validity_ms(leader));
+  if ((rc = hilock_lock_release(leader)) != HILOCK_OK) {
+    report("release leader", leader, rc);
+    goto out;
+  }
+
+  /* Renewing too late: the 100 ms lease lapsed while we slept. */
+  if ((rc = hilock_lock_acquire(late, 2000)) != HILOCK_OK) {
+    report("acquire cleanup", late, rc);
+    goto out;
+  }
+  sleep_ms(200);
+  rc = hilock_lock_renew(late);
+  if (rc != HILOCK_ENOTOWNED) {
+    report("late renew (expected ENOTOWNED)", late, rc);
+    goto out;
+  }
+  printf("late renew refused (%s): %s\n", hilock_err_name(rc),
+         hilock_lock_errmsg(late));
+  status = 0;
+out:
+  hilock_lock_free(leader);
+  hilock_lock_free(late);
+  hilock_client_free(c);
+  return status;
+}

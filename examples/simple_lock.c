@@ -1,0 +1,107 @@
+/* Simple lock (SET if absent, no expiry).
+ *
+ * A holder that dies without releasing keeps the lock held for good: an
+ * operator must clear it with hilock_lock_force_release. Prefer an expiring
+ * lock (hilock_lock_new) unless that is what you want.
+ *
+ *   simple_lock [url]      url defaults to $HILOCK_URL, $REDIS_URL or
+ *                          redis://127.0.0.1:6379/0 */
+#include <hilock/hilock.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME "nightly-job"
+
+static const char *redis_url(int argc, char **argv) {
+  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
+  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
+  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
+  return url;
+}
+
+/* Print why a call did not give the expected result. */
+static void report(const char *what, const hilock_lock *lk, int rc) {
+  fprintf(stderr, "%s: %s\n", what,
+          rc < 0 ? hilock_lock_errmsg(lk) : hilock_strerror(rc));
+}
+
+int main(int argc, char **argv) {
+  const char *url = redis_url(argc, argv), *key;
+  hilock_client *c = NULL;
+  hilock_lock *job = NULL, *dead = NULL, *waiter = NULL, *op = NULL;
+  size_t keylen;
+  int rc, deleted, status = 1;
+
+  rc = hilock_client_new(url, NULL, &c);
+  if (rc != HILOCK_OK) {
+    fprintf(stderr, "connect %s: %s\n", url,
+            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    goto out;
+  }
+  if (hilock_simple_lock_new(c, NAME, strlen(NAME), &job) != HILOCK_OK ||
+      hilock_simple_lock_new(c, NAME, strlen(NAME), &dead) != HILOCK_OK ||
+      hilock_simple_lock_new(c, NAME, strlen(NAME), &waiter) != HILOCK_OK ||
+      hilock_simple_lock_new(c, NAME, strlen(NAME), &op) != HILOCK_OK) {
+    fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
+    goto out;
+  }
+
+  /* The usual pattern: try once, do the work, release. */
+  rc = hilock_lock_try_acquire(job);
+  if (rc == HILOCK_OK) {
+    printf("running the job, fence %" PRIu64 "\n", hilock_lock_fence(job));
+    if ((rc = hilock_lock_release(job)) != HILOCK_OK) {
+      report("release", job, rc);
+      goto out;
+    }
+  } else if (rc == HILOCK_BUSY) {
+    printf("another process runs the job\n");
+  } else {
+    report("try_acquire", job, rc);
+    goto out;
+  }
+
+  /* A holder that dies: its handle goes away, the lock stays. */
+  if ((rc = hilock_lock_try_acquire(dead)) != HILOCK_OK) {
+    report("try_acquire", dead, rc);
+    goto out;
+  }
+  hilock_lock_free(dead);
+  dead = NULL;
+  rc = hilock_lock_acquire(waiter, 200);
+  if (rc != HILOCK_BUSY) {
+    report("acquire (expected busy)", waiter, rc);
+    goto out;
+  }
+  printf("acquire while a dead holder keeps it: busy after 200 ms\n");
+
+  /* The operator clears it. */
+  key = hilock_lock_key(op, &keylen);
+  if ((rc = hilock_lock_force_release(op, &deleted)) != HILOCK_OK) {
+    report("force_release", op, rc);
+    goto out;
+  }
+  printf("operator force_release of %.*s: deleted=%d\n", (int)keylen, key,
+         deleted);
+
+  if ((rc = hilock_lock_acquire(waiter, 200)) != HILOCK_OK) {
+    report("acquire", waiter, rc);
+    goto out;
+  }
+  printf("acquire now: granted, fence %" PRIu64 "\n",
+         hilock_lock_fence(waiter));
+  if ((rc = hilock_lock_release(waiter)) != HILOCK_OK) {
+    report("release", waiter, rc);
+    goto out;
+  }
+  status = 0;
+out:
+  hilock_lock_free(job);
+  hilock_lock_free(dead);
+  hilock_lock_free(waiter);
+  hilock_lock_free(op);
+  hilock_client_free(c);
+  return status;
+}

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Lock cycle throughput: hilock against a raw hiredis floor and Python locks.
+
+Every contestant runs acquire (non-blocking) + release on one uncontended
+lock, in a loop, against one private redis-server:
+
+  (a) floor              bench_c floor: hiredis SET NX PX + EVALSHA release
+  (b) hilock C           bench_c hilock: try_acquire + release
+  (c) hilock Python      hilock.Client(url).lock(...)
+  (d) redis-py           redis.Redis(...).lock(...)
+  (e) python-redis-lock  redis_lock.Lock(conn, ...)
+  (f) pottery            pottery.Redlock with a single master
+
+Contestants take turns, round after round, and each reports the median of
+its rounds, to damp the noise of a small machine. This is a benchmark, not a
+test: nothing here asserts on timing.
+
+By default the scheduler places client and server, so most cycles pay two
+cross-CPU wake-ups (on a VM these dominate, and a round in which both land
+on one CPU runs several times faster: see the spread column). --pin CPU puts
+the server, this process and bench_c on one CPU, which measures the CPU cost
+of a cycle instead.
+
+    python3 tests/bench/bench.py [--rounds 3] [--seconds 2] [--pin CPU]
+        [--json out.json] [--bench-binary build/tests/bench/bench_c]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[2]
+WARMUP_S = 0.25
+
+
+class Skip(Exception):
+    """A contestant that can not run here (a package is missing)."""
+
+
+def load_redis_server():
+    """hilock._server.RedisServer; by file path if the package can't import
+    (its native extension may not be built yet)."""
+    if importlib.util.find_spec("hilock") is None:
+        sys.path.insert(0, str(ROOT / "python"))
+    try:
+        from hilock._server import RedisServer
+        return RedisServer
+    except ImportError:
+        path = ROOT / "python" / "hilock" / "_server.py"
+        spec = importlib.util.spec_from_file_location("hilock_bench_server", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        return mod.RedisServer
+
+
+def find_bench_binary(given: Optional[str]) -> Optional[Path]:
+    if given:
+        path = Path(given).resolve()
+        if not os.access(path, os.X_OK):
+            sys.exit(f"bench.py: {given} is not an executable")
+        return path
+    candidates = [ROOT / "build/tests/bench/bench_c", ROOT / "build/main/tests/bench/bench_c"]
+    candidates += sorted(ROOT.glob("build*/tests/bench/bench_c"))
+    candidates += sorted(ROOT.glob("build*/*/tests/bench/bench_c"))
+    for path in candidates:  # sanitizer builds would skew the numbers
+        if os.access(path, os.X_OK) and "asan" not in str(path):
+            return path
+    return None
+
+
+def version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+# -- contestants ----------------------------------------------------------
+
+class Contestant:
+    def __init__(self, key: str, label: str) -> None:
+        self.key = key
+        self.label = label
+        self.runs: List[Dict[str, float]] = []
+        self.skipped: Optional[str] = None
+
+    def setup(self, url: str) -> None:
+        pass
+
+    def run(self, url: str, seconds: float) -> Dict[str, float]:
+        raise NotImplementedError
+
+    @property
+    def cycles_per_s(self) -> Optional[float]:
+        if self.skipped or not self.runs:
+            return None
+        return statistics.median(r["cycles_per_s"] for r in self.runs)
+
+
+class CBench(Contestant):
+    """One bench_c run per round (it does its own warm-up)."""
+
+    def __init__(self, key: str, label: str, mode: str, binary: Optional[Path]) -> None:
+        super().__init__(key, label)
+        self.mode = mode
+        self.binary = binary
+
+    def setup(self, url: str) -> None:
+        if self.binary is None:
+            raise Skip("skipped (bench_c not built: cmake --build <dir> --target bench_c, "
+                       "or pass --bench-binary)")
+
+    def run(self, url: str, seconds: float) -> Dict[str, float]:
+        proc = subprocess.run([str(self.binary), self.mode, url, f"{seconds:g}"],
+                              capture_output=True, text=True, timeout=seconds + 30)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench_c {self.mode} exited {proc.returncode}: "
+                               f"{proc.stderr.strip()}")
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        return {"cycles": int(out["cycles"]), "seconds": float(out["seconds"]),
+                "cycles_per_s": float(out["cycles_per_s"])}
+
+
+class PyBench(Contestant):
+    """An in-process loop of cycle() (set up once, outside the timing)."""
+
+    def __init__(self, key: str, label: str, make: Callable[[str], Callable[[], None]]) -> None:
+        super().__init__(key, label)
+        self.make = make
+        self.cycle: Optional[Callable[[], None]] = None
+
+    def setup(self, url: str) -> None:
+        self.cycle = self.make(url)
+
+    def run(self, url: str, seconds: float) -> Dict[str, float]:
+        cycle = self.cycle
+        assert cycle is not None
+        end = time.perf_counter() + WARMUP_S
+        while time.perf_counter() < end:
+            cycle()
+        n = 0
+        t0 = t = time.perf_counter()
+        while t - t0 < seconds:
+            cycle()
+            n += 1
+            t = time.perf_counter()
+        return {"cycles": n, "seconds": t - t0, "cycles_per_s": n / (t - t0)}
+
+
+def granted(ok: bool, who: str) -> None:
+    if not ok:
+        raise RuntimeError(f"{who}: an uncontended acquire was not granted")
+
+
+def make_hilock(url: str) -> Callable[[], None]:
+    try:
+        import hilock
+    except ImportError:
+        raise Skip("skipped (hilock Python package not installed)") from None
+    lk = hilock.Client(url).lock("bench", ttl=30)
+
+    def cycle() -> None:
+        granted(lk.acquire(blocking=False), "hilock")
+        lk.release()
+    return cycle
+
+
+def make_redis_py(url: str) -> Callable[[], None]:
+    try:
+        import redis
+    except ImportError:
+        raise Skip("skipped (redis-py not installed)") from None
+    lk = redis.Redis.from_url(url).lock("bench2", timeout=30)
+
+    def cycle() -> None:
+        granted(lk.acquire(blocking=False), "redis-py")
+        lk.release()
+    return cycle
+
+
+def make_python_redis_lock(url: str) -> Callable[[], None]:
+    try:
+        import redis
+        import redis_lock
+    except ImportError:
+        raise Skip("skipped (python-redis-lock not installed)") from None
+    lk = redis_lock.Lock(redis.Redis.from_url(url), "bench3", expire=30)
+
+    def cycle() -> None:
+        granted(lk.acquire(blocking=False), "python-redis-lock")
+        lk.release()
+    return cycle
+
+
+def make_pottery(url: str) -> Callable[[], None]:
+    try:
+        import pottery
+        import redis
+    except ImportError:
+        raise Skip("skipped (pottery not installed)") from None
+    lk = pottery.Redlock(key="bench4", masters={redis.Redis.from_url(url)},
+                         auto_release_time=30)
+
+    def cycle() -> None:
+        granted(lk.acquire(blocking=False), "pottery")
+        lk.release()
+    return cycle
+
+
+# -- report ---------------------------------------------------------------
+
+def ratio(x: Optional[float], y: Optional[float]) -> Optional[float]:
+    return x / y if x and y else None
+
+
+def fmt_ratio(r: Optional[float]) -> str:
+    return f"{r:.2f}" if r is not None else "n/a"
+
+
+def table(contestants: List[Contestant], floor: Optional[float]) -> str:
+    rows = ["| contestant | cycles/s | µs/cycle | time/cycle vs floor | spread |",
+            "|---|---:|---:|---:|---:|"]
+    for c in contestants:
+        cps = c.cycles_per_s
+        if cps is None:
+            rows.append(f"| {c.label} | {c.skipped or 'no result'} | | | |")
+            continue
+        rates = [r["cycles_per_s"] for r in c.runs]
+        spread = (max(rates) - min(rates)) / cps * 100
+        vs = f"{floor / cps:.2f}x" if floor else "n/a"
+        rows.append(f"| {c.label} | {cps:,.0f} | {1e6 / cps:.1f} | {vs} | {spread:.0f}% |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per contestant (default 3)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="seconds per round (default 2)")
+    ap.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
+    ap.add_argument("--pin", type=int, metavar="CPU",
+                    help="run the server, this process and bench_c on this one CPU")
+    ap.add_argument("--bench-binary", metavar="PATH",
+                    help="bench_c (default: looked for under build*/tests/bench/)")
+    args = ap.parse_args()
+    if args.rounds < 1 or args.seconds <= 0:
+        ap.error("--rounds must be >= 1 and --seconds > 0")
+    if args.pin is not None and args.pin not in os.sched_getaffinity(0):
+        ap.error(f"--pin: CPU {args.pin} is not available here")
+
+    binary = find_bench_binary(args.bench_binary)
+    contestants: List[Contestant] = [
+        CBench("floor", "(a) floor: hiredis SET NX PX + EVALSHA", "floor", binary),
+        CBench("hilock_c", "(b) hilock C", "hilock", binary),
+        PyBench("hilock_py", "(c) hilock Python", make_hilock),
+        PyBench("redis_py", "(d) redis-py Lock", make_redis_py),
+        PyBench("python_redis_lock", "(e) python-redis-lock", make_python_redis_lock),
+        PyBench("pottery", "(f) pottery Redlock, 1 master", make_pottery),
+    ]
+    RedisServer = load_redis_server()
+    with RedisServer() as srv:
+        url = srv.url
+        if args.pin is not None:  # bench_c inherits this process's affinity
+            os.sched_setaffinity(srv.pid, {args.pin})
+            os.sched_setaffinity(0, {args.pin})
+        server_version = "unknown"
+        try:
+            import redis
+            server_version = redis.Redis.from_url(url).info("server")["redis_version"]
+        except Exception:  # only for the report header
+            pass
+        for c in contestants:
+            try:
+                c.setup(url)
+            except Skip as e:
+                c.skipped = str(e)
+        live = [c for c in contestants if not c.skipped]
+        print(f"redis-server {server_version} on {url}; {len(live)} contestants, "
+              f"{args.rounds} rounds of {args.seconds:g} s each; bench_c: {binary}",
+              file=sys.stderr)
+        for rnd in range(args.rounds):
+            order = live[rnd % len(live):] + live[:rnd % len(live)] if live else []
+            for c in order:
+                if c.skipped:
+                    continue
+                try:
+                    c.runs.append(c.run(url, args.seconds))
+                except Exception as e:  # report it, keep the others going
+                    c.skipped = f"failed: {e}"
+                    print(f"{c.label}: {c.skipped}", file=sys.stderr)
+            print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
+
+    by = {c.key: c.cycles_per_s for c in contestants}
+    floor = by["floor"]
+    ratios = {"b/a": ratio(by["hilock_c"], floor), "c/a": ratio(by["hilock_py"], floor),
+              "c/d": ratio(by["hilock_py"], by["redis_py"])}
+
+    print(f"\nLock cycle (non-blocking acquire + release, uncontended), redis-server "
+          f"{server_version} on loopback, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}; median of {args.rounds} rounds of "
+          f"{args.seconds:g} s; "
+          + (f"all on CPU {args.pin}" if args.pin is not None else "unpinned") + ".\n")
+    print(table(contestants, floor))
+    print("\nspread: (fastest - slowest round) / median.")
+    print("\n| ratio of cycles/s | value |\n|---|---:|")
+    print(f"| b/a: hilock C / floor | {fmt_ratio(ratios['b/a'])} |")
+    print(f"| c/a: hilock Python / floor | {fmt_ratio(ratios['c/a'])} |")
+    print(f"| c/d: hilock Python / redis-py | {fmt_ratio(ratios['c/d'])} |")
+    versions = {d: version(d) for d in ("hilock", "redis", "python-redis-lock", "pottery")}
+    if "hilock" in sys.modules:  # importable without being pip-installed
+        versions["hilock"] = getattr(sys.modules["hilock"], "__version__", versions["hilock"])
+    print("\nversions: " + ", ".join(f"{d} {v}" for d, v in versions.items()))
+
+    if args.json:
+        result = {
+            "redis_version": server_version,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "rounds": args.rounds,
+            "seconds": args.seconds,
+            "pin": args.pin,
+            "bench_binary": str(binary) if binary else None,
+            "versions": versions,
+            "contestants": [{"key": c.key, "label": c.label, "cycles_per_s": c.cycles_per_s,
+                             "skipped": c.skipped, "runs": c.runs} for c in contestants],
+            "ratios": ratios,
+        }
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

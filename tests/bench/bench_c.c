@@ -1,0 +1,287 @@
+/* Lock cycle throughput: acquire + release on one uncontended lock.
+ *
+ *   bench_c floor|hilock [url] [duration]
+ *
+ * floor   the least a correct expiring lock can cost with hiredis: one
+ *         SET key token NX PX 30000 and one EVALSHA of a compare-and-delete
+ *         release script per cycle, on one connection
+ * hilock  hilock_lock_try_acquire + hilock_lock_release on one expiring lock
+ *
+ * duration is seconds ("2", "0.5s", default 2) or a cycle count ("10000c").
+ * A 0.25 s warm-up runs first. Prints one JSON object:
+ *   {"mode": ..., "cycles": ..., "seconds": ..., "cycles_per_s": ...} */
+#include <hilock/hilock.h>
+#include <hiredis/hiredis.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WARMUP_S 0.25
+
+/* The same compare-and-delete as core/scripts/lock_release.lua. */
+static const char release_lua[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ## floor: raw hiredis --------------------------------------------------- */
+
+typedef struct floor_ctx {
+  redisContext *r;
+  char sha[41];
+  uint64_t rng;
+} floor_ctx;
+
+static redisReply *cmd(redisContext *r, const char *fmt, ...) {
+  va_list ap;
+  redisReply *rep;
+  va_start(ap, fmt);
+  rep = redisvCommand(r, fmt, ap);
+  va_end(ap);
+  if (rep == NULL) {
+    fprintf(stderr, "redis: %s\n", r->errstr);
+  } else if (rep->type == REDIS_REPLY_ERROR) {
+    fprintf(stderr, "redis: %s\n", rep->str);
+    freeReplyObject(rep);
+    rep = NULL;
+  }
+  return rep;
+}
+
+/* redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N&...],
+ * without percent-escapes. */
+static redisContext *url_connect(const char *url) {
+  char buf[1024], *host = NULL, *path = NULL, *user = NULL, *pass = NULL, *q;
+  struct timeval tv = {2, 0};
+  int port = 6379, db = 0, ok = 1;
+  redisContext *r;
+  redisReply *rep;
+
+  if (strlen(url) >= sizeof(buf)) {
+    fprintf(stderr, "url too long\n");
+    return NULL;
+  }
+  strcpy(buf, url);
+  if (strncmp(buf, "unix://", 7) == 0) {
+    path = buf + 7;
+    if ((q = strchr(path, '?')) != NULL) {
+      *q++ = '\0';
+      for (char *kv = strtok(q, "&"); kv != NULL; kv = strtok(NULL, "&")) {
+        if (strncmp(kv, "db=", 3) == 0) db = atoi(kv + 3);
+        else if (strncmp(kv, "user=", 5) == 0) user = kv + 5;
+        else if (strncmp(kv, "password=", 9) == 0) pass = kv + 9;
+      }
+    }
+  } else if (strncmp(buf, "redis://", 8) == 0) {
+    host = buf + 8;
+    if ((q = strchr(host, '/')) != NULL) {
+      *q++ = '\0';
+      db = atoi(q);
+    }
+    if ((q = strrchr(host, '@')) != NULL) {
+      *q = '\0';
+      pass = strchr(host, ':');
+      if (pass != NULL) {
+        *pass++ = '\0';
+        user = host;
+      } else {
+        pass = host;
+      }
+      host = q + 1;
+    }
+    q = host;
+    if (*host == '[' && (q = strchr(host, ']')) != NULL) {
+      *q++ = '\0';
+      host++;
+    }
+    if ((q = strchr(q, ':')) != NULL) {
+      *q++ = '\0';
+      port = atoi(q);
+    }
+  } else {
+    fprintf(stderr, "%s: expected redis:// or unix://\n", url);
+    return NULL;
+  }
+  r = path ? redisConnectUnixWithTimeout(path, tv)
+           : redisConnectWithTimeout(host, port, tv);
+  if (r == NULL || r->err) {
+    fprintf(stderr, "connect %s: %s\n", url, r ? r->errstr : "out of memory");
+    redisFree(r);
+    return NULL;
+  }
+  if (pass != NULL && *pass != '\0') {
+    rep = user != NULL && *user != '\0' ? cmd(r, "AUTH %s %s", user, pass)
+                                        : cmd(r, "AUTH %s", pass);
+    ok = rep != NULL;
+    freeReplyObject(rep);
+  }
+  if (ok && db != 0) {
+    rep = cmd(r, "SELECT %d", db);
+    ok = rep != NULL;
+    freeReplyObject(rep);
+  }
+  if (!ok) {
+    redisFree(r);
+    return NULL;
+  }
+  return r;
+}
+
+static int floor_open(floor_ctx *f, const char *url) {
+  redisReply *rep;
+  f->rng = (uint64_t)(now_s() * 1e9) | 1;
+  if ((f->r = url_connect(url)) == NULL) return -1;
+  rep = cmd(f->r, "SCRIPT LOAD %s", release_lua);
+  if (rep == NULL || rep->type != REDIS_REPLY_STRING || rep->len != 40) {
+    if (rep != NULL) fprintf(stderr, "SCRIPT LOAD: unexpected reply\n");
+    freeReplyObject(rep);
+    return -1;
+  }
+  memcpy(f->sha, rep->str, 41);
+  freeReplyObject(rep);
+  return 0;
+}
+
+/* A fresh 32-hex-digit owner token, the size of hilock's. */
+static void floor_token(floor_ctx *f, char out[33]) {
+  static const char hex[] = "0123456789abcdef";
+  for (int i = 0; i < 32; i++) {
+    if (i % 16 == 0) {
+      f->rng ^= f->rng << 13;
+      f->rng ^= f->rng >> 7;
+      f->rng ^= f->rng << 17;
+    }
+    out[i] = hex[(f->rng >> (4 * (i % 16))) & 15];
+  }
+  out[32] = '\0';
+}
+
+static int floor_cycle(void *arg) {
+  floor_ctx *f = arg;
+  char token[33];
+  redisReply *rep;
+  int ok;
+
+  floor_token(f, token);
+  rep = cmd(f->r, "SET bench:floor %s NX PX 30000", token);
+  ok = rep != NULL && rep->type == REDIS_REPLY_STATUS;
+  freeReplyObject(rep);
+  if (!ok) {
+    fprintf(stderr, "SET NX: not granted\n");
+    return -1;
+  }
+  rep = cmd(f->r, "EVALSHA %s 1 bench:floor %s", f->sha, token);
+  ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+  freeReplyObject(rep);
+  if (!ok) {
+    fprintf(stderr, "release script: not released\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* ## hilock ------------------------------------------------------------- */
+
+static int hilock_cycle(void *arg) {
+  hilock_lock *lk = arg;
+  int rc = hilock_lock_try_acquire(lk);
+  if (rc != HILOCK_OK) {
+    fprintf(stderr, "try_acquire: %s\n",
+            rc == HILOCK_BUSY ? "busy" : hilock_lock_errmsg(lk));
+    return -1;
+  }
+  if ((rc = hilock_lock_release(lk)) != HILOCK_OK) {
+    fprintf(stderr, "release: %s\n", hilock_lock_errmsg(lk));
+    return -1;
+  }
+  return 0;
+}
+
+/* ## driver ------------------------------------------------------------- */
+
+/* Run cycles until max_cycles (if > 0) or max_s have passed. */
+static int run(int (*cycle)(void *), void *arg, long max_cycles, double max_s,
+               long *cycles, double *secs) {
+  double t0 = now_s(), t = t0;
+  long n = 0;
+  while (max_cycles > 0 ? n < max_cycles : t - t0 < max_s) {
+    if (cycle(arg) != 0) return -1;
+    n++;
+    t = now_s();
+  }
+  *cycles = n;
+  *secs = t - t0;
+  return 0;
+}
+
+static int usage(const char *prog) {
+  fprintf(stderr, "usage: %s floor|hilock [url] [seconds | Nc]\n", prog);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  const char *mode, *url = "redis://127.0.0.1:6379/0";
+  long max_cycles = 0, cycles = 0;
+  double max_s = 2.0, secs = 0, warm_s;
+  int (*cycle)(void *);
+  void *arg;
+  floor_ctx f = {0};
+  hilock_client *c = NULL;
+  hilock_lock *lk = NULL;
+  int rc, status = 1;
+
+  if (argc < 2) return usage(argv[0]);
+  mode = argv[1];
+  if (argc > 2) url = argv[2];
+  if (argc > 3) {
+    char *end;
+    double v = strtod(argv[3], &end);
+    if (end == argv[3] || v <= 0) return usage(argv[0]);
+    if (*end == 'c') max_cycles = (long)v;
+    else if (*end == '\0' || *end == 's') max_s = v;
+    else return usage(argv[0]);
+  }
+
+  if (strcmp(mode, "floor") == 0) {
+    if (floor_open(&f, url) != 0) goto out;
+    cycle = floor_cycle;
+    arg = &f;
+  } else if (strcmp(mode, "hilock") == 0) {
+    if ((rc = hilock_client_new(url, NULL, &c)) != HILOCK_OK) {
+      fprintf(stderr, "connect %s: %s\n", url,
+              c ? hilock_client_errmsg(c) : hilock_strerror(rc));
+      goto out;
+    }
+    if (hilock_lock_new(c, "bench:c", 7, 30000, &lk) != HILOCK_OK) {
+      fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
+      goto out;
+    }
+    cycle = hilock_cycle;
+    arg = lk;
+  } else {
+    return usage(argv[0]);
+  }
+
+  if (run(cycle, arg, 0, WARMUP_S, &cycles, &warm_s) != 0) goto out;
+  if (run(cycle, arg, max_cycles, max_s, &cycles, &secs) != 0) goto out;
+  printf("{\"mode\": \"%s\", \"cycles\": %ld, \"seconds\": %.6f, "
+         "\"cycles_per_s\": %.1f}\n",
+         mode, cycles, secs, secs > 0 ? (double)cycles / secs : 0.0);
+  status = 0;
+out:
+  if (f.r != NULL) redisFree(f.r);
+  hilock_lock_free(lk);
+  hilock_client_free(c);
+  return status;
+}

@@ -1,0 +1,524 @@
+/* The client against real servers: transports, db selection, AUTH and
+ * ACLs, timeouts, reconnects, lifetime and argument checks. */
+#include "test_util.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define PASSWORD "s3kr!t pass"
+
+typedef struct fixture {
+  hl_server server;    /* TCP and unix socket, no password */
+  hl_server pw_server; /* --requirepass */
+  redisContext *redis; /* direct connection to server, per test */
+} fixture;
+
+static fixture fx;
+
+static int group_setup(void **state) {
+  hl_server_opts opts = {.unix_socket = 1};
+  hl_server_opts pw_opts = {.password = PASSWORD};
+  *state = &fx;
+  if (hl_server_start(&fx.server, &opts) != 0) return -1;
+  if (hl_server_start(&fx.pw_server, &pw_opts) != 0) {
+    hl_server_destroy(&fx.server);
+    return -1;
+  }
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  hl_server_destroy(&fx.pw_server);
+  return 0;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  /* A failed reconnect test may have left the server down. */
+  if (f->server.pid == 0 && hl_server_restart(&f->server) != 0) return -1;
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  if (f->redis != NULL) redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+static hilock_client *connect_url(const char *url, hilock_options *o) {
+  hilock_options defaults = hl_test_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(url, o ? o : &defaults, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+/* hilock_client_new must fail with expect and a message holding part. */
+static void connect_fails(const char *url, int expect, const char *part) {
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  assert_hl_rc(hilock_client_new(url, &o, &c), expect, hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), part);
+  hilock_client_free(c);
+}
+
+static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
+  hilock_lock *l = NULL;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
+               hilock_client_errmsg(c));
+  return l;
+}
+
+/* ## Transports and databases ---------------------------------------------- */
+
+static void connect_and_ping(void **state) {
+  fixture *f = *state;
+  hilock_client *c = connect_url(f->server.url, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
+static void unix_socket_connects_and_selects_db(void **state) {
+  fixture *f = *state;
+  char url[PATH_MAX + 32];
+  hilock_client *c;
+  hilock_lock *l;
+  size_t klen;
+  const char *key;
+
+  snprintf(url, sizeof(url), "unix://%s?db=2", f->server.sock);
+  c = connect_url(url, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  l = new_lock(c, "via-unix", 5000);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  key = hilock_lock_key(l, &klen);
+  assert_false(hl_redis_exists(f->redis, key, klen));
+  hl_redis_ok(f->redis, "SELECT 2");
+  assert_true(hl_redis_exists(f->redis, key, klen));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+static void lock_in_db3_is_invisible_in_db0(void **state) {
+  fixture *f = *state;
+  char url[128];
+  hilock_client *c3, *c0;
+  hilock_lock *l3, *l0;
+  int locked = -1;
+  size_t klen;
+  const char *key;
+
+  snprintf(url, sizeof(url), "%s/3", f->server.url);
+  c3 = connect_url(url, NULL);
+  snprintf(url, sizeof(url), "%s/0", f->server.url);
+  c0 = connect_url(url, NULL);
+  l3 = new_lock(c3, "db-test", 5000);
+  l0 = new_lock(c0, "db-test", 5000);
+
+  assert_hl_ok(hilock_lock_try_acquire(l3), hilock_lock_errmsg(l3));
+  assert_hl_ok(hilock_lock_locked(l0, &locked), hilock_lock_errmsg(l0));
+  assert_false(locked);
+  assert_hl_ok(hilock_lock_try_acquire(l0), hilock_lock_errmsg(l0));
+
+  key = hilock_lock_key(l3, &klen);
+  hl_redis_ok(f->redis, "SELECT 3");
+  assert_true(hl_redis_exists(f->redis, key, klen));
+  assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2); /* lock + fence */
+
+  hilock_lock_free(l3);
+  hilock_lock_free(l0);
+  hilock_client_free(c3);
+  hilock_client_free(c0);
+}
+
+/* ## Authentication and ACLs ----------------------------------------------- */
+
+static void password_url_authenticates(void **state) {
+  fixture *f = *state;
+  char url[128];
+  hilock_client *c;
+  /* "s3kr!t pass", percent-escaped. */
+  snprintf(url, sizeof(url), "redis://:s3kr%%21t%%20pass@127.0.0.1:%d/1",
+           f->pw_server.port);
+  c = connect_url(url, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+
+  snprintf(url, sizeof(url), "redis://default:s3kr%%21t%%20pass@127.0.0.1:%d",
+           f->pw_server.port);
+  c = connect_url(url, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
+static void wrong_password_is_eauth_with_wrongpass_text(void **state) {
+  fixture *f = *state;
+  char url[128];
+  snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", f->pw_server.port);
+  connect_fails(url, HILOCK_EAUTH, "WRONGPASS");
+  snprintf(url, sizeof(url), "redis://nobody:wrong@127.0.0.1:%d",
+           f->pw_server.port);
+  connect_fails(url, HILOCK_EAUTH, "WRONGPASS");
+}
+
+static void missing_password_is_eauth_on_first_command(void **state) {
+  fixture *f = *state;
+  hilock_client *c = connect_url(f->pw_server.url, NULL);
+  hilock_lock *l = new_lock(c, "needs-auth", 1000);
+  assert_hl_rc(hilock_client_ping(c), HILOCK_EAUTH, hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), "NOAUTH");
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EAUTH, hilock_lock_errmsg(l));
+  assert_false(hilock_lock_held(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+static void acl_user_without_script_rights_gets_enoperm(void **state) {
+  fixture *f = *state;
+  char url[128];
+  hilock_client *c;
+  hilock_lock *l;
+  int locked = 0;
+
+  hl_redis_ok(f->redis, "ACL SETUSER limited reset on >pw +ping");
+  snprintf(url, sizeof(url), "redis://limited:pw@127.0.0.1:%d", f->server.port);
+  c = connect_url(url, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  l = new_lock(c, "acl", 1000);
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ENOPERM,
+               hilock_lock_errmsg(l));
+  assert_substr(hilock_lock_errmsg(l), "NOPERM");
+  assert_substr(hilock_lock_errmsg(l), "evalsha");
+  assert_false(hilock_lock_held(l));
+  assert_hl_rc(hilock_lock_locked(l, &locked), HILOCK_ENOPERM,
+               hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_force_release(l, NULL), HILOCK_ENOPERM,
+               hilock_lock_errmsg(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+
+  /* SELECT is refused while connecting. */
+  snprintf(url, sizeof(url), "redis://limited:pw@127.0.0.1:%d/3",
+           f->server.port);
+  connect_fails(url, HILOCK_ENOPERM, "NOPERM");
+  snprintf(url, sizeof(url), "redis://limited:bad@127.0.0.1:%d", f->server.port);
+  connect_fails(url, HILOCK_EAUTH, "WRONGPASS");
+  hl_redis_ok(f->redis, "ACL DELUSER limited");
+}
+
+/* ## Failures, timeouts and reconnects ------------------------------------- */
+
+static void closed_port_fails_fast_with_eio(void **state) {
+  char url[64];
+  int port = hl_free_port();
+  int64_t t0 = hl_now_ms();
+  (void)state;
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+  connect_fails(url, HILOCK_EIO, "connect to 127.0.0.1");
+  assert_i64_between(hl_now_ms() - t0, 0, 900);
+}
+
+static void command_timeout_gives_etimedout(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+  hilock_lock *l;
+  int64_t t0, dt;
+
+  o.command_timeout_ms = 300;
+  c = connect_url(f->server.url, &o);
+  l = new_lock(c, "paused", 5000);
+  /* Postpone every client's commands for 1.5 s. */
+  hl_redis_ok(f->redis, "CLIENT PAUSE 1500 ALL");
+
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_client_ping(c), HILOCK_ETIMEDOUT,
+               hilock_client_errmsg(c));
+  dt = hl_now_ms() - t0;
+  assert_i64_between(dt, 250, 1000);
+  assert_substr(hilock_client_errmsg(c), "no reply in time");
+
+  /* A timed-out acquire is not a grant. */
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ETIMEDOUT,
+               hilock_lock_errmsg(l));
+  assert_i64_between(hl_now_ms() - t0, 250, 1000);
+  assert_false(hilock_lock_held(l));
+  assert_string_equal(hilock_lock_token(l), "");
+
+  /* This PING waits out the pause; then the client works again. */
+  hl_redis_ok(f->redis, "PING");
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+static void reconnects_transparently_after_server_restart(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+  hilock_lock *a, *b;
+
+  o.reconnect_ms = 3000;
+  c = connect_url(f->server.url, &o);
+  a = new_lock(c, "restart", 10000);
+  b = new_lock(c, "restart-2", 10000);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+
+  redisFree(f->redis);
+  f->redis = NULL;
+  assert_int_equal(hl_server_restart(&f->server), 0);
+
+  /* The pooled connection is dead; the call replaces it and succeeds. */
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  /* The server lost its data: a's grant is gone. */
+  assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED, hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+
+  f->redis = hl_redis_connect(&f->server);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+  hilock_client_free(c);
+}
+
+static void server_down_fails_after_reconnect_budget(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+  int64_t t0, dt;
+
+  o.reconnect_ms = 300;
+  c = connect_url(f->server.url, &o);
+  redisFree(f->redis);
+  f->redis = NULL;
+  hl_server_stop(&f->server);
+
+  /* A broken pooled connection, then reconnect attempts for 300 ms. */
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_client_ping(c), HILOCK_EIO, hilock_client_errmsg(c));
+  dt = hl_now_ms() - t0;
+  assert_i64_between(dt, 250, 1500);
+
+  /* No pooled connection left: the same budget applies to opening one. */
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_client_ping(c), HILOCK_EIO, hilock_client_errmsg(c));
+  dt = hl_now_ms() - t0;
+  assert_i64_between(dt, 250, 1500);
+  assert_substr(hilock_client_errmsg(c), "127.0.0.1");
+
+  assert_int_equal(hl_server_restart(&f->server), 0);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  f->redis = hl_redis_connect(&f->server);
+  hilock_client_free(c);
+}
+
+static void zero_reconnect_budget_still_makes_one_attempt(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+
+  o.reconnect_ms = 0;
+  o.max_idle = 0; /* every call opens a fresh connection */
+  c = connect_url(f->server.url, &o);
+  for (int i = 0; i < 3; i++)
+    assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
+/* ## Lifetime -------------------------------------------------------------- */
+
+static void lock_outliving_client_gets_eclosed(void **state) {
+  fixture *f = *state;
+  hilock_client *c = connect_url(f->server.url, NULL);
+  hilock_lock *held = new_lock(c, "orphan", 10000);
+  hilock_lock *idle = new_lock(c, "orphan", 10000);
+  int flag = -1;
+  size_t klen;
+  const char *key;
+
+  assert_hl_ok(hilock_lock_try_acquire(held), hilock_lock_errmsg(held));
+  hilock_client_free(c);
+
+  assert_hl_rc(hilock_lock_release(held), HILOCK_ECLOSED,
+               hilock_lock_errmsg(held));
+  assert_substr(hilock_lock_errmsg(held), "closed");
+  assert_hl_rc(hilock_lock_extend(held, 1000, 1), HILOCK_ECLOSED,
+               hilock_lock_errmsg(held));
+  assert_hl_rc(hilock_lock_renew(held), HILOCK_ECLOSED,
+               hilock_lock_errmsg(held));
+  assert_hl_rc(hilock_lock_owned(held, &flag), HILOCK_ECLOSED,
+               hilock_lock_errmsg(held));
+  assert_hl_rc(hilock_lock_force_release(held, &flag), HILOCK_ECLOSED,
+               hilock_lock_errmsg(held));
+  assert_hl_rc(hilock_lock_try_acquire(idle), HILOCK_ECLOSED,
+               hilock_lock_errmsg(idle));
+  assert_hl_rc(hilock_lock_acquire(idle, 100), HILOCK_ECLOSED,
+               hilock_lock_errmsg(idle));
+  assert_hl_rc(hilock_lock_locked(idle, &flag), HILOCK_ECLOSED,
+               hilock_lock_errmsg(idle));
+
+  /* Nothing was released: the key lives on until its TTL. */
+  key = hilock_lock_key(held, &klen);
+  assert_true(hl_redis_exists(f->redis, key, klen));
+  hilock_lock_free(held);
+  hilock_lock_free(idle);
+  assert_true(hl_redis_exists(f->redis, "hilock:{orphan}:lock", 20));
+}
+
+static void client_free_with_no_locks_is_clean(void **state) {
+  fixture *f = *state;
+  hilock_client *c = connect_url(f->server.url, NULL);
+  hilock_lock *l = new_lock(c, "short-lived", 1000);
+  hilock_lock_free(l);
+  hilock_client_free(c);
+  hilock_client_free(NULL);
+}
+
+/* ## Threads --------------------------------------------------------------- */
+
+#define NTHREADS 4
+#define ROUNDS 40
+
+typedef struct worker {
+  hilock_client *client;
+  atomic_int inside; /* holders between grant and release */
+  atomic_int overlaps;
+  atomic_int grants;
+  atomic_int errors;
+} worker;
+
+static void *contend(void *arg) {
+  worker *w = arg;
+  hilock_lock *l = NULL;
+  if (hilock_lock_new(w->client, "contended", 9, 10000, &l) != HILOCK_OK) {
+    atomic_fetch_add(&w->errors, 1);
+    return NULL;
+  }
+  for (int i = 0; i < ROUNDS; i++) {
+    if (hilock_lock_acquire(l, 5000) != HILOCK_OK) {
+      atomic_fetch_add(&w->errors, 1);
+      continue;
+    }
+    if (atomic_fetch_add(&w->inside, 1) != 0) atomic_fetch_add(&w->overlaps, 1);
+    atomic_fetch_add(&w->grants, 1);
+    sched_yield();
+    atomic_fetch_sub(&w->inside, 1);
+    if (hilock_lock_release(l) != HILOCK_OK) atomic_fetch_add(&w->errors, 1);
+  }
+  hilock_lock_free(l);
+  return NULL;
+}
+
+static void threads_sharing_a_client_exclude_each_other(void **state) {
+  fixture *f = *state;
+  worker w;
+  pthread_t t[NTHREADS];
+
+  char *fence;
+
+  memset(&w, 0, sizeof(w));
+  w.client = connect_url(f->server.url, NULL);
+  for (int i = 0; i < NTHREADS; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, contend, &w), 0);
+  for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);
+  assert_int_equal(atomic_load(&w.errors), 0);
+  assert_int_equal(atomic_load(&w.overlaps), 0);
+  assert_int_equal(atomic_load(&w.grants), NTHREADS * ROUNDS);
+  fence = hl_redis_get(f->redis, "hilock:{contended}:fence", 24);
+  assert_non_null(fence);
+  assert_int_equal(atoi(fence), NTHREADS * ROUNDS);
+  free(fence);
+  hilock_client_free(w.client);
+}
+
+/* ## Arguments ------------------------------------------------------------- */
+
+static void null_arguments_are_einval(void **state) {
+  fixture *f = *state;
+  hilock_client *c = connect_url(f->server.url, NULL);
+  hilock_lock *l = NULL;
+  int flag = 0;
+  size_t len = 99;
+
+  hilock_options_init(NULL);
+  assert_int_equal(hilock_client_new(f->server.url, NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_client_ping(NULL), HILOCK_EINVAL);
+  assert_non_null(hilock_client_errmsg(NULL));
+  assert_int_equal(hilock_client_errcode(NULL), HILOCK_EINVAL);
+  hilock_client_free(NULL);
+
+  assert_int_equal(hilock_lock_new(NULL, "n", 1, 1000, &l), HILOCK_EINVAL);
+  assert_null(l);
+  assert_int_equal(hilock_simple_lock_new(NULL, "n", 1, &l), HILOCK_EINVAL);
+  assert_int_equal(hilock_lease_new(NULL, "n", 1, 1000, &l), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_new(c, "n", 1, 1000, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_simple_lock_new(c, "n", 1, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_lease_new(c, "n", 1, 1000, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_new(c, NULL, 1, 1000, &l), HILOCK_EINVAL);
+  assert_null(l);
+
+  assert_int_equal(hilock_lock_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_acquire(NULL, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_extend(NULL, 1000, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_renew(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_owned(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_locked(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_force_release(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_validity_ms(NULL), 0);
+  assert_false(hilock_lock_held(NULL));
+  assert_int_equal(hilock_lock_fence(NULL), 0);
+  assert_string_equal(hilock_lock_token(NULL), "");
+  assert_int_equal(hilock_lock_ttl_ms(NULL), 0);
+  assert_string_equal(hilock_lock_key(NULL, &len), "");
+  assert_int_equal(len, 0);
+  assert_string_equal(hilock_lock_key(NULL, NULL), "");
+  assert_non_null(hilock_lock_errmsg(NULL));
+  assert_int_equal(hilock_lock_errcode(NULL), HILOCK_EINVAL);
+  hilock_lock_free(NULL);
+
+  /* Valid handle, NULL out-parameter. */
+  l = new_lock(c, "n", 1000);
+  assert_int_equal(hilock_lock_owned(l, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_locked(l, NULL), HILOCK_EINVAL);
+  assert_hl_rc(hilock_lock_acquire(l, -5), HILOCK_EINVAL,
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_force_release(l, NULL), hilock_lock_errmsg(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(connect_and_ping),
+      T(unix_socket_connects_and_selects_db),
+      T(lock_in_db3_is_invisible_in_db0),
+      T(password_url_authenticates),
+      T(wrong_password_is_eauth_with_wrongpass_text),
+      T(missing_password_is_eauth_on_first_command),
+      T(acl_user_without_script_rights_gets_enoperm),
+      T(closed_port_fails_fast_with_eio),
+      T(command_timeout_gives_etimedout),
+      T(reconnects_transparently_after_server_restart),
+      T(server_down_fails_after_reconnect_budget),
+      T(zero_reconnect_budget_still_makes_one_attempt),
+      T(lock_outliving_client_gets_eclosed),
+      T(client_free_with_no_locks_is_clean),
+      T(threads_sharing_a_client_exclude_each_other),
+      T(null_arguments_are_einval),
+  };
+  return cmocka_run_group_tests_name("client", tests, group_setup,
+                                     group_teardown);
+}

@@ -1,0 +1,892 @@
+/* The exclusive lock family (simple, expiring, lease) against a real
+ * server. Keys are checked directly with hiredis. */
+#include "test_util.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} fixture;
+
+static fixture fx;
+
+static const hilock_lock_kind all_kinds[] = {
+    HILOCK_LOCK_SIMPLE, HILOCK_LOCK_EXPIRING, HILOCK_LOCK_LEASE};
+static const hilock_lock_kind ttl_kinds[] = {HILOCK_LOCK_EXPIRING,
+                                             HILOCK_LOCK_LEASE};
+#define NKINDS(a) (sizeof(a) / sizeof(a[0]))
+
+static int group_setup(void **state) {
+  *state = &fx;
+  return hl_server_start(&fx.server, NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
+    print_error("client: %s\n", hilock_client_errmsg(f->client));
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hilock_client_free(f->client);
+  f->client = NULL;
+  redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+static const char *kind_name(hilock_lock_kind k) {
+  switch (k) {
+    case HILOCK_LOCK_SIMPLE:
+      return "simple";
+    case HILOCK_LOCK_EXPIRING:
+      return "expiring";
+    case HILOCK_LOCK_LEASE:
+      return "lease";
+  }
+  return "?";
+}
+
+/* A handle of the given kind; ttl is ignored for a simple lock. */
+static hilock_lock *make_lock_n(hilock_client *c, hilock_lock_kind kind,
+                                const char *name, size_t len, int64_t ttl) {
+  hilock_lock *l = NULL;
+  int rc;
+  switch (kind) {
+    case HILOCK_LOCK_SIMPLE:
+      rc = hilock_simple_lock_new(c, name, len, &l);
+      break;
+    case HILOCK_LOCK_LEASE:
+      rc = hilock_lease_new(c, name, len, ttl, &l);
+      break;
+    default:
+      rc = hilock_lock_new(c, name, len, ttl, &l);
+      break;
+  }
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  assert_non_null(l);
+  assert_int_equal(hilock_lock_get_kind(l), kind);
+  return l;
+}
+
+static hilock_lock *make_lock(hilock_client *c, hilock_lock_kind kind,
+                              const char *name, int64_t ttl) {
+  return make_lock_n(c, kind, name, strlen(name), ttl);
+}
+
+/* The lock's Redis value, malloc'd, or NULL if there is none. */
+static char *lock_value(fixture *f, const hilock_lock *l) {
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  return hl_redis_get(f->redis, key, klen);
+}
+
+static void assert_holder(fixture *f, const hilock_lock *holder) {
+  char *v = lock_value(f, holder);
+  assert_non_null(v);
+  assert_string_equal(v, hilock_lock_token(holder));
+  free(v);
+}
+
+static long long lock_pttl(fixture *f, const hilock_lock *l) {
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  return hl_redis_pttl(f->redis, key, klen);
+}
+
+static long long fence_counter(fixture *f, const char *name, size_t len) {
+  char key[HILOCK_NAME_MAX + 32];
+  char *v;
+  long long n;
+  memcpy(key, "hilock:{", 8);
+  memcpy(key + 8, name, len);
+  memcpy(key + 8 + len, "}:fence", 7);
+  v = hl_redis_get(f->redis, key, 8 + len + 7);
+  if (v == NULL) return 0;
+  n = atoll(v);
+  free(v);
+  return n;
+}
+
+/* ## Acquire and release --------------------------------------------------- */
+
+static void try_acquire_busy_release_all_kinds(void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
+    hilock_lock_kind k = all_kinds[i];
+    hilock_lock *a = make_lock(f->client, k, kind_name(k), 10000);
+    hilock_lock *b = make_lock(f->client, k, kind_name(k), 10000);
+    char *v;
+
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+    assert_true(hilock_lock_held(a));
+    assert_holder(f, a);
+    if (k == HILOCK_LOCK_SIMPLE)
+      assert_int_equal(lock_pttl(f, a), -1);
+    else
+      assert_i64_between(lock_pttl(f, a), 5000, 10000);
+
+    assert_hl_rc(hilock_lock_try_acquire(b), HILOCK_BUSY,
+                 hilock_lock_errmsg(b));
+    assert_false(hilock_lock_held(b));
+    assert_string_equal(hilock_lock_token(b), "");
+    assert_holder(f, a);
+
+    assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+    assert_false(hilock_lock_held(a));
+    assert_string_equal(hilock_lock_token(a), "");
+    v = lock_value(f, a);
+    assert_null(v);
+
+    assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+    assert_holder(f, b);
+    assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+    hilock_lock_free(a);
+    hilock_lock_free(b);
+  }
+}
+
+static void handle_can_acquire_again_after_release(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "again", 5000);
+  uint64_t last = 0;
+  for (int i = 0; i < 3; i++) {
+    assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+    assert_true(hilock_lock_fence(l) > last);
+    last = hilock_lock_fence(l);
+    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    /* The fence of the last grant stays readable. */
+    assert_int_equal(hilock_lock_fence(l), last);
+  }
+  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED, hilock_lock_errmsg(l));
+  hilock_lock_free(l);
+}
+
+static void release_by_non_holder_is_enotowned_all_kinds(void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
+    hilock_lock_kind k = all_kinds[i];
+    hilock_lock *a = make_lock(f->client, k, "shared", 10000);
+    hilock_lock *never = make_lock(f->client, k, "shared", 10000);
+    hilock_lock *loser = make_lock(f->client, k, "shared", 10000);
+
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+    assert_hl_rc(hilock_lock_release(never), HILOCK_ENOTOWNED,
+                 hilock_lock_errmsg(never));
+    assert_hl_rc(hilock_lock_try_acquire(loser), HILOCK_BUSY,
+                 hilock_lock_errmsg(loser));
+    assert_hl_rc(hilock_lock_release(loser), HILOCK_ENOTOWNED,
+                 hilock_lock_errmsg(loser));
+    assert_int_equal(hilock_lock_errcode(loser), HILOCK_ENOTOWNED);
+    assert_holder(f, a);
+
+    assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+    hilock_lock_free(a);
+    hilock_lock_free(never);
+    hilock_lock_free(loser);
+  }
+}
+
+static void release_after_expiry_is_enotowned_and_spares_new_holder(
+    void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(ttl_kinds); i++) {
+    hilock_lock_kind k = ttl_kinds[i];
+    hilock_lock *old = make_lock(f->client, k, "lapse", 100);
+    hilock_lock *next = make_lock(f->client, k, "lapse", 10000);
+    int owned = -1;
+
+    assert_hl_ok(hilock_lock_try_acquire(old), hilock_lock_errmsg(old));
+    hl_sleep_ms(150);
+    assert_false(hilock_lock_held(old));
+    assert_hl_ok(hilock_lock_try_acquire(next), hilock_lock_errmsg(next));
+
+    assert_hl_rc(hilock_lock_release(old), HILOCK_ENOTOWNED,
+                 hilock_lock_errmsg(old));
+    assert_substr(hilock_lock_errmsg(old), "nothing was deleted");
+    assert_holder(f, next);
+    assert_i64_between(lock_pttl(f, next), 5000, 10000);
+    assert_hl_ok(hilock_lock_owned(old, &owned), hilock_lock_errmsg(old));
+    assert_false(owned);
+    assert_hl_ok(hilock_lock_owned(next, &owned), hilock_lock_errmsg(next));
+    assert_true(owned);
+
+    assert_hl_ok(hilock_lock_release(next), hilock_lock_errmsg(next));
+    hilock_lock_free(old);
+    hilock_lock_free(next);
+  }
+}
+
+/* ## Fencing tokens -------------------------------------------------------- */
+
+static void fencing_tokens_increase_across_holders_and_handles(void **state) {
+  fixture *f = *state;
+  hilock_lock *h[3];
+  uint64_t last = 0;
+
+  h[0] = make_lock(f->client, HILOCK_LOCK_EXPIRING, "fenced", 5000);
+  h[1] = make_lock(f->client, HILOCK_LOCK_LEASE, "fenced", 5000);
+  h[2] = make_lock(f->client, HILOCK_LOCK_SIMPLE, "fenced", 0);
+  assert_int_equal(hilock_lock_fence(h[0]), 0);
+  for (int round = 0; round < 12; round++) {
+    hilock_lock *l = h[round % 3], *other = h[(round + 1) % 3];
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    assert_true(hilock_lock_fence(l) > last);
+    last = hilock_lock_fence(l);
+    /* A refused attempt draws no token. */
+    assert_hl_rc(hilock_lock_try_acquire(other), HILOCK_BUSY,
+                 hilock_lock_errmsg(other));
+    assert_int_equal(fence_counter(f, "fenced", 6), (long long)last);
+    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  }
+  assert_int_equal(last, 12);
+  for (int i = 0; i < 3; i++) hilock_lock_free(h[i]);
+}
+
+static void fencing_token_increases_when_expiry_hands_over(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = make_lock(f->client, HILOCK_LOCK_EXPIRING, "handover", 80);
+  hilock_lock *b = make_lock(f->client, HILOCK_LOCK_EXPIRING, "handover", 80);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  hl_sleep_ms(120);
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_true(hilock_lock_fence(b) > hilock_lock_fence(a));
+  hl_sleep_ms(120);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_true(hilock_lock_fence(a) > hilock_lock_fence(b));
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+/* ## Waiting --------------------------------------------------------------- */
+
+static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = make_lock(f->client, HILOCK_LOCK_EXPIRING, "waited", 10000);
+  hilock_lock *b = make_lock(f->client, HILOCK_LOCK_EXPIRING, "waited", 10000);
+  int64_t t0;
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_lock_acquire(b, 300), HILOCK_BUSY, hilock_lock_errmsg(b));
+  assert_i64_between(hl_now_ms() - t0, 290, 650);
+
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_lock_acquire(b, 0), HILOCK_BUSY, hilock_lock_errmsg(b));
+  assert_i64_between(hl_now_ms() - t0, 0, 200);
+  assert_false(hilock_lock_held(b));
+  assert_holder(f, a);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+typedef struct delayed_release {
+  hilock_lock *lock;
+  int64_t delay_ms;
+  int rc;
+} delayed_release;
+
+static void *release_later(void *arg) {
+  delayed_release *d = arg;
+  hl_sleep_ms(d->delay_ms);
+  d->rc = hilock_lock_release(d->lock);
+  return NULL;
+}
+
+static void acquire_succeeds_once_holder_releases(void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
+    hilock_lock_kind k = all_kinds[i];
+    hilock_lock *a = make_lock(f->client, k, "handoff", 10000);
+    hilock_lock *b = make_lock(f->client, k, "handoff", 10000);
+    delayed_release d = {a, 200, -100};
+    pthread_t t;
+    int64_t t0;
+
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+    t0 = hl_now_ms();
+    assert_int_equal(pthread_create(&t, NULL, release_later, &d), 0);
+    assert_hl_ok(hilock_lock_acquire(b, 5000), hilock_lock_errmsg(b));
+    assert_i64_between(hl_now_ms() - t0, 150, 2000);
+    pthread_join(t, NULL);
+    assert_hl_ok(d.rc, hilock_lock_errmsg(a));
+    assert_true(hilock_lock_fence(b) > hilock_lock_fence(a));
+    assert_holder(f, b);
+    assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+    hilock_lock_free(a);
+    hilock_lock_free(b);
+  }
+}
+
+static void acquire_succeeds_once_holder_ttl_lapses(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = make_lock(f->client, HILOCK_LOCK_EXPIRING, "lapsing", 250);
+  hilock_lock *b = make_lock(f->client, HILOCK_LOCK_LEASE, "lapsing", 5000);
+  int64_t t0;
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_lock_acquire(b, 3000), hilock_lock_errmsg(b));
+  assert_i64_between(hl_now_ms() - t0, 150, 1500);
+  assert_holder(f, b);
+
+  /* Waiting forever ends the same way. */
+  assert_hl_ok(hilock_lock_extend(b, 200, 1), hilock_lock_errmsg(b));
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_lock_acquire(a, HILOCK_WAIT_FOREVER),
+               hilock_lock_errmsg(a));
+  assert_i64_between(hl_now_ms() - t0, 100, 1500);
+  assert_holder(f, a);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+/* ## Simple locks ---------------------------------------------------------- */
+
+static void simple_lock_outlives_freed_holder_until_force_release(
+    void **state) {
+  fixture *f = *state;
+  hilock_lock *a = make_lock(f->client, HILOCK_LOCK_SIMPLE, "stuck", 0);
+  hilock_lock *b = make_lock(f->client, HILOCK_LOCK_SIMPLE, "stuck", 0);
+  int deleted = -1, locked = -1;
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  hilock_lock_free(a); /* the holder "dies" */
+  hl_sleep_ms(100);
+  assert_hl_rc(hilock_lock_acquire(b, 100), HILOCK_BUSY,
+               hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_locked(b, &locked), hilock_lock_errmsg(b));
+  assert_true(locked);
+  assert_int_equal(lock_pttl(f, b), -1);
+
+  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_lock_errmsg(b));
+  assert_true(deleted);
+  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_lock_errmsg(b));
+  assert_false(deleted);
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_holder(f, b);
+
+  /* force_release also ends the caller's own grant. */
+  assert_hl_ok(hilock_lock_force_release(b, NULL), hilock_lock_errmsg(b));
+  assert_false(hilock_lock_held(b));
+  assert_hl_ok(hilock_lock_locked(b, &locked), hilock_lock_errmsg(b));
+  assert_false(locked);
+  hilock_lock_free(b);
+}
+
+static void simple_lock_extend_is_enotsup(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_SIMPLE, "no-ttl", 0);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_ENOTSUP,
+               hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_extend(l, 1000, 0), HILOCK_ENOTSUP,
+               hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTSUP, hilock_lock_errmsg(l));
+  assert_true(hilock_lock_held(l));
+  assert_int_equal(lock_pttl(f, l), -1);
+  assert_int_equal(hilock_lock_ttl_ms(l), 0);
+  assert_int_equal(hilock_lock_validity_ms(l), INT64_MAX);
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  hilock_lock_free(l);
+}
+
+/* ## Extend and renew ------------------------------------------------------ */
+
+static void extend_replace_and_add_change_pttl(void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(ttl_kinds); i++) {
+    hilock_lock *l = make_lock(f->client, ttl_kinds[i], "ext", 1000);
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    assert_i64_between(lock_pttl(f, l), 500, 1000);
+
+    assert_hl_ok(hilock_lock_extend(l, 5000, 1), hilock_lock_errmsg(l));
+    assert_i64_between(lock_pttl(f, l), 4500, 5000);
+    assert_i64_between(hilock_lock_validity_ms(l), 4500, 5000);
+
+    assert_hl_ok(hilock_lock_extend(l, 2000, 0), hilock_lock_errmsg(l));
+    assert_i64_between(lock_pttl(f, l), 6500, 7000);
+    assert_i64_between(hilock_lock_validity_ms(l), 6500, 7000);
+
+    /* Replace can also shorten. */
+    assert_hl_ok(hilock_lock_extend(l, 300, 1), hilock_lock_errmsg(l));
+    assert_i64_between(lock_pttl(f, l), 1, 300);
+    assert_i64_between(hilock_lock_validity_ms(l), 1, 300);
+    assert_holder(f, l);
+    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    hilock_lock_free(l);
+  }
+}
+
+static void renew_resets_pttl_to_ttl(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "renewed", 1000);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  hl_sleep_ms(300);
+  assert_i64_between(lock_pttl(f, l), 1, 750);
+  assert_hl_ok(hilock_lock_renew(l), hilock_lock_errmsg(l));
+  assert_i64_between(lock_pttl(f, l), 850, 1000);
+  assert_i64_between(hilock_lock_validity_ms(l), 850, 1000);
+  assert_holder(f, l);
+  hilock_lock_free(l);
+}
+
+static void extend_on_expired_lock_is_enotowned_without_recreating(
+    void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(ttl_kinds); i++) {
+    hilock_lock *l = make_lock(f->client, ttl_kinds[i], "expired", 100);
+    size_t klen;
+    const char *key = hilock_lock_key(l, &klen);
+
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    hl_sleep_ms(150);
+    assert_hl_rc(hilock_lock_extend(l, 5000, 1), HILOCK_ENOTOWNED,
+                 hilock_lock_errmsg(l));
+    assert_false(hl_redis_exists(f->redis, key, klen));
+    assert_false(hilock_lock_held(l));
+    assert_hl_rc(hilock_lock_extend(l, 5000, 0), HILOCK_ENOTOWNED,
+                 hilock_lock_errmsg(l));
+    assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTOWNED, hilock_lock_errmsg(l));
+    assert_false(hl_redis_exists(f->redis, key, klen));
+    hilock_lock_free(l);
+  }
+}
+
+static void extend_of_someone_elses_lock_leaves_it_alone(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = make_lock(f->client, HILOCK_LOCK_LEASE, "theirs", 100);
+  hilock_lock *b = make_lock(f->client, HILOCK_LOCK_LEASE, "theirs", 2000);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  hl_sleep_ms(150);
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_hl_rc(hilock_lock_extend(a, 60000, 1), HILOCK_ENOTOWNED,
+               hilock_lock_errmsg(a));
+  assert_i64_between(lock_pttl(f, b), 1000, 2000);
+  assert_holder(f, b);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+static void extend_rejects_bad_durations(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "bad-ms", 1000);
+  assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_ENOTOWNED,
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_extend(l, 0, 1), HILOCK_EINVAL,
+               hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_extend(l, -5, 0), HILOCK_EINVAL,
+               hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_extend(l, HILOCK_TTL_MAX_MS + 1, 1), HILOCK_EINVAL,
+               hilock_lock_errmsg(l));
+  assert_true(hilock_lock_held(l));
+  assert_i64_between(lock_pttl(f, l), 1, 1000);
+  hilock_lock_free(l);
+}
+
+/* ## Local state: validity, held, owned, locked, token --------------------- */
+
+static void validity_decreases_and_stays_below_ttl(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "valid", 2000);
+  int64_t v1, v2;
+
+  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  v1 = hilock_lock_validity_ms(l);
+  /* Less the drift allowance: 1% of 2000 ms + 2 ms. */
+  assert_i64_between(v1, 1500, 2000 - 22);
+  hl_sleep_ms(100);
+  v2 = hilock_lock_validity_ms(l);
+  assert_true(v2 < v1);
+  assert_i64_between(v2, v1 - 500, v1 - 90);
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  hilock_lock_free(l);
+
+  l = make_lock(f->client, HILOCK_LOCK_LEASE, "valid-short", 60);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_i64_between(hilock_lock_validity_ms(l), 0, 60);
+  hl_sleep_ms(80);
+  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  assert_false(hilock_lock_held(l));
+  hilock_lock_free(l);
+}
+
+static void owned_and_locked_report_the_server_state(void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
+    hilock_lock_kind k = all_kinds[i];
+    hilock_lock *a = make_lock(f->client, k, "owner", 5000);
+    hilock_lock *b = make_lock(f->client, k, "owner", 5000);
+    int owned = -1, locked = -1;
+
+    assert_hl_ok(hilock_lock_locked(a, &locked), hilock_lock_errmsg(a));
+    assert_false(locked);
+    assert_hl_ok(hilock_lock_owned(a, &owned), hilock_lock_errmsg(a));
+    assert_false(owned);
+
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_lock_owned(a, &owned), hilock_lock_errmsg(a));
+    assert_true(owned);
+    assert_hl_ok(hilock_lock_owned(b, &owned), hilock_lock_errmsg(b));
+    assert_false(owned);
+    assert_hl_ok(hilock_lock_locked(b, &locked), hilock_lock_errmsg(b));
+    assert_true(locked);
+
+    /* An operator deletes it behind a's back. */
+    assert_hl_ok(hilock_lock_force_release(b, NULL), hilock_lock_errmsg(b));
+    assert_true(hilock_lock_held(a)); /* a has not looked yet */
+    assert_hl_ok(hilock_lock_owned(a, &owned), hilock_lock_errmsg(a));
+    assert_false(owned);
+    assert_false(hilock_lock_held(a));
+    assert_hl_ok(hilock_lock_locked(a, &locked), hilock_lock_errmsg(a));
+    assert_false(locked);
+    hilock_lock_free(a);
+    hilock_lock_free(b);
+  }
+}
+
+static int is_lower_hex(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
+      return 0;
+  return s[n] == '\0';
+}
+
+static void token_is_32_hex_chars_and_fresh_per_grant(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = make_lock(f->client, HILOCK_LOCK_EXPIRING, "tok", 5000);
+  hilock_lock *b = make_lock(f->client, HILOCK_LOCK_EXPIRING, "tok-b", 5000);
+  char first[33];
+
+  assert_string_equal(hilock_lock_token(a), "");
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_int_equal(strlen(hilock_lock_token(a)), 32);
+  assert_true(is_lower_hex(hilock_lock_token(a), 32));
+  memcpy(first, hilock_lock_token(a), 33);
+  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_string_equal(hilock_lock_token(a), "");
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_true(is_lower_hex(hilock_lock_token(a), 32));
+  assert_string_not_equal(hilock_lock_token(a), first);
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_string_not_equal(hilock_lock_token(a), hilock_lock_token(b));
+  assert_holder(f, a);
+  assert_holder(f, b);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+static void acquiring_twice_on_one_handle_is_einval(void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
+    hilock_lock *l = make_lock(f->client, all_kinds[i], "twice", 5000);
+    char token[33];
+    uint64_t fence;
+
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    memcpy(token, hilock_lock_token(l), 33);
+    fence = hilock_lock_fence(l);
+    assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EINVAL,
+                 hilock_lock_errmsg(l));
+    assert_substr(hilock_lock_errmsg(l), "reentrant");
+    assert_hl_rc(hilock_lock_acquire(l, 200), HILOCK_EINVAL,
+                 hilock_lock_errmsg(l));
+    /* The grant is untouched. */
+    assert_true(hilock_lock_held(l));
+    assert_string_equal(hilock_lock_token(l), token);
+    assert_int_equal(hilock_lock_fence(l), fence);
+    assert_holder(f, l);
+    assert_int_equal(fence_counter(f, "twice", 5), (long long)fence);
+    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    hilock_lock_free(l);
+  }
+}
+
+static void handle_whose_grant_lapsed_may_acquire_again(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "relapse", 80);
+  uint64_t fence;
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  fence = hilock_lock_fence(l);
+  hl_sleep_ms(120);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_true(hilock_lock_fence(l) > fence);
+  hilock_lock_free(l);
+}
+
+/* ## Names, keys, TTLs ----------------------------------------------------- */
+
+static void invalid_names_are_einval(void **state) {
+  fixture *f = *state;
+  char big[HILOCK_NAME_MAX + 1];
+  char sentinel;
+  hilock_lock *l = (hilock_lock *)&sentinel; /* must be reset to NULL */
+
+  memset(big, 'n', sizeof(big));
+  assert_int_equal(hilock_lock_new(f->client, NULL, 3, 1000, &l),
+                   HILOCK_EINVAL);
+  assert_null(l);
+  assert_int_equal(hilock_simple_lock_new(f->client, "", 0, &l), HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "empty");
+  assert_int_equal(hilock_lease_new(f->client, big, sizeof(big), 1000, &l),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "1025");
+  assert_int_equal(hilock_lock_new(f->client, "}x", 2, 1000, &l),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "'}'");
+  assert_int_equal(hilock_simple_lock_new(f->client, "}", 1, &l),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_client_errcode(f->client), HILOCK_EINVAL);
+  assert_null(l);
+}
+
+static void name_of_1024_bytes_works(void **state) {
+  fixture *f = *state;
+  char big[HILOCK_NAME_MAX];
+  hilock_lock *l;
+  size_t klen;
+
+  memset(big, 'n', sizeof(big));
+  l = make_lock_n(f->client, HILOCK_LOCK_EXPIRING, big, sizeof(big), 5000);
+  hilock_lock_key(l, &klen);
+  assert_int_equal(klen, strlen("hilock:{}:lock") + HILOCK_NAME_MAX);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_holder(f, l);
+  assert_int_equal(fence_counter(f, big, sizeof(big)), 1);
+  hilock_lock_free(l);
+}
+
+typedef struct name_case {
+  const char *name;
+  size_t len;
+} name_case;
+
+static void unusual_names_work_and_keys_follow_the_layout(void **state) {
+  fixture *f = *state;
+  static const name_case names[] = {
+      {"a\0b", 3},
+      {"a\0c", 3},
+      {"a", 1},
+      {"\0", 1},
+      {"x{y}z", 5},
+      {"tail}", 5},
+      {"{", 1},
+      {"with space", 10},
+      /* UTF-8: letters with diacritics, a space, a padlock emoji */
+      {"\xc3\xbcn\xc3\xaf" "c\xc3\xb8" "d\xc3\xa9 \xf0\x9f\x94\x92", 16},
+  };
+  hilock_lock *l[sizeof(names) / sizeof(names[0])];
+
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    const name_case *n = &names[i];
+    char want[64];
+    size_t klen, wlen = 0;
+    const char *key;
+
+    l[i] = make_lock_n(f->client, HILOCK_LOCK_EXPIRING, n->name, n->len, 5000);
+    memcpy(want, "hilock:{", 8);
+    wlen = 8;
+    memcpy(want + wlen, n->name, n->len);
+    wlen += n->len;
+    memcpy(want + wlen, "}:lock", 6);
+    wlen += 6;
+    key = hilock_lock_key(l[i], &klen);
+    assert_int_equal(klen, wlen);
+    assert_memory_equal(key, want, wlen);
+
+    /* Names differing only after a NUL byte are different locks. */
+    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_lock_errmsg(l[i]));
+    assert_holder(f, l[i]);
+    assert_int_equal(fence_counter(f, n->name, n->len), 1);
+  }
+  /* Lock and fence key of each, nothing else. */
+  assert_int_equal(hl_redis_int(f->redis, "DBSIZE"),
+                   2 * (long long)(sizeof(names) / sizeof(names[0])));
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    assert_hl_ok(hilock_lock_release(l[i]), hilock_lock_errmsg(l[i]));
+    hilock_lock_free(l[i]);
+  }
+}
+
+static void ttl_out_of_range_is_einval(void **state) {
+  fixture *f = *state;
+  static const int64_t bad[] = {0, -1, -1000, HILOCK_TTL_MAX_MS + 1,
+                                INT64_MAX};
+  hilock_lock *l = NULL;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_equal(hilock_lock_new(f->client, "t", 1, bad[i], &l),
+                     HILOCK_EINVAL);
+    assert_null(l);
+    assert_substr(hilock_client_errmsg(f->client), "ttl");
+    assert_int_equal(hilock_lease_new(f->client, "t", 1, bad[i], &l),
+                     HILOCK_EINVAL);
+    assert_null(l);
+  }
+}
+
+static void ttl_limits_are_accepted(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "max",
+                             HILOCK_TTL_MAX_MS);
+  hilock_lock *s;
+  assert_int_equal(hilock_lock_ttl_ms(l), HILOCK_TTL_MAX_MS);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_i64_between(lock_pttl(f, l), HILOCK_TTL_MAX_MS - 5000,
+                     HILOCK_TTL_MAX_MS);
+  hilock_lock_free(l);
+
+  l = make_lock(f->client, HILOCK_LOCK_LEASE, "min", 1);
+  assert_int_equal(hilock_lock_ttl_ms(l), 1);
+  hilock_lock_free(l);
+
+  /* A simple lock has no TTL, whatever the constructor saw. */
+  s = make_lock(f->client, HILOCK_LOCK_SIMPLE, "simple", 0);
+  assert_int_equal(hilock_lock_ttl_ms(s), 0);
+  hilock_lock_free(s);
+}
+
+/* ## Damaged keys ---------------------------------------------------------- */
+
+static void wrong_type_lock_key_is_ewrongtype_and_writes_nothing(
+    void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
+    hilock_lock *l = make_lock(f->client, all_kinds[i], "w", 5000);
+    int flag = -1;
+
+    hl_redis_ok(f->redis, "FLUSHALL");
+    hl_redis_ok(f->redis, "HSET hilock:{w}:lock field value");
+    assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EWRONGTYPE,
+                 hilock_lock_errmsg(l));
+    assert_substr(hilock_lock_errmsg(l), "WRONGTYPE");
+    assert_int_equal(hilock_lock_errcode(l), HILOCK_EWRONGTYPE);
+    assert_false(hilock_lock_held(l));
+    assert_string_equal(hilock_lock_token(l), "");
+    assert_int_equal(hilock_lock_fence(l), 0);
+    assert_false(hl_redis_exists(f->redis, "hilock:{w}:fence", 16));
+    assert_int_equal(hl_redis_int(f->redis, "HLEN hilock:{w}:lock"), 1);
+
+    assert_hl_rc(hilock_lock_acquire(l, 100), HILOCK_EWRONGTYPE,
+                 hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_locked(l, &flag), hilock_lock_errmsg(l));
+    assert_true(flag);
+    hilock_lock_free(l);
+  }
+}
+
+static void damaged_fence_key_fails_before_writing_the_lock(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "f", 5000);
+
+  hl_redis_ok(f->redis, "HSET hilock:{f}:fence field value");
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EWRONGTYPE,
+               hilock_lock_errmsg(l));
+  assert_false(hl_redis_exists(f->redis, "hilock:{f}:lock", 15));
+
+  hl_redis_ok(f->redis, "SET hilock:{f}:fence not-a-number");
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ESCRIPT,
+               hilock_lock_errmsg(l));
+  assert_substr(hilock_lock_errmsg(l), "not an integer");
+  assert_false(hl_redis_exists(f->redis, "hilock:{f}:lock", 15));
+  assert_false(hilock_lock_held(l));
+  hilock_lock_free(l);
+}
+
+static void wrong_type_after_grant_keeps_the_grant_for_retry(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "swap", 5000);
+  int owned = -1;
+
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  hl_redis_ok(f->redis, "DEL hilock:{swap}:lock");
+  hl_redis_ok(f->redis, "HSET hilock:{swap}:lock field value");
+  assert_hl_rc(hilock_lock_release(l), HILOCK_EWRONGTYPE,
+               hilock_lock_errmsg(l));
+  assert_true(hilock_lock_held(l));
+  assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_EWRONGTYPE,
+               hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_owned(l, &owned), HILOCK_EWRONGTYPE,
+               hilock_lock_errmsg(l));
+  assert_int_equal(hl_redis_int(f->redis, "HLEN hilock:{swap}:lock"), 1);
+  hilock_lock_free(l);
+}
+
+/* ## Accessors ------------------------------------------------------------- */
+
+static void accessors_describe_the_handle(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "acc", 1234);
+  size_t len = 0;
+  assert_int_equal(hilock_lock_get_kind(l), HILOCK_LOCK_LEASE);
+  assert_int_equal(hilock_lock_ttl_ms(l), 1234);
+  assert_string_equal(hilock_lock_key(l, &len), "hilock:{acc}:lock");
+  assert_int_equal(len, 17);
+  assert_string_equal(hilock_lock_key(l, NULL), "hilock:{acc}:lock");
+  assert_false(hilock_lock_held(l));
+  assert_int_equal(hilock_lock_fence(l), 0);
+  assert_string_equal(hilock_lock_errmsg(l), "");
+  assert_int_equal(hilock_lock_errcode(l), HILOCK_OK);
+  hilock_lock_free(l);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(try_acquire_busy_release_all_kinds),
+      T(handle_can_acquire_again_after_release),
+      T(release_by_non_holder_is_enotowned_all_kinds),
+      T(release_after_expiry_is_enotowned_and_spares_new_holder),
+      T(fencing_tokens_increase_across_holders_and_handles),
+      T(fencing_token_increases_when_expiry_hands_over),
+      T(acquire_gives_busy_after_wait_ms_when_held),
+      T(acquire_succeeds_once_holder_releases),
+      T(acquire_succeeds_once_holder_ttl_lapses),
+      T(simple_lock_outlives_freed_holder_until_force_release),
+      T(simple_lock_extend_is_enotsup),
+      T(extend_replace_and_add_change_pttl),
+      T(renew_resets_pttl_to_ttl),
+      T(extend_on_expired_lock_is_enotowned_without_recreating),
+      T(extend_of_someone_elses_lock_leaves_it_alone),
+      T(extend_rejects_bad_durations),
+      T(validity_decreases_and_stays_below_ttl),
+      T(owned_and_locked_report_the_server_state),
+      T(token_is_32_hex_chars_and_fresh_per_grant),
+      T(acquiring_twice_on_one_handle_is_einval),
+      T(handle_whose_grant_lapsed_may_acquire_again),
+      T(invalid_names_are_einval),
+      T(name_of_1024_bytes_works),
+      T(unusual_names_work_and_keys_follow_the_layout),
+      T(ttl_out_of_range_is_einval),
+      T(ttl_limits_are_accepted),
+      T(wrong_type_lock_key_is_ewrongtype_and_writes_nothing),
+      T(damaged_fence_key_fails_before_writing_the_lock),
+      T(wrong_type_after_grant_keeps_the_grant_for_retry),
+      T(accessors_describe_the_handle),
+  };
+  return cmocka_run_group_tests_name("lock", tests, group_setup,
+                                     group_teardown);
+}

@@ -1,0 +1,245 @@
+/* The script runner against a real server: embedded SHA1s, NOSCRIPT
+ * recovery after SCRIPT FLUSH and after a restart, Lua errors. */
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+typedef struct fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} fixture;
+
+static fixture fx;
+
+static const hilock__script *const all_scripts[] = {
+    &hilock__script_lock_acquire,
+    &hilock__script_lock_extend,
+    &hilock__script_lock_release,
+};
+
+static int group_setup(void **state) {
+  *state = &fx;
+  return hl_server_start(&fx.server, NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  if (f->server.pid == 0 && hl_server_restart(&f->server) != 0) return -1;
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  hl_redis_ok(f->redis, "SCRIPT FLUSH");
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
+    print_error("client: %s\n", hilock_client_errmsg(f->client));
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hilock_client_free(f->client);
+  f->client = NULL;
+  if (f->redis != NULL) redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+/* Successful calls of a command, from INFO commandstats. */
+static long calls_of(redisContext *c, const char *cmd) {
+  char needle[64];
+  const char *p;
+  long calls = 0, failed = 0;
+  redisReply *r = hl_redis(c, "INFO commandstats");
+  assert_int_equal(r->type, REDIS_REPLY_STRING);
+  snprintf(needle, sizeof(needle), "cmdstat_%s:", cmd);
+  p = strstr(r->str, needle);
+  if (p != NULL) {
+    const char *q = strstr(p, "calls=");
+    const char *fq = strstr(p, "failed_calls=");
+    if (q != NULL) calls = strtol(q + 6, NULL, 10);
+    if (fq != NULL) failed = strtol(fq + 13, NULL, 10);
+  }
+  freeReplyObject(r);
+  return calls - failed;
+}
+
+static int script_loaded(redisContext *c, const hilock__script *s) {
+  redisReply *r = hl_redis(c, "SCRIPT EXISTS %s", s->sha);
+  int loaded;
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  assert_int_equal(r->elements, 1);
+  loaded = r->element[0]->integer == 1;
+  freeReplyObject(r);
+  return loaded;
+}
+
+static hilock_lock *new_lock(hilock_client *c, const char *name) {
+  hilock_lock *l = NULL;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
+               hilock_client_errmsg(c));
+  return l;
+}
+
+static void embedded_sha1_matches_the_server(void **state) {
+  fixture *f = *state;
+  for (size_t i = 0; i < sizeof(all_scripts) / sizeof(all_scripts[0]); i++) {
+    const hilock__script *s = all_scripts[i];
+    redisReply *r = hl_redis(f->redis, "SCRIPT LOAD %b", s->src, s->len);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_int_equal(strlen(s->sha), 40);
+    if (strcmp(r->str, s->sha) != 0)
+      fail_msg("%s: embedded sha %s, server says %s", s->name, s->sha, r->str);
+    freeReplyObject(r);
+  }
+}
+
+static void first_acquire_loads_the_script_then_evalsha_hits(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "loads");
+
+  assert_false(script_loaded(f->redis, &hilock__script_lock_acquire));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
+  assert_int_equal(calls_of(f->redis, "eval"), 1);
+
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  /* One EVAL for each script's first use, EVALSHA hits afterwards. */
+  assert_int_equal(calls_of(f->redis, "eval"), 2);
+  assert_int_equal(calls_of(f->redis, "evalsha"), 1);
+  hilock_lock_free(l);
+}
+
+static void acquire_works_after_script_flush(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = new_lock(f->client, "flush-a");
+  hilock_lock *b = new_lock(f->client, "flush-b");
+  hilock_lock *a2 = new_lock(f->client, "flush-a");
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  hl_redis_ok(f->redis, "SCRIPT FLUSH");
+  assert_false(script_loaded(f->redis, &hilock__script_lock_acquire));
+
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_true(hilock_lock_held(b));
+  assert_int_equal(hilock_lock_fence(b), 1);
+  assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
+  /* The held lock is still seen as held through the reloaded script. */
+  assert_hl_rc(hilock_lock_try_acquire(a2), HILOCK_BUSY, hilock_lock_errmsg(a2));
+  hilock_lock_free(a);
+  hilock_lock_free(a2);
+  hilock_lock_free(b);
+}
+
+static void release_and_extend_work_after_script_flush(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "flush-rel");
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  hl_redis_ok(f->redis, "SCRIPT FLUSH");
+  assert_hl_ok(hilock_lock_extend(l, 30000, 1), hilock_lock_errmsg(l));
+  assert_i64_between(hl_redis_pttl(f->redis, key, klen), 20000, 30000);
+  hl_redis_ok(f->redis, "SCRIPT FLUSH");
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_false(hl_redis_exists(f->redis, key, klen));
+  hilock_lock_free(l);
+}
+
+static void acquire_works_after_server_restart(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = new_lock(f->client, "restart");
+  hilock_lock *b = new_lock(f->client, "restart");
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  redisFree(f->redis);
+  f->redis = NULL;
+  assert_int_equal(hl_server_restart(&f->server), 0);
+
+  /* New process: dead pooled connection and an empty script cache. */
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_true(hilock_lock_held(b));
+  f->redis = hl_redis_connect(&f->server);
+  assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
+  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+/* Run a throwaway script through the internal runner. */
+static int run_script(fixture *f, const char *src, hilock__err *e) {
+  hilock__script s = {"test", src, strlen(src),
+                      "0000000000000000000000000000000000000000"};
+  redisReply *r = NULL;
+  int rc;
+  hilock__clear_err(e);
+  rc = hilock__script_run(f->client, e, &s, 0, NULL, NULL, 0, NULL, NULL, &r);
+  if (r != NULL) freeReplyObject(r);
+  return rc;
+}
+
+static void lua_errors_are_escript_with_redis_text(void **state) {
+  fixture *f = *state;
+  hilock__err e;
+  assert_hl_rc(run_script(f, "error('boom')", &e), HILOCK_ESCRIPT, e.msg);
+  assert_substr(e.msg, "boom");
+  assert_hl_rc(run_script(f, "return (", &e), HILOCK_ESCRIPT, e.msg);
+  assert_substr(e.msg, "Error compiling script");
+  assert_hl_rc(run_script(f, "return redis.call('NOPE')", &e), HILOCK_ESCRIPT,
+               e.msg);
+  assert_substr(e.msg, "Unknown Redis command");
+  /* The runner falls back to EVAL with the source, whatever the SHA. */
+  assert_hl_ok(run_script(f, "return 7", &e), e.msg);
+}
+
+static void script_runner_rejects_too_many_arguments(void **state) {
+  fixture *f = *state;
+  const char *args[40];
+  size_t lens[40];
+  hilock__script s = {"test", "return 1", 8,
+                      "0000000000000000000000000000000000000000"};
+  hilock__err e;
+  redisReply *r = NULL;
+  for (int i = 0; i < 40; i++) {
+    args[i] = "x";
+    lens[i] = 1;
+  }
+  assert_int_equal(hilock__script_run(f->client, &e, &s, 0, NULL, NULL, 40,
+                                      args, lens, &r),
+                   HILOCK_EINVAL);
+  assert_null(r);
+  assert_int_equal(hilock__script_run(f->client, &e, &s, -1, NULL, NULL, 0,
+                                      NULL, NULL, &r),
+                   HILOCK_EINVAL);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(embedded_sha1_matches_the_server),
+      T(first_acquire_loads_the_script_then_evalsha_hits),
+      T(acquire_works_after_script_flush),
+      T(release_and_extend_work_after_script_flush),
+      T(acquire_works_after_server_restart),
+      T(lua_errors_are_escript_with_redis_text),
+      T(script_runner_rejects_too_many_arguments),
+  };
+  return cmocka_run_group_tests_name("script", tests, group_setup,
+                                     group_teardown);
+}

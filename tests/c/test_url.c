@@ -1,0 +1,456 @@
+/* URL parsing: the internal parser, and hilock_client_new against a real
+ * server and unreachable ones. */
+#include "test_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static hl_server server;
+
+static int group_setup(void **state) {
+  /* "-::1": also listen on IPv6 loopback where the host has it. */
+  static const char *const extra[] = {"--bind", "127.0.0.1", "-::1", NULL};
+  hl_server_opts opts = {.extra = extra};
+  (void)state;
+  return hl_server_start(&server, &opts);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&server);
+  return 0;
+}
+
+/* Parse url, expecting rc; on success the caller must hilock__url_clear. */
+static hilock__url parse(const char *url, int expect, hilock__err *e) {
+  hilock__url u;
+  int rc;
+  hilock__clear_err(e);
+  rc = hilock__url_parse(url, &u, e);
+  if (rc != expect)
+    fail_msg("'%s': got %s (%s), expected %s", url ? url : "(null)",
+             hilock_err_name(rc), e->msg, hilock_err_name(expect));
+  assert_int_equal(e->code, expect);
+  return u;
+}
+
+/* A failed parse leaves nothing allocated. */
+static void expect_bad(const char *url, const char *msg_part) {
+  hilock__err e;
+  hilock__url u = parse(url, HILOCK_EINVAL, &e);
+  assert_null(u.host);
+  assert_null(u.path);
+  assert_null(u.user);
+  assert_null(u.password);
+  if (msg_part != NULL) assert_substr(e.msg, msg_part);
+}
+
+static void parse_host_port_db(void **state) {
+  hilock__err e;
+  hilock__url u = parse("redis://example.com:6380/3", HILOCK_OK, &e);
+  (void)state;
+  assert_false(u.unix_socket);
+  assert_string_equal(u.host, "example.com");
+  assert_int_equal(u.port, 6380);
+  assert_int_equal(u.db, 3);
+  assert_null(u.user);
+  assert_null(u.password);
+  assert_null(u.path);
+  hilock__url_clear(&u);
+}
+
+static void parse_defaults_port_db_and_host(void **state) {
+  hilock__err e;
+  hilock__url u = parse("redis://cache.local", HILOCK_OK, &e);
+  (void)state;
+  assert_string_equal(u.host, "cache.local");
+  assert_int_equal(u.port, 6379);
+  assert_int_equal(u.db, 0);
+  hilock__url_clear(&u);
+
+  u = parse("redis://", HILOCK_OK, &e);
+  assert_string_equal(u.host, "127.0.0.1");
+  assert_int_equal(u.port, 6379);
+  hilock__url_clear(&u);
+
+  u = parse("redis://h/", HILOCK_OK, &e);
+  assert_int_equal(u.db, 0);
+  hilock__url_clear(&u);
+
+  u = parse("redis://h:1/1000000", HILOCK_OK, &e);
+  assert_int_equal(u.port, 1);
+  assert_int_equal(u.db, 1000000);
+  hilock__url_clear(&u);
+
+  u = parse("redis://h:65535", HILOCK_OK, &e);
+  assert_int_equal(u.port, 65535);
+  hilock__url_clear(&u);
+}
+
+static void parse_user_and_password(void **state) {
+  hilock__err e;
+  hilock__url u = parse("redis://alice:s3cret@h:7000/2", HILOCK_OK, &e);
+  (void)state;
+  assert_string_equal(u.user, "alice");
+  assert_string_equal(u.password, "s3cret");
+  assert_string_equal(u.host, "h");
+  assert_int_equal(u.port, 7000);
+  assert_int_equal(u.db, 2);
+  hilock__url_clear(&u);
+}
+
+static void parse_password_only(void **state) {
+  hilock__err e;
+  hilock__url u = parse("redis://:s3cret@h", HILOCK_OK, &e);
+  (void)state;
+  assert_null(u.user);
+  assert_string_equal(u.password, "s3cret");
+  hilock__url_clear(&u);
+
+  /* No colon: the whole userinfo is a password. */
+  u = parse("redis://s3cret@h", HILOCK_OK, &e);
+  assert_null(u.user);
+  assert_string_equal(u.password, "s3cret");
+  hilock__url_clear(&u);
+}
+
+static void parse_percent_escapes(void **state) {
+  hilock__err e;
+  hilock__url u = parse("redis://al%69ce:p%40ss%3Aw%2f0rd%25@h", HILOCK_OK, &e);
+  (void)state;
+  assert_string_equal(u.user, "alice");
+  assert_string_equal(u.password, "p@ss:w/0rd%");
+  assert_string_equal(u.host, "h");
+  hilock__url_clear(&u);
+
+  /* A raw '@' in the password: the last '@' ends the userinfo. */
+  u = parse("redis://u:p@ss@h:5", HILOCK_OK, &e);
+  assert_string_equal(u.user, "u");
+  assert_string_equal(u.password, "p@ss");
+  assert_string_equal(u.host, "h");
+  assert_int_equal(u.port, 5);
+  hilock__url_clear(&u);
+}
+
+static void parse_rejects_bad_escapes(void **state) {
+  (void)state;
+  expect_bad("redis://u:%zz@h", "percent-escape");
+  expect_bad("redis://u:ab%4@h", "percent-escape");
+  expect_bad("redis://u:ab%@h", "percent-escape");
+  expect_bad("redis://u:a%00b@h", "percent-escape");
+  expect_bad("redis://%g1:p@h", "percent-escape");
+  expect_bad("unix:///s.sock?password=%x1", "percent-escape");
+}
+
+static void parse_ipv6_host(void **state) {
+  hilock__err e;
+  hilock__url u = parse("redis://[::1]:7001/4", HILOCK_OK, &e);
+  (void)state;
+  assert_string_equal(u.host, "::1");
+  assert_int_equal(u.port, 7001);
+  assert_int_equal(u.db, 4);
+  hilock__url_clear(&u);
+
+  u = parse("redis://:pw@[::1]", HILOCK_OK, &e);
+  assert_string_equal(u.host, "::1");
+  assert_int_equal(u.port, 6379);
+  assert_string_equal(u.password, "pw");
+  hilock__url_clear(&u);
+
+  expect_bad("redis://[::1", "unclosed");
+  expect_bad("redis://[::1]x", "junk");
+  expect_bad("redis://[::1]:", "bad port");
+}
+
+static void parse_unix_socket(void **state) {
+  hilock__err e;
+  hilock__url u = parse("unix:///var/run/redis.sock", HILOCK_OK, &e);
+  (void)state;
+  assert_true(u.unix_socket);
+  assert_string_equal(u.path, "/var/run/redis.sock");
+  assert_null(u.host);
+  assert_int_equal(u.db, 0);
+  hilock__url_clear(&u);
+
+  u = parse("unix:///tmp/r.sock?db=7&password=p%20w&user=bob", HILOCK_OK, &e);
+  assert_string_equal(u.path, "/tmp/r.sock");
+  assert_int_equal(u.db, 7);
+  assert_string_equal(u.password, "p w");
+  assert_string_equal(u.user, "bob");
+  hilock__url_clear(&u);
+
+  u = parse("unix://bob:pw@/tmp/r.sock?db=1", HILOCK_OK, &e);
+  assert_string_equal(u.user, "bob");
+  assert_string_equal(u.password, "pw");
+  assert_string_equal(u.path, "/tmp/r.sock");
+  assert_int_equal(u.db, 1);
+  hilock__url_clear(&u);
+}
+
+static void parse_rejects_bad_unix_urls(void **state) {
+  (void)state;
+  expect_bad("unix://", "absolute");
+  expect_bad("unix://relative.sock", "absolute");
+  expect_bad("unix:///s.sock?db=abc", "database");
+  expect_bad("unix:///s.sock?db=", "database");
+  expect_bad("unix:///s.sock?db=-1", "database");
+  expect_bad("unix:///s.sock?db", "query parameter");
+  expect_bad("unix:///s.sock?db=1&timeout=5", "unknown URL query parameter 'timeout'");
+}
+
+static void parse_rejects_bad_ports(void **state) {
+  static const char *const bad[] = {
+      "redis://h:0",     "redis://h:65536", "redis://h:abc",
+      "redis://h:",      "redis://h:-1",    "redis://h:99999999999",
+      "redis://h:80x/1", "redis://h: 80",   "redis://h:6379:1",
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    expect_bad(bad[i], "bad port");
+}
+
+static void parse_rejects_bad_db(void **state) {
+  static const char *const bad[] = {
+      "redis://h/abc",     "redis://h/-1",         "redis://h/1000001",
+      "redis://h/1x",      "redis://h/9999999999", "redis://h/1/2",
+      "redis://h/2?db=x",
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    expect_bad(bad[i], "database");
+}
+
+static void parse_query_parameters(void **state) {
+  hilock__err e;
+  hilock__url u = parse("redis://h/2?password=x%2By&user=u", HILOCK_OK, &e);
+  (void)state;
+  assert_int_equal(u.db, 2);
+  assert_string_equal(u.password, "x+y");
+  assert_string_equal(u.user, "u");
+  hilock__url_clear(&u);
+
+  /* The query overrides the userinfo. */
+  u = parse("redis://a:b@h?password=c&db=9", HILOCK_OK, &e);
+  assert_string_equal(u.user, "a");
+  assert_string_equal(u.password, "c");
+  assert_int_equal(u.db, 9);
+  hilock__url_clear(&u);
+}
+
+static void parse_rejects_unknown_query_parameters(void **state) {
+  (void)state;
+  expect_bad("redis://h?foo=bar", "unknown URL query parameter 'foo'");
+  expect_bad("redis://h/1?db=2&ssl=1", "unknown URL query parameter 'ssl'");
+  expect_bad("redis://h?&", "query parameter");
+}
+
+static void parse_rejects_other_schemes(void **state) {
+  (void)state;
+  expect_bad("http://h:6379", "must start with");
+  expect_bad("", "must start with");
+  expect_bad("REDIS://h", "must start with");
+  expect_bad("127.0.0.1:6379", "must start with");
+}
+
+static void parse_rediss_is_not_supported(void **state) {
+  hilock__err e;
+  hilock__url u = parse("rediss://h:6380/0", HILOCK_ENOTSUP, &e);
+  (void)state;
+  assert_null(u.host);
+  assert_substr(e.msg, "hiredis >= 1.0");
+}
+
+static void parse_null_url_is_einval(void **state) {
+  hilock__err e;
+  hilock__url u = parse(NULL, HILOCK_EINVAL, &e);
+  (void)state;
+  assert_null(u.host);
+  assert_substr(e.msg, "NULL");
+}
+
+/* ## hilock_client_new ----------------------------------------------------- */
+
+/* hilock_client_new(url) must return expect; returns the client (or NULL
+ * when it failed: the error message is checked, then freed). */
+static hilock_client *client_new(const char *url, int expect,
+                                 const char *msg_part) {
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(url, &o, &c);
+  assert_hl_rc(rc, expect, hilock_client_errmsg(c));
+  if (rc == HILOCK_OK) {
+    assert_non_null(c);
+    return c;
+  }
+  /* On failure the client is still handed out for its message. */
+  assert_non_null(c);
+  assert_int_equal(hilock_client_errcode(c), expect);
+  if (msg_part != NULL) assert_substr(hilock_client_errmsg(c), msg_part);
+  hilock_client_free(c);
+  return NULL;
+}
+
+static void client_connects_with_plain_url(void **state) {
+  hilock_client *c = client_new(server.url, HILOCK_OK, NULL);
+  (void)state;
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
+static void client_connects_with_db_and_hostname(void **state) {
+  char url[128];
+  hilock_client *c;
+  (void)state;
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d/5", server.port);
+  c = client_new(url, HILOCK_OK, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+
+  snprintf(url, sizeof(url), "redis://localhost:%d/0", server.port);
+  c = client_new(url, HILOCK_OK, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
+static int ipv6_loopback_reachable(int port) {
+  struct sockaddr_in6 sa;
+  int fd = socket(AF_INET6, SOCK_STREAM, 0), ok;
+  if (fd < 0) return 0;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin6_family = AF_INET6;
+  sa.sin6_addr = in6addr_loopback;
+  sa.sin6_port = htons((uint16_t)port);
+  ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  close(fd);
+  return ok;
+}
+
+static void client_connects_to_ipv6_loopback(void **state) {
+  char url[128];
+  hilock_client *c;
+  (void)state;
+  if (!ipv6_loopback_reachable(server.port)) skip();
+  snprintf(url, sizeof(url), "redis://[::1]:%d/1", server.port);
+  c = client_new(url, HILOCK_OK, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
+static void client_reports_closed_port_quickly(void **state) {
+  char url[128], where[64];
+  int port = hl_free_port();
+  int64_t t0;
+  (void)state;
+  assert_true(port > 0);
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+  snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+  t0 = hl_now_ms();
+  client_new(url, HILOCK_EIO, where);
+  assert_i64_between(hl_now_ms() - t0, 0, 900);
+}
+
+static void client_reports_missing_unix_socket(void **state) {
+  char url[PATH_MAX + 32];
+  (void)state;
+  snprintf(url, sizeof(url), "unix://%s/absent.sock", server.dir);
+  client_new(url, HILOCK_EIO, "absent.sock");
+}
+
+static void client_rejects_db_out_of_range_with_redis_text(void **state) {
+  char url[128];
+  (void)state;
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d/100000", server.port);
+  client_new(url, HILOCK_EREDIS, "DB index is out of range");
+}
+
+static void client_password_without_server_password_is_eauth(void **state) {
+  char url[128];
+  (void)state;
+  snprintf(url, sizeof(url), "redis://:nope@127.0.0.1:%d", server.port);
+  client_new(url, HILOCK_EAUTH, "AUTH");
+}
+
+static void client_rejects_bad_urls_before_connecting(void **state) {
+  (void)state;
+  client_new("redis://127.0.0.1:0", HILOCK_EINVAL, "bad port");
+  client_new("redis://127.0.0.1:6379/x", HILOCK_EINVAL, "database");
+  client_new("redis://127.0.0.1?nope=1", HILOCK_EINVAL, "nope");
+  client_new("memcached://127.0.0.1", HILOCK_EINVAL, NULL);
+}
+
+static void client_rediss_is_enotsup(void **state) {
+  char url[128];
+  (void)state;
+  snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", server.port);
+  client_new(url, HILOCK_ENOTSUP, "hiredis >= 1.0");
+}
+
+static void client_null_url_is_einval(void **state) {
+  hilock_client *c = NULL;
+  (void)state;
+  assert_int_equal(hilock_client_new(NULL, NULL, &c), HILOCK_EINVAL);
+  assert_non_null(c);
+  assert_int_equal(hilock_client_errcode(c), HILOCK_EINVAL);
+  hilock_client_free(c);
+  assert_int_equal(hilock_client_new(server.url, NULL, NULL), HILOCK_EINVAL);
+}
+
+static void client_rejects_bad_options(void **state) {
+  hilock_options o;
+  hilock_client *c = NULL;
+  (void)state;
+  hilock_options_init(&o);
+  o.connect_timeout_ms = 0;
+  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(c), "options");
+  hilock_client_free(c);
+
+  hilock_options_init(&o);
+  o.reconnect_ms = -1;
+  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
+  hilock_client_free(c);
+
+  hilock_options_init(&o);
+  o.max_idle = -1;
+  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
+  hilock_client_free(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(parse_host_port_db),
+      cmocka_unit_test(parse_defaults_port_db_and_host),
+      cmocka_unit_test(parse_user_and_password),
+      cmocka_unit_test(parse_password_only),
+      cmocka_unit_test(parse_percent_escapes),
+      cmocka_unit_test(parse_rejects_bad_escapes),
+      cmocka_unit_test(parse_ipv6_host),
+      cmocka_unit_test(parse_unix_socket),
+      cmocka_unit_test(parse_rejects_bad_unix_urls),
+      cmocka_unit_test(parse_rejects_bad_ports),
+      cmocka_unit_test(parse_rejects_bad_db),
+      cmocka_unit_test(parse_query_parameters),
+      cmocka_unit_test(parse_rejects_unknown_query_parameters),
+      cmocka_unit_test(parse_rejects_other_schemes),
+      cmocka_unit_test(parse_rediss_is_not_supported),
+      cmocka_unit_test(parse_null_url_is_einval),
+      cmocka_unit_test(client_connects_with_plain_url),
+      cmocka_unit_test(client_connects_with_db_and_hostname),
+      cmocka_unit_test(client_connects_to_ipv6_loopback),
+      cmocka_unit_test(client_reports_closed_port_quickly),
+      cmocka_unit_test(client_reports_missing_unix_socket),
+      cmocka_unit_test(client_rejects_db_out_of_range_with_redis_text),
+      cmocka_unit_test(client_password_without_server_password_is_eauth),
+      cmocka_unit_test(client_rejects_bad_urls_before_connecting),
+      cmocka_unit_test(client_rediss_is_enotsup),
+      cmocka_unit_test(client_null_url_is_einval),
+      cmocka_unit_test(client_rejects_bad_options),
+  };
+  return cmocka_run_group_tests_name("url", tests, group_setup,
+                                     group_teardown);
+}

@@ -1,0 +1,369 @@
+/* Test helpers: private redis-server processes, direct Redis access. */
+#include "test_util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#define READY_TIMEOUT_MS 10000
+#define MAX_LIVE 8
+
+/* Servers still running, killed at exit if a test never reached its
+ * teardown (the child also dies with us through PR_SET_PDEATHSIG). */
+static hl_server *live[MAX_LIVE];
+static int atexit_registered;
+
+static void kill_live_servers(void) {
+  for (int i = 0; i < MAX_LIVE; i++) {
+    if (live[i] != NULL && live[i]->pid > 0) {
+      kill(live[i]->pid, SIGKILL);
+      waitpid(live[i]->pid, NULL, 0);
+      live[i]->pid = 0;
+    }
+    live[i] = NULL;
+  }
+}
+
+static void track(hl_server *s) {
+  if (!atexit_registered) {
+    atexit(kill_live_servers);
+    atexit_registered = 1;
+  }
+  for (int i = 0; i < MAX_LIVE; i++)
+    if (live[i] == s) return;
+  for (int i = 0; i < MAX_LIVE; i++) {
+    if (live[i] == NULL) {
+      live[i] = s;
+      return;
+    }
+  }
+}
+
+static void untrack(hl_server *s) {
+  for (int i = 0; i < MAX_LIVE; i++)
+    if (live[i] == s) live[i] = NULL;
+}
+
+int64_t hl_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void hl_sleep_ms(int64_t ms) {
+  struct timespec ts;
+  if (ms <= 0) return;
+  ts.tv_sec = (time_t)(ms / 1000);
+  ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+hilock_options hl_test_options(void) {
+  hilock_options o;
+  hilock_options_init(&o);
+  o.connect_timeout_ms = 1000;
+  o.command_timeout_ms = 3000;
+  o.reconnect_ms = 1000;
+  o.max_idle = 4;
+  return o;
+}
+
+int hl_free_port(void) {
+  struct sockaddr_in sa;
+  socklen_t len = sizeof(sa);
+  int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+  if (fd < 0) return -1;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = 0;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+    port = ntohs(sa.sin_port);
+  close(fd);
+  return port;
+}
+
+static void print_log(const hl_server *s) {
+  char path[PATH_MAX + 16], line[512];
+  FILE *f;
+  snprintf(path, sizeof(path), "%s/redis.log", s->dir);
+  f = fopen(path, "r");
+  if (f == NULL) return;
+  while (fgets(line, sizeof(line), f) != NULL) fprintf(stderr, "  | %s", line);
+  fclose(f);
+}
+
+/* Child side of the fork: die with the parent, log to a file, exec. */
+static void exec_server(const hl_server *s, char **argv, pid_t parent) {
+  char log[PATH_MAX + 16];
+  int fd;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(126);
+  snprintf(log, sizeof(log), "%s/redis.log", s->dir);
+  fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (fd >= 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+  }
+  fd = open("/dev/null", O_RDONLY);
+  if (fd >= 0) {
+    dup2(fd, STDIN_FILENO);
+    close(fd);
+  }
+  execvp("redis-server", argv);
+  _exit(127);
+}
+
+/* 1 once the server answers PING (any reply, even NOAUTH). */
+static int answers_ping(const hl_server *s) {
+  struct timeval tv = {0, 200000};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, tv);
+  redisReply *r;
+  int ok = 0;
+  if (c == NULL) return 0;
+  if (!c->err) {
+    redisSetTimeout(c, tv);
+    r = redisCommand(c, "PING");
+    ok = r != NULL;
+    if (r != NULL) freeReplyObject(r);
+  }
+  redisFree(c);
+  return ok;
+}
+
+static int spawn(hl_server *s) {
+  char port[16], *argv[32 + HL_SERVER_MAX_ARGS];
+  int argc = 0;
+  pid_t parent = getpid();
+  int64_t deadline;
+
+  snprintf(port, sizeof(port), "%d", s->port);
+  argv[argc++] = "redis-server";
+  argv[argc++] = "--port";
+  argv[argc++] = port;
+  argv[argc++] = "--bind";
+  argv[argc++] = "127.0.0.1";
+  argv[argc++] = "--save";
+  argv[argc++] = "";
+  argv[argc++] = "--appendonly";
+  argv[argc++] = "no";
+  argv[argc++] = "--dir";
+  argv[argc++] = s->dir;
+  argv[argc++] = "--daemonize";
+  argv[argc++] = "no";
+  if (s->sock[0] != '\0') {
+    argv[argc++] = "--unixsocket";
+    argv[argc++] = s->sock;
+    argv[argc++] = "--unixsocketperm";
+    argv[argc++] = "700";
+  }
+  if (s->password != NULL) {
+    argv[argc++] = "--requirepass";
+    argv[argc++] = (char *)s->password;
+  }
+  for (int i = 0; i < s->nextra; i++) argv[argc++] = (char *)s->extra[i];
+  argv[argc] = NULL;
+
+  fflush(NULL);
+  s->pid = fork();
+  if (s->pid < 0) {
+    s->pid = 0;
+    print_error("fork: %s\n", strerror(errno));
+    return -1;
+  }
+  if (s->pid == 0) exec_server(s, argv, parent);
+  track(s);
+
+  deadline = hl_now_ms() + READY_TIMEOUT_MS;
+  while (hl_now_ms() < deadline) {
+    int status;
+    if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+      s->pid = 0;
+      print_error("redis-server on port %d exited early (status %d):\n",
+                  s->port, status);
+      print_log(s);
+      return -1;
+    }
+    if (answers_ping(s)) return 0;
+    hl_sleep_ms(10);
+  }
+  print_error("redis-server on port %d did not answer PING in time\n",
+              s->port);
+  print_log(s);
+  hl_server_stop(s);
+  return -1;
+}
+
+int hl_server_start(hl_server *s, const hl_server_opts *opts) {
+  const char *tmp = getenv("TMPDIR");
+  memset(s, 0, sizeof(*s));
+  /* Unix socket paths are limited to 107 bytes: keep the directory short. */
+  if (tmp == NULL || strlen(tmp) > 64) tmp = "/tmp";
+  snprintf(s->dir, sizeof(s->dir), "%s/hilock-test-XXXXXX", tmp);
+  if (mkdtemp(s->dir) == NULL) {
+    print_error("mkdtemp %s: %s\n", s->dir, strerror(errno));
+    return -1;
+  }
+  if (opts != NULL) {
+    if (opts->unix_socket) snprintf(s->sock, sizeof(s->sock), "%s/r.sock", s->dir);
+    s->password = opts->password;
+    for (int i = 0; opts->extra && opts->extra[i]; i++) {
+      if (s->nextra == HL_SERVER_MAX_ARGS) {
+        print_error("too many extra redis-server arguments\n");
+        return -1;
+      }
+      s->extra[s->nextra++] = opts->extra[i];
+    }
+  }
+  /* Another process may grab the port between probe and bind: retry. */
+  for (int attempt = 0; attempt < 5; attempt++) {
+    s->port = hl_free_port();
+    if (s->port < 0) {
+      print_error("no free loopback port: %s\n", strerror(errno));
+      return -1;
+    }
+    snprintf(s->url, sizeof(s->url), "redis://127.0.0.1:%d", s->port);
+    if (spawn(s) == 0) return 0;
+  }
+  return -1;
+}
+
+void hl_server_stop(hl_server *s) {
+  if (s->pid > 0) {
+    kill(s->pid, SIGKILL);
+    while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    s->pid = 0;
+  }
+  untrack(s);
+}
+
+int hl_server_restart(hl_server *s) {
+  hl_server_stop(s);
+  /* A killed server leaves its unix socket file behind. */
+  if (s->sock[0] != '\0') unlink(s->sock);
+  return spawn(s);
+}
+
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *ent;
+  char path[PATH_MAX + 300];
+  if (d == NULL) return;
+  while ((ent = readdir(d)) != NULL) {
+    if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+      continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, ent->d_name);
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+void hl_server_destroy(hl_server *s) {
+  hl_server_stop(s);
+  if (s->dir[0] != '\0') remove_dir(s->dir);
+  s->dir[0] = '\0';
+}
+
+redisContext *hl_redis_connect(const hl_server *s) {
+  struct timeval tv = {2, 0};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, tv);
+  assert_non_null(c);
+  if (c->err) {
+    print_error("connect to 127.0.0.1:%d: %s\n", s->port, c->errstr);
+    redisFree(c);
+    fail();
+  }
+  redisSetTimeout(c, tv);
+  if (s->password != NULL) hl_redis_ok(c, "AUTH %s", s->password);
+  return c;
+}
+
+static redisReply *vcommand(redisContext *c, const char *fmt, va_list ap) {
+  redisReply *r = redisvCommand(c, fmt, ap);
+  if (r == NULL) {
+    print_error("redis command '%s': %s\n", fmt, c->errstr);
+    fail();
+  }
+  return r;
+}
+
+redisReply *hl_redis(redisContext *c, const char *fmt, ...) {
+  va_list ap;
+  redisReply *r;
+  va_start(ap, fmt);
+  r = vcommand(c, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+long long hl_redis_int(redisContext *c, const char *fmt, ...) {
+  va_list ap;
+  redisReply *r;
+  long long v;
+  va_start(ap, fmt);
+  r = vcommand(c, fmt, ap);
+  va_end(ap);
+  if (r->type != REDIS_REPLY_INTEGER) {
+    print_error("redis command '%s': reply type %d (%s), not an integer\n",
+                fmt, r->type, r->str ? r->str : "");
+    freeReplyObject(r);
+    fail();
+  }
+  v = r->integer;
+  freeReplyObject(r);
+  return v;
+}
+
+void hl_redis_ok(redisContext *c, const char *fmt, ...) {
+  va_list ap;
+  redisReply *r;
+  va_start(ap, fmt);
+  r = vcommand(c, fmt, ap);
+  va_end(ap);
+  if (r->type == REDIS_REPLY_ERROR) {
+    print_error("redis command '%s' failed: %s\n", fmt, r->str);
+    freeReplyObject(r);
+    fail();
+  }
+  freeReplyObject(r);
+}
+
+char *hl_redis_get(redisContext *c, const char *key, size_t keylen) {
+  redisReply *r = hl_redis(c, "GET %b", key, keylen);
+  char *v = NULL;
+  if (r->type == REDIS_REPLY_STRING) {
+    v = malloc(r->len + 1);
+    assert_non_null(v);
+    memcpy(v, r->str, r->len);
+    v[r->len] = '\0';
+  } else if (r->type != REDIS_REPLY_NIL) {
+    print_error("GET: reply type %d (%s)\n", r->type, r->str ? r->str : "");
+    freeReplyObject(r);
+    fail();
+  }
+  freeReplyObject(r);
+  return v;
+}
+
+long long hl_redis_pttl(redisContext *c, const char *key, size_t keylen) {
+  return hl_redis_int(c, "PTTL %b", key, keylen);
+}
+
+int hl_redis_exists(redisContext *c, const char *key, size_t keylen) {
+  return hl_redis_int(c, "EXISTS %b", key, keylen) > 0;
+}

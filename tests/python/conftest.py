@@ -1,0 +1,94 @@
+"""Shared fixtures: one private redis-server for the session, a clean
+database and a fresh hilock.Client for every test.
+
+Run from the repository root after building the extension:
+
+    PYTHONPATH=build-py/python python3 -m pytest tests/python -q
+
+The suite needs a real ``redis-server`` binary. When it is missing the
+session fixture raises (every test errors out): it never skips.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+# helpers.py and history.py sit next to this file.
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from helpers import RedisServer  # noqa: E402  (pure Python, needs no extension)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator["RedisServer"]:
+    """One redis-server on 127.0.0.1 for the whole session.
+
+    Fails (FileNotFoundError / RuntimeError) when redis-server is missing or
+    does not start: a lock library tested without Redis is not tested.
+    """
+    srv = RedisServer()
+    try:
+        srv.start()
+        yield srv
+    finally:
+        srv.cleanup()
+
+
+@pytest.fixture
+def redis_url(redis_server: "RedisServer") -> str:
+    if redis_server.proc is None or redis_server.proc.poll() is not None:
+        # A test must never leave the shared server dead; restart it so the
+        # next tests report their own results, and fail loudly meanwhile.
+        redis_server.start()
+        pytest.fail("the session redis-server was found dead and restarted")
+    return redis_server.url
+
+
+@pytest.fixture
+def rds(redis_url: str):
+    """A redis-py connection to the session server, after FLUSHALL."""
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    r.flushall()
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+@pytest.fixture
+def client(rds, redis_url: str):
+    """A hilock.Client on the freshly flushed session server."""
+    import hilock
+
+    c = hilock.Client(redis_url, connect_timeout=2.0, command_timeout=5.0, reconnect=3.0)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator["RedisServer"]:
+    """A redis-server of the test's own, for tests that stop or restart it."""
+    srv = RedisServer()
+    try:
+        srv.start()
+        yield srv
+    finally:
+        srv.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def _no_env_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep a developer's $HILOCK_URL / $REDIS_URL (possibly a real server)
+    out of the tests: only the private loopback servers may be contacted."""
+    monkeypatch.delenv("HILOCK_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
