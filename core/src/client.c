@@ -218,6 +218,12 @@ int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
 
 int hilock__command(hilock_client *c, hilock__err *e, int argc,
                     const char **argv, const size_t *lens, redisReply **out) {
+  return hilock__command_ex(c, e, argc, argv, lens, out, 1);
+}
+
+int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
+                       const char **argv, const size_t *lens, redisReply **out,
+                       int resend) {
   hilock__conn *k;
   int fresh, rc;
   int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
@@ -235,7 +241,7 @@ int hilock__command(hilock_client *c, hilock__err *e, int argc,
       /* A timed-out reply may still arrive: never resend. A broken pooled
        * connection (server restarted, idle timeout) is replaced and the
        * command sent once more; every script is safe to resend. */
-      if (timeout || fresh) return rc;
+      if (timeout || fresh || !resend) return rc;
       pthread_mutex_lock(&c->mu);
       hilock__conn *stale = take_idle(c);
       pthread_mutex_unlock(&c->mu);

@@ -93,6 +93,10 @@ void hilock__client_unref(hilock_client *c);
  * *out for the caller to freeReplyObject. */
 int hilock__command(hilock_client *c, hilock__err *e, int argc,
                     const char **argv, const size_t *lens, redisReply **out);
+/* The same; resend = 0 never resends (the command may have run). */
+int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
+                       const char **argv, const size_t *lens, redisReply **out,
+                       int resend);
 
 /* Connection pool, for callers that drive a connection themselves. */
 int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
@@ -142,6 +146,7 @@ typedef struct hilock__script {
   const char *src;
   size_t len;
   const char *sha; /* 40 hex chars */
+  int once;        /* not safe to resend (the file says "-- @once") */
 } hilock__script;
 
 /* EVALSHA the script; on NOSCRIPT, EVAL it (which also loads it). Keys only
