@@ -225,7 +225,8 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
                        const char **argv, const size_t *lens, redisReply **out,
                        int resend) {
   hilock__conn *k;
-  int fresh, rc;
+  hilock__err before;
+  int fresh, rc, recovering = 0;
   int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
 
   *out = NULL;
@@ -234,8 +235,9 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
   for (;;) {
     redisReply *r = redisCommandArgv(k->ctx, argc, argv, lens);
     if (r == NULL) {
-      int timeout;
-      rc = hilock__conn_error(c, e, k, argv[0], errno);
+      int timeout, saved_errno = errno;
+      if (!recovering) before = *e;
+      rc = hilock__conn_error(c, e, k, argv[0], saved_errno);
       timeout = rc == HILOCK_ETIMEDOUT;
       hilock__conn_free(k);
       /* A timed-out reply may still arrive: never resend. A broken pooled
@@ -247,11 +249,13 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
       pthread_mutex_unlock(&c->mu);
       free_list(stale);
       fresh = 1;
+      recovering = 1;
       rc = hilock__connect(c, e, deadline, &k);
       if (rc != HILOCK_OK) return rc;
       continue;
     }
     hilock__pool_put(c, k);
+    if (recovering) *e = before; /* the resend worked: no failure to report */
     if (r->type == REDIS_REPLY_ERROR) {
       rc = hilock__reply_error(e, r->str, r->len);
       freeReplyObject(r);

@@ -32,6 +32,8 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
   }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;
@@ -252,9 +254,12 @@ int hilock_lock_locked(hilock_lock *l, int *locked) {
   if (l == NULL || locked == NULL) return HILOCK_EINVAL;
   rc = key_command(l, "EXISTS", &r);
   if (rc != HILOCK_OK) return rc;
-  *locked = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+  if (r->type == REDIS_REPLY_INTEGER)
+    *locked = r->integer > 0;
+  else
+    rc = hilock__set_err(&l->h.err, HILOCK_EPROTO, "unexpected reply to EXISTS");
   freeReplyObject(r);
-  return HILOCK_OK;
+  return rc;
 }
 
 int hilock_lock_force_release(hilock_lock *l, int *deleted) {

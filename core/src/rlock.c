@@ -37,6 +37,8 @@ int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
   }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   rl = calloc(1, sizeof(*rl));
   if (rl == NULL) return HILOCK_ENOMEM;
   rl->key = hilock__key(name, namelen, "rlock", &rl->keylen);
@@ -229,9 +231,15 @@ int hilock_rlock_locked(hilock_rlock *rl, int *locked) {
     pthread_mutex_unlock(&rl->mu);
     return rc;
   }
-  *locked = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+  if (r->type == REDIS_REPLY_INTEGER) {
+    *locked = r->integer > 0;
+  } else {
+    pthread_mutex_lock(&rl->mu);
+    rc = hilock__set_err(&rl->h.err, HILOCK_EPROTO, "unexpected reply to EXISTS");
+    pthread_mutex_unlock(&rl->mu);
+  }
   freeReplyObject(r);
-  return HILOCK_OK;
+  return rc;
 }
 
 int hilock_rlock_set_auto_renew(hilock_rlock *rl, int enable,
