@@ -7,7 +7,9 @@
 static PyObject *hilock_py_error_factory = NULL;
 
 static void hilock_py_raise(int code, const char *msg) {
-  PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+  PyObject *text;
+  if (PyErr_Occurred()) return; /* e.g. KeyboardInterrupt from a wait */
+  text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
   PyObject *exc = NULL;
   if (text != NULL && hilock_py_error_factory != NULL)
     exc = PyObject_CallFunction(hilock_py_error_factory, "iO", code, text);
@@ -30,7 +32,7 @@ static PyObject *_set_error_factory(PyObject *factory) {
 }
 %}
 
-/* fn returns int: raise for a negative status. */
+/* fn returns an integer: raise for a negative status. */
 %define HILOCK_CHECKED(fn, errmsg_expr)
 %exception fn {
   $action

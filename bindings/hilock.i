@@ -26,6 +26,16 @@
 %threadallow py_lock_owned;
 %threadallow py_lock_locked;
 %threadallow py_lock_force_release;
+%threadallow hilock_lock_free;
+%threadallow hilock_lock_set_auto_renew_py;
+%threadallow py_rlock_new;
+%threadallow hilock_rlock_free;
+%threadallow hilock_rlock_acquire;
+%threadallow hilock_rlock_try_acquire;
+%threadallow hilock_rlock_release;
+%threadallow py_rlock_hold_count;
+%threadallow py_rlock_locked;
+%threadallow hilock_rlock_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -43,12 +53,48 @@ HILOCK_CHECKED(hilock_lock_extend, hilock_lock_errmsg(arg1))
 HILOCK_CHECKED(py_lock_owned, hilock_lock_errmsg(arg1))
 HILOCK_CHECKED(py_lock_locked, hilock_lock_errmsg(arg1))
 HILOCK_CHECKED(py_lock_force_release, hilock_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_lock_set_auto_renew_py, hilock_lock_errmsg(arg1))
+HILOCK_CHECKED_PTR(py_rlock_new)
+HILOCK_CHECKED(hilock_rlock_acquire, hilock_rlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rlock_try_acquire, hilock_rlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rlock_release, hilock_rlock_errmsg(arg1))
+HILOCK_CHECKED(py_rlock_hold_count, hilock_rlock_errmsg(arg1))
+HILOCK_CHECKED(py_rlock_locked, hilock_rlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rlock_set_auto_renew_py, hilock_rlock_errmsg(arg1))
 
 %{
+#include <errno.h>
+#include <unistd.h>
+
 /* Status and message of the last failed constructor in this thread (the
  * GIL is released during the call, so this must be per thread). */
 static _Thread_local int py_ctor_rc;
 static _Thread_local char py_ctor_msg[256];
+
+/* The client's interrupt hook: runs pending signal handlers (Ctrl-C) about
+ * every 100 ms of a wait. A raised exception stays set for the caller. */
+static int py_check_signals(void *arg) {
+  PyGILState_STATE g;
+  int interrupted;
+  (void)arg;
+  g = PyGILState_Ensure();
+  interrupted = PyErr_CheckSignals() != 0;
+  PyGILState_Release(g);
+  return interrupted;
+}
+
+/* Loss notifications reach Python through a pipe: the renewal thread writes
+ * the lock's id (no GIL, no Python object), and a Python thread reads it
+ * and calls the callbacks (python/hilock/_notify.py). */
+static int py_lost_fd = -1;
+
+static void py_lost_notify(void *arg) {
+  int64_t id = (int64_t)(intptr_t)arg;
+  int fd = py_lost_fd;
+  if (fd < 0) return;
+  while (write(fd, &id, sizeof(id)) < 0 && errno == EINTR) {
+  }
+}
 %}
 
 %inline %{
@@ -62,6 +108,7 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
   o.connect_timeout_ms = connect_ms;
   o.command_timeout_ms = command_ms;
   o.reconnect_ms = reconnect_ms;
+  o.interrupt = py_check_signals;
   rc = hilock_client_new(url, &o, &c);
   if (rc == HILOCK_OK) return c;
   py_ctor_rc = rc;
@@ -111,6 +158,52 @@ static PyObject *py_lock_key(hilock_lock *l) {
   const char *k = hilock_lock_key(l, &n);
   return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
 }
+static void _set_lost_fd(int fd) { py_lost_fd = fd; }
+
+/* Auto-renewal; a loss is reported as notify_id on the lost pipe (0: no
+ * notification). */
+static int hilock_lock_set_auto_renew_py(hilock_lock *l, int enable,
+                                         int64_t max_hold_ms,
+                                         int64_t notify_id) {
+  return hilock_lock_set_auto_renew(l, enable, max_hold_ms,
+                                    notify_id ? py_lost_notify : NULL,
+                                    (void *)(intptr_t)notify_id);
+}
+static int hilock_rlock_set_auto_renew_py(hilock_rlock *l, int enable,
+                                          int64_t max_hold_ms,
+                                          int64_t notify_id) {
+  return hilock_rlock_set_auto_renew(l, enable, max_hold_ms,
+                                     notify_id ? py_lost_notify : NULL,
+                                     (void *)(intptr_t)notify_id);
+}
+
+static hilock_rlock *py_rlock_new(hilock_client *c, const char *name,
+                                  size_t namelen, int64_t ttl_ms) {
+  hilock_rlock *l = NULL;
+  int rc = hilock_rlock_new(c, name, namelen, ttl_ms, &l);
+  if (rc == HILOCK_OK) return l;
+  py_ctor_rc = rc;
+  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
+           c && rc == HILOCK_EINVAL ? hilock_client_errmsg(c)
+                                    : hilock_strerror(rc));
+  return NULL;
+}
+/* Count >= 0, or a status < 0. */
+static int64_t py_rlock_hold_count(hilock_rlock *l) {
+  int64_t n = 0;
+  int rc = hilock_rlock_hold_count(l, &n);
+  return rc < 0 ? rc : n;
+}
+static int py_rlock_locked(hilock_rlock *l) {
+  int v = 0, rc = hilock_rlock_locked(l, &v);
+  return rc < 0 ? rc : v;
+}
+static PyObject *py_rlock_key(hilock_rlock *l) {
+  size_t n = 0;
+  const char *k = hilock_rlock_key(l, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+
 static PyObject *py_lock_errmsg(hilock_lock *l) {
   const char *m = hilock_lock_errmsg(l);
   return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
@@ -128,8 +221,17 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_lock_key;
 %ignore hilock_lock_errmsg;
 %ignore hilock_options;
+%ignore hilock_lock_set_auto_renew;
+%ignore hilock_rlock_set_auto_renew;
+%ignore hilock_rlock_new;
+%ignore hilock_rlock_hold_count;
+%ignore hilock_rlock_owned;
+%ignore hilock_rlock_locked;
+%ignore hilock_rlock_key;
+%ignore hilock_lost_fn;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
 %include "hilock/client.h"
 %include "hilock/lock.h"
+%include "hilock/rlock.h"

@@ -1,5 +1,6 @@
--- Reset (ARGV[3] == 'set') or add to (ARGV[3] == 'add') the lock's TTL,
--- only while the caller's token holds it. An expired key stays expired.
+-- Reset (ARGV[3] 'set' or absent: renewal) or add to (ARGV[3] == 'add') the
+-- lock's TTL, only while the caller's token holds it. An expired key stays
+-- expired.
 -- KEYS[1] lock key. ARGV[1] owner token, ARGV[2] ms.
 -- Returns the new TTL in ms, or 0 if not owned.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -14,6 +15,8 @@ void hilock_options_init(hilock_options *opts) {
   opts->command_timeout_ms = 5000;
   opts->reconnect_ms = 3000;
   opts->max_idle = 8;
+  opts->interrupt = NULL;
+  opts->interrupt_arg = NULL;
 }
 
 static struct timeval tv_ms(int64_t ms) {
@@ -123,8 +126,8 @@ static int connect_once(hilock_client *c, hilock__err *e, hilock__conn **out) {
 
 /* Connect, retrying refused or failed attempts with backoff until the
  * monotonic deadline. Authentication and ACL errors are not retried. */
-static int connect_until(hilock_client *c, hilock__err *e, int64_t deadline,
-                         hilock__conn **out) {
+int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline,
+                    hilock__conn **out) {
   int64_t pause = 20;
   for (;;) {
     int rc = connect_once(c, e, out);
@@ -136,7 +139,7 @@ static int connect_until(hilock_client *c, hilock__err *e, int64_t deadline,
   }
 }
 
-static void conn_free(hilock__conn *k) {
+void hilock__conn_free(hilock__conn *k) {
   if (k == NULL) return;
   redisFree(k->ctx);
   free(k);
@@ -154,14 +157,14 @@ static hilock__conn *take_idle(hilock_client *c) {
 static void free_list(hilock__conn *k) {
   while (k != NULL) {
     hilock__conn *next = k->next;
-    conn_free(k);
+    hilock__conn_free(k);
     k = next;
   }
 }
 
 /* Check out an idle connection (*fresh = 0) or open one (*fresh = 1). */
-static int pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
-                    int *fresh) {
+int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
+                     int *fresh) {
   hilock__conn *k = NULL, *stale = NULL;
   int closed;
   pthread_mutex_lock(&c->mu);
@@ -179,7 +182,7 @@ static int pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
   pthread_mutex_unlock(&c->mu);
   free_list(stale);
   if (closed) {
-    conn_free(k);
+    hilock__conn_free(k);
     return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
   }
   if (k != NULL) {
@@ -189,10 +192,10 @@ static int pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
     return HILOCK_OK;
   }
   *fresh = 1;
-  return connect_until(c, e, hilock__now_ms() + c->opts.reconnect_ms, out);
+  return hilock__connect(c, e, hilock__now_ms() + c->opts.reconnect_ms, out);
 }
 
-static void pool_put(hilock_client *c, hilock__conn *k) {
+void hilock__pool_put(hilock_client *c, hilock__conn *k) {
   pthread_mutex_lock(&c->mu);
   if (!c->closed && c->pid == getpid() && c->nidle < c->opts.max_idle) {
     k->next = c->idle;
@@ -201,42 +204,58 @@ static void pool_put(hilock_client *c, hilock__conn *k) {
     k = NULL;
   }
   pthread_mutex_unlock(&c->mu);
-  conn_free(k);
+  hilock__conn_free(k);
+}
+
+int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
+                       const char *what, int saved_errno) {
+  char buf[300];
+  int timeout = is_timeout(k->ctx, saved_errno);
+  return hilock__set_err(e, timeout ? HILOCK_ETIMEDOUT : HILOCK_EIO,
+                         "%s on %s: %s", what, where(c, buf, sizeof(buf)),
+                         timeout ? "no reply in time" : k->ctx->errstr);
 }
 
 int hilock__command(hilock_client *c, hilock__err *e, int argc,
                     const char **argv, const size_t *lens, redisReply **out) {
+  return hilock__command_ex(c, e, argc, argv, lens, out, 1);
+}
+
+int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
+                       const char **argv, const size_t *lens, redisReply **out,
+                       int resend) {
   hilock__conn *k;
-  int fresh, rc;
-  char buf[300];
+  hilock__err before;
+  int fresh, rc, recovering = 0;
   int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
 
   *out = NULL;
-  rc = pool_get(c, e, &k, &fresh);
+  rc = hilock__pool_get(c, e, &k, &fresh);
   if (rc != HILOCK_OK) return rc;
   for (;;) {
     redisReply *r = redisCommandArgv(k->ctx, argc, argv, lens);
     if (r == NULL) {
-      int saved = errno;
-      int timeout = is_timeout(k->ctx, saved);
-      rc = hilock__set_err(e, timeout ? HILOCK_ETIMEDOUT : HILOCK_EIO,
-                           "%s on %s: %s", argv[0], where(c, buf, sizeof(buf)),
-                           timeout ? "no reply in time" : k->ctx->errstr);
-      conn_free(k);
+      int timeout, saved_errno = errno;
+      if (!recovering) before = *e;
+      rc = hilock__conn_error(c, e, k, argv[0], saved_errno);
+      timeout = rc == HILOCK_ETIMEDOUT;
+      hilock__conn_free(k);
       /* A timed-out reply may still arrive: never resend. A broken pooled
        * connection (server restarted, idle timeout) is replaced and the
        * command sent once more; every script is safe to resend. */
-      if (timeout || fresh) return rc;
+      if (timeout || fresh || !resend) return rc;
       pthread_mutex_lock(&c->mu);
       hilock__conn *stale = take_idle(c);
       pthread_mutex_unlock(&c->mu);
       free_list(stale);
       fresh = 1;
-      rc = connect_until(c, e, deadline, &k);
+      recovering = 1;
+      rc = hilock__connect(c, e, deadline, &k);
       if (rc != HILOCK_OK) return rc;
       continue;
     }
-    pool_put(c, k);
+    hilock__pool_put(c, k);
+    if (recovering) *e = before; /* the resend worked: no failure to report */
     if (r->type == REDIS_REPLY_ERROR) {
       rc = hilock__reply_error(e, r->str, r->len);
       freeReplyObject(r);
@@ -245,6 +264,89 @@ int hilock__command(hilock_client *c, hilock__err *e, int argc,
     *out = r;
     return HILOCK_OK;
   }
+}
+
+/* ## Fork handling
+ * Every live client is in a registry. Around fork() the handlers take all
+ * client mutexes (so the child never inherits one mid-update), and in the
+ * child they drop the parent's renewal thread state and draw a new client
+ * id. The pooled sockets are dropped lazily by the PID check in
+ * hilock__pool_get. */
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static hilock_client *registry;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void) {
+  pthread_mutex_lock(&registry_mu);
+  for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
+    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->wd.mu);
+  }
+}
+
+static void after_fork_parent(void) {
+  for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
+    pthread_mutex_unlock(&c->wd.mu);
+    pthread_mutex_unlock(&c->mu);
+  }
+  pthread_mutex_unlock(&registry_mu);
+}
+
+static void after_fork_child(void) {
+  for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
+    hilock__watchdog_forget(c);
+    if (hilock__token(c->id, NULL) != HILOCK_OK) c->id[0] ^= 1;
+    pthread_mutex_unlock(&c->wd.mu);
+    pthread_mutex_unlock(&c->mu);
+  }
+  pthread_mutex_unlock(&registry_mu);
+}
+
+static void install_atfork(void) {
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static void registry_add(hilock_client *c) {
+  pthread_mutex_lock(&registry_mu);
+  c->reg_prev = NULL;
+  c->reg_next = registry;
+  if (registry) registry->reg_prev = c;
+  registry = c;
+  pthread_mutex_unlock(&registry_mu);
+}
+
+static void registry_remove(hilock_client *c) {
+  pthread_mutex_lock(&registry_mu);
+  if (c->reg_prev) c->reg_prev->reg_next = c->reg_next;
+  else registry = c->reg_next;
+  if (c->reg_next) c->reg_next->reg_prev = c->reg_prev;
+  pthread_mutex_unlock(&registry_mu);
+}
+
+static int watchdog_init(hilock__watchdog *w) {
+  pthread_condattr_t ca;
+  if (pthread_mutex_init(&w->mu, NULL) != 0) return -1;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  if (pthread_cond_init(&w->wake, &ca) != 0) {
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_destroy(&w->mu);
+    return -1;
+  }
+  pthread_condattr_destroy(&ca);
+  if (pthread_cond_init(&w->idle, NULL) != 0) {
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->mu);
+    return -1;
+  }
+  return 0;
+}
+
+static void watchdog_destroy(hilock__watchdog *w) {
+  pthread_cond_destroy(&w->idle);
+  pthread_cond_destroy(&w->wake);
+  pthread_mutex_destroy(&w->mu);
 }
 
 int hilock_client_new(const char *url, const hilock_options *opts,
@@ -261,6 +363,13 @@ int hilock_client_new(const char *url, const hilock_options *opts,
     free(c);
     return HILOCK_ENOMEM;
   }
+  if (watchdog_init(&c->wd) != 0) {
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return HILOCK_ENOMEM;
+  }
+  pthread_once(&atfork_once, install_atfork);
+  registry_add(c);
   c->refs = 1;
   c->pid = getpid();
   hilock_options_init(&c->opts);
@@ -273,11 +382,13 @@ int hilock_client_new(const char *url, const hilock_options *opts,
                              "to connect, >= 0 otherwise)");
     c->opts = *opts;
   }
+  rc = hilock__token(c->id, &c->err);
+  if (rc != HILOCK_OK) return rc;
   rc = hilock__url_parse(url, &c->url, &c->err);
   if (rc != HILOCK_OK) return rc;
   rc = connect_once(c, &c->err, &k);
   if (rc != HILOCK_OK) return rc;
-  pool_put(c, k);
+  hilock__pool_put(c, k);
   return HILOCK_OK;
 }
 
@@ -296,6 +407,9 @@ void hilock__client_unref(hilock_client *c) {
   pthread_mutex_unlock(&c->mu);
   if (!last) return;
   free_list(idle);
+  hilock__watchdog_stop(c);
+  registry_remove(c);
+  watchdog_destroy(&c->wd);
   hilock__url_clear(&c->url);
   pthread_mutex_destroy(&c->mu);
   free(c);

@@ -53,16 +53,35 @@ typedef struct hilock__conn {
   struct hilock__conn *next;
 } hilock__conn;
 
+#define HILOCK__TOKEN_LEN 32
+
+struct hilock__renewal;
+
+/* The client's renewal thread and the holds it renews (see renewal.c). */
+typedef struct hilock__watchdog {
+  pthread_mutex_t mu;
+  pthread_cond_t wake; /* new work or stop: the thread re-plans */
+  pthread_cond_t idle; /* a batch finished: cancellers may proceed */
+  pthread_t thread;
+  int running;
+  int stop;
+  struct hilock__renewal *head;
+  hilock__conn *conn;
+} hilock__watchdog;
+
 struct hilock_client {
   hilock__err err; /* last failed client-level call */
   pthread_mutex_t mu;
   int refs;   /* user reference + one per lock handle */
   int closed; /* hilock_client_free was called */
   pid_t pid;  /* process that owns the pooled connections */
+  char id[HILOCK__TOKEN_LEN + 1]; /* random; new in a forked child */
   hilock_options opts;
   hilock__url url;
   hilock__conn *idle;
   int nidle;
+  hilock__watchdog wd;
+  struct hilock_client *reg_prev, *reg_next; /* registry for fork handlers */
 };
 
 void hilock__client_ref(hilock_client *c);
@@ -74,6 +93,51 @@ void hilock__client_unref(hilock_client *c);
  * *out for the caller to freeReplyObject. */
 int hilock__command(hilock_client *c, hilock__err *e, int argc,
                     const char **argv, const size_t *lens, redisReply **out);
+/* The same; resend = 0 never resends (the command may have run). */
+int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
+                       const char **argv, const size_t *lens, redisReply **out,
+                       int resend);
+
+/* Connection pool, for callers that drive a connection themselves. */
+int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
+                     int *fresh);
+void hilock__pool_put(hilock_client *c, hilock__conn *k);
+void hilock__conn_free(hilock__conn *k);
+int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline_ms,
+                    hilock__conn **out);
+/* Status for a failed hiredis call on k (timeout vs broken). */
+int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
+                       const char *what, int saved_errno);
+
+/* ## Waiting ------------------------------------------------------------- */
+
+/* Block on the lock's wake list (BLPOP) for up to bound_ms, checking the
+ * client's interrupt hook every 100 ms. *woken = 1 if a releaser's wake-up
+ * arrived. Returns HILOCK_OK, HILOCK_EINTR or an error. */
+int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
+                      size_t keylen, int64_t bound_ms, int *woken);
+
+/* Run attempt() until it grants (0), fails (< 0) or wait_ms passes
+ * (HILOCK_BUSY). Between attempts, sleep on the wake list until a releaser
+ * wakes us, bounded by the holder's remaining TTL as reported by attempt()
+ * in *pttl (-1: no expiry) and the caller's deadline. */
+int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
+                         size_t wkeylen, int64_t wait_ms,
+                         int (*attempt)(void *arg, int64_t *pttl), void *arg);
+
+/* ## Holds and renewal ---------------------------------------------------- */
+
+/* Renewal state of one hold; owned by the watchdog's mutex while
+ * registered. */
+typedef struct hilock__renewal {
+  struct hilock__renewal *prev, *next;
+  int registered;
+  int in_batch;  /* the thread is renewing it outside the mutex */
+  int renew;     /* renew on schedule (0 once max hold is reached) */
+  int64_t next_due_us;
+  int64_t max_until_us; /* 0: no limit */
+} hilock__renewal;
+
 
 /* ## Scripts ------------------------------------------------------------ */
 
@@ -82,6 +146,7 @@ typedef struct hilock__script {
   const char *src;
   size_t len;
   const char *sha; /* 40 hex chars */
+  int once;        /* not safe to resend (the file says "-- @once") */
 } hilock__script;
 
 /* EVALSHA the script; on NOSCRIPT, EVAL it (which also loads it). Keys only
@@ -93,7 +158,6 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
 
 /* ## Tokens, clocks, backoff -------------------------------------------- */
 
-#define HILOCK__TOKEN_LEN 32
 /* 128 bits from getrandom(2), hex-encoded into out[33]. */
 int hilock__token(char out[HILOCK__TOKEN_LEN + 1], hilock__err *e);
 /* CLOCK_MONOTONIC in ms and us. */
@@ -114,5 +178,62 @@ char *hilock__key(const char *name, size_t len, const char *role,
                   size_t *outlen);
 /* Decimal text of v in buf (>= 24 bytes); returns length. */
 size_t hilock__i64(char *buf, int64_t v);
+
+/* ## Holds ---------------------------------------------------------------
+ * One holder's grant, shared by every lock family: owner token, fencing
+ * token, local validity, the process that got it, and its renewal. */
+
+typedef struct hilock__hold {
+  hilock__err err; /* the handle's last error */
+  hilock_client *client;
+  const char *rkey; /* the key renewal extends (owned by the family) */
+  size_t rkeylen;
+  const hilock__script *renew_script; /* KEYS[1] rkey, ARGV owner, ttl */
+  int64_t ttl_ms;   /* 0: no expiry */
+  char owner[HILOCK__TOKEN_LEN + 24]; /* what the scripts compare: a random
+                                         token, or client id + thread id */
+  size_t ownerlen;
+  int held;
+  pid_t pid;         /* process that got the grant */
+  uint64_t fence;
+  /* Guarded by client->wd.mu while renewal is registered: */
+  int64_t valid_until_us;
+  int lost;
+  hilock__renewal ren;
+  /* Renewal settings */
+  int auto_renew;
+  int64_t max_hold_ms;
+  void (*lost_fn)(void *arg);
+  void *lost_arg;
+} hilock__hold;
+
+/* Initialise h for client c (takes a client reference). */
+void hilock__hold_init(hilock__hold *h, hilock_client *c, const char *rkey,
+                       size_t rkeylen, const hilock__script *renew_script,
+                       int64_t ttl_ms);
+void hilock__hold_destroy(hilock__hold *h);
+/* Before an operation on a grant: HILOCK_EFORKED in a forked child,
+ * HILOCK_ENOTOWNED if there is no grant. */
+int hilock__hold_check(hilock__hold *h, const char *verb);
+/* Record a grant made at start_us with fence; registers renewal if asked.
+ */
+int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence);
+/* Forget the grant (cancels renewal first). */
+void hilock__hold_drop(hilock__hold *h);
+/* Mark the grant lost (not owned any more) and cancel renewal. */
+void hilock__hold_lost(hilock__hold *h);
+/* A successful extension to ttl_ms measured from start_us. */
+void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms);
+int64_t hilock__hold_validity_ms(const hilock__hold *h);
+int hilock__hold_is_lost(const hilock__hold *h);
+/* Clock-drift allowance for a TTL: 1% + 2 ms, in us. */
+int64_t hilock__hold_drift_us(int64_t ttl_ms);
+
+/* Renewal thread (renewal.c). */
+int hilock__renewal_register(hilock__hold *h);
+void hilock__renewal_cancel(hilock__hold *h);
+void hilock__watchdog_stop(hilock_client *c);
+/* Fork: forget the parent's renewal thread and registrations. */
+void hilock__watchdog_forget(hilock_client *c);
 
 #endif /* HILOCK_INTERNAL_H */

@@ -1,27 +1,20 @@
-/* The exclusive lock family: simple, expiring and lease locks. */
+/* The exclusive lock family: simple, expiring and lease locks. Mostly the
+ * scripts in core/scripts/lock_*.lua; waiting, renewal and grant state come
+ * from the shared layer (wait.c, renewal.c, hold.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "scripts.h"
 
 struct hilock_lock {
-  hilock__err err;
-  hilock_client *client;
+  hilock__hold h; /* first: grant state and last error */
   hilock_lock_kind kind;
-  int64_t ttl_ms; /* 0 for a simple lock */
-  char *key;
-  size_t keylen;
-  char *fkey;
-  size_t fkeylen;
-  char token[HILOCK__TOKEN_LEN + 1]; /* current grant, "" if none */
-  int held;
-  uint64_t fence;
-  int64_t valid_until_us; /* monotonic; for TTL kinds */
+  char *key, *fkey, *wkey; /* lock, fence counter, wake list */
+  size_t keylen, fkeylen, wkeylen;
 };
-
-static int64_t drift_us(int64_t ttl_ms) { return (ttl_ms * 10) + 2000; }
 
 static int lock_new(hilock_client *client, const char *name, size_t namelen,
                     hilock_lock_kind kind, int64_t ttl_ms, hilock_lock **out) {
@@ -39,20 +32,24 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
   }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;
-  l->ttl_ms = kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms;
   l->key = hilock__key(name, namelen, "lock", &l->keylen);
   l->fkey = hilock__key(name, namelen, "fence", &l->fkeylen);
-  if (l->key == NULL || l->fkey == NULL) {
+  l->wkey = hilock__key(name, namelen, "wake", &l->wkeylen);
+  if (l->key == NULL || l->fkey == NULL || l->wkey == NULL) {
     free(l->key);
     free(l->fkey);
+    free(l->wkey);
     free(l);
     return HILOCK_ENOMEM;
   }
-  hilock__client_ref(client);
-  l->client = client;
+  hilock__hold_init(&l->h, client, l->key, l->keylen,
+                    &hilock__script_lock_extend,
+                    kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms);
   *out = l;
   return HILOCK_OK;
 }
@@ -74,53 +71,39 @@ int hilock_lease_new(hilock_client *client, const char *name, size_t namelen,
 
 void hilock_lock_free(hilock_lock *l) {
   if (l == NULL) return;
-  hilock__client_unref(l->client);
+  hilock__hold_destroy(&l->h);
   free(l->key);
   free(l->fkey);
+  free(l->wkey);
   free(l);
 }
 
-static void drop_grant(hilock_lock *l) {
-  l->held = 0;
-  l->token[0] = '\0';
-}
-
-/* Set validity from the moment before the request went out. */
-static void set_validity(hilock_lock *l, int64_t start_us, int64_t ttl_ms) {
-  l->valid_until_us = start_us + ttl_ms * 1000 - drift_us(ttl_ms);
-}
-
-int64_t hilock_lock_validity_ms(const hilock_lock *l) {
-  int64_t left;
-  if (l == NULL || !l->held) return 0;
-  if (l->kind == HILOCK_LOCK_SIMPLE) return INT64_MAX;
-  left = (l->valid_until_us - hilock__now_us()) / 1000;
-  return left > 0 ? left : 0;
-}
-
 /* One grant attempt; *pttl gets the holder's remaining TTL when busy. */
-static int try_once(hilock_lock *l, int64_t *pttl) {
+static int attempt(void *arg, int64_t *pttl) {
+  hilock_lock *l = arg;
+  hilock__hold *h = &l->h;
   const char *keys[2] = {l->key, l->fkey};
   size_t keylens[2] = {l->keylen, l->fkeylen};
   char ttl[24];
-  const char *args[2] = {l->token, ttl};
-  size_t arglens[2] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, l->ttl_ms)};
+  const char *args[2] = {h->owner, ttl};
+  size_t arglens[2] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, h->ttl_ms)};
   redisReply *r;
   int64_t start;
   int rc;
 
-  if (l->held && hilock_lock_validity_ms(l) > 0)
-    return hilock__set_err(&l->err, HILOCK_EINVAL,
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
                            "this handle already holds the lock; release it "
                            "first (the lock is not reentrant)");
-  drop_grant(l);
-  rc = hilock__token(l->token, &l->err);
+  hilock__hold_drop(h);
+  rc = hilock__token(h->owner, &h->err);
   if (rc != HILOCK_OK) return rc;
+  h->ownerlen = HILOCK__TOKEN_LEN;
   start = hilock__now_us();
-  rc = hilock__script_run(l->client, &l->err, &hilock__script_lock_acquire, 2,
+  rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_acquire, 2,
                           keys, keylens, 2, args, arglens, &r);
   if (rc != HILOCK_OK) {
-    drop_grant(l);
+    hilock__hold_drop(h);
     return rc;
   }
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -128,18 +111,15 @@ static int try_once(hilock_lock *l, int64_t *pttl) {
       r->element[1]->type != REDIS_REPLY_INTEGER) {
     /* Fail closed: an unreadable reply is never a grant. */
     freeReplyObject(r);
-    drop_grant(l);
-    return hilock__set_err(&l->err, HILOCK_EPROTO,
+    hilock__hold_drop(h);
+    return hilock__set_err(&h->err, HILOCK_EPROTO,
                            "unexpected reply to the acquire script");
   }
   if (r->element[0]->integer == 1) {
-    l->held = 1;
-    l->fence = (uint64_t)r->element[1]->integer;
-    if (l->ttl_ms > 0) set_validity(l, start, l->ttl_ms);
-    rc = HILOCK_OK;
+    rc = hilock__hold_granted(h, start, (uint64_t)r->element[1]->integer);
   } else {
     *pttl = r->element[1]->integer;
-    drop_grant(l);
+    hilock__hold_drop(h);
     rc = HILOCK_BUSY;
   }
   freeReplyObject(r);
@@ -149,57 +129,48 @@ static int try_once(hilock_lock *l, int64_t *pttl) {
 int hilock_lock_try_acquire(hilock_lock *l) {
   int64_t pttl;
   if (l == NULL) return HILOCK_EINVAL;
-  return try_once(l, &pttl);
+  return attempt(l, &pttl);
 }
 
 int hilock_lock_acquire(hilock_lock *l, int64_t wait_ms) {
-  int64_t deadline, backoff = 2;
   if (l == NULL) return HILOCK_EINVAL;
-  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
-    return hilock__set_err(&l->err, HILOCK_EINVAL,
-                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
-  deadline = wait_ms < 0 ? INT64_MAX : hilock__now_ms() + wait_ms;
-  for (;;) {
-    int64_t pttl = -1, left, pause;
-    int rc = try_once(l, &pttl);
-    if (rc != HILOCK_BUSY) return rc;
-    left = deadline == INT64_MAX ? INT64_MAX : deadline - hilock__now_ms();
-    if (left <= 0) return HILOCK_BUSY;
-    /* Randomized exponential backoff, never past the holder's expiry or the
-     * caller's deadline. */
-    pause = hilock__jitter(backoff / 2 + 1, backoff);
-    if (pttl > 0 && pttl < pause) pause = pttl;
-    if (left < pause) pause = left;
-    hilock__sleep_ms(pause);
-    backoff = backoff * 2 > 64 ? 64 : backoff * 2;
-  }
+  return hilock__acquire_loop(l->h.client, &l->h.err, l->wkey, l->wkeylen,
+                              wait_ms, attempt, l);
 }
 
 int hilock_lock_release(hilock_lock *l) {
-  const char *keys[1], *args[1];
-  size_t keylens[1], arglens[1];
+  const char *keys[2], *args[1];
+  size_t keylens[2], arglens[1];
   redisReply *r;
   int rc;
 
   if (l == NULL) return HILOCK_EINVAL;
-  if (!l->held)
-    return hilock__set_err(&l->err, HILOCK_ENOTOWNED,
-                           "release: this handle does not hold the lock");
+  rc = hilock__hold_check(&l->h, "release");
+  if (rc != HILOCK_OK) return rc;
+  hilock__renewal_cancel(&l->h);
   keys[0] = l->key;
   keylens[0] = l->keylen;
-  args[0] = l->token;
-  arglens[0] = HILOCK__TOKEN_LEN;
-  rc = hilock__script_run(l->client, &l->err, &hilock__script_lock_release, 1,
-                          keys, keylens, 1, args, arglens, &r);
-  if (rc != HILOCK_OK) return rc; /* keep the grant: the caller may retry */
-  drop_grant(l);
+  keys[1] = l->wkey;
+  keylens[1] = l->wkeylen;
+  args[0] = l->h.owner;
+  arglens[0] = l->h.ownerlen;
+  rc = hilock__script_run(l->h.client, &l->h.err,
+                          &hilock__script_lock_release, 2, keys, keylens, 1,
+                          args, arglens, &r);
+  if (rc != HILOCK_OK) {
+    /* Still ours as far as we know: keep renewing so the caller may retry. */
+    if (l->h.auto_renew && l->h.ttl_ms > 0 && !hilock__hold_is_lost(&l->h))
+      hilock__renewal_register(&l->h);
+    return rc;
+  }
+  hilock__hold_drop(&l->h);
   if (r->type != REDIS_REPLY_INTEGER) rc = HILOCK_EPROTO;
   else if (r->integer != 1) rc = HILOCK_ENOTOWNED;
   freeReplyObject(r);
   if (rc == HILOCK_EPROTO)
-    return hilock__set_err(&l->err, rc, "unexpected reply to release");
+    return hilock__set_err(&l->h.err, rc, "unexpected reply to release");
   if (rc == HILOCK_ENOTOWNED)
-    return hilock__set_err(&l->err, rc,
+    return hilock__set_err(&l->h.err, rc,
                            "release: the lock expired or another owner holds "
                            "it; nothing was deleted");
   return HILOCK_OK;
@@ -215,33 +186,32 @@ int hilock_lock_extend(hilock_lock *l, int64_t ms, int replace) {
 
   if (l == NULL) return HILOCK_EINVAL;
   if (l->kind == HILOCK_LOCK_SIMPLE)
-    return hilock__set_err(&l->err, HILOCK_ENOTSUP,
+    return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
                            "a simple lock has no TTL to extend");
-  rc = hilock__check_ms(&l->err, "extension", ms);
+  rc = hilock__check_ms(&l->h.err, "extension", ms);
+  if (rc == HILOCK_OK) rc = hilock__hold_check(&l->h, "extend");
   if (rc != HILOCK_OK) return rc;
-  if (!l->held)
-    return hilock__set_err(&l->err, HILOCK_ENOTOWNED,
-                           "extend: this handle does not hold the lock");
   keys[0] = l->key;
   keylens[0] = l->keylen;
-  args[0] = l->token;
-  arglens[0] = HILOCK__TOKEN_LEN;
+  args[0] = l->h.owner;
+  arglens[0] = l->h.ownerlen;
   args[1] = buf;
   arglens[1] = hilock__i64(buf, ms);
   args[2] = replace ? "set" : "add";
   arglens[2] = 3;
   start = hilock__now_us();
-  rc = hilock__script_run(l->client, &l->err, &hilock__script_lock_extend, 1,
-                          keys, keylens, 3, args, arglens, &r);
+  rc = hilock__script_run(l->h.client, &l->h.err, &hilock__script_lock_extend,
+                          1, keys, keylens, 3, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER) {
-    rc = hilock__set_err(&l->err, HILOCK_EPROTO, "unexpected reply to extend");
+    rc = hilock__set_err(&l->h.err, HILOCK_EPROTO,
+                         "unexpected reply to extend");
   } else if (r->integer <= 0) {
-    drop_grant(l);
-    rc = hilock__set_err(&l->err, HILOCK_ENOTOWNED,
+    hilock__hold_lost(&l->h);
+    rc = hilock__set_err(&l->h.err, HILOCK_ENOTOWNED,
                          "extend: the lock expired or another owner holds it");
   } else {
-    set_validity(l, start, r->integer);
+    hilock__hold_extended(&l->h, start, r->integer);
   }
   freeReplyObject(r);
   return rc;
@@ -249,14 +219,14 @@ int hilock_lock_extend(hilock_lock *l, int64_t ms, int replace) {
 
 int hilock_lock_renew(hilock_lock *l) {
   if (l == NULL) return HILOCK_EINVAL;
-  return hilock_lock_extend(l, l->ttl_ms, 1);
+  return hilock_lock_extend(l, l->h.ttl_ms, 1);
 }
 
-/* Run a one-key command (GET, EXISTS, DEL) on the lock key. */
+/* Run a one-key command (GET, EXISTS) on the lock key. */
 static int key_command(hilock_lock *l, const char *cmd, redisReply **r) {
   const char *argv[2] = {cmd, l->key};
   size_t lens[2] = {strlen(cmd), l->keylen};
-  return hilock__command(l->client, &l->err, 2, argv, lens, r);
+  return hilock__command(l->h.client, &l->h.err, 2, argv, lens, r);
 }
 
 int hilock_lock_owned(hilock_lock *l, int *owned) {
@@ -264,16 +234,16 @@ int hilock_lock_owned(hilock_lock *l, int *owned) {
   int rc;
   if (l == NULL || owned == NULL) return HILOCK_EINVAL;
   *owned = 0;
-  if (!l->held) return HILOCK_OK;
+  if (!l->h.held || l->h.pid != getpid()) return HILOCK_OK;
   rc = key_command(l, "GET", &r);
   if (rc != HILOCK_OK) return rc;
-  if (r->type == REDIS_REPLY_STRING && r->len == HILOCK__TOKEN_LEN &&
-      memcmp(r->str, l->token, HILOCK__TOKEN_LEN) == 0)
+  if (r->type == REDIS_REPLY_STRING && r->len == l->h.ownerlen &&
+      memcmp(r->str, l->h.owner, l->h.ownerlen) == 0)
     *owned = 1;
   else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
-    drop_grant(l);
+    hilock__hold_lost(&l->h);
   else
-    rc = hilock__set_err(&l->err, HILOCK_EPROTO, "unexpected reply to GET");
+    rc = hilock__set_err(&l->h.err, HILOCK_EPROTO, "unexpected reply to GET");
   freeReplyObject(r);
   return rc;
 }
@@ -284,34 +254,70 @@ int hilock_lock_locked(hilock_lock *l, int *locked) {
   if (l == NULL || locked == NULL) return HILOCK_EINVAL;
   rc = key_command(l, "EXISTS", &r);
   if (rc != HILOCK_OK) return rc;
-  *locked = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+  if (r->type == REDIS_REPLY_INTEGER)
+    *locked = r->integer > 0;
+  else
+    rc = hilock__set_err(&l->h.err, HILOCK_EPROTO, "unexpected reply to EXISTS");
   freeReplyObject(r);
-  return HILOCK_OK;
+  return rc;
 }
 
 int hilock_lock_force_release(hilock_lock *l, int *deleted) {
+  const char *keys[2];
+  size_t keylens[2];
   redisReply *r;
   int rc;
   if (l == NULL) return HILOCK_EINVAL;
-  rc = key_command(l, "DEL", &r);
+  keys[0] = l->key;
+  keylens[0] = l->keylen;
+  keys[1] = l->wkey;
+  keylens[1] = l->wkeylen;
+  rc = hilock__script_run(l->h.client, &l->h.err, &hilock__script_lock_force,
+                          2, keys, keylens, 0, NULL, NULL, &r);
   if (rc != HILOCK_OK) return rc;
   if (deleted != NULL)
     *deleted = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
   freeReplyObject(r);
-  drop_grant(l);
+  if (l->h.pid == getpid()) hilock__hold_drop(&l->h);
   return HILOCK_OK;
 }
 
+int hilock_lock_set_auto_renew(hilock_lock *l, int enable, int64_t max_hold_ms,
+                               hilock_lost_fn on_lost, void *arg) {
+  if (l == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  if (l->kind == HILOCK_LOCK_SIMPLE && enable)
+    return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
+                           "a simple lock has no TTL to renew");
+  hilock__renewal_cancel(&l->h);
+  l->h.auto_renew = enable != 0;
+  l->h.max_hold_ms = max_hold_ms;
+  l->h.lost_fn = on_lost;
+  l->h.lost_arg = arg;
+  if (enable && l->h.held && l->h.pid == getpid() &&
+      !hilock__hold_is_lost(&l->h))
+    return hilock__renewal_register(&l->h);
+  return HILOCK_OK;
+}
+
+int hilock_lock_lost(const hilock_lock *l) {
+  return l != NULL && l->h.held && hilock__hold_is_lost(&l->h);
+}
+
+int64_t hilock_lock_validity_ms(const hilock_lock *l) {
+  if (l == NULL || l->h.pid != getpid()) return 0;
+  return hilock__hold_validity_ms(&l->h);
+}
+
 int hilock_lock_held(const hilock_lock *l) {
-  return l != NULL && l->held && hilock_lock_validity_ms(l) > 0;
+  return hilock_lock_validity_ms(l) > 0;
 }
 
 uint64_t hilock_lock_fence(const hilock_lock *l) {
-  return l == NULL ? 0 : l->fence;
+  return l == NULL ? 0 : l->h.fence;
 }
 
 const char *hilock_lock_token(const hilock_lock *l) {
-  return l == NULL ? "" : l->token;
+  return l == NULL ? "" : l->h.owner;
 }
 
 hilock_lock_kind hilock_lock_get_kind(const hilock_lock *l) {
@@ -319,7 +325,7 @@ hilock_lock_kind hilock_lock_get_kind(const hilock_lock *l) {
 }
 
 int64_t hilock_lock_ttl_ms(const hilock_lock *l) {
-  return l == NULL ? 0 : l->ttl_ms;
+  return l == NULL ? 0 : l->h.ttl_ms;
 }
 
 const char *hilock_lock_key(const hilock_lock *l, size_t *len) {
@@ -332,9 +338,9 @@ const char *hilock_lock_key(const hilock_lock *l, size_t *len) {
 }
 
 const char *hilock_lock_errmsg(const hilock_lock *l) {
-  return l == NULL ? "lock is NULL" : l->err.msg;
+  return l == NULL ? "lock is NULL" : l->h.err.msg;
 }
 
 int hilock_lock_errcode(const hilock_lock *l) {
-  return l == NULL ? HILOCK_EINVAL : l->err.code;
+  return l == NULL ? HILOCK_EINVAL : l->h.err.code;
 }

@@ -31,7 +31,8 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
     argv[argc] = args[i];
     lens[argc] = arglens[i];
   }
-  rc = hilock__command(c, e, argc, argv, lens, out);
+  hilock__err before = *e;
+  rc = hilock__command_ex(c, e, argc, argv, lens, out, !s->once);
   if (rc != HILOCK__NOSCRIPT) return rc;
   /* Flushed cache or a restarted server: EVAL sends the source and loads
    * it, so the next EVALSHA hits again. */
@@ -39,7 +40,8 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
   lens[0] = 4;
   argv[1] = s->src;
   lens[1] = s->len;
-  rc = hilock__command(c, e, argc, argv, lens, out);
+  rc = hilock__command_ex(c, e, argc, argv, lens, out, !s->once);
   if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_ESCRIPT;
+  if (rc == HILOCK_OK) *e = before; /* a recovered NOSCRIPT is no failure */
   return rc;
 }

@@ -14,17 +14,21 @@ from typing import Any, Optional
 
 from . import _hilock
 from ._client import Client, default_client, default_url
+from ._base import LockBase
 from ._lock import Lock
+from ._rlock import RLock
 from ._util import Name
-from .errors import (AuthenticationError, ConnectionError, InvalidArgument, LockError,
-                     LockNotOwnedError, LockTimeout, NoPermissionError, RedisError,
-                     UnsupportedError, WrongTypeError)
+from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
+                     LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
+                     RedisError, UnsupportedError, WrongTypeError)
 
 __version__ = _hilock.hilock_version_string().decode()
 
 __all__ = [
-    "Client", "Lock", "lock", "simple_lock", "lease", "default_client", "default_url",
-    "LockError", "LockNotOwnedError", "LockTimeout", "ConnectionError",
+    "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
+    "default_client", "default_url",
+    "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
+    "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
     "NoPermissionError", "UnsupportedError", "__version__",
 ]
@@ -40,6 +44,11 @@ def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
     return default_client().simple_lock(name, timeout=timeout)
 
 
-def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None) -> Lock:
+def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> Lock:
     """A lease on the default client."""
-    return default_client().lease(name, ttl=ttl, timeout=timeout)
+    return default_client().lease(name, ttl=ttl, timeout=timeout, **kw)
+
+
+def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RLock:
+    """A reentrant lock on the default client."""
+    return default_client().rlock(name, ttl=ttl, timeout=timeout, **kw)

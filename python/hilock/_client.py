@@ -7,7 +7,9 @@ from types import TracebackType
 from typing import Any, Optional, Type
 
 from . import _hilock as _h
+from ._base import LostCallback
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
+from ._rlock import RLock
 from ._util import Name, seconds_to_ms
 from .errors import ConnectionError, InvalidArgument
 
@@ -73,21 +75,40 @@ class Client:
         """One round trip (PING)."""
         _h.hilock_client_ping(self._handle())
 
-    def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None) -> Lock:
-        """An expiring lock (SET NX PX): it lapses ``ttl`` seconds after the
-        grant unless released or extended. ``timeout`` is the default wait of
-        ``acquire()`` and ``with`` (None: no limit)."""
-        return Lock(self, name, EXPIRING, ttl, timeout)
+    def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+             auto_renew: bool = True, max_hold: Optional[float] = None,
+             on_lost: Optional[LostCallback] = None) -> Lock:
+        """An expiring lock (SET NX PX).
+
+        ``ttl``: seconds until the grant lapses unless released or renewed.
+        ``timeout``: default wait of ``acquire()`` and ``with`` (None: no
+        limit). ``auto_renew``: the client's renewal thread resets the TTL
+        every ttl/3 while held, so a live holder keeps it and a dead one
+        loses it within ``ttl``; pass False for a plain expiring lock.
+        ``max_hold``: stop renewing this many seconds after the grant.
+        ``on_lost(lock)``: called (on a hilock thread) if the hold is lost.
+        """
+        return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost)
 
     def simple_lock(self, name: Name, timeout: Optional[float] = None) -> Lock:
         """A simple lock (SETNX) with no expiry: if its holder dies it stays
         held until :meth:`Lock.force_release`. Prefer :meth:`lock`."""
         return Lock(self, name, SIMPLE, None, timeout)
 
-    def lease(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None) -> Lock:
-        """A lease: an expiring lock held by renewing it (``renew()``,
-        ``extend()``) before ``ttl`` runs out."""
-        return Lock(self, name, LEASE, ttl, timeout)
+    def lease(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+              auto_renew: bool = True, max_hold: Optional[float] = None,
+              on_lost: Optional[LostCallback] = None) -> Lock:
+        """A lease: an expiring lock held by renewing it before ``ttl`` runs
+        out, by the renewal thread (default) or by ``renew()``/``extend()``
+        (``auto_renew=False``). Other arguments as for :meth:`lock`."""
+        return Lock(self, name, LEASE, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+              auto_renew: bool = True, max_hold: Optional[float] = None,
+              on_lost: Optional[LostCallback] = None) -> RLock:
+        """A reentrant lock: reentrant per thread, like ``threading.RLock``.
+        Arguments as for :meth:`lock`."""
+        return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
 
 _default_lock = threading.Lock()

@@ -7,7 +7,7 @@ from typing import Dict, Type
 from . import _hilock as _h
 
 __all__ = [
-    "LockError", "LockNotOwnedError", "LockTimeout", "ConnectionError",
+    "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
     "NoPermissionError", "UnsupportedError", "error_for",
 ]
@@ -26,6 +26,17 @@ class LockError(Exception):
 class LockNotOwnedError(LockError, RuntimeError):
     """Release or extend of a lock this holder does not hold (never held,
     expired, or taken by another owner). Nothing was changed in Redis."""
+
+
+class LockLost(LockNotOwnedError):
+    """The lock was lost while held: renewal found another owner, or could
+    not renew it before its validity ran out. Raised when a ``with`` block
+    on a lost lock ends (unless the block is already raising)."""
+
+
+class ForkedLockError(LockNotOwnedError):
+    """A forked child used a lock its parent acquired: the child holds
+    nothing, and nothing was sent to Redis."""
 
 
 class LockTimeout(LockError, builtins.TimeoutError):
@@ -75,6 +86,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ENOPERM: NoPermissionError,
     _h.HILOCK_ENOTOWNED: LockNotOwnedError,
     _h.HILOCK_ENOTSUP: UnsupportedError,
+    _h.HILOCK_EFORKED: ForkedLockError,
 }
 
 

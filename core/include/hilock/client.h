@@ -7,6 +7,14 @@
  * reference counted: each lock handle keeps it alive, so hilock_client_free
  * may be called while locks still exist (they then fail with HILOCK_ECLOSED).
  *
+ * Renewal: the first lock held with auto-renewal starts one background
+ * thread per client, with its own connection, that renews every renewable
+ * hold of the client at a third of its TTL (pipelined in one batch).
+ *
+ * Fork: after fork() the child's client keeps nothing of the parent's: it
+ * never uses the parent's sockets, runs no renewal, and has a new client id;
+ * locks granted to the parent refuse to act in the child (HILOCK_EFORKED).
+ *
  * Timing: all client-side time is measured on CLOCK_MONOTONIC. */
 #ifndef HILOCK_CLIENT_H
 #define HILOCK_CLIENT_H
@@ -28,6 +36,12 @@ typedef struct hilock_options {
   int64_t reconnect_ms;       /* time budget to replace a broken connection
                                  before a command fails; default 3000 */
   int max_idle;               /* idle connections kept in the pool; default 8 */
+  /* Called about every 100 ms while a call waits for a lock (from the
+   * waiting thread); a nonzero return ends the wait with HILOCK_EINTR.
+   * NULL: waits are not interruptible. Language bindings use it to deliver
+   * signals (Ctrl-C). */
+  int (*interrupt)(void *arg);
+  void *interrupt_arg;
 } hilock_options;
 
 /* Fill *opts with the defaults above. */

@@ -30,7 +30,9 @@ extern "C" {
   XX(EWRONGTYPE, -10, "key holds a value of the wrong type")                   \
   XX(EREDIS, -11, "redis error reply")                                         \
   XX(ENOTSUP, -12, "operation not supported")                                  \
-  XX(ECLOSED, -13, "client is closed")
+  XX(ECLOSED, -13, "client is closed")                                         \
+  XX(EINTR, -14, "wait interrupted")                                           \
+  XX(EFORKED, -15, "lock belongs to the parent process")
 
 typedef enum hilock_status {
 #define HILOCK_XX_ENUM(name, value, text) HILOCK_##name = value,

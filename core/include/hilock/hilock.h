@@ -6,5 +6,6 @@
 #include "hilock/errors.h"
 #include "hilock/client.h"
 #include "hilock/lock.h"
+#include "hilock/rlock.h"
 
 #endif /* HILOCK_H */

@@ -17,8 +17,15 @@
  * Names are binary safe (pointer + length, NUL bytes allowed), 1 to
  * HILOCK_NAME_MAX bytes, and may not begin with '}' (see the key layout).
  *
+ * Waiting: a blocked acquire sleeps on the lock's wake list until the
+ * holder's release wakes it (one waiter per release), bounded by the
+ * holder's remaining TTL and the caller's deadline.
+ *
  * Threads: a lock handle stands for one holder; use it from one thread at a
- * time. Many handles, in many threads, may share one client. */
+ * time. Many handles, in many threads, may share one client.
+ *
+ * Fork: a grant belongs to the process that acquired it; in a forked child
+ * release, extend and renew return HILOCK_EFORKED and touch nothing. */
 #ifndef HILOCK_LOCK_H
 #define HILOCK_LOCK_H
 
@@ -113,6 +120,27 @@ HILOCK_API int64_t hilock_lock_ttl_ms(const hilock_lock *lock);
 
 /* The Redis key that holds the lock (for operators), and its length. */
 HILOCK_API const char *hilock_lock_key(const hilock_lock *lock, size_t *len);
+
+/* Called on the client's renewal thread when a hold is found lost. It must
+ * return quickly and must not free or release the lock (hilock_lock_free
+ * waits for a running callback to return). */
+typedef void (*hilock_lost_fn)(void *arg);
+
+/* Auto-renewal (expiring and lease locks): while held, the client's
+ * renewal thread resets the TTL every ttl/3, registered before acquire
+ * returns and cancelled before release. If renewal finds the lock owned by
+ * someone else, or cannot renew it before its validity runs out, the hold
+ * is marked lost (hilock_lock_lost) and on_lost(arg) runs. max_hold_ms > 0
+ * stops renewing that long after the grant (the lock then lapses at its
+ * TTL and is reported lost). Applies to the current hold too.
+ * HILOCK_ENOTSUP for a simple lock. */
+HILOCK_API int hilock_lock_set_auto_renew(hilock_lock *lock, int enable,
+                                          int64_t max_hold_ms,
+                                          hilock_lost_fn on_lost, void *arg);
+
+/* 1 if the current hold was found lost (renewal failed, or owned() or
+ * extend() found another owner); cleared by the next grant. */
+HILOCK_API int hilock_lock_lost(const hilock_lock *lock);
 
 /* Message and code of this handle's last failed call; never NULL. */
 HILOCK_API const char *hilock_lock_errmsg(const hilock_lock *lock);

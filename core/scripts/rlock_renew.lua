@@ -1,0 +1,8 @@
+-- Renew a reentrant lock while the owner still holds it.
+-- KEYS[1] owners hash. ARGV[1] owner, ARGV[2] ttl in ms.
+-- Returns 1 if renewed, 0 if not held by this owner.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0

@@ -1,0 +1,295 @@
+/* The reentrant lock: a Redis hash {owner -> hold count}; the owner is the
+ * calling thread of a client. Mostly core/scripts/rlock_*.lua. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+struct hilock_rlock {
+  hilock__hold h; /* the current grant (one owner at a time) */
+  pthread_mutex_t mu; /* serialises h between threads sharing the handle */
+  char *key, *fkey, *wkey;
+  size_t keylen, fkeylen, wkeylen;
+};
+
+/* This thread's owner id: client id, ':', kernel thread id. */
+static size_t owner_of(const hilock_rlock *rl, char *buf, size_t n) {
+  return (size_t)snprintf(buf, n, "%s:%ld", rl->h.client->id,
+                          (long)syscall(SYS_gettid));
+}
+
+int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
+                     int64_t ttl_ms, hilock_rlock **out) {
+  hilock__err tmp;
+  hilock_rlock *rl;
+  int rc;
+
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  if (client == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_name(&tmp, name, namelen);
+  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc != HILOCK_OK) {
+    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    return rc;
+  }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  rl = calloc(1, sizeof(*rl));
+  if (rl == NULL) return HILOCK_ENOMEM;
+  rl->key = hilock__key(name, namelen, "rlock", &rl->keylen);
+  rl->fkey = hilock__key(name, namelen, "fence", &rl->fkeylen);
+  rl->wkey = hilock__key(name, namelen, "wake", &rl->wkeylen);
+  if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL ||
+      pthread_mutex_init(&rl->mu, NULL) != 0) {
+    free(rl->key);
+    free(rl->fkey);
+    free(rl->wkey);
+    free(rl);
+    return HILOCK_ENOMEM;
+  }
+  hilock__hold_init(&rl->h, client, rl->key, rl->keylen,
+                    &hilock__script_rlock_renew, ttl_ms);
+  *out = rl;
+  return HILOCK_OK;
+}
+
+void hilock_rlock_free(hilock_rlock *rl) {
+  if (rl == NULL) return;
+  hilock__hold_destroy(&rl->h);
+  pthread_mutex_destroy(&rl->mu);
+  free(rl->key);
+  free(rl->fkey);
+  free(rl->wkey);
+  free(rl);
+}
+
+static int attempt(void *arg, int64_t *pttl) {
+  hilock_rlock *rl = arg;
+  char owner[sizeof(rl->h.owner)], ttl[24];
+  size_t ownerlen = owner_of(rl, owner, sizeof(owner));
+  const char *keys[2] = {rl->key, rl->fkey};
+  size_t keylens[2] = {rl->keylen, rl->fkeylen};
+  const char *args[2] = {owner, ttl};
+  size_t arglens[2] = {ownerlen, hilock__i64(ttl, rl->h.ttl_ms)};
+  hilock__err e;
+  redisReply *r = NULL;
+  int64_t start = hilock__now_us();
+  int rc;
+
+  rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_acquire, 2,
+                          keys, keylens, 2, args, arglens, &r);
+  pthread_mutex_lock(&rl->mu);
+  if (rc != HILOCK_OK) {
+    rl->h.err = e;
+  } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+             r->element[0]->type != REDIS_REPLY_INTEGER ||
+             r->element[1]->type != REDIS_REPLY_INTEGER) {
+    rc = hilock__set_err(&rl->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the rlock acquire script");
+  } else if (r->element[0]->integer == 1) {
+    memcpy(rl->h.owner, owner, ownerlen + 1);
+    rl->h.ownerlen = ownerlen;
+    rc = hilock__hold_granted(&rl->h, start, (uint64_t)r->element[1]->integer);
+  } else {
+    *pttl = r->element[1]->integer;
+    rc = HILOCK_BUSY;
+  }
+  pthread_mutex_unlock(&rl->mu);
+  if (r != NULL) freeReplyObject(r);
+  return rc;
+}
+
+int hilock_rlock_try_acquire(hilock_rlock *rl) {
+  int64_t pttl;
+  if (rl == NULL) return HILOCK_EINVAL;
+  return attempt(rl, &pttl);
+}
+
+int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
+  hilock__err e;
+  int rc;
+  if (rl == NULL) return HILOCK_EINVAL;
+  hilock__clear_err(&e);
+  rc = hilock__acquire_loop(rl->h.client, &e, rl->wkey, rl->wkeylen, wait_ms,
+                            attempt, rl);
+  if (rc < 0 && e.code != HILOCK_OK) {
+    pthread_mutex_lock(&rl->mu);
+    rl->h.err = e;
+    pthread_mutex_unlock(&rl->mu);
+  }
+  return rc;
+}
+
+int hilock_rlock_release(hilock_rlock *rl) {
+  char owner[sizeof(rl->h.owner)], ttl[24];
+  size_t ownerlen;
+  const char *keys[2], *args[2];
+  size_t keylens[2], arglens[2];
+  hilock__err e;
+  redisReply *r = NULL;
+  int rc, mine;
+
+  if (rl == NULL) return HILOCK_EINVAL;
+  ownerlen = owner_of(rl, owner, sizeof(owner));
+  pthread_mutex_lock(&rl->mu);
+  if (rl->h.held && rl->h.pid != getpid()) {
+    rc = hilock__hold_check(&rl->h, "release");
+    pthread_mutex_unlock(&rl->mu);
+    return rc;
+  }
+  mine = rl->h.held && rl->h.ownerlen == ownerlen &&
+         memcmp(rl->h.owner, owner, ownerlen) == 0;
+  pthread_mutex_unlock(&rl->mu);
+  keys[0] = rl->key;
+  keylens[0] = rl->keylen;
+  keys[1] = rl->wkey;
+  keylens[1] = rl->wkeylen;
+  args[0] = owner;
+  arglens[0] = ownerlen;
+  args[1] = ttl;
+  arglens[1] = hilock__i64(ttl, rl->h.ttl_ms);
+  rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_release, 2,
+                          keys, keylens, 2, args, arglens, &r);
+  pthread_mutex_lock(&rl->mu);
+  if (rc != HILOCK_OK) {
+    rl->h.err = e;
+  } else if (r->type != REDIS_REPLY_INTEGER) {
+    rc = hilock__set_err(&rl->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the rlock release script");
+  } else if (r->integer < 0) {
+    rc = hilock__set_err(&rl->h.err, HILOCK_ENOTOWNED,
+                         "release: the calling thread does not hold this "
+                         "lock (or it expired); nothing changed");
+    if (mine) hilock__hold_lost(&rl->h);
+  } else if (r->integer == 0 && mine) {
+    pthread_mutex_unlock(&rl->mu);
+    hilock__hold_drop(&rl->h); /* waits for an in-flight renewal */
+    pthread_mutex_lock(&rl->mu);
+  }
+  pthread_mutex_unlock(&rl->mu);
+  if (r != NULL) freeReplyObject(r);
+  return rc;
+}
+
+int hilock_rlock_hold_count(hilock_rlock *rl, int64_t *count) {
+  char owner[sizeof(rl->h.owner)];
+  const char *argv[3];
+  size_t lens[3];
+  hilock__err e;
+  redisReply *r;
+  int rc;
+
+  if (rl == NULL || count == NULL) return HILOCK_EINVAL;
+  *count = 0;
+  argv[0] = "HGET";
+  lens[0] = 4;
+  argv[1] = rl->key;
+  lens[1] = rl->keylen;
+  argv[2] = owner;
+  lens[2] = owner_of(rl, owner, sizeof(owner));
+  rc = hilock__command(rl->h.client, &e, 3, argv, lens, &r);
+  if (rc != HILOCK_OK) {
+    pthread_mutex_lock(&rl->mu);
+    rl->h.err = e;
+    pthread_mutex_unlock(&rl->mu);
+    return rc;
+  }
+  if (r->type == REDIS_REPLY_STRING) *count = strtoll(r->str, NULL, 10);
+  freeReplyObject(r);
+  return HILOCK_OK;
+}
+
+int hilock_rlock_owned(hilock_rlock *rl, int *owned) {
+  int64_t n = 0;
+  int rc;
+  if (rl == NULL || owned == NULL) return HILOCK_EINVAL;
+  rc = hilock_rlock_hold_count(rl, &n);
+  *owned = rc == HILOCK_OK && n > 0;
+  return rc;
+}
+
+int hilock_rlock_locked(hilock_rlock *rl, int *locked) {
+  const char *argv[2];
+  size_t lens[2];
+  hilock__err e;
+  redisReply *r;
+  int rc;
+  if (rl == NULL || locked == NULL) return HILOCK_EINVAL;
+  argv[0] = "EXISTS";
+  lens[0] = 6;
+  argv[1] = rl->key;
+  lens[1] = rl->keylen;
+  rc = hilock__command(rl->h.client, &e, 2, argv, lens, &r);
+  if (rc != HILOCK_OK) {
+    pthread_mutex_lock(&rl->mu);
+    rl->h.err = e;
+    pthread_mutex_unlock(&rl->mu);
+    return rc;
+  }
+  if (r->type == REDIS_REPLY_INTEGER) {
+    *locked = r->integer > 0;
+  } else {
+    pthread_mutex_lock(&rl->mu);
+    rc = hilock__set_err(&rl->h.err, HILOCK_EPROTO, "unexpected reply to EXISTS");
+    pthread_mutex_unlock(&rl->mu);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_rlock_set_auto_renew(hilock_rlock *rl, int enable,
+                                int64_t max_hold_ms, hilock_lost_fn on_lost,
+                                void *arg) {
+  int rc = HILOCK_OK;
+  if (rl == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  hilock__renewal_cancel(&rl->h);
+  pthread_mutex_lock(&rl->mu);
+  rl->h.auto_renew = enable != 0;
+  rl->h.max_hold_ms = max_hold_ms;
+  rl->h.lost_fn = on_lost;
+  rl->h.lost_arg = arg;
+  if (enable && rl->h.held && rl->h.pid == getpid() &&
+      !hilock__hold_is_lost(&rl->h))
+    rc = hilock__renewal_register(&rl->h);
+  pthread_mutex_unlock(&rl->mu);
+  return rc;
+}
+
+int hilock_rlock_lost(const hilock_rlock *rl) {
+  return rl != NULL && rl->h.held && hilock__hold_is_lost(&rl->h);
+}
+
+int64_t hilock_rlock_validity_ms(const hilock_rlock *rl) {
+  if (rl == NULL || rl->h.pid != getpid()) return 0;
+  return hilock__hold_validity_ms(&rl->h);
+}
+
+uint64_t hilock_rlock_fence(const hilock_rlock *rl) {
+  return rl == NULL ? 0 : rl->h.fence;
+}
+
+int64_t hilock_rlock_ttl_ms(const hilock_rlock *rl) {
+  return rl == NULL ? 0 : rl->h.ttl_ms;
+}
+
+const char *hilock_rlock_key(const hilock_rlock *rl, size_t *len) {
+  if (rl == NULL) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (len) *len = rl->keylen;
+  return rl->key;
+}
+
+const char *hilock_rlock_errmsg(const hilock_rlock *rl) {
+  return rl == NULL ? "rlock is NULL" : rl->h.err.msg;
+}
+
+int hilock_rlock_errcode(const hilock_rlock *rl) {
+  return rl == NULL ? HILOCK_EINVAL : rl->h.err.code;
+}

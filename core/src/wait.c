@@ -1,0 +1,107 @@
+/* Waiting without polling: a blocked acquirer sleeps in BLPOP on the lock's
+ * wake list, and the releasing script pushes one element to it, so exactly
+ * one waiter wakes per release. Wake-ups grant nothing: the woken waiter
+ * runs the acquire script again. Every sleep is bounded by the holder's
+ * remaining TTL and the caller's deadline, so a crashed holder or a lost
+ * wake-up costs at most one TTL. */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SLICE_MS 100 /* how often a wait checks the interrupt hook */
+
+int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
+                      size_t keylen, int64_t bound_ms, int *woken) {
+  hilock__conn *k;
+  char secs[32];
+  const char *argv[3] = {"BLPOP", key, secs};
+  size_t lens[3] = {5, keylen, 0};
+  void *reply = NULL;
+  int fresh, rc, done = 0;
+  int64_t slack, deadline;
+
+  *woken = 0;
+  if (bound_ms < 1) bound_ms = 1;
+  /* BLPOP takes fractional seconds (Redis >= 6); 0 would mean forever. */
+  lens[2] = (size_t)snprintf(secs, sizeof(secs), "%" PRId64 ".%03" PRId64,
+                             bound_ms / 1000, bound_ms % 1000);
+  rc = hilock__pool_get(c, e, &k, &fresh);
+  if (rc != HILOCK_OK) return rc;
+  if (redisAppendCommandArgv(k->ctx, 3, argv, lens) != REDIS_OK) goto broken;
+  while (!done)
+    if (redisBufferWrite(k->ctx, &done) != REDIS_OK) goto broken;
+
+  slack = c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms : 5000;
+  deadline = hilock__now_ms() + bound_ms + slack;
+  for (;;) {
+    struct pollfd p;
+    int64_t left;
+    if (redisGetReplyFromReader(k->ctx, &reply) != REDIS_OK) goto broken;
+    if (reply != NULL) break;
+    if (c->opts.interrupt && c->opts.interrupt(c->opts.interrupt_arg)) {
+      /* The BLPOP is still pending on this socket: drop the connection
+       * (the server unblocks the client; nothing is popped). */
+      hilock__conn_free(k);
+      return hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
+    }
+    left = deadline - hilock__now_ms();
+    if (left <= 0) {
+      hilock__conn_free(k);
+      return hilock__set_err(e, HILOCK_ETIMEDOUT,
+                             "BLPOP: no reply %" PRId64 " ms past its timeout",
+                             slack);
+    }
+    p.fd = k->ctx->fd;
+    p.events = POLLIN;
+    p.revents = 0;
+    if (poll(&p, 1, (int)(left < SLICE_MS ? left : SLICE_MS)) < 0 &&
+        errno != EINTR)
+      goto broken;
+    if (p.revents != 0 && redisBufferRead(k->ctx) != REDIS_OK) goto broken;
+  }
+  {
+    redisReply *r = reply;
+    rc = HILOCK_OK;
+    if (r->type == REDIS_REPLY_ARRAY) *woken = 1;
+    else if (r->type == REDIS_REPLY_ERROR) rc = hilock__reply_error(e, r->str, r->len);
+    else if (r->type != REDIS_REPLY_NIL)
+      rc = hilock__set_err(e, HILOCK_EPROTO, "unexpected reply to BLPOP");
+    freeReplyObject(r);
+  }
+  hilock__pool_put(c, k);
+  return rc == HILOCK__NOSCRIPT ? HILOCK_EREDIS : rc;
+
+broken:
+  rc = hilock__conn_error(c, e, k, "BLPOP", errno);
+  hilock__conn_free(k);
+  /* A broken pooled connection is not the lock's business: report "no
+   * wake-up" and let the next attempt reconnect within its budget. */
+  return fresh ? rc : HILOCK_OK;
+}
+
+int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
+                         size_t wkeylen, int64_t wait_ms,
+                         int (*attempt)(void *arg, int64_t *pttl), void *arg) {
+  int64_t deadline;
+  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
+  deadline = wait_ms < 0 ? INT64_MAX : hilock__now_ms() + wait_ms;
+  for (;;) {
+    int64_t pttl = -1, left, bound;
+    int rc = attempt(arg, &pttl), woken;
+    if (rc != HILOCK_BUSY) return rc;
+    left = deadline == INT64_MAX ? INT64_MAX : deadline - hilock__now_ms();
+    if (left <= 0) return HILOCK_BUSY;
+    /* Sleep until woken, the holder's expiry, or our deadline. A holder
+     * with no expiry (-1) is re-checked at least every 30 s. */
+    bound = pttl >= 0 ? pttl + 1 : 30000;
+    if (left < bound) bound = left;
+    rc = hilock__wait_wake(c, e, wkey, wkeylen, bound, &woken);
+    if (rc != HILOCK_OK) return rc;
+  }
+}

@@ -1,0 +1,185 @@
+"""What every hilock lock object shares: the acquire contract, renewal and
+loss reporting, properties, and the context manager."""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Optional, Type
+
+from . import _hilock as _h
+from . import _notify
+from ._util import Name, name_bytes, seconds_to_ms, wait_seconds
+from .errors import InvalidArgument, LockError, LockLost, LockNotOwnedError, LockTimeout
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+LostCallback = Callable[[Any], None]
+
+
+class LockBase:
+    """Base of the lock classes; see :class:`hilock.Lock`."""
+
+    # The C functions of the family, set by each subclass.
+    _c_free: Callable[[Any], None]
+    _c_acquire: Callable[[Any, int], int]
+    _c_release: Callable[[Any], int]
+    _c_set_renew: Callable[[Any, int, int, int], int]
+    _c_lost: Callable[[Any], int]
+    _c_validity: Callable[[Any], int]
+    _c_fence: Callable[[Any], int]
+    _c_ttl: Callable[[Any], int]
+    _c_key: Callable[[Any], bytes]
+    _kind_name = "lock"
+
+    def __init__(self, client: "Client", name: Name, timeout: Optional[float],
+                 auto_renew: bool, max_hold: Optional[float],
+                 on_lost: Optional[LostCallback]) -> None:
+        self._client = client
+        self._name = name
+        self._bname = name_bytes(name)
+        self._timeout = wait_seconds(timeout)
+        if on_lost is not None and not callable(on_lost):
+            raise InvalidArgument("on_lost must be callable")
+        self._on_lost = on_lost
+        self._auto_renew = bool(auto_renew)
+        self._max_hold_ms = 0 if max_hold is None else seconds_to_ms(max_hold, "max_hold")
+        self._notify_id = 0
+        self._h: Any = None
+
+    def _setup(self, handle: Any) -> None:
+        """Adopt the C handle and configure renewal."""
+        self._h = handle
+        if self._auto_renew:
+            self._notify_id = _notify.register(self)
+            type(self)._c_set_renew(handle, 1, self._max_hold_ms, self._notify_id)
+
+    def __del__(self) -> None:
+        h, self._h = getattr(self, "_h", None), None
+        if h is None:
+            return
+        if self._notify_id:
+            _notify.unregister(self._notify_id)
+        if type(self)._c_validity(h) > 0:
+            warnings.warn(f"hilock {self._kind_name} {self._name!r} collected while held; "
+                          "it is not released (it lapses at its TTL)",
+                          ResourceWarning, stacklevel=2)
+        type(self)._c_free(h)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
+
+    def __repr__(self) -> str:
+        return f"<hilock.{type(self).__name__} {self._name!r} validity={self.validity:.3f}s>"
+
+    # -- acquire ------------------------------------------------------------
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Acquire the lock; return True if granted.
+
+        ``blocking=False`` tries once. Otherwise wait up to ``timeout``
+        seconds (float); ``-1`` means the object's default ``timeout`` (None:
+        no limit). A waiter sleeps until the holder's release wakes it (no
+        polling), at most until the holder's TTL runs out. Other threads run
+        meanwhile, and Ctrl-C interrupts the wait.
+        """
+        if not blocking:
+            if timeout != -1:
+                raise InvalidArgument("can't specify a timeout for a non-blocking call")
+            wait: Optional[float] = 0.0
+        elif timeout == -1:
+            wait = self._timeout
+        else:
+            wait = wait_seconds(timeout)
+        return self._acquire(wait)
+
+    def _acquire(self, wait: Optional[float]) -> bool:
+        return self._c_call_acquire(wait)
+
+    def _c_call_acquire(self, wait: Optional[float]) -> bool:
+        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
+        return type(self)._c_acquire(self._h, wait_ms) == _h.HILOCK_OK
+
+    def release(self) -> None:
+        """Release the lock (owner-checked in one script). Raises
+        LockNotOwnedError if this holder does not hold it (never acquired,
+        expired, or taken by another owner); nothing is deleted then."""
+        type(self)._c_release(self._h)
+
+    # -- loss -----------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        """True once renewal found the hold lost (taken by another owner, or
+        not renewable before its validity ran out)."""
+        return bool(type(self)._c_lost(self._h))
+
+    def _notify_lost(self) -> None:
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    # -- properties -------------------------------------------------------------
+
+    @property
+    def name(self) -> Name:
+        return self._name
+
+    @property
+    def key(self) -> bytes:
+        """The Redis key that holds the lock."""
+        return type(self)._c_key(self._h)
+
+    @property
+    def ttl(self) -> Optional[float]:
+        """The TTL in seconds (None: no expiry)."""
+        ms = type(self)._c_ttl(self._h)
+        return ms / 1000.0 if ms else None
+
+    @property
+    def timeout(self) -> Optional[float]:
+        """The default wait of ``acquire()`` and ``with`` (None: no limit)."""
+        return self._timeout
+
+    @property
+    def auto_renew(self) -> bool:
+        return self._auto_renew
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the current or last grant (strictly increasing
+        per lock name), or None before the first grant."""
+        return type(self)._c_fence(self._h) or None
+
+    @property
+    def validity(self) -> float:
+        """Seconds of validity left for the current grant, measured locally on
+        the monotonic clock less a drift allowance (no round trip); 0.0 if not
+        held or lost, inf for a held simple lock."""
+        ms = type(self)._c_validity(self._h)
+        return math.inf if ms >= (1 << 62) else ms / 1000.0
+
+    # -- context manager --------------------------------------------------------
+
+    def __enter__(self) -> "LockBase":
+        if not self.acquire():
+            raise LockTimeout(f"could not acquire {self._name!r} within {self._timeout} s")
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]],
+                 exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        lost = self.lost
+        try:
+            self.release()
+        except LockError as e:
+            # Losing the lock matters when the body succeeded; when it is
+            # already raising, its own exception is the one to see.
+            if exc_type is not None:
+                return
+            if lost or isinstance(e, LockNotOwnedError):
+                raise LockLost(f"lock {self._name!r} was lost while the block ran: {e}",
+                               getattr(e, "code", 0)) from e
+            raise
+        if lost and exc_type is None:
+            raise LockLost(f"lock {self._name!r} was lost while the block ran")

@@ -1,0 +1,90 @@
+"""Delivery of lock-loss callbacks.
+
+The C renewal thread reports a lost hold by writing the lock's id to a
+pipe; a daemon thread here reads it and calls the lock's callback with the
+GIL held, in Python's own thread. No Python object crosses into C, so a
+callback can never race the collection of its lock.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+import threading
+import traceback
+import weakref
+from typing import Any, Dict, Optional
+
+from . import _hilock as _h
+
+_mu = threading.Lock()
+_ids = itertools.count(1)
+_locks: "Dict[int, weakref.ReferenceType[Any]]" = {}
+_fds: Optional[tuple] = None
+_ID = struct.Struct("=q")
+
+
+def _reader(rfd: int) -> None:
+    buf = b""
+    while True:
+        try:
+            chunk = os.read(rfd, 8 * 64)
+        except OSError:
+            return
+        if not chunk:
+            return
+        buf += chunk
+        while len(buf) >= _ID.size:
+            (lock_id,) = _ID.unpack_from(buf)
+            buf = buf[_ID.size:]
+            with _mu:
+                ref = _locks.get(lock_id)
+            lock = ref() if ref is not None else None
+            if lock is not None:
+                try:
+                    lock._notify_lost()
+                except Exception:  # a callback's error must not stop delivery
+                    traceback.print_exc()
+
+
+def _start() -> None:
+    global _fds
+    if _fds is not None:
+        return
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)  # never stall the renewal thread
+    _fds = (rfd, wfd)
+    _h._set_lost_fd(wfd)
+    threading.Thread(target=_reader, args=(rfd,), name="hilock-lost", daemon=True).start()
+
+
+def register(lock: Any) -> int:
+    """An id under which the C layer reports lock's loss."""
+    with _mu:
+        _start()
+        lock_id = next(_ids)
+        _locks[lock_id] = weakref.ref(lock)
+        return lock_id
+
+
+def unregister(lock_id: int) -> None:
+    with _mu:
+        _locks.pop(lock_id, None)
+
+
+def _after_fork_in_child() -> None:
+    # The reader thread did not survive the fork: start afresh on first use.
+    global _fds, _mu
+    _mu = threading.Lock()
+    if _fds is not None:
+        for fd in _fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _fds = None
+    _h._set_lost_fd(-1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
