@@ -419,7 +419,7 @@ void hilock_client_free(hilock_client *c) {
   hilock__conn *idle;
   if (c == NULL) return;
   pthread_mutex_lock(&c->mu);
-  c->closed = 1;
+  __atomic_store_n(&c->closed, 1, __ATOMIC_RELAXED); /* waiters poll it */
   idle = take_idle(c);
   pthread_mutex_unlock(&c->mu);
   free_list(idle);

@@ -42,6 +42,10 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
     int64_t left;
     if (redisGetReplyFromReader(k->ctx, &reply) != REDIS_OK) goto broken;
     if (reply != NULL) break;
+    if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED)) {
+      hilock__conn_free(k);
+      return hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
+    }
     if (c->opts.interrupt && c->opts.interrupt(c->opts.interrupt_arg)) {
       /* The BLPOP is still pending on this socket: drop the connection
        * (the server unblocks the client; nothing is popped). */

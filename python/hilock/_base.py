@@ -100,7 +100,17 @@ class LockBase:
 
     def _c_call_acquire(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
-        return type(self)._c_acquire(self._h, wait_ms) == _h.HILOCK_OK
+        try:
+            return type(self)._c_acquire(self._h, wait_ms) == _h.HILOCK_OK
+        except BaseException:
+            # Ctrl-C (or any exception) racing the grant: never leave the
+            # lock held behind the caller's back.
+            if type(self)._c_validity(self._h) > 0:
+                try:
+                    type(self)._c_release(self._h)
+                except LockError:
+                    pass
+            raise
 
     def release(self) -> None:
         """Release the lock (owner-checked in one script). Raises

@@ -38,7 +38,9 @@ class Client:
             raise InvalidArgument("url must be a str without NUL characters")
         self.url = url
         connect_ms = seconds_to_ms(connect_timeout, "connect_timeout")
-        command_ms = seconds_to_ms(command_timeout, "command_timeout")
+        # command_timeout=0: wait for replies without limit.
+        command_ms = 0 if command_timeout == 0 else seconds_to_ms(command_timeout,
+                                                                   "command_timeout")
         reconnect_ms = 0 if reconnect == 0 else seconds_to_ms(reconnect, "reconnect")
         self._close_lock = threading.Lock()
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms)

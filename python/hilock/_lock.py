@@ -72,6 +72,11 @@ class Lock(LockBase):
         Raises LockNotOwnedError if this object does not hold it, or if it
         expired or was taken by another owner; nothing is deleted then.
         """
+        if not _h.hilock_lock_token(self._h):
+            # No grant on this object: leave alone any thread that is
+            # waiting in acquire() on it.
+            raise LockNotOwnedError("release: this lock object does not hold the lock",
+                                    _h.HILOCK_ENOTOWNED)
         try:
             _h.hilock_lock_release(self._h)
         except LockNotOwnedError:
@@ -100,8 +105,10 @@ class Lock(LockBase):
     def force_release(self) -> bool:
         """Operator tool: delete the lock whoever holds it, waking a waiter.
         True if it was held."""
+        had_grant = bool(_h.hilock_lock_token(self._h))
         deleted = bool(_h.py_lock_force_release(self._h))
-        self._drop_local()
+        if had_grant:
+            self._drop_local()
         return deleted
 
     @property

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Optional, Union
 
 from .errors import InvalidArgument
@@ -41,6 +42,6 @@ def wait_seconds(value: Optional[float], what: str = "timeout") -> Optional[floa
         raise InvalidArgument(f"{what} must be a number of seconds or None")
     if math.isnan(value) or value < 0:
         raise InvalidArgument(f"{what} must be >= 0 seconds or None, got {value!r}")
-    if math.isinf(value):
-        return None
+    if math.isinf(value) or value > threading.TIMEOUT_MAX:
+        return None  # beyond any wait a thread can make: no limit
     return float(value)

@@ -45,13 +45,14 @@ FORK = multiprocessing.get_context("fork")
 
 
 def make_lock(c, kind: str, name, ttl: float = 10.0, timeout=None):
-    """A lock of the given kind on client c."""
+    """A lock of the given kind on client c, without watchdog renewal (these
+    suites test TTL semantics; test_renewal.py tests the watchdog)."""
     if kind == "expiring":
-        return c.lock(name, ttl=ttl, timeout=timeout)
+        return c.lock(name, ttl=ttl, timeout=timeout, auto_renew=False)
     if kind == "simple":
         return c.simple_lock(name, timeout=timeout)
     if kind == "lease":
-        return c.lease(name, ttl=ttl, timeout=timeout)
+        return c.lease(name, ttl=ttl, timeout=timeout, auto_renew=False)
     raise ValueError(f"unknown lock kind {kind!r}")
 
 

@@ -101,10 +101,6 @@ def test_bad_timeouts_are_invalid_argument(bad, client) -> None:
     lk.release()
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
-    "a finite timeout above threading.TIMEOUT_MAX (about 9.2e9 s) passes "
-    "wait_seconds() but overflows threading.Lock.acquire: OverflowError "
-    "instead of waiting without limit (as for inf) or InvalidArgument"))
 @pytest.mark.parametrize("huge", [1e10, 1e300], ids=repr)
 def test_huge_finite_timeout(huge, client) -> None:
     lk = client.lock("huge-timeout", ttl=5)
