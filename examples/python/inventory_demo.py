@@ -29,6 +29,8 @@ def seller(url, kind, start, results):
         guard = client.simple_lock("demo:inventory")
     elif kind == "lease":
         guard = client.lease("demo:inventory", ttl=10.0)
+    elif kind == "rlock":
+        guard = client.rlock("demo:inventory", ttl=10.0)
     else:
         guard = contextlib.nullcontext()
     start.wait()
@@ -73,7 +75,7 @@ def main():
         print(f"| {'guard':<12} | {'sold':>5} | {'oversold':>8} | {'stock left':>10} | {'seconds':>7} |")
         print(f"|{'-' * 14}|{'-' * 7}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
         ok = True
-        for kind in ("none", "lock", "simple_lock", "lease"):
+        for kind in ("none", "lock", "simple_lock", "lease", "rlock"):
             sold, left, secs = run(url, kind, args.workers, args.stock)
             over = max(0, sold - args.stock)
             print(f"| {kind:<12} | {sold:>5} | {over:>8} | {left:>10} | {secs:>7.2f} |")

@@ -1,0 +1,71 @@
+/* Watchdog renewal with a loss signal.
+ *
+ * The client's renewal thread keeps a 600 ms lock alive while the holder
+ * works for 2 s. Then an operator deletes it and someone else takes it: the
+ * renewal thread notices, marks the hold lost and calls on_lost, and the
+ * holder's release reports that it no longer owns the lock.
+ *
+ *   watchdog [url]         url defaults to $HILOCK_URL, $REDIS_URL or
+ *                          redis://127.0.0.1:6379/0 */
+#include <hilock/hilock.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char *redis_url(int argc, char **argv) {
+  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
+  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
+  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
+  return url;
+}
+
+static atomic_int lost_signalled;
+
+/* Runs on the renewal thread: keep it short; never free or release here. */
+static void on_lost(void *arg) {
+  (void)arg;
+  atomic_store(&lost_signalled, 1);
+}
+
+int main(int argc, char **argv) {
+  const char *url = redis_url(argc, argv);
+  hilock_client *c = NULL;
+  hilock_lock *job = NULL, *thief = NULL;
+  int rc, owned = 0, status = 1;
+
+  rc = hilock_client_new(url, NULL, &c);
+  if (rc != HILOCK_OK) {
+    fprintf(stderr, "connect %s: %s\n", url,
+            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    goto out;
+  }
+  if (hilock_lock_new(c, "report:daily", 12, 600, &job) != HILOCK_OK ||
+      hilock_lock_new(c, "report:daily", 12, 5000, &thief) != HILOCK_OK)
+    goto out;
+  hilock_lock_set_auto_renew(job, 1, 0, on_lost, NULL);
+  if ((rc = hilock_lock_acquire(job, 1000)) != HILOCK_OK) {
+    fprintf(stderr, "acquire: %s\n", hilock_lock_errmsg(job));
+    goto out;
+  }
+  sleep(2); /* longer than three TTLs */
+  hilock_lock_owned(job, &owned);
+  printf("after 2 s with a 600 ms TTL: owned=%d validity=%" PRId64 " ms\n",
+         owned, hilock_lock_validity_ms(job));
+
+  hilock_lock_force_release(thief, NULL); /* an operator steps in */
+  hilock_lock_try_acquire(thief);
+  for (int i = 0; i < 40 && !atomic_load(&lost_signalled); i++) usleep(25000);
+  printf("renewal noticed: lost=%d callback=%d\n", hilock_lock_lost(job),
+         atomic_load(&lost_signalled));
+  rc = hilock_lock_release(job);
+  printf("holder's release: %s\n", hilock_lock_errmsg(job));
+  hilock_lock_release(thief);
+  status = rc == HILOCK_ENOTOWNED && atomic_load(&lost_signalled) ? 0 : 1;
+out:
+  hilock_lock_free(job);
+  hilock_lock_free(thief);
+  hilock_client_free(c);
+  return status;
+}
