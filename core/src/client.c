@@ -349,6 +349,21 @@ static void watchdog_destroy(hilock__watchdog *w) {
   pthread_mutex_destroy(&w->mu);
 }
 
+int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
+                   size_t keylen, int *exists) {
+  const char *argv[2] = {"EXISTS", key};
+  size_t lens[2] = {6, keylen};
+  redisReply *r;
+  int rc = hilock__command(c, e, 2, argv, lens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (r->type == REDIS_REPLY_INTEGER)
+    *exists = r->integer > 0;
+  else
+    rc = hilock__set_err(e, HILOCK_EPROTO, "unexpected reply to EXISTS");
+  freeReplyObject(r);
+  return rc;
+}
+
 int hilock_client_new(const char *url, const hilock_options *opts,
                       hilock_client **out) {
   hilock_client *c;

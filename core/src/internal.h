@@ -98,6 +98,10 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
                        const char **argv, const size_t *lens, redisReply **out,
                        int resend);
 
+/* EXISTS key: *exists = 1 if it is there (HILOCK_EPROTO on an odd reply). */
+int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
+                   size_t keylen, int *exists);
+
 /* Connection pool, for callers that drive a connection themselves. */
 int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
                      int *fresh);

@@ -222,20 +222,19 @@ int hilock_lock_renew(hilock_lock *l) {
   return hilock_lock_extend(l, l->h.ttl_ms, 1);
 }
 
-/* Run a one-key command (GET, EXISTS) on the lock key. */
-static int key_command(hilock_lock *l, const char *cmd, redisReply **r) {
-  const char *argv[2] = {cmd, l->key};
-  size_t lens[2] = {strlen(cmd), l->keylen};
-  return hilock__command(l->h.client, &l->h.err, 2, argv, lens, r);
-}
-
 int hilock_lock_owned(hilock_lock *l, int *owned) {
+  const char *argv[2];
+  size_t lens[2];
   redisReply *r;
   int rc;
   if (l == NULL || owned == NULL) return HILOCK_EINVAL;
   *owned = 0;
   if (!l->h.held || l->h.pid != getpid()) return HILOCK_OK;
-  rc = key_command(l, "GET", &r);
+  argv[0] = "GET";
+  lens[0] = 3;
+  argv[1] = l->key;
+  lens[1] = l->keylen;
+  rc = hilock__command(l->h.client, &l->h.err, 2, argv, lens, &r);
   if (rc != HILOCK_OK) return rc;
   if (r->type == REDIS_REPLY_STRING && r->len == l->h.ownerlen &&
       memcmp(r->str, l->h.owner, l->h.ownerlen) == 0)
@@ -249,17 +248,8 @@ int hilock_lock_owned(hilock_lock *l, int *owned) {
 }
 
 int hilock_lock_locked(hilock_lock *l, int *locked) {
-  redisReply *r;
-  int rc;
   if (l == NULL || locked == NULL) return HILOCK_EINVAL;
-  rc = key_command(l, "EXISTS", &r);
-  if (rc != HILOCK_OK) return rc;
-  if (r->type == REDIS_REPLY_INTEGER)
-    *locked = r->integer > 0;
-  else
-    rc = hilock__set_err(&l->h.err, HILOCK_EPROTO, "unexpected reply to EXISTS");
-  freeReplyObject(r);
-  return rc;
+  return hilock__exists(l->h.client, &l->h.err, l->key, l->keylen, locked);
 }
 
 int hilock_lock_force_release(hilock_lock *l, int *deleted) {

@@ -22,6 +22,14 @@ static size_t owner_of(const hilock_rlock *rl, char *buf, size_t n) {
                           (long)syscall(SYS_gettid));
 }
 
+/* Record e as the handle's last error (threads may share the handle). */
+static int keep_err(hilock_rlock *rl, const hilock__err *e) {
+  pthread_mutex_lock(&rl->mu);
+  rl->h.err = *e;
+  pthread_mutex_unlock(&rl->mu);
+  return e->code;
+}
+
 int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t ttl_ms, hilock_rlock **out) {
   hilock__err tmp;
@@ -117,11 +125,7 @@ int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
   hilock__clear_err(&e);
   rc = hilock__acquire_loop(rl->h.client, &e, rl->wkey, rl->wkeylen, wait_ms,
                             attempt, rl);
-  if (rc < 0 && e.code != HILOCK_OK) {
-    pthread_mutex_lock(&rl->mu);
-    rl->h.err = e;
-    pthread_mutex_unlock(&rl->mu);
-  }
+  if (rc < 0 && e.code != HILOCK_OK) keep_err(rl, &e);
   return rc;
 }
 
@@ -193,12 +197,7 @@ int hilock_rlock_hold_count(hilock_rlock *rl, int64_t *count) {
   argv[2] = owner;
   lens[2] = owner_of(rl, owner, sizeof(owner));
   rc = hilock__command(rl->h.client, &e, 3, argv, lens, &r);
-  if (rc != HILOCK_OK) {
-    pthread_mutex_lock(&rl->mu);
-    rl->h.err = e;
-    pthread_mutex_unlock(&rl->mu);
-    return rc;
-  }
+  if (rc != HILOCK_OK) return keep_err(rl, &e);
   if (r->type == REDIS_REPLY_STRING) *count = strtoll(r->str, NULL, 10);
   freeReplyObject(r);
   return HILOCK_OK;
@@ -214,32 +213,11 @@ int hilock_rlock_owned(hilock_rlock *rl, int *owned) {
 }
 
 int hilock_rlock_locked(hilock_rlock *rl, int *locked) {
-  const char *argv[2];
-  size_t lens[2];
   hilock__err e;
-  redisReply *r;
   int rc;
   if (rl == NULL || locked == NULL) return HILOCK_EINVAL;
-  argv[0] = "EXISTS";
-  lens[0] = 6;
-  argv[1] = rl->key;
-  lens[1] = rl->keylen;
-  rc = hilock__command(rl->h.client, &e, 2, argv, lens, &r);
-  if (rc != HILOCK_OK) {
-    pthread_mutex_lock(&rl->mu);
-    rl->h.err = e;
-    pthread_mutex_unlock(&rl->mu);
-    return rc;
-  }
-  if (r->type == REDIS_REPLY_INTEGER) {
-    *locked = r->integer > 0;
-  } else {
-    pthread_mutex_lock(&rl->mu);
-    rc = hilock__set_err(&rl->h.err, HILOCK_EPROTO, "unexpected reply to EXISTS");
-    pthread_mutex_unlock(&rl->mu);
-  }
-  freeReplyObject(r);
-  return rc;
+  rc = hilock__exists(rl->h.client, &e, rl->key, rl->keylen, locked);
+  return rc == HILOCK_OK ? rc : keep_err(rl, &e);
 }
 
 int hilock_rlock_set_auto_renew(hilock_rlock *rl, int enable,
