@@ -6,31 +6,12 @@
  *
  *   expiring_lock [url]    url defaults to $HILOCK_URL, $REDIS_URL or
  *                          redis://127.0.0.1:6379/0 */
-#include <errno.h>
 #include <hilock/hilock.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
-
-static void report(const char *what, const hilock_lock *lk, int rc) {
-  fprintf(stderr, "%s: %s\n", what,
-          rc < 0 ? hilock_lock_errmsg(lk) : hilock_strerror(rc));
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
+#include "example.h"
 
 int main(int argc, char **argv) {
   const char *url = redis_url(argc, argv);
@@ -38,12 +19,7 @@ int main(int argc, char **argv) {
   hilock_lock *order = NULL, *slow = NULL, *other = NULL;
   int rc, owned, status = 1;
 
-  rc = hilock_client_new(url, NULL, &c);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    goto out;
-  }
+  if (client_connect(url, &c) != HILOCK_OK) goto out;
   if (hilock_lock_new(c, "orders:42", 9, 5000, &order) != HILOCK_OK ||
       hilock_lock_new(c, "report", 6, 200, &slow) != HILOCK_OK ||
       hilock_lock_new(c, "report", 6, 5000, &other) != HILOCK_OK) {

@@ -7,13 +7,12 @@
  *
  *   fencing [url]          url defaults to $HILOCK_URL, $REDIS_URL or
  *                          redis://127.0.0.1:6379/0 */
-#include <errno.h>
 #include <hilock/hilock.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
+
+#include "example.h"
 
 /* The protected resource: it checks the fence of every write. */
 typedef struct storage {
@@ -33,24 +32,6 @@ static int storage_write(storage *s, uint64_t fence, const char *value) {
   return 0;
 }
 
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
-
-static void report(const char *what, const hilock_lock *lk, int rc) {
-  fprintf(stderr, "%s: %s\n", what,
-          rc < 0 ? hilock_lock_errmsg(lk) : hilock_strerror(rc));
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 int main(int argc, char **argv) {
   const char *url = redis_url(argc, argv);
   hilock_client *c = NULL;
@@ -59,12 +40,7 @@ int main(int argc, char **argv) {
   uint64_t fence_a;
   int rc, status = 1;
 
-  rc = hilock_client_new(url, NULL, &c);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    goto out;
-  }
+  if (client_connect(url, &c) != HILOCK_OK) goto out;
   if (hilock_lock_new(c, "file", 4, 200, &a) != HILOCK_OK ||
       hilock_lock_new(c, "file", 4, 5000, &b) != HILOCK_OK) {
     fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));

@@ -10,13 +10,14 @@
 #include <errno.h>
 #include <hilock/hilock.h>
 #include <hiredis/hiredis.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#define EXAMPLE_WITH_HIREDIS
+#include "example.h"
 
 #define STOCK_KEY "demo:stock"
 #define LOCK_NAME "demo:inventory"
@@ -32,127 +33,10 @@ static const guard guards[] = {{"none", -1},
                                {"simple_lock", HILOCK_LOCK_SIMPLE},
                                {"lease", HILOCK_LOCK_LEASE}};
 
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 /* ## The stock key, with plain hiredis ---------------------------------- */
 
-/* One command; NULL (after printing why) on a broken connection or an error
- * reply. */
-static redisReply *cmd(redisContext *r, const char *fmt, ...) {
-  va_list ap;
-  redisReply *rep;
-  va_start(ap, fmt);
-  rep = redisvCommand(r, fmt, ap);
-  va_end(ap);
-  if (rep == NULL) {
-    fprintf(stderr, "redis: %s\n", r->errstr);
-  } else if (rep->type == REDIS_REPLY_ERROR) {
-    fprintf(stderr, "redis: %s\n", rep->str);
-    freeReplyObject(rep);
-    rep = NULL;
-  }
-  return rep;
-}
-
-/* Connect for the stock key. Reads the URL forms the library takes,
- * redis://[[user]:password@]host[:port][/db] and
- * unix:///path[?db=N&user=U&password=P], without percent-escapes. */
-static redisContext *stock_connect(const char *url) {
-  char buf[1024], *host = NULL, *path = NULL, *user = NULL, *pass = NULL, *q;
-  struct timeval tv = {2, 0};
-  int port = 6379, db = 0, ok = 1;
-  redisContext *r;
-  redisReply *rep;
-
-  if (strlen(url) >= sizeof(buf)) {
-    fprintf(stderr, "url too long\n");
-    return NULL;
-  }
-  strcpy(buf, url);
-  if (strncmp(buf, "unix://", 7) == 0) {
-    path = buf + 7;
-    if ((q = strchr(path, '?')) != NULL) {
-      *q++ = '\0';
-      for (char *kv = strtok(q, "&"); kv != NULL; kv = strtok(NULL, "&")) {
-        if (strncmp(kv, "db=", 3) == 0) db = atoi(kv + 3);
-        else if (strncmp(kv, "user=", 5) == 0) user = kv + 5;
-        else if (strncmp(kv, "password=", 9) == 0) pass = kv + 9;
-      }
-    }
-  } else if (strncmp(buf, "redis://", 8) == 0) {
-    host = buf + 8;
-    if ((q = strchr(host, '/')) != NULL) {
-      *q++ = '\0';
-      db = atoi(q);
-    }
-    if ((q = strrchr(host, '@')) != NULL) {
-      *q = '\0';
-      pass = strchr(host, ':');
-      if (pass != NULL) {
-        *pass++ = '\0';
-        user = host;
-      } else {
-        pass = host;
-      }
-      host = q + 1;
-    }
-    q = host;
-    if (*host == '[' && (q = strchr(host, ']')) != NULL) {
-      *q++ = '\0';
-      host++;
-    }
-    if ((q = strchr(q, ':')) != NULL) {
-      *q++ = '\0';
-      port = atoi(q);
-    }
-  } else {
-    fprintf(stderr, "%s: expected redis:// or unix://\n", url);
-    return NULL;
-  }
-  r = path ? redisConnectUnixWithTimeout(path, tv)
-           : redisConnectWithTimeout(host, port, tv);
-  if (r == NULL || r->err) {
-    fprintf(stderr, "connect %s: %s\n", url, r ? r->errstr : "out of memory");
-    redisFree(r);
-    return NULL;
-  }
-  if (pass != NULL && *pass != '\0') {
-    rep = user != NULL && *user != '\0' ? cmd(r, "AUTH %s %s", user, pass)
-                                        : cmd(r, "AUTH %s", pass);
-    ok = rep != NULL;
-    freeReplyObject(rep);
-  }
-  if (ok && db != 0) {
-    rep = cmd(r, "SELECT %d", db);
-    ok = rep != NULL;
-    freeReplyObject(rep);
-  }
-  if (!ok) {
-    redisFree(r);
-    return NULL;
-  }
-  return r;
-}
-
 static int get_stock(redisContext *r, long *stock) {
-  redisReply *rep = cmd(r, "GET %s", STOCK_KEY);
+  redisReply *rep = redis_cmd(r, "GET %s", STOCK_KEY);
   if (rep == NULL) return -1;
   if (rep->type != REDIS_REPLY_STRING) {
     fprintf(stderr, "%s is missing\n", STOCK_KEY);
@@ -165,7 +49,7 @@ static int get_stock(redisContext *r, long *stock) {
 }
 
 static int set_stock(redisContext *r, long stock) {
-  redisReply *rep = cmd(r, "SET %s %ld", STOCK_KEY, stock);
+  redisReply *rep = redis_cmd(r, "SET %s %ld", STOCK_KEY, stock);
   if (rep == NULL) return -1;
   freeReplyObject(rep);
   return 0;
@@ -190,7 +74,7 @@ static hilock_lock *new_lock(hilock_client *c, int kind) {
 /* One seller process: wait for the start signal (EOF on start_fd), then sell
  * until the stock is gone. Returns the number sold, or -1 on error. */
 static int sell(const char *url, int kind, int start_fd) {
-  redisContext *r = stock_connect(url);
+  redisContext *r = redis_connect_url(url);
   hilock_client *c = NULL;
   hilock_lock *lk = NULL;
   int rc, sold = -1, n = 0;
@@ -199,11 +83,7 @@ static int sell(const char *url, int kind, int start_fd) {
 
   if (r == NULL) return -1;
   if (kind >= 0) {
-    if ((rc = hilock_client_new(url, NULL, &c)) != HILOCK_OK) {
-      fprintf(stderr, "connect %s: %s\n", url,
-              c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-      goto out;
-    }
+    if (client_connect(url, &c) != HILOCK_OK) goto out;
     if ((lk = new_lock(c, kind)) == NULL) goto out;
   }
   while (read(start_fd, &ch, 1) < 0 && errno == EINTR) {
@@ -293,9 +173,7 @@ static int clear_stale_lock(const char *url) {
   hilock_lock *lk;
   int rc, deleted = 0;
 
-  if ((rc = hilock_client_new(url, NULL, &c)) != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
+  if ((rc = client_connect(url, &c)) != HILOCK_OK) {
     hilock_client_free(c);
     return -1;
   }
@@ -317,7 +195,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s [url [workers]]\n", argv[0]);
     return 2;
   }
-  if (clear_stale_lock(url) != 0 || (r = stock_connect(url)) == NULL) return 1;
+  if (clear_stale_lock(url) != 0 || (r = redis_connect_url(url)) == NULL)
+    return 1;
   printf("%d processes selling a stock of %d\n\n", workers, STOCK);
   printf("| %-12s | %5s | %8s | %10s | %7s |\n", "guard", "sold", "oversold",
          "stock left", "seconds");

@@ -9,14 +9,8 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
+#include "example.h"
 
 static hilock_rlock *account;
 
@@ -56,12 +50,7 @@ int main(int argc, char **argv) {
   pthread_t t;
   int rc, status = 1;
 
-  rc = hilock_client_new(url, NULL, &c);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    goto out;
-  }
+  if (client_connect(url, &c) != HILOCK_OK) goto out;
   if (hilock_rlock_new(c, "account:7", 9, 10000, &account) != HILOCK_OK) {
     fprintf(stderr, "rlock: %s\n", hilock_client_errmsg(c));
     goto out;

@@ -9,23 +9,11 @@
 #include <hilock/hilock.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "example.h"
+
 #define NAME "nightly-job"
-
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
-
-/* Print why a call did not give the expected result. */
-static void report(const char *what, const hilock_lock *lk, int rc) {
-  fprintf(stderr, "%s: %s\n", what,
-          rc < 0 ? hilock_lock_errmsg(lk) : hilock_strerror(rc));
-}
 
 int main(int argc, char **argv) {
   const char *url = redis_url(argc, argv), *key;
@@ -34,12 +22,7 @@ int main(int argc, char **argv) {
   size_t keylen;
   int rc, deleted, status = 1;
 
-  rc = hilock_client_new(url, NULL, &c);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    goto out;
-  }
+  if (client_connect(url, &c) != HILOCK_OK) goto out;
   if (hilock_simple_lock_new(c, NAME, strlen(NAME), &job) != HILOCK_OK ||
       hilock_simple_lock_new(c, NAME, strlen(NAME), &dead) != HILOCK_OK ||
       hilock_simple_lock_new(c, NAME, strlen(NAME), &waiter) != HILOCK_OK ||

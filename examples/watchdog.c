@@ -11,15 +11,9 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <unistd.h>
 
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
+#include "example.h"
 
 static atomic_int lost_signalled;
 
@@ -35,12 +29,7 @@ int main(int argc, char **argv) {
   hilock_lock *job = NULL, *thief = NULL;
   int rc, owned = 0, status = 1;
 
-  rc = hilock_client_new(url, NULL, &c);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    goto out;
-  }
+  if (client_connect(url, &c) != HILOCK_OK) goto out;
   if (hilock_lock_new(c, "report:daily", 12, 600, &job) != HILOCK_OK ||
       hilock_lock_new(c, "report:daily", 12, 5000, &thief) != HILOCK_OK)
     goto out;

@@ -12,12 +12,13 @@
  *   {"mode": ..., "cycles": ..., "seconds": ..., "cycles_per_s": ...} */
 #include <hilock/hilock.h>
 #include <hiredis/hiredis.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#define EXAMPLE_WITH_HIREDIS
+#include "example.h"
 
 #define WARMUP_S 0.25
 
@@ -29,12 +30,6 @@ static const char release_lua[] =
     "end\n"
     "return 0\n";
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ## floor: raw hiredis --------------------------------------------------- */
 
 typedef struct floor_ctx {
@@ -43,106 +38,11 @@ typedef struct floor_ctx {
   uint64_t rng;
 } floor_ctx;
 
-static redisReply *cmd(redisContext *r, const char *fmt, ...) {
-  va_list ap;
-  redisReply *rep;
-  va_start(ap, fmt);
-  rep = redisvCommand(r, fmt, ap);
-  va_end(ap);
-  if (rep == NULL) {
-    fprintf(stderr, "redis: %s\n", r->errstr);
-  } else if (rep->type == REDIS_REPLY_ERROR) {
-    fprintf(stderr, "redis: %s\n", rep->str);
-    freeReplyObject(rep);
-    rep = NULL;
-  }
-  return rep;
-}
-
-/* redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N&...],
- * without percent-escapes. */
-static redisContext *url_connect(const char *url) {
-  char buf[1024], *host = NULL, *path = NULL, *user = NULL, *pass = NULL, *q;
-  struct timeval tv = {2, 0};
-  int port = 6379, db = 0, ok = 1;
-  redisContext *r;
-  redisReply *rep;
-
-  if (strlen(url) >= sizeof(buf)) {
-    fprintf(stderr, "url too long\n");
-    return NULL;
-  }
-  strcpy(buf, url);
-  if (strncmp(buf, "unix://", 7) == 0) {
-    path = buf + 7;
-    if ((q = strchr(path, '?')) != NULL) {
-      *q++ = '\0';
-      for (char *kv = strtok(q, "&"); kv != NULL; kv = strtok(NULL, "&")) {
-        if (strncmp(kv, "db=", 3) == 0) db = atoi(kv + 3);
-        else if (strncmp(kv, "user=", 5) == 0) user = kv + 5;
-        else if (strncmp(kv, "password=", 9) == 0) pass = kv + 9;
-      }
-    }
-  } else if (strncmp(buf, "redis://", 8) == 0) {
-    host = buf + 8;
-    if ((q = strchr(host, '/')) != NULL) {
-      *q++ = '\0';
-      db = atoi(q);
-    }
-    if ((q = strrchr(host, '@')) != NULL) {
-      *q = '\0';
-      pass = strchr(host, ':');
-      if (pass != NULL) {
-        *pass++ = '\0';
-        user = host;
-      } else {
-        pass = host;
-      }
-      host = q + 1;
-    }
-    q = host;
-    if (*host == '[' && (q = strchr(host, ']')) != NULL) {
-      *q++ = '\0';
-      host++;
-    }
-    if ((q = strchr(q, ':')) != NULL) {
-      *q++ = '\0';
-      port = atoi(q);
-    }
-  } else {
-    fprintf(stderr, "%s: expected redis:// or unix://\n", url);
-    return NULL;
-  }
-  r = path ? redisConnectUnixWithTimeout(path, tv)
-           : redisConnectWithTimeout(host, port, tv);
-  if (r == NULL || r->err) {
-    fprintf(stderr, "connect %s: %s\n", url, r ? r->errstr : "out of memory");
-    redisFree(r);
-    return NULL;
-  }
-  if (pass != NULL && *pass != '\0') {
-    rep = user != NULL && *user != '\0' ? cmd(r, "AUTH %s %s", user, pass)
-                                        : cmd(r, "AUTH %s", pass);
-    ok = rep != NULL;
-    freeReplyObject(rep);
-  }
-  if (ok && db != 0) {
-    rep = cmd(r, "SELECT %d", db);
-    ok = rep != NULL;
-    freeReplyObject(rep);
-  }
-  if (!ok) {
-    redisFree(r);
-    return NULL;
-  }
-  return r;
-}
-
 static int floor_open(floor_ctx *f, const char *url) {
   redisReply *rep;
   f->rng = (uint64_t)(now_s() * 1e9) | 1;
-  if ((f->r = url_connect(url)) == NULL) return -1;
-  rep = cmd(f->r, "SCRIPT LOAD %s", release_lua);
+  if ((f->r = redis_connect_url(url)) == NULL) return -1;
+  rep = redis_cmd(f->r, "SCRIPT LOAD %s", release_lua);
   if (rep == NULL || rep->type != REDIS_REPLY_STRING || rep->len != 40) {
     if (rep != NULL) fprintf(stderr, "SCRIPT LOAD: unexpected reply\n");
     freeReplyObject(rep);
@@ -174,14 +74,14 @@ static int floor_cycle(void *arg) {
   int ok;
 
   floor_token(f, token);
-  rep = cmd(f->r, "SET bench:floor %s NX PX 30000", token);
+  rep = redis_cmd(f->r, "SET bench:floor %s NX PX 30000", token);
   ok = rep != NULL && rep->type == REDIS_REPLY_STATUS;
   freeReplyObject(rep);
   if (!ok) {
     fprintf(stderr, "SET NX: not granted\n");
     return -1;
   }
-  rep = cmd(f->r, "EVALSHA %s 1 bench:floor %s", f->sha, token);
+  rep = redis_cmd(f->r, "EVALSHA %s 1 bench:floor %s", f->sha, token);
   ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
   freeReplyObject(rep);
   if (!ok) {
@@ -231,7 +131,7 @@ static int usage(const char *prog) {
 }
 
 int main(int argc, char **argv) {
-  const char *mode, *url = "redis://127.0.0.1:6379/0";
+  const char *mode, *url = EXAMPLE_DEFAULT_URL;
   long max_cycles = 0, cycles = 0;
   double max_s = 2.0, secs = 0, warm_s;
   int (*cycle)(void *);
@@ -239,7 +139,7 @@ int main(int argc, char **argv) {
   floor_ctx f = {0};
   hilock_client *c = NULL;
   hilock_lock *lk = NULL;
-  int rc, status = 1;
+  int status = 1;
 
   if (argc < 2) return usage(argv[0]);
   mode = argv[1];
@@ -258,11 +158,7 @@ int main(int argc, char **argv) {
     cycle = floor_cycle;
     arg = &f;
   } else if (strcmp(mode, "hilock") == 0) {
-    if ((rc = hilock_client_new(url, NULL, &c)) != HILOCK_OK) {
-      fprintf(stderr, "connect %s: %s\n", url,
-              c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-      goto out;
-    }
+    if (client_connect(url, &c) != HILOCK_OK) goto out;
     if (hilock_lock_new(c, "bench:c", 7, 30000, &lk) != HILOCK_OK) {
       fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
       goto out;

@@ -27,25 +27,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "example.h"
 
 #define WARMUP 10
 #define WAIT_MS 30000 /* a waiter gives up (and fails the run) after this */
 #define TTL_MS 10000
 #define MAX_WORKERS 64
-
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void sleep_until(int64_t t) {
-  struct timespec ts = {(time_t)(t / 1000000000), (long)(t % 1000000000)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-  }
-}
 
 static int put_byte(int fd, char b) {
   ssize_t n;
@@ -76,12 +65,7 @@ static void *shared(size_t size) {
 
 static int open_lock(const char *url, const char *name, hilock_client **c,
                      hilock_lock **lk) {
-  int rc = hilock_client_new(url, NULL, c);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            *c ? hilock_client_errmsg(*c) : hilock_strerror(rc));
-    return -1;
-  }
+  if (client_connect(url, c) != HILOCK_OK) return -1;
   if (hilock_lock_new(*c, name, strlen(name), TTL_MS, lk) != HILOCK_OK) {
     fprintf(stderr, "lock: %s\n", hilock_client_errmsg(*c));
     return -1;
@@ -340,7 +324,7 @@ static int usage(const char *prog) {
 }
 
 int main(int argc, char **argv) {
-  const char *url = argc > 2 ? argv[2] : "redis://127.0.0.1:6379/0";
+  const char *url = argc > 2 ? argv[2] : EXAMPLE_DEFAULT_URL;
   if (argc < 2) return usage(argv[0]);
   if (strcmp(argv[1], "ping") == 0) {
     long count = argc > 3 ? atol(argv[3]) : 2000;
