@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -226,6 +227,9 @@ void hilock__renewal_cancel(hilock__hold *h) {
   if (h->client == NULL) return;
   w = &h->client->wd;
   pthread_mutex_lock(&w->mu);
+  /* A forked child: a grant of the parent's may still be marked in a batch
+   * (its loss callback ran at fork time), and no thread here will clear it. */
+  if (h->pid != getpid()) h->ren.in_batch = 0;
   while (h->ren.in_batch && !on_watchdog(w))
     pthread_cond_wait(&w->idle, &w->mu);
   if (h->ren.registered) unlink_renewal(w, &h->ren);
@@ -263,6 +267,7 @@ void hilock__watchdog_forget(hilock_client *c) {
   w->head = NULL;
   w->running = 0;
   w->stop = 0;
-  hilock__conn_free(w->conn); /* closes only the child's copy of the fd */
+  /* Not freed: the parent's renewal thread may have been changing this
+   * connection's buffers (outside the mutex) at fork time. */
   w->conn = NULL;
 }

@@ -15,6 +15,12 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+
 #define READY_TIMEOUT_MS 10000
 #define MAX_LIVE 8
 
@@ -366,4 +372,93 @@ long long hl_redis_pttl(redisContext *c, const char *key, size_t keylen) {
 
 int hl_redis_exists(redisContext *c, const char *key, size_t keylen) {
   return hl_redis_int(c, "EXISTS %b", key, keylen) > 0;
+}
+
+/* ## Server statistics ----------------------------------------------------- */
+
+long long hl_info_field(redisContext *c, const char *section,
+                        const char *field) {
+  redisReply *r = hl_redis(c, "INFO %s", section);
+  size_t flen = strlen(field);
+  long long v = -1;
+  const char *p;
+  if (r->type != REDIS_REPLY_STRING) {
+    print_error("INFO %s: reply type %d\n", section, r->type);
+    freeReplyObject(r);
+    fail();
+  }
+  for (p = r->str; p != NULL && *p != '\0';) {
+    if (strncmp(p, field, flen) == 0 && p[flen] == ':') {
+      v = strtoll(p + flen + 1, NULL, 10);
+      break;
+    }
+    p = strchr(p, '\n');
+    if (p != NULL) p++;
+  }
+  freeReplyObject(r);
+  return v;
+}
+
+int hl_wait_info_field(redisContext *c, const char *section, const char *field,
+                       long long value, int64_t timeout_ms) {
+  int64_t deadline = hl_now_ms() + timeout_ms;
+  for (;;) {
+    if (hl_info_field(c, section, field) == value) return 1;
+    if (hl_now_ms() >= deadline) return 0;
+    hl_sleep_ms(5);
+  }
+}
+
+long long hl_cmdstat_calls(redisContext *c, const char *cmd) {
+  char field[64];
+  redisReply *r = hl_redis(c, "INFO commandstats");
+  long long v = 0;
+  const char *p;
+  snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
+  if (r->type == REDIS_REPLY_STRING) {
+    p = strstr(r->str, field);
+    if (p != NULL) v = strtoll(p + strlen(field), NULL, 10);
+  }
+  freeReplyObject(r);
+  return v;
+}
+
+/* ## Child processes ------------------------------------------------------- */
+
+pid_t hl_fork_run(int (*fn)(void *arg), void *arg) {
+  pid_t pid;
+  fflush(NULL);
+  pid = fork();
+  if (pid == 0) {
+    /* Never outlive a test program that failed before reaping us. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+#ifdef VALGRIND_CLO_CHANGE
+    /* The child leaves with _exit, holding the parent's heap: leak checks
+     * mean nothing here (memory errors are still reported). */
+    VALGRIND_CLO_CHANGE("--leak-check=no");
+#endif
+    _exit(fn(arg) & 0xff);
+  }
+  if (pid < 0) print_error("fork: %s\n", strerror(errno));
+  return pid;
+}
+
+int hl_wait_child(pid_t pid, int64_t timeout_ms) {
+  int64_t deadline = hl_now_ms() + timeout_ms;
+  int status;
+  for (;;) {
+    pid_t got = waitpid(pid, &status, WNOHANG);
+    if (got == pid) break;
+    if (got < 0 && errno != EINTR) return -1;
+    if (hl_now_ms() >= deadline) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return -1;
+    }
+    hl_sleep_ms(2);
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
 }

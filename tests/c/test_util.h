@@ -117,4 +117,30 @@ void hl_sleep_ms(int64_t ms);
 /* Client options with short timeouts suited to tests. */
 hilock_options hl_test_options(void);
 
+/* ## Server statistics ------------------------------------------------------ */
+
+/* A numeric field of INFO <section> ("blocked_clients" in "clients"), or -1
+ * if the field is missing. */
+long long hl_info_field(redisContext *c, const char *section,
+                        const char *field);
+/* Poll INFO until field == value or timeout_ms passes; returns 1 if it got
+ * there, 0 otherwise. */
+int hl_wait_info_field(redisContext *c, const char *section, const char *field,
+                       long long value, int64_t timeout_ms);
+/* Calls of one command since the last CONFIG RESETSTAT, from INFO
+ * commandstats (cmd in lower case, e.g. "evalsha"); 0 if never called. */
+long long hl_cmdstat_calls(redisContext *c, const char *cmd);
+
+/* ## Child processes --------------------------------------------------------
+ * A forked child must leave with _exit (never exit or return into cmocka:
+ * the atexit handlers would kill the parent's servers). */
+
+/* Fork after flushing stdio; in the child runs fn(arg) and _exits with its
+ * return value (0..255). Returns the child's pid, or -1. */
+pid_t hl_fork_run(int (*fn)(void *arg), void *arg);
+/* Wait up to timeout_ms for the child: its exit status (0..255), or -1 if
+ * it did not finish in time (it is then killed and reaped), or 128 + signal
+ * if a signal ended it. */
+int hl_wait_child(pid_t pid, int64_t timeout_ms);
+
 #endif /* HILOCK_TEST_UTIL_H */

@@ -1,14 +1,20 @@
 """Small helpers shared by the test modules."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib.util
+import json
 import multiprocessing
 import os
+import select
 import signal
+import threading
 import time
 import traceback
+import warnings
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,3 +138,217 @@ def pop_json(r, key: str, timeout: float) -> Optional[bytes]:
     """BLPOP one element from key within timeout seconds (None if none)."""
     got = r.blpop([key], timeout=timeout)
     return None if got is None else got[1]
+
+
+# -- shared by test_wait, test_renewal, test_fork and test_rlock ----------------
+
+def command_calls(r) -> dict:
+    """INFO commandstats as {command name: calls}, e.g. {"evalsha": 3}."""
+    return {k[len("cmdstat_"):] if k.startswith("cmdstat_") else k: v["calls"]
+            for k, v in r.info("commandstats").items()}
+
+
+def blocked_clients(r) -> int:
+    """How many clients the server has blocked (in BLPOP and the like)."""
+    return int(r.info("clients")["blocked_clients"])
+
+
+def wait_blocked(r, n: int, timeout: float = 5.0) -> None:
+    """Wait until exactly n clients are blocked on the server."""
+    wait_for(lambda: blocked_clients(r) == n, timeout, what=f"{n} blocked client(s)")
+
+
+class Worker(threading.Thread):
+    """A daemon thread that keeps fn's result or exception and the monotonic
+    time at which fn returned or raised."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, name: Optional[str] = None) -> None:
+        super().__init__(name=name, daemon=True)
+        self._fn = fn
+        self._args = args
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+        self.finished_at: Optional[float] = None
+
+    def run(self) -> None:
+        try:
+            self.result = self._fn(*self._args)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            self.error = e
+        finally:
+            self.finished_at = time.monotonic()
+
+    def outcome(self, timeout: float) -> Any:
+        """Join within timeout (starting the thread first if it was not);
+        re-raise fn's exception, else return its result."""
+        if self.ident is None:
+            self.start()
+        self.join(timeout)
+        if self.is_alive():
+            raise AssertionError(f"thread {self.name} still running after {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def start_child_collected(fn: Callable[..., Any], *args: Any):
+    """start_child, after collecting this process's garbage.
+
+    A forked child inherits every uncollected hilock object of earlier
+    tests; if its garbage collector frees the last of a client whose
+    renewal thread ran in the parent, the child hangs (see
+    test_fork.test_child_can_free_inherited_client). Collecting first keeps
+    tests that are not about fork clear of that defect."""
+    gc.collect()
+    return start_child(fn, *args)
+
+
+def fork_call(fn: Callable[[], Any], timeout: float) -> Tuple[Any, float]:
+    """Run fn in a child made by os.fork() (no multiprocessing machinery).
+
+    The child sends fn's JSON-encodable result, or its traceback, through a
+    pipe and leaves with os._exit. Returns (result, seconds the child took,
+    fork to exit). Fails if fn raised, or if the child did not exit within
+    timeout seconds (it is then killed)."""
+    gc.collect()  # see start_child_collected
+    rfd, wfd = os.pipe()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns about fork() in a process with threads: that
+        # is exactly the situation these tests are about.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        t0 = time.monotonic()
+        pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(rfd)
+            try:
+                payload = {"ok": True, "result": fn()}
+            except BaseException:  # noqa: BLE001 - report anything
+                payload = {"ok": False, "error": traceback.format_exc()}
+                code = 1
+            data = json.dumps(payload).encode()
+            while data:
+                data = data[os.write(wfd, data):]
+        except BaseException:  # noqa: BLE001
+            code = 2
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    chunks = []
+    deadline = t0 + timeout
+    status = None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([rfd], [], [], min(left, 0.05))
+            if ready:
+                chunk = os.read(rfd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            status = None
+            time.sleep(0.005)
+        took = time.monotonic() - t0
+    finally:
+        os.close(rfd)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if status is None:
+        raise AssertionError(f"forked child {pid} did not exit within {timeout} s")
+    raw = b"".join(chunks)
+    if not raw:
+        raise AssertionError(f"forked child {pid} reported nothing (wait status {status})")
+    payload = json.loads(raw)
+    if not payload["ok"]:
+        raise AssertionError(f"forked child {pid} failed:\n{payload['error']}")
+    assert os.waitstatus_to_exitcode(status) == 0, f"child exit status {status}"
+    return payload["result"], took
+
+
+@contextlib.contextmanager
+def sigint_raises_keyboardinterrupt() -> Iterator[None]:
+    """Python's own SIGINT handler (KeyboardInterrupt) for the duration."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def interrupt_main_after(delay: float) -> Tuple[threading.Thread, List[float]]:
+    """Send SIGINT to this process after delay seconds, from another thread
+    (the handler runs in the main thread). The list gets the send time."""
+    sent: List[float] = []
+
+    def fire() -> None:
+        time.sleep(delay)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=fire, daemon=True)
+    t.start()
+    return t, sent
+
+
+# -- timing on a loaded machine -------------------------------------------------
+#
+# Tests of waking, interrupting and renewing use sub-second bounds. A machine
+# busy with other work can stall a process (or only its renewal thread) for
+# hundreds of milliseconds, which no library can prevent; what it must still
+# do then is tell the holder (validity 0, lost). Such a miss raises Stalled,
+# and retry_stalled runs the scenario again: a deterministic defect misses
+# every time and fails, a stall does not recur on every try.
+
+class Stalled(Exception):
+    """A timing bound was missed in a way a scheduler stall explains."""
+
+
+def retry_stalled(scenario: Callable[[int], Any], tries: int = 3) -> Any:
+    """Run scenario(try_number) until it does not raise Stalled; fail with
+    every reason if all tries stalled."""
+    reasons = []
+    for i in range(tries):
+        try:
+            return scenario(i)
+        except Stalled as e:
+            reasons.append(str(e))
+    raise AssertionError(f"timing missed in all {tries} tries: {reasons}")
+
+
+def within(value: float, limit: float, what: str, stall_limit: float = 1.0) -> None:
+    """value (seconds) must be <= limit. Above limit but within stall_limit
+    raises Stalled; beyond that it fails outright."""
+    if value <= limit:
+        return
+    msg = f"{what}: {value * 1000:.1f} ms, bound {limit * 1000:.0f} ms"
+    if value <= stall_limit:
+        raise Stalled(msg)
+    raise AssertionError(msg)
+
+
+def lapsed(lk, what: str) -> None:
+    """lk's grant is gone from Redis although its holder kept working.
+
+    With renewal starved by a stalled machine that may happen, but the
+    holder must never believe in a grant that Redis no longer has: its local
+    validity (which ends before the key's TTL does) must already be 0, and
+    the watchdog must report the loss. Then raise Stalled; else fail."""
+    v = lk.validity
+    if v != 0.0:
+        raise AssertionError(f"{what}, yet the holder still counts {v:.3f} s of validity")
+    wait_for(lambda: lk.lost, 3.0, what="the lapsed lock to be reported lost")
+    raise Stalled(f"{what}; reported lost (renewal starved)")
+
+
+def assert_held(r, lk, token: bytes, what: str = "the lock lapsed while held") -> None:
+    """lk's key still holds token, or lk lapsed and knows it (Stalled)."""
+    if r.get(lk.key) != token:
+        lapsed(lk, what)

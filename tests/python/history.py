@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple
 
@@ -120,5 +121,51 @@ class RedisHistory:
         iv = Interval(os.getpid() if pid is None else pid, start, end, fence)
         self.r.rpush(self.key, iv.to_json())
 
+    def record_interval(self, iv: Interval) -> None:
+        self.r.rpush(self.key, iv.to_json())
+
     def load(self) -> List[Interval]:
         return [Interval.from_json(x) for x in self.r.lrange(self.key, 0, -1)]
+
+
+# -- validity-bounded windows ----------------------------------------------
+#
+# A holder that is paused (SIGSTOP, a long GC, a swapped-out VM) may come
+# back after its lock expired and another holder took it: its own
+# acquire-to-release span then overlaps the next holder's, and nothing can
+# prevent that. What the lock does promise is that the holder's *validity*
+# (the local, drift-adjusted estimate of how long the grant lasts, moved on
+# by every renewal) never overlaps another holder's grant. So a holder that
+# may be paused records [grant, min(release, end of its last known
+# validity)] instead of [grant, release].
+
+class ValidityTracker:
+    """The end of a lock's validity, sampled while the holder runs.
+
+    ``sample()`` reads the monotonic clock and then ``lock.validity``; the
+    validity is measured after the clock was read, so ``t + validity`` never
+    lies beyond the real end of the validity (it is short of it by the
+    moment between the two reads and the millisecond rounding). A sample
+    with no validity left (lapsed, lost, or taken after a pause) adds
+    nothing. ``until`` is the latest end seen, or None.
+    """
+
+    def __init__(self, lock) -> None:
+        self.lock = lock
+        self.until: Optional[float] = None
+
+    def sample(self) -> Optional[float]:
+        t = time.monotonic()
+        v = self.lock.validity
+        if 0 < v < float("inf"):
+            end = t + v
+            if self.until is None or end > self.until:
+                self.until = end
+        return self.until
+
+    def window(self, start: float, release: float, fence: Optional[int] = None,
+               pid: Optional[int] = None) -> Interval:
+        """[start, min(release, until)] as an Interval (start if nothing
+        was ever valid)."""
+        end = start if self.until is None else min(release, self.until)
+        return Interval(os.getpid() if pid is None else pid, start, max(start, end), fence)

@@ -1,0 +1,592 @@
+/* fork() and the client: a child inherits the parent's handles but none of
+ * its grants, sockets or renewal. Children report through exit codes (and
+ * say why on stderr); the parent checks the keys with hiredis. */
+#include "test_util.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} fixture;
+
+static fixture fx;
+
+static int group_setup(void **state) {
+  *state = &fx;
+  return hl_server_start(&fx.server, NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
+    print_error("client: %s\n", hilock_client_errmsg(f->client));
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hilock_client_free(f->client);
+  f->client = NULL;
+  redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
+  hilock_lock *l = NULL;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
+               hilock_client_errmsg(c));
+  return l;
+}
+
+static void assert_holder(fixture *f, const hilock_lock *l) {
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  char *v = hl_redis_get(f->redis, key, klen);
+  assert_non_null(v);
+  assert_string_equal(v, hilock_lock_token(l));
+  free(v);
+}
+
+static int key_exists(fixture *f, const hilock_lock *l) {
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  return hl_redis_exists(f->redis, key, klen);
+}
+
+static atomic_int lost_calls;
+
+static void count_lost(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&lost_calls, 1);
+}
+
+/* In a child: report a failed check and leave with a nonzero status. */
+#define CHILD_CHECK(cond)                                                   \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), \
+              __FILE__, __LINE__, #cond);                                   \
+      return 1 + __LINE__ % 200;                                            \
+    }                                                                       \
+  } while (0)
+
+static void assert_child_ok(pid_t pid, int64_t timeout_ms) {
+  int status;
+  assert_true(pid > 0);
+  status = hl_wait_child(pid, timeout_ms);
+  if (status != 0) {
+    print_error("child %d: %s (status %d)\n", (int)pid,
+                status < 0 ? "did not finish in time" : "failed", status);
+    fail();
+  }
+}
+
+/* Wait (bounded) for the child's one-byte signal on fd. */
+static void await_byte(int fd, pid_t pid) {
+  struct pollfd p;
+  char byte;
+  p.fd = fd;
+  p.events = POLLIN;
+  if (poll(&p, 1, 5000) != 1 || read(fd, &byte, 1) != 1) {
+    print_error("child %d never signalled (status %d)\n", (int)pid,
+                hl_wait_child(pid, 0));
+    fail();
+  }
+}
+
+/* ## The parent's grant in the child -------------------------------------- */
+
+typedef struct inherited {
+  hilock_client *client;
+  hilock_lock *parents;
+  hilock_rlock *parents_r;
+} inherited;
+
+static int child_leaves_parents_grant_alone(void *arg) {
+  inherited *in = arg;
+  hilock_lock *own = NULL;
+  int owned = -1;
+
+  CHILD_CHECK(hilock_lock_release(in->parents) == HILOCK_EFORKED);
+  CHILD_CHECK(strstr(hilock_lock_errmsg(in->parents), "forked") != NULL);
+  CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 1) == HILOCK_EFORKED);
+  CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 0) == HILOCK_EFORKED);
+  CHILD_CHECK(hilock_lock_renew(in->parents) == HILOCK_EFORKED);
+  CHILD_CHECK(hilock_lock_owned(in->parents, &owned) == HILOCK_OK);
+  CHILD_CHECK(owned == 0);
+  CHILD_CHECK(hilock_lock_validity_ms(in->parents) == 0);
+  CHILD_CHECK(!hilock_lock_held(in->parents));
+  CHILD_CHECK(hilock_rlock_release(in->parents_r) == HILOCK_EFORKED);
+  CHILD_CHECK(hilock_rlock_validity_ms(in->parents_r) == 0);
+  /* The child is another owner: the parent's locks are busy for it. */
+  CHILD_CHECK(hilock_lock_try_acquire(in->parents) == HILOCK_BUSY);
+  CHILD_CHECK(hilock_lock_acquire(in->parents, 150) == HILOCK_BUSY);
+  CHILD_CHECK(hilock_rlock_try_acquire(in->parents_r) == HILOCK_BUSY);
+
+  /* A lock of its own, through the inherited client. */
+  CHILD_CHECK(hilock_client_ping(in->client) == HILOCK_OK);
+  CHILD_CHECK(hilock_lock_new(in->client, "childs-own", 10, 5000, &own) ==
+              HILOCK_OK);
+  CHILD_CHECK(hilock_lock_try_acquire(own) == HILOCK_OK);
+  CHILD_CHECK(hilock_lock_owned(own, &owned) == HILOCK_OK && owned == 1);
+  CHILD_CHECK(hilock_lock_extend(own, 8000, 1) == HILOCK_OK);
+  CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
+  hilock_lock_free(own);
+  return 0;
+}
+
+static void child_cannot_touch_the_parents_grant(void **state) {
+  fixture *f = *state;
+  hilock_lock *p = new_lock(f->client, "parents", 400);
+  hilock_rlock *r = NULL;
+  inherited in;
+  char token[40];
+  uint64_t fence;
+  int owned = 0;
+  int64_t n = 0;
+
+  atomic_store(&lost_calls, 0);
+  assert_hl_ok(hilock_rlock_new(f->client, "parents-r", 9, 5000, &r),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_lock_set_auto_renew(p, 1, 0, count_lost, NULL),
+               hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_lock_acquire(p, 0), hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_rlock_acquire(r, 0), hilock_rlock_errmsg(r));
+  snprintf(token, sizeof(token), "%s", hilock_lock_token(p));
+  fence = hilock_lock_fence(p);
+  hl_sleep_ms(150); /* the renewal thread is running */
+
+  in.client = f->client;
+  in.parents = p;
+  in.parents_r = r;
+  assert_child_ok(hl_fork_run(child_leaves_parents_grant_alone, &in), 5000);
+
+  /* The parent's grants are intact and still renewed. */
+  assert_string_equal(hilock_lock_token(p), token);
+  assert_int_equal(hilock_lock_fence(p), fence);
+  assert_holder(f, p);
+  assert_false(hl_redis_exists(f->redis, "hilock:{childs-own}:lock", 24));
+  hl_sleep_ms(500);
+  assert_holder(f, p);
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{parents}:lock", 21), 1,
+                     400);
+  assert_hl_ok(hilock_lock_owned(p, &owned), hilock_lock_errmsg(p));
+  assert_true(owned);
+  assert_hl_ok(hilock_rlock_hold_count(r, &n), hilock_rlock_errmsg(r));
+  assert_int_equal(n, 1);
+  assert_int_equal(atomic_load(&lost_calls), 0);
+  assert_hl_ok(hilock_lock_release(p), hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_rlock_release(r), hilock_rlock_errmsg(r));
+  assert_false(key_exists(f, p));
+  hilock_lock_free(p);
+  hilock_rlock_free(r);
+}
+
+/* ## Renewal belongs to the parent ------------------------------------------- */
+
+typedef struct renewing_child {
+  hilock_client *client;
+  int fd; /* write end: one byte once the child's own renewal runs */
+} renewing_child;
+
+static int child_renews_only_its_own(void *arg) {
+  renewing_child *rc = arg;
+  hilock_lock *own = NULL;
+  int owned = 0;
+  CHILD_CHECK(hilock_lock_new(rc->client, "childs-renewed", 14, 300, &own) ==
+              HILOCK_OK);
+  CHILD_CHECK(hilock_lock_set_auto_renew(own, 1, 0, NULL, NULL) == HILOCK_OK);
+  CHILD_CHECK(hilock_lock_acquire(own, 0) == HILOCK_OK);
+  CHILD_CHECK(write(rc->fd, "x", 1) == 1);
+  hl_sleep_ms(1200); /* four TTLs: alive only through the child's renewal */
+  CHILD_CHECK(hilock_lock_owned(own, &owned) == HILOCK_OK && owned == 1);
+  CHILD_CHECK(!hilock_lock_lost(own));
+  CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
+  hilock_lock_free(own);
+  return 0;
+}
+
+static void child_runs_no_renewal_of_the_parents_holds(void **state) {
+  fixture *f = *state;
+  hilock_lock *released = new_lock(f->client, "released", 300);
+  hilock_lock *lapsing = new_lock(f->client, "lapsing", 300);
+  renewing_child rc;
+  int fds[2];
+  pid_t pid;
+  int64_t t0;
+
+  atomic_store(&lost_calls, 0);
+  assert_hl_ok(hilock_lock_set_auto_renew(released, 1, 0, NULL, NULL),
+               hilock_lock_errmsg(released));
+  assert_hl_ok(hilock_lock_set_auto_renew(lapsing, 1, 0, count_lost, NULL),
+               hilock_lock_errmsg(lapsing));
+  assert_hl_ok(hilock_lock_acquire(released, 0),
+               hilock_lock_errmsg(released));
+  assert_hl_ok(hilock_lock_acquire(lapsing, 0), hilock_lock_errmsg(lapsing));
+  hl_sleep_ms(120);
+
+  assert_int_equal(pipe(fds), 0);
+  rc.client = f->client;
+  rc.fd = fds[1];
+  pid = hl_fork_run(child_renews_only_its_own, &rc);
+  assert_true(pid > 0);
+  close(fds[1]);
+  await_byte(fds[0], pid);
+  close(fds[0]);
+
+  /* The child now runs a renewal thread of its own. The parent lets go of
+   * one hold and stops renewing the other: if the child renewed the
+   * parent's holds, the second would stay alive. */
+  assert_hl_ok(hilock_lock_release(released), hilock_lock_errmsg(released));
+  assert_hl_ok(hilock_lock_set_auto_renew(lapsing, 0, 0, NULL, NULL),
+               hilock_lock_errmsg(lapsing));
+  t0 = hl_now_ms();
+  while (key_exists(f, lapsing)) {
+    assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
+    hl_sleep_ms(10);
+  }
+  /* ... and both stay gone while the child lives on. */
+  for (int i = 0; i < 8; i++) {
+    assert_false(key_exists(f, released));
+    assert_false(key_exists(f, lapsing));
+    assert_true(hl_redis_exists(f->redis, "hilock:{childs-renewed}:lock", 28));
+    hl_sleep_ms(100);
+  }
+  assert_child_ok(pid, 3000);
+  assert_false(hl_redis_exists(f->redis, "hilock:{childs-renewed}:lock", 28));
+  assert_false(key_exists(f, released));
+  assert_false(key_exists(f, lapsing));
+  hilock_lock_free(released);
+  hilock_lock_free(lapsing);
+}
+
+/* ## One client, two processes ------------------------------------------------ */
+
+typedef struct busy_child {
+  hilock_client *client;
+  int64_t run_ms;
+} busy_child;
+
+static int child_uses_the_client(void *arg) {
+  busy_child *b = arg;
+  hilock_lock *l = NULL;
+  hilock_rlock *r = NULL;
+  int64_t end = hl_now_ms() + b->run_ms;
+  int rounds = 0;
+  CHILD_CHECK(hilock_lock_new(b->client, "child-side", 10, 5000, &l) ==
+              HILOCK_OK);
+  CHILD_CHECK(hilock_rlock_new(b->client, "child-side-r", 12, 5000, &r) ==
+              HILOCK_OK);
+  while (hl_now_ms() < end) {
+    int owned = 0;
+    int64_t n = 0;
+    CHILD_CHECK(hilock_client_ping(b->client) == HILOCK_OK);
+    CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK);
+    CHILD_CHECK(hilock_lock_owned(l, &owned) == HILOCK_OK && owned == 1);
+    CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
+    CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
+    CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
+    CHILD_CHECK(hilock_rlock_hold_count(r, &n) == HILOCK_OK && n == 2);
+    CHILD_CHECK(hilock_rlock_release(r) == HILOCK_OK);
+    CHILD_CHECK(hilock_rlock_release(r) == HILOCK_OK);
+    rounds++;
+  }
+  CHILD_CHECK(rounds >= 10);
+  hilock_lock_free(l);
+  hilock_rlock_free(r);
+  return 0;
+}
+
+typedef struct pinger {
+  hilock_client *client;
+  int errors;
+  pthread_t thread;
+} pinger;
+
+static void *ping_a_while(void *arg) {
+  pinger *p = arg;
+  for (int i = 0; i < 30; i++)
+    if (hilock_client_ping(p->client) != HILOCK_OK) p->errors++;
+  return NULL;
+}
+
+static void parent_and_child_share_the_client_without_desync(void **state) {
+  fixture *f = *state;
+  hilock_lock *p = new_lock(f->client, "shared", 300);
+  hilock_lock *side = new_lock(f->client, "parent-side", 5000);
+  pinger pg[3];
+  busy_child b;
+  pid_t pid;
+  int64_t end;
+  int rounds = 0, owned = 0;
+
+  atomic_store(&lost_calls, 0);
+  assert_hl_ok(hilock_lock_set_auto_renew(p, 1, 0, count_lost, NULL),
+               hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_lock_acquire(p, 0), hilock_lock_errmsg(p));
+  /* Fill the pool with idle connections for the child to inherit. */
+  for (int i = 0; i < 3; i++) {
+    pg[i].client = f->client;
+    pg[i].errors = 0;
+    assert_int_equal(pthread_create(&pg[i].thread, NULL, ping_a_while, &pg[i]),
+                     0);
+  }
+  for (int i = 0; i < 3; i++) {
+    pthread_join(pg[i].thread, NULL);
+    assert_int_equal(pg[i].errors, 0);
+  }
+
+  b.client = f->client;
+  b.run_ms = 600;
+  pid = hl_fork_run(child_uses_the_client, &b);
+  assert_true(pid > 0);
+  /* Meanwhile the parent keeps using the same client. */
+  end = hl_now_ms() + 600;
+  while (hl_now_ms() < end) {
+    assert_hl_ok(hilock_client_ping(f->client),
+                 hilock_client_errmsg(f->client));
+    assert_hl_ok(hilock_lock_owned(p, &owned), hilock_lock_errmsg(p));
+    assert_true(owned);
+    assert_hl_ok(hilock_lock_try_acquire(side), hilock_lock_errmsg(side));
+    assert_hl_ok(hilock_lock_release(side), hilock_lock_errmsg(side));
+    rounds++;
+  }
+  assert_true(rounds >= 10);
+  assert_child_ok(pid, 3000);
+
+  /* After the child is gone, every call still gets its own reply. */
+  for (int i = 0; i < 20; i++) {
+    assert_hl_ok(hilock_client_ping(f->client),
+                 hilock_client_errmsg(f->client));
+    assert_hl_ok(hilock_lock_owned(p, &owned), hilock_lock_errmsg(p));
+    assert_true(owned);
+  }
+  hl_sleep_ms(400);
+  assert_holder(f, p);
+  /* Stop renewing first: a renewal in flight would reset the TTL. */
+  assert_hl_ok(hilock_lock_set_auto_renew(p, 0, 0, NULL, NULL),
+               hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_lock_extend(p, 5000, 1), hilock_lock_errmsg(p));
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{shared}:lock", 20),
+                     4000, 5000);
+  assert_hl_ok(hilock_lock_release(p), hilock_lock_errmsg(p));
+  assert_false(key_exists(f, p));
+  assert_int_equal(atomic_load(&lost_calls), 0);
+  hilock_lock_free(p);
+  hilock_lock_free(side);
+}
+
+/* ## Fork in the middle of calls --------------------------------------------- */
+
+typedef struct spinner {
+  hilock_client *client;
+  atomic_int stop;
+  atomic_int rounds;
+  int errors;
+  pthread_t thread;
+} spinner;
+
+/* Keep the client's mutexes busy: pool checkouts, grants, renewal
+ * registration and cancellation. */
+static void *spin(void *arg) {
+  spinner *s = arg;
+  hilock_lock *l = NULL;
+  if (hilock_lock_new(s->client, "spin", 4, 1000, &l) != HILOCK_OK ||
+      hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL) != HILOCK_OK) {
+    s->errors++;
+    hilock_lock_free(l);
+    return NULL;
+  }
+  while (!atomic_load(&s->stop)) {
+    if (hilock_client_ping(s->client) != HILOCK_OK) s->errors++;
+    if (hilock_lock_try_acquire(l) != HILOCK_OK) s->errors++;
+    if (hilock_lock_release(l) != HILOCK_OK) s->errors++;
+    atomic_fetch_add(&s->rounds, 1);
+  }
+  hilock_lock_free(l);
+  return NULL;
+}
+
+typedef struct blocked {
+  hilock_lock *lock;
+  int rc;
+  int64_t t_end;
+  pthread_t thread;
+} blocked;
+
+static void *block_on(void *arg) {
+  blocked *b = arg;
+  b->rc = hilock_lock_acquire(b->lock, 15000);
+  b->t_end = hl_now_ms();
+  return NULL;
+}
+
+typedef struct quick_child {
+  hilock_client *client;
+  int i;
+} quick_child;
+
+static int child_does_a_little(void *arg) {
+  quick_child *q = arg;
+  hilock_lock *l = NULL;
+  char name[32];
+  int n = snprintf(name, sizeof(name), "forked-%d", q->i);
+  CHILD_CHECK(hilock_client_ping(q->client) == HILOCK_OK);
+  CHILD_CHECK(hilock_lock_new(q->client, name, (size_t)n, 300, &l) ==
+              HILOCK_OK);
+  CHILD_CHECK(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL) == HILOCK_OK);
+  CHILD_CHECK(hilock_lock_acquire(l, 1000) == HILOCK_OK);
+  hl_sleep_ms(120); /* let the child's renewal thread run once */
+  CHILD_CHECK(hilock_lock_validity_ms(l) > 0);
+  CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
+  hilock_lock_free(l);
+  return 0;
+}
+
+#define NFORKS 12
+
+static void fork_while_other_threads_are_inside_client_calls(void **state) {
+  fixture *f = *state;
+  hilock_lock *holder = new_lock(f->client, "held", 10000);
+  hilock_lock *fast = new_lock(f->client, "fast-renewed", 300);
+  spinner s;
+  blocked b;
+  int64_t t_rel;
+  int owned = 0;
+
+  atomic_store(&lost_calls, 0);
+  /* A hold renewed every 100 ms keeps the renewal thread busy. */
+  assert_hl_ok(hilock_lock_set_auto_renew(fast, 1, 0, count_lost, NULL),
+               hilock_lock_errmsg(fast));
+  assert_hl_ok(hilock_lock_acquire(fast, 0), hilock_lock_errmsg(fast));
+  /* One thread sits in a blocked acquire (its BLPOP socket is checked
+   * out), another loops over client calls. */
+  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_lock_errmsg(holder));
+  memset(&b, 0, sizeof(b));
+  b.lock = new_lock(f->client, "held", 10000);
+  b.rc = -100;
+  assert_int_equal(pthread_create(&b.thread, NULL, block_on, &b), 0);
+  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
+                                 3000));
+  memset(&s, 0, sizeof(s));
+  s.client = f->client;
+  atomic_init(&s.stop, 0);
+  atomic_init(&s.rounds, 0);
+  assert_int_equal(pthread_create(&s.thread, NULL, spin, &s), 0);
+  while (atomic_load(&s.rounds) < 5) hl_sleep_ms(1);
+
+  for (int i = 0; i < NFORKS; i++) {
+    quick_child q = {f->client, i};
+    /* Each child must finish on its own: no mutex left locked by a
+     * thread that does not exist in it. */
+    assert_child_ok(hl_fork_run(child_does_a_little, &q), 2000);
+  }
+  atomic_store(&s.stop, 1);
+  pthread_join(s.thread, NULL);
+  assert_int_equal(s.errors, 0);
+  assert_true(atomic_load(&s.rounds) > NFORKS);
+
+  /* The parent's blocked waiter was not disturbed by the children closing
+   * their copies of its socket: the release still wakes it. */
+  assert_int_equal(hl_info_field(f->redis, "clients", "blocked_clients"), 1);
+  t_rel = hl_now_ms();
+  assert_hl_ok(hilock_lock_release(holder), hilock_lock_errmsg(holder));
+  pthread_join(b.thread, NULL);
+  assert_hl_ok(b.rc, hilock_lock_errmsg(b.lock));
+  assert_i64_between(b.t_end - t_rel, 0, 300);
+  assert_holder(f, b.lock);
+  assert_hl_ok(hilock_lock_release(b.lock), hilock_lock_errmsg(b.lock));
+  assert_hl_ok(hilock_lock_owned(fast, &owned), hilock_lock_errmsg(fast));
+  assert_true(owned);
+  assert_int_equal(atomic_load(&lost_calls), 0);
+  assert_hl_ok(hilock_lock_release(fast), hilock_lock_errmsg(fast));
+  hilock_lock_free(b.lock);
+  hilock_lock_free(holder);
+  hilock_lock_free(fast);
+}
+
+/* ## Fork during a loss callback ----------------------------------------------- */
+
+typedef struct slow_lost {
+  atomic_int inside, finished;
+} slow_lost;
+
+static void lost_slowly(void *arg) {
+  slow_lost *s = arg;
+  atomic_store(&s->inside, 1);
+  hl_sleep_ms(400);
+  atomic_store(&s->finished, 1);
+}
+
+static int child_drops_the_lost_handle(void *arg) {
+  hilock_lock *l = arg;
+  int owned = -1;
+  /* The parent's renewal thread is inside this handle's callback; no such
+   * thread exists here, so nothing may wait for it. */
+  CHILD_CHECK(hilock_lock_release(l) == HILOCK_EFORKED);
+  CHILD_CHECK(hilock_lock_owned(l, &owned) == HILOCK_OK && owned == 0);
+  CHILD_CHECK(hilock_lock_set_auto_renew(l, 0, 0, NULL, NULL) == HILOCK_OK);
+  CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK); /* the key is gone */
+  CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
+  hilock_lock_free(l);
+  return 0;
+}
+
+static void fork_during_a_loss_callback(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "lost-at-fork", 300);
+  slow_lost s;
+  int64_t deadline;
+
+  atomic_init(&s.inside, 0);
+  atomic_init(&s.finished, 0);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, lost_slowly, &s),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  hl_redis_ok(f->redis, "DEL hilock:{lost-at-fork}:lock");
+  deadline = hl_now_ms() + 2000;
+  while (!atomic_load(&s.inside)) {
+    assert_true(hl_now_ms() < deadline);
+    hl_sleep_ms(1);
+  }
+  assert_child_ok(hl_fork_run(child_drops_the_lost_handle, l), 2000);
+  assert_false(hl_redis_exists(f->redis, "hilock:{lost-at-fork}:lock", 26));
+
+  /* In the parent the callback finishes, and free waits for it. */
+  assert_true(hilock_lock_lost(l));
+  hilock_lock_free(l);
+  assert_true(atomic_load(&s.finished));
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(child_cannot_touch_the_parents_grant),
+      T(child_runs_no_renewal_of_the_parents_holds),
+      T(parent_and_child_share_the_client_without_desync),
+      T(fork_while_other_threads_are_inside_client_calls),
+      T(fork_during_a_loss_callback),
+  };
+  return cmocka_run_group_tests_name("fork", tests, group_setup,
+                                     group_teardown);
+}

@@ -1,0 +1,635 @@
+/* Auto-renewal against a real server: short locks kept alive while the
+ * holder sleeps, cancellation on release and free, loss detection (stolen
+ * key, unreachable or paused server), the max-hold bound, many holds on one
+ * renewal thread, and reentrant locks. */
+#include "test_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} fixture;
+
+static fixture fx;
+
+static int group_setup(void **state) {
+  *state = &fx;
+  return hl_server_start(&fx.server, NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+static hilock_client *client_for(const hl_server *s, const hilock_options *o) {
+  hilock_options def = hl_test_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(s->url, o ? o : &def, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  f->client = client_for(&f->server, NULL);
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hl_redis_ok(f->redis, "CLIENT UNPAUSE"); /* after a failed pause test */
+  hilock_client_free(f->client);
+  f->client = NULL;
+  redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
+  hilock_lock *l = NULL;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
+               hilock_client_errmsg(c));
+  return l;
+}
+
+static long long key_pttl(fixture *f, const hilock_lock *l) {
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  return hl_redis_pttl(f->redis, key, klen);
+}
+
+static int key_exists(fixture *f, const hilock_lock *l) {
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  return hl_redis_exists(f->redis, key, klen);
+}
+
+static void assert_value(fixture *f, const hilock_lock *l, const char *want) {
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  char *v = hl_redis_get(f->redis, key, klen);
+  assert_non_null(v);
+  assert_string_equal(v, want);
+  free(v);
+}
+
+static long long script_calls(fixture *f) {
+  return hl_cmdstat_calls(f->redis, "evalsha") +
+         hl_cmdstat_calls(f->redis, "eval");
+}
+
+/* ## The loss callback ------------------------------------------------------- */
+
+typedef struct lost_rec {
+  atomic_int calls;
+  atomic_llong t_last; /* hl_now_ms of the latest call */
+  atomic_int on_caller; /* ran on the test's own thread */
+  pthread_t caller;
+  int sleep_ms; /* stay inside the callback this long */
+  atomic_int inside, finished;
+} lost_rec;
+
+static void lost_rec_init(lost_rec *r) {
+  atomic_init(&r->calls, 0);
+  atomic_init(&r->t_last, 0);
+  atomic_init(&r->on_caller, 0);
+  atomic_init(&r->inside, 0);
+  atomic_init(&r->finished, 0);
+  r->caller = pthread_self();
+  r->sleep_ms = 0;
+}
+
+static void on_lost(void *arg) {
+  lost_rec *r = arg;
+  atomic_store(&r->t_last, hl_now_ms());
+  atomic_fetch_add(&r->calls, 1);
+  if (pthread_equal(pthread_self(), r->caller)) atomic_store(&r->on_caller, 1);
+  if (r->sleep_ms > 0) {
+    atomic_store(&r->inside, 1);
+    hl_sleep_ms(r->sleep_ms);
+    atomic_store(&r->finished, 1);
+  }
+}
+
+/* Wait up to timeout_ms for more than `seen` callbacks; returns the time of
+ * the latest, or fails. */
+static int64_t wait_lost_after(lost_rec *r, int seen, int64_t timeout_ms) {
+  int64_t deadline = hl_now_ms() + timeout_ms;
+  while (atomic_load(&r->calls) <= seen) {
+    if (hl_now_ms() >= deadline) {
+      print_error("the loss callback did not run within %lld ms\n",
+                  (long long)timeout_ms);
+      fail();
+    }
+    hl_sleep_ms(2);
+  }
+  return (int64_t)atomic_load(&r->t_last);
+}
+
+static int64_t wait_lost(lost_rec *r, int64_t timeout_ms) {
+  return wait_lost_after(r, 0, timeout_ms);
+}
+
+/* ## Keeping a lock alive ---------------------------------------------------- */
+
+static void renewal_keeps_a_short_lock_alive(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "alive", 300);
+  lost_rec rec;
+  long long prev = -1;
+  int refreshed = 0, owned = 0;
+  int64_t t0;
+
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  t0 = hl_now_ms();
+  /* The holder just sleeps, looking at the key every 50 ms for 3.5 TTLs. */
+  while (hl_now_ms() - t0 < 1050) {
+    long long pttl = key_pttl(f, l);
+    int64_t v = hilock_lock_validity_ms(l);
+    assert_i64_between(pttl, 1, 300);
+    assert_i64_between(v, 1, 300);
+    if (prev >= 0 && pttl > prev + 20) refreshed++;
+    prev = pttl;
+    hl_sleep_ms(50);
+  }
+  assert_true(hl_now_ms() - t0 >= 1000);
+  /* Renewed about every 100 ms: about ten refreshes in a second. */
+  assert_true(refreshed >= 4);
+  assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+  assert_true(owned);
+  assert_value(f, l, hilock_lock_token(l));
+  assert_false(hilock_lock_lost(l));
+  assert_int_equal(atomic_load(&rec.calls), 0);
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_false(key_exists(f, l));
+  assert_int_equal(atomic_load(&rec.calls), 0);
+  hilock_lock_free(l);
+}
+
+static void renewal_applies_to_the_current_hold_and_can_be_stopped(
+    void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "toggled", 300);
+  hilock_lock *simple = NULL;
+  int64_t t0;
+
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
+               hilock_lock_errmsg(l));
+  hl_sleep_ms(600);
+  assert_i64_between(key_pttl(f, l), 1, 300);
+  assert_true(hilock_lock_held(l));
+
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 0, 0, NULL, NULL),
+               hilock_lock_errmsg(l));
+  while (key_exists(f, l)) {
+    assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
+    hl_sleep_ms(10);
+  }
+  assert_false(hilock_lock_held(l));
+  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+               hilock_lock_errmsg(l));
+
+  assert_hl_rc(hilock_lock_set_auto_renew(l, 1, -1, NULL, NULL), HILOCK_EINVAL,
+               hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+               HILOCK_EINVAL, "");
+  assert_hl_ok(hilock_simple_lock_new(f->client, "toggled", 7, &simple),
+               hilock_client_errmsg(f->client));
+  assert_hl_rc(hilock_lock_set_auto_renew(simple, 1, 0, NULL, NULL),
+               HILOCK_ENOTSUP, hilock_lock_errmsg(simple));
+  hilock_lock_free(simple);
+  hilock_lock_free(l);
+}
+
+/* ## Cancellation ------------------------------------------------------------ */
+
+static void release_cancels_renewal(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = new_lock(f->client, "cancelled", 300);
+  hilock_lock *b = new_lock(f->client, "cancelled", 1000);
+  lost_rec rec;
+  long long p1, p2;
+
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_lock_set_auto_renew(a, 1, 0, on_lost, &rec),
+               hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_acquire(a, 0), hilock_lock_errmsg(a));
+  hl_sleep_ms(250); /* renewals under way */
+  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_false(key_exists(f, a));
+
+  /* A new holder with no renewal: its TTL runs down undisturbed, and no
+   * script reaches the server any more. */
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  p1 = key_pttl(f, b);
+  hl_sleep_ms(500);
+  p2 = key_pttl(f, b);
+  assert_int_equal(script_calls(f), 0);
+  assert_i64_between(p1 - p2, 450, 700);
+  assert_value(f, b, hilock_lock_token(b));
+  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  hl_sleep_ms(300);
+  assert_false(key_exists(f, a));
+  assert_int_equal(script_calls(f), 0);
+  assert_int_equal(atomic_load(&rec.calls), 0);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+static void free_with_renewal_registered_is_clean(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "freed", 300);
+  lost_rec rec;
+  int64_t t0;
+
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  hl_sleep_ms(150);
+  assert_true(key_exists(f, l));
+  hilock_lock_free(l); /* not released: renewal stops, the key lapses */
+  t0 = hl_now_ms();
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  while (hl_redis_exists(f->redis, "hilock:{freed}:lock", 19)) {
+    assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
+    hl_sleep_ms(10);
+  }
+  hl_sleep_ms(200);
+  assert_int_equal(script_calls(f), 0);
+  assert_int_equal(atomic_load(&rec.calls), 0);
+}
+
+/* ## Loss ---------------------------------------------------------------------- */
+
+static void stolen_lock_is_reported_lost_once(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "stolen", 300);
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  lost_rec rec;
+  int64_t t_steal, t_lost;
+  int owned = 1;
+
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  hl_sleep_ms(120);
+  t_steal = hl_now_ms();
+  hl_redis_ok(f->redis, "DEL %b", key, klen);
+  hl_redis_ok(f->redis, "SET %b thief PX 5000", key, klen);
+
+  t_lost = wait_lost(&rec, 2000);
+  assert_i64_between(t_lost - t_steal, 0, 300);
+  assert_false(atomic_load(&rec.on_caller)); /* the renewal thread's call */
+  assert_true(hilock_lock_lost(l));
+  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  assert_false(hilock_lock_held(l));
+
+  /* Nothing more: no second call, no renewal traffic. */
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  hl_sleep_ms(300);
+  assert_int_equal(atomic_load(&rec.calls), 1);
+  assert_int_equal(script_calls(f), 0);
+
+  assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+  assert_false(owned);
+  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+               hilock_lock_errmsg(l));
+  assert_value(f, l, "thief");
+  assert_i64_between(hl_redis_pttl(f->redis, key, klen), 4000, 5000);
+  assert_int_equal(atomic_load(&rec.calls), 1);
+  hilock_lock_free(l);
+}
+
+static void force_release_and_new_holder_is_detected(void **state) {
+  fixture *f = *state;
+  hilock_client *other = client_for(&f->server, NULL);
+  hilock_lock *a = new_lock(f->client, "taken", 300);
+  hilock_lock *b = new_lock(other, "taken", 5000);
+  lost_rec rec;
+  int64_t t_steal;
+  int deleted = 0, owned = 0;
+
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_lock_set_auto_renew(a, 1, 0, on_lost, &rec),
+               hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_acquire(a, 0), hilock_lock_errmsg(a));
+  hl_sleep_ms(50);
+  t_steal = hl_now_ms();
+  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_lock_errmsg(b));
+  assert_true(deleted);
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+
+  assert_i64_between(wait_lost(&rec, 2000) - t_steal, 0, 300);
+  assert_true(hilock_lock_lost(a));
+  assert_int_equal(hilock_lock_validity_ms(a), 0);
+  assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED,
+               hilock_lock_errmsg(a));
+  /* The new holder's key is untouched: neither deleted nor cut to 300. */
+  assert_value(f, b, hilock_lock_token(b));
+  assert_i64_between(key_pttl(f, b), 4000, 5000);
+  assert_hl_ok(hilock_lock_owned(b, &owned), hilock_lock_errmsg(b));
+  assert_true(owned);
+  assert_int_equal(atomic_load(&rec.calls), 1);
+
+  /* The next grant clears the loss and renews again. */
+  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_acquire(a, 1000), hilock_lock_errmsg(a));
+  assert_false(hilock_lock_lost(a));
+  hl_sleep_ms(500);
+  assert_i64_between(key_pttl(f, a), 1, 300);
+  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_int_equal(atomic_load(&rec.calls), 1);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+  hilock_client_free(other);
+}
+
+static hl_server spare; /* static: tracked until destroyed */
+
+static void stopped_server_makes_the_hold_lost(void **state) {
+  hl_server *s = &spare;
+  hilock_client *c;
+  hilock_lock *l;
+  lost_rec rec;
+  int64_t t_grant, t_stop, t_lost;
+  (void)state;
+
+  assert_int_equal(hl_server_start(s, NULL), 0);
+  c = client_for(s, NULL);
+  l = new_lock(c, "unreachable", 300);
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
+               hilock_lock_errmsg(l));
+  t_grant = hl_now_ms();
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  hl_sleep_ms(150); /* one renewal went through */
+  assert_true(hilock_lock_validity_ms(l) > 150);
+  t_stop = hl_now_ms();
+  hl_server_stop(s);
+
+  /* No renewal can succeed: the local validity runs out about one TTL
+   * after the last renewal, and the loss is reported. */
+  while (hilock_lock_validity_ms(l) > 0) {
+    assert_i64_between(hl_now_ms() - t_stop, 0, 300 + 50);
+    hl_sleep_ms(5);
+  }
+  t_lost = wait_lost(&rec, 3000);
+  assert_i64_between(t_lost - t_stop, 150, 2000);
+  assert_true(t_lost - t_grant >= 300);
+  assert_true(hilock_lock_lost(l));
+  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  hl_sleep_ms(200);
+  assert_int_equal(atomic_load(&rec.calls), 1);
+  hilock_lock_free(l);
+  hilock_client_free(c);
+  hl_server_destroy(s);
+}
+
+static void paused_server_makes_the_hold_lost(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+  hilock_lock *l;
+  lost_rec rec;
+  int64_t t_pause, t_lost, t0;
+
+  o.command_timeout_ms = 400; /* a renewal stuck longer than this fails */
+  c = client_for(&f->server, &o);
+  l = new_lock(c, "paused", 300);
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  hl_sleep_ms(50);
+  t_pause = hl_now_ms();
+  hl_redis_ok(f->redis, "CLIENT PAUSE 2000 WRITE");
+  t_lost = wait_lost(&rec, 1900);
+  hl_redis_ok(f->redis, "CLIENT UNPAUSE");
+  /* The next renewal (<= 100 ms) hangs until the 400 ms timeout, past the
+   * hold's validity. */
+  assert_i64_between(t_lost - t_pause, 300, 1200);
+  assert_true(hilock_lock_lost(l));
+  assert_int_equal(hilock_lock_validity_ms(l), 0);
+
+  /* Nothing renewed it: once writes resume, the key is gone. */
+  t0 = hl_now_ms();
+  while (key_exists(f, l)) {
+    assert_i64_between(hl_now_ms() - t0, 0, 500);
+    hl_sleep_ms(10);
+  }
+  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+               hilock_lock_errmsg(l));
+  assert_int_equal(atomic_load(&rec.calls), 1);
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+/* ## Max hold ------------------------------------------------------------------ */
+
+static void max_hold_bounds_renewal(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "bounded", 300);
+  lost_rec rec;
+  int64_t t0, t_gone, t_lost;
+
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 600, on_lost, &rec),
+               hilock_lock_errmsg(l));
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  hl_sleep_ms(550 - (hl_now_ms() - t0));
+  assert_true(key_exists(f, l)); /* renewed past its first TTL */
+  assert_int_equal(atomic_load(&rec.calls), 0);
+  while (key_exists(f, l)) {
+    assert_i64_between(hl_now_ms() - t0, 0, 600 + 300 + 100 + 300);
+    hl_sleep_ms(5);
+  }
+  t_gone = hl_now_ms() - t0;
+  /* Renewed until max hold, then left to lapse one TTL later. */
+  assert_i64_between(t_gone, 600 + 300 - 20, 600 + 300 + 100 + 300);
+  t_lost = wait_lost(&rec, 1000) - t0;
+  assert_i64_between(t_lost, 600 + 300 - 50, t_gone + 200);
+  assert_true(hilock_lock_lost(l));
+  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+               hilock_lock_errmsg(l));
+  hl_sleep_ms(150);
+  assert_int_equal(atomic_load(&rec.calls), 1);
+  hilock_lock_free(l);
+}
+
+/* ## Many holds --------------------------------------------------------------- */
+
+#define NHOLDS 50
+
+static void many_holds_are_all_kept_alive(void **state) {
+  fixture *f = *state;
+  hilock_lock *l[NHOLDS];
+  lost_rec rec;
+  long long scripts;
+
+  lost_rec_init(&rec);
+  for (int i = 0; i < NHOLDS; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "many-%d", i);
+    if (i % 2)
+      assert_hl_ok(hilock_lease_new(f->client, name, strlen(name), 300, &l[i]),
+                   hilock_client_errmsg(f->client));
+    else
+      l[i] = new_lock(f->client, name, 300);
+    assert_hl_ok(hilock_lock_set_auto_renew(l[i], 1, 0, on_lost, &rec),
+                 hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_lock_acquire(l[i], 0), hilock_lock_errmsg(l[i]));
+  }
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  hl_sleep_ms(1000);
+  for (int i = 0; i < NHOLDS; i++) {
+    assert_i64_between(key_pttl(f, l[i]), 1, 300);
+    assert_value(f, l[i], hilock_lock_token(l[i]));
+    assert_true(hilock_lock_validity_ms(l[i]) > 0);
+    assert_false(hilock_lock_lost(l[i]));
+  }
+  /* About ten renewals each (every ttl/3), all on one connection besides
+   * the pooled one and ours. */
+  scripts = script_calls(f);
+  assert_i64_between(scripts, NHOLDS * 5, NHOLDS * 15);
+  assert_i64_between(hl_info_field(f->redis, "clients", "connected_clients"), 2,
+                     4);
+  assert_int_equal(atomic_load(&rec.calls), 0);
+  for (int i = 0; i < NHOLDS; i++) {
+    assert_hl_ok(hilock_lock_release(l[i]), hilock_lock_errmsg(l[i]));
+    assert_false(key_exists(f, l[i]));
+    hilock_lock_free(l[i]);
+  }
+  assert_int_equal(atomic_load(&rec.calls), 0);
+}
+
+/* ## Callback lifetime --------------------------------------------------------- */
+
+static void free_waits_for_a_running_callback(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = new_lock(f->client, "slow-callback", 300);
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  lost_rec rec;
+  int64_t t0, deadline;
+
+  lost_rec_init(&rec);
+  rec.sleep_ms = 300;
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  hl_redis_ok(f->redis, "DEL %b", key, klen);
+  deadline = hl_now_ms() + 2000;
+  while (!atomic_load(&rec.inside)) {
+    assert_true(hl_now_ms() < deadline);
+    hl_sleep_ms(1);
+  }
+  t0 = hl_now_ms();
+  assert_false(atomic_load(&rec.finished));
+  hilock_lock_free(l); /* must wait for the callback to return */
+  assert_true(atomic_load(&rec.finished));
+  assert_i64_between(hl_now_ms() - t0, 200, 2000);
+  assert_int_equal(atomic_load(&rec.calls), 1);
+}
+
+/* ## Reentrant locks --------------------------------------------------------- */
+
+static void rlock_renewal_keeps_and_loses(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = NULL;
+  size_t klen;
+  const char *key;
+  lost_rec rec;
+  int64_t t0, n = 0, t_del;
+  int seen;
+
+  lost_rec_init(&rec);
+  assert_hl_ok(hilock_rlock_new(f->client, "renewed", 7, 300, &rl),
+               hilock_client_errmsg(f->client));
+  key = hilock_rlock_key(rl, &klen);
+  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, on_lost, &rec),
+               hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  t0 = hl_now_ms();
+  while (hl_now_ms() - t0 < 1000) {
+    assert_i64_between(hl_redis_pttl(f->redis, key, klen), 1, 300);
+    hl_sleep_ms(50);
+  }
+  assert_hl_ok(hilock_rlock_hold_count(rl, &n), hilock_rlock_errmsg(rl));
+  assert_int_equal(n, 2);
+  assert_true(hilock_rlock_validity_ms(rl) > 0);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  hl_sleep_ms(400); /* still renewed while held once */
+  assert_i64_between(hl_redis_pttl(f->redis, key, klen), 1, 300);
+  assert_int_equal(atomic_load(&rec.calls), 0);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_false(hl_redis_exists(f->redis, key, klen));
+  assert_false(hilock_rlock_lost(rl));
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  hl_sleep_ms(300);
+  assert_int_equal(script_calls(f), 0);
+  /* A renewal in flight during the final release may still report the
+   * hold lost: only count calls from here on. */
+  seen = atomic_load(&rec.calls);
+
+  /* Lost: the hash disappears under the holder. */
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_false(hilock_rlock_lost(rl));
+  t_del = hl_now_ms();
+  hl_redis_ok(f->redis, "DEL %b", key, klen);
+  assert_i64_between(wait_lost_after(&rec, seen, 2000) - t_del, 0, 300);
+  assert_true(hilock_rlock_lost(rl));
+  assert_int_equal(hilock_rlock_validity_ms(rl), 0);
+  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+               hilock_rlock_errmsg(rl));
+  hl_sleep_ms(150);
+  assert_int_equal(atomic_load(&rec.calls), seen + 1);
+  assert_hl_rc(hilock_rlock_set_auto_renew(rl, 1, -5, NULL, NULL),
+               HILOCK_EINVAL, hilock_rlock_errmsg(rl));
+  assert_hl_rc(hilock_rlock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+               HILOCK_EINVAL, "");
+  hilock_rlock_free(rl);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(renewal_keeps_a_short_lock_alive),
+      T(renewal_applies_to_the_current_hold_and_can_be_stopped),
+      T(release_cancels_renewal),
+      T(free_with_renewal_registered_is_clean),
+      T(stolen_lock_is_reported_lost_once),
+      T(force_release_and_new_holder_is_detected),
+      T(stopped_server_makes_the_hold_lost),
+      T(paused_server_makes_the_hold_lost),
+      T(max_hold_bounds_renewal),
+      T(many_holds_are_all_kept_alive),
+      T(free_waits_for_a_running_callback),
+      T(rlock_renewal_keeps_and_loses),
+  };
+  return cmocka_run_group_tests_name("renewal", tests, group_setup,
+                                     group_teardown);
+}

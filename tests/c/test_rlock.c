@@ -1,0 +1,685 @@
+/* The reentrant lock against a real server: re-entry by the owning thread,
+ * blocking of other threads and processes, hold counts in the Redis hash,
+ * TTL refresh, fencing, and argument checks. */
+#include "test_util.h"
+
+#include <ctype.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+typedef struct fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} fixture;
+
+static fixture fx;
+
+static int group_setup(void **state) {
+  *state = &fx;
+  return hl_server_start(&fx.server, NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+static hilock_client *new_client(const fixture *f) {
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(f->server.url, &o, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  f->client = new_client(f);
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hilock_client_free(f->client);
+  f->client = NULL;
+  redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+static hilock_rlock *new_rlock(hilock_client *c, const char *name,
+                               int64_t ttl) {
+  hilock_rlock *rl = NULL;
+  assert_hl_ok(hilock_rlock_new(c, name, strlen(name), ttl, &rl),
+               hilock_client_errmsg(c));
+  assert_non_null(rl);
+  return rl;
+}
+
+static long gettid_(void) { return (long)syscall(SYS_gettid); }
+
+/* The hash's single field (owner) and its count; fails unless there is
+ * exactly one. *owner is malloc'd. */
+static long long only_owner(fixture *f, const hilock_rlock *rl, char **owner) {
+  size_t klen;
+  const char *key = hilock_rlock_key(rl, &klen);
+  redisReply *r = hl_redis(f->redis, "HGETALL %b", key, klen);
+  long long n;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+    print_error("HGETALL: type %d, %zu elements (expected one field)\n",
+                r->type, r->elements);
+    freeReplyObject(r);
+    fail();
+  }
+  *owner = strdup(r->element[0]->str);
+  n = atoll(r->element[1]->str);
+  freeReplyObject(r);
+  return n;
+}
+
+/* The owner field written for thread tid: 32 hex chars, ':', the tid. */
+static void assert_owner_is(const char *owner, long tid) {
+  char want[32];
+  assert_int_equal(strlen(owner) > 33, 1);
+  for (int i = 0; i < 32; i++) assert_true(isxdigit((unsigned char)owner[i]));
+  snprintf(want, sizeof(want), ":%ld", tid);
+  assert_string_equal(owner + 32, want);
+}
+
+static long long hash_count(fixture *f, const hilock_rlock *rl) {
+  char *owner;
+  long long n = only_owner(f, rl, &owner);
+  free(owner);
+  return n;
+}
+
+static int hash_exists(fixture *f, const hilock_rlock *rl) {
+  size_t klen;
+  const char *key = hilock_rlock_key(rl, &klen);
+  return hl_redis_exists(f->redis, key, klen);
+}
+
+static long long hash_pttl(fixture *f, const hilock_rlock *rl) {
+  size_t klen;
+  const char *key = hilock_rlock_key(rl, &klen);
+  return hl_redis_pttl(f->redis, key, klen);
+}
+
+static int64_t count_of(hilock_rlock *rl) {
+  int64_t n = -1;
+  assert_hl_ok(hilock_rlock_hold_count(rl, &n), hilock_rlock_errmsg(rl));
+  return n;
+}
+
+/* ## Re-entry ------------------------------------------------------------------ */
+
+static void same_thread_reenters_without_blocking(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = new_rlock(f->client, "reenter", 10000);
+  char *owner;
+  int owned = 0, locked = 0;
+  int64_t t0;
+
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 5000), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, HILOCK_WAIT_FOREVER),
+               hilock_rlock_errmsg(rl));
+  assert_i64_between(hl_now_ms() - t0, 0, 200);
+
+  assert_int_equal(only_owner(f, rl, &owner), 3);
+  assert_owner_is(owner, gettid_());
+  free(owner);
+  assert_int_equal(count_of(rl), 3);
+  assert_hl_ok(hilock_rlock_owned(rl, &owned), hilock_rlock_errmsg(rl));
+  assert_true(owned);
+  assert_hl_ok(hilock_rlock_locked(rl, &locked), hilock_rlock_errmsg(rl));
+  assert_true(locked);
+  assert_i64_between(hilock_rlock_validity_ms(rl), 9000, 10000);
+
+  for (int left = 2; left >= 0; left--) {
+    assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+    assert_int_equal(count_of(rl), left);
+    if (left > 0) assert_int_equal(hash_count(f, rl), left);
+  }
+  assert_false(hash_exists(f, rl));
+  assert_hl_ok(hilock_rlock_owned(rl, &owned), hilock_rlock_errmsg(rl));
+  assert_false(owned);
+  assert_hl_ok(hilock_rlock_locked(rl, &locked), hilock_rlock_errmsg(rl));
+  assert_false(locked);
+  assert_int_equal(hilock_rlock_validity_ms(rl), 0);
+  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+               hilock_rlock_errmsg(rl));
+  assert_int_equal(hilock_rlock_errcode(rl), HILOCK_ENOTOWNED);
+  hilock_rlock_free(rl);
+}
+
+/* ## Other threads ------------------------------------------------------------ */
+
+typedef struct other {
+  hilock_rlock *rl;
+  int no_try; /* the lock is free: skip the first, busy attempt */
+  int try_rc, rc, release_rc, owned;
+  int64_t count, t_end;
+  long tid;
+  uint64_t fence;
+  atomic_int done;
+  pthread_t thread;
+} other;
+
+/* Another thread: one try (expected busy), then a blocking acquire; once
+ * granted, note the hold count and fence and leave. */
+static void *other_waits(void *arg) {
+  other *o = arg;
+  o->tid = gettid_();
+  o->try_rc = o->no_try ? HILOCK_BUSY : hilock_rlock_try_acquire(o->rl);
+  o->rc = hilock_rlock_acquire(o->rl, 5000);
+  o->t_end = hl_now_ms();
+  o->release_rc = -100;
+  if (o->rc == HILOCK_OK) {
+    o->fence = hilock_rlock_fence(o->rl);
+    if (hilock_rlock_hold_count(o->rl, &o->count) != HILOCK_OK) o->count = -1;
+    o->release_rc = hilock_rlock_release(o->rl);
+  }
+  atomic_store(&o->done, 1);
+  return NULL;
+}
+
+static void other_thread_blocks_until_the_final_release(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = new_rlock(f->client, "blocking", 10000);
+  other o;
+  int64_t t_rel;
+
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  memset(&o, 0, sizeof(o));
+  o.rl = rl; /* the same handle: threads are separate owners */
+  assert_int_equal(pthread_create(&o.thread, NULL, other_waits, &o), 0);
+  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
+                                 3000));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  hl_sleep_ms(200);
+  assert_int_equal(atomic_load(&o.done), 0); /* still held once */
+  assert_int_equal(hash_count(f, rl), 1);
+
+  t_rel = hl_now_ms();
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  pthread_join(o.thread, NULL);
+  assert_hl_rc(o.try_rc, HILOCK_BUSY, hilock_rlock_errmsg(rl));
+  assert_hl_ok(o.rc, hilock_rlock_errmsg(rl));
+  assert_i64_between(o.t_end - t_rel, 0, 300); /* woken, not the TTL */
+  assert_int_equal(o.count, 1);
+  assert_hl_ok(o.release_rc, hilock_rlock_errmsg(rl));
+  assert_false(hash_exists(f, rl));
+  hilock_rlock_free(rl);
+}
+
+typedef struct stranger {
+  hilock_rlock *rl;
+  int release_rc, owned_rc, owned, locked;
+  int64_t count;
+} stranger;
+
+static void *stranger_releases(void *arg) {
+  stranger *s = arg;
+  s->release_rc = hilock_rlock_release(s->rl);
+  if (hilock_rlock_hold_count(s->rl, &s->count) != HILOCK_OK) s->count = -1;
+  s->owned_rc = hilock_rlock_owned(s->rl, &s->owned);
+  if (hilock_rlock_locked(s->rl, &s->locked) != HILOCK_OK) s->locked = -1;
+  return NULL;
+}
+
+static void release_from_a_non_holding_thread_changes_nothing(void **state) {
+  fixture *f = *state;
+  hilock_client *c2 = new_client(f);
+  hilock_rlock *rl = new_rlock(f->client, "strangers", 10000);
+  hilock_rlock *other_client = new_rlock(c2, "strangers", 10000);
+  hilock_rlock *handles[2] = {rl, other_client};
+  char *before, *after;
+  uint64_t fence;
+
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  fence = hilock_rlock_fence(rl);
+  assert_int_equal(only_owner(f, rl, &before), 2);
+
+  /* A thread of the same handle, and one of another client's handle. */
+  for (int i = 0; i < 2; i++) {
+    stranger s;
+    pthread_t t;
+    memset(&s, 0, sizeof(s));
+    s.rl = handles[i];
+    assert_int_equal(pthread_create(&t, NULL, stranger_releases, &s), 0);
+    pthread_join(t, NULL);
+    assert_hl_rc(s.release_rc, HILOCK_ENOTOWNED, hilock_rlock_errmsg(s.rl));
+    assert_int_equal(hilock_rlock_errcode(s.rl), HILOCK_ENOTOWNED);
+    assert_int_equal(s.count, 0);
+    assert_hl_ok(s.owned_rc, hilock_rlock_errmsg(s.rl));
+    assert_false(s.owned);
+    assert_int_equal(s.locked, 1);
+    assert_int_equal(only_owner(f, rl, &after), 2);
+    assert_string_equal(after, before);
+    free(after);
+  }
+  /* From this thread too, on the other client's handle. */
+  assert_hl_rc(hilock_rlock_release(other_client), HILOCK_ENOTOWNED,
+               hilock_rlock_errmsg(other_client));
+  assert_int_equal(hash_count(f, rl), 2);
+
+  /* The holder's grant is untouched: still valid, same fence, and it
+   * leaves normally. */
+  assert_false(hilock_rlock_lost(rl));
+  assert_true(hilock_rlock_validity_ms(rl) > 0);
+  assert_int_equal(hilock_rlock_fence(rl), fence);
+  assert_int_equal(count_of(rl), 2);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_false(hash_exists(f, rl));
+  free(before);
+  hilock_rlock_free(rl);
+  hilock_rlock_free(other_client);
+  hilock_client_free(c2);
+}
+
+#define NSHARERS 4
+#define SHARE_ROUNDS 15
+
+typedef struct sharer {
+  hilock_rlock *rl;
+  atomic_int *inside;
+  atomic_int *overlaps;
+  atomic_int *errors;
+} sharer;
+
+static void *share_rounds(void *arg) {
+  sharer *s = arg;
+  for (int i = 0; i < SHARE_ROUNDS; i++) {
+    int64_t n = 0;
+    if (hilock_rlock_acquire(s->rl, 5000) != HILOCK_OK) {
+      atomic_fetch_add(s->errors, 1);
+      continue;
+    }
+    if (atomic_fetch_add(s->inside, 1) != 0) atomic_fetch_add(s->overlaps, 1);
+    if (hilock_rlock_acquire(s->rl, 0) != HILOCK_OK ||
+        hilock_rlock_hold_count(s->rl, &n) != HILOCK_OK || n != 2)
+      atomic_fetch_add(s->errors, 1);
+    atomic_fetch_sub(s->inside, 1);
+    if (hilock_rlock_release(s->rl) != HILOCK_OK ||
+        hilock_rlock_release(s->rl) != HILOCK_OK)
+      atomic_fetch_add(s->errors, 1);
+  }
+  return NULL;
+}
+
+static void threads_sharing_a_handle_exclude_each_other(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = new_rlock(f->client, "shared-handle", 10000);
+  atomic_int inside, overlaps, errors;
+  sharer s[NSHARERS];
+  pthread_t t[NSHARERS];
+
+  atomic_init(&inside, 0);
+  atomic_init(&overlaps, 0);
+  atomic_init(&errors, 0);
+  for (int i = 0; i < NSHARERS; i++) {
+    s[i].rl = rl;
+    s[i].inside = &inside;
+    s[i].overlaps = &overlaps;
+    s[i].errors = &errors;
+    assert_int_equal(pthread_create(&t[i], NULL, share_rounds, &s[i]), 0);
+  }
+  for (int i = 0; i < NSHARERS; i++) pthread_join(t[i], NULL);
+  assert_int_equal(atomic_load(&errors), 0);
+  assert_int_equal(atomic_load(&overlaps), 0);
+  assert_false(hash_exists(f, rl));
+  /* One fence per grant; re-entries draw none. */
+  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{shared-handle}:fence 0"),
+                   NSHARERS * SHARE_ROUNDS);
+  hilock_rlock_free(rl);
+}
+
+/* ## Other processes ----------------------------------------------------------- */
+
+typedef struct proc_arg {
+  const char *url;
+  hilock_rlock *inherited;
+  int fd; /* write end: one byte when about to wait */
+} proc_arg;
+
+#define CHILD_CHECK(cond)                                                   \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), \
+              __FILE__, __LINE__, #cond);                                   \
+      return 1 + __LINE__ % 200;                                            \
+    }                                                                       \
+  } while (0)
+
+static int child_contends(void *arg) {
+  proc_arg *p = arg;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_rlock *rl = NULL;
+  int64_t t0, n = 0;
+  int rc;
+
+  /* The parent's handle, inherited: its grant is not the child's. */
+  CHILD_CHECK(hilock_rlock_release(p->inherited) == HILOCK_EFORKED);
+  CHILD_CHECK(hilock_rlock_try_acquire(p->inherited) == HILOCK_BUSY);
+  CHILD_CHECK(hilock_rlock_hold_count(p->inherited, &n) == HILOCK_OK &&
+              n == 0);
+
+  CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
+  CHILD_CHECK(hilock_rlock_new(c, "process", 7, 10000, &rl) == HILOCK_OK);
+  CHILD_CHECK(hilock_rlock_try_acquire(rl) == HILOCK_BUSY);
+  t0 = hl_now_ms();
+  CHILD_CHECK(hilock_rlock_acquire(rl, 200) == HILOCK_BUSY);
+  CHILD_CHECK(hl_now_ms() - t0 >= 190);
+  CHILD_CHECK(write(p->fd, "x", 1) == 1);
+  t0 = hl_now_ms();
+  rc = hilock_rlock_acquire(rl, 5000);
+  CHILD_CHECK(rc == HILOCK_OK);
+  CHILD_CHECK(hl_now_ms() - t0 < 3000); /* woken, not the 10 s TTL */
+  CHILD_CHECK(hilock_rlock_hold_count(rl, &n) == HILOCK_OK && n == 1);
+  CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
+  hilock_rlock_free(rl);
+  hilock_client_free(c);
+  return 0;
+}
+
+static void another_process_blocks(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = new_rlock(f->client, "process", 10000);
+  proc_arg p;
+  struct pollfd pf;
+  int fds[2], status;
+  char byte;
+  pid_t pid;
+
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_int_equal(pipe(fds), 0);
+  p.url = f->server.url;
+  p.inherited = rl;
+  p.fd = fds[1];
+  pid = hl_fork_run(child_contends, &p);
+  assert_true(pid > 0);
+  close(fds[1]);
+  pf.fd = fds[0];
+  pf.events = POLLIN;
+  if (poll(&pf, 1, 5000) != 1 || read(fds[0], &byte, 1) != 1) {
+    close(fds[0]);
+    print_error("child failed before waiting (status %d)\n",
+                hl_wait_child(pid, 0));
+    fail();
+  }
+  close(fds[0]);
+  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
+                                 3000));
+  assert_int_equal(hash_count(f, rl), 1); /* still only ours */
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  status = hl_wait_child(pid, 5000);
+  if (status != 0) {
+    print_error("child status %d\n", status);
+    fail();
+  }
+  assert_false(hash_exists(f, rl));
+  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{process}:fence 0"),
+                   2);
+  hilock_rlock_free(rl);
+}
+
+/* ## TTL and fencing ------------------------------------------------------------ */
+
+static void reentry_refreshes_the_ttl(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = new_rlock(f->client, "refresh", 1000);
+
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  hl_sleep_ms(400);
+  assert_i64_between(hash_pttl(f, rl), 1, 650);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_i64_between(hash_pttl(f, rl), 900, 1000);
+  assert_i64_between(hilock_rlock_validity_ms(rl), 900, 1000);
+  hl_sleep_ms(300);
+  /* Leaving once (not the last time) refreshes it too. */
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_i64_between(hash_pttl(f, rl), 900, 1000);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_false(hash_exists(f, rl));
+  hilock_rlock_free(rl);
+}
+
+static void lapsed_hold_lets_another_owner_in(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = new_rlock(f->client, "lapsed", 300);
+  other o;
+  int64_t t0;
+
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  t0 = hl_now_ms();
+  memset(&o, 0, sizeof(o));
+  o.rl = rl;
+  assert_int_equal(pthread_create(&o.thread, NULL, other_waits, &o), 0);
+  pthread_join(o.thread, NULL);
+  /* Never released: the other thread gets in when the TTL runs out. */
+  assert_hl_ok(o.rc, hilock_rlock_errmsg(rl));
+  assert_i64_between(o.t_end - t0, 250, 300 + 400);
+  assert_int_equal(o.count, 1);
+  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+               hilock_rlock_errmsg(rl));
+  hilock_rlock_free(rl);
+}
+
+static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
+    void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = new_rlock(f->client, "fenced", 10000);
+  hilock_rlock *rl2 = new_rlock(f->client, "fenced", 10000);
+  uint64_t f1;
+  other o;
+
+  assert_int_equal(hilock_rlock_fence(rl), 0);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  f1 = hilock_rlock_fence(rl);
+  assert_true(f1 > 0);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_int_equal(hilock_rlock_fence(rl), f1);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_int_equal(hilock_rlock_fence(rl), f1);
+  for (int i = 0; i < 3; i++)
+    assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_int_equal(hilock_rlock_fence(rl), f1); /* the last grant's */
+
+  /* The next owner, another thread. */
+  memset(&o, 0, sizeof(o));
+  o.rl = rl;
+  o.no_try = 1;
+  assert_int_equal(pthread_create(&o.thread, NULL, other_waits, &o), 0);
+  pthread_join(o.thread, NULL);
+  assert_hl_ok(o.rc, hilock_rlock_errmsg(rl));
+  assert_hl_ok(o.release_rc, hilock_rlock_errmsg(rl));
+  assert_int_equal(o.count, 1);
+  assert_true(o.fence > f1);
+
+  /* And the owner after it, through another handle of this thread. */
+  assert_hl_ok(hilock_rlock_acquire(rl2, 0), hilock_rlock_errmsg(rl2));
+  assert_true(hilock_rlock_fence(rl2) > o.fence);
+  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{fenced}:fence 0"),
+                   (long long)hilock_rlock_fence(rl2));
+  assert_hl_ok(hilock_rlock_release(rl2), hilock_rlock_errmsg(rl2));
+  hilock_rlock_free(rl);
+  hilock_rlock_free(rl2);
+}
+
+static void final_release_deletes_the_hash_and_leaves_one_wake_up(
+    void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = new_rlock(f->client, "final", 10000);
+
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_true(hash_exists(f, rl));
+  assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{final}:wake"), 0);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_false(hash_exists(f, rl));
+  assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{final}:wake"), 1);
+  assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{final}:wake"), 1,
+                     5000);
+  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+               hilock_rlock_errmsg(rl));
+  assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{final}:wake"), 1);
+  hilock_rlock_free(rl);
+}
+
+/* ## Validation ------------------------------------------------------------------ */
+
+static void names_and_ttls_are_validated(void **state) {
+  fixture *f = *state;
+  char big[HILOCK_NAME_MAX + 1];
+  char sentinel;
+  hilock_rlock *rl = (hilock_rlock *)&sentinel; /* must be reset to NULL */
+  const char bin[] = {'a', '\0', 'b'};
+  const char *key;
+  size_t klen;
+
+  memset(big, 'r', sizeof(big));
+  assert_int_equal(hilock_rlock_new(f->client, NULL, 3, 1000, &rl),
+                   HILOCK_EINVAL);
+  assert_null(rl);
+  assert_int_equal(hilock_rlock_new(f->client, "", 0, 1000, &rl),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "empty");
+  assert_int_equal(hilock_rlock_new(f->client, "}x", 2, 1000, &rl),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_new(f->client, big, sizeof(big), 1000, &rl),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_new(f->client, "ttl", 3, 0, &rl),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_new(f->client, "ttl", 3, -1, &rl),
+                   HILOCK_EINVAL);
+  assert_int_equal(
+      hilock_rlock_new(f->client, "ttl", 3, HILOCK_TTL_MAX_MS + 1, &rl),
+      HILOCK_EINVAL);
+  assert_int_equal(hilock_client_errcode(f->client), HILOCK_EINVAL);
+  assert_null(rl);
+
+  /* Limits are accepted. */
+  rl = NULL;
+  assert_hl_ok(hilock_rlock_new(f->client, big, HILOCK_NAME_MAX,
+                                HILOCK_TTL_MAX_MS, &rl),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(hilock_rlock_ttl_ms(rl), HILOCK_TTL_MAX_MS);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_true(hash_pttl(f, rl) > 1000000000LL);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  hilock_rlock_free(rl);
+  rl = new_rlock(f->client, "one-ms", 1);
+  assert_int_equal(hilock_rlock_ttl_ms(rl), 1);
+  hilock_rlock_free(rl);
+
+  /* Binary names keep their bytes in the key. */
+  assert_hl_ok(hilock_rlock_new(f->client, bin, sizeof(bin), 5000, &rl),
+               hilock_client_errmsg(f->client));
+  key = hilock_rlock_key(rl, &klen);
+  assert_int_equal(klen, 18);
+  assert_memory_equal(key, "hilock:{a\0b}:rlock", 18);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_true(hl_redis_exists(f->redis, "hilock:{a\0b}:rlock", 18));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  hilock_rlock_free(rl);
+}
+
+static void null_arguments_are_einval(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = NULL;
+  int64_t n = 0;
+  int flag = 0;
+  size_t len = 99;
+
+  assert_int_equal(hilock_rlock_new(NULL, "n", 1, 1000, &rl), HILOCK_EINVAL);
+  assert_null(rl);
+  assert_int_equal(hilock_rlock_new(f->client, "n", 1, 1000, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_acquire(NULL, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_hold_count(NULL, &n), HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_owned(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_locked(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_set_auto_renew(NULL, 0, 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_false(hilock_rlock_lost(NULL));
+  assert_int_equal(hilock_rlock_validity_ms(NULL), 0);
+  assert_int_equal(hilock_rlock_fence(NULL), 0);
+  assert_int_equal(hilock_rlock_ttl_ms(NULL), 0);
+  assert_string_equal(hilock_rlock_key(NULL, &len), "");
+  assert_int_equal(len, 0);
+  assert_string_equal(hilock_rlock_key(NULL, NULL), "");
+  assert_non_null(hilock_rlock_errmsg(NULL));
+  assert_int_equal(hilock_rlock_errcode(NULL), HILOCK_EINVAL);
+  hilock_rlock_free(NULL);
+
+  /* A valid handle with NULL out-parameters or a bad wait. */
+  rl = new_rlock(f->client, "n", 1000);
+  assert_int_equal(hilock_rlock_hold_count(rl, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_owned(rl, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_rlock_locked(rl, NULL), HILOCK_EINVAL);
+  assert_hl_rc(hilock_rlock_acquire(rl, -5), HILOCK_EINVAL,
+               hilock_rlock_errmsg(rl));
+  assert_false(hash_exists(f, rl));
+  assert_int_equal(hilock_rlock_errcode(rl), HILOCK_EINVAL);
+  assert_substr(hilock_rlock_errmsg(rl), "wait");
+  hilock_rlock_free(rl);
+}
+
+static void rlock_outliving_its_client_gets_eclosed(void **state) {
+  fixture *f = *state;
+  hilock_client *c = new_client(f);
+  hilock_rlock *rl = new_rlock(c, "orphan-r", 5000);
+  int64_t n = 0;
+
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  hilock_client_free(c);
+  assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_ECLOSED,
+               hilock_rlock_errmsg(rl));
+  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ECLOSED,
+               hilock_rlock_errmsg(rl));
+  assert_hl_rc(hilock_rlock_hold_count(rl, &n), HILOCK_ECLOSED,
+               hilock_rlock_errmsg(rl));
+  assert_int_equal(hilock_rlock_errcode(rl), HILOCK_ECLOSED);
+  assert_true(hl_redis_exists(f->redis, "hilock:{orphan-r}:rlock", 23));
+  hilock_rlock_free(rl); /* the client's last reference */
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(same_thread_reenters_without_blocking),
+      T(other_thread_blocks_until_the_final_release),
+      T(release_from_a_non_holding_thread_changes_nothing),
+      T(threads_sharing_a_handle_exclude_each_other),
+      T(another_process_blocks),
+      T(reentry_refreshes_the_ttl),
+      T(lapsed_hold_lets_another_owner_in),
+      T(fence_is_kept_on_reentry_and_grows_for_the_next_owner),
+      T(final_release_deletes_the_hash_and_leaves_one_wake_up),
+      T(names_and_ttls_are_validated),
+      T(null_arguments_are_einval),
+      T(rlock_outliving_its_client_gets_eclosed),
+  };
+  return cmocka_run_group_tests_name("rlock", tests, group_setup,
+                                     group_teardown);
+}

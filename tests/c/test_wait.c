@@ -1,0 +1,621 @@
+/* Waiting for a lock against a real server: wake-ups on release, expiry,
+ * deletion and a killed holder; no polling; one waiter per release;
+ * fractional waits; interruption and client shutdown. Waiters run in real
+ * threads (and holders in forked processes); what the server saw is read
+ * from INFO. */
+#include "test_util.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} fixture;
+
+static fixture fx;
+
+static int group_setup(void **state) {
+  *state = &fx;
+  return hl_server_start(&fx.server, NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+static hilock_client *new_client(const fixture *f, const hilock_options *o) {
+  hilock_options def = hl_test_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(f->server.url, o ? o : &def, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  f->client = new_client(f, NULL);
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hilock_client_free(f->client);
+  f->client = NULL;
+  redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
+  hilock_lock *l = NULL;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
+               hilock_client_errmsg(c));
+  return l;
+}
+
+static hilock_lock *new_simple(hilock_client *c, const char *name) {
+  hilock_lock *l = NULL;
+  assert_hl_ok(hilock_simple_lock_new(c, name, strlen(name), &l),
+               hilock_client_errmsg(c));
+  return l;
+}
+
+static hilock_rlock *new_rlock(hilock_client *c, const char *name,
+                               int64_t ttl) {
+  hilock_rlock *rl = NULL;
+  assert_hl_ok(hilock_rlock_new(c, name, strlen(name), ttl, &rl),
+               hilock_client_errmsg(c));
+  return rl;
+}
+
+static void assert_holder(fixture *f, const hilock_lock *l) {
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  char *v = hl_redis_get(f->redis, key, klen);
+  assert_non_null(v);
+  assert_string_equal(v, hilock_lock_token(l));
+  free(v);
+}
+
+/* Wait until n clients are blocked (in BLPOP) on the server. */
+static void wait_blocked(fixture *f, long long n) {
+  if (!hl_wait_info_field(f->redis, "clients", "blocked_clients", n, 3000)) {
+    print_error("blocked_clients is %lld, expected %lld\n",
+                hl_info_field(f->redis, "clients", "blocked_clients"), n);
+    fail();
+  }
+}
+
+/* ## A waiter thread ------------------------------------------------------- */
+
+typedef struct waiter {
+  hilock_lock *lock;   /* one of lock and rlock */
+  hilock_rlock *rlock;
+  int64_t wait_ms;
+  int release_after; /* release as soon as granted */
+  int rc, release_rc;
+  int64_t t_start, t_end; /* around the acquire call */
+  atomic_int done;
+  pthread_t thread;
+} waiter;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  w->t_start = hl_now_ms();
+  w->rc = w->rlock ? hilock_rlock_acquire(w->rlock, w->wait_ms)
+                   : hilock_lock_acquire(w->lock, w->wait_ms);
+  w->t_end = hl_now_ms();
+  w->release_rc = -100;
+  if (w->rc == HILOCK_OK && w->release_after)
+    w->release_rc = w->rlock ? hilock_rlock_release(w->rlock)
+                             : hilock_lock_release(w->lock);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+static void start_waiter(waiter *w) {
+  atomic_store(&w->done, 0);
+  w->rc = w->release_rc = -100;
+  assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
+}
+
+static void join_waiter(waiter *w) { pthread_join(w->thread, NULL); }
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* ## Wake-ups ---------------------------------------------------------------- */
+
+#define ROUNDS 5
+
+static void waiter_wakes_promptly_on_release(void **state) {
+  fixture *f = *state;
+  int64_t lat[ROUNDS];
+
+  for (int i = 0; i < ROUNDS; i++) {
+    char name[32];
+    hilock_lock *a, *b;
+    waiter w;
+    int64_t t_rel;
+
+    snprintf(name, sizeof(name), "prompt-%d", i);
+    a = new_lock(f->client, name, 10000);
+    b = new_lock(f->client, name, 10000);
+    memset(&w, 0, sizeof(w));
+    w.lock = b;
+    w.wait_ms = 8000;
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+    start_waiter(&w);
+    wait_blocked(f, 1);
+    t_rel = hl_now_ms();
+    assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+    join_waiter(&w);
+    assert_hl_ok(w.rc, hilock_lock_errmsg(b));
+    assert_holder(f, b);
+    lat[i] = w.t_end - t_rel;
+    /* Far below the holder's 10 s TTL, whatever the load. */
+    assert_i64_between(lat[i], 0, 300);
+    assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+    hilock_lock_free(a);
+    hilock_lock_free(b);
+  }
+  qsort(lat, ROUNDS, sizeof(lat[0]), cmp_i64);
+  assert_i64_between(lat[ROUNDS / 2], 0, 50);
+}
+
+static void waiter_wakes_when_holder_key_expires(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = new_lock(f->client, "expires", 400);
+  hilock_lock *b = new_lock(f->client, "expires", 10000);
+  int64_t t0 = hl_now_ms(), took;
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_acquire(b, 5000), hilock_lock_errmsg(b));
+  took = hl_now_ms() - t0;
+  /* Not before the key expires, and about when it does: no release, no
+   * wake-up, so the wait was bounded by the TTL the waiter was told. */
+  assert_i64_between(took, 390, 400 + 350);
+  assert_holder(f, b);
+  assert_true(hilock_lock_fence(b) > hilock_lock_fence(a));
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+static void waiter_wakes_by_ttl_after_plain_del(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = new_lock(f->client, "deleted", 1000);
+  hilock_lock *b = new_lock(f->client, "deleted", 10000);
+  size_t klen;
+  const char *key = hilock_lock_key(a, &klen);
+  waiter w;
+  int64_t t0, t_del;
+
+  memset(&w, 0, sizeof(w));
+  w.lock = b;
+  w.wait_ms = 5000;
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  start_waiter(&w);
+  wait_blocked(f, 1);
+  hl_sleep_ms(200 - (hl_now_ms() - t0));
+  t_del = hl_now_ms();
+  assert_int_equal(hl_redis_int(f->redis, "DEL %b", key, klen), 1);
+  join_waiter(&w);
+  assert_hl_ok(w.rc, hilock_lock_errmsg(b));
+  /* Nobody pushed a wake-up: the waiter retried when the TTL it was told
+   * (1000 ms from the grant) ran out, not later. */
+  assert_true(w.t_end >= t_del);
+  assert_i64_between(w.t_end - t0, 150, 1000 + 300);
+  assert_holder(f, b);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+typedef struct killed_holder {
+  const char *url;
+  int fd; /* write end: one byte once the lock is held */
+} killed_holder;
+
+static int hold_until_killed(void *arg) {
+  killed_holder *k = arg;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_lock *l = NULL;
+  if (hilock_client_new(k->url, &o, &c) != HILOCK_OK) return 1;
+  if (hilock_lock_new(c, "killed", 6, 700, &l) != HILOCK_OK) return 2;
+  if (hilock_lock_try_acquire(l) != HILOCK_OK) return 3;
+  if (write(k->fd, "x", 1) != 1) return 4;
+  for (;;) pause();
+}
+
+static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
+  fixture *f = *state;
+  hilock_lock *b = new_lock(f->client, "killed", 10000);
+  killed_holder k;
+  struct pollfd p;
+  int fds[2], status;
+  char byte;
+  waiter w;
+  pid_t pid;
+  long long pttl;
+  int64_t t0;
+
+  assert_int_equal(pipe(fds), 0);
+  k.url = f->server.url;
+  k.fd = fds[1];
+  pid = hl_fork_run(hold_until_killed, &k);
+  assert_true(pid > 0);
+  close(fds[1]);
+  p.fd = fds[0];
+  p.events = POLLIN;
+  if (poll(&p, 1, 5000) != 1 || read(fds[0], &byte, 1) != 1) {
+    status = hl_wait_child(pid, 0);
+    close(fds[0]);
+    print_error("holder process failed (status %d)\n", status);
+    fail();
+  }
+  close(fds[0]);
+
+  t0 = hl_now_ms();
+  pttl = hl_redis_pttl(f->redis, "hilock:{killed}:lock", 20);
+  assert_i64_between(pttl, 1, 700);
+  memset(&w, 0, sizeof(w));
+  w.lock = b;
+  w.wait_ms = 5000;
+  start_waiter(&w);
+  wait_blocked(f, 1);
+  assert_int_equal(kill(pid, SIGKILL), 0);
+  assert_int_equal(hl_wait_child(pid, 3000), 128 + SIGKILL);
+  join_waiter(&w);
+  assert_hl_ok(w.rc, hilock_lock_errmsg(b));
+  /* The dead holder never released: the waiter got in when its TTL ran
+   * out, not sooner and not much later. */
+  assert_i64_between(w.t_end - t0, pttl - 20, pttl + 400);
+  assert_holder(f, b);
+  hilock_lock_free(b);
+}
+
+/* ## No polling -------------------------------------------------------------- */
+
+static void waiting_does_not_poll_the_server(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = new_lock(f->client, "quiet", 10000);
+  hilock_lock *b = new_lock(f->client, "quiet", 10000);
+  long long scripts, blpops;
+  waiter w;
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  memset(&w, 0, sizeof(w));
+  w.lock = b;
+  w.wait_ms = 2000;
+  start_waiter(&w);
+  wait_blocked(f, 1);
+  hl_sleep_ms(1500 - (hl_now_ms() - w.t_start));
+
+  /* 1.5 s into the wait: one attempt and one BLPOP, still blocked. A
+   * poller would show many of each. */
+  scripts = hl_cmdstat_calls(f->redis, "evalsha") +
+            hl_cmdstat_calls(f->redis, "eval");
+  blpops = hl_cmdstat_calls(f->redis, "blpop");
+  assert_i64_between(scripts, 1, 2);
+  assert_i64_between(blpops, 0, 2);
+  assert_int_equal(hl_info_field(f->redis, "clients", "blocked_clients"), 1);
+  assert_int_equal(atomic_load(&w.done), 0);
+
+  join_waiter(&w);
+  assert_hl_rc(w.rc, HILOCK_BUSY, hilock_lock_errmsg(b));
+  assert_i64_between(w.t_end - w.t_start, 1990, 2400);
+  assert_i64_between(hl_cmdstat_calls(f->redis, "evalsha"), 2, 3);
+  assert_i64_between(hl_cmdstat_calls(f->redis, "blpop"), 1, 2);
+  assert_holder(f, a);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+/* ## One release, one waiter ----------------------------------------------- */
+
+#define NWAITERS 4
+
+typedef struct relay {
+  hilock_lock *lock;
+  atomic_int *granted;
+  atomic_int *go;
+  int rc, release_rc;
+  int64_t t_granted;
+  pthread_t thread;
+} relay;
+
+/* Acquire; once granted, hold until told to go, then release. */
+static void *relay_main(void *arg) {
+  relay *r = arg;
+  int64_t deadline;
+  r->release_rc = -100;
+  r->rc = hilock_lock_acquire(r->lock, 8000);
+  if (r->rc != HILOCK_OK) return NULL;
+  r->t_granted = hl_now_ms();
+  atomic_fetch_add(r->granted, 1);
+  deadline = hl_now_ms() + 8000;
+  while (!atomic_load(r->go) && hl_now_ms() < deadline) hl_sleep_ms(1);
+  r->release_rc = hilock_lock_release(r->lock);
+  return NULL;
+}
+
+static void one_release_wakes_one_waiter(void **state) {
+  fixture *f = *state;
+  hilock_client *own[2];
+  hilock_lock *holder = new_lock(f->client, "relay", 10000);
+  relay r[NWAITERS];
+  atomic_int granted, go;
+  long long scripts;
+  int64_t t_go;
+
+  atomic_init(&granted, 0);
+  atomic_init(&go, 0);
+  own[0] = new_client(f, NULL);
+  own[1] = new_client(f, NULL);
+  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_lock_errmsg(holder));
+  for (int i = 0; i < NWAITERS; i++) {
+    /* Two waiters share the fixture's client, two have clients of their
+     * own. */
+    memset(&r[i], 0, sizeof(r[i]));
+    r[i].lock = new_lock(i < 2 ? f->client : own[i - 2], "relay", 10000);
+    r[i].granted = &granted;
+    r[i].go = &go;
+    assert_int_equal(pthread_create(&r[i].thread, NULL, relay_main, &r[i]),
+                     0);
+  }
+  wait_blocked(f, NWAITERS);
+
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  assert_hl_ok(hilock_lock_release(holder), hilock_lock_errmsg(holder));
+  hl_sleep_ms(300);
+  /* One wake-up: one waiter ran the acquire script (and got the lock),
+   * the other three never woke. */
+  assert_int_equal(atomic_load(&granted), 1);
+  assert_int_equal(hl_info_field(f->redis, "clients", "blocked_clients"),
+                   NWAITERS - 1);
+  scripts = hl_cmdstat_calls(f->redis, "evalsha") +
+            hl_cmdstat_calls(f->redis, "eval");
+  assert_i64_between(scripts - 1 /* the release */, 1, 2);
+  /* No waiter went back to sleep (Redis counts a BLPOP when it blocks or
+   * when it is served, depending on the version). */
+  assert_i64_between(hl_cmdstat_calls(f->redis, "blpop"), 0, 1);
+
+  /* Each release hands over to the next waiter, promptly. */
+  t_go = hl_now_ms();
+  atomic_store(&go, 1);
+  for (int i = 0; i < NWAITERS; i++) pthread_join(r[i].thread, NULL);
+  assert_i64_between(hl_now_ms() - t_go, 0, 2000);
+  for (int i = 0; i < NWAITERS; i++) {
+    assert_hl_ok(r[i].rc, hilock_lock_errmsg(r[i].lock));
+    assert_hl_ok(r[i].release_rc, hilock_lock_errmsg(r[i].lock));
+    hilock_lock_free(r[i].lock);
+  }
+  assert_int_equal(atomic_load(&granted), NWAITERS);
+  assert_false(hl_redis_exists(f->redis, "hilock:{relay}:lock", 19));
+  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{relay}:fence 0"),
+                   1 + NWAITERS);
+  hilock_lock_free(holder);
+  hilock_client_free(own[0]);
+  hilock_client_free(own[1]);
+}
+
+/* ## Deadlines ---------------------------------------------------------------- */
+
+static void fractional_waits_are_honoured(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = new_lock(f->client, "fraction", 10000);
+  hilock_lock *b = new_lock(f->client, "fraction", 10000);
+  int64_t t0;
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_lock_acquire(b, 150), HILOCK_BUSY,
+               hilock_lock_errmsg(b));
+  assert_i64_between(hl_now_ms() - t0, 149, 250);
+
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_lock_acquire(b, 1250), HILOCK_BUSY,
+               hilock_lock_errmsg(b));
+  assert_i64_between(hl_now_ms() - t0, 1249, 1450);
+
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_lock_acquire(b, 1), HILOCK_BUSY, hilock_lock_errmsg(b));
+  assert_i64_between(hl_now_ms() - t0, 0, 150);
+  assert_false(hilock_lock_held(b));
+  assert_holder(f, a);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+/* ## Interruption and shutdown ---------------------------------------------- */
+
+typedef struct hook_state {
+  atomic_int stop;
+  atomic_int calls;
+} hook_state;
+
+static int interrupt_hook(void *arg) {
+  hook_state *h = arg;
+  atomic_fetch_add(&h->calls, 1);
+  return atomic_load(&h->stop);
+}
+
+static void interrupt_hook_ends_wait_with_eintr(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hook_state hs;
+  hilock_client *c;
+  hilock_lock *a = new_lock(f->client, "interrupted", 10000), *b;
+  waiter w;
+  int64_t t_set;
+
+  atomic_init(&hs.stop, 0);
+  atomic_init(&hs.calls, 0);
+  o.interrupt = interrupt_hook;
+  o.interrupt_arg = &hs;
+  c = new_client(f, &o);
+  b = new_lock(c, "interrupted", 10000);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+
+  memset(&w, 0, sizeof(w));
+  w.lock = b;
+  w.wait_ms = 8000;
+  start_waiter(&w);
+  wait_blocked(f, 1);
+  hl_sleep_ms(250);
+  assert_int_equal(atomic_load(&w.done), 0);
+  assert_true(atomic_load(&hs.calls) >= 1); /* polled while waiting */
+  t_set = hl_now_ms();
+  atomic_store(&hs.stop, 1);
+  join_waiter(&w);
+  assert_hl_rc(w.rc, HILOCK_EINTR, hilock_lock_errmsg(b));
+  assert_substr(hilock_lock_errmsg(b), "interrupt");
+  assert_i64_between(w.t_end - t_set, 0, 250);
+  assert_false(hilock_lock_held(b));
+  assert_int_equal(hilock_lock_validity_ms(b), 0);
+  assert_holder(f, a);
+
+  /* The abandoned BLPOP is gone from the server, so it cannot swallow the
+   * next wake-up: the release's element stays for the next waiter. */
+  wait_blocked(f, 0);
+  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{interrupted}:wake"),
+                   1);
+
+  /* Cleared, the hook lets the handle wait and win again. */
+  atomic_store(&hs.stop, 0);
+  assert_hl_ok(hilock_lock_acquire(b, 1000), hilock_lock_errmsg(b));
+  assert_holder(f, b);
+  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+  hilock_client_free(c);
+}
+
+static void client_free_ends_blocked_wait_with_eclosed(void **state) {
+  fixture *f = *state;
+  hilock_client *c = new_client(f, NULL);
+  hilock_lock *a = new_lock(f->client, "closing", 10000);
+  hilock_lock *b = new_lock(c, "closing", 10000);
+  waiter w;
+  int64_t t_free;
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  memset(&w, 0, sizeof(w));
+  w.lock = b;
+  w.wait_ms = 8000;
+  start_waiter(&w);
+  wait_blocked(f, 1);
+  hl_sleep_ms(100);
+  t_free = hl_now_ms();
+  hilock_client_free(c); /* from this thread, while b waits in another */
+  join_waiter(&w);
+  assert_hl_rc(w.rc, HILOCK_ECLOSED, hilock_lock_errmsg(b));
+  assert_i64_between(w.t_end - t_free, 0, 250);
+  assert_false(hilock_lock_held(b));
+  wait_blocked(f, 0);
+  assert_hl_rc(hilock_lock_try_acquire(b), HILOCK_ECLOSED,
+               hilock_lock_errmsg(b));
+  hilock_lock_free(b); /* the client's last reference */
+  assert_holder(f, a);
+  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  hilock_lock_free(a);
+}
+
+/* ## Other families ----------------------------------------------------------- */
+
+static void simple_lock_waiter_wakes_on_release(void **state) {
+  fixture *f = *state;
+  hilock_lock *a = new_simple(f->client, "simple");
+  hilock_lock *b = new_simple(f->client, "simple");
+  waiter w;
+  int64_t t_rel;
+
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  memset(&w, 0, sizeof(w));
+  w.lock = b;
+  w.wait_ms = 8000;
+  w.release_after = 1;
+  start_waiter(&w);
+  wait_blocked(f, 1);
+  hl_sleep_ms(100);
+  t_rel = hl_now_ms();
+  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  join_waiter(&w);
+  /* The holder has no TTL to bound the wait: only the wake-up helps. */
+  assert_hl_ok(w.rc, hilock_lock_errmsg(b));
+  assert_hl_ok(w.release_rc, hilock_lock_errmsg(b));
+  assert_i64_between(w.t_end - t_rel, 0, 300);
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+}
+
+static void rlock_waiter_wakes_on_final_release(void **state) {
+  fixture *f = *state;
+  hilock_rlock *a = new_rlock(f->client, "reentrant", 10000);
+  hilock_rlock *b = new_rlock(f->client, "reentrant", 10000);
+  waiter w;
+  int64_t t_rel;
+
+  assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_rlock_errmsg(a));
+  assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_rlock_errmsg(a));
+  memset(&w, 0, sizeof(w));
+  w.rlock = b;
+  w.wait_ms = 8000;
+  w.release_after = 1;
+  start_waiter(&w);
+  wait_blocked(f, 1);
+
+  /* Leaving once of twice frees nothing and wakes nobody. */
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  assert_hl_ok(hilock_rlock_release(a), hilock_rlock_errmsg(a));
+  hl_sleep_ms(200);
+  assert_int_equal(atomic_load(&w.done), 0);
+  assert_int_equal(hl_cmdstat_calls(f->redis, "blpop"), 0);
+  assert_int_equal(hl_info_field(f->redis, "clients", "blocked_clients"), 1);
+
+  t_rel = hl_now_ms();
+  assert_hl_ok(hilock_rlock_release(a), hilock_rlock_errmsg(a));
+  join_waiter(&w);
+  assert_hl_ok(w.rc, hilock_rlock_errmsg(b));
+  assert_hl_ok(w.release_rc, hilock_rlock_errmsg(b));
+  assert_i64_between(w.t_end - t_rel, 0, 300);
+  assert_false(hl_redis_exists(f->redis, "hilock:{reentrant}:rlock", 24));
+  hilock_rlock_free(a);
+  hilock_rlock_free(b);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(waiter_wakes_promptly_on_release),
+      T(waiter_wakes_when_holder_key_expires),
+      T(waiter_wakes_by_ttl_after_plain_del),
+      T(waiter_wakes_by_ttl_when_holder_is_killed),
+      T(waiting_does_not_poll_the_server),
+      T(one_release_wakes_one_waiter),
+      T(fractional_waits_are_honoured),
+      T(interrupt_hook_ends_wait_with_eintr),
+      T(client_free_ends_blocked_wait_with_eclosed),
+      T(simple_lock_waiter_wakes_on_release),
+      T(rlock_waiter_wakes_on_final_release),
+  };
+  return cmocka_run_group_tests_name("wait", tests, group_setup,
+                                     group_teardown);
+}
