@@ -40,6 +40,7 @@ int hilock__hold_check(hilock__hold *h, const char *verb) {
 
 int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   pthread_mutex_lock(&h->client->wd.mu);
+  if (!h->held || h->lost) h->since_us = start_us;
   h->held = 1;
   h->lost = 0;
   h->pid = getpid();

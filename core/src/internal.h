@@ -202,6 +202,7 @@ typedef struct hilock__hold {
   uint64_t fence;
   /* Guarded by client->wd.mu while renewal is registered: */
   int64_t valid_until_us;
+  int64_t since_us; /* start of the grant (not of a re-entry): max hold */
   int lost;
   hilock__renewal ren;
   /* Renewal settings */

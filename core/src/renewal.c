@@ -216,7 +216,8 @@ int hilock__renewal_register(hilock__hold *h) {
   }
   r->renew = 1;
   r->next_due_us = now + h->ttl_ms * 1000 / 3;
-  r->max_until_us = h->max_hold_ms > 0 ? now + h->max_hold_ms * 1000 : 0;
+  r->max_until_us =
+      h->max_hold_ms > 0 ? h->since_us + h->max_hold_ms * 1000 : 0;
   pthread_cond_signal(&w->wake);
   pthread_mutex_unlock(&w->mu);
   return HILOCK_OK;

@@ -22,6 +22,12 @@ static size_t owner_of(const hilock_rlock *rl, char *buf, size_t n) {
                           (long)syscall(SYS_gettid));
 }
 
+/* Whether the handle's grant belongs to this owner (call with rl->mu). */
+static int is_mine(const hilock_rlock *rl, const char *owner, size_t len) {
+  return rl->h.held && rl->h.ownerlen == len &&
+         memcmp(rl->h.owner, owner, len) == 0;
+}
+
 /* Record e as the handle's last error (threads may share the handle). */
 static int keep_err(hilock_rlock *rl, const hilock__err *e) {
   pthread_mutex_lock(&rl->mu);
@@ -146,9 +152,11 @@ int hilock_rlock_release(hilock_rlock *rl) {
     pthread_mutex_unlock(&rl->mu);
     return rc;
   }
-  mine = rl->h.held && rl->h.ownerlen == ownerlen &&
-         memcmp(rl->h.owner, owner, ownerlen) == 0;
+  mine = is_mine(rl, owner, ownerlen);
   pthread_mutex_unlock(&rl->mu);
+  /* As for exclusive locks: no renewal may run between the final release
+   * and forgetting the grant (it would report a false loss). */
+  if (mine) hilock__renewal_cancel(&rl->h);
   keys[0] = rl->key;
   keylens[0] = rl->keylen;
   keys[1] = rl->wkey;
@@ -160,6 +168,8 @@ int hilock_rlock_release(hilock_rlock *rl) {
   rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_release, 2,
                           keys, keylens, 2, args, arglens, &r);
   pthread_mutex_lock(&rl->mu);
+  /* Re-check under the mutex: another thread may have been granted since. */
+  mine = mine && is_mine(rl, owner, ownerlen);
   if (rc != HILOCK_OK) {
     rl->h.err = e;
   } else if (r->type != REDIS_REPLY_INTEGER) {
@@ -170,11 +180,14 @@ int hilock_rlock_release(hilock_rlock *rl) {
                          "release: the calling thread does not hold this "
                          "lock (or it expired); nothing changed");
     if (mine) hilock__hold_lost(&rl->h);
+    mine = 0;
   } else if (r->integer == 0 && mine) {
-    pthread_mutex_unlock(&rl->mu);
-    hilock__hold_drop(&rl->h); /* waits for an in-flight renewal */
-    pthread_mutex_lock(&rl->mu);
+    hilock__hold_drop(&rl->h);
+    mine = 0;
   }
+  /* Still held (count > 0, or the outcome is unknown): renew again. */
+  if (mine && rl->h.auto_renew && !hilock__hold_is_lost(&rl->h))
+    hilock__renewal_register(&rl->h);
   pthread_mutex_unlock(&rl->mu);
   if (r != NULL) freeReplyObject(r);
   return rc;

@@ -348,13 +348,6 @@ def test_processes_contend_through_nested_acquisitions(rds, redis_url) -> None:
 
 # -- known defects -------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=False, reason=(
-    "core bug (a race): hilock_rlock_release (core/src/rlock.c) drops the "
-    "shared hold state after the release script, outside rl->mu and without "
-    "checking it is still its own; a thread of the same RLock object granted "
-    "in between has its grant state wiped (validity 0, renewal cancelled, so "
-    "the lock lapses at its TTL while that thread holds it, with no loss "
-    "reported)"))
 def test_handoff_between_threads_keeps_new_owners_grant(client) -> None:
     rl = client.rlock("handoff", ttl=0.1)  # frequent renewals widen the race
     wiped = []
@@ -378,10 +371,6 @@ def test_handoff_between_threads_keeps_new_owners_grant(client) -> None:
     assert wiped == [], f"grants wiped by the previous owner's release: {wiped}"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "re-entry restarts max_hold: hilock__hold_granted -> "
-    "hilock__renewal_register (core/src/renewal.c) resets max_until_us on "
-    "every re-entry, so a thread that keeps re-entering is renewed forever"))
 def test_max_hold_counts_from_the_first_grant(client, rds) -> None:
     rl = client.rlock("bounded-r", ttl=TTL, max_hold=0.6)
     t0 = time.monotonic()
