@@ -707,6 +707,49 @@ static void forked_child_holds_nothing(void **state) {
   hilock_semaphore_free(s);
 }
 
+/* A child may drop the last reference to a client whose watchdog was
+ * running in the parent at fork time (the watchdog thread was waiting on
+ * the client's condition variables): freeing must not wait for threads that
+ * do not exist in the child. */
+static void child_frees_a_client_whose_watchdog_ran_in_the_parent(
+    void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_semaphore *s;
+  pid_t pid;
+  int status = -1;
+  int64_t deadline;
+
+  assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
+  s = make_sem(c, "fork-free", 1, 3000);
+  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 0, NULL, NULL), s);
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  hl_sleep_ms(50); /* the watchdog now sleeps on its condition variable */
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    hilock_semaphore_free(s);
+    hilock_client_free(c); /* the last reference: destroys the client */
+    _exit(0);
+  }
+  deadline = hl_now_ms() + 3000;
+  while (waitpid(pid, &status, WNOHANG) == 0 && hl_now_ms() < deadline)
+    hl_sleep_ms(10);
+  if (hl_now_ms() >= deadline) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fail_msg("the child hung freeing its copy of the client");
+  }
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_true(owned(s)); /* the parent's permit is untouched */
+  SEM_OK(hilock_semaphore_release(s), s);
+  hilock_semaphore_free(s);
+  hilock_client_free(c);
+}
+
 /* ## Arguments, names, damaged keys ------------------------------------------------ */
 
 static void bad_arguments_are_einval(void **state) {
@@ -859,6 +902,7 @@ int main(void) {
       T(max_hold_lets_the_permit_lapse),
       T(threads_never_exceed_the_limit),
       T(forked_child_holds_nothing),
+      T(child_frees_a_client_whose_watchdog_ran_in_the_parent),
       T(bad_arguments_are_einval),
       T(keys_follow_the_layout),
       T(damaged_keys_fail_closed),
