@@ -198,6 +198,36 @@ def permits_of_sem(sem: hilock.Semaphore) -> List[str]:
         r.close()
 
 
+def test_keyboard_interrupt_stops_a_blocked_acquire(client) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("signals need the main thread")
+    holder = client.semaphore("ctrl-c", 1, ttl=30)
+    assert holder.acquire()
+    sem = client.semaphore("ctrl-c", 1, ttl=30)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    caught = None
+    t0 = time.monotonic()
+    try:
+        timer.start()
+        try:
+            sem.acquire(timeout=5.0)
+            time.sleep(1.0)
+        except KeyboardInterrupt:
+            caught = time.monotonic()
+    finally:
+        timer.cancel()
+        timer.join(5)
+        signal.signal(signal.SIGINT, old)
+    assert caught is not None and caught - t0 < 0.8
+    # The interrupted waiter holds nothing and stays usable.
+    assert sem.held_count() == 0 and sem.owned() is False
+    holder.release()
+    assert sem.acquire(blocking=False)
+    sem.release()
+    assert sem.available() == 1
+
+
 # -- the limit ---------------------------------------------------------------------
 
 def test_stored_limit_wins_until_set_limit(client, rds) -> None:
@@ -465,6 +495,7 @@ def test_max_concurrent_checker() -> None:
 PERMITS = 3
 TTL = 1.5
 SLACK = 1.0           # scheduling, the drift allowance, waking the last waiter
+KILLS = 12            # one every 0.3..0.8 s, each permit out for up to TTL
 
 
 class CounterSemaphore:
@@ -632,10 +663,10 @@ def test_sixteen_processes_never_more_than_three_inside_while_holders_die(
         client, rds, redis_url) -> None:
     h = Harness(redis_url, rds, "semaphore", "fire", procs=16)
     h.start()
-    end_of_killing = time.monotonic() + 7.0
-    while time.monotonic() < end_of_killing:
+    for _ in range(KILLS):
         time.sleep(random.uniform(0.3, 0.8))
-        h.kill_a_holder()
+        # Nobody inside for 3 s would mean dead holders' permits never lapse.
+        assert h.kill_a_holder(wait=3.0), "nobody was inside to kill"
     # The last kill is of a holder whose permit outlives it.
     for _ in range(20):
         before = h.live_at_death
@@ -658,7 +689,9 @@ def test_sixteen_processes_never_more_than_three_inside_while_holders_die(
     hist = h.history()
     peak = check_max_concurrent(hist, PERMITS)
     assert peak == PERMITS, f"never {PERMITS} inside at once (peak {peak}): not a semaphore"
-    assert h.kills >= 10 and h.live_at_death >= 5, (h.kills, h.live_at_death)
+    # Nearly every kill left a live permit behind (the others landed between
+    # release() and the end of the record).
+    assert h.live_at_death >= h.kills - 3, (h.kills, h.live_at_death)
     assert len(hist) >= 100, f"only {len(hist)} critical sections in the whole run"
     # Waiters kept being served while dead holders' permits lapsed.
     late = [iv for iv in hist if iv.start > last_kill - 3.0]
