@@ -36,6 +36,17 @@
 %threadallow py_rlock_hold_count;
 %threadallow py_rlock_locked;
 %threadallow hilock_rlock_set_auto_renew_py;
+%threadallow py_semaphore_new;
+%threadallow hilock_semaphore_free;
+%threadallow hilock_semaphore_acquire;
+%threadallow hilock_semaphore_try_acquire;
+%threadallow hilock_semaphore_release;
+%threadallow hilock_semaphore_renew;
+%threadallow hilock_semaphore_set_limit;
+%threadallow py_semaphore_owned;
+%threadallow py_semaphore_available;
+%threadallow py_semaphore_get_limit;
+%threadallow hilock_semaphore_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -61,6 +72,16 @@ HILOCK_CHECKED(hilock_rlock_release, hilock_rlock_errmsg(arg1))
 HILOCK_CHECKED(py_rlock_hold_count, hilock_rlock_errmsg(arg1))
 HILOCK_CHECKED(py_rlock_locked, hilock_rlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_rlock_set_auto_renew_py, hilock_rlock_errmsg(arg1))
+HILOCK_CHECKED_PTR(py_semaphore_new)
+HILOCK_CHECKED(hilock_semaphore_acquire, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED(hilock_semaphore_try_acquire, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED(hilock_semaphore_release, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED(hilock_semaphore_renew, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED(hilock_semaphore_set_limit, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED(py_semaphore_owned, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED(py_semaphore_available, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED(py_semaphore_get_limit, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED(hilock_semaphore_set_auto_renew_py, hilock_semaphore_errmsg(arg1))
 
 %{
 #include <errno.h>
@@ -204,6 +225,46 @@ static PyObject *py_rlock_key(hilock_rlock *l) {
   return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
 }
 
+static hilock_semaphore *py_semaphore_new(hilock_client *c, const char *name,
+                                          size_t namelen, int64_t permits,
+                                          int64_t ttl_ms) {
+  hilock_semaphore *s = NULL;
+  int rc = hilock_semaphore_new(c, name, namelen, permits, ttl_ms, &s);
+  if (rc == HILOCK_OK) return s;
+  py_ctor_rc = rc;
+  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
+           c && rc == HILOCK_EINVAL ? hilock_client_errmsg(c)
+                                    : hilock_strerror(rc));
+  return NULL;
+}
+static int hilock_semaphore_set_auto_renew_py(hilock_semaphore *s, int enable,
+                                              int64_t max_hold_ms,
+                                              int64_t notify_id) {
+  return hilock_semaphore_set_auto_renew(s, enable, max_hold_ms,
+                                         notify_id ? py_lost_notify : NULL,
+                                         (void *)(intptr_t)notify_id);
+}
+/* Answers >= 0, or a status < 0. */
+static int py_semaphore_owned(hilock_semaphore *s) {
+  int v = 0, rc = hilock_semaphore_owned(s, &v);
+  return rc < 0 ? rc : v;
+}
+static int64_t py_semaphore_available(hilock_semaphore *s) {
+  int64_t n = 0;
+  int rc = hilock_semaphore_available(s, &n);
+  return rc < 0 ? rc : n;
+}
+static int64_t py_semaphore_get_limit(hilock_semaphore *s) {
+  int64_t n = 0;
+  int rc = hilock_semaphore_get_limit(s, &n, NULL);
+  return rc < 0 ? rc : n;
+}
+static PyObject *py_semaphore_key(hilock_semaphore *s) {
+  size_t n = 0;
+  const char *k = hilock_semaphore_key(s, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+
 static PyObject *py_lock_errmsg(hilock_lock *l) {
   const char *m = hilock_lock_errmsg(l);
   return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
@@ -229,9 +290,16 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_rlock_locked;
 %ignore hilock_rlock_key;
 %ignore hilock_lost_fn;
+%ignore hilock_semaphore_new;
+%ignore hilock_semaphore_owned;
+%ignore hilock_semaphore_available;
+%ignore hilock_semaphore_get_limit;
+%ignore hilock_semaphore_set_auto_renew;
+%ignore hilock_semaphore_key;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
 %include "hilock/client.h"
 %include "hilock/lock.h"
 %include "hilock/rlock.h"
+%include "hilock/semaphore.h"

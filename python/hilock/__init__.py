@@ -17,6 +17,7 @@ from ._client import Client, default_client, default_url
 from ._base import LockBase
 from ._lock import Lock
 from ._rlock import RLock
+from ._semaphore import Semaphore
 from ._util import Name
 from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
                      LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
@@ -26,6 +27,7 @@ __version__ = _hilock.hilock_version_string().decode()
 
 __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
+    "Semaphore", "semaphore",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -52,3 +54,9 @@ def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: 
 def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RLock:
     """A reentrant lock on the default client."""
     return default_client().rlock(name, ttl=ttl, timeout=timeout, **kw)
+
+
+def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[float] = None,
+              **kw: Any) -> Semaphore:
+    """A counting semaphore on the default client."""
+    return default_client().semaphore(name, permits, ttl=ttl, timeout=timeout, **kw)

@@ -10,6 +10,7 @@ from . import _hilock as _h
 from ._base import LostCallback
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._rlock import RLock
+from ._semaphore import Semaphore
 from ._util import Name, seconds_to_ms
 from .errors import ConnectionError, InvalidArgument
 
@@ -111,6 +112,21 @@ class Client:
         """A reentrant lock: reentrant per thread, like ``threading.RLock``.
         Arguments as for :meth:`lock`."""
         return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
+                  timeout: Optional[float] = None, *, auto_renew: bool = True,
+                  max_hold: Optional[float] = None,
+                  on_lost: Optional[LostCallback] = None) -> Semaphore:
+        """A counting semaphore: at most ``limit`` holders at once.
+
+        ``permits``: the limit stored on first use if none is stored yet
+        (the stored limit wins afterwards; see :meth:`Semaphore.set_limit`).
+        Each ``acquire()`` takes one permit, which lapses ``ttl`` seconds
+        after the grant or last renewal; ``auto_renew`` (default) keeps it
+        alive while held, so a dead holder's permit is free within ``ttl``.
+        Other arguments as for :meth:`lock`.
+        """
+        return Semaphore(self, name, permits, ttl, timeout, auto_renew, max_hold, on_lost)
 
 
 _default_lock = threading.Lock()

@@ -109,6 +109,64 @@ def check_fences_increase(intervals: Iterable[Interval]) -> List[int]:
     return fences  # type: ignore[return-value]
 
 
+class ConcurrencyError(AssertionError):
+    """More windows than allowed were open at the same instant."""
+
+    def __init__(self, message: str, crowds: Sequence[Tuple[float, Tuple[Interval, ...]]]) -> None:
+        super().__init__(message)
+        self.crowds = list(crowds)
+
+
+def check_max_concurrent(intervals: Iterable[Interval], n: int, max_report: int = 5) -> int:
+    """Raise ConcurrencyError, with details, if more than n windows were open
+    at any instant; return the largest number open at once.
+
+    A sweep over start and end times, with the overlap rule of
+    check_no_overlap: windows that merely touch (one ends exactly when
+    another starts) are not open together, and a window of zero length counts
+    only inside another window's interior.
+    """
+    ivs = list(intervals)
+    for iv in ivs:
+        if iv.end < iv.start:
+            raise ValueError(f"interval ends before it starts: {iv}")
+    # At one instant: ends first, then zero-length windows (which see only
+    # the windows open across that instant), then starts.
+    END, POINT, START = 0, 1, 2
+    events = []
+    for i, iv in enumerate(ivs):
+        if iv.end == iv.start:
+            events.append((iv.start, POINT, i))
+        else:
+            events.append((iv.start, START, i))
+            events.append((iv.end, END, i))
+    events.sort()
+    open_: set = set()
+    peak = 0
+    crowds: List[Tuple[float, Tuple[Interval, ...]]] = []
+    for t, kind, i in events:
+        if kind == END:
+            open_.discard(i)
+            continue
+        crowd = open_ | {i}
+        if kind == START:
+            open_.add(i)
+        peak = max(peak, len(crowd))
+        if len(crowd) > n:
+            crowds.append((t, tuple(sorted((ivs[j] for j in crowd), key=lambda v: v.start))))
+    if crowds:
+        t0 = min(iv.start for iv in ivs)
+        lines = [f"{len(crowds)} time(s) more than {n} of {len(ivs)} windows were open at once "
+                 f"(at most {peak}; times relative to the first start):"]
+        for t, crowd in crowds[:max_report]:
+            lines.append(f"  at {(t - t0) * 1000:.3f} ms, {len(crowd)} open:")
+            lines.extend(f"    {_fmt(iv, t0)}" for iv in crowd)
+        if len(crowds) > max_report:
+            lines.append(f"  ... and {len(crowds) - max_report} more")
+        raise ConcurrencyError("\n".join(lines), crowds)
+    return peak
+
+
 class RedisHistory:
     """Intervals in a Redis list (one JSON document per element)."""
 

@@ -1,0 +1,138 @@
+/* hilock: the counting semaphore.
+ *
+ * At most `limit` holders at any instant, across every process. Each
+ * permit has an id of its own (128 random bits, fresh for every grant) and
+ * its own expiry on the server's clock, kept in the sorted set
+ * hilock:{name}:permits {permit id -> expiry in ms}. A holder that dies
+ * frees its permit when its TTL runs out: no permit is ever leaked, unlike
+ * an INCR/DECR counter. Every script purges expired permits first, so the
+ * count of live permits is always judged with Redis's own TIME.
+ *
+ * The limit lives in hilock:{name}:limit. The first acquire stores the
+ * handle's `permits` if no limit is stored yet; after that the stored limit
+ * wins over any handle's `permits`, until an operator changes it with
+ * hilock_semaphore_set_limit (or deletes the key).
+ *
+ * A handle stands for one holder of one permit: to hold two permits, use
+ * two handles (they may share the client). Use a handle from one thread at
+ * a time.
+ *
+ * Waiting: a blocked acquire sleeps on the semaphore's wake list; a release
+ * wakes one waiter, and a raised limit as many as there are new free
+ * permits. Every sleep is bounded by the time until the first held permit
+ * expires and by the caller's deadline.
+ *
+ * Renewal: as for locks, hilock_semaphore_set_auto_renew keeps a permit
+ * alive through the client's watchdog (its expiry moves to now + ttl every
+ * ttl/3); a permit that cannot be renewed is reported lost.
+ *
+ * Fork: a permit belongs to the process that acquired it; in a forked child
+ * release and renew return HILOCK_EFORKED and touch nothing. */
+#ifndef HILOCK_SEMAPHORE_H
+#define HILOCK_SEMAPHORE_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "hilock/client.h"
+#include "hilock/export.h"
+#include "hilock/lock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest limit (and constructor permit count) accepted. */
+#define HILOCK_PERMITS_MAX ((int64_t)1 << 31)
+
+typedef struct hilock_semaphore hilock_semaphore;
+
+/* CONSTRUCTOR; nothing is sent to Redis. permits in 1..HILOCK_PERMITS_MAX
+ * is the limit this handle stores if none is stored yet; ttl_ms in
+ * 1..HILOCK_TTL_MAX_MS is each grant's lifetime unless renewed. Returns
+ * HILOCK_OK, HILOCK_EINVAL (message in hilock_client_errmsg),
+ * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+HILOCK_API int hilock_semaphore_new(hilock_client *client, const char *name,
+                                    size_t namelen, int64_t permits,
+                                    int64_t ttl_ms, hilock_semaphore **out);
+
+/* DESTRUCTOR. Does not release a held permit (it lapses at its TTL). NULL
+ * is a no-op. */
+HILOCK_API void hilock_semaphore_free(hilock_semaphore *sem);
+
+/* One attempt. HILOCK_OK: a permit was granted (see
+ * hilock_semaphore_permit_id); HILOCK_BUSY: none is free. HILOCK_EINVAL if
+ * this handle already holds a permit. */
+HILOCK_API int hilock_semaphore_try_acquire(hilock_semaphore *sem);
+
+/* Attempt until a permit is granted or wait_ms has passed (0: one attempt;
+ * HILOCK_WAIT_FOREVER: no limit). HILOCK_OK, HILOCK_BUSY, or an error. */
+HILOCK_API int hilock_semaphore_acquire(hilock_semaphore *sem,
+                                        int64_t wait_ms);
+
+/* Give the permit back and wake one waiter. HILOCK_ENOTOWNED if this handle
+ * holds no live permit (never acquired, expired, lost): nothing of anyone
+ * else's changes. */
+HILOCK_API int hilock_semaphore_release(hilock_semaphore *sem);
+
+/* Move the permit's expiry to now + ttl (server clock), only while it is
+ * live; an expired permit is never revived (HILOCK_ENOTOWNED). */
+HILOCK_API int hilock_semaphore_renew(hilock_semaphore *sem);
+
+/* Round trip: *owned = 1 if this handle's permit is still live. */
+HILOCK_API int hilock_semaphore_owned(hilock_semaphore *sem, int *owned);
+
+/* Round trip: free permits now, max(0, limit - live permits). */
+HILOCK_API int hilock_semaphore_available(hilock_semaphore *sem,
+                                          int64_t *available);
+
+/* Round trip: the limit in force, i.e. the stored one, or this handle's
+ * permits if none is stored yet. stored (may be NULL) = 1 if stored. */
+HILOCK_API int hilock_semaphore_get_limit(hilock_semaphore *sem,
+                                          int64_t *limit, int *stored);
+
+/* Operator: store a new limit, 0..HILOCK_PERMITS_MAX (0 closes the
+ * semaphore to new holders). Holders keep their permits: a lower limit
+ * takes effect as they release; a higher one wakes waiters at once. */
+HILOCK_API int hilock_semaphore_set_limit(hilock_semaphore *sem,
+                                          int64_t limit);
+
+/* Auto-renewal through the client's watchdog, as
+ * hilock_lock_set_auto_renew: the permit's expiry is reset every ttl/3
+ * while held; a permit found expired, or not renewable before its validity
+ * ends, is marked lost and on_lost(arg) runs on the watchdog thread.
+ * max_hold_ms > 0 stops renewing that long after the grant. */
+HILOCK_API int hilock_semaphore_set_auto_renew(hilock_semaphore *sem,
+                                               int enable, int64_t max_hold_ms,
+                                               hilock_lost_fn on_lost,
+                                               void *arg);
+
+/* 1 if the current permit was found lost; cleared by the next grant. */
+HILOCK_API int hilock_semaphore_lost(const hilock_semaphore *sem);
+
+/* Local, no round trip: ms of validity left on the current permit (less
+ * the drift allowance of 1% of the TTL + 2 ms); 0 if none is held. */
+HILOCK_API int64_t hilock_semaphore_validity_ms(const hilock_semaphore *sem);
+
+/* Whether this handle believes it holds a permit (no round trip). */
+HILOCK_API int hilock_semaphore_held(const hilock_semaphore *sem);
+
+/* Id (32 hex chars) of the current permit, or "" if none. */
+HILOCK_API const char *hilock_semaphore_permit_id(const hilock_semaphore *sem);
+
+/* The constructor's permits and ttl_ms. */
+HILOCK_API int64_t hilock_semaphore_permits(const hilock_semaphore *sem);
+HILOCK_API int64_t hilock_semaphore_ttl_ms(const hilock_semaphore *sem);
+
+/* The Redis key of the permits set (for operators), and its length. */
+HILOCK_API const char *hilock_semaphore_key(const hilock_semaphore *sem,
+                                            size_t *len);
+
+/* Message and code of this handle's last failed call; never NULL. */
+HILOCK_API const char *hilock_semaphore_errmsg(const hilock_semaphore *sem);
+HILOCK_API int hilock_semaphore_errcode(const hilock_semaphore *sem);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HILOCK_SEMAPHORE_H */

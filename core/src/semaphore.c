@@ -1,0 +1,383 @@
+/* The counting semaphore: a sorted set of permit ids scored by their expiry
+ * on the server's clock, a stored limit, and a wake list. Mostly the
+ * scripts in core/scripts/semaphore_*.lua; waiting, renewal and grant state
+ * come from the shared layer (wait.c, renewal.c, hold.c). */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+struct hilock_semaphore {
+  hilock__hold h; /* first: grant state (owner = permit id), last error */
+  int64_t permits; /* the limit this handle stores if none is stored */
+  char *key, *lkey, *wkey; /* permits set, limit, wake list */
+  size_t keylen, lkeylen, wkeylen;
+};
+
+static int check_permits(hilock__err *e, const char *what, int64_t n,
+                         int64_t min) {
+  if (n < min || n > HILOCK_PERMITS_MAX)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "%s must be %" PRId64 "..%" PRId64 ", got %" PRId64,
+                           what, min, HILOCK_PERMITS_MAX, n);
+  return HILOCK_OK;
+}
+
+int hilock_semaphore_new(hilock_client *client, const char *name,
+                         size_t namelen, int64_t permits, int64_t ttl_ms,
+                         hilock_semaphore **out) {
+  hilock__err tmp;
+  hilock_semaphore *s;
+  int rc;
+
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  if (client == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_name(&tmp, name, namelen);
+  if (rc == HILOCK_OK) rc = check_permits(&tmp, "permits", permits, 1);
+  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc != HILOCK_OK) {
+    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    return rc;
+  }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  s = calloc(1, sizeof(*s));
+  if (s == NULL) return HILOCK_ENOMEM;
+  s->permits = permits;
+  s->key = hilock__key(name, namelen, "permits", &s->keylen);
+  s->lkey = hilock__key(name, namelen, "limit", &s->lkeylen);
+  s->wkey = hilock__key(name, namelen, "pwake", &s->wkeylen);
+  if (s->key == NULL || s->lkey == NULL || s->wkey == NULL) {
+    free(s->key);
+    free(s->lkey);
+    free(s->wkey);
+    free(s);
+    return HILOCK_ENOMEM;
+  }
+  hilock__hold_init(&s->h, client, s->key, s->keylen,
+                    &hilock__script_semaphore_renew, ttl_ms);
+  *out = s;
+  return HILOCK_OK;
+}
+
+void hilock_semaphore_free(hilock_semaphore *s) {
+  if (s == NULL) return;
+  hilock__hold_destroy(&s->h);
+  free(s->key);
+  free(s->lkey);
+  free(s->wkey);
+  free(s);
+}
+
+/* Keys of the scripts that change the set: permits, limit, wake list. */
+static void three_keys(const hilock_semaphore *s, const char **keys,
+                       size_t *lens) {
+  keys[0] = s->key;
+  lens[0] = s->keylen;
+  keys[1] = s->lkey;
+  lens[1] = s->lkeylen;
+  keys[2] = s->wkey;
+  lens[2] = s->wkeylen;
+}
+
+/* A reply that is an array of at least n integers. */
+static int int_array(const redisReply *r, size_t n) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < n) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
+  return 1;
+}
+
+/* One grant attempt; *pttl gets the time until the first permit expires
+ * when none is free. */
+static int attempt(void *arg, int64_t *pttl) {
+  hilock_semaphore *s = arg;
+  hilock__hold *h = &s->h;
+  const char *keys[3], *args[3];
+  size_t keylens[3], arglens[3];
+  char ttl[24], permits[24];
+  redisReply *r;
+  int64_t start;
+  int rc;
+
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "this handle already holds a permit; release it "
+                           "first (one handle holds one permit)");
+  hilock__hold_drop(h);
+  rc = hilock__token(h->owner, &h->err);
+  if (rc != HILOCK_OK) return rc;
+  h->ownerlen = HILOCK__TOKEN_LEN;
+  three_keys(s, keys, keylens);
+  args[0] = h->owner;
+  arglens[0] = h->ownerlen;
+  args[1] = ttl;
+  arglens[1] = hilock__i64(ttl, h->ttl_ms);
+  args[2] = permits;
+  arglens[2] = hilock__i64(permits, s->permits);
+  start = hilock__now_us();
+  rc = hilock__script_run(h->client, &h->err,
+                          &hilock__script_semaphore_acquire, 3, keys, keylens,
+                          3, args, arglens, &r);
+  if (rc != HILOCK_OK) {
+    hilock__hold_drop(h);
+    return rc;
+  }
+  if (!int_array(r, 2)) {
+    /* Fail closed: an unreadable reply is never a grant. */
+    freeReplyObject(r);
+    hilock__hold_drop(h);
+    return hilock__set_err(&h->err, HILOCK_EPROTO,
+                           "unexpected reply to the semaphore acquire script");
+  }
+  if (r->element[0]->integer == 1) {
+    rc = hilock__hold_granted(h, start, 0);
+  } else {
+    *pttl = r->element[1]->integer;
+    hilock__hold_drop(h);
+    rc = HILOCK_BUSY;
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_semaphore_try_acquire(hilock_semaphore *s) {
+  int64_t pttl;
+  if (s == NULL) return HILOCK_EINVAL;
+  return attempt(s, &pttl);
+}
+
+int hilock_semaphore_acquire(hilock_semaphore *s, int64_t wait_ms) {
+  if (s == NULL) return HILOCK_EINVAL;
+  return hilock__acquire_loop(s->h.client, &s->h.err, s->wkey, s->wkeylen,
+                              wait_ms, attempt, s);
+}
+
+int hilock_semaphore_release(hilock_semaphore *s) {
+  const char *keys[3], *args[2];
+  size_t keylens[3], arglens[2];
+  char permits[24];
+  redisReply *r;
+  int rc;
+
+  if (s == NULL) return HILOCK_EINVAL;
+  rc = hilock__hold_check(&s->h, "release");
+  if (rc != HILOCK_OK) return rc;
+  hilock__renewal_cancel(&s->h);
+  three_keys(s, keys, keylens);
+  args[0] = s->h.owner;
+  arglens[0] = s->h.ownerlen;
+  args[1] = permits;
+  arglens[1] = hilock__i64(permits, s->permits);
+  rc = hilock__script_run(s->h.client, &s->h.err,
+                          &hilock__script_semaphore_release, 3, keys, keylens,
+                          2, args, arglens, &r);
+  if (rc != HILOCK_OK) {
+    /* Still ours as far as we know: keep renewing so the caller may retry. */
+    if (s->h.auto_renew && !hilock__hold_is_lost(&s->h))
+      hilock__renewal_register(&s->h);
+    return rc;
+  }
+  hilock__hold_drop(&s->h);
+  if (r->type != REDIS_REPLY_INTEGER) rc = HILOCK_EPROTO;
+  else if (r->integer != 1) rc = HILOCK_ENOTOWNED;
+  freeReplyObject(r);
+  if (rc == HILOCK_EPROTO)
+    return hilock__set_err(&s->h.err, rc,
+                           "unexpected reply to the semaphore release script");
+  if (rc == HILOCK_ENOTOWNED)
+    return hilock__set_err(&s->h.err, rc,
+                           "release: the permit had expired; nothing of "
+                           "anyone else's changed");
+  return HILOCK_OK;
+}
+
+int hilock_semaphore_renew(hilock_semaphore *s) {
+  const char *keys[1], *args[2];
+  size_t keylens[1], arglens[2];
+  char ttl[24];
+  redisReply *r;
+  int64_t start;
+  int rc;
+
+  if (s == NULL) return HILOCK_EINVAL;
+  rc = hilock__hold_check(&s->h, "renew");
+  if (rc != HILOCK_OK) return rc;
+  keys[0] = s->key;
+  keylens[0] = s->keylen;
+  args[0] = s->h.owner;
+  arglens[0] = s->h.ownerlen;
+  args[1] = ttl;
+  arglens[1] = hilock__i64(ttl, s->h.ttl_ms);
+  start = hilock__now_us();
+  rc = hilock__script_run(s->h.client, &s->h.err,
+                          &hilock__script_semaphore_renew, 1, keys, keylens, 2,
+                          args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (r->type != REDIS_REPLY_INTEGER) {
+    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the semaphore renew script");
+  } else if (r->integer != 1) {
+    hilock__hold_lost(&s->h);
+    rc = hilock__set_err(&s->h.err, HILOCK_ENOTOWNED,
+                         "renew: the permit had expired");
+  } else {
+    hilock__hold_extended(&s->h, start, s->h.ttl_ms);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* The info script: {limit, live permits, stored, ms left on id (-1)}. */
+static int info(hilock_semaphore *s, const char *id, size_t idlen,
+                int64_t out[4]) {
+  const char *keys[2], *args[2];
+  size_t keylens[2], arglens[2];
+  char permits[24];
+  redisReply *r;
+  int rc;
+
+  keys[0] = s->key;
+  keylens[0] = s->keylen;
+  keys[1] = s->lkey;
+  keylens[1] = s->lkeylen;
+  args[0] = permits;
+  arglens[0] = hilock__i64(permits, s->permits);
+  args[1] = id;
+  arglens[1] = idlen;
+  rc = hilock__script_run(s->h.client, &s->h.err,
+                          &hilock__script_semaphore_info, 2, keys, keylens, 2,
+                          args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!int_array(r, 4)) {
+    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the semaphore info script");
+  } else {
+    for (int i = 0; i < 4; i++) out[i] = r->element[i]->integer;
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_semaphore_owned(hilock_semaphore *s, int *owned) {
+  int64_t v[4];
+  int rc;
+  if (s == NULL || owned == NULL) return HILOCK_EINVAL;
+  *owned = 0;
+  if (!s->h.held || s->h.pid != getpid()) return HILOCK_OK;
+  rc = info(s, s->h.owner, s->h.ownerlen, v);
+  if (rc != HILOCK_OK) return rc;
+  if (v[3] > 0) *owned = 1;
+  else hilock__hold_lost(&s->h);
+  return HILOCK_OK;
+}
+
+int hilock_semaphore_available(hilock_semaphore *s, int64_t *available) {
+  int64_t v[4];
+  int rc;
+  if (s == NULL || available == NULL) return HILOCK_EINVAL;
+  *available = 0;
+  rc = info(s, "", 0, v);
+  if (rc == HILOCK_OK && v[0] > v[1]) *available = v[0] - v[1];
+  return rc;
+}
+
+int hilock_semaphore_get_limit(hilock_semaphore *s, int64_t *limit,
+                               int *stored) {
+  int64_t v[4];
+  int rc;
+  if (s == NULL || limit == NULL) return HILOCK_EINVAL;
+  *limit = 0;
+  if (stored != NULL) *stored = 0;
+  rc = info(s, "", 0, v);
+  if (rc != HILOCK_OK) return rc;
+  *limit = v[0];
+  if (stored != NULL) *stored = v[2] != 0;
+  return HILOCK_OK;
+}
+
+int hilock_semaphore_set_limit(hilock_semaphore *s, int64_t limit) {
+  const char *keys[3], *args[1];
+  size_t keylens[3], arglens[1];
+  char buf[24];
+  redisReply *r;
+  int rc;
+
+  if (s == NULL) return HILOCK_EINVAL;
+  rc = check_permits(&s->h.err, "limit", limit, 0);
+  if (rc != HILOCK_OK) return rc;
+  three_keys(s, keys, keylens);
+  args[0] = buf;
+  arglens[0] = hilock__i64(buf, limit);
+  rc = hilock__script_run(s->h.client, &s->h.err,
+                          &hilock__script_semaphore_set_limit, 3, keys,
+                          keylens, 1, args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!int_array(r, 2))
+    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the semaphore set_limit script");
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_semaphore_set_auto_renew(hilock_semaphore *s, int enable,
+                                    int64_t max_hold_ms, hilock_lost_fn on_lost,
+                                    void *arg) {
+  if (s == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  hilock__renewal_cancel(&s->h);
+  s->h.auto_renew = enable != 0;
+  s->h.max_hold_ms = max_hold_ms;
+  s->h.lost_fn = on_lost;
+  s->h.lost_arg = arg;
+  if (enable && s->h.held && s->h.pid == getpid() &&
+      !hilock__hold_is_lost(&s->h))
+    return hilock__renewal_register(&s->h);
+  return HILOCK_OK;
+}
+
+int hilock_semaphore_lost(const hilock_semaphore *s) {
+  return s != NULL && s->h.held && hilock__hold_is_lost(&s->h);
+}
+
+int64_t hilock_semaphore_validity_ms(const hilock_semaphore *s) {
+  if (s == NULL || s->h.pid != getpid()) return 0;
+  return hilock__hold_validity_ms(&s->h);
+}
+
+int hilock_semaphore_held(const hilock_semaphore *s) {
+  return hilock_semaphore_validity_ms(s) > 0;
+}
+
+const char *hilock_semaphore_permit_id(const hilock_semaphore *s) {
+  return s == NULL ? "" : s->h.owner;
+}
+
+int64_t hilock_semaphore_permits(const hilock_semaphore *s) {
+  return s == NULL ? 0 : s->permits;
+}
+
+int64_t hilock_semaphore_ttl_ms(const hilock_semaphore *s) {
+  return s == NULL ? 0 : s->h.ttl_ms;
+}
+
+const char *hilock_semaphore_key(const hilock_semaphore *s, size_t *len) {
+  if (s == NULL) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (len) *len = s->keylen;
+  return s->key;
+}
+
+const char *hilock_semaphore_errmsg(const hilock_semaphore *s) {
+  return s == NULL ? "semaphore is NULL" : s->h.err.msg;
+}
+
+int hilock_semaphore_errcode(const hilock_semaphore *s) {
+  return s == NULL ? HILOCK_EINVAL : s->h.err.code;
+}

@@ -1,0 +1,913 @@
+/* The counting semaphore against a real server: permits with their own
+ * server-clock expiry, the stored limit, waking, renewal, dead holders,
+ * fork, damaged keys. Keys are checked directly with hiredis. */
+#include "test_util.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} fixture;
+
+static fixture fx;
+
+static int group_setup(void **state) {
+  *state = &fx;
+  return hl_server_start(&fx.server, NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
+    print_error("client: %s\n", hilock_client_errmsg(f->client));
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hilock_client_free(f->client);
+  f->client = NULL;
+  redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+static hilock_semaphore *make_sem(hilock_client *c, const char *name,
+                                  int64_t permits, int64_t ttl) {
+  hilock_semaphore *s = NULL;
+  assert_hl_ok(hilock_semaphore_new(c, name, strlen(name), permits, ttl, &s),
+               hilock_client_errmsg(c));
+  assert_non_null(s);
+  return s;
+}
+
+#define SEM_OK(call, s) assert_hl_ok((call), hilock_semaphore_errmsg(s))
+#define SEM_RC(call, rc, s) \
+  assert_hl_rc((call), (rc), hilock_semaphore_errmsg(s))
+
+static int64_t available(hilock_semaphore *s) {
+  int64_t n = -1;
+  SEM_OK(hilock_semaphore_available(s, &n), s);
+  return n;
+}
+
+static int owned(hilock_semaphore *s) {
+  int o = -1;
+  SEM_OK(hilock_semaphore_owned(s, &o), s);
+  return o;
+}
+
+/* The server's clock in ms (TIME). */
+static long long server_now_ms(fixture *f) {
+  redisReply *r = hl_redis(f->redis, "TIME");
+  long long ms;
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+  freeReplyObject(r);
+  return ms;
+}
+
+/* The stored expiry of a permit (ms, server clock), or -1 if absent. */
+static long long permit_score(fixture *f, const char *name, const char *id) {
+  redisReply *r = hl_redis(f->redis, "ZSCORE hilock:{%s}:permits %s", name, id);
+  long long v = -1;
+  if (r->type == REDIS_REPLY_STRING) v = atoll(r->str);
+  freeReplyObject(r);
+  return v;
+}
+
+static long long zcard(fixture *f, const char *name) {
+  return hl_redis_int(f->redis, "ZCARD hilock:{%s}:permits", name);
+}
+
+static long long wake_len(fixture *f, const char *name) {
+  return hl_redis_int(f->redis, "LLEN hilock:{%s}:pwake", name);
+}
+
+/* ## Permits --------------------------------------------------------------- */
+
+static void grants_up_to_the_limit_then_busy(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s[4];
+  long long now;
+
+  for (int i = 0; i < 4; i++) s[i] = make_sem(f->client, "pool", 3, 10000);
+  assert_int_equal(available(s[0]), 3);
+  for (int i = 0; i < 3; i++) {
+    SEM_OK(hilock_semaphore_try_acquire(s[i]), s[i]);
+    assert_true(hilock_semaphore_held(s[i]));
+    assert_int_equal(available(s[3]), 2 - i);
+  }
+  SEM_RC(hilock_semaphore_try_acquire(s[3]), HILOCK_BUSY, s[3]);
+  assert_false(hilock_semaphore_held(s[3]));
+  assert_string_equal(hilock_semaphore_permit_id(s[3]), "");
+  SEM_RC(hilock_semaphore_acquire(s[3], 0), HILOCK_BUSY, s[3]);
+
+  /* One entry per holder, scored by its expiry on the server's clock. */
+  assert_int_equal(zcard(f, "pool"), 3);
+  now = server_now_ms(f);
+  for (int i = 0; i < 3; i++)
+    assert_i64_between(permit_score(f, "pool", hilock_semaphore_permit_id(s[i])),
+                       now + 9000, now + 10000);
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{pool}:permits", 21),
+                     9000, 10000);
+  {
+    char *lim = hl_redis_get(f->redis, "hilock:{pool}:limit", 19);
+    assert_non_null(lim);
+    assert_string_equal(lim, "3");
+    free(lim);
+  }
+  SEM_OK(hilock_semaphore_release(s[1]), s[1]);
+  assert_false(hilock_semaphore_held(s[1]));
+  assert_int_equal(zcard(f, "pool"), 2);
+  SEM_OK(hilock_semaphore_try_acquire(s[3]), s[3]);
+  for (int i = 0; i < 4; i++) {
+    if (i != 1) SEM_OK(hilock_semaphore_release(s[i]), s[i]);
+    hilock_semaphore_free(s[i]);
+  }
+  /* The set goes with its last permit; the limit stays. */
+  assert_false(hl_redis_exists(f->redis, "hilock:{pool}:permits", 21));
+  assert_true(hl_redis_exists(f->redis, "hilock:{pool}:limit", 19));
+}
+
+static int is_lower_hex(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
+      return 0;
+  return s[n] == '\0';
+}
+
+static void permit_ids_are_fresh_per_grant(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *a = make_sem(f->client, "ids", 2, 5000);
+  hilock_semaphore *b = make_sem(f->client, "ids", 2, 5000);
+  char first[33];
+
+  SEM_OK(hilock_semaphore_try_acquire(a), a);
+  assert_true(is_lower_hex(hilock_semaphore_permit_id(a), 32));
+  memcpy(first, hilock_semaphore_permit_id(a), 33);
+  SEM_OK(hilock_semaphore_release(a), a);
+  assert_string_equal(hilock_semaphore_permit_id(a), "");
+  SEM_OK(hilock_semaphore_try_acquire(a), a);
+  SEM_OK(hilock_semaphore_try_acquire(b), b);
+  assert_string_not_equal(hilock_semaphore_permit_id(a), first);
+  assert_string_not_equal(hilock_semaphore_permit_id(a),
+                          hilock_semaphore_permit_id(b));
+  assert_true(permit_score(f, "ids", hilock_semaphore_permit_id(a)) > 0);
+  assert_int_equal(permit_score(f, "ids", first), -1);
+  hilock_semaphore_free(a);
+  hilock_semaphore_free(b);
+}
+
+static void acquiring_twice_on_one_handle_is_einval(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s = make_sem(f->client, "twice", 5, 5000);
+  char id[33];
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  memcpy(id, hilock_semaphore_permit_id(s), 33);
+  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EINVAL, s);
+  assert_substr(hilock_semaphore_errmsg(s), "one handle holds one permit");
+  SEM_RC(hilock_semaphore_acquire(s, 100), HILOCK_EINVAL, s);
+  assert_string_equal(hilock_semaphore_permit_id(s), id);
+  assert_int_equal(zcard(f, "twice"), 1);
+  assert_true(owned(s));
+  SEM_OK(hilock_semaphore_release(s), s);
+  hilock_semaphore_free(s);
+}
+
+/* ## Release --------------------------------------------------------------- */
+
+static void release_of_unknown_or_expired_permit_changes_nothing(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *never = make_sem(f->client, "rel", 2, 5000);
+  hilock_semaphore *old = make_sem(f->client, "rel", 2, 100);
+  hilock_semaphore *other = make_sem(f->client, "rel", 2, 5000);
+  long long score;
+
+  SEM_RC(hilock_semaphore_release(never), HILOCK_ENOTOWNED, never);
+  SEM_OK(hilock_semaphore_try_acquire(other), other);
+  score = permit_score(f, "rel", hilock_semaphore_permit_id(other));
+  SEM_OK(hilock_semaphore_try_acquire(old), old);
+  hl_sleep_ms(150);
+  assert_false(hilock_semaphore_held(old));
+  assert_false(owned(old));
+  SEM_RC(hilock_semaphore_release(old), HILOCK_ENOTOWNED, old);
+  assert_substr(hilock_semaphore_errmsg(old), "expired");
+  SEM_RC(hilock_semaphore_release(old), HILOCK_ENOTOWNED, old);
+  /* The live permit is untouched, and no wake-up was invented. */
+  assert_int_equal(zcard(f, "rel"), 1);
+  assert_int_equal(permit_score(f, "rel", hilock_semaphore_permit_id(other)),
+                   score);
+  assert_true(owned(other));
+  assert_int_equal(available(never), 1);
+  assert_true(wake_len(f, "rel") <= 1);
+  SEM_OK(hilock_semaphore_release(other), other);
+  SEM_RC(hilock_semaphore_release(other), HILOCK_ENOTOWNED, other);
+  hilock_semaphore_free(never);
+  hilock_semaphore_free(old);
+  hilock_semaphore_free(other);
+}
+
+/* ## Waiting --------------------------------------------------------------- */
+
+typedef struct waiter {
+  hilock_semaphore *s;
+  int64_t wait_ms;
+  int rc;
+  int64_t done_ms;
+} waiter;
+
+static void *wait_for_permit(void *arg) {
+  waiter *w = arg;
+  w->rc = hilock_semaphore_acquire(w->s, w->wait_ms);
+  __atomic_store_n(&w->done_ms, hl_now_ms(), __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+static int64_t done_at(waiter *w) {
+  return __atomic_load_n(&w->done_ms, __ATOMIC_SEQ_CST);
+}
+
+static void each_release_wakes_one_waiter(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *h[2], *ws[2];
+  waiter w[2];
+  pthread_t t[2];
+  int64_t t0;
+  int first, second;
+
+  for (int i = 0; i < 2; i++) {
+    h[i] = make_sem(f->client, "wake", 2, 10000);
+    SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
+    ws[i] = make_sem(f->client, "wake", 2, 10000);
+    w[i] = (waiter){ws[i], 8000, -100, 0};
+  }
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, wait_for_permit, &w[i]), 0);
+  hl_sleep_ms(300); /* both are blocked now */
+  assert_int_equal(done_at(&w[0]) + done_at(&w[1]), 0);
+
+  t0 = hl_now_ms();
+  SEM_OK(hilock_semaphore_release(h[0]), h[0]);
+  /* One of them gets the permit soon; the other keeps waiting (the
+   * holders' TTL is 10 s, so it is not woken by expiry). */
+  while (done_at(&w[0]) == 0 && done_at(&w[1]) == 0 && hl_now_ms() - t0 < 3000)
+    hl_sleep_ms(5);
+  first = done_at(&w[0]) != 0 ? 0 : 1;
+  second = 1 - first;
+  assert_true(done_at(&w[first]) != 0);
+  assert_i64_between(done_at(&w[first]) - t0, 0, 1000);
+  hl_sleep_ms(400);
+  assert_int_equal(done_at(&w[second]), 0);
+  assert_hl_ok(w[first].rc, hilock_semaphore_errmsg(ws[first]));
+
+  t0 = hl_now_ms();
+  SEM_OK(hilock_semaphore_release(h[1]), h[1]);
+  pthread_join(t[0], NULL);
+  pthread_join(t[1], NULL);
+  assert_hl_ok(w[second].rc, hilock_semaphore_errmsg(ws[second]));
+  assert_i64_between(done_at(&w[second]) - t0, 0, 1000);
+  assert_int_equal(zcard(f, "wake"), 2);
+  for (int i = 0; i < 2; i++) {
+    hilock_semaphore_free(h[i]);
+    SEM_OK(hilock_semaphore_release(ws[i]), ws[i]);
+    hilock_semaphore_free(ws[i]);
+  }
+}
+
+static void acquire_gives_busy_after_wait_ms(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *a = make_sem(f->client, "full", 1, 10000);
+  hilock_semaphore *b = make_sem(f->client, "full", 1, 10000);
+  int64_t t0;
+  SEM_OK(hilock_semaphore_try_acquire(a), a);
+  t0 = hl_now_ms();
+  SEM_RC(hilock_semaphore_acquire(b, 300), HILOCK_BUSY, b);
+  assert_i64_between(hl_now_ms() - t0, 290, 800);
+  SEM_RC(hilock_semaphore_acquire(b, -5), HILOCK_EINVAL, b);
+  hilock_semaphore_free(a);
+  hilock_semaphore_free(b);
+}
+
+/* A waiter sleeps until the first permit expires, not in a polling loop:
+ * over a 1.2 s wait on permits that live 10 s it runs the acquire script
+ * once and blocks in one BLPOP. */
+static void waiting_does_not_poll(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *a = make_sem(f->client, "quiet", 1, 10000);
+  hilock_semaphore *b = make_sem(f->client, "quiet", 1, 10000);
+  redisReply *r;
+  long long evals = 0, blpops = 0;
+  const char *p;
+
+  SEM_OK(hilock_semaphore_try_acquire(a), a);
+  SEM_RC(hilock_semaphore_try_acquire(b), HILOCK_BUSY, b); /* loads script */
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  SEM_RC(hilock_semaphore_acquire(b, 1200), HILOCK_BUSY, b);
+  r = hl_redis(f->redis, "INFO commandstats");
+  assert_int_equal(r->type, REDIS_REPLY_STRING);
+  if ((p = strstr(r->str, "cmdstat_evalsha:calls=")) != NULL)
+    evals = atoll(p + strlen("cmdstat_evalsha:calls="));
+  if ((p = strstr(r->str, "cmdstat_blpop:calls=")) != NULL)
+    blpops = atoll(p + strlen("cmdstat_blpop:calls="));
+  freeReplyObject(r);
+  assert_i64_between(evals, 1, 2);
+  assert_i64_between(blpops, 1, 2);
+  hilock_semaphore_free(a);
+  hilock_semaphore_free(b);
+}
+
+static void waiter_wakes_when_the_first_permit_expires(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *shortp = make_sem(f->client, "expiry", 2, 400);
+  hilock_semaphore *longp = make_sem(f->client, "expiry", 2, 10000);
+  hilock_semaphore *w = make_sem(f->client, "expiry", 2, 10000);
+  int64_t t0;
+
+  SEM_OK(hilock_semaphore_try_acquire(longp), longp);
+  SEM_OK(hilock_semaphore_try_acquire(shortp), shortp);
+  t0 = hl_now_ms();
+  /* Nobody releases: the short permit's expiry bounds the sleep. */
+  SEM_OK(hilock_semaphore_acquire(w, 5000), w);
+  assert_i64_between(hl_now_ms() - t0, 300, 1500);
+  assert_true(owned(longp));
+  assert_false(owned(shortp));
+  assert_int_equal(zcard(f, "expiry"), 2);
+  hilock_semaphore_free(shortp);
+  hilock_semaphore_free(longp);
+  hilock_semaphore_free(w);
+}
+
+/* ## Dead holders ------------------------------------------------------------ */
+
+/* A child process takes a permit and exits without releasing it. */
+static pid_t holder_that_dies(fixture *f, const char *name, int64_t ttl,
+                              int64_t *granted_at) {
+  int fds[2];
+  pid_t pid;
+  int64_t t = 0;
+  assert_int_equal(pipe(fds), 0);
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    hilock_options o = hl_test_options();
+    hilock_client *c = NULL;
+    hilock_semaphore *s = NULL;
+    int rc;
+    close(fds[0]);
+    rc = hilock_client_new(f->server.url, &o, &c);
+    if (rc == HILOCK_OK)
+      rc = hilock_semaphore_new(c, name, strlen(name), 1, ttl, &s);
+    if (rc == HILOCK_OK) rc = hilock_semaphore_try_acquire(s);
+    t = rc == HILOCK_OK ? hl_now_ms() : -1;
+    if (write(fds[1], &t, sizeof(t)) != sizeof(t)) _exit(2);
+    _exit(0); /* dies holding the permit: nothing released */
+  }
+  close(fds[1]);
+  assert_int_equal(read(fds[0], &t, sizeof(t)), sizeof(t));
+  close(fds[0]);
+  assert_true(t > 0);
+  waitpid(pid, NULL, 0);
+  *granted_at = t;
+  return pid;
+}
+
+static void dead_holders_permit_lapses_at_its_ttl(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *w = make_sem(f->client, "dead", 1, 5000);
+  int64_t granted, got;
+
+  holder_that_dies(f, "dead", 600, &granted);
+  /* The holder is gone, but its permit is not leaked, nor freed early. */
+  assert_int_equal(available(w), 0);
+  SEM_RC(hilock_semaphore_try_acquire(w), HILOCK_BUSY, w);
+  SEM_OK(hilock_semaphore_acquire(w, 5000), w);
+  got = hl_now_ms();
+  assert_i64_between(got - granted, 550, 600 + 800);
+  assert_int_equal(zcard(f, "dead"), 1);
+  assert_true(owned(w));
+  SEM_OK(hilock_semaphore_release(w), w);
+  assert_int_equal(available(w), 1);
+  hilock_semaphore_free(w);
+}
+
+/* ## The limit ----------------------------------------------------------------- */
+
+static void stored_limit_wins_over_constructor_permits(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *two = make_sem(f->client, "cfg", 2, 10000);
+  hilock_semaphore *five[3];
+  int64_t limit = -1;
+  int stored = -1;
+
+  for (int i = 0; i < 3; i++) five[i] = make_sem(f->client, "cfg", 5, 10000);
+  /* Before first use nothing is stored: each handle sees its own. */
+  SEM_OK(hilock_semaphore_get_limit(five[0], &limit, &stored), five[0]);
+  assert_int_equal(limit, 5);
+  assert_false(stored);
+  assert_int_equal(available(two), 2);
+  assert_false(hl_redis_exists(f->redis, "hilock:{cfg}:limit", 18));
+
+  SEM_OK(hilock_semaphore_try_acquire(two), two);
+  SEM_OK(hilock_semaphore_get_limit(five[0], &limit, &stored), five[0]);
+  assert_int_equal(limit, 2);
+  assert_true(stored);
+  assert_int_equal(hilock_semaphore_permits(five[0]), 5);
+  SEM_OK(hilock_semaphore_try_acquire(five[0]), five[0]);
+  SEM_RC(hilock_semaphore_try_acquire(five[1]), HILOCK_BUSY, five[1]);
+
+  /* Until an operator changes it. */
+  SEM_OK(hilock_semaphore_set_limit(five[2], 3), five[2]);
+  SEM_OK(hilock_semaphore_get_limit(two, &limit, NULL), two);
+  assert_int_equal(limit, 3);
+  SEM_OK(hilock_semaphore_try_acquire(five[1]), five[1]);
+  SEM_RC(hilock_semaphore_try_acquire(five[2]), HILOCK_BUSY, five[2]);
+  assert_int_equal(available(two), 0);
+
+  /* Deleting the key hands the choice back to the next acquirer. */
+  SEM_OK(hilock_semaphore_release(two), two);
+  hl_redis_ok(f->redis, "DEL hilock:{cfg}:limit");
+  SEM_OK(hilock_semaphore_try_acquire(five[2]), five[2]);
+  SEM_OK(hilock_semaphore_get_limit(two, &limit, &stored), two);
+  assert_int_equal(limit, 5);
+  assert_true(stored);
+  hilock_semaphore_free(two);
+  for (int i = 0; i < 3; i++) hilock_semaphore_free(five[i]);
+}
+
+static void raising_the_limit_wakes_waiters_at_once(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *holder = make_sem(f->client, "raise", 1, 10000);
+  hilock_semaphore *ws[3];
+  waiter w[3];
+  pthread_t t[3];
+  int64_t t0;
+
+  SEM_OK(hilock_semaphore_try_acquire(holder), holder);
+  for (int i = 0; i < 3; i++) {
+    ws[i] = make_sem(f->client, "raise", 1, 10000);
+    w[i] = (waiter){ws[i], 8000, -100, 0};
+    assert_int_equal(pthread_create(&t[i], NULL, wait_for_permit, &w[i]), 0);
+  }
+  hl_sleep_ms(300);
+  t0 = hl_now_ms();
+  SEM_OK(hilock_semaphore_set_limit(holder, 4), holder);
+  for (int i = 0; i < 3; i++) {
+    pthread_join(t[i], NULL);
+    assert_hl_ok(w[i].rc, hilock_semaphore_errmsg(ws[i]));
+    assert_i64_between(w[i].done_ms - t0, 0, 1500);
+  }
+  assert_int_equal(zcard(f, "raise"), 4);
+  /* Every wake-up was used: none is left without a free permit. */
+  assert_int_equal(wake_len(f, "raise"), 0);
+  hilock_semaphore_free(holder);
+  for (int i = 0; i < 3; i++) hilock_semaphore_free(ws[i]);
+}
+
+static void lowering_the_limit_revokes_nothing(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *h[3];
+  hilock_semaphore *late = make_sem(f->client, "lower", 3, 10000);
+
+  for (int i = 0; i < 3; i++) {
+    h[i] = make_sem(f->client, "lower", 3, 10000);
+    SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
+  }
+  SEM_OK(hilock_semaphore_set_limit(late, 1), late);
+  for (int i = 0; i < 3; i++) assert_true(owned(h[i]));
+  SEM_OK(hilock_semaphore_release(h[0]), h[0]);
+  SEM_OK(hilock_semaphore_release(h[1]), h[1]);
+  assert_int_equal(available(late), 0);
+  SEM_RC(hilock_semaphore_try_acquire(late), HILOCK_BUSY, late);
+  SEM_OK(hilock_semaphore_release(h[2]), h[2]);
+  assert_int_equal(available(late), 1);
+  SEM_OK(hilock_semaphore_try_acquire(late), late);
+
+  /* A limit of 0 closes the semaphore to new holders. */
+  SEM_OK(hilock_semaphore_set_limit(late, 0), late);
+  assert_true(owned(late));
+  SEM_OK(hilock_semaphore_release(late), late);
+  assert_int_equal(available(late), 0);
+  SEM_RC(hilock_semaphore_try_acquire(h[0]), HILOCK_BUSY, h[0]);
+  SEM_RC(hilock_semaphore_set_limit(late, -1), HILOCK_EINVAL, late);
+  SEM_RC(hilock_semaphore_set_limit(late, HILOCK_PERMITS_MAX + 1),
+         HILOCK_EINVAL, late);
+  SEM_OK(hilock_semaphore_set_limit(late, HILOCK_PERMITS_MAX), late);
+  assert_int_equal(available(late), HILOCK_PERMITS_MAX);
+  for (int i = 0; i < 3; i++) hilock_semaphore_free(h[i]);
+  hilock_semaphore_free(late);
+}
+
+/* Wake-ups never outnumber free permits, so a waiter is not woken for
+ * nothing by leftovers of releases nobody waited for. */
+static void wake_list_is_backed_by_free_permits(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *h[4];
+  for (int i = 0; i < 4; i++) h[i] = make_sem(f->client, "backed", 4, 10000);
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 4; i++) SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
+    assert_int_equal(wake_len(f, "backed"), 0);
+    for (int i = 0; i < 4; i++) {
+      SEM_OK(hilock_semaphore_release(h[i]), h[i]);
+      assert_i64_between(wake_len(f, "backed"), 0, i + 1);
+    }
+  }
+  for (int i = 0; i < 3; i++) SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
+  assert_i64_between(wake_len(f, "backed"), 0, 1);
+  SEM_OK(hilock_semaphore_try_acquire(h[3]), h[3]);
+  assert_int_equal(wake_len(f, "backed"), 0);
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{backed}:pwake", 21), -2,
+                     5000);
+  for (int i = 0; i < 4; i++) hilock_semaphore_free(h[i]);
+}
+
+/* ## Renewal ------------------------------------------------------------------- */
+
+static void renew_moves_expiry_and_never_revives(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s = make_sem(f->client, "renew", 2, 1000);
+  long long before, after;
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  before = permit_score(f, "renew", hilock_semaphore_permit_id(s));
+  hl_sleep_ms(300);
+  SEM_OK(hilock_semaphore_renew(s), s);
+  after = permit_score(f, "renew", hilock_semaphore_permit_id(s));
+  assert_i64_between(after - before, 250, 800);
+  assert_i64_between(hilock_semaphore_validity_ms(s), 900, 1000);
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{renew}:permits", 22),
+                     800, 1000);
+  hl_sleep_ms(1100);
+  SEM_RC(hilock_semaphore_renew(s), HILOCK_ENOTOWNED, s);
+  assert_true(hilock_semaphore_lost(s));
+  assert_false(hl_redis_exists(f->redis, "hilock:{renew}:permits", 22));
+  hilock_semaphore_free(s);
+}
+
+static int lost_calls;
+
+static void count_lost(void *arg) {
+  (void)arg;
+  __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static void watchdog_keeps_permit_past_its_ttl(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s = make_sem(f->client, "kept", 1, 300);
+  hilock_semaphore *w = make_sem(f->client, "kept", 1, 300);
+  lost_calls = 0;
+  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 0, count_lost, NULL), s);
+  SEM_OK(hilock_semaphore_acquire(s, 0), s);
+  /* Three TTLs later the permit is still ours and still excludes. */
+  SEM_RC(hilock_semaphore_acquire(w, 900), HILOCK_BUSY, w);
+  assert_true(owned(s));
+  assert_false(hilock_semaphore_lost(s));
+  assert_true(hilock_semaphore_validity_ms(s) > 0);
+  SEM_OK(hilock_semaphore_release(s), s);
+  SEM_OK(hilock_semaphore_try_acquire(w), w);
+  assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+  hilock_semaphore_free(s);
+  hilock_semaphore_free(w);
+}
+
+static void watchdog_reports_a_permit_removed_behind_its_back(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s = make_sem(f->client, "gone", 2, 600);
+  int64_t t0;
+  lost_calls = 0;
+  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 0, count_lost, NULL), s);
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  hl_redis_ok(f->redis, "ZREM hilock:{gone}:permits %s",
+              hilock_semaphore_permit_id(s));
+  t0 = hl_now_ms();
+  while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 &&
+         hl_now_ms() - t0 < 2000)
+    hl_sleep_ms(10);
+  assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+  assert_i64_between(hl_now_ms() - t0, 0, 600);
+  assert_true(hilock_semaphore_lost(s));
+  assert_int_equal(hilock_semaphore_validity_ms(s), 0);
+  /* Renewal never re-created it. */
+  assert_int_equal(zcard(f, "gone"), 0);
+  SEM_RC(hilock_semaphore_release(s), HILOCK_ENOTOWNED, s);
+  hilock_semaphore_free(s);
+}
+
+static void max_hold_lets_the_permit_lapse(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s = make_sem(f->client, "capped", 1, 300);
+  hilock_semaphore *w = make_sem(f->client, "capped", 1, 300);
+  int64_t t0;
+  lost_calls = 0;
+  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 400, count_lost, NULL), s);
+  t0 = hl_now_ms();
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  SEM_OK(hilock_semaphore_acquire(w, 3000), w);
+  /* Renewed up to 400 ms, then lapsed within one TTL. */
+  assert_i64_between(hl_now_ms() - t0, 400, 1400);
+  hl_sleep_ms(50);
+  assert_true(hilock_semaphore_lost(s));
+  assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+  hilock_semaphore_free(s);
+  hilock_semaphore_free(w);
+}
+
+/* ## Threads: never more than the limit inside --------------------------- */
+
+#define NTHREADS 8
+#define ROUNDS 25
+
+static int inside, max_inside, failures;
+
+static void *contender(void *arg) {
+  hilock_semaphore *s = arg;
+  for (int i = 0; i < ROUNDS; i++) {
+    int now;
+    if (hilock_semaphore_acquire(s, 10000) != HILOCK_OK) {
+      __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
+      return NULL;
+    }
+    now = __atomic_add_fetch(&inside, 1, __ATOMIC_SEQ_CST);
+    for (int m = __atomic_load_n(&max_inside, __ATOMIC_SEQ_CST); now > m;
+         m = __atomic_load_n(&max_inside, __ATOMIC_SEQ_CST))
+      if (__atomic_compare_exchange_n(&max_inside, &m, now, 0,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        break;
+    hl_sleep_ms(2);
+    __atomic_sub_fetch(&inside, 1, __ATOMIC_SEQ_CST);
+    if (hilock_semaphore_release(s) != HILOCK_OK)
+      __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
+  }
+  return NULL;
+}
+
+static void threads_never_exceed_the_limit(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s[NTHREADS];
+  pthread_t t[NTHREADS];
+  inside = max_inside = failures = 0;
+  for (int i = 0; i < NTHREADS; i++) {
+    s[i] = make_sem(f->client, "threads", 3, 10000);
+    assert_int_equal(pthread_create(&t[i], NULL, contender, s[i]), 0);
+  }
+  for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);
+  assert_int_equal(failures, 0);
+  assert_int_equal(max_inside, 3); /* at the limit, never past it */
+  assert_int_equal(zcard(f, "threads"), 0);
+  for (int i = 0; i < NTHREADS; i++) hilock_semaphore_free(s[i]);
+}
+
+/* ## Fork ------------------------------------------------------------------------ */
+
+static void forked_child_holds_nothing(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s = make_sem(f->client, "forked", 2, 5000);
+  pid_t pid;
+  int status = -1;
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int o = -1, ok;
+    ok = hilock_semaphore_release(s) == HILOCK_EFORKED &&
+         hilock_semaphore_renew(s) == HILOCK_EFORKED &&
+         hilock_semaphore_owned(s, &o) == HILOCK_OK && o == 0 &&
+         hilock_semaphore_validity_ms(s) == 0;
+    /* The child may take a permit of its own. */
+    ok = ok && hilock_semaphore_try_acquire(s) == HILOCK_OK &&
+         hilock_semaphore_release(s) == HILOCK_OK;
+    _exit(ok ? 0 : 1);
+  }
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_true(owned(s));
+  assert_int_equal(zcard(f, "forked"), 1);
+  SEM_OK(hilock_semaphore_release(s), s);
+  hilock_semaphore_free(s);
+}
+
+/* A child may drop the last reference to a client whose watchdog was
+ * running in the parent at fork time (the watchdog thread was waiting on
+ * the client's condition variables): freeing must not wait for threads that
+ * do not exist in the child. */
+static void child_frees_a_client_whose_watchdog_ran_in_the_parent(
+    void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_semaphore *s;
+  pid_t pid;
+  int status = -1;
+  int64_t deadline;
+
+  assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
+  s = make_sem(c, "fork-free", 1, 3000);
+  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 0, NULL, NULL), s);
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  hl_sleep_ms(50); /* the watchdog now sleeps on its condition variable */
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    hilock_semaphore_free(s);
+    hilock_client_free(c); /* the last reference: destroys the client */
+    _exit(0);
+  }
+  deadline = hl_now_ms() + 3000;
+  while (waitpid(pid, &status, WNOHANG) == 0 && hl_now_ms() < deadline)
+    hl_sleep_ms(10);
+  if (hl_now_ms() >= deadline) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fail_msg("the child hung freeing its copy of the client");
+  }
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_true(owned(s)); /* the parent's permit is untouched */
+  SEM_OK(hilock_semaphore_release(s), s);
+  hilock_semaphore_free(s);
+  hilock_client_free(c);
+}
+
+/* ## Arguments, names, damaged keys ------------------------------------------------ */
+
+static void bad_arguments_are_einval(void **state) {
+  fixture *f = *state;
+  static const int64_t bad_permits[] = {0, -1, HILOCK_PERMITS_MAX + 1};
+  hilock_semaphore *s = (hilock_semaphore *)&fx; /* must be reset to NULL */
+  int64_t n;
+  int o;
+
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(hilock_semaphore_new(f->client, "a", 1, bad_permits[i],
+                                          1000, &s),
+                     HILOCK_EINVAL);
+    assert_null(s);
+    assert_substr(hilock_client_errmsg(f->client), "permits");
+  }
+  assert_int_equal(hilock_semaphore_new(f->client, "a", 1, 1, 0, &s),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "ttl");
+  assert_int_equal(hilock_semaphore_new(f->client, "}a", 2, 1, 1000, &s),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_new(f->client, NULL, 1, 1, 1000, &s),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_new(NULL, "a", 1, 1, 1000, &s),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_new(f->client, "a", 1, 1, 1000, NULL),
+                   HILOCK_EINVAL);
+
+  assert_int_equal(hilock_semaphore_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_acquire(NULL, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_renew(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_owned(NULL, &o), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_available(NULL, &n), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_get_limit(NULL, &n, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_set_limit(NULL, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_set_auto_renew(NULL, 1, 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_false(hilock_semaphore_lost(NULL));
+  assert_false(hilock_semaphore_held(NULL));
+  assert_int_equal(hilock_semaphore_validity_ms(NULL), 0);
+  assert_string_equal(hilock_semaphore_permit_id(NULL), "");
+  assert_string_equal(hilock_semaphore_key(NULL, NULL), "");
+  assert_int_equal(hilock_semaphore_errcode(NULL), HILOCK_EINVAL);
+  assert_non_null(hilock_semaphore_errmsg(NULL));
+  hilock_semaphore_free(NULL);
+
+  s = make_sem(f->client, "a", 1, 1000);
+  assert_int_equal(hilock_semaphore_owned(s, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_available(s, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_get_limit(s, NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_set_auto_renew(s, 1, -1, NULL, NULL),
+                   HILOCK_EINVAL);
+  SEM_RC(hilock_semaphore_renew(s), HILOCK_ENOTOWNED, s);
+  hilock_semaphore_free(s);
+}
+
+static void keys_follow_the_layout(void **state) {
+  fixture *f = *state;
+  static const char name[] = "a\0b}{";
+  hilock_semaphore *s = NULL;
+  size_t len = 0;
+  assert_hl_ok(hilock_semaphore_new(f->client, name, sizeof(name) - 1, 2, 5000,
+                                    &s),
+               hilock_client_errmsg(f->client));
+  assert_memory_equal(hilock_semaphore_key(s, &len), "hilock:{a\0b}{}:permits",
+                      len);
+  assert_int_equal(len, strlen("hilock:{}:permits") + sizeof(name) - 1);
+  assert_int_equal(hilock_semaphore_permits(s), 2);
+  assert_int_equal(hilock_semaphore_ttl_ms(s), 5000);
+  assert_string_equal(hilock_semaphore_errmsg(s), "");
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  SEM_OK(hilock_semaphore_release(s), s);
+  /* Limit and wake list under the same hash tag; the set went with its
+   * last permit. */
+  assert_true(hl_redis_exists(f->redis, "hilock:{a\0b}{}:limit", 20));
+  assert_true(hl_redis_exists(f->redis, "hilock:{a\0b}{}:pwake", 20));
+  assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2);
+  hilock_semaphore_free(s);
+}
+
+static void damaged_keys_fail_closed(void **state) {
+  fixture *f = *state;
+  hilock_semaphore *s = make_sem(f->client, "dmg", 2, 5000);
+  int64_t n;
+
+  /* The permits key of another type: nothing is written. */
+  hl_redis_ok(f->redis, "SET hilock:{dmg}:permits x");
+  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EWRONGTYPE, s);
+  assert_substr(hilock_semaphore_errmsg(s), "WRONGTYPE");
+  assert_false(hilock_semaphore_held(s));
+  assert_false(hl_redis_exists(f->redis, "hilock:{dmg}:limit", 18));
+  SEM_RC(hilock_semaphore_acquire(s, 200), HILOCK_EWRONGTYPE, s);
+  SEM_RC(hilock_semaphore_available(s, &n), HILOCK_EWRONGTYPE, s);
+  hl_redis_ok(f->redis, "DEL hilock:{dmg}:permits");
+
+  /* A limit that is not a count: no grant, but a held permit still goes
+   * back. */
+  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  hl_redis_ok(f->redis, "SET hilock:{dmg}:limit lots");
+  {
+    hilock_semaphore *o = make_sem(f->client, "dmg", 2, 5000);
+    SEM_RC(hilock_semaphore_try_acquire(o), HILOCK_ESCRIPT, o);
+    assert_substr(hilock_semaphore_errmsg(o), "no permit count");
+    assert_false(hilock_semaphore_held(o));
+    SEM_RC(hilock_semaphore_get_limit(o, &n, NULL), HILOCK_ESCRIPT, o);
+    hilock_semaphore_free(o);
+  }
+  SEM_OK(hilock_semaphore_release(s), s);
+  assert_int_equal(zcard(f, "dmg"), 0);
+  hl_redis_ok(f->redis, "SET hilock:{dmg}:limit -1");
+  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ESCRIPT, s);
+  hl_redis_ok(f->redis, "SET hilock:{dmg}:limit 1.5");
+  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ESCRIPT, s);
+  hilock_semaphore_free(s);
+}
+
+static void closed_client_is_eclosed(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_semaphore *s = NULL;
+  assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
+  s = make_sem(c, "closed", 1, 1000);
+  hilock_client_free(c);
+  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ECLOSED, s);
+  hilock_semaphore_free(s);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(grants_up_to_the_limit_then_busy),
+      T(permit_ids_are_fresh_per_grant),
+      T(acquiring_twice_on_one_handle_is_einval),
+      T(release_of_unknown_or_expired_permit_changes_nothing),
+      T(each_release_wakes_one_waiter),
+      T(acquire_gives_busy_after_wait_ms),
+      T(waiting_does_not_poll),
+      T(waiter_wakes_when_the_first_permit_expires),
+      T(dead_holders_permit_lapses_at_its_ttl),
+      T(stored_limit_wins_over_constructor_permits),
+      T(raising_the_limit_wakes_waiters_at_once),
+      T(lowering_the_limit_revokes_nothing),
+      T(wake_list_is_backed_by_free_permits),
+      T(renew_moves_expiry_and_never_revives),
+      T(watchdog_keeps_permit_past_its_ttl),
+      T(watchdog_reports_a_permit_removed_behind_its_back),
+      T(max_hold_lets_the_permit_lapse),
+      T(threads_never_exceed_the_limit),
+      T(forked_child_holds_nothing),
+      T(child_frees_a_client_whose_watchdog_ran_in_the_parent),
+      T(bad_arguments_are_einval),
+      T(keys_follow_the_layout),
+      T(damaged_keys_fail_closed),
+      T(closed_client_is_eclosed),
+  };
+  return cmocka_run_group_tests_name("semaphore", tests, group_setup,
+                                     group_teardown);
+}
