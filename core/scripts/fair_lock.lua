@@ -166,6 +166,10 @@ else
   -- its ticket (dropped while it stalled past its window) keeps its place.
   if ticket <= 0 then
     ticket = redis.call('INCR', tickets)
+  elseif ticket > tonumber(redis.call('GET', tickets) or '0') then
+    -- The counter was lost (a restarted server): newcomers must not draw
+    -- tickets ahead of a waiter that was already queued.
+    redis.call('SET', tickets, ticket)
   end
   redis.call('ZADD', queue, ticket, me)
 end

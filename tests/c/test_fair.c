@@ -776,6 +776,39 @@ static void resent_acquire_and_leave_after_a_lost_reply(void **state) {
   assert_int_equal(wake_lists(f, "lost"), 0);
 }
 
+static void waiters_keep_their_place_when_the_queue_is_lost(void **state) {
+  fixture *f = *state;
+  redisReply *r;
+
+  /* Two waiters queued behind a holder; then the server loses everything
+   * (a restart without persistence). */
+  freeReplyObject(fair_script(f, "amnesia", "acquire", "holder", 0));
+  freeReplyObject(fair_script(f, "amnesia", "acquire", "first", 0));
+  freeReplyObject(fair_script(f, "amnesia", "acquire", "second", 0));
+  hl_redis_ok(f->redis, "FLUSHALL");
+  /* Newcomers arrive before the waiters' next re-check... */
+  r = fair_script(f, "amnesia", "acquire", "newcomer", 0);
+  assert_int_equal(r->element[0]->integer, 1); /* the queue was empty */
+  freeReplyObject(r);
+  r = fair_script(f, "amnesia", "acquire", "late", 0);
+  assert_int_equal(r->element[0]->integer, 0);
+  assert_int_equal(r->element[2]->integer, 2);
+  freeReplyObject(r);
+  /* ...the waiters come back with their tickets (so they may share their
+   * place with a newcomer of that window), and every ticket drawn
+   * afterwards comes after theirs. */
+  r = fair_script(f, "amnesia", "acquire", "second", 3);
+  assert_int_equal(r->element[3]->integer, 1);
+  freeReplyObject(r);
+  r = fair_script(f, "amnesia", "acquire", "first", 2);
+  assert_int_equal(r->element[2]->integer, 2);
+  freeReplyObject(r);
+  r = fair_script(f, "amnesia", "acquire", "later", 0);
+  assert_int_equal(r->element[2]->integer, 4);
+  assert_int_equal(r->element[3]->integer, 3);
+  freeReplyObject(r);
+}
+
 static void damaged_keys_fail_closed(void **state) {
   fixture *f = *state;
   hilock_fair_lock *l = make_fair(f->client, "damaged", 5000);
@@ -925,6 +958,7 @@ int main(void) {
       T(wake_ups_go_to_the_head_only),
       T(holder_crash_hands_over_when_its_ttl_runs_out),
       T(resent_acquire_and_leave_after_a_lost_reply),
+      T(waiters_keep_their_place_when_the_queue_is_lost),
       T(damaged_keys_fail_closed),
       T(auto_renew_keeps_the_grant_and_reports_loss),
       T(forked_child_cannot_release_the_parents_grant),
