@@ -36,6 +36,17 @@
 %threadallow py_rlock_hold_count;
 %threadallow py_rlock_locked;
 %threadallow hilock_rlock_set_auto_renew_py;
+%threadallow py_fair_lock_new;
+%threadallow hilock_fair_lock_free;
+%threadallow hilock_fair_lock_acquire;
+%threadallow hilock_fair_lock_try_acquire;
+%threadallow hilock_fair_lock_release;
+%threadallow hilock_fair_lock_extend;
+%threadallow hilock_fair_lock_renew;
+%threadallow py_fair_lock_owned;
+%threadallow py_fair_lock_locked;
+%threadallow py_fair_lock_waiters;
+%threadallow hilock_fair_lock_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -61,6 +72,17 @@ HILOCK_CHECKED(hilock_rlock_release, hilock_rlock_errmsg(arg1))
 HILOCK_CHECKED(py_rlock_hold_count, hilock_rlock_errmsg(arg1))
 HILOCK_CHECKED(py_rlock_locked, hilock_rlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_rlock_set_auto_renew_py, hilock_rlock_errmsg(arg1))
+HILOCK_CHECKED_PTR(py_fair_lock_new)
+HILOCK_CHECKED(hilock_fair_lock_acquire, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_try_acquire, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_release, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_extend, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_renew, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(py_fair_lock_owned, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(py_fair_lock_locked, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(py_fair_lock_waiters, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_set_heartbeat, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_set_auto_renew_py, hilock_fair_lock_errmsg(arg1))
 
 %{
 #include <errno.h>
@@ -204,6 +226,44 @@ static PyObject *py_rlock_key(hilock_rlock *l) {
   return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
 }
 
+static hilock_fair_lock *py_fair_lock_new(hilock_client *c, const char *name,
+                                          size_t namelen, int64_t ttl_ms) {
+  hilock_fair_lock *l = NULL;
+  int rc = hilock_fair_lock_new(c, name, namelen, ttl_ms, &l);
+  if (rc == HILOCK_OK) return l;
+  py_ctor_rc = rc;
+  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
+           c && rc == HILOCK_EINVAL ? hilock_client_errmsg(c)
+                                    : hilock_strerror(rc));
+  return NULL;
+}
+static int py_fair_lock_owned(hilock_fair_lock *l) {
+  int v = 0, rc = hilock_fair_lock_owned(l, &v);
+  return rc < 0 ? rc : v;
+}
+static int py_fair_lock_locked(hilock_fair_lock *l) {
+  int v = 0, rc = hilock_fair_lock_locked(l, &v);
+  return rc < 0 ? rc : v;
+}
+/* Count >= 0, or a status < 0. */
+static int64_t py_fair_lock_waiters(hilock_fair_lock *l) {
+  int64_t n = 0;
+  int rc = hilock_fair_lock_waiters(l, &n);
+  return rc < 0 ? rc : n;
+}
+static PyObject *py_fair_lock_key(hilock_fair_lock *l) {
+  size_t n = 0;
+  const char *k = hilock_fair_lock_key(l, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static int hilock_fair_lock_set_auto_renew_py(hilock_fair_lock *l, int enable,
+                                              int64_t max_hold_ms,
+                                              int64_t notify_id) {
+  return hilock_fair_lock_set_auto_renew(l, enable, max_hold_ms,
+                                         notify_id ? py_lost_notify : NULL,
+                                         (void *)(intptr_t)notify_id);
+}
+
 static PyObject *py_lock_errmsg(hilock_lock *l) {
   const char *m = hilock_lock_errmsg(l);
   return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
@@ -229,9 +289,16 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_rlock_locked;
 %ignore hilock_rlock_key;
 %ignore hilock_lost_fn;
+%ignore hilock_fair_lock_new;
+%ignore hilock_fair_lock_owned;
+%ignore hilock_fair_lock_locked;
+%ignore hilock_fair_lock_waiters;
+%ignore hilock_fair_lock_key;
+%ignore hilock_fair_lock_set_auto_renew;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
 %include "hilock/client.h"
 %include "hilock/lock.h"
 %include "hilock/rlock.h"
+%include "hilock/fair.h"
