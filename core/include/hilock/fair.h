@@ -35,8 +35,11 @@
 extern "C" {
 #endif
 
-/* The heartbeat window defaults to the TTL, clamped to this range. */
-#define HILOCK_FAIR_HEARTBEAT_MIN_MS ((int64_t)100)
+/* The heartbeat window defaults to the TTL, clamped to this range. The
+ * minimum leaves room for the server's timer resolution: a blocked
+ * command's timeout fires up to 1000/hz ms late (100 ms at the default
+ * hz 10), and a waiter's re-check rides on such a timeout. */
+#define HILOCK_FAIR_HEARTBEAT_MIN_MS ((int64_t)500)
 #define HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS ((int64_t)5000)
 
 typedef struct hilock_fair_lock hilock_fair_lock;
