@@ -15,6 +15,7 @@ from typing import Any, Optional
 from . import _hilock
 from ._client import Client, default_client, default_url
 from ._base import LockBase
+from ._fair import FairLock
 from ._lock import Lock
 from ._rlock import RLock
 from ._util import Name
@@ -26,6 +27,7 @@ __version__ = _hilock.hilock_version_string().decode()
 
 __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
+    "FairLock", "fair_lock",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -52,3 +54,9 @@ def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: 
 def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RLock:
     """A reentrant lock on the default client."""
     return default_client().rlock(name, ttl=ttl, timeout=timeout, **kw)
+
+
+def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
+              **kw: Any) -> FairLock:
+    """A fair (FIFO) lock on the default client."""
+    return default_client().fair_lock(name, ttl=ttl, timeout=timeout, **kw)
