@@ -460,7 +460,7 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   took = hl_now_ms() - t0;
   assert_non_null(v);
   free(v);
-  assert_i64_between(took, 0, beat + beat / 3 + 400);
+  assert_i64_between(took, 0, beat + beat / 3 + 700);
   /* The dead waiter's entry, heartbeat and wake list went with it. */
   assert_int_equal(queue_len(f, "dead-head"), 0);
   assert_int_equal(wake_lists(f, "dead-head"), 0);
@@ -484,7 +484,7 @@ static void timed_out_waiter_leaves_no_residue(void **state) {
   t0 = hl_now_ms();
   assert_hl_rc(hilock_fair_lock_acquire(w, 300), HILOCK_BUSY,
                hilock_fair_lock_errmsg(w));
-  assert_i64_between(hl_now_ms() - t0, 290, 800);
+  assert_i64_between(hl_now_ms() - t0, 290, 1000);
   assert_false(hilock_fair_lock_held(w));
   assert_no_waiter_residue(f, "timeout");
 
@@ -549,7 +549,7 @@ static void interrupted_waiter_leaves_no_residue(void **state) {
   t0 = hl_now_ms();
   assert_hl_rc(hilock_fair_lock_acquire(w, 5000), HILOCK_EINTR,
                hilock_fair_lock_errmsg(w));
-  assert_i64_between(hl_now_ms() - t0, 150, 600);
+  assert_i64_between(hl_now_ms() - t0, 150, 900);
   pthread_join(t, NULL);
   assert_no_waiter_residue(f, "intr");
   assert_false(hilock_fair_lock_held(w));
@@ -569,14 +569,14 @@ static void live_waiter_is_never_purged_however_long_it_waits(void **state) {
 
   memset(&w, 0, sizeof(w));
   w.lock = make_fair(f->client, "patient", 10000);
-  assert_hl_ok(hilock_fair_lock_set_heartbeat(w.lock, 500),
+  assert_hl_ok(hilock_fair_lock_set_heartbeat(w.lock, 1000),
                hilock_fair_lock_errmsg(w.lock));
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
                hilock_fair_lock_errmsg(holder));
   assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
   wait_queue_len(f, "patient", 1, 5000);
-  /* Four windows: its deadline keeps moving ahead of the server clock. */
-  for (int i = 0; i < 20; i++) {
+  /* 2.5 windows: its deadline keeps moving ahead of the server clock. */
+  for (int i = 0; i < 25; i++) {
     redisReply *r = hl_redis(f->redis, "ZRANGE hilock:{patient}:fair:heartbeat "
                                        "0 -1 WITHSCORES");
     long long now = server_ms(f), deadline;
@@ -584,7 +584,7 @@ static void live_waiter_is_never_purged_however_long_it_waits(void **state) {
     assert_int_equal(r->elements, 2);
     deadline = atoll(r->element[1]->str);
     freeReplyObject(r);
-    assert_i64_between(deadline - now, 1, 500);
+    assert_i64_between(deadline - now, 1, 1000);
     assert_int_equal(queue_len(f, "patient"), 1);
     hl_sleep_ms(100);
   }
@@ -593,7 +593,7 @@ static void live_waiter_is_never_purged_however_long_it_waits(void **state) {
                hilock_fair_lock_errmsg(holder));
   pthread_join(t, NULL);
   assert_hl_ok(w.rc, hilock_fair_lock_errmsg(w.lock));
-  assert_i64_between(hl_now_ms() - t0, 0, 250);
+  assert_i64_between(hl_now_ms() - t0, 0, 500);
   assert_no_waiter_residue(f, "patient");
   hilock_fair_lock_free(w.lock);
   hilock_fair_lock_free(holder);
@@ -694,11 +694,12 @@ static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
                hilock_fair_lock_errmsg(dead));
   hilock_fair_lock_free(dead); /* never released */
   t0 = hl_now_ms();
-  /* The head sleeps until the holder's TTL, not a whole heartbeat slice. */
-  assert_hl_ok(hilock_fair_lock_set_heartbeat(w, 3000),
+  /* The head sleeps until the holder's TTL, not a whole heartbeat slice
+   * (2 s here). */
+  assert_hl_ok(hilock_fair_lock_set_heartbeat(w, 6000),
                hilock_fair_lock_errmsg(w));
-  assert_hl_ok(hilock_fair_lock_acquire(w, 3000), hilock_fair_lock_errmsg(w));
-  assert_i64_between(hl_now_ms() - t0, 200, 700);
+  assert_hl_ok(hilock_fair_lock_acquire(w, 5000), hilock_fair_lock_errmsg(w));
+  assert_i64_between(hl_now_ms() - t0, 200, 1200);
   assert_no_waiter_residue(f, "crash");
   hilock_fair_lock_free(w);
 }
@@ -841,14 +842,14 @@ static void on_lost(void *arg) {
 
 static void auto_renew_keeps_the_grant_and_reports_loss(void **state) {
   fixture *f = *state;
-  hilock_fair_lock *l = make_fair(f->client, "renewed", 300);
+  hilock_fair_lock *l = make_fair(f->client, "renewed", 500);
   int owned = -1;
 
   lost_calls = 0;
   assert_hl_ok(hilock_fair_lock_set_auto_renew(l, 1, 0, on_lost, NULL),
                hilock_fair_lock_errmsg(l));
   assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_fair_lock_errmsg(l));
-  hl_sleep_ms(800);
+  hl_sleep_ms(1200); /* past two TTLs */
   assert_hl_ok(hilock_fair_lock_owned(l, &owned), hilock_fair_lock_errmsg(l));
   assert_true(owned);
   assert_true(hilock_fair_lock_held(l));

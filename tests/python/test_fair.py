@@ -387,14 +387,18 @@ def test_live_waiter_outwaits_many_heartbeat_windows(client, rds) -> None:
     holder = client.fair_lock(NAME)
     assert holder.acquire()
     waiter = client.fair_lock(NAME)
-    waiter.heartbeat = 0.5
+    waiter.heartbeat = 1.0
     result: List[object] = []
     t = threading.Thread(target=lambda: result.append(waiter.acquire(timeout=20)))
     t.start()
     try:
         wait_for(lambda: holder.waiters() == 1, 5, what="waiter queued")
-        for _ in range(12):  # 2.4 s: about five windows
-            time.sleep(0.2)
+        for _ in range(25):  # 2.5 windows
+            time.sleep(0.1)
+            # Its deadline keeps moving ahead of the server's clock.
+            (member, deadline), = rds.zrange(BEATS, 0, -1, withscores=True)
+            secs, micros = rds.time()
+            assert 0 < deadline - (secs * 1000 + micros // 1000) <= 1000
             assert rds.zcard(QUEUE) == 1 and holder.waiters() == 1
         released = time.monotonic()
         holder.release()
