@@ -47,6 +47,17 @@
 %threadallow py_semaphore_available;
 %threadallow py_semaphore_get_limit;
 %threadallow hilock_semaphore_set_auto_renew_py;
+%threadallow py_fair_lock_new;
+%threadallow hilock_fair_lock_free;
+%threadallow hilock_fair_lock_acquire;
+%threadallow hilock_fair_lock_try_acquire;
+%threadallow hilock_fair_lock_release;
+%threadallow hilock_fair_lock_extend;
+%threadallow hilock_fair_lock_renew;
+%threadallow py_fair_lock_owned;
+%threadallow py_fair_lock_locked;
+%threadallow py_fair_lock_waiters;
+%threadallow hilock_fair_lock_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -82,6 +93,17 @@ HILOCK_CHECKED(py_semaphore_owned, hilock_semaphore_errmsg(arg1))
 HILOCK_CHECKED(py_semaphore_available, hilock_semaphore_errmsg(arg1))
 HILOCK_CHECKED(py_semaphore_get_limit, hilock_semaphore_errmsg(arg1))
 HILOCK_CHECKED(hilock_semaphore_set_auto_renew_py, hilock_semaphore_errmsg(arg1))
+HILOCK_CHECKED_PTR(py_fair_lock_new)
+HILOCK_CHECKED(hilock_fair_lock_acquire, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_try_acquire, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_release, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_extend, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_renew, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(py_fair_lock_owned, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(py_fair_lock_locked, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(py_fair_lock_waiters, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_set_heartbeat, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED(hilock_fair_lock_set_auto_renew_py, hilock_fair_lock_errmsg(arg1))
 
 %{
 #include <errno.h>
@@ -94,6 +116,14 @@ static _Thread_local char py_ctor_msg[256];
 
 /* The client's interrupt hook: runs pending signal handlers (Ctrl-C) about
  * every 100 ms of a wait. A raised exception stays set for the caller. */
+/* Record a failed lock constructor for HILOCK_CHECKED_PTR. */
+static void py_ctor_failed(hilock_client *c, int rc) {
+  py_ctor_rc = rc;
+  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
+           c && rc == HILOCK_EINVAL ? hilock_client_errmsg(c)
+                                    : hilock_strerror(rc));
+}
+
 static int py_check_signals(void *arg) {
   PyGILState_STATE g;
   int interrupted;
@@ -154,10 +184,7 @@ static hilock_lock *py_lock_new(hilock_client *c, int kind, const char *name,
       rc = hilock_lock_new(c, name, namelen, ttl_ms, &l);
   }
   if (rc == HILOCK_OK) return l;
-  py_ctor_rc = rc;
-  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
-           c && rc == HILOCK_EINVAL ? hilock_client_errmsg(c)
-                                    : hilock_strerror(rc));
+  py_ctor_failed(c, rc);
   return NULL;
 }
 
@@ -203,10 +230,7 @@ static hilock_rlock *py_rlock_new(hilock_client *c, const char *name,
   hilock_rlock *l = NULL;
   int rc = hilock_rlock_new(c, name, namelen, ttl_ms, &l);
   if (rc == HILOCK_OK) return l;
-  py_ctor_rc = rc;
-  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
-           c && rc == HILOCK_EINVAL ? hilock_client_errmsg(c)
-                                    : hilock_strerror(rc));
+  py_ctor_failed(c, rc);
   return NULL;
 }
 /* Count >= 0, or a status < 0. */
@@ -231,10 +255,15 @@ static hilock_semaphore *py_semaphore_new(hilock_client *c, const char *name,
   hilock_semaphore *s = NULL;
   int rc = hilock_semaphore_new(c, name, namelen, permits, ttl_ms, &s);
   if (rc == HILOCK_OK) return s;
-  py_ctor_rc = rc;
-  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
-           c && rc == HILOCK_EINVAL ? hilock_client_errmsg(c)
-                                    : hilock_strerror(rc));
+  py_ctor_failed(c, rc);
+  return NULL;
+}
+static hilock_fair_lock *py_fair_lock_new(hilock_client *c, const char *name,
+                                          size_t namelen, int64_t ttl_ms) {
+  hilock_fair_lock *l = NULL;
+  int rc = hilock_fair_lock_new(c, name, namelen, ttl_ms, &l);
+  if (rc == HILOCK_OK) return l;
+  py_ctor_failed(c, rc);
   return NULL;
 }
 static int hilock_semaphore_set_auto_renew_py(hilock_semaphore *s, int enable,
@@ -263,6 +292,32 @@ static PyObject *py_semaphore_key(hilock_semaphore *s) {
   size_t n = 0;
   const char *k = hilock_semaphore_key(s, &n);
   return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static int py_fair_lock_owned(hilock_fair_lock *l) {
+  int v = 0, rc = hilock_fair_lock_owned(l, &v);
+  return rc < 0 ? rc : v;
+}
+static int py_fair_lock_locked(hilock_fair_lock *l) {
+  int v = 0, rc = hilock_fair_lock_locked(l, &v);
+  return rc < 0 ? rc : v;
+}
+/* Count >= 0, or a status < 0. */
+static int64_t py_fair_lock_waiters(hilock_fair_lock *l) {
+  int64_t n = 0;
+  int rc = hilock_fair_lock_waiters(l, &n);
+  return rc < 0 ? rc : n;
+}
+static PyObject *py_fair_lock_key(hilock_fair_lock *l) {
+  size_t n = 0;
+  const char *k = hilock_fair_lock_key(l, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static int hilock_fair_lock_set_auto_renew_py(hilock_fair_lock *l, int enable,
+                                              int64_t max_hold_ms,
+                                              int64_t notify_id) {
+  return hilock_fair_lock_set_auto_renew(l, enable, max_hold_ms,
+                                         notify_id ? py_lost_notify : NULL,
+                                         (void *)(intptr_t)notify_id);
 }
 
 static PyObject *py_lock_errmsg(hilock_lock *l) {
@@ -296,6 +351,12 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_semaphore_get_limit;
 %ignore hilock_semaphore_set_auto_renew;
 %ignore hilock_semaphore_key;
+%ignore hilock_fair_lock_new;
+%ignore hilock_fair_lock_owned;
+%ignore hilock_fair_lock_locked;
+%ignore hilock_fair_lock_waiters;
+%ignore hilock_fair_lock_key;
+%ignore hilock_fair_lock_set_auto_renew;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
@@ -303,3 +364,4 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %include "hilock/lock.h"
 %include "hilock/rlock.h"
 %include "hilock/semaphore.h"
+%include "hilock/fair.h"

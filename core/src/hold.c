@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "scripts.h"
 
 static int64_t drift_us(int64_t ttl_ms) { return ttl_ms * 10 + 2000; }
 
@@ -95,3 +96,74 @@ int hilock__hold_is_lost(const hilock__hold *h) {
 }
 
 int64_t hilock__hold_drift_us(int64_t ttl_ms) { return drift_us(ttl_ms); }
+
+/* ## Holds on a string key holding the owner token (lock, fair lock) ------ */
+
+int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace) {
+  const char *keys[1], *args[3];
+  size_t keylens[1], arglens[3];
+  char buf[24];
+  redisReply *r;
+  int64_t start;
+  int rc = hilock__check_ms(&h->err, "extension", ms);
+  if (rc == HILOCK_OK) rc = hilock__hold_check(h, "extend");
+  if (rc != HILOCK_OK) return rc;
+  keys[0] = h->rkey;
+  keylens[0] = h->rkeylen;
+  args[0] = h->owner;
+  arglens[0] = h->ownerlen;
+  args[1] = buf;
+  arglens[1] = hilock__i64(buf, ms);
+  args[2] = replace ? "set" : "add";
+  arglens[2] = 3;
+  start = hilock__now_us();
+  rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_extend, 1,
+                          keys, keylens, 3, args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (r->type != REDIS_REPLY_INTEGER) {
+    rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to extend");
+  } else if (r->integer <= 0) {
+    hilock__hold_lost(h);
+    rc = hilock__set_err(&h->err, HILOCK_ENOTOWNED,
+                         "extend: the lock expired or another owner holds it");
+  } else {
+    hilock__hold_extended(h, start, r->integer);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock__hold_owned(hilock__hold *h, int *owned) {
+  const char *argv[2] = {"GET", h->rkey};
+  size_t lens[2] = {3, h->rkeylen};
+  redisReply *r;
+  int rc;
+  *owned = 0;
+  if (!h->held || h->pid != getpid()) return HILOCK_OK;
+  rc = hilock__command(h->client, &h->err, 2, argv, lens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (r->type == REDIS_REPLY_STRING && r->len == h->ownerlen &&
+      memcmp(r->str, h->owner, h->ownerlen) == 0)
+    *owned = 1;
+  else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
+    hilock__hold_lost(h);
+  else
+    rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to GET");
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
+                                int64_t max_hold_ms, hilock_lost_fn on_lost,
+                                void *arg) {
+  if (max_hold_ms < 0)
+    return hilock__set_err(&h->err, HILOCK_EINVAL, "max hold must be >= 0 ms");
+  hilock__renewal_cancel(h);
+  h->auto_renew = enable != 0;
+  h->max_hold_ms = max_hold_ms;
+  h->lost_fn = on_lost;
+  h->lost_arg = arg;
+  if (enable && h->held && h->pid == getpid() && !hilock__hold_is_lost(h))
+    return hilock__renewal_register(h);
+  return HILOCK_OK;
+}

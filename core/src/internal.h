@@ -124,7 +124,8 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
 /* Run attempt() until it grants (0), fails (< 0) or wait_ms passes
  * (HILOCK_BUSY). Between attempts, sleep on the wake list until a releaser
  * wakes us, bounded by the holder's remaining TTL as reported by attempt()
- * in *pttl (-1: no expiry) and the caller's deadline. */
+ * in *pttl (-1: no expiry) and the caller's deadline. An attempt may report
+ * a shorter bound (the fair lock's heartbeat interval). */
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg);
@@ -233,6 +234,19 @@ int64_t hilock__hold_validity_ms(const hilock__hold *h);
 int hilock__hold_is_lost(const hilock__hold *h);
 /* Clock-drift allowance for a TTL: 1% + 2 ms, in us. */
 int64_t hilock__hold_drift_us(int64_t ttl_ms);
+
+/* For families whose holder key (h->rkey) is a string holding the owner
+ * token (lock, fair lock):
+ * extend: set (replace) or add to the TTL while owned; HILOCK_ENOTOWNED
+ *         (and the hold marked lost) if not.
+ * owned:  GET rkey == owner; another value or none marks the hold lost.
+ * Both act only on a grant of this process. */
+int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace);
+int hilock__hold_owned(hilock__hold *h, int *owned);
+/* Renewal settings for the hold; applied to a current grant at once. */
+int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
+                                int64_t max_hold_ms, hilock_lost_fn on_lost,
+                                void *arg);
 
 /* Renewal thread (renewal.c). */
 int hilock__renewal_register(hilock__hold *h);

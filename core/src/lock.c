@@ -177,44 +177,11 @@ int hilock_lock_release(hilock_lock *l) {
 }
 
 int hilock_lock_extend(hilock_lock *l, int64_t ms, int replace) {
-  const char *keys[1], *args[3];
-  size_t keylens[1], arglens[3];
-  char buf[24];
-  redisReply *r;
-  int64_t start;
-  int rc;
-
   if (l == NULL) return HILOCK_EINVAL;
   if (l->kind == HILOCK_LOCK_SIMPLE)
     return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
                            "a simple lock has no TTL to extend");
-  rc = hilock__check_ms(&l->h.err, "extension", ms);
-  if (rc == HILOCK_OK) rc = hilock__hold_check(&l->h, "extend");
-  if (rc != HILOCK_OK) return rc;
-  keys[0] = l->key;
-  keylens[0] = l->keylen;
-  args[0] = l->h.owner;
-  arglens[0] = l->h.ownerlen;
-  args[1] = buf;
-  arglens[1] = hilock__i64(buf, ms);
-  args[2] = replace ? "set" : "add";
-  arglens[2] = 3;
-  start = hilock__now_us();
-  rc = hilock__script_run(l->h.client, &l->h.err, &hilock__script_lock_extend,
-                          1, keys, keylens, 3, args, arglens, &r);
-  if (rc != HILOCK_OK) return rc;
-  if (r->type != REDIS_REPLY_INTEGER) {
-    rc = hilock__set_err(&l->h.err, HILOCK_EPROTO,
-                         "unexpected reply to extend");
-  } else if (r->integer <= 0) {
-    hilock__hold_lost(&l->h);
-    rc = hilock__set_err(&l->h.err, HILOCK_ENOTOWNED,
-                         "extend: the lock expired or another owner holds it");
-  } else {
-    hilock__hold_extended(&l->h, start, r->integer);
-  }
-  freeReplyObject(r);
-  return rc;
+  return hilock__hold_extend(&l->h, ms, replace);
 }
 
 int hilock_lock_renew(hilock_lock *l) {
@@ -223,28 +190,8 @@ int hilock_lock_renew(hilock_lock *l) {
 }
 
 int hilock_lock_owned(hilock_lock *l, int *owned) {
-  const char *argv[2];
-  size_t lens[2];
-  redisReply *r;
-  int rc;
   if (l == NULL || owned == NULL) return HILOCK_EINVAL;
-  *owned = 0;
-  if (!l->h.held || l->h.pid != getpid()) return HILOCK_OK;
-  argv[0] = "GET";
-  lens[0] = 3;
-  argv[1] = l->key;
-  lens[1] = l->keylen;
-  rc = hilock__command(l->h.client, &l->h.err, 2, argv, lens, &r);
-  if (rc != HILOCK_OK) return rc;
-  if (r->type == REDIS_REPLY_STRING && r->len == l->h.ownerlen &&
-      memcmp(r->str, l->h.owner, l->h.ownerlen) == 0)
-    *owned = 1;
-  else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
-    hilock__hold_lost(&l->h);
-  else
-    rc = hilock__set_err(&l->h.err, HILOCK_EPROTO, "unexpected reply to GET");
-  freeReplyObject(r);
-  return rc;
+  return hilock__hold_owned(&l->h, owned);
 }
 
 int hilock_lock_locked(hilock_lock *l, int *locked) {
@@ -278,15 +225,7 @@ int hilock_lock_set_auto_renew(hilock_lock *l, int enable, int64_t max_hold_ms,
   if (l->kind == HILOCK_LOCK_SIMPLE && enable)
     return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
                            "a simple lock has no TTL to renew");
-  hilock__renewal_cancel(&l->h);
-  l->h.auto_renew = enable != 0;
-  l->h.max_hold_ms = max_hold_ms;
-  l->h.lost_fn = on_lost;
-  l->h.lost_arg = arg;
-  if (enable && l->h.held && l->h.pid == getpid() &&
-      !hilock__hold_is_lost(&l->h))
-    return hilock__renewal_register(&l->h);
-  return HILOCK_OK;
+  return hilock__hold_set_auto_renew(&l->h, enable, max_hold_ms, on_lost, arg);
 }
 
 int hilock_lock_lost(const hilock_lock *l) {

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from . import _hilock
 from ._client import Client, default_client, default_url
 from ._base import LockBase
+from ._fair import FairLock
 from ._lock import Lock
 from ._rlock import RLock
 from ._semaphore import Semaphore
@@ -28,6 +29,7 @@ __version__ = _hilock.hilock_version_string().decode()
 __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
     "Semaphore", "semaphore",
+    "FairLock", "fair_lock",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -60,3 +62,8 @@ def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[flo
               **kw: Any) -> Semaphore:
     """A counting semaphore on the default client."""
     return default_client().semaphore(name, permits, ttl=ttl, timeout=timeout, **kw)
+
+def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
+              **kw: Any) -> FairLock:
+    """A fair (FIFO) lock on the default client."""
+    return default_client().fair_lock(name, ttl=ttl, timeout=timeout, **kw)

@@ -3,6 +3,7 @@ loss reporting, properties, and the context manager."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
 from types import TracebackType
@@ -193,3 +194,68 @@ class LockBase:
             raise
         if lost and exc_type is None:
             raise LockLost(f"lock {self._name!r} was lost while the block ran")
+
+
+class ExclusiveBase(LockBase):
+    """Base of the exclusive lock classes with one holder per object
+    (:class:`hilock.Lock`, :class:`hilock.FairLock`).
+
+    One object stands for one holder, as a ``threading.Lock``: threads of
+    this process that acquire the same object queue on a local mutex first
+    (the C handle serves one thread at a time); other objects, in this or
+    other processes, contend through Redis.
+    """
+
+    _c_token: Callable[[Any], bytes]
+
+    def __init__(self, client: "Client", name: Name, timeout: Optional[float],
+                 auto_renew: bool, max_hold: Optional[float],
+                 on_lost: Optional[LostCallback]) -> None:
+        super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
+        self._local = threading.Lock()
+
+    def _acquire(self, wait: Optional[float]) -> bool:
+        start = time.monotonic()
+        if not self._local.acquire(True, -1 if wait is None else wait):
+            return False
+        try:
+            left = None if wait is None else max(0.0, wait - (time.monotonic() - start))
+            if self._c_call_acquire(left):
+                return True
+        except BaseException:
+            self._local.release()
+            raise
+        self._local.release()
+        return False
+
+    def release(self) -> None:
+        """Release the lock (owner-checked in one script).
+
+        Raises LockNotOwnedError if this object does not hold it, or if it
+        expired or was taken by another owner; nothing is deleted then.
+        """
+        if not type(self)._c_token(self._h):
+            # No grant on this object: leave alone any thread that is
+            # waiting in acquire() on it.
+            raise LockNotOwnedError("release: this lock object does not hold the lock",
+                                    _h.HILOCK_ENOTOWNED)
+        try:
+            type(self)._c_release(self._h)
+        except LockNotOwnedError:
+            self._drop_local()
+            raise
+        # Any other error (Redis unreachable) keeps the grant: retry later.
+        self._drop_local()
+
+    @property
+    def token(self) -> Optional[str]:
+        """The owner token of the current grant (32 hex chars), or None."""
+        t = type(self)._c_token(self._h)
+        return t.decode() if t else None
+
+    def _drop_local(self) -> None:
+        if self._local.locked():
+            try:
+                self._local.release()
+            except RuntimeError:
+                pass

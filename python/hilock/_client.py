@@ -8,6 +8,7 @@ from typing import Any, Optional, Type
 
 from . import _hilock as _h
 from ._base import LostCallback
+from ._fair import FairLock
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._rlock import RLock
 from ._semaphore import Semaphore
@@ -127,6 +128,15 @@ class Client:
         Other arguments as for :meth:`lock`.
         """
         return Semaphore(self, name, permits, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                  auto_renew: bool = True, max_hold: Optional[float] = None,
+                  on_lost: Optional[LostCallback] = None) -> FairLock:
+        """A fair (FIFO) lock: granted in request order, a newcomer never
+        barges past a waiter, and a crashed waiter is skipped after its
+        heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
+        at 5 s). Other arguments as for :meth:`lock`."""
+        return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
 
 _default_lock = threading.Lock()

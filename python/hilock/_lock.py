@@ -1,14 +1,11 @@
 """The exclusive lock family: expiring, simple and lease locks."""
 from __future__ import annotations
 
-import threading
-import time
 from typing import TYPE_CHECKING, Optional
 
 from . import _hilock as _h
-from ._base import LockBase, LostCallback
+from ._base import ExclusiveBase, LostCallback
 from ._util import Name, seconds_to_ms
-from .errors import LockNotOwnedError
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -18,7 +15,7 @@ SIMPLE = _h.HILOCK_LOCK_SIMPLE
 LEASE = _h.HILOCK_LOCK_LEASE
 
 
-class Lock(LockBase):
+class Lock(ExclusiveBase):
     """A Redis lock with the ``threading.Lock`` contract.
 
     Made by :meth:`Client.lock` (expiring), :meth:`Client.simple_lock` and
@@ -37,6 +34,7 @@ class Lock(LockBase):
     _c_fence = _h.hilock_lock_fence
     _c_ttl = _h.hilock_lock_ttl_ms
     _c_key = _h.py_lock_key
+    _c_token = _h.hilock_lock_token
 
     def __init__(self, client: "Client", name: Name, kind: int, ttl: Optional[float],
                  timeout: Optional[float], auto_renew: bool = False,
@@ -47,42 +45,7 @@ class Lock(LockBase):
         self._kind = kind
         self._kind_name = {EXPIRING: "lock", SIMPLE: "simple_lock", LEASE: "lease"}[kind]
         ttl_ms = 0 if kind == SIMPLE else seconds_to_ms(ttl, "ttl")  # type: ignore[arg-type]
-        self._local = threading.Lock()
         self._setup(_h.py_lock_new(client._handle(), kind, self._bname, ttl_ms))
-
-    def _acquire(self, wait: Optional[float]) -> bool:
-        # One object, one holder: threads of this process queue on a local
-        # mutex first, exactly as on a threading.Lock.
-        start = time.monotonic()
-        if not self._local.acquire(True, -1 if wait is None else wait):
-            return False
-        try:
-            left = None if wait is None else max(0.0, wait - (time.monotonic() - start))
-            if self._c_call_acquire(left):
-                return True
-        except BaseException:
-            self._local.release()
-            raise
-        self._local.release()
-        return False
-
-    def release(self) -> None:
-        """Release the lock (owner-checked in one script).
-
-        Raises LockNotOwnedError if this object does not hold it, or if it
-        expired or was taken by another owner; nothing is deleted then.
-        """
-        if not _h.hilock_lock_token(self._h):
-            # No grant on this object: leave alone any thread that is
-            # waiting in acquire() on it.
-            raise LockNotOwnedError("release: this lock object does not hold the lock",
-                                    _h.HILOCK_ENOTOWNED)
-        try:
-            _h.hilock_lock_release(self._h)
-        except LockNotOwnedError:
-            self._drop_local()
-            raise
-        self._drop_local()
 
     def locked(self) -> bool:
         """Whether anyone holds the lock (one round trip)."""
@@ -110,16 +73,3 @@ class Lock(LockBase):
         if had_grant:
             self._drop_local()
         return deleted
-
-    @property
-    def token(self) -> Optional[str]:
-        """The owner token of the current grant (32 hex chars), or None."""
-        t = _h.hilock_lock_token(self._h)
-        return t.decode() if t else None
-
-    def _drop_local(self) -> None:
-        if self._local.locked():
-            try:
-                self._local.release()
-            except RuntimeError:
-                pass

@@ -30,16 +30,18 @@ class Interval:
     start: float  # monotonic seconds, just after acquire returned
     end: float    # monotonic seconds, just before release was called
     fence: Optional[int] = None
+    ticket: Optional[int] = None  # a fair lock's request order (enqueue)
 
     def to_json(self) -> str:
         return json.dumps({"pid": self.pid, "start": self.start, "end": self.end,
-                           "fence": self.fence})
+                           "fence": self.fence, "ticket": self.ticket})
 
     @classmethod
     def from_json(cls, text) -> "Interval":
         d = json.loads(text)
         return cls(int(d["pid"]), float(d["start"]), float(d["end"]),
-                   None if d.get("fence") is None else int(d["fence"]))
+                   None if d.get("fence") is None else int(d["fence"]),
+                   None if d.get("ticket") is None else int(d["ticket"]))
 
 
 class OverlapError(AssertionError):
@@ -166,6 +168,26 @@ def check_max_concurrent(intervals: Iterable[Interval], n: int, max_report: int 
         raise ConcurrencyError("\n".join(lines), crowds)
     return peak
 
+class FifoError(AssertionError):
+    """Grants did not follow the request order."""
+
+
+def check_fifo(intervals: Iterable[Interval], max_report: int = 10) -> List[int]:
+    """Raise FifoError unless the grants, in grant order (fence order), have
+    strictly increasing tickets (request order): nobody was served before
+    someone who asked earlier. Returns the tickets in grant order."""
+    ivs = sorted(intervals, key=lambda iv: iv.fence if iv.fence is not None else -1)
+    if any(iv.fence is None or iv.ticket is None for iv in ivs):
+        raise FifoError("an interval has no fence or no ticket")
+    bad = [(a, b) for a, b in zip(ivs, ivs[1:]) if not b.ticket > a.ticket]  # type: ignore[operator]
+    if bad:
+        lines = [f"{len(bad)} grant(s) out of request order among {len(ivs)}:"]
+        for a, b in bad[:max_report]:
+            lines.append(f"  fence {a.fence} went to ticket {a.ticket} (pid={a.pid}), "
+                         f"then fence {b.fence} to ticket {b.ticket} (pid={b.pid})")
+        raise FifoError("\n".join(lines))
+    return [iv.ticket for iv in ivs]  # type: ignore[misc]
+
 
 class RedisHistory:
     """Intervals in a Redis list (one JSON document per element)."""
@@ -175,8 +197,8 @@ class RedisHistory:
         self.key = key
 
     def record(self, start: float, end: float, fence: Optional[int] = None,
-               pid: Optional[int] = None) -> None:
-        iv = Interval(os.getpid() if pid is None else pid, start, end, fence)
+               pid: Optional[int] = None, ticket: Optional[int] = None) -> None:
+        iv = Interval(os.getpid() if pid is None else pid, start, end, fence, ticket)
         self.r.rpush(self.key, iv.to_json())
 
     def record_interval(self, iv: Interval) -> None:

@@ -8,5 +8,6 @@
 #include "hilock/lock.h"
 #include "hilock/rlock.h"
 #include "hilock/semaphore.h"
+#include "hilock/fair.h"
 
 #endif /* HILOCK_H */

@@ -1,0 +1,112 @@
+/* hilock: the fair (FIFO) lock.
+ *
+ * An exclusive lock granted in the order it was requested. A blocking
+ * acquire takes a ticket (a strictly increasing number per lock name) and
+ * joins a queue, hilock:{name}:fair:queue; the lock goes to the waiter with
+ * the lowest ticket, and a newcomer never barges past it, not even with
+ * try_acquire while the lock is momentarily free. A release wakes the head
+ * of the queue, and only it, through the head's own wake list.
+ *
+ * Waiters prove they are alive: each re-check (at least every third of the
+ * heartbeat window, see hilock_fair_lock_set_heartbeat) moves its deadline,
+ * judged on the server's clock, to now + window. A waiter whose deadline
+ * passes is dead and is skipped, so a crashed waiter delays the queue by at
+ * most one window; a live waiter keeps its place however long it waits. A
+ * waiter that times out or is interrupted leaves the queue before acquire
+ * returns.
+ *
+ * Grants carry a fencing token (as hilock_lock) and are renewed by the
+ * client's watchdog when auto-renewal is on. The lock is not reentrant.
+ *
+ * Threads: a handle stands for one holder; use it from one thread at a
+ * time. Fork: a grant belongs to the process that acquired it; in a forked
+ * child release and extend return HILOCK_EFORKED and touch nothing. */
+#ifndef HILOCK_FAIR_H
+#define HILOCK_FAIR_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "hilock/client.h"
+#include "hilock/export.h"
+#include "hilock/lock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The heartbeat window defaults to the TTL, clamped to this range. The
+ * minimum leaves room for the server's timer resolution: a blocked
+ * command's timeout fires up to 1000/hz ms late (100 ms at the default
+ * hz 10), and a waiter's re-check rides on such a timeout. */
+#define HILOCK_FAIR_HEARTBEAT_MIN_MS ((int64_t)500)
+#define HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS ((int64_t)5000)
+
+typedef struct hilock_fair_lock hilock_fair_lock;
+
+/* CONSTRUCTOR; nothing is sent. ttl_ms in 1..HILOCK_TTL_MAX_MS. Returns
+ * HILOCK_OK, HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED. */
+HILOCK_API int hilock_fair_lock_new(hilock_client *client, const char *name,
+                                    size_t namelen, int64_t ttl_ms,
+                                    hilock_fair_lock **out);
+/* DESTRUCTOR; does not release (the grant lapses at its TTL). NULL is a
+ * no-op. */
+HILOCK_API void hilock_fair_lock_free(hilock_fair_lock *fl);
+
+/* One attempt, without queueing: HILOCK_OK if the lock is free and nobody
+ * waits for it, else HILOCK_BUSY. HILOCK_EINVAL if this handle holds it. */
+HILOCK_API int hilock_fair_lock_try_acquire(hilock_fair_lock *fl);
+
+/* Queue for the lock and wait up to wait_ms (HILOCK_WAIT_FOREVER: no limit;
+ * 0: as try_acquire). HILOCK_OK when granted, HILOCK_BUSY when wait_ms
+ * passed first; either way, or on an error, no queue entry is left. */
+HILOCK_API int hilock_fair_lock_acquire(hilock_fair_lock *fl, int64_t wait_ms);
+
+/* Owner-checked release; wakes the head of the queue. HILOCK_ENOTOWNED if
+ * the grant lapsed or was taken (nothing is deleted then). */
+HILOCK_API int hilock_fair_lock_release(hilock_fair_lock *fl);
+
+/* As hilock_lock_extend / hilock_lock_renew, while owned. */
+HILOCK_API int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms,
+                                       int replace);
+HILOCK_API int hilock_fair_lock_renew(hilock_fair_lock *fl);
+
+/* Round trips: this handle's grant still holds it; anyone holds it; how
+ * many waiters are queued with a live heartbeat. */
+HILOCK_API int hilock_fair_lock_owned(hilock_fair_lock *fl, int *owned);
+HILOCK_API int hilock_fair_lock_locked(hilock_fair_lock *fl, int *locked);
+HILOCK_API int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count);
+
+/* The heartbeat window in ms (HILOCK_FAIR_HEARTBEAT_MIN_MS ..
+ * HILOCK_TTL_MAX_MS): a waiter re-checks at least every window/3 and is
+ * dropped once it has not for a whole window. Default: the TTL, at most
+ * HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS. Applies from the next re-check. */
+HILOCK_API int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl,
+                                              int64_t window_ms);
+HILOCK_API int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl);
+
+/* The ticket of the current or last grant: its place in the request order
+ * (strictly increasing per lock name); 0 before the first grant. */
+HILOCK_API uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl);
+
+/* As the hilock_lock_* accessors of the same names. */
+HILOCK_API int hilock_fair_lock_set_auto_renew(hilock_fair_lock *fl,
+                                               int enable, int64_t max_hold_ms,
+                                               hilock_lost_fn on_lost,
+                                               void *arg);
+HILOCK_API int hilock_fair_lock_lost(const hilock_fair_lock *fl);
+HILOCK_API int64_t hilock_fair_lock_validity_ms(const hilock_fair_lock *fl);
+HILOCK_API int hilock_fair_lock_held(const hilock_fair_lock *fl);
+HILOCK_API uint64_t hilock_fair_lock_fence(const hilock_fair_lock *fl);
+HILOCK_API const char *hilock_fair_lock_token(const hilock_fair_lock *fl);
+HILOCK_API int64_t hilock_fair_lock_ttl_ms(const hilock_fair_lock *fl);
+/* The holder key, hilock:{name}:fair. */
+HILOCK_API const char *hilock_fair_lock_key(const hilock_fair_lock *fl,
+                                            size_t *len);
+HILOCK_API const char *hilock_fair_lock_errmsg(const hilock_fair_lock *fl);
+HILOCK_API int hilock_fair_lock_errcode(const hilock_fair_lock *fl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HILOCK_FAIR_H */

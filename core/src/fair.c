@@ -1,0 +1,341 @@
+/* The fair (FIFO) lock: a ticket queue with heartbeats judged on server
+ * time, all in core/scripts/fair_lock.lua. Waiting (on the waiter's own
+ * wake list), renewal and grant state come from the shared layer. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+/* The script's KEYS, in order. */
+enum { K_HOLDER, K_FENCE, K_QUEUE, K_BEATS, K_TICKETS, K_WAKE, NKEYS };
+static const char *const roles[NKEYS] = {
+    "fair", "fence", "fair:queue", "fair:heartbeat", "fair:ticket", "wake:"};
+
+struct hilock_fair_lock {
+  hilock__hold h; /* first: grant state and last error */
+  char *keys[NKEYS];
+  size_t keylens[NKEYS];
+  char *wkey; /* this waiter's wake list: the wake prefix + waiter id */
+  size_t wkeylen;
+  char waiter[HILOCK__TOKEN_LEN + 1]; /* id of the acquire in progress */
+  int queue;                          /* the acquire in progress may queue */
+  int64_t ticket;       /* the acquire in progress's ticket (0: none) */
+  uint64_t last_ticket; /* of the current or last grant */
+  int64_t beat_ms;      /* heartbeat window; read by a waiting thread */
+};
+
+static int64_t default_beat(int64_t ttl_ms) {
+  if (ttl_ms < HILOCK_FAIR_HEARTBEAT_MIN_MS) return HILOCK_FAIR_HEARTBEAT_MIN_MS;
+  if (ttl_ms > HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS)
+    return HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS;
+  return ttl_ms;
+}
+
+static void fair_destroy(hilock_fair_lock *fl) {
+  for (int i = 0; i < NKEYS; i++) free(fl->keys[i]);
+  free(fl->wkey);
+  free(fl);
+}
+
+int hilock_fair_lock_new(hilock_client *client, const char *name,
+                         size_t namelen, int64_t ttl_ms,
+                         hilock_fair_lock **out) {
+  hilock__err tmp;
+  hilock_fair_lock *fl;
+  int rc;
+
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  if (client == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_name(&tmp, name, namelen);
+  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc != HILOCK_OK) {
+    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    return rc;
+  }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  fl = calloc(1, sizeof(*fl));
+  if (fl == NULL) return HILOCK_ENOMEM;
+  for (int i = 0; i < NKEYS; i++) {
+    fl->keys[i] = hilock__key(name, namelen, roles[i], &fl->keylens[i]);
+    if (fl->keys[i] == NULL) {
+      fair_destroy(fl);
+      return HILOCK_ENOMEM;
+    }
+  }
+  fl->wkeylen = fl->keylens[K_WAKE] + HILOCK__TOKEN_LEN;
+  fl->wkey = malloc(fl->wkeylen + 1);
+  if (fl->wkey == NULL) {
+    fair_destroy(fl);
+    return HILOCK_ENOMEM;
+  }
+  memcpy(fl->wkey, fl->keys[K_WAKE], fl->keylens[K_WAKE]);
+  fl->wkey[fl->wkeylen] = '\0';
+  fl->beat_ms = default_beat(ttl_ms);
+  /* Renewal and extend use the lock family's script: the holder key is a
+   * string holding the owner token, as there. */
+  hilock__hold_init(&fl->h, client, fl->keys[K_HOLDER], fl->keylens[K_HOLDER],
+                    &hilock__script_lock_extend, ttl_ms);
+  *out = fl;
+  return HILOCK_OK;
+}
+
+void hilock_fair_lock_free(hilock_fair_lock *fl) {
+  if (fl == NULL) return;
+  hilock__hold_destroy(&fl->h);
+  fair_destroy(fl);
+}
+
+/* Run one op of the script for waiter id. */
+static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
+               const char *id, size_t idlen, redisReply **out) {
+  char ttl[24], beat[24], ticket[24];
+  const char *args[5] = {op, id, ttl, beat, ticket};
+  size_t arglens[5];
+  arglens[0] = strlen(op);
+  arglens[1] = idlen;
+  arglens[2] = hilock__i64(ttl, fl->h.ttl_ms);
+  arglens[3] = hilock__i64(beat, __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED));
+  arglens[4] = hilock__i64(ticket, fl->ticket);
+  return hilock__script_run(fl->h.client, e, &hilock__script_fair_lock, NKEYS,
+                            (const char **)fl->keys, fl->keylens, 5, args,
+                            arglens, out);
+}
+
+static int int_array(const redisReply *r, size_t min) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < min) return 0;
+  for (size_t i = 0; i < r->elements; i++)
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
+  return 1;
+}
+
+/* One attempt: grant, or (queueing) refresh our place and heartbeat. When
+ * busy, *bound is how long to sleep before the next re-check: a third of
+ * the heartbeat window, or less when we are the head and the holder's TTL
+ * runs out sooner. */
+static int attempt(void *arg, int64_t *bound) {
+  hilock_fair_lock *fl = arg;
+  hilock__hold *h = &fl->h;
+  redisReply *r;
+  int64_t start = hilock__now_us(), every;
+  int rc;
+
+  rc = run(fl, &h->err, fl->queue ? "acquire" : "try", fl->waiter,
+           HILOCK__TOKEN_LEN, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!int_array(r, 3)) {
+    /* Fail closed: an unreadable reply is never a grant. */
+    freeReplyObject(r);
+    return hilock__set_err(&h->err, HILOCK_EPROTO,
+                           "unexpected reply to the fair lock script");
+  }
+  if (r->element[2]->integer > 0) fl->ticket = r->element[2]->integer;
+  if (r->element[0]->integer == 1) {
+    memcpy(h->owner, fl->waiter, HILOCK__TOKEN_LEN + 1);
+    h->ownerlen = HILOCK__TOKEN_LEN;
+    fl->last_ticket = (uint64_t)fl->ticket;
+    rc = hilock__hold_granted(h, start, (uint64_t)r->element[1]->integer);
+  } else {
+    int64_t pttl = r->element[1]->integer;
+    int head = r->elements > 3 && r->element[3]->integer == 0;
+    every = __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED) / 3;
+    if (every < 1) every = 1;
+    *bound = head && pttl > 0 && pttl < every ? pttl : every;
+    rc = HILOCK_BUSY;
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Start an acquire: refuse if this handle holds the lock, else draw a new
+ * waiter id (the owner token if granted). */
+static int begin(hilock_fair_lock *fl, int queue) {
+  hilock__hold *h = &fl->h;
+  int rc;
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "this handle already holds the lock; release it "
+                           "first (the lock is not reentrant)");
+  hilock__hold_drop(h);
+  rc = hilock__token(fl->waiter, &h->err);
+  if (rc != HILOCK_OK) return rc;
+  memcpy(fl->wkey + fl->keylens[K_WAKE], fl->waiter, HILOCK__TOKEN_LEN);
+  fl->ticket = 0;
+  fl->queue = queue;
+  return HILOCK_OK;
+}
+
+/* The acquire did not end in a grant: leave the queue (and give back a
+ * grant whose reply was lost), keeping the error that got us here. */
+static void leave(hilock_fair_lock *fl) {
+  hilock__err e;
+  redisReply *r;
+  hilock__clear_err(&e);
+  if (run(fl, &e, "leave", fl->waiter, HILOCK__TOKEN_LEN, &r) == HILOCK_OK)
+    freeReplyObject(r);
+  if (fl->h.held) hilock__hold_drop(&fl->h);
+}
+
+int hilock_fair_lock_try_acquire(hilock_fair_lock *fl) {
+  int64_t bound;
+  int rc;
+  if (fl == NULL) return HILOCK_EINVAL;
+  rc = begin(fl, 0);
+  if (rc != HILOCK_OK) return rc;
+  rc = attempt(fl, &bound);
+  if (rc < 0) leave(fl);
+  return rc;
+}
+
+int hilock_fair_lock_acquire(hilock_fair_lock *fl, int64_t wait_ms) {
+  int rc;
+  if (fl == NULL) return HILOCK_EINVAL;
+  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
+    return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
+                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
+  if (wait_ms == 0) return hilock_fair_lock_try_acquire(fl);
+  rc = begin(fl, 1);
+  if (rc != HILOCK_OK) return rc;
+  rc = hilock__acquire_loop(fl->h.client, &fl->h.err, fl->wkey, fl->wkeylen,
+                            wait_ms, attempt, fl);
+  if (rc != HILOCK_OK) leave(fl);
+  return rc;
+}
+
+int hilock_fair_lock_release(hilock_fair_lock *fl) {
+  hilock__hold *h;
+  redisReply *r;
+  int rc;
+
+  if (fl == NULL) return HILOCK_EINVAL;
+  h = &fl->h;
+  rc = hilock__hold_check(h, "release");
+  if (rc != HILOCK_OK) return rc;
+  hilock__renewal_cancel(h);
+  rc = run(fl, &h->err, "release", h->owner, h->ownerlen, &r);
+  if (rc != HILOCK_OK) {
+    /* Still ours as far as we know: keep renewing so the caller may retry. */
+    if (h->auto_renew && !hilock__hold_is_lost(h)) hilock__renewal_register(h);
+    return rc;
+  }
+  hilock__hold_drop(h);
+  if (!int_array(r, 1)) rc = HILOCK_EPROTO;
+  else if (r->element[0]->integer != 1) rc = HILOCK_ENOTOWNED;
+  freeReplyObject(r);
+  if (rc == HILOCK_EPROTO)
+    return hilock__set_err(&h->err, rc, "unexpected reply to release");
+  if (rc == HILOCK_ENOTOWNED)
+    return hilock__set_err(&h->err, rc,
+                           "release: the lock expired or another owner holds "
+                           "it; nothing was deleted");
+  return HILOCK_OK;
+}
+
+int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms, int replace) {
+  if (fl == NULL) return HILOCK_EINVAL;
+  return hilock__hold_extend(&fl->h, ms, replace);
+}
+
+int hilock_fair_lock_renew(hilock_fair_lock *fl) {
+  if (fl == NULL) return HILOCK_EINVAL;
+  return hilock__hold_extend(&fl->h, fl->h.ttl_ms, 1);
+}
+
+int hilock_fair_lock_owned(hilock_fair_lock *fl, int *owned) {
+  if (fl == NULL || owned == NULL) return HILOCK_EINVAL;
+  return hilock__hold_owned(&fl->h, owned);
+}
+
+int hilock_fair_lock_locked(hilock_fair_lock *fl, int *locked) {
+  if (fl == NULL || locked == NULL) return HILOCK_EINVAL;
+  return hilock__exists(fl->h.client, &fl->h.err, fl->keys[K_HOLDER],
+                        fl->keylens[K_HOLDER], locked);
+}
+
+int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count) {
+  redisReply *r;
+  int rc;
+  if (fl == NULL || count == NULL) return HILOCK_EINVAL;
+  *count = 0;
+  rc = run(fl, &fl->h.err, "count", "", 0, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (int_array(r, 1))
+    *count = r->element[0]->integer;
+  else
+    rc = hilock__set_err(&fl->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the waiter count");
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl, int64_t window_ms) {
+  if (fl == NULL) return HILOCK_EINVAL;
+  if (window_ms < HILOCK_FAIR_HEARTBEAT_MIN_MS || window_ms > HILOCK_TTL_MAX_MS)
+    return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
+                           "heartbeat window must be %lld..%lld ms, got %lld",
+                           (long long)HILOCK_FAIR_HEARTBEAT_MIN_MS,
+                           (long long)HILOCK_TTL_MAX_MS, (long long)window_ms);
+  __atomic_store_n(&fl->beat_ms, window_ms, __ATOMIC_RELAXED);
+  return HILOCK_OK;
+}
+
+int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl) {
+  return fl == NULL ? 0 : __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED);
+}
+
+uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
+  return fl == NULL ? 0 : fl->last_ticket;
+}
+
+int hilock_fair_lock_set_auto_renew(hilock_fair_lock *fl, int enable,
+                                    int64_t max_hold_ms,
+                                    hilock_lost_fn on_lost, void *arg) {
+  if (fl == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  return hilock__hold_set_auto_renew(&fl->h, enable, max_hold_ms, on_lost, arg);
+}
+
+int hilock_fair_lock_lost(const hilock_fair_lock *fl) {
+  return fl != NULL && fl->h.held && hilock__hold_is_lost(&fl->h);
+}
+
+int64_t hilock_fair_lock_validity_ms(const hilock_fair_lock *fl) {
+  if (fl == NULL || fl->h.pid != getpid()) return 0;
+  return hilock__hold_validity_ms(&fl->h);
+}
+
+int hilock_fair_lock_held(const hilock_fair_lock *fl) {
+  return hilock_fair_lock_validity_ms(fl) > 0;
+}
+
+uint64_t hilock_fair_lock_fence(const hilock_fair_lock *fl) {
+  return fl == NULL ? 0 : fl->h.fence;
+}
+
+const char *hilock_fair_lock_token(const hilock_fair_lock *fl) {
+  return fl == NULL ? "" : fl->h.owner;
+}
+
+int64_t hilock_fair_lock_ttl_ms(const hilock_fair_lock *fl) {
+  return fl == NULL ? 0 : fl->h.ttl_ms;
+}
+
+const char *hilock_fair_lock_key(const hilock_fair_lock *fl, size_t *len) {
+  if (fl == NULL) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (len) *len = fl->keylens[K_HOLDER];
+  return fl->keys[K_HOLDER];
+}
+
+const char *hilock_fair_lock_errmsg(const hilock_fair_lock *fl) {
+  return fl == NULL ? "fair lock is NULL" : fl->h.err.msg;
+}
+
+int hilock_fair_lock_errcode(const hilock_fair_lock *fl) {
+  return fl == NULL ? HILOCK_EINVAL : fl->h.err.code;
+}

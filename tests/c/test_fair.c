@@ -1,0 +1,970 @@
+/* The fair (FIFO) lock against a real server: grant order, no barging,
+ * heartbeats on server time, dead and departing waiters, head-only
+ * wake-ups. Waiters are threads with their own handles, or forked
+ * processes (to stop or kill them). Keys are checked with hiredis. */
+#include "test_util.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+typedef struct fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} fixture;
+
+static fixture fx;
+
+static int group_setup(void **state) {
+  *state = &fx;
+  return hl_server_start(&fx.server, NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+static int setup(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
+    print_error("client: %s\n", hilock_client_errmsg(f->client));
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hilock_client_free(f->client);
+  f->client = NULL;
+  redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}
+
+static hilock_fair_lock *make_fair(hilock_client *c, const char *name,
+                                   int64_t ttl) {
+  hilock_fair_lock *fl = NULL;
+  assert_hl_ok(hilock_fair_lock_new(c, name, strlen(name), ttl, &fl),
+               hilock_client_errmsg(c));
+  assert_non_null(fl);
+  return fl;
+}
+
+/* Names in these tests are plain words, so keys can be formatted. */
+static long long queue_len(fixture *f, const char *name) {
+  return hl_redis_int(f->redis, "ZCARD hilock:{%s}:fair:queue", name);
+}
+
+static long long wake_lists(fixture *f, const char *name) {
+  redisReply *r = hl_redis(f->redis, "KEYS hilock:{%s}:wake:*", name);
+  long long n = r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+  freeReplyObject(r);
+  return n;
+}
+
+/* No queue entry, heartbeat or wake list is left for name. */
+static void assert_no_waiter_residue(fixture *f, const char *name) {
+  assert_int_equal(
+      hl_redis_int(f->redis, "EXISTS hilock:{%s}:fair:queue", name), 0);
+  assert_int_equal(
+      hl_redis_int(f->redis, "EXISTS hilock:{%s}:fair:heartbeat", name), 0);
+  assert_int_equal(wake_lists(f, name), 0);
+}
+
+static void wait_queue_len(fixture *f, const char *name, long long n,
+                           int64_t timeout_ms) {
+  int64_t deadline = hl_now_ms() + timeout_ms;
+  while (queue_len(f, name) != n) {
+    if (hl_now_ms() > deadline) {
+      print_error("queue of %s never reached %lld (now %lld)\n", name, n,
+                  queue_len(f, name));
+      fail();
+    }
+    hl_sleep_ms(2);
+  }
+}
+
+static char *holder_value(fixture *f, const char *name) {
+  char key[128];
+  int n = snprintf(key, sizeof(key), "hilock:{%s}:fair", name);
+  return hl_redis_get(f->redis, key, (size_t)n);
+}
+
+static void assert_holder(fixture *f, const char *name,
+                          const hilock_fair_lock *fl) {
+  char *v = holder_value(f, name);
+  assert_non_null(v);
+  assert_string_equal(v, hilock_fair_lock_token(fl));
+  free(v);
+}
+
+/* An integer string key (a counter), 0 if absent. */
+static long long get_int(fixture *f, const char *key) {
+  char *v = hl_redis_get(f->redis, key, strlen(key));
+  long long n = v ? atoll(v) : 0;
+  free(v);
+  return n;
+}
+
+/* Server time in ms. */
+static long long server_ms(fixture *f) {
+  redisReply *r = hl_redis(f->redis, "TIME");
+  long long ms;
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+  freeReplyObject(r);
+  return ms;
+}
+
+static long long evalsha_calls(fixture *f) {
+  redisReply *r = hl_redis(f->redis, "INFO commandstats");
+  const char *p;
+  long long n = 0;
+  p = r->str ? strstr(r->str, "cmdstat_evalsha:calls=") : NULL;
+  if (p != NULL) n = atoll(p + strlen("cmdstat_evalsha:calls="));
+  freeReplyObject(r);
+  return n;
+}
+
+static long long blocked_clients(fixture *f) {
+  redisReply *r = hl_redis(f->redis, "INFO clients");
+  const char *p = r->str ? strstr(r->str, "blocked_clients:") : NULL;
+  long long n = p ? atoll(p + strlen("blocked_clients:")) : -1;
+  freeReplyObject(r);
+  return n;
+}
+
+/* ## Grants ------------------------------------------------------------------ */
+
+static void try_acquire_busy_release_and_key_layout(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *a = make_fair(f->client, "basic", 10000);
+  hilock_fair_lock *b = make_fair(f->client, "basic", 10000);
+  size_t klen = 0;
+  int locked = -1, owned = -1;
+
+  assert_string_equal(hilock_fair_lock_key(a, &klen), "hilock:{basic}:fair");
+  assert_int_equal(klen, 19);
+  assert_int_equal(hilock_fair_lock_ttl_ms(a), 10000);
+  assert_int_equal(hilock_fair_lock_heartbeat_ms(a), 5000);
+  assert_int_equal(hilock_fair_lock_ticket(a), 0);
+  assert_int_equal(hilock_fair_lock_fence(a), 0);
+  assert_string_equal(hilock_fair_lock_token(a), "");
+
+  assert_hl_ok(hilock_fair_lock_try_acquire(a), hilock_fair_lock_errmsg(a));
+  assert_true(hilock_fair_lock_held(a));
+  assert_int_equal(strlen(hilock_fair_lock_token(a)), 32);
+  assert_holder(f, "basic", a);
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{basic}:fair", 19), 5000,
+                     10000);
+  assert_int_equal(hilock_fair_lock_fence(a), 1);
+  assert_int_equal(hilock_fair_lock_ticket(a), 1);
+
+  assert_hl_rc(hilock_fair_lock_try_acquire(b), HILOCK_BUSY,
+               hilock_fair_lock_errmsg(b));
+  assert_hl_rc(hilock_fair_lock_acquire(b, 0), HILOCK_BUSY,
+               hilock_fair_lock_errmsg(b));
+  assert_false(hilock_fair_lock_held(b));
+  assert_hl_ok(hilock_fair_lock_locked(b, &locked), hilock_fair_lock_errmsg(b));
+  assert_true(locked);
+  assert_hl_ok(hilock_fair_lock_owned(b, &owned), hilock_fair_lock_errmsg(b));
+  assert_false(owned);
+  assert_hl_ok(hilock_fair_lock_owned(a, &owned), hilock_fair_lock_errmsg(a));
+  assert_true(owned);
+  /* A refused try or a zero wait never queues. */
+  assert_no_waiter_residue(f, "basic");
+
+  assert_hl_ok(hilock_fair_lock_release(a), hilock_fair_lock_errmsg(a));
+  assert_false(hilock_fair_lock_held(a));
+  assert_null(holder_value(f, "basic"));
+  assert_hl_rc(hilock_fair_lock_release(a), HILOCK_ENOTOWNED,
+               hilock_fair_lock_errmsg(a));
+
+  assert_hl_ok(hilock_fair_lock_acquire(b, 1000), hilock_fair_lock_errmsg(b));
+  assert_int_equal(hilock_fair_lock_fence(b), 2);
+  assert_int_equal(hilock_fair_lock_ticket(b), 2);
+  /* Holder, fence and ticket counters: nothing of the queue remains. */
+  assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 3);
+  assert_int_equal(get_int(f, "hilock:{basic}:fair:ticket"), 2);
+  assert_hl_ok(hilock_fair_lock_release(b), hilock_fair_lock_errmsg(b));
+  hilock_fair_lock_free(a);
+  hilock_fair_lock_free(b);
+}
+
+static void not_reentrant_and_non_holders_cannot_release(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *a = make_fair(f->client, "own", 5000);
+  hilock_fair_lock *b = make_fair(f->client, "own", 5000);
+  char token[33];
+  uint64_t fence;
+
+  assert_hl_ok(hilock_fair_lock_acquire(a, 1000), hilock_fair_lock_errmsg(a));
+  memcpy(token, hilock_fair_lock_token(a), 33);
+  fence = hilock_fair_lock_fence(a);
+  assert_hl_rc(hilock_fair_lock_acquire(a, 200), HILOCK_EINVAL,
+               hilock_fair_lock_errmsg(a));
+  assert_substr(hilock_fair_lock_errmsg(a), "not reentrant");
+  assert_hl_rc(hilock_fair_lock_try_acquire(a), HILOCK_EINVAL,
+               hilock_fair_lock_errmsg(a));
+  assert_string_equal(hilock_fair_lock_token(a), token);
+  assert_int_equal(hilock_fair_lock_fence(a), fence);
+  assert_int_equal(queue_len(f, "own"), 0);
+
+  assert_hl_rc(hilock_fair_lock_release(b), HILOCK_ENOTOWNED,
+               hilock_fair_lock_errmsg(b));
+  assert_holder(f, "own", a);
+  hilock_fair_lock_free(a);
+  hilock_fair_lock_free(b);
+}
+
+static void release_after_expiry_spares_the_next_holder(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *old = make_fair(f->client, "lapse", 100);
+  hilock_fair_lock *next = make_fair(f->client, "lapse", 5000);
+  int owned = -1;
+
+  assert_hl_ok(hilock_fair_lock_try_acquire(old), hilock_fair_lock_errmsg(old));
+  hl_sleep_ms(150);
+  assert_false(hilock_fair_lock_held(old));
+  assert_hl_ok(hilock_fair_lock_try_acquire(next),
+               hilock_fair_lock_errmsg(next));
+  assert_true(hilock_fair_lock_fence(next) > hilock_fair_lock_fence(old));
+  assert_hl_rc(hilock_fair_lock_release(old), HILOCK_ENOTOWNED,
+               hilock_fair_lock_errmsg(old));
+  assert_substr(hilock_fair_lock_errmsg(old), "nothing was deleted");
+  assert_hl_rc(hilock_fair_lock_extend(old, 5000, 1), HILOCK_ENOTOWNED,
+               hilock_fair_lock_errmsg(old));
+  assert_holder(f, "lapse", next);
+  assert_hl_ok(hilock_fair_lock_owned(next, &owned),
+               hilock_fair_lock_errmsg(next));
+  assert_true(owned);
+  hilock_fair_lock_free(old);
+  hilock_fair_lock_free(next);
+}
+
+static void extend_and_renew_act_while_owned(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *l = make_fair(f->client, "ext", 1000);
+  assert_hl_rc(hilock_fair_lock_renew(l), HILOCK_ENOTOWNED,
+               hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_try_acquire(l), hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_extend(l, 5000, 1), hilock_fair_lock_errmsg(l));
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{ext}:fair", 17), 4500,
+                     5000);
+  assert_i64_between(hilock_fair_lock_validity_ms(l), 4500, 5000);
+  assert_hl_ok(hilock_fair_lock_extend(l, 2000, 0), hilock_fair_lock_errmsg(l));
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{ext}:fair", 17), 6500,
+                     7000);
+  assert_hl_ok(hilock_fair_lock_renew(l), hilock_fair_lock_errmsg(l));
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{ext}:fair", 17), 800,
+                     1000);
+  assert_hl_rc(hilock_fair_lock_extend(l, 0, 1), HILOCK_EINVAL,
+               hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_release(l), hilock_fair_lock_errmsg(l));
+  hilock_fair_lock_free(l);
+}
+
+/* ## FIFO order ---------------------------------------------------------------- */
+
+#define NWAITERS 5
+
+typedef struct waiter {
+  hilock_fair_lock *lock;
+  int index;       /* enqueue order, set by the test */
+  int64_t wait_ms; /* acquire's wait; 0: 20 s */
+  int64_t hold_ms; /* in the critical section */
+  volatile int *release_now; /* if set: hold until *release_now != 0 */
+  int rc, release_rc;
+  uint64_t fence, ticket;
+  int grant_pos; /* grant order */
+} waiter;
+
+static int grant_counter;
+static pthread_mutex_t grant_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  w->rc = hilock_fair_lock_acquire(w->lock, w->wait_ms ? w->wait_ms : 20000);
+  if (w->rc != HILOCK_OK) return NULL;
+  pthread_mutex_lock(&grant_mu);
+  w->grant_pos = grant_counter++;
+  pthread_mutex_unlock(&grant_mu);
+  w->fence = hilock_fair_lock_fence(w->lock);
+  w->ticket = hilock_fair_lock_ticket(w->lock);
+  if (w->release_now != NULL)
+    while (!__atomic_load_n(w->release_now, __ATOMIC_ACQUIRE)) hl_sleep_ms(1);
+  hl_sleep_ms(w->hold_ms);
+  w->release_rc = hilock_fair_lock_release(w->lock);
+  return NULL;
+}
+
+static void fifo_grant_order_follows_enqueue_order(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *holder = make_fair(f->client, "fifo", 10000);
+  waiter w[NWAITERS];
+  pthread_t t[NWAITERS];
+
+  grant_counter = 0;
+  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+               hilock_fair_lock_errmsg(holder));
+  /* Enqueue one at a time, so the enqueue order is known. */
+  for (int i = 0; i < NWAITERS; i++) {
+    memset(&w[i], 0, sizeof(w[i]));
+    w[i].lock = make_fair(f->client, "fifo", 10000);
+    w[i].index = i;
+    w[i].hold_ms = 5;
+    assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &w[i]), 0);
+    wait_queue_len(f, "fifo", i + 1, 5000);
+  }
+  assert_hl_ok(hilock_fair_lock_release(holder),
+               hilock_fair_lock_errmsg(holder));
+  for (int i = 0; i < NWAITERS; i++) pthread_join(t[i], NULL);
+
+  for (int i = 0; i < NWAITERS; i++) {
+    assert_hl_ok(w[i].rc, hilock_fair_lock_errmsg(w[i].lock));
+    assert_hl_ok(w[i].release_rc, hilock_fair_lock_errmsg(w[i].lock));
+    /* Grant order == enqueue order; tickets and fences follow it. */
+    assert_int_equal(w[i].grant_pos, i);
+    assert_int_equal(w[i].fence, hilock_fair_lock_fence(holder) + 1 + i);
+    assert_int_equal(w[i].ticket, hilock_fair_lock_ticket(holder) + 1 + i);
+    hilock_fair_lock_free(w[i].lock);
+  }
+  assert_no_waiter_residue(f, "fifo");
+  assert_null(holder_value(f, "fifo"));
+  hilock_fair_lock_free(holder);
+}
+
+/* ## Processes ---------------------------------------------------------------- */
+
+/* A forked waiter: its own client; queue with heartbeat window beat_ms,
+ * hold hold_ms, release. Exit 0 if granted and released, 1 on BUSY, 2+ on
+ * errors. Never returns into cmocka. */
+static pid_t fork_waiter(fixture *f, const char *name, int64_t beat_ms,
+                         int64_t hold_ms) {
+  pid_t pid;
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    hilock_options o = hl_test_options();
+    hilock_client *c = NULL;
+    hilock_fair_lock *fl = NULL;
+    int rc = hilock_client_new(f->server.url, &o, &c);
+    if (rc == HILOCK_OK)
+      rc = hilock_fair_lock_new(c, name, strlen(name), 10000, &fl);
+    if (rc == HILOCK_OK) rc = hilock_fair_lock_set_heartbeat(fl, beat_ms);
+    if (rc == HILOCK_OK) rc = hilock_fair_lock_acquire(fl, 20000);
+    if (rc == HILOCK_OK) {
+      hl_sleep_ms(hold_ms);
+      rc = hilock_fair_lock_release(fl);
+    }
+    if (rc != HILOCK_OK)
+      fprintf(stderr, "fair waiter %d: %s: %s\n", (int)getpid(),
+              hilock_err_name(rc), fl ? hilock_fair_lock_errmsg(fl) : "");
+    _exit(rc == HILOCK_OK ? 0 : rc == HILOCK_BUSY ? 1 : 2);
+  }
+  return pid;
+}
+
+static int reap(pid_t pid) {
+  int status = -1;
+  while (waitpid(pid, &status, 0) < 0) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void newcomer_never_barges_past_a_queued_waiter(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *holder = make_fair(f->client, "barge", 10000);
+  hilock_fair_lock *newcomer = make_fair(f->client, "barge", 10000);
+  int locked = -1;
+  int64_t count = -1;
+  pid_t child;
+
+  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+               hilock_fair_lock_errmsg(holder));
+  child = fork_waiter(f, "barge", 3000, 50);
+  wait_queue_len(f, "barge", 1, 5000);
+  /* Freeze the queued waiter: its heartbeat is good for 3 s. */
+  assert_int_equal(kill(child, SIGSTOP), 0);
+  assert_hl_ok(hilock_fair_lock_release(holder),
+               hilock_fair_lock_errmsg(holder));
+
+  /* The lock is free, but reserved for the head of the queue. */
+  assert_hl_ok(hilock_fair_lock_locked(newcomer, &locked),
+               hilock_fair_lock_errmsg(newcomer));
+  assert_false(locked);
+  assert_hl_ok(hilock_fair_lock_waiters(newcomer, &count),
+               hilock_fair_lock_errmsg(newcomer));
+  assert_int_equal(count, 1);
+  assert_hl_rc(hilock_fair_lock_try_acquire(newcomer), HILOCK_BUSY,
+               hilock_fair_lock_errmsg(newcomer));
+  assert_hl_rc(hilock_fair_lock_acquire(newcomer, 300), HILOCK_BUSY,
+               hilock_fair_lock_errmsg(newcomer));
+  assert_hl_rc(hilock_fair_lock_try_acquire(holder), HILOCK_BUSY,
+               hilock_fair_lock_errmsg(holder));
+  assert_null(holder_value(f, "barge"));
+  assert_int_equal(queue_len(f, "barge"), 1); /* the newcomer left */
+
+  /* Thawed, the head takes its turn; then the newcomer may have it. */
+  assert_int_equal(kill(child, SIGCONT), 0);
+  assert_int_equal(reap(child), 0);
+  assert_hl_ok(hilock_fair_lock_try_acquire(newcomer),
+               hilock_fair_lock_errmsg(newcomer));
+  assert_int_equal(hilock_fair_lock_fence(newcomer), 3);
+  assert_no_waiter_residue(f, "barge");
+  hilock_fair_lock_free(holder);
+  hilock_fair_lock_free(newcomer);
+}
+
+static void sigkilled_head_is_skipped_within_the_heartbeat_window(
+    void **state) {
+  fixture *f = *state;
+  const int64_t beat = 600; /* window; waiters re-check every 200 ms */
+  hilock_fair_lock *holder = make_fair(f->client, "dead-head", 10000);
+  pid_t head, second;
+  int64_t t0, took;
+  char *v;
+
+  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+               hilock_fair_lock_errmsg(holder));
+  head = fork_waiter(f, "dead-head", beat, 0);
+  wait_queue_len(f, "dead-head", 1, 5000);
+  second = fork_waiter(f, "dead-head", beat, 100);
+  wait_queue_len(f, "dead-head", 2, 5000);
+
+  assert_int_equal(kill(head, SIGKILL), 0);
+  assert_int_equal(reap(head), 128 + SIGKILL);
+  t0 = hl_now_ms();
+  /* The release wakes the dead head; the lock stays reserved for it until
+   * its heartbeat lapses, never for the holder's TTL of 10 s. */
+  assert_hl_ok(hilock_fair_lock_release(holder),
+               hilock_fair_lock_errmsg(holder));
+  while ((v = holder_value(f, "dead-head")) == NULL) {
+    if (hl_now_ms() - t0 > 5000) break;
+    hl_sleep_ms(2);
+  }
+  took = hl_now_ms() - t0;
+  assert_non_null(v);
+  free(v);
+  assert_i64_between(took, 0, beat + beat / 3 + 700);
+  /* The dead waiter's entry, heartbeat and wake list went with it. */
+  assert_int_equal(queue_len(f, "dead-head"), 0);
+  assert_int_equal(wake_lists(f, "dead-head"), 0);
+  assert_int_equal(reap(second), 0);
+  /* Granted to the holder and then the second waiter only. */
+  assert_int_equal(get_int(f, "hilock:{dead-head}:fence"), 2);
+  assert_no_waiter_residue(f, "dead-head");
+  hilock_fair_lock_free(holder);
+}
+
+/* ## Leaving the queue ------------------------------------------------------------ */
+
+static void timed_out_waiter_leaves_no_residue(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *holder = make_fair(f->client, "timeout", 10000);
+  hilock_fair_lock *w = make_fair(f->client, "timeout", 10000);
+  int64_t t0;
+
+  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+               hilock_fair_lock_errmsg(holder));
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_fair_lock_acquire(w, 300), HILOCK_BUSY,
+               hilock_fair_lock_errmsg(w));
+  assert_i64_between(hl_now_ms() - t0, 290, 1000);
+  assert_false(hilock_fair_lock_held(w));
+  assert_no_waiter_residue(f, "timeout");
+
+  /* A head that times out leaves its place to the next waiter. */
+  {
+    waiter head, next;
+    pthread_t th, tn;
+    memset(&head, 0, sizeof(head));
+    memset(&next, 0, sizeof(next));
+    head.lock = w;
+    head.wait_ms = 400;
+    next.lock = make_fair(f->client, "timeout", 10000);
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &head), 0);
+    wait_queue_len(f, "timeout", 1, 5000);
+    assert_int_equal(pthread_create(&tn, NULL, waiter_main, &next), 0);
+    wait_queue_len(f, "timeout", 2, 5000);
+    pthread_join(th, NULL);
+    assert_hl_rc(head.rc, HILOCK_BUSY, hilock_fair_lock_errmsg(w));
+    assert_int_equal(queue_len(f, "timeout"), 1);
+    assert_hl_ok(hilock_fair_lock_release(holder),
+                 hilock_fair_lock_errmsg(holder));
+    pthread_join(tn, NULL);
+    assert_hl_ok(next.rc, hilock_fair_lock_errmsg(next.lock));
+    assert_true(next.fence == hilock_fair_lock_fence(holder) + 1);
+    hilock_fair_lock_free(next.lock);
+  }
+  assert_no_waiter_residue(f, "timeout");
+  hilock_fair_lock_free(holder);
+  hilock_fair_lock_free(w);
+}
+
+static int interrupt_flag;
+
+static int interrupt_hook(void *arg) {
+  (void)arg;
+  return __atomic_load_n(&interrupt_flag, __ATOMIC_ACQUIRE);
+}
+
+static void *raise_interrupt(void *arg) {
+  (void)arg;
+  hl_sleep_ms(200);
+  __atomic_store_n(&interrupt_flag, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void interrupted_waiter_leaves_no_residue(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_fair_lock *holder = make_fair(f->client, "intr", 10000), *w;
+  pthread_t t;
+  int64_t t0;
+
+  o.interrupt = interrupt_hook;
+  interrupt_flag = 0;
+  assert_hl_ok(hilock_client_new(f->server.url, &o, &c),
+               hilock_client_errmsg(c));
+  w = make_fair(c, "intr", 10000);
+  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+               hilock_fair_lock_errmsg(holder));
+  assert_int_equal(pthread_create(&t, NULL, raise_interrupt, NULL), 0);
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_fair_lock_acquire(w, 5000), HILOCK_EINTR,
+               hilock_fair_lock_errmsg(w));
+  assert_i64_between(hl_now_ms() - t0, 150, 900);
+  pthread_join(t, NULL);
+  assert_no_waiter_residue(f, "intr");
+  assert_false(hilock_fair_lock_held(w));
+  hilock_fair_lock_free(w);
+  hilock_client_free(c);
+  hilock_fair_lock_free(holder);
+}
+
+/* ## Heartbeats ------------------------------------------------------------------ */
+
+static void live_waiter_is_never_purged_however_long_it_waits(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *holder = make_fair(f->client, "patient", 10000);
+  waiter w;
+  pthread_t t;
+  int64_t t0;
+
+  memset(&w, 0, sizeof(w));
+  w.lock = make_fair(f->client, "patient", 10000);
+  assert_hl_ok(hilock_fair_lock_set_heartbeat(w.lock, 1000),
+               hilock_fair_lock_errmsg(w.lock));
+  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+               hilock_fair_lock_errmsg(holder));
+  assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+  wait_queue_len(f, "patient", 1, 5000);
+  /* 2.5 windows: its deadline keeps moving ahead of the server clock. */
+  for (int i = 0; i < 25; i++) {
+    redisReply *r = hl_redis(f->redis, "ZRANGE hilock:{patient}:fair:heartbeat "
+                                       "0 -1 WITHSCORES");
+    long long now = server_ms(f), deadline;
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    deadline = atoll(r->element[1]->str);
+    freeReplyObject(r);
+    assert_i64_between(deadline - now, 1, 1000);
+    assert_int_equal(queue_len(f, "patient"), 1);
+    hl_sleep_ms(100);
+  }
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_fair_lock_release(holder),
+               hilock_fair_lock_errmsg(holder));
+  pthread_join(t, NULL);
+  assert_hl_ok(w.rc, hilock_fair_lock_errmsg(w.lock));
+  assert_i64_between(hl_now_ms() - t0, 0, 500);
+  assert_no_waiter_residue(f, "patient");
+  hilock_fair_lock_free(w.lock);
+  hilock_fair_lock_free(holder);
+}
+
+static void dead_entries_block_until_their_deadline_then_are_dropped(
+    void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *l = make_fair(f->client, "ghost", 5000);
+  long long now = server_ms(f);
+  int64_t count = -1;
+
+  /* A waiter that died 0.3 s before its deadline, with a wake-up pending,
+   * and a damaged entry (queued, no heartbeat) ahead of it. */
+  hl_redis_ok(f->redis, "ZADD hilock:{ghost}:fair:queue 1 broken 7 ghost");
+  hl_redis_ok(f->redis, "ZADD hilock:{ghost}:fair:heartbeat %lld ghost",
+              now + 300);
+  hl_redis_ok(f->redis, "RPUSH hilock:{ghost}:wake:ghost 1");
+  assert_hl_ok(hilock_fair_lock_waiters(l, &count), hilock_fair_lock_errmsg(l));
+  assert_int_equal(count, 1);
+
+  /* Until then it is the head: nobody barges past it. */
+  assert_hl_rc(hilock_fair_lock_try_acquire(l), HILOCK_BUSY,
+               hilock_fair_lock_errmsg(l));
+  assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{ghost}:fair:queue"),
+                   1);
+  /* The damaged entry is gone; the ghost is still waited for. */
+  assert_int_equal(queue_len(f, "ghost"), 1);
+  hl_sleep_ms(350);
+  assert_hl_ok(hilock_fair_lock_waiters(l, &count), hilock_fair_lock_errmsg(l));
+  assert_int_equal(count, 0);
+  assert_hl_ok(hilock_fair_lock_try_acquire(l), hilock_fair_lock_errmsg(l));
+  assert_no_waiter_residue(f, "ghost");
+  hilock_fair_lock_free(l);
+}
+
+static void wake_ups_go_to_the_head_only(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *holder = make_fair(f->client, "head-only", 10000);
+  waiter w[NWAITERS];
+  pthread_t t[NWAITERS];
+  volatile int go[NWAITERS];
+  long long before;
+
+  grant_counter = 0;
+  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+               hilock_fair_lock_errmsg(holder));
+  for (int i = 0; i < NWAITERS; i++) {
+    memset(&w[i], 0, sizeof(w[i]));
+    go[i] = 0;
+    w[i].lock = make_fair(f->client, "head-only", 10000);
+    /* Re-checks every 10 s: within this test only wake-ups move waiters. */
+    assert_hl_ok(hilock_fair_lock_set_heartbeat(w[i].lock, 30000),
+                 hilock_fair_lock_errmsg(w[i].lock));
+    w[i].release_now = &go[i];
+    assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &w[i]), 0);
+    wait_queue_len(f, "head-only", i + 1, 5000);
+  }
+  hl_sleep_ms(50);
+  assert_int_equal(blocked_clients(f), NWAITERS);
+  before = evalsha_calls(f);
+  assert_hl_ok(hilock_fair_lock_release(holder),
+               hilock_fair_lock_errmsg(holder));
+  for (int i = 0; i < NWAITERS; i++) {
+    /* Waiter i, and no other, wakes and takes the lock. */
+    int64_t deadline = hl_now_ms() + 3000;
+    while (__atomic_load_n(&grant_counter, __ATOMIC_ACQUIRE) < i + 1 &&
+           hl_now_ms() < deadline)
+      hl_sleep_ms(1);
+    hl_sleep_ms(30);
+    assert_int_equal(__atomic_load_n(&grant_counter, __ATOMIC_ACQUIRE), i + 1);
+    assert_int_equal(w[i].grant_pos, i);
+    assert_int_equal(blocked_clients(f), NWAITERS - 1 - i);
+    assert_int_equal(queue_len(f, "head-only"), NWAITERS - 1 - i);
+    /* Scripts run since the first release: one release per grant and one
+     * acquire per woken waiter, nothing from the waiters behind. */
+    assert_int_equal(evalsha_calls(f) - before, 1 + 2 * i + 1);
+    __atomic_store_n(&go[i], 1, __ATOMIC_RELEASE);
+  }
+  for (int i = 0; i < NWAITERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_hl_ok(w[i].rc, hilock_fair_lock_errmsg(w[i].lock));
+    assert_hl_ok(w[i].release_rc, hilock_fair_lock_errmsg(w[i].lock));
+    hilock_fair_lock_free(w[i].lock);
+  }
+  assert_int_equal(evalsha_calls(f) - before, 2 * NWAITERS + 1);
+  assert_no_waiter_residue(f, "head-only");
+  hilock_fair_lock_free(holder);
+}
+
+static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *dead = make_fair(f->client, "crash", 300);
+  hilock_fair_lock *w = make_fair(f->client, "crash", 5000);
+  int64_t t0;
+
+  assert_hl_ok(hilock_fair_lock_try_acquire(dead),
+               hilock_fair_lock_errmsg(dead));
+  hilock_fair_lock_free(dead); /* never released */
+  t0 = hl_now_ms();
+  /* The head sleeps until the holder's TTL, not a whole heartbeat slice
+   * (2 s here). */
+  assert_hl_ok(hilock_fair_lock_set_heartbeat(w, 6000),
+               hilock_fair_lock_errmsg(w));
+  assert_hl_ok(hilock_fair_lock_acquire(w, 5000), hilock_fair_lock_errmsg(w));
+  assert_i64_between(hl_now_ms() - t0, 200, 1200);
+  assert_no_waiter_residue(f, "crash");
+  hilock_fair_lock_free(w);
+}
+
+/* ## The script's own guarantees ------------------------------------------------ */
+
+static redisReply *fair_script(fixture *f, const char *name, const char *op,
+                               const char *id, int64_t ticket) {
+  char keys[6][96], ticket_s[24];
+  const char *kp[6], *args[5];
+  size_t kl[6], al[5];
+  static const char *const roles[6] = {"fair", "fence", "fair:queue",
+                                       "fair:heartbeat", "fair:ticket",
+                                       "wake:"};
+  hilock__err e;
+  redisReply *r = NULL;
+  for (int i = 0; i < 6; i++) {
+    kl[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "hilock:{%s}:%s", name,
+                             roles[i]);
+    kp[i] = keys[i];
+  }
+  args[0] = op;
+  args[1] = id;
+  args[2] = "5000";
+  args[3] = "1000";
+  args[4] = ticket_s;
+  al[0] = strlen(op);
+  al[1] = strlen(id);
+  al[2] = 4;
+  al[3] = 4;
+  al[4] = (size_t)snprintf(ticket_s, sizeof(ticket_s), "%lld", (long long)ticket);
+  hilock__clear_err(&e);
+  assert_hl_ok(hilock__script_run(f->client, &e, &hilock__script_fair_lock, 6,
+                                  kp, kl, 5, args, al, &r),
+               e.msg);
+  assert_non_null(r);
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  return r;
+}
+
+static void resent_acquire_and_leave_after_a_lost_reply(void **state) {
+  fixture *f = *state;
+  redisReply *r;
+
+  /* A grant, then the same call again (a resend after a broken
+   * connection): the same grant and fence, no second one. */
+  r = fair_script(f, "lost", "acquire", "me", 0);
+  assert_int_equal(r->element[0]->integer, 1);
+  assert_int_equal(r->element[1]->integer, 1);
+  freeReplyObject(r);
+  r = fair_script(f, "lost", "acquire", "me", 1);
+  assert_int_equal(r->element[0]->integer, 1);
+  assert_int_equal(r->element[1]->integer, 1);
+  freeReplyObject(r);
+  assert_int_equal(get_int(f, "hilock:{lost}:fence"), 1);
+
+  /* Another waiter queues; the caller that never saw its grant leaves:
+   * the grant is given back and only the head is woken. */
+  r = fair_script(f, "lost", "acquire", "next", 0);
+  assert_int_equal(r->element[0]->integer, 0);
+  assert_int_equal(r->element[3]->integer, 0);
+  freeReplyObject(r);
+  r = fair_script(f, "lost", "leave", "me", 0);
+  assert_int_equal(r->element[0]->integer, 1);
+  freeReplyObject(r);
+  assert_null(holder_value(f, "lost"));
+  assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{lost}:wake:next"), 1);
+  assert_i64_between(hl_redis_pttl(f->redis, "hilock:{lost}:wake:next", 23), 1,
+                     2000);
+  /* A re-sent queueing call keeps its ticket and place. */
+  r = fair_script(f, "lost", "acquire", "next", 0);
+  assert_int_equal(r->element[0]->integer, 1);
+  assert_int_equal(r->element[2]->integer, 2);
+  freeReplyObject(r);
+  assert_int_equal(wake_lists(f, "lost"), 0);
+}
+
+static void waiters_keep_their_place_when_the_queue_is_lost(void **state) {
+  fixture *f = *state;
+  redisReply *r;
+
+  /* Two waiters queued behind a holder; then the server loses everything
+   * (a restart without persistence). */
+  freeReplyObject(fair_script(f, "amnesia", "acquire", "holder", 0));
+  freeReplyObject(fair_script(f, "amnesia", "acquire", "first", 0));
+  freeReplyObject(fair_script(f, "amnesia", "acquire", "second", 0));
+  hl_redis_ok(f->redis, "FLUSHALL");
+  /* Newcomers arrive before the waiters' next re-check... */
+  r = fair_script(f, "amnesia", "acquire", "newcomer", 0);
+  assert_int_equal(r->element[0]->integer, 1); /* the queue was empty */
+  freeReplyObject(r);
+  r = fair_script(f, "amnesia", "acquire", "late", 0);
+  assert_int_equal(r->element[0]->integer, 0);
+  assert_int_equal(r->element[2]->integer, 2);
+  freeReplyObject(r);
+  /* ...the waiters come back with their tickets (so they may share their
+   * place with a newcomer of that window), and every ticket drawn
+   * afterwards comes after theirs. */
+  r = fair_script(f, "amnesia", "acquire", "second", 3);
+  assert_int_equal(r->element[3]->integer, 1);
+  freeReplyObject(r);
+  r = fair_script(f, "amnesia", "acquire", "first", 2);
+  assert_int_equal(r->element[2]->integer, 2);
+  freeReplyObject(r);
+  r = fair_script(f, "amnesia", "acquire", "later", 0);
+  assert_int_equal(r->element[2]->integer, 4);
+  assert_int_equal(r->element[3]->integer, 3);
+  freeReplyObject(r);
+}
+
+static void damaged_keys_fail_closed(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *l = make_fair(f->client, "damaged", 5000);
+
+  hl_redis_ok(f->redis, "SET hilock:{damaged}:fair:queue x");
+  assert_hl_rc(hilock_fair_lock_acquire(l, 100), HILOCK_EWRONGTYPE,
+               hilock_fair_lock_errmsg(l));
+  assert_substr(hilock_fair_lock_errmsg(l), "WRONGTYPE");
+  assert_false(hilock_fair_lock_held(l));
+  assert_null(holder_value(f, "damaged"));
+
+  hl_redis_ok(f->redis, "DEL hilock:{damaged}:fair:queue");
+  hl_redis_ok(f->redis, "SET hilock:{damaged}:fence not-a-number");
+  assert_hl_rc(hilock_fair_lock_acquire(l, 100), HILOCK_ESCRIPT,
+               hilock_fair_lock_errmsg(l));
+  assert_null(holder_value(f, "damaged"));
+  /* The failed acquire left the queue too. */
+  assert_no_waiter_residue(f, "damaged");
+  hilock_fair_lock_free(l);
+}
+
+/* ## Renewal, fork, arguments ------------------------------------------------- */
+
+static int lost_calls;
+
+static void on_lost(void *arg) {
+  (void)arg;
+  __atomic_add_fetch(&lost_calls, 1, __ATOMIC_RELEASE);
+}
+
+static void auto_renew_keeps_the_grant_and_reports_loss(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *l = make_fair(f->client, "renewed", 500);
+  int owned = -1;
+
+  lost_calls = 0;
+  assert_hl_ok(hilock_fair_lock_set_auto_renew(l, 1, 0, on_lost, NULL),
+               hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_fair_lock_errmsg(l));
+  hl_sleep_ms(1200); /* past two TTLs */
+  assert_hl_ok(hilock_fair_lock_owned(l, &owned), hilock_fair_lock_errmsg(l));
+  assert_true(owned);
+  assert_true(hilock_fair_lock_held(l));
+
+  hl_redis_ok(f->redis, "SET hilock:{renewed}:fair someone-else");
+  for (int i = 0; i < 100 && !hilock_fair_lock_lost(l); i++) hl_sleep_ms(10);
+  assert_true(hilock_fair_lock_lost(l));
+  assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_ACQUIRE), 1);
+  assert_int_equal(hilock_fair_lock_validity_ms(l), 0);
+  assert_hl_rc(hilock_fair_lock_release(l), HILOCK_ENOTOWNED,
+               hilock_fair_lock_errmsg(l));
+  hilock_fair_lock_free(l);
+}
+
+static void forked_child_cannot_release_the_parents_grant(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *l = make_fair(f->client, "forked", 5000);
+  pid_t pid;
+
+  assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_fair_lock_errmsg(l));
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int ok = hilock_fair_lock_release(l) == HILOCK_EFORKED &&
+             hilock_fair_lock_extend(l, 1000, 1) == HILOCK_EFORKED &&
+             hilock_fair_lock_validity_ms(l) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  assert_int_equal(reap(pid), 0);
+  assert_holder(f, "forked", l);
+  assert_hl_ok(hilock_fair_lock_release(l), hilock_fair_lock_errmsg(l));
+  hilock_fair_lock_free(l);
+}
+
+static void invalid_arguments_are_einval(void **state) {
+  fixture *f = *state;
+  hilock_fair_lock *l = NULL;
+  int flag;
+  int64_t n;
+
+  assert_int_equal(hilock_fair_lock_new(NULL, "x", 1, 1000, &l), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_new(f->client, "x", 1, 1000, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_new(f->client, NULL, 1, 1000, &l),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_new(f->client, "}x", 2, 1000, &l),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_new(f->client, "x", 1, 0, &l),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "ttl");
+  assert_null(l);
+
+  assert_int_equal(hilock_fair_lock_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_acquire(NULL, 10), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_extend(NULL, 10, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_renew(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_owned(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_locked(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_waiters(NULL, &n), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_set_heartbeat(NULL, 1000), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_errcode(NULL), HILOCK_EINVAL);
+  assert_string_equal(hilock_fair_lock_errmsg(NULL), "fair lock is NULL");
+  assert_int_equal(hilock_fair_lock_fence(NULL), 0);
+  assert_int_equal(hilock_fair_lock_ticket(NULL), 0);
+  assert_false(hilock_fair_lock_held(NULL));
+  assert_false(hilock_fair_lock_lost(NULL));
+  hilock_fair_lock_free(NULL);
+
+  l = make_fair(f->client, "args", 50);
+  assert_int_equal(hilock_fair_lock_heartbeat_ms(l), 500);
+  assert_hl_rc(hilock_fair_lock_acquire(l, -5), HILOCK_EINVAL,
+               hilock_fair_lock_errmsg(l));
+  assert_hl_rc(hilock_fair_lock_set_heartbeat(l, 499), HILOCK_EINVAL,
+               hilock_fair_lock_errmsg(l));
+  assert_substr(hilock_fair_lock_errmsg(l), "heartbeat");
+  assert_hl_rc(hilock_fair_lock_set_auto_renew(l, 1, -1, NULL, NULL),
+               HILOCK_EINVAL, hilock_fair_lock_errmsg(l));
+  assert_int_equal(hilock_fair_lock_owned(l, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_waiters(l, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_fair_lock_heartbeat_ms(l), 500);
+  assert_hl_ok(hilock_fair_lock_set_heartbeat(l, 2500),
+               hilock_fair_lock_errmsg(l));
+  assert_int_equal(hilock_fair_lock_heartbeat_ms(l), 2500);
+  assert_int_equal(queue_len(f, "args"), 0);
+  hilock_fair_lock_free(l);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(try_acquire_busy_release_and_key_layout),
+      T(not_reentrant_and_non_holders_cannot_release),
+      T(release_after_expiry_spares_the_next_holder),
+      T(extend_and_renew_act_while_owned),
+      T(fifo_grant_order_follows_enqueue_order),
+      T(newcomer_never_barges_past_a_queued_waiter),
+      T(sigkilled_head_is_skipped_within_the_heartbeat_window),
+      T(timed_out_waiter_leaves_no_residue),
+      T(interrupted_waiter_leaves_no_residue),
+      T(live_waiter_is_never_purged_however_long_it_waits),
+      T(dead_entries_block_until_their_deadline_then_are_dropped),
+      T(wake_ups_go_to_the_head_only),
+      T(holder_crash_hands_over_when_its_ttl_runs_out),
+      T(resent_acquire_and_leave_after_a_lost_reply),
+      T(waiters_keep_their_place_when_the_queue_is_lost),
+      T(damaged_keys_fail_closed),
+      T(auto_renew_keeps_the_grant_and_reports_loss),
+      T(forked_child_cannot_release_the_parents_grant),
+      T(invalid_arguments_are_einval),
+  };
+  return cmocka_run_group_tests_name("fair", tests, group_setup,
+                                     group_teardown);
+}
