@@ -286,12 +286,6 @@ def test_fork_while_a_thread_waits_in_acquire(client, rds) -> None:
     retry_stalled(scenario)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "core bug: after fork the child keeps the parent's watchdog condition "
-    "variables (core/src/renewal.c hilock__watchdog_forget does not "
-    "re-initialise wd.wake/wd.idle); the parent's watchdog was a waiter, so "
-    "the child's second pthread_cond_signal(&wd.wake) in "
-    "hilock__renewal_register blocks forever"))
 def test_child_takes_auto_renewed_locks_repeatedly(client, rds) -> None:
     """A child of a process whose watchdog ran takes auto-renewed locks one
     after another with the inherited client."""
@@ -317,12 +311,6 @@ def test_child_takes_auto_renewed_locks_repeatedly(client, rds) -> None:
         lk.release()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "core bug, same cause: the child's hilock_client_free of an inherited "
-    "client ends in watchdog_destroy (core/src/client.c), whose "
-    "pthread_cond_destroy waits forever for the parent's watchdog, a waiter "
-    "that does not exist in the child (also reached when the child's "
-    "garbage collector frees leftover lock objects of such a client)"))
 def test_child_can_free_inherited_client(rds, redis_url) -> None:
     """A child frees a client (and its lock) made, and renewed, before the
     fork."""
