@@ -14,45 +14,7 @@
 #include "internal.h"
 #include "scripts.h"
 
-typedef struct fixture {
-  hl_server server;
-  redisContext *redis;
-  hilock_client *client;
-} fixture;
-
-static fixture fx;
-
-static int group_setup(void **state) {
-  *state = &fx;
-  return hl_server_start(&fx.server, NULL);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_server_destroy(&fx.server);
-  return 0;
-}
-
-static int setup(void **state) {
-  fixture *f = *state;
-  hilock_options o = hl_test_options();
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
-    print_error("client: %s\n", hilock_client_errmsg(f->client));
-    return -1;
-  }
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
-  redisFree(f->redis);
-  f->redis = NULL;
-  return 0;
-}
+typedef hl_fixture fixture;
 
 static hilock_fair_lock *make_fair(hilock_client *c, const char *name,
                                    int64_t ttl) {
@@ -941,7 +903,7 @@ static void invalid_arguments_are_einval(void **state) {
   hilock_fair_lock_free(l);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -965,6 +927,6 @@ int main(void) {
       T(forked_child_cannot_release_the_parents_grant),
       T(invalid_arguments_are_einval),
   };
-  return cmocka_run_group_tests_name("fair", tests, group_setup,
-                                     group_teardown);
+  return cmocka_run_group_tests_name("fair", tests, hl_group_setup,
+                                     hl_group_teardown);
 }

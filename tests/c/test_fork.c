@@ -10,45 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-typedef struct fixture {
-  hl_server server;
-  redisContext *redis;
-  hilock_client *client;
-} fixture;
-
-static fixture fx;
-
-static int group_setup(void **state) {
-  *state = &fx;
-  return hl_server_start(&fx.server, NULL);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_server_destroy(&fx.server);
-  return 0;
-}
-
-static int setup(void **state) {
-  fixture *f = *state;
-  hilock_options o = hl_test_options();
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
-    print_error("client: %s\n", hilock_client_errmsg(f->client));
-    return -1;
-  }
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
-  redisFree(f->redis);
-  f->redis = NULL;
-  return 0;
-}
+typedef hl_fixture fixture;
 
 static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
   hilock_lock *l = NULL;
@@ -577,7 +539,7 @@ static void fork_during_a_loss_callback(void **state) {
   assert_true(atomic_load(&s.finished));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -587,6 +549,6 @@ int main(void) {
       T(fork_while_other_threads_are_inside_client_calls),
       T(fork_during_a_loss_callback),
   };
-  return cmocka_run_group_tests_name("fork", tests, group_setup,
-                                     group_teardown);
+  return cmocka_run_group_tests_name("fork", tests, hl_group_setup,
+                                     hl_group_teardown);
 }

@@ -7,51 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef struct fixture {
-  hl_server server;
-  redisContext *redis;
-  hilock_client *client;
-} fixture;
-
-static fixture fx;
+typedef hl_fixture fixture;
 
 static const hilock_lock_kind all_kinds[] = {
     HILOCK_LOCK_SIMPLE, HILOCK_LOCK_EXPIRING, HILOCK_LOCK_LEASE};
 static const hilock_lock_kind ttl_kinds[] = {HILOCK_LOCK_EXPIRING,
                                              HILOCK_LOCK_LEASE};
 #define NKINDS(a) (sizeof(a) / sizeof(a[0]))
-
-static int group_setup(void **state) {
-  *state = &fx;
-  return hl_server_start(&fx.server, NULL);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_server_destroy(&fx.server);
-  return 0;
-}
-
-static int setup(void **state) {
-  fixture *f = *state;
-  hilock_options o = hl_test_options();
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
-    print_error("client: %s\n", hilock_client_errmsg(f->client));
-    return -1;
-  }
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
-  redisFree(f->redis);
-  f->redis = NULL;
-  return 0;
-}
 
 static const char *kind_name(hilock_lock_kind k) {
   switch (k) {
@@ -852,7 +814,7 @@ static void accessors_describe_the_handle(void **state) {
   hilock_lock_free(l);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -887,6 +849,6 @@ int main(void) {
       T(wrong_type_after_grant_keeps_the_grant_for_retry),
       T(accessors_describe_the_handle),
   };
-  return cmocka_run_group_tests_name("lock", tests, group_setup,
-                                     group_teardown);
+  return cmocka_run_group_tests_name("lock", tests, hl_group_setup,
+                                     hl_group_teardown);
 }

@@ -9,24 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef struct fixture {
-  hl_server server;
-  redisContext *redis;
-  hilock_client *client;
-} fixture;
-
-static fixture fx;
-
-static int group_setup(void **state) {
-  *state = &fx;
-  return hl_server_start(&fx.server, NULL);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_server_destroy(&fx.server);
-  return 0;
-}
+typedef hl_fixture fixture;
 
 static hilock_client *client_for(const hl_server *s, const hilock_options *o) {
   hilock_options def = hl_test_options();
@@ -36,22 +19,10 @@ static hilock_client *client_for(const hl_server *s, const hilock_options *o) {
   return c;
 }
 
-static int setup(void **state) {
-  fixture *f = *state;
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  f->client = client_for(&f->server, NULL);
-  return 0;
-}
-
 static int teardown(void **state) {
   fixture *f = *state;
   hl_redis_ok(f->redis, "CLIENT UNPAUSE"); /* after a failed pause test */
-  hilock_client_free(f->client);
-  f->client = NULL;
-  redisFree(f->redis);
-  f->redis = NULL;
-  return 0;
+  return hl_teardown(state);
 }
 
 static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
@@ -613,7 +584,7 @@ static void rlock_renewal_keeps_and_loses(void **state) {
   hilock_rlock_free(rl);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -630,6 +601,6 @@ int main(void) {
       T(free_waits_for_a_running_callback),
       T(rlock_renewal_keeps_and_loses),
   };
-  return cmocka_run_group_tests_name("renewal", tests, group_setup,
-                                     group_teardown);
+  return cmocka_run_group_tests_name("renewal", tests, hl_group_setup,
+                                     hl_group_teardown);
 }

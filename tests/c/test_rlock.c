@@ -12,24 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-typedef struct fixture {
-  hl_server server;
-  redisContext *redis;
-  hilock_client *client;
-} fixture;
-
-static fixture fx;
-
-static int group_setup(void **state) {
-  *state = &fx;
-  return hl_server_start(&fx.server, NULL);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_server_destroy(&fx.server);
-  return 0;
-}
+typedef hl_fixture fixture;
 
 static hilock_client *new_client(const fixture *f) {
   hilock_options o = hl_test_options();
@@ -37,23 +20,6 @@ static hilock_client *new_client(const fixture *f) {
   int rc = hilock_client_new(f->server.url, &o, &c);
   assert_hl_ok(rc, hilock_client_errmsg(c));
   return c;
-}
-
-static int setup(void **state) {
-  fixture *f = *state;
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  f->client = new_client(f);
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
-  redisFree(f->redis);
-  f->redis = NULL;
-  return 0;
 }
 
 static hilock_rlock *new_rlock(hilock_client *c, const char *name,
@@ -663,7 +629,7 @@ static void rlock_outliving_its_client_gets_eclosed(void **state) {
   hilock_rlock_free(rl); /* the client's last reference */
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -680,6 +646,6 @@ int main(void) {
       T(null_arguments_are_einval),
       T(rlock_outliving_its_client_gets_eclosed),
   };
-  return cmocka_run_group_tests_name("rlock", tests, group_setup,
-                                     group_teardown);
+  return cmocka_run_group_tests_name("rlock", tests, hl_group_setup,
+                                     hl_group_teardown);
 }

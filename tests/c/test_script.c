@@ -8,30 +8,13 @@
 #include "internal.h"
 #include "scripts.h"
 
-typedef struct fixture {
-  hl_server server;
-  redisContext *redis;
-  hilock_client *client;
-} fixture;
-
-static fixture fx;
+typedef hl_fixture fixture;
 
 static const hilock__script *const all_scripts[] = {
     &hilock__script_lock_acquire,
     &hilock__script_lock_extend,
     &hilock__script_lock_release,
 };
-
-static int group_setup(void **state) {
-  *state = &fx;
-  return hl_server_start(&fx.server, NULL);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_server_destroy(&fx.server);
-  return 0;
-}
 
 static int setup(void **state) {
   fixture *f = *state;
@@ -240,6 +223,6 @@ int main(void) {
       T(lua_errors_are_escript_with_redis_text),
       T(script_runner_rejects_too_many_arguments),
   };
-  return cmocka_run_group_tests_name("script", tests, group_setup,
-                                     group_teardown);
+  return cmocka_run_group_tests_name("script", tests, hl_group_setup,
+                                     hl_group_teardown);
 }

@@ -11,45 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct fixture {
-  hl_server server;
-  redisContext *redis;
-  hilock_client *client;
-} fixture;
-
-static fixture fx;
-
-static int group_setup(void **state) {
-  *state = &fx;
-  return hl_server_start(&fx.server, NULL);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_server_destroy(&fx.server);
-  return 0;
-}
-
-static int setup(void **state) {
-  fixture *f = *state;
-  hilock_options o = hl_test_options();
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
-    print_error("client: %s\n", hilock_client_errmsg(f->client));
-    return -1;
-  }
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
-  redisFree(f->redis);
-  f->redis = NULL;
-  return 0;
-}
+typedef hl_fixture fixture;
 
 static hilock_semaphore *make_sem(hilock_client *c, const char *name,
                                   int64_t permits, int64_t ttl) {
@@ -755,7 +717,7 @@ static void child_frees_a_client_whose_watchdog_ran_in_the_parent(
 static void bad_arguments_are_einval(void **state) {
   fixture *f = *state;
   static const int64_t bad_permits[] = {0, -1, HILOCK_PERMITS_MAX + 1};
-  hilock_semaphore *s = (hilock_semaphore *)&fx; /* must be reset to NULL */
+  hilock_semaphore *s = (hilock_semaphore *)f; /* must be reset to NULL */
   int64_t n;
   int o;
 
@@ -879,7 +841,7 @@ static void closed_client_is_eclosed(void **state) {
   hilock_semaphore_free(s);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -908,6 +870,6 @@ int main(void) {
       T(damaged_keys_fail_closed),
       T(closed_client_is_eclosed),
   };
-  return cmocka_run_group_tests_name("semaphore", tests, group_setup,
-                                     group_teardown);
+  return cmocka_run_group_tests_name("semaphore", tests, hl_group_setup,
+                                     hl_group_teardown);
 }

@@ -462,3 +462,37 @@ int hl_wait_child(pid_t pid, int64_t timeout_ms) {
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return -1;
 }
+
+static hl_fixture hl_fx;
+
+int hl_group_setup(void **state) {
+  *state = &hl_fx;
+  return hl_server_start(&hl_fx.server, NULL);
+}
+
+int hl_group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&hl_fx.server);
+  return 0;
+}
+
+int hl_setup(void **state) {
+  hl_fixture *f = *state;
+  hilock_options o = hl_test_options();
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
+    print_error("client: %s\n", hilock_client_errmsg(f->client));
+    return -1;
+  }
+  return 0;
+}
+
+int hl_teardown(void **state) {
+  hl_fixture *f = *state;
+  hilock_client_free(f->client);
+  f->client = NULL;
+  redisFree(f->redis);
+  f->redis = NULL;
+  return 0;
+}

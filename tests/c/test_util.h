@@ -143,4 +143,18 @@ pid_t hl_fork_run(int (*fn)(void *arg), void *arg);
  * if a signal ended it. */
 int hl_wait_child(pid_t pid, int64_t timeout_ms);
 
+
+/* The fixture most suites share: one private server per test binary, and a
+ * fresh raw connection (after FLUSHALL) and hilock client per test. */
+typedef struct hl_fixture {
+  hl_server server;
+  redisContext *redis;
+  hilock_client *client;
+} hl_fixture;
+
+int hl_group_setup(void **state);
+int hl_group_teardown(void **state);
+int hl_setup(void **state);
+int hl_teardown(void **state);
+
 #endif /* HILOCK_TEST_UTIL_H */

@@ -13,24 +13,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-typedef struct fixture {
-  hl_server server;
-  redisContext *redis;
-  hilock_client *client;
-} fixture;
-
-static fixture fx;
-
-static int group_setup(void **state) {
-  *state = &fx;
-  return hl_server_start(&fx.server, NULL);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_server_destroy(&fx.server);
-  return 0;
-}
+typedef hl_fixture fixture;
 
 static hilock_client *new_client(const fixture *f, const hilock_options *o) {
   hilock_options def = hl_test_options();
@@ -38,23 +21,6 @@ static hilock_client *new_client(const fixture *f, const hilock_options *o) {
   int rc = hilock_client_new(f->server.url, o ? o : &def, &c);
   assert_hl_ok(rc, hilock_client_errmsg(c));
   return c;
-}
-
-static int setup(void **state) {
-  fixture *f = *state;
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  f->client = new_client(f, NULL);
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
-  redisFree(f->redis);
-  f->redis = NULL;
-  return 0;
 }
 
 static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
@@ -600,7 +566,7 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   hilock_rlock_free(b);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -616,6 +582,6 @@ int main(void) {
       T(simple_lock_waiter_wakes_on_release),
       T(rlock_waiter_wakes_on_final_release),
   };
-  return cmocka_run_group_tests_name("wait", tests, group_setup,
-                                     group_teardown);
+  return cmocka_run_group_tests_name("wait", tests, hl_group_setup,
+                                     hl_group_teardown);
 }
