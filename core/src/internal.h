@@ -177,6 +177,8 @@ int64_t hilock__jitter(int64_t lo, int64_t hi);
  * tag {<name>}, so every script touches one cluster slot. */
 
 int hilock__check_name(hilock__err *e, const char *name, size_t len);
+/* The Redis Cluster hash slot (0..16383) of a key, honouring hash tags. */
+int hilock__key_slot(const char *key, size_t len);
 int hilock__check_ms(hilock__err *e, const char *what, int64_t ms);
 /* malloc'd key for name and role; NULL on out of memory. */
 char *hilock__key(const char *name, size_t len, const char *role,
