@@ -419,6 +419,10 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   return HILOCK_OK;
 }
 
+int hilock__client_is_cluster(const hilock_client *c) {
+  return c != NULL && c->cluster;
+}
+
 void hilock__client_ref(hilock_client *c) {
   pthread_mutex_lock(&c->mu);
   c->refs++;

@@ -78,6 +78,7 @@ struct hilock_client {
   char id[HILOCK__TOKEN_LEN + 1]; /* random; new in a forked child */
   hilock_options opts;
   hilock__url url;
+  int cluster; /* connected to a Redis Cluster: one slot per script */
   hilock__conn *idle;
   int nidle;
   hilock__watchdog wd;
@@ -85,6 +86,8 @@ struct hilock_client {
 };
 
 void hilock__client_ref(hilock_client *c);
+/* 1 if c talks to a Redis Cluster (every script must stay in one slot). */
+int hilock__client_is_cluster(const hilock_client *c);
 void hilock__client_unref(hilock_client *c);
 
 /* Send one command on a pooled connection, replacing a broken connection
