@@ -7,5 +7,6 @@
 #include "hilock/client.h"
 #include "hilock/lock.h"
 #include "hilock/rlock.h"
+#include "hilock/rwlock.h"
 
 #endif /* HILOCK_H */
