@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,8 +55,11 @@ static int setup(void **state) {
   return 0;
 }
 
+static void join_leftovers(void);
+
 static int teardown(void **state) {
   fixture *f = *state;
+  join_leftovers();
   for (int i = 0; i < NCLIENTS; i++) {
     hilock_client_free(f->c[i]);
     f->c[i] = NULL;
@@ -121,7 +125,14 @@ typedef struct job {
   int64_t t_start, t_granted, t_released;
   uint64_t fence;
   pthread_t thread;
+  int running; /* started and not joined yet */
 } job;
+
+/* Jobs live in static storage and teardown joins any left running, so a
+ * failed assertion never leaves a thread writing into a dead stack frame
+ * or using a freed client. */
+#define MAX_JOBS 16
+static job jobs[MAX_JOBS];
 
 static void *run_job(void *arg) {
   job *j = arg;
@@ -139,8 +150,13 @@ static void *run_job(void *arg) {
   return NULL;
 }
 
-static void start_job(job *j, hilock_rwlock *rw, int write, int64_t wait_ms,
+static job *start_job(hilock_rwlock *rw, int write, int64_t wait_ms,
                       int64_t hold_ms) {
+  int i = 0;
+  job *j;
+  while (i < MAX_JOBS - 1 && jobs[i].running) i++;
+  j = &jobs[i];
+  assert_false(j->running);
   memset(j, 0, sizeof(*j));
   j->rw = rw;
   j->write = write;
@@ -148,9 +164,39 @@ static void start_job(job *j, hilock_rwlock *rw, int write, int64_t wait_ms,
   j->hold_ms = hold_ms;
   j->rc = -1000;
   assert_int_equal(pthread_create(&j->thread, NULL, run_job, j), 0);
+  j->running = 1;
+  return j;
 }
 
-static void join_job(job *j) { pthread_join(j->thread, NULL); }
+static void join_job(job *j) {
+  if (!j->running) return;
+  pthread_join(j->thread, NULL);
+  j->running = 0;
+}
+
+/* Readers in a continuous stream (see writer_gets_in_under_a_reader_stream). */
+typedef struct stream {
+  hilock_rwlock *rw;
+  volatile int stop;
+  int grants, errors;
+  pthread_t thread;
+  int running;
+} stream;
+
+#define MAX_STREAMS 4
+static stream streams[MAX_STREAMS];
+
+static void stop_stream(stream *s) {
+  if (!s->running) return;
+  s->stop = 1;
+  pthread_join(s->thread, NULL);
+  s->running = 0;
+}
+
+static void join_leftovers(void) {
+  for (int i = 0; i < MAX_JOBS; i++) join_job(&jobs[i]);
+  for (int i = 0; i < MAX_STREAMS; i++) stop_stream(&streams[i]);
+}
 
 /* ## Sharing and exclusion ----------------------------------------------- */
 
@@ -363,10 +409,10 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   hilock_rwlock *r3 = make_rw(f->c[2], "down", 10000);
   int64_t t0, n = -1;
   int writer = -1;
-  job j;
+  job *j;
 
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
-  start_job(&j, w2, 1, 5000, 0);
+  j = start_job(w2, 1, 5000, 0);
   wait_intents(f, "down", 1);
 
   /* The writer's own read is granted at once, despite the waiting writer. */
@@ -378,7 +424,7 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   /* Still read-held by us: the waiting writer did not get in, and its
    * intent still holds new readers back. */
   hl_sleep_ms(150);
-  assert_int_equal(j.rc, -1000);
+  assert_int_equal(j->rc, -1000);
   assert_int_equal(state_readers(r3, &writer), 1);
   assert_false(writer);
   assert_hl_ok(hilock_rwlock_read_hold_count(rw, &n), E(rw));
@@ -388,11 +434,11 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   /* The last reader out wakes it (well before the 10 s TTL). */
   t0 = hl_now_ms();
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
-  join_job(&j);
-  assert_hl_ok(j.rc, E(w2));
-  assert_i64_between(j.t_granted - t0, 0, 1000);
-  assert_true(j.fence > hilock_rwlock_fence(rw));
-  assert_hl_ok(j.release_rc, E(w2));
+  join_job(j);
+  assert_hl_ok(j->rc, E(w2));
+  assert_i64_between(j->t_granted - t0, 0, 1000);
+  assert_true(j->fence > hilock_rwlock_fence(rw));
+  assert_hl_ok(j->release_rc, E(w2));
 
   /* With no writer waiting, a downgrade lets other readers in. */
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
@@ -415,29 +461,29 @@ static void waiting_writer_holds_new_readers_back(void **state) {
   hilock_rwlock *r1 = make_rw(f->c[0], "pref", 10000);
   hilock_rwlock *w = make_rw(f->c[1], "pref", 10000);
   hilock_rwlock *r3 = make_rw(f->c[2], "pref", 10000);
-  job wj, rj;
+  job *wj, *rj;
 
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
-  start_job(&wj, w, 1, 5000, 100);
+  wj = start_job(w, 1, 5000, 100);
   wait_intents(f, "pref", 1);
   /* A holder re-enters (or it would wait for the writer that waits for
    * it); a new reader queues behind the writer. */
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_rc(hilock_rwlock_read_try_acquire(r3), HILOCK_BUSY, E(r3));
-  start_job(&rj, r3, 0, 5000, 0);
+  rj = start_job(r3, 0, 5000, 0);
   hl_sleep_ms(100);
-  assert_int_equal(rj.rc, -1000);
+  assert_int_equal(rj->rc, -1000);
 
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
-  join_job(&wj);
-  join_job(&rj);
-  assert_hl_ok(wj.rc, E(w));
-  assert_hl_ok(rj.rc, E(r3));
+  join_job(wj);
+  join_job(rj);
+  assert_hl_ok(wj->rc, E(w));
+  assert_hl_ok(rj->rc, E(r3));
   /* The reader got in only after the writer was done, woken by its
    * release (not by a TTL). */
-  assert_true(rj.t_granted >= wj.t_released);
-  assert_i64_between(rj.t_granted - wj.t_released, 0, 500);
+  assert_true(rj->t_granted >= wj->t_released);
+  assert_i64_between(rj->t_granted - wj->t_released, 0, 500);
   assert_false(exists(f, "pref", "intents"));
   hilock_rwlock_free(r1);
   hilock_rwlock_free(w);
@@ -449,20 +495,20 @@ static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
   hilock_rwlock *r1 = make_rw(f->c[0], "quit", 10000);
   hilock_rwlock *w = make_rw(f->c[1], "quit", 10000);
   hilock_rwlock *r3 = make_rw(f->c[2], "quit", 10000);
-  job wj, rj;
+  job *wj, *rj;
 
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
-  start_job(&wj, w, 1, 400, -1);
+  wj = start_job(w, 1, 400, -1);
   wait_intents(f, "quit", 1);
-  start_job(&rj, r3, 0, 5000, 0);
-  join_job(&wj);
-  assert_hl_rc(wj.rc, HILOCK_BUSY, E(w));
-  assert_i64_between(wj.t_granted - wj.t_start, 390, 1000);
+  rj = start_job(r3, 0, 5000, 0);
+  join_job(wj);
+  assert_hl_rc(wj->rc, HILOCK_BUSY, E(w));
+  assert_i64_between(wj->t_granted - wj->t_start, 390, 1000);
   /* The intent is gone, and the reader it held back was woken at once
    * (its own bound was the intent's expiry, 10 s away). */
-  join_job(&rj);
-  assert_hl_ok(rj.rc, E(r3));
-  assert_i64_between(rj.t_granted - wj.t_granted, -50, 500);
+  join_job(rj);
+  assert_hl_ok(rj->rc, E(r3));
+  assert_i64_between(rj->t_granted - wj->t_granted, -50, 500);
   assert_false(exists(f, "quit", "intents"));
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
   hilock_rwlock_free(r1);
@@ -475,26 +521,26 @@ static void write_release_wakes_every_waiting_reader(void **state) {
   enum { N = 3 };
   hilock_rwlock *w = make_rw(f->c[0], "wakeall", 10000);
   hilock_rwlock *r[N];
-  job j[N];
+  job *j[N];
   int64_t t_release;
 
   assert_hl_ok(hilock_rwlock_write_try_acquire(w), E(w));
   for (int i = 0; i < N; i++) {
     r[i] = make_rw(f->c[i + 1], "wakeall", 10000);
-    start_job(&j[i], r[i], 0, 5000, 300);
+    j[i] = start_job(r[i], 0, 5000, 300);
   }
   hl_sleep_ms(200);
-  for (int i = 0; i < N; i++) assert_int_equal(j[i].rc, -1000);
+  for (int i = 0; i < N; i++) assert_int_equal(j[i]->rc, -1000);
   t_release = hl_now_ms();
   assert_hl_ok(hilock_rwlock_write_release(w), E(w));
   hl_sleep_ms(150);
   /* All are in at once: each admitted reader woke the next. */
   assert_int_equal(zcard(f, "wakeall", "readers"), N);
   for (int i = 0; i < N; i++) {
-    join_job(&j[i]);
-    assert_hl_ok(j[i].rc, E(r[i]));
-    assert_i64_between(j[i].t_granted - t_release, 0, 150);
-    assert_hl_ok(j[i].release_rc, E(r[i]));
+    join_job(j[i]);
+    assert_hl_ok(j[i]->rc, E(r[i]));
+    assert_i64_between(j[i]->t_granted - t_release, 0, 150);
+    assert_hl_ok(j[i]->release_rc, E(r[i]));
     hilock_rwlock_free(r[i]);
   }
   hilock_rwlock_free(w);
@@ -506,21 +552,21 @@ static void last_reader_out_wakes_the_writer(void **state) {
   hilock_rwlock *r2 = make_rw(f->c[1], "lastout", 10000);
   hilock_rwlock *w = make_rw(f->c[2], "lastout", 10000);
   int64_t t_last;
-  job wj;
+  job *wj;
 
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_try_acquire(r2), E(r2));
-  start_job(&wj, w, 1, 5000, 0);
+  wj = start_job(w, 1, 5000, 0);
   wait_intents(f, "lastout", 1);
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
   hl_sleep_ms(150);
-  assert_int_equal(wj.rc, -1000);
+  assert_int_equal(wj->rc, -1000);
   t_last = hl_now_ms();
   assert_hl_ok(hilock_rwlock_read_release(r2), E(r2));
-  join_job(&wj);
-  assert_hl_ok(wj.rc, E(w));
+  join_job(wj);
+  assert_hl_ok(wj->rc, E(w));
   /* Woken by the release: its own bound was 10/3 s (intent refresh). */
-  assert_i64_between(wj.t_granted - t_last, 0, 500);
+  assert_i64_between(wj->t_granted - t_last, 0, 500);
   hilock_rwlock_free(r1);
   hilock_rwlock_free(r2);
   hilock_rwlock_free(w);
@@ -529,13 +575,6 @@ static void last_reader_out_wakes_the_writer(void **state) {
 /* Readers in a continuous stream: every moment some reader holds. A writer
  * that only tries never gets in; a waiting writer's intent lets the
  * current readers drain and gets it promptly. */
-typedef struct stream {
-  hilock_rwlock *rw;
-  volatile int stop;
-  int grants, errors;
-  pthread_t thread;
-} stream;
-
 static void *reader_stream(void *arg) {
   stream *s = arg;
   while (!s->stop) {
@@ -554,7 +593,7 @@ static void *reader_stream(void *arg) {
 static void writer_gets_in_under_a_reader_stream(void **state) {
   fixture *f = *state;
   enum { N = 3 };
-  stream s[N];
+  stream *s = streams;
   hilock_rwlock *w = make_rw(f->c[N], "stream", 10000);
   int busy = 0, before[N];
   int64_t t0, waited;
@@ -564,6 +603,7 @@ static void writer_gets_in_under_a_reader_stream(void **state) {
     s[i].rw = make_rw(f->c[i], "stream", 10000);
     assert_int_equal(pthread_create(&s[i].thread, NULL, reader_stream, &s[i]),
                      0);
+    s[i].running = 1;
     hl_sleep_ms(13); /* staggered: their holds overlap */
   }
   hl_sleep_ms(100);
@@ -591,8 +631,7 @@ static void writer_gets_in_under_a_reader_stream(void **state) {
   assert_hl_ok(hilock_rwlock_write_release(w), E(w));
   hl_sleep_ms(150);
   for (int i = 0; i < N; i++) {
-    s[i].stop = 1;
-    pthread_join(s[i].thread, NULL);
+    stop_stream(&s[i]);
     assert_int_equal(s[i].errors, 0);
     assert_true(s[i].grants > before[i]); /* readers resumed */
     hilock_rwlock_free(s[i].rw);
@@ -618,6 +657,8 @@ static pid_t fork_holder(fixture *f, const char *name, int64_t ttl,
     hilock_client *c = NULL;
     hilock_rwlock *rw = NULL;
     int rc;
+    /* Die with the test, even if it fails before killing us. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(p[0]);
     if (hilock_client_new(f->server.url, &o, &c) != HILOCK_OK ||
         hilock_rwlock_new(c, name, strlen(name), ttl, &rw) != HILOCK_OK)
@@ -796,27 +837,27 @@ static void lost_holds_are_reported(void **state) {
 static void threads_sharing_a_handle_are_separate_owners(void **state) {
   fixture *f = *state;
   hilock_rwlock *rw = make_rw(f->c[0], "shared", 10000);
-  job j;
+  job *j;
 
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
   /* Another thread, same handle: excluded, and cannot release it. */
-  start_job(&j, rw, 0, 0, 0);
-  join_job(&j);
-  assert_hl_rc(j.rc, HILOCK_BUSY, E(rw));
-  start_job(&j, rw, 1, 100, 0);
-  join_job(&j);
-  assert_hl_rc(j.rc, HILOCK_BUSY, E(rw));
+  j = start_job(rw, 0, 0, 0);
+  join_job(j);
+  assert_hl_rc(j->rc, HILOCK_BUSY, E(rw));
+  j = start_job(rw, 1, 100, 0);
+  join_job(j);
+  assert_hl_rc(j->rc, HILOCK_BUSY, E(rw));
   assert_true(exists(f, "shared", "writer"));
   assert_hl_ok(hilock_rwlock_write_release(rw), E(rw));
 
   /* Two threads read through one handle at once. */
   assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
-  start_job(&j, rw, 0, 0, 100);
+  j = start_job(rw, 0, 0, 100);
   hl_sleep_ms(50);
   assert_int_equal(zcard(f, "shared", "readers"), 2);
-  join_job(&j);
-  assert_hl_ok(j.rc, E(rw));
-  assert_hl_ok(j.release_rc, E(rw));
+  join_job(j);
+  assert_hl_ok(j->rc, E(rw));
+  assert_hl_ok(j->release_rc, E(rw));
   assert_int_equal(zcard(f, "shared", "readers"), 1);
   assert_true(hilock_rwlock_read_validity_ms(rw) > 0);
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
@@ -912,6 +953,7 @@ static void contender(fixture *f, history *h, int write, int64_t until_ms) {
   hilock_client *c = NULL;
   hilock_rwlock *rw = NULL;
   unsigned seed = (unsigned)getpid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (hilock_client_new(f->server.url, &o, &c) != HILOCK_OK ||
       hilock_rwlock_new(c, "hist", 4, 5000, &rw) != HILOCK_OK)
     _exit(2);
