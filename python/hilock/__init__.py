@@ -17,8 +17,10 @@ from ._client import Client, default_client, default_url
 from ._base import LockBase
 from ._lock import Lock
 from ._rlock import RLock
+from ._rwlock import ReadLock, RWLock, WriteLock
 from ._util import Name
-from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
+from .errors import (AuthenticationError, ConnectionError, DeadlockError, ForkedLockError,
+                     InvalidArgument,
                      LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
                      RedisError, UnsupportedError, WrongTypeError)
 
@@ -26,6 +28,7 @@ __version__ = _hilock.hilock_version_string().decode()
 
 __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
+    "RWLock", "ReadLock", "WriteLock", "rwlock", "DeadlockError",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -52,3 +55,8 @@ def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: 
 def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RLock:
     """A reentrant lock on the default client."""
     return default_client().rlock(name, ttl=ttl, timeout=timeout, **kw)
+
+
+def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RWLock:
+    """A read-write lock on the default client."""
+    return default_client().rwlock(name, ttl=ttl, timeout=timeout, **kw)
