@@ -1,9 +1,12 @@
--- Leave the write hold once. The last leave deletes it and wakes the next
--- writer if one waits (and no reader, e.g. the releaser after a downgrade,
--- still holds), else the waiting readers.
+-- Leave the write hold once. The last leave deletes it, then: readers that
+-- waited are admitted as one batch ahead of the waiting writers (each gets
+-- a wake-up), so writers cannot starve readers; with no reader waiting,
+-- the next writer is woken (unless a reader, e.g. the releaser after a
+-- downgrade, still holds).
 -- KEYS[1] writer hash, KEYS[2] readers zset, KEYS[3] read hold counts,
--- KEYS[4] waiting writers zset, KEYS[5] readers' wake list, KEYS[6]
--- writers' wake list. ARGV[1] owner.
+-- KEYS[4] waiting writers zset, KEYS[5] waiting readers zset, KEYS[6]
+-- admitted readers zset, KEYS[7] readers' wake list, KEYS[8] writers' wake
+-- list. ARGV[1] owner.
 -- Returns the remaining hold count (0: released), or -1 if this owner does
 -- not hold it (nothing changes).
 -- @once: a resend would count twice, so a broken connection is reported.
@@ -22,20 +25,28 @@ for i = 1, #dead do
   redis.call('HDEL', KEYS[3], dead[i])
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local wake
-if redis.call('ZCARD', KEYS[4]) > 0 then
-  if redis.call('ZCARD', KEYS[2]) == 0 then
-    wake = KEYS[6]
-  end
-else
-  -- One element; each reader it admits passes it on (read acquire).
-  wake = KEYS[5]
+for i = 4, 6 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
 end
-if wake then
-  if redis.call('LLEN', wake) == 0 then
-    redis.call('RPUSH', wake, '1')
+local function wake(list, count)
+  for i = redis.call('LLEN', list) + 1, count do
+    redis.call('RPUSH', list, '1')
   end
-  redis.call('PEXPIRE', wake, 5000)
+  redis.call('PEXPIRE', list, 5000)
+end
+local writers = redis.call('ZCARD', KEYS[4]) > 0
+if redis.call('ZCARD', KEYS[5]) > 0 then
+  redis.call('ZUNIONSTORE', KEYS[6], 2, KEYS[6], KEYS[5], 'AGGREGATE', 'MAX')
+  redis.call('DEL', KEYS[5])
+  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', KEYS[6], tonumber(last[2]) - now)
+  wake(KEYS[7], redis.call('ZCARD', KEYS[6]))
+  -- A waiting writer learns that it now waits for the admitted readers
+  -- (bounded by their expiry, should one of them never come).
+  if writers then
+    wake(KEYS[8], 1)
+  end
+elseif writers and redis.call('ZCARD', KEYS[2]) == 0 then
+  wake(KEYS[8], 1)
 end
 return 0

@@ -34,10 +34,12 @@ struct hilock_rwlock {
   hilock_lost_fn r_lost_fn;
   void *r_lost_arg;
   int64_t ttl_ms;
-  /* Keys: writer hash, readers zset, read counts, waiting writers, fence,
-   * readers' wake list, writers' wake list. */
-  char *wkey, *rkey, *ckey, *ikey, *fkey, *rwake, *wwake;
-  size_t wkeylen, rkeylen, ckeylen, ikeylen, fkeylen, rwakelen, wwakelen;
+  /* Keys: writer hash, readers zset, read counts, waiting writers
+   * (intents), waiting readers, admitted readers, fence, readers' wake
+   * list, writers' wake list. */
+  char *wkey, *rkey, *ckey, *ikey, *qkey, *akey, *fkey, *rwake, *wwake;
+  size_t wkeylen, rkeylen, ckeylen, ikeylen, qkeylen, akeylen, fkeylen,
+      rwakelen, wwakelen;
 };
 
 #define OWNER_MAX (sizeof(((hilock__hold *)0)->owner))
@@ -102,6 +104,8 @@ static void free_keys(hilock_rwlock *rw) {
   free(rw->rkey);
   free(rw->ckey);
   free(rw->ikey);
+  free(rw->qkey);
+  free(rw->akey);
   free(rw->fkey);
   free(rw->rwake);
   free(rw->wwake);
@@ -130,11 +134,14 @@ int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
   rw->rkey = hilock__key(name, namelen, "rw:readers", &rw->rkeylen);
   rw->ckey = hilock__key(name, namelen, "rw:counts", &rw->ckeylen);
   rw->ikey = hilock__key(name, namelen, "rw:intents", &rw->ikeylen);
+  rw->qkey = hilock__key(name, namelen, "rw:waiting", &rw->qkeylen);
+  rw->akey = hilock__key(name, namelen, "rw:admitted", &rw->akeylen);
   rw->fkey = hilock__key(name, namelen, "fence", &rw->fkeylen);
   rw->rwake = hilock__key(name, namelen, "rw:rwake", &rw->rwakelen);
   rw->wwake = hilock__key(name, namelen, "rw:wwake", &rw->wwakelen);
   if (rw->wkey == NULL || rw->rkey == NULL || rw->ckey == NULL ||
-      rw->ikey == NULL || rw->fkey == NULL || rw->rwake == NULL ||
+      rw->ikey == NULL || rw->qkey == NULL || rw->akey == NULL ||
+      rw->fkey == NULL || rw->rwake == NULL ||
       rw->wwake == NULL || pthread_mutex_init(&rw->mu, NULL) != 0) {
     free_keys(rw);
     free(rw);
@@ -171,9 +178,8 @@ typedef struct attempt_ctx {
   hilock_rwlock *rw;
   char owner[OWNER_MAX];
   size_t ownerlen;
-  int tries;  /* attempts so far: a later one follows a wait */
-  int wait;   /* the caller will wait (write: record an intent) */
-  int intent; /* write: an attempt recorded an intent */
+  int wait;   /* the caller will wait: a refusal records it as waiting */
+  int intent; /* an attempt recorded it as a waiting reader or writer */
   hilock__err e;
 } attempt_ctx;
 
@@ -233,22 +239,31 @@ static int read_granted(attempt_ctx *a, int64_t start_us, int64_t count) {
   return rc;
 }
 
+/* A refusal recorded the caller as waiting, expiring one ttl later on
+ * server time: come back well before that, even if the blocker holds
+ * longer. */
+static void waiting(attempt_ctx *a, int64_t *pttl) {
+  int64_t refresh = a->rw->ttl_ms / 3 > 0 ? a->rw->ttl_ms / 3 : 1;
+  a->intent = 1;
+  if (*pttl < 0 || *pttl > refresh) *pttl = refresh;
+}
+
 static int read_attempt(void *arg, int64_t *pttl) {
   attempt_ctx *a = arg;
   hilock_rwlock *rw = a->rw;
-  const char *keys[5] = {rw->rkey, rw->ckey, rw->wkey, rw->ikey, rw->rwake};
-  size_t keylens[5] = {rw->rkeylen, rw->ckeylen, rw->wkeylen, rw->ikeylen,
-                       rw->rwakelen};
+  const char *keys[6] = {rw->rkey, rw->ckey, rw->wkey,
+                         rw->ikey, rw->qkey, rw->akey};
+  size_t keylens[6] = {rw->rkeylen, rw->ckeylen, rw->wkeylen,
+                       rw->ikeylen, rw->qkeylen, rw->akeylen};
   char ttl[24];
-  const char *args[3] = {a->owner, ttl, a->tries > 0 ? "1" : "0"};
+  const char *args[3] = {a->owner, ttl, a->wait ? "1" : "0"};
   size_t arglens[3] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1};
   int64_t start = hilock__now_us();
   redisReply *r = NULL;
   int rc;
 
-  a->tries++;
   rc = hilock__script_run(rw->w.client, &a->e,
-                          &hilock__script_rwlock_read_acquire, 5, keys,
+                          &hilock__script_rwlock_read_acquire, 6, keys,
                           keylens, 3, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
   if (!reply_ints(r, 2) || r->element[0]->integer < 0 ||
@@ -260,22 +275,44 @@ static int read_attempt(void *arg, int64_t *pttl) {
     rc = read_granted(a, start, r->element[1]->integer);
   } else {
     *pttl = r->element[1]->integer;
+    if (a->wait) waiting(a, pttl);
     rc = HILOCK_BUSY;
   }
   freeReplyObject(r);
   return rc;
 }
 
+/* A reader that stops waiting leaves the waiting and admitted readers
+ * (best effort: a failure leaves them to expire one ttl after its last
+ * attempt). */
+static void read_withdraw(attempt_ctx *a) {
+  hilock_rwlock *rw = a->rw;
+  const char *keys[6] = {rw->qkey, rw->akey, rw->rkey,
+                         rw->wkey, rw->ikey, rw->wwake};
+  size_t keylens[6] = {rw->qkeylen, rw->akeylen, rw->rkeylen,
+                       rw->wkeylen, rw->ikeylen, rw->wwakelen};
+  const char *args[1] = {a->owner};
+  size_t arglens[1] = {a->ownerlen};
+  hilock__err e;
+  redisReply *r = NULL;
+  hilock__clear_err(&e);
+  if (hilock__script_run(rw->w.client, &e,
+                         &hilock__script_rwlock_read_withdraw, 6, keys,
+                         keylens, 1, args, arglens, &r) == HILOCK_OK)
+    freeReplyObject(r);
+}
+
 static int read_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
   attempt_ctx a;
   int64_t pttl;
   int rc;
-  ctx_init(&a, rw, 0);
+  ctx_init(&a, rw, !once && wait_ms != 0);
   if (once)
     rc = read_attempt(&a, &pttl);
   else
     rc = hilock__acquire_loop(rw->w.client, &a.e, rw->rwake, rw->rwakelen,
                               wait_ms, read_attempt, &a);
+  if (rc != HILOCK_OK && a.intent) read_withdraw(&a);
   if (rc < 0) keep_err(rw, &a.e);
   return rc;
 }
@@ -322,9 +359,10 @@ static int write_granted(attempt_ctx *a, int64_t start_us, uint64_t fence,
 static int write_attempt(void *arg, int64_t *pttl) {
   attempt_ctx *a = arg;
   hilock_rwlock *rw = a->rw;
-  const char *keys[5] = {rw->wkey, rw->rkey, rw->ckey, rw->ikey, rw->fkey};
-  size_t keylens[5] = {rw->wkeylen, rw->rkeylen, rw->ckeylen, rw->ikeylen,
-                       rw->fkeylen};
+  const char *keys[6] = {rw->wkey, rw->rkey, rw->ckey,
+                         rw->ikey, rw->akey, rw->fkey};
+  size_t keylens[6] = {rw->wkeylen, rw->rkeylen, rw->ckeylen,
+                       rw->ikeylen, rw->akeylen, rw->fkeylen};
   char ttl[24];
   const char *args[3] = {a->owner, ttl, a->wait ? "1" : "0"};
   size_t arglens[3] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1};
@@ -332,9 +370,8 @@ static int write_attempt(void *arg, int64_t *pttl) {
   redisReply *r = NULL;
   int rc;
 
-  a->tries++;
   rc = hilock__script_run(rw->w.client, &a->e,
-                          &hilock__script_rwlock_write_acquire, 5, keys,
+                          &hilock__script_rwlock_write_acquire, 6, keys,
                           keylens, 3, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
   if (!reply_ints(r, 2) || (r->element[0]->integer == 1 && !reply_ints(r, 3))) {
@@ -345,13 +382,7 @@ static int write_attempt(void *arg, int64_t *pttl) {
                        r->element[2]->integer);
   } else if (r->element[0]->integer == 0) {
     *pttl = r->element[1]->integer;
-    if (a->wait) {
-      /* Our intent expires one ttl after this attempt: come back well
-       * before that, even if the blocker holds longer. */
-      int64_t refresh = rw->ttl_ms / 3 > 0 ? rw->ttl_ms / 3 : 1;
-      a->intent = 1;
-      if (*pttl < 0 || *pttl > refresh) *pttl = refresh;
-    }
+    if (a->wait) waiting(a, pttl);
     rc = HILOCK_BUSY;
   } else if (r->element[0]->integer == -1) {
     rc = hilock__set_err(&a->e, HILOCK_EDEADLK,
@@ -370,16 +401,17 @@ static int write_attempt(void *arg, int64_t *pttl) {
  * leaves it to expire one ttl after the last attempt). */
 static void withdraw(attempt_ctx *a) {
   hilock_rwlock *rw = a->rw;
-  const char *keys[5] = {rw->ikey, rw->wkey, rw->rkey, rw->rwake, rw->wwake};
-  size_t keylens[5] = {rw->ikeylen, rw->wkeylen, rw->rkeylen, rw->rwakelen,
-                       rw->wwakelen};
+  const char *keys[7] = {rw->ikey, rw->wkey,  rw->rkey, rw->qkey,
+                         rw->akey, rw->rwake, rw->wwake};
+  size_t keylens[7] = {rw->ikeylen, rw->wkeylen,  rw->rkeylen, rw->qkeylen,
+                       rw->akeylen, rw->rwakelen, rw->wwakelen};
   const char *args[1] = {a->owner};
   size_t arglens[1] = {a->ownerlen};
   hilock__err e;
   redisReply *r = NULL;
   hilock__clear_err(&e);
   if (hilock__script_run(rw->w.client, &e,
-                         &hilock__script_rwlock_write_withdraw, 5, keys,
+                         &hilock__script_rwlock_write_withdraw, 7, keys,
                          keylens, 1, args, arglens, &r) == HILOCK_OK)
     freeReplyObject(r);
 }
@@ -413,8 +445,8 @@ int hilock_rwlock_write_acquire(hilock_rwlock *rw, int64_t wait_ms) {
 
 int hilock_rwlock_read_release(hilock_rwlock *rw) {
   char owner[OWNER_MAX];
-  const char *keys[5], *args[1];
-  size_t keylens[5], arglens[1];
+  const char *keys[6], *args[1];
+  size_t keylens[6], arglens[1];
   hilock__err e;
   redisReply *r = NULL;
   rw_reader *rec;
@@ -447,11 +479,13 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   keylens[2] = rw->wkeylen;
   keys[3] = rw->ikey;
   keylens[3] = rw->ikeylen;
-  keys[4] = rw->wwake;
-  keylens[4] = rw->wwakelen;
+  keys[4] = rw->akey;
+  keylens[4] = rw->akeylen;
+  keys[5] = rw->wwake;
+  keylens[5] = rw->wwakelen;
   hilock__clear_err(&e);
   rc = hilock__script_run(rw->w.client, &e,
-                          &hilock__script_rwlock_read_release, 5, keys,
+                          &hilock__script_rwlock_read_release, 6, keys,
                           keylens, 1, args, arglens, &r);
   if (rc == HILOCK_OK && r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&e, HILOCK_EPROTO,
@@ -485,8 +519,8 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
 
 int hilock_rwlock_write_release(hilock_rwlock *rw) {
   char owner[OWNER_MAX];
-  const char *keys[6], *args[1];
-  size_t keylens[6], arglens[1];
+  const char *keys[8], *args[1];
+  size_t keylens[8], arglens[1];
   hilock__err e;
   redisReply *r = NULL;
   int rc, mine, last;
@@ -514,13 +548,17 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
   keylens[2] = rw->ckeylen;
   keys[3] = rw->ikey;
   keylens[3] = rw->ikeylen;
-  keys[4] = rw->rwake;
-  keylens[4] = rw->rwakelen;
-  keys[5] = rw->wwake;
-  keylens[5] = rw->wwakelen;
+  keys[4] = rw->qkey;
+  keylens[4] = rw->qkeylen;
+  keys[5] = rw->akey;
+  keylens[5] = rw->akeylen;
+  keys[6] = rw->rwake;
+  keylens[6] = rw->rwakelen;
+  keys[7] = rw->wwake;
+  keylens[7] = rw->wwakelen;
   hilock__clear_err(&e);
   rc = hilock__script_run(rw->w.client, &e,
-                          &hilock__script_rwlock_write_release, 6, keys,
+                          &hilock__script_rwlock_write_release, 8, keys,
                           keylens, 1, args, arglens, &r);
   if (rc == HILOCK_OK && r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&e, HILOCK_EPROTO,

@@ -639,6 +639,77 @@ static void writer_gets_in_under_a_reader_stream(void **state) {
   hilock_rwlock_free(w);
 }
 
+/* Writers in a continuous stream: one holds while the other waits, so
+ * there is always a writer's intent. Under plain writer preference no
+ * reader would ever get in; readers that wait are admitted as a batch at
+ * the next write release. */
+typedef struct wstream {
+  hilock_rwlock *rw;
+  volatile int *stop;
+  int grants, errors;
+} wstream;
+
+static void *writer_stream(void *arg) {
+  wstream *s = arg;
+  while (!*s->stop) {
+    if (hilock_rwlock_write_acquire(s->rw, 5000) != HILOCK_OK) {
+      s->errors++;
+      continue;
+    }
+    s->grants++;
+    hl_sleep_ms(30);
+    if (hilock_rwlock_write_release(s->rw) != HILOCK_OK) s->errors++;
+  }
+  return NULL;
+}
+
+static void reader_gets_in_under_a_writer_stream(void **state) {
+  fixture *f = *state;
+  enum { N = 2 };
+  static volatile int stop;
+  static wstream ws[N];
+  pthread_t t[N];
+  hilock_rwlock *r = make_rw(f->c[N], "wstream", 10000);
+  int64_t t0, waited, total = 0;
+
+  stop = 0;
+  for (int i = 0; i < N; i++) {
+    memset(&ws[i], 0, sizeof(ws[i]));
+    ws[i].rw = make_rw(f->c[i], "wstream", 10000);
+    ws[i].stop = &stop;
+    assert_int_equal(pthread_create(&t[i], NULL, writer_stream, &ws[i]), 0);
+  }
+  hl_sleep_ms(150);
+  for (int round = 0; round < 5; round++) {
+    t0 = hl_now_ms();
+    if (hilock_rwlock_read_acquire(r, 3000) != HILOCK_OK) {
+      stop = 1;
+      for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+      fail_msg("round %d: the reader starved behind the writers", round);
+    }
+    waited = hl_now_ms() - t0;
+    total += waited;
+    assert_hl_ok(hilock_rwlock_read_release(r), E(r));
+    hl_sleep_ms(20);
+    /* At most the write in progress and one more, plus round trips. */
+    if (waited > 400) {
+      stop = 1;
+      for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+      fail_msg("round %d: the reader waited %" PRId64 " ms", round, waited);
+    }
+  }
+  stop = 1;
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(ws[i].errors, 0);
+    assert_true(ws[i].grants >= 3);
+    hilock_rwlock_free(ws[i].rw);
+  }
+  print_message("      reader's mean wait under a stream of %d writers "
+                "(30 ms holds): %" PRId64 " ms\n", N, total / 5);
+  hilock_rwlock_free(r);
+}
+
 /* ## Crashes: real processes killed with SIGKILL --------------------------- */
 
 /* Fork a child that makes its own client and rwlock, takes a hold, writes
@@ -669,7 +740,8 @@ static pid_t fork_holder(fixture *f, const char *name, int64_t ttl,
     }
     if (wait_only) {
       (void)!write(p[1], "w", 1);
-      rc = hilock_rwlock_write_acquire(rw, HILOCK_WAIT_FOREVER);
+      rc = as_writer ? hilock_rwlock_write_acquire(rw, HILOCK_WAIT_FOREVER)
+                     : hilock_rwlock_read_acquire(rw, HILOCK_WAIT_FOREVER);
       _exit(rc == HILOCK_OK ? 3 : 4);
     }
     rc = as_writer ? hilock_rwlock_write_try_acquire(rw)
@@ -752,6 +824,60 @@ static void crashed_writer_frees_within_ttl(void **state) {
   assert_hl_ok(hilock_rwlock_read_acquire(r, 3000), E(r));
   assert_i64_between(hl_now_ms() - t_kill, 0, 500 + 300);
   hilock_rwlock_free(r);
+}
+
+static void reader_that_gives_up_withdraws(void **state) {
+  fixture *f = *state;
+  hilock_rwlock *w = make_rw(f->c[0], "rquit", 10000);
+  hilock_rwlock *r = make_rw(f->c[1], "rquit", 10000);
+  int64_t t0;
+  assert_hl_ok(hilock_rwlock_write_try_acquire(w), E(w));
+  /* A try records nothing. */
+  assert_hl_rc(hilock_rwlock_read_try_acquire(r), HILOCK_BUSY, E(r));
+  assert_false(exists(f, "rquit", "waiting"));
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_rwlock_read_acquire(r, 300), HILOCK_BUSY, E(r));
+  assert_i64_between(hl_now_ms() - t0, 290, 1000);
+  /* Gone from the waiting readers: the release admits nobody. */
+  assert_false(exists(f, "rquit", "waiting"));
+  assert_hl_ok(hilock_rwlock_write_release(w), E(w));
+  assert_false(exists(f, "rquit", "admitted"));
+  hilock_rwlock_free(w);
+  hilock_rwlock_free(r);
+}
+
+static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
+  fixture *f = *state;
+  hilock_rwlock *w1 = make_rw(f->c[0], "rghost", 10000);
+  hilock_rwlock *w2 = make_rw(f->c[1], "rghost", 10000);
+  int64_t t_release;
+  pid_t child;
+  job *wj;
+
+  assert_hl_ok(hilock_rwlock_write_try_acquire(w1), E(w1));
+  child = fork_holder(f, "rghost", 600, 0, 0, 1);
+  {
+    int64_t deadline = hl_now_ms() + 3000;
+    while (zcard(f, "rghost", "waiting") != 1 && hl_now_ms() < deadline)
+      hl_sleep_ms(5);
+  }
+  assert_int_equal(zcard(f, "rghost", "waiting"), 1);
+  hl_sleep_ms(900); /* the live waiter refreshes its place */
+  assert_int_equal(zcard(f, "rghost", "waiting"), 1);
+  wj = start_job(w2, 1, 5000, 0);
+  wait_intents(f, "rghost", 1);
+  kill_child(child);
+  t_release = hl_now_ms();
+  assert_hl_ok(hilock_rwlock_write_release(w1), E(w1));
+  /* The dead reader was admitted ahead of w2, which waits for it until its
+   * place lapses: 400..600 ms after the kill. */
+  assert_int_equal(zcard(f, "rghost", "admitted"), 1);
+  join_job(wj);
+  assert_hl_ok(wj->rc, E(w2));
+  assert_i64_between(wj->t_granted - t_release, 250, 600 + 300);
+  assert_false(exists(f, "rghost", "admitted"));
+  hilock_rwlock_free(w1);
+  hilock_rwlock_free(w2);
 }
 
 /* ## Renewal and loss ------------------------------------------------------ */
@@ -1099,9 +1225,12 @@ int main(void) {
       T(write_release_wakes_every_waiting_reader),
       T(last_reader_out_wakes_the_writer),
       T(writer_gets_in_under_a_reader_stream),
+      T(reader_gets_in_under_a_writer_stream),
       T(crashed_reader_frees_its_share_within_ttl),
       T(dead_waiting_writer_holds_readers_back_for_one_ttl),
       T(crashed_writer_frees_within_ttl),
+      T(reader_that_gives_up_withdraws),
+      T(dead_waiting_reader_delays_the_next_writer_one_ttl),
       T(read_and_write_holds_are_renewed),
       T(lost_holds_are_reported),
       T(threads_sharing_a_handle_are_separate_owners),
