@@ -293,9 +293,16 @@ static void after_fork_parent(void) {
   pthread_mutex_unlock(&registry_mu);
 }
 
+static int watchdog_conds_init(hilock__watchdog *w);
+
 static void after_fork_child(void) {
   for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
     hilock__watchdog_forget(c);
+    /* The parent's renewal thread may have been waiting on these: the
+     * child's copies would count a waiter that never returns, and
+     * pthread_cond_destroy would wait for it forever. Nobody in the child
+     * uses them yet, so make them afresh. */
+    watchdog_conds_init(&c->wd);
     if (hilock__token(c->id, NULL) != HILOCK_OK) c->id[0] ^= 1;
     pthread_mutex_unlock(&c->wd.mu);
     pthread_mutex_unlock(&c->mu);
@@ -324,19 +331,26 @@ static void registry_remove(hilock_client *c) {
   pthread_mutex_unlock(&registry_mu);
 }
 
-static int watchdog_init(hilock__watchdog *w) {
+/* The watchdog's condition variables: wake times out on CLOCK_MONOTONIC. */
+static int watchdog_conds_init(hilock__watchdog *w) {
   pthread_condattr_t ca;
-  if (pthread_mutex_init(&w->mu, NULL) != 0) return -1;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   if (pthread_cond_init(&w->wake, &ca) != 0) {
     pthread_condattr_destroy(&ca);
-    pthread_mutex_destroy(&w->mu);
     return -1;
   }
   pthread_condattr_destroy(&ca);
   if (pthread_cond_init(&w->idle, NULL) != 0) {
     pthread_cond_destroy(&w->wake);
+    return -1;
+  }
+  return 0;
+}
+
+static int watchdog_init(hilock__watchdog *w) {
+  if (pthread_mutex_init(&w->mu, NULL) != 0) return -1;
+  if (watchdog_conds_init(w) != 0) {
     pthread_mutex_destroy(&w->mu);
     return -1;
   }

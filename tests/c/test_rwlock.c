@@ -1021,6 +1021,41 @@ static void forked_child_refuses_the_parents_holds(void **state) {
   hilock_rwlock_free(rw);
 }
 
+/* The parent's renewal thread sleeps on its condition variable when the
+ * process forks; the child must still be able to free the client (the
+ * inherited condition variable counts a waiter that does not exist in the
+ * child). */
+static void forked_child_frees_a_client_with_a_sleeping_watchdog(
+    void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_rwlock *rw;
+  int status;
+  pid_t pid;
+
+  assert_hl_ok(hilock_client_new(f->server.url, &o, &c), "client");
+  rw = make_rw(c, "sleeper", 30000);
+  assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL), E(rw));
+  assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
+  hl_sleep_ms(50); /* the renewal thread is asleep until ttl/3 */
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    alarm(5); /* a hang ends the child with SIGALRM */
+    hilock_rwlock_free(rw);
+    hilock_client_free(c);
+    _exit(0);
+  }
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
+  hilock_rwlock_free(rw);
+  hilock_client_free(c);
+}
+
 /* ## History of contending processes --------------------------------------- */
 
 typedef struct interval {
@@ -1235,6 +1270,7 @@ int main(void) {
       T(lost_holds_are_reported),
       T(threads_sharing_a_handle_are_separate_owners),
       T(forked_child_refuses_the_parents_holds),
+      T(forked_child_frees_a_client_with_a_sleeping_watchdog),
       cmocka_unit_test(history_checker_catches_a_writer_overlap),
       T(contending_processes_readers_overlap_writers_exclude),
       T(bad_arguments_are_einval),
