@@ -1,6 +1,7 @@
 /* The read-write lock: per-reader expiry in a sorted set on server time,
  * reentrant reads and writes per thread, writer preference through
- * expiring intents, downgrade, and an upgrade refused with HILOCK_EDEADLK.
+ * expiring intents with waiting readers admitted as a batch at each write
+ * release, downgrade, and an upgrade refused with HILOCK_EDEADLK.
  * Mostly core/scripts/rwlock_*.lua; waiting, renewal and grant state come
  * from the shared layer (wait.c, renewal.c, hold.c). */
 #include <stdio.h>

@@ -151,7 +151,8 @@ class RWLock:
     and then release the write (a downgrade, with no gap in between); a
     reader asking for the write side gets :class:`hilock.DeadlockError`
     (an upgrade would wait for itself). Writers are preferred: once one
-    waits, new readers queue behind it.
+    waits, new readers queue behind it; readers that waited are admitted
+    together at the next write release, so neither side starves the other.
 
     One object may be shared by threads; each thread is a separate owner.
     asyncio tasks of one event loop share a thread and so count as one

@@ -13,28 +13,33 @@
  *   read, write     an upgrade: refused at once with HILOCK_EDEADLK (it
  *                   could only wait for itself). Release the read first.
  *
- * Writer preference: once a writer waits, new readers queue behind it, so a
- * stream of readers cannot starve a writer. The waiting writer's intent is
- * a member of a sorted set that expires one TTL after its last attempt on
- * server time (a waiting writer attempts again at least every ttl/3), so a
- * writer that dies while waiting holds readers back for at most one TTL.
+ * Writer preference, without reader starvation: once a writer waits, new
+ * readers queue behind it, so a stream of readers cannot starve a writer.
+ * Readers that wait are admitted together at the next write release, ahead
+ * of the writers still waiting, so a stream of writers cannot starve
+ * readers either (phases alternate: a write, the readers that waited for
+ * it, the next write). Waiting writers and readers are members of sorted
+ * sets that expire one TTL after their last attempt on server time (a
+ * waiter attempts again at least every ttl/3), so a writer that dies while
+ * waiting holds readers back, and an admitted reader that dies keeps the
+ * next writer out, for at most one TTL. A waiter that gives up withdraws.
  *
  * Expiry: each reader's hold expires on its own, ttl_ms after its grant or
  * last renewal (server time), so a crashed reader frees its share within
  * one TTL; the write hold is a hash with PX = TTL.
  *
  * Waiting: no polling. Readers sleep on the readers' wake list, writers on
- * the writers'. A write release wakes the next waiting writer, or, if none
- * waits, the waiting readers (each admitted reader wakes the next); the
- * last reader out wakes a waiting writer. Every sleep is bounded by the
- * blocker's remaining TTL and the caller's deadline.
+ * the writers'. A write release pushes one wake-up per admitted reader, or,
+ * with no reader waiting, wakes the next writer; the last reader out wakes
+ * a waiting writer. Every sleep is bounded by the blocker's remaining TTL,
+ * the waiter's own refresh time (ttl/3) and the caller's deadline.
  *
  * The write side carries a fencing token per grant (shared counter
  * hilock:{name}:fence, as the other lock types); reads carry none.
  *
  * Threads: one handle may be shared by threads; each thread is a separate
- * owner. Fork: holds taken in the parent refuse to act in a child
- * (HILOCK_EFORKED). */
+ * owner. An on_lost callback must not call into its rwlock handle. Fork:
+ * holds taken in the parent refuse to act in a child (HILOCK_EFORKED). */
 #ifndef HILOCK_RWLOCK_H
 #define HILOCK_RWLOCK_H
 
@@ -63,7 +68,8 @@ HILOCK_API void hilock_rwlock_free(hilock_rwlock *rw);
 /* ## Read side (shared) ----------------------------------------------------
  * Acquire: HILOCK_OK, HILOCK_BUSY (a writer holds or waits and wait_ms
  * passed), or an error. wait_ms as in hilock_lock_acquire. With no writer
- * holding or waiting, a read acquire is one round trip. */
+ * holding or waiting, a read acquire is one round trip. A waiter that
+ * gives up withdraws. */
 HILOCK_API int hilock_rwlock_read_try_acquire(hilock_rwlock *rw);
 HILOCK_API int hilock_rwlock_read_acquire(hilock_rwlock *rw, int64_t wait_ms);
 /* Leave once. HILOCK_ENOTOWNED if the calling thread holds no read (nothing
