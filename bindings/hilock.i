@@ -58,6 +58,19 @@
 %threadallow py_fair_lock_locked;
 %threadallow py_fair_lock_waiters;
 %threadallow hilock_fair_lock_set_auto_renew_py;
+%threadallow py_rwlock_new;
+%threadallow hilock_rwlock_free;
+%threadallow hilock_rwlock_read_acquire;
+%threadallow hilock_rwlock_read_try_acquire;
+%threadallow hilock_rwlock_read_release;
+%threadallow hilock_rwlock_write_acquire;
+%threadallow hilock_rwlock_write_try_acquire;
+%threadallow hilock_rwlock_write_release;
+%threadallow py_rwlock_read_hold_count;
+%threadallow py_rwlock_write_hold_count;
+%threadallow py_rwlock_locked;
+%threadallow hilock_rwlock_read_set_auto_renew_py;
+%threadallow hilock_rwlock_write_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -104,6 +117,18 @@ HILOCK_CHECKED(py_fair_lock_locked, hilock_fair_lock_errmsg(arg1))
 HILOCK_CHECKED(py_fair_lock_waiters, hilock_fair_lock_errmsg(arg1))
 HILOCK_CHECKED(hilock_fair_lock_set_heartbeat, hilock_fair_lock_errmsg(arg1))
 HILOCK_CHECKED(hilock_fair_lock_set_auto_renew_py, hilock_fair_lock_errmsg(arg1))
+HILOCK_CHECKED_PTR(py_rwlock_new)
+HILOCK_CHECKED(hilock_rwlock_read_acquire, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rwlock_read_try_acquire, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rwlock_read_release, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rwlock_write_acquire, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rwlock_write_try_acquire, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rwlock_write_release, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(py_rwlock_read_hold_count, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(py_rwlock_write_hold_count, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(py_rwlock_locked, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rwlock_read_set_auto_renew_py, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_rwlock_write_set_auto_renew_py, hilock_rwlock_errmsg(arg1))
 
 %{
 #include <errno.h>
@@ -319,6 +344,54 @@ static int hilock_fair_lock_set_auto_renew_py(hilock_fair_lock *l, int enable,
                                          notify_id ? py_lost_notify : NULL,
                                          (void *)(intptr_t)notify_id);
 }
+static hilock_rwlock *py_rwlock_new(hilock_client *c, const char *name,
+                                    size_t namelen, int64_t ttl_ms) {
+  hilock_rwlock *l = NULL;
+  int rc = hilock_rwlock_new(c, name, namelen, ttl_ms, &l);
+  if (rc == HILOCK_OK) return l;
+  py_ctor_failed(c, rc);
+  return NULL;
+}
+/* The calling thread's hold counts: >= 0, or a status < 0. */
+static int64_t py_rwlock_read_hold_count(hilock_rwlock *l) {
+  int64_t n = 0;
+  int rc = hilock_rwlock_read_hold_count(l, &n);
+  return rc < 0 ? rc : n;
+}
+static int64_t py_rwlock_write_hold_count(hilock_rwlock *l) {
+  int64_t n = 0;
+  int rc = hilock_rwlock_write_hold_count(l, &n);
+  return rc < 0 ? rc : n;
+}
+/* mode 0: held in any mode; 1: by readers; 2: by a writer. 0/1 or < 0. */
+static int py_rwlock_locked(hilock_rwlock *l, int mode) {
+  int64_t readers = 0;
+  int writer = 0, rc = hilock_rwlock_state(l, &readers, &writer);
+  if (rc < 0) return rc;
+  if (mode == 1) return readers > 0;
+  if (mode == 2) return writer;
+  return readers > 0 || writer;
+}
+static PyObject *py_rwlock_key(hilock_rwlock *l, int write) {
+  size_t n = 0;
+  const char *k = hilock_rwlock_key(l, write, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static int hilock_rwlock_read_set_auto_renew_py(hilock_rwlock *l, int enable,
+                                                int64_t max_hold_ms,
+                                                int64_t notify_id) {
+  return hilock_rwlock_read_set_auto_renew(l, enable, max_hold_ms,
+                                           notify_id ? py_lost_notify : NULL,
+                                           (void *)(intptr_t)notify_id);
+}
+static int hilock_rwlock_write_set_auto_renew_py(hilock_rwlock *l,
+                                                 int enable,
+                                                 int64_t max_hold_ms,
+                                                 int64_t notify_id) {
+  return hilock_rwlock_write_set_auto_renew(l, enable, max_hold_ms,
+                                            notify_id ? py_lost_notify : NULL,
+                                            (void *)(intptr_t)notify_id);
+}
 
 static PyObject *py_lock_errmsg(hilock_lock *l) {
   const char *m = hilock_lock_errmsg(l);
@@ -357,6 +430,13 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_fair_lock_waiters;
 %ignore hilock_fair_lock_key;
 %ignore hilock_fair_lock_set_auto_renew;
+%ignore hilock_rwlock_new;
+%ignore hilock_rwlock_read_hold_count;
+%ignore hilock_rwlock_write_hold_count;
+%ignore hilock_rwlock_state;
+%ignore hilock_rwlock_key;
+%ignore hilock_rwlock_read_set_auto_renew;
+%ignore hilock_rwlock_write_set_auto_renew;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
@@ -365,3 +445,4 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %include "hilock/rlock.h"
 %include "hilock/semaphore.h"
 %include "hilock/fair.h"
+%include "hilock/rwlock.h"

@@ -330,6 +330,7 @@ static void registry_remove(hilock_client *c) {
   pthread_mutex_unlock(&registry_mu);
 }
 
+/* The watchdog's condition variables: wake times out on CLOCK_MONOTONIC. */
 static int watchdog_conds_init(hilock__watchdog *w) {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);

@@ -198,7 +198,10 @@ typedef struct hilock__hold {
   hilock_client *client;
   const char *rkey; /* the key renewal extends (owned by the family) */
   size_t rkeylen;
-  const hilock__script *renew_script; /* KEYS[1] rkey, ARGV owner, ttl */
+  const char *rkey2; /* optional KEYS[2] of renew_script (NULL: none) */
+  size_t rkey2len;
+  const hilock__script *renew_script; /* KEYS[1] rkey (KEYS[2] rkey2),
+                                          ARGV owner, ttl */
   int64_t ttl_ms;   /* 0: no expiry */
   char owner[HILOCK__TOKEN_LEN + 24]; /* what the scripts compare: a random
                                          token, or client id + thread id */

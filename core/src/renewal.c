@@ -33,6 +33,31 @@ static int on_watchdog(const hilock__watchdog *w) {
   return w->running && pthread_equal(pthread_self(), w->thread);
 }
 
+/* The renewal command of h: cmd script numkeys rkey [rkey2] owner ttl.
+ * ttl must have room for 24 bytes; argv and lens for 7 entries. */
+static int renew_args(const hilock__hold *h, const char *cmd,
+                      const char *script, size_t scriptlen, char *ttl,
+                      const char **argv, size_t *lens) {
+  int argc = 0;
+  argv[argc] = cmd;
+  lens[argc++] = strlen(cmd);
+  argv[argc] = script;
+  lens[argc++] = scriptlen;
+  argv[argc] = h->rkey2 != NULL ? "2" : "1";
+  lens[argc++] = 1;
+  argv[argc] = h->rkey;
+  lens[argc++] = h->rkeylen;
+  if (h->rkey2 != NULL) {
+    argv[argc] = h->rkey2;
+    lens[argc++] = h->rkey2len;
+  }
+  argv[argc] = h->owner;
+  lens[argc++] = h->ownerlen;
+  argv[argc] = ttl;
+  lens[argc++] = hilock__i64(ttl, h->ttl_ms);
+  return argc;
+}
+
 /* Renew holds[0..n) on the watchdog connection; results into res. */
 static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
                         int *res) {
@@ -45,18 +70,12 @@ static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
       hilock__connect(c, &e, hilock__now_ms() + 1000, &w->conn) != HILOCK_OK)
     return;
   for (i = 0; i < n; i++) {
-    hilock__hold *h = holds[i];
+    const char *argv[7];
+    size_t lens[7];
     char ttl[24];
-    const char *argv[5] = {"EVALSHA", h->renew_script->sha, "1", h->rkey,
-                           h->owner};
-    size_t lens[5] = {7, 40, 1, h->rkeylen, h->ownerlen};
-    const char *argv6[6];
-    size_t lens6[6];
-    memcpy(argv6, argv, sizeof(argv));
-    memcpy(lens6, lens, sizeof(lens));
-    argv6[5] = ttl;
-    lens6[5] = hilock__i64(ttl, h->ttl_ms);
-    if (redisAppendCommandArgv(w->conn->ctx, 6, argv6, lens6) != REDIS_OK)
+    int argc = renew_args(holds[i], "EVALSHA", holds[i]->renew_script->sha,
+                          40, ttl, argv, lens);
+    if (redisAppendCommandArgv(w->conn->ctx, argc, argv, lens) != REDIS_OK)
       goto broken;
   }
   for (got = 0; got < n; got++) {
@@ -74,13 +93,12 @@ static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
   }
   for (i = 0; i < n; i++) {
     if (res[i] != -1) continue;
-    hilock__hold *h = holds[i];
+    const char *argv[7];
+    size_t lens[7];
     char ttl[24];
-    const char *argv[6] = {"EVAL", h->renew_script->src, "1", h->rkey,
-                           h->owner, ttl};
-    size_t lens[6] = {4, h->renew_script->len, 1, h->rkeylen, h->ownerlen,
-                      hilock__i64(ttl, h->ttl_ms)};
-    redisReply *r = redisCommandArgv(w->conn->ctx, 6, argv, lens);
+    int argc = renew_args(holds[i], "EVAL", holds[i]->renew_script->src,
+                          holds[i]->renew_script->len, ttl, argv, lens);
+    redisReply *r = redisCommandArgv(w->conn->ctx, argc, argv, lens);
     res[i] = FAILED;
     if (r == NULL) goto broken;
     if (r->type == REDIS_REPLY_INTEGER)

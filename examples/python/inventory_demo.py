@@ -31,6 +31,8 @@ def seller(url, kind, start, results):
         guard = client.lease("demo:inventory", ttl=10.0)
     elif kind == "rlock":
         guard = client.rlock("demo:inventory", ttl=10.0)
+    elif kind == "rwlock":  # a sale writes: the exclusive side
+        guard = client.rwlock("demo:inventory", ttl=10.0).write()
     else:
         guard = contextlib.nullcontext()
     start.wait()
@@ -75,7 +77,7 @@ def main():
         print(f"| {'guard':<12} | {'sold':>5} | {'oversold':>8} | {'stock left':>10} | {'seconds':>7} |")
         print(f"|{'-' * 14}|{'-' * 7}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
         ok = True
-        for kind in ("none", "lock", "simple_lock", "lease", "rlock"):
+        for kind in ("none", "lock", "simple_lock", "lease", "rlock", "rwlock"):
             sold, left, secs = run(url, kind, args.workers, args.stock)
             over = max(0, sold - args.stock)
             print(f"| {kind:<12} | {sold:>5} | {over:>8} | {left:>10} | {secs:>7.2f} |")

@@ -19,8 +19,10 @@ from ._fair import FairLock
 from ._lock import Lock
 from ._rlock import RLock
 from ._semaphore import Semaphore
+from ._rwlock import ReadLock, RWLock, WriteLock
 from ._util import Name
-from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
+from .errors import (AuthenticationError, ConnectionError, DeadlockError, ForkedLockError,
+                     InvalidArgument,
                      LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
                      RedisError, UnsupportedError, WrongTypeError)
 
@@ -30,6 +32,7 @@ __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
     "Semaphore", "semaphore",
     "FairLock", "fair_lock",
+    "RWLock", "ReadLock", "WriteLock", "rwlock", "DeadlockError",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -67,3 +70,7 @@ def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
               **kw: Any) -> FairLock:
     """A fair (FIFO) lock on the default client."""
     return default_client().fair_lock(name, ttl=ttl, timeout=timeout, **kw)
+
+def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RWLock:
+    """A read-write lock on the default client."""
+    return default_client().rwlock(name, ttl=ttl, timeout=timeout, **kw)

@@ -12,6 +12,7 @@ from ._fair import FairLock
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._rlock import RLock
 from ._semaphore import Semaphore
+from ._rwlock import RWLock
 from ._util import Name, seconds_to_ms
 from .errors import ConnectionError, InvalidArgument
 
@@ -137,6 +138,15 @@ class Client:
         heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
         at 5 s). Other arguments as for :meth:`lock`."""
         return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               on_lost: Optional[LostCallback] = None) -> RWLock:
+        """A read-write lock: ``.read()`` and ``.write()`` give its shared and
+        exclusive sides, reentrant per thread, with writer preference.
+        ``ttl`` applies to every read and write hold; ``timeout``,
+        ``auto_renew``, ``max_hold`` and ``on_lost`` (called with the side
+        that lost its hold) apply to both sides, as for :meth:`lock`."""
+        return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
 
 _default_lock = threading.Lock()

@@ -68,8 +68,11 @@ def register(lock: Any) -> int:
 
 
 def unregister(lock_id: int) -> None:
-    with _mu:
-        _locks.pop(lock_id, None)
+    # No lock here: this runs from __del__, which the garbage collector may
+    # call inside register() (while it holds _mu) or on the reader thread
+    # as it starts (while register() holds _mu waiting for it). dict.pop is
+    # atomic under the GIL.
+    _locks.pop(lock_id, None)
 
 
 def _after_fork_in_child() -> None:

@@ -9,7 +9,7 @@ from . import _hilock as _h
 __all__ = [
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
-    "NoPermissionError", "UnsupportedError", "error_for",
+    "NoPermissionError", "UnsupportedError", "DeadlockError", "error_for",
 ]
 
 
@@ -72,6 +72,12 @@ class UnsupportedError(LockError):
     """The operation is not supported by this lock type or build."""
 
 
+class DeadlockError(LockError, RuntimeError):
+    """The request could only deadlock, so it was refused at once: a thread
+    holding a read lock asked for the write lock of the same read-write lock
+    (release the read lock first). Nothing was changed in Redis."""
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -87,6 +93,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ENOTOWNED: LockNotOwnedError,
     _h.HILOCK_ENOTSUP: UnsupportedError,
     _h.HILOCK_EFORKED: ForkedLockError,
+    _h.HILOCK_EDEADLK: DeadlockError,
 }
 
 

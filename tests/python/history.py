@@ -249,3 +249,40 @@ class ValidityTracker:
         was ever valid)."""
         end = start if self.until is None else min(release, self.until)
         return Interval(os.getpid() if pid is None else pid, start, max(start, end), fence)
+
+def check_rw_exclusion(reads: Iterable[Interval], writes: Iterable[Interval],
+                       max_report: int = 10) -> int:
+    """Raise OverlapError if a write window overlaps any other window (read
+    or write); read windows may overlap each other.
+
+    Returns the number of overlapping pairs of read windows, so a caller can
+    also prove that readers really shared the lock.
+    """
+    rs = sorted(reads, key=lambda iv: (iv.start, iv.end))
+    ws = sorted(writes, key=lambda iv: (iv.start, iv.end))
+    for iv in rs + ws:
+        if iv.end < iv.start:
+            raise ValueError(f"interval ends before it starts: {iv}")
+    if not rs and not ws:
+        return 0
+    t0 = min(iv.start for iv in rs + ws)
+    pairs: List[Tuple[Interval, Interval]] = []
+    lines: List[str] = []
+    for i, w in enumerate(ws):
+        others = [(iv, "read") for iv in rs] + [(iv, "write") for iv in ws[i + 1:]]
+        for iv, kind in others:
+            if iv.start < w.end and w.start < iv.end:
+                pairs.append((w, iv))
+                if len(lines) < max_report:
+                    lines.append(f"  write {_fmt(w, t0)}  overlaps  {kind} {_fmt(iv, t0)}")
+    if pairs:
+        raise OverlapError(f"{len(pairs)} write window(s) overlapped other windows "
+                           f"(times relative to the first acquire):\n" + "\n".join(lines),
+                           pairs)
+    shared = 0
+    for i, a in enumerate(rs):
+        for b in rs[i + 1:]:
+            if b.start >= a.end:
+                break
+            shared += 1
+    return shared

@@ -1,0 +1,60 @@
+-- Grant or re-enter a read hold of a read-write lock.
+-- KEYS[1] readers zset {owner -> expiry in ms of server time}, KEYS[2] read
+-- hold counts {owner -> count}, KEYS[3] writer hash, KEYS[4] waiting
+-- writers zset {owner -> intent expiry}, KEYS[5] waiting readers zset
+-- {owner -> expiry}, KEYS[6] admitted readers zset {owner -> expiry}: the
+-- readers a write release let in ahead of the waiting writers.
+-- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms, ARGV[3] '1' if
+-- the caller will wait (a refusal then records or refreshes it as a
+-- waiting reader, admitted at the next write release).
+-- Returns {1, hold count} when granted, {0, ms until the blocker lapses}
+-- when a writer holds it or waits (and this reader was not admitted).
+-- @once: a resend would count twice, so a broken connection is reported.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 1, #dead do
+  redis.call('HDEL', KEYS[2], dead[i])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 4, 6 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+end
+local me = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local function refused(ms)
+  if ARGV[3] == '1' then
+    redis.call('ZADD', KEYS[5], now + ttl, me)
+    local w = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', KEYS[5], tonumber(w[2]) - now)
+  end
+  return {0, ms}
+end
+local writer = redis.call('EXISTS', KEYS[3]) == 1
+if writer and redis.call('HEXISTS', KEYS[3], me) == 0 then
+  return refused(redis.call('PTTL', KEYS[3]))
+end
+local cur = redis.call('ZSCORE', KEYS[1], me)
+-- A new reader queues behind a waiting writer unless a write release
+-- admitted it; a re-entry or the writer's own read (a downgrade) does not
+-- queue, or it would wait for itself.
+if not cur and not writer and not redis.call('ZSCORE', KEYS[6], me) then
+  local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  if #w > 0 then
+    return refused(tonumber(w[2]) - now)
+  end
+end
+local n = redis.call('HINCRBY', KEYS[2], me, 1)
+local exp = now + ttl
+if cur and tonumber(cur) > exp then
+  exp = tonumber(cur)
+end
+redis.call('ZADD', KEYS[1], exp, me)
+-- Both keys live as long as the longest read hold.
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local keep = tonumber(last[2]) - now
+redis.call('PEXPIRE', KEYS[1], keep)
+redis.call('PEXPIRE', KEYS[2], keep)
+redis.call('ZREM', KEYS[5], me)
+redis.call('ZREM', KEYS[6], me)
+return {1, n}

@@ -1,0 +1,37 @@
+-- Leave a read hold once; the last reader out wakes a waiting writer.
+-- KEYS[1] readers zset, KEYS[2] read hold counts, KEYS[3] writer hash,
+-- KEYS[4] waiting writers zset, KEYS[5] admitted readers zset, KEYS[6] the
+-- writers' wake list. ARGV[1] owner.
+-- Returns the remaining hold count (0: released), or -1 if this owner holds
+-- no read (never did, or it expired); nothing changes then.
+-- @once: a resend would count twice, so a broken connection is reported.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 1, #dead do
+  redis.call('HDEL', KEYS[2], dead[i])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+local me = ARGV[1]
+if not redis.call('ZSCORE', KEYS[1], me) then
+  return -1
+end
+local n = redis.call('HINCRBY', KEYS[2], me, -1)
+if n > 0 then
+  return n
+end
+redis.call('ZREM', KEYS[1], me)
+redis.call('HDEL', KEYS[2], me)
+-- The writer goes once every reader is out, including admitted readers
+-- still on their way in.
+if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[5]) == 0
+    and redis.call('EXISTS', KEYS[3]) == 0
+    and redis.call('ZCARD', KEYS[4]) > 0 then
+  if redis.call('LLEN', KEYS[6]) == 0 then
+    redis.call('RPUSH', KEYS[6], '1')
+  end
+  redis.call('PEXPIRE', KEYS[6], 5000)
+end
+return 0

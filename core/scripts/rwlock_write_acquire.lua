@@ -1,0 +1,60 @@
+-- Grant or re-enter the write hold of a read-write lock, with a fencing
+-- token.
+-- KEYS[1] writer hash {owner -> count, 'fence' -> fence of the grant},
+-- KEYS[2] readers zset, KEYS[3] read hold counts, KEYS[4] waiting writers
+-- zset {owner -> intent expiry in ms of server time}, KEYS[5] admitted
+-- readers zset, KEYS[6] fence counter.
+-- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms, ARGV[3] '1' if
+-- the caller will wait (a refusal then records or refreshes its intent,
+-- which holds new readers back until it expires one ttl later).
+-- Returns {1, fence, count} when granted, {0, ms until the blocker lapses}
+-- when held (or admitted readers are on their way in), {-1, 0} if the
+-- owner holds a read (an upgrade would deadlock).
+-- @once: a resend would count twice, so a broken connection is reported.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for i = 1, #dead do
+  redis.call('HDEL', KEYS[3], dead[i])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+local me = ARGV[1]
+local ttl = tonumber(ARGV[2])
+if redis.call('HEXISTS', KEYS[1], me) == 1 then
+  -- Re-entry: count up; the fence is the grant's own.
+  local n = redis.call('HINCRBY', KEYS[1], me, 1)
+  if redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'fence') or '0'), n}
+end
+if redis.call('ZSCORE', KEYS[2], me) then
+  return {-1, 0}
+end
+local wait
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  wait = redis.call('PTTL', KEYS[1])
+else
+  for _, k in ipairs({KEYS[2], KEYS[5]}) do
+    local r = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
+    if #r > 0 and (not wait or tonumber(r[2]) - now > wait) then
+      wait = tonumber(r[2]) - now
+    end
+  end
+end
+if wait then
+  if ARGV[3] == '1' then
+    redis.call('ZADD', KEYS[4], now + ttl, me)
+    local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', KEYS[4], tonumber(w[2]) - now)
+  end
+  return {0, wait}
+end
+-- INCR first: if the counter key is damaged, fail before writing the lock.
+local fence = redis.call('INCR', KEYS[6])
+redis.call('HSET', KEYS[1], me, 1, 'fence', fence)
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('ZREM', KEYS[4], me)
+return {1, fence, 1}

@@ -1,0 +1,52 @@
+-- Leave the write hold once. The last leave deletes it, then: readers that
+-- waited are admitted as one batch ahead of the waiting writers (each gets
+-- a wake-up), so writers cannot starve readers; with no reader waiting,
+-- the next writer is woken (unless a reader, e.g. the releaser after a
+-- downgrade, still holds).
+-- KEYS[1] writer hash, KEYS[2] readers zset, KEYS[3] read hold counts,
+-- KEYS[4] waiting writers zset, KEYS[5] waiting readers zset, KEYS[6]
+-- admitted readers zset, KEYS[7] readers' wake list, KEYS[8] writers' wake
+-- list. ARGV[1] owner.
+-- Returns the remaining hold count (0: released), or -1 if this owner does
+-- not hold it (nothing changes).
+-- @once: a resend would count twice, so a broken connection is reported.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  return -1
+end
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if n > 0 then
+  return n
+end
+redis.call('DEL', KEYS[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for i = 1, #dead do
+  redis.call('HDEL', KEYS[3], dead[i])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+for i = 4, 6 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+end
+local function wake(list, count)
+  for i = redis.call('LLEN', list) + 1, count do
+    redis.call('RPUSH', list, '1')
+  end
+  redis.call('PEXPIRE', list, 5000)
+end
+local writers = redis.call('ZCARD', KEYS[4]) > 0
+if redis.call('ZCARD', KEYS[5]) > 0 then
+  redis.call('ZUNIONSTORE', KEYS[6], 2, KEYS[6], KEYS[5], 'AGGREGATE', 'MAX')
+  redis.call('DEL', KEYS[5])
+  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', KEYS[6], tonumber(last[2]) - now)
+  wake(KEYS[7], redis.call('ZCARD', KEYS[6]))
+  -- A waiting writer learns that it now waits for the admitted readers
+  -- (bounded by their expiry, should one of them never come).
+  if writers then
+    wake(KEYS[8], 1)
+  end
+elseif writers and redis.call('ZCARD', KEYS[2]) == 0 then
+  wake(KEYS[8], 1)
+end
+return 0

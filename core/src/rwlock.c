@@ -1,0 +1,760 @@
+/* The read-write lock: per-reader expiry in a sorted set on server time,
+ * reentrant reads and writes per thread, writer preference through
+ * expiring intents with waiting readers admitted as a batch at each write
+ * release, downgrade, and an upgrade refused with HILOCK_EDEADLK.
+ * Mostly core/scripts/rwlock_*.lua; waiting, renewal and grant state come
+ * from the shared layer (wait.c, renewal.c, hold.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+/* One thread's read hold taken through a handle. Created by the thread's
+ * first read grant, freed by its last release; only that thread unlinks
+ * it. */
+typedef struct rw_reader {
+  hilock__hold h; /* owner: client id:thread id */
+  long tid;
+  int64_t count; /* the owner's hold count as of the last reply */
+  struct rw_reader *next;
+} rw_reader;
+
+struct hilock_rwlock {
+  hilock__hold w;     /* the write grant (one owner at a time) */
+  int64_t wcount;     /* its owner's hold count as of the last reply */
+  hilock__err err;    /* the handle's last error */
+  pthread_mutex_t mu; /* guards w, wcount, err, readers, read settings */
+  rw_reader *readers;
+  /* Renewal settings for read holds, copied into each new one. */
+  int r_auto_renew;
+  int64_t r_max_hold_ms;
+  hilock_lost_fn r_lost_fn;
+  void *r_lost_arg;
+  int64_t ttl_ms;
+  /* Keys: writer hash, readers zset, read counts, waiting writers
+   * (intents), waiting readers, admitted readers, fence, readers' wake
+   * list, writers' wake list. */
+  char *wkey, *rkey, *ckey, *ikey, *qkey, *akey, *fkey, *rwake, *wwake;
+  size_t wkeylen, rkeylen, ckeylen, ikeylen, qkeylen, akeylen, fkeylen,
+      rwakelen, wwakelen;
+};
+
+#define OWNER_MAX (sizeof(((hilock__hold *)0)->owner))
+
+static long this_tid(void) { return (long)syscall(SYS_gettid); }
+
+/* This thread's owner id: client id, ':', kernel thread id. */
+static size_t owner_of(const hilock_rwlock *rw, char *buf) {
+  return (size_t)snprintf(buf, OWNER_MAX, "%s:%ld", rw->w.client->id,
+                          this_tid());
+}
+
+static int keep_err(hilock_rwlock *rw, const hilock__err *e) {
+  pthread_mutex_lock(&rw->mu);
+  rw->err = *e;
+  pthread_mutex_unlock(&rw->mu);
+  return e->code;
+}
+
+static int set_err(hilock_rwlock *rw, int code, const char *msg) {
+  pthread_mutex_lock(&rw->mu);
+  hilock__set_err(&rw->err, code, "%s", msg);
+  pthread_mutex_unlock(&rw->mu);
+  return code;
+}
+
+/* The calling thread's read hold in this process; call with mu held. */
+static rw_reader *find_reader(hilock_rwlock *rw) {
+  long tid = this_tid();
+  pid_t pid = getpid();
+  for (rw_reader *r = rw->readers; r != NULL; r = r->next)
+    if (r->tid == tid && r->h.pid == pid) return r;
+  return NULL;
+}
+
+/* A read hold granted in another process (we are a forked child); call
+ * with mu held. */
+static rw_reader *parents_reader(hilock_rwlock *rw) {
+  pid_t pid = getpid();
+  for (rw_reader *r = rw->readers; r != NULL; r = r->next)
+    if (r->h.held && r->h.pid != pid) return r;
+  return NULL;
+}
+
+/* Unlink and free the calling thread's read hold (mu not held). */
+static void remove_reader(hilock_rwlock *rw, rw_reader *rec) {
+  pthread_mutex_lock(&rw->mu);
+  for (rw_reader **p = &rw->readers; *p != NULL; p = &(*p)->next) {
+    if (*p == rec) {
+      *p = rec->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&rw->mu);
+  hilock__hold_drop(&rec->h); /* waits for an in-flight renewal */
+  hilock__hold_destroy(&rec->h);
+  free(rec);
+}
+
+static void free_keys(hilock_rwlock *rw) {
+  free(rw->wkey);
+  free(rw->rkey);
+  free(rw->ckey);
+  free(rw->ikey);
+  free(rw->qkey);
+  free(rw->akey);
+  free(rw->fkey);
+  free(rw->rwake);
+  free(rw->wwake);
+}
+
+int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
+                      int64_t ttl_ms, hilock_rwlock **out) {
+  hilock__err tmp;
+  hilock_rwlock *rw;
+  int rc;
+
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  if (client == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_name(&tmp, name, namelen);
+  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc != HILOCK_OK) {
+    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    return rc;
+  }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  rw = calloc(1, sizeof(*rw));
+  if (rw == NULL) return HILOCK_ENOMEM;
+  rw->wkey = hilock__key(name, namelen, "rw:writer", &rw->wkeylen);
+  rw->rkey = hilock__key(name, namelen, "rw:readers", &rw->rkeylen);
+  rw->ckey = hilock__key(name, namelen, "rw:counts", &rw->ckeylen);
+  rw->ikey = hilock__key(name, namelen, "rw:intents", &rw->ikeylen);
+  rw->qkey = hilock__key(name, namelen, "rw:waiting", &rw->qkeylen);
+  rw->akey = hilock__key(name, namelen, "rw:admitted", &rw->akeylen);
+  rw->fkey = hilock__key(name, namelen, "fence", &rw->fkeylen);
+  rw->rwake = hilock__key(name, namelen, "rw:rwake", &rw->rwakelen);
+  rw->wwake = hilock__key(name, namelen, "rw:wwake", &rw->wwakelen);
+  if (rw->wkey == NULL || rw->rkey == NULL || rw->ckey == NULL ||
+      rw->ikey == NULL || rw->qkey == NULL || rw->akey == NULL ||
+      rw->fkey == NULL || rw->rwake == NULL ||
+      rw->wwake == NULL || pthread_mutex_init(&rw->mu, NULL) != 0) {
+    free_keys(rw);
+    free(rw);
+    return HILOCK_ENOMEM;
+  }
+  rw->ttl_ms = ttl_ms;
+  /* The write renewal is the reentrant lock's: HEXISTS owner, PEXPIRE. */
+  hilock__hold_init(&rw->w, client, rw->wkey, rw->wkeylen,
+                    &hilock__script_rlock_renew, ttl_ms);
+  *out = rw;
+  return HILOCK_OK;
+}
+
+void hilock_rwlock_free(hilock_rwlock *rw) {
+  rw_reader *r;
+  if (rw == NULL) return;
+  r = rw->readers;
+  rw->readers = NULL;
+  while (r != NULL) {
+    rw_reader *next = r->next;
+    hilock__hold_destroy(&r->h);
+    free(r);
+    r = next;
+  }
+  hilock__hold_destroy(&rw->w);
+  pthread_mutex_destroy(&rw->mu);
+  free_keys(rw);
+  free(rw);
+}
+
+/* ## Acquiring --------------------------------------------------------- */
+
+typedef struct attempt_ctx {
+  hilock_rwlock *rw;
+  char owner[OWNER_MAX];
+  size_t ownerlen;
+  int wait;   /* the caller will wait: a refusal records it as waiting */
+  int intent; /* an attempt recorded it as a waiting reader or writer */
+  hilock__err e;
+} attempt_ctx;
+
+static void ctx_init(attempt_ctx *a, hilock_rwlock *rw, int wait) {
+  memset(a, 0, sizeof(*a));
+  a->rw = rw;
+  a->ownerlen = owner_of(rw, a->owner);
+  a->wait = wait;
+  hilock__clear_err(&a->e);
+}
+
+static int reply_ints(const redisReply *r, size_t n) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < n) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
+  return 1;
+}
+
+/* Record the calling thread's read grant (count: its hold count now). */
+static int read_granted(attempt_ctx *a, int64_t start_us, int64_t count) {
+  hilock_rwlock *rw = a->rw;
+  rw_reader *rec;
+  int rc = HILOCK_OK;
+
+  pthread_mutex_lock(&rw->mu);
+  rec = find_reader(rw);
+  if (rec == NULL) {
+    rec = calloc(1, sizeof(*rec));
+    if (rec == NULL) {
+      pthread_mutex_unlock(&rw->mu);
+      return hilock__set_err(&a->e, HILOCK_ENOMEM,
+                             "out of memory recording a read grant");
+    }
+    hilock__hold_init(&rec->h, rw->w.client, rw->rkey, rw->rkeylen,
+                      &hilock__script_rwlock_read_renew, rw->ttl_ms);
+    rec->h.rkey2 = rw->ckey;
+    rec->h.rkey2len = rw->ckeylen;
+    rec->tid = this_tid();
+    rec->next = rw->readers;
+    rw->readers = rec;
+  }
+  rec->h.auto_renew = rw->r_auto_renew;
+  rec->h.max_hold_ms = rw->r_max_hold_ms;
+  rec->h.lost_fn = rw->r_lost_fn;
+  rec->h.lost_arg = rw->r_lost_arg;
+  rec->count = count;
+  if (rec->h.held && count > 1 && !hilock__hold_is_lost(&rec->h)) {
+    /* Re-entry: the expiry moved to ttl after this grant. */
+    hilock__hold_extended(&rec->h, start_us, rw->ttl_ms);
+  } else {
+    memcpy(rec->h.owner, a->owner, a->ownerlen + 1);
+    rec->h.ownerlen = a->ownerlen;
+    rc = hilock__hold_granted(&rec->h, start_us, 0);
+    if (rc != HILOCK_OK) a->e = rec->h.err;
+  }
+  pthread_mutex_unlock(&rw->mu);
+  return rc;
+}
+
+/* A refusal recorded the caller as waiting, expiring one ttl later on
+ * server time: come back well before that, even if the blocker holds
+ * longer. */
+static void waiting(attempt_ctx *a, int64_t *pttl) {
+  int64_t refresh = a->rw->ttl_ms / 3 > 0 ? a->rw->ttl_ms / 3 : 1;
+  a->intent = 1;
+  if (*pttl < 0 || *pttl > refresh) *pttl = refresh;
+}
+
+static int read_attempt(void *arg, int64_t *pttl) {
+  attempt_ctx *a = arg;
+  hilock_rwlock *rw = a->rw;
+  const char *keys[6] = {rw->rkey, rw->ckey, rw->wkey,
+                         rw->ikey, rw->qkey, rw->akey};
+  size_t keylens[6] = {rw->rkeylen, rw->ckeylen, rw->wkeylen,
+                       rw->ikeylen, rw->qkeylen, rw->akeylen};
+  char ttl[24];
+  const char *args[3] = {a->owner, ttl, a->wait ? "1" : "0"};
+  size_t arglens[3] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1};
+  int64_t start = hilock__now_us();
+  redisReply *r = NULL;
+  int rc;
+
+  rc = hilock__script_run(rw->w.client, &a->e,
+                          &hilock__script_rwlock_read_acquire, 6, keys,
+                          keylens, 3, args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!reply_ints(r, 2) || r->element[0]->integer < 0 ||
+      r->element[0]->integer > 1) {
+    /* Fail closed: an unreadable reply is never a grant. */
+    rc = hilock__set_err(&a->e, HILOCK_EPROTO,
+                         "unexpected reply to the rwlock read script");
+  } else if (r->element[0]->integer == 1) {
+    rc = read_granted(a, start, r->element[1]->integer);
+  } else {
+    *pttl = r->element[1]->integer;
+    if (a->wait) waiting(a, pttl);
+    rc = HILOCK_BUSY;
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* A reader that stops waiting leaves the waiting and admitted readers
+ * (best effort: a failure leaves them to expire one ttl after its last
+ * attempt). */
+static void read_withdraw(attempt_ctx *a) {
+  hilock_rwlock *rw = a->rw;
+  const char *keys[6] = {rw->qkey, rw->akey, rw->rkey,
+                         rw->wkey, rw->ikey, rw->wwake};
+  size_t keylens[6] = {rw->qkeylen, rw->akeylen, rw->rkeylen,
+                       rw->wkeylen, rw->ikeylen, rw->wwakelen};
+  const char *args[1] = {a->owner};
+  size_t arglens[1] = {a->ownerlen};
+  hilock__err e;
+  redisReply *r = NULL;
+  hilock__clear_err(&e);
+  if (hilock__script_run(rw->w.client, &e,
+                         &hilock__script_rwlock_read_withdraw, 6, keys,
+                         keylens, 1, args, arglens, &r) == HILOCK_OK)
+    freeReplyObject(r);
+}
+
+static int read_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
+  attempt_ctx a;
+  int64_t pttl;
+  int rc;
+  ctx_init(&a, rw, !once && wait_ms != 0);
+  if (once)
+    rc = read_attempt(&a, &pttl);
+  else
+    rc = hilock__acquire_loop(rw->w.client, &a.e, rw->rwake, rw->rwakelen,
+                              wait_ms, read_attempt, &a);
+  if (rc != HILOCK_OK && a.intent) read_withdraw(&a);
+  if (rc < 0) keep_err(rw, &a.e);
+  return rc;
+}
+
+int hilock_rwlock_read_try_acquire(hilock_rwlock *rw) {
+  if (rw == NULL) return HILOCK_EINVAL;
+  return read_acquire(rw, 0, 1);
+}
+
+int hilock_rwlock_read_acquire(hilock_rwlock *rw, int64_t wait_ms) {
+  if (rw == NULL) return HILOCK_EINVAL;
+  return read_acquire(rw, wait_ms, 0);
+}
+
+/* Record the calling thread's write grant. */
+static int write_granted(attempt_ctx *a, int64_t start_us, uint64_t fence,
+                         int64_t count) {
+  hilock_rwlock *rw = a->rw;
+  hilock__hold *w = &rw->w;
+  int rc = HILOCK_OK, same, stale;
+
+  pthread_mutex_lock(&rw->mu);
+  same = w->held && w->ownerlen == a->ownerlen &&
+         memcmp(w->owner, a->owner, a->ownerlen) == 0;
+  stale = w->held && !same;
+  pthread_mutex_unlock(&rw->mu);
+  /* A stale grant of another owner (it lapsed unreleased) may still be
+   * registered: stop its renewal before its owner id is overwritten. */
+  if (stale) hilock__renewal_cancel(w);
+  pthread_mutex_lock(&rw->mu);
+  rw->wcount = count;
+  if (same && count > 1 && !hilock__hold_is_lost(w)) {
+    hilock__hold_extended(w, start_us, rw->ttl_ms);
+  } else {
+    memcpy(w->owner, a->owner, a->ownerlen + 1);
+    w->ownerlen = a->ownerlen;
+    rc = hilock__hold_granted(w, start_us, fence);
+    if (rc != HILOCK_OK) a->e = w->err;
+  }
+  pthread_mutex_unlock(&rw->mu);
+  return rc;
+}
+
+static int write_attempt(void *arg, int64_t *pttl) {
+  attempt_ctx *a = arg;
+  hilock_rwlock *rw = a->rw;
+  const char *keys[6] = {rw->wkey, rw->rkey, rw->ckey,
+                         rw->ikey, rw->akey, rw->fkey};
+  size_t keylens[6] = {rw->wkeylen, rw->rkeylen, rw->ckeylen,
+                       rw->ikeylen, rw->akeylen, rw->fkeylen};
+  char ttl[24];
+  const char *args[3] = {a->owner, ttl, a->wait ? "1" : "0"};
+  size_t arglens[3] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1};
+  int64_t start = hilock__now_us();
+  redisReply *r = NULL;
+  int rc;
+
+  rc = hilock__script_run(rw->w.client, &a->e,
+                          &hilock__script_rwlock_write_acquire, 6, keys,
+                          keylens, 3, args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!reply_ints(r, 2) || (r->element[0]->integer == 1 && !reply_ints(r, 3))) {
+    rc = hilock__set_err(&a->e, HILOCK_EPROTO,
+                         "unexpected reply to the rwlock write script");
+  } else if (r->element[0]->integer == 1) {
+    rc = write_granted(a, start, (uint64_t)r->element[1]->integer,
+                       r->element[2]->integer);
+  } else if (r->element[0]->integer == 0) {
+    *pttl = r->element[1]->integer;
+    if (a->wait) waiting(a, pttl);
+    rc = HILOCK_BUSY;
+  } else if (r->element[0]->integer == -1) {
+    rc = hilock__set_err(&a->e, HILOCK_EDEADLK,
+                         "write: the calling thread holds a read lock on this "
+                         "rwlock; upgrading from read to write would deadlock "
+                         "(release the read lock first)");
+  } else {
+    rc = hilock__set_err(&a->e, HILOCK_EPROTO,
+                         "unexpected reply to the rwlock write script");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* A writer that stops waiting drops its intent (best effort: a failure
+ * leaves it to expire one ttl after the last attempt). */
+static void withdraw(attempt_ctx *a) {
+  hilock_rwlock *rw = a->rw;
+  const char *keys[7] = {rw->ikey, rw->wkey,  rw->rkey, rw->qkey,
+                         rw->akey, rw->rwake, rw->wwake};
+  size_t keylens[7] = {rw->ikeylen, rw->wkeylen,  rw->rkeylen, rw->qkeylen,
+                       rw->akeylen, rw->rwakelen, rw->wwakelen};
+  const char *args[1] = {a->owner};
+  size_t arglens[1] = {a->ownerlen};
+  hilock__err e;
+  redisReply *r = NULL;
+  hilock__clear_err(&e);
+  if (hilock__script_run(rw->w.client, &e,
+                         &hilock__script_rwlock_write_withdraw, 7, keys,
+                         keylens, 1, args, arglens, &r) == HILOCK_OK)
+    freeReplyObject(r);
+}
+
+static int write_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
+  attempt_ctx a;
+  int64_t pttl;
+  int rc;
+  ctx_init(&a, rw, !once && wait_ms != 0);
+  if (once)
+    rc = write_attempt(&a, &pttl);
+  else
+    rc = hilock__acquire_loop(rw->w.client, &a.e, rw->wwake, rw->wwakelen,
+                              wait_ms, write_attempt, &a);
+  if (rc != HILOCK_OK && a.intent) withdraw(&a);
+  if (rc < 0) keep_err(rw, &a.e);
+  return rc;
+}
+
+int hilock_rwlock_write_try_acquire(hilock_rwlock *rw) {
+  if (rw == NULL) return HILOCK_EINVAL;
+  return write_acquire(rw, 0, 1);
+}
+
+int hilock_rwlock_write_acquire(hilock_rwlock *rw, int64_t wait_ms) {
+  if (rw == NULL) return HILOCK_EINVAL;
+  return write_acquire(rw, wait_ms, 0);
+}
+
+/* ## Releasing --------------------------------------------------------- */
+
+int hilock_rwlock_read_release(hilock_rwlock *rw) {
+  char owner[OWNER_MAX];
+  const char *keys[6], *args[1];
+  size_t keylens[6], arglens[1];
+  hilock__err e;
+  redisReply *r = NULL;
+  rw_reader *rec;
+  int rc, last;
+
+  if (rw == NULL) return HILOCK_EINVAL;
+  arglens[0] = owner_of(rw, owner);
+  args[0] = owner;
+  pthread_mutex_lock(&rw->mu);
+  rec = find_reader(rw);
+  if (rec == NULL) {
+    rw_reader *parent = parents_reader(rw);
+    if (parent != NULL) {
+      rc = hilock__hold_check(&parent->h, "release");
+      rw->err = parent->h.err;
+      pthread_mutex_unlock(&rw->mu);
+      return rc;
+    }
+  }
+  last = rec != NULL && rec->count <= 1;
+  pthread_mutex_unlock(&rw->mu);
+  /* A last release stops renewal first, so no renewal can run after it
+   * and report the hold lost. */
+  if (last) hilock__renewal_cancel(&rec->h);
+  keys[0] = rw->rkey;
+  keylens[0] = rw->rkeylen;
+  keys[1] = rw->ckey;
+  keylens[1] = rw->ckeylen;
+  keys[2] = rw->wkey;
+  keylens[2] = rw->wkeylen;
+  keys[3] = rw->ikey;
+  keylens[3] = rw->ikeylen;
+  keys[4] = rw->akey;
+  keylens[4] = rw->akeylen;
+  keys[5] = rw->wwake;
+  keylens[5] = rw->wwakelen;
+  hilock__clear_err(&e);
+  rc = hilock__script_run(rw->w.client, &e,
+                          &hilock__script_rwlock_read_release, 6, keys,
+                          keylens, 1, args, arglens, &r);
+  if (rc == HILOCK_OK && r->type != REDIS_REPLY_INTEGER) {
+    rc = hilock__set_err(&e, HILOCK_EPROTO,
+                         "unexpected reply to the rwlock read release script");
+  }
+  if (rc != HILOCK_OK) {
+    /* Still ours as far as we know: keep renewing so the caller may retry. */
+    if (last && rec->h.auto_renew && !hilock__hold_is_lost(&rec->h))
+      hilock__renewal_register(&rec->h);
+    if (r != NULL) freeReplyObject(r);
+    return keep_err(rw, &e);
+  }
+  if (r->integer > 0) {
+    if (rec != NULL) {
+      pthread_mutex_lock(&rw->mu);
+      rec->count = r->integer;
+      pthread_mutex_unlock(&rw->mu);
+      if (last && rec->h.auto_renew && !hilock__hold_is_lost(&rec->h))
+        hilock__renewal_register(&rec->h);
+    }
+  } else {
+    if (rec != NULL) remove_reader(rw, rec);
+    if (r->integer < 0)
+      rc = set_err(rw, HILOCK_ENOTOWNED,
+                   "read release: the calling thread holds no read lock (or "
+                   "it expired); nothing changed");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_rwlock_write_release(hilock_rwlock *rw) {
+  char owner[OWNER_MAX];
+  const char *keys[8], *args[1];
+  size_t keylens[8], arglens[1];
+  hilock__err e;
+  redisReply *r = NULL;
+  int rc, mine, last;
+
+  if (rw == NULL) return HILOCK_EINVAL;
+  arglens[0] = owner_of(rw, owner);
+  args[0] = owner;
+  pthread_mutex_lock(&rw->mu);
+  if (rw->w.held && rw->w.pid != getpid()) {
+    rc = hilock__hold_check(&rw->w, "release");
+    rw->err = rw->w.err;
+    pthread_mutex_unlock(&rw->mu);
+    return rc;
+  }
+  mine = rw->w.held && rw->w.ownerlen == arglens[0] &&
+         memcmp(rw->w.owner, owner, arglens[0]) == 0;
+  last = mine && rw->wcount <= 1;
+  pthread_mutex_unlock(&rw->mu);
+  if (last) hilock__renewal_cancel(&rw->w);
+  keys[0] = rw->wkey;
+  keylens[0] = rw->wkeylen;
+  keys[1] = rw->rkey;
+  keylens[1] = rw->rkeylen;
+  keys[2] = rw->ckey;
+  keylens[2] = rw->ckeylen;
+  keys[3] = rw->ikey;
+  keylens[3] = rw->ikeylen;
+  keys[4] = rw->qkey;
+  keylens[4] = rw->qkeylen;
+  keys[5] = rw->akey;
+  keylens[5] = rw->akeylen;
+  keys[6] = rw->rwake;
+  keylens[6] = rw->rwakelen;
+  keys[7] = rw->wwake;
+  keylens[7] = rw->wwakelen;
+  hilock__clear_err(&e);
+  rc = hilock__script_run(rw->w.client, &e,
+                          &hilock__script_rwlock_write_release, 8, keys,
+                          keylens, 1, args, arglens, &r);
+  if (rc == HILOCK_OK && r->type != REDIS_REPLY_INTEGER) {
+    rc = hilock__set_err(&e, HILOCK_EPROTO,
+                         "unexpected reply to the rwlock write release script");
+  }
+  if (rc != HILOCK_OK) {
+    if (last && rw->w.auto_renew && !hilock__hold_is_lost(&rw->w))
+      hilock__renewal_register(&rw->w);
+    if (r != NULL) freeReplyObject(r);
+    return keep_err(rw, &e);
+  }
+  if (r->integer > 0) {
+    if (mine) {
+      pthread_mutex_lock(&rw->mu);
+      rw->wcount = r->integer;
+      pthread_mutex_unlock(&rw->mu);
+      if (last && rw->w.auto_renew && !hilock__hold_is_lost(&rw->w))
+        hilock__renewal_register(&rw->w);
+    }
+  } else if (r->integer == 0) {
+    if (mine) hilock__hold_drop(&rw->w); /* waits for an in-flight renewal */
+  } else {
+    if (mine) hilock__hold_lost(&rw->w);
+    rc = set_err(rw, HILOCK_ENOTOWNED,
+                 "write release: the calling thread does not hold the write "
+                 "lock (or it expired); nothing changed");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* ## Queries ------------------------------------------------------------ */
+
+/* {live readers, my read count, writer held, my write count}. */
+static int state(hilock_rwlock *rw, int64_t out[4]) {
+  char owner[OWNER_MAX];
+  const char *keys[3] = {rw->rkey, rw->ckey, rw->wkey};
+  size_t keylens[3] = {rw->rkeylen, rw->ckeylen, rw->wkeylen};
+  const char *args[1] = {owner};
+  size_t arglens[1];
+  hilock__err e;
+  redisReply *r = NULL;
+  int rc;
+
+  arglens[0] = owner_of(rw, owner);
+  hilock__clear_err(&e);
+  rc = hilock__script_run(rw->w.client, &e, &hilock__script_rwlock_state, 3,
+                          keys, keylens, 1, args, arglens, &r);
+  if (rc != HILOCK_OK) return keep_err(rw, &e);
+  if (!reply_ints(r, 4)) {
+    freeReplyObject(r);
+    return set_err(rw, HILOCK_EPROTO,
+                   "unexpected reply to the rwlock state script");
+  }
+  for (int i = 0; i < 4; i++) out[i] = r->element[i]->integer;
+  freeReplyObject(r);
+  return HILOCK_OK;
+}
+
+int hilock_rwlock_read_hold_count(hilock_rwlock *rw, int64_t *count) {
+  int64_t s[4];
+  int rc;
+  if (rw == NULL || count == NULL) return HILOCK_EINVAL;
+  *count = 0;
+  rc = state(rw, s);
+  if (rc == HILOCK_OK) *count = s[1];
+  return rc;
+}
+
+int hilock_rwlock_write_hold_count(hilock_rwlock *rw, int64_t *count) {
+  int64_t s[4];
+  int rc;
+  if (rw == NULL || count == NULL) return HILOCK_EINVAL;
+  *count = 0;
+  rc = state(rw, s);
+  if (rc == HILOCK_OK) *count = s[3];
+  return rc;
+}
+
+int hilock_rwlock_state(hilock_rwlock *rw, int64_t *readers, int *writer) {
+  int64_t s[4];
+  int rc;
+  if (rw == NULL) return HILOCK_EINVAL;
+  if (readers != NULL) *readers = 0;
+  if (writer != NULL) *writer = 0;
+  rc = state(rw, s);
+  if (rc != HILOCK_OK) return rc;
+  if (readers != NULL) *readers = s[0];
+  if (writer != NULL) *writer = s[2] != 0;
+  return HILOCK_OK;
+}
+
+/* ## Renewal and local state -------------------------------------------- */
+
+int hilock_rwlock_read_set_auto_renew(hilock_rwlock *rw, int enable,
+                                      int64_t max_hold_ms,
+                                      hilock_lost_fn on_lost, void *arg) {
+  int rc = HILOCK_OK;
+  pid_t pid = getpid();
+  if (rw == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  pthread_mutex_lock(&rw->mu);
+  rw->r_auto_renew = enable != 0;
+  rw->r_max_hold_ms = max_hold_ms;
+  rw->r_lost_fn = on_lost;
+  rw->r_lost_arg = arg;
+  for (rw_reader *r = rw->readers; r != NULL; r = r->next) {
+    if (r->h.pid != pid) continue;
+    hilock__renewal_cancel(&r->h);
+    r->h.auto_renew = enable != 0;
+    r->h.max_hold_ms = max_hold_ms;
+    r->h.lost_fn = on_lost;
+    r->h.lost_arg = arg;
+    if (enable && r->h.held && !hilock__hold_is_lost(&r->h) &&
+        hilock__renewal_register(&r->h) != HILOCK_OK) {
+      rw->err = r->h.err;
+      rc = r->h.err.code;
+    }
+  }
+  pthread_mutex_unlock(&rw->mu);
+  return rc;
+}
+
+int hilock_rwlock_write_set_auto_renew(hilock_rwlock *rw, int enable,
+                                       int64_t max_hold_ms,
+                                       hilock_lost_fn on_lost, void *arg) {
+  int rc = HILOCK_OK;
+  if (rw == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  hilock__renewal_cancel(&rw->w);
+  pthread_mutex_lock(&rw->mu);
+  rw->w.auto_renew = enable != 0;
+  rw->w.max_hold_ms = max_hold_ms;
+  rw->w.lost_fn = on_lost;
+  rw->w.lost_arg = arg;
+  if (enable && rw->w.held && rw->w.pid == getpid() &&
+      !hilock__hold_is_lost(&rw->w)) {
+    rc = hilock__renewal_register(&rw->w);
+    if (rc != HILOCK_OK) rw->err = rw->w.err;
+  }
+  pthread_mutex_unlock(&rw->mu);
+  return rc;
+}
+
+int hilock_rwlock_read_lost(hilock_rwlock *rw) {
+  rw_reader *rec;
+  int lost;
+  if (rw == NULL) return 0;
+  pthread_mutex_lock(&rw->mu);
+  rec = find_reader(rw);
+  lost = rec != NULL && rec->h.held && hilock__hold_is_lost(&rec->h);
+  pthread_mutex_unlock(&rw->mu);
+  return lost;
+}
+
+int64_t hilock_rwlock_read_validity_ms(hilock_rwlock *rw) {
+  rw_reader *rec;
+  int64_t v = 0;
+  if (rw == NULL) return 0;
+  pthread_mutex_lock(&rw->mu);
+  rec = find_reader(rw);
+  if (rec != NULL) v = hilock__hold_validity_ms(&rec->h);
+  pthread_mutex_unlock(&rw->mu);
+  return v;
+}
+
+int hilock_rwlock_write_lost(const hilock_rwlock *rw) {
+  return rw != NULL && rw->w.held && hilock__hold_is_lost(&rw->w);
+}
+
+int64_t hilock_rwlock_write_validity_ms(const hilock_rwlock *rw) {
+  if (rw == NULL || rw->w.pid != getpid()) return 0;
+  return hilock__hold_validity_ms(&rw->w);
+}
+
+uint64_t hilock_rwlock_fence(const hilock_rwlock *rw) {
+  return rw == NULL ? 0 : rw->w.fence;
+}
+
+int64_t hilock_rwlock_ttl_ms(const hilock_rwlock *rw) {
+  return rw == NULL ? 0 : rw->ttl_ms;
+}
+
+const char *hilock_rwlock_key(const hilock_rwlock *rw, int write,
+                              size_t *len) {
+  if (rw == NULL) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (len) *len = write ? rw->wkeylen : rw->rkeylen;
+  return write ? rw->wkey : rw->rkey;
+}
+
+const char *hilock_rwlock_errmsg(const hilock_rwlock *rw) {
+  return rw == NULL ? "rwlock is NULL" : rw->err.msg;
+}
+
+int hilock_rwlock_errcode(const hilock_rwlock *rw) {
+  return rw == NULL ? HILOCK_EINVAL : rw->err.code;
+}

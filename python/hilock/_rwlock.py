@@ -1,0 +1,202 @@
+"""The read-write lock."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Optional
+
+from . import _hilock as _h
+from ._base import LockBase, LostCallback
+from ._util import Name, name_bytes, seconds_to_ms
+from .errors import LockError
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+
+class _Handle:
+    """Owns the C handle shared by an RWLock's two sides; frees it when the
+    last of them is gone."""
+
+    def __init__(self, handle: Any) -> None:
+        self.h = handle
+
+    def __del__(self) -> None:
+        h, self.h = getattr(self, "h", None), None
+        if h is not None:
+            _h.hilock_rwlock_free(h)
+
+
+def _not_freed_here(handle: Any) -> None:
+    """The sides do not free the shared handle (_Handle does)."""
+
+
+class _Side(LockBase):
+    """What both sides of an RWLock share."""
+
+    _c_free = _not_freed_here
+    _c_ttl = _h.hilock_rwlock_ttl_ms
+    _c_hold_count: Any
+
+    def __init__(self, owner: _Handle, client: "Client", name: Name,
+                 timeout: Optional[float], auto_renew: bool, max_hold: Optional[float],
+                 on_lost: Optional[LostCallback]) -> None:
+        super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
+        self._owner = owner  # keeps the C handle alive as long as this side
+        self._setup(owner.h)
+
+    def _c_call_acquire(self, wait: Optional[float]) -> bool:
+        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
+        held_before = type(self)._c_validity(self._h) > 0
+        try:
+            return type(self)._c_acquire(self._h, wait_ms) == _h.HILOCK_OK
+        except LockError:
+            raise  # the C call failed closed: nothing was granted
+        except BaseException:
+            # Ctrl-C racing a first grant: never leave it held behind the
+            # caller's back. (A re-entry is granted at once, never waits.)
+            if not held_before and type(self)._c_validity(self._h) > 0:
+                try:
+                    type(self)._c_release(self._h)
+                except LockError:
+                    pass
+            raise
+
+    def release(self) -> None:
+        """Leave once. Raises LockNotOwnedError if the calling thread does
+        not hold this side (nothing changes)."""
+        type(self)._c_release(self._h)
+
+    def hold_count(self) -> int:
+        """How many times the calling thread holds this side (one round
+        trip)."""
+        return int(type(self)._c_hold_count(self._h))
+
+    def owned(self) -> bool:
+        """Whether the calling thread holds this side (one round trip)."""
+        return self.hold_count() > 0
+
+
+class ReadLock(_Side):
+    """The shared side of an :class:`RWLock` (``rw.read()``).
+
+    Any number of owners may hold it at once, unless a writer holds the lock
+    or waits for it. The owner is the calling thread; re-acquiring counts
+    up and never waits, even while a writer waits. Each owner's hold
+    expires on its own ``ttl`` after its grant or last renewal, so a
+    crashed reader frees its share within one TTL. Reads carry no fence.
+    """
+
+    _c_acquire = _h.hilock_rwlock_read_acquire
+    _c_release = _h.hilock_rwlock_read_release
+    _c_set_renew = _h.hilock_rwlock_read_set_auto_renew_py
+    _c_lost = _h.hilock_rwlock_read_lost
+    _c_validity = _h.hilock_rwlock_read_validity_ms
+    _c_hold_count = _h.py_rwlock_read_hold_count
+    _kind_name = "rwlock read side"
+
+    @staticmethod
+    def _c_fence(handle: Any) -> int:
+        return 0
+
+    @staticmethod
+    def _c_key(handle: Any) -> bytes:
+        return _h.py_rwlock_key(handle, 0)
+
+    def locked(self) -> bool:
+        """Whether any reader holds it (one round trip)."""
+        return bool(_h.py_rwlock_locked(self._h, 1))
+
+
+class WriteLock(_Side):
+    """The exclusive side of an :class:`RWLock` (``rw.write()``).
+
+    One owner, the calling thread, at a time, and no readers meanwhile.
+    Once it waits, new readers queue behind it. Re-acquiring by the owner
+    counts up; asking for it while holding the read side raises
+    :class:`hilock.DeadlockError` at once. Every grant carries ``fence``.
+    """
+
+    _c_acquire = _h.hilock_rwlock_write_acquire
+    _c_release = _h.hilock_rwlock_write_release
+    _c_set_renew = _h.hilock_rwlock_write_set_auto_renew_py
+    _c_lost = _h.hilock_rwlock_write_lost
+    _c_validity = _h.hilock_rwlock_write_validity_ms
+    _c_fence = _h.hilock_rwlock_fence
+    _c_hold_count = _h.py_rwlock_write_hold_count
+    _kind_name = "rwlock write side"
+
+    @staticmethod
+    def _c_key(handle: Any) -> bytes:
+        return _h.py_rwlock_key(handle, 1)
+
+    def locked(self) -> bool:
+        """Whether a writer holds it (one round trip)."""
+        return bool(_h.py_rwlock_locked(self._h, 2))
+
+
+class RWLock:
+    """A Redis read-write lock: many readers or one writer.
+
+    ``rw.read()`` and ``rw.write()`` return the two sides, each with the
+    ``threading.Lock`` contract (``acquire``/``release``, ``with``)::
+
+        rw = client.rwlock("catalog", ttl=30.0, timeout=5.0)
+        with rw.read():
+            ...                      # alongside other readers
+        with rw.write() as w:
+            store.save(fence=w.fence)
+
+    The owner is the calling thread, as with :class:`hilock.RLock`, and both
+    sides are reentrant. A writer holding the lock may take the read side
+    and then release the write (a downgrade, with no gap in between); a
+    reader asking for the write side gets :class:`hilock.DeadlockError`
+    (an upgrade would wait for itself). Writers are preferred: once one
+    waits, new readers queue behind it; readers that waited are admitted
+    together at the next write release, so neither side starves the other.
+
+    One object may be shared by threads; each thread is a separate owner.
+    asyncio tasks of one event loop share a thread and so count as one
+    owner.
+    """
+
+    def __init__(self, client: "Client", name: Name, ttl: float, timeout: Optional[float],
+                 auto_renew: bool = True, max_hold: Optional[float] = None,
+                 on_lost: Optional[LostCallback] = None) -> None:
+        self._name = name
+        owner = _Handle(_h.py_rwlock_new(client._handle(), name_bytes(name),
+                                         seconds_to_ms(ttl, "ttl")))
+        self._read = ReadLock(owner, client, name, timeout, auto_renew, max_hold, on_lost)
+        self._write = WriteLock(owner, client, name, timeout, auto_renew, max_hold, on_lost)
+        self._owner = owner
+
+    def read(self) -> ReadLock:
+        """The shared side (the same object on every call)."""
+        return self._read
+
+    def write(self) -> WriteLock:
+        """The exclusive side (the same object on every call)."""
+        return self._write
+
+    def locked(self) -> bool:
+        """Whether anyone holds it, in either mode (one round trip)."""
+        return bool(_h.py_rwlock_locked(self._owner.h, 0))
+
+    @property
+    def name(self) -> Name:
+        return self._name
+
+    @property
+    def ttl(self) -> float:
+        """The TTL of every read and write hold, in seconds."""
+        return _h.hilock_rwlock_ttl_ms(self._owner.h) / 1000.0
+
+    @property
+    def timeout(self) -> Optional[float]:
+        """The default wait of ``acquire()`` and ``with`` (None: no limit)."""
+        return self._read.timeout
+
+    def __reduce__(self) -> Any:
+        raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
+
+    def __repr__(self) -> str:
+        return f"<hilock.RWLock {self._name!r}>"
