@@ -36,3 +36,21 @@ LD_LIBRARY_PATH="$PWD/build/stage/lib:$PWD/build/stage/lib/x86_64-linux-gnu" bui
 echo "== Python package (pip install .) and pytest"
 hilock_install_python
 (cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider)
+
+echo "== Python module under AddressSanitizer + UBSan (handle lifetimes)"
+cmake -S . -B build/pyasan -DHILOCK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+  -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON -DHILOCK_BUILD_EXAMPLES=OFF \
+  -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
+cmake --build build/pyasan -j"$jobs"
+rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
+# pytest captures stderr, so ASan writes its reports to files; any report
+# fails the run even if the crash was caught.
+(cd build && ASAN_OPTIONS="detect_leaks=0:log_path=$PWD/pyasan/logs/asan" \
+  LD_PRELOAD="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)" \
+  PYTHONPATH="$PWD/pyasan/python" "$PY" -m pytest -q -p no:cacheprovider \
+  ../tests/python/test_api.py ../tests/python/test_errors.py ../tests/python/test_rlock.py \
+  ../tests/python/test_rwlock.py ../tests/python/test_fair.py ../tests/python/test_semaphore.py)
+if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
+  cat build/pyasan/logs/asan*
+  exit 1
+fi

@@ -5,6 +5,7 @@ import math
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import _hilock as _h
+from . import _notify
 from ._base import LockBase, LostCallback
 from ._util import Name, name_bytes, seconds_to_ms
 from .errors import LockError
@@ -43,6 +44,18 @@ class _Side(LockBase):
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._owner = owner  # keeps the C handle alive as long as this side
         self._setup(owner.h)
+
+    def __del__(self) -> None:
+        # In a reference cycle the collector runs finalizers in any order:
+        # the shared handle may already be freed (_Handle went first). Then
+        # only the loss registration is left to drop.
+        owner = getattr(self, "_owner", None)
+        if owner is None or owner.h is None:
+            self._h = None
+            if getattr(self, "_notify_id", 0):
+                _notify.unregister(self._notify_id)
+            return
+        super().__del__()
 
     def _c_call_acquire(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)

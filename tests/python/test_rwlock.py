@@ -633,3 +633,17 @@ def test_closed_client_fails_with_connection_error(redis_url, rds) -> None:
         rw.read().acquire(blocking=False)
     with pytest.raises(hilock.ConnectionError):
         c.rwlock("closed")
+
+
+def test_collecting_a_cycle_never_touches_the_freed_handle(client) -> None:
+    # The collector finalizes a cycle's objects in any order: the shared C
+    # handle may be freed before a side's finalizer runs.
+    import gc
+    gc.collect()
+    for i in range(300):
+        rw = client.rwlock(f"gc-cycle-{i % 3}", ttl=5.0)
+        rw.read().cycle = rw  # RWLock -> side -> RWLock
+        rw.write().cycle = rw
+        del rw
+        gc.collect()
+    assert not client.rwlock("gc-cycle-0").locked()
