@@ -280,6 +280,7 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void before_fork(void) {
   pthread_mutex_lock(&registry_mu);
   for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
+    pthread_mutex_lock(&c->hmu);
     pthread_mutex_lock(&c->mu);
     pthread_mutex_lock(&c->wd.mu);
   }
@@ -289,6 +290,7 @@ static void after_fork_parent(void) {
   for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
     pthread_mutex_unlock(&c->wd.mu);
     pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->hmu);
   }
   pthread_mutex_unlock(&registry_mu);
 }
@@ -305,6 +307,7 @@ static void after_fork_child(void) {
     if (hilock__token(c->id, NULL) != HILOCK_OK) c->id[0] ^= 1;
     pthread_mutex_unlock(&c->wd.mu);
     pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->hmu);
   }
   pthread_mutex_unlock(&registry_mu);
 }
@@ -391,7 +394,13 @@ int hilock_client_new(const char *url, const hilock_options *opts,
     free(c);
     return HILOCK_ENOMEM;
   }
+  if (pthread_mutex_init(&c->hmu, NULL) != 0) {
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return HILOCK_ENOMEM;
+  }
   if (watchdog_init(&c->wd) != 0) {
+    pthread_mutex_destroy(&c->hmu);
     pthread_mutex_destroy(&c->mu);
     free(c);
     return HILOCK_ENOMEM;
@@ -443,6 +452,7 @@ void hilock__client_unref(hilock_client *c) {
   registry_remove(c);
   watchdog_destroy(&c->wd);
   hilock__url_clear(&c->url);
+  pthread_mutex_destroy(&c->hmu);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }

@@ -72,6 +72,10 @@ typedef struct hilock__watchdog {
 struct hilock_client {
   hilock__err err; /* last failed client-level call */
   pthread_mutex_t mu;
+  /* Guards the state of lock handles that threads share (rlock, rwlock).
+   * Held only briefly, never across a round trip; taken before mu and
+   * wd.mu, and held across fork() like them. */
+  pthread_mutex_t hmu;
   int refs;   /* user reference + one per lock handle */
   int closed; /* hilock_client_free was called */
   pid_t pid;  /* process that owns the pooled connections */

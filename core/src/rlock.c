@@ -11,7 +11,7 @@
 
 struct hilock_rlock {
   hilock__hold h; /* the current grant (one owner at a time) */
-  pthread_mutex_t mu; /* serialises h between threads sharing the handle */
+  pthread_mutex_t *mu; /* the client's hmu: serialises h between threads sharing the handle */
   char *key, *fkey, *wkey;
   size_t keylen, fkeylen, wkeylen;
 };
@@ -30,9 +30,9 @@ static int is_mine(const hilock_rlock *rl, const char *owner, size_t len) {
 
 /* Record e as the handle's last error (threads may share the handle). */
 static int keep_err(hilock_rlock *rl, const hilock__err *e) {
-  pthread_mutex_lock(&rl->mu);
+  pthread_mutex_lock(rl->mu);
   rl->h.err = *e;
-  pthread_mutex_unlock(&rl->mu);
+  pthread_mutex_unlock(rl->mu);
   return e->code;
 }
 
@@ -58,14 +58,14 @@ int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
   rl->key = hilock__key(name, namelen, "rlock", &rl->keylen);
   rl->fkey = hilock__key(name, namelen, "fence", &rl->fkeylen);
   rl->wkey = hilock__key(name, namelen, "wake", &rl->wkeylen);
-  if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL ||
-      pthread_mutex_init(&rl->mu, NULL) != 0) {
+  if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL) {
     free(rl->key);
     free(rl->fkey);
     free(rl->wkey);
     free(rl);
     return HILOCK_ENOMEM;
   }
+  rl->mu = &client->hmu;
   hilock__hold_init(&rl->h, client, rl->key, rl->keylen,
                     &hilock__script_rlock_renew, ttl_ms);
   *out = rl;
@@ -75,7 +75,6 @@ int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
 void hilock_rlock_free(hilock_rlock *rl) {
   if (rl == NULL) return;
   hilock__hold_destroy(&rl->h);
-  pthread_mutex_destroy(&rl->mu);
   free(rl->key);
   free(rl->fkey);
   free(rl->wkey);
@@ -97,7 +96,7 @@ static int attempt(void *arg, int64_t *pttl) {
 
   rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_acquire, 2,
                           keys, keylens, 2, args, arglens, &r);
-  pthread_mutex_lock(&rl->mu);
+  pthread_mutex_lock(rl->mu);
   if (rc != HILOCK_OK) {
     rl->h.err = e;
   } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
@@ -113,7 +112,7 @@ static int attempt(void *arg, int64_t *pttl) {
     *pttl = r->element[1]->integer;
     rc = HILOCK_BUSY;
   }
-  pthread_mutex_unlock(&rl->mu);
+  pthread_mutex_unlock(rl->mu);
   if (r != NULL) freeReplyObject(r);
   return rc;
 }
@@ -146,14 +145,14 @@ int hilock_rlock_release(hilock_rlock *rl) {
 
   if (rl == NULL) return HILOCK_EINVAL;
   ownerlen = owner_of(rl, owner, sizeof(owner));
-  pthread_mutex_lock(&rl->mu);
+  pthread_mutex_lock(rl->mu);
   if (rl->h.held && rl->h.pid != getpid()) {
     rc = hilock__hold_check(&rl->h, "release");
-    pthread_mutex_unlock(&rl->mu);
+    pthread_mutex_unlock(rl->mu);
     return rc;
   }
   mine = is_mine(rl, owner, ownerlen);
-  pthread_mutex_unlock(&rl->mu);
+  pthread_mutex_unlock(rl->mu);
   /* As for exclusive locks: no renewal may run between the final release
    * and forgetting the grant (it would report a false loss). */
   if (mine) hilock__renewal_cancel(&rl->h);
@@ -167,7 +166,7 @@ int hilock_rlock_release(hilock_rlock *rl) {
   arglens[1] = hilock__i64(ttl, rl->h.ttl_ms);
   rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_release, 2,
                           keys, keylens, 2, args, arglens, &r);
-  pthread_mutex_lock(&rl->mu);
+  pthread_mutex_lock(rl->mu);
   /* Re-check under the mutex: another thread may have been granted since. */
   mine = mine && is_mine(rl, owner, ownerlen);
   if (rc != HILOCK_OK) {
@@ -188,7 +187,7 @@ int hilock_rlock_release(hilock_rlock *rl) {
   /* Still held (count > 0, or the outcome is unknown): renew again. */
   if (mine && rl->h.auto_renew && !hilock__hold_is_lost(&rl->h))
     hilock__renewal_register(&rl->h);
-  pthread_mutex_unlock(&rl->mu);
+  pthread_mutex_unlock(rl->mu);
   if (r != NULL) freeReplyObject(r);
   return rc;
 }
@@ -239,7 +238,7 @@ int hilock_rlock_set_auto_renew(hilock_rlock *rl, int enable,
   int rc = HILOCK_OK;
   if (rl == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
   hilock__renewal_cancel(&rl->h);
-  pthread_mutex_lock(&rl->mu);
+  pthread_mutex_lock(rl->mu);
   rl->h.auto_renew = enable != 0;
   rl->h.max_hold_ms = max_hold_ms;
   rl->h.lost_fn = on_lost;
@@ -247,7 +246,7 @@ int hilock_rlock_set_auto_renew(hilock_rlock *rl, int enable,
   if (enable && rl->h.held && rl->h.pid == getpid() &&
       !hilock__hold_is_lost(&rl->h))
     rc = hilock__renewal_register(&rl->h);
-  pthread_mutex_unlock(&rl->mu);
+  pthread_mutex_unlock(rl->mu);
   return rc;
 }
 

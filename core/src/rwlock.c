@@ -27,7 +27,7 @@ struct hilock_rwlock {
   hilock__hold w;     /* the write grant (one owner at a time) */
   int64_t wcount;     /* its owner's hold count as of the last reply */
   hilock__err err;    /* the handle's last error */
-  pthread_mutex_t mu; /* guards w, wcount, err, readers, read settings */
+  pthread_mutex_t *mu; /* the client's hmu: guards w, wcount, err, readers, read settings */
   rw_reader *readers;
   /* Renewal settings for read holds, copied into each new one. */
   int r_auto_renew;
@@ -54,16 +54,16 @@ static size_t owner_of(const hilock_rwlock *rw, char *buf) {
 }
 
 static int keep_err(hilock_rwlock *rw, const hilock__err *e) {
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   rw->err = *e;
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   return e->code;
 }
 
 static int set_err(hilock_rwlock *rw, int code, const char *msg) {
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   hilock__set_err(&rw->err, code, "%s", msg);
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   return code;
 }
 
@@ -87,14 +87,14 @@ static rw_reader *parents_reader(hilock_rwlock *rw) {
 
 /* Unlink and free the calling thread's read hold (mu not held). */
 static void remove_reader(hilock_rwlock *rw, rw_reader *rec) {
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   for (rw_reader **p = &rw->readers; *p != NULL; p = &(*p)->next) {
     if (*p == rec) {
       *p = rec->next;
       break;
     }
   }
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   hilock__hold_drop(&rec->h); /* waits for an in-flight renewal */
   hilock__hold_destroy(&rec->h);
   free(rec);
@@ -143,12 +143,13 @@ int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
   if (rw->wkey == NULL || rw->rkey == NULL || rw->ckey == NULL ||
       rw->ikey == NULL || rw->qkey == NULL || rw->akey == NULL ||
       rw->fkey == NULL || rw->rwake == NULL ||
-      rw->wwake == NULL || pthread_mutex_init(&rw->mu, NULL) != 0) {
+      rw->wwake == NULL) {
     free_keys(rw);
     free(rw);
     return HILOCK_ENOMEM;
   }
   rw->ttl_ms = ttl_ms;
+  rw->mu = &client->hmu;
   /* The write renewal is the reentrant lock's: HEXISTS owner, PEXPIRE. */
   hilock__hold_init(&rw->w, client, rw->wkey, rw->wkeylen,
                     &hilock__script_rlock_renew, ttl_ms);
@@ -168,7 +169,6 @@ void hilock_rwlock_free(hilock_rwlock *rw) {
     r = next;
   }
   hilock__hold_destroy(&rw->w);
-  pthread_mutex_destroy(&rw->mu);
   free_keys(rw);
   free(rw);
 }
@@ -205,12 +205,12 @@ static int read_granted(attempt_ctx *a, int64_t start_us, int64_t count) {
   rw_reader *rec;
   int rc = HILOCK_OK;
 
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   rec = find_reader(rw);
   if (rec == NULL) {
     rec = calloc(1, sizeof(*rec));
     if (rec == NULL) {
-      pthread_mutex_unlock(&rw->mu);
+      pthread_mutex_unlock(rw->mu);
       return hilock__set_err(&a->e, HILOCK_ENOMEM,
                              "out of memory recording a read grant");
     }
@@ -236,7 +236,7 @@ static int read_granted(attempt_ctx *a, int64_t start_us, int64_t count) {
     rc = hilock__hold_granted(&rec->h, start_us, 0);
     if (rc != HILOCK_OK) a->e = rec->h.err;
   }
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   return rc;
 }
 
@@ -335,15 +335,15 @@ static int write_granted(attempt_ctx *a, int64_t start_us, uint64_t fence,
   hilock__hold *w = &rw->w;
   int rc = HILOCK_OK, same, stale;
 
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   same = w->held && w->ownerlen == a->ownerlen &&
          memcmp(w->owner, a->owner, a->ownerlen) == 0;
   stale = w->held && !same;
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   /* A stale grant of another owner (it lapsed unreleased) may still be
    * registered: stop its renewal before its owner id is overwritten. */
   if (stale) hilock__renewal_cancel(w);
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   rw->wcount = count;
   if (same && count > 1 && !hilock__hold_is_lost(w)) {
     hilock__hold_extended(w, start_us, rw->ttl_ms);
@@ -353,7 +353,7 @@ static int write_granted(attempt_ctx *a, int64_t start_us, uint64_t fence,
     rc = hilock__hold_granted(w, start_us, fence);
     if (rc != HILOCK_OK) a->e = w->err;
   }
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   return rc;
 }
 
@@ -456,19 +456,19 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   if (rw == NULL) return HILOCK_EINVAL;
   arglens[0] = owner_of(rw, owner);
   args[0] = owner;
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   rec = find_reader(rw);
   if (rec == NULL) {
     rw_reader *parent = parents_reader(rw);
     if (parent != NULL) {
       rc = hilock__hold_check(&parent->h, "release");
       rw->err = parent->h.err;
-      pthread_mutex_unlock(&rw->mu);
+      pthread_mutex_unlock(rw->mu);
       return rc;
     }
   }
   last = rec != NULL && rec->count <= 1;
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   /* A last release stops renewal first, so no renewal can run after it
    * and report the hold lost. */
   if (last) hilock__renewal_cancel(&rec->h);
@@ -501,9 +501,9 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   }
   if (r->integer > 0) {
     if (rec != NULL) {
-      pthread_mutex_lock(&rw->mu);
+      pthread_mutex_lock(rw->mu);
       rec->count = r->integer;
-      pthread_mutex_unlock(&rw->mu);
+      pthread_mutex_unlock(rw->mu);
       if (last && rec->h.auto_renew && !hilock__hold_is_lost(&rec->h))
         hilock__renewal_register(&rec->h);
     }
@@ -529,17 +529,17 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
   if (rw == NULL) return HILOCK_EINVAL;
   arglens[0] = owner_of(rw, owner);
   args[0] = owner;
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   if (rw->w.held && rw->w.pid != getpid()) {
     rc = hilock__hold_check(&rw->w, "release");
     rw->err = rw->w.err;
-    pthread_mutex_unlock(&rw->mu);
+    pthread_mutex_unlock(rw->mu);
     return rc;
   }
   mine = rw->w.held && rw->w.ownerlen == arglens[0] &&
          memcmp(rw->w.owner, owner, arglens[0]) == 0;
   last = mine && rw->wcount <= 1;
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   if (last) hilock__renewal_cancel(&rw->w);
   keys[0] = rw->wkey;
   keylens[0] = rw->wkeylen;
@@ -573,9 +573,9 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
   }
   if (r->integer > 0) {
     if (mine) {
-      pthread_mutex_lock(&rw->mu);
+      pthread_mutex_lock(rw->mu);
       rw->wcount = r->integer;
-      pthread_mutex_unlock(&rw->mu);
+      pthread_mutex_unlock(rw->mu);
       if (last && rw->w.auto_renew && !hilock__hold_is_lost(&rw->w))
         hilock__renewal_register(&rw->w);
     }
@@ -660,7 +660,7 @@ int hilock_rwlock_read_set_auto_renew(hilock_rwlock *rw, int enable,
   int rc = HILOCK_OK;
   pid_t pid = getpid();
   if (rw == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   rw->r_auto_renew = enable != 0;
   rw->r_max_hold_ms = max_hold_ms;
   rw->r_lost_fn = on_lost;
@@ -678,7 +678,7 @@ int hilock_rwlock_read_set_auto_renew(hilock_rwlock *rw, int enable,
       rc = r->h.err.code;
     }
   }
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   return rc;
 }
 
@@ -688,7 +688,7 @@ int hilock_rwlock_write_set_auto_renew(hilock_rwlock *rw, int enable,
   int rc = HILOCK_OK;
   if (rw == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
   hilock__renewal_cancel(&rw->w);
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   rw->w.auto_renew = enable != 0;
   rw->w.max_hold_ms = max_hold_ms;
   rw->w.lost_fn = on_lost;
@@ -698,7 +698,7 @@ int hilock_rwlock_write_set_auto_renew(hilock_rwlock *rw, int enable,
     rc = hilock__renewal_register(&rw->w);
     if (rc != HILOCK_OK) rw->err = rw->w.err;
   }
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   return rc;
 }
 
@@ -706,10 +706,10 @@ int hilock_rwlock_read_lost(hilock_rwlock *rw) {
   rw_reader *rec;
   int lost;
   if (rw == NULL) return 0;
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   rec = find_reader(rw);
   lost = rec != NULL && rec->h.held && hilock__hold_is_lost(&rec->h);
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   return lost;
 }
 
@@ -717,10 +717,10 @@ int64_t hilock_rwlock_read_validity_ms(hilock_rwlock *rw) {
   rw_reader *rec;
   int64_t v = 0;
   if (rw == NULL) return 0;
-  pthread_mutex_lock(&rw->mu);
+  pthread_mutex_lock(rw->mu);
   rec = find_reader(rw);
   if (rec != NULL) v = hilock__hold_validity_ms(&rec->h);
-  pthread_mutex_unlock(&rw->mu);
+  pthread_mutex_unlock(rw->mu);
   return v;
 }
 

@@ -486,6 +486,72 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   hilock_lock_free(fast);
 }
 
+/* ## Fork while threads share a handle ---------------------------------------- */
+
+typedef struct rl_spinner {
+  hilock_rlock *rl;
+  atomic_int *stop;
+  int errors;
+  pthread_t thread;
+} rl_spinner;
+
+/* Each thread is an owner of the shared handle: grants, re-entries and
+ * releases keep the handle's mutex busy. */
+static void *spin_rlock(void *arg) {
+  rl_spinner *s = arg;
+  while (!atomic_load(s->stop)) {
+    int rc = hilock_rlock_try_acquire(s->rl);
+    if (rc == HILOCK_OK) {
+      if (hilock_rlock_try_acquire(s->rl) != HILOCK_OK) s->errors++;
+      if (hilock_rlock_release(s->rl) != HILOCK_OK) s->errors++;
+      if (hilock_rlock_release(s->rl) != HILOCK_OK) s->errors++;
+    } else if (rc != HILOCK_BUSY) {
+      s->errors++;
+    }
+  }
+  return NULL;
+}
+
+static int child_uses_the_shared_rlock(void *arg) {
+  hilock_rlock *rl = arg;
+  int rc = hilock_rlock_try_acquire(rl);
+  CHILD_CHECK(rc == HILOCK_OK || rc == HILOCK_BUSY);
+  if (rc == HILOCK_OK) CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
+  return 0;
+}
+
+#define NRFORKS 300
+
+static void fork_while_threads_share_an_rlock_handle(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = NULL;
+  rl_spinner s[2];
+  atomic_int stop;
+
+  assert_hl_ok(hilock_rlock_new(f->client, "shared-r", 8, 5000, &rl),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, NULL, NULL),
+               hilock_rlock_errmsg(rl));
+  atomic_init(&stop, 0);
+  for (int i = 0; i < 2; i++) {
+    s[i].rl = rl;
+    s[i].stop = &stop;
+    s[i].errors = 0;
+    assert_int_equal(pthread_create(&s[i].thread, NULL, spin_rlock, &s[i]),
+                     0);
+  }
+  /* A thread holding the handle's mutex at fork() time does not exist in
+   * the child: the fork handlers must hold that mutex across fork(). */
+  for (int i = 0; i < NRFORKS; i++)
+    assert_child_ok(hl_fork_run(child_uses_the_shared_rlock, rl), 3000);
+  atomic_store(&stop, 1);
+  for (int i = 0; i < 2; i++) {
+    pthread_join(s[i].thread, NULL);
+    assert_int_equal(s[i].errors, 0);
+  }
+  hilock_rlock_free(rl);
+}
+
 /* ## Fork during a loss callback ----------------------------------------------- */
 
 typedef struct slow_lost {
@@ -548,6 +614,7 @@ int main(void) {
       T(parent_and_child_share_the_client_without_desync),
       T(fork_while_other_threads_are_inside_client_calls),
       T(fork_during_a_loss_callback),
+      T(fork_while_threads_share_an_rlock_handle),
   };
   return cmocka_run_group_tests_name("fork", tests, hl_group_setup,
                                      hl_group_teardown);
