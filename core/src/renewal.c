@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,8 @@
 
 #define BATCH_MAX 128
 #define RETRY_US 200000 /* after a failed renewal */
+#define MIN_WAIT_US 20000 /* shortest wait for a renewal's reply */
+#define CONNECT_MAX_US 1000000 /* longest wait to reconnect */
 
 #define HOLD_OF(r) \
   ((hilock__hold *)((char *)(r) - offsetof(hilock__hold, ren)))
@@ -58,17 +61,34 @@ static int renew_args(const hilock__hold *h, const char *cmd,
   return argc;
 }
 
-/* Renew holds[0..n) on the watchdog connection; results into res. */
+/* Renew holds[0..n) on the watchdog connection; results into res. The
+ * wait for the server is bounded by until_us, the earliest end of validity
+ * in the batch (at least MIN_WAIT_US from now): a renewal that cannot
+ * answer before a hold lapses is of no use, and the loss must be reported
+ * on time even when the server hangs. */
 static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
-                        int *res) {
+                        int *res, int64_t until_us) {
   hilock__watchdog *w = &c->wd;
   hilock__err e;
   int i, got = 0;
+  int64_t now_us = hilock__now_us(), wait_us = until_us - now_us;
+  struct timeval tv;
 
+  if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
+  if (wait_us > CONNECT_MAX_US) wait_us = CONNECT_MAX_US;
   for (i = 0; i < n; i++) res[i] = FAILED;
   if (w->conn == NULL &&
-      hilock__connect(c, &e, hilock__now_ms() + 1000, &w->conn) != HILOCK_OK)
+      hilock__connect(c, &e, (now_us + wait_us) / 1000, &w->conn) !=
+          HILOCK_OK)
     return;
+  wait_us = until_us - hilock__now_us();
+  if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
+  if (c->opts.command_timeout_ms > 0 &&
+      wait_us > c->opts.command_timeout_ms * 1000)
+    wait_us = c->opts.command_timeout_ms * 1000;
+  tv.tv_sec = (time_t)(wait_us / 1000000);
+  tv.tv_usec = (suseconds_t)(wait_us % 1000000);
+  redisSetTimeout(w->conn->ctx, tv);
   for (i = 0; i < n; i++) {
     const char *argv[7];
     size_t lens[7];
@@ -138,6 +158,7 @@ static void *watchdog_main(void *arg) {
   pthread_mutex_lock(&w->mu);
   while (!w->stop) {
     int64_t now = hilock__now_us(), next = INT64_MAX, start;
+    int64_t until = INT64_MAX; /* earliest validity end in the batch */
     int n = 0, nlost = 0, i;
     hilock__renewal *r, *rn;
 
@@ -158,6 +179,7 @@ static void *watchdog_main(void *arg) {
       } else if (r->next_due_us <= now && n < BATCH_MAX) {
         r->in_batch = 1;
         batch[n++] = h;
+        if (h->valid_until_us < until) until = h->valid_until_us;
       } else if (r->next_due_us < next) {
         next = r->next_due_us;
       }
@@ -168,7 +190,7 @@ static void *watchdog_main(void *arg) {
     }
     pthread_mutex_unlock(&w->mu);
     start = hilock__now_us();
-    if (n > 0) renew_batch(c, batch, n, res);
+    if (n > 0) renew_batch(c, batch, n, res, until);
     pthread_mutex_lock(&w->mu);
     now = hilock__now_us();
     for (i = 0; i < n; i++) {
