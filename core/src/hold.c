@@ -156,14 +156,19 @@ int hilock__hold_owned(hilock__hold *h, int *owned) {
 int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
                                 int64_t max_hold_ms, hilock_lost_fn on_lost,
                                 void *arg) {
+  int rc = HILOCK_OK;
   if (max_hold_ms < 0)
     return hilock__set_err(&h->err, HILOCK_EINVAL, "max hold must be >= 0 ms");
   hilock__renewal_cancel(h);
+  /* The client's handle mutex: threads sharing a handle (rlock) may be
+   * granting or releasing at the same time. */
+  pthread_mutex_lock(&h->client->hmu);
   h->auto_renew = enable != 0;
   h->max_hold_ms = max_hold_ms;
   h->lost_fn = on_lost;
   h->lost_arg = arg;
   if (enable && h->held && h->pid == getpid() && !hilock__hold_is_lost(h))
-    return hilock__renewal_register(h);
-  return HILOCK_OK;
+    rc = hilock__renewal_register(h);
+  pthread_mutex_unlock(&h->client->hmu);
+  return rc;
 }

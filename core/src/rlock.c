@@ -235,19 +235,9 @@ int hilock_rlock_locked(hilock_rlock *rl, int *locked) {
 int hilock_rlock_set_auto_renew(hilock_rlock *rl, int enable,
                                 int64_t max_hold_ms, hilock_lost_fn on_lost,
                                 void *arg) {
-  int rc = HILOCK_OK;
-  if (rl == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  hilock__renewal_cancel(&rl->h);
-  pthread_mutex_lock(rl->mu);
-  rl->h.auto_renew = enable != 0;
-  rl->h.max_hold_ms = max_hold_ms;
-  rl->h.lost_fn = on_lost;
-  rl->h.lost_arg = arg;
-  if (enable && rl->h.held && rl->h.pid == getpid() &&
-      !hilock__hold_is_lost(&rl->h))
-    rc = hilock__renewal_register(&rl->h);
-  pthread_mutex_unlock(rl->mu);
-  return rc;
+  if (rl == NULL) return HILOCK_EINVAL;
+  return hilock__hold_set_auto_renew(&rl->h, enable, max_hold_ms, on_lost,
+                                     arg);
 }
 
 int hilock_rlock_lost(const hilock_rlock *rl) {
