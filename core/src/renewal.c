@@ -33,6 +33,48 @@ static int on_watchdog(const hilock__watchdog *w) {
   return w->running && pthread_equal(pthread_self(), w->thread);
 }
 
+#define CMD_STACK 8
+
+/* The command running h's renew script: EVALSHA (or EVAL with the source),
+ * KEYS rkey and the hold's extra keys, ARGV owner and ttl. The arrays are
+ * sargv/slens (CMD_STACK long) unless the hold has more keys, then malloc'd
+ * (the caller frees them if *argv != sargv). Returns argc, or -1. */
+static int renew_cmd(const hilock__hold *h, int eval, char nk[24],
+                     char ttl[24], const char **sargv, size_t *slens,
+                     const char ***argv, size_t **lens) {
+  int argc = 6 + h->nxkeys, i = 0;
+  const char **a = sargv;
+  size_t *l = slens;
+  if (argc > CMD_STACK) {
+    a = malloc((size_t)argc * sizeof(*a));
+    l = malloc((size_t)argc * sizeof(*l));
+    if (a == NULL || l == NULL) {
+      free(a);
+      free(l);
+      return -1;
+    }
+  }
+  a[i] = eval ? "EVAL" : "EVALSHA";
+  l[i++] = eval ? 4 : 7;
+  a[i] = eval ? h->renew_script->src : h->renew_script->sha;
+  l[i++] = eval ? h->renew_script->len : 40;
+  a[i] = nk;
+  l[i++] = hilock__i64(nk, 1 + h->nxkeys);
+  a[i] = h->rkey;
+  l[i++] = h->rkeylen;
+  for (int k = 0; k < h->nxkeys; k++, i++) {
+    a[i] = h->xkeys[k];
+    l[i] = h->xkeylens[k];
+  }
+  a[i] = h->owner;
+  l[i++] = h->ownerlen;
+  a[i] = ttl;
+  l[i++] = hilock__i64(ttl, h->ttl_ms);
+  *argv = a;
+  *lens = l;
+  return argc;
+}
+
 /* Renew holds[0..n) on the watchdog connection; results into res. */
 static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
                         int *res) {
@@ -46,18 +88,24 @@ static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
     return;
   for (i = 0; i < n; i++) {
     hilock__hold *h = holds[i];
-    char ttl[24];
-    const char *argv[5] = {"EVALSHA", h->renew_script->sha, "1", h->rkey,
-                           h->owner};
-    size_t lens[5] = {7, 40, 1, h->rkeylen, h->ownerlen};
-    const char *argv6[6];
-    size_t lens6[6];
-    memcpy(argv6, argv, sizeof(argv));
-    memcpy(lens6, lens, sizeof(lens));
-    argv6[5] = ttl;
-    lens6[5] = hilock__i64(ttl, h->ttl_ms);
-    if (redisAppendCommandArgv(w->conn->ctx, 6, argv6, lens6) != REDIS_OK)
-      goto broken;
+    char nk[24], ttl[24];
+    const char *sargv[CMD_STACK], **argv;
+    size_t slens[CMD_STACK], *lens;
+    int argc = renew_cmd(h, 0, nk, ttl, sargv, slens, &argv, &lens), ok;
+    if (argc < 0) {
+      /* Out of memory: send a PING in its place, so replies stay paired
+       * with holds; the renewal counts as failed and is retried. */
+      static const char *ping[1] = {"PING"};
+      static const size_t pinglen[1] = {4};
+      ok = redisAppendCommandArgv(w->conn->ctx, 1, ping, pinglen) == REDIS_OK;
+    } else {
+      ok = redisAppendCommandArgv(w->conn->ctx, argc, argv, lens) == REDIS_OK;
+      if (argv != sargv) {
+        free(argv);
+        free(lens);
+      }
+    }
+    if (!ok) goto broken;
   }
   for (got = 0; got < n; got++) {
     redisReply *r = NULL;
@@ -73,15 +121,22 @@ static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
     freeReplyObject(r);
   }
   for (i = 0; i < n; i++) {
+    hilock__hold *h;
+    char nk[24], ttl[24];
+    const char *sargv[CMD_STACK], **argv;
+    size_t slens[CMD_STACK], *lens;
+    redisReply *r;
+    int argc;
     if (res[i] != -1) continue;
-    hilock__hold *h = holds[i];
-    char ttl[24];
-    const char *argv[6] = {"EVAL", h->renew_script->src, "1", h->rkey,
-                           h->owner, ttl};
-    size_t lens[6] = {4, h->renew_script->len, 1, h->rkeylen, h->ownerlen,
-                      hilock__i64(ttl, h->ttl_ms)};
-    redisReply *r = redisCommandArgv(w->conn->ctx, 6, argv, lens);
+    h = holds[i];
     res[i] = FAILED;
+    argc = renew_cmd(h, 1, nk, ttl, sargv, slens, &argv, &lens);
+    if (argc < 0) continue;
+    r = redisCommandArgv(w->conn->ctx, argc, argv, lens);
+    if (argv != sargv) {
+      free(argv);
+      free(lens);
+    }
     if (r == NULL) goto broken;
     if (r->type == REDIS_REPLY_INTEGER)
       res[i] = r->integer > 0 ? RENEWED : NOT_OWNED;
