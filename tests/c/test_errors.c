@@ -20,7 +20,7 @@ static const code_row all_codes[] = {
 
 static void strerror_gives_the_map_text_for_every_code(void **state) {
   (void)state;
-  assert_int_equal(NCODES, 17);
+  assert_int_equal(NCODES, 18);
   for (size_t i = 0; i < NCODES; i++)
     assert_string_equal(hilock_strerror(all_codes[i].code), all_codes[i].text);
 }
@@ -93,6 +93,8 @@ static const reply_row replies[] = {
     {"WRONGTYPEX is not the WRONGTYPE prefix", HILOCK_EREDIS},
     {"NOPERMISSION is not the NOPERM prefix", HILOCK_EREDIS},
     {"LOADING Redis is loading the dataset in memory", HILOCK_EREDIS},
+    {"CROSSSLOT Keys in request don't hash to the same slot",
+     HILOCK_ECROSSSLOT},
     {"", HILOCK_EREDIS},
 };
 
