@@ -211,6 +211,33 @@ static void resent_acquire_returns_the_same_grant(void **state) {
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{q}:fence 0"), 1);
 }
 
+/* Damaged keys fail closed: an error, and no lock key written. */
+static void damaged_keys_fail_before_any_name_is_locked(void **state) {
+  fixture *f = *state;
+  const char *names[] = {"g1", "g2"};
+  hilock_multilock *m = new_multi(f->client, names, 2, 10000);
+
+  hl_redis_ok(f->redis, "RPUSH hilock:{g2}:lock not-a-string");
+  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_EWRONGTYPE,
+               hilock_multilock_errmsg(m));
+  assert_false(lock_exists(f, "g1"));
+  assert_false(hl_redis_exists(f->redis, "hilock:{g1}:fence", 17));
+  hl_redis_ok(f->redis, "DEL hilock:{g2}:lock");
+
+  /* A counter that is not a number: the script stops at its INCR, before
+   * any lock key is set (g1's counter may have moved on: a gap). */
+  hl_redis_ok(f->redis, "SET hilock:{g2}:fence not-a-number");
+  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_ESCRIPT,
+               hilock_multilock_errmsg(m));
+  assert_false(lock_exists(f, "g1"));
+  assert_false(lock_exists(f, "g2"));
+  assert_int_equal(hilock_multilock_held(m), 0);
+  hl_redis_ok(f->redis, "DEL hilock:{g2}:fence");
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
+  hilock_multilock_free(m);
+}
+
 /* ## Release, extend, renewal -------------------------------------------- */
 
 static void release_leaves_a_force_taken_key_alone(void **state) {
@@ -787,6 +814,7 @@ int main(void) {
       T(one_held_name_means_nothing_is_taken),
       T(single_lock_and_multi_lock_exclude_each_other),
       T(resent_acquire_returns_the_same_grant),
+      T(damaged_keys_fail_before_any_name_is_locked),
       T(release_leaves_a_force_taken_key_alone),
       T(extend_refreshes_every_key_or_none),
       T(watchdog_renews_every_key_and_reports_one_stolen),

@@ -14,7 +14,8 @@ import redis
 
 import hilock
 from hilock import _hilock as _h
-from helpers import FORK, Worker, fork_call, join_all, start_child, wait_blocked, wait_for
+from helpers import (FORK, Worker, blocked_clients, fork_call, interrupt_main_after, join_all,
+                     sigint_raises_keyboardinterrupt, start_child, wait_blocked, wait_for)
 from history import FenceError, OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 POOL = ["n0", "n1", "n2", "n3", "n4"]
@@ -193,6 +194,27 @@ def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Cli
     single.release()
     assert w.outcome(5.0) is True
     assert w.finished_at - t0 < 2.0  # woken by the release, not the 10 s TTL
+    m.release()
+
+
+def test_ctrl_c_interrupts_a_blocked_multi_acquire(client: hilock.Client,
+                                                   rds: redis.Redis) -> None:
+    holder = client.lock("i2", ttl=10.0, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    m = client.multi_lock(["i1", "i2"], ttl=10.0)
+    with sigint_raises_keyboardinterrupt():
+        t, sent = interrupt_main_after(0.3)
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            m.acquire(timeout=8.0)
+        took = time.monotonic() - t0
+        t.join(5)
+    assert sent and took < 3.0
+    assert m.token is None and m.validity == 0.0
+    assert not rds.exists(lock_key("i1"))
+    wait_for(lambda: blocked_clients(rds) == 0, 2.0, what="the BLPOP to be dropped")
+    holder.release()
+    assert m.acquire(timeout=1.0)
     m.release()
 
 
