@@ -181,6 +181,31 @@ def test_renewal_keeps_every_name_and_reports_a_stolen_one(client: hilock.Client
     assert not rds.exists(lock_key("w1")) and not rds.exists(lock_key("w3"))
 
 
+def test_max_hold_stops_renewal_and_every_name_lapses(client: hilock.Client,
+                                                      rds: redis.Redis) -> None:
+    m = client.multi_lock(["mh1", "mh2"], ttl=0.4, max_hold=0.5)
+    assert m.acquire(blocking=False)
+    t0 = time.monotonic()
+    wait_for(lambda: m.lost, 3.0, what="the hold to end at max_hold + ttl")
+    assert time.monotonic() - t0 >= 0.5
+    wait_for(lambda: rds.exists(lock_key("mh1"), lock_key("mh2")) == 0, 2.0,
+             what="both keys to lapse")
+    with pytest.raises(hilock.LockNotOwnedError):
+        m.release()
+
+
+def test_threads_sharing_one_object_take_turns(client: hilock.Client) -> None:
+    m = client.multi_lock(["s1", "s2"], ttl=10.0)
+    assert m.acquire()
+    w = Worker(m.acquire, True, 5.0)
+    w.start()
+    time.sleep(0.2)
+    assert w.finished_at is None  # the second thread waits for the first
+    m.release()
+    assert w.outcome(5.0) is True
+    m.release()
+
+
 def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Client,
                                                                rds: redis.Redis) -> None:
     single = client.lock("k2", ttl=10.0, auto_renew=False)
