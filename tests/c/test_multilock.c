@@ -601,6 +601,13 @@ static void random_overlapping_sets_never_overlap_or_deadlock(void **state) {
       fail();
     }
     total += n;
+    /* Real contention: several processes held this name. */
+    {
+      int other = 0;
+      for (size_t i = 1; i < n; i++)
+        if (spans[i].pid != spans[0].pid) other = 1;
+      assert_true(other);
+    }
     assert_false(lock_exists(f, pool[k]));
   }
   /* Every round recorded each of its names; sets overlapped a lot. */
