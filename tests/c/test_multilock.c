@@ -463,6 +463,8 @@ typedef struct proc_arg {
   const char *url;
   int seed;
   int fd;
+  int nolock; /* control group: record without locking */
+  const char *tag;
 } proc_arg;
 
 #define CHILD_CHECK(cond)                                                   \
@@ -505,14 +507,15 @@ static int child_random_sets(void *arg) {
       n++;
     }
     CHILD_CHECK(hilock_multilock_new(c, names, n, 5000, &m) == HILOCK_OK);
-    CHILD_CHECK(hilock_multilock_acquire(m, 15000) == HILOCK_OK);
+    CHILD_CHECK(p->nolock || hilock_multilock_acquire(m, 15000) == HILOCK_OK);
     start = now_ns();
     hl_sleep_ms(1 + rand_r(&seed) % 3);
     end = now_ns();
-    CHILD_CHECK(hilock_multilock_release(m) == HILOCK_OK);
+    CHILD_CHECK(p->nolock || hilock_multilock_release(m) == HILOCK_OK);
     for (size_t i = 0; i < hilock_multilock_count(m); i++) {
       redisReply *rr = redisCommand(
-          r, "RPUSH hist:%s %lld:%lld:%d", hilock_multilock_name(m, i, NULL),
+          r, "RPUSH %s:%s %lld:%lld:%d", p->tag,
+          hilock_multilock_name(m, i, NULL),
           (long long)start, (long long)end, (int)getpid());
       CHILD_CHECK(rr != NULL && rr->type == REDIS_REPLY_INTEGER);
       freeReplyObject(rr);
@@ -548,9 +551,9 @@ static int overlaps(span *s, size_t n) {
   return bad;
 }
 
-static size_t load_spans(fixture *f, const char *name, span *out,
-                         size_t max) {
-  redisReply *r = hl_redis(f->redis, "LRANGE hist:%s 0 -1", name);
+static size_t load_spans(fixture *f, const char *tag, const char *name,
+                         span *out, size_t max) {
+  redisReply *r = hl_redis(f->redis, "LRANGE %s:%s 0 -1", tag, name);
   size_t n = 0;
   for (size_t i = 0; i < r->elements && n < max; i++) {
     if (sscanf(r->element[i]->str, "%lld:%lld:%d", &out[n].start, &out[n].end,
@@ -570,17 +573,15 @@ static void checker_finds_an_overlap(void **state) {
   assert_int_equal(overlaps(s, 3), 0);
 }
 
-static void random_overlapping_sets_never_overlap_or_deadlock(void **state) {
-  fixture *f = *state;
+/* Run NPROCS children taking random sets; each records into <tag>:<name>. */
+static void run_children(fixture *f, int nolock, const char *tag) {
   proc_arg args[NPROCS];
   pid_t pids[NPROCS];
-  span *spans = calloc(NPROCS * ROUNDS + 8, sizeof(*spans));
-  size_t total = 0;
-  assert_non_null(spans);
-
   for (int i = 0; i < NPROCS; i++) {
     args[i].url = f->server.url;
     args[i].seed = 1000 + i * 7919 + (int)getpid();
+    args[i].nolock = nolock;
+    args[i].tag = tag;
     pids[i] = hl_fork_run(child_random_sets, &args[i]);
     assert_true(pids[i] > 0);
   }
@@ -592,8 +593,17 @@ static void random_overlapping_sets_never_overlap_or_deadlock(void **state) {
       fail();
     }
   }
+}
+
+static void random_overlapping_sets_never_overlap_or_deadlock(void **state) {
+  fixture *f = *state;
+  span *spans = calloc(NPROCS * ROUNDS + 8, sizeof(*spans));
+  size_t total = 0;
+  assert_non_null(spans);
+
+  run_children(f, 0, "hist");
   for (int k = 0; k < NNAMES; k++) {
-    size_t n = load_spans(f, pool[k], spans, NPROCS * ROUNDS + 8);
+    size_t n = load_spans(f, "hist", pool[k], spans, NPROCS * ROUNDS + 8);
     int bad = overlaps(spans, n);
     if (bad) {
       print_error("name %s: %d overlapping critical sections of %zu\n",
@@ -612,6 +622,22 @@ static void random_overlapping_sets_never_overlap_or_deadlock(void **state) {
   }
   /* Every round recorded each of its names; sets overlapped a lot. */
   assert_true(total >= NPROCS * ROUNDS);
+  free(spans);
+}
+
+/* Control group: the same children without the lock overlap on some name,
+ * so the check above can fail. */
+static void without_the_lock_the_same_check_fails(void **state) {
+  fixture *f = *state;
+  span *spans = calloc(NPROCS * ROUNDS + 8, sizeof(*spans));
+  int bad = 0;
+  assert_non_null(spans);
+  run_children(f, 1, "nolock");
+  for (int k = 0; k < NNAMES; k++) {
+    size_t n = load_spans(f, "nolock", pool[k], spans, NPROCS * ROUNDS + 8);
+    bad += overlaps(spans, n);
+  }
+  assert_true(bad > 0);
   free(spans);
 }
 
@@ -830,6 +856,7 @@ int main(void) {
       T(a_useless_wake_up_is_handed_back),
       cmocka_unit_test(checker_finds_an_overlap),
       T(random_overlapping_sets_never_overlap_or_deadlock),
+      T(without_the_lock_the_same_check_fails),
       T(killed_holder_frees_every_name_within_its_ttl),
       T(forked_child_holds_nothing),
       T(bad_input_gives_specific_einval),
