@@ -71,6 +71,15 @@
 %threadallow py_rwlock_locked;
 %threadallow hilock_rwlock_read_set_auto_renew_py;
 %threadallow hilock_rwlock_write_set_auto_renew_py;
+%threadallow hilock_multilock_free;
+%threadallow hilock_multilock_acquire;
+%threadallow hilock_multilock_try_acquire;
+%threadallow hilock_multilock_release;
+%threadallow hilock_multilock_extend;
+%threadallow hilock_multilock_renew;
+%threadallow py_multilock_owned;
+%threadallow py_multilock_locked;
+%threadallow hilock_multilock_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -129,6 +138,15 @@ HILOCK_CHECKED(py_rwlock_write_hold_count, hilock_rwlock_errmsg(arg1))
 HILOCK_CHECKED(py_rwlock_locked, hilock_rwlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_rwlock_read_set_auto_renew_py, hilock_rwlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_rwlock_write_set_auto_renew_py, hilock_rwlock_errmsg(arg1))
+HILOCK_CHECKED_PTR(py_multilock_new)
+HILOCK_CHECKED(hilock_multilock_acquire, hilock_multilock_errmsg(arg1))
+HILOCK_CHECKED(hilock_multilock_try_acquire, hilock_multilock_errmsg(arg1))
+HILOCK_CHECKED(hilock_multilock_release, hilock_multilock_errmsg(arg1))
+HILOCK_CHECKED(hilock_multilock_extend, hilock_multilock_errmsg(arg1))
+HILOCK_CHECKED(hilock_multilock_renew, hilock_multilock_errmsg(arg1))
+HILOCK_CHECKED(py_multilock_owned, hilock_multilock_errmsg(arg1))
+HILOCK_CHECKED(py_multilock_locked, hilock_multilock_errmsg(arg1))
+HILOCK_CHECKED(hilock_multilock_set_auto_renew_py, hilock_multilock_errmsg(arg1))
 
 %{
 #include <errno.h>
@@ -393,6 +411,77 @@ static int hilock_rwlock_write_set_auto_renew_py(hilock_rwlock *l,
                                             (void *)(intptr_t)notify_id);
 }
 
+/* names: a sequence of bytes (the GIL is held: this reads Python
+ * objects; nothing is sent to Redis). */
+static hilock_multilock *py_multilock_new(hilock_client *c, PyObject *names,
+                                          int64_t ttl_ms) {
+  hilock_multilock *m = NULL;
+  PyObject *seq = PySequence_Fast(names, "names must be a sequence");
+  const char **ptrs = NULL;
+  size_t *lens = NULL, n;
+  int rc = HILOCK_ENOMEM;
+  if (seq == NULL) return NULL; /* TypeError set */
+  n = (size_t)PySequence_Fast_GET_SIZE(seq);
+  ptrs = malloc((n ? n : 1) * sizeof(*ptrs));
+  lens = malloc((n ? n : 1) * sizeof(*lens));
+  if (ptrs != NULL && lens != NULL) {
+    rc = HILOCK_OK;
+    for (size_t i = 0; i < n; i++) {
+      PyObject *item = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i);
+      char *p;
+      Py_ssize_t len;
+      if (!PyBytes_Check(item) || PyBytes_AsStringAndSize(item, &p, &len)) {
+        PyErr_Clear();
+        py_ctor_rc = HILOCK_EINVAL;
+        snprintf(py_ctor_msg, sizeof(py_ctor_msg),
+                 "multi-key lock: name %zu is not bytes", i);
+        rc = -1000;
+        break;
+      }
+      ptrs[i] = p;
+      lens[i] = (size_t)len;
+    }
+    if (rc == HILOCK_OK)
+      rc = hilock_multilock_new_len(c, ptrs, lens, n, ttl_ms, &m);
+  }
+  free(ptrs);
+  free(lens);
+  Py_DECREF(seq);
+  if (rc == HILOCK_OK) return m;
+  if (rc != -1000) {
+    py_ctor_rc = rc;
+    snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
+             c && hilock_client_errmsg(c)[0] ? hilock_client_errmsg(c)
+                                             : hilock_strerror(rc));
+  }
+  return NULL;
+}
+static int py_multilock_owned(hilock_multilock *m) {
+  int v = 0, rc = hilock_multilock_owned(m, &v);
+  return rc < 0 ? rc : v;
+}
+static int py_multilock_locked(hilock_multilock *m) {
+  int v = 0, rc = hilock_multilock_locked(m, &v);
+  return rc < 0 ? rc : v;
+}
+static PyObject *py_multilock_name(hilock_multilock *m, size_t i) {
+  size_t n = 0;
+  const char *k = hilock_multilock_name(m, i, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static PyObject *py_multilock_key(hilock_multilock *m, size_t i) {
+  size_t n = 0;
+  const char *k = hilock_multilock_key(m, i, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static int hilock_multilock_set_auto_renew_py(hilock_multilock *m, int enable,
+                                              int64_t max_hold_ms,
+                                              int64_t notify_id) {
+  return hilock_multilock_set_auto_renew(m, enable, max_hold_ms,
+                                         notify_id ? py_lost_notify : NULL,
+                                         (void *)(intptr_t)notify_id);
+}
+
 static PyObject *py_lock_errmsg(hilock_lock *l) {
   const char *m = hilock_lock_errmsg(l);
   return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
@@ -437,6 +526,13 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_rwlock_key;
 %ignore hilock_rwlock_read_set_auto_renew;
 %ignore hilock_rwlock_write_set_auto_renew;
+%ignore hilock_multilock_new;
+%ignore hilock_multilock_new_len;
+%ignore hilock_multilock_owned;
+%ignore hilock_multilock_locked;
+%ignore hilock_multilock_name;
+%ignore hilock_multilock_key;
+%ignore hilock_multilock_set_auto_renew;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
@@ -446,3 +542,4 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %include "hilock/semaphore.h"
 %include "hilock/fair.h"
 %include "hilock/rwlock.h"
+%include "hilock/multilock.h"

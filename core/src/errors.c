@@ -59,6 +59,8 @@ int hilock__reply_error(hilock__err *e, const char *text, size_t len) {
     code = HILOCK__NOSCRIPT;
   } else if (has_prefix(text, len, "WRONGTYPE")) {
     code = HILOCK_EWRONGTYPE;
+  } else if (has_prefix(text, len, "CROSSSLOT")) {
+    code = HILOCK_ECROSSSLOT;
   } else if (has_prefix(text, len, "NOPERM")) {
     code = HILOCK_ENOPERM;
   } else if (has_prefix(text, len, "WRONGPASS") ||

@@ -136,6 +136,16 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg);
+/* The same for an attempt that chooses the wake list to sleep on (a
+ * multi-key lock waits on the key that blocked it): *wkey and *wkeylen are
+ * read after every attempt. If woken_out is not NULL, the loop stores there
+ * before each attempt whether a wake-up ended the previous sleep (0 for
+ * the first attempt). */
+int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
+                             const char *const *wkey, const size_t *wkeylen,
+                             int *woken_out, int64_t wait_ms,
+                             int (*attempt)(void *arg, int64_t *pttl),
+                             void *arg);
 
 /* ## Holds and renewal ---------------------------------------------------- */
 
@@ -161,8 +171,13 @@ typedef struct hilock__script {
   int once;        /* not safe to resend (the file says "-- @once") */
 } hilock__script;
 
+/* Most keys + args of one script run (a multi-key lock of
+ * HILOCK_MULTILOCK_MAX names passes 3 keys per name). */
+#define HILOCK__SCRIPT_ARGS_MAX 4096
+
 /* EVALSHA the script; on NOSCRIPT, EVAL it (which also loads it). Keys only
- * through keys[], values only through args[]. */
+ * through keys[], values only through args[]; at most
+ * HILOCK__SCRIPT_ARGS_MAX in all (HILOCK_EINVAL beyond). */
 int hilock__script_run(hilock_client *c, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
                        const size_t *keylens, int nargs, const char **args,
@@ -202,10 +217,13 @@ typedef struct hilock__hold {
   hilock_client *client;
   const char *rkey; /* the key renewal extends (owned by the family) */
   size_t rkeylen;
-  const char *rkey2; /* optional KEYS[2] of renew_script (NULL: none) */
-  size_t rkey2len;
-  const hilock__script *renew_script; /* KEYS[1] rkey (KEYS[2] rkey2),
-                                          ARGV owner, ttl */
+  const hilock__script *renew_script; /* KEYS[1] rkey, ARGV owner, ttl */
+  /* More keys the renew script gets after rkey (KEYS[2..]), all renewed
+   * together (a multi-key lock's names, a reader's count hash). NULL/0 if
+   * none. */
+  const char *const *xkeys;
+  const size_t *xkeylens;
+  int nxkeys;
   int64_t ttl_ms;   /* 0: no expiry */
   char owner[HILOCK__TOKEN_LEN + 24]; /* what the scripts compare: a random
                                          token, or client id + thread id */

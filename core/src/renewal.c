@@ -36,28 +36,45 @@ static int on_watchdog(const hilock__watchdog *w) {
   return w->running && pthread_equal(pthread_self(), w->thread);
 }
 
-/* The renewal command of h: cmd script numkeys rkey [rkey2] owner ttl.
- * ttl must have room for 24 bytes; argv and lens for 7 entries. */
-static int renew_args(const hilock__hold *h, const char *cmd,
-                      const char *script, size_t scriptlen, char *ttl,
-                      const char **argv, size_t *lens) {
-  int argc = 0;
-  argv[argc] = cmd;
-  lens[argc++] = strlen(cmd);
-  argv[argc] = script;
-  lens[argc++] = scriptlen;
-  argv[argc] = h->rkey2 != NULL ? "2" : "1";
-  lens[argc++] = 1;
-  argv[argc] = h->rkey;
-  lens[argc++] = h->rkeylen;
-  if (h->rkey2 != NULL) {
-    argv[argc] = h->rkey2;
-    lens[argc++] = h->rkey2len;
+#define CMD_STACK 8
+
+/* The command running h's renew script: EVALSHA (or EVAL with the source),
+ * KEYS rkey and the hold's extra keys, ARGV owner and ttl. The arrays are
+ * sargv/slens (CMD_STACK long) unless the hold has more keys, then malloc'd
+ * (the caller frees them if *argv != sargv). Returns argc, or -1. */
+static int renew_cmd(const hilock__hold *h, int eval, char nk[24],
+                     char ttl[24], const char **sargv, size_t *slens,
+                     const char ***argv, size_t **lens) {
+  int argc = 6 + h->nxkeys, i = 0;
+  const char **a = sargv;
+  size_t *l = slens;
+  if (argc > CMD_STACK) {
+    a = malloc((size_t)argc * sizeof(*a));
+    l = malloc((size_t)argc * sizeof(*l));
+    if (a == NULL || l == NULL) {
+      free(a);
+      free(l);
+      return -1;
+    }
   }
-  argv[argc] = h->owner;
-  lens[argc++] = h->ownerlen;
-  argv[argc] = ttl;
-  lens[argc++] = hilock__i64(ttl, h->ttl_ms);
+  a[i] = eval ? "EVAL" : "EVALSHA";
+  l[i++] = eval ? 4 : 7;
+  a[i] = eval ? h->renew_script->src : h->renew_script->sha;
+  l[i++] = eval ? h->renew_script->len : 40;
+  a[i] = nk;
+  l[i++] = hilock__i64(nk, 1 + h->nxkeys);
+  a[i] = h->rkey;
+  l[i++] = h->rkeylen;
+  for (int k = 0; k < h->nxkeys; k++, i++) {
+    a[i] = h->xkeys[k];
+    l[i] = h->xkeylens[k];
+  }
+  a[i] = h->owner;
+  l[i++] = h->ownerlen;
+  a[i] = ttl;
+  l[i++] = hilock__i64(ttl, h->ttl_ms);
+  *argv = a;
+  *lens = l;
   return argc;
 }
 
@@ -90,13 +107,25 @@ static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
   tv.tv_usec = (suseconds_t)(wait_us % 1000000);
   redisSetTimeout(w->conn->ctx, tv);
   for (i = 0; i < n; i++) {
-    const char *argv[7];
-    size_t lens[7];
-    char ttl[24];
-    int argc = renew_args(holds[i], "EVALSHA", holds[i]->renew_script->sha,
-                          40, ttl, argv, lens);
-    if (redisAppendCommandArgv(w->conn->ctx, argc, argv, lens) != REDIS_OK)
-      goto broken;
+    hilock__hold *h = holds[i];
+    char nk[24], ttl[24];
+    const char *sargv[CMD_STACK], **argv;
+    size_t slens[CMD_STACK], *lens;
+    int argc = renew_cmd(h, 0, nk, ttl, sargv, slens, &argv, &lens), ok;
+    if (argc < 0) {
+      /* Out of memory: send a PING in its place, so replies stay paired
+       * with holds; the renewal counts as failed and is retried. */
+      static const char *ping[1] = {"PING"};
+      static const size_t pinglen[1] = {4};
+      ok = redisAppendCommandArgv(w->conn->ctx, 1, ping, pinglen) == REDIS_OK;
+    } else {
+      ok = redisAppendCommandArgv(w->conn->ctx, argc, argv, lens) == REDIS_OK;
+      if (argv != sargv) {
+        free(argv);
+        free(lens);
+      }
+    }
+    if (!ok) goto broken;
   }
   for (got = 0; got < n; got++) {
     redisReply *r = NULL;
@@ -112,14 +141,22 @@ static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
     freeReplyObject(r);
   }
   for (i = 0; i < n; i++) {
+    hilock__hold *h;
+    char nk[24], ttl[24];
+    const char *sargv[CMD_STACK], **argv;
+    size_t slens[CMD_STACK], *lens;
+    redisReply *r;
+    int argc;
     if (res[i] != -1) continue;
-    const char *argv[7];
-    size_t lens[7];
-    char ttl[24];
-    int argc = renew_args(holds[i], "EVAL", holds[i]->renew_script->src,
-                          holds[i]->renew_script->len, ttl, argv, lens);
-    redisReply *r = redisCommandArgv(w->conn->ctx, argc, argv, lens);
+    h = holds[i];
     res[i] = FAILED;
+    argc = renew_cmd(h, 1, nk, ttl, sargv, slens, &argv, &lens);
+    if (argc < 0) continue;
+    r = redisCommandArgv(w->conn->ctx, argc, argv, lens);
+    if (argv != sargv) {
+      free(argv);
+      free(lens);
+    }
     if (r == NULL) goto broken;
     if (r->type == REDIS_REPLY_INTEGER)
       res[i] = r->integer > 0 ? RENEWED : NOT_OWNED;

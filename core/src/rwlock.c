@@ -27,7 +27,8 @@ struct hilock_rwlock {
   hilock__hold w;     /* the write grant (one owner at a time) */
   int64_t wcount;     /* its owner's hold count as of the last reply */
   hilock__err err;    /* the handle's last error */
-  pthread_mutex_t *mu; /* the client's hmu: guards w, wcount, err, readers, read settings */
+  /* The client's hmu: guards w, wcount, err, readers, read settings. */
+  pthread_mutex_t *mu;
   rw_reader *readers;
   /* Renewal settings for read holds, copied into each new one. */
   int r_auto_renew;
@@ -41,6 +42,9 @@ struct hilock_rwlock {
   char *wkey, *rkey, *ckey, *ikey, *qkey, *akey, *fkey, *rwake, *wwake;
   size_t wkeylen, rkeylen, ckeylen, ikeylen, qkeylen, akeylen, fkeylen,
       rwakelen, wwakelen;
+  /* A read hold renews the counts hash with the readers zset. */
+  const char *renew_xkeys[1];
+  size_t renew_xkeylens[1];
 };
 
 #define OWNER_MAX (sizeof(((hilock__hold *)0)->owner))
@@ -150,6 +154,8 @@ int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
   }
   rw->ttl_ms = ttl_ms;
   rw->mu = &client->hmu;
+  rw->renew_xkeys[0] = rw->ckey;
+  rw->renew_xkeylens[0] = rw->ckeylen;
   /* The write renewal is the reentrant lock's: HEXISTS owner, PEXPIRE. */
   hilock__hold_init(&rw->w, client, rw->wkey, rw->wkeylen,
                     &hilock__script_rlock_renew, ttl_ms);
@@ -216,8 +222,9 @@ static int read_granted(attempt_ctx *a, int64_t start_us, int64_t count) {
     }
     hilock__hold_init(&rec->h, rw->w.client, rw->rkey, rw->rkeylen,
                       &hilock__script_rwlock_read_renew, rw->ttl_ms);
-    rec->h.rkey2 = rw->ckey;
-    rec->h.rkey2len = rw->ckeylen;
+    rec->h.xkeys = rw->renew_xkeys;
+    rec->h.xkeylens = rw->renew_xkeylens;
+    rec->h.nxkeys = 1;
     rec->tid = this_tid();
     rec->next = rw->readers;
     rw->readers = rec;

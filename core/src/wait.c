@@ -90,14 +90,26 @@ broken:
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg) {
+  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, NULL, wait_ms,
+                                  attempt, arg);
+}
+
+int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
+                             const char *const *wkey, const size_t *wkeylen,
+                             int *woken_out, int64_t wait_ms,
+                             int (*attempt)(void *arg, int64_t *pttl),
+                             void *arg) {
   int64_t deadline;
+  int woken = 0;
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
   deadline = wait_ms < 0 ? INT64_MAX : hilock__now_ms() + wait_ms;
   for (;;) {
     int64_t pttl = -1, left, bound;
-    int rc = attempt(arg, &pttl), woken;
+    int rc;
+    if (woken_out != NULL) *woken_out = woken;
+    rc = attempt(arg, &pttl);
     if (rc != HILOCK_BUSY) return rc;
     left = deadline == INT64_MAX ? INT64_MAX : deadline - hilock__now_ms();
     if (left <= 0) return HILOCK_BUSY;
@@ -105,7 +117,7 @@ int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
      * with no expiry (-1) is re-checked at least every 30 s. */
     bound = pttl >= 0 ? pttl + 1 : 30000;
     if (left < bound) bound = left;
-    rc = hilock__wait_wake(c, e, wkey, wkeylen, bound, &woken);
+    rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, &woken);
     if (rc != HILOCK_OK) return rc;
   }
 }

@@ -10,21 +10,34 @@ The C core (hilock._hilock) does the work; this package gives it the
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from . import _hilock
 from ._client import Client, default_client, default_url
 from ._base import LockBase
 from ._fair import FairLock
 from ._lock import Lock
+from ._multilock import MultiLock
 from ._rlock import RLock
 from ._semaphore import Semaphore
 from ._rwlock import ReadLock, RWLock, WriteLock
 from ._util import Name
-from .errors import (AuthenticationError, ConnectionError, DeadlockError, ForkedLockError,
-                     InvalidArgument,
-                     LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
-                     RedisError, UnsupportedError, WrongTypeError)
+from .errors import (
+    AuthenticationError,
+    ConnectionError,
+    CrossSlotError,
+    DeadlockError,
+    ForkedLockError,
+    InvalidArgument,
+    LockError,
+    LockLost,
+    LockNotOwnedError,
+    LockTimeout,
+    NoPermissionError,
+    RedisError,
+    UnsupportedError,
+    WrongTypeError,
+)
 
 __version__ = _hilock.hilock_version_string().decode()
 
@@ -33,6 +46,7 @@ __all__ = [
     "Semaphore", "semaphore",
     "FairLock", "fair_lock",
     "RWLock", "ReadLock", "WriteLock", "rwlock", "DeadlockError",
+    "MultiLock", "multi_lock", "CrossSlotError",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -74,3 +88,9 @@ def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
 def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RWLock:
     """A read-write lock on the default client."""
     return default_client().rwlock(name, ttl=ttl, timeout=timeout, **kw)
+
+
+def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None,
+               **kw: Any) -> MultiLock:
+    """A multi-key lock (all names or none) on the default client."""
+    return default_client().multi_lock(names, ttl=ttl, timeout=timeout, **kw)

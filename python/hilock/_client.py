@@ -4,12 +4,13 @@ from __future__ import annotations
 import os
 import threading
 from types import TracebackType
-from typing import Any, Optional, Type
+from typing import Any, Iterable, Optional, Type
 
 from . import _hilock as _h
 from ._base import LostCallback
 from ._fair import FairLock
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
+from ._multilock import MultiLock
 from ._rlock import RLock
 from ._semaphore import Semaphore
 from ._rwlock import RWLock
@@ -147,6 +148,21 @@ class Client:
         ``auto_renew``, ``max_hold`` and ``on_lost`` (called with the side
         that lost its hold) apply to both sides, as for :meth:`lock`."""
         return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def multi_lock(self, names: Iterable[Name], ttl: float = 30.0,
+                   timeout: Optional[float] = None, *, auto_renew: bool = True,
+                   max_hold: Optional[float] = None,
+                   on_lost: Optional[LostCallback] = None) -> MultiLock:
+        """A lock on every name of ``names`` at once, or none of them.
+
+        ``names``: an iterable of names (str or bytes; duplicates ignored),
+        at most 1024. Each name is locked with the keys of :meth:`lock`, so
+        the two exclude each other; ``fence`` is a dict of one token per
+        name. On a Redis Cluster the names must share a hash tag
+        (``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError. Other
+        arguments as for :meth:`lock`.
+        """
+        return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost)
 
 
 _default_lock = threading.Lock()

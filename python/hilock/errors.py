@@ -7,9 +7,21 @@ from typing import Dict, Type
 from . import _hilock as _h
 
 __all__ = [
-    "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout", "ConnectionError",
-    "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
-    "NoPermissionError", "UnsupportedError", "DeadlockError", "error_for",
+    "LockError",
+    "LockNotOwnedError",
+    "LockLost",
+    "ForkedLockError",
+    "LockTimeout",
+    "ConnectionError",
+    "AuthenticationError",
+    "InvalidArgument",
+    "RedisError",
+    "WrongTypeError",
+    "NoPermissionError",
+    "UnsupportedError",
+    "DeadlockError",
+    "error_for",
+    "CrossSlotError",
 ]
 
 
@@ -78,6 +90,12 @@ class DeadlockError(LockError, RuntimeError):
     (release the read lock first). Nothing was changed in Redis."""
 
 
+class CrossSlotError(InvalidArgument):
+    """The keys of one multi-key lock fall in different Redis Cluster hash
+    slots (or the server answered CROSSSLOT). Give the names a shared hash
+    tag, e.g. "{acct}:1" and "{acct}:2"."""
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -94,6 +112,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ENOTSUP: UnsupportedError,
     _h.HILOCK_EFORKED: ForkedLockError,
     _h.HILOCK_EDEADLK: DeadlockError,
+    _h.HILOCK_ECROSSSLOT: CrossSlotError,
 }
 
 

@@ -1,11 +1,13 @@
 /* Lock cycle throughput: acquire + release on one uncontended lock.
  *
- *   bench_c floor|hilock [url] [duration]
+ *   bench_c floor|hilock|multi2|multi8 [url] [duration]
  *
  * floor   the least a correct expiring lock can cost with hiredis: one
  *         SET key token NX PX 30000 and one EVALSHA of a compare-and-delete
  *         release script per cycle, on one connection
  * hilock  hilock_lock_try_acquire + hilock_lock_release on one expiring lock
+ * multiN  hilock_multilock_try_acquire + release on a multi-key lock of N
+ *         names (2 or 8)
  *
  * duration is seconds ("2", "0.5s", default 2) or a cycle count ("10000c").
  * A 0.25 s warm-up runs first. Prints one JSON object:
@@ -108,6 +110,21 @@ static int hilock_cycle(void *arg) {
   return 0;
 }
 
+static int multilock_cycle(void *arg) {
+  hilock_multilock *m = arg;
+  int rc = hilock_multilock_try_acquire(m);
+  if (rc != HILOCK_OK) {
+    fprintf(stderr, "multilock try_acquire: %s\n",
+            rc == HILOCK_BUSY ? "busy" : hilock_multilock_errmsg(m));
+    return -1;
+  }
+  if ((rc = hilock_multilock_release(m)) != HILOCK_OK) {
+    fprintf(stderr, "multilock release: %s\n", hilock_multilock_errmsg(m));
+    return -1;
+  }
+  return 0;
+}
+
 /* ## driver ------------------------------------------------------------- */
 
 /* Run cycles until max_cycles (if > 0) or max_s have passed. */
@@ -126,7 +143,8 @@ static int run(int (*cycle)(void *), void *arg, long max_cycles, double max_s,
 }
 
 static int usage(const char *prog) {
-  fprintf(stderr, "usage: %s floor|hilock [url] [seconds | Nc]\n", prog);
+  fprintf(stderr, "usage: %s floor|hilock|multi2|multi8 [url] [seconds | Nc]\n",
+          prog);
   return 2;
 }
 
@@ -139,6 +157,7 @@ int main(int argc, char **argv) {
   floor_ctx f = {0};
   hilock_client *c = NULL;
   hilock_lock *lk = NULL;
+  hilock_multilock *ml = NULL;
   int status = 1;
 
   if (argc < 2) return usage(argv[0]);
@@ -165,6 +184,18 @@ int main(int argc, char **argv) {
     }
     cycle = hilock_cycle;
     arg = lk;
+  } else if (strcmp(mode, "multi2") == 0 || strcmp(mode, "multi8") == 0) {
+    static const char *const names[8] = {"bench:m0", "bench:m1", "bench:m2",
+                                         "bench:m3", "bench:m4", "bench:m5",
+                                         "bench:m6", "bench:m7"};
+    size_t n = mode[5] == '2' ? 2 : 8;
+    if (client_connect(url, &c) != HILOCK_OK) goto out;
+    if (hilock_multilock_new(c, names, n, 30000, &ml) != HILOCK_OK) {
+      fprintf(stderr, "multilock: %s\n", hilock_client_errmsg(c));
+      goto out;
+    }
+    cycle = multilock_cycle;
+    arg = ml;
   } else {
     return usage(argv[0]);
   }
@@ -178,6 +209,7 @@ int main(int argc, char **argv) {
 out:
   if (f.r != NULL) redisFree(f.r);
   hilock_lock_free(lk);
+  hilock_multilock_free(ml);
   hilock_client_free(c);
   return status;
 }

@@ -192,23 +192,35 @@ static void lua_errors_are_escript_with_redis_text(void **state) {
 
 static void script_runner_rejects_too_many_arguments(void **state) {
   fixture *f = *state;
-  const char *args[40];
-  size_t lens[40];
-  hilock__script s = {"test", "return 1", 8,
+  enum { N = HILOCK__SCRIPT_ARGS_MAX + 1 };
+  const char **args = malloc(N * sizeof(*args));
+  size_t *lens = malloc(N * sizeof(*lens));
+  hilock__script s = {"test", "return #ARGV", 12,
                       "0000000000000000000000000000000000000000", 0};
   hilock__err e;
   redisReply *r = NULL;
-  for (int i = 0; i < 40; i++) {
+  assert_non_null(args);
+  assert_non_null(lens);
+  for (int i = 0; i < N; i++) {
     args[i] = "x";
     lens[i] = 1;
   }
-  assert_int_equal(hilock__script_run(f->client, &e, &s, 0, NULL, NULL, 40,
+  assert_int_equal(hilock__script_run(f->client, &e, &s, 0, NULL, NULL, N,
                                       args, lens, &r),
                    HILOCK_EINVAL);
   assert_null(r);
   assert_int_equal(hilock__script_run(f->client, &e, &s, -1, NULL, NULL, 0,
                                       NULL, NULL, &r),
                    HILOCK_EINVAL);
+  /* More than fit on the stack (a multi-key lock) still run. */
+  assert_hl_ok(hilock__script_run(f->client, &e, &s, 0, NULL, NULL, 40, args,
+                                  lens, &r),
+               e.msg);
+  assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+  assert_int_equal(r->integer, 40);
+  freeReplyObject(r);
+  free(args);
+  free(lens);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)

@@ -10,5 +10,6 @@
 #include "hilock/semaphore.h"
 #include "hilock/fair.h"
 #include "hilock/rwlock.h"
+#include "hilock/multilock.h"
 
 #endif /* HILOCK_H */

@@ -1,0 +1,49 @@
+-- Grant every name of a multi-key lock, or none, with one fencing token per
+-- name. The keys are those of the expiring lock of each name, so a single
+-- lock and a multi-key lock on a shared name exclude each other.
+-- KEYS[1..n] lock keys, KEYS[n+1..2n] wake lists, KEYS[2n+1..3n] fence
+-- counters, names in sorted order (one hash slot).
+-- ARGV[1] owner token, ARGV[2] ttl in ms, ARGV[3] index of the wake list
+-- whose wake-up started this attempt ("0": none).
+-- Returns {1, fence_1, ..., fence_n} when granted, or {0, pttl, i} when
+-- name i is held by another owner (pttl: its remaining TTL, -1 if none).
+local n = #KEYS / 3
+local token = ARGV[1]
+local woken = tonumber(ARGV[3]) or 0
+local free = {}
+-- Check every name before writing anything: all or nothing.
+for i = 1, n do
+  local cur = redis.call('GET', KEYS[i])
+  if cur == false then
+    free[i] = true
+  elseif cur ~= token then
+    -- We took a wake-up meant for whoever gets name `woken`, and that name
+    -- is free but of no use to us: hand the wake-up back.
+    if woken > 0 and woken <= n and woken ~= i and
+        redis.call('EXISTS', KEYS[woken]) == 0 then
+      if redis.call('LLEN', KEYS[n + woken]) == 0 then
+        redis.call('RPUSH', KEYS[n + woken], '1')
+      end
+      redis.call('PEXPIRE', KEYS[n + woken], 5000)
+    end
+    return {0, redis.call('PTTL', KEYS[i]), i}
+  end
+  -- cur == token: a resend of our own grant (reply lost to a broken
+  -- connection); that name is still ours.
+end
+-- Counters first: a damaged counter fails the script before any lock key
+-- is written.
+local out = {1}
+for i = 1, n do
+  if free[i] then
+    out[i + 1] = redis.call('INCR', KEYS[2 * n + i])
+  else
+    out[i + 1] = tonumber(redis.call('GET', KEYS[2 * n + i]) or '0')
+  end
+end
+for i = 1, n do
+  if free[i] then
+    redis.call('SET', KEYS[i], token, 'PX', ARGV[2])
+  end
+end
+return out

@@ -1,0 +1,19 @@
+-- Release a multi-key lock: delete each key the caller's token still
+-- holds, waking one waiter of each; leave every other key alone.
+-- KEYS[1..n] lock keys, KEYS[n+1..2n] wake lists. ARGV[1] owner token.
+-- Returns {keys released, indexes of the keys not held by the token...}.
+local n = #KEYS / 2
+local out = {0}
+for i = 1, n do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    if redis.call('LLEN', KEYS[n + i]) == 0 then
+      redis.call('RPUSH', KEYS[n + i], '1')
+    end
+    redis.call('PEXPIRE', KEYS[n + i], 5000)
+    out[1] = out[1] + 1
+  else
+    out[#out + 1] = i
+  end
+end
+return out

@@ -1,0 +1,550 @@
+/* The multi-key lock: every name of a set, or none, in one script. Mostly
+ * core/scripts/multilock_*.lua; the keys per name are the expiring lock's
+ * (lock.c), so the two interoperate. Waiting, renewal and grant state come
+ * from the shared layer; renewal passes all lock keys to the renew script
+ * (hold.xkeys). */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+struct hilock_multilock {
+  hilock__hold h; /* first: grant state and last error */
+  size_t n;
+  char **names; /* sorted, distinct */
+  size_t *namelens;
+  /* 3n keys: [0, n) lock keys, [n, 2n) wake lists, [2n, 3n) fence
+   * counters, each in name order (the scripts rely on this layout). */
+  char **keys;
+  size_t *keylens;
+  uint64_t *fences;
+  unsigned char *missing;
+  /* Waiting: the wake list of the name that blocked the last attempt, and
+   * whether a wake-up started this attempt (set by the acquire loop). */
+  const char *wkey;
+  size_t wkeylen;
+  size_t wait_idx;
+  int woken;
+};
+
+/* A short, printable rendering of a name for messages. */
+static void show(char *buf, size_t size, const char *name, size_t len) {
+  size_t o = 0;
+  for (size_t i = 0; i < len && o + 5 < size; i++) {
+    unsigned char ch = (unsigned char)name[i];
+    if (i >= 40) {
+      memcpy(buf + o, "...", 3);
+      o += 3;
+      break;
+    }
+    buf[o++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+  }
+  buf[o] = '\0';
+}
+
+static int cmp_name(const char *a, size_t al, const char *b, size_t bl) {
+  int c = memcmp(a, b, al < bl ? al : bl);
+  if (c != 0) return c;
+  return al < bl ? -1 : al > bl;
+}
+
+static void free_parts(hilock_multilock *m) {
+  if (m->keys != NULL)
+    for (size_t i = 0; i < 3 * m->n; i++) free(m->keys[i]);
+  if (m->names != NULL)
+    for (size_t i = 0; i < m->n; i++) free(m->names[i]);
+  free(m->keys);
+  free(m->keylens);
+  free(m->names);
+  free(m->namelens);
+  free(m->fences);
+  free(m->missing);
+  free(m);
+}
+
+/* Check the arguments; sorted, distinct indexes into names go to *order
+ * (malloc'd), their count to *count. Errors are recorded in e. */
+static int check_names(hilock__err *e, const char *const *names,
+                       const size_t *lens, size_t n, size_t **order,
+                       size_t *count) {
+  size_t *ix, k = 0;
+  if (names == NULL)
+    return hilock__set_err(e, HILOCK_EINVAL, "multi-key lock: names is NULL");
+  if (n == 0)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "multi-key lock: the set of names is empty");
+  if (n > HILOCK_MULTILOCK_MAX)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "multi-key lock: %zu names; the limit is %d", n,
+                           HILOCK_MULTILOCK_MAX);
+  for (size_t i = 0; i < n; i++) {
+    hilock__err tmp;
+    if (names[i] == NULL)
+      return hilock__set_err(e, HILOCK_EINVAL,
+                             "multi-key lock: name %zu of %zu is NULL", i, n);
+    if (hilock__check_name(&tmp, names[i], lens[i]) != HILOCK_OK)
+      return hilock__set_err(e, HILOCK_EINVAL, "multi-key lock: name %zu: %s",
+                             i, tmp.msg);
+  }
+  ix = malloc(n * sizeof(*ix));
+  if (ix == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  /* Insertion sort (n <= 1024), dropping duplicates. */
+  for (size_t i = 0; i < n; i++) {
+    size_t j = k;
+    int dup = 0;
+    while (j > 0) {
+      int c = cmp_name(names[ix[j - 1]], lens[ix[j - 1]], names[i], lens[i]);
+      if (c == 0) dup = 1;
+      if (c <= 0) break;
+      j--;
+    }
+    if (dup) continue;
+    memmove(ix + j + 1, ix + j, (k - j) * sizeof(*ix));
+    ix[j] = i;
+    k++;
+  }
+  *order = ix;
+  *count = k;
+  return HILOCK_OK;
+}
+
+/* On a cluster every key must be in one slot: name the first two that are
+ * not. */
+static int check_slots(hilock__err *e, const hilock_multilock *m) {
+  int s0 = hilock__key_slot(m->keys[0], m->keylens[0]);
+  for (size_t i = 1; i < m->n; i++) {
+    int s = hilock__key_slot(m->keys[i], m->keylens[i]);
+    if (s != s0) {
+      char a[48], b[48];
+      show(a, sizeof(a), m->names[0], m->namelens[0]);
+      show(b, sizeof(b), m->names[i], m->namelens[i]);
+      return hilock__set_err(
+          e, HILOCK_ECROSSSLOT,
+          "names \"%s\" and \"%s\" are in different cluster slots (%d, %d); "
+          "give the names a shared hash tag, e.g. \"{acct}:1\" and "
+          "\"{acct}:2\"",
+          a, b, s0, s);
+    }
+  }
+  return HILOCK_OK;
+}
+
+int hilock_multilock_new_len(hilock_client *client, const char *const *names,
+                             const size_t *namelens, size_t n, int64_t ttl_ms,
+                             hilock_multilock **out) {
+  hilock__err tmp;
+  hilock_multilock *m;
+  size_t *order = NULL, count = 0;
+  int rc;
+
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  if (client == NULL) return HILOCK_EINVAL;
+  hilock__clear_err(&tmp);
+  if (names != NULL && namelens == NULL)
+    rc = hilock__set_err(&tmp, HILOCK_EINVAL,
+                         "multi-key lock: name lengths are NULL");
+  else
+    rc = check_names(&tmp, names, namelens, n, &order, &count);
+  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc != HILOCK_OK) {
+    free(order);
+    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    return rc;
+  }
+  if (client->closed) {
+    free(order);
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  }
+  m = calloc(1, sizeof(*m));
+  if (m == NULL) {
+    free(order);
+    return HILOCK_ENOMEM;
+  }
+  m->n = count;
+  m->names = calloc(count, sizeof(*m->names));
+  m->namelens = calloc(count, sizeof(*m->namelens));
+  m->keys = calloc(3 * count, sizeof(*m->keys));
+  m->keylens = calloc(3 * count, sizeof(*m->keylens));
+  m->fences = calloc(count, sizeof(*m->fences));
+  m->missing = calloc(count, 1);
+  if (m->names == NULL || m->namelens == NULL || m->keys == NULL ||
+      m->keylens == NULL || m->fences == NULL || m->missing == NULL)
+    goto nomem;
+  for (size_t i = 0; i < count; i++) {
+    const char *name = names[order[i]];
+    size_t len = namelens[order[i]];
+    m->names[i] = malloc(len + 1);
+    if (m->names[i] == NULL) goto nomem;
+    memcpy(m->names[i], name, len);
+    m->names[i][len] = '\0';
+    m->namelens[i] = len;
+    m->keys[i] = hilock__key(name, len, "lock", &m->keylens[i]);
+    m->keys[count + i] = hilock__key(name, len, "wake", &m->keylens[count + i]);
+    m->keys[2 * count + i] =
+        hilock__key(name, len, "fence", &m->keylens[2 * count + i]);
+    if (m->keys[i] == NULL || m->keys[count + i] == NULL ||
+        m->keys[2 * count + i] == NULL)
+      goto nomem;
+  }
+  free(order);
+  order = NULL;
+  if (hilock__client_is_cluster(client) &&
+      (rc = check_slots(&tmp, m)) != HILOCK_OK) {
+    free_parts(m);
+    return hilock__set_err(&client->err, rc, "%s", tmp.msg);
+  }
+  m->wkey = m->keys[count];
+  m->wkeylen = m->keylens[count];
+  hilock__hold_init(&m->h, client, m->keys[0], m->keylens[0],
+                    &hilock__script_multilock_extend, ttl_ms);
+  m->h.xkeys = (const char *const *)(m->keys + 1);
+  m->h.xkeylens = m->keylens + 1;
+  m->h.nxkeys = (int)count - 1;
+  *out = m;
+  return HILOCK_OK;
+nomem:
+  free(order);
+  free_parts(m);
+  return hilock__set_err(&client->err, HILOCK_ENOMEM, "out of memory");
+}
+
+int hilock_multilock_new(hilock_client *client, const char *const *names,
+                         size_t n, int64_t ttl_ms, hilock_multilock **out) {
+  size_t stack[16] = {0}, *lens = stack;
+  int rc;
+  if (out != NULL) *out = NULL;
+  if (names == NULL || n == 0 || n > HILOCK_MULTILOCK_MAX)
+    return hilock_multilock_new_len(client, names, stack, n, ttl_ms, out);
+  if (n > 16 && (lens = malloc(n * sizeof(*lens))) == NULL)
+    return HILOCK_ENOMEM;
+  for (size_t i = 0; i < n; i++) lens[i] = names[i] ? strlen(names[i]) : 0;
+  rc = hilock_multilock_new_len(client, names, lens, n, ttl_ms, out);
+  if (lens != stack) free(lens);
+  return rc;
+}
+
+void hilock_multilock_free(hilock_multilock *m) {
+  if (m == NULL) return;
+  hilock__hold_destroy(&m->h);
+  free_parts(m);
+}
+
+/* A Redis CROSSSLOT reply: keep Redis's text and add the fix. */
+static int crossslot_hint(hilock_multilock *m) {
+  return hilock__set_err(&m->h.err, HILOCK_ECROSSSLOT,
+                         "redis: CROSSSLOT: the names of this multi-key lock "
+                         "are in different cluster slots; give the names a "
+                         "shared hash tag, e.g. \"{acct}:1\" and \"{acct}:2\"");
+}
+
+static int run(hilock_multilock *m, const hilock__script *s, int nkeys,
+               int nargs, const char **args, const size_t *arglens,
+               redisReply **r) {
+  int rc = hilock__script_run(m->h.client, &m->h.err, s, nkeys,
+                              (const char **)m->keys, m->keylens, nargs, args,
+                              arglens, r);
+  return rc == HILOCK_ECROSSSLOT ? crossslot_hint(m) : rc;
+}
+
+static int all_ints(const redisReply *r, size_t from) {
+  for (size_t i = from; i < r->elements; i++)
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
+  return 1;
+}
+
+/* Mark the keys listed in r->element[from..] (1-based indexes) missing;
+ * returns how many, and the first in *first. */
+static size_t mark_missing(hilock_multilock *m, const redisReply *r,
+                           size_t from, size_t *first) {
+  size_t k = 0;
+  memset(m->missing, 0, m->n);
+  for (size_t i = from; i < r->elements; i++) {
+    long long ix = r->element[i]->integer;
+    if (ix < 1 || (size_t)ix > m->n) continue;
+    if (k++ == 0) *first = (size_t)ix - 1;
+    m->missing[ix - 1] = 1;
+  }
+  return k;
+}
+
+/* One grant attempt; *pttl gets the blocking holder's remaining TTL. */
+static int attempt(void *arg, int64_t *pttl) {
+  hilock_multilock *m = arg;
+  hilock__hold *h = &m->h;
+  char ttl[24], woken[24];
+  const char *args[3] = {h->owner, ttl, woken};
+  size_t arglens[3];
+  redisReply *r;
+  int64_t start;
+  int rc;
+
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "this handle already holds the names; release "
+                           "them first (the lock is not reentrant)");
+  hilock__hold_drop(h);
+  rc = hilock__token(h->owner, &h->err);
+  if (rc != HILOCK_OK) return rc;
+  h->ownerlen = HILOCK__TOKEN_LEN;
+  arglens[0] = HILOCK__TOKEN_LEN;
+  arglens[1] = hilock__i64(ttl, h->ttl_ms);
+  arglens[2] = hilock__i64(woken, m->woken ? (int64_t)m->wait_idx + 1 : 0);
+  start = hilock__now_us();
+  rc = run(m, &hilock__script_multilock_acquire, (int)(3 * m->n), 3, args,
+           arglens, &r);
+  if (rc != HILOCK_OK) {
+    hilock__hold_drop(h);
+    return rc;
+  }
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
+      all_ints(r, 0) && r->element[0]->integer == 1) {
+    uint64_t top = 0;
+    for (size_t i = 0; i < m->n; i++) {
+      m->fences[i] = (uint64_t)r->element[i + 1]->integer;
+      if (m->fences[i] > top) top = m->fences[i];
+    }
+    memset(m->missing, 0, m->n);
+    rc = hilock__hold_granted(h, start, top);
+  } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+             all_ints(r, 0) && r->element[0]->integer == 0 &&
+             r->element[2]->integer >= 1 &&
+             (size_t)r->element[2]->integer <= m->n) {
+    m->wait_idx = (size_t)r->element[2]->integer - 1;
+    m->wkey = m->keys[m->n + m->wait_idx];
+    m->wkeylen = m->keylens[m->n + m->wait_idx];
+    *pttl = r->element[1]->integer;
+    hilock__hold_drop(h);
+    rc = HILOCK_BUSY;
+  } else {
+    /* Fail closed: an unreadable reply is never a grant. */
+    hilock__hold_drop(h);
+    rc = hilock__set_err(&h->err, HILOCK_EPROTO,
+                         "unexpected reply to the multi-key acquire script");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_multilock_try_acquire(hilock_multilock *m) {
+  int64_t pttl;
+  if (m == NULL) return HILOCK_EINVAL;
+  m->woken = 0;
+  return attempt(m, &pttl);
+}
+
+int hilock_multilock_acquire(hilock_multilock *m, int64_t wait_ms) {
+  if (m == NULL) return HILOCK_EINVAL;
+  m->woken = 0;
+  return hilock__acquire_loop_var(m->h.client, &m->h.err, &m->wkey,
+                                  &m->wkeylen, &m->woken, wait_ms, attempt,
+                                  m);
+}
+
+int hilock_multilock_release(hilock_multilock *m) {
+  const char *args[1];
+  size_t arglens[1], first = 0, nmiss;
+  redisReply *r;
+  int rc;
+
+  if (m == NULL) return HILOCK_EINVAL;
+  rc = hilock__hold_check(&m->h, "release");
+  if (rc != HILOCK_OK) return rc;
+  hilock__renewal_cancel(&m->h);
+  args[0] = m->h.owner;
+  arglens[0] = m->h.ownerlen;
+  rc = run(m, &hilock__script_multilock_release, (int)(2 * m->n), 1, args,
+           arglens, &r);
+  if (rc != HILOCK_OK) {
+    /* Still ours as far as we know: keep renewing so the caller may retry. */
+    if (m->h.auto_renew && !hilock__hold_is_lost(&m->h))
+      hilock__renewal_register(&m->h);
+    return rc;
+  }
+  hilock__hold_drop(&m->h);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || !all_ints(r, 0)) {
+    freeReplyObject(r);
+    return hilock__set_err(&m->h.err, HILOCK_EPROTO,
+                           "unexpected reply to the multi-key release script");
+  }
+  nmiss = mark_missing(m, r, 1, &first);
+  freeReplyObject(r);
+  if (nmiss > 0) {
+    char a[48];
+    show(a, sizeof(a), m->names[first], m->namelens[first]);
+    return hilock__set_err(&m->h.err, HILOCK_ENOTOWNED,
+                           "release: %zu of %zu names not held by this holder "
+                           "(expired or taken by another owner), first \"%s\"; "
+                           "those were left alone, the other %zu released",
+                           nmiss, m->n, a, m->n - nmiss);
+  }
+  return HILOCK_OK;
+}
+
+int hilock_multilock_extend(hilock_multilock *m, int64_t ms, int replace) {
+  char buf[24];
+  const char *args[3];
+  size_t arglens[3];
+  redisReply *r;
+  int64_t start;
+  int rc;
+
+  if (m == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_ms(&m->h.err, "extension", ms);
+  if (rc == HILOCK_OK) rc = hilock__hold_check(&m->h, "extend");
+  if (rc != HILOCK_OK) return rc;
+  args[0] = m->h.owner;
+  arglens[0] = m->h.ownerlen;
+  args[1] = buf;
+  arglens[1] = hilock__i64(buf, ms);
+  args[2] = replace ? "set" : "add";
+  arglens[2] = 3;
+  start = hilock__now_us();
+  rc = run(m, &hilock__script_multilock_extend, (int)m->n, 3, args, arglens,
+           &r);
+  if (rc != HILOCK_OK) return rc;
+  if (r->type != REDIS_REPLY_INTEGER) {
+    rc = hilock__set_err(&m->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the multi-key extend script");
+  } else if (r->integer <= 0) {
+    size_t ix = (size_t)(-r->integer);
+    char a[48] = "?";
+    memset(m->missing, 0, m->n);
+    if (ix >= 1 && ix <= m->n) {
+      m->missing[ix - 1] = 1;
+      show(a, sizeof(a), m->names[ix - 1], m->namelens[ix - 1]);
+    }
+    hilock__hold_lost(&m->h);
+    rc = hilock__set_err(&m->h.err, HILOCK_ENOTOWNED,
+                         "extend: \"%s\" expired or another owner holds it; "
+                         "no key was extended",
+                         a);
+  } else {
+    hilock__hold_extended(&m->h, start, r->integer);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_multilock_renew(hilock_multilock *m) {
+  if (m == NULL) return HILOCK_EINVAL;
+  return hilock_multilock_extend(m, m->h.ttl_ms, 1);
+}
+
+/* The info script with token ("" asks only who holds). */
+static int info(hilock_multilock *m, const char *token, size_t tokenlen,
+                redisReply **r) {
+  const char *args[1] = {token};
+  size_t arglens[1] = {tokenlen};
+  int rc = run(m, &hilock__script_multilock_info, (int)m->n, 1, args, arglens,
+               r);
+  if (rc != HILOCK_OK) return rc;
+  if ((*r)->type != REDIS_REPLY_ARRAY || (*r)->elements < 1 ||
+      !all_ints(*r, 0)) {
+    freeReplyObject(*r);
+    *r = NULL;
+    return hilock__set_err(&m->h.err, HILOCK_EPROTO,
+                           "unexpected reply to the multi-key info script");
+  }
+  return HILOCK_OK;
+}
+
+int hilock_multilock_owned(hilock_multilock *m, int *owned) {
+  redisReply *r;
+  size_t first = 0;
+  int rc;
+  if (m == NULL || owned == NULL) return HILOCK_EINVAL;
+  *owned = 0;
+  if (!m->h.held || m->h.pid != getpid()) return HILOCK_OK;
+  rc = info(m, m->h.owner, m->h.ownerlen, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (mark_missing(m, r, 1, &first) == 0) *owned = 1;
+  else hilock__hold_lost(&m->h);
+  freeReplyObject(r);
+  return HILOCK_OK;
+}
+
+int hilock_multilock_locked(hilock_multilock *m, int *locked) {
+  redisReply *r;
+  int rc;
+  if (m == NULL || locked == NULL) return HILOCK_EINVAL;
+  *locked = 0;
+  rc = info(m, "", 0, &r);
+  if (rc != HILOCK_OK) return rc;
+  *locked = r->element[0]->integer > 0;
+  freeReplyObject(r);
+  return HILOCK_OK;
+}
+
+int hilock_multilock_set_auto_renew(hilock_multilock *m, int enable,
+                                    int64_t max_hold_ms,
+                                    hilock_lost_fn on_lost, void *arg) {
+  if (m == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  return hilock__hold_set_auto_renew(&m->h, enable, max_hold_ms, on_lost, arg);
+}
+
+int hilock_multilock_lost(const hilock_multilock *m) {
+  return m != NULL && m->h.held && hilock__hold_is_lost(&m->h);
+}
+
+int64_t hilock_multilock_validity_ms(const hilock_multilock *m) {
+  if (m == NULL || m->h.pid != getpid()) return 0;
+  return hilock__hold_validity_ms(&m->h);
+}
+
+int hilock_multilock_held(const hilock_multilock *m) {
+  return hilock_multilock_validity_ms(m) > 0;
+}
+
+size_t hilock_multilock_count(const hilock_multilock *m) {
+  return m == NULL ? 0 : m->n;
+}
+
+const char *hilock_multilock_name(const hilock_multilock *m, size_t i,
+                                  size_t *len) {
+  if (m == NULL || i >= m->n) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (len) *len = m->namelens[i];
+  return m->names[i];
+}
+
+uint64_t hilock_multilock_fence(const hilock_multilock *m, size_t i) {
+  return m == NULL || i >= m->n ? 0 : m->fences[i];
+}
+
+int hilock_multilock_missing(const hilock_multilock *m, size_t i) {
+  return m != NULL && i < m->n && m->missing[i];
+}
+
+const char *hilock_multilock_key(const hilock_multilock *m, size_t i,
+                                 size_t *len) {
+  if (m == NULL || i >= m->n) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (len) *len = m->keylens[i];
+  return m->keys[i];
+}
+
+const char *hilock_multilock_token(const hilock_multilock *m) {
+  return m == NULL ? "" : m->h.owner;
+}
+
+int64_t hilock_multilock_ttl_ms(const hilock_multilock *m) {
+  return m == NULL ? 0 : m->h.ttl_ms;
+}
+
+const char *hilock_multilock_errmsg(const hilock_multilock *m) {
+  return m == NULL ? "multilock is NULL" : m->h.err.msg;
+}
+
+int hilock_multilock_errcode(const hilock_multilock *m) {
+  return m == NULL ? HILOCK_EINVAL : m->h.err.code;
+}
