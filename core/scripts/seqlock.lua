@@ -87,9 +87,14 @@ local function notify_after(s)
   redis.call('PEXPIRE', list, math.max(1, expiry(id) - now + 1000))
 end
 
--- Drop every entry whose session has expired, then fire their watches.
+-- Drop every entry whose session has expired (and a grant whose entry is
+-- gone), then fire their watches.
 local function purge()
   local dead = redis.call('ZRANGEBYSCORE', session, '-inf', now)
+  local owner = redis.call('HGET', holder, 'owner')
+  if owner and not expiry(owner) then
+    dead[#dead + 1] = owner
+  end
   local gone = {}
   for _, id in ipairs(dead) do
     local s = drop(id)
@@ -133,7 +138,7 @@ local function grant(s)
 end
 
 local function holds()
-  return redis.call('HGET', holder, 'owner') == me
+  return redis.call('HGET', holder, 'owner') == me and expiry(me) ~= nil
 end
 
 if op == 'info' then
