@@ -7,8 +7,8 @@
 -- KEYS[4] counter  sequence counter (INCR), never reset
 -- KEYS[5] fence    fencing counter (shared with the other lock families)
 -- KEYS[6] the prefix of the contenders' wake lists; a contender's list is
---         the prefix followed by its sequence number (same hash tag, so
---         the same slot)
+--         the prefix followed by its sequence number in 20 digits (same
+--         hash tag, so the same slot)
 -- ARGV[1] op: 'acquire' (enqueue or re-check), 'try' (take it only if no
 --         live contender exists), 'release', 'leave' (a waiter gives up),
 --         'extend', 'owned', 'info'
@@ -30,6 +30,11 @@ local queue, session, holder, counter, fence_key, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
 
+-- The wake list of the entry with sequence s.
+local function wake_key(s)
+  return wake_prefix .. string.format('%020d', tonumber(s))
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -49,7 +54,7 @@ local function drop(id)
   redis.call('ZREM', queue, id)
   redis.call('ZREM', session, id)
   if s then
-    redis.call('DEL', wake_prefix .. s)
+    redis.call('DEL', wake_key(s))
   end
   if redis.call('HGET', holder, 'owner') == id then
     redis.call('DEL', holder)
@@ -80,7 +85,7 @@ local function notify_after(s)
   if id == nil then
     return
   end
-  local list = wake_prefix .. ns
+  local list = wake_key(ns)
   if redis.call('LLEN', list) == 0 then
     redis.call('RPUSH', list, '1')
   end
@@ -132,7 +137,7 @@ local function grant(s)
   redis.call('DEL', holder)
   redis.call('HSET', holder, 'owner', me, 'fence', fence, 'seq', s)
   redis.call('ZADD', session, now + tonumber(ARGV[3]), me)
-  redis.call('DEL', wake_prefix .. s)
+  redis.call('DEL', wake_key(s))
   settle()
   return {1, fence, s}
 end

@@ -17,13 +17,16 @@ static const char *const roles[NKEYS] = {"seq:queue",   "seq:session",
                                          "seq:holder",  "seq:counter",
                                          "fence",       "seq:wake:"};
 
-#define SEQ_DIGITS 21 /* room for the decimal text of a sequence number */
+/* A wake list is named by its entry's sequence number in fixed-width
+ * decimal, so the key keeps its length while acquire_loop waits on it. */
+#define SEQ_DIGITS 20
 
 struct hilock_seqlock {
   hilock__hold h; /* first: grant state and last error */
   char *keys[NKEYS];
   size_t keylens[NKEYS];
   char *wkey; /* this entry's wake list: the wake prefix + its sequence */
+  /* wkeylen is fixed: prefix + SEQ_DIGITS */
   size_t wkeylen;
   char id[HILOCK__TOKEN_LEN + 1]; /* contender id of the acquire in progress */
   int queue;                      /* the acquire in progress may enqueue */
@@ -69,7 +72,7 @@ int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
     return HILOCK_ENOMEM;
   }
   memcpy(sl->wkey, sl->keys[K_WAKE], sl->keylens[K_WAKE] + 1);
-  sl->wkeylen = sl->keylens[K_WAKE];
+  sl->wkeylen = sl->keylens[K_WAKE] + SEQ_DIGITS;
   sl->session_ms =
       hilock__beat_default(ttl_ms, HILOCK_SEQLOCK_SESSION_MIN_MS,
                            HILOCK_SEQLOCK_SESSION_DEFAULT_MAX_MS);
@@ -116,8 +119,8 @@ static int int_array(const redisReply *r, size_t min) {
 /* Point the wake key at the entry with sequence seq. */
 static void set_seq(hilock_seqlock *sl, int64_t seq) {
   __atomic_store_n(&sl->seq, seq, __ATOMIC_RELAXED);
-  sl->wkeylen = sl->keylens[K_WAKE] +
-                hilock__i64(sl->wkey + sl->keylens[K_WAKE], seq);
+  snprintf(sl->wkey + sl->keylens[K_WAKE], SEQ_DIGITS + 1, "%020lld",
+           (long long)seq);
 }
 
 /* One attempt: grant, or (enqueueing) create / re-check our entry. When

@@ -19,6 +19,7 @@ from ._fair import FairLock
 from ._lock import Lock
 from ._rlock import RLock
 from ._semaphore import Semaphore
+from ._seqlock import SequentialLock
 from ._util import Name
 from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
                      LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
@@ -30,6 +31,7 @@ __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
     "Semaphore", "semaphore",
     "FairLock", "fair_lock",
+    "SequentialLock", "sequential_lock",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -67,3 +69,9 @@ def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
               **kw: Any) -> FairLock:
     """A fair (FIFO) lock on the default client."""
     return default_client().fair_lock(name, ttl=ttl, timeout=timeout, **kw)
+
+
+def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
+                    **kw: Any) -> SequentialLock:
+    """A sequential (ZooKeeper-style) lock on the default client."""
+    return default_client().sequential_lock(name, ttl=ttl, timeout=timeout, **kw)

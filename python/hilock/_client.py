@@ -12,6 +12,7 @@ from ._fair import FairLock
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._rlock import RLock
 from ._semaphore import Semaphore
+from ._seqlock import SequentialLock
 from ._util import Name, seconds_to_ms
 from .errors import ConnectionError, InvalidArgument
 
@@ -137,6 +138,17 @@ class Client:
         heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
         at 5 s). Other arguments as for :meth:`lock`."""
         return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                        auto_renew: bool = True, max_hold: Optional[float] = None,
+                        on_lost: Optional[LostCallback] = None) -> SequentialLock:
+        """A sequential lock (ZooKeeper's recipe): each contender gets the
+        next sequence number (``SequentialLock.sequence``) and the lowest
+        live one holds; each waiter watches its predecessor only, so a
+        release wakes exactly one process, and a dead predecessor passes the
+        turn within its session (``SequentialLock.session``, by default
+        ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`."""
+        return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
 
 _default_lock = threading.Lock()

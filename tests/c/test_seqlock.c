@@ -104,6 +104,13 @@ static long long session_left(fixture *f, const char *name, const char *id) {
   return left;
 }
 
+/* LLEN of the wake list of the entry with sequence seq (-1: no list). */
+static long long wake_len(fixture *f, const char *name, long long seq) {
+  if (!hl_redis_int(f->redis, "EXISTS hilock:{%s}:seq:wake:%020lld", name, seq))
+    return -1;
+  return hl_redis_int(f->redis, "LLEN hilock:{%s}:seq:wake:%020lld", name, seq);
+}
+
 static long long evalsha_calls(fixture *f) {
   return hl_cmdstat_calls(f->redis, "evalsha");
 }
@@ -347,8 +354,11 @@ static void release_wakes_the_successor_only(void **state) {
   long long before;
 
   grant_counter = 0;
+  /* Sequence numbers 98..103: their decimal text changes length. */
+  hl_redis_ok(f->redis, "SET hilock:{successor}:seq:counter 97");
   assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
                hilock_seqlock_errmsg(holder));
+  assert_int_equal(hilock_seqlock_sequence(holder), 98);
   /* Sessions of 30 s (re-checks every 10 s): within this test only
    * wake-ups move waiters. */
   start_waiters(f, "successor", w, t, NWAITERS, 30000);
@@ -368,13 +378,11 @@ static void release_wakes_the_successor_only(void **state) {
     hl_sleep_ms(30);
     assert_int_equal(__atomic_load_n(&grant_counter, __ATOMIC_ACQUIRE), i + 1);
     assert_int_equal(w[i].grant_pos, i);
+    assert_int_equal(w[i].seq, 99 + i);
     /* Everyone behind still blocks, each on its own list, none pushed. */
     assert_int_equal(blocked_clients(f), NWAITERS - 1 - i);
     for (int j = i + 1; j < NWAITERS; j++)
-      assert_int_equal(hl_redis_int(f->redis,
-                                    "LLEN hilock:{successor}:seq:wake:%d",
-                                    (int)(2 + j)),
-                       0);
+      assert_int_equal(wake_len(f, "successor", 99 + j), -1);
     /* One release per grant and one acquire per woken waiter. */
     assert_int_equal(evalsha_calls(f) - before, 1 + 2 * i + 1);
     __atomic_store_n(&go[i], 1, __ATOMIC_RELEASE);
@@ -722,11 +730,12 @@ static void resent_acquire_and_leave_after_a_lost_reply(void **state) {
   assert_int_equal(r->element[0]->integer, 1);
   freeReplyObject(r);
   assert_null(holder_owner(f, "lost"));
-  assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{lost}:seq:wake:2"), 1);
-  assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{lost}:seq:wake:3"),
-                   0);
-  assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{lost}:seq:wake:2"),
-                     1, 2000);
+  assert_int_equal(wake_len(f, "lost", 2), 1);
+  assert_int_equal(wake_len(f, "lost", 3), -1);
+  assert_i64_between(
+      hl_redis_int(f->redis,
+                   "PTTL hilock:{lost}:seq:wake:00000000000000000002"),
+      1, 2000);
   r = seq_script(f, "lost", "acquire", "next");
   assert_int_equal(r->element[0]->integer, 1);
   assert_int_equal(r->element[1]->integer, 2);
@@ -755,7 +764,7 @@ static void purge_of_a_dead_entry_wakes_its_successor_only(void **state) {
   assert_int_equal(r->element[1]->integer, 2);
   assert_int_equal(r->element[2]->integer, 1);
   freeReplyObject(r);
-  assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{purge}:seq:wake:3"), 1);
+  assert_int_equal(wake_len(f, "purge", 3), 1);
   assert_int_equal(wake_lists(f, "purge"), 1);
   assert_int_equal(queue_len(f, "purge"), 3);
   /* a now watches the holder: its wait is bounded by the holder's session. */
