@@ -275,6 +275,89 @@ def test_eight_processes_history_grants_in_sequence_order(rds, redis_url) -> Non
     assert_no_residue(rds, "shop:seq8")
 
 
+def _chaos_loop(url: str, name: str, gate, tag: str) -> None:
+    """As _loop, with short sessions, and the grant's token published (inside
+    the critical section) so the test can find and kill the holder."""
+    r = redis.Redis.from_url(url)
+    hist = RedisHistory(r, f"{tag}:history")
+    lk = hilock.Client(url).sequential_lock(name, ttl=1.0)
+    lk.session = 0.6
+    if not gate.wait(20):
+        raise RuntimeError("start gate never opened")
+    while True:
+        if not lk.acquire(timeout=20):
+            raise RuntimeError("acquire timed out: the line stalled")
+        start = time.monotonic()
+        r.hset(f"{tag}:tokens", lk.token, os.getpid())
+        left = r.decr(f"{tag}:budget")
+        if left >= 0:
+            time.sleep(0.004)
+        end = time.monotonic()
+        fence, seq = lk.fence, lk.sequence
+        lk.release()
+        hist.record(start, end, fence, ticket=seq)
+        if left < 0:
+            return
+
+
+def test_sigkilled_holders_and_waiters_never_stall_the_line(rds, redis_url) -> None:
+    """8 processes; two holders and two waiters are SIGKILLed mid-run. The
+    survivors keep mutual exclusion and sequence order, every dead
+    contender's turn passes within its session, and its keys lapse."""
+    tag, name, ttl = "chaos", "shop:chaos", 1.0
+    rds.set(f"{tag}:budget", 300)
+    gate = FORK.Event()
+    procs = [start_child(_chaos_loop, redis_url, name, gate, tag) for _ in range(8)]
+    holder_key = f"hilock:{{{name}}}:seq:holder"
+    killed: List[int] = []
+    try:
+        gate.set()
+        for _ in range(2):
+            time.sleep(0.3)
+            # A live holder: the pid behind the grant's owner token (a
+            # killed holder keeps its grant until its session lapses).
+            def live_holder():
+                owner = rds.hget(holder_key, "owner")
+                pid = int(rds.hget(f"{tag}:tokens", owner) or 0) if owner else 0
+                return pid if pid and pid not in killed else None
+            pid = wait_for(live_holder, 5, interval=0.001, what="a live holder")
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            # A contender that is not the holder (with 8 in a tight loop,
+            # almost surely waiting in line).
+            time.sleep(0.05)
+            owner = rds.hget(holder_key, "owner")
+            busy = {int(rds.hget(f"{tag}:tokens", owner) or 0)} if owner else set()
+            other = next(p for p in procs if p.pid not in killed and p.pid not in busy)
+            os.kill(other.pid, signal.SIGKILL)
+            killed.append(other.pid)
+        survivors = [p for p in procs if p.pid not in killed]
+        join_all(survivors, 40)
+    finally:
+        for p in procs:
+            kill_child(p)
+    assert int(rds.get(f"{tag}:budget")) < 0
+    hist = RedisHistory(rds, f"{tag}:history").load()
+    assert check_no_overlap(hist) == len(hist)
+    fences = check_fences_increase(hist)
+    check_fifo(hist)  # in grant order the sequence numbers strictly increase
+    # Nothing waited on a dead contender for longer than its session: each
+    # pause between one recorded grant's release and the next recorded
+    # grant holds the killed holders' grants in between (the missing
+    # fences, each lasting at most ttl) and at most one dead waiter's window
+    # (0.6 s); the rest is margin for a loaded machine.
+    ivs = sorted(hist, key=lambda iv: iv.fence)
+    gap = max(b.start - a.end - (b.fence - a.fence - 1) * ttl for a, b in zip(ivs, ivs[1:]))
+    print(f"\nchaos: {len(hist)} recorded grants, fences up to {fences[-1]}, longest pause "
+          f"beyond the dead holders' ttl {gap:.3f} s, killed {killed}")
+    assert gap <= 0.6 + 0.6, f"the line stood still {gap:.3f} s beyond dead holders' ttl"
+    assert len(fences) >= 250 and len(set(killed)) == 4
+    # The dead contenders' entries lapse with their sessions.
+    wait_for(lambda: rds.keys(f"hilock:{{{name}}}:seq:[qsh]*") == [], 3,
+             what="the dead contenders' keys lapsing")
+    assert_no_residue(rds, name)
+
+
 def test_sequence_checker_catches_a_grant_out_of_order() -> None:
     # Entry 6 served before entry 5, although 5 was live and lower.
     bad = [Interval(1, 0.0, 1.0, 1, 4), Interval(2, 1.0, 2.0, 2, 6), Interval(3, 2, 3, 3, 5)]
