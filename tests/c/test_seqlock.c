@@ -137,6 +137,18 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   assert_int_equal(hilock_seqlock_fence(a), 0);
   assert_string_equal(hilock_seqlock_token(a), "");
 
+  /* Every key of the lock, wake lists included, is in one cluster slot. */
+  {
+    static const char *const keys[] = {
+        "hilock:{basic}:seq:queue",   "hilock:{basic}:seq:session",
+        "hilock:{basic}:seq:holder",  "hilock:{basic}:seq:counter",
+        "hilock:{basic}:fence",
+        "hilock:{basic}:seq:wake:00000000000000000001"};
+    int slot = hilock__key_slot(keys[0], strlen(keys[0]));
+    for (size_t i = 1; i < sizeof(keys) / sizeof(keys[0]); i++)
+      assert_int_equal(hilock__key_slot(keys[i], strlen(keys[i])), slot);
+  }
+
   assert_hl_ok(hilock_seqlock_try_acquire(a), hilock_seqlock_errmsg(a));
   assert_true(hilock_seqlock_held(a));
   assert_int_equal(strlen(hilock_seqlock_token(a)), 32);
