@@ -80,6 +80,17 @@
 %threadallow py_multilock_owned;
 %threadallow py_multilock_locked;
 %threadallow hilock_multilock_set_auto_renew_py;
+%threadallow py_seqlock_new;
+%threadallow hilock_seqlock_free;
+%threadallow hilock_seqlock_acquire;
+%threadallow hilock_seqlock_try_acquire;
+%threadallow hilock_seqlock_release;
+%threadallow hilock_seqlock_extend;
+%threadallow hilock_seqlock_renew;
+%threadallow py_seqlock_owned;
+%threadallow py_seqlock_locked;
+%threadallow py_seqlock_waiters;
+%threadallow hilock_seqlock_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -147,6 +158,17 @@ HILOCK_CHECKED(hilock_multilock_renew, hilock_multilock_errmsg(arg1))
 HILOCK_CHECKED(py_multilock_owned, hilock_multilock_errmsg(arg1))
 HILOCK_CHECKED(py_multilock_locked, hilock_multilock_errmsg(arg1))
 HILOCK_CHECKED(hilock_multilock_set_auto_renew_py, hilock_multilock_errmsg(arg1))
+HILOCK_CHECKED_PTR(py_seqlock_new)
+HILOCK_CHECKED(hilock_seqlock_acquire, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seqlock_try_acquire, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seqlock_release, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seqlock_extend, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seqlock_renew, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(py_seqlock_owned, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(py_seqlock_locked, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(py_seqlock_waiters, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seqlock_set_session, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seqlock_set_auto_renew_py, hilock_seqlock_errmsg(arg1))
 
 %{
 #include <errno.h>
@@ -370,6 +392,14 @@ static hilock_rwlock *py_rwlock_new(hilock_client *c, const char *name,
   py_ctor_failed(c, rc);
   return NULL;
 }
+static hilock_seqlock *py_seqlock_new(hilock_client *c, const char *name,
+                                      size_t namelen, int64_t ttl_ms) {
+  hilock_seqlock *l = NULL;
+  int rc = hilock_seqlock_new(c, name, namelen, ttl_ms, &l);
+  if (rc == HILOCK_OK) return l;
+  py_ctor_failed(c, rc);
+  return NULL;
+}
 /* The calling thread's hold counts: >= 0, or a status < 0. */
 static int64_t py_rwlock_read_hold_count(hilock_rwlock *l) {
   int64_t n = 0;
@@ -481,6 +511,32 @@ static int hilock_multilock_set_auto_renew_py(hilock_multilock *m, int enable,
                                          notify_id ? py_lost_notify : NULL,
                                          (void *)(intptr_t)notify_id);
 }
+static int py_seqlock_owned(hilock_seqlock *l) {
+  int v = 0, rc = hilock_seqlock_owned(l, &v);
+  return rc < 0 ? rc : v;
+}
+static int py_seqlock_locked(hilock_seqlock *l) {
+  int v = 0, rc = hilock_seqlock_locked(l, &v);
+  return rc < 0 ? rc : v;
+}
+/* Count >= 0, or a status < 0. */
+static int64_t py_seqlock_waiters(hilock_seqlock *l) {
+  int64_t n = 0;
+  int rc = hilock_seqlock_waiters(l, &n);
+  return rc < 0 ? rc : n;
+}
+static PyObject *py_seqlock_key(hilock_seqlock *l) {
+  size_t n = 0;
+  const char *k = hilock_seqlock_key(l, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static int hilock_seqlock_set_auto_renew_py(hilock_seqlock *l, int enable,
+                                            int64_t max_hold_ms,
+                                            int64_t notify_id) {
+  return hilock_seqlock_set_auto_renew(l, enable, max_hold_ms,
+                                       notify_id ? py_lost_notify : NULL,
+                                       (void *)(intptr_t)notify_id);
+}
 
 static PyObject *py_lock_errmsg(hilock_lock *l) {
   const char *m = hilock_lock_errmsg(l);
@@ -533,6 +589,12 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_multilock_name;
 %ignore hilock_multilock_key;
 %ignore hilock_multilock_set_auto_renew;
+%ignore hilock_seqlock_new;
+%ignore hilock_seqlock_owned;
+%ignore hilock_seqlock_locked;
+%ignore hilock_seqlock_waiters;
+%ignore hilock_seqlock_key;
+%ignore hilock_seqlock_set_auto_renew;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
@@ -543,3 +605,4 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %include "hilock/fair.h"
 %include "hilock/rwlock.h"
 %include "hilock/multilock.h"
+%include "hilock/seqlock.h"

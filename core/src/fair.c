@@ -27,13 +27,6 @@ struct hilock_fair_lock {
   int64_t beat_ms;      /* heartbeat window; read by a waiting thread */
 };
 
-static int64_t default_beat(int64_t ttl_ms) {
-  if (ttl_ms < HILOCK_FAIR_HEARTBEAT_MIN_MS) return HILOCK_FAIR_HEARTBEAT_MIN_MS;
-  if (ttl_ms > HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS)
-    return HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS;
-  return ttl_ms;
-}
-
 static void fair_destroy(hilock_fair_lock *fl) {
   for (int i = 0; i < NKEYS; i++) free(fl->keys[i]);
   free(fl->wkey);
@@ -75,7 +68,8 @@ int hilock_fair_lock_new(hilock_client *client, const char *name,
   }
   memcpy(fl->wkey, fl->keys[K_WAKE], fl->keylens[K_WAKE]);
   fl->wkey[fl->wkeylen] = '\0';
-  fl->beat_ms = default_beat(ttl_ms);
+  fl->beat_ms = hilock__beat_default(ttl_ms, HILOCK_FAIR_HEARTBEAT_MIN_MS,
+                                     HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS);
   /* Renewal and extend use the lock family's script: the holder key is a
    * string holding the owner token, as there. */
   hilock__hold_init(&fl->h, client, fl->keys[K_HOLDER], fl->keylens[K_HOLDER],
@@ -121,7 +115,7 @@ static int attempt(void *arg, int64_t *bound) {
   hilock_fair_lock *fl = arg;
   hilock__hold *h = &fl->h;
   redisReply *r;
-  int64_t start = hilock__now_us(), every;
+  int64_t start = hilock__now_us();
   int rc;
 
   rc = run(fl, &h->err, fl->queue ? "acquire" : "try", fl->waiter,
@@ -142,9 +136,8 @@ static int attempt(void *arg, int64_t *bound) {
   } else {
     int64_t pttl = r->element[1]->integer;
     int head = r->elements > 3 && r->element[3]->integer == 0;
-    every = __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED) / 3;
-    if (every < 1) every = 1;
-    *bound = head && pttl > 0 && pttl < every ? pttl : every;
+    *bound = hilock__beat_bound(__atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED),
+                                head ? pttl : 0);
     rc = HILOCK_BUSY;
   }
   freeReplyObject(r);

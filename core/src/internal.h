@@ -147,6 +147,14 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg);
 
+/* Heartbeated waiters (fair lock, sequential lock): a waiter's liveness
+ * window defaults to its lock's TTL clamped to min_ms..max_ms. A waiter
+ * re-checks at least every window/3, and sooner when what it watches (the
+ * holder's TTL, its predecessor's session: watch_ms > 0) runs out first;
+ * hilock__beat_bound gives that sleep for hilock__acquire_loop. */
+int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms);
+int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms);
+
 /* ## Holds and renewal ---------------------------------------------------- */
 
 /* Renewal state of one hold; owned by the watchdog's mutex while

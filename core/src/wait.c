@@ -121,3 +121,15 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
     if (rc != HILOCK_OK) return rc;
   }
 }
+
+int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms) {
+  if (ttl_ms < min_ms) return min_ms;
+  if (ttl_ms > max_ms) return max_ms;
+  return ttl_ms;
+}
+
+int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms) {
+  int64_t every = beat_ms / 3;
+  if (every < 1) every = 1;
+  return watch_ms > 0 && watch_ms < every ? watch_ms : every;
+}

@@ -21,6 +21,7 @@ from ._multilock import MultiLock
 from ._rlock import RLock
 from ._semaphore import Semaphore
 from ._rwlock import ReadLock, RWLock, WriteLock
+from ._seqlock import SequentialLock
 from ._util import Name
 from .errors import (
     AuthenticationError,
@@ -47,6 +48,7 @@ __all__ = [
     "FairLock", "fair_lock",
     "RWLock", "ReadLock", "WriteLock", "rwlock", "DeadlockError",
     "MultiLock", "multi_lock", "CrossSlotError",
+    "SequentialLock", "sequential_lock",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -94,3 +96,8 @@ def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float
                **kw: Any) -> MultiLock:
     """A multi-key lock (all names or none) on the default client."""
     return default_client().multi_lock(names, ttl=ttl, timeout=timeout, **kw)
+
+def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
+                    **kw: Any) -> SequentialLock:
+    """A sequential (ZooKeeper-style) lock on the default client."""
+    return default_client().sequential_lock(name, ttl=ttl, timeout=timeout, **kw)

@@ -14,6 +14,7 @@ from ._multilock import MultiLock
 from ._rlock import RLock
 from ._semaphore import Semaphore
 from ._rwlock import RWLock
+from ._seqlock import SequentialLock
 from ._util import Name, seconds_to_ms
 from .errors import ConnectionError, InvalidArgument
 
@@ -163,6 +164,17 @@ class Client:
         arguments as for :meth:`lock`.
         """
         return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                        auto_renew: bool = True, max_hold: Optional[float] = None,
+                        on_lost: Optional[LostCallback] = None) -> SequentialLock:
+        """A sequential lock (ZooKeeper's recipe): each contender gets the
+        next sequence number (``SequentialLock.sequence``) and the lowest
+        live one holds; each waiter watches its predecessor only, so a
+        release wakes exactly one process, and a dead predecessor passes the
+        turn within its session (``SequentialLock.session``, by default
+        ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`."""
+        return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
 
 _default_lock = threading.Lock()

@@ -86,6 +86,18 @@ def make_hilock(url: str, name: str) -> Pair:
     return lk.acquire, lk.release
 
 
+def make_hilock_fair(url: str, name: str) -> Pair:
+    import hilock
+    lk = hilock.Client(url).fair_lock(name, ttl=TTL, auto_renew=False)
+    return lk.acquire, lk.release
+
+
+def make_hilock_seqlock(url: str, name: str) -> Pair:
+    import hilock
+    lk = hilock.Client(url).sequential_lock(name, ttl=TTL, auto_renew=False)
+    return lk.acquire, lk.release
+
+
 def make_redis_py(url: str, name: str) -> Pair:
     import redis
     lk = redis.Redis.from_url(url).lock(name, timeout=TTL)
@@ -398,6 +410,9 @@ def main() -> int:
     ap.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     ap.add_argument("--bench-binary", metavar="PATH",
                     help="bench_handoff (default: looked for under build*/tests/bench/)")
+    ap.add_argument("--only", metavar="KEYS",
+                    help="run only these contestants (comma-separated keys, e.g. "
+                         "hilock_py,hilock_py_seq); the others are reported as skipped")
     args = ap.parse_args()
     samples = args.samples or (40 if args.quick else 250)
     seconds = args.seconds or (1.0 if args.quick else 4.0)
@@ -409,10 +424,18 @@ def main() -> int:
     cs = [
         Contestant("hilock_c", "hilock C", None),
         Contestant("hilock_py", "hilock Python", make_hilock, ("hilock",)),
+        Contestant("hilock_py_fair", "hilock Python fair lock", make_hilock_fair, ("hilock",)),
+        Contestant("hilock_py_seq", "hilock Python sequential lock", make_hilock_seqlock,
+                   ("hilock",)),
         Contestant("redis_py", "redis-py Lock (sleep 0.1 s)", make_redis_py, ("redis",)),
         Contestant("python_redis_lock", "python-redis-lock", make_python_redis_lock,
                    ("redis", "redis_lock")),
     ]
+    if args.only:
+        keep = set(args.only.split(","))
+        for c in cs:
+            if c.key not in keep:
+                c.skipped = "not selected (--only)"
     t_start = time.monotonic()
     RedisServer = load_redis_server()
     with RedisServer() as srv:
@@ -425,6 +448,8 @@ def main() -> int:
         ping_c = statistics.median(run_c(binary, "ping", url, pings)["us"]) if binary else None
         placed = placement_pings(binary, url, srv.pid, pings) if binary else None
         for c in cs:
+            if c.skipped:
+                continue
             try:
                 c.handoff(url, binary, samples)
                 print(f"handoff {c.label}: p50 {c.p50:,.0f} µs", file=sys.stderr)

@@ -11,5 +11,6 @@
 #include "hilock/fair.h"
 #include "hilock/rwlock.h"
 #include "hilock/multilock.h"
+#include "hilock/seqlock.h"
 
 #endif /* HILOCK_H */

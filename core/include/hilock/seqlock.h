@@ -1,0 +1,121 @@
+/* hilock: the sequential lock (ZooKeeper-style).
+ *
+ * The lock recipe of ZooKeeper, emulated on Redis: every contender creates
+ * an "ephemeral sequential node", an entry with the next sequence number of
+ * the lock (INCR of hilock:{name}:seq:counter) that lives only while its
+ * session does. The live entry with the lowest sequence holds the lock.
+ * Every other contender watches its predecessor only, the live entry just
+ * below its own: it sleeps on its own wake list, hilock:{name}:seq:wake:<seq>,
+ * and whatever removes the predecessor (a release, a waiter leaving, the
+ * purge of a dead session) pushes to that list and to no other. A release
+ * therefore wakes exactly one process.
+ *
+ * Sessions are judged on the server's clock: the holder's entry lasts ttl
+ * after the grant or its last renewal; a waiter's lasts one session window
+ * (hilock_seqlock_set_session) after its last re-check, and a waiter
+ * re-checks at least every third of the window. A waiter also wakes when its
+ * predecessor's session would run out, so a crashed predecessor passes the
+ * turn within its session TTL even if no one else runs a script. A waiter
+ * that times out, is interrupted or fails removes its entry and wakes its
+ * successor before acquire returns.
+ *
+ * Grants carry a fencing token (the fence counter shared with the other
+ * exclusive families) and are renewed by the client's watchdog when
+ * auto-renewal is on. The lock is not reentrant.
+ *
+ * Threads: a handle stands for one contender; use it from one thread at a
+ * time. Fork: a grant belongs to the process that acquired it; in a forked
+ * child release and extend return HILOCK_EFORKED and touch nothing. */
+#ifndef HILOCK_SEQLOCK_H
+#define HILOCK_SEQLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hilock/client.h"
+#include "hilock/export.h"
+#include "hilock/lock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A waiter's session window defaults to the TTL clamped to this range (the
+ * minimum leaves room for the server's blocked-timeout resolution). */
+#define HILOCK_SEQLOCK_SESSION_MIN_MS ((int64_t)500)
+#define HILOCK_SEQLOCK_SESSION_DEFAULT_MAX_MS ((int64_t)5000)
+
+typedef struct hilock_seqlock hilock_seqlock;
+
+/* CONSTRUCTOR; nothing is sent. ttl_ms in 1..HILOCK_TTL_MAX_MS. Returns
+ * HILOCK_OK, HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED. */
+HILOCK_API int hilock_seqlock_new(hilock_client *client, const char *name,
+                                  size_t namelen, int64_t ttl_ms,
+                                  hilock_seqlock **out);
+/* DESTRUCTOR; does not release (the entry lapses with its session). NULL
+ * is a no-op. */
+HILOCK_API void hilock_seqlock_free(hilock_seqlock *sl);
+
+/* One attempt: HILOCK_OK if there is no live contender (the caller's entry
+ * is then the lowest and holds), else HILOCK_BUSY and no entry is left.
+ * HILOCK_EINVAL if this handle holds the lock. */
+HILOCK_API int hilock_seqlock_try_acquire(hilock_seqlock *sl);
+
+/* Create an entry with the next sequence number and wait up to wait_ms
+ * (HILOCK_WAIT_FOREVER: no limit; 0: as try_acquire) until it is the lowest
+ * live one. HILOCK_OK when granted, HILOCK_BUSY when wait_ms passed first;
+ * on BUSY or an error the entry is removed and the successor woken. */
+HILOCK_API int hilock_seqlock_acquire(hilock_seqlock *sl, int64_t wait_ms);
+
+/* Owner-checked release: removes the holder's entry and wakes its
+ * successor only. HILOCK_ENOTOWNED if the session lapsed (nothing is
+ * removed then). */
+HILOCK_API int hilock_seqlock_release(hilock_seqlock *sl);
+
+/* Add ms to the holder's remaining session (replace = 0) or set it to ms
+ * (replace = 1), only while owned; renew sets it back to the TTL. */
+HILOCK_API int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms,
+                                     int replace);
+HILOCK_API int hilock_seqlock_renew(hilock_seqlock *sl);
+
+/* Round trips: this handle's grant still holds; anyone holds it; how many
+ * live contenders wait behind the holder. */
+HILOCK_API int hilock_seqlock_owned(hilock_seqlock *sl, int *owned);
+HILOCK_API int hilock_seqlock_locked(hilock_seqlock *sl, int *locked);
+HILOCK_API int hilock_seqlock_waiters(hilock_seqlock *sl, int64_t *count);
+
+/* The sequence number of the entry: the one of the acquire in progress once
+ * it is enqueued (readable from another thread), then of the current or
+ * last grant; 0 before any. Strictly increasing per lock name. */
+HILOCK_API uint64_t hilock_seqlock_sequence(const hilock_seqlock *sl);
+
+/* The session window of a waiting entry in ms
+ * (HILOCK_SEQLOCK_SESSION_MIN_MS .. HILOCK_TTL_MAX_MS): a waiter re-checks
+ * at least every window/3 and its entry is purged once it has not for a
+ * whole window. Default: the TTL, at most
+ * HILOCK_SEQLOCK_SESSION_DEFAULT_MAX_MS. Applies from the next re-check. */
+HILOCK_API int hilock_seqlock_set_session(hilock_seqlock *sl,
+                                          int64_t window_ms);
+HILOCK_API int64_t hilock_seqlock_session_ms(const hilock_seqlock *sl);
+
+/* As the hilock_lock_* accessors of the same names. */
+HILOCK_API int hilock_seqlock_set_auto_renew(hilock_seqlock *sl, int enable,
+                                             int64_t max_hold_ms,
+                                             hilock_lost_fn on_lost,
+                                             void *arg);
+HILOCK_API int hilock_seqlock_lost(const hilock_seqlock *sl);
+HILOCK_API int64_t hilock_seqlock_validity_ms(const hilock_seqlock *sl);
+HILOCK_API int hilock_seqlock_held(const hilock_seqlock *sl);
+HILOCK_API uint64_t hilock_seqlock_fence(const hilock_seqlock *sl);
+HILOCK_API const char *hilock_seqlock_token(const hilock_seqlock *sl);
+HILOCK_API int64_t hilock_seqlock_ttl_ms(const hilock_seqlock *sl);
+/* The queue key, hilock:{name}:seq:queue. */
+HILOCK_API const char *hilock_seqlock_key(const hilock_seqlock *sl,
+                                          size_t *len);
+HILOCK_API const char *hilock_seqlock_errmsg(const hilock_seqlock *sl);
+HILOCK_API int hilock_seqlock_errcode(const hilock_seqlock *sl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HILOCK_SEQLOCK_H */

@@ -1,0 +1,409 @@
+/* The sequential lock (ZooKeeper's recipe): ephemeral sequential entries
+ * with sessions on server time and a watch on the predecessor, all in
+ * core/scripts/seqlock.lua. Waiting (on the entry's own wake list), renewal
+ * (seqlock_renew.lua) and grant state come from the shared layer. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+/* The script's KEYS, in order. */
+enum { K_QUEUE, K_SESSION, K_HOLDER, K_COUNTER, K_FENCE, K_WAKE, NKEYS };
+static const char *const roles[NKEYS] = {"seq:queue",   "seq:session",
+                                         "seq:holder",  "seq:counter",
+                                         "fence",       "seq:wake:"};
+
+/* A wake list is named by its entry's sequence number in fixed-width
+ * decimal, so the key keeps its length while acquire_loop waits on it. */
+#define SEQ_DIGITS 20
+
+struct hilock_seqlock {
+  hilock__hold h; /* first: grant state and last error */
+  char *keys[NKEYS];
+  size_t keylens[NKEYS];
+  char *wkey; /* this entry's wake list: the wake prefix + its sequence */
+  /* wkeylen is fixed: prefix + SEQ_DIGITS */
+  size_t wkeylen;
+  char id[HILOCK__TOKEN_LEN + 1]; /* contender id of the acquire in progress */
+  int queue;                      /* the acquire in progress may enqueue */
+  int64_t seq;      /* sequence of the entry (atomic: read by other threads) */
+  int64_t session_ms; /* a waiter's session window (atomic) */
+  /* The renewal's KEYS[2..3]: queue and holder. */
+  const char *renew_xkeys[2];
+  size_t renew_xkeylens[2];
+};
+
+static void seq_destroy(hilock_seqlock *sl) {
+  for (int i = 0; i < NKEYS; i++) free(sl->keys[i]);
+  free(sl->wkey);
+  free(sl);
+}
+
+int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
+                       int64_t ttl_ms, hilock_seqlock **out) {
+  hilock__err tmp;
+  hilock_seqlock *sl;
+  int rc;
+
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  if (client == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_name(&tmp, name, namelen);
+  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc != HILOCK_OK) {
+    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    return rc;
+  }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  sl = calloc(1, sizeof(*sl));
+  if (sl == NULL) return HILOCK_ENOMEM;
+  for (int i = 0; i < NKEYS; i++) {
+    sl->keys[i] = hilock__key(name, namelen, roles[i], &sl->keylens[i]);
+    if (sl->keys[i] == NULL) {
+      seq_destroy(sl);
+      return HILOCK_ENOMEM;
+    }
+  }
+  sl->wkey = malloc(sl->keylens[K_WAKE] + SEQ_DIGITS + 1);
+  if (sl->wkey == NULL) {
+    seq_destroy(sl);
+    return HILOCK_ENOMEM;
+  }
+  memcpy(sl->wkey, sl->keys[K_WAKE], sl->keylens[K_WAKE] + 1);
+  sl->wkeylen = sl->keylens[K_WAKE] + SEQ_DIGITS;
+  sl->session_ms =
+      hilock__beat_default(ttl_ms, HILOCK_SEQLOCK_SESSION_MIN_MS,
+                           HILOCK_SEQLOCK_SESSION_DEFAULT_MAX_MS);
+  /* The watchdog renews the holder's session entry. */
+  hilock__hold_init(&sl->h, client, sl->keys[K_SESSION],
+                    sl->keylens[K_SESSION], &hilock__script_seqlock_renew,
+                    ttl_ms);
+  sl->renew_xkeys[0] = sl->keys[K_QUEUE];
+  sl->renew_xkeylens[0] = sl->keylens[K_QUEUE];
+  sl->renew_xkeys[1] = sl->keys[K_HOLDER];
+  sl->renew_xkeylens[1] = sl->keylens[K_HOLDER];
+  sl->h.xkeys = sl->renew_xkeys;
+  sl->h.xkeylens = sl->renew_xkeylens;
+  sl->h.nxkeys = 2;
+  *out = sl;
+  return HILOCK_OK;
+}
+
+void hilock_seqlock_free(hilock_seqlock *sl) {
+  if (sl == NULL) return;
+  hilock__hold_destroy(&sl->h);
+  seq_destroy(sl);
+}
+
+/* Run one op of the script for contender id; ms/mode only for extend. */
+static int run(hilock_seqlock *sl, hilock__err *e, const char *op,
+               const char *id, size_t idlen, int64_t ms, const char *mode,
+               redisReply **out) {
+  char ttl[24], win[24], msb[24];
+  const char *args[6] = {op, id, ttl, win, msb, mode ? mode : ""};
+  size_t arglens[6];
+  arglens[0] = strlen(op);
+  arglens[1] = idlen;
+  arglens[2] = hilock__i64(ttl, sl->h.ttl_ms);
+  arglens[3] =
+      hilock__i64(win, __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED));
+  arglens[4] = hilock__i64(msb, ms);
+  arglens[5] = strlen(args[5]);
+  return hilock__script_run(sl->h.client, e, &hilock__script_seqlock, NKEYS,
+                            (const char **)sl->keys, sl->keylens, 6, args,
+                            arglens, out);
+}
+
+static int int_array(const redisReply *r, size_t min) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < min) return 0;
+  for (size_t i = 0; i < r->elements; i++)
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
+  return 1;
+}
+
+/* Point the wake key at the entry with sequence seq. */
+static void set_seq(hilock_seqlock *sl, int64_t seq) {
+  __atomic_store_n(&sl->seq, seq, __ATOMIC_RELAXED);
+  snprintf(sl->wkey + sl->keylens[K_WAKE], SEQ_DIGITS + 1, "%020lld",
+           (long long)seq);
+}
+
+/* One attempt: grant, or (enqueueing) create / re-check our entry. When
+ * busy, *bound is how long to sleep before the next re-check: until the
+ * predecessor's session would run out, at most a third of our window. */
+static int attempt(void *arg, int64_t *bound) {
+  hilock_seqlock *sl = arg;
+  hilock__hold *h = &sl->h;
+  redisReply *r;
+  int64_t start = hilock__now_us();
+  int rc;
+
+  rc = run(sl, &h->err, sl->queue ? "acquire" : "try", sl->id,
+           HILOCK__TOKEN_LEN, 0, NULL, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!int_array(r, 3) || (r->element[0]->integer != 1 && r->elements < 4) ||
+      (r->element[0]->integer == 1 && r->element[1]->integer <= 0)) {
+    /* Fail closed: an unreadable reply is never a grant. */
+    freeReplyObject(r);
+    return hilock__set_err(&h->err, HILOCK_EPROTO,
+                           "unexpected reply to the sequential lock script");
+  }
+  if (r->element[2]->integer > 0) set_seq(sl, r->element[2]->integer);
+  if (r->element[0]->integer == 1) {
+    memcpy(h->owner, sl->id, HILOCK__TOKEN_LEN + 1);
+    h->ownerlen = HILOCK__TOKEN_LEN;
+    rc = hilock__hold_granted(h, start, (uint64_t)r->element[1]->integer);
+  } else {
+    *bound = hilock__beat_bound(
+        __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED),
+        r->element[1]->integer);
+    rc = HILOCK_BUSY;
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Start an acquire: refuse if this handle holds the lock, else draw a new
+ * contender id (the owner token if granted). */
+static int begin(hilock_seqlock *sl, int queue) {
+  hilock__hold *h = &sl->h;
+  int rc;
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "this handle already holds the lock; release it "
+                           "first (the lock is not reentrant)");
+  hilock__hold_drop(h);
+  rc = hilock__token(sl->id, &h->err);
+  if (rc != HILOCK_OK) return rc;
+  set_seq(sl, 0);
+  sl->queue = queue;
+  return HILOCK_OK;
+}
+
+/* The acquire did not end in a grant: remove our entry and wake our
+ * successor (and give back a grant whose reply was lost), keeping the
+ * error that got us here. */
+static void leave(hilock_seqlock *sl) {
+  hilock__err e;
+  redisReply *r;
+  hilock__clear_err(&e);
+  if (run(sl, &e, "leave", sl->id, HILOCK__TOKEN_LEN, 0, NULL, &r) ==
+      HILOCK_OK)
+    freeReplyObject(r);
+  if (sl->h.held) hilock__hold_drop(&sl->h);
+}
+
+int hilock_seqlock_try_acquire(hilock_seqlock *sl) {
+  int64_t bound;
+  int rc;
+  if (sl == NULL) return HILOCK_EINVAL;
+  rc = begin(sl, 0);
+  if (rc != HILOCK_OK) return rc;
+  rc = attempt(sl, &bound);
+  if (rc < 0) leave(sl);
+  return rc;
+}
+
+int hilock_seqlock_acquire(hilock_seqlock *sl, int64_t wait_ms) {
+  int rc;
+  if (sl == NULL) return HILOCK_EINVAL;
+  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
+    return hilock__set_err(&sl->h.err, HILOCK_EINVAL,
+                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
+  if (wait_ms == 0) return hilock_seqlock_try_acquire(sl);
+  rc = begin(sl, 1);
+  if (rc != HILOCK_OK) return rc;
+  rc = hilock__acquire_loop(sl->h.client, &sl->h.err, sl->wkey, sl->wkeylen,
+                            wait_ms, attempt, sl);
+  if (rc != HILOCK_OK) leave(sl);
+  return rc;
+}
+
+int hilock_seqlock_release(hilock_seqlock *sl) {
+  hilock__hold *h;
+  redisReply *r;
+  int rc;
+
+  if (sl == NULL) return HILOCK_EINVAL;
+  h = &sl->h;
+  rc = hilock__hold_check(h, "release");
+  if (rc != HILOCK_OK) return rc;
+  hilock__renewal_cancel(h);
+  rc = run(sl, &h->err, "release", h->owner, h->ownerlen, 0, NULL, &r);
+  if (rc != HILOCK_OK) {
+    /* Still ours as far as we know: keep renewing so the caller may retry. */
+    if (h->auto_renew && !hilock__hold_is_lost(h)) hilock__renewal_register(h);
+    return rc;
+  }
+  hilock__hold_drop(h);
+  if (!int_array(r, 1)) rc = HILOCK_EPROTO;
+  else if (r->element[0]->integer != 1) rc = HILOCK_ENOTOWNED;
+  freeReplyObject(r);
+  if (rc == HILOCK_EPROTO)
+    return hilock__set_err(&h->err, rc, "unexpected reply to release");
+  if (rc == HILOCK_ENOTOWNED)
+    return hilock__set_err(&h->err, rc,
+                           "release: the session lapsed and the entry is "
+                           "gone; nothing was removed");
+  return HILOCK_OK;
+}
+
+int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms, int replace) {
+  hilock__hold *h;
+  redisReply *r;
+  int64_t start;
+  int rc;
+  if (sl == NULL) return HILOCK_EINVAL;
+  h = &sl->h;
+  rc = hilock__check_ms(&h->err, "extension", ms);
+  if (rc == HILOCK_OK) rc = hilock__hold_check(h, "extend");
+  if (rc != HILOCK_OK) return rc;
+  start = hilock__now_us();
+  rc = run(sl, &h->err, "extend", h->owner, h->ownerlen, ms,
+           replace ? "set" : "add", &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!int_array(r, 1)) {
+    rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to extend");
+  } else if (r->element[0]->integer <= 0) {
+    hilock__hold_lost(h);
+    rc = hilock__set_err(&h->err, HILOCK_ENOTOWNED,
+                         "extend: the session lapsed and the entry is gone");
+  } else {
+    hilock__hold_extended(h, start, r->element[0]->integer);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_seqlock_renew(hilock_seqlock *sl) {
+  if (sl == NULL) return HILOCK_EINVAL;
+  return hilock_seqlock_extend(sl, sl->h.ttl_ms, 1);
+}
+
+int hilock_seqlock_owned(hilock_seqlock *sl, int *owned) {
+  hilock__hold *h;
+  redisReply *r;
+  int rc;
+  if (sl == NULL || owned == NULL) return HILOCK_EINVAL;
+  h = &sl->h;
+  *owned = 0;
+  if (!h->held || h->pid != getpid()) return HILOCK_OK;
+  rc = run(sl, &h->err, "owned", h->owner, h->ownerlen, 0, NULL, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!int_array(r, 1))
+    rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to owned");
+  else if (r->element[0]->integer == 1)
+    *owned = 1;
+  else
+    hilock__hold_lost(h);
+  freeReplyObject(r);
+  return rc;
+}
+
+/* info: {locked, waiters, holder's seq}. */
+static int info(hilock_seqlock *sl, int64_t out[3]) {
+  redisReply *r;
+  int rc = run(sl, &sl->h.err, "info", "", 0, 0, NULL, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (int_array(r, 3)) {
+    for (int i = 0; i < 3; i++) out[i] = r->element[i]->integer;
+  } else {
+    rc = hilock__set_err(&sl->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the sequential lock info");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_seqlock_locked(hilock_seqlock *sl, int *locked) {
+  int64_t v[3];
+  int rc;
+  if (sl == NULL || locked == NULL) return HILOCK_EINVAL;
+  *locked = 0;
+  rc = info(sl, v);
+  if (rc == HILOCK_OK) *locked = v[0] != 0;
+  return rc;
+}
+
+int hilock_seqlock_waiters(hilock_seqlock *sl, int64_t *count) {
+  int64_t v[3];
+  int rc;
+  if (sl == NULL || count == NULL) return HILOCK_EINVAL;
+  *count = 0;
+  rc = info(sl, v);
+  if (rc == HILOCK_OK) *count = v[1];
+  return rc;
+}
+
+uint64_t hilock_seqlock_sequence(const hilock_seqlock *sl) {
+  return sl == NULL ? 0 : (uint64_t)__atomic_load_n(&sl->seq, __ATOMIC_RELAXED);
+}
+
+int hilock_seqlock_set_session(hilock_seqlock *sl, int64_t window_ms) {
+  if (sl == NULL) return HILOCK_EINVAL;
+  if (window_ms < HILOCK_SEQLOCK_SESSION_MIN_MS || window_ms > HILOCK_TTL_MAX_MS)
+    return hilock__set_err(&sl->h.err, HILOCK_EINVAL,
+                           "session window must be %lld..%lld ms, got %lld",
+                           (long long)HILOCK_SEQLOCK_SESSION_MIN_MS,
+                           (long long)HILOCK_TTL_MAX_MS, (long long)window_ms);
+  __atomic_store_n(&sl->session_ms, window_ms, __ATOMIC_RELAXED);
+  return HILOCK_OK;
+}
+
+int64_t hilock_seqlock_session_ms(const hilock_seqlock *sl) {
+  return sl == NULL ? 0 : __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED);
+}
+
+int hilock_seqlock_set_auto_renew(hilock_seqlock *sl, int enable,
+                                  int64_t max_hold_ms, hilock_lost_fn on_lost,
+                                  void *arg) {
+  if (sl == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  return hilock__hold_set_auto_renew(&sl->h, enable, max_hold_ms, on_lost, arg);
+}
+
+int hilock_seqlock_lost(const hilock_seqlock *sl) {
+  return sl != NULL && sl->h.held && hilock__hold_is_lost(&sl->h);
+}
+
+int64_t hilock_seqlock_validity_ms(const hilock_seqlock *sl) {
+  if (sl == NULL || sl->h.pid != getpid()) return 0;
+  return hilock__hold_validity_ms(&sl->h);
+}
+
+int hilock_seqlock_held(const hilock_seqlock *sl) {
+  return hilock_seqlock_validity_ms(sl) > 0;
+}
+
+uint64_t hilock_seqlock_fence(const hilock_seqlock *sl) {
+  return sl == NULL ? 0 : sl->h.fence;
+}
+
+const char *hilock_seqlock_token(const hilock_seqlock *sl) {
+  return sl == NULL ? "" : sl->h.owner;
+}
+
+int64_t hilock_seqlock_ttl_ms(const hilock_seqlock *sl) {
+  return sl == NULL ? 0 : sl->h.ttl_ms;
+}
+
+const char *hilock_seqlock_key(const hilock_seqlock *sl, size_t *len) {
+  if (sl == NULL) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (len) *len = sl->keylens[K_QUEUE];
+  return sl->keys[K_QUEUE];
+}
+
+const char *hilock_seqlock_errmsg(const hilock_seqlock *sl) {
+  return sl == NULL ? "sequential lock is NULL" : sl->h.err.msg;
+}
+
+int hilock_seqlock_errcode(const hilock_seqlock *sl) {
+  return sl == NULL ? HILOCK_EINVAL : sl->h.err.code;
+}

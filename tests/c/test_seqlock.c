@@ -1,0 +1,970 @@
+/* The sequential lock against a real server: sequence order, sessions on
+ * server time, the watch on the predecessor (one wake-up per removal, to
+ * the successor only), dead and departing contenders, renewal and fork.
+ * Contenders are threads with their own handles, or forked processes (to
+ * stop or kill them). Keys are checked with hiredis. */
+#include "test_util.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+typedef hl_fixture fixture;
+
+static hilock_seqlock *make_seq(hilock_client *c, const char *name,
+                                int64_t ttl) {
+  hilock_seqlock *sl = NULL;
+  assert_hl_ok(hilock_seqlock_new(c, name, strlen(name), ttl, &sl),
+               hilock_client_errmsg(c));
+  assert_non_null(sl);
+  return sl;
+}
+
+/* Names in these tests are plain words, so keys can be formatted. */
+static long long queue_len(fixture *f, const char *name) {
+  return hl_redis_int(f->redis, "ZCARD hilock:{%s}:seq:queue", name);
+}
+
+static long long wake_lists(fixture *f, const char *name) {
+  redisReply *r = hl_redis(f->redis, "KEYS hilock:{%s}:seq:wake:*", name);
+  long long n = r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+  freeReplyObject(r);
+  return n;
+}
+
+/* No entry, session, grant or wake list is left for name. */
+static void assert_no_residue(fixture *f, const char *name) {
+  assert_int_equal(
+      hl_redis_int(f->redis, "EXISTS hilock:{%s}:seq:queue", name), 0);
+  assert_int_equal(
+      hl_redis_int(f->redis, "EXISTS hilock:{%s}:seq:session", name), 0);
+  assert_int_equal(
+      hl_redis_int(f->redis, "EXISTS hilock:{%s}:seq:holder", name), 0);
+  assert_int_equal(wake_lists(f, name), 0);
+}
+
+static void wait_queue_len(fixture *f, const char *name, long long n,
+                           int64_t timeout_ms) {
+  int64_t deadline = hl_now_ms() + timeout_ms;
+  while (queue_len(f, name) != n) {
+    if (hl_now_ms() > deadline) {
+      print_error("queue of %s never reached %lld (now %lld)\n", name, n,
+                  queue_len(f, name));
+      fail();
+    }
+    hl_sleep_ms(2);
+  }
+}
+
+/* The owner recorded in the grant, or NULL. */
+static char *holder_owner(fixture *f, const char *name) {
+  redisReply *r = hl_redis(f->redis, "HGET hilock:{%s}:seq:holder owner", name);
+  char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+  freeReplyObject(r);
+  return v;
+}
+
+static void assert_holder(fixture *f, const char *name,
+                          const hilock_seqlock *sl) {
+  char *v = holder_owner(f, name);
+  assert_non_null(v);
+  assert_string_equal(v, hilock_seqlock_token(sl));
+  free(v);
+}
+
+static long long get_int(fixture *f, const char *key) {
+  char *v = hl_redis_get(f->redis, key, strlen(key));
+  long long n = v ? atoll(v) : 0;
+  free(v);
+  return n;
+}
+
+static long long server_ms(fixture *f) {
+  redisReply *r = hl_redis(f->redis, "TIME");
+  long long ms;
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+  freeReplyObject(r);
+  return ms;
+}
+
+/* Session expiry of an entry minus the server's time (ms), -1 if none. */
+static long long session_left(fixture *f, const char *name, const char *id) {
+  redisReply *r =
+      hl_redis(f->redis, "ZSCORE hilock:{%s}:seq:session %s", name, id);
+  long long left = -1;
+  if (r->type == REDIS_REPLY_STRING) left = atoll(r->str) - server_ms(f);
+  freeReplyObject(r);
+  return left;
+}
+
+/* LLEN of the wake list of the entry with sequence seq (-1: no list). */
+static long long wake_len(fixture *f, const char *name, long long seq) {
+  if (!hl_redis_int(f->redis, "EXISTS hilock:{%s}:seq:wake:%020lld", name, seq))
+    return -1;
+  return hl_redis_int(f->redis, "LLEN hilock:{%s}:seq:wake:%020lld", name, seq);
+}
+
+static long long evalsha_calls(fixture *f) {
+  return hl_cmdstat_calls(f->redis, "evalsha");
+}
+
+static long long blocked_clients(fixture *f) {
+  return hl_info_field(f->redis, "clients", "blocked_clients");
+}
+
+/* ## Grants ------------------------------------------------------------------ */
+
+static void try_acquire_busy_release_and_key_layout(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *a = make_seq(f->client, "basic", 10000);
+  hilock_seqlock *b = make_seq(f->client, "basic", 10000);
+  size_t klen = 0;
+  int locked = -1, owned = -1;
+  int64_t n = -1;
+
+  assert_string_equal(hilock_seqlock_key(a, &klen), "hilock:{basic}:seq:queue");
+  assert_int_equal(klen, 24);
+  assert_int_equal(hilock_seqlock_ttl_ms(a), 10000);
+  assert_int_equal(hilock_seqlock_session_ms(a), 5000);
+  assert_int_equal(hilock_seqlock_sequence(a), 0);
+  assert_int_equal(hilock_seqlock_fence(a), 0);
+  assert_string_equal(hilock_seqlock_token(a), "");
+
+  /* Every key of the lock, wake lists included, is in one cluster slot. */
+  {
+    static const char *const keys[] = {
+        "hilock:{basic}:seq:queue",   "hilock:{basic}:seq:session",
+        "hilock:{basic}:seq:holder",  "hilock:{basic}:seq:counter",
+        "hilock:{basic}:fence",
+        "hilock:{basic}:seq:wake:00000000000000000001"};
+    int slot = hilock__key_slot(keys[0], strlen(keys[0]));
+    for (size_t i = 1; i < sizeof(keys) / sizeof(keys[0]); i++)
+      assert_int_equal(hilock__key_slot(keys[i], strlen(keys[i])), slot);
+  }
+
+  assert_hl_ok(hilock_seqlock_try_acquire(a), hilock_seqlock_errmsg(a));
+  assert_true(hilock_seqlock_held(a));
+  assert_int_equal(strlen(hilock_seqlock_token(a)), 32);
+  assert_holder(f, "basic", a);
+  assert_int_equal(hilock_seqlock_fence(a), 1);
+  assert_int_equal(hilock_seqlock_sequence(a), 1);
+  /* The holder is the lowest live entry; its session lasts ttl. */
+  assert_int_equal(queue_len(f, "basic"), 1);
+  assert_i64_between(session_left(f, "basic", hilock_seqlock_token(a)), 9000,
+                     10000);
+  assert_i64_between(
+      hl_redis_int(f->redis, "PTTL hilock:{basic}:seq:queue"), 9000, 11000);
+
+  assert_hl_rc(hilock_seqlock_try_acquire(b), HILOCK_BUSY,
+               hilock_seqlock_errmsg(b));
+  assert_hl_rc(hilock_seqlock_acquire(b, 0), HILOCK_BUSY,
+               hilock_seqlock_errmsg(b));
+  assert_false(hilock_seqlock_held(b));
+  assert_hl_ok(hilock_seqlock_locked(b, &locked), hilock_seqlock_errmsg(b));
+  assert_true(locked);
+  assert_hl_ok(hilock_seqlock_waiters(b, &n), hilock_seqlock_errmsg(b));
+  assert_int_equal(n, 0);
+  assert_hl_ok(hilock_seqlock_owned(b, &owned), hilock_seqlock_errmsg(b));
+  assert_false(owned);
+  assert_hl_ok(hilock_seqlock_owned(a, &owned), hilock_seqlock_errmsg(a));
+  assert_true(owned);
+  /* A refused try never draws a sequence number or leaves an entry. */
+  assert_int_equal(queue_len(f, "basic"), 1);
+  assert_int_equal(get_int(f, "hilock:{basic}:seq:counter"), 1);
+
+  assert_hl_ok(hilock_seqlock_release(a), hilock_seqlock_errmsg(a));
+  assert_false(hilock_seqlock_held(a));
+  assert_no_residue(f, "basic");
+  assert_hl_rc(hilock_seqlock_release(a), HILOCK_ENOTOWNED,
+               hilock_seqlock_errmsg(a));
+  assert_hl_ok(hilock_seqlock_locked(b, &locked), hilock_seqlock_errmsg(b));
+  assert_false(locked);
+
+  assert_hl_ok(hilock_seqlock_acquire(b, 1000), hilock_seqlock_errmsg(b));
+  assert_int_equal(hilock_seqlock_fence(b), 2);
+  assert_int_equal(hilock_seqlock_sequence(b), 2);
+  assert_hl_ok(hilock_seqlock_release(b), hilock_seqlock_errmsg(b));
+  /* Only the two counters remain: sequence and fence. */
+  assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2);
+  assert_int_equal(get_int(f, "hilock:{basic}:seq:counter"), 2);
+  hilock_seqlock_free(a);
+  hilock_seqlock_free(b);
+}
+
+static void not_reentrant_and_non_holders_cannot_release(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *a = make_seq(f->client, "own", 5000);
+  hilock_seqlock *b = make_seq(f->client, "own", 5000);
+  char token[33];
+  uint64_t fence;
+
+  assert_hl_ok(hilock_seqlock_acquire(a, 1000), hilock_seqlock_errmsg(a));
+  memcpy(token, hilock_seqlock_token(a), 33);
+  fence = hilock_seqlock_fence(a);
+  assert_hl_rc(hilock_seqlock_acquire(a, 200), HILOCK_EINVAL,
+               hilock_seqlock_errmsg(a));
+  assert_substr(hilock_seqlock_errmsg(a), "not reentrant");
+  assert_hl_rc(hilock_seqlock_try_acquire(a), HILOCK_EINVAL,
+               hilock_seqlock_errmsg(a));
+  assert_string_equal(hilock_seqlock_token(a), token);
+  assert_int_equal(hilock_seqlock_fence(a), fence);
+  assert_int_equal(queue_len(f, "own"), 1);
+
+  assert_hl_rc(hilock_seqlock_release(b), HILOCK_ENOTOWNED,
+               hilock_seqlock_errmsg(b));
+  assert_holder(f, "own", a);
+  assert_hl_ok(hilock_seqlock_release(a), hilock_seqlock_errmsg(a));
+  hilock_seqlock_free(a);
+  hilock_seqlock_free(b);
+}
+
+static void release_after_expiry_spares_the_next_holder(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *old = make_seq(f->client, "lapse", 100);
+  hilock_seqlock *next = make_seq(f->client, "lapse", 5000);
+  int owned = -1;
+
+  assert_hl_ok(hilock_seqlock_try_acquire(old), hilock_seqlock_errmsg(old));
+  hl_sleep_ms(150);
+  assert_false(hilock_seqlock_held(old));
+  assert_hl_ok(hilock_seqlock_try_acquire(next), hilock_seqlock_errmsg(next));
+  assert_true(hilock_seqlock_fence(next) > hilock_seqlock_fence(old));
+  assert_true(hilock_seqlock_sequence(next) > hilock_seqlock_sequence(old));
+  assert_hl_rc(hilock_seqlock_release(old), HILOCK_ENOTOWNED,
+               hilock_seqlock_errmsg(old));
+  assert_substr(hilock_seqlock_errmsg(old), "nothing was removed");
+  assert_hl_rc(hilock_seqlock_extend(old, 5000, 1), HILOCK_ENOTOWNED,
+               hilock_seqlock_errmsg(old));
+  assert_holder(f, "lapse", next);
+  assert_hl_ok(hilock_seqlock_owned(next, &owned), hilock_seqlock_errmsg(next));
+  assert_true(owned);
+  assert_hl_ok(hilock_seqlock_release(next), hilock_seqlock_errmsg(next));
+  assert_no_residue(f, "lapse");
+  hilock_seqlock_free(old);
+  hilock_seqlock_free(next);
+}
+
+static void extend_and_renew_act_while_owned(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *l = make_seq(f->client, "ext", 1000);
+  char id[33];
+  assert_hl_rc(hilock_seqlock_renew(l), HILOCK_ENOTOWNED,
+               hilock_seqlock_errmsg(l));
+  assert_hl_ok(hilock_seqlock_try_acquire(l), hilock_seqlock_errmsg(l));
+  memcpy(id, hilock_seqlock_token(l), 33);
+  assert_hl_ok(hilock_seqlock_extend(l, 5000, 1), hilock_seqlock_errmsg(l));
+  assert_i64_between(session_left(f, "ext", id), 4500, 5000);
+  assert_i64_between(hilock_seqlock_validity_ms(l), 4500, 5000);
+  /* The keys outlive the session. */
+  assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{ext}:seq:holder"),
+                     5000, 6000);
+  assert_hl_ok(hilock_seqlock_extend(l, 2000, 0), hilock_seqlock_errmsg(l));
+  assert_i64_between(session_left(f, "ext", id), 6500, 7000);
+  assert_hl_ok(hilock_seqlock_renew(l), hilock_seqlock_errmsg(l));
+  assert_i64_between(session_left(f, "ext", id), 800, 1000);
+  assert_hl_rc(hilock_seqlock_extend(l, 0, 1), HILOCK_EINVAL,
+               hilock_seqlock_errmsg(l));
+  assert_hl_ok(hilock_seqlock_release(l), hilock_seqlock_errmsg(l));
+  hilock_seqlock_free(l);
+}
+
+/* ## Sequence order -------------------------------------------------------------- */
+
+#define NWAITERS 5
+
+typedef struct waiter {
+  hilock_seqlock *lock;
+  int64_t wait_ms; /* acquire's wait; 0: 20 s */
+  int64_t hold_ms; /* in the critical section */
+  volatile int *release_now; /* if set: hold until *release_now != 0 */
+  int rc, release_rc;
+  uint64_t fence, seq;
+  int grant_pos; /* grant order */
+} waiter;
+
+static int grant_counter;
+static pthread_mutex_t grant_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  w->rc = hilock_seqlock_acquire(w->lock, w->wait_ms ? w->wait_ms : 20000);
+  if (w->rc != HILOCK_OK) return NULL;
+  pthread_mutex_lock(&grant_mu);
+  w->grant_pos = grant_counter++;
+  pthread_mutex_unlock(&grant_mu);
+  w->fence = hilock_seqlock_fence(w->lock);
+  w->seq = hilock_seqlock_sequence(w->lock);
+  if (w->release_now != NULL)
+    while (!__atomic_load_n(w->release_now, __ATOMIC_ACQUIRE)) hl_sleep_ms(1);
+  hl_sleep_ms(w->hold_ms);
+  w->release_rc = hilock_seqlock_release(w->lock);
+  return NULL;
+}
+
+static void start_waiters(fixture *f, const char *name, waiter *w,
+                          pthread_t *t, int n, int64_t session_ms) {
+  for (int i = 0; i < n; i++) {
+    memset(&w[i], 0, sizeof(w[i]));
+    w[i].lock = make_seq(f->client, name, 10000);
+    w[i].hold_ms = 5;
+    if (session_ms)
+      assert_hl_ok(hilock_seqlock_set_session(w[i].lock, session_ms),
+                   hilock_seqlock_errmsg(w[i].lock));
+    assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &w[i]), 0);
+    /* One at a time, so the sequence order is known. */
+    wait_queue_len(f, name, i + 2, 5000);
+  }
+}
+
+static void grant_order_is_sequence_order(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *holder = make_seq(f->client, "order", 10000);
+  waiter w[NWAITERS];
+  pthread_t t[NWAITERS];
+  int64_t n = -1;
+
+  grant_counter = 0;
+  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+               hilock_seqlock_errmsg(holder));
+  start_waiters(f, "order", w, t, NWAITERS, 0);
+  for (int i = 0; i < NWAITERS; i++)
+    assert_int_equal(hilock_seqlock_sequence(w[i].lock), 2 + i);
+  assert_hl_ok(hilock_seqlock_waiters(holder, &n),
+               hilock_seqlock_errmsg(holder));
+  assert_int_equal(n, NWAITERS);
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  for (int i = 0; i < NWAITERS; i++) pthread_join(t[i], NULL);
+
+  for (int i = 0; i < NWAITERS; i++) {
+    assert_hl_ok(w[i].rc, hilock_seqlock_errmsg(w[i].lock));
+    assert_hl_ok(w[i].release_rc, hilock_seqlock_errmsg(w[i].lock));
+    /* Grant order == sequence order; fences follow it. */
+    assert_int_equal(w[i].grant_pos, i);
+    assert_int_equal(w[i].seq, 2 + i);
+    assert_int_equal(w[i].fence, hilock_seqlock_fence(holder) + 1 + i);
+    hilock_seqlock_free(w[i].lock);
+  }
+  assert_no_residue(f, "order");
+  hilock_seqlock_free(holder);
+}
+
+/* Each release pushes to the successor's own list and nowhere else: while
+ * the others block, only the successor runs a script. */
+static void release_wakes_the_successor_only(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *holder = make_seq(f->client, "successor", 10000);
+  waiter w[NWAITERS];
+  pthread_t t[NWAITERS];
+  volatile int go[NWAITERS];
+  long long before;
+
+  grant_counter = 0;
+  /* Sequence numbers 98..103: their decimal text changes length. */
+  hl_redis_ok(f->redis, "SET hilock:{successor}:seq:counter 97");
+  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+               hilock_seqlock_errmsg(holder));
+  assert_int_equal(hilock_seqlock_sequence(holder), 98);
+  /* Sessions of 30 s (re-checks every 10 s): within this test only
+   * wake-ups move waiters. */
+  start_waiters(f, "successor", w, t, NWAITERS, 30000);
+  for (int i = 0; i < NWAITERS; i++) {
+    go[i] = 0;
+    w[i].release_now = &go[i];
+  }
+  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients",
+                                 NWAITERS, 3000));
+  before = evalsha_calls(f);
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  for (int i = 0; i < NWAITERS; i++) {
+    int64_t deadline = hl_now_ms() + 3000;
+    while (__atomic_load_n(&grant_counter, __ATOMIC_ACQUIRE) < i + 1 &&
+           hl_now_ms() < deadline)
+      hl_sleep_ms(1);
+    hl_sleep_ms(30);
+    assert_int_equal(__atomic_load_n(&grant_counter, __ATOMIC_ACQUIRE), i + 1);
+    assert_int_equal(w[i].grant_pos, i);
+    assert_int_equal(w[i].seq, 99 + i);
+    /* Everyone behind still blocks, each on its own list, none pushed. */
+    assert_int_equal(blocked_clients(f), NWAITERS - 1 - i);
+    for (int j = i + 1; j < NWAITERS; j++)
+      assert_int_equal(wake_len(f, "successor", 99 + j), -1);
+    /* One release per grant and one acquire per woken waiter. */
+    assert_int_equal(evalsha_calls(f) - before, 1 + 2 * i + 1);
+    __atomic_store_n(&go[i], 1, __ATOMIC_RELEASE);
+  }
+  for (int i = 0; i < NWAITERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_hl_ok(w[i].rc, hilock_seqlock_errmsg(w[i].lock));
+    assert_hl_ok(w[i].release_rc, hilock_seqlock_errmsg(w[i].lock));
+    hilock_seqlock_free(w[i].lock);
+  }
+  assert_int_equal(evalsha_calls(f) - before, 2 * NWAITERS + 1);
+  assert_no_residue(f, "successor");
+  hilock_seqlock_free(holder);
+}
+
+/* ## Processes ---------------------------------------------------------------- */
+
+/* A forked contender with its own client: session window session_ms, ttl
+ * ttl_ms (renewed), hold hold_ms (forever if < 0), release. Exit 0 if
+ * granted and released, 1 on BUSY, 2 on errors. */
+static pid_t fork_contender(fixture *f, const char *name, int64_t ttl_ms,
+                            int64_t session_ms, int64_t hold_ms) {
+  pid_t pid;
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    hilock_options o = hl_test_options();
+    hilock_client *c = NULL;
+    hilock_seqlock *sl = NULL;
+    int rc = hilock_client_new(f->server.url, &o, &c);
+    if (rc == HILOCK_OK) rc = hilock_seqlock_new(c, name, strlen(name), ttl_ms, &sl);
+    if (rc == HILOCK_OK) rc = hilock_seqlock_set_session(sl, session_ms);
+    if (rc == HILOCK_OK)
+      rc = hilock_seqlock_set_auto_renew(sl, 1, 0, NULL, NULL);
+    if (rc == HILOCK_OK) rc = hilock_seqlock_acquire(sl, 20000);
+    if (rc == HILOCK_OK) {
+      if (hold_ms < 0)
+        for (;;) hl_sleep_ms(1000);
+      hl_sleep_ms(hold_ms);
+      rc = hilock_seqlock_release(sl);
+    }
+    if (rc != HILOCK_OK)
+      fprintf(stderr, "seq contender %d: %s: %s\n", (int)getpid(),
+              hilock_err_name(rc), sl ? hilock_seqlock_errmsg(sl) : "");
+    _exit(rc == HILOCK_OK ? 0 : rc == HILOCK_BUSY ? 1 : 2);
+  }
+  return pid;
+}
+
+static int reap(pid_t pid) {
+  int status = -1;
+  while (waitpid(pid, &status, 0) < 0) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void sigkilled_holder_passes_the_turn_within_its_session(void **state) {
+  fixture *f = *state;
+  const int64_t ttl = 800; /* the holder's session, renewed while alive */
+  hilock_seqlock *w = make_seq(f->client, "dead-holder", 10000);
+  pid_t holder;
+  int64_t t0, took;
+
+  holder = fork_contender(f, "dead-holder", ttl, 600, -1);
+  wait_queue_len(f, "dead-holder", 1, 5000);
+  while (hl_redis_int(f->redis, "EXISTS hilock:{dead-holder}:seq:holder") == 0)
+    hl_sleep_ms(2);
+  hl_sleep_ms(ttl); /* renewed at least once: it outlived its first ttl */
+  assert_int_equal(queue_len(f, "dead-holder"), 1);
+  assert_int_equal(kill(holder, SIGKILL), 0);
+  assert_int_equal(reap(holder), 128 + SIGKILL);
+  t0 = hl_now_ms();
+  /* Our session window is 5 s: it is the holder's session that bounds the
+   * wait, not our own re-checks. */
+  assert_hl_ok(hilock_seqlock_acquire(w, 5000), hilock_seqlock_errmsg(w));
+  took = hl_now_ms() - t0;
+  assert_i64_between(took, 50, ttl + 600);
+  assert_int_equal(hilock_seqlock_sequence(w), 2);
+  assert_int_equal(hilock_seqlock_fence(w), 2);
+  assert_hl_ok(hilock_seqlock_release(w), hilock_seqlock_errmsg(w));
+  assert_no_residue(f, "dead-holder");
+  hilock_seqlock_free(w);
+}
+
+static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
+  fixture *f = *state;
+  const int64_t window = 600; /* the dead waiter's session */
+  hilock_seqlock *holder = make_seq(f->client, "dead-pred", 10000);
+  hilock_seqlock *w = make_seq(f->client, "dead-pred", 10000);
+  waiter me;
+  pthread_t t;
+  pid_t pred;
+  int64_t t0, took;
+
+  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+               hilock_seqlock_errmsg(holder));
+  pred = fork_contender(f, "dead-pred", 10000, window, 0);
+  wait_queue_len(f, "dead-pred", 2, 5000);
+  memset(&me, 0, sizeof(me));
+  me.lock = w;
+  assert_hl_ok(hilock_seqlock_set_session(w, 30000), hilock_seqlock_errmsg(w));
+  assert_int_equal(pthread_create(&t, NULL, waiter_main, &me), 0);
+  wait_queue_len(f, "dead-pred", 3, 5000);
+  assert_int_equal(kill(pred, SIGKILL), 0);
+  assert_int_equal(reap(pred), 128 + SIGKILL);
+  t0 = hl_now_ms();
+  /* The release pushes to the dead predecessor's list (nobody reads it);
+   * we are woken when its session runs out, within its window, never by
+   * our own re-check (10 s) or the holder's TTL (10 s). */
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  pthread_join(t, NULL);
+  took = hl_now_ms() - t0;
+  assert_hl_ok(me.rc, hilock_seqlock_errmsg(w));
+  assert_i64_between(took, 0, window + 700);
+  assert_int_equal(me.seq, 3);
+  assert_int_equal(me.fence, 2); /* nothing was granted to the dead one */
+  assert_no_residue(f, "dead-pred");
+  hilock_seqlock_free(holder);
+  hilock_seqlock_free(w);
+}
+
+/* ## Leaving ------------------------------------------------------------------- */
+
+static void timed_out_waiter_leaves_no_residue_and_wakes_its_successor(
+    void **state) {
+  fixture *f = *state;
+  hilock_seqlock *holder = make_seq(f->client, "timeout", 10000);
+  hilock_seqlock *w = make_seq(f->client, "timeout", 10000);
+  waiter mid, last;
+  pthread_t tm, tl;
+  int64_t t0;
+
+  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+               hilock_seqlock_errmsg(holder));
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_seqlock_acquire(w, 300), HILOCK_BUSY,
+               hilock_seqlock_errmsg(w));
+  assert_i64_between(hl_now_ms() - t0, 290, 1000);
+  assert_false(hilock_seqlock_held(w));
+  assert_int_equal(queue_len(f, "timeout"), 1);
+  assert_int_equal(wake_lists(f, "timeout"), 0);
+
+  /* A waiter in the middle times out: its successor is told (one push to
+   * its list) and now watches the holder. */
+  memset(&mid, 0, sizeof(mid));
+  memset(&last, 0, sizeof(last));
+  mid.lock = w;
+  mid.wait_ms = 400;
+  last.lock = make_seq(f->client, "timeout", 10000);
+  assert_hl_ok(hilock_seqlock_set_session(last.lock, 30000),
+               hilock_seqlock_errmsg(last.lock));
+  assert_int_equal(pthread_create(&tm, NULL, waiter_main, &mid), 0);
+  wait_queue_len(f, "timeout", 2, 5000);
+  assert_int_equal(pthread_create(&tl, NULL, waiter_main, &last), 0);
+  wait_queue_len(f, "timeout", 3, 5000);
+  {
+    long long before = evalsha_calls(f);
+    pthread_join(tm, NULL);
+    assert_hl_rc(mid.rc, HILOCK_BUSY, hilock_seqlock_errmsg(w));
+    hl_sleep_ms(50);
+    /* Its last attempt at its deadline, its leave, then the successor's
+     * re-check (woken by the leave), and nothing else. */
+    assert_int_equal(evalsha_calls(f) - before, 3);
+  }
+  assert_int_equal(queue_len(f, "timeout"), 2);
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  pthread_join(tl, NULL);
+  assert_hl_ok(last.rc, hilock_seqlock_errmsg(last.lock));
+  assert_int_equal(last.fence, hilock_seqlock_fence(holder) + 1);
+  assert_no_residue(f, "timeout");
+  hilock_seqlock_free(last.lock);
+  hilock_seqlock_free(holder);
+  hilock_seqlock_free(w);
+}
+
+static int interrupt_flag;
+
+static int interrupt_hook(void *arg) {
+  (void)arg;
+  return __atomic_load_n(&interrupt_flag, __ATOMIC_ACQUIRE);
+}
+
+static void *raise_interrupt(void *arg) {
+  (void)arg;
+  hl_sleep_ms(200);
+  __atomic_store_n(&interrupt_flag, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void interrupted_waiter_leaves_no_residue(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_seqlock *holder = make_seq(f->client, "intr", 10000), *w;
+  pthread_t t;
+  int64_t t0;
+
+  o.interrupt = interrupt_hook;
+  interrupt_flag = 0;
+  assert_hl_ok(hilock_client_new(f->server.url, &o, &c),
+               hilock_client_errmsg(c));
+  w = make_seq(c, "intr", 10000);
+  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+               hilock_seqlock_errmsg(holder));
+  assert_int_equal(pthread_create(&t, NULL, raise_interrupt, NULL), 0);
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_seqlock_acquire(w, 5000), HILOCK_EINTR,
+               hilock_seqlock_errmsg(w));
+  assert_i64_between(hl_now_ms() - t0, 150, 900);
+  pthread_join(t, NULL);
+  assert_int_equal(queue_len(f, "intr"), 1);
+  assert_int_equal(wake_lists(f, "intr"), 0);
+  assert_false(hilock_seqlock_held(w));
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  assert_no_residue(f, "intr");
+  hilock_seqlock_free(w);
+  hilock_client_free(c);
+  hilock_seqlock_free(holder);
+}
+
+/* ## Sessions ------------------------------------------------------------------ */
+
+static void live_waiter_keeps_its_entry_however_long_it_waits(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *holder = make_seq(f->client, "patient", 10000);
+  waiter w;
+  pthread_t t;
+  int64_t t0;
+  char id[33];
+  redisReply *r;
+
+  memset(&w, 0, sizeof(w));
+  w.lock = make_seq(f->client, "patient", 10000);
+  assert_hl_ok(hilock_seqlock_set_session(w.lock, 1000),
+               hilock_seqlock_errmsg(w.lock));
+  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+               hilock_seqlock_errmsg(holder));
+  assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+  wait_queue_len(f, "patient", 2, 5000);
+  r = hl_redis(f->redis, "ZRANGE hilock:{patient}:seq:queue 1 1");
+  assert_int_equal(r->elements, 1);
+  snprintf(id, sizeof(id), "%s", r->element[0]->str);
+  freeReplyObject(r);
+  /* 2.5 windows: its session keeps moving ahead of the server clock. */
+  for (int i = 0; i < 25; i++) {
+    assert_i64_between(session_left(f, "patient", id), 1, 1000);
+    assert_int_equal(queue_len(f, "patient"), 2);
+    hl_sleep_ms(100);
+  }
+  assert_int_equal(hilock_seqlock_sequence(w.lock), 2);
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  pthread_join(t, NULL);
+  assert_hl_ok(w.rc, hilock_seqlock_errmsg(w.lock));
+  assert_int_equal(w.seq, 2);
+  assert_i64_between(hl_now_ms() - t0, 0, 500);
+  assert_no_residue(f, "patient");
+  hilock_seqlock_free(w.lock);
+  hilock_seqlock_free(holder);
+}
+
+static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *dead = make_seq(f->client, "crash", 300);
+  hilock_seqlock *w = make_seq(f->client, "crash", 5000);
+  int64_t t0;
+
+  assert_hl_ok(hilock_seqlock_try_acquire(dead), hilock_seqlock_errmsg(dead));
+  hilock_seqlock_free(dead); /* never released */
+  t0 = hl_now_ms();
+  /* The wait ends at the holder's session, not a re-check (2 s here). */
+  assert_hl_ok(hilock_seqlock_set_session(w, 6000), hilock_seqlock_errmsg(w));
+  assert_hl_ok(hilock_seqlock_acquire(w, 5000), hilock_seqlock_errmsg(w));
+  assert_i64_between(hl_now_ms() - t0, 200, 1200);
+  assert_hl_ok(hilock_seqlock_release(w), hilock_seqlock_errmsg(w));
+  assert_no_residue(f, "crash");
+  hilock_seqlock_free(w);
+}
+
+/* ## The script's own guarantees ------------------------------------------------ */
+
+static redisReply *seq_script(fixture *f, const char *name, const char *op,
+                              const char *id) {
+  char keys[6][96];
+  const char *kp[6], *args[6] = {op, id, "5000", "1000", "0", ""};
+  size_t kl[6], al[6];
+  static const char *const roles[6] = {"seq:queue",   "seq:session",
+                                       "seq:holder",  "seq:counter",
+                                       "fence",       "seq:wake:"};
+  hilock__err e;
+  redisReply *r = NULL;
+  for (int i = 0; i < 6; i++) {
+    kl[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "hilock:{%s}:%s", name,
+                             roles[i]);
+    kp[i] = keys[i];
+  }
+  for (int i = 0; i < 6; i++) al[i] = strlen(args[i]);
+  hilock__clear_err(&e);
+  assert_hl_ok(hilock__script_run(f->client, &e, &hilock__script_seqlock, 6,
+                                  kp, kl, 6, args, al, &r),
+               e.msg);
+  assert_non_null(r);
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  return r;
+}
+
+static void resent_acquire_and_leave_after_a_lost_reply(void **state) {
+  fixture *f = *state;
+  redisReply *r;
+
+  /* A grant, then the same call again (a resend after a broken
+   * connection): the same grant and fence, no second one. */
+  r = seq_script(f, "lost", "acquire", "me");
+  assert_int_equal(r->element[0]->integer, 1);
+  assert_int_equal(r->element[1]->integer, 1);
+  assert_int_equal(r->element[2]->integer, 1);
+  freeReplyObject(r);
+  r = seq_script(f, "lost", "acquire", "me");
+  assert_int_equal(r->element[0]->integer, 1);
+  assert_int_equal(r->element[1]->integer, 1);
+  assert_int_equal(r->element[2]->integer, 1);
+  freeReplyObject(r);
+  assert_int_equal(get_int(f, "hilock:{lost}:fence"), 1);
+
+  /* Two contenders enqueue; a resent enqueue keeps its sequence. */
+  r = seq_script(f, "lost", "acquire", "next");
+  assert_int_equal(r->element[0]->integer, 0);
+  assert_i64_between(r->element[1]->integer, 4000, 5000); /* holder's session */
+  assert_int_equal(r->element[2]->integer, 2);
+  assert_int_equal(r->element[3]->integer, 1);
+  freeReplyObject(r);
+  r = seq_script(f, "lost", "acquire", "last");
+  assert_int_equal(r->element[2]->integer, 3);
+  assert_i64_between(r->element[1]->integer, 500, 1000); /* next's window */
+  freeReplyObject(r);
+  r = seq_script(f, "lost", "acquire", "next");
+  assert_int_equal(r->element[2]->integer, 2);
+  freeReplyObject(r);
+  assert_int_equal(get_int(f, "hilock:{lost}:seq:counter"), 3);
+
+  /* The caller that never saw its grant leaves: the grant is given back
+   * and its successor, and only it, is woken. */
+  r = seq_script(f, "lost", "leave", "me");
+  assert_int_equal(r->element[0]->integer, 1);
+  freeReplyObject(r);
+  assert_null(holder_owner(f, "lost"));
+  assert_int_equal(wake_len(f, "lost", 2), 1);
+  assert_int_equal(wake_len(f, "lost", 3), -1);
+  assert_i64_between(
+      hl_redis_int(f->redis,
+                   "PTTL hilock:{lost}:seq:wake:00000000000000000002"),
+      1, 2000);
+  r = seq_script(f, "lost", "acquire", "next");
+  assert_int_equal(r->element[0]->integer, 1);
+  assert_int_equal(r->element[1]->integer, 2);
+  assert_int_equal(r->element[2]->integer, 2);
+  freeReplyObject(r);
+  /* The grant consumed the wake-up. */
+  assert_int_equal(wake_lists(f, "lost"), 0);
+}
+
+static void purge_of_a_dead_entry_wakes_its_successor_only(void **state) {
+  fixture *f = *state;
+  redisReply *r;
+  long long now = server_ms(f);
+
+  /* holder (1), ghost (2, dies in 200 ms), a (3), b (4). */
+  freeReplyObject(seq_script(f, "purge", "acquire", "holder"));
+  freeReplyObject(seq_script(f, "purge", "acquire", "ghost"));
+  freeReplyObject(seq_script(f, "purge", "acquire", "a"));
+  freeReplyObject(seq_script(f, "purge", "acquire", "b"));
+  hl_redis_ok(f->redis, "ZADD hilock:{purge}:seq:session XX %lld ghost",
+              now + 200);
+  hl_sleep_ms(250);
+  /* Any call purges it: its successor a is told, b and the holder not. */
+  r = seq_script(f, "purge", "info", "");
+  assert_int_equal(r->element[0]->integer, 1);
+  assert_int_equal(r->element[1]->integer, 2);
+  assert_int_equal(r->element[2]->integer, 1);
+  freeReplyObject(r);
+  assert_int_equal(wake_len(f, "purge", 3), 1);
+  assert_int_equal(wake_lists(f, "purge"), 1);
+  assert_int_equal(queue_len(f, "purge"), 3);
+  /* a now watches the holder: its wait is bounded by the holder's session. */
+  r = seq_script(f, "purge", "acquire", "a");
+  assert_int_equal(r->element[0]->integer, 0);
+  assert_i64_between(r->element[1]->integer, 3000, 5000);
+  assert_int_equal(r->element[3]->integer, 1);
+  freeReplyObject(r);
+}
+
+static void sequence_never_goes_back_when_the_counter_is_lost(void **state) {
+  fixture *f = *state;
+  redisReply *r;
+
+  freeReplyObject(seq_script(f, "amnesia", "acquire", "holder"));
+  freeReplyObject(seq_script(f, "amnesia", "acquire", "first"));
+  freeReplyObject(seq_script(f, "amnesia", "acquire", "second"));
+  hl_redis_ok(f->redis, "DEL hilock:{amnesia}:seq:counter");
+  r = seq_script(f, "amnesia", "acquire", "newcomer");
+  assert_int_equal(r->element[0]->integer, 0);
+  assert_int_equal(r->element[2]->integer, 4);
+  assert_int_equal(r->element[3]->integer, 3);
+  freeReplyObject(r);
+  assert_int_equal(get_int(f, "hilock:{amnesia}:seq:counter"), 4);
+}
+
+static void damaged_keys_fail_closed(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *l = make_seq(f->client, "damaged", 5000);
+
+  hl_redis_ok(f->redis, "SET hilock:{damaged}:seq:queue x");
+  assert_hl_rc(hilock_seqlock_acquire(l, 100), HILOCK_EWRONGTYPE,
+               hilock_seqlock_errmsg(l));
+  assert_substr(hilock_seqlock_errmsg(l), "WRONGTYPE");
+  assert_false(hilock_seqlock_held(l));
+  assert_null(holder_owner(f, "damaged"));
+
+  hl_redis_ok(f->redis, "DEL hilock:{damaged}:seq:queue");
+  hl_redis_ok(f->redis, "SET hilock:{damaged}:fence not-a-number");
+  assert_hl_rc(hilock_seqlock_acquire(l, 100), HILOCK_ESCRIPT,
+               hilock_seqlock_errmsg(l));
+  assert_false(hilock_seqlock_held(l));
+  assert_null(holder_owner(f, "damaged"));
+  /* The failed acquire removed its entry. */
+  assert_no_residue(f, "damaged");
+  hilock_seqlock_free(l);
+}
+
+/* ## Renewal, fork, arguments ------------------------------------------------- */
+
+static int lost_calls;
+
+static void on_lost(void *arg) {
+  (void)arg;
+  __atomic_add_fetch(&lost_calls, 1, __ATOMIC_RELEASE);
+}
+
+static void auto_renew_keeps_the_grant_and_reports_loss(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *l = make_seq(f->client, "renewed", 500);
+  int owned = -1;
+
+  lost_calls = 0;
+  assert_hl_ok(hilock_seqlock_set_auto_renew(l, 1, 0, on_lost, NULL),
+               hilock_seqlock_errmsg(l));
+  assert_hl_ok(hilock_seqlock_acquire(l, 1000), hilock_seqlock_errmsg(l));
+  hl_sleep_ms(1200); /* past two TTLs */
+  assert_hl_ok(hilock_seqlock_owned(l, &owned), hilock_seqlock_errmsg(l));
+  assert_true(owned);
+  assert_true(hilock_seqlock_held(l));
+  /* Every key lives at least as long as the session. */
+  assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{renewed}:seq:queue"),
+                     500, 1500);
+
+  /* The session entry vanishes (as after an operator's cleanup). */
+  hl_redis_ok(f->redis, "DEL hilock:{renewed}:seq:session");
+  for (int i = 0; i < 100 && !hilock_seqlock_lost(l); i++) hl_sleep_ms(10);
+  assert_true(hilock_seqlock_lost(l));
+  assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_ACQUIRE), 1);
+  assert_int_equal(hilock_seqlock_validity_ms(l), 0);
+  assert_hl_rc(hilock_seqlock_release(l), HILOCK_ENOTOWNED,
+               hilock_seqlock_errmsg(l));
+  hilock_seqlock_free(l);
+}
+
+static void forked_child_cannot_release_the_parents_grant(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *l = make_seq(f->client, "forked", 5000);
+  pid_t pid;
+
+  assert_hl_ok(hilock_seqlock_acquire(l, 1000), hilock_seqlock_errmsg(l));
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int owned = 1;
+    int ok = hilock_seqlock_release(l) == HILOCK_EFORKED &&
+             hilock_seqlock_extend(l, 1000, 1) == HILOCK_EFORKED &&
+             hilock_seqlock_owned(l, &owned) == HILOCK_OK && owned == 0 &&
+             hilock_seqlock_validity_ms(l) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  assert_int_equal(reap(pid), 0);
+  assert_holder(f, "forked", l);
+  assert_hl_ok(hilock_seqlock_release(l), hilock_seqlock_errmsg(l));
+  hilock_seqlock_free(l);
+}
+
+static void invalid_arguments_are_einval(void **state) {
+  fixture *f = *state;
+  hilock_seqlock *l = NULL;
+  int flag;
+  int64_t n;
+
+  assert_int_equal(hilock_seqlock_new(NULL, "x", 1, 1000, &l), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_new(f->client, "x", 1, 1000, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_new(f->client, NULL, 1, 1000, &l),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_new(f->client, "}x", 2, 1000, &l),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_new(f->client, "x", 1, 0, &l),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "ttl");
+  assert_null(l);
+
+  assert_int_equal(hilock_seqlock_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_acquire(NULL, 10), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_extend(NULL, 10, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_renew(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_owned(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_locked(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_waiters(NULL, &n), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_set_session(NULL, 1000), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_errcode(NULL), HILOCK_EINVAL);
+  assert_string_equal(hilock_seqlock_errmsg(NULL), "sequential lock is NULL");
+  assert_int_equal(hilock_seqlock_fence(NULL), 0);
+  assert_int_equal(hilock_seqlock_sequence(NULL), 0);
+  assert_int_equal(hilock_seqlock_session_ms(NULL), 0);
+  assert_false(hilock_seqlock_held(NULL));
+  assert_false(hilock_seqlock_lost(NULL));
+  hilock_seqlock_free(NULL);
+
+  l = make_seq(f->client, "args", 50);
+  assert_int_equal(hilock_seqlock_session_ms(l), 500);
+  assert_hl_rc(hilock_seqlock_acquire(l, -5), HILOCK_EINVAL,
+               hilock_seqlock_errmsg(l));
+  assert_hl_rc(hilock_seqlock_set_session(l, 499), HILOCK_EINVAL,
+               hilock_seqlock_errmsg(l));
+  assert_substr(hilock_seqlock_errmsg(l), "session");
+  assert_hl_rc(hilock_seqlock_set_auto_renew(l, 1, -1, NULL, NULL),
+               HILOCK_EINVAL, hilock_seqlock_errmsg(l));
+  assert_int_equal(hilock_seqlock_owned(l, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_waiters(l, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_seqlock_locked(l, NULL), HILOCK_EINVAL);
+  assert_hl_ok(hilock_seqlock_set_session(l, 2500), hilock_seqlock_errmsg(l));
+  assert_int_equal(hilock_seqlock_session_ms(l), 2500);
+  assert_int_equal(queue_len(f, "args"), 0);
+  hilock_seqlock_free(l);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(try_acquire_busy_release_and_key_layout),
+      T(not_reentrant_and_non_holders_cannot_release),
+      T(release_after_expiry_spares_the_next_holder),
+      T(extend_and_renew_act_while_owned),
+      T(grant_order_is_sequence_order),
+      T(release_wakes_the_successor_only),
+      T(sigkilled_holder_passes_the_turn_within_its_session),
+      T(sigkilled_waiter_passes_the_turn_within_its_session),
+      T(timed_out_waiter_leaves_no_residue_and_wakes_its_successor),
+      T(interrupted_waiter_leaves_no_residue),
+      T(live_waiter_keeps_its_entry_however_long_it_waits),
+      T(holder_crash_hands_over_when_its_ttl_runs_out),
+      T(resent_acquire_and_leave_after_a_lost_reply),
+      T(purge_of_a_dead_entry_wakes_its_successor_only),
+      T(sequence_never_goes_back_when_the_counter_is_lost),
+      T(damaged_keys_fail_closed),
+      T(auto_renew_keeps_the_grant_and_reports_loss),
+      T(forked_child_cannot_release_the_parents_grant),
+      T(invalid_arguments_are_einval),
+  };
+  return cmocka_run_group_tests_name("seqlock", tests, hl_group_setup,
+                                     hl_group_teardown);
+}

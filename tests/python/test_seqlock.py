@@ -1,0 +1,552 @@
+"""The sequential lock (ZooKeeper's recipe): sequence numbers and grant
+order, the watch on the predecessor (one wake-up per removal, to the
+successor only, counted with keyspace notifications), dead and departing
+contenders, and 8 processes contending under the history checker.
+Contenders that must be killed are processes."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import statistics
+import threading
+import time
+from typing import Dict, List
+
+import pytest
+import redis
+
+import hilock
+from helpers import FORK, join_all, kill_child, pop_json, start_child, wait_for
+from history import (FifoError, Interval, RedisHistory, check_fences_increase, check_fifo,
+                     check_no_overlap)
+
+NAME = "seq"
+QUEUE = f"hilock:{{{NAME}}}:seq:queue"
+SESSION = f"hilock:{{{NAME}}}:seq:session"
+HOLDER = f"hilock:{{{NAME}}}:seq:holder"
+WAKE = f"hilock:{{{NAME}}}:seq:wake:"
+
+
+def assert_no_residue(rds: redis.Redis, name: str = NAME) -> None:
+    """Only the two counters (sequence, fence) may be left."""
+    leftovers = sorted(k.decode() for k in rds.keys(f"hilock:{{{name}}}:*")
+                       if not k.decode().endswith((":fence", ":seq:counter")))
+    assert leftovers == [], f"keys left behind: {leftovers}"
+
+
+def _contender(url: str, name: str, ttl: float, session: float, wait: float,
+               report: str) -> None:
+    """A contender process: enqueue, report the outcome on `report`, and on
+    a grant hold until told to release (the key go:<pid> appears)."""
+    r = redis.Redis.from_url(url)
+    c = hilock.Client(url)
+    lk = c.sequential_lock(name, ttl=ttl)
+    lk.session = session
+    ok = lk.acquire(timeout=wait)
+    r.rpush(report, json.dumps({"pid": os.getpid(), "ok": ok, "t": time.monotonic(),
+                                "seq": lk.sequence, "fence": lk.fence}))
+    if ok:
+        while not r.exists(f"go:{os.getpid()}"):
+            time.sleep(0.005)
+        lk.release()
+
+
+def _start(url, name=NAME, ttl=10.0, session=5.0, wait=20.0, report="report"):
+    return start_child(_contender, url, name, ttl, session, wait, report)
+
+
+def _report(rds, key="report", timeout=10.0):
+    raw = pop_json(rds, key, timeout)
+    assert raw is not None, f"no report on {key!r} within {timeout} s"
+    return json.loads(raw)
+
+
+# -- the threading.Lock contract ----------------------------------------------
+
+def test_acquire_release_and_properties(client, rds) -> None:
+    a = client.sequential_lock(NAME, ttl=10.0)
+    b = client.sequential_lock(NAME, ttl=10.0, timeout=0.2)
+    assert isinstance(a, hilock.SequentialLock) and isinstance(a, hilock.LockBase)
+    assert a.ttl == 10.0 and a.session == 5.0 and a.auto_renew is True
+    assert a.fence is None and a.sequence is None and a.token is None
+    assert a.key == QUEUE.encode()
+    assert client.sequential_lock("short", ttl=1.5).session == 1.5
+    assert client.sequential_lock("tiny", ttl=0.1).session == 0.5
+
+    assert a.acquire() is True
+    assert rds.hget(HOLDER, "owner") == a.token.encode() and len(a.token) == 32
+    assert (a.fence, a.sequence) == (1, 1)
+    assert rds.zscore(QUEUE, a.token) == 1
+    assert a.locked() and a.owned() and 0 < a.validity <= 10.0
+    assert b.acquire(blocking=False) is False
+    assert b.sequence is None  # a refused try draws no number
+    t0 = time.monotonic()
+    assert b.acquire() is False  # the object's default timeout, 0.2 s
+    assert 0.15 < time.monotonic() - t0 < 1.0
+    assert b.sequence == 2  # it was enqueued, then left
+    assert not b.owned() and b.locked() and a.waiters() == 0
+    assert rds.zcard(QUEUE) == 1
+    with pytest.raises(hilock.LockNotOwnedError):
+        b.release()
+    a.release()
+    assert not a.locked() and not a.owned() and a.validity == 0.0
+    assert_no_residue(rds)
+    with pytest.raises(hilock.LockNotOwnedError):
+        a.release()
+    with b:
+        assert (b.fence, b.sequence) == (2, 3)
+    assert_no_residue(rds)
+
+
+def test_arguments_and_errors(client) -> None:
+    lk = client.sequential_lock(NAME)
+    with pytest.raises(ValueError):
+        lk.acquire(blocking=False, timeout=1.0)
+    with pytest.raises(hilock.InvalidArgument):
+        lk.session = 0.2
+    with pytest.raises(hilock.InvalidArgument):
+        client.sequential_lock(NAME, ttl=0)
+    with pytest.raises(hilock.InvalidArgument):
+        client.sequential_lock("}bad")
+    with pytest.raises(hilock.InvalidArgument):
+        client.sequential_lock(NAME, on_lost=42)
+    with pytest.raises(TypeError):
+        pickle.dumps(lk)
+    lk.session = 1.25
+    assert lk.session == 1.25
+    assert lk.acquire()
+    with pytest.raises(hilock.InvalidArgument):
+        lk.extend(-1)
+    lk.extend(20, replace=True)
+    assert 19.0 < lk.validity <= 20.0
+    lk.renew()
+    assert lk.validity <= 30.0
+    lk.release()
+
+
+def test_context_manager_timeout_never_runs_body(client, rds) -> None:
+    holder = client.sequential_lock(NAME)
+    assert holder.acquire()
+    ran = []
+    with pytest.raises(hilock.LockTimeout):
+        with client.sequential_lock(NAME, timeout=0.2):
+            ran.append(1)
+    assert ran == []
+    holder.release()
+    assert_no_residue(rds)
+
+
+def test_module_level_sequential_lock_uses_the_environment(monkeypatch, rds, redis_url) -> None:
+    monkeypatch.setenv("HILOCK_URL", redis_url)
+    monkeypatch.setattr(hilock._client, "_default", None)
+    with hilock.sequential_lock(NAME, ttl=5, timeout=1) as lk:
+        assert rds.hget(HOLDER, "owner") == lk.token.encode()
+
+
+def test_second_thread_on_one_object_waits_for_release(client) -> None:
+    lk = client.sequential_lock(NAME)
+    assert lk.acquire()
+    got: List[float] = []
+    t = threading.Thread(target=lambda: got.append(lk.acquire(timeout=5) and time.monotonic()))
+    t.start()
+    time.sleep(0.2)
+    assert got == []
+    released = time.monotonic()
+    lk.release()
+    t.join(5)
+    assert got and got[0] - released < 0.5
+    lk.release()
+
+
+def test_forked_child_cannot_release_the_parents_grant(client, rds) -> None:
+    lk = client.sequential_lock(NAME)
+    assert lk.acquire()
+
+    def child():
+        try:
+            lk.release()
+        except hilock.ForkedLockError:
+            return
+        raise AssertionError("the child released its parent's grant")
+
+    p = start_child(child)
+    join_all([p], 10)
+    assert rds.hget(HOLDER, "owner") == lk.token.encode()
+    lk.release()
+
+
+# -- sequence order -------------------------------------------------------------
+
+def test_sequence_is_visible_while_waiting_and_grants_follow_it(client, rds) -> None:
+    holder = client.sequential_lock(NAME)
+    assert holder.acquire()
+    grants: List[int] = []
+    mu = threading.Lock()
+    locks = [client.sequential_lock(NAME) for _ in range(5)]
+
+    def wait_turn(i: int) -> None:
+        lk = locks[i]
+        assert lk.acquire(timeout=10)
+        with mu:
+            grants.append(lk.sequence)
+        time.sleep(0.005)
+        lk.release()
+
+    threads = []
+    for i in range(len(locks)):  # one at a time, so the numbers are known
+        threads.append(threading.Thread(target=wait_turn, args=(i,)))
+        threads[-1].start()
+        wait_for(lambda: locks[i].sequence is not None, 5, what=f"contender {i} enqueued")
+        assert locks[i].sequence == i + 2
+    assert holder.waiters() == 5
+    holder.release()
+    for t in threads:
+        t.join(10)
+    assert grants == [2, 3, 4, 5, 6]
+    assert [lk.fence for lk in locks] == [2, 3, 4, 5, 6]
+    assert_no_residue(rds)
+
+
+def _loop(url: str, name: str, gate, tag: str, hold: float, kind: str) -> None:
+    """Take the lock until the shared budget of grants is spent, recording
+    each critical section with its fence (grant order) and sequence number
+    (the ticket field: the order of the entries)."""
+    r = redis.Redis.from_url(url)
+    hist = RedisHistory(r, f"{tag}:history")
+    c = hilock.Client(url)
+    lk = c.sequential_lock(name, ttl=10.0) if kind == "seq" else c.fair_lock(name, ttl=10.0)
+    n = 0
+    if not gate.wait(20):
+        raise RuntimeError("start gate never opened")
+    while True:
+        if not lk.acquire(timeout=20):
+            raise RuntimeError("acquire timed out: the queue stalled")
+        start = time.monotonic()
+        left = r.decr(f"{tag}:budget")
+        if left >= 0:
+            time.sleep(hold)
+            n += 1
+        end = time.monotonic()
+        fence = lk.fence
+        order = lk.sequence if kind == "seq" else lk.ticket
+        lk.release()
+        hist.record(start, end, fence, ticket=order)
+        if left < 0:
+            break
+    r.rpush(f"{tag}:count", f"{os.getpid()}:{n}")
+
+
+def _contend(rds, url: str, procs_n: int, budget: int, kind: str = "seq"):
+    tag = f"{kind}{procs_n}"
+    rds.set(f"{tag}:budget", budget)
+    gate = FORK.Event()
+    procs = [start_child(_loop, url, f"shop:{tag}", gate, tag, 0.001, kind)
+             for _ in range(procs_n)]
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    gate.set()
+    join_all(procs, 45)
+    took = time.monotonic() - t0
+    counts: Dict[int, int] = {}
+    for item in rds.lrange(f"{tag}:count", 0, -1):
+        pid, n = item.decode().split(":")
+        counts[int(pid)] = int(n)
+    hist = RedisHistory(rds, f"{tag}:history").load()
+    fairness = min(counts.values()) / statistics.mean(counts.values()) if counts else 0.0
+    print(f"\n{kind}: {procs_n} processes, {budget} grants in {took:.2f} s, per-process "
+          f"counts {sorted(counts.values())}, fairness (fewest/mean) {fairness:.3f}")
+    return counts, hist, took, fairness
+
+
+def test_eight_processes_history_grants_in_sequence_order(rds, redis_url) -> None:
+    procs_n, budget = 8, 600
+    counts, hist, took, fairness = _contend(rds, redis_url, procs_n, budget)
+    assert len(counts) == procs_n and sum(counts.values()) == budget
+    assert len(hist) == budget + procs_n  # one last look each at the spent budget
+    # Mutual exclusion, one fence per grant with none missing.
+    assert check_no_overlap(hist) == len(hist)
+    assert check_fences_increase(hist) == list(range(1, len(hist) + 1))
+    # In grant order the sequence numbers strictly increase; nobody left a
+    # queue, so grant k went to entry k exactly.
+    assert check_fifo(hist) == list(range(1, len(hist) + 1))
+    assert fairness >= 0.7, f"fewest/mean = {fairness:.3f}: {counts}"
+    assert_no_residue(rds, "shop:seq8")
+
+
+def _chaos_loop(url: str, name: str, gate, tag: str) -> None:
+    """As _loop, with short sessions, and the grant's token published (inside
+    the critical section) so the test can find and kill the holder."""
+    r = redis.Redis.from_url(url)
+    hist = RedisHistory(r, f"{tag}:history")
+    lk = hilock.Client(url).sequential_lock(name, ttl=1.0)
+    lk.session = 0.6
+    if not gate.wait(20):
+        raise RuntimeError("start gate never opened")
+    while True:
+        if not lk.acquire(timeout=20):
+            raise RuntimeError("acquire timed out: the line stalled")
+        start = time.monotonic()
+        r.hset(f"{tag}:tokens", lk.token, os.getpid())
+        left = r.decr(f"{tag}:budget")
+        if left >= 0:
+            time.sleep(0.004)
+        end = time.monotonic()
+        fence, seq = lk.fence, lk.sequence
+        lk.release()
+        hist.record(start, end, fence, ticket=seq)
+        if left < 0:
+            return
+
+
+def test_sigkilled_holders_and_waiters_never_stall_the_line(rds, redis_url) -> None:
+    """8 processes; two holders and two waiters are SIGKILLed mid-run. The
+    survivors keep mutual exclusion and sequence order, every dead
+    contender's turn passes within its session, and its keys lapse."""
+    tag, name, ttl = "chaos", "shop:chaos", 1.0
+    rds.set(f"{tag}:budget", 300)
+    gate = FORK.Event()
+    procs = [start_child(_chaos_loop, redis_url, name, gate, tag) for _ in range(8)]
+    holder_key = f"hilock:{{{name}}}:seq:holder"
+    killed: List[int] = []
+    try:
+        gate.set()
+        for _ in range(2):
+            time.sleep(0.3)
+            # A live holder: the pid behind the grant's owner token (a
+            # killed holder keeps its grant until its session lapses).
+            def live_holder():
+                owner = rds.hget(holder_key, "owner")
+                pid = int(rds.hget(f"{tag}:tokens", owner) or 0) if owner else 0
+                return pid if pid and pid not in killed else None
+            pid = wait_for(live_holder, 5, interval=0.001, what="a live holder")
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            # A contender that is not the holder (with 8 in a tight loop,
+            # almost surely waiting in line).
+            time.sleep(0.05)
+            owner = rds.hget(holder_key, "owner")
+            busy = {int(rds.hget(f"{tag}:tokens", owner) or 0)} if owner else set()
+            other = next(p for p in procs if p.pid not in killed and p.pid not in busy)
+            os.kill(other.pid, signal.SIGKILL)
+            killed.append(other.pid)
+        survivors = [p for p in procs if p.pid not in killed]
+        join_all(survivors, 40)
+    finally:
+        for p in procs:
+            kill_child(p)
+    assert int(rds.get(f"{tag}:budget")) < 0
+    hist = RedisHistory(rds, f"{tag}:history").load()
+    assert check_no_overlap(hist) == len(hist)
+    fences = check_fences_increase(hist)
+    check_fifo(hist)  # in grant order the sequence numbers strictly increase
+    # Nothing waited on a dead contender for longer than its session: each
+    # pause between one recorded grant's release and the next recorded
+    # grant holds the killed holders' grants in between (the missing
+    # fences, each lasting at most ttl) and at most one dead waiter's window
+    # (0.6 s); the rest is margin for a loaded machine.
+    ivs = sorted(hist, key=lambda iv: iv.fence)
+    gap = max(b.start - a.end - (b.fence - a.fence - 1) * ttl for a, b in zip(ivs, ivs[1:]))
+    print(f"\nchaos: {len(hist)} recorded grants, fences up to {fences[-1]}, longest pause "
+          f"beyond the dead holders' ttl {gap:.3f} s, killed {killed}")
+    assert gap <= 0.6 + 0.6, f"the line stood still {gap:.3f} s beyond dead holders' ttl"
+    assert len(fences) >= 250 and len(set(killed)) == 4
+    # The dead contenders' entries lapse with their sessions.
+    wait_for(lambda: rds.keys(f"hilock:{{{name}}}:seq:[qsh]*") == [], 3,
+             what="the dead contenders' keys lapsing")
+    assert_no_residue(rds, name)
+
+
+def test_sequence_checker_catches_a_grant_out_of_order() -> None:
+    # Entry 6 served before entry 5, although 5 was live and lower.
+    bad = [Interval(1, 0.0, 1.0, 1, 4), Interval(2, 1.0, 2.0, 2, 6), Interval(3, 2, 3, 3, 5)]
+    with pytest.raises(FifoError):
+        check_fifo(bad)
+
+
+# -- the watch on the predecessor ------------------------------------------------
+
+class KeyspaceCounter:
+    """Counts RPUSH notifications per wake list, from the server's keyspace
+    notifications (CONFIG SET notify-keyspace-events Kl), in order."""
+
+    def __init__(self, rds: redis.Redis, pattern: str) -> None:
+        self.rds = rds
+        rds.config_set("notify-keyspace-events", "Kl")
+        self.ps = rds.pubsub()
+        self.ps.psubscribe(f"__keyspace@0__:{pattern}")
+        self.ps.get_message(timeout=1.0)  # the subscribe confirmation
+        self.pushes: List[str] = []
+
+    def drain(self, quiet: float = 0.15) -> List[str]:
+        """Collect notifications until none arrives for `quiet` seconds."""
+        while True:
+            m = self.ps.get_message(timeout=quiet)
+            if m is None:
+                return self.pushes
+            if m["type"] == "pmessage" and m["data"] == b"rpush":
+                self.pushes.append(m["channel"].decode().split(":seq:wake:")[1].lstrip("0"))
+
+    def close(self) -> None:
+        self.ps.close()
+        self.rds.config_set("notify-keyspace-events", "")
+
+
+def test_each_removal_pushes_to_the_successor_only(client, rds, redis_url) -> None:
+    n = 6
+    holder = client.sequential_lock(NAME)
+    assert holder.acquire()
+    counter = KeyspaceCounter(rds, WAKE + "*")
+    procs = []
+    try:
+        seqs: List[int] = []
+        for i in range(n):
+            # Sessions of 30 s (re-checks every 10 s): only wake-ups move anyone.
+            procs.append(_start(redis_url, session=30.0))
+            wait_for(lambda: holder.waiters() == i + 1, 5, what=f"contender {i} enqueued")
+        wait_for(lambda: rds.info("clients")["blocked_clients"] == n, 5, what="all blocked")
+        seqs = [int(sc) for _, sc in rds.zrange(QUEUE, 1, -1, withscores=True)]
+        assert seqs == list(range(2, n + 2))
+        assert counter.drain() == []
+        holder.release()
+        for i in range(n):
+            got = _report(rds)
+            assert got["pid"] == procs[i].pid and got["seq"] == seqs[i], "out of sequence order"
+            # Exactly one push, to this contender's own list; the others
+            # still block and none of them was pushed.
+            assert counter.drain() == [str(seqs[i])], f"pushes after removal {i}"
+            counter.pushes.clear()
+            assert rds.info("clients")["blocked_clients"] == n - 1 - i
+            rds.set(f"go:{got['pid']}", 1)
+        join_all(procs, 10)
+        # The last release had no successor: no push at all.
+        assert counter.drain() == []
+    finally:
+        counter.close()
+        for p in procs:
+            kill_child(p)
+    assert_no_residue(rds)
+
+
+def test_sigkilled_holder_passes_the_turn_within_its_session(client, rds, redis_url) -> None:
+    ttl = 1.0  # the holder's session; it renews every 1/3 s while alive
+    p = _start(redis_url, ttl=ttl)
+    try:
+        got = _report(rds)
+        assert got["ok"] and got["seq"] == 1
+        time.sleep(1.5 * ttl)  # renewed past its first ttl
+        waiter = client.sequential_lock(NAME, ttl=10.0)
+        waiter.session = 30.0  # our own re-checks (10 s) must not be what saves us
+        result: List[float] = []
+        t = threading.Thread(target=lambda: result.append(waiter.acquire(timeout=10)
+                                                          and time.monotonic()))
+        t.start()
+        wait_for(lambda: waiter.sequence == 2, 5, what="waiter enqueued")
+        kill_child(p)
+        killed = time.monotonic()
+        t.join(10)
+        assert result and result[0], "never granted"
+        took = result[0] - killed
+        assert took <= ttl + 0.6, f"granted {took:.3f} s after the kill"
+        assert (waiter.sequence, waiter.fence) == (2, 2)
+        waiter.release()
+    finally:
+        kill_child(p)
+    assert_no_residue(rds)
+
+
+def test_sigkilled_waiter_passes_the_turn_within_its_session(client, rds, redis_url) -> None:
+    session = 1.0
+    holder = client.sequential_lock(NAME, ttl=10.0)  # a dead waiter must not cost this
+    assert holder.acquire()
+    pred = _start(redis_url, session=session)
+    last = None
+    try:
+        wait_for(lambda: holder.waiters() == 1, 5, what="predecessor enqueued")
+        last = _start(redis_url, session=30.0)
+        wait_for(lambda: holder.waiters() == 2, 5, what="successor enqueued")
+        kill_child(pred)
+        killed = time.monotonic()
+        holder.release()  # pushes to the dead predecessor's list, nobody reads it
+        got = _report(rds)
+        took = got["t"] - killed
+        assert got["ok"] and got["pid"] == last.pid and got["seq"] == 3 and got["fence"] == 2
+        assert took <= session + 0.7, f"successor got it {took:.3f} s after the kill"
+        rds.set(f"go:{got['pid']}", 1)
+        join_all([last], 10)
+    finally:
+        kill_child(pred)
+        if last is not None:
+            kill_child(last)
+    assert_no_residue(rds)
+
+
+# -- leaving ------------------------------------------------------------------------
+
+def test_timed_out_waiters_leave_no_residue(client, rds) -> None:
+    holder = client.sequential_lock(NAME)
+    assert holder.acquire()
+    waiters = [client.sequential_lock(NAME) for _ in range(5)]
+    results: List[bool] = []
+    threads = [threading.Thread(target=lambda w=w: results.append(w.acquire(timeout=0.4)))
+               for w in waiters]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert results == [False] * 5
+    assert rds.zcard(QUEUE) == 1 and rds.zcard(SESSION) == 1
+    assert rds.keys(WAKE + "*") == []
+    assert holder.waiters() == 0
+    holder.release()
+    assert_no_residue(rds)
+
+
+def test_interrupted_waiter_leaves_no_residue(client, rds) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("signals need the main thread")
+    holder = client.sequential_lock(NAME)
+    assert holder.acquire()
+    waiter = client.sequential_lock(NAME)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    caught = False
+    try:
+        timer.start()
+        try:
+            waiter.acquire(timeout=5.0)
+            time.sleep(1.0)
+        except KeyboardInterrupt:
+            caught = True
+    finally:
+        timer.cancel()
+        timer.join(5)
+        signal.signal(signal.SIGINT, old)
+    assert caught
+    assert not waiter.owned()
+    assert rds.zcard(QUEUE) == 1 and rds.keys(WAKE + "*") == []
+    holder.release()
+    assert_no_residue(rds)
+    assert waiter.acquire(blocking=False)
+    waiter.release()
+
+
+# -- renewal ---------------------------------------------------------------------------
+
+def test_auto_renew_by_default_and_loss_reported(client, rds) -> None:
+    lost: List[object] = []
+    lk = client.sequential_lock(NAME, ttl=0.5, on_lost=lost.append)
+    with pytest.raises(hilock.LockLost):
+        with lk:
+            time.sleep(1.2)  # past two TTLs: renewed
+            assert lk.owned()
+            rds.zrem(SESSION, lk.token)  # the entry vanishes
+            wait_for(lambda: lk.lost, 2, what="loss detected")
+    wait_for(lambda: lost == [lk], 2, what="on_lost called")
+    assert lk.validity == 0.0
+
+    plain = client.sequential_lock("plain", ttl=0.3, auto_renew=False)
+    assert plain.acquire()
+    time.sleep(0.45)
+    assert not plain.owned()
