@@ -33,6 +33,88 @@ static int on_watchdog(const hilock__watchdog *w) {
   return w->running && pthread_equal(pthread_self(), w->thread);
 }
 
+/* One hold renewed through the script runner, which routes, follows
+ * redirections and reloads the script. */
+static int renew_one(hilock_client *c, hilock__hold *h, hilock__err *e) {
+  char ttl[24];
+  const char *args[2] = {h->owner, ttl};
+  size_t arglens[2] = {h->ownerlen, hilock__i64(ttl, h->ttl_ms)};
+  redisReply *r;
+  int rc = hilock__script_run(c, e, h->renew_script, 1, &h->rkey, &h->rkeylen,
+                              2, args, arglens, &r);
+  if (rc == HILOCK_EWRONGTYPE) return NOT_OWNED;
+  if (rc != HILOCK_OK) return FAILED;
+  rc = r->type == REDIS_REPLY_INTEGER ? (r->integer > 0 ? RENEWED : NOT_OWNED)
+                                      : FAILED;
+  freeReplyObject(r);
+  return rc;
+}
+
+/* A cluster: holds grouped by their slot's master, each group pipelined on
+ * a pooled connection to it. A hold whose reply is not a plain answer
+ * (NOSCRIPT, MOVED, ASK, CLUSTERDOWN, a broken connection) is renewed on
+ * its own through the router; after one such renewal fails for want of a
+ * connection, the rest wait for the retry. */
+static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
+                                int *res) {
+  hilock__node *owner[BATCH_MAX];
+  int done[BATCH_MAX], group[BATCH_MAX];
+  hilock__err e;
+  int i, j;
+
+  hilock__clear_err(&e);
+  for (i = 0; i < n; i++) {
+    res[i] = -1; /* -1: renew on its own */
+    done[i] = 0;
+    owner[i] = hilock__cluster_owner(c, hilock__key_slot(holds[i]->rkey,
+                                                         holds[i]->rkeylen));
+  }
+  for (i = 0; i < n; i++) {
+    hilock__conn *k;
+    int ng = 0, got, fresh;
+    if (done[i] || owner[i] == NULL) continue;
+    for (j = i; j < n; j++)
+      if (!done[j] && owner[j] == owner[i]) {
+        done[j] = 1;
+        group[ng++] = j;
+      }
+    if (hilock__cluster_node_conn(c, &e, owner[i], &k, &fresh) != HILOCK_OK)
+      continue;
+    for (j = 0; j < ng; j++) {
+      hilock__hold *h = holds[group[j]];
+      char ttl[24];
+      const char *argv[6] = {"EVALSHA", h->renew_script->sha, "1", h->rkey,
+                             h->owner, ttl};
+      size_t lens[6] = {7, 40, 1, h->rkeylen, h->ownerlen,
+                        hilock__i64(ttl, h->ttl_ms)};
+      if (redisAppendCommandArgv(k->ctx, 6, argv, lens) != REDIS_OK) break;
+    }
+    for (got = 0; j == ng && got < ng; got++) {
+      redisReply *r = NULL;
+      if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL) break;
+      if (r->type == REDIS_REPLY_INTEGER)
+        res[group[got]] = r->integer > 0 ? RENEWED : NOT_OWNED;
+      else if (r->type == REDIS_REPLY_ERROR &&
+               hilock__reply_error(&e, r->str, r->len) == HILOCK_EWRONGTYPE)
+        res[group[got]] = NOT_OWNED;
+      freeReplyObject(r);
+    }
+    if (j == ng && got == ng)
+      hilock__pool_put(c, k);
+    else
+      hilock__conn_free(k);
+  }
+  for (i = 0, j = 0; i < n; i++) {
+    if (res[i] != -1) continue;
+    hilock__clear_err(&e);
+    res[i] = j ? FAILED : renew_one(c, holds[i], &e);
+    if (res[i] == FAILED &&
+        (e.code == HILOCK_EIO || e.code == HILOCK_ETIMEDOUT ||
+         e.code == HILOCK_ECLUSTER || e.code == HILOCK_ECLOSED))
+      j = 1;
+  }
+}
+
 /* Renew holds[0..n) on the watchdog connection; results into res. */
 static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
                         int *res) {
@@ -40,6 +122,10 @@ static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
   hilock__err e;
   int i, got = 0;
 
+  if (hilock__client_is_cluster(c)) {
+    renew_batch_cluster(c, holds, n, res);
+    return;
+  }
   for (i = 0; i < n; i++) res[i] = FAILED;
   if (w->conn == NULL &&
       hilock__connect(c, &e, hilock__now_ms() + 1000, &w->conn) != HILOCK_OK)
