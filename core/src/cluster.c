@@ -528,7 +528,9 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
         continue;
       }
       freeReplyObject(r);
-      /* CLUSTERDOWN, TRYAGAIN: wait within the budget. */
+      /* CLUSTERDOWN, TRYAGAIN: wait within the budget (which bounds these;
+       * the hop count catches redirection loops). */
+      redirects = 0;
       left = deadline - hilock__now_ms();
       if (left <= 0) return rc;
       hilock__sleep_ms(pause < left ? pause : left);
