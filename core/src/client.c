@@ -499,6 +499,10 @@ int hilock__client_is_cluster(const hilock_client *c) {
   return c != NULL && c->cluster;
 }
 
+int hilock_client_is_cluster(const hilock_client *c) {
+  return hilock__client_is_cluster(c);
+}
+
 void hilock__client_ref(hilock_client *c) {
   pthread_mutex_lock(&c->mu);
   c->refs++;

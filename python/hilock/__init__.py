@@ -20,6 +20,7 @@ from ._lock import Lock
 from ._rlock import RLock
 from ._semaphore import Semaphore
 from ._util import Name
+from .errors import ClusterError
 from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
                      LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
                      RedisError, UnsupportedError, WrongTypeError)
@@ -35,6 +36,7 @@ __all__ = [
     "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
     "NoPermissionError", "UnsupportedError", "__version__",
+    "ClusterError",
 ]
 
 

@@ -9,7 +9,7 @@ from . import _hilock as _h
 __all__ = [
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
-    "NoPermissionError", "UnsupportedError", "error_for",
+    "NoPermissionError", "UnsupportedError", "ClusterError", "error_for",
 ]
 
 
@@ -72,6 +72,13 @@ class UnsupportedError(LockError):
     """The operation is not supported by this lock type or build."""
 
 
+class ClusterError(ConnectionError):
+    """Redis Cluster routing failed: no node serves the key's hash slot, the
+    cluster stayed down (CLUSTERDOWN, TRYAGAIN) beyond the reconnect budget,
+    too many MOVED/ASK redirections, a redis+cluster:// URL on a server
+    without cluster support, or a redis:// client sent to a cluster node."""
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -87,6 +94,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ENOTOWNED: LockNotOwnedError,
     _h.HILOCK_ENOTSUP: UnsupportedError,
     _h.HILOCK_EFORKED: ForkedLockError,
+    _h.HILOCK_ECLUSTER: ClusterError,
 }
 
 
