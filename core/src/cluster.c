@@ -7,6 +7,7 @@
  * connection to a node fails and while the cluster reports CLUSTERDOWN, all
  * within the client's reconnect budget (opts.reconnect_ms). */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,12 +66,24 @@ static int node_index(const hilock__cluster *cl, const hilock__node *n) {
 
 /* ## Connections to nodes ------------------------------------------------ */
 
+/* An idle connection should have nothing to read: if it has, the node
+ * closed it (killed, restarted, failed over) and a command sent on it would
+ * fail after it may have been written. */
+static int idle_is_dead(const hilock__conn *k) {
+  struct pollfd p;
+  p.fd = k->ctx->fd;
+  p.events = POLLIN;
+  p.revents = 0;
+  return poll(&p, 1, 0) != 0;
+}
+
 int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
                               hilock__node *node, hilock__conn **out,
                               int *fresh) {
   hilock__conn *k = NULL, *stale = NULL;
   hilock__addr a;
   int closed, rc;
+again:
   lock_client(c);
   closed = c->closed;
   if (c->pid != getpid()) {
@@ -87,6 +100,11 @@ int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
   if (closed) {
     hilock__conn_free(k);
     return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
+  }
+  if (k != NULL && idle_is_dead(k)) {
+    hilock__conn_free(k);
+    k = NULL;
+    goto again;
   }
   if (k != NULL) {
     k->next = NULL;
