@@ -33,41 +33,81 @@ static int on_watchdog(const hilock__watchdog *w) {
   return w->running && pthread_equal(pthread_self(), w->thread);
 }
 
-/* One hold renewed through the script runner, which routes, follows
- * redirections and reloads the script. */
-static int renew_one(hilock_client *c, hilock__hold *h, hilock__err *e) {
+/* One hold renewed on node (with ASKING first for an ASK redirection),
+ * with the EVAL fallback on NOSCRIPT. Bounded by one connection attempt and
+ * the command timeout: the watchdog never spends a command's reconnect
+ * budget on one node while holds on the others wait. */
+static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
+                    int asking, hilock__err *e) {
+  hilock__conn *k;
   char ttl[24];
-  const char *args[2] = {h->owner, ttl};
-  size_t arglens[2] = {h->ownerlen, hilock__i64(ttl, h->ttl_ms)};
-  redisReply *r;
-  int rc = hilock__script_run(c, e, h->renew_script, 1, &h->rkey, &h->rkeylen,
-                              2, args, arglens, &r);
-  if (rc == HILOCK_EWRONGTYPE) return NOT_OWNED;
-  if (rc != HILOCK_OK) return FAILED;
-  rc = r->type == REDIS_REPLY_INTEGER ? (r->integer > 0 ? RENEWED : NOT_OWNED)
-                                      : FAILED;
-  freeReplyObject(r);
-  return rc;
+  const char *argv[6] = {"EVALSHA", h->renew_script->sha, "1", h->rkey,
+                         h->owner, ttl};
+  size_t lens[6] = {7, 40, 1, h->rkeylen, h->ownerlen,
+                    hilock__i64(ttl, h->ttl_ms)};
+  int fresh, res = FAILED;
+  if (hilock__cluster_node_conn(c, e, node, &k, &fresh) != HILOCK_OK)
+    return FAILED;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    redisReply *r = NULL;
+    if (asking) {
+      static const char *const a[1] = {"ASKING"};
+      static const size_t al[1] = {6};
+      redisReply *ok = redisCommandArgv(k->ctx, 1, (const char **)a, al);
+      if (ok == NULL) goto broken;
+      freeReplyObject(ok);
+    }
+    r = redisCommandArgv(k->ctx, 6, argv, lens);
+    if (r == NULL) goto broken;
+    if (r->type == REDIS_REPLY_INTEGER) {
+      res = r->integer > 0 ? RENEWED : NOT_OWNED;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+      int code = hilock__reply_error(e, r->str, r->len);
+      if (code == HILOCK_EWRONGTYPE) res = NOT_OWNED;
+      if (code == HILOCK__NOSCRIPT && attempt == 0) {
+        argv[0] = "EVAL";
+        lens[0] = 4;
+        argv[1] = h->renew_script->src;
+        lens[1] = h->renew_script->len;
+        freeReplyObject(r);
+        continue;
+      }
+      if (code != HILOCK_EWRONGTYPE)
+        (void)hilock__cluster_redirected(c, node, r->str, r->len, NULL);
+    }
+    freeReplyObject(r);
+    break;
+  }
+  hilock__pool_put(c, k);
+  return res;
+broken:
+  hilock__conn_error(c, e, k, "EVALSHA", errno);
+  hilock__conn_free(k);
+  return FAILED;
 }
 
 /* A cluster: holds grouped by their slot's master, each group pipelined on
- * a pooled connection to it. A hold whose reply is not a plain answer
- * (NOSCRIPT, MOVED, ASK, CLUSTERDOWN, a broken connection) is renewed on
- * its own through the router; after one such renewal fails for want of a
- * connection, the rest wait for the retry. */
+ * a pooled connection to it (every script single-slot). A hold answered
+ * NOSCRIPT, MOVED or ASK is renewed on its own on the right node; one whose
+ * master cannot be reached fails this round (the map is read again) and is
+ * retried shortly, within its validity. */
 static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
                                 int *res) {
-  hilock__node *owner[BATCH_MAX];
-  int done[BATCH_MAX], group[BATCH_MAX];
+  hilock__node *owner[BATCH_MAX], *redo[BATCH_MAX];
+  int done[BATCH_MAX], group[BATCH_MAX], asking[BATCH_MAX];
   hilock__err e;
-  int i, j;
+  int i, j, refresh = 0;
+  hilock__node *failed = NULL;
 
   hilock__clear_err(&e);
   for (i = 0; i < n; i++) {
-    res[i] = -1; /* -1: renew on its own */
+    res[i] = FAILED;
     done[i] = 0;
+    redo[i] = NULL;
+    asking[i] = 0;
     owner[i] = hilock__cluster_owner(c, hilock__key_slot(holds[i]->rkey,
                                                          holds[i]->rkeylen));
+    if (owner[i] == NULL) refresh = 1;
   }
   for (i = 0; i < n; i++) {
     hilock__conn *k;
@@ -78,8 +118,11 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
         done[j] = 1;
         group[ng++] = j;
       }
-    if (hilock__cluster_node_conn(c, &e, owner[i], &k, &fresh) != HILOCK_OK)
+    if (hilock__cluster_node_conn(c, &e, owner[i], &k, &fresh) != HILOCK_OK) {
+      refresh = 1;
+      failed = owner[i];
       continue;
+    }
     for (j = 0; j < ng; j++) {
       hilock__hold *h = holds[group[j]];
       char ttl[24];
@@ -91,28 +134,43 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
     }
     for (got = 0; j == ng && got < ng; got++) {
       redisReply *r = NULL;
+      int x = group[got];
       if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL) break;
-      if (r->type == REDIS_REPLY_INTEGER)
-        res[group[got]] = r->integer > 0 ? RENEWED : NOT_OWNED;
-      else if (r->type == REDIS_REPLY_ERROR &&
-               hilock__reply_error(&e, r->str, r->len) == HILOCK_EWRONGTYPE)
-        res[group[got]] = NOT_OWNED;
+      if (r->type == REDIS_REPLY_INTEGER) {
+        res[x] = r->integer > 0 ? RENEWED : NOT_OWNED;
+      } else if (r->type == REDIS_REPLY_ERROR) {
+        hilock__node *to = NULL;
+        int code = hilock__reply_error(&e, r->str, r->len);
+        if (code == HILOCK_EWRONGTYPE) {
+          res[x] = NOT_OWNED;
+        } else if (code == HILOCK__NOSCRIPT) {
+          redo[x] = owner[i];
+        } else if (hilock__cluster_redirected(c, owner[i], r->str, r->len,
+                                              &to)) {
+          /* MOVED: the map now names the new owner; ASK: one-shot. */
+          redo[x] = to != NULL ? to : hilock__cluster_owner(
+                                          c, hilock__key_slot(
+                                                 holds[x]->rkey,
+                                                 holds[x]->rkeylen));
+          asking[x] = to != NULL;
+          if (redo[x] == owner[i] && !asking[x]) redo[x] = NULL;
+        }
+      }
       freeReplyObject(r);
     }
-    if (j == ng && got == ng)
+    if (j == ng && got == ng) {
       hilock__pool_put(c, k);
-    else
-      hilock__conn_free(k);
+    } else {
+      hilock__conn_free(k); /* the node broke the connection */
+      refresh = 1;
+      failed = owner[i];
+    }
   }
-  for (i = 0, j = 0; i < n; i++) {
-    if (res[i] != -1) continue;
-    hilock__clear_err(&e);
-    res[i] = j ? FAILED : renew_one(c, holds[i], &e);
-    if (res[i] == FAILED &&
-        (e.code == HILOCK_EIO || e.code == HILOCK_ETIMEDOUT ||
-         e.code == HILOCK_ECLUSTER || e.code == HILOCK_ECLOSED))
-      j = 1;
+  for (i = 0; i < n; i++) {
+    if (redo[i] == NULL) continue;
+    res[i] = renew_on(c, redo[i], holds[i], asking[i], &e);
   }
+  if (refresh) hilock__cluster_refresh(c, &e, failed);
 }
 
 /* Renew holds[0..n) on the watchdog connection; results into res. */

@@ -12,7 +12,8 @@ typedef struct hl_cluster {
   char url[256]; /* redis+cluster://127.0.0.1:<p0>,127.0.0.1:<p1> */
 } hl_cluster;
 
-/* Start 6 cluster-enabled servers (cluster-node-timeout node_timeout_ms),
+/* Start 6 cluster-enabled servers (cluster-node-timeout node_timeout_ms,
+ * cluster-require-full-coverage no),
  * join them with redis-cli --cluster create --cluster-replicas 1 and wait
  * for cluster_state:ok on every node and every replica's link. Returns 0,
  * or -1 after printing why. */

@@ -603,9 +603,10 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   hilock_client *c = new_client();
   hilock_lock *held = NULL, *fresh = NULL;
   waiter w = {0};
-  char name[32], name2[32];
+  char name[32], name2[32], name3[40], name4[40];
   int m[3], replica, promoted;
-  volatile int lost = 0;
+  volatile int lost = 0, bystander_lost = 0, doomed_lost = 0;
+  hilock_lock *bystander = NULL, *doomed = NULL;
   const char *key;
   size_t klen;
   int64_t killed;
@@ -615,6 +616,26 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   name_on(m[0], "failover-new", name2, sizeof(name2));
   replica = hl_cluster_replica_of(&cl, m[0]);
   assert_true(replica >= 0);
+
+  /* A short hold on a healthy master: the watchdog must keep renewing it
+   * while the other master is down, not stall on the dead one. */
+  name_on(m[1], "failover-bystander", name3, sizeof(name3));
+  assert_hl_ok(hilock_lock_new(c, name3, strlen(name3), 1500, &bystander),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(bystander, 1, 0, lost_fn,
+                                          (void *)&bystander_lost),
+               hilock_lock_errmsg(bystander));
+  assert_hl_ok(hilock_lock_try_acquire(bystander),
+               hilock_lock_errmsg(bystander));
+  /* A hold on the master that dies, with a TTL shorter than the failover:
+   * its renewals fail while no master serves the slot, so it is lost. */
+  name_on(m[0], "failover-doomed", name4, sizeof(name4));
+  assert_hl_ok(hilock_lock_new(c, name4, strlen(name4), 900, &doomed),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(doomed, 1, 0, lost_fn,
+                                          (void *)&doomed_lost),
+               hilock_lock_errmsg(doomed));
+  assert_hl_ok(hilock_lock_try_acquire(doomed), hilock_lock_errmsg(doomed));
 
   /* A renewed hold and a waiter blocked on the master that will die. */
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 8000, &held),
@@ -667,6 +688,17 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_false(lost);
   assert_hl_ok(hilock_lock_owned(held, &owned), hilock_lock_errmsg(held));
   assert_true(owned);
+  /* The doomed hold is lost; the bystander's renewals went on through the
+   * failover (the watchdog did not wait on the dead master). */
+  assert_true(doomed_lost);
+  assert_int_equal(hilock_lock_release(doomed), HILOCK_ENOTOWNED);
+  hilock_lock_free(doomed);
+  assert_false(bystander_lost);
+  assert_hl_ok(hilock_lock_owned(bystander, &owned),
+               hilock_lock_errmsg(bystander));
+  assert_true(owned);
+  assert_hl_ok(hilock_lock_release(bystander), hilock_lock_errmsg(bystander));
+  hilock_lock_free(bystander);
   /* The waiter is still waiting (not failed), and gets the lock now. */
   assert_int_equal(w.done_ms, 0);
   assert_hl_ok(hilock_lock_release(held), hilock_lock_errmsg(held));
