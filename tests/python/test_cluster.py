@@ -320,7 +320,10 @@ def test_master_failover_during_a_run(cluster, redis_url: str, rds) -> None:
         ivs = hist[n]
         before = sum(1 for iv in ivs if iv.start < killed)
         after = sum(1 for iv in ivs if iv.start >= killed)
-        report.append(f"{n}: {len(ivs)} grants ({before} before the kill, {after} after)")
+        starts = sorted(iv.start for iv in ivs)
+        gap = max(b - a for a, b in zip(starts, starts[1:]))
+        report.append(f"{n}: {len(ivs)} grants ({before} before the kill, {after} after), "
+                      f"longest pause between grants {gap:.2f} s")
         # Grants resumed on every name, the failed-over one included.
         assert after > 0, "\n".join(report)
         # The whole history, across the failover: no double grant observed.
