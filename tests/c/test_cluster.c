@@ -595,6 +595,62 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
   hilock_client_free(c);
 }
 
+/* ## Fork ---------------------------------------------------------------------- */
+
+typedef struct fork_ctx {
+  hilock_client *c;
+  const char *held;  /* a name the parent holds */
+  const char *other; /* a free name on another master */
+} fork_ctx;
+
+static int child_main(void *arg) {
+  fork_ctx *f = arg;
+  hilock_lock *a = NULL, *b = NULL;
+  int rc = 0;
+  /* The child's calls go through fresh connections of its own. */
+  if (hilock_lock_new(f->c, f->held, strlen(f->held), 5000, &a) != HILOCK_OK ||
+      hilock_lock_try_acquire(a) != HILOCK_BUSY)
+    rc = 1;
+  if (rc == 0 &&
+      (hilock_lock_new(f->c, f->other, strlen(f->other), 5000, &b) != HILOCK_OK ||
+       hilock_lock_acquire(b, 1000) != HILOCK_OK ||
+       hilock_lock_release(b) != HILOCK_OK))
+    rc = 2;
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+  return rc;
+}
+
+static void a_forked_child_routes_on_its_own_connections(void **state) {
+  hilock_client *c = new_client();
+  hilock_lock *l = NULL;
+  char held[32], other[32];
+  int m[3];
+  fork_ctx f;
+  pid_t pid;
+  (void)state;
+  masters(m);
+  name_on(m[0], "fork-held", held, sizeof(held));
+  name_on(m[1], "fork-other", other, sizeof(other));
+  assert_hl_ok(hilock_lock_new(c, held, strlen(held), 10000, &l),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c)); /* pooled */
+  f.c = c;
+  f.held = held;
+  f.other = other;
+  pid = hl_fork_run(child_main, &f);
+  assert_true(pid > 0);
+  assert_int_equal(hl_wait_child(pid, 10000), 0);
+  /* The parent's pooled connections were not disturbed by the child. */
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
 /* ## Failover (last: it kills a master) -------------------------------------- */
 
 static void lost_fn(void *arg) { *(volatile int *)arg = 1; }
@@ -727,6 +783,7 @@ int main(void) {
       cmocka_unit_test(noscript_reloads_on_each_node),
       cmocka_unit_test(a_waiter_blocks_on_its_slot_master_and_wakes),
       cmocka_unit_test(the_watchdog_renews_holds_on_every_master),
+      cmocka_unit_test(a_forked_child_routes_on_its_own_connections),
       cmocka_unit_test(a_killed_master_fails_over_and_locks_keep_working),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
