@@ -500,10 +500,20 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
     hilock__node *node;
     redisReply *r;
     int fresh, rc;
-    if (ask != NULL)
+    if (ask != NULL) {
       rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
-    else
+      if ((rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT) &&
+          hilock__now_ms() < deadline) {
+        /* The importing node is unreachable: ask the slot's owner again
+         * (it answers ASK, MOVED, or runs the command itself). */
+        hilock__err ignored;
+        hilock__cluster_refresh(c, &ignored, ask);
+        ask = NULL;
+        continue;
+      }
+    } else {
       rc = hilock__cluster_pool_get(c, e, slot, deadline, &k, &fresh);
+    }
     if (rc != HILOCK_OK) return rc;
     node = k->node;
     r = ask != NULL ? asking_then(k, argc, argv, lens)

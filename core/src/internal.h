@@ -180,8 +180,10 @@ typedef struct hilock__cluster {
 /* Read the slot map from the URL's seeds (hilock_client_new). */
 int hilock__cluster_init(hilock_client *c, hilock__err *e);
 void hilock__cluster_free(hilock_client *c);
-/* The slot a command is routed by: its first key's (EVAL/EVALSHA: the
- * first of KEYS), or -1 for keyless commands (PING, SCRIPT, ...). */
+/* The slot a command is routed by: its first key's (EVAL/EVALSHA/FCALL:
+ * the first of KEYS; otherwise argv[1]), or -1 for keyless commands (PING,
+ * SCRIPT, ...). A command whose first key is elsewhere must be sent with
+ * hilock__cluster_command and an explicit slot. */
 int hilock__command_key_slot(int argc, const char **argv, const size_t *lens);
 /* Send a command to the owner of slot (-1: any master), following
  * redirections, refreshing the map and retrying within opts.reconnect_ms;
