@@ -35,12 +35,22 @@ static int is_timeout(const redisContext *ctx, int saved_errno) {
           saved_errno == ETIMEDOUT || strstr(ctx->errstr, "timed out"));
 }
 
-static const char *where(const hilock_client *c, char *buf, size_t n) {
-  if (c->url.unix_socket)
-    snprintf(buf, n, "%s", c->url.path);
+static const char *where(const hilock__addr *a, char *buf, size_t n) {
+  if (a->path != NULL)
+    snprintf(buf, n, "%s", a->path);
   else
-    snprintf(buf, n, "%s:%d", c->url.host, c->url.port);
+    snprintf(buf, n, "%s:%d", a->host, a->port);
   return buf;
+}
+
+/* The address of the server the single-server pool connects to. The one
+ * place that decides which address is the master. */
+static int master_addr(hilock_client *c, hilock__err *e, hilock__addr *a) {
+  (void)e;
+  a->path = c->url.unix_socket ? c->url.path : NULL;
+  a->host = c->url.host;
+  a->port = c->url.port;
+  return HILOCK_OK;
 }
 
 /* Run one setup command (AUTH, SELECT) on a fresh context. */
@@ -64,30 +74,31 @@ static int setup_command(hilock__err *e, redisContext *ctx, int argc,
 }
 
 /* Open, authenticate and select: one attempt. */
-static int connect_once(hilock_client *c, hilock__err *e, hilock__conn **out) {
+int hilock__connect_addr(hilock_client *c, hilock__err *e,
+                         const hilock__addr *a, hilock__conn **out) {
   struct timeval tv = tv_ms(c->opts.connect_timeout_ms);
   redisContext *ctx;
   char buf[300];
   int saved, rc;
 
   errno = 0;
-  if (c->url.unix_socket)
-    ctx = redisConnectUnixWithTimeout(c->url.path, tv);
+  if (a->path != NULL)
+    ctx = redisConnectUnixWithTimeout(a->path, tv);
   else
-    ctx = redisConnectWithTimeout(c->url.host, c->url.port, tv);
+    ctx = redisConnectWithTimeout(a->host, a->port, tv);
   saved = errno;
   if (ctx == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
   if (ctx->err) {
     rc = hilock__set_err(e, is_timeout(ctx, saved) ? HILOCK_ETIMEDOUT
                                                    : HILOCK_EIO,
-                         "connect to %s: %s", where(c, buf, sizeof(buf)),
+                         "connect to %s: %s", where(a, buf, sizeof(buf)),
                          ctx->errstr);
     redisFree(ctx);
     return rc;
   }
   if (c->opts.command_timeout_ms > 0)
     redisSetTimeout(ctx, tv_ms(c->opts.command_timeout_ms));
-  if (!c->url.unix_socket) redisEnableKeepAlive(ctx);
+  if (a->path == NULL) redisEnableKeepAlive(ctx);
   if (c->url.password != NULL) {
     const char *argv[3] = {"AUTH", NULL, NULL};
     size_t lens[3] = {4, 0, 0};
@@ -124,11 +135,21 @@ static int connect_once(hilock_client *c, hilock__err *e, hilock__conn **out) {
   return HILOCK_OK;
 }
 
+static int connect_once(hilock_client *c, hilock__err *e, hilock__conn **out) {
+  hilock__addr a;
+  int rc = master_addr(c, e, &a);
+  return rc != HILOCK_OK ? rc : hilock__connect_addr(c, e, &a, out);
+}
+
 /* Connect, retrying refused or failed attempts with backoff until the
  * monotonic deadline. Authentication and ACL errors are not retried. */
 int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline,
                     hilock__conn **out) {
   int64_t pause = 20;
+  if (c->cl != NULL) {
+    int fresh;
+    return hilock__cluster_pool_get(c, e, -1, deadline, out, &fresh);
+  }
   for (;;) {
     int rc = connect_once(c, e, out);
     if (rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT) return rc;
@@ -151,8 +172,22 @@ static hilock__conn *take_idle(hilock_client *c) {
   hilock__conn *list = c->idle;
   c->idle = NULL;
   c->nidle = 0;
+  if (c->cl != NULL) {
+    for (int i = 0; i < c->cl->nnodes; i++) {
+      hilock__node *n = c->cl->nodes[i];
+      while (n->idle != NULL) {
+        hilock__conn *k = n->idle;
+        n->idle = k->next;
+        k->next = list;
+        list = k;
+      }
+      n->nidle = 0;
+    }
+  }
   return list;
 }
+
+hilock__conn *hilock__pool_detach(hilock_client *c) { return take_idle(c); }
 
 static void free_list(hilock__conn *k) {
   while (k != NULL) {
@@ -162,11 +197,17 @@ static void free_list(hilock__conn *k) {
   }
 }
 
+void hilock__conn_free_list(hilock__conn *k) { free_list(k); }
+
 /* Check out an idle connection (*fresh = 0) or open one (*fresh = 1). */
 int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
                      int *fresh) {
   hilock__conn *k = NULL, *stale = NULL;
   int closed;
+  if (c->cl != NULL)
+    return hilock__cluster_pool_get(c, e, -1,
+                                    hilock__now_ms() + c->opts.reconnect_ms,
+                                    out, fresh);
   pthread_mutex_lock(&c->mu);
   closed = c->closed;
   if (c->pid != getpid()) {
@@ -195,9 +236,28 @@ int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
   return hilock__connect(c, e, hilock__now_ms() + c->opts.reconnect_ms, out);
 }
 
+int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
+                         size_t keylen, hilock__conn **out, int *fresh) {
+  if (c->cl != NULL)
+    return hilock__cluster_pool_get(c, e, hilock__key_slot(key, keylen),
+                                    hilock__now_ms() + c->opts.reconnect_ms,
+                                    out, fresh);
+  return hilock__pool_get(c, e, out, fresh);
+}
+
 void hilock__pool_put(hilock_client *c, hilock__conn *k) {
   pthread_mutex_lock(&c->mu);
-  if (!c->closed && c->pid == getpid() && c->nidle < c->opts.max_idle) {
+  if (k->node != NULL) {
+    /* A cluster node's own pool. */
+    if (!c->closed && c->pid == getpid() &&
+        k->node->nidle < c->opts.max_idle) {
+      k->next = k->node->idle;
+      k->node->idle = k;
+      k->node->nidle++;
+      k = NULL;
+    }
+  } else if (!c->closed && c->pid == getpid() &&
+             c->nidle < c->opts.max_idle) {
     k->next = c->idle;
     c->idle = k;
     c->nidle++;
@@ -211,8 +271,16 @@ int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                        const char *what, int saved_errno) {
   char buf[300];
   int timeout = is_timeout(k->ctx, saved_errno);
+  hilock__addr a;
+  if (k->node != NULL) {
+    a.path = NULL;
+    a.host = k->node->host;
+    a.port = k->node->port;
+  } else {
+    master_addr(c, NULL, &a);
+  }
   return hilock__set_err(e, timeout ? HILOCK_ETIMEDOUT : HILOCK_EIO,
-                         "%s on %s: %s", what, where(c, buf, sizeof(buf)),
+                         "%s on %s: %s", what, where(&a, buf, sizeof(buf)),
                          timeout ? "no reply in time" : k->ctx->errstr);
 }
 
@@ -230,6 +298,10 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
   int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
 
   *out = NULL;
+  if (c->cl != NULL)
+    return hilock__cluster_command(c, e,
+                                   hilock__command_key_slot(argc, argv, lens),
+                                   argc, argv, lens, out, resend);
   rc = hilock__pool_get(c, e, &k, &fresh);
   if (rc != HILOCK_OK) return rc;
   for (;;) {
@@ -423,6 +495,10 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   if (rc != HILOCK_OK) return rc;
   rc = hilock__url_parse(url, &c->url, &c->err);
   if (rc != HILOCK_OK) return rc;
+  if (c->url.cluster) {
+    c->cluster = 1;
+    return hilock__cluster_init(c, &c->err);
+  }
   rc = connect_once(c, &c->err, &k);
   if (rc != HILOCK_OK) return rc;
   hilock__pool_put(c, k);
@@ -431,6 +507,10 @@ int hilock_client_new(const char *url, const hilock_options *opts,
 
 int hilock__client_is_cluster(const hilock_client *c) {
   return c != NULL && c->cluster;
+}
+
+int hilock_client_is_cluster(const hilock_client *c) {
+  return hilock__client_is_cluster(c);
 }
 
 void hilock__client_ref(hilock_client *c) {
@@ -450,6 +530,7 @@ void hilock__client_unref(hilock_client *c) {
   free_list(idle);
   hilock__watchdog_stop(c);
   registry_remove(c);
+  hilock__cluster_free(c);
   watchdog_destroy(&c->wd);
   hilock__url_clear(&c->url);
   pthread_mutex_destroy(&c->hmu);
@@ -474,6 +555,7 @@ int hilock_client_ping(hilock_client *c) {
   redisReply *r;
   int rc;
   if (c == NULL) return HILOCK_EINVAL;
+  if (c->cl != NULL) return hilock__cluster_ping(c, &c->err);
   rc = hilock__command(c, &c->err, 1, argv, lens, &r);
   if (rc == HILOCK_OK) freeReplyObject(r);
   return rc;

@@ -33,8 +33,17 @@ int hilock__reply_error(hilock__err *e, const char *text, size_t len);
 
 /* ## URLs --------------------------------------------------------------- */
 
+/* One host:port of a redis+cluster:// URL. */
+typedef struct hilock__seed {
+  char *host;
+  int port;
+} hilock__seed;
+
 typedef struct hilock__url {
   int unix_socket;
+  int cluster;          /* redis+cluster://: host/port is the first seed */
+  hilock__seed *seeds;  /* cluster: every host:port of the URL */
+  int nseeds;
   char *host; /* TCP host, brackets stripped */
   int port;
   char *path; /* unix socket path */
@@ -48,10 +57,20 @@ void hilock__url_clear(hilock__url *u);
 
 /* ## Client and its connection pool ------------------------------------- */
 
+struct hilock__node;
+
 typedef struct hilock__conn {
   redisContext *ctx;
   struct hilock__conn *next;
+  struct hilock__node *node; /* cluster: the node it talks to, else NULL */
 } hilock__conn;
+
+/* Where a connection goes: a unix socket path, or host and port. */
+typedef struct hilock__addr {
+  const char *path; /* non-NULL: unix socket */
+  const char *host;
+  int port;
+} hilock__addr;
 
 #define HILOCK__TOKEN_LEN 32
 
@@ -83,6 +102,7 @@ struct hilock_client {
   hilock_options opts;
   hilock__url url;
   int cluster; /* connected to a Redis Cluster: one slot per script */
+  struct hilock__cluster *cl; /* cluster: slot map, nodes' pools (cluster.c) */
   hilock__conn *idle;
   int nidle;
   hilock__watchdog wd;
@@ -116,9 +136,89 @@ void hilock__pool_put(hilock_client *c, hilock__conn *k);
 void hilock__conn_free(hilock__conn *k);
 int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline_ms,
                     hilock__conn **out);
+/* One attempt to open, authenticate and select on one address. */
+int hilock__connect_addr(hilock_client *c, hilock__err *e,
+                         const hilock__addr *a, hilock__conn **out);
+/* A pooled connection to the server that holds key: the slot's owner on a
+ * cluster, the one server otherwise. */
+int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
+                         size_t keylen, hilock__conn **out, int *fresh);
+/* Detach every idle connection of every node (c->mu held); free the list
+ * with hilock__conn_free_list after unlocking. */
+hilock__conn *hilock__pool_detach(hilock_client *c);
+void hilock__conn_free_list(hilock__conn *k);
 /* Status for a failed hiredis call on k (timeout vs broken). */
 int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                        const char *what, int saved_errno);
+
+/* ## Redis Cluster (cluster.c) --------------------------------------------
+ * A cluster client keeps a map of the 16384 hash slots to their masters
+ * (read with CLUSTER SLOTS), an idle-connection pool per node, and routes
+ * every command that carries keys by the slot of its first key. MOVED and
+ * ASK are followed (ASKING before the retried command); the map is read
+ * again after MOVED, after a connection to a node fails, and while
+ * CLUSTERDOWN lasts, within opts.reconnect_ms. All fields are guarded by
+ * c->mu; nodes are never freed before the client, so a connection may keep
+ * a pointer to its node. */
+
+typedef struct hilock__node {
+  char *host;
+  int port;
+  int master;   /* serves slots in the current map */
+  hilock__conn *idle;
+  int nidle;
+} hilock__node;
+
+#define HILOCK__SLOTS 16384
+
+typedef struct hilock__cluster {
+  hilock__node **nodes;
+  int nnodes, cap;
+  int16_t slot[HILOCK__SLOTS]; /* index into nodes, -1: no known owner */
+  int refreshing;              /* a thread of refresh_pid reads the map */
+  pid_t refresh_pid;
+  int64_t refreshed_ms;        /* when the map was last read */
+  unsigned rr;                 /* round robin for keyless commands */
+} hilock__cluster;
+
+/* Read the slot map from the URL's seeds (hilock_client_new). */
+int hilock__cluster_init(hilock_client *c, hilock__err *e);
+void hilock__cluster_free(hilock_client *c);
+/* The slot a command is routed by: its first key's (EVAL/EVALSHA/FCALL:
+ * the first of KEYS; otherwise argv[1]), or -1 for keyless commands (PING,
+ * SCRIPT, ...). A command whose first key is elsewhere must be sent with
+ * hilock__cluster_command and an explicit slot. */
+int hilock__command_key_slot(int argc, const char **argv, const size_t *lens);
+/* Send a command to the owner of slot (-1: any master), following
+ * redirections, refreshing the map and retrying within opts.reconnect_ms;
+ * resend = 0 never resends a command that may have run. */
+int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
+                            int argc, const char **argv, const size_t *lens,
+                            redisReply **out, int resend);
+/* A pooled connection to the owner of slot (-1: any master), refreshing
+ * the map and retrying until deadline_ms if the owner is unknown or
+ * unreachable. */
+int hilock__cluster_pool_get(hilock_client *c, hilock__err *e, int slot,
+                             int64_t deadline_ms, hilock__conn **out,
+                             int *fresh);
+/* The current owner of slot, or NULL. */
+hilock__node *hilock__cluster_owner(hilock_client *c, int slot);
+/* An idle connection to node, or one new attempt to open one. */
+int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
+                              hilock__node *node, hilock__conn **out,
+                              int *fresh);
+/* A MOVED/ASK/CLUSTERDOWN/TRYAGAIN error reply seen on a connection to
+ * from: record a MOVED owner and read the map again. Returns 1 if text was
+ * such a reply. *ask (may be NULL) gets an ASK's target node. */
+int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
+                               const char *text, size_t len,
+                               hilock__node **ask);
+/* Read the slot map again unless another thread is at it or it was read
+ * in the last few ms. avoid: a node that just failed, asked last. */
+int hilock__cluster_refresh(hilock_client *c, hilock__err *e,
+                            hilock__node *avoid);
+/* PING every master. */
+int hilock__cluster_ping(hilock_client *c, hilock__err *e);
 
 /* ## Waiting ------------------------------------------------------------- */
 

@@ -78,6 +78,162 @@ static int renew_cmd(const hilock__hold *h, int eval, char nk[24],
   return argc;
 }
 
+/* Free what renew_cmd allocated (nothing if it used the stack arrays). */
+static void free_cmd(const char **argv, size_t *lens, const char **sargv) {
+  if (argv != sargv) {
+    free(argv);
+    free(lens);
+  }
+}
+
+/* One hold renewed on node (with ASKING first for an ASK redirection),
+ * with the EVAL fallback on NOSCRIPT. Bounded by one connection attempt and
+ * the command timeout: the watchdog never spends a command's reconnect
+ * budget on one node while holds on the others wait. */
+static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
+                    int asking, hilock__err *e) {
+  hilock__conn *k;
+  char nk[24], ttl[24];
+  const char *sargv[CMD_STACK], **argv;
+  size_t slens[CMD_STACK], *lens;
+  int fresh, res = FAILED;
+  if (hilock__cluster_node_conn(c, e, node, &k, &fresh) != HILOCK_OK)
+    return FAILED;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    redisReply *r = NULL;
+    int argc = renew_cmd(h, attempt, nk, ttl, sargv, slens, &argv, &lens);
+    if (argc < 0) break;
+    if (asking) {
+      static const char *const a[1] = {"ASKING"};
+      static const size_t al[1] = {6};
+      redisReply *ok = redisCommandArgv(k->ctx, 1, (const char **)a, al);
+      if (ok == NULL) {
+        free_cmd(argv, lens, sargv);
+        goto broken;
+      }
+      freeReplyObject(ok);
+    }
+    r = redisCommandArgv(k->ctx, argc, argv, lens);
+    free_cmd(argv, lens, sargv);
+    if (r == NULL) goto broken;
+    if (r->type == REDIS_REPLY_INTEGER) {
+      res = r->integer > 0 ? RENEWED : NOT_OWNED;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+      int code = hilock__reply_error(e, r->str, r->len);
+      if (code == HILOCK_EWRONGTYPE) res = NOT_OWNED;
+      if (code == HILOCK__NOSCRIPT && attempt == 0) { /* EVAL next */
+        freeReplyObject(r);
+        continue;
+      }
+      if (code != HILOCK_EWRONGTYPE)
+        (void)hilock__cluster_redirected(c, node, r->str, r->len, NULL);
+    }
+    freeReplyObject(r);
+    break;
+  }
+  hilock__pool_put(c, k);
+  return res;
+broken:
+  hilock__conn_error(c, e, k, "EVALSHA", errno);
+  hilock__conn_free(k);
+  return FAILED;
+}
+
+/* A cluster: holds grouped by their slot's master, each group pipelined on
+ * a pooled connection to it (every script single-slot). A hold answered
+ * NOSCRIPT, MOVED or ASK is renewed on its own on the right node; one whose
+ * master cannot be reached fails this round (the map is read again) and is
+ * retried shortly, within its validity. */
+static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
+                                int *res) {
+  hilock__node *owner[BATCH_MAX], *redo[BATCH_MAX];
+  int done[BATCH_MAX], group[BATCH_MAX], asking[BATCH_MAX];
+  hilock__err e;
+  int i, j, refresh = 0;
+  hilock__node *failed = NULL;
+
+  hilock__clear_err(&e);
+  for (i = 0; i < n; i++) {
+    res[i] = FAILED;
+    done[i] = 0;
+    redo[i] = NULL;
+    asking[i] = 0;
+    owner[i] = hilock__cluster_owner(c, hilock__key_slot(holds[i]->rkey,
+                                                         holds[i]->rkeylen));
+    if (owner[i] == NULL) refresh = 1;
+  }
+  for (i = 0; i < n; i++) {
+    hilock__conn *k;
+    int ng = 0, got, fresh;
+    if (done[i] || owner[i] == NULL) continue;
+    for (j = i; j < n; j++)
+      if (!done[j] && owner[j] == owner[i]) {
+        done[j] = 1;
+        group[ng++] = j;
+      }
+    if (hilock__cluster_node_conn(c, &e, owner[i], &k, &fresh) != HILOCK_OK) {
+      refresh = 1;
+      failed = owner[i];
+      continue;
+    }
+    for (j = 0; j < ng; j++) {
+      hilock__hold *h = holds[group[j]];
+      char nk[24], ttl[24];
+      const char *sargv[CMD_STACK], **argv;
+      size_t slens[CMD_STACK], *lens;
+      int argc = renew_cmd(h, 0, nk, ttl, sargv, slens, &argv, &lens), ok;
+      if (argc < 0) {
+        static const char *ping[1] = {"PING"}; /* keeps replies paired */
+        static const size_t pinglen[1] = {4};
+        ok = redisAppendCommandArgv(k->ctx, 1, ping, pinglen) == REDIS_OK;
+      } else {
+        ok = redisAppendCommandArgv(k->ctx, argc, argv, lens) == REDIS_OK;
+        free_cmd(argv, lens, sargv);
+      }
+      if (!ok) break;
+    }
+    for (got = 0; j == ng && got < ng; got++) {
+      redisReply *r = NULL;
+      int x = group[got];
+      if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL) break;
+      if (r->type == REDIS_REPLY_INTEGER) {
+        res[x] = r->integer > 0 ? RENEWED : NOT_OWNED;
+      } else if (r->type == REDIS_REPLY_ERROR) {
+        hilock__node *to = NULL;
+        int code = hilock__reply_error(&e, r->str, r->len);
+        if (code == HILOCK_EWRONGTYPE) {
+          res[x] = NOT_OWNED;
+        } else if (code == HILOCK__NOSCRIPT) {
+          redo[x] = owner[i];
+        } else if (hilock__cluster_redirected(c, owner[i], r->str, r->len,
+                                              &to)) {
+          /* MOVED: the map now names the new owner; ASK: one-shot. */
+          redo[x] = to != NULL ? to : hilock__cluster_owner(
+                                          c, hilock__key_slot(
+                                                 holds[x]->rkey,
+                                                 holds[x]->rkeylen));
+          asking[x] = to != NULL;
+          if (redo[x] == owner[i] && !asking[x]) redo[x] = NULL;
+        }
+      }
+      freeReplyObject(r);
+    }
+    if (j == ng && got == ng) {
+      hilock__pool_put(c, k);
+    } else {
+      hilock__conn_free(k); /* the node broke the connection */
+      refresh = 1;
+      failed = owner[i];
+    }
+  }
+  for (i = 0; i < n; i++) {
+    if (redo[i] == NULL) continue;
+    res[i] = renew_on(c, redo[i], holds[i], asking[i], &e);
+  }
+  if (refresh) hilock__cluster_refresh(c, &e, failed);
+}
+
+
 /* Renew holds[0..n) on the watchdog connection; results into res. The
  * wait for the server is bounded by until_us, the earliest end of validity
  * in the batch (at least MIN_WAIT_US from now): a renewal that cannot
@@ -91,6 +247,10 @@ static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
   int64_t now_us = hilock__now_us(), wait_us = until_us - now_us;
   struct timeval tv;
 
+  if (hilock__client_is_cluster(c)) {
+    renew_batch_cluster(c, holds, n, res);
+    return;
+  }
   if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
   if (wait_us > CONNECT_MAX_US) wait_us = CONNECT_MAX_US;
   for (i = 0; i < n; i++) res[i] = FAILED;

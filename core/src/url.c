@@ -57,6 +57,8 @@ static int parse_int(const char *s, size_t n, long lo, long hi, long *out) {
 }
 
 void hilock__url_clear(hilock__url *u) {
+  for (int i = 0; i < u->nseeds; i++) free(u->seeds[i].host);
+  free(u->seeds);
   free(u->host);
   free(u->path);
   free(u->user);
@@ -125,6 +127,91 @@ static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
   return HILOCK_OK;
 }
 
+/* host[:port] or [ipv6][:port] in [p, end): a malloc'd host (127.0.0.1 if
+ * empty) and the port (left as is if absent). */
+static int parse_hostport(const char *p, const char *end, char **host,
+                          int *port, hilock__err *e) {
+  const char *hs = p, *he;
+  const char *portp = NULL;
+  if (*p == '[') {
+    const char *rb = memchr(p, ']', (size_t)(end - p));
+    if (rb == NULL)
+      return hilock__set_err(e, HILOCK_EINVAL, "unclosed '[' in URL host");
+    hs = p + 1;
+    he = rb;
+    if (rb + 1 < end) {
+      if (rb[1] != ':')
+        return hilock__set_err(e, HILOCK_EINVAL, "junk after ']' in URL host");
+      portp = rb + 2;
+    }
+  } else {
+    const char *colon = memchr(p, ':', (size_t)(end - p));
+    he = colon ? colon : end;
+    if (colon) portp = colon + 1;
+  }
+  if (portp != NULL) {
+    long v;
+    if (parse_int(portp, (size_t)(end - portp), 1, 65535, &v) != 0)
+      return hilock__set_err(e, HILOCK_EINVAL, "bad port in URL");
+    *port = (int)v;
+  }
+  *host = he == hs ? dup_range("127.0.0.1", 9) : dup_range(hs, (size_t)(he - hs));
+  if (*host == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  return HILOCK_OK;
+}
+
+/* redis+cluster://[user:password@]host[:port][,host[:port]...][/0][?query]:
+ * the seed nodes the slot map is first read from. */
+static int parse_cluster(const char *url, hilock__url *out, hilock__err *e) {
+  const char *p = url + 16;
+  const char *end = p + strcspn(p, "/?");
+  const char *at = NULL;
+  int rc;
+  out->cluster = 1;
+  for (const char *s = p; s < end; s++)
+    if (*s == '@') at = s;
+  if (at != NULL) {
+    rc = parse_userinfo(p, (size_t)(at - p), out, e);
+    if (rc != HILOCK_OK) return rc;
+    p = at + 1;
+  }
+  for (const char *s = p;; s++) {
+    if (s == end || *s == ',') {
+      hilock__seed *grown;
+      if (s == p) BAD("empty host in redis+cluster:// URL");
+      grown = realloc(out->seeds, sizeof(*grown) * (size_t)(out->nseeds + 1));
+      if (grown == NULL) NOMEM();
+      out->seeds = grown;
+      grown[out->nseeds].host = NULL;
+      grown[out->nseeds].port = 6379;
+      rc = parse_hostport(p, s, &grown[out->nseeds].host,
+                          &grown[out->nseeds].port, e);
+      if (grown[out->nseeds].host != NULL) out->nseeds++;
+      if (rc != HILOCK_OK) {
+        hilock__url_clear(out);
+        return rc;
+      }
+      if (s == end) break;
+      p = s + 1;
+    }
+  }
+  out->host = dup_range(out->seeds[0].host, strlen(out->seeds[0].host));
+  if (out->host == NULL) NOMEM();
+  out->port = out->seeds[0].port;
+  if (*end == '/') {
+    const char *ds = end + 1, *de = ds + strcspn(ds, "?");
+    if (de > ds && !(de - ds == 1 && *ds == '0'))
+      BAD("a Redis Cluster has only database 0");
+    end = de;
+  }
+  if (*end == '?') {
+    rc = parse_query(end + 1, out, e);
+    if (rc != HILOCK_OK) return rc;
+    if (out->db != 0) BAD("a Redis Cluster has only database 0");
+  }
+  return HILOCK_OK;
+}
+
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
   memset(out, 0, sizeof(*out));
   out->port = 6379;
@@ -153,8 +240,10 @@ int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
     return q ? parse_query(q + 1, out, e) : HILOCK_OK;
   }
 
+  if (strncmp(url, "redis+cluster://", 16) == 0) return parse_cluster(url, out, e);
   if (strncmp(url, "redis://", 8) != 0)
-    BAD("URL must start with redis://, rediss:// or unix:// (got '%.40s')",
+    BAD("URL must start with redis://, redis+cluster://, rediss:// or unix:// "
+        "(got '%.40s')",
         url);
   const char *p = url + 8;
   const char *end = p + strcspn(p, "/?");
@@ -166,33 +255,10 @@ int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
     if (rc != HILOCK_OK) return rc;
     p = at + 1;
   }
-  const char *hs = p, *he;
-  const char *portp = NULL;
-  if (*p == '[') {
-    const char *rb = memchr(p, ']', (size_t)(end - p));
-    if (rb == NULL) BAD("unclosed '[' in URL host");
-    hs = p + 1;
-    he = rb;
-    if (rb + 1 < end) {
-      if (rb[1] != ':') BAD("junk after ']' in URL host");
-      portp = rb + 2;
-    }
-  } else {
-    const char *colon = memchr(p, ':', (size_t)(end - p));
-    he = colon ? colon : end;
-    if (colon) portp = colon + 1;
-  }
-  if (he == hs) {
-    out->host = dup_range("127.0.0.1", 9);
-  } else {
-    out->host = dup_range(hs, (size_t)(he - hs));
-  }
-  if (out->host == NULL) NOMEM();
-  if (portp != NULL) {
-    long port;
-    if (parse_int(portp, (size_t)(end - portp), 1, 65535, &port) != 0)
-      BAD("bad port in URL");
-    out->port = (int)port;
+  int rc = parse_hostport(p, end, &out->host, &out->port, e);
+  if (rc != HILOCK_OK) {
+    hilock__url_clear(out);
+    return rc;
   }
   if (*end == '/') {
     const char *ds = end + 1, *de = ds + strcspn(ds, "?");

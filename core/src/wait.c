@@ -17,6 +17,8 @@
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int *woken) {
   hilock__conn *k;
+  hilock__node *ask = NULL, *node;
+  int hops = 0, skip;
   char secs[32];
   const char *argv[3] = {"BLPOP", key, secs};
   size_t lens[3] = {5, keylen, 0};
@@ -29,8 +31,25 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
   /* BLPOP takes fractional seconds (Redis >= 6); 0 would mean forever. */
   lens[2] = (size_t)snprintf(secs, sizeof(secs), "%" PRId64 ".%03" PRId64,
                              bound_ms / 1000, bound_ms % 1000);
-  rc = hilock__pool_get(c, e, &k, &fresh);
+again:
+  /* On a cluster the list lives on its slot's master (the hash tag puts it
+   * next to the lock); ask: a one-shot ASK redirection. */
+  if (ask != NULL)
+    rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
+  else
+    rc = hilock__pool_get_key(c, e, key, keylen, &k, &fresh);
   if (rc != HILOCK_OK) return rc;
+  node = k->node;
+  skip = ask != NULL;
+  done = 0;
+  if (skip) {
+    static const char *const asking[1] = {"ASKING"};
+    static const size_t asking_len[1] = {6};
+    if (redisAppendCommandArgv(k->ctx, 1, (const char **)asking, asking_len) !=
+        REDIS_OK)
+      goto broken;
+  }
+  ask = NULL;
   if (redisAppendCommandArgv(k->ctx, 3, argv, lens) != REDIS_OK) goto broken;
   while (!done)
     if (redisBufferWrite(k->ctx, &done) != REDIS_OK) goto broken;
@@ -41,6 +60,12 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
     struct pollfd p;
     int64_t left;
     if (redisGetReplyFromReader(k->ctx, &reply) != REDIS_OK) goto broken;
+    if (reply != NULL && skip) { /* ASKING's +OK */
+      freeReplyObject(reply);
+      reply = NULL;
+      skip = 0;
+      continue;
+    }
     if (reply != NULL) break;
     if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED)) {
       hilock__conn_free(k);
@@ -70,8 +95,19 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
   {
     redisReply *r = reply;
     rc = HILOCK_OK;
-    if (r->type == REDIS_REPLY_ARRAY) *woken = 1;
-    else if (r->type == REDIS_REPLY_ERROR) rc = hilock__reply_error(e, r->str, r->len);
+    if (r->type == REDIS_REPLY_ARRAY) {
+      *woken = 1;
+    } else if (r->type == REDIS_REPLY_ERROR && c->cl != NULL &&
+               hilock__cluster_redirected(c, node, r->str, r->len, &ask)) {
+      /* The slot moved (the map is read again) or the cluster is
+       * recovering: no wake-up; the next attempt routes afresh. */
+      freeReplyObject(r);
+      hilock__pool_put(c, k);
+      if (ask != NULL && ++hops <= 4) goto again;
+      return HILOCK_OK;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+      rc = hilock__reply_error(e, r->str, r->len);
+    }
     else if (r->type != REDIS_REPLY_NIL)
       rc = hilock__set_err(e, HILOCK_EPROTO, "unexpected reply to BLPOP");
     freeReplyObject(r);
@@ -82,6 +118,14 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
 broken:
   rc = hilock__conn_error(c, e, k, "BLPOP", errno);
   hilock__conn_free(k);
+  if (c->cl != NULL) {
+    /* A cluster node went away under the wait (killed, failed over): no
+     * wake-up; the next attempt finds the slot's new master within the
+     * reconnect budget, or reports why it cannot. */
+    hilock__err ignored;
+    hilock__cluster_refresh(c, &ignored, node);
+    return HILOCK_OK;
+  }
   /* A broken pooled connection is not the lock's business: report "no
    * wake-up" and let the next attempt reconnect within its budget. */
   return fresh ? rc : HILOCK_OK;

@@ -25,6 +25,7 @@ from ._seqlock import SequentialLock
 from ._util import Name
 from .errors import (
     AuthenticationError,
+    ClusterError,
     ConnectionError,
     CrossSlotError,
     DeadlockError,
@@ -54,6 +55,7 @@ __all__ = [
     "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
     "NoPermissionError", "UnsupportedError", "__version__",
+    "ClusterError",
 ]
 
 

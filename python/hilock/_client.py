@@ -29,8 +29,11 @@ def default_url() -> str:
 class Client:
     """A connection pool to one Redis server, shared by all threads.
 
-    ``url``: ``redis://[[user]:password@]host[:port][/db]`` or
-    ``unix:///path.sock[?db=N&user=U&password=P]``; default
+    ``url``: ``redis://[[user]:password@]host[:port][/db]``,
+    ``unix:///path.sock[?db=N&user=U&password=P]``, or
+    ``redis+cluster://[[user]:password@]host:port[,host:port...]`` for a
+    Redis Cluster (the hosts are seeds; each lock's keys live on the master
+    of their hash slot); default
     :func:`default_url`. Times are float seconds. One connection is opened
     (and authenticated) here, so a bad URL or password fails at once.
     """
@@ -77,6 +80,11 @@ class Client:
     def __repr__(self) -> str:
         state = "closed" if self._h is None else "open"
         return f"<hilock.Client {self.url!r} {state}>"
+
+    @property
+    def cluster(self) -> bool:
+        """True if this client talks to a Redis Cluster."""
+        return bool(_h.hilock_client_is_cluster(self._handle()))
 
     def ping(self) -> None:
         """One round trip (PING)."""

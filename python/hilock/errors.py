@@ -22,6 +22,7 @@ __all__ = [
     "DeadlockError",
     "error_for",
     "CrossSlotError",
+    "ClusterError",
 ]
 
 
@@ -96,6 +97,13 @@ class CrossSlotError(InvalidArgument):
     tag, e.g. "{acct}:1" and "{acct}:2"."""
 
 
+class ClusterError(ConnectionError):
+    """Redis Cluster routing failed: no node serves the key's hash slot, the
+    cluster stayed down (CLUSTERDOWN, TRYAGAIN) beyond the reconnect budget,
+    too many MOVED/ASK redirections, a redis+cluster:// URL on a server
+    without cluster support, or a redis:// client sent to a cluster node."""
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -113,6 +121,9 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EFORKED: ForkedLockError,
     _h.HILOCK_EDEADLK: DeadlockError,
     _h.HILOCK_ECROSSSLOT: CrossSlotError,
+
+
+    _h.HILOCK_ECLUSTER: ClusterError,
 }
 
 

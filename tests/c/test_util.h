@@ -78,6 +78,7 @@ typedef struct hl_server_opts {
   int unix_socket;          /* also listen on <dir>/r.sock */
   const char *password;     /* --requirepass */
   const char *const *extra; /* more arguments, NULL-terminated; may be NULL */
+  int port_max;             /* 0: any free port; else at most this one */
 } hl_server_opts;
 
 /* Start a server on a free loopback port and wait until it answers PING.

@@ -50,6 +50,10 @@ HILOCK_API void hilock_options_init(hilock_options *opts);
 /* CONSTRUCTOR. Connect to the server named by url:
  *   redis://[[user]:password@]host[:port][/db]      (host may be [ipv6])
  *   unix:///path/to.sock[?db=N&user=U&password=P]
+ *   redis+cluster://[[user]:password@]host[:port][,host[:port]...]
+ *       a Redis Cluster: the hosts are seeds the slot map is read from;
+ *       every command goes to the master of its key's hash slot (database
+ *       0 only; same user/password/query options as redis://).
  * Percent-escapes are decoded in user and password. rediss:// needs a TLS
  * build and fails with HILOCK_ENOTSUP otherwise. opts may be NULL.
  * One connection is opened (and authenticated, and SELECTs db) before this
@@ -63,7 +67,10 @@ HILOCK_API int hilock_client_new(const char *url, const hilock_options *opts,
 /* DESTRUCTOR. Drop the caller's reference; NULL is a no-op. */
 HILOCK_API void hilock_client_free(hilock_client *client);
 
-/* Round trip PING on a pooled connection. */
+/* 1 if the client talks to a Redis Cluster (a redis+cluster:// URL). */
+HILOCK_API int hilock_client_is_cluster(const hilock_client *client);
+
+/* Round trip PING on a pooled connection (on a cluster: every master). */
 HILOCK_API int hilock_client_ping(hilock_client *client);
 
 /* The message of the client's last failed call (shared by all threads using

@@ -1,0 +1,622 @@
+/* Redis Cluster: the slot map, a connection pool per node, routing by the
+ * first key's slot, MOVED/ASK redirections and map refreshes.
+ *
+ * Every key of one lock carries the hash tag {name}, so each script touches
+ * one slot and runs on that slot's master. The map is read with CLUSTER
+ * SLOTS from any node that answers; it is read again after a MOVED, after a
+ * connection to a node fails and while the cluster reports CLUSTERDOWN, all
+ * within the client's reconnect budget (opts.reconnect_ms). */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define MAX_REDIRECTS 16   /* MOVED/ASK hops for one command */
+#define REFRESH_MIN_MS 20  /* a map read this recently is not read again */
+#define PAUSE_MIN_MS 10    /* first back-off while the cluster recovers */
+#define PAUSE_MAX_MS 250
+
+static int lock_client(hilock_client *c) { return pthread_mutex_lock(&c->mu); }
+static int unlock_client(hilock_client *c) {
+  return pthread_mutex_unlock(&c->mu);
+}
+
+/* With c->mu held: the node at host:port, added if new; NULL if out of
+ * memory. */
+static hilock__node *node_at(hilock__cluster *cl, const char *host,
+                             size_t hostlen, int port) {
+  hilock__node *n;
+  for (int i = 0; i < cl->nnodes; i++) {
+    n = cl->nodes[i];
+    if (n->port == port && strlen(n->host) == hostlen &&
+        memcmp(n->host, host, hostlen) == 0)
+      return n;
+  }
+  if (cl->nnodes == cl->cap) {
+    int cap = cl->cap ? cl->cap * 2 : 8;
+    hilock__node **grown = realloc(cl->nodes, sizeof(*grown) * (size_t)cap);
+    if (grown == NULL) return NULL;
+    cl->nodes = grown;
+    cl->cap = cap;
+  }
+  n = calloc(1, sizeof(*n));
+  if (n == NULL) return NULL;
+  n->host = malloc(hostlen + 1);
+  if (n->host == NULL) {
+    free(n);
+    return NULL;
+  }
+  memcpy(n->host, host, hostlen);
+  n->host[hostlen] = '\0';
+  n->port = port;
+  cl->nodes[cl->nnodes++] = n;
+  return n;
+}
+
+static int node_index(const hilock__cluster *cl, const hilock__node *n) {
+  for (int i = 0; i < cl->nnodes; i++)
+    if (cl->nodes[i] == n) return i;
+  return -1;
+}
+
+/* ## Connections to nodes ------------------------------------------------ */
+
+/* An idle connection should have nothing to read: if it has, the node
+ * closed it (killed, restarted, failed over) and a command sent on it would
+ * fail after it may have been written. */
+static int idle_is_dead(const hilock__conn *k) {
+  struct pollfd p;
+  p.fd = k->ctx->fd;
+  p.events = POLLIN;
+  p.revents = 0;
+  return poll(&p, 1, 0) != 0;
+}
+
+int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
+                              hilock__node *node, hilock__conn **out,
+                              int *fresh) {
+  hilock__conn *k = NULL, *stale = NULL;
+  hilock__addr a;
+  int closed, rc;
+again:
+  lock_client(c);
+  closed = c->closed;
+  if (c->pid != getpid()) {
+    /* Forked: the pooled sockets are the parent's. */
+    stale = hilock__pool_detach(c);
+    c->pid = getpid();
+  } else if (node->idle != NULL) {
+    k = node->idle;
+    node->idle = k->next;
+    node->nidle--;
+  }
+  unlock_client(c);
+  hilock__conn_free_list(stale);
+  if (closed) {
+    hilock__conn_free(k);
+    return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
+  }
+  if (k != NULL && idle_is_dead(k)) {
+    hilock__conn_free(k);
+    k = NULL;
+    goto again;
+  }
+  if (k != NULL) {
+    k->next = NULL;
+    *out = k;
+    *fresh = 0;
+    return HILOCK_OK;
+  }
+  a.path = NULL;
+  a.host = node->host;
+  a.port = node->port;
+  rc = hilock__connect_addr(c, e, &a, out);
+  if (rc != HILOCK_OK) return rc;
+  (*out)->node = node;
+  *fresh = 1;
+  return HILOCK_OK;
+}
+
+/* Close the idle connections of a node that just failed us: they are most
+ * likely broken too. */
+static void drop_idle(hilock_client *c, hilock__node *node) {
+  hilock__conn *list;
+  lock_client(c);
+  list = node->idle;
+  node->idle = NULL;
+  node->nidle = 0;
+  unlock_client(c);
+  hilock__conn_free_list(list);
+}
+
+hilock__node *hilock__cluster_owner(hilock_client *c, int slot) {
+  hilock__node *n = NULL;
+  if (c->cl == NULL || slot < 0 || slot >= HILOCK__SLOTS) return NULL;
+  lock_client(c);
+  if (c->cl->slot[slot] >= 0) n = c->cl->nodes[c->cl->slot[slot]];
+  unlock_client(c);
+  return n;
+}
+
+/* Any master, taking turns. */
+static hilock__node *any_master(hilock_client *c) {
+  hilock__cluster *cl = c->cl;
+  hilock__node *n = NULL;
+  lock_client(c);
+  for (int i = 0; i < cl->nnodes && n == NULL; i++) {
+    hilock__node *m = cl->nodes[(cl->rr + (unsigned)i) % (unsigned)cl->nnodes];
+    if (m->master) n = m;
+  }
+  cl->rr++;
+  unlock_client(c);
+  return n;
+}
+
+/* ## The slot map --------------------------------------------------------- */
+
+typedef struct range {
+  int start, end;
+  const char *host;
+  size_t hostlen;
+  int port;
+} range;
+
+/* One endpoint [host, port, ...] of a CLUSTER SLOTS entry; an empty host
+ * means the node we asked. 0 if usable. */
+static int endpoint(const redisReply *ep, const hilock__node *asked,
+                    const char **host, size_t *hostlen, int *port) {
+  if (ep->type != REDIS_REPLY_ARRAY || ep->elements < 2 ||
+      ep->element[0]->type != REDIS_REPLY_STRING ||
+      ep->element[1]->type != REDIS_REPLY_INTEGER)
+    return -1;
+  if (ep->element[1]->integer < 1 || ep->element[1]->integer > 65535)
+    return -1;
+  *port = (int)ep->element[1]->integer;
+  if (ep->element[0]->len == 0) {
+    *host = asked->host;
+    *hostlen = strlen(asked->host);
+  } else if (ep->element[0]->len == 1 && ep->element[0]->str[0] == '?') {
+    return -1; /* endpoint unknown to the node we asked */
+  } else {
+    *host = ep->element[0]->str;
+    *hostlen = ep->element[0]->len;
+  }
+  return 0;
+}
+
+/* Replace the map with a CLUSTER SLOTS reply from node asked. */
+static int apply_slots(hilock_client *c, hilock__err *e, const redisReply *r,
+                       const hilock__node *asked) {
+  hilock__cluster *cl = c->cl;
+  int16_t *map;
+  int rc = HILOCK_OK;
+  if (r->type != REDIS_REPLY_ARRAY)
+    return hilock__set_err(e, HILOCK_EPROTO, "unexpected reply to CLUSTER SLOTS");
+  map = malloc(sizeof(cl->slot));
+  if (map == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  for (int i = 0; i < HILOCK__SLOTS; i++) map[i] = -1;
+  lock_client(c);
+  for (int i = 0; i < cl->nnodes; i++) cl->nodes[i]->master = 0;
+  for (size_t i = 0; i < r->elements && rc == HILOCK_OK; i++) {
+    const redisReply *s = r->element[i];
+    range g;
+    hilock__node *n;
+    if (s->type != REDIS_REPLY_ARRAY || s->elements < 3 ||
+        s->element[0]->type != REDIS_REPLY_INTEGER ||
+        s->element[1]->type != REDIS_REPLY_INTEGER ||
+        s->element[0]->integer < 0 || s->element[1]->integer >= HILOCK__SLOTS ||
+        s->element[0]->integer > s->element[1]->integer) {
+      rc = hilock__set_err(e, HILOCK_EPROTO, "unexpected CLUSTER SLOTS entry");
+      break;
+    }
+    g.start = (int)s->element[0]->integer;
+    g.end = (int)s->element[1]->integer;
+    if (endpoint(s->element[2], asked, &g.host, &g.hostlen, &g.port) != 0)
+      continue; /* no usable master address: the range stays unknown */
+    n = node_at(cl, g.host, g.hostlen, g.port);
+    if (n == NULL) {
+      rc = hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+      break;
+    }
+    n->master = 1;
+    int idx = node_index(cl, n);
+    for (int slot = g.start; slot <= g.end; slot++) map[slot] = (int16_t)idx;
+    /* Replicas join the list of nodes the map can be read from. */
+    for (size_t j = 3; j < s->elements; j++) {
+      const char *h;
+      size_t hl;
+      int p;
+      if (endpoint(s->element[j], asked, &h, &hl, &p) == 0)
+        (void)node_at(cl, h, hl, p);
+    }
+  }
+  if (rc == HILOCK_OK) {
+    memcpy(cl->slot, map, sizeof(cl->slot));
+    cl->refreshed_ms = hilock__now_ms();
+  } else {
+    /* Keep the old map; restore who serves it. */
+    for (int i = 0; i < HILOCK__SLOTS; i++)
+      if (cl->slot[i] >= 0) cl->nodes[cl->slot[i]]->master = 1;
+  }
+  unlock_client(c);
+  free(map);
+  return rc;
+}
+
+/* Read the map from the first node that answers: masters first, then the
+ * others, avoid last. */
+static int read_map(hilock_client *c, hilock__err *e, hilock__node *avoid) {
+  hilock__cluster *cl = c->cl;
+  hilock__node **order;
+  int n = 0, rc = HILOCK_ECLUSTER;
+  lock_client(c);
+  order = malloc(sizeof(*order) * (size_t)(cl->nnodes ? cl->nnodes : 1));
+  if (order != NULL) {
+    for (int pass = 0; pass < 3; pass++)
+      for (int i = 0; i < cl->nnodes; i++) {
+        hilock__node *m = cl->nodes[i];
+        int want = m == avoid ? 2 : m->master ? 0 : 1;
+        if (want == pass) order[n++] = m;
+      }
+  }
+  unlock_client(c);
+  if (order == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  hilock__set_err(e, HILOCK_ECLUSTER, "no cluster node is known");
+  for (int i = 0; i < n; i++) {
+    static const char *const argv[2] = {"CLUSTER", "SLOTS"};
+    static const size_t lens[2] = {7, 5};
+    hilock__conn *k;
+    redisReply *r;
+    int fresh;
+    rc = hilock__cluster_node_conn(c, e, order[i], &k, &fresh);
+    if (rc == HILOCK_ECLOSED || rc == HILOCK_ENOMEM) break;
+    if (rc != HILOCK_OK) continue;
+    r = redisCommandArgv(k->ctx, 2, (const char **)argv, lens);
+    if (r == NULL) {
+      rc = hilock__conn_error(c, e, k, "CLUSTER SLOTS", errno);
+      hilock__conn_free(k);
+      continue;
+    }
+    hilock__pool_put(c, k);
+    if (r->type == REDIS_REPLY_ERROR) {
+      rc = hilock__reply_error(e, r->str, r->len);
+      if (memmem(r->str, r->len, "cluster support disabled", 24) != NULL)
+        rc = hilock__set_err(e, HILOCK_ECLUSTER,
+                             "%s:%d is not a cluster node (cluster support "
+                             "disabled): use a redis:// URL",
+                             order[i]->host, order[i]->port);
+      else if (rc == HILOCK__NOSCRIPT)
+        rc = e->code = HILOCK_EREDIS;
+    } else {
+      rc = apply_slots(c, e, r, order[i]);
+    }
+    freeReplyObject(r);
+    if (rc == HILOCK_OK) break;
+  }
+  free(order);
+  return rc;
+}
+
+int hilock__cluster_refresh(hilock_client *c, hilock__err *e,
+                            hilock__node *avoid) {
+  hilock__cluster *cl = c->cl;
+  int rc;
+  lock_client(c);
+  if ((cl->refreshing && cl->refresh_pid == getpid()) ||
+      hilock__now_ms() - cl->refreshed_ms < REFRESH_MIN_MS) {
+    /* Another thread is reading it, or it is fresh. */
+    unlock_client(c);
+    return HILOCK_OK;
+  }
+  cl->refreshing = 1;
+  cl->refresh_pid = getpid();
+  unlock_client(c);
+  rc = read_map(c, e, avoid);
+  lock_client(c);
+  cl->refreshing = 0;
+  unlock_client(c);
+  return rc;
+}
+
+int hilock__cluster_init(hilock_client *c, hilock__err *e) {
+  hilock__cluster *cl = calloc(1, sizeof(*cl));
+  if (cl == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  for (int i = 0; i < HILOCK__SLOTS; i++) cl->slot[i] = -1;
+  lock_client(c);
+  c->cl = cl;
+  for (int i = 0; i < c->url.nseeds; i++) {
+    if (node_at(cl, c->url.seeds[i].host, strlen(c->url.seeds[i].host),
+                c->url.seeds[i].port) == NULL) {
+      unlock_client(c);
+      return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+    }
+  }
+  unlock_client(c);
+  return read_map(c, e, NULL);
+}
+
+void hilock__cluster_free(hilock_client *c) {
+  hilock__cluster *cl = c->cl;
+  if (cl == NULL) return;
+  for (int i = 0; i < cl->nnodes; i++) {
+    hilock__conn_free_list(cl->nodes[i]->idle);
+    free(cl->nodes[i]->host);
+    free(cl->nodes[i]);
+  }
+  free(cl->nodes);
+  free(cl);
+  c->cl = NULL;
+}
+
+int hilock__cluster_pool_get(hilock_client *c, hilock__err *e, int slot,
+                             int64_t deadline, hilock__conn **out,
+                             int *fresh) {
+  int64_t pause = PAUSE_MIN_MS;
+  for (;;) {
+    hilock__node *node = slot >= 0 ? hilock__cluster_owner(c, slot)
+                                   : any_master(c);
+    hilock__err ignored;
+    int64_t left;
+    int rc;
+    if (node == NULL) {
+      rc = slot >= 0 ? hilock__set_err(e, HILOCK_ECLUSTER,
+                                       "no cluster node serves hash slot %d",
+                                       slot)
+                     : hilock__set_err(e, HILOCK_ECLUSTER,
+                                       "no cluster master is known");
+    } else {
+      rc = hilock__cluster_node_conn(c, e, node, out, fresh);
+      if (rc == HILOCK_OK) return rc;
+      if (rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT) return rc;
+    }
+    left = deadline - hilock__now_ms();
+    if (left <= 0) return rc;
+    /* A master that cannot be reached may have failed over: read the map
+     * again and try its successor, backing off while there is none. */
+    hilock__cluster_refresh(c, &ignored, node);
+    if (node == NULL || (slot >= 0 && hilock__cluster_owner(c, slot) == node)) {
+      hilock__sleep_ms(pause < left ? pause : left);
+      pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
+    }
+  }
+}
+
+/* ## Routing --------------------------------------------------------------- */
+
+static int name_is(const char *s, size_t n, const char *name) {
+  return strlen(name) == n && strncasecmp(s, name, n) == 0;
+}
+
+int hilock__command_key_slot(int argc, const char **argv, const size_t *lens) {
+  static const char *const keyless[] = {
+      "PING",  "ECHO",     "SCRIPT",  "CLUSTER", "INFO",    "TIME",
+      "AUTH",  "SELECT",   "HELLO",   "CLIENT",  "CONFIG",  "DBSIZE",
+      "WAIT",  "ROLE",     "COMMAND", "ASKING",  "READONLY", "FUNCTION",
+      "FLUSHALL", "FLUSHDB", "MULTI", "EXEC",    "DISCARD", NULL};
+  if (argc < 2) return -1;
+  if (name_is(argv[0], lens[0], "EVALSHA") || name_is(argv[0], lens[0], "EVAL") ||
+      name_is(argv[0], lens[0], "EVALSHA_RO") ||
+      name_is(argv[0], lens[0], "EVAL_RO") || name_is(argv[0], lens[0], "FCALL") ||
+      name_is(argv[0], lens[0], "FCALL_RO")) {
+    if (argc < 4 || lens[2] == 0 || argv[2][0] == '0') return -1;
+    return hilock__key_slot(argv[3], lens[3]);
+  }
+  for (int i = 0; keyless[i] != NULL; i++)
+    if (name_is(argv[0], lens[0], keyless[i])) return -1;
+  return hilock__key_slot(argv[1], lens[1]);
+}
+
+static int has_prefix(const char *s, size_t n, const char *p) {
+  size_t pl = strlen(p);
+  return n >= pl && memcmp(s, p, pl) == 0;
+}
+
+int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
+                               const char *text, size_t len,
+                               hilock__node **ask) {
+  int moved = has_prefix(text, len, "MOVED ");
+  if (ask != NULL) *ask = NULL;
+  if (moved || has_prefix(text, len, "ASK ")) {
+    /* "MOVED <slot> <host>:<port>"; the host may be empty (the same host)
+     * or an IPv6 address (split at the last ':'). */
+    const char *p = text + (moved ? 6 : 4), *end = text + len, *sp, *colon;
+    long slot = 0, port = 0;
+    hilock__node *n;
+    hilock__err ignored;
+    for (sp = p; sp < end && *sp >= '0' && *sp <= '9'; sp++)
+      slot = slot * 10 + (*sp - '0');
+    if (sp == p || sp >= end || *sp != ' ' || slot >= HILOCK__SLOTS) return 1;
+    sp++;
+    for (colon = end; colon > sp && colon[-1] != ':'; colon--) {
+    }
+    if (colon == sp) return 1;
+    for (const char *q = colon; q < end && *q >= '0' && *q <= '9'; q++)
+      port = port * 10 + (*q - '0');
+    if (port < 1 || port > 65535) return 1;
+    const char *host = sp;
+    size_t hostlen = (size_t)(colon - 1 - sp);
+    if (hostlen >= 2 && host[0] == '[') {
+      host++;
+      hostlen -= 2;
+    }
+    if (hostlen == 0 && from != NULL) {
+      host = from->host;
+      hostlen = strlen(from->host);
+    }
+    /* Read the whole map first (a failover moves many slots), then trust
+     * the redirection for this slot over a possibly older map. */
+    if (moved) hilock__cluster_refresh(c, &ignored, NULL);
+    lock_client(c);
+    n = node_at(c->cl, host, hostlen, (int)port);
+    if (n != NULL && moved) {
+      c->cl->slot[slot] = (int16_t)node_index(c->cl, n);
+      n->master = 1;
+    }
+    unlock_client(c);
+    if (!moved && ask != NULL) *ask = n;
+    return 1;
+  }
+  if (has_prefix(text, len, "CLUSTERDOWN")) {
+    hilock__err ignored;
+    hilock__cluster_refresh(c, &ignored, NULL);
+    return 1;
+  }
+  return has_prefix(text, len, "TRYAGAIN");
+}
+
+/* ASKING, then the command, on one connection (a one-shot redirection). */
+static redisReply *asking_then(hilock__conn *k, int argc, const char **argv,
+                               const size_t *lens) {
+  static const char *const asking[1] = {"ASKING"};
+  static const size_t asking_len[1] = {6};
+  void *a = NULL, *r = NULL;
+  if (redisAppendCommandArgv(k->ctx, 1, (const char **)asking, asking_len) !=
+          REDIS_OK ||
+      redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
+      redisGetReply(k->ctx, &a) != REDIS_OK)
+    return NULL;
+  freeReplyObject(a);
+  if (redisGetReply(k->ctx, &r) != REDIS_OK) return NULL;
+  return r;
+}
+
+int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
+                            int argc, const char **argv, const size_t *lens,
+                            redisReply **out, int resend) {
+  int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
+  int64_t pause = PAUSE_MIN_MS;
+  int redirects = 0;
+  hilock__node *ask = NULL;
+  hilock__err before = *e;
+
+  *out = NULL;
+  for (;;) {
+    hilock__conn *k;
+    hilock__node *node;
+    redisReply *r;
+    int fresh, rc;
+    if (ask != NULL) {
+      rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
+      if ((rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT) &&
+          hilock__now_ms() < deadline) {
+        /* The importing node is unreachable: ask the slot's owner again
+         * (it answers ASK, MOVED, or runs the command itself). */
+        hilock__err ignored;
+        hilock__cluster_refresh(c, &ignored, ask);
+        ask = NULL;
+        continue;
+      }
+    } else {
+      rc = hilock__cluster_pool_get(c, e, slot, deadline, &k, &fresh);
+    }
+    if (rc != HILOCK_OK) return rc;
+    node = k->node;
+    r = ask != NULL ? asking_then(k, argc, argv, lens)
+                    : redisCommandArgv(k->ctx, argc, argv, lens);
+    ask = NULL;
+    if (r == NULL) {
+      hilock__err ignored;
+      rc = hilock__conn_error(c, e, k, argv[0], errno);
+      hilock__conn_free(k);
+      /* A timed-out reply may still arrive: never resend. A broken
+       * connection (a master killed, restarted or failed over) is replaced
+       * through a fresh map and the command sent again, within the budget;
+       * every script is safe to resend unless it says "@once". */
+      if (rc == HILOCK_ETIMEDOUT || !resend) return rc;
+      drop_idle(c, node);
+      if (hilock__now_ms() >= deadline) return rc;
+      hilock__cluster_refresh(c, &ignored, node);
+      continue;
+    }
+    hilock__pool_put(c, k);
+    if (r->type == REDIS_REPLY_ERROR) {
+      hilock__node *to = NULL;
+      int64_t left;
+      if (!hilock__cluster_redirected(c, node, r->str, r->len, &to)) {
+        rc = hilock__reply_error(e, r->str, r->len);
+        freeReplyObject(r);
+        return rc;
+      }
+      /* The command did not run: following or retrying it is safe. */
+      rc = hilock__set_err(e, HILOCK_ECLUSTER, "redis: %.*s",
+                           (int)(r->len > 200 ? 200 : r->len), r->str);
+      if (r->str[0] == 'M' || r->str[0] == 'A') {
+        freeReplyObject(r);
+        if (++redirects > MAX_REDIRECTS)
+          return hilock__set_err(e, HILOCK_ECLUSTER,
+                                 "too many cluster redirections (%d) for "
+                                 "hash slot %d",
+                                 redirects - 1, slot);
+        ask = to;
+        continue;
+      }
+      freeReplyObject(r);
+      /* CLUSTERDOWN, TRYAGAIN: wait within the budget (which bounds these;
+       * the hop count catches redirection loops). */
+      redirects = 0;
+      left = deadline - hilock__now_ms();
+      if (left <= 0) return rc;
+      hilock__sleep_ms(pause < left ? pause : left);
+      pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
+      continue;
+    }
+    *e = before; /* recovered: no failure to report */
+    *out = r;
+    return HILOCK_OK;
+  }
+}
+
+int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
+  int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
+  int64_t pause = PAUSE_MIN_MS;
+  for (;;) {
+    hilock__node *masters[64];
+    int n = 0, rc = HILOCK_OK;
+    hilock__err ignored;
+    hilock__node *failed = NULL;
+    lock_client(c);
+    for (int i = 0; i < c->cl->nnodes && n < 64; i++)
+      if (c->cl->nodes[i]->master) masters[n++] = c->cl->nodes[i];
+    unlock_client(c);
+    if (n == 0) rc = hilock__set_err(e, HILOCK_ECLUSTER, "no cluster master is known");
+    for (int i = 0; i < n && rc == HILOCK_OK; i++) {
+      static const char *const argv[1] = {"PING"};
+      static const size_t lens[1] = {4};
+      hilock__conn *k;
+      redisReply *r;
+      int fresh;
+      rc = hilock__cluster_node_conn(c, e, masters[i], &k, &fresh);
+      if (rc != HILOCK_OK) {
+        failed = masters[i];
+        break;
+      }
+      r = redisCommandArgv(k->ctx, 1, (const char **)argv, lens);
+      if (r == NULL) {
+        rc = hilock__conn_error(c, e, k, "PING", errno);
+        hilock__conn_free(k);
+        failed = masters[i];
+        break;
+      }
+      hilock__pool_put(c, k);
+      if (r->type == REDIS_REPLY_ERROR) {
+        rc = hilock__reply_error(e, r->str, r->len);
+        if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_EREDIS;
+      }
+      freeReplyObject(r);
+    }
+    if (rc == HILOCK_OK || (rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT &&
+                            rc != HILOCK_ECLUSTER))
+      return rc;
+    int64_t left = deadline - hilock__now_ms();
+    if (left <= 0) return rc;
+    if (failed != NULL) drop_idle(c, failed);
+    hilock__cluster_refresh(c, &ignored, failed);
+    hilock__sleep_ms(pause < left ? pause : left);
+    pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
+  }
+}

@@ -1,0 +1,33 @@
+/* Test helpers: a local Redis Cluster of 3 masters and 3 replicas on
+ * loopback, started once per test program. */
+#ifndef HILOCK_CLUSTER_UTIL_H
+#define HILOCK_CLUSTER_UTIL_H
+
+#include "test_util.h"
+
+#define HL_CLUSTER_NODES 6
+
+typedef struct hl_cluster {
+  hl_server node[HL_CLUSTER_NODES];
+  char url[256]; /* redis+cluster://127.0.0.1:<p0>,127.0.0.1:<p1> */
+} hl_cluster;
+
+/* Start 6 cluster-enabled servers (cluster-node-timeout node_timeout_ms,
+ * cluster-require-full-coverage no),
+ * join them with redis-cli --cluster create --cluster-replicas 1 and wait
+ * for cluster_state:ok on every node and every replica's link. Returns 0,
+ * or -1 after printing why. */
+int hl_cluster_start(hl_cluster *cl, int node_timeout_ms);
+void hl_cluster_destroy(hl_cluster *cl);
+/* Poll until every running node reports cluster_state:ok and agrees on
+ * the owner of every slot in slots[0..n); 1 if it got there in time. */
+int hl_cluster_wait_ok(hl_cluster *cl, int64_t timeout_ms);
+/* Index of the node that masters slot, asked from a running node; -1 if
+ * unknown. */
+int hl_cluster_owner(hl_cluster *cl, int slot);
+/* Index of a running replica of the master at index m, or -1. */
+int hl_cluster_replica_of(hl_cluster *cl, int m);
+/* A raw connection to node i (fails the test if it cannot connect). */
+redisContext *hl_cluster_connect(hl_cluster *cl, int i);
+
+#endif /* HILOCK_CLUSTER_UTIL_H */

@@ -1,0 +1,790 @@
+/* Redis Cluster: URL, slot map, routing of every lock type to its slot's
+ * master, MOVED and ASK, NOSCRIPT per node, wake-list waits and watchdog
+ * renewals on the right node, and a master failover (kill -9) that the
+ * client rides out. One local cluster of 3 masters and 3 replicas for the
+ * whole program; the failover test runs last. */
+#include "cluster_util.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+static hl_cluster cl;
+static hl_server plain;
+
+static int group_setup(void **state) {
+  (void)state;
+  if (hl_server_start(&plain, NULL) != 0) return -1;
+  return hl_cluster_start(&cl, 1000);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_cluster_destroy(&cl);
+  hl_server_destroy(&plain);
+  return 0;
+}
+
+static hilock_options cluster_options(void) {
+  hilock_options o = hl_test_options();
+  o.reconnect_ms = 15000; /* rides out a failover (node timeout 1 s) */
+  return o;
+}
+
+static hilock_client *new_client(void) {
+  hilock_options o = cluster_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(cl.url, &o, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+static int name_slot(const char *name) {
+  return hilock__key_slot(name, strlen(name));
+}
+
+/* A name (buf) whose slot the node at index owner masters now. */
+static void name_on(int owner, const char *prefix, char *buf, size_t n) {
+  for (int i = 0; i < 10000; i++) {
+    snprintf(buf, n, "%s%d", prefix, i);
+    if (hl_cluster_owner(&cl, name_slot(buf)) == owner) return;
+  }
+  fail_msg("no name maps to node %d", owner);
+}
+
+/* The indexes of the three current masters. */
+static void masters(int m[3]) {
+  m[0] = hl_cluster_owner(&cl, 0);
+  m[1] = hl_cluster_owner(&cl, 8000);
+  m[2] = hl_cluster_owner(&cl, 16383);
+  assert_true(m[0] >= 0 && m[1] >= 0 && m[2] >= 0);
+  assert_int_not_equal(m[0], m[1]);
+  assert_int_not_equal(m[1], m[2]);
+}
+
+static int key_on(int node, const char *key, size_t len) {
+  redisContext *r = hl_cluster_connect(&cl, node);
+  int v = hl_redis_exists(r, key, len);
+  redisFree(r);
+  return v;
+}
+
+/* count= of an INFO errorstats line ("errorstat_MOVED"), 0 if absent. */
+static long long errorstat(int node, const char *field) {
+  redisContext *r = hl_cluster_connect(&cl, node);
+  redisReply *rep = hl_redis(r, "INFO errorstats");
+  char want[64];
+  const char *p;
+  long long v = 0;
+  snprintf(want, sizeof(want), "%s:count=", field);
+  if (rep->type == REDIS_REPLY_STRING && (p = strstr(rep->str, want)) != NULL)
+    v = strtoll(p + strlen(want), NULL, 10);
+  freeReplyObject(rep);
+  redisFree(r);
+  return v;
+}
+
+/* ## URLs ------------------------------------------------------------------ */
+
+static void url_lists_seeds_credentials_and_options(void **state) {
+  hilock__url u;
+  hilock__err e;
+  (void)state;
+  assert_hl_ok(hilock__url_parse(
+                   "redis+cluster://app:s%40cret@10.0.0.1:7000,[::1]:7001,"
+                   "h3?user=other",
+                   &u, &e),
+               e.msg);
+  assert_true(u.cluster);
+  assert_int_equal(u.nseeds, 3);
+  assert_string_equal(u.seeds[0].host, "10.0.0.1");
+  assert_int_equal(u.seeds[0].port, 7000);
+  assert_string_equal(u.seeds[1].host, "::1");
+  assert_int_equal(u.seeds[1].port, 7001);
+  assert_string_equal(u.seeds[2].host, "h3");
+  assert_int_equal(u.seeds[2].port, 6379);
+  assert_string_equal(u.user, "other");
+  assert_string_equal(u.password, "s@cret");
+  assert_string_equal(u.host, "10.0.0.1");
+  hilock__url_clear(&u);
+
+  assert_hl_ok(hilock__url_parse("redis+cluster://h:1/0?db=0", &u, &e), e.msg);
+  assert_int_equal(u.nseeds, 1);
+  hilock__url_clear(&u);
+
+  assert_int_equal(hilock__url_parse("redis+cluster://h:1/2", &u, &e),
+                   HILOCK_EINVAL);
+  assert_substr(e.msg, "only database 0");
+  assert_null(u.seeds);
+  assert_int_equal(hilock__url_parse("redis+cluster://h:1?db=3", &u, &e),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock__url_parse("redis+cluster://h:1,,h:2", &u, &e),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock__url_parse("redis+cluster://", &u, &e),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock__url_parse("redis+cluster://h:99999", &u, &e),
+                   HILOCK_EINVAL);
+  assert_null(u.seeds);
+  assert_int_equal(hilock__url_parse("redis+cluster://h?bogus=1", &u, &e),
+                   HILOCK_EINVAL);
+}
+
+static void commands_route_by_their_first_key(void **state) {
+  const char *evalsha[5] = {"EVALSHA", "x", "2", "hilock:{a}:lock", "k2"};
+  size_t evalsha_l[5] = {7, 1, 1, 15, 2};
+  const char *nokeys[3] = {"EVALSHA", "x", "0"};
+  size_t nokeys_l[3] = {7, 1, 1};
+  const char *get[2] = {"GET", "hilock:{a}:lock"};
+  size_t get_l[2] = {3, 15};
+  const char *ping[1] = {"PING"};
+  size_t ping_l[1] = {4};
+  const char *script[2] = {"script", "load"};
+  size_t script_l[2] = {6, 4};
+  (void)state;
+  assert_int_equal(hilock__command_key_slot(5, evalsha, evalsha_l),
+                   hilock__key_slot("a", 1));
+  assert_int_equal(hilock__command_key_slot(3, nokeys, nokeys_l), -1);
+  assert_int_equal(hilock__command_key_slot(2, get, get_l),
+                   hilock__key_slot("a", 1));
+  assert_int_equal(hilock__command_key_slot(1, ping, ping_l), -1);
+  assert_int_equal(hilock__command_key_slot(2, script, script_l), -1);
+}
+
+/* ## Connecting ------------------------------------------------------------ */
+
+static void client_reads_the_slot_map(void **state) {
+  hilock_client *c = new_client();
+  int m[3];
+  (void)state;
+  assert_true(hilock__client_is_cluster(c));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  masters(m);
+  /* The client's map agrees with the cluster's on sample slots. */
+  static const int probe[] = {0, 1, 5460, 5461, 10922, 10923, 16383};
+  for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++) {
+    hilock__node *n = hilock__cluster_owner(c, probe[i]);
+    int owner = hl_cluster_owner(&cl, probe[i]);
+    assert_non_null(n);
+    assert_int_equal(n->port, cl.node[owner].port);
+  }
+  /* Replicas are known too (the map can be read from them). */
+  assert_int_equal(c->cl->nnodes, HL_CLUSTER_NODES);
+  hilock_client_free(c);
+}
+
+static void seeds_that_are_down_are_skipped(void **state) {
+  hilock_options o = cluster_options();
+  hilock_client *c = NULL;
+  char url[300];
+  int dead = hl_free_port();
+  (void)state;
+  o.reconnect_ms = 1000;
+  snprintf(url, sizeof(url), "redis+cluster://127.0.0.1:%d,127.0.0.1:%d",
+           dead, cl.node[2].port);
+  assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+
+  c = NULL;
+  snprintf(url, sizeof(url), "redis+cluster://127.0.0.1:%d", dead);
+  assert_int_equal(hilock_client_new(url, &o, &c), HILOCK_EIO);
+  assert_substr(hilock_client_errmsg(c), "connect");
+  hilock_client_free(c);
+}
+
+static void cluster_url_on_a_plain_server_is_ECLUSTER(void **state) {
+  hilock_options o = cluster_options();
+  hilock_client *c = NULL;
+  char url[128];
+  (void)state;
+  snprintf(url, sizeof(url), "redis+cluster://127.0.0.1:%d", plain.port);
+  assert_int_equal(hilock_client_new(url, &o, &c), HILOCK_ECLUSTER);
+  assert_substr(hilock_client_errmsg(c), "not a cluster node");
+  hilock_client_free(c);
+}
+
+static void plain_url_on_a_cluster_node_says_so(void **state) {
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_lock *l = NULL;
+  char url[64], name[32];
+  int m[3];
+  (void)state;
+  masters(m);
+  /* redis:// to the first master, a name the second master serves. */
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d", cl.node[m[0]].port);
+  assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
+  assert_false(hilock__client_is_cluster(c));
+  name_on(m[1], "plain", name, sizeof(name));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
+               hilock_client_errmsg(c));
+  assert_int_equal(hilock_lock_try_acquire(l), HILOCK_ECLUSTER);
+  assert_substr(hilock_lock_errmsg(l), "MOVED");
+  assert_substr(hilock_lock_errmsg(l), "redis+cluster://");
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+/* ## Every lock type on every master --------------------------------------- */
+
+static void every_lock_type_runs_on_its_slot_master(void **state) {
+  hilock_client *c = new_client();
+  int m[3];
+  (void)state;
+  masters(m);
+  for (int i = 0; i < 3; i++) {
+    char name[32];
+    hilock_lock *l = NULL, *s = NULL, *other = NULL;
+    hilock_rlock *rl = NULL;
+    hilock_semaphore *sem = NULL;
+    hilock_fair_lock *fl = NULL;
+    const char *key;
+    size_t klen;
+    int64_t count;
+    uint64_t fence;
+
+    name_on(m[i], "every", name, sizeof(name));
+    /* expiring */
+    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &other),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    fence = hilock_lock_fence(l);
+    assert_int_equal(hilock_lock_try_acquire(other), HILOCK_BUSY);
+    key = hilock_lock_key(l, &klen);
+    assert_true(key_on(m[i], key, klen));
+    assert_hl_ok(hilock_lock_extend(l, 5000, 0), hilock_lock_errmsg(l));
+    int owned = 0, locked = 0;
+    assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+    assert_true(owned);
+    assert_hl_ok(hilock_lock_locked(other, &locked), hilock_lock_errmsg(other));
+    assert_true(locked);
+    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    assert_false(key_on(m[i], key, klen));
+    assert_hl_ok(hilock_lock_try_acquire(other), hilock_lock_errmsg(other));
+    assert_true(hilock_lock_fence(other) > fence);
+    assert_hl_ok(hilock_lock_release(other), hilock_lock_errmsg(other));
+    hilock_lock_free(l);
+    hilock_lock_free(other);
+
+    /* simple */
+    assert_hl_ok(hilock_simple_lock_new(c, name, strlen(name), &s),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_lock_acquire(s, 1000), hilock_lock_errmsg(s));
+    assert_hl_ok(hilock_lock_release(s), hilock_lock_errmsg(s));
+    hilock_lock_free(s);
+
+    /* reentrant */
+    assert_hl_ok(hilock_rlock_new(c, name, strlen(name), 10000, &rl),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_rlock_errmsg(rl));
+    assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_rlock_errmsg(rl));
+    assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_rlock_errmsg(rl));
+    assert_int_equal(count, 2);
+    key = hilock_rlock_key(rl, &klen);
+    assert_true(key_on(m[i], key, klen));
+    assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+    assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+    assert_false(key_on(m[i], key, klen));
+    hilock_rlock_free(rl);
+
+    /* semaphore */
+    assert_hl_ok(hilock_semaphore_new(c, name, strlen(name), 2, 10000, &sem),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_semaphore_acquire(sem, 1000),
+                 hilock_semaphore_errmsg(sem));
+    key = hilock_semaphore_key(sem, &klen);
+    assert_true(key_on(m[i], key, klen));
+    assert_hl_ok(hilock_semaphore_available(sem, &count),
+                 hilock_semaphore_errmsg(sem));
+    assert_int_equal(count, 1);
+    assert_hl_ok(hilock_semaphore_release(sem), hilock_semaphore_errmsg(sem));
+    hilock_semaphore_free(sem);
+
+    /* fair */
+    assert_hl_ok(hilock_fair_lock_new(c, name, strlen(name), 10000, &fl),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_fair_lock_acquire(fl, 1000),
+                 hilock_fair_lock_errmsg(fl));
+    key = hilock_fair_lock_key(fl, &klen);
+    assert_true(key_on(m[i], key, klen));
+    assert_hl_ok(hilock_fair_lock_release(fl), hilock_fair_lock_errmsg(fl));
+    hilock_fair_lock_free(fl);
+  }
+  hilock_client_free(c);
+}
+
+/* ## Redirections and scripts ---------------------------------------------- */
+
+static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
+  hilock_client *c = new_client();
+  hilock_lock *l = NULL;
+  char name[32];
+  int m[3], slot, wrong;
+  long long before;
+  (void)state;
+  masters(m);
+  name_on(m[0], "moved", name, sizeof(name));
+  slot = name_slot(name);
+  /* Point the slot at the wrong master, as after a failover or reshard. */
+  pthread_mutex_lock(&c->mu);
+  for (wrong = 0; wrong < c->cl->nnodes; wrong++)
+    if (c->cl->nodes[wrong]->port == cl.node[m[1]].port) break;
+  assert_true(wrong < c->cl->nnodes);
+  c->cl->slot[slot] = (int16_t)wrong;
+  c->cl->refreshed_ms = hilock__now_ms(); /* as if just read */
+  pthread_mutex_unlock(&c->mu);
+  before = errorstat(m[1], "errorstat_MOVED");
+
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  /* The wrong master answered MOVED, and the map is right again. */
+  assert_true(errorstat(m[1], "errorstat_MOVED") > before);
+  assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[0]].port);
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+static char *node_id(int i) {
+  redisContext *r = hl_cluster_connect(&cl, i);
+  redisReply *rep = hl_redis(r, "CLUSTER MYID");
+  char *id;
+  assert_int_equal(rep->type, REDIS_REPLY_STRING);
+  id = strdup(rep->str);
+  freeReplyObject(rep);
+  redisFree(r);
+  return id;
+}
+
+typedef struct releaser {
+  pthread_t thread;
+  hilock_lock *lock;
+  int rc;
+  int64_t done_ms;
+} releaser;
+
+static void *releaser_main(void *arg) {
+  releaser *r = arg;
+  r->rc = hilock_lock_release(r->lock);
+  r->done_ms = hl_now_ms();
+  return NULL;
+}
+
+/* A slot being resharded: keys already moved are reached with ASKING on
+ * the importing node; a script whose keys are split between the two nodes
+ * gets TRYAGAIN and is retried until the migration ends, then follows
+ * MOVED to the new owner. */
+static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
+  hilock_client *c = new_client();
+  hilock_lock *l = NULL, *other = NULL;
+  releaser rel = {0};
+  char name[32];
+  int m[3], slot, owned = 0;
+  long long before;
+  int64_t finished;
+  redisContext *src, *dst;
+  char *src_id, *dst_id;
+  char fence_key[64];
+  const char *key;
+  size_t klen;
+  (void)state;
+  masters(m);
+  name_on(m[2], "ask", name, sizeof(name));
+  slot = name_slot(name);
+  src_id = node_id(m[2]);
+  dst_id = node_id(m[1]);
+  src = hl_cluster_connect(&cl, m[2]);
+  dst = hl_cluster_connect(&cl, m[1]);
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &l),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &other),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  key = hilock_lock_key(l, &klen);
+  snprintf(fence_key, sizeof(fence_key), "hilock:{%s}:fence", name);
+
+  /* Move the lock's keys to the importing node, as redis-cli --cluster
+   * reshard does, and leave the slot half-way. */
+  hl_redis_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id);
+  hl_redis_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id);
+  hl_redis_ok(src, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %b %s",
+              cl.node[m[1]].port, "", key, klen, fence_key);
+  before = errorstat(m[2], "errorstat_ASK");
+
+  /* One key, or all of a script's keys, on the importing node: ASK. */
+  assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+  assert_true(owned);
+  assert_int_equal(hilock_lock_try_acquire(other), HILOCK_BUSY);
+  assert_true(errorstat(m[2], "errorstat_ASK") >= before + 2);
+  /* ASK is one-shot: the map still names the source. */
+  assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[2]].port);
+
+  /* The release touches the lock (moved) and the wake list (nowhere):
+   * TRYAGAIN until the slot is handed over. */
+  rel.lock = l;
+  assert_int_equal(pthread_create(&rel.thread, NULL, releaser_main, &rel), 0);
+  hl_sleep_ms(300);
+  assert_int_equal(rel.done_ms, 0);
+  finished = hl_now_ms();
+  for (int i = 0; i < 3; i++) {
+    redisContext *r = hl_cluster_connect(&cl, m[i]);
+    hl_redis_ok(r, "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
+    redisFree(r);
+  }
+  pthread_join(rel.thread, NULL);
+  assert_hl_ok(rel.rc, hilock_lock_errmsg(l));
+  assert_true(rel.done_ms >= finished);
+  assert_true(hl_cluster_wait_ok(&cl, 10000));
+  assert_hl_ok(hilock_lock_acquire(other, 1000), hilock_lock_errmsg(other));
+  assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[1]].port);
+  assert_true(key_on(m[1], key, klen));
+  assert_hl_ok(hilock_lock_release(other), hilock_lock_errmsg(other));
+
+  hilock_lock_free(l);
+  hilock_lock_free(other);
+  redisFree(src);
+  redisFree(dst);
+  free(src_id);
+  free(dst_id);
+  hilock_client_free(c);
+}
+
+static void noscript_reloads_on_each_node(void **state) {
+  hilock_client *c = new_client();
+  int m[3];
+  (void)state;
+  masters(m);
+  for (int i = 0; i < 3; i++) {
+    redisContext *r = hl_cluster_connect(&cl, m[i]);
+    hl_redis_ok(r, "SCRIPT FLUSH");
+    redisFree(r);
+  }
+  for (int i = 0; i < 3; i++) {
+    char name[32];
+    hilock_lock *l = NULL;
+    redisContext *r;
+    redisReply *rep;
+    name_on(m[i], "noscript", name, sizeof(name));
+    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    hilock_lock_free(l);
+    /* The EVAL fallback loaded the script on that node. */
+    r = hl_cluster_connect(&cl, m[i]);
+    rep = hl_redis(r, "SCRIPT EXISTS %s", hilock__script_lock_acquire.sha);
+    assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rep->element[0]->integer, 1);
+    freeReplyObject(rep);
+    redisFree(r);
+  }
+  hilock_client_free(c);
+}
+
+/* ## Waiting and renewal ----------------------------------------------------- */
+
+typedef struct waiter {
+  pthread_t thread;
+  hilock_lock *lock;
+  int64_t wait_ms;
+  int rc;
+  int64_t done_ms;
+} waiter;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  w->rc = hilock_lock_acquire(w->lock, w->wait_ms);
+  w->done_ms = hl_now_ms();
+  return NULL;
+}
+
+static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
+  hilock_client *c = new_client();
+  hilock_lock *holder = NULL;
+  waiter w = {0};
+  char name[32];
+  int m[3];
+  int64_t released;
+  redisContext *r;
+  (void)state;
+  masters(m);
+  name_on(m[1], "wait", name, sizeof(name));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &holder),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &w.lock),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_lock_errmsg(holder));
+  w.wait_ms = 10000;
+  assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
+  r = hl_cluster_connect(&cl, m[1]);
+  assert_true(hl_wait_info_field(r, "clients", "blocked_clients", 1, 3000));
+  redisFree(r);
+  released = hl_now_ms();
+  assert_hl_ok(hilock_lock_release(holder), hilock_lock_errmsg(holder));
+  pthread_join(w.thread, NULL);
+  assert_hl_ok(w.rc, hilock_lock_errmsg(w.lock));
+  /* Woken by the release, long before the holder's 20 s TTL. */
+  assert_i64_between(w.done_ms - released, 0, 2000);
+  assert_hl_ok(hilock_lock_release(w.lock), hilock_lock_errmsg(w.lock));
+  hilock_lock_free(holder);
+  hilock_lock_free(w.lock);
+  hilock_client_free(c);
+}
+
+static void the_watchdog_renews_holds_on_every_master(void **state) {
+  hilock_client *c = new_client();
+  hilock_lock *l[6];
+  hilock_rlock *rl = NULL;
+  hilock_semaphore *sem = NULL;
+  char name[32];
+  int m[3];
+  (void)state;
+  masters(m);
+  for (int i = 0; i < 6; i++) {
+    char prefix[16];
+    snprintf(prefix, sizeof(prefix), "renew%d-", i);
+    name_on(m[i % 3], prefix, name, sizeof(name));
+    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 600, &l[i]),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_lock_set_auto_renew(l[i], 1, 0, NULL, NULL),
+                 hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_lock_errmsg(l[i]));
+  }
+  name_on(m[1], "renew-rl", name, sizeof(name));
+  assert_hl_ok(hilock_rlock_new(c, name, strlen(name), 600, &rl),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, NULL, NULL),
+               hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
+  name_on(m[2], "renew-sem", name, sizeof(name));
+  assert_hl_ok(hilock_semaphore_new(c, name, strlen(name), 1, 600, &sem),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_semaphore_set_auto_renew(sem, 1, 0, NULL, NULL),
+               hilock_semaphore_errmsg(sem));
+  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_semaphore_errmsg(sem));
+
+  hl_sleep_ms(1800); /* three TTLs */
+  for (int i = 0; i < 6; i++) {
+    int owned = 0;
+    assert_false(hilock_lock_lost(l[i]));
+    assert_hl_ok(hilock_lock_owned(l[i], &owned), hilock_lock_errmsg(l[i]));
+    assert_true(owned);
+    assert_hl_ok(hilock_lock_release(l[i]), hilock_lock_errmsg(l[i]));
+    hilock_lock_free(l[i]);
+  }
+  int owned = 0;
+  assert_false(hilock_rlock_lost(rl));
+  assert_hl_ok(hilock_rlock_owned(rl, &owned), hilock_rlock_errmsg(rl));
+  assert_true(owned);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  owned = 0;
+  assert_false(hilock_semaphore_lost(sem));
+  assert_hl_ok(hilock_semaphore_owned(sem, &owned),
+               hilock_semaphore_errmsg(sem));
+  assert_true(owned);
+  assert_hl_ok(hilock_semaphore_release(sem), hilock_semaphore_errmsg(sem));
+  hilock_rlock_free(rl);
+  hilock_semaphore_free(sem);
+  hilock_client_free(c);
+}
+
+/* ## Fork ---------------------------------------------------------------------- */
+
+typedef struct fork_ctx {
+  hilock_client *c;
+  const char *held;  /* a name the parent holds */
+  const char *other; /* a free name on another master */
+} fork_ctx;
+
+static int child_main(void *arg) {
+  fork_ctx *f = arg;
+  hilock_lock *a = NULL, *b = NULL;
+  int rc = 0;
+  /* The child's calls go through fresh connections of its own. */
+  if (hilock_lock_new(f->c, f->held, strlen(f->held), 5000, &a) != HILOCK_OK ||
+      hilock_lock_try_acquire(a) != HILOCK_BUSY)
+    rc = 1;
+  if (rc == 0 &&
+      (hilock_lock_new(f->c, f->other, strlen(f->other), 5000, &b) != HILOCK_OK ||
+       hilock_lock_acquire(b, 1000) != HILOCK_OK ||
+       hilock_lock_release(b) != HILOCK_OK))
+    rc = 2;
+  hilock_lock_free(a);
+  hilock_lock_free(b);
+  return rc;
+}
+
+static void a_forked_child_routes_on_its_own_connections(void **state) {
+  hilock_client *c = new_client();
+  hilock_lock *l = NULL;
+  char held[32], other[32];
+  int m[3];
+  fork_ctx f;
+  pid_t pid;
+  (void)state;
+  masters(m);
+  name_on(m[0], "fork-held", held, sizeof(held));
+  name_on(m[1], "fork-other", other, sizeof(other));
+  assert_hl_ok(hilock_lock_new(c, held, strlen(held), 10000, &l),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c)); /* pooled */
+  f.c = c;
+  f.held = held;
+  f.other = other;
+  pid = hl_fork_run(child_main, &f);
+  assert_true(pid > 0);
+  assert_int_equal(hl_wait_child(pid, 10000), 0);
+  /* The parent's pooled connections were not disturbed by the child. */
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+/* ## Failover (last: it kills a master) -------------------------------------- */
+
+static void lost_fn(void *arg) { *(volatile int *)arg = 1; }
+
+static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
+  hilock_client *c = new_client();
+  hilock_lock *held = NULL, *fresh = NULL;
+  waiter w = {0};
+  char name[32], name2[32], name3[40], name4[40];
+  int m[3], replica, promoted;
+  volatile int lost = 0, bystander_lost = 0, doomed_lost = 0;
+  hilock_lock *bystander = NULL, *doomed = NULL;
+  const char *key;
+  size_t klen;
+  int64_t killed;
+  (void)state;
+  masters(m);
+  name_on(m[0], "failover", name, sizeof(name));
+  name_on(m[0], "failover-new", name2, sizeof(name2));
+  replica = hl_cluster_replica_of(&cl, m[0]);
+  assert_true(replica >= 0);
+
+  /* A short hold on a healthy master: the watchdog must keep renewing it
+   * while the other master is down, not stall on the dead one. */
+  name_on(m[1], "failover-bystander", name3, sizeof(name3));
+  assert_hl_ok(hilock_lock_new(c, name3, strlen(name3), 1500, &bystander),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(bystander, 1, 0, lost_fn,
+                                          (void *)&bystander_lost),
+               hilock_lock_errmsg(bystander));
+  assert_hl_ok(hilock_lock_try_acquire(bystander),
+               hilock_lock_errmsg(bystander));
+  /* A hold on the master that dies, with a TTL shorter than the failover:
+   * its renewals fail while no master serves the slot, so it is lost. */
+  name_on(m[0], "failover-doomed", name4, sizeof(name4));
+  assert_hl_ok(hilock_lock_new(c, name4, strlen(name4), 900, &doomed),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(doomed, 1, 0, lost_fn,
+                                          (void *)&doomed_lost),
+               hilock_lock_errmsg(doomed));
+  assert_hl_ok(hilock_lock_try_acquire(doomed), hilock_lock_errmsg(doomed));
+
+  /* A renewed hold and a waiter blocked on the master that will die. */
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 8000, &held),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(held, 1, 0, lost_fn, (void *)&lost),
+               hilock_lock_errmsg(held));
+  assert_hl_ok(hilock_lock_try_acquire(held), hilock_lock_errmsg(held));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 8000, &w.lock),
+               hilock_client_errmsg(c));
+  w.wait_ms = 30000;
+  assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
+  {
+    redisContext *r = hl_cluster_connect(&cl, m[0]);
+    assert_true(hl_wait_info_field(r, "clients", "blocked_clients", 1, 3000));
+    redisFree(r);
+  }
+  /* Replication is asynchronous: make sure the replica has the key, so
+   * this test checks the client, not the race. */
+  key = hilock_lock_key(held, &klen);
+  {
+    redisContext *r = hl_cluster_connect(&cl, replica);
+    int64_t until = hl_now_ms() + 3000;
+    int there = 0;
+    hl_redis_ok(r, "READONLY");
+    while (!(there = hl_redis_exists(r, key, klen)) && hl_now_ms() < until)
+      hl_sleep_ms(10);
+    assert_true(there);
+    redisFree(r);
+  }
+
+  killed = hl_now_ms();
+  hl_server_stop(&cl.node[m[0]]); /* SIGKILL */
+  assert_true(hl_cluster_wait_ok(&cl, 20000));
+  promoted = hl_cluster_owner(&cl, name_slot(name));
+  assert_int_equal(promoted, replica);
+
+  /* New grants on the failed-over slot work through the same client. */
+  assert_hl_ok(hilock_lock_new(c, name2, strlen(name2), 5000, &fresh),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_acquire(fresh, 10000), hilock_lock_errmsg(fresh));
+  key = hilock_lock_key(fresh, &klen);
+  assert_true(key_on(promoted, key, klen));
+  assert_hl_ok(hilock_lock_release(fresh), hilock_lock_errmsg(fresh));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+
+  /* The hold survived and is renewed on the new master: wait past its
+   * TTL as counted from the kill. */
+  while (hl_now_ms() - killed < 9000) hl_sleep_ms(100);
+  int owned = 0;
+  assert_false(lost);
+  assert_hl_ok(hilock_lock_owned(held, &owned), hilock_lock_errmsg(held));
+  assert_true(owned);
+  /* The doomed hold is lost; the bystander's renewals went on through the
+   * failover (the watchdog did not wait on the dead master). */
+  assert_true(doomed_lost);
+  assert_int_equal(hilock_lock_release(doomed), HILOCK_ENOTOWNED);
+  hilock_lock_free(doomed);
+  assert_false(bystander_lost);
+  assert_hl_ok(hilock_lock_owned(bystander, &owned),
+               hilock_lock_errmsg(bystander));
+  assert_true(owned);
+  assert_hl_ok(hilock_lock_release(bystander), hilock_lock_errmsg(bystander));
+  hilock_lock_free(bystander);
+  /* The waiter is still waiting (not failed), and gets the lock now. */
+  assert_int_equal(w.done_ms, 0);
+  assert_hl_ok(hilock_lock_release(held), hilock_lock_errmsg(held));
+  pthread_join(w.thread, NULL);
+  assert_hl_ok(w.rc, hilock_lock_errmsg(w.lock));
+  assert_true(hilock_lock_fence(w.lock) > hilock_lock_fence(held));
+  assert_hl_ok(hilock_lock_release(w.lock), hilock_lock_errmsg(w.lock));
+
+  hilock_lock_free(held);
+  hilock_lock_free(fresh);
+  hilock_lock_free(w.lock);
+  hilock_client_free(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(url_lists_seeds_credentials_and_options),
+      cmocka_unit_test(commands_route_by_their_first_key),
+      cmocka_unit_test(client_reads_the_slot_map),
+      cmocka_unit_test(seeds_that_are_down_are_skipped),
+      cmocka_unit_test(cluster_url_on_a_plain_server_is_ECLUSTER),
+      cmocka_unit_test(plain_url_on_a_cluster_node_says_so),
+      cmocka_unit_test(every_lock_type_runs_on_its_slot_master),
+      cmocka_unit_test(a_stale_map_follows_MOVED_and_is_corrected),
+      cmocka_unit_test(a_migrating_slot_follows_ASK_and_TRYAGAIN),
+      cmocka_unit_test(noscript_reloads_on_each_node),
+      cmocka_unit_test(a_waiter_blocks_on_its_slot_master_and_wakes),
+      cmocka_unit_test(the_watchdog_renews_holds_on_every_master),
+      cmocka_unit_test(a_forked_child_routes_on_its_own_connections),
+      cmocka_unit_test(a_killed_master_fails_over_and_locks_keep_working),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
