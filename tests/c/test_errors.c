@@ -20,7 +20,7 @@ static const code_row all_codes[] = {
 
 static void strerror_gives_the_map_text_for_every_code(void **state) {
   (void)state;
-  assert_int_equal(NCODES, 17);
+  assert_true(NCODES >= 17); /* lock families add their own codes */
   for (size_t i = 0; i < NCODES; i++)
     assert_string_equal(hilock_strerror(all_codes[i].code), all_codes[i].text);
 }
