@@ -22,7 +22,7 @@
 #endif
 
 #define READY_TIMEOUT_MS 10000
-#define MAX_LIVE 8
+#define MAX_LIVE 16
 
 /* Servers still running, killed at exit if a test never reached its
  * teardown (the child also dies with us through PR_SET_PDEATHSIG). */
@@ -283,6 +283,20 @@ void hl_server_destroy(hl_server *s) {
   hl_server_stop(s);
   if (s->dir[0] != '\0') remove_dir(s->dir);
   s->dir[0] = '\0';
+}
+
+int hl_servers_start(hl_server *s, int n, const hl_server_opts *opts) {
+  for (int i = 0; i < n; i++) {
+    if (hl_server_start(&s[i], opts) != 0) {
+      hl_servers_destroy(s, i);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void hl_servers_destroy(hl_server *s, int n) {
+  for (int i = 0; i < n; i++) hl_server_destroy(&s[i]);
 }
 
 redisContext *hl_redis_connect(const hl_server *s) {
