@@ -698,7 +698,7 @@ static int pause_ms(hilock_redlock *rl, int64_t ms) {
 }
 
 int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
-  int64_t deadline;
+  int64_t deadline, noquorum_since = 0;
   if (rl == NULL) return HILOCK_EINVAL;
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return fail(rl, HILOCK_EINVAL, "wait must be >= 0 ms or forever");
@@ -708,6 +708,17 @@ int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
     int64_t left, delay;
     if (rc != HILOCK_BUSY && rc != HILOCK_ENOQUORUM && rc != HILOCK_ETIMEDOUT)
       return rc;
+    /* Too few nodes answering is retried for the client's reconnect budget
+     * at most, as a broken connection is: a lasting outage is an error,
+     * not a wait. */
+    if (rc != HILOCK_ENOQUORUM) {
+      noquorum_since = 0;
+    } else if (noquorum_since == 0) {
+      noquorum_since = hilock__now_ms();
+    } else if (hilock__now_ms() - noquorum_since >=
+               rl->local->opts.reconnect_ms) {
+      return rc;
+    }
     left = deadline == INT64_MAX ? INT64_MAX : deadline - hilock__now_ms();
     if (left <= 0) return rc == HILOCK_ETIMEDOUT ? HILOCK_BUSY : rc;
     delay = hilock__jitter(rl->retry_delay_ms > 0 ? 1 : 0, rl->retry_delay_ms);

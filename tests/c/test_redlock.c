@@ -292,6 +292,12 @@ static void test_majority_down_fails_in_time_and_leaves_no_lock(void **state) {
   assert_false(node_has_key(3));
   assert_false(node_has_key(4));
   assert_false(hilock_redlock_held(a));
+  /* Waiting forever: an outage ends the wait after the reconnect budget
+   * (1 s in the test options). */
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_redlock_acquire(a, HILOCK_WAIT_FOREVER),
+               HILOCK_ENOQUORUM, hilock_redlock_errmsg(a));
+  assert_i64_between(hl_now_ms() - t0, 1000, 1000 + 1500);
   hilock_redlock_free(a);
 }
 

@@ -84,7 +84,9 @@ HILOCK_API int hilock_redlock_try_acquire(hilock_redlock *rl);
 /* Attempt, then retry after a random delay, until granted or wait_ms has
  * passed (0: one attempt; HILOCK_WAIT_FOREVER: no limit). Returns
  * HILOCK_OK, HILOCK_BUSY or HILOCK_ENOQUORUM (the last attempt's outcome),
- * HILOCK_EINTR, or another error. */
+ * HILOCK_EINTR, or another error. Attempts without a majority of answering
+ * nodes are retried for at most opts.reconnect_ms (as a broken connection
+ * is), then HILOCK_ENOQUORUM is returned even before wait_ms. */
 HILOCK_API int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms);
 
 /* Owner-checked delete on every node. HILOCK_OK if a majority deleted it;
