@@ -13,16 +13,17 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import _hilock
-from ._client import Client, default_client, default_url
+from ._client import Client, default_client, default_url, redlock
 from ._base import LockBase
 from ._fair import FairLock
 from ._lock import Lock
+from ._redlock import Redlock
 from ._rlock import RLock
 from ._semaphore import Semaphore
 from ._util import Name
 from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
                      LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
-                     RedisError, UnsupportedError, WrongTypeError)
+                     NoQuorumError, RedisError, UnsupportedError, WrongTypeError)
 
 __version__ = _hilock.hilock_version_string().decode()
 
@@ -30,6 +31,7 @@ __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
     "Semaphore", "semaphore",
     "FairLock", "fair_lock",
+    "Redlock", "redlock", "NoQuorumError",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",

@@ -9,7 +9,7 @@ from . import _hilock as _h
 __all__ = [
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
-    "NoPermissionError", "UnsupportedError", "error_for",
+    "NoPermissionError", "UnsupportedError", "NoQuorumError", "error_for",
 ]
 
 
@@ -52,6 +52,11 @@ class AuthenticationError(ConnectionError):
     """AUTH failed (WRONGPASS, NOAUTH)."""
 
 
+class NoQuorumError(ConnectionError):
+    """Redlock: fewer than a majority of the nodes answered (down, slow or
+    refusing); the message names each failed node and its error."""
+
+
 class InvalidArgument(LockError, ValueError):
     """A bad name, TTL, timeout, URL or option."""
 
@@ -87,6 +92,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ENOTOWNED: LockNotOwnedError,
     _h.HILOCK_ENOTSUP: UnsupportedError,
     _h.HILOCK_EFORKED: ForkedLockError,
+    _h.HILOCK_ENOQUORUM: NoQuorumError,
 }
 
 
