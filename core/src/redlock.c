@@ -144,8 +144,12 @@ static void conns_clear(rl_conn *set, int n) {
   }
 }
 
+static const hilock__script *const preload[] = {
+    &hilock__script_lock_acquire, &hilock__script_lock_extend,
+    &hilock__script_redlock_release, &hilock__script_redlock_fence};
+
 /* Open a non-blocking connection to node i if there is none, queueing its
- * AUTH and SELECT. Nothing is written yet. */
+ * AUTH, SELECT and SCRIPT LOADs. Nothing is written yet. */
 static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   const hilock__url *u = &rl->node[i].url;
   redisContext *ctx;
@@ -188,6 +192,15 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
     const char *argv[2] = {"SELECT", db};
     size_t lens[2] = {6, hilock__i64(db, u->db)};
     if (redisAppendCommandArgv(ctx, 2, argv, lens) != REDIS_OK) goto nomem;
+    k->expect++;
+    k->skip++;
+  }
+  /* Load the scripts with the connection, so that EVALSHA finds them even
+   * on a node that restarted and whose reply a round no longer waits for. */
+  for (size_t j = 0; j < sizeof(preload) / sizeof(preload[0]); j++) {
+    const char *argv[3] = {"SCRIPT", "LOAD", preload[j]->src};
+    size_t lens[3] = {6, 4, preload[j]->len};
+    if (redisAppendCommandArgv(ctx, 3, argv, lens) != REDIS_OK) goto nomem;
     k->expect++;
     k->skip++;
   }
@@ -264,6 +277,12 @@ static void send_cmd(hilock_redlock *rl, int i, rl_conn *k, int leak_forked,
   }
   k->expect++;
   k->wpending = 1;
+  if (!k->connecting) {
+    /* Write at once: the socket almost always takes it, which saves a
+     * poll before the request leaves. */
+    int done = 0;
+    if (redisBufferWrite(k->ctx, &done) == REDIS_OK && done) k->wpending = 0;
+  }
 }
 
 /* A connection broke. One that was reused from an earlier round (the node
@@ -283,13 +302,30 @@ static int resend(hilock_redlock *rl, int i, rl_conn *k, int leak_forked,
  * answered or timeout_ms passed. Per node afterwards: set[i].rc (HILOCK_OK
  * with set[i].reply, or the node's failure with set[i].err). s: the script
  * argv runs by EVALSHA (for the NOSCRIPT fallback), or NULL. */
+typedef struct rl_goal {
+  int need; /* stop once this many nodes gave a counting reply (0: never) */
+  int (*counts)(const redisReply *r, uint64_t arg);
+  uint64_t arg;
+} rl_goal;
+
+static int goal_met(const rl_goal *g, const rl_conn *set, int n) {
+  int got = 0;
+  if (g == NULL || g->need <= 0) return 0;
+  for (int i = 0; i < n; i++)
+    if (set[i].rc >= 0 && set[i].reply != NULL &&
+        g->counts(set[i].reply, g->arg))
+      got++;
+  return got >= g->need;
+}
+
 static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
                       int argc, const char **argv, const size_t *lens,
-                      const hilock__script *s, int64_t timeout_ms) {
+                      const hilock__script *s, int64_t timeout_ms,
+                      const rl_goal *goal) {
   struct pollfd pfd[NODE_MAX];
   int idx[NODE_MAX];
   int64_t deadline = hilock__now_ms() + timeout_ms;
-  int n = rl->n;
+  int n = rl->n, met = 0;
 
   for (int i = 0; i < n; i++) {
     rl_conn *k = &set[i];
@@ -314,6 +350,12 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
       idx[nfds++] = i;
     }
     if (nfds == 0) break;
+    /* Decided: a majority answered as hoped. The rest are not waited for;
+     * their replies are discarded by the next round. */
+    if (goal_met(goal, set, n)) {
+      met = 1;
+      break;
+    }
     left = deadline - hilock__now_ms();
     if (left <= 0) break;
     ready = poll(pfd, (nfds_t)nfds, (int)(left > 1000 ? 1000 : left));
@@ -375,15 +417,18 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
     rl_conn *k = &set[i];
     if (k->ctx == NULL || (k->expect == 0 && !k->wpending)) continue;
     if (k->connecting) {
-      node_fail(k, HILOCK_ETIMEDOUT, "connect: no answer within %lld ms",
-                (long long)timeout_ms);
+      if (!met)
+        node_fail(k, HILOCK_ETIMEDOUT, "connect: no answer within %lld ms",
+                  (long long)timeout_ms);
       conn_drop(k, 1);
       continue;
     }
-    node_fail(k, HILOCK_ETIMEDOUT, "no reply within %lld ms",
-              (long long)timeout_ms);
+    /* met: the node is pending (rc OK, no reply), not failed. */
+    if (!met)
+      node_fail(k, HILOCK_ETIMEDOUT, "no reply within %lld ms",
+                (long long)timeout_ms);
     k->stale = k->expect - k->skip;
-    if (k->skip > 0 || k->stale > STALE_MAX) conn_drop(k, 1);
+    if (k->stale > STALE_MAX) conn_drop(k, 1);
   }
 }
 
@@ -413,19 +458,34 @@ static int eval_argv(const hilock__script *s, int nkeys, const char **keys,
 static void script_round(hilock_redlock *rl, rl_conn *set, int leak_forked,
                          const hilock__script *s, int nkeys,
                          const char **keys, const size_t *keylens, int nargs,
-                         const char **args, const size_t *arglens) {
+                         const char **args, const size_t *arglens,
+                         const rl_goal *goal) {
   const char *argv[ROUND_ARGS + 3];
   size_t lens[ROUND_ARGS + 3];
   char nk[24];
   int argc = eval_argv(s, nkeys, keys, keylens, nargs, args, arglens, nk,
                        argv, lens);
-  round_run(rl, set, leak_forked, argc, argv, lens, s, rl->node_timeout_ms);
+  round_run(rl, set, leak_forked, argc, argv, lens, s, rl->node_timeout_ms,
+            goal);
+}
+
+static int is_grant(const redisReply *r, uint64_t arg) {
+  (void)arg;
+  return r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+         r->element[0]->type == REDIS_REPLY_INTEGER &&
+         r->element[1]->type == REDIS_REPLY_INTEGER &&
+         r->element[0]->integer == 1;
+}
+
+/* An integer reply >= arg. */
+static int int_at_least(const redisReply *r, uint64_t arg) {
+  return r->type == REDIS_REPLY_INTEGER && r->integer >= (long long)arg;
 }
 
 /* An integer reply of a node, or mark the node failed. */
 static int reply_int(rl_conn *k, long long *v) {
-  if (k->rc < 0) return 0;
-  if (k->reply == NULL || k->reply->type != REDIS_REPLY_INTEGER) {
+  if (k->rc < 0 || k->reply == NULL) return 0; /* failed, or not waited for */
+  if (k->reply->type != REDIS_REPLY_INTEGER) {
     node_fail(k, HILOCK_EPROTO, "unexpected reply");
     return 0;
   }
@@ -508,7 +568,7 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};
     round_run(rl, rl->conn, 0, 1, argv, lens, NULL,
-              rl->local->opts.connect_timeout_ms);
+              rl->local->opts.connect_timeout_ms, NULL);
   }
   for (int i = 0; i < rl->n; i++) {
     if (rl->conn[i].rc == HILOCK_OK) ok++;
@@ -557,8 +617,9 @@ static void release_round(hilock_redlock *rl, uint64_t fence) {
   char fbuf[24];
   const char *args[2] = {rl->h.owner, fbuf};
   size_t arglens[2] = {rl->h.ownerlen, hilock__i64(fbuf, (int64_t)fence)};
+  rl_goal goal = {fence ? rl->quorum : 0, int_at_least, 1};
   script_round(rl, rl->conn, 0, &hilock__script_redlock_release, 2, keys,
-               keylens, 2, args, arglens);
+               keylens, 2, args, arglens, &goal);
 }
 
 /* Write fence to every node's counter; 1 if a majority confirmed. */
@@ -569,8 +630,9 @@ static int fence_round(hilock_redlock *rl, uint64_t fence) {
   const char *args[1] = {fbuf};
   size_t arglens[1] = {hilock__i64(fbuf, (int64_t)fence)};
   int ok = 0;
+  rl_goal goal = {rl->quorum, int_at_least, fence};
   script_round(rl, rl->conn, 0, &hilock__script_redlock_fence, 1, keys,
-               keylens, 1, args, arglens);
+               keylens, 1, args, arglens, &goal);
   for (int i = 0; i < rl->n; i++) {
     long long v;
     if (reply_int(&rl->conn[i], &v) && v >= (long long)fence) ok++;
@@ -590,6 +652,7 @@ static int attempt(hilock_redlock *rl) {
   int granted = 0, busy = 0, failed = 0, rc;
   uint64_t fmax = 0, fmin = UINT64_MAX;
   int64_t start, drift = hilock__hold_drift_us(h->ttl_ms);
+  rl_goal goal = {rl->quorum, is_grant, 0};
 
   if (h->held && h->pid == getpid() && hilock__hold_validity_ms(h) > 0)
     return fail(rl, HILOCK_EINVAL,
@@ -606,13 +669,15 @@ static int attempt(hilock_redlock *rl) {
 
   start = hilock__now_us();
   script_round(rl, rl->conn, 0, &hilock__script_lock_acquire, 2, keys,
-               keylens, 2, args, arglens);
+               keylens, 2, args, arglens, &goal);
   for (int i = 0; i < rl->n; i++) {
     rl_conn *k = &rl->conn[i];
     redisReply *r = k->reply;
     if (k->rc < 0) {
       failed++;
-    } else if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+    } else if (r == NULL) {
+      continue; /* not waited for: a majority had granted already */
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
                r->element[0]->type != REDIS_REPLY_INTEGER ||
                r->element[1]->type != REDIS_REPLY_INTEGER) {
       /* Fail closed: an unreadable reply is never a grant. */
@@ -702,7 +767,8 @@ int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
   if (rl == NULL) return HILOCK_EINVAL;
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return fail(rl, HILOCK_EINVAL, "wait must be >= 0 ms or forever");
-  deadline = wait_ms < 0 ? INT64_MAX : hilock__now_ms() + wait_ms;
+  /* In us, so that the wait is never cut short by ms rounding. */
+  deadline = wait_ms < 0 ? INT64_MAX : hilock__now_us() + wait_ms * 1000;
   for (;;) {
     int rc = attempt(rl), prc;
     int64_t left, delay;
@@ -719,7 +785,9 @@ int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
                rl->local->opts.reconnect_ms) {
       return rc;
     }
-    left = deadline == INT64_MAX ? INT64_MAX : deadline - hilock__now_ms();
+    left = deadline == INT64_MAX
+               ? INT64_MAX
+               : (deadline - hilock__now_us() + 999) / 1000;
     if (left <= 0) return rc == HILOCK_ETIMEDOUT ? HILOCK_BUSY : rc;
     delay = hilock__jitter(rl->retry_delay_ms > 0 ? 1 : 0, rl->retry_delay_ms);
     if (delay > left) delay = left;
@@ -778,8 +846,9 @@ static int extend_round(hilock_redlock *rl, rl_conn *set, int leak_forked,
   size_t arglens[3] = {rl->h.ownerlen, hilock__i64(buf, ms), 3};
   int ok = 0;
   *gone = 0;
+  rl_goal goal = {rl->quorum, int_at_least, 1};
   script_round(rl, set, leak_forked, &hilock__script_lock_extend, 1, keys,
-               keylens, 3, args, arglens);
+               keylens, 3, args, arglens, &goal);
   for (int i = 0; i < rl->n; i++) {
     long long v;
     if (!reply_int(&set[i], &v)) continue;
@@ -883,7 +952,8 @@ int hilock_redlock_owned(hilock_redlock *rl, int *owned) {
   {
     const char *argv[2] = {"GET", rl->key};
     size_t lens[2] = {3, rl->keylen};
-    round_run(rl, rl->conn, 0, 2, argv, lens, NULL, rl->node_timeout_ms);
+    round_run(rl, rl->conn, 0, 2, argv, lens, NULL, rl->node_timeout_ms,
+              NULL);
   }
   for (int i = 0; i < rl->n; i++) {
     rl_conn *k = &rl->conn[i];
@@ -918,7 +988,8 @@ int hilock_redlock_locked(hilock_redlock *rl, int *locked) {
   {
     const char *argv[2] = {"EXISTS", rl->key};
     size_t lens[2] = {6, rl->keylen};
-    round_run(rl, rl->conn, 0, 2, argv, lens, NULL, rl->node_timeout_ms);
+    round_run(rl, rl->conn, 0, 2, argv, lens, NULL, rl->node_timeout_ms,
+              NULL);
   }
   for (int i = 0; i < rl->n; i++) {
     long long v;
