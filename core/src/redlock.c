@@ -609,7 +609,7 @@ void hilock_redlock_free(hilock_redlock *rl) {
   free(rl);
 }
 
-/* ## Acquire ----------------------------------------------------------------- */
+/* ## Acquire ------------------------------------------------------------ */
 
 static void release_round(hilock_redlock *rl, uint64_t fence) {
   const char *keys[2] = {rl->key, rl->fkey};
@@ -941,7 +941,7 @@ int hilock_redlock_set_auto_renew(hilock_redlock *rl, int enable,
                                                   on_lost, arg));
 }
 
-/* ## Queries ------------------------------------------------------------------ */
+/* ## Queries ------------------------------------------------------------ */
 
 int hilock_redlock_owned(hilock_redlock *rl, int *owned) {
   int mine = 0, other = 0;
@@ -957,8 +957,9 @@ int hilock_redlock_owned(hilock_redlock *rl, int *owned) {
   }
   for (int i = 0; i < rl->n; i++) {
     rl_conn *k = &rl->conn[i];
-    if (k->rc < 0) continue;
-    if (k->reply->type == REDIS_REPLY_STRING && k->reply->len == rl->h.ownerlen &&
+    if (k->rc < 0 || k->reply == NULL) continue;
+    if (k->reply->type == REDIS_REPLY_STRING &&
+        k->reply->len == rl->h.ownerlen &&
         memcmp(k->reply->str, rl->h.owner, rl->h.ownerlen) == 0)
       mine++;
     else if (k->reply->type == REDIS_REPLY_STRING ||
