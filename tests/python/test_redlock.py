@@ -13,7 +13,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import FORK, NoLock, join_all, start_child
+from helpers import (FORK, NoLock, interrupt_main_after, join_all,
+                     sigint_raises_keyboardinterrupt, start_child)
 from history import OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 KEY = "hilock:{rl}:redlock"
@@ -185,6 +186,28 @@ def test_restart_without_persistence_lets_a_second_holder_in(redis_nodes) -> Non
     assert b.fence <= a.fence
 
 
+def test_ctrl_c_interrupts_a_blocked_acquire(redis_nodes) -> None:
+    urls = urls_of(redis_nodes)
+    holder = hilock.Redlock(urls, "rl", ttl=10, auto_renew=False)
+    waiter = hilock.Redlock(urls, "rl", ttl=10, auto_renew=False, retry_delay=1.0)
+    assert holder.acquire(blocking=False)
+    with sigint_raises_keyboardinterrupt():
+        t, sent = interrupt_main_after(0.3)
+        with pytest.raises(KeyboardInterrupt):
+            waiter.acquire(timeout=8.0)
+        raised = time.monotonic()
+        t.join(5)
+    assert sent
+    # Interrupted within the hook's period, not at the end of a 1 s delay.
+    assert raised - sent[0] < 0.5, raised - sent[0]
+    assert waiter.validity == 0.0 and waiter.token is None
+    for s in redis_nodes:
+        assert raw(s).get(KEY) == holder.token.encode()
+    holder.release()
+    assert waiter.acquire(timeout=2)
+    waiter.release()
+
+
 # -- renewal and loss ------------------------------------------------------------------
 
 def test_on_lost_runs_when_a_majority_loses_the_key(redis_nodes) -> None:
@@ -226,13 +249,13 @@ N_PROCS = 6
 ROUNDS = 12
 
 
-def _worker(urls, counter_url: str, tag: str, use_lock: bool, gate) -> None:
+def _worker(urls, counter_url: str, tag: str, use_lock: bool, gate, rounds: int) -> None:
     r = redis.Redis.from_url(counter_url)
     hist = RedisHistory(r, f"{tag}:history")
     lk = hilock.Redlock(urls, "rl", ttl=5, retry_delay=0.02) if use_lock else NoLock()
     if not gate.wait(20):
         raise RuntimeError("start gate never opened")
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         if not lk.acquire(timeout=20):
             raise RuntimeError("acquire timed out")
         start = time.monotonic()
@@ -245,23 +268,37 @@ def _worker(urls, counter_url: str, tag: str, use_lock: bool, gate) -> None:
         hist.record(start, end, fence)
 
 
-def _run(redis_nodes, tag: str, use_lock: bool):
+def _run(redis_nodes, tag: str, use_lock: bool, stop_minority_after: float = 0.0,
+         rounds: int = ROUNDS):
     counter = redis_nodes[0].url
     gate = FORK.Event()
-    procs = [start_child(_worker, urls_of(redis_nodes), counter, tag, use_lock, gate)
+    procs = [start_child(_worker, urls_of(redis_nodes), counter, tag, use_lock, gate, rounds)
              for _ in range(N_PROCS)]
     time.sleep(0.05)
     gate.set()
+    killed = None
+    if stop_minority_after:
+        time.sleep(stop_minority_after)
+        redis_nodes[3].stop()               # SIGKILL two nodes mid-run
+        redis_nodes[4].stop()
+        killed = time.monotonic()
     join_all(procs, 50)
     r = raw(redis_nodes[0])
-    return int(r.get(f"{tag}:counter")), RedisHistory(r, f"{tag}:history").load()
+    hist = RedisHistory(r, f"{tag}:history").load()
+    if killed is not None:
+        after = sum(1 for iv in hist if iv.start > killed)
+        assert after >= 10, f"only {after} grants after the kill: it came too late"
+    return int(r.get(f"{tag}:counter")), hist
 
 
-def test_processes_over_five_nodes_never_overlap(redis_nodes) -> None:
-    total, hist = _run(redis_nodes, "with", True)
-    assert len(hist) == N_PROCS * ROUNDS
+@pytest.mark.parametrize("stop_minority_after", [0.0, 0.1],
+                         ids=["all-nodes-up", "two-nodes-killed-mid-run"])
+def test_processes_over_five_nodes_never_overlap(redis_nodes, stop_minority_after) -> None:
+    rounds = ROUNDS * 3 if stop_minority_after else ROUNDS
+    total, hist = _run(redis_nodes, "with", True, stop_minority_after, rounds)
+    assert len(hist) == N_PROCS * rounds
     assert check_no_overlap(hist) == len(hist)
-    assert total == N_PROCS * ROUNDS
+    assert total == N_PROCS * rounds
     fences = check_fences_increase(hist)
     assert fences == sorted(set(fences))
     assert len({iv.pid for iv in hist}) == N_PROCS
