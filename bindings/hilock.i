@@ -91,6 +91,16 @@
 %threadallow py_seqlock_locked;
 %threadallow py_seqlock_waiters;
 %threadallow hilock_seqlock_set_auto_renew_py;
+%threadallow py_redlock_new;
+%threadallow hilock_redlock_free;
+%threadallow hilock_redlock_acquire;
+%threadallow hilock_redlock_try_acquire;
+%threadallow hilock_redlock_release;
+%threadallow hilock_redlock_extend;
+%threadallow hilock_redlock_renew;
+%threadallow py_redlock_owned;
+%threadallow py_redlock_locked;
+%threadallow hilock_redlock_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -169,6 +179,17 @@ HILOCK_CHECKED(py_seqlock_locked, hilock_seqlock_errmsg(arg1))
 HILOCK_CHECKED(py_seqlock_waiters, hilock_seqlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_seqlock_set_session, hilock_seqlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_seqlock_set_auto_renew_py, hilock_seqlock_errmsg(arg1))
+HILOCK_CHECKED_PTR(py_redlock_new)
+HILOCK_CHECKED(hilock_redlock_acquire, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_redlock_try_acquire, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_redlock_release, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_redlock_extend, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_redlock_renew, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(py_redlock_owned, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(py_redlock_locked, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_redlock_set_node_timeout, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_redlock_set_retry_delay, hilock_redlock_errmsg(arg1))
+HILOCK_CHECKED(hilock_redlock_set_auto_renew_py, hilock_redlock_errmsg(arg1))
 
 %{
 #include <errno.h>
@@ -177,7 +198,7 @@ HILOCK_CHECKED(hilock_seqlock_set_auto_renew_py, hilock_seqlock_errmsg(arg1))
 /* Status and message of the last failed constructor in this thread (the
  * GIL is released during the call, so this must be per thread). */
 static _Thread_local int py_ctor_rc;
-static _Thread_local char py_ctor_msg[256];
+static _Thread_local char py_ctor_msg[1536]; /* Redlock lists its nodes */
 
 /* The client's interrupt hook: runs pending signal handlers (Ctrl-C) about
  * every 100 ms of a wait. A raised exception stays set for the caller. */
@@ -538,6 +559,63 @@ static int hilock_seqlock_set_auto_renew_py(hilock_seqlock *l, int enable,
                                        (void *)(intptr_t)notify_id);
 }
 
+/* Redlock: urls separated by newlines (a URL holds none). */
+static hilock_redlock *py_redlock_new(const char *urls, const char *name,
+                                      size_t namelen, int64_t ttl_ms,
+                                      int64_t connect_ms,
+                                      int64_t node_timeout_ms,
+                                      int64_t retry_delay_ms) {
+  const char *list[HILOCK_REDLOCK_MAX_NODES + 1];
+  char *copy = strdup(urls ? urls : ""), *p, *save = NULL;
+  hilock_redlock *rl = NULL;
+  hilock_options o;
+  size_t n = 0;
+  int rc;
+  if (copy == NULL) {
+    py_ctor_rc = HILOCK_ENOMEM;
+    snprintf(py_ctor_msg, sizeof(py_ctor_msg), "out of memory");
+    return NULL;
+  }
+  for (p = strtok_r(copy, "\n", &save); p != NULL && n <= HILOCK_REDLOCK_MAX_NODES;
+       p = strtok_r(NULL, "\n", &save))
+    list[n++] = p;
+  hilock_options_init(&o);
+  o.connect_timeout_ms = connect_ms;
+  o.interrupt = py_check_signals;
+  rc = hilock_redlock_new(list, n, name, namelen, ttl_ms, &o, &rl);
+  if (rc == HILOCK_OK && node_timeout_ms > 0)
+    rc = hilock_redlock_set_node_timeout(rl, node_timeout_ms);
+  if (rc == HILOCK_OK && retry_delay_ms >= 0)
+    rc = hilock_redlock_set_retry_delay(rl, retry_delay_ms);
+  free(copy);
+  if (rc == HILOCK_OK) return rl;
+  py_ctor_rc = rc;
+  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
+           rl ? hilock_redlock_errmsg(rl) : hilock_strerror(rc));
+  hilock_redlock_free(rl);
+  return NULL;
+}
+static int py_redlock_owned(hilock_redlock *rl) {
+  int v = 0, rc = hilock_redlock_owned(rl, &v);
+  return rc < 0 ? rc : v;
+}
+static int py_redlock_locked(hilock_redlock *rl) {
+  int v = 0, rc = hilock_redlock_locked(rl, &v);
+  return rc < 0 ? rc : v;
+}
+static PyObject *py_redlock_key(hilock_redlock *rl) {
+  size_t n = 0;
+  const char *k = hilock_redlock_key(rl, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static int hilock_redlock_set_auto_renew_py(hilock_redlock *rl, int enable,
+                                            int64_t max_hold_ms,
+                                            int64_t notify_id) {
+  return hilock_redlock_set_auto_renew(rl, enable, max_hold_ms,
+                                       notify_id ? py_lost_notify : NULL,
+                                       (void *)(intptr_t)notify_id);
+}
+
 static PyObject *py_lock_errmsg(hilock_lock *l) {
   const char *m = hilock_lock_errmsg(l);
   return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
@@ -595,6 +673,11 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_seqlock_waiters;
 %ignore hilock_seqlock_key;
 %ignore hilock_seqlock_set_auto_renew;
+%ignore hilock_redlock_new;
+%ignore hilock_redlock_owned;
+%ignore hilock_redlock_locked;
+%ignore hilock_redlock_key;
+%ignore hilock_redlock_set_auto_renew;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
@@ -606,3 +689,4 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %include "hilock/rwlock.h"
 %include "hilock/multilock.h"
 %include "hilock/seqlock.h"
+%include "hilock/redlock.h"

@@ -505,6 +505,38 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   return HILOCK_OK;
 }
 
+int hilock__client_new_local(const hilock_options *opts, hilock_client **out) {
+  hilock_client *c;
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  c = calloc(1, sizeof(*c));
+  if (c == NULL) return HILOCK_ENOMEM;
+  if (pthread_mutex_init(&c->mu, NULL) != 0) {
+    free(c);
+    return HILOCK_ENOMEM;
+  }
+  if (watchdog_init(&c->wd) != 0) {
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return HILOCK_ENOMEM;
+  }
+  pthread_once(&atfork_once, install_atfork);
+  registry_add(c);
+  c->refs = 1;
+  c->pid = getpid();
+  hilock_options_init(&c->opts);
+  *out = c;
+  if (opts != NULL) {
+    if (opts->connect_timeout_ms < 1 || opts->command_timeout_ms < 0 ||
+        opts->reconnect_ms < 0 || opts->max_idle < 0)
+      return hilock__set_err(&c->err, HILOCK_EINVAL,
+                             "bad client options (timeouts must be >= 1 ms "
+                             "to connect, >= 0 otherwise)");
+    c->opts = *opts;
+  }
+  return hilock__token(c->id, &c->err);
+}
+
 int hilock__client_is_cluster(const hilock_client *c) {
   return c != NULL && c->cluster;
 }

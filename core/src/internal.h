@@ -113,6 +113,10 @@ void hilock__client_ref(hilock_client *c);
 /* 1 if c talks to a Redis Cluster (every script must stay in one slot). */
 int hilock__client_is_cluster(const hilock_client *c);
 void hilock__client_unref(hilock_client *c);
+/* A client with no server of its own, for a family that drives its own
+ * connections (Redlock): it carries the options, the interrupt hook, the
+ * renewal thread and the fork handling. Released with hilock_client_free. */
+int hilock__client_new_local(const hilock_options *opts, hilock_client **out);
 
 /* Send one command on a pooled connection, replacing a broken connection
  * within opts.reconnect_ms and resending once. Error replies become status
@@ -316,6 +320,9 @@ char *hilock__key(const char *name, size_t len, const char *role,
 /* Decimal text of v in buf (>= 24 bytes); returns length. */
 size_t hilock__i64(char *buf, int64_t v);
 
+/* Outcome of one renewal: the watchdog's own, or a hold's renew_fn. */
+enum { HILOCK__RENEWED = 0, HILOCK__NOT_OWNED = 1, HILOCK__RENEW_FAILED = 2 };
+
 /* ## Holds ---------------------------------------------------------------
  * One holder's grant, shared by every lock family: owner token, fencing
  * token, local validity, the process that got it, and its renewal. */
@@ -349,6 +356,12 @@ typedef struct hilock__hold {
   int64_t max_hold_ms;
   void (*lost_fn)(void *arg);
   void *lost_arg;
+  /* Optional: renew through the family's own connections instead of the
+   * watchdog's pipelined renew_script (Redlock renews on a majority of its
+   * nodes). Runs on the renewal thread, outside the watchdog's mutex, and
+   * returns HILOCK__RENEWED, HILOCK__NOT_OWNED or HILOCK__RENEW_FAILED. */
+  int (*renew_fn)(struct hilock__hold *h, void *arg);
+  void *renew_arg;
 } hilock__hold;
 
 /* Initialise h for client c (takes a client reference). */

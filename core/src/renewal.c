@@ -22,7 +22,11 @@
 #define HOLD_OF(r) \
   ((hilock__hold *)((char *)(r) - offsetof(hilock__hold, ren)))
 
-enum { RENEWED, NOT_OWNED, FAILED };
+enum {
+  RENEWED = HILOCK__RENEWED,
+  NOT_OWNED = HILOCK__NOT_OWNED,
+  FAILED = HILOCK__RENEW_FAILED
+};
 
 static void unlink_renewal(hilock__watchdog *w, hilock__renewal *r) {
   if (r->prev) r->prev->next = r->next;
@@ -233,14 +237,13 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
   if (refresh) hilock__cluster_refresh(c, &e, failed);
 }
 
-
 /* Renew holds[0..n) on the watchdog connection; results into res. The
  * wait for the server is bounded by until_us, the earliest end of validity
  * in the batch (at least MIN_WAIT_US from now): a renewal that cannot
  * answer before a hold lapses is of no use, and the loss must be reported
  * on time even when the server hangs. */
-static void renew_batch(hilock_client *c, hilock__hold **holds, int n,
-                        int *res, int64_t until_us) {
+static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
+                           int *res, int64_t until_us) {
   hilock__watchdog *w = &c->wd;
   hilock__err e;
   int i, got = 0;
@@ -327,6 +330,25 @@ broken:
   for (i = got; i < n; i++) res[i] = FAILED;
   hilock__conn_free(w->conn);
   w->conn = NULL;
+}
+
+/* Holds with their own renew_fn renew themselves; the rest share one
+ * pipeline on the watchdog connection. */
+static void renew_batch(hilock_client *c, hilock__hold **all, int nall,
+                        int *resall, int64_t until_us) {
+  hilock__hold *holds[BATCH_MAX];
+  int map[BATCH_MAX], res[BATCH_MAX], n = 0, i;
+  for (i = 0; i < nall; i++) {
+    if (all[i]->renew_fn != NULL) {
+      resall[i] = all[i]->renew_fn(all[i], all[i]->renew_arg);
+    } else {
+      map[n] = i;
+      holds[n++] = all[i];
+    }
+  }
+  if (n == 0) return;
+  renew_pipeline(c, holds, n, res, until_us);
+  for (i = 0; i < n; i++) resall[map[i]] = res[i];
 }
 
 static void wait_until(hilock__watchdog *w, int64_t until_us) {

@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional
 
 from . import _hilock
-from ._client import Client, default_client, default_url
+from ._client import Client, default_client, default_url, redlock
 from ._base import LockBase
 from ._fair import FairLock
 from ._lock import Lock
 from ._multilock import MultiLock
+from ._redlock import Redlock
 from ._rlock import RLock
 from ._semaphore import Semaphore
 from ._rwlock import ReadLock, RWLock, WriteLock
@@ -35,6 +36,7 @@ from .errors import (
     LockLost,
     LockNotOwnedError,
     LockTimeout,
+    NoQuorumError,
     NoPermissionError,
     RedisError,
     UnsupportedError,
@@ -50,6 +52,7 @@ __all__ = [
     "RWLock", "ReadLock", "WriteLock", "rwlock", "DeadlockError",
     "MultiLock", "multi_lock", "CrossSlotError",
     "SequentialLock", "sequential_lock",
+    "Redlock", "redlock", "NoQuorumError",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",

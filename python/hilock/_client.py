@@ -11,6 +11,7 @@ from ._base import LostCallback
 from ._fair import FairLock
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._multilock import MultiLock
+from ._redlock import Redlock
 from ._rlock import RLock
 from ._semaphore import Semaphore
 from ._rwlock import RWLock
@@ -183,6 +184,17 @@ class Client:
         turn within its session (``SequentialLock.session``, by default
         ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`."""
         return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+
+def redlock(urls: Iterable[str], name: Name, ttl: float = 30.0,
+            timeout: Optional[float] = None, *, auto_renew: bool = True,
+            max_hold: Optional[float] = None, on_lost: Optional[LostCallback] = None,
+            **kw: Any) -> Redlock:
+    """A Redlock over the independent masters ``urls`` (a majority must
+    agree). Other arguments as for :meth:`Client.lock`; ``node_timeout``,
+    ``retry_delay`` and ``connect_timeout`` as for :class:`Redlock`."""
+    return Redlock(urls, name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                   on_lost=on_lost, **kw)
 
 
 _default_lock = threading.Lock()

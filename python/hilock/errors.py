@@ -23,6 +23,7 @@ __all__ = [
     "error_for",
     "CrossSlotError",
     "ClusterError",
+    "NoQuorumError",
 ]
 
 
@@ -63,6 +64,11 @@ class ConnectionError(LockError, builtins.ConnectionError):
 
 class AuthenticationError(ConnectionError):
     """AUTH failed (WRONGPASS, NOAUTH)."""
+
+
+class NoQuorumError(ConnectionError):
+    """Redlock: fewer than a majority of the nodes answered (down, slow or
+    refusing); the message names each failed node and its error."""
 
 
 class InvalidArgument(LockError, ValueError):
@@ -121,9 +127,8 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EFORKED: ForkedLockError,
     _h.HILOCK_EDEADLK: DeadlockError,
     _h.HILOCK_ECROSSSLOT: CrossSlotError,
-
-
     _h.HILOCK_ECLUSTER: ClusterError,
+    _h.HILOCK_ENOQUORUM: NoQuorumError,
 }
 
 

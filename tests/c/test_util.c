@@ -290,6 +290,20 @@ void hl_server_destroy(hl_server *s) {
   s->dir[0] = '\0';
 }
 
+int hl_servers_start(hl_server *s, int n, const hl_server_opts *opts) {
+  for (int i = 0; i < n; i++) {
+    if (hl_server_start(&s[i], opts) != 0) {
+      hl_servers_destroy(s, i);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void hl_servers_destroy(hl_server *s, int n) {
+  for (int i = 0; i < n; i++) hl_server_destroy(&s[i]);
+}
+
 redisContext *hl_redis_connect(const hl_server *s) {
   struct timeval tv = {2, 0};
   redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, tv);

@@ -90,6 +90,10 @@ void hl_server_stop(hl_server *s);
 int hl_server_restart(hl_server *s);
 /* Stop the server and remove its directory. */
 void hl_server_destroy(hl_server *s);
+/* n servers (a Redlock's nodes), each on its own port and directory; on
+ * failure the ones already started are destroyed and -1 is returned. */
+int hl_servers_start(hl_server *s, int n, const hl_server_opts *opts);
+void hl_servers_destroy(hl_server *s, int n);
 
 /* A free TCP port on 127.0.0.1 (bound, read back, closed), or -1. */
 int hl_free_port(void);

@@ -92,3 +92,32 @@ def _no_env_url(monkeypatch: pytest.MonkeyPatch) -> None:
     out of the tests: only the private loopback servers may be contacted."""
     monkeypatch.delenv("HILOCK_URL", raising=False)
     monkeypatch.delenv("REDIS_URL", raising=False)
+
+
+@pytest.fixture(scope="session")
+def redis_node_servers() -> Iterator[list]:
+    """Five independent redis-servers for Redlock, for the whole session
+    (DEBUG enabled, so tests can slow a node with DEBUG SLEEP)."""
+    srvs = []
+    try:
+        for _ in range(5):
+            srvs.append(RedisServer(extra_args=["--enable-debug-command", "yes"]).start())
+        yield srvs
+    finally:
+        for s in srvs:
+            s.cleanup()
+
+
+@pytest.fixture
+def redis_nodes(redis_node_servers: list) -> list:
+    """The five Redlock nodes, every one running (a test may stop or restart
+    them) and flushed."""
+    import redis
+
+    for s in redis_node_servers:
+        if s.proc is None or s.proc.poll() is not None:
+            s.start()
+        r = redis.Redis.from_url(s.url)
+        r.flushall()
+        r.close()
+    return redis_node_servers

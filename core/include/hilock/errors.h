@@ -34,7 +34,8 @@ extern "C" {
   XX(EINTR, -14, "wait interrupted")                                           \
   XX(EFORKED, -15, "lock belongs to the parent process")                      \
   XX(EDEADLK, -16, "upgrade from read to write would deadlock")               \
-  XX(ECROSSSLOT, -17, "keys of one lock are in different cluster slots")          \
+  XX(ECROSSSLOT, -17, "keys of one lock are in different cluster slots")       \
+  XX(ENOQUORUM, -18, "no majority of the Redlock nodes agreed")                \
   XX(ECLUSTER, -20, "cluster topology or routing failure")
 
 typedef enum hilock_status {

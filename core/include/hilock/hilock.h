@@ -12,5 +12,6 @@
 #include "hilock/rwlock.h"
 #include "hilock/multilock.h"
 #include "hilock/seqlock.h"
+#include "hilock/redlock.h"
 
 #endif /* HILOCK_H */

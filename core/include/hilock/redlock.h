@@ -1,0 +1,161 @@
+/* hilock: Redlock, one lock over N independent Redis masters.
+ *
+ * The same key (hilock:{name}:redlock) and the same random owner token are
+ * set on every node at once: the requests go out together on non-blocking
+ * connections, one per node, and the replies are collected with poll(2),
+ * each node bounded by the node timeout (default min(50 ms, ttl/10)). The
+ * lock is granted only if a majority (n/2 + 1) of the nodes took it and
+ * time is left:
+ *
+ *   validity = ttl - elapsed - (ttl * 0.01 + 2 ms) > 0
+ *
+ * where elapsed runs from before the first request to the last reply of
+ * the round (CLOCK_MONOTONIC). A failed attempt deletes its token from
+ * every node, including those that failed or did not answer; a blocking
+ * acquire retries after a random delay (up to the retry delay, default
+ * 200 ms) within the caller's deadline.
+ *
+ * Release, extend, renewal and owned() go to all nodes and count only with
+ * a majority. Extension counts only if the majority confirmed within the
+ * current validity; the watchdog renews through a majority the same way and
+ * reports a loss through the lost callback, as for the other locks.
+ *
+ * Fencing: every node keeps its own counter (hilock:{name}:fence) and the
+ * acquire script INCRs it on the nodes that grant; the grant's fence is the
+ * largest value among them. When those values differ, the largest is
+ * written back to every node (a majority must confirm) before the grant is
+ * returned, so that any later majority, which shares a node with this one,
+ * counts past it. The fence is strictly increasing only under Redlock's own
+ * assumptions (no node loses acknowledged writes: persistence with
+ * appendfsync always, or restarts delayed by more than the TTL).
+ *
+ * Errors: HILOCK_ENOQUORUM when fewer than a majority of the nodes could
+ * take part (down, slow, refusing); the handle's message names each failed
+ * node as "address: error". HILOCK_BUSY when a majority is held by others.
+ *
+ * Threads: a handle stands for one holder; use it from one thread at a
+ * time. It owns its connections: one per node for the caller and, with
+ * auto-renewal, one per node for the renewal thread.
+ *
+ * Fork: a grant belongs to the process that acquired it; in a forked child
+ * release and extend return HILOCK_EFORKED and touch nothing. The child
+ * reconnects for its own grants. */
+#ifndef HILOCK_REDLOCK_H
+#define HILOCK_REDLOCK_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "hilock/client.h"
+#include "hilock/export.h"
+#include "hilock/lock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most nodes one Redlock may span. */
+#define HILOCK_REDLOCK_MAX_NODES 32
+
+typedef struct hilock_redlock hilock_redlock;
+
+/* CONSTRUCTOR. urls[0..n) name the nodes (the client's URL syntax: AUTH and
+ * SELECT from each URL). ttl_ms in 1..HILOCK_TTL_MAX_MS. opts may be NULL
+ * (connect_timeout_ms bounds the first connection round; the interrupt
+ * hook ends waits). Connects to every node at once and fails with
+ * HILOCK_ENOQUORUM if fewer than a majority answer, or HILOCK_EAUTH /
+ * HILOCK_ENOPERM if a node refuses the credentials; a minority down is
+ * fine (it is retried on every call). On failure *out may still be set:
+ * read hilock_redlock_errmsg, then free it. */
+HILOCK_API int hilock_redlock_new(const char *const *urls, size_t n,
+                                  const char *name, size_t namelen,
+                                  int64_t ttl_ms, const hilock_options *opts,
+                                  hilock_redlock **out);
+
+/* DESTRUCTOR. Does not release a held lock (it lapses at its TTL). NULL is
+ * a no-op. */
+HILOCK_API void hilock_redlock_free(hilock_redlock *rl);
+
+/* One attempt: HILOCK_OK (granted on a majority in time), HILOCK_BUSY
+ * (others hold a majority), HILOCK_ENOQUORUM (too few nodes answered), or
+ * another error. HILOCK_EINVAL if this handle already holds it. */
+HILOCK_API int hilock_redlock_try_acquire(hilock_redlock *rl);
+
+/* Attempt, then retry after a random delay, until granted or wait_ms has
+ * passed (0: one attempt; HILOCK_WAIT_FOREVER: no limit). Returns
+ * HILOCK_OK, HILOCK_BUSY or HILOCK_ENOQUORUM (the last attempt's outcome),
+ * HILOCK_EINTR, or another error. Attempts without a majority of answering
+ * nodes are retried for at most opts.reconnect_ms (as a broken connection
+ * is), then HILOCK_ENOQUORUM is returned even before wait_ms. */
+HILOCK_API int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms);
+
+/* Owner-checked delete on every node. HILOCK_OK if a majority deleted it;
+ * HILOCK_ENOTOWNED if a majority no longer had this holder's token (it
+ * expired); HILOCK_ENOQUORUM if too few nodes answered. The grant is
+ * forgotten in every case; keys left on unreachable nodes lapse at their
+ * TTL. */
+HILOCK_API int hilock_redlock_release(hilock_redlock *rl);
+
+/* Set (replace != 0) or add to (replace == 0) the TTL on every node that
+ * still holds this holder's token. Counts only if a majority confirms
+ * within the current validity; the new validity is measured from before
+ * the request. HILOCK_ENOTOWNED (and the hold marked lost) if a majority
+ * has lost it; HILOCK_ENOQUORUM if too few nodes answered (the old validity
+ * stands). */
+HILOCK_API int hilock_redlock_extend(hilock_redlock *rl, int64_t ms,
+                                     int replace);
+/* extend(ttl_ms, replace = 1). */
+HILOCK_API int hilock_redlock_renew(hilock_redlock *rl);
+
+/* Round trip to every node: *owned = 1 if a majority holds this handle's
+ * token and the validity has not run out. */
+HILOCK_API int hilock_redlock_owned(hilock_redlock *rl, int *owned);
+/* Round trip: *locked = 1 if a majority of the nodes hold the key. */
+HILOCK_API int hilock_redlock_locked(hilock_redlock *rl, int *locked);
+
+/* Local, no round trip: ms of validity left (ttl - elapsed - drift from
+ * before the acquire or last extension was sent); 0 if not held or lost. */
+HILOCK_API int64_t hilock_redlock_validity_ms(const hilock_redlock *rl);
+HILOCK_API int hilock_redlock_held(const hilock_redlock *rl);
+/* Fence of the current or last grant (see above); 0 before one. */
+HILOCK_API uint64_t hilock_redlock_fence(const hilock_redlock *rl);
+/* Owner token (32 hex chars) of the current grant, or "". */
+HILOCK_API const char *hilock_redlock_token(const hilock_redlock *rl);
+HILOCK_API int64_t hilock_redlock_ttl_ms(const hilock_redlock *rl);
+/* The key on every node, and its length. */
+HILOCK_API const char *hilock_redlock_key(const hilock_redlock *rl,
+                                          size_t *len);
+/* Number of nodes, and the majority needed (n/2 + 1). */
+HILOCK_API int hilock_redlock_nodes(const hilock_redlock *rl);
+HILOCK_API int hilock_redlock_quorum(const hilock_redlock *rl);
+/* "host:port" or the socket path of node i; "" if out of range. */
+HILOCK_API const char *hilock_redlock_node_addr(const hilock_redlock *rl,
+                                                int i);
+
+/* Per-node reply timeout of every round (1 ms .. ttl_ms - 1). */
+HILOCK_API int hilock_redlock_set_node_timeout(hilock_redlock *rl,
+                                               int64_t ms);
+HILOCK_API int64_t hilock_redlock_node_timeout_ms(const hilock_redlock *rl);
+/* Upper bound of the random delay between attempts (0 .. 60000 ms;
+ * default 200). */
+HILOCK_API int hilock_redlock_set_retry_delay(hilock_redlock *rl, int64_t ms);
+
+/* Auto-renewal through a majority, as hilock_lock_set_auto_renew: every
+ * ttl/3 the renewal thread resets the TTL on every node; a majority must
+ * confirm within the validity, else it retries until the validity runs out
+ * and then reports the hold lost (on_lost(arg), hilock_redlock_lost). */
+HILOCK_API int hilock_redlock_set_auto_renew(hilock_redlock *rl, int enable,
+                                             int64_t max_hold_ms,
+                                             hilock_lost_fn on_lost,
+                                             void *arg);
+HILOCK_API int hilock_redlock_lost(const hilock_redlock *rl);
+
+/* Message and code of this handle's last failure; never NULL. For a
+ * round that failed, the message lists "address: error" per failed node. */
+HILOCK_API const char *hilock_redlock_errmsg(const hilock_redlock *rl);
+HILOCK_API int hilock_redlock_errcode(const hilock_redlock *rl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HILOCK_REDLOCK_H */

@@ -1,0 +1,18 @@
+-- Redlock, one node: raise the fence counter to at least ARGV[1] (never
+-- lowers it).
+-- KEYS[1] fence counter. ARGV[1] the grant's fence.
+-- Returns the counter afterwards; an error if it holds no integer.
+local cur = redis.call('GET', KEYS[1])
+local n = 0
+if cur then
+  n = tonumber(cur)
+  if n == nil then
+    return redis.error_reply('ERR the fence counter holds no integer')
+  end
+end
+local want = tonumber(ARGV[1])
+if want > n then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return want
+end
+return n

@@ -1,0 +1,703 @@
+/* Redlock over five private redis-servers: quorum, node failures (down,
+ * slowed with DEBUG SLEEP), cleanup after a failed attempt, the unsafety of
+ * a restart without persistence and its two mitigations, fencing across
+ * diverged counters, extension, renewal through a majority, fork. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#define N 5
+#define BASE_EXTRA 2 /* --enable-debug-command yes */
+#define NAME "rl"
+#define NAMELEN 2
+#define KEY "hilock:{rl}:redlock"
+#define FKEY "hilock:{rl}:fence"
+
+static hl_server nodes[N];
+static const char *urls[N];
+
+static int group_setup(void **state) {
+  (void)state;
+  static const char *const extra[] = {"--enable-debug-command", "yes", NULL};
+  hl_server_opts o = {.extra = extra};
+  if (hl_servers_start(nodes, N, &o) != 0) return -1;
+  for (int i = 0; i < N; i++) urls[i] = nodes[i].url;
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_servers_destroy(nodes, N);
+  return 0;
+}
+
+/* Every node running, without extra arguments, and empty. */
+static int setup(void **state) {
+  (void)state;
+  for (int i = 0; i < N; i++) {
+    if (nodes[i].nextra != BASE_EXTRA) {
+      nodes[i].nextra = BASE_EXTRA;
+      hl_server_stop(&nodes[i]);
+    }
+    if (nodes[i].pid == 0 && hl_server_restart(&nodes[i]) != 0) return -1;
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    hl_redis_ok(c, "FLUSHALL");
+    redisFree(c);
+  }
+  return 0;
+}
+
+static hilock_redlock *make(int64_t ttl_ms) {
+  hilock_options o = hl_test_options();
+  hilock_redlock *rl = NULL;
+  int rc = hilock_redlock_new(urls, N, NAME, NAMELEN, ttl_ms, &o, &rl);
+  assert_hl_ok(rc, hilock_redlock_errmsg(rl));
+  return rl;
+}
+
+/* GET of the lock key on node i (malloc'd, NULL if absent). */
+static char *node_get(int i, const char *key) {
+  redisContext *c = hl_redis_connect(&nodes[i]);
+  char *v = hl_redis_get(c, key, strlen(key));
+  redisFree(c);
+  return v;
+}
+
+static int node_has_key(int i) {
+  redisContext *c = hl_redis_connect(&nodes[i]);
+  int e = hl_redis_exists(c, KEY, strlen(KEY));
+  redisFree(c);
+  return e;
+}
+
+static int nodes_with_key(void) {
+  int n = 0;
+  for (int i = 0; i < N; i++)
+    if (nodes[i].pid > 0 && node_has_key(i)) n++;
+  return n;
+}
+
+/* DEBUG SLEEP on node i, without waiting for it: the returned connection
+ * gets the reply when the sleep ends. */
+static redisContext *node_sleep(int i, double seconds) {
+  redisContext *c = hl_redis_connect(&nodes[i]);
+  int done = 0;
+  char s[32];
+  snprintf(s, sizeof(s), "%.3f", seconds);
+  redisAppendCommand(c, "DEBUG SLEEP %s", s);
+  while (!done) assert_int_equal(redisBufferWrite(c, &done), REDIS_OK);
+  hl_sleep_ms(30); /* let the server start sleeping */
+  return c;
+}
+
+static void sleep_done(redisContext *c) {
+  redisReply *r = NULL;
+  assert_int_equal(redisGetReply(c, (void **)&r), REDIS_OK);
+  assert_int_equal(r->type, REDIS_REPLY_STATUS); /* not "DEBUG not allowed" */
+  freeReplyObject(r);
+  redisFree(c);
+}
+
+/* ## Arguments ----------------------------------------------------------- */
+
+static void test_invalid_arguments(void **state) {
+  hilock_redlock *rl = NULL;
+  const char *bad[2] = {"redis://127.0.0.1:1", "http://nope"};
+  (void)state;
+  assert_int_equal(hilock_redlock_new(urls, N, NAME, NAMELEN, 1000, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_hl_rc(hilock_redlock_new(urls, 0, NAME, NAMELEN, 1000, NULL, &rl),
+               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
+  assert_substr(hilock_redlock_errmsg(rl), "node URLs");
+  hilock_redlock_free(rl);
+  assert_hl_rc(hilock_redlock_new(NULL, 3, NAME, NAMELEN, 1000, NULL, &rl),
+               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
+  hilock_redlock_free(rl);
+  assert_hl_rc(hilock_redlock_new(bad, 2, NAME, NAMELEN, 1000, NULL, &rl),
+               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
+  assert_substr(hilock_redlock_errmsg(rl), "node 1");
+  hilock_redlock_free(rl);
+  assert_hl_rc(hilock_redlock_new(urls, N, NAME, NAMELEN, 0, NULL, &rl),
+               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
+  hilock_redlock_free(rl);
+  assert_hl_rc(hilock_redlock_new(urls, N, "", 0, 1000, NULL, &rl),
+               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
+  hilock_redlock_free(rl);
+
+  assert_int_equal(hilock_redlock_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_acquire(NULL, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_extend(NULL, 10, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_owned(NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_locked(NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_set_node_timeout(NULL, 5), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_validity_ms(NULL), 0);
+  assert_int_equal(hilock_redlock_fence(NULL), 0);
+  assert_string_equal(hilock_redlock_token(NULL), "");
+  assert_string_equal(hilock_redlock_errmsg(NULL), "redlock is NULL");
+  hilock_redlock_free(NULL);
+
+  rl = make(1000);
+  assert_int_equal(hilock_redlock_nodes(rl), 5);
+  assert_int_equal(hilock_redlock_quorum(rl), 3);
+  assert_int_equal(hilock_redlock_node_timeout_ms(rl), 50);
+  assert_int_equal(hilock_redlock_set_node_timeout(rl, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_set_node_timeout(rl, 1000), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_set_retry_delay(rl, -1), HILOCK_EINVAL);
+  assert_int_equal(hilock_redlock_release(rl), HILOCK_ENOTOWNED);
+  assert_int_equal(hilock_redlock_extend(rl, 100, 0), HILOCK_ENOTOWNED);
+  assert_int_equal(hilock_redlock_acquire(rl, -5), HILOCK_EINVAL);
+  hilock_redlock_free(rl);
+  /* A small TTL gives a node timeout of ttl/10. */
+  rl = make(200);
+  assert_int_equal(hilock_redlock_node_timeout_ms(rl), 20);
+  hilock_redlock_free(rl);
+}
+
+static void test_auth_and_db_from_each_url(void **state) {
+  char u0[128], u2[128], bad0[128];
+  const char *good[N], *bad[N];
+  hilock_redlock *rl = NULL;
+  hilock_options o = hl_test_options();
+  redisContext *c;
+  (void)state;
+  c = hl_redis_connect(&nodes[0]);
+  hl_redis_ok(c, "CONFIG SET requirepass s3cret");
+  redisFree(c);
+  snprintf(u0, sizeof(u0), "redis://:s3cret@127.0.0.1:%d", nodes[0].port);
+  snprintf(bad0, sizeof(bad0), "redis://:wrong@127.0.0.1:%d", nodes[0].port);
+  snprintf(u2, sizeof(u2), "redis://127.0.0.1:%d/3", nodes[2].port);
+  for (int i = 0; i < N; i++) good[i] = bad[i] = urls[i];
+  good[0] = u0;
+  good[2] = u2;
+  bad[0] = bad0;
+  assert_hl_ok(hilock_redlock_new(good, N, NAME, NAMELEN, 5000, &o, &rl),
+               hilock_redlock_errmsg(rl));
+  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_redlock_errmsg(rl));
+  /* Node 0 took it behind its password, node 2 in db 3. */
+  c = hl_redis_connect(&nodes[0]);
+  hl_redis_ok(c, "AUTH s3cret");
+  assert_true(hl_redis_exists(c, KEY, strlen(KEY)));
+  redisFree(c);
+  c = hl_redis_connect(&nodes[2]);
+  assert_false(hl_redis_exists(c, KEY, strlen(KEY)));
+  hl_redis_ok(c, "SELECT 3");
+  assert_true(hl_redis_exists(c, KEY, strlen(KEY)));
+  redisFree(c);
+  assert_hl_ok(hilock_redlock_release(rl), hilock_redlock_errmsg(rl));
+  hilock_redlock_free(rl);
+  rl = NULL;
+  /* A refused password is a configuration error, not a minority down. */
+  assert_hl_rc(hilock_redlock_new(bad, N, NAME, NAMELEN, 5000, &o, &rl),
+               HILOCK_EAUTH, hilock_redlock_errmsg(rl));
+  {
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.1:%d: redis: WRONGPASS",
+             nodes[0].port);
+    assert_substr(hilock_redlock_errmsg(rl), want);
+  }
+  hilock_redlock_free(rl);
+  hl_server_stop(&nodes[0]); /* the next setup restarts it without a password */
+}
+
+/* ## Grants ------------------------------------------------------------------- */
+
+static void test_grant_sets_one_token_on_every_node(void **state) {
+  hilock_redlock *a = make(10000), *b = make(10000);
+  int64_t t0 = hl_now_ms();
+  int owned = 0, locked = 0;
+  (void)state;
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_i64_between(hilock_redlock_validity_ms(a), 10000 - 102 - 1000,
+                     10000 - 102);
+  assert_true(hl_now_ms() - t0 < 1000);
+  assert_int_equal(hilock_redlock_fence(a), 1);
+  for (int i = 0; i < N; i++) {
+    char *v = node_get(i, KEY);
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    assert_non_null(v);
+    assert_string_equal(v, hilock_redlock_token(a));
+    assert_i64_between(hl_redis_pttl(c, KEY, strlen(KEY)), 8000, 10000);
+    redisFree(c);
+    free(v);
+  }
+  assert_hl_ok(hilock_redlock_owned(a, &owned), hilock_redlock_errmsg(a));
+  assert_true(owned);
+  assert_hl_ok(hilock_redlock_locked(b, &locked), hilock_redlock_errmsg(b));
+  assert_true(locked);
+  assert_hl_rc(hilock_redlock_try_acquire(b), HILOCK_BUSY,
+               hilock_redlock_errmsg(b));
+  assert_substr(hilock_redlock_errmsg(b), "held by another owner on 5 of 5");
+  assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_EINVAL,
+               hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_int_equal(nodes_with_key(), 0);
+  assert_false(hilock_redlock_held(a));
+  assert_hl_rc(hilock_redlock_release(a), HILOCK_ENOTOWNED,
+               hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
+  assert_int_equal(hilock_redlock_fence(b), 2);
+  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
+  hilock_redlock_free(a);
+  hilock_redlock_free(b);
+}
+
+static void test_blocked_acquire_waits_its_bound_then_gets_it(void **state) {
+  hilock_redlock *a = make(10000), *b = make(10000);
+  int64_t t0;
+  (void)state;
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_redlock_acquire(b, 400), HILOCK_BUSY,
+               hilock_redlock_errmsg(b));
+  assert_i64_between(hl_now_ms() - t0, 400, 400 + 1500);
+  /* No token of b's anywhere after its failed attempts. */
+  for (int i = 0; i < N; i++) {
+    char *v = node_get(i, KEY);
+    assert_string_equal(v, hilock_redlock_token(a));
+    free(v);
+  }
+  /* A holder whose keys lapse: b gets it within the retry delay of that. */
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_redlock_errmsg(b));
+  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
+  hilock_redlock_free(a);
+  hilock_redlock_free(b);
+}
+
+/* ## Node failures --------------------------------------------------------------- */
+
+static void test_minority_down_still_acquires_and_releases(void **state) {
+  hilock_redlock *a = make(10000);
+  (void)state;
+  hl_server_stop(&nodes[3]);
+  hl_server_stop(&nodes[4]);
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_int_equal(nodes_with_key(), 3);
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_int_equal(nodes_with_key(), 0);
+  /* Back up: the next grant uses them again. */
+  assert_int_equal(hl_server_restart(&nodes[3]), 0);
+  assert_int_equal(hl_server_restart(&nodes[4]), 0);
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_int_equal(nodes_with_key(), 5);
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  hilock_redlock_free(a);
+}
+
+static void test_minority_slowed_still_acquires_fast(void **state) {
+  hilock_redlock *a = make(10000);
+  redisContext *s3, *s4;
+  int64_t t0, took;
+  (void)state;
+  s3 = node_sleep(3, 1.0);
+  s4 = node_sleep(4, 1.0);
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  took = hl_now_ms() - t0;
+  /* Bounded by the node timeout (50 ms), not by the 1 s sleep. */
+  assert_i64_between(took, 0, 600);
+  assert_true(hilock_redlock_validity_ms(a) > 9000);
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_true(hl_now_ms() - t0 < 900);
+  sleep_done(s3);
+  sleep_done(s4);
+  /* The slow nodes ran the grant and then the release, in order, on the
+   * same connection: nothing is left behind. */
+  hl_sleep_ms(50);
+  assert_int_equal(nodes_with_key(), 0);
+  hilock_redlock_free(a);
+}
+
+static void test_majority_down_fails_in_time_and_leaves_no_lock(void **state) {
+  hilock_redlock *a = make(10000);
+  int64_t t0;
+  (void)state;
+  for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_ENOQUORUM,
+               hilock_redlock_errmsg(a));
+  assert_i64_between(hl_now_ms() - t0, 0, 500);
+  /* The message names every failed node with its error. */
+  for (int i = 0; i < 3; i++) {
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d: connect", nodes[i].port);
+    assert_substr(hilock_redlock_errmsg(a), addr);
+  }
+  assert_substr(hilock_redlock_errmsg(a), "granted on 2");
+  assert_int_equal(hilock_redlock_errcode(a), HILOCK_ENOQUORUM);
+  assert_false(node_has_key(3));
+  assert_false(node_has_key(4));
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_redlock_acquire(a, 500), HILOCK_ENOQUORUM,
+               hilock_redlock_errmsg(a));
+  assert_i64_between(hl_now_ms() - t0, 500, 500 + 1500);
+  assert_false(node_has_key(3));
+  assert_false(node_has_key(4));
+  assert_false(hilock_redlock_held(a));
+  /* Waiting forever: an outage ends the wait after the reconnect budget
+   * (1 s in the test options). */
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_redlock_acquire(a, HILOCK_WAIT_FOREVER),
+               HILOCK_ENOQUORUM, hilock_redlock_errmsg(a));
+  assert_i64_between(hl_now_ms() - t0, 1000, 1000 + 1500);
+  hilock_redlock_free(a);
+}
+
+static void test_constructor_needs_a_majority(void **state) {
+  hilock_redlock *rl = NULL;
+  hilock_options o = hl_test_options();
+  (void)state;
+  for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
+  assert_hl_rc(hilock_redlock_new(urls, N, NAME, NAMELEN, 1000, &o, &rl),
+               HILOCK_ENOQUORUM, hilock_redlock_errmsg(rl));
+  assert_substr(hilock_redlock_errmsg(rl), "2 of 5 nodes answered");
+  hilock_redlock_free(rl);
+}
+
+static void test_slowed_majority_leaves_nothing_behind(void **state) {
+  hilock_redlock *a = make(10000);
+  redisContext *s[3];
+  int64_t t0;
+  (void)state;
+  for (int i = 0; i < 3; i++) s[i] = node_sleep(i, 0.5);
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_ENOQUORUM,
+               hilock_redlock_errmsg(a));
+  assert_i64_between(hl_now_ms() - t0, 0, 450);
+  assert_substr(hilock_redlock_errmsg(a), "no reply within 50 ms");
+  for (int i = 0; i < 3; i++) sleep_done(s[i]);
+  hl_sleep_ms(50);
+  /* The slow nodes set the token after all, then ran the release that
+   * followed it on the same connection. */
+  assert_int_equal(nodes_with_key(), 0);
+  hilock_redlock_free(a);
+}
+
+static void test_majority_held_elsewhere_is_busy_and_cleaned(void **state) {
+  hilock_redlock *a = make(10000);
+  (void)state;
+  for (int i = 0; i < 3; i++) {
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    hl_redis_ok(c, "SET %s other PX 10000", KEY);
+    redisFree(c);
+  }
+  assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_BUSY,
+               hilock_redlock_errmsg(a));
+  assert_false(node_has_key(3));
+  assert_false(node_has_key(4));
+  for (int i = 0; i < 3; i++) {
+    char *v = node_get(i, KEY);
+    assert_string_equal(v, "other");
+    free(v);
+  }
+  hilock_redlock_free(a);
+}
+
+/* ## Restarts: the documented unsafety and its mitigations -------------------- */
+
+/* a holds on nodes 0..2 (3 and 4 were down); 3 and 4 come back empty. */
+static void hold_on_first_three(hilock_redlock *a) {
+  hl_server_stop(&nodes[3]);
+  hl_server_stop(&nodes[4]);
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_int_equal(hl_server_restart(&nodes[3]), 0);
+  assert_int_equal(hl_server_restart(&nodes[4]), 0);
+  assert_int_equal(nodes_with_key(), 3);
+}
+
+static void test_restart_without_persistence_grants_twice(void **state) {
+  hilock_redlock *a = make(5000), *b = make(5000);
+  (void)state;
+  hold_on_first_three(a);
+  /* Node 2 crashes and restarts at once, with no persistence. */
+  assert_int_equal(hl_server_restart(&nodes[2]), 0);
+  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
+  /* Both believe they hold the lock: the safety violation the Redlock
+   * description warns about. */
+  assert_true(hilock_redlock_validity_ms(a) > 0);
+  assert_true(hilock_redlock_validity_ms(b) > 0);
+  assert_true(hilock_redlock_held(a) && hilock_redlock_held(b));
+  hilock_redlock_free(a);
+  hilock_redlock_free(b);
+}
+
+static void test_delayed_restart_prevents_the_second_grant(void **state) {
+  hilock_redlock *a = make(1500), *b = make(1500);
+  int tries = 0;
+  (void)state;
+  hold_on_first_three(a);
+  hl_server_stop(&nodes[2]);
+  /* Node 2 stays down for longer than the TTL. */
+  while (hilock_redlock_validity_ms(a) > 0) {
+    int rc = hilock_redlock_try_acquire(b);
+    assert_true(rc != HILOCK_OK);
+    tries++;
+    hl_sleep_ms(50);
+  }
+  assert_true(tries >= 5);
+  hl_sleep_ms(200); /* the keys of a, with their TTL, are gone by now */
+  assert_int_equal(hl_server_restart(&nodes[2]), 0);
+  assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_redlock_errmsg(b));
+  assert_int_equal(hilock_redlock_validity_ms(a), 0);
+  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
+  hilock_redlock_free(a);
+  hilock_redlock_free(b);
+}
+
+static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
+  hilock_redlock *a, *b;
+  char cmd[400];
+  (void)state;
+  /* Node 2 with appendfsync always. */
+  hl_server_stop(&nodes[2]);
+  nodes[2].extra[BASE_EXTRA] = "--appendonly";
+  nodes[2].extra[BASE_EXTRA + 1] = "yes";
+  nodes[2].extra[BASE_EXTRA + 2] = "--appendfsync";
+  nodes[2].extra[BASE_EXTRA + 3] = "always";
+  nodes[2].nextra = BASE_EXTRA + 4;
+  assert_int_equal(hl_server_restart(&nodes[2]), 0);
+  a = make(5000);
+  b = make(5000);
+  hold_on_first_three(a);
+  assert_int_equal(hl_server_restart(&nodes[2]), 0); /* SIGKILL, restart */
+  assert_true(node_has_key(2));
+  assert_hl_rc(hilock_redlock_try_acquire(b), HILOCK_BUSY,
+               hilock_redlock_errmsg(b));
+  assert_true(hilock_redlock_validity_ms(a) > 0);
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
+  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
+  hilock_redlock_free(a);
+  hilock_redlock_free(b);
+  hl_server_stop(&nodes[2]);
+  nodes[2].nextra = BASE_EXTRA;
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s/appendonlydir'", nodes[2].dir);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(hl_server_restart(&nodes[2]), 0);
+}
+
+/* ## Fencing ------------------------------------------------------------------- */
+
+static void test_fence_increases_across_diverged_counters(void **state) {
+  hilock_redlock *a = make(10000), *b = make(10000);
+  redisContext *c = hl_redis_connect(&nodes[0]);
+  (void)state;
+  hl_redis_ok(c, "SET %s 100", FKEY);
+  redisFree(c);
+  /* The majority is nodes 0..2, whose counters disagree (100, 0, 0). */
+  hl_server_stop(&nodes[3]);
+  hl_server_stop(&nodes[4]);
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_int_equal(hilock_redlock_fence(a), 101);
+  /* The largest was written back before the grant returned. */
+  for (int i = 1; i < 3; i++) {
+    char *v = node_get(i, FKEY);
+    assert_non_null(v);
+    assert_string_equal(v, "101");
+    free(v);
+  }
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  /* A majority without node 0 (and with two empty nodes) counts past it. */
+  assert_int_equal(hl_server_restart(&nodes[3]), 0);
+  assert_int_equal(hl_server_restart(&nodes[4]), 0);
+  hl_server_stop(&nodes[0]);
+  hl_server_stop(&nodes[1]);
+  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
+  assert_int_equal(hilock_redlock_fence(b), 102);
+  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
+  hilock_redlock_free(a);
+  hilock_redlock_free(b);
+}
+
+/* Agreeing counters need no write-back: the majority already holds them. */
+static void test_fence_from_agreeing_counters_is_consecutive(void **state) {
+  hilock_redlock *a = make(10000);
+  (void)state;
+  for (uint64_t want = 1; want <= 5; want++) {
+    assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+    assert_int_equal(hilock_redlock_fence(a), want);
+    assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  }
+  hilock_redlock_free(a);
+}
+
+/* ## Extension and renewal ----------------------------------------------------- */
+
+static void test_extend_counts_with_a_majority(void **state) {
+  hilock_redlock *a = make(2000);
+  int owned = 1;
+  (void)state;
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_extend(a, 6000, 1), hilock_redlock_errmsg(a));
+  assert_i64_between(hilock_redlock_validity_ms(a), 5000, 6000);
+  assert_hl_ok(hilock_redlock_extend(a, 1000, 0), hilock_redlock_errmsg(a));
+  assert_i64_between(hilock_redlock_validity_ms(a), 6000, 7000);
+  /* Two nodes lost it: still a majority. */
+  for (int i = 0; i < 2; i++) {
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    hl_redis_ok(c, "DEL %s", KEY);
+    redisFree(c);
+  }
+  assert_hl_ok(hilock_redlock_renew(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_owned(a, &owned), hilock_redlock_errmsg(a));
+  assert_true(owned);
+  /* A third: the majority is gone. */
+  {
+    redisContext *c = hl_redis_connect(&nodes[2]);
+    hl_redis_ok(c, "DEL %s", KEY);
+    redisFree(c);
+  }
+  assert_hl_rc(hilock_redlock_extend(a, 1000, 0), HILOCK_ENOTOWNED,
+               hilock_redlock_errmsg(a));
+  assert_true(hilock_redlock_lost(a));
+  assert_int_equal(hilock_redlock_validity_ms(a), 0);
+  assert_hl_ok(hilock_redlock_owned(a, &owned), hilock_redlock_errmsg(a));
+  assert_false(owned);
+  hilock_redlock_free(a);
+}
+
+static void test_extend_without_a_majority_keeps_the_old_validity(void **state) {
+  hilock_redlock *a = make(3000);
+  int64_t before;
+  (void)state;
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
+  before = hilock_redlock_validity_ms(a);
+  assert_hl_rc(hilock_redlock_extend(a, 20000, 1), HILOCK_ENOQUORUM,
+               hilock_redlock_errmsg(a));
+  assert_true(hilock_redlock_validity_ms(a) <= before);
+  assert_false(hilock_redlock_lost(a));
+  assert_hl_rc(hilock_redlock_release(a), HILOCK_ENOQUORUM,
+               hilock_redlock_errmsg(a));
+  assert_substr(hilock_redlock_errmsg(a), "deleted on 2 of 5");
+  hilock_redlock_free(a);
+}
+
+static volatile int lost_calls;
+static void on_lost(void *arg) {
+  (void)arg;
+  __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static void test_watchdog_renews_through_a_majority(void **state) {
+  hilock_redlock *a = make(600);
+  int64_t t0;
+  (void)state;
+  lost_calls = 0;
+  assert_hl_ok(hilock_redlock_set_auto_renew(a, 1, 0, on_lost, NULL),
+               hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  hl_sleep_ms(1500); /* two and a half TTLs */
+  assert_int_equal(nodes_with_key(), 5);
+  assert_true(hilock_redlock_validity_ms(a) > 0);
+  /* A node down: the other four keep it alive. */
+  hl_server_stop(&nodes[4]);
+  hl_sleep_ms(900);
+  assert_true(hilock_redlock_validity_ms(a) > 0);
+  assert_false(hilock_redlock_lost(a));
+  assert_int_equal(lost_calls, 0);
+  /* Two more lose the key: no majority can confirm any more. */
+  for (int i = 0; i < 2; i++) {
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    hl_redis_ok(c, "DEL %s", KEY);
+    redisFree(c);
+  }
+  t0 = hl_now_ms();
+  while (!hilock_redlock_lost(a) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
+  assert_true(hilock_redlock_lost(a));
+  assert_i64_between(hl_now_ms() - t0, 0, 600 + 300);
+  assert_int_equal(lost_calls, 1);
+  assert_int_equal(hilock_redlock_validity_ms(a), 0);
+  assert_true(hilock_redlock_release(a) != HILOCK_OK);
+  hilock_redlock_free(a);
+}
+
+static void test_max_hold_stops_renewing(void **state) {
+  hilock_redlock *a = make(400);
+  int64_t t0;
+  (void)state;
+  lost_calls = 0;
+  assert_hl_ok(hilock_redlock_set_auto_renew(a, 1, 700, on_lost, NULL),
+               hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  t0 = hl_now_ms();
+  while (!hilock_redlock_lost(a) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
+  assert_true(hilock_redlock_lost(a));
+  assert_i64_between(hl_now_ms() - t0, 700, 700 + 400 + 400);
+  assert_int_equal(lost_calls, 1);
+  hilock_redlock_free(a);
+}
+
+/* ## Fork ----------------------------------------------------------------------- */
+
+static hilock_redlock *fork_lock;
+
+static int child_body(void *arg) {
+  int owned = 1;
+  (void)arg;
+  if (hilock_redlock_release(fork_lock) != HILOCK_EFORKED) return 1;
+  if (hilock_redlock_extend(fork_lock, 1000, 0) != HILOCK_EFORKED) return 2;
+  if (hilock_redlock_owned(fork_lock, &owned) != HILOCK_OK || owned) return 3;
+  if (hilock_redlock_validity_ms(fork_lock) != 0) return 4;
+  /* The child may try for itself on fresh connections: held by the parent. */
+  if (hilock_redlock_try_acquire(fork_lock) != HILOCK_BUSY) return 5;
+  return 0;
+}
+
+static void test_forked_child_holds_nothing(void **state) {
+  pid_t pid;
+  (void)state;
+  fork_lock = make(10000);
+  assert_hl_ok(hilock_redlock_set_auto_renew(fork_lock, 1, 0, NULL, NULL),
+               hilock_redlock_errmsg(fork_lock));
+  assert_hl_ok(hilock_redlock_try_acquire(fork_lock),
+               hilock_redlock_errmsg(fork_lock));
+  pid = hl_fork_run(child_body, NULL);
+  assert_true(pid > 0);
+  assert_int_equal(hl_wait_child(pid, 10000), 0);
+  assert_int_equal(nodes_with_key(), 5);
+  assert_hl_ok(hilock_redlock_release(fork_lock),
+               hilock_redlock_errmsg(fork_lock));
+  assert_int_equal(nodes_with_key(), 0);
+  hilock_redlock_free(fork_lock);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup(test_invalid_arguments, setup),
+      cmocka_unit_test_setup(test_auth_and_db_from_each_url, setup),
+      cmocka_unit_test_setup(test_grant_sets_one_token_on_every_node, setup),
+      cmocka_unit_test_setup(test_blocked_acquire_waits_its_bound_then_gets_it,
+                             setup),
+      cmocka_unit_test_setup(test_minority_down_still_acquires_and_releases,
+                             setup),
+      cmocka_unit_test_setup(test_minority_slowed_still_acquires_fast, setup),
+      cmocka_unit_test_setup(
+          test_majority_down_fails_in_time_and_leaves_no_lock, setup),
+      cmocka_unit_test_setup(test_constructor_needs_a_majority, setup),
+      cmocka_unit_test_setup(test_slowed_majority_leaves_nothing_behind, setup),
+      cmocka_unit_test_setup(test_majority_held_elsewhere_is_busy_and_cleaned,
+                             setup),
+      cmocka_unit_test_setup(test_restart_without_persistence_grants_twice,
+                             setup),
+      cmocka_unit_test_setup(test_delayed_restart_prevents_the_second_grant,
+                             setup),
+      cmocka_unit_test_setup(test_aof_fsync_always_prevents_the_second_grant,
+                             setup),
+      cmocka_unit_test_setup(test_fence_increases_across_diverged_counters,
+                             setup),
+      cmocka_unit_test_setup(test_fence_from_agreeing_counters_is_consecutive,
+                             setup),
+      cmocka_unit_test_setup(test_extend_counts_with_a_majority, setup),
+      cmocka_unit_test_setup(
+          test_extend_without_a_majority_keeps_the_old_validity, setup),
+      cmocka_unit_test_setup(test_watchdog_renews_through_a_majority, setup),
+      cmocka_unit_test_setup(test_max_hold_stops_renewing, setup),
+      cmocka_unit_test_setup(test_forked_child_holds_nothing, setup),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
