@@ -9,5 +9,6 @@
 #include "hilock/rlock.h"
 #include "hilock/semaphore.h"
 #include "hilock/fair.h"
+#include "hilock/seglock.h"
 
 #endif /* HILOCK_H */
