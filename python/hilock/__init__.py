@@ -18,11 +18,12 @@ from ._base import LockBase
 from ._fair import FairLock
 from ._lock import Lock
 from ._rlock import RLock
+from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._util import Name
 from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
                      LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
-                     RedisError, UnsupportedError, WrongTypeError)
+                     RedisError, SoldOut, UnsupportedError, WrongTypeError)
 
 __version__ = _hilock.hilock_version_string().decode()
 
@@ -30,6 +31,7 @@ __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
     "Semaphore", "semaphore",
     "FairLock", "fair_lock",
+    "SegmentedLock", "segmented_lock", "SoldOut",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -67,3 +69,9 @@ def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
               **kw: Any) -> FairLock:
     """A fair (FIFO) lock on the default client."""
     return default_client().fair_lock(name, ttl=ttl, timeout=timeout, **kw)
+
+
+def segmented_lock(name: Name, segments: int, ttl: float = 30.0,
+                   timeout: Optional[float] = None, **kw: Any) -> SegmentedLock:
+    """A segmented lock on the default client."""
+    return default_client().segmented_lock(name, segments, ttl=ttl, timeout=timeout, **kw)

@@ -11,6 +11,7 @@ from ._base import LostCallback
 from ._fair import FairLock
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._rlock import RLock
+from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._util import Name, seconds_to_ms
 from .errors import ConnectionError, InvalidArgument
@@ -137,6 +138,19 @@ class Client:
         heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
         at 5 s). Other arguments as for :meth:`lock`."""
         return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
+                       timeout: Optional[float] = None, *, auto_renew: bool = True,
+                       max_hold: Optional[float] = None,
+                       on_lost: Optional[LostCallback] = None) -> SegmentedLock:
+        """A segmented lock for hot inventory: ``segments`` exclusive locks,
+        each with its own share of the stock. ``acquire()`` takes any free
+        segment that still has stock (random start), ``take(n)`` sells from
+        it under the lock, and :class:`hilock.SoldOut` is raised once every
+        segment is empty. Every object on one name must use the same
+        ``segments``. Other arguments as for :meth:`lock`."""
+        return SegmentedLock(self, name, segments, ttl, timeout, auto_renew, max_hold,
+                             on_lost)
 
 
 _default_lock = threading.Lock()

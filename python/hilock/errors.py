@@ -9,7 +9,7 @@ from . import _hilock as _h
 __all__ = [
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
-    "NoPermissionError", "UnsupportedError", "error_for",
+    "NoPermissionError", "UnsupportedError", "SoldOut", "error_for",
 ]
 
 
@@ -72,6 +72,12 @@ class UnsupportedError(LockError):
     """The operation is not supported by this lock type or build."""
 
 
+class SoldOut(LockError):
+    """Every segment of a segmented lock is empty: the stock is sold out.
+    An ordinary outcome (not a timeout): stop trying. ``code`` is
+    HILOCK_SOLDOUT (2)."""
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -87,6 +93,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ENOTOWNED: LockNotOwnedError,
     _h.HILOCK_ENOTSUP: UnsupportedError,
     _h.HILOCK_EFORKED: ForkedLockError,
+    _h.HILOCK_SOLDOUT: SoldOut,
 }
 
 
