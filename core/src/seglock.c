@@ -67,9 +67,9 @@ int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
   s->segkeylen = calloc((size_t)segments, sizeof(*s->segkeylen));
   s->akeys = calloc((size_t)segments + 3, sizeof(*s->akeys));
   s->akeylens = calloc((size_t)segments + 3, sizeof(*s->akeylens));
-  s->skey = hilock__key(name, namelen, "stock", &s->skeylen);
-  s->fkey = hilock__key(name, namelen, "fence", &s->fkeylen);
-  s->wkey = hilock__key(name, namelen, "wake", &s->wkeylen);
+  s->skey = hilock__key(name, namelen, "seg:stock", &s->skeylen);
+  s->fkey = hilock__key(name, namelen, "seg:fence", &s->fkeylen);
+  s->wkey = hilock__key(name, namelen, "seg:wake", &s->wkeylen);
   if (s->segkey == NULL || s->segkeylen == NULL || s->akeys == NULL ||
       s->akeylens == NULL || s->skey == NULL || s->fkey == NULL ||
       s->wkey == NULL) {
@@ -478,7 +478,8 @@ int hilock_seglock_held_count(hilock_seglock *s, int *n) {
   free(argv);
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER)
-    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO, "unexpected reply to EXISTS");
+    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
+                         "unexpected reply to EXISTS");
   else
     *n = (int)r->integer;
   freeReplyObject(r);

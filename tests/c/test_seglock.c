@@ -86,7 +86,7 @@ static void grants_distinct_segments_then_busy(void **state) {
   assert_false(hilock_seglock_held(s[4]));
   assert_string_equal(hilock_seglock_token(s[4]), "");
   /* The fence hash records the latest grant of each segment. */
-  assert_int_equal(hl_redis_int(f->redis, "HINCRBY hilock:{inv}:fence n 0"), 4);
+  assert_int_equal(hl_redis_int(f->redis, "HINCRBY hilock:{inv}:seg:fence n 0"), 4);
 
   {
     int freed = hilock_seglock_segment(s[2]);
@@ -149,13 +149,13 @@ static void stock_init_splits_evenly(void **state) {
   assert_int_equal(stock_of(s, 2), 3);
   assert_int_equal(stock_of(s, -1), 10);
   {
-    redisReply *r = hl_redis(f->redis, "HGET hilock:{split}:stock segments");
+    redisReply *r = hl_redis(f->redis, "HGET hilock:{split}:seg:stock segments");
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     assert_string_equal(r->str, "3");
     freeReplyObject(r);
   }
   /* No expiry: the stock is the data. */
-  assert_int_equal(hl_redis_pttl(f->redis, "hilock:{split}:stock", 20), -1);
+  assert_int_equal(hl_redis_pttl(f->redis, "hilock:{split}:seg:stock", 24), -1);
   SEG_OK(hilock_seglock_stock_set(s, 2, 7), s);
   assert_int_equal(stock_of(s, -1), 14);
   /* Re-loading replaces the stock. */
@@ -681,14 +681,14 @@ static void keys_follow_the_layout(void **state) {
   const char *k = hilock_seglock_key(s, 2, &len);
   assert_string_equal(k, "hilock:{lay{out}:seg:2");
   assert_int_equal(len, strlen(k));
-  assert_string_equal(hilock_seglock_key(s, -1, &len), "hilock:{lay{out}:stock");
+  assert_string_equal(hilock_seglock_key(s, -1, &len), "hilock:{lay{out}:seg:stock");
   assert_string_equal(hilock_seglock_key(s, 3, &len), "");
   assert_int_equal(len, 0);
   /* One cluster slot for every key of the lock. */
   assert_int_equal(hilock__key_slot("hilock:{lay{out}:seg:0", 22),
-                   hilock__key_slot("hilock:{lay{out}:stock", 22));
+                   hilock__key_slot("hilock:{lay{out}:seg:stock", 26));
   assert_int_equal(hilock__key_slot("hilock:{lay{out}:seg:2", 22),
-                   hilock__key_slot("hilock:{lay{out}:wake", 21));
+                   hilock__key_slot("hilock:{lay{out}:seg:wake", 25));
   hilock_seglock_free(s);
 }
 
@@ -697,21 +697,21 @@ static void damaged_keys_fail_closed(void **state) {
   hilock_seglock *s = make_seg(f->client, "bad", 2, 1000);
   int rc;
 
-  hl_redis_ok(f->redis, "HSET hilock:{bad}:stock segments 2 0 abc 1 xyz");
+  hl_redis_ok(f->redis, "HSET hilock:{bad}:seg:stock segments 2 0 abc 1 xyz");
   rc = hilock_seglock_try_acquire(s);
   assert_true(rc < 0);
   assert_false(hilock_seglock_held(s));
   assert_int_equal(held_count(s), 0);
 
-  hl_redis_ok(f->redis, "DEL hilock:{bad}:stock");
-  hl_redis_ok(f->redis, "SET hilock:{bad}:fence 7");
+  hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:stock");
+  hl_redis_ok(f->redis, "SET hilock:{bad}:seg:fence 7");
   rc = hilock_seglock_try_acquire(s);
   assert_true(rc < 0);
   assert_false(hilock_seglock_held(s));
   assert_int_equal(held_count(s), 0);
 
-  hl_redis_ok(f->redis, "DEL hilock:{bad}:fence");
-  hl_redis_ok(f->redis, "SET hilock:{bad}:stock 1");
+  hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:fence");
+  hl_redis_ok(f->redis, "SET hilock:{bad}:seg:stock 1");
   rc = hilock_seglock_try_acquire(s);
   assert_hl_rc(rc, HILOCK_EWRONGTYPE, hilock_seglock_errmsg(s));
   assert_false(hilock_seglock_held(s));

@@ -32,7 +32,7 @@ def seg_keys(name: str, k: int) -> List[str]:
 def test_each_holder_gets_its_own_segment(client, rds) -> None:
     locks = [client.segmented_lock("inv", 4, ttl=10) for _ in range(5)]
     assert locks[0].segment is None and locks[0].fence is None
-    assert locks[0].key == b"hilock:{inv}:stock"
+    assert locks[0].key == b"hilock:{inv}:seg:stock"
     segs = []
     for lk in locks[:4]:
         assert lk.acquire(blocking=False) is True
@@ -96,8 +96,8 @@ def test_stock_init_splits_evenly_and_take_sells_under_the_lock(client, rds) -> 
     assert seg.stock() is None and seg.stock(0) is None and seg.sold_out() is False
     seg.stock_init(10)
     assert [seg.stock(i) for i in range(3)] == [4, 3, 3] and seg.stock() == 10
-    assert rds.hget("hilock:{shop}:stock", "segments") == b"3"
-    assert rds.pttl("hilock:{shop}:stock") == -1
+    assert rds.hget("hilock:{shop}:seg:stock", "segments") == b"3"
+    assert rds.pttl("hilock:{shop}:seg:stock") == -1
 
     with pytest.raises(hilock.LockNotOwnedError):
         seg.take(1)                      # not held: nothing moves
@@ -310,7 +310,7 @@ class NoSegLock:
     read-modify-write of the stock, holding nothing."""
 
     def __init__(self, r: redis.Redis, name: str, k: int) -> None:
-        self.r, self.stock_key, self.k = r, f"hilock:{{{name}}}:stock", k
+        self.r, self.stock_key, self.k = r, f"hilock:{{{name}}}:seg:stock", k
         self.segment: Optional[int] = None
         self.fence = None
 

@@ -9,14 +9,15 @@
  * HILOCK_SOLDOUT (an ordinary outcome, not an error and not a timeout), so
  * callers stop instead of waiting.
  *
- * Keys (one hash tag, so every script stays in one cluster slot):
- *   hilock:{name}:seg:<i>  string, the owner token of segment i's holder,
- *                          with the TTL (i = 0..K-1)
- *   hilock:{name}:stock    hash {"<i>" -> units left in segment i,
- *                          "segments" -> K}; no expiry (it is the data)
- *   hilock:{name}:fence    hash {"n" -> last fencing token,
- *                          "<i>" -> fence of segment i's latest grant}
- *   hilock:{name}:wake     the wake list every waiter sleeps on
+ * Keys (one hash tag, so every script stays in one cluster slot; the
+ * "seg:" roles keep them apart from other lock types of the same name):
+ *   hilock:{name}:seg:<i>      string, the owner token of segment i's
+ *                              holder, with the TTL (i = 0..K-1)
+ *   hilock:{name}:seg:stock    hash {"<i>" -> units left in segment i,
+ *                              "segments" -> K}; no expiry (it is the data)
+ *   hilock:{name}:seg:fence    hash {"n" -> last fencing token,
+ *                              "<i>" -> fence of segment i's latest grant}
+ *   hilock:{name}:seg:wake     the wake list every waiter sleeps on
  *
  * Stock moves only under the lock: hilock_seglock_take checks the holder's
  * token and decrements the held segment in one script, so no segment is
