@@ -125,7 +125,8 @@ join:
            hilock_seglock_segment(sale), hilock_seglock_fence(sale), taken);
     hilock_seglock_release(sale);
   }
-  printf("next acquire: %s\n", hilock_err_name(hilock_seglock_acquire(sale, 1000)));
+  printf("next acquire: %s\n",
+         hilock_err_name(hilock_seglock_acquire(sale, 1000)));
 out:
   for (int i = 0; i < BUYERS; i++) hilock_seglock_free(b[i].seg);
   hilock_seglock_free(sale);
