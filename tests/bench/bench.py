@@ -10,6 +10,9 @@ lock, in a loop, against one private redis-server:
   (d) redis-py           redis.Redis(...).lock(...)
   (e) python-redis-lock  redis_lock.Lock(conn, ...)
   (f) pottery            pottery.Redlock with a single master
+  (g) semaphore C        bench_c semaphore: a counting semaphore of 1 permit
+  (h) fair lock C        bench_c fair: a fair (FIFO) lock
+  (i) segmented lock C   bench_c seglock: a segmented lock of 8 segments
 
 Contestants take turns, round after round, and each reports the median of
 its rounds, to damp the noise of a small machine. This is a benchmark, not a
@@ -265,6 +268,9 @@ def main() -> int:
         PyBench("redis_py", "(d) redis-py Lock", make_redis_py),
         PyBench("python_redis_lock", "(e) python-redis-lock", make_python_redis_lock),
         PyBench("pottery", "(f) pottery Redlock, 1 master", make_pottery),
+        CBench("semaphore_c", "(g) hilock C semaphore, 1 permit", "semaphore", binary),
+        CBench("fair_c", "(h) hilock C fair lock", "fair", binary),
+        CBench("seglock_c", "(i) hilock C segmented lock, 8 segments", "seglock", binary),
     ]
     RedisServer = load_redis_server()
     with RedisServer() as srv:
@@ -302,7 +308,9 @@ def main() -> int:
     by = {c.key: c.cycles_per_s for c in contestants}
     floor = by["floor"]
     ratios = {"b/a": ratio(by["hilock_c"], floor), "c/a": ratio(by["hilock_py"], floor),
-              "c/d": ratio(by["hilock_py"], by["redis_py"])}
+              "c/d": ratio(by["hilock_py"], by["redis_py"]),
+              "g/a": ratio(by["semaphore_c"], floor), "h/a": ratio(by["fair_c"], floor),
+              "i/a": ratio(by["seglock_c"], floor)}
 
     print(f"\nLock cycle (non-blocking acquire + release, uncontended), redis-server "
           f"{server_version} on loopback, {os.cpu_count()} CPUs, Python "
@@ -315,6 +323,9 @@ def main() -> int:
     print(f"| b/a: hilock C / floor | {fmt_ratio(ratios['b/a'])} |")
     print(f"| c/a: hilock Python / floor | {fmt_ratio(ratios['c/a'])} |")
     print(f"| c/d: hilock Python / redis-py | {fmt_ratio(ratios['c/d'])} |")
+    print(f"| g/a: semaphore C / floor | {fmt_ratio(ratios['g/a'])} |")
+    print(f"| h/a: fair lock C / floor | {fmt_ratio(ratios['h/a'])} |")
+    print(f"| i/a: segmented lock C / floor | {fmt_ratio(ratios['i/a'])} |")
     versions = {d: version(d) for d in ("hilock", "redis", "python-redis-lock", "pottery")}
     if "hilock" in sys.modules:  # importable without being pip-installed
         versions["hilock"] = getattr(sys.modules["hilock"], "__version__", versions["hilock"])
