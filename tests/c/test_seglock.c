@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include "internal.h"
+#include "scripts.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -132,6 +133,52 @@ static void random_start_spreads_grants(void **state) {
   }
   for (int i = 0; i < 8; i++) assert_in_range(count[i], 15, 100);
   hilock_seglock_free(s);
+}
+
+/* The acquire script run by hand (as a resend after a lost reply would run
+ * it): {status, segment or pttl, fence}. */
+static void run_acquire(fixture *f, const char *token, const char *start,
+                        long long out[3]) {
+  const char *argv[3 + 3 + 3 + 4];
+  redisReply *r;
+  int n = 0;
+  argv[n++] = "EVAL";
+  argv[n++] = hilock__script_seglock_acquire.src;
+  argv[n++] = "6";
+  argv[n++] = "hilock:{re}:seg:stock";
+  argv[n++] = "hilock:{re}:seg:fence";
+  argv[n++] = "hilock:{re}:seg:wake";
+  argv[n++] = "hilock:{re}:seg:0";
+  argv[n++] = "hilock:{re}:seg:1";
+  argv[n++] = "hilock:{re}:seg:2";
+  argv[n++] = token;
+  argv[n++] = "10000";
+  argv[n++] = start;
+  argv[n++] = "3";
+  r = redisCommandArgv(f->redis, n, argv, NULL);
+  assert_non_null(r);
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  for (size_t i = 0; i < 3; i++)
+    out[i] = i < r->elements ? r->element[i]->integer : -99;
+  freeReplyObject(r);
+}
+
+static void resent_acquire_finds_its_own_grant(void **state) {
+  fixture *f = *state;
+  long long first[3], again[3], other[3];
+  run_acquire(f, "tokenA", "1", first);
+  assert_int_equal(first[0], 1);
+  assert_int_equal(first[1], 1); /* the random start, free */
+  run_acquire(f, "tokenB", "1", other);
+  assert_int_equal(other[0], 1);
+  assert_int_equal(other[1], 2); /* the next free one */
+  /* The same token again, from another start: the same segment and fence,
+   * not a second segment. */
+  run_acquire(f, "tokenA", "0", again);
+  assert_int_equal(again[0], 1);
+  assert_int_equal(again[1], first[1]);
+  assert_int_equal(again[2], first[2]);
+  assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{re}:seg:0"), 0);
 }
 
 /* ## Stock ------------------------------------------------------------------ */
@@ -725,6 +772,7 @@ int main(void) {
       T(grants_distinct_segments_then_busy),
       T(acquiring_twice_on_one_handle_is_einval),
       T(random_start_spreads_grants),
+      T(resent_acquire_finds_its_own_grant),
       T(stock_init_splits_evenly),
       T(empty_segments_are_skipped),
       T(take_moves_stock_only_under_the_lock),
