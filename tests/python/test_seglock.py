@@ -136,6 +136,26 @@ def test_empty_segments_are_skipped(client) -> None:
         a.release()
 
 
+def test_restocking_wakes_a_waiter(client, rds) -> None:
+    a = client.segmented_lock("restock", 2, ttl=30)
+    b = client.segmented_lock("restock", 2, ttl=30)
+    a.stock_init(0)
+    a.stock_set(0, 5)
+    assert a.acquire(blocking=False) and a.segment == 0
+    got: List[object] = []
+    t = threading.Thread(target=lambda: got.append((b.acquire(timeout=10), time.monotonic())))
+    t.start()
+    wait_for(lambda: int(rds.info("clients")["blocked_clients"]) == 1, 5.0,
+             what="a blocked waiter")
+    restocked = time.monotonic()
+    a.stock_set(1, 3)                    # the holder's TTL is 30 s away
+    t.join(10)
+    assert got and got[0][0] is True and got[0][1] - restocked < 1.5
+    assert b.segment == 1
+    b.release()
+    a.release()
+
+
 def test_a_holder_that_lost_its_segment_sells_nothing(client, rds) -> None:
     lost: List[object] = []
     seg = client.segmented_lock("steal", 2, ttl=10, on_lost=lost.append)
