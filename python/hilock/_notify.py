@@ -17,7 +17,10 @@ from typing import Any, Dict, Optional
 
 from . import _hilock as _h
 
-_mu = threading.Lock()
+# Reentrant: a lock collected while this thread holds _mu (the garbage
+# collector can run __del__ -> unregister() at any allocation, e.g. inside
+# register() while the reader thread starts) must not deadlock on it.
+_mu = threading.RLock()
 _ids = itertools.count(1)
 _locks: "Dict[int, weakref.ReferenceType[Any]]" = {}
 _fds: Optional[tuple] = None
@@ -75,7 +78,7 @@ def unregister(lock_id: int) -> None:
 def _after_fork_in_child() -> None:
     # The reader thread did not survive the fork: start afresh on first use.
     global _fds, _mu
-    _mu = threading.Lock()
+    _mu = threading.RLock()
     if _fds is not None:
         for fd in _fds:
             try:

@@ -416,3 +416,32 @@ def test_body_error_on_held_lock_releases_it(client, rds) -> None:
             raise KeyError("x")
     assert rds.exists(lk.key) == 0
     assert lk.lost is False
+
+
+def test_lock_collected_while_the_notify_registry_is_held(client) -> None:
+    """The garbage collector may run a lock's __del__ (which unregisters its
+    loss notification) at any allocation, also inside register() while the
+    registry's mutex is held (starting the reader thread in a forked child
+    did exactly that): it must not deadlock."""
+    import gc
+
+    from hilock import _notify
+
+    def body() -> None:
+        lk = client.lock("collected", ttl=5)   # auto_renew: registered
+        cycle: list = [lk]
+        cycle.append(cycle)                     # only the cycle collector frees it
+        del lk, cycle
+        with _notify._mu:                       # as register() holds it
+            gc.collect()                        # __del__ -> unregister(), this thread
+
+    was_enabled = gc.isenabled()
+    gc.disable()                                # no collection before the with
+    try:
+        t = threading.Thread(target=body, daemon=True)
+        t.start()
+        t.join(5)
+        assert not t.is_alive(), "unregister() deadlocked inside the registry's mutex"
+    finally:
+        if was_enabled:
+            gc.enable()
