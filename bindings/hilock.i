@@ -101,6 +101,20 @@
 %threadallow py_redlock_owned;
 %threadallow py_redlock_locked;
 %threadallow hilock_redlock_set_auto_renew_py;
+%threadallow py_seglock_new;
+%threadallow hilock_seglock_free;
+%threadallow hilock_seglock_acquire;
+%threadallow hilock_seglock_try_acquire;
+%threadallow hilock_seglock_release;
+%threadallow hilock_seglock_extend;
+%threadallow hilock_seglock_renew;
+%threadallow hilock_seglock_stock_init;
+%threadallow hilock_seglock_stock_set;
+%threadallow py_seglock_take;
+%threadallow py_seglock_stock;
+%threadallow py_seglock_held_count;
+%threadallow py_seglock_owned;
+%threadallow hilock_seglock_set_auto_renew_py;
 
 %include "errors.i"
 
@@ -190,6 +204,21 @@ HILOCK_CHECKED(py_redlock_locked, hilock_redlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_redlock_set_node_timeout, hilock_redlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_redlock_set_retry_delay, hilock_redlock_errmsg(arg1))
 HILOCK_CHECKED(hilock_redlock_set_auto_renew_py, hilock_redlock_errmsg(arg1))
+/* Acquire returns HILOCK_OK, HILOCK_BUSY or HILOCK_SOLDOUT (>= 0), or
+ * raises. */
+HILOCK_CHECKED_PTR(py_seglock_new)
+HILOCK_CHECKED(hilock_seglock_acquire, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seglock_try_acquire, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seglock_release, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seglock_extend, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seglock_renew, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seglock_stock_init, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seglock_stock_set, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(py_seglock_take, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(py_seglock_stock, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(py_seglock_held_count, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(py_seglock_owned, hilock_seglock_errmsg(arg1))
+HILOCK_CHECKED(hilock_seglock_set_auto_renew_py, hilock_seglock_errmsg(arg1))
 
 %{
 #include <errno.h>
@@ -616,6 +645,50 @@ static int hilock_redlock_set_auto_renew_py(hilock_redlock *rl, int enable,
                                        (void *)(intptr_t)notify_id);
 }
 
+static hilock_seglock *py_seglock_new(hilock_client *c, const char *name,
+                                     size_t namelen, int segments,
+                                     int64_t ttl_ms) {
+  hilock_seglock *s = NULL;
+  int rc = hilock_seglock_new(c, name, namelen, segments, ttl_ms, &s);
+  if (rc == HILOCK_OK) return s;
+  py_ctor_failed(c, rc);
+  return NULL;
+}
+/* Units taken >= 0, or a status < 0. */
+static int64_t py_seglock_take(hilock_seglock *s, int64_t n, int partial) {
+  int64_t taken = 0;
+  int rc = hilock_seglock_take(s, n, partial, &taken, NULL);
+  return rc < 0 ? rc : taken;
+}
+/* Units >= 0, PY_SEGLOCK_UNTRACKED for no stock entry, or a status < 0. */
+#define PY_SEGLOCK_UNTRACKED INT64_MAX
+static int64_t py_seglock_stock(hilock_seglock *s, int segment) {
+  int64_t n = 0;
+  int rc = hilock_seglock_stock(s, segment, &n);
+  if (rc < 0) return rc;
+  return n < 0 ? PY_SEGLOCK_UNTRACKED : n;
+}
+static int py_seglock_held_count(hilock_seglock *s) {
+  int n = 0, rc = hilock_seglock_held_count(s, &n);
+  return rc < 0 ? rc : n;
+}
+static int py_seglock_owned(hilock_seglock *s) {
+  int v = 0, rc = hilock_seglock_owned(s, &v);
+  return rc < 0 ? rc : v;
+}
+static PyObject *py_seglock_key(hilock_seglock *s, int i) {
+  size_t n = 0;
+  const char *k = hilock_seglock_key(s, i, &n);
+  return PyBytes_FromStringAndSize(k, (Py_ssize_t)n);
+}
+static int hilock_seglock_set_auto_renew_py(hilock_seglock *s, int enable,
+                                            int64_t max_hold_ms,
+                                            int64_t notify_id) {
+  return hilock_seglock_set_auto_renew(s, enable, max_hold_ms,
+                                       notify_id ? py_lost_notify : NULL,
+                                       (void *)(intptr_t)notify_id);
+}
+
 static PyObject *py_lock_errmsg(hilock_lock *l) {
   const char *m = hilock_lock_errmsg(l);
   return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
@@ -678,6 +751,13 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %ignore hilock_redlock_locked;
 %ignore hilock_redlock_key;
 %ignore hilock_redlock_set_auto_renew;
+%ignore hilock_seglock_new;
+%ignore hilock_seglock_take;
+%ignore hilock_seglock_stock;
+%ignore hilock_seglock_held_count;
+%ignore hilock_seglock_owned;
+%ignore hilock_seglock_key;
+%ignore hilock_seglock_set_auto_renew;
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
@@ -690,3 +770,4 @@ static PyObject *py_lock_errmsg(hilock_lock *l) {
 %include "hilock/multilock.h"
 %include "hilock/seqlock.h"
 %include "hilock/redlock.h"
+%include "hilock/seglock.h"

@@ -2,7 +2,10 @@
 
 Each sale is a non-atomic read-modify-write (GET stock, check, SET stock-1),
 the overselling bug of an unguarded inventory. Without a lock more than 100
-items are sold; with each hilock lock type exactly 100 are.
+items are sold; with each hilock lock type exactly 100 are. The semaphore
+row uses one permit (a mutex). The segmented row splits the stock over 5
+segments (the lock's own stock, sold with take() under each segment's lock),
+so up to 5 sellers work at once.
 
     python examples/python/inventory_demo.py [--workers 8] [--stock 100]
 
@@ -18,6 +21,7 @@ import hilock
 from _example import redis_url
 
 STOCK, SOLD = "demo:stock", "demo:sold"
+SEGMENTS = 5
 
 
 def seller(url, kind, start, results):
@@ -33,11 +37,25 @@ def seller(url, kind, start, results):
         guard = client.rlock("demo:inventory", ttl=10.0)
     elif kind == "rwlock":  # a sale writes: the exclusive side
         guard = client.rwlock("demo:inventory", ttl=10.0).write()
+    elif kind == "semaphore":
+        guard = client.semaphore("demo:inventory", 1, ttl=10.0)
+    elif kind == "fair_lock":
+        guard = client.fair_lock("demo:inventory", ttl=10.0)
+    elif kind == "segmented":
+        guard = client.segmented_lock("demo:inventory", SEGMENTS, ttl=10.0)
     else:
         guard = contextlib.nullcontext()
     start.wait()
     sold = 0
-    while True:
+    while kind == "segmented":
+        try:
+            with guard:
+                time.sleep(0.0005)  # the same work, inside the segment
+                sold += guard.take(1)
+        except hilock.SoldOut:
+            break
+        r.incr(SOLD)
+    while kind != "segmented":
         with guard:
             stock = int(r.get(STOCK))
             if stock <= 0:
@@ -54,6 +72,9 @@ def run(url, kind, workers, stock):
     r = redis.Redis.from_url(url)
     r.set(STOCK, stock)
     r.set(SOLD, 0)
+    if kind == "segmented":
+        with hilock.Client(url) as c:
+            c.segmented_lock("demo:inventory", SEGMENTS).stock_init(stock)
     ctx = mp.get_context("fork")
     start, results = ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=seller, args=(url, kind, start, results)) for _ in range(workers)]
@@ -64,7 +85,11 @@ def run(url, kind, workers, stock):
     counts = [results.get(timeout=120) for _ in procs]
     for p in procs:
         p.join()
-    return sum(counts), int(r.get(STOCK)), time.monotonic() - t0
+    secs = time.monotonic() - t0
+    if kind == "segmented":
+        with hilock.Client(url) as c:
+            return sum(counts), c.segmented_lock("demo:inventory", SEGMENTS).stock(), secs
+    return sum(counts), int(r.get(STOCK)), secs
 
 
 def main():
@@ -77,7 +102,8 @@ def main():
         print(f"| {'guard':<12} | {'sold':>5} | {'oversold':>8} | {'stock left':>10} | {'seconds':>7} |")
         print(f"|{'-' * 14}|{'-' * 7}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
         ok = True
-        for kind in ("none", "lock", "simple_lock", "lease", "rlock", "rwlock"):
+        for kind in ("none", "lock", "simple_lock", "lease", "rlock", "rwlock", "semaphore",
+                     "fair_lock", "segmented"):
             sold, left, secs = run(url, kind, args.workers, args.stock)
             over = max(0, sold - args.stock)
             print(f"| {kind:<12} | {sold:>5} | {over:>8} | {left:>10} | {secs:>7.2f} |")

@@ -20,6 +20,7 @@ from ._lock import Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
 from ._rlock import RLock
+from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seqlock import SequentialLock
@@ -39,6 +40,7 @@ from .errors import (
     NoQuorumError,
     NoPermissionError,
     RedisError,
+    SoldOut,
     UnsupportedError,
     WrongTypeError,
 )
@@ -53,6 +55,7 @@ __all__ = [
     "MultiLock", "multi_lock", "CrossSlotError",
     "SequentialLock", "sequential_lock",
     "Redlock", "redlock", "NoQuorumError",
+    "SegmentedLock", "segmented_lock", "SoldOut",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError",
@@ -106,3 +109,8 @@ def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = No
                     **kw: Any) -> SequentialLock:
     """A sequential (ZooKeeper-style) lock on the default client."""
     return default_client().sequential_lock(name, ttl=ttl, timeout=timeout, **kw)
+
+def segmented_lock(name: Name, segments: int, ttl: float = 30.0,
+                   timeout: Optional[float] = None, **kw: Any) -> SegmentedLock:
+    """A segmented lock on the default client."""
+    return default_client().segmented_lock(name, segments, ttl=ttl, timeout=timeout, **kw)

@@ -13,6 +13,7 @@ from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
 from ._rlock import RLock
+from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._rwlock import RWLock
 from ._seqlock import SequentialLock
@@ -184,6 +185,19 @@ class Client:
         turn within its session (``SequentialLock.session``, by default
         ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`."""
         return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
+                       timeout: Optional[float] = None, *, auto_renew: bool = True,
+                       max_hold: Optional[float] = None,
+                       on_lost: Optional[LostCallback] = None) -> SegmentedLock:
+        """A segmented lock for hot inventory: ``segments`` exclusive locks,
+        each with its own share of the stock. ``acquire()`` takes any free
+        segment that still has stock (random start), ``take(n)`` sells from
+        it under the lock, and :class:`hilock.SoldOut` is raised once every
+        segment is empty. Every object on one name must use the same
+        ``segments``. Other arguments as for :meth:`lock`."""
+        return SegmentedLock(self, name, segments, ttl, timeout, auto_renew, max_hold,
+                             on_lost)
 
 
 def redlock(urls: Iterable[str], name: Name, ttl: float = 30.0,

@@ -17,7 +17,14 @@ from typing import Any, Dict, Optional
 
 from . import _hilock as _h
 
-_mu = threading.Lock()
+# Reentrant: a lock collected while this thread holds _mu (the garbage
+# collector can run __del__ -> unregister() at any allocation, e.g. inside
+# register()) must not deadlock on it.
+_mu = threading.RLock()
+# Serialises starting the reader thread. Thread.start() waits for the new
+# thread, which may itself collect a lock (-> unregister() -> _mu): so the
+# thread is never started while _mu is held.
+_start_mu = threading.Lock()
 _ids = itertools.count(1)
 _locks: "Dict[int, weakref.ReferenceType[Any]]" = {}
 _fds: Optional[tuple] = None
@@ -49,19 +56,20 @@ def _reader(rfd: int) -> None:
 
 def _start() -> None:
     global _fds
-    if _fds is not None:
-        return
-    rfd, wfd = os.pipe()
-    os.set_blocking(wfd, False)  # never stall the renewal thread
-    _fds = (rfd, wfd)
-    _h._set_lost_fd(wfd)
-    threading.Thread(target=_reader, args=(rfd,), name="hilock-lost", daemon=True).start()
+    with _start_mu:
+        if _fds is not None:
+            return
+        rfd, wfd = os.pipe()
+        os.set_blocking(wfd, False)  # never stall the renewal thread
+        _fds = (rfd, wfd)
+        _h._set_lost_fd(wfd)
+        threading.Thread(target=_reader, args=(rfd,), name="hilock-lost", daemon=True).start()
 
 
 def register(lock: Any) -> int:
     """An id under which the C layer reports lock's loss."""
+    _start()
     with _mu:
-        _start()
         lock_id = next(_ids)
         _locks[lock_id] = weakref.ref(lock)
         return lock_id
@@ -77,8 +85,9 @@ def unregister(lock_id: int) -> None:
 
 def _after_fork_in_child() -> None:
     # The reader thread did not survive the fork: start afresh on first use.
-    global _fds, _mu
-    _mu = threading.Lock()
+    global _fds, _mu, _start_mu
+    _mu = threading.RLock()
+    _start_mu = threading.Lock()
     if _fds is not None:
         for fd in _fds:
             try:

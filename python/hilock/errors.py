@@ -24,6 +24,7 @@ __all__ = [
     "CrossSlotError",
     "ClusterError",
     "NoQuorumError",
+    "SoldOut",
 ]
 
 
@@ -110,6 +111,12 @@ class ClusterError(ConnectionError):
     without cluster support, or a redis:// client sent to a cluster node."""
 
 
+class SoldOut(LockError):
+    """Every segment of a segmented lock is empty: the stock is sold out.
+    An ordinary outcome (not a timeout): stop trying. ``code`` is
+    HILOCK_SOLDOUT (2)."""
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -129,6 +136,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ECROSSSLOT: CrossSlotError,
     _h.HILOCK_ECLUSTER: ClusterError,
     _h.HILOCK_ENOQUORUM: NoQuorumError,
+    _h.HILOCK_SOLDOUT: SoldOut,
 }
 
 

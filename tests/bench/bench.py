@@ -10,7 +10,10 @@ lock, in a loop, against one private redis-server:
   (d) redis-py           redis.Redis(...).lock(...)
   (e) python-redis-lock  redis_lock.Lock(conn, ...)
   (f) pottery            pottery.Redlock with a single master
-  (g) hilock C multi-key bench_c multi2 / multi8: a multi-key lock of 2 and
+  (g) semaphore C        bench_c semaphore: a counting semaphore of 1 permit
+  (h) fair lock C        bench_c fair: a fair (FIFO) lock
+  (i) segmented lock C   bench_c seglock: a segmented lock of 8 segments
+  (j) hilock C multi-key bench_c multi2 / multi8: a multi-key lock of 2 and
       8 names, try_acquire + release (one script each way)
 
 Contestants take turns, round after round, and each reports the median of
@@ -267,8 +270,11 @@ def main() -> int:
         PyBench("redis_py", "(d) redis-py Lock", make_redis_py),
         PyBench("python_redis_lock", "(e) python-redis-lock", make_python_redis_lock),
         PyBench("pottery", "(f) pottery Redlock, 1 master", make_pottery),
-        CBench("multi2_c", "(g2) hilock C multi-key lock, 2 names", "multi2", binary),
-        CBench("multi8_c", "(g8) hilock C multi-key lock, 8 names", "multi8", binary),
+        CBench("semaphore_c", "(g) hilock C semaphore, 1 permit", "semaphore", binary),
+        CBench("fair_c", "(h) hilock C fair lock", "fair", binary),
+        CBench("seglock_c", "(i) hilock C segmented lock, 8 segments", "seglock", binary),
+        CBench("multi2_c", "(j2) hilock C multi-key lock, 2 names", "multi2", binary),
+        CBench("multi8_c", "(j8) hilock C multi-key lock, 8 names", "multi8", binary),
     ]
     RedisServer = load_redis_server()
     with RedisServer() as srv:
@@ -307,7 +313,9 @@ def main() -> int:
     floor = by["floor"]
     ratios = {"b/a": ratio(by["hilock_c"], floor), "c/a": ratio(by["hilock_py"], floor),
               "c/d": ratio(by["hilock_py"], by["redis_py"]),
-              "g2/a": ratio(by["multi2_c"], floor), "g8/a": ratio(by["multi8_c"], floor)}
+              "j2/a": ratio(by["multi2_c"], floor), "j8/a": ratio(by["multi8_c"], floor),
+              "g/a": ratio(by["semaphore_c"], floor), "h/a": ratio(by["fair_c"], floor),
+              "i/a": ratio(by["seglock_c"], floor)}
 
     print(f"\nLock cycle (non-blocking acquire + release, uncontended), redis-server "
           f"{server_version} on loopback, {os.cpu_count()} CPUs, Python "
@@ -320,8 +328,11 @@ def main() -> int:
     print(f"| b/a: hilock C / floor | {fmt_ratio(ratios['b/a'])} |")
     print(f"| c/a: hilock Python / floor | {fmt_ratio(ratios['c/a'])} |")
     print(f"| c/d: hilock Python / redis-py | {fmt_ratio(ratios['c/d'])} |")
-    print(f"| g2/a: hilock C multi-key, 2 names / floor | {fmt_ratio(ratios['g2/a'])} |")
-    print(f"| g8/a: hilock C multi-key, 8 names / floor | {fmt_ratio(ratios['g8/a'])} |")
+    print(f"| g/a: semaphore C / floor | {fmt_ratio(ratios['g/a'])} |")
+    print(f"| h/a: fair lock C / floor | {fmt_ratio(ratios['h/a'])} |")
+    print(f"| i/a: segmented lock C / floor | {fmt_ratio(ratios['i/a'])} |")
+    print(f"| j2/a: hilock C multi-key, 2 names / floor | {fmt_ratio(ratios['j2/a'])} |")
+    print(f"| j8/a: hilock C multi-key, 8 names / floor | {fmt_ratio(ratios['j8/a'])} |")
     versions = {d: version(d) for d in ("hilock", "redis", "python-redis-lock", "pottery")}
     if "hilock" in sys.modules:  # importable without being pip-installed
         versions["hilock"] = getattr(sys.modules["hilock"], "__version__", versions["hilock"])

@@ -1,11 +1,14 @@
 /* Lock cycle throughput: acquire + release on one uncontended lock.
  *
- *   bench_c floor|hilock|multi2|multi8 [url] [duration]
+ *   bench_c floor|hilock|semaphore|fair|seglock|multi2|multi8 [url] [duration]
  *
  * floor   the least a correct expiring lock can cost with hiredis: one
  *         SET key token NX PX 30000 and one EVALSHA of a compare-and-delete
  *         release script per cycle, on one connection
  * hilock  hilock_lock_try_acquire + hilock_lock_release on one expiring lock
+ * semaphore  the same on a counting semaphore of 1 permit
+ * fair    the same on a fair (FIFO) lock
+ * seglock the same on a segmented lock of 8 segments (no stock loaded)
  * multiN  hilock_multilock_try_acquire + release on a multi-key lock of N
  *         names (2 or 8)
  *
@@ -110,20 +113,48 @@ static int hilock_cycle(void *arg) {
   return 0;
 }
 
-static int multilock_cycle(void *arg) {
-  hilock_multilock *m = arg;
-  int rc = hilock_multilock_try_acquire(m);
+/* The other families, through one pair of verbs. */
+typedef struct family_ctx {
+  int (*try_acquire)(void *);
+  int (*release)(void *);
+  const char *(*errmsg)(const void *);
+  void *handle;
+} family_ctx;
+
+static int family_cycle(void *arg) {
+  family_ctx *f = arg;
+  int rc = f->try_acquire(f->handle);
   if (rc != HILOCK_OK) {
-    fprintf(stderr, "multilock try_acquire: %s\n",
-            rc == HILOCK_BUSY ? "busy" : hilock_multilock_errmsg(m));
+    fprintf(stderr, "try_acquire: %s\n",
+            rc == HILOCK_BUSY ? "busy" : f->errmsg(f->handle));
     return -1;
   }
-  if ((rc = hilock_multilock_release(m)) != HILOCK_OK) {
-    fprintf(stderr, "multilock release: %s\n", hilock_multilock_errmsg(m));
+  if ((rc = f->release(f->handle)) != HILOCK_OK) {
+    fprintf(stderr, "release: %s\n", f->errmsg(f->handle));
     return -1;
   }
   return 0;
 }
+
+/* Typed adapters, so no function is called through a mismatched type. */
+#define FAMILY_ADAPTERS(prefix, type)                                       \
+  static int prefix##_try_(void *h) { return prefix##_try_acquire(h); }      \
+  static int prefix##_rel_(void *h) { return prefix##_release(h); }         \
+  static const char *prefix##_err_(const void *h) {                         \
+    return prefix##_errmsg((const type *)h);                                \
+  }
+FAMILY_ADAPTERS(hilock_semaphore, hilock_semaphore)
+FAMILY_ADAPTERS(hilock_fair_lock, hilock_fair_lock)
+FAMILY_ADAPTERS(hilock_seglock, hilock_seglock)
+FAMILY_ADAPTERS(hilock_multilock, hilock_multilock)
+
+#define FAMILY(ctx, prefix, h)          \
+  do {                                  \
+    (ctx)->try_acquire = prefix##_try_; \
+    (ctx)->release = prefix##_rel_;     \
+    (ctx)->errmsg = prefix##_err_;      \
+    (ctx)->handle = (h);                \
+  } while (0)
 
 /* ## driver ------------------------------------------------------------- */
 
@@ -143,7 +174,9 @@ static int run(int (*cycle)(void *), void *arg, long max_cycles, double max_s,
 }
 
 static int usage(const char *prog) {
-  fprintf(stderr, "usage: %s floor|hilock|multi2|multi8 [url] [seconds | Nc]\n",
+  fprintf(stderr,
+          "usage: %s floor|hilock|semaphore|fair|seglock|multi2|multi8 [url] "
+          "[seconds | Nc]\n",
           prog);
   return 2;
 }
@@ -157,7 +190,11 @@ int main(int argc, char **argv) {
   floor_ctx f = {0};
   hilock_client *c = NULL;
   hilock_lock *lk = NULL;
+  hilock_semaphore *sem = NULL;
+  hilock_fair_lock *fair = NULL;
+  hilock_seglock *seg = NULL;
   hilock_multilock *ml = NULL;
+  family_ctx fam = {0};
   int status = 1;
 
   if (argc < 2) return usage(argv[0]);
@@ -194,8 +231,29 @@ int main(int argc, char **argv) {
       fprintf(stderr, "multilock: %s\n", hilock_client_errmsg(c));
       goto out;
     }
-    cycle = multilock_cycle;
-    arg = ml;
+    FAMILY(&fam, hilock_multilock, ml);
+    cycle = family_cycle;
+    arg = &fam;
+  } else if (strcmp(mode, "semaphore") == 0 || strcmp(mode, "fair") == 0 ||
+             strcmp(mode, "seglock") == 0) {
+    int rc;
+    if (client_connect(url, &c) != HILOCK_OK) goto out;
+    if (mode[0] == 's' && mode[1] == 'e' && mode[2] == 'm') {
+      rc = hilock_semaphore_new(c, "bench:sem", 9, 1, 30000, &sem);
+      FAMILY(&fam, hilock_semaphore, sem);
+    } else if (mode[0] == 'f') {
+      rc = hilock_fair_lock_new(c, "bench:fair", 10, 30000, &fair);
+      FAMILY(&fam, hilock_fair_lock, fair);
+    } else {
+      rc = hilock_seglock_new(c, "bench:seg", 9, 8, 30000, &seg);
+      FAMILY(&fam, hilock_seglock, seg);
+    }
+    if (rc != HILOCK_OK) {
+      fprintf(stderr, "%s: %s\n", mode, hilock_client_errmsg(c));
+      goto out;
+    }
+    cycle = family_cycle;
+    arg = &fam;
   } else {
     return usage(argv[0]);
   }
@@ -209,6 +267,9 @@ int main(int argc, char **argv) {
 out:
   if (f.r != NULL) redisFree(f.r);
   hilock_lock_free(lk);
+  hilock_semaphore_free(sem);
+  hilock_fair_lock_free(fair);
+  hilock_seglock_free(seg);
   hilock_multilock_free(ml);
   hilock_client_free(c);
   return status;

@@ -22,7 +22,8 @@ Against one private redis-server on loopback:
 
 Contestants: hilock C (bench_handoff, fork()ed processes), hilock Python,
 redis-py Lock (retries every 0.1 s, its default sleep, so its handoff is
-about 0.1 s less the holder's sleep), python-redis-lock (BLPOP wake-ups).
+about 0.1 s less the holder's sleep), python-redis-lock (BLPOP wake-ups),
+and hilock Python's fair lock and 1-permit semaphore.
 This is a benchmark, not a test: nothing here asserts on timing.
 
     python3 tests/bench/handoff.py [--quick] [--samples 250] [--seconds 4]
@@ -96,6 +97,12 @@ def make_hilock_seqlock(url: str, name: str) -> Pair:
     import hilock
     lk = hilock.Client(url).sequential_lock(name, ttl=TTL, auto_renew=False)
     return lk.acquire, lk.release
+
+
+def make_hilock_semaphore(url: str, name: str) -> Pair:
+    import hilock
+    sem = hilock.Client(url).semaphore(name, 1, ttl=TTL, auto_renew=False)
+    return sem.acquire, sem.release
 
 
 def make_redis_py(url: str, name: str) -> Pair:
@@ -430,6 +437,9 @@ def main() -> int:
         Contestant("redis_py", "redis-py Lock (sleep 0.1 s)", make_redis_py, ("redis",)),
         Contestant("python_redis_lock", "python-redis-lock", make_python_redis_lock,
                    ("redis", "redis_lock")),
+        Contestant("hilock_fair_py", "hilock Python fair lock", make_hilock_fair, ("hilock",)),
+        Contestant("hilock_sem_py", "hilock Python semaphore, 1 permit", make_hilock_semaphore,
+                   ("hilock",)),
     ]
     if args.only:
         keep = set(args.only.split(","))

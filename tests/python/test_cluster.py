@@ -43,6 +43,7 @@ FACTORIES: Dict[str, Family] = {
     "rwlock_write": Family(lambda c, n: c.rwlock(n, ttl=10.0).write(), 1, True),
     "sequential_lock": Family(lambda c, n: c.sequential_lock(n, ttl=10.0), 1, True),
     # Two names in the slot of n: the hash tag of hilock:{n}b}:lock is "n".
+    "segmented_lock": Family(lambda c, n: c.segmented_lock(n, 2, ttl=10.0), 2, False),
     "multi_lock": Family(lambda c, n: c.multi_lock([n, n + "}b"], ttl=10.0), 1, True),
 }
 FAMILIES = sorted(FACTORIES)

@@ -416,3 +416,75 @@ def test_body_error_on_held_lock_releases_it(client, rds) -> None:
             raise KeyError("x")
     assert rds.exists(lk.key) == 0
     assert lk.lost is False
+
+
+def test_lock_collected_while_the_notify_registry_is_held(client) -> None:
+    """The garbage collector may run a lock's __del__ (which unregisters its
+    loss notification) at any allocation, also inside register() while the
+    registry's mutex is held (starting the reader thread in a forked child
+    did exactly that): it must not deadlock."""
+    import gc
+
+    from hilock import _notify
+
+    def body() -> None:
+        lk = client.lock("collected", ttl=5)   # auto_renew: registered
+        cycle: list = [lk]
+        cycle.append(cycle)                     # only the cycle collector frees it
+        del lk, cycle
+        with _notify._mu:                       # as register() holds it
+            gc.collect()                        # __del__ -> unregister(), this thread
+
+    was_enabled = gc.isenabled()
+    gc.disable()                                # no collection before the with
+    try:
+        t = threading.Thread(target=body, daemon=True)
+        t.start()
+        t.join(5)
+        assert not t.is_alive(), "unregister() deadlocked inside the registry's mutex"
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_reader_thread_starts_outside_the_notify_registry(monkeypatch) -> None:
+    """Thread.start() waits for the new thread, and the garbage collector
+    may run a lock's __del__ -> unregister() in that new thread before it
+    counts as started (seen in a forked child): register() must not hold
+    the registry's mutex while it starts the reader thread."""
+    from hilock import _notify
+
+    blocked: list = []
+    RealThread = threading.Thread
+
+    class Starting:
+        """Stands for the reader thread: its start waits for another thread
+        that unregisters a lock, as a collection in the new thread would."""
+
+        def __init__(self, **kw: object) -> None:
+            pass
+
+        def start(self) -> None:
+            t = RealThread(target=_notify.unregister, args=(-1,), daemon=True)
+            t.start()
+            t.join(2.0)
+            blocked.append(t.is_alive())
+
+    class Held:
+        pass
+
+    held = Held()
+    saved = _notify._fds
+    monkeypatch.setattr(_notify, "_fds", None)
+    monkeypatch.setattr(_notify.threading, "Thread", Starting)
+    try:
+        lock_id = _notify.register(held)
+    finally:
+        new = _notify._fds
+        monkeypatch.undo()
+        hilock._hilock._set_lost_fd(saved[1] if saved else -1)
+        if new is not None:
+            for fd in new:
+                os.close(fd)
+    _notify.unregister(lock_id)
+    assert blocked == [False], "unregister() in the starting thread waited on register()"

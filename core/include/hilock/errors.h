@@ -1,8 +1,9 @@
 /* hilock: status codes.
  *
  * Every fallible call returns an int: HILOCK_OK (0), HILOCK_BUSY (1, the lock
- * is held by someone else: an ordinary outcome, not an error) or one of the
- * negative codes below. Each handle also keeps a readable message for its last
+ * is held by someone else: an ordinary outcome, not an error), HILOCK_SOLDOUT
+ * (2, a segmented lock's stock is all gone: also an ordinary outcome) or one
+ * of the negative codes below. Each handle also keeps a readable message for its last
  * error (hilock_client_errmsg, hilock_lock_errmsg), carrying Redis's own text
  * where there is one. */
 #ifndef HILOCK_ERRORS_H
@@ -18,6 +19,7 @@ extern "C" {
 #define HILOCK_ERRNO_MAP(XX)                                                   \
   XX(OK, 0, "success")                                                         \
   XX(BUSY, 1, "lock is held by another owner")                                 \
+  XX(SOLDOUT, 2, "every segment is empty (sold out)")                          \
   XX(EINVAL, -1, "invalid argument")                                           \
   XX(ENOMEM, -2, "out of memory")                                              \
   XX(EIO, -3, "connection error")                                              \

@@ -13,5 +13,6 @@
 #include "hilock/multilock.h"
 #include "hilock/seqlock.h"
 #include "hilock/redlock.h"
+#include "hilock/seglock.h"
 
 #endif /* HILOCK_H */

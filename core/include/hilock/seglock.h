@@ -1,0 +1,173 @@
+/* hilock: the segmented lock, for hot inventory.
+ *
+ * One resource split into K segments, each with its own exclusive lock and
+ * its own share of the stock, so up to K holders work at once instead of
+ * one. An acquire takes any free segment that still has stock: one script
+ * reads every segment and grants the first free, non-empty one from a
+ * random start (one round trip). Segments whose stock is 0 are empty and
+ * are skipped; when every segment is empty the acquire returns
+ * HILOCK_SOLDOUT (an ordinary outcome, not an error and not a timeout), so
+ * callers stop instead of waiting.
+ *
+ * Keys (one hash tag, so every script stays in one cluster slot; the
+ * "seg:" roles keep them apart from other lock types of the same name):
+ *   hilock:{name}:seg:<i>      string, the owner token of segment i's
+ *                              holder, with the TTL (i = 0..K-1)
+ *   hilock:{name}:seg:stock    hash {"<i>" -> units left in segment i,
+ *                              "segments" -> K}; no expiry (it is the data)
+ *   hilock:{name}:seg:fence    hash {"n" -> last fencing token,
+ *                              "<i>" -> fence of segment i's latest grant}
+ *   hilock:{name}:seg:wake     the wake list every waiter sleeps on
+ *
+ * Stock moves only under the lock: hilock_seglock_take checks the holder's
+ * token and decrements the held segment in one script, so no segment is
+ * ever sold below 0 and the units sold add up to the stock loaded. A
+ * segment with no stock entry (no hilock_seglock_stock_init or _set) counts
+ * as non-empty: without stock, the type is a plain K-way lock.
+ *
+ * Waiting: when every non-empty segment is held, a blocked acquire sleeps
+ * on the shared wake list; the release of any segment wakes one waiter,
+ * and every sleep is bounded by the shortest remaining TTL among the held
+ * segments and by the caller's deadline. A waiter that finds the stock sold
+ * out passes the wake-up on, so every waiter learns it promptly.
+ *
+ * Each grant carries a fencing token, strictly increasing per lock name
+ * (across all segments, so also within each segment). Grants are renewed
+ * by the client's watchdog when auto-renewal is on, as for hilock_lock.
+ *
+ * Threads: a handle stands for one holder of one segment; use it from one
+ * thread at a time. Fork: a grant belongs to the process that acquired it;
+ * in a forked child release, take and extend return HILOCK_EFORKED and
+ * touch nothing. */
+#ifndef HILOCK_SEGLOCK_H
+#define HILOCK_SEGLOCK_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "hilock/client.h"
+#include "hilock/export.h"
+#include "hilock/lock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest number of segments accepted. */
+#define HILOCK_SEGMENTS_MAX 1024
+/* Largest stock per segment, and per hilock_seglock_stock_init total
+ * (exact in the server's Lua numbers). */
+#define HILOCK_STOCK_MAX ((int64_t)1 << 50)
+
+typedef struct hilock_seglock hilock_seglock;
+
+/* CONSTRUCTOR; nothing is sent to Redis. segments in
+ * 1..HILOCK_SEGMENTS_MAX, ttl_ms in 1..HILOCK_TTL_MAX_MS. Every handle on
+ * one name must use the same segment count (the stock records it, and a
+ * mismatch is HILOCK_EINVAL at acquire). Returns HILOCK_OK, HILOCK_EINVAL
+ * (message in hilock_client_errmsg), HILOCK_ENOMEM or HILOCK_ECLOSED. */
+HILOCK_API int hilock_seglock_new(hilock_client *client, const char *name,
+                                  size_t namelen, int segments,
+                                  int64_t ttl_ms, hilock_seglock **out);
+
+/* DESTRUCTOR. Does not release a held segment (it lapses at its TTL). NULL
+ * is a no-op. */
+HILOCK_API void hilock_seglock_free(hilock_seglock *seg);
+
+/* One attempt (one round trip). HILOCK_OK: a segment was granted (see
+ * hilock_seglock_segment, hilock_seglock_fence); HILOCK_BUSY: every
+ * non-empty segment is held; HILOCK_SOLDOUT: every segment is empty.
+ * HILOCK_EINVAL if this handle already holds a segment. */
+HILOCK_API int hilock_seglock_try_acquire(hilock_seglock *seg);
+
+/* Attempt until granted, sold out, or wait_ms has passed (0: one attempt;
+ * HILOCK_WAIT_FOREVER: no limit). HILOCK_OK, HILOCK_BUSY (not granted in
+ * time), HILOCK_SOLDOUT, or an error. */
+HILOCK_API int hilock_seglock_acquire(hilock_seglock *seg, int64_t wait_ms);
+
+/* Owner-checked release of the held segment; wakes one waiter.
+ * HILOCK_ENOTOWNED if it expired or belongs to someone else (nothing is
+ * deleted then). */
+HILOCK_API int hilock_seglock_release(hilock_seglock *seg);
+
+/* Take n >= 1 units from the held segment's stock, in one script that
+ * checks this handle still holds the segment. If the segment has fewer
+ * than n: with partial != 0 take what is left, else take nothing.
+ * *taken (may be NULL) gets the units taken (0..n), *left (may be NULL)
+ * the units left in the segment. A segment whose stock reaches 0 is empty
+ * from then on. HILOCK_ENOTOWNED (and the hold marked lost) if the segment
+ * is no longer held by this handle; HILOCK_EINVAL if it has no stock. */
+HILOCK_API int hilock_seglock_take(hilock_seglock *seg, int64_t n,
+                                   int partial, int64_t *taken,
+                                   int64_t *left);
+
+/* Operator: load total units split evenly over the segments (segment i
+ * gets total / K, plus one for i < total % K), replacing any stock, and
+ * record the segment count. total in 0..HILOCK_STOCK_MAX. Wakes a waiter.
+ * Meant for set-up: a holder's units move under it. */
+HILOCK_API int hilock_seglock_stock_init(hilock_seglock *seg, int64_t total);
+
+/* Operator: set one segment's stock to n in 0..HILOCK_STOCK_MAX (0 marks
+ * it empty). HILOCK_EINVAL if the stored segment count differs. */
+HILOCK_API int hilock_seglock_stock_set(hilock_seglock *seg, int segment,
+                                        int64_t n);
+
+/* Round trip: units left in segment (0..K-1), or the sum over all
+ * segments for segment == -1. *n = -1 for a segment with no stock entry
+ * (or, for the sum, when no segment has one). */
+HILOCK_API int hilock_seglock_stock(hilock_seglock *seg, int segment,
+                                    int64_t *n);
+
+/* Round trip: how many segments are held now, by anyone. */
+HILOCK_API int hilock_seglock_held_count(hilock_seglock *seg, int *n);
+
+/* Round trip: *owned = 1 if this handle's grant still holds its segment. */
+HILOCK_API int hilock_seglock_owned(hilock_seglock *seg, int *owned);
+
+/* Set (replace != 0) or add to (replace == 0) the held segment's TTL, only
+ * while still owned; HILOCK_ENOTOWNED if not. renew = extend(ttl_ms, 1). */
+HILOCK_API int hilock_seglock_extend(hilock_seglock *seg, int64_t ms,
+                                     int replace);
+HILOCK_API int hilock_seglock_renew(hilock_seglock *seg);
+
+/* Auto-renewal through the client's watchdog, as
+ * hilock_lock_set_auto_renew. */
+HILOCK_API int hilock_seglock_set_auto_renew(hilock_seglock *seg, int enable,
+                                             int64_t max_hold_ms,
+                                             hilock_lost_fn on_lost,
+                                             void *arg);
+
+/* 1 if the current hold was found lost; cleared by the next grant. */
+HILOCK_API int hilock_seglock_lost(const hilock_seglock *seg);
+
+/* Local, no round trip: ms of validity left for the current grant (less
+ * the drift allowance); 0 if none is held. */
+HILOCK_API int64_t hilock_seglock_validity_ms(const hilock_seglock *seg);
+HILOCK_API int hilock_seglock_held(const hilock_seglock *seg);
+
+/* The segment of the current or last grant (0..K-1), or -1 before the
+ * first grant. */
+HILOCK_API int hilock_seglock_segment(const hilock_seglock *seg);
+
+/* Fencing token of the current or last grant; 0 before the first grant. */
+HILOCK_API uint64_t hilock_seglock_fence(const hilock_seglock *seg);
+
+/* Owner token (32 hex chars) of the current grant, or "" if none. */
+HILOCK_API const char *hilock_seglock_token(const hilock_seglock *seg);
+
+HILOCK_API int hilock_seglock_segments(const hilock_seglock *seg);
+HILOCK_API int64_t hilock_seglock_ttl_ms(const hilock_seglock *seg);
+
+/* The Redis key of segment i's lock (i = 0..K-1), or of the stock hash
+ * (i == -1), and its length; "" for an index out of range. */
+HILOCK_API const char *hilock_seglock_key(const hilock_seglock *seg, int i,
+                                          size_t *len);
+
+/* Message and code of this handle's last failed call; never NULL. */
+HILOCK_API const char *hilock_seglock_errmsg(const hilock_seglock *seg);
+HILOCK_API int hilock_seglock_errcode(const hilock_seglock *seg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HILOCK_SEGLOCK_H */

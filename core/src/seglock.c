@@ -1,0 +1,559 @@
+/* The segmented lock: K exclusive segment locks sharing one stock hash,
+ * fence hash and wake list. Mostly core/scripts/seglock_*.lua; a segment's
+ * key is an ordinary lock key (its owner token, with a TTL), so release,
+ * renewal, extend and owned reuse the exclusive lock's scripts and the
+ * shared hold layer (hold.c, wait.c, renewal.c). */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+struct hilock_seglock {
+  hilock__hold h; /* first: grant state (rkey = the held segment's key) */
+  int nseg;
+  int segment; /* of the current or last grant; -1 before the first */
+  char **segkey; /* nseg segment keys */
+  size_t *segkeylen;
+  char *skey, *fkey, *wkey; /* stock hash, fence hash, wake list */
+  size_t skeylen, fkeylen, wkeylen;
+  /* The acquire script's keys: stock, fence, wake, segments. */
+  const char **akeys;
+  size_t *akeylens;
+};
+
+static void seglock_destroy(hilock_seglock *s) {
+  if (s->segkey != NULL)
+    for (int i = 0; i < s->nseg; i++) free(s->segkey[i]);
+  free(s->segkey);
+  free(s->segkeylen);
+  free(s->skey);
+  free(s->fkey);
+  free(s->wkey);
+  free(s->akeys);
+  free(s->akeylens);
+  free(s);
+}
+
+int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
+                       int segments, int64_t ttl_ms, hilock_seglock **out) {
+  hilock__err tmp;
+  hilock_seglock *s;
+  int rc;
+
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  if (client == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_name(&tmp, name, namelen);
+  if (rc == HILOCK_OK && (segments < 1 || segments > HILOCK_SEGMENTS_MAX))
+    rc = hilock__set_err(&tmp, HILOCK_EINVAL, "segments must be 1..%d, got %d",
+                         HILOCK_SEGMENTS_MAX, segments);
+  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc != HILOCK_OK) {
+    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    return rc;
+  }
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  s = calloc(1, sizeof(*s));
+  if (s == NULL) return HILOCK_ENOMEM;
+  s->nseg = segments;
+  s->segment = -1;
+  s->segkey = calloc((size_t)segments, sizeof(*s->segkey));
+  s->segkeylen = calloc((size_t)segments, sizeof(*s->segkeylen));
+  s->akeys = calloc((size_t)segments + 3, sizeof(*s->akeys));
+  s->akeylens = calloc((size_t)segments + 3, sizeof(*s->akeylens));
+  s->skey = hilock__key(name, namelen, "seg:stock", &s->skeylen);
+  s->fkey = hilock__key(name, namelen, "seg:fence", &s->fkeylen);
+  s->wkey = hilock__key(name, namelen, "seg:wake", &s->wkeylen);
+  if (s->segkey == NULL || s->segkeylen == NULL || s->akeys == NULL ||
+      s->akeylens == NULL || s->skey == NULL || s->fkey == NULL ||
+      s->wkey == NULL) {
+    seglock_destroy(s);
+    return HILOCK_ENOMEM;
+  }
+  for (int i = 0; i < segments; i++) {
+    char role[24];
+    snprintf(role, sizeof(role), "seg:%d", i);
+    s->segkey[i] = hilock__key(name, namelen, role, &s->segkeylen[i]);
+    if (s->segkey[i] == NULL) {
+      seglock_destroy(s);
+      return HILOCK_ENOMEM;
+    }
+    s->akeys[i + 3] = s->segkey[i];
+    s->akeylens[i + 3] = s->segkeylen[i];
+  }
+  s->akeys[0] = s->skey;
+  s->akeylens[0] = s->skeylen;
+  s->akeys[1] = s->fkey;
+  s->akeylens[1] = s->fkeylen;
+  s->akeys[2] = s->wkey;
+  s->akeylens[2] = s->wkeylen;
+  /* The hold's renewal key is set to the granted segment's key at each
+   * grant, while no renewal is registered (see attempt). */
+  hilock__hold_init(&s->h, client, s->segkey[0], s->segkeylen[0],
+                    &hilock__script_lock_extend, ttl_ms);
+  *out = s;
+  return HILOCK_OK;
+}
+
+void hilock_seglock_free(hilock_seglock *s) {
+  if (s == NULL) return;
+  hilock__hold_destroy(&s->h);
+  seglock_destroy(s);
+}
+
+static int segcount_mismatch(hilock_seglock *s, long long stored) {
+  return hilock__set_err(&s->h.err, HILOCK_EINVAL,
+                         "the stock of this lock is split into %lld segments; "
+                         "this handle has %d",
+                         stored, s->nseg);
+}
+
+/* A reply that is an array of at least n integers. */
+static int int_array(const redisReply *r, size_t n) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < n) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
+  return 1;
+}
+
+/* One grant attempt; *pttl gets the shortest remaining TTL among the held
+ * non-empty segments when busy. */
+static int attempt(void *arg, int64_t *pttl) {
+  hilock_seglock *s = arg;
+  hilock__hold *h = &s->h;
+  char ttl[24], start_s[24], k[24];
+  const char *args[4];
+  size_t arglens[4];
+  redisReply *r;
+  uint64_t rnd = 0;
+  int64_t start;
+  int rc;
+
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "this handle already holds segment %d; release it "
+                           "first (one handle holds one segment)",
+                           s->segment);
+  hilock__hold_drop(h);
+  rc = hilock__token(h->owner, &h->err);
+  if (rc != HILOCK_OK) return rc;
+  h->ownerlen = HILOCK__TOKEN_LEN;
+  /* The random start comes from the token's fresh random bits, so forked
+   * workers never share a sequence. */
+  for (int i = 0; i < 12; i++) {
+    char c = h->owner[i];
+    rnd = rnd * 16 + (uint64_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  args[0] = h->owner;
+  arglens[0] = h->ownerlen;
+  args[1] = ttl;
+  arglens[1] = hilock__i64(ttl, h->ttl_ms);
+  args[2] = start_s;
+  arglens[2] = hilock__i64(start_s, (int64_t)(rnd % (uint64_t)s->nseg));
+  args[3] = k;
+  arglens[3] = hilock__i64(k, s->nseg);
+  start = hilock__now_us();
+  rc = hilock__script_run(h->client, &h->err, &hilock__script_seglock_acquire,
+                          s->nseg + 3, s->akeys, s->akeylens, 4, args, arglens,
+                          &r);
+  if (rc != HILOCK_OK) {
+    hilock__hold_drop(h);
+    return rc;
+  }
+  /* Fail closed: an unreadable reply is never a grant. */
+  if (!int_array(r, 1) ||
+      (r->element[0]->integer == 1 &&
+       (!int_array(r, 3) || r->element[1]->integer < 0 ||
+        r->element[1]->integer >= s->nseg)) ||
+      ((r->element[0]->integer == 0 || r->element[0]->integer == -1) &&
+       !int_array(r, 2))) {
+    freeReplyObject(r);
+    hilock__hold_drop(h);
+    return hilock__set_err(&h->err, HILOCK_EPROTO,
+                           "unexpected reply to the seglock acquire script");
+  }
+  switch (r->element[0]->integer) {
+    case 1: {
+      int i = (int)r->element[1]->integer;
+      s->segment = i;
+      h->rkey = s->segkey[i];
+      h->rkeylen = s->segkeylen[i];
+      rc = hilock__hold_granted(h, start, (uint64_t)r->element[2]->integer);
+      break;
+    }
+    case 0:
+      *pttl = r->element[1]->integer;
+      hilock__hold_drop(h);
+      rc = HILOCK_BUSY;
+      break;
+    case 2:
+      hilock__hold_drop(h);
+      rc = hilock__set_err(&h->err, HILOCK_SOLDOUT,
+                           "every segment is empty (sold out)");
+      break;
+    case -1:
+      hilock__hold_drop(h);
+      rc = segcount_mismatch(s, r->element[1]->integer);
+      break;
+    default:
+      hilock__hold_drop(h);
+      rc = hilock__set_err(&h->err, HILOCK_EPROTO,
+                           "unexpected reply to the seglock acquire script");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_seglock_try_acquire(hilock_seglock *s) {
+  int64_t pttl;
+  if (s == NULL) return HILOCK_EINVAL;
+  return attempt(s, &pttl);
+}
+
+int hilock_seglock_acquire(hilock_seglock *s, int64_t wait_ms) {
+  if (s == NULL) return HILOCK_EINVAL;
+  return hilock__acquire_loop(s->h.client, &s->h.err, s->wkey, s->wkeylen,
+                              wait_ms, attempt, s);
+}
+
+int hilock_seglock_release(hilock_seglock *s) {
+  const char *keys[2], *args[1];
+  size_t keylens[2], arglens[1];
+  redisReply *r;
+  int rc;
+
+  if (s == NULL) return HILOCK_EINVAL;
+  rc = hilock__hold_check(&s->h, "release");
+  if (rc != HILOCK_OK) return rc;
+  hilock__renewal_cancel(&s->h);
+  keys[0] = s->h.rkey;
+  keylens[0] = s->h.rkeylen;
+  keys[1] = s->wkey;
+  keylens[1] = s->wkeylen;
+  args[0] = s->h.owner;
+  arglens[0] = s->h.ownerlen;
+  rc = hilock__script_run(s->h.client, &s->h.err,
+                          &hilock__script_lock_release, 2, keys, keylens, 1,
+                          args, arglens, &r);
+  if (rc != HILOCK_OK) {
+    /* Still ours as far as we know: keep renewing so the caller may retry. */
+    if (s->h.auto_renew && !hilock__hold_is_lost(&s->h))
+      hilock__renewal_register(&s->h);
+    return rc;
+  }
+  hilock__hold_drop(&s->h);
+  if (r->type != REDIS_REPLY_INTEGER) rc = HILOCK_EPROTO;
+  else if (r->integer != 1) rc = HILOCK_ENOTOWNED;
+  freeReplyObject(r);
+  if (rc == HILOCK_EPROTO)
+    return hilock__set_err(&s->h.err, rc, "unexpected reply to release");
+  if (rc == HILOCK_ENOTOWNED)
+    return hilock__set_err(&s->h.err, rc,
+                           "release: segment %d expired or another owner "
+                           "holds it; nothing was deleted",
+                           s->segment);
+  return HILOCK_OK;
+}
+
+static int check_units(hilock__err *e, const char *what, int64_t n,
+                       int64_t min) {
+  if (n < min || n > HILOCK_STOCK_MAX)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "%s must be %" PRId64 "..%" PRId64 ", got %" PRId64,
+                           what, min, HILOCK_STOCK_MAX, n);
+  return HILOCK_OK;
+}
+
+int hilock_seglock_take(hilock_seglock *s, int64_t n, int partial,
+                        int64_t *taken, int64_t *left) {
+  const char *keys[2], *args[4];
+  size_t keylens[2], arglens[4];
+  char nbuf[24], ibuf[24];
+  redisReply *r;
+  int rc;
+
+  if (taken != NULL) *taken = 0;
+  if (left != NULL) *left = 0;
+  if (s == NULL) return HILOCK_EINVAL;
+  rc = check_units(&s->h.err, "units to take", n, 1);
+  if (rc == HILOCK_OK) rc = hilock__hold_check(&s->h, "take");
+  if (rc != HILOCK_OK) return rc;
+  keys[0] = s->h.rkey;
+  keylens[0] = s->h.rkeylen;
+  keys[1] = s->skey;
+  keylens[1] = s->skeylen;
+  args[0] = s->h.owner;
+  arglens[0] = s->h.ownerlen;
+  args[1] = ibuf;
+  arglens[1] = hilock__i64(ibuf, s->segment);
+  args[2] = nbuf;
+  arglens[2] = hilock__i64(nbuf, n);
+  args[3] = partial ? "1" : "0";
+  arglens[3] = 1;
+  /* Not resent after a broken connection: a lost reply may mean units were
+   * taken (the caller sees the error and can read the stock). */
+  rc = hilock__script_run(s->h.client, &s->h.err,
+                          &hilock__script_seglock_take, 2, keys, keylens, 4,
+                          args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!int_array(r, 1) ||
+      (r->element[0]->integer == 1 && !int_array(r, 3))) {
+    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the seglock take script");
+  } else if (r->element[0]->integer == 1) {
+    if (taken != NULL) *taken = r->element[1]->integer;
+    if (left != NULL) *left = r->element[2]->integer;
+  } else if (r->element[0]->integer == -1) {
+    hilock__hold_lost(&s->h);
+    rc = hilock__set_err(&s->h.err, HILOCK_ENOTOWNED,
+                         "take: segment %d expired or another owner holds "
+                         "it; no stock moved",
+                         s->segment);
+  } else if (r->element[0]->integer == -2) {
+    rc = hilock__set_err(&s->h.err, HILOCK_EINVAL,
+                         "take: segment %d has no stock (load it with "
+                         "stock_init or stock_set)",
+                         s->segment);
+  } else {
+    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the seglock take script");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+static int stock_script(hilock_seglock *s, const char *mode, int64_t units,
+                        int segment) {
+  const char *keys[2], *args[4];
+  size_t keylens[2], arglens[4];
+  char kbuf[24], ubuf[24], ibuf[24];
+  redisReply *r;
+  int rc;
+
+  keys[0] = s->skey;
+  keylens[0] = s->skeylen;
+  keys[1] = s->wkey;
+  keylens[1] = s->wkeylen;
+  args[0] = kbuf;
+  arglens[0] = hilock__i64(kbuf, s->nseg);
+  args[1] = mode;
+  arglens[1] = strlen(mode);
+  args[2] = ubuf;
+  arglens[2] = hilock__i64(ubuf, units);
+  args[3] = ibuf;
+  arglens[3] = hilock__i64(ibuf, segment);
+  rc = hilock__script_run(s->h.client, &s->h.err,
+                          &hilock__script_seglock_stock, 2, keys, keylens, 4,
+                          args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  if (!int_array(r, 2) ||
+      (r->element[0]->integer != 1 && r->element[0]->integer != -1))
+    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
+                         "unexpected reply to the seglock stock script");
+  else if (r->element[0]->integer == -1)
+    rc = segcount_mismatch(s, r->element[1]->integer);
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_seglock_stock_init(hilock_seglock *s, int64_t total) {
+  int rc;
+  if (s == NULL) return HILOCK_EINVAL;
+  rc = check_units(&s->h.err, "total stock", total, 0);
+  if (rc != HILOCK_OK) return rc;
+  return stock_script(s, "split", total, 0);
+}
+
+int hilock_seglock_stock_set(hilock_seglock *s, int segment, int64_t n) {
+  int rc;
+  if (s == NULL) return HILOCK_EINVAL;
+  if (segment < 0 || segment >= s->nseg)
+    return hilock__set_err(&s->h.err, HILOCK_EINVAL,
+                           "segment must be 0..%d, got %d", s->nseg - 1,
+                           segment);
+  rc = check_units(&s->h.err, "stock", n, 0);
+  if (rc != HILOCK_OK) return rc;
+  return stock_script(s, "set", n, segment);
+}
+
+/* Decimal integer reply (a hash field) into *v; 0 if not one. */
+static int parse_units(const redisReply *e, int64_t *v) {
+  char *end;
+  long long x;
+  if (e->type != REDIS_REPLY_STRING || e->len == 0 || e->len > 20) return 0;
+  x = strtoll(e->str, &end, 10);
+  if (end != e->str + e->len) return 0;
+  *v = x;
+  return 1;
+}
+
+int hilock_seglock_stock(hilock_seglock *s, int segment, int64_t *n) {
+  const char **argv;
+  size_t *lens;
+  char (*fields)[24];
+  redisReply *r;
+  int rc, argc, tracked = 0;
+  int64_t sum = 0;
+
+  if (n != NULL) *n = -1;
+  if (s == NULL || n == NULL) return HILOCK_EINVAL;
+  if (segment < -1 || segment >= s->nseg)
+    return hilock__set_err(&s->h.err, HILOCK_EINVAL,
+                           "segment must be -1 (all) or 0..%d, got %d",
+                           s->nseg - 1, segment);
+  argc = segment == -1 ? s->nseg + 2 : 3;
+  argv = calloc((size_t)argc, sizeof(*argv));
+  lens = calloc((size_t)argc, sizeof(*lens));
+  fields = calloc((size_t)argc, sizeof(*fields));
+  if (argv == NULL || lens == NULL || fields == NULL) {
+    free(argv);
+    free(lens);
+    free(fields);
+    return hilock__set_err(&s->h.err, HILOCK_ENOMEM, "out of memory");
+  }
+  argv[0] = "HMGET";
+  lens[0] = 5;
+  argv[1] = s->skey;
+  lens[1] = s->skeylen;
+  for (int i = 2; i < argc; i++) {
+    argv[i] = fields[i];
+    lens[i] = hilock__i64(fields[i], segment == -1 ? i - 2 : segment);
+  }
+  rc = hilock__command(s->h.client, &s->h.err, argc, argv, lens, &r);
+  free(argv);
+  free(lens);
+  free(fields);
+  if (rc != HILOCK_OK) return rc;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)(argc - 2)) {
+    rc = HILOCK_EPROTO;
+  } else {
+    for (size_t i = 0; i < r->elements && rc == HILOCK_OK; i++) {
+      int64_t v;
+      if (r->element[i]->type == REDIS_REPLY_NIL) continue;
+      if (!parse_units(r->element[i], &v)) {
+        rc = HILOCK_EPROTO;
+        break;
+      }
+      sum += v;
+      tracked = 1;
+    }
+  }
+  freeReplyObject(r);
+  if (rc != HILOCK_OK)
+    return hilock__set_err(&s->h.err, rc, "unexpected stock entry in %s",
+                           s->skey);
+  *n = tracked ? sum : -1;
+  return HILOCK_OK;
+}
+
+int hilock_seglock_held_count(hilock_seglock *s, int *n) {
+  const char **argv;
+  redisReply *r;
+  int rc;
+
+  if (n != NULL) *n = 0;
+  if (s == NULL || n == NULL) return HILOCK_EINVAL;
+  argv = calloc((size_t)s->nseg + 1, sizeof(*argv));
+  if (argv == NULL)
+    return hilock__set_err(&s->h.err, HILOCK_ENOMEM, "out of memory");
+  argv[0] = "EXISTS";
+  for (int i = 0; i < s->nseg; i++) argv[i + 1] = s->segkey[i];
+  {
+    size_t *lens = calloc((size_t)s->nseg + 1, sizeof(*lens));
+    if (lens == NULL) {
+      free(argv);
+      return hilock__set_err(&s->h.err, HILOCK_ENOMEM, "out of memory");
+    }
+    lens[0] = 6;
+    for (int i = 0; i < s->nseg; i++) lens[i + 1] = s->segkeylen[i];
+    rc = hilock__command(s->h.client, &s->h.err, s->nseg + 1, argv, lens, &r);
+    free(lens);
+  }
+  free(argv);
+  if (rc != HILOCK_OK) return rc;
+  if (r->type != REDIS_REPLY_INTEGER)
+    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
+                         "unexpected reply to EXISTS");
+  else
+    *n = (int)r->integer;
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock_seglock_owned(hilock_seglock *s, int *owned) {
+  if (s == NULL || owned == NULL) return HILOCK_EINVAL;
+  return hilock__hold_owned(&s->h, owned);
+}
+
+int hilock_seglock_extend(hilock_seglock *s, int64_t ms, int replace) {
+  if (s == NULL) return HILOCK_EINVAL;
+  return hilock__hold_extend(&s->h, ms, replace);
+}
+
+int hilock_seglock_renew(hilock_seglock *s) {
+  if (s == NULL) return HILOCK_EINVAL;
+  return hilock__hold_extend(&s->h, s->h.ttl_ms, 1);
+}
+
+int hilock_seglock_set_auto_renew(hilock_seglock *s, int enable,
+                                  int64_t max_hold_ms, hilock_lost_fn on_lost,
+                                  void *arg) {
+  if (s == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  return hilock__hold_set_auto_renew(&s->h, enable, max_hold_ms, on_lost, arg);
+}
+
+int hilock_seglock_lost(const hilock_seglock *s) {
+  return s != NULL && s->h.held && hilock__hold_is_lost(&s->h);
+}
+
+int64_t hilock_seglock_validity_ms(const hilock_seglock *s) {
+  if (s == NULL || s->h.pid != getpid()) return 0;
+  return hilock__hold_validity_ms(&s->h);
+}
+
+int hilock_seglock_held(const hilock_seglock *s) {
+  return hilock_seglock_validity_ms(s) > 0;
+}
+
+int hilock_seglock_segment(const hilock_seglock *s) {
+  return s == NULL ? -1 : s->segment;
+}
+
+uint64_t hilock_seglock_fence(const hilock_seglock *s) {
+  return s == NULL ? 0 : s->h.fence;
+}
+
+const char *hilock_seglock_token(const hilock_seglock *s) {
+  return s == NULL ? "" : s->h.owner;
+}
+
+int hilock_seglock_segments(const hilock_seglock *s) {
+  return s == NULL ? 0 : s->nseg;
+}
+
+int64_t hilock_seglock_ttl_ms(const hilock_seglock *s) {
+  return s == NULL ? 0 : s->h.ttl_ms;
+}
+
+const char *hilock_seglock_key(const hilock_seglock *s, int i, size_t *len) {
+  if (s == NULL || i < -1 || i >= s->nseg) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (len) *len = i == -1 ? s->skeylen : s->segkeylen[i];
+  return i == -1 ? s->skey : s->segkey[i];
+}
+
+const char *hilock_seglock_errmsg(const hilock_seglock *s) {
+  return s == NULL ? "seglock is NULL" : s->h.err.msg;
+}
+
+int hilock_seglock_errcode(const hilock_seglock *s) {
+  return s == NULL ? HILOCK_EINVAL : s->h.err.code;
+}
