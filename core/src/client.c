@@ -17,6 +17,8 @@ void hilock_options_init(hilock_options *opts) {
   opts->max_idle = 8;
   opts->interrupt = NULL;
   opts->interrupt_arg = NULL;
+  opts->wait_replicas = 0;
+  opts->wait_timeout_ms = 1000;
 }
 
 static struct timeval tv_ms(int64_t ms) {
@@ -36,7 +38,9 @@ static int is_timeout(const redisContext *ctx, int saved_errno) {
 }
 
 static const char *where(const hilock_client *c, char *buf, size_t n) {
-  if (c->url.unix_socket)
+  if (c->url.sentinel)
+    snprintf(buf, n, "master '%s' (via sentinels)", c->url.master_name);
+  else if (c->url.unix_socket)
     snprintf(buf, n, "%s", c->url.path);
   else
     snprintf(buf, n, "%s:%d", c->url.host, c->url.port);
@@ -67,22 +71,37 @@ static int setup_command(hilock__err *e, redisContext *ctx, int argc,
 static int connect_once(hilock_client *c, hilock__err *e, hilock__conn **out) {
   struct timeval tv = tv_ms(c->opts.connect_timeout_ms);
   redisContext *ctx;
-  char buf[300];
-  int saved, rc;
+  char buf[300], *resolved = NULL;
+  const char *host = c->url.host;
+  int saved, rc, port = c->url.port;
 
+  if (c->url.sentinel) {
+    /* Where the master is now, as the sentinels say. */
+    rc = hilock__sentinel_master(c, e, &resolved, &port);
+    if (rc != HILOCK_OK) return rc;
+    host = resolved;
+  }
   errno = 0;
   if (c->url.unix_socket)
     ctx = redisConnectUnixWithTimeout(c->url.path, tv);
   else
-    ctx = redisConnectWithTimeout(c->url.host, c->url.port, tv);
+    ctx = redisConnectWithTimeout(host, port, tv);
   saved = errno;
-  if (ctx == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  if (ctx == NULL) {
+    free(resolved);
+    return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  }
   if (ctx->err) {
+    if (resolved != NULL)
+      snprintf(buf, sizeof(buf), "master '%s' at %s:%d", c->url.master_name,
+               host, port);
     rc = hilock__set_err(e, is_timeout(ctx, saved) ? HILOCK_ETIMEDOUT
                                                    : HILOCK_EIO,
-                         "connect to %s: %s", where(c, buf, sizeof(buf)),
+                         "connect to %s: %s",
+                         resolved ? buf : where(c, buf, sizeof(buf)),
                          ctx->errstr);
     redisFree(ctx);
+    free(resolved);
     return rc;
   }
   if (c->opts.command_timeout_ms > 0)
@@ -101,6 +120,16 @@ static int connect_once(hilock_client *c, hilock__err *e, hilock__conn **out) {
     rc = setup_command(e, ctx, argc, argv, lens);
     if (rc != HILOCK_OK) {
       if (rc == HILOCK_EREDIS) rc = e->code = HILOCK_EAUTH;
+      redisFree(ctx);
+      free(resolved);
+      return rc;
+    }
+  }
+  if (resolved != NULL) {
+    /* Never take a demoted master (now a replica) for the master. */
+    rc = hilock__sentinel_check_role(c, e, ctx, host, port);
+    free(resolved);
+    if (rc != HILOCK_OK) {
       redisFree(ctx);
       return rc;
     }
@@ -221,9 +250,32 @@ int hilock__command(hilock_client *c, hilock__err *e, int argc,
   return hilock__command_ex(c, e, argc, argv, lens, out, 1);
 }
 
-int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
+/* The command, then WAIT, pipelined on k; the command's reply, with WAIT's
+ * in *acked (-1 if WAIT answered with an error). NULL if k broke. */
+static redisReply *command_and_wait(hilock_client *c, hilock__conn *k,
+                                    int argc, const char **argv,
+                                    const size_t *lens, long long *acked) {
+  char n[24], ms[24];
+  const char *wargv[3] = {"WAIT", n, ms};
+  size_t wlens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
+                     hilock__i64(ms, c->opts.wait_timeout_ms)};
+  redisReply *r = NULL, *w = NULL;
+  if (redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
+      redisAppendCommandArgv(k->ctx, 3, wargv, wlens) != REDIS_OK ||
+      redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL)
+    return NULL;
+  if (redisGetReply(k->ctx, (void **)&w) != REDIS_OK || w == NULL) {
+    freeReplyObject(r);
+    return NULL;
+  }
+  *acked = w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+  freeReplyObject(w);
+  return r;
+}
+
+static int command_run(hilock_client *c, hilock__err *e, int argc,
                        const char **argv, const size_t *lens, redisReply **out,
-                       int resend) {
+                       int resend, long long *acked) {
   hilock__conn *k;
   hilock__err before;
   int fresh, rc, recovering = 0;
@@ -233,7 +285,29 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
   rc = hilock__pool_get(c, e, &k, &fresh);
   if (rc != HILOCK_OK) return rc;
   for (;;) {
-    redisReply *r = redisCommandArgv(k->ctx, argc, argv, lens);
+    redisReply *r =
+        acked ? command_and_wait(c, k, argc, argv, lens, acked)
+              : redisCommandArgv(k->ctx, argc, argv, lens);
+    if (r != NULL && hilock__failover_reply(c, r) &&
+        hilock__now_ms() < deadline) {
+      /* The master moved (sentinel URL): this command did not run. Drop
+       * the connections to the old one, ask the sentinels again and resend
+       * within the reconnect budget. */
+      if (!recovering) before = *e;
+      hilock__reply_error(e, r->str, r->len);
+      freeReplyObject(r);
+      hilock__conn_free(k);
+      pthread_mutex_lock(&c->mu);
+      hilock__conn *stale = take_idle(c);
+      pthread_mutex_unlock(&c->mu);
+      free_list(stale);
+      hilock__sleep_ms(50);
+      recovering = 1;
+      fresh = 1;
+      rc = hilock__connect(c, e, deadline, &k);
+      if (rc != HILOCK_OK) return rc;
+      continue;
+    }
     if (r == NULL) {
       int timeout, saved_errno = errno;
       if (!recovering) before = *e;
@@ -264,6 +338,19 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
     *out = r;
     return HILOCK_OK;
   }
+}
+
+int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
+                       const char **argv, const size_t *lens, redisReply **out,
+                       int resend) {
+  return command_run(c, e, argc, argv, lens, out, resend, NULL);
+}
+
+int hilock__command_wait(hilock_client *c, hilock__err *e, int argc,
+                         const char **argv, const size_t *lens,
+                         redisReply **out, int resend, long long *acked) {
+  *acked = -1;
+  return command_run(c, e, argc, argv, lens, out, resend, acked);
 }
 
 /* ## Fork handling
@@ -407,6 +494,15 @@ int hilock_client_new(const char *url, const hilock_options *opts,
       return hilock__set_err(&c->err, HILOCK_EINVAL,
                              "bad client options (timeouts must be >= 1 ms "
                              "to connect, >= 0 otherwise)");
+    if (opts->wait_replicas < 0 ||
+        (opts->wait_replicas > 0 &&
+         (opts->wait_timeout_ms < 1 ||
+          (opts->command_timeout_ms > 0 &&
+           opts->wait_timeout_ms >= opts->command_timeout_ms))))
+      return hilock__set_err(&c->err, HILOCK_EINVAL,
+                             "bad wait_replicas options (wait_replicas must "
+                             "be >= 0; wait_timeout_ms >= 1 and below "
+                             "command_timeout_ms)");
     c->opts = *opts;
   }
   rc = hilock__token(c->id, &c->err);

@@ -33,6 +33,12 @@ int hilock__reply_error(hilock__err *e, const char *text, size_t len);
 
 /* ## URLs --------------------------------------------------------------- */
 
+/* One sentinel of a redis+sentinel:// URL. */
+typedef struct hilock__addr {
+  char *host;
+  int port;
+} hilock__addr;
+
 typedef struct hilock__url {
   int unix_socket;
   char *host; /* TCP host, brackets stripped */
@@ -41,6 +47,13 @@ typedef struct hilock__url {
   char *user;
   char *password;
   int db;
+  /* redis+sentinel://: the master is found through the sentinels. */
+  int sentinel;
+  char *master_name;
+  hilock__addr *sentinels;
+  int nsentinels;
+  char *sentinel_user;
+  char *sentinel_password;
 } hilock__url;
 
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e);
@@ -79,6 +92,7 @@ struct hilock_client {
   hilock_options opts;
   hilock__url url;
   int cluster; /* connected to a Redis Cluster: one slot per script */
+  int sentinel_next; /* sentinel to ask first (the last that answered) */
   hilock__conn *idle;
   int nidle;
   hilock__watchdog wd;
@@ -112,9 +126,30 @@ void hilock__pool_put(hilock_client *c, hilock__conn *k);
 void hilock__conn_free(hilock__conn *k);
 int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline_ms,
                     hilock__conn **out);
+/* The same, then WAIT opts.wait_replicas opts.wait_timeout_ms pipelined on
+ * the same connection: on HILOCK_OK, *acked is WAIT's reply (replicas that
+ * acknowledged every write of this connection so far), -1 if WAIT failed. */
+int hilock__command_wait(hilock_client *c, hilock__err *e, int argc,
+                         const char **argv, const size_t *lens,
+                         redisReply **out, int resend, long long *acked);
 /* Status for a failed hiredis call on k (timeout vs broken). */
 int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                        const char *what, int saved_errno);
+
+/* ## Sentinel (sentinel.c) ------------------------------------------------
+ * For redis+sentinel:// URLs every new connection dials the address the
+ * sentinels give now, and checks that it answers ROLE as master. */
+
+/* Ask the sentinels in turn for the master's address (*host malloc'd).
+ * HILOCK_EIO if none knows it (retried by hilock__connect). */
+int hilock__sentinel_master(hilock_client *c, hilock__err *e, char **host,
+                            int *port);
+/* ROLE on a fresh connection: HILOCK_OK if master, HILOCK_EIO if not. */
+int hilock__sentinel_check_role(hilock_client *c, hilock__err *e,
+                                redisContext *ctx, const char *host, int port);
+/* 1 if r is an error that means the master moved (READONLY, LOADING,
+ * MASTERDOWN) on a sentinel client: reconnect to the current master. */
+int hilock__failover_reply(const hilock_client *c, const redisReply *r);
 
 /* ## Waiting ------------------------------------------------------------- */
 
@@ -155,14 +190,33 @@ typedef struct hilock__script {
   size_t len;
   const char *sha; /* 40 hex chars */
   int once;        /* not safe to resend (the file says "-- @once") */
+  int grant;       /* grants or renews a hold ("-- @grant"): followed by
+                      WAIT when opts.wait_replicas > 0 */
 } hilock__script;
 
 /* EVALSHA the script; on NOSCRIPT, EVAL it (which also loads it). Keys only
- * through keys[], values only through args[]. */
+ * through keys[], values only through args[].
+ * For a @grant script with opts.wait_replicas > 0, WAIT follows on the same
+ * connection; if fewer replicas acknowledged, the result is
+ * HILOCK_ENOREPLICAS with the script's reply STILL in *out (the caller
+ * frees it, and undoes a grant or does not count a renewal). */
 int hilock__script_run(hilock_client *c, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
                        const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, redisReply **out);
+
+/* The same for a script that serves several operations: grant = 1 treats
+ * this call as @grant (WAIT follows), whatever the file says. */
+int hilock__script_run_as(hilock_client *c, hilock__err *e,
+                          const hilock__script *s, int grant, int nkeys,
+                          const char **keys, const size_t *keylens, int nargs,
+                          const char **args, const size_t *arglens,
+                          redisReply **out);
+/* A grant the replicas did not acknowledge was given back (undo_rc: the
+ * result of giving it back): e gets the ENOREPLICAS message of unacked,
+ * saying so; returns HILOCK_ENOREPLICAS. */
+int hilock__grant_unacked(hilock__err *e, const hilock__err *unacked,
+                          int undo_rc, const hilock__err *undo);
 
 /* ## Tokens, clocks, backoff -------------------------------------------- */
 

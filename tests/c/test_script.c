@@ -167,7 +167,7 @@ static void acquire_works_after_server_restart(void **state) {
 /* Run a throwaway script through the internal runner. */
 static int run_script(fixture *f, const char *src, hilock__err *e) {
   hilock__script s = {"test", src, strlen(src),
-                      "0000000000000000000000000000000000000000", 0};
+                      "0000000000000000000000000000000000000000", 0, 0};
   redisReply *r = NULL;
   int rc;
   hilock__clear_err(e);
@@ -195,7 +195,7 @@ static void script_runner_rejects_too_many_arguments(void **state) {
   const char *args[40];
   size_t lens[40];
   hilock__script s = {"test", "return 1", 8,
-                      "0000000000000000000000000000000000000000", 0};
+                      "0000000000000000000000000000000000000000", 0, 0};
   hilock__err e;
   redisReply *r = NULL;
   for (int i = 0; i < 40; i++) {

@@ -32,7 +32,8 @@ extern "C" {
   XX(ENOTSUP, -12, "operation not supported")                                  \
   XX(ECLOSED, -13, "client is closed")                                         \
   XX(EINTR, -14, "wait interrupted")                                           \
-  XX(EFORKED, -15, "lock belongs to the parent process")
+  XX(EFORKED, -15, "lock belongs to the parent process")                      \
+  XX(ENOREPLICAS, -19, "replicas did not acknowledge the write in time")
 
 typedef enum hilock_status {
 #define HILOCK_XX_ENUM(name, value, text) HILOCK_##name = value,
