@@ -23,6 +23,7 @@ from ._util import Name
 from .errors import (AuthenticationError, ConnectionError, ForkedLockError, InvalidArgument,
                      LockError, LockLost, LockNotOwnedError, LockTimeout, NoPermissionError,
                      RedisError, UnsupportedError, WrongTypeError)
+from .errors import NotEnoughReplicas
 
 __version__ = _hilock.hilock_version_string().decode()
 
@@ -35,6 +36,7 @@ __all__ = [
     "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
     "NoPermissionError", "UnsupportedError", "__version__",
+    "NotEnoughReplicas",
 ]
 
 

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import builtins
-from typing import Dict, Type
+import re
+from typing import Dict, Optional, Type
 
 from . import _hilock as _h
 
 __all__ = [
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout", "ConnectionError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
-    "NoPermissionError", "UnsupportedError", "error_for",
+    "NoPermissionError", "UnsupportedError", "NotEnoughReplicas", "error_for",
 ]
 
 
@@ -72,6 +73,22 @@ class UnsupportedError(LockError):
     """The operation is not supported by this lock type or build."""
 
 
+class NotEnoughReplicas(LockError):
+    """``wait_replicas``: fewer replicas than asked acknowledged a grant
+    within ``wait_timeout`` (WAIT), so a failover could have lost it. The
+    grant was given back; nothing is held. ``acked`` and ``wanted`` give the
+    counts (None if WAIT itself failed)."""
+
+    acked: Optional[int] = None
+    wanted: Optional[int] = None
+
+    def __init__(self, message: str = "", code: int = 0) -> None:
+        super().__init__(message, code)
+        m = re.search(r"(\d+) of (\d+) replicas acknowledged", message)
+        if m:
+            self.acked, self.wanted = int(m.group(1)), int(m.group(2))
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -87,6 +104,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ENOTOWNED: LockNotOwnedError,
     _h.HILOCK_ENOTSUP: UnsupportedError,
     _h.HILOCK_EFORKED: ForkedLockError,
+    _h.HILOCK_ENOREPLICAS: NotEnoughReplicas,
 }
 
 
