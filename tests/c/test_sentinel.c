@@ -209,7 +209,7 @@ static void deploy_stop(deploy *d) {
  * writes on the master stay unreplicated. */
 static void break_replication(deploy *d) {
   hl_redis_ok(d->r, "CONFIG SET masterauth not-the-password");
-  hl_redis(d->m, "CLIENT KILL TYPE replica");
+  freeReplyObject(hl_redis(d->m, "CLIENT KILL TYPE replica"));
   for (int64_t end = hl_now_ms() + 5000; link_up(d->r);) {
     if (hl_now_ms() > end) fail_msg("the replica link stayed up");
     hl_sleep_ms(10);
