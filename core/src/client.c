@@ -251,10 +251,14 @@ int hilock__command(hilock_client *c, hilock__err *e, int argc,
 }
 
 /* The command, then WAIT, pipelined on k; the command's reply, with WAIT's
- * in *acked (-1 if WAIT answered with an error). NULL if k broke. */
+ * in *acked (-1 if WAIT answered with an error or not at all). NULL if k
+ * broke before the command's reply. If only WAIT's reply is missing, the
+ * command's reply is returned (so a grant can be given back) and *spoilt
+ * says k must not be reused. */
 static redisReply *command_and_wait(hilock_client *c, hilock__conn *k,
                                     int argc, const char **argv,
-                                    const size_t *lens, long long *acked) {
+                                    const size_t *lens, long long *acked,
+                                    int *spoilt) {
   char n[24], ms[24];
   const char *wargv[3] = {"WAIT", n, ms};
   size_t wlens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
@@ -265,8 +269,9 @@ static redisReply *command_and_wait(hilock_client *c, hilock__conn *k,
       redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL)
     return NULL;
   if (redisGetReply(k->ctx, (void **)&w) != REDIS_OK || w == NULL) {
-    freeReplyObject(r);
-    return NULL;
+    *acked = -1;
+    *spoilt = 1;
+    return r;
   }
   *acked = w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
   freeReplyObject(w);
@@ -278,7 +283,7 @@ static int command_run(hilock_client *c, hilock__err *e, int argc,
                        int resend, long long *acked) {
   hilock__conn *k;
   hilock__err before;
-  int fresh, rc, recovering = 0;
+  int fresh, rc, recovering = 0, spoilt = 0;
   int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
 
   *out = NULL;
@@ -286,7 +291,7 @@ static int command_run(hilock_client *c, hilock__err *e, int argc,
   if (rc != HILOCK_OK) return rc;
   for (;;) {
     redisReply *r =
-        acked ? command_and_wait(c, k, argc, argv, lens, acked)
+        acked ? command_and_wait(c, k, argc, argv, lens, acked, &spoilt)
               : redisCommandArgv(k->ctx, argc, argv, lens);
     if (r != NULL && hilock__failover_reply(c, r) &&
         hilock__now_ms() < deadline) {
@@ -328,7 +333,8 @@ static int command_run(hilock_client *c, hilock__err *e, int argc,
       if (rc != HILOCK_OK) return rc;
       continue;
     }
-    hilock__pool_put(c, k);
+    if (spoilt) hilock__conn_free(k); /* WAIT's reply is still owed */
+    else hilock__pool_put(c, k);
     if (recovering) *e = before; /* the resend worked: no failure to report */
     if (r->type == REDIS_REPLY_ERROR) {
       rc = hilock__reply_error(e, r->str, r->len);
