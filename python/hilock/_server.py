@@ -106,8 +106,10 @@ class SentinelDeployment:
     def __init__(self, sentinels: int = 3, name: str = "mymaster",
                  binary: Optional[str] = None) -> None:
         self.name = name
-        self.master = RedisServer(binary=binary)
-        self.replica = RedisServer(binary=binary, extra_args=[
+        # No 5 s diskless-sync delay before a replica's first sync.
+        fast = ["--repl-diskless-sync-delay", "0"]
+        self.master = RedisServer(binary=binary, extra_args=fast)
+        self.replica = RedisServer(binary=binary, extra_args=fast + [
             "--replicaof", "127.0.0.1", str(self.master.port)])
         self.binary = self.master.binary
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
@@ -205,6 +207,22 @@ class SentinelDeployment:
             if self.master_port() == self.replica.port:
                 if b"master" in self._command(self.replica.port, "ROLE")[:20]:
                     return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"no failover within {timeout} s")
+            time.sleep(0.05)
+
+    def graceful_failover(self, timeout: float = 30.0) -> float:
+        """SENTINEL FAILOVER: the replica is promoted and the master, still
+        running, becomes its replica. Returns the seconds it took."""
+        t0 = time.monotonic()
+        reply = self._command(self.sentinel_ports[0], "SENTINEL", "FAILOVER", self.name)
+        if not reply.startswith(b"+OK"):
+            raise RuntimeError(f"SENTINEL FAILOVER: {reply!r}")
+        while True:
+            if (self.master_port() == self.replica.port
+                    and b"master" in self._command(self.replica.port, "ROLE")[:20]
+                    and b"slave" in self._command(self.master.port, "ROLE")[:20]):
+                return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"no failover within {timeout} s")
             time.sleep(0.05)

@@ -37,7 +37,7 @@ typedef struct sentinel {
 typedef struct deploy {
   hl_server master, replica;
   char replicaof[3][24];
-  const char *rextra[4];
+  const char *rextra[6];
   sentinel s[NSENT];
   int nsent;
   char url[512];
@@ -159,7 +159,9 @@ static int sentinel_ready(const sentinel *s) {
 
 /* Master, replica (synced), and nsent sentinels (0: none). */
 static void deploy_start(deploy *d, int nsent) {
-  hl_server_opts mo = {0};
+  /* No 5 s diskless-sync delay before the replica's first sync. */
+  static const char *const fast[] = {"--repl-diskless-sync-delay", "0", NULL};
+  hl_server_opts mo = {.extra = fast};
   hl_server_opts ro = {0};
   memset(d, 0, sizeof(*d));
   assert_int_equal(hl_server_start(&d->master, &mo), 0);
@@ -169,7 +171,9 @@ static void deploy_start(deploy *d, int nsent) {
   d->rextra[0] = d->replicaof[0];
   d->rextra[1] = d->replicaof[1];
   d->rextra[2] = d->replicaof[2];
-  d->rextra[3] = NULL;
+  d->rextra[3] = fast[0];
+  d->rextra[4] = fast[1];
+  d->rextra[5] = NULL;
   ro.extra = d->rextra;
   assert_int_equal(hl_server_start(&d->replica, &ro), 0);
   d->m = connect_port(d->master.port);

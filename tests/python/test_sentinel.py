@@ -80,6 +80,29 @@ def test_client_and_renewal_follow_a_failover(deployment):
             assert again.fence > fence
 
 
+def test_client_follows_a_graceful_failover(deployment):
+    """SENTINEL FAILOVER: the old master keeps running as a replica, so a
+    client that went on using it would be refused (READONLY) or read stale
+    data; the client must end up on the promoted replica."""
+    with hilock.Client(deployment.url, reconnect=15.0) as c:
+        lk = c.lock("graceful", ttl=10.0)
+        assert lk.acquire(timeout=1)
+        assert _master_redis(deployment.master.port).wait(1, 2000) == 1
+        deployment.graceful_failover()
+        assert lk.owned()
+        lk.release()
+        new, old = (_master_redis(deployment.replica.port),
+                    _master_redis(deployment.master.port))
+        with c.lock("graceful", ttl=10.0, timeout=1) as again:
+            assert new.get(_key("graceful")).decode() == again.token
+        # Several pooled connections and a second client: all on the new master.
+        with hilock.Client(deployment.url) as c2:
+            for i in range(5):
+                with c2.lock(f"graceful-{i}", ttl=5.0, timeout=1):
+                    assert new.exists(_key(f"graceful-{i}")) == 1
+        assert old.info("replication")["role"] == "slave"
+
+
 def _hold_through_failover(url, wait_replicas, history_url, conn) -> None:
     """Child: acquire, report, hold until told, record the interval."""
     import redis
