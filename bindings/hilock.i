@@ -17,6 +17,7 @@
 /* Keep the GIL by default; release it only where the call can block. */
 %nothreadallow;
 %threadallow py_client_new;
+%threadallow py_client_new_wait;
 %threadallow hilock_client_ping;
 %threadallow hilock_lock_acquire;
 %threadallow hilock_lock_try_acquire;
@@ -122,6 +123,7 @@
 %apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen) };
 
 HILOCK_CHECKED_PTR(py_client_new)
+HILOCK_CHECKED_PTR(py_client_new_wait)
 HILOCK_CHECKED_PTR(py_lock_new)
 HILOCK_CHECKED(hilock_client_ping, hilock_client_errmsg(arg1))
 HILOCK_CHECKED(hilock_lock_acquire, hilock_lock_errmsg(arg1))
@@ -275,6 +277,32 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
   o.command_timeout_ms = command_ms;
   o.reconnect_ms = reconnect_ms;
   o.interrupt = py_check_signals;
+  rc = hilock_client_new(url, &o, &c);
+  if (rc == HILOCK_OK) return c;
+  py_ctor_rc = rc;
+  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
+           c ? hilock_client_errmsg(c) : hilock_strerror(rc));
+  hilock_client_free(c);
+  return NULL;
+}
+
+/* py_client_new with replica acknowledgement (wait_replicas > 0: WAIT after
+ * every grant and renewal). */
+static hilock_client *py_client_new_wait(const char *url, int64_t connect_ms,
+                                         int64_t command_ms,
+                                         int64_t reconnect_ms,
+                                         int wait_replicas,
+                                         int64_t wait_timeout_ms) {
+  hilock_options o;
+  hilock_client *c = NULL;
+  int rc;
+  hilock_options_init(&o);
+  o.connect_timeout_ms = connect_ms;
+  o.command_timeout_ms = command_ms;
+  o.reconnect_ms = reconnect_ms;
+  o.interrupt = py_check_signals;
+  o.wait_replicas = wait_replicas;
+  o.wait_timeout_ms = wait_timeout_ms;
   rc = hilock_client_new(url, &o, &c);
   if (rc == HILOCK_OK) return c;
   py_ctor_rc = rc;

@@ -2,6 +2,7 @@
 -- KEYS[1] lock key, KEYS[2] fence counter (same hash tag)
 -- ARGV[1] owner token, ARGV[2] ttl in ms ("0": no expiry)
 -- Returns {1, fence} when granted, {0, holder's pttl} when held.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local cur = redis.call('GET', KEYS[1])
 if cur == false then
   -- INCR first: if the counter key is damaged, fail before writing the lock.

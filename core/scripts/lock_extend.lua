@@ -3,6 +3,7 @@
 -- expired.
 -- KEYS[1] lock key. ARGV[1] owner token, ARGV[2] ms.
 -- Returns the new TTL in ms, or 0 if not owned.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end

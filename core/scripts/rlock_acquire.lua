@@ -3,6 +3,7 @@
 -- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms.
 -- Returns {1, fence, count} when granted, {0, holder's pttl} when held.
 -- @once: a resend would count twice, so a broken connection is reported.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local fence = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], ARGV[1], 1)

@@ -1,6 +1,7 @@
 -- Renew a reentrant lock while the owner still holds it.
 -- KEYS[1] owners hash. ARGV[1] owner, ARGV[2] ttl in ms.
 -- Returns 1 if renewed, 0 if not held by this owner.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1

@@ -5,6 +5,7 @@
 -- stored as the limit if none is stored yet (the stored limit wins).
 -- Returns {1, permits still free} when granted, {0, ms until the first
 -- permit expires (-1: none is held)} when none is free.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local raw = redis.call('GET', KEYS[2])
 local limit = tonumber(ARGV[3])
 if raw then

@@ -2,6 +2,7 @@
 -- server's clock. An expired permit is never revived.
 -- KEYS[1] permits zset. ARGV[1] permit id, ARGV[2] ttl in ms.
 -- Returns 1 if renewed, 0 if the permit is not live.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)

@@ -17,6 +17,8 @@ void hilock_options_init(hilock_options *opts) {
   opts->max_idle = 8;
   opts->interrupt = NULL;
   opts->interrupt_arg = NULL;
+  opts->wait_replicas = 0;
+  opts->wait_timeout_ms = 1000;
 }
 
 static struct timeval tv_ms(int64_t ms) {
@@ -43,13 +45,22 @@ static const char *where(const hilock__addr *a, char *buf, size_t n) {
   return buf;
 }
 
-/* The address of the server the single-server pool connects to. The one
- * place that decides which address is the master. */
-static int master_addr(hilock_client *c, hilock__err *e, hilock__addr *a) {
-  (void)e;
+/* The address of the server the single-server pool connects to: the URL's,
+ * or where the sentinels say the master is now (*resolved, malloc'd, to be
+ * freed by the caller). The one place that decides which address is the
+ * master. */
+static int master_addr(hilock_client *c, hilock__err *e, hilock__addr *a,
+                       char **resolved) {
+  *resolved = NULL;
   a->path = c->url.unix_socket ? c->url.path : NULL;
   a->host = c->url.host;
   a->port = c->url.port;
+  if (c->url.sentinel) {
+    int rc = hilock__sentinel_master(c, e, resolved, &a->port);
+    if (rc != HILOCK_OK) return rc;
+    a->path = NULL;
+    a->host = *resolved;
+  }
   return HILOCK_OK;
 }
 
@@ -137,8 +148,19 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
 
 static int connect_once(hilock_client *c, hilock__err *e, hilock__conn **out) {
   hilock__addr a;
-  int rc = master_addr(c, e, &a);
-  return rc != HILOCK_OK ? rc : hilock__connect_addr(c, e, &a, out);
+  char *resolved;
+  int rc = master_addr(c, e, &a, &resolved);
+  if (rc == HILOCK_OK) rc = hilock__connect_addr(c, e, &a, out);
+  if (rc == HILOCK_OK && resolved != NULL) {
+    /* Never take a demoted master (now a replica) for the master. */
+    rc = hilock__sentinel_check_role(c, e, (*out)->ctx, a.host, a.port);
+    if (rc != HILOCK_OK) {
+      hilock__conn_free(*out);
+      *out = NULL;
+    }
+  }
+  free(resolved);
+  return rc;
 }
 
 /* Connect, retrying refused or failed attempts with backoff until the
@@ -276,8 +298,17 @@ int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
     a.path = NULL;
     a.host = k->node->host;
     a.port = k->node->port;
+  } else if (k->ctx->connection_type == REDIS_CONN_TCP &&
+             k->ctx->tcp.host != NULL) {
+    /* The address this connection dialled (a sentinel client's master
+     * moves, so not the URL's). */
+    a.path = NULL;
+    a.host = k->ctx->tcp.host;
+    a.port = k->ctx->tcp.port;
   } else {
-    master_addr(c, NULL, &a);
+    a.path = c->url.unix_socket ? c->url.path : NULL;
+    a.host = c->url.host;
+    a.port = c->url.port;
   }
   return hilock__set_err(e, timeout ? HILOCK_ETIMEDOUT : HILOCK_EIO,
                          "%s on %s: %s", what, where(&a, buf, sizeof(buf)),
@@ -289,23 +320,78 @@ int hilock__command(hilock_client *c, hilock__err *e, int argc,
   return hilock__command_ex(c, e, argc, argv, lens, out, 1);
 }
 
-int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
+/* The command, then WAIT, pipelined on k; the command's reply, with WAIT's
+ * in *acked (-1 if WAIT answered with an error or not at all). NULL if k
+ * broke before the command's reply. If only WAIT's reply is missing, the
+ * command's reply is returned (so a grant can be given back) and *spoilt
+ * says k must not be reused. */
+static redisReply *command_and_wait(hilock_client *c, hilock__conn *k,
+                                    int argc, const char **argv,
+                                    const size_t *lens, long long *acked,
+                                    int *spoilt) {
+  char n[24], ms[24];
+  const char *wargv[3] = {"WAIT", n, ms};
+  size_t wlens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
+                     hilock__i64(ms, c->opts.wait_timeout_ms)};
+  redisReply *r = NULL, *w = NULL;
+  if (redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
+      redisAppendCommandArgv(k->ctx, 3, wargv, wlens) != REDIS_OK ||
+      redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL)
+    return NULL;
+  if (redisGetReply(k->ctx, (void **)&w) != REDIS_OK || w == NULL) {
+    *acked = -1;
+    *spoilt = 1;
+    return r;
+  }
+  *acked = w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+  freeReplyObject(w);
+  return r;
+}
+
+static int command_run(hilock_client *c, hilock__err *e, int argc,
                        const char **argv, const size_t *lens, redisReply **out,
-                       int resend) {
+                       int resend, long long *acked) {
   hilock__conn *k;
   hilock__err before;
-  int fresh, rc, recovering = 0;
+  int fresh, rc, recovering = 0, spoilt = 0;
   int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
 
   *out = NULL;
-  if (c->cl != NULL)
+  if (c->cl != NULL) {
+    if (acked != NULL)
+      return hilock__set_err(e, HILOCK_ENOTSUP,
+                             "wait_replicas is not supported on a cluster "
+                             "client");
     return hilock__cluster_command(c, e,
                                    hilock__command_key_slot(argc, argv, lens),
                                    argc, argv, lens, out, resend);
+  }
   rc = hilock__pool_get(c, e, &k, &fresh);
   if (rc != HILOCK_OK) return rc;
   for (;;) {
-    redisReply *r = redisCommandArgv(k->ctx, argc, argv, lens);
+    redisReply *r =
+        acked ? command_and_wait(c, k, argc, argv, lens, acked, &spoilt)
+              : redisCommandArgv(k->ctx, argc, argv, lens);
+    if (r != NULL && hilock__failover_reply(c, r) &&
+        hilock__now_ms() < deadline) {
+      /* The master moved (sentinel URL): this command did not run. Drop
+       * the connections to the old one, ask the sentinels again and resend
+       * within the reconnect budget. */
+      if (!recovering) before = *e;
+      hilock__reply_error(e, r->str, r->len);
+      freeReplyObject(r);
+      hilock__conn_free(k);
+      pthread_mutex_lock(&c->mu);
+      hilock__conn *stale = take_idle(c);
+      pthread_mutex_unlock(&c->mu);
+      free_list(stale);
+      hilock__sleep_ms(50);
+      recovering = 1;
+      fresh = 1;
+      rc = hilock__connect(c, e, deadline, &k);
+      if (rc != HILOCK_OK) return rc;
+      continue;
+    }
     if (r == NULL) {
       int timeout, saved_errno = errno;
       if (!recovering) before = *e;
@@ -326,7 +412,8 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
       if (rc != HILOCK_OK) return rc;
       continue;
     }
-    hilock__pool_put(c, k);
+    if (spoilt) hilock__conn_free(k); /* WAIT's reply is still owed */
+    else hilock__pool_put(c, k);
     if (recovering) *e = before; /* the resend worked: no failure to report */
     if (r->type == REDIS_REPLY_ERROR) {
       rc = hilock__reply_error(e, r->str, r->len);
@@ -336,6 +423,19 @@ int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
     *out = r;
     return HILOCK_OK;
   }
+}
+
+int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
+                       const char **argv, const size_t *lens, redisReply **out,
+                       int resend) {
+  return command_run(c, e, argc, argv, lens, out, resend, NULL);
+}
+
+int hilock__command_wait(hilock_client *c, hilock__err *e, int argc,
+                         const char **argv, const size_t *lens,
+                         redisReply **out, int resend, long long *acked) {
+  *acked = -1;
+  return command_run(c, e, argc, argv, lens, out, resend, acked);
 }
 
 /* ## Fork handling
@@ -489,6 +589,15 @@ int hilock_client_new(const char *url, const hilock_options *opts,
       return hilock__set_err(&c->err, HILOCK_EINVAL,
                              "bad client options (timeouts must be >= 1 ms "
                              "to connect, >= 0 otherwise)");
+    if (opts->wait_replicas < 0 ||
+        (opts->wait_replicas > 0 &&
+         (opts->wait_timeout_ms < 1 ||
+          (opts->command_timeout_ms > 0 &&
+           opts->wait_timeout_ms >= opts->command_timeout_ms))))
+      return hilock__set_err(&c->err, HILOCK_EINVAL,
+                             "bad wait_replicas options (wait_replicas must "
+                             "be >= 0; wait_timeout_ms >= 1 and below "
+                             "command_timeout_ms)");
     c->opts = *opts;
   }
   rc = hilock__token(c->id, &c->err);

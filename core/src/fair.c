@@ -95,9 +95,11 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   arglens[2] = hilock__i64(ttl, fl->h.ttl_ms);
   arglens[3] = hilock__i64(beat, __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED));
   arglens[4] = hilock__i64(ticket, fl->ticket);
-  return hilock__script_run(fl->h.client, e, &hilock__script_fair_lock, NKEYS,
-                            (const char **)fl->keys, fl->keylens, 5, args,
-                            arglens, out);
+  /* Only acquire and try grant: WAIT follows those (wait_replicas). */
+  return hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock,
+                               op[0] == 'a' || op[0] == 't', NKEYS,
+                               (const char **)fl->keys, fl->keylens, 5, args,
+                               arglens, out);
 }
 
 static int int_array(const redisReply *r, size_t min) {
@@ -120,6 +122,18 @@ static int attempt(void *arg, int64_t *bound) {
 
   rc = run(fl, &h->err, fl->queue ? "acquire" : "try", fl->waiter,
            HILOCK__TOKEN_LEN, &r);
+  if (rc == HILOCK_ENOREPLICAS) {
+    /* Granted or queued, on the master only. A grant is given back (and
+     * the queue left) by the caller's leave(); a queued waiter re-checks
+     * anyway, so only a grant is an error. */
+    if (int_array(r, 3) && r->element[0]->integer == 1) {
+      hilock__err unacked = h->err;
+      freeReplyObject(r);
+      return hilock__set_err(&h->err, HILOCK_ENOREPLICAS,
+                             "%.180s; the grant is given back", unacked.msg);
+    }
+    rc = HILOCK_OK;
+  }
   if (rc != HILOCK_OK) return rc;
   if (!int_array(r, 3)) {
     /* Fail closed: an unreadable reply is never a grant. */

@@ -119,6 +119,13 @@ int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace) {
   start = hilock__now_us();
   rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_extend, 1,
                           keys, keylens, 3, args, arglens, &r);
+  if (rc == HILOCK_ENOREPLICAS && r != NULL &&
+      r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+    /* Extended on the master only: the validity is not extended. */
+    freeReplyObject(r);
+    return rc;
+  }
+  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not owned: see below */
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to extend");

@@ -33,7 +33,7 @@ int hilock__reply_error(hilock__err *e, const char *text, size_t len);
 
 /* ## URLs --------------------------------------------------------------- */
 
-/* One host:port of a redis+cluster:// URL. */
+/* One host:port of a URL's list: a cluster seed or a sentinel. */
 typedef struct hilock__seed {
   char *host;
   int port;
@@ -50,6 +50,13 @@ typedef struct hilock__url {
   char *user;
   char *password;
   int db;
+  /* redis+sentinel://: the master is found through the sentinels. */
+  int sentinel;
+  char *master_name;
+  hilock__seed *sentinels;
+  int nsentinels;
+  char *sentinel_user;
+  char *sentinel_password;
 } hilock__url;
 
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e);
@@ -103,6 +110,7 @@ struct hilock_client {
   hilock__url url;
   int cluster; /* connected to a Redis Cluster: one slot per script */
   struct hilock__cluster *cl; /* cluster: slot map, nodes' pools (cluster.c) */
+  int sentinel_next; /* sentinel to ask first (the last that answered) */
   hilock__conn *idle;
   int nidle;
   hilock__watchdog wd;
@@ -151,6 +159,12 @@ int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
  * with hilock__conn_free_list after unlocking. */
 hilock__conn *hilock__pool_detach(hilock_client *c);
 void hilock__conn_free_list(hilock__conn *k);
+/* The same, then WAIT opts.wait_replicas opts.wait_timeout_ms pipelined on
+ * the same connection: on HILOCK_OK, *acked is WAIT's reply (replicas that
+ * acknowledged every write of this connection so far), -1 if WAIT failed. */
+int hilock__command_wait(hilock_client *c, hilock__err *e, int argc,
+                         const char **argv, const size_t *lens,
+                         redisReply **out, int resend, long long *acked);
 /* Status for a failed hiredis call on k (timeout vs broken). */
 int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                        const char *what, int saved_errno);
@@ -223,6 +237,20 @@ int hilock__cluster_refresh(hilock_client *c, hilock__err *e,
                             hilock__node *avoid);
 /* PING every master. */
 int hilock__cluster_ping(hilock_client *c, hilock__err *e);
+/* ## Sentinel (sentinel.c) ------------------------------------------------
+ * For redis+sentinel:// URLs every new connection dials the address the
+ * sentinels give now, and checks that it answers ROLE as master. */
+
+/* Ask the sentinels in turn for the master's address (*host malloc'd).
+ * HILOCK_EIO if none knows it (retried by hilock__connect). */
+int hilock__sentinel_master(hilock_client *c, hilock__err *e, char **host,
+                            int *port);
+/* ROLE on a fresh connection: HILOCK_OK if master, HILOCK_EIO if not. */
+int hilock__sentinel_check_role(hilock_client *c, hilock__err *e,
+                                redisContext *ctx, const char *host, int port);
+/* 1 if r is an error that means the master moved (READONLY, LOADING,
+ * MASTERDOWN) on a sentinel client: reconnect to the current master. */
+int hilock__failover_reply(const hilock_client *c, const redisReply *r);
 
 /* ## Waiting ------------------------------------------------------------- */
 
@@ -281,6 +309,8 @@ typedef struct hilock__script {
   size_t len;
   const char *sha; /* 40 hex chars */
   int once;        /* not safe to resend (the file says "-- @once") */
+  int grant;       /* grants or renews a hold ("-- @grant"): followed by
+                      WAIT when opts.wait_replicas > 0 */
 } hilock__script;
 
 /* Most keys + args of one script run (a multi-key lock of
@@ -289,11 +319,28 @@ typedef struct hilock__script {
 
 /* EVALSHA the script; on NOSCRIPT, EVAL it (which also loads it). Keys only
  * through keys[], values only through args[]; at most
- * HILOCK__SCRIPT_ARGS_MAX in all (HILOCK_EINVAL beyond). */
+ * HILOCK__SCRIPT_ARGS_MAX in all (HILOCK_EINVAL beyond).
+ * For a @grant script with opts.wait_replicas > 0, WAIT follows on the same
+ * connection; if fewer replicas acknowledged, the result is
+ * HILOCK_ENOREPLICAS with the script's reply STILL in *out (the caller
+ * frees it, and undoes a grant or does not count a renewal). */
 int hilock__script_run(hilock_client *c, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
                        const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, redisReply **out);
+
+/* The same for a script that serves several operations: grant = 1 treats
+ * this call as @grant (WAIT follows), whatever the file says. */
+int hilock__script_run_as(hilock_client *c, hilock__err *e,
+                          const hilock__script *s, int grant, int nkeys,
+                          const char **keys, const size_t *keylens, int nargs,
+                          const char **args, const size_t *arglens,
+                          redisReply **out);
+/* A grant the replicas did not acknowledge was given back (undo_rc: the
+ * result of giving it back): e gets the ENOREPLICAS message of unacked,
+ * saying so; returns HILOCK_ENOREPLICAS. */
+int hilock__grant_unacked(hilock__err *e, const hilock__err *unacked,
+                          int undo_rc, const hilock__err *undo);
 
 /* ## Tokens, clocks, backoff -------------------------------------------- */
 

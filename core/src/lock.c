@@ -102,6 +102,9 @@ static int attempt(void *arg, int64_t *pttl) {
   start = hilock__now_us();
   rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_acquire, 2,
                           keys, keylens, 2, args, arglens, &r);
+  hilock__err unacked = h->err;
+  int replicated = rc != HILOCK_ENOREPLICAS;
+  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) {
     hilock__hold_drop(h);
     return rc;
@@ -115,7 +118,15 @@ static int attempt(void *arg, int64_t *pttl) {
     return hilock__set_err(&h->err, HILOCK_EPROTO,
                            "unexpected reply to the acquire script");
   }
-  if (r->element[0]->integer == 1) {
+  if (r->element[0]->integer == 1 && !replicated) {
+    /* Granted on the master, but too few replicas saw it: a failover now
+     * could grant it again. Give it back. */
+    h->held = 1;
+    h->pid = getpid();
+    rc = hilock_lock_release(l);
+    hilock__hold_drop(h);
+    rc = hilock__grant_unacked(&h->err, &unacked, rc, &h->err);
+  } else if (r->element[0]->integer == 1) {
     rc = hilock__hold_granted(h, start, (uint64_t)r->element[1]->integer);
   } else {
     *pttl = r->element[1]->integer;

@@ -246,10 +246,19 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
                            int *res, int64_t until_us) {
   hilock__watchdog *w = &c->wd;
   hilock__err e;
-  int i, got = 0;
+  int i, got = 0, moved = 0, evals = 0;
   int64_t now_us = hilock__now_us(), wait_us = until_us - now_us;
   struct timeval tv;
+  /* wait_replicas: one WAIT after the batch covers every renewal in it. */
+  int wait = 0;
+  long long acked = -1;
+  char wn[24], wms[24];
+  const char *wargv[3] = {"WAIT", wn, wms};
+  size_t wlens[3] = {4, hilock__i64(wn, c->opts.wait_replicas),
+                     hilock__i64(wms, c->opts.wait_timeout_ms)};
 
+  if (c->opts.wait_replicas > 0)
+    for (i = 0; i < n; i++) wait |= holds[i]->renew_script->grant;
   if (hilock__client_is_cluster(c)) {
     renew_batch_cluster(c, holds, n, res);
     return;
@@ -290,6 +299,9 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
     }
     if (!ok) goto broken;
   }
+  if (wait &&
+      redisAppendCommandArgv(w->conn->ctx, 3, wargv, wlens) != REDIS_OK)
+    goto broken;
   for (got = 0; got < n; got++) {
     redisReply *r = NULL;
     if (redisGetReply(w->conn->ctx, (void **)&r) != REDIS_OK || r == NULL)
@@ -300,7 +312,15 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
       int code = hilock__reply_error(&e, r->str, r->len);
       if (code == HILOCK_EWRONGTYPE) res[got] = NOT_OWNED;
       else if (code == HILOCK__NOSCRIPT) res[got] = -1; /* EVAL below */
+      moved |= hilock__failover_reply(c, r);
     }
+    freeReplyObject(r);
+  }
+  if (wait) {
+    redisReply *r = NULL;
+    if (redisGetReply(w->conn->ctx, (void **)&r) != REDIS_OK || r == NULL)
+      goto broken_after;
+    acked = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     freeReplyObject(r);
   }
   for (i = 0; i < n; i++) {
@@ -313,19 +333,41 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
     if (res[i] != -1) continue;
     h = holds[i];
     res[i] = FAILED;
+    evals++;
     argc = renew_cmd(h, 1, nk, ttl, sargv, slens, &argv, &lens);
     if (argc < 0) continue;
     r = redisCommandArgv(w->conn->ctx, argc, argv, lens);
-    if (argv != sargv) {
-      free(argv);
-      free(lens);
-    }
-    if (r == NULL) goto broken;
+    free_cmd(argv, lens, sargv);
+    if (r == NULL) goto broken_after;
     if (r->type == REDIS_REPLY_INTEGER)
       res[i] = r->integer > 0 ? RENEWED : NOT_OWNED;
     freeReplyObject(r);
   }
+  if (wait && evals > 0) {
+    /* The EVALs came after the pipelined WAIT: confirm them too. */
+    redisReply *r = redisCommandArgv(w->conn->ctx, 3, wargv, wlens);
+    if (r == NULL) goto broken_after;
+    if (r->type != REDIS_REPLY_INTEGER || r->integer < acked)
+      acked = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+  }
+  if (wait && acked < c->opts.wait_replicas) {
+    /* Renewed on the master only: a failover could lose the renewal, so
+     * it does not count (the validity is not extended; retried, and lost
+     * when the validity runs out). */
+    for (i = 0; i < n; i++)
+      if (res[i] == RENEWED && holds[i]->renew_script->grant) res[i] = FAILED;
+  }
+  if (moved) {
+    /* The master moved (sentinel URL): reconnect to the new one. */
+    hilock__conn_free(w->conn);
+    w->conn = NULL;
+  }
   return;
+broken_after:
+  /* The connection broke after the renewals' replies: their WAIT is
+   * unconfirmed, so none counts. */
+  if (wait) got = 0;
 broken:
   for (i = got; i < n; i++) res[i] = FAILED;
   hilock__conn_free(w->conn);

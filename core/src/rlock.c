@@ -96,6 +96,8 @@ static int attempt(void *arg, int64_t *pttl) {
 
   rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_acquire, 2,
                           keys, keylens, 2, args, arglens, &r);
+  int replicated = rc != HILOCK_ENOREPLICAS, undo = 0;
+  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   pthread_mutex_lock(rl->mu);
   if (rc != HILOCK_OK) {
     rl->h.err = e;
@@ -104,6 +106,9 @@ static int attempt(void *arg, int64_t *pttl) {
              r->element[1]->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&rl->h.err, HILOCK_EPROTO,
                          "unexpected reply to the rlock acquire script");
+  } else if (r->element[0]->integer == 1 && !replicated) {
+    undo = 1; /* too few replicas saw this (re-)entry: leave it again */
+    rc = HILOCK_ENOREPLICAS;
   } else if (r->element[0]->integer == 1) {
     memcpy(rl->h.owner, owner, ownerlen + 1);
     rl->h.ownerlen = ownerlen;
@@ -114,6 +119,20 @@ static int attempt(void *arg, int64_t *pttl) {
   }
   pthread_mutex_unlock(rl->mu);
   if (r != NULL) freeReplyObject(r);
+  if (undo) {
+    const char *ukeys[2] = {rl->key, rl->wkey};
+    size_t ukeylens[2] = {rl->keylen, rl->wkeylen};
+    hilock__err ue;
+    int urc;
+    hilock__clear_err(&ue);
+    r = NULL;
+    urc = hilock__script_run(rl->h.client, &ue, &hilock__script_rlock_release,
+                             2, ukeys, ukeylens, 2, args, arglens, &r);
+    if (r != NULL) freeReplyObject(r);
+    pthread_mutex_lock(rl->mu);
+    rc = hilock__grant_unacked(&rl->h.err, &e, urc, &ue);
+    pthread_mutex_unlock(rl->mu);
+  }
   return rc;
 }
 

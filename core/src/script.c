@@ -1,4 +1,5 @@
-/* The script runner: EVALSHA, falling back to EVAL on NOSCRIPT. */
+/* The script runner: EVALSHA, falling back to EVAL on NOSCRIPT; for a
+ * granting script with wait_replicas, WAIT pipelined behind it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,10 +11,43 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
                        const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, redisReply **out) {
+  return hilock__script_run_as(c, e, s, s->grant, nkeys, keys, keylens, nargs,
+                               args, arglens, out);
+}
+
+int hilock__grant_unacked(hilock__err *e, const hilock__err *unacked,
+                          int undo_rc, const hilock__err *undo) {
+  if (undo_rc == HILOCK_OK)
+    return hilock__set_err(e, HILOCK_ENOREPLICAS,
+                           "%.180s; the grant was given back", unacked->msg);
+  return hilock__set_err(e, HILOCK_ENOREPLICAS,
+                         "%.120s; giving the grant back failed too (it lapses "
+                         "at its TTL): %.80s",
+                         unacked->msg, undo->msg);
+}
+
+/* One run of the command, with WAIT behind it if wait is set. */
+static int run_once(hilock_client *c, hilock__err *e, int argc,
+                    const char **argv, const size_t *lens, redisReply **out,
+                    int resend, int wait, long long *acked) {
+  return wait ? hilock__command_wait(c, e, argc, argv, lens, out, resend,
+                                     acked)
+              : hilock__command_ex(c, e, argc, argv, lens, out, resend);
+}
+
+int hilock__script_run_as(hilock_client *c, hilock__err *e,
+                          const hilock__script *s, int grant, int nkeys,
+                          const char **keys, const size_t *keylens, int nargs,
+                          const char **args, const size_t *arglens,
+                          redisReply **out) {
   const char *sargv[3 + MAX_ARGS], **argv = sargv;
   size_t slens[3 + MAX_ARGS], *lens = slens;
   char nk[24];
   int argc = 0, rc;
+  /* A grant or renewal must reach wait_replicas replicas: WAIT follows on
+   * the same connection, in the same round trip. */
+  int wait = grant && c->opts.wait_replicas > 0;
+  long long acked = -1;
 
   if (nkeys < 0 || nargs < 0 || nkeys > HILOCK__SCRIPT_ARGS_MAX - nargs)
     return hilock__set_err(e, HILOCK_EINVAL, "too many script arguments");
@@ -43,21 +77,34 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
     lens[argc] = arglens[i];
   }
   hilock__err before = *e;
-  rc = hilock__command_ex(c, e, argc, argv, lens, out, !s->once);
-  if (rc != HILOCK__NOSCRIPT) goto done;
-  /* Flushed cache or a restarted server: EVAL sends the source and loads
-   * it, so the next EVALSHA hits again. */
-  argv[0] = "EVAL";
-  lens[0] = 4;
-  argv[1] = s->src;
-  lens[1] = s->len;
-  rc = hilock__command_ex(c, e, argc, argv, lens, out, !s->once);
-  if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_ESCRIPT;
-  if (rc == HILOCK_OK) *e = before; /* a recovered NOSCRIPT is no failure */
-done:
+  rc = run_once(c, e, argc, argv, lens, out, !s->once, wait, &acked);
+  if (rc == HILOCK__NOSCRIPT) {
+    /* Flushed cache or a restarted server: EVAL sends the source and loads
+     * it, so the next EVALSHA hits again. */
+    argv[0] = "EVAL";
+    lens[0] = 4;
+    argv[1] = s->src;
+    lens[1] = s->len;
+    rc = run_once(c, e, argc, argv, lens, out, !s->once, wait, &acked);
+    if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_ESCRIPT;
+    if (rc == HILOCK_OK) *e = before; /* a recovered NOSCRIPT is no failure */
+  }
   if (argv != sargv) {
     free(argv);
     free(lens);
+  }
+  if (rc == HILOCK_OK && wait && acked < c->opts.wait_replicas) {
+    if (acked < 0)
+      return hilock__set_err(e, HILOCK_ENOREPLICAS,
+                             "%s: WAIT %d %lld failed: replication of the "
+                             "write is unconfirmed",
+                             s->name, c->opts.wait_replicas,
+                             (long long)c->opts.wait_timeout_ms);
+    return hilock__set_err(e, HILOCK_ENOREPLICAS,
+                           "%s: %lld of %d replicas acknowledged the write "
+                           "within %lld ms",
+                           s->name, acked, c->opts.wait_replicas,
+                           (long long)c->opts.wait_timeout_ms);
   }
   return rc;
 }

@@ -124,6 +124,9 @@ static int attempt(void *arg, int64_t *pttl) {
   rc = hilock__script_run(h->client, &h->err,
                           &hilock__script_semaphore_acquire, 3, keys, keylens,
                           3, args, arglens, &r);
+  hilock__err unacked = h->err;
+  int replicated = rc != HILOCK_ENOREPLICAS;
+  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) {
     hilock__hold_drop(h);
     return rc;
@@ -135,7 +138,14 @@ static int attempt(void *arg, int64_t *pttl) {
     return hilock__set_err(&h->err, HILOCK_EPROTO,
                            "unexpected reply to the semaphore acquire script");
   }
-  if (r->element[0]->integer == 1) {
+  if (r->element[0]->integer == 1 && !replicated) {
+    /* Too few replicas saw the permit: give it back. */
+    h->held = 1;
+    h->pid = getpid();
+    rc = hilock_semaphore_release(s);
+    hilock__hold_drop(h);
+    rc = hilock__grant_unacked(&h->err, &unacked, rc, &h->err);
+  } else if (r->element[0]->integer == 1) {
     rc = hilock__hold_granted(h, start, 0);
   } else {
     *pttl = r->element[1]->integer;
@@ -218,6 +228,13 @@ int hilock_semaphore_renew(hilock_semaphore *s) {
   rc = hilock__script_run(s->h.client, &s->h.err,
                           &hilock__script_semaphore_renew, 1, keys, keylens, 2,
                           args, arglens, &r);
+  if (rc == HILOCK_ENOREPLICAS && r != NULL &&
+      r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+    /* Renewed on the master only: the validity is not extended. */
+    freeReplyObject(r);
+    return rc;
+  }
+  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not renewed: see below */
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,

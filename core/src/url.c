@@ -59,6 +59,11 @@ static int parse_int(const char *s, size_t n, long lo, long hi, long *out) {
 void hilock__url_clear(hilock__url *u) {
   for (int i = 0; i < u->nseeds; i++) free(u->seeds[i].host);
   free(u->seeds);
+  for (int i = 0; i < u->nsentinels; i++) free(u->sentinels[i].host);
+  free(u->sentinels);
+  free(u->master_name);
+  free(u->sentinel_user);
+  free(u->sentinel_password);
   free(u->host);
   free(u->path);
   free(u->user);
@@ -118,6 +123,18 @@ static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
       out->user = decode(eq + 1, vl, &bad);
       if (bad) BAD("bad percent-escape in URL user");
       if (out->user == NULL) NOMEM();
+    } else if (out->sentinel && kl == 17 &&
+               memcmp(q, "sentinel_password", 17) == 0) {
+      free(out->sentinel_password);
+      out->sentinel_password = decode(eq + 1, vl, &bad);
+      if (bad) BAD("bad percent-escape in URL sentinel_password");
+      if (out->sentinel_password == NULL) NOMEM();
+    } else if (out->sentinel && kl == 13 &&
+               memcmp(q, "sentinel_user", 13) == 0) {
+      free(out->sentinel_user);
+      out->sentinel_user = decode(eq + 1, vl, &bad);
+      if (bad) BAD("bad percent-escape in URL sentinel_user");
+      if (out->sentinel_user == NULL) NOMEM();
     } else {
       BAD("unknown URL query parameter '%.*s'", (int)kl, q);
     }
@@ -212,6 +229,94 @@ static int parse_cluster(const char *url, hilock__url *out, hilock__err *e) {
   return HILOCK_OK;
 }
 
+/* host[:port] or [v6][:port] in s[0..n) into one sentinel address. */
+static int parse_addr(const char *s, size_t n, hilock__seed *a,
+                      hilock__url *out, hilock__err *e) {
+  const char *end = s + n, *hs = s, *he, *portp = NULL;
+  if (n > 0 && *s == '[') {
+    const char *rb = memchr(s, ']', n);
+    if (rb == NULL) BAD("unclosed '[' in URL sentinel host");
+    hs = s + 1;
+    he = rb;
+    if (rb + 1 < end) {
+      if (rb[1] != ':') BAD("junk after ']' in URL sentinel host");
+      portp = rb + 2;
+    }
+  } else {
+    const char *colon = memchr(s, ':', n);
+    he = colon ? colon : end;
+    if (colon) portp = colon + 1;
+  }
+  if (he == hs) BAD("empty sentinel host in URL");
+  a->port = 26379;
+  if (portp != NULL) {
+    long port;
+    if (parse_int(portp, (size_t)(end - portp), 1, 65535, &port) != 0)
+      BAD("bad sentinel port in URL");
+    a->port = (int)port;
+  }
+  a->host = dup_range(hs, (size_t)(he - hs));
+  if (a->host == NULL) NOMEM();
+  return HILOCK_OK;
+}
+
+/* redis+sentinel://[userinfo@]h[:p][,h[:p]...]/master[/db][?query] */
+static int parse_sentinel(const char *p, hilock__url *out, hilock__err *e) {
+  const char *end = p + strcspn(p, "/?");
+  const char *at = NULL;
+  int rc;
+  out->sentinel = 1;
+  for (const char *s = p; s < end; s++)
+    if (*s == '@') at = s;
+  if (at != NULL) {
+    rc = parse_userinfo(p, (size_t)(at - p), out, e);
+    if (rc != HILOCK_OK) return rc;
+    p = at + 1;
+  }
+  if (p == end) BAD("redis+sentinel:// URL needs at least one sentinel");
+  size_t count = 1;
+  for (const char *s = p; s < end; s++) count += *s == ',';
+  if (count > 64) BAD("too many sentinels in URL (at most 64)");
+  out->sentinels = calloc(count, sizeof(hilock__seed));
+  if (out->sentinels == NULL) NOMEM();
+  while (p <= end) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    const char *ae = comma ? comma : end;
+    rc = parse_addr(p, (size_t)(ae - p), &out->sentinels[out->nsentinels],
+                    out, e);
+    if (rc != HILOCK_OK) return rc;
+    out->nsentinels++;
+    p = ae + 1;
+  }
+  p = end;
+  if (*p != '/') BAD("redis+sentinel:// URL needs /<master name>");
+  const char *ns = p + 1, *ne = ns + strcspn(ns, "/?");
+  int bad = 0;
+  if (ne == ns) BAD("redis+sentinel:// URL needs /<master name>");
+  out->master_name = decode(ns, (size_t)(ne - ns), &bad);
+  if (bad) BAD("bad percent-escape in URL master name");
+  if (out->master_name == NULL) NOMEM();
+  p = ne;
+  if (*p == '/') {
+    const char *ds = p + 1, *de = ds + strcspn(ds, "?");
+    if (de > ds) {
+      long db;
+      if (parse_int(ds, (size_t)(de - ds), 0, 1000000, &db) != 0)
+        BAD("bad database number in URL");
+      out->db = (int)db;
+    }
+    p = de;
+  }
+  /* host/port name the master actually dialled (set on each resolution);
+   * until then, the first sentinel (for messages). */
+  out->host = dup_range(out->sentinels[0].host, strlen(out->sentinels[0].host));
+  if (out->host == NULL) NOMEM();
+  out->port = out->sentinels[0].port;
+  if (*p == '?') return parse_query(p + 1, out, e);
+  if (*p != '\0') BAD("junk after the master name in URL");
+  return HILOCK_OK;
+}
+
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
   memset(out, 0, sizeof(*out));
   out->port = 6379;
@@ -241,9 +346,11 @@ int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
   }
 
   if (strncmp(url, "redis+cluster://", 16) == 0) return parse_cluster(url, out, e);
+  if (strncmp(url, "redis+sentinel://", 17) == 0)
+    return parse_sentinel(url + 17, out, e);
   if (strncmp(url, "redis://", 8) != 0)
-    BAD("URL must start with redis://, redis+cluster://, rediss:// or unix:// "
-        "(got '%.40s')",
+    BAD("URL must start with redis://, redis+cluster://, redis+sentinel://, "
+        "rediss:// or unix:// (got '%.40s')",
         url);
   const char *p = url + 8;
   const char *end = p + strcspn(p, "/?");

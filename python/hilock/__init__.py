@@ -37,6 +37,7 @@ from .errors import (
     LockLost,
     LockNotOwnedError,
     LockTimeout,
+    NotEnoughReplicas,
     NoQuorumError,
     NoPermissionError,
     RedisError,
@@ -62,6 +63,7 @@ __all__ = [
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
     "NoPermissionError", "UnsupportedError", "__version__",
     "ClusterError",
+    "NotEnoughReplicas",
 ]
 
 

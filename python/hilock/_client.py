@@ -35,13 +35,21 @@ class Client:
     ``unix:///path.sock[?db=N&user=U&password=P]``, or
     ``redis+cluster://[[user]:password@]host:port[,host:port...]`` for a
     Redis Cluster (the hosts are seeds; each lock's keys live on the master
-    of their hash slot); default
-    :func:`default_url`. Times are float seconds. One connection is opened
+    of their hash slot), or
+    ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
+    [?sentinel_password=P&sentinel_user=U&db=N]`` (the master the sentinels
+    name, followed through failovers); default :func:`default_url`. Times are float seconds. One connection is opened
     (and authenticated) here, so a bad URL or password fails at once.
+
+    ``wait_replicas=n``: every grant and renewal is confirmed by ``WAIT n``
+    on the same connection; a grant fewer than ``n`` replicas acknowledged
+    within ``wait_timeout`` seconds is given back and raises
+    :class:`NotEnoughReplicas`, and such a renewal counts as failed.
     """
 
     def __init__(self, url: Optional[str] = None, *, connect_timeout: float = 2.0,
-                 command_timeout: float = 5.0, reconnect: float = 3.0) -> None:
+                 command_timeout: float = 5.0, reconnect: float = 3.0,
+                 wait_replicas: int = 0, wait_timeout: float = 1.0) -> None:
         self._h: Any = None
         url = default_url() if url is None else url
         if not isinstance(url, str) or "\0" in url:
@@ -53,7 +61,16 @@ class Client:
                                                                    "command_timeout")
         reconnect_ms = 0 if reconnect == 0 else seconds_to_ms(reconnect, "reconnect")
         self._close_lock = threading.Lock()
-        self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms)
+        if (not isinstance(wait_replicas, int) or isinstance(wait_replicas, bool)
+                or wait_replicas < 0):
+            raise InvalidArgument("wait_replicas must be an int >= 0")
+        self.wait_replicas = wait_replicas
+        if wait_replicas:
+            wait_ms = seconds_to_ms(wait_timeout, "wait_timeout")
+            self._h = _h.py_client_new_wait(url.encode(), connect_ms, command_ms,
+                                            reconnect_ms, wait_replicas, wait_ms)
+        else:
+            self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms)
 
     def _handle(self) -> Any:
         h = self._h

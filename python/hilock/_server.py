@@ -93,6 +93,168 @@ class RedisServer:
         self.cleanup()
 
 
+class SentinelDeployment:
+    """A master, a replica and ``sentinels`` sentinels on 127.0.0.1, for
+    demos and tests of ``redis+sentinel://`` URLs.
+
+    Sentinels are configured with down-after-milliseconds 1000 and
+    failover-timeout 3000, and know each other and the replica from their
+    config, so a failover can start at once. Every process is stopped by
+    its PID. ``url`` is the sentinel URL of the master named ``name``.
+    """
+
+    def __init__(self, sentinels: int = 3, name: str = "mymaster",
+                 binary: Optional[str] = None) -> None:
+        self.name = name
+        # No 5 s diskless-sync delay before a replica's first sync.
+        fast = ["--repl-diskless-sync-delay", "0"]
+        self.master = RedisServer(binary=binary, extra_args=fast)
+        self.replica = RedisServer(binary=binary, extra_args=fast + [
+            "--replicaof", "127.0.0.1", str(self.master.port)])
+        self.binary = self.master.binary
+        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        self.sentinel_procs: list = []
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.name}"
+
+    @staticmethod
+    def _command(port: int, *args: str, timeout: float = 2.0) -> bytes:
+        """One command in RESP on a fresh socket; the raw reply (b"" if the
+        server cannot be reached)."""
+        payload = f"*{len(args)}\r\n".encode()
+        for a in args:
+            b = a.encode()
+            payload += b"$%d\r\n%s\r\n" % (len(b), b)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+                s.sendall(payload)
+                f = s.makefile("rb")
+                out: list = []
+
+                def read() -> None:
+                    line = f.readline()
+                    out.append(line)
+                    if line[:1] == b"$" and int(line[1:]) >= 0:
+                        out.append(f.read(int(line[1:]) + 2))
+                    elif line[:1] == b"*":
+                        for _ in range(max(int(line[1:]), 0)):
+                            read()
+
+                read()
+                return b"".join(out)
+        except OSError:
+            return b""
+
+    def start(self, timeout: float = 20.0) -> "SentinelDeployment":
+        self.master.start()
+        self.replica.start()
+        deadline = time.monotonic() + timeout
+        while b"master_link_status:up" not in self._command(
+                self.replica.port, "INFO", "replication"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the replica did not sync")
+            time.sleep(0.05)
+        ids = [f"{i + 1:040d}" for i in range(len(self.sentinel_ports))]
+        for i, port in enumerate(self.sentinel_ports):
+            conf = os.path.join(self.master.dir, f"sentinel{i}.conf")
+            lines = [f"port {port}", "bind 127.0.0.1", f"dir {self.master.dir}",
+                     f"logfile {self.master.dir}/sentinel{i}.log",
+                     f"sentinel myid {ids[i]}",
+                     f"sentinel monitor {self.name} 127.0.0.1 {self.master.port} "
+                     f"{len(self.sentinel_ports) // 2 + 1}",
+                     f"sentinel down-after-milliseconds {self.name} 1000",
+                     f"sentinel failover-timeout {self.name} 3000",
+                     f"sentinel parallel-syncs {self.name} 1",
+                     f"sentinel known-replica {self.name} 127.0.0.1 {self.replica.port}"]
+            lines += [f"sentinel known-sentinel {self.name} 127.0.0.1 {p} {ids[j]}"
+                      for j, p in enumerate(self.sentinel_ports) if j != i]
+            with open(conf, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            self.sentinel_procs.append(subprocess.Popen(
+                [self.binary, conf, "--sentinel"], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for port in self.sentinel_ports:
+            while True:
+                quorum = self._command(port, "SENTINEL", "ckquorum", self.name)
+                replicas = self._command(port, "SENTINEL", "replicas", self.name)
+                if quorum.startswith(b"+OK") and b"master-link-status\r\n$2\r\nok" in replicas:
+                    break
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"sentinel on {port} is not ready")
+                time.sleep(0.05)
+        return self
+
+    def master_port(self) -> Optional[int]:
+        """The port the sentinels name as master now (None if none answers)."""
+        for port in self.sentinel_ports:
+            reply = self._command(port, "SENTINEL", "get-master-addr-by-name",
+                                  self.name, timeout=0.5)
+            parts = reply.split(b"\r\n")
+            if reply.startswith(b"*2") and len(parts) >= 5:
+                return int(parts[4])
+        return None
+
+    def kill_master_and_fail_over(self, timeout: float = 30.0) -> float:
+        """kill -9 the master; wait until the sentinels name the replica and
+        it answers ROLE as master. Returns the seconds it took."""
+        t0 = time.monotonic()
+        self.master.stop()
+        while True:
+            if self.master_port() == self.replica.port:
+                if b"master" in self._command(self.replica.port, "ROLE")[:20]:
+                    return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"no failover within {timeout} s")
+            time.sleep(0.05)
+
+    def graceful_failover(self, timeout: float = 30.0) -> float:
+        """SENTINEL FAILOVER: the replica is promoted and the master, still
+        running, becomes its replica. Returns the seconds it took."""
+        t0 = time.monotonic()
+        reply = self._command(self.sentinel_ports[0], "SENTINEL", "FAILOVER", self.name)
+        if not reply.startswith(b"+OK"):
+            raise RuntimeError(f"SENTINEL FAILOVER: {reply!r}")
+        while True:
+            if (self.master_port() == self.replica.port
+                    and b"master" in self._command(self.replica.port, "ROLE")[:20]
+                    and b"slave" in self._command(self.master.port, "ROLE")[:20]):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"no failover within {timeout} s")
+            time.sleep(0.05)
+
+    def break_replication(self) -> None:
+        """Cut the replica off the master: writes stay unreplicated (the
+        replica retries with a password the master does not expect)."""
+        self._command(self.replica.port, "CONFIG", "SET", "masterauth", "not-the-password")
+        self._command(self.master.port, "CLIENT", "KILL", "TYPE", "replica")
+        deadline = time.monotonic() + 5
+        while b"connected_slaves:0" not in self._command(self.master.port, "INFO",
+                                                         "replication"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the master still lists the replica")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        for proc in self.sentinel_procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        self.sentinel_procs = []
+        self.replica.cleanup()
+        self.master.cleanup()
+
+    def __enter__(self) -> "SentinelDeployment":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def main(argv: Optional[list] = None) -> int:
     """``python -m hilock._server CMD [ARGS...]``: run CMD with $HILOCK_URL
     pointing at a private redis-server, stopped when CMD exits."""

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import builtins
-from typing import Dict, Type
+import re
+from typing import Dict, Optional, Type
 
 from . import _hilock as _h
 
@@ -25,6 +26,7 @@ __all__ = [
     "ClusterError",
     "NoQuorumError",
     "SoldOut",
+    "NotEnoughReplicas",
 ]
 
 
@@ -117,6 +119,22 @@ class SoldOut(LockError):
     HILOCK_SOLDOUT (2)."""
 
 
+class NotEnoughReplicas(LockError):
+    """``wait_replicas``: fewer replicas than asked acknowledged a grant
+    within ``wait_timeout`` (WAIT), so a failover could have lost it. The
+    grant was given back; nothing is held. ``acked`` and ``wanted`` give the
+    counts (None if WAIT itself failed)."""
+
+    acked: Optional[int] = None
+    wanted: Optional[int] = None
+
+    def __init__(self, message: str = "", code: int = 0) -> None:
+        super().__init__(message, code)
+        m = re.search(r"(\d+) of (\d+) replicas acknowledged", message)
+        if m:
+            self.acked, self.wanted = int(m.group(1)), int(m.group(2))
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -137,6 +155,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ECLUSTER: ClusterError,
     _h.HILOCK_ENOQUORUM: NoQuorumError,
     _h.HILOCK_SOLDOUT: SoldOut,
+    _h.HILOCK_ENOREPLICAS: NotEnoughReplicas,
 }
 
 

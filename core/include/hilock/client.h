@@ -42,6 +42,14 @@ typedef struct hilock_options {
    * signals (Ctrl-C). */
   int (*interrupt)(void *arg);
   void *interrupt_arg;
+  /* Replica acknowledgement: when > 0, every script that grants or renews
+   * a hold is followed on the same connection (pipelined) by WAIT
+   * wait_replicas wait_timeout_ms. A grant fewer replicas acknowledged is
+   * undone and reported as HILOCK_ENOREPLICAS; such a renewal counts as a
+   * failed renewal. Default 0 (off). wait_timeout_ms: default 1000; must
+   * be below command_timeout_ms when that is set. */
+  int wait_replicas;
+  int64_t wait_timeout_ms;
 } hilock_options;
 
 /* Fill *opts with the defaults above. */
@@ -54,6 +62,11 @@ HILOCK_API void hilock_options_init(hilock_options *opts);
  *       a Redis Cluster: the hosts are seeds the slot map is read from;
  *       every command goes to the master of its key's hash slot (database
  *       0 only; same user/password/query options as redis://).
+ *   redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master
+ *       [/db][?db=N&sentinel_user=U&sentinel_password=P]
+ *     the master named "master" as the sentinels report it (port defaults
+ *     to 26379; user/password are the master's); every new connection
+ *     asks the sentinels, checks ROLE, and follows a failover.
  * Percent-escapes are decoded in user and password. rediss:// needs a TLS
  * build and fails with HILOCK_ENOTSUP otherwise. opts may be NULL.
  * One connection is opened (and authenticated, and SELECTs db) before this

@@ -38,6 +38,7 @@ extern "C" {
   XX(EDEADLK, -16, "upgrade from read to write would deadlock")               \
   XX(ECROSSSLOT, -17, "keys of one lock are in different cluster slots")       \
   XX(ENOQUORUM, -18, "no majority of the Redlock nodes agreed")                \
+  XX(ENOREPLICAS, -19, "replicas did not acknowledge the write in time")     \
   XX(ECLUSTER, -20, "cluster topology or routing failure")
 
 typedef enum hilock_status {

@@ -1,0 +1,182 @@
+/* Sentinel deployments: the master's address comes from the sentinels
+ * (SENTINEL get-master-addr-by-name, each sentinel in turn), and a fresh
+ * connection to it is checked with ROLE before use, so a demoted master is
+ * never taken for the current one. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "internal.h"
+
+static struct timeval tv_ms(int64_t ms) {
+  struct timeval tv;
+  tv.tv_sec = (time_t)(ms / 1000);
+  tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+  return tv;
+}
+
+/* Parse a decimal port; -1 if bad. */
+static int port_of(const char *s, size_t n) {
+  long v = 0;
+  if (n == 0 || n > 5) return -1;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v >= 1 && v <= 65535 ? (int)v : -1;
+}
+
+/* Ask one sentinel. Returns HILOCK_OK with *host (malloc'd) and *port, or
+ * an error with the reason in e. */
+static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
+               char **host, int *port) {
+  struct timeval tv = tv_ms(c->opts.connect_timeout_ms);
+  redisContext *ctx = redisConnectWithTimeout(a->host, a->port, tv);
+  redisReply *r;
+  int rc = HILOCK_OK;
+
+  if (ctx == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  if (ctx->err) {
+    rc = hilock__set_err(e, HILOCK_EIO, "sentinel %s:%d: %s", a->host,
+                         a->port, ctx->errstr);
+    redisFree(ctx);
+    return rc;
+  }
+  /* Sentinels answer at once; a silent one must not eat the budget. */
+  redisSetTimeout(ctx, tv);
+  if (c->url.sentinel_password != NULL) {
+    const char *argv[3] = {"AUTH", NULL, NULL};
+    size_t lens[3] = {4, 0, 0};
+    int argc = 1;
+    if (c->url.sentinel_user != NULL) {
+      argv[argc] = c->url.sentinel_user;
+      lens[argc++] = strlen(c->url.sentinel_user);
+    }
+    argv[argc] = c->url.sentinel_password;
+    lens[argc++] = strlen(c->url.sentinel_password);
+    r = redisCommandArgv(ctx, argc, argv, lens);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+      rc = hilock__set_err(e, r ? HILOCK_EAUTH : HILOCK_EIO,
+                           "sentinel %s:%d: AUTH: %s", a->host, a->port,
+                           r ? r->str : ctx->errstr);
+      if (r) freeReplyObject(r);
+      redisFree(ctx);
+      return rc;
+    }
+    freeReplyObject(r);
+  }
+  {
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name",
+                           c->url.master_name};
+    size_t lens[3] = {8, 23, strlen(c->url.master_name)};
+    r = redisCommandArgv(ctx, 3, argv, lens);
+  }
+  if (r == NULL) {
+    rc = hilock__set_err(e, HILOCK_EIO, "sentinel %s:%d: %s", a->host,
+                         a->port, ctx->errstr);
+  } else if (r->type == REDIS_REPLY_ERROR) {
+    rc = hilock__reply_error(e, r->str, r->len);
+    if (rc == HILOCK__NOSCRIPT || rc == HILOCK_EREDIS) rc = HILOCK_EIO;
+    hilock__set_err(e, rc, "sentinel %s:%d: %.*s", a->host, a->port,
+                    (int)(r->len > 160 ? 160 : r->len), r->str);
+  } else if (r->type == REDIS_REPLY_NIL ||
+             (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
+    rc = hilock__set_err(e, HILOCK_EIO,
+                         "sentinel %s:%d does not know master '%s'", a->host,
+                         a->port, c->url.master_name);
+  } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+             r->element[0]->type != REDIS_REPLY_STRING ||
+             r->element[1]->type != REDIS_REPLY_STRING ||
+             (*port = port_of(r->element[1]->str, r->element[1]->len)) < 0) {
+    rc = hilock__set_err(e, HILOCK_EPROTO,
+                         "sentinel %s:%d: unexpected reply to SENTINEL "
+                         "get-master-addr-by-name",
+                         a->host, a->port);
+  } else {
+    *host = malloc(r->element[0]->len + 1);
+    if (*host == NULL) {
+      rc = hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+    } else {
+      memcpy(*host, r->element[0]->str, r->element[0]->len);
+      (*host)[r->element[0]->len] = '\0';
+    }
+  }
+  if (r != NULL) freeReplyObject(r);
+  redisFree(ctx);
+  return rc;
+}
+
+int hilock__sentinel_master(hilock_client *c, hilock__err *e, char **host,
+                            int *port) {
+  int n = c->url.nsentinels, auth_failures = 0, rc = HILOCK_EIO;
+  int first = __atomic_load_n(&c->sentinel_next, __ATOMIC_RELAXED);
+  char last[200] = "no sentinel in the URL";
+
+  *host = NULL;
+  for (int i = 0; i < n; i++) {
+    int idx = (first + i) % n;
+    hilock__err one;
+    hilock__clear_err(&one);
+    rc = ask(c, &one, &c->url.sentinels[idx], host, port);
+    if (rc == HILOCK_OK) {
+      /* Start with the sentinel that answered next time. */
+      __atomic_store_n(&c->sentinel_next, idx, __ATOMIC_RELAXED);
+      return HILOCK_OK;
+    }
+    if (rc == HILOCK_ENOMEM) return hilock__set_err(e, rc, "%s", one.msg);
+    if (rc == HILOCK_EAUTH) auth_failures++;
+    snprintf(last, sizeof(last), "%.190s", one.msg);
+  }
+  /* Sentinels that cannot be reached or do not know the master yet are
+   * retried by hilock__connect (EIO); wrong credentials everywhere are not. */
+  return hilock__set_err(e, auth_failures == n ? HILOCK_EAUTH : HILOCK_EIO,
+                         "no sentinel (of %d) gave the address of master "
+                         "'%s'; last: %s",
+                         n, c->url.master_name, last);
+}
+
+int hilock__sentinel_check_role(hilock_client *c, hilock__err *e,
+                                redisContext *ctx, const char *host,
+                                int port) {
+  const char *argv[1] = {"ROLE"};
+  size_t lens[1] = {4};
+  redisReply *r = redisCommandArgv(ctx, 1, argv, lens);
+  int rc = HILOCK_OK;
+  if (r == NULL)
+    return hilock__set_err(e, HILOCK_EIO, "ROLE on %s:%d: %s", host, port,
+                           ctx->errstr);
+  if (r->type == REDIS_REPLY_ERROR) {
+    rc = hilock__reply_error(e, r->str, r->len);
+    if (rc == HILOCK__NOSCRIPT) rc = HILOCK_EREDIS;
+    e->code = rc;
+  } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+             r->element[0]->type != REDIS_REPLY_STRING) {
+    rc = hilock__set_err(e, HILOCK_EPROTO, "unexpected reply to ROLE");
+  } else if (r->element[0]->len != 6 ||
+             memcmp(r->element[0]->str, "master", 6) != 0) {
+    /* A failover in progress: the sentinels still name a demoted master.
+     * EIO, so hilock__connect asks again within its budget. */
+    rc = hilock__set_err(e, HILOCK_EIO,
+                         "%s:%d, named master '%s' by the sentinels, answers "
+                         "ROLE as '%.*s'; asking the sentinels again",
+                         host, port, c->url.master_name,
+                         (int)r->element[0]->len, r->element[0]->str);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int hilock__failover_reply(const hilock_client *c, const redisReply *r) {
+  if (!c->url.sentinel || r == NULL || r->type != REDIS_REPLY_ERROR ||
+      r->str == NULL)
+    return 0;
+  /* READONLY: we talk to a demoted master; LOADING: a restarted master is
+   * reading its data; MASTERDOWN: a replica lost its master. Inside a
+   * script, Redis keeps the code after "ERR ... script: ", so look for it
+   * anywhere in the text. */
+  return strncmp(r->str, "READONLY", 8) == 0 ||
+         strncmp(r->str, "LOADING", 7) == 0 ||
+         strncmp(r->str, "MASTERDOWN", 10) == 0 ||
+         strstr(r->str, "READONLY You can't write") != NULL;
+}

@@ -1,0 +1,722 @@
+/* Sentinel deployments and replica acknowledgement, against real
+ * processes: a master, a replica and three sentinels on loopback
+ * (down-after-milliseconds 1000), stopped by PID.
+ *
+ * - redis+sentinel:// URLs: parsing, resolution through the sentinels
+ *   (skipping a dead one), ROLE verification.
+ * - A lock held across kill -9 of the master: the client and its renewal
+ *   follow the failover to the promoted replica.
+ * - The failover double grant, reproduced without wait_replicas (the grant
+ *   never reached the replica, which is then promoted) and detected with
+ *   wait_replicas=1 (HILOCK_ENOREPLICAS, the grant given back).
+ * - Unacknowledged renewals count as failed; every family gives back an
+ *   unacknowledged grant. */
+#include "test_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define MASTER "mymaster"
+#define NSENT 3
+#define FAILOVER_TIMEOUT_MS 30000
+
+typedef struct sentinel {
+  pid_t pid;
+  int port;
+  char conf[256];
+} sentinel;
+
+typedef struct deploy {
+  hl_server master, replica;
+  char replicaof[3][24];
+  const char *rextra[6];
+  sentinel s[NSENT];
+  int nsent;
+  char url[512];
+  redisContext *m, *r; /* raw connections to master and replica */
+} deploy;
+
+/* ## Processes ------------------------------------------------------------ */
+
+static int ping_port(int port) {
+  struct timeval tv = {0, 200000};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  int ok = 0;
+  if (c == NULL) return 0;
+  if (!c->err) {
+    redisReply *r;
+    redisSetTimeout(c, tv);
+    r = redisCommand(c, "PING");
+    ok = r != NULL;
+    if (r) freeReplyObject(r);
+  }
+  redisFree(c);
+  return ok;
+}
+
+static redisContext *connect_port(int port) {
+  struct timeval tv = {3, 0};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  assert_non_null(c);
+  if (c->err) fail_msg("connect to %d: %s", port, c->errstr);
+  redisSetTimeout(c, tv);
+  return c;
+}
+
+static void sentinel_kill(sentinel *s) {
+  if (s->pid > 0) {
+    kill(s->pid, SIGKILL);
+    while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    s->pid = 0;
+  }
+}
+
+/* Every sentinel knows the other two and the replica from its config, so
+ * no discovery round is needed before a failover can start. */
+static int sentinel_start(deploy *d, int i, const char *dir) {
+  sentinel *s = &d->s[i];
+  FILE *f;
+  pid_t parent = getpid();
+  snprintf(s->conf, sizeof(s->conf), "%s/sentinel%d.conf", dir, i);
+  f = fopen(s->conf, "w");
+  if (f == NULL) return -1;
+  fprintf(f,
+          "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/sentinel%d.log\n"
+          "sentinel myid %040d\n"
+          "sentinel monitor " MASTER " 127.0.0.1 %d 2\n"
+          "sentinel down-after-milliseconds " MASTER " 1000\n"
+          "sentinel failover-timeout " MASTER " 3000\n"
+          "sentinel parallel-syncs " MASTER " 1\n"
+          "sentinel known-replica " MASTER " 127.0.0.1 %d\n",
+          s->port, dir, dir, i, i + 1, d->master.port, d->replica.port);
+  for (int j = 0; j < NSENT; j++)
+    if (j != i)
+      fprintf(f, "sentinel known-sentinel " MASTER " 127.0.0.1 %d %040d\n",
+              d->s[j].port, j + 1);
+  fclose(f);
+  fflush(NULL);
+  s->pid = fork();
+  if (s->pid < 0) return -1;
+  if (s->pid == 0) {
+    int fd;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    fd = open("/dev/null", O_RDWR);
+    if (fd >= 0) {
+      dup2(fd, STDIN_FILENO);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    execlp("redis-server", "redis-server", s->conf, "--sentinel", (char *)NULL);
+    _exit(127);
+  }
+  for (int64_t end = hl_now_ms() + 10000; hl_now_ms() < end;) {
+    if (ping_port(s->port)) return 0;
+    hl_sleep_ms(20);
+  }
+  return -1;
+}
+
+static int link_up(redisContext *replica) {
+  redisReply *r = redisCommand(replica, "INFO replication");
+  int up = r != NULL && r->type == REDIS_REPLY_STRING &&
+           strstr(r->str, "master_link_status:up") != NULL;
+  if (r) freeReplyObject(r);
+  return up;
+}
+
+/* The sentinels are ready for a failover: each sees the quorum and a
+ * replica with a working link. */
+static int sentinel_ready(const sentinel *s) {
+  redisContext *c = connect_port(s->port);
+  redisReply *r = redisCommand(c, "SENTINEL ckquorum " MASTER);
+  int ok = r && r->type == REDIS_REPLY_STATUS;
+  if (r) freeReplyObject(r);
+  r = ok ? redisCommand(c, "SENTINEL replicas " MASTER) : NULL;
+  ok = 0;
+  for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements;
+       i++) {
+    redisReply *rep = r->element[i];
+    for (size_t j = 0; j + 1 < rep->elements; j += 2)
+      if (strcmp(rep->element[j]->str, "master-link-status") == 0 &&
+          strcmp(rep->element[j + 1]->str, "ok") == 0)
+        ok = 1;
+  }
+  if (r) freeReplyObject(r);
+  redisFree(c);
+  return ok;
+}
+
+/* Master, replica (synced), and nsent sentinels (0: none). */
+static void deploy_start(deploy *d, int nsent) {
+  /* No 5 s diskless-sync delay before the replica's first sync. */
+  static const char *const fast[] = {"--repl-diskless-sync-delay", "0", NULL};
+  hl_server_opts mo = {.extra = fast};
+  hl_server_opts ro = {0};
+  memset(d, 0, sizeof(*d));
+  assert_int_equal(hl_server_start(&d->master, &mo), 0);
+  snprintf(d->replicaof[0], sizeof(d->replicaof[0]), "--replicaof");
+  snprintf(d->replicaof[1], sizeof(d->replicaof[1]), "127.0.0.1");
+  snprintf(d->replicaof[2], sizeof(d->replicaof[2]), "%d", d->master.port);
+  d->rextra[0] = d->replicaof[0];
+  d->rextra[1] = d->replicaof[1];
+  d->rextra[2] = d->replicaof[2];
+  d->rextra[3] = fast[0];
+  d->rextra[4] = fast[1];
+  d->rextra[5] = NULL;
+  ro.extra = d->rextra;
+  assert_int_equal(hl_server_start(&d->replica, &ro), 0);
+  d->m = connect_port(d->master.port);
+  d->r = connect_port(d->replica.port);
+  for (int64_t end = hl_now_ms() + 10000; !link_up(d->r);) {
+    if (hl_now_ms() > end) fail_msg("the replica did not sync");
+    hl_sleep_ms(20);
+  }
+  d->nsent = nsent;
+  for (int i = 0; i < nsent; i++) d->s[i].port = hl_free_port();
+  for (int i = 0; i < nsent; i++)
+    if (sentinel_start(d, i, d->master.dir) != 0)
+      fail_msg("sentinel %d did not start", i);
+  for (int i = 0; i < nsent; i++)
+    for (int64_t end = hl_now_ms() + 15000; !sentinel_ready(&d->s[i]);) {
+      if (hl_now_ms() > end) fail_msg("sentinel %d is not ready", i);
+      hl_sleep_ms(50);
+    }
+  int n = snprintf(d->url, sizeof(d->url), "redis+sentinel://");
+  for (int i = 0; i < nsent; i++)
+    n += snprintf(d->url + n, sizeof(d->url) - (size_t)n, "%s127.0.0.1:%d",
+                  i ? "," : "", d->s[i].port);
+  snprintf(d->url + n, sizeof(d->url) - (size_t)n, "/" MASTER);
+}
+
+static void deploy_stop(deploy *d) {
+  for (int i = 0; i < d->nsent; i++) sentinel_kill(&d->s[i]);
+  if (d->m) redisFree(d->m);
+  if (d->r) redisFree(d->r);
+  d->m = d->r = NULL;
+  hl_server_destroy(&d->replica);
+  hl_server_destroy(&d->master); /* holds the sentinels' files too */
+}
+
+/* Cut the replica off: the master drops its link and the replica cannot
+ * sync again (it now sends a password the master does not expect), so
+ * writes on the master stay unreplicated. */
+static void break_replication(deploy *d) {
+  hl_redis_ok(d->r, "CONFIG SET masterauth not-the-password");
+  freeReplyObject(hl_redis(d->m, "CLIENT KILL TYPE replica"));
+  for (int64_t end = hl_now_ms() + 5000; link_up(d->r);) {
+    if (hl_now_ms() > end) fail_msg("the replica link stayed up");
+    hl_sleep_ms(10);
+  }
+  /* The master must also have forgotten the replica (WAIT counts it). */
+  for (int64_t end = hl_now_ms() + 5000;
+       hl_info_field(d->m, "replication", "connected_slaves") != 0;) {
+    if (hl_now_ms() > end) fail_msg("the master still lists the replica");
+    hl_sleep_ms(10);
+  }
+}
+
+/* Port the sentinels name as master (the first sentinel that answers). */
+static int sentinel_master_port(deploy *d) {
+  for (int i = 0; i < d->nsent; i++) {
+    struct timeval tv = {0, 300000};
+    redisContext *c;
+    redisReply *r;
+    int port = -1;
+    if (d->s[i].pid <= 0) continue;
+    c = redisConnectWithTimeout("127.0.0.1", d->s[i].port, tv);
+    if (c == NULL || c->err) {
+      if (c) redisFree(c);
+      continue;
+    }
+    redisSetTimeout(c, tv);
+    r = redisCommand(c, "SENTINEL get-master-addr-by-name " MASTER);
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+      port = atoi(r->element[1]->str);
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    if (port > 0) return port;
+  }
+  return -1;
+}
+
+/* On a connection of its own: the promotion kills normal clients. */
+static int role_is_master(int port) {
+  struct timeval tv = {0, 500000};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  redisReply *r = NULL;
+  int m = 0;
+  if (c != NULL && !c->err) {
+    redisSetTimeout(c, tv);
+    r = redisCommand(c, "ROLE");
+    m = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+        strcmp(r->element[0]->str, "master") == 0;
+  }
+  if (r) freeReplyObject(r);
+  if (c) redisFree(c);
+  return m;
+}
+
+/* kill -9 the master; wait until the sentinels name the replica and it
+ * answers ROLE as master. Returns the time the failover took in ms. */
+static int64_t kill_master_and_fail_over(deploy *d) {
+  int64_t t0 = hl_now_ms();
+  hl_server_stop(&d->master);
+  redisFree(d->m);
+  d->m = NULL;
+  while (sentinel_master_port(d) != d->replica.port ||
+         !role_is_master(d->replica.port)) {
+    if (hl_now_ms() - t0 > FAILOVER_TIMEOUT_MS)
+      fail_msg("no failover within %d ms", FAILOVER_TIMEOUT_MS);
+    hl_sleep_ms(50);
+  }
+  redisFree(d->r);
+  d->r = connect_port(d->replica.port);
+  return hl_now_ms() - t0;
+}
+
+static hilock_client *client_for(const char *url, int wait_replicas) {
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  o.reconnect_ms = 15000; /* room for a failover */
+  o.wait_replicas = wait_replicas;
+  o.wait_timeout_ms = 300;
+  int rc = hilock_client_new(url, &o, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+static hilock_lock *new_lock(hilock_client *c, const char *name,
+                             int64_t ttl_ms) {
+  hilock_lock *l = NULL;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl_ms, &l), "new");
+  return l;
+}
+
+static char *key_of(const char *name, const char *role, size_t *len) {
+  char *k = hilock__key(name, strlen(name), role, len);
+  assert_non_null(k);
+  return k;
+}
+
+/* ## URL parsing -------------------------------------------------------- */
+
+static void sentinel_urls_parse(void **state) {
+  hilock__err e;
+  hilock__url u;
+  (void)state;
+  hilock__clear_err(&e);
+  assert_hl_ok(hilock__url_parse("redis+sentinel://u:p%40ss@h1:26380,[::1],"
+                                 "h3/my%20master/2?sentinel_password=sp&"
+                                 "sentinel_user=su",
+                                 &u, &e),
+               e.msg);
+  assert_true(u.sentinel);
+  assert_int_equal(u.nsentinels, 3);
+  assert_string_equal(u.sentinels[0].host, "h1");
+  assert_int_equal(u.sentinels[0].port, 26380);
+  assert_string_equal(u.sentinels[1].host, "::1");
+  assert_int_equal(u.sentinels[1].port, 26379);
+  assert_string_equal(u.sentinels[2].host, "h3");
+  assert_string_equal(u.master_name, "my master");
+  assert_string_equal(u.user, "u");
+  assert_string_equal(u.password, "p@ss");
+  assert_string_equal(u.sentinel_password, "sp");
+  assert_string_equal(u.sentinel_user, "su");
+  assert_int_equal(u.db, 2);
+  hilock__url_clear(&u);
+
+  assert_hl_ok(hilock__url_parse("redis+sentinel://h/m?db=3", &u, &e), e.msg);
+  assert_int_equal(u.nsentinels, 1);
+  assert_int_equal(u.db, 3);
+  assert_null(u.password);
+  hilock__url_clear(&u);
+
+  static const char *const bad[][2] = {
+      {"redis+sentinel://h1:26379", "master name"},
+      {"redis+sentinel://h1:26379/", "master name"},
+      {"redis+sentinel:///m", "at least one sentinel"},
+      {"redis+sentinel://h1,,h2/m", "empty sentinel host"},
+      {"redis+sentinel://h1:0/m", "bad sentinel port"},
+      {"redis+sentinel://h1:x/m", "bad sentinel port"},
+      {"redis+sentinel://[::1/m", "unclosed"},
+      {"redis+sentinel://h/m/x", "database"},
+      {"redis+sentinel://h/m?nope=1", "unknown URL query"},
+      {"redis://h?sentinel_password=x", "unknown URL query"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    hilock__clear_err(&e);
+    int rc = hilock__url_parse(bad[i][0], &u, &e);
+    if (rc != HILOCK_EINVAL)
+      fail_msg("'%s' parsed (%s)", bad[i][0], hilock_err_name(rc));
+    assert_substr(e.msg, bad[i][1]);
+    assert_null(u.sentinels);
+    assert_null(u.master_name);
+  }
+}
+
+static void failover_replies_are_recognised(void **state) {
+  hilock_client c;
+  redisReply r;
+  static const char *const yes[] = {
+      "READONLY You can't write against a read only replica.",
+      "LOADING Redis is loading the dataset in memory",
+      "MASTERDOWN Link with MASTER is down",
+      "ERR Error running script (call to f_x): @user_script:4: READONLY "
+      "You can't write against a read only replica."};
+  (void)state;
+  memset(&c, 0, sizeof(c));
+  memset(&r, 0, sizeof(r));
+  r.type = REDIS_REPLY_ERROR;
+  c.url.sentinel = 1;
+  for (size_t i = 0; i < 4; i++) {
+    r.str = (char *)yes[i];
+    r.len = strlen(yes[i]);
+    assert_true(hilock__failover_reply(&c, &r));
+  }
+  r.str = "WRONGTYPE Operation against a key";
+  r.len = strlen(r.str);
+  assert_false(hilock__failover_reply(&c, &r));
+  /* A plain redis:// client reports READONLY as it is. */
+  c.url.sentinel = 0;
+  r.str = (char *)yes[0];
+  r.len = strlen(yes[0]);
+  assert_false(hilock__failover_reply(&c, &r));
+}
+
+/* ## Resolution --------------------------------------------------------- */
+
+static void acquire_through_the_sentinels(void **state) {
+  deploy d;
+  char url[600];
+  hilock_client *c = NULL;
+  hilock_options o = hl_test_options();
+  hilock__err e;
+  size_t klen;
+  char *key = key_of("via-sentinel", "lock", &klen);
+  int dead = hl_free_port(), rc;
+  (void)state;
+  deploy_start(&d, NSENT);
+
+  /* The first sentinel listed is down: the next ones answer. */
+  snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d,%s", dead,
+           d.url + strlen("redis+sentinel://"));
+  c = client_for(url, 0);
+  hilock_lock *l = new_lock(c, "via-sentinel", 10000);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  /* The key is on the master, and replicated. */
+  assert_true(hl_redis_exists(d.m, key, klen));
+  assert_int_equal(hl_redis_int(d.m, "WAIT 1 2000"), 1);
+  assert_true(hl_redis_exists(d.r, key, klen));
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+
+  /* A master the sentinels do not know. */
+  snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/nosuchmaster",
+           d.s[0].port);
+  c = NULL;
+  rc = hilock_client_new(url, &o, &c);
+  assert_hl_rc(rc, HILOCK_EIO, hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), "does not know master 'nosuchmaster'");
+  hilock_client_free(c);
+
+  /* No sentinel reachable at all. */
+  snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/" MASTER, dead);
+  c = NULL;
+  rc = hilock_client_new(url, &o, &c);
+  assert_hl_rc(rc, HILOCK_EIO, hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), "no sentinel (of 1)");
+  hilock_client_free(c);
+
+  /* ROLE check: the replica is refused as a master. */
+  c = client_for(d.url, 0);
+  hilock__clear_err(&e);
+  rc = hilock__sentinel_check_role(c, &e, d.r, "127.0.0.1", d.replica.port);
+  assert_hl_rc(rc, HILOCK_EIO, e.msg);
+  assert_substr(e.msg, "answers ROLE as 'slave'");
+  assert_hl_ok(hilock__sentinel_check_role(c, &e, d.m, "127.0.0.1",
+                                           d.master.port),
+               e.msg);
+  hilock_client_free(c);
+  free(key);
+  deploy_stop(&d);
+}
+
+/* ## Failover ----------------------------------------------------------- */
+
+static void lost_flag(void *arg) { __atomic_store_n((int *)arg, 1, __ATOMIC_SEQ_CST); }
+
+static void client_follows_a_failover(void **state) {
+  deploy d;
+  int lost = 0, owned = 0;
+  size_t klen;
+  char *key = key_of("follow", "lock", &klen);
+  (void)state;
+  deploy_start(&d, NSENT);
+  hilock_client *c = client_for(d.url, 0);
+  /* The TTL must outlast the failover (~3 s; more on a busy host): until
+   * the replica is promoted nothing can renew the key. */
+  hilock_lock *l = new_lock(c, "follow", 8000);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, lost_flag, &lost), "renew");
+  assert_hl_ok(hilock_lock_acquire(l, 1000), hilock_lock_errmsg(l));
+  uint64_t fence = hilock_lock_fence(l);
+  assert_int_equal(hl_redis_int(d.m, "WAIT 1 2000"), 1); /* replicated */
+
+  int64_t t0 = hl_now_ms();
+  int64_t took = kill_master_and_fail_over(&d);
+  print_message("failover took %lld ms\n", (long long)took);
+
+  /* Past the TTL counted from the kill: only renewals on the promoted
+   * replica can have kept the key. */
+  if (took > 7000) fail_msg("the failover took %lld ms, near the TTL", (long long)took);
+  int64_t left = t0 + 8000 + 1000 - hl_now_ms();
+  if (left > 0) hl_sleep_ms(left);
+  assert_int_equal(__atomic_load_n(&lost, __ATOMIC_SEQ_CST), 0);
+  assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+  assert_true(owned);
+  char *v = hl_redis_get(d.r, key, klen);
+  assert_non_null(v);
+  assert_string_equal(v, hilock_lock_token(l));
+  free(v);
+  assert_i64_between(hl_redis_pttl(d.r, key, klen), 1, 8000);
+
+  /* Release and a new grant go to the new master; the fence moves on. */
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_false(hl_redis_exists(d.r, key, klen));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_true(hilock_lock_fence(l) > fence);
+  assert_true(hl_redis_exists(d.r, key, klen));
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  /* A new client resolves the new master directly. */
+  hilock_client *c2 = client_for(d.url, 0);
+  assert_hl_ok(hilock_client_ping(c2), hilock_client_errmsg(c2));
+  hilock_client_free(c2);
+  hilock_lock_free(l);
+  hilock_client_free(c);
+  free(key);
+  deploy_stop(&d);
+}
+
+/* Without wait_replicas: a grant the replica never saw is lost in the
+ * failover, and a second client is granted the same lock (with the same
+ * fencing token) while the first still holds it. */
+static void failover_double_grant_without_wait(void **state) {
+  deploy d;
+  (void)state;
+  deploy_start(&d, NSENT);
+  hilock_client *a = client_for(d.url, 0);
+  hilock_client *b = client_for(d.url, 0);
+  hilock_lock *la = new_lock(a, "double", 30000);
+  hilock_lock *lb = new_lock(b, "double", 30000);
+
+  break_replication(&d);
+  assert_hl_ok(hilock_lock_try_acquire(la), hilock_lock_errmsg(la));
+  kill_master_and_fail_over(&d);
+
+  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_lock_errmsg(lb));
+  /* Both believe they hold it: the double grant. */
+  assert_true(hilock_lock_held(la));
+  assert_true(hilock_lock_validity_ms(la) > 20000);
+  assert_true(hilock_lock_held(lb));
+  /* The fence counter was not replicated either. */
+  assert_true(hilock_lock_fence(lb) <= hilock_lock_fence(la));
+  hilock_lock_free(la);
+  hilock_lock_free(lb);
+  hilock_client_free(a);
+  hilock_client_free(b);
+  deploy_stop(&d);
+}
+
+/* With wait_replicas=1 the same sequence is caught at the grant: the
+ * acquire fails with HILOCK_ENOREPLICAS, gives the grant back, and after
+ * the failover only one client holds the lock. */
+static void wait_replicas_detects_the_lost_grant(void **state) {
+  deploy d;
+  size_t klen;
+  char *key = key_of("detect", "lock", &klen);
+  (void)state;
+  deploy_start(&d, NSENT);
+  hilock_client *a = client_for(d.url, 1);
+  hilock_client *b = client_for(d.url, 0);
+  hilock_lock *la = new_lock(a, "detect", 30000);
+  hilock_lock *lb = new_lock(b, "detect", 30000);
+
+  /* Control: with the replica in sync the grant is acknowledged. */
+  assert_hl_ok(hilock_lock_try_acquire(la), hilock_lock_errmsg(la));
+  assert_true(hl_redis_exists(d.r, key, klen));
+  assert_hl_ok(hilock_lock_release(la), hilock_lock_errmsg(la));
+
+  break_replication(&d);
+  int64_t t0 = hl_now_ms();
+  int rc = hilock_lock_try_acquire(la);
+  assert_hl_rc(rc, HILOCK_ENOREPLICAS, hilock_lock_errmsg(la));
+  assert_i64_between(hl_now_ms() - t0, 250, 3000); /* WAIT's 300 ms */
+  assert_substr(hilock_lock_errmsg(la), "0 of 1 replicas acknowledged");
+  assert_substr(hilock_lock_errmsg(la), "given back");
+  assert_int_equal(hilock_lock_errcode(la), HILOCK_ENOREPLICAS);
+  assert_false(hilock_lock_held(la));
+  assert_false(hl_redis_exists(d.m, key, klen)); /* given back */
+  /* A blocking acquire reports it too (it is not a "busy" to wait out). */
+  assert_hl_rc(hilock_lock_acquire(la, 2000), HILOCK_ENOREPLICAS,
+               hilock_lock_errmsg(la));
+
+  kill_master_and_fail_over(&d);
+  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_lock_errmsg(lb));
+  assert_false(hilock_lock_held(la)); /* one holder only */
+  assert_hl_ok(hilock_lock_release(lb), hilock_lock_errmsg(lb));
+  hilock_lock_free(la);
+  hilock_lock_free(lb);
+  hilock_client_free(a);
+  hilock_client_free(b);
+  free(key);
+  deploy_stop(&d);
+}
+
+/* ## Renewals and the other families (master + replica, no sentinels) ---- */
+
+static void unacknowledged_renewals_lose_the_hold(void **state) {
+  deploy d;
+  int lost = 0;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  (void)state;
+  deploy_start(&d, 0);
+  o.wait_replicas = 1;
+  o.wait_timeout_ms = 200;
+  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  hilock_lock *l = new_lock(c, "renew", 1500);
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, lost_flag, &lost), "renew");
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  /* Control: acknowledged renewals keep it past twice its TTL. */
+  hl_sleep_ms(3200);
+  assert_int_equal(__atomic_load_n(&lost, __ATOMIC_SEQ_CST), 0);
+  assert_true(hilock_lock_validity_ms(l) > 0);
+  assert_hl_ok(hilock_lock_renew(l), hilock_lock_errmsg(l));
+
+  break_replication(&d);
+  /* An explicit renewal is refused and does not extend the validity. */
+  int64_t before = hilock_lock_validity_ms(l);
+  assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOREPLICAS, hilock_lock_errmsg(l));
+  assert_true(hilock_lock_validity_ms(l) <= before);
+  /* The watchdog's renewals reach the master but are not acknowledged:
+   * the hold is reported lost when its validity runs out. */
+  int64_t t0 = hl_now_ms();
+  while (!__atomic_load_n(&lost, __ATOMIC_SEQ_CST)) {
+    if (hl_now_ms() - t0 > 4000) fail_msg("the hold was not reported lost");
+    hl_sleep_ms(20);
+  }
+  assert_i64_between(hl_now_ms() - t0, 0, 2500);
+  assert_true(hilock_lock_lost(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+  deploy_stop(&d);
+}
+
+static void every_family_gives_back_an_unacknowledged_grant(void **state) {
+  deploy d;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  size_t klen;
+  char *key;
+  (void)state;
+  deploy_start(&d, 0);
+  o.wait_replicas = 1;
+  o.wait_timeout_ms = 200;
+  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  hilock_rlock *rl = NULL;
+  hilock_semaphore *s = NULL;
+  hilock_fair_lock *fl = NULL;
+  assert_hl_ok(hilock_rlock_new(c, "fam-r", 5, 10000, &rl), "rlock");
+  assert_hl_ok(hilock_semaphore_new(c, "fam-s", 5, 2, 10000, &s), "sem");
+  assert_hl_ok(hilock_fair_lock_new(c, "fam-f", 5, 10000, &fl), "fair");
+  /* Control: acknowledged grants hold. */
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_semaphore_errmsg(s));
+  assert_hl_ok(hilock_fair_lock_try_acquire(fl), hilock_fair_lock_errmsg(fl));
+
+  break_replication(&d);
+  /* Re-entry of the reentrant lock: undone, the first entry stays. */
+  assert_hl_rc(hilock_rlock_try_acquire(rl), HILOCK_ENOREPLICAS,
+               hilock_rlock_errmsg(rl));
+  assert_substr(hilock_rlock_errmsg(rl), "0 of 1 replicas");
+  int64_t count = 0;
+  assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_rlock_errmsg(rl));
+  assert_int_equal(count, 1);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  key = key_of("fam-r", "rlock", &klen);
+  assert_false(hl_redis_exists(d.m, key, klen));
+  assert_hl_rc(hilock_rlock_try_acquire(rl), HILOCK_ENOREPLICAS,
+               hilock_rlock_errmsg(rl));
+  assert_false(hl_redis_exists(d.m, key, klen));
+  free(key);
+
+  /* Semaphore: the second permit is given back. */
+  hilock_semaphore *s2 = NULL;
+  assert_hl_ok(hilock_semaphore_new(c, "fam-s", 5, 2, 10000, &s2), "sem");
+  assert_hl_rc(hilock_semaphore_try_acquire(s2), HILOCK_ENOREPLICAS,
+               hilock_semaphore_errmsg(s2));
+  key = key_of("fam-s", "permits", &klen);
+  assert_int_equal(hl_redis_int(d.m, "ZCARD %b", key, klen), 1);
+  free(key);
+  assert_hl_rc(hilock_semaphore_renew(s), HILOCK_ENOREPLICAS,
+               hilock_semaphore_errmsg(s));
+  hilock_semaphore_free(s2);
+
+  /* Fair lock: released, then a new grant is given back. */
+  assert_hl_ok(hilock_fair_lock_release(fl), hilock_fair_lock_errmsg(fl));
+  assert_hl_rc(hilock_fair_lock_try_acquire(fl), HILOCK_ENOREPLICAS,
+               hilock_fair_lock_errmsg(fl));
+  key = key_of("fam-f", "fair", &klen);
+  assert_false(hl_redis_exists(d.m, key, klen));
+  free(key);
+  assert_false(hilock_fair_lock_held(fl));
+
+  hilock_rlock_free(rl);
+  hilock_semaphore_free(s);
+  hilock_fair_lock_free(fl);
+  hilock_client_free(c);
+  deploy_stop(&d);
+}
+
+static void wait_options_are_checked(void **state) {
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  (void)state;
+  o.wait_replicas = -1;
+  assert_hl_rc(hilock_client_new("redis://127.0.0.1:1", &o, &c), HILOCK_EINVAL,
+               hilock_client_errmsg(c));
+  hilock_client_free(c);
+  o.wait_replicas = 1;
+  o.wait_timeout_ms = o.command_timeout_ms; /* the reply would time out */
+  c = NULL;
+  assert_hl_rc(hilock_client_new("redis://127.0.0.1:1", &o, &c), HILOCK_EINVAL,
+               hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), "wait_timeout_ms");
+  hilock_client_free(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(sentinel_urls_parse),
+      cmocka_unit_test(failover_replies_are_recognised),
+      cmocka_unit_test(wait_options_are_checked),
+      cmocka_unit_test(acquire_through_the_sentinels),
+      cmocka_unit_test(client_follows_a_failover),
+      cmocka_unit_test(failover_double_grant_without_wait),
+      cmocka_unit_test(wait_replicas_detects_the_lost_grant),
+      cmocka_unit_test(unacknowledged_renewals_lose_the_hold),
+      cmocka_unit_test(every_family_gives_back_an_unacknowledged_grant),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,231 @@
+"""Sentinel deployments and replica acknowledgement, with real processes:
+a master, a replica and three sentinels on loopback (down-after 1000 ms),
+killed with SIGKILL and stopped by PID.
+
+- A lock through a ``redis+sentinel://`` URL; the client and its renewal
+  follow kill -9 of the master to the promoted replica.
+- The failover double grant: without ``wait_replicas`` a grant the replica
+  never saw is lost in the failover and a second process is granted the
+  same lock while the first holds it; the history checker finds the
+  overlap. With ``wait_replicas=1`` the first grant fails with
+  ``NotEnoughReplicas`` and the history has no overlap.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import hilock
+from helpers import FORK
+from history import OverlapError, RedisHistory, check_no_overlap
+from hilock._server import SentinelDeployment
+
+
+@pytest.fixture
+def deployment():
+    d = SentinelDeployment()
+    try:
+        d.start()
+        yield d
+    finally:
+        d.stop()
+
+
+def _key(name: str, role: str = "lock") -> str:
+    return f"hilock:{{{name}}}:{role}"
+
+
+def _master_redis(port: int):
+    import redis
+    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=3)
+
+
+def test_url_resolves_the_master_and_survives_a_dead_sentinel(deployment):
+    dead = hilock._server.free_port()
+    hosts = deployment.url[len("redis+sentinel://"):]
+    url = f"redis+sentinel://127.0.0.1:{dead},{hosts}"
+    m = _master_redis(deployment.master.port)
+    with hilock.Client(url) as c:
+        with c.lock("py-sentinel", ttl=10, timeout=1) as lk:
+            assert m.get(_key("py-sentinel")).decode() == lk.token
+    assert m.exists(_key("py-sentinel")) == 0
+    port = deployment.sentinel_ports[0]
+    with pytest.raises(hilock.ConnectionError, match="does not know master 'nope'"):
+        hilock.Client(f"redis+sentinel://127.0.0.1:{port}/nope")
+    with pytest.raises(hilock.InvalidArgument, match="master name"):
+        hilock.Client(f"redis+sentinel://127.0.0.1:{port}")
+
+
+def test_client_and_renewal_follow_a_failover(deployment):
+    lost = []
+    with hilock.Client(deployment.url, reconnect=15.0) as c:
+        # The TTL must outlast the failover (~3 s here; more on a busy host).
+        lk = c.lock("follow", ttl=8.0, on_lost=lambda l: lost.append(l))
+        with lk:
+            fence = lk.fence
+            assert _master_redis(deployment.master.port).wait(1, 2000) == 1
+            t0 = time.monotonic()
+            took = deployment.kill_master_and_fail_over()
+            assert took < 7, f"the failover took {took:.1f} s, near the 8 s TTL"
+            # Past the TTL counted from the kill: only renewals on the
+            # promoted replica can have kept the key.
+            time.sleep(max(0.0, t0 + 9.0 - time.monotonic()))
+            assert not lost and not lk.lost
+            assert lk.owned()
+            r = _master_redis(deployment.replica.port)
+            assert r.get(_key("follow")).decode() == lk.token
+        assert r.exists(_key("follow")) == 0
+        with c.lock("follow", ttl=8.0, timeout=1) as again:
+            assert again.fence > fence
+
+
+def test_client_follows_a_graceful_failover(deployment):
+    """SENTINEL FAILOVER: the old master keeps running as a replica, so a
+    client that went on using it would be refused (READONLY) or read stale
+    data; the client must end up on the promoted replica."""
+    with hilock.Client(deployment.url, reconnect=15.0) as c:
+        lk = c.lock("graceful", ttl=10.0)
+        assert lk.acquire(timeout=1)
+        assert _master_redis(deployment.master.port).wait(1, 2000) == 1
+        deployment.graceful_failover()
+        assert lk.owned()
+        lk.release()
+        new, old = (_master_redis(deployment.replica.port),
+                    _master_redis(deployment.master.port))
+        with c.lock("graceful", ttl=10.0, timeout=1) as again:
+            assert new.get(_key("graceful")).decode() == again.token
+        # Several pooled connections and a second client: all on the new master.
+        with hilock.Client(deployment.url) as c2:
+            for i in range(5):
+                with c2.lock(f"graceful-{i}", ttl=5.0, timeout=1):
+                    assert new.exists(_key(f"graceful-{i}")) == 1
+        assert old.info("replication")["role"] == "slave"
+
+
+def _hold_through_failover(url, wait_replicas, history_url, conn) -> None:
+    """Child: acquire, report, hold until told, record the interval."""
+    import redis
+    try:
+        c = hilock.Client(url, wait_replicas=wait_replicas, wait_timeout=0.3,
+                          reconnect=15.0)
+        lk = c.lock("double", ttl=30.0, auto_renew=False)
+        try:
+            lk.acquire(timeout=2)
+        except hilock.NotEnoughReplicas as e:
+            conn.send(("refused", e.acked, e.wanted, lk.locked()))
+            return
+        start = time.monotonic()
+        conn.send(("held", lk.fence, None, None))
+        conn.poll(60)
+        conn.recv()
+        end = time.monotonic()
+        RedisHistory(redis.Redis.from_url(history_url)).record(start, end, lk.fence)
+        try:
+            lk.release()
+        except hilock.LockError:
+            pass  # the promoted replica never had our grant
+        conn.send(("done", None, None, None))
+    except BaseException as e:  # reported, so the parent fails clearly
+        conn.send(("error", repr(e), None, None))
+
+
+def _failover_contest(deployment, rds, redis_url, wait_replicas):
+    """Child A acquires while replication is cut; the master is killed and
+    the replica promoted; then this process (B) acquires the same lock.
+    Returns A's first message and the recorded history."""
+    parent, child = FORK.Pipe()
+    deployment.break_replication()
+    p = FORK.Process(target=_hold_through_failover,
+                     args=(deployment.url, wait_replicas, redis_url, child))
+    p.start()
+    try:
+        assert parent.poll(20), "child A did not report"
+        first = parent.recv()
+        assert first[0] in ("held", "refused"), first
+        deployment.kill_master_and_fail_over()
+        with hilock.Client(deployment.url, reconnect=15.0) as c:
+            lk = c.lock("double", ttl=30.0, auto_renew=False)
+            assert lk.acquire(timeout=5)
+            start = time.monotonic()
+            time.sleep(0.2)
+            end = time.monotonic()
+            RedisHistory(rds).record(start, end, lk.fence)
+            lk.release()
+        if first[0] == "held":
+            parent.send("release")
+            assert parent.poll(20)
+            assert parent.recv()[0] == "done"
+    finally:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert p.exitcode == 0
+    return first, RedisHistory(rds).load()
+
+
+def test_failover_double_grant_without_wait_replicas(deployment, rds, redis_url):
+    first, history = _failover_contest(deployment, rds, redis_url, 0)
+    assert first[0] == "held"
+    assert len(history) == 2
+    with pytest.raises(OverlapError):
+        check_no_overlap(history)
+    # The fencing counter was lost with the grant: the same token twice.
+    fences = sorted(iv.fence for iv in history)
+    assert fences[0] == fences[1]
+
+
+def test_wait_replicas_detects_the_unreplicated_grant(deployment, rds, redis_url):
+    first, history = _failover_contest(deployment, rds, redis_url, 1)
+    assert first[0] == "refused", first
+    assert (first[1], first[2]) == (0, 1)
+    assert first[3] is False  # the grant was given back at once
+    assert len(history) == 1
+    check_no_overlap(history)
+
+
+def test_wait_replicas_confirms_grants_on_a_healthy_replica(deployment):
+    with hilock.Client(deployment.url, wait_replicas=1, wait_timeout=0.5) as c:
+        assert c.wait_replicas == 1
+        with c.lock("healthy", ttl=5, timeout=1) as lk:
+            lk.renew()
+        deployment.break_replication()
+        lk = c.lock("healthy", ttl=5, auto_renew=False)
+        t0 = time.monotonic()
+        with pytest.raises(hilock.NotEnoughReplicas) as info:
+            lk.acquire(timeout=1)
+        assert 0.4 <= time.monotonic() - t0 < 5
+        assert info.value.code == hilock._hilock.HILOCK_ENOREPLICAS
+        assert (info.value.acked, info.value.wanted) == (0, 1)
+        assert "given back" in str(info.value)
+        assert not lk.locked()
+        with pytest.raises(hilock.NotEnoughReplicas):
+            with c.lock("healthy-with", ttl=5, timeout=1):
+                pytest.fail("the body ran without an acknowledged grant")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"wait_replicas": -1}, {"wait_replicas": 1.5}, {"wait_replicas": True},
+    {"wait_replicas": 1, "wait_timeout": 0},
+    {"wait_replicas": 1, "wait_timeout": 5.0, "command_timeout": 5.0},
+])
+def test_wait_options_are_checked(redis_url, kwargs):
+    with pytest.raises(hilock.InvalidArgument):
+        hilock.Client(redis_url, **kwargs)
+
+
+def test_wait_replicas_without_replicas_refuses_every_grant(client, redis_url):
+    with hilock.Client(redis_url, wait_replicas=1, wait_timeout=0.1) as c:
+        lk = c.rlock("lonely", ttl=5)
+        with pytest.raises(hilock.NotEnoughReplicas, match="0 of 1 replicas"):
+            lk.acquire(timeout=1)
+        assert not lk.locked()
+        sem = c.semaphore("lonely-sem", 2, ttl=5)
+        with pytest.raises(hilock.NotEnoughReplicas):
+            sem.acquire(timeout=1)
+        assert sem.available() == 2
+        fl = c.fair_lock("lonely-fair", ttl=5)
+        with pytest.raises(hilock.NotEnoughReplicas):
+            fl.acquire(timeout=1)
+        assert not fl.locked()
