@@ -361,6 +361,11 @@ int hilock__check_name(hilock__err *e, const char *name, size_t len);
 /* The Redis Cluster hash slot (0..16383) of a key, honouring hash tags. */
 int hilock__key_slot(const char *key, size_t len);
 int hilock__check_ms(hilock__err *e, const char *what, int64_t ms);
+/* What every lock constructor checks first: a client, a valid name and
+ * TTL, and that the client is open. Failures are recorded in the client's
+ * error (HILOCK_EINVAL for a NULL client, without a message). */
+int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
+                      int64_t ttl_ms);
 /* malloc'd key for name and role; NULL on out of memory. */
 char *hilock__key(const char *name, size_t len, const char *role,
                   size_t *outlen);

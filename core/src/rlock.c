@@ -38,21 +38,13 @@ static int keep_err(hilock_rlock *rl, const hilock__err *e) {
 
 int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t ttl_ms, hilock_rlock **out) {
-  hilock__err tmp;
   hilock_rlock *rl;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(&client->err, rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->closed)
-    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check(client, name, namelen, ttl_ms);
+  if (rc != HILOCK_OK) return rc;
   rl = calloc(1, sizeof(*rl));
   if (rl == NULL) return HILOCK_ENOMEM;
   rl->key = hilock__key(name, namelen, "rlock", &rl->keylen);

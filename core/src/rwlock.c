@@ -118,21 +118,13 @@ static void free_keys(hilock_rwlock *rw) {
 
 int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms, hilock_rwlock **out) {
-  hilock__err tmp;
   hilock_rwlock *rw;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(&client->err, rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->closed)
-    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check(client, name, namelen, ttl_ms);
+  if (rc != HILOCK_OK) return rc;
   rw = calloc(1, sizeof(*rw));
   if (rw == NULL) return HILOCK_ENOMEM;
   rw->wkey = hilock__key(name, namelen, "rw:writer", &rw->wkeylen);

@@ -45,21 +45,13 @@ static void seq_destroy(hilock_seqlock *sl) {
 
 int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
                        int64_t ttl_ms, hilock_seqlock **out) {
-  hilock__err tmp;
   hilock_seqlock *sl;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(&client->err, rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->closed)
-    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check(client, name, namelen, ttl_ms);
+  if (rc != HILOCK_OK) return rc;
   sl = calloc(1, sizeof(*sl));
   if (sl == NULL) return HILOCK_ENOMEM;
   for (int i = 0; i < NKEYS; i++) {

@@ -101,3 +101,16 @@ char *hilock__key(const char *name, size_t len, const char *role,
 size_t hilock__i64(char *buf, int64_t v) {
   return (size_t)snprintf(buf, 24, "%" PRId64, v);
 }
+
+int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
+                      int64_t ttl_ms) {
+  hilock__err tmp;
+  int rc;
+  if (client == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_name(&tmp, name, namelen);
+  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc != HILOCK_OK) return hilock__set_err(&client->err, rc, "%s", tmp.msg);
+  if (client->closed)
+    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  return HILOCK_OK;
+}
