@@ -15,6 +15,8 @@ lock, in a loop, against one private redis-server:
   (i) segmented lock C   bench_c seglock: a segmented lock of 8 segments
   (j) hilock C multi-key bench_c multi2 / multi8: a multi-key lock of 2 and
       8 names, try_acquire + release (one script each way)
+  (k) read-write lock C  bench_c rwread / rwwrite: the read or the write side of a
+      read-write lock, try_acquire + release
 
 Contestants take turns, round after round, and each reports the median of
 its rounds, to damp the noise of a small machine. This is a benchmark, not a
@@ -275,6 +277,8 @@ def main() -> int:
         CBench("seglock_c", "(i) hilock C segmented lock, 8 segments", "seglock", binary),
         CBench("multi2_c", "(j2) hilock C multi-key lock, 2 names", "multi2", binary),
         CBench("multi8_c", "(j8) hilock C multi-key lock, 8 names", "multi8", binary),
+        CBench("rwread_c", "(kr) hilock C read-write lock, read side", "rwread", binary),
+        CBench("rwwrite_c", "(kw) hilock C read-write lock, write side", "rwwrite", binary),
     ]
     RedisServer = load_redis_server()
     with RedisServer() as srv:
@@ -314,6 +318,7 @@ def main() -> int:
     ratios = {"b/a": ratio(by["hilock_c"], floor), "c/a": ratio(by["hilock_py"], floor),
               "c/d": ratio(by["hilock_py"], by["redis_py"]),
               "j2/a": ratio(by["multi2_c"], floor), "j8/a": ratio(by["multi8_c"], floor),
+              "kr/a": ratio(by["rwread_c"], floor), "kw/a": ratio(by["rwwrite_c"], floor),
               "g/a": ratio(by["semaphore_c"], floor), "h/a": ratio(by["fair_c"], floor),
               "i/a": ratio(by["seglock_c"], floor)}
 
@@ -333,6 +338,8 @@ def main() -> int:
     print(f"| i/a: segmented lock C / floor | {fmt_ratio(ratios['i/a'])} |")
     print(f"| j2/a: hilock C multi-key, 2 names / floor | {fmt_ratio(ratios['j2/a'])} |")
     print(f"| j8/a: hilock C multi-key, 8 names / floor | {fmt_ratio(ratios['j8/a'])} |")
+    print(f"| kr/a: read-write lock C, read side / floor | {fmt_ratio(ratios['kr/a'])} |")
+    print(f"| kw/a: read-write lock C, write side / floor | {fmt_ratio(ratios['kw/a'])} |")
     versions = {d: version(d) for d in ("hilock", "redis", "python-redis-lock", "pottery")}
     if "hilock" in sys.modules:  # importable without being pip-installed
         versions["hilock"] = getattr(sys.modules["hilock"], "__version__", versions["hilock"])

@@ -1,6 +1,7 @@
 /* Lock cycle throughput: acquire + release on one uncontended lock.
  *
- *   bench_c floor|hilock|semaphore|fair|seglock|multi2|multi8 [url] [duration]
+ *   bench_c floor|hilock|semaphore|fair|seglock|multi2|multi8|
+ *           rwread|rwwrite [url] [duration]
  *
  * floor   the least a correct expiring lock can cost with hiredis: one
  *         SET key token NX PX 30000 and one EVALSHA of a compare-and-delete
@@ -9,6 +10,7 @@
  * semaphore  the same on a counting semaphore of 1 permit
  * fair    the same on a fair (FIFO) lock
  * seglock the same on a segmented lock of 8 segments (no stock loaded)
+ * rwread, rwwrite  the read or the write side of a read-write lock
  * multiN  hilock_multilock_try_acquire + release on a multi-key lock of N
  *         names (2 or 8)
  *
@@ -147,6 +149,13 @@ FAMILY_ADAPTERS(hilock_semaphore, hilock_semaphore)
 FAMILY_ADAPTERS(hilock_fair_lock, hilock_fair_lock)
 FAMILY_ADAPTERS(hilock_seglock, hilock_seglock)
 FAMILY_ADAPTERS(hilock_multilock, hilock_multilock)
+static int rw_read_try_(void *h) { return hilock_rwlock_read_try_acquire(h); }
+static int rw_read_rel_(void *h) { return hilock_rwlock_read_release(h); }
+static int rw_write_try_(void *h) { return hilock_rwlock_write_try_acquire(h); }
+static int rw_write_rel_(void *h) { return hilock_rwlock_write_release(h); }
+static const char *rw_err_(const void *h) {
+  return hilock_rwlock_errmsg((const hilock_rwlock *)h);
+}
 
 #define FAMILY(ctx, prefix, h)          \
   do {                                  \
@@ -175,7 +184,8 @@ static int run(int (*cycle)(void *), void *arg, long max_cycles, double max_s,
 
 static int usage(const char *prog) {
   fprintf(stderr,
-          "usage: %s floor|hilock|semaphore|fair|seglock|multi2|multi8 [url] "
+          "usage: %s floor|hilock|semaphore|fair|seglock|multi2|multi8|rwread|"
+          "rwwrite [url] "
           "[seconds | Nc]\n",
           prog);
   return 2;
@@ -194,6 +204,7 @@ int main(int argc, char **argv) {
   hilock_fair_lock *fair = NULL;
   hilock_seglock *seg = NULL;
   hilock_multilock *ml = NULL;
+  hilock_rwlock *rw = NULL;
   family_ctx fam = {0};
   int status = 1;
 
@@ -221,6 +232,19 @@ int main(int argc, char **argv) {
     }
     cycle = hilock_cycle;
     arg = lk;
+  } else if (strcmp(mode, "rwread") == 0 || strcmp(mode, "rwwrite") == 0) {
+    int write = mode[2] == 'w';
+    if (client_connect(url, &c) != HILOCK_OK) goto out;
+    if (hilock_rwlock_new(c, "bench:rw", 8, 30000, &rw) != HILOCK_OK) {
+      fprintf(stderr, "rwlock: %s\n", hilock_client_errmsg(c));
+      goto out;
+    }
+    fam.try_acquire = write ? rw_write_try_ : rw_read_try_;
+    fam.release = write ? rw_write_rel_ : rw_read_rel_;
+    fam.errmsg = rw_err_;
+    fam.handle = rw;
+    cycle = family_cycle;
+    arg = &fam;
   } else if (strcmp(mode, "multi2") == 0 || strcmp(mode, "multi8") == 0) {
     static const char *const names[8] = {"bench:m0", "bench:m1", "bench:m2",
                                          "bench:m3", "bench:m4", "bench:m5",
@@ -271,6 +295,7 @@ out:
   hilock_fair_lock_free(fair);
   hilock_seglock_free(seg);
   hilock_multilock_free(ml);
+  hilock_rwlock_free(rw);
   hilock_client_free(c);
   return status;
 }
