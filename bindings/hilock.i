@@ -236,9 +236,11 @@ static _Thread_local char py_ctor_msg[1536]; /* Redlock lists its nodes */
 /* Record a failed lock constructor for HILOCK_CHECKED_PTR. */
 static void py_ctor_failed(hilock_client *c, int rc) {
   py_ctor_rc = rc;
+  /* The client's message if the constructor recorded this failure there
+   * (a bad name, a closed client, an unsupported setting). */
   snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
-           c && rc == HILOCK_EINVAL ? hilock_client_errmsg(c)
-                                    : hilock_strerror(rc));
+           c && hilock_client_errcode(c) == rc ? hilock_client_errmsg(c)
+                                               : hilock_strerror(rc));
 }
 
 static int py_check_signals(void *arg) {

@@ -364,6 +364,10 @@ int hilock__check_ms(hilock__err *e, const char *what, int64_t ms);
 /* What every lock constructor checks first: a client, a valid name and
  * TTL, and that the client is open. Failures are recorded in the client's
  * error (HILOCK_EINVAL for a NULL client, without a message). */
+/* HILOCK_ENOTSUP (in the client's error) if the client asks for
+ * wait_replicas, which family's grants do not confirm: fail closed rather
+ * than hand out unconfirmed grants. */
+int hilock__no_wait_replicas(hilock_client *client, const char *family);
 int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms);
 /* malloc'd key for name and role; NULL on out of memory. */

@@ -161,6 +161,11 @@ int hilock_multilock_new_len(hilock_client *client, const char *const *names,
     free(order);
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   }
+  rc = hilock__no_wait_replicas(client, "multi-key lock");
+  if (rc != HILOCK_OK) {
+    free(order);
+    return rc;
+  }
   m = calloc(1, sizeof(*m));
   if (m == NULL) {
     free(order);

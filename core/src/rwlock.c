@@ -124,6 +124,7 @@ int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
   rc = hilock__new_check(client, name, namelen, ttl_ms);
+  if (rc == HILOCK_OK) rc = hilock__no_wait_replicas(client, "read-write lock");
   if (rc != HILOCK_OK) return rc;
   rw = calloc(1, sizeof(*rw));
   if (rw == NULL) return HILOCK_ENOMEM;

@@ -59,6 +59,8 @@ int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
   }
   if (client->closed)
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+  rc = hilock__no_wait_replicas(client, "segmented lock");
+  if (rc != HILOCK_OK) return rc;
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->nseg = segments;

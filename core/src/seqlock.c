@@ -51,6 +51,7 @@ int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
   rc = hilock__new_check(client, name, namelen, ttl_ms);
+  if (rc == HILOCK_OK) rc = hilock__no_wait_replicas(client, "sequential lock");
   if (rc != HILOCK_OK) return rc;
   sl = calloc(1, sizeof(*sl));
   if (sl == NULL) return HILOCK_ENOMEM;

@@ -229,3 +229,17 @@ def test_wait_replicas_without_replicas_refuses_every_grant(client, redis_url):
         with pytest.raises(hilock.NotEnoughReplicas):
             fl.acquire(timeout=1)
         assert not fl.locked()
+
+
+def test_types_without_confirmed_grants_refuse_wait_replicas(redis_url):
+    # Fail closed: these types cannot confirm a grant with WAIT yet, so a
+    # client that asks for it gets no unconfirmed grant from them.
+    with hilock.Client(redis_url, wait_replicas=1, wait_timeout=0.1) as c:
+        for make in (lambda: c.rwlock("unconfirmed"),
+                     lambda: c.multi_lock(["unconfirmed:a", "unconfirmed:b"]),
+                     lambda: c.sequential_lock("unconfirmed"),
+                     lambda: c.segmented_lock("unconfirmed", 2)):
+            with pytest.raises(hilock.UnsupportedError, match="wait_replicas"):
+                make()
+    with hilock.Client(redis_url) as c:  # without it they work
+        assert c.rwlock("unconfirmed").write().acquire(blocking=False)
