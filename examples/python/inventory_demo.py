@@ -41,6 +41,10 @@ def seller(url, kind, start, results):
         guard = client.semaphore("demo:inventory", 1, ttl=10.0)
     elif kind == "fair_lock":
         guard = client.fair_lock("demo:inventory", ttl=10.0)
+    elif kind == "multi_lock":  # the stock and a ledger, taken together
+        guard = client.multi_lock(["demo:inventory", "demo:ledger"], ttl=10.0)
+    elif kind == "sequential_lock":
+        guard = client.sequential_lock("demo:inventory", ttl=10.0)
     elif kind == "segmented":
         guard = client.segmented_lock("demo:inventory", SEGMENTS, ttl=10.0)
     else:
@@ -99,14 +103,15 @@ def main():
     args = ap.parse_args()
     with redis_url() as url:
         print(f"{args.workers} processes selling a stock of {args.stock} ({url})\n")
-        print(f"| {'guard':<12} | {'sold':>5} | {'oversold':>8} | {'stock left':>10} | {'seconds':>7} |")
-        print(f"|{'-' * 14}|{'-' * 7}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
+        print(f"| {'guard':<15} | {'sold':>5} | {'oversold':>8} | {'stock left':>10} | {'seconds':>7} |")
+        print(f"|{'-' * 17}|{'-' * 7}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
         ok = True
         for kind in ("none", "lock", "simple_lock", "lease", "rlock", "rwlock", "semaphore",
+                     "multi_lock", "sequential_lock",
                      "fair_lock", "segmented"):
             sold, left, secs = run(url, kind, args.workers, args.stock)
             over = max(0, sold - args.stock)
-            print(f"| {kind:<12} | {sold:>5} | {over:>8} | {left:>10} | {secs:>7.2f} |")
+            print(f"| {kind:<15} | {sold:>5} | {over:>8} | {left:>10} | {secs:>7.2f} |")
             if kind != "none" and (sold != args.stock or left != 0):
                 ok = False
         print("\nwith every lock type exactly", args.stock, "sold" if ok else "NOT all correct")
