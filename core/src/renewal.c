@@ -90,12 +90,38 @@ static void free_cmd(const char **argv, size_t *lens, const char **sargv) {
   }
 }
 
+/* Bound the wait for replies on ctx by until_us (at least MIN_WAIT_US from
+ * now, at most the command timeout): a renewal that cannot answer before a
+ * hold lapses is of no use. */
+static void bound_wait(const hilock_client *c, redisContext *ctx,
+                       int64_t until_us) {
+  int64_t wait_us = until_us - hilock__now_us();
+  struct timeval tv;
+  if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
+  if (c->opts.command_timeout_ms > 0 &&
+      wait_us > c->opts.command_timeout_ms * 1000)
+    wait_us = c->opts.command_timeout_ms * 1000;
+  tv.tv_sec = (time_t)(wait_us / 1000000);
+  tv.tv_usec = (suseconds_t)(wait_us % 1000000);
+  redisSetTimeout(ctx, tv);
+}
+
+/* Give a pooled connection its usual command timeout back. */
+static void restore_wait(const hilock_client *c, redisContext *ctx) {
+  struct timeval tv = {0, 0};
+  if (c->opts.command_timeout_ms > 0) {
+    tv.tv_sec = (time_t)(c->opts.command_timeout_ms / 1000);
+    tv.tv_usec = (suseconds_t)(c->opts.command_timeout_ms % 1000) * 1000;
+  }
+  redisSetTimeout(ctx, tv);
+}
+
 /* One hold renewed on node (with ASKING first for an ASK redirection),
  * with the EVAL fallback on NOSCRIPT. Bounded by one connection attempt and
  * the command timeout: the watchdog never spends a command's reconnect
  * budget on one node while holds on the others wait. */
 static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
-                    int asking, hilock__err *e) {
+                    int asking, hilock__err *e, int64_t until_us) {
   hilock__conn *k;
   char nk[24], ttl[24];
   const char *sargv[CMD_STACK], **argv;
@@ -103,6 +129,7 @@ static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
   int fresh, res = FAILED;
   if (hilock__cluster_node_conn(c, e, node, &k, &fresh) != HILOCK_OK)
     return FAILED;
+  bound_wait(c, k->ctx, until_us);
   for (int attempt = 0; attempt < 2; attempt++) {
     redisReply *r = NULL;
     int argc = renew_cmd(h, attempt, nk, ttl, sargv, slens, &argv, &lens);
@@ -135,6 +162,7 @@ static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
     freeReplyObject(r);
     break;
   }
+  restore_wait(c, k->ctx);
   hilock__pool_put(c, k);
   return res;
 broken:
@@ -149,7 +177,7 @@ broken:
  * master cannot be reached fails this round (the map is read again) and is
  * retried shortly, within its validity. */
 static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
-                                int *res) {
+                                int *res, int64_t until_us) {
   hilock__node *owner[BATCH_MAX], *redo[BATCH_MAX];
   int done[BATCH_MAX], group[BATCH_MAX], asking[BATCH_MAX];
   hilock__err e;
@@ -180,6 +208,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
       failed = owner[i];
       continue;
     }
+    bound_wait(c, k->ctx, until_us);
     for (j = 0; j < ng; j++) {
       hilock__hold *h = holds[group[j]];
       char nk[24], ttl[24];
@@ -223,6 +252,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
       freeReplyObject(r);
     }
     if (j == ng && got == ng) {
+      restore_wait(c, k->ctx);
       hilock__pool_put(c, k);
     } else {
       hilock__conn_free(k); /* the node broke the connection */
@@ -232,7 +262,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
   }
   for (i = 0; i < n; i++) {
     if (redo[i] == NULL) continue;
-    res[i] = renew_on(c, redo[i], holds[i], asking[i], &e);
+    res[i] = renew_on(c, redo[i], holds[i], asking[i], &e, until_us);
   }
   if (refresh) hilock__cluster_refresh(c, &e, failed);
 }
@@ -248,7 +278,6 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
   hilock__err e;
   int i, got = 0, moved = 0, evals = 0;
   int64_t now_us = hilock__now_us(), wait_us = until_us - now_us;
-  struct timeval tv;
   /* wait_replicas: one WAIT after the batch covers every renewal in it. */
   int wait = 0;
   long long acked = -1;
@@ -260,7 +289,7 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
   if (c->opts.wait_replicas > 0)
     for (i = 0; i < n; i++) wait |= holds[i]->renew_script->grant;
   if (hilock__client_is_cluster(c)) {
-    renew_batch_cluster(c, holds, n, res);
+    renew_batch_cluster(c, holds, n, res, until_us);
     return;
   }
   if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
@@ -270,14 +299,7 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
       hilock__connect(c, &e, (now_us + wait_us) / 1000, &w->conn) !=
           HILOCK_OK)
     return;
-  wait_us = until_us - hilock__now_us();
-  if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
-  if (c->opts.command_timeout_ms > 0 &&
-      wait_us > c->opts.command_timeout_ms * 1000)
-    wait_us = c->opts.command_timeout_ms * 1000;
-  tv.tv_sec = (time_t)(wait_us / 1000000);
-  tv.tv_usec = (suseconds_t)(wait_us % 1000000);
-  redisSetTimeout(w->conn->ctx, tv);
+  bound_wait(c, w->conn->ctx, until_us);
   for (i = 0; i < n; i++) {
     hilock__hold *h = holds[i];
     char nk[24], ttl[24];
