@@ -157,6 +157,13 @@ class SentinelDeployment:
             if time.monotonic() > deadline:
                 raise RuntimeError("the replica did not sync")
             time.sleep(0.05)
+        # The master must count the replica too (state=online), or a first
+        # WAIT can see 0 replicas on a busy machine.
+        while not self._command(self.master.port, "WAIT", "1", "1000")[:2] in (
+                b":1", b":2", b":3"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the master never counted the replica")
+            time.sleep(0.05)
         ids = [f"{i + 1:040d}" for i in range(len(self.sentinel_ports))]
         for i, port in enumerate(self.sentinel_ports):
             conf = os.path.join(self.master.dir, f"sentinel{i}.conf")

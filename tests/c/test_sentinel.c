@@ -182,6 +182,16 @@ static void deploy_start(deploy *d, int nsent) {
     if (hl_now_ms() > end) fail_msg("the replica did not sync");
     hl_sleep_ms(20);
   }
+  /* The master must count the replica too (state=online), or the first
+   * WAIT of a test can see 0 replicas on a busy machine. */
+  for (int64_t end = hl_now_ms() + 10000;;) {
+    redisReply *w = redisCommand(d->m, "WAIT 1 1000");
+    int ok = w != NULL && w->type == REDIS_REPLY_INTEGER && w->integer >= 1;
+    if (w) freeReplyObject(w);
+    if (ok) break;
+    if (hl_now_ms() > end) fail_msg("the master never counted the replica");
+    hl_sleep_ms(20);
+  }
   d->nsent = nsent;
   for (int i = 0; i < nsent; i++) d->s[i].port = hl_free_port();
   for (int i = 0; i < nsent; i++)
