@@ -107,7 +107,7 @@ def _hold_through_failover(url, wait_replicas, history_url, conn) -> None:
     """Child: acquire, report, hold until told, record the interval."""
     import redis
     try:
-        c = hilock.Client(url, wait_replicas=wait_replicas, wait_timeout=0.3,
+        c = hilock.Client(url, wait_replicas=wait_replicas, wait_timeout=1.0,
                           reconnect=15.0)
         lk = c.lock("double", ttl=30.0, auto_renew=False)
         try:
@@ -186,7 +186,7 @@ def test_wait_replicas_detects_the_unreplicated_grant(deployment, rds, redis_url
 
 
 def test_wait_replicas_confirms_grants_on_a_healthy_replica(deployment):
-    with hilock.Client(deployment.url, wait_replicas=1, wait_timeout=0.5) as c:
+    with hilock.Client(deployment.url, wait_replicas=1, wait_timeout=1.0) as c:
         assert c.wait_replicas == 1
         with c.lock("healthy", ttl=5, timeout=1) as lk:
             lk.renew()
