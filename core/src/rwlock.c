@@ -303,19 +303,28 @@ static void read_withdraw(attempt_ctx *a) {
     freeReplyObject(r);
 }
 
-static int read_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
+/* Acquire one side: one attempt (once), or attempts and waits on the
+ * side's wake list; a waiter that gives up withdraws its place. */
+static int acquire_side(hilock_rwlock *rw, int64_t wait_ms, int once,
+                        int (*attempt)(void *, int64_t *), const char *wake,
+                        size_t wakelen, void (*give_up)(attempt_ctx *)) {
   attempt_ctx a;
   int64_t pttl;
   int rc;
   ctx_init(&a, rw, !once && wait_ms != 0);
   if (once)
-    rc = read_attempt(&a, &pttl);
+    rc = attempt(&a, &pttl);
   else
-    rc = hilock__acquire_loop(rw->w.client, &a.e, rw->rwake, rw->rwakelen,
-                              wait_ms, read_attempt, &a);
-  if (rc != HILOCK_OK && a.intent) read_withdraw(&a);
+    rc = hilock__acquire_loop(rw->w.client, &a.e, wake, wakelen, wait_ms,
+                              attempt, &a);
+  if (rc != HILOCK_OK && a.intent) give_up(&a);
   if (rc < 0) keep_err(rw, &a.e);
   return rc;
+}
+
+static int read_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
+  return acquire_side(rw, wait_ms, once, read_attempt, rw->rwake,
+                      rw->rwakelen, read_withdraw);
 }
 
 int hilock_rwlock_read_try_acquire(hilock_rwlock *rw) {
@@ -418,18 +427,8 @@ static void withdraw(attempt_ctx *a) {
 }
 
 static int write_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
-  attempt_ctx a;
-  int64_t pttl;
-  int rc;
-  ctx_init(&a, rw, !once && wait_ms != 0);
-  if (once)
-    rc = write_attempt(&a, &pttl);
-  else
-    rc = hilock__acquire_loop(rw->w.client, &a.e, rw->wwake, rw->wwakelen,
-                              wait_ms, write_attempt, &a);
-  if (rc != HILOCK_OK && a.intent) withdraw(&a);
-  if (rc < 0) keep_err(rw, &a.e);
-  return rc;
+  return acquire_side(rw, wait_ms, once, write_attempt, rw->wwake,
+                      rw->wwakelen, withdraw);
 }
 
 int hilock_rwlock_write_try_acquire(hilock_rwlock *rw) {

@@ -147,18 +147,20 @@ static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
 /* host[:port] or [ipv6][:port] in [p, end): a malloc'd host (127.0.0.1 if
  * empty) and the port (left as is if absent). */
 static int parse_hostport(const char *p, const char *end, char **host,
-                          int *port, hilock__err *e) {
+                          int *port, const char *kind, hilock__err *e) {
   const char *hs = p, *he;
   const char *portp = NULL;
   if (*p == '[') {
     const char *rb = memchr(p, ']', (size_t)(end - p));
     if (rb == NULL)
-      return hilock__set_err(e, HILOCK_EINVAL, "unclosed '[' in URL host");
+      return hilock__set_err(e, HILOCK_EINVAL, "unclosed '[' in URL %shost",
+                             kind);
     hs = p + 1;
     he = rb;
     if (rb + 1 < end) {
       if (rb[1] != ':')
-        return hilock__set_err(e, HILOCK_EINVAL, "junk after ']' in URL host");
+        return hilock__set_err(e, HILOCK_EINVAL,
+                               "junk after ']' in URL %shost", kind);
       portp = rb + 2;
     }
   } else {
@@ -169,7 +171,7 @@ static int parse_hostport(const char *p, const char *end, char **host,
   if (portp != NULL) {
     long v;
     if (parse_int(portp, (size_t)(end - portp), 1, 65535, &v) != 0)
-      return hilock__set_err(e, HILOCK_EINVAL, "bad port in URL");
+      return hilock__set_err(e, HILOCK_EINVAL, "bad %sport in URL", kind);
     *port = (int)v;
   }
   *host = he == hs ? dup_range("127.0.0.1", 9) : dup_range(hs, (size_t)(he - hs));
@@ -202,7 +204,7 @@ static int parse_cluster(const char *url, hilock__url *out, hilock__err *e) {
       grown[out->nseeds].host = NULL;
       grown[out->nseeds].port = 6379;
       rc = parse_hostport(p, s, &grown[out->nseeds].host,
-                          &grown[out->nseeds].port, e);
+                          &grown[out->nseeds].port, "", e);
       if (grown[out->nseeds].host != NULL) out->nseeds++;
       if (rc != HILOCK_OK) {
         hilock__url_clear(out);
@@ -229,35 +231,17 @@ static int parse_cluster(const char *url, hilock__url *out, hilock__err *e) {
   return HILOCK_OK;
 }
 
-/* host[:port] or [v6][:port] in s[0..n) into one sentinel address. */
+/* host[:port] or [v6][:port] in s[0..n) into one sentinel address (port
+ * 26379 unless given; the host may not be empty). */
 static int parse_addr(const char *s, size_t n, hilock__seed *a,
                       hilock__url *out, hilock__err *e) {
-  const char *end = s + n, *hs = s, *he, *portp = NULL;
-  if (n > 0 && *s == '[') {
-    const char *rb = memchr(s, ']', n);
-    if (rb == NULL) BAD("unclosed '[' in URL sentinel host");
-    hs = s + 1;
-    he = rb;
-    if (rb + 1 < end) {
-      if (rb[1] != ':') BAD("junk after ']' in URL sentinel host");
-      portp = rb + 2;
-    }
-  } else {
-    const char *colon = memchr(s, ':', n);
-    he = colon ? colon : end;
-    if (colon) portp = colon + 1;
-  }
-  if (he == hs) BAD("empty sentinel host in URL");
+  int rc;
+  if (n == 0 || *s == ':' || (n > 1 && s[0] == '[' && s[1] == ']'))
+    BAD("empty sentinel host in URL");
   a->port = 26379;
-  if (portp != NULL) {
-    long port;
-    if (parse_int(portp, (size_t)(end - portp), 1, 65535, &port) != 0)
-      BAD("bad sentinel port in URL");
-    a->port = (int)port;
-  }
-  a->host = dup_range(hs, (size_t)(he - hs));
-  if (a->host == NULL) NOMEM();
-  return HILOCK_OK;
+  rc = parse_hostport(s, s + n, &a->host, &a->port, "sentinel ", e);
+  if (rc != HILOCK_OK) hilock__url_clear(out);
+  return rc;
 }
 
 /* redis+sentinel://[userinfo@]h[:p][,h[:p]...]/master[/db][?query] */
@@ -362,7 +346,7 @@ int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
     if (rc != HILOCK_OK) return rc;
     p = at + 1;
   }
-  int rc = parse_hostport(p, end, &out->host, &out->port, e);
+  int rc = parse_hostport(p, end, &out->host, &out->port, "", e);
   if (rc != HILOCK_OK) {
     hilock__url_clear(out);
     return rc;
