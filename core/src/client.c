@@ -605,7 +605,6 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   rc = hilock__url_parse(url, &c->url, &c->err);
   if (rc != HILOCK_OK) return rc;
   if (c->url.cluster) {
-    c->cluster = 1;
     return hilock__cluster_init(c, &c->err);
   }
   rc = connect_once(c, &c->err, &k);
@@ -647,7 +646,7 @@ int hilock__client_new_local(const hilock_options *opts, hilock_client **out) {
 }
 
 int hilock__client_is_cluster(const hilock_client *c) {
-  return c != NULL && c->cluster;
+  return c != NULL && c->url.cluster;
 }
 
 int hilock_client_is_cluster(const hilock_client *c) {

@@ -108,7 +108,6 @@ struct hilock_client {
   char id[HILOCK__TOKEN_LEN + 1]; /* random; new in a forked child */
   hilock_options opts;
   hilock__url url;
-  int cluster; /* connected to a Redis Cluster: one slot per script */
   struct hilock__cluster *cl; /* cluster: slot map, nodes' pools (cluster.c) */
   int sentinel_next; /* sentinel to ask first (the last that answered) */
   hilock__conn *idle;

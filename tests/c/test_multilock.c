@@ -825,7 +825,7 @@ static void cluster_client_refuses_names_in_different_slots(void **state) {
   assert_int_not_equal(hilock__key_slot("hilock:{acct:1}:lock", 20),
                        hilock__key_slot("hilock:{acct:2}:lock", 20));
 
-  f->client->cluster = 1;
+  f->client->url.cluster = 1;
   assert_hl_rc(hilock_multilock_new(f->client, spread, 2, 1000, &m),
                HILOCK_ECROSSSLOT, hilock_client_errmsg(f->client));
   assert_null(m);
@@ -834,7 +834,7 @@ static void cluster_client_refuses_names_in_different_slots(void **state) {
   assert_substr(hilock_client_errmsg(f->client), "shared hash tag");
   assert_hl_ok(hilock_multilock_new(f->client, tagged, 2, 1000, &m),
                hilock_client_errmsg(f->client));
-  f->client->cluster = 0; /* the test server is not a cluster */
+  f->client->url.cluster = 0; /* the test server is not a cluster */
   assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
   assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
   hilock_multilock_free(m);
