@@ -7,6 +7,7 @@
 -- whose wake-up started this attempt ("0": none).
 -- Returns {1, fence_1, ..., fence_n} when granted, or {0, pttl, i} when
 -- name i is held by another owner (pttl: its remaining TTL, -1 if none).
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local n = #KEYS / 3
 local token = ARGV[1]
 local woken = tonumber(ARGV[3]) or 0

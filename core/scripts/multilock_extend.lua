@@ -3,6 +3,7 @@
 -- key, only if the caller's token holds every one; else change nothing.
 -- KEYS[1..n] lock keys. ARGV[1] owner token, ARGV[2] ms.
 -- Returns the smallest new TTL in ms, or -i if key i is not held.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local n = #KEYS
 for i = 1, n do
   if redis.call('GET', KEYS[i]) ~= ARGV[1] then

@@ -10,6 +10,7 @@
 -- Returns {1, hold count} when granted, {0, ms until the blocker lapses}
 -- when a writer holds it or waits (and this reader was not admitted).
 -- @once: a resend would count twice, so a broken connection is reported.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)

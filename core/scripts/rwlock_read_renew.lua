@@ -1,6 +1,7 @@
 -- Renew a read hold while its owner still holds it.
 -- KEYS[1] readers zset, KEYS[2] read hold counts. ARGV[1] owner, ARGV[2]
 -- ttl in ms. Returns 1 if renewed, 0 if this owner holds no read.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)

@@ -11,6 +11,7 @@
 -- when held (or admitted readers are on their way in), {-1, 0} if the
 -- owner holds a read (an upgrade would deadlock).
 -- @once: a resend would count twice, so a broken connection is reported.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)

@@ -8,6 +8,7 @@
 -- non-empty segment (-1: none expires)} when every non-empty segment is
 -- held; {2} when every segment is empty (sold out); {-1, stored K} when the
 -- stock was split into another number of segments.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local k = tonumber(ARGV[4])
 local stored = redis.call('HGET', KEYS[1], 'segments')
 if stored and tonumber(stored) ~= k then

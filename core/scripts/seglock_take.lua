@@ -3,7 +3,8 @@
 -- @once
 -- KEYS[1] segment key, KEYS[2] stock hash (same hash tag).
 -- ARGV[1] owner token, ARGV[2] segment index, ARGV[3] n >= 1,
--- ARGV[4] '1': take what is left when fewer than n remain.
+-- ARGV[4] '1': take what is left when fewer than n remain; 'back': put n
+-- units back instead (a take the replicas did not confirm, wait_replicas).
 -- Returns {1, taken, left}; {-1} if the caller does not hold the segment;
 -- {-2} if the segment has no stock entry.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -19,6 +20,9 @@ if units == nil then
                            ' field ' .. ARGV[2] .. ' holds no count')
 end
 local n = tonumber(ARGV[3])
+if ARGV[4] == 'back' then
+  return {1, 0, redis.call('HINCRBY', KEYS[2], ARGV[2], n)}
+end
 if units < n then
   if ARGV[4] ~= '1' then
     return {1, 0, units}

@@ -5,6 +5,7 @@
 -- another's); an expired session is never revived.
 -- The queue's and holder's expiry is kept at least as long as the
 -- session's, so the entry's place and grant never lapse before it.
+-- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local session, me = KEYS[1], ARGV[1]

@@ -179,3 +179,14 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
   pthread_mutex_unlock(&h->client->hmu);
   return rc;
 }
+
+int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
+                           int (*release)(void *arg), void *arg) {
+  hilock__err why = *unacked;
+  int rc;
+  h->held = 1;
+  h->pid = getpid();
+  rc = release(arg);
+  hilock__hold_drop(h);
+  return hilock__grant_unacked(&h->err, &why, rc, &h->err);
+}

@@ -363,10 +363,6 @@ int hilock__check_ms(hilock__err *e, const char *what, int64_t ms);
 /* What every lock constructor checks first: a client, a valid name and
  * TTL, and that the client is open. Failures are recorded in the client's
  * error (HILOCK_EINVAL for a NULL client, without a message). */
-/* HILOCK_ENOTSUP (in the client's error) if the client asks for
- * wait_replicas, which family's grants do not confirm: fail closed rather
- * than hand out unconfirmed grants. */
-int hilock__no_wait_replicas(hilock_client *client, const char *family);
 int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms);
 /* malloc'd key for name and role; NULL on out of memory. */
@@ -449,6 +445,12 @@ int64_t hilock__hold_drift_us(int64_t ttl_ms);
  * Both act only on a grant of this process. */
 int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace);
 int hilock__hold_owned(hilock__hold *h, int *owned);
+/* A grant (owner token already in h) that too few replicas acknowledged:
+ * record it just long enough for the family's release(arg) to give it
+ * back, then forget it. Returns HILOCK_ENOREPLICAS, h->err saying why and
+ * whether the give-back worked. */
+int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
+                           int (*release)(void *arg), void *arg);
 /* Renewal settings for the hold; applied to a current grant at once. */
 int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
                                 int64_t max_hold_ms, hilock_lost_fn on_lost,

@@ -78,6 +78,8 @@ void hilock_lock_free(hilock_lock *l) {
   free(l);
 }
 
+static int release_fn(void *l) { return hilock_lock_release(l); }
+
 /* One grant attempt; *pttl gets the holder's remaining TTL when busy. */
 static int attempt(void *arg, int64_t *pttl) {
   hilock_lock *l = arg;
@@ -121,11 +123,7 @@ static int attempt(void *arg, int64_t *pttl) {
   if (r->element[0]->integer == 1 && !replicated) {
     /* Granted on the master, but too few replicas saw it: a failover now
      * could grant it again. Give it back. */
-    h->held = 1;
-    h->pid = getpid();
-    rc = hilock_lock_release(l);
-    hilock__hold_drop(h);
-    rc = hilock__grant_unacked(&h->err, &unacked, rc, &h->err);
+    rc = hilock__hold_give_back(h, &unacked, release_fn, l);
   } else if (r->element[0]->integer == 1) {
     rc = hilock__hold_granted(h, start, (uint64_t)r->element[1]->integer);
   } else {

@@ -161,11 +161,6 @@ int hilock_multilock_new_len(hilock_client *client, const char *const *names,
     free(order);
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   }
-  rc = hilock__no_wait_replicas(client, "multi-key lock");
-  if (rc != HILOCK_OK) {
-    free(order);
-    return rc;
-  }
   m = calloc(1, sizeof(*m));
   if (m == NULL) {
     free(order);
@@ -278,6 +273,8 @@ static size_t mark_missing(hilock_multilock *m, const redisReply *r,
   return k;
 }
 
+static int release_fn(void *m) { return hilock_multilock_release(m); }
+
 /* One grant attempt; *pttl gets the blocking holder's remaining TTL. */
 static int attempt(void *arg, int64_t *pttl) {
   hilock_multilock *m = arg;
@@ -303,12 +300,21 @@ static int attempt(void *arg, int64_t *pttl) {
   start = hilock__now_us();
   rc = run(m, &hilock__script_multilock_acquire, (int)(3 * m->n), 3, args,
            arglens, &r);
+  hilock__err unacked = h->err;
+  int replicated = rc != HILOCK_ENOREPLICAS;
+  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) {
     hilock__hold_drop(h);
     return rc;
   }
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
-      all_ints(r, 0) && r->element[0]->integer == 1) {
+  if (!replicated && r->type == REDIS_REPLY_ARRAY &&
+      r->elements == m->n + 1 && all_ints(r, 0) &&
+      r->element[0]->integer == 1) {
+    /* Granted on the master only: a failover could grant the names again.
+     * Give them back. */
+    rc = hilock__hold_give_back(h, &unacked, release_fn, m);
+  } else if (r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
+             all_ints(r, 0) && r->element[0]->integer == 1) {
     uint64_t top = 0;
     for (size_t i = 0; i < m->n; i++) {
       m->fences[i] = (uint64_t)r->element[i + 1]->integer;
@@ -412,6 +418,13 @@ int hilock_multilock_extend(hilock_multilock *m, int64_t ms, int replace) {
   start = hilock__now_us();
   rc = run(m, &hilock__script_multilock_extend, (int)m->n, 3, args, arglens,
            &r);
+  if (rc == HILOCK_ENOREPLICAS && r->type == REDIS_REPLY_INTEGER &&
+      r->integer > 0) {
+    /* Extended on the master only: the validity is not extended. */
+    freeReplyObject(r);
+    return rc;
+  }
+  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not owned: see below */
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&m->h.err, HILOCK_EPROTO,

@@ -124,7 +124,6 @@ int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
   rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc == HILOCK_OK) rc = hilock__no_wait_replicas(client, "read-write lock");
   if (rc != HILOCK_OK) return rc;
   rw = calloc(1, sizeof(*rw));
   if (rw == NULL) return HILOCK_ENOMEM;
@@ -172,6 +171,52 @@ void hilock_rwlock_free(hilock_rwlock *rw) {
   free(rw);
 }
 
+/* ## The release scripts, for an owner ------------------------------------ */
+
+/* Leave one level of owner's read hold: *r gets the script's reply. */
+static int run_read_release(hilock_rwlock *rw, hilock__err *e,
+                            const char *owner, size_t ownerlen,
+                            redisReply **r) {
+  const char *keys[6] = {rw->rkey, rw->ckey, rw->wkey,
+                         rw->ikey, rw->akey, rw->wwake};
+  size_t keylens[6] = {rw->rkeylen, rw->ckeylen, rw->wkeylen,
+                       rw->ikeylen, rw->akeylen, rw->wwakelen};
+  const char *args[1] = {owner};
+  size_t arglens[1] = {ownerlen};
+  int rc = hilock__script_run(rw->w.client, e,
+                              &hilock__script_rwlock_read_release, 6, keys,
+                              keylens, 1, args, arglens, r);
+  if (rc == HILOCK_OK && (*r)->type != REDIS_REPLY_INTEGER) {
+    freeReplyObject(*r);
+    *r = NULL;
+    rc = hilock__set_err(e, HILOCK_EPROTO,
+                         "unexpected reply to the rwlock read release script");
+  }
+  return rc;
+}
+
+/* Leave one level of owner's write hold: *r gets the script's reply. */
+static int run_write_release(hilock_rwlock *rw, hilock__err *e,
+                             const char *owner, size_t ownerlen,
+                             redisReply **r) {
+  const char *keys[8] = {rw->wkey, rw->rkey, rw->ckey,  rw->ikey,
+                         rw->qkey, rw->akey, rw->rwake, rw->wwake};
+  size_t keylens[8] = {rw->wkeylen, rw->rkeylen, rw->ckeylen,  rw->ikeylen,
+                       rw->qkeylen, rw->akeylen, rw->rwakelen, rw->wwakelen};
+  const char *args[1] = {owner};
+  size_t arglens[1] = {ownerlen};
+  int rc = hilock__script_run(rw->w.client, e,
+                              &hilock__script_rwlock_write_release, 8, keys,
+                              keylens, 1, args, arglens, r);
+  if (rc == HILOCK_OK && (*r)->type != REDIS_REPLY_INTEGER) {
+    freeReplyObject(*r);
+    *r = NULL;
+    rc = hilock__set_err(e, HILOCK_EPROTO,
+                         "unexpected reply to the rwlock write release script");
+  }
+  return rc;
+}
+
 /* ## Acquiring --------------------------------------------------------- */
 
 typedef struct attempt_ctx {
@@ -196,6 +241,22 @@ static int reply_ints(const redisReply *r, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
   return 1;
+}
+
+/* A grant or re-entry too few replicas acknowledged: leave that level
+ * again with the side's release script (a re-entry keeps the levels below
+ * it, and the local record of them is unchanged), and say so in a->e.
+ * Returns HILOCK_ENOREPLICAS. */
+static int give_back(attempt_ctx *a, const hilock__err *unacked,
+                     int (*release)(hilock_rwlock *, hilock__err *,
+                                    const char *, size_t, redisReply **)) {
+  hilock__err ue;
+  redisReply *r = NULL;
+  int urc;
+  hilock__clear_err(&ue);
+  urc = release(a->rw, &ue, a->owner, a->ownerlen, &r);
+  if (r != NULL) freeReplyObject(r);
+  return hilock__grant_unacked(&a->e, unacked, urc, &ue);
 }
 
 /* Record the calling thread's read grant (count: its hold count now). */
@@ -266,12 +327,17 @@ static int read_attempt(void *arg, int64_t *pttl) {
   rc = hilock__script_run(rw->w.client, &a->e,
                           &hilock__script_rwlock_read_acquire, 6, keys,
                           keylens, 3, args, arglens, &r);
+  hilock__err unacked = a->e;
+  int replicated = rc != HILOCK_ENOREPLICAS;
+  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) return rc;
   if (!reply_ints(r, 2) || r->element[0]->integer < 0 ||
       r->element[0]->integer > 1) {
     /* Fail closed: an unreadable reply is never a grant. */
     rc = hilock__set_err(&a->e, HILOCK_EPROTO,
                          "unexpected reply to the rwlock read script");
+  } else if (r->element[0]->integer == 1 && !replicated) {
+    rc = give_back(a, &unacked, run_read_release);
   } else if (r->element[0]->integer == 1) {
     rc = read_granted(a, start, r->element[1]->integer);
   } else {
@@ -383,10 +449,15 @@ static int write_attempt(void *arg, int64_t *pttl) {
   rc = hilock__script_run(rw->w.client, &a->e,
                           &hilock__script_rwlock_write_acquire, 6, keys,
                           keylens, 3, args, arglens, &r);
+  hilock__err unacked = a->e;
+  int replicated = rc != HILOCK_ENOREPLICAS;
+  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) return rc;
   if (!reply_ints(r, 2) || (r->element[0]->integer == 1 && !reply_ints(r, 3))) {
     rc = hilock__set_err(&a->e, HILOCK_EPROTO,
                          "unexpected reply to the rwlock write script");
+  } else if (r->element[0]->integer == 1 && !replicated) {
+    rc = give_back(a, &unacked, run_write_release);
   } else if (r->element[0]->integer == 1) {
     rc = write_granted(a, start, (uint64_t)r->element[1]->integer,
                        r->element[2]->integer);
@@ -445,16 +516,14 @@ int hilock_rwlock_write_acquire(hilock_rwlock *rw, int64_t wait_ms) {
 
 int hilock_rwlock_read_release(hilock_rwlock *rw) {
   char owner[OWNER_MAX];
-  const char *keys[6], *args[1];
-  size_t keylens[6], arglens[1];
+  size_t ownerlen;
   hilock__err e;
   redisReply *r = NULL;
   rw_reader *rec;
   int rc, last;
 
   if (rw == NULL) return HILOCK_EINVAL;
-  arglens[0] = owner_of(rw, owner);
-  args[0] = owner;
+  ownerlen = owner_of(rw, owner);
   pthread_mutex_lock(rw->mu);
   rec = find_reader(rw);
   if (rec == NULL) {
@@ -471,26 +540,8 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   /* A last release stops renewal first, so no renewal can run after it
    * and report the hold lost. */
   if (last) hilock__renewal_cancel(&rec->h);
-  keys[0] = rw->rkey;
-  keylens[0] = rw->rkeylen;
-  keys[1] = rw->ckey;
-  keylens[1] = rw->ckeylen;
-  keys[2] = rw->wkey;
-  keylens[2] = rw->wkeylen;
-  keys[3] = rw->ikey;
-  keylens[3] = rw->ikeylen;
-  keys[4] = rw->akey;
-  keylens[4] = rw->akeylen;
-  keys[5] = rw->wwake;
-  keylens[5] = rw->wwakelen;
   hilock__clear_err(&e);
-  rc = hilock__script_run(rw->w.client, &e,
-                          &hilock__script_rwlock_read_release, 6, keys,
-                          keylens, 1, args, arglens, &r);
-  if (rc == HILOCK_OK && r->type != REDIS_REPLY_INTEGER) {
-    rc = hilock__set_err(&e, HILOCK_EPROTO,
-                         "unexpected reply to the rwlock read release script");
-  }
+  rc = run_read_release(rw, &e, owner, ownerlen, &r);
   if (rc != HILOCK_OK) {
     /* Still ours as far as we know: keep renewing so the caller may retry. */
     if (last && rec->h.auto_renew && !hilock__hold_is_lost(&rec->h))
@@ -519,15 +570,13 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
 
 int hilock_rwlock_write_release(hilock_rwlock *rw) {
   char owner[OWNER_MAX];
-  const char *keys[8], *args[1];
-  size_t keylens[8], arglens[1];
+  size_t ownerlen;
   hilock__err e;
   redisReply *r = NULL;
   int rc, mine, last;
 
   if (rw == NULL) return HILOCK_EINVAL;
-  arglens[0] = owner_of(rw, owner);
-  args[0] = owner;
+  ownerlen = owner_of(rw, owner);
   pthread_mutex_lock(rw->mu);
   if (rw->w.held && rw->w.pid != getpid()) {
     rc = hilock__hold_check(&rw->w, "release");
@@ -535,35 +584,13 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
     pthread_mutex_unlock(rw->mu);
     return rc;
   }
-  mine = rw->w.held && rw->w.ownerlen == arglens[0] &&
-         memcmp(rw->w.owner, owner, arglens[0]) == 0;
+  mine = rw->w.held && rw->w.ownerlen == ownerlen &&
+         memcmp(rw->w.owner, owner, ownerlen) == 0;
   last = mine && rw->wcount <= 1;
   pthread_mutex_unlock(rw->mu);
   if (last) hilock__renewal_cancel(&rw->w);
-  keys[0] = rw->wkey;
-  keylens[0] = rw->wkeylen;
-  keys[1] = rw->rkey;
-  keylens[1] = rw->rkeylen;
-  keys[2] = rw->ckey;
-  keylens[2] = rw->ckeylen;
-  keys[3] = rw->ikey;
-  keylens[3] = rw->ikeylen;
-  keys[4] = rw->qkey;
-  keylens[4] = rw->qkeylen;
-  keys[5] = rw->akey;
-  keylens[5] = rw->akeylen;
-  keys[6] = rw->rwake;
-  keylens[6] = rw->rwakelen;
-  keys[7] = rw->wwake;
-  keylens[7] = rw->wwakelen;
   hilock__clear_err(&e);
-  rc = hilock__script_run(rw->w.client, &e,
-                          &hilock__script_rwlock_write_release, 8, keys,
-                          keylens, 1, args, arglens, &r);
-  if (rc == HILOCK_OK && r->type != REDIS_REPLY_INTEGER) {
-    rc = hilock__set_err(&e, HILOCK_EPROTO,
-                         "unexpected reply to the rwlock write release script");
-  }
+  rc = run_write_release(rw, &e, owner, ownerlen, &r);
   if (rc != HILOCK_OK) {
     if (last && rw->w.auto_renew && !hilock__hold_is_lost(&rw->w))
       hilock__renewal_register(&rw->w);

@@ -17,13 +17,15 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
 
 int hilock__grant_unacked(hilock__err *e, const hilock__err *unacked,
                           int undo_rc, const hilock__err *undo) {
+  /* e may be unacked or undo: format from copies. */
+  hilock__err a = *unacked, u = *undo;
   if (undo_rc == HILOCK_OK)
     return hilock__set_err(e, HILOCK_ENOREPLICAS,
-                           "%.180s; the grant was given back", unacked->msg);
+                           "%.180s; the grant was given back", a.msg);
   return hilock__set_err(e, HILOCK_ENOREPLICAS,
                          "%.120s; giving the grant back failed too (it lapses "
                          "at its TTL): %.80s",
-                         unacked->msg, undo->msg);
+                         a.msg, u.msg);
 }
 
 /* One run of the command, with WAIT behind it if wait is set. */

@@ -59,8 +59,6 @@ int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
   }
   if (client->closed)
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
-  rc = hilock__no_wait_replicas(client, "segmented lock");
-  if (rc != HILOCK_OK) return rc;
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->nseg = segments;
@@ -124,6 +122,8 @@ static int int_array(const redisReply *r, size_t n) {
   return 1;
 }
 
+static int release_fn(void *s) { return hilock_seglock_release(s); }
+
 /* One grant attempt; *pttl gets the shortest remaining TTL among the held
  * non-empty segments when busy. */
 static int attempt(void *arg, int64_t *pttl) {
@@ -164,6 +164,9 @@ static int attempt(void *arg, int64_t *pttl) {
   rc = hilock__script_run(h->client, &h->err, &hilock__script_seglock_acquire,
                           s->nseg + 3, s->akeys, s->akeylens, 4, args, arglens,
                           &r);
+  hilock__err unacked = h->err;
+  int replicated = rc != HILOCK_ENOREPLICAS;
+  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) {
     hilock__hold_drop(h);
     return rc;
@@ -186,7 +189,10 @@ static int attempt(void *arg, int64_t *pttl) {
       s->segment = i;
       h->rkey = s->segkey[i];
       h->rkeylen = s->segkeylen[i];
-      rc = hilock__hold_granted(h, start, (uint64_t)r->element[2]->integer);
+      if (!replicated) /* granted on the master only: give it back */
+        rc = hilock__hold_give_back(h, &unacked, release_fn, s);
+      else
+        rc = hilock__hold_granted(h, start, (uint64_t)r->element[2]->integer);
       break;
     }
     case 0:
@@ -272,6 +278,39 @@ static int check_units(hilock__err *e, const char *what, int64_t n,
   return HILOCK_OK;
 }
 
+/* Put back n units of a take too few replicas acknowledged; *left (may be
+ * NULL) gets the stock after it. Returns HILOCK_ENOREPLICAS. */
+static int take_back(hilock_seglock *s, const hilock__err *unacked, int64_t n,
+                     int64_t *left) {
+  const char *keys[2] = {s->h.rkey, s->skey};
+  size_t keylens[2] = {s->h.rkeylen, s->skeylen};
+  char nbuf[24], ibuf[24];
+  const char *args[4] = {s->h.owner, ibuf, nbuf, "back"};
+  size_t arglens[4] = {s->h.ownerlen, hilock__i64(ibuf, s->segment),
+                       hilock__i64(nbuf, n), 4};
+  hilock__err e;
+  redisReply *r = NULL;
+  int rc;
+  hilock__clear_err(&e);
+  rc = hilock__script_run_as(s->h.client, &e, &hilock__script_seglock_take, 0,
+                             2, keys, keylens, 4, args, arglens, &r);
+  if (rc == HILOCK_OK && int_array(r, 3) && r->element[0]->integer == 1) {
+    if (left != NULL) *left = r->element[2]->integer;
+    freeReplyObject(r);
+    return hilock__set_err(&s->h.err, HILOCK_ENOREPLICAS,
+                           "%.160s; the %" PRId64 " units were put back",
+                           unacked->msg, n);
+  }
+  if (rc == HILOCK_OK)
+    hilock__set_err(&e, HILOCK_ENOTOWNED,
+                    "the segment was lost before they could be put back");
+  if (r != NULL) freeReplyObject(r);
+  return hilock__set_err(&s->h.err, HILOCK_ENOREPLICAS,
+                         "%.120s; putting the %" PRId64
+                         " units back failed too (they count as sold): %.80s",
+                         unacked->msg, n, e.msg);
+}
+
 int hilock_seglock_take(hilock_seglock *s, int64_t n, int partial,
                         int64_t *taken, int64_t *left) {
   const char *keys[2], *args[4];
@@ -299,10 +338,21 @@ int hilock_seglock_take(hilock_seglock *s, int64_t n, int partial,
   args[3] = partial ? "1" : "0";
   arglens[3] = 1;
   /* Not resent after a broken connection: a lost reply may mean units were
-   * taken (the caller sees the error and can read the stock). */
-  rc = hilock__script_run(s->h.client, &s->h.err,
-                          &hilock__script_seglock_take, 2, keys, keylens, 4,
-                          args, arglens, &r);
+   * taken (the caller sees the error and can read the stock). With
+   * wait_replicas, WAIT confirms the take like a grant. */
+  rc = hilock__script_run_as(s->h.client, &s->h.err,
+                             &hilock__script_seglock_take, 1, 2, keys,
+                             keylens, 4, args, arglens, &r);
+  if (rc == HILOCK_ENOREPLICAS && int_array(r, 3) &&
+      r->element[0]->integer == 1 && r->element[1]->integer > 0) {
+    /* Taken on the master only: a failover could sell the units again.
+     * Put them back. */
+    hilock__err unacked = s->h.err;
+    int64_t back = r->element[1]->integer;
+    freeReplyObject(r);
+    return take_back(s, &unacked, back, left);
+  }
+  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* nothing taken: see below */
   if (rc != HILOCK_OK) return rc;
   if (!int_array(r, 1) ||
       (r->element[0]->integer == 1 && !int_array(r, 3))) {

@@ -51,7 +51,6 @@ int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
   rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc == HILOCK_OK) rc = hilock__no_wait_replicas(client, "sequential lock");
   if (rc != HILOCK_OK) return rc;
   sl = calloc(1, sizeof(*sl));
   if (sl == NULL) return HILOCK_ENOMEM;
@@ -107,9 +106,12 @@ static int run(hilock_seqlock *sl, hilock__err *e, const char *op,
       hilock__i64(win, __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED));
   arglens[4] = hilock__i64(msb, ms);
   arglens[5] = strlen(args[5]);
-  return hilock__script_run(sl->h.client, e, &hilock__script_seqlock, NKEYS,
-                            (const char **)sl->keys, sl->keylens, 6, args,
-                            arglens, out);
+  /* Grants and extensions are confirmed by WAIT (wait_replicas). */
+  int grant = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0 ||
+              strcmp(op, "extend") == 0;
+  return hilock__script_run_as(sl->h.client, e, &hilock__script_seqlock, grant,
+                               NKEYS, (const char **)sl->keys, sl->keylens, 6,
+                               args, arglens, out);
 }
 
 static int int_array(const redisReply *r, size_t min) {
@@ -138,6 +140,18 @@ static int attempt(void *arg, int64_t *bound) {
 
   rc = run(sl, &h->err, sl->queue ? "acquire" : "try", sl->id,
            HILOCK__TOKEN_LEN, 0, NULL, &r);
+  if (rc == HILOCK_ENOREPLICAS) {
+    /* Granted or enqueued, on the master only. The caller's leave() gives
+     * a grant back and removes the entry; a waiter re-checks anyway, so
+     * only a grant is an error. */
+    if (int_array(r, 3) && r->element[0]->integer == 1) {
+      hilock__err unacked = h->err;
+      freeReplyObject(r);
+      return hilock__set_err(&h->err, HILOCK_ENOREPLICAS,
+                             "%.180s; the grant is given back", unacked.msg);
+    }
+    rc = HILOCK_OK;
+  }
   if (rc != HILOCK_OK) return rc;
   if (!int_array(r, 3) || (r->element[0]->integer != 1 && r->elements < 4) ||
       (r->element[0]->integer == 1 && r->element[1]->integer <= 0)) {
@@ -259,6 +273,13 @@ int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms, int replace) {
   start = hilock__now_us();
   rc = run(sl, &h->err, "extend", h->owner, h->ownerlen, ms,
            replace ? "set" : "add", &r);
+  if (rc == HILOCK_ENOREPLICAS && int_array(r, 1) &&
+      r->element[0]->integer > 0) {
+    /* Extended on the master only: the validity is not extended. */
+    freeReplyObject(r);
+    return rc;
+  }
+  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not owned: see below */
   if (rc != HILOCK_OK) return rc;
   if (!int_array(r, 1)) {
     rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to extend");

@@ -102,15 +102,6 @@ size_t hilock__i64(char *buf, int64_t v) {
   return (size_t)snprintf(buf, 24, "%" PRId64, v);
 }
 
-int hilock__no_wait_replicas(hilock_client *client, const char *family) {
-  if (client->opts.wait_replicas <= 0) return HILOCK_OK;
-  return hilock__set_err(&client->err, HILOCK_ENOTSUP,
-                         "the %s does not confirm its grants with "
-                         "wait_replicas yet; use a client without "
-                         "wait_replicas for it",
-                         family);
-}
-
 int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms) {
   hilock__err tmp;

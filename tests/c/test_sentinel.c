@@ -236,6 +236,15 @@ static void break_replication(deploy *d) {
   }
 }
 
+/* Wait until the replica has every write the master took so far. WAIT
+ * counts acknowledgements of the calling connection's own last write, so
+ * write first: a bare WAIT on a connection that wrote nothing returns at
+ * once. */
+static void sync_replica(deploy *d) {
+  freeReplyObject(hl_redis(d->m, "INCR hl:sync"));
+  assert_int_equal(hl_redis_int(d->m, "WAIT 1 2000"), 1);
+}
+
 /* Port the sentinels name as master (the first sentinel that answers). */
 static int sentinel_master_port(deploy *d) {
   for (int i = 0; i < d->nsent; i++) {
@@ -426,7 +435,7 @@ static void acquire_through_the_sentinels(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
   /* The key is on the master, and replicated. */
   assert_true(hl_redis_exists(d.m, key, klen));
-  assert_int_equal(hl_redis_int(d.m, "WAIT 1 2000"), 1);
+  sync_replica(&d);
   assert_true(hl_redis_exists(d.r, key, klen));
   assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
   hilock_lock_free(l);
@@ -481,7 +490,7 @@ static void client_follows_a_failover(void **state) {
   assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, lost_flag, &lost), "renew");
   assert_hl_ok(hilock_lock_acquire(l, 1000), hilock_lock_errmsg(l));
   uint64_t fence = hilock_lock_fence(l);
-  assert_int_equal(hl_redis_int(d.m, "WAIT 1 2000"), 1); /* replicated */
+  sync_replica(&d); /* the grant reached the replica */
 
   int64_t t0 = hl_now_ms();
   int64_t took = kill_master_and_fail_over(&d);
@@ -699,6 +708,133 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   deploy_stop(&d);
 }
 
+/* The read-write, multi-key, sequential and segmented locks confirm their
+ * grants too: an unacknowledged grant or re-entry is given back (what was
+ * held before stays), an unacknowledged extension does not count. */
+static void coordination_types_give_back_unacknowledged_grants(void **state) {
+  deploy d;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  const char *names[2] = {"fam-m:a", "fam-m:b"};
+  int64_t n = 0, readers = -1;
+  int writer = -1, locked = -1;
+  size_t klen;
+  char *key;
+  (void)state;
+  deploy_start(&d, 0);
+  o.wait_replicas = 1;
+  o.wait_timeout_ms = 1000; /* every refused step below waits this long */
+  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  hilock_rwlock *rw = NULL;
+  hilock_multilock *m = NULL;
+  hilock_seqlock *q = NULL;
+  hilock_seglock *g = NULL;
+  assert_hl_ok(hilock_rwlock_new(c, "fam-rw", 6, 30000, &rw),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_multilock_new(c, names, 2, 30000, &m),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_seqlock_new(c, "fam-q", 5, 30000, &q),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_seglock_new(c, "fam-g", 5, 2, 30000, &g),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_seglock_stock_init(g, 10), hilock_seglock_errmsg(g));
+  /* Control: acknowledged grants hold. */
+  assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_rwlock_errmsg(rw));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_renew(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_seqlock_try_acquire(q), hilock_seqlock_errmsg(q));
+  assert_hl_ok(hilock_seqlock_renew(q), hilock_seqlock_errmsg(q));
+  assert_hl_ok(hilock_seglock_try_acquire(g), hilock_seglock_errmsg(g));
+  int64_t taken = 0, left = 0;
+  assert_hl_ok(hilock_seglock_take(g, 1, 0, &taken, &left),
+               hilock_seglock_errmsg(g));
+  assert_int_equal(taken, 1);
+
+  break_replication(&d);
+  /* Read-write lock: a write re-entry is undone, the first entry stays;
+   * then a read grant is given back. */
+  assert_hl_rc(hilock_rwlock_write_try_acquire(rw), HILOCK_ENOREPLICAS,
+               hilock_rwlock_errmsg(rw));
+  assert_substr(hilock_rwlock_errmsg(rw), "0 of 1 replicas");
+  assert_substr(hilock_rwlock_errmsg(rw), "given back");
+  assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n), hilock_rwlock_errmsg(rw));
+  assert_int_equal(n, 1);
+  assert_hl_ok(hilock_rwlock_write_release(rw), hilock_rwlock_errmsg(rw));
+  assert_hl_rc(hilock_rwlock_read_try_acquire(rw), HILOCK_ENOREPLICAS,
+               hilock_rwlock_errmsg(rw));
+  assert_hl_ok(hilock_rwlock_state(rw, &readers, &writer),
+               hilock_rwlock_errmsg(rw));
+  assert_int_equal(readers, 0);
+  assert_int_equal(writer, 0);
+  assert_int_equal(hilock_rwlock_read_validity_ms(rw), 0);
+  assert_hl_rc(hilock_rwlock_write_acquire(rw, 300), HILOCK_ENOREPLICAS,
+               hilock_rwlock_errmsg(rw));
+  assert_hl_ok(hilock_rwlock_state(rw, &readers, &writer),
+               hilock_rwlock_errmsg(rw));
+  assert_int_equal(writer, 0);
+
+  /* Multi-key lock: an extension does not count; a new grant of every
+   * name is given back whole. */
+  int64_t before = hilock_multilock_validity_ms(m);
+  assert_hl_rc(hilock_multilock_renew(m), HILOCK_ENOREPLICAS,
+               hilock_multilock_errmsg(m));
+  assert_true(hilock_multilock_validity_ms(m) <= before);
+  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
+  assert_hl_rc(hilock_multilock_acquire(m, 300), HILOCK_ENOREPLICAS,
+               hilock_multilock_errmsg(m));
+  assert_false(hilock_multilock_held(m));
+  for (int i = 0; i < 2; i++) {
+    key = key_of(names[i], "lock", &klen);
+    assert_false(hl_redis_exists(d.m, key, klen));
+    free(key);
+  }
+
+  /* Sequential lock: likewise, and the entry leaves the queue. */
+  assert_hl_rc(hilock_seqlock_renew(q), HILOCK_ENOREPLICAS,
+               hilock_seqlock_errmsg(q));
+  assert_hl_ok(hilock_seqlock_release(q), hilock_seqlock_errmsg(q));
+  assert_hl_rc(hilock_seqlock_acquire(q, 300), HILOCK_ENOREPLICAS,
+               hilock_seqlock_errmsg(q));
+  assert_false(hilock_seqlock_held(q));
+  assert_hl_ok(hilock_seqlock_locked(q, &locked), hilock_seqlock_errmsg(q));
+  assert_int_equal(locked, 0);
+  assert_hl_ok(hilock_seqlock_waiters(q, &n), hilock_seqlock_errmsg(q));
+  assert_int_equal(n, 0);
+
+  /* Segmented lock: an unconfirmed take is put back, a renewal does not
+   * count, and a new grant is given back with its stock untouched. */
+  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_seglock_errmsg(g));
+  assert_int_equal(n, 9);
+  assert_hl_rc(hilock_seglock_take(g, 2, 0, &taken, &left), HILOCK_ENOREPLICAS,
+               hilock_seglock_errmsg(g));
+  assert_substr(hilock_seglock_errmsg(g), "put back");
+  assert_int_equal(taken, 0);
+  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_seglock_errmsg(g));
+  assert_int_equal(n, 9);
+  assert_hl_rc(hilock_seglock_renew(g), HILOCK_ENOREPLICAS,
+               hilock_seglock_errmsg(g));
+  assert_hl_ok(hilock_seglock_release(g), hilock_seglock_errmsg(g));
+  assert_hl_rc(hilock_seglock_try_acquire(g), HILOCK_ENOREPLICAS,
+               hilock_seglock_errmsg(g));
+  assert_false(hilock_seglock_held(g));
+  for (int i = 0; i < 2; i++) {
+    char role[16];
+    snprintf(role, sizeof(role), "seg:%d", i);
+    key = key_of("fam-g", role, &klen);
+    assert_false(hl_redis_exists(d.m, key, klen));
+    free(key);
+  }
+  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_seglock_errmsg(g));
+  assert_int_equal(n, 9);
+
+  hilock_rwlock_free(rw);
+  hilock_multilock_free(m);
+  hilock_seqlock_free(q);
+  hilock_seglock_free(g);
+  hilock_client_free(c);
+  deploy_stop(&d);
+}
+
 static void wait_options_are_checked(void **state) {
   hilock_options o = hl_test_options();
   hilock_client *c = NULL;
@@ -727,6 +863,7 @@ int main(void) {
       cmocka_unit_test(wait_replicas_detects_the_lost_grant),
       cmocka_unit_test(unacknowledged_renewals_lose_the_hold),
       cmocka_unit_test(every_family_gives_back_an_unacknowledged_grant),
+      cmocka_unit_test(coordination_types_give_back_unacknowledged_grants),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,6 +41,16 @@ def _master_redis(port: int):
     return redis.Redis(host="127.0.0.1", port=port, socket_timeout=3)
 
 
+def _sync_replica(port: int) -> None:
+    """Wait until the replica has every write the master took so far. WAIT
+    counts acknowledgements of its own connection's last write, so write
+    first on the same connection: a bare WAIT returns at once."""
+    pipe = _master_redis(port).pipeline(transaction=False)
+    pipe.incr("hl:sync")
+    pipe.wait(1, 2000)
+    assert pipe.execute()[1] == 1
+
+
 def test_url_resolves_the_master_and_survives_a_dead_sentinel(deployment):
     dead = hilock._server.free_port()
     hosts = deployment.url[len("redis+sentinel://"):]
@@ -64,7 +74,7 @@ def test_client_and_renewal_follow_a_failover(deployment):
         lk = c.lock("follow", ttl=8.0, on_lost=lambda l: lost.append(l))
         with lk:
             fence = lk.fence
-            assert _master_redis(deployment.master.port).wait(1, 2000) == 1
+            _sync_replica(deployment.master.port)
             t0 = time.monotonic()
             took = deployment.kill_master_and_fail_over()
             assert took < 7, f"the failover took {took:.1f} s, near the 8 s TTL"
@@ -87,7 +97,7 @@ def test_client_follows_a_graceful_failover(deployment):
     with hilock.Client(deployment.url, reconnect=15.0) as c:
         lk = c.lock("graceful", ttl=10.0)
         assert lk.acquire(timeout=1)
-        assert _master_redis(deployment.master.port).wait(1, 2000) == 1
+        _sync_replica(deployment.master.port)
         deployment.graceful_failover()
         assert lk.owned()
         lk.release()
@@ -231,15 +241,35 @@ def test_wait_replicas_without_replicas_refuses_every_grant(client, redis_url):
         assert not fl.locked()
 
 
-def test_types_without_confirmed_grants_refuse_wait_replicas(redis_url):
-    # Fail closed: these types cannot confirm a grant with WAIT yet, so a
-    # client that asks for it gets no unconfirmed grant from them.
+def test_coordination_types_confirm_grants_too(redis_url):
+    # A lone server has no replica: every grant is unacknowledged, so each
+    # type refuses it and gives it back, leaving nothing behind.
+    import redis
+    r = redis.Redis.from_url(redis_url)
     with hilock.Client(redis_url, wait_replicas=1, wait_timeout=0.1) as c:
-        for make in (lambda: c.rwlock("unconfirmed"),
-                     lambda: c.multi_lock(["unconfirmed:a", "unconfirmed:b"]),
-                     lambda: c.sequential_lock("unconfirmed"),
-                     lambda: c.segmented_lock("unconfirmed", 2)):
-            with pytest.raises(hilock.UnsupportedError, match="wait_replicas"):
-                make()
-    with hilock.Client(redis_url) as c:  # without it they work
+        rw = c.rwlock("unconfirmed", ttl=5)
+        for side in (rw.read(), rw.write()):
+            with pytest.raises(hilock.NotEnoughReplicas, match="given back"):
+                side.acquire(timeout=0.3)
+            assert not side.locked()
+        assert not rw.locked()
+        ml = c.multi_lock(["unconfirmed:a", "unconfirmed:b"], ttl=5)
+        with pytest.raises(hilock.NotEnoughReplicas):
+            ml.acquire(timeout=0.3)
+        assert not ml.locked()
+        assert not any(r.exists(k) for k in ml.keys)
+        sq = c.sequential_lock("unconfirmed", ttl=5)
+        with pytest.raises(hilock.NotEnoughReplicas):
+            sq.acquire(timeout=0.3)
+        assert not sq.locked()
+        sg = c.segmented_lock("unconfirmed", 2, ttl=5)
+        sg.stock_init(4)
+        with pytest.raises(hilock.NotEnoughReplicas):
+            sg.acquire(timeout=0.3)
+        assert not sg.locked()
+        assert sg.held_count() == 0 and sg.stock() == 4
+        with pytest.raises(hilock.NotEnoughReplicas):
+            with c.multi_lock(["unconfirmed:c"], ttl=5, timeout=0.3):
+                pytest.fail("the body ran without an acknowledged grant")
+    with hilock.Client(redis_url) as c:  # without it they grant
         assert c.rwlock("unconfirmed").write().acquire(blocking=False)
