@@ -119,7 +119,8 @@ class SegmentedLock(ExclusiveBase):
         If fewer than ``n`` are left, take nothing (0) or, with
         ``partial=True``, what is left. Raises LockNotOwnedError if the
         segment is no longer held (nothing moves), InvalidArgument if it has
-        no stock."""
+        no stock. On a client with ``wait_replicas`` a take the replicas did
+        not acknowledge is put back and NotEnoughReplicas raised."""
         _count(n, "n", 1, STOCK_MAX)
         return int(_h.py_seglock_take(self._h, n, 1 if partial else 0))
 

@@ -43,10 +43,11 @@ typedef struct hilock_options {
   int (*interrupt)(void *arg);
   void *interrupt_arg;
   /* Replica acknowledgement: when > 0, every script that grants or renews
-   * a hold is followed on the same connection (pipelined) by WAIT
-   * wait_replicas wait_timeout_ms. A grant fewer replicas acknowledged is
-   * undone and reported as HILOCK_ENOREPLICAS; such a renewal counts as a
-   * failed renewal. Default 0 (off). wait_timeout_ms: default 1000; must
+   * a hold (of every lock type), and a segmented lock's take, is followed
+   * on the same connection (pipelined) by WAIT wait_replicas
+   * wait_timeout_ms. A grant or take fewer replicas acknowledged is undone
+   * and reported as HILOCK_ENOREPLICAS; such a renewal counts as a failed
+   * renewal. Default 0 (off). wait_timeout_ms: default 1000; must
    * be below command_timeout_ms when that is set. */
   int wait_replicas;
   int64_t wait_timeout_ms;

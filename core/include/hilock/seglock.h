@@ -96,7 +96,10 @@ HILOCK_API int hilock_seglock_release(hilock_seglock *seg);
  * *taken (may be NULL) gets the units taken (0..n), *left (may be NULL)
  * the units left in the segment. A segment whose stock reaches 0 is empty
  * from then on. HILOCK_ENOTOWNED (and the hold marked lost) if the segment
- * is no longer held by this handle; HILOCK_EINVAL if it has no stock. */
+ * is no longer held by this handle; HILOCK_EINVAL if it has no stock.
+ * On a client with wait_replicas the take is confirmed with WAIT like a
+ * grant: an unacknowledged take is put back and HILOCK_ENOREPLICAS
+ * returned with *taken = 0. */
 HILOCK_API int hilock_seglock_take(hilock_seglock *seg, int64_t n,
                                    int partial, int64_t *taken,
                                    int64_t *left);
