@@ -114,18 +114,7 @@ static int attempt(void *arg, int64_t *bound) {
 
   rc = run(fl, &h->err, fl->queue ? "acquire" : "try", fl->waiter,
            HILOCK__TOKEN_LEN, &r);
-  if (rc == HILOCK_ENOREPLICAS) {
-    /* Granted or queued, on the master only. A grant is given back (and
-     * the queue left) by the caller's leave(); a queued waiter re-checks
-     * anyway, so only a grant is an error. */
-    if (int_array(r, 3) && r->element[0]->integer == 1) {
-      hilock__err unacked = h->err;
-      freeReplyObject(r);
-      return hilock__set_err(&h->err, HILOCK_ENOREPLICAS,
-                             "%.180s; the grant is given back", unacked.msg);
-    }
-    rc = HILOCK_OK;
-  }
+  rc = hilock__queued_unacked(&h->err, rc, r);
   if (rc != HILOCK_OK) return rc;
   if (!int_array(r, 3)) {
     /* Fail closed: an unreadable reply is never a grant. */

@@ -335,6 +335,12 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
                           const char **keys, const size_t *keylens, int nargs,
                           const char **args, const size_t *arglens,
                           redisReply **out);
+/* For a script that grants or queues a waiter ({1, ...} when granted: the
+ * fair and sequential locks): rc from running it. On HILOCK_ENOREPLICAS a
+ * grant stays an error, saying it is given back (r is freed: the caller's
+ * leave gives it back); a queued reply goes on as HILOCK_OK, since only a
+ * grant needs confirming. Other rc are returned as they are. */
+int hilock__queued_unacked(hilock__err *e, int rc, redisReply *r);
 /* A grant the replicas did not acknowledge was given back (undo_rc: the
  * result of giving it back): e gets the ENOREPLICAS message of unacked,
  * saying so; returns HILOCK_ENOREPLICAS. */

@@ -173,7 +173,25 @@ void hilock_rwlock_free(hilock_rwlock *rw) {
 
 /* ## The release scripts, for an owner ------------------------------------ */
 
-/* Leave one level of owner's read hold: *r gets the script's reply. */
+/* Run a release script of one side for owner; *r gets its integer
+ * reply. */
+static int run_release(hilock_rwlock *rw, hilock__err *e,
+                       const hilock__script *s, int nkeys, const char **keys,
+                       const size_t *keylens, const char *owner,
+                       size_t ownerlen, redisReply **r) {
+  const char *args[1] = {owner};
+  size_t arglens[1] = {ownerlen};
+  int rc = hilock__script_run(rw->w.client, e, s, nkeys, keys, keylens, 1,
+                              args, arglens, r);
+  if (rc == HILOCK_OK && (*r)->type != REDIS_REPLY_INTEGER) {
+    freeReplyObject(*r);
+    *r = NULL;
+    rc = hilock__set_err(e, HILOCK_EPROTO, "unexpected reply to %s", s->name);
+  }
+  return rc;
+}
+
+/* Leave one level of owner's read hold: the remaining count, or -1. */
 static int run_read_release(hilock_rwlock *rw, hilock__err *e,
                             const char *owner, size_t ownerlen,
                             redisReply **r) {
@@ -181,21 +199,11 @@ static int run_read_release(hilock_rwlock *rw, hilock__err *e,
                          rw->ikey, rw->akey, rw->wwake};
   size_t keylens[6] = {rw->rkeylen, rw->ckeylen, rw->wkeylen,
                        rw->ikeylen, rw->akeylen, rw->wwakelen};
-  const char *args[1] = {owner};
-  size_t arglens[1] = {ownerlen};
-  int rc = hilock__script_run(rw->w.client, e,
-                              &hilock__script_rwlock_read_release, 6, keys,
-                              keylens, 1, args, arglens, r);
-  if (rc == HILOCK_OK && (*r)->type != REDIS_REPLY_INTEGER) {
-    freeReplyObject(*r);
-    *r = NULL;
-    rc = hilock__set_err(e, HILOCK_EPROTO,
-                         "unexpected reply to the rwlock read release script");
-  }
-  return rc;
+  return run_release(rw, e, &hilock__script_rwlock_read_release, 6, keys,
+                     keylens, owner, ownerlen, r);
 }
 
-/* Leave one level of owner's write hold: *r gets the script's reply. */
+/* Leave one level of owner's write hold: the remaining count, or -1. */
 static int run_write_release(hilock_rwlock *rw, hilock__err *e,
                              const char *owner, size_t ownerlen,
                              redisReply **r) {
@@ -203,18 +211,8 @@ static int run_write_release(hilock_rwlock *rw, hilock__err *e,
                          rw->qkey, rw->akey, rw->rwake, rw->wwake};
   size_t keylens[8] = {rw->wkeylen, rw->rkeylen, rw->ckeylen,  rw->ikeylen,
                        rw->qkeylen, rw->akeylen, rw->rwakelen, rw->wwakelen};
-  const char *args[1] = {owner};
-  size_t arglens[1] = {ownerlen};
-  int rc = hilock__script_run(rw->w.client, e,
-                              &hilock__script_rwlock_write_release, 8, keys,
-                              keylens, 1, args, arglens, r);
-  if (rc == HILOCK_OK && (*r)->type != REDIS_REPLY_INTEGER) {
-    freeReplyObject(*r);
-    *r = NULL;
-    rc = hilock__set_err(e, HILOCK_EPROTO,
-                         "unexpected reply to the rwlock write release script");
-  }
-  return rc;
+  return run_release(rw, e, &hilock__script_rwlock_write_release, 8, keys,
+                     keylens, owner, ownerlen, r);
 }
 
 /* ## Acquiring --------------------------------------------------------- */

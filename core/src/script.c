@@ -28,6 +28,19 @@ int hilock__grant_unacked(hilock__err *e, const hilock__err *unacked,
                          a.msg, u.msg);
 }
 
+int hilock__queued_unacked(hilock__err *e, int rc, redisReply *r) {
+  if (rc != HILOCK_ENOREPLICAS) return rc;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+      r->element[0]->type == REDIS_REPLY_INTEGER &&
+      r->element[0]->integer == 1) {
+    hilock__err unacked = *e;
+    freeReplyObject(r);
+    return hilock__set_err(e, HILOCK_ENOREPLICAS,
+                           "%.180s; the grant is given back", unacked.msg);
+  }
+  return HILOCK_OK; /* queued: the waiter re-checks anyway */
+}
+
 /* One run of the command, with WAIT behind it if wait is set. */
 static int run_once(hilock_client *c, hilock__err *e, int argc,
                     const char **argv, const size_t *lens, redisReply **out,

@@ -140,18 +140,7 @@ static int attempt(void *arg, int64_t *bound) {
 
   rc = run(sl, &h->err, sl->queue ? "acquire" : "try", sl->id,
            HILOCK__TOKEN_LEN, 0, NULL, &r);
-  if (rc == HILOCK_ENOREPLICAS) {
-    /* Granted or enqueued, on the master only. The caller's leave() gives
-     * a grant back and removes the entry; a waiter re-checks anyway, so
-     * only a grant is an error. */
-    if (int_array(r, 3) && r->element[0]->integer == 1) {
-      hilock__err unacked = h->err;
-      freeReplyObject(r);
-      return hilock__set_err(&h->err, HILOCK_ENOREPLICAS,
-                             "%.180s; the grant is given back", unacked.msg);
-    }
-    rc = HILOCK_OK;
-  }
+  rc = hilock__queued_unacked(&h->err, rc, r);
   if (rc != HILOCK_OK) return rc;
   if (!int_array(r, 3) || (r->element[0]->integer != 1 && r->elements < 4) ||
       (r->element[0]->integer == 1 && r->element[1]->integer <= 0)) {

@@ -70,16 +70,19 @@ def load_redis_server():
         return mod.RedisServer
 
 
-def find_bench_binary(given: Optional[str]) -> Optional[Path]:
+def find_binary(name: str, given: Optional[str] = None) -> Optional[Path]:
+    """The bench program `name` from a build directory (or `given`, which
+    must be executable); None if it was not built. Sanitizer builds are
+    passed over: they would skew the numbers."""
     if given:
         path = Path(given).resolve()
         if not os.access(path, os.X_OK):
-            sys.exit(f"bench.py: {given} is not an executable")
+            sys.exit(f"{Path(sys.argv[0]).name}: {given} is not an executable")
         return path
-    candidates = [ROOT / "build/tests/bench/bench_c", ROOT / "build/main/tests/bench/bench_c"]
-    candidates += sorted(ROOT.glob("build*/tests/bench/bench_c"))
-    candidates += sorted(ROOT.glob("build*/*/tests/bench/bench_c"))
-    for path in candidates:  # sanitizer builds would skew the numbers
+    candidates = [ROOT / f"build/tests/bench/{name}", ROOT / f"build/main/tests/bench/{name}"]
+    candidates += sorted(ROOT.glob(f"build*/tests/bench/{name}"))
+    candidates += sorted(ROOT.glob(f"build*/*/tests/bench/{name}"))
+    for path in candidates:
         if os.access(path, os.X_OK) and "asan" not in str(path):
             return path
     return None
@@ -264,7 +267,7 @@ def main() -> int:
     if args.pin is not None and args.pin not in os.sched_getaffinity(0):
         ap.error(f"--pin: CPU {args.pin} is not available here")
 
-    binary = find_bench_binary(args.bench_binary)
+    binary = find_binary("bench_c", args.bench_binary)
     contestants: List[Contestant] = [
         CBench("floor", "(a) floor: hiredis SET NX PX + EVALSHA", "floor", binary),
         CBench("hilock_c", "(b) hilock C", "hilock", binary),

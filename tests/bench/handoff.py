@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROOT, Skip, load_redis_server, version  # noqa: E402
+from bench import ROOT, Skip, find_binary, load_redis_server, version  # noqa: E402
 
 WARMUP = 10      # handoff samples dropped at the start
 TTL = 10         # seconds, every contestant
@@ -55,22 +55,6 @@ HOLD_S = 0.001   # contention: time held per acquisition
 CTX = mp.get_context("fork")
 
 Pair = Tuple[Callable[[], Any], Callable[[], Any]]  # (acquire, release)
-
-
-def find_binary(given: Optional[str], name: str = "bench_handoff") -> Optional[Path]:
-    """As bench.find_bench_binary, for another program."""
-    if given:
-        path = Path(given).resolve()
-        if not os.access(path, os.X_OK):
-            sys.exit(f"handoff.py: {given} is not an executable")
-        return path
-    candidates = [ROOT / f"build/tests/bench/{name}", ROOT / f"build/main/tests/bench/{name}"]
-    candidates += sorted(ROOT.glob(f"build*/tests/bench/{name}"))
-    candidates += sorted(ROOT.glob(f"build*/*/tests/bench/{name}"))
-    for path in candidates:  # sanitizer builds would skew the numbers
-        if os.access(path, os.X_OK) and "asan" not in str(path):
-            return path
-    return None
 
 
 def pct(xs: List[float], p: float) -> float:
@@ -427,7 +411,7 @@ def main() -> int:
     if samples < 1 or seconds <= 0 or not 1 <= args.workers <= 64:
         ap.error("--samples must be >= 1, --seconds > 0, --workers in 1..64")
 
-    binary = find_binary(args.bench_binary)
+    binary = find_binary("bench_handoff", args.bench_binary)
     cs = [
         Contestant("hilock_c", "hilock C", None),
         Contestant("hilock_py", "hilock Python", make_hilock, ("hilock",)),

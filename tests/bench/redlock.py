@@ -61,6 +61,9 @@ if "hilock" not in sys.modules:
 import hilock  # noqa: E402
 from hilock._server import RedisServer  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import find_binary  # noqa: E402
+
 Cycle = Tuple[Callable[[], bool], Callable[[], None]]
 Medians = Dict[str, Tuple[float, float]]
 
@@ -236,19 +239,11 @@ class RawNodes:
 
 
 def find_delayproxy(given: Optional[str]) -> Path:
-    if given:
-        path = Path(given).resolve()
-        if not os.access(path, os.X_OK):
-            sys.exit(f"redlock.py: {given} is not an executable")
-        return path
-    candidates = [ROOT / "build/tests/bench/delayproxy", ROOT / "build/main/tests/bench/delayproxy"]
-    candidates += sorted(ROOT.glob("build*/tests/bench/delayproxy"))
-    candidates += sorted(ROOT.glob("build*/*/tests/bench/delayproxy"))
-    for path in candidates:  # sanitizer builds would add their own delay
-        if os.access(path, os.X_OK) and "asan" not in str(path):
-            return path
-    sys.exit("redlock.py: delayproxy not built (cmake --build <dir> --target delayproxy, "
-             "or pass --delayproxy)")
+    path = find_binary("delayproxy", given)
+    if path is None:
+        sys.exit("redlock.py: delayproxy not built (cmake --build <dir> --target delayproxy, "
+                 "or pass --delayproxy)")
+    return path
 
 
 def emulated(nodes: Sequence[RedisServer], rtt_us: int, proxy_bin: Path,
