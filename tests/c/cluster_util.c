@@ -172,6 +172,13 @@ int hl_cluster_start(hl_cluster *cl, int node_timeout_ms) {
                                  * command with CLUSTERDOWN meanwhile; the
                                  * Python suite runs with the default). */
                                 "--cluster-require-full-coverage", "no",
+                                /* Replicas sync at once, not after 5 s,
+                                 * and CLUSTER SLOTS lists a replica only
+                                 * once its offset moved: the master's
+                                 * pings move it each second, not each
+                                 * 10 s. */
+                                "--repl-diskless-sync-delay", "0",
+                                "--repl-ping-replica-period", "1",
                                 NULL};
   hl_server_opts opts = {.extra = extra, .port_max = 55535};
   memset(cl, 0, sizeof(*cl));

@@ -55,7 +55,11 @@ class LocalCluster:
             raise FileNotFoundError("redis-cli not found; install the redis-tools package")
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(node_timeout_ms),
-                "--cluster-replica-validity-factor", "0"]
+                "--cluster-replica-validity-factor", "0",
+                # Replicas sync at once (not after 5 s), and CLUSTER SLOTS
+                # lists a replica only once its offset moved: the master's
+                # pings move it each second instead of each 10 s.
+                "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"]
         self.nodes: List[RedisServer] = [RedisServer(port=_cluster_port(), extra_args=args)
                                          for _ in range(nodes)]
 
