@@ -1032,6 +1032,19 @@ static void auth_cluster_wrong_credentials_are_EAUTH(void **state) {
     assert_substr(hilock_client_errmsg(c), bad[i][1]);
     hilock_client_free(c);
   }
+  /* The refusal is reported even when a seed tried after it is down. */
+  {
+    hilock_options o = cluster_options();
+    hilock_client *c = NULL;
+    char url[300];
+    snprintf(url, sizeof(url),
+             "redis+cluster://:not-the-pw@127.0.0.1:%d,127.0.0.1:%d",
+             pw.node[0].port, hl_free_port());
+    assert_hl_rc(hilock_client_new(url, &o, &c), HILOCK_EAUTH,
+                 hilock_client_errmsg(c));
+    assert_substr(hilock_client_errmsg(c), "WRONGPASS");
+    hilock_client_free(c);
+  }
 }
 
 /* A user deleted after the client connected: its connections are closed,
