@@ -243,3 +243,58 @@ def test_types_without_confirmed_grants_refuse_wait_replicas(redis_url):
                 make()
     with hilock.Client(redis_url) as c:  # without it they work
         assert c.rwlock("unconfirmed").write().acquire(blocking=False)
+
+
+def test_pooled_connection_answered_readonly_moves_to_the_new_master(deployment):
+    """A real READONLY on a pooled connection. Sentinel's own demotion
+    closes the old master's clients (CLIENT KILL TYPE normal with its
+    REPLICAOF), so it never produces one; FAILOVER hands the master role to
+    the replica and keeps them connected. The sentinels are re-pointed with
+    SENTINEL REMOVE and MONITOR, as in a switch-over done by an operator."""
+    import redis
+    name = deployment.name
+    old = _master_redis(deployment.master.port)
+    new = _master_redis(deployment.replica.port)
+
+    def client_conns():
+        # Unnamed connections (sentinels name theirs) but this test's own.
+        me = old.client_id()
+        return {int(c["id"]) for c in old.client_list(_type="normal")
+                if not c.get("name") and int(c["id"]) != me}
+
+    def readonly_errors() -> int:
+        return int(old.info("errorstats").get("errorstat_READONLY", {}).get("count", 0))
+
+    others = client_conns()
+    with hilock.Client(deployment.url, reconnect=15.0) as c:
+        lk = c.lock("readonly", ttl=10.0, auto_renew=False)
+        assert lk.acquire(blocking=False)
+        lk.release()  # its connection goes back to the pool
+        pooled = client_conns() - others
+        assert len(pooled) == 1
+        assert readonly_errors() == 0
+
+        sentinels = [redis.Redis(host="127.0.0.1", port=p, socket_timeout=3)
+                     for p in deployment.sentinel_ports]
+        for s in sentinels:  # left alone they would reconfigure the servers
+            s.execute_command("SENTINEL", "REMOVE", name)
+        old.execute_command("FAILOVER")
+        deadline = time.monotonic() + 10
+        while not (new.execute_command("ROLE")[0] == b"master"
+                   and old.execute_command("ROLE")[0] == b"slave"):
+            assert time.monotonic() < deadline, "FAILOVER did not complete"
+            time.sleep(0.02)
+        for s in sentinels:
+            s.execute_command("SENTINEL", "MONITOR", name, "127.0.0.1",
+                              deployment.replica.port, 2)
+            s.close()
+        assert deployment.master_port() == deployment.replica.port
+        assert pooled <= client_conns()  # it survived the demotion
+
+        # Refused on the pooled connection, granted on the new master.
+        assert lk.acquire(blocking=False)
+        assert readonly_errors() > 0
+        assert new.get(_key("readonly")).decode() == lk.token
+        assert not pooled & client_conns()  # the client closed it
+        lk.release()
+        assert new.exists(_key("readonly")) == 0
