@@ -248,11 +248,20 @@ static int apply_slots(hilock_client *c, hilock__err *e, const redisReply *r,
   return rc;
 }
 
+/* A node's refusal (wrong password, no permission, not a cluster node)
+ * tells more than a node that could not be reached: keep the first. */
+static void keep_refusal(const hilock__err *e, int rc, hilock__err *refusal) {
+  if (rc != HILOCK_OK && rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT &&
+      refusal->code == HILOCK_OK)
+    *refusal = *e;
+}
+
 /* Read the map from the first node that answers: masters first, then the
  * others, avoid last. */
 static int read_map(hilock_client *c, hilock__err *e, hilock__node *avoid) {
   hilock__cluster *cl = c->cl;
   hilock__node **order;
+  hilock__err refusal;
   int n = 0, rc = HILOCK_ECLUSTER;
   lock_client(c);
   order = malloc(sizeof(*order) * (size_t)(cl->nnodes ? cl->nnodes : 1));
@@ -267,6 +276,7 @@ static int read_map(hilock_client *c, hilock__err *e, hilock__node *avoid) {
   unlock_client(c);
   if (order == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
   hilock__set_err(e, HILOCK_ECLUSTER, "no cluster node is known");
+  hilock__clear_err(&refusal);
   for (int i = 0; i < n; i++) {
     static const char *const argv[2] = {"CLUSTER", "SLOTS"};
     static const size_t lens[2] = {7, 5};
@@ -275,7 +285,10 @@ static int read_map(hilock_client *c, hilock__err *e, hilock__node *avoid) {
     int fresh;
     rc = hilock__cluster_node_conn(c, e, order[i], &k, &fresh);
     if (rc == HILOCK_ECLOSED || rc == HILOCK_ENOMEM) break;
-    if (rc != HILOCK_OK) continue;
+    if (rc != HILOCK_OK) {
+      keep_refusal(e, rc, &refusal);
+      continue;
+    }
     r = redisCommandArgv(k->ctx, 2, (const char **)argv, lens);
     if (r == NULL) {
       rc = hilock__conn_error(c, e, k, "CLUSTER SLOTS", errno);
@@ -297,8 +310,14 @@ static int read_map(hilock_client *c, hilock__err *e, hilock__node *avoid) {
     }
     freeReplyObject(r);
     if (rc == HILOCK_OK) break;
+    keep_refusal(e, rc, &refusal);
   }
   free(order);
+  if ((rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT) &&
+      refusal.code != HILOCK_OK) {
+    *e = refusal;
+    rc = refusal.code;
+  }
   return rc;
 }
 

@@ -11,12 +11,17 @@
 
 static int run_redis_cli_create(hl_cluster *cl) {
   char addr[HL_CLUSTER_NODES][32], log[PATH_MAX];
-  char *argv[8 + HL_CLUSTER_NODES];
+  char *argv[11 + HL_CLUSTER_NODES];
   int argc = 0, status;
   pid_t pid;
   int64_t deadline;
 
   argv[argc++] = "redis-cli";
+  if (cl->node[0].password != NULL) {
+    argv[argc++] = "-a";
+    argv[argc++] = (char *)cl->node[0].password;
+    argv[argc++] = "--no-auth-warning";
+  }
   argv[argc++] = "--cluster";
   argv[argc++] = "create";
   for (int i = 0; i < HL_CLUSTER_NODES; i++) {
@@ -72,6 +77,15 @@ static redisContext *try_connect(const hl_server *s) {
     return NULL;
   }
   redisSetTimeout(c, tv);
+  if (s->password != NULL) {
+    redisReply *r = redisCommand(c, "AUTH %s", s->password);
+    int ok = r != NULL && r->type != REDIS_REPLY_ERROR;
+    if (r != NULL) freeReplyObject(r);
+    if (!ok) {
+      redisFree(c);
+      return NULL;
+    }
+  }
   return c;
 }
 
@@ -162,20 +176,41 @@ int hl_cluster_wait_ok(hl_cluster *cl, int64_t timeout_ms) {
 }
 
 int hl_cluster_start(hl_cluster *cl, int node_timeout_ms) {
+  return hl_cluster_start_auth(cl, node_timeout_ms, NULL);
+}
+
+int hl_cluster_start_auth(hl_cluster *cl, int node_timeout_ms,
+                          const char *password) {
   static char timeout[16];
-  static const char *extra[] = {"--cluster-enabled", "yes",
-                                "--cluster-config-file", "nodes.conf",
-                                "--cluster-node-timeout", timeout,
-                                "--cluster-replica-validity-factor", "0",
-                                /* Healthy masters keep serving while one
-                                 * fails over (the default refuses every
-                                 * command with CLUSTERDOWN meanwhile; the
-                                 * Python suite runs with the default). */
-                                "--cluster-require-full-coverage", "no",
-                                NULL};
-  hl_server_opts opts = {.extra = extra, .port_max = 55535};
+  /* The servers keep these pointers (for restarts): the strings are
+   * static, the array is copied. */
+  const char *extra[] = {"--cluster-enabled", "yes",
+                         "--cluster-config-file", "nodes.conf",
+                         "--cluster-node-timeout", timeout,
+                         "--cluster-replica-validity-factor", "0",
+                         /* Healthy masters keep serving while one
+                          * fails over (the default refuses every
+                          * command with CLUSTERDOWN meanwhile; the
+                          * Python suite runs with the default). */
+                         "--cluster-require-full-coverage", "no",
+                         /* Replicas sync at once, not after 5 s,
+                          * and CLUSTER SLOTS lists a replica only
+                          * once its offset moved: the master's
+                          * pings move it each second, not each
+                          * 10 s. */
+                         "--repl-diskless-sync-delay", "0",
+                         "--repl-ping-replica-period", "1",
+                         NULL, NULL, NULL};
+  size_t nx = sizeof(extra) / sizeof(extra[0]) - 3;
+  hl_server_opts opts = {.extra = extra, .port_max = 55535,
+                         .password = password};
   memset(cl, 0, sizeof(*cl));
   snprintf(timeout, sizeof(timeout), "%d", node_timeout_ms);
+  if (password != NULL) {
+    /* Replicas authenticate to their masters with the same password. */
+    extra[nx++] = "--masterauth";
+    extra[nx] = password;
+  }
   for (int i = 0; i < HL_CLUSTER_NODES; i++)
     if (hl_server_start(&cl->node[i], &opts) != 0) return -1;
   if (run_redis_cli_create(cl) != 0) return -1;
@@ -239,4 +274,18 @@ int hl_cluster_replica_of(hl_cluster *cl, int m) {
 
 redisContext *hl_cluster_connect(hl_cluster *cl, int i) {
   return hl_redis_connect(&cl->node[i]);
+}
+
+int hl_cluster_wait_owner(hl_cluster *cl, int slot, int i, int64_t timeout_ms) {
+  int64_t deadline = hl_now_ms() + timeout_ms;
+  for (;;) {
+    int ok = 1;
+    for (int j = 0; j < HL_CLUSTER_NODES && ok; j++)
+      if (cl->node[j].pid > 0 &&
+          owner_port_from(&cl->node[j], slot) != cl->node[i].port)
+        ok = 0;
+    if (ok) return 1;
+    if (hl_now_ms() > deadline) return 0;
+    hl_sleep_ms(20);
+  }
 }

@@ -18,6 +18,11 @@ typedef struct hl_cluster {
  * for cluster_state:ok on every node and every replica's link. Returns 0,
  * or -1 after printing why. */
 int hl_cluster_start(hl_cluster *cl, int node_timeout_ms);
+/* hl_cluster_start with every node requiring password (requirepass, and
+ * masterauth so that replicas sync); NULL: no password. cl->url carries no
+ * credentials; the functions below and hl_cluster_connect authenticate. */
+int hl_cluster_start_auth(hl_cluster *cl, int node_timeout_ms,
+                          const char *password);
 void hl_cluster_destroy(hl_cluster *cl);
 /* Poll until every running node reports cluster_state:ok and agrees on
  * the owner of every slot in slots[0..n); 1 if it got there in time. */
@@ -27,6 +32,9 @@ int hl_cluster_wait_ok(hl_cluster *cl, int64_t timeout_ms);
 int hl_cluster_owner(hl_cluster *cl, int slot);
 /* Index of a running replica of the master at index m, or -1. */
 int hl_cluster_replica_of(hl_cluster *cl, int m);
+/* Poll until every running node names node i as the master of slot; 1 if
+ * it got there within timeout_ms. */
+int hl_cluster_wait_owner(hl_cluster *cl, int slot, int i, int64_t timeout_ms);
 /* A raw connection to node i (fails the test if it cannot connect). */
 redisContext *hl_cluster_connect(hl_cluster *cl, int i);
 

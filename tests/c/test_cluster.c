@@ -769,6 +769,346 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   hilock_client_free(c);
 }
 
+/* ## AUTH and ACL (a second cluster whose nodes require a password) --------
+ * requirepass and masterauth on every node, and ACL users made on every
+ * node: alice (every command), noeval (all but the script commands) and
+ * revoked (deleted by a test). */
+
+#define PW "hl-cluster-pw"
+static hl_cluster pw;
+
+static int pw_group_setup(void **state) {
+  (void)state;
+  if (hl_cluster_start_auth(&pw, 1000, PW) != 0) return -1;
+  for (int i = 0; i < HL_CLUSTER_NODES; i++) {
+    redisContext *r = hl_cluster_connect(&pw, i);
+    hl_redis_ok(r, "ACL SETUSER alice on >alice-pw ~* &* +@all");
+    hl_redis_ok(r, "ACL SETUSER noeval on >noeval-pw ~* &* +@all -eval "
+                   "-evalsha -eval_ro -evalsha_ro");
+    hl_redis_ok(r, "ACL SETUSER revoked on >revoked-pw ~* &* +@all");
+    redisFree(r);
+  }
+  return 0;
+}
+
+static int pw_group_teardown(void **state) {
+  (void)state;
+  hl_cluster_destroy(&pw);
+  return 0;
+}
+
+/* redis+cluster://<userinfo>@<the seeds of pw.url>. */
+static void pw_url(char *buf, size_t n, const char *userinfo) {
+  snprintf(buf, n, "redis+cluster://%s%s%s", userinfo, *userinfo ? "@" : "",
+           pw.url + strlen("redis+cluster://"));
+}
+
+static hilock_client *pw_client(const char *url) {
+  hilock_options o = cluster_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(url, &o, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+static void pw_masters(int m[3]) {
+  m[0] = hl_cluster_owner(&pw, 0);
+  m[1] = hl_cluster_owner(&pw, 8000);
+  m[2] = hl_cluster_owner(&pw, 16383);
+  assert_true(m[0] >= 0 && m[1] >= 0 && m[2] >= 0);
+  assert_int_not_equal(m[0], m[1]);
+  assert_int_not_equal(m[1], m[2]);
+  assert_int_not_equal(m[0], m[2]);
+}
+
+/* A name whose slot node owner masters, avoiding the slots in avoid[0..n). */
+static void pw_name_on(int owner, const char *prefix, char *buf, size_t n,
+                       const int *avoid, int navoid) {
+  for (int i = 0; i < 10000; i++) {
+    int slot, clash = 0;
+    snprintf(buf, n, "%s%d", prefix, i);
+    slot = name_slot(buf);
+    for (int j = 0; j < navoid; j++) clash |= avoid[j] == slot;
+    if (!clash && hl_cluster_owner(&pw, slot) == owner) return;
+  }
+  fail_msg("no name maps to node %d", owner);
+}
+
+static int pw_key_on(int node, const char *key, size_t len) {
+  redisContext *r = hl_cluster_connect(&pw, node);
+  int v = hl_redis_exists(r, key, len);
+  redisFree(r);
+  return v;
+}
+
+static long long pw_errorstat(int node, const char *field) {
+  redisContext *r = hl_cluster_connect(&pw, node);
+  redisReply *rep = hl_redis(r, "INFO errorstats");
+  char want[64];
+  const char *p;
+  long long v = 0;
+  snprintf(want, sizeof(want), "%s:count=", field);
+  if (rep->type == REDIS_REPLY_STRING && (p = strstr(rep->str, want)) != NULL)
+    v = strtoll(p + strlen(want), NULL, 10);
+  freeReplyObject(rep);
+  redisFree(r);
+  return v;
+}
+
+/* How many connections of ACL user `user` node i has open. */
+static int pw_conns_of(int node, const char *user) {
+  redisContext *r = hl_cluster_connect(&pw, node);
+  redisReply *rep = hl_redis(r, "CLIENT LIST TYPE normal");
+  char want[64];
+  int n = 0;
+  snprintf(want, sizeof(want), " user=%s ", user);
+  assert_int_equal(rep->type, REDIS_REPLY_STRING);
+  for (const char *p = rep->str; (p = strstr(p, want)) != NULL; p++) n++;
+  freeReplyObject(rep);
+  redisFree(r);
+  return n;
+}
+
+/* CLIENT KILL USER on every node: the client's pooled connections die. */
+static void pw_kill_conns_of(const char *user) {
+  for (int i = 0; i < HL_CLUSTER_NODES; i++) {
+    redisContext *r = hl_cluster_connect(&pw, i);
+    freeReplyObject(hl_redis(r, "CLIENT KILL USER %s", user));
+    redisFree(r);
+  }
+}
+
+static char *pw_node_id(int i) {
+  redisContext *r = hl_cluster_connect(&pw, i);
+  redisReply *rep = hl_redis(r, "CLUSTER MYID");
+  char *id;
+  assert_int_equal(rep->type, REDIS_REPLY_STRING);
+  id = strdup(rep->str);
+  freeReplyObject(rep);
+  redisFree(r);
+  return id;
+}
+
+/* Hand an empty slot from master `from` to master `to` the way a reshard
+ * does (IMPORTING, MIGRATING, then NODE on the target first), and wait
+ * until every node names the new owner. */
+static void pw_move_slot(int slot, int from, int to, const int m[3]) {
+  char *from_id = pw_node_id(from), *to_id = pw_node_id(to);
+  redisContext *src = hl_cluster_connect(&pw, from);
+  redisContext *dst = hl_cluster_connect(&pw, to);
+  assert_int_equal(hl_redis_int(src, "CLUSTER COUNTKEYSINSLOT %d", slot), 0);
+  hl_redis_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, from_id);
+  hl_redis_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, to_id);
+  hl_redis_ok(dst, "CLUSTER SETSLOT %d NODE %s", slot, to_id);
+  hl_redis_ok(src, "CLUSTER SETSLOT %d NODE %s", slot, to_id);
+  for (int i = 0; i < 3; i++) {
+    if (m[i] == from || m[i] == to) continue;
+    redisContext *r = hl_cluster_connect(&pw, m[i]);
+    hl_redis_ok(r, "CLUSTER SETSLOT %d NODE %s", slot, to_id);
+    redisFree(r);
+  }
+  assert_true(hl_cluster_wait_owner(&pw, slot, to, 10000));
+  redisFree(src);
+  redisFree(dst);
+  free(from_id);
+  free(to_id);
+}
+
+/* Acquire and release a lock of that name; its key is on node `on` while
+ * held. */
+static void pw_lock_on(hilock_client *c, const char *name, int on) {
+  hilock_lock *l = NULL;
+  const char *key;
+  size_t klen;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  key = hilock_lock_key(l, &klen);
+  assert_true(pw_key_on(on, key, klen));
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_false(pw_key_on(on, key, klen));
+  hilock_lock_free(l);
+}
+
+static void auth_cluster_grants_on_every_master(void **state) {
+  static const char *const who[] = {":" PW, "alice:alice-pw"};
+  int m[3];
+  char url[300], name[32];
+  (void)state;
+  pw_masters(m);
+  for (size_t w = 0; w < 2; w++) {
+    pw_url(url, sizeof(url), who[w]);
+    hilock_client *c = pw_client(url);
+    assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+    for (int i = 0; i < 3; i++) {
+      char prefix[16];
+      snprintf(prefix, sizeof(prefix), "pw%zu-", w);
+      pw_name_on(m[i], prefix, name, sizeof(name), NULL, 0);
+      pw_lock_on(c, name, m[i]);
+    }
+    if (w == 1) /* every master holds connections logged in as alice */
+      for (int i = 0; i < 3; i++) assert_true(pw_conns_of(m[i], "alice") > 0);
+    hilock_client_free(c);
+  }
+}
+
+/* The client first reads the map from a replica and talks to one master;
+ * two empty slots of that master are then moved to a master it has never
+ * dialed. The first grant after the move gets MOVED, re-reads the map and
+ * dials the new owner; every connection is new (the old ones were killed)
+ * and must authenticate. The re-read map already routes the second slot. */
+static void auth_cluster_follows_MOVED_to_an_undialed_node(void **state) {
+  int m[3], replica, a, b, avoid[3];
+  char url[400], seed[300], first[32], moved1[32], moved2[32];
+  hilock__node *nb = NULL;
+  long long before;
+  int64_t read_at;
+  (void)state;
+  pw_masters(m);
+  a = m[0];
+  b = m[1];
+  replica = hl_cluster_replica_of(&pw, m[2]);
+  assert_true(replica >= 0);
+  snprintf(seed, sizeof(seed), "alice:alice-pw@127.0.0.1:%d",
+           pw.node[replica].port);
+  snprintf(url, sizeof(url), "redis+cluster://%s", seed);
+  pw_name_on(a, "dialed", first, sizeof(first), NULL, 0);
+  avoid[0] = name_slot(first);
+  pw_name_on(a, "moved-a", moved1, sizeof(moved1), avoid, 1);
+  avoid[1] = name_slot(moved1);
+  pw_name_on(a, "moved-b", moved2, sizeof(moved2), avoid, 2);
+  avoid[2] = name_slot(moved2);
+
+  pw_kill_conns_of("alice");
+  hilock_client *c = pw_client(url);
+  pw_lock_on(c, first, a);
+  /* The client has not dialed b. */
+  assert_int_equal(pw_conns_of(b, "alice"), 0);
+  pthread_mutex_lock(&c->mu);
+  for (int i = 0; i < c->cl->nnodes; i++)
+    if (c->cl->nodes[i]->port == pw.node[b].port) nb = c->cl->nodes[i];
+  assert_non_null(nb);
+  assert_null(nb->idle);
+  read_at = c->cl->refreshed_ms;
+  pthread_mutex_unlock(&c->mu);
+
+  pw_move_slot(avoid[1], a, b, m);
+  pw_move_slot(avoid[2], a, b, m);
+  pw_kill_conns_of("alice"); /* every pooled connection is gone */
+  before = pw_errorstat(a, "errorstat_MOVED");
+
+  pw_lock_on(c, moved1, b);
+  assert_int_equal(pw_errorstat(a, "errorstat_MOVED"), before + 1);
+  assert_true(pw_conns_of(b, "alice") > 0);
+  /* The map was read again, and names b for the second moved slot too. */
+  assert_true(c->cl->refreshed_ms > read_at);
+  assert_int_equal(hilock__cluster_owner(c, avoid[2])->port, pw.node[b].port);
+  pw_lock_on(c, moved2, b);
+  assert_int_equal(pw_errorstat(a, "errorstat_MOVED"), before + 1);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
+/* Wrong, missing or unknown credentials fail the client's creation with
+ * HILOCK_EAUTH at once: not retried for the 15 s reconnect budget. */
+static void auth_cluster_wrong_credentials_are_EAUTH(void **state) {
+  static const char *const bad[][2] = {
+      {":not-the-pw", "WRONGPASS"},
+      {"", "NOAUTH"},
+      {"alice:not-alice-pw", "WRONGPASS"},
+      {"nobody:" PW, "WRONGPASS"},
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    hilock_options o = cluster_options();
+    hilock_client *c = NULL;
+    char url[300];
+    int64_t t0 = hl_now_ms();
+    pw_url(url, sizeof(url), bad[i][0]);
+    assert_hl_rc(hilock_client_new(url, &o, &c), HILOCK_EAUTH,
+                 hilock_client_errmsg(c));
+    assert_i64_between(hl_now_ms() - t0, 0, 2000);
+    assert_int_equal(hilock_client_errcode(c), HILOCK_EAUTH);
+    assert_substr(hilock_client_errmsg(c), bad[i][1]);
+    hilock_client_free(c);
+  }
+  /* The refusal is reported even when a seed tried after it is down. */
+  {
+    hilock_options o = cluster_options();
+    hilock_client *c = NULL;
+    char url[300];
+    snprintf(url, sizeof(url),
+             "redis+cluster://:not-the-pw@127.0.0.1:%d,127.0.0.1:%d",
+             pw.node[0].port, hl_free_port());
+    assert_hl_rc(hilock_client_new(url, &o, &c), HILOCK_EAUTH,
+                 hilock_client_errmsg(c));
+    assert_substr(hilock_client_errmsg(c), "WRONGPASS");
+    hilock_client_free(c);
+  }
+}
+
+/* A user deleted after the client connected: its connections are closed,
+ * and the next call fails with HILOCK_EAUTH at once. */
+static void auth_cluster_revoked_user_is_EAUTH_on_next_use(void **state) {
+  int m[3];
+  char url[300], name[32];
+  hilock_lock *l = NULL;
+  int64_t t0;
+  (void)state;
+  pw_masters(m);
+  pw_url(url, sizeof(url), "revoked:revoked-pw");
+  hilock_client *c = pw_client(url);
+  pw_name_on(m[2], "revoked", name, sizeof(name), NULL, 0);
+  pw_lock_on(c, name, m[2]);
+  for (int i = 0; i < HL_CLUSTER_NODES; i++) {
+    redisContext *r = hl_cluster_connect(&pw, i);
+    assert_int_equal(hl_redis_int(r, "ACL DELUSER revoked"), 1);
+    redisFree(r);
+  }
+  assert_int_equal(pw_conns_of(m[2], "revoked"), 0);
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
+               hilock_client_errmsg(c));
+  t0 = hl_now_ms();
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EAUTH, hilock_lock_errmsg(l));
+  assert_substr(hilock_lock_errmsg(l), "WRONGPASS");
+  assert_hl_rc(hilock_client_ping(c), HILOCK_EAUTH, hilock_client_errmsg(c));
+  assert_i64_between(hl_now_ms() - t0, 0, 2000);
+  assert_false(hilock_lock_held(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+/* A user who may not run scripts: the client connects and reads the map,
+ * and every grant fails with HILOCK_ENOPERM, writing nothing. */
+static void auth_cluster_user_without_EVAL_is_ENOPERM(void **state) {
+  int m[3];
+  char url[300];
+  (void)state;
+  pw_masters(m);
+  pw_url(url, sizeof(url), "noeval:noeval-pw");
+  hilock_client *c = pw_client(url);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  for (int i = 0; i < 3; i++) {
+    hilock_lock *l = NULL;
+    char name[32];
+    const char *key;
+    size_t klen;
+    pw_name_on(m[i], "noeval", name, sizeof(name), NULL, 0);
+    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
+                 hilock_client_errmsg(c));
+    assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ENOPERM,
+                 hilock_lock_errmsg(l));
+    assert_substr(hilock_lock_errmsg(l), "NOPERM");
+    assert_int_equal(hilock_lock_errcode(l), HILOCK_ENOPERM);
+    assert_hl_rc(hilock_lock_acquire(l, 500), HILOCK_ENOPERM,
+                 hilock_lock_errmsg(l));
+    key = hilock_lock_key(l, &klen);
+    assert_false(pw_key_on(m[i], key, klen));
+    hilock_lock_free(l);
+  }
+  hilock_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(url_lists_seeds_credentials_and_options),
@@ -786,5 +1126,14 @@ int main(void) {
       cmocka_unit_test(a_forked_child_routes_on_its_own_connections),
       cmocka_unit_test(a_killed_master_fails_over_and_locks_keep_working),
   };
-  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+  const struct CMUnitTest auth_tests[] = {
+      cmocka_unit_test(auth_cluster_grants_on_every_master),
+      cmocka_unit_test(auth_cluster_follows_MOVED_to_an_undialed_node),
+      cmocka_unit_test(auth_cluster_wrong_credentials_are_EAUTH),
+      cmocka_unit_test(auth_cluster_revoked_user_is_EAUTH_on_next_use),
+      cmocka_unit_test(auth_cluster_user_without_EVAL_is_ENOPERM),
+  };
+  int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+  return failed + cmocka_run_group_tests(auth_tests, pw_group_setup,
+                                         pw_group_teardown);
 }

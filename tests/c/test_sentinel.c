@@ -13,12 +13,15 @@
  *   unacknowledged grant. */
 #include "test_util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -236,13 +239,15 @@ static void break_replication(deploy *d) {
   }
 }
 
-/* Wait until the replica has every write the master took so far. WAIT
- * counts acknowledgements of the calling connection's own last write, so
- * write first: a bare WAIT on a connection that wrote nothing returns at
- * once. */
-static void sync_replica(deploy *d) {
-  freeReplyObject(hl_redis(d->m, "INCR hl:sync"));
-  assert_int_equal(hl_redis_int(d->m, "WAIT 1 2000"), 1);
+/* Wait until the replica has key. WAIT on the test's own connection would
+ * prove nothing (it wrote nothing), and just after its first sync a
+ * replica may get the write stream only with its first ACK, up to a second
+ * later: a master killed before then loses the write. */
+static void wait_replicated(deploy *d, const char *key, size_t klen) {
+  for (int64_t end = hl_now_ms() + 3000; !hl_redis_exists(d->r, key, klen);) {
+    if (hl_now_ms() > end) fail_msg("the key did not reach the replica");
+    hl_sleep_ms(5);
+  }
 }
 
 /* Port the sentinels name as master (the first sentinel that answers). */
@@ -435,8 +440,7 @@ static void acquire_through_the_sentinels(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
   /* The key is on the master, and replicated. */
   assert_true(hl_redis_exists(d.m, key, klen));
-  sync_replica(&d);
-  assert_true(hl_redis_exists(d.r, key, klen));
+  wait_replicated(&d, key, klen);
   assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
   hilock_lock_free(l);
   hilock_client_free(c);
@@ -490,7 +494,7 @@ static void client_follows_a_failover(void **state) {
   assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, lost_flag, &lost), "renew");
   assert_hl_ok(hilock_lock_acquire(l, 1000), hilock_lock_errmsg(l));
   uint64_t fence = hilock_lock_fence(l);
-  sync_replica(&d); /* the grant reached the replica */
+  wait_replicated(&d, key, klen);
 
   int64_t t0 = hl_now_ms();
   int64_t took = kill_master_and_fail_over(&d);
@@ -852,6 +856,114 @@ static void wait_options_are_checked(void **state) {
   hilock_client_free(c);
 }
 
+/* ## A real READONLY on a pooled connection ------------------------------
+ * The sentinels' own failover cannot produce one: when they demote the old
+ * master they send CLIENT KILL TYPE normal with its REPLICAOF, so a pooled
+ * connection is closed, never answered READONLY. FAILOVER (Redis >= 6.2)
+ * hands over to the replica and keeps the old master's clients connected;
+ * the sentinels are re-pointed with SENTINEL REMOVE and MONITOR, as in a
+ * switch-over done by an operator. */
+
+/* count= of an INFO errorstats line ("errorstat_READONLY"), 0 if absent. */
+static long long errorstat(redisContext *c, const char *field) {
+  redisReply *rep = hl_redis(c, "INFO errorstats");
+  char want[64];
+  const char *p;
+  long long v = 0;
+  snprintf(want, sizeof(want), "%s:count=", field);
+  if (rep->type == REDIS_REPLY_STRING && (p = strstr(rep->str, want)) != NULL)
+    v = strtoll(p + strlen(want), NULL, 10);
+  freeReplyObject(rep);
+  return v;
+}
+
+/* Every sentinel forgets the master (port < 0), or watches the one on
+ * port. */
+static void sentinels_watch(deploy *d, int port) {
+  for (int i = 0; i < d->nsent; i++) {
+    redisContext *s = connect_port(d->s[i].port);
+    if (port < 0)
+      hl_redis_ok(s, "SENTINEL REMOVE " MASTER);
+    else
+      hl_redis_ok(s, "SENTINEL MONITOR " MASTER " 127.0.0.1 %d 2", port);
+    redisFree(s);
+  }
+}
+
+/* 1 if the server on c lists a client connected from local port lport. */
+static int has_client_from(redisContext *c, int lport) {
+  redisReply *rep = hl_redis(c, "CLIENT LIST TYPE normal");
+  char want[40];
+  int found;
+  snprintf(want, sizeof(want), " addr=127.0.0.1:%d ", lport);
+  found = rep->type == REDIS_REPLY_STRING && strstr(rep->str, want) != NULL;
+  freeReplyObject(rep);
+  return found;
+}
+
+static int local_port(const redisContext *ctx) {
+  struct sockaddr_in sa;
+  socklen_t len = sizeof(sa);
+  assert_int_equal(getsockname(ctx->fd, (struct sockaddr *)&sa, &len), 0);
+  return ntohs(sa.sin_port);
+}
+
+static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
+    void **state) {
+  deploy d;
+  size_t klen;
+  char *key = key_of("readonly", "lock", &klen);
+  int old_port, new_port, pooled;
+  (void)state;
+  deploy_start(&d, NSENT);
+  old_port = d.master.port;
+  new_port = d.replica.port;
+  hilock_client *c = client_for(d.url, 0);
+  hilock_lock *l = new_lock(c, "readonly", 10000);
+  /* A grant and its release leave one connection to the master pooled. */
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_int_equal(c->nidle, 1);
+  assert_int_equal(c->idle->ctx->tcp.port, old_port);
+  pooled = local_port(c->idle->ctx);
+  assert_true(has_client_from(d.m, pooled));
+  assert_int_equal(errorstat(d.m, "errorstat_READONLY"), 0);
+
+  /* The sentinels stop watching (left alone, they would reconfigure the
+   * servers themselves), the old master hands over and becomes a replica
+   * with its clients connected, then the sentinels name the new master. */
+  sentinels_watch(&d, -1);
+  hl_redis_ok(d.m, "FAILOVER");
+  for (int64_t end = hl_now_ms() + 10000;
+       !role_is_master(new_port) || role_is_master(old_port);) {
+    if (hl_now_ms() > end) fail_msg("FAILOVER did not complete");
+    hl_sleep_ms(20);
+  }
+  sentinels_watch(&d, new_port);
+  assert_int_equal(sentinel_master_port(&d), new_port);
+  /* The pooled connection survived the demotion. */
+  assert_int_equal(c->nidle, 1);
+  assert_true(has_client_from(d.m, pooled));
+
+  /* The grant is tried on the pooled connection, refused with READONLY,
+   * and made on the master the sentinels name now. */
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_true(errorstat(d.m, "errorstat_READONLY") > 0);
+  char *v = hl_redis_get(d.r, key, klen);
+  assert_non_null(v);
+  assert_string_equal(v, hilock_lock_token(l));
+  free(v);
+  assert_int_equal(c->nidle, 1);
+  assert_int_equal(c->idle->ctx->tcp.port, new_port);
+  assert_false(has_client_from(d.m, pooled)); /* closed by the client */
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_false(hl_redis_exists(d.r, key, klen));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+  free(key);
+  deploy_stop(&d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sentinel_urls_parse),
@@ -864,6 +976,8 @@ int main(void) {
       cmocka_unit_test(unacknowledged_renewals_lose_the_hold),
       cmocka_unit_test(every_family_gives_back_an_unacknowledged_grant),
       cmocka_unit_test(coordination_types_give_back_unacknowledged_grants),
+      cmocka_unit_test(
+          a_pooled_connection_answered_READONLY_moves_to_the_new_master),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,13 +50,25 @@ def _cluster_port() -> int:
 
 
 class LocalCluster:
-    def __init__(self, node_timeout_ms: int = 1000, nodes: int = 6) -> None:
+    """password: every node requires it (requirepass, and masterauth so that
+    replicas sync); ``url`` and ``conn`` then log in with it."""
+
+    def __init__(self, node_timeout_ms: int = 1000, nodes: int = 6,
+                 password: Optional[str] = None) -> None:
         if shutil.which("redis-cli") is None:
             raise FileNotFoundError("redis-cli not found; install the redis-tools package")
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(node_timeout_ms),
-                "--cluster-replica-validity-factor", "0"]
-        self.nodes: List[RedisServer] = [RedisServer(port=_cluster_port(), extra_args=args)
+                "--cluster-replica-validity-factor", "0",
+                # Replicas sync at once (not after 5 s), and CLUSTER SLOTS
+                # lists a replica only once its offset moved: the master's
+                # pings move it each second instead of each 10 s.
+                "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"]
+        self.password = password
+        if password is not None:
+            args += ["--masterauth", password]
+        self.nodes: List[RedisServer] = [RedisServer(port=_cluster_port(), password=password,
+                                                     extra_args=args)
                                          for _ in range(nodes)]
 
     # -- lifecycle -----------------------------------------------------------
@@ -65,8 +77,10 @@ class LocalCluster:
         for n in self.nodes:
             n.start()
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
-        subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "1",
-                        "--cluster-yes"], check=True, stdout=subprocess.DEVNULL,
+        auth = ["-a", self.password, "--no-auth-warning"] if self.password else []
+        subprocess.run(["redis-cli", *auth, "--cluster", "create", *addrs,
+                        "--cluster-replicas", "1", "--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=timeout)
         self.wait_ok(timeout, replicas=True)
         return self
@@ -76,8 +90,14 @@ class LocalCluster:
             n.cleanup()
 
     @property
+    def hosts(self) -> str:
+        """The seeds of ``url``: host:port of the first three nodes."""
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:3])
+
+    @property
     def url(self) -> str:
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:3])
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis+cluster://{auth}{self.hosts}"
 
     # -- state ---------------------------------------------------------------
 
@@ -86,7 +106,8 @@ class LocalCluster:
         return p is not None and p.poll() is None
 
     def conn(self, i: int) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.nodes[i].port, socket_timeout=2)
+        return redis.Redis(host="127.0.0.1", port=self.nodes[i].port, socket_timeout=2,
+                           password=self.password)
 
     def _slots(self, i: int):
         r = self.conn(i)

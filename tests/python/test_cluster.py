@@ -346,3 +346,152 @@ def test_master_failover_during_a_run(cluster, redis_url: str, rds) -> None:
     print("\n".join(report))
     # The clients rode out the failover: no call failed for want of a node.
     assert not [e for e in events if "error" in e or e.startswith("timeout")], "\n".join(report)
+
+
+# -- AUTH and ACL on a cluster whose nodes require a password -------------------
+
+CLUSTER_PW = "hl-cluster-pw"
+
+
+@pytest.fixture(scope="module")
+def auth_cluster():
+    """A second cluster: requirepass and masterauth on every node, and ACL
+    users made on every node (alice may run anything, noeval no scripts)."""
+    cl = LocalCluster(node_timeout_ms=1000, password=CLUSTER_PW)
+    try:
+        cl.start()
+        for i in range(len(cl.nodes)):
+            r = cl.conn(i)
+            r.execute_command("ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "&*", "+@all")
+            r.execute_command("ACL", "SETUSER", "noeval", "on", ">noeval-pw", "~*", "&*",
+                              "+@all", "-eval", "-evalsha", "-eval_ro", "-evalsha_ro")
+            r.close()
+        yield cl
+    finally:
+        cl.cleanup()
+
+
+def _auth_url(cl, userinfo: str, hosts: str = "") -> str:
+    return f"redis+cluster://{userinfo}@{hosts or cl.hosts}"
+
+
+def _conns_of(cl, node: int, user: str) -> int:
+    r = cl.conn(node)
+    try:
+        return sum(1 for c in r.client_list(_type="normal") if c.get("user") == user)
+    finally:
+        r.close()
+
+
+def _errorstat(cl, node: int, code: str) -> int:
+    r = cl.conn(node)
+    try:
+        return int(r.info("errorstats").get(f"errorstat_{code}", {}).get("count", 0))
+    finally:
+        r.close()
+
+
+def _move_empty_slot(cl, slot: int, src: int, dst: int) -> None:
+    """Hand an empty slot from master src to master dst as a reshard does,
+    and wait until every node names dst."""
+    ids = {i: cl.conn(i).execute_command("CLUSTER MYID") for i in cl.masters()}
+    ids = {i: v.decode() if isinstance(v, bytes) else v for i, v in ids.items()}
+    s, d = cl.conn(src), cl.conn(dst)
+    assert s.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
+    d.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", ids[src])
+    s.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", ids[dst])
+    for i in [dst, src] + [m for m in ids if m not in (src, dst)]:
+        cl.conn(i).execute_command("CLUSTER SETSLOT", slot, "NODE", ids[dst])
+    port = cl.nodes[dst].port
+    deadline = time.monotonic() + 10
+    while not all(any(e[0] <= slot <= e[1] and int(e[2][1]) == port for e in cl._slots(i))
+                  for i in range(len(cl.nodes))):
+        assert time.monotonic() < deadline, f"slot {slot} did not move"
+        time.sleep(0.02)
+
+
+def _grant_on(c, cl, name: str, node: int) -> None:
+    lk = c.lock(name, ttl=10.0, auto_renew=False)
+    assert lk.acquire(blocking=False)
+    assert _key_exists_on(cl, node, name)
+    lk.release()
+    assert not cl.conn(node).exists(f"hilock:{{{name}}}:lock")
+
+
+def test_auth_cluster_password_and_acl_user_grant_on_every_master(auth_cluster) -> None:
+    masters = auth_cluster.masters()
+    for who in (f":{CLUSTER_PW}", "alice:alice-pw"):
+        with hilock.Client(_auth_url(auth_cluster, who), reconnect=15.0) as c:
+            c.ping()
+            for m in masters:
+                _grant_on(c, auth_cluster, auth_cluster.name_on(m, f"auth-{who[:3]}-"), m)
+            if who.startswith("alice"):
+                assert all(_conns_of(auth_cluster, m, "alice") > 0 for m in masters)
+
+
+def test_auth_cluster_follows_moved_to_a_node_it_never_dialed(auth_cluster) -> None:
+    """The client reads the map from a replica and talks to master a only;
+    two empty slots of a then move to master b. With every connection
+    killed, the first grant follows MOVED to b over new, authenticated
+    connections and re-reads the map, which routes the second slot to b
+    with no further MOVED."""
+    cl = auth_cluster
+    a, b, other = cl.masters()
+    replica = cl.replica_of(other)
+    assert replica is not None
+    first = cl.name_on(a, "dialed-")
+    names = []
+    k = 0
+    while len(names) < 2:
+        k += 1
+        n = f"moved-{k}"
+        s = name_slot(n)
+        if cl.owner(s) == a and s not in {name_slot(first)} | {name_slot(x) for x in names}:
+            names.append(n)
+    for i in range(len(cl.nodes)):
+        cl.conn(i).client_kill_filter(user="alice")
+    url = _auth_url(cl, "alice:alice-pw", f"127.0.0.1:{cl.nodes[replica].port}")
+    with hilock.Client(url, reconnect=15.0) as c:
+        _grant_on(c, cl, first, a)
+        assert _conns_of(cl, b, "alice") == 0
+        for n in names:
+            _move_empty_slot(cl, name_slot(n), a, b)
+        for i in range(len(cl.nodes)):
+            cl.conn(i).client_kill_filter(user="alice")
+        before = _errorstat(cl, a, "MOVED")
+        _grant_on(c, cl, names[0], b)
+        assert _errorstat(cl, a, "MOVED") == before + 1
+        assert _conns_of(cl, b, "alice") > 0
+        _grant_on(c, cl, names[1], b)
+        assert _errorstat(cl, a, "MOVED") == before + 1  # routed by the re-read map
+
+
+def test_auth_cluster_wrong_credentials_raise_authentication_error(auth_cluster) -> None:
+    dead = f"127.0.0.1:{hilock._server.free_port()}"
+    cases = [(":not-the-pw", "", "WRONGPASS"), ("", "", "NOAUTH"),
+             ("alice:not-alice-pw", "", "WRONGPASS"), (f"nobody:{CLUSTER_PW}", "", "WRONGPASS"),
+             # a seed that is down, tried after the one that refused
+             (":not-the-pw", f"127.0.0.1:{auth_cluster.nodes[0].port},{dead}", "WRONGPASS")]
+    for userinfo, hosts, text in cases:
+        url = (_auth_url(auth_cluster, userinfo, hosts) if userinfo
+               else f"redis+cluster://{auth_cluster.hosts}")
+        t0 = time.monotonic()
+        with pytest.raises(hilock.AuthenticationError) as info:
+            hilock.Client(url, reconnect=15.0)
+        assert time.monotonic() - t0 < 2.0, url
+        assert info.value.code == hilock._hilock.HILOCK_EAUTH
+        assert text in str(info.value), (url, str(info.value))
+
+
+def test_auth_cluster_user_without_eval_gets_no_permission(auth_cluster) -> None:
+    with hilock.Client(_auth_url(auth_cluster, "noeval:noeval-pw"), reconnect=15.0) as c:
+        c.ping()
+        for m in auth_cluster.masters():
+            name = auth_cluster.name_on(m, "noeval-")
+            lk = c.lock(name, ttl=10.0, auto_renew=False)
+            with pytest.raises(hilock.NoPermissionError) as info:
+                lk.acquire(blocking=False)
+            assert info.value.code == hilock._hilock.HILOCK_ENOPERM
+            assert "NOPERM" in str(info.value)
+            assert not lk.locked()
+            assert not _key_exists_on(auth_cluster, m, name)

@@ -41,14 +41,16 @@ def _master_redis(port: int):
     return redis.Redis(host="127.0.0.1", port=port, socket_timeout=3)
 
 
-def _sync_replica(port: int) -> None:
-    """Wait until the replica has every write the master took so far. WAIT
-    counts acknowledgements of its own connection's last write, so write
-    first on the same connection: a bare WAIT returns at once."""
-    pipe = _master_redis(port).pipeline(transaction=False)
-    pipe.incr("hl:sync")
-    pipe.wait(1, 2000)
-    assert pipe.execute()[1] == 1
+def _wait_replicated(deployment, key: str) -> None:
+    """Wait until the replica has key. WAIT on a connection of the test's
+    own proves nothing (it wrote nothing), and just after its first sync a
+    replica may get the write stream only with its first ACK, up to a
+    second later: a master killed before then loses the write."""
+    r = _master_redis(deployment.replica.port)
+    deadline = time.monotonic() + 3
+    while not r.exists(key):
+        assert time.monotonic() < deadline, f"{key} did not reach the replica"
+        time.sleep(0.005)
 
 
 def test_url_resolves_the_master_and_survives_a_dead_sentinel(deployment):
@@ -74,7 +76,7 @@ def test_client_and_renewal_follow_a_failover(deployment):
         lk = c.lock("follow", ttl=8.0, on_lost=lambda l: lost.append(l))
         with lk:
             fence = lk.fence
-            _sync_replica(deployment.master.port)
+            _wait_replicated(deployment, _key("follow"))
             t0 = time.monotonic()
             took = deployment.kill_master_and_fail_over()
             assert took < 7, f"the failover took {took:.1f} s, near the 8 s TTL"
@@ -97,7 +99,7 @@ def test_client_follows_a_graceful_failover(deployment):
     with hilock.Client(deployment.url, reconnect=15.0) as c:
         lk = c.lock("graceful", ttl=10.0)
         assert lk.acquire(timeout=1)
-        _sync_replica(deployment.master.port)
+        _wait_replicated(deployment, _key("graceful"))
         deployment.graceful_failover()
         assert lk.owned()
         lk.release()
@@ -273,3 +275,58 @@ def test_coordination_types_confirm_grants_too(redis_url):
                 pytest.fail("the body ran without an acknowledged grant")
     with hilock.Client(redis_url) as c:  # without it they grant
         assert c.rwlock("unconfirmed").write().acquire(blocking=False)
+
+
+def test_pooled_connection_answered_readonly_moves_to_the_new_master(deployment):
+    """A real READONLY on a pooled connection. Sentinel's own demotion
+    closes the old master's clients (CLIENT KILL TYPE normal with its
+    REPLICAOF), so it never produces one; FAILOVER hands the master role to
+    the replica and keeps them connected. The sentinels are re-pointed with
+    SENTINEL REMOVE and MONITOR, as in a switch-over done by an operator."""
+    import redis
+    name = deployment.name
+    old = _master_redis(deployment.master.port)
+    new = _master_redis(deployment.replica.port)
+
+    def client_conns():
+        # Unnamed connections (sentinels name theirs) but this test's own.
+        me = old.client_id()
+        return {int(c["id"]) for c in old.client_list(_type="normal")
+                if not c.get("name") and int(c["id"]) != me}
+
+    def readonly_errors() -> int:
+        return int(old.info("errorstats").get("errorstat_READONLY", {}).get("count", 0))
+
+    others = client_conns()
+    with hilock.Client(deployment.url, reconnect=15.0) as c:
+        lk = c.lock("readonly", ttl=10.0, auto_renew=False)
+        assert lk.acquire(blocking=False)
+        lk.release()  # its connection goes back to the pool
+        pooled = client_conns() - others
+        assert len(pooled) == 1
+        assert readonly_errors() == 0
+
+        sentinels = [redis.Redis(host="127.0.0.1", port=p, socket_timeout=3)
+                     for p in deployment.sentinel_ports]
+        for s in sentinels:  # left alone they would reconfigure the servers
+            s.execute_command("SENTINEL", "REMOVE", name)
+        old.execute_command("FAILOVER")
+        deadline = time.monotonic() + 10
+        while not (new.execute_command("ROLE")[0] == b"master"
+                   and old.execute_command("ROLE")[0] == b"slave"):
+            assert time.monotonic() < deadline, "FAILOVER did not complete"
+            time.sleep(0.02)
+        for s in sentinels:
+            s.execute_command("SENTINEL", "MONITOR", name, "127.0.0.1",
+                              deployment.replica.port, 2)
+            s.close()
+        assert deployment.master_port() == deployment.replica.port
+        assert pooled <= client_conns()  # it survived the demotion
+
+        # Refused on the pooled connection, granted on the new master.
+        assert lk.acquire(blocking=False)
+        assert readonly_errors() > 0
+        assert new.get(_key("readonly")).decode() == lk.token
+        assert not pooled & client_conns()  # the client closed it
+        lk.release()
+        assert new.exists(_key("readonly")) == 0
