@@ -357,15 +357,10 @@ static int command_run(hilock_client *c, hilock__err *e, int argc,
   int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
 
   *out = NULL;
-  if (c->cl != NULL) {
-    if (acked != NULL)
-      return hilock__set_err(e, HILOCK_ENOTSUP,
-                             "wait_replicas is not supported on a cluster "
-                             "client");
+  if (c->cl != NULL)
     return hilock__cluster_command(c, e,
                                    hilock__command_key_slot(argc, argv, lens),
-                                   argc, argv, lens, out, resend);
-  }
+                                   argc, argv, lens, out, resend, acked);
   rc = hilock__pool_get(c, e, &k, &fresh);
   if (rc != HILOCK_OK) return rc;
   for (;;) {

@@ -488,25 +488,47 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
   return has_prefix(text, len, "TRYAGAIN");
 }
 
-/* ASKING, then the command, on one connection (a one-shot redirection). */
-static redisReply *asking_then(hilock__conn *k, int argc, const char **argv,
-                               const size_t *lens) {
+/* The command on k, after ASKING if ask (a one-shot redirection), and
+ * with WAIT pipelined behind it if acked is not NULL: *acked gets WAIT's
+ * reply (-1 if it was an error or missing; *spoilt = 1 when missing, so k
+ * must not be reused). NULL if k broke before the command's reply. */
+static redisReply *send_on(hilock_client *c, hilock__conn *k, int ask,
+                           int argc, const char **argv, const size_t *lens,
+                           long long *acked, int *spoilt) {
   static const char *const asking[1] = {"ASKING"};
   static const size_t asking_len[1] = {6};
-  void *a = NULL, *r = NULL;
-  if (redisAppendCommandArgv(k->ctx, 1, (const char **)asking, asking_len) !=
-          REDIS_OK ||
+  char n[24], ms[24];
+  const char *wargv[3] = {"WAIT", n, ms};
+  size_t wlens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
+                     hilock__i64(ms, c->opts.wait_timeout_ms)};
+  void *a = NULL, *r = NULL, *w = NULL;
+  if ((ask && redisAppendCommandArgv(k->ctx, 1, (const char **)asking,
+                                     asking_len) != REDIS_OK) ||
       redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
-      redisGetReply(k->ctx, &a) != REDIS_OK)
+      (acked != NULL &&
+       redisAppendCommandArgv(k->ctx, 3, wargv, wlens) != REDIS_OK))
     return NULL;
-  freeReplyObject(a);
-  if (redisGetReply(k->ctx, &r) != REDIS_OK) return NULL;
+  if (ask) {
+    if (redisGetReply(k->ctx, &a) != REDIS_OK) return NULL;
+    freeReplyObject(a);
+  }
+  if (redisGetReply(k->ctx, &r) != REDIS_OK || r == NULL) return NULL;
+  if (acked == NULL) return r;
+  if (redisGetReply(k->ctx, &w) != REDIS_OK || w == NULL) {
+    *acked = -1;
+    *spoilt = 1;
+    return r;
+  }
+  *acked = ((redisReply *)w)->type == REDIS_REPLY_INTEGER
+               ? ((redisReply *)w)->integer
+               : -1;
+  freeReplyObject(w);
   return r;
 }
 
 int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
                             int argc, const char **argv, const size_t *lens,
-                            redisReply **out, int resend) {
+                            redisReply **out, int resend, long long *acked) {
   int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
   int64_t pause = PAUSE_MIN_MS;
   int redirects = 0;
@@ -518,7 +540,7 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
     hilock__conn *k;
     hilock__node *node;
     redisReply *r;
-    int fresh, rc;
+    int fresh, rc, spoilt = 0;
     if (ask != NULL) {
       rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
       if ((rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT) &&
@@ -535,8 +557,7 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
     }
     if (rc != HILOCK_OK) return rc;
     node = k->node;
-    r = ask != NULL ? asking_then(k, argc, argv, lens)
-                    : redisCommandArgv(k->ctx, argc, argv, lens);
+    r = send_on(c, k, ask != NULL, argc, argv, lens, acked, &spoilt);
     ask = NULL;
     if (r == NULL) {
       hilock__err ignored;
@@ -552,7 +573,8 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
       hilock__cluster_refresh(c, &ignored, node);
       continue;
     }
-    hilock__pool_put(c, k);
+    if (spoilt) hilock__conn_free(k); /* WAIT's reply is still owed */
+    else hilock__pool_put(c, k);
     if (r->type == REDIS_REPLY_ERROR) {
       hilock__node *to = NULL;
       int64_t left;

@@ -208,10 +208,12 @@ void hilock__cluster_free(hilock_client *c);
 int hilock__command_key_slot(int argc, const char **argv, const size_t *lens);
 /* Send a command to the owner of slot (-1: any master), following
  * redirections, refreshing the map and retrying within opts.reconnect_ms;
- * resend = 0 never resends a command that may have run. */
+ * resend = 0 never resends a command that may have run. acked not NULL:
+ * WAIT opts.wait_replicas opts.wait_timeout_ms follows the command on the
+ * same connection, and *acked gets its reply (-1 if it failed). */
 int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
                             int argc, const char **argv, const size_t *lens,
-                            redisReply **out, int resend);
+                            redisReply **out, int resend, long long *acked);
 /* A pooled connection to the owner of slot (-1: any master), refreshing
  * the map and retrying until deadline_ms if the owner is unknown or
  * unreachable. */

@@ -116,12 +116,43 @@ static void restore_wait(const hilock_client *c, redisContext *ctx) {
   redisSetTimeout(ctx, tv);
 }
 
+/* Append WAIT wait_replicas wait_timeout_ms to ctx's output. */
+static int append_wait(const hilock_client *c, redisContext *ctx) {
+  char n[24], ms[24];
+  const char *argv[3] = {"WAIT", n, ms};
+  size_t lens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
+                    hilock__i64(ms, c->opts.wait_timeout_ms)};
+  return redisAppendCommandArgv(ctx, 3, argv, lens) == REDIS_OK;
+}
+
+/* WAIT's reply into *acked: the replicas that acknowledged, -1 for an
+ * error reply. Returns -1 if no reply came (the connection is spoilt). */
+static int read_wait(redisContext *ctx, long long *acked) {
+  redisReply *r = NULL;
+  *acked = -1;
+  if (redisGetReply(ctx, (void **)&r) != REDIS_OK || r == NULL) return -1;
+  if (r->type == REDIS_REPLY_INTEGER) *acked = r->integer;
+  freeReplyObject(r);
+  return 0;
+}
+
+/* Renewals too few replicas acknowledged do not count: a failover could
+ * lose them (the validity is not extended; retried, and lost when the
+ * validity runs out). ix: the holds' indexes (NULL: 0..n-1). */
+static void unconfirmed(hilock__hold **holds, const int *ix, int n,
+                        int *res) {
+  for (int i = 0; i < n; i++) {
+    int x = ix != NULL ? ix[i] : i;
+    if (res[x] == RENEWED && holds[x]->renew_script->grant) res[x] = FAILED;
+  }
+}
+
 /* One hold renewed on node (with ASKING first for an ASK redirection),
  * with the EVAL fallback on NOSCRIPT. Bounded by one connection attempt and
  * the command timeout: the watchdog never spends a command's reconnect
  * budget on one node while holds on the others wait. */
 static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
-                    int asking, hilock__err *e, int64_t until_us) {
+                    int asking, hilock__err *e, int64_t until_us, int wait) {
   hilock__conn *k;
   char nk[24], ttl[24];
   const char *sargv[CMD_STACK], **argv;
@@ -144,9 +175,25 @@ static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
       }
       freeReplyObject(ok);
     }
-    r = redisCommandArgv(k->ctx, argc, argv, lens);
+    if (redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
+        (wait && !append_wait(c, k->ctx)) ||
+        redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL) {
+      free_cmd(argv, lens, sargv);
+      goto broken;
+    }
     free_cmd(argv, lens, sargv);
-    if (r == NULL) goto broken;
+    if (wait) {
+      long long acked;
+      if (read_wait(k->ctx, &acked) != 0) {
+        freeReplyObject(r);
+        goto broken;
+      }
+      if (r->type == REDIS_REPLY_INTEGER && r->integer > 0 &&
+          acked < c->opts.wait_replicas && h->renew_script->grant) {
+        freeReplyObject(r); /* renewed on the master only: no count */
+        break;
+      }
+    }
     if (r->type == REDIS_REPLY_INTEGER) {
       res = r->integer > 0 ? RENEWED : NOT_OWNED;
     } else if (r->type == REDIS_REPLY_ERROR) {
@@ -177,7 +224,7 @@ broken:
  * master cannot be reached fails this round (the map is read again) and is
  * retried shortly, within its validity. */
 static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
-                                int *res, int64_t until_us) {
+                                int *res, int64_t until_us, int wait) {
   hilock__node *owner[BATCH_MAX], *redo[BATCH_MAX];
   int done[BATCH_MAX], group[BATCH_MAX], asking[BATCH_MAX];
   hilock__err e;
@@ -225,6 +272,8 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
       }
       if (!ok) break;
     }
+    /* wait_replicas: one WAIT behind the node's renewals covers them all. */
+    if (j == ng && wait && !append_wait(c, k->ctx)) j = -1;
     for (got = 0; j == ng && got < ng; got++) {
       redisReply *r = NULL;
       int x = group[got];
@@ -251,6 +300,11 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
       }
       freeReplyObject(r);
     }
+    if (j == ng && got == ng && wait) {
+      long long acked;
+      if (read_wait(k->ctx, &acked) != 0) got = -1; /* spoilt; acked -1 */
+      if (acked < c->opts.wait_replicas) unconfirmed(holds, group, ng, res);
+    }
     if (j == ng && got == ng) {
       restore_wait(c, k->ctx);
       hilock__pool_put(c, k);
@@ -262,7 +316,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
   }
   for (i = 0; i < n; i++) {
     if (redo[i] == NULL) continue;
-    res[i] = renew_on(c, redo[i], holds[i], asking[i], &e, until_us);
+    res[i] = renew_on(c, redo[i], holds[i], asking[i], &e, until_us, wait);
   }
   if (refresh) hilock__cluster_refresh(c, &e, failed);
 }
@@ -281,15 +335,11 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
   /* wait_replicas: one WAIT after the batch covers every renewal in it. */
   int wait = 0;
   long long acked = -1;
-  char wn[24], wms[24];
-  const char *wargv[3] = {"WAIT", wn, wms};
-  size_t wlens[3] = {4, hilock__i64(wn, c->opts.wait_replicas),
-                     hilock__i64(wms, c->opts.wait_timeout_ms)};
 
   if (c->opts.wait_replicas > 0)
     for (i = 0; i < n; i++) wait |= holds[i]->renew_script->grant;
   if (hilock__client_is_cluster(c)) {
-    renew_batch_cluster(c, holds, n, res, until_us);
+    renew_batch_cluster(c, holds, n, res, until_us, wait);
     return;
   }
   if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
@@ -321,9 +371,7 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
     }
     if (!ok) goto broken;
   }
-  if (wait &&
-      redisAppendCommandArgv(w->conn->ctx, 3, wargv, wlens) != REDIS_OK)
-    goto broken;
+  if (wait && !append_wait(c, w->conn->ctx)) goto broken;
   for (got = 0; got < n; got++) {
     redisReply *r = NULL;
     if (redisGetReply(w->conn->ctx, (void **)&r) != REDIS_OK || r == NULL)
@@ -338,13 +386,7 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
     }
     freeReplyObject(r);
   }
-  if (wait) {
-    redisReply *r = NULL;
-    if (redisGetReply(w->conn->ctx, (void **)&r) != REDIS_OK || r == NULL)
-      goto broken_after;
-    acked = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    freeReplyObject(r);
-  }
+  if (wait && read_wait(w->conn->ctx, &acked) != 0) goto broken_after;
   for (i = 0; i < n; i++) {
     hilock__hold *h;
     char nk[24], ttl[24];
@@ -367,18 +409,14 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
   }
   if (wait && evals > 0) {
     /* The EVALs came after the pipelined WAIT: confirm them too. */
-    redisReply *r = redisCommandArgv(w->conn->ctx, 3, wargv, wlens);
-    if (r == NULL) goto broken_after;
-    if (r->type != REDIS_REPLY_INTEGER || r->integer < acked)
-      acked = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    freeReplyObject(r);
+    long long again;
+    if (!append_wait(c, w->conn->ctx) ||
+        read_wait(w->conn->ctx, &again) != 0)
+      goto broken_after;
+    if (again < acked) acked = again;
   }
   if (wait && acked < c->opts.wait_replicas) {
-    /* Renewed on the master only: a failover could lose the renewal, so
-     * it does not count (the validity is not extended; retried, and lost
-     * when the validity runs out). */
-    for (i = 0; i < n; i++)
-      if (res[i] == RENEWED && holds[i]->renew_script->grant) res[i] = FAILED;
+    unconfirmed(holds, NULL, n, res);
   }
   if (moved) {
     /* The master moved (sentinel URL): reconnect to the new one. */

@@ -44,7 +44,8 @@ class Client:
     ``wait_replicas=n``: every grant and renewal is confirmed by ``WAIT n``
     on the same connection; a grant fewer than ``n`` replicas acknowledged
     within ``wait_timeout`` seconds is given back and raises
-    :class:`NotEnoughReplicas`, and such a renewal counts as failed.
+    :class:`NotEnoughReplicas`, and such a renewal counts as failed. On a
+    cluster, WAIT runs on the master that owns the lock's slot.
     """
 
     def __init__(self, url: Optional[str] = None, *, connect_timeout: float = 2.0,

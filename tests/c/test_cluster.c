@@ -6,6 +6,7 @@
 #include "cluster_util.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -595,6 +596,112 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
   hilock_client_free(c);
 }
 
+/* ## Replica acknowledgement (wait_replicas) ---------------------------------- */
+
+/* Until master node m has counted a replica's acknowledgement of a write
+ * made after now (the replica is back and caught up). */
+static void wait_replica_acks(int m) {
+  redisContext *r = hl_cluster_connect(&cl, m);
+  for (int64_t end = hl_now_ms() + 10000;;) {
+    freeReplyObject(hl_redis(r, "INCR {hl-sync}"));
+    redisReply *w = hl_redis(r, "WAIT 1 500");
+    int ok = w->type == REDIS_REPLY_INTEGER && w->integer >= 1;
+    freeReplyObject(w);
+    if (ok) break;
+    if (hl_now_ms() > end) fail_msg("node %d's replica never caught up", m);
+  }
+  redisFree(r);
+}
+
+static void lost_flag(void *arg) { __atomic_store_n((int *)arg, 1, __ATOMIC_SEQ_CST); }
+
+/* WAIT follows every grant and renewal on the slot's master: grants and
+ * renewals pass where replicas answer; with one master's replica stopped,
+ * grants there are given back and holds there are reported lost, while the
+ * other masters go on granting. */
+static void wait_replicas_confirms_on_each_master(void **state) {
+  hilock_options o = cluster_options();
+  hilock_client *c = NULL;
+  hilock_lock *held = NULL, *l = NULL;
+  char name[32];
+  int m[3], lost = 0;
+  (void)state;
+  o.wait_replicas = 1;
+  /* Short enough that an unanswered WAIT returns 0 well inside a renewal
+   * period, so the renewal is refused for want of acknowledgement, not
+   * for a reply that came too late. */
+  o.wait_timeout_ms = 300;
+  assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
+  masters(m);
+  for (int i = 0; i < 3; i++) wait_replica_acks(m[i]);
+  for (int i = 0; i < 3; i++) {
+    name_on(m[i], "acked-", name, sizeof(name));
+    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
+                 hilock_client_errmsg(c));
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_renew(l), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    hilock_lock_free(l);
+  }
+  /* A hold on m[0] renewed by the watchdog: renewals pass while the
+   * replica answers. */
+  name_on(m[0], "acked-held-", name, sizeof(name));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 3000, &held),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(held, 1, 0, lost_flag, &lost),
+               hilock_lock_errmsg(held));
+  assert_hl_ok(hilock_lock_try_acquire(held), hilock_lock_errmsg(held));
+  hl_sleep_ms(3200);
+  assert_false(__atomic_load_n(&lost, __ATOMIC_SEQ_CST));
+
+  int rep = hl_cluster_replica_of(&cl, m[0]);
+  assert_true(rep >= 0);
+  assert_int_equal(kill(cl.node[rep].pid, SIGSTOP), 0);
+  int64_t t0 = hl_now_ms();
+  name_on(m[0], "unacked-", name, sizeof(name));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
+               hilock_client_errmsg(c));
+  int rc = hilock_lock_try_acquire(l);
+  char msg[256];
+  snprintf(msg, sizeof(msg), "%s", hilock_lock_errmsg(l));
+  size_t klen;
+  const char *key = hilock_lock_key(l, &klen);
+  int there = key_on(m[0], key, klen);
+  hilock_lock_free(l);
+  /* Another master's replica answers: its grants go on. */
+  name_on(m[1], "acked-other-", name, sizeof(name));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
+               hilock_client_errmsg(c));
+  int rc_other = hilock_lock_try_acquire(l);
+  if (rc_other == HILOCK_OK) hilock_lock_release(l);
+  hilock_lock_free(l);
+  /* The watchdog's renewals on m[0] are no longer confirmed: the hold is
+   * reported lost when its validity runs out. */
+  while (!__atomic_load_n(&lost, __ATOMIC_SEQ_CST) && hl_now_ms() - t0 < 6000)
+    hl_sleep_ms(20);
+  int64_t lost_after = hl_now_ms() - t0;
+  assert_int_equal(kill(cl.node[rep].pid, SIGCONT), 0);
+  wait_replica_acks(m[0]);
+
+  assert_hl_rc(rc, HILOCK_ENOREPLICAS, msg);
+  assert_substr(msg, "0 of 1 replicas");
+  assert_substr(msg, "given back");
+  assert_false(there);
+  assert_hl_ok(rc_other, "a grant on another master");
+  assert_true(__atomic_load_n(&lost, __ATOMIC_SEQ_CST));
+  assert_i64_between(lost_after, 0, 4500);
+  assert_true(hilock_lock_lost(held));
+  hilock_lock_free(held);
+  /* With the replica back, grants on m[0] are confirmed again. */
+  name_on(m[0], "acked-again-", name, sizeof(name));
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
 /* ## Fork ---------------------------------------------------------------------- */
 
 typedef struct fork_ctx {
@@ -1123,6 +1230,7 @@ int main(void) {
       cmocka_unit_test(noscript_reloads_on_each_node),
       cmocka_unit_test(a_waiter_blocks_on_its_slot_master_and_wakes),
       cmocka_unit_test(the_watchdog_renews_holds_on_every_master),
+      cmocka_unit_test(wait_replicas_confirms_on_each_master),
       cmocka_unit_test(a_forked_child_routes_on_its_own_connections),
       cmocka_unit_test(a_killed_master_fails_over_and_locks_keep_working),
   };

@@ -159,6 +159,22 @@ def test_every_type_works_on_every_master(family: str, cluster, cclient) -> None
             pass
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_wait_replicas_grants_reach_the_slot_masters_replica(family: str, cluster) -> None:
+    # WAIT follows each grant on the slot's master: once acquire returns,
+    # the replica that would be promoted already has the lock's keys.
+    fam = FACTORIES[family]
+    with hilock.Client(cluster.url, reconnect=15.0, wait_replicas=1,
+                       wait_timeout=1.0) as c:
+        for m in cluster.masters():
+            name = cluster.name_on(m, f"acked-{family}-")
+            lk = fam.make(c, name)
+            assert lk.acquire(timeout=2)
+            rep = cluster.replica_of(m)
+            assert rep is not None and _key_exists_on(cluster, rep, name)
+            lk.release()
+
+
 # -- concurrency proof --------------------------------------------------------------
 
 def _worker(url: str, history_url: str, family: str, names: List[str], tag: str, gate) -> None:

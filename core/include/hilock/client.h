@@ -47,7 +47,8 @@ typedef struct hilock_options {
    * on the same connection (pipelined) by WAIT wait_replicas
    * wait_timeout_ms. A grant or take fewer replicas acknowledged is undone
    * and reported as HILOCK_ENOREPLICAS; such a renewal counts as a failed
-   * renewal. Default 0 (off). wait_timeout_ms: default 1000; must
+   * renewal. On a cluster, WAIT runs on the master of the lock's slot.
+   * Default 0 (off). wait_timeout_ms: default 1000; must
    * be below command_timeout_ms when that is set. */
   int wait_replicas;
   int64_t wait_timeout_ms;
