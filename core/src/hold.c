@@ -68,8 +68,12 @@ void hilock__hold_lost(hilock__hold *h) {
 }
 
 void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms) {
+  int64_t until = start_us + ttl_ms * 1000 - drift_us(ttl_ms);
   pthread_mutex_lock(&h->client->wd.mu);
-  h->valid_until_us = start_us + ttl_ms * 1000 - drift_us(ttl_ms);
+  if (h->ren_done_us > start_us && h->valid_until_us < until)
+    until = h->valid_until_us; /* a renewal overlapped: either came last */
+  h->valid_until_us = until;
+  h->ext_done_us = hilock__now_us();
   pthread_mutex_unlock(&h->client->wd.mu);
 }
 

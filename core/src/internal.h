@@ -407,6 +407,10 @@ typedef struct hilock__hold {
   uint64_t fence;
   /* Guarded by client->wd.mu while renewal is registered: */
   int64_t valid_until_us;
+  /* When an extension and a renewal were last recorded: one that overlaps
+   * the other may have run first on the server, so the validity after it
+   * is the smaller of the two (never an overestimate). */
+  int64_t ext_done_us, ren_done_us;
   int64_t since_us; /* start of the grant (not of a re-entry): max hold */
   int lost;
   hilock__renewal ren;
@@ -438,7 +442,9 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence);
 void hilock__hold_drop(hilock__hold *h);
 /* Mark the grant lost (not owned any more) and cancel renewal. */
 void hilock__hold_lost(hilock__hold *h);
-/* A successful extension to ttl_ms measured from start_us. */
+/* A successful extension to ttl_ms measured from start_us. If a renewal
+ * was recorded since start_us, the server may have run it after this
+ * extension: the validity becomes the smaller of the two. */
 void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms);
 int64_t hilock__hold_validity_ms(const hilock__hold *h);
 int hilock__hold_is_lost(const hilock__hold *h);

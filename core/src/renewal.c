@@ -520,8 +520,13 @@ static void *watchdog_main(void *arg) {
       r->in_batch = 0;
       if (!r->registered) continue;
       if (res[i] == RENEWED) {
-        h->valid_until_us =
+        int64_t until =
             start + h->ttl_ms * 1000 - hilock__hold_drift_us(h->ttl_ms);
+        /* An extension recorded since the renewal started may have run
+         * after it on the server: keep the smaller validity. */
+        if (h->ext_done_us <= start || until < h->valid_until_us)
+          h->valid_until_us = until;
+        h->ren_done_us = now;
         r->next_due_us = now + h->ttl_ms * 1000 / 3;
         if (r->max_until_us && now >= r->max_until_us) r->renew = 0;
       } else if (res[i] == NOT_OWNED || now >= h->valid_until_us) {

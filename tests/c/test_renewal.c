@@ -417,6 +417,56 @@ static void paused_server_makes_the_hold_lost(void **state) {
   hilock_client_free(c);
 }
 
+typedef struct extend_arg {
+  hilock_lock *l;
+  int rc;
+  int64_t done_ms;
+} extend_arg;
+
+static void *extend_main(void *p) {
+  extend_arg *a = p;
+  a->rc = hilock_lock_extend(a->l, 600, 1);
+  a->done_ms = hl_now_ms();
+  return NULL;
+}
+
+/* An extension that shortens the TTL and a renewal of the watchdog in
+ * flight at once: both wait behind CLIENT PAUSE, the server runs the
+ * renewal first and the extension last (600 ms), and the two replies come
+ * back together. Whichever the client records last, validity must never
+ * promise more than the key has left; each round, until the key lapses. */
+static void validity_never_outlasts_the_key_when_extend_races_renewal(
+    void **state) {
+  fixture *f = *state;
+  for (int round = 0; round < 3; round++) {
+    hilock_client *c = client_for(&f->server, NULL);
+    hilock_lock *l = new_lock(c, "race", 3000);
+    extend_arg a = {l, 0, 0};
+    pthread_t t;
+    assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
+                 hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+    /* The watchdog renews at ttl/3 = 1000 ms: pause from 850 to 1350 ms,
+     * so its renewal is queued at the server first, then the extension. */
+    hl_sleep_ms(850);
+    hl_redis_ok(f->redis, "CLIENT PAUSE 500 WRITE");
+    hl_sleep_ms(300);
+    assert_int_equal(pthread_create(&t, NULL, extend_main, &a), 0);
+    pthread_join(t, NULL);
+    assert_hl_ok(a.rc, hilock_lock_errmsg(l));
+    for (int64_t end = hl_now_ms() + 700; hl_now_ms() < end;) {
+      int64_t v = hilock_lock_validity_ms(l);
+      long long left = key_pttl(f, l);
+      if (v > 0 && v > left + 20)
+        fail_msg("round %d: validity %lld ms but the key has %lld ms left",
+                 round, (long long)v, left);
+      hl_sleep_ms(10);
+    }
+    hilock_lock_free(l);
+    hilock_client_free(c);
+  }
+}
+
 /* ## Max hold ------------------------------------------------------------------ */
 
 static void max_hold_bounds_renewal(void **state) {
@@ -602,6 +652,7 @@ int main(void) {
       T(many_holds_are_all_kept_alive),
       T(free_waits_for_a_running_callback),
       T(rlock_renewal_keeps_and_loses),
+      T(validity_never_outlasts_the_key_when_extend_races_renewal),
   };
   return cmocka_run_group_tests_name("renewal", tests, hl_group_setup,
                                      hl_group_teardown);
