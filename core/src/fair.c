@@ -194,33 +194,20 @@ int hilock_fair_lock_acquire(hilock_fair_lock *fl, int64_t wait_ms) {
   return rc;
 }
 
+static int run_release(void *arg, hilock__err *e, redisReply **r) {
+  hilock_fair_lock *fl = arg;
+  return run(fl, e, "release", fl->h.owner, fl->h.ownerlen, r);
+}
+
 int hilock_fair_lock_release(hilock_fair_lock *fl) {
-  hilock__hold *h;
   redisReply *r;
   int rc;
-
   if (fl == NULL) return HILOCK_EINVAL;
-  h = &fl->h;
-  rc = hilock__hold_check(h, "release");
+  rc = hilock__hold_release(&fl->h, run_release, fl, &r);
   if (rc != HILOCK_OK) return rc;
-  hilock__renewal_cancel(h);
-  rc = run(fl, &h->err, "release", h->owner, h->ownerlen, &r);
-  if (rc != HILOCK_OK) {
-    /* Still ours as far as we know: keep renewing so the caller may retry. */
-    if (h->auto_renew && !hilock__hold_is_lost(h)) hilock__renewal_register(h);
-    return rc;
-  }
-  hilock__hold_drop(h);
-  if (!int_array(r, 1)) rc = HILOCK_EPROTO;
-  else if (r->element[0]->integer != 1) rc = HILOCK_ENOTOWNED;
-  freeReplyObject(r);
-  if (rc == HILOCK_EPROTO)
-    return hilock__set_err(&h->err, rc, "unexpected reply to release");
-  if (rc == HILOCK_ENOTOWNED)
-    return hilock__set_err(&h->err, rc,
-                           "release: the lock expired or another owner holds "
-                           "it; nothing was deleted");
-  return HILOCK_OK;
+  return hilock__hold_released(&fl->h, r, 1,
+                               "the lock expired or another owner holds it; "
+                               "nothing was deleted");
 }
 
 int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms, int replace) {

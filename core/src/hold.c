@@ -194,3 +194,36 @@ int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
   hilock__hold_drop(h);
   return hilock__grant_unacked(&h->err, &why, rc, &h->err);
 }
+
+int hilock__hold_release(hilock__hold *h,
+                         int (*run)(void *arg, hilock__err *e, redisReply **r),
+                         void *arg, redisReply **out) {
+  int rc = hilock__hold_check(h, "release");
+  *out = NULL;
+  if (rc != HILOCK_OK) return rc;
+  /* No renewal may run after the release and report the hold lost. */
+  hilock__renewal_cancel(h);
+  rc = run(arg, &h->err, out);
+  if (rc != HILOCK_OK) {
+    /* Still ours as far as we know: keep renewing so the caller may retry. */
+    if (h->auto_renew && h->ttl_ms > 0 && !hilock__hold_is_lost(h))
+      hilock__renewal_register(h);
+    return rc;
+  }
+  hilock__hold_drop(h);
+  return HILOCK_OK;
+}
+
+int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
+                          const char *notowned) {
+  const redisReply *v = r;
+  int rc = HILOCK_OK;
+  if (array)
+    v = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? r->element[0] : NULL;
+  if (v == NULL || v->type != REDIS_REPLY_INTEGER)
+    rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to release");
+  else if (v->integer != 1)
+    rc = hilock__set_err(&h->err, HILOCK_ENOTOWNED, "release: %s", notowned);
+  freeReplyObject(r);
+  return rc;
+}

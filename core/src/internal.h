@@ -459,6 +459,19 @@ int64_t hilock__hold_drift_us(int64_t ttl_ms);
  * Both act only on a grant of this process. */
 int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace);
 int hilock__hold_owned(hilock__hold *h, int *owned);
+/* The release every family shares: check the hold, stop its renewal and
+ * run(arg, &h->err, out), the family's owner-checked release script. If it
+ * could not run, renewal resumes (still ours as far as we know: the caller
+ * may retry) and its status is returned; else the hold is dropped and *out
+ * holds the script's reply. */
+int hilock__hold_release(hilock__hold *h,
+                         int (*run)(void *arg, hilock__err *e, redisReply **r),
+                         void *arg, redisReply **out);
+/* Read and free a release reply: 1 (an integer; with array, an array's
+ * first element) released; another number is HILOCK_ENOTOWNED ("release: "
+ * notowned); any other shape HILOCK_EPROTO. */
+int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
+                          const char *notowned);
 /* A grant (owner token already in h) that too few replicas acknowledged:
  * record it just long enough for the family's release(arg) to give it
  * back, then forget it. Returns HILOCK_ENOREPLICAS, h->err saying why and

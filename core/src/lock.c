@@ -147,42 +147,26 @@ int hilock_lock_acquire(hilock_lock *l, int64_t wait_ms) {
                               wait_ms, attempt, l);
 }
 
+/* lock_release.lua: delete the key if it holds our token, wake a waiter. */
+static int run_release(void *arg, hilock__err *e, redisReply **r) {
+  hilock_lock *l = arg;
+  const char *keys[2] = {l->key, l->wkey};
+  size_t keylens[2] = {l->keylen, l->wkeylen};
+  const char *args[1] = {l->h.owner};
+  size_t arglens[1] = {l->h.ownerlen};
+  return hilock__script_run(l->h.client, e, &hilock__script_lock_release, 2,
+                            keys, keylens, 1, args, arglens, r);
+}
+
 int hilock_lock_release(hilock_lock *l) {
-  const char *keys[2], *args[1];
-  size_t keylens[2], arglens[1];
   redisReply *r;
   int rc;
-
   if (l == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_check(&l->h, "release");
+  rc = hilock__hold_release(&l->h, run_release, l, &r);
   if (rc != HILOCK_OK) return rc;
-  hilock__renewal_cancel(&l->h);
-  keys[0] = l->key;
-  keylens[0] = l->keylen;
-  keys[1] = l->wkey;
-  keylens[1] = l->wkeylen;
-  args[0] = l->h.owner;
-  arglens[0] = l->h.ownerlen;
-  rc = hilock__script_run(l->h.client, &l->h.err,
-                          &hilock__script_lock_release, 2, keys, keylens, 1,
-                          args, arglens, &r);
-  if (rc != HILOCK_OK) {
-    /* Still ours as far as we know: keep renewing so the caller may retry. */
-    if (l->h.auto_renew && l->h.ttl_ms > 0 && !hilock__hold_is_lost(&l->h))
-      hilock__renewal_register(&l->h);
-    return rc;
-  }
-  hilock__hold_drop(&l->h);
-  if (r->type != REDIS_REPLY_INTEGER) rc = HILOCK_EPROTO;
-  else if (r->integer != 1) rc = HILOCK_ENOTOWNED;
-  freeReplyObject(r);
-  if (rc == HILOCK_EPROTO)
-    return hilock__set_err(&l->h.err, rc, "unexpected reply to release");
-  if (rc == HILOCK_ENOTOWNED)
-    return hilock__set_err(&l->h.err, rc,
-                           "release: the lock expired or another owner holds "
-                           "it; nothing was deleted");
-  return HILOCK_OK;
+  return hilock__hold_released(&l->h, r, 0,
+                               "the lock expired or another owner holds it; "
+                               "nothing was deleted");
 }
 
 int hilock_lock_extend(hilock_lock *l, int64_t ms, int replace) {

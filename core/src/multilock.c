@@ -357,27 +357,23 @@ int hilock_multilock_acquire(hilock_multilock *m, int64_t wait_ms) {
                                   m);
 }
 
+static int run_release(void *arg, hilock__err *e, redisReply **r) {
+  hilock_multilock *m = arg;
+  const char *args[1] = {m->h.owner};
+  size_t arglens[1] = {m->h.ownerlen};
+  (void)e; /* run() reports into m->h.err, which is e */
+  return run(m, &hilock__script_multilock_release, (int)(2 * m->n), 1, args,
+             arglens, r);
+}
+
 int hilock_multilock_release(hilock_multilock *m) {
-  const char *args[1];
-  size_t arglens[1], first = 0, nmiss;
+  size_t first = 0, nmiss;
   redisReply *r;
   int rc;
 
   if (m == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_check(&m->h, "release");
+  rc = hilock__hold_release(&m->h, run_release, m, &r);
   if (rc != HILOCK_OK) return rc;
-  hilock__renewal_cancel(&m->h);
-  args[0] = m->h.owner;
-  arglens[0] = m->h.ownerlen;
-  rc = run(m, &hilock__script_multilock_release, (int)(2 * m->n), 1, args,
-           arglens, &r);
-  if (rc != HILOCK_OK) {
-    /* Still ours as far as we know: keep renewing so the caller may retry. */
-    if (m->h.auto_renew && !hilock__hold_is_lost(&m->h))
-      hilock__renewal_register(&m->h);
-    return rc;
-  }
-  hilock__hold_drop(&m->h);
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || !all_ints(r, 0)) {
     freeReplyObject(r);
     return hilock__set_err(&m->h.err, HILOCK_EPROTO,

@@ -230,43 +230,30 @@ int hilock_seglock_acquire(hilock_seglock *s, int64_t wait_ms) {
                               wait_ms, attempt, s);
 }
 
-int hilock_seglock_release(hilock_seglock *s) {
-  const char *keys[2], *args[1];
-  size_t keylens[2], arglens[1];
-  redisReply *r;
-  int rc;
+/* lock_release.lua on the held segment: delete it if it holds our token,
+ * wake a waiter. */
+static int run_release(void *arg, hilock__err *e, redisReply **r) {
+  hilock_seglock *s = arg;
+  const char *keys[2] = {s->h.rkey, s->wkey};
+  size_t keylens[2] = {s->h.rkeylen, s->wkeylen};
+  const char *args[1] = {s->h.owner};
+  size_t arglens[1] = {s->h.ownerlen};
+  return hilock__script_run(s->h.client, e, &hilock__script_lock_release, 2,
+                            keys, keylens, 1, args, arglens, r);
+}
 
+int hilock_seglock_release(hilock_seglock *s) {
+  redisReply *r;
+  char why[96];
+  int rc;
   if (s == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_check(&s->h, "release");
+  rc = hilock__hold_release(&s->h, run_release, s, &r);
   if (rc != HILOCK_OK) return rc;
-  hilock__renewal_cancel(&s->h);
-  keys[0] = s->h.rkey;
-  keylens[0] = s->h.rkeylen;
-  keys[1] = s->wkey;
-  keylens[1] = s->wkeylen;
-  args[0] = s->h.owner;
-  arglens[0] = s->h.ownerlen;
-  rc = hilock__script_run(s->h.client, &s->h.err,
-                          &hilock__script_lock_release, 2, keys, keylens, 1,
-                          args, arglens, &r);
-  if (rc != HILOCK_OK) {
-    /* Still ours as far as we know: keep renewing so the caller may retry. */
-    if (s->h.auto_renew && !hilock__hold_is_lost(&s->h))
-      hilock__renewal_register(&s->h);
-    return rc;
-  }
-  hilock__hold_drop(&s->h);
-  if (r->type != REDIS_REPLY_INTEGER) rc = HILOCK_EPROTO;
-  else if (r->integer != 1) rc = HILOCK_ENOTOWNED;
-  freeReplyObject(r);
-  if (rc == HILOCK_EPROTO)
-    return hilock__set_err(&s->h.err, rc, "unexpected reply to release");
-  if (rc == HILOCK_ENOTOWNED)
-    return hilock__set_err(&s->h.err, rc,
-                           "release: segment %d expired or another owner "
-                           "holds it; nothing was deleted",
-                           s->segment);
-  return HILOCK_OK;
+  snprintf(why, sizeof(why),
+           "segment %d expired or another owner holds it; nothing was "
+           "deleted",
+           s->segment);
+  return hilock__hold_released(&s->h, r, 0, why);
 }
 
 static int check_units(hilock__err *e, const char *what, int64_t n,

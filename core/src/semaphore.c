@@ -93,6 +93,8 @@ static int int_array(const redisReply *r, size_t n) {
   return 1;
 }
 
+static int release_fn(void *s) { return hilock_semaphore_release(s); }
+
 /* One grant attempt; *pttl gets the time until the first permit expires
  * when none is free. */
 static int attempt(void *arg, int64_t *pttl) {
@@ -140,11 +142,7 @@ static int attempt(void *arg, int64_t *pttl) {
   }
   if (r->element[0]->integer == 1 && !replicated) {
     /* Too few replicas saw the permit: give it back. */
-    h->held = 1;
-    h->pid = getpid();
-    rc = hilock_semaphore_release(s);
-    hilock__hold_drop(h);
-    rc = hilock__grant_unacked(&h->err, &unacked, rc, &h->err);
+    rc = hilock__hold_give_back(h, &unacked, release_fn, s);
   } else if (r->element[0]->integer == 1) {
     rc = hilock__hold_granted(h, start, 0);
   } else {
@@ -168,43 +166,30 @@ int hilock_semaphore_acquire(hilock_semaphore *s, int64_t wait_ms) {
                               wait_ms, attempt, s);
 }
 
-int hilock_semaphore_release(hilock_semaphore *s) {
+/* semaphore_release.lua: give our permit back if it is still ours. */
+static int run_release(void *arg, hilock__err *e, redisReply **r) {
+  hilock_semaphore *s = arg;
   const char *keys[3], *args[2];
   size_t keylens[3], arglens[2];
   char permits[24];
-  redisReply *r;
-  int rc;
-
-  if (s == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_check(&s->h, "release");
-  if (rc != HILOCK_OK) return rc;
-  hilock__renewal_cancel(&s->h);
   three_keys(s, keys, keylens);
   args[0] = s->h.owner;
   arglens[0] = s->h.ownerlen;
   args[1] = permits;
   arglens[1] = hilock__i64(permits, s->permits);
-  rc = hilock__script_run(s->h.client, &s->h.err,
-                          &hilock__script_semaphore_release, 3, keys, keylens,
-                          2, args, arglens, &r);
-  if (rc != HILOCK_OK) {
-    /* Still ours as far as we know: keep renewing so the caller may retry. */
-    if (s->h.auto_renew && !hilock__hold_is_lost(&s->h))
-      hilock__renewal_register(&s->h);
-    return rc;
-  }
-  hilock__hold_drop(&s->h);
-  if (r->type != REDIS_REPLY_INTEGER) rc = HILOCK_EPROTO;
-  else if (r->integer != 1) rc = HILOCK_ENOTOWNED;
-  freeReplyObject(r);
-  if (rc == HILOCK_EPROTO)
-    return hilock__set_err(&s->h.err, rc,
-                           "unexpected reply to the semaphore release script");
-  if (rc == HILOCK_ENOTOWNED)
-    return hilock__set_err(&s->h.err, rc,
-                           "release: the permit had expired; nothing of "
-                           "anyone else's changed");
-  return HILOCK_OK;
+  return hilock__script_run(s->h.client, e, &hilock__script_semaphore_release,
+                            3, keys, keylens, 2, args, arglens, r);
+}
+
+int hilock_semaphore_release(hilock_semaphore *s) {
+  redisReply *r;
+  int rc;
+  if (s == NULL) return HILOCK_EINVAL;
+  rc = hilock__hold_release(&s->h, run_release, s, &r);
+  if (rc != HILOCK_OK) return rc;
+  return hilock__hold_released(&s->h, r, 0,
+                               "the permit had expired; nothing of anyone "
+                               "else's changed");
 }
 
 int hilock_semaphore_renew(hilock_semaphore *s) {

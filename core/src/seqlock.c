@@ -220,33 +220,20 @@ int hilock_seqlock_acquire(hilock_seqlock *sl, int64_t wait_ms) {
   return rc;
 }
 
+static int run_release(void *arg, hilock__err *e, redisReply **r) {
+  hilock_seqlock *sl = arg;
+  return run(sl, e, "release", sl->h.owner, sl->h.ownerlen, 0, NULL, r);
+}
+
 int hilock_seqlock_release(hilock_seqlock *sl) {
-  hilock__hold *h;
   redisReply *r;
   int rc;
-
   if (sl == NULL) return HILOCK_EINVAL;
-  h = &sl->h;
-  rc = hilock__hold_check(h, "release");
+  rc = hilock__hold_release(&sl->h, run_release, sl, &r);
   if (rc != HILOCK_OK) return rc;
-  hilock__renewal_cancel(h);
-  rc = run(sl, &h->err, "release", h->owner, h->ownerlen, 0, NULL, &r);
-  if (rc != HILOCK_OK) {
-    /* Still ours as far as we know: keep renewing so the caller may retry. */
-    if (h->auto_renew && !hilock__hold_is_lost(h)) hilock__renewal_register(h);
-    return rc;
-  }
-  hilock__hold_drop(h);
-  if (!int_array(r, 1)) rc = HILOCK_EPROTO;
-  else if (r->element[0]->integer != 1) rc = HILOCK_ENOTOWNED;
-  freeReplyObject(r);
-  if (rc == HILOCK_EPROTO)
-    return hilock__set_err(&h->err, rc, "unexpected reply to release");
-  if (rc == HILOCK_ENOTOWNED)
-    return hilock__set_err(&h->err, rc,
-                           "release: the session lapsed and the entry is "
-                           "gone; nothing was removed");
-  return HILOCK_OK;
+  return hilock__hold_released(&sl->h, r, 1,
+                               "the session lapsed and the entry is gone; "
+                               "nothing was removed");
 }
 
 int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms, int replace) {
