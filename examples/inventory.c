@@ -4,7 +4,8 @@
  * read-modify-write (GET stock, check, SET stock-1). Without a lock the
  * sellers interleave and sell more than there is; with any hilock lock type
  * around the read-modify-write exactly 100 are sold. The semaphore row uses
- * one permit (a mutex). The segmented row splits the stock over 5 segments
+ * one permit (a mutex), the read-write lock its write side, the multi-key
+ * lock the stock's name and a ledger's. The segmented row splits the stock over 5 segments
  * (the lock's own stock, sold with hilock_seglock_take under each segment's
  * lock), so up to 5 sellers work at once.
  *
@@ -27,21 +28,94 @@
 #define STOCK 100
 #define SEGMENTS 5
 
-enum family { NONE, LOCK, SEMAPHORE, FAIR, SEGMENTED };
+/* One lock type behind five verbs. Each adapter calls the type's own
+ * function with its own handle type (no call through a mismatched function
+ * pointer type); the table below makes a type one line. */
+typedef struct family {
+  int (*make)(hilock_client *c, void **h);
+  int (*acquire)(void *h, int64_t wait_ms);
+  int (*release)(void *h);
+  int (*held)(const void *h);
+  const char *(*errmsg)(const void *h);
+  void (*free)(void *h);
+} family;
+
+#define VERBS(T, acquire_fn, release_fn, held_expr, errmsg_fn, free_fn)    \
+  static int T##_acquire(void *h, int64_t w) { return acquire_fn(h, w); } \
+  static int T##_release(void *h) { return release_fn(h); }               \
+  static int T##_held(const void *h) { return held_expr; }                \
+  static const char *T##_errmsg(const void *h) { return errmsg_fn(h); }   \
+  static void T##_free(void *h) { free_fn(h); }
+#define FAMILY(make, T) \
+  {make, T##_acquire, T##_release, T##_held, T##_errmsg, T##_free}
+
+#define NAME LOCK_NAME, strlen(LOCK_NAME)
+#define TTL_MS 10000
+
+/* T_make: a new handle of the type into *h. */
+#define MAKE(T, type, call)                        \
+  static int T##_make(hilock_client *c, void **h) { \
+    type *x = NULL;                                 \
+    int rc = call;                                  \
+    *h = x;                                         \
+    return rc;                                      \
+  }
+
+/* The multi-key lock takes the stock's name and a ledger's together. */
+static const char *const multi_names[2] = {LOCK_NAME, "demo:ledger"};
+
+MAKE(lock, hilock_lock, hilock_lock_new(c, NAME, TTL_MS, &x))
+MAKE(simple, hilock_lock, hilock_simple_lock_new(c, NAME, &x))
+MAKE(lease, hilock_lock, hilock_lease_new(c, NAME, TTL_MS, &x))
+MAKE(rlock, hilock_rlock, hilock_rlock_new(c, NAME, TTL_MS, &x))
+MAKE(rwlock, hilock_rwlock, hilock_rwlock_new(c, NAME, TTL_MS, &x))
+MAKE(semaphore, hilock_semaphore,
+     hilock_semaphore_new(c, NAME, 1, TTL_MS, &x)) /* one permit */
+MAKE(multi, hilock_multilock,
+     hilock_multilock_new(c, multi_names, 2, TTL_MS, &x))
+MAKE(seq, hilock_seqlock, hilock_seqlock_new(c, NAME, TTL_MS, &x))
+MAKE(fair, hilock_fair_lock, hilock_fair_lock_new(c, NAME, TTL_MS, &x))
+MAKE(seg, hilock_seglock, hilock_seglock_new(c, NAME, SEGMENTS, TTL_MS, &x))
+
+/* The rest of the verbs; a sale writes, so the read-write lock's are its
+ * write side's. */
+VERBS(lock, hilock_lock_acquire, hilock_lock_release, hilock_lock_held(h),
+      hilock_lock_errmsg, hilock_lock_free)
+VERBS(rlock, hilock_rlock_acquire, hilock_rlock_release,
+      hilock_rlock_validity_ms(h) > 0, hilock_rlock_errmsg, hilock_rlock_free)
+VERBS(rwlock, hilock_rwlock_write_acquire, hilock_rwlock_write_release,
+      hilock_rwlock_write_validity_ms(h) > 0, hilock_rwlock_errmsg,
+      hilock_rwlock_free)
+VERBS(semaphore, hilock_semaphore_acquire, hilock_semaphore_release,
+      hilock_semaphore_held(h), hilock_semaphore_errmsg, hilock_semaphore_free)
+VERBS(multi, hilock_multilock_acquire, hilock_multilock_release,
+      hilock_multilock_held(h), hilock_multilock_errmsg, hilock_multilock_free)
+VERBS(seq, hilock_seqlock_acquire, hilock_seqlock_release,
+      hilock_seqlock_held(h), hilock_seqlock_errmsg, hilock_seqlock_free)
+VERBS(fair, hilock_fair_lock_acquire, hilock_fair_lock_release,
+      hilock_fair_lock_held(h), hilock_fair_lock_errmsg, hilock_fair_lock_free)
+VERBS(seg, hilock_seglock_acquire, hilock_seglock_release,
+      hilock_seglock_held(h), hilock_seglock_errmsg, hilock_seglock_free)
 
 typedef struct guard {
   const char *label;
-  enum family family;
-  int kind; /* a hilock_lock_kind for LOCK */
+  family f; /* f.make == NULL: no lock at all */
+  int segmented; /* sells the lock's own stock with hilock_seglock_take */
 } guard;
 
-static const guard guards[] = {{"none", NONE, 0},
-                               {"lock", LOCK, HILOCK_LOCK_EXPIRING},
-                               {"simple_lock", LOCK, HILOCK_LOCK_SIMPLE},
-                               {"lease", LOCK, HILOCK_LOCK_LEASE},
-                               {"semaphore", SEMAPHORE, 0},
-                               {"fair_lock", FAIR, 0},
-                               {"segmented", SEGMENTED, 0}};
+static const guard guards[] = {
+    {"none", {0}, 0},
+    {"lock", FAMILY(lock_make, lock), 0},
+    {"simple_lock", FAMILY(simple_make, lock), 0},
+    {"lease", FAMILY(lease_make, lock), 0},
+    {"rlock", FAMILY(rlock_make, rlock), 0},
+    {"rwlock", FAMILY(rwlock_make, rwlock), 0},
+    {"semaphore", FAMILY(semaphore_make, semaphore), 0},
+    {"multi_lock", FAMILY(multi_make, multi), 0},
+    {"sequential_lock", FAMILY(seq_make, seq), 0},
+    {"fair_lock", FAMILY(fair_make, fair), 0},
+    {"segmented", FAMILY(seg_make, seg), 1},
+};
 
 /* ## The stock key, with plain hiredis ---------------------------------- */
 
@@ -67,100 +141,9 @@ static int set_stock(redisContext *r, long stock) {
 
 /* ## Sellers ----------------------------------------------------------- */
 
-static hilock_lock *new_lock(hilock_client *c, int kind) {
-  hilock_lock *lk = NULL;
-  size_t n = strlen(LOCK_NAME);
-  int rc;
-  if (kind == HILOCK_LOCK_SIMPLE)
-    rc = hilock_simple_lock_new(c, LOCK_NAME, n, &lk);
-  else if (kind == HILOCK_LOCK_LEASE)
-    rc = hilock_lease_new(c, LOCK_NAME, n, 10000, &lk);
-  else
-    rc = hilock_lock_new(c, LOCK_NAME, n, 10000, &lk);
-  if (rc != HILOCK_OK) fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
-  return lk;
-}
-
-/* One guard of any family, behind four verbs. */
-typedef struct holder {
-  enum family family;
-  hilock_lock *lk;
-  hilock_semaphore *sem;
-  hilock_fair_lock *fair;
-  hilock_seglock *seg;
-} holder;
-
-static int holder_new(hilock_client *c, const guard *g, holder *h) {
-  size_t n = strlen(LOCK_NAME);
-  int rc = HILOCK_OK;
-  memset(h, 0, sizeof(*h));
-  h->family = g->family;
-  switch (g->family) {
-    case NONE:
-      return 0;
-    case LOCK:
-      return (h->lk = new_lock(c, g->kind)) != NULL ? 0 : -1;
-    case SEMAPHORE:
-      rc = hilock_semaphore_new(c, LOCK_NAME, n, 1, 10000, &h->sem);
-      break;
-    case FAIR:
-      rc = hilock_fair_lock_new(c, LOCK_NAME, n, 10000, &h->fair);
-      break;
-    case SEGMENTED:
-      rc = hilock_seglock_new(c, LOCK_NAME, n, SEGMENTS, 10000, &h->seg);
-      break;
-  }
-  if (rc != HILOCK_OK)
-    fprintf(stderr, "%s: %s\n", g->label, hilock_client_errmsg(c));
-  return rc == HILOCK_OK ? 0 : -1;
-}
-
-static int holder_acquire(holder *h, int64_t wait_ms) {
-  switch (h->family) {
-    case LOCK: return hilock_lock_acquire(h->lk, wait_ms);
-    case SEMAPHORE: return hilock_semaphore_acquire(h->sem, wait_ms);
-    case FAIR: return hilock_fair_lock_acquire(h->fair, wait_ms);
-    case SEGMENTED: return hilock_seglock_acquire(h->seg, wait_ms);
-    default: return HILOCK_OK;
-  }
-}
-
-static int holder_release(holder *h) {
-  switch (h->family) {
-    case LOCK: return hilock_lock_release(h->lk);
-    case SEMAPHORE: return hilock_semaphore_release(h->sem);
-    case FAIR: return hilock_fair_lock_release(h->fair);
-    case SEGMENTED: return hilock_seglock_release(h->seg);
-    default: return HILOCK_OK;
-  }
-}
-
-static int holder_held(const holder *h) {
-  switch (h->family) {
-    case LOCK: return hilock_lock_held(h->lk);
-    case SEMAPHORE: return hilock_semaphore_held(h->sem);
-    case FAIR: return hilock_fair_lock_held(h->fair);
-    case SEGMENTED: return hilock_seglock_held(h->seg);
-    default: return 0;
-  }
-}
-
-static const char *holder_errmsg(const holder *h, int rc) {
-  if (rc >= 0) return hilock_strerror(rc);
-  switch (h->family) {
-    case LOCK: return hilock_lock_errmsg(h->lk);
-    case SEMAPHORE: return hilock_semaphore_errmsg(h->sem);
-    case FAIR: return hilock_fair_lock_errmsg(h->fair);
-    case SEGMENTED: return hilock_seglock_errmsg(h->seg);
-    default: return hilock_strerror(rc);
-  }
-}
-
-static void holder_free(holder *h) {
-  hilock_lock_free(h->lk);
-  hilock_semaphore_free(h->sem);
-  hilock_fair_lock_free(h->fair);
-  hilock_seglock_free(h->seg);
+/* Text for a failed call: the handle's message for an error. */
+static const char *why(const guard *g, void *h, int rc) {
+  return rc < 0 && h != NULL ? g->f.errmsg(h) : hilock_strerror(rc);
 }
 
 /* One seller process: wait for the start signal (EOF on start_fd), then sell
@@ -168,31 +151,33 @@ static void holder_free(holder *h) {
 static int sell(const char *url, const guard *g, int start_fd) {
   redisContext *r = redis_connect_url(url);
   hilock_client *c = NULL;
-  holder h;
-  int rc, sold = -1, n = 0;
+  void *h = NULL;
+  int rc = HILOCK_OK, sold = -1, n = 0;
   int64_t taken;
   long stock;
   char ch;
 
-  memset(&h, 0, sizeof(h));
   if (r == NULL) return -1;
-  if (g->family != NONE) {
+  if (g->f.make != NULL) {
     if (client_connect(url, &c) != HILOCK_OK) goto out;
-    if (holder_new(c, g, &h) != 0) goto out;
+    if ((rc = g->f.make(c, &h)) != HILOCK_OK) {
+      fprintf(stderr, "%s: %s\n", g->label, hilock_client_errmsg(c));
+      goto out;
+    }
   }
   while (read(start_fd, &ch, 1) < 0 && errno == EINTR) {
   }
   for (;;) {
-    if ((rc = holder_acquire(&h, 30000)) == HILOCK_SOLDOUT) break;
+    if (h != NULL && (rc = g->f.acquire(h, 30000)) == HILOCK_SOLDOUT) break;
     if (rc != HILOCK_OK) {
       fprintf(stderr, "acquire: %s\n",
-              rc == HILOCK_BUSY ? "busy for 30 s" : holder_errmsg(&h, rc));
+              rc == HILOCK_BUSY ? "busy for 30 s" : why(g, h, rc));
       goto out;
     }
-    if (g->family == SEGMENTED) {
+    if (g->segmented) {
       sleep_us(500); /* the same work, inside the segment */
-      if ((rc = hilock_seglock_take(h.seg, 1, 0, &taken, NULL)) != HILOCK_OK) {
-        fprintf(stderr, "take: %s\n", hilock_seglock_errmsg(h.seg));
+      if ((rc = hilock_seglock_take(h, 1, 0, &taken, NULL)) != HILOCK_OK) {
+        fprintf(stderr, "take: %s\n", hilock_seglock_errmsg(h));
         goto out;
       }
       n += (int)taken;
@@ -203,18 +188,18 @@ static int sell(const char *url, const guard *g, int start_fd) {
       if (set_stock(r, stock - 1) != 0) goto out;
       n++;
     }
-    if ((rc = holder_release(&h)) != HILOCK_OK) {
-      fprintf(stderr, "release: %s\n", holder_errmsg(&h, rc));
+    if (h != NULL && (rc = g->f.release(h)) != HILOCK_OK) {
+      fprintf(stderr, "release: %s\n", why(g, h, rc));
       goto out;
     }
   }
   sold = n;
 out:
-  if (holder_held(&h) && (rc = holder_release(&h)) != HILOCK_OK) {
-    fprintf(stderr, "release: %s\n", holder_errmsg(&h, rc));
+  if (h != NULL && g->f.held(h) && (rc = g->f.release(h)) != HILOCK_OK) {
+    fprintf(stderr, "release: %s\n", why(g, h, rc));
     sold = -1;
   }
-  holder_free(&h);
+  if (h != NULL) g->f.free(h);
   hilock_client_free(c);
   redisFree(r);
   return sold;
@@ -248,7 +233,7 @@ static int run(redisContext *r, const char *url, const guard *g, int workers,
   double t0;
 
   if (set_stock(r, STOCK) != 0) return -1;
-  if (g->family == SEGMENTED && seg_stock(url, 1, NULL) != 0) return -1;
+  if (g->segmented && seg_stock(url, 1, NULL) != 0) return -1;
   if (pipe(start) != 0 || pipe(res) != 0) {
     perror("pipe");
     return -1;
@@ -288,7 +273,7 @@ static int run(redisContext *r, const char *url, const guard *g, int workers,
     fprintf(stderr, "%s: a seller failed\n", g->label);
     return -1;
   }
-  if (g->family == SEGMENTED) return seg_stock(url, 0, left);
+  if (g->segmented) return seg_stock(url, 0, left);
   return get_stock(r, left);
 }
 
@@ -296,20 +281,21 @@ static int run(redisContext *r, const char *url, const guard *g, int workers,
  * earlier run (a simple lock would otherwise stay held). */
 static int clear_stale_lock(const char *url) {
   hilock_client *c = NULL;
-  hilock_lock *lk;
+  hilock_lock *lk = NULL;
   int rc, deleted = 0;
 
   if ((rc = client_connect(url, &c)) != HILOCK_OK) {
     hilock_client_free(c);
     return -1;
   }
-  if ((lk = new_lock(c, HILOCK_LOCK_SIMPLE)) != NULL &&
-      (rc = hilock_lock_force_release(lk, &deleted)) != HILOCK_OK)
+  if ((rc = hilock_simple_lock_new(c, NAME, &lk)) != HILOCK_OK)
+    fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
+  else if ((rc = hilock_lock_force_release(lk, &deleted)) != HILOCK_OK)
     fprintf(stderr, "force_release: %s\n", hilock_lock_errmsg(lk));
   if (deleted) printf("cleared a stale %s lock\n", LOCK_NAME);
   hilock_lock_free(lk);
   hilock_client_free(c);
-  return lk != NULL && rc == HILOCK_OK ? 0 : -1;
+  return rc == HILOCK_OK ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
@@ -324,9 +310,9 @@ int main(int argc, char **argv) {
   if (clear_stale_lock(url) != 0 || (r = redis_connect_url(url)) == NULL)
     return 1;
   printf("%d processes selling a stock of %d\n\n", workers, STOCK);
-  printf("| %-12s | %5s | %8s | %10s | %7s |\n", "guard", "sold", "oversold",
+  printf("| %-15s | %5s | %8s | %10s | %7s |\n", "guard", "sold", "oversold",
          "stock left", "seconds");
-  printf("|--------------|-------|----------|------------|---------|\n");
+  printf("|-----------------|-------|----------|------------|---------|\n");
   for (size_t i = 0; i < sizeof(guards) / sizeof(guards[0]); i++) {
     long sold, left;
     double secs;
@@ -334,9 +320,9 @@ int main(int argc, char **argv) {
       status = 1;
       break;
     }
-    printf("| %-12s | %5ld | %8ld | %10ld | %7.2f |\n", guards[i].label, sold,
+    printf("| %-15s | %5ld | %8ld | %10ld | %7.2f |\n", guards[i].label, sold,
            sold > STOCK ? sold - STOCK : 0, left, secs);
-    if (guards[i].family != NONE && (sold != STOCK || left != 0)) status = 1;
+    if (guards[i].f.make != NULL && (sold != STOCK || left != 0)) status = 1;
   }
   printf("\nwith every lock type exactly %d sold: %s\n", STOCK,
          status == 0 ? "yes" : "NO");
