@@ -5,9 +5,9 @@
  * sellers interleave and sell more than there is; with any hilock lock type
  * around the read-modify-write exactly 100 are sold. The semaphore row uses
  * one permit (a mutex), the read-write lock its write side, the multi-key
- * lock the stock's name and a ledger's. The segmented row splits the stock over 5 segments
- * (the lock's own stock, sold with hilock_seglock_take under each segment's
- * lock), so up to 5 sellers work at once.
+ * lock the stock's name and a ledger's. The segmented row splits the stock
+ * over 5 segments (the lock's own stock, sold with hilock_seglock_take under
+ * each segment's lock), so up to 5 sellers work at once.
  *
  *   inventory [url [workers]]   url defaults to $HILOCK_URL, $REDIS_URL or
  *                               redis://127.0.0.1:6379/0; 8 workers */
@@ -28,9 +28,10 @@
 #define STOCK 100
 #define SEGMENTS 5
 
-/* One lock type behind five verbs. Each adapter calls the type's own
- * function with its own handle type (no call through a mismatched function
- * pointer type); the table below makes a type one line. */
+/* One lock type behind a constructor and five verbs. Each adapter calls
+ * the type's own function with its own handle type (no call through a
+ * mismatched function pointer type); the guards table below makes a type
+ * one line. */
 typedef struct family {
   int (*make)(hilock_client *c, void **h);
   int (*acquire)(void *h, int64_t wait_ms);
@@ -49,10 +50,12 @@ typedef struct family {
 #define FAMILY(make, T) \
   {make, T##_acquire, T##_release, T##_held, T##_errmsg, T##_free}
 
+/* The lock's name and its length, as the constructors take them. */
 #define NAME LOCK_NAME, strlen(LOCK_NAME)
 #define TTL_MS 10000
 
-/* T_make: a new handle of the type into *h. */
+/* T_make: a new handle of the type into *h. call is the type's constructor
+ * on the client c, writing the handle to x. */
 #define MAKE(T, type, call)                        \
   static int T##_make(hilock_client *c, void **h) { \
     type *x = NULL;                                 \
@@ -78,7 +81,8 @@ MAKE(fair, hilock_fair_lock, hilock_fair_lock_new(c, NAME, TTL_MS, &x))
 MAKE(seg, hilock_seglock, hilock_seglock_new(c, NAME, SEGMENTS, TTL_MS, &x))
 
 /* The rest of the verbs; a sale writes, so the read-write lock's are its
- * write side's. */
+ * write side's. The reentrant and read-write locks have no _held function:
+ * held is validity left on the grant, the test hilock_lock_held makes. */
 VERBS(lock, hilock_lock_acquire, hilock_lock_release, hilock_lock_held(h),
       hilock_lock_errmsg, hilock_lock_free)
 VERBS(rlock, hilock_rlock_acquire, hilock_rlock_release,
@@ -194,7 +198,7 @@ static int sell(const char *url, const guard *g, int start_fd) {
     }
   }
   sold = n;
-out:
+out: /* the loop can end holding the lock (stock ran out, or an error) */
   if (h != NULL && g->f.held(h) && (rc = g->f.release(h)) != HILOCK_OK) {
     fprintf(stderr, "release: %s\n", why(g, h, rc));
     sold = -1;
