@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The demo: 8 processes sell from a stock of 100, first with no lock
 # (oversold), then with each lock type (exactly 100 sold; the segmented lock
-# sells its own stock over 5 segments, faster), in Python and in C. Installs what is missing; with no $HILOCK_URL/$REDIS_URL it runs a
-# private redis-server on a free loopback port and stops it afterwards.
+# sells its own stock over 5 segments, faster), in Python and in C, one row
+# per lock type in each. Installs what is missing; with no
+# $HILOCK_URL/$REDIS_URL it runs a private redis-server on a free loopback
+# port and stops it afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/ensure_deps.sh
