@@ -289,3 +289,17 @@ int hl_cluster_wait_owner(hl_cluster *cl, int slot, int i, int64_t timeout_ms) {
     hl_sleep_ms(20);
   }
 }
+
+int hl_cluster_key_on(hl_cluster *cl, int i, const char *key, size_t len) {
+  redisContext *r = hl_cluster_connect(cl, i);
+  int v = hl_redis_exists(r, key, len);
+  redisFree(r);
+  return v;
+}
+
+long long hl_cluster_errorstat(hl_cluster *cl, int i, const char *field) {
+  redisContext *r = hl_cluster_connect(cl, i);
+  long long v = hl_errorstat(r, field);
+  redisFree(r);
+  return v;
+}

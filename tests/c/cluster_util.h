@@ -37,5 +37,9 @@ int hl_cluster_replica_of(hl_cluster *cl, int m);
 int hl_cluster_wait_owner(hl_cluster *cl, int slot, int i, int64_t timeout_ms);
 /* A raw connection to node i (fails the test if it cannot connect). */
 redisContext *hl_cluster_connect(hl_cluster *cl, int i);
+/* Whether node i holds key (asked on a connection of its own). */
+int hl_cluster_key_on(hl_cluster *cl, int i, const char *key, size_t len);
+/* hl_errorstat of node i. */
+long long hl_cluster_errorstat(hl_cluster *cl, int i, const char *field);
 
 #endif /* HILOCK_CLUSTER_UTIL_H */

@@ -68,25 +68,12 @@ static void masters(int m[3]) {
 }
 
 static int key_on(int node, const char *key, size_t len) {
-  redisContext *r = hl_cluster_connect(&cl, node);
-  int v = hl_redis_exists(r, key, len);
-  redisFree(r);
-  return v;
+  return hl_cluster_key_on(&cl, node, key, len);
 }
 
 /* count= of an INFO errorstats line ("errorstat_MOVED"), 0 if absent. */
 static long long errorstat(int node, const char *field) {
-  redisContext *r = hl_cluster_connect(&cl, node);
-  redisReply *rep = hl_redis(r, "INFO errorstats");
-  char want[64];
-  const char *p;
-  long long v = 0;
-  snprintf(want, sizeof(want), "%s:count=", field);
-  if (rep->type == REDIS_REPLY_STRING && (p = strstr(rep->str, want)) != NULL)
-    v = strtoll(p + strlen(want), NULL, 10);
-  freeReplyObject(rep);
-  redisFree(r);
-  return v;
+  return hl_cluster_errorstat(&cl, node, field);
 }
 
 /* ## URLs ------------------------------------------------------------------ */
@@ -942,24 +929,11 @@ static void pw_name_on(int owner, const char *prefix, char *buf, size_t n,
 }
 
 static int pw_key_on(int node, const char *key, size_t len) {
-  redisContext *r = hl_cluster_connect(&pw, node);
-  int v = hl_redis_exists(r, key, len);
-  redisFree(r);
-  return v;
+  return hl_cluster_key_on(&pw, node, key, len);
 }
 
 static long long pw_errorstat(int node, const char *field) {
-  redisContext *r = hl_cluster_connect(&pw, node);
-  redisReply *rep = hl_redis(r, "INFO errorstats");
-  char want[64];
-  const char *p;
-  long long v = 0;
-  snprintf(want, sizeof(want), "%s:count=", field);
-  if (rep->type == REDIS_REPLY_STRING && (p = strstr(rep->str, want)) != NULL)
-    v = strtoll(p + strlen(want), NULL, 10);
-  freeReplyObject(rep);
-  redisFree(r);
-  return v;
+  return hl_cluster_errorstat(&pw, node, field);
 }
 
 /* How many connections of ACL user `user` node i has open. */

@@ -864,19 +864,6 @@ static void wait_options_are_checked(void **state) {
  * the sentinels are re-pointed with SENTINEL REMOVE and MONITOR, as in a
  * switch-over done by an operator. */
 
-/* count= of an INFO errorstats line ("errorstat_READONLY"), 0 if absent. */
-static long long errorstat(redisContext *c, const char *field) {
-  redisReply *rep = hl_redis(c, "INFO errorstats");
-  char want[64];
-  const char *p;
-  long long v = 0;
-  snprintf(want, sizeof(want), "%s:count=", field);
-  if (rep->type == REDIS_REPLY_STRING && (p = strstr(rep->str, want)) != NULL)
-    v = strtoll(p + strlen(want), NULL, 10);
-  freeReplyObject(rep);
-  return v;
-}
-
 /* Every sentinel forgets the master (port < 0), or watches the one on
  * port. */
 static void sentinels_watch(deploy *d, int port) {
@@ -927,7 +914,7 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
   assert_int_equal(c->idle->ctx->tcp.port, old_port);
   pooled = local_port(c->idle->ctx);
   assert_true(has_client_from(d.m, pooled));
-  assert_int_equal(errorstat(d.m, "errorstat_READONLY"), 0);
+  assert_int_equal(hl_errorstat(d.m, "errorstat_READONLY"), 0);
 
   /* The sentinels stop watching (left alone, they would reconfigure the
    * servers themselves), the old master hands over and becomes a replica
@@ -948,7 +935,7 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
   /* The grant is tried on the pooled connection, refused with READONLY,
    * and made on the master the sentinels name now. */
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  assert_true(errorstat(d.m, "errorstat_READONLY") > 0);
+  assert_true(hl_errorstat(d.m, "errorstat_READONLY") > 0);
   char *v = hl_redis_get(d.r, key, klen);
   assert_non_null(v);
   assert_string_equal(v, hilock_lock_token(l));

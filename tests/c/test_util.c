@@ -515,3 +515,15 @@ int hl_teardown(void **state) {
   f->redis = NULL;
   return 0;
 }
+
+long long hl_errorstat(redisContext *c, const char *field) {
+  redisReply *rep = hl_redis(c, "INFO errorstats");
+  char want[64];
+  const char *p;
+  long long v = 0;
+  snprintf(want, sizeof(want), "%s:count=", field);
+  if (rep->type == REDIS_REPLY_STRING && (p = strstr(rep->str, want)) != NULL)
+    v = strtoll(p + strlen(want), NULL, 10);
+  freeReplyObject(rep);
+  return v;
+}

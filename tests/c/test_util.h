@@ -128,6 +128,9 @@ hilock_options hl_test_options(void);
  * if the field is missing. */
 long long hl_info_field(redisContext *c, const char *section,
                         const char *field);
+/* count= of an INFO errorstats line (e.g. "errorstat_MOVED"), 0 if
+ * absent. */
+long long hl_errorstat(redisContext *c, const char *field);
 /* Poll INFO until field == value or timeout_ms passes; returns 1 if it got
  * there, 0 otherwise. */
 int hl_wait_info_field(redisContext *c, const char *section, const char *field,
