@@ -303,3 +303,14 @@ long long hl_cluster_errorstat(hl_cluster *cl, int i, const char *field) {
   redisFree(r);
   return v;
 }
+
+char *hl_cluster_node_id(hl_cluster *cl, int i) {
+  redisContext *r = hl_cluster_connect(cl, i);
+  redisReply *rep = hl_redis(r, "CLUSTER MYID");
+  char *id;
+  assert_int_equal(rep->type, REDIS_REPLY_STRING);
+  id = strdup(rep->str);
+  freeReplyObject(rep);
+  redisFree(r);
+  return id;
+}

@@ -41,5 +41,7 @@ redisContext *hl_cluster_connect(hl_cluster *cl, int i);
 int hl_cluster_key_on(hl_cluster *cl, int i, const char *key, size_t len);
 /* hl_errorstat of node i. */
 long long hl_cluster_errorstat(hl_cluster *cl, int i, const char *field);
+/* Node i's cluster node id (malloc'd). */
+char *hl_cluster_node_id(hl_cluster *cl, int i);
 
 #endif /* HILOCK_CLUSTER_UTIL_H */

@@ -340,16 +340,7 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
   hilock_client_free(c);
 }
 
-static char *node_id(int i) {
-  redisContext *r = hl_cluster_connect(&cl, i);
-  redisReply *rep = hl_redis(r, "CLUSTER MYID");
-  char *id;
-  assert_int_equal(rep->type, REDIS_REPLY_STRING);
-  id = strdup(rep->str);
-  freeReplyObject(rep);
-  redisFree(r);
-  return id;
-}
+static char *node_id(int i) { return hl_cluster_node_id(&cl, i); }
 
 typedef struct releaser {
   pthread_t thread;
@@ -959,16 +950,7 @@ static void pw_kill_conns_of(const char *user) {
   }
 }
 
-static char *pw_node_id(int i) {
-  redisContext *r = hl_cluster_connect(&pw, i);
-  redisReply *rep = hl_redis(r, "CLUSTER MYID");
-  char *id;
-  assert_int_equal(rep->type, REDIS_REPLY_STRING);
-  id = strdup(rep->str);
-  freeReplyObject(rep);
-  redisFree(r);
-  return id;
-}
+static char *pw_node_id(int i) { return hl_cluster_node_id(&pw, i); }
 
 /* Hand an empty slot from master `from` to master `to` the way a reshard
  * does (IMPORTING, MIGRATING, then NODE on the target first), and wait
