@@ -320,31 +320,42 @@ int hilock__command(hilock_client *c, hilock__err *e, int argc,
   return hilock__command_ex(c, e, argc, argv, lens, out, 1);
 }
 
-/* The command, then WAIT, pipelined on k; the command's reply, with WAIT's
- * in *acked (-1 if WAIT answered with an error or not at all). NULL if k
- * broke before the command's reply. If only WAIT's reply is missing, the
- * command's reply is returned (so a grant can be given back) and *spoilt
- * says k must not be reused. */
-static redisReply *command_and_wait(hilock_client *c, hilock__conn *k,
-                                    int argc, const char **argv,
-                                    const size_t *lens, long long *acked,
-                                    int *spoilt) {
+int hilock__wait_append(const hilock_client *c, redisContext *ctx) {
   char n[24], ms[24];
-  const char *wargv[3] = {"WAIT", n, ms};
-  size_t wlens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
-                     hilock__i64(ms, c->opts.wait_timeout_ms)};
-  redisReply *r = NULL, *w = NULL;
-  if (redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
-      redisAppendCommandArgv(k->ctx, 3, wargv, wlens) != REDIS_OK ||
-      redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL)
+  const char *argv[3] = {"WAIT", n, ms};
+  size_t lens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
+                    hilock__i64(ms, c->opts.wait_timeout_ms)};
+  return redisAppendCommandArgv(ctx, 3, argv, lens) == REDIS_OK;
+}
+
+int hilock__wait_read(redisContext *ctx, long long *acked) {
+  redisReply *r = NULL;
+  *acked = -1;
+  if (redisGetReply(ctx, (void **)&r) != REDIS_OK || r == NULL) return -1;
+  if (r->type == REDIS_REPLY_INTEGER) *acked = r->integer;
+  freeReplyObject(r);
+  return 0;
+}
+
+redisReply *hilock__conn_send(hilock_client *c, hilock__conn *k, int asking,
+                              int argc, const char **argv, const size_t *lens,
+                              long long *acked, int *spoilt) {
+  static const char *const ask[1] = {"ASKING"};
+  static const size_t asklen[1] = {6};
+  void *a = NULL, *r = NULL;
+  if (!asking && acked == NULL) /* the plain case: one call */
+    return redisCommandArgv(k->ctx, argc, argv, lens);
+  if ((asking && redisAppendCommandArgv(k->ctx, 1, (const char **)ask,
+                                        asklen) != REDIS_OK) ||
+      redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
+      (acked != NULL && !hilock__wait_append(c, k->ctx)))
     return NULL;
-  if (redisGetReply(k->ctx, (void **)&w) != REDIS_OK || w == NULL) {
-    *acked = -1;
-    *spoilt = 1;
-    return r;
+  if (asking) {
+    if (redisGetReply(k->ctx, &a) != REDIS_OK) return NULL;
+    freeReplyObject(a);
   }
-  *acked = w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
-  freeReplyObject(w);
+  if (redisGetReply(k->ctx, &r) != REDIS_OK || r == NULL) return NULL;
+  if (acked != NULL && hilock__wait_read(k->ctx, acked) != 0) *spoilt = 1;
   return r;
 }
 
@@ -365,8 +376,7 @@ static int command_run(hilock_client *c, hilock__err *e, int argc,
   if (rc != HILOCK_OK) return rc;
   for (;;) {
     redisReply *r =
-        acked ? command_and_wait(c, k, argc, argv, lens, acked, &spoilt)
-              : redisCommandArgv(k->ctx, argc, argv, lens);
+        hilock__conn_send(c, k, 0, argc, argv, lens, acked, &spoilt);
     if (r != NULL && hilock__failover_reply(c, r) &&
         hilock__now_ms() < deadline) {
       /* The master moved (sentinel URL): this command did not run. Drop

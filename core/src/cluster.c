@@ -488,44 +488,6 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
   return has_prefix(text, len, "TRYAGAIN");
 }
 
-/* The command on k, after ASKING if ask (a one-shot redirection), and
- * with WAIT pipelined behind it if acked is not NULL: *acked gets WAIT's
- * reply (-1 if it was an error or missing; *spoilt = 1 when missing, so k
- * must not be reused). NULL if k broke before the command's reply. */
-static redisReply *send_on(hilock_client *c, hilock__conn *k, int ask,
-                           int argc, const char **argv, const size_t *lens,
-                           long long *acked, int *spoilt) {
-  static const char *const asking[1] = {"ASKING"};
-  static const size_t asking_len[1] = {6};
-  char n[24], ms[24];
-  const char *wargv[3] = {"WAIT", n, ms};
-  size_t wlens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
-                     hilock__i64(ms, c->opts.wait_timeout_ms)};
-  void *a = NULL, *r = NULL, *w = NULL;
-  if ((ask && redisAppendCommandArgv(k->ctx, 1, (const char **)asking,
-                                     asking_len) != REDIS_OK) ||
-      redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
-      (acked != NULL &&
-       redisAppendCommandArgv(k->ctx, 3, wargv, wlens) != REDIS_OK))
-    return NULL;
-  if (ask) {
-    if (redisGetReply(k->ctx, &a) != REDIS_OK) return NULL;
-    freeReplyObject(a);
-  }
-  if (redisGetReply(k->ctx, &r) != REDIS_OK || r == NULL) return NULL;
-  if (acked == NULL) return r;
-  if (redisGetReply(k->ctx, &w) != REDIS_OK || w == NULL) {
-    *acked = -1;
-    *spoilt = 1;
-    return r;
-  }
-  *acked = ((redisReply *)w)->type == REDIS_REPLY_INTEGER
-               ? ((redisReply *)w)->integer
-               : -1;
-  freeReplyObject(w);
-  return r;
-}
-
 int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
                             int argc, const char **argv, const size_t *lens,
                             redisReply **out, int resend, long long *acked) {
@@ -557,7 +519,8 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
     }
     if (rc != HILOCK_OK) return rc;
     node = k->node;
-    r = send_on(c, k, ask != NULL, argc, argv, lens, acked, &spoilt);
+    r = hilock__conn_send(c, k, ask != NULL, argc, argv, lens, acked,
+                          &spoilt);
     ask = NULL;
     if (r == NULL) {
       hilock__err ignored;

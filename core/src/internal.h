@@ -164,6 +164,19 @@ void hilock__conn_free_list(hilock__conn *k);
 int hilock__command_wait(hilock_client *c, hilock__err *e, int argc,
                          const char **argv, const size_t *lens,
                          redisReply **out, int resend, long long *acked);
+/* Replica acknowledgement on one connection: append WAIT
+ * opts.wait_replicas opts.wait_timeout_ms (1 if appended); read its reply
+ * into *acked (the replicas that acknowledged, -1 for an error reply),
+ * -1 if no reply came. */
+int hilock__wait_append(const hilock_client *c, redisContext *ctx);
+int hilock__wait_read(redisContext *ctx, long long *acked);
+/* One command on k, after ASKING if asking (a cluster's one-shot
+ * redirection), and with WAIT pipelined behind it if acked is not NULL
+ * (*acked gets its reply; *spoilt = 1 if that reply never came, so k must
+ * not be reused). NULL if k broke before the command's reply. */
+redisReply *hilock__conn_send(hilock_client *c, hilock__conn *k, int asking,
+                              int argc, const char **argv, const size_t *lens,
+                              long long *acked, int *spoilt);
 /* Status for a failed hiredis call on k (timeout vs broken). */
 int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                        const char *what, int saved_errno);

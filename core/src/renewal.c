@@ -116,26 +116,6 @@ static void restore_wait(const hilock_client *c, redisContext *ctx) {
   redisSetTimeout(ctx, tv);
 }
 
-/* Append WAIT wait_replicas wait_timeout_ms to ctx's output. */
-static int append_wait(const hilock_client *c, redisContext *ctx) {
-  char n[24], ms[24];
-  const char *argv[3] = {"WAIT", n, ms};
-  size_t lens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
-                    hilock__i64(ms, c->opts.wait_timeout_ms)};
-  return redisAppendCommandArgv(ctx, 3, argv, lens) == REDIS_OK;
-}
-
-/* WAIT's reply into *acked: the replicas that acknowledged, -1 for an
- * error reply. Returns -1 if no reply came (the connection is spoilt). */
-static int read_wait(redisContext *ctx, long long *acked) {
-  redisReply *r = NULL;
-  *acked = -1;
-  if (redisGetReply(ctx, (void **)&r) != REDIS_OK || r == NULL) return -1;
-  if (r->type == REDIS_REPLY_INTEGER) *acked = r->integer;
-  freeReplyObject(r);
-  return 0;
-}
-
 /* Renewals too few replicas acknowledged do not count: a failover could
  * lose them (the validity is not extended; retried, and lost when the
  * validity runs out). ix: the holds' indexes (NULL: 0..n-1). */
@@ -165,34 +145,20 @@ static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
     redisReply *r = NULL;
     int argc = renew_cmd(h, attempt, nk, ttl, sargv, slens, &argv, &lens);
     if (argc < 0) break;
-    if (asking) {
-      static const char *const a[1] = {"ASKING"};
-      static const size_t al[1] = {6};
-      redisReply *ok = redisCommandArgv(k->ctx, 1, (const char **)a, al);
-      if (ok == NULL) {
-        free_cmd(argv, lens, sargv);
-        goto broken;
-      }
-      freeReplyObject(ok);
-    }
-    if (redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
-        (wait && !append_wait(c, k->ctx)) ||
-        redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL) {
-      free_cmd(argv, lens, sargv);
+    long long acked = -1;
+    int spoilt = 0;
+    r = hilock__conn_send(c, k, asking, argc, argv, lens,
+                          wait ? &acked : NULL, &spoilt);
+    free_cmd(argv, lens, sargv);
+    if (r == NULL) goto broken;
+    if (spoilt) {
+      freeReplyObject(r);
       goto broken;
     }
-    free_cmd(argv, lens, sargv);
-    if (wait) {
-      long long acked;
-      if (read_wait(k->ctx, &acked) != 0) {
-        freeReplyObject(r);
-        goto broken;
-      }
-      if (r->type == REDIS_REPLY_INTEGER && r->integer > 0 &&
-          acked < c->opts.wait_replicas && h->renew_script->grant) {
-        freeReplyObject(r); /* renewed on the master only: no count */
-        break;
-      }
+    if (wait && r->type == REDIS_REPLY_INTEGER && r->integer > 0 &&
+        acked < c->opts.wait_replicas && h->renew_script->grant) {
+      freeReplyObject(r); /* renewed on the master only: no count */
+      break;
     }
     if (r->type == REDIS_REPLY_INTEGER) {
       res = r->integer > 0 ? RENEWED : NOT_OWNED;
@@ -273,7 +239,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
       if (!ok) break;
     }
     /* wait_replicas: one WAIT behind the node's renewals covers them all. */
-    if (j == ng && wait && !append_wait(c, k->ctx)) j = -1;
+    if (j == ng && wait && !hilock__wait_append(c, k->ctx)) j = -1;
     for (got = 0; j == ng && got < ng; got++) {
       redisReply *r = NULL;
       int x = group[got];
@@ -302,7 +268,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
     }
     if (j == ng && got == ng && wait) {
       long long acked;
-      if (read_wait(k->ctx, &acked) != 0) got = -1; /* spoilt; acked -1 */
+      if (hilock__wait_read(k->ctx, &acked) != 0) got = -1; /* acked -1 */
       if (acked < c->opts.wait_replicas) unconfirmed(holds, group, ng, res);
     }
     if (j == ng && got == ng) {
@@ -371,7 +337,7 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
     }
     if (!ok) goto broken;
   }
-  if (wait && !append_wait(c, w->conn->ctx)) goto broken;
+  if (wait && !hilock__wait_append(c, w->conn->ctx)) goto broken;
   for (got = 0; got < n; got++) {
     redisReply *r = NULL;
     if (redisGetReply(w->conn->ctx, (void **)&r) != REDIS_OK || r == NULL)
@@ -386,7 +352,8 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
     }
     freeReplyObject(r);
   }
-  if (wait && read_wait(w->conn->ctx, &acked) != 0) goto broken_after;
+  if (wait && hilock__wait_read(w->conn->ctx, &acked) != 0)
+    goto broken_after;
   for (i = 0; i < n; i++) {
     hilock__hold *h;
     char nk[24], ttl[24];
@@ -410,8 +377,8 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
   if (wait && evals > 0) {
     /* The EVALs came after the pipelined WAIT: confirm them too. */
     long long again;
-    if (!append_wait(c, w->conn->ctx) ||
-        read_wait(w->conn->ctx, &again) != 0)
+    if (!hilock__wait_append(c, w->conn->ctx) ||
+        hilock__wait_read(w->conn->ctx, &again) != 0)
       goto broken_after;
     if (again < acked) acked = again;
   }
