@@ -307,14 +307,13 @@ static int attempt(void *arg, int64_t *pttl) {
     hilock__hold_drop(h);
     return rc;
   }
-  if (!replicated && r->type == REDIS_REPLY_ARRAY &&
-      r->elements == m->n + 1 && all_ints(r, 0) &&
-      r->element[0]->integer == 1) {
+  int granted = r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
+                all_ints(r, 0) && r->element[0]->integer == 1;
+  if (granted && !replicated) {
     /* Granted on the master only: a failover could grant the names again.
      * Give them back. */
     rc = hilock__hold_give_back(h, &unacked, release_fn, m);
-  } else if (r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
-             all_ints(r, 0) && r->element[0]->integer == 1) {
+  } else if (granted) {
     uint64_t top = 0;
     for (size_t i = 0; i < m->n; i++) {
       m->fences[i] = (uint64_t)r->element[i + 1]->integer;
