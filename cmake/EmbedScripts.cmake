@@ -7,6 +7,13 @@ set(c "/* Generated from the Lua files in core/scripts; do not edit. */\n#includ
 foreach(path IN LISTS SCRIPTS)
   get_filename_component(name "${path}" NAME_WE)
   file(READ "${path}" src)
+  # "-- @include NAME" lines take the text of lib/NAME (shared functions).
+  string(REGEX MATCHALL "-- @include [a-z_]+\\.lua" incs "${src}")
+  foreach(inc IN LISTS incs)
+    string(REPLACE "-- @include " "" incname "${inc}")
+    file(READ "${SCRIPT_DIR}/lib/${incname}" inctext)
+    string(REPLACE "${inc}\n" "${inctext}" src "${src}")
+  endforeach()
   string(SHA1 sha "${src}")
   string(LENGTH "${src}" len)
   set(once 0)

@@ -23,6 +23,7 @@
 -- TIME + window, refreshed by each of its calls; a deadline in the past
 -- means the waiter is dead and it is dropped. Nothing rescores other
 -- waiters, so a live waiter keeps its place however long it waits.
+-- @include fence.lua
 local holder, fence_key, queue, beats, tickets, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
@@ -92,7 +93,7 @@ end
 
 local function grant(ticket)
   -- INCR first: a damaged counter fails before the holder is written.
-  local fence = redis.call('INCR', fence_key)
+  local fence = next_fence(fence_key)
   redis.call('SET', holder, me, 'PX', ARGV[3])
   drop(me)
   settle()

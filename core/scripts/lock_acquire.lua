@@ -3,10 +3,11 @@
 -- ARGV[1] owner token, ARGV[2] ttl in ms ("0": no expiry)
 -- Returns {1, fence} when granted, {0, holder's pttl} when held.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
+-- @include fence.lua
 local cur = redis.call('GET', KEYS[1])
 if cur == false then
   -- INCR first: if the counter key is damaged, fail before writing the lock.
-  local fence = redis.call('INCR', KEYS[2])
+  local fence = next_fence(KEYS[2])
   local ttl = tonumber(ARGV[2])
   if ttl > 0 then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)

@@ -8,6 +8,7 @@
 -- Returns {1, fence_1, ..., fence_n} when granted, or {0, pttl, i} when
 -- name i is held by another owner (pttl: its remaining TTL, -1 if none).
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
+-- @include fence.lua
 local n = #KEYS / 3
 local token = ARGV[1]
 local woken = tonumber(ARGV[3]) or 0
@@ -37,7 +38,7 @@ end
 local out = {1}
 for i = 1, n do
   if free[i] then
-    out[i + 1] = redis.call('INCR', KEYS[2 * n + i])
+    out[i + 1] = next_fence(KEYS[2 * n + i])
   else
     out[i + 1] = tonumber(redis.call('GET', KEYS[2 * n + i]) or '0')
   end

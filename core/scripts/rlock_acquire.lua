@@ -4,8 +4,9 @@
 -- Returns {1, fence, count} when granted, {0, holder's pttl} when held.
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
+-- @include fence.lua
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  local fence = redis.call('INCR', KEYS[2])
+  local fence = next_fence(KEYS[2])
   redis.call('HSET', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, fence, 1}

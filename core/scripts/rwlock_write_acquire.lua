@@ -12,6 +12,7 @@
 -- owner holds a read (an upgrade would deadlock).
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
+-- @include fence.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -54,7 +55,7 @@ if wait then
   return {0, wait}
 end
 -- INCR first: if the counter key is damaged, fail before writing the lock.
-local fence = redis.call('INCR', KEYS[6])
+local fence = next_fence(KEYS[6])
 redis.call('HSET', KEYS[1], me, 1, 'fence', fence)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('ZREM', KEYS[4], me)

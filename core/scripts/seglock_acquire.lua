@@ -9,6 +9,7 @@
 -- held; {2} when every segment is empty (sold out); {-1, stored K} when the
 -- stock was split into another number of segments.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
+-- @include fence.lua
 local k = tonumber(ARGV[4])
 local stored = redis.call('HGET', KEYS[1], 'segments')
 if stored and tonumber(stored) ~= k then
@@ -39,7 +40,7 @@ for j = 0, k - 1 do
     live = live + 1
     if not holders[i] then
       -- HINCRBY first: a damaged fence hash fails before the grant.
-      local fence = redis.call('HINCRBY', KEYS[2], 'n', 1)
+      local fence = next_fence(KEYS[2], 'n')
       redis.call('HSET', KEYS[2], fields[i], fence)
       redis.call('SET', KEYS[i + 3], ARGV[1], 'PX', ARGV[2])
       return {1, i - 1, fence}

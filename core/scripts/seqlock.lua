@@ -26,6 +26,7 @@
 -- session expiry lies in the future; every call first purges the dead.
 -- Whatever removes an entry fires its watch: one push to the wake list of
 -- the next live entry, the only contender that was watching it.
+-- @include fence.lua
 local queue, session, holder, counter, fence_key, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
@@ -133,7 +134,7 @@ local function grant(s)
     return {1, tonumber(cur[2]), s}
   end
   -- INCR first: a damaged counter fails before the grant is written.
-  local fence = redis.call('INCR', fence_key)
+  local fence = next_fence(fence_key)
   redis.call('DEL', holder)
   redis.call('HSET', holder, 'owner', me, 'fence', fence, 'seq', s)
   redis.call('ZADD', session, now + tonumber(ARGV[3]), me)

@@ -89,6 +89,7 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
   hilock_multilock *m = new_multi(f->client, names, 4, 10000);
   const char *tok;
   size_t len;
+  uint64_t fb, fc;
 
   /* De-duplicated and sorted. */
   assert_int_equal(hilock_multilock_count(m), 3);
@@ -109,8 +110,10 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
   assert_holds(f, "c", tok);
   assert_i64_between(lock_pttl(f, "c"), 9000, 10000);
   assert_int_equal(hilock_multilock_fence(m, 0), 6);
-  assert_int_equal(hilock_multilock_fence(m, 1), 1);
-  assert_int_equal(hilock_multilock_fence(m, 2), 1);
+  /* New names: their first fence is the server's clock in microseconds. */
+  fb = hilock_multilock_fence(m, 1);
+  fc = hilock_multilock_fence(m, 2);
+  assert_true(fb > 1000000000000000ULL && fc > 1000000000000000ULL);
   assert_int_equal(hilock_multilock_fence(m, 3), 0); /* bad index */
   assert_true(hilock_multilock_held(m));
   assert_i64_between(hilock_multilock_validity_ms(m), 9000, 10000);
@@ -131,7 +134,7 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
   /* The next grant draws the next fence of every name. */
   assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
   assert_int_equal(hilock_multilock_fence(m, 0), 7);
-  assert_int_equal(hilock_multilock_fence(m, 2), 2);
+  assert_int_equal(hilock_multilock_fence(m, 2), fc + 1);
   assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
   hilock_multilock_free(m);
 }
@@ -150,7 +153,8 @@ static void one_held_name_means_nothing_is_taken(void **state) {
   assert_false(lock_exists(f, "x"));
   assert_false(lock_exists(f, "z"));
   assert_false(hl_redis_exists(f->redis, "hilock:{x}:fence", 16));
-  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{y}:fence 0"), 1);
+  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{y}:fence 0"),
+                   (long long)hilock_lock_fence(l));
   assert_hl_ok(hilock_multilock_locked(m, &locked), hilock_multilock_errmsg(m));
   assert_true(locked);
   assert_int_equal(hilock_multilock_held(m), 0);
@@ -166,19 +170,21 @@ static void single_lock_and_multi_lock_exclude_each_other(void **state) {
   const char *names[] = {"acct:1", "acct:2"};
   hilock_multilock *m = new_multi(f->client, names, 2, 10000);
   hilock_lock *l = new_lock(f->client, "acct:2", 10000);
+  uint64_t first;
 
   assert_hl_ok(hilock_multilock_acquire(m, 0), hilock_multilock_errmsg(m));
+  first = hilock_multilock_fence(m, 1);
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_BUSY, hilock_lock_errmsg(l));
   assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
   /* The single lock's fence continues the same counter. */
-  assert_int_equal(hilock_lock_fence(l), 2);
+  assert_int_equal(hilock_lock_fence(l), first + 1);
   assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_BUSY,
                hilock_multilock_errmsg(m));
   assert_false(lock_exists(f, "acct:1"));
   assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
   assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
-  assert_int_equal(hilock_multilock_fence(m, 1), 3);
+  assert_int_equal(hilock_multilock_fence(m, 1), first + 2);
   assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
   hilock_lock_free(l);
   hilock_multilock_free(m);
@@ -208,7 +214,8 @@ static void resent_acquire_returns_the_same_grant(void **state) {
     }
     freeReplyObject(r);
   }
-  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{q}:fence 0"), 1);
+  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{q}:fence 0"),
+                   first[1]);
 }
 
 /* Damaged keys fail closed: an error, and no lock key written. */

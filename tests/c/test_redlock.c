@@ -214,7 +214,8 @@ static void test_grant_sets_one_token_on_every_node(void **state) {
   assert_i64_between(hilock_redlock_validity_ms(a), 10000 - 102 - 1000,
                      10000 - 102);
   assert_true(hl_now_ms() - t0 < 1000);
-  assert_int_equal(hilock_redlock_fence(a), 1);
+  /* A new name's first fence is the servers' clock in microseconds. */
+  assert_true(hilock_redlock_fence(a) > 1000000000000000ULL);
   for (int i = 0; i < N; i++) {
     char *v = node_get(i, KEY);
     redisContext *c = hl_redis_connect(&nodes[i]);
@@ -239,7 +240,7 @@ static void test_grant_sets_one_token_on_every_node(void **state) {
   assert_hl_rc(hilock_redlock_release(a), HILOCK_ENOTOWNED,
                hilock_redlock_errmsg(a));
   assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
-  assert_int_equal(hilock_redlock_fence(b), 2);
+  assert_int_equal(hilock_redlock_fence(b), hilock_redlock_fence(a) + 1);
   assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
   hilock_redlock_free(a);
   hilock_redlock_free(b);
@@ -484,11 +485,13 @@ static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
 
 static void test_fence_increases_across_diverged_counters(void **state) {
   hilock_redlock *a = make(10000), *b = make(10000);
-  redisContext *c = hl_redis_connect(&nodes[0]);
   (void)state;
-  hl_redis_ok(c, "SET %s 100", FKEY);
-  redisFree(c);
-  /* The majority is nodes 0..2, whose counters disagree (100, 0, 0). */
+  for (int i = 0; i < 3; i++) {
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    hl_redis_ok(c, "SET %s %d", FKEY, i == 0 ? 100 : 10 * i);
+    redisFree(c);
+  }
+  /* The majority is nodes 0..2, whose counters disagree (100, 10, 20). */
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
@@ -501,13 +504,14 @@ static void test_fence_increases_across_diverged_counters(void **state) {
     free(v);
   }
   assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
-  /* A majority without node 0 (and with two empty nodes) counts past it. */
+  /* A majority without node 0 (and with two empty nodes, whose counters
+   * start at their clocks) counts past it. */
   assert_int_equal(hl_server_restart(&nodes[3]), 0);
   assert_int_equal(hl_server_restart(&nodes[4]), 0);
   hl_server_stop(&nodes[0]);
   hl_server_stop(&nodes[1]);
   assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
-  assert_int_equal(hilock_redlock_fence(b), 102);
+  assert_true(hilock_redlock_fence(b) > 101);
   assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
   hilock_redlock_free(a);
   hilock_redlock_free(b);
@@ -517,9 +521,14 @@ static void test_fence_increases_across_diverged_counters(void **state) {
 static void test_fence_from_agreeing_counters_is_consecutive(void **state) {
   hilock_redlock *a = make(10000);
   (void)state;
-  for (uint64_t want = 1; want <= 5; want++) {
+  for (int i = 0; i < N; i++) { /* every node's counter agrees */
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    hl_redis_ok(c, "SET %s 1000", FKEY);
+    redisFree(c);
+  }
+  for (uint64_t k = 1; k <= 5; k++) {
     assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
-    assert_int_equal(hilock_redlock_fence(a), want);
+    assert_int_equal(hilock_redlock_fence(a), 1000 + k);
     assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
   }
   hilock_redlock_free(a);

@@ -153,7 +153,8 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   assert_true(hilock_seqlock_held(a));
   assert_int_equal(strlen(hilock_seqlock_token(a)), 32);
   assert_holder(f, "basic", a);
-  assert_int_equal(hilock_seqlock_fence(a), 1);
+  /* A new name's first fence is the server's clock in microseconds. */
+  assert_true(hilock_seqlock_fence(a) > 1000000000000000ULL);
   assert_int_equal(hilock_seqlock_sequence(a), 1);
   /* The holder is the lowest live entry; its session lasts ttl. */
   assert_int_equal(queue_len(f, "basic"), 1);
@@ -188,7 +189,7 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   assert_false(locked);
 
   assert_hl_ok(hilock_seqlock_acquire(b, 1000), hilock_seqlock_errmsg(b));
-  assert_int_equal(hilock_seqlock_fence(b), 2);
+  assert_int_equal(hilock_seqlock_fence(b), hilock_seqlock_fence(a) + 1);
   assert_int_equal(hilock_seqlock_sequence(b), 2);
   assert_hl_ok(hilock_seqlock_release(b), hilock_seqlock_errmsg(b));
   /* Only the two counters remain: sequence and fence. */
@@ -459,6 +460,8 @@ static void sigkilled_holder_passes_the_turn_within_its_session(void **state) {
   pid_t holder;
   int64_t t0, took;
 
+  /* A counter at 1000: the dead holder drew 1001. */
+  hl_redis_ok(f->redis, "SET hilock:{dead-holder}:fence 1000");
   holder = fork_contender(f, "dead-holder", ttl, 600, -1);
   wait_queue_len(f, "dead-holder", 1, 5000);
   while (hl_redis_int(f->redis, "EXISTS hilock:{dead-holder}:seq:holder") == 0)
@@ -474,7 +477,7 @@ static void sigkilled_holder_passes_the_turn_within_its_session(void **state) {
   took = hl_now_ms() - t0;
   assert_i64_between(took, 50, ttl + 600);
   assert_int_equal(hilock_seqlock_sequence(w), 2);
-  assert_int_equal(hilock_seqlock_fence(w), 2);
+  assert_int_equal(hilock_seqlock_fence(w), 1002);
   assert_hl_ok(hilock_seqlock_release(w), hilock_seqlock_errmsg(w));
   assert_no_residue(f, "dead-holder");
   hilock_seqlock_free(w);
@@ -490,6 +493,7 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
   pid_t pred;
   int64_t t0, took;
 
+  hl_redis_ok(f->redis, "SET hilock:{dead-pred}:fence 1000");
   assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
                hilock_seqlock_errmsg(holder));
   pred = fork_contender(f, "dead-pred", 10000, window, 0);
@@ -511,7 +515,7 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
   assert_hl_ok(me.rc, hilock_seqlock_errmsg(w));
   assert_i64_between(took, 0, window + 700);
   assert_int_equal(me.seq, 3);
-  assert_int_equal(me.fence, 2); /* nothing was granted to the dead one */
+  assert_int_equal(me.fence, 1002); /* nothing was granted to the dead one */
   assert_no_residue(f, "dead-pred");
   hilock_seqlock_free(holder);
   hilock_seqlock_free(w);
@@ -708,17 +712,18 @@ static void resent_acquire_and_leave_after_a_lost_reply(void **state) {
 
   /* A grant, then the same call again (a resend after a broken
    * connection): the same grant and fence, no second one. */
+  hl_redis_ok(f->redis, "SET hilock:{lost}:fence 1000");
   r = seq_script(f, "lost", "acquire", "me");
   assert_int_equal(r->element[0]->integer, 1);
-  assert_int_equal(r->element[1]->integer, 1);
+  assert_int_equal(r->element[1]->integer, 1001);
   assert_int_equal(r->element[2]->integer, 1);
   freeReplyObject(r);
   r = seq_script(f, "lost", "acquire", "me");
   assert_int_equal(r->element[0]->integer, 1);
-  assert_int_equal(r->element[1]->integer, 1);
+  assert_int_equal(r->element[1]->integer, 1001);
   assert_int_equal(r->element[2]->integer, 1);
   freeReplyObject(r);
-  assert_int_equal(get_int(f, "hilock:{lost}:fence"), 1);
+  assert_int_equal(get_int(f, "hilock:{lost}:fence"), 1001);
 
   /* Two contenders enqueue; a resent enqueue keeps its sequence. */
   r = seq_script(f, "lost", "acquire", "next");
@@ -750,7 +755,7 @@ static void resent_acquire_and_leave_after_a_lost_reply(void **state) {
       1, 2000);
   r = seq_script(f, "lost", "acquire", "next");
   assert_int_equal(r->element[0]->integer, 1);
-  assert_int_equal(r->element[1]->integer, 2);
+  assert_int_equal(r->element[1]->integer, 1002);
   assert_int_equal(r->element[2]->integer, 2);
   freeReplyObject(r);
   /* The grant consumed the wake-up. */

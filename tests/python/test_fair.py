@@ -74,7 +74,7 @@ def test_acquire_release_and_properties(client, rds) -> None:
 
     assert a.acquire() is True
     assert rds.get(HOLDER) == a.token.encode() and len(a.token) == 32
-    assert (a.fence, a.ticket) == (1, 1)
+    assert a.ticket == 1 and a.fence > 10**15  # a new name: the server's clock
     assert a.locked() and a.owned() and 0 < a.validity <= 10.0
     assert b.acquire(blocking=False) is False
     t0 = time.monotonic()
@@ -90,7 +90,7 @@ def test_acquire_release_and_properties(client, rds) -> None:
         a.release()
     with b:
         # Ticket 2 went to b's wait that timed out; a ticket marks a request.
-        assert (b.fence, b.ticket) == (2, 3)
+        assert (b.fence, b.ticket) == (a.fence + 1, 3)
     assert rds.get(HOLDER) is None
 
 
@@ -198,7 +198,7 @@ def test_grant_order_follows_enqueue_order(client, rds) -> None:
     assert grants == list(range(len(locks)))
     # Enqueue order (tickets) and grant order (fences) recorded on the locks.
     assert [lk.ticket for lk in locks] == [2, 3, 4, 5, 6]
-    assert [lk.fence for lk in locks] == [2, 3, 4, 5, 6]
+    assert [lk.fence for lk in locks] == [holder.fence + k for k in range(1, 6)]
     assert_no_waiter_residue(rds)
 
 
@@ -220,7 +220,7 @@ def test_newcomer_never_barges_past_a_stopped_head(client, rds, redis_url) -> No
         assert newcomer.waiters() == 1
         os.kill(p.pid, signal.SIGCONT)
         got = _report(rds)
-        assert got["ok"] and got["fence"] == 2
+        assert got["ok"] and got["fence"] == holder.fence + 1
         rds.set(f"go:{got['pid']}", 1)
         join_all([p], 10)
     finally:
@@ -292,7 +292,8 @@ def test_eight_processes_fifo_history_and_fairness(rds, redis_url) -> None:
 
     # Mutual exclusion, and one fence per grant with none missing.
     assert check_no_overlap(hist) == len(hist)
-    assert check_fences_increase(hist) == list(range(1, len(hist) + 1))
+    fences = check_fences_increase(hist)
+    assert fences == list(range(fences[0], fences[0] + len(hist)))
     # FIFO: in grant order the request tickets strictly increase. Nobody
     # left the queue, so grant k went to ticket k exactly.
     assert check_fifo(hist) == list(range(1, len(hist) + 1))
@@ -325,7 +326,7 @@ def test_sigkilled_head_is_skipped_within_the_heartbeat_bound(client, rds, redis
         holder.release()  # wakes the dead head, and only it
         got = _report(rds)
         took = got["t"] - killed
-        assert got["ok"] and got["pid"] == second.pid and got["fence"] == 2
+        assert got["ok"] and got["pid"] == second.pid and got["fence"] == holder.fence + 1
         assert took <= beat + beat / 3 + 0.6, f"next waiter got it {took:.3f} s after the kill"
         # The dead waiter's entry, heartbeat and wake list went with it.
         assert rds.zcard(QUEUE) == 0

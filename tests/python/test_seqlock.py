@@ -26,6 +26,7 @@ NAME = "seq"
 QUEUE = f"hilock:{{{NAME}}}:seq:queue"
 SESSION = f"hilock:{{{NAME}}}:seq:session"
 HOLDER = f"hilock:{{{NAME}}}:seq:holder"
+FENCE = f"hilock:{{{NAME}}}:fence"
 WAKE = f"hilock:{{{NAME}}}:seq:wake:"
 
 
@@ -77,7 +78,7 @@ def test_acquire_release_and_properties(client, rds) -> None:
 
     assert a.acquire() is True
     assert rds.hget(HOLDER, "owner") == a.token.encode() and len(a.token) == 32
-    assert (a.fence, a.sequence) == (1, 1)
+    assert a.sequence == 1 and a.fence > 10**15  # a new name: the server's clock
     assert rds.zscore(QUEUE, a.token) == 1
     assert a.locked() and a.owned() and 0 < a.validity <= 10.0
     assert b.acquire(blocking=False) is False
@@ -96,7 +97,7 @@ def test_acquire_release_and_properties(client, rds) -> None:
     with pytest.raises(hilock.LockNotOwnedError):
         a.release()
     with b:
-        assert (b.fence, b.sequence) == (2, 3)
+        assert (b.fence, b.sequence) == (a.fence + 1, 3)
     assert_no_residue(rds)
 
 
@@ -205,7 +206,7 @@ def test_sequence_is_visible_while_waiting_and_grants_follow_it(client, rds) -> 
     for t in threads:
         t.join(10)
     assert grants == [2, 3, 4, 5, 6]
-    assert [lk.fence for lk in locks] == [2, 3, 4, 5, 6]
+    assert [lk.fence for lk in locks] == [holder.fence + k for k in range(1, 6)]
     assert_no_residue(rds)
 
 
@@ -267,7 +268,8 @@ def test_eight_processes_history_grants_in_sequence_order(rds, redis_url) -> Non
     assert len(hist) == budget + procs_n  # one last look each at the spent budget
     # Mutual exclusion, one fence per grant with none missing.
     assert check_no_overlap(hist) == len(hist)
-    assert check_fences_increase(hist) == list(range(1, len(hist) + 1))
+    fences = check_fences_increase(hist)
+    assert fences == list(range(fences[0], fences[0] + len(hist)))
     # In grant order the sequence numbers strictly increase; nobody left a
     # queue, so grant k went to entry k exactly.
     assert check_fifo(hist) == list(range(1, len(hist) + 1))
@@ -449,7 +451,7 @@ def test_sigkilled_holder_passes_the_turn_within_its_session(client, rds, redis_
         assert result and result[0], "never granted"
         took = result[0] - killed
         assert took <= ttl + 0.6, f"granted {took:.3f} s after the kill"
-        assert (waiter.sequence, waiter.fence) == (2, 2)
+        assert (waiter.sequence, waiter.fence) == (2, got["fence"] + 1)
         waiter.release()
     finally:
         kill_child(p)
@@ -459,6 +461,7 @@ def test_sigkilled_holder_passes_the_turn_within_its_session(client, rds, redis_
 def test_sigkilled_waiter_passes_the_turn_within_its_session(client, rds, redis_url) -> None:
     session = 1.0
     holder = client.sequential_lock(NAME, ttl=10.0)  # a dead waiter must not cost this
+    rds.set(FENCE, 1000)
     assert holder.acquire()
     pred = _start(redis_url, session=session)
     last = None
@@ -471,7 +474,7 @@ def test_sigkilled_waiter_passes_the_turn_within_its_session(client, rds, redis_
         holder.release()  # pushes to the dead predecessor's list, nobody reads it
         got = _report(rds)
         took = got["t"] - killed
-        assert got["ok"] and got["pid"] == last.pid and got["seq"] == 3 and got["fence"] == 2
+        assert got["ok"] and got["pid"] == last.pid and got["seq"] == 3 and got["fence"] == 1002
         assert took <= session + 0.7, f"successor got it {took:.3f} s after the kill"
         rds.set(f"go:{got['pid']}", 1)
         join_all([last], 10)

@@ -1,0 +1,24 @@
+-- next_fence(key[, field]): the next fencing token kept in counter `key`
+-- (or in field `field` of hash `key`): one more than the last. A missing
+-- counter (a new name, or one lost to FLUSHALL, a restart without
+-- persistence or an eviction) starts at the server's clock in microseconds,
+-- so a token never goes back as long as that clock does not step back and
+-- fewer than one token per microsecond was handed out on the name.
+local function next_fence(key, field)
+  local f
+  if field then
+    f = redis.call('HINCRBY', key, field, 1)
+  else
+    f = redis.call('INCR', key)
+  end
+  if f == 1 then
+    local t = redis.call('TIME')
+    f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if field then
+      redis.call('HSET', key, field, string.format('%d', f))
+    else
+      redis.call('SET', key, string.format('%d', f))
+    end
+  end
+  return f
+end
