@@ -87,7 +87,8 @@ static int setup_command(hilock__err *e, redisContext *ctx, int argc,
 /* Open, authenticate and select: one attempt. */
 int hilock__connect_addr(hilock_client *c, hilock__err *e,
                          const hilock__addr *a, hilock__conn **out) {
-  struct timeval tv = tv_ms(c->opts.connect_timeout_ms);
+  /* Every wait is also bounded by what is left of the caller's call. */
+  struct timeval tv = tv_ms(hilock__io_ms(c->opts.connect_timeout_ms));
   redisContext *ctx;
   char buf[300];
   int saved, rc;
@@ -107,8 +108,8 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
     redisFree(ctx);
     return rc;
   }
-  if (c->opts.command_timeout_ms > 0)
-    redisSetTimeout(ctx, tv_ms(c->opts.command_timeout_ms));
+  if (hilock__io_ms(c->opts.command_timeout_ms) > 0)
+    redisSetTimeout(ctx, tv_ms(hilock__io_ms(c->opts.command_timeout_ms)));
   if (a->path == NULL) redisEnableKeepAlive(ctx);
   if (c->url.password != NULL) {
     const char *argv[3] = {"AUTH", NULL, NULL};
@@ -137,6 +138,9 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
       return rc;
     }
   }
+  /* The pooled connection's own reply timeout (a call's bound is set per
+   * command). */
+  redisSetTimeout(ctx, tv_ms(c->opts.command_timeout_ms));
   *out = calloc(1, sizeof(hilock__conn));
   if (*out == NULL) {
     redisFree(ctx);
@@ -228,10 +232,10 @@ int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
   int closed;
   if (c->cl != NULL)
     return hilock__cluster_pool_get(c, e, -1,
-                                    hilock__now_ms() + c->opts.reconnect_ms,
+                                    hilock__budget(c, c->opts.reconnect_ms),
                                     out, fresh);
   pthread_mutex_lock(&c->mu);
-  closed = c->closed;
+  closed = !hilock__client_usable(c);
   if (c->pid != getpid()) {
     /* Forked: the pooled sockets are the parent's. Close our copies (no
      * bytes are sent) and start afresh. */
@@ -255,14 +259,14 @@ int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
     return HILOCK_OK;
   }
   *fresh = 1;
-  return hilock__connect(c, e, hilock__now_ms() + c->opts.reconnect_ms, out);
+  return hilock__connect(c, e, hilock__budget(c, c->opts.reconnect_ms), out);
 }
 
 int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
                          size_t keylen, hilock__conn **out, int *fresh) {
   if (c->cl != NULL)
     return hilock__cluster_pool_get(c, e, hilock__key_slot(key, keylen),
-                                    hilock__now_ms() + c->opts.reconnect_ms,
+                                    hilock__budget(c, c->opts.reconnect_ms),
                                     out, fresh);
   return hilock__pool_get(c, e, out, fresh);
 }
@@ -337,26 +341,61 @@ int hilock__wait_read(redisContext *ctx, long long *acked) {
   return 0;
 }
 
-redisReply *hilock__conn_send(hilock_client *c, hilock__conn *k, int asking,
-                              int argc, const char **argv, const size_t *lens,
-                              long long *acked, int *spoilt) {
+static redisReply *conn_send(hilock_client *c, hilock__conn *k, int asking,
+                             int argc, const char **argv, const size_t *lens,
+                             long long *acked, int *spoilt) {
   static const char *const ask[1] = {"ASKING"};
   static const size_t asklen[1] = {6};
   void *a = NULL, *r = NULL;
-  if (!asking && acked == NULL) /* the plain case: one call */
-    return redisCommandArgv(k->ctx, argc, argv, lens);
+  k->owed = 0;
+  if (!asking && acked == NULL) { /* the plain case: one call */
+    r = redisCommandArgv(k->ctx, argc, argv, lens);
+    if (r == NULL) k->owed = 1;
+    return r;
+  }
   if ((asking && redisAppendCommandArgv(k->ctx, 1, (const char **)ask,
                                         asklen) != REDIS_OK) ||
       redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
       (acked != NULL && !hilock__wait_append(c, k->ctx)))
     return NULL;
+  k->owed = asking + 1 + (acked != NULL);
   if (asking) {
     if (redisGetReply(k->ctx, &a) != REDIS_OK) return NULL;
+    k->owed--;
     freeReplyObject(a);
   }
   if (redisGetReply(k->ctx, &r) != REDIS_OK || r == NULL) return NULL;
+  k->owed--;
   if (acked != NULL && hilock__wait_read(k->ctx, acked) != 0) *spoilt = 1;
   return r;
+}
+
+redisReply *hilock__conn_send(hilock_client *c, hilock__conn *k, int asking,
+                              int argc, const char **argv, const size_t *lens,
+                              long long *acked, int *spoilt) {
+  /* A caller's deadline shorter than the command timeout bounds this reply
+   * wait; the connection gets its own timeout back after it. */
+  int64_t io = hilock__io_ms(c->opts.command_timeout_ms);
+  int bounded = io != c->opts.command_timeout_ms;
+  redisReply *r;
+  if (bounded) redisSetTimeout(k->ctx, tv_ms(io));
+  r = conn_send(c, k, asking, argc, argv, lens, acked, spoilt);
+  if (bounded && k->ctx != NULL)
+    redisSetTimeout(k->ctx, tv_ms(c->opts.command_timeout_ms));
+  return r;
+}
+
+int hilock__conn_timeout(hilock_client *c, hilock__err *e, hilock__conn *k,
+                         const char *what, int saved_errno) {
+  int rc = hilock__conn_error(c, e, k, what, saved_errno);
+  if (rc != HILOCK_ETIMEDOUT) return rc;
+  if (hilock__undo_queue(c, k, k->owed)) {
+    hilock__err was = *e;
+    hilock__set_err(e, rc,
+                    "%.200s; the attempt is undone when the server answers",
+                    was.msg);
+  }
+  return rc;
 }
 
 static int command_run(hilock_client *c, hilock__err *e, int argc,
@@ -365,7 +404,7 @@ static int command_run(hilock_client *c, hilock__err *e, int argc,
   hilock__conn *k;
   hilock__err before;
   int fresh, rc, recovering = 0, spoilt = 0;
-  int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
+  int64_t deadline = hilock__budget(c, c->opts.reconnect_ms);
 
   *out = NULL;
   if (c->cl != NULL)
@@ -400,7 +439,7 @@ static int command_run(hilock_client *c, hilock__err *e, int argc,
     if (r == NULL) {
       int timeout, saved_errno = errno;
       if (!recovering) before = *e;
-      rc = hilock__conn_error(c, e, k, argv[0], saved_errno);
+      rc = hilock__conn_timeout(c, e, k, argv[0], saved_errno);
       timeout = rc == HILOCK_ETIMEDOUT;
       hilock__conn_free(k);
       /* A timed-out reply may still arrive: never resend. A broken pooled
@@ -687,11 +726,26 @@ void hilock_client_free(hilock_client *c) {
   hilock__conn *idle;
   if (c == NULL) return;
   pthread_mutex_lock(&c->mu);
-  __atomic_store_n(&c->closed, 1, __ATOMIC_RELAXED); /* waiters poll it */
+  __atomic_store_n(&c->closed, 1, __ATOMIC_RELEASE); /* waiters poll it */
+  pthread_mutex_unlock(&c->mu);
+  /* No hold outlives its client: renewal stops, each grant is reported
+   * lost and released (best effort, bounded), before the pool goes. */
+  hilock__holds_close(c);
+  pthread_mutex_lock(&c->mu);
   idle = take_idle(c);
   pthread_mutex_unlock(&c->mu);
   free_list(idle);
   hilock__client_unref(c);
+}
+
+int hilock__client_enter(hilock_client *c, hilock__err *e) {
+  int closed;
+  pthread_mutex_lock(&c->mu);
+  closed = c->closed;
+  if (!closed) c->refs++;
+  pthread_mutex_unlock(&c->mu);
+  if (closed) return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
+  return HILOCK_OK;
 }
 
 int hilock_client_ping(hilock_client *c) {
@@ -700,9 +754,15 @@ int hilock_client_ping(hilock_client *c) {
   redisReply *r;
   int rc;
   if (c == NULL) return HILOCK_EINVAL;
-  if (c->cl != NULL) return hilock__cluster_ping(c, &c->err);
-  rc = hilock__command(c, &c->err, 1, argv, lens, &r);
-  if (rc == HILOCK_OK) freeReplyObject(r);
+  rc = hilock__client_enter(c, &c->err);
+  if (rc != HILOCK_OK) return rc;
+  if (c->cl != NULL) {
+    rc = hilock__cluster_ping(c, &c->err);
+  } else {
+    rc = hilock__command(c, &c->err, 1, argv, lens, &r);
+    if (rc == HILOCK_OK) freeReplyObject(r);
+  }
+  hilock__client_leave(c);
   return rc;
 }
 

@@ -85,7 +85,7 @@ int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
   int closed, rc;
 again:
   lock_client(c);
-  closed = c->closed;
+  closed = !hilock__client_usable(c);
   if (c->pid != getpid()) {
     /* Forked: the pooled sockets are the parent's. */
     stale = hilock__pool_detach(c);
@@ -491,7 +491,7 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
 int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
                             int argc, const char **argv, const size_t *lens,
                             redisReply **out, int resend, long long *acked) {
-  int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
+  int64_t deadline = hilock__budget(c, c->opts.reconnect_ms);
   int64_t pause = PAUSE_MIN_MS;
   int redirects = 0;
   hilock__node *ask = NULL;
@@ -524,7 +524,7 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
     ask = NULL;
     if (r == NULL) {
       hilock__err ignored;
-      rc = hilock__conn_error(c, e, k, argv[0], errno);
+      rc = hilock__conn_timeout(c, e, k, argv[0], errno);
       hilock__conn_free(k);
       /* A timed-out reply may still arrive: never resend. A broken
        * connection (a master killed, restarted or failed over) is replaced
@@ -576,7 +576,7 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
 }
 
 int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
-  int64_t deadline = hilock__now_ms() + c->opts.reconnect_ms;
+  int64_t deadline = hilock__budget(c, c->opts.reconnect_ms);
   int64_t pause = PAUSE_MIN_MS;
   for (;;) {
     hilock__node *masters[64];

@@ -75,6 +75,10 @@ int hilock__reply_error(hilock__err *e, const char *text, size_t len) {
                            "a redis+cluster:// URL)",
                            (int)(len > 160 ? 160 : len), text);
   } else if (len >= 4 && memcmp(text, "ERR ", 4) == 0 &&
+             memmem(text, len, "max number of clients", 21) != NULL) {
+    /* maxclients: the server took the connection only to refuse it. */
+    code = HILOCK_EIO;
+  } else if (len >= 4 && memcmp(text, "ERR ", 4) == 0 &&
              (memmem(text, len, "script", 6) != NULL ||
               memmem(text, len, "Script", 6) != NULL)) {
     code = HILOCK_ESCRIPT;

@@ -33,7 +33,9 @@ static void fair_destroy(hilock_fair_lock *fl) {
   free(fl);
 }
 
-int hilock_fair_lock_new(hilock_client *client, const char *name,
+static int run_release(void *arg, hilock__err *e, redisReply **r);
+
+static int fair_lock_new(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms,
                          hilock_fair_lock **out) {
   hilock_fair_lock *fl;
@@ -66,8 +68,17 @@ int hilock_fair_lock_new(hilock_client *client, const char *name,
    * string holding the owner token, as there. */
   hilock__hold_init(&fl->h, client, fl->keys[K_HOLDER], fl->keylens[K_HOLDER],
                     &hilock__script_lock_extend, ttl_ms);
+  fl->h.close_run = run_release; /* closing the client releases it */
+  fl->h.close_arg = fl;
   *out = fl;
   return HILOCK_OK;
+}
+
+int hilock_fair_lock_new(hilock_client *client, const char *name,
+                         size_t namelen, int64_t ttl_ms,
+                         hilock_fair_lock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      fair_lock_new(client, name, namelen, ttl_ms, out));
 }
 
 void hilock_fair_lock_free(hilock_fair_lock *fl) {

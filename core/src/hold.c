@@ -9,6 +9,91 @@
 
 static int64_t drift_us(int64_t ttl_ms) { return ttl_ms * 10 + 2000; }
 
+/* ## The client's list of grants (guarded by wd.mu) ----------------------
+ * Every grant of this process is on its client's list from hold_granted to
+ * hold_drop, so that closing the client reaches each of them. */
+
+static void live_link(hilock__watchdog *w, hilock__hold *h) {
+  if (h->live) return;
+  h->live_prev = NULL;
+  h->live_next = w->live;
+  if (w->live) w->live->live_prev = h;
+  w->live = h;
+  h->live = 1;
+}
+
+static void live_unlink(hilock__watchdog *w, hilock__hold *h) {
+  if (!h->live) return;
+  if (h->live_prev) h->live_prev->live_next = h->live_next;
+  else w->live = h->live_next;
+  if (h->live_next) h->live_next->live_prev = h->live_prev;
+  h->live_prev = h->live_next = NULL;
+  h->live = 0;
+}
+
+/* Run the family's release of h's grant on the closing thread, bounded by
+ * the client's connect and command timeouts (at most 2 s in all). */
+static int close_release(hilock__hold *h, hilock__err *e) {
+  hilock_client *c = h->client;
+  int64_t budget = c->opts.connect_timeout_ms +
+                   (c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms
+                                                   : 1000);
+  int64_t outer;
+  const hilock_client *was;
+  redisReply *r = NULL;
+  int rc;
+  if (h->close_run == NULL) return HILOCK_ENOTSUP;
+  if (budget > 2000) budget = 2000;
+  outer = hilock__call_begin(hilock__now_ms() + budget);
+  was = hilock__closer_set(c);
+  rc = h->close_run(h->close_arg, e, &r);
+  hilock__closer_set(was);
+  hilock__call_end(outer);
+  if (r != NULL) freeReplyObject(r);
+  return rc;
+}
+
+void hilock__holds_close(hilock_client *c) {
+  hilock__watchdog *w = &c->wd;
+  hilock__hold **all = NULL, *h;
+  int n = 0, cap = 0, i;
+  pid_t me = getpid();
+  int64_t deadline;
+
+  pthread_mutex_lock(&w->mu);
+  for (h = w->live; h != NULL; h = h->live_next) cap++;
+  if (cap > 0) all = malloc((size_t)cap * sizeof(*all));
+  for (h = w->live; h != NULL; h = h->live_next) {
+    if (h->pid != me || h->lost || !h->held) continue;
+    h->lost = 1;
+    h->close_lost = 1;
+    if (all != NULL) {
+      h->closing = 1; /* cancellers (release, free) wait for us */
+      all[n++] = h;
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  /* No renewal after this: the thread is joined, every hold unlinked. */
+  hilock__watchdog_close(c);
+  deadline = hilock__now_ms() + 5000;
+  /* This thread may act on these holds (a loss callback may release one). */
+  hilock__closer_set(c);
+  for (i = 0; i < n; i++) {
+    hilock__err e;
+    hilock__clear_err(&e);
+    /* Best effort and bounded: past 5 s in all, the rest lapse at TTL. */
+    if (hilock__now_ms() < deadline) (void)close_release(all[i], &e);
+    if (all[i]->auto_renew && all[i]->lost_fn != NULL)
+      all[i]->lost_fn(all[i]->lost_arg);
+  }
+  hilock__closer_set(NULL);
+  pthread_mutex_lock(&w->mu);
+  for (i = 0; i < n; i++) all[i]->closing = 0;
+  pthread_cond_broadcast(&w->idle);
+  pthread_mutex_unlock(&w->mu);
+  free(all);
+}
+
 void hilock__hold_init(hilock__hold *h, hilock_client *c, const char *rkey,
                        size_t rkeylen, const hilock__script *renew_script,
                        int64_t ttl_ms) {
@@ -23,11 +108,19 @@ void hilock__hold_init(hilock__hold *h, hilock_client *c, const char *rkey,
 
 void hilock__hold_destroy(hilock__hold *h) {
   hilock__renewal_cancel(h);
+  if (h->live) {
+    pthread_mutex_lock(&h->client->wd.mu);
+    live_unlink(&h->client->wd, h);
+    pthread_mutex_unlock(&h->client->wd.mu);
+  }
   hilock__client_unref(h->client);
   h->client = NULL;
 }
 
 int hilock__hold_check(hilock__hold *h, const char *verb) {
+  if (!hilock__client_usable(h->client))
+    return hilock__set_err(&h->err, HILOCK_ECLOSED, "%s: client is closed",
+                           verb);
   if (h->held && h->pid != getpid())
     return hilock__set_err(&h->err, HILOCK_EFORKED,
                            "%s: the lock was acquired by process %d; a forked "
@@ -40,24 +133,63 @@ int hilock__hold_check(hilock__hold *h, const char *verb) {
 }
 
 int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
-  pthread_mutex_lock(&h->client->wd.mu);
+  hilock_client *c = h->client;
+  int closed;
+  pthread_mutex_lock(&c->wd.mu);
   if (!h->held || h->lost) h->since_us = start_us;
   h->held = 1;
   h->lost = 0;
+  h->close_lost = 0;
   h->pid = getpid();
   h->fence = fence;
   h->valid_until_us =
       h->ttl_ms > 0 ? start_us + h->ttl_ms * 1000 - drift_us(h->ttl_ms) : 0;
-  pthread_mutex_unlock(&h->client->wd.mu);
+  closed = !hilock__client_usable(c);
+  if (!closed) live_link(&c->wd, h);
+  pthread_mutex_unlock(&c->wd.mu);
+  if (closed) {
+    /* The client was closed while this grant was on its way: nobody may
+     * keep it. Give it back if the family can, else it lapses at TTL. */
+    hilock__err e;
+    int rc = close_release(h, &e);
+    if (rc == HILOCK_OK) {
+      hilock__hold_drop(h);
+      return hilock__set_err(&h->err, HILOCK_ECLOSED,
+                             "client closed during the call; the grant was "
+                             "given back");
+    }
+    pthread_mutex_lock(&c->wd.mu);
+    h->lost = h->close_lost = 1;
+    pthread_mutex_unlock(&c->wd.mu);
+    return hilock__set_err(&h->err, HILOCK_ECLOSED,
+                           "client closed during the call; the grant is not "
+                           "renewed and lapses at its TTL");
+  }
   if (h->auto_renew && h->ttl_ms > 0) return hilock__renewal_register(h);
   return HILOCK_OK;
 }
 
 void hilock__hold_drop(hilock__hold *h) {
   hilock__renewal_cancel(h);
+  if (h->live) {
+    pthread_mutex_lock(&h->client->wd.mu);
+    live_unlink(&h->client->wd, h);
+    pthread_mutex_unlock(&h->client->wd.mu);
+  }
   h->held = 0;
   h->owner[0] = '\0';
   h->ownerlen = 0;
+}
+
+void hilock__hold_forget_live(hilock_client *c) {
+  hilock__hold *h = c->wd.live;
+  while (h != NULL) {
+    hilock__hold *next = h->live_next;
+    h->live_prev = h->live_next = NULL;
+    h->live = 0;
+    h = next;
+  }
+  c->wd.live = NULL;
 }
 
 void hilock__hold_lost(hilock__hold *h) {
@@ -150,6 +282,8 @@ int hilock__hold_owned(hilock__hold *h, int *owned) {
   redisReply *r;
   int rc;
   *owned = 0;
+  if (!hilock__client_usable(h->client))
+    return hilock__set_err(&h->err, HILOCK_ECLOSED, "owned: client is closed");
   if (!h->held || h->pid != getpid()) return HILOCK_OK;
   rc = hilock__command(h->client, &h->err, 2, argv, lens, &r);
   if (rc != HILOCK_OK) return rc;
@@ -195,11 +329,25 @@ int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
   return hilock__grant_unacked(&h->err, &why, rc, &h->err);
 }
 
+int hilock__hold_released_by_close(hilock__hold *h, const char *verb) {
+  int closed;
+  pthread_mutex_lock(&h->client->wd.mu);
+  closed = h->close_lost && h->held;
+  pthread_mutex_unlock(&h->client->wd.mu);
+  if (!closed) return HILOCK_OK;
+  hilock__hold_drop(h);
+  return hilock__set_err(&h->err, HILOCK_ECLOSED,
+                         "%s: the client was closed while the lock was held; "
+                         "closing released it (or it lapses at its TTL)",
+                         verb);
+}
+
 int hilock__hold_release(hilock__hold *h,
                          int (*run)(void *arg, hilock__err *e, redisReply **r),
                          void *arg, redisReply **out) {
-  int rc = hilock__hold_check(h, "release");
+  int rc = hilock__hold_released_by_close(h, "release");
   *out = NULL;
+  if (rc == HILOCK_OK) rc = hilock__hold_check(h, "release");
   if (rc != HILOCK_OK) return rc;
   /* No renewal may run after the release and report the hold lost. */
   hilock__renewal_cancel(h);

@@ -61,6 +61,8 @@ typedef struct hilock__url {
 
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e);
 void hilock__url_clear(hilock__url *u);
+/* 1 if x and y name one server and database (see url.c). */
+int hilock__url_same_server(const hilock__url *x, const hilock__url *y);
 
 /* ## Client and its connection pool ------------------------------------- */
 
@@ -68,6 +70,7 @@ struct hilock__node;
 
 typedef struct hilock__conn {
   redisContext *ctx;
+  int owed; /* replies still owed when hilock__conn_send returned NULL */
   struct hilock__conn *next;
   struct hilock__node *node; /* cluster: the node it talks to, else NULL */
 } hilock__conn;
@@ -93,6 +96,7 @@ typedef struct hilock__watchdog {
   int stop;
   struct hilock__renewal *head;
   hilock__conn *conn;
+  struct hilock__hold *live; /* every grant of this process (see hold.c) */
 } hilock__watchdog;
 
 struct hilock_client {
@@ -117,6 +121,25 @@ struct hilock_client {
 };
 
 void hilock__client_ref(hilock_client *c);
+/* A call on the client itself (not through a lock handle) holds a
+ * reference while it runs, so a concurrent hilock_client_free never frees
+ * memory under it: HILOCK_ECLOSED (in e) if the client is closed. */
+int hilock__client_enter(hilock_client *c, hilock__err *e);
+#define hilock__client_leave hilock__client_unref
+/* Return expr (a constructor's work on client) run as such a call. */
+#define HILOCK__CLIENT_CALL(client, out, expr)                 \
+  do {                                                          \
+    int rc_;                                                    \
+    if ((client) == NULL || (out) == NULL) return (expr);       \
+    rc_ = hilock__client_enter((client), &(client)->err);       \
+    if (rc_ != HILOCK_OK) {                                     \
+      *(out) = NULL;                                            \
+      return rc_;                                               \
+    }                                                           \
+    rc_ = (expr);                                               \
+    hilock__client_leave(client);                               \
+    return rc_;                                                 \
+  } while (0)
 /* 1 if c talks to a Redis Cluster (every script must stay in one slot). */
 int hilock__client_is_cluster(const hilock_client *c);
 void hilock__client_unref(hilock_client *c);
@@ -177,6 +200,10 @@ int hilock__wait_read(redisContext *ctx, long long *acked);
 redisReply *hilock__conn_send(hilock_client *c, hilock__conn *k, int asking,
                               int argc, const char **argv, const size_t *lens,
                               long long *acked, int *spoilt);
+/* The same, and for a timeout: the armed undo is queued on k (see
+ * hilock__undo_queue), so k->ctx may be NULL after it. */
+int hilock__conn_timeout(hilock_client *c, hilock__err *e, hilock__conn *k,
+                         const char *what, int saved_errno);
 /* Status for a failed hiredis call on k (timeout vs broken). */
 int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                        const char *what, int saved_errno);
@@ -315,6 +342,51 @@ typedef struct hilock__renewal {
 } hilock__renewal;
 
 
+/* ## One call's context (call.c) ------------------------------------------
+ * Per thread: the caller's deadline, which caps every reconnect budget,
+ * connect timeout and reply wait below it; the undo of an ambiguous grant;
+ * and the closing client's leave to use its pool while it releases holds. */
+
+/* Start a call bounded by deadline_ms (monotonic; INT64_MAX: none); returns
+ * the outer bound, to give back to hilock__call_end. Bounds only shrink. */
+int64_t hilock__call_begin(int64_t deadline_ms);
+void hilock__call_end(int64_t outer);
+int64_t hilock__call_deadline(void);
+/* 1 once the call's deadline has passed. */
+int hilock__call_expired(void);
+/* now + ms, or the call's deadline if sooner. */
+int64_t hilock__budget(const hilock_client *c, int64_t ms);
+/* A wait of ms (<= 0: none) shortened to what is left of the call (>= 1). */
+int64_t hilock__io_ms(int64_t ms);
+
+/* The owner-checked release that undoes a grant script whose reply did not
+ * come (KEYS and ARGV as the script takes them). */
+typedef struct hilock__undo {
+  const struct hilock__script *script;
+  int nkeys, nargs;
+  const char *const *keys;
+  const size_t *keylens;
+  const char *const *args;
+  const size_t *arglens;
+  int64_t wait_ms; /* how long the reaper waits for the replies (the TTL) */
+} hilock__undo;
+/* Arm u for the grant script this thread sends next; returns the outer
+ * undo, to give back to hilock__undo_disarm. */
+const hilock__undo *hilock__undo_arm(const hilock__undo *u);
+void hilock__undo_disarm(const hilock__undo *outer);
+/* A reply timed out on k with `owed` replies unread: queue the armed undo
+ * behind them on k and hand its socket to a reaper thread (k->ctx becomes
+ * NULL). Returns 1 if the undo was sent, 0 if none was armed or it failed. */
+int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed);
+
+/* The thread that closes c may still use its pool (to release its holds);
+ * returns the previous closer of this thread. */
+const hilock_client *hilock__closer_set(const hilock_client *c);
+/* 1 if c is open, or closing on this thread. */
+int hilock__client_usable(const hilock_client *c);
+/* 1 if this thread is the one closing c. */
+int hilock__closing_here(const hilock_client *c);
+
 /* ## Scripts ------------------------------------------------------------ */
 
 typedef struct hilock__script {
@@ -381,6 +453,8 @@ int hilock__check_name(hilock__err *e, const char *name, size_t len);
 /* The Redis Cluster hash slot (0..16383) of a key, honouring hash tags. */
 int hilock__key_slot(const char *key, size_t len);
 int hilock__check_ms(hilock__err *e, const char *what, int64_t ms);
+/* A lock's TTL: HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. */
+int hilock__check_ttl(hilock__err *e, int64_t ms);
 /* What every lock constructor checks first: a client, a valid name and
  * TTL, and that the client is open. Failures are recorded in the client's
  * error (HILOCK_EINVAL for a NULL client, without a message). */
@@ -426,6 +500,15 @@ typedef struct hilock__hold {
   int64_t ext_done_us, ren_done_us;
   int64_t since_us; /* start of the grant (not of a re-entry): max hold */
   int lost;
+  int close_lost; /* lost because the client was closed */
+  int closing;    /* the closing thread is releasing it: cancellers wait */
+  struct hilock__hold *live_prev, *live_next; /* the client's grants */
+  int live;
+  /* The family's owner-checked release of the current grant (as for
+   * hilock__hold_release), run when the client closes; NULL: the grant
+   * lapses at its TTL. Reads only the keys and owner. */
+  int (*close_run)(void *arg, hilock__err *e, redisReply **r);
+  void *close_arg;
   hilock__renewal ren;
   /* Renewal settings */
   int auto_renew;
@@ -500,6 +583,16 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
 int hilock__renewal_register(hilock__hold *h);
 void hilock__renewal_cancel(hilock__hold *h);
 void hilock__watchdog_stop(hilock_client *c);
+/* Stop the renewal thread and unlink every hold (the client closes). */
+void hilock__watchdog_close(hilock_client *c);
+/* Fork: forget the parent's list of grants. */
+void hilock__hold_forget_live(hilock_client *c);
+/* A grant lost to hilock_client_free: drop it and return HILOCK_ECLOSED
+ * ("verb: ..."), else HILOCK_OK. */
+int hilock__hold_released_by_close(hilock__hold *h, const char *verb);
+/* hilock_client_free: every grant of this process stops renewing and is
+ * reported lost; each with a close_run is released, within a bounded time. */
+void hilock__holds_close(hilock_client *c);
 /* Fork: forget the parent's renewal thread and registrations. */
 void hilock__watchdog_forget(hilock_client *c);
 

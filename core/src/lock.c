@@ -16,6 +16,8 @@ struct hilock_lock {
   size_t keylen, fkeylen, wkeylen;
 };
 
+static int run_release(void *arg, hilock__err *e, redisReply **r);
+
 static int lock_new(hilock_client *client, const char *name, size_t namelen,
                     hilock_lock_kind kind, int64_t ttl_ms, hilock_lock **out) {
   hilock__err tmp;
@@ -27,7 +29,7 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   if (client == NULL) return HILOCK_EINVAL;
   rc = hilock__check_name(&tmp, name, namelen);
   if (rc == HILOCK_OK && kind != HILOCK_LOCK_SIMPLE)
-    rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+    rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
@@ -50,23 +52,31 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   hilock__hold_init(&l->h, client, l->key, l->keylen,
                     &hilock__script_lock_extend,
                     kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms);
+  l->h.close_run = run_release; /* closing the client releases it */
+  l->h.close_arg = l;
   *out = l;
   return HILOCK_OK;
 }
 
 int hilock_lock_new(hilock_client *client, const char *name, size_t namelen,
                     int64_t ttl_ms, hilock_lock **out) {
-  return lock_new(client, name, namelen, HILOCK_LOCK_EXPIRING, ttl_ms, out);
+  HILOCK__CLIENT_CALL(client, out,
+                     lock_new(client, name, namelen, HILOCK_LOCK_EXPIRING,
+                              ttl_ms, out));
 }
 
 int hilock_simple_lock_new(hilock_client *client, const char *name,
                            size_t namelen, hilock_lock **out) {
-  return lock_new(client, name, namelen, HILOCK_LOCK_SIMPLE, 0, out);
+  HILOCK__CLIENT_CALL(client, out,
+                     lock_new(client, name, namelen, HILOCK_LOCK_SIMPLE,
+                              0, out));
 }
 
 int hilock_lease_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t ttl_ms, hilock_lock **out) {
-  return lock_new(client, name, namelen, HILOCK_LOCK_LEASE, ttl_ms, out);
+  HILOCK__CLIENT_CALL(client, out,
+                     lock_new(client, name, namelen, HILOCK_LOCK_LEASE,
+                              ttl_ms, out));
 }
 
 void hilock_lock_free(hilock_lock *l) {
@@ -101,9 +111,17 @@ static int attempt(void *arg, int64_t *pttl) {
   rc = hilock__token(h->owner, &h->err);
   if (rc != HILOCK_OK) return rc;
   h->ownerlen = HILOCK__TOKEN_LEN;
+  /* If the reply does not come in time, the grant is ambiguous: the same
+   * socket then carries this attempt's owner-checked release. */
+  const char *ukeys[2] = {l->key, l->wkey};
+  size_t ukeylens[2] = {l->keylen, l->wkeylen};
+  hilock__undo undo = {&hilock__script_lock_release, 2, 1, ukeys, ukeylens,
+                       args, arglens, h->ttl_ms};
+  const hilock__undo *outer = hilock__undo_arm(&undo);
   start = hilock__now_us();
   rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_acquire, 2,
                           keys, keylens, 2, args, arglens, &r);
+  hilock__undo_disarm(outer);
   hilock__err unacked = h->err;
   int replicated = rc != HILOCK_ENOREPLICAS;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */

@@ -134,7 +134,9 @@ static int check_slots(hilock__err *e, const hilock_multilock *m) {
   return HILOCK_OK;
 }
 
-int hilock_multilock_new_len(hilock_client *client, const char *const *names,
+static int run_release(void *arg, hilock__err *e, redisReply **r);
+
+static int multilock_new_len(hilock_client *client, const char *const *names,
                              const size_t *namelens, size_t n, int64_t ttl_ms,
                              hilock_multilock **out) {
   hilock__err tmp;
@@ -151,7 +153,7 @@ int hilock_multilock_new_len(hilock_client *client, const char *const *names,
                          "multi-key lock: name lengths are NULL");
   else
     rc = check_names(&tmp, names, namelens, n, &order, &count);
-  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
     free(order);
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
@@ -203,6 +205,8 @@ int hilock_multilock_new_len(hilock_client *client, const char *const *names,
   m->wkeylen = m->keylens[count];
   hilock__hold_init(&m->h, client, m->keys[0], m->keylens[0],
                     &hilock__script_multilock_extend, ttl_ms);
+  m->h.close_run = run_release; /* closing the client releases it */
+  m->h.close_arg = m;
   m->h.xkeys = (const char *const *)(m->keys + 1);
   m->h.xkeylens = m->keylens + 1;
   m->h.nxkeys = (int)count - 1;
@@ -212,6 +216,13 @@ nomem:
   free(order);
   free_parts(m);
   return hilock__set_err(&client->err, HILOCK_ENOMEM, "out of memory");
+}
+
+int hilock_multilock_new_len(hilock_client *client, const char *const *names,
+                             const size_t *namelens, size_t n, int64_t ttl_ms,
+                             hilock_multilock **out) {
+  HILOCK__CLIENT_CALL(
+      client, out, multilock_new_len(client, names, namelens, n, ttl_ms, out));
 }
 
 int hilock_multilock_new(hilock_client *client, const char *const *names,
@@ -297,9 +308,15 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[0] = HILOCK__TOKEN_LEN;
   arglens[1] = hilock__i64(ttl, h->ttl_ms);
   arglens[2] = hilock__i64(woken, m->woken ? (int64_t)m->wait_idx + 1 : 0);
+  /* A late reply: this attempt's names are released behind it. */
+  hilock__undo undo = {&hilock__script_multilock_release, (int)(2 * m->n), 1,
+                       (const char *const *)m->keys, m->keylens, args,
+                       arglens, h->ttl_ms};
+  const hilock__undo *outer = hilock__undo_arm(&undo);
   start = hilock__now_us();
   rc = run(m, &hilock__script_multilock_acquire, (int)(3 * m->n), 3, args,
            arglens, &r);
+  hilock__undo_disarm(outer);
   hilock__err unacked = h->err;
   int replicated = rc != HILOCK_ENOREPLICAS;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */

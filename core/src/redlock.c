@@ -529,7 +529,7 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
     return fail(rl, HILOCK_EINVAL, "a Redlock needs 1 to %d node URLs",
                 NODE_MAX);
   rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) return fail(rl, rc, "%s", tmp.msg);
   rl->n = (int)n;
   rl->quorum = (int)n / 2 + 1;
@@ -542,6 +542,14 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
       rl->n = (int)i; /* parsed so far, for free */
       return fail(rl, rc, "node %zu: %s", i, tmp.msg);
     }
+    for (size_t j = 0; j < i; j++)
+      if (hilock__url_same_server(&rl->node[j].url, &nd->url)) {
+        rl->n = (int)i + 1;
+        return fail(rl, HILOCK_EINVAL,
+                    "nodes %zu and %zu name the same server and database: a "
+                    "Redlock needs independent masters",
+                    j, i);
+      }
     if (nd->url.unix_socket)
       copy_text(nd->addr, sizeof(nd->addr), nd->url.path);
     else if (strchr(nd->url.host, ':') != NULL)

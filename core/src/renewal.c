@@ -531,6 +531,13 @@ int hilock__renewal_register(hilock__hold *h) {
   int64_t now = hilock__now_us();
 
   pthread_mutex_lock(&w->mu);
+  if (!hilock__client_usable(c)) {
+    /* Closed: its renewal thread is gone for good, and so is the hold. */
+    h->lost = h->close_lost = 1;
+    pthread_mutex_unlock(&w->mu);
+    return hilock__set_err(&h->err, HILOCK_ECLOSED,
+                           "client is closed: the hold is not renewed");
+  }
   if (!w->running) {
     w->stop = 0;
     if (pthread_create(&w->thread, NULL, watchdog_main, c) != 0) {
@@ -563,8 +570,11 @@ void hilock__renewal_cancel(hilock__hold *h) {
   pthread_mutex_lock(&w->mu);
   /* A forked child: a grant of the parent's may still be marked in a batch
    * (its loss callback ran at fork time), and no thread here will clear it. */
-  if (h->pid != getpid()) h->ren.in_batch = 0;
-  while (h->ren.in_batch && !on_watchdog(w))
+  if (h->pid != getpid()) h->ren.in_batch = h->closing = 0;
+  /* Wait out a renewal batch, and a closing client releasing this grant. */
+  while ((h->ren.in_batch && !on_watchdog(w)) ||
+         (h->closing && !hilock__client_usable(h->client) &&
+          !hilock__closing_here(h->client)))
     pthread_cond_wait(&w->idle, &w->mu);
   if (h->ren.registered) unlink_renewal(w, &h->ren);
   pthread_mutex_unlock(&w->mu);
@@ -588,6 +598,14 @@ void hilock__watchdog_stop(hilock_client *c) {
   w->conn = NULL;
 }
 
+void hilock__watchdog_close(hilock_client *c) {
+  hilock__watchdog *w = &c->wd;
+  hilock__watchdog_stop(c);
+  pthread_mutex_lock(&w->mu);
+  while (w->head != NULL) unlink_renewal(w, w->head);
+  pthread_mutex_unlock(&w->mu);
+}
+
 void hilock__watchdog_forget(hilock_client *c) {
   hilock__watchdog *w = &c->wd;
   hilock__renewal *r = w->head;
@@ -599,6 +617,7 @@ void hilock__watchdog_forget(hilock_client *c) {
     r = next;
   }
   w->head = NULL;
+  hilock__hold_forget_live(c);
   w->running = 0;
   w->stop = 0;
   /* Not freed: the parent's renewal thread may have been changing this

@@ -36,7 +36,7 @@ static int keep_err(hilock_rlock *rl, const hilock__err *e) {
   return e->code;
 }
 
-int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
+static int rlock_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t ttl_ms, hilock_rlock **out) {
   hilock_rlock *rl;
   int rc;
@@ -62,6 +62,12 @@ int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
                     &hilock__script_rlock_renew, ttl_ms);
   *out = rl;
   return HILOCK_OK;
+}
+
+int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
+                     int64_t ttl_ms, hilock_rlock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      rlock_new(client, name, namelen, ttl_ms, out));
 }
 
 void hilock_rlock_free(hilock_rlock *rl) {

@@ -116,7 +116,7 @@ static void free_keys(hilock_rwlock *rw) {
   free(rw->wwake);
 }
 
-int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
+static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms, hilock_rwlock **out) {
   hilock_rwlock *rw;
   int rc;
@@ -153,6 +153,12 @@ int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
                     &hilock__script_rlock_renew, ttl_ms);
   *out = rw;
   return HILOCK_OK;
+}
+
+int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
+                      int64_t ttl_ms, hilock_rwlock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      rwlock_new(client, name, namelen, ttl_ms, out));
 }
 
 void hilock_rwlock_free(hilock_rwlock *rw) {

@@ -39,7 +39,9 @@ static void seglock_destroy(hilock_seglock *s) {
   free(s);
 }
 
-int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
+static int run_release(void *arg, hilock__err *e, redisReply **r);
+
+static int seglock_new(hilock_client *client, const char *name, size_t namelen,
                        int segments, int64_t ttl_ms, hilock_seglock **out) {
   hilock__err tmp;
   hilock_seglock *s;
@@ -52,7 +54,7 @@ int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
   if (rc == HILOCK_OK && (segments < 1 || segments > HILOCK_SEGMENTS_MAX))
     rc = hilock__set_err(&tmp, HILOCK_EINVAL, "segments must be 1..%d, got %d",
                          HILOCK_SEGMENTS_MAX, segments);
-  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
@@ -97,8 +99,16 @@ int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
    * grant, while no renewal is registered (see attempt). */
   hilock__hold_init(&s->h, client, s->segkey[0], s->segkeylen[0],
                     &hilock__script_lock_extend, ttl_ms);
+  s->h.close_run = run_release; /* closing the client releases it */
+  s->h.close_arg = s;
   *out = s;
   return HILOCK_OK;
+}
+
+int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
+                       int segments, int64_t ttl_ms, hilock_seglock **out) {
+  HILOCK__CLIENT_CALL(
+      client, out, seglock_new(client, name, namelen, segments, ttl_ms, out));
 }
 
 void hilock_seglock_free(hilock_seglock *s) {

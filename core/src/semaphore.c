@@ -27,7 +27,9 @@ static int check_permits(hilock__err *e, const char *what, int64_t n,
   return HILOCK_OK;
 }
 
-int hilock_semaphore_new(hilock_client *client, const char *name,
+static int run_release(void *arg, hilock__err *e, redisReply **r);
+
+static int semaphore_new(hilock_client *client, const char *name,
                          size_t namelen, int64_t permits, int64_t ttl_ms,
                          hilock_semaphore **out) {
   hilock__err tmp;
@@ -39,7 +41,7 @@ int hilock_semaphore_new(hilock_client *client, const char *name,
   if (client == NULL) return HILOCK_EINVAL;
   rc = hilock__check_name(&tmp, name, namelen);
   if (rc == HILOCK_OK) rc = check_permits(&tmp, "permits", permits, 1);
-  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
@@ -61,8 +63,17 @@ int hilock_semaphore_new(hilock_client *client, const char *name,
   }
   hilock__hold_init(&s->h, client, s->key, s->keylen,
                     &hilock__script_semaphore_renew, ttl_ms);
+  s->h.close_run = run_release; /* closing the client releases it */
+  s->h.close_arg = s;
   *out = s;
   return HILOCK_OK;
+}
+
+int hilock_semaphore_new(hilock_client *client, const char *name,
+                         size_t namelen, int64_t permits, int64_t ttl_ms,
+                         hilock_semaphore **out) {
+  HILOCK__CLIENT_CALL(
+      client, out, semaphore_new(client, name, namelen, permits, ttl_ms, out));
 }
 
 void hilock_semaphore_free(hilock_semaphore *s) {
@@ -122,10 +133,17 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[1] = hilock__i64(ttl, h->ttl_ms);
   args[2] = permits;
   arglens[2] = hilock__i64(permits, s->permits);
+  /* A late reply: this attempt's permit is given back behind it. */
+  const char *uargs[2] = {h->owner, permits};
+  size_t uarglens[2] = {h->ownerlen, arglens[2]};
+  hilock__undo undo = {&hilock__script_semaphore_release, 3, 2, keys, keylens,
+                       uargs, uarglens, h->ttl_ms};
+  const hilock__undo *outer = hilock__undo_arm(&undo);
   start = hilock__now_us();
   rc = hilock__script_run(h->client, &h->err,
                           &hilock__script_semaphore_acquire, 3, keys, keylens,
                           3, args, arglens, &r);
+  hilock__undo_disarm(outer);
   hilock__err unacked = h->err;
   int replicated = rc != HILOCK_ENOREPLICAS;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */

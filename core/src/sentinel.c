@@ -31,7 +31,7 @@ static int port_of(const char *s, size_t n) {
  * an error with the reason in e. */
 static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
                char **host, int *port) {
-  struct timeval tv = tv_ms(c->opts.connect_timeout_ms);
+  struct timeval tv = tv_ms(hilock__io_ms(c->opts.connect_timeout_ms));
   redisContext *ctx = redisConnectWithTimeout(a->host, a->port, tv);
   redisReply *r;
   int rc = HILOCK_OK;

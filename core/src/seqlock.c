@@ -43,7 +43,9 @@ static void seq_destroy(hilock_seqlock *sl) {
   free(sl);
 }
 
-int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
+static int run_release(void *arg, hilock__err *e, redisReply **r);
+
+static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
                        int64_t ttl_ms, hilock_seqlock **out) {
   hilock_seqlock *sl;
   int rc;
@@ -75,6 +77,8 @@ int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
   hilock__hold_init(&sl->h, client, sl->keys[K_SESSION],
                     sl->keylens[K_SESSION], &hilock__script_seqlock_renew,
                     ttl_ms);
+  sl->h.close_run = run_release; /* closing the client releases it */
+  sl->h.close_arg = sl;
   sl->renew_xkeys[0] = sl->keys[K_QUEUE];
   sl->renew_xkeylens[0] = sl->keylens[K_QUEUE];
   sl->renew_xkeys[1] = sl->keys[K_HOLDER];
@@ -84,6 +88,12 @@ int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
   sl->h.nxkeys = 2;
   *out = sl;
   return HILOCK_OK;
+}
+
+int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
+                       int64_t ttl_ms, hilock_seqlock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      seqlock_new(client, name, namelen, ttl_ms, out));
 }
 
 void hilock_seqlock_free(hilock_seqlock *sl) {

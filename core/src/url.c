@@ -1,7 +1,12 @@
 /* Connection URLs: redis://, unix://, and a clear refusal of rediss://. */
 #include <ctype.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 
 #include "internal.h"
 
@@ -301,7 +306,7 @@ static int parse_sentinel(const char *p, hilock__url *out, hilock__err *e) {
   return HILOCK_OK;
 }
 
-int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
+static int url_parse(const char *url, hilock__url *out, hilock__err *e) {
   memset(out, 0, sizeof(*out));
   out->port = 6379;
   if (url == NULL) return hilock__set_err(e, HILOCK_EINVAL, "URL is NULL");
@@ -363,4 +368,90 @@ int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
   }
   if (*end == '?') return parse_query(end + 1, out, e);
   return HILOCK_OK;
+}
+
+/* An empty password is no password (as redis-py takes it): no AUTH is
+ * sent, and a user without a password is dropped with it. */
+static void no_empty_password(char **user, char **password) {
+  if (*password != NULL && (*password)[0] == '\0') {
+    free(*password);
+    *password = NULL;
+  }
+  if (*password == NULL) {
+    free(*user);
+    *user = NULL;
+  }
+}
+
+int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
+  int rc = url_parse(url, out, e);
+  if (rc != HILOCK_OK) return rc;
+  no_empty_password(&out->user, &out->password);
+  no_empty_password(&out->sentinel_user, &out->sentinel_password);
+  return HILOCK_OK;
+}
+
+/* ## Same server ----------------------------------------------------------
+ * Two URLs name one server if their databases match and their unix socket
+ * paths resolve to one file, or their ports match and their hosts resolve
+ * to a shared address (localhost and 127.0.0.1; IPv4-mapped IPv6 counts as
+ * IPv4). A host that does not resolve matches only its own spelling. */
+
+typedef struct addr_set {
+  unsigned char a[16][16];
+  int n;
+} addr_set;
+
+static void resolve(const char *host, addr_set *out) {
+  struct addrinfo hints, *res = NULL, *p;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  out->n = 0;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0) return;
+  for (p = res; p != NULL && out->n < 16; p = p->ai_next) {
+    unsigned char *a = out->a[out->n];
+    memset(a, 0, 16);
+    if (p->ai_family == AF_INET) {
+      /* As ::ffff:a.b.c.d */
+      a[10] = a[11] = 0xff;
+      memcpy(a + 12, &((struct sockaddr_in *)p->ai_addr)->sin_addr, 4);
+    } else if (p->ai_family == AF_INET6) {
+      memcpy(a, &((struct sockaddr_in6 *)p->ai_addr)->sin6_addr, 16);
+    } else {
+      continue;
+    }
+    out->n++;
+  }
+  freeaddrinfo(res);
+}
+
+int hilock__url_same_server(const hilock__url *x, const hilock__url *y) {
+  if (x->db != y->db || x->unix_socket != y->unix_socket ||
+      x->cluster || y->cluster || x->sentinel || y->sentinel)
+    return 0;
+  if (x->unix_socket) {
+    char *rx = realpath(x->path, NULL), *ry = realpath(y->path, NULL);
+    int same = rx != NULL && ry != NULL ? strcmp(rx, ry) == 0
+                                        : strcmp(x->path, y->path) == 0;
+    free(rx);
+    free(ry);
+    return same;
+  }
+  if (x->port != y->port) return 0;
+  if (strcasecmp(x->host, y->host) == 0) return 1;
+  {
+    addr_set *ax = malloc(sizeof(*ax)), *ay = malloc(sizeof(*ay));
+    int same = 0;
+    if (ax != NULL && ay != NULL) {
+      resolve(x->host, ax);
+      resolve(y->host, ay);
+      for (int i = 0; i < ax->n && !same; i++)
+        for (int j = 0; j < ay->n && !same; j++)
+          same = memcmp(ax->a[i], ay->a[j], 16) == 0;
+    }
+    free(ax);
+    free(ay);
+    return same;
+  }
 }

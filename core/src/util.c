@@ -82,6 +82,17 @@ int hilock__check_ms(hilock__err *e, const char *what, int64_t ms) {
   return HILOCK_OK;
 }
 
+int hilock__check_ttl(hilock__err *e, int64_t ms) {
+  if (ms < HILOCK_TTL_MIN_MS || ms > HILOCK_TTL_MAX_MS)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "ttl must be %" PRId64 "..%" PRId64
+                           " ms, got %" PRId64
+                           " (the validity is the TTL less a drift allowance "
+                           "of 1%% + 2 ms)",
+                           HILOCK_TTL_MIN_MS, HILOCK_TTL_MAX_MS, ms);
+  return HILOCK_OK;
+}
+
 char *hilock__key(const char *name, size_t len, const char *role,
                   size_t *outlen) {
   static const char head[] = "hilock:{";
@@ -108,7 +119,7 @@ int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
   int rc;
   if (client == NULL) return HILOCK_EINVAL;
   rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK) rc = hilock__check_ms(&tmp, "ttl", ttl_ms);
+  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) return hilock__set_err(&client->err, rc, "%s", tmp.msg);
   if (client->closed)
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");

@@ -13,6 +13,10 @@
 #include "internal.h"
 
 #define SLICE_MS 100 /* how often a wait checks the interrupt hook */
+/* A caller's timeout bounds the whole acquire: connecting, reconnecting,
+ * each attempt's reply and each wait. One round trip may overrun it by at
+ * most this much (an attempt started just before the deadline). */
+#define CALL_SLACK_MS 250
 
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int *woken) {
@@ -24,7 +28,7 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
   size_t lens[3] = {5, keylen, 0};
   void *reply = NULL;
   int fresh, rc, done = 0;
-  int64_t slack, deadline;
+  int64_t slack, deadline, own;
 
   *woken = 0;
   if (bound_ms < 1) bound_ms = 1;
@@ -55,7 +59,8 @@ again:
     if (redisBufferWrite(k->ctx, &done) != REDIS_OK) goto broken;
 
   slack = c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms : 5000;
-  deadline = hilock__now_ms() + bound_ms + slack;
+  own = hilock__now_ms() + bound_ms + slack;
+  deadline = own < hilock__call_deadline() ? own : hilock__call_deadline();
   for (;;) {
     struct pollfd p;
     int64_t left;
@@ -78,6 +83,12 @@ again:
       return hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
     }
     left = deadline - hilock__now_ms();
+    if (left <= 0 && deadline < own) {
+      /* The caller's time is up: no wake-up came, which is no error (the
+       * pending BLPOP goes with the connection; nothing is popped). */
+      hilock__conn_free(k);
+      return HILOCK_OK;
+    }
     if (left <= 0) {
       hilock__conn_free(k);
       return hilock__set_err(e, HILOCK_ETIMEDOUT,
@@ -143,27 +154,31 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              int *woken_out, int64_t wait_ms,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg) {
-  int64_t deadline;
-  int woken = 0;
+  int64_t deadline, outer;
+  int woken = 0, rc;
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
   deadline = wait_ms < 0 ? INT64_MAX : hilock__now_ms() + wait_ms;
+  /* wait_ms 0 asks for one attempt, bounded by the client's own timeouts. */
+  outer = hilock__call_begin(wait_ms > 0 ? deadline + CALL_SLACK_MS
+                                         : INT64_MAX);
   for (;;) {
     int64_t pttl = -1, left, bound;
-    int rc;
     if (woken_out != NULL) *woken_out = woken;
     rc = attempt(arg, &pttl);
-    if (rc != HILOCK_BUSY) return rc;
+    if (rc != HILOCK_BUSY) break;
     left = deadline == INT64_MAX ? INT64_MAX : deadline - hilock__now_ms();
-    if (left <= 0) return HILOCK_BUSY;
+    if (left <= 0) break;
     /* Sleep until woken, the holder's expiry, or our deadline. A holder
      * with no expiry (-1) is re-checked at least every 30 s. */
     bound = pttl >= 0 ? pttl + 1 : 30000;
     if (left < bound) bound = left;
     rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, &woken);
-    if (rc != HILOCK_OK) return rc;
+    if (rc != HILOCK_OK) break;
   }
+  hilock__call_end(outer);
+  return rc;
 }
 
 int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms) {

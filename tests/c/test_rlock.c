@@ -294,6 +294,8 @@ static void threads_sharing_a_handle_exclude_each_other(void **state) {
   sharer s[NSHARERS];
   pthread_t t[NSHARERS];
 
+  /* A counter already at 1000: every grant adds exactly one. */
+  hl_redis_ok(f->redis, "SET hilock:{shared-handle}:fence 1000");
   atomic_init(&inside, 0);
   atomic_init(&overlaps, 0);
   atomic_init(&errors, 0);
@@ -310,7 +312,7 @@ static void threads_sharing_a_handle_exclude_each_other(void **state) {
   assert_false(hash_exists(f, rl));
   /* One fence per grant; re-entries draw none. */
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{shared-handle}:fence 0"),
-                   NSHARERS * SHARE_ROUNDS);
+                   1000 + NSHARERS * SHARE_ROUNDS);
   hilock_rlock_free(rl);
 }
 
@@ -372,6 +374,7 @@ static void another_process_blocks(void **state) {
   char byte;
   pid_t pid;
 
+  hl_redis_ok(f->redis, "SET hilock:{process}:fence 1000");
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
   assert_int_equal(pipe(fds), 0);
   p.url = f->server.url;
@@ -400,7 +403,7 @@ static void another_process_blocks(void **state) {
   }
   assert_false(hash_exists(f, rl));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{process}:fence 0"),
-                   2);
+                   1002);
   hilock_rlock_free(rl);
 }
 
@@ -551,9 +554,13 @@ static void names_and_ttls_are_validated(void **state) {
   assert_true(hash_pttl(f, rl) > 1000000000LL);
   assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
   hilock_rlock_free(rl);
-  rl = new_rlock(f->client, "one-ms", 1);
-  assert_int_equal(hilock_rlock_ttl_ms(rl), 1);
+  rl = new_rlock(f->client, "shortest", HILOCK_TTL_MIN_MS);
+  assert_int_equal(hilock_rlock_ttl_ms(rl), HILOCK_TTL_MIN_MS);
   hilock_rlock_free(rl);
+  assert_int_equal(hilock_rlock_new(f->client, "too-short", 9,
+                                    HILOCK_TTL_MIN_MS - 1, &rl),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "ttl must be");
 
   /* Binary names keep their bytes in the key. */
   assert_hl_ok(hilock_rlock_new(f->client, bin, sizeof(bin), 5000, &rl),

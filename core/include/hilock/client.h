@@ -4,8 +4,11 @@
  * checks a connection out of the client's pool (under the client's mutex),
  * uses it alone, and returns it, so threads never interleave on one
  * connection and never wait for each other's round trips. The client is
- * reference counted: each lock handle keeps it alive, so hilock_client_free
- * may be called while locks still exist (they then fail with HILOCK_ECLOSED).
+ * reference counted: each lock handle and each running call keeps it alive,
+ * so hilock_client_free may be called while locks still exist (they then
+ * fail with HILOCK_ECLOSED) and while other threads are inside calls (those
+ * complete or fail with HILOCK_ECLOSED; nothing is freed under them). A
+ * call must not start after hilock_client_free has returned.
  *
  * Renewal: the first lock held with auto-renewal starts one background
  * thread per client, with its own connection, that renews every renewable
@@ -57,7 +60,8 @@ typedef struct hilock_options {
 /* Fill *opts with the defaults above. */
 HILOCK_API void hilock_options_init(hilock_options *opts);
 
-/* CONSTRUCTOR. Connect to the server named by url:
+/* CONSTRUCTOR. Connect to the server named by url (an empty password is no
+ * password: no AUTH is sent):
  *   redis://[[user]:password@]host[:port][/db]      (host may be [ipv6])
  *   unix:///path/to.sock[?db=N&user=U&password=P]
  *   redis+cluster://[[user]:password@]host[:port][,host[:port]...]
@@ -79,7 +83,12 @@ HILOCK_API void hilock_options_init(hilock_options *opts);
 HILOCK_API int hilock_client_new(const char *url, const hilock_options *opts,
                                  hilock_client **out);
 
-/* DESTRUCTOR. Drop the caller's reference; NULL is a no-op. */
+/* DESTRUCTOR. Close the client and drop the caller's reference; NULL is a
+ * no-op. Every hold of the client stops renewing and is reported lost
+ * (hilock_*_lost, loss callbacks of auto-renewed holds), and is released
+ * with its owner-checked script, best effort, within about 2 s in all
+ * (reentrant and read-write holds lapse at their TTL). The memory goes when
+ * the last lock handle and the last running call are done. */
 HILOCK_API void hilock_client_free(hilock_client *client);
 
 /* 1 if the client talks to a Redis Cluster (a redis+cluster:// URL). */

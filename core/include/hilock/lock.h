@@ -42,6 +42,10 @@ extern "C" {
 #define HILOCK_NAME_MAX 1024
 /* Largest TTL accepted, in ms (about 34 years). */
 #define HILOCK_TTL_MAX_MS ((int64_t)1 << 40)
+/* Smallest TTL accepted, in ms: a grant's validity is its TTL less a
+ * clock-drift allowance of 1% + 2 ms, so a shorter TTL would be lost on
+ * arrival. */
+#define HILOCK_TTL_MIN_MS ((int64_t)10)
 /* Wait forever in hilock_lock_acquire. */
 #define HILOCK_WAIT_FOREVER ((int64_t)-1)
 
@@ -54,8 +58,8 @@ typedef enum hilock_lock_kind {
 } hilock_lock_kind;
 
 /* CONSTRUCTORS. Make a handle for the named lock; nothing is sent to Redis.
- * ttl_ms must be in 1..HILOCK_TTL_MAX_MS. Returns HILOCK_OK, HILOCK_EINVAL,
- * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+ * ttl_ms must be in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Returns HILOCK_OK,
+ * HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_lock_new(hilock_client *client, const char *name,
                                size_t namelen, int64_t ttl_ms,
                                hilock_lock **out);

@@ -53,12 +53,12 @@ extern "C" {
 typedef struct hilock_multilock hilock_multilock;
 
 /* CONSTRUCTORS; nothing is sent to Redis. names: n NUL-terminated names
- * (hilock_multilock_new) or n binary names with their lengths (_new_len),
- * each 1..HILOCK_NAME_MAX bytes, not beginning with '}'; 1 <= n <=
- * HILOCK_MULTILOCK_MAX. ttl_ms in 1..HILOCK_TTL_MAX_MS, for every key.
- * Returns HILOCK_OK, HILOCK_EINVAL (message in hilock_client_errmsg),
- * HILOCK_ECROSSSLOT (cluster client, names in different slots),
- * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+ * (hilock_multilock_new) or n binary names with their lengths (_new_len), each
+ * 1..HILOCK_NAME_MAX bytes, not beginning with '}'; 1 <= n <=
+ * HILOCK_MULTILOCK_MAX. ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS, for
+ * every key. Returns HILOCK_OK, HILOCK_EINVAL (message in
+ * hilock_client_errmsg), HILOCK_ECROSSSLOT (cluster client, names in different
+ * slots), HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_multilock_new(hilock_client *client,
                                     const char *const *names, size_t n,
                                     int64_t ttl_ms, hilock_multilock **out);

@@ -60,13 +60,13 @@ extern "C" {
 typedef struct hilock_redlock hilock_redlock;
 
 /* CONSTRUCTOR. urls[0..n) name the nodes (the client's URL syntax: AUTH and
- * SELECT from each URL). ttl_ms in 1..HILOCK_TTL_MAX_MS. opts may be NULL
- * (connect_timeout_ms bounds the first connection round; the interrupt
- * hook ends waits). Connects to every node at once and fails with
+ * SELECT from each URL). ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. opts
+ * may be NULL (connect_timeout_ms bounds the first connection round; the
+ * interrupt hook ends waits). Connects to every node at once and fails with
  * HILOCK_ENOQUORUM if fewer than a majority answer, or HILOCK_EAUTH /
- * HILOCK_ENOPERM if a node refuses the credentials; a minority down is
- * fine (it is retried on every call). On failure *out may still be set:
- * read hilock_redlock_errmsg, then free it. */
+ * HILOCK_ENOPERM if a node refuses the credentials; a minority down is fine (it
+ * is retried on every call). On failure *out may still be set: read
+ * hilock_redlock_errmsg, then free it. */
 HILOCK_API int hilock_redlock_new(const char *const *urls, size_t n,
                                   const char *name, size_t namelen,
                                   int64_t ttl_ms, const hilock_options *opts,

@@ -25,7 +25,8 @@ extern "C" {
 
 typedef struct hilock_rlock hilock_rlock;
 
-/* CONSTRUCTOR; nothing is sent. ttl_ms in 1..HILOCK_TTL_MAX_MS. */
+/* CONSTRUCTOR; nothing is sent. ttl_ms in
+ * HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. */
 HILOCK_API int hilock_rlock_new(hilock_client *client, const char *name,
                                 size_t namelen, int64_t ttl_ms,
                                 hilock_rlock **out);

@@ -56,8 +56,8 @@ extern "C" {
 
 typedef struct hilock_rwlock hilock_rwlock;
 
-/* CONSTRUCTOR; nothing is sent. ttl_ms in 1..HILOCK_TTL_MAX_MS applies to
- * read and write holds alike. Returns HILOCK_OK, HILOCK_EINVAL,
+/* CONSTRUCTOR; nothing is sent. ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS
+ * applies to read and write holds alike. Returns HILOCK_OK, HILOCK_EINVAL,
  * HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_rwlock_new(hilock_client *client, const char *name,
                                  size_t namelen, int64_t ttl_ms,

@@ -61,11 +61,11 @@ extern "C" {
 
 typedef struct hilock_seglock hilock_seglock;
 
-/* CONSTRUCTOR; nothing is sent to Redis. segments in
- * 1..HILOCK_SEGMENTS_MAX, ttl_ms in 1..HILOCK_TTL_MAX_MS. Every handle on
- * one name must use the same segment count (the stock records it, and a
- * mismatch is HILOCK_EINVAL at acquire). Returns HILOCK_OK, HILOCK_EINVAL
- * (message in hilock_client_errmsg), HILOCK_ENOMEM or HILOCK_ECLOSED. */
+/* CONSTRUCTOR; nothing is sent to Redis. segments in 1..HILOCK_SEGMENTS_MAX,
+ * ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Every handle on one name must
+ * use the same segment count (the stock records it, and a mismatch is
+ * HILOCK_EINVAL at acquire). Returns HILOCK_OK, HILOCK_EINVAL (message in
+ * hilock_client_errmsg), HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_seglock_new(hilock_client *client, const char *name,
                                   size_t namelen, int segments,
                                   int64_t ttl_ms, hilock_seglock **out);

@@ -49,8 +49,8 @@ typedef struct hilock_semaphore hilock_semaphore;
 
 /* CONSTRUCTOR; nothing is sent to Redis. permits in 1..HILOCK_PERMITS_MAX
  * is the limit this handle stores if none is stored yet; ttl_ms in
- * 1..HILOCK_TTL_MAX_MS is each grant's lifetime unless renewed. Returns
- * HILOCK_OK, HILOCK_EINVAL (message in hilock_client_errmsg),
+ * HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS is each grant's lifetime unless
+ * renewed. Returns HILOCK_OK, HILOCK_EINVAL (message in hilock_client_errmsg),
  * HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_semaphore_new(hilock_client *client, const char *name,
                                     size_t namelen, int64_t permits,

@@ -47,8 +47,9 @@ extern "C" {
 
 typedef struct hilock_seqlock hilock_seqlock;
 
-/* CONSTRUCTOR; nothing is sent. ttl_ms in 1..HILOCK_TTL_MAX_MS. Returns
- * HILOCK_OK, HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED. */
+/* CONSTRUCTOR; nothing is sent. ttl_ms in
+ * HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Returns HILOCK_OK, HILOCK_EINVAL,
+ * HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_seqlock_new(hilock_client *client, const char *name,
                                   size_t namelen, int64_t ttl_ms,
                                   hilock_seqlock **out);

@@ -1,0 +1,178 @@
+/* What one public call carries down to the transport, per thread: the
+ * caller's deadline (a timeout bounds the whole call: connect, reconnect
+ * and replies included), the undo of an ambiguous grant (a reply that did
+ * not come in time), and the closing client's own release of its holds.
+ *
+ * An ambiguous grant is resolved on the connection that carried it: the
+ * family's owner-checked release is queued behind the unanswered script on
+ * the same socket, so the server runs it right after the script if it ever
+ * runs the script, and a reaper thread reads both replies before closing
+ * the socket. The caller is told at once; nobody is left holding a grant
+ * that nobody owns. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "internal.h"
+
+static __thread int64_t tl_deadline_ms = INT64_MAX;
+static __thread const hilock__undo *tl_undo;
+static __thread const hilock_client *tl_closer;
+
+int64_t hilock__call_deadline(void) { return tl_deadline_ms; }
+
+int64_t hilock__call_begin(int64_t deadline_ms) {
+  int64_t outer = tl_deadline_ms;
+  if (deadline_ms < tl_deadline_ms) tl_deadline_ms = deadline_ms;
+  return outer;
+}
+
+void hilock__call_end(int64_t outer) { tl_deadline_ms = outer; }
+
+int64_t hilock__budget(const hilock_client *c, int64_t ms) {
+  int64_t d = hilock__now_ms() + ms;
+  (void)c;
+  return d < tl_deadline_ms ? d : tl_deadline_ms;
+}
+
+int64_t hilock__io_ms(int64_t ms) {
+  int64_t left;
+  if (tl_deadline_ms == INT64_MAX) return ms;
+  left = tl_deadline_ms - hilock__now_ms();
+  if (left < 1) left = 1;
+  return ms <= 0 || left < ms ? left : ms;
+}
+
+int hilock__call_expired(void) {
+  return tl_deadline_ms != INT64_MAX && hilock__now_ms() >= tl_deadline_ms;
+}
+
+const hilock__undo *hilock__undo_arm(const hilock__undo *u) {
+  const hilock__undo *outer = tl_undo;
+  tl_undo = u;
+  return outer;
+}
+
+void hilock__undo_disarm(const hilock__undo *outer) { tl_undo = outer; }
+
+const hilock_client *hilock__closer_set(const hilock_client *c) {
+  const hilock_client *was = tl_closer;
+  tl_closer = c;
+  return was;
+}
+
+int hilock__closing_here(const hilock_client *c) { return tl_closer == c; }
+
+int hilock__client_usable(const hilock_client *c) {
+  return !__atomic_load_n(&c->closed, __ATOMIC_ACQUIRE) || tl_closer == c;
+}
+
+/* ## The reaper ---------------------------------------------------------- */
+
+typedef struct reap {
+  redisContext *ctx;
+  int owed;
+  int64_t wait_ms;
+} reap;
+
+static void *reap_main(void *arg) {
+  reap *r = arg;
+  struct timeval tv;
+  tv.tv_sec = (time_t)(r->wait_ms / 1000);
+  tv.tv_usec = (suseconds_t)(r->wait_ms % 1000) * 1000;
+  redisSetTimeout(r->ctx, tv);
+  for (int i = 0; i < r->owed; i++) {
+    void *reply = NULL;
+    if (redisGetReply(r->ctx, &reply) != REDIS_OK) break;
+    freeReplyObject(reply);
+  }
+  redisFree(r->ctx);
+  free(r);
+  return NULL;
+}
+
+/* Write out ctx's buffer without a SIGPIPE (a peer that closed the socket
+ * must not kill a program that never asked for the signal). */
+static int write_all(redisContext *ctx) {
+  sigset_t pipe_set, old, pending;
+  int ok = 1, done = 0;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  while (ok && !done) ok = redisBufferWrite(ctx, &done) == REDIS_OK;
+  if (!sigismember(&old, SIGPIPE) && sigpending(&pending) == 0 &&
+      sigismember(&pending, SIGPIPE)) {
+    struct timespec zero = {0, 0};
+    (void)sigtimedwait(&pipe_set, NULL, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return ok;
+}
+
+int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
+  const hilock__undo *u = tl_undo;
+  const char *sargv[3 + 16], **argv = sargv;
+  size_t slens[3 + 16], *lens = slens;
+  char nk[24];
+  int argc = 0, ok;
+  reap *r;
+  pthread_t t;
+  pthread_attr_t attr;
+
+  if (u == NULL || owed < 1) return 0;
+  if (u->nkeys + u->nargs > 16) { /* a multi-key lock's many names */
+    argv = malloc((size_t)(3 + u->nkeys + u->nargs) * sizeof(*argv));
+    lens = malloc((size_t)(3 + u->nkeys + u->nargs) * sizeof(*lens));
+    if (argv == NULL || lens == NULL) {
+      free(argv);
+      free(lens);
+      return 0;
+    }
+  }
+  /* A reply wait that timed out leaves the context flagged, not broken:
+   * the socket and the reader are intact. */
+  k->ctx->err = 0;
+  k->ctx->errstr[0] = '\0';
+  /* EVAL with the source: a flushed script cache must not fail the undo. */
+  argv[argc] = "EVAL";
+  lens[argc++] = 4;
+  argv[argc] = u->script->src;
+  lens[argc++] = u->script->len;
+  argv[argc] = nk;
+  lens[argc++] = hilock__i64(nk, u->nkeys);
+  for (int i = 0; i < u->nkeys; i++, argc++) {
+    argv[argc] = u->keys[i];
+    lens[argc] = u->keylens[i];
+  }
+  for (int i = 0; i < u->nargs; i++, argc++) {
+    argv[argc] = u->args[i];
+    lens[argc] = u->arglens[i];
+  }
+  ok = redisAppendCommandArgv(k->ctx, argc, argv, lens) == REDIS_OK;
+  if (argv != sargv) {
+    free(argv);
+    free(lens);
+  }
+  /* Write it now: the socket is still open and in order. */
+  if (ok) ok = write_all(k->ctx);
+  if (!ok) return 0;
+  r = malloc(sizeof(*r));
+  if (r == NULL) return 1; /* written: the server runs it in order anyway */
+  r->ctx = k->ctx;
+  r->owed = owed + 1;
+  r->wait_ms = u->wait_ms > 0 ? u->wait_ms : 30000;
+  if (c->opts.command_timeout_ms > 0) r->wait_ms += c->opts.command_timeout_ms;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, reap_main, r) != 0) {
+    pthread_attr_destroy(&attr);
+    free(r);
+    return 1;
+  }
+  pthread_attr_destroy(&attr);
+  k->ctx = NULL; /* the reaper owns the socket now */
+  return 1;
+}

@@ -1,0 +1,493 @@
+/* Misuse and the defects a user found: closing a client while other
+ * threads are inside calls, closing with locks held, one Redlock node
+ * listed twice, caller timeouts that must bound the whole call, replies
+ * that come too late, fence counters lost to FLUSHALL, a restart or an
+ * eviction, TTLs too short to be valid, empty passwords and maxclients. */
+#include "test_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef hl_fixture fixture;
+
+static int rounds(void) {
+  const char *s = getenv("HILOCK_MISUSE_ROUNDS");
+  return s != NULL && atoi(s) > 0 ? atoi(s) : 6;
+}
+
+static hilock_client *client_for(const hl_server *s, const hilock_options *o) {
+  hilock_options def = hl_test_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(s->url, o ? o : &def, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
+  hilock_lock *l = NULL;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
+               hilock_client_errmsg(c));
+  return l;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  hl_redis_ok(f->redis, "CLIENT UNPAUSE"); /* after a failed pause test */
+  hl_redis_ok(f->redis, "CONFIG SET maxclients 10000");
+  hl_redis_ok(f->redis, "CONFIG SET maxmemory 0");
+  hl_redis_ok(f->redis, "CONFIG SET maxmemory-policy noeviction");
+  return hl_teardown(state);
+}
+
+/* ## A concurrent close ------------------------------------------------------
+ * One thread is inside a call (the server is held in DEBUG SLEEP so the call
+ * waits for its reply) while another frees the client. The call completes
+ * or fails with HILOCK_ECLOSED; nothing is freed under it (ASan, valgrind). */
+
+enum { OP_PING, OP_ACQUIRE, OP_WAIT, OP_RELEASE, OP_RENEWAL, OP_COUNT };
+
+typedef struct racer {
+  hilock_client *client;
+  hilock_lock *lock;
+  int op;
+  atomic_int started;
+  int rc;
+} racer;
+
+typedef struct sleeper {
+  const hl_server *server;
+  int ms;
+} sleeper;
+
+static void *server_sleep(void *arg) {
+  sleeper *s = arg;
+  redisContext *c = hl_redis_connect(s->server);
+  redisReply *r = redisCommand(c, "DEBUG SLEEP %.3f", s->ms / 1000.0);
+  if (r != NULL) freeReplyObject(r);
+  redisFree(c);
+  return NULL;
+}
+
+static void *race(void *arg) {
+  racer *r = arg;
+  atomic_store(&r->started, 1);
+  switch (r->op) {
+    case OP_PING:
+      r->rc = hilock_client_ping(r->client);
+      break;
+    case OP_ACQUIRE:
+      r->rc = hilock_lock_try_acquire(r->lock);
+      break;
+    case OP_WAIT: /* another handle holds it: this one waits */
+      r->rc = hilock_lock_acquire(r->lock, 5000);
+      break;
+    case OP_RELEASE:
+      r->rc = hilock_lock_release(r->lock);
+      break;
+    case OP_RENEWAL: /* the renewal thread is mid-batch */
+      hl_sleep_ms(150);
+      r->rc = HILOCK_OK;
+      break;
+  }
+  return NULL;
+}
+
+static void concurrent_close_never_frees_under_a_call(void **state) {
+  fixture *f = *state;
+  for (int op = 0; op < OP_COUNT; op++) {
+    for (int i = 0; i < rounds(); i++) {
+      hilock_client *c = client_for(&f->server, NULL);
+      char name[32];
+      hilock_lock *l, *holder = NULL;
+      snprintf(name, sizeof(name), "race-%d-%d", op, i);
+      /* A lock handle keeps the client's memory alive: ping has none. */
+      l = op == OP_PING ? NULL
+                        : new_lock(c, name, op == OP_RENEWAL ? 90 : 5000);
+      racer r = {c, l, op, 0, 0};
+      sleeper s = {&f->server, 120};
+      pthread_t t, st;
+      if (op == OP_WAIT) {
+        holder = new_lock(c, name, 5000);
+        assert_hl_ok(hilock_lock_try_acquire(holder),
+                     hilock_lock_errmsg(holder));
+      }
+      if (op == OP_RELEASE || op == OP_RENEWAL)
+        assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+      if (op == OP_RENEWAL)
+        assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
+                     hilock_lock_errmsg(l));
+      assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
+      hl_sleep_ms(20); /* the server is asleep now */
+      assert_int_equal(pthread_create(&t, NULL, race, &r), 0);
+      while (!atomic_load(&r.started)) hl_sleep_ms(1);
+      hl_sleep_ms(10 + 10 * (i % 4)); /* inside the call */
+      hilock_client_free(c);
+      pthread_join(t, NULL);
+      pthread_join(st, NULL);
+      if (r.rc != HILOCK_OK && r.rc != HILOCK_ECLOSED &&
+          r.rc != HILOCK_BUSY)
+        fail_msg("op %d round %d: %d (%s)", op, i, r.rc,
+                 op == OP_PING ? "ping" : hilock_lock_errmsg(l));
+      if (op == OP_RENEWAL) assert_true(hilock_lock_lost(l));
+      hilock_lock_free(holder);
+      hilock_lock_free(l);
+    }
+  }
+}
+
+/* ## Closing with locks held ------------------------------------------------ */
+
+static atomic_int lost_calls;
+static void on_lost(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&lost_calls, 1);
+}
+
+static void close_stops_renewal_and_releases_holds(void **state) {
+  fixture *f = *state;
+  hilock_client *c = client_for(&f->server, NULL), *other;
+  hilock_lock *l = new_lock(c, "held", 1000), *next;
+  hilock_semaphore *s = NULL;
+  hilock_fair_lock *fl = NULL;
+  hilock_rlock *rl = NULL;
+  atomic_store(&lost_calls, 0);
+  assert_hl_ok(hilock_semaphore_new(c, "sem", 3, 2, 1000, &s),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_fair_lock_new(c, "fair", 4, 1000, &fl),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_rlock_new(c, "re", 2, 1000, &rl),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, NULL),
+               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_semaphore_set_auto_renew(s, 1, 0, on_lost, NULL),
+               hilock_semaphore_errmsg(s));
+  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, on_lost, NULL),
+               hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_semaphore_errmsg(s));
+  assert_hl_ok(hilock_fair_lock_try_acquire(fl), hilock_fair_lock_errmsg(fl));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
+
+  hilock_client_free(c);
+  /* Every hold reports the loss; those renewed told their callbacks. */
+  assert_true(hilock_lock_lost(l));
+  assert_true(hilock_semaphore_lost(s));
+  assert_true(hilock_fair_lock_lost(fl));
+  assert_true(hilock_rlock_lost(rl));
+  assert_int_equal(atomic_load(&lost_calls), 3);
+  /* Released at once: the lock, the permit, the fair lock's holder. */
+  assert_false(hl_redis_exists(f->redis, "hilock:{held}:lock", 18));
+  assert_int_equal(hl_redis_int(f->redis, "ZCARD hilock:{sem}:permits"), 0);
+  assert_false(hl_redis_exists(f->redis, "hilock:{fair}:fair", 18));
+  /* The reentrant lock has no close release: it is no longer renewed and
+   * lapses at its TTL. */
+  hl_sleep_ms(1300);
+  assert_false(hl_redis_exists(f->redis, "hilock:{re}:rlock", 17));
+  /* Another client takes the lock at once. */
+  other = client_for(&f->server, NULL);
+  next = new_lock(other, "held", 1000);
+  assert_hl_ok(hilock_lock_try_acquire(next), hilock_lock_errmsg(next));
+  /* The old handles say why they hold nothing. */
+  assert_hl_rc(hilock_lock_release(l), HILOCK_ECLOSED, hilock_lock_errmsg(l));
+  assert_substr(hilock_lock_errmsg(l), "client was closed");
+  assert_hl_rc(hilock_semaphore_release(s), HILOCK_ECLOSED,
+               hilock_semaphore_errmsg(s));
+  hilock_lock_free(next);
+  hilock_client_free(other);
+  hilock_lock_free(l);
+  hilock_semaphore_free(s);
+  hilock_fair_lock_free(fl);
+  hilock_rlock_free(rl);
+}
+
+/* ## Redlock ------------------------------------------------------------------ */
+
+static void redlock_refuses_a_repeated_node(void **state) {
+  fixture *f = *state;
+  char a[96], b[96], cc[96];
+  const char *same[3] = {f->server.url, f->server.url, f->server.url};
+  const char *spelled[3] = {a, b, cc};
+  hilock_redlock *rl = NULL;
+  snprintf(a, sizeof(a), "redis://localhost:%d", f->server.port);
+  snprintf(b, sizeof(b), "redis://127.0.0.1:%d/0", f->server.port);
+  snprintf(cc, sizeof(cc), "redis://127.0.0.1:%d", f->server.port);
+  assert_int_equal(hilock_redlock_new(same, 3, "dup", 3, 5000, NULL, &rl),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_redlock_errmsg(rl), "same server");
+  hilock_redlock_free(rl);
+  rl = NULL;
+  assert_int_equal(hilock_redlock_new(spelled, 3, "dup", 3, 5000, NULL, &rl),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_redlock_errmsg(rl), "nodes 0 and 1");
+  hilock_redlock_free(rl);
+  /* Other databases of one server are accepted: the URL names the
+   * database, and only the same one twice is refused. */
+  snprintf(b, sizeof(b), "redis://127.0.0.1:%d/1", f->server.port);
+  snprintf(cc, sizeof(cc), "redis://127.0.0.1:%d/2", f->server.port);
+  rl = NULL;
+  assert_hl_ok(hilock_redlock_new(spelled, 3, "dbs", 3, 5000, NULL, &rl),
+               hilock_redlock_errmsg(rl));
+  hilock_redlock_free(rl);
+}
+
+/* ## Timeouts bound the whole call ------------------------------------------- */
+
+static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
+  hl_server s;
+  hilock_options o;
+  hilock_client *c;
+  hilock_lock *l;
+  int64_t t0, took;
+  int rc;
+  (void)state;
+  assert_int_equal(hl_server_start(&s, NULL), 0);
+  hilock_options_init(&o); /* reconnect budget 3 s */
+  c = client_for(&s, &o);
+  l = new_lock(c, "down", 5000);
+  hl_server_stop(&s);
+  t0 = hl_now_ms();
+  rc = hilock_lock_acquire(l, 1000);
+  took = hl_now_ms() - t0;
+  assert_true(rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT);
+  /* 1 s and the stated 250 ms slack; the reconnect budget was 3 s. */
+  assert_i64_between(took, 900, 1900);
+  hilock_lock_free(l);
+  hilock_client_free(c);
+  hl_server_destroy(&s);
+}
+
+static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
+    void **state) {
+  fixture *f = *state;
+  hilock_client *c = client_for(&f->server, NULL);
+  hilock_lock *l = new_lock(c, "paused", 10000), *other;
+  int64_t t0, took;
+  int rc;
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hl_redis_ok(f->redis, "CLIENT PAUSE 2500 WRITE");
+  t0 = hl_now_ms();
+  rc = hilock_lock_acquire(l, 800);
+  took = hl_now_ms() - t0;
+  assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_lock_errmsg(l));
+  assert_substr(hilock_lock_errmsg(l), "undone");
+  assert_i64_between(took, 700, 1700);
+  assert_false(hilock_lock_held(l));
+  /* After the pause the server ran the attempt, then its undo: free. */
+  hl_sleep_ms(2500 - took + 300);
+  assert_false(hl_redis_exists(f->redis, "hilock:{paused}:lock", 20));
+  other = new_lock(c, "paused", 10000);
+  assert_hl_ok(hilock_lock_try_acquire(other), hilock_lock_errmsg(other));
+  hilock_lock_free(other);
+  hilock_lock_free(l);
+  hilock_client_free(c);
+}
+
+/* ## An ambiguous reply never leaves a grant nobody owns --------------------- */
+
+static void late_reply_grant_is_undone(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  for (int retry = 0; retry < 2; retry++) {
+    hilock_client *c;
+    hilock_lock *l;
+    sleeper s = {&f->server, 1000};
+    pthread_t st;
+    int64_t t0;
+    o.command_timeout_ms = 400;
+    c = client_for(&f->server, &o);
+    l = new_lock(c, retry ? "retry" : "gave-up", 10000);
+    assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+    assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
+    hl_sleep_ms(50);
+    t0 = hl_now_ms();
+    assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ETIMEDOUT,
+                 hilock_lock_errmsg(l));
+    assert_substr(hilock_lock_errmsg(l), "undone");
+    pthread_join(st, NULL);
+    if (retry) {
+      /* The same handle's retry gets the lock as soon as the undo ran. */
+      assert_hl_ok(hilock_lock_acquire(l, 3000), hilock_lock_errmsg(l));
+      assert_i64_between(hl_now_ms() - t0, 0, 3000);
+      assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    } else {
+      /* The caller gave up: the grant is gone long before its TTL. */
+      hl_sleep_ms(300);
+      assert_false(hl_redis_exists(f->redis, "hilock:{gave-up}:lock", 21));
+    }
+    hilock_lock_free(l);
+    hilock_client_free(c);
+  }
+}
+
+static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+  hilock_semaphore *sem = NULL;
+  hilock_multilock *m = NULL;
+  const char *names[2] = {"{acct}:1", "{acct}:2"};
+  sleeper s = {&f->server, 800};
+  pthread_t st;
+  long long fence;
+  o.command_timeout_ms = 300;
+  c = client_for(&f->server, &o);
+  assert_hl_ok(hilock_semaphore_new(c, "late-sem", 8, 1, 10000, &sem),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_multilock_new(c, names, 2, 10000, &m),
+               hilock_client_errmsg(c));
+  /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
+  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_semaphore_errmsg(sem));
+  assert_hl_ok(hilock_semaphore_release(sem), hilock_semaphore_errmsg(sem));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
+  fence = hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0");
+  assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
+  hl_sleep_ms(50);
+  assert_hl_rc(hilock_semaphore_try_acquire(sem), HILOCK_ETIMEDOUT,
+               hilock_semaphore_errmsg(sem));
+  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_ETIMEDOUT,
+               hilock_multilock_errmsg(m));
+  pthread_join(st, NULL);
+  hl_sleep_ms(300);
+  /* Both ran once the server woke, and both were undone right after. */
+  assert_int_equal(hl_redis_int(f->redis, "ZCARD hilock:{late-sem}:permits"),
+                   0);
+  assert_false(hl_redis_exists(f->redis, "hilock:{{acct}:1}:lock", 22));
+  assert_false(hl_redis_exists(f->redis, "hilock:{{acct}:2}:lock", 22));
+  assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0"),
+                   fence + 1);
+  hilock_semaphore_free(sem);
+  hilock_multilock_free(m);
+  hilock_client_free(c);
+}
+
+/* ## Fences never go back ---------------------------------------------------- */
+
+static uint64_t grant_fence(hilock_client *c, const char *name) {
+  hilock_lock *l = new_lock(c, name, 5000);
+  uint64_t fence;
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  fence = hilock_lock_fence(l);
+  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  hilock_lock_free(l);
+  return fence;
+}
+
+static void fences_survive_flushall_restart_and_eviction(void **state) {
+  fixture *f = *state;
+  hl_server s;
+  hilock_client *c;
+  uint64_t a, b;
+  char key[64];
+  int evicted = 0;
+
+  a = grant_fence(f->client, "flushed");
+  b = grant_fence(f->client, "flushed");
+  assert_true(b == a + 1);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  assert_true(grant_fence(f->client, "flushed") > b);
+
+  /* A restart without persistence. */
+  assert_int_equal(hl_server_start(&s, NULL), 0);
+  c = client_for(&s, NULL);
+  a = grant_fence(c, "restarted");
+  hl_server_stop(&s);
+  assert_int_equal(hl_server_restart(&s), 0);
+  assert_true(grant_fence(c, "restarted") > a);
+  hilock_client_free(c);
+  hl_server_destroy(&s);
+
+  /* An eviction of the counter (allkeys-lru under memory pressure). */
+  a = grant_fence(f->client, "evicted");
+  hl_redis_ok(f->redis, "CONFIG SET maxmemory-policy allkeys-lru");
+  hl_redis_ok(f->redis, "CONFIG SET maxmemory %lld",
+              hl_info_field(f->redis, "memory", "used_memory") + 2000000);
+  for (int i = 0; i < 20000 && !evicted; i++) {
+    static char value[4096];
+    redisReply *r;
+    memset(value, 'x', sizeof(value));
+    snprintf(key, sizeof(key), "filler:%d", i);
+    r = hl_redis(f->redis, "SET %s %b", key, value, sizeof(value));
+    freeReplyObject(r);
+    if (i % 100 == 0)
+      evicted = !hl_redis_exists(f->redis, "hilock:{evicted}:fence", 22);
+  }
+  hl_redis_ok(f->redis, "CONFIG SET maxmemory 0");
+  hl_redis_ok(f->redis, "CONFIG SET maxmemory-policy noeviction");
+  assert_true(evicted);
+  assert_true(grant_fence(f->client, "evicted") > a);
+}
+
+/* ## Small ones --------------------------------------------------------------- */
+
+static void empty_password_sends_no_auth(void **state) {
+  fixture *f = *state;
+  char url[96];
+  hilock_client *c = NULL;
+  snprintf(url, sizeof(url), "redis://:@127.0.0.1:%d", f->server.port);
+  assert_hl_ok(hilock_client_new(url, NULL, &c), hilock_client_errmsg(c));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  assert_int_equal(hl_cmdstat_calls(f->redis, "auth"), 0);
+  hilock_client_free(c);
+}
+
+static void maxclients_is_a_connection_error(void **state) {
+  fixture *f = *state;
+  hilock_client *c = NULL;
+  long long n = hl_info_field(f->redis, "clients", "connected_clients");
+  int rc;
+  hl_redis_ok(f->redis, "CONFIG SET maxclients %lld", n);
+  rc = hilock_client_new(f->server.url, NULL, &c);
+  if (rc == HILOCK_OK) rc = hilock_client_ping(c);
+  hl_redis_ok(f->redis, "CONFIG SET maxclients 10000");
+  assert_hl_rc(rc, HILOCK_EIO, hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), "max number of clients");
+  hilock_client_free(c);
+}
+
+static void ttl_below_the_drift_allowance_is_einval(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = NULL;
+  assert_int_equal(hilock_lock_new(f->client, "t", 1, HILOCK_TTL_MIN_MS - 1,
+                                   &l),
+                   HILOCK_EINVAL);
+  assert_substr(hilock_client_errmsg(f->client), "ttl must be 10..");
+  assert_hl_ok(hilock_lock_new(f->client, "t", 1, HILOCK_TTL_MIN_MS, &l),
+               hilock_client_errmsg(f->client));
+  hilock_lock_free(l);
+}
+
+static hl_fixture fx;
+
+static int group_setup(void **state) {
+  static const char *const extra[] = {"--enable-debug-command", "yes", NULL};
+  hl_server_opts o = {0, NULL, extra, 0};
+  *state = &fx;
+  return hl_server_start(&fx.server, &o);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  hl_server_destroy(&fx.server);
+  return 0;
+}
+
+int main(void) {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, hl_setup, teardown)
+  const struct CMUnitTest tests[] = {
+      T(concurrent_close_never_frees_under_a_call),
+      T(close_stops_renewal_and_releases_holds),
+      T(redlock_refuses_a_repeated_node),
+      T(timeout_bounds_reconnect_to_a_dead_server),
+      T(timeout_bounds_a_paused_server_and_undoes_the_attempt),
+      T(late_reply_grant_is_undone),
+      T(late_reply_undo_covers_semaphore_and_multilock),
+      T(fences_survive_flushall_restart_and_eviction),
+      T(empty_password_sends_no_auth),
+      T(maxclients_is_a_connection_error),
+      T(ttl_below_the_drift_allowance_is_einval),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
