@@ -19,6 +19,7 @@
 %threadallow py_client_new;
 %threadallow py_client_new_wait;
 %threadallow hilock_client_ping;
+%threadallow hilock_client_free;
 %threadallow hilock_lock_acquire;
 %threadallow hilock_lock_try_acquire;
 %threadallow hilock_lock_renew;

@@ -49,7 +49,8 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
   LD_PRELOAD="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)" \
   PYTHONPATH="$PWD/pyasan/python" "$PY" -m pytest -q -p no:cacheprovider \
   ../tests/python/test_api.py ../tests/python/test_errors.py ../tests/python/test_rlock.py \
-  ../tests/python/test_rwlock.py ../tests/python/test_fair.py ../tests/python/test_semaphore.py)
+  ../tests/python/test_rwlock.py ../tests/python/test_fair.py ../tests/python/test_semaphore.py \
+  ../tests/python/test_misuse.py)
 if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
   cat build/pyasan/logs/asan*
   exit 1

@@ -2,6 +2,7 @@
 loss reporting, properties, and the context manager."""
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -18,6 +19,17 @@ if TYPE_CHECKING:
     from ._client import Client
 
 LostCallback = Callable[[Any], None]
+
+
+def _counted(release: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Count a lock object's successful releases per thread, so a ``with``
+    block can tell that its body released the lock on purpose."""
+    @functools.wraps(release)
+    def counted(self: Any) -> None:
+        release(self)
+        t = self._releases()
+        t.n = getattr(t, "n", 0) + 1
+    return counted
 
 
 class LockBase:
@@ -68,6 +80,18 @@ class LockBase:
                           "it is not released (it lapses at its TTL)",
                           ResourceWarning, stacklevel=2)
         type(self)._c_free(h)
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "release" in cls.__dict__:
+            setattr(cls, "release", _counted(cls.__dict__["release"]))
+
+    def _releases(self) -> Any:
+        """This thread's count of explicit releases and its ``with`` marks."""
+        t = self.__dict__.get("_release_tls")
+        if t is None:
+            t = self.__dict__.setdefault("_release_tls", threading.local())
+        return t
 
     def __reduce__(self) -> Any:
         raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
@@ -176,10 +200,18 @@ class LockBase:
     def __enter__(self) -> "LockBase":
         if not self.acquire():
             raise LockTimeout(f"could not acquire {self._name!r} within {self._timeout} s")
+        t = self._releases()
+        t.marks = getattr(t, "marks", [])
+        t.marks.append(getattr(t, "n", 0))
         return self
 
     def __exit__(self, exc_type: Optional[Type[BaseException]],
                  exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        t = self._releases()
+        marks = getattr(t, "marks", [])
+        mark = marks.pop() if marks else None
+        # The body released the lock itself (release() succeeded in it).
+        released_in_body = mark is not None and getattr(t, "n", 0) > mark
         lost = self.lost
         try:
             self.release()
@@ -188,6 +220,8 @@ class LockBase:
             # already raising, its own exception is the one to see.
             if exc_type is not None:
                 return
+            if released_in_body and not lost and isinstance(e, LockNotOwnedError):
+                return  # released on purpose: nothing is left to release
             if lost or isinstance(e, LockNotOwnedError):
                 raise LockLost(f"lock {self._name!r} was lost while the block ran: {e}",
                                getattr(e, "code", 0)) from e
@@ -259,3 +293,6 @@ class ExclusiveBase(LockBase):
                 self._local.release()
             except RuntimeError:
                 pass
+
+
+LockBase.release = _counted(LockBase.release)  # type: ignore[method-assign]

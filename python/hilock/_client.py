@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Iterable, Optional, Type
+from typing import Any, Iterable, Iterator, NoReturn, Optional, Type
 
 from . import _hilock as _h
 from ._base import LostCallback
@@ -52,6 +53,9 @@ class Client:
                  command_timeout: float = 5.0, reconnect: float = 3.0,
                  wait_replicas: int = 0, wait_timeout: float = 1.0) -> None:
         self._h: Any = None
+        self._calls = 0  # calls on the C client in flight (see _use)
+        self._closing: Any = None  # the C handle close() left to the last call
+        self._close_lock = threading.Lock()
         url = default_url() if url is None else url
         if not isinstance(url, str) or "\0" in url:
             raise InvalidArgument("url must be a str without NUL characters")
@@ -61,7 +65,6 @@ class Client:
         command_ms = 0 if command_timeout == 0 else seconds_to_ms(command_timeout,
                                                                    "command_timeout")
         reconnect_ms = 0 if reconnect == 0 else seconds_to_ms(reconnect, "reconnect")
-        self._close_lock = threading.Lock()
         if (not isinstance(wait_replicas, int) or isinstance(wait_replicas, bool)
                 or wait_replicas < 0):
             raise InvalidArgument("wait_replicas must be an int >= 0")
@@ -73,18 +76,52 @@ class Client:
         else:
             self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms)
 
-    def _handle(self) -> Any:
-        h = self._h
-        if h is None:
-            raise ConnectionError("client is closed", _h.HILOCK_ECLOSED)
-        return h
+    @contextmanager
+    def _use(self) -> Iterator[Any]:
+        """The C handle for one call on the client itself. A close() while
+        calls are in flight frees the handle when the last of them returns,
+        so no call ever runs on freed memory."""
+        with self._close_lock:
+            h = self._h
+            if h is None:
+                raise ConnectionError("client is closed", _h.HILOCK_ECLOSED)
+            self._calls += 1
+        try:
+            yield h
+        finally:
+            with self._close_lock:
+                self._calls -= 1
+                last = self._calls == 0 and self._closing is not None
+                h, self._closing = (self._closing, None) if last else (None, self._closing)
+            if h is not None:
+                _h.hilock_client_free(h)
+
+    def _new(self, fn: Any, *args: Any) -> Any:
+        """fn(C client, *args): a lock constructor, run as a call on the client."""
+        with self._use() as h:
+            return fn(h, *args)
 
     def close(self) -> None:
-        """Close the pool. Locks made from this client fail afterwards."""
+        """Close the pool. Every lock held through this client stops renewing,
+        is released (best effort, within about 2 s) and reports ``lost``;
+        locks made from this client fail afterwards with ConnectionError.
+        Safe while other threads are inside calls on the client."""
         with self._close_lock:
             h, self._h = self._h, None
+            if h is not None and self._calls > 0:
+                self._closing, h = h, None  # the last call in flight frees it
         if h is not None:
             _h.hilock_client_free(h)
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError("hilock.Client cannot be copied: share the one client "
+                        "(it is thread-safe) or make a new one")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("hilock.Client cannot be pickled: make a new one from its url")
 
     def __del__(self) -> None:
         if getattr(self, "_h", None) is not None:
@@ -104,11 +141,13 @@ class Client:
     @property
     def cluster(self) -> bool:
         """True if this client talks to a Redis Cluster."""
-        return bool(_h.hilock_client_is_cluster(self._handle()))
+        with self._use() as h:
+            return bool(_h.hilock_client_is_cluster(h))
 
     def ping(self) -> None:
         """One round trip (PING)."""
-        _h.hilock_client_ping(self._handle())
+        with self._use() as h:
+            _h.hilock_client_ping(h)
 
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,

@@ -47,7 +47,7 @@ class FairLock(ExclusiveBase):
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        self._setup(_h.py_fair_lock_new(client._handle(), self._bname,
+        self._setup(client._new(_h.py_fair_lock_new, self._bname,
                                         seconds_to_ms(ttl, "ttl")))
 
     def locked(self) -> bool:

@@ -45,7 +45,7 @@ class Lock(ExclusiveBase):
         self._kind = kind
         self._kind_name = {EXPIRING: "lock", SIMPLE: "simple_lock", LEASE: "lease"}[kind]
         ttl_ms = 0 if kind == SIMPLE else seconds_to_ms(ttl, "ttl")  # type: ignore[arg-type]
-        self._setup(_h.py_lock_new(client._handle(), kind, self._bname, ttl_ms))
+        self._setup(client._new(_h.py_lock_new, kind, self._bname, ttl_ms))
 
     def locked(self) -> bool:
         """Whether anyone holds the lock (one round trip)."""

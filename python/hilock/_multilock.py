@@ -67,7 +67,7 @@ class MultiLock(ExclusiveBase):
             self._by_bytes.setdefault(b, n)
         label = ",".join(repr(n) for n in given[:4]) + (",..." if len(given) > 4 else "")
         super().__init__(client, f"{{{label}}}", timeout, auto_renew, max_hold, on_lost)
-        handle = _h.py_multilock_new(client._handle(), encoded, seconds_to_ms(ttl, "ttl"))
+        handle = client._new(_h.py_multilock_new, encoded, seconds_to_ms(ttl, "ttl"))
         count = _h.hilock_multilock_count(handle)
         self._names: Tuple[Name, ...] = tuple(
             self._by_bytes[_h.py_multilock_name(handle, i)] for i in range(count))

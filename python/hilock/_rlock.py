@@ -40,7 +40,7 @@ class RLock(LockBase):
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        self._setup(_h.py_rlock_new(client._handle(), self._bname, seconds_to_ms(ttl, "ttl")))
+        self._setup(client._new(_h.py_rlock_new, self._bname, seconds_to_ms(ttl, "ttl")))
 
     def release(self) -> None:
         """Leave once; the last release frees the lock and wakes a waiter.

@@ -176,7 +176,7 @@ class RWLock:
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback] = None) -> None:
         self._name = name
-        owner = _Handle(_h.py_rwlock_new(client._handle(), name_bytes(name),
+        owner = _Handle(client._new(_h.py_rwlock_new, name_bytes(name),
                                          seconds_to_ms(ttl, "ttl")))
         self._read = ReadLock(owner, client, name, timeout, auto_renew, max_hold, on_lost)
         self._write = WriteLock(owner, client, name, timeout, auto_renew, max_hold, on_lost)

@@ -63,7 +63,7 @@ class SegmentedLock(ExclusiveBase):
                  on_lost: Optional[LostCallback] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         _count(segments, "segments", 1, SEGMENTS_MAX)
-        self._setup(_h.py_seglock_new(client._handle(), self._bname, segments,
+        self._setup(client._new(_h.py_seglock_new, self._bname, segments,
                                       seconds_to_ms(ttl, "ttl")))
 
     @staticmethod

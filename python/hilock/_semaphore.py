@@ -117,7 +117,7 @@ class Semaphore(LockBase):
     # -- handles: one per permit held -------------------------------------------
 
     def _new_handle(self, configure: bool = True) -> Any:
-        h = _h.py_semaphore_new(self._client._handle(), self._bname, self._permits,
+        h = self._client._new(_h.py_semaphore_new, self._bname, self._permits,
                                 self._ttl_ms)
         self._handles.append(h)
         if configure and self._auto_renew:
