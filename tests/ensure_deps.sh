@@ -8,8 +8,10 @@ hilock_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HILOCK_VENV=${HILOCK_VENV:-$hilock_root/build/venv}
 
 hilock_ensure_debs() {
+  # redis-cli: the cluster suites create a local cluster; valgrind: the
+  # concurrent-close races run under memcheck too.
   local want=(cmake make gcc pkg-config libhiredis-dev libcmocka-dev swig redis-server
-              redis-tools)  # redis-cli: the cluster suites create a local cluster
+              redis-tools valgrind)
   local py=${PYTHON:-python3}
   if ! command -v "$py" >/dev/null 2>&1; then
     want+=(python3 python3-dev python3-venv)
