@@ -31,20 +31,27 @@ static void live_unlink(hilock__watchdog *w, hilock__hold *h) {
   h->live = 0;
 }
 
-/* Run the family's release of h's grant on the closing thread, bounded by
- * the client's connect and command timeouts (at most 2 s in all). */
-static int close_release(hilock__hold *h, hilock__err *e) {
-  hilock_client *c = h->client;
+/* How long closing a client may spend releasing its holds, in all: the
+ * client's connect and command timeouts, at most 2 s. */
+static int64_t close_deadline(const hilock_client *c) {
   int64_t budget = c->opts.connect_timeout_ms +
                    (c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms
                                                    : 1000);
+  return hilock__now_ms() + (budget > 2000 ? 2000 : budget);
+}
+
+/* Run the family's release of h's grant on the closing thread, by
+ * deadline_ms. */
+static int close_release(hilock__hold *h, hilock__err *e,
+                         int64_t deadline_ms) {
+  hilock_client *c = h->client;
   int64_t outer;
   const hilock_client *was;
   redisReply *r = NULL;
   int rc;
   if (h->close_run == NULL) return HILOCK_ENOTSUP;
-  if (budget > 2000) budget = 2000;
-  outer = hilock__call_begin(hilock__now_ms() + budget);
+  if (hilock__now_ms() >= deadline_ms) return HILOCK_ETIMEDOUT;
+  outer = hilock__call_begin(deadline_ms);
   was = hilock__closer_set(c);
   rc = h->close_run(h->close_arg, e, &r);
   hilock__closer_set(was);
@@ -75,14 +82,14 @@ void hilock__holds_close(hilock_client *c) {
   pthread_mutex_unlock(&w->mu);
   /* No renewal after this: the thread is joined, every hold unlinked. */
   hilock__watchdog_close(c);
-  deadline = hilock__now_ms() + 5000;
+  deadline = close_deadline(c);
   /* This thread may act on these holds (a loss callback may release one). */
   hilock__closer_set(c);
   for (i = 0; i < n; i++) {
     hilock__err e;
     hilock__clear_err(&e);
-    /* Best effort and bounded: past 5 s in all, the rest lapse at TTL. */
-    if (hilock__now_ms() < deadline) (void)close_release(all[i], &e);
+    /* Best effort and bounded: past the deadline the rest lapse at TTL. */
+    (void)close_release(all[i], &e, deadline);
     if (all[i]->auto_renew && all[i]->lost_fn != NULL)
       all[i]->lost_fn(all[i]->lost_arg);
   }
@@ -151,7 +158,7 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
     /* The client was closed while this grant was on its way: nobody may
      * keep it. Give it back if the family can, else it lapses at TTL. */
     hilock__err e;
-    int rc = close_release(h, &e);
+    int rc = close_release(h, &e, close_deadline(c));
     if (rc == HILOCK_OK) {
       hilock__hold_drop(h);
       return hilock__set_err(&h->err, HILOCK_ECLOSED,
