@@ -80,7 +80,7 @@ def test_lock_contract(redis_nodes) -> None:
     with pytest.raises(hilock.LockNotOwnedError):
         a.release()
     assert b.acquire(timeout=1)
-    assert b.fence == a.fence + 1
+    assert b.fence > a.fence  # each node's new counter started at its own clock
     b.extend(20, replace=True)
     assert 19 < b.validity <= 20
     b.renew()
