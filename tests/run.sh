@@ -23,6 +23,18 @@ cmake -S . -B build/asan -DHILOCK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
 cmake --build build/asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build/asan --output-on-failure -j"$jobs"
 
+echo "== the suites where threads meet, under ThreadSanitizer"
+# Closing a client under running calls, renewal against release and free,
+# waiters against close: any data race fails the run (TSan exits 66).
+tsan="-fsanitize=thread -g -O1"
+cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="$tsan" \
+  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DHILOCK_BUILD_TESTS=ON \
+  -DHILOCK_BUILD_PYTHON=OFF -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF >/dev/null
+cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" HILOCK_MISUSE_ROUNDS=3 \
+  ctest --test-dir build/tsan --output-on-failure -j"$jobs" \
+  -R '^(test_misuse|test_client|test_renewal|test_wait)$'
+
 echo "== install: find_package(hilock) and hilock.pc"
 rm -rf build/stage build/consumer
 cmake --install build/main --prefix "$PWD/build/stage" >/dev/null
