@@ -4,15 +4,5 @@
 -- KEYS[1] lock key. ARGV[1] owner token, ARGV[2] ms.
 -- Returns the new TTL in ms, or 0 if not owned.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-local ms = tonumber(ARGV[2])
-if ARGV[3] == 'add' then
-  local left = redis.call('PTTL', KEYS[1])
-  if left > 0 then
-    ms = ms + left
-  end
-end
-redis.call('PEXPIRE', KEYS[1], ms)
-return ms
+-- @include renew_lock.lua
+return renew_lock(KEYS, ARGV[1], ARGV[2], ARGV[3])

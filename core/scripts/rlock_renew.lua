@@ -2,8 +2,5 @@
 -- KEYS[1] owners hash. ARGV[1] owner, ARGV[2] ttl in ms.
 -- Returns 1 if renewed, 0 if not held by this owner.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
+-- @include renew_rlock.lua
+return renew_rlock(KEYS, ARGV[1], ARGV[2])

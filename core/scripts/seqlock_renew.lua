@@ -6,24 +6,5 @@
 -- The queue's and holder's expiry is kept at least as long as the
 -- session's, so the entry's place and grant never lapse before it.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local session, me = KEYS[1], ARGV[1]
-local e = redis.call('ZSCORE', session, me)
-if not e or tonumber(e) <= now then
-  return 0
-end
-local queue, holder = KEYS[2], KEYS[3]
-if redis.call('HGET', holder, 'owner') ~= me then
-  return 0
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', session, 'XX', now + ttl, me)
-local ms = ttl + 1000
-for _, k in ipairs({session, queue, holder}) do
-  local left = redis.call('PTTL', k)
-  if left >= 0 and left < ms then
-    redis.call('PEXPIRE', k, ms)
-  end
-end
-return 1
+-- @include renew_seqlock.lua
+return renew_seqlock(KEYS, ARGV[1], ARGV[2])

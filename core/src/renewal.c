@@ -13,8 +13,9 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "scripts.h"
 
-#define BATCH_MAX 128
+#define BATCH_MAX 1024
 #define RETRY_US 200000 /* after a failed renewal */
 #define MIN_WAIT_US 20000 /* shortest wait for a renewal's reply */
 #define CONNECT_MAX_US 1000000 /* longest wait to reconnect */
@@ -184,15 +185,35 @@ broken:
   return FAILED;
 }
 
-/* A cluster: holds grouped by their slot's master, each group pipelined on
- * a pooled connection to it (every script single-slot). A hold answered
- * NOSCRIPT, MOVED or ASK is renewed on its own on the right node; one whose
- * master cannot be reached fails this round (the map is read again) and is
- * retried shortly, within its validity. */
+/* Batches (below): one renew_batch.lua call renews many holds. */
+#define CHUNK 512
+static int batch_cmd(hilock__hold *const *holds, int n, int eval,
+                     const char ***argv, size_t **lens, char **nums);
+static void free_batch(const char **argv, size_t *lens, char *nums);
+static int batch_result(const redisReply *r, hilock__err *e);
+
+/* A cluster: holds grouped by their slot's master, and on each master by
+ * hash slot: one renew_batch.lua call per slot (every script must stay in
+ * one slot), pipelined on a pooled connection to the master. The holds of
+ * a call answered NOSCRIPT, MOVED or ASK are renewed on their own on the
+ * right node; those whose master cannot be reached fail this round (the map
+ * is read again) and are retried shortly, within their validity. */
+static int slot_of(const hilock__hold *h) {
+  return hilock__key_slot(h->rkey, h->rkeylen);
+}
+
+static int by_slot(const void *a, const void *b, void *holds) {
+  int sa = slot_of(((hilock__hold **)holds)[*(const int *)a]);
+  int sb = slot_of(((hilock__hold **)holds)[*(const int *)b]);
+  return sa < sb ? -1 : sa > sb;
+}
+
 static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
                                 int *res, int64_t until_us, int wait) {
   hilock__node *owner[BATCH_MAX], *redo[BATCH_MAX];
   int done[BATCH_MAX], group[BATCH_MAX], asking[BATCH_MAX];
+  int run[BATCH_MAX + 1]; /* a run: the group's holds of one slot */
+  hilock__hold *sub[CHUNK];
   hilock__err e;
   int i, j, refresh = 0;
   hilock__node *failed = NULL;
@@ -203,75 +224,82 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
     done[i] = 0;
     redo[i] = NULL;
     asking[i] = 0;
-    owner[i] = hilock__cluster_owner(c, hilock__key_slot(holds[i]->rkey,
-                                                         holds[i]->rkeylen));
+    owner[i] = hilock__cluster_owner(c, slot_of(holds[i]));
     if (owner[i] == NULL) refresh = 1;
   }
   for (i = 0; i < n; i++) {
     hilock__conn *k;
-    int ng = 0, got, fresh;
+    int ng = 0, nrun = 0, got, fresh, ok = 1;
     if (done[i] || owner[i] == NULL) continue;
     for (j = i; j < n; j++)
       if (!done[j] && owner[j] == owner[i]) {
         done[j] = 1;
         group[ng++] = j;
       }
+    qsort_r(group, (size_t)ng, sizeof(group[0]), by_slot, holds);
+    for (j = 0; j < ng; j++) /* runs of one slot, at most CHUNK long */
+      if (j == 0 || slot_of(holds[group[j]]) != slot_of(holds[group[j - 1]]) ||
+          j - run[nrun - 1] == CHUNK)
+        run[nrun++] = j;
+    run[nrun] = ng;
     if (hilock__cluster_node_conn(c, &e, owner[i], &k, &fresh) != HILOCK_OK) {
       refresh = 1;
       failed = owner[i];
       continue;
     }
     bound_wait(c, k->ctx, until_us);
-    for (j = 0; j < ng; j++) {
-      hilock__hold *h = holds[group[j]];
-      char nk[24], ttl[24];
-      const char *sargv[CMD_STACK], **argv;
-      size_t slens[CMD_STACK], *lens;
-      int argc = renew_cmd(h, 0, nk, ttl, sargv, slens, &argv, &lens), ok;
+    for (j = 0; j < nrun && ok; j++) {
+      const char **argv;
+      size_t *lens;
+      char *nums;
+      int cnt = run[j + 1] - run[j], argc;
+      for (int x = 0; x < cnt; x++) sub[x] = holds[group[run[j] + x]];
+      argc = batch_cmd(sub, cnt, 0, &argv, &lens, &nums);
       if (argc < 0) {
         static const char *ping[1] = {"PING"}; /* keeps replies paired */
         static const size_t pinglen[1] = {4};
         ok = redisAppendCommandArgv(k->ctx, 1, ping, pinglen) == REDIS_OK;
       } else {
         ok = redisAppendCommandArgv(k->ctx, argc, argv, lens) == REDIS_OK;
-        free_cmd(argv, lens, sargv);
+        free_batch(argv, lens, nums);
       }
-      if (!ok) break;
     }
     /* wait_replicas: one WAIT behind the node's renewals covers them all. */
-    if (j == ng && wait && !hilock__wait_append(c, k->ctx)) j = -1;
-    for (got = 0; j == ng && got < ng; got++) {
+    if (ok && wait && !hilock__wait_append(c, k->ctx)) ok = 0;
+    for (got = 0; ok && got < nrun; got++) {
       redisReply *r = NULL;
-      int x = group[got];
+      int from = run[got], cnt = run[got + 1] - run[got];
       if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL) break;
-      if (r->type == REDIS_REPLY_INTEGER) {
-        res[x] = r->integer > 0 ? RENEWED : NOT_OWNED;
+      if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)cnt) {
+        for (int x = 0; x < cnt; x++)
+          res[group[from + x]] = batch_result(r->element[x], &e);
       } else if (r->type == REDIS_REPLY_ERROR) {
-        hilock__node *to = NULL;
-        int code = hilock__reply_error(&e, r->str, r->len);
-        if (code == HILOCK_EWRONGTYPE) {
-          res[x] = NOT_OWNED;
-        } else if (code == HILOCK__NOSCRIPT) {
-          redo[x] = owner[i];
+        hilock__node *to = NULL, *dest = NULL;
+        int code = hilock__reply_error(&e, r->str, r->len), ask = 0;
+        if (code == HILOCK__NOSCRIPT) {
+          dest = owner[i];
         } else if (hilock__cluster_redirected(c, owner[i], r->str, r->len,
                                               &to)) {
           /* MOVED: the map now names the new owner; ASK: one-shot. */
-          redo[x] = to != NULL ? to : hilock__cluster_owner(
-                                          c, hilock__key_slot(
-                                                 holds[x]->rkey,
-                                                 holds[x]->rkeylen));
-          asking[x] = to != NULL;
-          if (redo[x] == owner[i] && !asking[x]) redo[x] = NULL;
+          dest = to != NULL ? to
+                            : hilock__cluster_owner(
+                                  c, slot_of(holds[group[from]]));
+          ask = to != NULL;
+          if (dest == owner[i] && !ask) dest = NULL;
+        }
+        for (int x = 0; x < cnt; x++) {
+          redo[group[from + x]] = dest;
+          asking[group[from + x]] = ask;
         }
       }
       freeReplyObject(r);
     }
-    if (j == ng && got == ng && wait) {
+    if (ok && got == nrun && wait) {
       long long acked;
       if (hilock__wait_read(k->ctx, &acked) != 0) got = -1; /* acked -1 */
       if (acked < c->opts.wait_replicas) unconfirmed(holds, group, ng, res);
     }
-    if (j == ng && got == ng) {
+    if (ok && got == nrun) {
       restore_wait(c, k->ctx);
       hilock__pool_put(c, k);
     } else {
@@ -291,16 +319,20 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
  * wait for the server is bounded by until_us, the earliest end of validity
  * in the batch (at least MIN_WAIT_US from now): a renewal that cannot
  * answer before a hold lapses is of no use, and the loss must be reported
- * on time even when the server hangs. */
+ * on time even when the server hangs. On one server every due hold goes in
+ * renew_batch.lua calls of up to CHUNK holds, pipelined. */
+static int renew_calls(hilock_client *c, redisContext *ctx,
+                       hilock__hold **holds, int n, int *res, int wait,
+                       int *moved);
+
 static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
                            int *res, int64_t until_us) {
   hilock__watchdog *w = &c->wd;
   hilock__err e;
-  int i, got = 0, moved = 0, evals = 0;
+  int i, moved = 0;
   int64_t now_us = hilock__now_us(), wait_us = until_us - now_us;
   /* wait_replicas: one WAIT after the batch covers every renewal in it. */
   int wait = 0;
-  long long acked = -1;
 
   if (c->opts.wait_replicas > 0)
     for (i = 0; i < n; i++) wait |= holds[i]->renew_script->grant;
@@ -316,89 +348,179 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
           HILOCK_OK)
     return;
   bound_wait(c, w->conn->ctx, until_us);
-  for (i = 0; i < n; i++) {
-    hilock__hold *h = holds[i];
-    char nk[24], ttl[24];
-    const char *sargv[CMD_STACK], **argv;
-    size_t slens[CMD_STACK], *lens;
-    int argc = renew_cmd(h, 0, nk, ttl, sargv, slens, &argv, &lens), ok;
-    if (argc < 0) {
-      /* Out of memory: send a PING in its place, so replies stay paired
-       * with holds; the renewal counts as failed and is retried. */
-      static const char *ping[1] = {"PING"};
-      static const size_t pinglen[1] = {4};
-      ok = redisAppendCommandArgv(w->conn->ctx, 1, ping, pinglen) == REDIS_OK;
-    } else {
-      ok = redisAppendCommandArgv(w->conn->ctx, argc, argv, lens) == REDIS_OK;
-      if (argv != sargv) {
-        free(argv);
-        free(lens);
-      }
-    }
-    if (!ok) goto broken;
-  }
-  if (wait && !hilock__wait_append(c, w->conn->ctx)) goto broken;
-  for (got = 0; got < n; got++) {
-    redisReply *r = NULL;
-    if (redisGetReply(w->conn->ctx, (void **)&r) != REDIS_OK || r == NULL)
-      goto broken;
-    if (r->type == REDIS_REPLY_INTEGER) {
-      res[got] = r->integer > 0 ? RENEWED : NOT_OWNED;
-    } else if (r->type == REDIS_REPLY_ERROR) {
-      int code = hilock__reply_error(&e, r->str, r->len);
-      if (code == HILOCK_EWRONGTYPE) res[got] = NOT_OWNED;
-      else if (code == HILOCK__NOSCRIPT) res[got] = -1; /* EVAL below */
-      moved |= hilock__failover_reply(c, r);
-    }
-    freeReplyObject(r);
-  }
-  if (wait && hilock__wait_read(w->conn->ctx, &acked) != 0)
-    goto broken_after;
-  for (i = 0; i < n; i++) {
-    hilock__hold *h;
-    char nk[24], ttl[24];
-    const char *sargv[CMD_STACK], **argv;
-    size_t slens[CMD_STACK], *lens;
-    redisReply *r;
-    int argc;
-    if (res[i] != -1) continue;
-    h = holds[i];
-    res[i] = FAILED;
-    evals++;
-    argc = renew_cmd(h, 1, nk, ttl, sargv, slens, &argv, &lens);
-    if (argc < 0) continue;
-    r = redisCommandArgv(w->conn->ctx, argc, argv, lens);
-    free_cmd(argv, lens, sargv);
-    if (r == NULL) goto broken_after;
-    if (r->type == REDIS_REPLY_INTEGER)
-      res[i] = r->integer > 0 ? RENEWED : NOT_OWNED;
-    freeReplyObject(r);
-  }
-  if (wait && evals > 0) {
-    /* The EVALs came after the pipelined WAIT: confirm them too. */
-    long long again;
-    if (!hilock__wait_append(c, w->conn->ctx) ||
-        hilock__wait_read(w->conn->ctx, &again) != 0)
-      goto broken_after;
-    if (again < acked) acked = again;
-  }
-  if (wait && acked < c->opts.wait_replicas) {
-    unconfirmed(holds, NULL, n, res);
-  }
-  if (moved) {
-    /* The master moved (sentinel URL): reconnect to the new one. */
+  if (renew_calls(c, w->conn->ctx, holds, n, res, wait, &moved) != 0 ||
+      moved) {
+    /* Broken, or the master moved (sentinel URL): reconnect next time. */
     hilock__conn_free(w->conn);
     w->conn = NULL;
   }
-  return;
-broken_after:
-  /* The connection broke after the renewals' replies: their WAIT is
-   * unconfirmed, so none counts. */
-  if (wait) got = 0;
-broken:
-  for (i = got; i < n; i++) res[i] = FAILED;
-  hilock__conn_free(w->conn);
-  w->conn = NULL;
+}
+
+/* ## Batches: one script call renews many holds ---------------------------
+ * renew_batch.lua renews each hold as its own renew script does; a hold's
+ * kind names that script. A call carries at most CHUNK holds, so one call
+ * stays short on the server. */
+
+static const hilock__script *const kinds[] = {
+    &hilock__script_lock_extend,    &hilock__script_multilock_extend,
+    &hilock__script_rlock_renew,    &hilock__script_rwlock_read_renew,
+    &hilock__script_semaphore_renew, &hilock__script_seqlock_renew};
+
+/* The kind of h's renew script in renew_batch.lua (1..), 0 if none. */
+static int kind_of(const hilock__hold *h) {
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+    if (h->renew_script == kinds[i]) return (int)i + 1;
+  return 0;
+}
+
+/* The command renewing holds[0..n) in one call (EVAL with the source if
+ * eval, else EVALSHA). *argv, *lens and *nums are malloc'd (free with
+ * free_batch). Returns argc, or -1 out of memory. */
+static int batch_cmd(hilock__hold *const *holds, int n, int eval,
+                     const char ***argv, size_t **lens, char **nums) {
+  static const char *const kind_text[] = {"0", "1", "2", "3", "4", "5", "6"};
+  const hilock__script *s = &hilock__script_renew_batch;
+  int nkeys = 0, argc, i = 0;
+  char *num;
+  for (int h = 0; h < n; h++) nkeys += 1 + holds[h]->nxkeys;
+  argc = 3 + nkeys + 4 * n;
+  *argv = malloc((size_t)argc * sizeof(**argv));
+  *lens = malloc((size_t)argc * sizeof(**lens));
+  *nums = malloc((size_t)(2 * n + 1) * 24);
+  if (*argv == NULL || *lens == NULL || *nums == NULL) {
+    free(*argv);
+    free(*lens);
+    free(*nums);
+    return -1;
+  }
+  num = *nums;
+  (*argv)[i] = eval ? "EVAL" : "EVALSHA";
+  (*lens)[i++] = eval ? 4 : 7;
+  (*argv)[i] = eval ? s->src : s->sha;
+  (*lens)[i++] = eval ? s->len : 40;
+  (*argv)[i] = num;
+  (*lens)[i++] = hilock__i64(num, nkeys);
+  num += 24;
+  for (int h = 0; h < n; h++) {
+    (*argv)[i] = holds[h]->rkey;
+    (*lens)[i++] = holds[h]->rkeylen;
+    for (int k = 0; k < holds[h]->nxkeys; k++, i++) {
+      (*argv)[i] = holds[h]->xkeys[k];
+      (*lens)[i] = holds[h]->xkeylens[k];
+    }
+  }
+  for (int h = 0; h < n; h++) {
+    (*argv)[i] = kind_text[kind_of(holds[h])];
+    (*lens)[i++] = 1;
+    (*argv)[i] = num;
+    (*lens)[i++] = hilock__i64(num, 1 + holds[h]->nxkeys);
+    num += 24;
+    (*argv)[i] = holds[h]->owner;
+    (*lens)[i++] = holds[h]->ownerlen;
+    (*argv)[i] = num;
+    (*lens)[i++] = hilock__i64(num, holds[h]->ttl_ms);
+    num += 24;
+  }
+  return argc;
+}
+
+static void free_batch(const char **argv, size_t *lens, char *nums) {
+  free(argv);
+  free(lens);
+  free(nums);
+}
+
+/* One renewal result of a batch reply element. */
+static int batch_result(const redisReply *r, hilock__err *e) {
+  if (r->type == REDIS_REPLY_INTEGER) return r->integer > 0 ? RENEWED : NOT_OWNED;
+  if (r->type == REDIS_REPLY_ERROR &&
+      hilock__reply_error(e, r->str, r->len) == HILOCK_EWRONGTYPE)
+    return NOT_OWNED;
+  return FAILED;
+}
+
+/* Read a batch reply for n holds into res: *noscript = 1 if the server did
+ * not know the script. 0, or -1 if no reply came (the connection broke). */
+static int batch_read(redisContext *ctx, int n, int *res, int *noscript,
+                      int *moved, const hilock_client *c, hilock__err *e) {
+  redisReply *r = NULL;
+  *noscript = 0;
+  if (redisGetReply(ctx, (void **)&r) != REDIS_OK || r == NULL) return -1;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n) {
+    for (int i = 0; i < n; i++) res[i] = batch_result(r->element[i], e);
+  } else if (r->type == REDIS_REPLY_ERROR) {
+    *noscript = hilock__reply_error(e, r->str, r->len) == HILOCK__NOSCRIPT;
+    *moved |= hilock__failover_reply(c, r);
+  }
+  freeReplyObject(r);
+  return 0;
+}
+
+/* Renew holds[0..n) (every one of a batch kind) on ctx in calls of at
+ * most CHUNK holds, pipelined, then WAIT behind them if wait; results into
+ * res (FAILED where no answer came). Returns 0, or -1 if the connection
+ * broke (its results FAILED). */
+static int renew_calls(hilock_client *c, redisContext *ctx,
+                       hilock__hold **holds, int n, int *res, int wait,
+                       int *moved) {
+  hilock__err e;
+  int calls = (n + CHUNK - 1) / CHUNK, redo = 0;
+  long long acked = -1;
+  for (int i = 0; i < n; i++) res[i] = FAILED;
+  for (int eval = 0; eval < 2; eval++) {
+    int got = 0, sent = 0;
+    for (int k = 0; k < calls; k++) {
+      const char **argv;
+      size_t *lens;
+      char *nums;
+      int from = k * CHUNK, cnt = n - from < CHUNK ? n - from : CHUNK, argc;
+      if (eval && res[from] != -1) continue; /* only chunks that missed */
+      argc = batch_cmd(holds + from, cnt, eval, &argv, &lens, &nums);
+      if (argc < 0) {
+        static const char *ping[1] = {"PING"}; /* keeps replies paired */
+        static const size_t pinglen[1] = {4};
+        if (redisAppendCommandArgv(ctx, 1, ping, pinglen) != REDIS_OK)
+          return -1;
+      } else {
+        int ok = redisAppendCommandArgv(ctx, argc, argv, lens) == REDIS_OK;
+        free_batch(argv, lens, nums);
+        if (!ok) return -1;
+      }
+      sent++;
+    }
+    if (sent == 0) break;
+    if (wait && !hilock__wait_append(c, ctx)) return -1;
+    redo = 0;
+    for (int k = 0; k < calls; k++) {
+      int from = k * CHUNK, cnt = n - from < CHUNK ? n - from : CHUNK, ns;
+      if (eval && res[from] != -1) continue;
+      for (int i = from; i < from + cnt; i++) res[i] = FAILED;
+      if (batch_read(ctx, cnt, res + from, &ns, moved, c, &e) != 0) {
+        for (int i = 0; i < n; i++) res[i] = FAILED;
+        return -1;
+      }
+      got++;
+      if (ns && !eval) { /* EVAL with the source, which also loads it */
+        for (int i = from; i < from + cnt; i++) res[i] = -1;
+        redo = 1;
+      }
+    }
+    if (wait) {
+      long long a;
+      if (hilock__wait_read(ctx, &a) != 0) {
+        for (int i = 0; i < n; i++) res[i] = FAILED;
+        return -1;
+      }
+      /* A replica count covers every write of the connection so far. */
+      acked = a;
+      if (acked < c->opts.wait_replicas) unconfirmed(holds, NULL, n, res);
+    }
+    (void)got;
+    if (!redo) break;
+  }
+  for (int i = 0; i < n; i++)
+    if (res[i] == -1) res[i] = FAILED;
+  return 0;
 }
 
 /* Holds with their own renew_fn renew themselves; the rest share one
@@ -464,7 +586,10 @@ static void *watchdog_main(void *arg) {
         } else if (h->valid_until_us < next) {
           next = h->valid_until_us;
         }
-      } else if (r->next_due_us <= now && n < BATCH_MAX) {
+      } else if (r->next_due_us <= now + h->ttl_ms * 1000 / 6 &&
+                 n < BATCH_MAX) {
+        /* Due, or due within a sixth of its TTL: renewing it a little
+         * early lets one call carry the holds that fall due together. */
         r->in_batch = 1;
         batch[n++] = h;
         if (h->valid_until_us < until) until = h->valid_until_us;

@@ -533,10 +533,12 @@ static void many_holds_are_all_kept_alive(void **state) {
     assert_true(hilock_lock_validity_ms(l[i]) > 0);
     assert_false(hilock_lock_lost(l[i]));
   }
-  /* About ten renewals each (every ttl/3), all on one connection besides
-   * the pooled one and ours. */
+  /* About ten renewal rounds (every ttl/3), each one call that renews
+   * every hold due in it, all on one connection besides the pooled one and
+   * ours. */
   scripts = script_calls(f);
-  assert_i64_between(scripts, NHOLDS * 5, NHOLDS * 15);
+  assert_i64_between(scripts, 5, 25);
+  assert_i64_between(hl_cmdstat_calls(f->redis, "evalsha"), 5, 25);
   assert_i64_between(hl_info_field(f->redis, "clients", "connected_clients"), 2,
                      4);
   assert_int_equal(atomic_load(&rec.calls), 0);
@@ -639,6 +641,95 @@ static void rlock_renewal_keeps_and_loses(void **state) {
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, teardown)
 
+/* ## Batches ------------------------------------------------------------------- */
+
+#define NBATCH 5000
+
+/* 5000 held locks (ttl 3 s) cost a handful of script calls per renewal
+ * period (ttl/3), not one per hold: one call renews up to 512 holds. */
+static void thousands_of_holds_renew_in_few_calls(void **state) {
+  fixture *f = *state;
+  hilock_lock **l = calloc(NBATCH, sizeof(*l));
+  long long calls, renewed;
+  assert_non_null(l);
+  for (int i = 0; i < NBATCH; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "batch-%d", i);
+    l[i] = new_lock(f->client, name, 3000);
+    assert_hl_ok(hilock_lock_set_auto_renew(l[i], 1, 0, NULL, NULL),
+                 hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_lock_errmsg(l[i]));
+  }
+  hl_redis_ok(f->redis, "CONFIG RESETSTAT");
+  hl_sleep_ms(3000); /* three renewal periods */
+  calls = script_calls(f);
+  /* Every hold was renewed (each PEXPIRE is one renewal)... */
+  renewed = hl_cmdstat_calls(f->redis, "pexpire");
+  assert_true(renewed >= 2 * NBATCH);
+  /* ...in at most 20 calls per period. */
+  print_message("%d holds: %lld renewals in %lld script calls over 3 periods\n",
+                NBATCH, renewed, calls);
+  assert_i64_between(calls, 1, 3 * 20);
+  for (int i = 0; i < NBATCH; i++) {
+    assert_true(hilock_lock_validity_ms(l[i]) > 0);
+    assert_false(hilock_lock_lost(l[i]));
+  }
+  for (int i = 0; i < NBATCH; i++) hilock_lock_free(l[i]);
+  free(l);
+}
+
+/* One call renews holds of every kind; holds in it that another owner took
+ * (or whose key now holds another type) are reported lost, the rest stay
+ * held. */
+static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
+  fixture *f = *state;
+  enum { NB = 12 };
+  hilock_lock *l[NB];
+  hilock_rlock *rl = NULL;
+  hilock_semaphore *sem = NULL;
+  lost_rec rec;
+  lost_rec_init(&rec);
+  for (int i = 0; i < NB; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "mixed-%d", i);
+    l[i] = new_lock(f->client, name, 600);
+    assert_hl_ok(hilock_lock_set_auto_renew(l[i], 1, 0, on_lost, &rec),
+                 hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_lock_errmsg(l[i]));
+  }
+  assert_hl_ok(hilock_rlock_new(f->client, "mixed-r", 7, 600, &rl),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, NULL, NULL),
+               hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_semaphore_new(f->client, "mixed-s", 7, 2, 600, &sem),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_semaphore_set_auto_renew(sem, 1, 0, NULL, NULL),
+               hilock_semaphore_errmsg(sem));
+  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_semaphore_errmsg(sem));
+  /* Taken by others: one by another token, one turned into a list. */
+  hl_redis_ok(f->redis, "SET hilock:{mixed-3}:lock thief PX 5000");
+  hl_redis_ok(f->redis, "DEL hilock:{mixed-7}:lock");
+  hl_redis_ok(f->redis, "RPUSH hilock:{mixed-7}:lock x");
+  hl_sleep_ms(1000);
+  assert_int_equal(atomic_load(&rec.calls), 2);
+  for (int i = 0; i < NB; i++) {
+    int taken = i == 3 || i == 7;
+    assert_int_equal(hilock_lock_lost(l[i]), taken);
+    if (!taken) {
+      assert_true(hilock_lock_validity_ms(l[i]) > 0);
+      assert_value(f, l[i], hilock_lock_token(l[i]));
+    }
+  }
+  assert_false(hilock_rlock_lost(rl));
+  assert_true(hilock_rlock_validity_ms(rl) > 0);
+  assert_false(hilock_semaphore_lost(sem));
+  assert_true(hilock_semaphore_validity_ms(sem) > 0);
+  for (int i = 0; i < NB; i++) hilock_lock_free(l[i]);
+  hilock_rlock_free(rl);
+  hilock_semaphore_free(sem);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       T(renewal_keeps_a_short_lock_alive),
@@ -651,6 +742,8 @@ int main(void) {
       T(paused_server_makes_the_hold_lost),
       T(max_hold_bounds_renewal),
       T(many_holds_are_all_kept_alive),
+      T(thousands_of_holds_renew_in_few_calls),
+      T(a_batch_reports_the_holds_taken_and_keeps_the_rest),
       T(free_waits_for_a_running_callback),
       T(rlock_renewal_keeps_and_loses),
       T(validity_never_outlasts_the_key_when_extend_races_renewal),

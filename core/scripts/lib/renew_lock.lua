@@ -1,0 +1,17 @@
+-- renew_lock(K, owner, ms, mode): reset (mode 'set' or nil) or add to
+-- (mode 'add') the TTL of lock key K[1] while owner holds it; an expired
+-- key stays expired. Returns the new TTL in ms, or 0 if not owned.
+local function renew_lock(K, owner, ms, mode)
+  if redis.call('GET', K[1]) ~= owner then
+    return 0
+  end
+  ms = tonumber(ms)
+  if mode == 'add' then
+    local left = redis.call('PTTL', K[1])
+    if left > 0 then
+      ms = ms + left
+    end
+  end
+  redis.call('PEXPIRE', K[1], ms)
+  return ms
+end

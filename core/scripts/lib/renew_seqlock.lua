@@ -1,0 +1,27 @@
+-- renew_seqlock(K, owner, ms): a sequential lock holder's session (K[1]
+-- session zset, K[2] queue, K[3] holder hash) lasts ms more while owner
+-- holds the grant; an expired session is never revived. The queue's and
+-- holder's expiry is kept at least as long as the session's, so the
+-- entry's place and grant never lapse before it. Returns 1 renewed, 0 not
+-- owned.
+local function renew_seqlock(K, owner, ms)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local e = redis.call('ZSCORE', K[1], owner)
+  if not e or tonumber(e) <= now then
+    return 0
+  end
+  if redis.call('HGET', K[3], 'owner') ~= owner then
+    return 0
+  end
+  local ttl = tonumber(ms)
+  redis.call('ZADD', K[1], 'XX', now + ttl, owner)
+  local keep = ttl + 1000
+  for i = 1, 3 do
+    local left = redis.call('PTTL', K[i])
+    if left >= 0 and left < keep then
+      redis.call('PEXPIRE', K[i], keep)
+    end
+  end
+  return 1
+end
