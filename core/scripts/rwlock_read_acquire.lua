@@ -11,13 +11,8 @@
 -- when a writer holds it or waits (and this reader was not admitted).
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-for i = 1, #dead do
-  redis.call('HDEL', KEYS[2], dead[i])
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- @include rw_purge.lua
+local now = purge_readers(KEYS[1], KEYS[2])
 for i = 4, 6 do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
 end

@@ -5,13 +5,8 @@
 -- Returns the remaining hold count (0: released), or -1 if this owner holds
 -- no read (never did, or it expired); nothing changes then.
 -- @once: a resend would count twice, so a broken connection is reported.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-for i = 1, #dead do
-  redis.call('HDEL', KEYS[2], dead[i])
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- @include rw_purge.lua
+local now = purge_readers(KEYS[1], KEYS[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 local me = ARGV[1]

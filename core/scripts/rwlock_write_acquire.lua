@@ -13,13 +13,8 @@
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for i = 1, #dead do
-  redis.call('HDEL', KEYS[3], dead[i])
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+-- @include rw_purge.lua
+local now = purge_readers(KEYS[2], KEYS[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 local me = ARGV[1]

@@ -10,6 +10,7 @@
 -- Returns the remaining hold count (0: released), or -1 if this owner does
 -- not hold it (nothing changes).
 -- @once: a resend would count twice, so a broken connection is reported.
+-- @include rw_purge.lua
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1
 end
@@ -18,13 +19,7 @@ if n > 0 then
   return n
 end
 redis.call('DEL', KEYS[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for i = 1, #dead do
-  redis.call('HDEL', KEYS[3], dead[i])
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local now = purge_readers(KEYS[2], KEYS[3])
 for i = 4, 6 do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
 end

@@ -1,14 +1,9 @@
 -- renew_rwlock_read(K, owner, ms): a read hold (K[1] readers zset, K[2]
 -- read hold counts) lasts ms more while owner holds it. Returns 1 if
 -- renewed, 0 if this owner holds no read.
+-- @include rw_purge.lua
 local function renew_rwlock_read(K, owner, ms)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local dead = redis.call('ZRANGEBYSCORE', K[1], '-inf', now)
-  for i = 1, #dead do
-    redis.call('HDEL', K[2], dead[i])
-  end
-  redis.call('ZREMRANGEBYSCORE', K[1], '-inf', now)
+  local now = purge_readers(K[1], K[2])
   local cur = redis.call('ZSCORE', K[1], owner)
   if not cur then
     return 0
