@@ -94,6 +94,9 @@ typedef struct hilock__watchdog {
   pthread_t thread;
   int running;
   int stop;
+  /* When the sleeping thread will wake on its own (0: it is awake and will
+   * look at the list again): a new hold due later needs no wake-up. */
+  int64_t wake_at_us;
   struct hilock__renewal *head;
   hilock__conn *conn;
   struct hilock__hold *live; /* every grant of this process (see hold.c) */

@@ -598,7 +598,9 @@ static void *watchdog_main(void *arg) {
       }
     }
     if (n == 0 && nlost == 0) {
+      w->wake_at_us = next;
       wait_until(w, next);
+      w->wake_at_us = 0;
       continue;
     }
     pthread_mutex_unlock(&w->mu);
@@ -683,7 +685,9 @@ int hilock__renewal_register(hilock__hold *h) {
   r->next_due_us = now + h->ttl_ms * 1000 / 3;
   r->max_until_us =
       h->max_hold_ms > 0 ? h->since_us + h->max_hold_ms * 1000 : 0;
-  pthread_cond_signal(&w->wake);
+  /* Wake the thread only if it sleeps past this hold's first renewal: a
+   * hold released before then costs it nothing. */
+  if (r->next_due_us < w->wake_at_us) pthread_cond_signal(&w->wake);
   pthread_mutex_unlock(&w->mu);
   return HILOCK_OK;
 }
@@ -744,6 +748,7 @@ void hilock__watchdog_forget(hilock_client *c) {
   w->head = NULL;
   hilock__hold_forget_live(c);
   w->running = 0;
+  w->wake_at_us = 0;
   w->stop = 0;
   /* Not freed: the parent's renewal thread may have been changing this
    * connection's buffers (outside the mutex) at fork time. */
