@@ -133,7 +133,9 @@ static void exec_server(const hl_server *s, char **argv, pid_t parent) {
   _exit(127);
 }
 
-/* 1 once the server answers PING (any reply, even NOAUTH). */
+/* 1 once the server answers PING (any reply, even NOAUTH, but not LOADING:
+ * a server that restarts with its AOF answers LOADING until it has read
+ * it). */
 static int answers_ping(const hl_server *s) {
   struct timeval tv = {0, 200000};
   redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, tv);
@@ -143,7 +145,8 @@ static int answers_ping(const hl_server *s) {
   if (!c->err) {
     redisSetTimeout(c, tv);
     r = redisCommand(c, "PING");
-    ok = r != NULL;
+    ok = r != NULL && !(r->type == REDIS_REPLY_ERROR &&
+                        strncmp(r->str, "LOADING", 7) == 0);
     if (r != NULL) freeReplyObject(r);
   }
   redisFree(c);
