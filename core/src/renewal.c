@@ -15,7 +15,7 @@
 #include "internal.h"
 #include "scripts.h"
 
-#define BATCH_MAX 1024
+#define BATCH_MAX 2048
 #define RETRY_US 200000 /* after a failed renewal */
 #define MIN_WAIT_US 20000 /* shortest wait for a renewal's reply */
 #define CONNECT_MAX_US 1000000 /* longest wait to reconnect */
@@ -186,7 +186,7 @@ broken:
 }
 
 /* Batches (below): one renew_batch.lua call renews many holds. */
-#define CHUNK 512
+#define CHUNK 1024
 static int batch_cmd(hilock__hold *const *holds, int n, int eval,
                      const char ***argv, size_t **lens, char **nums);
 static void free_batch(const char **argv, size_t *lens, char *nums);
@@ -569,9 +569,15 @@ static void *watchdog_main(void *arg) {
   while (!w->stop) {
     int64_t now = hilock__now_us(), next = INT64_MAX, start;
     int64_t until = INT64_MAX; /* earliest validity end in the batch */
-    int n = 0, nlost = 0, i;
+    int n = 0, nlost = 0, i, any_due = 0;
     hilock__renewal *r, *rn;
 
+    /* Holds due within a sixth of their TTL join a batch only when some
+     * hold is due now: renewing them a little early lets one call carry
+     * the holds that fall due together, and a batch that runs long does
+     * not leave a trickle of small batches behind it. */
+    for (r = w->head; r != NULL && !any_due; r = r->next)
+      any_due = r->renew && r->next_due_us <= now;
     for (r = w->head; r != NULL; r = rn) {
       hilock__hold *h = HOLD_OF(r);
       rn = r->next;
@@ -586,10 +592,8 @@ static void *watchdog_main(void *arg) {
         } else if (h->valid_until_us < next) {
           next = h->valid_until_us;
         }
-      } else if (r->next_due_us <= now + h->ttl_ms * 1000 / 6 &&
+      } else if (any_due && r->next_due_us <= now + h->ttl_ms * 1000 / 6 &&
                  n < BATCH_MAX) {
-        /* Due, or due within a sixth of its TTL: renewing it a little
-         * early lets one call carry the holds that fall due together. */
         r->in_batch = 1;
         batch[n++] = h;
         if (h->valid_until_us < until) until = h->valid_until_us;

@@ -646,7 +646,7 @@ static void rlock_renewal_keeps_and_loses(void **state) {
 #define NBATCH 5000
 
 /* 5000 held locks (ttl 3 s) cost a handful of script calls per renewal
- * period (ttl/3), not one per hold: one call renews up to 512 holds. */
+ * period (ttl/3), not one per hold: one call renews up to 1024 holds. */
 static void thousands_of_holds_renew_in_few_calls(void **state) {
   fixture *f = *state;
   hilock_lock **l = calloc(NBATCH, sizeof(*l));
