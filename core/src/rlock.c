@@ -36,6 +36,8 @@ static int keep_err(hilock_rlock *rl, const hilock__err *e) {
   return e->code;
 }
 
+static int drop_all(void *arg, hilock__err *e, redisReply **r);
+
 static int rlock_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t ttl_ms, hilock_rlock **out) {
   hilock_rlock *rl;
@@ -60,6 +62,8 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
   rl->mu = &client->hmu;
   hilock__hold_init(&rl->h, client, rl->key, rl->keylen,
                     &hilock__script_rlock_renew, ttl_ms);
+  rl->h.close_run = drop_all; /* closing the client releases it */
+  rl->h.close_arg = rl;
   *out = rl;
   return HILOCK_OK;
 }
@@ -149,6 +153,18 @@ int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
                             attempt, rl);
   if (rc < 0 && e.code != HILOCK_OK) keep_err(rl, &e);
   return rc;
+}
+
+/* rlock_drop.lua: the grant's owner leaves every re-entry at once (the
+ * client is closing; the owner's thread is not the caller). */
+static int drop_all(void *arg, hilock__err *e, redisReply **r) {
+  hilock_rlock *rl = arg;
+  const char *keys[2] = {rl->key, rl->wkey};
+  size_t keylens[2] = {rl->keylen, rl->wkeylen};
+  const char *args[1] = {rl->h.owner};
+  size_t arglens[1] = {rl->h.ownerlen};
+  return hilock__script_run(rl->h.client, e, &hilock__script_rlock_drop, 2,
+                            keys, keylens, 1, args, arglens, r);
 }
 
 int hilock_rlock_release(hilock_rlock *rl) {

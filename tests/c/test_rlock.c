@@ -625,6 +625,9 @@ static void rlock_outliving_its_client_gets_eclosed(void **state) {
 
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
   hilock_client_free(c);
+  /* Closing released it and reported it lost. */
+  assert_true(hilock_rlock_lost(rl));
+  assert_false(hl_redis_exists(f->redis, "hilock:{orphan-r}:rlock", 23));
   assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_ECLOSED,
                hilock_rlock_errmsg(rl));
   assert_hl_rc(hilock_rlock_release(rl), HILOCK_ECLOSED,
@@ -632,7 +635,6 @@ static void rlock_outliving_its_client_gets_eclosed(void **state) {
   assert_hl_rc(hilock_rlock_hold_count(rl, &n), HILOCK_ECLOSED,
                hilock_rlock_errmsg(rl));
   assert_int_equal(hilock_rlock_errcode(rl), HILOCK_ECLOSED);
-  assert_true(hl_redis_exists(f->redis, "hilock:{orphan-r}:rlock", 23));
   hilock_rlock_free(rl); /* the client's last reference */
 }
 

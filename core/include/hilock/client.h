@@ -87,7 +87,7 @@ HILOCK_API int hilock_client_new(const char *url, const hilock_options *opts,
  * no-op. Every hold of the client stops renewing and is reported lost
  * (hilock_*_lost, loss callbacks of auto-renewed holds), and is released
  * with its owner-checked script, best effort, within about 2 s in all
- * (reentrant and read-write holds lapse at their TTL). The memory goes when
+ * (read-write holds lapse at their TTL). The memory goes when
  * the last lock handle and the last running call are done. */
 HILOCK_API void hilock_client_free(hilock_client *client);
 
