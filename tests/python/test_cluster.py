@@ -313,7 +313,7 @@ def test_master_failover_during_a_run(cluster, redis_url: str, rds) -> None:
     Replication is asynchronous, so a grant the dead master made but had
     not yet sent to its replica could in principle be granted again by the
     promoted replica (a double grant across the failover). This test
-    asserts that none happened in its run; see the README for what was
+    asserts that none happened in its run; see docs/cluster.md for what was
     observed over repeated runs."""
     tag = "failover"
     masters = cluster.masters()
