@@ -32,9 +32,8 @@ int64_t hilock__call_begin(int64_t deadline_ms) {
 
 void hilock__call_end(int64_t outer) { tl_deadline_ms = outer; }
 
-int64_t hilock__budget(const hilock_client *c, int64_t ms) {
+int64_t hilock__budget(int64_t ms) {
   int64_t d = hilock__now_ms() + ms;
-  (void)c;
   return d < tl_deadline_ms ? d : tl_deadline_ms;
 }
 
@@ -44,10 +43,6 @@ int64_t hilock__io_ms(int64_t ms) {
   left = tl_deadline_ms - hilock__now_ms();
   if (left < 1) left = 1;
   return ms <= 0 || left < ms ? left : ms;
-}
-
-int hilock__call_expired(void) {
-  return tl_deadline_ms != INT64_MAX && hilock__now_ms() >= tl_deadline_ms;
 }
 
 const hilock__undo *hilock__undo_arm(const hilock__undo *u) {

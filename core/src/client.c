@@ -232,7 +232,7 @@ int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
   int closed;
   if (c->cl != NULL)
     return hilock__cluster_pool_get(c, e, -1,
-                                    hilock__budget(c, c->opts.reconnect_ms),
+                                    hilock__budget(c->opts.reconnect_ms),
                                     out, fresh);
   pthread_mutex_lock(&c->mu);
   closed = !hilock__client_usable(c);
@@ -259,14 +259,14 @@ int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
     return HILOCK_OK;
   }
   *fresh = 1;
-  return hilock__connect(c, e, hilock__budget(c, c->opts.reconnect_ms), out);
+  return hilock__connect(c, e, hilock__budget(c->opts.reconnect_ms), out);
 }
 
 int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
                          size_t keylen, hilock__conn **out, int *fresh) {
   if (c->cl != NULL)
     return hilock__cluster_pool_get(c, e, hilock__key_slot(key, keylen),
-                                    hilock__budget(c, c->opts.reconnect_ms),
+                                    hilock__budget(c->opts.reconnect_ms),
                                     out, fresh);
   return hilock__pool_get(c, e, out, fresh);
 }
@@ -404,7 +404,7 @@ static int command_run(hilock_client *c, hilock__err *e, int argc,
   hilock__conn *k;
   hilock__err before;
   int fresh, rc, recovering = 0, spoilt = 0;
-  int64_t deadline = hilock__budget(c, c->opts.reconnect_ms);
+  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
 
   *out = NULL;
   if (c->cl != NULL)

@@ -491,7 +491,7 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
 int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
                             int argc, const char **argv, const size_t *lens,
                             redisReply **out, int resend, long long *acked) {
-  int64_t deadline = hilock__budget(c, c->opts.reconnect_ms);
+  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
   int64_t pause = PAUSE_MIN_MS;
   int redirects = 0;
   hilock__node *ask = NULL;
@@ -576,7 +576,7 @@ int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
 }
 
 int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
-  int64_t deadline = hilock__budget(c, c->opts.reconnect_ms);
+  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
   int64_t pause = PAUSE_MIN_MS;
   for (;;) {
     hilock__node *masters[64];

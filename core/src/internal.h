@@ -355,10 +355,8 @@ typedef struct hilock__renewal {
 int64_t hilock__call_begin(int64_t deadline_ms);
 void hilock__call_end(int64_t outer);
 int64_t hilock__call_deadline(void);
-/* 1 once the call's deadline has passed. */
-int hilock__call_expired(void);
 /* now + ms, or the call's deadline if sooner. */
-int64_t hilock__budget(const hilock_client *c, int64_t ms);
+int64_t hilock__budget(int64_t ms);
 /* A wait of ms (<= 0: none) shortened to what is left of the call (>= 1). */
 int64_t hilock__io_ms(int64_t ms);
 

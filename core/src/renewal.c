@@ -468,7 +468,7 @@ static int renew_calls(hilock_client *c, redisContext *ctx,
   long long acked = -1;
   for (int i = 0; i < n; i++) res[i] = FAILED;
   for (int eval = 0; eval < 2; eval++) {
-    int got = 0, sent = 0;
+    int sent = 0;
     for (int k = 0; k < calls; k++) {
       const char **argv;
       size_t *lens;
@@ -499,7 +499,6 @@ static int renew_calls(hilock_client *c, redisContext *ctx,
         for (int i = 0; i < n; i++) res[i] = FAILED;
         return -1;
       }
-      got++;
       if (ns && !eval) { /* EVAL with the source, which also loads it */
         for (int i = from; i < from + cnt; i++) res[i] = -1;
         redo = 1;
@@ -515,7 +514,6 @@ static int renew_calls(hilock_client *c, redisContext *ctx,
       acked = a;
       if (acked < c->opts.wait_replicas) unconfirmed(holds, NULL, n, res);
     }
-    (void)got;
     if (!redo) break;
   }
   for (int i = 0; i < n; i++)
