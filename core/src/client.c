@@ -108,7 +108,9 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
     redisFree(ctx);
     return rc;
   }
-  if (hilock__io_ms(c->opts.command_timeout_ms) > 0)
+  /* AUTH and SELECT wait within the call's bound too. */
+  if ((c->url.password != NULL || c->url.db != 0) &&
+      hilock__io_ms(c->opts.command_timeout_ms) > 0)
     redisSetTimeout(ctx, tv_ms(hilock__io_ms(c->opts.command_timeout_ms)));
   if (a->path == NULL) redisEnableKeepAlive(ctx);
   if (c->url.password != NULL) {
