@@ -17,7 +17,6 @@
 /* Keep the GIL by default; release it only where the call can block. */
 %nothreadallow;
 %threadallow py_client_new;
-%threadallow py_client_new_wait;
 %threadallow hilock_client_ping;
 %threadallow hilock_client_free;
 %threadallow hilock_lock_acquire;
@@ -124,7 +123,6 @@
 %apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen) };
 
 HILOCK_CHECKED_PTR(py_client_new)
-HILOCK_CHECKED_PTR(py_client_new_wait)
 HILOCK_CHECKED_PTR(py_lock_new)
 HILOCK_CHECKED(hilock_client_ping, hilock_client_errmsg(arg1))
 HILOCK_CHECKED(hilock_lock_acquire, hilock_lock_errmsg(arg1))
@@ -268,34 +266,34 @@ static void py_lost_notify(void *arg) {
 }
 %}
 
+%ignore py_tls_options;
 %inline %{
 
-static hilock_client *py_client_new(const char *url, int64_t connect_ms,
-                                    int64_t command_ms, int64_t reconnect_ms) {
-  hilock_options o;
-  hilock_client *c = NULL;
-  int rc;
-  hilock_options_init(&o);
-  o.connect_timeout_ms = connect_ms;
-  o.command_timeout_ms = command_ms;
-  o.reconnect_ms = reconnect_ms;
-  o.interrupt = py_check_signals;
-  rc = hilock_client_new(url, &o, &c);
-  if (rc == HILOCK_OK) return c;
-  py_ctor_rc = rc;
-  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
-           c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-  hilock_client_free(c);
-  return NULL;
+/* TLS options (NULL strings and -1 ints: the defaults). */
+static void py_tls_options(hilock_options *o, const char *ca_certs,
+                           const char *ca_path, const char *certfile,
+                           const char *keyfile, const char *password,
+                           int cert_reqs, int check_hostname,
+                           const char *server_name) {
+  o->ssl_ca_certs = ca_certs;
+  o->ssl_ca_path = ca_path;
+  o->ssl_certfile = certfile;
+  o->ssl_keyfile = keyfile;
+  o->ssl_password = password;
+  if (cert_reqs >= 0) o->ssl_cert_reqs = cert_reqs;
+  if (check_hostname >= 0) o->ssl_check_hostname = check_hostname;
+  o->ssl_server_name = server_name;
 }
 
-/* py_client_new with replica acknowledgement (wait_replicas > 0: WAIT after
- * every grant and renewal). */
-static hilock_client *py_client_new_wait(const char *url, int64_t connect_ms,
-                                         int64_t command_ms,
-                                         int64_t reconnect_ms,
-                                         int wait_replicas,
-                                         int64_t wait_timeout_ms) {
+/* wait_replicas > 0: WAIT after every grant and renewal. */
+static hilock_client *py_client_new(const char *url, int64_t connect_ms,
+                                    int64_t command_ms, int64_t reconnect_ms,
+                                    int wait_replicas, int64_t wait_timeout_ms,
+                                    const char *ca_certs, const char *ca_path,
+                                    const char *certfile, const char *keyfile,
+                                    const char *password, int cert_reqs,
+                                    int check_hostname,
+                                    const char *server_name) {
   hilock_options o;
   hilock_client *c = NULL;
   int rc;
@@ -305,7 +303,9 @@ static hilock_client *py_client_new_wait(const char *url, int64_t connect_ms,
   o.reconnect_ms = reconnect_ms;
   o.interrupt = py_check_signals;
   o.wait_replicas = wait_replicas;
-  o.wait_timeout_ms = wait_timeout_ms;
+  if (wait_replicas > 0) o.wait_timeout_ms = wait_timeout_ms;
+  py_tls_options(&o, ca_certs, ca_path, certfile, keyfile, password, cert_reqs,
+                 check_hostname, server_name);
   rc = hilock_client_new(url, &o, &c);
   if (rc == HILOCK_OK) return c;
   py_ctor_rc = rc;
@@ -624,7 +624,12 @@ static hilock_redlock *py_redlock_new(const char *urls, const char *name,
                                       size_t namelen, int64_t ttl_ms,
                                       int64_t connect_ms,
                                       int64_t node_timeout_ms,
-                                      int64_t retry_delay_ms) {
+                                      int64_t retry_delay_ms,
+                                      const char *ca_certs, const char *ca_path,
+                                      const char *certfile, const char *keyfile,
+                                      const char *password, int cert_reqs,
+                                      int check_hostname,
+                                      const char *server_name) {
   const char *list[HILOCK_REDLOCK_MAX_NODES + 1];
   char *copy = strdup(urls ? urls : ""), *p, *save = NULL;
   hilock_redlock *rl = NULL;
@@ -642,6 +647,8 @@ static hilock_redlock *py_redlock_new(const char *urls, const char *name,
   hilock_options_init(&o);
   o.connect_timeout_ms = connect_ms;
   o.interrupt = py_check_signals;
+  py_tls_options(&o, ca_certs, ca_path, certfile, keyfile, password, cert_reqs,
+                 check_hostname, server_name);
   rc = hilock_redlock_new(list, n, name, namelen, ttl_ms, &o, &rl);
   if (rc == HILOCK_OK && node_timeout_ms > 0)
     rc = hilock_redlock_set_node_timeout(rl, node_timeout_ms);

@@ -10,7 +10,7 @@ HILOCK_VENV=${HILOCK_VENV:-$hilock_root/build/venv}
 hilock_ensure_debs() {
   # redis-cli: the cluster suites create a local cluster; valgrind: the
   # concurrent-close races run under memcheck too.
-  local want=(cmake make gcc pkg-config libhiredis-dev libcmocka-dev swig redis-server
+  local want=(cmake make gcc pkg-config libhiredis-dev libssl-dev openssl libcmocka-dev swig redis-server
               redis-tools valgrind)
   local py=${PYTHON:-python3}
   if ! command -v "$py" >/dev/null 2>&1; then

@@ -11,7 +11,6 @@
  * that nobody owns. */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -68,43 +67,22 @@ int hilock__client_usable(const hilock_client *c) {
 /* ## The reaper ---------------------------------------------------------- */
 
 typedef struct reap {
-  redisContext *ctx;
+  hilock__net *ctx;
   int owed;
   int64_t wait_ms;
 } reap;
 
 static void *reap_main(void *arg) {
   reap *r = arg;
-  struct timeval tv;
-  tv.tv_sec = (time_t)(r->wait_ms / 1000);
-  tv.tv_usec = (suseconds_t)(r->wait_ms % 1000) * 1000;
-  redisSetTimeout(r->ctx, tv);
+  hilock__net_set_timeout(r->ctx, r->wait_ms);
   for (int i = 0; i < r->owed; i++) {
     void *reply = NULL;
-    if (redisGetReply(r->ctx, &reply) != REDIS_OK) break;
+    if (hilock__net_get_reply(r->ctx, &reply) != 0) break;
     freeReplyObject(reply);
   }
-  redisFree(r->ctx);
+  hilock__net_free(r->ctx);
   free(r);
   return NULL;
-}
-
-/* Write out ctx's buffer without a SIGPIPE (a peer that closed the socket
- * must not kill a program that never asked for the signal). */
-static int write_all(redisContext *ctx) {
-  sigset_t pipe_set, old, pending;
-  int ok = 1, done = 0;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-  while (ok && !done) ok = redisBufferWrite(ctx, &done) == REDIS_OK;
-  if (!sigismember(&old, SIGPIPE) && sigpending(&pending) == 0 &&
-      sigismember(&pending, SIGPIPE)) {
-    struct timespec zero = {0, 0};
-    (void)sigtimedwait(&pipe_set, NULL, &zero);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  return ok;
 }
 
 int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
@@ -127,10 +105,10 @@ int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
       return 0;
     }
   }
-  /* A reply wait that timed out leaves the context flagged, not broken:
-   * the socket and the reader are intact. */
-  k->ctx->err = 0;
-  k->ctx->errstr[0] = '\0';
+  /* A reply wait that timed out leaves the connection flagged, not
+   * broken: the socket and the reader are intact. */
+  hilock__net_clear_timeout(k->ctx);
+  if (k->ctx->err != HILOCK__NET_OK) return 0;
   /* EVAL with the source: a flushed script cache must not fail the undo. */
   argv[argc] = "EVAL";
   lens[argc++] = 4;
@@ -146,13 +124,13 @@ int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
     argv[argc] = u->args[i];
     lens[argc] = u->arglens[i];
   }
-  ok = redisAppendCommandArgv(k->ctx, argc, argv, lens) == REDIS_OK;
+  ok = hilock__net_append(k->ctx, argc, argv, lens) == 0;
   if (argv != sargv) {
     free(argv);
     free(lens);
   }
   /* Write it now: the socket is still open and in order. */
-  if (ok) ok = write_all(k->ctx);
+  if (ok) ok = hilock__net_flush(k->ctx) == 0;
   if (!ok) return 0;
   r = malloc(sizeof(*r));
   if (r == NULL) return 1; /* written: the server runs it in order anyway */

@@ -19,30 +19,11 @@ void hilock_options_init(hilock_options *opts) {
   opts->interrupt_arg = NULL;
   opts->wait_replicas = 0;
   opts->wait_timeout_ms = 1000;
-}
-
-static struct timeval tv_ms(int64_t ms) {
-  struct timeval tv;
-  tv.tv_sec = (time_t)(ms / 1000);
-  tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
-  return tv;
-}
-
-static int is_timeout(const redisContext *ctx, int saved_errno) {
-#ifdef REDIS_ERR_TIMEOUT
-  if (ctx->err == REDIS_ERR_TIMEOUT) return 1;
-#endif
-  return ctx->err == REDIS_ERR_IO &&
-         (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
-          saved_errno == ETIMEDOUT || strstr(ctx->errstr, "timed out"));
-}
-
-static const char *where(const hilock__addr *a, char *buf, size_t n) {
-  if (a->path != NULL)
-    snprintf(buf, n, "%s", a->path);
-  else
-    snprintf(buf, n, "%s:%d", a->host, a->port);
-  return buf;
+  opts->ssl_ca_certs = opts->ssl_ca_path = NULL;
+  opts->ssl_certfile = opts->ssl_keyfile = opts->ssl_password = NULL;
+  opts->ssl_cert_reqs = HILOCK_SSL_CERT_REQUIRED;
+  opts->ssl_check_hostname = 1;
+  opts->ssl_server_name = NULL;
 }
 
 /* The address of the server the single-server pool connects to: the URL's,
@@ -64,17 +45,14 @@ static int master_addr(hilock_client *c, hilock__err *e, hilock__addr *a,
   return HILOCK_OK;
 }
 
-/* Run one setup command (AUTH, SELECT) on a fresh context. */
-static int setup_command(hilock__err *e, redisContext *ctx, int argc,
+/* Run one setup command (AUTH, SELECT) on a fresh connection. */
+static int setup_command(hilock__err *e, hilock__net *ctx, int argc,
                          const char **argv, const size_t *lens) {
-  redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
+  redisReply *r = hilock__net_command(ctx, argc, argv, lens);
   int rc = HILOCK_OK;
-  if (r == NULL) {
-    int saved = errno;
-    return hilock__set_err(e, is_timeout(ctx, saved) ? HILOCK_ETIMEDOUT
-                                                      : HILOCK_EIO,
-                           "%s: %s", argv[0], ctx->errstr);
-  }
+  if (r == NULL)
+    return hilock__set_err(e, hilock__net_status(ctx), "%s: %s", argv[0],
+                           ctx->errstr);
   if (r->type == REDIS_REPLY_ERROR) {
     rc = hilock__reply_error(e, r->str, r->len);
     if (rc == HILOCK__NOSCRIPT) rc = HILOCK_EREDIS;
@@ -84,35 +62,35 @@ static int setup_command(hilock__err *e, redisContext *ctx, int argc,
   return rc;
 }
 
+/* Open a connection to a (TLS if tls is not NULL) within timeout_ms: the
+ * status, with why in e. */
+int hilock__net_open(hilock__err *e, const hilock__addr *a,
+                     const hilock__tls *tls, int64_t timeout_ms,
+                     hilock__net **out) {
+  hilock__net *n = hilock__net_connect(a, tls, timeout_ms);
+  int rc;
+  *out = NULL;
+  if (n == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  if (n->err != HILOCK__NET_OK) {
+    rc = hilock__set_err(e, hilock__net_status(n), "%s", n->errstr);
+    hilock__net_free(n);
+    return rc;
+  }
+  *out = n;
+  return HILOCK_OK;
+}
+
 /* Open, authenticate and select: one attempt. */
 int hilock__connect_addr(hilock_client *c, hilock__err *e,
                          const hilock__addr *a, hilock__conn **out) {
   /* Every wait is also bounded by what is left of the caller's call. */
-  struct timeval tv = tv_ms(hilock__io_ms(c->opts.connect_timeout_ms));
-  redisContext *ctx;
-  char buf[300];
-  int saved, rc;
-
-  errno = 0;
-  if (a->path != NULL)
-    ctx = redisConnectUnixWithTimeout(a->path, tv);
-  else
-    ctx = redisConnectWithTimeout(a->host, a->port, tv);
-  saved = errno;
-  if (ctx == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
-  if (ctx->err) {
-    rc = hilock__set_err(e, is_timeout(ctx, saved) ? HILOCK_ETIMEDOUT
-                                                   : HILOCK_EIO,
-                         "connect to %s: %s", where(a, buf, sizeof(buf)),
-                         ctx->errstr);
-    redisFree(ctx);
-    return rc;
-  }
+  hilock__net *ctx;
+  int rc = hilock__net_open(e, a, c->tls,
+                            hilock__io_ms(c->opts.connect_timeout_ms), &ctx);
+  if (rc != HILOCK_OK) return rc;
   /* AUTH and SELECT wait within the call's bound too. */
-  if ((c->url.password != NULL || c->url.db != 0) &&
-      hilock__io_ms(c->opts.command_timeout_ms) > 0)
-    redisSetTimeout(ctx, tv_ms(hilock__io_ms(c->opts.command_timeout_ms)));
-  if (a->path == NULL) redisEnableKeepAlive(ctx);
+  hilock__net_set_timeout(ctx, hilock__io_ms(c->opts.command_timeout_ms));
+  hilock__net_keepalive(ctx);
   if (c->url.password != NULL) {
     const char *argv[3] = {"AUTH", NULL, NULL};
     size_t lens[3] = {4, 0, 0};
@@ -126,7 +104,7 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
     rc = setup_command(e, ctx, argc, argv, lens);
     if (rc != HILOCK_OK) {
       if (rc == HILOCK_EREDIS) rc = e->code = HILOCK_EAUTH;
-      redisFree(ctx);
+      hilock__net_free(ctx);
       return rc;
     }
   }
@@ -136,16 +114,16 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
     size_t lens[2] = {6, hilock__i64(db, c->url.db)};
     rc = setup_command(e, ctx, 2, argv, lens);
     if (rc != HILOCK_OK) {
-      redisFree(ctx);
+      hilock__net_free(ctx);
       return rc;
     }
   }
   /* The pooled connection's own reply timeout (a call's bound is set per
    * command). */
-  redisSetTimeout(ctx, tv_ms(c->opts.command_timeout_ms));
+  hilock__net_set_timeout(ctx, c->opts.command_timeout_ms);
   *out = calloc(1, sizeof(hilock__conn));
   if (*out == NULL) {
-    redisFree(ctx);
+    hilock__net_free(ctx);
     return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
   }
   (*out)->ctx = ctx;
@@ -190,7 +168,7 @@ int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline,
 
 void hilock__conn_free(hilock__conn *k) {
   if (k == NULL) return;
-  redisFree(k->ctx);
+  hilock__net_free(k->ctx);
   free(k);
 }
 
@@ -297,28 +275,13 @@ void hilock__pool_put(hilock_client *c, hilock__conn *k) {
 
 int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                        const char *what, int saved_errno) {
-  char buf[300];
-  int timeout = is_timeout(k->ctx, saved_errno);
-  hilock__addr a;
-  if (k->node != NULL) {
-    a.path = NULL;
-    a.host = k->node->host;
-    a.port = k->node->port;
-  } else if (k->ctx->connection_type == REDIS_CONN_TCP &&
-             k->ctx->tcp.host != NULL) {
-    /* The address this connection dialled (a sentinel client's master
-     * moves, so not the URL's). */
-    a.path = NULL;
-    a.host = k->ctx->tcp.host;
-    a.port = k->ctx->tcp.port;
-  } else {
-    a.path = c->url.unix_socket ? c->url.path : NULL;
-    a.host = c->url.host;
-    a.port = c->url.port;
-  }
-  return hilock__set_err(e, timeout ? HILOCK_ETIMEDOUT : HILOCK_EIO,
-                         "%s on %s: %s", what, where(&a, buf, sizeof(buf)),
-                         timeout ? "no reply in time" : k->ctx->errstr);
+  int rc = hilock__net_status(k->ctx);
+  (void)c;
+  (void)saved_errno;
+  if (rc == HILOCK_OK) rc = HILOCK_EIO;
+  return hilock__set_err(e, rc, "%s on %s: %s", what, k->ctx->where,
+                         rc == HILOCK_ETIMEDOUT ? "no reply in time"
+                                                : k->ctx->errstr);
 }
 
 int hilock__command(hilock_client *c, hilock__err *e, int argc,
@@ -326,18 +289,18 @@ int hilock__command(hilock_client *c, hilock__err *e, int argc,
   return hilock__command_ex(c, e, argc, argv, lens, out, 1);
 }
 
-int hilock__wait_append(const hilock_client *c, redisContext *ctx) {
+int hilock__wait_append(const hilock_client *c, hilock__net *ctx) {
   char n[24], ms[24];
   const char *argv[3] = {"WAIT", n, ms};
   size_t lens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
                     hilock__i64(ms, c->opts.wait_timeout_ms)};
-  return redisAppendCommandArgv(ctx, 3, argv, lens) == REDIS_OK;
+  return hilock__net_append(ctx, 3, argv, lens) == 0;
 }
 
-int hilock__wait_read(redisContext *ctx, long long *acked) {
+int hilock__wait_read(hilock__net *ctx, long long *acked) {
   redisReply *r = NULL;
   *acked = -1;
-  if (redisGetReply(ctx, (void **)&r) != REDIS_OK || r == NULL) return -1;
+  if (hilock__net_get_reply(ctx, (void **)&r) != 0 || r == NULL) return -1;
   if (r->type == REDIS_REPLY_INTEGER) *acked = r->integer;
   freeReplyObject(r);
   return 0;
@@ -351,22 +314,22 @@ static redisReply *conn_send(hilock_client *c, hilock__conn *k, int asking,
   void *a = NULL, *r = NULL;
   k->owed = 0;
   if (!asking && acked == NULL) { /* the plain case: one call */
-    r = redisCommandArgv(k->ctx, argc, argv, lens);
+    r = hilock__net_command(k->ctx, argc, argv, lens);
     if (r == NULL) k->owed = 1;
     return r;
   }
-  if ((asking && redisAppendCommandArgv(k->ctx, 1, (const char **)ask,
-                                        asklen) != REDIS_OK) ||
-      redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK ||
+  if ((asking && hilock__net_append(k->ctx, 1, (const char **)ask,
+                                        asklen) != 0) ||
+      hilock__net_append(k->ctx, argc, argv, lens) != 0 ||
       (acked != NULL && !hilock__wait_append(c, k->ctx)))
     return NULL;
   k->owed = asking + 1 + (acked != NULL);
   if (asking) {
-    if (redisGetReply(k->ctx, &a) != REDIS_OK) return NULL;
+    if (hilock__net_get_reply(k->ctx, &a) != 0) return NULL;
     k->owed--;
     freeReplyObject(a);
   }
-  if (redisGetReply(k->ctx, &r) != REDIS_OK || r == NULL) return NULL;
+  if (hilock__net_get_reply(k->ctx, &r) != 0 || r == NULL) return NULL;
   k->owed--;
   if (acked != NULL && hilock__wait_read(k->ctx, acked) != 0) *spoilt = 1;
   return r;
@@ -380,10 +343,10 @@ redisReply *hilock__conn_send(hilock_client *c, hilock__conn *k, int asking,
   int64_t io = hilock__io_ms(c->opts.command_timeout_ms);
   int bounded = io != c->opts.command_timeout_ms;
   redisReply *r;
-  if (bounded) redisSetTimeout(k->ctx, tv_ms(io));
+  if (bounded) hilock__net_set_timeout(k->ctx, io);
   r = conn_send(c, k, asking, argc, argv, lens, acked, spoilt);
   if (bounded && k->ctx != NULL)
-    redisSetTimeout(k->ctx, tv_ms(c->opts.command_timeout_ms));
+    hilock__net_set_timeout(k->ctx, c->opts.command_timeout_ms);
   return r;
 }
 
@@ -598,6 +561,34 @@ int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
   return rc;
 }
 
+/* A connection that has sent nothing yet (no AUTH, no SELECT) proves the
+ * server speaks Redis (and, with TLS, accepts us) with one PING, within
+ * the connect timeout: a plain client on a TLS port, or a server that
+ * refuses our certificate, fails here rather than at the first lock. */
+static int first_round_trip(hilock_client *c, hilock__conn *k) {
+  static const char *const argv[1] = {"PING"};
+  static const size_t lens[1] = {4};
+  redisReply *r;
+  int rc = HILOCK_OK;
+  hilock__net_set_timeout(k->ctx, c->opts.connect_timeout_ms);
+  r = hilock__net_command(k->ctx, 1, (const char **)argv, lens);
+  hilock__net_set_timeout(k->ctx, c->opts.command_timeout_ms);
+  if (r == NULL) {
+    rc = hilock__set_err(&c->err, hilock__net_status(k->ctx), "%s%s",
+                         k->ctx->errstr,
+                         c->tls == NULL && k->ctx->err == HILOCK__NET_EIO
+                             ? " (a TLS port? use rediss://)"
+                             : "");
+    return rc;
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    rc = hilock__reply_error(&c->err, r->str, r->len);
+    if (rc == HILOCK__NOSCRIPT) rc = c->err.code = HILOCK_EREDIS;
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
 int hilock_client_new(const char *url, const hilock_options *opts,
                       hilock_client **out) {
   hilock_client *c;
@@ -649,12 +640,24 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   rc = hilock__token(c->id, &c->err);
   if (rc != HILOCK_OK) return rc;
   rc = hilock__url_parse(url, &c->url, &c->err);
+  if (rc == HILOCK_OK) rc = hilock__tls_for(&c->opts, &c->url, &c->tls,
+                                            &c->err);
+  /* The strings were the caller's: what they said is in c->tls now. */
+  c->opts.ssl_ca_certs = c->opts.ssl_ca_path = c->opts.ssl_certfile = NULL;
+  c->opts.ssl_keyfile = c->opts.ssl_password = NULL;
+  c->opts.ssl_server_name = NULL;
   if (rc != HILOCK_OK) return rc;
   if (c->url.cluster) {
     return hilock__cluster_init(c, &c->err);
   }
   rc = connect_once(c, &c->err, &k);
-  if (rc != HILOCK_OK) return rc;
+  if (rc == HILOCK_OK && c->url.password == NULL && c->url.db == 0 &&
+      !c->url.sentinel)
+    rc = first_round_trip(c, k);
+  if (rc != HILOCK_OK) {
+    hilock__conn_free(k);
+    return rc;
+  }
   hilock__pool_put(c, k);
   return HILOCK_OK;
 }
@@ -719,6 +722,7 @@ void hilock__client_unref(hilock_client *c) {
   hilock__cluster_free(c);
   watchdog_destroy(&c->wd);
   hilock__url_clear(&c->url);
+  hilock__tls_free(c->tls);
   pthread_mutex_destroy(&c->hmu);
   pthread_mutex_destroy(&c->mu);
   free(c);

@@ -70,11 +70,7 @@ static int node_index(const hilock__cluster *cl, const hilock__node *n) {
  * closed it (killed, restarted, failed over) and a command sent on it would
  * fail after it may have been written. */
 static int idle_is_dead(const hilock__conn *k) {
-  struct pollfd p;
-  p.fd = k->ctx->fd;
-  p.events = POLLIN;
-  p.revents = 0;
-  return poll(&p, 1, 0) != 0;
+  return hilock__net_idle_dead(k->ctx);
 }
 
 int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
@@ -289,7 +285,7 @@ static int read_map(hilock_client *c, hilock__err *e, hilock__node *avoid) {
       keep_refusal(e, rc, &refusal);
       continue;
     }
-    r = redisCommandArgv(k->ctx, 2, (const char **)argv, lens);
+    r = hilock__net_command(k->ctx, 2, (const char **)argv, lens);
     if (r == NULL) {
       rc = hilock__conn_error(c, e, k, "CLUSTER SLOTS", errno);
       hilock__conn_free(k);
@@ -599,7 +595,7 @@ int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
         failed = masters[i];
         break;
       }
-      r = redisCommandArgv(k->ctx, 1, (const char **)argv, lens);
+      r = hilock__net_command(k->ctx, 1, (const char **)argv, lens);
       if (r == NULL) {
         rc = hilock__conn_error(c, e, k, "PING", errno);
         hilock__conn_free(k);

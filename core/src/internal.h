@@ -57,6 +57,12 @@ typedef struct hilock__url {
   int nsentinels;
   char *sentinel_user;
   char *sentinel_password;
+  /* rediss: TLS to every server (and sentinel); ssl_* query parameters
+   * (NULL / -1 when not given). */
+  int tls;
+  char *ssl_ca_certs, *ssl_ca_path, *ssl_certfile, *ssl_keyfile;
+  char *ssl_password, *ssl_server_name;
+  int ssl_cert_reqs, ssl_check_hostname;
 } hilock__url;
 
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e);
@@ -64,16 +70,23 @@ void hilock__url_clear(hilock__url *u);
 /* 1 if x and y name one server and database (see url.c). */
 int hilock__url_same_server(const hilock__url *x, const hilock__url *y);
 
-/* ## Client and its connection pool ------------------------------------- */
+/* ## Transport (net.c, tls.c) ---------------------------------------------
+ * hilock owns its sockets: TCP (IPv4, IPv6), unix sockets and TLS through
+ * OpenSSL, always non-blocking (SOCK_NONBLOCK | SOCK_CLOEXEC, no SIGPIPE),
+ * with every wait bounded by poll(). hiredis only formats commands and
+ * parses replies (its reader, the same on 0.14 and 1.x). A connection is
+ * used by one thread at a time. */
 
-struct hilock__node;
-
-typedef struct hilock__conn {
-  redisContext *ctx;
-  int owed; /* replies still owed when hilock__conn_send returned NULL */
-  struct hilock__conn *next;
-  struct hilock__node *node; /* cluster: the node it talks to, else NULL */
-} hilock__conn;
+/* Failures of a connection; every one but ETIMEDOUT leaves it unusable. */
+enum {
+  HILOCK__NET_OK = 0,
+  HILOCK__NET_EIO,       /* connect, read or write failed; closed by peer */
+  HILOCK__NET_ETIMEDOUT, /* no reply (or connect) in time: still intact */
+  HILOCK__NET_EPROTO,    /* the reply stream cannot be parsed */
+  HILOCK__NET_ETLS,      /* TLS handshake or record failure */
+  HILOCK__NET_ECERT,     /* the server's certificate was not accepted */
+  HILOCK__NET_ENOMEM
+};
 
 /* Where a connection goes: a unix socket path, or host and port. */
 typedef struct hilock__addr {
@@ -81,6 +94,110 @@ typedef struct hilock__addr {
   const char *host;
   int port;
 } hilock__addr;
+
+/* TLS settings as given (options, then URL query parameters). */
+typedef struct hilock__tls_opts {
+  const char *ca_certs, *ca_path, *certfile, *keyfile, *password;
+  const char *server_name;
+  int cert_reqs;      /* HILOCK_SSL_CERT_* */
+  int check_hostname; /* 1: the certificate must name the host */
+} hilock__tls_opts;
+
+/* A TLS configuration made once (one SSL_CTX), shared read-only by every
+ * connection made with it; connections keep their own reference. */
+typedef struct hilock__tls hilock__tls;
+
+int hilock__tls_new(const hilock__tls_opts *o, hilock__tls **out,
+                    hilock__err *e);
+void hilock__tls_free(hilock__tls *t);
+/* The TLS configuration for u (NULL if u is not a TLS URL): u's ssl_*
+ * query parameters, else o's options. */
+int hilock__tls_for(const hilock_options *o, const hilock__url *u,
+                    hilock__tls **out, hilock__err *e);
+
+typedef struct hilock__net {
+  int fd;
+  int err;            /* HILOCK__NET_* */
+  char errstr[200];
+  int64_t timeout_ms; /* bound of each blocking wait; <= 0: none */
+  int state;          /* 0 ready, 1 TCP connecting, 2 TLS handshake */
+  redisReader *reader;
+  size_t inbytes;     /* bytes fed since the last complete reply */
+  char *obuf;         /* output not written yet */
+  size_t olen, ocap;
+  struct ssl_st *ssl; /* NULL: plain */
+  short ssl_wants;    /* POLLIN/POLLOUT the last TLS call waits for */
+  size_t ssl_retry;   /* length of an SSL_write to repeat, 0: none */
+  char where[160];    /* host:port or path, for messages */
+  char *host;         /* the host dialled (NULL for unix sockets) */
+  int port;
+} hilock__net;
+
+/* Start connecting to a (non-blocking; tls NULL: plain). NULL only when out
+ * of memory; a failure to start is in ->err. Drive it with
+ * hilock__net_events/hilock__net_handle until hilock__net_ready. */
+hilock__net *hilock__net_start(const hilock__addr *a, const hilock__tls *tls);
+/* The same, waiting up to timeout_ms (<= 0: none) for it to be ready. */
+hilock__net *hilock__net_connect(const hilock__addr *a, const hilock__tls *tls,
+                                 int64_t timeout_ms);
+int hilock__net_ready(const hilock__net *n);
+/* The poll events the connection waits for now. */
+short hilock__net_events(const hilock__net *n);
+/* Progress after poll reported revents: finish connecting, write what is
+ * queued, read what arrived into the reader. -1 if the connection failed
+ * (->err), else 0. */
+int hilock__net_handle(hilock__net *n, short revents);
+/* Queue a command (binary-safe). -1 when out of memory. */
+int hilock__net_append(hilock__net *n, int argc, const char **argv,
+                       const size_t *lens);
+/* A reply already read, or *reply = NULL; -1 on a protocol error. */
+int hilock__net_reply(hilock__net *n, void **reply);
+/* Write what is queued and wait for the next reply, each wait bounded by
+ * ->timeout_ms: 0 and *reply, or -1 (->err). */
+int hilock__net_get_reply(hilock__net *n, void **reply);
+/* Write out everything queued, bounded by ->timeout_ms. */
+int hilock__net_flush(hilock__net *n);
+/* Append + get_reply; NULL on failure (->err). */
+redisReply *hilock__net_command(hilock__net *n, int argc, const char **argv,
+                                const size_t *lens);
+void hilock__net_set_timeout(hilock__net *n, int64_t ms);
+/* 1 if an idle connection was closed by the server (or sent something no
+ * command asked for). */
+int hilock__net_idle_dead(hilock__net *n);
+/* After a reply wait timed out: the connection is intact, clear the flag. */
+void hilock__net_clear_timeout(hilock__net *n);
+void hilock__net_keepalive(hilock__net *n);
+/* HILOCK_ETIMEDOUT, HILOCK_EIO, HILOCK_EPROTO, HILOCK_ETLS, HILOCK_ECERT
+ * or HILOCK_ENOMEM for ->err. */
+int hilock__net_status(const hilock__net *n);
+/* Close without a word to the peer (no TLS close_notify: safe in a forked
+ * child). NULL is a no-op. */
+void hilock__net_free(hilock__net *n);
+/* Set ->err and ->errstr (printf-style); returns -1. */
+int hilock__net_fail(hilock__net *n, int err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* TLS side of a connection (tls.c), called by net.c. */
+int hilock__tls_attach(hilock__net *n, const hilock__tls *t, const char *host);
+int hilock__tls_handshake(hilock__net *n);
+/* Bytes moved, 0 when the call must wait (->ssl_wants), -1 on failure. */
+long hilock__tls_write(hilock__net *n, const char *buf, size_t len);
+long hilock__tls_read(hilock__net *n, char *buf, size_t len);
+void hilock__tls_close(hilock__net *n);
+
+/* ## Client and its connection pool ------------------------------------- */
+
+struct hilock__node;
+
+typedef struct hilock__conn {
+  hilock__net *ctx;
+  int owed; /* replies still owed when hilock__conn_send returned NULL */
+  struct hilock__conn *next;
+  struct hilock__node *node; /* cluster: the node it talks to, else NULL */
+} hilock__conn;
 
 #define HILOCK__TOKEN_LEN 32
 
@@ -115,6 +232,7 @@ struct hilock_client {
   char id[HILOCK__TOKEN_LEN + 1]; /* random; new in a forked child */
   hilock_options opts;
   hilock__url url;
+  hilock__tls *tls; /* rediss: the TLS configuration, else NULL */
   struct hilock__cluster *cl; /* cluster: slot map, nodes' pools (cluster.c) */
   int sentinel_next; /* sentinel to ask first (the last that answered) */
   hilock__conn *idle;
@@ -173,6 +291,11 @@ void hilock__pool_put(hilock_client *c, hilock__conn *k);
 void hilock__conn_free(hilock__conn *k);
 int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline_ms,
                     hilock__conn **out);
+/* Open a connection to a (TLS if tls is not NULL) within timeout_ms: the
+ * status, with why in e. */
+int hilock__net_open(hilock__err *e, const hilock__addr *a,
+                     const hilock__tls *tls, int64_t timeout_ms,
+                     hilock__net **out);
 /* One attempt to open, authenticate and select on one address. */
 int hilock__connect_addr(hilock_client *c, hilock__err *e,
                          const hilock__addr *a, hilock__conn **out);
@@ -194,8 +317,8 @@ int hilock__command_wait(hilock_client *c, hilock__err *e, int argc,
  * opts.wait_replicas opts.wait_timeout_ms (1 if appended); read its reply
  * into *acked (the replicas that acknowledged, -1 for an error reply),
  * -1 if no reply came. */
-int hilock__wait_append(const hilock_client *c, redisContext *ctx);
-int hilock__wait_read(redisContext *ctx, long long *acked);
+int hilock__wait_append(const hilock_client *c, hilock__net *ctx);
+int hilock__wait_read(hilock__net *ctx, long long *acked);
 /* One command on k, after ASKING if asking (a cluster's one-shot
  * redirection), and with WAIT pipelined behind it if acked is not NULL
  * (*acked gets its reply; *spoilt = 1 if that reply never came, so k must
@@ -291,7 +414,7 @@ int hilock__sentinel_master(hilock_client *c, hilock__err *e, char **host,
                             int *port);
 /* ROLE on a fresh connection: HILOCK_OK if master, HILOCK_EIO if not. */
 int hilock__sentinel_check_role(hilock_client *c, hilock__err *e,
-                                redisContext *ctx, const char *host, int port);
+                                hilock__net *ctx, const char *host, int port);
 /* 1 if r is an error that means the master moved (READONLY, LOADING,
  * MASTERDOWN) on a sentinel client: reconnect to the current master. */
 int hilock__failover_reply(const hilock_client *c, const redisReply *r);

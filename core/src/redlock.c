@@ -27,12 +27,13 @@
 
 typedef struct rl_node {
   hilock__url url;
+  hilock__tls *tls; /* rediss: the node's TLS configuration */
   char addr[200]; /* host:port or socket path, for messages */
 } rl_node;
 
 /* One connection to one node, and the outcome of the current round on it. */
 typedef struct rl_conn {
-  redisContext *ctx;
+  hilock__net *ctx;
   pid_t pid;      /* process that opened it */
   int connecting; /* non-blocking connect not yet complete */
   int wpending;   /* output buffered but not yet written */
@@ -132,7 +133,7 @@ static void node_fail(rl_conn *k, int code, const char *fmt, ...) {
 /* Forget the connection. free_ctx = 0 leaks it instead (a forked child's
  * copy that another thread of the parent may have been using). */
 static void conn_drop(rl_conn *k, int free_ctx) {
-  if (k->ctx != NULL && free_ctx) redisFree(k->ctx);
+  if (k->ctx != NULL && free_ctx) hilock__net_free(k->ctx);
   k->ctx = NULL;
   k->connecting = k->wpending = k->expect = k->skip = k->stale = 0;
 }
@@ -152,26 +153,28 @@ static const hilock__script *const preload[] = {
  * AUTH, SELECT and SCRIPT LOADs. Nothing is written yet. */
 static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   const hilock__url *u = &rl->node[i].url;
-  redisContext *ctx;
+  hilock__net *ctx;
+  hilock__addr a;
   if (k->ctx != NULL && k->pid != getpid()) conn_drop(k, !leak_forked);
   if (k->ctx != NULL && k->ctx->err) conn_drop(k, 1);
   if (k->ctx != NULL) return HILOCK_OK;
-  errno = 0;
-  ctx = u->unix_socket ? redisConnectUnixNonBlock(u->path)
-                       : redisConnectNonBlock(u->host, u->port);
+  a.path = u->unix_socket ? u->path : NULL;
+  a.host = u->host;
+  a.port = u->port;
+  ctx = hilock__net_start(&a, rl->node[i].tls);
   if (ctx == NULL) {
     node_fail(k, HILOCK_ENOMEM, "out of memory");
     return k->rc;
   }
   if (ctx->err) {
-    node_fail(k, HILOCK_EIO, "connect: %s", ctx->errstr);
-    redisFree(ctx);
+    node_fail(k, hilock__net_status(ctx), "%s", ctx->errstr);
+    hilock__net_free(ctx);
     return k->rc;
   }
   k->ctx = ctx;
   k->pid = getpid();
   k->fresh = 1;
-  k->connecting = 1;
+  k->connecting = !hilock__net_ready(ctx);
   k->expect = k->skip = k->stale = 0;
   if (u->password != NULL) {
     const char *argv[3] = {"AUTH", NULL, NULL};
@@ -183,7 +186,7 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
     }
     argv[argc] = u->password;
     lens[argc++] = strlen(u->password);
-    if (redisAppendCommandArgv(ctx, argc, argv, lens) != REDIS_OK) goto nomem;
+    if (hilock__net_append(ctx, argc, argv, lens) != 0) goto nomem;
     k->expect++;
     k->skip++;
   }
@@ -191,7 +194,7 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
     char db[24];
     const char *argv[2] = {"SELECT", db};
     size_t lens[2] = {6, hilock__i64(db, u->db)};
-    if (redisAppendCommandArgv(ctx, 2, argv, lens) != REDIS_OK) goto nomem;
+    if (hilock__net_append(ctx, 2, argv, lens) != 0) goto nomem;
     k->expect++;
     k->skip++;
   }
@@ -200,7 +203,7 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   for (size_t j = 0; j < sizeof(preload) / sizeof(preload[0]); j++) {
     const char *argv[3] = {"SCRIPT", "LOAD", preload[j]->src};
     size_t lens[3] = {6, 4, preload[j]->len};
-    if (redisAppendCommandArgv(ctx, 3, argv, lens) != REDIS_OK) goto nomem;
+    if (hilock__net_append(ctx, 3, argv, lens) != 0) goto nomem;
     k->expect++;
     k->skip++;
   }
@@ -237,7 +240,7 @@ static void on_reply(rl_conn *k, redisReply *r, int argc, const char **argv,
       av[1] = s->src;
       lv[1] = s->len;
       k->retried = 1;
-      if (redisAppendCommandArgv(k->ctx, argc, av, lv) == REDIS_OK) {
+      if (hilock__net_append(k->ctx, argc, av, lv) == 0) {
         k->expect++;
         k->wpending = 1;
       } else {
@@ -270,7 +273,7 @@ static void on_reply(rl_conn *k, redisReply *r, int argc, const char **argv,
 static void send_cmd(hilock_redlock *rl, int i, rl_conn *k, int leak_forked,
                      int argc, const char **argv, const size_t *lens) {
   if (conn_open(rl, i, k, leak_forked) != HILOCK_OK) return;
-  if (redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK) {
+  if (hilock__net_append(k->ctx, argc, argv, lens) != 0) {
     conn_drop(k, 1);
     node_fail(k, HILOCK_ENOMEM, "out of memory");
     return;
@@ -280,8 +283,8 @@ static void send_cmd(hilock_redlock *rl, int i, rl_conn *k, int leak_forked,
   if (!k->connecting) {
     /* Write at once: the socket almost always takes it, which saves a
      * poll before the request leaves. */
-    int done = 0;
-    if (redisBufferWrite(k->ctx, &done) == REDIS_OK && done) k->wpending = 0;
+    if (hilock__net_handle(k->ctx, POLLOUT) == 0 && k->ctx->olen == 0)
+      k->wpending = 0;
   }
 }
 
@@ -344,8 +347,7 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
       rl_conn *k = &set[i];
       if (k->ctx == NULL || (k->expect == 0 && !k->wpending)) continue;
       pfd[nfds].fd = k->ctx->fd;
-      pfd[nfds].events = (short)((k->connecting || k->wpending ? POLLOUT : 0) |
-                                 (k->connecting ? 0 : POLLIN));
+      pfd[nfds].events = hilock__net_events(k->ctx);
       pfd[nfds].revents = 0;
       idx[nfds++] = i;
     }
@@ -365,47 +367,28 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
       rl_conn *k = &set[idx[j]];
       short ev = pfd[j].revents;
       if (ev == 0) continue;
-      if (k->connecting) {
-        int soerr = 0;
-        socklen_t sl = sizeof(soerr);
-        if (getsockopt(k->ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
-          soerr = errno;
-        if (soerr == 0 && (ev & (POLLERR | POLLHUP | POLLNVAL))) soerr = EIO;
-        if (soerr != 0) {
-          conn_drop(k, 1);
-          node_fail(k, HILOCK_EIO, "connect: %s", strerror(soerr));
+      if (hilock__net_handle(k->ctx, ev) != 0) {
+        /* Connecting (or the TLS handshake) failed: nothing was sent. A
+         * reused connection that broke is replaced and the command sent
+         * once more. */
+        if (!k->connecting &&
+            resend(rl, idx[j], k, leak_forked, argc, argv, lens))
           continue;
-        }
-        k->connecting = 0;
+        node_fail(k, hilock__net_status(k->ctx), "%s", k->ctx->errstr);
+        conn_drop(k, 1);
+        continue;
       }
-      if (k->wpending && (ev & (POLLOUT | POLLERR | POLLHUP))) {
-        int done = 0;
-        if (redisBufferWrite(k->ctx, &done) != REDIS_OK) {
-          if (resend(rl, idx[j], k, leak_forked, argc, argv, lens)) continue;
-          node_fail(k, HILOCK_EIO, "write: %s", k->ctx->errstr);
-          conn_drop(k, 1);
-          continue;
-        }
-        if (done) k->wpending = 0;
-      }
-      if (ev & (POLLIN | POLLERR | POLLHUP)) {
+      k->connecting = !hilock__net_ready(k->ctx);
+      k->wpending = k->ctx->olen > 0;
+      while (k->expect > 0) {
         void *r = NULL;
-        if (redisBufferRead(k->ctx) != REDIS_OK) {
-          if (resend(rl, idx[j], k, leak_forked, argc, argv, lens)) continue;
-          node_fail(k, HILOCK_EIO, "read: %s", k->ctx->errstr);
+        if (hilock__net_reply(k->ctx, &r) != 0) {
+          node_fail(k, HILOCK_EPROTO, "reply: %s", k->ctx->errstr);
           conn_drop(k, 1);
-          continue;
+          break;
         }
-        while (k->expect > 0) {
-          r = NULL;
-          if (redisGetReply(k->ctx, &r) != REDIS_OK) {
-            node_fail(k, HILOCK_EPROTO, "reply: %s", k->ctx->errstr);
-            conn_drop(k, 1);
-            break;
-          }
-          if (r == NULL) break;
-          on_reply(k, r, argc, argv, lens, s);
-        }
+        if (r == NULL) break;
+        on_reply(k, r, argc, argv, lens, s);
       }
     }
   }
@@ -507,6 +490,7 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
                        size_t namelen, int64_t ttl_ms,
                        const hilock_options *opts, hilock_redlock **out) {
   hilock_redlock *rl;
+  hilock_options tls_opts;
   hilock__err tmp;
   int rc, ok = 0, refused = 0;
 
@@ -523,6 +507,12 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
   hilock__hold_init(&rl->h, rl->local, NULL, 0, &hilock__script_lock_extend,
                     ttl_ms > 0 ? ttl_ms : 1);
   *out = rl;
+  /* TLS options are read here, into each node's configuration: the
+   * strings stay the caller's. */
+  tls_opts = rl->local->opts;
+  rl->local->opts.ssl_ca_certs = rl->local->opts.ssl_ca_path = NULL;
+  rl->local->opts.ssl_certfile = rl->local->opts.ssl_keyfile = NULL;
+  rl->local->opts.ssl_password = rl->local->opts.ssl_server_name = NULL;
   if (rc != HILOCK_OK)
     return fail(rl, rc, "%s", hilock_client_errmsg(rl->local));
   if (urls == NULL || n == 0 || n > NODE_MAX)
@@ -538,6 +528,10 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
     if (urls[i] == NULL)
       return fail(rl, HILOCK_EINVAL, "node %zu: URL is NULL", i);
     rc = hilock__url_parse(urls[i], &nd->url, &tmp);
+    if (rc == HILOCK_OK) {
+      rc = hilock__tls_for(&tls_opts, &nd->url, &nd->tls, &tmp);
+      if (rc != HILOCK_OK) hilock__url_clear(&nd->url);
+    }
     if (rc != HILOCK_OK) {
       rl->n = (int)i; /* parsed so far, for free */
       return fail(rl, rc, "node %zu: %s", i, tmp.msg);
@@ -580,12 +574,17 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
   }
   for (int i = 0; i < rl->n; i++) {
     if (rl->conn[i].rc == HILOCK_OK) ok++;
-    else if (rl->conn[i].rc == HILOCK_EAUTH || rl->conn[i].rc == HILOCK_ENOPERM)
+    else if (rl->conn[i].rc == HILOCK_EAUTH ||
+             rl->conn[i].rc == HILOCK_ENOPERM ||
+             rl->conn[i].rc == HILOCK_ECERT || rl->conn[i].rc == HILOCK_ETLS)
       refused = rl->conn[i].rc;
   }
   conns_clear(rl->conn, rl->n);
   if (refused) {
-    fail(rl, refused, "redlock: a node refused the credentials");
+    fail(rl, refused, "redlock: %s",
+         refused == HILOCK_ECERT || refused == HILOCK_ETLS
+             ? "TLS failed on a node"
+             : "a node refused the credentials");
     append_node_errors(rl, rl->conn);
     return refused;
   }
@@ -610,6 +609,7 @@ void hilock_redlock_free(hilock_redlock *rl) {
     conns_clear(&rl->conn[i], 1);
     conns_clear(&rl->rconn[i], 1);
     hilock__url_clear(&rl->node[i].url);
+    hilock__tls_free(rl->node[i].tls);
   }
   hilock_client_free(rl->local);
   free(rl->key);

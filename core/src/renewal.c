@@ -94,27 +94,19 @@ static void free_cmd(const char **argv, size_t *lens, const char **sargv) {
 /* Bound the wait for replies on ctx by until_us (at least MIN_WAIT_US from
  * now, at most the command timeout): a renewal that cannot answer before a
  * hold lapses is of no use. */
-static void bound_wait(const hilock_client *c, redisContext *ctx,
+static void bound_wait(const hilock_client *c, hilock__net *ctx,
                        int64_t until_us) {
   int64_t wait_us = until_us - hilock__now_us();
-  struct timeval tv;
   if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
   if (c->opts.command_timeout_ms > 0 &&
       wait_us > c->opts.command_timeout_ms * 1000)
     wait_us = c->opts.command_timeout_ms * 1000;
-  tv.tv_sec = (time_t)(wait_us / 1000000);
-  tv.tv_usec = (suseconds_t)(wait_us % 1000000);
-  redisSetTimeout(ctx, tv);
+  hilock__net_set_timeout(ctx, (wait_us + 999) / 1000);
 }
 
 /* Give a pooled connection its usual command timeout back. */
-static void restore_wait(const hilock_client *c, redisContext *ctx) {
-  struct timeval tv = {0, 0};
-  if (c->opts.command_timeout_ms > 0) {
-    tv.tv_sec = (time_t)(c->opts.command_timeout_ms / 1000);
-    tv.tv_usec = (suseconds_t)(c->opts.command_timeout_ms % 1000) * 1000;
-  }
-  redisSetTimeout(ctx, tv);
+static void restore_wait(const hilock_client *c, hilock__net *ctx) {
+  hilock__net_set_timeout(ctx, c->opts.command_timeout_ms);
 }
 
 /* Renewals too few replicas acknowledged do not count: a failover could
@@ -258,9 +250,9 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
       if (argc < 0) {
         static const char *ping[1] = {"PING"}; /* keeps replies paired */
         static const size_t pinglen[1] = {4};
-        ok = redisAppendCommandArgv(k->ctx, 1, ping, pinglen) == REDIS_OK;
+        ok = hilock__net_append(k->ctx, 1, ping, pinglen) == 0;
       } else {
-        ok = redisAppendCommandArgv(k->ctx, argc, argv, lens) == REDIS_OK;
+        ok = hilock__net_append(k->ctx, argc, argv, lens) == 0;
         free_batch(argv, lens, nums);
       }
     }
@@ -269,7 +261,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
     for (got = 0; ok && got < nrun; got++) {
       redisReply *r = NULL;
       int from = run[got], cnt = run[got + 1] - run[got];
-      if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || r == NULL) break;
+      if (hilock__net_get_reply(k->ctx, (void **)&r) != 0 || r == NULL) break;
       if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)cnt) {
         for (int x = 0; x < cnt; x++)
           res[group[from + x]] = batch_result(r->element[x], &e);
@@ -321,7 +313,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
  * answer before a hold lapses is of no use, and the loss must be reported
  * on time even when the server hangs. On one server every due hold goes in
  * renew_batch.lua calls of up to CHUNK holds, pipelined. */
-static int renew_calls(hilock_client *c, redisContext *ctx,
+static int renew_calls(hilock_client *c, hilock__net *ctx,
                        hilock__hold **holds, int n, int *res, int wait,
                        int *moved);
 
@@ -441,11 +433,11 @@ static int batch_result(const redisReply *r, hilock__err *e) {
 
 /* Read a batch reply for n holds into res: *noscript = 1 if the server did
  * not know the script. 0, or -1 if no reply came (the connection broke). */
-static int batch_read(redisContext *ctx, int n, int *res, int *noscript,
+static int batch_read(hilock__net *ctx, int n, int *res, int *noscript,
                       int *moved, const hilock_client *c, hilock__err *e) {
   redisReply *r = NULL;
   *noscript = 0;
-  if (redisGetReply(ctx, (void **)&r) != REDIS_OK || r == NULL) return -1;
+  if (hilock__net_get_reply(ctx, (void **)&r) != 0 || r == NULL) return -1;
   if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n) {
     for (int i = 0; i < n; i++) res[i] = batch_result(r->element[i], e);
   } else if (r->type == REDIS_REPLY_ERROR) {
@@ -460,7 +452,7 @@ static int batch_read(redisContext *ctx, int n, int *res, int *noscript,
  * most CHUNK holds, pipelined, then WAIT behind them if wait; results into
  * res (FAILED where no answer came). Returns 0, or -1 if the connection
  * broke (its results FAILED). */
-static int renew_calls(hilock_client *c, redisContext *ctx,
+static int renew_calls(hilock_client *c, hilock__net *ctx,
                        hilock__hold **holds, int n, int *res, int wait,
                        int *moved) {
   hilock__err e;
@@ -479,10 +471,10 @@ static int renew_calls(hilock_client *c, redisContext *ctx,
       if (argc < 0) {
         static const char *ping[1] = {"PING"}; /* keeps replies paired */
         static const size_t pinglen[1] = {4};
-        if (redisAppendCommandArgv(ctx, 1, ping, pinglen) != REDIS_OK)
+        if (hilock__net_append(ctx, 1, ping, pinglen) != 0)
           return -1;
       } else {
-        int ok = redisAppendCommandArgv(ctx, argc, argv, lens) == REDIS_OK;
+        int ok = hilock__net_append(ctx, argc, argv, lens) == 0;
         free_batch(argv, lens, nums);
         if (!ok) return -1;
       }

@@ -5,16 +5,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "internal.h"
-
-static struct timeval tv_ms(int64_t ms) {
-  struct timeval tv;
-  tv.tv_sec = (time_t)(ms / 1000);
-  tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
-  return tv;
-}
 
 /* Parse a decimal port; -1 if bad. */
 static int port_of(const char *s, size_t n) {
@@ -31,20 +23,22 @@ static int port_of(const char *s, size_t n) {
  * an error with the reason in e. */
 static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
                char **host, int *port) {
-  struct timeval tv = tv_ms(hilock__io_ms(c->opts.connect_timeout_ms));
-  redisContext *ctx = redisConnectWithTimeout(a->host, a->port, tv);
-  redisReply *r;
-  int rc = HILOCK_OK;
-
-  if (ctx == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
-  if (ctx->err) {
-    rc = hilock__set_err(e, HILOCK_EIO, "sentinel %s:%d: %s", a->host,
-                         a->port, ctx->errstr);
-    redisFree(ctx);
-    return rc;
-  }
   /* Sentinels answer at once; a silent one must not eat the budget. */
-  redisSetTimeout(ctx, tv);
+  int64_t ms = hilock__io_ms(c->opts.connect_timeout_ms);
+  hilock__net *ctx;
+  redisReply *r;
+  hilock__addr at;
+  int rc;
+
+  at.path = NULL;
+  at.host = a->host;
+  at.port = a->port;
+  rc = hilock__net_open(e, &at, c->tls, ms, &ctx);
+  if (rc != HILOCK_OK) {
+    hilock__err was = *e;
+    return hilock__set_err(e, rc, "sentinel: %s", was.msg);
+  }
+  hilock__net_set_timeout(ctx, ms);
   if (c->url.sentinel_password != NULL) {
     const char *argv[3] = {"AUTH", NULL, NULL};
     size_t lens[3] = {4, 0, 0};
@@ -55,13 +49,13 @@ static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
     }
     argv[argc] = c->url.sentinel_password;
     lens[argc++] = strlen(c->url.sentinel_password);
-    r = redisCommandArgv(ctx, argc, argv, lens);
+    r = hilock__net_command(ctx, argc, argv, lens);
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-      rc = hilock__set_err(e, r ? HILOCK_EAUTH : HILOCK_EIO,
+      rc = hilock__set_err(e, r ? HILOCK_EAUTH : hilock__net_status(ctx),
                            "sentinel %s:%d: AUTH: %s", a->host, a->port,
                            r ? r->str : ctx->errstr);
       if (r) freeReplyObject(r);
-      redisFree(ctx);
+      hilock__net_free(ctx);
       return rc;
     }
     freeReplyObject(r);
@@ -70,11 +64,11 @@ static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name",
                            c->url.master_name};
     size_t lens[3] = {8, 23, strlen(c->url.master_name)};
-    r = redisCommandArgv(ctx, 3, argv, lens);
+    r = hilock__net_command(ctx, 3, argv, lens);
   }
   if (r == NULL) {
-    rc = hilock__set_err(e, HILOCK_EIO, "sentinel %s:%d: %s", a->host,
-                         a->port, ctx->errstr);
+    rc = hilock__set_err(e, hilock__net_status(ctx), "sentinel %s:%d: %s",
+                         a->host, a->port, ctx->errstr);
   } else if (r->type == REDIS_REPLY_ERROR) {
     rc = hilock__reply_error(e, r->str, r->len);
     if (rc == HILOCK__NOSCRIPT || rc == HILOCK_EREDIS) rc = HILOCK_EIO;
@@ -103,13 +97,13 @@ static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
     }
   }
   if (r != NULL) freeReplyObject(r);
-  redisFree(ctx);
+  hilock__net_free(ctx);
   return rc;
 }
 
 int hilock__sentinel_master(hilock_client *c, hilock__err *e, char **host,
                             int *port) {
-  int n = c->url.nsentinels, auth_failures = 0, rc = HILOCK_EIO;
+  int n = c->url.nsentinels, same = 0, rc = HILOCK_EIO, code = 0;
   int first = __atomic_load_n(&c->sentinel_next, __ATOMIC_RELAXED);
   char last[200] = "no sentinel in the URL";
 
@@ -125,27 +119,32 @@ int hilock__sentinel_master(hilock_client *c, hilock__err *e, char **host,
       return HILOCK_OK;
     }
     if (rc == HILOCK_ENOMEM) return hilock__set_err(e, rc, "%s", one.msg);
-    if (rc == HILOCK_EAUTH) auth_failures++;
+    if (i == 0) code = rc;
+    if (rc == code) same++;
     snprintf(last, sizeof(last), "%.190s", one.msg);
   }
   /* Sentinels that cannot be reached or do not know the master yet are
-   * retried by hilock__connect (EIO); wrong credentials everywhere are not. */
-  return hilock__set_err(e, auth_failures == n ? HILOCK_EAUTH : HILOCK_EIO,
+   * retried by hilock__connect (EIO); wrong credentials or a certificate
+   * refused everywhere are not. */
+  if (same != n || (code != HILOCK_EAUTH && code != HILOCK_ECERT &&
+                    code != HILOCK_ETLS))
+    code = HILOCK_EIO;
+  return hilock__set_err(e, code,
                          "no sentinel (of %d) gave the address of master "
                          "'%s'; last: %s",
                          n, c->url.master_name, last);
 }
 
 int hilock__sentinel_check_role(hilock_client *c, hilock__err *e,
-                                redisContext *ctx, const char *host,
+                                hilock__net *ctx, const char *host,
                                 int port) {
   const char *argv[1] = {"ROLE"};
   size_t lens[1] = {4};
-  redisReply *r = redisCommandArgv(ctx, 1, argv, lens);
+  redisReply *r = hilock__net_command(ctx, 1, argv, lens);
   int rc = HILOCK_OK;
   if (r == NULL)
-    return hilock__set_err(e, HILOCK_EIO, "ROLE on %s:%d: %s", host, port,
-                           ctx->errstr);
+    return hilock__set_err(e, hilock__net_status(ctx), "ROLE on %s:%d: %s",
+                           host, port, ctx->errstr);
   if (r->type == REDIS_REPLY_ERROR) {
     rc = hilock__reply_error(e, r->str, r->len);
     if (rc == HILOCK__NOSCRIPT) rc = HILOCK_EREDIS;

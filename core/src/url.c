@@ -1,8 +1,10 @@
-/* Connection URLs: redis://, unix://, and a clear refusal of rediss://. */
+/* Connection URLs: redis://, rediss:// (TLS), unix://, and the cluster and
+ * sentinel forms of both. */
 #include <ctype.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -73,6 +75,12 @@ void hilock__url_clear(hilock__url *u) {
   free(u->path);
   free(u->user);
   free(u->password);
+  free(u->ssl_ca_certs);
+  free(u->ssl_ca_path);
+  free(u->ssl_certfile);
+  free(u->ssl_keyfile);
+  free(u->ssl_password);
+  free(u->ssl_server_name);
   memset(u, 0, sizeof(*u));
 }
 
@@ -103,6 +111,71 @@ static int parse_userinfo(const char *s, size_t n, hilock__url *out,
   if (bad) BAD("bad percent-escape in URL user or password");
   if (out->password == NULL) NOMEM();
   return HILOCK_OK;
+}
+
+/* A yes/no query value, as redis-py reads them; -1 if neither. */
+static int parse_bool(const char *v) {
+  static const char *const yes[] = {"1", "true", "t", "yes", "y", "on"};
+  static const char *const no[] = {"0", "false", "f", "no", "n", "off"};
+  for (size_t i = 0; i < sizeof(yes) / sizeof(*yes); i++)
+    if (strcasecmp(v, yes[i]) == 0) return 1;
+  for (size_t i = 0; i < sizeof(no) / sizeof(*no); i++)
+    if (strcasecmp(v, no[i]) == 0) return 0;
+  return -1;
+}
+
+/* An ssl_* query parameter (redis-py's names). */
+static int parse_ssl(const char *k, size_t kl, const char *v, size_t vl,
+                     hilock__url *out, hilock__err *e) {
+  static const struct {
+    const char *name;
+    size_t off;
+  } strs[] = {
+      {"ssl_ca_certs", offsetof(hilock__url, ssl_ca_certs)},
+      {"ssl_ca_path", offsetof(hilock__url, ssl_ca_path)},
+      {"ssl_certfile", offsetof(hilock__url, ssl_certfile)},
+      {"ssl_keyfile", offsetof(hilock__url, ssl_keyfile)},
+      {"ssl_password", offsetof(hilock__url, ssl_password)},
+      {"ssl_server_name", offsetof(hilock__url, ssl_server_name)},
+  };
+  int bad = 0, rc = HILOCK_OK;
+  char *val = decode(v, vl, &bad);
+  if (bad) BAD("bad percent-escape in URL parameter '%.*s'", (int)kl, k);
+  if (val == NULL) NOMEM();
+  for (size_t i = 0; i < sizeof(strs) / sizeof(*strs); i++) {
+    if (strlen(strs[i].name) == kl && memcmp(k, strs[i].name, kl) == 0) {
+      char **slot = (char **)((char *)out + strs[i].off);
+      free(*slot);
+      *slot = val;
+      return HILOCK_OK;
+    }
+  }
+  if (kl == 13 && memcmp(k, "ssl_cert_reqs", 13) == 0) {
+    if (strcasecmp(val, "required") == 0)
+      out->ssl_cert_reqs = HILOCK_SSL_CERT_REQUIRED;
+    else if (strcasecmp(val, "optional") == 0)
+      out->ssl_cert_reqs = HILOCK_SSL_CERT_OPTIONAL;
+    else if (strcasecmp(val, "none") == 0)
+      out->ssl_cert_reqs = HILOCK_SSL_CERT_NONE;
+    else
+      rc = hilock__set_err(e, HILOCK_EINVAL,
+                           "ssl_cert_reqs must be required, optional or none "
+                           "(got '%.40s')",
+                           val);
+  } else if (kl == 18 && memcmp(k, "ssl_check_hostname", 18) == 0) {
+    out->ssl_check_hostname = parse_bool(val);
+    if (out->ssl_check_hostname < 0)
+      rc = hilock__set_err(e, HILOCK_EINVAL,
+                           "ssl_check_hostname must be true or false "
+                           "(got '%.40s')",
+                           val);
+  } else {
+    rc = hilock__set_err(e, HILOCK_EINVAL,
+                         "unknown URL query parameter '%.*s'", (int)kl, k);
+  }
+  free(val);
+  if (rc != HILOCK_OK) hilock__url_clear(out);
+  return rc;
 }
 
 static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
@@ -140,6 +213,9 @@ static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
       out->sentinel_user = decode(eq + 1, vl, &bad);
       if (bad) BAD("bad percent-escape in URL sentinel_user");
       if (out->sentinel_user == NULL) NOMEM();
+    } else if (kl > 4 && memcmp(q, "ssl_", 4) == 0) {
+      int rc = parse_ssl(q, kl, eq + 1, vl, out, e);
+      if (rc != HILOCK_OK) return rc;
     } else {
       BAD("unknown URL query parameter '%.*s'", (int)kl, q);
     }
@@ -186,8 +262,7 @@ static int parse_hostport(const char *p, const char *end, char **host,
 
 /* redis+cluster://[user:password@]host[:port][,host[:port]...][/0][?query]:
  * the seed nodes the slot map is first read from. */
-static int parse_cluster(const char *url, hilock__url *out, hilock__err *e) {
-  const char *p = url + 16;
+static int parse_cluster(const char *p, hilock__url *out, hilock__err *e) {
   const char *end = p + strcspn(p, "/?");
   const char *at = NULL;
   int rc;
@@ -306,16 +381,31 @@ static int parse_sentinel(const char *p, hilock__url *out, hilock__err *e) {
   return HILOCK_OK;
 }
 
+static int parse_server(const char *p, hilock__url *out, hilock__err *e);
+
 static int url_parse(const char *url, hilock__url *out, hilock__err *e) {
   memset(out, 0, sizeof(*out));
   out->port = 6379;
+  out->ssl_cert_reqs = -1;
+  out->ssl_check_hostname = -1;
   if (url == NULL) return hilock__set_err(e, HILOCK_EINVAL, "URL is NULL");
-  if (strncmp(url, "rediss://", 9) == 0)
-    return hilock__set_err(
-        e, HILOCK_ENOTSUP,
-        "rediss:// (TLS) needs hiredis >= 1.0 built with SSL; this hilock was "
-        "built against hiredis %d.%d without TLS",
-        HIREDIS_MAJOR, HIREDIS_MINOR);
+  if (strncmp(url, "rediss", 6) == 0 &&
+      (url[6] == ':' || url[6] == '+')) {
+    /* The TLS forms: the same URL after "rediss". */
+    static const char *const forms[] = {"://", "+cluster://", "+sentinel://"};
+    const char *rest = url + 6;
+    int known = 0;
+    for (size_t i = 0; i < sizeof(forms) / sizeof(*forms); i++)
+      known |= strncmp(rest, forms[i], strlen(forms[i])) == 0;
+    if (known) {
+      out->tls = 1;
+      if (strncmp(rest, "+cluster://", 11) == 0)
+        return parse_cluster(rest + 11, out, e);
+      if (strncmp(rest, "+sentinel://", 12) == 0)
+        return parse_sentinel(rest + 12, out, e);
+      return parse_server(rest + 3, out, e);
+    }
+  }
 
   if (strncmp(url, "unix://", 7) == 0) {
     const char *p = url + 7, *q = strchr(p, '?');
@@ -334,14 +424,19 @@ static int url_parse(const char *url, hilock__url *out, hilock__err *e) {
     return q ? parse_query(q + 1, out, e) : HILOCK_OK;
   }
 
-  if (strncmp(url, "redis+cluster://", 16) == 0) return parse_cluster(url, out, e);
+  if (strncmp(url, "redis+cluster://", 16) == 0)
+    return parse_cluster(url + 16, out, e);
   if (strncmp(url, "redis+sentinel://", 17) == 0)
     return parse_sentinel(url + 17, out, e);
   if (strncmp(url, "redis://", 8) != 0)
-    BAD("URL must start with redis://, redis+cluster://, redis+sentinel://, "
-        "rediss:// or unix:// (got '%.40s')",
+    BAD("URL must start with redis://, rediss://, redis+cluster://, "
+        "redis+sentinel:// (or their rediss+ forms) or unix:// (got '%.40s')",
         url);
-  const char *p = url + 8;
+  return parse_server(url + 8, out, e);
+}
+
+/* redis[s]://[userinfo@]host[:port][/db][?query], after the scheme. */
+static int parse_server(const char *p, hilock__url *out, hilock__err *e) {
   const char *end = p + strcspn(p, "/?");
   const char *at = NULL;
   for (const char *s = p; s < end; s++)
@@ -386,6 +481,15 @@ static void no_empty_password(char **user, char **password) {
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
   int rc = url_parse(url, out, e);
   if (rc != HILOCK_OK) return rc;
+  if (!out->tls &&
+      (out->ssl_ca_certs || out->ssl_ca_path || out->ssl_certfile ||
+       out->ssl_keyfile || out->ssl_password || out->ssl_server_name ||
+       out->ssl_cert_reqs >= 0 || out->ssl_check_hostname >= 0)) {
+    hilock__url_clear(out);
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "ssl_* parameters need a TLS URL (rediss://, "
+                           "rediss+cluster://, rediss+sentinel://)");
+  }
   no_empty_password(&out->user, &out->password);
   no_empty_password(&out->sentinel_user, &out->sentinel_password);
   return HILOCK_OK;

@@ -27,7 +27,7 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
   const char *argv[3] = {"BLPOP", key, secs};
   size_t lens[3] = {5, keylen, 0};
   void *reply = NULL;
-  int fresh, rc, done = 0;
+  int fresh, rc;
   int64_t slack, deadline, own;
 
   *woken = 0;
@@ -45,18 +45,15 @@ again:
   if (rc != HILOCK_OK) return rc;
   node = k->node;
   skip = ask != NULL;
-  done = 0;
   if (skip) {
     static const char *const asking[1] = {"ASKING"};
     static const size_t asking_len[1] = {6};
-    if (redisAppendCommandArgv(k->ctx, 1, (const char **)asking, asking_len) !=
-        REDIS_OK)
+    if (hilock__net_append(k->ctx, 1, (const char **)asking, asking_len) != 0)
       goto broken;
   }
   ask = NULL;
-  if (redisAppendCommandArgv(k->ctx, 3, argv, lens) != REDIS_OK) goto broken;
-  while (!done)
-    if (redisBufferWrite(k->ctx, &done) != REDIS_OK) goto broken;
+  if (hilock__net_append(k->ctx, 3, argv, lens) != 0) goto broken;
+  if (hilock__net_flush(k->ctx) != 0) goto broken;
 
   slack = c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms : 5000;
   own = hilock__now_ms() + bound_ms + slack;
@@ -64,7 +61,7 @@ again:
   for (;;) {
     struct pollfd p;
     int64_t left;
-    if (redisGetReplyFromReader(k->ctx, &reply) != REDIS_OK) goto broken;
+    if (hilock__net_reply(k->ctx, &reply) != 0) goto broken;
     if (reply != NULL && skip) { /* ASKING's +OK */
       freeReplyObject(reply);
       reply = NULL;
@@ -96,12 +93,13 @@ again:
                              slack);
     }
     p.fd = k->ctx->fd;
-    p.events = POLLIN;
+    p.events = hilock__net_events(k->ctx);
     p.revents = 0;
     if (poll(&p, 1, (int)(left < SLICE_MS ? left : SLICE_MS)) < 0 &&
         errno != EINTR)
       goto broken;
-    if (p.revents != 0 && redisBufferRead(k->ctx) != REDIS_OK) goto broken;
+    if (p.revents != 0 && hilock__net_handle(k->ctx, p.revents) != 0)
+      goto broken;
   }
   {
     redisReply *r = reply;

@@ -42,6 +42,8 @@ from .errors import (
     NoPermissionError,
     RedisError,
     SoldOut,
+    TLSError,
+    CertificateError,
     UnsupportedError,
     WrongTypeError,
 )
@@ -59,7 +61,7 @@ __all__ = [
     "SegmentedLock", "segmented_lock", "SoldOut",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
-    "ConnectionError",
+    "ConnectionError", "TLSError", "CertificateError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
     "NoPermissionError", "UnsupportedError", "__version__",
     "ClusterError",

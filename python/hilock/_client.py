@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Iterable, Iterator, NoReturn, Optional, Type
+from typing import Any, Iterable, Iterator, NoReturn, Optional, Type, Union
 
 from . import _hilock as _h
 from ._base import LostCallback
@@ -18,7 +19,7 @@ from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._rwlock import RWLock
 from ._seqlock import SequentialLock
-from ._util import Name, seconds_to_ms
+from ._util import Name, PathLike, seconds_to_ms, tls_args
 from .errors import ConnectionError, InvalidArgument
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -42,6 +43,16 @@ class Client:
     name, followed through failovers); default :func:`default_url`. Times are float seconds. One connection is opened
     (and authenticated) here, so a bad URL or password fails at once.
 
+    TLS: ``rediss://``, ``rediss+cluster://`` and ``rediss+sentinel://``
+    are the same over TLS (to every node and sentinel). The server's
+    certificate is verified by default against the system's CAs and
+    ``ssl_ca_certs`` / ``ssl_ca_path``, and must name the host dialled
+    (``ssl_check_hostname``) or ``ssl_server_name``. ``ssl_certfile`` and
+    ``ssl_keyfile`` (with ``ssl_password``) give a client certificate for
+    mutual TLS; ``ssl_cert_reqs="none"`` turns verification off. The same
+    names work as URL query parameters, which win. A refused certificate
+    raises :class:`CertificateError`, another TLS failure :class:`TLSError`.
+
     ``wait_replicas=n``: every grant and renewal is confirmed by ``WAIT n``
     on the same connection; a grant fewer than ``n`` replicas acknowledged
     within ``wait_timeout`` seconds is given back and raises
@@ -51,7 +62,15 @@ class Client:
 
     def __init__(self, url: Optional[str] = None, *, connect_timeout: float = 2.0,
                  command_timeout: float = 5.0, reconnect: float = 3.0,
-                 wait_replicas: int = 0, wait_timeout: float = 1.0) -> None:
+                 wait_replicas: int = 0, wait_timeout: float = 1.0,
+                 ssl_ca_certs: Optional[PathLike] = None,
+                 ssl_ca_path: Optional[PathLike] = None,
+                 ssl_certfile: Optional[PathLike] = None,
+                 ssl_keyfile: Optional[PathLike] = None,
+                 ssl_password: Optional[Union[str, bytes]] = None,
+                 ssl_cert_reqs: Union[str, ssl.VerifyMode, None] = "required",
+                 ssl_check_hostname: bool = True,
+                 ssl_server_name: Optional[str] = None) -> None:
         self._h: Any = None
         self._calls = 0  # calls on the C client in flight (see _use)
         self._closing: Any = None  # the C handle close() left to the last call
@@ -69,12 +88,11 @@ class Client:
                 or wait_replicas < 0):
             raise InvalidArgument("wait_replicas must be an int >= 0")
         self.wait_replicas = wait_replicas
-        if wait_replicas:
-            wait_ms = seconds_to_ms(wait_timeout, "wait_timeout")
-            self._h = _h.py_client_new_wait(url.encode(), connect_ms, command_ms,
-                                            reconnect_ms, wait_replicas, wait_ms)
-        else:
-            self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms)
+        wait_ms = seconds_to_ms(wait_timeout, "wait_timeout") if wait_replicas else 0
+        tls = tls_args(ssl_ca_certs, ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_password,
+                       ssl_cert_reqs, ssl_check_hostname, ssl_server_name)
+        self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
+                                   wait_replicas, wait_ms, *tls)
 
     @contextmanager
     def _use(self) -> Iterator[Any]:

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple
 
 from . import _hilock as _h
 from ._base import ExclusiveBase, LostCallback
-from ._util import Name, seconds_to_ms
+from ._util import TLS_OPTIONS, Name, seconds_to_ms, tls_args
 from .errors import InvalidArgument
 
 
@@ -30,6 +30,10 @@ class Redlock(ExclusiveBase):
     calls raise :class:`hilock.NoQuorumError` (a ``hilock.ConnectionError``)
     whose message lists ``address: error`` for each failed node.
 
+    ``rediss://`` node URLs talk TLS; the ``ssl_*`` keyword arguments of
+    :class:`hilock.Client` apply to every TLS node (each URL's own ``ssl_*``
+    query parameters win).
+
     Redlock is safe only under its own timing assumptions (bounded pauses,
     network delays and clock drift, and nodes that do not forget: restarts
     delayed past the TTL or ``appendfsync always``). Check ``fence`` at the
@@ -52,7 +56,7 @@ class Redlock(ExclusiveBase):
                  timeout: Optional[float] = None, *, auto_renew: bool = True,
                  max_hold: Optional[float] = None, on_lost: Optional[LostCallback] = None,
                  node_timeout: Optional[float] = None, retry_delay: float = 0.2,
-                 connect_timeout: float = 2.0) -> None:
+                 connect_timeout: float = 2.0, **tls: Any) -> None:
         self._h = None
         if isinstance(urls, (str, bytes)):
             raise InvalidArgument("urls must be a list of node URLs, not one string")
@@ -71,8 +75,12 @@ class Redlock(ExclusiveBase):
             raise InvalidArgument(f"retry_delay must be 0 .. 60 seconds, got {retry_delay!r}")
         connect_ms = seconds_to_ms(connect_timeout, "connect_timeout")
         self._urls: Tuple[str, ...] = tuple(url_list)
+        unknown = [k for k in tls if k not in TLS_OPTIONS]
+        if unknown:
+            raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
         self._setup(_h.py_redlock_new("\n".join(url_list).encode(), self._bname, ttl_ms,
-                                      connect_ms, node_ms, math.ceil(retry_delay * 1000)))
+                                      connect_ms, node_ms, math.ceil(retry_delay * 1000),
+                                      *tls_args(**tls)))
 
     def __repr__(self) -> str:
         return (f"<hilock.Redlock {self._name!r} on {len(self._urls)} nodes "

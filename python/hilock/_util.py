@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import math
+import os
+import ssl
 import threading
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from .errors import InvalidArgument
 
@@ -45,3 +47,58 @@ def wait_seconds(value: Optional[float], what: str = "timeout") -> Optional[floa
     if math.isinf(value) or value > threading.TIMEOUT_MAX:
         return None  # beyond any wait a thread can make: no limit
     return float(value)
+
+
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+TLS_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_password",
+               "ssl_cert_reqs", "ssl_check_hostname", "ssl_server_name")
+
+_CERT_REQS = {"required": 0, "optional": 1, "none": 2}
+
+
+def _tls_path(value: Any, what: str) -> Optional[bytes]:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, os.PathLike)):
+        b = os.fsencode(value)
+        if b and b"\0" not in b:
+            return b
+    raise InvalidArgument(f"{what} must be a file path (str or os.PathLike), got {value!r}")
+
+
+def tls_args(ssl_ca_certs: Any = None, ssl_ca_path: Any = None, ssl_certfile: Any = None,
+             ssl_keyfile: Any = None, ssl_password: Any = None,
+             ssl_cert_reqs: Any = "required", ssl_check_hostname: Any = True,
+             ssl_server_name: Optional[str] = None) -> tuple:
+    """The TLS keyword arguments (redis-py's names and values) as the C
+    options take them."""
+    if ssl_cert_reqs is None:  # redis-py: None means no verification
+        reqs = 2
+    elif isinstance(ssl_cert_reqs, str) and ssl_cert_reqs.lower() in _CERT_REQS:
+        reqs = _CERT_REQS[ssl_cert_reqs.lower()]
+    elif isinstance(ssl_cert_reqs, ssl.VerifyMode):
+        reqs = {ssl.CERT_REQUIRED: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_NONE: 2}[ssl_cert_reqs]
+    else:
+        raise InvalidArgument("ssl_cert_reqs must be 'required', 'optional', 'none' or an "
+                              f"ssl.VerifyMode, got {ssl_cert_reqs!r}")
+    if not isinstance(ssl_check_hostname, bool):
+        raise InvalidArgument(f"ssl_check_hostname must be a bool, got {ssl_check_hostname!r}")
+    password: Optional[bytes] = None
+    if ssl_password is not None:
+        if isinstance(ssl_password, str):
+            password = ssl_password.encode()
+        elif isinstance(ssl_password, bytes):
+            password = ssl_password
+        else:
+            raise InvalidArgument("ssl_password must be str or bytes")
+        if b"\0" in password:
+            raise InvalidArgument("ssl_password must not hold NUL characters")
+    server_name: Optional[bytes] = None
+    if ssl_server_name is not None:
+        if not isinstance(ssl_server_name, str) or not ssl_server_name or "\0" in ssl_server_name:
+            raise InvalidArgument("ssl_server_name must be a non-empty str")
+        server_name = ssl_server_name.encode()
+    return (_tls_path(ssl_ca_certs, "ssl_ca_certs"), _tls_path(ssl_ca_path, "ssl_ca_path"),
+            _tls_path(ssl_certfile, "ssl_certfile"), _tls_path(ssl_keyfile, "ssl_keyfile"),
+            password, reqs, int(ssl_check_hostname), server_name)

@@ -69,6 +69,17 @@ class AuthenticationError(ConnectionError):
     """AUTH failed (WRONGPASS, NOAUTH)."""
 
 
+class TLSError(ConnectionError):
+    """The TLS handshake or a TLS record failed: the server refused our
+    certificate (or its absence), spoke no TLS, or offered nothing we
+    accept. The message carries OpenSSL's reason."""
+
+
+class CertificateError(TLSError):
+    """The server's certificate was not accepted: unknown CA, host name or
+    IP address mismatch, expired. The message carries the reason."""
+
+
 class NoQuorumError(ConnectionError):
     """Redlock: fewer than a majority of the nodes answered (down, slow or
     refusing); the message names each failed node and its error."""
@@ -141,6 +152,8 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EIO: ConnectionError,
     _h.HILOCK_ETIMEDOUT: ConnectionError,
     _h.HILOCK_ECLOSED: ConnectionError,
+    _h.HILOCK_ETLS: TLSError,
+    _h.HILOCK_ECERT: CertificateError,
     _h.HILOCK_EAUTH: AuthenticationError,
     _h.HILOCK_EPROTO: RedisError,
     _h.HILOCK_ESCRIPT: RedisError,

@@ -1,7 +1,8 @@
 /* Error paths behind a scripted transport: the test links with
- * -Wl,--wrap=redisCommandArgv,--wrap=redisConnectUnixWithTimeout, so every
+ * -Wl,--wrap=hilock__net_command,--wrap=hilock__net_connect, so every
  * command hilock sends gets the next queued reply (or failure) instead of
- * reaching a server, and every connection is a dead-end socketpair. */
+ * reaching a server (a new client's PING is answered PONG), and every
+ * connection is a dead-end socketpair. */
 #include "test_util.h"
 
 #include <errno.h>
@@ -42,10 +43,12 @@ static struct fake {
 
 /* ## The scripted transport ------------------------------------------------ */
 
-void *__wrap_redisCommandArgv(redisContext *c, int argc, const char **argv,
-                              const size_t *argvlen);
-redisContext *__wrap_redisConnectUnixWithTimeout(const char *path,
-                                                 const struct timeval tv);
+redisReply *__wrap_hilock__net_command(hilock__net *c, int argc,
+                                       const char **argv,
+                                       const size_t *argvlen);
+hilock__net *__wrap_hilock__net_connect(const hilock__addr *a,
+                                        const hilock__tls *tls,
+                                        int64_t timeout_ms);
 
 static void record(int argc, const char **argv, const size_t *lens) {
   sent_cmd *s;
@@ -60,45 +63,58 @@ static void record(int argc, const char **argv, const size_t *lens) {
   }
 }
 
-static void *fail_io(redisContext *c, const char *why, int err) {
-  c->err = REDIS_ERR_IO;
+static void *fail_io(hilock__net *c, const char *why, int err) {
+  c->err = err;
   snprintf(c->errstr, sizeof(c->errstr), "%s", why);
-  errno = err;
   return NULL;
 }
 
-void *__wrap_redisCommandArgv(redisContext *c, int argc, const char **argv,
-                              const size_t *argvlen) {
+static redisReply *reply_new(int type);
+
+redisReply *__wrap_hilock__net_command(hilock__net *c, int argc,
+                                       const char **argv,
+                                       const size_t *argvlen) {
   step st;
+  if (argc == 1 && argvlen[0] == 4 && memcmp(argv[0], "PING", 4) == 0) {
+    redisReply *pong = reply_new(REDIS_REPLY_STATUS);
+    pong->str = strdup("PONG");
+    pong->len = 4;
+    return pong;
+  }
   record(argc, argv, argvlen);
   if (fake.next == fake.nsteps) {
     fake.unexpected++;
-    return fail_io(c, "no scripted reply", ECONNRESET);
+    return fail_io(c, "no scripted reply", HILOCK__NET_EIO);
   }
   st = fake.steps[fake.next++];
   switch (st.kind) {
     case STEP_IO_ERROR:
-      return fail_io(c, "Connection reset by peer", ECONNRESET);
+      return fail_io(c, "Connection reset by peer", HILOCK__NET_EIO);
     case STEP_TIMEOUT:
-      return fail_io(c, "Resource temporarily unavailable", EAGAIN);
+      return fail_io(c, "timed out", HILOCK__NET_ETIMEDOUT);
     default:
       return st.reply;
   }
 }
 
-redisContext *__wrap_redisConnectUnixWithTimeout(const char *path,
-                                                 const struct timeval tv) {
+hilock__net *__wrap_hilock__net_connect(const hilock__addr *a,
+                                        const hilock__tls *tls,
+                                        int64_t timeout_ms) {
   int sv[2];
-  redisContext *c;
-  (void)path;
-  (void)tv;
+  hilock__net *c;
+  (void)a;
+  (void)tls;
+  (void)timeout_ms;
   fake.connects++;
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return NULL;
   close(sv[1]); /* nothing is ever written to or read from it */
-  c = redisConnectFd(sv[0]);
-  if (c != NULL && fake.refuse_connect > 0) {
+  c = calloc(1, sizeof(*c));
+  c->fd = sv[0];
+  c->reader = redisReaderCreate();
+  snprintf(c->where, sizeof(c->where), "%s", a->path ? a->path : a->host);
+  if (fake.refuse_connect > 0) {
     fake.refuse_connect--;
-    fail_io(c, "Connection refused", ECONNREFUSED);
+    fail_io(c, "Connection refused", HILOCK__NET_EIO);
   }
   return c;
 }

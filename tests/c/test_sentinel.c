@@ -465,12 +465,23 @@ static void acquire_through_the_sentinels(void **state) {
   /* ROLE check: the replica is refused as a master. */
   c = client_for(d.url, 0);
   hilock__clear_err(&e);
-  rc = hilock__sentinel_check_role(c, &e, d.r, "127.0.0.1", d.replica.port);
-  assert_hl_rc(rc, HILOCK_EIO, e.msg);
-  assert_substr(e.msg, "answers ROLE as 'slave'");
-  assert_hl_ok(hilock__sentinel_check_role(c, &e, d.m, "127.0.0.1",
-                                           d.master.port),
-               e.msg);
+  {
+    hilock__addr ra = {NULL, "127.0.0.1", d.replica.port};
+    hilock__addr ma = {NULL, "127.0.0.1", d.master.port};
+    hilock__net *rn = hilock__net_connect(&ra, NULL, 2000);
+    hilock__net *mn = hilock__net_connect(&ma, NULL, 2000);
+    assert_true(hilock__net_ready(rn) && hilock__net_ready(mn));
+    hilock__net_set_timeout(rn, 2000);
+    hilock__net_set_timeout(mn, 2000);
+    rc = hilock__sentinel_check_role(c, &e, rn, "127.0.0.1", d.replica.port);
+    assert_hl_rc(rc, HILOCK_EIO, e.msg);
+    assert_substr(e.msg, "answers ROLE as 'slave'");
+    assert_hl_ok(hilock__sentinel_check_role(c, &e, mn, "127.0.0.1",
+                                             d.master.port),
+                 e.msg);
+    hilock__net_free(rn);
+    hilock__net_free(mn);
+  }
   hilock_client_free(c);
   free(key);
   deploy_stop(&d);
@@ -889,7 +900,7 @@ static int has_client_from(redisContext *c, int lport) {
   return found;
 }
 
-static int local_port(const redisContext *ctx) {
+static int local_port(const hilock__net *ctx) {
   struct sockaddr_in sa;
   socklen_t len = sizeof(sa);
   assert_int_equal(getsockname(ctx->fd, (struct sockaddr *)&sa, &len), 0);
@@ -912,7 +923,7 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
   assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
   assert_int_equal(c->nidle, 1);
-  assert_int_equal(c->idle->ctx->tcp.port, old_port);
+  assert_int_equal(c->idle->ctx->port, old_port);
   pooled = local_port(c->idle->ctx);
   assert_true(has_client_from(d.m, pooled));
   assert_int_equal(hl_errorstat(d.m, "errorstat_READONLY"), 0);
@@ -942,7 +953,7 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
   assert_string_equal(v, hilock_lock_token(l));
   free(v);
   assert_int_equal(c->nidle, 1);
-  assert_int_equal(c->idle->ctx->tcp.port, new_port);
+  assert_int_equal(c->idle->ctx->port, new_port);
   assert_false(has_client_from(d.m, pooled)); /* closed by the client */
   assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
   assert_false(hl_redis_exists(d.r, key, klen));

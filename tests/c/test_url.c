@@ -257,12 +257,49 @@ static void parse_rejects_other_schemes(void **state) {
   expect_bad("127.0.0.1:6379", "must start with");
 }
 
-static void parse_rediss_is_not_supported(void **state) {
+static void parse_rediss_forms_and_their_options(void **state) {
   hilock__err e;
-  hilock__url u = parse("rediss://h:6380/0", HILOCK_ENOTSUP, &e);
+  hilock__url u;
   (void)state;
-  assert_null(u.host);
-  assert_substr(e.msg, "hiredis >= 1.0");
+  u = parse("rediss://h:6380/2", HILOCK_OK, &e);
+  assert_true(u.tls);
+  assert_string_equal(u.host, "h");
+  assert_int_equal(u.port, 6380);
+  assert_int_equal(u.db, 2);
+  assert_int_equal(u.ssl_cert_reqs, -1);
+  assert_int_equal(u.ssl_check_hostname, -1);
+  hilock__url_clear(&u);
+  u = parse("rediss+cluster://a:1,b:2?ssl_ca_certs=/x/ca%20file.pem"
+            "&ssl_check_hostname=no&ssl_cert_reqs=optional",
+            HILOCK_OK, &e);
+  assert_true(u.tls && u.cluster);
+  assert_int_equal(u.nseeds, 2);
+  assert_string_equal(u.ssl_ca_certs, "/x/ca file.pem");
+  assert_int_equal(u.ssl_check_hostname, 0);
+  assert_int_equal(u.ssl_cert_reqs, HILOCK_SSL_CERT_OPTIONAL);
+  hilock__url_clear(&u);
+  u = parse("rediss+sentinel://s1,s2:5000/mymaster?ssl_certfile=/c.pem&"
+            "ssl_keyfile=/k.pem&ssl_password=p%26w&ssl_server_name=redis.test"
+            "&ssl_ca_path=/etc/ca&ssl_cert_reqs=none&ssl_check_hostname=TRUE",
+            HILOCK_OK, &e);
+  assert_true(u.tls && u.sentinel);
+  assert_string_equal(u.master_name, "mymaster");
+  assert_string_equal(u.ssl_certfile, "/c.pem");
+  assert_string_equal(u.ssl_keyfile, "/k.pem");
+  assert_string_equal(u.ssl_password, "p&w");
+  assert_string_equal(u.ssl_server_name, "redis.test");
+  assert_string_equal(u.ssl_ca_path, "/etc/ca");
+  assert_int_equal(u.ssl_cert_reqs, HILOCK_SSL_CERT_NONE);
+  assert_int_equal(u.ssl_check_hostname, 1);
+  hilock__url_clear(&u);
+  /* Each bad TLS parameter is its own error. */
+  expect_bad("rediss://h?ssl_cert_reqs=sometimes", "ssl_cert_reqs must be");
+  expect_bad("rediss://h?ssl_check_hostname=maybe", "ssl_check_hostname must");
+  expect_bad("rediss://h?ssl_verify=yes", "unknown URL query parameter 'ssl_verify'");
+  expect_bad("rediss://h?ssl_ca_certs=%zz", "bad percent-escape");
+  expect_bad("redis://h?ssl_ca_certs=/ca.pem", "need a TLS URL");
+  expect_bad("unix:///tmp/s?ssl_cert_reqs=none", "need a TLS URL");
+  expect_bad("rediss+other://h", "URL must start with");
 }
 
 static void parse_null_url_is_einval(void **state) {
@@ -383,11 +420,23 @@ static void client_rejects_bad_urls_before_connecting(void **state) {
   client_new("memcached://127.0.0.1", HILOCK_EINVAL, NULL);
 }
 
-static void client_rediss_is_enotsup(void **state) {
+static void client_tls_to_a_plain_port_fails_within_the_connect_timeout(
+    void **state) {
   char url[128];
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  int64_t t0 = hl_now_ms(), took;
+  int rc;
   (void)state;
+  o.connect_timeout_ms = 500;
   snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", server.port);
-  client_new(url, HILOCK_ENOTSUP, "hiredis >= 1.0");
+  rc = hilock_client_new(url, &o, &c);
+  took = hl_now_ms() - t0;
+  assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), "TLS handshake");
+  /* Bounded by the connect timeout (and some scheduling). */
+  assert_true(took < 500 + 1500);
+  hilock_client_free(c);
 }
 
 static void client_null_url_is_einval(void **state) {
@@ -437,7 +486,7 @@ int main(void) {
       cmocka_unit_test(parse_query_parameters),
       cmocka_unit_test(parse_rejects_unknown_query_parameters),
       cmocka_unit_test(parse_rejects_other_schemes),
-      cmocka_unit_test(parse_rediss_is_not_supported),
+      cmocka_unit_test(parse_rediss_forms_and_their_options),
       cmocka_unit_test(parse_null_url_is_einval),
       cmocka_unit_test(client_connects_with_plain_url),
       cmocka_unit_test(client_connects_with_db_and_hostname),
@@ -447,7 +496,7 @@ int main(void) {
       cmocka_unit_test(client_rejects_db_out_of_range_with_redis_text),
       cmocka_unit_test(client_password_without_server_password_is_eauth),
       cmocka_unit_test(client_rejects_bad_urls_before_connecting),
-      cmocka_unit_test(client_rediss_is_enotsup),
+      cmocka_unit_test(client_tls_to_a_plain_port_fails_within_the_connect_timeout),
       cmocka_unit_test(client_null_url_is_einval),
       cmocka_unit_test(client_rejects_bad_options),
   };

@@ -55,7 +55,32 @@ typedef struct hilock_options {
    * be below command_timeout_ms when that is set. */
   int wait_replicas;
   int64_t wait_timeout_ms;
+  /* TLS, for rediss:// URLs (redis-py's names; each may also be given as a
+   * URL query parameter of the same name, which takes precedence). The
+   * strings are copied by hilock_client_new. */
+  const char *ssl_ca_certs;    /* PEM file of CAs to trust besides the
+                                  system's store; default NULL */
+  const char *ssl_ca_path;     /* directory of hashed CA certificates */
+  const char *ssl_certfile;    /* client certificate chain (mutual TLS) */
+  const char *ssl_keyfile;     /* its private key (default: ssl_certfile) */
+  const char *ssl_password;    /* passphrase of an encrypted key */
+  int ssl_cert_reqs;           /* HILOCK_SSL_CERT_REQUIRED (default),
+                                  _OPTIONAL (the same for a client) or
+                                  _NONE (no verification at all) */
+  int ssl_check_hostname;      /* 1 (default): the certificate must name
+                                  the host dialled; ignored with _NONE */
+  /* Name to check the certificate against and send as SNI instead of the
+   * host dialled: Sentinel and Cluster hand out IP addresses, so either
+   * the certificates carry those IPs, or every server's certificate
+   * carries this name. Default NULL. */
+  const char *ssl_server_name;
 } hilock_options;
+
+enum {
+  HILOCK_SSL_CERT_REQUIRED = 0,
+  HILOCK_SSL_CERT_OPTIONAL = 1,
+  HILOCK_SSL_CERT_NONE = 2
+};
 
 /* Fill *opts with the defaults above. */
 HILOCK_API void hilock_options_init(hilock_options *opts);
@@ -73,13 +98,19 @@ HILOCK_API void hilock_options_init(hilock_options *opts);
  *     the master named "master" as the sentinels report it (port defaults
  *     to 26379; user/password are the master's); every new connection
  *     asks the sentinels, checks ROLE, and follows a failover.
- * Percent-escapes are decoded in user and password. rediss:// needs a TLS
- * build and fails with HILOCK_ENOTSUP otherwise. opts may be NULL.
+ * rediss://, rediss+cluster:// and rediss+sentinel:// are the same over
+ * TLS (to every node and every sentinel), configured by the ssl_* options
+ * or query parameters (?ssl_ca_certs=/path/ca.pem&ssl_cert_reqs=none...).
+ * Percent-escapes are decoded in user, password and query values. An
+ * unknown query parameter is HILOCK_EINVAL. opts may be NULL.
  * One connection is opened (and authenticated, and SELECTs db) before this
  * returns, so a wrong password or unreachable host is reported here.
  * On failure *out may still be set: read hilock_client_errmsg, then free it.
- * Returns HILOCK_OK, HILOCK_EINVAL, HILOCK_ENOTSUP, HILOCK_EIO,
- * HILOCK_ETIMEDOUT, HILOCK_EAUTH, HILOCK_ENOPERM, HILOCK_EREDIS. */
+ * Returns HILOCK_OK, HILOCK_EINVAL (also: unreadable certificate files,
+ * a key that does not match its certificate), HILOCK_EIO,
+ * HILOCK_ETIMEDOUT, HILOCK_ETLS (handshake refused, not TLS),
+ * HILOCK_ECERT (the server's certificate: unknown CA, name mismatch,
+ * expired), HILOCK_EAUTH, HILOCK_ENOPERM, HILOCK_EREDIS. */
 HILOCK_API int hilock_client_new(const char *url, const hilock_options *opts,
                                  hilock_client **out);
 

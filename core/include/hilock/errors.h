@@ -39,7 +39,9 @@ extern "C" {
   XX(ECROSSSLOT, -17, "keys of one lock are in different cluster slots")       \
   XX(ENOQUORUM, -18, "no majority of the Redlock nodes agreed")                \
   XX(ENOREPLICAS, -19, "replicas did not acknowledge the write in time")     \
-  XX(ECLUSTER, -20, "cluster topology or routing failure")
+  XX(ECLUSTER, -20, "cluster topology or routing failure")                  \
+  XX(ETLS, -21, "TLS handshake or protocol failure")                         \
+  XX(ECERT, -22, "server certificate not accepted")
 
 typedef enum hilock_status {
 #define HILOCK_XX_ENUM(name, value, text) HILOCK_##name = value,

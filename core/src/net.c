@@ -1,0 +1,454 @@
+/* The transport: hilock's own sockets below every path (see internal.h).
+ *
+ * A connection is a non-blocking socket, an output buffer, a hiredis reply
+ * reader and, for TLS, an OpenSSL session (tls.c). Blocking calls are
+ * poll() loops bounded by the connection's timeout, so connect, command and
+ * wait bounds hold whatever the server does. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* The reader refuses replies larger than this (a hostile or broken server
+ * must not make the client buffer without end), and arrays longer than
+ * READ_MAX_ELEMENTS (hiredis 0.14 would allocate whatever *N asks for). */
+#define READ_MAX_BYTES ((size_t)512 << 20)
+#define READ_MAX_ELEMENTS 4000000
+#define READ_CHUNK 16384
+
+int hilock__net_fail(hilock__net *n, int err, const char *fmt, ...) {
+  va_list ap;
+  n->err = err;
+  va_start(ap, fmt);
+  vsnprintf(n->errstr, sizeof(n->errstr), fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ## The reader ----------------------------------------------------------- */
+
+static redisReplyObjectFunctions capped_fns;
+static void *(*default_array)(const redisReadTask *, int);
+static pthread_once_t fns_once = PTHREAD_ONCE_INIT;
+static redisReplyObjectFunctions *fns_base;
+
+static void *capped_array(const redisReadTask *task, int elements) {
+  if (elements < 0 || elements > READ_MAX_ELEMENTS) return NULL;
+  return default_array(task, elements);
+}
+
+static void fns_init(void) {
+  redisReader *r = redisReaderCreate();
+  if (r == NULL) return;
+  fns_base = r->fn;
+  capped_fns = *r->fn;
+  default_array = r->fn->createArray;
+  capped_fns.createArray = capped_array;
+  redisReaderFree(r);
+}
+
+static redisReader *reader_new(void) {
+  redisReader *r;
+  pthread_once(&fns_once, fns_init);
+  if (fns_base == NULL) return NULL;
+  r = redisReaderCreate();
+  if (r != NULL) r->fn = &capped_fns;
+  return r;
+}
+
+int hilock__net_reply(hilock__net *n, void **reply) {
+  *reply = NULL;
+  if (n->reader == NULL) return -1;
+  if (redisReaderGetReply(n->reader, reply) != REDIS_OK) {
+    /* A reader error is sticky: the stream is lost. */
+    return hilock__net_fail(n, HILOCK__NET_EPROTO, "protocol error: %s",
+                            n->reader->err == REDIS_ERR_OOM
+                                ? "reply too large"
+                                : n->reader->errstr);
+  }
+  if (*reply != NULL) n->inbytes = 0;
+  return 0;
+}
+
+/* ## Sockets -------------------------------------------------------------- */
+
+static void set_where(hilock__net *n, const hilock__addr *a) {
+  if (a->path != NULL)
+    snprintf(n->where, sizeof(n->where), "%s", a->path);
+  else if (strchr(a->host, ':') != NULL)
+    snprintf(n->where, sizeof(n->where), "[%s]:%d", a->host, a->port);
+  else
+    snprintf(n->where, sizeof(n->where), "%s:%d", a->host, a->port);
+}
+
+static int sock_connect(hilock__net *n, int family, const struct sockaddr *sa,
+                        socklen_t len) {
+  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return hilock__net_fail(n, HILOCK__NET_EIO, "socket: %s", strerror(errno));
+  if (family != AF_UNIX) {
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  if (connect(fd, sa, len) != 0 && errno != EINPROGRESS) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  n->fd = fd;
+  n->state = 1;
+  return 0;
+}
+
+/* Start a TCP connection to the first address of host that takes it (an
+ * immediate refusal tries the next; a pending one is waited for). */
+static int tcp_start(hilock__net *n, const hilock__addr *a) {
+  struct addrinfo hints, *res = NULL, *ai;
+  char port[16];
+  int rc, saved = 0;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  snprintf(port, sizeof(port), "%d", a->port);
+  rc = getaddrinfo(a->host, port, &hints, &res);
+  if (rc != 0)
+    return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
+                            rc == EAI_SYSTEM ? strerror(errno)
+                                             : gai_strerror(rc));
+  for (ai = res; ai != NULL; ai = ai->ai_next) {
+    if (sock_connect(n, ai->ai_family, ai->ai_addr, ai->ai_addrlen) == 0)
+      break;
+    if (n->err) break;
+    saved = errno;
+  }
+  freeaddrinfo(res);
+  if (n->fd >= 0) return 0;
+  if (n->err) return -1;
+  return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
+                          strerror(saved ? saved : ECONNREFUSED));
+}
+
+static int unix_start(hilock__net *n, const hilock__addr *a) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  if (strlen(a->path) >= sizeof(sa.sun_path))
+    return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: path too long",
+                            n->where);
+  memcpy(sa.sun_path, a->path, strlen(a->path));
+  if (sock_connect(n, AF_UNIX, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+    return 0;
+  if (n->err) return -1;
+  return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
+                          strerror(errno));
+}
+
+hilock__net *hilock__net_start(const hilock__addr *a, const hilock__tls *tls) {
+  hilock__net *n = calloc(1, sizeof(*n));
+  if (n == NULL) return NULL;
+  n->fd = -1;
+  set_where(n, a);
+  n->reader = reader_new();
+  if (a->path == NULL) {
+    n->host = strdup(a->host);
+    n->port = a->port;
+  }
+  if (n->reader == NULL || (a->path == NULL && n->host == NULL)) {
+    hilock__net_fail(n, HILOCK__NET_ENOMEM, "out of memory");
+    return n;
+  }
+  if ((a->path != NULL ? unix_start(n, a) : tcp_start(n, a)) != 0) return n;
+  if (tls != NULL && hilock__tls_attach(n, tls, a->host) != 0) return n;
+  return n;
+}
+
+int hilock__net_ready(const hilock__net *n) {
+  return n->err == HILOCK__NET_OK && n->state == 0;
+}
+
+short hilock__net_events(const hilock__net *n) {
+  if (n->state == 1) return POLLOUT;
+  if (n->state == 2) return n->ssl_wants ? n->ssl_wants : POLLIN;
+  /* A TLS write may wait for the socket to be readable (ssl_wants POLLIN):
+   * then POLLOUT would only spin. */
+  if (n->ssl != NULL && n->ssl_wants == POLLOUT) return POLLIN | POLLOUT;
+  if (n->ssl != NULL && n->ssl_wants == POLLIN) return POLLIN;
+  return (short)(POLLIN | (n->olen > 0 ? POLLOUT : 0));
+}
+
+/* TCP connected: the handshake, if any, comes next. */
+static int connected(hilock__net *n) {
+  int soerr = 0;
+  socklen_t sl = sizeof(soerr);
+  if (getsockopt(n->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0) soerr = errno;
+  if (soerr == EINPROGRESS || soerr == EALREADY) return 0;
+  if (soerr != 0)
+    return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
+                            strerror(soerr));
+  n->state = n->ssl != NULL ? 2 : 0;
+  if (n->state == 2) return hilock__tls_handshake(n);
+  return 0;
+}
+
+/* Write as much of the queue as the socket takes. */
+static int write_some(hilock__net *n) {
+  size_t off = 0;
+  while (off < n->olen) {
+    long w;
+    if (n->ssl != NULL) {
+      w = hilock__tls_write(n, n->obuf + off, n->olen - off);
+      if (w < 0) return -1;
+      if (w == 0) break;
+    } else {
+      w = (long)send(n->fd, n->obuf + off, n->olen - off, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return hilock__net_fail(n, HILOCK__NET_EIO, "write to %s: %s",
+                                n->where, strerror(errno));
+      }
+    }
+    off += (size_t)w;
+  }
+  if (off > 0) {
+    memmove(n->obuf, n->obuf + off, n->olen - off);
+    n->olen -= off;
+  }
+  return 0;
+}
+
+static int feed(hilock__net *n, const char *buf, size_t len) {
+  n->inbytes += len;
+  if (n->inbytes > READ_MAX_BYTES)
+    return hilock__net_fail(n, HILOCK__NET_EPROTO,
+                            "protocol error: a reply from %s is larger than "
+                            "%zu MB",
+                            n->where, READ_MAX_BYTES >> 20);
+  if (redisReaderFeed(n->reader, buf, len) != REDIS_OK)
+    return hilock__net_fail(n, HILOCK__NET_ENOMEM, "out of memory");
+  return 0;
+}
+
+/* Read what has arrived. A plain socket is read once (poll reports the
+ * rest); TLS is read until it wants more from the socket, since plaintext
+ * buffered inside OpenSSL is invisible to poll. */
+static int read_some(hilock__net *n) {
+  char buf[READ_CHUNK];
+  for (;;) {
+    long r;
+    if (n->ssl != NULL) {
+      r = hilock__tls_read(n, buf, sizeof(buf));
+      if (r < 0) return -1;
+      if (r == 0) return 0;
+      if (feed(n, buf, (size_t)r) != 0) return -1;
+      continue;
+    }
+    r = (long)recv(n->fd, buf, sizeof(buf), 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (r < 0)
+      return hilock__net_fail(n, HILOCK__NET_EIO, "read from %s: %s",
+                              n->where, strerror(errno));
+    if (r == 0)
+      return hilock__net_fail(n, HILOCK__NET_EIO,
+                              "connection to %s closed by the server",
+                              n->where);
+    return feed(n, buf, (size_t)r);
+  }
+}
+
+int hilock__net_handle(hilock__net *n, short revents) {
+  if (n->err != HILOCK__NET_OK && n->err != HILOCK__NET_ETIMEDOUT) return -1;
+  if (n->state == 1) {
+    if (revents == 0) return 0;
+    if (connected(n) != 0) return -1;
+    if (n->state != 0) return 0;
+  }
+  if (n->state == 2) {
+    if (hilock__tls_handshake(n) != 0) return -1;
+    if (n->state != 0) return 0;
+  }
+  if (n->olen > 0 && write_some(n) != 0) return -1;
+  if (n->ssl != NULL || (revents & (POLLIN | POLLERR | POLLHUP)))
+    if (read_some(n) != 0) return -1;
+  return 0;
+}
+
+/* Wait for the connection's events until deadline_ms (INT64_MAX: none) and
+ * handle them. */
+static int wait_io(hilock__net *n, int64_t deadline_ms, const char *what) {
+  struct pollfd p;
+  int64_t left;
+  int rc;
+  p.fd = n->fd;
+  p.events = hilock__net_events(n);
+  p.revents = 0;
+  for (;;) {
+    left = deadline_ms == INT64_MAX ? -1 : deadline_ms - hilock__now_ms();
+    if (deadline_ms != INT64_MAX && left <= 0)
+      return hilock__net_fail(n, HILOCK__NET_ETIMEDOUT, "%s %s: timed out",
+                              what, n->where);
+    rc = poll(&p, 1, left < 0 || left > INT32_MAX ? -1 : (int)left);
+    if (rc > 0) break;
+    if (rc < 0 && errno != EINTR)
+      return hilock__net_fail(n, HILOCK__NET_EIO, "poll: %s", strerror(errno));
+  }
+  return hilock__net_handle(n, p.revents);
+}
+
+static int64_t deadline_of(int64_t ms) {
+  return ms > 0 ? hilock__now_ms() + ms : INT64_MAX;
+}
+
+hilock__net *hilock__net_connect(const hilock__addr *a, const hilock__tls *tls,
+                                 int64_t timeout_ms) {
+  hilock__net *n = hilock__net_start(a, tls);
+  int64_t deadline = deadline_of(timeout_ms);
+  if (n == NULL) return NULL;
+  while (n->err == HILOCK__NET_OK && n->state != 0)
+    if (wait_io(n, deadline,
+                n->state == 2 ? "TLS handshake (no answer; not a TLS port?) "
+                                "with"
+                              : "connect to") != 0)
+      break;
+  return n;
+}
+
+int hilock__net_append(hilock__net *n, int argc, const char **argv,
+                       const size_t *lens) {
+  char *cmd = NULL;
+  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  if (len < 0) return -1;
+  if (n->olen + (size_t)len > n->ocap) {
+    size_t cap = n->ocap ? n->ocap : 256;
+    char *grown;
+    while (cap < n->olen + (size_t)len) cap *= 2;
+    grown = realloc(n->obuf, cap);
+    if (grown == NULL) {
+      redisFreeCommand(cmd);
+      return -1;
+    }
+    n->obuf = grown;
+    n->ocap = cap;
+  }
+  memcpy(n->obuf + n->olen, cmd, (size_t)len);
+  n->olen += (size_t)len;
+  redisFreeCommand(cmd);
+  return 0;
+}
+
+int hilock__net_flush(hilock__net *n) {
+  int64_t deadline = deadline_of(n->timeout_ms);
+  if (n->err != HILOCK__NET_OK) return -1;
+  while (n->state != 0 || n->olen > 0) {
+    if (n->state == 0 && write_some(n) != 0) return -1;
+    if (n->state == 0 && n->olen == 0) break;
+    if (wait_io(n, deadline, "write to") != 0) return -1;
+  }
+  return 0;
+}
+
+int hilock__net_get_reply(hilock__net *n, void **reply) {
+  int64_t deadline;
+  *reply = NULL;
+  if (n->err != HILOCK__NET_OK) return -1;
+  if (hilock__net_reply(n, reply) != 0) return -1;
+  if (*reply != NULL) return 0;
+  /* Write at once: the socket almost always takes it all, which saves a
+   * poll before the request leaves. */
+  if (n->state == 0 && n->olen > 0 && write_some(n) != 0) return -1;
+  deadline = deadline_of(n->timeout_ms);
+  for (;;) {
+    if (wait_io(n, deadline, "no reply from") != 0) return -1;
+    if (hilock__net_reply(n, reply) != 0) return -1;
+    if (*reply != NULL) return 0;
+  }
+}
+
+redisReply *hilock__net_command(hilock__net *n, int argc, const char **argv,
+                                const size_t *lens) {
+  void *r = NULL;
+  if (hilock__net_append(n, argc, argv, lens) != 0) {
+    hilock__net_fail(n, HILOCK__NET_ENOMEM, "out of memory");
+    return NULL;
+  }
+  if (hilock__net_get_reply(n, &r) != 0) return NULL;
+  return r;
+}
+
+int hilock__net_idle_dead(hilock__net *n) {
+  struct pollfd p;
+  void *reply = NULL;
+  p.fd = n->fd;
+  p.events = POLLIN;
+  p.revents = 0;
+  if (n->err != HILOCK__NET_OK) return 1;
+  if (poll(&p, 1, 0) == 0) return 0;
+  /* A plain idle connection has nothing to say unless it is closing; a
+   * TLS one may have received session tickets, which read as nothing. */
+  if (n->ssl == NULL || hilock__net_handle(n, p.revents) != 0) return 1;
+  if (hilock__net_reply(n, &reply) != 0 || reply != NULL) {
+    if (reply != NULL) freeReplyObject(reply);
+    return 1;
+  }
+  return 0;
+}
+
+void hilock__net_set_timeout(hilock__net *n, int64_t ms) {
+  if (n != NULL) n->timeout_ms = ms;
+}
+
+void hilock__net_clear_timeout(hilock__net *n) {
+  if (n->err == HILOCK__NET_ETIMEDOUT) {
+    n->err = HILOCK__NET_OK;
+    n->errstr[0] = '\0';
+  }
+}
+
+void hilock__net_keepalive(hilock__net *n) {
+  int one = 1;
+  if (n->host == NULL) return;
+  (void)setsockopt(n->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+#ifdef TCP_KEEPIDLE
+  {
+    int idle = 15, intvl = 5, cnt = 3;
+    (void)setsockopt(n->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(n->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(n->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  }
+#endif
+}
+
+int hilock__net_status(const hilock__net *n) {
+  switch (n->err) {
+    case HILOCK__NET_OK: return HILOCK_OK;
+    case HILOCK__NET_ETIMEDOUT: return HILOCK_ETIMEDOUT;
+    case HILOCK__NET_EPROTO: return HILOCK_EPROTO;
+    case HILOCK__NET_ETLS: return HILOCK_ETLS;
+    case HILOCK__NET_ECERT: return HILOCK_ECERT;
+    case HILOCK__NET_ENOMEM: return HILOCK_ENOMEM;
+    default: return HILOCK_EIO;
+  }
+}
+
+void hilock__net_free(hilock__net *n) {
+  if (n == NULL) return;
+  hilock__tls_close(n);
+  if (n->fd >= 0) close(n->fd);
+  if (n->reader != NULL) redisReaderFree(n->reader);
+  free(n->obuf);
+  free(n->host);
+  free(n);
+}

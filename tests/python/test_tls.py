@@ -1,0 +1,359 @@
+"""TLS: rediss:// against redis-servers that listen only on a TLS port, with
+certificates made by the openssl command (tlsutil.py).
+
+Verification is on by default (the system's CAs plus ssl_ca_certs, and the
+host name), as in redis-py; each way it can fail has its own exception and
+OpenSSL's reason in the message.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import urllib.parse
+
+import pytest
+
+import hilock
+from helpers import FORK, join_all, start_child
+from history import RedisHistory, check_fences_increase, check_no_overlap
+from tlsutil import TLSServer, make_pki
+
+KINDS = ["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "read", "write",
+         "multi_lock", "sequential_lock", "segmented_lock"]
+
+
+@pytest.fixture(scope="module")
+def pki():
+    p = make_pki()
+    yield p
+    shutil.rmtree(p.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tls(pki):
+    with TLSServer(pki) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def mtls(pki):
+    """Requires a client certificate signed by the CA."""
+    with TLSServer(pki, auth_clients="yes") as srv:
+        yield srv
+
+
+def q(url: str, **params: str) -> str:
+    return url + "?" + urllib.parse.urlencode(params)
+
+
+def ca(pki) -> str:
+    return pki.path("ca.crt")
+
+
+# -- verification -----------------------------------------------------------------
+
+
+def test_a_trusted_ca_connects_and_every_lock_works(tls, pki) -> None:
+    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+    r = tls.redis()
+    try:
+        c.ping()
+        with c.lock("tls:one") as lk:
+            assert r.get("hilock:{tls:one}:lock") == lk.token.encode()
+        assert not r.exists("hilock:{tls:one}:lock")
+    finally:
+        c.close()
+
+
+def test_the_ca_can_be_given_in_the_url(tls, pki) -> None:
+    c = hilock.Client(q(tls.url, ssl_ca_certs=ca(pki)))
+    try:
+        c.ping()
+    finally:
+        c.close()
+
+
+def test_an_untrusted_ca_is_a_certificate_error(tls) -> None:
+    # The test CA is not in the system's store.
+    with pytest.raises(hilock.CertificateError, match="not accepted: self-signed"):
+        hilock.Client(tls.url)
+
+
+def test_a_server_signed_by_another_ca_is_refused(pki) -> None:
+    with TLSServer(pki, cert="rogueserver") as srv:
+        with pytest.raises(hilock.CertificateError, match="not accepted"):
+            hilock.Client(srv.url, ssl_ca_certs=ca(pki))
+        # Verification off: anything goes (the caller's choice).
+        for c in (hilock.Client(srv.url, ssl_cert_reqs="none"),
+                  hilock.Client(q(srv.url, ssl_cert_reqs="none")),
+                  hilock.Client(srv.url, ssl_cert_reqs=None)):
+            c.ping()
+            c.close()
+
+
+def test_a_host_name_mismatch_then_without_the_check_then_with_a_server_name(pki) -> None:
+    with TLSServer(pki, cert="wrongname") as srv:
+        with pytest.raises(hilock.CertificateError, match="mismatch"):
+            hilock.Client(srv.url, ssl_ca_certs=ca(pki))
+        for c in (hilock.Client(srv.url, ssl_ca_certs=ca(pki), ssl_check_hostname=False),
+                  hilock.Client(q(srv.url, ssl_ca_certs=ca(pki), ssl_check_hostname="false")),
+                  hilock.Client(srv.url, ssl_ca_certs=ca(pki), ssl_server_name="other.example")):
+            c.ping()
+            c.close()
+        # The name checked is the one given, not any name.
+        with pytest.raises(hilock.CertificateError, match="mismatch"):
+            hilock.Client(srv.url, ssl_ca_certs=ca(pki), ssl_server_name="third.example")
+
+
+def test_a_dns_name_in_the_url_is_checked_against_the_certificate(tls, pki) -> None:
+    c = hilock.Client(f"rediss://localhost:{tls.port}", ssl_ca_certs=ca(pki))
+    try:
+        c.ping()
+    finally:
+        c.close()
+
+
+def test_an_expired_certificate_is_refused(pki) -> None:
+    with TLSServer(pki, cert="expired") as srv:
+        with pytest.raises(hilock.CertificateError, match="expired"):
+            hilock.Client(srv.url, ssl_ca_certs=ca(pki))
+
+
+# -- mutual TLS ----------------------------------------------------------------------
+
+
+def test_mutual_tls_without_a_client_certificate_fails_at_creation(mtls, pki) -> None:
+    with pytest.raises(hilock.TLSError) as info:
+        hilock.Client(mtls.url, ssl_ca_certs=ca(pki))
+    assert not isinstance(info.value, hilock.CertificateError)
+    assert "certificate required" in str(info.value) or "closed" in str(info.value)
+
+
+def test_mutual_tls_with_a_client_certificate(mtls, pki) -> None:
+    c = hilock.Client(mtls.url, ssl_ca_certs=ca(pki), ssl_certfile=pki.path("client.crt"),
+                      ssl_keyfile=pki.path("client.key"))
+    try:
+        with c.lock("tls:mutual", ttl=5):
+            pass
+    finally:
+        c.close()
+    # The same through the URL, and an encrypted key with its passphrase.
+    url = q(mtls.url, ssl_ca_certs=ca(pki), ssl_certfile=pki.path("client.crt"),
+            ssl_keyfile=pki.path("client-enc.key"), ssl_password="s3cret")
+    c = hilock.Client(url)
+    c.ping()
+    c.close()
+
+
+# -- bad input: each a specific error at creation ------------------------------------
+
+
+def test_bad_tls_settings_are_invalid_arguments(tls, pki, tmp_path) -> None:
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    cases = [
+        (dict(ssl_ca_certs=str(tmp_path / "missing.pem")), "No such file"),
+        (dict(ssl_ca_certs=str(garbage)), "ssl_ca_certs"),
+        (dict(ssl_ca_certs=ca(pki), ssl_certfile=str(tmp_path / "nope.crt")), "No such file"),
+        (dict(ssl_ca_certs=ca(pki), ssl_certfile=str(garbage)), "ssl_certfile"),
+        (dict(ssl_ca_certs=ca(pki), ssl_certfile=pki.path("client.crt"),
+              ssl_keyfile=pki.path("stray.key")), "does not match"),
+        (dict(ssl_ca_certs=ca(pki), ssl_certfile=pki.path("client.crt"),
+              ssl_keyfile=pki.path("client-enc.key"), ssl_password="wrong"), "ssl_keyfile"),
+        (dict(ssl_keyfile=pki.path("client.key")), "needs ssl_certfile"),
+        (dict(ssl_cert_reqs="sometimes"), "ssl_cert_reqs"),
+        (dict(ssl_check_hostname="yes"), "ssl_check_hostname"),
+        (dict(ssl_server_name=""), "ssl_server_name"),
+        (dict(ssl_ca_certs=42), "ssl_ca_certs"),
+    ]
+    for kw, part in cases:
+        with pytest.raises(hilock.InvalidArgument, match=part):
+            hilock.Client(tls.url, **kw)
+    for params, part in [({"ssl_cert_reqs": "sometimes"}, "ssl_cert_reqs"),
+                         ({"ssl_check_hostname": "maybe"}, "ssl_check_hostname"),
+                         ({"ssl_verify": "yes"}, "unknown URL query parameter"),
+                         ({"ssl_ca_certs": str(tmp_path / "missing.pem")}, "No such file")]:
+        with pytest.raises(hilock.InvalidArgument, match=part):
+            hilock.Client(q(tls.url, **params))
+    with pytest.raises(hilock.InvalidArgument, match="need a TLS URL"):
+        hilock.Client(q(f"redis://127.0.0.1:{tls.port}", ssl_ca_certs=ca(pki)))
+
+
+# -- the wrong protocol on either side ------------------------------------------------
+
+
+def test_a_plain_client_on_a_tls_port_fails_within_the_connect_timeout(tls) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(hilock.ConnectionError, match="rediss://"):
+        hilock.Client(f"redis://127.0.0.1:{tls.port}", connect_timeout=0.5)
+    assert time.monotonic() - t0 < 0.5 + 1.5
+
+
+def test_tls_to_a_plain_port_fails_within_the_connect_timeout(redis_server) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(hilock.ConnectionError, match="TLS handshake"):
+        hilock.Client(f"rediss://127.0.0.1:{redis_server.port}", connect_timeout=0.5)
+    assert time.monotonic() - t0 < 0.5 + 1.5
+
+
+# -- every lock type, renewal, fork, Redlock --------------------------------------------
+
+
+def _make(c, kind: str, name: str):
+    if kind in ("read", "write"):
+        rw = c.rwlock(name, ttl=5)
+        return rw.read() if kind == "read" else rw.write()
+    if kind == "semaphore":
+        return c.semaphore(name, 2, ttl=5)
+    if kind == "multi_lock":
+        return c.multi_lock([f"{{{name}}}:a", f"{{{name}}}:b"], ttl=5)
+    if kind == "segmented_lock":
+        return c.segmented_lock(name, 4, ttl=5)
+    if kind == "simple_lock":
+        return c.simple_lock(name)
+    return getattr(c, kind)(name, ttl=5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_lock_type_over_tls(kind: str, tls, pki) -> None:
+    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+    other = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+    try:
+        lk = _make(c, kind, f"tls:{kind}")
+        assert lk.acquire(timeout=2)
+        if kind not in ("read", "semaphore", "segmented_lock"):
+            # Exclusive: another client cannot take it meanwhile.
+            assert not _make(other, kind, f"tls:{kind}").acquire(blocking=False)
+        lk.release()
+        again = _make(other, kind, f"tls:{kind}")
+        assert again.acquire(timeout=2)
+        again.release()
+    finally:
+        other.close()
+        c.close()
+
+
+def test_a_blocked_waiter_is_woken_over_tls(tls, pki) -> None:
+    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+    try:
+        holder = c.lock("tls:wake", ttl=30)
+        holder.acquire()
+        got = []
+
+        def wait() -> None:
+            t0 = time.monotonic()
+            with c.lock("tls:wake", ttl=30, timeout=10):
+                got.append(time.monotonic() - t0)
+
+        import threading
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.3)
+        holder.release()
+        t.join(10)
+        assert got and got[0] < 5, got  # woken by the release, not the 30 s TTL
+    finally:
+        c.close()
+
+
+def test_auto_renewal_keeps_a_hold_over_tls(tls, pki) -> None:
+    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+    r = tls.redis()
+    try:
+        with c.lock("tls:renew", ttl=1.0) as lk:
+            time.sleep(2.5)
+            assert not lk.lost
+            assert r.get("hilock:{tls:renew}:lock") == lk.token.encode()
+    finally:
+        c.close()
+
+
+def _child_uses_the_inherited_client(c) -> None:
+    with c.lock("tls:child", ttl=5):  # exits 0 only if this worked
+        pass
+
+
+def test_a_forked_child_opens_its_own_tls_connections(tls, pki) -> None:
+    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+    try:
+        held = c.lock("tls:parent", ttl=10)
+        held.acquire()
+        p = start_child(_child_uses_the_inherited_client, c)
+        join_all([p], 20)  # fails unless the child exited 0
+        # The parent's TLS sessions were not disturbed by the child.
+        c.ping()
+        held.release()
+        with c.lock("tls:parent", ttl=5):
+            pass
+    finally:
+        c.close()
+
+
+def test_redlock_over_tls_nodes(pki) -> None:
+    servers = [TLSServer(pki).start() for _ in range(3)]
+    try:
+        urls = [q(s.url, ssl_ca_certs=ca(pki)) for s in servers]
+        with hilock.Redlock(urls, "tls:red", ttl=5) as rl:
+            assert rl.fence > 0
+            held = sum(s.redis().exists("hilock:{tls:red}:redlock") for s in servers)
+            assert held == 3
+        # The keyword arguments reach every node too.
+        rl = hilock.Redlock([s.url for s in servers], "tls:red2", ttl=5,
+                            ssl_ca_certs=ca(pki))
+        assert rl.acquire(timeout=2)
+        rl.release()
+        # Without the CA, every node refuses the certificates.
+        with pytest.raises(hilock.CertificateError):
+            hilock.Redlock([s.url for s in servers], "tls:red3", ttl=5)
+    finally:
+        for s in servers:
+            s.cleanup()
+
+
+# -- mutual exclusion across processes, over TLS ----------------------------------------
+
+N_PROCS = 8
+STOCK = 60
+
+
+def _seller(url: str, name: str, gate, tag: str) -> None:
+    import redis
+    r = redis.Redis.from_url(url)
+    hist = RedisHistory(r, f"{tag}:history")
+    lk = hilock.Client(url).lock(name, ttl=10, auto_renew=False)
+    if not gate.wait(20):
+        raise RuntimeError("start gate never opened")
+    while True:
+        if not lk.acquire(timeout=20):
+            raise RuntimeError("acquire timed out")
+        start = time.monotonic()
+        stock = int(r.get(f"{tag}:stock"))
+        if stock > 0:
+            time.sleep(0.001)
+            r.set(f"{tag}:stock", stock - 1)
+        end = time.monotonic()
+        fence = lk.fence
+        lk.release()
+        hist.record(start, end, fence)
+        if stock <= 0:
+            break
+
+
+def test_eight_processes_never_overlap_over_tls(tls, pki) -> None:
+    url = q(tls.url, ssl_ca_certs=ca(pki))
+    r = tls.redis()
+    tag = f"tlsfire{os.getpid()}"
+    r.set(f"{tag}:stock", STOCK)
+    gate = FORK.Event()
+    procs = [start_child(_seller, url, f"shop:{tag}", gate, tag) for _ in range(N_PROCS)]
+    time.sleep(0.05)
+    gate.set()
+    join_all(procs, 60)
+    hist = RedisHistory(r, f"{tag}:history").load()
+    assert int(r.get(f"{tag}:stock")) == 0
+    assert len(hist) == STOCK + N_PROCS
+    assert check_no_overlap(hist) == len(hist)
+    fences = check_fences_increase(hist)
+    assert fences == list(range(fences[0], fences[0] + len(hist)))
+    assert len({iv.pid for iv in hist}) >= 2
