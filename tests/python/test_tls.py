@@ -357,3 +357,41 @@ def test_eight_processes_never_overlap_over_tls(tls, pki) -> None:
     fences = check_fences_increase(hist)
     assert fences == list(range(fences[0], fences[0] + len(hist)))
     assert len({iv.pid for iv in hist}) >= 2
+
+
+# -- Sentinel and Cluster over TLS --------------------------------------------------------
+
+
+def test_sentinel_over_tls_follows_a_failover(pki) -> None:
+    from tlsutil import TLSSentinel
+    with TLSSentinel(pki) as d:
+        c = hilock.Client(d.url(ssl_ca_certs=ca(pki)), command_timeout=2, reconnect=10)
+        try:
+            # Sentinel names the master by IP: the certificate's IP name matches.
+            with c.lock("tls:sentinel", ttl=5) as lk:
+                assert lk.fence > 0
+            d.failover()
+            with c.lock("tls:sentinel", ttl=5, timeout=10):
+                pass
+        finally:
+            c.close()
+        # A server name the certificates do not carry is refused on every link.
+        with pytest.raises(hilock.CertificateError):
+            hilock.Client(d.url(ssl_ca_certs=ca(pki), ssl_server_name="other.example"))
+
+
+def test_a_tls_cluster_routes_every_slot_over_tls(pki) -> None:
+    from tlsutil import TLSCluster
+    with TLSCluster(pki) as cl:
+        c = hilock.Client(cl.url(ssl_ca_certs=ca(pki)))
+        try:
+            assert c.cluster
+            # Names spread over the slots of every master, each node's TLS
+            # connection learned from the slot map.
+            for i in range(30):
+                with c.lock(f"tls:cluster:{i}", ttl=5):
+                    pass
+            with c.semaphore("tls:csem", 2, ttl=5):
+                pass
+        finally:
+            c.close()

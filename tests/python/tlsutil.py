@@ -36,8 +36,10 @@ class Pki:
         self.dir = dir
         self._ca("ca", "hilock test CA")
         self._ca("rogue", "nobody trusts this CA")
+        # Also a client certificate: servers present it to each other on
+        # the cluster bus, which always asks for one.
         self._leaf("server", "ca", "localhost",
-                   "DNS:localhost,IP:127.0.0.1,IP:0:0:0:0:0:0:0:1", "serverAuth")
+                   "DNS:localhost,IP:127.0.0.1,IP:0:0:0:0:0:0:0:1", "serverAuth,clientAuth")
         self._leaf("wrongname", "ca", "other.example", "DNS:other.example", "serverAuth")
         self._leaf("rogueserver", "rogue", "localhost", "DNS:localhost,IP:127.0.0.1",
                    "serverAuth")
@@ -164,6 +166,176 @@ class TLSServer:
 
     def __enter__(self) -> "TLSServer":
         return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def _tls_redis(pki: Pki, port: int, timeout: float = 2.0):
+    import redis
+    return redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_cert_reqs="none",
+                       ssl_certfile=pki.path("client.crt"), ssl_keyfile=pki.path("client.key"),
+                       socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def _wait(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if pred():
+                return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not within {timeout} s")
+        time.sleep(0.05)
+
+
+class TLSSentinel:
+    """A master, a replica and three sentinels, every one listening only on
+    TLS; replication and the sentinels' links run over TLS
+    (tls-replication yes)."""
+
+    def __init__(self, pki: Pki, name: str = "mymaster") -> None:
+        self.pki, self.name = pki, name
+        fast = ["--repl-diskless-sync-delay", "0", "--tls-replication", "yes"]
+        self.master = TLSServer(pki, extra_args=fast)
+        self.replica = TLSServer(pki, extra_args=fast + [
+            "--replicaof", "127.0.0.1", str(self.master.port)])
+        self.ports = [free_port() for _ in range(3)]
+        self.procs: List[subprocess.Popen] = []
+        self.dir = tempfile.mkdtemp(prefix="hilock-tls-sentinel-")
+
+    def url(self, **params: str) -> str:
+        import urllib.parse
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        query = "?" + urllib.parse.urlencode(params) if params else ""
+        return f"rediss+sentinel://{hosts}/{self.name}{query}"
+
+    def start(self, timeout: float = 30.0) -> "TLSSentinel":
+        self.master.start()
+        self.replica.start()
+        _wait(lambda: _tls_redis(self.pki, self.replica.port).info("replication")
+              .get("master_link_status") == "up", timeout, "the replica's sync")
+        ids = [f"{i + 1:040d}" for i in range(3)]
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        for i, port in enumerate(self.ports):
+            conf = os.path.join(self.dir, f"sentinel{i}.conf")
+            lines = ["port 0", f"tls-port {port}", "bind 127.0.0.1",
+                     f"tls-cert-file {self.pki.path('server.crt')}",
+                     f"tls-key-file {self.pki.path('server.key')}",
+                     f"tls-ca-cert-file {self.pki.path('ca.crt')}",
+                     "tls-auth-clients no", "tls-replication yes",
+                     f"dir {self.dir}", f"logfile {self.dir}/sentinel{i}.log",
+                     f"sentinel myid {ids[i]}",
+                     f"sentinel monitor {self.name} 127.0.0.1 {self.master.port} 2",
+                     f"sentinel down-after-milliseconds {self.name} 1000",
+                     f"sentinel failover-timeout {self.name} 3000",
+                     f"sentinel known-replica {self.name} 127.0.0.1 {self.replica.port}"]
+            lines += [f"sentinel known-sentinel {self.name} 127.0.0.1 {p} {ids[j]}"
+                      for j, p in enumerate(self.ports) if j != i]
+            with open(conf, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            self.procs.append(subprocess.Popen([binary, conf, "--sentinel"],
+                                               stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
+        for port in self.ports:
+            _wait(lambda: _tls_redis(self.pki, port).execute_command(
+                "SENTINEL", "ckquorum", self.name), timeout, f"sentinel {port}")
+        return self
+
+    def master_port(self) -> int:
+        host, port = _tls_redis(self.pki, self.ports[0]).execute_command(
+            "SENTINEL", "get-master-addr-by-name", self.name)
+        return int(port)
+
+    def failover(self, timeout: float = 30.0) -> None:
+        """SENTINEL FAILOVER: the replica becomes the master."""
+        old = self.master_port()
+        _wait(lambda: _tls_redis(self.pki, self.ports[0]).execute_command(
+            "SENTINEL", "FAILOVER", self.name), 10, "SENTINEL FAILOVER accepted")
+        _wait(lambda: self.master_port() != old and _tls_redis(
+            self.pki, self.master_port()).execute_command("ROLE")[0] == b"master",
+            timeout, "the failover")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+        self.procs = []
+        self.replica.cleanup()
+        self.master.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "TLSSentinel":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _cluster_ok(pki: Pki, port: int) -> bool:
+    v = _tls_redis(pki, port).execute_command("CLUSTER", "INFO")
+    if isinstance(v, dict):
+        return v.get("cluster_state") == "ok"
+    return b"cluster_state:ok" in (v if isinstance(v, bytes) else str(v).encode())
+
+
+def _cluster_port() -> int:
+    for _ in range(1000):  # the bus listens on port + 10000
+        p = free_port()
+        if p <= 55535:
+            return p
+    raise RuntimeError("no free port below 55536")
+
+
+class TLSCluster:
+    """Three masters and three replicas that listen only on TLS, with the
+    cluster bus and replication over TLS (tls-cluster yes)."""
+
+    def __init__(self, pki: Pki) -> None:
+        self.pki = pki
+        args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "1000", "--tls-cluster", "yes",
+                "--tls-replication", "yes", "--repl-diskless-sync-delay", "0"]
+        self.nodes = [TLSServer(pki, extra_args=args, port=_cluster_port()) for _ in range(6)]
+
+    def url(self, **params: str) -> str:
+        import urllib.parse
+        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:3])
+        query = "?" + urllib.parse.urlencode(params) if params else ""
+        return f"rediss+cluster://{hosts}{query}"
+
+    def start(self, timeout: float = 40.0) -> "TLSCluster":
+        for n in self.nodes:
+            n.start()
+        subprocess.run(["redis-cli", "--tls", "--cacert", self.pki.path("ca.crt"),
+                        "--cert", self.pki.path("client.crt"),
+                        "--key", self.pki.path("client.key"), "--cluster", "create",
+                        *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                        "--cluster-replicas", "1", "--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=timeout)
+        for n in self.nodes:
+            _wait(lambda: _cluster_ok(self.pki, n.port), timeout, f"node {n.port} ok")
+        return self
+
+    def cleanup(self) -> None:
+        for n in self.nodes:
+            n.cleanup()
+
+    def __enter__(self) -> "TLSCluster":
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
