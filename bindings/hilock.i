@@ -285,9 +285,14 @@ static void py_tls_options(hilock_options *o, const char *ca_certs,
   o->ssl_server_name = server_name;
 }
 
+/* Threads in the shared waiting of every client of the process (tests). */
+int hilock__waiting_all(void);
+static int py_waiting_all(void) { return hilock__waiting_all(); }
+
 /* wait_replicas > 0: WAIT after every grant and renewal. */
 static hilock_client *py_client_new(const char *url, int64_t connect_ms,
                                     int64_t command_ms, int64_t reconnect_ms,
+                                    int shared_waiting,
                                     int wait_replicas, int64_t wait_timeout_ms,
                                     const char *ca_certs, const char *ca_path,
                                     const char *certfile, const char *keyfile,
@@ -302,6 +307,7 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
   o.command_timeout_ms = command_ms;
   o.reconnect_ms = reconnect_ms;
   o.interrupt = py_check_signals;
+  o.shared_waiting = shared_waiting;
   o.wait_replicas = wait_replicas;
   if (wait_replicas > 0) o.wait_timeout_ms = wait_timeout_ms;
   py_tls_options(&o, ca_certs, ca_path, certfile, keyfile, password, cert_reqs,

@@ -62,7 +62,8 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
   PYTHONPATH="$PWD/pyasan/python" "$PY" -m pytest -q -p no:cacheprovider \
   ../tests/python/test_api.py ../tests/python/test_errors.py ../tests/python/test_rlock.py \
   ../tests/python/test_rwlock.py ../tests/python/test_fair.py ../tests/python/test_semaphore.py \
-  ../tests/python/test_misuse.py ../tests/python/test_tls.py)
+  ../tests/python/test_misuse.py ../tests/python/test_tls.py \
+  ../tests/python/test_shared_waiting.py ../tests/python/test_wait.py)
 if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
   cat build/pyasan/logs/asan*
   exit 1

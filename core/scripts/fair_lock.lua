@@ -24,6 +24,7 @@
 -- means the waiter is dead and it is dropped. Nothing rescores other
 -- waiters, so a live waiter keeps its place however long it waits.
 -- @include fence.lua
+-- @include wake.lua
 local holder, fence_key, queue, beats, tickets, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
@@ -89,6 +90,7 @@ local function wake_head()
   end
   local deadline = tonumber(redis.call('ZSCORE', beats, h))
   redis.call('PEXPIRE', list, math.max(1, deadline - now + 1000))
+  ring(list)
 end
 
 local function grant(ticket)

@@ -1,10 +1,12 @@
 -- Operator release: delete the lock whoever holds it, and wake one waiter.
 -- KEYS[1] lock key, KEYS[2] wake list. Returns 1 if a lock was deleted.
+-- @include wake.lua
 if redis.call('DEL', KEYS[1]) == 1 then
   if redis.call('LLEN', KEYS[2]) == 0 then
     redis.call('RPUSH', KEYS[2], '1')
   end
   redis.call('PEXPIRE', KEYS[2], 5000)
+  ring(KEYS[2])
   return 1
 end
 return 0

@@ -9,6 +9,7 @@
 -- name i is held by another owner (pttl: its remaining TTL, -1 if none).
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
+-- @include wake.lua
 local n = #KEYS / 3
 local token = ARGV[1]
 local woken = tonumber(ARGV[3]) or 0
@@ -27,6 +28,7 @@ for i = 1, n do
         redis.call('RPUSH', KEYS[n + woken], '1')
       end
       redis.call('PEXPIRE', KEYS[n + woken], 5000)
+      ring(KEYS[n + woken])
     end
     return {0, redis.call('PTTL', KEYS[i]), i}
   end

@@ -2,6 +2,7 @@
 -- holds, waking one waiter of each; leave every other key alone.
 -- KEYS[1..n] lock keys, KEYS[n+1..2n] wake lists. ARGV[1] owner token.
 -- Returns {keys released, indexes of the keys not held by the token...}.
+-- @include wake.lua
 local n = #KEYS / 2
 local out = {0}
 for i = 1, n do
@@ -11,6 +12,7 @@ for i = 1, n do
       redis.call('RPUSH', KEYS[n + i], '1')
     end
     redis.call('PEXPIRE', KEYS[n + i], 5000)
+    ring(KEYS[n + i])
     out[1] = out[1] + 1
   else
     out[#out + 1] = i

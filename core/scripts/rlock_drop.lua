@@ -2,6 +2,7 @@
 -- client is closing): the lock is deleted and one waiter woken.
 -- KEYS[1] owners hash, KEYS[2] wake list. ARGV[1] owner.
 -- Returns 1 if the owner held it, 0 if not (nothing changed).
+-- @include wake.lua
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
@@ -10,4 +11,5 @@ if redis.call('LLEN', KEYS[2]) == 0 then
   redis.call('RPUSH', KEYS[2], '1')
 end
 redis.call('PEXPIRE', KEYS[2], 5000)
+ring(KEYS[2])
 return 1

@@ -4,6 +4,7 @@
 -- Returns the remaining hold count (0: released), or -1 if not held by
 -- this owner (nothing changed).
 -- @once: a resend would count twice, so a broken connection is reported.
+-- @include wake.lua
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1
 end
@@ -17,4 +18,5 @@ if redis.call('LLEN', KEYS[2]) == 0 then
   redis.call('RPUSH', KEYS[2], '1')
 end
 redis.call('PEXPIRE', KEYS[2], 5000)
+ring(KEYS[2])
 return 0

@@ -6,6 +6,7 @@
 -- no read (never did, or it expired); nothing changes then.
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @include rw_purge.lua
+-- @include wake.lua
 local now = purge_readers(KEYS[1], KEYS[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
@@ -28,5 +29,6 @@ if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[5]) == 0
     redis.call('RPUSH', KEYS[6], '1')
   end
   redis.call('PEXPIRE', KEYS[6], 5000)
+  ring(KEYS[6])
 end
 return 0

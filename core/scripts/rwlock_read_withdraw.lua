@@ -5,6 +5,7 @@
 -- readers zset, KEYS[4] writer hash, KEYS[5] waiting writers zset, KEYS[6]
 -- the writers' wake list. ARGV[1] owner.
 -- Returns 1 if it was waiting or admitted, else 0.
+-- @include wake.lua
 local waiting = redis.call('ZREM', KEYS[1], ARGV[1])
 local admitted = redis.call('ZREM', KEYS[2], ARGV[1])
 if waiting + admitted == 0 then
@@ -22,5 +23,6 @@ if admitted == 1 and redis.call('ZCARD', KEYS[2]) == 0
     redis.call('RPUSH', KEYS[6], '1')
   end
   redis.call('PEXPIRE', KEYS[6], 5000)
+  ring(KEYS[6])
 end
 return 1

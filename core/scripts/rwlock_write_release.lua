@@ -11,6 +11,7 @@
 -- not hold it (nothing changes).
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @include rw_purge.lua
+-- @include wake.lua
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1
 end
@@ -28,6 +29,7 @@ local function wake(list, count)
     redis.call('RPUSH', list, '1')
   end
   redis.call('PEXPIRE', list, 5000)
+  ring(list)
 end
 local writers = redis.call('ZCARD', KEYS[4]) > 0
 if redis.call('ZCARD', KEYS[5]) > 0 then

@@ -4,6 +4,7 @@
 -- KEYS[4] waiting readers zset, KEYS[5] admitted readers zset, KEYS[6]
 -- readers' wake list, KEYS[7] writers' wake list. ARGV[1] owner.
 -- Returns 1 if an intent was dropped, else 0.
+-- @include wake.lua
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
@@ -28,5 +29,6 @@ if wake then
     redis.call('RPUSH', wake, '1')
   end
   redis.call('PEXPIRE', wake, 5000)
+  ring(wake)
 end
 return 1

@@ -10,6 +10,7 @@
 -- stock was split into another number of segments.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
+-- @include wake.lua
 local k = tonumber(ARGV[4])
 local stored = redis.call('HGET', KEYS[1], 'segments')
 if stored and tonumber(stored) ~= k then
@@ -57,6 +58,7 @@ if live == 0 then
     redis.call('RPUSH', KEYS[3], '1')
   end
   redis.call('PEXPIRE', KEYS[3], 5000)
+  ring(KEYS[3])
   return {2}
 end
 return {0, shortest}

@@ -5,6 +5,7 @@
 -- ARGV[4] segment index (for 'set').
 -- Returns {1, total units now}, or {-1, stored K} when the stock was split
 -- into another number of segments ('set' only; 'split' replaces it).
+-- @include wake.lua
 local k = tonumber(ARGV[1])
 if ARGV[2] == 'split' then
   local total = tonumber(ARGV[3])
@@ -28,6 +29,7 @@ if redis.call('LLEN', KEYS[2]) == 0 then
   redis.call('RPUSH', KEYS[2], '1')
 end
 redis.call('PEXPIRE', KEYS[2], 5000)
+ring(KEYS[2])
 local total = 0
 for i = 0, k - 1 do
   total = total + (tonumber(redis.call('HGET', KEYS[1], tostring(i))) or 0)

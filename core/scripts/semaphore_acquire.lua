@@ -6,6 +6,7 @@
 -- Returns {1, permits still free} when granted, {0, ms until the first
 -- permit expires (-1: none is held)} when none is free.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
+-- @include wake.lua
 local raw = redis.call('GET', KEYS[2])
 local limit = tonumber(ARGV[3])
 if raw then
@@ -41,6 +42,7 @@ local function wake(nfreed, free)
     for i = 1, add do ones[i] = '1' end
     redis.call('RPUSH', KEYS[3], unpack(ones))
     redis.call('PEXPIRE', KEYS[3], 5000)
+    ring(KEYS[3])
   end
 end
 

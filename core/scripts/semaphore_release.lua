@@ -6,6 +6,7 @@
 -- (nothing of anyone else's changes).
 -- A damaged limit never keeps a permit from being returned; it only
 -- suppresses the wake-up.
+-- @include wake.lua
 local raw = redis.pcall('GET', KEYS[2])
 if type(raw) ~= 'string' then raw = ARGV[2] end
 local limit = tonumber(raw) or 0
@@ -39,6 +40,7 @@ local function wake(nfreed, free)
     for i = 1, add do ones[i] = '1' end
     redis.call('RPUSH', KEYS[3], unpack(ones))
     redis.call('PEXPIRE', KEYS[3], 5000)
+    ring(KEYS[3])
   end
 end
 

@@ -4,6 +4,7 @@
 -- KEYS[1] permits zset, KEYS[2] limit, KEYS[3] permit wake list.
 -- ARGV[1] the new limit (>= 0).
 -- Returns {limit, live permits}.
+-- @include wake.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -29,6 +30,7 @@ local function wake(nfreed, free)
     for i = 1, add do ones[i] = '1' end
     redis.call('RPUSH', KEYS[3], unpack(ones))
     redis.call('PEXPIRE', KEYS[3], 5000)
+    ring(KEYS[3])
   end
 end
 

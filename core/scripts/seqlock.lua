@@ -27,6 +27,7 @@
 -- Whatever removes an entry fires its watch: one push to the wake list of
 -- the next live entry, the only contender that was watching it.
 -- @include fence.lua
+-- @include wake.lua
 local queue, session, holder, counter, fence_key, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
@@ -91,6 +92,7 @@ local function notify_after(s)
     redis.call('RPUSH', list, '1')
   end
   redis.call('PEXPIRE', list, math.max(1, expiry(id) - now + 1000))
+  ring(list)
 end
 
 -- Drop every entry whose session has expired (and a grant whose entry is

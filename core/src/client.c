@@ -15,6 +15,7 @@ void hilock_options_init(hilock_options *opts) {
   opts->command_timeout_ms = 5000;
   opts->reconnect_ms = 3000;
   opts->max_idle = 8;
+  opts->max_connections = 8;
   opts->interrupt = NULL;
   opts->interrupt_arg = NULL;
   opts->wait_replicas = 0;
@@ -24,6 +25,22 @@ void hilock_options_init(hilock_options *opts) {
   opts->ssl_cert_reqs = HILOCK_SSL_CERT_REQUIRED;
   opts->ssl_check_hostname = 1;
   opts->ssl_server_name = NULL;
+  opts->shared_waiting = 1;
+}
+
+/* The pool's condition variable, timed on CLOCK_MONOTONIC. */
+static int pool_cv_init(hilock_client *c) {
+  pthread_condattr_t ca;
+  int rc;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  rc = pthread_cond_init(&c->pool_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return rc;
+}
+
+int hilock_client_waiting(const hilock_client *c) {
+  return c == NULL ? 0 : __atomic_load_n(&c->waiting, __ATOMIC_RELAXED);
 }
 
 /* The address of the server the single-server pool connects to: the URL's,
@@ -168,8 +185,66 @@ int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline,
 
 void hilock__conn_free(hilock__conn *k) {
   if (k == NULL) return;
+  hilock__pool_uncount(k);
   hilock__net_free(k->ctx);
   free(k);
+}
+
+int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
+                      int *nidle, int *open, int64_t deadline_ms,
+                      hilock__conn **k) {
+  *k = NULL;
+  for (;;) {
+    struct timespec ts;
+    int64_t left;
+    if (!hilock__client_usable(c))
+      return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
+    if (*idle != NULL) {
+      *k = *idle;
+      *idle = (*k)->next;
+      (*k)->next = NULL;
+      (*nidle)--;
+      return HILOCK_OK;
+    }
+    if (c->opts.max_connections <= 0 || *open < c->opts.max_connections) {
+      (*open)++;
+      return HILOCK_OK;
+    }
+    left = deadline_ms - hilock__now_ms();
+    if (left <= 0)
+      return hilock__set_err(e, HILOCK_ETIMEDOUT,
+                             "all %d connections of the pool stayed busy",
+                             c->opts.max_connections);
+    if (left > 100) left = 100; /* and look at closed again */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += left / 1000;
+    ts.tv_nsec += (long)(left % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&c->pool_cv, &c->mu, &ts);
+  }
+}
+
+void hilock__pool_counted(hilock_client *c, hilock__conn *k, int *open) {
+  k->open = open;
+  k->client = c;
+  k->pid = getpid();
+}
+
+void hilock__pool_uncount(hilock__conn *k) {
+  hilock_client *c = k->client;
+  if (k->open == NULL) return;
+  /* A forked child does not count its parent's connections. */
+  if (k->pid == getpid()) {
+    pthread_mutex_lock(&c->mu);
+    (*k->open)--;
+    pthread_cond_signal(&c->pool_cv);
+    pthread_mutex_unlock(&c->mu);
+  }
+  k->open = NULL;
+  k->client = NULL;
 }
 
 /* Detach and free every idle connection (after a broken one, or a fork).
@@ -209,37 +284,40 @@ void hilock__conn_free_list(hilock__conn *k) { free_list(k); }
 int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
                      int *fresh) {
   hilock__conn *k = NULL, *stale = NULL;
-  int closed;
+  int64_t deadline;
+  int rc;
   if (c->cl != NULL)
     return hilock__cluster_pool_get(c, e, -1,
                                     hilock__budget(c->opts.reconnect_ms),
                                     out, fresh);
+  deadline = hilock__budget(c->opts.reconnect_ms);
   pthread_mutex_lock(&c->mu);
-  closed = !hilock__client_usable(c);
   if (c->pid != getpid()) {
     /* Forked: the pooled sockets are the parent's. Close our copies (no
      * bytes are sent) and start afresh. */
     stale = take_idle(c);
     c->pid = getpid();
-  } else if (c->idle != NULL) {
-    k = c->idle;
-    c->idle = k->next;
-    c->nidle--;
   }
+  rc = hilock__pool_take(c, e, &c->idle, &c->nidle, &c->nopen, deadline, &k);
   pthread_mutex_unlock(&c->mu);
   free_list(stale);
-  if (closed) {
-    hilock__conn_free(k);
-    return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
-  }
+  if (rc != HILOCK_OK) return rc;
   if (k != NULL) {
-    k->next = NULL;
     *out = k;
     *fresh = 0;
     return HILOCK_OK;
   }
   *fresh = 1;
-  return hilock__connect(c, e, hilock__budget(c->opts.reconnect_ms), out);
+  rc = hilock__connect(c, e, deadline, out);
+  pthread_mutex_lock(&c->mu);
+  if (rc == HILOCK_OK) {
+    hilock__pool_counted(c, *out, &c->nopen);
+  } else {
+    c->nopen--;
+    pthread_cond_signal(&c->pool_cv);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
 }
 
 int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
@@ -252,22 +330,23 @@ int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
 }
 
 void hilock__pool_put(hilock_client *c, hilock__conn *k) {
+  hilock__conn **idle = k->node ? &k->node->idle : &c->idle;
+  int *nidle = k->node ? &k->node->nidle : &c->nidle;
+  int *open = k->node ? &k->node->nopen : &c->nopen;
   pthread_mutex_lock(&c->mu);
-  if (k->node != NULL) {
-    /* A cluster node's own pool. */
-    if (!c->closed && c->pid == getpid() &&
-        k->node->nidle < c->opts.max_idle) {
-      k->next = k->node->idle;
-      k->node->idle = k;
-      k->node->nidle++;
-      k = NULL;
+  if (!c->closed && c->pid == getpid() && *nidle < c->opts.max_idle &&
+      (k->open != NULL || c->opts.max_connections <= 0 ||
+       *open < c->opts.max_connections)) {
+    /* One opened outside the pool (the first, a wait's own) joins it. */
+    if (k->open == NULL) {
+      (*open)++;
+      hilock__pool_counted(c, k, open);
     }
-  } else if (!c->closed && c->pid == getpid() &&
-             c->nidle < c->opts.max_idle) {
-    k->next = c->idle;
-    c->idle = k;
-    c->nidle++;
+    k->next = *idle;
+    *idle = k;
+    (*nidle)++;
     k = NULL;
+    pthread_cond_signal(&c->pool_cv);
   }
   pthread_mutex_unlock(&c->mu);
   hilock__conn_free(k);
@@ -464,11 +543,13 @@ static void before_fork(void) {
     pthread_mutex_lock(&c->hmu);
     pthread_mutex_lock(&c->mu);
     pthread_mutex_lock(&c->wd.mu);
+    pthread_mutex_lock(&c->hub.mu);
   }
 }
 
 static void after_fork_parent(void) {
   for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
+    pthread_mutex_unlock(&c->hub.mu);
     pthread_mutex_unlock(&c->wd.mu);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&c->hmu);
@@ -486,6 +567,13 @@ static void after_fork_child(void) {
      * destroying them would wait forever. Start them afresh. */
     watchdog_conds_init(&c->wd);
     if (hilock__token(c->id, NULL) != HILOCK_OK) c->id[0] ^= 1;
+    hilock__hub_forget(&c->hub);
+    /* The parent's connections are not this process's to count. */
+    c->nopen = 0;
+    if (c->cl != NULL)
+      for (int i = 0; i < c->cl->nnodes; i++) c->cl->nodes[i]->nopen = 0;
+    pool_cv_init(c);
+    pthread_mutex_unlock(&c->hub.mu);
     pthread_mutex_unlock(&c->wd.mu);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&c->hmu);
@@ -614,6 +702,13 @@ int hilock_client_new(const char *url, const hilock_options *opts,
     free(c);
     return HILOCK_ENOMEM;
   }
+  if (hilock__hub_init(&c->hub) != 0 || pool_cv_init(c) != 0) {
+    watchdog_destroy(&c->wd);
+    pthread_mutex_destroy(&c->hmu);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return HILOCK_ENOMEM;
+  }
   pthread_once(&atfork_once, install_atfork);
   registry_add(c);
   c->refs = 1;
@@ -677,6 +772,12 @@ int hilock__client_new_local(const hilock_options *opts, hilock_client **out) {
     free(c);
     return HILOCK_ENOMEM;
   }
+  if (hilock__hub_init(&c->hub) != 0 || pool_cv_init(c) != 0) {
+    watchdog_destroy(&c->wd);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return HILOCK_ENOMEM;
+  }
   pthread_once(&atfork_once, install_atfork);
   registry_add(c);
   c->refs = 1;
@@ -723,6 +824,9 @@ void hilock__client_unref(hilock_client *c) {
   watchdog_destroy(&c->wd);
   hilock__url_clear(&c->url);
   hilock__tls_free(c->tls);
+  hilock__hub_stop(c); /* a local client's, or never started */
+  hilock__hub_destroy(&c->hub);
+  pthread_cond_destroy(&c->pool_cv);
   pthread_mutex_destroy(&c->hmu);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -734,6 +838,7 @@ void hilock_client_free(hilock_client *c) {
   pthread_mutex_lock(&c->mu);
   __atomic_store_n(&c->closed, 1, __ATOMIC_RELEASE); /* waiters poll it */
   pthread_mutex_unlock(&c->mu);
+  hilock__hub_stop(c);
   /* No hold outlives its client: renewal stops, each grant is reported
    * lost and released (best effort, bounded), before the pool goes. */
   hilock__holds_close(c);

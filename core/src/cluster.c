@@ -78,32 +78,27 @@ int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
                               int *fresh) {
   hilock__conn *k = NULL, *stale = NULL;
   hilock__addr a;
-  int closed, rc;
+  int rc;
+  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
 again:
   lock_client(c);
-  closed = !hilock__client_usable(c);
   if (c->pid != getpid()) {
     /* Forked: the pooled sockets are the parent's. */
     stale = hilock__pool_detach(c);
     c->pid = getpid();
-  } else if (node->idle != NULL) {
-    k = node->idle;
-    node->idle = k->next;
-    node->nidle--;
   }
+  rc = hilock__pool_take(c, e, &node->idle, &node->nidle, &node->nopen,
+                         deadline, &k);
   unlock_client(c);
   hilock__conn_free_list(stale);
-  if (closed) {
-    hilock__conn_free(k);
-    return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
-  }
+  stale = NULL;
+  if (rc != HILOCK_OK) return rc;
   if (k != NULL && idle_is_dead(k)) {
     hilock__conn_free(k);
     k = NULL;
     goto again;
   }
   if (k != NULL) {
-    k->next = NULL;
     *out = k;
     *fresh = 0;
     return HILOCK_OK;
@@ -112,6 +107,14 @@ again:
   a.host = node->host;
   a.port = node->port;
   rc = hilock__connect_addr(c, e, &a, out);
+  lock_client(c);
+  if (rc == HILOCK_OK) {
+    hilock__pool_counted(c, *out, &node->nopen);
+  } else {
+    node->nopen--;
+    pthread_cond_signal(&c->pool_cv);
+  }
+  unlock_client(c);
   if (rc != HILOCK_OK) return rc;
   (*out)->node = node;
   *fresh = 1;

@@ -194,6 +194,11 @@ struct hilock__node;
 
 typedef struct hilock__conn {
   hilock__net *ctx;
+  /* The pool whose bound counts it (opts.max_connections): its counter
+   * and client, or NULL (a wait's own BLPOP connection, Redlock's). */
+  int *open;
+  struct hilock_client *client;
+  pid_t pid;
   int owed; /* replies still owed when hilock__conn_send returned NULL */
   struct hilock__conn *next;
   struct hilock__node *node; /* cluster: the node it talks to, else NULL */
@@ -219,6 +224,21 @@ typedef struct hilock__watchdog {
   struct hilock__hold *live; /* every grant of this process (see hold.c) */
 } hilock__watchdog;
 
+/* Shared waiting (hub.c): one subscriber connection per client, its
+ * thread, and the wake lists some thread of the client waits on. */
+typedef struct hilock__hub {
+  pthread_mutex_t mu;
+  pthread_cond_t idle; /* the thread's backoff; its exit */
+  pthread_t thread;
+  int running, stop;
+  int disabled; /* SUBSCRIBE refused: waits block in BLPOP */
+  int connected; /* has been connected once (later ones are reconnects) */
+  int efd;      /* eventfd that wakes the thread */
+  pid_t pid;
+  struct hub_chan *chans;
+  hilock__net *net; /* the subscriber connection */
+} hilock__hub;
+
 struct hilock_client {
   hilock__err err; /* last failed client-level call */
   pthread_mutex_t mu;
@@ -237,7 +257,11 @@ struct hilock_client {
   int sentinel_next; /* sentinel to ask first (the last that answered) */
   hilock__conn *idle;
   int nidle;
+  int nopen; /* pooled connections open (idle or in use) */
+  pthread_cond_t pool_cv; /* a pooled connection closed or came back */
   hilock__watchdog wd;
+  hilock__hub hub;
+  int waiting; /* threads asleep in a wait (atomic) */
   struct hilock_client *reg_prev, *reg_next; /* registry for fork handlers */
 };
 
@@ -288,6 +312,17 @@ int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
 int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
                      int *fresh);
 void hilock__pool_put(hilock_client *c, hilock__conn *k);
+/* From a pool (c->mu held): an idle connection (*k), or a place to open
+ * one (*k = NULL, counted in *open), waiting while opts.max_connections
+ * are open until deadline_ms (HILOCK_ETIMEDOUT) or the client closes
+ * (HILOCK_ECLOSED). */
+int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
+                      int *nidle, int *open, int64_t deadline_ms,
+                      hilock__conn **k);
+/* Count k among *open (after hilock__pool_take gave it a place). */
+void hilock__pool_counted(hilock_client *c, hilock__conn *k, int *open);
+/* Take k out of its pool's count (a connection kept for a long wait). */
+void hilock__pool_uncount(hilock__conn *k);
 void hilock__conn_free(hilock__conn *k);
 int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline_ms,
                     hilock__conn **out);
@@ -350,6 +385,7 @@ typedef struct hilock__node {
   int master;   /* serves slots in the current map */
   hilock__conn *idle;
   int nidle;
+  int nopen; /* pooled connections open (idle or in use) */
 } hilock__node;
 
 #define HILOCK__SLOTS 16384
@@ -420,6 +456,25 @@ int hilock__sentinel_check_role(hilock_client *c, hilock__err *e,
 int hilock__failover_reply(const hilock_client *c, const redisReply *r);
 
 /* ## Waiting ------------------------------------------------------------- */
+
+/* Shared waiting (hub.c). hilock__hub_wait sleeps until a release of the
+ * wake list key rings and this thread pops a wake-up (*woken = 1), or
+ * bound_ms passes; HILOCK__HUB_OFF if the client cannot wait that way (the
+ * server refused SUBSCRIBE): the caller blocks in BLPOP instead. */
+#define HILOCK__HUB_OFF 900
+/* Count a thread into (d = 1) or out of (-1) c's waiting threads;
+ * shared: it waits in the shared waiting (not in a BLPOP of its own). */
+void hilock__waiting_add(hilock_client *c, int d, int shared);
+/* Threads in the shared waiting of every client of the process. */
+int hilock__waiting_all(void);
+int hilock__hub_init(hilock__hub *h);
+int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
+                     size_t keylen, int64_t bound_ms, int *woken);
+/* Stop the thread for good (the client closes). */
+void hilock__hub_stop(hilock_client *c);
+void hilock__hub_destroy(hilock__hub *h);
+/* Fork (h->mu held): forget the parent's thread, waiters and socket. */
+void hilock__hub_forget(hilock__hub *h);
 
 /* Block on the lock's wake list (BLPOP) for up to bound_ms, checking the
  * client's interrupt hook every 100 ms. *woken = 1 if a releaser's wake-up

@@ -1,9 +1,11 @@
-/* Waiting without polling: a blocked acquirer sleeps in BLPOP on the lock's
- * wake list, and the releasing script pushes one element to it, so exactly
- * one waiter wakes per release. Wake-ups grant nothing: the woken waiter
- * runs the acquire script again. Every sleep is bounded by the holder's
- * remaining TTL and the caller's deadline, so a crashed holder or a lost
- * wake-up costs at most one TTL. */
+/* Waiting without polling: the releasing script pushes one wake-up onto the
+ * lock's wake list (and rings it, see hub.c), so one waiter wakes per
+ * release. A blocked acquirer sleeps in the client's shared waiting
+ * (hub.c), or, when that is off or refused, in BLPOP on the list over a
+ * connection of its own. Wake-ups grant nothing: the woken waiter runs the
+ * acquire script again. Every sleep is bounded by the holder's remaining
+ * TTL and the caller's deadline, so a crashed holder or a lost wake-up
+ * costs at most one TTL. */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -18,7 +20,35 @@
  * most this much (an attempt started just before the deadline). */
 #define CALL_SLACK_MS 250
 
+static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
+                      size_t keylen, int64_t bound_ms, int *woken);
+
+static int waiting_all; /* every client's threads in the shared waiting */
+
+void hilock__waiting_add(hilock_client *c, int d, int shared) {
+  __atomic_add_fetch(&c->waiting, d, __ATOMIC_RELAXED);
+  if (shared) __atomic_add_fetch(&waiting_all, d, __ATOMIC_RELAXED);
+}
+
+int hilock__waiting_all(void) {
+  return __atomic_load_n(&waiting_all, __ATOMIC_RELAXED);
+}
+
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
+                      size_t keylen, int64_t bound_ms, int *woken) {
+  int rc;
+  *woken = 0;
+  if (bound_ms < 1) bound_ms = 1;
+  rc = hilock__hub_wait(c, e, key, keylen, bound_ms, woken);
+  if (rc != HILOCK__HUB_OFF) return rc;
+  hilock__waiting_add(c, 1, 0);
+  rc = blpop_wait(c, e, key, keylen, bound_ms, woken);
+  hilock__waiting_add(c, -1, 0);
+  return rc;
+}
+
+/* The wait on a connection of its own: BLPOP on the wake list. */
+static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int *woken) {
   hilock__conn *k;
   hilock__node *ask = NULL, *node;
@@ -30,8 +60,6 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
   int fresh, rc;
   int64_t slack, deadline, own;
 
-  *woken = 0;
-  if (bound_ms < 1) bound_ms = 1;
   /* BLPOP takes fractional seconds (Redis >= 6); 0 would mean forever. */
   lens[2] = (size_t)snprintf(secs, sizeof(secs), "%" PRId64 ".%03" PRId64,
                              bound_ms / 1000, bound_ms % 1000);
@@ -43,6 +71,9 @@ again:
   else
     rc = hilock__pool_get_key(c, e, key, keylen, &k, &fresh);
   if (rc != HILOCK_OK) return rc;
+  /* Held for the whole wait: outside the pool's bound, so waiters never
+   * starve the commands (a release among them). */
+  hilock__pool_uncount(k);
   node = k->node;
   skip = ask != NULL;
   if (skip) {
@@ -157,7 +188,11 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
-  deadline = wait_ms < 0 ? INT64_MAX : hilock__now_ms() + wait_ms;
+  /* + 1: the clock reads whole milliseconds, and a wait must never end
+   * before the caller's timeout. */
+  deadline = wait_ms < 0    ? INT64_MAX
+             : wait_ms == 0 ? hilock__now_ms()
+                            : hilock__now_ms() + wait_ms + 1;
   /* wait_ms 0 asks for one attempt, bounded by the client's own timeouts. */
   outer = hilock__call_begin(wait_ms > 0 ? deadline + CALL_SLACK_MS
                                          : INT64_MAX);

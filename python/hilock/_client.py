@@ -53,6 +53,11 @@ class Client:
     names work as URL query parameters, which win. A refused certificate
     raises :class:`CertificateError`, another TLS failure :class:`TLSError`.
 
+    Waiting: threads blocked in ``acquire`` sleep in the client, and one
+    subscriber connection per client hears the releases (``shared_waiting``,
+    the default); ``shared_waiting=False`` gives each waiting thread a
+    connection of its own, blocked in BLPOP.
+
     ``wait_replicas=n``: every grant and renewal is confirmed by ``WAIT n``
     on the same connection; a grant fewer than ``n`` replicas acknowledged
     within ``wait_timeout`` seconds is given back and raises
@@ -63,6 +68,7 @@ class Client:
     def __init__(self, url: Optional[str] = None, *, connect_timeout: float = 2.0,
                  command_timeout: float = 5.0, reconnect: float = 3.0,
                  wait_replicas: int = 0, wait_timeout: float = 1.0,
+                 shared_waiting: bool = True,
                  ssl_ca_certs: Optional[PathLike] = None,
                  ssl_ca_path: Optional[PathLike] = None,
                  ssl_certfile: Optional[PathLike] = None,
@@ -91,8 +97,10 @@ class Client:
         wait_ms = seconds_to_ms(wait_timeout, "wait_timeout") if wait_replicas else 0
         tls = tls_args(ssl_ca_certs, ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_password,
                        ssl_cert_reqs, ssl_check_hostname, ssl_server_name)
+        if not isinstance(shared_waiting, bool):
+            raise InvalidArgument("shared_waiting must be a bool")
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
-                                   wait_replicas, wait_ms, *tls)
+                                   int(shared_waiting), wait_replicas, wait_ms, *tls)
 
     @contextmanager
     def _use(self) -> Iterator[Any]:
@@ -161,6 +169,12 @@ class Client:
         """True if this client talks to a Redis Cluster."""
         with self._use() as h:
             return bool(_h.hilock_client_is_cluster(h))
+
+    @property
+    def waiting(self) -> int:
+        """Threads of this client waiting for a lock now."""
+        with self._use() as h:
+            return int(_h.hilock_client_waiting(h))
 
     def ping(self) -> None:
         """One round trip (PING)."""

@@ -503,7 +503,7 @@ static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   w.wait_ms = 10000;
   assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
   r = hl_cluster_connect(&cl, m[1]);
-  assert_true(hl_wait_info_field(r, "clients", "blocked_clients", 1, 3000));
+  assert_true(hl_wait_waiters(r, 1, 3000));
   redisFree(r);
   released = hl_now_ms();
   assert_hl_ok(hilock_lock_release(holder), hilock_lock_errmsg(holder));
@@ -790,7 +790,7 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
   {
     redisContext *r = hl_cluster_connect(&cl, m[0]);
-    assert_true(hl_wait_info_field(r, "clients", "blocked_clients", 1, 3000));
+    assert_true(hl_wait_waiters(r, 1, 3000));
     redisFree(r);
   }
   /* Replication is asynchronous: make sure the replica has the key, so

@@ -101,13 +101,8 @@ static long long evalsha_calls(fixture *f) {
   return n;
 }
 
-static long long blocked_clients(fixture *f) {
-  redisReply *r = hl_redis(f->redis, "INFO clients");
-  const char *p = r->str ? strstr(r->str, "blocked_clients:") : NULL;
-  long long n = p ? atoll(p + strlen("blocked_clients:")) : -1;
-  freeReplyObject(r);
-  return n;
-}
+/* Threads asleep waiting (blocked in BLPOP in BLPOP mode). */
+static long long blocked_clients(fixture *f) { return hl_waiters(f->redis); }
 
 /* ## Grants ------------------------------------------------------------------ */
 

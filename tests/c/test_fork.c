@@ -447,7 +447,7 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   b.lock = new_lock(f->client, "held", 10000);
   b.rc = -100;
   assert_int_equal(pthread_create(&b.thread, NULL, block_on, &b), 0);
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
+  assert_true(hl_wait_waiters(f->redis, 1,
                                  3000));
   memset(&s, 0, sizeof(s));
   s.client = f->client;
@@ -469,7 +469,7 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
 
   /* The parent's blocked waiter was not disturbed by the children closing
    * their copies of its socket: the release still wakes it. */
-  assert_int_equal(hl_info_field(f->redis, "clients", "blocked_clients"), 1);
+  assert_int_equal(hl_waiters(f->redis), 1);
   t_rel = hl_now_ms();
   assert_hl_ok(hilock_lock_release(holder), hilock_lock_errmsg(holder));
   pthread_join(b.thread, NULL);

@@ -387,7 +387,7 @@ static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
 
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
   assert_int_equal(pthread_create(&t, NULL, multi_waits, &w), 0);
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
+  assert_true(hl_wait_waiters(f->redis, 1,
                                  3000));
   hl_sleep_ms(200);
   assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
@@ -440,10 +440,10 @@ static void a_useless_wake_up_is_handed_back(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(x), hilock_lock_errmsg(x));
   /* The multi-key waiter blocks first on h2's list, then the single one. */
   assert_int_equal(pthread_create(&tm, NULL, multi_waits, &wm), 0);
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
+  assert_true(hl_wait_waiters(f->redis, 1,
                                  3000));
   assert_int_equal(pthread_create(&tl, NULL, single_waits, &wl), 0);
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 2,
+  assert_true(hl_wait_waiters(f->redis, 2,
                                  3000));
   assert_hl_ok(hilock_lock_try_acquire(y), hilock_lock_errmsg(y));
   /* One wake-up; Redis serves the longest-blocked client (the multi). */

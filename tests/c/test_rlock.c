@@ -171,7 +171,7 @@ static void other_thread_blocks_until_the_final_release(void **state) {
   memset(&o, 0, sizeof(o));
   o.rl = rl; /* the same handle: threads are separate owners */
   assert_int_equal(pthread_create(&o.thread, NULL, other_waits, &o), 0);
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
+  assert_true(hl_wait_waiters(f->redis, 1,
                                  3000));
   assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
   hl_sleep_ms(200);
@@ -392,8 +392,7 @@ static void another_process_blocks(void **state) {
     fail();
   }
   close(fds[0]);
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
-                                 3000));
+  assert_true(hl_wait_subscribed(f->redis, "hilock:{process}:wake", 1, 3000));
   assert_int_equal(hash_count(f, rl), 1); /* still only ours */
   assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
   status = hl_wait_child(pid, 5000);

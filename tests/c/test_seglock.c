@@ -353,7 +353,7 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
     w[i].rc = 99;
     assert_int_equal(pthread_create(&t[i], NULL, wait_forever, &w[i]), 0);
   }
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 3,
+  assert_true(hl_wait_waiters(f->redis, 3,
                                  5000));
   for (int i = 0; i < 2; i++) {
     int64_t taken = 0;
@@ -387,7 +387,7 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   w.s = make_seg(f->client, "wake", 3, 30000);
   w.rc = 99;
   assert_int_equal(pthread_create(&t, NULL, wait_forever, &w), 0);
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients", 1,
+  assert_true(hl_wait_waiters(f->redis, 1,
                                  5000));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(600);

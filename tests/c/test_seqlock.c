@@ -116,7 +116,7 @@ static long long evalsha_calls(fixture *f) {
 }
 
 static long long blocked_clients(fixture *f) {
-  return hl_info_field(f->redis, "clients", "blocked_clients");
+  return hl_waiters(f->redis);
 }
 
 /* ## Grants ------------------------------------------------------------------ */
@@ -379,8 +379,7 @@ static void release_wakes_the_successor_only(void **state) {
     go[i] = 0;
     w[i].release_now = &go[i];
   }
-  assert_true(hl_wait_info_field(f->redis, "clients", "blocked_clients",
-                                 NWAITERS, 3000));
+  assert_true(hl_wait_waiters(f->redis, NWAITERS, 3000));
   before = evalsha_calls(f);
   assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
   for (int i = 0; i < NWAITERS; i++) {

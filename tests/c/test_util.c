@@ -1,6 +1,8 @@
 /* Test helpers: private redis-server processes, direct Redis access. */
 #include "test_util.h"
 
+#include "internal.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -75,9 +77,47 @@ void hl_sleep_ms(int64_t ms) {
   }
 }
 
+int hl_blpop_mode(void) {
+  const char *m = getenv("HILOCK_TEST_WAIT");
+  return m != NULL && strcmp(m, "blpop") == 0;
+}
+
+long long hl_waiters(redisContext *c) {
+  if (hl_blpop_mode()) return hl_info_field(c, "clients", "blocked_clients");
+  return hilock__waiting_all();
+}
+
+int hl_wait_waiters(redisContext *c, long long n, int64_t timeout_ms) {
+  int64_t end = hl_now_ms() + timeout_ms;
+  for (;;) {
+    if (hl_waiters(c) == n) return 1;
+    if (hl_now_ms() > end) return 0;
+    hl_sleep_ms(5);
+  }
+}
+
+int hl_wait_subscribed(redisContext *c, const char *channel, long long n,
+                       int64_t timeout_ms) {
+  int64_t end = hl_now_ms() + timeout_ms;
+  if (hl_blpop_mode())
+    return hl_wait_info_field(c, "clients", "blocked_clients", n, timeout_ms);
+  for (;;) {
+    redisReply *r = hl_redis(c, "PUBSUB NUMSUB %s", channel);
+    long long got = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+      got = r->element[1]->integer;
+    freeReplyObject(r);
+    if (got == n) return 1;
+    if (hl_now_ms() > end) return 0;
+    hl_sleep_ms(5);
+  }
+}
+
 hilock_options hl_test_options(void) {
   hilock_options o;
   hilock_options_init(&o);
+  o.shared_waiting = !hl_blpop_mode();
   o.connect_timeout_ms = 1000;
   o.command_timeout_ms = 3000;
   o.reconnect_ms = 1000;

@@ -119,8 +119,22 @@ int hl_redis_exists(redisContext *c, const char *key, size_t keylen);
 int64_t hl_now_ms(void);
 void hl_sleep_ms(int64_t ms);
 
-/* Client options with short timeouts suited to tests. */
+/* Client options with short timeouts suited to tests; with
+ * HILOCK_TEST_WAIT=blpop in the environment, waits block in BLPOP (one
+ * connection per waiter) instead of the shared waiting. */
 hilock_options hl_test_options(void);
+/* 1 if this run waits in BLPOP (HILOCK_TEST_WAIT=blpop). */
+int hl_blpop_mode(void);
+/* Threads of this process asleep in a wait for a lock now: blocked
+ * clients on the server in BLPOP mode, the clients' own count otherwise. */
+long long hl_waiters(redisContext *c);
+/* Wait until n clients subscribe to channel (a wake list's name: some
+ * thread of theirs waits on it, in another process too), or in BLPOP mode
+ * until n clients are blocked; 1 if it got there, 0 otherwise. */
+int hl_wait_subscribed(redisContext *c, const char *channel, long long n,
+                       int64_t timeout_ms);
+/* Wait until hl_waiters is n (1) or timeout_ms passes (0). */
+int hl_wait_waiters(redisContext *c, long long n, int64_t timeout_ms);
 
 /* ## Server statistics ------------------------------------------------------ */
 

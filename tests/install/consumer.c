@@ -5,15 +5,19 @@
 
 int main(void) {
   hilock_client *c = NULL;
-  int rc = hilock_client_new("rediss://127.0.0.1:1", NULL, &c);
+  /* TLS settings are read (through OpenSSL) before any connection: an
+   * empty CA file is refused at once. */
+  int rc = hilock_client_new("rediss://127.0.0.1:1?ssl_ca_certs=/dev/null",
+                             NULL, &c);
   if (hilock_version() != HILOCK_VERSION_HEX ||
       strcmp(hilock_version_string(), HILOCK_VERSION_STRING) != 0) {
     fprintf(stderr, "header %s, library %s\n", HILOCK_VERSION_STRING,
             hilock_version_string());
     return 1;
   }
-  if (rc != HILOCK_ENOTSUP) {
-    fprintf(stderr, "expected ENOTSUP, got %s\n", hilock_err_name(rc));
+  if (rc != HILOCK_EINVAL || strstr(hilock_client_errmsg(c), "ssl_ca_certs") == NULL) {
+    fprintf(stderr, "expected EINVAL for the CA file, got %s: %s\n",
+            hilock_err_name(rc), hilock_client_errmsg(c));
     return 1;
   }
   hilock_client_free(c);

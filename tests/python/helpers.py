@@ -149,8 +149,25 @@ def command_calls(r) -> dict:
 
 
 def blocked_clients(r) -> int:
-    """How many clients the server has blocked (in BLPOP and the like)."""
-    return int(r.info("clients")["blocked_clients"])
+    """Waiters asleep in a wait for a lock: clients the server has blocked
+    in BLPOP (shared_waiting=False), plus the threads of this process that
+    wait in a client's shared waiting."""
+    from hilock import _hilock
+    return int(r.info("clients")["blocked_clients"]) + _hilock.py_waiting_all()
+
+
+def waiting_processes(r) -> int:
+    """Waiters of other processes (one waiter each): clients blocked in
+    BLPOP, plus each client subscribed to a wake list's channel."""
+    chans = r.pubsub_channels("hilock:*")
+    subs = sum(n for _, n in r.pubsub_numsub(*chans)) if chans else 0
+    return int(r.info("clients")["blocked_clients"]) + subs
+
+
+def subscribers(r, channel: str) -> int:
+    """Clients subscribed to a wake list's channel (each has a thread, in
+    any process, waiting on that list in the shared waiting)."""
+    return int(r.pubsub_numsub(channel)[0][1])
 
 
 def wait_blocked(r, n: int, timeout: float = 5.0) -> None:

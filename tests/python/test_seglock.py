@@ -19,7 +19,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import join_all, kill_child, pop_json, start_child, wait_for
+from helpers import blocked_clients, join_all, kill_child, pop_json, start_child, wait_for
 from history import Interval, OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 
@@ -145,7 +145,7 @@ def test_restocking_wakes_a_waiter(client, rds) -> None:
     got: List[object] = []
     t = threading.Thread(target=lambda: got.append((b.acquire(timeout=10), time.monotonic())))
     t.start()
-    wait_for(lambda: int(rds.info("clients")["blocked_clients"]) == 1, 5.0,
+    wait_for(lambda: blocked_clients(rds) == 1, 5.0,
              what="a blocked waiter")
     restocked = time.monotonic()
     a.stock_set(1, 3)                    # the holder's TTL is 30 s away
@@ -222,7 +222,7 @@ def test_blocked_waiters_all_learn_sold_out(client, rds) -> None:
     threads = [threading.Thread(target=wait) for _ in range(3)]
     for t in threads:
         t.start()
-    wait_for(lambda: int(rds.info("clients")["blocked_clients"]) == 3, 5.0,
+    wait_for(lambda: blocked_clients(rds) == 3, 5.0,
              what="three blocked waiters")
     for h in holders:
         assert h.take(1) == 1

@@ -332,3 +332,38 @@ def test_pooled_connection_answered_readonly_moves_to_the_new_master(deployment)
         assert not pooled & client_conns()  # the client closed it
         lk.release()
         assert new.exists(_key("readonly")) == 0
+
+
+def test_a_waiter_hears_a_release_after_a_failover(deployment):
+    """The waiting client's subscriber follows the failover to the promoted
+    replica, so the holder's release there wakes the waiter, long before
+    the holder's TTL."""
+    import threading
+    with hilock.Client(deployment.url, reconnect=15.0) as holder, \
+            hilock.Client(deployment.url, reconnect=15.0) as waiter:
+        lk = holder.lock("failover-wake", ttl=30.0, auto_renew=False)
+        assert lk.acquire(timeout=1)
+        _wait_replicated(deployment, _key("failover-wake"))
+        got = []
+
+        def wait():
+            w = waiter.lock("failover-wake", ttl=30.0, auto_renew=False)
+            if w.acquire(timeout=25):
+                got.append(time.monotonic())
+                w.release()
+
+        t = threading.Thread(target=wait)
+        t.start()
+        deadline = time.monotonic() + 5
+        while waiter.waiting != 1:
+            assert time.monotonic() < deadline, "the waiter never went to sleep"
+            time.sleep(0.01)
+        deployment.graceful_failover()
+        # The waiter retried once when its subscriber came back (still
+        # held) and sleeps again, subscribed on the new master.
+        time.sleep(1.0)
+        released = time.monotonic()
+        lk.release()
+        t.join(25)
+        assert got, "the waiter never got the lock"
+        assert got[0] - released < 3.0, f"woken {got[0] - released:.2f} s after the release"

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import FORK, join_all, kill_child, pop_json, start_child, wait_for
+from helpers import waiting_processes, FORK, join_all, kill_child, pop_json, start_child, wait_for
 from history import (FifoError, Interval, RedisHistory, check_fences_increase, check_fifo,
                      check_no_overlap)
 
@@ -407,7 +407,7 @@ def test_each_removal_pushes_to_the_successor_only(client, rds, redis_url) -> No
             # Sessions of 30 s (re-checks every 10 s): only wake-ups move anyone.
             procs.append(_start(redis_url, session=30.0))
             wait_for(lambda: holder.waiters() == i + 1, 5, what=f"contender {i} enqueued")
-        wait_for(lambda: rds.info("clients")["blocked_clients"] == n, 5, what="all blocked")
+        wait_for(lambda: waiting_processes(rds) == n, 5, what="all blocked")
         seqs = [int(sc) for _, sc in rds.zrange(QUEUE, 1, -1, withscores=True)]
         assert seqs == list(range(2, n + 2))
         assert counter.drain() == []
@@ -419,7 +419,7 @@ def test_each_removal_pushes_to_the_successor_only(client, rds, redis_url) -> No
             # still block and none of them was pushed.
             assert counter.drain() == [str(seqs[i])], f"pushes after removal {i}"
             counter.pushes.clear()
-            assert rds.info("clients")["blocked_clients"] == n - 1 - i
+            assert waiting_processes(rds) == n - 1 - i
             rds.set(f"go:{got['pid']}", 1)
         join_all(procs, 10)
         # The last release had no successor: no push at all.

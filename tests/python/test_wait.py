@@ -24,13 +24,25 @@ import pytest
 import redis
 
 import hilock
-from helpers import (Stalled, Worker, blocked_clients, command_calls, interrupt_main_after,
+from helpers import (Stalled, Worker, blocked_clients, waiting_processes, command_calls, interrupt_main_after,
                      join_all, kill_child, pop_json, retry_stalled,
                      sigint_raises_keyboardinterrupt, start_child_collected, wait_blocked,
                      wait_for, within)
 
 WAKE_MAX = 0.1   # a release must wake a waiter within this
 SLACK = 0.5      # scheduling, round trips and the drift allowance
+
+
+@pytest.fixture(params=[True, False], ids=["shared", "blpop"])
+def client(request, rds, redis_url: str):
+    """Every test here runs with the shared waiting (one subscriber
+    connection per client) and with one BLPOP connection per waiter."""
+    c = hilock.Client(redis_url, connect_timeout=2.0, command_timeout=5.0, reconnect=3.0,
+                      shared_waiting=request.param)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 # -- a release wakes a waiter -------------------------------------------------
@@ -216,21 +228,21 @@ def test_one_release_wakes_one_waiter(client, rds, redis_url) -> None:
     assert holder.acquire(blocking=False)
     procs = [start_child_collected(_herd_waiter, redis_url, "herd") for _ in range(n)]
     try:
-        wait_blocked(rds, n, timeout=10)
+        wait_for(lambda: waiting_processes(rds) == n, 10, what=f"{n} waiting processes")
         rds.config_resetstat()
         holder.release()
         first = pop_json(rds, "got", timeout=3)
         assert first is not None, "a release woke no waiter"
-        # n - 1 waiters still in their BLPOP, and the winner in its BLPOP on
+        # n - 1 waiters still waiting, and the winner in its BLPOP on
         # "go" (a redis-py call).
-        wait_blocked(rds, n, timeout=3)
+        wait_for(lambda: waiting_processes(rds) == n, 3, what=f"{n} waiting")
         time.sleep(0.4)  # room for a herd to show itself
         calls = command_calls(rds)
         scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
         # The release, then the woken waiter's one grant: nobody else ran.
         assert scripts <= 2, f"{scripts} scripts after one release: a herd woke ({calls})"
         assert rds.llen("got") == 0, "more than one waiter got the lock"
-        assert blocked_clients(rds) == n, "the other waiters should still be blocked"
+        assert waiting_processes(rds) == n, "the other waiters should still be waiting"
 
         # Hand it on: each release wakes the next; everyone gets a turn.
         rds.rpush("go", *["1"] * n)

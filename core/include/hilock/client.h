@@ -39,6 +39,11 @@ typedef struct hilock_options {
   int64_t reconnect_ms;       /* time budget to replace a broken connection
                                  before a command fails; default 3000 */
   int max_idle;               /* idle connections kept in the pool; default 8 */
+  /* Connections the pool opens for commands, per server (per node on a
+   * cluster): a thread that finds them all busy waits for one, within its
+   * call's bounds. Default 8; 0 = no limit. The shared waiting's
+   * subscriber and the renewal thread's connection come on top. */
+  int max_connections;
   /* Called about every 100 ms while a call waits for a lock (from the
    * waiting thread); a nonzero return ends the wait with HILOCK_EINTR.
    * NULL: waits are not interruptible. Language bindings use it to deliver
@@ -74,6 +79,11 @@ typedef struct hilock_options {
    * the certificates carry those IPs, or every server's certificate
    * carries this name. Default NULL. */
   const char *ssl_server_name;
+  /* 1 (default): threads waiting for a lock sleep in the client and one
+   * subscriber connection per client hears the releases (see
+   * docs/waiting.md); 0: each waiting thread blocks in BLPOP on a
+   * connection of its own. */
+  int shared_waiting;
 } hilock_options;
 
 enum {
@@ -121,6 +131,10 @@ HILOCK_API int hilock_client_new(const char *url, const hilock_options *opts,
  * (read-write holds lapse at their TTL). The memory goes when
  * the last lock handle and the last running call are done. */
 HILOCK_API void hilock_client_free(hilock_client *client);
+
+/* Threads of this client waiting for a lock now: asleep until a release,
+ * the holder's TTL or their own timeout. */
+HILOCK_API int hilock_client_waiting(const hilock_client *client);
 
 /* 1 if the client talks to a Redis Cluster (a redis+cluster:// URL). */
 HILOCK_API int hilock_client_is_cluster(const hilock_client *client);

@@ -1,0 +1,463 @@
+/* Shared waiting: every thread of a client that waits for a lock sleeps on
+ * a condition variable, and one subscriber connection per client (the
+ * hub) hears the releases.
+ *
+ * A release pushes a wake-up onto the lock's wake list and PUBLISHes the
+ * list's name with how many wake-ups it holds (lib/wake.lua). The hub
+ * subscribes to the name of every list some thread of this client waits
+ * on, and for a message of n rings up to n of that list's waiters (oldest
+ * first). A rung waiter pops one wake-up (LPOP): the one that gets it goes
+ * on to try the lock, the others sleep again, so one release still wakes
+ * one waiter among all processes. The waiter subscribes before it looks at
+ * the list, so no release between its failed attempt and its sleep is
+ * missed; every sleep stays bounded by the holder's TTL and the caller's
+ * deadline, so a lost message (pub/sub delivers at most once) costs at most
+ * that. After the hub reconnects it rings every waiter once.
+ *
+ * On a cluster PUBLISH reaches every node, so one connection to any master
+ * serves all slots. A server that refuses SUBSCRIBE (an ACL without
+ * channel rights) turns the hub off for the client: waits block in BLPOP
+ * on the list itself, one connection each, as before. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define SLICE_MS 100        /* how often a waiter checks interrupt and close */
+#define CONFIRM_MAX_MS 2000 /* a subscription not confirmed by then: sleep on */
+
+typedef struct hub_waiter {
+  struct hub_waiter *next;
+  pthread_cond_t cv;
+  int rings; /* wake-ups to try */
+  int retry; /* the hub reconnected: try the lock again */
+} hub_waiter;
+
+typedef struct hub_chan {
+  struct hub_chan *next;
+  char *name;
+  size_t len;
+  int refs;   /* waiters registered */
+  int state;  /* 0 to subscribe, 1 sent, 2 confirmed */
+  hub_waiter *waiters; /* oldest first */
+} hub_chan;
+
+/* ## The hub's thread ----------------------------------------------------- */
+
+static void kick(hilock__hub *h) {
+  uint64_t one = 1;
+  if (h->efd >= 0) (void)!write(h->efd, &one, sizeof(one));
+}
+
+static void ring_chan(hub_chan *ch, long long n) {
+  for (hub_waiter *w = ch->waiters; w != NULL && n > 0; w = w->next) {
+    if (w->rings > 0) continue;
+    w->rings = 1;
+    pthread_cond_signal(&w->cv);
+    n--;
+  }
+}
+
+/* Every waiter tries the lock again (after a reconnect, or when the hub
+ * stops): a release while nobody listened, or a server that lost the
+ * holder's key (a restart, a failover), costs no more than this. */
+static void ring_all(hilock__hub *h) {
+  for (hub_chan *ch = h->chans; ch != NULL; ch = ch->next)
+    for (hub_waiter *w = ch->waiters; w != NULL; w = w->next) {
+      w->retry = 1;
+      pthread_cond_signal(&w->cv);
+    }
+}
+
+static hub_chan *find(hilock__hub *h, const char *name, size_t len) {
+  for (hub_chan *ch = h->chans; ch != NULL; ch = ch->next)
+    if (ch->len == len && memcmp(ch->name, name, len) == 0) return ch;
+  return NULL;
+}
+
+static int is(const redisReply *r, const char *s) {
+  size_t n = strlen(s);
+  return r->type == REDIS_REPLY_STRING && r->len == n &&
+         memcmp(r->str, s, n) == 0;
+}
+
+/* One push from the server (h->mu held). -1: the server refused. */
+static int on_push(hilock__hub *h, redisReply *r) {
+  hub_chan *ch;
+  if (r->type == REDIS_REPLY_ERROR) return -1;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+      r->element[1]->type != REDIS_REPLY_STRING)
+    return 0;
+  ch = find(h, r->element[1]->str, r->element[1]->len);
+  if (ch == NULL) return 0;
+  if (is(r->element[0], "message")) {
+    long long n = 1;
+    if (r->element[2]->type == REDIS_REPLY_STRING)
+      n = strtoll(r->element[2]->str, NULL, 10);
+    ring_chan(ch, n > 0 ? n : 0);
+  } else if (is(r->element[0], "subscribe") && ch->state == 1) {
+    ch->state = 2;
+    for (hub_waiter *w = ch->waiters; w != NULL; w = w->next)
+      pthread_cond_signal(&w->cv);
+  }
+  return 0;
+}
+
+/* Queue SUBSCRIBE for new channels and UNSUBSCRIBE for abandoned ones,
+ * which are forgotten (h->mu held). */
+static int queue_changes(hilock__hub *h, hilock__net *n) {
+  hub_chan **p = &h->chans;
+  while (*p != NULL) {
+    hub_chan *ch = *p;
+    const char *argv[2];
+    size_t lens[2];
+    argv[1] = ch->name;
+    lens[1] = ch->len;
+    if (ch->refs == 0) {
+      if (ch->state != 0) {
+        argv[0] = "UNSUBSCRIBE";
+        lens[0] = 11;
+        if (hilock__net_append(n, 2, argv, lens) != 0) return -1;
+      }
+      *p = ch->next;
+      free(ch->name);
+      free(ch);
+      continue;
+    }
+    if (ch->state == 0) {
+      argv[0] = "SUBSCRIBE";
+      lens[0] = 9;
+      if (hilock__net_append(n, 2, argv, lens) != 0) return -1;
+      ch->state = 1;
+    }
+    p = &ch->next;
+  }
+  return 0;
+}
+
+/* A subscriber connection: to the master (following Sentinel), or any
+ * master of a cluster. */
+static hilock__net *hub_connect(hilock_client *c) {
+  hilock__conn *k = NULL;
+  hilock__err e;
+  hilock__net *n;
+  if (hilock__connect(c, &e, hilock__now_ms() + c->opts.reconnect_ms, &k) !=
+      HILOCK_OK)
+    return NULL;
+  n = k->ctx;
+  k->ctx = NULL;
+  hilock__conn_free(k);
+  hilock__net_set_timeout(n, c->opts.command_timeout_ms > 0
+                                 ? c->opts.command_timeout_ms
+                                 : 5000);
+  return n;
+}
+
+static void *hub_main(void *arg) {
+  hilock_client *c = arg;
+  hilock__hub *h = &c->hub;
+  int64_t pause = 20;
+  pthread_mutex_lock(&h->mu);
+  while (!h->stop) {
+    struct pollfd p[2];
+    int rc;
+    if (h->net == NULL) {
+      hilock__net *n;
+      pthread_mutex_unlock(&h->mu);
+      n = hub_connect(c);
+      pthread_mutex_lock(&h->mu);
+      if (n == NULL) {
+        /* Waiters sleep out their own bounds meanwhile. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)(pause % 1000) * 1000000;
+        ts.tv_sec += pause / 1000 + ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&h->idle, &h->mu, &ts);
+        pause = pause * 2 > 1000 ? 1000 : pause * 2;
+        continue;
+      }
+      pause = 20;
+      h->net = n;
+      for (hub_chan *ch = h->chans; ch != NULL; ch = ch->next) ch->state = 0;
+      if (h->connected) ring_all(h); /* a reconnect */
+      h->connected = 1;
+    }
+    if (queue_changes(h, h->net) != 0) goto broken;
+    pthread_mutex_unlock(&h->mu);
+    rc = h->net->olen > 0 ? hilock__net_flush(h->net) : 0;
+    p[0].fd = h->net->fd;
+    p[0].events = hilock__net_events(h->net);
+    p[0].revents = 0;
+    p[1].fd = h->efd;
+    p[1].events = POLLIN;
+    p[1].revents = 0;
+    if (rc == 0 && poll(p, 2, 1000) < 0 && errno != EINTR) rc = -1;
+    if (rc == 0 && p[1].revents) {
+      uint64_t v;
+      (void)!read(h->efd, &v, sizeof(v));
+    }
+    if (rc == 0 && p[0].revents && hilock__net_handle(h->net, p[0].revents) != 0)
+      rc = -1;
+    pthread_mutex_lock(&h->mu);
+    if (rc != 0) goto broken;
+    for (;;) {
+      void *r = NULL;
+      if (hilock__net_reply(h->net, &r) != 0) goto broken;
+      if (r == NULL) break;
+      if (on_push(h, r) != 0) {
+        /* SUBSCRIBE refused (no channel rights): waits block in BLPOP. */
+        freeReplyObject(r);
+        h->disabled = 1;
+        ring_all(h);
+        break;
+      }
+      freeReplyObject(r);
+    }
+    if (h->disabled) break;
+    continue;
+  broken:
+    hilock__net_free(h->net);
+    h->net = NULL;
+  }
+  hilock__net_free(h->net);
+  h->net = NULL;
+  ring_all(h);
+  h->running = 0;
+  pthread_cond_broadcast(&h->idle);
+  pthread_mutex_unlock(&h->mu);
+  return NULL;
+}
+
+/* ## Waiting ------------------------------------------------------------------ */
+
+static int cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  int rc;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  rc = pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return rc;
+}
+
+int hilock__hub_init(hilock__hub *h) {
+  memset(h, 0, sizeof(*h));
+  h->efd = -1;
+  h->pid = getpid();
+  if (pthread_mutex_init(&h->mu, NULL) != 0) return -1;
+  if (cond_init(&h->idle) != 0) {
+    pthread_mutex_destroy(&h->mu);
+    return -1;
+  }
+  return 0;
+}
+
+/* h->mu held. */
+static int hub_start(hilock_client *c) {
+  hilock__hub *h = &c->hub;
+  if (h->running) return 0;
+  if (h->efd < 0) {
+    h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (h->efd < 0) return -1;
+  }
+  if (pthread_create(&h->thread, NULL, hub_main, c) != 0) return -1;
+  h->running = 1;
+  return 0;
+}
+
+void hilock__hub_stop(hilock_client *c) {
+  hilock__hub *h = &c->hub;
+  int join;
+  pthread_mutex_lock(&h->mu);
+  join = h->running && h->pid == getpid();
+  h->stop = 1;
+  kick(h);
+  pthread_cond_broadcast(&h->idle);
+  pthread_mutex_unlock(&h->mu);
+  if (join) pthread_join(h->thread, NULL);
+}
+
+void hilock__hub_destroy(hilock__hub *h) {
+  while (h->chans != NULL) {
+    hub_chan *ch = h->chans;
+    h->chans = ch->next;
+    free(ch->name);
+    free(ch);
+  }
+  if (h->efd >= 0) close(h->efd);
+  h->efd = -1;
+  pthread_cond_destroy(&h->idle);
+  pthread_mutex_destroy(&h->mu);
+}
+
+void hilock__hub_forget(hilock__hub *h) {
+  /* After fork (h->mu held by the fork handler): the thread and the
+   * waiters were the parent's. Drop the subscriber without a word. */
+  hub_chan *ch = h->chans;
+  h->chans = NULL;
+  while (ch != NULL) {
+    hub_chan *next = ch->next;
+    free(ch->name);
+    free(ch);
+    ch = next;
+  }
+  hilock__net_free(h->net);
+  h->net = NULL;
+  h->running = 0;
+  h->stop = 0;
+  if (h->efd >= 0) close(h->efd);
+  h->efd = -1;
+  cond_init(&h->idle);
+  h->pid = getpid();
+}
+
+/* Pop one wake-up: 1 if there was one, 0 if not, < 0 on error. */
+static int pop(hilock_client *c, hilock__err *e, const char *key,
+               size_t keylen) {
+  const char *argv[2] = {"LPOP", key};
+  size_t lens[2] = {4, keylen};
+  redisReply *r = NULL;
+  int rc = hilock__command(c, e, 2, argv, lens, &r);
+  if (rc != HILOCK_OK) return rc;
+  rc = r->type == REDIS_REPLY_STRING;
+  freeReplyObject(r);
+  return rc;
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void leave(hilock__hub *h, hub_chan *ch, hub_waiter *w) {
+  hub_waiter **p = &ch->waiters;
+  while (*p != NULL && *p != w) p = &(*p)->next;
+  if (*p == w) *p = w->next;
+  /* A wake-up this waiter was given and did not use goes to the next. */
+  if (w->rings > 0) ring_chan(ch, 1);
+  if (--ch->refs == 0) kick(h);
+}
+
+int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
+                     size_t keylen, int64_t bound_ms, int *woken) {
+  hilock__hub *h = &c->hub;
+  hub_chan *ch;
+  hub_waiter w;
+  int rc = HILOCK_OK, counted = 0;
+  int64_t deadline = hilock__now_ms() + bound_ms, confirm;
+  if (deadline > hilock__call_deadline()) deadline = hilock__call_deadline();
+  confirm = hilock__now_ms() + CONFIRM_MAX_MS;
+
+  *woken = 0;
+  if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED))
+    return hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
+  if (!c->opts.shared_waiting) return HILOCK__HUB_OFF;
+  pthread_mutex_lock(&h->mu);
+  if (h->disabled || h->stop || (!h->running && hub_start(c) != 0)) {
+    pthread_mutex_unlock(&h->mu);
+    return HILOCK__HUB_OFF;
+  }
+  ch = find(h, key, keylen);
+  if (ch == NULL) {
+    ch = calloc(1, sizeof(*ch));
+    if (ch != NULL) ch->name = malloc(keylen);
+    if (ch == NULL || ch->name == NULL) {
+      if (ch) free(ch);
+      pthread_mutex_unlock(&h->mu);
+      return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+    }
+    memcpy(ch->name, key, keylen);
+    ch->len = keylen;
+    ch->next = h->chans;
+    h->chans = ch;
+    kick(h);
+  }
+  memset(&w, 0, sizeof(w));
+  cond_init(&w.cv);
+  {
+    hub_waiter **p = &ch->waiters;
+    while (*p != NULL) p = &(*p)->next;
+    *p = &w;
+  }
+  ch->refs++;
+  /* Subscribed first, then look at the list: a release in between is in
+   * the list. */
+  while (ch->state != 2 && !h->disabled && hilock__now_ms() < confirm &&
+         hilock__now_ms() < deadline) {
+    pthread_mutex_unlock(&h->mu);
+    if (c->opts.interrupt && c->opts.interrupt(c->opts.interrupt_arg)) {
+      rc = hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
+      pthread_mutex_lock(&h->mu);
+      goto out;
+    }
+    pthread_mutex_lock(&h->mu);
+    if (ch->state != 2) timed_wait(&w.cv, &h->mu, 20);
+  }
+  if (h->disabled) {
+    rc = HILOCK__HUB_OFF;
+    goto out;
+  }
+  w.rings = 1; /* the first look */
+  hilock__waiting_add(c, 1, 1);
+  counted = 1;
+  for (;;) {
+    int64_t left;
+    if (w.retry) break; /* no wake-up: the caller tries again */
+    if (w.rings > 0) {
+      int got;
+      w.rings = 0;
+      pthread_mutex_unlock(&h->mu);
+      got = pop(c, e, key, keylen);
+      pthread_mutex_lock(&h->mu);
+      if (got < 0) {
+        rc = got;
+        break;
+      }
+      if (got > 0) {
+        *woken = 1;
+        break;
+      }
+      if (h->disabled) {
+        rc = HILOCK__HUB_OFF;
+        break;
+      }
+      continue;
+    }
+    if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED)) {
+      rc = hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
+      break;
+    }
+    left = deadline - hilock__now_ms();
+    if (left <= 0) break; /* no wake-up in time: no error */
+    timed_wait(&w.cv, &h->mu, left < SLICE_MS ? left : SLICE_MS);
+    if (w.rings == 0 && !w.retry && c->opts.interrupt) {
+      int stop;
+      pthread_mutex_unlock(&h->mu);
+      stop = c->opts.interrupt(c->opts.interrupt_arg);
+      pthread_mutex_lock(&h->mu);
+      if (stop) {
+        rc = hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
+        break;
+      }
+    }
+  }
+  if (rc == HILOCK_OK && !*woken && h->disabled) rc = HILOCK__HUB_OFF;
+out:
+  if (counted) hilock__waiting_add(c, -1, 1);
+  leave(h, ch, &w);
+  pthread_mutex_unlock(&h->mu);
+  pthread_cond_destroy(&w.cv);
+  return rc;
+}

@@ -1,0 +1,222 @@
+"""Shared waiting: the threads of a client that wait for locks share one
+subscriber connection, and commands share a bounded pool, so the number of
+server connections does not grow with the number of waiters.
+
+Connections are read from the server (INFO clients); every waiter is a real
+thread blocked in acquire; holders live in another client.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import List
+
+import pytest
+import redis
+
+import hilock
+from helpers import RedisServer, wait_for
+
+N_SHARED = 100  # threads waiting on one lock
+N_OWN = 100     # threads waiting on locks of their own
+
+
+def _connected(r: redis.Redis) -> int:
+    return int(r.info("clients")["connected_clients"])
+
+
+def test_two_hundred_waiters_use_at_most_eight_connections(rds, redis_url) -> None:
+    holder = hilock.Client(redis_url)
+    shared = holder.lock("crowd", ttl=30, auto_renew=False)
+    own = [holder.lock(f"crowd:{i}", ttl=30, auto_renew=False) for i in range(N_OWN)]
+    assert shared.acquire(blocking=False)
+    for lk in own:
+        assert lk.acquire(blocking=False)
+    baseline = _connected(rds)  # the holder's pool and this connection
+
+    c = hilock.Client(redis_url)
+    inside = 0
+    peak_inside = 0
+    got: List[str] = []
+    errors: List[BaseException] = []
+    mu = threading.Lock()
+
+    def wait_shared() -> None:
+        nonlocal inside, peak_inside
+        try:
+            with c.lock("crowd", ttl=30, timeout=60, auto_renew=False):
+                with mu:
+                    inside += 1
+                    peak_inside = max(peak_inside, inside)
+                time.sleep(0.001)
+                with mu:
+                    inside -= 1
+                    got.append("crowd")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def wait_own(i: int) -> None:
+        try:
+            with c.lock(f"crowd:{i}", ttl=30, timeout=60, auto_renew=False):
+                with mu:
+                    got.append(f"crowd:{i}")
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=wait_shared) for _ in range(N_SHARED)]
+    threads += [threading.Thread(target=wait_own, args=(i,)) for i in range(N_OWN)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: c.waiting == N_SHARED + N_OWN, 30,
+             what=f"{N_SHARED + N_OWN} threads waiting")
+    time.sleep(0.3)
+    used = _connected(rds) - baseline
+    assert used <= 8, f"200 waiting threads hold {used} connections"
+    assert errors == []
+
+    # Every release reaches its waiters; the crowd on one lock passes it on,
+    # one at a time. Connections stay bounded throughout.
+    peak = used
+    shared.release()
+    for lk in own:
+        lk.release()
+    deadline = time.monotonic() + 60
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        peak = max(peak, _connected(rds) - baseline)
+        time.sleep(0.02)
+    for t in threads:
+        t.join(1)
+    assert not any(t.is_alive() for t in threads), "some waiters never got their lock"
+    assert errors == [], errors[:3]
+    assert got.count("crowd") == N_SHARED
+    assert sorted(x for x in got if x != "crowd") == sorted(f"crowd:{i}" for i in range(N_OWN))
+    assert peak_inside == 1, "two threads held one lock at once"
+    assert peak <= 8, f"the hand-over used {peak} connections"
+    c.close()
+    holder.close()
+
+
+def test_a_burst_of_threads_shares_a_bounded_pool(rds, redis_url) -> None:
+    c = hilock.Client(redis_url)
+    baseline = _connected(rds)
+    start = threading.Event()
+    errors: List[BaseException] = []
+
+    def cycle(i: int) -> None:
+        start.wait()
+        try:
+            for _ in range(20):
+                with c.lock(f"burst:{i % 7}", ttl=10, timeout=30, auto_renew=False):
+                    pass
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=cycle, args=(i,)) for i in range(200)]
+    for t in threads:
+        t.start()
+    peak = 0
+    start.set()
+    while any(t.is_alive() for t in threads):
+        peak = max(peak, _connected(rds) - baseline)
+        time.sleep(0.005)
+    assert errors == [], errors[:3]
+    # 8 pooled connections (the default max_connections) and the subscriber.
+    assert peak <= 9, f"a burst of 200 threads opened {peak} connections"
+    c.close()
+
+
+def test_a_restart_that_loses_the_holder_lets_the_waiter_in(own_server) -> None:
+    holder = hilock.Client(own_server.url)
+    waiter = hilock.Client(own_server.url, reconnect=10)
+    lk = holder.lock("restart", ttl=30, auto_renew=False)
+    assert lk.acquire(blocking=False)
+    result: List[float] = []
+
+    def wait() -> None:
+        t0 = time.monotonic()
+        if waiter.lock("restart", ttl=30, auto_renew=False).acquire(timeout=25):
+            result.append(time.monotonic() - t0)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_for(lambda: waiter.waiting == 1, 5, what="the waiter asleep")
+    own_server.stop()   # no persistence: the holder's key is gone
+    own_server.start()
+    t.join(20)
+    assert result, "the waiter never got in"
+    # Well before the holder's 30 s TTL: the subscriber's reconnect made the
+    # waiter try again.
+    assert result[0] < 10, result
+    holder.close()
+    waiter.close()
+
+
+def test_without_channel_rights_waits_fall_back_to_blpop(rds, redis_url, redis_server) -> None:
+    rds.execute_command("ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "-subscribe",
+                        "resetchannels")
+    try:
+        url = f"redis://nochan:pw@127.0.0.1:{redis_server.port}/0"
+        holder = hilock.Client(url)
+        waiter = hilock.Client(url)
+        lk = holder.lock("nochan", ttl=30, auto_renew=False)
+        assert lk.acquire(blocking=False)
+        result: List[float] = []
+
+        def wait() -> None:
+            w = waiter.lock("nochan", ttl=30, auto_renew=False)
+            if w.acquire(timeout=20):
+                result.append(time.monotonic())
+                w.release()
+
+        t = threading.Thread(target=wait)
+        t.start()
+        # Refused SUBSCRIBE: the waiter blocks in BLPOP on the list itself.
+        wait_for(lambda: int(rds.info("clients")["blocked_clients"]) == 1, 10,
+                 what="the waiter in BLPOP")
+        released = time.monotonic()
+        lk.release()  # its PUBLISH is refused too; the release still works
+        t.join(10)
+        assert result and result[0] - released < 2.0
+        holder.close()
+        waiter.close()
+    finally:
+        rds.execute_command("ACL", "DELUSER", "nochan")
+
+
+def test_a_waiter_in_each_of_several_clients_one_release_one_grant(rds, redis_url) -> None:
+    holder = hilock.Client(redis_url)
+    lk = holder.lock("several", ttl=30, auto_renew=False)
+    assert lk.acquire(blocking=False)
+    clients = [hilock.Client(redis_url) for _ in range(4)]
+    granted: List[int] = []
+    go = threading.Event()
+
+    def wait(i: int) -> None:
+        w = clients[i].lock("several", ttl=30, auto_renew=False)
+        if w.acquire(timeout=20):
+            granted.append(i)
+            go.wait(10)
+            w.release()
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: sum(x.waiting for x in clients) == 4, 10, what="four waiters")
+    rds.config_resetstat()
+    lk.release()
+    wait_for(lambda: len(granted) == 1, 5, what="one grant")
+    time.sleep(0.3)
+    calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
+    # The release and one grant: each client rang its waiter, which tried
+    # to pop the one wake-up; only the winner ran the acquire script.
+    assert calls.get("evalsha", 0) + calls.get("eval", 0) == 2, calls
+    assert calls.get("lpop", 0) <= 4, calls
+    assert len(granted) == 1
+    assert sum(x.waiting for x in clients) == 3
+    go.set()
+    for t in threads:
+        t.join(20)
+    assert sorted(granted) == [0, 1, 2, 3]
+    for x in clients:
+        x.close()
+    holder.close()
