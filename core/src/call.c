@@ -31,6 +31,12 @@ int64_t hilock__call_begin(int64_t deadline_ms) {
 
 void hilock__call_end(int64_t outer) { tl_deadline_ms = outer; }
 
+int64_t hilock__call_lift(void) {
+  int64_t outer = tl_deadline_ms;
+  tl_deadline_ms = INT64_MAX;
+  return outer;
+}
+
 int64_t hilock__budget(int64_t ms) {
   int64_t d = hilock__now_ms() + ms;
   return d < tl_deadline_ms ? d : tl_deadline_ms;

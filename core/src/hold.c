@@ -329,9 +329,11 @@ int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
                            int (*release)(void *arg), void *arg) {
   hilock__err why = *unacked;
   int rc;
+  int64_t outer = hilock__call_lift(); /* never left half done */
   h->held = 1;
   h->pid = getpid();
   rc = release(arg);
+  hilock__call_end(outer);
   hilock__hold_drop(h);
   return hilock__grant_unacked(&h->err, &why, rc, &h->err);
 }

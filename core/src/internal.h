@@ -533,6 +533,10 @@ typedef struct hilock__renewal {
 int64_t hilock__call_begin(int64_t deadline_ms);
 void hilock__call_end(int64_t outer);
 int64_t hilock__call_deadline(void);
+/* Lift the call's deadline for work that must not be cut short by it (giving
+ * back a grant: bounded by the client's own timeouts); returns the outer
+ * bound, to give back to hilock__call_end. */
+int64_t hilock__call_lift(void);
 /* now + ms, or the call's deadline if sooner. */
 int64_t hilock__budget(int64_t ms);
 /* A wait of ms (<= 0: none) shortened to what is left of the call (>= 1). */

@@ -6,6 +6,7 @@
  * wait bounds hold whatever the server does. */
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -116,8 +117,32 @@ static int sock_connect(hilock__net *n, int family, const struct sockaddr *sa,
  * immediate refusal tries the next; a pending one is waited for). */
 static int tcp_start(hilock__net *n, const hilock__addr *a) {
   struct addrinfo hints, *res = NULL, *ai;
+  struct sockaddr_in v4;
+  struct sockaddr_in6 v6;
   char port[16];
   int rc, saved = 0;
+  /* An address literal needs no resolver (which takes locks of its own: a
+   * forked child of a threaded parent must not need them). */
+  memset(&v4, 0, sizeof(v4));
+  memset(&v6, 0, sizeof(v6));
+  if (inet_pton(AF_INET, a->host, &v4.sin_addr) == 1) {
+    v4.sin_family = AF_INET;
+    v4.sin_port = htons((uint16_t)a->port);
+    if (sock_connect(n, AF_INET, (struct sockaddr *)&v4, sizeof(v4)) == 0)
+      return 0;
+    if (n->err) return -1;
+    return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
+                            strerror(errno));
+  }
+  if (inet_pton(AF_INET6, a->host, &v6.sin6_addr) == 1) {
+    v6.sin6_family = AF_INET6;
+    v6.sin6_port = htons((uint16_t)a->port);
+    if (sock_connect(n, AF_INET6, (struct sockaddr *)&v6, sizeof(v6)) == 0)
+      return 0;
+    if (n->err) return -1;
+    return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
+                            strerror(errno));
+  }
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

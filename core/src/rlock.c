@@ -126,10 +126,12 @@ static int attempt(void *arg, int64_t *pttl) {
     size_t ukeylens[2] = {rl->keylen, rl->wkeylen};
     hilock__err ue;
     int urc;
+    int64_t outer = hilock__call_lift(); /* never left half done */
     hilock__clear_err(&ue);
     r = NULL;
     urc = hilock__script_run(rl->h.client, &ue, &hilock__script_rlock_release,
                              2, ukeys, ukeylens, 2, args, arglens, &r);
+    hilock__call_end(outer);
     if (r != NULL) freeReplyObject(r);
     pthread_mutex_lock(rl->mu);
     rc = hilock__grant_unacked(&rl->h.err, &e, urc, &ue);

@@ -257,8 +257,10 @@ static int give_back(attempt_ctx *a, const hilock__err *unacked,
   hilock__err ue;
   redisReply *r = NULL;
   int urc;
+  int64_t outer = hilock__call_lift(); /* never left half done */
   hilock__clear_err(&ue);
   urc = release(a->rw, &ue, a->owner, a->ownerlen, &r);
+  hilock__call_end(outer);
   if (r != NULL) freeReplyObject(r);
   return hilock__grant_unacked(&a->e, unacked, urc, &ue);
 }
