@@ -33,7 +33,7 @@ cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="$tsan" \
 cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" HILOCK_MISUSE_ROUNDS=3 \
   ctest --test-dir build/tsan --output-on-failure -j"$jobs" \
-  -R '^(test_misuse|test_client|test_renewal|test_wait)$'
+  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop)$'
 
 echo "== install: find_package(hilock) and hilock.pc"
 rm -rf build/stage build/consumer

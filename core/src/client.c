@@ -40,7 +40,7 @@ static int pool_cv_init(hilock_client *c) {
 }
 
 int hilock_client_waiting(const hilock_client *c) {
-  return c == NULL ? 0 : __atomic_load_n(&c->waiting, __ATOMIC_RELAXED);
+  return c == NULL ? 0 : __atomic_load_n(&c->waiting, __ATOMIC_ACQUIRE);
 }
 
 /* The address of the server the single-server pool connects to: the URL's,

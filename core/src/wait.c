@@ -26,12 +26,12 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
 static int waiting_all; /* every client's threads in the shared waiting */
 
 void hilock__waiting_add(hilock_client *c, int d, int shared) {
-  __atomic_add_fetch(&c->waiting, d, __ATOMIC_RELAXED);
-  if (shared) __atomic_add_fetch(&waiting_all, d, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&c->waiting, d, __ATOMIC_ACQ_REL);
+  if (shared) __atomic_add_fetch(&waiting_all, d, __ATOMIC_ACQ_REL);
 }
 
 int hilock__waiting_all(void) {
-  return __atomic_load_n(&waiting_all, __ATOMIC_RELAXED);
+  return __atomic_load_n(&waiting_all, __ATOMIC_ACQUIRE);
 }
 
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
