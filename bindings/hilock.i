@@ -292,7 +292,7 @@ static int py_waiting_all(void) { return hilock__waiting_all(); }
 /* wait_replicas > 0: WAIT after every grant and renewal. */
 static hilock_client *py_client_new(const char *url, int64_t connect_ms,
                                     int64_t command_ms, int64_t reconnect_ms,
-                                    int shared_waiting,
+                                    int shared_waiting, int max_connections,
                                     int wait_replicas, int64_t wait_timeout_ms,
                                     const char *ca_certs, const char *ca_path,
                                     const char *certfile, const char *keyfile,
@@ -308,6 +308,7 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
   o.reconnect_ms = reconnect_ms;
   o.interrupt = py_check_signals;
   o.shared_waiting = shared_waiting;
+  o.max_connections = max_connections;
   o.wait_replicas = wait_replicas;
   if (wait_replicas > 0) o.wait_timeout_ms = wait_timeout_ms;
   py_tls_options(&o, ca_certs, ca_path, certfile, keyfile, password, cert_reqs,

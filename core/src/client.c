@@ -15,7 +15,7 @@ void hilock_options_init(hilock_options *opts) {
   opts->command_timeout_ms = 5000;
   opts->reconnect_ms = 3000;
   opts->max_idle = 8;
-  opts->max_connections = 8;
+  opts->max_connections = 6;
   opts->interrupt = NULL;
   opts->interrupt_arg = NULL;
   opts->wait_replicas = 0;
@@ -717,7 +717,8 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   *out = c;
   if (opts != NULL) {
     if (opts->connect_timeout_ms < 1 || opts->command_timeout_ms < 0 ||
-        opts->reconnect_ms < 0 || opts->max_idle < 0)
+        opts->reconnect_ms < 0 || opts->max_idle < 0 ||
+        opts->max_connections < 0)
       return hilock__set_err(&c->err, HILOCK_EINVAL,
                              "bad client options (timeouts must be >= 1 ms "
                              "to connect, >= 0 otherwise)");
@@ -786,7 +787,8 @@ int hilock__client_new_local(const hilock_options *opts, hilock_client **out) {
   *out = c;
   if (opts != NULL) {
     if (opts->connect_timeout_ms < 1 || opts->command_timeout_ms < 0 ||
-        opts->reconnect_ms < 0 || opts->max_idle < 0)
+        opts->reconnect_ms < 0 || opts->max_idle < 0 ||
+        opts->max_connections < 0)
       return hilock__set_err(&c->err, HILOCK_EINVAL,
                              "bad client options (timeouts must be >= 1 ms "
                              "to connect, >= 0 otherwise)");

@@ -56,7 +56,9 @@ class Client:
     Waiting: threads blocked in ``acquire`` sleep in the client, and one
     subscriber connection per client hears the releases (``shared_waiting``,
     the default); ``shared_waiting=False`` gives each waiting thread a
-    connection of its own, blocked in BLPOP.
+    connection of its own, blocked in BLPOP. Commands share at most
+    ``max_connections`` pooled connections (default 6; 0: no limit); with
+    the subscriber and the renewal thread's, a client holds at most 8.
 
     ``wait_replicas=n``: every grant and renewal is confirmed by ``WAIT n``
     on the same connection; a grant fewer than ``n`` replicas acknowledged
@@ -68,7 +70,7 @@ class Client:
     def __init__(self, url: Optional[str] = None, *, connect_timeout: float = 2.0,
                  command_timeout: float = 5.0, reconnect: float = 3.0,
                  wait_replicas: int = 0, wait_timeout: float = 1.0,
-                 shared_waiting: bool = True,
+                 shared_waiting: bool = True, max_connections: int = 6,
                  ssl_ca_certs: Optional[PathLike] = None,
                  ssl_ca_path: Optional[PathLike] = None,
                  ssl_certfile: Optional[PathLike] = None,
@@ -99,8 +101,12 @@ class Client:
                        ssl_cert_reqs, ssl_check_hostname, ssl_server_name)
         if not isinstance(shared_waiting, bool):
             raise InvalidArgument("shared_waiting must be a bool")
+        if (not isinstance(max_connections, int) or isinstance(max_connections, bool)
+                or not 0 <= max_connections <= 100000):
+            raise InvalidArgument("max_connections must be an int >= 0 (0: no limit)")
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
-                                   int(shared_waiting), wait_replicas, wait_ms, *tls)
+                                   int(shared_waiting), max_connections, wait_replicas,
+                                   wait_ms, *tls)
 
     @contextmanager
     def _use(self) -> Iterator[Any]:

@@ -468,6 +468,11 @@ static void client_rejects_bad_options(void **state) {
   o.max_idle = -1;
   assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
   hilock_client_free(c);
+
+  hilock_options_init(&o);
+  o.max_connections = -1;
+  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
+  hilock_client_free(c);
 }
 
 int main(void) {

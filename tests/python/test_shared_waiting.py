@@ -96,8 +96,10 @@ def test_two_hundred_waiters_use_at_most_eight_connections(rds, redis_url) -> No
     holder.close()
 
 
-def test_a_burst_of_threads_shares_a_bounded_pool(rds, redis_url) -> None:
-    c = hilock.Client(redis_url)
+@pytest.mark.parametrize("max_connections", [None, 2])
+def test_a_burst_of_threads_shares_a_bounded_pool(rds, redis_url, max_connections) -> None:
+    c = (hilock.Client(redis_url) if max_connections is None
+         else hilock.Client(redis_url, max_connections=max_connections))
     baseline = _connected(rds)
     start = threading.Event()
     errors: List[BaseException] = []
@@ -120,9 +122,17 @@ def test_a_burst_of_threads_shares_a_bounded_pool(rds, redis_url) -> None:
         peak = max(peak, _connected(rds) - baseline)
         time.sleep(0.005)
     assert errors == [], errors[:3]
-    # 8 pooled connections (the default max_connections) and the subscriber.
-    assert peak <= 9, f"a burst of 200 threads opened {peak} connections"
+    # The pooled connections (6 by default), the subscriber and (not here:
+    # no renewal) the renewal thread's: 8 in all by default.
+    bound = (6 if max_connections is None else max_connections) + 1
+    assert peak <= bound, f"a burst of 200 threads opened {peak} connections"
     c.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "4", 10**6])
+def test_max_connections_is_checked(redis_url, bad) -> None:
+    with pytest.raises(hilock.InvalidArgument):
+        hilock.Client(redis_url, max_connections=bad)
 
 
 def test_a_restart_that_loses_the_holder_lets_the_waiter_in(own_server) -> None:

@@ -41,8 +41,9 @@ typedef struct hilock_options {
   int max_idle;               /* idle connections kept in the pool; default 8 */
   /* Connections the pool opens for commands, per server (per node on a
    * cluster): a thread that finds them all busy waits for one, within its
-   * call's bounds. Default 8; 0 = no limit. The shared waiting's
-   * subscriber and the renewal thread's connection come on top. */
+   * call's bounds. Default 6; 0 = no limit. The shared waiting's
+   * subscriber and the renewal thread's connection come on top: 8 in all
+   * by default, whatever the number of threads. */
   int max_connections;
   /* Called about every 100 ms while a call waits for a lock (from the
    * waiting thread); a nonzero return ends the wait with HILOCK_EINTR.
