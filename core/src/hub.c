@@ -8,7 +8,11 @@
  * on, and for a message of n rings up to n of that list's waiters (oldest
  * first). A rung waiter pops one wake-up (LPOP): the one that gets it goes
  * on to try the lock, the others sleep again, so one release still wakes
- * one waiter among all processes. The waiter subscribes before it looks at
+ * one waiter among all processes. When this process is the only one that
+ * listens on the server ("<n> solo"), nobody else competes for the
+ * wake-up: the rung waiter tries the lock at once, a round trip sooner
+ * (the wake-up it left in the list costs the next arrival one early
+ * retry). The waiter subscribes before it looks at
  * the list, so no release between its failed attempt and its sleep is
  * missed; every sleep stays bounded by the holder's TTL and the caller's
  * deadline, so a lost message (pub/sub delivers at most once) costs at most
@@ -29,12 +33,18 @@
 
 #define SLICE_MS 100        /* how often a waiter checks interrupt and close */
 #define CONFIRM_MAX_MS 2000 /* a subscription not confirmed by then: sleep on */
+/* A channel nobody waits on stays subscribed this long (the next wait on
+ * the lock starts at once, without a SUBSCRIBE round trip), and at most
+ * this many do. */
+#define LINGER_MS 2000
+#define LINGER_MAX 256
 
 typedef struct hub_waiter {
   struct hub_waiter *next;
   pthread_cond_t cv;
-  int rings; /* wake-ups to try */
+  int rings; /* wake-ups to try: 1 pop first, 2 (solo) try the lock */
   int retry; /* the hub reconnected: try the lock again */
+  int sleeping; /* asleep on cv, ready to take a turn at the socket */
 } hub_waiter;
 
 typedef struct hub_chan {
@@ -43,8 +53,22 @@ typedef struct hub_chan {
   size_t len;
   int refs;   /* waiters registered */
   int state;  /* 0 to subscribe, 1 sent, 2 confirmed */
+  int64_t confirmed_us; /* when the confirmation was read */
+  int64_t idle_ms;      /* refs 0: since when (it lingers, then goes) */
   hub_waiter *waiters; /* oldest first */
 } hub_chan;
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  pthread_cond_timedwait(cv, mu, &ts);
+}
 
 /* ## The hub's thread ----------------------------------------------------- */
 
@@ -53,10 +77,10 @@ static void kick(hilock__hub *h) {
   if (h->efd >= 0) (void)!write(h->efd, &one, sizeof(one));
 }
 
-static void ring_chan(hub_chan *ch, long long n) {
+static void ring_chan(hub_chan *ch, long long n, int solo) {
   for (hub_waiter *w = ch->waiters; w != NULL && n > 0; w = w->next) {
     if (w->rings > 0) continue;
-    w->rings = 1;
+    w->rings = solo ? 2 : 1;
     pthread_cond_signal(&w->cv);
     n--;
   }
@@ -95,29 +119,43 @@ static int on_push(hilock__hub *h, redisReply *r) {
   ch = find(h, r->element[1]->str, r->element[1]->len);
   if (ch == NULL) return 0;
   if (is(r->element[0], "message")) {
+    /* "<n>" or "<n> solo" (this process is the only one listening). */
     long long n = 1;
-    if (r->element[2]->type == REDIS_REPLY_STRING)
-      n = strtoll(r->element[2]->str, NULL, 10);
-    ring_chan(ch, n > 0 ? n : 0);
+    int solo = 0;
+    if (r->element[2]->type == REDIS_REPLY_STRING) {
+      char *end = NULL;
+      n = strtoll(r->element[2]->str, &end, 10);
+      solo = end != NULL && end == r->element[2]->str + r->element[2]->len - 5 &&
+             memcmp(end, " solo", 5) == 0;
+    }
+    ring_chan(ch, n > 0 ? n : 0, solo);
   } else if (is(r->element[0], "subscribe") && ch->state == 1) {
     ch->state = 2;
+    ch->confirmed_us = hilock__now_us();
     for (hub_waiter *w = ch->waiters; w != NULL; w = w->next)
       pthread_cond_signal(&w->cv);
   }
   return 0;
 }
 
-/* Queue SUBSCRIBE for new channels and UNSUBSCRIBE for abandoned ones,
- * which are forgotten (h->mu held). */
+/* Queue SUBSCRIBE for new channels and UNSUBSCRIBE for abandoned ones
+ * that lingered long enough, which are forgotten (h->mu held). */
 static int queue_changes(hilock__hub *h, hilock__net *n) {
   hub_chan **p = &h->chans;
+  int64_t now = h->lingering > 0 ? hilock__now_ms() : 0;
   while (*p != NULL) {
     hub_chan *ch = *p;
     const char *argv[2];
     size_t lens[2];
     argv[1] = ch->name;
     lens[1] = ch->len;
+    if (ch->refs == 0 && ch->state == 2 && h->lingering <= LINGER_MAX &&
+        now - ch->idle_ms < LINGER_MS) {
+      p = &ch->next;
+      continue;
+    }
     if (ch->refs == 0) {
+      h->lingering--;
       if (ch->state != 0) {
         argv[0] = "UNSUBSCRIBE";
         lens[0] = 11;
@@ -157,27 +195,81 @@ static hilock__net *hub_connect(hilock_client *c) {
   return n;
 }
 
+/* One turn at the subscriber socket, by the thread that set h->reading
+ * (h->mu held on entry and on return; released while it polls): send the
+ * (un)subscriptions due, wait up to ms for the server or a kick, and ring
+ * the waiters of what came. -1: the connection broke and was dropped. */
+static int turn(hilock__hub *h, int64_t ms) {
+  struct pollfd p[2];
+  int rc;
+  if (queue_changes(h, h->net) != 0) goto broken;
+  pthread_mutex_unlock(&h->mu);
+  rc = h->net->olen > 0 ? hilock__net_flush(h->net) : 0;
+  p[0].fd = h->net->fd;
+  p[0].events = hilock__net_events(h->net);
+  p[0].revents = 0;
+  p[1].fd = h->efd;
+  p[1].events = POLLIN;
+  p[1].revents = 0;
+  if (rc == 0 && poll(p, 2, (int)ms) < 0 && errno != EINTR) rc = -1;
+  if (rc == 0 && p[1].revents) {
+    uint64_t v;
+    (void)!read(h->efd, &v, sizeof(v));
+  }
+  if (rc == 0 && p[0].revents && hilock__net_handle(h->net, p[0].revents) != 0)
+    rc = -1;
+  pthread_mutex_lock(&h->mu);
+  if (rc != 0) goto broken;
+  for (;;) {
+    void *r = NULL;
+    if (hilock__net_reply(h->net, &r) != 0) goto broken;
+    if (r == NULL) break;
+    if (on_push(h, r) != 0) {
+      /* SUBSCRIBE refused (no channel rights): waits block in BLPOP. */
+      freeReplyObject(r);
+      h->disabled = 1;
+      ring_all(h);
+      break;
+    }
+    freeReplyObject(r);
+  }
+  return 0;
+broken:
+  hilock__net_free(h->net);
+  h->net = NULL;
+  return -1;
+}
+
+/* Nobody reads the socket (h->mu held): wake someone who will, a waiter
+ * asleep, or else the hub's thread. */
+static void hand_over(hilock__hub *h) {
+  if (h->sleepers > 0)
+    for (hub_chan *ch = h->chans; ch != NULL; ch = ch->next)
+      for (hub_waiter *w = ch->waiters; w != NULL; w = w->next)
+        if (w->sleeping) {
+          pthread_cond_signal(&w->cv);
+          return;
+        }
+  pthread_cond_broadcast(&h->idle);
+}
+
+/* The hub's thread connects (and reconnects), and reads the socket while
+ * no waiter does: a waiting thread reads it itself, so the wake-up meant
+ * for it costs no hand-over between threads. */
 static void *hub_main(void *arg) {
   hilock_client *c = arg;
   hilock__hub *h = &c->hub;
   int64_t pause = 20;
   pthread_mutex_lock(&h->mu);
-  while (!h->stop) {
-    struct pollfd p[2];
-    int rc;
-    if (h->net == NULL) {
+  while (!h->stop && !h->disabled) {
+    if (h->net == NULL && !h->reading) {
       hilock__net *n;
       pthread_mutex_unlock(&h->mu);
       n = hub_connect(c);
       pthread_mutex_lock(&h->mu);
       if (n == NULL) {
         /* Waiters sleep out their own bounds meanwhile. */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (long)(pause % 1000) * 1000000;
-        ts.tv_sec += pause / 1000 + ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
-        pthread_cond_timedwait(&h->idle, &h->mu, &ts);
+        timed_wait(&h->idle, &h->mu, pause);
         pause = pause * 2 > 1000 ? 1000 : pause * 2;
         continue;
       }
@@ -187,43 +279,18 @@ static void *hub_main(void *arg) {
       if (h->connected) ring_all(h); /* a reconnect */
       h->connected = 1;
     }
-    if (queue_changes(h, h->net) != 0) goto broken;
-    pthread_mutex_unlock(&h->mu);
-    rc = h->net->olen > 0 ? hilock__net_flush(h->net) : 0;
-    p[0].fd = h->net->fd;
-    p[0].events = hilock__net_events(h->net);
-    p[0].revents = 0;
-    p[1].fd = h->efd;
-    p[1].events = POLLIN;
-    p[1].revents = 0;
-    if (rc == 0 && poll(p, 2, 1000) < 0 && errno != EINTR) rc = -1;
-    if (rc == 0 && p[1].revents) {
-      uint64_t v;
-      (void)!read(h->efd, &v, sizeof(v));
+    if (h->reading || h->sleepers > 0) {
+      /* A waiter reads, or one asleep will: stand by. */
+      if (!h->reading) hand_over(h);
+      timed_wait(&h->idle, &h->mu, 1000);
+      continue;
     }
-    if (rc == 0 && p[0].revents && hilock__net_handle(h->net, p[0].revents) != 0)
-      rc = -1;
-    pthread_mutex_lock(&h->mu);
-    if (rc != 0) goto broken;
-    for (;;) {
-      void *r = NULL;
-      if (hilock__net_reply(h->net, &r) != 0) goto broken;
-      if (r == NULL) break;
-      if (on_push(h, r) != 0) {
-        /* SUBSCRIBE refused (no channel rights): waits block in BLPOP. */
-        freeReplyObject(r);
-        h->disabled = 1;
-        ring_all(h);
-        break;
-      }
-      freeReplyObject(r);
-    }
-    if (h->disabled) break;
-    continue;
-  broken:
-    hilock__net_free(h->net);
-    h->net = NULL;
+    h->reading = 1;
+    turn(h, 1000);
+    h->reading = 0;
+    if (h->sleepers > 0) hand_over(h); /* one came while we read */
   }
+  while (h->reading) timed_wait(&h->idle, &h->mu, 100);
   hilock__net_free(h->net);
   h->net = NULL;
   ring_all(h);
@@ -310,6 +377,9 @@ void hilock__hub_forget(hilock__hub *h) {
   h->net = NULL;
   h->running = 0;
   h->stop = 0;
+  h->reading = 0;
+  h->sleepers = 0;
+  h->lingering = 0;
   if (h->efd >= 0) close(h->efd);
   h->efd = -1;
   cond_init(&h->idle);
@@ -329,29 +399,44 @@ static int pop(hilock_client *c, hilock__err *e, const char *key,
   return rc;
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000;
-  }
-  pthread_cond_timedwait(cv, mu, &ts);
-}
 
 static void leave(hilock__hub *h, hub_chan *ch, hub_waiter *w) {
   hub_waiter **p = &ch->waiters;
   while (*p != NULL && *p != w) p = &(*p)->next;
   if (*p == w) *p = w->next;
   /* A wake-up this waiter was given and did not use goes to the next. */
-  if (w->rings > 0) ring_chan(ch, 1);
-  if (--ch->refs == 0) kick(h);
+  if (w->rings > 0) ring_chan(ch, 1, 0);
+  if (--ch->refs == 0) {
+    ch->idle_ms = hilock__now_ms();
+    if (++h->lingering > LINGER_MAX) kick(h);
+  }
+  /* Another waiter takes over the socket; with none left the thread reads
+   * it again within a second (only a waiter needs it read at once). */
+  if (!h->reading && h->sleepers > 0) hand_over(h);
+}
+
+/* Until woken, or ms pass (h->mu held): take a turn at the socket if
+ * nobody reads it, else sleep (ready to take the next turn). */
+static void rest(hilock__hub *h, hub_waiter *w, int64_t ms) {
+  if (!h->reading && h->net != NULL && !h->stop && !h->disabled) {
+    h->reading = 2;
+    turn(h, ms);
+    h->reading = 0;
+    if (h->net == NULL || h->disabled || h->stop)
+      pthread_cond_broadcast(&h->idle); /* the thread reconnects, or ends */
+    return;
+  }
+  if (h->reading == 1) kick(h); /* the thread reads: it hands over to us */
+  w->sleeping = 1;
+  h->sleepers++;
+  timed_wait(&w->cv, &h->mu, ms);
+  h->sleepers--;
+  w->sleeping = 0;
 }
 
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
-                     size_t keylen, int64_t bound_ms, int *woken) {
+                     size_t keylen, int64_t bound_ms, int64_t tried_us,
+                     int *woken) {
   hilock__hub *h = &c->hub;
   hub_chan *ch;
   hub_waiter w;
@@ -383,6 +468,8 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
     ch->next = h->chans;
     h->chans = ch;
     kick(h);
+  } else if (ch->refs == 0) {
+    h->lingering--; /* waited on again */
   }
   memset(&w, 0, sizeof(w));
   cond_init(&w.cv);
@@ -393,7 +480,8 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   }
   ch->refs++;
   /* Subscribed first, then look at the list: a release in between is in
-   * the list. */
+   * the list. A subscription confirmed before the caller's attempt began
+   * needs no look: any release after that attempt rings. */
   while (ch->state != 2 && !h->disabled && hilock__now_ms() < confirm &&
          hilock__now_ms() < deadline) {
     pthread_mutex_unlock(&h->mu);
@@ -403,18 +491,24 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
       goto out;
     }
     pthread_mutex_lock(&h->mu);
-    if (ch->state != 2) timed_wait(&w.cv, &h->mu, 20);
+    if (ch->state != 2) rest(h, &w, 20);
   }
   if (h->disabled) {
     rc = HILOCK__HUB_OFF;
     goto out;
   }
-  w.rings = 1; /* the first look */
+  if (ch->state != 2 || tried_us <= 0 || ch->confirmed_us >= tried_us)
+    w.rings = 1; /* the first look */
   hilock__waiting_add(c, 1, 1);
   counted = 1;
   for (;;) {
     int64_t left;
     if (w.retry) break; /* no wake-up: the caller tries again */
+    if (w.rings == 2) {
+      /* The only process listening: no other waits on this wake-up. */
+      *woken = 1;
+      break;
+    }
     if (w.rings > 0) {
       int got;
       w.rings = 0;
@@ -441,7 +535,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
     }
     left = deadline - hilock__now_ms();
     if (left <= 0) break; /* no wake-up in time: no error */
-    timed_wait(&w.cv, &h->mu, left < SLICE_MS ? left : SLICE_MS);
+    rest(h, &w, left < SLICE_MS ? left : SLICE_MS);
     if (w.rings == 0 && !w.retry && c->opts.interrupt) {
       int stop;
       pthread_mutex_unlock(&h->mu);

@@ -228,12 +228,15 @@ typedef struct hilock__watchdog {
  * thread, and the wake lists some thread of the client waits on. */
 typedef struct hilock__hub {
   pthread_mutex_t mu;
-  pthread_cond_t idle; /* the thread's backoff; its exit */
+  pthread_cond_t idle; /* the thread's backoff and turns; its exit */
   pthread_t thread;
   int running, stop;
   int disabled; /* SUBSCRIBE refused: waits block in BLPOP */
   int connected; /* has been connected once (later ones are reconnects) */
-  int efd;      /* eventfd that wakes the thread */
+  int efd;      /* eventfd that wakes whoever reads the socket */
+  int reading;  /* who reads the socket now: 0 none, 1 the thread, 2 a waiter */
+  int sleepers; /* waiters asleep, ready to take a turn at the socket */
+  int lingering; /* channels nobody waits on, still subscribed */
   pid_t pid;
   struct hub_chan *chans;
   hilock__net *net; /* the subscriber connection */
@@ -468,19 +471,25 @@ void hilock__waiting_add(hilock_client *c, int d, int shared);
 /* Threads in the shared waiting of every client of the process. */
 int hilock__waiting_all(void);
 int hilock__hub_init(hilock__hub *h);
+/* tried_us: when the caller's last attempt began (hilock__now_us; 0 if
+ * unknown): a subscription confirmed before it needs no first look. */
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
-                     size_t keylen, int64_t bound_ms, int *woken);
+                     size_t keylen, int64_t bound_ms, int64_t tried_us,
+                     int *woken);
 /* Stop the thread for good (the client closes). */
 void hilock__hub_stop(hilock_client *c);
 void hilock__hub_destroy(hilock__hub *h);
 /* Fork (h->mu held): forget the parent's thread, waiters and socket. */
 void hilock__hub_forget(hilock__hub *h);
 
-/* Block on the lock's wake list (BLPOP) for up to bound_ms, checking the
- * client's interrupt hook every 100 ms. *woken = 1 if a releaser's wake-up
- * arrived. Returns HILOCK_OK, HILOCK_EINTR or an error. */
+/* Sleep until a release of the lock's wake list wakes us (shared waiting,
+ * or BLPOP) for up to bound_ms, checking the client's interrupt hook every
+ * 100 ms. *woken = 1 if a releaser's wake-up arrived. tried_us: when the
+ * last attempt began (see hilock__hub_wait). Returns HILOCK_OK,
+ * HILOCK_EINTR or an error. */
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
-                      size_t keylen, int64_t bound_ms, int *woken);
+                      size_t keylen, int64_t bound_ms, int64_t tried_us,
+                      int *woken);
 
 /* Run attempt() until it grants (0), fails (< 0) or wait_ms passes
  * (HILOCK_BUSY). Between attempts, sleep on the wake list until a releaser

@@ -35,11 +35,12 @@ int hilock__waiting_all(void) {
 }
 
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
-                      size_t keylen, int64_t bound_ms, int *woken) {
+                      size_t keylen, int64_t bound_ms, int64_t tried_us,
+                      int *woken) {
   int rc;
   *woken = 0;
   if (bound_ms < 1) bound_ms = 1;
-  rc = hilock__hub_wait(c, e, key, keylen, bound_ms, woken);
+  rc = hilock__hub_wait(c, e, key, keylen, bound_ms, tried_us, woken);
   if (rc != HILOCK__HUB_OFF) return rc;
   hilock__waiting_add(c, 1, 0);
   rc = blpop_wait(c, e, key, keylen, bound_ms, woken);
@@ -197,7 +198,7 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
   outer = hilock__call_begin(wait_ms > 0 ? deadline + CALL_SLACK_MS
                                          : INT64_MAX);
   for (;;) {
-    int64_t pttl = -1, left, bound;
+    int64_t pttl = -1, left, bound, tried_us = hilock__now_us();
     if (woken_out != NULL) *woken_out = woken;
     rc = attempt(arg, &pttl);
     if (rc != HILOCK_BUSY) break;
@@ -207,7 +208,7 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
      * with no expiry (-1) is re-checked at least every 30 s. */
     bound = pttl >= 0 ? pttl + 1 : 30000;
     if (left < bound) bound = left;
-    rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, &woken);
+    rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, tried_us, &woken);
     if (rc != HILOCK_OK) break;
   }
   hilock__call_end(outer);

@@ -15,6 +15,9 @@
  * contend  fork()s workers that loop { acquire; spin 1 ms; release } on one
  *          lock for the same window of seconds.
  *
+ * HILOCK_BENCH_WAITING=blpop: waiters block in BLPOP on a connection of
+ * their own (shared_waiting = 0) instead of the client's shared waiting.
+ *
  * Warm-up rounds are dropped. Prints one JSON object on stdout; handoff
  * also reports the shortest time the waiter spent in acquire (min_wait_us),
  * which shows that every waiter was really blocked. */
@@ -65,7 +68,15 @@ static void *shared(size_t size) {
 
 static int open_lock(const char *url, const char *name, hilock_client **c,
                      hilock_lock **lk) {
-  if (client_connect(url, c) != HILOCK_OK) return -1;
+  const char *waiting = getenv("HILOCK_BENCH_WAITING");
+  hilock_options o;
+  hilock_options_init(&o);
+  o.shared_waiting = !(waiting != NULL && strcmp(waiting, "blpop") == 0);
+  if (hilock_client_new(url, &o, c) != HILOCK_OK) {
+    fprintf(stderr, "connect %s: %s\n", url,
+            *c ? hilock_client_errmsg(*c) : "out of memory");
+    return -1;
+  }
   if (hilock_lock_new(*c, name, strlen(name), TTL_MS, lk) != HILOCK_OK) {
     fprintf(stderr, "lock: %s\n", hilock_client_errmsg(*c));
     return -1;

@@ -230,3 +230,40 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(rds, redis_ur
     for x in clients:
         x.close()
     holder.close()
+
+
+def test_a_lone_listener_neither_pops_nor_resubscribes(rds, redis_url) -> None:
+    """One process waits: a release rings its waiter, which tries the lock
+    at once (no LPOP), and the channel stays subscribed between waits (no
+    SUBSCRIBE per wait); after the waits it is given up within seconds."""
+    holder = hilock.Client(redis_url)
+    c = hilock.Client(redis_url)
+    h = holder.lock("lone", ttl=30, auto_renew=False)
+    w = c.lock("lone", ttl=30, auto_renew=False)
+    rounds = 20
+    rds.config_resetstat()
+    for _ in range(rounds):
+        assert h.acquire(blocking=False)
+        got = threading.Event()
+
+        def wait() -> None:
+            if w.acquire(timeout=10):
+                got.set()
+
+        t = threading.Thread(target=wait)
+        t.start()
+        wait_for(lambda: c.waiting == 1, 5, what="the waiter")
+        time.sleep(0.01)
+        h.release()
+        assert got.wait(5), "the waiter was not woken"
+        t.join(5)
+        w.release()
+    calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
+    assert calls.get("subscribe", 0) == 1, calls
+    # The first wait looks at the list once; later ones are rung, no pops.
+    assert calls.get("lpop", 0) <= 2, calls
+    assert rds.pubsub_numsub("hilock:{lone}:wake")[0][1] == 1
+    wait_for(lambda: rds.pubsub_numsub("hilock:{lone}:wake")[0][1] == 0, 8,
+             what="the idle channel to be given up")
+    c.close()
+    holder.close()

@@ -1,8 +1,17 @@
 -- ring(list): the doorbell behind a wake list. A process whose waiters
 -- share one subscriber connection hears the list's name as a channel, with
 -- how many wake-ups the list now holds, and lets that many of its waiters
--- try to pop one. pcall: a user without channel rights still releases (its
--- waiters then block on the list itself).
+-- try to pop one. When that process is the only one listening here, the
+-- message says "solo": its waiter tries the lock at once, without the pop
+-- (the wake-up left in the list costs the next waiter to arrive one early
+-- retry, and lapses with the list). pcall: a user without channel rights
+-- still releases (its waiters then block on the list itself).
 local function ring(list)
-  redis.pcall('PUBLISH', list, redis.call('LLEN', list))
+  local n = redis.call('LLEN', list)
+  local subs = redis.pcall('PUBSUB', 'NUMSUB', list)
+  if type(subs) == 'table' and subs[2] == 1 then
+    redis.pcall('PUBLISH', list, n .. ' solo')
+  else
+    redis.pcall('PUBLISH', list, n)
+  end
 end
