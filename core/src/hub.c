@@ -18,6 +18,13 @@
  * deadline, so a lost message (pub/sub delivers at most once) costs at most
  * that. After the hub reconnects it rings every waiter once.
  *
+ * Who reads the socket: a waiting thread, while it sleeps (one at a time,
+ * h->reading = 2), so the release meant for it wakes it directly; when it
+ * leaves, a sleeping waiter takes over; with none, the hub's thread reads
+ * (h->reading = 1), and it alone connects and reconnects. A channel whose
+ * last waiter left stays subscribed LINGER_MS, so repeated waits on one
+ * lock cost one SUBSCRIBE.
+ *
  * On a cluster PUBLISH reaches every node, so one connection to any master
  * serves all slots. A server that refuses SUBSCRIBE (an ACL without
  * channel rights) turns the hub off for the client: waits block in BLPOP
@@ -54,6 +61,7 @@ typedef struct hub_chan {
   int refs;   /* waiters registered */
   int state;  /* 0 to subscribe, 1 sent, 2 confirmed */
   int64_t confirmed_us; /* when the confirmation was read */
+  int64_t message_us;   /* when the last message was read */
   int64_t idle_ms;      /* refs 0: since when (it lingers, then goes) */
   hub_waiter *waiters; /* oldest first */
 } hub_chan;
@@ -128,6 +136,7 @@ static int on_push(hilock__hub *h, redisReply *r) {
       solo = end != NULL && end == r->element[2]->str + r->element[2]->len - 5 &&
              memcmp(end, " solo", 5) == 0;
     }
+    ch->message_us = hilock__now_us();
     ring_chan(ch, n > 0 ? n : 0, solo);
   } else if (is(r->element[0], "subscribe") && ch->state == 1) {
     ch->state = 2;
@@ -481,7 +490,8 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   ch->refs++;
   /* Subscribed first, then look at the list: a release in between is in
    * the list. A subscription confirmed before the caller's attempt began
-   * needs no look: any release after that attempt rings. */
+   * needs no look when no message came since: a release after that attempt
+   * rings (its message is read after this thread joined the channel). */
   while (ch->state != 2 && !h->disabled && hilock__now_ms() < confirm &&
          hilock__now_ms() < deadline) {
     pthread_mutex_unlock(&h->mu);
@@ -497,7 +507,8 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
     rc = HILOCK__HUB_OFF;
     goto out;
   }
-  if (ch->state != 2 || tried_us <= 0 || ch->confirmed_us >= tried_us)
+  if (ch->state != 2 || tried_us <= 0 || ch->confirmed_us >= tried_us ||
+      ch->message_us >= tried_us)
     w.rings = 1; /* the first look */
   hilock__waiting_add(c, 1, 1);
   counted = 1;

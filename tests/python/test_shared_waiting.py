@@ -267,3 +267,39 @@ def test_a_lone_listener_neither_pops_nor_resubscribes(rds, redis_url) -> None:
              what="the idle channel to be given up")
     c.close()
     holder.close()
+
+
+def test_without_pubsub_numsub_a_release_still_rings(rds, redis_url, redis_server) -> None:
+    """A user that may publish and subscribe but not ask PUBSUB NUMSUB: the
+    release script's question fails quietly, the message is not "solo", and
+    the waiter pops its wake-up as with several listeners."""
+    rds.execute_command("ACL", "SETUSER", "nonumsub", "on", ">pw", "~*", "&*", "+@all",
+                        "-pubsub")
+    try:
+        url = f"redis://nonumsub:pw@127.0.0.1:{redis_server.port}/0"
+        holder = hilock.Client(url)
+        waiter = hilock.Client(url)
+        lk = holder.lock("nonumsub", ttl=30, auto_renew=False)
+        assert lk.acquire(blocking=False)
+        got = threading.Event()
+
+        def wait() -> None:
+            w = waiter.lock("nonumsub", ttl=30, auto_renew=False)
+            if w.acquire(timeout=20):
+                got.set()
+                w.release()
+
+        t = threading.Thread(target=wait)
+        t.start()
+        wait_for(lambda: waiter.waiting == 1, 10, what="the waiter")
+        time.sleep(0.05)
+        rds.config_resetstat()
+        lk.release()
+        assert got.wait(5), "the waiter was not woken"
+        t.join(10)
+        calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
+        assert calls.get("lpop", 0) >= 1, calls
+        holder.close()
+        waiter.close()
+    finally:
+        rds.execute_command("ACL", "DELUSER", "nonumsub")
