@@ -28,17 +28,6 @@ void hilock_options_init(hilock_options *opts) {
   opts->shared_waiting = 1;
 }
 
-/* The pool's condition variable, timed on CLOCK_MONOTONIC. */
-static int pool_cv_init(hilock_client *c) {
-  pthread_condattr_t ca;
-  int rc;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  rc = pthread_cond_init(&c->pool_cv, &ca);
-  pthread_condattr_destroy(&ca);
-  return rc;
-}
-
 int hilock_client_waiting(const hilock_client *c) {
   return c == NULL ? 0 : __atomic_load_n(&c->waiting, __ATOMIC_ACQUIRE);
 }
@@ -195,7 +184,6 @@ int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
                       hilock__conn **k) {
   *k = NULL;
   for (;;) {
-    struct timespec ts;
     int64_t left;
     if (!hilock__client_usable(c))
       return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
@@ -216,14 +204,7 @@ int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
                              "all %d connections of the pool stayed busy",
                              c->opts.max_connections);
     if (left > 100) left = 100; /* and look at closed again */
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += left / 1000;
-    ts.tv_nsec += (long)(left % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&c->pool_cv, &c->mu, &ts);
+    hilock__cond_wait_ms(&c->pool_cv, &c->mu, left);
   }
 }
 
@@ -572,7 +553,7 @@ static void after_fork_child(void) {
     c->nopen = 0;
     if (c->cl != NULL)
       for (int i = 0; i < c->cl->nnodes; i++) c->cl->nodes[i]->nopen = 0;
-    pool_cv_init(c);
+    hilock__cond_init(&c->pool_cv);
     pthread_mutex_unlock(&c->hub.mu);
     pthread_mutex_unlock(&c->wd.mu);
     pthread_mutex_unlock(&c->mu);
@@ -604,14 +585,7 @@ static void registry_remove(hilock_client *c) {
 
 /* The watchdog's condition variables: wake times out on CLOCK_MONOTONIC. */
 static int watchdog_conds_init(hilock__watchdog *w) {
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  if (pthread_cond_init(&w->wake, &ca) != 0) {
-    pthread_condattr_destroy(&ca);
-    return -1;
-  }
-  pthread_condattr_destroy(&ca);
+  if (hilock__cond_init(&w->wake) != 0) return -1;
   if (pthread_cond_init(&w->idle, NULL) != 0) {
     pthread_cond_destroy(&w->wake);
     return -1;
@@ -702,7 +676,7 @@ int hilock_client_new(const char *url, const hilock_options *opts,
     free(c);
     return HILOCK_ENOMEM;
   }
-  if (hilock__hub_init(&c->hub) != 0 || pool_cv_init(c) != 0) {
+  if (hilock__hub_init(&c->hub) != 0 || hilock__cond_init(&c->pool_cv) != 0) {
     watchdog_destroy(&c->wd);
     pthread_mutex_destroy(&c->hmu);
     pthread_mutex_destroy(&c->mu);
@@ -773,7 +747,7 @@ int hilock__client_new_local(const hilock_options *opts, hilock_client **out) {
     free(c);
     return HILOCK_ENOMEM;
   }
-  if (hilock__hub_init(&c->hub) != 0 || pool_cv_init(c) != 0) {
+  if (hilock__hub_init(&c->hub) != 0 || hilock__cond_init(&c->pool_cv) != 0) {
     watchdog_destroy(&c->wd);
     pthread_mutex_destroy(&c->mu);
     free(c);

@@ -22,8 +22,10 @@
  * h->reading = 2), so the release meant for it wakes it directly; when it
  * leaves, a sleeping waiter takes over; with none, the hub's thread reads
  * (h->reading = 1), and it alone connects and reconnects. A channel whose
- * last waiter left stays subscribed LINGER_MS, so repeated waits on one
- * lock cost one SUBSCRIBE.
+ * last waiter's wait ran out stays subscribed LINGER_MS, so a retried wait
+ * costs no SUBSCRIBE; one whose last waiter was woken goes once that
+ * waiter's attempt is made, so that a waiter of another process finds
+ * itself the only listener when this process releases.
  *
  * On a cluster PUBLISH reaches every node, so one connection to any master
  * serves all slots. A server that refuses SUBSCRIBE (an ACL without
@@ -65,18 +67,6 @@ typedef struct hub_chan {
   int64_t idle_ms;      /* refs 0: since when (it lingers, then goes) */
   hub_waiter *waiters; /* oldest first */
 } hub_chan;
-
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000;
-  }
-  pthread_cond_timedwait(cv, mu, &ts);
-}
 
 /* ## The hub's thread ----------------------------------------------------- */
 
@@ -278,7 +268,7 @@ static void *hub_main(void *arg) {
       pthread_mutex_lock(&h->mu);
       if (n == NULL) {
         /* Waiters sleep out their own bounds meanwhile. */
-        timed_wait(&h->idle, &h->mu, pause);
+        hilock__cond_wait_ms(&h->idle, &h->mu, pause);
         pause = pause * 2 > 1000 ? 1000 : pause * 2;
         continue;
       }
@@ -291,7 +281,7 @@ static void *hub_main(void *arg) {
     if (h->reading || h->sleepers > 0) {
       /* A waiter reads, or one asleep will: stand by. */
       if (!h->reading) hand_over(h);
-      timed_wait(&h->idle, &h->mu, 1000);
+      hilock__cond_wait_ms(&h->idle, &h->mu, 1000);
       continue;
     }
     h->reading = 1;
@@ -299,7 +289,7 @@ static void *hub_main(void *arg) {
     h->reading = 0;
     if (h->sleepers > 0) hand_over(h); /* one came while we read */
   }
-  while (h->reading) timed_wait(&h->idle, &h->mu, 100);
+  while (h->reading) hilock__cond_wait_ms(&h->idle, &h->mu, 100);
   hilock__net_free(h->net);
   h->net = NULL;
   ring_all(h);
@@ -311,22 +301,12 @@ static void *hub_main(void *arg) {
 
 /* ## Waiting ------------------------------------------------------------------ */
 
-static int cond_init(pthread_cond_t *cv) {
-  pthread_condattr_t ca;
-  int rc;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  rc = pthread_cond_init(cv, &ca);
-  pthread_condattr_destroy(&ca);
-  return rc;
-}
-
 int hilock__hub_init(hilock__hub *h) {
   memset(h, 0, sizeof(*h));
   h->efd = -1;
   h->pid = getpid();
   if (pthread_mutex_init(&h->mu, NULL) != 0) return -1;
-  if (cond_init(&h->idle) != 0) {
+  if (hilock__cond_init(&h->idle) != 0) {
     pthread_mutex_destroy(&h->mu);
     return -1;
   }
@@ -389,9 +369,10 @@ void hilock__hub_forget(hilock__hub *h) {
   h->reading = 0;
   h->sleepers = 0;
   h->lingering = 0;
+  h->settle = 0;
   if (h->efd >= 0) close(h->efd);
   h->efd = -1;
-  cond_init(&h->idle);
+  hilock__cond_init(&h->idle);
   h->pid = getpid();
 }
 
@@ -409,14 +390,19 @@ static int pop(hilock_client *c, hilock__err *e, const char *key,
 }
 
 
-static void leave(hilock__hub *h, hub_chan *ch, hub_waiter *w) {
+static void leave(hilock__hub *h, hub_chan *ch, hub_waiter *w, int woken) {
   hub_waiter **p = &ch->waiters;
   while (*p != NULL && *p != w) p = &(*p)->next;
   if (*p == w) *p = w->next;
   /* A wake-up this waiter was given and did not use goes to the next. */
   if (w->rings > 0) ring_chan(ch, 1, 0);
   if (--ch->refs == 0) {
-    ch->idle_ms = hilock__now_ms();
+    /* Woken: this process is about to hold the lock, and a waiter of
+     * another should find itself the only listener, so the channel goes
+     * (after the attempt: hilock__hub_settle). A wait that ran out lingers:
+     * the next one on the lock needs no SUBSCRIBE. */
+    ch->idle_ms = woken ? 0 : hilock__now_ms();
+    if (woken) h->settle = 1;
     if (++h->lingering > LINGER_MAX) kick(h);
   }
   /* Another waiter takes over the socket; with none left the thread reads
@@ -438,7 +424,7 @@ static void rest(hilock__hub *h, hub_waiter *w, int64_t ms) {
   if (h->reading == 1) kick(h); /* the thread reads: it hands over to us */
   w->sleeping = 1;
   h->sleepers++;
-  timed_wait(&w->cv, &h->mu, ms);
+  hilock__cond_wait_ms(&w->cv, &h->mu, ms);
   h->sleepers--;
   w->sleeping = 0;
 }
@@ -481,7 +467,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
     h->lingering--; /* waited on again */
   }
   memset(&w, 0, sizeof(w));
-  cond_init(&w.cv);
+  hilock__cond_init(&w.cv);
   {
     hub_waiter **p = &ch->waiters;
     while (*p != NULL) p = &(*p)->next;
@@ -517,6 +503,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
     if (w.retry) break; /* no wake-up: the caller tries again */
     if (w.rings == 2) {
       /* The only process listening: no other waits on this wake-up. */
+      w.rings = 0;
       *woken = 1;
       break;
     }
@@ -561,8 +548,18 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   if (rc == HILOCK_OK && !*woken && h->disabled) rc = HILOCK__HUB_OFF;
 out:
   if (counted) hilock__waiting_add(c, -1, 1);
-  leave(h, ch, &w);
+  leave(h, ch, &w, *woken);
   pthread_mutex_unlock(&h->mu);
   pthread_cond_destroy(&w.cv);
   return rc;
+}
+
+void hilock__hub_settle(hilock_client *c) {
+  hilock__hub *h = &c->hub;
+  if (!__atomic_load_n(&h->settle, __ATOMIC_RELAXED)) return;
+  pthread_mutex_lock(&h->mu);
+  h->settle = 0;
+  if (h->reading == 0 && h->sleepers == 0) pthread_cond_broadcast(&h->idle);
+  else kick(h); /* whoever reads sends the UNSUBSCRIBE */
+  pthread_mutex_unlock(&h->mu);
 }

@@ -237,6 +237,7 @@ typedef struct hilock__hub {
   int reading;  /* who reads the socket now: 0 none, 1 the thread, 2 a waiter */
   int sleepers; /* waiters asleep, ready to take a turn at the socket */
   int lingering; /* channels nobody waits on, still subscribed */
+  int settle;    /* a channel to give up once the attempt is made */
   pid_t pid;
   struct hub_chan *chans;
   hilock__net *net; /* the subscriber connection */
@@ -476,6 +477,9 @@ int hilock__hub_init(hilock__hub *h);
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
                      size_t keylen, int64_t bound_ms, int64_t tried_us,
                      int *woken);
+/* After an acquire's attempts: give up the channels whose last waiter
+ * was woken (off the path between the wake-up and the grant). */
+void hilock__hub_settle(hilock_client *c);
 /* Stop the thread for good (the client closes). */
 void hilock__hub_stop(hilock_client *c);
 void hilock__hub_destroy(hilock__hub *h);
@@ -633,6 +637,11 @@ int hilock__token(char out[HILOCK__TOKEN_LEN + 1], hilock__err *e);
 /* CLOCK_MONOTONIC in ms and us. */
 int64_t hilock__now_ms(void);
 int64_t hilock__now_us(void);
+/* A condition variable timed on CLOCK_MONOTONIC, and a wait of up to ms on
+ * one (mu held; spurious wake-ups possible, as with every wait). */
+int hilock__cond_init(pthread_cond_t *cv);
+void hilock__cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu,
+                          int64_t ms);
 void hilock__sleep_ms(int64_t ms);
 /* Uniform random in [lo, hi] (not for secrets). */
 int64_t hilock__jitter(int64_t lo, int64_t hi);

@@ -1,4 +1,5 @@
-/* Owner tokens, monotonic clocks, backoff jitter, names and keys. */
+/* Owner tokens, monotonic clocks and timed waits, backoff jitter, names and
+ * keys. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -124,4 +125,27 @@ int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
   if (client->closed)
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   return HILOCK_OK;
+}
+
+int hilock__cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  int rc;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  rc = pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return rc;
+}
+
+void hilock__cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu,
+                          int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  pthread_cond_timedwait(cv, mu, &ts);
 }

@@ -700,11 +700,18 @@ static void reader_gets_in_under_a_writer_stream(void **state) {
     }
   }
   stop = 1;
-  for (int i = 0; i < N; i++) {
-    pthread_join(t[i], NULL);
-    assert_int_equal(ws[i].errors, 0);
-    assert_true(ws[i].grants >= 3);
-    hilock_rwlock_free(ws[i].rw);
+  {
+    /* The stream ran: writes went on all along. (Which writer wins each
+     * round is not promised: the plain read-write lock lets a releasing
+     * writer take it straight back.) */
+    int grants = 0;
+    for (int i = 0; i < N; i++) {
+      pthread_join(t[i], NULL);
+      assert_int_equal(ws[i].errors, 0);
+      grants += ws[i].grants;
+      hilock_rwlock_free(ws[i].rw);
+    }
+    assert_true(grants >= 6);
   }
   print_message("      reader's mean wait under a stream of %d writers "
                 "(30 ms holds): %" PRId64 " ms\n", N, total / 5);
