@@ -397,11 +397,11 @@ static void leave(hilock__hub *h, hub_chan *ch, hub_waiter *w, int woken) {
   /* A wake-up this waiter was given and did not use goes to the next. */
   if (w->rings > 0) ring_chan(ch, 1, 0);
   if (--ch->refs == 0) {
-    /* Woken: this process is about to hold the lock, and a waiter of
-     * another should find itself the only listener, so the channel goes
-     * (after the attempt: hilock__hub_settle). A wait that ran out lingers:
-     * the next one on the lock needs no SUBSCRIBE. */
-    ch->idle_ms = woken ? 0 : hilock__now_ms();
+    /* It lingers: the next wait on the lock needs no SUBSCRIBE. Woken, it
+     * goes once the acquire is over (hilock__hub_settle): this process
+     * then holds the lock, and a waiter of another should find itself the
+     * only listener. */
+    ch->idle_ms = hilock__now_ms();
     if (woken) h->settle = 1;
     if (++h->lingering > LINGER_MAX) kick(h);
   }
@@ -554,12 +554,17 @@ out:
   return rc;
 }
 
-void hilock__hub_settle(hilock_client *c) {
+void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen) {
   hilock__hub *h = &c->hub;
+  hub_chan *ch;
   if (!__atomic_load_n(&h->settle, __ATOMIC_RELAXED)) return;
   pthread_mutex_lock(&h->mu);
   h->settle = 0;
-  if (h->reading == 0 && h->sleepers == 0) pthread_cond_broadcast(&h->idle);
-  else kick(h); /* whoever reads sends the UNSUBSCRIBE */
+  ch = find(h, key, keylen);
+  if (ch != NULL && ch->refs == 0) {
+    ch->idle_ms = 0; /* due now */
+    if (h->reading == 0 && h->sleepers == 0) pthread_cond_broadcast(&h->idle);
+    else kick(h); /* whoever reads sends the UNSUBSCRIBE */
+  }
   pthread_mutex_unlock(&h->mu);
 }

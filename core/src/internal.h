@@ -477,9 +477,9 @@ int hilock__hub_init(hilock__hub *h);
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
                      size_t keylen, int64_t bound_ms, int64_t tried_us,
                      int *woken);
-/* After an acquire's attempts: give up the channels whose last waiter
- * was woken (off the path between the wake-up and the grant). */
-void hilock__hub_settle(hilock_client *c);
+/* After an acquire whose last wait was woken: give up the wake list's
+ * channel if nobody waits on it (off the path from wake-up to grant). */
+void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen);
 /* Stop the thread for good (the client closes). */
 void hilock__hub_stop(hilock_client *c);
 void hilock__hub_destroy(hilock__hub *h);

@@ -211,7 +211,7 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
     rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, tried_us, &woken);
     if (rc != HILOCK_OK) break;
   }
-  if (woken) hilock__hub_settle(c);
+  if (woken) hilock__hub_settle(c, *wkey, *wkeylen);
   hilock__call_end(outer);
   return rc;
 }
