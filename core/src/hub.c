@@ -369,7 +369,7 @@ void hilock__hub_forget(hilock__hub *h) {
   h->reading = 0;
   h->sleepers = 0;
   h->lingering = 0;
-  h->settle = 0;
+  __atomic_store_n(&h->settle, 0, __ATOMIC_RELAXED);
   if (h->efd >= 0) close(h->efd);
   h->efd = -1;
   hilock__cond_init(&h->idle);
@@ -402,7 +402,7 @@ static void leave(hilock__hub *h, hub_chan *ch, hub_waiter *w, int woken) {
      * then holds the lock, and a waiter of another should find itself the
      * only listener. */
     ch->idle_ms = hilock__now_ms();
-    if (woken) h->settle = 1;
+    if (woken) __atomic_store_n(&h->settle, 1, __ATOMIC_RELAXED);
     if (++h->lingering > LINGER_MAX) kick(h);
   }
   /* Another waiter takes over the socket; with none left the thread reads
@@ -559,7 +559,7 @@ void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen) {
   hub_chan *ch;
   if (!__atomic_load_n(&h->settle, __ATOMIC_RELAXED)) return;
   pthread_mutex_lock(&h->mu);
-  h->settle = 0;
+  __atomic_store_n(&h->settle, 0, __ATOMIC_RELAXED);
   ch = find(h, key, keylen);
   if (ch != NULL && ch->refs == 0) {
     ch->idle_ms = 0; /* due now */
