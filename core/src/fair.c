@@ -142,8 +142,12 @@ static int attempt(void *arg, int64_t *bound) {
   } else {
     int64_t pttl = r->element[1]->integer;
     int head = r->elements > 3 && r->element[3]->integer == 0;
+    /* The head watches the holder's TTL; one that ends within this
+     * millisecond (PTTL 0) is re-checked in 1 ms, not a heartbeat slice
+     * later. -1: no expiry, nothing to watch. */
+    int64_t watch = !head || pttl == -1 ? 0 : pttl < 1 ? 1 : pttl;
     *bound = hilock__beat_bound(__atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED),
-                                head ? pttl : 0);
+                                watch);
     rc = HILOCK_BUSY;
   }
   freeReplyObject(r);

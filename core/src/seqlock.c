@@ -165,9 +165,12 @@ static int attempt(void *arg, int64_t *bound) {
     h->ownerlen = HILOCK__TOKEN_LEN;
     rc = hilock__hold_granted(h, start, (uint64_t)r->element[1]->integer);
   } else {
+    /* Until the predecessor's session ends; one ending within this
+     * millisecond is re-checked in 1 ms, not a heartbeat slice later. */
+    int64_t watch = r->element[1]->integer;
     *bound = hilock__beat_bound(
         __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED),
-        r->element[1]->integer);
+        watch < 1 ? 1 : watch);
     rc = HILOCK_BUSY;
   }
   freeReplyObject(r);

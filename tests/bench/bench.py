@@ -6,7 +6,10 @@ lock, in a loop, against one private redis-server:
 
   (a) floor              bench_c floor: hiredis SET NX PX + EVALSHA release
   (b) hilock C           bench_c hilock: try_acquire + release
-  (c) hilock Python      hilock.Client(url).lock(...)
+  (b2) the same with auto-renew (bench_c renew): what registering each hold
+      with the renewal thread costs
+  (c) hilock Python      hilock.Client(url).lock(...) (auto-renew on)
+  (c2) the same with auto_renew=False
   (d) redis-py           redis.Redis(...).lock(...)
   (e) python-redis-lock  redis_lock.Lock(conn, ...)
   (f) pottery            pottery.Redlock with a single master
@@ -172,12 +175,12 @@ def granted(ok: bool, who: str) -> None:
         raise RuntimeError(f"{who}: an uncontended acquire was not granted")
 
 
-def make_hilock(url: str) -> Callable[[], None]:
+def make_hilock(url: str, auto_renew: bool = True) -> Callable[[], None]:
     try:
         import hilock
     except ImportError:
         raise Skip("skipped (hilock Python package not installed)") from None
-    lk = hilock.Client(url).lock("bench", ttl=30)
+    lk = hilock.Client(url).lock("bench", ttl=30, auto_renew=auto_renew)
 
     def cycle() -> None:
         granted(lk.acquire(blocking=False), "hilock")
@@ -271,7 +274,10 @@ def main() -> int:
     contestants: List[Contestant] = [
         CBench("floor", "(a) floor: hiredis SET NX PX + EVALSHA", "floor", binary),
         CBench("hilock_c", "(b) hilock C", "hilock", binary),
-        PyBench("hilock_py", "(c) hilock Python", make_hilock),
+        CBench("hilock_c_renew", "(b2) hilock C, auto-renew", "renew", binary),
+        PyBench("hilock_py", "(c) hilock Python (auto-renew, the default)", make_hilock),
+        PyBench("hilock_py_norenew", "(c2) hilock Python, auto_renew=False",
+                lambda url: make_hilock(url, auto_renew=False)),
         PyBench("redis_py", "(d) redis-py Lock", make_redis_py),
         PyBench("python_redis_lock", "(e) python-redis-lock", make_python_redis_lock),
         PyBench("pottery", "(f) pottery Redlock, 1 master", make_pottery),
@@ -343,6 +349,14 @@ def main() -> int:
     print(f"| j8/a: hilock C multi-key, 8 names / floor | {fmt_ratio(ratios['j8/a'])} |")
     print(f"| kr/a: read-write lock C, read side / floor | {fmt_ratio(ratios['kr/a'])} |")
     print(f"| kw/a: read-write lock C, write side / floor | {fmt_ratio(ratios['kw/a'])} |")
+
+    def cost(on: str, off: str) -> str:
+        if not by.get(on) or not by.get(off):
+            return "n/a"
+        return f"{1e6 / by[on] - 1e6 / by[off]:+.1f} µs"
+    print("\n| auto-renew: what it adds to a cycle | µs |\n|---|---:|")
+    print(f"| C: b2 - b | {cost('hilock_c_renew', 'hilock_c')} |")
+    print(f"| Python: c - c2 | {cost('hilock_py', 'hilock_py_norenew')} |")
     versions = {d: version(d) for d in ("hilock", "redis", "python-redis-lock", "pottery")}
     if "hilock" in sys.modules:  # importable without being pip-installed
         versions["hilock"] = getattr(sys.modules["hilock"], "__version__", versions["hilock"])

@@ -184,7 +184,7 @@ static int run(int (*cycle)(void *), void *arg, long max_cycles, double max_s,
 
 static int usage(const char *prog) {
   fprintf(stderr,
-          "usage: %s floor|hilock|semaphore|fair|seglock|multi2|multi8|rwread|"
+          "usage: %s floor|hilock|renew|semaphore|fair|seglock|multi2|multi8|rwread|"
           "rwwrite [url] "
           "[seconds | Nc]\n",
           prog);
@@ -224,10 +224,17 @@ int main(int argc, char **argv) {
     if (floor_open(&f, url) != 0) goto out;
     cycle = floor_cycle;
     arg = &f;
-  } else if (strcmp(mode, "hilock") == 0) {
+  } else if (strcmp(mode, "hilock") == 0 || strcmp(mode, "renew") == 0) {
     if (client_connect(url, &c) != HILOCK_OK) goto out;
     if (hilock_lock_new(c, "bench:c", 7, 30000, &lk) != HILOCK_OK) {
       fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
+      goto out;
+    }
+    /* renew: every hold is registered with the renewal thread (and
+     * cancelled at release, long before its first renewal). */
+    if (mode[0] == 'r' &&
+        hilock_lock_set_auto_renew(lk, 1, 0, NULL, NULL) != HILOCK_OK) {
+      fprintf(stderr, "auto-renew: %s\n", hilock_lock_errmsg(lk));
       goto out;
     }
     cycle = hilock_cycle;
