@@ -211,14 +211,14 @@ int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
 void hilock__pool_counted(hilock_client *c, hilock__conn *k, int *open) {
   k->open = open;
   k->client = c;
-  k->pid = getpid();
+  k->pid = hilock__pid();
 }
 
 void hilock__pool_uncount(hilock__conn *k) {
   hilock_client *c = k->client;
   if (k->open == NULL) return;
   /* A forked child does not count its parent's connections. */
-  if (k->pid == getpid()) {
+  if (k->pid == hilock__pid()) {
     pthread_mutex_lock(&c->mu);
     (*k->open)--;
     pthread_cond_signal(&c->pool_cv);
@@ -273,11 +273,11 @@ int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
                                     out, fresh);
   deadline = hilock__budget(c->opts.reconnect_ms);
   pthread_mutex_lock(&c->mu);
-  if (c->pid != getpid()) {
+  if (c->pid != hilock__pid()) {
     /* Forked: the pooled sockets are the parent's. Close our copies (no
      * bytes are sent) and start afresh. */
     stale = take_idle(c);
-    c->pid = getpid();
+    c->pid = hilock__pid();
   }
   rc = hilock__pool_take(c, e, &c->idle, &c->nidle, &c->nopen, deadline, &k);
   pthread_mutex_unlock(&c->mu);
@@ -315,7 +315,7 @@ void hilock__pool_put(hilock_client *c, hilock__conn *k) {
   int *nidle = k->node ? &k->node->nidle : &c->nidle;
   int *open = k->node ? &k->node->nopen : &c->nopen;
   pthread_mutex_lock(&c->mu);
-  if (!c->closed && c->pid == getpid() && *nidle < c->opts.max_idle &&
+  if (!c->closed && c->pid == hilock__pid() && *nidle < c->opts.max_idle &&
       (k->open != NULL || c->opts.max_connections <= 0 ||
        *open < c->opts.max_connections)) {
     /* One opened outside the pool (the first, a wait's own) joins it. */
@@ -563,6 +563,9 @@ static void after_fork_child(void) {
 }
 
 static void install_atfork(void) {
+  /* The pid cache's handler first: child handlers run in the order they
+   * were installed, so ours below already see the child's pid. */
+  (void)hilock__pid();
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
@@ -686,7 +689,7 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   pthread_once(&atfork_once, install_atfork);
   registry_add(c);
   c->refs = 1;
-  c->pid = getpid();
+  c->pid = hilock__pid();
   hilock_options_init(&c->opts);
   *out = c;
   if (opts != NULL) {
@@ -756,7 +759,7 @@ int hilock__client_new_local(const hilock_options *opts, hilock_client **out) {
   pthread_once(&atfork_once, install_atfork);
   registry_add(c);
   c->refs = 1;
-  c->pid = getpid();
+  c->pid = hilock__pid();
   hilock_options_init(&c->opts);
   *out = c;
   if (opts != NULL) {

@@ -82,10 +82,10 @@ int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
   int64_t deadline = hilock__budget(c->opts.reconnect_ms);
 again:
   lock_client(c);
-  if (c->pid != getpid()) {
+  if (c->pid != hilock__pid()) {
     /* Forked: the pooled sockets are the parent's. */
     stale = hilock__pool_detach(c);
-    c->pid = getpid();
+    c->pid = hilock__pid();
   }
   rc = hilock__pool_take(c, e, &node->idle, &node->nidle, &node->nopen,
                          deadline, &k);
@@ -325,14 +325,14 @@ int hilock__cluster_refresh(hilock_client *c, hilock__err *e,
   hilock__cluster *cl = c->cl;
   int rc;
   lock_client(c);
-  if ((cl->refreshing && cl->refresh_pid == getpid()) ||
+  if ((cl->refreshing && cl->refresh_pid == hilock__pid()) ||
       hilock__now_ms() - cl->refreshed_ms < REFRESH_MIN_MS) {
     /* Another thread is reading it, or it is fresh. */
     unlock_client(c);
     return HILOCK_OK;
   }
   cl->refreshing = 1;
-  cl->refresh_pid = getpid();
+  cl->refresh_pid = hilock__pid();
   unlock_client(c);
   rc = read_map(c, e, avoid);
   lock_client(c);

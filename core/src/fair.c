@@ -159,7 +159,7 @@ static int attempt(void *arg, int64_t *bound) {
 static int begin(hilock_fair_lock *fl, int queue) {
   hilock__hold *h = &fl->h;
   int rc;
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EINVAL,
                            "this handle already holds the lock; release it "
                            "first (the lock is not reentrant)");
@@ -293,7 +293,7 @@ int hilock_fair_lock_lost(const hilock_fair_lock *fl) {
 }
 
 int64_t hilock_fair_lock_validity_ms(const hilock_fair_lock *fl) {
-  if (fl == NULL || fl->h.pid != getpid()) return 0;
+  if (fl == NULL || fl->h.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&fl->h);
 }
 

@@ -64,7 +64,7 @@ void hilock__holds_close(hilock_client *c) {
   hilock__watchdog *w = &c->wd;
   hilock__hold **all = NULL, *h;
   int n = 0, cap = 0, i;
-  pid_t me = getpid();
+  pid_t me = hilock__pid();
   int64_t deadline;
 
   pthread_mutex_lock(&w->mu);
@@ -128,7 +128,7 @@ int hilock__hold_check(hilock__hold *h, const char *verb) {
   if (!hilock__client_usable(h->client))
     return hilock__set_err(&h->err, HILOCK_ECLOSED, "%s: client is closed",
                            verb);
-  if (h->held && h->pid != getpid())
+  if (h->held && h->pid != hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EFORKED,
                            "%s: the lock was acquired by process %d; a forked "
                            "child holds nothing",
@@ -147,7 +147,7 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   h->held = 1;
   h->lost = 0;
   h->close_lost = 0;
-  h->pid = getpid();
+  h->pid = hilock__pid();
   h->fence = fence;
   h->valid_until_us =
       h->ttl_ms > 0 ? start_us + h->ttl_ms * 1000 - drift_us(h->ttl_ms) : 0;
@@ -291,7 +291,7 @@ int hilock__hold_owned(hilock__hold *h, int *owned) {
   *owned = 0;
   if (!hilock__client_usable(h->client))
     return hilock__set_err(&h->err, HILOCK_ECLOSED, "owned: client is closed");
-  if (!h->held || h->pid != getpid()) return HILOCK_OK;
+  if (!h->held || h->pid != hilock__pid()) return HILOCK_OK;
   rc = hilock__command(h->client, &h->err, 2, argv, lens, &r);
   if (rc != HILOCK_OK) return rc;
   if (r->type == REDIS_REPLY_STRING && r->len == h->ownerlen &&
@@ -319,7 +319,7 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
   h->max_hold_ms = max_hold_ms;
   h->lost_fn = on_lost;
   h->lost_arg = arg;
-  if (enable && h->held && h->pid == getpid() && !hilock__hold_is_lost(h))
+  if (enable && h->held && h->pid == hilock__pid() && !hilock__hold_is_lost(h))
     rc = hilock__renewal_register(h);
   pthread_mutex_unlock(&h->client->hmu);
   return rc;
@@ -331,7 +331,7 @@ int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
   int rc;
   int64_t outer = hilock__call_lift(); /* never left half done */
   h->held = 1;
-  h->pid = getpid();
+  h->pid = hilock__pid();
   rc = release(arg);
   hilock__call_end(outer);
   hilock__hold_drop(h);

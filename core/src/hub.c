@@ -304,7 +304,7 @@ static void *hub_main(void *arg) {
 int hilock__hub_init(hilock__hub *h) {
   memset(h, 0, sizeof(*h));
   h->efd = -1;
-  h->pid = getpid();
+  h->pid = hilock__pid();
   if (pthread_mutex_init(&h->mu, NULL) != 0) return -1;
   if (hilock__cond_init(&h->idle) != 0) {
     pthread_mutex_destroy(&h->mu);
@@ -330,7 +330,7 @@ void hilock__hub_stop(hilock_client *c) {
   hilock__hub *h = &c->hub;
   int join;
   pthread_mutex_lock(&h->mu);
-  join = h->running && h->pid == getpid();
+  join = h->running && h->pid == hilock__pid();
   h->stop = 1;
   kick(h);
   pthread_cond_broadcast(&h->idle);

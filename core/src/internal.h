@@ -120,6 +120,11 @@ typedef struct hilock__net {
   int err;            /* HILOCK__NET_* */
   char errstr[200];
   int64_t timeout_ms; /* bound of each blocking wait; <= 0: none */
+  /* A plain socket is blocking once connected (one recv waits for a
+   * reply, no poll first); non-blocking I/O then passes MSG_DONTWAIT.
+   * rcvtimeo_ms: the SO_RCVTIMEO in force (-1: not set yet). */
+  int blocking;
+  int64_t rcvtimeo_ms;
   int state;          /* 0 ready, 1 TCP connecting, 2 TLS handshake */
   redisReader *reader;
   size_t inbytes;     /* bytes fed since the last complete reply */
@@ -637,6 +642,8 @@ int hilock__token(char out[HILOCK__TOKEN_LEN + 1], hilock__err *e);
 /* CLOCK_MONOTONIC in ms and us. */
 int64_t hilock__now_ms(void);
 int64_t hilock__now_us(void);
+/* This process's id, without a system call (reset in a forked child). */
+pid_t hilock__pid(void);
 /* A condition variable timed on CLOCK_MONOTONIC, and a wait of up to ms on
  * one (mu held; spurious wake-ups possible, as with every wait). */
 int hilock__cond_init(pthread_cond_t *cv);

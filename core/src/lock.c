@@ -103,7 +103,7 @@ static int attempt(void *arg, int64_t *pttl) {
   int64_t start;
   int rc;
 
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EINVAL,
                            "this handle already holds the lock; release it "
                            "first (the lock is not reentrant)");
@@ -226,7 +226,7 @@ int hilock_lock_force_release(hilock_lock *l, int *deleted) {
   if (deleted != NULL)
     *deleted = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
   freeReplyObject(r);
-  if (l->h.pid == getpid()) hilock__hold_drop(&l->h);
+  if (l->h.pid == hilock__pid()) hilock__hold_drop(&l->h);
   return HILOCK_OK;
 }
 
@@ -244,7 +244,7 @@ int hilock_lock_lost(const hilock_lock *l) {
 }
 
 int64_t hilock_lock_validity_ms(const hilock_lock *l) {
-  if (l == NULL || l->h.pid != getpid()) return 0;
+  if (l == NULL || l->h.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&l->h);
 }
 

@@ -297,7 +297,7 @@ static int attempt(void *arg, int64_t *pttl) {
   int64_t start;
   int rc;
 
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EINVAL,
                            "this handle already holds the names; release "
                            "them first (the lock is not reentrant)");
@@ -490,7 +490,7 @@ int hilock_multilock_owned(hilock_multilock *m, int *owned) {
   int rc;
   if (m == NULL || owned == NULL) return HILOCK_EINVAL;
   *owned = 0;
-  if (!m->h.held || m->h.pid != getpid()) return HILOCK_OK;
+  if (!m->h.held || m->h.pid != hilock__pid()) return HILOCK_OK;
   rc = info(m, m->h.owner, m->h.ownerlen, &r);
   if (rc != HILOCK_OK) return rc;
   if (mark_missing(m, r, 1, &first) == 0) *owned = 1;
@@ -523,7 +523,7 @@ int hilock_multilock_lost(const hilock_multilock *m) {
 }
 
 int64_t hilock_multilock_validity_ms(const hilock_multilock *m) {
-  if (m == NULL || m->h.pid != getpid()) return 0;
+  if (m == NULL || m->h.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&m->h);
 }
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -224,6 +225,14 @@ static int connected(hilock__net *n) {
                             strerror(soerr));
   n->state = n->ssl != NULL ? 2 : 0;
   if (n->state == 2) return hilock__tls_handshake(n);
+  /* Plain: blocking from now on, so a reply costs one recv. */
+  {
+    int fl = fcntl(n->fd, F_GETFL);
+    if (fl >= 0 && fcntl(n->fd, F_SETFL, fl & ~O_NONBLOCK) == 0) {
+      n->blocking = 1;
+      n->rcvtimeo_ms = -1;
+    }
+  }
   return 0;
 }
 
@@ -237,7 +246,8 @@ static int write_some(hilock__net *n) {
       if (w < 0) return -1;
       if (w == 0) break;
     } else {
-      w = (long)send(n->fd, n->obuf + off, n->olen - off, MSG_NOSIGNAL);
+      w = (long)send(n->fd, n->obuf + off, n->olen - off,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -280,7 +290,7 @@ static int read_some(hilock__net *n) {
       if (feed(n, buf, (size_t)r) != 0) return -1;
       continue;
     }
-    r = (long)recv(n->fd, buf, sizeof(buf), 0);
+    r = (long)recv(n->fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (r < 0)
@@ -385,6 +395,39 @@ int hilock__net_flush(hilock__net *n) {
   return 0;
 }
 
+/* A plain blocking socket: recv until a whole reply is in, each recv
+ * bounded by SO_RCVTIMEO (the connection's timeout). */
+static int recv_reply(hilock__net *n, void **reply) {
+  char buf[READ_CHUNK];
+  if (n->rcvtimeo_ms != n->timeout_ms) {
+    int64_t ms = n->timeout_ms > 0 ? n->timeout_ms : 0;
+    struct timeval tv;
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+    if (setsockopt(n->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+      return hilock__net_fail(n, HILOCK__NET_EIO, "setsockopt: %s",
+                              strerror(errno));
+    n->rcvtimeo_ms = n->timeout_ms;
+  }
+  for (;;) {
+    long r = (long)recv(n->fd, buf, sizeof(buf), 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return hilock__net_fail(n, HILOCK__NET_ETIMEDOUT,
+                              "no reply from %s: timed out", n->where);
+    if (r < 0)
+      return hilock__net_fail(n, HILOCK__NET_EIO, "read from %s: %s",
+                              n->where, strerror(errno));
+    if (r == 0)
+      return hilock__net_fail(n, HILOCK__NET_EIO,
+                              "connection to %s closed by the server",
+                              n->where);
+    if (feed(n, buf, (size_t)r) != 0) return -1;
+    if (hilock__net_reply(n, reply) != 0) return -1;
+    if (*reply != NULL) return 0;
+  }
+}
+
 int hilock__net_get_reply(hilock__net *n, void **reply) {
   int64_t deadline;
   *reply = NULL;
@@ -394,6 +437,7 @@ int hilock__net_get_reply(hilock__net *n, void **reply) {
   /* Write at once: the socket almost always takes it all, which saves a
    * poll before the request leaves. */
   if (n->state == 0 && n->olen > 0 && write_some(n) != 0) return -1;
+  if (n->blocking && n->state == 0 && n->olen == 0) return recv_reply(n, reply);
   deadline = deadline_of(n->timeout_ms);
   for (;;) {
     if (wait_io(n, deadline, "no reply from") != 0) return -1;

@@ -155,7 +155,7 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   const hilock__url *u = &rl->node[i].url;
   hilock__net *ctx;
   hilock__addr a;
-  if (k->ctx != NULL && k->pid != getpid()) conn_drop(k, !leak_forked);
+  if (k->ctx != NULL && k->pid != hilock__pid()) conn_drop(k, !leak_forked);
   if (k->ctx != NULL && k->ctx->err) conn_drop(k, 1);
   if (k->ctx != NULL) return HILOCK_OK;
   a.path = u->unix_socket ? u->path : NULL;
@@ -172,7 +172,7 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
     return k->rc;
   }
   k->ctx = ctx;
-  k->pid = getpid();
+  k->pid = hilock__pid();
   k->fresh = 1;
   k->connecting = !hilock__net_ready(ctx);
   k->expect = k->skip = k->stale = 0;
@@ -604,8 +604,8 @@ void hilock_redlock_free(hilock_redlock *rl) {
   hilock__hold_destroy(&rl->h);
   for (int i = 0; i < NODE_MAX; i++) {
     /* A forked child's copies may be mid-use by the parent's threads. */
-    conn_drop(&rl->conn[i], rl->conn[i].pid == getpid());
-    conn_drop(&rl->rconn[i], rl->rconn[i].pid == getpid());
+    conn_drop(&rl->conn[i], rl->conn[i].pid == hilock__pid());
+    conn_drop(&rl->rconn[i], rl->rconn[i].pid == hilock__pid());
     conns_clear(&rl->conn[i], 1);
     conns_clear(&rl->rconn[i], 1);
     hilock__url_clear(&rl->node[i].url);
@@ -662,7 +662,7 @@ static int attempt(hilock_redlock *rl) {
   int64_t start, drift = hilock__hold_drift_us(h->ttl_ms);
   rl_goal goal = {rl->quorum, is_grant, 0};
 
-  if (h->held && h->pid == getpid() && hilock__hold_validity_ms(h) > 0)
+  if (h->held && h->pid == hilock__pid() && hilock__hold_validity_ms(h) > 0)
     return fail(rl, HILOCK_EINVAL,
                 "this handle already holds the lock; release it first (the "
                 "lock is not reentrant)");
@@ -956,7 +956,7 @@ int hilock_redlock_owned(hilock_redlock *rl, int *owned) {
   int rc = HILOCK_OK;
   if (rl == NULL || owned == NULL) return HILOCK_EINVAL;
   *owned = 0;
-  if (!rl->h.held || rl->h.pid != getpid()) return HILOCK_OK;
+  if (!rl->h.held || rl->h.pid != hilock__pid()) return HILOCK_OK;
   {
     const char *argv[2] = {"GET", rl->key};
     size_t lens[2] = {3, rl->keylen};
@@ -1048,7 +1048,7 @@ int hilock_redlock_lost(const hilock_redlock *rl) {
 }
 
 int64_t hilock_redlock_validity_ms(const hilock_redlock *rl) {
-  if (rl == NULL || rl->h.pid != getpid()) return 0;
+  if (rl == NULL || rl->h.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&rl->h);
 }
 

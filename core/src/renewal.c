@@ -693,7 +693,7 @@ void hilock__renewal_cancel(hilock__hold *h) {
   pthread_mutex_lock(&w->mu);
   /* A forked child: a grant of the parent's may still be marked in a batch
    * (its loss callback ran at fork time), and no thread here will clear it. */
-  if (h->pid != getpid()) h->ren.in_batch = h->closing = 0;
+  if (h->pid != hilock__pid()) h->ren.in_batch = h->closing = 0;
   /* Wait out a renewal batch, and a closing client releasing this grant. */
   while ((h->ren.in_batch && !on_watchdog(w)) ||
          (h->closing && !hilock__client_usable(h->client) &&

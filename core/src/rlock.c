@@ -181,7 +181,7 @@ int hilock_rlock_release(hilock_rlock *rl) {
   if (rl == NULL) return HILOCK_EINVAL;
   ownerlen = owner_of(rl, owner, sizeof(owner));
   pthread_mutex_lock(rl->mu);
-  if (rl->h.held && rl->h.pid != getpid()) {
+  if (rl->h.held && rl->h.pid != hilock__pid()) {
     rc = hilock__hold_check(&rl->h, "release");
     pthread_mutex_unlock(rl->mu);
     return rc;
@@ -280,7 +280,7 @@ int hilock_rlock_lost(const hilock_rlock *rl) {
 }
 
 int64_t hilock_rlock_validity_ms(const hilock_rlock *rl) {
-  if (rl == NULL || rl->h.pid != getpid()) return 0;
+  if (rl == NULL || rl->h.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&rl->h);
 }
 

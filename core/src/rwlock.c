@@ -74,7 +74,7 @@ static int set_err(hilock_rwlock *rw, int code, const char *msg) {
 /* The calling thread's read hold in this process; call with mu held. */
 static rw_reader *find_reader(hilock_rwlock *rw) {
   long tid = this_tid();
-  pid_t pid = getpid();
+  pid_t pid = hilock__pid();
   for (rw_reader *r = rw->readers; r != NULL; r = r->next)
     if (r->tid == tid && r->h.pid == pid) return r;
   return NULL;
@@ -83,7 +83,7 @@ static rw_reader *find_reader(hilock_rwlock *rw) {
 /* A read hold granted in another process (we are a forked child); call
  * with mu held. */
 static rw_reader *parents_reader(hilock_rwlock *rw) {
-  pid_t pid = getpid();
+  pid_t pid = hilock__pid();
   for (rw_reader *r = rw->readers; r != NULL; r = r->next)
     if (r->h.held && r->h.pid != pid) return r;
   return NULL;
@@ -584,7 +584,7 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
   if (rw == NULL) return HILOCK_EINVAL;
   ownerlen = owner_of(rw, owner);
   pthread_mutex_lock(rw->mu);
-  if (rw->w.held && rw->w.pid != getpid()) {
+  if (rw->w.held && rw->w.pid != hilock__pid()) {
     rc = hilock__hold_check(&rw->w, "release");
     rw->err = rw->w.err;
     pthread_mutex_unlock(rw->mu);
@@ -690,7 +690,7 @@ int hilock_rwlock_read_set_auto_renew(hilock_rwlock *rw, int enable,
                                       int64_t max_hold_ms,
                                       hilock_lost_fn on_lost, void *arg) {
   int rc = HILOCK_OK;
-  pid_t pid = getpid();
+  pid_t pid = hilock__pid();
   if (rw == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
   pthread_mutex_lock(rw->mu);
   rw->r_auto_renew = enable != 0;
@@ -725,7 +725,7 @@ int hilock_rwlock_write_set_auto_renew(hilock_rwlock *rw, int enable,
   rw->w.max_hold_ms = max_hold_ms;
   rw->w.lost_fn = on_lost;
   rw->w.lost_arg = arg;
-  if (enable && rw->w.held && rw->w.pid == getpid() &&
+  if (enable && rw->w.held && rw->w.pid == hilock__pid() &&
       !hilock__hold_is_lost(&rw->w)) {
     rc = hilock__renewal_register(&rw->w);
     if (rc != HILOCK_OK) rw->err = rw->w.err;
@@ -761,7 +761,7 @@ int hilock_rwlock_write_lost(const hilock_rwlock *rw) {
 }
 
 int64_t hilock_rwlock_write_validity_ms(const hilock_rwlock *rw) {
-  if (rw == NULL || rw->w.pid != getpid()) return 0;
+  if (rw == NULL || rw->w.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&rw->w);
 }
 

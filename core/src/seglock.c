@@ -147,7 +147,7 @@ static int attempt(void *arg, int64_t *pttl) {
   int64_t start;
   int rc;
 
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EINVAL,
                            "this handle already holds segment %d; release it "
                            "first (one handle holds one segment)",
@@ -562,7 +562,7 @@ int hilock_seglock_lost(const hilock_seglock *s) {
 }
 
 int64_t hilock_seglock_validity_ms(const hilock_seglock *s) {
-  if (s == NULL || s->h.pid != getpid()) return 0;
+  if (s == NULL || s->h.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&s->h);
 }
 

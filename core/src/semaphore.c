@@ -118,7 +118,7 @@ static int attempt(void *arg, int64_t *pttl) {
   int64_t start;
   int rc;
 
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EINVAL,
                            "this handle already holds a permit; release it "
                            "first (one handle holds one permit)");
@@ -289,7 +289,7 @@ int hilock_semaphore_owned(hilock_semaphore *s, int *owned) {
   int rc;
   if (s == NULL || owned == NULL) return HILOCK_EINVAL;
   *owned = 0;
-  if (!s->h.held || s->h.pid != getpid()) return HILOCK_OK;
+  if (!s->h.held || s->h.pid != hilock__pid()) return HILOCK_OK;
   rc = info(s, s->h.owner, s->h.ownerlen, v);
   if (rc != HILOCK_OK) return rc;
   if (v[3] > 0) *owned = 1;
@@ -354,7 +354,7 @@ int hilock_semaphore_set_auto_renew(hilock_semaphore *s, int enable,
   s->h.max_hold_ms = max_hold_ms;
   s->h.lost_fn = on_lost;
   s->h.lost_arg = arg;
-  if (enable && s->h.held && s->h.pid == getpid() &&
+  if (enable && s->h.held && s->h.pid == hilock__pid() &&
       !hilock__hold_is_lost(&s->h))
     return hilock__renewal_register(&s->h);
   return HILOCK_OK;
@@ -365,7 +365,7 @@ int hilock_semaphore_lost(const hilock_semaphore *s) {
 }
 
 int64_t hilock_semaphore_validity_ms(const hilock_semaphore *s) {
-  if (s == NULL || s->h.pid != getpid()) return 0;
+  if (s == NULL || s->h.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&s->h);
 }
 

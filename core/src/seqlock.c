@@ -182,7 +182,7 @@ static int attempt(void *arg, int64_t *bound) {
 static int begin(hilock_seqlock *sl, int queue) {
   hilock__hold *h = &sl->h;
   int rc;
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == getpid())
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EINVAL,
                            "this handle already holds the lock; release it "
                            "first (the lock is not reentrant)");
@@ -295,7 +295,7 @@ int hilock_seqlock_owned(hilock_seqlock *sl, int *owned) {
   if (sl == NULL || owned == NULL) return HILOCK_EINVAL;
   h = &sl->h;
   *owned = 0;
-  if (!h->held || h->pid != getpid()) return HILOCK_OK;
+  if (!h->held || h->pid != hilock__pid()) return HILOCK_OK;
   rc = run(sl, &h->err, "owned", h->owner, h->ownerlen, 0, NULL, &r);
   if (rc != HILOCK_OK) return rc;
   if (!int_array(r, 1))
@@ -374,7 +374,7 @@ int hilock_seqlock_lost(const hilock_seqlock *sl) {
 }
 
 int64_t hilock_seqlock_validity_ms(const hilock_seqlock *sl) {
-  if (sl == NULL || sl->h.pid != getpid()) return 0;
+  if (sl == NULL || sl->h.pid != hilock__pid()) return 0;
   return hilock__hold_validity_ms(&sl->h);
 }
 

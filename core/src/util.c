@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -148,4 +149,26 @@ void hilock__cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu,
     ts.tv_nsec -= 1000000000;
   }
   pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* getpid() is a system call on every glibc since 2.25; hot paths compare
+ * owners' pids on every call. The cache is cleared in a forked child (by a
+ * fork handler installed before the first value is kept). */
+static pid_t cached_pid;
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+
+static void pid_forked(void) {
+  __atomic_store_n(&cached_pid, 0, __ATOMIC_RELAXED);
+}
+
+static void pid_install(void) { pthread_atfork(NULL, NULL, pid_forked); }
+
+pid_t hilock__pid(void) {
+  pid_t p = __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
+  if (p == 0) {
+    pthread_once(&pid_once, pid_install);
+    p = getpid();
+    __atomic_store_n(&cached_pid, p, __ATOMIC_RELAXED);
+  }
+  return p;
 }
