@@ -276,21 +276,13 @@ static int feed(hilock__net *n, const char *buf, size_t len) {
   return 0;
 }
 
-/* Read what has arrived. A plain socket is read once (poll reports the
- * rest); TLS is read until it wants more from the socket, since plaintext
- * buffered inside OpenSSL is invisible to poll. */
-static int read_some(hilock__net *n) {
+/* One recv on a plain socket, fed to the reader: 1 if bytes came, 0 if
+ * none (EAGAIN: nothing there without waiting, or SO_RCVTIMEO ran out), -1
+ * on an error (the connection is failed). */
+static int plain_recv(hilock__net *n, int flags) {
   char buf[READ_CHUNK];
   for (;;) {
-    long r;
-    if (n->ssl != NULL) {
-      r = hilock__tls_read(n, buf, sizeof(buf));
-      if (r < 0) return -1;
-      if (r == 0) return 0;
-      if (feed(n, buf, (size_t)r) != 0) return -1;
-      continue;
-    }
-    r = (long)recv(n->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    long r = (long)recv(n->fd, buf, sizeof(buf), flags);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (r < 0)
@@ -300,7 +292,21 @@ static int read_some(hilock__net *n) {
       return hilock__net_fail(n, HILOCK__NET_EIO,
                               "connection to %s closed by the server",
                               n->where);
-    return feed(n, buf, (size_t)r);
+    return feed(n, buf, (size_t)r) != 0 ? -1 : 1;
+  }
+}
+
+/* Read what has arrived. A plain socket is read once (poll reports the
+ * rest); TLS is read until it wants more from the socket, since plaintext
+ * buffered inside OpenSSL is invisible to poll. */
+static int read_some(hilock__net *n) {
+  char buf[READ_CHUNK];
+  if (n->ssl == NULL) return plain_recv(n, MSG_DONTWAIT) < 0 ? -1 : 0;
+  for (;;) {
+    long r = hilock__tls_read(n, buf, sizeof(buf));
+    if (r < 0) return -1;
+    if (r == 0) return 0;
+    if (feed(n, buf, (size_t)r) != 0) return -1;
   }
 }
 
@@ -398,7 +404,6 @@ int hilock__net_flush(hilock__net *n) {
 /* A plain blocking socket: recv until a whole reply is in, each recv
  * bounded by SO_RCVTIMEO (the connection's timeout). */
 static int recv_reply(hilock__net *n, void **reply) {
-  char buf[READ_CHUNK];
   if (n->rcvtimeo_ms != n->timeout_ms) {
     int64_t ms = n->timeout_ms > 0 ? n->timeout_ms : 0;
     struct timeval tv;
@@ -410,19 +415,11 @@ static int recv_reply(hilock__net *n, void **reply) {
     n->rcvtimeo_ms = n->timeout_ms;
   }
   for (;;) {
-    long r = (long)recv(n->fd, buf, sizeof(buf), 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    int got = plain_recv(n, 0);
+    if (got < 0) return -1;
+    if (got == 0)
       return hilock__net_fail(n, HILOCK__NET_ETIMEDOUT,
                               "no reply from %s: timed out", n->where);
-    if (r < 0)
-      return hilock__net_fail(n, HILOCK__NET_EIO, "read from %s: %s",
-                              n->where, strerror(errno));
-    if (r == 0)
-      return hilock__net_fail(n, HILOCK__NET_EIO,
-                              "connection to %s closed by the server",
-                              n->where);
-    if (feed(n, buf, (size_t)r) != 0) return -1;
     if (hilock__net_reply(n, reply) != 0) return -1;
     if (*reply != NULL) return 0;
   }
