@@ -1,10 +1,22 @@
 -- Grant an exclusive lock with a fencing token.
--- KEYS[1] lock key, KEYS[2] fence counter (same hash tag)
--- ARGV[1] owner token, ARGV[2] ttl in ms ("0": no expiry)
+-- KEYS[1] lock key, KEYS[2] fence counter (same hash tag), KEYS[3] wake list
+-- (only with ARGV[3])
+-- ARGV[1] owner token, ARGV[2] ttl in ms ("0": no expiry), ARGV[3]
+-- "woken" (optional)
 -- Returns {1, fence} when granted, {0, holder's pttl} when held.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
 local cur = redis.call('GET', KEYS[1])
+-- A waiter rung by a release passes the wake list (KEYS[3]) and ARGV[3]
+-- "woken": it takes the release's wake-up here, in its attempt's round
+-- trip. None left (a waiter of another process took it): not its turn; it
+-- is told the holder's pttl, 0 if the lock is free (it looks again in 1 ms).
+-- A resend of our own grant is recognised first (below).
+if cur ~= ARGV[1] and ARGV[3] == 'woken' and
+    redis.call('LPOP', KEYS[3]) == false then
+  local pttl = redis.call('PTTL', KEYS[1])
+  return {0, pttl == -2 and 0 or pttl}
+end
 if cur == false then
   -- INCR first: if the counter key is damaged, fail before writing the lock.
   local fence = next_fence(KEYS[2])

@@ -12,7 +12,10 @@
  * listens on the server ("<n> solo"), nobody else competes for the
  * wake-up: the rung waiter tries the lock at once, a round trip sooner
  * (the wake-up it left in the list costs the next arrival one early
- * retry). The waiter subscribes before it looks at
+ * retry). A caller whose attempt takes the wake-up itself (consume: the
+ * plain lock's script pops the list before it tries) is rung straight
+ * into that attempt, saving the round trip as well. The waiter subscribes
+ * before it looks at
  * the list, so no release between its failed attempt and its sleep is
  * missed; every sleep stays bounded by the holder's TTL and the caller's
  * deadline, so a lost message (pub/sub delivers at most once) costs at most
@@ -51,7 +54,7 @@
 typedef struct hub_waiter {
   struct hub_waiter *next;
   pthread_cond_t cv;
-  int rings; /* wake-ups to try: 1 pop first, 2 (solo) try the lock */
+  int rings; /* 1: look at (pop from) the list; 2: rung solo, try; 3: rung */
   int retry; /* the hub reconnected: try the lock again */
   int sleeping; /* asleep on cv, ready to take a turn at the socket */
 } hub_waiter;
@@ -78,7 +81,7 @@ static void kick(hilock__hub *h) {
 static void ring_chan(hub_chan *ch, long long n, int solo) {
   for (hub_waiter *w = ch->waiters; w != NULL && n > 0; w = w->next) {
     if (w->rings > 0) continue;
-    w->rings = solo ? 2 : 1;
+    w->rings = solo ? 2 : 3;
     pthread_cond_signal(&w->cv);
     n--;
   }
@@ -431,7 +434,7 @@ static void rest(hilock__hub *h, hub_waiter *w, int64_t ms) {
 
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
                      size_t keylen, int64_t bound_ms, int64_t tried_us,
-                     int *woken) {
+                     int consume, int *woken) {
   hilock__hub *h = &c->hub;
   hub_chan *ch;
   hub_waiter w;
@@ -505,6 +508,12 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
       /* The only process listening: no other waits on this wake-up. */
       w.rings = 0;
       *woken = 1;
+      break;
+    }
+    if (w.rings == 3 && consume) {
+      /* Rung: the caller's attempt takes the wake-up itself. */
+      w.rings = 0;
+      *woken = 2;
       break;
     }
     if (w.rings > 0) {

@@ -478,10 +478,13 @@ void hilock__waiting_add(hilock_client *c, int d, int shared);
 int hilock__waiting_all(void);
 int hilock__hub_init(hilock__hub *h);
 /* tried_us: when the caller's last attempt began (hilock__now_us; 0 if
- * unknown): a subscription confirmed before it needs no first look. */
+ * unknown): a subscription confirmed before it needs no first look.
+ * consume: the caller's next attempt can take the wake-up itself (its
+ * script pops the list): a rung waiter then returns *woken = 2 at once
+ * instead of popping first. */
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
                      size_t keylen, int64_t bound_ms, int64_t tried_us,
-                     int *woken);
+                     int consume, int *woken);
 /* After an acquire whose last wait was woken: give up the wake list's
  * channel if nobody waits on it (off the path from wake-up to grant). */
 void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen);
@@ -498,7 +501,7 @@ void hilock__hub_forget(hilock__hub *h);
  * HILOCK_EINTR or an error. */
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int64_t tried_us,
-                      int *woken);
+                      int consume, int *woken);
 
 /* Run attempt() until it grants (0), fails (< 0) or wait_ms passes
  * (HILOCK_BUSY). Between attempts, sleep on the wake list until a releaser
@@ -512,10 +515,11 @@ int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
  * multi-key lock waits on the key that blocked it): *wkey and *wkeylen are
  * read after every attempt. If woken_out is not NULL, the loop stores there
  * before each attempt whether a wake-up ended the previous sleep (0 for
- * the first attempt). */
+ * the first attempt; 2: rung, and the attempt must take the wake-up, which
+ * only happens with consume set). */
 int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              const char *const *wkey, const size_t *wkeylen,
-                             int *woken_out, int64_t wait_ms,
+                             int *woken_out, int consume, int64_t wait_ms,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg);
 

@@ -14,6 +14,7 @@ struct hilock_lock {
   hilock_lock_kind kind;
   char *key, *fkey, *wkey; /* lock, fence counter, wake list */
   size_t keylen, fkeylen, wkeylen;
+  int woken; /* set by the acquire loop before each attempt (2: rung) */
 };
 
 static int run_release(void *arg, hilock__err *e, redisReply **r);
@@ -94,11 +95,13 @@ static int release_fn(void *l) { return hilock_lock_release(l); }
 static int attempt(void *arg, int64_t *pttl) {
   hilock_lock *l = arg;
   hilock__hold *h = &l->h;
-  const char *keys[2] = {l->key, l->fkey};
-  size_t keylens[2] = {l->keylen, l->fkeylen};
+  const char *keys[3] = {l->key, l->fkey, l->wkey};
+  size_t keylens[3] = {l->keylen, l->fkeylen, l->wkeylen};
   char ttl[24];
-  const char *args[2] = {h->owner, ttl};
-  size_t arglens[2] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, h->ttl_ms)};
+  const char *args[3] = {h->owner, ttl, "woken"};
+  size_t arglens[3] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, h->ttl_ms), 5};
+  /* Rung by a release: this attempt takes the wake-up (same round trip). */
+  int n = l->woken == 2 ? 3 : 2;
   redisReply *r;
   int64_t start;
   int rc;
@@ -119,8 +122,8 @@ static int attempt(void *arg, int64_t *pttl) {
                        args, arglens, h->ttl_ms};
   const hilock__undo *outer = hilock__undo_arm(&undo);
   start = hilock__now_us();
-  rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_acquire, 2,
-                          keys, keylens, 2, args, arglens, &r);
+  rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_acquire, n,
+                          keys, keylens, n, args, arglens, &r);
   hilock__undo_disarm(outer);
   hilock__err unacked = h->err;
   int replicated = rc != HILOCK_ENOREPLICAS;
@@ -160,9 +163,16 @@ int hilock_lock_try_acquire(hilock_lock *l) {
 }
 
 int hilock_lock_acquire(hilock_lock *l, int64_t wait_ms) {
+  const char *wkey;
+  size_t wkeylen;
+  int rc;
   if (l == NULL) return HILOCK_EINVAL;
-  return hilock__acquire_loop(l->h.client, &l->h.err, l->wkey, l->wkeylen,
-                              wait_ms, attempt, l);
+  wkey = l->wkey;
+  wkeylen = l->wkeylen;
+  rc = hilock__acquire_loop_var(l->h.client, &l->h.err, &wkey, &wkeylen,
+                                &l->woken, 1, wait_ms, attempt, l);
+  l->woken = 0;
+  return rc;
 }
 
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */

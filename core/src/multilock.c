@@ -369,7 +369,7 @@ int hilock_multilock_acquire(hilock_multilock *m, int64_t wait_ms) {
   if (m == NULL) return HILOCK_EINVAL;
   m->woken = 0;
   return hilock__acquire_loop_var(m->h.client, &m->h.err, &m->wkey,
-                                  &m->wkeylen, &m->woken, wait_ms, attempt,
+                                  &m->wkeylen, &m->woken, 0, wait_ms, attempt,
                                   m);
 }
 

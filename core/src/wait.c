@@ -36,11 +36,12 @@ int hilock__waiting_all(void) {
 
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int64_t tried_us,
-                      int *woken) {
+                      int consume, int *woken) {
   int rc;
   *woken = 0;
   if (bound_ms < 1) bound_ms = 1;
-  rc = hilock__hub_wait(c, e, key, keylen, bound_ms, tried_us, woken);
+  rc = hilock__hub_wait(c, e, key, keylen, bound_ms, tried_us, consume,
+                        woken);
   if (rc != HILOCK__HUB_OFF) return rc;
   hilock__waiting_add(c, 1, 0);
   rc = blpop_wait(c, e, key, keylen, bound_ms, woken);
@@ -175,13 +176,13 @@ broken:
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg) {
-  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, NULL, wait_ms,
+  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, NULL, 0, wait_ms,
                                   attempt, arg);
 }
 
 int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              const char *const *wkey, const size_t *wkeylen,
-                             int *woken_out, int64_t wait_ms,
+                             int *woken_out, int consume, int64_t wait_ms,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg) {
   int64_t deadline, outer;
@@ -208,7 +209,8 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
      * with no expiry (-1) is re-checked at least every 30 s. */
     bound = pttl >= 0 ? pttl + 1 : 30000;
     if (left < bound) bound = left;
-    rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, tried_us, &woken);
+    rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, tried_us, consume,
+                           &woken);
     if (rc != HILOCK_OK) break;
   }
   if (woken) hilock__hub_settle(c, *wkey, *wkeylen);

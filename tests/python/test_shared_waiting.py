@@ -231,10 +231,15 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(rds, redis_ur
     wait_for(lambda: len(granted) == 1, 5, what="one grant")
     time.sleep(0.3)
     calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
-    # The release and one grant: each client rang its waiter, which tried
-    # to pop the one wake-up; only the winner ran the acquire script.
-    assert calls.get("evalsha", 0) + calls.get("eval", 0) == 2, calls
-    assert calls.get("lpop", 0) <= 4, calls
+    # Each client rang its one waiter, whose attempt pops the one wake-up
+    # first (lock_acquire.lua): one grant (one SET); the three that found no
+    # wake-up did not try the lock (one that ran before the grant, while the
+    # lock was still free, looks again 1 ms later: at most one more attempt
+    # and one more look at the list each).
+    scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
+    assert 1 + 4 <= scripts <= 1 + 4 + 3, calls
+    assert calls.get("lpop", 0) <= 4 + 3, calls
+    assert calls.get("set", 0) == 1, calls
     assert len(granted) == 1
     assert sum(x.waiting for x in clients) == 3
     go.set()
