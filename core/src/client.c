@@ -28,6 +28,11 @@ void hilock_options_init(hilock_options *opts) {
   opts->shared_waiting = 1;
 }
 
+static int options_ok(const hilock_options *o) {
+  return o->connect_timeout_ms >= 1 && o->command_timeout_ms >= 0 &&
+         o->reconnect_ms >= 0 && o->max_idle >= 0 && o->max_connections >= 0;
+}
+
 int hilock_client_waiting(const hilock_client *c) {
   return c == NULL ? 0 : __atomic_load_n(&c->waiting, __ATOMIC_ACQUIRE);
 }
@@ -693,9 +698,7 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   hilock_options_init(&c->opts);
   *out = c;
   if (opts != NULL) {
-    if (opts->connect_timeout_ms < 1 || opts->command_timeout_ms < 0 ||
-        opts->reconnect_ms < 0 || opts->max_idle < 0 ||
-        opts->max_connections < 0)
+    if (!options_ok(opts))
       return hilock__set_err(&c->err, HILOCK_EINVAL,
                              "bad client options (timeouts must be >= 1 ms "
                              "to connect, >= 0 otherwise)");
@@ -763,9 +766,7 @@ int hilock__client_new_local(const hilock_options *opts, hilock_client **out) {
   hilock_options_init(&c->opts);
   *out = c;
   if (opts != NULL) {
-    if (opts->connect_timeout_ms < 1 || opts->command_timeout_ms < 0 ||
-        opts->reconnect_ms < 0 || opts->max_idle < 0 ||
-        opts->max_connections < 0)
+    if (!options_ok(opts))
       return hilock__set_err(&c->err, HILOCK_EINVAL,
                              "bad client options (timeouts must be >= 1 ms "
                              "to connect, >= 0 otherwise)");

@@ -14,10 +14,9 @@
  * (the wake-up it left in the list costs the next arrival one early
  * retry). A caller whose attempt takes the wake-up itself (consume: the
  * plain lock's script pops the list before it tries) is rung straight
- * into that attempt, saving the round trip as well. The waiter subscribes
- * before it looks at
- * the list, so no release between its failed attempt and its sleep is
- * missed; every sleep stays bounded by the holder's TTL and the caller's
+ * into that attempt (solo or not), saving the round trip as well. The
+ * waiter subscribes before it looks at the list, so no release between its
+ * failed attempt and its sleep is missed; every sleep stays bounded by the holder's TTL and the caller's
  * deadline, so a lost message (pub/sub delivers at most once) costs at most
  * that. After the hub reconnects it rings every waiter once.
  *
@@ -504,16 +503,17 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   for (;;) {
     int64_t left;
     if (w.retry) break; /* no wake-up: the caller tries again */
+    if (w.rings >= 2 && consume) {
+      /* Rung: the caller's attempt takes the wake-up itself (solo or not:
+       * then no wake-up is left behind in the list). */
+      w.rings = 0;
+      *woken = 2;
+      break;
+    }
     if (w.rings == 2) {
       /* The only process listening: no other waits on this wake-up. */
       w.rings = 0;
       *woken = 1;
-      break;
-    }
-    if (w.rings == 3 && consume) {
-      /* Rung: the caller's attempt takes the wake-up itself. */
-      w.rings = 0;
-      *woken = 2;
       break;
     }
     if (w.rings > 0) {

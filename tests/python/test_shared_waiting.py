@@ -252,9 +252,10 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(rds, redis_ur
 
 
 def test_a_lone_listener_is_rung_solo(rds, redis_url) -> None:
-    """One process waits: a release rings its waiter, which tries the lock
-    at once (no LPOP between the release and the grant); the channel is
-    given up after the grant."""
+    """One process waits: a release rings its waiter, whose attempt takes
+    the wake-up itself (no LPOP of its own between the release and the
+    grant: the release and one script); the channel is given up after the
+    grant."""
     holder = hilock.Client(redis_url)
     c = hilock.Client(redis_url)
     h = holder.lock("lone", ttl=30, auto_renew=False)
@@ -277,7 +278,7 @@ def test_a_lone_listener_is_rung_solo(rds, redis_url) -> None:
         t.join(5)
         calls = {k[len("cmdstat_"):]: v["calls"]
                  for k, v in rds.info("commandstats").items()}
-        assert calls.get("lpop", 0) == 0, calls
+        assert calls.get("lpop", 0) <= 1, calls  # inside the attempt's script
         assert calls.get("evalsha", 0) + calls.get("eval", 0) == 2, calls
         w.release()
     wait_for(lambda: rds.pubsub_numsub("hilock:{lone}:wake")[0][1] == 0, 5,
