@@ -1,5 +1,6 @@
 -- Operator release: delete the lock whoever holds it, and wake one waiter.
 -- KEYS[1] lock key, KEYS[2] wake list. Returns 1 if a lock was deleted.
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 if redis.call('DEL', KEYS[1]) == 1 then
   if redis.call('LLEN', KEYS[2]) == 0 then

@@ -2,6 +2,7 @@
 -- waiter.
 -- KEYS[1] lock key, KEYS[2] wake list. ARGV[1] owner token.
 -- Returns 1 if deleted, else 0.
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])

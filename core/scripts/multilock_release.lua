@@ -2,6 +2,7 @@
 -- holds, waking one waiter of each; leave every other key alone.
 -- KEYS[1..n] lock keys, KEYS[n+1..2n] wake lists. ARGV[1] owner token.
 -- Returns {keys released, indexes of the keys not held by the token...}.
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 local n = #KEYS / 2
 local out = {0}

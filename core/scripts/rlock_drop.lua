@@ -2,6 +2,7 @@
 -- client is closing): the lock is deleted and one waiter woken.
 -- KEYS[1] owners hash, KEYS[2] wake list. ARGV[1] owner.
 -- Returns 1 if the owner held it, 0 if not (nothing changed).
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0

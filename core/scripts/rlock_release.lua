@@ -4,6 +4,7 @@
 -- Returns the remaining hold count (0: released), or -1 if not held by
 -- this owner (nothing changed).
 -- @once: a resend would count twice, so a broken connection is reported.
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1

@@ -6,6 +6,7 @@
 -- no read (never did, or it expired); nothing changes then.
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @include rw_purge.lua
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 local now = purge_readers(KEYS[1], KEYS[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)

@@ -5,6 +5,7 @@
 -- readers zset, KEYS[4] writer hash, KEYS[5] waiting writers zset, KEYS[6]
 -- the writers' wake list. ARGV[1] owner.
 -- Returns 1 if it was waiting or admitted, else 0.
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 local waiting = redis.call('ZREM', KEYS[1], ARGV[1])
 local admitted = redis.call('ZREM', KEYS[2], ARGV[1])

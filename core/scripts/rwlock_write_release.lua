@@ -11,6 +11,7 @@
 -- not hold it (nothing changes).
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @include rw_purge.lua
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1

@@ -4,6 +4,7 @@
 -- KEYS[4] waiting readers zset, KEYS[5] admitted readers zset, KEYS[6]
 -- readers' wake list, KEYS[7] writers' wake list. ARGV[1] owner.
 -- Returns 1 if an intent was dropped, else 0.
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0

@@ -5,6 +5,7 @@
 -- ARGV[4] segment index (for 'set').
 -- Returns {1, total units now}, or {-1, stored K} when the stock was split
 -- into another number of segments ('set' only; 'split' replaces it).
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 local k = tonumber(ARGV[1])
 if ARGV[2] == 'split' then

@@ -6,6 +6,7 @@
 -- (nothing of anyone else's changes).
 -- A damaged limit never keeps a permit from being returned; it only
 -- suppresses the wake-up.
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 local raw = redis.pcall('GET', KEYS[2])
 if type(raw) ~= 'string' then raw = ARGV[2] end

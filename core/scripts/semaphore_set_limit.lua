@@ -4,6 +4,7 @@
 -- KEYS[1] permits zset, KEYS[2] limit, KEYS[3] permit wake list.
 -- ARGV[1] the new limit (>= 0).
 -- Returns {limit, live permits}.
+-- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

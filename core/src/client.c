@@ -269,14 +269,16 @@ void hilock__conn_free_list(hilock__conn *k) { free_list(k); }
 /* Check out an idle connection (*fresh = 0) or open one (*fresh = 1). */
 int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
                      int *fresh) {
+  return hilock__pool_get_until(c, e, hilock__budget(c->opts.reconnect_ms),
+                                out, fresh);
+}
+
+int hilock__pool_get_until(hilock_client *c, hilock__err *e,
+                           int64_t deadline, hilock__conn **out, int *fresh) {
   hilock__conn *k = NULL, *stale = NULL;
-  int64_t deadline;
   int rc;
   if (c->cl != NULL)
-    return hilock__cluster_pool_get(c, e, -1,
-                                    hilock__budget(c->opts.reconnect_ms),
-                                    out, fresh);
-  deadline = hilock__budget(c->opts.reconnect_ms);
+    return hilock__cluster_pool_get(c, e, -1, deadline, out, fresh);
   pthread_mutex_lock(&c->mu);
   if (c->pid != hilock__pid()) {
     /* Forked: the pooled sockets are the parent's. Close our copies (no
@@ -349,11 +351,6 @@ int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                                                 : k->ctx->errstr);
 }
 
-int hilock__command(hilock_client *c, hilock__err *e, int argc,
-                    const char **argv, const size_t *lens, redisReply **out) {
-  return hilock__command_ex(c, e, argc, argv, lens, out, 1);
-}
-
 int hilock__wait_append(const hilock_client *c, hilock__net *ctx) {
   char n[24], ms[24];
   const char *argv[3] = {"WAIT", n, ms};
@@ -371,50 +368,6 @@ int hilock__wait_read(hilock__net *ctx, long long *acked) {
   return 0;
 }
 
-static redisReply *conn_send(hilock_client *c, hilock__conn *k, int asking,
-                             int argc, const char **argv, const size_t *lens,
-                             long long *acked, int *spoilt) {
-  static const char *const ask[1] = {"ASKING"};
-  static const size_t asklen[1] = {6};
-  void *a = NULL, *r = NULL;
-  k->owed = 0;
-  if (!asking && acked == NULL) { /* the plain case: one call */
-    r = hilock__net_command(k->ctx, argc, argv, lens);
-    if (r == NULL) k->owed = 1;
-    return r;
-  }
-  if ((asking && hilock__net_append(k->ctx, 1, (const char **)ask,
-                                        asklen) != 0) ||
-      hilock__net_append(k->ctx, argc, argv, lens) != 0 ||
-      (acked != NULL && !hilock__wait_append(c, k->ctx)))
-    return NULL;
-  k->owed = asking + 1 + (acked != NULL);
-  if (asking) {
-    if (hilock__net_get_reply(k->ctx, &a) != 0) return NULL;
-    k->owed--;
-    freeReplyObject(a);
-  }
-  if (hilock__net_get_reply(k->ctx, &r) != 0 || r == NULL) return NULL;
-  k->owed--;
-  if (acked != NULL && hilock__wait_read(k->ctx, acked) != 0) *spoilt = 1;
-  return r;
-}
-
-redisReply *hilock__conn_send(hilock_client *c, hilock__conn *k, int asking,
-                              int argc, const char **argv, const size_t *lens,
-                              long long *acked, int *spoilt) {
-  /* A caller's deadline shorter than the command timeout bounds this reply
-   * wait; the connection gets its own timeout back after it. */
-  int64_t io = hilock__io_ms(c->opts.command_timeout_ms);
-  int bounded = io != c->opts.command_timeout_ms;
-  redisReply *r;
-  if (bounded) hilock__net_set_timeout(k->ctx, io);
-  r = conn_send(c, k, asking, argc, argv, lens, acked, spoilt);
-  if (bounded && k->ctx != NULL)
-    hilock__net_set_timeout(k->ctx, c->opts.command_timeout_ms);
-  return r;
-}
-
 int hilock__conn_timeout(hilock_client *c, hilock__err *e, hilock__conn *k,
                          const char *what, int saved_errno) {
   int rc = hilock__conn_error(c, e, k, what, saved_errno);
@@ -426,90 +379,6 @@ int hilock__conn_timeout(hilock_client *c, hilock__err *e, hilock__conn *k,
                     was.msg);
   }
   return rc;
-}
-
-static int command_run(hilock_client *c, hilock__err *e, int argc,
-                       const char **argv, const size_t *lens, redisReply **out,
-                       int resend, long long *acked) {
-  hilock__conn *k;
-  hilock__err before;
-  int fresh, rc, recovering = 0, spoilt = 0;
-  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
-
-  *out = NULL;
-  if (c->cl != NULL)
-    return hilock__cluster_command(c, e,
-                                   hilock__command_key_slot(argc, argv, lens),
-                                   argc, argv, lens, out, resend, acked);
-  rc = hilock__pool_get(c, e, &k, &fresh);
-  if (rc != HILOCK_OK) return rc;
-  for (;;) {
-    redisReply *r =
-        hilock__conn_send(c, k, 0, argc, argv, lens, acked, &spoilt);
-    if (r != NULL && hilock__failover_reply(c, r) &&
-        hilock__now_ms() < deadline) {
-      /* The master moved (sentinel URL): this command did not run. Drop
-       * the connections to the old one, ask the sentinels again and resend
-       * within the reconnect budget. */
-      if (!recovering) before = *e;
-      hilock__reply_error(e, r->str, r->len);
-      freeReplyObject(r);
-      hilock__conn_free(k);
-      pthread_mutex_lock(&c->mu);
-      hilock__conn *stale = take_idle(c);
-      pthread_mutex_unlock(&c->mu);
-      free_list(stale);
-      hilock__sleep_ms(50);
-      recovering = 1;
-      fresh = 1;
-      rc = hilock__connect(c, e, deadline, &k);
-      if (rc != HILOCK_OK) return rc;
-      continue;
-    }
-    if (r == NULL) {
-      int timeout, saved_errno = errno;
-      if (!recovering) before = *e;
-      rc = hilock__conn_timeout(c, e, k, argv[0], saved_errno);
-      timeout = rc == HILOCK_ETIMEDOUT;
-      hilock__conn_free(k);
-      /* A timed-out reply may still arrive: never resend. A broken pooled
-       * connection (server restarted, idle timeout) is replaced and the
-       * command sent once more; every script is safe to resend. */
-      if (timeout || fresh || !resend) return rc;
-      pthread_mutex_lock(&c->mu);
-      hilock__conn *stale = take_idle(c);
-      pthread_mutex_unlock(&c->mu);
-      free_list(stale);
-      fresh = 1;
-      recovering = 1;
-      rc = hilock__connect(c, e, deadline, &k);
-      if (rc != HILOCK_OK) return rc;
-      continue;
-    }
-    if (spoilt) hilock__conn_free(k); /* WAIT's reply is still owed */
-    else hilock__pool_put(c, k);
-    if (recovering) *e = before; /* the resend worked: no failure to report */
-    if (r->type == REDIS_REPLY_ERROR) {
-      rc = hilock__reply_error(e, r->str, r->len);
-      freeReplyObject(r);
-      return rc;
-    }
-    *out = r;
-    return HILOCK_OK;
-  }
-}
-
-int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
-                       const char **argv, const size_t *lens, redisReply **out,
-                       int resend) {
-  return command_run(c, e, argc, argv, lens, out, resend, NULL);
-}
-
-int hilock__command_wait(hilock_client *c, hilock__err *e, int argc,
-                         const char **argv, const size_t *lens,
-                         redisReply **out, int resend, long long *acked) {
-  *acked = -1;
-  return command_run(c, e, argc, argv, lens, out, resend, acked);
 }
 
 /* ## Fork handling

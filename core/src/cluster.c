@@ -16,7 +16,6 @@
 
 #include "internal.h"
 
-#define MAX_REDIRECTS 16   /* MOVED/ASK hops for one command */
 #define REFRESH_MIN_MS 20  /* a map read this recently is not read again */
 #define PAUSE_MIN_MS 10    /* first back-off while the cluster recovers */
 #define PAUSE_MAX_MS 250
@@ -123,7 +122,7 @@ again:
 
 /* Close the idle connections of a node that just failed us: they are most
  * likely broken too. */
-static void drop_idle(hilock_client *c, hilock__node *node) {
+void hilock__cluster_drop_idle(hilock_client *c, hilock__node *node) {
   hilock__conn *list;
   lock_client(c);
   list = node->idle;
@@ -487,93 +486,6 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
   return has_prefix(text, len, "TRYAGAIN");
 }
 
-int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
-                            int argc, const char **argv, const size_t *lens,
-                            redisReply **out, int resend, long long *acked) {
-  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
-  int64_t pause = PAUSE_MIN_MS;
-  int redirects = 0;
-  hilock__node *ask = NULL;
-  hilock__err before = *e;
-
-  *out = NULL;
-  for (;;) {
-    hilock__conn *k;
-    hilock__node *node;
-    redisReply *r;
-    int fresh, rc, spoilt = 0;
-    if (ask != NULL) {
-      rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
-      if ((rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT) &&
-          hilock__now_ms() < deadline) {
-        /* The importing node is unreachable: ask the slot's owner again
-         * (it answers ASK, MOVED, or runs the command itself). */
-        hilock__err ignored;
-        hilock__cluster_refresh(c, &ignored, ask);
-        ask = NULL;
-        continue;
-      }
-    } else {
-      rc = hilock__cluster_pool_get(c, e, slot, deadline, &k, &fresh);
-    }
-    if (rc != HILOCK_OK) return rc;
-    node = k->node;
-    r = hilock__conn_send(c, k, ask != NULL, argc, argv, lens, acked,
-                          &spoilt);
-    ask = NULL;
-    if (r == NULL) {
-      hilock__err ignored;
-      rc = hilock__conn_timeout(c, e, k, argv[0], errno);
-      hilock__conn_free(k);
-      /* A timed-out reply may still arrive: never resend. A broken
-       * connection (a master killed, restarted or failed over) is replaced
-       * through a fresh map and the command sent again, within the budget;
-       * every script is safe to resend unless it says "@once". */
-      if (rc == HILOCK_ETIMEDOUT || !resend) return rc;
-      drop_idle(c, node);
-      if (hilock__now_ms() >= deadline) return rc;
-      hilock__cluster_refresh(c, &ignored, node);
-      continue;
-    }
-    if (spoilt) hilock__conn_free(k); /* WAIT's reply is still owed */
-    else hilock__pool_put(c, k);
-    if (r->type == REDIS_REPLY_ERROR) {
-      hilock__node *to = NULL;
-      int64_t left;
-      if (!hilock__cluster_redirected(c, node, r->str, r->len, &to)) {
-        rc = hilock__reply_error(e, r->str, r->len);
-        freeReplyObject(r);
-        return rc;
-      }
-      /* The command did not run: following or retrying it is safe. */
-      rc = hilock__set_err(e, HILOCK_ECLUSTER, "redis: %.*s",
-                           (int)(r->len > 200 ? 200 : r->len), r->str);
-      if (r->str[0] == 'M' || r->str[0] == 'A') {
-        freeReplyObject(r);
-        if (++redirects > MAX_REDIRECTS)
-          return hilock__set_err(e, HILOCK_ECLUSTER,
-                                 "too many cluster redirections (%d) for "
-                                 "hash slot %d",
-                                 redirects - 1, slot);
-        ask = to;
-        continue;
-      }
-      freeReplyObject(r);
-      /* CLUSTERDOWN, TRYAGAIN: wait within the budget (which bounds these;
-       * the hop count catches redirection loops). */
-      redirects = 0;
-      left = deadline - hilock__now_ms();
-      if (left <= 0) return rc;
-      hilock__sleep_ms(pause < left ? pause : left);
-      pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
-      continue;
-    }
-    *e = before; /* recovered: no failure to report */
-    *out = r;
-    return HILOCK_OK;
-  }
-}
-
 int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
   int64_t deadline = hilock__budget(c->opts.reconnect_ms);
   int64_t pause = PAUSE_MIN_MS;
@@ -617,7 +529,7 @@ int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
       return rc;
     int64_t left = deadline - hilock__now_ms();
     if (left <= 0) return rc;
-    if (failed != NULL) drop_idle(c, failed);
+    if (failed != NULL) hilock__cluster_drop_idle(c, failed);
     hilock__cluster_refresh(c, &ignored, failed);
     hilock__sleep_ms(pause < left ? pause : left);
     pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;

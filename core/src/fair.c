@@ -98,9 +98,13 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   arglens[2] = hilock__i64(ttl, fl->h.ttl_ms);
   arglens[3] = hilock__i64(beat, __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED));
   arglens[4] = hilock__i64(ticket, fl->ticket);
-  /* Only acquire and try grant: WAIT follows those (wait_replicas). */
+  /* Only acquire and try grant: WAIT follows those (wait_replicas).
+   * Release and leave may wake the next in line. */
+  int how = op[0] == 'a' || op[0] == 't' ? HILOCK__RUN_GRANT
+            : op[0] == 'r' || op[0] == 'l' ? HILOCK__RUN_WAKES
+                                           : 0;
   return hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock,
-                               op[0] == 'a' || op[0] == 't', NKEYS,
+                               how, NKEYS,
                                (const char **)fl->keys, fl->keylens, 5, args,
                                arglens, out);
 }

@@ -572,8 +572,19 @@ void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen) {
   ch = find(h, key, keylen);
   if (ch != NULL && ch->refs == 0) {
     ch->idle_ms = 0; /* due now */
-    if (h->reading == 0 && h->sleepers == 0) pthread_cond_broadcast(&h->idle);
-    else kick(h); /* whoever reads sends the UNSUBSCRIBE */
+    if (h->reading != 0) {
+      kick(h); /* whoever reads sends the UNSUBSCRIBE */
+    } else if (h->net != NULL && !h->stop && !h->disabled) {
+      /* Nobody reads: write it here, without waiting (waking the hub's
+       * thread for it would cost the caller a CPU on a small machine);
+       * its confirmation is read with the next turn at the socket. */
+      if (queue_changes(h, h->net) != 0 ||
+          hilock__net_handle(h->net, POLLOUT) != 0) {
+        hilock__net_free(h->net);
+        h->net = NULL;
+        pthread_cond_broadcast(&h->idle); /* the thread reconnects */
+      }
+    }
   }
   pthread_mutex_unlock(&h->mu);
 }

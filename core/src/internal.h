@@ -302,16 +302,53 @@ void hilock__client_unref(hilock_client *c);
  * renewal thread and the fork handling. Released with hilock_client_free. */
 int hilock__client_new_local(const hilock_options *opts, hilock_client **out);
 
-/* Send one command on a pooled connection, replacing a broken connection
- * within opts.reconnect_ms and resending once. Error replies become status
- * codes (NOSCRIPT becomes HILOCK__NOSCRIPT); any other reply is returned in
- * *out for the caller to freeReplyObject. */
+/* ## Routing (route.c) ---------------------------------------------------
+ * Every command reaches its server through hilock__route (one request:
+ * the server, or its slot's master, following redirections, failovers and
+ * broken connections), built on hilock__conn_batch (requests pipelined on
+ * one connection). */
+
+/* One command; for a script, argv is EVALSHA sha numkeys keys... args... */
+typedef struct hilock__req {
+  int argc;
+  const char **argv;
+  const size_t *lens;
+  const struct hilock__script *script; /* NOSCRIPT: sent again as EVAL */
+  redisReply *reply;            /* the reply (the caller frees it) */
+} hilock__req;
+
+/* What goes out with the requests, in the same write:
+ * [PING] [ASKING] requests... [WAIT opts.wait_replicas opts.wait_timeout_ms]
+ * ASKING: a cluster's one-shot ASK redirection (one request).
+ * PING: the request may wake waiters; their messages go out before its
+ *       reply (see route.c).
+ * WAIT: replica acknowledgement of the writes, into *acked.
+ * ROUTE_RESEND (hilock__route): safe to send again after a connection
+ *       broke (the request may have run). */
+#define HILOCK__SEND_ASKING 1u
+#define HILOCK__SEND_PING 2u
+#define HILOCK__SEND_WAIT 4u
+#define HILOCK__ROUTE_RESEND 8u
+
+/* Send q[0..n) on k and read every reply into q[i].reply (a script's
+ * NOSCRIPT is answered with EVAL on k first). 0: all read (*acked: WAIT's
+ * reply, -1 if it failed); 1: all but WAIT's reply, which never came (k
+ * must not be reused); -1: k broke or timed out first (k->owed replies
+ * unread; q[i].reply NULL for those). Reply waits are bounded by the
+ * command timeout and the caller's deadline. */
+int hilock__conn_batch(hilock_client *c, hilock__conn *k, unsigned flags,
+                       hilock__req *q, int n, long long *acked);
+/* Run q on the server that holds its first key (flags: HILOCK__SEND_PING,
+ * HILOCK__SEND_WAIT, HILOCK__ROUTE_RESEND), within opts.reconnect_ms and
+ * the caller's deadline. Error replies become status codes (a script that
+ * EVAL could not load either: HILOCK_ESCRIPT); any other reply is left in
+ * q->reply for the caller to freeReplyObject. */
+int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
+                  hilock__req *q, long long *acked);
+/* A plain command through hilock__route, resent after a broken connection;
+ * the reply in *out. */
 int hilock__command(hilock_client *c, hilock__err *e, int argc,
                     const char **argv, const size_t *lens, redisReply **out);
-/* The same; resend = 0 never resends (the command may have run). */
-int hilock__command_ex(hilock_client *c, hilock__err *e, int argc,
-                       const char **argv, const size_t *lens, redisReply **out,
-                       int resend);
 
 /* EXISTS key: *exists = 1 if it is there (HILOCK_EPROTO on an odd reply). */
 int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
@@ -320,6 +357,11 @@ int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
 /* Connection pool, for callers that drive a connection themselves. */
 int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
                      int *fresh);
+/* The same, waiting for a place in the pool or a connection until
+ * deadline_ms. */
+int hilock__pool_get_until(hilock_client *c, hilock__err *e,
+                           int64_t deadline_ms, hilock__conn **out,
+                           int *fresh);
 void hilock__pool_put(hilock_client *c, hilock__conn *k);
 /* From a pool (c->mu held): an idle connection (*k), or a place to open
  * one (*k = NULL, counted in *open), waiting while opts.max_connections
@@ -351,25 +393,12 @@ int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
  * with hilock__conn_free_list after unlocking. */
 hilock__conn *hilock__pool_detach(hilock_client *c);
 void hilock__conn_free_list(hilock__conn *k);
-/* The same, then WAIT opts.wait_replicas opts.wait_timeout_ms pipelined on
- * the same connection: on HILOCK_OK, *acked is WAIT's reply (replicas that
- * acknowledged every write of this connection so far), -1 if WAIT failed. */
-int hilock__command_wait(hilock_client *c, hilock__err *e, int argc,
-                         const char **argv, const size_t *lens,
-                         redisReply **out, int resend, long long *acked);
 /* Replica acknowledgement on one connection: append WAIT
  * opts.wait_replicas opts.wait_timeout_ms (1 if appended); read its reply
  * into *acked (the replicas that acknowledged, -1 for an error reply),
  * -1 if no reply came. */
 int hilock__wait_append(const hilock_client *c, hilock__net *ctx);
 int hilock__wait_read(hilock__net *ctx, long long *acked);
-/* One command on k, after ASKING if asking (a cluster's one-shot
- * redirection), and with WAIT pipelined behind it if acked is not NULL
- * (*acked gets its reply; *spoilt = 1 if that reply never came, so k must
- * not be reused). NULL if k broke before the command's reply. */
-redisReply *hilock__conn_send(hilock_client *c, hilock__conn *k, int asking,
-                              int argc, const char **argv, const size_t *lens,
-                              long long *acked, int *spoilt);
 /* The same, and for a timeout: the armed undo is queued on k (see
  * hilock__undo_queue), so k->ctx may be NULL after it. */
 int hilock__conn_timeout(hilock_client *c, hilock__err *e, hilock__conn *k,
@@ -414,17 +443,10 @@ int hilock__cluster_init(hilock_client *c, hilock__err *e);
 void hilock__cluster_free(hilock_client *c);
 /* The slot a command is routed by: its first key's (EVAL/EVALSHA/FCALL:
  * the first of KEYS; otherwise argv[1]), or -1 for keyless commands (PING,
- * SCRIPT, ...). A command whose first key is elsewhere must be sent with
- * hilock__cluster_command and an explicit slot. */
+ * SCRIPT, ...). */
 int hilock__command_key_slot(int argc, const char **argv, const size_t *lens);
-/* Send a command to the owner of slot (-1: any master), following
- * redirections, refreshing the map and retrying within opts.reconnect_ms;
- * resend = 0 never resends a command that may have run. acked not NULL:
- * WAIT opts.wait_replicas opts.wait_timeout_ms follows the command on the
- * same connection, and *acked gets its reply (-1 if it failed). */
-int hilock__cluster_command(hilock_client *c, hilock__err *e, int slot,
-                            int argc, const char **argv, const size_t *lens,
-                            redisReply **out, int resend, long long *acked);
+/* Close the idle connections of a node that just failed us. */
+void hilock__cluster_drop_idle(hilock_client *c, hilock__node *node);
 /* A pooled connection to the owner of slot (-1: any master), refreshing
  * the map and retrying until deadline_ms if the owner is unknown or
  * unreachable. */
@@ -602,6 +624,7 @@ typedef struct hilock__script {
   int once;        /* not safe to resend (the file says "-- @once") */
   int grant;       /* grants or renews a hold ("-- @grant"): followed by
                       WAIT when opts.wait_replicas > 0 */
+  int wakes;       /* may wake waiters ("-- @wakes"): PING goes first */
 } hilock__script;
 
 /* Most keys + args of one script run (a multi-key lock of
@@ -620,10 +643,13 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
                        const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, redisReply **out);
 
-/* The same for a script that serves several operations: grant = 1 treats
- * this call as @grant (WAIT follows), whatever the file says. */
+/* The same for a script that serves several operations: how this call
+ * runs, whatever the file says: HILOCK__RUN_GRANT as @grant (WAIT
+ * follows), HILOCK__RUN_WAKES as @wakes (PING goes first). */
+#define HILOCK__RUN_GRANT 1
+#define HILOCK__RUN_WAKES 2
 int hilock__script_run_as(hilock_client *c, hilock__err *e,
-                          const hilock__script *s, int grant, int nkeys,
+                          const hilock__script *s, int how, int nkeys,
                           const char **keys, const size_t *keylens, int nargs,
                           const char **args, const size_t *arglens,
                           redisReply **out);

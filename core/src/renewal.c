@@ -43,13 +43,12 @@ static int on_watchdog(const hilock__watchdog *w) {
 
 #define CMD_STACK 8
 
-/* The command running h's renew script: EVALSHA (or EVAL with the source),
- * KEYS rkey and the hold's extra keys, ARGV owner and ttl. The arrays are
- * sargv/slens (CMD_STACK long) unless the hold has more keys, then malloc'd
- * (the caller frees them if *argv != sargv). Returns argc, or -1. */
-static int renew_cmd(const hilock__hold *h, int eval, char nk[24],
-                     char ttl[24], const char **sargv, size_t *slens,
-                     const char ***argv, size_t **lens) {
+/* The request running h's renew script: EVALSHA, KEYS rkey and the hold's
+ * extra keys, ARGV owner and ttl. The arrays are sargv/slens (CMD_STACK
+ * long) unless the hold has more keys, then malloc'd (free_req frees
+ * them). Returns 0, or -1 out of memory. */
+static int renew_req(const hilock__hold *h, char nk[24], char ttl[24],
+                     const char **sargv, size_t *slens, hilock__req *q) {
   int argc = 6 + h->nxkeys, i = 0;
   const char **a = sargv;
   size_t *l = slens;
@@ -62,10 +61,10 @@ static int renew_cmd(const hilock__hold *h, int eval, char nk[24],
       return -1;
     }
   }
-  a[i] = eval ? "EVAL" : "EVALSHA";
-  l[i++] = eval ? 4 : 7;
-  a[i] = eval ? h->renew_script->src : h->renew_script->sha;
-  l[i++] = eval ? h->renew_script->len : 40;
+  a[i] = "EVALSHA";
+  l[i++] = 7;
+  a[i] = h->renew_script->sha;
+  l[i++] = 40;
   a[i] = nk;
   l[i++] = hilock__i64(nk, 1 + h->nxkeys);
   a[i] = h->rkey;
@@ -78,17 +77,21 @@ static int renew_cmd(const hilock__hold *h, int eval, char nk[24],
   l[i++] = h->ownerlen;
   a[i] = ttl;
   l[i++] = hilock__i64(ttl, h->ttl_ms);
-  *argv = a;
-  *lens = l;
-  return argc;
+  q->argc = argc;
+  q->argv = a;
+  q->lens = l;
+  q->script = h->renew_script;
+  q->reply = NULL;
+  return 0;
 }
 
-/* Free what renew_cmd allocated (nothing if it used the stack arrays). */
-static void free_cmd(const char **argv, size_t *lens, const char **sargv) {
-  if (argv != sargv) {
-    free(argv);
-    free(lens);
+static void free_req(hilock__req *q, const char **sargv) {
+  if (q->argv != sargv) {
+    free((void *)q->argv);
+    free((void *)q->lens);
   }
+  if (q->reply != NULL) freeReplyObject(q->reply);
+  q->reply = NULL;
 }
 
 /* Bound the wait for replies on ctx by until_us (at least MIN_WAIT_US from
@@ -120,92 +123,215 @@ static void unconfirmed(hilock__hold **holds, const int *ix, int n,
   }
 }
 
-/* One hold renewed on node (with ASKING first for an ASK redirection),
- * with the EVAL fallback on NOSCRIPT. Bounded by one connection attempt and
- * the command timeout: the watchdog never spends a command's reconnect
- * budget on one node while holds on the others wait. */
-static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
-                    int asking, hilock__err *e, int64_t until_us, int wait) {
-  hilock__conn *k;
-  char nk[24], ttl[24];
-  const char *sargv[CMD_STACK], **argv;
-  size_t slens[CMD_STACK], *lens;
-  int fresh, res = FAILED;
-  if (hilock__cluster_node_conn(c, e, node, &k, &fresh) != HILOCK_OK)
-    return FAILED;
-  bound_wait(c, k->ctx, until_us);
-  for (int attempt = 0; attempt < 2; attempt++) {
-    redisReply *r = NULL;
-    int argc = renew_cmd(h, attempt, nk, ttl, sargv, slens, &argv, &lens);
-    if (argc < 0) break;
-    long long acked = -1;
-    int spoilt = 0;
-    r = hilock__conn_send(c, k, asking, argc, argv, lens,
-                          wait ? &acked : NULL, &spoilt);
-    free_cmd(argv, lens, sargv);
-    if (r == NULL) goto broken;
-    if (spoilt) {
-      freeReplyObject(r);
-      goto broken;
-    }
-    if (wait && r->type == REDIS_REPLY_INTEGER && r->integer > 0 &&
-        acked < c->opts.wait_replicas && h->renew_script->grant) {
-      freeReplyObject(r); /* renewed on the master only: no count */
-      break;
-    }
-    if (r->type == REDIS_REPLY_INTEGER) {
-      res = r->integer > 0 ? RENEWED : NOT_OWNED;
-    } else if (r->type == REDIS_REPLY_ERROR) {
-      int code = hilock__reply_error(e, r->str, r->len);
-      if (code == HILOCK_EWRONGTYPE) res = NOT_OWNED;
-      if (code == HILOCK__NOSCRIPT && attempt == 0) { /* EVAL next */
-        freeReplyObject(r);
-        continue;
-      }
-      if (code != HILOCK_EWRONGTYPE)
-        (void)hilock__cluster_redirected(c, node, r->str, r->len, NULL);
-    }
-    freeReplyObject(r);
-    break;
-  }
-  restore_wait(c, k->ctx);
-  hilock__pool_put(c, k);
-  return res;
-broken:
-  hilock__conn_error(c, e, k, "EVALSHA", errno);
-  hilock__conn_free(k);
+/* One renewal's outcome from its reply (an integer, or an error). */
+static int renew_result(const redisReply *r, hilock__err *e) {
+  if (r->type == REDIS_REPLY_INTEGER) return r->integer > 0 ? RENEWED : NOT_OWNED;
+  if (r->type == REDIS_REPLY_ERROR &&
+      hilock__reply_error(e, r->str, r->len) == HILOCK_EWRONGTYPE)
+    return NOT_OWNED;
   return FAILED;
 }
 
-/* Batches (below): one renew_batch.lua call renews many holds. */
+/* One hold renewed on node (with ASKING first for an ASK redirection).
+ * Bounded by one connection attempt and the command timeout: the watchdog
+ * never spends a command's reconnect budget on one node while holds on the
+ * others wait. */
+static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
+                    int asking, hilock__err *e, int64_t until_us, int wait) {
+  hilock__conn *k;
+  hilock__req q;
+  char nk[24], ttl[24];
+  const char *sargv[CMD_STACK];
+  size_t slens[CMD_STACK];
+  long long acked = -1;
+  int fresh, res = FAILED, sent;
+  if (hilock__cluster_node_conn(c, e, node, &k, &fresh) != HILOCK_OK)
+    return FAILED;
+  if (renew_req(h, nk, ttl, sargv, slens, &q) != 0) {
+    hilock__pool_put(c, k);
+    return FAILED;
+  }
+  bound_wait(c, k->ctx, until_us);
+  sent = hilock__conn_batch(c, k,
+                            (asking ? HILOCK__SEND_ASKING : 0) |
+                                (wait ? HILOCK__SEND_WAIT : 0),
+                            &q, 1, &acked);
+  if (sent != 0) { /* broken, or WAIT's reply never came */
+    free_req(&q, sargv);
+    hilock__conn_error(c, e, k, "EVALSHA", errno);
+    hilock__conn_free(k);
+    return FAILED;
+  }
+  res = renew_result(q.reply, e);
+  if (res == RENEWED && wait && acked < c->opts.wait_replicas &&
+      h->renew_script->grant)
+    res = FAILED; /* renewed on the master only: no count */
+  if (q.reply->type == REDIS_REPLY_ERROR && res != NOT_OWNED)
+    (void)hilock__cluster_redirected(c, node, q.reply->str, q.reply->len,
+                                     NULL);
+  free_req(&q, sargv);
+  restore_wait(c, k->ctx);
+  hilock__pool_put(c, k);
+  return res;
+}
+
+/* ## Batches: one script call renews many holds ---------------------------
+ * renew_batch.lua renews each hold as its own renew script does; a hold's
+ * kind names that script. A call carries at most CHUNK holds, so one call
+ * stays short on the server. */
 #define CHUNK 1024
-static int batch_cmd(hilock__hold *const *holds, int n, int eval,
-                     const char ***argv, size_t **lens, char **nums);
-static void free_batch(const char **argv, size_t *lens, char *nums);
-static int batch_result(const redisReply *r, hilock__err *e);
+
+static const hilock__script *const kinds[] = {
+    &hilock__script_lock_extend,    &hilock__script_multilock_extend,
+    &hilock__script_rlock_renew,    &hilock__script_rwlock_read_renew,
+    &hilock__script_semaphore_renew, &hilock__script_seqlock_renew};
+
+/* The kind of h's renew script in renew_batch.lua (1..), 0 if none. */
+static int kind_of(const hilock__hold *h) {
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+    if (h->renew_script == kinds[i]) return (int)i + 1;
+  return 0;
+}
+
+/* The request renewing holds[0..n) in one call; q->argv, q->lens and *nums
+ * are malloc'd (free with free_call). Returns 0, or -1 out of memory. */
+static int batch_req(hilock__hold *const *holds, int n, hilock__req *q,
+                     char **nums) {
+  static const char *const kind_text[] = {"0", "1", "2", "3", "4", "5", "6"};
+  const hilock__script *s = &hilock__script_renew_batch;
+  const char **argv;
+  size_t *lens;
+  int nkeys = 0, argc, i = 0;
+  char *num;
+  for (int h = 0; h < n; h++) nkeys += 1 + holds[h]->nxkeys;
+  argc = 3 + nkeys + 4 * n;
+  argv = malloc((size_t)argc * sizeof(*argv));
+  lens = malloc((size_t)argc * sizeof(*lens));
+  *nums = malloc((size_t)(2 * n + 1) * 24);
+  if (argv == NULL || lens == NULL || *nums == NULL) {
+    free(argv);
+    free(lens);
+    free(*nums);
+    *nums = NULL;
+    return -1;
+  }
+  num = *nums;
+  argv[i] = "EVALSHA";
+  lens[i++] = 7;
+  argv[i] = s->sha;
+  lens[i++] = 40;
+  argv[i] = num;
+  lens[i++] = hilock__i64(num, nkeys);
+  num += 24;
+  for (int h = 0; h < n; h++) {
+    argv[i] = holds[h]->rkey;
+    lens[i++] = holds[h]->rkeylen;
+    for (int k = 0; k < holds[h]->nxkeys; k++, i++) {
+      argv[i] = holds[h]->xkeys[k];
+      lens[i] = holds[h]->xkeylens[k];
+    }
+  }
+  for (int h = 0; h < n; h++) {
+    argv[i] = kind_text[kind_of(holds[h])];
+    lens[i++] = 1;
+    argv[i] = num;
+    lens[i++] = hilock__i64(num, 1 + holds[h]->nxkeys);
+    num += 24;
+    argv[i] = holds[h]->owner;
+    lens[i++] = holds[h]->ownerlen;
+    argv[i] = num;
+    lens[i++] = hilock__i64(num, holds[h]->ttl_ms);
+    num += 24;
+  }
+  q->argc = argc;
+  q->argv = argv;
+  q->lens = lens;
+  q->script = s;
+  q->reply = NULL;
+  return 0;
+}
+
+/* Calls renewing holds[run[j]..run[j + 1]) for j < ncalls, one write on k
+ * (WAIT behind them if wait: one replica count covers every renewal of
+ * the connection), results into res[run[j]..]. A call's reply other than
+ * its array of results is left in q[j].reply (an error: NOSCRIPT after
+ * EVAL, MOVED, ...) for the caller. Returns hilock__conn_batch's result
+ * (-1: k broke, nothing counts). */
+static int renew_calls(hilock_client *c, hilock__conn *k, hilock__hold **holds,
+                       const int *run, int ncalls, hilock__req *q,
+                       int *res, int wait) {
+  hilock__err e;
+  char **nums = calloc((size_t)ncalls, sizeof(*nums));
+  long long acked = -1;
+  int sent = -1, nq = 0, *at = calloc((size_t)ncalls, sizeof(*at));
+  hilock__req *sq = calloc((size_t)ncalls, sizeof(*sq));
+  for (int i = run[0]; i < run[ncalls]; i++) res[i] = FAILED;
+  if (nums == NULL || at == NULL || sq == NULL) goto out;
+  for (int j = 0; j < ncalls; j++) {
+    q[j].reply = NULL;
+    /* Out of memory: that call's holds fail this round (retried soon). */
+    if (batch_req(holds + run[j], run[j + 1] - run[j], &sq[nq], &nums[nq]) == 0)
+      at[nq++] = j;
+  }
+  if (nq == 0) goto out;
+  sent = hilock__conn_batch(c, k, wait ? HILOCK__SEND_WAIT : 0, sq, nq, &acked);
+  for (int x = 0; x < nq; x++) {
+    int j = at[x], from = run[j], cnt = run[j + 1] - run[j];
+    redisReply *r = sq[x].reply;
+    if (sent >= 0 && r != NULL && r->type == REDIS_REPLY_ARRAY &&
+        r->elements == (size_t)cnt) {
+      for (int i = 0; i < cnt; i++)
+        res[from + i] = renew_result(r->element[i], &e);
+      freeReplyObject(r);
+    } else if (sent >= 0) {
+      q[j].reply = r; /* the caller looks at why */
+    } else if (r != NULL) {
+      freeReplyObject(r);
+    }
+    free((void *)sq[x].argv);
+    free((void *)sq[x].lens);
+    free(nums[x]);
+  }
+  /* A replica count (or none: WAIT's reply never came) covers every write
+   * of the connection so far. */
+  if (sent >= 0 && wait && acked < c->opts.wait_replicas)
+    unconfirmed(holds + run[0], NULL, run[ncalls] - run[0], res + run[0]);
+  if (sent < 0)
+    for (int i = run[0]; i < run[ncalls]; i++) res[i] = FAILED;
+out:
+  free(nums);
+  free(at);
+  free(sq);
+  return sent;
+}
 
 /* A cluster: holds grouped by their slot's master, and on each master by
  * hash slot: one renew_batch.lua call per slot (every script must stay in
  * one slot), pipelined on a pooled connection to the master. The holds of
- * a call answered NOSCRIPT, MOVED or ASK are renewed on their own on the
- * right node; those whose master cannot be reached fail this round (the map
- * is read again) and are retried shortly, within their validity. */
+ * a call answered MOVED or ASK are renewed on their own on the right node;
+ * those whose master cannot be reached fail this round (the map is read
+ * again) and are retried shortly, within their validity. */
 static int slot_of(const hilock__hold *h) {
   return hilock__key_slot(h->rkey, h->rkeylen);
 }
 
-static int by_slot(const void *a, const void *b, void *holds) {
-  int sa = slot_of(((hilock__hold **)holds)[*(const int *)a]);
-  int sb = slot_of(((hilock__hold **)holds)[*(const int *)b]);
-  return sa < sb ? -1 : sa > sb;
+typedef struct slot_ix {
+  int slot, ix;
+} slot_ix;
+
+static int by_slot(const void *a, const void *b) {
+  const slot_ix *x = a, *y = b;
+  if (x->slot != y->slot) return x->slot < y->slot ? -1 : 1;
+  return x->ix < y->ix ? -1 : x->ix > y->ix;
 }
 
 static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
                                 int *res, int64_t until_us, int wait) {
   hilock__node *owner[BATCH_MAX], *redo[BATCH_MAX];
-  int done[BATCH_MAX], group[BATCH_MAX], asking[BATCH_MAX];
-  int run[BATCH_MAX + 1]; /* a run: the group's holds of one slot */
-  hilock__hold *sub[CHUNK];
+  int done[BATCH_MAX], asking[BATCH_MAX];
+  int run[BATCH_MAX + 1]; /* calls: the group's holds of one slot */
+  slot_ix g[BATCH_MAX];        /* the group: slot and place in holds */
+  hilock__hold *gh[BATCH_MAX]; /* the group's holds, by slot */
   hilock__err e;
   int i, j, refresh = 0;
   hilock__node *failed = NULL;
@@ -221,77 +347,55 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
   }
   for (i = 0; i < n; i++) {
     hilock__conn *k;
-    int ng = 0, nrun = 0, got, fresh, ok = 1;
+    hilock__req *q;
+    int ng = 0, nrun = 0, fresh, sent, gres[BATCH_MAX];
     if (done[i] || owner[i] == NULL) continue;
     for (j = i; j < n; j++)
       if (!done[j] && owner[j] == owner[i]) {
         done[j] = 1;
-        group[ng++] = j;
+        g[ng].slot = slot_of(holds[j]);
+        g[ng++].ix = j;
       }
-    qsort_r(group, (size_t)ng, sizeof(group[0]), by_slot, holds);
-    for (j = 0; j < ng; j++) /* runs of one slot, at most CHUNK long */
-      if (j == 0 || slot_of(holds[group[j]]) != slot_of(holds[group[j - 1]]) ||
-          j - run[nrun - 1] == CHUNK)
+    qsort(g, (size_t)ng, sizeof(g[0]), by_slot);
+    for (j = 0; j < ng; j++) { /* runs of one slot, at most CHUNK long */
+      gh[j] = holds[g[j].ix];
+      if (j == 0 || g[j].slot != g[j - 1].slot || j - run[nrun - 1] == CHUNK)
         run[nrun++] = j;
+    }
     run[nrun] = ng;
     if (hilock__cluster_node_conn(c, &e, owner[i], &k, &fresh) != HILOCK_OK) {
       refresh = 1;
       failed = owner[i];
       continue;
     }
-    bound_wait(c, k->ctx, until_us);
-    for (j = 0; j < nrun && ok; j++) {
-      const char **argv;
-      size_t *lens;
-      char *nums;
-      int cnt = run[j + 1] - run[j], argc;
-      for (int x = 0; x < cnt; x++) sub[x] = holds[group[run[j] + x]];
-      argc = batch_cmd(sub, cnt, 0, &argv, &lens, &nums);
-      if (argc < 0) {
-        static const char *ping[1] = {"PING"}; /* keeps replies paired */
-        static const size_t pinglen[1] = {4};
-        ok = hilock__net_append(k->ctx, 1, ping, pinglen) == 0;
-      } else {
-        ok = hilock__net_append(k->ctx, argc, argv, lens) == 0;
-        free_batch(argv, lens, nums);
-      }
+    q = calloc((size_t)nrun, sizeof(*q));
+    if (q == NULL) {
+      hilock__pool_put(c, k);
+      continue;
     }
-    /* wait_replicas: one WAIT behind the node's renewals covers them all. */
-    if (ok && wait && !hilock__wait_append(c, k->ctx)) ok = 0;
-    for (got = 0; ok && got < nrun; got++) {
-      redisReply *r = NULL;
-      int from = run[got], cnt = run[got + 1] - run[got];
-      if (hilock__net_get_reply(k->ctx, (void **)&r) != 0 || r == NULL) break;
-      if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)cnt) {
-        for (int x = 0; x < cnt; x++)
-          res[group[from + x]] = batch_result(r->element[x], &e);
-      } else if (r->type == REDIS_REPLY_ERROR) {
-        hilock__node *to = NULL, *dest = NULL;
-        int code = hilock__reply_error(&e, r->str, r->len), ask = 0;
-        if (code == HILOCK__NOSCRIPT) {
-          dest = owner[i];
-        } else if (hilock__cluster_redirected(c, owner[i], r->str, r->len,
-                                              &to)) {
-          /* MOVED: the map now names the new owner; ASK: one-shot. */
-          dest = to != NULL ? to
-                            : hilock__cluster_owner(
-                                  c, slot_of(holds[group[from]]));
-          ask = to != NULL;
-          if (dest == owner[i] && !ask) dest = NULL;
-        }
-        for (int x = 0; x < cnt; x++) {
-          redo[group[from + x]] = dest;
-          asking[group[from + x]] = ask;
-        }
+    bound_wait(c, k->ctx, until_us);
+    sent = renew_calls(c, k, gh, run, nrun, q, gres, wait);
+    for (j = 0; j < ng; j++) res[g[j].ix] = gres[j];
+    for (j = 0; j < nrun; j++) {
+      redisReply *r = q[j].reply;
+      hilock__node *to = NULL, *dest = NULL;
+      int ask = 0;
+      if (r == NULL) continue;
+      if (r->type == REDIS_REPLY_ERROR &&
+          hilock__cluster_redirected(c, owner[i], r->str, r->len, &to)) {
+        /* MOVED: the map now names the new owner; ASK: one-shot. */
+        dest = to != NULL ? to : hilock__cluster_owner(c, g[run[j]].slot);
+        ask = to != NULL;
+        if (dest == owner[i] && !ask) dest = NULL;
+      }
+      for (int y = run[j]; y < run[j + 1]; y++) {
+        redo[g[y].ix] = dest;
+        asking[g[y].ix] = ask;
       }
       freeReplyObject(r);
     }
-    if (ok && got == nrun && wait) {
-      long long acked;
-      if (hilock__wait_read(k->ctx, &acked) != 0) got = -1; /* acked -1 */
-      if (acked < c->opts.wait_replicas) unconfirmed(holds, group, ng, res);
-    }
-    if (ok && got == nrun) {
+    free(q);
+    if (sent == 0) {
       restore_wait(c, k->ctx);
       hilock__pool_put(c, k);
     } else {
@@ -313,15 +417,13 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
  * answer before a hold lapses is of no use, and the loss must be reported
  * on time even when the server hangs. On one server every due hold goes in
  * renew_batch.lua calls of up to CHUNK holds, pipelined. */
-static int renew_calls(hilock_client *c, hilock__net *ctx,
-                       hilock__hold **holds, int n, int *res, int wait,
-                       int *moved);
-
 static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
                            int *res, int64_t until_us) {
   hilock__watchdog *w = &c->wd;
+  hilock__req q[BATCH_MAX / CHUNK + 1];
+  int run[BATCH_MAX / CHUNK + 2];
   hilock__err e;
-  int i, moved = 0;
+  int i, ncalls = 0, moved = 0, sent;
   int64_t now_us = hilock__now_us(), wait_us = until_us - now_us;
   /* wait_replicas: one WAIT after the batch covers every renewal in it. */
   int wait = 0;
@@ -339,178 +441,20 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
       hilock__connect(c, &e, (now_us + wait_us) / 1000, &w->conn) !=
           HILOCK_OK)
     return;
+  for (i = 0; i < n; i += CHUNK) run[ncalls++] = i;
+  run[ncalls] = n;
   bound_wait(c, w->conn->ctx, until_us);
-  if (renew_calls(c, w->conn->ctx, holds, n, res, wait, &moved) != 0 ||
-      moved) {
+  sent = renew_calls(c, w->conn, holds, run, ncalls, q, res, wait);
+  for (i = 0; i < ncalls; i++) {
+    if (q[i].reply == NULL) continue;
+    moved |= hilock__failover_reply(c, q[i].reply);
+    freeReplyObject(q[i].reply);
+  }
+  if (sent != 0 || moved) {
     /* Broken, or the master moved (sentinel URL): reconnect next time. */
     hilock__conn_free(w->conn);
     w->conn = NULL;
   }
-}
-
-/* ## Batches: one script call renews many holds ---------------------------
- * renew_batch.lua renews each hold as its own renew script does; a hold's
- * kind names that script. A call carries at most CHUNK holds, so one call
- * stays short on the server. */
-
-static const hilock__script *const kinds[] = {
-    &hilock__script_lock_extend,    &hilock__script_multilock_extend,
-    &hilock__script_rlock_renew,    &hilock__script_rwlock_read_renew,
-    &hilock__script_semaphore_renew, &hilock__script_seqlock_renew};
-
-/* The kind of h's renew script in renew_batch.lua (1..), 0 if none. */
-static int kind_of(const hilock__hold *h) {
-  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-    if (h->renew_script == kinds[i]) return (int)i + 1;
-  return 0;
-}
-
-/* The command renewing holds[0..n) in one call (EVAL with the source if
- * eval, else EVALSHA). *argv, *lens and *nums are malloc'd (free with
- * free_batch). Returns argc, or -1 out of memory. */
-static int batch_cmd(hilock__hold *const *holds, int n, int eval,
-                     const char ***argv, size_t **lens, char **nums) {
-  static const char *const kind_text[] = {"0", "1", "2", "3", "4", "5", "6"};
-  const hilock__script *s = &hilock__script_renew_batch;
-  int nkeys = 0, argc, i = 0;
-  char *num;
-  for (int h = 0; h < n; h++) nkeys += 1 + holds[h]->nxkeys;
-  argc = 3 + nkeys + 4 * n;
-  *argv = malloc((size_t)argc * sizeof(**argv));
-  *lens = malloc((size_t)argc * sizeof(**lens));
-  *nums = malloc((size_t)(2 * n + 1) * 24);
-  if (*argv == NULL || *lens == NULL || *nums == NULL) {
-    free(*argv);
-    free(*lens);
-    free(*nums);
-    return -1;
-  }
-  num = *nums;
-  (*argv)[i] = eval ? "EVAL" : "EVALSHA";
-  (*lens)[i++] = eval ? 4 : 7;
-  (*argv)[i] = eval ? s->src : s->sha;
-  (*lens)[i++] = eval ? s->len : 40;
-  (*argv)[i] = num;
-  (*lens)[i++] = hilock__i64(num, nkeys);
-  num += 24;
-  for (int h = 0; h < n; h++) {
-    (*argv)[i] = holds[h]->rkey;
-    (*lens)[i++] = holds[h]->rkeylen;
-    for (int k = 0; k < holds[h]->nxkeys; k++, i++) {
-      (*argv)[i] = holds[h]->xkeys[k];
-      (*lens)[i] = holds[h]->xkeylens[k];
-    }
-  }
-  for (int h = 0; h < n; h++) {
-    (*argv)[i] = kind_text[kind_of(holds[h])];
-    (*lens)[i++] = 1;
-    (*argv)[i] = num;
-    (*lens)[i++] = hilock__i64(num, 1 + holds[h]->nxkeys);
-    num += 24;
-    (*argv)[i] = holds[h]->owner;
-    (*lens)[i++] = holds[h]->ownerlen;
-    (*argv)[i] = num;
-    (*lens)[i++] = hilock__i64(num, holds[h]->ttl_ms);
-    num += 24;
-  }
-  return argc;
-}
-
-static void free_batch(const char **argv, size_t *lens, char *nums) {
-  free(argv);
-  free(lens);
-  free(nums);
-}
-
-/* One renewal result of a batch reply element. */
-static int batch_result(const redisReply *r, hilock__err *e) {
-  if (r->type == REDIS_REPLY_INTEGER) return r->integer > 0 ? RENEWED : NOT_OWNED;
-  if (r->type == REDIS_REPLY_ERROR &&
-      hilock__reply_error(e, r->str, r->len) == HILOCK_EWRONGTYPE)
-    return NOT_OWNED;
-  return FAILED;
-}
-
-/* Read a batch reply for n holds into res: *noscript = 1 if the server did
- * not know the script. 0, or -1 if no reply came (the connection broke). */
-static int batch_read(hilock__net *ctx, int n, int *res, int *noscript,
-                      int *moved, const hilock_client *c, hilock__err *e) {
-  redisReply *r = NULL;
-  *noscript = 0;
-  if (hilock__net_get_reply(ctx, (void **)&r) != 0 || r == NULL) return -1;
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n) {
-    for (int i = 0; i < n; i++) res[i] = batch_result(r->element[i], e);
-  } else if (r->type == REDIS_REPLY_ERROR) {
-    *noscript = hilock__reply_error(e, r->str, r->len) == HILOCK__NOSCRIPT;
-    *moved |= hilock__failover_reply(c, r);
-  }
-  freeReplyObject(r);
-  return 0;
-}
-
-/* Renew holds[0..n) (every one of a batch kind) on ctx in calls of at
- * most CHUNK holds, pipelined, then WAIT behind them if wait; results into
- * res (FAILED where no answer came). Returns 0, or -1 if the connection
- * broke (its results FAILED). */
-static int renew_calls(hilock_client *c, hilock__net *ctx,
-                       hilock__hold **holds, int n, int *res, int wait,
-                       int *moved) {
-  hilock__err e;
-  int calls = (n + CHUNK - 1) / CHUNK, redo = 0;
-  long long acked = -1;
-  for (int i = 0; i < n; i++) res[i] = FAILED;
-  for (int eval = 0; eval < 2; eval++) {
-    int sent = 0;
-    for (int k = 0; k < calls; k++) {
-      const char **argv;
-      size_t *lens;
-      char *nums;
-      int from = k * CHUNK, cnt = n - from < CHUNK ? n - from : CHUNK, argc;
-      if (eval && res[from] != -1) continue; /* only chunks that missed */
-      argc = batch_cmd(holds + from, cnt, eval, &argv, &lens, &nums);
-      if (argc < 0) {
-        static const char *ping[1] = {"PING"}; /* keeps replies paired */
-        static const size_t pinglen[1] = {4};
-        if (hilock__net_append(ctx, 1, ping, pinglen) != 0)
-          return -1;
-      } else {
-        int ok = hilock__net_append(ctx, argc, argv, lens) == 0;
-        free_batch(argv, lens, nums);
-        if (!ok) return -1;
-      }
-      sent++;
-    }
-    if (sent == 0) break;
-    if (wait && !hilock__wait_append(c, ctx)) return -1;
-    redo = 0;
-    for (int k = 0; k < calls; k++) {
-      int from = k * CHUNK, cnt = n - from < CHUNK ? n - from : CHUNK, ns;
-      if (eval && res[from] != -1) continue;
-      for (int i = from; i < from + cnt; i++) res[i] = FAILED;
-      if (batch_read(ctx, cnt, res + from, &ns, moved, c, &e) != 0) {
-        for (int i = 0; i < n; i++) res[i] = FAILED;
-        return -1;
-      }
-      if (ns && !eval) { /* EVAL with the source, which also loads it */
-        for (int i = from; i < from + cnt; i++) res[i] = -1;
-        redo = 1;
-      }
-    }
-    if (wait) {
-      long long a;
-      if (hilock__wait_read(ctx, &a) != 0) {
-        for (int i = 0; i < n; i++) res[i] = FAILED;
-        return -1;
-      }
-      /* A replica count covers every write of the connection so far. */
-      acked = a;
-      if (acked < c->opts.wait_replicas) unconfirmed(holds, NULL, n, res);
-    }
-    if (!redo) break;
-  }
-  for (int i = 0; i < n; i++)
-    if (res[i] == -1) res[i] = FAILED;
-  return 0;
 }
 
 /* Holds with their own renew_fn renew themselves; the rest share one

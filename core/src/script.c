@@ -1,5 +1,6 @@
-/* The script runner: EVALSHA, falling back to EVAL on NOSCRIPT; for a
- * granting script with wait_replicas, WAIT pipelined behind it. */
+/* The script runner: EVALSHA through hilock__route (EVAL on NOSCRIPT);
+ * for a granting script with wait_replicas, WAIT pipelined behind it; for
+ * one that wakes waiters, PING before it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +12,10 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
                        const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, redisReply **out) {
-  return hilock__script_run_as(c, e, s, s->grant, nkeys, keys, keylens, nargs,
-                               args, arglens, out);
+  return hilock__script_run_as(
+      c, e, s, (s->grant ? HILOCK__RUN_GRANT : 0) |
+                   (s->wakes ? HILOCK__RUN_WAKES : 0),
+      nkeys, keys, keylens, nargs, args, arglens, out);
 }
 
 int hilock__grant_unacked(hilock__err *e, const hilock__err *unacked,
@@ -41,17 +44,8 @@ int hilock__queued_unacked(hilock__err *e, int rc, redisReply *r) {
   return HILOCK_OK; /* queued: the waiter re-checks anyway */
 }
 
-/* One run of the command, with WAIT behind it if wait is set. */
-static int run_once(hilock_client *c, hilock__err *e, int argc,
-                    const char **argv, const size_t *lens, redisReply **out,
-                    int resend, int wait, long long *acked) {
-  return wait ? hilock__command_wait(c, e, argc, argv, lens, out, resend,
-                                     acked)
-              : hilock__command_ex(c, e, argc, argv, lens, out, resend);
-}
-
 int hilock__script_run_as(hilock_client *c, hilock__err *e,
-                          const hilock__script *s, int grant, int nkeys,
+                          const hilock__script *s, int how, int nkeys,
                           const char **keys, const size_t *keylens, int nargs,
                           const char **args, const size_t *arglens,
                           redisReply **out) {
@@ -61,8 +55,12 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
   int argc = 0, rc;
   /* A grant or renewal must reach wait_replicas replicas: WAIT follows on
    * the same connection, in the same round trip. */
-  int wait = grant && c->opts.wait_replicas > 0;
+  int wait = (how & HILOCK__RUN_GRANT) && c->opts.wait_replicas > 0;
+  unsigned flags = (wait ? HILOCK__SEND_WAIT : 0) |
+                   (how & HILOCK__RUN_WAKES ? HILOCK__SEND_PING : 0) |
+                   (s->once ? 0 : HILOCK__ROUTE_RESEND);
   long long acked = -1;
+  hilock__req q;
 
   if (nkeys < 0 || nargs < 0 || nkeys > HILOCK__SCRIPT_ARGS_MAX - nargs)
     return hilock__set_err(e, HILOCK_EINVAL, "too many script arguments");
@@ -91,19 +89,12 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
     argv[argc] = args[i];
     lens[argc] = arglens[i];
   }
-  hilock__err before = *e;
-  rc = run_once(c, e, argc, argv, lens, out, !s->once, wait, &acked);
-  if (rc == HILOCK__NOSCRIPT) {
-    /* Flushed cache or a restarted server: EVAL sends the source and loads
-     * it, so the next EVALSHA hits again. */
-    argv[0] = "EVAL";
-    lens[0] = 4;
-    argv[1] = s->src;
-    lens[1] = s->len;
-    rc = run_once(c, e, argc, argv, lens, out, !s->once, wait, &acked);
-    if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_ESCRIPT;
-    if (rc == HILOCK_OK) *e = before; /* a recovered NOSCRIPT is no failure */
-  }
+  q.argc = argc;
+  q.argv = argv;
+  q.lens = lens;
+  q.script = s;
+  rc = hilock__route(c, e, flags, &q, &acked);
+  *out = q.reply;
   if (argv != sargv) {
     free(argv);
     free(lens);

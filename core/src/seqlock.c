@@ -116,10 +116,15 @@ static int run(hilock_seqlock *sl, hilock__err *e, const char *op,
       hilock__i64(win, __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED));
   arglens[4] = hilock__i64(msb, ms);
   arglens[5] = strlen(args[5]);
-  /* Grants and extensions are confirmed by WAIT (wait_replicas). */
-  int grant = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0 ||
-              strcmp(op, "extend") == 0;
-  return hilock__script_run_as(sl->h.client, e, &hilock__script_seqlock, grant,
+  /* Grants and extensions are confirmed by WAIT (wait_replicas); release
+   * and leave may wake the next contender. */
+  int how = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0 ||
+                    strcmp(op, "extend") == 0
+                ? HILOCK__RUN_GRANT
+            : strcmp(op, "release") == 0 || strcmp(op, "leave") == 0
+                ? HILOCK__RUN_WAKES
+                : 0;
+  return hilock__script_run_as(sl->h.client, e, &hilock__script_seqlock, how,
                                NKEYS, (const char **)sl->keys, sl->keylens, 6,
                                args, arglens, out);
 }

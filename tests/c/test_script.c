@@ -167,7 +167,7 @@ static void acquire_works_after_server_restart(void **state) {
 /* Run a throwaway script through the internal runner. */
 static int run_script(fixture *f, const char *src, hilock__err *e) {
   hilock__script s = {"test", src, strlen(src),
-                      "0000000000000000000000000000000000000000", 0, 0};
+                      "0000000000000000000000000000000000000000", 0, 0, 0};
   redisReply *r = NULL;
   int rc;
   hilock__clear_err(e);
@@ -196,7 +196,7 @@ static void script_runner_rejects_too_many_arguments(void **state) {
   const char **args = malloc(N * sizeof(*args));
   size_t *lens = malloc(N * sizeof(*lens));
   hilock__script s = {"test", "return #ARGV", 12,
-                      "0000000000000000000000000000000000000000", 0, 0};
+                      "0000000000000000000000000000000000000000", 0, 0, 0};
   hilock__err e;
   redisReply *r = NULL;
   assert_non_null(args);

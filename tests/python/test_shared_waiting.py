@@ -300,3 +300,41 @@ def test_without_pubsub_numsub_a_release_still_rings(rds, redis_server) -> None:
         wait_for(lambda: granted, 5, what="the grant")
         calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
         assert calls.get("lpop", 0) >= 1, calls
+
+
+def _pings(rds) -> int:
+    return int(rds.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("kind", ["lock", "rlock", "semaphore", "fair_lock", "read",
+                                  "write", "multi_lock", "sequential_lock"])
+def test_a_release_sends_ping_first_an_acquire_does_not(rds, redis_url, kind) -> None:
+    """Redis answers the clients of one event-loop turn last-queued first:
+    a release that PUBLISHes a wake-up would hear back before the waiter it
+    woke. A PING in the same write queues the releaser before its script
+    runs, so the waiter's message goes out first. One PING per release,
+    none per acquire (a script the server does not know yet goes again as
+    EVAL, with its own PING: a first cycle loads them)."""
+    c = hilock.Client(redis_url)
+    make = {
+        "lock": lambda: c.lock("pf", auto_renew=False),
+        "rlock": lambda: c.rlock("pf", auto_renew=False),
+        "semaphore": lambda: c.semaphore("pf", 2, auto_renew=False),
+        "fair_lock": lambda: c.fair_lock("pf", auto_renew=False),
+        "read": lambda: c.rwlock("pf", auto_renew=False).read(),
+        "write": lambda: c.rwlock("pf", auto_renew=False).write(),
+        "multi_lock": lambda: c.multi_lock(["pf1", "pf2"], auto_renew=False),
+        "sequential_lock": lambda: c.sequential_lock("pf", auto_renew=False),
+    }
+    lk = make[kind]()
+    try:
+        assert lk.acquire(blocking=False)
+        lk.release()
+        for _ in range(3):
+            rds.config_resetstat()
+            assert lk.acquire(blocking=False)
+            assert _pings(rds) == 0
+            lk.release()
+            assert _pings(rds) == 1
+    finally:
+        c.close()
