@@ -85,7 +85,8 @@ enum {
   HILOCK__NET_EPROTO,    /* the reply stream cannot be parsed */
   HILOCK__NET_ETLS,      /* TLS handshake or record failure */
   HILOCK__NET_ECERT,     /* the server's certificate was not accepted */
-  HILOCK__NET_ENOMEM
+  HILOCK__NET_ENOMEM,
+  HILOCK__NET_ESTOPPED   /* ->stop ended a wait (a reply is still owed) */
 };
 
 /* Where a connection goes: a unix socket path, or host and port. */
@@ -136,6 +137,10 @@ typedef struct hilock__net {
   char where[160];    /* host:port or path, for messages */
   char *host;         /* the host dialled (NULL for unix sockets) */
   int port;
+  /* While set, a wait wakes at least every 100 ms and ends if stop(arg)
+   * says so (a long blocking command: the caller's interrupt hook). */
+  int (*stop)(void *arg);
+  void *stop_arg;
 } hilock__net;
 
 /* Start connecting to a (non-blocking; tls NULL: plain). NULL only when out
@@ -172,8 +177,8 @@ int hilock__net_idle_dead(hilock__net *n);
 /* After a reply wait timed out: the connection is intact, clear the flag. */
 void hilock__net_clear_timeout(hilock__net *n);
 void hilock__net_keepalive(hilock__net *n);
-/* HILOCK_ETIMEDOUT, HILOCK_EIO, HILOCK_EPROTO, HILOCK_ETLS, HILOCK_ECERT
- * or HILOCK_ENOMEM for ->err. */
+/* HILOCK_ETIMEDOUT, HILOCK_EIO, HILOCK_EPROTO, HILOCK_ETLS, HILOCK_ECERT,
+ * HILOCK_ENOMEM or HILOCK_EINTR (stopped) for ->err. */
 int hilock__net_status(const hilock__net *n);
 /* Close without a word to the peer (no TLS close_notify: safe in a forked
  * child). NULL is a no-op. */
@@ -329,6 +334,10 @@ typedef struct hilock__req {
 #define HILOCK__SEND_PING 2u
 #define HILOCK__SEND_WAIT 4u
 #define HILOCK__ROUTE_RESEND 8u
+/* A blocking command (BLPOP): its reply may take as long as the
+ * connection's own timeout, which the caller set (not the command
+ * timeout). */
+#define HILOCK__SEND_BLOCKING 16u
 
 /* Send q[0..n) on k and read every reply into q[i].reply (a script's
  * NOSCRIPT is answered with EVAL on k first). 0: all read (*acked: WAIT's

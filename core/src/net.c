@@ -28,6 +28,7 @@
 #define READ_MAX_BYTES ((size_t)512 << 20)
 #define READ_MAX_ELEMENTS 4000000
 #define READ_CHUNK 16384
+#define STOP_SLICE_MS 100 /* how often a wait with ->stop asks it */
 
 int hilock__net_fail(hilock__net *n, int err, const char *fmt, ...) {
   va_list ap;
@@ -341,8 +342,13 @@ static int wait_io(hilock__net *n, int64_t deadline_ms, const char *what) {
     if (deadline_ms != INT64_MAX && left <= 0)
       return hilock__net_fail(n, HILOCK__NET_ETIMEDOUT, "%s %s: timed out",
                               what, n->where);
+    if (n->stop != NULL && (left < 0 || left > STOP_SLICE_MS))
+      left = STOP_SLICE_MS;
     rc = poll(&p, 1, left < 0 || left > INT32_MAX ? -1 : (int)left);
     if (rc > 0) break;
+    if (rc == 0 && n->stop != NULL && n->stop(n->stop_arg))
+      return hilock__net_fail(n, HILOCK__NET_ESTOPPED, "%s %s: stopped",
+                              what, n->where);
     if (rc < 0 && errno != EINTR)
       return hilock__net_fail(n, HILOCK__NET_EIO, "poll: %s", strerror(errno));
   }
@@ -434,7 +440,8 @@ int hilock__net_get_reply(hilock__net *n, void **reply) {
   /* Write at once: the socket almost always takes it all, which saves a
    * poll before the request leaves. */
   if (n->state == 0 && n->olen > 0 && write_some(n) != 0) return -1;
-  if (n->blocking && n->state == 0 && n->olen == 0) return recv_reply(n, reply);
+  if (n->blocking && n->state == 0 && n->olen == 0 && n->stop == NULL)
+    return recv_reply(n, reply);
   deadline = deadline_of(n->timeout_ms);
   for (;;) {
     if (wait_io(n, deadline, "no reply from") != 0) return -1;
@@ -505,6 +512,7 @@ int hilock__net_status(const hilock__net *n) {
     case HILOCK__NET_ETLS: return HILOCK_ETLS;
     case HILOCK__NET_ECERT: return HILOCK_ECERT;
     case HILOCK__NET_ENOMEM: return HILOCK_ENOMEM;
+    case HILOCK__NET_ESTOPPED: return HILOCK_EINTR;
     default: return HILOCK_EIO;
   }
 }

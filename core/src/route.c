@@ -146,7 +146,9 @@ int hilock__conn_batch(hilock_client *c, hilock__conn *k, unsigned flags,
   /* A caller's deadline shorter than the command timeout bounds these
    * reply waits; the connection gets its own timeout back after them. */
   int64_t io = hilock__io_ms(c->opts.command_timeout_ms);
-  int bounded = io != c->opts.command_timeout_ms, rc;
+  int bounded = io != c->opts.command_timeout_ms &&
+                !(flags & HILOCK__SEND_BLOCKING),
+      rc;
   if (acked != NULL) *acked = -1;
   if (bounded) hilock__net_set_timeout(k->ctx, io);
   rc = batch(c, k, flags, q, n, acked);

@@ -8,13 +8,11 @@
  * costs at most one TTL. */
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 
-#define SLICE_MS 100 /* how often a wait checks the interrupt hook */
 /* A caller's timeout bounds the whole acquire: connecting, reconnecting,
  * each attempt's reply and each wait. One round trip may overrun it by at
  * most this much (an attempt started just before the deadline). */
@@ -49,93 +47,90 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
   return rc;
 }
 
-/* The wait on a connection of its own: BLPOP on the wake list. */
+/* Ends a BLPOP early: the client closes, or the interrupt hook fires. */
+static int wait_stop(void *arg) {
+  hilock_client *c = arg;
+  return __atomic_load_n(&c->closed, __ATOMIC_RELAXED) ||
+         (c->opts.interrupt && c->opts.interrupt(c->opts.interrupt_arg));
+}
+
+/* The wait on a connection of its own: BLPOP on the wake list, sent with
+ * hilock__conn_batch on a connection held outside the pool's bound (so
+ * waiters never starve the commands, a release among them), with the
+ * client's interrupt hook asked every 100 ms. */
 static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int *woken) {
-  hilock__conn *k;
-  hilock__node *ask = NULL, *node;
-  int hops = 0, skip;
   char secs[32];
   const char *argv[3] = {"BLPOP", key, secs};
   size_t lens[3] = {5, keylen, 0};
-  void *reply = NULL;
-  int fresh, rc;
-  int64_t slack, deadline, own;
+  hilock__req q = {3, argv, lens, NULL, NULL};
+  hilock__node *ask = NULL;
 
   /* BLPOP takes fractional seconds (Redis >= 6); 0 would mean forever. */
   lens[2] = (size_t)snprintf(secs, sizeof(secs), "%" PRId64 ".%03" PRId64,
                              bound_ms / 1000, bound_ms % 1000);
-again:
-  /* On a cluster the list lives on its slot's master (the hash tag puts it
-   * next to the lock); ask: a one-shot ASK redirection. */
-  if (ask != NULL)
-    rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
-  else
-    rc = hilock__pool_get_key(c, e, key, keylen, &k, &fresh);
-  if (rc != HILOCK_OK) return rc;
-  /* Held for the whole wait: outside the pool's bound, so waiters never
-   * starve the commands (a release among them). */
-  hilock__pool_uncount(k);
-  node = k->node;
-  skip = ask != NULL;
-  if (skip) {
-    static const char *const asking[1] = {"ASKING"};
-    static const size_t asking_len[1] = {6};
-    if (hilock__net_append(k->ctx, 1, (const char **)asking, asking_len) != 0)
-      goto broken;
-  }
-  ask = NULL;
-  if (hilock__net_append(k->ctx, 3, argv, lens) != 0) goto broken;
-  if (hilock__net_flush(k->ctx) != 0) goto broken;
-
-  slack = c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms : 5000;
-  own = hilock__now_ms() + bound_ms + slack;
-  deadline = own < hilock__call_deadline() ? own : hilock__call_deadline();
-  for (;;) {
-    struct pollfd p;
-    int64_t left;
-    if (hilock__net_reply(k->ctx, &reply) != 0) goto broken;
-    if (reply != NULL && skip) { /* ASKING's +OK */
-      freeReplyObject(reply);
-      reply = NULL;
-      skip = 0;
-      continue;
-    }
-    if (reply != NULL) break;
-    if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED)) {
-      hilock__conn_free(k);
-      return hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
-    }
-    if (c->opts.interrupt && c->opts.interrupt(c->opts.interrupt_arg)) {
-      /* The BLPOP is still pending on this socket: drop the connection
+  for (int hops = 0;; hops++) {
+    hilock__conn *k;
+    hilock__node *node;
+    redisReply *r;
+    int fresh, rc, sent;
+    int64_t slack, own, deadline;
+    /* On a cluster the list lives on its slot's master (the hash tag puts
+     * it next to the lock); ask: a one-shot ASK redirection. */
+    if (ask != NULL)
+      rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
+    else
+      rc = hilock__pool_get_key(c, e, key, keylen, &k, &fresh);
+    if (rc != HILOCK_OK) return rc;
+    hilock__pool_uncount(k);
+    node = k->node;
+    slack = c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms : 5000;
+    own = hilock__now_ms() + bound_ms + slack;
+    deadline = own < hilock__call_deadline() ? own : hilock__call_deadline();
+    hilock__net_set_timeout(k->ctx, deadline - hilock__now_ms() > 0
+                                        ? deadline - hilock__now_ms()
+                                        : 1);
+    k->ctx->stop = wait_stop;
+    k->ctx->stop_arg = c;
+    sent = hilock__conn_batch(
+        c, k, HILOCK__SEND_BLOCKING | (ask != NULL ? HILOCK__SEND_ASKING : 0),
+        &q, 1, NULL);
+    ask = NULL;
+    if (sent != 0) {
+      /* The BLPOP may still be pending on this socket: the connection goes
        * (the server unblocks the client; nothing is popped). */
+      int status = hilock__net_status(k->ctx);
+      rc = hilock__conn_error(c, e, k, "BLPOP", errno);
       hilock__conn_free(k);
-      return hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
+      if (status == HILOCK_EINTR)
+        return __atomic_load_n(&c->closed, __ATOMIC_RELAXED)
+                   ? hilock__set_err(e, HILOCK_ECLOSED,
+                                     "client closed while waiting")
+                   : hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
+      if (status == HILOCK_ETIMEDOUT)
+        /* The caller's time is up: no wake-up came, which is no error;
+         * else the server did not answer a bounded BLPOP. */
+        return deadline < own
+                   ? HILOCK_OK
+                   : hilock__set_err(e, HILOCK_ETIMEDOUT,
+                                     "BLPOP: no reply %" PRId64
+                                     " ms past its timeout",
+                                     slack);
+      if (c->cl != NULL) {
+        /* A cluster node went away under the wait (killed, failed over):
+         * no wake-up; the next attempt finds the slot's new master within
+         * the reconnect budget, or reports why it cannot. */
+        hilock__err ignored;
+        hilock__cluster_refresh(c, &ignored, node);
+        return HILOCK_OK;
+      }
+      /* A broken pooled connection is not the lock's business: report "no
+       * wake-up" and let the next attempt reconnect within its budget. */
+      return fresh ? rc : HILOCK_OK;
     }
-    left = deadline - hilock__now_ms();
-    if (left <= 0 && deadline < own) {
-      /* The caller's time is up: no wake-up came, which is no error (the
-       * pending BLPOP goes with the connection; nothing is popped). */
-      hilock__conn_free(k);
-      return HILOCK_OK;
-    }
-    if (left <= 0) {
-      hilock__conn_free(k);
-      return hilock__set_err(e, HILOCK_ETIMEDOUT,
-                             "BLPOP: no reply %" PRId64 " ms past its timeout",
-                             slack);
-    }
-    p.fd = k->ctx->fd;
-    p.events = hilock__net_events(k->ctx);
-    p.revents = 0;
-    if (poll(&p, 1, (int)(left < SLICE_MS ? left : SLICE_MS)) < 0 &&
-        errno != EINTR)
-      goto broken;
-    if (p.revents != 0 && hilock__net_handle(k->ctx, p.revents) != 0)
-      goto broken;
-  }
-  {
-    redisReply *r = reply;
+    k->ctx->stop = NULL;
+    hilock__net_set_timeout(k->ctx, c->opts.command_timeout_ms);
+    r = q.reply;
     rc = HILOCK_OK;
     if (r->type == REDIS_REPLY_ARRAY) {
       *woken = 1;
@@ -145,32 +140,17 @@ again:
        * recovering: no wake-up; the next attempt routes afresh. */
       freeReplyObject(r);
       hilock__pool_put(c, k);
-      if (ask != NULL && ++hops <= 4) goto again;
+      if (ask != NULL && hops < 4) continue;
       return HILOCK_OK;
     } else if (r->type == REDIS_REPLY_ERROR) {
       rc = hilock__reply_error(e, r->str, r->len);
-    }
-    else if (r->type != REDIS_REPLY_NIL)
+    } else if (r->type != REDIS_REPLY_NIL) {
       rc = hilock__set_err(e, HILOCK_EPROTO, "unexpected reply to BLPOP");
+    }
     freeReplyObject(r);
+    hilock__pool_put(c, k);
+    return rc == HILOCK__NOSCRIPT ? HILOCK_EREDIS : rc;
   }
-  hilock__pool_put(c, k);
-  return rc == HILOCK__NOSCRIPT ? HILOCK_EREDIS : rc;
-
-broken:
-  rc = hilock__conn_error(c, e, k, "BLPOP", errno);
-  hilock__conn_free(k);
-  if (c->cl != NULL) {
-    /* A cluster node went away under the wait (killed, failed over): no
-     * wake-up; the next attempt finds the slot's new master within the
-     * reconnect budget, or reports why it cannot. */
-    hilock__err ignored;
-    hilock__cluster_refresh(c, &ignored, node);
-    return HILOCK_OK;
-  }
-  /* A broken pooled connection is not the lock's business: report "no
-   * wake-up" and let the next attempt reconnect within its budget. */
-  return fresh ? rc : HILOCK_OK;
 }
 
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
