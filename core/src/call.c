@@ -67,7 +67,12 @@ const hilock_client *hilock__closer_set(const hilock_client *c) {
 int hilock__closing_here(const hilock_client *c) { return tl_closer == c; }
 
 int hilock__client_usable(const hilock_client *c) {
-  return !__atomic_load_n(&c->closed, __ATOMIC_ACQUIRE) || tl_closer == c;
+  return hilock__runtime_usable(&c->rt);
+}
+
+int hilock__runtime_usable(const hilock__runtime *rt) {
+  return !__atomic_load_n(&rt->closed, __ATOMIC_ACQUIRE) ||
+         (rt->client != NULL && tl_closer == rt->client);
 }
 
 /* ## The reaper ---------------------------------------------------------- */
@@ -143,7 +148,7 @@ int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
   r->ctx = k->ctx;
   r->owed = owed + 1;
   r->wait_ms = u->wait_ms > 0 ? u->wait_ms : 30000;
-  if (c->opts.command_timeout_ms > 0) r->wait_ms += c->opts.command_timeout_ms;
+  if (c->rt.opts.command_timeout_ms > 0) r->wait_ms += c->rt.opts.command_timeout_ms;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   if (pthread_create(&t, &attr, reap_main, r) != 0) {

@@ -28,11 +28,6 @@ void hilock_options_init(hilock_options *opts) {
   opts->shared_waiting = 1;
 }
 
-static int options_ok(const hilock_options *o) {
-  return o->connect_timeout_ms >= 1 && o->command_timeout_ms >= 0 &&
-         o->reconnect_ms >= 0 && o->max_idle >= 0 && o->max_connections >= 0;
-}
-
 int hilock_client_waiting(const hilock_client *c) {
   return c == NULL ? 0 : __atomic_load_n(&c->waiting, __ATOMIC_ACQUIRE);
 }
@@ -97,10 +92,10 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
   /* Every wait is also bounded by what is left of the caller's call. */
   hilock__net *ctx;
   int rc = hilock__net_open(e, a, c->tls,
-                            hilock__io_ms(c->opts.connect_timeout_ms), &ctx);
+                            hilock__io_ms(c->rt.opts.connect_timeout_ms), &ctx);
   if (rc != HILOCK_OK) return rc;
   /* AUTH and SELECT wait within the call's bound too. */
-  hilock__net_set_timeout(ctx, hilock__io_ms(c->opts.command_timeout_ms));
+  hilock__net_set_timeout(ctx, hilock__io_ms(c->rt.opts.command_timeout_ms));
   hilock__net_keepalive(ctx);
   if (c->url.password != NULL) {
     const char *argv[3] = {"AUTH", NULL, NULL};
@@ -131,7 +126,7 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
   }
   /* The pooled connection's own reply timeout (a call's bound is set per
    * command). */
-  hilock__net_set_timeout(ctx, c->opts.command_timeout_ms);
+  hilock__net_set_timeout(ctx, c->rt.opts.command_timeout_ms);
   *out = calloc(1, sizeof(hilock__conn));
   if (*out == NULL) {
     hilock__net_free(ctx);
@@ -199,7 +194,7 @@ int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
       (*nidle)--;
       return HILOCK_OK;
     }
-    if (c->opts.max_connections <= 0 || *open < c->opts.max_connections) {
+    if (c->rt.opts.max_connections <= 0 || *open < c->rt.opts.max_connections) {
       (*open)++;
       return HILOCK_OK;
     }
@@ -207,9 +202,9 @@ int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
     if (left <= 0)
       return hilock__set_err(e, HILOCK_ETIMEDOUT,
                              "all %d connections of the pool stayed busy",
-                             c->opts.max_connections);
+                             c->rt.opts.max_connections);
     if (left > 100) left = 100; /* and look at closed again */
-    hilock__cond_wait_ms(&c->pool_cv, &c->mu, left);
+    hilock__cond_wait_ms(&c->pool_cv, &c->rt.mu, left);
   }
 }
 
@@ -224,17 +219,17 @@ void hilock__pool_uncount(hilock__conn *k) {
   if (k->open == NULL) return;
   /* A forked child does not count its parent's connections. */
   if (k->pid == hilock__pid()) {
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->rt.mu);
     (*k->open)--;
     pthread_cond_signal(&c->pool_cv);
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->rt.mu);
   }
   k->open = NULL;
   k->client = NULL;
 }
 
 /* Detach and free every idle connection (after a broken one, or a fork).
- * Call with c->mu held; frees after unlocking via the returned list. */
+ * Call with c->rt.mu held; frees after unlocking via the returned list. */
 static hilock__conn *take_idle(hilock_client *c) {
   hilock__conn *list = c->idle;
   c->idle = NULL;
@@ -269,7 +264,7 @@ void hilock__conn_free_list(hilock__conn *k) { free_list(k); }
 /* Check out an idle connection (*fresh = 0) or open one (*fresh = 1). */
 int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
                      int *fresh) {
-  return hilock__pool_get_until(c, e, hilock__budget(c->opts.reconnect_ms),
+  return hilock__pool_get_until(c, e, hilock__budget(c->rt.opts.reconnect_ms),
                                 out, fresh);
 }
 
@@ -279,7 +274,7 @@ int hilock__pool_get_until(hilock_client *c, hilock__err *e,
   int rc;
   if (c->cl != NULL)
     return hilock__cluster_pool_get(c, e, -1, deadline, out, fresh);
-  pthread_mutex_lock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
   if (c->pid != hilock__pid()) {
     /* Forked: the pooled sockets are the parent's. Close our copies (no
      * bytes are sent) and start afresh. */
@@ -287,7 +282,7 @@ int hilock__pool_get_until(hilock_client *c, hilock__err *e,
     c->pid = hilock__pid();
   }
   rc = hilock__pool_take(c, e, &c->idle, &c->nidle, &c->nopen, deadline, &k);
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->rt.mu);
   free_list(stale);
   if (rc != HILOCK_OK) return rc;
   if (k != NULL) {
@@ -297,14 +292,14 @@ int hilock__pool_get_until(hilock_client *c, hilock__err *e,
   }
   *fresh = 1;
   rc = hilock__connect(c, e, deadline, out);
-  pthread_mutex_lock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
   if (rc == HILOCK_OK) {
     hilock__pool_counted(c, *out, &c->nopen);
   } else {
     c->nopen--;
     pthread_cond_signal(&c->pool_cv);
   }
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->rt.mu);
   return rc;
 }
 
@@ -312,7 +307,7 @@ int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
                          size_t keylen, hilock__conn **out, int *fresh) {
   if (c->cl != NULL)
     return hilock__cluster_pool_get(c, e, hilock__key_slot(key, keylen),
-                                    hilock__budget(c->opts.reconnect_ms),
+                                    hilock__budget(c->rt.opts.reconnect_ms),
                                     out, fresh);
   return hilock__pool_get(c, e, out, fresh);
 }
@@ -321,10 +316,10 @@ void hilock__pool_put(hilock_client *c, hilock__conn *k) {
   hilock__conn **idle = k->node ? &k->node->idle : &c->idle;
   int *nidle = k->node ? &k->node->nidle : &c->nidle;
   int *open = k->node ? &k->node->nopen : &c->nopen;
-  pthread_mutex_lock(&c->mu);
-  if (!c->closed && c->pid == hilock__pid() && *nidle < c->opts.max_idle &&
-      (k->open != NULL || c->opts.max_connections <= 0 ||
-       *open < c->opts.max_connections)) {
+  pthread_mutex_lock(&c->rt.mu);
+  if (!c->rt.closed && c->pid == hilock__pid() && *nidle < c->rt.opts.max_idle &&
+      (k->open != NULL || c->rt.opts.max_connections <= 0 ||
+       *open < c->rt.opts.max_connections)) {
     /* One opened outside the pool (the first, a wait's own) joins it. */
     if (k->open == NULL) {
       (*open)++;
@@ -336,7 +331,7 @@ void hilock__pool_put(hilock_client *c, hilock__conn *k) {
     k = NULL;
     pthread_cond_signal(&c->pool_cv);
   }
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->rt.mu);
   hilock__conn_free(k);
 }
 
@@ -354,8 +349,8 @@ int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
 int hilock__wait_append(const hilock_client *c, hilock__net *ctx) {
   char n[24], ms[24];
   const char *argv[3] = {"WAIT", n, ms};
-  size_t lens[3] = {4, hilock__i64(n, c->opts.wait_replicas),
-                    hilock__i64(ms, c->opts.wait_timeout_ms)};
+  size_t lens[3] = {4, hilock__i64(n, c->rt.opts.wait_replicas),
+                    hilock__i64(ms, c->rt.opts.wait_timeout_ms)};
   return hilock__net_append(ctx, 3, argv, lens) == 0;
 }
 
@@ -381,108 +376,20 @@ int hilock__conn_timeout(hilock_client *c, hilock__err *e, hilock__conn *k,
   return rc;
 }
 
-/* ## Fork handling
- * Every live client is in a registry. Around fork() the handlers take all
- * client mutexes (so the child never inherits one mid-update), and in the
- * child they drop the parent's renewal thread state and draw a new client
- * id. The pooled sockets are dropped lazily by the PID check in
- * hilock__pool_get. */
+/* ## Fork (the runtime's handlers call these) */
 
-static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
-static hilock_client *registry;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void before_fork(void) {
-  pthread_mutex_lock(&registry_mu);
-  for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
-    pthread_mutex_lock(&c->hmu);
-    pthread_mutex_lock(&c->mu);
-    pthread_mutex_lock(&c->wd.mu);
-    pthread_mutex_lock(&c->hub.mu);
-  }
+pthread_mutex_t *hilock__client_fork_mutex(hilock_client *c) {
+  return &c->hub.mu;
 }
 
-static void after_fork_parent(void) {
-  for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
-    pthread_mutex_unlock(&c->hub.mu);
-    pthread_mutex_unlock(&c->wd.mu);
-    pthread_mutex_unlock(&c->mu);
-    pthread_mutex_unlock(&c->hmu);
-  }
-  pthread_mutex_unlock(&registry_mu);
-}
-
-static int watchdog_conds_init(hilock__watchdog *w);
-
-static void after_fork_child(void) {
-  for (hilock_client *c = registry; c != NULL; c = c->reg_next) {
-    hilock__watchdog_forget(c);
-    /* The parent's threads that waited on these (its watchdog, cancellers)
-     * do not exist here, yet the condition variables still count them:
-     * destroying them would wait forever. Start them afresh. */
-    watchdog_conds_init(&c->wd);
-    if (hilock__token(c->id, NULL) != HILOCK_OK) c->id[0] ^= 1;
-    hilock__hub_forget(&c->hub);
-    /* The parent's connections are not this process's to count. */
-    c->nopen = 0;
-    if (c->cl != NULL)
-      for (int i = 0; i < c->cl->nnodes; i++) c->cl->nodes[i]->nopen = 0;
-    hilock__cond_init(&c->pool_cv);
-    pthread_mutex_unlock(&c->hub.mu);
-    pthread_mutex_unlock(&c->wd.mu);
-    pthread_mutex_unlock(&c->mu);
-    pthread_mutex_unlock(&c->hmu);
-  }
-  pthread_mutex_unlock(&registry_mu);
-}
-
-static void install_atfork(void) {
-  /* The pid cache's handler first: child handlers run in the order they
-   * were installed, so ours below already see the child's pid. */
-  (void)hilock__pid();
-  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-}
-
-static void registry_add(hilock_client *c) {
-  pthread_mutex_lock(&registry_mu);
-  c->reg_prev = NULL;
-  c->reg_next = registry;
-  if (registry) registry->reg_prev = c;
-  registry = c;
-  pthread_mutex_unlock(&registry_mu);
-}
-
-static void registry_remove(hilock_client *c) {
-  pthread_mutex_lock(&registry_mu);
-  if (c->reg_prev) c->reg_prev->reg_next = c->reg_next;
-  else registry = c->reg_next;
-  if (c->reg_next) c->reg_next->reg_prev = c->reg_prev;
-  pthread_mutex_unlock(&registry_mu);
-}
-
-/* The watchdog's condition variables: wake times out on CLOCK_MONOTONIC. */
-static int watchdog_conds_init(hilock__watchdog *w) {
-  if (hilock__cond_init(&w->wake) != 0) return -1;
-  if (pthread_cond_init(&w->idle, NULL) != 0) {
-    pthread_cond_destroy(&w->wake);
-    return -1;
-  }
-  return 0;
-}
-
-static int watchdog_init(hilock__watchdog *w) {
-  if (pthread_mutex_init(&w->mu, NULL) != 0) return -1;
-  if (watchdog_conds_init(w) != 0) {
-    pthread_mutex_destroy(&w->mu);
-    return -1;
-  }
-  return 0;
-}
-
-static void watchdog_destroy(hilock__watchdog *w) {
-  pthread_cond_destroy(&w->idle);
-  pthread_cond_destroy(&w->wake);
-  pthread_mutex_destroy(&w->mu);
+void hilock__client_after_fork(hilock_client *c) {
+  if (hilock__token(c->id, NULL) != HILOCK_OK) c->id[0] ^= 1;
+  hilock__hub_forget(&c->hub);
+  /* The parent's connections are not this process's to count. */
+  c->nopen = 0;
+  if (c->cl != NULL)
+    for (int i = 0; i < c->cl->nnodes; i++) c->cl->nodes[i]->nopen = 0;
+  hilock__cond_init(&c->pool_cv);
 }
 
 int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
@@ -509,9 +416,9 @@ static int first_round_trip(hilock_client *c, hilock__conn *k) {
   static const size_t lens[1] = {4};
   redisReply *r;
   int rc = HILOCK_OK;
-  hilock__net_set_timeout(k->ctx, c->opts.connect_timeout_ms);
+  hilock__net_set_timeout(k->ctx, c->rt.opts.connect_timeout_ms);
   r = hilock__net_command(k->ctx, 1, (const char **)argv, lens);
-  hilock__net_set_timeout(k->ctx, c->opts.command_timeout_ms);
+  hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
   if (r == NULL) {
     rc = hilock__set_err(&c->err, hilock__net_status(k->ctx), "%s%s",
                          k->ctx->errstr,
@@ -538,36 +445,25 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   *out = NULL;
   c = calloc(1, sizeof(*c));
   if (c == NULL) return HILOCK_ENOMEM;
-  if (pthread_mutex_init(&c->mu, NULL) != 0) {
+  if (hilock__runtime_init(&c->rt, c) != 0) {
     free(c);
     return HILOCK_ENOMEM;
   }
-  if (pthread_mutex_init(&c->hmu, NULL) != 0) {
-    pthread_mutex_destroy(&c->mu);
+  if (hilock__hub_init(&c->hub) != 0) {
+    hilock__runtime_destroy(&c->rt);
     free(c);
     return HILOCK_ENOMEM;
   }
-  if (watchdog_init(&c->wd) != 0) {
-    pthread_mutex_destroy(&c->hmu);
-    pthread_mutex_destroy(&c->mu);
+  if (hilock__cond_init(&c->pool_cv) != 0) {
+    hilock__hub_destroy(&c->hub);
+    hilock__runtime_destroy(&c->rt);
     free(c);
     return HILOCK_ENOMEM;
   }
-  if (hilock__hub_init(&c->hub) != 0 || hilock__cond_init(&c->pool_cv) != 0) {
-    watchdog_destroy(&c->wd);
-    pthread_mutex_destroy(&c->hmu);
-    pthread_mutex_destroy(&c->mu);
-    free(c);
-    return HILOCK_ENOMEM;
-  }
-  pthread_once(&atfork_once, install_atfork);
-  registry_add(c);
-  c->refs = 1;
   c->pid = hilock__pid();
-  hilock_options_init(&c->opts);
   *out = c;
   if (opts != NULL) {
-    if (!options_ok(opts))
+    if (!hilock__options_ok(opts))
       return hilock__set_err(&c->err, HILOCK_EINVAL,
                              "bad client options (timeouts must be >= 1 ms "
                              "to connect, >= 0 otherwise)");
@@ -580,17 +476,17 @@ int hilock_client_new(const char *url, const hilock_options *opts,
                              "bad wait_replicas options (wait_replicas must "
                              "be >= 0; wait_timeout_ms >= 1 and below "
                              "command_timeout_ms)");
-    c->opts = *opts;
+    c->rt.opts = *opts;
   }
   rc = hilock__token(c->id, &c->err);
   if (rc != HILOCK_OK) return rc;
   rc = hilock__url_parse(url, &c->url, &c->err);
-  if (rc == HILOCK_OK) rc = hilock__tls_for(&c->opts, &c->url, &c->tls,
+  if (rc == HILOCK_OK) rc = hilock__tls_for(&c->rt.opts, &c->url, &c->tls,
                                             &c->err);
   /* The strings were the caller's: what they said is in c->tls now. */
-  c->opts.ssl_ca_certs = c->opts.ssl_ca_path = c->opts.ssl_certfile = NULL;
-  c->opts.ssl_keyfile = c->opts.ssl_password = NULL;
-  c->opts.ssl_server_name = NULL;
+  c->rt.opts.ssl_ca_certs = c->rt.opts.ssl_ca_path = c->rt.opts.ssl_certfile = NULL;
+  c->rt.opts.ssl_keyfile = c->rt.opts.ssl_password = NULL;
+  c->rt.opts.ssl_server_name = NULL;
   if (rc != HILOCK_OK) return rc;
   if (c->url.cluster) {
     return hilock__cluster_init(c, &c->err);
@@ -607,43 +503,6 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   return HILOCK_OK;
 }
 
-int hilock__client_new_local(const hilock_options *opts, hilock_client **out) {
-  hilock_client *c;
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
-  c = calloc(1, sizeof(*c));
-  if (c == NULL) return HILOCK_ENOMEM;
-  if (pthread_mutex_init(&c->mu, NULL) != 0) {
-    free(c);
-    return HILOCK_ENOMEM;
-  }
-  if (watchdog_init(&c->wd) != 0) {
-    pthread_mutex_destroy(&c->mu);
-    free(c);
-    return HILOCK_ENOMEM;
-  }
-  if (hilock__hub_init(&c->hub) != 0 || hilock__cond_init(&c->pool_cv) != 0) {
-    watchdog_destroy(&c->wd);
-    pthread_mutex_destroy(&c->mu);
-    free(c);
-    return HILOCK_ENOMEM;
-  }
-  pthread_once(&atfork_once, install_atfork);
-  registry_add(c);
-  c->refs = 1;
-  c->pid = hilock__pid();
-  hilock_options_init(&c->opts);
-  *out = c;
-  if (opts != NULL) {
-    if (!options_ok(opts))
-      return hilock__set_err(&c->err, HILOCK_EINVAL,
-                             "bad client options (timeouts must be >= 1 ms "
-                             "to connect, >= 0 otherwise)");
-    c->opts = *opts;
-  }
-  return hilock__token(c->id, &c->err);
-}
-
 int hilock__client_is_cluster(const hilock_client *c) {
   return c != NULL && c->url.cluster;
 }
@@ -653,57 +512,54 @@ int hilock_client_is_cluster(const hilock_client *c) {
 }
 
 void hilock__client_ref(hilock_client *c) {
-  pthread_mutex_lock(&c->mu);
-  c->refs++;
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
+  c->rt.refs++;
+  pthread_mutex_unlock(&c->rt.mu);
 }
 
 void hilock__client_unref(hilock_client *c) {
   int last;
   hilock__conn *idle;
-  pthread_mutex_lock(&c->mu);
-  last = --c->refs == 0;
+  pthread_mutex_lock(&c->rt.mu);
+  last = --c->rt.refs == 0;
   idle = last ? take_idle(c) : NULL;
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->rt.mu);
   if (!last) return;
   free_list(idle);
-  hilock__watchdog_stop(c);
-  registry_remove(c);
+  hilock__watchdog_stop(&c->rt);
   hilock__cluster_free(c);
-  watchdog_destroy(&c->wd);
   hilock__url_clear(&c->url);
   hilock__tls_free(c->tls);
-  hilock__hub_stop(c); /* a local client's, or never started */
+  hilock__hub_stop(c); /* never started, or stopped by hilock_client_free */
   hilock__hub_destroy(&c->hub);
   pthread_cond_destroy(&c->pool_cv);
-  pthread_mutex_destroy(&c->hmu);
-  pthread_mutex_destroy(&c->mu);
+  hilock__runtime_destroy(&c->rt);
   free(c);
 }
 
 void hilock_client_free(hilock_client *c) {
   hilock__conn *idle;
   if (c == NULL) return;
-  pthread_mutex_lock(&c->mu);
-  __atomic_store_n(&c->closed, 1, __ATOMIC_RELEASE); /* waiters poll it */
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
+  __atomic_store_n(&c->rt.closed, 1, __ATOMIC_RELEASE); /* waiters poll it */
+  pthread_mutex_unlock(&c->rt.mu);
   hilock__hub_stop(c);
   /* No hold outlives its client: renewal stops, each grant is reported
    * lost and released (best effort, bounded), before the pool goes. */
   hilock__holds_close(c);
-  pthread_mutex_lock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
   idle = take_idle(c);
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->rt.mu);
   free_list(idle);
   hilock__client_unref(c);
 }
 
 int hilock__client_enter(hilock_client *c, hilock__err *e) {
   int closed;
-  pthread_mutex_lock(&c->mu);
-  closed = c->closed;
-  if (!closed) c->refs++;
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
+  closed = c->rt.closed;
+  if (!closed) c->rt.refs++;
+  pthread_mutex_unlock(&c->rt.mu);
   if (closed) return hilock__set_err(e, HILOCK_ECLOSED, "client is closed");
   return HILOCK_OK;
 }

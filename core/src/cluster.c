@@ -20,12 +20,12 @@
 #define PAUSE_MIN_MS 10    /* first back-off while the cluster recovers */
 #define PAUSE_MAX_MS 250
 
-static int lock_client(hilock_client *c) { return pthread_mutex_lock(&c->mu); }
+static int lock_client(hilock_client *c) { return pthread_mutex_lock(&c->rt.mu); }
 static int unlock_client(hilock_client *c) {
-  return pthread_mutex_unlock(&c->mu);
+  return pthread_mutex_unlock(&c->rt.mu);
 }
 
-/* With c->mu held: the node at host:port, added if new; NULL if out of
+/* With c->rt.mu held: the node at host:port, added if new; NULL if out of
  * memory. */
 static hilock__node *node_at(hilock__cluster *cl, const char *host,
                              size_t hostlen, int port) {
@@ -78,7 +78,7 @@ int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
   hilock__conn *k = NULL, *stale = NULL;
   hilock__addr a;
   int rc;
-  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
+  int64_t deadline = hilock__budget(c->rt.opts.reconnect_ms);
 again:
   lock_client(c);
   if (c->pid != hilock__pid()) {
@@ -487,7 +487,7 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
 }
 
 int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
-  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
+  int64_t deadline = hilock__budget(c->rt.opts.reconnect_ms);
   int64_t pause = PAUSE_MIN_MS;
   for (;;) {
     hilock__node *masters[64];

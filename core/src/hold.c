@@ -33,10 +33,10 @@ static void live_unlink(hilock__watchdog *w, hilock__hold *h) {
 
 /* How long closing a client may spend releasing its holds, in all: the
  * client's connect and command timeouts, at most 2 s. */
-static int64_t close_deadline(const hilock_client *c) {
-  int64_t budget = c->opts.connect_timeout_ms +
-                   (c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms
-                                                   : 1000);
+static int64_t close_deadline(const hilock__runtime *rt) {
+  int64_t budget = rt->opts.connect_timeout_ms +
+                   (rt->opts.command_timeout_ms > 0 ? rt->opts.command_timeout_ms
+                                                    : 1000);
   return hilock__now_ms() + (budget > 2000 ? 2000 : budget);
 }
 
@@ -61,7 +61,7 @@ static int close_release(hilock__hold *h, hilock__err *e,
 }
 
 void hilock__holds_close(hilock_client *c) {
-  hilock__watchdog *w = &c->wd;
+  hilock__watchdog *w = &c->rt.wd;
   hilock__hold **all = NULL, *h;
   int n = 0, cap = 0, i;
   pid_t me = hilock__pid();
@@ -81,8 +81,8 @@ void hilock__holds_close(hilock_client *c) {
   }
   pthread_mutex_unlock(&w->mu);
   /* No renewal after this: the thread is joined, every hold unlinked. */
-  hilock__watchdog_close(c);
-  deadline = close_deadline(c);
+  hilock__watchdog_close(&c->rt);
+  deadline = close_deadline(&c->rt);
   /* This thread may act on these holds (a loss callback may release one). */
   hilock__closer_set(c);
   for (i = 0; i < n; i++) {
@@ -101,31 +101,40 @@ void hilock__holds_close(hilock_client *c) {
   free(all);
 }
 
-void hilock__hold_init(hilock__hold *h, hilock_client *c, const char *rkey,
-                       size_t rkeylen, const hilock__script *renew_script,
-                       int64_t ttl_ms) {
+void hilock__hold_init_rt(hilock__hold *h, hilock__runtime *rt,
+                          const char *rkey, size_t rkeylen,
+                          const hilock__script *renew_script,
+                          int64_t ttl_ms) {
   memset(h, 0, sizeof(*h));
-  hilock__client_ref(c);
-  h->client = c;
+  h->rt = rt;
   h->rkey = rkey;
   h->rkeylen = rkeylen;
   h->renew_script = renew_script;
   h->ttl_ms = ttl_ms;
 }
 
+void hilock__hold_init(hilock__hold *h, hilock_client *c, const char *rkey,
+                       size_t rkeylen, const hilock__script *renew_script,
+                       int64_t ttl_ms) {
+  hilock__hold_init_rt(h, &c->rt, rkey, rkeylen, renew_script, ttl_ms);
+  hilock__client_ref(c);
+  h->client = c;
+}
+
 void hilock__hold_destroy(hilock__hold *h) {
   hilock__renewal_cancel(h);
   if (h->live) {
-    pthread_mutex_lock(&h->client->wd.mu);
-    live_unlink(&h->client->wd, h);
-    pthread_mutex_unlock(&h->client->wd.mu);
+    pthread_mutex_lock(&h->rt->wd.mu);
+    live_unlink(&h->rt->wd, h);
+    pthread_mutex_unlock(&h->rt->wd.mu);
   }
-  hilock__client_unref(h->client);
+  if (h->client != NULL) hilock__client_unref(h->client);
   h->client = NULL;
+  h->rt = NULL;
 }
 
 int hilock__hold_check(hilock__hold *h, const char *verb) {
-  if (!hilock__client_usable(h->client))
+  if (!hilock__runtime_usable(h->rt))
     return hilock__set_err(&h->err, HILOCK_ECLOSED, "%s: client is closed",
                            verb);
   if (h->held && h->pid != hilock__pid())
@@ -140,9 +149,9 @@ int hilock__hold_check(hilock__hold *h, const char *verb) {
 }
 
 int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
-  hilock_client *c = h->client;
+  hilock__runtime *rt = h->rt;
   int closed;
-  pthread_mutex_lock(&c->wd.mu);
+  pthread_mutex_lock(&rt->wd.mu);
   if (!h->held || h->lost) h->since_us = start_us;
   h->held = 1;
   h->lost = 0;
@@ -151,23 +160,23 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   h->fence = fence;
   h->valid_until_us =
       h->ttl_ms > 0 ? start_us + h->ttl_ms * 1000 - drift_us(h->ttl_ms) : 0;
-  closed = !hilock__client_usable(c);
-  if (!closed) live_link(&c->wd, h);
-  pthread_mutex_unlock(&c->wd.mu);
+  closed = !hilock__runtime_usable(rt);
+  if (!closed) live_link(&rt->wd, h);
+  pthread_mutex_unlock(&rt->wd.mu);
   if (closed) {
     /* The client was closed while this grant was on its way: nobody may
      * keep it. Give it back if the family can, else it lapses at TTL. */
     hilock__err e;
-    int rc = close_release(h, &e, close_deadline(c));
+    int rc = close_release(h, &e, close_deadline(rt));
     if (rc == HILOCK_OK) {
       hilock__hold_drop(h);
       return hilock__set_err(&h->err, HILOCK_ECLOSED,
                              "client closed during the call; the grant was "
                              "given back");
     }
-    pthread_mutex_lock(&c->wd.mu);
+    pthread_mutex_lock(&rt->wd.mu);
     h->lost = h->close_lost = 1;
-    pthread_mutex_unlock(&c->wd.mu);
+    pthread_mutex_unlock(&rt->wd.mu);
     return hilock__set_err(&h->err, HILOCK_ECLOSED,
                            "client closed during the call; the grant is not "
                            "renewed and lapses at its TTL");
@@ -179,41 +188,41 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
 void hilock__hold_drop(hilock__hold *h) {
   hilock__renewal_cancel(h);
   if (h->live) {
-    pthread_mutex_lock(&h->client->wd.mu);
-    live_unlink(&h->client->wd, h);
-    pthread_mutex_unlock(&h->client->wd.mu);
+    pthread_mutex_lock(&h->rt->wd.mu);
+    live_unlink(&h->rt->wd, h);
+    pthread_mutex_unlock(&h->rt->wd.mu);
   }
   h->held = 0;
   h->owner[0] = '\0';
   h->ownerlen = 0;
 }
 
-void hilock__hold_forget_live(hilock_client *c) {
-  hilock__hold *h = c->wd.live;
+void hilock__hold_forget_live(hilock__runtime *rt) {
+  hilock__hold *h = rt->wd.live;
   while (h != NULL) {
     hilock__hold *next = h->live_next;
     h->live_prev = h->live_next = NULL;
     h->live = 0;
     h = next;
   }
-  c->wd.live = NULL;
+  rt->wd.live = NULL;
 }
 
 void hilock__hold_lost(hilock__hold *h) {
   hilock__renewal_cancel(h);
-  pthread_mutex_lock(&h->client->wd.mu);
+  pthread_mutex_lock(&h->rt->wd.mu);
   h->lost = 1;
-  pthread_mutex_unlock(&h->client->wd.mu);
+  pthread_mutex_unlock(&h->rt->wd.mu);
 }
 
 void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms) {
   int64_t until = start_us + ttl_ms * 1000 - drift_us(ttl_ms);
-  pthread_mutex_lock(&h->client->wd.mu);
+  pthread_mutex_lock(&h->rt->wd.mu);
   if (h->ren_done_us > start_us && h->valid_until_us < until)
     until = h->valid_until_us; /* a renewal overlapped: either came last */
   h->valid_until_us = until;
   h->ext_done_us = hilock__now_us();
-  pthread_mutex_unlock(&h->client->wd.mu);
+  pthread_mutex_unlock(&h->rt->wd.mu);
 }
 
 int64_t hilock__hold_validity_ms(const hilock__hold *h) {
@@ -221,10 +230,10 @@ int64_t hilock__hold_validity_ms(const hilock__hold *h) {
   int lost;
   if (!h->held) return 0;
   if (h->ttl_ms == 0) return h->lost ? 0 : INT64_MAX;
-  pthread_mutex_lock(&h->client->wd.mu);
+  pthread_mutex_lock(&h->rt->wd.mu);
   until = h->valid_until_us;
   lost = h->lost;
-  pthread_mutex_unlock(&h->client->wd.mu);
+  pthread_mutex_unlock(&h->rt->wd.mu);
   if (lost) return 0;
   left = (until - hilock__now_us()) / 1000;
   return left > 0 ? left : 0;
@@ -232,9 +241,9 @@ int64_t hilock__hold_validity_ms(const hilock__hold *h) {
 
 int hilock__hold_is_lost(const hilock__hold *h) {
   int lost;
-  pthread_mutex_lock(&h->client->wd.mu);
+  pthread_mutex_lock(&h->rt->wd.mu);
   lost = h->lost;
-  pthread_mutex_unlock(&h->client->wd.mu);
+  pthread_mutex_unlock(&h->rt->wd.mu);
   return lost;
 }
 
@@ -314,14 +323,14 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
   hilock__renewal_cancel(h);
   /* The client's handle mutex: threads sharing a handle (rlock) may be
    * granting or releasing at the same time. */
-  pthread_mutex_lock(&h->client->hmu);
+  pthread_mutex_lock(&h->rt->hmu);
   h->auto_renew = enable != 0;
   h->max_hold_ms = max_hold_ms;
   h->lost_fn = on_lost;
   h->lost_arg = arg;
   if (enable && h->held && h->pid == hilock__pid() && !hilock__hold_is_lost(h))
     rc = hilock__renewal_register(h);
-  pthread_mutex_unlock(&h->client->hmu);
+  pthread_mutex_unlock(&h->rt->hmu);
   return rc;
 }
 
@@ -340,9 +349,9 @@ int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
 
 int hilock__hold_released_by_close(hilock__hold *h, const char *verb) {
   int closed;
-  pthread_mutex_lock(&h->client->wd.mu);
+  pthread_mutex_lock(&h->rt->wd.mu);
   closed = h->close_lost && h->held;
-  pthread_mutex_unlock(&h->client->wd.mu);
+  pthread_mutex_unlock(&h->rt->wd.mu);
   if (!closed) return HILOCK_OK;
   hilock__hold_drop(h);
   return hilock__set_err(&h->err, HILOCK_ECLOSED,

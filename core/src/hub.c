@@ -184,14 +184,14 @@ static hilock__net *hub_connect(hilock_client *c) {
   hilock__conn *k = NULL;
   hilock__err e;
   hilock__net *n;
-  if (hilock__connect(c, &e, hilock__now_ms() + c->opts.reconnect_ms, &k) !=
+  if (hilock__connect(c, &e, hilock__now_ms() + c->rt.opts.reconnect_ms, &k) !=
       HILOCK_OK)
     return NULL;
   n = k->ctx;
   k->ctx = NULL;
   hilock__conn_free(k);
-  hilock__net_set_timeout(n, c->opts.command_timeout_ms > 0
-                                 ? c->opts.command_timeout_ms
+  hilock__net_set_timeout(n, c->rt.opts.command_timeout_ms > 0
+                                 ? c->rt.opts.command_timeout_ms
                                  : 5000);
   return n;
 }
@@ -443,9 +443,9 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   confirm = hilock__now_ms() + CONFIRM_MAX_MS;
 
   *woken = 0;
-  if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED))
+  if (__atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED))
     return hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
-  if (!c->opts.shared_waiting) return HILOCK__HUB_OFF;
+  if (!c->rt.opts.shared_waiting) return HILOCK__HUB_OFF;
   pthread_mutex_lock(&h->mu);
   if (h->disabled || h->stop || (!h->running && hub_start(c) != 0)) {
     pthread_mutex_unlock(&h->mu);
@@ -483,7 +483,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   while (ch->state != 2 && !h->disabled && hilock__now_ms() < confirm &&
          hilock__now_ms() < deadline) {
     pthread_mutex_unlock(&h->mu);
-    if (c->opts.interrupt && c->opts.interrupt(c->opts.interrupt_arg)) {
+    if (c->rt.opts.interrupt && c->rt.opts.interrupt(c->rt.opts.interrupt_arg)) {
       rc = hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
       pthread_mutex_lock(&h->mu);
       goto out;
@@ -536,17 +536,17 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
       }
       continue;
     }
-    if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED)) {
+    if (__atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED)) {
       rc = hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
       break;
     }
     left = deadline - hilock__now_ms();
     if (left <= 0) break; /* no wake-up in time: no error */
     rest(h, &w, left < SLICE_MS ? left : SLICE_MS);
-    if (w.rings == 0 && !w.retry && c->opts.interrupt) {
+    if (w.rings == 0 && !w.retry && c->rt.opts.interrupt) {
       int stop;
       pthread_mutex_unlock(&h->mu);
-      stop = c->opts.interrupt(c->opts.interrupt_arg);
+      stop = c->rt.opts.interrupt(c->rt.opts.interrupt_arg);
       pthread_mutex_lock(&h->mu);
       if (stop) {
         rc = hilock__set_err(e, HILOCK_EINTR, "wait interrupted");

@@ -253,18 +253,48 @@ typedef struct hilock__hub {
   hilock__net *net; /* the subscriber connection */
 } hilock__hub;
 
-struct hilock_client {
-  hilock__err err; /* last failed client-level call */
+/* ## Runtime (runtime.c) -------------------------------------------------
+ * What every front end shares besides its connections: its options
+ * (timeouts, the interrupt hook), the renewal thread and the grants it
+ * renews, the lock of handles that threads share, a lifetime (references,
+ * closed), and fork handling: every runtime is in a registry; around fork()
+ * its locks are taken (the child never inherits one mid-update), and in
+ * the child the parent's renewal thread and grants are forgotten. A client
+ * is a runtime with connections (its first member); Redlock, which drives
+ * its own connections, owns a bare runtime. */
+typedef struct hilock__runtime {
+  /* refs and closed; in a client, its pool and cluster map too */
   pthread_mutex_t mu;
   /* Guards the state of lock handles that threads share (rlock, rwlock).
    * Held only briefly, never across a round trip; taken before mu and
    * wd.mu, and held across fork() like them. */
   pthread_mutex_t hmu;
-  int refs;   /* user reference + one per lock handle */
+  int refs;   /* a client: user reference + one per lock handle */
   int closed; /* hilock_client_free was called */
+  hilock_options opts;
+  hilock__watchdog wd;
+  struct hilock_client *client; /* the client it is part of; NULL: bare */
+  struct hilock__runtime *reg_prev, *reg_next; /* the fork registry */
+} hilock__runtime;
+
+/* Initialise rt (options: the defaults) and enter it in the registry;
+ * client: the client it is part of, or NULL. -1 out of memory. */
+int hilock__runtime_init(hilock__runtime *rt, struct hilock_client *client);
+/* Stop its renewal thread, leave the registry, free what it owns. */
+void hilock__runtime_destroy(hilock__runtime *rt);
+/* 1 if options are valid (timeouts >= 0, connect >= 1 ms, ...). */
+int hilock__options_ok(const hilock_options *o);
+/* The child of a fork (rt->mu, hmu, wd.mu and the hub's mu held): the
+ * client's own part (client.c). */
+void hilock__client_after_fork(struct hilock_client *c);
+/* The client's hub mutex, taken around fork() with the runtime's. */
+pthread_mutex_t *hilock__client_fork_mutex(struct hilock_client *c);
+
+struct hilock_client {
+  hilock__runtime rt; /* first */
+  hilock__err err;    /* last failed client-level call */
   pid_t pid;  /* process that owns the pooled connections */
   char id[HILOCK__TOKEN_LEN + 1]; /* random; new in a forked child */
-  hilock_options opts;
   hilock__url url;
   hilock__tls *tls; /* rediss: the TLS configuration, else NULL */
   struct hilock__cluster *cl; /* cluster: slot map, nodes' pools (cluster.c) */
@@ -273,10 +303,8 @@ struct hilock_client {
   int nidle;
   int nopen; /* pooled connections open (idle or in use) */
   pthread_cond_t pool_cv; /* a pooled connection closed or came back */
-  hilock__watchdog wd;
   hilock__hub hub;
   int waiting; /* threads asleep in a wait (atomic) */
-  struct hilock_client *reg_prev, *reg_next; /* registry for fork handlers */
 };
 
 void hilock__client_ref(hilock_client *c);
@@ -302,11 +330,6 @@ int hilock__client_enter(hilock_client *c, hilock__err *e);
 /* 1 if c talks to a Redis Cluster (every script must stay in one slot). */
 int hilock__client_is_cluster(const hilock_client *c);
 void hilock__client_unref(hilock_client *c);
-/* A client with no server of its own, for a family that drives its own
- * connections (Redlock): it carries the options, the interrupt hook, the
- * renewal thread and the fork handling. Released with hilock_client_free. */
-int hilock__client_new_local(const hilock_options *opts, hilock_client **out);
-
 /* ## Routing (route.c) ---------------------------------------------------
  * Every command reaches its server through hilock__route (one request:
  * the server, or its slot's master, following redirections, failovers and
@@ -622,6 +645,9 @@ const hilock_client *hilock__closer_set(const hilock_client *c);
 int hilock__client_usable(const hilock_client *c);
 /* 1 if this thread is the one closing c. */
 int hilock__closing_here(const hilock_client *c);
+/* 1 if rt is open, or its client is closing on this thread (a bare
+ * runtime is never closed). */
+int hilock__runtime_usable(const hilock__runtime *rt);
 
 /* ## Scripts ------------------------------------------------------------ */
 
@@ -722,7 +748,8 @@ enum { HILOCK__RENEWED = 0, HILOCK__NOT_OWNED = 1, HILOCK__RENEW_FAILED = 2 };
 
 typedef struct hilock__hold {
   hilock__err err; /* the handle's last error */
-  hilock_client *client;
+  hilock_client *client; /* its connections (NULL: Redlock's own) */
+  hilock__runtime *rt;   /* its renewal, options and lifetime */
   const char *rkey; /* the key renewal extends (owned by the family) */
   size_t rkeylen;
   const hilock__script *renew_script; /* KEYS[1] rkey, ARGV owner, ttl */
@@ -774,6 +801,11 @@ typedef struct hilock__hold {
 void hilock__hold_init(hilock__hold *h, hilock_client *c, const char *rkey,
                        size_t rkeylen, const hilock__script *renew_script,
                        int64_t ttl_ms);
+/* The same for a front end with its own connections: runtime rt only
+ * (h->client NULL; the hold renews through its renew_fn). */
+void hilock__hold_init_rt(hilock__hold *h, hilock__runtime *rt,
+                          const char *rkey, size_t rkeylen,
+                          const hilock__script *renew_script, int64_t ttl_ms);
 void hilock__hold_destroy(hilock__hold *h);
 /* Before an operation on a grant: HILOCK_EFORKED in a forked child,
  * HILOCK_ENOTOWNED if there is no grant. */
@@ -829,11 +861,11 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
 /* Renewal thread (renewal.c). */
 int hilock__renewal_register(hilock__hold *h);
 void hilock__renewal_cancel(hilock__hold *h);
-void hilock__watchdog_stop(hilock_client *c);
+void hilock__watchdog_stop(hilock__runtime *rt);
 /* Stop the renewal thread and unlink every hold (the client closes). */
-void hilock__watchdog_close(hilock_client *c);
+void hilock__watchdog_close(hilock__runtime *rt);
 /* Fork: forget the parent's list of grants. */
-void hilock__hold_forget_live(hilock_client *c);
+void hilock__hold_forget_live(hilock__runtime *rt);
 /* A grant lost to hilock_client_free: drop it and return HILOCK_ECLOSED
  * ("verb: ..."), else HILOCK_OK. */
 int hilock__hold_released_by_close(hilock__hold *h, const char *verb);
@@ -841,6 +873,6 @@ int hilock__hold_released_by_close(hilock__hold *h, const char *verb);
  * reported lost; each with a close_run is released, within a bounded time. */
 void hilock__holds_close(hilock_client *c);
 /* Fork: forget the parent's renewal thread and registrations. */
-void hilock__watchdog_forget(hilock_client *c);
+void hilock__watchdog_forget(hilock__runtime *rt);
 
 #endif /* HILOCK_INTERNAL_H */

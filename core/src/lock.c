@@ -35,7 +35,7 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
   }
-  if (client->closed)
+  if (client->rt.closed)
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;

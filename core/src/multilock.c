@@ -159,7 +159,7 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
   }
-  if (client->closed) {
+  if (client->rt.closed) {
     free(order);
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   }

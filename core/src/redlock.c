@@ -50,7 +50,7 @@ typedef struct rl_conn {
 
 struct hilock_redlock {
   hilock__hold h; /* first: grant state and last error */
-  hilock_client *local; /* options, renewal thread, fork handling */
+  hilock__runtime rt; /* options, renewal thread, fork handling */
   int n, quorum;
   rl_node node[NODE_MAX];
   rl_conn conn[NODE_MAX];  /* the caller's connections */
@@ -498,23 +498,28 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
   *out = NULL;
   rl = calloc(1, sizeof(*rl));
   if (rl == NULL) return HILOCK_ENOMEM;
-  rc = hilock__client_new_local(opts, &rl->local);
-  if (rl->local == NULL) {
+  if (hilock__runtime_init(&rl->rt, NULL) != 0) {
     free(rl);
-    return rc;
+    return HILOCK_ENOMEM;
   }
   /* The hold is live from here on, so hilock_redlock_free always works. */
-  hilock__hold_init(&rl->h, rl->local, NULL, 0, &hilock__script_lock_extend,
-                    ttl_ms > 0 ? ttl_ms : 1);
+  hilock__hold_init_rt(&rl->h, &rl->rt, NULL, 0, &hilock__script_lock_extend,
+                       ttl_ms > 0 ? ttl_ms : 1);
   *out = rl;
+  rc = HILOCK_OK;
+  if (opts != NULL && !hilock__options_ok(opts))
+    rc = hilock__set_err(&tmp, HILOCK_EINVAL,
+                         "bad client options (timeouts must be >= 1 ms to "
+                         "connect, >= 0 otherwise)");
+  else if (opts != NULL)
+    rl->rt.opts = *opts;
   /* TLS options are read here, into each node's configuration: the
    * strings stay the caller's. */
-  tls_opts = rl->local->opts;
-  rl->local->opts.ssl_ca_certs = rl->local->opts.ssl_ca_path = NULL;
-  rl->local->opts.ssl_certfile = rl->local->opts.ssl_keyfile = NULL;
-  rl->local->opts.ssl_password = rl->local->opts.ssl_server_name = NULL;
-  if (rc != HILOCK_OK)
-    return fail(rl, rc, "%s", hilock_client_errmsg(rl->local));
+  tls_opts = rl->rt.opts;
+  rl->rt.opts.ssl_ca_certs = rl->rt.opts.ssl_ca_path = NULL;
+  rl->rt.opts.ssl_certfile = rl->rt.opts.ssl_keyfile = NULL;
+  rl->rt.opts.ssl_password = rl->rt.opts.ssl_server_name = NULL;
+  if (rc != HILOCK_OK) return fail(rl, rc, "%s", tmp.msg);
   if (urls == NULL || n == 0 || n > NODE_MAX)
     return fail(rl, HILOCK_EINVAL, "a Redlock needs 1 to %d node URLs",
                 NODE_MAX);
@@ -570,7 +575,7 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};
     round_run(rl, rl->conn, 0, 1, argv, lens, NULL,
-              rl->local->opts.connect_timeout_ms, NULL);
+              rl->rt.opts.connect_timeout_ms, NULL);
   }
   for (int i = 0; i < rl->n; i++) {
     if (rl->conn[i].rc == HILOCK_OK) ok++;
@@ -611,7 +616,7 @@ void hilock_redlock_free(hilock_redlock *rl) {
     hilock__url_clear(&rl->node[i].url);
     hilock__tls_free(rl->node[i].tls);
   }
-  hilock_client_free(rl->local);
+  hilock__runtime_destroy(&rl->rt);
   free(rl->key);
   free(rl->fkey);
   free(rl);
@@ -759,7 +764,7 @@ int hilock_redlock_try_acquire(hilock_redlock *rl) {
 
 /* Sleep ms, asking the interrupt hook about every 100 ms. */
 static int pause_ms(hilock_redlock *rl, int64_t ms) {
-  const hilock_options *o = &rl->local->opts;
+  const hilock_options *o = &rl->rt.opts;
   int64_t until = hilock__now_ms() + ms;
   for (;;) {
     int64_t left = until - hilock__now_ms();
@@ -790,7 +795,7 @@ int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
     } else if (noquorum_since == 0) {
       noquorum_since = hilock__now_ms();
     } else if (hilock__now_ms() - noquorum_since >=
-               rl->local->opts.reconnect_ms) {
+               rl->rt.opts.reconnect_ms) {
       return rc;
     }
     left = deadline == INT64_MAX

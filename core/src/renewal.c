@@ -101,15 +101,15 @@ static void bound_wait(const hilock_client *c, hilock__net *ctx,
                        int64_t until_us) {
   int64_t wait_us = until_us - hilock__now_us();
   if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
-  if (c->opts.command_timeout_ms > 0 &&
-      wait_us > c->opts.command_timeout_ms * 1000)
-    wait_us = c->opts.command_timeout_ms * 1000;
+  if (c->rt.opts.command_timeout_ms > 0 &&
+      wait_us > c->rt.opts.command_timeout_ms * 1000)
+    wait_us = c->rt.opts.command_timeout_ms * 1000;
   hilock__net_set_timeout(ctx, (wait_us + 999) / 1000);
 }
 
 /* Give a pooled connection its usual command timeout back. */
 static void restore_wait(const hilock_client *c, hilock__net *ctx) {
-  hilock__net_set_timeout(ctx, c->opts.command_timeout_ms);
+  hilock__net_set_timeout(ctx, c->rt.opts.command_timeout_ms);
 }
 
 /* Renewals too few replicas acknowledged do not count: a failover could
@@ -163,7 +163,7 @@ static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
     return FAILED;
   }
   res = renew_result(q.reply, e);
-  if (res == RENEWED && wait && acked < c->opts.wait_replicas &&
+  if (res == RENEWED && wait && acked < c->rt.opts.wait_replicas &&
       h->renew_script->grant)
     res = FAILED; /* renewed on the master only: no count */
   if (q.reply->type == REDIS_REPLY_ERROR && res != NOT_OWNED)
@@ -294,7 +294,7 @@ static int renew_calls(hilock_client *c, hilock__conn *k, hilock__hold **holds,
   }
   /* A replica count (or none: WAIT's reply never came) covers every write
    * of the connection so far. */
-  if (sent >= 0 && wait && acked < c->opts.wait_replicas)
+  if (sent >= 0 && wait && acked < c->rt.opts.wait_replicas)
     unconfirmed(holds + run[0], NULL, run[ncalls] - run[0], res + run[0]);
   if (sent < 0)
     for (int i = run[0]; i < run[ncalls]; i++) res[i] = FAILED;
@@ -419,7 +419,7 @@ static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
  * renew_batch.lua calls of up to CHUNK holds, pipelined. */
 static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
                            int *res, int64_t until_us) {
-  hilock__watchdog *w = &c->wd;
+  hilock__watchdog *w = &c->rt.wd;
   hilock__req q[BATCH_MAX / CHUNK + 1];
   int run[BATCH_MAX / CHUNK + 2];
   hilock__err e;
@@ -428,7 +428,7 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
   /* wait_replicas: one WAIT after the batch covers every renewal in it. */
   int wait = 0;
 
-  if (c->opts.wait_replicas > 0)
+  if (c->rt.opts.wait_replicas > 0)
     for (i = 0; i < n; i++) wait |= holds[i]->renew_script->grant;
   if (hilock__client_is_cluster(c)) {
     renew_batch_cluster(c, holds, n, res, until_us, wait);
@@ -472,6 +472,10 @@ static void renew_batch(hilock_client *c, hilock__hold **all, int nall,
     }
   }
   if (n == 0) return;
+  if (c == NULL) { /* a bare runtime's holds all renew themselves */
+    for (i = 0; i < n; i++) resall[map[i]] = FAILED;
+    return;
+  }
   renew_pipeline(c, holds, n, res, until_us);
   for (i = 0; i < n; i++) resall[map[i]] = res[i];
 }
@@ -494,8 +498,8 @@ static void mark_lost(hilock__watchdog *w, hilock__hold *h) {
 }
 
 static void *watchdog_main(void *arg) {
-  hilock_client *c = arg;
-  hilock__watchdog *w = &c->wd;
+  hilock__runtime *rt = arg;
+  hilock__watchdog *w = &rt->wd;
   hilock__hold *batch[BATCH_MAX], *lost[BATCH_MAX];
   int res[BATCH_MAX];
 
@@ -543,7 +547,7 @@ static void *watchdog_main(void *arg) {
     }
     pthread_mutex_unlock(&w->mu);
     start = hilock__now_us();
-    if (n > 0) renew_batch(c, batch, n, res, until);
+    if (n > 0) renew_batch(rt->client, batch, n, res, until);
     pthread_mutex_lock(&w->mu);
     now = hilock__now_us();
     for (i = 0; i < n; i++) {
@@ -590,13 +594,13 @@ static void *watchdog_main(void *arg) {
 }
 
 int hilock__renewal_register(hilock__hold *h) {
-  hilock_client *c = h->client;
-  hilock__watchdog *w = &c->wd;
+  hilock__runtime *rt = h->rt;
+  hilock__watchdog *w = &rt->wd;
   hilock__renewal *r = &h->ren;
   int64_t now = hilock__now_us();
 
   pthread_mutex_lock(&w->mu);
-  if (!hilock__client_usable(c)) {
+  if (!hilock__runtime_usable(rt)) {
     /* Closed: its renewal thread is gone for good, and so is the hold. */
     h->lost = h->close_lost = 1;
     pthread_mutex_unlock(&w->mu);
@@ -605,7 +609,7 @@ int hilock__renewal_register(hilock__hold *h) {
   }
   if (!w->running) {
     w->stop = 0;
-    if (pthread_create(&w->thread, NULL, watchdog_main, c) != 0) {
+    if (pthread_create(&w->thread, NULL, watchdog_main, rt) != 0) {
       pthread_mutex_unlock(&w->mu);
       return hilock__set_err(&h->err, HILOCK_ENOMEM,
                              "cannot start the renewal thread");
@@ -632,23 +636,23 @@ int hilock__renewal_register(hilock__hold *h) {
 
 void hilock__renewal_cancel(hilock__hold *h) {
   hilock__watchdog *w;
-  if (h->client == NULL) return;
-  w = &h->client->wd;
+  if (h->rt == NULL) return;
+  w = &h->rt->wd;
   pthread_mutex_lock(&w->mu);
   /* A forked child: a grant of the parent's may still be marked in a batch
    * (its loss callback ran at fork time), and no thread here will clear it. */
   if (h->pid != hilock__pid()) h->ren.in_batch = h->closing = 0;
   /* Wait out a renewal batch, and a closing client releasing this grant. */
   while ((h->ren.in_batch && !on_watchdog(w)) ||
-         (h->closing && !hilock__client_usable(h->client) &&
+         (h->closing && !hilock__runtime_usable(h->rt) &&
           !hilock__closing_here(h->client)))
     pthread_cond_wait(&w->idle, &w->mu);
   if (h->ren.registered) unlink_renewal(w, &h->ren);
   pthread_mutex_unlock(&w->mu);
 }
 
-void hilock__watchdog_stop(hilock_client *c) {
-  hilock__watchdog *w = &c->wd;
+void hilock__watchdog_stop(hilock__runtime *rt) {
+  hilock__watchdog *w = &rt->wd;
   int running, self;
   pthread_mutex_lock(&w->mu);
   running = w->running;
@@ -665,16 +669,16 @@ void hilock__watchdog_stop(hilock_client *c) {
   w->conn = NULL;
 }
 
-void hilock__watchdog_close(hilock_client *c) {
-  hilock__watchdog *w = &c->wd;
-  hilock__watchdog_stop(c);
+void hilock__watchdog_close(hilock__runtime *rt) {
+  hilock__watchdog *w = &rt->wd;
+  hilock__watchdog_stop(rt);
   pthread_mutex_lock(&w->mu);
   while (w->head != NULL) unlink_renewal(w, w->head);
   pthread_mutex_unlock(&w->mu);
 }
 
-void hilock__watchdog_forget(hilock_client *c) {
-  hilock__watchdog *w = &c->wd;
+void hilock__watchdog_forget(hilock__runtime *rt) {
+  hilock__watchdog *w = &rt->wd;
   hilock__renewal *r = w->head;
   while (r != NULL) {
     hilock__renewal *next = r->next;
@@ -684,7 +688,7 @@ void hilock__watchdog_forget(hilock_client *c) {
     r = next;
   }
   w->head = NULL;
-  hilock__hold_forget_live(c);
+  hilock__hold_forget_live(rt);
   w->running = 0;
   w->wake_at_us = 0;
   w->stop = 0;

@@ -59,7 +59,7 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
     free(rl);
     return HILOCK_ENOMEM;
   }
-  rl->mu = &client->hmu;
+  rl->mu = &client->rt.hmu;
   hilock__hold_init(&rl->h, client, rl->key, rl->keylen,
                     &hilock__script_rlock_renew, ttl_ms);
   rl->h.close_run = drop_all; /* closing the client releases it */

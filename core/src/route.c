@@ -145,15 +145,15 @@ int hilock__conn_batch(hilock_client *c, hilock__conn *k, unsigned flags,
                        hilock__req *q, int n, long long *acked) {
   /* A caller's deadline shorter than the command timeout bounds these
    * reply waits; the connection gets its own timeout back after them. */
-  int64_t io = hilock__io_ms(c->opts.command_timeout_ms);
-  int bounded = io != c->opts.command_timeout_ms &&
+  int64_t io = hilock__io_ms(c->rt.opts.command_timeout_ms);
+  int bounded = io != c->rt.opts.command_timeout_ms &&
                 !(flags & HILOCK__SEND_BLOCKING),
       rc;
   if (acked != NULL) *acked = -1;
   if (bounded) hilock__net_set_timeout(k->ctx, io);
   rc = batch(c, k, flags, q, n, acked);
   if (bounded && k->ctx != NULL)
-    hilock__net_set_timeout(k->ctx, c->opts.command_timeout_ms);
+    hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
   return rc;
 }
 
@@ -176,15 +176,15 @@ static void forget(hilock_client *c, hilock__node *node) {
     hilock__cluster_refresh(c, &ignored, node);
     return;
   }
-  pthread_mutex_lock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
   hilock__conn *stale = hilock__pool_detach(c);
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->rt.mu);
   hilock__conn_free_list(stale);
 }
 
 int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
                   hilock__req *q, long long *acked) {
-  int64_t deadline = hilock__budget(c->opts.reconnect_ms);
+  int64_t deadline = hilock__budget(c->rt.opts.reconnect_ms);
   int64_t pause = PAUSE_MIN_MS;
   int redirects = 0;
   int slot = c->cl != NULL ? hilock__command_key_slot(q->argc, q->argv, q->lens)

@@ -145,7 +145,7 @@ static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
     return HILOCK_ENOMEM;
   }
   rw->ttl_ms = ttl_ms;
-  rw->mu = &client->hmu;
+  rw->mu = &client->rt.hmu;
   rw->renew_xkeys[0] = rw->ckey;
   rw->renew_xkeylens[0] = rw->ckeylen;
   /* The write renewal is the reentrant lock's: HEXISTS owner, PEXPIRE. */

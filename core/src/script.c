@@ -55,7 +55,7 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
   int argc = 0, rc;
   /* A grant or renewal must reach wait_replicas replicas: WAIT follows on
    * the same connection, in the same round trip. */
-  int wait = (how & HILOCK__RUN_GRANT) && c->opts.wait_replicas > 0;
+  int wait = (how & HILOCK__RUN_GRANT) && c->rt.opts.wait_replicas > 0;
   unsigned flags = (wait ? HILOCK__SEND_WAIT : 0) |
                    (how & HILOCK__RUN_WAKES ? HILOCK__SEND_PING : 0) |
                    (s->once ? 0 : HILOCK__ROUTE_RESEND);
@@ -99,18 +99,18 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
     free(argv);
     free(lens);
   }
-  if (rc == HILOCK_OK && wait && acked < c->opts.wait_replicas) {
+  if (rc == HILOCK_OK && wait && acked < c->rt.opts.wait_replicas) {
     if (acked < 0)
       return hilock__set_err(e, HILOCK_ENOREPLICAS,
                              "%s: WAIT %d %lld failed: replication of the "
                              "write is unconfirmed",
-                             s->name, c->opts.wait_replicas,
-                             (long long)c->opts.wait_timeout_ms);
+                             s->name, c->rt.opts.wait_replicas,
+                             (long long)c->rt.opts.wait_timeout_ms);
     return hilock__set_err(e, HILOCK_ENOREPLICAS,
                            "%s: %lld of %d replicas acknowledged the write "
                            "within %lld ms",
-                           s->name, acked, c->opts.wait_replicas,
-                           (long long)c->opts.wait_timeout_ms);
+                           s->name, acked, c->rt.opts.wait_replicas,
+                           (long long)c->rt.opts.wait_timeout_ms);
   }
   return rc;
 }

@@ -59,7 +59,7 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
     hilock__set_err(&client->err, rc, "%s", tmp.msg);
     return rc;
   }
-  if (client->closed)
+  if (client->rt.closed)
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;

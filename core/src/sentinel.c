@@ -24,7 +24,7 @@ static int port_of(const char *s, size_t n) {
 static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
                char **host, int *port) {
   /* Sentinels answer at once; a silent one must not eat the budget. */
-  int64_t ms = hilock__io_ms(c->opts.connect_timeout_ms);
+  int64_t ms = hilock__io_ms(c->rt.opts.connect_timeout_ms);
   hilock__net *ctx;
   redisReply *r;
   hilock__addr at;

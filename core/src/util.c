@@ -123,7 +123,7 @@ int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
   rc = hilock__check_name(&tmp, name, namelen);
   if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) return hilock__set_err(&client->err, rc, "%s", tmp.msg);
-  if (client->closed)
+  if (client->rt.closed)
     return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
   return HILOCK_OK;
 }

@@ -50,8 +50,8 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
 /* Ends a BLPOP early: the client closes, or the interrupt hook fires. */
 static int wait_stop(void *arg) {
   hilock_client *c = arg;
-  return __atomic_load_n(&c->closed, __ATOMIC_RELAXED) ||
-         (c->opts.interrupt && c->opts.interrupt(c->opts.interrupt_arg));
+  return __atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED) ||
+         (c->rt.opts.interrupt && c->rt.opts.interrupt(c->rt.opts.interrupt_arg));
 }
 
 /* The wait on a connection of its own: BLPOP on the wake list, sent with
@@ -84,7 +84,7 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
     if (rc != HILOCK_OK) return rc;
     hilock__pool_uncount(k);
     node = k->node;
-    slack = c->opts.command_timeout_ms > 0 ? c->opts.command_timeout_ms : 5000;
+    slack = c->rt.opts.command_timeout_ms > 0 ? c->rt.opts.command_timeout_ms : 5000;
     own = hilock__now_ms() + bound_ms + slack;
     deadline = own < hilock__call_deadline() ? own : hilock__call_deadline();
     hilock__net_set_timeout(k->ctx, deadline - hilock__now_ms() > 0
@@ -103,7 +103,7 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
       rc = hilock__conn_error(c, e, k, "BLPOP", errno);
       hilock__conn_free(k);
       if (status == HILOCK_EINTR)
-        return __atomic_load_n(&c->closed, __ATOMIC_RELAXED)
+        return __atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED)
                    ? hilock__set_err(e, HILOCK_ECLOSED,
                                      "client closed while waiting")
                    : hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
@@ -129,7 +129,7 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
       return fresh ? rc : HILOCK_OK;
     }
     k->ctx->stop = NULL;
-    hilock__net_set_timeout(k->ctx, c->opts.command_timeout_ms);
+    hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
     r = q.reply;
     rc = HILOCK_OK;
     if (r->type == REDIS_REPLY_ARRAY) {

@@ -320,13 +320,13 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
   name_on(m[0], "moved", name, sizeof(name));
   slot = name_slot(name);
   /* Point the slot at the wrong master, as after a failover or reshard. */
-  pthread_mutex_lock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
   for (wrong = 0; wrong < c->cl->nnodes; wrong++)
     if (c->cl->nodes[wrong]->port == cl.node[m[1]].port) break;
   assert_true(wrong < c->cl->nnodes);
   c->cl->slot[slot] = (int16_t)wrong;
   c->cl->refreshed_ms = hilock__now_ms(); /* as if just read */
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->rt.mu);
   before = errorstat(m[1], "errorstat_MOVED");
 
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
@@ -1047,13 +1047,13 @@ static void auth_cluster_follows_MOVED_to_an_undialed_node(void **state) {
   pw_lock_on(c, first, a);
   /* The client has not dialed b. */
   assert_int_equal(pw_conns_of(b, "alice"), 0);
-  pthread_mutex_lock(&c->mu);
+  pthread_mutex_lock(&c->rt.mu);
   for (int i = 0; i < c->cl->nnodes; i++)
     if (c->cl->nodes[i]->port == pw.node[b].port) nb = c->cl->nodes[i];
   assert_non_null(nb);
   assert_null(nb->idle);
   read_at = c->cl->refreshed_ms;
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->rt.mu);
 
   pw_move_slot(avoid[1], a, b, m);
   pw_move_slot(avoid[2], a, b, m);
