@@ -343,7 +343,15 @@ typedef struct hilock__req {
   const size_t *lens;
   const struct hilock__script *script; /* NOSCRIPT: sent again as EVAL */
   redisReply *reply;            /* the reply (the caller frees it) */
+  int eval; /* the server said NOSCRIPT: goes as EVAL with the source */
 } hilock__req;
+
+/* For a front end that drives its connections itself (Redlock's parallel
+ * rounds): append q's command on n (EVALSHA, or EVAL once q->eval), and
+ * tell whether a reply r means "send it again as EVAL" (NOSCRIPT for a
+ * script not yet sent as EVAL: sets q->eval and returns 1). */
+int hilock__req_append(hilock__net *n, const hilock__req *q);
+int hilock__req_noscript(hilock__req *q, const redisReply *r);
 
 /* What goes out with the requests, in the same write:
  * [PING] [ASKING] requests... [WAIT opts.wait_replicas opts.wait_timeout_ms]

@@ -40,7 +40,7 @@ typedef struct rl_conn {
   int expect;     /* replies still to come */
   int skip;       /* of which the first are setup replies (AUTH, SELECT) */
   int stale;      /* of the rest, replies of earlier rounds to discard */
-  int retried;    /* NOSCRIPT already answered with EVAL this round */
+  hilock__req q;  /* this round's command on this node (its NOSCRIPT state) */
   int fresh;      /* opened in this round */
   int resent;     /* reconnected and resent in this round */
   int rc;         /* HILOCK_OK, or this node's failure in the round */
@@ -215,8 +215,7 @@ nomem:
 }
 
 /* A reply of the round arrived on k. */
-static void on_reply(rl_conn *k, redisReply *r, int argc, const char **argv,
-                     const size_t *lens, const hilock__script *s) {
+static void on_reply(rl_conn *k, redisReply *r) {
   hilock__err e;
   k->expect--;
   if (r->type == REDIS_REPLY_ERROR) {
@@ -228,19 +227,9 @@ static void on_reply(rl_conn *k, redisReply *r, int argc, const char **argv,
       if (code == HILOCK__NOSCRIPT) code = HILOCK_EREDIS;
       k->skip--;
       node_fail(k, code, "%s", e.msg);
-    } else if (code == HILOCK__NOSCRIPT && s != NULL && !k->retried &&
-               k->rc >= 0) {
+    } else if (k->rc >= 0 && hilock__req_noscript(&k->q, r)) {
       /* Flushed cache or restarted node: EVAL sends (and loads) it. */
-      const char *av[ROUND_ARGS + 3];
-      size_t lv[ROUND_ARGS + 3];
-      memcpy(av, argv, sizeof(*av) * (size_t)argc);
-      memcpy(lv, lens, sizeof(*lv) * (size_t)argc);
-      av[0] = "EVAL";
-      lv[0] = 4;
-      av[1] = s->src;
-      lv[1] = s->len;
-      k->retried = 1;
-      if (hilock__net_append(k->ctx, argc, av, lv) == 0) {
+      if (hilock__req_append(k->ctx, &k->q) == 0) {
         k->expect++;
         k->wpending = 1;
       } else {
@@ -269,11 +258,10 @@ static void on_reply(rl_conn *k, redisReply *r, int argc, const char **argv,
     freeReplyObject(r);
 }
 
-/* Queue argv on node i's connection (opening one if needed). */
-static void send_cmd(hilock_redlock *rl, int i, rl_conn *k, int leak_forked,
-                     int argc, const char **argv, const size_t *lens) {
+/* Queue k->q on node i's connection (opening one if needed). */
+static void send_cmd(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   if (conn_open(rl, i, k, leak_forked) != HILOCK_OK) return;
-  if (hilock__net_append(k->ctx, argc, argv, lens) != 0) {
+  if (hilock__req_append(k->ctx, &k->q) != 0) {
     conn_drop(k, 1);
     node_fail(k, HILOCK_ENOMEM, "out of memory");
     return;
@@ -291,20 +279,18 @@ static void send_cmd(hilock_redlock *rl, int i, rl_conn *k, int leak_forked,
 /* A connection broke. One that was reused from an earlier round (the node
  * restarted, or closed it while idle) is replaced and the command sent once
  * more: every script is safe to resend. Returns 1 if resent. */
-static int resend(hilock_redlock *rl, int i, rl_conn *k, int leak_forked,
-                  int argc, const char **argv, const size_t *lens) {
+static int resend(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   if (k->fresh || k->resent || k->rc < 0) return 0;
   conn_drop(k, 1);
   k->resent = 1;
-  k->retried = 0;
-  send_cmd(rl, i, k, leak_forked, argc, argv, lens);
+  send_cmd(rl, i, k, leak_forked);
   return 1;
 }
 
-/* Send argv to every node at once and collect the replies until each node
- * answered or timeout_ms passed. Per node afterwards: set[i].rc (HILOCK_OK
- * with set[i].reply, or the node's failure with set[i].err). s: the script
- * argv runs by EVALSHA (for the NOSCRIPT fallback), or NULL. */
+/* Send q (a request as hilock__route takes it: a script's NOSCRIPT is
+ * answered with EVAL) to every node at once and collect the replies until
+ * each node answered or timeout_ms passed. Per node afterwards: set[i].rc
+ * (HILOCK_OK with set[i].reply, or the node's failure with set[i].err). */
 typedef struct rl_goal {
   int need; /* stop once this many nodes gave a counting reply (0: never) */
   int (*counts)(const redisReply *r, uint64_t arg);
@@ -322,8 +308,7 @@ static int goal_met(const rl_goal *g, const rl_conn *set, int n) {
 }
 
 static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
-                      int argc, const char **argv, const size_t *lens,
-                      const hilock__script *s, int64_t timeout_ms,
+                      const hilock__req *q, int64_t timeout_ms,
                       const rl_goal *goal) {
   struct pollfd pfd[NODE_MAX];
   int idx[NODE_MAX];
@@ -334,10 +319,11 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
     rl_conn *k = &set[i];
     k->rc = HILOCK_OK;
     k->err[0] = '\0';
-    k->retried = k->fresh = k->resent = 0;
+    k->fresh = k->resent = 0;
+    k->q = *q;
     if (k->reply != NULL) freeReplyObject(k->reply);
     k->reply = NULL;
-    send_cmd(rl, i, k, leak_forked, argc, argv, lens);
+    send_cmd(rl, i, k, leak_forked);
   }
 
   for (;;) {
@@ -372,7 +358,7 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
          * reused connection that broke is replaced and the command sent
          * once more. */
         if (!k->connecting &&
-            resend(rl, idx[j], k, leak_forked, argc, argv, lens))
+            resend(rl, idx[j], k, leak_forked))
           continue;
         node_fail(k, hilock__net_status(k->ctx), "%s", k->ctx->errstr);
         conn_drop(k, 1);
@@ -388,7 +374,7 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
           break;
         }
         if (r == NULL) break;
-        on_reply(k, r, argc, argv, lens, s);
+        on_reply(k, r);
       }
     }
   }
@@ -448,7 +434,8 @@ static void script_round(hilock_redlock *rl, rl_conn *set, int leak_forked,
   char nk[24];
   int argc = eval_argv(s, nkeys, keys, keylens, nargs, args, arglens, nk,
                        argv, lens);
-  round_run(rl, set, leak_forked, argc, argv, lens, s, rl->node_timeout_ms,
+  hilock__req q = {argc, argv, lens, s, NULL, 0};
+  round_run(rl, set, leak_forked, &q, rl->node_timeout_ms,
             goal);
 }
 
@@ -574,8 +561,8 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
   {
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};
-    round_run(rl, rl->conn, 0, 1, argv, lens, NULL,
-              rl->rt.opts.connect_timeout_ms, NULL);
+    hilock__req q = {1, argv, lens, NULL, NULL, 0};
+    round_run(rl, rl->conn, 0, &q, rl->rt.opts.connect_timeout_ms, NULL);
   }
   for (int i = 0; i < rl->n; i++) {
     if (rl->conn[i].rc == HILOCK_OK) ok++;
@@ -965,8 +952,8 @@ int hilock_redlock_owned(hilock_redlock *rl, int *owned) {
   {
     const char *argv[2] = {"GET", rl->key};
     size_t lens[2] = {3, rl->keylen};
-    round_run(rl, rl->conn, 0, 2, argv, lens, NULL, rl->node_timeout_ms,
-              NULL);
+    hilock__req q = {2, argv, lens, NULL, NULL, 0};
+    round_run(rl, rl->conn, 0, &q, rl->node_timeout_ms, NULL);
   }
   for (int i = 0; i < rl->n; i++) {
     rl_conn *k = &rl->conn[i];
@@ -1002,8 +989,8 @@ int hilock_redlock_locked(hilock_redlock *rl, int *locked) {
   {
     const char *argv[2] = {"EXISTS", rl->key};
     size_t lens[2] = {6, rl->keylen};
-    round_run(rl, rl->conn, 0, 2, argv, lens, NULL, rl->node_timeout_ms,
-              NULL);
+    hilock__req q = {2, argv, lens, NULL, NULL, 0};
+    round_run(rl, rl->conn, 0, &q, rl->node_timeout_ms, NULL);
   }
   for (int i = 0; i < rl->n; i++) {
     long long v;

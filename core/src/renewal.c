@@ -82,6 +82,7 @@ static int renew_req(const hilock__hold *h, char nk[24], char ttl[24],
   q->lens = l;
   q->script = h->renew_script;
   q->reply = NULL;
+  q->eval = 0;
   return 0;
 }
 
@@ -248,6 +249,7 @@ static int batch_req(hilock__hold *const *holds, int n, hilock__req *q,
   q->lens = lens;
   q->script = s;
   q->reply = NULL;
+  q->eval = 0;
   return 0;
 }
 

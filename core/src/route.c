@@ -80,13 +80,33 @@ static int as_eval(const hilock__req *q, const char ***argv, size_t **lens) {
   return 0;
 }
 
+int hilock__req_append(hilock__net *n, const hilock__req *q) {
+  const char **argv;
+  size_t *lens;
+  int rc;
+  if (!q->eval) return hilock__net_append(n, q->argc, q->argv, q->lens);
+  if (as_eval(q, &argv, &lens) != 0) return -1;
+  rc = hilock__net_append(n, q->argc, argv, lens);
+  free(argv);
+  free(lens);
+  return rc;
+}
+
+int hilock__req_noscript(hilock__req *q, const redisReply *r) {
+  if (q->script == NULL || q->eval || r == NULL ||
+      r->type != REDIS_REPLY_ERROR || r->len < 8 ||
+      memcmp(r->str, "NOSCRIPT", 8) != 0)
+    return 0;
+  q->eval = 1;
+  return 1;
+}
+
 /* One write of the requests whose reply is still to get (all of them in
  * the first round; those answered NOSCRIPT, as EVAL, in the second). */
 static int batch_round(hilock_client *c, hilock__conn *k, unsigned flags,
                        hilock__req *q, int n, int round, long long *acked) {
   static const char *const ask[1] = {"ASKING"}, *const ping[1] = {"PING"};
   static const size_t asklen[1] = {6}, pinglen[1] = {4};
-  int rc = 0;
   /* ASKING holds for the very next command only. */
   if ((flags & HILOCK__SEND_PING) &&
       append(k, 1, (const char **)ping, pinglen) != 0)
@@ -95,17 +115,9 @@ static int batch_round(hilock_client *c, hilock__conn *k, unsigned flags,
       append(k, 1, (const char **)ask, asklen) != 0)
     return -1;
   for (int i = 0; i < n; i++) {
-    if (round == 0) {
-      if (append(k, q[i].argc, q[i].argv, q[i].lens) != 0) return -1;
-    } else if (is_noscript(&q[i])) {
-      const char **argv;
-      size_t *lens;
-      if (as_eval(&q[i], &argv, &lens) != 0) return -1;
-      rc = append(k, q[i].argc, argv, lens);
-      free(argv);
-      free(lens);
-      if (rc != 0) return -1;
-    }
+    if (round == 1 && !is_noscript(&q[i])) continue;
+    if (hilock__req_append(k->ctx, &q[i]) != 0) return -1;
+    k->owed++;
   }
   if ((flags & HILOCK__SEND_WAIT) && !hilock__wait_append(c, k->ctx))
     return -1;
@@ -134,7 +146,7 @@ static int batch(hilock_client *c, hilock__conn *k, unsigned flags,
   for (int i = 0; i < n; i++) q[i].reply = NULL;
   rc = batch_round(c, k, flags, q, n, 0, acked);
   if (rc != 0) return rc;
-  for (int i = 0; i < n; i++) again |= is_noscript(&q[i]);
+  for (int i = 0; i < n; i++) again |= hilock__req_noscript(&q[i], q[i].reply);
   /* A flushed cache or a restarted server: EVAL sends the source (and
    * loads it, so the next EVALSHA hits); WAIT again behind it. */
   if (again) rc = batch_round(c, k, flags, q, n, 1, acked);
@@ -290,7 +302,7 @@ int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
 
 int hilock__command(hilock_client *c, hilock__err *e, int argc,
                     const char **argv, const size_t *lens, redisReply **out) {
-  hilock__req q = {argc, argv, lens, NULL, NULL};
+  hilock__req q = {argc, argv, lens, NULL, NULL, 0};
   int rc = hilock__route(c, e, HILOCK__ROUTE_RESEND, &q, NULL);
   *out = q.reply;
   return rc;

@@ -93,6 +93,7 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
   q.argv = argv;
   q.lens = lens;
   q.script = s;
+  q.eval = 0;
   rc = hilock__route(c, e, flags, &q, &acked);
   *out = q.reply;
   if (argv != sargv) {

@@ -63,7 +63,7 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
   char secs[32];
   const char *argv[3] = {"BLPOP", key, secs};
   size_t lens[3] = {5, keylen, 0};
-  hilock__req q = {3, argv, lens, NULL, NULL};
+  hilock__req q = {3, argv, lens, NULL, NULL, 0};
   hilock__node *ask = NULL;
 
   /* BLPOP takes fractional seconds (Redis >= 6); 0 would mean forever. */

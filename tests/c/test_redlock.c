@@ -247,6 +247,44 @@ static void test_grant_sets_one_token_on_every_node(void **state) {
   hilock_redlock_free(b);
 }
 
+static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
+  hilock_redlock *a = make(10000);
+  (void)state;
+  /* The connections are open (their SCRIPT LOADs are done); then every
+   * node forgets its scripts: each answers NOSCRIPT once, and the round
+   * sends EVAL with the source on that node. */
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  for (int i = 0; i < N; i++) {
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    hl_redis_ok(c, "SCRIPT FLUSH");
+    hl_redis_ok(c, "CONFIG RESETSTAT");
+    redisFree(c);
+  }
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_int_equal(nodes_with_key(), N);
+  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_int_equal(nodes_with_key(), 0);
+  for (int i = 0; i < N; i++) {
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    assert_non_null(r);
+    /* Each script of the cycle (acquire, fence, release) answered
+     * NOSCRIPT once, then ran as EVAL. */
+    const char *ev = strstr(r->str, "cmdstat_eval:calls=");
+    const char *sha = strstr(r->str, "cmdstat_evalsha:");
+    const char *failed = sha != NULL ? strstr(sha, "failed_calls=") : NULL;
+    assert_non_null(ev);
+    assert_non_null(failed);
+    assert_true(atoi(ev + strlen("cmdstat_eval:calls=")) >= 2);
+    assert_int_equal(atoi(ev + strlen("cmdstat_eval:calls=")),
+                     atoi(failed + strlen("failed_calls=")));
+    freeReplyObject(r);
+    redisFree(c);
+  }
+  hilock_redlock_free(a);
+}
+
 static void test_blocked_acquire_waits_its_bound_then_gets_it(void **state) {
   hilock_redlock *a = make(10000), *b = make(10000);
   int64_t t0;
@@ -681,6 +719,7 @@ int main(void) {
       cmocka_unit_test_setup(test_invalid_arguments, setup),
       cmocka_unit_test_setup(test_auth_and_db_from_each_url, setup),
       cmocka_unit_test_setup(test_grant_sets_one_token_on_every_node, setup),
+      cmocka_unit_test_setup(test_flushed_scripts_are_sent_again_as_eval, setup),
       cmocka_unit_test_setup(test_blocked_acquire_waits_its_bound_then_gets_it,
                              setup),
       cmocka_unit_test_setup(test_minority_down_still_acquires_and_releases,
