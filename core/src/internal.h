@@ -247,7 +247,7 @@ typedef struct hilock__hub {
   int reading;  /* who reads the socket now: 0 none, 1 the thread, 2 a waiter */
   int sleepers; /* waiters asleep, ready to take a turn at the socket */
   int lingering; /* channels nobody waits on, still subscribed */
-  int settle;    /* a channel to give up once the attempt is made */
+  int settle;    /* a channel to give up after the attempt */
   pid_t pid;
   struct hub_chan *chans;
   hilock__net *net; /* the subscriber connection */
@@ -547,8 +547,9 @@ int hilock__hub_init(hilock__hub *h);
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
                      size_t keylen, int64_t bound_ms, int64_t tried_us,
                      int consume, int *woken);
-/* After an acquire whose last wait was woken: give up the wake list's
- * channel if nobody waits on it (off the path from wake-up to grant). */
+/* After an acquire whose last wait was woken: the wake list's channel, if
+ * nobody waits on it, is due to go at the next turn at the socket (no I/O
+ * and no wake-up on the path from wake-up to grant). */
 void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen);
 /* Stop the thread for good (the client closes). */
 void hilock__hub_stop(hilock_client *c);
