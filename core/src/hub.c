@@ -373,6 +373,7 @@ void hilock__hub_forget(hilock__hub *h) {
   h->sleepers = 0;
   h->lingering = 0;
   __atomic_store_n(&h->settle, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->due, 0, __ATOMIC_RELAXED);
   if (h->efd >= 0) close(h->efd);
   h->efd = -1;
   hilock__cond_init(&h->idle);
@@ -571,10 +572,36 @@ void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen) {
   pthread_mutex_lock(&h->mu);
   __atomic_store_n(&h->settle, 0, __ATOMIC_RELAXED);
   ch = find(h, key, keylen);
-  /* Due now: it goes at the next turn at the socket (a waiter's within
-   * 100 ms, the thread's within a second). No write and no wake-up here:
-   * on a small machine either costs the caller a CPU on its way from the
-   * wake-up to the grant (measured: 20-40 us of the hand-over). */
-  if (ch != NULL && ch->refs == 0) ch->idle_ms = 0;
+  /* Due now: it goes with this client's next release (hilock__hub_flush:
+   * before the release's own wake-up could come back to this process), or
+   * at the next turn at the socket (a waiter's within 100 ms, the thread's
+   * within a second). No write and no wake-up here: on a small machine
+   * either costs the caller a CPU on its way from the wake-up to the grant
+   * (measured: 20-40 us of the hand-over). */
+  if (ch != NULL && ch->refs == 0) {
+    ch->idle_ms = 0;
+    __atomic_store_n(&h->due, 1, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
+void hilock__hub_flush(hilock_client *c) {
+  hilock__hub *h = &c->hub;
+  if (!__atomic_load_n(&h->due, __ATOMIC_RELAXED)) return;
+  pthread_mutex_lock(&h->mu);
+  __atomic_store_n(&h->due, 0, __ATOMIC_RELAXED);
+  /* Nobody reads the socket: write the due UNSUBSCRIBE here, without
+   * waiting (its confirmation is read with the next turn at the socket);
+   * else the reader sends it at once. */
+  if (h->reading != 0) {
+    kick(h);
+  } else if (h->net != NULL && !h->stop && !h->disabled &&
+             h->pid == hilock__pid() &&
+             (queue_changes(h, h->net) != 0 ||
+              hilock__net_handle(h->net, POLLOUT) != 0)) {
+    hilock__net_free(h->net);
+    h->net = NULL;
+    pthread_cond_broadcast(&h->idle); /* the thread reconnects */
+  }
   pthread_mutex_unlock(&h->mu);
 }

@@ -229,6 +229,7 @@ typedef struct hilock__watchdog {
   /* When the sleeping thread will wake on its own (0: it is awake and will
    * look at the list again): a new hold due later needs no wake-up. */
   int64_t wake_at_us;
+  int idle_ticks; /* looks in a row with no hold (see renewal.c) */
   struct hilock__renewal *head;
   hilock__conn *conn;
   struct hilock__hold *live; /* every grant of this process (see hold.c) */
@@ -248,6 +249,7 @@ typedef struct hilock__hub {
   int sleepers; /* waiters asleep, ready to take a turn at the socket */
   int lingering; /* channels nobody waits on, still subscribed */
   int settle;    /* a channel to give up after the attempt */
+  int due;       /* a channel is due to go (hilock__hub_flush sends it) */
   pid_t pid;
   struct hub_chan *chans;
   hilock__net *net; /* the subscriber connection */
@@ -551,6 +553,10 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
  * nobody waits on it, is due to go at the next turn at the socket (no I/O
  * and no wake-up on the path from wake-up to grant). */
 void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen);
+/* Before a script that may wake waiters: send the UNSUBSCRIBE of a channel
+ * that is due (one atomic load when none is), so that the release's own
+ * wake-up does not come back to this process. */
+void hilock__hub_flush(hilock_client *c);
 /* Stop the thread for good (the client closes). */
 void hilock__hub_stop(hilock_client *c);
 void hilock__hub_destroy(hilock__hub *h);

@@ -19,6 +19,8 @@
 #define RETRY_US 200000 /* after a failed renewal */
 #define MIN_WAIT_US 20000 /* shortest wait for a renewal's reply */
 #define CONNECT_MAX_US 1000000 /* longest wait to reconnect */
+#define IDLE_TICK_US 1000000   /* with no holds, the thread looks this often */
+#define IDLE_TICKS 60          /* for at most this many looks in a row */
 
 #define HOLD_OF(r) \
   ((hilock__hold *)((char *)(r) - offsetof(hilock__hold, ren)))
@@ -542,6 +544,17 @@ static void *watchdog_main(void *arg) {
       }
     }
     if (n == 0 && nlost == 0) {
+      /* No hold at all: look again within a second anyway, for a while
+       * (IDLE_TICKS). A hold registered meanwhile whose first renewal is
+       * due later needs no wake-up of this thread then: no signal, and no
+       * thread to schedule, on the way of every acquire that follows a
+       * release. */
+      if (w->head != NULL) {
+        w->idle_ticks = 0;
+      } else if (next == INT64_MAX && w->idle_ticks < IDLE_TICKS) {
+        w->idle_ticks++;
+        next = now + IDLE_TICK_US;
+      }
       w->wake_at_us = next;
       wait_until(w, next);
       w->wake_at_us = 0;
@@ -693,6 +706,7 @@ void hilock__watchdog_forget(hilock__runtime *rt) {
   hilock__hold_forget_live(rt);
   w->running = 0;
   w->wake_at_us = 0;
+  w->idle_ticks = 0;
   w->stop = 0;
   /* Not freed: the parent's renewal thread may have been changing this
    * connection's buffers (outside the mutex) at fork time. */

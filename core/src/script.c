@@ -89,6 +89,7 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
     argv[argc] = args[i];
     lens[argc] = arglens[i];
   }
+  if (how & HILOCK__RUN_WAKES) hilock__hub_flush(c);
   q.argc = argc;
   q.argv = argv;
   q.lens = lens;

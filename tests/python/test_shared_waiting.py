@@ -338,3 +338,4 @@ def test_a_release_sends_ping_first_an_acquire_does_not(rds, redis_url, kind) ->
             assert _pings(rds) == 1
     finally:
         c.close()
+
