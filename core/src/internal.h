@@ -348,6 +348,13 @@ typedef struct hilock__req {
   int eval; /* the server said NOSCRIPT: goes as EVAL with the source */
 } hilock__req;
 
+/* q as EVALSHA of script s with keys and args, in argv/lens (room for
+ * 3 + nkeys + nargs) and nk (the key count's text). */
+void hilock__req_script(hilock__req *q, const struct hilock__script *s,
+                        int nkeys, const char *const *keys,
+                        const size_t *keylens, int nargs,
+                        const char *const *args, const size_t *arglens,
+                        char nk[24], const char **argv, size_t *lens);
 /* For a front end that drives its connections itself (Redlock's parallel
  * rounds): append q's command on n (EVALSHA, or EVAL once q->eval), and
  * tell whether a reply r means "send it again as EVAL" (NOSCRIPT for a

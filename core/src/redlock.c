@@ -401,42 +401,18 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
   }
 }
 
-/* EVALSHA argv for script s with keys and args (at most ROUND_ARGS). */
-static int eval_argv(const hilock__script *s, int nkeys, const char **keys,
-                     const size_t *keylens, int nargs, const char **args,
-                     const size_t *arglens, char nk[24], const char **argv,
-                     size_t *lens) {
-  int argc = 0;
-  argv[argc] = "EVALSHA";
-  lens[argc++] = 7;
-  argv[argc] = s->sha;
-  lens[argc++] = 40;
-  argv[argc] = nk;
-  lens[argc++] = hilock__i64(nk, nkeys);
-  for (int i = 0; i < nkeys; i++, argc++) {
-    argv[argc] = keys[i];
-    lens[argc] = keylens[i];
-  }
-  for (int i = 0; i < nargs; i++, argc++) {
-    argv[argc] = args[i];
-    lens[argc] = arglens[i];
-  }
-  return argc;
-}
-
 static void script_round(hilock_redlock *rl, rl_conn *set, int leak_forked,
                          const hilock__script *s, int nkeys,
                          const char **keys, const size_t *keylens, int nargs,
                          const char **args, const size_t *arglens,
                          const rl_goal *goal) {
-  const char *argv[ROUND_ARGS + 3];
+  const char *argv[ROUND_ARGS + 3]; /* at most ROUND_ARGS keys and args */
   size_t lens[ROUND_ARGS + 3];
   char nk[24];
-  int argc = eval_argv(s, nkeys, keys, keylens, nargs, args, arglens, nk,
-                       argv, lens);
-  hilock__req q = {argc, argv, lens, s, NULL, 0};
-  round_run(rl, set, leak_forked, &q, rl->node_timeout_ms,
-            goal);
+  hilock__req q;
+  hilock__req_script(&q, s, nkeys, keys, keylens, nargs, args, arglens, nk,
+                     argv, lens);
+  round_run(rl, set, leak_forked, &q, rl->node_timeout_ms, goal);
 }
 
 static int is_grant(const redisReply *r, uint64_t arg) {

@@ -80,6 +80,34 @@ static int as_eval(const hilock__req *q, const char ***argv, size_t **lens) {
   return 0;
 }
 
+void hilock__req_script(hilock__req *q, const hilock__script *s, int nkeys,
+                        const char *const *keys, const size_t *keylens,
+                        int nargs, const char *const *args,
+                        const size_t *arglens, char nk[24], const char **argv,
+                        size_t *lens) {
+  int argc = 0;
+  argv[argc] = "EVALSHA";
+  lens[argc++] = 7;
+  argv[argc] = s->sha;
+  lens[argc++] = 40;
+  argv[argc] = nk;
+  lens[argc++] = hilock__i64(nk, nkeys);
+  for (int i = 0; i < nkeys; i++, argc++) {
+    argv[argc] = keys[i];
+    lens[argc] = keylens[i];
+  }
+  for (int i = 0; i < nargs; i++, argc++) {
+    argv[argc] = args[i];
+    lens[argc] = arglens[i];
+  }
+  q->argc = argc;
+  q->argv = argv;
+  q->lens = lens;
+  q->script = s;
+  q->reply = NULL;
+  q->eval = 0;
+}
+
 int hilock__req_append(hilock__net *n, const hilock__req *q) {
   const char **argv;
   size_t *lens;

@@ -52,7 +52,7 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
   const char *sargv[3 + MAX_ARGS], **argv = sargv;
   size_t slens[3 + MAX_ARGS], *lens = slens;
   char nk[24];
-  int argc = 0, rc;
+  int rc;
   /* A grant or renewal must reach wait_replicas replicas: WAIT follows on
    * the same connection, in the same round trip. */
   int wait = (how & HILOCK__RUN_GRANT) && c->rt.opts.wait_replicas > 0;
@@ -75,26 +75,9 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
       return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
     }
   }
-  argv[argc] = "EVALSHA";
-  lens[argc++] = 7;
-  argv[argc] = s->sha;
-  lens[argc++] = 40;
-  argv[argc] = nk;
-  lens[argc++] = hilock__i64(nk, nkeys);
-  for (int i = 0; i < nkeys; i++, argc++) {
-    argv[argc] = keys[i];
-    lens[argc] = keylens[i];
-  }
-  for (int i = 0; i < nargs; i++, argc++) {
-    argv[argc] = args[i];
-    lens[argc] = arglens[i];
-  }
+  hilock__req_script(&q, s, nkeys, keys, keylens, nargs, args, arglens, nk,
+                     argv, lens);
   if (how & HILOCK__RUN_WAKES) hilock__hub_flush(c);
-  q.argc = argc;
-  q.argv = argv;
-  q.lens = lens;
-  q.script = s;
-  q.eval = 0;
   rc = hilock__route(c, e, flags, &q, &acked);
   *out = q.reply;
   if (argv != sargv) {
