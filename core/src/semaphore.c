@@ -14,6 +14,7 @@
 struct hilock_semaphore {
   hilock__hold h; /* first: grant state (owner = permit id), last error */
   int64_t permits; /* the limit this handle stores if none is stored */
+  int woken; /* set by the acquire loop before each attempt (2: rung) */
   char *key, *lkey, *wkey; /* permits set, limit, wake list */
   size_t keylen, lkeylen, wkeylen;
 };
@@ -111,11 +112,13 @@ static int release_fn(void *s) { return hilock_semaphore_release(s); }
 static int attempt(void *arg, int64_t *pttl) {
   hilock_semaphore *s = arg;
   hilock__hold *h = &s->h;
-  const char *keys[3], *args[3];
-  size_t keylens[3], arglens[3];
+  const char *keys[3], *args[4];
+  size_t keylens[3], arglens[4];
   char ttl[24], permits[24];
   redisReply *r;
   int64_t start;
+  /* Rung by a release: this attempt takes the wake-up (same round trip). */
+  int nargs = s->woken == 2 ? 4 : 3;
   int rc;
 
   if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
@@ -133,6 +136,8 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[1] = hilock__i64(ttl, h->ttl_ms);
   args[2] = permits;
   arglens[2] = hilock__i64(permits, s->permits);
+  args[3] = "woken";
+  arglens[3] = 5;
   /* A late reply: this attempt's permit is given back behind it. */
   const char *uargs[2] = {h->owner, permits};
   size_t uarglens[2] = {h->ownerlen, arglens[2]};
@@ -142,7 +147,7 @@ static int attempt(void *arg, int64_t *pttl) {
   start = hilock__now_us();
   rc = hilock__script_run(h->client, &h->err,
                           &hilock__script_semaphore_acquire, 3, keys, keylens,
-                          3, args, arglens, &r);
+                          nargs, args, arglens, &r);
   hilock__undo_disarm(outer);
   hilock__err unacked = h->err;
   int replicated = rc != HILOCK_ENOREPLICAS;
@@ -179,9 +184,16 @@ int hilock_semaphore_try_acquire(hilock_semaphore *s) {
 }
 
 int hilock_semaphore_acquire(hilock_semaphore *s, int64_t wait_ms) {
+  const char *wkey;
+  size_t wkeylen;
+  int rc;
   if (s == NULL) return HILOCK_EINVAL;
-  return hilock__acquire_loop(s->h.client, &s->h.err, s->wkey, s->wkeylen,
-                              wait_ms, attempt, s);
+  wkey = s->wkey;
+  wkeylen = s->wkeylen;
+  rc = hilock__acquire_loop_var(s->h.client, &s->h.err, &wkey, &wkeylen,
+                                &s->woken, 1, wait_ms, attempt, s);
+  s->woken = 0;
+  return rc;
 }
 
 /* semaphore_release.lua: give our permit back if it is still ours. */

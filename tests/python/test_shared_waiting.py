@@ -251,6 +251,51 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(rds, redis_ur
     holder.close()
 
 
+def test_a_semaphore_waiter_in_each_of_several_clients_one_release_one_grant(
+        rds, redis_url) -> None:
+    """As for the plain lock: each client rings its waiter, whose acquire
+    script takes the release's one wake-up (semaphore_acquire.lua, "woken")
+    or, finding none, takes no permit: one permit freed, one taken."""
+    holder = hilock.Client(redis_url)
+    sem = holder.semaphore("sev", 1, ttl=30, auto_renew=False)
+    assert sem.acquire(blocking=False)
+    clients = [hilock.Client(redis_url) for _ in range(4)]
+    granted: List[int] = []
+    go = threading.Event()
+
+    def wait(i: int) -> None:
+        w = clients[i].semaphore("sev", 1, ttl=30, auto_renew=False)
+        if w.acquire(timeout=20):
+            granted.append(i)
+            go.wait(10)
+            w.release()
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: sum(x.waiting for x in clients) == 4, 10, what="four waiters")
+    rds.config_resetstat()
+    sem.release()
+    wait_for(lambda: len(granted) == 1, 5, what="one grant")
+    time.sleep(0.3)
+    calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
+    # The release, then one attempt per rung waiter, each popping first (a
+    # waiter that found a permit free but no wake-up looks again 1 ms
+    # later: at most one more attempt each); no LPOP of its own before.
+    scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
+    assert 1 + 4 <= scripts <= 1 + 4 + 3, calls
+    assert calls.get("zadd", 0) == 1, calls
+    assert len(granted) == 1
+    assert sum(x.waiting for x in clients) == 3
+    go.set()
+    for t in threads:
+        t.join(20)
+    assert sorted(granted) == [0, 1, 2, 3]
+    for x in clients:
+        x.close()
+    holder.close()
+
+
 def test_a_lone_listener_is_rung_solo(rds, redis_url) -> None:
     """One process waits: a release rings its waiter, whose attempt takes
     the wake-up itself (no LPOP of its own between the release and the
