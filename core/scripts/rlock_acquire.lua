@@ -1,10 +1,19 @@
 -- Grant or re-enter a reentrant lock.
--- KEYS[1] owners hash {owner -> hold count}, KEYS[2] fence counter.
--- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms.
+-- KEYS[1] owners hash {owner -> hold count}, KEYS[2] fence counter,
+-- KEYS[3] wake list (only with ARGV[3]).
+-- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms, ARGV[3] "woken"
+-- (optional): a waiter rung by a release takes the release's wake-up here,
+-- in its attempt's round trip; none left (a waiter of another process took
+-- it) means not its turn (told the holder's pttl, 0 if the lock is free).
 -- Returns {1, fence, count} when granted, {0, holder's pttl} when held.
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
+if ARGV[3] == 'woken' and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and
+    redis.call('LPOP', KEYS[3]) == false then
+  local pttl = redis.call('PTTL', KEYS[1])
+  return {0, pttl == -2 and 0 or pttl}
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local fence = next_fence(KEYS[2])
   redis.call('HSET', KEYS[1], ARGV[1], 1)

@@ -587,6 +587,18 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg);
+/* The same for an attempt whose script can take a rung wake-up itself
+ * (pops the wake list first, in the same round trip): during the attempt,
+ * hilock__attempt_woken() is 2 when it must (a release rang this waiter),
+ * and the script then grants only if the pop found a wake-up. */
+int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
+                                const char *wkey, size_t wkeylen,
+                                int64_t wait_ms,
+                                int (*attempt)(void *arg, int64_t *pttl),
+                                void *arg);
+/* For the attempt in progress on this thread: 0 (first attempt, or no
+ * wake-up), 1 (a wake-up was taken for it) or 2 (rung: it must take it). */
+int hilock__attempt_woken(void);
 /* The same for an attempt that chooses the wake list to sleep on (a
  * multi-key lock waits on the key that blocked it): *wkey and *wkeylen are
  * read after every attempt. If woken_out is not NULL, the loop stores there

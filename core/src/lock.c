@@ -14,7 +14,6 @@ struct hilock_lock {
   hilock_lock_kind kind;
   char *key, *fkey, *wkey; /* lock, fence counter, wake list */
   size_t keylen, fkeylen, wkeylen;
-  int woken; /* set by the acquire loop before each attempt (2: rung) */
 };
 
 static int run_release(void *arg, hilock__err *e, redisReply **r);
@@ -101,7 +100,7 @@ static int attempt(void *arg, int64_t *pttl) {
   const char *args[3] = {h->owner, ttl, "woken"};
   size_t arglens[3] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, h->ttl_ms), 5};
   /* Rung by a release: this attempt takes the wake-up (same round trip). */
-  int n = l->woken == 2 ? 3 : 2;
+  int n = hilock__attempt_woken() == 2 ? 3 : 2;
   redisReply *r;
   int64_t start;
   int rc;
@@ -163,16 +162,9 @@ int hilock_lock_try_acquire(hilock_lock *l) {
 }
 
 int hilock_lock_acquire(hilock_lock *l, int64_t wait_ms) {
-  const char *wkey;
-  size_t wkeylen;
-  int rc;
   if (l == NULL) return HILOCK_EINVAL;
-  wkey = l->wkey;
-  wkeylen = l->wkeylen;
-  rc = hilock__acquire_loop_var(l->h.client, &l->h.err, &wkey, &wkeylen,
-                                &l->woken, 1, wait_ms, attempt, l);
-  l->woken = 0;
-  return rc;
+  return hilock__acquire_loop_taking(l->h.client, &l->h.err, l->wkey,
+                                     l->wkeylen, wait_ms, attempt, l);
 }
 
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */

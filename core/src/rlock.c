@@ -87,17 +87,19 @@ static int attempt(void *arg, int64_t *pttl) {
   hilock_rlock *rl = arg;
   char owner[sizeof(rl->h.owner)], ttl[24];
   size_t ownerlen = owner_of(rl, owner, sizeof(owner));
-  const char *keys[2] = {rl->key, rl->fkey};
-  size_t keylens[2] = {rl->keylen, rl->fkeylen};
-  const char *args[2] = {owner, ttl};
-  size_t arglens[2] = {ownerlen, hilock__i64(ttl, rl->h.ttl_ms)};
+  const char *keys[3] = {rl->key, rl->fkey, rl->wkey};
+  size_t keylens[3] = {rl->keylen, rl->fkeylen, rl->wkeylen};
+  const char *args[3] = {owner, ttl, "woken"};
+  size_t arglens[3] = {ownerlen, hilock__i64(ttl, rl->h.ttl_ms), 5};
+  /* Rung by a release: this attempt takes the wake-up (same round trip). */
+  int n = hilock__attempt_woken() == 2 ? 3 : 2;
   hilock__err e;
   redisReply *r = NULL;
   int64_t start = hilock__now_us();
   int rc;
 
-  rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_acquire, 2,
-                          keys, keylens, 2, args, arglens, &r);
+  rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_acquire, n,
+                          keys, keylens, n, args, arglens, &r);
   int replicated = rc != HILOCK_ENOREPLICAS, undo = 0;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   pthread_mutex_lock(rl->mu);
@@ -151,8 +153,8 @@ int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
   int rc;
   if (rl == NULL) return HILOCK_EINVAL;
   hilock__clear_err(&e);
-  rc = hilock__acquire_loop(rl->h.client, &e, rl->wkey, rl->wkeylen, wait_ms,
-                            attempt, rl);
+  rc = hilock__acquire_loop_taking(rl->h.client, &e, rl->wkey, rl->wkeylen,
+                                   wait_ms, attempt, rl);
   if (rc < 0 && e.code != HILOCK_OK) keep_err(rl, &e);
   return rc;
 }

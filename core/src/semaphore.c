@@ -14,7 +14,6 @@
 struct hilock_semaphore {
   hilock__hold h; /* first: grant state (owner = permit id), last error */
   int64_t permits; /* the limit this handle stores if none is stored */
-  int woken; /* set by the acquire loop before each attempt (2: rung) */
   char *key, *lkey, *wkey; /* permits set, limit, wake list */
   size_t keylen, lkeylen, wkeylen;
 };
@@ -118,7 +117,7 @@ static int attempt(void *arg, int64_t *pttl) {
   redisReply *r;
   int64_t start;
   /* Rung by a release: this attempt takes the wake-up (same round trip). */
-  int nargs = s->woken == 2 ? 4 : 3;
+  int nargs = hilock__attempt_woken() == 2 ? 4 : 3;
   int rc;
 
   if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
@@ -184,16 +183,9 @@ int hilock_semaphore_try_acquire(hilock_semaphore *s) {
 }
 
 int hilock_semaphore_acquire(hilock_semaphore *s, int64_t wait_ms) {
-  const char *wkey;
-  size_t wkeylen;
-  int rc;
   if (s == NULL) return HILOCK_EINVAL;
-  wkey = s->wkey;
-  wkeylen = s->wkeylen;
-  rc = hilock__acquire_loop_var(s->h.client, &s->h.err, &wkey, &wkeylen,
-                                &s->woken, 1, wait_ms, attempt, s);
-  s->woken = 0;
-  return rc;
+  return hilock__acquire_loop_taking(s->h.client, &s->h.err, s->wkey,
+                                     s->wkeylen, wait_ms, attempt, s);
 }
 
 /* semaphore_release.lua: give our permit back if it is still ours. */

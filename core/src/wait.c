@@ -153,10 +153,25 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
   }
 }
 
+/* Whether a wake-up ended this thread's last sleep, for the attempt in
+ * progress (see hilock__attempt_woken). */
+static __thread int tl_woken;
+
+int hilock__attempt_woken(void) { return tl_woken; }
+
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg) {
   return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, NULL, 0, wait_ms,
+                                  attempt, arg);
+}
+
+int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
+                                const char *wkey, size_t wkeylen,
+                                int64_t wait_ms,
+                                int (*attempt)(void *arg, int64_t *pttl),
+                                void *arg) {
+  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, NULL, 1, wait_ms,
                                   attempt, arg);
 }
 
@@ -181,7 +196,9 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
   for (;;) {
     int64_t pttl = -1, left, bound, tried_us = hilock__now_us();
     if (woken_out != NULL) *woken_out = woken;
+    tl_woken = woken;
     rc = attempt(arg, &pttl);
+    tl_woken = 0;
     if (rc != HILOCK_BUSY) break;
     left = deadline == INT64_MAX ? INT64_MAX : deadline - hilock__now_ms();
     if (left <= 0) break;

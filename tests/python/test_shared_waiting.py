@@ -251,20 +251,26 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(rds, redis_ur
     holder.close()
 
 
-def test_a_semaphore_waiter_in_each_of_several_clients_one_release_one_grant(
-        rds, redis_url) -> None:
+@pytest.mark.parametrize("kind,grant", [("semaphore", "zadd"), ("rlock", "hset")])
+def test_other_kinds_a_waiter_in_each_of_several_clients_one_release_one_grant(
+        rds, redis_url, kind, grant) -> None:
     """As for the plain lock: each client rings its waiter, whose acquire
-    script takes the release's one wake-up (semaphore_acquire.lua, "woken")
-    or, finding none, takes no permit: one permit freed, one taken."""
+    script takes the release's one wake-up ("woken") or, finding none,
+    grants nothing: one release, one grant."""
+    def make(c: hilock.Client) -> Any:
+        if kind == "semaphore":
+            return c.semaphore("sev", 1, ttl=30, auto_renew=False)
+        return c.rlock("sev", ttl=30, auto_renew=False)
+
     holder = hilock.Client(redis_url)
-    sem = holder.semaphore("sev", 1, ttl=30, auto_renew=False)
-    assert sem.acquire(blocking=False)
+    lk = make(holder)
+    assert lk.acquire(blocking=False)
     clients = [hilock.Client(redis_url) for _ in range(4)]
     granted: List[int] = []
     go = threading.Event()
 
     def wait(i: int) -> None:
-        w = clients[i].semaphore("sev", 1, ttl=30, auto_renew=False)
+        w = make(clients[i])
         if w.acquire(timeout=20):
             granted.append(i)
             go.wait(10)
@@ -275,16 +281,16 @@ def test_a_semaphore_waiter_in_each_of_several_clients_one_release_one_grant(
         t.start()
     wait_for(lambda: sum(x.waiting for x in clients) == 4, 10, what="four waiters")
     rds.config_resetstat()
-    sem.release()
+    lk.release()
     wait_for(lambda: len(granted) == 1, 5, what="one grant")
     time.sleep(0.3)
     calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
     # The release, then one attempt per rung waiter, each popping first (a
-    # waiter that found a permit free but no wake-up looks again 1 ms
+    # waiter that found the lock free but no wake-up looks again 1 ms
     # later: at most one more attempt each); no LPOP of its own before.
     scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
     assert 1 + 4 <= scripts <= 1 + 4 + 3, calls
-    assert calls.get("zadd", 0) == 1, calls
+    assert calls.get(grant, 0) == 1, calls
     assert len(granted) == 1
     assert sum(x.waiting for x in clients) == 3
     go.set()
