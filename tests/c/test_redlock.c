@@ -261,27 +261,34 @@ static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
     hl_redis_ok(c, "CONFIG RESETSTAT");
     redisFree(c);
   }
+  /* Granted once a majority answered (the rest are not waited for). */
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
-  assert_int_equal(nodes_with_key(), N);
+  assert_true(nodes_with_key() >= N / 2 + 1);
   assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
-  assert_int_equal(nodes_with_key(), 0);
   for (int i = 0; i < N; i++) {
-    redisContext *c = hl_redis_connect(&nodes[i]);
-    redisReply *r = redisCommand(c, "INFO commandstats");
-    assert_non_null(r);
     /* Each script of the cycle (acquire, fence, release) answered
-     * NOSCRIPT once, then ran as EVAL. */
-    const char *ev = strstr(r->str, "cmdstat_eval:calls=");
-    const char *sha = strstr(r->str, "cmdstat_evalsha:");
-    const char *failed = sha != NULL ? strstr(sha, "failed_calls=") : NULL;
-    assert_non_null(ev);
-    assert_non_null(failed);
-    assert_true(atoi(ev + strlen("cmdstat_eval:calls=")) >= 2);
-    assert_int_equal(atoi(ev + strlen("cmdstat_eval:calls=")),
-                     atoi(failed + strlen("failed_calls=")));
-    freeReplyObject(r);
+     * NOSCRIPT once, then ran as EVAL; a node the rounds did not wait
+     * for may still be on its way. */
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    int evals = -1, failed = -2;
+    for (int tries = 0; tries < 200 && (evals != failed || evals < 2);
+         tries++) {
+      redisReply *r = redisCommand(c, "INFO commandstats");
+      const char *ev, *sha, *fc;
+      assert_non_null(r);
+      ev = strstr(r->str, "cmdstat_eval:calls=");
+      sha = strstr(r->str, "cmdstat_evalsha:");
+      fc = sha != NULL ? strstr(sha, "failed_calls=") : NULL;
+      evals = ev != NULL ? atoi(ev + strlen("cmdstat_eval:calls=")) : -1;
+      failed = fc != NULL ? atoi(fc + strlen("failed_calls=")) : -2;
+      freeReplyObject(r);
+      if (evals != failed || evals < 2) hl_sleep_ms(10);
+    }
+    assert_true(evals >= 2);
+    assert_int_equal(evals, failed);
     redisFree(c);
   }
+  assert_int_equal(nodes_with_key(), 0);
   hilock_redlock_free(a);
 }
 
