@@ -149,6 +149,19 @@ static const hilock__script *const preload[] = {
     &hilock__script_lock_acquire, &hilock__script_lock_extend,
     &hilock__script_redlock_release, &hilock__script_redlock_fence};
 
+/* Queue a SCRIPT LOAD of every script the rounds send, as setup replies
+ * (skipped). -1 out of memory. */
+static int load_scripts(rl_conn *k) {
+  for (size_t j = 0; j < sizeof(preload) / sizeof(preload[0]); j++) {
+    const char *argv[3] = {"SCRIPT", "LOAD", preload[j]->src};
+    size_t lens[3] = {6, 4, preload[j]->len};
+    if (hilock__net_append(k->ctx, 3, argv, lens) != 0) return -1;
+    k->expect++;
+    k->skip++;
+  }
+  return 0;
+}
+
 /* Open a non-blocking connection to node i if there is none, queueing its
  * AUTH, SELECT and SCRIPT LOADs. Nothing is written yet. */
 static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
@@ -200,13 +213,7 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   }
   /* Load the scripts with the connection, so that EVALSHA finds them even
    * on a node that restarted and whose reply a round no longer waits for. */
-  for (size_t j = 0; j < sizeof(preload) / sizeof(preload[0]); j++) {
-    const char *argv[3] = {"SCRIPT", "LOAD", preload[j]->src};
-    size_t lens[3] = {6, 4, preload[j]->len};
-    if (hilock__net_append(ctx, 3, argv, lens) != 0) goto nomem;
-    k->expect++;
-    k->skip++;
-  }
+  if (load_scripts(k) != 0) goto nomem;
   return HILOCK_OK;
 nomem:
   conn_drop(k, 1);
@@ -228,8 +235,10 @@ static void on_reply(rl_conn *k, redisReply *r) {
       k->skip--;
       node_fail(k, code, "%s", e.msg);
     } else if (k->rc >= 0 && hilock__req_noscript(&k->q, r)) {
-      /* Flushed cache or restarted node: EVAL sends (and loads) it. */
-      if (hilock__req_append(k->ctx, &k->q) == 0) {
+      /* Flushed cache or restarted node: load every script again (a later
+       * round this one does not wait for, a release, must find its own)
+       * and EVAL this one with its source. */
+      if (load_scripts(k) == 0 && hilock__req_append(k->ctx, &k->q) == 0) {
         k->expect++;
         k->wpending = 1;
       } else {
