@@ -601,13 +601,10 @@ int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
 int hilock__attempt_woken(void);
 /* The same for an attempt that chooses the wake list to sleep on (a
  * multi-key lock waits on the key that blocked it): *wkey and *wkeylen are
- * read after every attempt. If woken_out is not NULL, the loop stores there
- * before each attempt whether a wake-up ended the previous sleep (0 for
- * the first attempt; 2: rung, and the attempt must take the wake-up, which
- * only happens with consume set). */
+ * read after every attempt. consume: as hilock__acquire_loop_taking. */
 int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              const char *const *wkey, const size_t *wkeylen,
-                             int *woken_out, int consume, int64_t wait_ms,
+                             int consume, int64_t wait_ms,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg);
 

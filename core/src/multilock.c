@@ -24,12 +24,10 @@ struct hilock_multilock {
   size_t *keylens;
   uint64_t *fences;
   unsigned char *missing;
-  /* Waiting: the wake list of the name that blocked the last attempt, and
-   * whether a wake-up started this attempt (set by the acquire loop). */
+  /* Waiting: the wake list of the name that blocked the last attempt. */
   const char *wkey;
   size_t wkeylen;
   size_t wait_idx;
-  int woken;
 };
 
 /* A short, printable rendering of a name for messages. */
@@ -307,7 +305,8 @@ static int attempt(void *arg, int64_t *pttl) {
   h->ownerlen = HILOCK__TOKEN_LEN;
   arglens[0] = HILOCK__TOKEN_LEN;
   arglens[1] = hilock__i64(ttl, h->ttl_ms);
-  arglens[2] = hilock__i64(woken, m->woken ? (int64_t)m->wait_idx + 1 : 0);
+  arglens[2] = hilock__i64(
+      woken, hilock__attempt_woken() ? (int64_t)m->wait_idx + 1 : 0);
   /* A late reply: this attempt's names are released behind it. */
   hilock__undo undo = {&hilock__script_multilock_release, (int)(2 * m->n), 1,
                        (const char *const *)m->keys, m->keylens, args,
@@ -361,16 +360,13 @@ static int attempt(void *arg, int64_t *pttl) {
 int hilock_multilock_try_acquire(hilock_multilock *m) {
   int64_t pttl;
   if (m == NULL) return HILOCK_EINVAL;
-  m->woken = 0;
   return attempt(m, &pttl);
 }
 
 int hilock_multilock_acquire(hilock_multilock *m, int64_t wait_ms) {
   if (m == NULL) return HILOCK_EINVAL;
-  m->woken = 0;
   return hilock__acquire_loop_var(m->h.client, &m->h.err, &m->wkey,
-                                  &m->wkeylen, &m->woken, 0, wait_ms, attempt,
-                                  m);
+                                  &m->wkeylen, 0, wait_ms, attempt, m);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {

@@ -51,7 +51,7 @@ static int on_watchdog(const hilock__watchdog *w) {
  * them). Returns 0, or -1 out of memory. */
 static int renew_req(const hilock__hold *h, char nk[24], char ttl[24],
                      const char **sargv, size_t *slens, hilock__req *q) {
-  int argc = 6 + h->nxkeys, i = 0;
+  int argc = 6 + h->nxkeys, i;
   const char **a = sargv;
   size_t *l = slens;
   if (argc > CMD_STACK) {
@@ -63,12 +63,9 @@ static int renew_req(const hilock__hold *h, char nk[24], char ttl[24],
       return -1;
     }
   }
-  a[i] = "EVALSHA";
-  l[i++] = 7;
-  a[i] = h->renew_script->sha;
-  l[i++] = 40;
-  a[i] = nk;
-  l[i++] = hilock__i64(nk, 1 + h->nxkeys);
+  /* Keys and args in place behind the 3-word EVALSHA head, which
+   * hilock__req_script then writes in front of them. */
+  i = 3;
   a[i] = h->rkey;
   l[i++] = h->rkeylen;
   for (int k = 0; k < h->nxkeys; k++, i++) {
@@ -79,12 +76,8 @@ static int renew_req(const hilock__hold *h, char nk[24], char ttl[24],
   l[i++] = h->ownerlen;
   a[i] = ttl;
   l[i++] = hilock__i64(ttl, h->ttl_ms);
-  q->argc = argc;
-  q->argv = a;
-  q->lens = l;
-  q->script = h->renew_script;
-  q->reply = NULL;
-  q->eval = 0;
+  hilock__req_script(q, h->renew_script, 1 + h->nxkeys, a + 3, l + 3, 2,
+                     a + 4 + h->nxkeys, l + 4 + h->nxkeys, nk, a, l);
   return 0;
 }
 
@@ -204,7 +197,7 @@ static int batch_req(hilock__hold *const *holds, int n, hilock__req *q,
   const hilock__script *s = &hilock__script_renew_batch;
   const char **argv;
   size_t *lens;
-  int nkeys = 0, argc, i = 0;
+  int nkeys = 0, argc, i = 3;
   char *num;
   for (int h = 0; h < n; h++) nkeys += 1 + holds[h]->nxkeys;
   argc = 3 + nkeys + 4 * n;
@@ -218,14 +211,10 @@ static int batch_req(hilock__hold *const *holds, int n, hilock__req *q,
     *nums = NULL;
     return -1;
   }
-  num = *nums;
-  argv[i] = "EVALSHA";
-  lens[i++] = 7;
-  argv[i] = s->sha;
-  lens[i++] = 40;
-  argv[i] = num;
-  lens[i++] = hilock__i64(num, nkeys);
-  num += 24;
+  /* Keys and args in place behind the 3-word EVALSHA head, which
+   * hilock__req_script then writes in front of them (nums[0]: the key
+   * count's text). */
+  num = *nums + 24;
   for (int h = 0; h < n; h++) {
     argv[i] = holds[h]->rkey;
     lens[i++] = holds[h]->rkeylen;
@@ -246,12 +235,8 @@ static int batch_req(hilock__hold *const *holds, int n, hilock__req *q,
     lens[i++] = hilock__i64(num, holds[h]->ttl_ms);
     num += 24;
   }
-  q->argc = argc;
-  q->argv = argv;
-  q->lens = lens;
-  q->script = s;
-  q->reply = NULL;
-  q->eval = 0;
+  hilock__req_script(q, s, nkeys, argv + 3, lens + 3, 4 * n,
+                     argv + 3 + nkeys, lens + 3 + nkeys, *nums, argv, lens);
   return 0;
 }
 

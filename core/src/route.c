@@ -55,10 +55,14 @@ static void discard(hilock__conn *k) {
   if (r != NULL) freeReplyObject(r);
 }
 
-static int is_noscript(const hilock__req *q) {
-  return q->script != NULL && q->reply != NULL &&
-         q->reply->type == REDIS_REPLY_ERROR && q->reply->len >= 8 &&
-         memcmp(q->reply->str, "NOSCRIPT", 8) == 0;
+static int is_noscript(const redisReply *r) {
+  return r != NULL && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
+         memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* q goes again as EVAL in a batch's second round (the first set q->eval). */
+static int resent(const hilock__req *q) {
+  return q->script != NULL && q->eval && is_noscript(q->reply);
 }
 
 /* q's command with EVAL and the script's source in place of EVALSHA and
@@ -121,10 +125,7 @@ int hilock__req_append(hilock__net *n, const hilock__req *q) {
 }
 
 int hilock__req_noscript(hilock__req *q, const redisReply *r) {
-  if (q->script == NULL || q->eval || r == NULL ||
-      r->type != REDIS_REPLY_ERROR || r->len < 8 ||
-      memcmp(r->str, "NOSCRIPT", 8) != 0)
-    return 0;
+  if (q->script == NULL || q->eval || !is_noscript(r)) return 0;
   q->eval = 1;
   return 1;
 }
@@ -143,7 +144,7 @@ static int batch_round(hilock_client *c, hilock__conn *k, unsigned flags,
       append(k, 1, (const char **)ask, asklen) != 0)
     return -1;
   for (int i = 0; i < n; i++) {
-    if (round == 1 && !is_noscript(&q[i])) continue;
+    if (round == 1 && !resent(&q[i])) continue;
     if (hilock__req_append(k->ctx, &q[i]) != 0) return -1;
     k->owed++;
   }
@@ -154,7 +155,7 @@ static int batch_round(hilock_client *c, hilock__conn *k, unsigned flags,
   if (flags & HILOCK__SEND_ASKING) discard(k);
   for (int i = 0; i < n; i++) {
     redisReply *r;
-    if (round == 1 && !is_noscript(&q[i])) continue;
+    if (round == 1 && !resent(&q[i])) continue;
     r = take(k);
     if (r == NULL) return -1;
     if (q[i].reply != NULL) freeReplyObject(q[i].reply);

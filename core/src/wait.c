@@ -162,8 +162,8 @@ int hilock__attempt_woken(void) { return tl_woken; }
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg) {
-  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, NULL, 0, wait_ms,
-                                  attempt, arg);
+  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, 0, wait_ms, attempt,
+                                  arg);
 }
 
 int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
@@ -171,13 +171,13 @@ int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
                                 int64_t wait_ms,
                                 int (*attempt)(void *arg, int64_t *pttl),
                                 void *arg) {
-  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, NULL, 1, wait_ms,
-                                  attempt, arg);
+  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, 1, wait_ms, attempt,
+                                  arg);
 }
 
 int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              const char *const *wkey, const size_t *wkeylen,
-                             int *woken_out, int consume, int64_t wait_ms,
+                             int consume, int64_t wait_ms,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg) {
   int64_t deadline, outer;
@@ -195,7 +195,6 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                                          : INT64_MAX);
   for (;;) {
     int64_t pttl = -1, left, bound, tried_us = hilock__now_us();
-    if (woken_out != NULL) *woken_out = woken;
     tl_woken = woken;
     rc = attempt(arg, &pttl);
     tl_woken = 0;

@@ -207,60 +207,18 @@ def test_without_channel_rights_waits_fall_back_to_blpop(rds, redis_server) -> N
         assert granted[0] - released < 2.0
 
 
-def test_a_waiter_in_each_of_several_clients_one_release_one_grant(rds, redis_url) -> None:
-    holder = hilock.Client(redis_url)
-    lk = holder.lock("several", ttl=30, auto_renew=False)
-    assert lk.acquire(blocking=False)
-    clients = [hilock.Client(redis_url) for _ in range(4)]
-    granted: List[int] = []
-    go = threading.Event()
-
-    def wait(i: int) -> None:
-        w = clients[i].lock("several", ttl=30, auto_renew=False)
-        if w.acquire(timeout=20):
-            granted.append(i)
-            go.wait(10)
-            w.release()
-
-    threads = [threading.Thread(target=wait, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    wait_for(lambda: sum(x.waiting for x in clients) == 4, 10, what="four waiters")
-    rds.config_resetstat()
-    lk.release()
-    wait_for(lambda: len(granted) == 1, 5, what="one grant")
-    time.sleep(0.3)
-    calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
-    # Each client rang its one waiter, whose attempt pops the one wake-up
-    # first (lock_acquire.lua): one grant (one SET); the three that found no
-    # wake-up did not try the lock (one that ran before the grant, while the
-    # lock was still free, looks again 1 ms later: at most one more attempt
-    # and one more look at the list each).
-    scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
-    assert 1 + 4 <= scripts <= 1 + 4 + 3, calls
-    assert calls.get("lpop", 0) <= 4 + 3, calls
-    assert calls.get("set", 0) == 1, calls
-    assert len(granted) == 1
-    assert sum(x.waiting for x in clients) == 3
-    go.set()
-    for t in threads:
-        t.join(20)
-    assert sorted(granted) == [0, 1, 2, 3]
-    for x in clients:
-        x.close()
-    holder.close()
-
-
-@pytest.mark.parametrize("kind,grant", [("semaphore", "zadd"), ("rlock", "hset")])
-def test_other_kinds_a_waiter_in_each_of_several_clients_one_release_one_grant(
+@pytest.mark.parametrize("kind,grant", [("lock", "set"), ("semaphore", "zadd"),
+                                        ("rlock", "hset")])
+def test_a_waiter_in_each_of_several_clients_one_release_one_grant(
         rds, redis_url, kind, grant) -> None:
-    """As for the plain lock: each client rings its waiter, whose acquire
-    script takes the release's one wake-up ("woken") or, finding none,
-    grants nothing: one release, one grant."""
+    """Each client rings its one waiter, whose acquire script takes the
+    release's one wake-up first ("woken": lock_acquire.lua,
+    semaphore_acquire.lua, rlock_acquire.lua) or, finding none, grants
+    nothing: one release, one grant, and the other waiters sleep on."""
     def make(c: hilock.Client) -> Any:
         if kind == "semaphore":
-            return c.semaphore("sev", 1, ttl=30, auto_renew=False)
-        return c.rlock("sev", ttl=30, auto_renew=False)
+            return c.semaphore("several", 1, ttl=30, auto_renew=False)
+        return getattr(c, kind)("several", ttl=30, auto_renew=False)
 
     holder = hilock.Client(redis_url)
     lk = make(holder)
@@ -285,11 +243,13 @@ def test_other_kinds_a_waiter_in_each_of_several_clients_one_release_one_grant(
     wait_for(lambda: len(granted) == 1, 5, what="one grant")
     time.sleep(0.3)
     calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
-    # The release, then one attempt per rung waiter, each popping first (a
-    # waiter that found the lock free but no wake-up looks again 1 ms
-    # later: at most one more attempt each); no LPOP of its own before.
+    # The release, then one attempt per rung waiter, each popping first (one
+    # that ran before the grant, while the lock was still free, looks again
+    # 1 ms later: at most one more attempt and one more pop each); no LPOP
+    # of its own before an attempt.
     scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
     assert 1 + 4 <= scripts <= 1 + 4 + 3, calls
+    assert calls.get("lpop", 0) <= 4 + 3, calls
     assert calls.get(grant, 0) == 1, calls
     assert len(granted) == 1
     assert sum(x.waiting for x in clients) == 3
