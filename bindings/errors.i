@@ -1,8 +1,12 @@
 /* Status codes to Python exceptions, in one place.
  *
  * python/hilock/errors.py registers a factory, error_for(code, message),
- * with _set_error_factory(); every checked call that fails goes through
- * hilock_py_raise, which runs with the GIL held (after $action). */
+ * with _set_error_factory(). The rule: an int or int64_t result below zero
+ * is a failed call and raises; its message is the one the call left on the
+ * handle (or client) it was given, recorded by the check typemaps below, or
+ * the status's own text. A constructor helper that returns NULL raises with
+ * the message it recorded for this thread. Every raise runs with the GIL
+ * held (after the call). */
 %{
 static PyObject *hilock_py_error_factory = NULL;
 
@@ -21,6 +25,33 @@ static void hilock_py_raise(int code, const char *msg) {
   }
   Py_XDECREF(text);
 }
+
+/* The handle or client the current call was given (this thread's): where
+ * its failure's message is. */
+static _Thread_local const void *py_src;
+static _Thread_local int py_src_client;
+
+static const char *py_src_msg(int code) {
+  const void *src = py_src;
+  py_src = NULL;
+  if (src == NULL) return hilock_strerror(code);
+  if (py_src_client)
+    return hilock_client_errcode((const hilock_client *)src) == code
+               ? hilock_client_errmsg((const hilock_client *)src)
+               : hilock_strerror(code);
+  return hilock_hold_errcode((const hilock_hold *)src) == code
+             ? hilock_hold_errmsg((const hilock_hold *)src)
+             : hilock_strerror(code);
+}
+
+/* Status and message of the last failed constructor helper in this thread
+ * (the GIL is released during the call, so this must be per thread). */
+static _Thread_local int py_ctor_rc;
+static _Thread_local char py_ctor_msg[1536]; /* Redlock lists its nodes */
+
+/* The status object of the call in progress, which the first out-parameter
+ * replaces (see hilock.i). */
+static _Thread_local PyObject *py_status;
 %}
 
 %inline %{
@@ -32,24 +63,31 @@ static PyObject *_set_error_factory(PyObject *factory) {
 }
 %}
 
-/* fn returns an integer: raise for a negative status. */
-%define HILOCK_CHECKED(fn, errmsg_expr)
-%exception fn {
-  $action
-  if (result < 0) {
-    hilock_py_raise(result, errmsg_expr);
+/* Where a call's failure is described. */
+%typemap(check) hilock_client *, const hilock_client * {
+  py_src = $1;
+  py_src_client = 1;
+}
+%typemap(check) hilock_hold *, const hilock_hold *, HILOCK_HANDLES {
+  py_src = $1;
+  py_src_client = 0;
+}
+
+/* A negative status raises. */
+%typemap(out) int, int64_t {
+  if ($1 < 0) {
+    hilock_py_raise((int)$1, py_src_msg((int)$1));
     SWIG_fail;
   }
+  py_src = NULL;
+  $result = py_status = PyLong_FromLongLong((long long)$1);
 }
-%enddef
 
-/* fn returns a handle: raise for NULL with the constructor's message. */
-%define HILOCK_CHECKED_PTR(fn)
-%exception fn {
-  $action
-  if (result == NULL) {
+/* A constructor helper's NULL raises with what it recorded. */
+%typemap(out) hilock_client *, hilock_multilock *, hilock_redlock * {
+  if ($1 == NULL) {
     hilock_py_raise(py_ctor_rc, py_ctor_msg);
     SWIG_fail;
   }
+  $result = SWIG_NewPointerObj($1, $1_descriptor, 0);
 }
-%enddef

@@ -49,16 +49,16 @@ int main(int argc, char **argv) {
       break;
     }
     printf("  holding %-12s key %-26s fence %llu\n", names[i],
-           hilock_lock_key(locks[i], &klen),
-           (unsigned long long)hilock_lock_fence(locks[i]));
+           hilock_hold_key(HILOCK_HOLD(locks[i]), &klen),
+           (unsigned long long)hilock_hold_fence(HILOCK_HOLD(locks[i])));
   }
   for (int i = 0; i < N; i++) {
-    if (locks[i] != NULL && hilock_lock_held(locks[i]) &&
+    if (locks[i] != NULL && hilock_hold_held(HILOCK_HOLD(locks[i])) &&
         (rc = hilock_lock_release(locks[i])) != HILOCK_OK) {
       report("release", locks[i], rc);
       failed = 1;
     }
-    hilock_lock_free(locks[i]);
+    hilock_hold_free(HILOCK_HOLD(locks[i]));
   }
   hilock_client_free(c);
   if (!failed) printf("all released\n");

@@ -72,7 +72,7 @@ static inline int client_connect(const char *url, hilock_client **c) {
 /* Print why a lock call did not give the expected result. */
 static inline void report(const char *what, const hilock_lock *lk, int rc) {
   fprintf(stderr, "%s: %s\n", what,
-          rc < 0 ? hilock_lock_errmsg(lk) : hilock_strerror(rc));
+          rc < 0 ? hilock_hold_errmsg(HILOCK_HOLD(lk)) : hilock_strerror(rc));
 }
 
 /* ## Plain hiredis ------------------------------------------------------- */

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   printf("holding orders:42: fence=%" PRIu64 " validity=%" PRId64 " ms\n",
-         hilock_lock_fence(order), hilock_lock_validity_ms(order));
+         hilock_hold_fence(HILOCK_HOLD(order)), hilock_hold_validity_ms(HILOCK_HOLD(order)));
   if ((rc = hilock_lock_release(order)) != HILOCK_OK) {
     report("release orders:42", order, rc);
     goto out;
@@ -46,21 +46,21 @@ int main(int argc, char **argv) {
   }
   sleep_ms(300);
   printf("after 300 ms the slow holder's validity is %" PRId64 " ms\n",
-         hilock_lock_validity_ms(slow));
+         hilock_hold_validity_ms(HILOCK_HOLD(slow)));
   if ((rc = hilock_lock_try_acquire(other)) != HILOCK_OK) {
     report("try_acquire report (other)", other, rc);
     goto out;
   }
   printf("another holder got it after expiry: fence %" PRIu64 "\n",
-         hilock_lock_fence(other));
+         hilock_hold_fence(HILOCK_HOLD(other)));
   rc = hilock_lock_release(slow);
   if (rc != HILOCK_ENOTOWNED) {
     report("stale release (expected ENOTOWNED)", slow, rc);
     goto out;
   }
   printf("stale release refused (%s): %s\n", hilock_err_name(rc),
-         hilock_lock_errmsg(slow));
-  if ((rc = hilock_lock_owned(other, &owned)) != HILOCK_OK) {
+         hilock_hold_errmsg(HILOCK_HOLD(slow)));
+  if ((rc = hilock_hold_owned(HILOCK_HOLD(other), &owned)) != HILOCK_OK) {
     report("owned", other, rc);
     goto out;
   }
@@ -71,9 +71,9 @@ int main(int argc, char **argv) {
   }
   status = owned ? 0 : 1;
 out:
-  hilock_lock_free(order);
-  hilock_lock_free(slow);
-  hilock_lock_free(other);
+  hilock_hold_free(HILOCK_HOLD(order));
+  hilock_hold_free(HILOCK_HOLD(slow));
+  hilock_hold_free(HILOCK_HOLD(other));
   hilock_client_free(c);
   return status;
 }

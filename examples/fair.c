@@ -37,11 +37,11 @@ static void *work(void *arg) {
   worker *w = arg;
   int rc = hilock_fair_lock_acquire(w->lock, 10000);
   if (rc != HILOCK_OK) {
-    fprintf(stderr, "worker %d: %s\n", w->id, hilock_fair_lock_errmsg(w->lock));
+    fprintf(stderr, "worker %d: %s\n", w->id, hilock_hold_errmsg(HILOCK_HOLD(w->lock)));
     return NULL;
   }
   printf("worker %d prints (ticket %" PRIu64 ", fence %" PRIu64 ")\n", w->id,
-         hilock_fair_lock_ticket(w->lock), hilock_fair_lock_fence(w->lock));
+         hilock_fair_lock_ticket(w->lock), hilock_hold_fence(HILOCK_HOLD(w->lock)));
   sleep_ms(50);
   hilock_fair_lock_release(w->lock); /* wakes the next in line, only it */
   return NULL;
@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (hilock_fair_lock_acquire(busy, 2000) != HILOCK_OK) {
-    fprintf(stderr, "acquire: %s\n", hilock_fair_lock_errmsg(busy));
+    fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(busy)));
     goto out;
   }
   printf("the printer is busy; workers 0..%d queue in that order\n",
@@ -93,10 +93,10 @@ int main(int argc, char **argv) {
   status = 0;
 join:
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
-  for (int i = 0; i < WORKERS; i++) hilock_fair_lock_free(w[i].lock);
+  for (int i = 0; i < WORKERS; i++) hilock_hold_free(HILOCK_HOLD(w[i].lock));
 out:
-  hilock_fair_lock_free(busy);
-  hilock_fair_lock_free(latecomer);
+  hilock_hold_free(HILOCK_HOLD(busy));
+  hilock_hold_free(HILOCK_HOLD(latecomer));
   hilock_client_free(c);
   return status;
 }

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     report("a: acquire", a, rc);
     goto out;
   }
-  fence_a = hilock_lock_fence(a);
+  fence_a = hilock_hold_fence(HILOCK_HOLD(a));
   printf("a holds the lock (ttl 200 ms), fence %" PRIu64 "\n", fence_a);
   if (storage_write(&st, fence_a, "a: part 1") != 0) goto out;
 
@@ -62,8 +62,8 @@ int main(int argc, char **argv) {
     report("b: acquire", b, rc);
     goto out;
   }
-  printf("b holds the lock, fence %" PRIu64 "\n", hilock_lock_fence(b));
-  if (storage_write(&st, hilock_lock_fence(b), "b: all of it") != 0) goto out;
+  printf("b holds the lock, fence %" PRIu64 "\n", hilock_hold_fence(HILOCK_HOLD(b)));
+  if (storage_write(&st, hilock_hold_fence(HILOCK_HOLD(b)), "b: all of it") != 0) goto out;
 
   printf("a wakes up and writes with its old fence %" PRIu64 "\n", fence_a);
   if (storage_write(&st, fence_a, "a: part 2") == 0) {
@@ -84,8 +84,8 @@ int main(int argc, char **argv) {
          st.highest);
   status = 0;
 out:
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
   hilock_client_free(c);
   return status;
 }

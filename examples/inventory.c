@@ -28,27 +28,23 @@
 #define STOCK 100
 #define SEGMENTS 5
 
-/* One lock type behind a constructor and five verbs. Each adapter calls
+/* One lock type behind a constructor and its two verbs. Each adapter calls
  * the type's own function with its own handle type (no call through a
- * mismatched function pointer type); the guards table below makes a type
- * one line. */
+ * mismatched function pointer type); what every type shares (held, the
+ * last error, free) is on the hold, hilock/hold.h. The guards table below
+ * makes a type one line. */
 typedef struct family {
-  int (*make)(hilock_client *c, void **h);
-  int (*acquire)(void *h, int64_t wait_ms);
-  int (*release)(void *h);
-  int (*held)(const void *h);
-  const char *(*errmsg)(const void *h);
-  void (*free)(void *h);
+  int (*make)(hilock_client *c, hilock_hold **h);
+  int (*acquire)(hilock_hold *h, int64_t wait_ms);
+  int (*release)(hilock_hold *h);
 } family;
 
-#define VERBS(T, acquire_fn, release_fn, held_expr, errmsg_fn, free_fn)    \
-  static int T##_acquire(void *h, int64_t w) { return acquire_fn(h, w); } \
-  static int T##_release(void *h) { return release_fn(h); }               \
-  static int T##_held(const void *h) { return held_expr; }                \
-  static const char *T##_errmsg(const void *h) { return errmsg_fn(h); }   \
-  static void T##_free(void *h) { free_fn(h); }
-#define FAMILY(make, T) \
-  {make, T##_acquire, T##_release, T##_held, T##_errmsg, T##_free}
+#define VERBS(T, type, acquire_fn, release_fn)             \
+  static int T##_acquire(hilock_hold *h, int64_t w) {      \
+    return acquire_fn((type *)h, w);                       \
+  }                                                        \
+  static int T##_release(hilock_hold *h) { return release_fn((type *)h); }
+#define FAMILY(make, T) {make, T##_acquire, T##_release}
 
 /* The lock's name and its length, as the constructors take them. */
 #define NAME LOCK_NAME, strlen(LOCK_NAME)
@@ -57,11 +53,11 @@ typedef struct family {
 /* T_make: a new handle of the type into *h. call is the type's constructor
  * on the client c, writing the handle to x. */
 #define MAKE(T, type, call)                        \
-  static int T##_make(hilock_client *c, void **h) { \
-    type *x = NULL;                                 \
-    int rc = call;                                  \
-    *h = x;                                         \
-    return rc;                                      \
+  static int T##_make(hilock_client *c, hilock_hold **h) { \
+    type *x = NULL;                                        \
+    int rc = call;                                         \
+    *h = HILOCK_HOLD(x);                                   \
+    return rc;                                             \
   }
 
 /* The multi-key lock takes the stock's name and a ledger's together. */
@@ -80,26 +76,20 @@ MAKE(seq, hilock_seqlock, hilock_seqlock_new(c, NAME, TTL_MS, &x))
 MAKE(fair, hilock_fair_lock, hilock_fair_lock_new(c, NAME, TTL_MS, &x))
 MAKE(seg, hilock_seglock, hilock_seglock_new(c, NAME, SEGMENTS, TTL_MS, &x))
 
-/* The rest of the verbs; a sale writes, so the read-write lock's are its
- * write side's. The reentrant and read-write locks have no _held function:
- * held is validity left on the grant, the test hilock_lock_held makes. */
-VERBS(lock, hilock_lock_acquire, hilock_lock_release, hilock_lock_held(h),
-      hilock_lock_errmsg, hilock_lock_free)
-VERBS(rlock, hilock_rlock_acquire, hilock_rlock_release,
-      hilock_rlock_validity_ms(h) > 0, hilock_rlock_errmsg, hilock_rlock_free)
-VERBS(rwlock, hilock_rwlock_write_acquire, hilock_rwlock_write_release,
-      hilock_rwlock_write_validity_ms(h) > 0, hilock_rwlock_errmsg,
-      hilock_rwlock_free)
-VERBS(semaphore, hilock_semaphore_acquire, hilock_semaphore_release,
-      hilock_semaphore_held(h), hilock_semaphore_errmsg, hilock_semaphore_free)
-VERBS(multi, hilock_multilock_acquire, hilock_multilock_release,
-      hilock_multilock_held(h), hilock_multilock_errmsg, hilock_multilock_free)
-VERBS(seq, hilock_seqlock_acquire, hilock_seqlock_release,
-      hilock_seqlock_held(h), hilock_seqlock_errmsg, hilock_seqlock_free)
-VERBS(fair, hilock_fair_lock_acquire, hilock_fair_lock_release,
-      hilock_fair_lock_held(h), hilock_fair_lock_errmsg, hilock_fair_lock_free)
-VERBS(seg, hilock_seglock_acquire, hilock_seglock_release,
-      hilock_seglock_held(h), hilock_seglock_errmsg, hilock_seglock_free)
+/* The verbs; a sale writes, so the read-write lock's are its write side's
+ * (which is also its hold). */
+VERBS(lock, hilock_lock, hilock_lock_acquire, hilock_lock_release)
+VERBS(rlock, hilock_rlock, hilock_rlock_acquire, hilock_rlock_release)
+VERBS(rwlock, hilock_rwlock, hilock_rwlock_write_acquire,
+      hilock_rwlock_write_release)
+VERBS(semaphore, hilock_semaphore, hilock_semaphore_acquire,
+      hilock_semaphore_release)
+VERBS(multi, hilock_multilock, hilock_multilock_acquire,
+      hilock_multilock_release)
+VERBS(seq, hilock_seqlock, hilock_seqlock_acquire, hilock_seqlock_release)
+VERBS(fair, hilock_fair_lock, hilock_fair_lock_acquire,
+      hilock_fair_lock_release)
+VERBS(seg, hilock_seglock, hilock_seglock_acquire, hilock_seglock_release)
 
 typedef struct guard {
   const char *label;
@@ -146,8 +136,8 @@ static int set_stock(redisContext *r, long stock) {
 /* ## Sellers ----------------------------------------------------------- */
 
 /* Text for a failed call: the handle's message for an error. */
-static const char *why(const guard *g, void *h, int rc) {
-  return rc < 0 && h != NULL ? g->f.errmsg(h) : hilock_strerror(rc);
+static const char *why(hilock_hold *h, int rc) {
+  return rc < 0 && h != NULL ? hilock_hold_errmsg(h) : hilock_strerror(rc);
 }
 
 /* One seller process: wait for the start signal (EOF on start_fd), then sell
@@ -155,7 +145,7 @@ static const char *why(const guard *g, void *h, int rc) {
 static int sell(const char *url, const guard *g, int start_fd) {
   redisContext *r = redis_connect_url(url);
   hilock_client *c = NULL;
-  void *h = NULL;
+  hilock_hold *h = NULL;
   int rc = HILOCK_OK, sold = -1, n = 0;
   int64_t taken;
   long stock;
@@ -175,13 +165,13 @@ static int sell(const char *url, const guard *g, int start_fd) {
     if (h != NULL && (rc = g->f.acquire(h, 30000)) == HILOCK_SOLDOUT) break;
     if (rc != HILOCK_OK) {
       fprintf(stderr, "acquire: %s\n",
-              rc == HILOCK_BUSY ? "busy for 30 s" : why(g, h, rc));
+              rc == HILOCK_BUSY ? "busy for 30 s" : why(h, rc));
       goto out;
     }
     if (g->segmented) {
       sleep_us(500); /* the same work, inside the segment */
-      if ((rc = hilock_seglock_take(h, 1, 0, &taken, NULL)) != HILOCK_OK) {
-        fprintf(stderr, "take: %s\n", hilock_seglock_errmsg(h));
+      if ((rc = hilock_seglock_take((hilock_seglock *)h, 1, 0, &taken, NULL)) != HILOCK_OK) {
+        fprintf(stderr, "take: %s\n", hilock_hold_errmsg(h));
         goto out;
       }
       n += (int)taken;
@@ -193,17 +183,17 @@ static int sell(const char *url, const guard *g, int start_fd) {
       n++;
     }
     if (h != NULL && (rc = g->f.release(h)) != HILOCK_OK) {
-      fprintf(stderr, "release: %s\n", why(g, h, rc));
+      fprintf(stderr, "release: %s\n", why(h, rc));
       goto out;
     }
   }
   sold = n;
 out: /* the loop can end holding the lock (stock ran out, or an error) */
-  if (h != NULL && g->f.held(h) && (rc = g->f.release(h)) != HILOCK_OK) {
-    fprintf(stderr, "release: %s\n", why(g, h, rc));
+  if (h != NULL && hilock_hold_held(h) && (rc = g->f.release(h)) != HILOCK_OK) {
+    fprintf(stderr, "release: %s\n", why(h, rc));
     sold = -1;
   }
-  if (h != NULL) g->f.free(h);
+  if (h != NULL) hilock_hold_free(h);
   hilock_client_free(c);
   redisFree(r);
   return sold;
@@ -223,9 +213,9 @@ static int seg_stock(const char *url, int load, long *left) {
               : hilock_seglock_stock(seg, -1, &n);
   if (rc != HILOCK_OK)
     fprintf(stderr, "segmented stock: %s\n",
-            seg ? hilock_seglock_errmsg(seg) : hilock_strerror(rc));
+            seg ? hilock_hold_errmsg(HILOCK_HOLD(seg)) : hilock_strerror(rc));
   if (left != NULL) *left = (long)n;
-  hilock_seglock_free(seg);
+  hilock_hold_free(HILOCK_HOLD(seg));
   hilock_client_free(c);
   return rc == HILOCK_OK ? 0 : -1;
 }
@@ -295,9 +285,9 @@ static int clear_stale_lock(const char *url) {
   if ((rc = hilock_simple_lock_new(c, NAME, &lk)) != HILOCK_OK)
     fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
   else if ((rc = hilock_lock_force_release(lk, &deleted)) != HILOCK_OK)
-    fprintf(stderr, "force_release: %s\n", hilock_lock_errmsg(lk));
+    fprintf(stderr, "force_release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));
   if (deleted) printf("cleared a stale %s lock\n", LOCK_NAME);
-  hilock_lock_free(lk);
+  hilock_hold_free(HILOCK_HOLD(lk));
   hilock_client_free(c);
   return rc == HILOCK_OK ? 0 : -1;
 }

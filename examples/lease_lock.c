@@ -1,7 +1,7 @@
 /* Lease: hold a resource for as long as you keep renewing it.
  *
  * Work in steps shorter than the lease and renew between them; check
- * hilock_lock_validity_ms (no round trip) before anything that must happen
+ * hilock_hold_validity_ms(HILOCK_HOLD(no round trip)) before anything that must happen
  * under the lock. A lease that already lapsed can not be renewed.
  *
  *   lease_lock [url]       url defaults to $HILOCK_URL, $REDIS_URL or
@@ -30,27 +30,27 @@ int main(int argc, char **argv) {
     goto out;
   }
   printf("leader: fence %" PRIu64 ", lease %" PRId64 " ms, validity %" PRId64
-         " ms\n", hilock_lock_fence(leader), hilock_lock_ttl_ms(leader),
-         hilock_lock_validity_ms(leader));
+         " ms\n", hilock_hold_fence(HILOCK_HOLD(leader)), hilock_hold_ttl_ms(HILOCK_HOLD(leader)),
+         hilock_hold_validity_ms(HILOCK_HOLD(leader)));
   for (int step = 0; step < 3; step++) {
     sleep_ms(400); /* one step of work, shorter than the lease */
     if ((rc = hilock_lock_renew(leader)) != HILOCK_OK) {
       report("renew", leader, rc);
       goto out;
     }
-    if ((rc = hilock_lock_owned(leader, &owned)) != HILOCK_OK) {
+    if ((rc = hilock_hold_owned(HILOCK_HOLD(leader), &owned)) != HILOCK_OK) {
       report("owned", leader, rc);
       goto out;
     }
     printf("step %d: renewed, validity %" PRId64 " ms, owned=%d\n", step,
-           hilock_lock_validity_ms(leader), owned);
+           hilock_hold_validity_ms(HILOCK_HOLD(leader)), owned);
   }
   if ((rc = hilock_lock_extend(leader, 2000, 0)) != HILOCK_OK) {
     report("extend", leader, rc);
     goto out;
   }
   printf("extended by 2000 ms: validity %" PRId64 " ms\n",
-         hilock_lock_validity_ms(leader));
+         hilock_hold_validity_ms(HILOCK_HOLD(leader)));
   if ((rc = hilock_lock_release(leader)) != HILOCK_OK) {
     report("release leader", leader, rc);
     goto out;
@@ -68,11 +68,11 @@ int main(int argc, char **argv) {
     goto out;
   }
   printf("late renew refused (%s): %s\n", hilock_err_name(rc),
-         hilock_lock_errmsg(late));
+         hilock_hold_errmsg(HILOCK_HOLD(late)));
   status = 0;
 out:
-  hilock_lock_free(leader);
-  hilock_lock_free(late);
+  hilock_hold_free(HILOCK_HOLD(leader));
+  hilock_hold_free(HILOCK_HOLD(late));
   hilock_client_free(c);
   return status;
 }

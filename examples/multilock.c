@@ -37,7 +37,7 @@ static void *run_transfer(void *arg) {
   for (int i = 0; i < 3; i++) {
     rc = hilock_multilock_acquire(m, 5000);
     if (rc != HILOCK_OK) {
-      fprintf(stderr, "acquire: %s\n", hilock_multilock_errmsg(m));
+      fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(m)));
       break;
     }
     /* Index i is the sorted order: acct:1 then acct:2. */
@@ -47,10 +47,10 @@ static void *run_transfer(void *arg) {
            hilock_multilock_fence(m, 1));
     sleep_ms(20); /* debit one, credit the other */
     if (hilock_multilock_release(m) != HILOCK_OK)
-      fprintf(stderr, "release: %s\n", hilock_multilock_errmsg(m));
+      fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(m)));
   }
   t->status = 0;
-  hilock_multilock_free(m);
+  hilock_hold_free(HILOCK_HOLD(m));
   return NULL;
 }
 
@@ -82,8 +82,8 @@ int main(int argc, char **argv) {
   if (rc == HILOCK_OK) hilock_multilock_release(both);
   status = a.status || b.status;
 out:
-  hilock_multilock_free(both);
-  hilock_lock_free(auditor);
+  hilock_hold_free(HILOCK_HOLD(both));
+  hilock_hold_free(HILOCK_HOLD(auditor));
   hilock_client_free(client);
   return status;
 }

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     rc = hilock_redlock_new(urls, n, "report", 6, 10000, NULL, &b);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "redlock: %s\n",
-            hilock_redlock_errmsg(a && hilock_redlock_errcode(a) ? a : b));
+            hilock_hold_errmsg(HILOCK_HOLD(a && hilock_hold_errcode(HILOCK_HOLD(a)) ? a : b)));
     goto out;
   }
   printf("%d nodes, a majority is %d; each node has %" PRId64
@@ -44,31 +44,31 @@ int main(int argc, char **argv) {
   rc = hilock_redlock_acquire(a, 5000);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "acquire: %s\n",
-            rc < 0 ? hilock_redlock_errmsg(a) : hilock_strerror(rc));
+            rc < 0 ? hilock_hold_errmsg(HILOCK_HOLD(a)) : hilock_strerror(rc));
     goto out;
   }
   printf("a holds it: fence %" PRIu64 ", %" PRId64 " ms of validity left\n",
-         hilock_redlock_fence(a), hilock_redlock_validity_ms(a));
+         hilock_hold_fence(HILOCK_HOLD(a)), hilock_hold_validity_ms(HILOCK_HOLD(a)));
 
   rc = hilock_redlock_try_acquire(b);
   printf("b tries too: %s (%s)\n", hilock_err_name(rc),
-         hilock_redlock_errmsg(b));
+         hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   /* Work that runs long asks for more time; it counts only if a majority
    * confirms before the current validity runs out. */
   rc = hilock_redlock_extend(a, 20000, 1);
   printf("a extends to 20 s: %s, validity %" PRId64 " ms\n",
-         hilock_err_name(rc), hilock_redlock_validity_ms(a));
+         hilock_err_name(rc), hilock_hold_validity_ms(HILOCK_HOLD(a)));
 
   rc = hilock_redlock_release(a);
   printf("a releases: %s\n", hilock_err_name(rc));
   rc = hilock_redlock_try_acquire(b);
   printf("b tries again: %s, fence %" PRIu64 "\n", hilock_err_name(rc),
-         hilock_redlock_fence(b));
+         hilock_hold_fence(HILOCK_HOLD(b)));
   if (rc == HILOCK_OK) rc = hilock_redlock_release(b);
   status = rc == HILOCK_OK ? 0 : 1;
 out:
-  hilock_redlock_free(a);
-  hilock_redlock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
   return status;
 }

@@ -22,7 +22,7 @@ static void *auditor(void *arg) {
   printf("auditor: try while held -> %s\n", hilock_strerror(rc));
   rc = hilock_rlock_acquire(account, 5000);
   printf("auditor: after the final release -> %s, fence %" PRIu64 "\n",
-         hilock_strerror(rc), hilock_rlock_fence(account));
+         hilock_strerror(rc), hilock_hold_fence(HILOCK_HOLD(account)));
   if (rc == HILOCK_OK) hilock_rlock_release(account);
   return NULL;
 }
@@ -32,15 +32,15 @@ static int transfer(int depth) {
   int64_t held = 0;
   int rc = hilock_rlock_acquire(account, 2000);
   if (rc != HILOCK_OK) {
-    fprintf(stderr, "acquire: %s\n", hilock_rlock_errmsg(account));
+    fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(account)));
     return rc;
   }
   hilock_rlock_hold_count(account, &held);
   printf("depth %d: hold count %" PRId64 ", fence %" PRIu64 "\n", depth, held,
-         hilock_rlock_fence(account));
+         hilock_hold_fence(HILOCK_HOLD(account)));
   if (depth < 3) rc = transfer(depth + 1);
   if (hilock_rlock_release(account) != HILOCK_OK)
-    fprintf(stderr, "release: %s\n", hilock_rlock_errmsg(account));
+    fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(account)));
   return rc;
 }
 
@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
   pthread_join(t, NULL);
   status = 0;
 out:
-  hilock_rlock_free(account);
+  hilock_hold_free(HILOCK_HOLD(account));
   hilock_client_free(c);
   return status;
 }

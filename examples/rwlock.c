@@ -37,7 +37,7 @@ static void *reader(void *arg) {
   int64_t readers = 0;
   int rc = hilock_rwlock_read_acquire(catalog, 5000);
   if (rc != HILOCK_OK) {
-    fprintf(stderr, "reader %ld: %s\n", id, hilock_rwlock_errmsg(catalog));
+    fprintf(stderr, "reader %ld: %s\n", id, hilock_hold_errmsg(HILOCK_HOLD(catalog)));
     return NULL;
   }
   hilock_rwlock_state(catalog, &readers, NULL);
@@ -53,10 +53,10 @@ static void *writer(void *arg) {
   (void)arg;
   rc = hilock_rwlock_write_acquire(catalog, 5000);
   if (rc != HILOCK_OK) {
-    fprintf(stderr, "writer: %s\n", hilock_rwlock_errmsg(catalog));
+    fprintf(stderr, "writer: %s\n", hilock_hold_errmsg(HILOCK_HOLD(catalog)));
     return NULL;
   }
-  printf("writer: writing with fence %" PRIu64 "\n", hilock_rwlock_fence(catalog));
+  printf("writer: writing with fence %" PRIu64 "\n", hilock_hold_fence(HILOCK_HOLD(catalog)));
   sleep_ms(100);
   /* Downgrade: take the read side, then let go of the write side. */
   hilock_rwlock_read_acquire(catalog, 0);
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
   }
   /* Renew read and write holds while they are held. */
   hilock_rwlock_read_set_auto_renew(catalog, 1, 0, NULL, NULL);
-  hilock_rwlock_write_set_auto_renew(catalog, 1, 0, NULL, NULL);
+  hilock_hold_set_auto_renew(HILOCK_HOLD(catalog), 1, 0, NULL, NULL);
 
   for (long i = 0; i < 3; i++) pthread_create(&t[i], NULL, reader, (void *)i);
   sleep_ms(50);
@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
   }
   status = 0;
 out:
-  hilock_rwlock_free(catalog);
+  hilock_hold_free(HILOCK_HOLD(catalog));
   hilock_client_free(c);
   return status;
 }

@@ -39,20 +39,20 @@ static void *buy(void *arg) {
     if (rc == HILOCK_SOLDOUT) return NULL;
     if (rc != HILOCK_OK) {
       fprintf(stderr, "buyer %d: %s\n", b->id,
-              rc < 0 ? hilock_seglock_errmsg(b->seg) : hilock_strerror(rc));
+              rc < 0 ? hilock_hold_errmsg(HILOCK_HOLD(b->seg)) : hilock_strerror(rc));
       b->failed = 1;
       return NULL;
     }
     rc = hilock_seglock_take(b->seg, 1 + rand_r(&seed) % 3, 1, &taken, NULL);
     sleep_ms(2); /* the order's work, inside the segment */
     if (rc != HILOCK_OK) {
-      fprintf(stderr, "take: %s\n", hilock_seglock_errmsg(b->seg));
+      fprintf(stderr, "take: %s\n", hilock_hold_errmsg(HILOCK_HOLD(b->seg)));
       b->failed = 1;
     }
     b->units += taken;
     b->orders[hilock_seglock_segment(b->seg)]++;
     if (hilock_seglock_release(b->seg) != HILOCK_OK) {
-      fprintf(stderr, "release: %s\n", hilock_seglock_errmsg(b->seg));
+      fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(b->seg)));
       b->failed = 1;
     }
     if (b->failed) return NULL;
@@ -62,7 +62,7 @@ static void *buy(void *arg) {
 static int stock_of(hilock_seglock *s, int i) {
   int64_t n = -1;
   if (hilock_seglock_stock(s, i, &n) != HILOCK_OK)
-    fprintf(stderr, "stock: %s\n", hilock_seglock_errmsg(s));
+    fprintf(stderr, "stock: %s\n", hilock_hold_errmsg(HILOCK_HOLD(s)));
   return (int)n;
 }
 
@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (hilock_seglock_stock_init(sale, STOCK) != HILOCK_OK) {
-    fprintf(stderr, "stock_init: %s\n", hilock_seglock_errmsg(sale));
+    fprintf(stderr, "stock_init: %s\n", hilock_hold_errmsg(HILOCK_HOLD(sale)));
     goto out;
   }
   printf("stock per segment:");
@@ -122,14 +122,14 @@ join:
     hilock_seglock_take(sale, 5, 1, &taken, NULL);
     printf("after restocking segment 3: granted segment %d (fence %" PRIu64
            "), took %" PRId64 "\n",
-           hilock_seglock_segment(sale), hilock_seglock_fence(sale), taken);
+           hilock_seglock_segment(sale), hilock_hold_fence(HILOCK_HOLD(sale)), taken);
     hilock_seglock_release(sale);
   }
   printf("next acquire: %s\n",
          hilock_err_name(hilock_seglock_acquire(sale, 1000)));
 out:
-  for (int i = 0; i < BUYERS; i++) hilock_seglock_free(b[i].seg);
-  hilock_seglock_free(sale);
+  for (int i = 0; i < BUYERS; i++) hilock_hold_free(HILOCK_HOLD(b[i].seg));
+  hilock_hold_free(HILOCK_HOLD(sale));
   hilock_client_free(c);
   return status;
 }

@@ -50,19 +50,19 @@ static void *worker(void *arg) {
   if (hilock_semaphore_new(client, NAME, strlen(NAME), 3, 2000, &s) !=
       HILOCK_OK)
     return NULL;
-  hilock_semaphore_set_auto_renew(s, 1, 0, NULL, NULL);
+  hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL);
   if (hilock_semaphore_acquire(s, 10000) == HILOCK_OK) {
     now = atomic_fetch_add(&inside, 1) + 1;
     if (now > atomic_load(&most_inside)) atomic_store(&most_inside, now);
     printf("worker %d: building (%d inside), permit %.8s...\n", id, now,
-           hilock_semaphore_permit_id(s));
+           hilock_hold_token(HILOCK_HOLD(s)));
     sleep_ms(300);
     atomic_fetch_sub(&inside, 1);
     hilock_semaphore_release(s); /* wakes one waiter */
   } else {
-    fprintf(stderr, "worker %d: %s\n", id, hilock_semaphore_errmsg(s));
+    fprintf(stderr, "worker %d: %s\n", id, hilock_hold_errmsg(HILOCK_HOLD(s)));
   }
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
   return NULL;
 }
 
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
   hilock_semaphore_new(client, NAME, strlen(NAME), 3, 1000, &waiter);
   hilock_semaphore_set_limit(op, 1);
   if (hilock_semaphore_try_acquire(crashed) != HILOCK_OK) goto out;
-  hilock_semaphore_free(crashed); /* "crashes" without releasing */
+  hilock_hold_free(HILOCK_HOLD(crashed)); /* "crashes" without releasing */
   crashed = NULL;
   hilock_semaphore_available(op, &free_now);
   printf("limit 1, its holder crashed: %" PRId64 " free\n", free_now);
@@ -119,9 +119,9 @@ int main(int argc, char **argv) {
   hilock_semaphore_set_limit(op, 3);
   status = 0;
 out:
-  hilock_semaphore_free(crashed);
-  hilock_semaphore_free(waiter);
-  hilock_semaphore_free(op);
+  hilock_hold_free(HILOCK_HOLD(crashed));
+  hilock_hold_free(HILOCK_HOLD(waiter));
+  hilock_hold_free(HILOCK_HOLD(op));
   hilock_client_free(client);
   return status;
 }

@@ -42,13 +42,13 @@ int main(int argc, char **argv) {
     hilock_client_free(c);
     return 1;
   }
-  hilock_lock_set_auto_renew(lk, 1, 0, NULL, NULL);
+  hilock_hold_set_auto_renew(HILOCK_HOLD(lk), 1, 0, NULL, NULL);
   for (int i = 1; i <= rounds; i++) {
     rc = hilock_lock_acquire(lk, 2000);
     if (rc == HILOCK_OK) {
       granted++;
       printf("round %d: granted, fence %llu (acknowledged by %d replica%s)\n",
-             i, (unsigned long long)hilock_lock_fence(lk), replicas,
+             i, (unsigned long long)hilock_hold_fence(HILOCK_HOLD(lk)), replicas,
              replicas == 1 ? "" : "s");
       sleep_ms(300); /* the critical section */
       rc = hilock_lock_release(lk);
@@ -56,14 +56,14 @@ int main(int argc, char **argv) {
     } else if (rc == HILOCK_ENOREPLICAS) {
       /* Not a grant: a failover now could hand the lock to someone else. */
       printf("round %d: not replicated, not held: %s\n", i,
-             hilock_lock_errmsg(lk));
+             hilock_hold_errmsg(HILOCK_HOLD(lk)));
     } else {
       report("acquire", lk, rc);
     }
     sleep_ms(700);
   }
   printf("%d of %d rounds held the lock\n", granted, rounds);
-  hilock_lock_free(lk);
+  hilock_hold_free(HILOCK_HOLD(lk));
   hilock_client_free(c);
   return 0;
 }

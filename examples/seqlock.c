@@ -31,12 +31,12 @@ static void *work(void *arg) {
   worker *w = arg;
   int rc = hilock_seqlock_acquire(w->lock, 10000);
   if (rc != HILOCK_OK) {
-    fprintf(stderr, "worker %d: %s\n", w->id, hilock_seqlock_errmsg(w->lock));
+    fprintf(stderr, "worker %d: %s\n", w->id, hilock_hold_errmsg(HILOCK_HOLD(w->lock)));
     return NULL;
   }
   printf("worker %d holds it (sequence %" PRIu64 ", fence %" PRIu64 ")\n",
          w->id, hilock_seqlock_sequence(w->lock),
-         hilock_seqlock_fence(w->lock));
+         hilock_hold_fence(HILOCK_HOLD(w->lock)));
   sleep_ms(30);
   hilock_seqlock_release(w->lock); /* wakes the next in line, only it */
   return NULL;
@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (hilock_seqlock_acquire(busy, 2000) != HILOCK_OK) {
-    fprintf(stderr, "acquire: %s\n", hilock_seqlock_errmsg(busy));
+    fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(busy)));
     goto out;
   }
   printf("busy (sequence %" PRIu64 "); workers 0..%d line up\n",
@@ -106,21 +106,21 @@ int main(int argc, char **argv) {
   t0 = now_s();
   rc = hilock_seqlock_acquire(next, 5000);
   if (rc != HILOCK_OK) {
-    fprintf(stderr, "after the crash: %s\n", hilock_seqlock_errmsg(next));
+    fprintf(stderr, "after the crash: %s\n", hilock_hold_errmsg(HILOCK_HOLD(next)));
     goto out;
   }
   printf("next in line got it %.2f s after the crash (sequence %" PRIu64
          ", fence %" PRIu64 ")\n",
          now_s() - t0, hilock_seqlock_sequence(next),
-         hilock_seqlock_fence(next));
+         hilock_hold_fence(HILOCK_HOLD(next)));
   hilock_seqlock_release(next);
   status = 0;
 join:
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
-  for (int i = 0; i < WORKERS; i++) hilock_seqlock_free(w[i].lock);
+  for (int i = 0; i < WORKERS; i++) hilock_hold_free(HILOCK_HOLD(w[i].lock));
 out:
-  hilock_seqlock_free(busy);
-  hilock_seqlock_free(next);
+  hilock_hold_free(HILOCK_HOLD(busy));
+  hilock_hold_free(HILOCK_HOLD(next));
   hilock_client_free(c);
   return status;
 }

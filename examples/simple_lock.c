@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
   /* The usual pattern: try once, do the work, release. */
   rc = hilock_lock_try_acquire(job);
   if (rc == HILOCK_OK) {
-    printf("running the job, fence %" PRIu64 "\n", hilock_lock_fence(job));
+    printf("running the job, fence %" PRIu64 "\n", hilock_hold_fence(HILOCK_HOLD(job)));
     if ((rc = hilock_lock_release(job)) != HILOCK_OK) {
       report("release", job, rc);
       goto out;
@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     report("try_acquire", dead, rc);
     goto out;
   }
-  hilock_lock_free(dead);
+  hilock_hold_free(HILOCK_HOLD(dead));
   dead = NULL;
   rc = hilock_lock_acquire(waiter, 200);
   if (rc != HILOCK_BUSY) {
@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
   printf("acquire while a dead holder keeps it: busy after 200 ms\n");
 
   /* The operator clears it. */
-  key = hilock_lock_key(op, &keylen);
+  key = hilock_hold_key(HILOCK_HOLD(op), &keylen);
   if ((rc = hilock_lock_force_release(op, &deleted)) != HILOCK_OK) {
     report("force_release", op, rc);
     goto out;
@@ -74,17 +74,17 @@ int main(int argc, char **argv) {
     goto out;
   }
   printf("acquire now: granted, fence %" PRIu64 "\n",
-         hilock_lock_fence(waiter));
+         hilock_hold_fence(HILOCK_HOLD(waiter)));
   if ((rc = hilock_lock_release(waiter)) != HILOCK_OK) {
     report("release", waiter, rc);
     goto out;
   }
   status = 0;
 out:
-  hilock_lock_free(job);
-  hilock_lock_free(dead);
-  hilock_lock_free(waiter);
-  hilock_lock_free(op);
+  hilock_hold_free(HILOCK_HOLD(job));
+  hilock_hold_free(HILOCK_HOLD(dead));
+  hilock_hold_free(HILOCK_HOLD(waiter));
+  hilock_hold_free(HILOCK_HOLD(op));
   hilock_client_free(c);
   return status;
 }

@@ -33,28 +33,28 @@ int main(int argc, char **argv) {
   if (hilock_lock_new(c, "report:daily", 12, 600, &job) != HILOCK_OK ||
       hilock_lock_new(c, "report:daily", 12, 5000, &thief) != HILOCK_OK)
     goto out;
-  hilock_lock_set_auto_renew(job, 1, 0, on_lost, NULL);
+  hilock_hold_set_auto_renew(HILOCK_HOLD(job), 1, 0, on_lost, NULL);
   if ((rc = hilock_lock_acquire(job, 1000)) != HILOCK_OK) {
-    fprintf(stderr, "acquire: %s\n", hilock_lock_errmsg(job));
+    fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(job)));
     goto out;
   }
   sleep(2); /* longer than three TTLs */
-  hilock_lock_owned(job, &owned);
+  hilock_hold_owned(HILOCK_HOLD(job), &owned);
   printf("after 2 s with a 600 ms TTL: owned=%d validity=%" PRId64 " ms\n",
-         owned, hilock_lock_validity_ms(job));
+         owned, hilock_hold_validity_ms(HILOCK_HOLD(job)));
 
   hilock_lock_force_release(thief, NULL); /* an operator steps in */
   hilock_lock_try_acquire(thief);
   for (int i = 0; i < 40 && !atomic_load(&lost_signalled); i++) usleep(25000);
-  printf("renewal noticed: lost=%d callback=%d\n", hilock_lock_lost(job),
+  printf("renewal noticed: lost=%d callback=%d\n", hilock_hold_lost(HILOCK_HOLD(job)),
          atomic_load(&lost_signalled));
   rc = hilock_lock_release(job);
-  printf("holder's release: %s\n", hilock_lock_errmsg(job));
+  printf("holder's release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(job)));
   hilock_lock_release(thief);
   status = rc == HILOCK_ENOTOWNED && atomic_load(&lost_signalled) ? 0 : 1;
 out:
-  hilock_lock_free(job);
-  hilock_lock_free(thief);
+  hilock_hold_free(HILOCK_HOLD(job));
+  hilock_hold_free(HILOCK_HOLD(thief));
   hilock_client_free(c);
   return status;
 }

@@ -9,6 +9,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 /* The script's KEYS, in order. */
 enum { K_HOLDER, K_FENCE, K_QUEUE, K_BEATS, K_TICKETS, K_WAKE, NKEYS };
 static const char *const roles[NKEYS] = {
@@ -68,6 +70,7 @@ static int fair_lock_new(hilock_client *client, const char *name,
    * string holding the owner token, as there. */
   hilock__hold_init(&fl->h, client, fl->keys[K_HOLDER], fl->keylens[K_HOLDER],
                     &hilock__script_lock_extend, ttl_ms);
+  fl->h.fam = &family;
   fl->h.close_run = run_release; /* closing the client releases it */
   fl->h.close_arg = fl;
   *out = fl;
@@ -81,7 +84,8 @@ int hilock_fair_lock_new(hilock_client *client, const char *name,
                       fair_lock_new(client, name, namelen, ttl_ms, out));
 }
 
-void hilock_fair_lock_free(hilock_fair_lock *fl) {
+static void fam_free(void *arg) {
+  hilock_fair_lock *fl = arg;
   if (fl == NULL) return;
   hilock__hold_destroy(&fl->h);
   fair_destroy(fl);
@@ -239,12 +243,14 @@ int hilock_fair_lock_renew(hilock_fair_lock *fl) {
   return hilock__hold_extend(&fl->h, fl->h.ttl_ms, 1);
 }
 
-int hilock_fair_lock_owned(hilock_fair_lock *fl, int *owned) {
+static int fam_owned(void *arg, int *owned) {
+  hilock_fair_lock *fl = arg;
   if (fl == NULL || owned == NULL) return HILOCK_EINVAL;
   return hilock__hold_owned(&fl->h, owned);
 }
 
-int hilock_fair_lock_locked(hilock_fair_lock *fl, int *locked) {
+static int fam_locked(void *arg, int *locked) {
+  hilock_fair_lock *fl = arg;
   if (fl == NULL || locked == NULL) return HILOCK_EINVAL;
   return hilock__exists(fl->h.client, &fl->h.err, fl->keys[K_HOLDER],
                         fl->keylens[K_HOLDER], locked);
@@ -285,51 +291,4 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
   return fl == NULL ? 0 : fl->last_ticket;
 }
 
-int hilock_fair_lock_set_auto_renew(hilock_fair_lock *fl, int enable,
-                                    int64_t max_hold_ms,
-                                    hilock_lost_fn on_lost, void *arg) {
-  if (fl == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  return hilock__hold_set_auto_renew(&fl->h, enable, max_hold_ms, on_lost, arg);
-}
-
-int hilock_fair_lock_lost(const hilock_fair_lock *fl) {
-  return fl != NULL && fl->h.held && hilock__hold_is_lost(&fl->h);
-}
-
-int64_t hilock_fair_lock_validity_ms(const hilock_fair_lock *fl) {
-  if (fl == NULL || fl->h.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&fl->h);
-}
-
-int hilock_fair_lock_held(const hilock_fair_lock *fl) {
-  return hilock_fair_lock_validity_ms(fl) > 0;
-}
-
-uint64_t hilock_fair_lock_fence(const hilock_fair_lock *fl) {
-  return fl == NULL ? 0 : fl->h.fence;
-}
-
-const char *hilock_fair_lock_token(const hilock_fair_lock *fl) {
-  return fl == NULL ? "" : fl->h.owner;
-}
-
-int64_t hilock_fair_lock_ttl_ms(const hilock_fair_lock *fl) {
-  return fl == NULL ? 0 : fl->h.ttl_ms;
-}
-
-const char *hilock_fair_lock_key(const hilock_fair_lock *fl, size_t *len) {
-  if (fl == NULL) {
-    if (len) *len = 0;
-    return "";
-  }
-  if (len) *len = fl->keylens[K_HOLDER];
-  return fl->keys[K_HOLDER];
-}
-
-const char *hilock_fair_lock_errmsg(const hilock_fair_lock *fl) {
-  return fl == NULL ? "fair lock is NULL" : fl->h.err.msg;
-}
-
-int hilock_fair_lock_errcode(const hilock_fair_lock *fl) {
-  return fl == NULL ? HILOCK_EINVAL : fl->h.err.code;
-}
+static const hilock__family family = {"fair lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};

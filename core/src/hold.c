@@ -393,3 +393,147 @@ int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
   freeReplyObject(r);
   return rc;
 }
+
+/* ## The public base handle (hilock/hold.h) ------------------------------- */
+
+/* Every family handle begins with its hold. */
+static hilock__hold *hold_of(hilock_hold *h) { return (hilock__hold *)h; }
+static const hilock__hold *chold_of(const hilock_hold *h) {
+  return (const hilock__hold *)h;
+}
+
+static void guard(const hilock__hold *h) {
+  if (h->guard != NULL) pthread_mutex_lock(h->guard);
+}
+static void unguard(const hilock__hold *h) {
+  if (h->guard != NULL) pthread_mutex_unlock(h->guard);
+}
+
+static hilock__err *err_of(const hilock__hold *h) {
+  return h->fam != NULL && h->fam->err != NULL ? h->fam->err(h)
+                                               : (hilock__err *)&h->err;
+}
+
+/* A failure recorded on the hold, where the handle reports its errors. */
+static int keep(hilock__hold *h, int rc) {
+  if (rc < 0 && err_of(h) != &h->err) {
+    guard(h);
+    *err_of(h) = h->err;
+    unguard(h);
+  }
+  return rc;
+}
+
+const char *hilock_hold_errmsg(const hilock_hold *hh) {
+  static __thread char copy[sizeof(((hilock__err *)0)->msg)];
+  const hilock__hold *h = chold_of(hh);
+  if (h == NULL) return "handle is NULL";
+  if (h->fam != NULL && h->fam->errmsg != NULL) return h->fam->errmsg(h);
+  if (h->guard == NULL) return err_of(h)->msg;
+  /* Shared by threads: a copy of its own for the caller. */
+  guard(h);
+  memcpy(copy, err_of(h)->msg, sizeof(copy));
+  unguard(h);
+  copy[sizeof(copy) - 1] = '\0';
+  return copy;
+}
+
+int hilock_hold_errcode(const hilock_hold *hh) {
+  const hilock__hold *h = chold_of(hh);
+  int code;
+  if (h == NULL) return HILOCK_EINVAL;
+  guard(h);
+  code = err_of(h)->code;
+  unguard(h);
+  return code;
+}
+
+uint64_t hilock_hold_fence(const hilock_hold *hh) {
+  const hilock__hold *h = chold_of(hh);
+  uint64_t fence;
+  if (h == NULL) return 0;
+  guard(h);
+  fence = h->fence;
+  unguard(h);
+  return fence;
+}
+
+const char *hilock_hold_token(const hilock_hold *hh) {
+  const hilock__hold *h = chold_of(hh);
+  return h == NULL ? "" : h->owner;
+}
+
+const char *hilock_hold_key(const hilock_hold *hh, size_t *len) {
+  const hilock__hold *h = chold_of(hh);
+  if (h == NULL) {
+    if (len) *len = 0;
+    return "";
+  }
+  if (h->fam != NULL && h->fam->key != NULL) return h->fam->key(h, len);
+  if (len) *len = h->rkeylen;
+  return h->rkey;
+}
+
+int64_t hilock_hold_ttl_ms(const hilock_hold *hh) {
+  const hilock__hold *h = chold_of(hh);
+  return h == NULL ? 0 : h->ttl_ms;
+}
+
+int64_t hilock_hold_validity_ms(const hilock_hold *hh) {
+  const hilock__hold *h = chold_of(hh);
+  int64_t left;
+  if (h == NULL) return 0;
+  guard(h);
+  left = h->pid == hilock__pid() ? hilock__hold_validity_ms(h) : 0;
+  unguard(h);
+  return left;
+}
+
+int hilock_hold_held(const hilock_hold *h) {
+  return hilock_hold_validity_ms(h) > 0;
+}
+
+int hilock_hold_lost(const hilock_hold *hh) {
+  const hilock__hold *h = chold_of(hh);
+  int lost;
+  if (h == NULL) return 0;
+  guard(h);
+  lost = h->held && hilock__hold_is_lost(h);
+  unguard(h);
+  return lost;
+}
+
+int hilock_hold_set_auto_renew(hilock_hold *hh, int enable,
+                               int64_t max_hold_ms, hilock_lost_fn on_lost,
+                               void *arg) {
+  hilock__hold *h = hold_of(hh);
+  if (h == NULL) return HILOCK_EINVAL;
+  if (h->ttl_ms == 0 && enable)
+    return keep(h, hilock__set_err(&h->err, HILOCK_ENOTSUP,
+                                   "a simple lock has no TTL to renew"));
+  /* Takes the client's handle mutex itself (the guard of shared handles). */
+  return keep(h, hilock__hold_set_auto_renew(h, enable, max_hold_ms, on_lost,
+                                             arg));
+}
+
+int hilock_hold_owned(hilock_hold *hh, int *owned) {
+  hilock__hold *h = hold_of(hh);
+  if (h == NULL || owned == NULL) return HILOCK_EINVAL;
+  if (h->fam != NULL && h->fam->owned != NULL) return h->fam->owned(h, owned);
+  return keep(h, hilock__hold_owned(h, owned));
+}
+
+int hilock_hold_locked(hilock_hold *hh, int *locked) {
+  hilock__hold *h = hold_of(hh);
+  if (h == NULL || locked == NULL) return HILOCK_EINVAL;
+  if (h->fam != NULL && h->fam->locked != NULL)
+    return h->fam->locked(h, locked);
+  return keep(h,
+              hilock__exists(h->client, &h->err, h->rkey, h->rkeylen, locked));
+}
+
+void hilock_hold_free(hilock_hold *hh) {
+  hilock__hold *h = hold_of(hh);
+  if (h == NULL || h->fam == NULL || h->fam->free == NULL) return;
+  h->fam->free(h);
+}

@@ -777,8 +777,29 @@ enum { HILOCK__RENEWED = 0, HILOCK__NOT_OWNED = 1, HILOCK__RENEW_FAILED = 2 };
  * One holder's grant, shared by every lock family: owner token, fencing
  * token, local validity, the process that got it, and its renewal. */
 
+struct hilock__hold;
+
+/* What the public base handle (hilock/hold.h) asks of a family. NULL
+ * members take the shared behaviour. */
+typedef struct hilock__family {
+  const char *what; /* "lock", "fair lock", ... */
+  void (*free)(void *handle);
+  int (*owned)(void *handle, int *owned);
+  int (*locked)(void *handle, int *locked);
+  /* The key reported by hilock_hold_key (NULL: the hold's rkey). */
+  const char *(*key)(const void *handle, size_t *len);
+  /* The handle's last error when it is not the hold's (NULL: h->err). */
+  hilock__err *(*err)(const void *handle);
+  /* The message, when a family keeps a longer one (Redlock's node list). */
+  const char *(*errmsg)(const void *handle);
+} hilock__family;
+
 typedef struct hilock__hold {
   hilock__err err; /* the handle's last error */
+  const hilock__family *fam; /* set for a public handle's hold */
+  /* Threads may share the handle (rlock, rwlock): this guards the hold's
+   * grant fields and err. NULL: one thread at a time. */
+  pthread_mutex_t *guard;
   hilock_client *client; /* its connections (NULL: Redlock's own) */
   hilock__runtime *rt;   /* its renewal, options and lifetime */
   const char *rkey; /* the key renewal extends (owned by the family) */

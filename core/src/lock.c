@@ -9,6 +9,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 struct hilock_lock {
   hilock__hold h; /* first: grant state and last error */
   hilock_lock_kind kind;
@@ -52,6 +54,7 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   hilock__hold_init(&l->h, client, l->key, l->keylen,
                     &hilock__script_lock_extend,
                     kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms);
+  l->h.fam = &family;
   l->h.close_run = run_release; /* closing the client releases it */
   l->h.close_arg = l;
   *out = l;
@@ -79,7 +82,8 @@ int hilock_lease_new(hilock_client *client, const char *name, size_t namelen,
                               ttl_ms, out));
 }
 
-void hilock_lock_free(hilock_lock *l) {
+static void fam_free(void *arg) {
+  hilock_lock *l = arg;
   if (l == NULL) return;
   hilock__hold_destroy(&l->h);
   free(l->key);
@@ -202,12 +206,14 @@ int hilock_lock_renew(hilock_lock *l) {
   return hilock_lock_extend(l, l->h.ttl_ms, 1);
 }
 
-int hilock_lock_owned(hilock_lock *l, int *owned) {
+static int fam_owned(void *arg, int *owned) {
+  hilock_lock *l = arg;
   if (l == NULL || owned == NULL) return HILOCK_EINVAL;
   return hilock__hold_owned(&l->h, owned);
 }
 
-int hilock_lock_locked(hilock_lock *l, int *locked) {
+static int fam_locked(void *arg, int *locked) {
+  hilock_lock *l = arg;
   if (l == NULL || locked == NULL) return HILOCK_EINVAL;
   return hilock__exists(l->h.client, &l->h.err, l->key, l->keylen, locked);
 }
@@ -232,57 +238,8 @@ int hilock_lock_force_release(hilock_lock *l, int *deleted) {
   return HILOCK_OK;
 }
 
-int hilock_lock_set_auto_renew(hilock_lock *l, int enable, int64_t max_hold_ms,
-                               hilock_lost_fn on_lost, void *arg) {
-  if (l == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  if (l->kind == HILOCK_LOCK_SIMPLE && enable)
-    return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
-                           "a simple lock has no TTL to renew");
-  return hilock__hold_set_auto_renew(&l->h, enable, max_hold_ms, on_lost, arg);
-}
-
-int hilock_lock_lost(const hilock_lock *l) {
-  return l != NULL && l->h.held && hilock__hold_is_lost(&l->h);
-}
-
-int64_t hilock_lock_validity_ms(const hilock_lock *l) {
-  if (l == NULL || l->h.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&l->h);
-}
-
-int hilock_lock_held(const hilock_lock *l) {
-  return hilock_lock_validity_ms(l) > 0;
-}
-
-uint64_t hilock_lock_fence(const hilock_lock *l) {
-  return l == NULL ? 0 : l->h.fence;
-}
-
-const char *hilock_lock_token(const hilock_lock *l) {
-  return l == NULL ? "" : l->h.owner;
-}
-
 hilock_lock_kind hilock_lock_get_kind(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
-int64_t hilock_lock_ttl_ms(const hilock_lock *l) {
-  return l == NULL ? 0 : l->h.ttl_ms;
-}
-
-const char *hilock_lock_key(const hilock_lock *l, size_t *len) {
-  if (l == NULL) {
-    if (len) *len = 0;
-    return "";
-  }
-  if (len) *len = l->keylen;
-  return l->key;
-}
-
-const char *hilock_lock_errmsg(const hilock_lock *l) {
-  return l == NULL ? "lock is NULL" : l->h.err.msg;
-}
-
-int hilock_lock_errcode(const hilock_lock *l) {
-  return l == NULL ? HILOCK_EINVAL : l->h.err.code;
-}
+static const hilock__family family = {"lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};

@@ -13,6 +13,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 struct hilock_multilock {
   hilock__hold h; /* first: grant state and last error */
   size_t n;
@@ -203,6 +205,7 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
   m->wkeylen = m->keylens[count];
   hilock__hold_init(&m->h, client, m->keys[0], m->keylens[0],
                     &hilock__script_multilock_extend, ttl_ms);
+  m->h.fam = &family;
   m->h.close_run = run_release; /* closing the client releases it */
   m->h.close_arg = m;
   m->h.xkeys = (const char *const *)(m->keys + 1);
@@ -238,7 +241,8 @@ int hilock_multilock_new(hilock_client *client, const char *const *names,
   return rc;
 }
 
-void hilock_multilock_free(hilock_multilock *m) {
+static void fam_free(void *arg) {
+  hilock_multilock *m = arg;
   if (m == NULL) return;
   hilock__hold_destroy(&m->h);
   free_parts(m);
@@ -480,7 +484,8 @@ static int info(hilock_multilock *m, const char *token, size_t tokenlen,
   return HILOCK_OK;
 }
 
-int hilock_multilock_owned(hilock_multilock *m, int *owned) {
+static int fam_owned(void *arg, int *owned) {
+  hilock_multilock *m = arg;
   redisReply *r;
   size_t first = 0;
   int rc;
@@ -495,7 +500,8 @@ int hilock_multilock_owned(hilock_multilock *m, int *owned) {
   return HILOCK_OK;
 }
 
-int hilock_multilock_locked(hilock_multilock *m, int *locked) {
+static int fam_locked(void *arg, int *locked) {
+  hilock_multilock *m = arg;
   redisReply *r;
   int rc;
   if (m == NULL || locked == NULL) return HILOCK_EINVAL;
@@ -505,26 +511,6 @@ int hilock_multilock_locked(hilock_multilock *m, int *locked) {
   *locked = r->element[0]->integer > 0;
   freeReplyObject(r);
   return HILOCK_OK;
-}
-
-int hilock_multilock_set_auto_renew(hilock_multilock *m, int enable,
-                                    int64_t max_hold_ms,
-                                    hilock_lost_fn on_lost, void *arg) {
-  if (m == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  return hilock__hold_set_auto_renew(&m->h, enable, max_hold_ms, on_lost, arg);
-}
-
-int hilock_multilock_lost(const hilock_multilock *m) {
-  return m != NULL && m->h.held && hilock__hold_is_lost(&m->h);
-}
-
-int64_t hilock_multilock_validity_ms(const hilock_multilock *m) {
-  if (m == NULL || m->h.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&m->h);
-}
-
-int hilock_multilock_held(const hilock_multilock *m) {
-  return hilock_multilock_validity_ms(m) > 0;
 }
 
 size_t hilock_multilock_count(const hilock_multilock *m) {
@@ -559,18 +545,4 @@ const char *hilock_multilock_key(const hilock_multilock *m, size_t i,
   return m->keys[i];
 }
 
-const char *hilock_multilock_token(const hilock_multilock *m) {
-  return m == NULL ? "" : m->h.owner;
-}
-
-int64_t hilock_multilock_ttl_ms(const hilock_multilock *m) {
-  return m == NULL ? 0 : m->h.ttl_ms;
-}
-
-const char *hilock_multilock_errmsg(const hilock_multilock *m) {
-  return m == NULL ? "multilock is NULL" : m->h.err.msg;
-}
-
-int hilock_multilock_errcode(const hilock_multilock *m) {
-  return m == NULL ? HILOCK_EINVAL : m->h.err.code;
-}
+static const hilock__family family = {"multi-key lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};

@@ -17,6 +17,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 #define NODE_MAX HILOCK_REDLOCK_MAX_NODES
 #define MSG_MAX 1536
 #define ROUND_ARGS 12
@@ -474,9 +476,10 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
     free(rl);
     return HILOCK_ENOMEM;
   }
-  /* The hold is live from here on, so hilock_redlock_free always works. */
+  /* The hold is live from here on, so hilock_hold_free always works. */
   hilock__hold_init_rt(&rl->h, &rl->rt, NULL, 0, &hilock__script_lock_extend,
                        ttl_ms > 0 ? ttl_ms : 1);
+  rl->h.fam = &family;
   *out = rl;
   rc = HILOCK_OK;
   if (opts != NULL && !hilock__options_ok(opts))
@@ -576,7 +579,8 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
   return HILOCK_OK;
 }
 
-void hilock_redlock_free(hilock_redlock *rl) {
+static void fam_free(void *arg) {
+  hilock_redlock *rl = arg;
   if (rl == NULL) return;
   hilock__hold_destroy(&rl->h);
   for (int i = 0; i < NODE_MAX; i++) {
@@ -916,19 +920,10 @@ static int renew_fn(hilock__hold *h, void *arg) {
   return HILOCK__RENEW_FAILED;
 }
 
-int hilock_redlock_set_auto_renew(hilock_redlock *rl, int enable,
-                                  int64_t max_hold_ms, hilock_lost_fn on_lost,
-                                  void *arg) {
-  if (rl == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  rl->h.renew_fn = renew_fn;
-  rl->h.renew_arg = rl;
-  return sync_err(rl, hilock__hold_set_auto_renew(&rl->h, enable, max_hold_ms,
-                                                  on_lost, arg));
-}
-
 /* ## Queries ------------------------------------------------------------ */
 
-int hilock_redlock_owned(hilock_redlock *rl, int *owned) {
+static int fam_owned(void *arg, int *owned) {
+  hilock_redlock *rl = arg;
   int mine = 0, other = 0;
   int rc = HILOCK_OK;
   if (rl == NULL || owned == NULL) return HILOCK_EINVAL;
@@ -967,7 +962,8 @@ int hilock_redlock_owned(hilock_redlock *rl, int *owned) {
   return rc;
 }
 
-int hilock_redlock_locked(hilock_redlock *rl, int *locked) {
+static int fam_locked(void *arg, int *locked) {
+  hilock_redlock *rl = arg;
   int yes = 0, no = 0, rc = HILOCK_OK;
   if (rl == NULL || locked == NULL) return HILOCK_EINVAL;
   *locked = 0;
@@ -1020,40 +1016,6 @@ int hilock_redlock_set_retry_delay(hilock_redlock *rl, int64_t ms) {
   return HILOCK_OK;
 }
 
-int hilock_redlock_lost(const hilock_redlock *rl) {
-  return rl != NULL && rl->h.held && hilock__hold_is_lost(&rl->h);
-}
-
-int64_t hilock_redlock_validity_ms(const hilock_redlock *rl) {
-  if (rl == NULL || rl->h.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&rl->h);
-}
-
-int hilock_redlock_held(const hilock_redlock *rl) {
-  return hilock_redlock_validity_ms(rl) > 0;
-}
-
-uint64_t hilock_redlock_fence(const hilock_redlock *rl) {
-  return rl == NULL ? 0 : rl->h.fence;
-}
-
-const char *hilock_redlock_token(const hilock_redlock *rl) {
-  return rl == NULL ? "" : rl->h.owner;
-}
-
-int64_t hilock_redlock_ttl_ms(const hilock_redlock *rl) {
-  return rl == NULL ? 0 : rl->h.ttl_ms;
-}
-
-const char *hilock_redlock_key(const hilock_redlock *rl, size_t *len) {
-  if (rl == NULL || rl->key == NULL) {
-    if (len) *len = 0;
-    return "";
-  }
-  if (len) *len = rl->keylen;
-  return rl->key;
-}
-
 int hilock_redlock_nodes(const hilock_redlock *rl) {
   return rl == NULL ? 0 : rl->n;
 }
@@ -1067,10 +1029,19 @@ const char *hilock_redlock_node_addr(const hilock_redlock *rl, int i) {
   return rl->node[i].addr;
 }
 
-const char *hilock_redlock_errmsg(const hilock_redlock *rl) {
-  return rl == NULL ? "redlock is NULL" : rl->msg;
+
+static const char *fam_key(const void *arg, size_t *len) {
+  const hilock_redlock *rl = arg;
+  if (len) *len = rl->key != NULL ? rl->keylen : 0;
+  return rl->key != NULL ? rl->key : "";
 }
 
-int hilock_redlock_errcode(const hilock_redlock *rl) {
-  return rl == NULL ? HILOCK_EINVAL : rl->h.err.code;
+/* The last error with every failed node's reason, when the hold's (a
+ * truncated copy) is the start of it. */
+static const char *fam_errmsg(const void *arg) {
+  const hilock_redlock *rl = arg;
+  size_t n = strlen(rl->h.err.msg);
+  return strncmp(rl->msg, rl->h.err.msg, n) == 0 ? rl->msg : rl->h.err.msg;
 }
+
+static const hilock__family family = {"redlock", fam_free, fam_owned, fam_locked, fam_key, NULL, fam_errmsg};

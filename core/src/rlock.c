@@ -9,6 +9,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 struct hilock_rlock {
   hilock__hold h; /* the current grant (one owner at a time) */
   pthread_mutex_t *mu; /* the client's hmu: serialises h between threads sharing the handle */
@@ -62,6 +64,8 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
   rl->mu = &client->rt.hmu;
   hilock__hold_init(&rl->h, client, rl->key, rl->keylen,
                     &hilock__script_rlock_renew, ttl_ms);
+  rl->h.fam = &family;
+  rl->h.guard = rl->mu;
   rl->h.close_run = drop_all; /* closing the client releases it */
   rl->h.close_arg = rl;
   *out = rl;
@@ -74,7 +78,8 @@ int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
                       rlock_new(client, name, namelen, ttl_ms, out));
 }
 
-void hilock_rlock_free(hilock_rlock *rl) {
+static void fam_free(void *arg) {
+  hilock_rlock *rl = arg;
   if (rl == NULL) return;
   hilock__hold_destroy(&rl->h);
   free(rl->key);
@@ -252,7 +257,8 @@ int hilock_rlock_hold_count(hilock_rlock *rl, int64_t *count) {
   return HILOCK_OK;
 }
 
-int hilock_rlock_owned(hilock_rlock *rl, int *owned) {
+static int fam_owned(void *arg, int *owned) {
+  hilock_rlock *rl = arg;
   int64_t n = 0;
   int rc;
   if (rl == NULL || owned == NULL) return HILOCK_EINVAL;
@@ -261,7 +267,8 @@ int hilock_rlock_owned(hilock_rlock *rl, int *owned) {
   return rc;
 }
 
-int hilock_rlock_locked(hilock_rlock *rl, int *locked) {
+static int fam_locked(void *arg, int *locked) {
+  hilock_rlock *rl = arg;
   hilock__err e;
   int rc;
   if (rl == NULL || locked == NULL) return HILOCK_EINVAL;
@@ -269,44 +276,4 @@ int hilock_rlock_locked(hilock_rlock *rl, int *locked) {
   return rc == HILOCK_OK ? rc : keep_err(rl, &e);
 }
 
-int hilock_rlock_set_auto_renew(hilock_rlock *rl, int enable,
-                                int64_t max_hold_ms, hilock_lost_fn on_lost,
-                                void *arg) {
-  if (rl == NULL) return HILOCK_EINVAL;
-  return hilock__hold_set_auto_renew(&rl->h, enable, max_hold_ms, on_lost,
-                                     arg);
-}
-
-int hilock_rlock_lost(const hilock_rlock *rl) {
-  return rl != NULL && rl->h.held && hilock__hold_is_lost(&rl->h);
-}
-
-int64_t hilock_rlock_validity_ms(const hilock_rlock *rl) {
-  if (rl == NULL || rl->h.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&rl->h);
-}
-
-uint64_t hilock_rlock_fence(const hilock_rlock *rl) {
-  return rl == NULL ? 0 : rl->h.fence;
-}
-
-int64_t hilock_rlock_ttl_ms(const hilock_rlock *rl) {
-  return rl == NULL ? 0 : rl->h.ttl_ms;
-}
-
-const char *hilock_rlock_key(const hilock_rlock *rl, size_t *len) {
-  if (rl == NULL) {
-    if (len) *len = 0;
-    return "";
-  }
-  if (len) *len = rl->keylen;
-  return rl->key;
-}
-
-const char *hilock_rlock_errmsg(const hilock_rlock *rl) {
-  return rl == NULL ? "rlock is NULL" : rl->h.err.msg;
-}
-
-int hilock_rlock_errcode(const hilock_rlock *rl) {
-  return rl == NULL ? HILOCK_EINVAL : rl->h.err.code;
-}
+static const hilock__family family = {"reentrant lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};

@@ -13,6 +13,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 /* One thread's read hold taken through a handle. Created by the thread's
  * first read grant, freed by its last release; only that thread unlinks
  * it. */
@@ -151,6 +153,8 @@ static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
   /* The write renewal is the reentrant lock's: HEXISTS owner, PEXPIRE. */
   hilock__hold_init(&rw->w, client, rw->wkey, rw->wkeylen,
                     &hilock__script_rlock_renew, ttl_ms);
+  rw->w.fam = &family;
+  rw->w.guard = rw->mu;
   *out = rw;
   return HILOCK_OK;
 }
@@ -161,7 +165,8 @@ int hilock_rwlock_new(hilock_client *client, const char *name, size_t namelen,
                       rwlock_new(client, name, namelen, ttl_ms, out));
 }
 
-void hilock_rwlock_free(hilock_rwlock *rw) {
+static void fam_free(void *arg) {
+  hilock_rwlock *rw = arg;
   rw_reader *r;
   if (rw == NULL) return;
   r = rw->readers;
@@ -714,26 +719,6 @@ int hilock_rwlock_read_set_auto_renew(hilock_rwlock *rw, int enable,
   return rc;
 }
 
-int hilock_rwlock_write_set_auto_renew(hilock_rwlock *rw, int enable,
-                                       int64_t max_hold_ms,
-                                       hilock_lost_fn on_lost, void *arg) {
-  int rc = HILOCK_OK;
-  if (rw == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  hilock__renewal_cancel(&rw->w);
-  pthread_mutex_lock(rw->mu);
-  rw->w.auto_renew = enable != 0;
-  rw->w.max_hold_ms = max_hold_ms;
-  rw->w.lost_fn = on_lost;
-  rw->w.lost_arg = arg;
-  if (enable && rw->w.held && rw->w.pid == hilock__pid() &&
-      !hilock__hold_is_lost(&rw->w)) {
-    rc = hilock__renewal_register(&rw->w);
-    if (rc != HILOCK_OK) rw->err = rw->w.err;
-  }
-  pthread_mutex_unlock(rw->mu);
-  return rc;
-}
-
 int hilock_rwlock_read_lost(hilock_rwlock *rw) {
   rw_reader *rec;
   int lost;
@@ -756,23 +741,6 @@ int64_t hilock_rwlock_read_validity_ms(hilock_rwlock *rw) {
   return v;
 }
 
-int hilock_rwlock_write_lost(const hilock_rwlock *rw) {
-  return rw != NULL && rw->w.held && hilock__hold_is_lost(&rw->w);
-}
-
-int64_t hilock_rwlock_write_validity_ms(const hilock_rwlock *rw) {
-  if (rw == NULL || rw->w.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&rw->w);
-}
-
-uint64_t hilock_rwlock_fence(const hilock_rwlock *rw) {
-  return rw == NULL ? 0 : rw->w.fence;
-}
-
-int64_t hilock_rwlock_ttl_ms(const hilock_rwlock *rw) {
-  return rw == NULL ? 0 : rw->ttl_ms;
-}
-
 const char *hilock_rwlock_key(const hilock_rwlock *rw, int write,
                               size_t *len) {
   if (rw == NULL) {
@@ -783,10 +751,27 @@ const char *hilock_rwlock_key(const hilock_rwlock *rw, int write,
   return write ? rw->wkey : rw->rkey;
 }
 
-const char *hilock_rwlock_errmsg(const hilock_rwlock *rw) {
-  return rw == NULL ? "rwlock is NULL" : rw->err.msg;
+
+/* The hold of a read-write lock is its write side; the handle's error is
+ * its own (both sides set it). */
+static hilock__err *fam_err(const void *arg) {
+  return &((hilock_rwlock *)arg)->err;
 }
 
-int hilock_rwlock_errcode(const hilock_rwlock *rw) {
-  return rw == NULL ? HILOCK_EINVAL : rw->err.code;
+/* Round trip: the calling thread holds the write side. */
+static int fam_owned(void *arg, int *owned) {
+  int64_t n = 0;
+  int rc = hilock_rwlock_write_hold_count(arg, &n);
+  *owned = rc == HILOCK_OK && n > 0;
+  return rc;
 }
+
+/* Round trip: a reader or a writer holds it. */
+static int fam_locked(void *arg, int *locked) {
+  int64_t readers = 0;
+  int writer = 0, rc = hilock_rwlock_state(arg, &readers, &writer);
+  *locked = rc == HILOCK_OK && (readers > 0 || writer);
+  return rc;
+}
+
+static const hilock__family family = {"read-write lock", fam_free, fam_owned, fam_locked, NULL, fam_err, NULL};

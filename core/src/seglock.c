@@ -13,6 +13,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 struct hilock_seglock {
   hilock__hold h; /* first: grant state (rkey = the held segment's key) */
   int nseg;
@@ -99,6 +101,7 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
    * grant, while no renewal is registered (see attempt). */
   hilock__hold_init(&s->h, client, s->segkey[0], s->segkeylen[0],
                     &hilock__script_lock_extend, ttl_ms);
+  s->h.fam = &family;
   s->h.close_run = run_release; /* closing the client releases it */
   s->h.close_arg = s;
   *out = s;
@@ -111,7 +114,8 @@ int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
       client, out, seglock_new(client, name, namelen, segments, ttl_ms, out));
 }
 
-void hilock_seglock_free(hilock_seglock *s) {
+static void fam_free(void *arg) {
+  hilock_seglock *s = arg;
   if (s == NULL) return;
   hilock__hold_destroy(&s->h);
   seglock_destroy(s);
@@ -535,7 +539,8 @@ int hilock_seglock_held_count(hilock_seglock *s, int *n) {
   return rc;
 }
 
-int hilock_seglock_owned(hilock_seglock *s, int *owned) {
+static int fam_owned(void *arg, int *owned) {
+  hilock_seglock *s = arg;
   if (s == NULL || owned == NULL) return HILOCK_EINVAL;
   return hilock__hold_owned(&s->h, owned);
 }
@@ -550,44 +555,12 @@ int hilock_seglock_renew(hilock_seglock *s) {
   return hilock__hold_extend(&s->h, s->h.ttl_ms, 1);
 }
 
-int hilock_seglock_set_auto_renew(hilock_seglock *s, int enable,
-                                  int64_t max_hold_ms, hilock_lost_fn on_lost,
-                                  void *arg) {
-  if (s == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  return hilock__hold_set_auto_renew(&s->h, enable, max_hold_ms, on_lost, arg);
-}
-
-int hilock_seglock_lost(const hilock_seglock *s) {
-  return s != NULL && s->h.held && hilock__hold_is_lost(&s->h);
-}
-
-int64_t hilock_seglock_validity_ms(const hilock_seglock *s) {
-  if (s == NULL || s->h.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&s->h);
-}
-
-int hilock_seglock_held(const hilock_seglock *s) {
-  return hilock_seglock_validity_ms(s) > 0;
-}
-
 int hilock_seglock_segment(const hilock_seglock *s) {
   return s == NULL ? -1 : s->segment;
 }
 
-uint64_t hilock_seglock_fence(const hilock_seglock *s) {
-  return s == NULL ? 0 : s->h.fence;
-}
-
-const char *hilock_seglock_token(const hilock_seglock *s) {
-  return s == NULL ? "" : s->h.owner;
-}
-
 int hilock_seglock_segments(const hilock_seglock *s) {
   return s == NULL ? 0 : s->nseg;
-}
-
-int64_t hilock_seglock_ttl_ms(const hilock_seglock *s) {
-  return s == NULL ? 0 : s->h.ttl_ms;
 }
 
 const char *hilock_seglock_key(const hilock_seglock *s, int i, size_t *len) {
@@ -599,10 +572,12 @@ const char *hilock_seglock_key(const hilock_seglock *s, int i, size_t *len) {
   return i == -1 ? s->skey : s->segkey[i];
 }
 
-const char *hilock_seglock_errmsg(const hilock_seglock *s) {
-  return s == NULL ? "seglock is NULL" : s->h.err.msg;
+
+/* Round trip: any segment is held. */
+static int fam_locked(void *arg, int *locked) {
+  int n = 0, rc = hilock_seglock_held_count(arg, &n);
+  *locked = rc == HILOCK_OK && n > 0;
+  return rc;
 }
 
-int hilock_seglock_errcode(const hilock_seglock *s) {
-  return s == NULL ? HILOCK_EINVAL : s->h.err.code;
-}
+static const hilock__family family = {"segmented lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};

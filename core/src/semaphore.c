@@ -11,6 +11,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 struct hilock_semaphore {
   hilock__hold h; /* first: grant state (owner = permit id), last error */
   int64_t permits; /* the limit this handle stores if none is stored */
@@ -63,6 +65,7 @@ static int semaphore_new(hilock_client *client, const char *name,
   }
   hilock__hold_init(&s->h, client, s->key, s->keylen,
                     &hilock__script_semaphore_renew, ttl_ms);
+  s->h.fam = &family;
   s->h.close_run = run_release; /* closing the client releases it */
   s->h.close_arg = s;
   *out = s;
@@ -76,7 +79,8 @@ int hilock_semaphore_new(hilock_client *client, const char *name,
       client, out, semaphore_new(client, name, namelen, permits, ttl_ms, out));
 }
 
-void hilock_semaphore_free(hilock_semaphore *s) {
+static void fam_free(void *arg) {
+  hilock_semaphore *s = arg;
   if (s == NULL) return;
   hilock__hold_destroy(&s->h);
   free(s->key);
@@ -288,7 +292,8 @@ static int info(hilock_semaphore *s, const char *id, size_t idlen,
   return rc;
 }
 
-int hilock_semaphore_owned(hilock_semaphore *s, int *owned) {
+static int fam_owned(void *arg, int *owned) {
+  hilock_semaphore *s = arg;
   int64_t v[4];
   int rc;
   if (s == NULL || owned == NULL) return HILOCK_EINVAL;
@@ -349,59 +354,17 @@ int hilock_semaphore_set_limit(hilock_semaphore *s, int64_t limit) {
   return rc;
 }
 
-int hilock_semaphore_set_auto_renew(hilock_semaphore *s, int enable,
-                                    int64_t max_hold_ms, hilock_lost_fn on_lost,
-                                    void *arg) {
-  if (s == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  hilock__renewal_cancel(&s->h);
-  s->h.auto_renew = enable != 0;
-  s->h.max_hold_ms = max_hold_ms;
-  s->h.lost_fn = on_lost;
-  s->h.lost_arg = arg;
-  if (enable && s->h.held && s->h.pid == hilock__pid() &&
-      !hilock__hold_is_lost(&s->h))
-    return hilock__renewal_register(&s->h);
-  return HILOCK_OK;
-}
-
-int hilock_semaphore_lost(const hilock_semaphore *s) {
-  return s != NULL && s->h.held && hilock__hold_is_lost(&s->h);
-}
-
-int64_t hilock_semaphore_validity_ms(const hilock_semaphore *s) {
-  if (s == NULL || s->h.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&s->h);
-}
-
-int hilock_semaphore_held(const hilock_semaphore *s) {
-  return hilock_semaphore_validity_ms(s) > 0;
-}
-
-const char *hilock_semaphore_permit_id(const hilock_semaphore *s) {
-  return s == NULL ? "" : s->h.owner;
-}
-
 int64_t hilock_semaphore_permits(const hilock_semaphore *s) {
   return s == NULL ? 0 : s->permits;
 }
 
-int64_t hilock_semaphore_ttl_ms(const hilock_semaphore *s) {
-  return s == NULL ? 0 : s->h.ttl_ms;
+
+/* Round trip: any permit is taken. */
+static int fam_locked(void *arg, int *locked) {
+  int64_t v[4];
+  int rc = info(arg, "", 0, v);
+  *locked = rc == HILOCK_OK && v[1] > 0;
+  return rc;
 }
 
-const char *hilock_semaphore_key(const hilock_semaphore *s, size_t *len) {
-  if (s == NULL) {
-    if (len) *len = 0;
-    return "";
-  }
-  if (len) *len = s->keylen;
-  return s->key;
-}
-
-const char *hilock_semaphore_errmsg(const hilock_semaphore *s) {
-  return s == NULL ? "semaphore is NULL" : s->h.err.msg;
-}
-
-int hilock_semaphore_errcode(const hilock_semaphore *s) {
-  return s == NULL ? HILOCK_EINVAL : s->h.err.code;
-}
+static const hilock__family family = {"semaphore", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};

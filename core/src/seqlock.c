@@ -11,6 +11,8 @@
 #include "internal.h"
 #include "scripts.h"
 
+static const hilock__family family;
+
 /* The script's KEYS, in order. */
 enum { K_QUEUE, K_SESSION, K_HOLDER, K_COUNTER, K_FENCE, K_WAKE, NKEYS };
 static const char *const roles[NKEYS] = {"seq:queue",   "seq:session",
@@ -77,6 +79,7 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
   hilock__hold_init(&sl->h, client, sl->keys[K_SESSION],
                     sl->keylens[K_SESSION], &hilock__script_seqlock_renew,
                     ttl_ms);
+  sl->h.fam = &family;
   sl->h.close_run = run_release; /* closing the client releases it */
   sl->h.close_arg = sl;
   sl->renew_xkeys[0] = sl->keys[K_QUEUE];
@@ -96,7 +99,8 @@ int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
                       seqlock_new(client, name, namelen, ttl_ms, out));
 }
 
-void hilock_seqlock_free(hilock_seqlock *sl) {
+static void fam_free(void *arg) {
+  hilock_seqlock *sl = arg;
   if (sl == NULL) return;
   hilock__hold_destroy(&sl->h);
   seq_destroy(sl);
@@ -293,7 +297,8 @@ int hilock_seqlock_renew(hilock_seqlock *sl) {
   return hilock_seqlock_extend(sl, sl->h.ttl_ms, 1);
 }
 
-int hilock_seqlock_owned(hilock_seqlock *sl, int *owned) {
+static int fam_owned(void *arg, int *owned) {
+  hilock_seqlock *sl = arg;
   hilock__hold *h;
   redisReply *r;
   int rc;
@@ -328,7 +333,8 @@ static int info(hilock_seqlock *sl, int64_t out[3]) {
   return rc;
 }
 
-int hilock_seqlock_locked(hilock_seqlock *sl, int *locked) {
+static int fam_locked(void *arg, int *locked) {
+  hilock_seqlock *sl = arg;
   int64_t v[3];
   int rc;
   if (sl == NULL || locked == NULL) return HILOCK_EINVAL;
@@ -367,51 +373,12 @@ int64_t hilock_seqlock_session_ms(const hilock_seqlock *sl) {
   return sl == NULL ? 0 : __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED);
 }
 
-int hilock_seqlock_set_auto_renew(hilock_seqlock *sl, int enable,
-                                  int64_t max_hold_ms, hilock_lost_fn on_lost,
-                                  void *arg) {
-  if (sl == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
-  return hilock__hold_set_auto_renew(&sl->h, enable, max_hold_ms, on_lost, arg);
-}
 
-int hilock_seqlock_lost(const hilock_seqlock *sl) {
-  return sl != NULL && sl->h.held && hilock__hold_is_lost(&sl->h);
-}
-
-int64_t hilock_seqlock_validity_ms(const hilock_seqlock *sl) {
-  if (sl == NULL || sl->h.pid != hilock__pid()) return 0;
-  return hilock__hold_validity_ms(&sl->h);
-}
-
-int hilock_seqlock_held(const hilock_seqlock *sl) {
-  return hilock_seqlock_validity_ms(sl) > 0;
-}
-
-uint64_t hilock_seqlock_fence(const hilock_seqlock *sl) {
-  return sl == NULL ? 0 : sl->h.fence;
-}
-
-const char *hilock_seqlock_token(const hilock_seqlock *sl) {
-  return sl == NULL ? "" : sl->h.owner;
-}
-
-int64_t hilock_seqlock_ttl_ms(const hilock_seqlock *sl) {
-  return sl == NULL ? 0 : sl->h.ttl_ms;
-}
-
-const char *hilock_seqlock_key(const hilock_seqlock *sl, size_t *len) {
-  if (sl == NULL) {
-    if (len) *len = 0;
-    return "";
-  }
+/* The queue key (for operators). */
+static const char *fam_key(const void *arg, size_t *len) {
+  const hilock_seqlock *sl = arg;
   if (len) *len = sl->keylens[K_QUEUE];
   return sl->keys[K_QUEUE];
 }
 
-const char *hilock_seqlock_errmsg(const hilock_seqlock *sl) {
-  return sl == NULL ? "sequential lock is NULL" : sl->h.err.msg;
-}
-
-int hilock_seqlock_errcode(const hilock_seqlock *sl) {
-  return sl == NULL ? HILOCK_EINVAL : sl->h.err.code;
-}
+static const hilock__family family = {"sequential lock", fam_free, fam_owned, fam_locked, fam_key, NULL, NULL};

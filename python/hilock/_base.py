@@ -35,16 +35,19 @@ def _counted(release: Callable[[Any], None]) -> Callable[[Any], None]:
 class LockBase:
     """Base of the lock classes; see :class:`hilock.Lock`."""
 
-    # The C functions of the family, set by each subclass.
-    _c_free: Callable[[Any], None]
+    # The C functions of the family: acquire and release are each family's
+    # own; the rest work on every handle's hold (a side of a read-write lock
+    # overrides them).
     _c_acquire: Callable[[Any, int], int]
     _c_release: Callable[[Any], int]
-    _c_set_renew: Callable[[Any, int, int, int], int]
-    _c_lost: Callable[[Any], int]
-    _c_validity: Callable[[Any], int]
-    _c_fence: Callable[[Any], int]
-    _c_ttl: Callable[[Any], int]
-    _c_key: Callable[[Any], bytes]
+    _c_free: Callable[[Any], None] = _h.hilock_hold_free
+    _c_set_renew: Callable[[Any, int, int, int], int] = _h.py_set_auto_renew
+    _c_lost: Callable[[Any], int] = _h.hilock_hold_lost
+    _c_validity: Callable[[Any], int] = _h.hilock_hold_validity_ms
+    _c_fence: Callable[[Any], int] = _h.hilock_hold_fence
+    _c_ttl: Callable[[Any], int] = _h.hilock_hold_ttl_ms
+    _c_key: Callable[[Any], bytes] = _h.hilock_hold_key
+    _c_token: Callable[[Any], bytes] = _h.hilock_hold_token
     _kind_name = "lock"
 
     def __init__(self, client: "Client", name: Name, timeout: Optional[float],
@@ -239,8 +242,6 @@ class ExclusiveBase(LockBase):
     (the C handle serves one thread at a time); other objects, in this or
     other processes, contend through Redis.
     """
-
-    _c_token: Callable[[Any], bytes]
 
     def __init__(self, client: "Client", name: Name, timeout: Optional[float],
                  auto_renew: bool, max_hold: Optional[float],

@@ -31,37 +31,29 @@ class FairLock(ExclusiveBase):
     local mutex first, as with :class:`hilock.Lock`. Not reentrant.
     """
 
-    _c_free = _h.hilock_fair_lock_free
     _c_acquire = _h.hilock_fair_lock_acquire
     _c_release = _h.hilock_fair_lock_release
-    _c_set_renew = _h.hilock_fair_lock_set_auto_renew_py
-    _c_lost = _h.hilock_fair_lock_lost
-    _c_validity = _h.hilock_fair_lock_validity_ms
-    _c_fence = _h.hilock_fair_lock_fence
-    _c_ttl = _h.hilock_fair_lock_ttl_ms
-    _c_key = _h.py_fair_lock_key
-    _c_token = _h.hilock_fair_lock_token
     _kind_name = "fair_lock"
 
     def __init__(self, client: "Client", name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        self._setup(client._new(_h.py_fair_lock_new, self._bname,
+        self._setup(client._new(_h.hilock_fair_lock_new, self._bname,
                                         seconds_to_ms(ttl, "ttl")))
 
     def locked(self) -> bool:
         """Whether anyone holds the lock (one round trip). False while the
         lock is free but reserved for the head of the queue."""
-        return bool(_h.py_fair_lock_locked(self._h))
+        return bool(_h.hilock_hold_locked(self._h))
 
     def owned(self) -> bool:
         """Whether this object's grant still holds the lock (one round trip)."""
-        return bool(_h.py_fair_lock_owned(self._h))
+        return bool(_h.hilock_hold_owned(self._h))
 
     def waiters(self) -> int:
         """How many waiters are queued with a live heartbeat (one round trip)."""
-        return int(_h.py_fair_lock_waiters(self._h))
+        return int(_h.hilock_fair_lock_waiters(self._h))
 
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to the remaining TTL, or set it (``replace=True``),

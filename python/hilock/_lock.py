@@ -25,16 +25,8 @@ class Lock(ExclusiveBase):
     through Redis.
     """
 
-    _c_free = _h.hilock_lock_free
     _c_acquire = _h.hilock_lock_acquire
     _c_release = _h.hilock_lock_release
-    _c_set_renew = _h.hilock_lock_set_auto_renew_py
-    _c_lost = _h.hilock_lock_lost
-    _c_validity = _h.hilock_lock_validity_ms
-    _c_fence = _h.hilock_lock_fence
-    _c_ttl = _h.hilock_lock_ttl_ms
-    _c_key = _h.py_lock_key
-    _c_token = _h.hilock_lock_token
 
     def __init__(self, client: "Client", name: Name, kind: int, ttl: Optional[float],
                  timeout: Optional[float], auto_renew: bool = False,
@@ -45,15 +37,19 @@ class Lock(ExclusiveBase):
         self._kind = kind
         self._kind_name = {EXPIRING: "lock", SIMPLE: "simple_lock", LEASE: "lease"}[kind]
         ttl_ms = 0 if kind == SIMPLE else seconds_to_ms(ttl, "ttl")  # type: ignore[arg-type]
-        self._setup(client._new(_h.py_lock_new, kind, self._bname, ttl_ms))
+        if kind == SIMPLE:
+            self._setup(client._new(_h.hilock_simple_lock_new, self._bname))
+        else:
+            new = _h.hilock_lease_new if kind == LEASE else _h.hilock_lock_new
+            self._setup(client._new(new, self._bname, ttl_ms))
 
     def locked(self) -> bool:
         """Whether anyone holds the lock (one round trip)."""
-        return bool(_h.py_lock_locked(self._h))
+        return bool(_h.hilock_hold_locked(self._h))
 
     def owned(self) -> bool:
         """Whether this object's grant still holds the lock (one round trip)."""
-        return bool(_h.py_lock_owned(self._h))
+        return bool(_h.hilock_hold_owned(self._h))
 
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to the remaining TTL, or set it (``replace=True``),
@@ -68,8 +64,8 @@ class Lock(ExclusiveBase):
     def force_release(self) -> bool:
         """Operator tool: delete the lock whoever holds it, waking a waiter.
         True if it was held."""
-        had_grant = bool(_h.hilock_lock_token(self._h))
-        deleted = bool(_h.py_lock_force_release(self._h))
+        had_grant = bool(_h.hilock_hold_token(self._h))
+        deleted = bool(_h.hilock_lock_force_release(self._h))
         if had_grant:
             self._drop_local()
         return deleted

@@ -45,14 +45,8 @@ class MultiLock(ExclusiveBase):
     :class:`hilock.Lock` (one object, one holder; not reentrant).
     """
 
-    _c_free = _h.hilock_multilock_free
     _c_acquire = _h.hilock_multilock_acquire
     _c_release = _h.hilock_multilock_release
-    _c_set_renew = _h.hilock_multilock_set_auto_renew_py
-    _c_lost = _h.hilock_multilock_lost
-    _c_validity = _h.hilock_multilock_validity_ms
-    _c_ttl = _h.hilock_multilock_ttl_ms
-    _c_token = _h.hilock_multilock_token
     _kind_name = "multi_lock"
 
     def __init__(self, client: "Client", names: Iterable[Name], ttl: float,
@@ -70,7 +64,7 @@ class MultiLock(ExclusiveBase):
         handle = client._new(_h.py_multilock_new, encoded, seconds_to_ms(ttl, "ttl"))
         count = _h.hilock_multilock_count(handle)
         self._names: Tuple[Name, ...] = tuple(
-            self._by_bytes[_h.py_multilock_name(handle, i)] for i in range(count))
+            self._by_bytes[_h.hilock_multilock_name(handle, i)] for i in range(count))
         self._setup(handle)
 
     def __repr__(self) -> str:
@@ -90,12 +84,12 @@ class MultiLock(ExclusiveBase):
     @property
     def key(self) -> bytes:
         """The lock key of the first name (see :attr:`keys`)."""
-        return bytes(_h.py_multilock_key(self._h, 0))
+        return bytes(_h.hilock_multilock_key(self._h, 0))
 
     @property
     def keys(self) -> Tuple[bytes, ...]:
         """The Redis lock key of every name (``hilock:{name}:lock``)."""
-        return tuple(bytes(_h.py_multilock_key(self._h, i)) for i in range(len(self._names)))
+        return tuple(bytes(_h.hilock_multilock_key(self._h, i)) for i in range(len(self._names)))
 
     @property
     def fence(self) -> Optional[Dict[Name, int]]:  # type: ignore[override]
@@ -117,12 +111,12 @@ class MultiLock(ExclusiveBase):
 
     def locked(self) -> bool:
         """Whether anyone holds any of the names (one round trip)."""
-        return bool(_h.py_multilock_locked(self._h))
+        return bool(_h.hilock_hold_locked(self._h))
 
     def owned(self) -> bool:
         """Whether this object's grant still holds every name (one round
         trip)."""
-        return bool(_h.py_multilock_owned(self._h))
+        return bool(_h.hilock_hold_owned(self._h))
 
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to every name's remaining TTL, or set it

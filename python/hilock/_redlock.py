@@ -40,16 +40,8 @@ class Redlock(ExclusiveBase):
     protected resource; see the README section on Redlock.
     """
 
-    _c_free = _h.hilock_redlock_free
     _c_acquire = _h.hilock_redlock_acquire
     _c_release = _h.hilock_redlock_release
-    _c_set_renew = _h.hilock_redlock_set_auto_renew_py
-    _c_lost = _h.hilock_redlock_lost
-    _c_validity = _h.hilock_redlock_validity_ms
-    _c_fence = _h.hilock_redlock_fence
-    _c_ttl = _h.hilock_redlock_ttl_ms
-    _c_key = _h.py_redlock_key
-    _c_token = _h.hilock_redlock_token
     _kind_name = "redlock"
 
     def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
@@ -103,12 +95,12 @@ class Redlock(ExclusiveBase):
 
     def locked(self) -> bool:
         """Whether a majority of the nodes hold the key (one round)."""
-        return bool(_h.py_redlock_locked(self._h))
+        return bool(_h.hilock_hold_locked(self._h))
 
     def owned(self) -> bool:
         """Whether a majority still holds this object's token and the
         validity has not run out (one round)."""
-        return bool(_h.py_redlock_owned(self._h))
+        return bool(_h.hilock_hold_owned(self._h))
 
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to the TTL on every node still holding the token,

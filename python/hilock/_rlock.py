@@ -25,22 +25,15 @@ class RLock(LockBase):
     mutual exclusion a non-reentrant :class:`hilock.Lock` object instead.
     """
 
-    _c_free = _h.hilock_rlock_free
     _c_acquire = _h.hilock_rlock_acquire
     _c_release = _h.hilock_rlock_release
-    _c_set_renew = _h.hilock_rlock_set_auto_renew_py
-    _c_lost = _h.hilock_rlock_lost
-    _c_validity = _h.hilock_rlock_validity_ms
-    _c_fence = _h.hilock_rlock_fence
-    _c_ttl = _h.hilock_rlock_ttl_ms
-    _c_key = _h.py_rlock_key
     _kind_name = "rlock"
 
     def __init__(self, client: "Client", name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        self._setup(client._new(_h.py_rlock_new, self._bname, seconds_to_ms(ttl, "ttl")))
+        self._setup(client._new(_h.hilock_rlock_new, self._bname, seconds_to_ms(ttl, "ttl")))
 
     def release(self) -> None:
         """Leave once; the last release frees the lock and wakes a waiter.
@@ -50,7 +43,7 @@ class RLock(LockBase):
 
     def hold_count(self) -> int:
         """How many times the calling thread holds it (one round trip)."""
-        return int(_h.py_rlock_hold_count(self._h))
+        return int(_h.hilock_rlock_hold_count(self._h))
 
     def owned(self) -> bool:
         """Whether the calling thread holds it (one round trip)."""
@@ -58,4 +51,4 @@ class RLock(LockBase):
 
     def locked(self) -> bool:
         """Whether anyone holds it (one round trip)."""
-        return bool(_h.py_rlock_locked(self._h))
+        return bool(_h.hilock_hold_locked(self._h))

@@ -24,7 +24,7 @@ class _Handle:
     def __del__(self) -> None:
         h, self.h = getattr(self, "h", None), None
         if h is not None:
-            _h.hilock_rwlock_free(h)
+            _h.hilock_hold_free(h)
 
 
 def _not_freed_here(handle: Any) -> None:
@@ -35,7 +35,6 @@ class _Side(LockBase):
     """What both sides of an RWLock share."""
 
     _c_free = _not_freed_here
-    _c_ttl = _h.hilock_rwlock_ttl_ms
     _c_hold_count: Any
 
     def __init__(self, owner: _Handle, client: "Client", name: Name,
@@ -101,10 +100,10 @@ class ReadLock(_Side):
 
     _c_acquire = _h.hilock_rwlock_read_acquire
     _c_release = _h.hilock_rwlock_read_release
-    _c_set_renew = _h.hilock_rwlock_read_set_auto_renew_py
+    _c_set_renew = _h.py_rwlock_read_set_auto_renew
     _c_lost = _h.hilock_rwlock_read_lost
     _c_validity = _h.hilock_rwlock_read_validity_ms
-    _c_hold_count = _h.py_rwlock_read_hold_count
+    _c_hold_count = _h.hilock_rwlock_read_hold_count
     _kind_name = "rwlock read side"
 
     @staticmethod
@@ -113,11 +112,12 @@ class ReadLock(_Side):
 
     @staticmethod
     def _c_key(handle: Any) -> bytes:
-        return _h.py_rwlock_key(handle, 0)
+        return _h.hilock_rwlock_key(handle, 0)
 
     def locked(self) -> bool:
         """Whether any reader holds it (one round trip)."""
-        return bool(_h.py_rwlock_locked(self._h, 1))
+        readers, _ = _h.hilock_rwlock_state(self._h)
+        return readers > 0
 
 
 class WriteLock(_Side):
@@ -131,20 +131,17 @@ class WriteLock(_Side):
 
     _c_acquire = _h.hilock_rwlock_write_acquire
     _c_release = _h.hilock_rwlock_write_release
-    _c_set_renew = _h.hilock_rwlock_write_set_auto_renew_py
-    _c_lost = _h.hilock_rwlock_write_lost
-    _c_validity = _h.hilock_rwlock_write_validity_ms
-    _c_fence = _h.hilock_rwlock_fence
-    _c_hold_count = _h.py_rwlock_write_hold_count
+    _c_hold_count = _h.hilock_rwlock_write_hold_count
     _kind_name = "rwlock write side"
 
     @staticmethod
     def _c_key(handle: Any) -> bytes:
-        return _h.py_rwlock_key(handle, 1)
+        return _h.hilock_rwlock_key(handle, 1)
 
     def locked(self) -> bool:
         """Whether a writer holds it (one round trip)."""
-        return bool(_h.py_rwlock_locked(self._h, 2))
+        _, writer = _h.hilock_rwlock_state(self._h)
+        return bool(writer)
 
 
 class RWLock:
@@ -176,7 +173,7 @@ class RWLock:
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback] = None) -> None:
         self._name = name
-        owner = _Handle(client._new(_h.py_rwlock_new, name_bytes(name),
+        owner = _Handle(client._new(_h.hilock_rwlock_new, name_bytes(name),
                                          seconds_to_ms(ttl, "ttl")))
         self._read = ReadLock(owner, client, name, timeout, auto_renew, max_hold, on_lost)
         self._write = WriteLock(owner, client, name, timeout, auto_renew, max_hold, on_lost)
@@ -192,7 +189,7 @@ class RWLock:
 
     def locked(self) -> bool:
         """Whether anyone holds it, in either mode (one round trip)."""
-        return bool(_h.py_rwlock_locked(self._owner.h, 0))
+        return bool(_h.hilock_hold_locked(self._owner.h))
 
     @property
     def name(self) -> Name:
@@ -201,7 +198,7 @@ class RWLock:
     @property
     def ttl(self) -> float:
         """The TTL of every read and write hold, in seconds."""
-        return _h.hilock_rwlock_ttl_ms(self._owner.h) / 1000.0
+        return _h.hilock_hold_ttl_ms(self._owner.h) / 1000.0
 
     @property
     def timeout(self) -> Optional[float]:

@@ -46,15 +46,8 @@ class SegmentedLock(ExclusiveBase):
     ``threading.Lock``; threads sharing an object queue on a local mutex.
     """
 
-    _c_free = _h.hilock_seglock_free
     _c_acquire = _h.hilock_seglock_acquire
     _c_release = _h.hilock_seglock_release
-    _c_set_renew = _h.hilock_seglock_set_auto_renew_py
-    _c_lost = _h.hilock_seglock_lost
-    _c_validity = _h.hilock_seglock_validity_ms
-    _c_fence = _h.hilock_seglock_fence
-    _c_ttl = _h.hilock_seglock_ttl_ms
-    _c_token = _h.hilock_seglock_token
     _kind_name = "segmented_lock"
 
     def __init__(self, client: "Client", name: Name, segments: int, ttl: float,
@@ -63,13 +56,13 @@ class SegmentedLock(ExclusiveBase):
                  on_lost: Optional[LostCallback] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         _count(segments, "segments", 1, SEGMENTS_MAX)
-        self._setup(client._new(_h.py_seglock_new, self._bname, segments,
+        self._setup(client._new(_h.hilock_seglock_new, self._bname, segments,
                                       seconds_to_ms(ttl, "ttl")))
 
     @staticmethod
     def _c_key(h: Any) -> bytes:
         seg = _h.hilock_seglock_segment(h)
-        return _h.py_seglock_key(h, seg)
+        return _h.hilock_seglock_key(h, seg)
 
     def _c_call_acquire(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
@@ -78,7 +71,7 @@ class SegmentedLock(ExclusiveBase):
         except BaseException:
             # Ctrl-C (or any exception) racing the grant: never leave a
             # segment held behind the caller's back.
-            if _h.hilock_seglock_validity_ms(self._h) > 0:
+            if _h.hilock_hold_validity_ms(self._h) > 0:
                 try:
                     _h.hilock_seglock_release(self._h)
                 except LockError:
@@ -111,7 +104,7 @@ class SegmentedLock(ExclusiveBase):
     def segment_key(self, segment: int) -> bytes:
         """The Redis key of one segment's lock."""
         _count(segment, "segment", 0, self.segments - 1)
-        return _h.py_seglock_key(self._h, segment)
+        return _h.hilock_seglock_key(self._h, segment)
 
     def take(self, n: int = 1, partial: bool = False) -> int:
         """Take ``n`` units from the held segment's stock, in one script that
@@ -122,12 +115,12 @@ class SegmentedLock(ExclusiveBase):
         no stock. On a client with ``wait_replicas`` a take the replicas did
         not acknowledge is put back and NotEnoughReplicas raised."""
         _count(n, "n", 1, STOCK_MAX)
-        return int(_h.py_seglock_take(self._h, n, 1 if partial else 0))
+        return int(_h.hilock_seglock_take(self._h, n, 1 if partial else 0)[0])
 
     def owned(self) -> bool:
         """Whether this object's grant still holds its segment (one round
         trip)."""
-        return bool(_h.py_seglock_owned(self._h))
+        return bool(_h.hilock_hold_owned(self._h))
 
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to the held segment's TTL, or set it
@@ -147,7 +140,7 @@ class SegmentedLock(ExclusiveBase):
 
     def held_count(self) -> int:
         """How many segments are held now, by anyone (one round trip)."""
-        return int(_h.py_seglock_held_count(self._h))
+        return int(_h.hilock_seglock_held_count(self._h))
 
     def stock_init(self, total: int) -> None:
         """Load ``total`` units split evenly over the segments (the first
@@ -167,8 +160,8 @@ class SegmentedLock(ExclusiveBase):
             segment = -1
         else:
             _count(segment, "segment", 0, self.segments - 1)
-        n = int(_h.py_seglock_stock(self._h, segment))
-        return None if n >= (1 << 63) - 1 else n
+        n = int(_h.hilock_seglock_stock(self._h, segment))
+        return None if n < 0 else n
 
     def sold_out(self) -> bool:
         """Whether stock was loaded and every segment is empty (one round

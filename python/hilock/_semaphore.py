@@ -54,7 +54,7 @@ class _ThreadPermits:
                 return  # the Semaphore was freed with its handles
             for h in self.held:
                 try:
-                    _h.hilock_semaphore_set_auto_renew_py(h, 0, 0, 0)
+                    _h.py_set_auto_renew(h, 0, 0, 0)
                 except LockError:
                     pass
         warnings.warn(f"a thread ended holding {len(self.held)} permit(s) of hilock semaphore "
@@ -88,14 +88,8 @@ class Semaphore(LockBase):
     semaphore admits several holders, so there is no exclusive grant to fence.
     """
 
-    _c_free = _h.hilock_semaphore_free
     _c_acquire = _h.hilock_semaphore_acquire
     _c_release = _h.hilock_semaphore_release
-    _c_set_renew = _h.hilock_semaphore_set_auto_renew_py
-    _c_lost = _h.hilock_semaphore_lost
-    _c_validity = _h.hilock_semaphore_validity_ms
-    _c_ttl = _h.hilock_semaphore_ttl_ms
-    _c_key = _h.py_semaphore_key
     _kind_name = "semaphore"
 
     def __init__(self, client: "Client", name: Name, permits: int, ttl: float,
@@ -117,11 +111,11 @@ class Semaphore(LockBase):
     # -- handles: one per permit held -------------------------------------------
 
     def _new_handle(self, configure: bool = True) -> Any:
-        h = self._client._new(_h.py_semaphore_new, self._bname, self._permits,
+        h = self._client._new(_h.hilock_semaphore_new, self._bname, self._permits,
                                 self._ttl_ms)
         self._handles.append(h)
         if configure and self._auto_renew:
-            _h.hilock_semaphore_set_auto_renew_py(h, 1, self._max_hold_ms, self._notify_id)
+            _h.py_set_auto_renew(h, 1, self._max_hold_ms, self._notify_id)
         return h
 
     def _setup(self, handle: Any) -> None:
@@ -159,12 +153,12 @@ class Semaphore(LockBase):
             return
         if self._notify_id:
             _notify.unregister(self._notify_id)
-        if any(_h.hilock_semaphore_validity_ms(h) > 0 for h in handles):
+        if any(_h.hilock_hold_validity_ms(h) > 0 for h in handles):
             warnings.warn(f"hilock semaphore {self._name!r} collected while holding "
                           "permits; they are not released (they lapse at their TTL)",
                           ResourceWarning, stacklevel=2)
         for h in handles:
-            _h.hilock_semaphore_free(h)
+            _h.hilock_hold_free(h)
 
     def __repr__(self) -> str:
         return (f"<hilock.Semaphore {self._name!r} permits={self._permits} "
@@ -180,7 +174,7 @@ class Semaphore(LockBase):
         except BaseException:
             # Ctrl-C (or any exception) racing the grant: never keep a
             # permit behind the caller's back.
-            if _h.hilock_semaphore_validity_ms(h) > 0:
+            if _h.hilock_hold_validity_ms(h) > 0:
                 try:
                     _h.hilock_semaphore_release(h)
                 except LockError:
@@ -230,7 +224,7 @@ class Semaphore(LockBase):
     def owned(self) -> bool:
         """Whether the calling thread holds a live permit (one round trip)."""
         h = self._mine()
-        return h is not None and bool(_h.py_semaphore_owned(h))
+        return h is not None and bool(_h.hilock_hold_owned(h))
 
     def held_count(self) -> int:
         """How many permits the calling thread holds here (no round trip)."""
@@ -244,21 +238,21 @@ class Semaphore(LockBase):
         h = self._mine()
         if h is None:
             return None
-        pid = _h.hilock_semaphore_permit_id(h)
+        pid = _h.hilock_hold_token(h)
         return pid.decode() if pid else None
 
     @property
     def lost(self) -> bool:
         """True once renewal found the calling thread's permit lost."""
         h = self._mine()
-        return h is not None and bool(_h.hilock_semaphore_lost(h))
+        return h is not None and bool(_h.hilock_hold_lost(h))
 
     @property
     def validity(self) -> float:
         """Seconds of validity left on the calling thread's permit (local
         estimate, no round trip); 0.0 if it holds none."""
         h = self._mine()
-        return 0.0 if h is None else _h.hilock_semaphore_validity_ms(h) / 1000.0
+        return 0.0 if h is None else _h.hilock_hold_validity_ms(h) / 1000.0
 
     @property
     def fence(self) -> None:
@@ -274,7 +268,7 @@ class Semaphore(LockBase):
 
     def available(self) -> int:
         """Free permits now: max(0, limit - live permits) (one round trip)."""
-        return int(_h.py_semaphore_available(self._h))
+        return int(_h.hilock_semaphore_available(self._h))
 
     def locked(self) -> bool:
         """Whether no permit is free, i.e. acquire() would block (one round trip)."""
@@ -283,7 +277,7 @@ class Semaphore(LockBase):
     def get_limit(self) -> int:
         """The limit in force: the stored one, or ``permits`` if none is
         stored yet (one round trip)."""
-        return int(_h.py_semaphore_get_limit(self._h))
+        return int(_h.hilock_semaphore_get_limit(self._h)[0])
 
     def set_limit(self, limit: int) -> None:
         """Operator: store a new limit (0 closes the semaphore to new

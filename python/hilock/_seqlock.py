@@ -34,37 +34,29 @@ class SequentialLock(ExclusiveBase):
     local mutex first. Not reentrant.
     """
 
-    _c_free = _h.hilock_seqlock_free
     _c_acquire = _h.hilock_seqlock_acquire
     _c_release = _h.hilock_seqlock_release
-    _c_set_renew = _h.hilock_seqlock_set_auto_renew_py
-    _c_lost = _h.hilock_seqlock_lost
-    _c_validity = _h.hilock_seqlock_validity_ms
-    _c_fence = _h.hilock_seqlock_fence
-    _c_ttl = _h.hilock_seqlock_ttl_ms
-    _c_key = _h.py_seqlock_key
-    _c_token = _h.hilock_seqlock_token
     _kind_name = "sequential_lock"
 
     def __init__(self, client: "Client", name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        self._setup(client._new(_h.py_seqlock_new, self._bname,
+        self._setup(client._new(_h.hilock_seqlock_new, self._bname,
                                       seconds_to_ms(ttl, "ttl")))
 
     def locked(self) -> bool:
         """Whether a live contender holds the lock (one round trip). False
         between a release and the successor's grant."""
-        return bool(_h.py_seqlock_locked(self._h))
+        return bool(_h.hilock_hold_locked(self._h))
 
     def owned(self) -> bool:
         """Whether this object's grant still holds the lock (one round trip)."""
-        return bool(_h.py_seqlock_owned(self._h))
+        return bool(_h.hilock_hold_owned(self._h))
 
     def waiters(self) -> int:
         """How many live contenders wait behind the holder (one round trip)."""
-        return int(_h.py_seqlock_waiters(self._h))
+        return int(_h.hilock_seqlock_waiters(self._h))
 
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to the holder's remaining session, or set it

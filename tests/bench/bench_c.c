@@ -105,11 +105,11 @@ static int hilock_cycle(void *arg) {
   int rc = hilock_lock_try_acquire(lk);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "try_acquire: %s\n",
-            rc == HILOCK_BUSY ? "busy" : hilock_lock_errmsg(lk));
+            rc == HILOCK_BUSY ? "busy" : hilock_hold_errmsg(HILOCK_HOLD(lk)));
     return -1;
   }
   if ((rc = hilock_lock_release(lk)) != HILOCK_OK) {
-    fprintf(stderr, "release: %s\n", hilock_lock_errmsg(lk));
+    fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));
     return -1;
   }
   return 0;
@@ -119,8 +119,7 @@ static int hilock_cycle(void *arg) {
 typedef struct family_ctx {
   int (*try_acquire)(void *);
   int (*release)(void *);
-  const char *(*errmsg)(const void *);
-  void *handle;
+  void *handle; /* a family handle: it begins with its hold */
 } family_ctx;
 
 static int family_cycle(void *arg) {
@@ -128,11 +127,12 @@ static int family_cycle(void *arg) {
   int rc = f->try_acquire(f->handle);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "try_acquire: %s\n",
-            rc == HILOCK_BUSY ? "busy" : f->errmsg(f->handle));
+            rc == HILOCK_BUSY ? "busy"
+                              : hilock_hold_errmsg(f->handle));
     return -1;
   }
   if ((rc = f->release(f->handle)) != HILOCK_OK) {
-    fprintf(stderr, "release: %s\n", f->errmsg(f->handle));
+    fprintf(stderr, "release: %s\n", hilock_hold_errmsg(f->handle));
     return -1;
   }
   return 0;
@@ -141,10 +141,7 @@ static int family_cycle(void *arg) {
 /* Typed adapters, so no function is called through a mismatched type. */
 #define FAMILY_ADAPTERS(prefix, type)                                       \
   static int prefix##_try_(void *h) { return prefix##_try_acquire(h); }      \
-  static int prefix##_rel_(void *h) { return prefix##_release(h); }         \
-  static const char *prefix##_err_(const void *h) {                         \
-    return prefix##_errmsg((const type *)h);                                \
-  }
+  static int prefix##_rel_(void *h) { return prefix##_release((type *)h); }
 FAMILY_ADAPTERS(hilock_semaphore, hilock_semaphore)
 FAMILY_ADAPTERS(hilock_fair_lock, hilock_fair_lock)
 FAMILY_ADAPTERS(hilock_seglock, hilock_seglock)
@@ -153,15 +150,11 @@ static int rw_read_try_(void *h) { return hilock_rwlock_read_try_acquire(h); }
 static int rw_read_rel_(void *h) { return hilock_rwlock_read_release(h); }
 static int rw_write_try_(void *h) { return hilock_rwlock_write_try_acquire(h); }
 static int rw_write_rel_(void *h) { return hilock_rwlock_write_release(h); }
-static const char *rw_err_(const void *h) {
-  return hilock_rwlock_errmsg((const hilock_rwlock *)h);
-}
 
 #define FAMILY(ctx, prefix, h)          \
   do {                                  \
     (ctx)->try_acquire = prefix##_try_; \
     (ctx)->release = prefix##_rel_;     \
-    (ctx)->errmsg = prefix##_err_;      \
     (ctx)->handle = (h);                \
   } while (0)
 
@@ -233,8 +226,8 @@ int main(int argc, char **argv) {
     /* renew: every hold is registered with the renewal thread (and
      * cancelled at release, long before its first renewal). */
     if (mode[0] == 'r' &&
-        hilock_lock_set_auto_renew(lk, 1, 0, NULL, NULL) != HILOCK_OK) {
-      fprintf(stderr, "auto-renew: %s\n", hilock_lock_errmsg(lk));
+        hilock_hold_set_auto_renew(HILOCK_HOLD(lk), 1, 0, NULL, NULL) != HILOCK_OK) {
+      fprintf(stderr, "auto-renew: %s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));
       goto out;
     }
     cycle = hilock_cycle;
@@ -248,7 +241,6 @@ int main(int argc, char **argv) {
     }
     fam.try_acquire = write ? rw_write_try_ : rw_read_try_;
     fam.release = write ? rw_write_rel_ : rw_read_rel_;
-    fam.errmsg = rw_err_;
     fam.handle = rw;
     cycle = family_cycle;
     arg = &fam;
@@ -297,12 +289,12 @@ int main(int argc, char **argv) {
   status = 0;
 out:
   if (f.r != NULL) redisFree(f.r);
-  hilock_lock_free(lk);
-  hilock_semaphore_free(sem);
-  hilock_fair_lock_free(fair);
-  hilock_seglock_free(seg);
-  hilock_multilock_free(ml);
-  hilock_rwlock_free(rw);
+  hilock_hold_free(HILOCK_HOLD(lk));
+  hilock_hold_free(HILOCK_HOLD(sem));
+  hilock_hold_free(HILOCK_HOLD(fair));
+  hilock_hold_free(HILOCK_HOLD(seg));
+  hilock_hold_free(HILOCK_HOLD(ml));
+  hilock_hold_free(HILOCK_HOLD(rw));
   hilock_client_free(c);
   return status;
 }

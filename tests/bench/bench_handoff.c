@@ -88,13 +88,13 @@ static int acquire(hilock_lock *lk) {
   int rc = hilock_lock_acquire(lk, WAIT_MS);
   if (rc == HILOCK_OK) return 0;
   fprintf(stderr, "acquire: %s\n",
-          rc == HILOCK_BUSY ? "not granted in time" : hilock_lock_errmsg(lk));
+          rc == HILOCK_BUSY ? "not granted in time" : hilock_hold_errmsg(HILOCK_HOLD(lk)));
   return -1;
 }
 
 static int release(hilock_lock *lk) {
   if (hilock_lock_release(lk) == HILOCK_OK) return 0;
-  fprintf(stderr, "release: %s\n", hilock_lock_errmsg(lk));
+  fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));
   return -1;
 }
 
@@ -171,7 +171,7 @@ static int holder(const char *url, long n, int64_t *t0, int to_w, int from_w) {
   }
   status = 0;
 out:
-  hilock_lock_free(lk);
+  hilock_hold_free(HILOCK_HOLD(lk));
   hilock_client_free(c);
   return status;
 }
@@ -195,7 +195,7 @@ static int waiter(const char *url, long n, int64_t *t1, int64_t *waited, int to_
   }
   status = 0;
 out:
-  hilock_lock_free(lk);
+  hilock_hold_free(HILOCK_HOLD(lk));
   hilock_client_free(c);
   return status;
 }
@@ -277,7 +277,7 @@ static int worker(const char *url, window *w, int id, int ready, int go) {
   w->counts[id] = n;
   status = 0;
 out:
-  hilock_lock_free(lk);
+  hilock_hold_free(HILOCK_HOLD(lk));
   hilock_client_free(c);
   return status;
 }

@@ -99,12 +99,12 @@ static void unix_socket_connects_and_selects_db(void **state) {
   c = connect_url(url, NULL);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   l = new_lock(c, "via-unix", 5000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  key = hilock_lock_key(l, &klen);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_false(hl_redis_exists(f->redis, key, klen));
   hl_redis_ok(f->redis, "SELECT 2");
   assert_true(hl_redis_exists(f->redis, key, klen));
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -124,18 +124,18 @@ static void lock_in_db3_is_invisible_in_db0(void **state) {
   l3 = new_lock(c3, "db-test", 5000);
   l0 = new_lock(c0, "db-test", 5000);
 
-  assert_hl_ok(hilock_lock_try_acquire(l3), hilock_lock_errmsg(l3));
-  assert_hl_ok(hilock_lock_locked(l0, &locked), hilock_lock_errmsg(l0));
+  assert_hl_ok(hilock_lock_try_acquire(l3), hilock_hold_errmsg(HILOCK_HOLD(l3)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(l0), &locked), hilock_hold_errmsg(HILOCK_HOLD(l0)));
   assert_false(locked);
-  assert_hl_ok(hilock_lock_try_acquire(l0), hilock_lock_errmsg(l0));
+  assert_hl_ok(hilock_lock_try_acquire(l0), hilock_hold_errmsg(HILOCK_HOLD(l0)));
 
-  key = hilock_lock_key(l3, &klen);
+  key = hilock_hold_key(HILOCK_HOLD(l3), &klen);
   hl_redis_ok(f->redis, "SELECT 3");
   assert_true(hl_redis_exists(f->redis, key, klen));
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2); /* lock + fence */
 
-  hilock_lock_free(l3);
-  hilock_lock_free(l0);
+  hilock_hold_free(HILOCK_HOLD(l3));
+  hilock_hold_free(HILOCK_HOLD(l0));
   hilock_client_free(c3);
   hilock_client_free(c0);
 }
@@ -189,15 +189,15 @@ static void acl_user_without_script_rights_gets_enoperm(void **state) {
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   l = new_lock(c, "acl", 1000);
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ENOPERM,
-               hilock_lock_errmsg(l));
-  assert_substr(hilock_lock_errmsg(l), "NOPERM");
-  assert_substr(hilock_lock_errmsg(l), "evalsha");
-  assert_false(hilock_lock_held(l));
-  assert_hl_rc(hilock_lock_locked(l, &locked), HILOCK_ENOPERM,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "NOPERM");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "evalsha");
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_locked(HILOCK_HOLD(l), &locked), HILOCK_ENOPERM,
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_force_release(l, NULL), HILOCK_ENOPERM,
-               hilock_lock_errmsg(l));
-  hilock_lock_free(l);
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 
   /* SELECT is refused while connecting. */
@@ -244,15 +244,15 @@ static void command_timeout_gives_etimedout(void **state) {
   /* A timed-out acquire is not a grant. */
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ETIMEDOUT,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_now_ms() - t0, 250, 1000);
-  assert_false(hilock_lock_held(l));
-  assert_string_equal(hilock_lock_token(l), "");
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(l)), "");
 
   /* This PING waits out the pause; then the client works again. */
   hl_redis_ok(f->redis, "PING");
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -266,22 +266,22 @@ static void reconnects_transparently_after_server_restart(void **state) {
   c = connect_url(f->server.url, &o);
   a = new_lock(c, "restart", 10000);
   b = new_lock(c, "restart-2", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
 
   redisFree(f->redis);
   f->redis = NULL;
   assert_int_equal(hl_server_restart(&f->server), 0);
 
   /* The pooled connection is dead; the call replaces it and succeeds. */
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   /* The server lost its data: a's grant is gone. */
-  assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED, hilock_lock_errmsg(a));
-  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+  assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   f->redis = hl_redis_connect(&f->server);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
   hilock_client_free(c);
 }
 
@@ -340,42 +340,42 @@ static void lock_outliving_client_gets_eclosed(void **state) {
   size_t klen;
   const char *key;
 
-  assert_hl_ok(hilock_lock_try_acquire(held), hilock_lock_errmsg(held));
+  assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
   hilock_client_free(c);
 
   /* Closing reported the hold lost and released it. */
-  assert_true(hilock_lock_lost(held));
-  assert_int_equal(hilock_lock_validity_ms(held), 0);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(held)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(held)), 0);
   assert_false(hl_redis_exists(f->redis, "hilock:{orphan}:lock", 20));
   assert_hl_rc(hilock_lock_release(held), HILOCK_ECLOSED,
-               hilock_lock_errmsg(held));
-  assert_substr(hilock_lock_errmsg(held), "closed");
+               hilock_hold_errmsg(HILOCK_HOLD(held)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(held)), "closed");
   assert_hl_rc(hilock_lock_extend(held, 1000, 1), HILOCK_ECLOSED,
-               hilock_lock_errmsg(held));
+               hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_rc(hilock_lock_renew(held), HILOCK_ECLOSED,
-               hilock_lock_errmsg(held));
-  assert_hl_rc(hilock_lock_owned(held, &flag), HILOCK_ECLOSED,
-               hilock_lock_errmsg(held));
+               hilock_hold_errmsg(HILOCK_HOLD(held)));
+  assert_hl_rc(hilock_hold_owned(HILOCK_HOLD(held), &flag), HILOCK_ECLOSED,
+               hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_rc(hilock_lock_force_release(held, &flag), HILOCK_ECLOSED,
-               hilock_lock_errmsg(held));
+               hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_rc(hilock_lock_try_acquire(idle), HILOCK_ECLOSED,
-               hilock_lock_errmsg(idle));
+               hilock_hold_errmsg(HILOCK_HOLD(idle)));
   assert_hl_rc(hilock_lock_acquire(idle, 100), HILOCK_ECLOSED,
-               hilock_lock_errmsg(idle));
-  assert_hl_rc(hilock_lock_locked(idle, &flag), HILOCK_ECLOSED,
-               hilock_lock_errmsg(idle));
+               hilock_hold_errmsg(HILOCK_HOLD(idle)));
+  assert_hl_rc(hilock_hold_locked(HILOCK_HOLD(idle), &flag), HILOCK_ECLOSED,
+               hilock_hold_errmsg(HILOCK_HOLD(idle)));
 
-  key = hilock_lock_key(held, &klen);
+  key = hilock_hold_key(HILOCK_HOLD(held), &klen);
   assert_false(hl_redis_exists(f->redis, key, klen));
-  hilock_lock_free(held);
-  hilock_lock_free(idle);
+  hilock_hold_free(HILOCK_HOLD(held));
+  hilock_hold_free(HILOCK_HOLD(idle));
 }
 
 static void client_free_with_no_locks_is_clean(void **state) {
   fixture *f = *state;
   hilock_client *c = connect_url(f->server.url, NULL);
   hilock_lock *l = new_lock(c, "short-lived", 1000);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
   hilock_client_free(NULL);
 }
@@ -411,7 +411,7 @@ static void *contend(void *arg) {
     atomic_fetch_sub(&w->inside, 1);
     if (hilock_lock_release(l) != HILOCK_OK) atomic_fetch_add(&w->errors, 1);
   }
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   return NULL;
 }
 
@@ -430,10 +430,10 @@ static void threads_sharing_a_client_exclude_each_other(void **state) {
   /* The first grant on a name draws its fence from the server's clock;
    * every later one is one more. */
   first = new_lock(w.client, "contended", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(first), hilock_lock_errmsg(first));
-  first_fence = hilock_lock_fence(first);
-  assert_hl_ok(hilock_lock_release(first), hilock_lock_errmsg(first));
-  hilock_lock_free(first);
+  assert_hl_ok(hilock_lock_try_acquire(first), hilock_hold_errmsg(HILOCK_HOLD(first)));
+  first_fence = hilock_hold_fence(HILOCK_HOLD(first));
+  assert_hl_ok(hilock_lock_release(first), hilock_hold_errmsg(HILOCK_HOLD(first)));
+  hilock_hold_free(HILOCK_HOLD(first));
   for (int i = 0; i < NTHREADS; i++)
     assert_int_equal(pthread_create(&t[i], NULL, contend, &w), 0);
   for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);
@@ -478,29 +478,29 @@ static void null_arguments_are_einval(void **state) {
   assert_int_equal(hilock_lock_release(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_lock_extend(NULL, 1000, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_lock_renew(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_lock_owned(NULL, &flag), HILOCK_EINVAL);
-  assert_int_equal(hilock_lock_locked(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(NULL, &flag), HILOCK_EINVAL);
   assert_int_equal(hilock_lock_force_release(NULL, &flag), HILOCK_EINVAL);
-  assert_int_equal(hilock_lock_validity_ms(NULL), 0);
-  assert_false(hilock_lock_held(NULL));
-  assert_int_equal(hilock_lock_fence(NULL), 0);
-  assert_string_equal(hilock_lock_token(NULL), "");
-  assert_int_equal(hilock_lock_ttl_ms(NULL), 0);
-  assert_string_equal(hilock_lock_key(NULL, &len), "");
+  assert_int_equal(hilock_hold_validity_ms(NULL), 0);
+  assert_false(hilock_hold_held(NULL));
+  assert_int_equal(hilock_hold_fence(NULL), 0);
+  assert_string_equal(hilock_hold_token(NULL), "");
+  assert_int_equal(hilock_hold_ttl_ms(NULL), 0);
+  assert_string_equal(hilock_hold_key(NULL, &len), "");
   assert_int_equal(len, 0);
-  assert_string_equal(hilock_lock_key(NULL, NULL), "");
-  assert_non_null(hilock_lock_errmsg(NULL));
-  assert_int_equal(hilock_lock_errcode(NULL), HILOCK_EINVAL);
-  hilock_lock_free(NULL);
+  assert_string_equal(hilock_hold_key(NULL, NULL), "");
+  assert_non_null(hilock_hold_errmsg(NULL));
+  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
+  hilock_hold_free(NULL);
 
   /* Valid handle, NULL out-parameter. */
   l = new_lock(c, "n", 1000);
-  assert_int_equal(hilock_lock_owned(l, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_lock_locked(l, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
   assert_hl_rc(hilock_lock_acquire(l, -5), HILOCK_EINVAL,
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_force_release(l, NULL), hilock_lock_errmsg(l));
-  hilock_lock_free(l);
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_force_release(l, NULL), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 

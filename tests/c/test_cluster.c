@@ -211,9 +211,9 @@ static void plain_url_on_a_cluster_node_says_so(void **state) {
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
                hilock_client_errmsg(c));
   assert_int_equal(hilock_lock_try_acquire(l), HILOCK_ECLUSTER);
-  assert_substr(hilock_lock_errmsg(l), "MOVED");
-  assert_substr(hilock_lock_errmsg(l), "redis+cluster://");
-  hilock_lock_free(l);
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "MOVED");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "redis+cluster://");
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -241,68 +241,68 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
                  hilock_client_errmsg(c));
     assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &other),
                  hilock_client_errmsg(c));
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-    fence = hilock_lock_fence(l);
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    fence = hilock_hold_fence(HILOCK_HOLD(l));
     assert_int_equal(hilock_lock_try_acquire(other), HILOCK_BUSY);
-    key = hilock_lock_key(l, &klen);
+    key = hilock_hold_key(HILOCK_HOLD(l), &klen);
     assert_true(key_on(m[i], key, klen));
-    assert_hl_ok(hilock_lock_extend(l, 5000, 0), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_extend(l, 5000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
     int owned = 0, locked = 0;
-    assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_true(owned);
-    assert_hl_ok(hilock_lock_locked(other, &locked), hilock_lock_errmsg(other));
+    assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(other), &locked), hilock_hold_errmsg(HILOCK_HOLD(other)));
     assert_true(locked);
-    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_false(key_on(m[i], key, klen));
-    assert_hl_ok(hilock_lock_try_acquire(other), hilock_lock_errmsg(other));
-    assert_true(hilock_lock_fence(other) > fence);
-    assert_hl_ok(hilock_lock_release(other), hilock_lock_errmsg(other));
-    hilock_lock_free(l);
-    hilock_lock_free(other);
+    assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+    assert_true(hilock_hold_fence(HILOCK_HOLD(other)) > fence);
+    assert_hl_ok(hilock_lock_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+    hilock_hold_free(HILOCK_HOLD(l));
+    hilock_hold_free(HILOCK_HOLD(other));
 
     /* simple */
     assert_hl_ok(hilock_simple_lock_new(c, name, strlen(name), &s),
                  hilock_client_errmsg(c));
-    assert_hl_ok(hilock_lock_acquire(s, 1000), hilock_lock_errmsg(s));
-    assert_hl_ok(hilock_lock_release(s), hilock_lock_errmsg(s));
-    hilock_lock_free(s);
+    assert_hl_ok(hilock_lock_acquire(s, 1000), hilock_hold_errmsg(HILOCK_HOLD(s)));
+    assert_hl_ok(hilock_lock_release(s), hilock_hold_errmsg(HILOCK_HOLD(s)));
+    hilock_hold_free(HILOCK_HOLD(s));
 
     /* reentrant */
     assert_hl_ok(hilock_rlock_new(c, name, strlen(name), 10000, &rl),
                  hilock_client_errmsg(c));
-    assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_rlock_errmsg(rl));
-    assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_rlock_errmsg(rl));
-    assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_rlock_errmsg(rl));
+    assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_int_equal(count, 2);
-    key = hilock_rlock_key(rl, &klen);
+    key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
     assert_true(key_on(m[i], key, klen));
-    assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
-    assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_false(key_on(m[i], key, klen));
-    hilock_rlock_free(rl);
+    hilock_hold_free(HILOCK_HOLD(rl));
 
     /* semaphore */
     assert_hl_ok(hilock_semaphore_new(c, name, strlen(name), 2, 10000, &sem),
                  hilock_client_errmsg(c));
     assert_hl_ok(hilock_semaphore_acquire(sem, 1000),
-                 hilock_semaphore_errmsg(sem));
-    key = hilock_semaphore_key(sem, &klen);
+                 hilock_hold_errmsg(HILOCK_HOLD(sem)));
+    key = hilock_hold_key(HILOCK_HOLD(sem), &klen);
     assert_true(key_on(m[i], key, klen));
     assert_hl_ok(hilock_semaphore_available(sem, &count),
-                 hilock_semaphore_errmsg(sem));
+                 hilock_hold_errmsg(HILOCK_HOLD(sem)));
     assert_int_equal(count, 1);
-    assert_hl_ok(hilock_semaphore_release(sem), hilock_semaphore_errmsg(sem));
-    hilock_semaphore_free(sem);
+    assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+    hilock_hold_free(HILOCK_HOLD(sem));
 
     /* fair */
     assert_hl_ok(hilock_fair_lock_new(c, name, strlen(name), 10000, &fl),
                  hilock_client_errmsg(c));
     assert_hl_ok(hilock_fair_lock_acquire(fl, 1000),
-                 hilock_fair_lock_errmsg(fl));
-    key = hilock_fair_lock_key(fl, &klen);
+                 hilock_hold_errmsg(HILOCK_HOLD(fl)));
+    key = hilock_hold_key(HILOCK_HOLD(fl), &klen);
     assert_true(key_on(m[i], key, klen));
-    assert_hl_ok(hilock_fair_lock_release(fl), hilock_fair_lock_errmsg(fl));
-    hilock_fair_lock_free(fl);
+    assert_hl_ok(hilock_fair_lock_release(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
+    hilock_hold_free(HILOCK_HOLD(fl));
   }
   hilock_client_free(c);
 }
@@ -331,12 +331,12 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
 
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The wrong master answered MOVED, and the map is right again. */
   assert_true(errorstat(m[1], "errorstat_MOVED") > before);
   assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[0]].port);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -385,8 +385,8 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
                hilock_client_errmsg(c));
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &other),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  key = hilock_lock_key(l, &klen);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   snprintf(fence_key, sizeof(fence_key), "hilock:{%s}:fence", name);
 
   /* Move the lock's keys to the importing node, as redis-cli --cluster
@@ -398,7 +398,7 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   before = errorstat(m[2], "errorstat_ASK");
 
   /* One key, or all of a script's keys, on the importing node: ASK. */
-  assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(owned);
   assert_int_equal(hilock_lock_try_acquire(other), HILOCK_BUSY);
   assert_true(errorstat(m[2], "errorstat_ASK") >= before + 2);
@@ -418,16 +418,16 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
     redisFree(r);
   }
   pthread_join(rel.thread, NULL);
-  assert_hl_ok(rel.rc, hilock_lock_errmsg(l));
+  assert_hl_ok(rel.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(rel.done_ms >= finished);
   assert_true(hl_cluster_wait_ok(&cl, 10000));
-  assert_hl_ok(hilock_lock_acquire(other, 1000), hilock_lock_errmsg(other));
+  assert_hl_ok(hilock_lock_acquire(other, 1000), hilock_hold_errmsg(HILOCK_HOLD(other)));
   assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[1]].port);
   assert_true(key_on(m[1], key, klen));
-  assert_hl_ok(hilock_lock_release(other), hilock_lock_errmsg(other));
+  assert_hl_ok(hilock_lock_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
 
-  hilock_lock_free(l);
-  hilock_lock_free(other);
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(other));
   redisFree(src);
   redisFree(dst);
   free(src_id);
@@ -453,9 +453,9 @@ static void noscript_reloads_on_each_node(void **state) {
     name_on(m[i], "noscript", name, sizeof(name));
     assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
                  hilock_client_errmsg(c));
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-    hilock_lock_free(l);
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    hilock_hold_free(HILOCK_HOLD(l));
     /* The EVAL fallback loaded the script on that node. */
     r = hl_cluster_connect(&cl, m[i]);
     rep = hl_redis(r, "SCRIPT EXISTS %s", hilock__script_lock_acquire.sha);
@@ -499,21 +499,21 @@ static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
                hilock_client_errmsg(c));
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &w.lock),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_lock_errmsg(holder));
+  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   w.wait_ms = 10000;
   assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
   r = hl_cluster_connect(&cl, m[1]);
   assert_true(hl_wait_waiters(r, 1, 3000));
   redisFree(r);
   released = hl_now_ms();
-  assert_hl_ok(hilock_lock_release(holder), hilock_lock_errmsg(holder));
+  assert_hl_ok(hilock_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(w.thread, NULL);
-  assert_hl_ok(w.rc, hilock_lock_errmsg(w.lock));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
   /* Woken by the release, long before the holder's 20 s TTL. */
   assert_i64_between(w.done_ms - released, 0, 2000);
-  assert_hl_ok(hilock_lock_release(w.lock), hilock_lock_errmsg(w.lock));
-  hilock_lock_free(holder);
-  hilock_lock_free(w.lock);
+  assert_hl_ok(hilock_lock_release(w.lock), hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_hold_free(HILOCK_HOLD(w.lock));
   hilock_client_free(c);
 }
 
@@ -532,45 +532,45 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
     name_on(m[i % 3], prefix, name, sizeof(name));
     assert_hl_ok(hilock_lock_new(c, name, strlen(name), 600, &l[i]),
                  hilock_client_errmsg(c));
-    assert_hl_ok(hilock_lock_set_auto_renew(l[i], 1, 0, NULL, NULL),
-                 hilock_lock_errmsg(l[i]));
-    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, NULL, NULL),
+                 hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
   }
   name_on(m[1], "renew-rl", name, sizeof(name));
   assert_hl_ok(hilock_rlock_new(c, name, strlen(name), 600, &rl),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, NULL, NULL),
-               hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   name_on(m[2], "renew-sem", name, sizeof(name));
   assert_hl_ok(hilock_semaphore_new(c, name, strlen(name), 1, 600, &sem),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_semaphore_set_auto_renew(sem, 1, 0, NULL, NULL),
-               hilock_semaphore_errmsg(sem));
-  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_semaphore_errmsg(sem));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(sem), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
 
   hl_sleep_ms(1800); /* three TTLs */
   for (int i = 0; i < 6; i++) {
     int owned = 0;
-    assert_false(hilock_lock_lost(l[i]));
-    assert_hl_ok(hilock_lock_owned(l[i], &owned), hilock_lock_errmsg(l[i]));
+    assert_false(hilock_hold_lost(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l[i]), &owned), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_true(owned);
-    assert_hl_ok(hilock_lock_release(l[i]), hilock_lock_errmsg(l[i]));
-    hilock_lock_free(l[i]);
+    assert_hl_ok(hilock_lock_release(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    hilock_hold_free(HILOCK_HOLD(l[i]));
   }
   int owned = 0;
-  assert_false(hilock_rlock_lost(rl));
-  assert_hl_ok(hilock_rlock_owned(rl, &owned), hilock_rlock_errmsg(rl));
+  assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(rl), &owned), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(owned);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   owned = 0;
-  assert_false(hilock_semaphore_lost(sem));
-  assert_hl_ok(hilock_semaphore_owned(sem, &owned),
-               hilock_semaphore_errmsg(sem));
+  assert_false(hilock_hold_lost(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(sem), &owned),
+               hilock_hold_errmsg(HILOCK_HOLD(sem)));
   assert_true(owned);
-  assert_hl_ok(hilock_semaphore_release(sem), hilock_semaphore_errmsg(sem));
-  hilock_rlock_free(rl);
-  hilock_semaphore_free(sem);
+  assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(sem));
   hilock_client_free(c);
 }
 
@@ -616,19 +616,19 @@ static void wait_replicas_confirms_on_each_master(void **state) {
     name_on(m[i], "acked-", name, sizeof(name));
     assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
                  hilock_client_errmsg(c));
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-    assert_hl_ok(hilock_lock_renew(l), hilock_lock_errmsg(l));
-    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-    hilock_lock_free(l);
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    hilock_hold_free(HILOCK_HOLD(l));
   }
   /* A hold on m[0] renewed by the watchdog: renewals pass while the
    * replica answers. */
   name_on(m[0], "acked-held-", name, sizeof(name));
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 3000, &held),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_set_auto_renew(held, 1, 0, lost_flag, &lost),
-               hilock_lock_errmsg(held));
-  assert_hl_ok(hilock_lock_try_acquire(held), hilock_lock_errmsg(held));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(held), 1, 0, lost_flag, &lost),
+               hilock_hold_errmsg(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
   hl_sleep_ms(3200);
   assert_false(__atomic_load_n(&lost, __ATOMIC_SEQ_CST));
 
@@ -641,18 +641,18 @@ static void wait_replicas_confirms_on_each_master(void **state) {
                hilock_client_errmsg(c));
   int rc = hilock_lock_try_acquire(l);
   char msg[256];
-  snprintf(msg, sizeof(msg), "%s", hilock_lock_errmsg(l));
+  snprintf(msg, sizeof(msg), "%s", hilock_hold_errmsg(HILOCK_HOLD(l)));
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   int there = key_on(m[0], key, klen);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   /* Another master's replica answers: its grants go on. */
   name_on(m[1], "acked-other-", name, sizeof(name));
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
                hilock_client_errmsg(c));
   int rc_other = hilock_lock_try_acquire(l);
   if (rc_other == HILOCK_OK) hilock_lock_release(l);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   /* The watchdog's renewals on m[0] are no longer confirmed: the hold is
    * reported lost when its validity runs out. */
   while (!__atomic_load_n(&lost, __ATOMIC_SEQ_CST) && hl_now_ms() - t0 < 6000)
@@ -668,15 +668,15 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   assert_hl_ok(rc_other, "a grant on another master");
   assert_true(__atomic_load_n(&lost, __ATOMIC_SEQ_CST));
   assert_i64_between(lost_after, 0, 4500);
-  assert_true(hilock_lock_lost(held));
-  hilock_lock_free(held);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(held)));
+  hilock_hold_free(HILOCK_HOLD(held));
   /* With the replica back, grants on m[0] are confirmed again. */
   name_on(m[0], "acked-again-", name, sizeof(name));
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  hilock_lock_free(l);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -701,8 +701,8 @@ static int child_main(void *arg) {
        hilock_lock_acquire(b, 1000) != HILOCK_OK ||
        hilock_lock_release(b) != HILOCK_OK))
     rc = 2;
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
   return rc;
 }
 
@@ -719,9 +719,9 @@ static void a_forked_child_routes_on_its_own_connections(void **state) {
   name_on(m[1], "fork-other", other, sizeof(other));
   assert_hl_ok(hilock_lock_new(c, held, strlen(held), 10000, &l),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c)); /* pooled */
   f.c = c;
   f.held = held;
@@ -731,8 +731,8 @@ static void a_forked_child_routes_on_its_own_connections(void **state) {
   assert_int_equal(hl_wait_child(pid, 10000), 0);
   /* The parent's pooled connections were not disturbed by the child. */
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  hilock_lock_free(l);
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -763,27 +763,27 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   name_on(m[1], "failover-bystander", name3, sizeof(name3));
   assert_hl_ok(hilock_lock_new(c, name3, strlen(name3), 1500, &bystander),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_set_auto_renew(bystander, 1, 0, lost_fn,
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(bystander), 1, 0, lost_fn,
                                           (void *)&bystander_lost),
-               hilock_lock_errmsg(bystander));
+               hilock_hold_errmsg(HILOCK_HOLD(bystander)));
   assert_hl_ok(hilock_lock_try_acquire(bystander),
-               hilock_lock_errmsg(bystander));
+               hilock_hold_errmsg(HILOCK_HOLD(bystander)));
   /* A hold on the master that dies, with a TTL shorter than the failover:
    * its renewals fail while no master serves the slot, so it is lost. */
   name_on(m[0], "failover-doomed", name4, sizeof(name4));
   assert_hl_ok(hilock_lock_new(c, name4, strlen(name4), 900, &doomed),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_set_auto_renew(doomed, 1, 0, lost_fn,
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(doomed), 1, 0, lost_fn,
                                           (void *)&doomed_lost),
-               hilock_lock_errmsg(doomed));
-  assert_hl_ok(hilock_lock_try_acquire(doomed), hilock_lock_errmsg(doomed));
+               hilock_hold_errmsg(HILOCK_HOLD(doomed)));
+  assert_hl_ok(hilock_lock_try_acquire(doomed), hilock_hold_errmsg(HILOCK_HOLD(doomed)));
 
   /* A renewed hold and a waiter blocked on the master that will die. */
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 8000, &held),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_set_auto_renew(held, 1, 0, lost_fn, (void *)&lost),
-               hilock_lock_errmsg(held));
-  assert_hl_ok(hilock_lock_try_acquire(held), hilock_lock_errmsg(held));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(held), 1, 0, lost_fn, (void *)&lost),
+               hilock_hold_errmsg(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 8000, &w.lock),
                hilock_client_errmsg(c));
   w.wait_ms = 30000;
@@ -795,7 +795,7 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   }
   /* Replication is asynchronous: make sure the replica has the key, so
    * this test checks the client, not the race. */
-  key = hilock_lock_key(held, &klen);
+  key = hilock_hold_key(HILOCK_HOLD(held), &klen);
   {
     redisContext *r = hl_cluster_connect(&cl, replica);
     int64_t until = hl_now_ms() + 3000;
@@ -816,10 +816,10 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   /* New grants on the failed-over slot work through the same client. */
   assert_hl_ok(hilock_lock_new(c, name2, strlen(name2), 5000, &fresh),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_acquire(fresh, 10000), hilock_lock_errmsg(fresh));
-  key = hilock_lock_key(fresh, &klen);
+  assert_hl_ok(hilock_lock_acquire(fresh, 10000), hilock_hold_errmsg(HILOCK_HOLD(fresh)));
+  key = hilock_hold_key(HILOCK_HOLD(fresh), &klen);
   assert_true(key_on(promoted, key, klen));
-  assert_hl_ok(hilock_lock_release(fresh), hilock_lock_errmsg(fresh));
+  assert_hl_ok(hilock_lock_release(fresh), hilock_hold_errmsg(HILOCK_HOLD(fresh)));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
 
   /* The hold survived and is renewed on the new master: wait past its
@@ -827,30 +827,30 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   while (hl_now_ms() - killed < 9000) hl_sleep_ms(100);
   int owned = 0;
   assert_false(lost);
-  assert_hl_ok(hilock_lock_owned(held, &owned), hilock_lock_errmsg(held));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(held), &owned), hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_true(owned);
   /* The doomed hold is lost; the bystander's renewals went on through the
    * failover (the watchdog did not wait on the dead master). */
   assert_true(doomed_lost);
   assert_int_equal(hilock_lock_release(doomed), HILOCK_ENOTOWNED);
-  hilock_lock_free(doomed);
+  hilock_hold_free(HILOCK_HOLD(doomed));
   assert_false(bystander_lost);
-  assert_hl_ok(hilock_lock_owned(bystander, &owned),
-               hilock_lock_errmsg(bystander));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(bystander), &owned),
+               hilock_hold_errmsg(HILOCK_HOLD(bystander)));
   assert_true(owned);
-  assert_hl_ok(hilock_lock_release(bystander), hilock_lock_errmsg(bystander));
-  hilock_lock_free(bystander);
+  assert_hl_ok(hilock_lock_release(bystander), hilock_hold_errmsg(HILOCK_HOLD(bystander)));
+  hilock_hold_free(HILOCK_HOLD(bystander));
   /* The waiter is still waiting (not failed), and gets the lock now. */
   assert_int_equal(w.done_ms, 0);
-  assert_hl_ok(hilock_lock_release(held), hilock_lock_errmsg(held));
+  assert_hl_ok(hilock_lock_release(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
   pthread_join(w.thread, NULL);
-  assert_hl_ok(w.rc, hilock_lock_errmsg(w.lock));
-  assert_true(hilock_lock_fence(w.lock) > hilock_lock_fence(held));
-  assert_hl_ok(hilock_lock_release(w.lock), hilock_lock_errmsg(w.lock));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(w.lock)) > hilock_hold_fence(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_lock_release(w.lock), hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
 
-  hilock_lock_free(held);
-  hilock_lock_free(fresh);
-  hilock_lock_free(w.lock);
+  hilock_hold_free(HILOCK_HOLD(held));
+  hilock_hold_free(HILOCK_HOLD(fresh));
+  hilock_hold_free(HILOCK_HOLD(w.lock));
   hilock_client_free(c);
 }
 
@@ -985,12 +985,12 @@ static void pw_lock_on(hilock_client *c, const char *name, int on) {
   size_t klen;
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  key = hilock_lock_key(l, &klen);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_true(pw_key_on(on, key, klen));
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(pw_key_on(on, key, klen));
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void auth_cluster_grants_on_every_master(void **state) {
@@ -1132,12 +1132,12 @@ static void auth_cluster_revoked_user_is_EAUTH_on_next_use(void **state) {
   assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
                hilock_client_errmsg(c));
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EAUTH, hilock_lock_errmsg(l));
-  assert_substr(hilock_lock_errmsg(l), "WRONGPASS");
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EAUTH, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGPASS");
   assert_hl_rc(hilock_client_ping(c), HILOCK_EAUTH, hilock_client_errmsg(c));
   assert_i64_between(hl_now_ms() - t0, 0, 2000);
-  assert_false(hilock_lock_held(l));
-  hilock_lock_free(l);
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -1160,14 +1160,14 @@ static void auth_cluster_user_without_EVAL_is_ENOPERM(void **state) {
     assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
                  hilock_client_errmsg(c));
     assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ENOPERM,
-                 hilock_lock_errmsg(l));
-    assert_substr(hilock_lock_errmsg(l), "NOPERM");
-    assert_int_equal(hilock_lock_errcode(l), HILOCK_ENOPERM);
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "NOPERM");
+    assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(l)), HILOCK_ENOPERM);
     assert_hl_rc(hilock_lock_acquire(l, 500), HILOCK_ENOPERM,
-                 hilock_lock_errmsg(l));
-    key = hilock_lock_key(l, &klen);
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+    key = hilock_hold_key(HILOCK_HOLD(l), &klen);
     assert_false(pw_key_on(m[i], key, klen));
-    hilock_lock_free(l);
+    hilock_hold_free(HILOCK_HOLD(l));
   }
   hilock_client_free(c);
 }

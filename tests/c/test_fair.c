@@ -69,7 +69,7 @@ static void assert_holder(fixture *f, const char *name,
                           const hilock_fair_lock *fl) {
   char *v = holder_value(f, name);
   assert_non_null(v);
-  assert_string_equal(v, hilock_fair_lock_token(fl));
+  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(fl)));
   free(v);
 }
 
@@ -114,54 +114,54 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   uint64_t first;
   int locked = -1, owned = -1;
 
-  assert_string_equal(hilock_fair_lock_key(a, &klen), "hilock:{basic}:fair");
+  assert_string_equal(hilock_hold_key(HILOCK_HOLD(a), &klen), "hilock:{basic}:fair");
   assert_int_equal(klen, 19);
-  assert_int_equal(hilock_fair_lock_ttl_ms(a), 10000);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(a)), 10000);
   assert_int_equal(hilock_fair_lock_heartbeat_ms(a), 5000);
   assert_int_equal(hilock_fair_lock_ticket(a), 0);
-  assert_int_equal(hilock_fair_lock_fence(a), 0);
-  assert_string_equal(hilock_fair_lock_token(a), "");
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), 0);
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
 
-  assert_hl_ok(hilock_fair_lock_try_acquire(a), hilock_fair_lock_errmsg(a));
-  assert_true(hilock_fair_lock_held(a));
-  assert_int_equal(strlen(hilock_fair_lock_token(a)), 32);
+  assert_hl_ok(hilock_fair_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(a)));
+  assert_int_equal(strlen(hilock_hold_token(HILOCK_HOLD(a))), 32);
   assert_holder(f, "basic", a);
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{basic}:fair", 19), 5000,
                      10000);
   /* A new name's first fence is the server's clock in microseconds. */
-  first = hilock_fair_lock_fence(a);
+  first = hilock_hold_fence(HILOCK_HOLD(a));
   assert_true(first > 1000000000000000ULL);
   assert_int_equal(hilock_fair_lock_ticket(a), 1);
 
   assert_hl_rc(hilock_fair_lock_try_acquire(b), HILOCK_BUSY,
-               hilock_fair_lock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_rc(hilock_fair_lock_acquire(b, 0), HILOCK_BUSY,
-               hilock_fair_lock_errmsg(b));
-  assert_false(hilock_fair_lock_held(b));
-  assert_hl_ok(hilock_fair_lock_locked(b, &locked), hilock_fair_lock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(locked);
-  assert_hl_ok(hilock_fair_lock_owned(b, &owned), hilock_fair_lock_errmsg(b));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(b), &owned), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(owned);
-  assert_hl_ok(hilock_fair_lock_owned(a, &owned), hilock_fair_lock_errmsg(a));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(owned);
   /* A refused try or a zero wait never queues. */
   assert_no_waiter_residue(f, "basic");
 
-  assert_hl_ok(hilock_fair_lock_release(a), hilock_fair_lock_errmsg(a));
-  assert_false(hilock_fair_lock_held(a));
+  assert_hl_ok(hilock_fair_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(a)));
   assert_null(holder_value(f, "basic"));
   assert_hl_rc(hilock_fair_lock_release(a), HILOCK_ENOTOWNED,
-               hilock_fair_lock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
 
-  assert_hl_ok(hilock_fair_lock_acquire(b, 1000), hilock_fair_lock_errmsg(b));
-  assert_int_equal(hilock_fair_lock_fence(b), first + 1);
+  assert_hl_ok(hilock_fair_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(b)), first + 1);
   assert_int_equal(hilock_fair_lock_ticket(b), 2);
   /* Holder, fence and ticket counters: nothing of the queue remains. */
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 3);
   assert_int_equal(get_int(f, "hilock:{basic}:fair:ticket"), 2);
-  assert_hl_ok(hilock_fair_lock_release(b), hilock_fair_lock_errmsg(b));
-  hilock_fair_lock_free(a);
-  hilock_fair_lock_free(b);
+  assert_hl_ok(hilock_fair_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void not_reentrant_and_non_holders_cannot_release(void **state) {
@@ -171,23 +171,23 @@ static void not_reentrant_and_non_holders_cannot_release(void **state) {
   char token[33];
   uint64_t fence;
 
-  assert_hl_ok(hilock_fair_lock_acquire(a, 1000), hilock_fair_lock_errmsg(a));
-  memcpy(token, hilock_fair_lock_token(a), 33);
-  fence = hilock_fair_lock_fence(a);
+  assert_hl_ok(hilock_fair_lock_acquire(a, 1000), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  memcpy(token, hilock_hold_token(HILOCK_HOLD(a)), 33);
+  fence = hilock_hold_fence(HILOCK_HOLD(a));
   assert_hl_rc(hilock_fair_lock_acquire(a, 200), HILOCK_EINVAL,
-               hilock_fair_lock_errmsg(a));
-  assert_substr(hilock_fair_lock_errmsg(a), "not reentrant");
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "not reentrant");
   assert_hl_rc(hilock_fair_lock_try_acquire(a), HILOCK_EINVAL,
-               hilock_fair_lock_errmsg(a));
-  assert_string_equal(hilock_fair_lock_token(a), token);
-  assert_int_equal(hilock_fair_lock_fence(a), fence);
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), token);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), fence);
   assert_int_equal(queue_len(f, "own"), 0);
 
   assert_hl_rc(hilock_fair_lock_release(b), HILOCK_ENOTOWNED,
-               hilock_fair_lock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_holder(f, "own", a);
-  hilock_fair_lock_free(a);
-  hilock_fair_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void release_after_expiry_spares_the_next_holder(void **state) {
@@ -196,45 +196,45 @@ static void release_after_expiry_spares_the_next_holder(void **state) {
   hilock_fair_lock *next = make_fair(f->client, "lapse", 5000);
   int owned = -1;
 
-  assert_hl_ok(hilock_fair_lock_try_acquire(old), hilock_fair_lock_errmsg(old));
+  assert_hl_ok(hilock_fair_lock_try_acquire(old), hilock_hold_errmsg(HILOCK_HOLD(old)));
   hl_sleep_ms(150);
-  assert_false(hilock_fair_lock_held(old));
+  assert_false(hilock_hold_held(HILOCK_HOLD(old)));
   assert_hl_ok(hilock_fair_lock_try_acquire(next),
-               hilock_fair_lock_errmsg(next));
-  assert_true(hilock_fair_lock_fence(next) > hilock_fair_lock_fence(old));
+               hilock_hold_errmsg(HILOCK_HOLD(next)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(next)) > hilock_hold_fence(HILOCK_HOLD(old)));
   assert_hl_rc(hilock_fair_lock_release(old), HILOCK_ENOTOWNED,
-               hilock_fair_lock_errmsg(old));
-  assert_substr(hilock_fair_lock_errmsg(old), "nothing was deleted");
+               hilock_hold_errmsg(HILOCK_HOLD(old)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(old)), "nothing was deleted");
   assert_hl_rc(hilock_fair_lock_extend(old, 5000, 1), HILOCK_ENOTOWNED,
-               hilock_fair_lock_errmsg(old));
+               hilock_hold_errmsg(HILOCK_HOLD(old)));
   assert_holder(f, "lapse", next);
-  assert_hl_ok(hilock_fair_lock_owned(next, &owned),
-               hilock_fair_lock_errmsg(next));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(next), &owned),
+               hilock_hold_errmsg(HILOCK_HOLD(next)));
   assert_true(owned);
-  hilock_fair_lock_free(old);
-  hilock_fair_lock_free(next);
+  hilock_hold_free(HILOCK_HOLD(old));
+  hilock_hold_free(HILOCK_HOLD(next));
 }
 
 static void extend_and_renew_act_while_owned(void **state) {
   fixture *f = *state;
   hilock_fair_lock *l = make_fair(f->client, "ext", 1000);
   assert_hl_rc(hilock_fair_lock_renew(l), HILOCK_ENOTOWNED,
-               hilock_fair_lock_errmsg(l));
-  assert_hl_ok(hilock_fair_lock_try_acquire(l), hilock_fair_lock_errmsg(l));
-  assert_hl_ok(hilock_fair_lock_extend(l, 5000, 1), hilock_fair_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_fair_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_fair_lock_extend(l, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{ext}:fair", 17), 4500,
                      5000);
-  assert_i64_between(hilock_fair_lock_validity_ms(l), 4500, 5000);
-  assert_hl_ok(hilock_fair_lock_extend(l, 2000, 0), hilock_fair_lock_errmsg(l));
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 4500, 5000);
+  assert_hl_ok(hilock_fair_lock_extend(l, 2000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{ext}:fair", 17), 6500,
                      7000);
-  assert_hl_ok(hilock_fair_lock_renew(l), hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{ext}:fair", 17), 800,
                      1000);
   assert_hl_rc(hilock_fair_lock_extend(l, 0, 1), HILOCK_EINVAL,
-               hilock_fair_lock_errmsg(l));
-  assert_hl_ok(hilock_fair_lock_release(l), hilock_fair_lock_errmsg(l));
-  hilock_fair_lock_free(l);
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_fair_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## FIFO order ---------------------------------------------------------------- */
@@ -262,7 +262,7 @@ static void *waiter_main(void *arg) {
   pthread_mutex_lock(&grant_mu);
   w->grant_pos = grant_counter++;
   pthread_mutex_unlock(&grant_mu);
-  w->fence = hilock_fair_lock_fence(w->lock);
+  w->fence = hilock_hold_fence(HILOCK_HOLD(w->lock));
   w->ticket = hilock_fair_lock_ticket(w->lock);
   if (w->release_now != NULL)
     while (!__atomic_load_n(w->release_now, __ATOMIC_ACQUIRE)) hl_sleep_ms(1);
@@ -279,7 +279,7 @@ static void fifo_grant_order_follows_enqueue_order(void **state) {
 
   grant_counter = 0;
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   /* Enqueue one at a time, so the enqueue order is known. */
   for (int i = 0; i < NWAITERS; i++) {
     memset(&w[i], 0, sizeof(w[i]));
@@ -290,21 +290,21 @@ static void fifo_grant_order_follows_enqueue_order(void **state) {
     wait_queue_len(f, "fifo", i + 1, 5000);
   }
   assert_hl_ok(hilock_fair_lock_release(holder),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) pthread_join(t[i], NULL);
 
   for (int i = 0; i < NWAITERS; i++) {
-    assert_hl_ok(w[i].rc, hilock_fair_lock_errmsg(w[i].lock));
-    assert_hl_ok(w[i].release_rc, hilock_fair_lock_errmsg(w[i].lock));
+    assert_hl_ok(w[i].rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
+    assert_hl_ok(w[i].release_rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
     /* Grant order == enqueue order; tickets and fences follow it. */
     assert_int_equal(w[i].grant_pos, i);
-    assert_int_equal(w[i].fence, hilock_fair_lock_fence(holder) + 1 + i);
+    assert_int_equal(w[i].fence, hilock_hold_fence(HILOCK_HOLD(holder)) + 1 + i);
     assert_int_equal(w[i].ticket, hilock_fair_lock_ticket(holder) + 1 + i);
-    hilock_fair_lock_free(w[i].lock);
+    hilock_hold_free(HILOCK_HOLD(w[i].lock));
   }
   assert_no_waiter_residue(f, "fifo");
   assert_null(holder_value(f, "fifo"));
-  hilock_fair_lock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 /* ## Processes ---------------------------------------------------------------- */
@@ -333,7 +333,7 @@ static pid_t fork_waiter(fixture *f, const char *name, int64_t beat_ms,
     }
     if (rc != HILOCK_OK)
       fprintf(stderr, "fair waiter %d: %s: %s\n", (int)getpid(),
-              hilock_err_name(rc), fl ? hilock_fair_lock_errmsg(fl) : "");
+              hilock_err_name(rc), fl ? hilock_hold_errmsg(HILOCK_HOLD(fl)) : "");
     _exit(rc == HILOCK_OK ? 0 : rc == HILOCK_BUSY ? 1 : 2);
   }
   return pid;
@@ -355,27 +355,27 @@ static void newcomer_never_barges_past_a_queued_waiter(void **state) {
   pid_t child;
 
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   child = fork_waiter(f, "barge", 3000, 50);
   wait_queue_len(f, "barge", 1, 5000);
   /* Freeze the queued waiter: its heartbeat is good for 3 s. */
   assert_int_equal(kill(child, SIGSTOP), 0);
   assert_hl_ok(hilock_fair_lock_release(holder),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
 
   /* The lock is free, but reserved for the head of the queue. */
-  assert_hl_ok(hilock_fair_lock_locked(newcomer, &locked),
-               hilock_fair_lock_errmsg(newcomer));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(newcomer), &locked),
+               hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
   assert_false(locked);
   assert_hl_ok(hilock_fair_lock_waiters(newcomer, &count),
-               hilock_fair_lock_errmsg(newcomer));
+               hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
   assert_int_equal(count, 1);
   assert_hl_rc(hilock_fair_lock_try_acquire(newcomer), HILOCK_BUSY,
-               hilock_fair_lock_errmsg(newcomer));
+               hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
   assert_hl_rc(hilock_fair_lock_acquire(newcomer, 300), HILOCK_BUSY,
-               hilock_fair_lock_errmsg(newcomer));
+               hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
   assert_hl_rc(hilock_fair_lock_try_acquire(holder), HILOCK_BUSY,
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_null(holder_value(f, "barge"));
   assert_int_equal(queue_len(f, "barge"), 1); /* the newcomer left */
 
@@ -383,13 +383,13 @@ static void newcomer_never_barges_past_a_queued_waiter(void **state) {
   assert_int_equal(kill(child, SIGCONT), 0);
   assert_int_equal(reap(child), 0);
   assert_hl_ok(hilock_fair_lock_try_acquire(newcomer),
-               hilock_fair_lock_errmsg(newcomer));
+               hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
   /* The holder's, the head's, then the newcomer's grant. */
-  assert_int_equal(hilock_fair_lock_fence(newcomer),
-                   hilock_fair_lock_fence(holder) + 2);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(newcomer)),
+                   hilock_hold_fence(HILOCK_HOLD(holder)) + 2);
   assert_no_waiter_residue(f, "barge");
-  hilock_fair_lock_free(holder);
-  hilock_fair_lock_free(newcomer);
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_hold_free(HILOCK_HOLD(newcomer));
 }
 
 static void sigkilled_head_is_skipped_within_the_heartbeat_window(
@@ -402,7 +402,7 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   char *v;
 
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   head = fork_waiter(f, "dead-head", beat, 0);
   wait_queue_len(f, "dead-head", 1, 5000);
   second = fork_waiter(f, "dead-head", beat, 100);
@@ -414,7 +414,7 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   /* The release wakes the dead head; the lock stays reserved for it until
    * its heartbeat lapses, never for the holder's TTL of 10 s. */
   assert_hl_ok(hilock_fair_lock_release(holder),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   while ((v = holder_value(f, "dead-head")) == NULL) {
     if (hl_now_ms() - t0 > 5000) break;
     hl_sleep_ms(2);
@@ -429,9 +429,9 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   assert_int_equal(reap(second), 0);
   /* Granted to the holder and then the second waiter only. */
   assert_int_equal(get_int(f, "hilock:{dead-head}:fence"),
-                   (long long)hilock_fair_lock_fence(holder) + 1);
+                   (long long)hilock_hold_fence(HILOCK_HOLD(holder)) + 1);
   assert_no_waiter_residue(f, "dead-head");
-  hilock_fair_lock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 /* ## Leaving the queue ------------------------------------------------------------ */
@@ -443,12 +443,12 @@ static void timed_out_waiter_leaves_no_residue(void **state) {
   int64_t t0;
 
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   t0 = hl_now_ms();
   assert_hl_rc(hilock_fair_lock_acquire(w, 300), HILOCK_BUSY,
-               hilock_fair_lock_errmsg(w));
+               hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 290, 1000);
-  assert_false(hilock_fair_lock_held(w));
+  assert_false(hilock_hold_held(HILOCK_HOLD(w)));
   assert_no_waiter_residue(f, "timeout");
 
   /* A head that times out leaves its place to the next waiter. */
@@ -465,18 +465,18 @@ static void timed_out_waiter_leaves_no_residue(void **state) {
     assert_int_equal(pthread_create(&tn, NULL, waiter_main, &next), 0);
     wait_queue_len(f, "timeout", 2, 5000);
     pthread_join(th, NULL);
-    assert_hl_rc(head.rc, HILOCK_BUSY, hilock_fair_lock_errmsg(w));
+    assert_hl_rc(head.rc, HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(w)));
     assert_int_equal(queue_len(f, "timeout"), 1);
     assert_hl_ok(hilock_fair_lock_release(holder),
-                 hilock_fair_lock_errmsg(holder));
+                 hilock_hold_errmsg(HILOCK_HOLD(holder)));
     pthread_join(tn, NULL);
-    assert_hl_ok(next.rc, hilock_fair_lock_errmsg(next.lock));
-    assert_true(next.fence == hilock_fair_lock_fence(holder) + 1);
-    hilock_fair_lock_free(next.lock);
+    assert_hl_ok(next.rc, hilock_hold_errmsg(HILOCK_HOLD(next.lock)));
+    assert_true(next.fence == hilock_hold_fence(HILOCK_HOLD(holder)) + 1);
+    hilock_hold_free(HILOCK_HOLD(next.lock));
   }
   assert_no_waiter_residue(f, "timeout");
-  hilock_fair_lock_free(holder);
-  hilock_fair_lock_free(w);
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 static int interrupt_flag;
@@ -507,18 +507,18 @@ static void interrupted_waiter_leaves_no_residue(void **state) {
                hilock_client_errmsg(c));
   w = make_fair(c, "intr", 10000);
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_int_equal(pthread_create(&t, NULL, raise_interrupt, NULL), 0);
   t0 = hl_now_ms();
   assert_hl_rc(hilock_fair_lock_acquire(w, 5000), HILOCK_EINTR,
-               hilock_fair_lock_errmsg(w));
+               hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 150, 900);
   pthread_join(t, NULL);
   assert_no_waiter_residue(f, "intr");
-  assert_false(hilock_fair_lock_held(w));
-  hilock_fair_lock_free(w);
+  assert_false(hilock_hold_held(HILOCK_HOLD(w)));
+  hilock_hold_free(HILOCK_HOLD(w));
   hilock_client_free(c);
-  hilock_fair_lock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 /* ## Heartbeats ------------------------------------------------------------------ */
@@ -533,9 +533,9 @@ static void live_waiter_is_never_purged_however_long_it_waits(void **state) {
   memset(&w, 0, sizeof(w));
   w.lock = make_fair(f->client, "patient", 10000);
   assert_hl_ok(hilock_fair_lock_set_heartbeat(w.lock, 1000),
-               hilock_fair_lock_errmsg(w.lock));
+               hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
   wait_queue_len(f, "patient", 1, 5000);
   /* 2.5 windows: its deadline keeps moving ahead of the server clock. */
@@ -553,13 +553,13 @@ static void live_waiter_is_never_purged_however_long_it_waits(void **state) {
   }
   t0 = hl_now_ms();
   assert_hl_ok(hilock_fair_lock_release(holder),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(t, NULL);
-  assert_hl_ok(w.rc, hilock_fair_lock_errmsg(w.lock));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
   assert_i64_between(hl_now_ms() - t0, 0, 500);
   assert_no_waiter_residue(f, "patient");
-  hilock_fair_lock_free(w.lock);
-  hilock_fair_lock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(w.lock));
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 static void dead_entries_block_until_their_deadline_then_are_dropped(
@@ -575,22 +575,22 @@ static void dead_entries_block_until_their_deadline_then_are_dropped(
   hl_redis_ok(f->redis, "ZADD hilock:{ghost}:fair:heartbeat %lld ghost",
               now + 300);
   hl_redis_ok(f->redis, "RPUSH hilock:{ghost}:wake:ghost 1");
-  assert_hl_ok(hilock_fair_lock_waiters(l, &count), hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_waiters(l, &count), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(count, 1);
 
   /* Until then it is the head: nobody barges past it. */
   assert_hl_rc(hilock_fair_lock_try_acquire(l), HILOCK_BUSY,
-               hilock_fair_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{ghost}:fair:queue"),
                    1);
   /* The damaged entry is gone; the ghost is still waited for. */
   assert_int_equal(queue_len(f, "ghost"), 1);
   hl_sleep_ms(350);
-  assert_hl_ok(hilock_fair_lock_waiters(l, &count), hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_waiters(l, &count), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(count, 0);
-  assert_hl_ok(hilock_fair_lock_try_acquire(l), hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_no_waiter_residue(f, "ghost");
-  hilock_fair_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void wake_ups_go_to_the_head_only(void **state) {
@@ -603,14 +603,14 @@ static void wake_ups_go_to_the_head_only(void **state) {
 
   grant_counter = 0;
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
     memset(&w[i], 0, sizeof(w[i]));
     go[i] = 0;
     w[i].lock = make_fair(f->client, "head-only", 10000);
     /* Re-checks every 10 s: within this test only wake-ups move waiters. */
     assert_hl_ok(hilock_fair_lock_set_heartbeat(w[i].lock, 30000),
-                 hilock_fair_lock_errmsg(w[i].lock));
+                 hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
     w[i].release_now = &go[i];
     assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &w[i]), 0);
     wait_queue_len(f, "head-only", i + 1, 5000);
@@ -619,7 +619,7 @@ static void wake_ups_go_to_the_head_only(void **state) {
   assert_int_equal(blocked_clients(f), NWAITERS);
   before = evalsha_calls(f);
   assert_hl_ok(hilock_fair_lock_release(holder),
-               hilock_fair_lock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
     /* Waiter i, and no other, wakes and takes the lock. */
     int64_t deadline = hl_now_ms() + 3000;
@@ -638,13 +638,13 @@ static void wake_ups_go_to_the_head_only(void **state) {
   }
   for (int i = 0; i < NWAITERS; i++) {
     pthread_join(t[i], NULL);
-    assert_hl_ok(w[i].rc, hilock_fair_lock_errmsg(w[i].lock));
-    assert_hl_ok(w[i].release_rc, hilock_fair_lock_errmsg(w[i].lock));
-    hilock_fair_lock_free(w[i].lock);
+    assert_hl_ok(w[i].rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
+    assert_hl_ok(w[i].release_rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
+    hilock_hold_free(HILOCK_HOLD(w[i].lock));
   }
   assert_int_equal(evalsha_calls(f) - before, 2 * NWAITERS + 1);
   assert_no_waiter_residue(f, "head-only");
-  hilock_fair_lock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
@@ -654,17 +654,17 @@ static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
   int64_t t0;
 
   assert_hl_ok(hilock_fair_lock_try_acquire(dead),
-               hilock_fair_lock_errmsg(dead));
-  hilock_fair_lock_free(dead); /* never released */
+               hilock_hold_errmsg(HILOCK_HOLD(dead)));
+  hilock_hold_free(HILOCK_HOLD(dead)); /* never released */
   t0 = hl_now_ms();
   /* The head sleeps until the holder's TTL, not a whole heartbeat slice
    * (2 s here). */
   assert_hl_ok(hilock_fair_lock_set_heartbeat(w, 6000),
-               hilock_fair_lock_errmsg(w));
-  assert_hl_ok(hilock_fair_lock_acquire(w, 5000), hilock_fair_lock_errmsg(w));
+               hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_fair_lock_acquire(w, 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 200, 1200);
   assert_no_waiter_residue(f, "crash");
-  hilock_fair_lock_free(w);
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 /* ## The script's own guarantees ------------------------------------------------ */
@@ -780,19 +780,19 @@ static void damaged_keys_fail_closed(void **state) {
 
   hl_redis_ok(f->redis, "SET hilock:{damaged}:fair:queue x");
   assert_hl_rc(hilock_fair_lock_acquire(l, 100), HILOCK_EWRONGTYPE,
-               hilock_fair_lock_errmsg(l));
-  assert_substr(hilock_fair_lock_errmsg(l), "WRONGTYPE");
-  assert_false(hilock_fair_lock_held(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGTYPE");
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   assert_null(holder_value(f, "damaged"));
 
   hl_redis_ok(f->redis, "DEL hilock:{damaged}:fair:queue");
   hl_redis_ok(f->redis, "SET hilock:{damaged}:fence not-a-number");
   assert_hl_rc(hilock_fair_lock_acquire(l, 100), HILOCK_ESCRIPT,
-               hilock_fair_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_null(holder_value(f, "damaged"));
   /* The failed acquire left the queue too. */
   assert_no_waiter_residue(f, "damaged");
-  hilock_fair_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Renewal, fork, arguments ------------------------------------------------- */
@@ -810,22 +810,22 @@ static void auto_renew_keeps_the_grant_and_reports_loss(void **state) {
   int owned = -1;
 
   lost_calls = 0;
-  assert_hl_ok(hilock_fair_lock_set_auto_renew(l, 1, 0, on_lost, NULL),
-               hilock_fair_lock_errmsg(l));
-  assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(1200); /* past two TTLs */
-  assert_hl_ok(hilock_fair_lock_owned(l, &owned), hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(owned);
-  assert_true(hilock_fair_lock_held(l));
+  assert_true(hilock_hold_held(HILOCK_HOLD(l)));
 
   hl_redis_ok(f->redis, "SET hilock:{renewed}:fair someone-else");
-  for (int i = 0; i < 100 && !hilock_fair_lock_lost(l); i++) hl_sleep_ms(10);
-  assert_true(hilock_fair_lock_lost(l));
+  for (int i = 0; i < 100 && !hilock_hold_lost(HILOCK_HOLD(l)); i++) hl_sleep_ms(10);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_ACQUIRE), 1);
-  assert_int_equal(hilock_fair_lock_validity_ms(l), 0);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
   assert_hl_rc(hilock_fair_lock_release(l), HILOCK_ENOTOWNED,
-               hilock_fair_lock_errmsg(l));
-  hilock_fair_lock_free(l);
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void forked_child_cannot_release_the_parents_grant(void **state) {
@@ -833,20 +833,20 @@ static void forked_child_cannot_release_the_parents_grant(void **state) {
   hilock_fair_lock *l = make_fair(f->client, "forked", 5000);
   pid_t pid;
 
-  assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_fair_lock_errmsg(l));
+  assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
   fflush(NULL);
   pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
     int ok = hilock_fair_lock_release(l) == HILOCK_EFORKED &&
              hilock_fair_lock_extend(l, 1000, 1) == HILOCK_EFORKED &&
-             hilock_fair_lock_validity_ms(l) == 0;
+             hilock_hold_validity_ms(HILOCK_HOLD(l)) == 0;
     _exit(ok ? 0 : 1);
   }
   assert_int_equal(reap(pid), 0);
   assert_holder(f, "forked", l);
-  assert_hl_ok(hilock_fair_lock_release(l), hilock_fair_lock_errmsg(l));
-  hilock_fair_lock_free(l);
+  assert_hl_ok(hilock_fair_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void invalid_arguments_are_einval(void **state) {
@@ -872,37 +872,37 @@ static void invalid_arguments_are_einval(void **state) {
   assert_int_equal(hilock_fair_lock_release(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_extend(NULL, 10, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_renew(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_fair_lock_owned(NULL, &flag), HILOCK_EINVAL);
-  assert_int_equal(hilock_fair_lock_locked(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(NULL, &flag), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_waiters(NULL, &n), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_set_heartbeat(NULL, 1000), HILOCK_EINVAL);
-  assert_int_equal(hilock_fair_lock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+  assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_fair_lock_errcode(NULL), HILOCK_EINVAL);
-  assert_string_equal(hilock_fair_lock_errmsg(NULL), "fair lock is NULL");
-  assert_int_equal(hilock_fair_lock_fence(NULL), 0);
+  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
+  assert_string_equal(hilock_hold_errmsg(NULL), "handle is NULL");
+  assert_int_equal(hilock_hold_fence(NULL), 0);
   assert_int_equal(hilock_fair_lock_ticket(NULL), 0);
-  assert_false(hilock_fair_lock_held(NULL));
-  assert_false(hilock_fair_lock_lost(NULL));
-  hilock_fair_lock_free(NULL);
+  assert_false(hilock_hold_held(NULL));
+  assert_false(hilock_hold_lost(NULL));
+  hilock_hold_free(NULL);
 
   l = make_fair(f->client, "args", 50);
   assert_int_equal(hilock_fair_lock_heartbeat_ms(l), 500);
   assert_hl_rc(hilock_fair_lock_acquire(l, -5), HILOCK_EINVAL,
-               hilock_fair_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_fair_lock_set_heartbeat(l, 499), HILOCK_EINVAL,
-               hilock_fair_lock_errmsg(l));
-  assert_substr(hilock_fair_lock_errmsg(l), "heartbeat");
-  assert_hl_rc(hilock_fair_lock_set_auto_renew(l, 1, -1, NULL, NULL),
-               HILOCK_EINVAL, hilock_fair_lock_errmsg(l));
-  assert_int_equal(hilock_fair_lock_owned(l, NULL), HILOCK_EINVAL);
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "heartbeat");
+  assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, -1, NULL, NULL),
+               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_owned(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_waiters(l, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_heartbeat_ms(l), 500);
   assert_hl_ok(hilock_fair_lock_set_heartbeat(l, 2500),
-               hilock_fair_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(hilock_fair_lock_heartbeat_ms(l), 2500);
   assert_int_equal(queue_len(f, "args"), 0);
-  hilock_fair_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)

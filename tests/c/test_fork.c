@@ -21,16 +21,16 @@ static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
 
 static void assert_holder(fixture *f, const hilock_lock *l) {
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   char *v = hl_redis_get(f->redis, key, klen);
   assert_non_null(v);
-  assert_string_equal(v, hilock_lock_token(l));
+  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(l)));
   free(v);
 }
 
 static int key_exists(fixture *f, const hilock_lock *l) {
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   return hl_redis_exists(f->redis, key, klen);
 }
 
@@ -89,16 +89,16 @@ static int child_leaves_parents_grant_alone(void *arg) {
   int owned = -1;
 
   CHILD_CHECK(hilock_lock_release(in->parents) == HILOCK_EFORKED);
-  CHILD_CHECK(strstr(hilock_lock_errmsg(in->parents), "forked") != NULL);
+  CHILD_CHECK(strstr(hilock_hold_errmsg(HILOCK_HOLD(in->parents)), "forked") != NULL);
   CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 1) == HILOCK_EFORKED);
   CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 0) == HILOCK_EFORKED);
   CHILD_CHECK(hilock_lock_renew(in->parents) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_lock_owned(in->parents, &owned) == HILOCK_OK);
+  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(in->parents), &owned) == HILOCK_OK);
   CHILD_CHECK(owned == 0);
-  CHILD_CHECK(hilock_lock_validity_ms(in->parents) == 0);
-  CHILD_CHECK(!hilock_lock_held(in->parents));
+  CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(in->parents)) == 0);
+  CHILD_CHECK(!hilock_hold_held(HILOCK_HOLD(in->parents)));
   CHILD_CHECK(hilock_rlock_release(in->parents_r) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_rlock_validity_ms(in->parents_r) == 0);
+  CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(in->parents_r)) == 0);
   /* The child is another owner: the parent's locks are busy for it. */
   CHILD_CHECK(hilock_lock_try_acquire(in->parents) == HILOCK_BUSY);
   CHILD_CHECK(hilock_lock_acquire(in->parents, 150) == HILOCK_BUSY);
@@ -109,10 +109,10 @@ static int child_leaves_parents_grant_alone(void *arg) {
   CHILD_CHECK(hilock_lock_new(in->client, "childs-own", 10, 5000, &own) ==
               HILOCK_OK);
   CHILD_CHECK(hilock_lock_try_acquire(own) == HILOCK_OK);
-  CHILD_CHECK(hilock_lock_owned(own, &owned) == HILOCK_OK && owned == 1);
+  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(own), &owned) == HILOCK_OK && owned == 1);
   CHILD_CHECK(hilock_lock_extend(own, 8000, 1) == HILOCK_OK);
   CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
-  hilock_lock_free(own);
+  hilock_hold_free(HILOCK_HOLD(own));
   return 0;
 }
 
@@ -129,12 +129,12 @@ static void child_cannot_touch_the_parents_grant(void **state) {
   atomic_store(&lost_calls, 0);
   assert_hl_ok(hilock_rlock_new(f->client, "parents-r", 9, 5000, &r),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_lock_set_auto_renew(p, 1, 0, count_lost, NULL),
-               hilock_lock_errmsg(p));
-  assert_hl_ok(hilock_lock_acquire(p, 0), hilock_lock_errmsg(p));
-  assert_hl_ok(hilock_rlock_acquire(r, 0), hilock_rlock_errmsg(r));
-  snprintf(token, sizeof(token), "%s", hilock_lock_token(p));
-  fence = hilock_lock_fence(p);
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 1, 0, count_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_lock_acquire(p, 0), hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_rlock_acquire(r, 0), hilock_hold_errmsg(HILOCK_HOLD(r)));
+  snprintf(token, sizeof(token), "%s", hilock_hold_token(HILOCK_HOLD(p)));
+  fence = hilock_hold_fence(HILOCK_HOLD(p));
   hl_sleep_ms(150); /* the renewal thread is running */
 
   in.client = f->client;
@@ -143,24 +143,24 @@ static void child_cannot_touch_the_parents_grant(void **state) {
   assert_child_ok(hl_fork_run(child_leaves_parents_grant_alone, &in), 5000);
 
   /* The parent's grants are intact and still renewed. */
-  assert_string_equal(hilock_lock_token(p), token);
-  assert_int_equal(hilock_lock_fence(p), fence);
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(p)), token);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(p)), fence);
   assert_holder(f, p);
   assert_false(hl_redis_exists(f->redis, "hilock:{childs-own}:lock", 24));
   hl_sleep_ms(500);
   assert_holder(f, p);
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{parents}:lock", 21), 1,
                      400);
-  assert_hl_ok(hilock_lock_owned(p, &owned), hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(p), &owned), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_true(owned);
-  assert_hl_ok(hilock_rlock_hold_count(r, &n), hilock_rlock_errmsg(r));
+  assert_hl_ok(hilock_rlock_hold_count(r, &n), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_int_equal(n, 1);
   assert_int_equal(atomic_load(&lost_calls), 0);
-  assert_hl_ok(hilock_lock_release(p), hilock_lock_errmsg(p));
-  assert_hl_ok(hilock_rlock_release(r), hilock_rlock_errmsg(r));
+  assert_hl_ok(hilock_lock_release(p), hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_rlock_release(r), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_false(key_exists(f, p));
-  hilock_lock_free(p);
-  hilock_rlock_free(r);
+  hilock_hold_free(HILOCK_HOLD(p));
+  hilock_hold_free(HILOCK_HOLD(r));
 }
 
 /* ## Renewal belongs to the parent ------------------------------------------- */
@@ -176,14 +176,14 @@ static int child_renews_only_its_own(void *arg) {
   int owned = 0;
   CHILD_CHECK(hilock_lock_new(rc->client, "childs-renewed", 14, 300, &own) ==
               HILOCK_OK);
-  CHILD_CHECK(hilock_lock_set_auto_renew(own, 1, 0, NULL, NULL) == HILOCK_OK);
+  CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(own), 1, 0, NULL, NULL) == HILOCK_OK);
   CHILD_CHECK(hilock_lock_acquire(own, 0) == HILOCK_OK);
   CHILD_CHECK(write(rc->fd, "x", 1) == 1);
   hl_sleep_ms(1200); /* four TTLs: alive only through the child's renewal */
-  CHILD_CHECK(hilock_lock_owned(own, &owned) == HILOCK_OK && owned == 1);
-  CHILD_CHECK(!hilock_lock_lost(own));
+  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(own), &owned) == HILOCK_OK && owned == 1);
+  CHILD_CHECK(!hilock_hold_lost(HILOCK_HOLD(own)));
   CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
-  hilock_lock_free(own);
+  hilock_hold_free(HILOCK_HOLD(own));
   return 0;
 }
 
@@ -197,13 +197,13 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   int64_t t0;
 
   atomic_store(&lost_calls, 0);
-  assert_hl_ok(hilock_lock_set_auto_renew(released, 1, 0, NULL, NULL),
-               hilock_lock_errmsg(released));
-  assert_hl_ok(hilock_lock_set_auto_renew(lapsing, 1, 0, count_lost, NULL),
-               hilock_lock_errmsg(lapsing));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(released), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(released)));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lapsing), 1, 0, count_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   assert_hl_ok(hilock_lock_acquire(released, 0),
-               hilock_lock_errmsg(released));
-  assert_hl_ok(hilock_lock_acquire(lapsing, 0), hilock_lock_errmsg(lapsing));
+               hilock_hold_errmsg(HILOCK_HOLD(released)));
+  assert_hl_ok(hilock_lock_acquire(lapsing, 0), hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   hl_sleep_ms(120);
 
   assert_int_equal(pipe(fds), 0);
@@ -218,9 +218,9 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   /* The child now runs a renewal thread of its own. The parent lets go of
    * one hold and stops renewing the other: if the child renewed the
    * parent's holds, the second would stay alive. */
-  assert_hl_ok(hilock_lock_release(released), hilock_lock_errmsg(released));
-  assert_hl_ok(hilock_lock_set_auto_renew(lapsing, 0, 0, NULL, NULL),
-               hilock_lock_errmsg(lapsing));
+  assert_hl_ok(hilock_lock_release(released), hilock_hold_errmsg(HILOCK_HOLD(released)));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lapsing), 0, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   t0 = hl_now_ms();
   while (key_exists(f, lapsing)) {
     assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
@@ -237,8 +237,8 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{childs-renewed}:lock", 28));
   assert_false(key_exists(f, released));
   assert_false(key_exists(f, lapsing));
-  hilock_lock_free(released);
-  hilock_lock_free(lapsing);
+  hilock_hold_free(HILOCK_HOLD(released));
+  hilock_hold_free(HILOCK_HOLD(lapsing));
 }
 
 /* ## One client, two processes ------------------------------------------------ */
@@ -263,7 +263,7 @@ static int child_uses_the_client(void *arg) {
     int64_t n = 0;
     CHILD_CHECK(hilock_client_ping(b->client) == HILOCK_OK);
     CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK);
-    CHILD_CHECK(hilock_lock_owned(l, &owned) == HILOCK_OK && owned == 1);
+    CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 1);
     CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
     CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
     CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
@@ -273,8 +273,8 @@ static int child_uses_the_client(void *arg) {
     rounds++;
   }
   CHILD_CHECK(rounds >= 10);
-  hilock_lock_free(l);
-  hilock_rlock_free(r);
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(r));
   return 0;
 }
 
@@ -302,9 +302,9 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
   int rounds = 0, owned = 0;
 
   atomic_store(&lost_calls, 0);
-  assert_hl_ok(hilock_lock_set_auto_renew(p, 1, 0, count_lost, NULL),
-               hilock_lock_errmsg(p));
-  assert_hl_ok(hilock_lock_acquire(p, 0), hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 1, 0, count_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_lock_acquire(p, 0), hilock_hold_errmsg(HILOCK_HOLD(p)));
   /* Fill the pool with idle connections for the child to inherit. */
   for (int i = 0; i < 3; i++) {
     pg[i].client = f->client;
@@ -326,10 +326,10 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
   while (hl_now_ms() < end) {
     assert_hl_ok(hilock_client_ping(f->client),
                  hilock_client_errmsg(f->client));
-    assert_hl_ok(hilock_lock_owned(p, &owned), hilock_lock_errmsg(p));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(p), &owned), hilock_hold_errmsg(HILOCK_HOLD(p)));
     assert_true(owned);
-    assert_hl_ok(hilock_lock_try_acquire(side), hilock_lock_errmsg(side));
-    assert_hl_ok(hilock_lock_release(side), hilock_lock_errmsg(side));
+    assert_hl_ok(hilock_lock_try_acquire(side), hilock_hold_errmsg(HILOCK_HOLD(side)));
+    assert_hl_ok(hilock_lock_release(side), hilock_hold_errmsg(HILOCK_HOLD(side)));
     rounds++;
   }
   assert_true(rounds >= 10);
@@ -339,22 +339,22 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
   for (int i = 0; i < 20; i++) {
     assert_hl_ok(hilock_client_ping(f->client),
                  hilock_client_errmsg(f->client));
-    assert_hl_ok(hilock_lock_owned(p, &owned), hilock_lock_errmsg(p));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(p), &owned), hilock_hold_errmsg(HILOCK_HOLD(p)));
     assert_true(owned);
   }
   hl_sleep_ms(400);
   assert_holder(f, p);
   /* Stop renewing first: a renewal in flight would reset the TTL. */
-  assert_hl_ok(hilock_lock_set_auto_renew(p, 0, 0, NULL, NULL),
-               hilock_lock_errmsg(p));
-  assert_hl_ok(hilock_lock_extend(p, 5000, 1), hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 0, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_lock_extend(p, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{shared}:lock", 20),
                      4000, 5000);
-  assert_hl_ok(hilock_lock_release(p), hilock_lock_errmsg(p));
+  assert_hl_ok(hilock_lock_release(p), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_false(key_exists(f, p));
   assert_int_equal(atomic_load(&lost_calls), 0);
-  hilock_lock_free(p);
-  hilock_lock_free(side);
+  hilock_hold_free(HILOCK_HOLD(p));
+  hilock_hold_free(HILOCK_HOLD(side));
 }
 
 /* ## Fork in the middle of calls --------------------------------------------- */
@@ -373,9 +373,9 @@ static void *spin(void *arg) {
   spinner *s = arg;
   hilock_lock *l = NULL;
   if (hilock_lock_new(s->client, "spin", 4, 1000, &l) != HILOCK_OK ||
-      hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL) != HILOCK_OK) {
+      hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL) != HILOCK_OK) {
     s->errors++;
-    hilock_lock_free(l);
+    hilock_hold_free(HILOCK_HOLD(l));
     return NULL;
   }
   while (!atomic_load(&s->stop)) {
@@ -384,7 +384,7 @@ static void *spin(void *arg) {
     if (hilock_lock_release(l) != HILOCK_OK) s->errors++;
     atomic_fetch_add(&s->rounds, 1);
   }
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   return NULL;
 }
 
@@ -415,12 +415,12 @@ static int child_does_a_little(void *arg) {
   CHILD_CHECK(hilock_client_ping(q->client) == HILOCK_OK);
   CHILD_CHECK(hilock_lock_new(q->client, name, (size_t)n, 300, &l) ==
               HILOCK_OK);
-  CHILD_CHECK(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL) == HILOCK_OK);
+  CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL) == HILOCK_OK);
   CHILD_CHECK(hilock_lock_acquire(l, 1000) == HILOCK_OK);
   hl_sleep_ms(120); /* let the child's renewal thread run once */
-  CHILD_CHECK(hilock_lock_validity_ms(l) > 0);
+  CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(l)) > 0);
   CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   return 0;
 }
 
@@ -437,12 +437,12 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
 
   atomic_store(&lost_calls, 0);
   /* A hold renewed every 100 ms keeps the renewal thread busy. */
-  assert_hl_ok(hilock_lock_set_auto_renew(fast, 1, 0, count_lost, NULL),
-               hilock_lock_errmsg(fast));
-  assert_hl_ok(hilock_lock_acquire(fast, 0), hilock_lock_errmsg(fast));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(fast), 1, 0, count_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(fast)));
+  assert_hl_ok(hilock_lock_acquire(fast, 0), hilock_hold_errmsg(HILOCK_HOLD(fast)));
   /* One thread sits in a blocked acquire (its BLPOP socket is checked
    * out), another loops over client calls. */
-  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_lock_errmsg(holder));
+  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   memset(&b, 0, sizeof(b));
   b.lock = new_lock(f->client, "held", 10000);
   b.rc = -100;
@@ -471,19 +471,19 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
    * their copies of its socket: the release still wakes it. */
   assert_int_equal(hl_waiters(f->redis), 1);
   t_rel = hl_now_ms();
-  assert_hl_ok(hilock_lock_release(holder), hilock_lock_errmsg(holder));
+  assert_hl_ok(hilock_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(b.thread, NULL);
-  assert_hl_ok(b.rc, hilock_lock_errmsg(b.lock));
+  assert_hl_ok(b.rc, hilock_hold_errmsg(HILOCK_HOLD(b.lock)));
   assert_i64_between(b.t_end - t_rel, 0, 300);
   assert_holder(f, b.lock);
-  assert_hl_ok(hilock_lock_release(b.lock), hilock_lock_errmsg(b.lock));
-  assert_hl_ok(hilock_lock_owned(fast, &owned), hilock_lock_errmsg(fast));
+  assert_hl_ok(hilock_lock_release(b.lock), hilock_hold_errmsg(HILOCK_HOLD(b.lock)));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(fast), &owned), hilock_hold_errmsg(HILOCK_HOLD(fast)));
   assert_true(owned);
   assert_int_equal(atomic_load(&lost_calls), 0);
-  assert_hl_ok(hilock_lock_release(fast), hilock_lock_errmsg(fast));
-  hilock_lock_free(b.lock);
-  hilock_lock_free(holder);
-  hilock_lock_free(fast);
+  assert_hl_ok(hilock_lock_release(fast), hilock_hold_errmsg(HILOCK_HOLD(fast)));
+  hilock_hold_free(HILOCK_HOLD(b.lock));
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_hold_free(HILOCK_HOLD(fast));
 }
 
 /* ## Fork while threads share a handle ---------------------------------------- */
@@ -530,8 +530,8 @@ static void fork_while_threads_share_an_rlock_handle(void **state) {
 
   assert_hl_ok(hilock_rlock_new(f->client, "shared-r", 8, 5000, &rl),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, NULL, NULL),
-               hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
   atomic_init(&stop, 0);
   for (int i = 0; i < 2; i++) {
     s[i].rl = rl;
@@ -549,7 +549,7 @@ static void fork_while_threads_share_an_rlock_handle(void **state) {
     pthread_join(s[i].thread, NULL);
     assert_int_equal(s[i].errors, 0);
   }
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 /* ## Fork during a loss callback ----------------------------------------------- */
@@ -571,11 +571,11 @@ static int child_drops_the_lost_handle(void *arg) {
   /* The parent's renewal thread is inside this handle's callback; no such
    * thread exists here, so nothing may wait for it. */
   CHILD_CHECK(hilock_lock_release(l) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_lock_owned(l, &owned) == HILOCK_OK && owned == 0);
-  CHILD_CHECK(hilock_lock_set_auto_renew(l, 0, 0, NULL, NULL) == HILOCK_OK);
+  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 0);
+  CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 0, 0, NULL, NULL) == HILOCK_OK);
   CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK); /* the key is gone */
   CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   return 0;
 }
 
@@ -587,9 +587,9 @@ static void fork_during_a_loss_callback(void **state) {
 
   atomic_init(&s.inside, 0);
   atomic_init(&s.finished, 0);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, lost_slowly, &s),
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_slowly, &s),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_redis_ok(f->redis, "DEL hilock:{lost-at-fork}:lock");
   deadline = hl_now_ms() + 2000;
   while (!atomic_load(&s.inside)) {
@@ -600,8 +600,8 @@ static void fork_during_a_loss_callback(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{lost-at-fork}:lock", 26));
 
   /* In the parent the callback finishes, and free waits for it. */
-  assert_true(hilock_lock_lost(l));
-  hilock_lock_free(l);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   assert_true(atomic_load(&s.finished));
 }
 

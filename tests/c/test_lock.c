@@ -57,20 +57,20 @@ static hilock_lock *make_lock(hilock_client *c, hilock_lock_kind kind,
 /* The lock's Redis value, malloc'd, or NULL if there is none. */
 static char *lock_value(fixture *f, const hilock_lock *l) {
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   return hl_redis_get(f->redis, key, klen);
 }
 
 static void assert_holder(fixture *f, const hilock_lock *holder) {
   char *v = lock_value(f, holder);
   assert_non_null(v);
-  assert_string_equal(v, hilock_lock_token(holder));
+  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(holder)));
   free(v);
 }
 
 static long long lock_pttl(fixture *f, const hilock_lock *l) {
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   return hl_redis_pttl(f->redis, key, klen);
 }
 
@@ -98,8 +98,8 @@ static void try_acquire_busy_release_all_kinds(void **state) {
     hilock_lock *b = make_lock(f->client, k, kind_name(k), 10000);
     char *v;
 
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
-    assert_true(hilock_lock_held(a));
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_true(hilock_hold_held(HILOCK_HOLD(a)));
     assert_holder(f, a);
     if (k == HILOCK_LOCK_SIMPLE)
       assert_int_equal(lock_pttl(f, a), -1);
@@ -107,22 +107,22 @@ static void try_acquire_busy_release_all_kinds(void **state) {
       assert_i64_between(lock_pttl(f, a), 5000, 10000);
 
     assert_hl_rc(hilock_lock_try_acquire(b), HILOCK_BUSY,
-                 hilock_lock_errmsg(b));
-    assert_false(hilock_lock_held(b));
-    assert_string_equal(hilock_lock_token(b), "");
+                 hilock_hold_errmsg(HILOCK_HOLD(b)));
+    assert_false(hilock_hold_held(HILOCK_HOLD(b)));
+    assert_string_equal(hilock_hold_token(HILOCK_HOLD(b)), "");
     assert_holder(f, a);
 
-    assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
-    assert_false(hilock_lock_held(a));
-    assert_string_equal(hilock_lock_token(a), "");
+    assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_false(hilock_hold_held(HILOCK_HOLD(a)));
+    assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
     v = lock_value(f, a);
     assert_null(v);
 
-    assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+    assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
     assert_holder(f, b);
-    assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
-    hilock_lock_free(a);
-    hilock_lock_free(b);
+    assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+    hilock_hold_free(HILOCK_HOLD(a));
+    hilock_hold_free(HILOCK_HOLD(b));
   }
 }
 
@@ -131,15 +131,15 @@ static void handle_can_acquire_again_after_release(void **state) {
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "again", 5000);
   uint64_t last = 0;
   for (int i = 0; i < 3; i++) {
-    assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
-    assert_true(hilock_lock_fence(l) > last);
-    last = hilock_lock_fence(l);
-    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > last);
+    last = hilock_hold_fence(HILOCK_HOLD(l));
+    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     /* The fence of the last grant stays readable. */
-    assert_int_equal(hilock_lock_fence(l), last);
+    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), last);
   }
-  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED, hilock_lock_errmsg(l));
-  hilock_lock_free(l);
+  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void release_by_non_holder_is_enotowned_all_kinds(void **state) {
@@ -150,20 +150,20 @@ static void release_by_non_holder_is_enotowned_all_kinds(void **state) {
     hilock_lock *never = make_lock(f->client, k, "shared", 10000);
     hilock_lock *loser = make_lock(f->client, k, "shared", 10000);
 
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_hl_rc(hilock_lock_release(never), HILOCK_ENOTOWNED,
-                 hilock_lock_errmsg(never));
+                 hilock_hold_errmsg(HILOCK_HOLD(never)));
     assert_hl_rc(hilock_lock_try_acquire(loser), HILOCK_BUSY,
-                 hilock_lock_errmsg(loser));
+                 hilock_hold_errmsg(HILOCK_HOLD(loser)));
     assert_hl_rc(hilock_lock_release(loser), HILOCK_ENOTOWNED,
-                 hilock_lock_errmsg(loser));
-    assert_int_equal(hilock_lock_errcode(loser), HILOCK_ENOTOWNED);
+                 hilock_hold_errmsg(HILOCK_HOLD(loser)));
+    assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(loser)), HILOCK_ENOTOWNED);
     assert_holder(f, a);
 
-    assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
-    hilock_lock_free(a);
-    hilock_lock_free(never);
-    hilock_lock_free(loser);
+    assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    hilock_hold_free(HILOCK_HOLD(a));
+    hilock_hold_free(HILOCK_HOLD(never));
+    hilock_hold_free(HILOCK_HOLD(loser));
   }
 }
 
@@ -176,24 +176,24 @@ static void release_after_expiry_is_enotowned_and_spares_new_holder(
     hilock_lock *next = make_lock(f->client, k, "lapse", 10000);
     int owned = -1;
 
-    assert_hl_ok(hilock_lock_try_acquire(old), hilock_lock_errmsg(old));
+    assert_hl_ok(hilock_lock_try_acquire(old), hilock_hold_errmsg(HILOCK_HOLD(old)));
     hl_sleep_ms(150);
-    assert_false(hilock_lock_held(old));
-    assert_hl_ok(hilock_lock_try_acquire(next), hilock_lock_errmsg(next));
+    assert_false(hilock_hold_held(HILOCK_HOLD(old)));
+    assert_hl_ok(hilock_lock_try_acquire(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
 
     assert_hl_rc(hilock_lock_release(old), HILOCK_ENOTOWNED,
-                 hilock_lock_errmsg(old));
-    assert_substr(hilock_lock_errmsg(old), "nothing was deleted");
+                 hilock_hold_errmsg(HILOCK_HOLD(old)));
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(old)), "nothing was deleted");
     assert_holder(f, next);
     assert_i64_between(lock_pttl(f, next), 5000, 10000);
-    assert_hl_ok(hilock_lock_owned(old, &owned), hilock_lock_errmsg(old));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(old), &owned), hilock_hold_errmsg(HILOCK_HOLD(old)));
     assert_false(owned);
-    assert_hl_ok(hilock_lock_owned(next, &owned), hilock_lock_errmsg(next));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(next), &owned), hilock_hold_errmsg(HILOCK_HOLD(next)));
     assert_true(owned);
 
-    assert_hl_ok(hilock_lock_release(next), hilock_lock_errmsg(next));
-    hilock_lock_free(old);
-    hilock_lock_free(next);
+    assert_hl_ok(hilock_lock_release(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
+    hilock_hold_free(HILOCK_HOLD(old));
+    hilock_hold_free(HILOCK_HOLD(next));
   }
 }
 
@@ -207,38 +207,38 @@ static void fencing_tokens_increase_across_holders_and_handles(void **state) {
   h[0] = make_lock(f->client, HILOCK_LOCK_EXPIRING, "fenced", 5000);
   h[1] = make_lock(f->client, HILOCK_LOCK_LEASE, "fenced", 5000);
   h[2] = make_lock(f->client, HILOCK_LOCK_SIMPLE, "fenced", 0);
-  assert_int_equal(hilock_lock_fence(h[0]), 0);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(h[0])), 0);
   for (int round = 0; round < 12; round++) {
     hilock_lock *l = h[round % 3], *other = h[(round + 1) % 3];
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-    assert_true(hilock_lock_fence(l) > last);
-    last = hilock_lock_fence(l);
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > last);
+    last = hilock_hold_fence(HILOCK_HOLD(l));
     if (round == 0) first = last;
     /* A refused attempt draws no token. */
     assert_hl_rc(hilock_lock_try_acquire(other), HILOCK_BUSY,
-                 hilock_lock_errmsg(other));
+                 hilock_hold_errmsg(HILOCK_HOLD(other)));
     assert_int_equal(fence_counter(f, "fenced", 6), (long long)last);
-    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   }
   /* One more per grant, from a first drawn off the server's clock. */
   assert_true(first > 1000000000000000ULL);
   assert_int_equal(last, first + 11);
-  for (int i = 0; i < 3; i++) hilock_lock_free(h[i]);
+  for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
 }
 
 static void fencing_token_increases_when_expiry_hands_over(void **state) {
   fixture *f = *state;
   hilock_lock *a = make_lock(f->client, HILOCK_LOCK_EXPIRING, "handover", 80);
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_EXPIRING, "handover", 80);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(120);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
-  assert_true(hilock_lock_fence(b) > hilock_lock_fence(a));
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
   hl_sleep_ms(120);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
-  assert_true(hilock_lock_fence(a) > hilock_lock_fence(b));
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(a)) > hilock_hold_fence(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* ## Waiting --------------------------------------------------------------- */
@@ -249,18 +249,18 @@ static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_EXPIRING, "waited", 10000);
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_acquire(b, 300), HILOCK_BUSY, hilock_lock_errmsg(b));
+  assert_hl_rc(hilock_lock_acquire(b, 300), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 290, 650);
 
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_acquire(b, 0), HILOCK_BUSY, hilock_lock_errmsg(b));
+  assert_hl_rc(hilock_lock_acquire(b, 0), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 0, 200);
-  assert_false(hilock_lock_held(b));
+  assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   assert_holder(f, a);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 typedef struct delayed_release {
@@ -286,18 +286,18 @@ static void acquire_succeeds_once_holder_releases(void **state) {
     pthread_t t;
     int64_t t0;
 
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
     t0 = hl_now_ms();
     assert_int_equal(pthread_create(&t, NULL, release_later, &d), 0);
-    assert_hl_ok(hilock_lock_acquire(b, 5000), hilock_lock_errmsg(b));
+    assert_hl_ok(hilock_lock_acquire(b, 5000), hilock_hold_errmsg(HILOCK_HOLD(b)));
     assert_i64_between(hl_now_ms() - t0, 150, 2000);
     pthread_join(t, NULL);
-    assert_hl_ok(d.rc, hilock_lock_errmsg(a));
-    assert_true(hilock_lock_fence(b) > hilock_lock_fence(a));
+    assert_hl_ok(d.rc, hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
     assert_holder(f, b);
-    assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
-    hilock_lock_free(a);
-    hilock_lock_free(b);
+    assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+    hilock_hold_free(HILOCK_HOLD(a));
+    hilock_hold_free(HILOCK_HOLD(b));
   }
 }
 
@@ -307,21 +307,21 @@ static void acquire_succeeds_once_holder_ttl_lapses(void **state) {
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_LEASE, "lapsing", 5000);
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_acquire(b, 3000), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_acquire(b, 3000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 150, 1500);
   assert_holder(f, b);
 
   /* Waiting forever ends the same way. */
-  assert_hl_ok(hilock_lock_extend(b, 200, 1), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_extend(b, 200, 1), hilock_hold_errmsg(HILOCK_HOLD(b)));
   t0 = hl_now_ms();
   assert_hl_ok(hilock_lock_acquire(a, HILOCK_WAIT_FOREVER),
-               hilock_lock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 100, 1500);
   assert_holder(f, a);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* ## Simple locks ---------------------------------------------------------- */
@@ -333,46 +333,46 @@ static void simple_lock_outlives_freed_holder_until_force_release(
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_SIMPLE, "stuck", 0);
   int deleted = -1, locked = -1;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
-  hilock_lock_free(a); /* the holder "dies" */
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  hilock_hold_free(HILOCK_HOLD(a)); /* the holder "dies" */
   hl_sleep_ms(100);
   assert_hl_rc(hilock_lock_acquire(b, 100), HILOCK_BUSY,
-               hilock_lock_errmsg(b));
-  assert_hl_ok(hilock_lock_locked(b, &locked), hilock_lock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(locked);
   assert_int_equal(lock_pttl(f, b), -1);
 
-  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(deleted);
-  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(deleted);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_holder(f, b);
 
   /* force_release also ends the caller's own grant. */
-  assert_hl_ok(hilock_lock_force_release(b, NULL), hilock_lock_errmsg(b));
-  assert_false(hilock_lock_held(b));
-  assert_hl_ok(hilock_lock_locked(b, &locked), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_force_release(b, NULL), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(locked);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void simple_lock_extend_is_enotsup(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_SIMPLE, "no-ttl", 0);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_ENOTSUP,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_extend(l, 1000, 0), HILOCK_ENOTSUP,
-               hilock_lock_errmsg(l));
-  assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTSUP, hilock_lock_errmsg(l));
-  assert_true(hilock_lock_held(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(l)));
   assert_int_equal(lock_pttl(f, l), -1);
-  assert_int_equal(hilock_lock_ttl_ms(l), 0);
-  assert_int_equal(hilock_lock_validity_ms(l), INT64_MAX);
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
-  hilock_lock_free(l);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), 0);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), INT64_MAX);
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Extend and renew ------------------------------------------------------ */
@@ -381,38 +381,38 @@ static void extend_replace_and_add_change_pttl(void **state) {
   fixture *f = *state;
   for (size_t i = 0; i < NKINDS(ttl_kinds); i++) {
     hilock_lock *l = make_lock(f->client, ttl_kinds[i], "ext", 1000);
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_i64_between(lock_pttl(f, l), 500, 1000);
 
-    assert_hl_ok(hilock_lock_extend(l, 5000, 1), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_extend(l, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_i64_between(lock_pttl(f, l), 4500, 5000);
-    assert_i64_between(hilock_lock_validity_ms(l), 4500, 5000);
+    assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 4500, 5000);
 
-    assert_hl_ok(hilock_lock_extend(l, 2000, 0), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_extend(l, 2000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_i64_between(lock_pttl(f, l), 6500, 7000);
-    assert_i64_between(hilock_lock_validity_ms(l), 6500, 7000);
+    assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 6500, 7000);
 
     /* Replace can also shorten. */
-    assert_hl_ok(hilock_lock_extend(l, 300, 1), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_extend(l, 300, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_i64_between(lock_pttl(f, l), 1, 300);
-    assert_i64_between(hilock_lock_validity_ms(l), 1, 300);
+    assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 1, 300);
     assert_holder(f, l);
-    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-    hilock_lock_free(l);
+    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    hilock_hold_free(HILOCK_HOLD(l));
   }
 }
 
 static void renew_resets_pttl_to_ttl(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "renewed", 1000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(300);
   assert_i64_between(lock_pttl(f, l), 1, 750);
-  assert_hl_ok(hilock_lock_renew(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(lock_pttl(f, l), 850, 1000);
-  assert_i64_between(hilock_lock_validity_ms(l), 850, 1000);
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 850, 1000);
   assert_holder(f, l);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void extend_on_expired_lock_is_enotowned_without_recreating(
@@ -421,19 +421,19 @@ static void extend_on_expired_lock_is_enotowned_without_recreating(
   for (size_t i = 0; i < NKINDS(ttl_kinds); i++) {
     hilock_lock *l = make_lock(f->client, ttl_kinds[i], "expired", 100);
     size_t klen;
-    const char *key = hilock_lock_key(l, &klen);
+    const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
 
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     hl_sleep_ms(150);
     assert_hl_rc(hilock_lock_extend(l, 5000, 1), HILOCK_ENOTOWNED,
-                 hilock_lock_errmsg(l));
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_false(hl_redis_exists(f->redis, key, klen));
-    assert_false(hilock_lock_held(l));
+    assert_false(hilock_hold_held(HILOCK_HOLD(l)));
     assert_hl_rc(hilock_lock_extend(l, 5000, 0), HILOCK_ENOTOWNED,
-                 hilock_lock_errmsg(l));
-    assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTOWNED, hilock_lock_errmsg(l));
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_false(hl_redis_exists(f->redis, key, klen));
-    hilock_lock_free(l);
+    hilock_hold_free(HILOCK_HOLD(l));
   }
 }
 
@@ -441,32 +441,32 @@ static void extend_of_someone_elses_lock_leaves_it_alone(void **state) {
   fixture *f = *state;
   hilock_lock *a = make_lock(f->client, HILOCK_LOCK_LEASE, "theirs", 100);
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_LEASE, "theirs", 2000);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(150);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_rc(hilock_lock_extend(a, 60000, 1), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(lock_pttl(f, b), 1000, 2000);
   assert_holder(f, b);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void extend_rejects_bad_durations(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "bad-ms", 1000);
   assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_extend(l, 0, 1), HILOCK_EINVAL,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_extend(l, -5, 0), HILOCK_EINVAL,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_extend(l, HILOCK_TTL_MAX_MS + 1, 1), HILOCK_EINVAL,
-               hilock_lock_errmsg(l));
-  assert_true(hilock_lock_held(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(l)));
   assert_i64_between(lock_pttl(f, l), 1, 1000);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Local state: validity, held, owned, locked, token --------------------- */
@@ -476,26 +476,26 @@ static void validity_decreases_and_stays_below_ttl(void **state) {
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "valid", 2000);
   int64_t v1, v2;
 
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  v1 = hilock_lock_validity_ms(l);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  v1 = hilock_hold_validity_ms(HILOCK_HOLD(l));
   /* Less the drift allowance: 1% of 2000 ms + 2 ms. */
   assert_i64_between(v1, 1500, 2000 - 22);
   hl_sleep_ms(100);
-  v2 = hilock_lock_validity_ms(l);
+  v2 = hilock_hold_validity_ms(HILOCK_HOLD(l));
   assert_true(v2 < v1);
   assert_i64_between(v2, v1 - 500, v1 - 90);
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
-  hilock_lock_free(l);
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
+  hilock_hold_free(HILOCK_HOLD(l));
 
   l = make_lock(f->client, HILOCK_LOCK_LEASE, "valid-short", 60);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  assert_i64_between(hilock_lock_validity_ms(l), 0, 60);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0, 60);
   hl_sleep_ms(80);
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
-  assert_false(hilock_lock_held(l));
-  hilock_lock_free(l);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void owned_and_locked_report_the_server_state(void **state) {
@@ -506,29 +506,29 @@ static void owned_and_locked_report_the_server_state(void **state) {
     hilock_lock *b = make_lock(f->client, k, "owner", 5000);
     int owned = -1, locked = -1;
 
-    assert_hl_ok(hilock_lock_locked(a, &locked), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(a), &locked), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_false(locked);
-    assert_hl_ok(hilock_lock_owned(a, &owned), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_false(owned);
 
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
-    assert_hl_ok(hilock_lock_owned(a, &owned), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_true(owned);
-    assert_hl_ok(hilock_lock_owned(b, &owned), hilock_lock_errmsg(b));
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(b), &owned), hilock_hold_errmsg(HILOCK_HOLD(b)));
     assert_false(owned);
-    assert_hl_ok(hilock_lock_locked(b, &locked), hilock_lock_errmsg(b));
+    assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
     assert_true(locked);
 
     /* An operator deletes it behind a's back. */
-    assert_hl_ok(hilock_lock_force_release(b, NULL), hilock_lock_errmsg(b));
-    assert_true(hilock_lock_held(a)); /* a has not looked yet */
-    assert_hl_ok(hilock_lock_owned(a, &owned), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_lock_force_release(b, NULL), hilock_hold_errmsg(HILOCK_HOLD(b)));
+    assert_true(hilock_hold_held(HILOCK_HOLD(a))); /* a has not looked yet */
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_false(owned);
-    assert_false(hilock_lock_held(a));
-    assert_hl_ok(hilock_lock_locked(a, &locked), hilock_lock_errmsg(a));
+    assert_false(hilock_hold_held(HILOCK_HOLD(a)));
+    assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(a), &locked), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_false(locked);
-    hilock_lock_free(a);
-    hilock_lock_free(b);
+    hilock_hold_free(HILOCK_HOLD(a));
+    hilock_hold_free(HILOCK_HOLD(b));
   }
 }
 
@@ -545,23 +545,23 @@ static void token_is_32_hex_chars_and_fresh_per_grant(void **state) {
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_EXPIRING, "tok-b", 5000);
   char first[33];
 
-  assert_string_equal(hilock_lock_token(a), "");
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
-  assert_int_equal(strlen(hilock_lock_token(a)), 32);
-  assert_true(is_lower_hex(hilock_lock_token(a), 32));
-  memcpy(first, hilock_lock_token(a), 33);
-  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
-  assert_string_equal(hilock_lock_token(a), "");
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_int_equal(strlen(hilock_hold_token(HILOCK_HOLD(a))), 32);
+  assert_true(is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
+  memcpy(first, hilock_hold_token(HILOCK_HOLD(a)), 33);
+  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
-  assert_true(is_lower_hex(hilock_lock_token(a), 32));
-  assert_string_not_equal(hilock_lock_token(a), first);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
-  assert_string_not_equal(hilock_lock_token(a), hilock_lock_token(b));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_true(is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
+  assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), first);
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), hilock_hold_token(HILOCK_HOLD(b)));
   assert_holder(f, a);
   assert_holder(f, b);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void acquiring_twice_on_one_handle_is_einval(void **state) {
@@ -571,22 +571,22 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
     char token[33];
     uint64_t fence;
 
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-    memcpy(token, hilock_lock_token(l), 33);
-    fence = hilock_lock_fence(l);
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    memcpy(token, hilock_hold_token(HILOCK_HOLD(l)), 33);
+    fence = hilock_hold_fence(HILOCK_HOLD(l));
     assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EINVAL,
-                 hilock_lock_errmsg(l));
-    assert_substr(hilock_lock_errmsg(l), "reentrant");
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "reentrant");
     assert_hl_rc(hilock_lock_acquire(l, 200), HILOCK_EINVAL,
-                 hilock_lock_errmsg(l));
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
     /* The grant is untouched. */
-    assert_true(hilock_lock_held(l));
-    assert_string_equal(hilock_lock_token(l), token);
-    assert_int_equal(hilock_lock_fence(l), fence);
+    assert_true(hilock_hold_held(HILOCK_HOLD(l)));
+    assert_string_equal(hilock_hold_token(HILOCK_HOLD(l)), token);
+    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), fence);
     assert_holder(f, l);
     assert_int_equal(fence_counter(f, "twice", 5), (long long)fence);
-    assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-    hilock_lock_free(l);
+    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    hilock_hold_free(HILOCK_HOLD(l));
   }
 }
 
@@ -594,12 +594,12 @@ static void handle_whose_grant_lapsed_may_acquire_again(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "relapse", 80);
   uint64_t fence;
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  fence = hilock_lock_fence(l);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  fence = hilock_hold_fence(HILOCK_HOLD(l));
   hl_sleep_ms(120);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  assert_true(hilock_lock_fence(l) > fence);
-  hilock_lock_free(l);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > fence);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Names, keys, TTLs ----------------------------------------------------- */
@@ -636,13 +636,13 @@ static void name_of_1024_bytes_works(void **state) {
 
   memset(big, 'n', sizeof(big));
   l = make_lock_n(f->client, HILOCK_LOCK_EXPIRING, big, sizeof(big), 5000);
-  hilock_lock_key(l, &klen);
+  hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_int_equal(klen, strlen("hilock:{}:lock") + HILOCK_NAME_MAX);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_holder(f, l);
   assert_int_equal(fence_counter(f, big, sizeof(big)),
-                   (long long)hilock_lock_fence(l));
-  hilock_lock_free(l);
+                   (long long)hilock_hold_fence(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 typedef struct name_case {
@@ -679,22 +679,22 @@ static void unusual_names_work_and_keys_follow_the_layout(void **state) {
     wlen += n->len;
     memcpy(want + wlen, "}:lock", 6);
     wlen += 6;
-    key = hilock_lock_key(l[i], &klen);
+    key = hilock_hold_key(HILOCK_HOLD(l[i]), &klen);
     assert_int_equal(klen, wlen);
     assert_memory_equal(key, want, wlen);
 
     /* Names differing only after a NUL byte are different locks. */
-    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_holder(f, l[i]);
     assert_int_equal(fence_counter(f, n->name, n->len),
-                     (long long)hilock_lock_fence(l[i]));
+                     (long long)hilock_hold_fence(HILOCK_HOLD(l[i])));
   }
   /* Lock and fence key of each, nothing else. */
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"),
                    2 * (long long)(sizeof(names) / sizeof(names[0])));
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-    assert_hl_ok(hilock_lock_release(l[i]), hilock_lock_errmsg(l[i]));
-    hilock_lock_free(l[i]);
+    assert_hl_ok(hilock_lock_release(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    hilock_hold_free(HILOCK_HOLD(l[i]));
   }
 }
 
@@ -719,21 +719,21 @@ static void ttl_limits_are_accepted(void **state) {
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "max",
                              HILOCK_TTL_MAX_MS);
   hilock_lock *s;
-  assert_int_equal(hilock_lock_ttl_ms(l), HILOCK_TTL_MAX_MS);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), HILOCK_TTL_MAX_MS);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(lock_pttl(f, l), HILOCK_TTL_MAX_MS - 5000,
                      HILOCK_TTL_MAX_MS);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 
   l = make_lock(f->client, HILOCK_LOCK_LEASE, "min", HILOCK_TTL_MIN_MS);
-  assert_int_equal(hilock_lock_ttl_ms(l), HILOCK_TTL_MIN_MS);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  hilock_lock_free(l);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), HILOCK_TTL_MIN_MS);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 
   /* A simple lock has no TTL, whatever the constructor saw. */
   s = make_lock(f->client, HILOCK_LOCK_SIMPLE, "simple", 0);
-  assert_int_equal(hilock_lock_ttl_ms(s), 0);
-  hilock_lock_free(s);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(s)), 0);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 /* ## Damaged keys ---------------------------------------------------------- */
@@ -748,20 +748,20 @@ static void wrong_type_lock_key_is_ewrongtype_and_writes_nothing(
     hl_redis_ok(f->redis, "FLUSHALL");
     hl_redis_ok(f->redis, "HSET hilock:{w}:lock field value");
     assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EWRONGTYPE,
-                 hilock_lock_errmsg(l));
-    assert_substr(hilock_lock_errmsg(l), "WRONGTYPE");
-    assert_int_equal(hilock_lock_errcode(l), HILOCK_EWRONGTYPE);
-    assert_false(hilock_lock_held(l));
-    assert_string_equal(hilock_lock_token(l), "");
-    assert_int_equal(hilock_lock_fence(l), 0);
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGTYPE");
+    assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(l)), HILOCK_EWRONGTYPE);
+    assert_false(hilock_hold_held(HILOCK_HOLD(l)));
+    assert_string_equal(hilock_hold_token(HILOCK_HOLD(l)), "");
+    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), 0);
     assert_false(hl_redis_exists(f->redis, "hilock:{w}:fence", 16));
     assert_int_equal(hl_redis_int(f->redis, "HLEN hilock:{w}:lock"), 1);
 
     assert_hl_rc(hilock_lock_acquire(l, 100), HILOCK_EWRONGTYPE,
-                 hilock_lock_errmsg(l));
-    assert_hl_ok(hilock_lock_locked(l, &flag), hilock_lock_errmsg(l));
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(l), &flag), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_true(flag);
-    hilock_lock_free(l);
+    hilock_hold_free(HILOCK_HOLD(l));
   }
 }
 
@@ -771,16 +771,16 @@ static void damaged_fence_key_fails_before_writing_the_lock(void **state) {
 
   hl_redis_ok(f->redis, "HSET hilock:{f}:fence field value");
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EWRONGTYPE,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(f->redis, "hilock:{f}:lock", 15));
 
   hl_redis_ok(f->redis, "SET hilock:{f}:fence not-a-number");
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ESCRIPT,
-               hilock_lock_errmsg(l));
-  assert_substr(hilock_lock_errmsg(l), "not an integer");
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "not an integer");
   assert_false(hl_redis_exists(f->redis, "hilock:{f}:lock", 15));
-  assert_false(hilock_lock_held(l));
-  hilock_lock_free(l);
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void wrong_type_after_grant_keeps_the_grant_for_retry(void **state) {
@@ -788,18 +788,18 @@ static void wrong_type_after_grant_keeps_the_grant_for_retry(void **state) {
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "swap", 5000);
   int owned = -1;
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_redis_ok(f->redis, "DEL hilock:{swap}:lock");
   hl_redis_ok(f->redis, "HSET hilock:{swap}:lock field value");
   assert_hl_rc(hilock_lock_release(l), HILOCK_EWRONGTYPE,
-               hilock_lock_errmsg(l));
-  assert_true(hilock_lock_held(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_EWRONGTYPE,
-               hilock_lock_errmsg(l));
-  assert_hl_rc(hilock_lock_owned(l, &owned), HILOCK_EWRONGTYPE,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_owned(HILOCK_HOLD(l), &owned), HILOCK_EWRONGTYPE,
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(hl_redis_int(f->redis, "HLEN hilock:{swap}:lock"), 1);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Accessors ------------------------------------------------------------- */
@@ -809,15 +809,15 @@ static void accessors_describe_the_handle(void **state) {
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "acc", 1234);
   size_t len = 0;
   assert_int_equal(hilock_lock_get_kind(l), HILOCK_LOCK_LEASE);
-  assert_int_equal(hilock_lock_ttl_ms(l), 1234);
-  assert_string_equal(hilock_lock_key(l, &len), "hilock:{acc}:lock");
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), 1234);
+  assert_string_equal(hilock_hold_key(HILOCK_HOLD(l), &len), "hilock:{acc}:lock");
   assert_int_equal(len, 17);
-  assert_string_equal(hilock_lock_key(l, NULL), "hilock:{acc}:lock");
-  assert_false(hilock_lock_held(l));
-  assert_int_equal(hilock_lock_fence(l), 0);
-  assert_string_equal(hilock_lock_errmsg(l), "");
-  assert_int_equal(hilock_lock_errcode(l), HILOCK_OK);
-  hilock_lock_free(l);
+  assert_string_equal(hilock_hold_key(HILOCK_HOLD(l), NULL), "hilock:{acc}:lock");
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), 0);
+  assert_string_equal(hilock_hold_errmsg(HILOCK_HOLD(l)), "");
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(l)), HILOCK_OK);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)

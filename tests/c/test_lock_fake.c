@@ -277,7 +277,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  hilock_lock_free(fx.lock);
+  hilock_hold_free(HILOCK_HOLD(fx.lock));
   hilock_client_free(fx.client);
   fx.lock = NULL;
   fx.client = NULL;
@@ -287,14 +287,14 @@ static int teardown(void **state) {
 
 static void grant(fixture *f, long long fence) {
   queue_reply(r_grant(fence));
-  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_lock_errmsg(f->lock));
+  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
 }
 
 static void assert_not_granted(const hilock_lock *l, uint64_t fence) {
-  assert_false(hilock_lock_held(l));
-  assert_string_equal(hilock_lock_token(l), "");
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
-  assert_int_equal(hilock_lock_fence(l), fence);
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(l)), "");
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), fence);
 }
 
 /* ## Acquire --------------------------------------------------------------- */
@@ -309,17 +309,17 @@ static void acquire_sends_keys_token_and_ttl(void **state) {
   assert_string_equal(fake.sent[0].argv[2], "2");
   assert_string_equal(fake.sent[0].argv[3], "hilock:{fake}:lock");
   assert_string_equal(fake.sent[0].argv[4], "hilock:{fake}:fence");
-  assert_string_equal(fake.sent[0].argv[5], hilock_lock_token(f->lock));
+  assert_string_equal(fake.sent[0].argv[5], hilock_hold_token(HILOCK_HOLD(f->lock)));
   assert_string_equal(fake.sent[0].argv[6], "5000");
-  assert_int_equal(hilock_lock_fence(f->lock), 7);
-  assert_true(hilock_lock_held(f->lock));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(f->lock)), 7);
+  assert_true(hilock_hold_held(HILOCK_HOLD(f->lock)));
   assert_script_done();
 }
 
 static void large_fence_is_read_whole(void **state) {
   fixture *f = *state;
   grant(f, 4611686018427387904LL);
-  assert_true(hilock_lock_fence(f->lock) == 4611686018427387904ULL);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(f->lock)) == 4611686018427387904ULL);
   assert_script_done();
 }
 
@@ -327,7 +327,7 @@ static void busy_reply_is_busy(void **state) {
   fixture *f = *state;
   queue_reply(r_arr(2, r_int(0), r_int(1234)));
   assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_BUSY,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_not_granted(f->lock, 0);
   assert_script_done();
 }
@@ -353,15 +353,15 @@ static void malformed_acquire_replies_are_eproto_and_never_a_grant(
     int before = fake.nsent;
     queue_reply(bad[i]);
     assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_EPROTO,
-                 hilock_lock_errmsg(f->lock));
-    assert_substr(hilock_lock_errmsg(f->lock), "unexpected reply");
+                 hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(f->lock)), "unexpected reply");
     assert_not_granted(f->lock, 0);
     assert_int_equal(fake.nsent, before + 1);
   }
   /* Waiting does not turn them into a grant either. */
   queue_reply(r_arr(1, r_int(1)));
   assert_hl_rc(hilock_lock_acquire(f->lock, 1000), HILOCK_EPROTO,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_not_granted(f->lock, 0);
   assert_script_done();
 }
@@ -371,14 +371,14 @@ static void null_reply_on_pooled_connection_is_resent_once(void **state) {
   int connects = fake.connects;
   queue_io_error();
   queue_reply(r_grant(3));
-  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_lock_errmsg(f->lock));
+  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_int_equal(fake.nsent, 2);
   assert_int_equal(fake.connects, connects + 1);
   /* The resend carries the same owner token: the script recognises it. */
   assert_int_equal(fake.sent[0].argc, fake.sent[1].argc);
   for (int i = 0; i < fake.sent[0].argc; i++)
     assert_string_equal(fake.sent[0].argv[i], fake.sent[1].argv[i]);
-  assert_int_equal(hilock_lock_fence(f->lock), 3);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(f->lock)), 3);
   assert_script_done();
 }
 
@@ -387,8 +387,8 @@ static void null_reply_twice_is_eio_and_not_a_grant(void **state) {
   queue_io_error();
   queue_io_error();
   assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_EIO,
-               hilock_lock_errmsg(f->lock));
-  assert_substr(hilock_lock_errmsg(f->lock), "Connection reset by peer");
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(f->lock)), "Connection reset by peer");
   assert_not_granted(f->lock, 0);
   assert_int_equal(fake.nsent, 2);
   assert_script_done();
@@ -401,7 +401,7 @@ static void timed_out_command_is_never_resent(void **state) {
   queue_reply(r_grant(1)); /* its reply comes late: a grant */
   queue_reply(r_int(1));   /* which the undo gives back */
   assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_ETIMEDOUT,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_not_granted(f->lock, 0);
   /* Not resent; the owner-checked release went out behind it on the same
    * connection, whose late replies a reaper reads. */
@@ -424,9 +424,9 @@ static void refused_reconnects_end_in_eio_within_budget(void **state) {
   fake.refuse_connect = 1000;
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_EIO,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_i64_between(hl_now_ms() - t0, 90, 1000); /* reconnect_ms = 100 */
-  assert_substr(hilock_lock_errmsg(f->lock), "Connection refused");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(f->lock)), "Connection refused");
   assert_true(fake.connects >= 3);
   assert_int_equal(fake.nsent, 1);
   assert_not_granted(f->lock, 0);
@@ -439,7 +439,7 @@ static void noscript_falls_back_to_eval_with_the_source(void **state) {
   fixture *f = *state;
   queue_reply(r_err("NOSCRIPT No matching script. Please use EVAL."));
   queue_reply(r_grant(1));
-  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_lock_errmsg(f->lock));
+  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_int_equal(fake.nsent, 2);
   assert_sent(0, "EVALSHA");
   assert_sent(1, "EVAL");
@@ -456,8 +456,8 @@ static void noscript_after_eval_is_escript(void **state) {
   queue_reply(r_err("NOSCRIPT No matching script. Please use EVAL."));
   queue_reply(r_err("NOSCRIPT No matching script. Please use EVAL."));
   assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_ESCRIPT,
-               hilock_lock_errmsg(f->lock));
-  assert_int_equal(hilock_lock_errcode(f->lock), HILOCK_ESCRIPT);
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(f->lock)), HILOCK_ESCRIPT);
   assert_not_granted(f->lock, 0);
   assert_script_done();
 }
@@ -482,8 +482,8 @@ static void error_replies_keep_redis_text(void **state) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     queue_reply(r_err(cases[i].text));
     assert_hl_rc(hilock_lock_try_acquire(f->lock), cases[i].code,
-                 hilock_lock_errmsg(f->lock));
-    assert_substr(hilock_lock_errmsg(f->lock), cases[i].text);
+                 hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(f->lock)), cases[i].text);
     assert_not_granted(f->lock, 0);
   }
   assert_script_done();
@@ -494,9 +494,9 @@ static void error_replies_keep_redis_text(void **state) {
 static void release_by_non_holder_sends_nothing(void **state) {
   fixture *f = *state;
   assert_hl_rc(hilock_lock_release(f->lock), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_hl_rc(hilock_lock_extend(f->lock, 100, 1), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_int_equal(fake.nsent, 0);
   assert_script_done();
 }
@@ -506,20 +506,20 @@ static void malformed_release_reply_is_eproto(void **state) {
   grant(f, 1);
   queue_reply(r_str("1"));
   assert_hl_rc(hilock_lock_release(f->lock), HILOCK_EPROTO,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_sent(1, "EVALSHA");
   assert_string_equal(fake.sent[1].argv[1], hilock__script_lock_release.sha);
 
   grant(f, 2);
   queue_reply(r_arr(1, r_int(1)));
   assert_hl_rc(hilock_lock_release(f->lock), HILOCK_EPROTO,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
 
   grant(f, 3);
   queue_reply(r_int(0));
   assert_hl_rc(hilock_lock_release(f->lock), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(f->lock));
-  assert_false(hilock_lock_held(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(f->lock)));
   assert_script_done();
 }
 
@@ -527,18 +527,18 @@ static void failed_release_keeps_the_grant_for_retry(void **state) {
   fixture *f = *state;
   char token[33];
   grant(f, 1);
-  memcpy(token, hilock_lock_token(f->lock), 33);
+  memcpy(token, hilock_hold_token(HILOCK_HOLD(f->lock)), 33);
   queue_io_error();
   queue_io_error();
   assert_hl_rc(hilock_lock_release(f->lock), HILOCK_EIO,
-               hilock_lock_errmsg(f->lock));
-  assert_true(hilock_lock_held(f->lock));
-  assert_string_equal(hilock_lock_token(f->lock), token);
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(f->lock)));
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(f->lock)), token);
 
   queue_reply(r_int(1));
-  assert_hl_ok(hilock_lock_release(f->lock), hilock_lock_errmsg(f->lock));
+  assert_hl_ok(hilock_lock_release(f->lock), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_string_equal(fake.sent[fake.nsent - 1].argv[5], token); /* after 2 keys */
-  assert_false(hilock_lock_held(f->lock));
+  assert_false(hilock_hold_held(HILOCK_HOLD(f->lock)));
   assert_script_done();
 }
 
@@ -547,10 +547,10 @@ static void malformed_extend_reply_is_eproto(void **state) {
   grant(f, 1);
   queue_reply(r_arr(2, r_int(1), r_int(2)));
   assert_hl_rc(hilock_lock_extend(f->lock, 1000, 1), HILOCK_EPROTO,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   queue_reply(r_str("1000"));
   assert_hl_rc(hilock_lock_extend(f->lock, 1000, 0), HILOCK_EPROTO,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_sent(2, "EVALSHA");
   assert_string_equal(fake.sent[2].argv[1], hilock__script_lock_extend.sha);
   assert_string_equal(fake.sent[2].argv[6], "add");
@@ -558,12 +558,12 @@ static void malformed_extend_reply_is_eproto(void **state) {
 
   queue_reply(r_int(0));
   assert_hl_rc(hilock_lock_extend(f->lock, 1000, 1), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(f->lock));
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   /* The hold is lost, not forgotten: release still asks the server. */
-  assert_true(hilock_lock_lost(f->lock));
-  assert_false(hilock_lock_held(f->lock));
-  assert_int_equal(hilock_lock_validity_ms(f->lock), 0);
-  assert_int_equal(hilock_lock_fence(f->lock), 1);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(f->lock)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(f->lock)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(f->lock)), 0);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(f->lock)), 1);
   assert_script_done();
 }
 
@@ -572,15 +572,15 @@ static void owned_with_unexpected_reply_is_eproto(void **state) {
   int owned = -1;
   grant(f, 1);
   queue_reply(r_int(1));
-  assert_hl_rc(hilock_lock_owned(f->lock, &owned), HILOCK_EPROTO,
-               hilock_lock_errmsg(f->lock));
+  assert_hl_rc(hilock_hold_owned(HILOCK_HOLD(f->lock), &owned), HILOCK_EPROTO,
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_false(owned);
 
   /* Someone else's token: not owned, and the handle lets go. */
   queue_reply(r_str("0123456789abcdef0123456789abcdef"));
-  assert_hl_ok(hilock_lock_owned(f->lock, &owned), hilock_lock_errmsg(f->lock));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(f->lock), &owned), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_false(owned);
-  assert_false(hilock_lock_held(f->lock));
+  assert_false(hilock_hold_held(HILOCK_HOLD(f->lock)));
   assert_script_done();
 }
 

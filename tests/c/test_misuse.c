@@ -111,13 +111,13 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
       if (op == OP_WAIT) {
         holder = new_lock(c, name, 5000);
         assert_hl_ok(hilock_lock_try_acquire(holder),
-                     hilock_lock_errmsg(holder));
+                     hilock_hold_errmsg(HILOCK_HOLD(holder)));
       }
       if (op == OP_RELEASE || op == OP_RENEWAL)
-        assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+        assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
       if (op == OP_RENEWAL)
-        assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
-                     hilock_lock_errmsg(l));
+        assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
+                     hilock_hold_errmsg(HILOCK_HOLD(l)));
       assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
       hl_sleep_ms(20); /* the server is asleep now */
       assert_int_equal(pthread_create(&t, NULL, race, &r), 0);
@@ -129,10 +129,10 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
       if (r.rc != HILOCK_OK && r.rc != HILOCK_ECLOSED &&
           r.rc != HILOCK_BUSY)
         fail_msg("op %d round %d: %d (%s)", op, i, r.rc,
-                 op == OP_PING ? "ping" : hilock_lock_errmsg(l));
-      if (op == OP_RENEWAL) assert_true(hilock_lock_lost(l));
-      hilock_lock_free(holder);
-      hilock_lock_free(l);
+                 op == OP_PING ? "ping" : hilock_hold_errmsg(HILOCK_HOLD(l)));
+      if (op == OP_RENEWAL) assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
+      hilock_hold_free(HILOCK_HOLD(holder));
+      hilock_hold_free(HILOCK_HOLD(l));
     }
   }
 }
@@ -159,24 +159,24 @@ static void close_stops_renewal_and_releases_holds(void **state) {
                hilock_client_errmsg(c));
   assert_hl_ok(hilock_rlock_new(c, "re", 2, 1000, &rl),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, NULL),
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_semaphore_set_auto_renew(s, 1, 0, on_lost, NULL),
-               hilock_semaphore_errmsg(s));
-  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, on_lost, NULL),
-               hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_semaphore_errmsg(s));
-  assert_hl_ok(hilock_fair_lock_try_acquire(fl), hilock_fair_lock_errmsg(fl));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, on_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(s)));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, on_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_hold_errmsg(HILOCK_HOLD(s)));
+  assert_hl_ok(hilock_fair_lock_try_acquire(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
 
   hilock_client_free(c);
   /* Every hold reports the loss; those renewed told their callbacks. */
-  assert_true(hilock_lock_lost(l));
-  assert_true(hilock_semaphore_lost(s));
-  assert_true(hilock_fair_lock_lost(fl));
-  assert_true(hilock_rlock_lost(rl));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(fl)));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(rl)));
   assert_int_equal(atomic_load(&lost_calls), 3);
   /* Released at once: the lock, the permit, the fair lock's holder, and
    * the reentrant lock with both its entries. */
@@ -188,18 +188,18 @@ static void close_stops_renewal_and_releases_holds(void **state) {
   /* Another client takes the lock at once. */
   other = client_for(&f->server, NULL);
   next = new_lock(other, "held", 1000);
-  assert_hl_ok(hilock_lock_try_acquire(next), hilock_lock_errmsg(next));
+  assert_hl_ok(hilock_lock_try_acquire(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
   /* The old handles say why they hold nothing. */
-  assert_hl_rc(hilock_lock_release(l), HILOCK_ECLOSED, hilock_lock_errmsg(l));
-  assert_substr(hilock_lock_errmsg(l), "client was closed");
+  assert_hl_rc(hilock_lock_release(l), HILOCK_ECLOSED, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "client was closed");
   assert_hl_rc(hilock_semaphore_release(s), HILOCK_ECLOSED,
-               hilock_semaphore_errmsg(s));
-  hilock_lock_free(next);
+               hilock_hold_errmsg(HILOCK_HOLD(s)));
+  hilock_hold_free(HILOCK_HOLD(next));
   hilock_client_free(other);
-  hilock_lock_free(l);
-  hilock_semaphore_free(s);
-  hilock_fair_lock_free(fl);
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(fl));
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 /* ## Redlock ------------------------------------------------------------------ */
@@ -215,21 +215,21 @@ static void redlock_refuses_a_repeated_node(void **state) {
   snprintf(cc, sizeof(cc), "redis://127.0.0.1:%d", f->server.port);
   assert_int_equal(hilock_redlock_new(same, 3, "dup", 3, 5000, NULL, &rl),
                    HILOCK_EINVAL);
-  assert_substr(hilock_redlock_errmsg(rl), "same server");
-  hilock_redlock_free(rl);
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "same server");
+  hilock_hold_free(HILOCK_HOLD(rl));
   rl = NULL;
   assert_int_equal(hilock_redlock_new(spelled, 3, "dup", 3, 5000, NULL, &rl),
                    HILOCK_EINVAL);
-  assert_substr(hilock_redlock_errmsg(rl), "nodes 0 and 1");
-  hilock_redlock_free(rl);
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "nodes 0 and 1");
+  hilock_hold_free(HILOCK_HOLD(rl));
   /* Other databases of one server are accepted: the URL names the
    * database, and only the same one twice is refused. */
   snprintf(b, sizeof(b), "redis://127.0.0.1:%d/1", f->server.port);
   snprintf(cc, sizeof(cc), "redis://127.0.0.1:%d/2", f->server.port);
   rl = NULL;
   assert_hl_ok(hilock_redlock_new(spelled, 3, "dbs", 3, 5000, NULL, &rl),
-               hilock_redlock_errmsg(rl));
-  hilock_redlock_free(rl);
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 /* ## Timeouts bound the whole call ------------------------------------------- */
@@ -253,7 +253,7 @@ static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
   assert_true(rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT);
   /* 1 s and the stated 250 ms slack; the reconnect budget was 3 s. */
   assert_i64_between(took, 900, 1900);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
   hl_server_destroy(&s);
 }
@@ -270,17 +270,17 @@ static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
   t0 = hl_now_ms();
   rc = hilock_lock_acquire(l, 800);
   took = hl_now_ms() - t0;
-  assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_lock_errmsg(l));
-  assert_substr(hilock_lock_errmsg(l), "undone");
+  assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "undone");
   assert_i64_between(took, 700, 1700);
-  assert_false(hilock_lock_held(l));
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   /* After the pause the server ran the attempt, then its undo: free. */
   hl_sleep_ms(2500 - took + 300);
   assert_false(hl_redis_exists(f->redis, "hilock:{paused}:lock", 20));
   other = new_lock(c, "paused", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(other), hilock_lock_errmsg(other));
-  hilock_lock_free(other);
-  hilock_lock_free(l);
+  assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  hilock_hold_free(HILOCK_HOLD(other));
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -303,20 +303,20 @@ static void late_reply_grant_is_undone(void **state) {
     hl_sleep_ms(50);
     t0 = hl_now_ms();
     assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ETIMEDOUT,
-                 hilock_lock_errmsg(l));
-    assert_substr(hilock_lock_errmsg(l), "undone");
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "undone");
     pthread_join(st, NULL);
     if (retry) {
       /* The same handle's retry gets the lock as soon as the undo ran. */
-      assert_hl_ok(hilock_lock_acquire(l, 3000), hilock_lock_errmsg(l));
+      assert_hl_ok(hilock_lock_acquire(l, 3000), hilock_hold_errmsg(HILOCK_HOLD(l)));
       assert_i64_between(hl_now_ms() - t0, 0, 3000);
-      assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+      assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     } else {
       /* The caller gave up: the grant is gone long before its TTL. */
       hl_sleep_ms(300);
       assert_false(hl_redis_exists(f->redis, "hilock:{gave-up}:lock", 21));
     }
-    hilock_lock_free(l);
+    hilock_hold_free(HILOCK_HOLD(l));
     hilock_client_free(c);
   }
 }
@@ -338,17 +338,17 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   assert_hl_ok(hilock_multilock_new(c, names, 2, 10000, &m),
                hilock_client_errmsg(c));
   /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
-  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_semaphore_errmsg(sem));
-  assert_hl_ok(hilock_semaphore_release(sem), hilock_semaphore_errmsg(sem));
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   fence = hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0");
   assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
   hl_sleep_ms(50);
   assert_hl_rc(hilock_semaphore_try_acquire(sem), HILOCK_ETIMEDOUT,
-               hilock_semaphore_errmsg(sem));
+               hilock_hold_errmsg(HILOCK_HOLD(sem)));
   assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_ETIMEDOUT,
-               hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
   pthread_join(st, NULL);
   hl_sleep_ms(300);
   /* Both ran once the server woke, and both were undone right after. */
@@ -358,8 +358,8 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{{acct}:2}:lock", 22));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0"),
                    fence + 1);
-  hilock_semaphore_free(sem);
-  hilock_multilock_free(m);
+  hilock_hold_free(HILOCK_HOLD(sem));
+  hilock_hold_free(HILOCK_HOLD(m));
   hilock_client_free(c);
 }
 
@@ -368,10 +368,10 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
 static uint64_t grant_fence(hilock_client *c, const char *name) {
   hilock_lock *l = new_lock(c, name, 5000);
   uint64_t fence;
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  fence = hilock_lock_fence(l);
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  hilock_lock_free(l);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  fence = hilock_hold_fence(HILOCK_HOLD(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   return fence;
 }
 
@@ -456,7 +456,7 @@ static void ttl_below_the_drift_allowance_is_einval(void **state) {
   assert_substr(hilock_client_errmsg(f->client), "ttl must be 10..");
   assert_hl_ok(hilock_lock_new(f->client, "t", 1, HILOCK_TTL_MIN_MS, &l),
                hilock_client_errmsg(f->client));
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static hl_fixture fx;

@@ -102,8 +102,8 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
 
   /* "a" was granted 5 times before (as a single lock would be). */
   hl_redis_ok(f->redis, "SET hilock:{a}:fence 5");
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
-  tok = hilock_multilock_token(m);
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  tok = hilock_hold_token(HILOCK_HOLD(m));
   assert_int_equal(strlen(tok), 32);
   assert_holds(f, "a", tok);
   assert_holds(f, "b", tok);
@@ -115,28 +115,28 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
   fc = hilock_multilock_fence(m, 2);
   assert_true(fb > 1000000000000000ULL && fc > 1000000000000000ULL);
   assert_int_equal(hilock_multilock_fence(m, 3), 0); /* bad index */
-  assert_true(hilock_multilock_held(m));
-  assert_i64_between(hilock_multilock_validity_ms(m), 9000, 10000);
+  assert_true(hilock_hold_held(HILOCK_HOLD(m)));
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(m)), 9000, 10000);
 
   /* Not reentrant. */
   assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_EINVAL,
-               hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
 
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "a") || lock_exists(f, "b") ||
                lock_exists(f, "c"));
   /* Each name's wake list got one wake-up. */
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{b}:wake"), 1);
-  assert_int_equal(hilock_multilock_held(m), 0);
+  assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
   assert_hl_rc(hilock_multilock_release(m), HILOCK_ENOTOWNED,
-               hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
 
   /* The next grant draws the next fence of every name. */
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_int_equal(hilock_multilock_fence(m, 0), 7);
   assert_int_equal(hilock_multilock_fence(m, 2), fc + 1);
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  hilock_multilock_free(m);
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 static void one_held_name_means_nothing_is_taken(void **state) {
@@ -146,23 +146,23 @@ static void one_held_name_means_nothing_is_taken(void **state) {
   hilock_lock *l = new_lock(f->client, "y", 10000);
   int locked = 0;
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_BUSY,
-               hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Neither the free names nor their fence counters were touched. */
   assert_false(lock_exists(f, "x"));
   assert_false(lock_exists(f, "z"));
   assert_false(hl_redis_exists(f->redis, "hilock:{x}:fence", 16));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{y}:fence 0"),
-                   (long long)hilock_lock_fence(l));
-  assert_hl_ok(hilock_multilock_locked(m, &locked), hilock_multilock_errmsg(m));
+                   (long long)hilock_hold_fence(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(m), &locked), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(locked);
-  assert_int_equal(hilock_multilock_held(m), 0);
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_multilock_locked(m, &locked), hilock_multilock_errmsg(m));
+  assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(m), &locked), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(locked);
-  hilock_lock_free(l);
-  hilock_multilock_free(m);
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 static void single_lock_and_multi_lock_exclude_each_other(void **state) {
@@ -172,22 +172,22 @@ static void single_lock_and_multi_lock_exclude_each_other(void **state) {
   hilock_lock *l = new_lock(f->client, "acct:2", 10000);
   uint64_t first;
 
-  assert_hl_ok(hilock_multilock_acquire(m, 0), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_acquire(m, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
   first = hilock_multilock_fence(m, 1);
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_BUSY, hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The single lock's fence continues the same counter. */
-  assert_int_equal(hilock_lock_fence(l), first + 1);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), first + 1);
   assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_BUSY,
-               hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "acct:1"));
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_int_equal(hilock_multilock_fence(m, 1), first + 2);
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  hilock_lock_free(l);
-  hilock_multilock_free(m);
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 /* The acquire script, resent with the same token (a reply lost to a broken
@@ -226,7 +226,7 @@ static void damaged_keys_fail_before_any_name_is_locked(void **state) {
 
   hl_redis_ok(f->redis, "RPUSH hilock:{g2}:lock not-a-string");
   assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_EWRONGTYPE,
-               hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "g1"));
   assert_false(hl_redis_exists(f->redis, "hilock:{g1}:fence", 17));
   hl_redis_ok(f->redis, "DEL hilock:{g2}:lock");
@@ -235,14 +235,14 @@ static void damaged_keys_fail_before_any_name_is_locked(void **state) {
    * any lock key is set (g1's counter may have moved on: a gap). */
   hl_redis_ok(f->redis, "SET hilock:{g2}:fence not-a-number");
   assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_ESCRIPT,
-               hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "g1"));
   assert_false(lock_exists(f, "g2"));
-  assert_int_equal(hilock_multilock_held(m), 0);
+  assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
   hl_redis_ok(f->redis, "DEL hilock:{g2}:fence");
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  hilock_multilock_free(m);
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 /* ## Release, extend, renewal -------------------------------------------- */
@@ -252,13 +252,13 @@ static void release_leaves_a_force_taken_key_alone(void **state) {
   const char *names[] = {"r1", "r2", "r3"};
   hilock_multilock *m = new_multi(f->client, names, 3, 10000);
 
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* An operator (or an expiry and another owner) took r2. */
   hl_redis_ok(f->redis, "SET hilock:{r2}:lock someone-else PX 10000");
   assert_hl_rc(hilock_multilock_release(m), HILOCK_ENOTOWNED,
-               hilock_multilock_errmsg(m));
-  assert_substr(hilock_multilock_errmsg(m), "1 of 3");
-  assert_substr(hilock_multilock_errmsg(m), "\"r2\"");
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "1 of 3");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "\"r2\"");
   assert_false(hilock_multilock_missing(m, 0));
   assert_true(hilock_multilock_missing(m, 1));
   assert_false(hilock_multilock_missing(m, 2));
@@ -269,8 +269,8 @@ static void release_leaves_a_force_taken_key_alone(void **state) {
     assert_string_equal(v, "someone-else");
     free(v);
   }
-  assert_int_equal(hilock_multilock_held(m), 0);
-  hilock_multilock_free(m);
+  assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 static void extend_refreshes_every_key_or_none(void **state) {
@@ -279,30 +279,30 @@ static void extend_refreshes_every_key_or_none(void **state) {
   hilock_multilock *m = new_multi(f->client, names, 2, 2000);
   int owned = 0;
 
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_multilock_extend(m, 8000, 1), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multilock_extend(m, 8000, 1), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e1"), 7000, 8000);
   assert_i64_between(lock_pttl(f, "e2"), 7000, 8000);
-  assert_i64_between(hilock_multilock_validity_ms(m), 7000, 8000);
-  assert_hl_ok(hilock_multilock_extend(m, 5000, 0), hilock_multilock_errmsg(m));
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(m)), 7000, 8000);
+  assert_hl_ok(hilock_multilock_extend(m, 5000, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e2"), 12000, 13000);
-  assert_hl_ok(hilock_multilock_renew(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e1"), 1000, 2000);
-  assert_hl_ok(hilock_multilock_owned(m, &owned), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(m), &owned), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(owned);
 
   /* e2 lapses: extend changes nothing and reports the loss. */
   hl_redis_ok(f->redis, "DEL hilock:{e2}:lock");
   assert_hl_rc(hilock_multilock_extend(m, 60000, 1), HILOCK_ENOTOWNED,
-               hilock_multilock_errmsg(m));
-  assert_substr(hilock_multilock_errmsg(m), "\"e2\"");
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "\"e2\"");
   assert_i64_between(lock_pttl(f, "e1"), 1, 2000);
   assert_true(hilock_multilock_missing(m, 1));
-  assert_true(hilock_multilock_lost(m));
-  assert_int_equal(hilock_multilock_validity_ms(m), 0);
-  assert_hl_ok(hilock_multilock_owned(m, &owned), hilock_multilock_errmsg(m));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(m)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(m)), 0);
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(m), &owned), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(owned);
-  hilock_multilock_free(m);
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 static atomic_int lost_calls;
@@ -319,25 +319,25 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
   int64_t t0;
 
   atomic_store(&lost_calls, 0);
-  assert_hl_ok(hilock_multilock_set_auto_renew(m, 1, 0, on_lost, NULL),
-               hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, on_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hl_sleep_ms(1500); /* 2.5 TTLs: only renewal keeps the keys */
-  for (int i = 0; i < 5; i++) assert_holds(f, names[i], hilock_multilock_token(m));
+  for (int i = 0; i < 5; i++) assert_holds(f, names[i], hilock_hold_token(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "w3"), 1, 600);
   /* A flushed script cache: renewal reloads the script with EVAL. */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
   hl_sleep_ms(1000);
-  for (int i = 0; i < 5; i++) assert_holds(f, names[i], hilock_multilock_token(m));
+  for (int i = 0; i < 5; i++) assert_holds(f, names[i], hilock_hold_token(HILOCK_HOLD(m)));
   assert_true(hl_cmdstat_calls(f->redis, "eval") >= 1);
-  assert_false(hilock_multilock_lost(m));
+  assert_false(hilock_hold_lost(HILOCK_HOLD(m)));
 
   hl_redis_ok(f->redis, "SET hilock:{w3}:lock thief PX 10000");
   t0 = hl_now_ms();
-  while (!hilock_multilock_lost(m) && hl_now_ms() - t0 < 3000)
+  while (!hilock_hold_lost(HILOCK_HOLD(m)) && hl_now_ms() - t0 < 3000)
     hl_sleep_ms(10);
-  assert_true(hilock_multilock_lost(m));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(m)));
   assert_i64_between(hl_now_ms() - t0, 0, 1500);
   while (atomic_load(&lost_calls) == 0 && hl_now_ms() - t0 < 3000)
     hl_sleep_ms(5);
@@ -347,8 +347,8 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
   assert_false(lock_exists(f, "w1"));
   assert_false(lock_exists(f, "w5"));
   assert_hl_rc(hilock_multilock_release(m), HILOCK_ENOTOWNED,
-               hilock_multilock_errmsg(m));
-  hilock_multilock_free(m);
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 /* ## Waiting ------------------------------------------------------------- */
@@ -385,19 +385,19 @@ static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
   waiter w = {m, NULL, 8000, -100, 0};
   pthread_t t;
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(pthread_create(&t, NULL, multi_waits, &w), 0);
   assert_true(hl_wait_waiters(f->redis, 1,
                                  3000));
   hl_sleep_ms(200);
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   pthread_join(t, NULL);
-  assert_hl_ok(w.rc, hilock_multilock_errmsg(m));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Woken by the release, long before the holder's 10 s TTL. */
   assert_i64_between(w.took_ms, 200, 3000);
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  hilock_lock_free(l);
-  hilock_multilock_free(m);
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 static void wait_is_bounded_by_the_blocking_holders_ttl(void **state) {
@@ -407,20 +407,20 @@ static void wait_is_bounded_by_the_blocking_holders_ttl(void **state) {
   hilock_lock *l = new_lock(f->client, "t1", 700);
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   t0 = hl_now_ms();
   /* The holder never releases: the waiter wakes when its TTL ends. */
-  assert_hl_ok(hilock_multilock_acquire(m, 5000), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_acquire(m, 5000), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(hl_now_ms() - t0, 500, 2500);
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* And a deadline shorter than the TTL is kept. */
   hl_redis_ok(f->redis, "SET hilock:{t2}:lock other PX 10000");
   t0 = hl_now_ms();
   assert_hl_rc(hilock_multilock_acquire(m, 300), HILOCK_BUSY,
-               hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(hl_now_ms() - t0, 250, 2000);
-  hilock_lock_free(l);
-  hilock_multilock_free(m);
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 /* A multi-key waiter woken on a name it cannot use (another of its names is
@@ -437,7 +437,7 @@ static void a_useless_wake_up_is_handed_back(void **state) {
   waiter wm = {m, NULL, 6000, -100, 0}, wl = {NULL, l, 6000, -100, 0};
   pthread_t tm, tl;
 
-  assert_hl_ok(hilock_lock_try_acquire(x), hilock_lock_errmsg(x));
+  assert_hl_ok(hilock_lock_try_acquire(x), hilock_hold_errmsg(HILOCK_HOLD(x)));
   /* The multi-key waiter blocks first on h2's list, then the single one. */
   assert_int_equal(pthread_create(&tm, NULL, multi_waits, &wm), 0);
   assert_true(hl_wait_waiters(f->redis, 1,
@@ -445,21 +445,21 @@ static void a_useless_wake_up_is_handed_back(void **state) {
   assert_int_equal(pthread_create(&tl, NULL, single_waits, &wl), 0);
   assert_true(hl_wait_waiters(f->redis, 2,
                                  3000));
-  assert_hl_ok(hilock_lock_try_acquire(y), hilock_lock_errmsg(y));
+  assert_hl_ok(hilock_lock_try_acquire(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
   /* One wake-up; Redis serves the longest-blocked client (the multi). */
-  assert_hl_ok(hilock_lock_release(x), hilock_lock_errmsg(x));
+  assert_hl_ok(hilock_lock_release(x), hilock_hold_errmsg(HILOCK_HOLD(x)));
   pthread_join(tl, NULL);
-  assert_hl_ok(wl.rc, hilock_lock_errmsg(l));
+  assert_hl_ok(wl.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(wl.took_ms, 0, 3000); /* not the 10 s TTL bound */
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_release(y), hilock_lock_errmsg(y));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_release(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
   pthread_join(tm, NULL);
-  assert_hl_ok(wm.rc, hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  hilock_lock_free(x);
-  hilock_lock_free(y);
-  hilock_lock_free(l);
-  hilock_multilock_free(m);
+  assert_hl_ok(wm.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  hilock_hold_free(HILOCK_HOLD(x));
+  hilock_hold_free(HILOCK_HOLD(y));
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(m));
   hilock_client_free(c2);
 }
 
@@ -532,7 +532,7 @@ static int child_random_sets(void *arg) {
       CHILD_CHECK(rr != NULL && rr->type == REDIS_REPLY_INTEGER);
       freeReplyObject(rr);
     }
-    hilock_multilock_free(m);
+    hilock_hold_free(HILOCK_HOLD(m));
   }
   hilock_client_free(c);
   redisFree(r);
@@ -662,7 +662,7 @@ static int child_holds_until_killed(void *arg) {
   char byte = 1;
   CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
   CHILD_CHECK(hilock_multilock_new(c, names, 3, 800, &m) == HILOCK_OK);
-  CHILD_CHECK(hilock_multilock_set_auto_renew(m, 1, 0, NULL, NULL) ==
+  CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL) ==
               HILOCK_OK);
   CHILD_CHECK(hilock_multilock_acquire(m, 0) == HILOCK_OK);
   CHILD_CHECK(write(p->fd, &byte, 1) == 1);
@@ -699,13 +699,13 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   kill(pid, SIGKILL);
   t0 = hl_now_ms();
   assert_int_equal(hl_wait_child(pid, 5000), 128 + SIGKILL);
-  assert_hl_ok(hilock_multilock_acquire(m, 4000), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_multilock_acquire(m, 4000), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_now_ms() - t0, 0, 800 + 1000);
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  hilock_lock_free(l);
-  hilock_multilock_free(m);
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 typedef struct fork_arg {
@@ -718,9 +718,9 @@ static int child_uses_parents_hold(void *arg) {
   CHILD_CHECK(hilock_multilock_release(p->inherited) == HILOCK_EFORKED);
   CHILD_CHECK(hilock_multilock_extend(p->inherited, 1000, 1) ==
               HILOCK_EFORKED);
-  CHILD_CHECK(hilock_multilock_owned(p->inherited, &owned) == HILOCK_OK &&
+  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(p->inherited), &owned) == HILOCK_OK &&
               owned == 0);
-  CHILD_CHECK(hilock_multilock_validity_ms(p->inherited) == 0);
+  CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(p->inherited)) == 0);
   return 0;
 }
 
@@ -732,15 +732,15 @@ static void forked_child_holds_nothing(void **state) {
   int owned = 0;
   pid_t pid;
 
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   p.inherited = m;
   pid = hl_fork_run(child_uses_parents_hold, &p);
   assert_true(pid > 0);
   assert_int_equal(hl_wait_child(pid, 5000), 0);
-  assert_hl_ok(hilock_multilock_owned(m, &owned), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(m), &owned), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(owned);
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  hilock_multilock_free(m);
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 /* ## Limits, bad input, cluster ------------------------------------------- */
@@ -794,24 +794,24 @@ static void bad_input_gives_specific_einval(void **state) {
   assert_hl_ok(hilock_multilock_new(c, many, HILOCK_MULTILOCK_MAX, 5000, &m),
                hilock_client_errmsg(c));
   assert_int_equal(hilock_multilock_count(m), HILOCK_MULTILOCK_MAX);
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(lock_exists(f, "m1023"));
-  assert_hl_ok(hilock_multilock_renew(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
+  assert_hl_ok(hilock_multilock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "m0"));
-  hilock_multilock_free(m);
+  hilock_hold_free(HILOCK_HOLD(m));
 
   /* NULL handles. */
   assert_int_equal(hilock_multilock_try_acquire(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_multilock_acquire(NULL, 0), HILOCK_EINVAL);
   assert_int_equal(hilock_multilock_release(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_multilock_extend(NULL, 1, 1), HILOCK_EINVAL);
-  assert_int_equal(hilock_multilock_owned(NULL, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_multilock_locked(NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(NULL, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_multilock_count(NULL), 0);
   assert_int_equal(hilock_multilock_fence(NULL, 0), 0);
-  assert_string_equal(hilock_multilock_errmsg(NULL), "multilock is NULL");
-  hilock_multilock_free(NULL);
+  assert_string_equal(hilock_hold_errmsg(NULL), "handle is NULL");
+  hilock_hold_free(NULL);
   free(many);
   free(buf);
 }
@@ -842,13 +842,13 @@ static void cluster_client_refuses_names_in_different_slots(void **state) {
   assert_hl_ok(hilock_multilock_new(f->client, tagged, 2, 1000, &m),
                hilock_client_errmsg(f->client));
   f->client->url.cluster = 0; /* the test server is not a cluster */
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
-  hilock_multilock_free(m);
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  hilock_hold_free(HILOCK_HOLD(m));
   /* Not a cluster: any names. */
   assert_hl_ok(hilock_multilock_new(f->client, spread, 2, 1000, &m),
                hilock_client_errmsg(f->client));
-  hilock_multilock_free(m);
+  hilock_hold_free(HILOCK_HOLD(m));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)

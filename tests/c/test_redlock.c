@@ -54,7 +54,7 @@ static hilock_redlock *make(int64_t ttl_ms) {
   hilock_options o = hl_test_options();
   hilock_redlock *rl = NULL;
   int rc = hilock_redlock_new(urls, N, NAME, NAMELEN, ttl_ms, &o, &rl);
-  assert_hl_ok(rc, hilock_redlock_errmsg(rl));
+  assert_hl_ok(rc, hilock_hold_errmsg(HILOCK_HOLD(rl)));
   return rl;
 }
 
@@ -110,35 +110,35 @@ static void test_invalid_arguments(void **state) {
   assert_int_equal(hilock_redlock_new(urls, N, NAME, NAMELEN, 1000, NULL, NULL),
                    HILOCK_EINVAL);
   assert_hl_rc(hilock_redlock_new(urls, 0, NAME, NAMELEN, 1000, NULL, &rl),
-               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
-  assert_substr(hilock_redlock_errmsg(rl), "node URLs");
-  hilock_redlock_free(rl);
+               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "node URLs");
+  hilock_hold_free(HILOCK_HOLD(rl));
   assert_hl_rc(hilock_redlock_new(NULL, 3, NAME, NAMELEN, 1000, NULL, &rl),
-               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
-  hilock_redlock_free(rl);
+               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
   assert_hl_rc(hilock_redlock_new(bad, 2, NAME, NAMELEN, 1000, NULL, &rl),
-               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
-  assert_substr(hilock_redlock_errmsg(rl), "node 1");
-  hilock_redlock_free(rl);
+               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "node 1");
+  hilock_hold_free(HILOCK_HOLD(rl));
   assert_hl_rc(hilock_redlock_new(urls, N, NAME, NAMELEN, 0, NULL, &rl),
-               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
-  hilock_redlock_free(rl);
+               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
   assert_hl_rc(hilock_redlock_new(urls, N, "", 0, 1000, NULL, &rl),
-               HILOCK_EINVAL, hilock_redlock_errmsg(rl));
-  hilock_redlock_free(rl);
+               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
 
   assert_int_equal(hilock_redlock_try_acquire(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_redlock_acquire(NULL, 0), HILOCK_EINVAL);
   assert_int_equal(hilock_redlock_release(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_redlock_extend(NULL, 10, 0), HILOCK_EINVAL);
-  assert_int_equal(hilock_redlock_owned(NULL, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_redlock_locked(NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(NULL, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_redlock_set_node_timeout(NULL, 5), HILOCK_EINVAL);
-  assert_int_equal(hilock_redlock_validity_ms(NULL), 0);
-  assert_int_equal(hilock_redlock_fence(NULL), 0);
-  assert_string_equal(hilock_redlock_token(NULL), "");
-  assert_string_equal(hilock_redlock_errmsg(NULL), "redlock is NULL");
-  hilock_redlock_free(NULL);
+  assert_int_equal(hilock_hold_validity_ms(NULL), 0);
+  assert_int_equal(hilock_hold_fence(NULL), 0);
+  assert_string_equal(hilock_hold_token(NULL), "");
+  assert_string_equal(hilock_hold_errmsg(NULL), "handle is NULL");
+  hilock_hold_free(NULL);
 
   rl = make(1000);
   assert_int_equal(hilock_redlock_nodes(rl), 5);
@@ -150,11 +150,11 @@ static void test_invalid_arguments(void **state) {
   assert_int_equal(hilock_redlock_release(rl), HILOCK_ENOTOWNED);
   assert_int_equal(hilock_redlock_extend(rl, 100, 0), HILOCK_ENOTOWNED);
   assert_int_equal(hilock_redlock_acquire(rl, -5), HILOCK_EINVAL);
-  hilock_redlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
   /* A small TTL gives a node timeout of ttl/10. */
   rl = make(200);
   assert_int_equal(hilock_redlock_node_timeout_ms(rl), 20);
-  hilock_redlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 static void test_auth_and_db_from_each_url(void **state) {
@@ -175,8 +175,8 @@ static void test_auth_and_db_from_each_url(void **state) {
   good[2] = u2;
   bad[0] = bad0;
   assert_hl_ok(hilock_redlock_new(good, N, NAME, NAMELEN, 5000, &o, &rl),
-               hilock_redlock_errmsg(rl));
-  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_redlock_errmsg(rl));
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   /* Node 0 took it behind its password, node 2 in db 3. */
   c = hl_redis_connect(&nodes[0]);
   hl_redis_ok(c, "AUTH s3cret");
@@ -187,19 +187,19 @@ static void test_auth_and_db_from_each_url(void **state) {
   hl_redis_ok(c, "SELECT 3");
   assert_true(hl_redis_exists(c, KEY, strlen(KEY)));
   redisFree(c);
-  assert_hl_ok(hilock_redlock_release(rl), hilock_redlock_errmsg(rl));
-  hilock_redlock_free(rl);
+  assert_hl_ok(hilock_redlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
   rl = NULL;
   /* A refused password is a configuration error, not a minority down. */
   assert_hl_rc(hilock_redlock_new(bad, N, NAME, NAMELEN, 5000, &o, &rl),
-               HILOCK_EAUTH, hilock_redlock_errmsg(rl));
+               HILOCK_EAUTH, hilock_hold_errmsg(HILOCK_HOLD(rl)));
   {
     char want[64];
     snprintf(want, sizeof(want), "127.0.0.1:%d: redis: WRONGPASS",
              nodes[0].port);
-    assert_substr(hilock_redlock_errmsg(rl), want);
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), want);
   }
-  hilock_redlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
   hl_server_stop(&nodes[0]); /* the next setup restarts it without a password */
 }
 
@@ -210,41 +210,41 @@ static void test_grant_sets_one_token_on_every_node(void **state) {
   int64_t t0 = hl_now_ms();
   int owned = 0, locked = 0;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
-  assert_i64_between(hilock_redlock_validity_ms(a), 10000 - 102 - 1000,
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(a)), 10000 - 102 - 1000,
                      10000 - 102);
   assert_true(hl_now_ms() - t0 < 1000);
   /* A new name's first fence is the servers' clock in microseconds. */
-  assert_true(hilock_redlock_fence(a) > 1000000000000000ULL);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(a)) > 1000000000000000ULL);
   for (int i = 0; i < N; i++) {
     char *v = node_get(i, KEY);
     redisContext *c = hl_redis_connect(&nodes[i]);
     assert_non_null(v);
-    assert_string_equal(v, hilock_redlock_token(a));
+    assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(a)));
     assert_i64_between(hl_redis_pttl(c, KEY, strlen(KEY)), 8000, 10000);
     redisFree(c);
     free(v);
   }
-  assert_hl_ok(hilock_redlock_owned(a, &owned), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(owned);
-  assert_hl_ok(hilock_redlock_locked(b, &locked), hilock_redlock_errmsg(b));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(locked);
   assert_hl_rc(hilock_redlock_try_acquire(b), HILOCK_BUSY,
-               hilock_redlock_errmsg(b));
-  assert_substr(hilock_redlock_errmsg(b), "held by another owner on 5 of 5");
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(b)), "held by another owner on 5 of 5");
   assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_EINVAL,
-               hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 0);
-  assert_false(hilock_redlock_held(a));
+  assert_false(hilock_hold_held(HILOCK_HOLD(a)));
   assert_hl_rc(hilock_redlock_release(a), HILOCK_ENOTOWNED,
-               hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Each node's new counter started at its own clock: larger, not +1. */
-  assert_true(hilock_redlock_fence(b) > hilock_redlock_fence(a));
-  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
-  hilock_redlock_free(a);
-  hilock_redlock_free(b);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
@@ -253,8 +253,8 @@ static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
   /* The connections are open (their SCRIPT LOADs are done); then every
    * node forgets its scripts: each answers NOSCRIPT once, and the round
    * sends EVAL with the source on that node. */
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   for (int i = 0; i < N; i++) {
     redisContext *c = hl_redis_connect(&nodes[i]);
     hl_redis_ok(c, "SCRIPT FLUSH");
@@ -262,9 +262,9 @@ static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
     redisFree(c);
   }
   /* Granted once a majority answered (the rest are not waited for). */
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(nodes_with_key() >= N / 2 + 1);
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* Each node that ran a script of the cycle answered NOSCRIPT first,
    * then ran it as EVAL; a majority did (a node whose NOSCRIPT came after
    * its round was decided is not waited for, and gets no EVAL then). */
@@ -288,30 +288,30 @@ static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
   assert_true(ran >= N / 2 + 1);
   for (int i = 0; i < 200 && nodes_with_key() != 0; i++) hl_sleep_ms(10);
   assert_int_equal(nodes_with_key(), 0);
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static void test_blocked_acquire_waits_its_bound_then_gets_it(void **state) {
   hilock_redlock *a = make(10000), *b = make(10000);
   int64_t t0;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
   assert_hl_rc(hilock_redlock_acquire(b, 400), HILOCK_BUSY,
-               hilock_redlock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 400, 400 + 1500);
   /* No token of b's anywhere after its failed attempts. */
   for (int i = 0; i < N; i++) {
     char *v = node_get(i, KEY);
-    assert_string_equal(v, hilock_redlock_token(a));
+    assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(a)));
     free(v);
   }
   /* A holder whose keys lapse: b gets it within the retry delay of that. */
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_redlock_errmsg(b));
-  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
-  hilock_redlock_free(a);
-  hilock_redlock_free(b);
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* ## Node failures --------------------------------------------------------------- */
@@ -321,17 +321,17 @@ static void test_minority_down_still_acquires_and_releases(void **state) {
   (void)state;
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 3);
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 0);
   /* Back up: the next grant uses them again. */
   assert_int_equal(hl_server_restart(&nodes[3]), 0);
   assert_int_equal(hl_server_restart(&nodes[4]), 0);
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 5);
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
-  hilock_redlock_free(a);
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static void test_minority_slowed_still_acquires_fast(void **state) {
@@ -342,12 +342,12 @@ static void test_minority_slowed_still_acquires_fast(void **state) {
   s3 = node_sleep(3, 1.0);
   s4 = node_sleep(4, 1.0);
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   took = hl_now_ms() - t0;
   /* Bounded by the node timeout (50 ms), not by the 1 s sleep. */
   assert_i64_between(took, 0, 600);
-  assert_true(hilock_redlock_validity_ms(a) > 9000);
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 9000);
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(hl_now_ms() - t0 < 900);
   sleep_done(s3);
   sleep_done(s4);
@@ -355,7 +355,7 @@ static void test_minority_slowed_still_acquires_fast(void **state) {
    * same connection: nothing is left behind. */
   hl_sleep_ms(50);
   assert_int_equal(nodes_with_key(), 0);
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static void test_majority_down_fails_in_time_and_leaves_no_lock(void **state) {
@@ -365,32 +365,32 @@ static void test_majority_down_fails_in_time_and_leaves_no_lock(void **state) {
   for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
   t0 = hl_now_ms();
   assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_ENOQUORUM,
-               hilock_redlock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 0, 500);
   /* The message names every failed node with its error. */
   for (int i = 0; i < 3; i++) {
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d: connect", nodes[i].port);
-    assert_substr(hilock_redlock_errmsg(a), addr);
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), addr);
   }
-  assert_substr(hilock_redlock_errmsg(a), "granted on 2");
-  assert_int_equal(hilock_redlock_errcode(a), HILOCK_ENOQUORUM);
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "granted on 2");
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(a)), HILOCK_ENOQUORUM);
   assert_false(node_has_key(3));
   assert_false(node_has_key(4));
   t0 = hl_now_ms();
   assert_hl_rc(hilock_redlock_acquire(a, 500), HILOCK_ENOQUORUM,
-               hilock_redlock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 500, 500 + 1500);
   assert_false(node_has_key(3));
   assert_false(node_has_key(4));
-  assert_false(hilock_redlock_held(a));
+  assert_false(hilock_hold_held(HILOCK_HOLD(a)));
   /* Waiting forever: an outage ends the wait after the reconnect budget
    * (1 s in the test options). */
   t0 = hl_now_ms();
   assert_hl_rc(hilock_redlock_acquire(a, HILOCK_WAIT_FOREVER),
-               HILOCK_ENOQUORUM, hilock_redlock_errmsg(a));
+               HILOCK_ENOQUORUM, hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 1000, 1000 + 1500);
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static void test_constructor_needs_a_majority(void **state) {
@@ -399,9 +399,9 @@ static void test_constructor_needs_a_majority(void **state) {
   (void)state;
   for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
   assert_hl_rc(hilock_redlock_new(urls, N, NAME, NAMELEN, 1000, &o, &rl),
-               HILOCK_ENOQUORUM, hilock_redlock_errmsg(rl));
-  assert_substr(hilock_redlock_errmsg(rl), "2 of 5 nodes answered");
-  hilock_redlock_free(rl);
+               HILOCK_ENOQUORUM, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "2 of 5 nodes answered");
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 static void test_slowed_majority_leaves_nothing_behind(void **state) {
@@ -412,15 +412,15 @@ static void test_slowed_majority_leaves_nothing_behind(void **state) {
   for (int i = 0; i < 3; i++) s[i] = node_sleep(i, 0.5);
   t0 = hl_now_ms();
   assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_ENOQUORUM,
-               hilock_redlock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 0, 450);
-  assert_substr(hilock_redlock_errmsg(a), "no reply within 50 ms");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "no reply within 50 ms");
   for (int i = 0; i < 3; i++) sleep_done(s[i]);
   hl_sleep_ms(50);
   /* The slow nodes set the token after all, then ran the release that
    * followed it on the same connection. */
   assert_int_equal(nodes_with_key(), 0);
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static void test_majority_held_elsewhere_is_busy_and_cleaned(void **state) {
@@ -432,7 +432,7 @@ static void test_majority_held_elsewhere_is_busy_and_cleaned(void **state) {
     redisFree(c);
   }
   assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_BUSY,
-               hilock_redlock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(node_has_key(3));
   assert_false(node_has_key(4));
   for (int i = 0; i < 3; i++) {
@@ -440,7 +440,7 @@ static void test_majority_held_elsewhere_is_busy_and_cleaned(void **state) {
     assert_string_equal(v, "other");
     free(v);
   }
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 /* ## Restarts: the documented unsafety and its mitigations -------------------- */
@@ -449,7 +449,7 @@ static void test_majority_held_elsewhere_is_busy_and_cleaned(void **state) {
 static void hold_on_first_three(hilock_redlock *a) {
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(hl_server_restart(&nodes[3]), 0);
   assert_int_equal(hl_server_restart(&nodes[4]), 0);
   assert_int_equal(nodes_with_key(), 3);
@@ -461,14 +461,14 @@ static void test_restart_without_persistence_grants_twice(void **state) {
   hold_on_first_three(a);
   /* Node 2 crashes and restarts at once, with no persistence. */
   assert_int_equal(hl_server_restart(&nodes[2]), 0);
-  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
+  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Both believe they hold the lock: the safety violation the Redlock
    * description warns about. */
-  assert_true(hilock_redlock_validity_ms(a) > 0);
-  assert_true(hilock_redlock_validity_ms(b) > 0);
-  assert_true(hilock_redlock_held(a) && hilock_redlock_held(b));
-  hilock_redlock_free(a);
-  hilock_redlock_free(b);
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(b)) > 0);
+  assert_true(hilock_hold_held(HILOCK_HOLD(a)) && hilock_hold_held(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void test_delayed_restart_prevents_the_second_grant(void **state) {
@@ -478,7 +478,7 @@ static void test_delayed_restart_prevents_the_second_grant(void **state) {
   hold_on_first_three(a);
   hl_server_stop(&nodes[2]);
   /* Node 2 stays down for longer than the TTL. */
-  while (hilock_redlock_validity_ms(a) > 0) {
+  while (hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0) {
     int rc = hilock_redlock_try_acquire(b);
     assert_true(rc != HILOCK_OK);
     tries++;
@@ -487,11 +487,11 @@ static void test_delayed_restart_prevents_the_second_grant(void **state) {
   assert_true(tries >= 5);
   hl_sleep_ms(200); /* the keys of a, with their TTL, are gone by now */
   assert_int_equal(hl_server_restart(&nodes[2]), 0);
-  assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_redlock_errmsg(b));
-  assert_int_equal(hilock_redlock_validity_ms(a), 0);
-  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
-  hilock_redlock_free(a);
-  hilock_redlock_free(b);
+  assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
+  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
@@ -512,13 +512,13 @@ static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
   assert_int_equal(hl_server_restart(&nodes[2]), 0); /* SIGKILL, restart */
   assert_true(node_has_key(2));
   assert_hl_rc(hilock_redlock_try_acquire(b), HILOCK_BUSY,
-               hilock_redlock_errmsg(b));
-  assert_true(hilock_redlock_validity_ms(a) > 0);
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
-  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
-  hilock_redlock_free(a);
-  hilock_redlock_free(b);
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
   hl_server_stop(&nodes[2]);
   nodes[2].nextra = BASE_EXTRA;
   snprintf(cmd, sizeof(cmd), "rm -rf '%s/appendonlydir'", nodes[2].dir);
@@ -539,8 +539,8 @@ static void test_fence_increases_across_diverged_counters(void **state) {
   /* The majority is nodes 0..2, whose counters disagree (100, 10, 20). */
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
-  assert_int_equal(hilock_redlock_fence(a), 101);
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), 101);
   /* The largest was written back before the grant returned. */
   for (int i = 1; i < 3; i++) {
     char *v = node_get(i, FKEY);
@@ -548,18 +548,18 @@ static void test_fence_increases_across_diverged_counters(void **state) {
     assert_string_equal(v, "101");
     free(v);
   }
-  assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* A majority without node 0 (and with two empty nodes, whose counters
    * start at their clocks) counts past it. */
   assert_int_equal(hl_server_restart(&nodes[3]), 0);
   assert_int_equal(hl_server_restart(&nodes[4]), 0);
   hl_server_stop(&nodes[0]);
   hl_server_stop(&nodes[1]);
-  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_redlock_errmsg(b));
-  assert_true(hilock_redlock_fence(b) > 101);
-  assert_hl_ok(hilock_redlock_release(b), hilock_redlock_errmsg(b));
-  hilock_redlock_free(a);
-  hilock_redlock_free(b);
+  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > 101);
+  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* Agreeing counters need no write-back: the majority already holds them. */
@@ -572,11 +572,11 @@ static void test_fence_from_agreeing_counters_is_consecutive(void **state) {
     redisFree(c);
   }
   for (uint64_t k = 1; k <= 5; k++) {
-    assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
-    assert_int_equal(hilock_redlock_fence(a), 1000 + k);
-    assert_hl_ok(hilock_redlock_release(a), hilock_redlock_errmsg(a));
+    assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), 1000 + k);
+    assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   }
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 /* ## Extension and renewal ----------------------------------------------------- */
@@ -585,19 +585,19 @@ static void test_extend_counts_with_a_majority(void **state) {
   hilock_redlock *a = make(2000);
   int owned = 1;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_extend(a, 6000, 1), hilock_redlock_errmsg(a));
-  assert_i64_between(hilock_redlock_validity_ms(a), 5000, 6000);
-  assert_hl_ok(hilock_redlock_extend(a, 1000, 0), hilock_redlock_errmsg(a));
-  assert_i64_between(hilock_redlock_validity_ms(a), 6000, 7000);
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_extend(a, 6000, 1), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(a)), 5000, 6000);
+  assert_hl_ok(hilock_redlock_extend(a, 1000, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(a)), 6000, 7000);
   /* Two nodes lost it: still a majority. */
   for (int i = 0; i < 2; i++) {
     redisContext *c = hl_redis_connect(&nodes[i]);
     hl_redis_ok(c, "DEL %s", KEY);
     redisFree(c);
   }
-  assert_hl_ok(hilock_redlock_renew(a), hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_owned(a, &owned), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_renew(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(owned);
   /* A third: the majority is gone. */
   {
@@ -606,29 +606,29 @@ static void test_extend_counts_with_a_majority(void **state) {
     redisFree(c);
   }
   assert_hl_rc(hilock_redlock_extend(a, 1000, 0), HILOCK_ENOTOWNED,
-               hilock_redlock_errmsg(a));
-  assert_true(hilock_redlock_lost(a));
-  assert_int_equal(hilock_redlock_validity_ms(a), 0);
-  assert_hl_ok(hilock_redlock_owned(a, &owned), hilock_redlock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(owned);
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static void test_extend_without_a_majority_keeps_the_old_validity(void **state) {
   hilock_redlock *a = make(3000);
   int64_t before;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
-  before = hilock_redlock_validity_ms(a);
+  before = hilock_hold_validity_ms(HILOCK_HOLD(a));
   assert_hl_rc(hilock_redlock_extend(a, 20000, 1), HILOCK_ENOQUORUM,
-               hilock_redlock_errmsg(a));
-  assert_true(hilock_redlock_validity_ms(a) <= before);
-  assert_false(hilock_redlock_lost(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) <= before);
+  assert_false(hilock_hold_lost(HILOCK_HOLD(a)));
   assert_hl_rc(hilock_redlock_release(a), HILOCK_ENOQUORUM,
-               hilock_redlock_errmsg(a));
-  assert_substr(hilock_redlock_errmsg(a), "deleted on 2 of 5");
-  hilock_redlock_free(a);
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "deleted on 2 of 5");
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static volatile int lost_calls;
@@ -642,17 +642,17 @@ static void test_watchdog_renews_through_a_majority(void **state) {
   int64_t t0;
   (void)state;
   lost_calls = 0;
-  assert_hl_ok(hilock_redlock_set_auto_renew(a, 1, 0, on_lost, NULL),
-               hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, on_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(1500); /* two and a half TTLs */
   assert_int_equal(nodes_with_key(), 5);
-  assert_true(hilock_redlock_validity_ms(a) > 0);
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
   /* A node down: the other four keep it alive. */
   hl_server_stop(&nodes[4]);
   hl_sleep_ms(900);
-  assert_true(hilock_redlock_validity_ms(a) > 0);
-  assert_false(hilock_redlock_lost(a));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
+  assert_false(hilock_hold_lost(HILOCK_HOLD(a)));
   assert_int_equal(lost_calls, 0);
   /* Two more lose the key: no majority can confirm any more. */
   for (int i = 0; i < 2; i++) {
@@ -661,13 +661,13 @@ static void test_watchdog_renews_through_a_majority(void **state) {
     redisFree(c);
   }
   t0 = hl_now_ms();
-  while (!hilock_redlock_lost(a) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
-  assert_true(hilock_redlock_lost(a));
+  while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 0, 600 + 300);
   assert_int_equal(lost_calls, 1);
-  assert_int_equal(hilock_redlock_validity_ms(a), 0);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
   assert_true(hilock_redlock_release(a) != HILOCK_OK);
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static void test_max_hold_stops_renewing(void **state) {
@@ -675,15 +675,15 @@ static void test_max_hold_stops_renewing(void **state) {
   int64_t t0;
   (void)state;
   lost_calls = 0;
-  assert_hl_ok(hilock_redlock_set_auto_renew(a, 1, 700, on_lost, NULL),
-               hilock_redlock_errmsg(a));
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_redlock_errmsg(a));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 700, on_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
-  while (!hilock_redlock_lost(a) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
-  assert_true(hilock_redlock_lost(a));
+  while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 700, 700 + 400 + 400);
   assert_int_equal(lost_calls, 1);
-  hilock_redlock_free(a);
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 /* ## Fork ----------------------------------------------------------------------- */
@@ -695,8 +695,8 @@ static int child_body(void *arg) {
   (void)arg;
   if (hilock_redlock_release(fork_lock) != HILOCK_EFORKED) return 1;
   if (hilock_redlock_extend(fork_lock, 1000, 0) != HILOCK_EFORKED) return 2;
-  if (hilock_redlock_owned(fork_lock, &owned) != HILOCK_OK || owned) return 3;
-  if (hilock_redlock_validity_ms(fork_lock) != 0) return 4;
+  if (hilock_hold_owned(HILOCK_HOLD(fork_lock), &owned) != HILOCK_OK || owned) return 3;
+  if (hilock_hold_validity_ms(HILOCK_HOLD(fork_lock)) != 0) return 4;
   /* The child may try for itself on fresh connections: held by the parent. */
   if (hilock_redlock_try_acquire(fork_lock) != HILOCK_BUSY) return 5;
   return 0;
@@ -706,18 +706,18 @@ static void test_forked_child_holds_nothing(void **state) {
   pid_t pid;
   (void)state;
   fork_lock = make(10000);
-  assert_hl_ok(hilock_redlock_set_auto_renew(fork_lock, 1, 0, NULL, NULL),
-               hilock_redlock_errmsg(fork_lock));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(fork_lock), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(fork_lock)));
   assert_hl_ok(hilock_redlock_try_acquire(fork_lock),
-               hilock_redlock_errmsg(fork_lock));
+               hilock_hold_errmsg(HILOCK_HOLD(fork_lock)));
   pid = hl_fork_run(child_body, NULL);
   assert_true(pid > 0);
   assert_int_equal(hl_wait_child(pid, 10000), 0);
   assert_int_equal(nodes_with_key(), 5);
   assert_hl_ok(hilock_redlock_release(fork_lock),
-               hilock_redlock_errmsg(fork_lock));
+               hilock_hold_errmsg(HILOCK_HOLD(fork_lock)));
   assert_int_equal(nodes_with_key(), 0);
-  hilock_redlock_free(fork_lock);
+  hilock_hold_free(HILOCK_HOLD(fork_lock));
 }
 
 int main(void) {

@@ -34,19 +34,19 @@ static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
 
 static long long key_pttl(fixture *f, const hilock_lock *l) {
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   return hl_redis_pttl(f->redis, key, klen);
 }
 
 static int key_exists(fixture *f, const hilock_lock *l) {
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   return hl_redis_exists(f->redis, key, klen);
 }
 
 static void assert_value(fixture *f, const hilock_lock *l, const char *want) {
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   char *v = hl_redis_get(f->redis, key, klen);
   assert_non_null(v);
   assert_string_equal(v, want);
@@ -121,14 +121,14 @@ static void renewal_keeps_a_short_lock_alive(void **state) {
   int64_t t0;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   t0 = hl_now_ms();
   /* The holder just sleeps, looking at the key every 50 ms for 3.5 TTLs. */
   while (hl_now_ms() - t0 < 1050) {
     long long pttl = key_pttl(f, l);
-    int64_t v = hilock_lock_validity_ms(l);
+    int64_t v = hilock_hold_validity_ms(HILOCK_HOLD(l));
     assert_i64_between(pttl, 1, 300);
     assert_i64_between(v, 1, 300);
     if (prev >= 0 && pttl > prev + 20) refreshed++;
@@ -138,15 +138,15 @@ static void renewal_keeps_a_short_lock_alive(void **state) {
   assert_true(hl_now_ms() - t0 >= 1000);
   /* Renewed about every 100 ms: about ten refreshes in a second. */
   assert_true(refreshed >= 4);
-  assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(owned);
-  assert_value(f, l, hilock_lock_token(l));
-  assert_false(hilock_lock_lost(l));
+  assert_value(f, l, hilock_hold_token(HILOCK_HOLD(l)));
+  assert_false(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(atomic_load(&rec.calls), 0);
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(key_exists(f, l));
   assert_int_equal(atomic_load(&rec.calls), 0);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void renewal_applies_to_the_current_hold_and_can_be_stopped(
@@ -156,34 +156,34 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
   hilock_lock *simple = NULL;
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
-               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(600);
   assert_i64_between(key_pttl(f, l), 1, 300);
-  assert_true(hilock_lock_held(l));
+  assert_true(hilock_hold_held(HILOCK_HOLD(l)));
 
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 0, 0, NULL, NULL),
-               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 0, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   while (key_exists(f, l)) {
     assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
     hl_sleep_ms(10);
   }
-  assert_false(hilock_lock_held(l));
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
 
-  assert_hl_rc(hilock_lock_set_auto_renew(l, 1, -1, NULL, NULL), HILOCK_EINVAL,
-               hilock_lock_errmsg(l));
-  assert_hl_rc(hilock_lock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+  assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, -1, NULL, NULL), HILOCK_EINVAL,
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                HILOCK_EINVAL, "");
   assert_hl_ok(hilock_simple_lock_new(f->client, "toggled", 7, &simple),
                hilock_client_errmsg(f->client));
-  assert_hl_rc(hilock_lock_set_auto_renew(simple, 1, 0, NULL, NULL),
-               HILOCK_ENOTSUP, hilock_lock_errmsg(simple));
-  hilock_lock_free(simple);
-  hilock_lock_free(l);
+  assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(simple), 1, 0, NULL, NULL),
+               HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(simple)));
+  hilock_hold_free(HILOCK_HOLD(simple));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Cancellation ------------------------------------------------------------ */
@@ -196,32 +196,32 @@ static void release_cancels_renewal(void **state) {
   long long p1, p2;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_lock_set_auto_renew(a, 1, 0, on_lost, &rec),
-               hilock_lock_errmsg(a));
-  assert_hl_ok(hilock_lock_acquire(a, 0), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_lock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(250); /* renewals under way */
-  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(key_exists(f, a));
 
   /* A new holder with no renewal: its TTL runs down undisturbed, and no
    * script reaches the server any more. */
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   p1 = key_pttl(f, b);
   hl_sleep_ms(500);
   p2 = key_pttl(f, b);
   assert_int_equal(script_calls(f), 0);
   assert_i64_between(p1 - p2, 450, 700);
-  assert_value(f, b, hilock_lock_token(b));
-  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
+  assert_value(f, b, hilock_hold_token(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(300);
   assert_false(key_exists(f, a));
   assert_int_equal(script_calls(f), 0);
   assert_int_equal(atomic_load(&rec.calls), 0);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void free_with_renewal_registered_is_clean(void **state) {
@@ -231,12 +231,12 @@ static void free_with_renewal_registered_is_clean(void **state) {
   int64_t t0;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(150);
   assert_true(key_exists(f, l));
-  hilock_lock_free(l); /* not released: renewal stops, the key lapses */
+  hilock_hold_free(HILOCK_HOLD(l)); /* not released: renewal stops, the key lapses */
   t0 = hl_now_ms();
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   while (hl_redis_exists(f->redis, "hilock:{freed}:lock", 19)) {
@@ -254,15 +254,15 @@ static void stolen_lock_is_reported_lost_once(void **state) {
   fixture *f = *state;
   hilock_lock *l = new_lock(f->client, "stolen", 300);
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   lost_rec rec;
   int64_t t_steal, t_lost;
   int owned = 1;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(120);
   t_steal = hl_now_ms();
   hl_redis_ok(f->redis, "DEL %b", key, klen);
@@ -271,9 +271,9 @@ static void stolen_lock_is_reported_lost_once(void **state) {
   t_lost = wait_lost(&rec, 2000);
   assert_i64_between(t_lost - t_steal, 0, 300);
   assert_false(atomic_load(&rec.on_caller)); /* the renewal thread's call */
-  assert_true(hilock_lock_lost(l));
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
-  assert_false(hilock_lock_held(l));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
 
   /* Nothing more: no second call, no renewal traffic. */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
@@ -281,14 +281,14 @@ static void stolen_lock_is_reported_lost_once(void **state) {
   assert_int_equal(atomic_load(&rec.calls), 1);
   assert_int_equal(script_calls(f), 0);
 
-  assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(owned);
   assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_value(f, l, "thief");
   assert_i64_between(hl_redis_pttl(f->redis, key, klen), 4000, 5000);
   assert_int_equal(atomic_load(&rec.calls), 1);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void force_release_and_new_holder_is_detected(void **state) {
@@ -301,37 +301,37 @@ static void force_release_and_new_holder_is_detected(void **state) {
   int deleted = 0, owned = 0;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_lock_set_auto_renew(a, 1, 0, on_lost, &rec),
-               hilock_lock_errmsg(a));
-  assert_hl_ok(hilock_lock_acquire(a, 0), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_lock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(50);
   t_steal = hl_now_ms();
-  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(deleted);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   assert_i64_between(wait_lost(&rec, 2000) - t_steal, 0, 300);
-  assert_true(hilock_lock_lost(a));
-  assert_int_equal(hilock_lock_validity_ms(a), 0);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
   assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(a));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* The new holder's key is untouched: neither deleted nor cut to 300. */
-  assert_value(f, b, hilock_lock_token(b));
+  assert_value(f, b, hilock_hold_token(HILOCK_HOLD(b)));
   assert_i64_between(key_pttl(f, b), 4000, 5000);
-  assert_hl_ok(hilock_lock_owned(b, &owned), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(b), &owned), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(owned);
   assert_int_equal(atomic_load(&rec.calls), 1);
 
   /* The next grant clears the loss and renews again. */
-  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
-  assert_hl_ok(hilock_lock_acquire(a, 1000), hilock_lock_errmsg(a));
-  assert_false(hilock_lock_lost(a));
+  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_lock_acquire(a, 1000), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_false(hilock_hold_lost(HILOCK_HOLD(a)));
   hl_sleep_ms(500);
   assert_i64_between(key_pttl(f, a), 1, 300);
-  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(atomic_load(&rec.calls), 1);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
   hilock_client_free(other);
 }
 
@@ -349,29 +349,29 @@ static void stopped_server_makes_the_hold_lost(void **state) {
   c = client_for(s, NULL);
   l = new_lock(c, "unreachable", 300);
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
-               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   t_grant = hl_now_ms();
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(150); /* one renewal went through */
-  assert_true(hilock_lock_validity_ms(l) > 150);
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l)) > 150);
   t_stop = hl_now_ms();
   hl_server_stop(s);
 
   /* No renewal can succeed: the local validity runs out about one TTL
    * after the last renewal, and the loss is reported. */
-  while (hilock_lock_validity_ms(l) > 0) {
+  while (hilock_hold_validity_ms(HILOCK_HOLD(l)) > 0) {
     assert_i64_between(hl_now_ms() - t_stop, 0, 300 + 50);
     hl_sleep_ms(5);
   }
   t_lost = wait_lost(&rec, 3000);
   assert_i64_between(t_lost - t_stop, 150, 2000);
   assert_true(t_lost - t_grant >= 300);
-  assert_true(hilock_lock_lost(l));
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
   hl_sleep_ms(200);
   assert_int_equal(atomic_load(&rec.calls), 1);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
   hl_server_destroy(s);
 }
@@ -389,9 +389,9 @@ static void paused_server_makes_the_hold_lost(void **state) {
   c = client_for(&f->server, &o);
   l = new_lock(c, "paused", 300);
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(50);
   t_pause = hl_now_ms();
   hl_redis_ok(f->redis, "CLIENT PAUSE 2000 WRITE");
@@ -401,8 +401,8 @@ static void paused_server_makes_the_hold_lost(void **state) {
    * hold's validity (< 300 ms after the last renewal) ends, not after the
    * command timeout. */
   assert_i64_between(t_lost - t_pause, 150, 450);
-  assert_true(hilock_lock_lost(l));
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
 
   /* Nothing renewed it: once writes resume, the key is gone. */
   t0 = hl_now_ms();
@@ -411,9 +411,9 @@ static void paused_server_makes_the_hold_lost(void **state) {
     hl_sleep_ms(10);
   }
   assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(atomic_load(&rec.calls), 1);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -443,9 +443,9 @@ static void validity_never_outlasts_the_key_when_extend_races_renewal(
     hilock_lock *l = new_lock(c, "race", 3000);
     extend_arg a = {l, 0, 0};
     pthread_t t;
-    assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, NULL, NULL),
-                 hilock_lock_errmsg(l));
-    assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+    assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
     /* The watchdog renews at ttl/3 = 1000 ms: pause from 850 to 1350 ms,
      * so its renewal is queued at the server first, then the extension. */
     hl_sleep_ms(850);
@@ -453,17 +453,17 @@ static void validity_never_outlasts_the_key_when_extend_races_renewal(
     hl_sleep_ms(300);
     assert_int_equal(pthread_create(&t, NULL, extend_main, &a), 0);
     pthread_join(t, NULL);
-    assert_hl_ok(a.rc, hilock_lock_errmsg(l));
+    assert_hl_ok(a.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
     for (int64_t end = hl_now_ms() + 700; hl_now_ms() < end;) {
       /* The key's TTL first: validity, read after it, can only be less. */
       long long left = key_pttl(f, l);
-      int64_t v = hilock_lock_validity_ms(l);
+      int64_t v = hilock_hold_validity_ms(HILOCK_HOLD(l));
       if (v > 0 && v > left + 20)
         fail_msg("round %d: validity %lld ms but the key has %lld ms left",
                  round, (long long)v, left);
       hl_sleep_ms(10);
     }
-    hilock_lock_free(l);
+    hilock_hold_free(HILOCK_HOLD(l));
     hilock_client_free(c);
   }
 }
@@ -477,10 +477,10 @@ static void max_hold_bounds_renewal(void **state) {
   int64_t t0, t_gone, t_lost;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 600, on_lost, &rec),
-               hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 600, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(550 - (hl_now_ms() - t0));
   assert_true(key_exists(f, l)); /* renewed past its first TTL */
   assert_int_equal(atomic_load(&rec.calls), 0);
@@ -493,13 +493,13 @@ static void max_hold_bounds_renewal(void **state) {
   assert_i64_between(t_gone, 600 + 300 - 20, 600 + 300 + 100 + 300);
   t_lost = wait_lost(&rec, 1000) - t0;
   assert_i64_between(t_lost, 600 + 300 - 50, t_gone + 200);
-  assert_true(hilock_lock_lost(l));
-  assert_int_equal(hilock_lock_validity_ms(l), 0);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
   assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
-               hilock_lock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(150);
   assert_int_equal(atomic_load(&rec.calls), 1);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Many holds --------------------------------------------------------------- */
@@ -521,17 +521,17 @@ static void many_holds_are_all_kept_alive(void **state) {
                    hilock_client_errmsg(f->client));
     else
       l[i] = new_lock(f->client, name, 300);
-    assert_hl_ok(hilock_lock_set_auto_renew(l[i], 1, 0, on_lost, &rec),
-                 hilock_lock_errmsg(l[i]));
-    assert_hl_ok(hilock_lock_acquire(l[i], 0), hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, on_lost, &rec),
+                 hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_lock_acquire(l[i], 0), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
   }
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(1000);
   for (int i = 0; i < NHOLDS; i++) {
     assert_i64_between(key_pttl(f, l[i]), 1, 300);
-    assert_value(f, l[i], hilock_lock_token(l[i]));
-    assert_true(hilock_lock_validity_ms(l[i]) > 0);
-    assert_false(hilock_lock_lost(l[i]));
+    assert_value(f, l[i], hilock_hold_token(HILOCK_HOLD(l[i])));
+    assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l[i])) > 0);
+    assert_false(hilock_hold_lost(HILOCK_HOLD(l[i])));
   }
   /* About ten renewal rounds (every ttl/3), each one call that renews
    * every hold due in it, all on one connection besides the pooled one and
@@ -543,9 +543,9 @@ static void many_holds_are_all_kept_alive(void **state) {
                      4);
   assert_int_equal(atomic_load(&rec.calls), 0);
   for (int i = 0; i < NHOLDS; i++) {
-    assert_hl_ok(hilock_lock_release(l[i]), hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_lock_release(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_false(key_exists(f, l[i]));
-    hilock_lock_free(l[i]);
+    hilock_hold_free(HILOCK_HOLD(l[i]));
   }
   assert_int_equal(atomic_load(&rec.calls), 0);
 }
@@ -556,15 +556,15 @@ static void free_waits_for_a_running_callback(void **state) {
   fixture *f = *state;
   hilock_lock *l = new_lock(f->client, "slow-callback", 300);
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   lost_rec rec;
   int64_t t0, deadline;
 
   lost_rec_init(&rec);
   rec.sleep_ms = 300;
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, on_lost, &rec),
-               hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_redis_ok(f->redis, "DEL %b", key, klen);
   deadline = hl_now_ms() + 2000;
   while (!atomic_load(&rec.inside)) {
@@ -573,7 +573,7 @@ static void free_waits_for_a_running_callback(void **state) {
   }
   t0 = hl_now_ms();
   assert_false(atomic_load(&rec.finished));
-  hilock_lock_free(l); /* must wait for the callback to return */
+  hilock_hold_free(HILOCK_HOLD(l)); /* must wait for the callback to return */
   assert_true(atomic_load(&rec.finished));
   assert_i64_between(hl_now_ms() - t0, 200, 2000);
   assert_int_equal(atomic_load(&rec.calls), 1);
@@ -593,26 +593,26 @@ static void rlock_renewal_keeps_and_loses(void **state) {
   lost_rec_init(&rec);
   assert_hl_ok(hilock_rlock_new(f->client, "renewed", 7, 300, &rl),
                hilock_client_errmsg(f->client));
-  key = hilock_rlock_key(rl, &klen);
-  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, on_lost, &rec),
-               hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, on_lost, &rec),
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   t0 = hl_now_ms();
   while (hl_now_ms() - t0 < 1000) {
     assert_i64_between(hl_redis_pttl(f->redis, key, klen), 1, 300);
     hl_sleep_ms(50);
   }
-  assert_hl_ok(hilock_rlock_hold_count(rl, &n), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_hold_count(rl, &n), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(n, 2);
-  assert_true(hilock_rlock_validity_ms(rl) > 0);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(rl)) > 0);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(400); /* still renewed while held once */
   assert_i64_between(hl_redis_pttl(f->redis, key, klen), 1, 300);
   assert_int_equal(atomic_load(&rec.calls), 0);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_redis_exists(f->redis, key, klen));
-  assert_false(hilock_rlock_lost(rl));
+  assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(300);
   assert_int_equal(script_calls(f), 0);
@@ -621,22 +621,22 @@ static void rlock_renewal_keeps_and_loses(void **state) {
   seen = atomic_load(&rec.calls);
 
   /* Lost: the hash disappears under the holder. */
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_false(hilock_rlock_lost(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
   t_del = hl_now_ms();
   hl_redis_ok(f->redis, "DEL %b", key, klen);
   assert_i64_between(wait_lost_after(&rec, seen, 2000) - t_del, 0, 300);
-  assert_true(hilock_rlock_lost(rl));
-  assert_int_equal(hilock_rlock_validity_ms(rl), 0);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 0);
   assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
-               hilock_rlock_errmsg(rl));
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(150);
   assert_int_equal(atomic_load(&rec.calls), seen + 1);
-  assert_hl_rc(hilock_rlock_set_auto_renew(rl, 1, -5, NULL, NULL),
-               HILOCK_EINVAL, hilock_rlock_errmsg(rl));
-  assert_hl_rc(hilock_rlock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+  assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, -5, NULL, NULL),
+               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_rc(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                HILOCK_EINVAL, "");
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, teardown)
@@ -656,9 +656,9 @@ static void thousands_of_holds_renew_in_few_calls(void **state) {
     char name[32];
     snprintf(name, sizeof(name), "batch-%d", i);
     l[i] = new_lock(f->client, name, 3000);
-    assert_hl_ok(hilock_lock_set_auto_renew(l[i], 1, 0, NULL, NULL),
-                 hilock_lock_errmsg(l[i]));
-    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, NULL, NULL),
+                 hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
   }
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(3000); /* three renewal periods */
@@ -671,10 +671,10 @@ static void thousands_of_holds_renew_in_few_calls(void **state) {
                 NBATCH, renewed, calls);
   assert_i64_between(calls, 1, 3 * 20);
   for (int i = 0; i < NBATCH; i++) {
-    assert_true(hilock_lock_validity_ms(l[i]) > 0);
-    assert_false(hilock_lock_lost(l[i]));
+    assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l[i])) > 0);
+    assert_false(hilock_hold_lost(HILOCK_HOLD(l[i])));
   }
-  for (int i = 0; i < NBATCH; i++) hilock_lock_free(l[i]);
+  for (int i = 0; i < NBATCH; i++) hilock_hold_free(HILOCK_HOLD(l[i]));
   free(l);
 }
 
@@ -693,20 +693,20 @@ static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
     char name[32];
     snprintf(name, sizeof(name), "mixed-%d", i);
     l[i] = new_lock(f->client, name, 600);
-    assert_hl_ok(hilock_lock_set_auto_renew(l[i], 1, 0, on_lost, &rec),
-                 hilock_lock_errmsg(l[i]));
-    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_lock_errmsg(l[i]));
+    assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, on_lost, &rec),
+                 hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
   }
   assert_hl_ok(hilock_rlock_new(f->client, "mixed-r", 7, 600, &rl),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_rlock_set_auto_renew(rl, 1, 0, NULL, NULL),
-               hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_semaphore_new(f->client, "mixed-s", 7, 2, 600, &sem),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_semaphore_set_auto_renew(sem, 1, 0, NULL, NULL),
-               hilock_semaphore_errmsg(sem));
-  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_semaphore_errmsg(sem));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(sem), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
   /* Taken by others: one by another token, one turned into a list. */
   hl_redis_ok(f->redis, "SET hilock:{mixed-3}:lock thief PX 5000");
   hl_redis_ok(f->redis, "DEL hilock:{mixed-7}:lock");
@@ -715,19 +715,19 @@ static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
   assert_int_equal(atomic_load(&rec.calls), 2);
   for (int i = 0; i < NB; i++) {
     int taken = i == 3 || i == 7;
-    assert_int_equal(hilock_lock_lost(l[i]), taken);
+    assert_int_equal(hilock_hold_lost(HILOCK_HOLD(l[i])), taken);
     if (!taken) {
-      assert_true(hilock_lock_validity_ms(l[i]) > 0);
-      assert_value(f, l[i], hilock_lock_token(l[i]));
+      assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l[i])) > 0);
+      assert_value(f, l[i], hilock_hold_token(HILOCK_HOLD(l[i])));
     }
   }
-  assert_false(hilock_rlock_lost(rl));
-  assert_true(hilock_rlock_validity_ms(rl) > 0);
-  assert_false(hilock_semaphore_lost(sem));
-  assert_true(hilock_semaphore_validity_ms(sem) > 0);
-  for (int i = 0; i < NB; i++) hilock_lock_free(l[i]);
-  hilock_rlock_free(rl);
-  hilock_semaphore_free(sem);
+  assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(rl)) > 0);
+  assert_false(hilock_hold_lost(HILOCK_HOLD(sem)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(sem)) > 0);
+  for (int i = 0; i < NB; i++) hilock_hold_free(HILOCK_HOLD(l[i]));
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(sem));
 }
 
 int main(void) {

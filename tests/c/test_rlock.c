@@ -37,7 +37,7 @@ static long gettid_(void) { return (long)syscall(SYS_gettid); }
  * exactly one. *owner is malloc'd. */
 static long long only_owner(fixture *f, const hilock_rlock *rl, char **owner) {
   size_t klen;
-  const char *key = hilock_rlock_key(rl, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
   redisReply *r = hl_redis(f->redis, "HGETALL %b", key, klen);
   long long n;
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
@@ -70,19 +70,19 @@ static long long hash_count(fixture *f, const hilock_rlock *rl) {
 
 static int hash_exists(fixture *f, const hilock_rlock *rl) {
   size_t klen;
-  const char *key = hilock_rlock_key(rl, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
   return hl_redis_exists(f->redis, key, klen);
 }
 
 static long long hash_pttl(fixture *f, const hilock_rlock *rl) {
   size_t klen;
-  const char *key = hilock_rlock_key(rl, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
   return hl_redis_pttl(f->redis, key, klen);
 }
 
 static int64_t count_of(hilock_rlock *rl) {
   int64_t n = -1;
-  assert_hl_ok(hilock_rlock_hold_count(rl, &n), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_hold_count(rl, &n), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   return n;
 }
 
@@ -96,37 +96,37 @@ static void same_thread_reenters_without_blocking(void **state) {
   int64_t t0;
 
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_acquire(rl, 5000), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_acquire(rl, 5000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_rlock_acquire(rl, HILOCK_WAIT_FOREVER),
-               hilock_rlock_errmsg(rl));
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_i64_between(hl_now_ms() - t0, 0, 200);
 
   assert_int_equal(only_owner(f, rl, &owner), 3);
   assert_owner_is(owner, gettid_());
   free(owner);
   assert_int_equal(count_of(rl), 3);
-  assert_hl_ok(hilock_rlock_owned(rl, &owned), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(rl), &owned), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(owned);
-  assert_hl_ok(hilock_rlock_locked(rl, &locked), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(rl), &locked), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(locked);
-  assert_i64_between(hilock_rlock_validity_ms(rl), 9000, 10000);
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 9000, 10000);
 
   for (int left = 2; left >= 0; left--) {
-    assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_int_equal(count_of(rl), left);
     if (left > 0) assert_int_equal(hash_count(f, rl), left);
   }
   assert_false(hash_exists(f, rl));
-  assert_hl_ok(hilock_rlock_owned(rl, &owned), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(rl), &owned), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(owned);
-  assert_hl_ok(hilock_rlock_locked(rl, &locked), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(rl), &locked), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(locked);
-  assert_int_equal(hilock_rlock_validity_ms(rl), 0);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 0);
   assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
-               hilock_rlock_errmsg(rl));
-  assert_int_equal(hilock_rlock_errcode(rl), HILOCK_ENOTOWNED);
-  hilock_rlock_free(rl);
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 /* ## Other threads ------------------------------------------------------------ */
@@ -152,7 +152,7 @@ static void *other_waits(void *arg) {
   o->t_end = hl_now_ms();
   o->release_rc = -100;
   if (o->rc == HILOCK_OK) {
-    o->fence = hilock_rlock_fence(o->rl);
+    o->fence = hilock_hold_fence(HILOCK_HOLD(o->rl));
     if (hilock_rlock_hold_count(o->rl, &o->count) != HILOCK_OK) o->count = -1;
     o->release_rc = hilock_rlock_release(o->rl);
   }
@@ -166,28 +166,28 @@ static void other_thread_blocks_until_the_final_release(void **state) {
   other o;
   int64_t t_rel;
 
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   memset(&o, 0, sizeof(o));
   o.rl = rl; /* the same handle: threads are separate owners */
   assert_int_equal(pthread_create(&o.thread, NULL, other_waits, &o), 0);
   assert_true(hl_wait_waiters(f->redis, 1,
                                  3000));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(200);
   assert_int_equal(atomic_load(&o.done), 0); /* still held once */
   assert_int_equal(hash_count(f, rl), 1);
 
   t_rel = hl_now_ms();
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   pthread_join(o.thread, NULL);
-  assert_hl_rc(o.try_rc, HILOCK_BUSY, hilock_rlock_errmsg(rl));
-  assert_hl_ok(o.rc, hilock_rlock_errmsg(rl));
+  assert_hl_rc(o.try_rc, HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(o.rc, hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_i64_between(o.t_end - t_rel, 0, 300); /* woken, not the TTL */
   assert_int_equal(o.count, 1);
-  assert_hl_ok(o.release_rc, hilock_rlock_errmsg(rl));
+  assert_hl_ok(o.release_rc, hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hash_exists(f, rl));
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 typedef struct stranger {
@@ -200,8 +200,8 @@ static void *stranger_releases(void *arg) {
   stranger *s = arg;
   s->release_rc = hilock_rlock_release(s->rl);
   if (hilock_rlock_hold_count(s->rl, &s->count) != HILOCK_OK) s->count = -1;
-  s->owned_rc = hilock_rlock_owned(s->rl, &s->owned);
-  if (hilock_rlock_locked(s->rl, &s->locked) != HILOCK_OK) s->locked = -1;
+  s->owned_rc = hilock_hold_owned(HILOCK_HOLD(s->rl), &s->owned);
+  if (hilock_hold_locked(HILOCK_HOLD(s->rl), &s->locked) != HILOCK_OK) s->locked = -1;
   return NULL;
 }
 
@@ -214,9 +214,9 @@ static void release_from_a_non_holding_thread_changes_nothing(void **state) {
   char *before, *after;
   uint64_t fence;
 
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  fence = hilock_rlock_fence(rl);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  fence = hilock_hold_fence(HILOCK_HOLD(rl));
   assert_int_equal(only_owner(f, rl, &before), 2);
 
   /* A thread of the same handle, and one of another client's handle. */
@@ -227,10 +227,10 @@ static void release_from_a_non_holding_thread_changes_nothing(void **state) {
     s.rl = handles[i];
     assert_int_equal(pthread_create(&t, NULL, stranger_releases, &s), 0);
     pthread_join(t, NULL);
-    assert_hl_rc(s.release_rc, HILOCK_ENOTOWNED, hilock_rlock_errmsg(s.rl));
-    assert_int_equal(hilock_rlock_errcode(s.rl), HILOCK_ENOTOWNED);
+    assert_hl_rc(s.release_rc, HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(s.rl)));
+    assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(s.rl)), HILOCK_ENOTOWNED);
     assert_int_equal(s.count, 0);
-    assert_hl_ok(s.owned_rc, hilock_rlock_errmsg(s.rl));
+    assert_hl_ok(s.owned_rc, hilock_hold_errmsg(HILOCK_HOLD(s.rl)));
     assert_false(s.owned);
     assert_int_equal(s.locked, 1);
     assert_int_equal(only_owner(f, rl, &after), 2);
@@ -239,21 +239,21 @@ static void release_from_a_non_holding_thread_changes_nothing(void **state) {
   }
   /* From this thread too, on the other client's handle. */
   assert_hl_rc(hilock_rlock_release(other_client), HILOCK_ENOTOWNED,
-               hilock_rlock_errmsg(other_client));
+               hilock_hold_errmsg(HILOCK_HOLD(other_client)));
   assert_int_equal(hash_count(f, rl), 2);
 
   /* The holder's grant is untouched: still valid, same fence, and it
    * leaves normally. */
-  assert_false(hilock_rlock_lost(rl));
-  assert_true(hilock_rlock_validity_ms(rl) > 0);
-  assert_int_equal(hilock_rlock_fence(rl), fence);
+  assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(rl)) > 0);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), fence);
   assert_int_equal(count_of(rl), 2);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hash_exists(f, rl));
   free(before);
-  hilock_rlock_free(rl);
-  hilock_rlock_free(other_client);
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(other_client));
   hilock_client_free(c2);
 }
 
@@ -313,7 +313,7 @@ static void threads_sharing_a_handle_exclude_each_other(void **state) {
   /* One fence per grant; re-entries draw none. */
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{shared-handle}:fence 0"),
                    1000 + NSHARERS * SHARE_ROUNDS);
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 /* ## Other processes ----------------------------------------------------------- */
@@ -360,7 +360,7 @@ static int child_contends(void *arg) {
   CHILD_CHECK(hl_now_ms() - t0 < 3000); /* woken, not the 10 s TTL */
   CHILD_CHECK(hilock_rlock_hold_count(rl, &n) == HILOCK_OK && n == 1);
   CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
   hilock_client_free(c);
   return 0;
 }
@@ -375,7 +375,7 @@ static void another_process_blocks(void **state) {
   pid_t pid;
 
   hl_redis_ok(f->redis, "SET hilock:{process}:fence 1000");
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(pipe(fds), 0);
   p.url = f->server.url;
   p.inherited = rl;
@@ -394,7 +394,7 @@ static void another_process_blocks(void **state) {
   close(fds[0]);
   assert_true(hl_wait_subscribed(f->redis, "hilock:{process}:wake", 1, 3000));
   assert_int_equal(hash_count(f, rl), 1); /* still only ours */
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   status = hl_wait_child(pid, 5000);
   if (status != 0) {
     print_error("child status %d\n", status);
@@ -403,7 +403,7 @@ static void another_process_blocks(void **state) {
   assert_false(hash_exists(f, rl));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{process}:fence 0"),
                    1002);
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 /* ## TTL and fencing ------------------------------------------------------------ */
@@ -412,19 +412,19 @@ static void reentry_refreshes_the_ttl(void **state) {
   fixture *f = *state;
   hilock_rlock *rl = new_rlock(f->client, "refresh", 1000);
 
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(400);
   assert_i64_between(hash_pttl(f, rl), 1, 650);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_i64_between(hash_pttl(f, rl), 900, 1000);
-  assert_i64_between(hilock_rlock_validity_ms(rl), 900, 1000);
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 900, 1000);
   hl_sleep_ms(300);
   /* Leaving once (not the last time) refreshes it too. */
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_i64_between(hash_pttl(f, rl), 900, 1000);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hash_exists(f, rl));
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 static void lapsed_hold_lets_another_owner_in(void **state) {
@@ -433,20 +433,20 @@ static void lapsed_hold_lets_another_owner_in(void **state) {
   other o;
   int64_t t0;
 
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   t0 = hl_now_ms();
   memset(&o, 0, sizeof(o));
   o.rl = rl;
   assert_int_equal(pthread_create(&o.thread, NULL, other_waits, &o), 0);
   pthread_join(o.thread, NULL);
   /* Never released: the other thread gets in when the TTL runs out. */
-  assert_hl_ok(o.rc, hilock_rlock_errmsg(rl));
+  assert_hl_ok(o.rc, hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_i64_between(o.t_end - t0, 250, 300 + 400);
   assert_int_equal(o.count, 1);
   assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
-               hilock_rlock_errmsg(rl));
-  hilock_rlock_free(rl);
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
@@ -457,17 +457,17 @@ static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
   uint64_t f1;
   other o;
 
-  assert_int_equal(hilock_rlock_fence(rl), 0);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  f1 = hilock_rlock_fence(rl);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), 0);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  f1 = hilock_hold_fence(HILOCK_HOLD(rl));
   assert_true(f1 > 0);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_int_equal(hilock_rlock_fence(rl), f1);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_int_equal(hilock_rlock_fence(rl), f1);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), f1);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), f1);
   for (int i = 0; i < 3; i++)
-    assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
-  assert_int_equal(hilock_rlock_fence(rl), f1); /* the last grant's */
+    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), f1); /* the last grant's */
 
   /* The next owner, another thread. */
   memset(&o, 0, sizeof(o));
@@ -475,19 +475,19 @@ static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
   o.no_try = 1;
   assert_int_equal(pthread_create(&o.thread, NULL, other_waits, &o), 0);
   pthread_join(o.thread, NULL);
-  assert_hl_ok(o.rc, hilock_rlock_errmsg(rl));
-  assert_hl_ok(o.release_rc, hilock_rlock_errmsg(rl));
+  assert_hl_ok(o.rc, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(o.release_rc, hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(o.count, 1);
   assert_true(o.fence > f1);
 
   /* And the owner after it, through another handle of this thread. */
-  assert_hl_ok(hilock_rlock_acquire(rl2, 0), hilock_rlock_errmsg(rl2));
-  assert_true(hilock_rlock_fence(rl2) > o.fence);
+  assert_hl_ok(hilock_rlock_acquire(rl2, 0), hilock_hold_errmsg(HILOCK_HOLD(rl2)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(rl2)) > o.fence);
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{fenced}:fence 0"),
-                   (long long)hilock_rlock_fence(rl2));
-  assert_hl_ok(hilock_rlock_release(rl2), hilock_rlock_errmsg(rl2));
-  hilock_rlock_free(rl);
-  hilock_rlock_free(rl2);
+                   (long long)hilock_hold_fence(HILOCK_HOLD(rl2)));
+  assert_hl_ok(hilock_rlock_release(rl2), hilock_hold_errmsg(HILOCK_HOLD(rl2)));
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(rl2));
 }
 
 static void final_release_deletes_the_hash_and_leaves_one_wake_up(
@@ -495,20 +495,20 @@ static void final_release_deletes_the_hash_and_leaves_one_wake_up(
   fixture *f = *state;
   hilock_rlock *rl = new_rlock(f->client, "final", 10000);
 
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(hash_exists(f, rl));
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{final}:wake"), 0);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hash_exists(f, rl));
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{final}:wake"), 1);
   assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{final}:wake"), 1,
                      5000);
   assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
-               hilock_rlock_errmsg(rl));
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{final}:wake"), 1);
-  hilock_rlock_free(rl);
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 /* ## Validation ------------------------------------------------------------------ */
@@ -548,14 +548,14 @@ static void names_and_ttls_are_validated(void **state) {
   assert_hl_ok(hilock_rlock_new(f->client, big, HILOCK_NAME_MAX,
                                 HILOCK_TTL_MAX_MS, &rl),
                hilock_client_errmsg(f->client));
-  assert_int_equal(hilock_rlock_ttl_ms(rl), HILOCK_TTL_MAX_MS);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(rl)), HILOCK_TTL_MAX_MS);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(hash_pttl(f, rl) > 1000000000LL);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
-  hilock_rlock_free(rl);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
   rl = new_rlock(f->client, "shortest", HILOCK_TTL_MIN_MS);
-  assert_int_equal(hilock_rlock_ttl_ms(rl), HILOCK_TTL_MIN_MS);
-  hilock_rlock_free(rl);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(rl)), HILOCK_TTL_MIN_MS);
+  hilock_hold_free(HILOCK_HOLD(rl));
   assert_int_equal(hilock_rlock_new(f->client, "too-short", 9,
                                     HILOCK_TTL_MIN_MS - 1, &rl),
                    HILOCK_EINVAL);
@@ -564,13 +564,13 @@ static void names_and_ttls_are_validated(void **state) {
   /* Binary names keep their bytes in the key. */
   assert_hl_ok(hilock_rlock_new(f->client, bin, sizeof(bin), 5000, &rl),
                hilock_client_errmsg(f->client));
-  key = hilock_rlock_key(rl, &klen);
+  key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
   assert_int_equal(klen, 18);
   assert_memory_equal(key, "hilock:{a\0b}:rlock", 18);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(hl_redis_exists(f->redis, "hilock:{a\0b}:rlock", 18));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
-  hilock_rlock_free(rl);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 static void null_arguments_are_einval(void **state) {
@@ -588,32 +588,32 @@ static void null_arguments_are_einval(void **state) {
   assert_int_equal(hilock_rlock_acquire(NULL, 0), HILOCK_EINVAL);
   assert_int_equal(hilock_rlock_release(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_rlock_hold_count(NULL, &n), HILOCK_EINVAL);
-  assert_int_equal(hilock_rlock_owned(NULL, &flag), HILOCK_EINVAL);
-  assert_int_equal(hilock_rlock_locked(NULL, &flag), HILOCK_EINVAL);
-  assert_int_equal(hilock_rlock_set_auto_renew(NULL, 0, 0, NULL, NULL),
+  assert_int_equal(hilock_hold_owned(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_set_auto_renew(NULL, 0, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  assert_false(hilock_rlock_lost(NULL));
-  assert_int_equal(hilock_rlock_validity_ms(NULL), 0);
-  assert_int_equal(hilock_rlock_fence(NULL), 0);
-  assert_int_equal(hilock_rlock_ttl_ms(NULL), 0);
-  assert_string_equal(hilock_rlock_key(NULL, &len), "");
+  assert_false(hilock_hold_lost(NULL));
+  assert_int_equal(hilock_hold_validity_ms(NULL), 0);
+  assert_int_equal(hilock_hold_fence(NULL), 0);
+  assert_int_equal(hilock_hold_ttl_ms(NULL), 0);
+  assert_string_equal(hilock_hold_key(NULL, &len), "");
   assert_int_equal(len, 0);
-  assert_string_equal(hilock_rlock_key(NULL, NULL), "");
-  assert_non_null(hilock_rlock_errmsg(NULL));
-  assert_int_equal(hilock_rlock_errcode(NULL), HILOCK_EINVAL);
-  hilock_rlock_free(NULL);
+  assert_string_equal(hilock_hold_key(NULL, NULL), "");
+  assert_non_null(hilock_hold_errmsg(NULL));
+  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
+  hilock_hold_free(NULL);
 
   /* A valid handle with NULL out-parameters or a bad wait. */
   rl = new_rlock(f->client, "n", 1000);
   assert_int_equal(hilock_rlock_hold_count(rl, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_rlock_owned(rl, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_rlock_locked(rl, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(HILOCK_HOLD(rl), NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(HILOCK_HOLD(rl), NULL), HILOCK_EINVAL);
   assert_hl_rc(hilock_rlock_acquire(rl, -5), HILOCK_EINVAL,
-               hilock_rlock_errmsg(rl));
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hash_exists(f, rl));
-  assert_int_equal(hilock_rlock_errcode(rl), HILOCK_EINVAL);
-  assert_substr(hilock_rlock_errmsg(rl), "wait");
-  hilock_rlock_free(rl);
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_EINVAL);
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "wait");
+  hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 static void rlock_outliving_its_client_gets_eclosed(void **state) {
@@ -622,19 +622,19 @@ static void rlock_outliving_its_client_gets_eclosed(void **state) {
   hilock_rlock *rl = new_rlock(c, "orphan-r", 5000);
   int64_t n = 0;
 
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_client_free(c);
   /* Closing released it and reported it lost. */
-  assert_true(hilock_rlock_lost(rl));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(rl)));
   assert_false(hl_redis_exists(f->redis, "hilock:{orphan-r}:rlock", 23));
   assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_ECLOSED,
-               hilock_rlock_errmsg(rl));
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_rc(hilock_rlock_release(rl), HILOCK_ECLOSED,
-               hilock_rlock_errmsg(rl));
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_rc(hilock_rlock_hold_count(rl, &n), HILOCK_ECLOSED,
-               hilock_rlock_errmsg(rl));
-  assert_int_equal(hilock_rlock_errcode(rl), HILOCK_ECLOSED);
-  hilock_rlock_free(rl); /* the client's last reference */
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_ECLOSED);
+  hilock_hold_free(HILOCK_HOLD(rl)); /* the client's last reference */
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)

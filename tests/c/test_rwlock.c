@@ -78,7 +78,7 @@ static hilock_rwlock *make_rw(hilock_client *c, const char *name,
   return rw;
 }
 
-#define E(rw) hilock_rwlock_errmsg(rw)
+#define E(rw) hilock_hold_errmsg(HILOCK_HOLD(rw))
 
 static long long zcard(fixture *f, const char *name, const char *role) {
   return hl_redis_int(f->redis, "ZCARD hilock:{%s}:rw:%s", name, role);
@@ -140,7 +140,7 @@ static void *run_job(void *arg) {
   j->rc = j->write ? hilock_rwlock_write_acquire(j->rw, j->wait_ms)
                    : hilock_rwlock_read_acquire(j->rw, j->wait_ms);
   j->t_granted = hl_now_ms();
-  j->fence = hilock_rwlock_fence(j->rw);
+  j->fence = hilock_hold_fence(HILOCK_HOLD(j->rw));
   if (j->rc == HILOCK_OK && j->hold_ms >= 0) {
     hl_sleep_ms(j->hold_ms);
     j->t_released = hl_now_ms();
@@ -224,8 +224,8 @@ static void readers_share_and_writer_excludes(void **state) {
   assert_false(exists(f, "doc", "counts"));
 
   assert_hl_ok(hilock_rwlock_write_try_acquire(w), E(w));
-  assert_true(hilock_rwlock_fence(w) > 1000000000000000ULL);
-  assert_i64_between(hilock_rwlock_write_validity_ms(w), 9000, 10000);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(w)) > 1000000000000000ULL);
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(w)), 9000, 10000);
   assert_int_equal(state_readers(r1, &writer), 0);
   assert_true(writer);
   assert_hl_rc(hilock_rwlock_read_try_acquire(r1), HILOCK_BUSY, E(r1));
@@ -234,12 +234,12 @@ static void readers_share_and_writer_excludes(void **state) {
 
   assert_hl_ok(hilock_rwlock_write_release(w), E(w));
   assert_false(exists(f, "doc", "writer"));
-  assert_int_equal(hilock_rwlock_write_validity_ms(w), 0);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(w)), 0);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
-  hilock_rwlock_free(r1);
-  hilock_rwlock_free(r2);
-  hilock_rwlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(r1));
+  hilock_hold_free(HILOCK_HOLD(r2));
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 static void reads_reenter_and_count_down(void **state) {
@@ -272,11 +272,11 @@ static void reads_reenter_and_count_down(void **state) {
   assert_false(exists(f, "re", "counts"));
   assert_hl_rc(hilock_rwlock_read_release(r), HILOCK_ENOTOWNED, E(r));
   assert_substr(E(r), "no read lock");
-  assert_int_equal(hilock_rwlock_errcode(r), HILOCK_ENOTOWNED);
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(r)), HILOCK_ENOTOWNED);
   assert_hl_ok(hilock_rwlock_read_hold_count(r, &n), E(r));
   assert_int_equal(n, 0);
-  hilock_rwlock_free(r);
-  hilock_rwlock_free(same);
+  hilock_hold_free(HILOCK_HOLD(r));
+  hilock_hold_free(HILOCK_HOLD(same));
 }
 
 static void writes_reenter_with_the_grants_fence(void **state) {
@@ -287,9 +287,9 @@ static void writes_reenter_with_the_grants_fence(void **state) {
   uint64_t first;
 
   assert_hl_ok(hilock_rwlock_write_try_acquire(w), E(w));
-  first = hilock_rwlock_fence(w);
+  first = hilock_hold_fence(HILOCK_HOLD(w));
   assert_hl_ok(hilock_rwlock_write_acquire(w, 1000), E(w));
-  assert_int_equal(hilock_rwlock_fence(w), first);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(w)), first);
   assert_hl_ok(hilock_rwlock_write_hold_count(w, &n), E(w));
   assert_int_equal(n, 2);
   assert_hl_rc(hilock_rwlock_write_release(other), HILOCK_ENOTOWNED,
@@ -303,7 +303,7 @@ static void writes_reenter_with_the_grants_fence(void **state) {
   assert_substr(E(w), "does not hold the write");
 
   assert_hl_ok(hilock_rwlock_write_try_acquire(other), E(other));
-  assert_int_equal(hilock_rwlock_fence(other), first + 1);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(other)), first + 1);
   /* Fences are drawn from the name's counter shared with the other lock
    * types: strictly increasing per name. */
   {
@@ -312,8 +312,8 @@ static void writes_reenter_with_the_grants_fence(void **state) {
     assert_int_equal(strtoull(v, NULL, 10), first + 1);
     free(v);
   }
-  hilock_rwlock_free(w);
-  hilock_rwlock_free(other);
+  hilock_hold_free(HILOCK_HOLD(w));
+  hilock_hold_free(HILOCK_HOLD(other));
 }
 
 /* Count the commands the server receives from clients (not from scripts)
@@ -367,8 +367,8 @@ static void read_acquire_is_one_round_trip(void **state) {
   assert_int_equal(top_level_commands(f, try_read, rw, first, sizeof(first)),
                    1);
   assert_int_equal(zcard(f, "rt", "readers"), 2);
-  hilock_rwlock_free(rw);
-  hilock_rwlock_free(other);
+  hilock_hold_free(HILOCK_HOLD(rw));
+  hilock_hold_free(HILOCK_HOLD(other));
 }
 
 /* ## Upgrade and downgrade ----------------------------------------------- */
@@ -384,7 +384,7 @@ static void upgrade_fails_at_once_with_edeadlk(void **state) {
   assert_hl_rc(hilock_rwlock_write_acquire(rw, 5000), HILOCK_EDEADLK, E(rw));
   assert_i64_between(hl_now_ms() - t0, 0, 300);
   assert_substr(E(rw), "upgrading from read to write would deadlock");
-  assert_int_equal(hilock_rwlock_errcode(rw), HILOCK_EDEADLK);
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rw)), HILOCK_EDEADLK);
   assert_string_equal(hilock_err_name(HILOCK_EDEADLK), "EDEADLK");
   assert_hl_rc(hilock_rwlock_write_try_acquire(rw), HILOCK_EDEADLK, E(rw));
   assert_hl_rc(hilock_rwlock_write_acquire(same, HILOCK_WAIT_FOREVER),
@@ -394,13 +394,13 @@ static void upgrade_fails_at_once_with_edeadlk(void **state) {
   assert_int_equal(n, 1);
   assert_false(exists(f, "up", "writer"));
   assert_false(exists(f, "up", "intents"));
-  assert_int_equal(hilock_rwlock_fence(rw), 0);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rw)), 0);
 
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
   assert_hl_ok(hilock_rwlock_write_release(rw), E(rw));
-  hilock_rwlock_free(rw);
-  hilock_rwlock_free(same);
+  hilock_hold_free(HILOCK_HOLD(rw));
+  hilock_hold_free(HILOCK_HOLD(same));
 }
 
 static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
@@ -438,7 +438,7 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   join_job(j);
   assert_hl_ok(j->rc, E(w2));
   assert_i64_between(j->t_granted - t0, 0, 1000);
-  assert_true(j->fence > hilock_rwlock_fence(rw));
+  assert_true(j->fence > hilock_hold_fence(HILOCK_HOLD(rw)));
   assert_hl_ok(j->release_rc, E(w2));
 
   /* With no writer waiting, a downgrade lets other readers in. */
@@ -450,9 +450,9 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   assert_int_equal(zcard(f, "down", "readers"), 2);
   assert_hl_ok(hilock_rwlock_read_release(r3), E(r3));
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
-  hilock_rwlock_free(rw);
-  hilock_rwlock_free(w2);
-  hilock_rwlock_free(r3);
+  hilock_hold_free(HILOCK_HOLD(rw));
+  hilock_hold_free(HILOCK_HOLD(w2));
+  hilock_hold_free(HILOCK_HOLD(r3));
 }
 
 /* ## Writer preference and wake-ups --------------------------------------- */
@@ -486,9 +486,9 @@ static void waiting_writer_holds_new_readers_back(void **state) {
   assert_true(rj->t_granted >= wj->t_released);
   assert_i64_between(rj->t_granted - wj->t_released, 0, 500);
   assert_false(exists(f, "pref", "intents"));
-  hilock_rwlock_free(r1);
-  hilock_rwlock_free(w);
-  hilock_rwlock_free(r3);
+  hilock_hold_free(HILOCK_HOLD(r1));
+  hilock_hold_free(HILOCK_HOLD(w));
+  hilock_hold_free(HILOCK_HOLD(r3));
 }
 
 static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
@@ -512,9 +512,9 @@ static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
   assert_i64_between(rj->t_granted - wj->t_granted, -50, 500);
   assert_false(exists(f, "quit", "intents"));
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
-  hilock_rwlock_free(r1);
-  hilock_rwlock_free(w);
-  hilock_rwlock_free(r3);
+  hilock_hold_free(HILOCK_HOLD(r1));
+  hilock_hold_free(HILOCK_HOLD(w));
+  hilock_hold_free(HILOCK_HOLD(r3));
 }
 
 static void write_release_wakes_every_waiting_reader(void **state) {
@@ -542,9 +542,9 @@ static void write_release_wakes_every_waiting_reader(void **state) {
     assert_hl_ok(j[i]->rc, E(r[i]));
     assert_i64_between(j[i]->t_granted - t_release, 0, 150);
     assert_hl_ok(j[i]->release_rc, E(r[i]));
-    hilock_rwlock_free(r[i]);
+    hilock_hold_free(HILOCK_HOLD(r[i]));
   }
-  hilock_rwlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 static void last_reader_out_wakes_the_writer(void **state) {
@@ -568,9 +568,9 @@ static void last_reader_out_wakes_the_writer(void **state) {
   assert_hl_ok(wj->rc, E(w));
   /* Woken by the release: its own bound was 10/3 s (intent refresh). */
   assert_i64_between(wj->t_granted - t_last, 0, 500);
-  hilock_rwlock_free(r1);
-  hilock_rwlock_free(r2);
-  hilock_rwlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(r1));
+  hilock_hold_free(HILOCK_HOLD(r2));
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 /* Readers in a continuous stream: every moment some reader holds. A writer
@@ -635,9 +635,9 @@ static void writer_gets_in_under_a_reader_stream(void **state) {
     stop_stream(&s[i]);
     assert_int_equal(s[i].errors, 0);
     assert_true(s[i].grants > before[i]); /* readers resumed */
-    hilock_rwlock_free(s[i].rw);
+    hilock_hold_free(HILOCK_HOLD(s[i].rw));
   }
-  hilock_rwlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 /* Writers in a continuous stream: one holds while the other waits, so
@@ -709,13 +709,13 @@ static void reader_gets_in_under_a_writer_stream(void **state) {
       pthread_join(t[i], NULL);
       assert_int_equal(ws[i].errors, 0);
       grants += ws[i].grants;
-      hilock_rwlock_free(ws[i].rw);
+      hilock_hold_free(HILOCK_HOLD(ws[i].rw));
     }
     assert_true(grants >= 6);
   }
   print_message("      reader's mean wait under a stream of %d writers "
                 "(30 ms holds): %" PRId64 " ms\n", N, total / 5);
-  hilock_rwlock_free(r);
+  hilock_hold_free(HILOCK_HOLD(r));
 }
 
 /* ## Crashes: real processes killed with SIGKILL --------------------------- */
@@ -744,7 +744,7 @@ static pid_t fork_holder(fixture *f, const char *name, int64_t ttl,
       _exit(2);
     if (renew) {
       hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL);
-      hilock_rwlock_write_set_auto_renew(rw, 1, 0, NULL, NULL);
+      hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, NULL, NULL);
     }
     if (wait_only) {
       (void)!write(p[1], "w", 1);
@@ -791,7 +791,7 @@ static void crashed_reader_frees_its_share_within_ttl(void **state) {
   assert_i64_between(waited, 250, 600 + 300);
   assert_int_equal(zcard(f, "crash", "readers"), 0);
   assert_false(exists(f, "crash", "counts"));
-  hilock_rwlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 static void dead_waiting_writer_holds_readers_back_for_one_ttl(void **state) {
@@ -815,8 +815,8 @@ static void dead_waiting_writer_holds_readers_back_for_one_ttl(void **state) {
   /* Refreshed every ttl/3 (200 ms), it lapses 400..600 ms after the kill. */
   assert_i64_between(waited, 250, 600 + 300);
   assert_int_equal(zcard(f, "ghost", "readers"), 2);
-  hilock_rwlock_free(r1);
-  hilock_rwlock_free(r2);
+  hilock_hold_free(HILOCK_HOLD(r1));
+  hilock_hold_free(HILOCK_HOLD(r2));
 }
 
 static void crashed_writer_frees_within_ttl(void **state) {
@@ -831,7 +831,7 @@ static void crashed_writer_frees_within_ttl(void **state) {
   t_kill = hl_now_ms();
   assert_hl_ok(hilock_rwlock_read_acquire(r, 3000), E(r));
   assert_i64_between(hl_now_ms() - t_kill, 0, 500 + 300);
-  hilock_rwlock_free(r);
+  hilock_hold_free(HILOCK_HOLD(r));
 }
 
 static void reader_that_gives_up_withdraws(void **state) {
@@ -850,8 +850,8 @@ static void reader_that_gives_up_withdraws(void **state) {
   assert_false(exists(f, "rquit", "waiting"));
   assert_hl_ok(hilock_rwlock_write_release(w), E(w));
   assert_false(exists(f, "rquit", "admitted"));
-  hilock_rwlock_free(w);
-  hilock_rwlock_free(r);
+  hilock_hold_free(HILOCK_HOLD(w));
+  hilock_hold_free(HILOCK_HOLD(r));
 }
 
 static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
@@ -884,8 +884,8 @@ static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
   assert_hl_ok(wj->rc, E(w2));
   assert_i64_between(wj->t_granted - t_release, 250, 600 + 300);
   assert_false(exists(f, "rghost", "admitted"));
-  hilock_rwlock_free(w1);
-  hilock_rwlock_free(w2);
+  hilock_hold_free(HILOCK_HOLD(w1));
+  hilock_hold_free(HILOCK_HOLD(w2));
 }
 
 /* ## Renewal and loss ------------------------------------------------------ */
@@ -904,7 +904,7 @@ static void read_and_write_holds_are_renewed(void **state) {
 
   assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, on_lost, &lost),
                E(rw));
-  assert_hl_ok(hilock_rwlock_write_set_auto_renew(rw, 1, 0, on_lost, &lost),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, on_lost, &lost),
                E(rw));
   assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
   hl_sleep_ms(1000);
@@ -922,16 +922,16 @@ static void read_and_write_holds_are_renewed(void **state) {
   hl_sleep_ms(1000);
   assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n), E(rw));
   assert_int_equal(n, 1);
-  assert_false(hilock_rwlock_write_lost(rw));
-  assert_i64_between(hilock_rwlock_write_validity_ms(rw), 100, 300);
+  assert_false(hilock_hold_lost(HILOCK_HOLD(rw)));
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(rw)), 100, 300);
   assert_hl_rc(hilock_rwlock_read_try_acquire(other), HILOCK_BUSY, E(other));
   assert_hl_ok(hilock_rwlock_write_release(rw), E(rw));
   hl_sleep_ms(400); /* no renewal after the release reports a loss */
   assert_int_equal(__atomic_load_n(&lost, __ATOMIC_SEQ_CST), 0);
   assert_false(exists(f, "renew", "writer"));
   assert_false(exists(f, "renew", "readers"));
-  hilock_rwlock_free(rw);
-  hilock_rwlock_free(other);
+  hilock_hold_free(HILOCK_HOLD(rw));
+  hilock_hold_free(HILOCK_HOLD(other));
 }
 
 static void lost_holds_are_reported(void **state) {
@@ -942,7 +942,7 @@ static void lost_holds_are_reported(void **state) {
 
   assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, on_lost, &lost),
                E(rw));
-  assert_hl_ok(hilock_rwlock_write_set_auto_renew(rw, 1, 0, on_lost, &lost),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, on_lost, &lost),
                E(rw));
   assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
   hl_redis_ok(f->redis, "DEL hilock:{gone}:rw:readers");
@@ -961,9 +961,9 @@ static void lost_holds_are_reported(void **state) {
   while (__atomic_load_n(&lost, __ATOMIC_SEQ_CST) == 1 && hl_now_ms() < deadline)
     hl_sleep_ms(10);
   assert_int_equal(lost, 2);
-  assert_true(hilock_rwlock_write_lost(rw));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(rw)));
   assert_hl_rc(hilock_rwlock_write_release(rw), HILOCK_ENOTOWNED, E(rw));
-  hilock_rwlock_free(rw);
+  hilock_hold_free(HILOCK_HOLD(rw));
 }
 
 /* ## Threads and fork ------------------------------------------------------ */
@@ -995,7 +995,7 @@ static void threads_sharing_a_handle_are_separate_owners(void **state) {
   assert_int_equal(zcard(f, "shared", "readers"), 1);
   assert_true(hilock_rwlock_read_validity_ms(rw) > 0);
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
-  hilock_rwlock_free(rw);
+  hilock_hold_free(HILOCK_HOLD(rw));
 }
 
 static void forked_child_refuses_the_parents_holds(void **state) {
@@ -1014,7 +1014,7 @@ static void forked_child_refuses_the_parents_holds(void **state) {
     if (hilock_rwlock_read_release(rw) != HILOCK_EFORKED) code |= 1;
     if (hilock_rwlock_write_release(rw) != HILOCK_EFORKED) code |= 2;
     if (hilock_rwlock_read_validity_ms(rw) != 0) code |= 4;
-    if (hilock_rwlock_write_validity_ms(rw) != 0) code |= 8;
+    if (hilock_hold_validity_ms(HILOCK_HOLD(rw)) != 0) code |= 8;
     /* The child is another owner: the parent's write keeps it out. */
     if (hilock_rwlock_read_try_acquire(rw) != HILOCK_BUSY) code |= 16;
     _exit(code);
@@ -1026,7 +1026,7 @@ static void forked_child_refuses_the_parents_holds(void **state) {
   assert_int_equal(zcard(f, "fork", "readers"), 1);
   assert_hl_ok(hilock_rwlock_write_release(rw), E(rw));
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
-  hilock_rwlock_free(rw);
+  hilock_hold_free(HILOCK_HOLD(rw));
 }
 
 /* The parent's renewal thread sleeps on its condition variable when the
@@ -1052,7 +1052,7 @@ static void forked_child_frees_a_client_with_a_sleeping_watchdog(
   assert_true(pid >= 0);
   if (pid == 0) {
     alarm(5); /* a hang ends the child with SIGALRM */
-    hilock_rwlock_free(rw);
+    hilock_hold_free(HILOCK_HOLD(rw));
     hilock_client_free(c);
     _exit(0);
   }
@@ -1060,7 +1060,7 @@ static void forked_child_frees_a_client_with_a_sleeping_watchdog(
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
-  hilock_rwlock_free(rw);
+  hilock_hold_free(HILOCK_HOLD(rw));
   hilock_client_free(c);
 }
 
@@ -1141,7 +1141,7 @@ static void contender(fixture *f, history *h, int write, int64_t until_ms) {
     if (i < HIST_MAX) h->iv[i] = (interval){write, getpid(), s, e};
     hl_sleep_ms(write ? 15 : rand_r(&seed) % 3);
   }
-  hilock_rwlock_free(rw);
+  hilock_hold_free(HILOCK_HOLD(rw));
   hilock_client_free(c);
   _exit(0);
 }
@@ -1216,24 +1216,24 @@ static void bad_arguments_are_einval(void **state) {
   assert_int_equal(hilock_rwlock_state(NULL, &n, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_rwlock_read_set_auto_renew(NULL, 1, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_rwlock_errcode(NULL), HILOCK_EINVAL);
-  assert_string_equal(hilock_rwlock_errmsg(NULL), "rwlock is NULL");
+  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
+  assert_string_equal(hilock_hold_errmsg(NULL), "handle is NULL");
   assert_int_equal(hilock_rwlock_read_validity_ms(NULL), 0);
-  assert_false(hilock_rwlock_write_lost(NULL));
-  hilock_rwlock_free(NULL);
+  assert_false(hilock_hold_lost(NULL));
+  hilock_hold_free(NULL);
 
   rw = make_rw(f->c[0], "args", 1000);
   assert_int_equal(hilock_rwlock_read_hold_count(rw, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_rwlock_read_acquire(rw, -5), HILOCK_EINVAL);
   assert_int_equal(hilock_rwlock_write_acquire(rw, -5), HILOCK_EINVAL);
-  assert_int_equal(hilock_rwlock_write_set_auto_renew(rw, 1, -1, NULL, NULL),
+  assert_int_equal(hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, -1, NULL, NULL),
                    HILOCK_EINVAL);
   assert_false(exists(f, "args", "intents"));
   assert_string_equal(hilock_rwlock_key(rw, 1, NULL), "hilock:{args}:rw:writer");
   assert_string_equal(hilock_rwlock_key(rw, 0, NULL),
                       "hilock:{args}:rw:readers");
-  assert_int_equal(hilock_rwlock_ttl_ms(rw), 1000);
-  hilock_rwlock_free(rw);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(rw)), 1000);
+  hilock_hold_free(HILOCK_HOLD(rw));
 }
 
 static void wrong_type_keys_fail_closed(void **state) {
@@ -1244,13 +1244,13 @@ static void wrong_type_keys_fail_closed(void **state) {
   assert_hl_rc(hilock_rwlock_write_acquire(rw, 100), HILOCK_EWRONGTYPE, E(rw));
   assert_substr(E(rw), "WRONGTYPE");
   assert_int_equal(hilock_rwlock_read_validity_ms(rw), 0);
-  assert_int_equal(hilock_rwlock_write_validity_ms(rw), 0);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(rw)), 0);
   assert_false(exists(f, "wt", "readers"));
   hl_redis_ok(f->redis, "FLUSHALL");
   hl_redis_ok(f->redis, "SET hilock:{wt}:fence not-a-number");
   assert_hl_rc(hilock_rwlock_write_try_acquire(rw), HILOCK_ESCRIPT, E(rw));
   assert_false(exists(f, "wt", "writer"));
-  hilock_rwlock_free(rw);
+  hilock_hold_free(HILOCK_HOLD(rw));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)

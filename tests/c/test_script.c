@@ -94,16 +94,16 @@ static void first_acquire_loads_the_script_then_evalsha_hits(void **state) {
   hilock_lock *l = new_lock(f->client, "loads");
 
   assert_false(script_loaded(f->redis, &hilock__script_lock_acquire));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
   assert_int_equal(calls_of(f->redis, "eval"), 1);
 
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* One EVAL for each script's first use, EVALSHA hits afterwards. */
   assert_int_equal(calls_of(f->redis, "eval"), 2);
   assert_int_equal(calls_of(f->redis, "evalsha"), 1);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void acquire_works_after_script_flush(void **state) {
@@ -112,35 +112,35 @@ static void acquire_works_after_script_flush(void **state) {
   hilock_lock *b = new_lock(f->client, "flush-b");
   hilock_lock *a2 = new_lock(f->client, "flush-a");
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
   assert_false(script_loaded(f->redis, &hilock__script_lock_acquire));
 
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
-  assert_true(hilock_lock_held(b));
-  assert_true(hilock_lock_fence(b) > 1000000000000000ULL); /* a new name */
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(b)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > 1000000000000000ULL); /* a new name */
   assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
   /* The held lock is still seen as held through the reloaded script. */
-  assert_hl_rc(hilock_lock_try_acquire(a2), HILOCK_BUSY, hilock_lock_errmsg(a2));
-  hilock_lock_free(a);
-  hilock_lock_free(a2);
-  hilock_lock_free(b);
+  assert_hl_rc(hilock_lock_try_acquire(a2), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(a2)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(a2));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void release_and_extend_work_after_script_flush(void **state) {
   fixture *f = *state;
   hilock_lock *l = new_lock(f->client, "flush-rel");
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
-  assert_hl_ok(hilock_lock_extend(l, 30000, 1), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_extend(l, 30000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_redis_pttl(f->redis, key, klen), 20000, 30000);
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(f->redis, key, klen));
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void acquire_works_after_server_restart(void **state) {
@@ -148,20 +148,20 @@ static void acquire_works_after_server_restart(void **state) {
   hilock_lock *a = new_lock(f->client, "restart");
   hilock_lock *b = new_lock(f->client, "restart");
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
-  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   redisFree(f->redis);
   f->redis = NULL;
   assert_int_equal(hl_server_restart(&f->server), 0);
 
   /* New process: dead pooled connection and an empty script cache. */
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_lock_errmsg(b));
-  assert_true(hilock_lock_held(b));
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(b)));
   f->redis = hl_redis_connect(&f->server);
   assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
-  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* Run a throwaway script through the internal runner. */

@@ -27,8 +27,8 @@ static hilock_seglock *make_seg(hilock_client *c, const char *name, int k,
   return s;
 }
 
-#define SEG_OK(call, s) assert_hl_ok((call), hilock_seglock_errmsg(s))
-#define SEG_RC(call, rc, s) assert_hl_rc((call), (rc), hilock_seglock_errmsg(s))
+#define SEG_OK(call, s) assert_hl_ok((call), hilock_hold_errmsg(HILOCK_HOLD(s)))
+#define SEG_RC(call, rc, s) assert_hl_rc((call), (rc), hilock_hold_errmsg(HILOCK_HOLD(s)))
 
 static int64_t stock_of(hilock_seglock *s, int i) {
   int64_t n = -2;
@@ -59,7 +59,7 @@ static void grants_distinct_segments_then_busy(void **state) {
 
   for (int i = 0; i < 5; i++) s[i] = make_seg(f->client, "inv", 4, 10000);
   assert_int_equal(hilock_seglock_segment(s[0]), -1);
-  assert_int_equal(hilock_seglock_fence(s[0]), 0);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[0])), 0);
   for (int i = 0; i < 4; i++) {
     int seg;
     char key[64], *v;
@@ -68,24 +68,24 @@ static void grants_distinct_segments_then_busy(void **state) {
     assert_in_range(seg, 0, 3);
     assert_int_equal(seen[seg], 0);
     seen[seg] = 1;
-    assert_true(hilock_seglock_fence(s[i]) > last_fence);
-    last_fence = hilock_seglock_fence(s[i]);
-    assert_true(hilock_seglock_held(s[i]));
+    assert_true(hilock_hold_fence(HILOCK_HOLD(s[i])) > last_fence);
+    last_fence = hilock_hold_fence(HILOCK_HOLD(s[i]));
+    assert_true(hilock_hold_held(HILOCK_HOLD(s[i])));
     /* The segment key holds the owner token with the TTL. */
     snprintf(key, sizeof(key), "hilock:{inv}:seg:%d", seg);
     v = hl_redis_get(f->redis, key, strlen(key));
     assert_non_null(v);
-    assert_string_equal(v, hilock_seglock_token(s[i]));
+    assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(s[i])));
     free(v);
     assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 9000, 10000);
-    assert_i64_between(hilock_seglock_validity_ms(s[i]), 9000, 10000);
+    assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(s[i])), 9000, 10000);
   }
   assert_int_equal(held_count(s[4]), 4);
   SEG_RC(hilock_seglock_try_acquire(s[4]), HILOCK_BUSY, s[4]);
   SEG_RC(hilock_seglock_acquire(s[4], 0), HILOCK_BUSY, s[4]);
   SEG_RC(hilock_seglock_acquire(s[4], 150), HILOCK_BUSY, s[4]);
-  assert_false(hilock_seglock_held(s[4]));
-  assert_string_equal(hilock_seglock_token(s[4]), "");
+  assert_false(hilock_hold_held(HILOCK_HOLD(s[4])));
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(s[4])), "");
   /* The fence hash records the latest grant of each segment. */
   assert_int_equal(hl_redis_int(f->redis, "HINCRBY hilock:{inv}:seg:fence n 0"),
                    (long long)last_fence);
@@ -94,15 +94,15 @@ static void grants_distinct_segments_then_busy(void **state) {
   {
     int freed = hilock_seglock_segment(s[2]);
     SEG_OK(hilock_seglock_release(s[2]), s[2]);
-    assert_false(hilock_seglock_held(s[2]));
+    assert_false(hilock_hold_held(HILOCK_HOLD(s[2])));
     assert_int_equal(held_count(s[4]), 3);
     SEG_OK(hilock_seglock_try_acquire(s[4]), s[4]);
     assert_int_equal(hilock_seglock_segment(s[4]), freed);
-    assert_int_equal(hilock_seglock_fence(s[4]), last_fence + 1);
+    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[4])), last_fence + 1);
   }
   for (int i = 0; i < 5; i++) {
     if (i != 2) SEG_OK(hilock_seglock_release(s[i]), s[i]);
-    hilock_seglock_free(s[i]);
+    hilock_hold_free(HILOCK_HOLD(s[i]));
   }
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{inv}:seg:0 "
                                           "hilock:{inv}:seg:1 hilock:{inv}:seg:2 "
@@ -115,11 +115,11 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
   hilock_seglock *s = make_seg(f->client, "twice", 3, 10000);
   SEG_OK(hilock_seglock_try_acquire(s), s);
   SEG_RC(hilock_seglock_try_acquire(s), HILOCK_EINVAL, s);
-  assert_substr(hilock_seglock_errmsg(s), "already holds");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "already holds");
   assert_int_equal(held_count(s), 1);
   SEG_OK(hilock_seglock_release(s), s);
   SEG_RC(hilock_seglock_release(s), HILOCK_ENOTOWNED, s);
-  hilock_seglock_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void random_start_spreads_grants(void **state) {
@@ -134,7 +134,7 @@ static void random_start_spreads_grants(void **state) {
     SEG_OK(hilock_seglock_release(s), s);
   }
   for (int i = 0; i < 8; i++) assert_in_range(count[i], 15, 100);
-  hilock_seglock_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 /* The acquire script run by hand (as a resend after a lost reply would run
@@ -215,11 +215,11 @@ static void stock_init_splits_evenly(void **state) {
 
   /* Another segment count on the same name is refused. */
   SEG_RC(hilock_seglock_try_acquire(other), HILOCK_EINVAL, other);
-  assert_substr(hilock_seglock_errmsg(other), "split into 3 segments");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(other)), "split into 3 segments");
   SEG_RC(hilock_seglock_stock_set(other, 0, 1), HILOCK_EINVAL, other);
   assert_int_equal(held_count(s), 0);
-  hilock_seglock_free(s);
-  hilock_seglock_free(other);
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(other));
 }
 
 static void empty_segments_are_skipped(void **state) {
@@ -237,8 +237,8 @@ static void empty_segments_are_skipped(void **state) {
     SEG_RC(hilock_seglock_try_acquire(b), HILOCK_BUSY, b);
     SEG_OK(hilock_seglock_release(a), a);
   }
-  hilock_seglock_free(a);
-  hilock_seglock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void take_moves_stock_only_under_the_lock(void **state) {
@@ -286,7 +286,7 @@ static void take_moves_stock_only_under_the_lock(void **state) {
   snprintf(key, sizeof(key), "hilock:{take}:seg:%d", 1 - seg);
   hl_redis_ok(f->redis, "SET %s intruder", key);
   SEG_RC(hilock_seglock_take(t, 1, 0, &taken, &left), HILOCK_ENOTOWNED, t);
-  assert_true(hilock_seglock_lost(t));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(t)));
   assert_int_equal(stock_of(t, -1), 5);
   SEG_RC(hilock_seglock_release(t), HILOCK_ENOTOWNED, t);
 
@@ -294,10 +294,10 @@ static void take_moves_stock_only_under_the_lock(void **state) {
   hl_redis_ok(f->redis, "FLUSHALL");
   SEG_OK(hilock_seglock_try_acquire(t), t);
   SEG_RC(hilock_seglock_take(t, 1, 0, &taken, &left), HILOCK_EINVAL, t);
-  assert_substr(hilock_seglock_errmsg(t), "no stock");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(t)), "no stock");
   SEG_OK(hilock_seglock_release(t), t);
-  hilock_seglock_free(s);
-  hilock_seglock_free(t);
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(t));
 }
 
 /* ## Sold out ---------------------------------------------------------------- */
@@ -312,7 +312,7 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   t0 = hl_now_ms();
   SEG_RC(hilock_seglock_acquire(s, HILOCK_WAIT_FOREVER), HILOCK_SOLDOUT, s);
   assert_true(hl_now_ms() - t0 < 1000);
-  assert_false(hilock_seglock_held(s));
+  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(held_count(s), 0);
   assert_string_equal(hilock_err_name(HILOCK_SOLDOUT), "SOLDOUT");
   /* Restocking one segment opens it again. */
@@ -320,7 +320,7 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   SEG_OK(hilock_seglock_try_acquire(s), s);
   assert_int_equal(hilock_seglock_segment(s), 1);
   SEG_OK(hilock_seglock_release(s), s);
-  hilock_seglock_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 typedef struct waiter {
@@ -364,12 +364,12 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
   for (int i = 0; i < 2; i++) SEG_OK(hilock_seglock_release(h[i]), h[i]);
   for (int i = 0; i < 3; i++) {
     pthread_join(t[i], NULL);
-    assert_hl_rc(w[i].rc, HILOCK_SOLDOUT, hilock_seglock_errmsg(w[i].s));
+    assert_hl_rc(w[i].rc, HILOCK_SOLDOUT, hilock_hold_errmsg(HILOCK_HOLD(w[i].s)));
     assert_true(w[i].done_ms - released < 3000);
-    hilock_seglock_free(w[i].s);
+    hilock_hold_free(HILOCK_HOLD(w[i].s));
   }
   assert_int_equal(stock_of(h[0], -1), 0);
-  for (int i = 0; i < 2; i++) hilock_seglock_free(h[i]);
+  for (int i = 0; i < 2; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
 }
 
 /* ## Waiting ------------------------------------------------------------------ */
@@ -402,8 +402,8 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   assert_int_equal(hilock_seglock_segment(w.s), hilock_seglock_segment(h[1]));
   SEG_OK(hilock_seglock_release(h[0]), h[0]);
   SEG_OK(hilock_seglock_release(h[2]), h[2]);
-  for (int i = 0; i < 3; i++) hilock_seglock_free(h[i]);
-  hilock_seglock_free(w.s);
+  for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
+  hilock_hold_free(HILOCK_HOLD(w.s));
 }
 
 /* ## Dead holders ------------------------------------------------------------- */
@@ -427,7 +427,7 @@ static int hold_and_hang(void *arg) {
       HILOCK_OK)
     return 2;
   /* Renewed: only death frees the segment. */
-  if (hilock_seglock_set_auto_renew(s, 1, 0, NULL, NULL) != HILOCK_OK) return 3;
+  if (hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL) != HILOCK_OK) return 3;
   if (hilock_seglock_acquire(s, 5000) != HILOCK_OK) return 4;
   seg = (char)hilock_seglock_segment(s);
   if (write(a->fd, &seg, 1) != 1) return 5;
@@ -463,7 +463,7 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
   SEG_OK(hilock_seglock_release(s), s);
   close(fds[0]);
   close(fds[1]);
-  hilock_seglock_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 /* ## Renewal ------------------------------------------------------------------ */
@@ -475,15 +475,15 @@ static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   int owned = 0;
   char key[64];
 
-  SEG_OK(hilock_seglock_set_auto_renew(s, 1, 0, NULL, NULL), s);
+  SEG_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL), s);
   SEG_OK(hilock_seglock_stock_init(s, 0), s);
   SEG_OK(hilock_seglock_stock_set(s, 3, 1), s);
   SEG_OK(hilock_seglock_try_acquire(s), s);
   assert_int_equal(hilock_seglock_segment(s), 3);
   hl_sleep_ms(900);
-  SEG_OK(hilock_seglock_owned(s, &owned), s);
+  SEG_OK(hilock_hold_owned(HILOCK_HOLD(s), &owned), s);
   assert_true(owned);
-  assert_false(hilock_seglock_lost(s));
+  assert_false(hilock_hold_lost(HILOCK_HOLD(s)));
   SEG_RC(hilock_seglock_try_acquire(o), HILOCK_BUSY, o);
   snprintf(key, sizeof(key), "hilock:{renew}:seg:3");
   assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 300);
@@ -494,17 +494,17 @@ static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   SEG_OK(hilock_seglock_release(s), s);
 
   /* Without renewal the grant lapses at its TTL and owned() says so. */
-  SEG_OK(hilock_seglock_set_auto_renew(s, 0, 0, NULL, NULL), s);
+  SEG_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 0, 0, NULL, NULL), s);
   SEG_OK(hilock_seglock_try_acquire(s), s);
   hl_sleep_ms(450);
-  SEG_OK(hilock_seglock_owned(s, &owned), s);
+  SEG_OK(hilock_hold_owned(HILOCK_HOLD(s), &owned), s);
   assert_false(owned);
-  assert_true(hilock_seglock_lost(s));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
   SEG_OK(hilock_seglock_try_acquire(o), o);
   SEG_RC(hilock_seglock_release(s), HILOCK_ENOTOWNED, s);
   SEG_OK(hilock_seglock_release(o), o);
-  hilock_seglock_free(s);
-  hilock_seglock_free(o);
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(o));
 }
 
 /* ## Fork ------------------------------------------------------------------------ */
@@ -518,7 +518,7 @@ static int child_uses_parents_grant(void *arg) {
     return 1;
   if (hilock_seglock_release(fork_seg) != HILOCK_EFORKED) return 2;
   if (hilock_seglock_extend(fork_seg, 1000, 1) != HILOCK_EFORKED) return 3;
-  if (hilock_seglock_held(fork_seg)) return 4;
+  if (hilock_hold_held(HILOCK_HOLD(fork_seg))) return 4;
   return 0;
 }
 
@@ -532,11 +532,11 @@ static void forked_child_holds_nothing(void **state) {
   pid = hl_fork_run(child_uses_parents_grant, NULL);
   assert_true(pid > 0);
   assert_int_equal(hl_wait_child(pid, 5000), 0);
-  SEG_OK(hilock_seglock_owned(fork_seg, &owned), fork_seg);
+  SEG_OK(hilock_hold_owned(HILOCK_HOLD(fork_seg), &owned), fork_seg);
   assert_true(owned);
   assert_int_equal(stock_of(fork_seg, -1), 4);
   SEG_OK(hilock_seglock_release(fork_seg), fork_seg);
-  hilock_seglock_free(fork_seg);
+  hilock_hold_free(HILOCK_HOLD(fork_seg));
   fork_seg = NULL;
 }
 
@@ -579,12 +579,12 @@ static int seller(void *arg) {
     if (hilock_seglock_release(s) != HILOCK_OK) return 6;
     rep = redisCommand(r, "RPUSH history %d:%.9f:%.9f:%llu:%lld",
                        hilock_seglock_segment(s), t0, t1,
-                       (unsigned long long)hilock_seglock_fence(s),
+                       (unsigned long long)hilock_hold_fence(HILOCK_HOLD(s)),
                        (long long)taken);
     if (rep == NULL) return 7;
     freeReplyObject(rep);
   }
-  hilock_seglock_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
   hilock_client_free(c);
   redisFree(r);
   return 0;
@@ -656,7 +656,7 @@ static void processes_never_share_a_segment_nor_oversell(void **state) {
   }
   free(v);
   freeReplyObject(r);
-  hilock_seglock_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 /* ## Arguments, names, damaged keys ------------------------------------------- */
@@ -694,18 +694,18 @@ static void bad_arguments_are_einval(void **state) {
   assert_int_equal(hilock_seglock_stock_set(NULL, 0, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_seglock_stock(NULL, 0, &n), HILOCK_EINVAL);
   assert_int_equal(hilock_seglock_held_count(NULL, &o), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_owned(NULL, &o), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(NULL, &o), HILOCK_EINVAL);
   assert_int_equal(hilock_seglock_extend(NULL, 1, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_seglock_renew(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+  assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                    HILOCK_EINVAL);
   assert_int_equal(hilock_seglock_segment(NULL), -1);
-  assert_int_equal(hilock_seglock_fence(NULL), 0);
-  assert_int_equal(hilock_seglock_held(NULL), 0);
-  assert_string_equal(hilock_seglock_token(NULL), "");
+  assert_int_equal(hilock_hold_fence(NULL), 0);
+  assert_int_equal(hilock_hold_held(NULL), 0);
+  assert_string_equal(hilock_hold_token(NULL), "");
   assert_string_equal(hilock_seglock_key(NULL, 0, NULL), "");
-  assert_int_equal(hilock_seglock_errcode(NULL), HILOCK_EINVAL);
-  hilock_seglock_free(NULL);
+  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
+  hilock_hold_free(NULL);
 
   s = make_seg(f->client, "args", 3, 1000);
   SEG_RC(hilock_seglock_stock_init(s, -1), HILOCK_EINVAL, s);
@@ -719,8 +719,8 @@ static void bad_arguments_are_einval(void **state) {
   SEG_RC(hilock_seglock_held_count(s, NULL), HILOCK_EINVAL, s);
   SEG_RC(hilock_seglock_acquire(s, -5), HILOCK_EINVAL, s);
   assert_int_equal(hilock_seglock_segments(s), 3);
-  assert_int_equal(hilock_seglock_ttl_ms(s), 1000);
-  hilock_seglock_free(s);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(s)), 1000);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void keys_follow_the_layout(void **state) {
@@ -738,7 +738,7 @@ static void keys_follow_the_layout(void **state) {
                    hilock__key_slot("hilock:{lay{out}:seg:stock", 26));
   assert_int_equal(hilock__key_slot("hilock:{lay{out}:seg:2", 22),
                    hilock__key_slot("hilock:{lay{out}:seg:wake", 25));
-  hilock_seglock_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void damaged_keys_fail_closed(void **state) {
@@ -749,22 +749,22 @@ static void damaged_keys_fail_closed(void **state) {
   hl_redis_ok(f->redis, "HSET hilock:{bad}:seg:stock segments 2 0 abc 1 xyz");
   rc = hilock_seglock_try_acquire(s);
   assert_true(rc < 0);
-  assert_false(hilock_seglock_held(s));
+  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(held_count(s), 0);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:stock");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:fence 7");
   rc = hilock_seglock_try_acquire(s);
   assert_true(rc < 0);
-  assert_false(hilock_seglock_held(s));
+  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(held_count(s), 0);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:fence");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:stock 1");
   rc = hilock_seglock_try_acquire(s);
-  assert_hl_rc(rc, HILOCK_EWRONGTYPE, hilock_seglock_errmsg(s));
-  assert_false(hilock_seglock_held(s));
-  hilock_seglock_free(s);
+  assert_hl_rc(rc, HILOCK_EWRONGTYPE, hilock_hold_errmsg(HILOCK_HOLD(s)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)

@@ -22,9 +22,9 @@ static hilock_semaphore *make_sem(hilock_client *c, const char *name,
   return s;
 }
 
-#define SEM_OK(call, s) assert_hl_ok((call), hilock_semaphore_errmsg(s))
+#define SEM_OK(call, s) assert_hl_ok((call), hilock_hold_errmsg(HILOCK_HOLD(s)))
 #define SEM_RC(call, rc, s) \
-  assert_hl_rc((call), (rc), hilock_semaphore_errmsg(s))
+  assert_hl_rc((call), (rc), hilock_hold_errmsg(HILOCK_HOLD(s)))
 
 static int64_t available(hilock_semaphore *s) {
   int64_t n = -1;
@@ -34,7 +34,7 @@ static int64_t available(hilock_semaphore *s) {
 
 static int owned(hilock_semaphore *s) {
   int o = -1;
-  SEM_OK(hilock_semaphore_owned(s, &o), s);
+  SEM_OK(hilock_hold_owned(HILOCK_HOLD(s), &o), s);
   return o;
 }
 
@@ -76,19 +76,19 @@ static void grants_up_to_the_limit_then_busy(void **state) {
   assert_int_equal(available(s[0]), 3);
   for (int i = 0; i < 3; i++) {
     SEM_OK(hilock_semaphore_try_acquire(s[i]), s[i]);
-    assert_true(hilock_semaphore_held(s[i]));
+    assert_true(hilock_hold_held(HILOCK_HOLD(s[i])));
     assert_int_equal(available(s[3]), 2 - i);
   }
   SEM_RC(hilock_semaphore_try_acquire(s[3]), HILOCK_BUSY, s[3]);
-  assert_false(hilock_semaphore_held(s[3]));
-  assert_string_equal(hilock_semaphore_permit_id(s[3]), "");
+  assert_false(hilock_hold_held(HILOCK_HOLD(s[3])));
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(s[3])), "");
   SEM_RC(hilock_semaphore_acquire(s[3], 0), HILOCK_BUSY, s[3]);
 
   /* One entry per holder, scored by its expiry on the server's clock. */
   assert_int_equal(zcard(f, "pool"), 3);
   now = server_now_ms(f);
   for (int i = 0; i < 3; i++)
-    assert_i64_between(permit_score(f, "pool", hilock_semaphore_permit_id(s[i])),
+    assert_i64_between(permit_score(f, "pool", hilock_hold_token(HILOCK_HOLD(s[i]))),
                        now + 9000, now + 10000);
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{pool}:permits", 21),
                      9000, 10000);
@@ -99,12 +99,12 @@ static void grants_up_to_the_limit_then_busy(void **state) {
     free(lim);
   }
   SEM_OK(hilock_semaphore_release(s[1]), s[1]);
-  assert_false(hilock_semaphore_held(s[1]));
+  assert_false(hilock_hold_held(HILOCK_HOLD(s[1])));
   assert_int_equal(zcard(f, "pool"), 2);
   SEM_OK(hilock_semaphore_try_acquire(s[3]), s[3]);
   for (int i = 0; i < 4; i++) {
     if (i != 1) SEM_OK(hilock_semaphore_release(s[i]), s[i]);
-    hilock_semaphore_free(s[i]);
+    hilock_hold_free(HILOCK_HOLD(s[i]));
   }
   /* The set goes with its last permit; the limit stays. */
   assert_false(hl_redis_exists(f->redis, "hilock:{pool}:permits", 21));
@@ -125,19 +125,19 @@ static void permit_ids_are_fresh_per_grant(void **state) {
   char first[33];
 
   SEM_OK(hilock_semaphore_try_acquire(a), a);
-  assert_true(is_lower_hex(hilock_semaphore_permit_id(a), 32));
-  memcpy(first, hilock_semaphore_permit_id(a), 33);
+  assert_true(is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
+  memcpy(first, hilock_hold_token(HILOCK_HOLD(a)), 33);
   SEM_OK(hilock_semaphore_release(a), a);
-  assert_string_equal(hilock_semaphore_permit_id(a), "");
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
   SEM_OK(hilock_semaphore_try_acquire(a), a);
   SEM_OK(hilock_semaphore_try_acquire(b), b);
-  assert_string_not_equal(hilock_semaphore_permit_id(a), first);
-  assert_string_not_equal(hilock_semaphore_permit_id(a),
-                          hilock_semaphore_permit_id(b));
-  assert_true(permit_score(f, "ids", hilock_semaphore_permit_id(a)) > 0);
+  assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), first);
+  assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)),
+                          hilock_hold_token(HILOCK_HOLD(b)));
+  assert_true(permit_score(f, "ids", hilock_hold_token(HILOCK_HOLD(a))) > 0);
   assert_int_equal(permit_score(f, "ids", first), -1);
-  hilock_semaphore_free(a);
-  hilock_semaphore_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void acquiring_twice_on_one_handle_is_einval(void **state) {
@@ -145,15 +145,15 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
   hilock_semaphore *s = make_sem(f->client, "twice", 5, 5000);
   char id[33];
   SEM_OK(hilock_semaphore_try_acquire(s), s);
-  memcpy(id, hilock_semaphore_permit_id(s), 33);
+  memcpy(id, hilock_hold_token(HILOCK_HOLD(s)), 33);
   SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EINVAL, s);
-  assert_substr(hilock_semaphore_errmsg(s), "one handle holds one permit");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "one handle holds one permit");
   SEM_RC(hilock_semaphore_acquire(s, 100), HILOCK_EINVAL, s);
-  assert_string_equal(hilock_semaphore_permit_id(s), id);
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(s)), id);
   assert_int_equal(zcard(f, "twice"), 1);
   assert_true(owned(s));
   SEM_OK(hilock_semaphore_release(s), s);
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 /* ## Release --------------------------------------------------------------- */
@@ -167,26 +167,26 @@ static void release_of_unknown_or_expired_permit_changes_nothing(void **state) {
 
   SEM_RC(hilock_semaphore_release(never), HILOCK_ENOTOWNED, never);
   SEM_OK(hilock_semaphore_try_acquire(other), other);
-  score = permit_score(f, "rel", hilock_semaphore_permit_id(other));
+  score = permit_score(f, "rel", hilock_hold_token(HILOCK_HOLD(other)));
   SEM_OK(hilock_semaphore_try_acquire(old), old);
   hl_sleep_ms(150);
-  assert_false(hilock_semaphore_held(old));
+  assert_false(hilock_hold_held(HILOCK_HOLD(old)));
   assert_false(owned(old));
   SEM_RC(hilock_semaphore_release(old), HILOCK_ENOTOWNED, old);
-  assert_substr(hilock_semaphore_errmsg(old), "expired");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(old)), "expired");
   SEM_RC(hilock_semaphore_release(old), HILOCK_ENOTOWNED, old);
   /* The live permit is untouched, and no wake-up was invented. */
   assert_int_equal(zcard(f, "rel"), 1);
-  assert_int_equal(permit_score(f, "rel", hilock_semaphore_permit_id(other)),
+  assert_int_equal(permit_score(f, "rel", hilock_hold_token(HILOCK_HOLD(other))),
                    score);
   assert_true(owned(other));
   assert_int_equal(available(never), 1);
   assert_true(wake_len(f, "rel") <= 1);
   SEM_OK(hilock_semaphore_release(other), other);
   SEM_RC(hilock_semaphore_release(other), HILOCK_ENOTOWNED, other);
-  hilock_semaphore_free(never);
-  hilock_semaphore_free(old);
-  hilock_semaphore_free(other);
+  hilock_hold_free(HILOCK_HOLD(never));
+  hilock_hold_free(HILOCK_HOLD(old));
+  hilock_hold_free(HILOCK_HOLD(other));
 }
 
 /* ## Waiting --------------------------------------------------------------- */
@@ -240,19 +240,19 @@ static void each_release_wakes_one_waiter(void **state) {
   assert_i64_between(done_at(&w[first]) - t0, 0, 1000);
   hl_sleep_ms(400);
   assert_int_equal(done_at(&w[second]), 0);
-  assert_hl_ok(w[first].rc, hilock_semaphore_errmsg(ws[first]));
+  assert_hl_ok(w[first].rc, hilock_hold_errmsg(HILOCK_HOLD(ws[first])));
 
   t0 = hl_now_ms();
   SEM_OK(hilock_semaphore_release(h[1]), h[1]);
   pthread_join(t[0], NULL);
   pthread_join(t[1], NULL);
-  assert_hl_ok(w[second].rc, hilock_semaphore_errmsg(ws[second]));
+  assert_hl_ok(w[second].rc, hilock_hold_errmsg(HILOCK_HOLD(ws[second])));
   assert_i64_between(done_at(&w[second]) - t0, 0, 1000);
   assert_int_equal(zcard(f, "wake"), 2);
   for (int i = 0; i < 2; i++) {
-    hilock_semaphore_free(h[i]);
+    hilock_hold_free(HILOCK_HOLD(h[i]));
     SEM_OK(hilock_semaphore_release(ws[i]), ws[i]);
-    hilock_semaphore_free(ws[i]);
+    hilock_hold_free(HILOCK_HOLD(ws[i]));
   }
 }
 
@@ -266,8 +266,8 @@ static void acquire_gives_busy_after_wait_ms(void **state) {
   SEM_RC(hilock_semaphore_acquire(b, 300), HILOCK_BUSY, b);
   assert_i64_between(hl_now_ms() - t0, 290, 800);
   SEM_RC(hilock_semaphore_acquire(b, -5), HILOCK_EINVAL, b);
-  hilock_semaphore_free(a);
-  hilock_semaphore_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* A waiter sleeps until the first permit expires, not in a polling loop:
@@ -294,8 +294,8 @@ static void waiting_does_not_poll(void **state) {
   blpops = hl_cmdstat_calls(f->redis, hl_blpop_mode() ? "blpop" : "lpop");
   assert_i64_between(evals, 1, 2);
   assert_i64_between(blpops, 1, 2);
-  hilock_semaphore_free(a);
-  hilock_semaphore_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void waiter_wakes_when_the_first_permit_expires(void **state) {
@@ -314,9 +314,9 @@ static void waiter_wakes_when_the_first_permit_expires(void **state) {
   assert_true(owned(longp));
   assert_false(owned(shortp));
   assert_int_equal(zcard(f, "expiry"), 2);
-  hilock_semaphore_free(shortp);
-  hilock_semaphore_free(longp);
-  hilock_semaphore_free(w);
+  hilock_hold_free(HILOCK_HOLD(shortp));
+  hilock_hold_free(HILOCK_HOLD(longp));
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 /* ## Dead holders ------------------------------------------------------------ */
@@ -370,7 +370,7 @@ static void dead_holders_permit_lapses_at_its_ttl(void **state) {
   assert_true(owned(w));
   SEM_OK(hilock_semaphore_release(w), w);
   assert_int_equal(available(w), 1);
-  hilock_semaphore_free(w);
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 /* ## The limit ----------------------------------------------------------------- */
@@ -413,8 +413,8 @@ static void stored_limit_wins_over_constructor_permits(void **state) {
   SEM_OK(hilock_semaphore_get_limit(two, &limit, &stored), two);
   assert_int_equal(limit, 5);
   assert_true(stored);
-  hilock_semaphore_free(two);
-  for (int i = 0; i < 3; i++) hilock_semaphore_free(five[i]);
+  hilock_hold_free(HILOCK_HOLD(two));
+  for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(five[i]));
 }
 
 static void raising_the_limit_wakes_waiters_at_once(void **state) {
@@ -436,14 +436,14 @@ static void raising_the_limit_wakes_waiters_at_once(void **state) {
   SEM_OK(hilock_semaphore_set_limit(holder, 4), holder);
   for (int i = 0; i < 3; i++) {
     pthread_join(t[i], NULL);
-    assert_hl_ok(w[i].rc, hilock_semaphore_errmsg(ws[i]));
+    assert_hl_ok(w[i].rc, hilock_hold_errmsg(HILOCK_HOLD(ws[i])));
     assert_i64_between(w[i].done_ms - t0, 0, 1500);
   }
   assert_int_equal(zcard(f, "raise"), 4);
   /* Every wake-up was used: none is left without a free permit. */
   assert_int_equal(wake_len(f, "raise"), 0);
-  hilock_semaphore_free(holder);
-  for (int i = 0; i < 3; i++) hilock_semaphore_free(ws[i]);
+  hilock_hold_free(HILOCK_HOLD(holder));
+  for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(ws[i]));
 }
 
 static void lowering_the_limit_revokes_nothing(void **state) {
@@ -476,8 +476,8 @@ static void lowering_the_limit_revokes_nothing(void **state) {
          HILOCK_EINVAL, late);
   SEM_OK(hilock_semaphore_set_limit(late, HILOCK_PERMITS_MAX), late);
   assert_int_equal(available(late), HILOCK_PERMITS_MAX);
-  for (int i = 0; i < 3; i++) hilock_semaphore_free(h[i]);
-  hilock_semaphore_free(late);
+  for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
+  hilock_hold_free(HILOCK_HOLD(late));
 }
 
 /* Wake-ups never outnumber free permits, so a waiter is not woken for
@@ -500,7 +500,7 @@ static void wake_list_is_backed_by_free_permits(void **state) {
   assert_int_equal(wake_len(f, "backed"), 0);
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{backed}:pwake", 21), -2,
                      5000);
-  for (int i = 0; i < 4; i++) hilock_semaphore_free(h[i]);
+  for (int i = 0; i < 4; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
 }
 
 /* ## Renewal ------------------------------------------------------------------- */
@@ -510,19 +510,19 @@ static void renew_moves_expiry_and_never_revives(void **state) {
   hilock_semaphore *s = make_sem(f->client, "renew", 2, 1000);
   long long before, after;
   SEM_OK(hilock_semaphore_try_acquire(s), s);
-  before = permit_score(f, "renew", hilock_semaphore_permit_id(s));
+  before = permit_score(f, "renew", hilock_hold_token(HILOCK_HOLD(s)));
   hl_sleep_ms(300);
   SEM_OK(hilock_semaphore_renew(s), s);
-  after = permit_score(f, "renew", hilock_semaphore_permit_id(s));
+  after = permit_score(f, "renew", hilock_hold_token(HILOCK_HOLD(s)));
   assert_i64_between(after - before, 250, 800);
-  assert_i64_between(hilock_semaphore_validity_ms(s), 900, 1000);
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(s)), 900, 1000);
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{renew}:permits", 22),
                      800, 1000);
   hl_sleep_ms(1100);
   SEM_RC(hilock_semaphore_renew(s), HILOCK_ENOTOWNED, s);
-  assert_true(hilock_semaphore_lost(s));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
   assert_false(hl_redis_exists(f->redis, "hilock:{renew}:permits", 22));
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static int lost_calls;
@@ -537,18 +537,18 @@ static void watchdog_keeps_permit_past_its_ttl(void **state) {
   hilock_semaphore *s = make_sem(f->client, "kept", 1, 300);
   hilock_semaphore *w = make_sem(f->client, "kept", 1, 300);
   lost_calls = 0;
-  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 0, count_lost, NULL), s);
+  SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, count_lost, NULL), s);
   SEM_OK(hilock_semaphore_acquire(s, 0), s);
   /* Three TTLs later the permit is still ours and still excludes. */
   SEM_RC(hilock_semaphore_acquire(w, 900), HILOCK_BUSY, w);
   assert_true(owned(s));
-  assert_false(hilock_semaphore_lost(s));
-  assert_true(hilock_semaphore_validity_ms(s) > 0);
+  assert_false(hilock_hold_lost(HILOCK_HOLD(s)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(s)) > 0);
   SEM_OK(hilock_semaphore_release(s), s);
   SEM_OK(hilock_semaphore_try_acquire(w), w);
   assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
-  hilock_semaphore_free(s);
-  hilock_semaphore_free(w);
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 static void watchdog_reports_a_permit_removed_behind_its_back(void **state) {
@@ -556,22 +556,22 @@ static void watchdog_reports_a_permit_removed_behind_its_back(void **state) {
   hilock_semaphore *s = make_sem(f->client, "gone", 2, 600);
   int64_t t0;
   lost_calls = 0;
-  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 0, count_lost, NULL), s);
+  SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, count_lost, NULL), s);
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   hl_redis_ok(f->redis, "ZREM hilock:{gone}:permits %s",
-              hilock_semaphore_permit_id(s));
+              hilock_hold_token(HILOCK_HOLD(s)));
   t0 = hl_now_ms();
   while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 &&
          hl_now_ms() - t0 < 2000)
     hl_sleep_ms(10);
   assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
   assert_i64_between(hl_now_ms() - t0, 0, 600);
-  assert_true(hilock_semaphore_lost(s));
-  assert_int_equal(hilock_semaphore_validity_ms(s), 0);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(s)), 0);
   /* Renewal never re-created it. */
   assert_int_equal(zcard(f, "gone"), 0);
   SEM_RC(hilock_semaphore_release(s), HILOCK_ENOTOWNED, s);
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void max_hold_lets_the_permit_lapse(void **state) {
@@ -580,17 +580,17 @@ static void max_hold_lets_the_permit_lapse(void **state) {
   hilock_semaphore *w = make_sem(f->client, "capped", 1, 300);
   int64_t t0;
   lost_calls = 0;
-  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 400, count_lost, NULL), s);
+  SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 400, count_lost, NULL), s);
   t0 = hl_now_ms();
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   SEM_OK(hilock_semaphore_acquire(w, 3000), w);
   /* Renewed up to 400 ms, then lapsed within one TTL. */
   assert_i64_between(hl_now_ms() - t0, 400, 1400);
   hl_sleep_ms(50);
-  assert_true(hilock_semaphore_lost(s));
+  assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
   assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
-  hilock_semaphore_free(s);
-  hilock_semaphore_free(w);
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 /* ## Threads: never more than the limit inside --------------------------- */
@@ -635,7 +635,7 @@ static void threads_never_exceed_the_limit(void **state) {
   assert_int_equal(failures, 0);
   assert_int_equal(max_inside, 3); /* at the limit, never past it */
   assert_int_equal(zcard(f, "threads"), 0);
-  for (int i = 0; i < NTHREADS; i++) hilock_semaphore_free(s[i]);
+  for (int i = 0; i < NTHREADS; i++) hilock_hold_free(HILOCK_HOLD(s[i]));
 }
 
 /* ## Fork ------------------------------------------------------------------------ */
@@ -653,8 +653,8 @@ static void forked_child_holds_nothing(void **state) {
     int o = -1, ok;
     ok = hilock_semaphore_release(s) == HILOCK_EFORKED &&
          hilock_semaphore_renew(s) == HILOCK_EFORKED &&
-         hilock_semaphore_owned(s, &o) == HILOCK_OK && o == 0 &&
-         hilock_semaphore_validity_ms(s) == 0;
+         hilock_hold_owned(HILOCK_HOLD(s), &o) == HILOCK_OK && o == 0 &&
+         hilock_hold_validity_ms(HILOCK_HOLD(s)) == 0;
     /* The child may take a permit of its own. */
     ok = ok && hilock_semaphore_try_acquire(s) == HILOCK_OK &&
          hilock_semaphore_release(s) == HILOCK_OK;
@@ -666,7 +666,7 @@ static void forked_child_holds_nothing(void **state) {
   assert_true(owned(s));
   assert_int_equal(zcard(f, "forked"), 1);
   SEM_OK(hilock_semaphore_release(s), s);
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 /* A child may drop the last reference to a client whose watchdog was
@@ -685,14 +685,14 @@ static void child_frees_a_client_whose_watchdog_ran_in_the_parent(
 
   assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
   s = make_sem(c, "fork-free", 1, 3000);
-  SEM_OK(hilock_semaphore_set_auto_renew(s, 1, 0, NULL, NULL), s);
+  SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL), s);
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   hl_sleep_ms(50); /* the watchdog now sleeps on its condition variable */
   fflush(NULL);
   pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    hilock_semaphore_free(s);
+    hilock_hold_free(HILOCK_HOLD(s));
     hilock_client_free(c); /* the last reference: destroys the client */
     _exit(0);
   }
@@ -708,7 +708,7 @@ static void child_frees_a_client_whose_watchdog_ran_in_the_parent(
   assert_int_equal(WEXITSTATUS(status), 0);
   assert_true(owned(s)); /* the parent's permit is untouched */
   SEM_OK(hilock_semaphore_release(s), s);
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
   hilock_client_free(c);
 }
 
@@ -744,29 +744,29 @@ static void bad_arguments_are_einval(void **state) {
   assert_int_equal(hilock_semaphore_acquire(NULL, 0), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_release(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_renew(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_semaphore_owned(NULL, &o), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(NULL, &o), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_available(NULL, &n), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_get_limit(NULL, &n, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_set_limit(NULL, 1), HILOCK_EINVAL);
-  assert_int_equal(hilock_semaphore_set_auto_renew(NULL, 1, 0, NULL, NULL),
+  assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  assert_false(hilock_semaphore_lost(NULL));
-  assert_false(hilock_semaphore_held(NULL));
-  assert_int_equal(hilock_semaphore_validity_ms(NULL), 0);
-  assert_string_equal(hilock_semaphore_permit_id(NULL), "");
-  assert_string_equal(hilock_semaphore_key(NULL, NULL), "");
-  assert_int_equal(hilock_semaphore_errcode(NULL), HILOCK_EINVAL);
-  assert_non_null(hilock_semaphore_errmsg(NULL));
-  hilock_semaphore_free(NULL);
+  assert_false(hilock_hold_lost(NULL));
+  assert_false(hilock_hold_held(NULL));
+  assert_int_equal(hilock_hold_validity_ms(NULL), 0);
+  assert_string_equal(hilock_hold_token(NULL), "");
+  assert_string_equal(hilock_hold_key(NULL, NULL), "");
+  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
+  assert_non_null(hilock_hold_errmsg(NULL));
+  hilock_hold_free(NULL);
 
   s = make_sem(f->client, "a", 1, 1000);
-  assert_int_equal(hilock_semaphore_owned(s, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(HILOCK_HOLD(s), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_available(s, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_get_limit(s, NULL, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_semaphore_set_auto_renew(s, 1, -1, NULL, NULL),
+  assert_int_equal(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, -1, NULL, NULL),
                    HILOCK_EINVAL);
   SEM_RC(hilock_semaphore_renew(s), HILOCK_ENOTOWNED, s);
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void keys_follow_the_layout(void **state) {
@@ -777,12 +777,12 @@ static void keys_follow_the_layout(void **state) {
   assert_hl_ok(hilock_semaphore_new(f->client, name, sizeof(name) - 1, 2, 5000,
                                     &s),
                hilock_client_errmsg(f->client));
-  assert_memory_equal(hilock_semaphore_key(s, &len), "hilock:{a\0b}{}:permits",
+  assert_memory_equal(hilock_hold_key(HILOCK_HOLD(s), &len), "hilock:{a\0b}{}:permits",
                       len);
   assert_int_equal(len, strlen("hilock:{}:permits") + sizeof(name) - 1);
   assert_int_equal(hilock_semaphore_permits(s), 2);
-  assert_int_equal(hilock_semaphore_ttl_ms(s), 5000);
-  assert_string_equal(hilock_semaphore_errmsg(s), "");
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(s)), 5000);
+  assert_string_equal(hilock_hold_errmsg(HILOCK_HOLD(s)), "");
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   SEM_OK(hilock_semaphore_release(s), s);
   /* Limit and wake list under the same hash tag; the set went with its
@@ -790,7 +790,7 @@ static void keys_follow_the_layout(void **state) {
   assert_true(hl_redis_exists(f->redis, "hilock:{a\0b}{}:limit", 20));
   assert_true(hl_redis_exists(f->redis, "hilock:{a\0b}{}:pwake", 20));
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2);
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void damaged_keys_fail_closed(void **state) {
@@ -801,8 +801,8 @@ static void damaged_keys_fail_closed(void **state) {
   /* The permits key of another type: nothing is written. */
   hl_redis_ok(f->redis, "SET hilock:{dmg}:permits x");
   SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EWRONGTYPE, s);
-  assert_substr(hilock_semaphore_errmsg(s), "WRONGTYPE");
-  assert_false(hilock_semaphore_held(s));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "WRONGTYPE");
+  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_false(hl_redis_exists(f->redis, "hilock:{dmg}:limit", 18));
   SEM_RC(hilock_semaphore_acquire(s, 200), HILOCK_EWRONGTYPE, s);
   SEM_RC(hilock_semaphore_available(s, &n), HILOCK_EWRONGTYPE, s);
@@ -815,10 +815,10 @@ static void damaged_keys_fail_closed(void **state) {
   {
     hilock_semaphore *o = make_sem(f->client, "dmg", 2, 5000);
     SEM_RC(hilock_semaphore_try_acquire(o), HILOCK_ESCRIPT, o);
-    assert_substr(hilock_semaphore_errmsg(o), "no permit count");
-    assert_false(hilock_semaphore_held(o));
+    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(o)), "no permit count");
+    assert_false(hilock_hold_held(HILOCK_HOLD(o)));
     SEM_RC(hilock_semaphore_get_limit(o, &n, NULL), HILOCK_ESCRIPT, o);
-    hilock_semaphore_free(o);
+    hilock_hold_free(HILOCK_HOLD(o));
   }
   SEM_OK(hilock_semaphore_release(s), s);
   assert_int_equal(zcard(f, "dmg"), 0);
@@ -826,7 +826,7 @@ static void damaged_keys_fail_closed(void **state) {
   SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ESCRIPT, s);
   hl_redis_ok(f->redis, "SET hilock:{dmg}:limit 1.5");
   SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ESCRIPT, s);
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void closed_client_is_eclosed(void **state) {
@@ -838,7 +838,7 @@ static void closed_client_is_eclosed(void **state) {
   s = make_sem(c, "closed", 1, 1000);
   hilock_client_free(c);
   SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ECLOSED, s);
-  hilock_semaphore_free(s);
+  hilock_hold_free(HILOCK_HOLD(s));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)

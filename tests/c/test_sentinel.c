@@ -437,12 +437,12 @@ static void acquire_through_the_sentinels(void **state) {
            d.url + strlen("redis+sentinel://"));
   c = client_for(url, 0);
   hilock_lock *l = new_lock(c, "via-sentinel", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The key is on the master, and replicated. */
   assert_true(hl_redis_exists(d.m, key, klen));
   wait_replicated(&d, key, klen);
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
-  hilock_lock_free(l);
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 
   /* A master the sentinels do not know. */
@@ -502,9 +502,9 @@ static void client_follows_a_failover(void **state) {
   /* The TTL must outlast the failover (~3 s; more on a busy host): until
    * the replica is promoted nothing can renew the key. */
   hilock_lock *l = new_lock(c, "follow", 8000);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, lost_flag, &lost), "renew");
-  assert_hl_ok(hilock_lock_acquire(l, 1000), hilock_lock_errmsg(l));
-  uint64_t fence = hilock_lock_fence(l);
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_flag, &lost), "renew");
+  assert_hl_ok(hilock_lock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  uint64_t fence = hilock_hold_fence(HILOCK_HOLD(l));
   wait_replicated(&d, key, klen);
 
   int64_t t0 = hl_now_ms();
@@ -517,26 +517,26 @@ static void client_follows_a_failover(void **state) {
   int64_t left = t0 + 8000 + 1000 - hl_now_ms();
   if (left > 0) hl_sleep_ms(left);
   assert_int_equal(__atomic_load_n(&lost, __ATOMIC_SEQ_CST), 0);
-  assert_hl_ok(hilock_lock_owned(l, &owned), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(owned);
   char *v = hl_redis_get(d.r, key, klen);
   assert_non_null(v);
-  assert_string_equal(v, hilock_lock_token(l));
+  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(l)));
   free(v);
   assert_i64_between(hl_redis_pttl(d.r, key, klen), 1, 8000);
 
   /* Release and a new grant go to the new master; the fence moves on. */
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(d.r, key, klen));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  assert_true(hilock_lock_fence(l) > fence);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > fence);
   assert_true(hl_redis_exists(d.r, key, klen));
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* A new client resolves the new master directly. */
   hilock_client *c2 = client_for(d.url, 0);
   assert_hl_ok(hilock_client_ping(c2), hilock_client_errmsg(c2));
   hilock_client_free(c2);
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
   free(key);
   deploy_stop(&d);
@@ -555,19 +555,19 @@ static void failover_double_grant_without_wait(void **state) {
   hilock_lock *lb = new_lock(b, "double", 30000);
 
   break_replication(&d);
-  assert_hl_ok(hilock_lock_try_acquire(la), hilock_lock_errmsg(la));
+  assert_hl_ok(hilock_lock_try_acquire(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
   kill_master_and_fail_over(&d);
 
-  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_lock_errmsg(lb));
+  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
   /* Both believe they hold it: the double grant. */
-  assert_true(hilock_lock_held(la));
-  assert_true(hilock_lock_validity_ms(la) > 20000);
-  assert_true(hilock_lock_held(lb));
+  assert_true(hilock_hold_held(HILOCK_HOLD(la)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(la)) > 20000);
+  assert_true(hilock_hold_held(HILOCK_HOLD(lb)));
   /* The fence counter was not replicated either, yet the fence did not go
    * back: the new master's missing counter starts at its clock. */
-  assert_true(hilock_lock_fence(lb) > hilock_lock_fence(la));
-  hilock_lock_free(la);
-  hilock_lock_free(lb);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(lb)) > hilock_hold_fence(HILOCK_HOLD(la)));
+  hilock_hold_free(HILOCK_HOLD(la));
+  hilock_hold_free(HILOCK_HOLD(lb));
   hilock_client_free(a);
   hilock_client_free(b);
   deploy_stop(&d);
@@ -588,30 +588,30 @@ static void wait_replicas_detects_the_lost_grant(void **state) {
   hilock_lock *lb = new_lock(b, "detect", 30000);
 
   /* Control: with the replica in sync the grant is acknowledged. */
-  assert_hl_ok(hilock_lock_try_acquire(la), hilock_lock_errmsg(la));
+  assert_hl_ok(hilock_lock_try_acquire(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
   assert_true(hl_redis_exists(d.r, key, klen));
-  assert_hl_ok(hilock_lock_release(la), hilock_lock_errmsg(la));
+  assert_hl_ok(hilock_lock_release(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
 
   break_replication(&d);
   int64_t t0 = hl_now_ms();
   int rc = hilock_lock_try_acquire(la);
-  assert_hl_rc(rc, HILOCK_ENOREPLICAS, hilock_lock_errmsg(la));
+  assert_hl_rc(rc, HILOCK_ENOREPLICAS, hilock_hold_errmsg(HILOCK_HOLD(la)));
   assert_i64_between(hl_now_ms() - t0, 950, 4000); /* WAIT's 1000 ms */
-  assert_substr(hilock_lock_errmsg(la), "0 of 1 replicas acknowledged");
-  assert_substr(hilock_lock_errmsg(la), "given back");
-  assert_int_equal(hilock_lock_errcode(la), HILOCK_ENOREPLICAS);
-  assert_false(hilock_lock_held(la));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(la)), "0 of 1 replicas acknowledged");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(la)), "given back");
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(la)), HILOCK_ENOREPLICAS);
+  assert_false(hilock_hold_held(HILOCK_HOLD(la)));
   assert_false(hl_redis_exists(d.m, key, klen)); /* given back */
   /* A blocking acquire reports it too (it is not a "busy" to wait out). */
   assert_hl_rc(hilock_lock_acquire(la, 2000), HILOCK_ENOREPLICAS,
-               hilock_lock_errmsg(la));
+               hilock_hold_errmsg(HILOCK_HOLD(la)));
 
   kill_master_and_fail_over(&d);
-  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_lock_errmsg(lb));
-  assert_false(hilock_lock_held(la)); /* one holder only */
-  assert_hl_ok(hilock_lock_release(lb), hilock_lock_errmsg(lb));
-  hilock_lock_free(la);
-  hilock_lock_free(lb);
+  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(la))); /* one holder only */
+  assert_hl_ok(hilock_lock_release(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
+  hilock_hold_free(HILOCK_HOLD(la));
+  hilock_hold_free(HILOCK_HOLD(lb));
   hilock_client_free(a);
   hilock_client_free(b);
   free(key);
@@ -631,19 +631,19 @@ static void unacknowledged_renewals_lose_the_hold(void **state) {
   o.wait_timeout_ms = 1000;
   assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
   hilock_lock *l = new_lock(c, "renew", 1500);
-  assert_hl_ok(hilock_lock_set_auto_renew(l, 1, 0, lost_flag, &lost), "renew");
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_flag, &lost), "renew");
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* Control: acknowledged renewals keep it past twice its TTL. */
   hl_sleep_ms(3200);
   assert_int_equal(__atomic_load_n(&lost, __ATOMIC_SEQ_CST), 0);
-  assert_true(hilock_lock_validity_ms(l) > 0);
-  assert_hl_ok(hilock_lock_renew(l), hilock_lock_errmsg(l));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l)) > 0);
+  assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
 
   break_replication(&d);
   /* An explicit renewal is refused and does not extend the validity. */
-  int64_t before = hilock_lock_validity_ms(l);
-  assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOREPLICAS, hilock_lock_errmsg(l));
-  assert_true(hilock_lock_validity_ms(l) <= before);
+  int64_t before = hilock_hold_validity_ms(HILOCK_HOLD(l));
+  assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOREPLICAS, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l)) <= before);
   /* The watchdog's renewals reach the master but are not acknowledged:
    * the hold is reported lost when its validity runs out. */
   int64_t t0 = hl_now_ms();
@@ -652,8 +652,8 @@ static void unacknowledged_renewals_lose_the_hold(void **state) {
     hl_sleep_ms(20);
   }
   assert_i64_between(hl_now_ms() - t0, 0, 2500);
-  assert_true(hilock_lock_lost(l));
-  hilock_lock_free(l);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
   deploy_stop(&d);
 }
@@ -676,23 +676,23 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   assert_hl_ok(hilock_semaphore_new(c, "fam-s", 5, 2, 10000, &s), "sem");
   assert_hl_ok(hilock_fair_lock_new(c, "fam-f", 5, 10000, &fl), "fair");
   /* Control: acknowledged grants hold. */
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_rlock_errmsg(rl));
-  assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_semaphore_errmsg(s));
-  assert_hl_ok(hilock_fair_lock_try_acquire(fl), hilock_fair_lock_errmsg(fl));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_hold_errmsg(HILOCK_HOLD(s)));
+  assert_hl_ok(hilock_fair_lock_try_acquire(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
 
   break_replication(&d);
   /* Re-entry of the reentrant lock: undone, the first entry stays. */
   assert_hl_rc(hilock_rlock_try_acquire(rl), HILOCK_ENOREPLICAS,
-               hilock_rlock_errmsg(rl));
-  assert_substr(hilock_rlock_errmsg(rl), "0 of 1 replicas");
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "0 of 1 replicas");
   int64_t count = 0;
-  assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(count, 1);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_rlock_errmsg(rl));
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   key = key_of("fam-r", "rlock", &klen);
   assert_false(hl_redis_exists(d.m, key, klen));
   assert_hl_rc(hilock_rlock_try_acquire(rl), HILOCK_ENOREPLICAS,
-               hilock_rlock_errmsg(rl));
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_redis_exists(d.m, key, klen));
   free(key);
 
@@ -700,26 +700,26 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   hilock_semaphore *s2 = NULL;
   assert_hl_ok(hilock_semaphore_new(c, "fam-s", 5, 2, 10000, &s2), "sem");
   assert_hl_rc(hilock_semaphore_try_acquire(s2), HILOCK_ENOREPLICAS,
-               hilock_semaphore_errmsg(s2));
+               hilock_hold_errmsg(HILOCK_HOLD(s2)));
   key = key_of("fam-s", "permits", &klen);
   assert_int_equal(hl_redis_int(d.m, "ZCARD %b", key, klen), 1);
   free(key);
   assert_hl_rc(hilock_semaphore_renew(s), HILOCK_ENOREPLICAS,
-               hilock_semaphore_errmsg(s));
-  hilock_semaphore_free(s2);
+               hilock_hold_errmsg(HILOCK_HOLD(s)));
+  hilock_hold_free(HILOCK_HOLD(s2));
 
   /* Fair lock: released, then a new grant is given back. */
-  assert_hl_ok(hilock_fair_lock_release(fl), hilock_fair_lock_errmsg(fl));
+  assert_hl_ok(hilock_fair_lock_release(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
   assert_hl_rc(hilock_fair_lock_try_acquire(fl), HILOCK_ENOREPLICAS,
-               hilock_fair_lock_errmsg(fl));
+               hilock_hold_errmsg(HILOCK_HOLD(fl)));
   key = key_of("fam-f", "fair", &klen);
   assert_false(hl_redis_exists(d.m, key, klen));
   free(key);
-  assert_false(hilock_fair_lock_held(fl));
+  assert_false(hilock_hold_held(HILOCK_HOLD(fl)));
 
-  hilock_rlock_free(rl);
-  hilock_semaphore_free(s);
-  hilock_fair_lock_free(fl);
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(fl));
   hilock_client_free(c);
   deploy_stop(&d);
 }
@@ -753,52 +753,52 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
                hilock_client_errmsg(c));
   assert_hl_ok(hilock_seglock_new(c, "fam-g", 5, 2, 30000, &g),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_seglock_stock_init(g, 10), hilock_seglock_errmsg(g));
+  assert_hl_ok(hilock_seglock_stock_init(g, 10), hilock_hold_errmsg(HILOCK_HOLD(g)));
   /* Control: acknowledged grants hold. */
-  assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_rwlock_errmsg(rw));
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_multilock_renew(m), hilock_multilock_errmsg(m));
-  assert_hl_ok(hilock_seqlock_try_acquire(q), hilock_seqlock_errmsg(q));
-  assert_hl_ok(hilock_seqlock_renew(q), hilock_seqlock_errmsg(q));
-  assert_hl_ok(hilock_seglock_try_acquire(g), hilock_seglock_errmsg(g));
+  assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multilock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_seqlock_try_acquire(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_seqlock_renew(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_seglock_try_acquire(g), hilock_hold_errmsg(HILOCK_HOLD(g)));
   int64_t taken = 0, left = 0;
   assert_hl_ok(hilock_seglock_take(g, 1, 0, &taken, &left),
-               hilock_seglock_errmsg(g));
+               hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(taken, 1);
 
   break_replication(&d);
   /* Read-write lock: a write re-entry is undone, the first entry stays;
    * then a read grant is given back. */
   assert_hl_rc(hilock_rwlock_write_try_acquire(rw), HILOCK_ENOREPLICAS,
-               hilock_rwlock_errmsg(rw));
-  assert_substr(hilock_rwlock_errmsg(rw), "0 of 1 replicas");
-  assert_substr(hilock_rwlock_errmsg(rw), "given back");
-  assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n), hilock_rwlock_errmsg(rw));
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rw)), "0 of 1 replicas");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rw)), "given back");
+  assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n), hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_int_equal(n, 1);
-  assert_hl_ok(hilock_rwlock_write_release(rw), hilock_rwlock_errmsg(rw));
+  assert_hl_ok(hilock_rwlock_write_release(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_hl_rc(hilock_rwlock_read_try_acquire(rw), HILOCK_ENOREPLICAS,
-               hilock_rwlock_errmsg(rw));
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_hl_ok(hilock_rwlock_state(rw, &readers, &writer),
-               hilock_rwlock_errmsg(rw));
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_int_equal(readers, 0);
   assert_int_equal(writer, 0);
   assert_int_equal(hilock_rwlock_read_validity_ms(rw), 0);
   assert_hl_rc(hilock_rwlock_write_acquire(rw, 300), HILOCK_ENOREPLICAS,
-               hilock_rwlock_errmsg(rw));
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_hl_ok(hilock_rwlock_state(rw, &readers, &writer),
-               hilock_rwlock_errmsg(rw));
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_int_equal(writer, 0);
 
   /* Multi-key lock: an extension does not count; a new grant of every
    * name is given back whole. */
-  int64_t before = hilock_multilock_validity_ms(m);
+  int64_t before = hilock_hold_validity_ms(HILOCK_HOLD(m));
   assert_hl_rc(hilock_multilock_renew(m), HILOCK_ENOREPLICAS,
-               hilock_multilock_errmsg(m));
-  assert_true(hilock_multilock_validity_ms(m) <= before);
-  assert_hl_ok(hilock_multilock_release(m), hilock_multilock_errmsg(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(m)) <= before);
+  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_rc(hilock_multilock_acquire(m, 300), HILOCK_ENOREPLICAS,
-               hilock_multilock_errmsg(m));
-  assert_false(hilock_multilock_held(m));
+               hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(m)));
   for (int i = 0; i < 2; i++) {
     key = key_of(names[i], "lock", &klen);
     assert_false(hl_redis_exists(d.m, key, klen));
@@ -807,32 +807,32 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
 
   /* Sequential lock: likewise, and the entry leaves the queue. */
   assert_hl_rc(hilock_seqlock_renew(q), HILOCK_ENOREPLICAS,
-               hilock_seqlock_errmsg(q));
-  assert_hl_ok(hilock_seqlock_release(q), hilock_seqlock_errmsg(q));
+               hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_seqlock_release(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
   assert_hl_rc(hilock_seqlock_acquire(q, 300), HILOCK_ENOREPLICAS,
-               hilock_seqlock_errmsg(q));
-  assert_false(hilock_seqlock_held(q));
-  assert_hl_ok(hilock_seqlock_locked(q, &locked), hilock_seqlock_errmsg(q));
+               hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(q), &locked), hilock_hold_errmsg(HILOCK_HOLD(q)));
   assert_int_equal(locked, 0);
-  assert_hl_ok(hilock_seqlock_waiters(q, &n), hilock_seqlock_errmsg(q));
+  assert_hl_ok(hilock_seqlock_waiters(q, &n), hilock_hold_errmsg(HILOCK_HOLD(q)));
   assert_int_equal(n, 0);
 
   /* Segmented lock: an unconfirmed take is put back, a renewal does not
    * count, and a new grant is given back with its stock untouched. */
-  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_seglock_errmsg(g));
+  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
   assert_hl_rc(hilock_seglock_take(g, 2, 0, &taken, &left), HILOCK_ENOREPLICAS,
-               hilock_seglock_errmsg(g));
-  assert_substr(hilock_seglock_errmsg(g), "put back");
+               hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(g)), "put back");
   assert_int_equal(taken, 0);
-  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_seglock_errmsg(g));
+  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
   assert_hl_rc(hilock_seglock_renew(g), HILOCK_ENOREPLICAS,
-               hilock_seglock_errmsg(g));
-  assert_hl_ok(hilock_seglock_release(g), hilock_seglock_errmsg(g));
+               hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_seglock_release(g), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_hl_rc(hilock_seglock_try_acquire(g), HILOCK_ENOREPLICAS,
-               hilock_seglock_errmsg(g));
-  assert_false(hilock_seglock_held(g));
+               hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(g)));
   for (int i = 0; i < 2; i++) {
     char role[16];
     snprintf(role, sizeof(role), "seg:%d", i);
@@ -840,13 +840,13 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
     assert_false(hl_redis_exists(d.m, key, klen));
     free(key);
   }
-  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_seglock_errmsg(g));
+  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
 
-  hilock_rwlock_free(rw);
-  hilock_multilock_free(m);
-  hilock_seqlock_free(q);
-  hilock_seglock_free(g);
+  hilock_hold_free(HILOCK_HOLD(rw));
+  hilock_hold_free(HILOCK_HOLD(m));
+  hilock_hold_free(HILOCK_HOLD(q));
+  hilock_hold_free(HILOCK_HOLD(g));
   hilock_client_free(c);
   deploy_stop(&d);
 }
@@ -920,8 +920,8 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
   hilock_client *c = client_for(d.url, 0);
   hilock_lock *l = new_lock(c, "readonly", 10000);
   /* A grant and its release leave one connection to the master pooled. */
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(c->nidle, 1);
   assert_int_equal(c->idle->ctx->port, old_port);
   pooled = local_port(c->idle->ctx);
@@ -946,18 +946,18 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
 
   /* The grant is tried on the pooled connection, refused with READONLY,
    * and made on the master the sentinels name now. */
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hl_errorstat(d.m, "errorstat_READONLY") > 0);
   char *v = hl_redis_get(d.r, key, klen);
   assert_non_null(v);
-  assert_string_equal(v, hilock_lock_token(l));
+  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(l)));
   free(v);
   assert_int_equal(c->nidle, 1);
   assert_int_equal(c->idle->ctx->port, new_port);
   assert_false(has_client_from(d.m, pooled)); /* closed by the client */
-  assert_hl_ok(hilock_lock_release(l), hilock_lock_errmsg(l));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(d.r, key, klen));
-  hilock_lock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
   free(key);
   deploy_stop(&d);

@@ -74,7 +74,7 @@ static void assert_holder(fixture *f, const char *name,
                           const hilock_seqlock *sl) {
   char *v = holder_owner(f, name);
   assert_non_null(v);
-  assert_string_equal(v, hilock_seqlock_token(sl));
+  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(sl)));
   free(v);
 }
 
@@ -129,13 +129,13 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   int locked = -1, owned = -1;
   int64_t n = -1;
 
-  assert_string_equal(hilock_seqlock_key(a, &klen), "hilock:{basic}:seq:queue");
+  assert_string_equal(hilock_hold_key(HILOCK_HOLD(a), &klen), "hilock:{basic}:seq:queue");
   assert_int_equal(klen, 24);
-  assert_int_equal(hilock_seqlock_ttl_ms(a), 10000);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(a)), 10000);
   assert_int_equal(hilock_seqlock_session_ms(a), 5000);
   assert_int_equal(hilock_seqlock_sequence(a), 0);
-  assert_int_equal(hilock_seqlock_fence(a), 0);
-  assert_string_equal(hilock_seqlock_token(a), "");
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), 0);
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
 
   /* Every key of the lock, wake lists included, is in one cluster slot. */
   {
@@ -149,54 +149,54 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
       assert_int_equal(hilock__key_slot(keys[i], strlen(keys[i])), slot);
   }
 
-  assert_hl_ok(hilock_seqlock_try_acquire(a), hilock_seqlock_errmsg(a));
-  assert_true(hilock_seqlock_held(a));
-  assert_int_equal(strlen(hilock_seqlock_token(a)), 32);
+  assert_hl_ok(hilock_seqlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(a)));
+  assert_int_equal(strlen(hilock_hold_token(HILOCK_HOLD(a))), 32);
   assert_holder(f, "basic", a);
   /* A new name's first fence is the server's clock in microseconds. */
-  assert_true(hilock_seqlock_fence(a) > 1000000000000000ULL);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(a)) > 1000000000000000ULL);
   assert_int_equal(hilock_seqlock_sequence(a), 1);
   /* The holder is the lowest live entry; its session lasts ttl. */
   assert_int_equal(queue_len(f, "basic"), 1);
-  assert_i64_between(session_left(f, "basic", hilock_seqlock_token(a)), 9000,
+  assert_i64_between(session_left(f, "basic", hilock_hold_token(HILOCK_HOLD(a))), 9000,
                      10000);
   assert_i64_between(
       hl_redis_int(f->redis, "PTTL hilock:{basic}:seq:queue"), 9000, 11000);
 
   assert_hl_rc(hilock_seqlock_try_acquire(b), HILOCK_BUSY,
-               hilock_seqlock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_rc(hilock_seqlock_acquire(b, 0), HILOCK_BUSY,
-               hilock_seqlock_errmsg(b));
-  assert_false(hilock_seqlock_held(b));
-  assert_hl_ok(hilock_seqlock_locked(b, &locked), hilock_seqlock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(locked);
-  assert_hl_ok(hilock_seqlock_waiters(b, &n), hilock_seqlock_errmsg(b));
+  assert_hl_ok(hilock_seqlock_waiters(b, &n), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(n, 0);
-  assert_hl_ok(hilock_seqlock_owned(b, &owned), hilock_seqlock_errmsg(b));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(b), &owned), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(owned);
-  assert_hl_ok(hilock_seqlock_owned(a, &owned), hilock_seqlock_errmsg(a));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(owned);
   /* A refused try never draws a sequence number or leaves an entry. */
   assert_int_equal(queue_len(f, "basic"), 1);
   assert_int_equal(get_int(f, "hilock:{basic}:seq:counter"), 1);
 
-  assert_hl_ok(hilock_seqlock_release(a), hilock_seqlock_errmsg(a));
-  assert_false(hilock_seqlock_held(a));
+  assert_hl_ok(hilock_seqlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(a)));
   assert_no_residue(f, "basic");
   assert_hl_rc(hilock_seqlock_release(a), HILOCK_ENOTOWNED,
-               hilock_seqlock_errmsg(a));
-  assert_hl_ok(hilock_seqlock_locked(b, &locked), hilock_seqlock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(locked);
 
-  assert_hl_ok(hilock_seqlock_acquire(b, 1000), hilock_seqlock_errmsg(b));
-  assert_int_equal(hilock_seqlock_fence(b), hilock_seqlock_fence(a) + 1);
+  assert_hl_ok(hilock_seqlock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(b)), hilock_hold_fence(HILOCK_HOLD(a)) + 1);
   assert_int_equal(hilock_seqlock_sequence(b), 2);
-  assert_hl_ok(hilock_seqlock_release(b), hilock_seqlock_errmsg(b));
+  assert_hl_ok(hilock_seqlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Only the two counters remain: sequence and fence. */
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2);
   assert_int_equal(get_int(f, "hilock:{basic}:seq:counter"), 2);
-  hilock_seqlock_free(a);
-  hilock_seqlock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void not_reentrant_and_non_holders_cannot_release(void **state) {
@@ -206,24 +206,24 @@ static void not_reentrant_and_non_holders_cannot_release(void **state) {
   char token[33];
   uint64_t fence;
 
-  assert_hl_ok(hilock_seqlock_acquire(a, 1000), hilock_seqlock_errmsg(a));
-  memcpy(token, hilock_seqlock_token(a), 33);
-  fence = hilock_seqlock_fence(a);
+  assert_hl_ok(hilock_seqlock_acquire(a, 1000), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  memcpy(token, hilock_hold_token(HILOCK_HOLD(a)), 33);
+  fence = hilock_hold_fence(HILOCK_HOLD(a));
   assert_hl_rc(hilock_seqlock_acquire(a, 200), HILOCK_EINVAL,
-               hilock_seqlock_errmsg(a));
-  assert_substr(hilock_seqlock_errmsg(a), "not reentrant");
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "not reentrant");
   assert_hl_rc(hilock_seqlock_try_acquire(a), HILOCK_EINVAL,
-               hilock_seqlock_errmsg(a));
-  assert_string_equal(hilock_seqlock_token(a), token);
-  assert_int_equal(hilock_seqlock_fence(a), fence);
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), token);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), fence);
   assert_int_equal(queue_len(f, "own"), 1);
 
   assert_hl_rc(hilock_seqlock_release(b), HILOCK_ENOTOWNED,
-               hilock_seqlock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_holder(f, "own", a);
-  assert_hl_ok(hilock_seqlock_release(a), hilock_seqlock_errmsg(a));
-  hilock_seqlock_free(a);
-  hilock_seqlock_free(b);
+  assert_hl_ok(hilock_seqlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void release_after_expiry_spares_the_next_holder(void **state) {
@@ -232,24 +232,24 @@ static void release_after_expiry_spares_the_next_holder(void **state) {
   hilock_seqlock *next = make_seq(f->client, "lapse", 5000);
   int owned = -1;
 
-  assert_hl_ok(hilock_seqlock_try_acquire(old), hilock_seqlock_errmsg(old));
+  assert_hl_ok(hilock_seqlock_try_acquire(old), hilock_hold_errmsg(HILOCK_HOLD(old)));
   hl_sleep_ms(150);
-  assert_false(hilock_seqlock_held(old));
-  assert_hl_ok(hilock_seqlock_try_acquire(next), hilock_seqlock_errmsg(next));
-  assert_true(hilock_seqlock_fence(next) > hilock_seqlock_fence(old));
+  assert_false(hilock_hold_held(HILOCK_HOLD(old)));
+  assert_hl_ok(hilock_seqlock_try_acquire(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(next)) > hilock_hold_fence(HILOCK_HOLD(old)));
   assert_true(hilock_seqlock_sequence(next) > hilock_seqlock_sequence(old));
   assert_hl_rc(hilock_seqlock_release(old), HILOCK_ENOTOWNED,
-               hilock_seqlock_errmsg(old));
-  assert_substr(hilock_seqlock_errmsg(old), "nothing was removed");
+               hilock_hold_errmsg(HILOCK_HOLD(old)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(old)), "nothing was removed");
   assert_hl_rc(hilock_seqlock_extend(old, 5000, 1), HILOCK_ENOTOWNED,
-               hilock_seqlock_errmsg(old));
+               hilock_hold_errmsg(HILOCK_HOLD(old)));
   assert_holder(f, "lapse", next);
-  assert_hl_ok(hilock_seqlock_owned(next, &owned), hilock_seqlock_errmsg(next));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(next), &owned), hilock_hold_errmsg(HILOCK_HOLD(next)));
   assert_true(owned);
-  assert_hl_ok(hilock_seqlock_release(next), hilock_seqlock_errmsg(next));
+  assert_hl_ok(hilock_seqlock_release(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
   assert_no_residue(f, "lapse");
-  hilock_seqlock_free(old);
-  hilock_seqlock_free(next);
+  hilock_hold_free(HILOCK_HOLD(old));
+  hilock_hold_free(HILOCK_HOLD(next));
 }
 
 static void extend_and_renew_act_while_owned(void **state) {
@@ -257,23 +257,23 @@ static void extend_and_renew_act_while_owned(void **state) {
   hilock_seqlock *l = make_seq(f->client, "ext", 1000);
   char id[33];
   assert_hl_rc(hilock_seqlock_renew(l), HILOCK_ENOTOWNED,
-               hilock_seqlock_errmsg(l));
-  assert_hl_ok(hilock_seqlock_try_acquire(l), hilock_seqlock_errmsg(l));
-  memcpy(id, hilock_seqlock_token(l), 33);
-  assert_hl_ok(hilock_seqlock_extend(l, 5000, 1), hilock_seqlock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_seqlock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  memcpy(id, hilock_hold_token(HILOCK_HOLD(l)), 33);
+  assert_hl_ok(hilock_seqlock_extend(l, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(session_left(f, "ext", id), 4500, 5000);
-  assert_i64_between(hilock_seqlock_validity_ms(l), 4500, 5000);
+  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 4500, 5000);
   /* The keys outlive the session. */
   assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{ext}:seq:holder"),
                      5000, 6000);
-  assert_hl_ok(hilock_seqlock_extend(l, 2000, 0), hilock_seqlock_errmsg(l));
+  assert_hl_ok(hilock_seqlock_extend(l, 2000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(session_left(f, "ext", id), 6500, 7000);
-  assert_hl_ok(hilock_seqlock_renew(l), hilock_seqlock_errmsg(l));
+  assert_hl_ok(hilock_seqlock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(session_left(f, "ext", id), 800, 1000);
   assert_hl_rc(hilock_seqlock_extend(l, 0, 1), HILOCK_EINVAL,
-               hilock_seqlock_errmsg(l));
-  assert_hl_ok(hilock_seqlock_release(l), hilock_seqlock_errmsg(l));
-  hilock_seqlock_free(l);
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_seqlock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Sequence order -------------------------------------------------------------- */
@@ -300,7 +300,7 @@ static void *waiter_main(void *arg) {
   pthread_mutex_lock(&grant_mu);
   w->grant_pos = grant_counter++;
   pthread_mutex_unlock(&grant_mu);
-  w->fence = hilock_seqlock_fence(w->lock);
+  w->fence = hilock_hold_fence(HILOCK_HOLD(w->lock));
   w->seq = hilock_seqlock_sequence(w->lock);
   if (w->release_now != NULL)
     while (!__atomic_load_n(w->release_now, __ATOMIC_ACQUIRE)) hl_sleep_ms(1);
@@ -317,7 +317,7 @@ static void start_waiters(fixture *f, const char *name, waiter *w,
     w[i].hold_ms = 5;
     if (session_ms)
       assert_hl_ok(hilock_seqlock_set_session(w[i].lock, session_ms),
-                   hilock_seqlock_errmsg(w[i].lock));
+                   hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
     assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &w[i]), 0);
     /* One at a time, so the sequence order is known. */
     wait_queue_len(f, name, i + 2, 5000);
@@ -333,27 +333,27 @@ static void grant_order_is_sequence_order(void **state) {
 
   grant_counter = 0;
   assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
-               hilock_seqlock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   start_waiters(f, "order", w, t, NWAITERS, 0);
   for (int i = 0; i < NWAITERS; i++)
     assert_int_equal(hilock_seqlock_sequence(w[i].lock), 2 + i);
   assert_hl_ok(hilock_seqlock_waiters(holder, &n),
-               hilock_seqlock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_int_equal(n, NWAITERS);
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) pthread_join(t[i], NULL);
 
   for (int i = 0; i < NWAITERS; i++) {
-    assert_hl_ok(w[i].rc, hilock_seqlock_errmsg(w[i].lock));
-    assert_hl_ok(w[i].release_rc, hilock_seqlock_errmsg(w[i].lock));
+    assert_hl_ok(w[i].rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
+    assert_hl_ok(w[i].release_rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
     /* Grant order == sequence order; fences follow it. */
     assert_int_equal(w[i].grant_pos, i);
     assert_int_equal(w[i].seq, 2 + i);
-    assert_int_equal(w[i].fence, hilock_seqlock_fence(holder) + 1 + i);
-    hilock_seqlock_free(w[i].lock);
+    assert_int_equal(w[i].fence, hilock_hold_fence(HILOCK_HOLD(holder)) + 1 + i);
+    hilock_hold_free(HILOCK_HOLD(w[i].lock));
   }
   assert_no_residue(f, "order");
-  hilock_seqlock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 /* Each release pushes to the successor's own list and nowhere else: while
@@ -370,7 +370,7 @@ static void release_wakes_the_successor_only(void **state) {
   /* Sequence numbers 98..103: their decimal text changes length. */
   hl_redis_ok(f->redis, "SET hilock:{successor}:seq:counter 97");
   assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
-               hilock_seqlock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_int_equal(hilock_seqlock_sequence(holder), 98);
   /* Sessions of 30 s (re-checks every 10 s): within this test only
    * wake-ups move waiters. */
@@ -381,7 +381,7 @@ static void release_wakes_the_successor_only(void **state) {
   }
   assert_true(hl_wait_waiters(f->redis, NWAITERS, 3000));
   before = evalsha_calls(f);
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
     int64_t deadline = hl_now_ms() + 3000;
     while (__atomic_load_n(&grant_counter, __ATOMIC_ACQUIRE) < i + 1 &&
@@ -401,13 +401,13 @@ static void release_wakes_the_successor_only(void **state) {
   }
   for (int i = 0; i < NWAITERS; i++) {
     pthread_join(t[i], NULL);
-    assert_hl_ok(w[i].rc, hilock_seqlock_errmsg(w[i].lock));
-    assert_hl_ok(w[i].release_rc, hilock_seqlock_errmsg(w[i].lock));
-    hilock_seqlock_free(w[i].lock);
+    assert_hl_ok(w[i].rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
+    assert_hl_ok(w[i].release_rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
+    hilock_hold_free(HILOCK_HOLD(w[i].lock));
   }
   assert_int_equal(evalsha_calls(f) - before, 2 * NWAITERS + 1);
   assert_no_residue(f, "successor");
-  hilock_seqlock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 /* ## Processes ---------------------------------------------------------------- */
@@ -429,7 +429,7 @@ static pid_t fork_contender(fixture *f, const char *name, int64_t ttl_ms,
     if (rc == HILOCK_OK) rc = hilock_seqlock_new(c, name, strlen(name), ttl_ms, &sl);
     if (rc == HILOCK_OK) rc = hilock_seqlock_set_session(sl, session_ms);
     if (rc == HILOCK_OK)
-      rc = hilock_seqlock_set_auto_renew(sl, 1, 0, NULL, NULL);
+      rc = hilock_hold_set_auto_renew(HILOCK_HOLD(sl), 1, 0, NULL, NULL);
     if (rc == HILOCK_OK) rc = hilock_seqlock_acquire(sl, 20000);
     if (rc == HILOCK_OK) {
       if (hold_ms < 0)
@@ -439,7 +439,7 @@ static pid_t fork_contender(fixture *f, const char *name, int64_t ttl_ms,
     }
     if (rc != HILOCK_OK)
       fprintf(stderr, "seq contender %d: %s: %s\n", (int)getpid(),
-              hilock_err_name(rc), sl ? hilock_seqlock_errmsg(sl) : "");
+              hilock_err_name(rc), sl ? hilock_hold_errmsg(HILOCK_HOLD(sl)) : "");
     _exit(rc == HILOCK_OK ? 0 : rc == HILOCK_BUSY ? 1 : 2);
   }
   return pid;
@@ -472,14 +472,14 @@ static void sigkilled_holder_passes_the_turn_within_its_session(void **state) {
   t0 = hl_now_ms();
   /* Our session window is 5 s: it is the holder's session that bounds the
    * wait, not our own re-checks. */
-  assert_hl_ok(hilock_seqlock_acquire(w, 5000), hilock_seqlock_errmsg(w));
+  assert_hl_ok(hilock_seqlock_acquire(w, 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
   took = hl_now_ms() - t0;
   assert_i64_between(took, 50, ttl + 600);
   assert_int_equal(hilock_seqlock_sequence(w), 2);
-  assert_int_equal(hilock_seqlock_fence(w), 1002);
-  assert_hl_ok(hilock_seqlock_release(w), hilock_seqlock_errmsg(w));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(w)), 1002);
+  assert_hl_ok(hilock_seqlock_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_no_residue(f, "dead-holder");
-  hilock_seqlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
@@ -494,12 +494,12 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
 
   hl_redis_ok(f->redis, "SET hilock:{dead-pred}:fence 1000");
   assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
-               hilock_seqlock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pred = fork_contender(f, "dead-pred", 10000, window, 0);
   wait_queue_len(f, "dead-pred", 2, 5000);
   memset(&me, 0, sizeof(me));
   me.lock = w;
-  assert_hl_ok(hilock_seqlock_set_session(w, 30000), hilock_seqlock_errmsg(w));
+  assert_hl_ok(hilock_seqlock_set_session(w, 30000), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_int_equal(pthread_create(&t, NULL, waiter_main, &me), 0);
   wait_queue_len(f, "dead-pred", 3, 5000);
   assert_int_equal(kill(pred, SIGKILL), 0);
@@ -508,16 +508,16 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
   /* The release pushes to the dead predecessor's list (nobody reads it);
    * we are woken when its session runs out, within its window, never by
    * our own re-check (10 s) or the holder's TTL (10 s). */
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(t, NULL);
   took = hl_now_ms() - t0;
-  assert_hl_ok(me.rc, hilock_seqlock_errmsg(w));
+  assert_hl_ok(me.rc, hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(took, 0, window + 700);
   assert_int_equal(me.seq, 3);
   assert_int_equal(me.fence, 1002); /* nothing was granted to the dead one */
   assert_no_residue(f, "dead-pred");
-  hilock_seqlock_free(holder);
-  hilock_seqlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 /* ## Leaving ------------------------------------------------------------------- */
@@ -532,12 +532,12 @@ static void timed_out_waiter_leaves_no_residue_and_wakes_its_successor(
   int64_t t0;
 
   assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
-               hilock_seqlock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   t0 = hl_now_ms();
   assert_hl_rc(hilock_seqlock_acquire(w, 300), HILOCK_BUSY,
-               hilock_seqlock_errmsg(w));
+               hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 290, 1000);
-  assert_false(hilock_seqlock_held(w));
+  assert_false(hilock_hold_held(HILOCK_HOLD(w)));
   assert_int_equal(queue_len(f, "timeout"), 1);
   assert_int_equal(wake_lists(f, "timeout"), 0);
 
@@ -549,7 +549,7 @@ static void timed_out_waiter_leaves_no_residue_and_wakes_its_successor(
   mid.wait_ms = 400;
   last.lock = make_seq(f->client, "timeout", 10000);
   assert_hl_ok(hilock_seqlock_set_session(last.lock, 30000),
-               hilock_seqlock_errmsg(last.lock));
+               hilock_hold_errmsg(HILOCK_HOLD(last.lock)));
   assert_int_equal(pthread_create(&tm, NULL, waiter_main, &mid), 0);
   wait_queue_len(f, "timeout", 2, 5000);
   assert_int_equal(pthread_create(&tl, NULL, waiter_main, &last), 0);
@@ -557,7 +557,7 @@ static void timed_out_waiter_leaves_no_residue_and_wakes_its_successor(
   {
     long long before = evalsha_calls(f);
     pthread_join(tm, NULL);
-    assert_hl_rc(mid.rc, HILOCK_BUSY, hilock_seqlock_errmsg(w));
+    assert_hl_rc(mid.rc, HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(w)));
     hl_sleep_ms(50);
     /* Its last attempt at its deadline, its leave, then the successor's
      * re-check (woken by the leave), and no polling: one loaded run
@@ -566,14 +566,14 @@ static void timed_out_waiter_leaves_no_residue_and_wakes_its_successor(
     assert_true(calls >= 3 && calls <= 4);
   }
   assert_int_equal(queue_len(f, "timeout"), 2);
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(tl, NULL);
-  assert_hl_ok(last.rc, hilock_seqlock_errmsg(last.lock));
-  assert_int_equal(last.fence, hilock_seqlock_fence(holder) + 1);
+  assert_hl_ok(last.rc, hilock_hold_errmsg(HILOCK_HOLD(last.lock)));
+  assert_int_equal(last.fence, hilock_hold_fence(HILOCK_HOLD(holder)) + 1);
   assert_no_residue(f, "timeout");
-  hilock_seqlock_free(last.lock);
-  hilock_seqlock_free(holder);
-  hilock_seqlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(last.lock));
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 static int interrupt_flag;
@@ -604,21 +604,21 @@ static void interrupted_waiter_leaves_no_residue(void **state) {
                hilock_client_errmsg(c));
   w = make_seq(c, "intr", 10000);
   assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
-               hilock_seqlock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_int_equal(pthread_create(&t, NULL, raise_interrupt, NULL), 0);
   t0 = hl_now_ms();
   assert_hl_rc(hilock_seqlock_acquire(w, 5000), HILOCK_EINTR,
-               hilock_seqlock_errmsg(w));
+               hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 150, 900);
   pthread_join(t, NULL);
   assert_int_equal(queue_len(f, "intr"), 1);
   assert_int_equal(wake_lists(f, "intr"), 0);
-  assert_false(hilock_seqlock_held(w));
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  assert_false(hilock_hold_held(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_no_residue(f, "intr");
-  hilock_seqlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(w));
   hilock_client_free(c);
-  hilock_seqlock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 /* ## Sessions ------------------------------------------------------------------ */
@@ -635,9 +635,9 @@ static void live_waiter_keeps_its_entry_however_long_it_waits(void **state) {
   memset(&w, 0, sizeof(w));
   w.lock = make_seq(f->client, "patient", 10000);
   assert_hl_ok(hilock_seqlock_set_session(w.lock, 1000),
-               hilock_seqlock_errmsg(w.lock));
+               hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
   assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
-               hilock_seqlock_errmsg(holder));
+               hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
   wait_queue_len(f, "patient", 2, 5000);
   r = hl_redis(f->redis, "ZRANGE hilock:{patient}:seq:queue 1 1");
@@ -652,14 +652,14 @@ static void live_waiter_keeps_its_entry_however_long_it_waits(void **state) {
   }
   assert_int_equal(hilock_seqlock_sequence(w.lock), 2);
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_seqlock_errmsg(holder));
+  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(t, NULL);
-  assert_hl_ok(w.rc, hilock_seqlock_errmsg(w.lock));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
   assert_int_equal(w.seq, 2);
   assert_i64_between(hl_now_ms() - t0, 0, 500);
   assert_no_residue(f, "patient");
-  hilock_seqlock_free(w.lock);
-  hilock_seqlock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(w.lock));
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
@@ -668,16 +668,16 @@ static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
   hilock_seqlock *w = make_seq(f->client, "crash", 5000);
   int64_t t0;
 
-  assert_hl_ok(hilock_seqlock_try_acquire(dead), hilock_seqlock_errmsg(dead));
-  hilock_seqlock_free(dead); /* never released */
+  assert_hl_ok(hilock_seqlock_try_acquire(dead), hilock_hold_errmsg(HILOCK_HOLD(dead)));
+  hilock_hold_free(HILOCK_HOLD(dead)); /* never released */
   t0 = hl_now_ms();
   /* The wait ends at the holder's session, not a re-check (2 s here). */
-  assert_hl_ok(hilock_seqlock_set_session(w, 6000), hilock_seqlock_errmsg(w));
-  assert_hl_ok(hilock_seqlock_acquire(w, 5000), hilock_seqlock_errmsg(w));
+  assert_hl_ok(hilock_seqlock_set_session(w, 6000), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_seqlock_acquire(w, 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 200, 1200);
-  assert_hl_ok(hilock_seqlock_release(w), hilock_seqlock_errmsg(w));
+  assert_hl_ok(hilock_seqlock_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_no_residue(f, "crash");
-  hilock_seqlock_free(w);
+  hilock_hold_free(HILOCK_HOLD(w));
 }
 
 /* ## The script's own guarantees ------------------------------------------------ */
@@ -815,20 +815,20 @@ static void damaged_keys_fail_closed(void **state) {
 
   hl_redis_ok(f->redis, "SET hilock:{damaged}:seq:queue x");
   assert_hl_rc(hilock_seqlock_acquire(l, 100), HILOCK_EWRONGTYPE,
-               hilock_seqlock_errmsg(l));
-  assert_substr(hilock_seqlock_errmsg(l), "WRONGTYPE");
-  assert_false(hilock_seqlock_held(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGTYPE");
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   assert_null(holder_owner(f, "damaged"));
 
   hl_redis_ok(f->redis, "DEL hilock:{damaged}:seq:queue");
   hl_redis_ok(f->redis, "SET hilock:{damaged}:fence not-a-number");
   assert_hl_rc(hilock_seqlock_acquire(l, 100), HILOCK_ESCRIPT,
-               hilock_seqlock_errmsg(l));
-  assert_false(hilock_seqlock_held(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   assert_null(holder_owner(f, "damaged"));
   /* The failed acquire removed its entry. */
   assert_no_residue(f, "damaged");
-  hilock_seqlock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 /* ## Renewal, fork, arguments ------------------------------------------------- */
@@ -846,26 +846,26 @@ static void auto_renew_keeps_the_grant_and_reports_loss(void **state) {
   int owned = -1;
 
   lost_calls = 0;
-  assert_hl_ok(hilock_seqlock_set_auto_renew(l, 1, 0, on_lost, NULL),
-               hilock_seqlock_errmsg(l));
-  assert_hl_ok(hilock_seqlock_acquire(l, 1000), hilock_seqlock_errmsg(l));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_seqlock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(1200); /* past two TTLs */
-  assert_hl_ok(hilock_seqlock_owned(l, &owned), hilock_seqlock_errmsg(l));
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(owned);
-  assert_true(hilock_seqlock_held(l));
+  assert_true(hilock_hold_held(HILOCK_HOLD(l)));
   /* Every key lives at least as long as the session. */
   assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{renewed}:seq:queue"),
                      500, 1500);
 
   /* The session entry vanishes (as after an operator's cleanup). */
   hl_redis_ok(f->redis, "DEL hilock:{renewed}:seq:session");
-  for (int i = 0; i < 100 && !hilock_seqlock_lost(l); i++) hl_sleep_ms(10);
-  assert_true(hilock_seqlock_lost(l));
+  for (int i = 0; i < 100 && !hilock_hold_lost(HILOCK_HOLD(l)); i++) hl_sleep_ms(10);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_ACQUIRE), 1);
-  assert_int_equal(hilock_seqlock_validity_ms(l), 0);
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
   assert_hl_rc(hilock_seqlock_release(l), HILOCK_ENOTOWNED,
-               hilock_seqlock_errmsg(l));
-  hilock_seqlock_free(l);
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void forked_child_cannot_release_the_parents_grant(void **state) {
@@ -873,7 +873,7 @@ static void forked_child_cannot_release_the_parents_grant(void **state) {
   hilock_seqlock *l = make_seq(f->client, "forked", 5000);
   pid_t pid;
 
-  assert_hl_ok(hilock_seqlock_acquire(l, 1000), hilock_seqlock_errmsg(l));
+  assert_hl_ok(hilock_seqlock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
   fflush(NULL);
   pid = fork();
   assert_true(pid >= 0);
@@ -881,14 +881,14 @@ static void forked_child_cannot_release_the_parents_grant(void **state) {
     int owned = 1;
     int ok = hilock_seqlock_release(l) == HILOCK_EFORKED &&
              hilock_seqlock_extend(l, 1000, 1) == HILOCK_EFORKED &&
-             hilock_seqlock_owned(l, &owned) == HILOCK_OK && owned == 0 &&
-             hilock_seqlock_validity_ms(l) == 0;
+             hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 0 &&
+             hilock_hold_validity_ms(HILOCK_HOLD(l)) == 0;
     _exit(ok ? 0 : 1);
   }
   assert_int_equal(reap(pid), 0);
   assert_holder(f, "forked", l);
-  assert_hl_ok(hilock_seqlock_release(l), hilock_seqlock_errmsg(l));
-  hilock_seqlock_free(l);
+  assert_hl_ok(hilock_seqlock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 static void invalid_arguments_are_einval(void **state) {
@@ -914,37 +914,37 @@ static void invalid_arguments_are_einval(void **state) {
   assert_int_equal(hilock_seqlock_release(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_seqlock_extend(NULL, 10, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_seqlock_renew(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_owned(NULL, &flag), HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_locked(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(NULL, &flag), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(NULL, &flag), HILOCK_EINVAL);
   assert_int_equal(hilock_seqlock_waiters(NULL, &n), HILOCK_EINVAL);
   assert_int_equal(hilock_seqlock_set_session(NULL, 1000), HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_set_auto_renew(NULL, 1, 0, NULL, NULL),
+  assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_errcode(NULL), HILOCK_EINVAL);
-  assert_string_equal(hilock_seqlock_errmsg(NULL), "sequential lock is NULL");
-  assert_int_equal(hilock_seqlock_fence(NULL), 0);
+  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
+  assert_string_equal(hilock_hold_errmsg(NULL), "handle is NULL");
+  assert_int_equal(hilock_hold_fence(NULL), 0);
   assert_int_equal(hilock_seqlock_sequence(NULL), 0);
   assert_int_equal(hilock_seqlock_session_ms(NULL), 0);
-  assert_false(hilock_seqlock_held(NULL));
-  assert_false(hilock_seqlock_lost(NULL));
-  hilock_seqlock_free(NULL);
+  assert_false(hilock_hold_held(NULL));
+  assert_false(hilock_hold_lost(NULL));
+  hilock_hold_free(NULL);
 
   l = make_seq(f->client, "args", 50);
   assert_int_equal(hilock_seqlock_session_ms(l), 500);
   assert_hl_rc(hilock_seqlock_acquire(l, -5), HILOCK_EINVAL,
-               hilock_seqlock_errmsg(l));
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_seqlock_set_session(l, 499), HILOCK_EINVAL,
-               hilock_seqlock_errmsg(l));
-  assert_substr(hilock_seqlock_errmsg(l), "session");
-  assert_hl_rc(hilock_seqlock_set_auto_renew(l, 1, -1, NULL, NULL),
-               HILOCK_EINVAL, hilock_seqlock_errmsg(l));
-  assert_int_equal(hilock_seqlock_owned(l, NULL), HILOCK_EINVAL);
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "session");
+  assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, -1, NULL, NULL),
+               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_hold_owned(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_seqlock_waiters(l, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_locked(l, NULL), HILOCK_EINVAL);
-  assert_hl_ok(hilock_seqlock_set_session(l, 2500), hilock_seqlock_errmsg(l));
+  assert_int_equal(hilock_hold_locked(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
+  assert_hl_ok(hilock_seqlock_set_session(l, 2500), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(hilock_seqlock_session_ms(l), 2500);
   assert_int_equal(queue_len(f, "args"), 0);
-  hilock_seqlock_free(l);
+  hilock_hold_free(HILOCK_HOLD(l));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)

@@ -47,10 +47,10 @@ static hilock_rlock *new_rlock(hilock_client *c, const char *name,
 
 static void assert_holder(fixture *f, const hilock_lock *l) {
   size_t klen;
-  const char *key = hilock_lock_key(l, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   char *v = hl_redis_get(f->redis, key, klen);
   assert_non_null(v);
-  assert_string_equal(v, hilock_lock_token(l));
+  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(l)));
   free(v);
 }
 
@@ -129,20 +129,20 @@ static void waiter_wakes_promptly_on_release(void **state) {
     memset(&w, 0, sizeof(w));
     w.lock = b;
     w.wait_ms = 8000;
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
     start_waiter(&w);
     wait_blocked(f, 1);
     t_rel = hl_now_ms();
-    assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+    assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
     join_waiter(&w);
-    assert_hl_ok(w.rc, hilock_lock_errmsg(b));
+    assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
     assert_holder(f, b);
     lat[i] = w.t_end - t_rel;
     /* Far below the holder's 10 s TTL, whatever the load. */
     assert_i64_between(lat[i], 0, 300);
-    assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
-    hilock_lock_free(a);
-    hilock_lock_free(b);
+    assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+    hilock_hold_free(HILOCK_HOLD(a));
+    hilock_hold_free(HILOCK_HOLD(b));
   }
   qsort(lat, ROUNDS, sizeof(lat[0]), cmp_i64);
   assert_i64_between(lat[ROUNDS / 2], 0, 50);
@@ -154,16 +154,16 @@ static void waiter_wakes_when_holder_key_expires(void **state) {
   hilock_lock *b = new_lock(f->client, "expires", 10000);
   int64_t t0 = hl_now_ms(), took;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
-  assert_hl_ok(hilock_lock_acquire(b, 5000), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_lock_acquire(b, 5000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   took = hl_now_ms() - t0;
   /* Not before the key expires, and about when it does: no release, no
    * wake-up, so the wait was bounded by the TTL the waiter was told. */
   assert_i64_between(took, 390, 400 + 350);
   assert_holder(f, b);
-  assert_true(hilock_lock_fence(b) > hilock_lock_fence(a));
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void waiter_wakes_by_ttl_after_plain_del(void **state) {
@@ -171,7 +171,7 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   hilock_lock *a = new_lock(f->client, "deleted", 1000);
   hilock_lock *b = new_lock(f->client, "deleted", 10000);
   size_t klen;
-  const char *key = hilock_lock_key(a, &klen);
+  const char *key = hilock_hold_key(HILOCK_HOLD(a), &klen);
   waiter w;
   int64_t t0, t_del;
 
@@ -179,21 +179,21 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   w.lock = b;
   w.wait_ms = 5000;
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   start_waiter(&w);
   wait_blocked(f, 1);
   hl_sleep_ms(200 - (hl_now_ms() - t0));
   t_del = hl_now_ms();
   assert_int_equal(hl_redis_int(f->redis, "DEL %b", key, klen), 1);
   join_waiter(&w);
-  assert_hl_ok(w.rc, hilock_lock_errmsg(b));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Nobody pushed a wake-up: the waiter retried when the TTL it was told
    * (1000 ms from the grant) ran out, not later. */
   assert_true(w.t_end >= t_del);
   assert_i64_between(w.t_end - t0, 150, 1000 + 300);
   assert_holder(f, b);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 typedef struct killed_holder {
@@ -252,12 +252,12 @@ static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   assert_int_equal(kill(pid, SIGKILL), 0);
   assert_int_equal(hl_wait_child(pid, 3000), 128 + SIGKILL);
   join_waiter(&w);
-  assert_hl_ok(w.rc, hilock_lock_errmsg(b));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* The dead holder never released: the waiter got in when its TTL ran
    * out, not sooner and not much later. */
   assert_i64_between(w.t_end - t0, pttl - 20, pttl + 400);
   assert_holder(f, b);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* ## No polling -------------------------------------------------------------- */
@@ -269,7 +269,7 @@ static void waiting_does_not_poll_the_server(void **state) {
   long long scripts, blpops;
   waiter w;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   memset(&w, 0, sizeof(w));
   w.lock = b;
@@ -289,13 +289,13 @@ static void waiting_does_not_poll_the_server(void **state) {
   assert_int_equal(atomic_load(&w.done), 0);
 
   join_waiter(&w);
-  assert_hl_rc(w.rc, HILOCK_BUSY, hilock_lock_errmsg(b));
+  assert_hl_rc(w.rc, HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - w.t_start, 1990, 2400);
   assert_i64_between(hl_cmdstat_calls(f->redis, "evalsha"), 2, 3);
   assert_i64_between(wake_calls(f), 1, 2);
   assert_holder(f, a);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* ## One release, one waiter ----------------------------------------------- */
@@ -340,7 +340,7 @@ static void one_release_wakes_one_waiter(void **state) {
   own[0] = new_client(f, NULL);
   own[1] = new_client(f, NULL);
   hl_redis_ok(f->redis, "SET hilock:{relay}:fence 1000");
-  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_lock_errmsg(holder));
+  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
     /* Two waiters share the fixture's client, two have clients of their
      * own. */
@@ -354,7 +354,7 @@ static void one_release_wakes_one_waiter(void **state) {
   wait_blocked(f, NWAITERS);
 
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  assert_hl_ok(hilock_lock_release(holder), hilock_lock_errmsg(holder));
+  assert_hl_ok(hilock_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   hl_sleep_ms(300);
   /* One wake-up, one grant (one SET). BLPOP: one waiter ran the acquire
    * script, the other three never woke. Shared: each of the 3 clients rang
@@ -380,15 +380,15 @@ static void one_release_wakes_one_waiter(void **state) {
   for (int i = 0; i < NWAITERS; i++) pthread_join(r[i].thread, NULL);
   assert_i64_between(hl_now_ms() - t_go, 0, 2000);
   for (int i = 0; i < NWAITERS; i++) {
-    assert_hl_ok(r[i].rc, hilock_lock_errmsg(r[i].lock));
-    assert_hl_ok(r[i].release_rc, hilock_lock_errmsg(r[i].lock));
-    hilock_lock_free(r[i].lock);
+    assert_hl_ok(r[i].rc, hilock_hold_errmsg(HILOCK_HOLD(r[i].lock)));
+    assert_hl_ok(r[i].release_rc, hilock_hold_errmsg(HILOCK_HOLD(r[i].lock)));
+    hilock_hold_free(HILOCK_HOLD(r[i].lock));
   }
   assert_int_equal(atomic_load(&granted), NWAITERS);
   assert_false(hl_redis_exists(f->redis, "hilock:{relay}:lock", 19));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{relay}:fence 0"),
                    1000 + 1 + NWAITERS);
-  hilock_lock_free(holder);
+  hilock_hold_free(HILOCK_HOLD(holder));
   hilock_client_free(own[0]);
   hilock_client_free(own[1]);
 }
@@ -401,24 +401,24 @@ static void fractional_waits_are_honoured(void **state) {
   hilock_lock *b = new_lock(f->client, "fraction", 10000);
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_acquire(b, 150), HILOCK_BUSY,
-               hilock_lock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 149, 250);
 
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_acquire(b, 1250), HILOCK_BUSY,
-               hilock_lock_errmsg(b));
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 1249, 1450);
 
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_acquire(b, 1), HILOCK_BUSY, hilock_lock_errmsg(b));
+  assert_hl_rc(hilock_lock_acquire(b, 1), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 0, 150);
-  assert_false(hilock_lock_held(b));
+  assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   assert_holder(f, a);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 /* ## Interruption and shutdown ---------------------------------------------- */
@@ -449,7 +449,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   o.interrupt_arg = &hs;
   c = new_client(f, &o);
   b = new_lock(c, "interrupted", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
 
   memset(&w, 0, sizeof(w));
   w.lock = b;
@@ -462,27 +462,27 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   t_set = hl_now_ms();
   atomic_store(&hs.stop, 1);
   join_waiter(&w);
-  assert_hl_rc(w.rc, HILOCK_EINTR, hilock_lock_errmsg(b));
-  assert_substr(hilock_lock_errmsg(b), "interrupt");
+  assert_hl_rc(w.rc, HILOCK_EINTR, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(b)), "interrupt");
   assert_i64_between(w.t_end - t_set, 0, 250);
-  assert_false(hilock_lock_held(b));
-  assert_int_equal(hilock_lock_validity_ms(b), 0);
+  assert_false(hilock_hold_held(HILOCK_HOLD(b)));
+  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(b)), 0);
   assert_holder(f, a);
 
   /* The abandoned BLPOP is gone from the server, so it cannot swallow the
    * next wake-up: the release's element stays for the next waiter. */
   wait_blocked(f, 0);
-  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{interrupted}:wake"),
                    1);
 
   /* Cleared, the hook lets the handle wait and win again. */
   atomic_store(&hs.stop, 0);
-  assert_hl_ok(hilock_lock_acquire(b, 1000), hilock_lock_errmsg(b));
+  assert_hl_ok(hilock_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_holder(f, b);
-  assert_hl_ok(hilock_lock_release(b), hilock_lock_errmsg(b));
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
   hilock_client_free(c);
 }
 
@@ -494,7 +494,7 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   waiter w;
   int64_t t_free;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   memset(&w, 0, sizeof(w));
   w.lock = b;
   w.wait_ms = 8000;
@@ -504,16 +504,16 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   t_free = hl_now_ms();
   hilock_client_free(c); /* from this thread, while b waits in another */
   join_waiter(&w);
-  assert_hl_rc(w.rc, HILOCK_ECLOSED, hilock_lock_errmsg(b));
+  assert_hl_rc(w.rc, HILOCK_ECLOSED, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - t_free, 0, 250);
-  assert_false(hilock_lock_held(b));
+  assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   wait_blocked(f, 0);
   assert_hl_rc(hilock_lock_try_acquire(b), HILOCK_ECLOSED,
-               hilock_lock_errmsg(b));
-  hilock_lock_free(b); /* the client's last reference */
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(b)); /* the client's last reference */
   assert_holder(f, a);
-  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
-  hilock_lock_free(a);
+  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  hilock_hold_free(HILOCK_HOLD(a));
 }
 
 /* ## Other families ----------------------------------------------------------- */
@@ -525,7 +525,7 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
   waiter w;
   int64_t t_rel;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   memset(&w, 0, sizeof(w));
   w.lock = b;
   w.wait_ms = 8000;
@@ -534,14 +534,14 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
   wait_blocked(f, 1);
   hl_sleep_ms(100);
   t_rel = hl_now_ms();
-  assert_hl_ok(hilock_lock_release(a), hilock_lock_errmsg(a));
+  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   join_waiter(&w);
   /* The holder has no TTL to bound the wait: only the wake-up helps. */
-  assert_hl_ok(w.rc, hilock_lock_errmsg(b));
-  assert_hl_ok(w.release_rc, hilock_lock_errmsg(b));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - t_rel, 0, 300);
-  hilock_lock_free(a);
-  hilock_lock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 static void rlock_waiter_wakes_on_final_release(void **state) {
@@ -551,8 +551,8 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   waiter w;
   int64_t t_rel;
 
-  assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_rlock_errmsg(a));
-  assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_rlock_errmsg(a));
+  assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   memset(&w, 0, sizeof(w));
   w.rlock = b;
   w.wait_ms = 8000;
@@ -562,21 +562,21 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
 
   /* Leaving once of twice frees nothing and wakes nobody. */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  assert_hl_ok(hilock_rlock_release(a), hilock_rlock_errmsg(a));
+  assert_hl_ok(hilock_rlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(200);
   assert_int_equal(atomic_load(&w.done), 0);
   assert_int_equal(wake_calls(f), 0);
   assert_int_equal(hl_waiters(f->redis), 1);
 
   t_rel = hl_now_ms();
-  assert_hl_ok(hilock_rlock_release(a), hilock_rlock_errmsg(a));
+  assert_hl_ok(hilock_rlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   join_waiter(&w);
-  assert_hl_ok(w.rc, hilock_rlock_errmsg(b));
-  assert_hl_ok(w.release_rc, hilock_rlock_errmsg(b));
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - t_rel, 0, 300);
   assert_false(hl_redis_exists(f->redis, "hilock:{reentrant}:rlock", 24));
-  hilock_rlock_free(a);
-  hilock_rlock_free(b);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)

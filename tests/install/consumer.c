@@ -21,6 +21,14 @@ int main(void) {
     return 1;
   }
   hilock_client_free(c);
+  {
+    /* The base handle (hilock/hold.h) is installed and exported too. */
+    hilock_lock *lk = NULL;
+    if (hilock_hold_errcode(HILOCK_HOLD(lk)) != HILOCK_EINVAL) {
+      fprintf(stderr, "hilock_hold_errcode(NULL) is not EINVAL\n");
+      return 1;
+    }
+  }
   printf("installed hilock %s links and runs\n", hilock_version_string());
   return 0;
 }

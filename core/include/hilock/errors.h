@@ -4,7 +4,7 @@
  * is held by someone else: an ordinary outcome, not an error), HILOCK_SOLDOUT
  * (2, a segmented lock's stock is all gone: also an ordinary outcome) or one
  * of the negative codes below. Each handle also keeps a readable message for its last
- * error (hilock_client_errmsg, hilock_lock_errmsg), carrying Redis's own text
+ * error (hilock_client_errmsg, hilock_hold_errmsg), carrying Redis's own text
  * where there is one. */
 #ifndef HILOCK_ERRORS_H
 #define HILOCK_ERRORS_H

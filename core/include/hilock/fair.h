@@ -29,7 +29,7 @@
 
 #include "hilock/client.h"
 #include "hilock/export.h"
-#include "hilock/lock.h"
+#include "hilock/hold.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,9 +50,6 @@ typedef struct hilock_fair_lock hilock_fair_lock;
 HILOCK_API int hilock_fair_lock_new(hilock_client *client, const char *name,
                                     size_t namelen, int64_t ttl_ms,
                                     hilock_fair_lock **out);
-/* DESTRUCTOR; does not release (the grant lapses at its TTL). NULL is a
- * no-op. */
-HILOCK_API void hilock_fair_lock_free(hilock_fair_lock *fl);
 
 /* One attempt, without queueing: HILOCK_OK if the lock is free and nobody
  * waits for it, else HILOCK_BUSY. HILOCK_EINVAL if this handle holds it. */
@@ -74,8 +71,6 @@ HILOCK_API int hilock_fair_lock_renew(hilock_fair_lock *fl);
 
 /* Round trips: this handle's grant still holds it; anyone holds it; how
  * many waiters are queued with a live heartbeat. */
-HILOCK_API int hilock_fair_lock_owned(hilock_fair_lock *fl, int *owned);
-HILOCK_API int hilock_fair_lock_locked(hilock_fair_lock *fl, int *locked);
 HILOCK_API int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count);
 
 /* The heartbeat window in ms (HILOCK_FAIR_HEARTBEAT_MIN_MS ..
@@ -91,21 +86,6 @@ HILOCK_API int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl);
 HILOCK_API uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl);
 
 /* As the hilock_lock_* accessors of the same names. */
-HILOCK_API int hilock_fair_lock_set_auto_renew(hilock_fair_lock *fl,
-                                               int enable, int64_t max_hold_ms,
-                                               hilock_lost_fn on_lost,
-                                               void *arg);
-HILOCK_API int hilock_fair_lock_lost(const hilock_fair_lock *fl);
-HILOCK_API int64_t hilock_fair_lock_validity_ms(const hilock_fair_lock *fl);
-HILOCK_API int hilock_fair_lock_held(const hilock_fair_lock *fl);
-HILOCK_API uint64_t hilock_fair_lock_fence(const hilock_fair_lock *fl);
-HILOCK_API const char *hilock_fair_lock_token(const hilock_fair_lock *fl);
-HILOCK_API int64_t hilock_fair_lock_ttl_ms(const hilock_fair_lock *fl);
-/* The holder key, hilock:{name}:fair. */
-HILOCK_API const char *hilock_fair_lock_key(const hilock_fair_lock *fl,
-                                            size_t *len);
-HILOCK_API const char *hilock_fair_lock_errmsg(const hilock_fair_lock *fl);
-HILOCK_API int hilock_fair_lock_errcode(const hilock_fair_lock *fl);
 
 #ifdef __cplusplus
 }

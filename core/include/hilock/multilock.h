@@ -40,7 +40,7 @@
 
 #include "hilock/client.h"
 #include "hilock/export.h"
-#include "hilock/lock.h"
+#include "hilock/hold.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,8 +67,6 @@ HILOCK_API int hilock_multilock_new_len(hilock_client *client,
                                         const size_t *namelens, size_t n,
                                         int64_t ttl_ms,
                                         hilock_multilock **out);
-/* DESTRUCTOR; does not release (the keys lapse at their TTL). NULL: no-op. */
-HILOCK_API void hilock_multilock_free(hilock_multilock *m);
 
 /* One attempt: HILOCK_OK (every name granted), HILOCK_BUSY (at least one
  * name held by someone else; nothing taken), or an error. HILOCK_EINVAL if
@@ -93,20 +91,6 @@ HILOCK_API int hilock_multilock_renew(hilock_multilock *m);
 
 /* Round trip: *owned = 1 if this handle's grant still holds every key (a
  * missing key marks the hold lost). */
-HILOCK_API int hilock_multilock_owned(hilock_multilock *m, int *owned);
-/* Round trip: *locked = 1 if anyone holds any of the names. */
-HILOCK_API int hilock_multilock_locked(hilock_multilock *m, int *locked);
-
-/* As hilock_lock_set_auto_renew: the watchdog renews all keys in one
- * script, every ttl/3; one missing key makes the whole hold lost. */
-HILOCK_API int hilock_multilock_set_auto_renew(hilock_multilock *m,
-                                               int enable,
-                                               int64_t max_hold_ms,
-                                               hilock_lost_fn on_lost,
-                                               void *arg);
-HILOCK_API int hilock_multilock_lost(const hilock_multilock *m);
-HILOCK_API int64_t hilock_multilock_validity_ms(const hilock_multilock *m);
-HILOCK_API int hilock_multilock_held(const hilock_multilock *m);
 
 /* Number of distinct names, and name i (sorted) with its length. */
 HILOCK_API size_t hilock_multilock_count(const hilock_multilock *m);
@@ -122,12 +106,6 @@ HILOCK_API int hilock_multilock_missing(const hilock_multilock *m, size_t i);
 /* The lock key of name i (hilock:{name}:lock) and its length. */
 HILOCK_API const char *hilock_multilock_key(const hilock_multilock *m,
                                             size_t i, size_t *len);
-/* Owner token (32 hex chars) of the current grant, or "" if none. */
-HILOCK_API const char *hilock_multilock_token(const hilock_multilock *m);
-HILOCK_API int64_t hilock_multilock_ttl_ms(const hilock_multilock *m);
-
-HILOCK_API const char *hilock_multilock_errmsg(const hilock_multilock *m);
-HILOCK_API int hilock_multilock_errcode(const hilock_multilock *m);
 
 #ifdef __cplusplus
 }

@@ -48,7 +48,7 @@
 
 #include "hilock/client.h"
 #include "hilock/export.h"
-#include "hilock/lock.h"
+#include "hilock/hold.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,15 +66,11 @@ typedef struct hilock_redlock hilock_redlock;
  * HILOCK_ENOQUORUM if fewer than a majority answer, or HILOCK_EAUTH /
  * HILOCK_ENOPERM if a node refuses the credentials; a minority down is fine (it
  * is retried on every call). On failure *out may still be set: read
- * hilock_redlock_errmsg, then free it. */
+ * hilock_hold_errmsg(HILOCK_HOLD(rl)), then free it. */
 HILOCK_API int hilock_redlock_new(const char *const *urls, size_t n,
                                   const char *name, size_t namelen,
                                   int64_t ttl_ms, const hilock_options *opts,
                                   hilock_redlock **out);
-
-/* DESTRUCTOR. Does not release a held lock (it lapses at its TTL). NULL is
- * a no-op. */
-HILOCK_API void hilock_redlock_free(hilock_redlock *rl);
 
 /* One attempt: HILOCK_OK (granted on a majority in time), HILOCK_BUSY
  * (others hold a majority), HILOCK_ENOQUORUM (too few nodes answered), or
@@ -109,22 +105,12 @@ HILOCK_API int hilock_redlock_renew(hilock_redlock *rl);
 
 /* Round trip to every node: *owned = 1 if a majority holds this handle's
  * token and the validity has not run out. */
-HILOCK_API int hilock_redlock_owned(hilock_redlock *rl, int *owned);
-/* Round trip: *locked = 1 if a majority of the nodes hold the key. */
-HILOCK_API int hilock_redlock_locked(hilock_redlock *rl, int *locked);
 
 /* Local, no round trip: ms of validity left (ttl - elapsed - drift from
  * before the acquire or last extension was sent); 0 if not held or lost. */
-HILOCK_API int64_t hilock_redlock_validity_ms(const hilock_redlock *rl);
-HILOCK_API int hilock_redlock_held(const hilock_redlock *rl);
 /* Fence of the current or last grant (see above); 0 before one. */
-HILOCK_API uint64_t hilock_redlock_fence(const hilock_redlock *rl);
 /* Owner token (32 hex chars) of the current grant, or "". */
-HILOCK_API const char *hilock_redlock_token(const hilock_redlock *rl);
-HILOCK_API int64_t hilock_redlock_ttl_ms(const hilock_redlock *rl);
 /* The key on every node, and its length. */
-HILOCK_API const char *hilock_redlock_key(const hilock_redlock *rl,
-                                          size_t *len);
 /* Number of nodes, and the majority needed (n/2 + 1). */
 HILOCK_API int hilock_redlock_nodes(const hilock_redlock *rl);
 HILOCK_API int hilock_redlock_quorum(const hilock_redlock *rl);
@@ -139,21 +125,6 @@ HILOCK_API int64_t hilock_redlock_node_timeout_ms(const hilock_redlock *rl);
 /* Upper bound of the random delay between attempts (0 .. 60000 ms;
  * default 200). */
 HILOCK_API int hilock_redlock_set_retry_delay(hilock_redlock *rl, int64_t ms);
-
-/* Auto-renewal through a majority, as hilock_lock_set_auto_renew: every
- * ttl/3 the renewal thread resets the TTL on every node; a majority must
- * confirm within the validity, else it retries until the validity runs out
- * and then reports the hold lost (on_lost(arg), hilock_redlock_lost). */
-HILOCK_API int hilock_redlock_set_auto_renew(hilock_redlock *rl, int enable,
-                                             int64_t max_hold_ms,
-                                             hilock_lost_fn on_lost,
-                                             void *arg);
-HILOCK_API int hilock_redlock_lost(const hilock_redlock *rl);
-
-/* Message and code of this handle's last failure; never NULL. For a
- * round that failed, the message lists "address: error" per failed node. */
-HILOCK_API const char *hilock_redlock_errmsg(const hilock_redlock *rl);
-HILOCK_API int hilock_redlock_errcode(const hilock_redlock *rl);
 
 #ifdef __cplusplus
 }

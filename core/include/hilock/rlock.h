@@ -17,7 +17,7 @@
 
 #include "hilock/client.h"
 #include "hilock/export.h"
-#include "hilock/lock.h"
+#include "hilock/hold.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,8 +30,6 @@ typedef struct hilock_rlock hilock_rlock;
 HILOCK_API int hilock_rlock_new(hilock_client *client, const char *name,
                                 size_t namelen, int64_t ttl_ms,
                                 hilock_rlock **out);
-/* DESTRUCTOR; does not release. NULL is a no-op. */
-HILOCK_API void hilock_rlock_free(hilock_rlock *rl);
 
 /* Acquire or re-enter: HILOCK_OK, HILOCK_BUSY (another owner holds it and
  * wait_ms passed), or an error. wait_ms as in hilock_lock_acquire. */
@@ -45,21 +43,6 @@ HILOCK_API int hilock_rlock_release(hilock_rlock *rl);
 /* Round trips, for the calling thread: its hold count (0 if none); whether
  * it holds the lock; whether anyone does. */
 HILOCK_API int hilock_rlock_hold_count(hilock_rlock *rl, int64_t *count);
-HILOCK_API int hilock_rlock_owned(hilock_rlock *rl, int *owned);
-HILOCK_API int hilock_rlock_locked(hilock_rlock *rl, int *locked);
-
-/* As hilock_lock_set_auto_renew. */
-HILOCK_API int hilock_rlock_set_auto_renew(hilock_rlock *rl, int enable,
-                                           int64_t max_hold_ms,
-                                           hilock_lost_fn on_lost, void *arg);
-HILOCK_API int hilock_rlock_lost(const hilock_rlock *rl);
-HILOCK_API int64_t hilock_rlock_validity_ms(const hilock_rlock *rl);
-HILOCK_API uint64_t hilock_rlock_fence(const hilock_rlock *rl);
-HILOCK_API int64_t hilock_rlock_ttl_ms(const hilock_rlock *rl);
-HILOCK_API const char *hilock_rlock_key(const hilock_rlock *rl, size_t *len);
-
-HILOCK_API const char *hilock_rlock_errmsg(const hilock_rlock *rl);
-HILOCK_API int hilock_rlock_errcode(const hilock_rlock *rl);
 
 #ifdef __cplusplus
 }

@@ -48,7 +48,7 @@
 
 #include "hilock/client.h"
 #include "hilock/export.h"
-#include "hilock/lock.h"
+#include "hilock/hold.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,8 +62,6 @@ typedef struct hilock_rwlock hilock_rwlock;
 HILOCK_API int hilock_rwlock_new(hilock_client *client, const char *name,
                                  size_t namelen, int64_t ttl_ms,
                                  hilock_rwlock **out);
-/* DESTRUCTOR; releases nothing (holds lapse at their TTL). NULL: no-op. */
-HILOCK_API void hilock_rwlock_free(hilock_rwlock *rw);
 
 /* ## Read side (shared) ----------------------------------------------------
  * Acquire: HILOCK_OK, HILOCK_BUSY (a writer holds or waits and wait_ms
@@ -78,7 +76,7 @@ HILOCK_API int hilock_rwlock_read_release(hilock_rwlock *rw);
 /* Round trip: the calling thread's read hold count (0 if none). */
 HILOCK_API int hilock_rwlock_read_hold_count(hilock_rwlock *rw,
                                              int64_t *count);
-/* As hilock_lock_set_auto_renew, for every read hold taken through this
+/* As hilock_hold_set_auto_renew, for every read hold taken through this
  * handle (each thread's hold is renewed on its own). */
 HILOCK_API int hilock_rwlock_read_set_auto_renew(hilock_rwlock *rw,
                                                  int enable,
@@ -104,16 +102,6 @@ HILOCK_API int hilock_rwlock_write_release(hilock_rwlock *rw);
 /* Round trip: the calling thread's write hold count (0 if none). */
 HILOCK_API int hilock_rwlock_write_hold_count(hilock_rwlock *rw,
                                               int64_t *count);
-HILOCK_API int hilock_rwlock_write_set_auto_renew(hilock_rwlock *rw,
-                                                  int enable,
-                                                  int64_t max_hold_ms,
-                                                  hilock_lost_fn on_lost,
-                                                  void *arg);
-/* The handle's current write grant (one owner at a time). */
-HILOCK_API int hilock_rwlock_write_lost(const hilock_rwlock *rw);
-HILOCK_API int64_t hilock_rwlock_write_validity_ms(const hilock_rwlock *rw);
-/* Fencing token of the current or last write grant; 0 before the first. */
-HILOCK_API uint64_t hilock_rwlock_fence(const hilock_rwlock *rw);
 
 /* ## Both ----------------------------------------------------------------- */
 
@@ -121,14 +109,10 @@ HILOCK_API uint64_t hilock_rwlock_fence(const hilock_rwlock *rw);
  * whether a writer holds it (writer may be NULL). */
 HILOCK_API int hilock_rwlock_state(hilock_rwlock *rw, int64_t *readers,
                                    int *writer);
-HILOCK_API int64_t hilock_rwlock_ttl_ms(const hilock_rwlock *rw);
 /* The Redis key of the write hold (write != 0) or of the readers' sorted
  * set (write == 0), and its length. */
 HILOCK_API const char *hilock_rwlock_key(const hilock_rwlock *rw, int write,
                                          size_t *len);
-/* Message and code of this handle's last failed call; never NULL. */
-HILOCK_API const char *hilock_rwlock_errmsg(const hilock_rwlock *rw);
-HILOCK_API int hilock_rwlock_errcode(const hilock_rwlock *rw);
 
 #ifdef __cplusplus
 }

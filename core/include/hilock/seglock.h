@@ -47,7 +47,7 @@
 
 #include "hilock/client.h"
 #include "hilock/export.h"
-#include "hilock/lock.h"
+#include "hilock/hold.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,10 +69,6 @@ typedef struct hilock_seglock hilock_seglock;
 HILOCK_API int hilock_seglock_new(hilock_client *client, const char *name,
                                   size_t namelen, int segments,
                                   int64_t ttl_ms, hilock_seglock **out);
-
-/* DESTRUCTOR. Does not release a held segment (it lapses at its TTL). NULL
- * is a no-op. */
-HILOCK_API void hilock_seglock_free(hilock_seglock *seg);
 
 /* One attempt (one round trip). HILOCK_OK: a segment was granted (see
  * hilock_seglock_segment, hilock_seglock_fence); HILOCK_BUSY: every
@@ -124,51 +120,22 @@ HILOCK_API int hilock_seglock_stock(hilock_seglock *seg, int segment,
 /* Round trip: how many segments are held now, by anyone. */
 HILOCK_API int hilock_seglock_held_count(hilock_seglock *seg, int *n);
 
-/* Round trip: *owned = 1 if this handle's grant still holds its segment. */
-HILOCK_API int hilock_seglock_owned(hilock_seglock *seg, int *owned);
-
 /* Set (replace != 0) or add to (replace == 0) the held segment's TTL, only
  * while still owned; HILOCK_ENOTOWNED if not. renew = extend(ttl_ms, 1). */
 HILOCK_API int hilock_seglock_extend(hilock_seglock *seg, int64_t ms,
                                      int replace);
 HILOCK_API int hilock_seglock_renew(hilock_seglock *seg);
 
-/* Auto-renewal through the client's watchdog, as
- * hilock_lock_set_auto_renew. */
-HILOCK_API int hilock_seglock_set_auto_renew(hilock_seglock *seg, int enable,
-                                             int64_t max_hold_ms,
-                                             hilock_lost_fn on_lost,
-                                             void *arg);
-
-/* 1 if the current hold was found lost; cleared by the next grant. */
-HILOCK_API int hilock_seglock_lost(const hilock_seglock *seg);
-
-/* Local, no round trip: ms of validity left for the current grant (less
- * the drift allowance); 0 if none is held. */
-HILOCK_API int64_t hilock_seglock_validity_ms(const hilock_seglock *seg);
-HILOCK_API int hilock_seglock_held(const hilock_seglock *seg);
-
 /* The segment of the current or last grant (0..K-1), or -1 before the
  * first grant. */
 HILOCK_API int hilock_seglock_segment(const hilock_seglock *seg);
 
-/* Fencing token of the current or last grant; 0 before the first grant. */
-HILOCK_API uint64_t hilock_seglock_fence(const hilock_seglock *seg);
-
-/* Owner token (32 hex chars) of the current grant, or "" if none. */
-HILOCK_API const char *hilock_seglock_token(const hilock_seglock *seg);
-
 HILOCK_API int hilock_seglock_segments(const hilock_seglock *seg);
-HILOCK_API int64_t hilock_seglock_ttl_ms(const hilock_seglock *seg);
 
 /* The Redis key of segment i's lock (i = 0..K-1), or of the stock hash
  * (i == -1), and its length; "" for an index out of range. */
 HILOCK_API const char *hilock_seglock_key(const hilock_seglock *seg, int i,
                                           size_t *len);
-
-/* Message and code of this handle's last failed call; never NULL. */
-HILOCK_API const char *hilock_seglock_errmsg(const hilock_seglock *seg);
-HILOCK_API int hilock_seglock_errcode(const hilock_seglock *seg);
 
 #ifdef __cplusplus
 }

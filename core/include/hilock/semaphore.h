@@ -22,7 +22,7 @@
  * permits. Every sleep is bounded by the time until the first held permit
  * expires and by the caller's deadline.
  *
- * Renewal: as for locks, hilock_semaphore_set_auto_renew keeps a permit
+ * Renewal: as for locks, hilock_hold_set_auto_renew keeps a permit
  * alive through the client's watchdog (its expiry moves to now + ttl every
  * ttl/3); a permit that cannot be renewed is reported lost.
  *
@@ -36,7 +36,7 @@
 
 #include "hilock/client.h"
 #include "hilock/export.h"
-#include "hilock/lock.h"
+#include "hilock/hold.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,12 +56,8 @@ HILOCK_API int hilock_semaphore_new(hilock_client *client, const char *name,
                                     size_t namelen, int64_t permits,
                                     int64_t ttl_ms, hilock_semaphore **out);
 
-/* DESTRUCTOR. Does not release a held permit (it lapses at its TTL). NULL
- * is a no-op. */
-HILOCK_API void hilock_semaphore_free(hilock_semaphore *sem);
-
 /* One attempt. HILOCK_OK: a permit was granted (see
- * hilock_semaphore_permit_id); HILOCK_BUSY: none is free. HILOCK_EINVAL if
+ * hilock_hold_token); HILOCK_BUSY: none is free. HILOCK_EINVAL if
  * this handle already holds a permit. */
 HILOCK_API int hilock_semaphore_try_acquire(hilock_semaphore *sem);
 
@@ -79,9 +75,6 @@ HILOCK_API int hilock_semaphore_release(hilock_semaphore *sem);
  * live; an expired permit is never revived (HILOCK_ENOTOWNED). */
 HILOCK_API int hilock_semaphore_renew(hilock_semaphore *sem);
 
-/* Round trip: *owned = 1 if this handle's permit is still live. */
-HILOCK_API int hilock_semaphore_owned(hilock_semaphore *sem, int *owned);
-
 /* Round trip: free permits now, max(0, limit - live permits). */
 HILOCK_API int hilock_semaphore_available(hilock_semaphore *sem,
                                           int64_t *available);
@@ -97,40 +90,8 @@ HILOCK_API int hilock_semaphore_get_limit(hilock_semaphore *sem,
 HILOCK_API int hilock_semaphore_set_limit(hilock_semaphore *sem,
                                           int64_t limit);
 
-/* Auto-renewal through the client's watchdog, as
- * hilock_lock_set_auto_renew: the permit's expiry is reset every ttl/3
- * while held; a permit found expired, or not renewable before its validity
- * ends, is marked lost and on_lost(arg) runs on the watchdog thread.
- * max_hold_ms > 0 stops renewing that long after the grant. */
-HILOCK_API int hilock_semaphore_set_auto_renew(hilock_semaphore *sem,
-                                               int enable, int64_t max_hold_ms,
-                                               hilock_lost_fn on_lost,
-                                               void *arg);
-
-/* 1 if the current permit was found lost; cleared by the next grant. */
-HILOCK_API int hilock_semaphore_lost(const hilock_semaphore *sem);
-
-/* Local, no round trip: ms of validity left on the current permit (less
- * the drift allowance of 1% of the TTL + 2 ms); 0 if none is held. */
-HILOCK_API int64_t hilock_semaphore_validity_ms(const hilock_semaphore *sem);
-
-/* Whether this handle believes it holds a permit (no round trip). */
-HILOCK_API int hilock_semaphore_held(const hilock_semaphore *sem);
-
-/* Id (32 hex chars) of the current permit, or "" if none. */
-HILOCK_API const char *hilock_semaphore_permit_id(const hilock_semaphore *sem);
-
 /* The constructor's permits and ttl_ms. */
 HILOCK_API int64_t hilock_semaphore_permits(const hilock_semaphore *sem);
-HILOCK_API int64_t hilock_semaphore_ttl_ms(const hilock_semaphore *sem);
-
-/* The Redis key of the permits set (for operators), and its length. */
-HILOCK_API const char *hilock_semaphore_key(const hilock_semaphore *sem,
-                                            size_t *len);
-
-/* Message and code of this handle's last failed call; never NULL. */
-HILOCK_API const char *hilock_semaphore_errmsg(const hilock_semaphore *sem);
-HILOCK_API int hilock_semaphore_errcode(const hilock_semaphore *sem);
 
 #ifdef __cplusplus
 }

@@ -34,7 +34,7 @@
 
 #include "hilock/client.h"
 #include "hilock/export.h"
-#include "hilock/lock.h"
+#include "hilock/hold.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,9 +53,6 @@ typedef struct hilock_seqlock hilock_seqlock;
 HILOCK_API int hilock_seqlock_new(hilock_client *client, const char *name,
                                   size_t namelen, int64_t ttl_ms,
                                   hilock_seqlock **out);
-/* DESTRUCTOR; does not release (the entry lapses with its session). NULL
- * is a no-op. */
-HILOCK_API void hilock_seqlock_free(hilock_seqlock *sl);
 
 /* One attempt: HILOCK_OK if there is no live contender (the caller's entry
  * is then the lowest and holds), else HILOCK_BUSY and no entry is left.
@@ -81,8 +78,6 @@ HILOCK_API int hilock_seqlock_renew(hilock_seqlock *sl);
 
 /* Round trips: this handle's grant still holds; anyone holds it; how many
  * live contenders wait behind the holder. */
-HILOCK_API int hilock_seqlock_owned(hilock_seqlock *sl, int *owned);
-HILOCK_API int hilock_seqlock_locked(hilock_seqlock *sl, int *locked);
 HILOCK_API int hilock_seqlock_waiters(hilock_seqlock *sl, int64_t *count);
 
 /* The sequence number of the entry: the one of the acquire in progress once
@@ -100,21 +95,6 @@ HILOCK_API int hilock_seqlock_set_session(hilock_seqlock *sl,
 HILOCK_API int64_t hilock_seqlock_session_ms(const hilock_seqlock *sl);
 
 /* As the hilock_lock_* accessors of the same names. */
-HILOCK_API int hilock_seqlock_set_auto_renew(hilock_seqlock *sl, int enable,
-                                             int64_t max_hold_ms,
-                                             hilock_lost_fn on_lost,
-                                             void *arg);
-HILOCK_API int hilock_seqlock_lost(const hilock_seqlock *sl);
-HILOCK_API int64_t hilock_seqlock_validity_ms(const hilock_seqlock *sl);
-HILOCK_API int hilock_seqlock_held(const hilock_seqlock *sl);
-HILOCK_API uint64_t hilock_seqlock_fence(const hilock_seqlock *sl);
-HILOCK_API const char *hilock_seqlock_token(const hilock_seqlock *sl);
-HILOCK_API int64_t hilock_seqlock_ttl_ms(const hilock_seqlock *sl);
-/* The queue key, hilock:{name}:seq:queue. */
-HILOCK_API const char *hilock_seqlock_key(const hilock_seqlock *sl,
-                                          size_t *len);
-HILOCK_API const char *hilock_seqlock_errmsg(const hilock_seqlock *sl);
-HILOCK_API int hilock_seqlock_errcode(const hilock_seqlock *sl);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,172 @@
+/* hilock: the base handle every lock shares.
+ *
+ * Every lock handle (hilock_lock, hilock_rlock, hilock_semaphore,
+ * hilock_fair_lock, hilock_rwlock, hilock_multilock, hilock_seqlock,
+ * hilock_seglock, hilock_redlock) begins with a hilock_hold: its current
+ * grant (fence, owner token, local validity, loss), its settings (TTL,
+ * auto-renewal) and the message of its last failed call. HILOCK_HOLD(lk)
+ * gives a family handle's hold (in C11 the macro checks the type; in C++
+ * and older C it is a cast), and the functions here work on every family:
+ *
+ *   hilock_lock *lk;
+ *   ...
+ *   if (hilock_lock_acquire(lk, 5000) == HILOCK_OK)
+ *     printf("fence %llu\n",
+ *            (unsigned long long)hilock_hold_fence(HILOCK_HOLD(lk)));
+ *   else
+ *     fprintf(stderr, "%s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));
+ *
+ * Naming: hilock_<object>_<verb>. Each family's header keeps what is its
+ * own: its constructor, acquire, try_acquire, release, extend and renew
+ * (their rules differ per family), and its own queries. A call that asks
+ * the server says "Round trip" in its comment; every other read is local
+ * (here: all but hilock_hold_owned and hilock_hold_locked).
+ *
+ * A read-write lock's hold is its write side: read-side state has its own
+ * calls in rwlock.h. A Redlock's hold is the grant on a majority of its
+ * nodes.
+ *
+ * Threads: a handle is used by one thread at a time, except the reentrant
+ * and read-write locks, whose handles threads may share: their holds are
+ * guarded, and hilock_hold_errmsg returns a copy made for the calling
+ * thread (valid until that thread's next call of it).
+ *
+ * Fork: a grant belongs to the process that acquired it; in a forked child
+ * the hold reads as not held (validity 0) and the family's release, extend
+ * and renew return HILOCK_EFORKED without touching the server. */
+#ifndef HILOCK_HOLD_H
+#define HILOCK_HOLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hilock/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Names are binary safe (pointer + length, NUL bytes allowed), 1 to
+ * HILOCK_NAME_MAX bytes, and may not begin with '}' (see the key layout). */
+#define HILOCK_NAME_MAX 1024
+/* Largest TTL accepted, in ms (about 34 years). */
+#define HILOCK_TTL_MAX_MS ((int64_t)1 << 40)
+/* Smallest TTL accepted, in ms: a grant's validity is its TTL less a
+ * clock-drift allowance of 1% + 2 ms, so a shorter TTL would be lost on
+ * arrival. */
+#define HILOCK_TTL_MIN_MS ((int64_t)10)
+/* Wait forever in an acquire. */
+#define HILOCK_WAIT_FOREVER ((int64_t)-1)
+
+typedef struct hilock_hold hilock_hold;
+
+/* Called on the client's renewal thread when a hold is found lost. It must
+ * return quickly and must not call into the handle it reports: freeing or
+ * releasing it waits for a running callback to return. */
+typedef void (*hilock_lost_fn)(void *arg);
+
+/* Message and status of the handle's last failed call; never NULL. */
+HILOCK_API const char *hilock_hold_errmsg(const hilock_hold *h);
+HILOCK_API int hilock_hold_errcode(const hilock_hold *h);
+
+/* Fencing token of the current or last grant: strictly increasing per lock
+ * name; 0 before the first grant, and for a semaphore (permits carry no
+ * fence). A multi-key lock's is the highest of its names' fences (each
+ * name's own: hilock_multilock_fence). */
+HILOCK_API uint64_t hilock_hold_fence(const hilock_hold *h);
+
+/* What the server compares to tell this holder from others: 32 random hex
+ * characters, fresh for every grant (a semaphore's permit id), or for the
+ * reentrant and read-write locks "client id:thread id". "" before the
+ * first grant. */
+HILOCK_API const char *hilock_hold_token(const hilock_hold *h);
+
+/* The Redis key that holds the grant (for operators), and its length: the
+ * lock's key; a segmented lock's current or last segment; a multi-key
+ * lock's first name; a read-write lock's writer hash. */
+HILOCK_API const char *hilock_hold_key(const hilock_hold *h, size_t *len);
+
+/* The TTL given to the constructor, in ms (0: a simple lock, no expiry). */
+HILOCK_API int64_t hilock_hold_ttl_ms(const hilock_hold *h);
+
+/* Local, no round trip: ms of validity left for the current grant, measured
+ * from before the acquire (or last renewal or extension) was sent, less a
+ * clock-drift allowance (1% of the TTL + 2 ms). 0 if not held, lost or
+ * lapsed, or in a forked child; INT64_MAX for a held simple lock. */
+HILOCK_API int64_t hilock_hold_validity_ms(const hilock_hold *h);
+
+/* 1 if this handle believes it holds the grant (validity left > 0). */
+HILOCK_API int hilock_hold_held(const hilock_hold *h);
+
+/* 1 if the current grant was found lost (renewal failed, or owned or an
+ * extension found another owner); cleared by the next grant. */
+HILOCK_API int hilock_hold_lost(const hilock_hold *h);
+
+/* Auto-renewal: while held, the client's renewal thread resets the TTL
+ * every ttl/3 (batched with every other hold on the same server or slot),
+ * registered before acquire returns and cancelled before release. If
+ * renewal finds the grant owned by someone else, or cannot renew it before
+ * its validity runs out, the hold is marked lost and on_lost(arg) runs.
+ * max_hold_ms > 0 stops renewing that long after the grant (it then lapses
+ * at its TTL and is reported lost). Applies to the current grant too.
+ * HILOCK_ENOTSUP for a simple lock (no TTL); HILOCK_EINVAL for
+ * max_hold_ms < 0. */
+HILOCK_API int hilock_hold_set_auto_renew(hilock_hold *h, int enable,
+                                          int64_t max_hold_ms,
+                                          hilock_lost_fn on_lost, void *arg);
+
+/* Round trip: *owned = 1 if this handle's grant still holds the lock on the
+ * server (for the reentrant lock: the calling thread's). A grant found
+ * gone is marked lost. */
+HILOCK_API int hilock_hold_owned(hilock_hold *h, int *owned);
+
+/* Round trip: *locked = 1 if anyone holds the lock (a semaphore: any permit
+ * is taken; a read-write lock: a reader or a writer). */
+HILOCK_API int hilock_hold_locked(hilock_hold *h, int *locked);
+
+/* Destructor of any handle: stops its renewal and frees it; does not
+ * release a grant (it lapses at its TTL). NULL is a no-op. */
+HILOCK_API void hilock_hold_free(hilock_hold *h);
+
+/* The hold of a family handle. */
+struct hilock_lock;
+struct hilock_rlock;
+struct hilock_semaphore;
+struct hilock_fair_lock;
+struct hilock_rwlock;
+struct hilock_multilock;
+struct hilock_seqlock;
+struct hilock_seglock;
+struct hilock_redlock;
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && \
+    __STDC_VERSION__ >= 201112L
+#define HILOCK_HOLD(lk)                                                   \
+  _Generic((lk),                                                          \
+      struct hilock_hold *: (hilock_hold *)(lk),                          \
+      struct hilock_lock *: (hilock_hold *)(lk),                          \
+      struct hilock_rlock *: (hilock_hold *)(lk),                         \
+      struct hilock_semaphore *: (hilock_hold *)(lk),                     \
+      struct hilock_fair_lock *: (hilock_hold *)(lk),                     \
+      struct hilock_rwlock *: (hilock_hold *)(lk),                        \
+      struct hilock_multilock *: (hilock_hold *)(lk),                     \
+      struct hilock_seqlock *: (hilock_hold *)(lk),                       \
+      struct hilock_seglock *: (hilock_hold *)(lk),                       \
+      struct hilock_redlock *: (hilock_hold *)(lk),                       \
+      const struct hilock_hold *: (const hilock_hold *)(lk),              \
+      const struct hilock_lock *: (const hilock_hold *)(lk),              \
+      const struct hilock_rlock *: (const hilock_hold *)(lk),             \
+      const struct hilock_semaphore *: (const hilock_hold *)(lk),         \
+      const struct hilock_fair_lock *: (const hilock_hold *)(lk),         \
+      const struct hilock_rwlock *: (const hilock_hold *)(lk),            \
+      const struct hilock_multilock *: (const hilock_hold *)(lk),         \
+      const struct hilock_seqlock *: (const hilock_hold *)(lk),           \
+      const struct hilock_seglock *: (const hilock_hold *)(lk),           \
+      const struct hilock_redlock *: (const hilock_hold *)(lk))
+#else
+#define HILOCK_HOLD(lk) ((hilock_hold *)(lk))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HILOCK_HOLD_H */

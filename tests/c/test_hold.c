@@ -1,0 +1,286 @@
+/* The base handle: every lock family's handle begins with its hold, and the
+ * hilock_hold_* calls work on each one the same way (state before, during
+ * and after a grant; errors; NULL). Threads sharing a reentrant lock read
+ * its last error without racing a failing thread (run under TSan too). */
+#include "test_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define NAME "hold:test"
+#define TTL_MS 10000
+
+/* One family: its constructor and verbs, behind the hold. */
+typedef struct family {
+  const char *what;
+  int (*make)(hl_fixture *f, hilock_hold **h);
+  int (*acquire)(hilock_hold *h);
+  int (*release)(hilock_hold *h);
+  int fenced;    /* grants carry a fence */
+} family;
+
+#define VERBS(T, type, acquire_fn, release_fn)                               \
+  static int T##_acquire(hilock_hold *h) { return acquire_fn((type *)h, 2000); } \
+  static int T##_release(hilock_hold *h) { return release_fn((type *)h); }
+
+#define MAKE(T, type, call)                                 \
+  static int T##_make(hl_fixture *f, hilock_hold **h) {     \
+    hilock_client *c = f->client;                           \
+    type *x = NULL;                                         \
+    int rc = call;                                          \
+    (void)c;                                                \
+    *h = HILOCK_HOLD(x);                                    \
+    return rc;                                              \
+  }
+
+static const char *const multi_names[2] = {NAME, "hold:other"};
+
+MAKE(lock, hilock_lock, hilock_lock_new(c, NAME, strlen(NAME), TTL_MS, &x))
+MAKE(lease, hilock_lock, hilock_lease_new(c, NAME, strlen(NAME), TTL_MS, &x))
+MAKE(rlock, hilock_rlock, hilock_rlock_new(c, NAME, strlen(NAME), TTL_MS, &x))
+MAKE(rwlock, hilock_rwlock,
+     hilock_rwlock_new(c, NAME, strlen(NAME), TTL_MS, &x))
+MAKE(semaphore, hilock_semaphore,
+     hilock_semaphore_new(c, NAME, strlen(NAME), 2, TTL_MS, &x))
+MAKE(fair, hilock_fair_lock,
+     hilock_fair_lock_new(c, NAME, strlen(NAME), TTL_MS, &x))
+MAKE(multi, hilock_multilock,
+     hilock_multilock_new(c, multi_names, 2, TTL_MS, &x))
+MAKE(seq, hilock_seqlock, hilock_seqlock_new(c, NAME, strlen(NAME), TTL_MS, &x))
+MAKE(seg, hilock_seglock,
+     hilock_seglock_new(c, NAME, strlen(NAME), 3, TTL_MS, &x))
+static int redlock_make(hl_fixture *f, hilock_hold **h) {
+  const char *urls[1] = {f->server.url};
+  hilock_redlock *x = NULL;
+  int rc = hilock_redlock_new(urls, 1, NAME, strlen(NAME), TTL_MS, NULL, &x);
+  *h = HILOCK_HOLD(x);
+  return rc;
+}
+
+VERBS(lock, hilock_lock, hilock_lock_acquire, hilock_lock_release)
+VERBS(rlock, hilock_rlock, hilock_rlock_acquire, hilock_rlock_release)
+VERBS(rwlock, hilock_rwlock, hilock_rwlock_write_acquire,
+      hilock_rwlock_write_release)
+VERBS(semaphore, hilock_semaphore, hilock_semaphore_acquire,
+      hilock_semaphore_release)
+VERBS(fair, hilock_fair_lock, hilock_fair_lock_acquire,
+      hilock_fair_lock_release)
+VERBS(multi, hilock_multilock, hilock_multilock_acquire,
+      hilock_multilock_release)
+VERBS(seq, hilock_seqlock, hilock_seqlock_acquire, hilock_seqlock_release)
+VERBS(seg, hilock_seglock, hilock_seglock_acquire, hilock_seglock_release)
+VERBS(redlock, hilock_redlock, hilock_redlock_acquire, hilock_redlock_release)
+
+static const family families[] = {
+    {"lock", lock_make, lock_acquire, lock_release, 1},
+    {"lease", lease_make, lock_acquire, lock_release, 1},
+    {"rlock", rlock_make, rlock_acquire, rlock_release, 1},
+    {"rwlock", rwlock_make, rwlock_acquire, rwlock_release, 1},
+    {"semaphore", semaphore_make, semaphore_acquire, semaphore_release, 0},
+    {"fair lock", fair_make, fair_acquire, fair_release, 1},
+    {"multi-key lock", multi_make, multi_acquire, multi_release, 1},
+    {"sequential lock", seq_make, seq_acquire, seq_release, 1},
+    {"segmented lock", seg_make, seg_acquire, seg_release, 1},
+    {"redlock", redlock_make, redlock_acquire, redlock_release, 1},
+};
+#define NFAMILIES (sizeof(families) / sizeof(families[0]))
+
+static int lost_calls;
+static void on_lost(void *arg) {
+  (void)arg;
+  lost_calls++;
+}
+
+/* Before, during and after a grant, every family answers the same calls
+ * the same way through its hold. */
+static void every_family_answers_through_its_hold(void **state) {
+  hl_fixture *f = *state;
+  for (size_t i = 0; i < NFAMILIES; i++) {
+    const family *fam = &families[i];
+    hilock_hold *h = NULL;
+    uint64_t fence_before;
+    size_t keylen = 0;
+    const char *key;
+    int b = -1, rc;
+
+    print_message("%s\n", fam->what);
+    hl_redis_ok(f->redis, "FLUSHALL");
+    assert_hl_ok(fam->make(f, &h), hilock_client_errmsg(f->client));
+    assert_non_null(h);
+
+    /* Before the first grant. */
+    assert_int_equal(hilock_hold_held(h), 0);
+    assert_int_equal(hilock_hold_validity_ms(h), 0);
+    assert_int_equal(hilock_hold_lost(h), 0);
+    assert_int_equal(hilock_hold_fence(h), 0);
+    assert_int_equal(hilock_hold_ttl_ms(h), TTL_MS);
+    key = hilock_hold_key(h, &keylen);
+    assert_true(keylen > 0 && strlen(key) == keylen);
+    assert_hl_ok(hilock_hold_owned(h, &b), hilock_hold_errmsg(h));
+    assert_int_equal(b, 0);
+    assert_hl_ok(hilock_hold_locked(h, &b), hilock_hold_errmsg(h));
+    assert_int_equal(b, 0);
+    assert_hl_ok(hilock_hold_set_auto_renew(h, 1, 0, on_lost, NULL),
+                 hilock_hold_errmsg(h));
+    fence_before = hilock_hold_fence(h);
+
+    /* Held. */
+    assert_hl_ok(fam->acquire(h), hilock_hold_errmsg(h));
+    assert_int_equal(hilock_hold_held(h), 1);
+    assert_i64_between(hilock_hold_validity_ms(h), 1, TTL_MS);
+    assert_int_equal(hilock_hold_lost(h), 0);
+    assert_true(hilock_hold_token(h)[0] != '\0');
+    if (fam->fenced)
+      assert_true(hilock_hold_fence(h) > fence_before);
+    else
+      assert_int_equal(hilock_hold_fence(h), 0);
+    key = hilock_hold_key(h, &keylen);
+    assert_true(hl_redis_exists(f->redis, key, keylen));
+    assert_hl_ok(hilock_hold_owned(h, &b), hilock_hold_errmsg(h));
+    assert_int_equal(b, 1);
+    assert_hl_ok(hilock_hold_locked(h, &b), hilock_hold_errmsg(h));
+    assert_int_equal(b, 1);
+
+    /* Released: a second release fails, and the hold says why. */
+    assert_hl_ok(fam->release(h), hilock_hold_errmsg(h));
+    assert_int_equal(hilock_hold_held(h), 0);
+    assert_hl_ok(hilock_hold_owned(h, &b), hilock_hold_errmsg(h));
+    assert_int_equal(b, 0);
+    assert_hl_ok(hilock_hold_locked(h, &b), hilock_hold_errmsg(h));
+    assert_int_equal(b, 0);
+    rc = fam->release(h);
+    assert_true(rc < 0);
+    assert_int_equal(hilock_hold_errcode(h), rc);
+    assert_true(hilock_hold_errmsg(h)[0] != '\0');
+    hilock_hold_free(h);
+  }
+  assert_int_equal(lost_calls, 0);
+}
+
+/* A simple lock has no TTL to renew; the error lands on its hold. */
+static void simple_lock_refuses_renewal(void **state) {
+  hl_fixture *f = *state;
+  hilock_lock *lk = NULL;
+  assert_hl_ok(hilock_simple_lock_new(f->client, NAME, strlen(NAME), &lk),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(lk)), 0);
+  assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(lk), 1, 0, NULL, NULL),
+               HILOCK_ENOTSUP, "");
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(lk)), HILOCK_ENOTSUP);
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lk), 0, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(lk)));
+  assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(lk), 0, -1, NULL, NULL),
+               HILOCK_EINVAL, "");
+  hilock_hold_free(HILOCK_HOLD(lk));
+}
+
+/* The read-write lock keeps its error on the handle (both sides set it):
+ * its hold reports that one, and the write side's renewal errors land
+ * there too. */
+static void rwlock_hold_reports_the_handles_error(void **state) {
+  hl_fixture *f = *state;
+  hilock_rwlock *rw = NULL;
+  hilock_hold *h;
+  assert_hl_ok(hilock_rwlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rw),
+               hilock_client_errmsg(f->client));
+  h = HILOCK_HOLD(rw);
+  assert_hl_rc(hilock_rwlock_read_release(rw), HILOCK_ENOTOWNED, "");
+  assert_int_equal(hilock_hold_errcode(h), HILOCK_ENOTOWNED);
+  assert_substr(hilock_hold_errmsg(h), "read");
+  assert_hl_rc(hilock_hold_set_auto_renew(h, 1, -5, NULL, NULL), HILOCK_EINVAL,
+               "");
+  assert_int_equal(hilock_hold_errcode(h), HILOCK_EINVAL);
+  hilock_hold_free(h);
+}
+
+static void null_holds_are_safe(void **state) {
+  int b = 7;
+  size_t len = 9;
+  hilock_lock *lk = NULL;
+  (void)state;
+  assert_string_equal(hilock_hold_errmsg(NULL), "handle is NULL");
+  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_fence(NULL), 0);
+  assert_string_equal(hilock_hold_token(NULL), "");
+  assert_string_equal(hilock_hold_key(NULL, &len), "");
+  assert_int_equal(len, 0);
+  assert_string_equal(hilock_hold_key(NULL, NULL), "");
+  assert_int_equal(hilock_hold_ttl_ms(NULL), 0);
+  assert_int_equal(hilock_hold_validity_ms(NULL), 0);
+  assert_int_equal(hilock_hold_held(NULL), 0);
+  assert_int_equal(hilock_hold_lost(NULL), 0);
+  assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_owned(NULL, &b), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(NULL, &b), HILOCK_EINVAL);
+  assert_int_equal(b, 7);
+  hilock_hold_free(NULL);
+  /* A NULL family handle through HILOCK_HOLD is a NULL hold. */
+  assert_null(HILOCK_HOLD(lk));
+  hilock_hold_free(HILOCK_HOLD(lk));
+}
+
+static void null_out_arguments_are_einval(void **state) {
+  hl_fixture *f = *state;
+  hilock_lock *lk = NULL;
+  assert_hl_ok(hilock_lock_new(f->client, NAME, strlen(NAME), TTL_MS, &lk),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(hilock_hold_owned(HILOCK_HOLD(lk), NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_locked(HILOCK_HOLD(lk), NULL), HILOCK_EINVAL);
+  hilock_hold_free(HILOCK_HOLD(lk));
+}
+
+/* ## Threads sharing a reentrant lock -------------------------------------
+ * One thread keeps failing (a release it does not hold) while another reads
+ * the handle's last error: each reads a copy made under the handle's guard,
+ * never the buffer a failing thread is writing (TSan reports a race if
+ * hilock_hold_errmsg hands out the shared buffer). */
+
+typedef struct reader_arg {
+  hilock_rlock *rl;
+  atomic_int stop;
+  int bad;
+} reader_arg;
+
+static void *failer(void *p) {
+  reader_arg *a = p;
+  for (int i = 0; i < 2000; i++) (void)hilock_rlock_release(a->rl);
+  atomic_store(&a->stop, 1);
+  return NULL;
+}
+
+static void shared_handle_errors_are_read_safely(void **state) {
+  hl_fixture *f = *state;
+  reader_arg a = {0};
+  pthread_t t;
+  assert_hl_ok(hilock_rlock_new(f->client, NAME, strlen(NAME), TTL_MS, &a.rl),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(pthread_create(&t, NULL, failer, &a), 0);
+  while (!atomic_load(&a.stop)) {
+    const char *m = hilock_hold_errmsg(HILOCK_HOLD(a.rl));
+    int code = hilock_hold_errcode(HILOCK_HOLD(a.rl));
+    if (code != 0 && code != HILOCK_ENOTOWNED) a.bad++;
+    if (strlen(m) >= 256) a.bad++;
+  }
+  pthread_join(t, NULL);
+  assert_int_equal(a.bad, 0);
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(a.rl)), HILOCK_ENOTOWNED);
+  hilock_hold_free(HILOCK_HOLD(a.rl));
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, hl_setup, hl_teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(every_family_answers_through_its_hold),
+      T(simple_lock_refuses_renewal),
+      T(rwlock_hold_reports_the_handles_error),
+      T(null_holds_are_safe),
+      T(null_out_arguments_are_einval),
+      T(shared_handle_errors_are_read_safely),
+  };
+  return cmocka_run_group_tests_name("hold", tests, hl_group_setup,
+                                     hl_group_teardown);
+}
