@@ -420,7 +420,7 @@ static int first_round_trip(hilock_client *c, hilock__conn *k) {
   r = hilock__net_command(k->ctx, 1, (const char **)argv, lens);
   hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
   if (r == NULL) {
-    rc = hilock__set_err(&c->err, hilock__net_status(k->ctx), "%s%s",
+    rc = hilock__set_err(hilock__client_err(c), hilock__net_status(k->ctx), "%s%s",
                          k->ctx->errstr,
                          c->tls == NULL && k->ctx->err == HILOCK__NET_EIO
                              ? " (a TLS port? use rediss://)"
@@ -428,8 +428,8 @@ static int first_round_trip(hilock_client *c, hilock__conn *k) {
     return rc;
   }
   if (r->type == REDIS_REPLY_ERROR) {
-    rc = hilock__reply_error(&c->err, r->str, r->len);
-    if (rc == HILOCK__NOSCRIPT) rc = c->err.code = HILOCK_EREDIS;
+    rc = hilock__reply_error(hilock__client_err(c), r->str, r->len);
+    if (rc == HILOCK__NOSCRIPT) rc = hilock__client_err(c)->code = HILOCK_EREDIS;
   }
   freeReplyObject(r);
   return rc;
@@ -461,10 +461,11 @@ int hilock_client_new(const char *url, const hilock_options *opts,
     return HILOCK_ENOMEM;
   }
   c->pid = hilock__pid();
+  c->serial = hilock__serial();
   *out = c;
   if (opts != NULL) {
     if (!hilock__options_ok(opts))
-      return hilock__set_err(&c->err, HILOCK_EINVAL,
+      return hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
                              "bad client options (timeouts must be >= 1 ms "
                              "to connect, >= 0 otherwise)");
     if (opts->wait_replicas < 0 ||
@@ -472,26 +473,26 @@ int hilock_client_new(const char *url, const hilock_options *opts,
          (opts->wait_timeout_ms < 1 ||
           (opts->command_timeout_ms > 0 &&
            opts->wait_timeout_ms >= opts->command_timeout_ms))))
-      return hilock__set_err(&c->err, HILOCK_EINVAL,
+      return hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
                              "bad wait_replicas options (wait_replicas must "
                              "be >= 0; wait_timeout_ms >= 1 and below "
                              "command_timeout_ms)");
     c->rt.opts = *opts;
   }
-  rc = hilock__token(c->id, &c->err);
+  rc = hilock__token(c->id, hilock__client_err(c));
   if (rc != HILOCK_OK) return rc;
-  rc = hilock__url_parse(url, &c->url, &c->err);
+  rc = hilock__url_parse(url, &c->url, hilock__client_err(c));
   if (rc == HILOCK_OK) rc = hilock__tls_for(&c->rt.opts, &c->url, &c->tls,
-                                            &c->err);
+                                            hilock__client_err(c));
   /* The strings were the caller's: what they said is in c->tls now. */
   c->rt.opts.ssl_ca_certs = c->rt.opts.ssl_ca_path = c->rt.opts.ssl_certfile = NULL;
   c->rt.opts.ssl_keyfile = c->rt.opts.ssl_password = NULL;
   c->rt.opts.ssl_server_name = NULL;
   if (rc != HILOCK_OK) return rc;
   if (c->url.cluster) {
-    return hilock__cluster_init(c, &c->err);
+    return hilock__cluster_init(c, hilock__client_err(c));
   }
-  rc = connect_once(c, &c->err, &k);
+  rc = connect_once(c, hilock__client_err(c), &k);
   if (rc == HILOCK_OK && c->url.password == NULL && c->url.db == 0 &&
       !c->url.sentinel)
     rc = first_round_trip(c, k);
@@ -570,23 +571,32 @@ int hilock_client_ping(hilock_client *c) {
   redisReply *r;
   int rc;
   if (c == NULL) return HILOCK_EINVAL;
-  rc = hilock__client_enter(c, &c->err);
+  rc = hilock__client_enter(c, hilock__client_err(c));
   if (rc != HILOCK_OK) return rc;
   if (c->cl != NULL) {
-    rc = hilock__cluster_ping(c, &c->err);
+    rc = hilock__cluster_ping(c, hilock__client_err(c));
   } else {
-    rc = hilock__command(c, &c->err, 1, argv, lens, &r);
+    rc = hilock__command(c, hilock__client_err(c), 1, argv, lens, &r);
     if (rc == HILOCK_OK) freeReplyObject(r);
   }
   hilock__client_leave(c);
   return rc;
 }
 
+hilock__err *hilock__client_err(hilock_client *c) {
+  return hilock__tl_err(c, c->serial, 1);
+}
+
 const char *hilock_client_errmsg(const hilock_client *c) {
+  const hilock__err *e;
   if (c == NULL) return "client is NULL";
-  return c->err.msg;
+  e = hilock__tl_err(c, c->serial, 0);
+  return e != NULL ? e->msg : "";
 }
 
 int hilock_client_errcode(const hilock_client *c) {
-  return c == NULL ? HILOCK_EINVAL : c->err.code;
+  const hilock__err *e;
+  if (c == NULL) return HILOCK_EINVAL;
+  e = hilock__tl_err(c, c->serial, 0);
+  return e != NULL ? e->code : HILOCK_OK;
 }

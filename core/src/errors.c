@@ -47,6 +47,42 @@ void hilock__clear_err(hilock__err *e) {
   e->msg[0] = '\0';
 }
 
+/* ## Errors per thread -------------------------------------------------------
+ * A client, and a handle that threads share, keep the error of a failed call
+ * in a slot of the calling thread, as errno: another thread's failure never
+ * overwrites what this thread is reading. A thread keeps slots for the few
+ * objects it used last; a slot names its object by address and serial, so
+ * an object made at a freed one's address starts with no error. */
+
+#define TL_SLOTS 4
+
+typedef struct tl_slot {
+  const void *obj;
+  uint64_t serial;
+  hilock__err err;
+} tl_slot;
+
+static __thread tl_slot tl_slots[TL_SLOTS];
+static __thread unsigned tl_next;
+static uint64_t serials;
+
+uint64_t hilock__serial(void) {
+  return __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
+}
+
+hilock__err *hilock__tl_err(const void *obj, uint64_t serial, int create) {
+  tl_slot *s;
+  for (int i = 0; i < TL_SLOTS; i++)
+    if (tl_slots[i].obj == obj && tl_slots[i].serial == serial)
+      return &tl_slots[i].err;
+  if (!create) return NULL;
+  s = &tl_slots[tl_next++ % TL_SLOTS];
+  s->obj = obj;
+  s->serial = serial;
+  hilock__clear_err(&s->err);
+  return &s->err;
+}
+
 static int has_prefix(const char *text, size_t len, const char *prefix) {
   size_t n = strlen(prefix);
   return len >= n && memcmp(text, prefix, n) == 0 &&

@@ -113,13 +113,6 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
                                arglens, out);
 }
 
-static int int_array(const redisReply *r, size_t min) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < min) return 0;
-  for (size_t i = 0; i < r->elements; i++)
-    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
-  return 1;
-}
-
 /* One attempt: grant, or (queueing) refresh our place and heartbeat. When
  * busy, *bound is how long to sleep before the next re-check: a third of
  * the heartbeat window, or less when we are the head and the holder's TTL
@@ -135,7 +128,7 @@ static int attempt(void *arg, int64_t *bound) {
            HILOCK__TOKEN_LEN, &r);
   rc = hilock__queued_unacked(&h->err, rc, r);
   if (rc != HILOCK_OK) return rc;
-  if (!int_array(r, 3)) {
+  if (!hilock__int_reply(r, 3)) {
     /* Fail closed: an unreadable reply is never a grant. */
     freeReplyObject(r);
     return hilock__set_err(&h->err, HILOCK_EPROTO,
@@ -164,7 +157,8 @@ static int attempt(void *arg, int64_t *bound) {
 
 /* Start an acquire: refuse if this handle holds the lock, else draw a new
  * waiter id (the owner token if granted). */
-static int begin(hilock_fair_lock *fl, int queue) {
+static int begin(void *arg, int queue) {
+  hilock_fair_lock *fl = arg;
   hilock__hold *h = &fl->h;
   int rc;
   if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
@@ -182,7 +176,8 @@ static int begin(hilock_fair_lock *fl, int queue) {
 
 /* The acquire did not end in a grant: leave the queue (and give back a
  * grant whose reply was lost), keeping the error that got us here. */
-static void leave(hilock_fair_lock *fl) {
+static void leave(void *arg) {
+  hilock_fair_lock *fl = arg;
   hilock__err e;
   redisReply *r;
   hilock__clear_err(&e);
@@ -191,30 +186,18 @@ static void leave(hilock_fair_lock *fl) {
   if (fl->h.held) hilock__hold_drop(&fl->h);
 }
 
+static const hilock__queue_ops queue_ops = {begin, attempt, leave};
+
 int hilock_fair_lock_try_acquire(hilock_fair_lock *fl) {
-  int64_t bound;
-  int rc;
   if (fl == NULL) return HILOCK_EINVAL;
-  rc = begin(fl, 0);
-  if (rc != HILOCK_OK) return rc;
-  rc = attempt(fl, &bound);
-  if (rc < 0) leave(fl);
-  return rc;
+  return hilock__queue_acquire(&fl->h, (const char *const *)&fl->wkey,
+                               &fl->wkeylen, 0, &queue_ops, fl);
 }
 
 int hilock_fair_lock_acquire(hilock_fair_lock *fl, int64_t wait_ms) {
-  int rc;
   if (fl == NULL) return HILOCK_EINVAL;
-  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
-    return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
-                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
-  if (wait_ms == 0) return hilock_fair_lock_try_acquire(fl);
-  rc = begin(fl, 1);
-  if (rc != HILOCK_OK) return rc;
-  rc = hilock__acquire_loop(fl->h.client, &fl->h.err, fl->wkey, fl->wkeylen,
-                            wait_ms, attempt, fl);
-  if (rc != HILOCK_OK) leave(fl);
-  return rc;
+  return hilock__queue_acquire(&fl->h, (const char *const *)&fl->wkey,
+                               &fl->wkeylen, wait_ms, &queue_ops, fl);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -263,7 +246,7 @@ int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count) {
   *count = 0;
   rc = run(fl, &fl->h.err, "count", "", 0, &r);
   if (rc != HILOCK_OK) return rc;
-  if (int_array(r, 1))
+  if (hilock__int_reply(r, 1))
     *count = r->element[0]->integer;
   else
     rc = hilock__set_err(&fl->h.err, HILOCK_EPROTO,
@@ -291,4 +274,4 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
   return fl == NULL ? 0 : fl->last_ticket;
 }
 
-static const hilock__family family = {"fair lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};
+static const hilock__family family = {"fair lock", fam_free, fam_owned, fam_locked, NULL, NULL};

@@ -106,6 +106,7 @@ void hilock__hold_init_rt(hilock__hold *h, hilock__runtime *rt,
                           const hilock__script *renew_script,
                           int64_t ttl_ms) {
   memset(h, 0, sizeof(*h));
+  h->serial = hilock__serial();
   h->rt = rt;
   h->rkey = rkey;
   h->rkeylen = rkeylen;
@@ -394,6 +395,63 @@ int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
   return rc;
 }
 
+/* ## A grant attempt ------------------------------------------------------ */
+
+int hilock__attempt_begin(hilock__hold *h, const char *held_msg) {
+  int rc;
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
+    return hilock__set_err(&h->err, HILOCK_EINVAL, "%s", held_msg);
+  hilock__hold_drop(h);
+  rc = hilock__token(h->owner, &h->err);
+  if (rc != HILOCK_OK) return rc;
+  h->ownerlen = HILOCK__TOKEN_LEN;
+  return HILOCK_OK;
+}
+
+int hilock__attempt_run(hilock__hold *h, hilock__attempt *a,
+                        const hilock__undo *undo, const hilock__script *s,
+                        int nkeys, const char **keys, const size_t *keylens,
+                        int nargs, const char **args, const size_t *arglens,
+                        redisReply **r) {
+  const hilock__undo *outer = undo != NULL ? hilock__undo_arm(undo) : NULL;
+  int rc;
+  a->start = hilock__now_us();
+  rc = hilock__script_run(h->client, &h->err, s, nkeys, keys, keylens, nargs,
+                          args, arglens, r);
+  if (undo != NULL) hilock__undo_disarm(outer);
+  a->unacked = h->err;
+  a->replicated = rc != HILOCK_ENOREPLICAS;
+  if (!a->replicated) rc = HILOCK_OK; /* the reply says whether it granted */
+  if (rc != HILOCK_OK) hilock__hold_drop(h);
+  return rc;
+}
+
+int hilock__attempt_end(hilock__hold *h, const hilock__attempt *a,
+                        redisReply *r, int verdict, uint64_t fence,
+                        int64_t busy_pttl, int64_t *pttl,
+                        int (*release)(void *arg), void *arg,
+                        const char *script) {
+  int rc;
+  if (verdict == 1 && !a->replicated) {
+    /* Granted on the master, but too few replicas saw it: a failover now
+     * could grant it again. Give it back. */
+    rc = hilock__hold_give_back(h, &a->unacked, release, arg);
+  } else if (verdict == 1) {
+    rc = hilock__hold_granted(h, a->start, fence);
+  } else if (verdict == 0) {
+    *pttl = busy_pttl;
+    hilock__hold_drop(h);
+    rc = HILOCK_BUSY;
+  } else {
+    /* Fail closed: an unreadable reply is never a grant. */
+    hilock__hold_drop(h);
+    rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to the %s",
+                         script);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
 /* ## The public base handle (hilock/hold.h) ------------------------------- */
 
 /* Every family handle begins with its hold. */
@@ -409,43 +467,36 @@ static void unguard(const hilock__hold *h) {
   if (h->guard != NULL) pthread_mutex_unlock(h->guard);
 }
 
-static hilock__err *err_of(const hilock__hold *h) {
-  return h->fam != NULL && h->fam->err != NULL ? h->fam->err(h)
-                                               : (hilock__err *)&h->err;
+hilock__err *hilock__hold_err(hilock__hold *h) {
+  return h->guard != NULL ? hilock__tl_err(h, h->serial, 1) : &h->err;
 }
 
-/* A failure recorded on the hold, where the handle reports its errors. */
+/* The error this thread's last failed call on the handle left (NULL: none). */
+static const hilock__err *last_err(const hilock__hold *h) {
+  return h->guard != NULL ? hilock__tl_err(h, h->serial, 0) : &h->err;
+}
+
+/* A failure the shared layer recorded in h->err, where the caller reads it. */
 static int keep(hilock__hold *h, int rc) {
-  if (rc < 0 && err_of(h) != &h->err) {
-    guard(h);
-    *err_of(h) = h->err;
-    unguard(h);
-  }
+  if (rc < 0 && h->guard != NULL) *hilock__hold_err(h) = h->err;
   return rc;
 }
 
 const char *hilock_hold_errmsg(const hilock_hold *hh) {
-  static __thread char copy[sizeof(((hilock__err *)0)->msg)];
   const hilock__hold *h = chold_of(hh);
+  const hilock__err *e;
   if (h == NULL) return "handle is NULL";
   if (h->fam != NULL && h->fam->errmsg != NULL) return h->fam->errmsg(h);
-  if (h->guard == NULL) return err_of(h)->msg;
-  /* Shared by threads: a copy of its own for the caller. */
-  guard(h);
-  memcpy(copy, err_of(h)->msg, sizeof(copy));
-  unguard(h);
-  copy[sizeof(copy) - 1] = '\0';
-  return copy;
+  e = last_err(h);
+  return e != NULL ? e->msg : "";
 }
 
 int hilock_hold_errcode(const hilock_hold *hh) {
   const hilock__hold *h = chold_of(hh);
-  int code;
+  const hilock__err *e;
   if (h == NULL) return HILOCK_EINVAL;
-  guard(h);
-  code = err_of(h)->code;
-  unguard(h);
-  return code;
+  e = last_err(h);
+  return e != NULL ? e->code : HILOCK_OK;
 }
 
 uint64_t hilock_hold_fence(const hilock_hold *hh) {

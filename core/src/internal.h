@@ -28,6 +28,14 @@ int hilock__set_err(hilock__err *e, int code, const char *fmt, ...)
 #endif
     ;
 void hilock__clear_err(hilock__err *e);
+/* 1 if r is an array of at least n elements, every one an integer (the
+ * shape of every family script's reply). */
+int hilock__int_reply(const struct redisReply *r, size_t n);
+/* A fresh serial number for an object whose errors are kept per thread. */
+uint64_t hilock__serial(void);
+/* The calling thread's error slot for obj (NULL if it has none and create
+ * is 0). */
+hilock__err *hilock__tl_err(const void *obj, uint64_t serial, int create);
 /* Map a Redis error reply to a status, copying Redis's text into e. */
 int hilock__reply_error(hilock__err *e, const char *text, size_t len);
 
@@ -294,7 +302,7 @@ pthread_mutex_t *hilock__client_fork_mutex(struct hilock_client *c);
 
 struct hilock_client {
   hilock__runtime rt; /* first */
-  hilock__err err;    /* last failed client-level call */
+  uint64_t serial;    /* its failed calls' errors are kept per thread */
   pid_t pid;  /* process that owns the pooled connections */
   char id[HILOCK__TOKEN_LEN + 1]; /* random; new in a forked child */
   hilock__url url;
@@ -314,13 +322,16 @@ void hilock__client_ref(hilock_client *c);
  * reference while it runs, so a concurrent hilock_client_free never frees
  * memory under it: HILOCK_ECLOSED (in e) if the client is closed. */
 int hilock__client_enter(hilock_client *c, hilock__err *e);
+/* Where a failed client-level call (connecting, ping, a constructor)
+ * records its error: the calling thread's slot for the client. */
+hilock__err *hilock__client_err(hilock_client *c);
 #define hilock__client_leave hilock__client_unref
 /* Return expr (a constructor's work on client) run as such a call. */
 #define HILOCK__CLIENT_CALL(client, out, expr)                 \
   do {                                                          \
     int rc_;                                                    \
     if ((client) == NULL || (out) == NULL) return (expr);       \
-    rc_ = hilock__client_enter((client), &(client)->err);       \
+    rc_ = hilock__client_enter((client), hilock__client_err(client)); \
     if (rc_ != HILOCK_OK) {                                     \
       *(out) = NULL;                                            \
       return rc_;                                               \
@@ -613,6 +624,19 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
  * re-checks at least every window/3, and sooner when what it watches (the
  * holder's TTL, its predecessor's session: watch_ms > 0) runs out first;
  * hilock__beat_bound gives that sleep for hilock__acquire_loop. */
+/* The acquire of a family whose waiters queue (fair, sequential): begin
+ * (refuse a second grant, draw a waiter id; queueing when the caller will
+ * wait), attempts until granted or wait_ms passes (0: one attempt), and on
+ * any end but a grant leave the queue (a one-shot try leaves only after an
+ * error). wkey is read at each wait (begin may set it). */
+typedef struct hilock__queue_ops {
+  int (*begin)(void *arg, int queue);
+  int (*attempt)(void *arg, int64_t *bound);
+  void (*leave)(void *arg);
+} hilock__queue_ops;
+int hilock__queue_acquire(struct hilock__hold *h, const char *const *wkey,
+                          const size_t *wkeylen, int64_t wait_ms,
+                          const hilock__queue_ops *ops, void *arg);
 int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms);
 int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms);
 
@@ -788,8 +812,6 @@ typedef struct hilock__family {
   int (*locked)(void *handle, int *locked);
   /* The key reported by hilock_hold_key (NULL: the hold's rkey). */
   const char *(*key)(const void *handle, size_t *len);
-  /* The handle's last error when it is not the hold's (NULL: h->err). */
-  hilock__err *(*err)(const void *handle);
   /* The message, when a family keeps a longer one (Redlock's node list). */
   const char *(*errmsg)(const void *handle);
 } hilock__family;
@@ -798,8 +820,11 @@ typedef struct hilock__hold {
   hilock__err err; /* the handle's last error */
   const hilock__family *fam; /* set for a public handle's hold */
   /* Threads may share the handle (rlock, rwlock): this guards the hold's
-   * grant fields and err. NULL: one thread at a time. */
+   * grant fields, and its calls' errors are kept per thread (err is then
+   * scratch for the shared layer; see hilock__hold_err). NULL: one thread
+   * at a time. */
   pthread_mutex_t *guard;
+  uint64_t serial;
   hilock_client *client; /* its connections (NULL: Redlock's own) */
   hilock__runtime *rt;   /* its renewal, options and lifetime */
   const char *rkey; /* the key renewal extends (owned by the family) */
@@ -859,6 +884,9 @@ void hilock__hold_init_rt(hilock__hold *h, hilock__runtime *rt,
                           const char *rkey, size_t rkeylen,
                           const hilock__script *renew_script, int64_t ttl_ms);
 void hilock__hold_destroy(hilock__hold *h);
+/* Where a failed call on the handle records its error for the caller: the
+ * hold's err, or for a handle threads share the calling thread's slot. */
+hilock__err *hilock__hold_err(hilock__hold *h);
 /* Before an operation on a grant: HILOCK_EFORKED in a forked child,
  * HILOCK_ENOTOWNED if there is no grant. */
 int hilock__hold_check(hilock__hold *h, const char *verb);
@@ -905,6 +933,34 @@ int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
  * whether the give-back worked. */
 int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
                            int (*release)(void *arg), void *arg);
+/* A grant attempt, as every family with one owner token per grant makes
+ * it (lock, semaphore, multi-key and segmented locks):
+ *   hilock__attempt_begin   refuse while this process holds a valid grant
+ *                           (held_msg says so), forget a lapsed one, and
+ *                           draw a fresh owner token into h->owner;
+ *   hilock__attempt_run     send the grant script with undo armed (a reply
+ *                           that comes too late is released behind it);
+ *                           WAIT's verdict is kept in a, not returned;
+ *   hilock__attempt_end     act on the reply's verdict: 1 granted (with its
+ *                           fence; given back if too few replicas saw it),
+ *                           0 busy (*pttl = busy_pttl), -1 unreadable
+ *                           (HILOCK_EPROTO: never a grant). Frees r. */
+typedef struct hilock__attempt {
+  int64_t start;      /* when the request went out */
+  int replicated;     /* WAIT saw enough replicas (1 without WAIT) */
+  hilock__err unacked; /* why not, when it did not */
+} hilock__attempt;
+int hilock__attempt_begin(hilock__hold *h, const char *held_msg);
+int hilock__attempt_run(hilock__hold *h, hilock__attempt *a,
+                        const hilock__undo *undo, const hilock__script *s,
+                        int nkeys, const char **keys, const size_t *keylens,
+                        int nargs, const char **args, const size_t *arglens,
+                        redisReply **r);
+int hilock__attempt_end(hilock__hold *h, const hilock__attempt *a,
+                        redisReply *r, int verdict, uint64_t fence,
+                        int64_t busy_pttl, int64_t *pttl,
+                        int (*release)(void *arg), void *arg,
+                        const char *script);
 /* Renewal settings for the hold; applied to a current grant at once. */
 int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
                                 int64_t max_hold_ms, hilock_lost_fn on_lost,

@@ -33,11 +33,11 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   if (rc == HILOCK_OK && kind != HILOCK_LOCK_SIMPLE)
     rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
-    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
     return rc;
   }
   if (client->rt.closed)
-    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;
@@ -105,58 +105,29 @@ static int attempt(void *arg, int64_t *pttl) {
   size_t arglens[3] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, h->ttl_ms), 5};
   /* Rung by a release: this attempt takes the wake-up (same round trip). */
   int n = hilock__attempt_woken() == 2 ? 3 : 2;
-  redisReply *r;
-  int64_t start;
-  int rc;
-
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
-    return hilock__set_err(&h->err, HILOCK_EINVAL,
-                           "this handle already holds the lock; release it "
-                           "first (the lock is not reentrant)");
-  hilock__hold_drop(h);
-  rc = hilock__token(h->owner, &h->err);
-  if (rc != HILOCK_OK) return rc;
-  h->ownerlen = HILOCK__TOKEN_LEN;
   /* If the reply does not come in time, the grant is ambiguous: the same
    * socket then carries this attempt's owner-checked release. */
   const char *ukeys[2] = {l->key, l->wkey};
   size_t ukeylens[2] = {l->keylen, l->wkeylen};
   hilock__undo undo = {&hilock__script_lock_release, 2, 1, ukeys, ukeylens,
                        args, arglens, h->ttl_ms};
-  const hilock__undo *outer = hilock__undo_arm(&undo);
-  start = hilock__now_us();
-  rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_acquire, n,
-                          keys, keylens, n, args, arglens, &r);
-  hilock__undo_disarm(outer);
-  hilock__err unacked = h->err;
-  int replicated = rc != HILOCK_ENOREPLICAS;
-  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
-  if (rc != HILOCK_OK) {
-    hilock__hold_drop(h);
-    return rc;
-  }
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER ||
-      r->element[1]->type != REDIS_REPLY_INTEGER) {
-    /* Fail closed: an unreadable reply is never a grant. */
-    freeReplyObject(r);
-    hilock__hold_drop(h);
-    return hilock__set_err(&h->err, HILOCK_EPROTO,
-                           "unexpected reply to the acquire script");
-  }
-  if (r->element[0]->integer == 1 && !replicated) {
-    /* Granted on the master, but too few replicas saw it: a failover now
-     * could grant it again. Give it back. */
-    rc = hilock__hold_give_back(h, &unacked, release_fn, l);
-  } else if (r->element[0]->integer == 1) {
-    rc = hilock__hold_granted(h, start, (uint64_t)r->element[1]->integer);
-  } else {
-    *pttl = r->element[1]->integer;
-    hilock__hold_drop(h);
-    rc = HILOCK_BUSY;
-  }
-  freeReplyObject(r);
-  return rc;
+  hilock__attempt a;
+  redisReply *r;
+  int rc, ok;
+
+  rc = hilock__attempt_begin(h, "this handle already holds the lock; release "
+                                "it first (the lock is not reentrant)");
+  if (rc == HILOCK_OK)
+    rc = hilock__attempt_run(h, &a, &undo, &hilock__script_lock_acquire, n,
+                             keys, keylens, n, args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+       r->element[0]->type == REDIS_REPLY_INTEGER &&
+       r->element[1]->type == REDIS_REPLY_INTEGER;
+  return hilock__attempt_end(h, &a, r, ok ? r->element[0]->integer == 1 : -1,
+                             ok ? (uint64_t)r->element[1]->integer : 0,
+                             ok ? r->element[1]->integer : 0, pttl, release_fn,
+                             l, "acquire script");
 }
 
 int hilock_lock_try_acquire(hilock_lock *l) {
@@ -242,4 +213,4 @@ hilock_lock_kind hilock_lock_get_kind(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
-static const hilock__family family = {"lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};
+static const hilock__family family = {"lock", fam_free, fam_owned, fam_locked, NULL, NULL};

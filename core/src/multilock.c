@@ -156,12 +156,12 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
   if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
     free(order);
-    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
     return rc;
   }
   if (client->rt.closed) {
     free(order);
-    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
   }
   m = calloc(1, sizeof(*m));
   if (m == NULL) {
@@ -199,7 +199,7 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
   if (hilock__client_is_cluster(client) &&
       (rc = check_slots(&tmp, m)) != HILOCK_OK) {
     free_parts(m);
-    return hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    return hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
   }
   m->wkey = m->keys[count];
   m->wkeylen = m->keylens[count];
@@ -216,7 +216,7 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
 nomem:
   free(order);
   free_parts(m);
-  return hilock__set_err(&client->err, HILOCK_ENOMEM, "out of memory");
+  return hilock__set_err(hilock__client_err(client), HILOCK_ENOMEM, "out of memory");
 }
 
 int hilock_multilock_new_len(hilock_client *client, const char *const *names,
@@ -265,12 +265,6 @@ static int run(hilock_multilock *m, const hilock__script *s, int nkeys,
   return rc == HILOCK_ECROSSSLOT ? crossslot_hint(m) : rc;
 }
 
-static int all_ints(const redisReply *r, size_t from) {
-  for (size_t i = from; i < r->elements; i++)
-    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
-  return 1;
-}
-
 /* Mark the keys listed in r->element[from..] (1-based indexes) missing;
  * returns how many, and the first in *first. */
 static size_t mark_missing(hilock_multilock *m, const redisReply *r,
@@ -295,18 +289,15 @@ static int attempt(void *arg, int64_t *pttl) {
   char ttl[24], woken[24];
   const char *args[3] = {h->owner, ttl, woken};
   size_t arglens[3];
+  hilock__attempt a;
   redisReply *r;
-  int64_t start;
-  int rc;
+  uint64_t top = 0;
+  int rc, verdict = -1;
 
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
-    return hilock__set_err(&h->err, HILOCK_EINVAL,
-                           "this handle already holds the names; release "
-                           "them first (the lock is not reentrant)");
-  hilock__hold_drop(h);
-  rc = hilock__token(h->owner, &h->err);
+  rc = hilock__attempt_begin(h, "this handle already holds the names; "
+                                "release them first (the lock is not "
+                                "reentrant)");
   if (rc != HILOCK_OK) return rc;
-  h->ownerlen = HILOCK__TOKEN_LEN;
   arglens[0] = HILOCK__TOKEN_LEN;
   arglens[1] = hilock__i64(ttl, h->ttl_ms);
   arglens[2] = hilock__i64(
@@ -315,50 +306,32 @@ static int attempt(void *arg, int64_t *pttl) {
   hilock__undo undo = {&hilock__script_multilock_release, (int)(2 * m->n), 1,
                        (const char *const *)m->keys, m->keylens, args,
                        arglens, h->ttl_ms};
-  const hilock__undo *outer = hilock__undo_arm(&undo);
-  start = hilock__now_us();
-  rc = run(m, &hilock__script_multilock_acquire, (int)(3 * m->n), 3, args,
-           arglens, &r);
-  hilock__undo_disarm(outer);
-  hilock__err unacked = h->err;
-  int replicated = rc != HILOCK_ENOREPLICAS;
-  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
-  if (rc != HILOCK_OK) {
-    hilock__hold_drop(h);
-    return rc;
-  }
-  int granted = r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
-                all_ints(r, 0) && r->element[0]->integer == 1;
-  if (granted && !replicated) {
-    /* Granted on the master only: a failover could grant the names again.
-     * Give them back. */
-    rc = hilock__hold_give_back(h, &unacked, release_fn, m);
-  } else if (granted) {
-    uint64_t top = 0;
-    for (size_t i = 0; i < m->n; i++) {
+  rc = hilock__attempt_run(h, &a, &undo, &hilock__script_multilock_acquire,
+                           (int)(3 * m->n), (const char **)m->keys,
+                           m->keylens, 3, args, arglens, &r);
+  if (rc == HILOCK_ECROSSSLOT) return crossslot_hint(m);
+  if (rc != HILOCK_OK) return rc;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
+      hilock__int_reply(r, 0) && r->element[0]->integer == 1) {
+    verdict = 1;
+    for (size_t i = 0; i < m->n && a.replicated; i++) {
       m->fences[i] = (uint64_t)r->element[i + 1]->integer;
       if (m->fences[i] > top) top = m->fences[i];
     }
-    memset(m->missing, 0, m->n);
-    rc = hilock__hold_granted(h, start, top);
+    if (a.replicated) memset(m->missing, 0, m->n);
   } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-             all_ints(r, 0) && r->element[0]->integer == 0 &&
+             hilock__int_reply(r, 0) && r->element[0]->integer == 0 &&
              r->element[2]->integer >= 1 &&
              (size_t)r->element[2]->integer <= m->n) {
+    /* Busy: wait on the first name that is held. */
+    verdict = 0;
     m->wait_idx = (size_t)r->element[2]->integer - 1;
     m->wkey = m->keys[m->n + m->wait_idx];
     m->wkeylen = m->keylens[m->n + m->wait_idx];
-    *pttl = r->element[1]->integer;
-    hilock__hold_drop(h);
-    rc = HILOCK_BUSY;
-  } else {
-    /* Fail closed: an unreadable reply is never a grant. */
-    hilock__hold_drop(h);
-    rc = hilock__set_err(&h->err, HILOCK_EPROTO,
-                         "unexpected reply to the multi-key acquire script");
   }
-  freeReplyObject(r);
-  return rc;
+  return hilock__attempt_end(h, &a, r, verdict, top,
+                             verdict == 0 ? r->element[1]->integer : 0, pttl,
+                             release_fn, m, "multi-key acquire script");
 }
 
 int hilock_multilock_try_acquire(hilock_multilock *m) {
@@ -390,7 +363,7 @@ int hilock_multilock_release(hilock_multilock *m) {
   if (m == NULL) return HILOCK_EINVAL;
   rc = hilock__hold_release(&m->h, run_release, m, &r);
   if (rc != HILOCK_OK) return rc;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || !all_ints(r, 0)) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || !hilock__int_reply(r, 0)) {
     freeReplyObject(r);
     return hilock__set_err(&m->h.err, HILOCK_EPROTO,
                            "unexpected reply to the multi-key release script");
@@ -475,7 +448,7 @@ static int info(hilock_multilock *m, const char *token, size_t tokenlen,
                r);
   if (rc != HILOCK_OK) return rc;
   if ((*r)->type != REDIS_REPLY_ARRAY || (*r)->elements < 1 ||
-      !all_ints(*r, 0)) {
+      !hilock__int_reply(*r, 0)) {
     freeReplyObject(*r);
     *r = NULL;
     return hilock__set_err(&m->h.err, HILOCK_EPROTO,
@@ -545,4 +518,4 @@ const char *hilock_multilock_key(const hilock_multilock *m, size_t i,
   return m->keys[i];
 }
 
-static const hilock__family family = {"multi-key lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};
+static const hilock__family family = {"multi-key lock", fam_free, fam_owned, fam_locked, NULL, NULL};

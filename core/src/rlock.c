@@ -30,11 +30,10 @@ static int is_mine(const hilock_rlock *rl, const char *owner, size_t len) {
          memcmp(rl->h.owner, owner, len) == 0;
 }
 
-/* Record e as the handle's last error (threads may share the handle). */
+/* Record e as the calling thread's last error on the handle (threads may
+ * share it: each reads its own, as errno). */
 static int keep_err(hilock_rlock *rl, const hilock__err *e) {
-  pthread_mutex_lock(rl->mu);
-  rl->h.err = *e;
-  pthread_mutex_unlock(rl->mu);
+  *hilock__hold_err(&rl->h) = *e;
   return e->code;
 }
 
@@ -109,11 +108,11 @@ static int attempt(void *arg, int64_t *pttl) {
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   pthread_mutex_lock(rl->mu);
   if (rc != HILOCK_OK) {
-    rl->h.err = e;
+    *hilock__hold_err(&rl->h) = e;
   } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
              r->element[0]->type != REDIS_REPLY_INTEGER ||
              r->element[1]->type != REDIS_REPLY_INTEGER) {
-    rc = hilock__set_err(&rl->h.err, HILOCK_EPROTO,
+    rc = hilock__set_err(hilock__hold_err(&rl->h), HILOCK_EPROTO,
                          "unexpected reply to the rlock acquire script");
   } else if (r->element[0]->integer == 1 && !replicated) {
     undo = 1; /* too few replicas saw this (re-)entry: leave it again */
@@ -122,6 +121,7 @@ static int attempt(void *arg, int64_t *pttl) {
     memcpy(rl->h.owner, owner, ownerlen + 1);
     rl->h.ownerlen = ownerlen;
     rc = hilock__hold_granted(&rl->h, start, (uint64_t)r->element[1]->integer);
+    if (rc != HILOCK_OK) *hilock__hold_err(&rl->h) = rl->h.err;
   } else {
     *pttl = r->element[1]->integer;
     rc = HILOCK_BUSY;
@@ -141,7 +141,7 @@ static int attempt(void *arg, int64_t *pttl) {
     hilock__call_end(outer);
     if (r != NULL) freeReplyObject(r);
     pthread_mutex_lock(rl->mu);
-    rc = hilock__grant_unacked(&rl->h.err, &e, urc, &ue);
+    rc = hilock__grant_unacked(hilock__hold_err(&rl->h), &e, urc, &ue);
     pthread_mutex_unlock(rl->mu);
   }
   return rc;
@@ -191,7 +191,7 @@ int hilock_rlock_release(hilock_rlock *rl) {
   if (rl->h.held && rl->h.pid != hilock__pid()) {
     rc = hilock__hold_check(&rl->h, "release");
     pthread_mutex_unlock(rl->mu);
-    return rc;
+    return keep_err(rl, &rl->h.err);
   }
   mine = is_mine(rl, owner, ownerlen);
   pthread_mutex_unlock(rl->mu);
@@ -212,12 +212,12 @@ int hilock_rlock_release(hilock_rlock *rl) {
   /* Re-check under the mutex: another thread may have been granted since. */
   mine = mine && is_mine(rl, owner, ownerlen);
   if (rc != HILOCK_OK) {
-    rl->h.err = e;
+    *hilock__hold_err(&rl->h) = e;
   } else if (r->type != REDIS_REPLY_INTEGER) {
-    rc = hilock__set_err(&rl->h.err, HILOCK_EPROTO,
+    rc = hilock__set_err(hilock__hold_err(&rl->h), HILOCK_EPROTO,
                          "unexpected reply to the rlock release script");
   } else if (r->integer < 0) {
-    rc = hilock__set_err(&rl->h.err, HILOCK_ENOTOWNED,
+    rc = hilock__set_err(hilock__hold_err(&rl->h), HILOCK_ENOTOWNED,
                          "release: the calling thread does not hold this "
                          "lock (or it expired); nothing changed");
     if (mine) hilock__hold_lost(&rl->h);
@@ -276,4 +276,4 @@ static int fam_locked(void *arg, int *locked) {
   return rc == HILOCK_OK ? rc : keep_err(rl, &e);
 }
 
-static const hilock__family family = {"reentrant lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};
+static const hilock__family family = {"reentrant lock", fam_free, fam_owned, fam_locked, NULL, NULL};

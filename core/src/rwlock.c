@@ -28,8 +28,8 @@ typedef struct rw_reader {
 struct hilock_rwlock {
   hilock__hold w;     /* the write grant (one owner at a time) */
   int64_t wcount;     /* its owner's hold count as of the last reply */
-  hilock__err err;    /* the handle's last error */
-  /* The client's hmu: guards w, wcount, err, readers, read settings. */
+  /* The client's hmu: guards w, wcount, readers, read settings. The
+   * handle's errors are kept per thread (hilock__hold_err(&w)). */
   pthread_mutex_t *mu;
   rw_reader *readers;
   /* Renewal settings for read holds, copied into each new one. */
@@ -59,18 +59,15 @@ static size_t owner_of(const hilock_rwlock *rw, char *buf) {
                           this_tid());
 }
 
+/* Record the calling thread's last error on the handle (threads share it:
+ * each reads its own, as errno). */
 static int keep_err(hilock_rwlock *rw, const hilock__err *e) {
-  pthread_mutex_lock(rw->mu);
-  rw->err = *e;
-  pthread_mutex_unlock(rw->mu);
+  *hilock__hold_err(&rw->w) = *e;
   return e->code;
 }
 
 static int set_err(hilock_rwlock *rw, int code, const char *msg) {
-  pthread_mutex_lock(rw->mu);
-  hilock__set_err(&rw->err, code, "%s", msg);
-  pthread_mutex_unlock(rw->mu);
-  return code;
+  return hilock__set_err(hilock__hold_err(&rw->w), code, "%s", msg);
 }
 
 /* The calling thread's read hold in this process; call with mu held. */
@@ -245,13 +242,6 @@ static void ctx_init(attempt_ctx *a, hilock_rwlock *rw, int wait) {
   hilock__clear_err(&a->e);
 }
 
-static int reply_ints(const redisReply *r, size_t n) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < n) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
-  return 1;
-}
-
 /* A grant or re-entry too few replicas acknowledged: leave that level
  * again with the side's release script (a re-entry keeps the levels below
  * it, and the local record of them is unchanged), and say so in a->e.
@@ -342,7 +332,7 @@ static int read_attempt(void *arg, int64_t *pttl) {
   int replicated = rc != HILOCK_ENOREPLICAS;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) return rc;
-  if (!reply_ints(r, 2) || r->element[0]->integer < 0 ||
+  if (!hilock__int_reply(r, 2) || r->element[0]->integer < 0 ||
       r->element[0]->integer > 1) {
     /* Fail closed: an unreadable reply is never a grant. */
     rc = hilock__set_err(&a->e, HILOCK_EPROTO,
@@ -464,7 +454,7 @@ static int write_attempt(void *arg, int64_t *pttl) {
   int replicated = rc != HILOCK_ENOREPLICAS;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) return rc;
-  if (!reply_ints(r, 2) || (r->element[0]->integer == 1 && !reply_ints(r, 3))) {
+  if (!hilock__int_reply(r, 2) || (r->element[0]->integer == 1 && !hilock__int_reply(r, 3))) {
     rc = hilock__set_err(&a->e, HILOCK_EPROTO,
                          "unexpected reply to the rwlock write script");
   } else if (r->element[0]->integer == 1 && !replicated) {
@@ -541,7 +531,7 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
     rw_reader *parent = parents_reader(rw);
     if (parent != NULL) {
       rc = hilock__hold_check(&parent->h, "release");
-      rw->err = parent->h.err;
+      *hilock__hold_err(&rw->w) = parent->h.err;
       pthread_mutex_unlock(rw->mu);
       return rc;
     }
@@ -591,7 +581,7 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
   pthread_mutex_lock(rw->mu);
   if (rw->w.held && rw->w.pid != hilock__pid()) {
     rc = hilock__hold_check(&rw->w, "release");
-    rw->err = rw->w.err;
+    *hilock__hold_err(&rw->w) = rw->w.err;
     pthread_mutex_unlock(rw->mu);
     return rc;
   }
@@ -646,7 +636,7 @@ static int state(hilock_rwlock *rw, int64_t out[4]) {
   rc = hilock__script_run(rw->w.client, &e, &hilock__script_rwlock_state, 3,
                           keys, keylens, 1, args, arglens, &r);
   if (rc != HILOCK_OK) return keep_err(rw, &e);
-  if (!reply_ints(r, 4)) {
+  if (!hilock__int_reply(r, 4)) {
     freeReplyObject(r);
     return set_err(rw, HILOCK_EPROTO,
                    "unexpected reply to the rwlock state script");
@@ -711,7 +701,7 @@ int hilock_rwlock_read_set_auto_renew(hilock_rwlock *rw, int enable,
     r->h.lost_arg = arg;
     if (enable && r->h.held && !hilock__hold_is_lost(&r->h) &&
         hilock__renewal_register(&r->h) != HILOCK_OK) {
-      rw->err = r->h.err;
+      *hilock__hold_err(&rw->w) = r->h.err;
       rc = r->h.err.code;
     }
   }
@@ -752,12 +742,6 @@ const char *hilock_rwlock_key(const hilock_rwlock *rw, int write,
 }
 
 
-/* The hold of a read-write lock is its write side; the handle's error is
- * its own (both sides set it). */
-static hilock__err *fam_err(const void *arg) {
-  return &((hilock_rwlock *)arg)->err;
-}
-
 /* Round trip: the calling thread holds the write side. */
 static int fam_owned(void *arg, int *owned) {
   int64_t n = 0;
@@ -774,4 +758,4 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {"read-write lock", fam_free, fam_owned, fam_locked, NULL, fam_err, NULL};
+static const hilock__family family = {"read-write lock", fam_free, fam_owned, fam_locked, NULL, NULL};

@@ -58,11 +58,11 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
                          HILOCK_SEGMENTS_MAX, segments);
   if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
-    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
     return rc;
   }
   if (client->rt.closed)
-    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->nseg = segments;
@@ -128,14 +128,6 @@ static int segcount_mismatch(hilock_seglock *s, long long stored) {
                          stored, s->nseg);
 }
 
-/* A reply that is an array of at least n integers. */
-static int int_array(const redisReply *r, size_t n) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < n) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
-  return 1;
-}
-
 static int release_fn(void *s) { return hilock_seglock_release(s); }
 
 /* One grant attempt; *pttl gets the shortest remaining TTL among the held
@@ -143,23 +135,21 @@ static int release_fn(void *s) { return hilock_seglock_release(s); }
 static int attempt(void *arg, int64_t *pttl) {
   hilock_seglock *s = arg;
   hilock__hold *h = &s->h;
-  char ttl[24], start_s[24], k[24];
+  char ttl[24], start_s[24], k[24], held[96];
   const char *args[4];
   size_t arglens[4];
+  hilock__attempt a;
   redisReply *r;
   uint64_t rnd = 0;
-  int64_t start;
-  int rc;
+  int rc, verdict = -1;
+  long long what;
 
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
-    return hilock__set_err(&h->err, HILOCK_EINVAL,
-                           "this handle already holds segment %d; release it "
-                           "first (one handle holds one segment)",
-                           s->segment);
-  hilock__hold_drop(h);
-  rc = hilock__token(h->owner, &h->err);
+  snprintf(held, sizeof(held),
+           "this handle already holds segment %d; release it first (one "
+           "handle holds one segment)",
+           s->segment);
+  rc = hilock__attempt_begin(h, held);
   if (rc != HILOCK_OK) return rc;
-  h->ownerlen = HILOCK__TOKEN_LEN;
   /* The random start comes from the token's fresh random bits, so forked
    * workers never share a sequence. */
   for (int i = 0; i < 12; i++) {
@@ -174,62 +164,34 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[2] = hilock__i64(start_s, (int64_t)(rnd % (uint64_t)s->nseg));
   args[3] = k;
   arglens[3] = hilock__i64(k, s->nseg);
-  start = hilock__now_us();
-  rc = hilock__script_run(h->client, &h->err, &hilock__script_seglock_acquire,
-                          s->nseg + 3, s->akeys, s->akeylens, 4, args, arglens,
-                          &r);
-  hilock__err unacked = h->err;
-  int replicated = rc != HILOCK_ENOREPLICAS;
-  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
-  if (rc != HILOCK_OK) {
+  rc = hilock__attempt_run(h, &a, NULL, &hilock__script_seglock_acquire,
+                           s->nseg + 3, (const char **)s->akeys, s->akeylens,
+                           4, args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  /* {1, segment, fence}, {0, pttl}, {2} sold out, {-1, stored count}. */
+  what = hilock__int_reply(r, 1) ? r->element[0]->integer : -2;
+  if (what == 1 && hilock__int_reply(r, 3) && r->element[1]->integer >= 0 &&
+      r->element[1]->integer < s->nseg) {
+    int i = (int)r->element[1]->integer;
+    s->segment = i;
+    h->rkey = s->segkey[i];
+    h->rkeylen = s->segkeylen[i];
+    verdict = 1;
+  } else if (what == 0 && hilock__int_reply(r, 2)) {
+    verdict = 0;
+  } else if (what == 2 || (what == -1 && hilock__int_reply(r, 2))) {
     hilock__hold_drop(h);
+    rc = what == 2 ? hilock__set_err(&h->err, HILOCK_SOLDOUT,
+                                     "every segment is empty (sold out)")
+                   : segcount_mismatch(s, r->element[1]->integer);
+    freeReplyObject(r);
     return rc;
   }
-  /* Fail closed: an unreadable reply is never a grant. */
-  if (!int_array(r, 1) ||
-      (r->element[0]->integer == 1 &&
-       (!int_array(r, 3) || r->element[1]->integer < 0 ||
-        r->element[1]->integer >= s->nseg)) ||
-      ((r->element[0]->integer == 0 || r->element[0]->integer == -1) &&
-       !int_array(r, 2))) {
-    freeReplyObject(r);
-    hilock__hold_drop(h);
-    return hilock__set_err(&h->err, HILOCK_EPROTO,
-                           "unexpected reply to the seglock acquire script");
-  }
-  switch (r->element[0]->integer) {
-    case 1: {
-      int i = (int)r->element[1]->integer;
-      s->segment = i;
-      h->rkey = s->segkey[i];
-      h->rkeylen = s->segkeylen[i];
-      if (!replicated) /* granted on the master only: give it back */
-        rc = hilock__hold_give_back(h, &unacked, release_fn, s);
-      else
-        rc = hilock__hold_granted(h, start, (uint64_t)r->element[2]->integer);
-      break;
-    }
-    case 0:
-      *pttl = r->element[1]->integer;
-      hilock__hold_drop(h);
-      rc = HILOCK_BUSY;
-      break;
-    case 2:
-      hilock__hold_drop(h);
-      rc = hilock__set_err(&h->err, HILOCK_SOLDOUT,
-                           "every segment is empty (sold out)");
-      break;
-    case -1:
-      hilock__hold_drop(h);
-      rc = segcount_mismatch(s, r->element[1]->integer);
-      break;
-    default:
-      hilock__hold_drop(h);
-      rc = hilock__set_err(&h->err, HILOCK_EPROTO,
-                           "unexpected reply to the seglock acquire script");
-  }
-  freeReplyObject(r);
-  return rc;
+  return hilock__attempt_end(
+      h, &a, r, verdict,
+      verdict == 1 ? (uint64_t)r->element[2]->integer : 0,
+      verdict == 0 ? r->element[1]->integer : 0, pttl, release_fn, s,
+      "seglock acquire script");
 }
 
 int hilock_seglock_try_acquire(hilock_seglock *s) {
@@ -295,7 +257,7 @@ static int take_back(hilock_seglock *s, const hilock__err *unacked, int64_t n,
   hilock__clear_err(&e);
   rc = hilock__script_run_as(s->h.client, &e, &hilock__script_seglock_take, 0,
                              2, keys, keylens, 4, args, arglens, &r);
-  if (rc == HILOCK_OK && int_array(r, 3) && r->element[0]->integer == 1) {
+  if (rc == HILOCK_OK && hilock__int_reply(r, 3) && r->element[0]->integer == 1) {
     if (left != NULL) *left = r->element[2]->integer;
     freeReplyObject(r);
     return hilock__set_err(&s->h.err, HILOCK_ENOREPLICAS,
@@ -344,7 +306,7 @@ int hilock_seglock_take(hilock_seglock *s, int64_t n, int partial,
   rc = hilock__script_run_as(s->h.client, &s->h.err,
                              &hilock__script_seglock_take, 1, 2, keys,
                              keylens, 4, args, arglens, &r);
-  if (rc == HILOCK_ENOREPLICAS && int_array(r, 3) &&
+  if (rc == HILOCK_ENOREPLICAS && hilock__int_reply(r, 3) &&
       r->element[0]->integer == 1 && r->element[1]->integer > 0) {
     /* Taken on the master only: a failover could sell the units again.
      * Put them back. */
@@ -355,8 +317,8 @@ int hilock_seglock_take(hilock_seglock *s, int64_t n, int partial,
   }
   if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* nothing taken: see below */
   if (rc != HILOCK_OK) return rc;
-  if (!int_array(r, 1) ||
-      (r->element[0]->integer == 1 && !int_array(r, 3))) {
+  if (!hilock__int_reply(r, 1) ||
+      (r->element[0]->integer == 1 && !hilock__int_reply(r, 3))) {
     rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
                          "unexpected reply to the seglock take script");
   } else if (r->element[0]->integer == 1) {
@@ -405,7 +367,7 @@ static int stock_script(hilock_seglock *s, const char *mode, int64_t units,
                           &hilock__script_seglock_stock, 2, keys, keylens, 4,
                           args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
-  if (!int_array(r, 2) ||
+  if (!hilock__int_reply(r, 2) ||
       (r->element[0]->integer != 1 && r->element[0]->integer != -1))
     rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
                          "unexpected reply to the seglock stock script");
@@ -580,4 +542,4 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {"segmented lock", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};
+static const hilock__family family = {"segmented lock", fam_free, fam_owned, fam_locked, NULL, NULL};

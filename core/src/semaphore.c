@@ -45,11 +45,11 @@ static int semaphore_new(hilock_client *client, const char *name,
   if (rc == HILOCK_OK) rc = check_permits(&tmp, "permits", permits, 1);
   if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
-    hilock__set_err(&client->err, rc, "%s", tmp.msg);
+    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
     return rc;
   }
   if (client->rt.closed)
-    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->permits = permits;
@@ -100,14 +100,6 @@ static void three_keys(const hilock_semaphore *s, const char **keys,
   lens[2] = s->wkeylen;
 }
 
-/* A reply that is an array of at least n integers. */
-static int int_array(const redisReply *r, size_t n) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < n) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
-  return 1;
-}
-
 static int release_fn(void *s) { return hilock_semaphore_release(s); }
 
 /* One grant attempt; *pttl gets the time until the first permit expires
@@ -118,20 +110,15 @@ static int attempt(void *arg, int64_t *pttl) {
   const char *keys[3], *args[4];
   size_t keylens[3], arglens[4];
   char ttl[24], permits[24];
-  redisReply *r;
-  int64_t start;
   /* Rung by a release: this attempt takes the wake-up (same round trip). */
   int nargs = hilock__attempt_woken() == 2 ? 4 : 3;
-  int rc;
+  hilock__attempt a;
+  redisReply *r;
+  int rc, ok;
 
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
-    return hilock__set_err(&h->err, HILOCK_EINVAL,
-                           "this handle already holds a permit; release it "
-                           "first (one handle holds one permit)");
-  hilock__hold_drop(h);
-  rc = hilock__token(h->owner, &h->err);
+  rc = hilock__attempt_begin(h, "this handle already holds a permit; release "
+                                "it first (one handle holds one permit)");
   if (rc != HILOCK_OK) return rc;
-  h->ownerlen = HILOCK__TOKEN_LEN;
   three_keys(s, keys, keylens);
   args[0] = h->owner;
   arglens[0] = h->ownerlen;
@@ -146,38 +133,13 @@ static int attempt(void *arg, int64_t *pttl) {
   size_t uarglens[2] = {h->ownerlen, arglens[2]};
   hilock__undo undo = {&hilock__script_semaphore_release, 3, 2, keys, keylens,
                        uargs, uarglens, h->ttl_ms};
-  const hilock__undo *outer = hilock__undo_arm(&undo);
-  start = hilock__now_us();
-  rc = hilock__script_run(h->client, &h->err,
-                          &hilock__script_semaphore_acquire, 3, keys, keylens,
-                          nargs, args, arglens, &r);
-  hilock__undo_disarm(outer);
-  hilock__err unacked = h->err;
-  int replicated = rc != HILOCK_ENOREPLICAS;
-  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
-  if (rc != HILOCK_OK) {
-    hilock__hold_drop(h);
-    return rc;
-  }
-  if (!int_array(r, 2)) {
-    /* Fail closed: an unreadable reply is never a grant. */
-    freeReplyObject(r);
-    hilock__hold_drop(h);
-    return hilock__set_err(&h->err, HILOCK_EPROTO,
-                           "unexpected reply to the semaphore acquire script");
-  }
-  if (r->element[0]->integer == 1 && !replicated) {
-    /* Too few replicas saw the permit: give it back. */
-    rc = hilock__hold_give_back(h, &unacked, release_fn, s);
-  } else if (r->element[0]->integer == 1) {
-    rc = hilock__hold_granted(h, start, 0);
-  } else {
-    *pttl = r->element[1]->integer;
-    hilock__hold_drop(h);
-    rc = HILOCK_BUSY;
-  }
-  freeReplyObject(r);
-  return rc;
+  rc = hilock__attempt_run(h, &a, &undo, &hilock__script_semaphore_acquire, 3,
+                           keys, keylens, nargs, args, arglens, &r);
+  if (rc != HILOCK_OK) return rc;
+  ok = hilock__int_reply(r, 2);
+  return hilock__attempt_end(h, &a, r, ok ? r->element[0]->integer == 1 : -1,
+                             0, ok ? r->element[1]->integer : 0, pttl,
+                             release_fn, s, "semaphore acquire script");
 }
 
 int hilock_semaphore_try_acquire(hilock_semaphore *s) {
@@ -282,7 +244,7 @@ static int info(hilock_semaphore *s, const char *id, size_t idlen,
                           &hilock__script_semaphore_info, 2, keys, keylens, 2,
                           args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
-  if (!int_array(r, 4)) {
+  if (!hilock__int_reply(r, 4)) {
     rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
                          "unexpected reply to the semaphore info script");
   } else {
@@ -347,7 +309,7 @@ int hilock_semaphore_set_limit(hilock_semaphore *s, int64_t limit) {
                           &hilock__script_semaphore_set_limit, 3, keys,
                           keylens, 1, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
-  if (!int_array(r, 2))
+  if (!hilock__int_reply(r, 2))
     rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
                          "unexpected reply to the semaphore set_limit script");
   freeReplyObject(r);
@@ -367,4 +329,4 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {"semaphore", fam_free, fam_owned, fam_locked, NULL, NULL, NULL};
+static const hilock__family family = {"semaphore", fam_free, fam_owned, fam_locked, NULL, NULL};

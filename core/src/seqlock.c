@@ -133,13 +133,6 @@ static int run(hilock_seqlock *sl, hilock__err *e, const char *op,
                                args, arglens, out);
 }
 
-static int int_array(const redisReply *r, size_t min) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < min) return 0;
-  for (size_t i = 0; i < r->elements; i++)
-    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
-  return 1;
-}
-
 /* Point the wake key at the entry with sequence seq. */
 static void set_seq(hilock_seqlock *sl, int64_t seq) {
   __atomic_store_n(&sl->seq, seq, __ATOMIC_RELAXED);
@@ -161,7 +154,7 @@ static int attempt(void *arg, int64_t *bound) {
            HILOCK__TOKEN_LEN, 0, NULL, &r);
   rc = hilock__queued_unacked(&h->err, rc, r);
   if (rc != HILOCK_OK) return rc;
-  if (!int_array(r, 3) || (r->element[0]->integer != 1 && r->elements < 4) ||
+  if (!hilock__int_reply(r, 3) || (r->element[0]->integer != 1 && r->elements < 4) ||
       (r->element[0]->integer == 1 && r->element[1]->integer <= 0)) {
     /* Fail closed: an unreadable reply is never a grant. */
     freeReplyObject(r);
@@ -188,7 +181,8 @@ static int attempt(void *arg, int64_t *bound) {
 
 /* Start an acquire: refuse if this handle holds the lock, else draw a new
  * contender id (the owner token if granted). */
-static int begin(hilock_seqlock *sl, int queue) {
+static int begin(void *arg, int queue) {
+  hilock_seqlock *sl = arg;
   hilock__hold *h = &sl->h;
   int rc;
   if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
@@ -206,7 +200,8 @@ static int begin(hilock_seqlock *sl, int queue) {
 /* The acquire did not end in a grant: remove our entry and wake our
  * successor (and give back a grant whose reply was lost), keeping the
  * error that got us here. */
-static void leave(hilock_seqlock *sl) {
+static void leave(void *arg) {
+  hilock_seqlock *sl = arg;
   hilock__err e;
   redisReply *r;
   hilock__clear_err(&e);
@@ -216,30 +211,18 @@ static void leave(hilock_seqlock *sl) {
   if (sl->h.held) hilock__hold_drop(&sl->h);
 }
 
+static const hilock__queue_ops queue_ops = {begin, attempt, leave};
+
 int hilock_seqlock_try_acquire(hilock_seqlock *sl) {
-  int64_t bound;
-  int rc;
   if (sl == NULL) return HILOCK_EINVAL;
-  rc = begin(sl, 0);
-  if (rc != HILOCK_OK) return rc;
-  rc = attempt(sl, &bound);
-  if (rc < 0) leave(sl);
-  return rc;
+  return hilock__queue_acquire(&sl->h, (const char *const *)&sl->wkey,
+                               &sl->wkeylen, 0, &queue_ops, sl);
 }
 
 int hilock_seqlock_acquire(hilock_seqlock *sl, int64_t wait_ms) {
-  int rc;
   if (sl == NULL) return HILOCK_EINVAL;
-  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
-    return hilock__set_err(&sl->h.err, HILOCK_EINVAL,
-                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
-  if (wait_ms == 0) return hilock_seqlock_try_acquire(sl);
-  rc = begin(sl, 1);
-  if (rc != HILOCK_OK) return rc;
-  rc = hilock__acquire_loop(sl->h.client, &sl->h.err, sl->wkey, sl->wkeylen,
-                            wait_ms, attempt, sl);
-  if (rc != HILOCK_OK) leave(sl);
-  return rc;
+  return hilock__queue_acquire(&sl->h, (const char *const *)&sl->wkey,
+                               &sl->wkeylen, wait_ms, &queue_ops, sl);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -271,7 +254,7 @@ int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms, int replace) {
   start = hilock__now_us();
   rc = run(sl, &h->err, "extend", h->owner, h->ownerlen, ms,
            replace ? "set" : "add", &r);
-  if (rc == HILOCK_ENOREPLICAS && int_array(r, 1) &&
+  if (rc == HILOCK_ENOREPLICAS && hilock__int_reply(r, 1) &&
       r->element[0]->integer > 0) {
     /* Extended on the master only: the validity is not extended. */
     freeReplyObject(r);
@@ -279,7 +262,7 @@ int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms, int replace) {
   }
   if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not owned: see below */
   if (rc != HILOCK_OK) return rc;
-  if (!int_array(r, 1)) {
+  if (!hilock__int_reply(r, 1)) {
     rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to extend");
   } else if (r->element[0]->integer <= 0) {
     hilock__hold_lost(h);
@@ -308,7 +291,7 @@ static int fam_owned(void *arg, int *owned) {
   if (!h->held || h->pid != hilock__pid()) return HILOCK_OK;
   rc = run(sl, &h->err, "owned", h->owner, h->ownerlen, 0, NULL, &r);
   if (rc != HILOCK_OK) return rc;
-  if (!int_array(r, 1))
+  if (!hilock__int_reply(r, 1))
     rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to owned");
   else if (r->element[0]->integer == 1)
     *owned = 1;
@@ -323,7 +306,7 @@ static int info(hilock_seqlock *sl, int64_t out[3]) {
   redisReply *r;
   int rc = run(sl, &sl->h.err, "info", "", 0, 0, NULL, &r);
   if (rc != HILOCK_OK) return rc;
-  if (int_array(r, 3)) {
+  if (hilock__int_reply(r, 3)) {
     for (int i = 0; i < 3; i++) out[i] = r->element[i]->integer;
   } else {
     rc = hilock__set_err(&sl->h.err, HILOCK_EPROTO,
@@ -381,4 +364,4 @@ static const char *fam_key(const void *arg, size_t *len) {
   return sl->keys[K_QUEUE];
 }
 
-static const hilock__family family = {"sequential lock", fam_free, fam_owned, fam_locked, fam_key, NULL, NULL};
+static const hilock__family family = {"sequential lock", fam_free, fam_owned, fam_locked, fam_key, NULL};

@@ -122,9 +122,9 @@ int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
   if (client == NULL) return HILOCK_EINVAL;
   rc = hilock__check_name(&tmp, name, namelen);
   if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
-  if (rc != HILOCK_OK) return hilock__set_err(&client->err, rc, "%s", tmp.msg);
+  if (rc != HILOCK_OK) return hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
   if (client->rt.closed)
-    return hilock__set_err(&client->err, HILOCK_ECLOSED, "client is closed");
+    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
   return HILOCK_OK;
 }
 
@@ -171,4 +171,11 @@ pid_t hilock__pid(void) {
     __atomic_store_n(&cached_pid, p, __ATOMIC_RELAXED);
   }
   return p;
+}
+
+int hilock__int_reply(const redisReply *r, size_t n) {
+  if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < n) return 0;
+  for (size_t i = 0; i < r->elements; i++)
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) return 0;
+  return 1;
 }

@@ -214,6 +214,27 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
   return rc;
 }
 
+int hilock__queue_acquire(hilock__hold *h, const char *const *wkey,
+                          const size_t *wkeylen, int64_t wait_ms,
+                          const hilock__queue_ops *ops, void *arg) {
+  int64_t bound;
+  int rc;
+  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
+  rc = ops->begin(arg, wait_ms != 0);
+  if (rc != HILOCK_OK) return rc;
+  if (wait_ms == 0) {
+    rc = ops->attempt(arg, &bound);
+    if (rc < 0) ops->leave(arg);
+    return rc;
+  }
+  rc = hilock__acquire_loop_var(h->client, &h->err, wkey, wkeylen, 0, wait_ms,
+                                ops->attempt, arg);
+  if (rc != HILOCK_OK) ops->leave(arg);
+  return rc;
+}
+
 int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms) {
   if (ttl_ms < min_ms) return min_ms;
   if (ttl_ms > max_ms) return max_ms;

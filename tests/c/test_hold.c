@@ -234,19 +234,22 @@ static void null_out_arguments_are_einval(void **state) {
 
 /* ## Threads sharing a reentrant lock -------------------------------------
  * One thread keeps failing (a release it does not hold) while another reads
- * the handle's last error: each reads a copy made under the handle's guard,
- * never the buffer a failing thread is writing (TSan reports a race if
- * hilock_hold_errmsg hands out the shared buffer). */
+ * the handle's last error: errors of a handle that threads share are kept
+ * per thread, as errno, so the reader never sees the other thread's
+ * failures and never reads a buffer being written (TSan reports a race if
+ * the message is shared). */
 
 typedef struct reader_arg {
   hilock_rlock *rl;
   atomic_int stop;
   int bad;
+  int failer_code; /* the failing thread's last error, as it reads it */
 } reader_arg;
 
 static void *failer(void *p) {
   reader_arg *a = p;
   for (int i = 0; i < 2000; i++) (void)hilock_rlock_release(a->rl);
+  a->failer_code = hilock_hold_errcode(HILOCK_HOLD(a->rl));
   atomic_store(&a->stop, 1);
   return NULL;
 }
@@ -266,8 +269,51 @@ static void shared_handle_errors_are_read_safely(void **state) {
   }
   pthread_join(t, NULL);
   assert_int_equal(a.bad, 0);
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(a.rl)), HILOCK_OK);
+  assert_string_equal(hilock_hold_errmsg(HILOCK_HOLD(a.rl)), "");
+  assert_int_equal(a.failer_code, HILOCK_ENOTOWNED);
+  /* This thread's own failure is its to read. */
+  assert_hl_rc(hilock_rlock_release(a.rl), HILOCK_ENOTOWNED, "");
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(a.rl)), HILOCK_ENOTOWNED);
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a.rl)), "does not hold");
   hilock_hold_free(HILOCK_HOLD(a.rl));
+}
+
+/* A constructor that fails in one thread leaves its error with that thread:
+ * another thread using the same client reads its own (none). */
+typedef struct ctor_arg {
+  hilock_client *c;
+  int rc, code;
+  char msg[256];
+} ctor_arg;
+
+static void *bad_constructor(void *p) {
+  ctor_arg *a = p;
+  hilock_lock *lk = NULL;
+  a->rc = hilock_lock_new(a->c, "", 0, TTL_MS, &lk);
+  a->code = hilock_client_errcode(a->c);
+  snprintf(a->msg, sizeof(a->msg), "%s", hilock_client_errmsg(a->c));
+  return NULL;
+}
+
+static void client_errors_are_per_thread(void **state) {
+  hl_fixture *f = *state;
+  ctor_arg a = {f->client, 0, 0, ""};
+  pthread_t t;
+  hilock_lock *lk = NULL;
+  assert_int_equal(pthread_create(&t, NULL, bad_constructor, &a), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(a.rc, HILOCK_EINVAL);
+  assert_int_equal(a.code, HILOCK_EINVAL);
+  assert_true(a.msg[0] != '\0');
+  assert_int_equal(hilock_client_errcode(f->client), HILOCK_OK);
+  assert_string_equal(hilock_client_errmsg(f->client), "");
+  /* The same failure in this thread is this thread's to read. */
+  assert_int_equal(hilock_lock_new(f->client, "", 0, TTL_MS, &lk),
+                   HILOCK_EINVAL);
+  assert_null(lk);
+  assert_int_equal(hilock_client_errcode(f->client), HILOCK_EINVAL);
+  assert_string_equal(hilock_client_errmsg(f->client), a.msg);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, hl_setup, hl_teardown)
@@ -280,6 +326,7 @@ int main(void) {
       T(null_holds_are_safe),
       T(null_out_arguments_are_einval),
       T(shared_handle_errors_are_read_safely),
+      T(client_errors_are_per_thread),
   };
   return cmocka_run_group_tests_name("hold", tests, hl_group_setup,
                                      hl_group_teardown);

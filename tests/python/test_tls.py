@@ -294,13 +294,15 @@ def test_redlock_over_tls_nodes(pki) -> None:
     servers = [TLSServer(pki).start() for _ in range(3)]
     try:
         urls = [q(s.url, ssl_ca_certs=ca(pki)) for s in servers]
-        with hilock.Redlock(urls, "tls:red", ttl=5) as rl:
+        # node_timeout: the default (50 ms) is about fast failure, not TLS;
+        # a loaded test machine may stall longer than that.
+        with hilock.Redlock(urls, "tls:red", ttl=5, node_timeout=1.0) as rl:
             assert rl.fence > 0
             held = sum(s.redis().exists("hilock:{tls:red}:redlock") for s in servers)
             assert held == 3
         # The keyword arguments reach every node too.
         rl = hilock.Redlock([s.url for s in servers], "tls:red2", ttl=5,
-                            ssl_ca_certs=ca(pki))
+                            node_timeout=1.0, ssl_ca_certs=ca(pki))
         assert rl.acquire(timeout=2)
         rl.release()
         # Without the CA, every node refuses the certificates.

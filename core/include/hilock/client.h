@@ -143,12 +143,15 @@ HILOCK_API int hilock_client_is_cluster(const hilock_client *client);
 /* Round trip PING on a pooled connection (on a cluster: every master). */
 HILOCK_API int hilock_client_ping(hilock_client *client);
 
-/* The message of the client's last failed call (shared by all threads using
- * the client: read lock handles' messages in threaded code). Valid until the
- * next call on the client; never NULL. */
+/* The message of the calling thread's last failed call on the client
+ * (connecting, ping, a lock constructor): kept per thread, as errno, so
+ * threads sharing the client read their own. "" if this thread has had no
+ * failure on it (a thread remembers its last few clients and shared
+ * handles). Valid until this thread's next call on the client; never NULL. */
 HILOCK_API const char *hilock_client_errmsg(const hilock_client *client);
 
-/* Status code of the client's last failed call. */
+/* Status code of the calling thread's last failed call on the client
+ * (HILOCK_OK if none). */
 HILOCK_API int hilock_client_errcode(const hilock_client *client);
 
 #ifdef __cplusplus

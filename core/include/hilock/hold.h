@@ -28,8 +28,8 @@
  *
  * Threads: a handle is used by one thread at a time, except the reentrant
  * and read-write locks, whose handles threads may share: their holds are
- * guarded, and hilock_hold_errmsg returns a copy made for the calling
- * thread (valid until that thread's next call of it).
+ * guarded, and their errors are kept per thread, as errno (each thread
+ * reads the error of its own last failed call on the handle).
  *
  * Fork: a grant belongs to the process that acquired it; in a forked child
  * the hold reads as not held (validity 0) and the family's release, extend
@@ -65,7 +65,8 @@ typedef struct hilock_hold hilock_hold;
  * releasing it waits for a running callback to return. */
 typedef void (*hilock_lost_fn)(void *arg);
 
-/* Message and status of the handle's last failed call; never NULL. */
+/* Message and status of the handle's last failed call (for a handle threads
+ * share: the calling thread's); "" and HILOCK_OK if none. Never NULL. */
 HILOCK_API const char *hilock_hold_errmsg(const hilock_hold *h);
 HILOCK_API int hilock_hold_errcode(const hilock_hold *h);
 
