@@ -164,7 +164,13 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[2] = hilock__i64(start_s, (int64_t)(rnd % (uint64_t)s->nseg));
   args[3] = k;
   arglens[3] = hilock__i64(k, s->nseg);
-  rc = hilock__attempt_run(h, &a, NULL, &hilock__script_seglock_acquire,
+  /* A late reply: whichever segment this attempt was granted is dropped
+   * behind it (the wake list and the segment keys follow the stock and
+   * fence keys in akeys). */
+  hilock__undo undo = {&hilock__script_seglock_drop, s->nseg + 1, 1,
+                       (const char *const *)s->akeys + 2, s->akeylens + 2,
+                       args, arglens, h->ttl_ms};
+  rc = hilock__attempt_run(h, &a, &undo, &hilock__script_seglock_acquire,
                            s->nseg + 3, (const char **)s->akeys, s->akeylens,
                            4, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;

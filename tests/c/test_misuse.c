@@ -363,6 +363,45 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   hilock_client_free(c);
 }
 
+/* The segmented lock's grant names its segment only in the reply: the undo
+ * drops whichever segment holds the attempt's token. */
+static void late_reply_undo_covers_the_segmented_lock(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+  hilock_seglock *seg = NULL, *other = NULL;
+  sleeper s = {&f->server, 800};
+  pthread_t st;
+  o.command_timeout_ms = 300;
+  c = client_for(&f->server, &o);
+  assert_hl_ok(hilock_seglock_new(c, "late-seg", 8, 2, 10000, &seg),
+               hilock_client_errmsg(c));
+  /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
+  assert_hl_ok(hilock_seglock_try_acquire(seg),
+               hilock_hold_errmsg(HILOCK_HOLD(seg)));
+  assert_hl_ok(hilock_seglock_release(seg), hilock_hold_errmsg(HILOCK_HOLD(seg)));
+  assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
+  hl_sleep_ms(50);
+  assert_hl_rc(hilock_seglock_try_acquire(seg), HILOCK_ETIMEDOUT,
+               hilock_hold_errmsg(HILOCK_HOLD(seg)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(seg)), "undone");
+  pthread_join(st, NULL);
+  hl_sleep_ms(300);
+  /* The attempt ran once the server woke, and was undone right after. */
+  assert_false(hl_redis_exists(f->redis, "hilock:{late-seg}:seg:0", 23));
+  assert_false(hl_redis_exists(f->redis, "hilock:{late-seg}:seg:1", 23));
+  /* Both segments are free for another holder. */
+  assert_hl_ok(hilock_seglock_new(c, "late-seg", 8, 2, 10000, &other),
+               hilock_client_errmsg(c));
+  assert_hl_ok(hilock_seglock_try_acquire(other),
+               hilock_hold_errmsg(HILOCK_HOLD(other)));
+  assert_hl_ok(hilock_seglock_try_acquire(seg),
+               hilock_hold_errmsg(HILOCK_HOLD(seg)));
+  hilock_hold_free(HILOCK_HOLD(other));
+  hilock_hold_free(HILOCK_HOLD(seg));
+  hilock_client_free(c);
+}
+
 /* ## Fences never go back ---------------------------------------------------- */
 
 static uint64_t grant_fence(hilock_client *c, const char *name) {
@@ -484,6 +523,7 @@ int main(void) {
       T(timeout_bounds_a_paused_server_and_undoes_the_attempt),
       T(late_reply_grant_is_undone),
       T(late_reply_undo_covers_semaphore_and_multilock),
+      T(late_reply_undo_covers_the_segmented_lock),
       T(fences_survive_flushall_restart_and_eviction),
       T(empty_password_sends_no_auth),
       T(maxclients_is_a_connection_error),

@@ -1,0 +1,23 @@
+-- Undo an ambiguous grant of a segmented lock: delete whichever segment
+-- key holds the owner token (a grant whose reply never came), and wake a
+-- waiter if one was deleted.
+-- KEYS[1] wake list, KEYS[2..K+1] segment keys (one hash tag).
+-- ARGV[1] owner token.
+-- Returns the number of segments deleted (0 or 1).
+-- @wakes: PING goes first, so the woken hear before the caller does.
+-- @include wake.lua
+local n = 0
+for i = 2, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  end
+end
+if n > 0 then
+  if redis.call('LLEN', KEYS[1]) == 0 then
+    redis.call('RPUSH', KEYS[1], '1')
+  end
+  redis.call('PEXPIRE', KEYS[1], 5000)
+  ring(KEYS[1])
+end
+return n
