@@ -25,12 +25,12 @@
 -- waiters, so a live waiter keeps its place however long it waits.
 -- @include fence.lua
 -- @include wake.lua
+-- @include clock.lua
 local holder, fence_key, queue, beats, tickets, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 
 local function drop(id)
   redis.call('ZREM', queue, id)

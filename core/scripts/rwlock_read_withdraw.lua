@@ -7,13 +7,13 @@
 -- Returns 1 if it was waiting or admitted, else 0.
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
+-- @include clock.lua
 local waiting = redis.call('ZREM', KEYS[1], ARGV[1])
 local admitted = redis.call('ZREM', KEYS[2], ARGV[1])
 if waiting + admitted == 0 then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 if admitted == 1 and redis.call('ZCARD', KEYS[2]) == 0

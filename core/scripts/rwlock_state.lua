@@ -3,8 +3,8 @@
 -- ARGV[1] owner.
 -- Returns {live readers, owner's read count, writer held (0/1), owner's
 -- write count}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include clock.lua
+local now = server_ms()
 local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 local mine = 0
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])

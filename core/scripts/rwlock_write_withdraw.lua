@@ -6,11 +6,11 @@
 -- Returns 1 if an intent was dropped, else 0.
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
+-- @include clock.lua
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)

@@ -9,45 +9,18 @@
 -- Returns {1, permits still free} when granted, {0, ms until the first
 -- permit expires (-1: none is held)} when none is free.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
--- @include wake.lua
-local raw = redis.call('GET', KEYS[2])
-local limit = tonumber(ARGV[3])
-if raw then
-  limit = tonumber(raw)
-  if limit == nil or limit < 0 or limit % 1 ~= 0 then
-    return redis.error_reply('ERR hilock semaphore script: ' .. KEYS[2] ..
-                             ' holds no permit count')
-  end
-end
+-- @include sem_wake.lua
+-- @include clock.lua
+-- @include sem_limit.lua
+local limit, raw = sem_limit(KEYS[2], ARGV[3])
+if not limit then return raw end
 -- Expiry is judged on the server's clock only.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local freed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if not raw then
   redis.call('SET', KEYS[2], ARGV[3])
 end
 
--- At most one wake-up per free permit: top up by what was freed, trim what
--- no free permit backs (the list is this semaphore's own).
-local function wake(nfreed, free)
-  local n = redis.call('LLEN', KEYS[3])
-  if n > free then
-    if free > 0 then
-      redis.call('LTRIM', KEYS[3], 0, free - 1)
-    else
-      redis.call('DEL', KEYS[3])
-    end
-    return
-  end
-  local add = math.min(nfreed, free - n, 1024)
-  if add > 0 then
-    local ones = {}
-    for i = 1, add do ones[i] = '1' end
-    redis.call('RPUSH', KEYS[3], unpack(ones))
-    redis.call('PEXPIRE', KEYS[3], 5000)
-    ring(KEYS[3])
-  end
-end
 
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   -- A resend of our own grant (its reply was lost): still ours.
@@ -69,10 +42,10 @@ if used < limit then
   -- The set lives as long as its longest permit.
   local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   redis.call('PEXPIRE', KEYS[1], string.format('%d', tonumber(top[2]) - now))
-  wake(freed, limit - used - 1)
+  sem_wake(KEYS[3], freed, limit - used - 1)
   return {1, limit - used - 1}
 end
-wake(freed, limit - used)
+sem_wake(KEYS[3], freed, limit - used)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then
   return {0, math.max(1, tonumber(first[2]) - now)}

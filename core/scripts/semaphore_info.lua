@@ -4,17 +4,11 @@
 -- ARGV[2] a permit id to look up, or ''.
 -- Returns {limit, live permits, 1 if the limit is stored else 0,
 -- ms left on that permit (-1: not live)}.
-local raw = redis.call('GET', KEYS[2])
-local limit = tonumber(ARGV[1])
-if raw then
-  limit = tonumber(raw)
-  if limit == nil or limit < 0 or limit % 1 ~= 0 then
-    return redis.error_reply('ERR hilock semaphore script: ' .. KEYS[2] ..
-                             ' holds no permit count')
-  end
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include clock.lua
+-- @include sem_limit.lua
+local limit, raw = sem_limit(KEYS[2], ARGV[1])
+if not limit then return raw end
+local now = server_ms()
 local live = redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', now),
                         '+inf')
 local left = -1

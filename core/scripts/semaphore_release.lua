@@ -7,12 +7,12 @@
 -- A damaged limit never keeps a permit from being returned; it only
 -- suppresses the wake-up.
 -- @wakes: PING goes first, so the woken hear before the caller does.
--- @include wake.lua
+-- @include sem_wake.lua
+-- @include clock.lua
 local raw = redis.pcall('GET', KEYS[2])
 if type(raw) ~= 'string' then raw = ARGV[2] end
 local limit = tonumber(raw) or 0
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local freed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 if removed == 1 then
@@ -23,27 +23,6 @@ if removed == 1 then
   end
 end
 
--- At most one wake-up per free permit: top up by what was freed, trim what
--- no free permit backs (the list is this semaphore's own).
-local function wake(nfreed, free)
-  local n = redis.call('LLEN', KEYS[3])
-  if n > free then
-    if free > 0 then
-      redis.call('LTRIM', KEYS[3], 0, free - 1)
-    else
-      redis.call('DEL', KEYS[3])
-    end
-    return
-  end
-  local add = math.min(nfreed, free - n, 1024)
-  if add > 0 then
-    local ones = {}
-    for i = 1, add do ones[i] = '1' end
-    redis.call('RPUSH', KEYS[3], unpack(ones))
-    redis.call('PEXPIRE', KEYS[3], 5000)
-    ring(KEYS[3])
-  end
-end
 
-wake(freed + removed, limit - redis.call('ZCARD', KEYS[1]))
+sem_wake(KEYS[3], freed + removed, limit - redis.call('ZCARD', KEYS[1]))
 return removed

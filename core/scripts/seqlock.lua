@@ -28,6 +28,7 @@
 -- the next live entry, the only contender that was watching it.
 -- @include fence.lua
 -- @include wake.lua
+-- @include clock.lua
 local queue, session, holder, counter, fence_key, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
@@ -37,8 +38,7 @@ local function wake_key(s)
   return wake_prefix .. string.format('%020d', tonumber(s))
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 
 -- The session expiry of a live entry, or nil.
 local function expiry(id)

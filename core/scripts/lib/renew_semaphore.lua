@@ -1,9 +1,9 @@
 -- renew_semaphore(K, permit, ms): a live permit in zset K[1] expires ms
 -- from now on the server's clock; an expired permit is never revived.
 -- Returns 1 if renewed, 0 if the permit is not live.
+-- @include clock.lua
 local function renew_semaphore(K, permit, ms)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = server_ms()
   redis.call('ZREMRANGEBYSCORE', K[1], '-inf', now)
   if not redis.call('ZSCORE', K[1], permit) then
     return 0

@@ -4,9 +4,9 @@
 -- holder's expiry is kept at least as long as the session's, so the
 -- entry's place and grant never lapse before it. Returns 1 renewed, 0 not
 -- owned.
+-- @include clock.lua
 local function renew_seqlock(K, owner, ms)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = server_ms()
   local e = redis.call('ZSCORE', K[1], owner)
   if not e or tonumber(e) <= now then
     return 0
