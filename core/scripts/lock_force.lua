@@ -3,11 +3,7 @@
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 if redis.call('DEL', KEYS[1]) == 1 then
-  if redis.call('LLEN', KEYS[2]) == 0 then
-    redis.call('RPUSH', KEYS[2], '1')
-  end
-  redis.call('PEXPIRE', KEYS[2], 5000)
-  ring(KEYS[2])
+  wake_one(KEYS[2])
   return 1
 end
 return 0

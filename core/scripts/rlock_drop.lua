@@ -8,9 +8,5 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 -- One owner at a time: the hash is gone now.
-if redis.call('LLEN', KEYS[2]) == 0 then
-  redis.call('RPUSH', KEYS[2], '1')
-end
-redis.call('PEXPIRE', KEYS[2], 5000)
-ring(KEYS[2])
+wake_one(KEYS[2])
 return 1

@@ -15,9 +15,5 @@ if n > 0 then
   return n
 end
 redis.call('DEL', KEYS[1])
-if redis.call('LLEN', KEYS[2]) == 0 then
-  redis.call('RPUSH', KEYS[2], '1')
-end
-redis.call('PEXPIRE', KEYS[2], 5000)
-ring(KEYS[2])
+wake_one(KEYS[2])
 return 0

@@ -26,10 +26,6 @@ redis.call('HDEL', KEYS[2], me)
 if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[5]) == 0
     and redis.call('EXISTS', KEYS[3]) == 0
     and redis.call('ZCARD', KEYS[4]) > 0 then
-  if redis.call('LLEN', KEYS[6]) == 0 then
-    redis.call('RPUSH', KEYS[6], '1')
-  end
-  redis.call('PEXPIRE', KEYS[6], 5000)
-  ring(KEYS[6])
+  wake_one(KEYS[6])
 end
 return 0

@@ -20,10 +20,6 @@ if admitted == 1 and redis.call('ZCARD', KEYS[2]) == 0
     and redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf') == 0
     and redis.call('EXISTS', KEYS[4]) == 0
     and redis.call('ZCARD', KEYS[5]) > 0 then
-  if redis.call('LLEN', KEYS[6]) == 0 then
-    redis.call('RPUSH', KEYS[6], '1')
-  end
-  redis.call('PEXPIRE', KEYS[6], 5000)
-  ring(KEYS[6])
+  wake_one(KEYS[6])
 end
 return 1

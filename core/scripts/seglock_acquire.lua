@@ -54,11 +54,7 @@ for j = 0, k - 1 do
 end
 if live == 0 then
   -- Sold out: pass the wake-up on, so every waiter learns it in turn.
-  if redis.call('LLEN', KEYS[3]) == 0 then
-    redis.call('RPUSH', KEYS[3], '1')
-  end
-  redis.call('PEXPIRE', KEYS[3], 5000)
-  ring(KEYS[3])
+  wake_one(KEYS[3])
   return {2}
 end
 return {0, shortest}

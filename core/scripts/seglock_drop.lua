@@ -14,10 +14,6 @@ for i = 2, #KEYS do
   end
 end
 if n > 0 then
-  if redis.call('LLEN', KEYS[1]) == 0 then
-    redis.call('RPUSH', KEYS[1], '1')
-  end
-  redis.call('PEXPIRE', KEYS[1], 5000)
-  ring(KEYS[1])
+  wake_one(KEYS[1])
 end
 return n

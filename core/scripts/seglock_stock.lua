@@ -26,11 +26,7 @@ else
   end
   redis.call('HSET', KEYS[1], 'segments', k, ARGV[4], ARGV[3])
 end
-if redis.call('LLEN', KEYS[2]) == 0 then
-  redis.call('RPUSH', KEYS[2], '1')
-end
-redis.call('PEXPIRE', KEYS[2], 5000)
-ring(KEYS[2])
+wake_one(KEYS[2])
 local total = 0
 for i = 0, k - 1 do
   total = total + (tonumber(redis.call('HGET', KEYS[1], tostring(i))) or 0)
