@@ -69,8 +69,9 @@ HILOCK_API int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms,
                                        int replace);
 HILOCK_API int hilock_fair_lock_renew(hilock_fair_lock *fl);
 
-/* Round trips: this handle's grant still holds it; anyone holds it; how
- * many waiters are queued with a live heartbeat. */
+/* Round trip: how many waiters are queued with a live heartbeat. (Whether
+ * this handle's grant still holds it, or anyone does: hilock_hold_owned,
+ * hilock_hold_locked.) */
 HILOCK_API int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count);
 
 /* The heartbeat window in ms (HILOCK_FAIR_HEARTBEAT_MIN_MS ..
@@ -84,8 +85,6 @@ HILOCK_API int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl);
 /* The ticket of the current or last grant: its place in the request order
  * (strictly increasing per lock name); 0 before the first grant. */
 HILOCK_API uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl);
-
-/* As the hilock_lock_* accessors of the same names. */
 
 #ifdef __cplusplus
 }

@@ -89,8 +89,9 @@ HILOCK_API int hilock_multilock_extend(hilock_multilock *m, int64_t ms,
 /* Reset every key's TTL to ttl_ms. */
 HILOCK_API int hilock_multilock_renew(hilock_multilock *m);
 
-/* Round trip: *owned = 1 if this handle's grant still holds every key (a
- * missing key marks the hold lost). */
+/* hilock_hold_owned(HILOCK_HOLD(m), &owned) asks whether this handle's
+ * grant still holds every key (a missing key marks the hold lost);
+ * hilock_hold_fence is the highest of the names' fences. */
 
 /* Number of distinct names, and name i (sorted) with its length. */
 HILOCK_API size_t hilock_multilock_count(const hilock_multilock *m);

@@ -103,14 +103,12 @@ HILOCK_API int hilock_redlock_extend(hilock_redlock *rl, int64_t ms,
 /* extend(ttl_ms, replace = 1). */
 HILOCK_API int hilock_redlock_renew(hilock_redlock *rl);
 
-/* Round trip to every node: *owned = 1 if a majority holds this handle's
- * token and the validity has not run out. */
+/* On the hold (HILOCK_HOLD(rl), hilock/hold.h): hilock_hold_owned asks
+ * every node (owned if a majority holds this handle's token and the
+ * validity has not run out); hilock_hold_validity_ms is ttl - elapsed -
+ * drift from before the acquire or last extension was sent; the fence is
+ * the one described above; the key is the same on every node. */
 
-/* Local, no round trip: ms of validity left (ttl - elapsed - drift from
- * before the acquire or last extension was sent); 0 if not held or lost. */
-/* Fence of the current or last grant (see above); 0 before one. */
-/* Owner token (32 hex chars) of the current grant, or "". */
-/* The key on every node, and its length. */
 /* Number of nodes, and the majority needed (n/2 + 1). */
 HILOCK_API int hilock_redlock_nodes(const hilock_redlock *rl);
 HILOCK_API int hilock_redlock_quorum(const hilock_redlock *rl);

@@ -40,8 +40,8 @@ HILOCK_API int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms);
  * (nothing changes); the last leave frees the lock and wakes a waiter. */
 HILOCK_API int hilock_rlock_release(hilock_rlock *rl);
 
-/* Round trips, for the calling thread: its hold count (0 if none); whether
- * it holds the lock; whether anyone does. */
+/* Round trip: the calling thread's hold count (0 if none). (Whether it
+ * holds the lock, or anyone does: hilock_hold_owned, hilock_hold_locked.) */
 HILOCK_API int hilock_rlock_hold_count(hilock_rlock *rl, int64_t *count);
 
 #ifdef __cplusplus

@@ -76,8 +76,9 @@ HILOCK_API int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms,
                                      int replace);
 HILOCK_API int hilock_seqlock_renew(hilock_seqlock *sl);
 
-/* Round trips: this handle's grant still holds; anyone holds it; how many
- * live contenders wait behind the holder. */
+/* Round trip: how many live contenders wait behind the holder. (Whether
+ * this handle's grant still holds, or anyone does: hilock_hold_owned,
+ * hilock_hold_locked.) */
 HILOCK_API int hilock_seqlock_waiters(hilock_seqlock *sl, int64_t *count);
 
 /* The sequence number of the entry: the one of the acquire in progress once
@@ -93,8 +94,6 @@ HILOCK_API uint64_t hilock_seqlock_sequence(const hilock_seqlock *sl);
 HILOCK_API int hilock_seqlock_set_session(hilock_seqlock *sl,
                                           int64_t window_ms);
 HILOCK_API int64_t hilock_seqlock_session_ms(const hilock_seqlock *sl);
-
-/* As the hilock_lock_* accessors of the same names. */
 
 #ifdef __cplusplus
 }
