@@ -13,8 +13,9 @@ built module itself, so the stubs list exactly what it has.
 """
 from __future__ import annotations
 
-import importlib.util
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import List, Set, Tuple
@@ -119,18 +120,31 @@ def functions(headers: List[str], interface: str) -> List[Tuple[str, str, str]]:
     return found
 
 
+# Run in a child interpreter: prints "NAME: type" for each constant.
+READ_CONSTANTS = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("_hilock", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+for name in sorted(dir(mod)):
+    value = getattr(mod, name)
+    if name.startswith("HILOCK_") and isinstance(value, (int, str, bytes)):
+        print(f"{name}: {type(value).__name__}")
+"""
+
+
 def constants(module_dir: str) -> List[str]:
+    """The module's HILOCK_* constants, read by importing the built module
+    in a child interpreter. The module of a sanitizer build links the ASan
+    runtime, which refuses to load into an uninstrumented interpreter unless
+    its load-order check is off; the child only imports and reads."""
     so = next(Path(module_dir).glob("_hilock*.so"))
-    spec = importlib.util.spec_from_file_location("_hilock", so)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    out = []
-    for name in sorted(dir(mod)):
-        value = getattr(mod, name)
-        if name.startswith("HILOCK_") and isinstance(value, (int, str, bytes)):
-            out.append(f"{name}: {type(value).__name__}")
-    return out
+    options = [os.environ.get("ASAN_OPTIONS", ""), "verify_asan_link_order=0",
+               "detect_leaks=0"]
+    env = dict(os.environ, ASAN_OPTIONS=":".join(o for o in options if o))
+    proc = subprocess.run([sys.executable, "-c", READ_CONSTANTS, str(so)], env=env,
+                          stdout=subprocess.PIPE, text=True, check=True)
+    return proc.stdout.splitlines()
 
 
 def main(argv: List[str]) -> int:

@@ -40,9 +40,13 @@ hilock_ensure_venv() {
   if [ ! -x "$HILOCK_VENV/bin/python" ]; then
     "$py" -m venv "$HILOCK_VENV"
   fi
-  local need=(pytest redis scikit-build-core "$@") missing=()
+  # mypy and ruff: the typing and lint checks (tests/run.sh, test_typing.py).
+  # mypy and ruff: the typing and lint checks; mkdocs and matplotlib: the
+  # documentation site (tests/build_docs.sh).
+  local need=(pytest redis scikit-build-core "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib "$@") missing=()
   for p in "${need[@]}"; do
-    "$HILOCK_VENV/bin/python" -m pip show -q "$p" >/dev/null 2>&1 || missing+=("$p")
+    # pip show takes a bare name: strip a version specifier.
+    "$HILOCK_VENV/bin/python" -m pip show -q "${p%%[<>=!~]*}" >/dev/null 2>&1 || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing Python packages: ${missing[*]}"

@@ -49,6 +49,20 @@ echo "== Python package (pip install .) and pytest"
 hilock_install_python
 (cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider)
 
+echo "== Python typing and lint"
+# ruff: the package, the stub generator and the typing test (the older test
+# files are not lint-clean yet). mypy --strict (pyproject.toml) on a built
+# tree, whose python/hilock links the package's files next to the extension
+# and the stubs bindings/gen_pyi.py generated for it.
+"$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py
+cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
+  -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
+cmake --build build/typing -j"$jobs"
+(cd build/typing/python && "$PY" -m mypy --strict --config-file ../../../pyproject.toml -p hilock)
+
+echo "== Documentation site (mkdocs build --strict)"
+HILOCK_DOCS_BUILD=build/typing bash tests/build_docs.sh
+
 echo "== Python module under AddressSanitizer + UBSan (handle lifetimes)"
 cmake -S . -B build/pyasan -DHILOCK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
   -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON -DHILOCK_BUILD_EXAMPLES=OFF \

@@ -10,23 +10,24 @@ The C core (hilock._hilock) does the work; this package gives it the
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional, Union
 
 from . import _hilock
+from ._base import LockBase, LostCallback
 from ._client import Client, default_client, default_url, redlock
-from ._base import LockBase
 from ._fair import FairLock
 from ._lock import Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
 from ._rlock import RLock
+from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
-from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seqlock import SequentialLock
 from ._util import Name
 from .errors import (
     AuthenticationError,
+    CertificateError,
     ClusterError,
     ConnectionError,
     CrossSlotError,
@@ -37,13 +38,12 @@ from .errors import (
     LockLost,
     LockNotOwnedError,
     LockTimeout,
-    NotEnoughReplicas,
-    NoQuorumError,
     NoPermissionError,
+    NoQuorumError,
+    NotEnoughReplicas,
     RedisError,
     SoldOut,
     TLSError,
-    CertificateError,
     UnsupportedError,
     WrongTypeError,
 )
@@ -69,9 +69,12 @@ __all__ = [
 ]
 
 
-def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> Lock:
+def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+         auto_renew: bool = True, max_hold: Optional[float] = None,
+         on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
     """An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``)."""
-    return default_client().lock(name, ttl=ttl, timeout=timeout, **kw)
+    return default_client().lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                 max_hold=max_hold, on_lost=on_lost)
 
 
 def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
@@ -79,42 +82,69 @@ def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
     return default_client().simple_lock(name, timeout=timeout)
 
 
-def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> Lock:
+def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+          auto_renew: bool = True, max_hold: Optional[float] = None,
+          on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
     """A lease on the default client."""
-    return default_client().lease(name, ttl=ttl, timeout=timeout, **kw)
+    return default_client().lease(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                  max_hold=max_hold, on_lost=on_lost)
 
 
-def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RLock:
+def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+          auto_renew: bool = True, max_hold: Optional[float] = None,
+          on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
     """A reentrant lock on the default client."""
-    return default_client().rlock(name, ttl=ttl, timeout=timeout, **kw)
+    return default_client().rlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                  max_hold=max_hold, on_lost=on_lost)
 
 
-def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[float] = None,
-              **kw: Any) -> Semaphore:
+def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
+              auto_renew: bool = True, max_hold: Optional[float] = None,
+              on_lost: Optional[LostCallback[Semaphore]] = None) -> Semaphore:
     """A counting semaphore on the default client."""
-    return default_client().semaphore(name, permits, ttl=ttl, timeout=timeout, **kw)
+    return default_client().semaphore(name, permits, ttl=ttl, timeout=timeout,
+                                      auto_renew=auto_renew, max_hold=max_hold,
+                                      on_lost=on_lost)
 
-def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
-              **kw: Any) -> FairLock:
+
+def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+              auto_renew: bool = True, max_hold: Optional[float] = None,
+              on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
     """A fair (FIFO) lock on the default client."""
-    return default_client().fair_lock(name, ttl=ttl, timeout=timeout, **kw)
+    return default_client().fair_lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                      max_hold=max_hold, on_lost=on_lost)
 
-def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, **kw: Any) -> RWLock:
+
+def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+           auto_renew: bool = True, max_hold: Optional[float] = None,
+           on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
     """A read-write lock on the default client."""
-    return default_client().rwlock(name, ttl=ttl, timeout=timeout, **kw)
+    return default_client().rwlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                   max_hold=max_hold, on_lost=on_lost)
 
 
-def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None,
-               **kw: Any) -> MultiLock:
+def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
     """A multi-key lock (all names or none) on the default client."""
-    return default_client().multi_lock(names, ttl=ttl, timeout=timeout, **kw)
+    return default_client().multi_lock(names, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                       max_hold=max_hold, on_lost=on_lost)
 
-def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
-                    **kw: Any) -> SequentialLock:
+
+def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                    auto_renew: bool = True, max_hold: Optional[float] = None,
+                    on_lost: Optional[LostCallback[SequentialLock]] = None) -> SequentialLock:
     """A sequential (ZooKeeper-style) lock on the default client."""
-    return default_client().sequential_lock(name, ttl=ttl, timeout=timeout, **kw)
+    return default_client().sequential_lock(name, ttl=ttl, timeout=timeout,
+                                            auto_renew=auto_renew, max_hold=max_hold,
+                                            on_lost=on_lost)
+
 
 def segmented_lock(name: Name, segments: int, ttl: float = 30.0,
-                   timeout: Optional[float] = None, **kw: Any) -> SegmentedLock:
+                   timeout: Optional[float] = None, *, auto_renew: bool = True,
+                   max_hold: Optional[float] = None,
+                   on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
     """A segmented lock on the default client."""
-    return default_client().segmented_lock(name, segments, ttl=ttl, timeout=timeout, **kw)
+    return default_client().segmented_lock(name, segments, ttl=ttl, timeout=timeout,
+                                           auto_renew=auto_renew, max_hold=max_hold,
+                                           on_lost=on_lost)

@@ -8,7 +8,7 @@ import threading
 import time
 import warnings
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Optional, Type
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, Type, TypeVar
 
 from . import _hilock as _h
 from . import _notify
@@ -18,14 +18,18 @@ from .errors import InvalidArgument, LockError, LockLost, LockNotOwnedError, Loc
 if TYPE_CHECKING:
     from ._client import Client
 
-LostCallback = Callable[[Any], None]
+_L = TypeVar("_L", bound="LockBase")
+
+# on_lost(lock): called with the lock object whose hold was lost; what it
+# returns is ignored. LostCallback[Lock] for a Lock, and so on.
+LostCallback = Callable[[_L], object]
 
 
-def _counted(release: Callable[[Any], None]) -> Callable[[Any], None]:
+def _counted(release: Callable[[_L], None]) -> Callable[[_L], None]:
     """Count a lock object's successful releases per thread, so a ``with``
     block can tell that its body released the lock on purpose."""
     @functools.wraps(release)
-    def counted(self: Any) -> None:
+    def counted(self: _L) -> None:
         release(self)
         t = self._releases()
         t.n = getattr(t, "n", 0) + 1
@@ -37,22 +41,23 @@ class LockBase:
 
     # The C functions of the family: acquire and release are each family's
     # own; the rest work on every handle's hold (a side of a read-write lock
-    # overrides them).
-    _c_acquire: Callable[[Any, int], int]
-    _c_release: Callable[[Any], int]
-    _c_free: Callable[[Any], None] = _h.hilock_hold_free
-    _c_set_renew: Callable[[Any, int, int, int], int] = _h.py_set_auto_renew
-    _c_lost: Callable[[Any], int] = _h.hilock_hold_lost
-    _c_validity: Callable[[Any], int] = _h.hilock_hold_validity_ms
-    _c_fence: Callable[[Any], int] = _h.hilock_hold_fence
-    _c_ttl: Callable[[Any], int] = _h.hilock_hold_ttl_ms
-    _c_key: Callable[[Any], bytes] = _h.hilock_hold_key
-    _c_token: Callable[[Any], bytes] = _h.hilock_hold_token
+    # overrides them). Always called on the class (type(self)._c_acquire),
+    # so never bound to an instance.
+    _c_acquire: ClassVar[Callable[[Any, int], int]]
+    _c_release: ClassVar[Callable[[Any], int]]
+    _c_free: ClassVar[Callable[[Any], None]] = _h.hilock_hold_free
+    _c_set_renew: ClassVar[Callable[[Any, int, int, int], int]] = _h.py_set_auto_renew
+    _c_lost: ClassVar[Callable[[Any], int]] = _h.hilock_hold_lost
+    _c_validity: ClassVar[Callable[[Any], int]] = _h.hilock_hold_validity_ms
+    _c_fence: ClassVar[Callable[[Any], int]] = _h.hilock_hold_fence
+    _c_ttl: ClassVar[Callable[[Any], int]] = _h.hilock_hold_ttl_ms
+    _c_key: ClassVar[Callable[[Any], bytes]] = _h.hilock_hold_key
+    _c_token: ClassVar[Callable[[Any], bytes]] = _h.hilock_hold_token
     _kind_name = "lock"
 
-    def __init__(self, client: "Client", name: Name, timeout: Optional[float],
+    def __init__(self, client: Client, name: Name, timeout: Optional[float],
                  auto_renew: bool, max_hold: Optional[float],
-                 on_lost: Optional[LostCallback]) -> None:
+                 on_lost: Optional[LostCallback[Any]]) -> None:
         self._client = client
         self._name = name
         self._bname = name_bytes(name)
@@ -87,7 +92,7 @@ class LockBase:
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         if "release" in cls.__dict__:
-            setattr(cls, "release", _counted(cls.__dict__["release"]))
+            cls.release = _counted(cls.__dict__["release"])  # type: ignore[method-assign]
 
     def _releases(self) -> Any:
         """This thread's count of explicit releases and its ``with`` marks."""
@@ -96,7 +101,7 @@ class LockBase:
             t = self.__dict__.setdefault("_release_tls", threading.local())
         return t
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
 
     def __repr__(self) -> str:
@@ -140,6 +145,7 @@ class LockBase:
                     pass
             raise
 
+    @_counted
     def release(self) -> None:
         """Release the lock (owner-checked in one script). Raises
         LockNotOwnedError if this holder does not hold it (never acquired,
@@ -200,7 +206,7 @@ class LockBase:
 
     # -- context manager --------------------------------------------------------
 
-    def __enter__(self) -> "LockBase":
+    def __enter__(self: _L) -> _L:
         if not self.acquire():
             raise LockTimeout(f"could not acquire {self._name!r} within {self._timeout} s")
         t = self._releases()
@@ -243,9 +249,9 @@ class ExclusiveBase(LockBase):
     other processes, contend through Redis.
     """
 
-    def __init__(self, client: "Client", name: Name, timeout: Optional[float],
+    def __init__(self, client: Client, name: Name, timeout: Optional[float],
                  auto_renew: bool, max_hold: Optional[float],
-                 on_lost: Optional[LostCallback]) -> None:
+                 on_lost: Optional[LostCallback[Any]]) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._local = threading.Lock()
 
@@ -294,6 +300,3 @@ class ExclusiveBase(LockBase):
                 self._local.release()
             except RuntimeError:
                 pass
-
-
-LockBase.release = _counted(LockBase.release)  # type: ignore[method-assign]

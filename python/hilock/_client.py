@@ -6,7 +6,7 @@ import ssl
 import threading
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Iterable, Iterator, NoReturn, Optional, Type, Union
+from typing import Any, Callable, Iterable, Iterator, NoReturn, Optional, Type, TypeVar, Union
 
 from . import _hilock as _h
 from ._base import LostCallback
@@ -15,14 +15,17 @@ from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
 from ._rlock import RLock
+from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
-from ._rwlock import RWLock
 from ._seqlock import SequentialLock
 from ._util import Name, PathLike, seconds_to_ms, tls_args
 from .errors import ConnectionError, InvalidArgument
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+_T = TypeVar("_T")
+_C = TypeVar("_C", bound="Client")
 
 
 def default_url() -> str:
@@ -40,8 +43,9 @@ class Client:
     of their hash slot), or
     ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
     [?sentinel_password=P&sentinel_user=U&db=N]`` (the master the sentinels
-    name, followed through failovers); default :func:`default_url`. Times are float seconds. One connection is opened
-    (and authenticated) here, so a bad URL or password fails at once.
+    name, followed through failovers); default :func:`default_url`. Times
+    are float seconds. One connection is opened (and authenticated) here, so
+    a bad URL or password fails at once.
 
     TLS: ``rediss://``, ``rediss+cluster://`` and ``rediss+sentinel://``
     are the same over TLS (to every node and sentinel). The server's
@@ -128,7 +132,7 @@ class Client:
             if h is not None:
                 _h.hilock_client_free(h)
 
-    def _new(self, fn: Any, *args: Any) -> Any:
+    def _new(self, fn: Callable[..., _T], *args: Any) -> _T:
         """fn(C client, *args): a lock constructor, run as a call on the client."""
         with self._use() as h:
             return fn(h, *args)
@@ -159,7 +163,7 @@ class Client:
         if getattr(self, "_h", None) is not None:
             self.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self: _C) -> _C:
         return self
 
     def __exit__(self, exc_type: Optional[Type[BaseException]],
@@ -189,7 +193,7 @@ class Client:
 
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,
-             on_lost: Optional[LostCallback] = None) -> Lock:
+             on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
         """An expiring lock (SET NX PX).
 
         ``ttl``: seconds until the grant lapses unless released or renewed.
@@ -209,7 +213,7 @@ class Client:
 
     def lease(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback] = None) -> Lock:
+              on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
         """A lease: an expiring lock held by renewing it before ``ttl`` runs
         out, by the renewal thread (default) or by ``renew()``/``extend()``
         (``auto_renew=False``). Other arguments as for :meth:`lock`."""
@@ -217,7 +221,7 @@ class Client:
 
     def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback] = None) -> RLock:
+              on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
         """A reentrant lock: reentrant per thread, like ``threading.RLock``.
         Arguments as for :meth:`lock`."""
         return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
@@ -225,7 +229,7 @@ class Client:
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
                   timeout: Optional[float] = None, *, auto_renew: bool = True,
                   max_hold: Optional[float] = None,
-                  on_lost: Optional[LostCallback] = None) -> Semaphore:
+                  on_lost: Optional[LostCallback[Semaphore]] = None) -> Semaphore:
         """A counting semaphore: at most ``limit`` holders at once.
 
         ``permits``: the limit stored on first use if none is stored yet
@@ -239,15 +243,16 @@ class Client:
 
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  on_lost: Optional[LostCallback] = None) -> FairLock:
+                  on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
         """A fair (FIFO) lock: granted in request order, a newcomer never
         barges past a waiter, and a crashed waiter is skipped after its
         heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
         at 5 s). Other arguments as for :meth:`lock`."""
         return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               on_lost: Optional[LostCallback] = None) -> RWLock:
+               on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
         """A read-write lock: ``.read()`` and ``.write()`` give its shared and
         exclusive sides, reentrant per thread, with writer preference.
         ``ttl`` applies to every read and write hold; ``timeout``,
@@ -258,7 +263,7 @@ class Client:
     def multi_lock(self, names: Iterable[Name], ttl: float = 30.0,
                    timeout: Optional[float] = None, *, auto_renew: bool = True,
                    max_hold: Optional[float] = None,
-                   on_lost: Optional[LostCallback] = None) -> MultiLock:
+                   on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
         """A lock on every name of ``names`` at once, or none of them.
 
         ``names``: an iterable of names (str or bytes; duplicates ignored),
@@ -272,7 +277,7 @@ class Client:
 
     def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                         auto_renew: bool = True, max_hold: Optional[float] = None,
-                        on_lost: Optional[LostCallback] = None) -> SequentialLock:
+                        on_lost: Optional[LostCallback[SequentialLock]] = None) -> SequentialLock:
         """A sequential lock (ZooKeeper's recipe): each contender gets the
         next sequence number (``SequentialLock.sequence``) and the lowest
         live one holds; each waiter watches its predecessor only, so a
@@ -284,7 +289,7 @@ class Client:
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,
                        max_hold: Optional[float] = None,
-                       on_lost: Optional[LostCallback] = None) -> SegmentedLock:
+                       on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
         """A segmented lock for hot inventory: ``segments`` exclusive locks,
         each with its own share of the stock. ``acquire()`` takes any free
         segment that still has stock (random start), ``take(n)`` sells from
@@ -297,7 +302,7 @@ class Client:
 
 def redlock(urls: Iterable[str], name: Name, ttl: float = 30.0,
             timeout: Optional[float] = None, *, auto_renew: bool = True,
-            max_hold: Optional[float] = None, on_lost: Optional[LostCallback] = None,
+            max_hold: Optional[float] = None, on_lost: Optional[LostCallback[Redlock]] = None,
             **kw: Any) -> Redlock:
     """A Redlock over the independent masters ``urls`` (a majority must
     agree). Other arguments as for :meth:`Client.lock`; ``node_timeout``,

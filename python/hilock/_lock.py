@@ -28,10 +28,10 @@ class Lock(ExclusiveBase):
     _c_acquire = _h.hilock_lock_acquire
     _c_release = _h.hilock_lock_release
 
-    def __init__(self, client: "Client", name: Name, kind: int, ttl: Optional[float],
+    def __init__(self, client: Client, name: Name, kind: int, ttl: Optional[float],
                  timeout: Optional[float], auto_renew: bool = False,
                  max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback] = None) -> None:
+                 on_lost: Optional[LostCallback[Lock]] = None) -> None:
         super().__init__(client, name, timeout, auto_renew and kind != SIMPLE,
                          max_hold, on_lost)
         self._kind = kind

@@ -49,10 +49,10 @@ class MultiLock(ExclusiveBase):
     _c_release = _h.hilock_multilock_release
     _kind_name = "multi_lock"
 
-    def __init__(self, client: "Client", names: Iterable[Name], ttl: float,
+    def __init__(self, client: Client, names: Iterable[Name], ttl: float,
                  timeout: Optional[float], auto_renew: bool = True,
                  max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback] = None) -> None:
+                 on_lost: Optional[LostCallback[MultiLock]] = None) -> None:
         given = _names_list(names)
         encoded = [name_bytes(n) for n in given]
         # The first spelling of each name, for fence/missing/names.

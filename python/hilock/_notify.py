@@ -13,7 +13,7 @@ import struct
 import threading
 import traceback
 import weakref
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from . import _hilock as _h
 
@@ -26,8 +26,8 @@ _mu = threading.RLock()
 # thread is never started while _mu is held.
 _start_mu = threading.Lock()
 _ids = itertools.count(1)
-_locks: "Dict[int, weakref.ReferenceType[Any]]" = {}
-_fds: Optional[tuple] = None
+_locks: Dict[int, weakref.ReferenceType[Any]] = {}
+_fds: Optional[Tuple[int, int]] = None
 _ID = struct.Struct("=q")
 
 

@@ -46,7 +46,7 @@ class Redlock(ExclusiveBase):
 
     def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
                  timeout: Optional[float] = None, *, auto_renew: bool = True,
-                 max_hold: Optional[float] = None, on_lost: Optional[LostCallback] = None,
+                 max_hold: Optional[float] = None, on_lost: Optional[LostCallback[Redlock]] = None,
                  node_timeout: Optional[float] = None, retry_delay: float = 0.2,
                  connect_timeout: float = 2.0, **tls: Any) -> None:
         self._h = None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, Union
 
 from . import _hilock as _h
 from . import _notify
@@ -31,15 +31,28 @@ def _not_freed_here(handle: Any) -> None:
     """The sides do not free the shared handle (_Handle does)."""
 
 
+def _no_fence(handle: Any) -> int:
+    """Reads carry no fence."""
+    return 0
+
+
+def _read_key(handle: Any) -> bytes:
+    return _h.hilock_rwlock_key(handle, 0)
+
+
+def _write_key(handle: Any) -> bytes:
+    return _h.hilock_rwlock_key(handle, 1)
+
+
 class _Side(LockBase):
     """What both sides of an RWLock share."""
 
     _c_free = _not_freed_here
-    _c_hold_count: Any
+    _c_hold_count: ClassVar[Callable[[Any], int]]
 
-    def __init__(self, owner: _Handle, client: "Client", name: Name,
+    def __init__(self, owner: _Handle, client: Client, name: Name,
                  timeout: Optional[float], auto_renew: bool, max_hold: Optional[float],
-                 on_lost: Optional[LostCallback]) -> None:
+                 on_lost: Optional[LostCallback[Any]]) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._owner = owner  # keeps the C handle alive as long as this side
         self._setup(owner.h)
@@ -104,15 +117,9 @@ class ReadLock(_Side):
     _c_lost = _h.hilock_rwlock_read_lost
     _c_validity = _h.hilock_rwlock_read_validity_ms
     _c_hold_count = _h.hilock_rwlock_read_hold_count
+    _c_fence = _no_fence
+    _c_key = _read_key
     _kind_name = "rwlock read side"
-
-    @staticmethod
-    def _c_fence(handle: Any) -> int:
-        return 0
-
-    @staticmethod
-    def _c_key(handle: Any) -> bytes:
-        return _h.hilock_rwlock_key(handle, 0)
 
     def locked(self) -> bool:
         """Whether any reader holds it (one round trip)."""
@@ -132,11 +139,8 @@ class WriteLock(_Side):
     _c_acquire = _h.hilock_rwlock_write_acquire
     _c_release = _h.hilock_rwlock_write_release
     _c_hold_count = _h.hilock_rwlock_write_hold_count
+    _c_key = _write_key
     _kind_name = "rwlock write side"
-
-    @staticmethod
-    def _c_key(handle: Any) -> bytes:
-        return _h.hilock_rwlock_key(handle, 1)
 
     def locked(self) -> bool:
         """Whether a writer holds it (one round trip)."""
@@ -169,9 +173,9 @@ class RWLock:
     owner.
     """
 
-    def __init__(self, client: "Client", name: Name, ttl: float, timeout: Optional[float],
+    def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback] = None) -> None:
+                 on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> None:
         self._name = name
         owner = _Handle(client._new(_h.hilock_rwlock_new, name_bytes(name),
                                          seconds_to_ms(ttl, "ttl")))
@@ -205,7 +209,7 @@ class RWLock:
         """The default wait of ``acquire()`` and ``with`` (None: no limit)."""
         return self._read.timeout
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
 
     def __repr__(self) -> str:

@@ -24,6 +24,12 @@ def _count(value: Any, what: str, lo: int, hi: int) -> int:
     return value
 
 
+def _segment_key(h: Any) -> bytes:
+    """The key of the held (or last held) segment; before the first grant,
+    the stock hash."""
+    return _h.hilock_seglock_key(h, _h.hilock_seglock_segment(h))
+
+
 class SegmentedLock(ExclusiveBase):
     """A resource split into ``segments`` parts, each with its own exclusive
     lock and its own share of the stock, so up to ``segments`` holders sell
@@ -48,21 +54,17 @@ class SegmentedLock(ExclusiveBase):
 
     _c_acquire = _h.hilock_seglock_acquire
     _c_release = _h.hilock_seglock_release
+    _c_key = _segment_key
     _kind_name = "segmented_lock"
 
-    def __init__(self, client: "Client", name: Name, segments: int, ttl: float,
+    def __init__(self, client: Client, name: Name, segments: int, ttl: float,
                  timeout: Optional[float], auto_renew: bool = True,
                  max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback] = None) -> None:
+                 on_lost: Optional[LostCallback[SegmentedLock]] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         _count(segments, "segments", 1, SEGMENTS_MAX)
         self._setup(client._new(_h.hilock_seglock_new, self._bname, segments,
                                       seconds_to_ms(ttl, "ttl")))
-
-    @staticmethod
-    def _c_key(h: Any) -> bytes:
-        seg = _h.hilock_seglock_segment(h)
-        return _h.hilock_seglock_key(h, seg)
 
     def _c_call_acquire(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
@@ -139,7 +141,10 @@ class SegmentedLock(ExclusiveBase):
         return self.held_count() > 0
 
     def held_count(self) -> int:
-        """How many segments are held now, by anyone (one round trip)."""
+        """How many of the ``segments`` are held now, by any holder in any
+        process, this object included: one round trip that counts the live
+        segment locks on the server. Not this object's own hold, which is
+        at most one segment (see :meth:`owned` and :attr:`segment`)."""
         return int(_h.hilock_seglock_held_count(self._h))
 
     def stock_init(self, total: int) -> None:

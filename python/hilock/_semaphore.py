@@ -21,7 +21,7 @@ PERMITS_MAX = 1 << 31
 
 # Every live Semaphore, so that a forked child can replace their pool
 # mutexes (another thread of the parent may have held one at the fork).
-_live: "weakref.WeakSet[Semaphore]" = weakref.WeakSet()
+_live: weakref.WeakSet[Semaphore] = weakref.WeakSet()
 
 
 def _count(value: Any, what: str, least: int) -> int:
@@ -40,7 +40,7 @@ class _ThreadPermits:
 
     __slots__ = ("held", "sem", "pid")
 
-    def __init__(self, sem: "Semaphore") -> None:
+    def __init__(self, sem: Semaphore) -> None:
         self.held: List[Any] = []
         self.sem = weakref.ref(sem)
         self.pid = os.getpid()
@@ -72,11 +72,18 @@ class Semaphore(LockBase):
     (``auto_renew=True``), so a holder that dies frees its permit within
     ``ttl``: permits are never leaked.
 
-    Threads: one object may be shared by threads, as a
-    ``threading.BoundedSemaphore`` would be. Each thread that acquires gets a
-    permit of its own and must release it itself (release from a thread that
-    holds none raises ``LockNotOwnedError``). A thread that acquires twice
-    holds two permits.
+    Threads: one object may be shared by threads, but unlike
+    ``threading.Semaphore`` and ``threading.BoundedSemaphore`` a permit
+    belongs to the thread that acquired it, as a ``threading.RLock``'s hold
+    does. Only that thread can release it: ``release()`` gives back the
+    calling thread's most recent permit, and raises ``LockNotOwnedError``
+    (not ``ValueError``) in a thread that holds none here, even while other
+    threads hold permits, which stay held. So a permit cannot be handed
+    over, e.g. taken by a producer and released by a worker thread; give
+    such a worker an object of its own and let it acquire. A thread that
+    acquires twice holds two permits and releases twice. A thread that ends
+    still holding permits stops renewing them: they lapse at their TTL
+    (with a ``ResourceWarning``) and are not released.
 
     The limit: the first acquire stores ``permits`` as the semaphore's limit
     if none is stored yet; after that the stored limit wins over any other
@@ -84,18 +91,19 @@ class Semaphore(LockBase):
     with :attr:`limit` and the free count with :meth:`available`.
 
     ``lost``, ``validity``, ``permit_id``, ``owned()`` and ``renew()`` refer
-    to the calling thread's latest permit. ``fence`` is always None: a
-    semaphore admits several holders, so there is no exclusive grant to fence.
+    to the calling thread's latest permit, and :meth:`held_count` counts the
+    calling thread's permits. ``fence`` is always None: a semaphore admits
+    several holders, so there is no exclusive grant to fence.
     """
 
     _c_acquire = _h.hilock_semaphore_acquire
     _c_release = _h.hilock_semaphore_release
     _kind_name = "semaphore"
 
-    def __init__(self, client: "Client", name: Name, permits: int, ttl: float,
+    def __init__(self, client: Client, name: Name, permits: int, ttl: float,
                  timeout: Optional[float], auto_renew: bool = True,
                  max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback] = None) -> None:
+                 on_lost: Optional[LostCallback[Semaphore]] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._permits = _count(permits, "permits", 1)
         self._ttl_ms = seconds_to_ms(ttl, "ttl")
@@ -227,7 +235,11 @@ class Semaphore(LockBase):
         return h is not None and bool(_h.hilock_hold_owned(h))
 
     def held_count(self) -> int:
-        """How many permits the calling thread holds here (no round trip)."""
+        """How many permits the calling thread holds on this object: the ones
+        it acquired here and has not released yet. Kept locally per thread,
+        no round trip; other threads' and other objects' permits are not
+        counted (see :meth:`available` for the semaphore as a whole). A
+        permit that lapsed or was lost counts until ``release()`` drops it."""
         mine = getattr(self._tls, "permits", None)
         return 0 if mine is None else len(mine.held)
 

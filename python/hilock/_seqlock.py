@@ -38,9 +38,9 @@ class SequentialLock(ExclusiveBase):
     _c_release = _h.hilock_seqlock_release
     _kind_name = "sequential_lock"
 
-    def __init__(self, client: "Client", name: Name, ttl: float, timeout: Optional[float],
+    def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback] = None) -> None:
+                 on_lost: Optional[LostCallback[SequentialLock]] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._setup(client._new(_h.hilock_seqlock_new, self._bname,
                                       seconds_to_ms(ttl, "ttl")))

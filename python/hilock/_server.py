@@ -12,14 +12,15 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Iterable, Optional
+from typing import Iterable, List, Optional
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class RedisServer:
@@ -38,7 +39,7 @@ class RedisServer:
         self.password = password
         self.extra_args = list(extra_args)
         self.dir = tempfile.mkdtemp(prefix="hilock-redis-")
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
 
     @property
     def url(self) -> str:
@@ -49,7 +50,7 @@ class RedisServer:
     def pid(self) -> Optional[int]:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = 10.0) -> "RedisServer":
+    def start(self, timeout: float = 10.0) -> RedisServer:
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
                 "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")]
@@ -86,7 +87,7 @@ class RedisServer:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -113,7 +114,7 @@ class SentinelDeployment:
             "--replicaof", "127.0.0.1", str(self.master.port)])
         self.binary = self.master.binary
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
-        self.sentinel_procs: list = []
+        self.sentinel_procs: List[subprocess.Popen[bytes]] = []
 
     @property
     def url(self) -> str:
@@ -132,7 +133,7 @@ class SentinelDeployment:
             with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
                 s.sendall(payload)
                 f = s.makefile("rb")
-                out: list = []
+                out: List[bytes] = []
 
                 def read() -> None:
                     line = f.readline()
@@ -148,7 +149,7 @@ class SentinelDeployment:
         except OSError:
             return b""
 
-    def start(self, timeout: float = 20.0) -> "SentinelDeployment":
+    def start(self, timeout: float = 20.0) -> SentinelDeployment:
         self.master.start()
         self.replica.start()
         deadline = time.monotonic() + timeout
@@ -159,7 +160,7 @@ class SentinelDeployment:
             time.sleep(0.05)
         # The master must count the replica too (state=online), or a first
         # WAIT can see 0 replicas on a busy machine.
-        while not self._command(self.master.port, "WAIT", "1", "1000")[:2] in (
+        while self._command(self.master.port, "WAIT", "1", "1000")[:2] not in (
                 b":1", b":2", b":3"):
             if time.monotonic() > deadline:
                 raise RuntimeError("the master never counted the replica")
@@ -255,14 +256,14 @@ class SentinelDeployment:
         self.replica.cleanup()
         self.master.cleanup()
 
-    def __enter__(self) -> "SentinelDeployment":
+    def __enter__(self) -> SentinelDeployment:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     """``python -m hilock._server CMD [ARGS...]``: run CMD with $HILOCK_URL
     pointing at a private redis-server, stopped when CMD exits."""
     import sys

@@ -5,7 +5,7 @@ import math
 import os
 import ssl
 import threading
-from typing import Any, Optional, Union
+from typing import Any, Optional, Tuple, Union
 
 from .errors import InvalidArgument
 
@@ -56,6 +56,11 @@ TLS_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ss
 
 _CERT_REQS = {"required": 0, "optional": 1, "none": 2}
 
+# The TLS arguments of py_client_new and py_redlock_new: ca_certs, ca_path,
+# certfile, keyfile, password, cert_reqs, check_hostname, server_name.
+TlsArgs = Tuple[Optional[bytes], Optional[bytes], Optional[bytes], Optional[bytes],
+                Optional[bytes], int, int, Optional[bytes]]
+
 
 def _tls_path(value: Any, what: str) -> Optional[bytes]:
     if value is None:
@@ -70,7 +75,7 @@ def _tls_path(value: Any, what: str) -> Optional[bytes]:
 def tls_args(ssl_ca_certs: Any = None, ssl_ca_path: Any = None, ssl_certfile: Any = None,
              ssl_keyfile: Any = None, ssl_password: Any = None,
              ssl_cert_reqs: Any = "required", ssl_check_hostname: Any = True,
-             ssl_server_name: Optional[str] = None) -> tuple:
+             ssl_server_name: Optional[str] = None) -> TlsArgs:
     """The TLS keyword arguments (redis-py's names and values) as the C
     options take them."""
     if ssl_cert_reqs is None:  # redis-py: None means no verification

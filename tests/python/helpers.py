@@ -9,12 +9,16 @@ import multiprocessing
 import os
 import select
 import signal
+import statistics
 import threading
 import time
 import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Tuple
+
+# pure Python, next to this file
+from history import RedisHistory, check_fences_increase, check_fifo, check_no_overlap
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -369,3 +373,169 @@ def assert_held(r, lk, token: bytes, what: str = "the lock lapsed while held") -
     """lk's key still holds token, or lk lapsed and knows it (Stalled)."""
     if r.get(lk.key) != token:
         lapsed(lk, what)
+
+
+# -- queue locks: shared by test_fair and test_seqlock ---------------------------
+#
+# The fair and the sequential lock both grant in the order of a queue (the
+# fair lock's tickets, the sequential lock's sequence numbers). Their tests
+# run waiters as processes, so that a waiter can be stopped or killed, and
+# spend a budget of grants from several processes under the history checker.
+# ``make(client, name)`` makes the lock; ``order(lock)`` reads the grant's
+# place in the queue.
+
+MakeLock = Callable[[Any, Any], Any]
+OrderOf = Callable[[Any], Optional[int]]
+
+
+def _queued_waiter(url: str, make: MakeLock, order: OrderOf, name: str, wait: float,
+                   report: str) -> None:
+    """A waiter process: queue, report the outcome on the `report` list
+    ({pid, ok, t, order, fence}), and on a grant hold until told to release
+    (the key go:<pid> appears), then release."""
+    import hilock
+    import redis
+
+    r = redis.Redis.from_url(url)
+    lk = make(hilock.Client(url), name)
+    ok = lk.acquire(timeout=wait)
+    r.rpush(report, json.dumps({"pid": os.getpid(), "ok": ok, "t": time.monotonic(),
+                                "order": order(lk), "fence": lk.fence}))
+    if ok:
+        while not r.exists(f"go:{os.getpid()}"):
+            time.sleep(0.005)
+        lk.release()
+
+
+def start_queued_waiter(url: str, make: MakeLock, order: OrderOf, name: str,
+                        wait: float = 20.0, report: str = "report"):
+    return start_child(_queued_waiter, url, make, order, name, wait, report)
+
+
+def pop_report(r, key: str = "report", timeout: float = 10.0) -> dict:
+    """The next report of a queued waiter; fails if none comes in time."""
+    raw = pop_json(r, key, timeout)
+    assert raw is not None, f"no report on {key!r} within {timeout} s"
+    return json.loads(raw)
+
+
+def _budget_loop(url: str, make: MakeLock, order: OrderOf, name: str, gate, tag: str,
+                 hold: float) -> None:
+    """Take the lock until the shared budget of grants is spent, recording
+    each critical section with its fence (grant order) and its place in the
+    queue (the ticket field: request order)."""
+    import hilock
+    import redis
+
+    r = redis.Redis.from_url(url)
+    hist = RedisHistory(r, f"{tag}:history")
+    lk = make(hilock.Client(url), name)
+    n = 0
+    if not gate.wait(20):
+        raise RuntimeError("start gate never opened")
+    while True:
+        if not lk.acquire(timeout=20):
+            raise RuntimeError("acquire timed out: the queue stalled")
+        start = time.monotonic()
+        left = r.decr(f"{tag}:budget")
+        if left >= 0:
+            time.sleep(hold)
+            n += 1
+        end = time.monotonic()
+        fence, place = lk.fence, order(lk)
+        lk.release()
+        hist.record(start, end, fence, ticket=place)
+        if left < 0:
+            break
+    r.rpush(f"{tag}:count", f"{os.getpid()}:{n}")
+
+
+def contend_for_budget(r, url: str, tag: str, make: MakeLock, order: OrderOf, procs_n: int,
+                       budget: int, hold: float = 0.001):
+    """procs_n processes spend a budget of grants on the lock "shop:<tag>";
+    returns (grants per pid, history, seconds, fairness = fewest/mean)."""
+    r.set(f"{tag}:budget", budget)
+    gate = FORK.Event()
+    procs = [start_child(_budget_loop, url, make, order, f"shop:{tag}", gate, tag, hold)
+             for _ in range(procs_n)]
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    gate.set()
+    join_all(procs, 45)
+    took = time.monotonic() - t0
+    counts = {}
+    for item in r.lrange(f"{tag}:count", 0, -1):
+        pid, n = item.decode().split(":")
+        counts[int(pid)] = int(n)
+    hist = RedisHistory(r, f"{tag}:history").load()
+    fairness = min(counts.values()) / statistics.mean(counts.values()) if counts else 0.0
+    print(f"\n{tag}: {procs_n} processes, {budget} grants in {took:.2f} s, per-process "
+          f"counts {sorted(counts.values())}, fairness (fewest/mean) {fairness:.3f}")
+    return counts, hist, took, fairness
+
+
+def grants_after_queueing(holder, locks: List[Any], queued: Callable[[int], Any]) -> List[int]:
+    """Queue each of locks behind holder's grant, one at a time, from a
+    thread each (queued(i) tells when lock i is in the queue); then release
+    the holder and return the indices of locks in the order they were
+    granted."""
+    grants: List[int] = []
+    mu = threading.Lock()
+
+    def wait_turn(i: int) -> None:
+        lk = locks[i]
+        if not lk.acquire(timeout=10):
+            raise AssertionError(f"lock {i} was never granted")
+        with mu:
+            grants.append(i)
+        time.sleep(0.005)
+        lk.release()
+
+    workers = []
+    for i in range(len(locks)):
+        workers.append(Worker(wait_turn, i, name=f"queued-{i}"))
+        workers[-1].start()
+        wait_for(lambda: queued(i), 5, what=f"lock {i} queued")
+    holder.release()
+    for w in workers:
+        w.outcome(15)
+    return grants
+
+
+def check_queue_run(counts, hist, procs_n: int, budget: int, fairness: float) -> None:
+    """What contend_for_budget must show for a queue lock where nobody
+    leaves the queue: every process took part and the budget was spent
+    exactly, mutual exclusion, one fence per grant with none missing, grant
+    k to queue place k, and a share for everyone."""
+    assert len(counts) == procs_n and sum(counts.values()) == budget
+    assert len(hist) == budget + procs_n  # one last look each at the spent budget
+    assert check_no_overlap(hist) == len(hist)
+    fences = check_fences_increase(hist)
+    assert fences == list(range(fences[0], fences[0] + len(hist)))
+    # In grant order the places strictly increase, one by one.
+    assert check_fifo(hist) == list(range(1, len(hist) + 1))
+    # Strict FIFO with every process re-queueing at once is a round robin;
+    # the margin is for processes descheduled on a busy machine.
+    assert fairness >= 0.7, f"fewest/mean = {fairness:.3f}: {counts}"
+
+
+def interrupted_wait(waiter) -> bool:
+    """SIGINT this process 0.3 s into waiter.acquire(timeout=5); True if
+    KeyboardInterrupt ended the wait (a late one, landing after acquire
+    returned, still counts: nothing may be held then either)."""
+    if threading.current_thread() is not threading.main_thread():
+        raise AssertionError("signals need the main thread")
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    caught = False
+    with sigint_raises_keyboardinterrupt():
+        try:
+            timer.start()
+            try:
+                waiter.acquire(timeout=5.0)
+                time.sleep(1.0)
+            except KeyboardInterrupt:
+                caught = True
+        finally:
+            timer.cancel()
+            timer.join(5)
+    return caught

@@ -1,7 +1,8 @@
-"""The multi-key lock from Python: the threading.Lock contract, per-name
-fences shared with the single lock, exclusion of and by single locks,
-owner-checked release, renewal and loss, and real processes taking random
-overlapping sets of names, checked per name with the history checker."""
+"""The multi-key lock from Python: names, per-name fences shared with the
+single lock, exclusion of and by single locks, owner-checked release,
+renewal and loss of one name, and real processes taking random overlapping
+sets of names, checked per name with the history checker. What every lock
+type shares is tested in test_contract.py."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import redis
 
 import hilock
 from hilock import _hilock as _h
-from helpers import (FORK, Worker, blocked_clients, fork_call, interrupt_main_after, join_all,
+from helpers import (FORK, Worker, blocked_clients, interrupt_main_after, join_all,
                      sigint_raises_keyboardinterrupt, start_child, wait_blocked, wait_for)
 from history import FenceError, OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
@@ -197,18 +198,6 @@ def test_max_hold_stops_renewal_and_every_name_lapses(client: hilock.Client,
         m.release()
 
 
-def test_threads_sharing_one_object_take_turns(client: hilock.Client) -> None:
-    m = client.multi_lock(["s1", "s2"], ttl=10.0)
-    assert m.acquire()
-    w = Worker(m.acquire, True, 5.0)
-    w.start()
-    time.sleep(0.2)
-    assert w.finished_at is None  # the second thread waits for the first
-    m.release()
-    assert w.outcome(5.0) is True
-    m.release()
-
-
 def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Client,
                                                                rds: redis.Redis) -> None:
     single = client.lock("k2", ttl=10.0, auto_renew=False)
@@ -243,23 +232,6 @@ def test_ctrl_c_interrupts_a_blocked_multi_acquire(client: hilock.Client,
     wait_for(lambda: blocked_clients(rds) == 0, 2.0, what="the BLPOP to be dropped")
     holder.release()
     assert m.acquire(timeout=1.0)
-    m.release()
-
-
-def test_forked_child_holds_nothing(client: hilock.Client) -> None:
-    m = client.multi_lock(["f1", "f2"], ttl=10.0)
-    assert m.acquire(blocking=False)
-
-    def child():
-        try:
-            m.release()
-        except hilock.ForkedLockError:
-            return "forked"
-        return "released"
-
-    result, _ = fork_call(child, 10.0)
-    assert result == "forked"
-    assert m.owned()
     m.release()
 
 

@@ -1,10 +1,10 @@
 """hilock.Redlock over five private redis-servers: the lock contract, node
 failures (down, slowed with DEBUG SLEEP), the no-quorum error, the unsafety
-of a restart without persistence, loss reporting, fork, and mutual
-exclusion of real processes checked with the history checker."""
+of a restart without persistence, loss reporting, and mutual exclusion of
+real processes checked with the history checker. The contract on one and
+on three nodes, fork included, is also in test_contract.py."""
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -223,25 +223,6 @@ def test_on_lost_runs_when_a_majority_loses_the_key(redis_nodes) -> None:
                 raw(s).delete(KEY)
             assert lost.wait(2.0)
             assert lk.lost
-
-
-def test_forked_child_cannot_release(redis_nodes) -> None:
-    lk = hilock.Redlock(urls_of(redis_nodes), "rl", ttl=10)
-    assert lk.acquire(blocking=False)
-
-    def child() -> None:
-        try:
-            lk.release()
-        except hilock.ForkedLockError:
-            os._exit(0)
-        os._exit(3)
-
-    p = FORK.Process(target=child)
-    p.start()
-    p.join(10)
-    assert p.exitcode == 0
-    assert with_key(redis_nodes) == 5
-    lk.release()
 
 
 # -- mutual exclusion across processes -------------------------------------------------

@@ -1,6 +1,7 @@
 """The read-write lock: real processes contending (history-checked), writer
 preference under a reader stream, SIGKILLed readers and waiting writers,
-downgrade, the upgrade error, renewal and loss, threads and fork, API.
+downgrade, the upgrade error, renewal, lapse, threads and fork, API. What
+every lock type shares (each side on its own) is tested in test_contract.py.
 
 An owner is a thread of one client: tests that need several owners use
 threads or processes.
@@ -517,7 +518,7 @@ def test_last_reader_out_and_write_release_wake_waiters(client) -> None:
     assert time.monotonic() - t0 < 2.0
 
 
-# -- renewal and loss ---------------------------------------------------------------
+# -- renewal and lapse --------------------------------------------------------------
 
 def test_read_and_write_holds_are_renewed(client, rds) -> None:
     rw = client.rwlock("renew", ttl=0.3)
@@ -534,24 +535,6 @@ def test_read_and_write_holds_are_renewed(client, rds) -> None:
         t, out = in_thread(other.read().acquire, False)
         assert result(t, out) is False
     assert not rw.locked()
-
-
-def test_lost_read_hold_calls_on_lost_and_raises_lock_lost(client, rds) -> None:
-    lost = []
-    rw = client.rwlock("lost", ttl=0.3, on_lost=lost.append)
-    with pytest.raises(hilock.LockLost):
-        with rw.read() as r:
-            rds.delete(keys("lost")["readers"])
-            wait_for(lambda: lost, 3, what="the loss callback")
-            assert lost == [r] and r.lost and r.validity == 0
-    with pytest.raises(hilock.LockLost):
-        with rw.write() as w:
-            rds.delete(keys("lost")["writer"])
-            wait_for(lambda: len(lost) == 2, 3, what="the loss callback")
-            assert lost[1] is w
-    # The object is usable again.
-    with rw.read():
-        assert not rw.read().lost
 
 
 def test_auto_renew_false_lets_holds_lapse(client, rds) -> None:

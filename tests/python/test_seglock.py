@@ -1,10 +1,11 @@
 """The segmented lock: the Python API, stock that moves only under the lock,
-empty segments skipped, sold out as its own outcome, dead holders, renewal,
-fork, and the main claim under fire: 8 processes selling one stock over 4
+empty segments skipped, sold out as its own outcome, dead holders, fork,
+and the main claim under fire: 8 processes selling one stock over 4
 segments never hold one segment twice at once (history checker per
 segment) and sell exactly the stock loaded, not one unit more or less.
 
 The same harness run with no lock must fail those checks: they can fail.
+What every lock type shares is tested in test_contract.py (one segment).
 """
 from __future__ import annotations
 
@@ -264,24 +265,6 @@ def test_sigkilled_holders_segment_frees_within_ttl(client, rds, redis_url) -> N
     assert took <= ttl + 0.6, f"free {took:.3f} s after SIGKILL; TTL {ttl} s"
     assert seg.segment == 1
     seg.release()
-
-
-def test_renewal_keeps_the_segment_and_reports_loss(client, rds) -> None:
-    lost = threading.Event()
-    seg = client.segmented_lock("renew", 2, ttl=0.3, on_lost=lambda lk: lost.set())
-    assert seg.acquire(blocking=False)
-    time.sleep(0.9)
-    assert seg.owned() and not seg.lost
-    rds.delete(seg.key)
-    assert lost.wait(2.0)
-    assert seg.lost
-    with pytest.raises(hilock.LockNotOwnedError):
-        seg.release()
-    lost.clear()
-    with pytest.raises(hilock.LockLost):
-        with seg:
-            rds.delete(seg.key)
-            assert lost.wait(2.0)
 
 
 def _forked_child_check(seg: hilock.SegmentedLock) -> None:

@@ -2,23 +2,25 @@
 order, the watch on the predecessor (one wake-up per removal, to the
 successor only, counted with keyspace notifications), dead and departing
 contenders, and 8 processes contending under the history checker.
-Contenders that must be killed are processes."""
+Contenders that must be killed are processes.
+
+What every lock type shares (try, wait, release, expiry, renewal, loss,
+fork, fences, exclusion) is tested in test_contract.py."""
 from __future__ import annotations
 
-import json
 import os
-import pickle
 import signal
-import statistics
 import threading
 import time
-from typing import Dict, List
+from typing import List
 
 import pytest
 import redis
 
 import hilock
-from helpers import waiting_processes, FORK, join_all, kill_child, pop_json, start_child, wait_for
+from helpers import (FORK, check_queue_run, contend_for_budget, grants_after_queueing,
+                     interrupted_wait, join_all, kill_child, pop_report, start_child,
+                     start_queued_waiter, wait_for, waiting_processes)
 from history import (FifoError, Interval, RedisHistory, check_fences_increase, check_fifo,
                      check_no_overlap)
 
@@ -37,34 +39,25 @@ def assert_no_residue(rds: redis.Redis, name: str = NAME) -> None:
     assert leftovers == [], f"keys left behind: {leftovers}"
 
 
-def _contender(url: str, name: str, ttl: float, session: float, wait: float,
-               report: str) -> None:
-    """A contender process: enqueue, report the outcome on `report`, and on
-    a grant hold until told to release (the key go:<pid> appears)."""
-    r = redis.Redis.from_url(url)
-    c = hilock.Client(url)
-    lk = c.sequential_lock(name, ttl=ttl)
-    lk.session = session
-    ok = lk.acquire(timeout=wait)
-    r.rpush(report, json.dumps({"pid": os.getpid(), "ok": ok, "t": time.monotonic(),
-                                "seq": lk.sequence, "fence": lk.fence}))
-    if ok:
-        while not r.exists(f"go:{os.getpid()}"):
-            time.sleep(0.005)
-        lk.release()
+def _seq(ttl: float = 10.0, session: float = 5.0):
+    """make(client, name) for the shared harness: a sequential lock whose
+    waiting entries live `session` seconds between re-checks."""
+    def make(c, name):
+        lk = c.sequential_lock(name, ttl=ttl)
+        lk.session = session
+        return lk
+    return make
+
+
+def _sequence(lk):
+    return lk.sequence
 
 
 def _start(url, name=NAME, ttl=10.0, session=5.0, wait=20.0, report="report"):
-    return start_child(_contender, url, name, ttl, session, wait, report)
+    return start_queued_waiter(url, _seq(ttl, session), _sequence, name, wait, report)
 
 
-def _report(rds, key="report", timeout=10.0):
-    raw = pop_json(rds, key, timeout)
-    assert raw is not None, f"no report on {key!r} within {timeout} s"
-    return json.loads(raw)
-
-
-# -- the threading.Lock contract ----------------------------------------------
+# -- API ----------------------------------------------------------------------------
 
 def test_acquire_release_and_properties(client, rds) -> None:
     a = client.sequential_lock(NAME, ttl=10.0)
@@ -101,42 +94,12 @@ def test_acquire_release_and_properties(client, rds) -> None:
     assert_no_residue(rds)
 
 
-def test_arguments_and_errors(client) -> None:
+def test_session_is_settable_within_bounds(client) -> None:
     lk = client.sequential_lock(NAME)
-    with pytest.raises(ValueError):
-        lk.acquire(blocking=False, timeout=1.0)
     with pytest.raises(hilock.InvalidArgument):
-        lk.session = 0.2
-    with pytest.raises(hilock.InvalidArgument):
-        client.sequential_lock(NAME, ttl=0)
-    with pytest.raises(hilock.InvalidArgument):
-        client.sequential_lock("}bad")
-    with pytest.raises(hilock.InvalidArgument):
-        client.sequential_lock(NAME, on_lost=42)
-    with pytest.raises(TypeError):
-        pickle.dumps(lk)
+        lk.session = 0.2  # below 0.5 s
     lk.session = 1.25
     assert lk.session == 1.25
-    assert lk.acquire()
-    with pytest.raises(hilock.InvalidArgument):
-        lk.extend(-1)
-    lk.extend(20, replace=True)
-    assert 19.0 < lk.validity <= 20.0
-    lk.renew()
-    assert lk.validity <= 30.0
-    lk.release()
-
-
-def test_context_manager_timeout_never_runs_body(client, rds) -> None:
-    holder = client.sequential_lock(NAME)
-    assert holder.acquire()
-    ran = []
-    with pytest.raises(hilock.LockTimeout):
-        with client.sequential_lock(NAME, timeout=0.2):
-            ran.append(1)
-    assert ran == []
-    holder.release()
-    assert_no_residue(rds)
 
 
 def test_module_level_sequential_lock_uses_the_environment(monkeypatch, rds, redis_url) -> None:
@@ -146,140 +109,35 @@ def test_module_level_sequential_lock_uses_the_environment(monkeypatch, rds, red
         assert rds.hget(HOLDER, "owner") == lk.token.encode()
 
 
-def test_second_thread_on_one_object_waits_for_release(client) -> None:
-    lk = client.sequential_lock(NAME)
-    assert lk.acquire()
-    got: List[float] = []
-    t = threading.Thread(target=lambda: got.append(lk.acquire(timeout=5) and time.monotonic()))
-    t.start()
-    time.sleep(0.2)
-    assert got == []
-    released = time.monotonic()
-    lk.release()
-    t.join(5)
-    assert got and got[0] - released < 0.5
-    lk.release()
-
-
-def test_forked_child_cannot_release_the_parents_grant(client, rds) -> None:
-    lk = client.sequential_lock(NAME)
-    assert lk.acquire()
-
-    def child():
-        try:
-            lk.release()
-        except hilock.ForkedLockError:
-            return
-        raise AssertionError("the child released its parent's grant")
-
-    p = start_child(child)
-    join_all([p], 10)
-    assert rds.hget(HOLDER, "owner") == lk.token.encode()
-    lk.release()
-
-
 # -- sequence order -------------------------------------------------------------
 
 def test_sequence_is_visible_while_waiting_and_grants_follow_it(client, rds) -> None:
     holder = client.sequential_lock(NAME)
     assert holder.acquire()
-    grants: List[int] = []
-    mu = threading.Lock()
     locks = [client.sequential_lock(NAME) for _ in range(5)]
-
-    def wait_turn(i: int) -> None:
-        lk = locks[i]
-        assert lk.acquire(timeout=10)
-        with mu:
-            grants.append(lk.sequence)
-        time.sleep(0.005)
-        lk.release()
-
-    threads = []
-    for i in range(len(locks)):  # one at a time, so the numbers are known
-        threads.append(threading.Thread(target=wait_turn, args=(i,)))
-        threads[-1].start()
-        wait_for(lambda: locks[i].sequence is not None, 5, what=f"contender {i} enqueued")
-        assert locks[i].sequence == i + 2
-    assert holder.waiters() == 5
-    holder.release()
-    for t in threads:
-        t.join(10)
-    assert grants == [2, 3, 4, 5, 6]
+    # One at a time, so the numbers are known; each is readable while it waits.
+    grants = grants_after_queueing(
+        holder, locks, lambda i: locks[i].sequence == i + 2 and holder.waiters() == i + 1)
+    assert grants == list(range(len(locks)))
+    assert [lk.sequence for lk in locks] == [2, 3, 4, 5, 6]
     assert [lk.fence for lk in locks] == [holder.fence + k for k in range(1, 6)]
     assert_no_residue(rds)
 
 
-def _loop(url: str, name: str, gate, tag: str, hold: float, kind: str) -> None:
-    """Take the lock until the shared budget of grants is spent, recording
-    each critical section with its fence (grant order) and sequence number
-    (the ticket field: the order of the entries)."""
-    r = redis.Redis.from_url(url)
-    hist = RedisHistory(r, f"{tag}:history")
-    c = hilock.Client(url)
-    lk = c.sequential_lock(name, ttl=10.0) if kind == "seq" else c.fair_lock(name, ttl=10.0)
-    n = 0
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
-    while True:
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out: the queue stalled")
-        start = time.monotonic()
-        left = r.decr(f"{tag}:budget")
-        if left >= 0:
-            time.sleep(hold)
-            n += 1
-        end = time.monotonic()
-        fence = lk.fence
-        order = lk.sequence if kind == "seq" else lk.ticket
-        lk.release()
-        hist.record(start, end, fence, ticket=order)
-        if left < 0:
-            break
-    r.rpush(f"{tag}:count", f"{os.getpid()}:{n}")
-
-
-def _contend(rds, url: str, procs_n: int, budget: int, kind: str = "seq"):
-    tag = f"{kind}{procs_n}"
-    rds.set(f"{tag}:budget", budget)
-    gate = FORK.Event()
-    procs = [start_child(_loop, url, f"shop:{tag}", gate, tag, 0.001, kind)
-             for _ in range(procs_n)]
-    time.sleep(0.05)
-    t0 = time.monotonic()
-    gate.set()
-    join_all(procs, 45)
-    took = time.monotonic() - t0
-    counts: Dict[int, int] = {}
-    for item in rds.lrange(f"{tag}:count", 0, -1):
-        pid, n = item.decode().split(":")
-        counts[int(pid)] = int(n)
-    hist = RedisHistory(rds, f"{tag}:history").load()
-    fairness = min(counts.values()) / statistics.mean(counts.values()) if counts else 0.0
-    print(f"\n{kind}: {procs_n} processes, {budget} grants in {took:.2f} s, per-process "
-          f"counts {sorted(counts.values())}, fairness (fewest/mean) {fairness:.3f}")
-    return counts, hist, took, fairness
-
-
 def test_eight_processes_history_grants_in_sequence_order(rds, redis_url) -> None:
     procs_n, budget = 8, 600
-    counts, hist, took, fairness = _contend(rds, redis_url, procs_n, budget)
-    assert len(counts) == procs_n and sum(counts.values()) == budget
-    assert len(hist) == budget + procs_n  # one last look each at the spent budget
-    # Mutual exclusion, one fence per grant with none missing.
-    assert check_no_overlap(hist) == len(hist)
-    fences = check_fences_increase(hist)
-    assert fences == list(range(fences[0], fences[0] + len(hist)))
-    # In grant order the sequence numbers strictly increase; nobody left a
+    counts, hist, took, fairness = contend_for_budget(rds, redis_url, "seq8", _seq(),
+                                                      _sequence, procs_n, budget)
+    # Exclusion, one fence per grant, and sequence order: nobody left the
     # queue, so grant k went to entry k exactly.
-    assert check_fifo(hist) == list(range(1, len(hist) + 1))
-    assert fairness >= 0.7, f"fewest/mean = {fairness:.3f}: {counts}"
+    check_queue_run(counts, hist, procs_n, budget, fairness)
     assert_no_residue(rds, "shop:seq8")
 
 
 def _chaos_loop(url: str, name: str, gate, tag: str) -> None:
-    """As _loop, with short sessions, and the grant's token published (inside
-    the critical section) so the test can find and kill the holder."""
+    """As the loop of helpers.contend_for_budget, with short sessions, and
+    the grant's token published (inside the critical section) so the test
+    can find and kill the holder."""
     r = redis.Redis.from_url(url)
     hist = RedisHistory(r, f"{tag}:history")
     lk = hilock.Client(url).sequential_lock(name, ttl=1.0)
@@ -413,8 +271,8 @@ def test_each_removal_pushes_to_the_successor_only(client, rds, redis_url) -> No
         assert counter.drain() == []
         holder.release()
         for i in range(n):
-            got = _report(rds)
-            assert got["pid"] == procs[i].pid and got["seq"] == seqs[i], "out of sequence order"
+            got = pop_report(rds)
+            assert got["pid"] == procs[i].pid and got["order"] == seqs[i], "out of sequence order"
             # Exactly one push, to this contender's own list; the others
             # still block and none of them was pushed.
             assert counter.drain() == [str(seqs[i])], f"pushes after removal {i}"
@@ -438,8 +296,8 @@ def test_sigkilled_holder_passes_the_turn_within_its_session(client, rds, redis_
     ttl = 1.0  # the holder's session; it renews every 1/3 s while alive
     p = _start(redis_url, ttl=ttl)
     try:
-        got = _report(rds)
-        assert got["ok"] and got["seq"] == 1
+        got = pop_report(rds)
+        assert got["ok"] and got["order"] == 1
         time.sleep(1.5 * ttl)  # renewed past its first ttl
         waiter = client.sequential_lock(NAME, ttl=10.0)
         waiter.session = 30.0  # our own re-checks (10 s) must not be what saves us
@@ -475,9 +333,9 @@ def test_sigkilled_waiter_passes_the_turn_within_its_session(client, rds, redis_
         kill_child(pred)
         killed = time.monotonic()
         holder.release()  # pushes to the dead predecessor's list, nobody reads it
-        got = _report(rds)
+        got = pop_report(rds)
         took = got["t"] - killed
-        assert got["ok"] and got["pid"] == last.pid and got["seq"] == 3 and got["fence"] == 1002
+        assert got["ok"] and got["pid"] == last.pid and got["order"] == 3 and got["fence"] == 1002
         assert took <= session + 0.7, f"successor got it {took:.3f} s after the kill"
         rds.set(f"go:{got['pid']}", 1)
         join_all([last], 10)
@@ -510,49 +368,13 @@ def test_timed_out_waiters_leave_no_residue(client, rds) -> None:
 
 
 def test_interrupted_waiter_leaves_no_residue(client, rds) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.fail("signals need the main thread")
     holder = client.sequential_lock(NAME)
     assert holder.acquire()
     waiter = client.sequential_lock(NAME)
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    caught = False
-    try:
-        timer.start()
-        try:
-            waiter.acquire(timeout=5.0)
-            time.sleep(1.0)
-        except KeyboardInterrupt:
-            caught = True
-    finally:
-        timer.cancel()
-        timer.join(5)
-        signal.signal(signal.SIGINT, old)
-    assert caught
+    assert interrupted_wait(waiter)
     assert not waiter.owned()
     assert rds.zcard(QUEUE) == 1 and rds.keys(WAKE + "*") == []
     holder.release()
     assert_no_residue(rds)
     assert waiter.acquire(blocking=False)
     waiter.release()
-
-
-# -- renewal ---------------------------------------------------------------------------
-
-def test_auto_renew_by_default_and_loss_reported(client, rds) -> None:
-    lost: List[object] = []
-    lk = client.sequential_lock(NAME, ttl=0.5, on_lost=lost.append)
-    with pytest.raises(hilock.LockLost):
-        with lk:
-            time.sleep(1.2)  # past two TTLs: renewed
-            assert lk.owned()
-            rds.zrem(SESSION, lk.token)  # the entry vanishes
-            wait_for(lambda: lk.lost, 2, what="loss detected")
-    wait_for(lambda: lost == [lk], 2, what="on_lost called")
-    assert lk.validity == 0.0
-
-    plain = client.sequential_lock("plain", ttl=0.3, auto_renew=False)
-    assert plain.acquire()
-    time.sleep(0.45)
-    assert not plain.owned()
