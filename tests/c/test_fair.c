@@ -1,7 +1,8 @@
-/* The fair (FIFO) lock against a real server: grant order, no barging,
- * heartbeats on server time, dead and departing waiters, head-only
- * wake-ups. Waiters are threads with their own handles, or forked
- * processes (to stop or kill them). Keys are checked with hiredis. */
+/* The fair (FIFO) lock against a real server, beyond the contract every
+ * family keeps (test_contract.c): grant order, no barging, heartbeats on
+ * server time, dead and departing waiters, head-only wake-ups. Waiters are
+ * threads with their own handles, or forked processes (to stop or kill
+ * them). Keys are checked with hiredis. */
 #include "test_util.h"
 
 #include <pthread.h>
@@ -31,10 +32,7 @@ static long long queue_len(fixture *f, const char *name) {
 }
 
 static long long wake_lists(fixture *f, const char *name) {
-  redisReply *r = hl_redis(f->redis, "KEYS hilock:{%s}:wake:*", name);
-  long long n = r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
-  freeReplyObject(r);
-  return n;
+  return hl_keys_count(f->redis, "hilock:{%s}:wake:*", name);
 }
 
 /* No queue entry, heartbeat or wake list is left for name. */
@@ -48,15 +46,9 @@ static void assert_no_waiter_residue(fixture *f, const char *name) {
 
 static void wait_queue_len(fixture *f, const char *name, long long n,
                            int64_t timeout_ms) {
-  int64_t deadline = hl_now_ms() + timeout_ms;
-  while (queue_len(f, name) != n) {
-    if (hl_now_ms() > deadline) {
-      print_error("queue of %s never reached %lld (now %lld)\n", name, n,
-                  queue_len(f, name));
-      fail();
-    }
-    hl_sleep_ms(2);
-  }
+  char key[128];
+  snprintf(key, sizeof(key), "hilock:{%s}:fair:queue", name);
+  assert_true(hl_wait_zcard(f->redis, key, n, timeout_ms));
 }
 
 static char *holder_value(fixture *f, const char *name) {
@@ -73,36 +65,9 @@ static void assert_holder(fixture *f, const char *name,
   free(v);
 }
 
-/* An integer string key (a counter), 0 if absent. */
 static long long get_int(fixture *f, const char *key) {
-  char *v = hl_redis_get(f->redis, key, strlen(key));
-  long long n = v ? atoll(v) : 0;
-  free(v);
-  return n;
+  return hl_redis_get_int(f->redis, key);
 }
-
-/* Server time in ms. */
-static long long server_ms(fixture *f) {
-  redisReply *r = hl_redis(f->redis, "TIME");
-  long long ms;
-  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-  ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
-  freeReplyObject(r);
-  return ms;
-}
-
-static long long evalsha_calls(fixture *f) {
-  redisReply *r = hl_redis(f->redis, "INFO commandstats");
-  const char *p;
-  long long n = 0;
-  p = r->str ? strstr(r->str, "cmdstat_evalsha:calls=") : NULL;
-  if (p != NULL) n = atoll(p + strlen("cmdstat_evalsha:calls="));
-  freeReplyObject(r);
-  return n;
-}
-
-/* Threads asleep waiting (blocked in BLPOP in BLPOP mode). */
-static long long blocked_clients(fixture *f) { return hl_waiters(f->redis); }
 
 /* ## Grants ------------------------------------------------------------------ */
 
@@ -164,10 +129,9 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   hilock_hold_free(HILOCK_HOLD(b));
 }
 
-static void not_reentrant_and_non_holders_cannot_release(void **state) {
+static void not_reentrant(void **state) {
   fixture *f = *state;
   hilock_fair_lock *a = make_fair(f->client, "own", 5000);
-  hilock_fair_lock *b = make_fair(f->client, "own", 5000);
   char token[33];
   uint64_t fence;
 
@@ -182,37 +146,8 @@ static void not_reentrant_and_non_holders_cannot_release(void **state) {
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), token);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), fence);
   assert_int_equal(queue_len(f, "own"), 0);
-
-  assert_hl_rc(hilock_fair_lock_release(b), HILOCK_ENOTOWNED,
-               hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_holder(f, "own", a);
   hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
-}
-
-static void release_after_expiry_spares_the_next_holder(void **state) {
-  fixture *f = *state;
-  hilock_fair_lock *old = make_fair(f->client, "lapse", 100);
-  hilock_fair_lock *next = make_fair(f->client, "lapse", 5000);
-  int owned = -1;
-
-  assert_hl_ok(hilock_fair_lock_try_acquire(old), hilock_hold_errmsg(HILOCK_HOLD(old)));
-  hl_sleep_ms(150);
-  assert_false(hilock_hold_held(HILOCK_HOLD(old)));
-  assert_hl_ok(hilock_fair_lock_try_acquire(next),
-               hilock_hold_errmsg(HILOCK_HOLD(next)));
-  assert_true(hilock_hold_fence(HILOCK_HOLD(next)) > hilock_hold_fence(HILOCK_HOLD(old)));
-  assert_hl_rc(hilock_fair_lock_release(old), HILOCK_ENOTOWNED,
-               hilock_hold_errmsg(HILOCK_HOLD(old)));
-  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(old)), "nothing was deleted");
-  assert_hl_rc(hilock_fair_lock_extend(old, 5000, 1), HILOCK_ENOTOWNED,
-               hilock_hold_errmsg(HILOCK_HOLD(old)));
-  assert_holder(f, "lapse", next);
-  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(next), &owned),
-               hilock_hold_errmsg(HILOCK_HOLD(next)));
-  assert_true(owned);
-  hilock_hold_free(HILOCK_HOLD(old));
-  hilock_hold_free(HILOCK_HOLD(next));
 }
 
 static void extend_and_renew_act_while_owned(void **state) {
@@ -241,40 +176,33 @@ static void extend_and_renew_act_while_owned(void **state) {
 
 #define NWAITERS 5
 
-typedef struct waiter {
-  hilock_fair_lock *lock;
-  int index;       /* enqueue order, set by the test */
-  int64_t wait_ms; /* acquire's wait; 0: 20 s */
-  int64_t hold_ms; /* in the critical section */
-  volatile int *release_now; /* if set: hold until *release_now != 0 */
-  int rc, release_rc;
-  uint64_t fence, ticket;
-  int grant_pos; /* grant order */
-} waiter;
+static int fair_acquire(hilock_hold *h, int64_t wait_ms) {
+  return hilock_fair_lock_acquire((hilock_fair_lock *)h, wait_ms);
+}
+static int fair_release(hilock_hold *h) {
+  return hilock_fair_lock_release((hilock_fair_lock *)h);
+}
+static uint64_t fair_ticket(const hilock_hold *h) {
+  return hilock_fair_lock_ticket((const hilock_fair_lock *)h);
+}
 
 static int grant_counter;
-static pthread_mutex_t grant_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void *waiter_main(void *arg) {
-  waiter *w = arg;
-  w->rc = hilock_fair_lock_acquire(w->lock, w->wait_ms ? w->wait_ms : 20000);
-  if (w->rc != HILOCK_OK) return NULL;
-  pthread_mutex_lock(&grant_mu);
-  w->grant_pos = grant_counter++;
-  pthread_mutex_unlock(&grant_mu);
-  w->fence = hilock_hold_fence(HILOCK_HOLD(w->lock));
-  w->ticket = hilock_fair_lock_ticket(w->lock);
-  if (w->release_now != NULL)
-    while (!__atomic_load_n(w->release_now, __ATOMIC_ACQUIRE)) hl_sleep_ms(1);
-  hl_sleep_ms(w->hold_ms);
-  w->release_rc = hilock_fair_lock_release(w->lock);
-  return NULL;
+/* w waits with fl (see hl_waiter); its number is the grant's ticket. */
+static hilock_fair_lock *as_waiter(hl_waiter *w, hilock_fair_lock *fl) {
+  memset(w, 0, sizeof(*w));
+  w->lock = HILOCK_HOLD(fl);
+  w->acquire = fair_acquire;
+  w->release = fair_release;
+  w->number = fair_ticket;
+  w->grant_counter = &grant_counter;
+  return fl;
 }
 
 static void fifo_grant_order_follows_enqueue_order(void **state) {
   fixture *f = *state;
   hilock_fair_lock *holder = make_fair(f->client, "fifo", 10000);
-  waiter w[NWAITERS];
+  hl_waiter w[NWAITERS];
   pthread_t t[NWAITERS];
 
   grant_counter = 0;
@@ -282,11 +210,9 @@ static void fifo_grant_order_follows_enqueue_order(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   /* Enqueue one at a time, so the enqueue order is known. */
   for (int i = 0; i < NWAITERS; i++) {
-    memset(&w[i], 0, sizeof(w[i]));
-    w[i].lock = make_fair(f->client, "fifo", 10000);
-    w[i].index = i;
+    as_waiter(&w[i], make_fair(f->client, "fifo", 10000));
     w[i].hold_ms = 5;
-    assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &w[i]), 0);
+    t[i] = hl_waiter_start(&w[i]);
     wait_queue_len(f, "fifo", i + 1, 5000);
   }
   assert_hl_ok(hilock_fair_lock_release(holder),
@@ -299,7 +225,8 @@ static void fifo_grant_order_follows_enqueue_order(void **state) {
     /* Grant order == enqueue order; tickets and fences follow it. */
     assert_int_equal(w[i].grant_pos, i);
     assert_int_equal(w[i].fence, hilock_hold_fence(HILOCK_HOLD(holder)) + 1 + i);
-    assert_int_equal(w[i].ticket, hilock_fair_lock_ticket(holder) + 1 + i);
+    assert_int_equal(w[i].number_granted,
+                     hilock_fair_lock_ticket(holder) + 1 + i);
     hilock_hold_free(HILOCK_HOLD(w[i].lock));
   }
   assert_no_waiter_residue(f, "fifo");
@@ -309,41 +236,25 @@ static void fifo_grant_order_follows_enqueue_order(void **state) {
 
 /* ## Processes ---------------------------------------------------------------- */
 
-/* A forked waiter: its own client; queue with heartbeat window beat_ms,
- * hold hold_ms, release. Exit 0 if granted and released, 1 on BUSY, 2+ on
- * errors. Never returns into cmocka. */
-static pid_t fork_waiter(fixture *f, const char *name, int64_t beat_ms,
-                         int64_t hold_ms) {
-  pid_t pid;
-  fflush(NULL);
-  pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    hilock_options o = hl_test_options();
-    hilock_client *c = NULL;
-    hilock_fair_lock *fl = NULL;
-    int rc = hilock_client_new(f->server.url, &o, &c);
-    if (rc == HILOCK_OK)
-      rc = hilock_fair_lock_new(c, name, strlen(name), 10000, &fl);
-    if (rc == HILOCK_OK) rc = hilock_fair_lock_set_heartbeat(fl, beat_ms);
-    if (rc == HILOCK_OK) rc = hilock_fair_lock_acquire(fl, 20000);
-    if (rc == HILOCK_OK) {
-      hl_sleep_ms(hold_ms);
-      rc = hilock_fair_lock_release(fl);
-    }
-    if (rc != HILOCK_OK)
-      fprintf(stderr, "fair waiter %d: %s: %s\n", (int)getpid(),
-              hilock_err_name(rc), fl ? hilock_hold_errmsg(HILOCK_HOLD(fl)) : "");
-    _exit(rc == HILOCK_OK ? 0 : rc == HILOCK_BUSY ? 1 : 2);
-  }
-  return pid;
+typedef struct forked {
+  const char *name;
+  int64_t beat_ms;
+} forked;
+
+static int make_forked(hilock_client *c, void *arg, hilock_hold **h) {
+  const forked *w = arg;
+  hilock_fair_lock *fl = NULL;
+  int rc = hilock_fair_lock_new(c, w->name, strlen(w->name), 10000, &fl);
+  *h = HILOCK_HOLD(fl);
+  return rc == HILOCK_OK ? hilock_fair_lock_set_heartbeat(fl, w->beat_ms) : rc;
 }
 
-static int reap(pid_t pid) {
-  int status = -1;
-  while (waitpid(pid, &status, 0) < 0) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+/* A forked waiter (see hl_fork_contender) with heartbeat window beat_ms. */
+static pid_t fork_waiter(fixture *f, const char *name, int64_t beat_ms,
+                         int64_t hold_ms) {
+  forked w = {name, beat_ms};
+  return hl_fork_contender(f->server.url, make_forked, &w, fair_acquire,
+                           fair_release, hold_ms);
 }
 
 static void newcomer_never_barges_past_a_queued_waiter(void **state) {
@@ -381,7 +292,7 @@ static void newcomer_never_barges_past_a_queued_waiter(void **state) {
 
   /* Thawed, the head takes its turn; then the newcomer may have it. */
   assert_int_equal(kill(child, SIGCONT), 0);
-  assert_int_equal(reap(child), 0);
+  assert_int_equal(hl_wait_child(child, 30000), 0);
   assert_hl_ok(hilock_fair_lock_try_acquire(newcomer),
                hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
   /* The holder's, the head's, then the newcomer's grant. */
@@ -409,7 +320,7 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   wait_queue_len(f, "dead-head", 2, 5000);
 
   assert_int_equal(kill(head, SIGKILL), 0);
-  assert_int_equal(reap(head), 128 + SIGKILL);
+  assert_int_equal(hl_wait_child(head, 30000), 128 + SIGKILL);
   t0 = hl_now_ms();
   /* The release wakes the dead head; the lock stays reserved for it until
    * its heartbeat lapses, never for the holder's TTL of 10 s. */
@@ -426,7 +337,7 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   /* The dead waiter's entry, heartbeat and wake list went with it. */
   assert_int_equal(queue_len(f, "dead-head"), 0);
   assert_int_equal(wake_lists(f, "dead-head"), 0);
-  assert_int_equal(reap(second), 0);
+  assert_int_equal(hl_wait_child(second, 30000), 0);
   /* Granted to the holder and then the second waiter only. */
   assert_int_equal(get_int(f, "hilock:{dead-head}:fence"),
                    (long long)hilock_hold_fence(HILOCK_HOLD(holder)) + 1);
@@ -453,16 +364,14 @@ static void timed_out_waiter_leaves_no_residue(void **state) {
 
   /* A head that times out leaves its place to the next waiter. */
   {
-    waiter head, next;
+    hl_waiter head, next;
     pthread_t th, tn;
-    memset(&head, 0, sizeof(head));
-    memset(&next, 0, sizeof(next));
-    head.lock = w;
+    as_waiter(&head, w);
     head.wait_ms = 400;
-    next.lock = make_fair(f->client, "timeout", 10000);
-    assert_int_equal(pthread_create(&th, NULL, waiter_main, &head), 0);
+    as_waiter(&next, make_fair(f->client, "timeout", 10000));
+    th = hl_waiter_start(&head);
     wait_queue_len(f, "timeout", 1, 5000);
-    assert_int_equal(pthread_create(&tn, NULL, waiter_main, &next), 0);
+    tn = hl_waiter_start(&next);
     wait_queue_len(f, "timeout", 2, 5000);
     pthread_join(th, NULL);
     assert_hl_rc(head.rc, HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(w)));
@@ -479,20 +388,6 @@ static void timed_out_waiter_leaves_no_residue(void **state) {
   hilock_hold_free(HILOCK_HOLD(w));
 }
 
-static int interrupt_flag;
-
-static int interrupt_hook(void *arg) {
-  (void)arg;
-  return __atomic_load_n(&interrupt_flag, __ATOMIC_ACQUIRE);
-}
-
-static void *raise_interrupt(void *arg) {
-  (void)arg;
-  hl_sleep_ms(200);
-  __atomic_store_n(&interrupt_flag, 1, __ATOMIC_RELEASE);
-  return NULL;
-}
-
 static void interrupted_waiter_leaves_no_residue(void **state) {
   fixture *f = *state;
   hilock_options o = hl_test_options();
@@ -500,15 +395,16 @@ static void interrupted_waiter_leaves_no_residue(void **state) {
   hilock_fair_lock *holder = make_fair(f->client, "intr", 10000), *w;
   pthread_t t;
   int64_t t0;
+  int interrupted = 0;
 
-  o.interrupt = interrupt_hook;
-  interrupt_flag = 0;
+  o.interrupt = hl_flag_interrupt;
+  o.interrupt_arg = &interrupted;
   assert_hl_ok(hilock_client_new(f->server.url, &o, &c),
                hilock_client_errmsg(c));
   w = make_fair(c, "intr", 10000);
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  assert_int_equal(pthread_create(&t, NULL, raise_interrupt, NULL), 0);
+  t = hl_raise_flag_later(&interrupted, 200);
   t0 = hl_now_ms();
   assert_hl_rc(hilock_fair_lock_acquire(w, 5000), HILOCK_EINTR,
                hilock_hold_errmsg(HILOCK_HOLD(w)));
@@ -526,23 +422,22 @@ static void interrupted_waiter_leaves_no_residue(void **state) {
 static void live_waiter_is_never_purged_however_long_it_waits(void **state) {
   fixture *f = *state;
   hilock_fair_lock *holder = make_fair(f->client, "patient", 10000);
-  waiter w;
+  hl_waiter w;
   pthread_t t;
   int64_t t0;
 
-  memset(&w, 0, sizeof(w));
-  w.lock = make_fair(f->client, "patient", 10000);
-  assert_hl_ok(hilock_fair_lock_set_heartbeat(w.lock, 1000),
-               hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  assert_hl_ok(hilock_fair_lock_set_heartbeat(
+                   as_waiter(&w, make_fair(f->client, "patient", 10000)), 1000),
+               hilock_hold_errmsg(w.lock));
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+  t = hl_waiter_start(&w);
   wait_queue_len(f, "patient", 1, 5000);
   /* 2.5 windows: its deadline keeps moving ahead of the server clock. */
   for (int i = 0; i < 25; i++) {
     redisReply *r = hl_redis(f->redis, "ZRANGE hilock:{patient}:fair:heartbeat "
                                        "0 -1 WITHSCORES");
-    long long now = server_ms(f), deadline;
+    long long now = hl_server_time_ms(f->redis), deadline;
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 2);
     deadline = atoll(r->element[1]->str);
@@ -566,7 +461,7 @@ static void dead_entries_block_until_their_deadline_then_are_dropped(
     void **state) {
   fixture *f = *state;
   hilock_fair_lock *l = make_fair(f->client, "ghost", 5000);
-  long long now = server_ms(f);
+  long long now = hl_server_time_ms(f->redis);
   int64_t count = -1;
 
   /* A waiter that died 0.3 s before its deadline, with a wake-up pending,
@@ -596,7 +491,7 @@ static void dead_entries_block_until_their_deadline_then_are_dropped(
 static void wake_ups_go_to_the_head_only(void **state) {
   fixture *f = *state;
   hilock_fair_lock *holder = make_fair(f->client, "head-only", 10000);
-  waiter w[NWAITERS];
+  hl_waiter w[NWAITERS];
   pthread_t t[NWAITERS];
   volatile int go[NWAITERS];
   long long before;
@@ -605,19 +500,19 @@ static void wake_ups_go_to_the_head_only(void **state) {
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
-    memset(&w[i], 0, sizeof(w[i]));
     go[i] = 0;
-    w[i].lock = make_fair(f->client, "head-only", 10000);
     /* Re-checks every 10 s: within this test only wake-ups move waiters. */
-    assert_hl_ok(hilock_fair_lock_set_heartbeat(w[i].lock, 30000),
-                 hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
+    assert_hl_ok(
+        hilock_fair_lock_set_heartbeat(
+            as_waiter(&w[i], make_fair(f->client, "head-only", 10000)), 30000),
+        hilock_hold_errmsg(w[i].lock));
     w[i].release_now = &go[i];
-    assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &w[i]), 0);
+    t[i] = hl_waiter_start(&w[i]);
     wait_queue_len(f, "head-only", i + 1, 5000);
   }
   hl_sleep_ms(50);
-  assert_int_equal(blocked_clients(f), NWAITERS);
-  before = evalsha_calls(f);
+  assert_int_equal(hl_waiters(f->redis), NWAITERS);
+  before = hl_cmdstat_calls(f->redis, "evalsha");
   assert_hl_ok(hilock_fair_lock_release(holder),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
@@ -629,11 +524,12 @@ static void wake_ups_go_to_the_head_only(void **state) {
     hl_sleep_ms(30);
     assert_int_equal(__atomic_load_n(&grant_counter, __ATOMIC_ACQUIRE), i + 1);
     assert_int_equal(w[i].grant_pos, i);
-    assert_int_equal(blocked_clients(f), NWAITERS - 1 - i);
+    assert_int_equal(hl_waiters(f->redis), NWAITERS - 1 - i);
     assert_int_equal(queue_len(f, "head-only"), NWAITERS - 1 - i);
     /* Scripts run since the first release: one release per grant and one
      * acquire per woken waiter, nothing from the waiters behind. */
-    assert_int_equal(evalsha_calls(f) - before, 1 + 2 * i + 1);
+    assert_int_equal(hl_cmdstat_calls(f->redis, "evalsha") - before,
+                     1 + 2 * i + 1);
     __atomic_store_n(&go[i], 1, __ATOMIC_RELEASE);
   }
   for (int i = 0; i < NWAITERS; i++) {
@@ -642,7 +538,8 @@ static void wake_ups_go_to_the_head_only(void **state) {
     assert_hl_ok(w[i].release_rc, hilock_hold_errmsg(HILOCK_HOLD(w[i].lock)));
     hilock_hold_free(HILOCK_HOLD(w[i].lock));
   }
-  assert_int_equal(evalsha_calls(f) - before, 2 * NWAITERS + 1);
+  assert_int_equal(hl_cmdstat_calls(f->redis, "evalsha") - before,
+                   2 * NWAITERS + 1);
   assert_no_waiter_residue(f, "head-only");
   hilock_hold_free(HILOCK_HOLD(holder));
 }
@@ -671,36 +568,14 @@ static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
 
 static redisReply *fair_script(fixture *f, const char *name, const char *op,
                                const char *id, int64_t ticket) {
-  char keys[6][96], ticket_s[24];
-  const char *kp[6], *args[5];
-  size_t kl[6], al[5];
-  static const char *const roles[6] = {"fair", "fence", "fair:queue",
-                                       "fair:heartbeat", "fair:ticket",
-                                       "wake:"};
-  hilock__err e;
-  redisReply *r = NULL;
-  for (int i = 0; i < 6; i++) {
-    kl[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "hilock:{%s}:%s", name,
-                             roles[i]);
-    kp[i] = keys[i];
-  }
-  args[0] = op;
-  args[1] = id;
-  args[2] = "5000";
-  args[3] = "1000";
-  args[4] = ticket_s;
-  al[0] = strlen(op);
-  al[1] = strlen(id);
-  al[2] = 4;
-  al[3] = 4;
-  al[4] = (size_t)snprintf(ticket_s, sizeof(ticket_s), "%lld", (long long)ticket);
-  hilock__clear_err(&e);
-  assert_hl_ok(hilock__script_run(f->client, &e, &hilock__script_fair_lock, 6,
-                                  kp, kl, 5, args, al, &r),
-               e.msg);
-  assert_non_null(r);
-  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-  return r;
+  static const char *const roles[6] = {"fair",           "fence",
+                                       "fair:queue",     "fair:heartbeat",
+                                       "fair:ticket",    "wake:"};
+  char ticket_s[24];
+  const char *args[5] = {op, id, "5000", "1000", ticket_s};
+  snprintf(ticket_s, sizeof(ticket_s), "%lld", (long long)ticket);
+  return hl_run_script(f->client, &hilock__script_fair_lock, name, roles, 6,
+                       args, 5);
 }
 
 static void resent_acquire_and_leave_after_a_lost_reply(void **state) {
@@ -795,64 +670,13 @@ static void damaged_keys_fail_closed(void **state) {
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
-/* ## Renewal, fork, arguments ------------------------------------------------- */
+/* ## Arguments ----------------------------------------------------------------- */
 
-static int lost_calls;
-
-static void on_lost(void *arg) {
-  (void)arg;
-  __atomic_add_fetch(&lost_calls, 1, __ATOMIC_RELEASE);
-}
-
-static void auto_renew_keeps_the_grant_and_reports_loss(void **state) {
-  fixture *f = *state;
-  hilock_fair_lock *l = make_fair(f->client, "renewed", 500);
-  int owned = -1;
-
-  lost_calls = 0;
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, NULL),
-               hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  hl_sleep_ms(1200); /* past two TTLs */
-  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_true(owned);
-  assert_true(hilock_hold_held(HILOCK_HOLD(l)));
-
-  hl_redis_ok(f->redis, "SET hilock:{renewed}:fair someone-else");
-  for (int i = 0; i < 100 && !hilock_hold_lost(HILOCK_HOLD(l)); i++) hl_sleep_ms(10);
-  assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
-  assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_ACQUIRE), 1);
-  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
-  assert_hl_rc(hilock_fair_lock_release(l), HILOCK_ENOTOWNED,
-               hilock_hold_errmsg(HILOCK_HOLD(l)));
-  hilock_hold_free(HILOCK_HOLD(l));
-}
-
-static void forked_child_cannot_release_the_parents_grant(void **state) {
-  fixture *f = *state;
-  hilock_fair_lock *l = make_fair(f->client, "forked", 5000);
-  pid_t pid;
-
-  assert_hl_ok(hilock_fair_lock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  fflush(NULL);
-  pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    int ok = hilock_fair_lock_release(l) == HILOCK_EFORKED &&
-             hilock_fair_lock_extend(l, 1000, 1) == HILOCK_EFORKED &&
-             hilock_hold_validity_ms(HILOCK_HOLD(l)) == 0;
-    _exit(ok ? 0 : 1);
-  }
-  assert_int_equal(reap(pid), 0);
-  assert_holder(f, "forked", l);
-  assert_hl_ok(hilock_fair_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  hilock_hold_free(HILOCK_HOLD(l));
-}
-
+/* Arguments of this family's own calls (NULL handles and negative waits:
+ * test_contract.c; the hold's own arguments: test_hold.c). */
 static void invalid_arguments_are_einval(void **state) {
   fixture *f = *state;
   hilock_fair_lock *l = NULL;
-  int flag;
   int64_t n;
 
   assert_int_equal(hilock_fair_lock_new(NULL, "x", 1, 1000, &l), HILOCK_EINVAL);
@@ -867,35 +691,15 @@ static void invalid_arguments_are_einval(void **state) {
   assert_substr(hilock_client_errmsg(f->client), "ttl");
   assert_null(l);
 
-  assert_int_equal(hilock_fair_lock_try_acquire(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_fair_lock_acquire(NULL, 10), HILOCK_EINVAL);
-  assert_int_equal(hilock_fair_lock_release(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_fair_lock_extend(NULL, 10, 1), HILOCK_EINVAL);
-  assert_int_equal(hilock_fair_lock_renew(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_hold_owned(NULL, &flag), HILOCK_EINVAL);
-  assert_int_equal(hilock_hold_locked(NULL, &flag), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_waiters(NULL, &n), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_set_heartbeat(NULL, 1000), HILOCK_EINVAL);
-  assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
-  assert_string_equal(hilock_hold_errmsg(NULL), "handle is NULL");
-  assert_int_equal(hilock_hold_fence(NULL), 0);
   assert_int_equal(hilock_fair_lock_ticket(NULL), 0);
-  assert_false(hilock_hold_held(NULL));
-  assert_false(hilock_hold_lost(NULL));
-  hilock_hold_free(NULL);
 
   l = make_fair(f->client, "args", 50);
   assert_int_equal(hilock_fair_lock_heartbeat_ms(l), 500);
-  assert_hl_rc(hilock_fair_lock_acquire(l, -5), HILOCK_EINVAL,
-               hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_fair_lock_set_heartbeat(l, 499), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "heartbeat");
-  assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, -1, NULL, NULL),
-               HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_int_equal(hilock_hold_owned(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_waiters(l, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_fair_lock_heartbeat_ms(l), 500);
   assert_hl_ok(hilock_fair_lock_set_heartbeat(l, 2500),
@@ -910,8 +714,7 @@ static void invalid_arguments_are_einval(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       T(try_acquire_busy_release_and_key_layout),
-      T(not_reentrant_and_non_holders_cannot_release),
-      T(release_after_expiry_spares_the_next_holder),
+      T(not_reentrant),
       T(extend_and_renew_act_while_owned),
       T(fifo_grant_order_follows_enqueue_order),
       T(newcomer_never_barges_past_a_queued_waiter),
@@ -925,8 +728,6 @@ int main(void) {
       T(resent_acquire_and_leave_after_a_lost_reply),
       T(waiters_keep_their_place_when_the_queue_is_lost),
       T(damaged_keys_fail_closed),
-      T(auto_renew_keeps_the_grant_and_reports_loss),
-      T(forked_child_cannot_release_the_parents_grant),
       T(invalid_arguments_are_einval),
   };
   return cmocka_run_group_tests_name("fair", tests, hl_group_setup,

@@ -1,9 +1,9 @@
 /* The exclusive lock family (simple, expiring, lease) against a real
- * server. Keys are checked directly with hiredis. */
+ * server: what is its own beyond the contract every family keeps
+ * (test_contract.c). Keys are checked directly with hiredis. */
 #include "test_util.h"
 
 #include <ctype.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,18 +14,6 @@ static const hilock_lock_kind all_kinds[] = {
 static const hilock_lock_kind ttl_kinds[] = {HILOCK_LOCK_EXPIRING,
                                              HILOCK_LOCK_LEASE};
 #define NKINDS(a) (sizeof(a) / sizeof(a[0]))
-
-static const char *kind_name(hilock_lock_kind k) {
-  switch (k) {
-    case HILOCK_LOCK_SIMPLE:
-      return "simple";
-    case HILOCK_LOCK_EXPIRING:
-      return "expiring";
-    case HILOCK_LOCK_LEASE:
-      return "lease";
-  }
-  return "?";
-}
 
 /* A handle of the given kind; ttl is ignored for a simple lock. */
 static hilock_lock *make_lock_n(hilock_client *c, hilock_lock_kind kind,
@@ -88,115 +76,6 @@ static long long fence_counter(fixture *f, const char *name, size_t len) {
   return n;
 }
 
-/* ## Acquire and release --------------------------------------------------- */
-
-static void try_acquire_busy_release_all_kinds(void **state) {
-  fixture *f = *state;
-  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
-    hilock_lock_kind k = all_kinds[i];
-    hilock_lock *a = make_lock(f->client, k, kind_name(k), 10000);
-    hilock_lock *b = make_lock(f->client, k, kind_name(k), 10000);
-    char *v;
-
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    assert_true(hilock_hold_held(HILOCK_HOLD(a)));
-    assert_holder(f, a);
-    if (k == HILOCK_LOCK_SIMPLE)
-      assert_int_equal(lock_pttl(f, a), -1);
-    else
-      assert_i64_between(lock_pttl(f, a), 5000, 10000);
-
-    assert_hl_rc(hilock_lock_try_acquire(b), HILOCK_BUSY,
-                 hilock_hold_errmsg(HILOCK_HOLD(b)));
-    assert_false(hilock_hold_held(HILOCK_HOLD(b)));
-    assert_string_equal(hilock_hold_token(HILOCK_HOLD(b)), "");
-    assert_holder(f, a);
-
-    assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    assert_false(hilock_hold_held(HILOCK_HOLD(a)));
-    assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
-    v = lock_value(f, a);
-    assert_null(v);
-
-    assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-    assert_holder(f, b);
-    assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-    hilock_hold_free(HILOCK_HOLD(a));
-    hilock_hold_free(HILOCK_HOLD(b));
-  }
-}
-
-static void handle_can_acquire_again_after_release(void **state) {
-  fixture *f = *state;
-  hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "again", 5000);
-  uint64_t last = 0;
-  for (int i = 0; i < 3; i++) {
-    assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > last);
-    last = hilock_hold_fence(HILOCK_HOLD(l));
-    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    /* The fence of the last grant stays readable. */
-    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), last);
-  }
-  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(l)));
-  hilock_hold_free(HILOCK_HOLD(l));
-}
-
-static void release_by_non_holder_is_enotowned_all_kinds(void **state) {
-  fixture *f = *state;
-  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
-    hilock_lock_kind k = all_kinds[i];
-    hilock_lock *a = make_lock(f->client, k, "shared", 10000);
-    hilock_lock *never = make_lock(f->client, k, "shared", 10000);
-    hilock_lock *loser = make_lock(f->client, k, "shared", 10000);
-
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    assert_hl_rc(hilock_lock_release(never), HILOCK_ENOTOWNED,
-                 hilock_hold_errmsg(HILOCK_HOLD(never)));
-    assert_hl_rc(hilock_lock_try_acquire(loser), HILOCK_BUSY,
-                 hilock_hold_errmsg(HILOCK_HOLD(loser)));
-    assert_hl_rc(hilock_lock_release(loser), HILOCK_ENOTOWNED,
-                 hilock_hold_errmsg(HILOCK_HOLD(loser)));
-    assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(loser)), HILOCK_ENOTOWNED);
-    assert_holder(f, a);
-
-    assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    hilock_hold_free(HILOCK_HOLD(a));
-    hilock_hold_free(HILOCK_HOLD(never));
-    hilock_hold_free(HILOCK_HOLD(loser));
-  }
-}
-
-static void release_after_expiry_is_enotowned_and_spares_new_holder(
-    void **state) {
-  fixture *f = *state;
-  for (size_t i = 0; i < NKINDS(ttl_kinds); i++) {
-    hilock_lock_kind k = ttl_kinds[i];
-    hilock_lock *old = make_lock(f->client, k, "lapse", 100);
-    hilock_lock *next = make_lock(f->client, k, "lapse", 10000);
-    int owned = -1;
-
-    assert_hl_ok(hilock_lock_try_acquire(old), hilock_hold_errmsg(HILOCK_HOLD(old)));
-    hl_sleep_ms(150);
-    assert_false(hilock_hold_held(HILOCK_HOLD(old)));
-    assert_hl_ok(hilock_lock_try_acquire(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
-
-    assert_hl_rc(hilock_lock_release(old), HILOCK_ENOTOWNED,
-                 hilock_hold_errmsg(HILOCK_HOLD(old)));
-    assert_substr(hilock_hold_errmsg(HILOCK_HOLD(old)), "nothing was deleted");
-    assert_holder(f, next);
-    assert_i64_between(lock_pttl(f, next), 5000, 10000);
-    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(old), &owned), hilock_hold_errmsg(HILOCK_HOLD(old)));
-    assert_false(owned);
-    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(next), &owned), hilock_hold_errmsg(HILOCK_HOLD(next)));
-    assert_true(owned);
-
-    assert_hl_ok(hilock_lock_release(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
-    hilock_hold_free(HILOCK_HOLD(old));
-    hilock_hold_free(HILOCK_HOLD(next));
-  }
-}
-
 /* ## Fencing tokens -------------------------------------------------------- */
 
 static void fencing_tokens_increase_across_holders_and_handles(void **state) {
@@ -226,21 +105,6 @@ static void fencing_tokens_increase_across_holders_and_handles(void **state) {
   for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
 }
 
-static void fencing_token_increases_when_expiry_hands_over(void **state) {
-  fixture *f = *state;
-  hilock_lock *a = make_lock(f->client, HILOCK_LOCK_EXPIRING, "handover", 80);
-  hilock_lock *b = make_lock(f->client, HILOCK_LOCK_EXPIRING, "handover", 80);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  hl_sleep_ms(120);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
-  hl_sleep_ms(120);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_true(hilock_hold_fence(HILOCK_HOLD(a)) > hilock_hold_fence(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
-}
-
 /* ## Waiting --------------------------------------------------------------- */
 
 static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
@@ -261,44 +125,6 @@ static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
   assert_holder(f, a);
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
-}
-
-typedef struct delayed_release {
-  hilock_lock *lock;
-  int64_t delay_ms;
-  int rc;
-} delayed_release;
-
-static void *release_later(void *arg) {
-  delayed_release *d = arg;
-  hl_sleep_ms(d->delay_ms);
-  d->rc = hilock_lock_release(d->lock);
-  return NULL;
-}
-
-static void acquire_succeeds_once_holder_releases(void **state) {
-  fixture *f = *state;
-  for (size_t i = 0; i < NKINDS(all_kinds); i++) {
-    hilock_lock_kind k = all_kinds[i];
-    hilock_lock *a = make_lock(f->client, k, "handoff", 10000);
-    hilock_lock *b = make_lock(f->client, k, "handoff", 10000);
-    delayed_release d = {a, 200, -100};
-    pthread_t t;
-    int64_t t0;
-
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    t0 = hl_now_ms();
-    assert_int_equal(pthread_create(&t, NULL, release_later, &d), 0);
-    assert_hl_ok(hilock_lock_acquire(b, 5000), hilock_hold_errmsg(HILOCK_HOLD(b)));
-    assert_i64_between(hl_now_ms() - t0, 150, 2000);
-    pthread_join(t, NULL);
-    assert_hl_ok(d.rc, hilock_hold_errmsg(HILOCK_HOLD(a)));
-    assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
-    assert_holder(f, b);
-    assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-    hilock_hold_free(HILOCK_HOLD(a));
-    hilock_hold_free(HILOCK_HOLD(b));
-  }
 }
 
 static void acquire_succeeds_once_holder_ttl_lapses(void **state) {
@@ -824,14 +650,8 @@ static void accessors_describe_the_handle(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      T(try_acquire_busy_release_all_kinds),
-      T(handle_can_acquire_again_after_release),
-      T(release_by_non_holder_is_enotowned_all_kinds),
-      T(release_after_expiry_is_enotowned_and_spares_new_holder),
       T(fencing_tokens_increase_across_holders_and_handles),
-      T(fencing_token_increases_when_expiry_hands_over),
       T(acquire_gives_busy_after_wait_ms_when_held),
-      T(acquire_succeeds_once_holder_releases),
       T(acquire_succeeds_once_holder_ttl_lapses),
       T(simple_lock_outlives_freed_holder_until_force_release),
       T(simple_lock_extend_is_enotsup),

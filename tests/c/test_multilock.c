@@ -1,10 +1,11 @@
-/* The multi-key lock against a real server: all-or-nothing grants, per-name
- * fences shared with the single lock, exclusion of and by single locks,
+/* The multi-key lock against a real server, beyond the contract every
+ * family keeps (test_contract.c): all-or-nothing grants, per-name fences
+ * shared with the single lock, exclusion of and by single locks,
  * owner-checked release that leaves a force-taken key alone, extend and
  * watchdog renewal of every key, waiting on the blocking name's wake list,
  * processes taking random overlapping sets (no overlap per name, no
- * deadlock), a SIGKILLed holder, fork, argument checks and the cluster
- * slot check. */
+ * deadlock), a SIGKILLed holder, argument checks and the cluster slot
+ * check. */
 #include "test_util.h"
 
 #include <poll.h>
@@ -539,50 +540,24 @@ static int child_random_sets(void *arg) {
   return 0;
 }
 
-typedef struct span {
-  long long start, end;
-  int pid;
-} span;
-
-static int by_start(const void *a, const void *b) {
-  const span *x = a, *y = b;
-  return (x->start > y->start) - (x->start < y->start);
-}
-
-/* The history check for one name: sorted by start, every window must begin
- * at or after the furthest end seen so far. Returns the number of
- * overlaps. */
-static int overlaps(span *s, size_t n) {
-  long long reach = 0;
-  int bad = 0;
-  qsort(s, n, sizeof(*s), by_start);
-  for (size_t i = 0; i < n; i++) {
-    if (i > 0 && s[i].start < reach) bad++;
-    if (s[i].end > reach) reach = s[i].end;
-  }
-  return bad;
-}
-
+/* The critical sections recorded for one name. */
 static size_t load_spans(fixture *f, const char *tag, const char *name,
-                         span *out, size_t max) {
+                         hl_span *out, size_t max) {
   redisReply *r = hl_redis(f->redis, "LRANGE %s:%s 0 -1", tag, name);
   size_t n = 0;
   for (size_t i = 0; i < r->elements && n < max; i++) {
-    if (sscanf(r->element[i]->str, "%lld:%lld:%d", &out[n].start, &out[n].end,
-               &out[n].pid) == 3)
-      n++;
+    long long start, end;
+    int pid;
+    if (sscanf(r->element[i]->str, "%lld:%lld:%d", &start, &end, &pid) == 3)
+      out[n++] = (hl_span){pid, 0, start, end};
   }
   freeReplyObject(r);
   return n;
 }
 
-static void checker_finds_an_overlap(void **state) {
-  span s[3] = {{0, 100, 1}, {10, 20, 2}, {100, 200, 3}};
-  (void)state;
-  assert_int_equal(overlaps(s, 3), 1);
-  s[1].start = 100;
-  s[1].end = 100;
-  assert_int_equal(overlaps(s, 3), 0);
+/* Critical sections of one name that overlap another. */
+static int overlaps(const hl_span *s, size_t n) {
+  return hl_history_check(s, n, 1, NULL);
 }
 
 /* Run NPROCS children taking random sets; each records into <tag>:<name>. */
@@ -609,7 +584,7 @@ static void run_children(fixture *f, int nolock, const char *tag) {
 
 static void random_overlapping_sets_never_overlap_or_deadlock(void **state) {
   fixture *f = *state;
-  span *spans = calloc(NPROCS * ROUNDS + 8, sizeof(*spans));
+  hl_span *spans = calloc(NPROCS * ROUNDS + 8, sizeof(*spans));
   size_t total = 0;
   assert_non_null(spans);
 
@@ -641,7 +616,7 @@ static void random_overlapping_sets_never_overlap_or_deadlock(void **state) {
  * so the check above can fail. */
 static void without_the_lock_the_same_check_fails(void **state) {
   fixture *f = *state;
-  span *spans = calloc(NPROCS * ROUNDS + 8, sizeof(*spans));
+  hl_span *spans = calloc(NPROCS * ROUNDS + 8, sizeof(*spans));
   int bad = 0;
   assert_non_null(spans);
   run_children(f, 1, "nolock");
@@ -705,41 +680,6 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(m));
-}
-
-typedef struct fork_arg {
-  hilock_multilock *inherited;
-} fork_arg;
-
-static int child_uses_parents_hold(void *arg) {
-  fork_arg *p = arg;
-  int owned = 1;
-  CHILD_CHECK(hilock_multilock_release(p->inherited) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_multilock_extend(p->inherited, 1000, 1) ==
-              HILOCK_EFORKED);
-  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(p->inherited), &owned) == HILOCK_OK &&
-              owned == 0);
-  CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(p->inherited)) == 0);
-  return 0;
-}
-
-static void forked_child_holds_nothing(void **state) {
-  fixture *f = *state;
-  const char *names[] = {"f1", "f2"};
-  hilock_multilock *m = new_multi(f->client, names, 2, 10000);
-  fork_arg p;
-  int owned = 0;
-  pid_t pid;
-
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  p.inherited = m;
-  pid = hl_fork_run(child_uses_parents_hold, &p);
-  assert_true(pid > 0);
-  assert_int_equal(hl_wait_child(pid, 5000), 0);
-  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(m), &owned), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_true(owned);
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
 }
 
@@ -866,11 +806,9 @@ int main(void) {
       T(release_of_the_blocking_name_wakes_the_waiter),
       T(wait_is_bounded_by_the_blocking_holders_ttl),
       T(a_useless_wake_up_is_handed_back),
-      cmocka_unit_test(checker_finds_an_overlap),
       T(random_overlapping_sets_never_overlap_or_deadlock),
       T(without_the_lock_the_same_check_fails),
       T(killed_holder_frees_every_name_within_its_ttl),
-      T(forked_child_holds_nothing),
       T(bad_input_gives_specific_einval),
       T(cluster_client_refuses_names_in_different_slots),
   };

@@ -1,7 +1,8 @@
-/* The read-write lock against a real server: sharing and exclusion,
+/* The read-write lock against a real server, beyond the contract every
+ * family keeps (test_contract.c, both sides): sharing and exclusion,
  * reentrancy, writer preference, downgrade, the upgrade error, wake-ups,
  * expiry of crashed readers and dead waiting writers (real processes,
- * SIGKILL), renewal, and a history check of real contending processes.
+ * SIGKILL), and a history check of real readers and writers contending.
  *
  * An owner is a thread of one client, so tests that need several owners in
  * one thread use several clients. */
@@ -13,7 +14,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -894,46 +894,27 @@ static void on_lost(void *arg) {
   __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
 }
 
-static void read_and_write_holds_are_renewed(void **state) {
+/* Renewal moves a reader's expiry to one TTL ahead, and the readers' key
+ * with it: never further (renewal as such: test_contract.c). */
+static void renewed_read_keeps_the_readers_key_at_one_ttl(void **state) {
   fixture *f = *state;
   hilock_rwlock *rw = make_rw(f->c[0], "renew", 300);
-  hilock_rwlock *other = make_rw(f->c[1], "renew", 300);
-  int lost = 0;
-  int64_t n = -1;
   redisReply *r;
 
-  assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, on_lost, &lost),
-               E(rw));
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, on_lost, &lost),
-               E(rw));
+  assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL), E(rw));
   assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
   hl_sleep_ms(1000);
-  assert_hl_ok(hilock_rwlock_read_hold_count(rw, &n), E(rw));
-  assert_int_equal(n, 1);
-  assert_i64_between(hilock_rwlock_read_validity_ms(rw), 100, 300);
-  assert_hl_rc(hilock_rwlock_write_try_acquire(other), HILOCK_BUSY,
-               E(other));
+  assert_i64_between(hilock_rwlock_read_validity_ms(rw), 1, 300);
   r = hl_redis(f->redis, "PTTL hilock:{renew}:rw:readers");
   assert_i64_between(r->integer, 1, 300);
   freeReplyObject(r);
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
-
-  assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
-  hl_sleep_ms(1000);
-  assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n), E(rw));
-  assert_int_equal(n, 1);
-  assert_false(hilock_hold_lost(HILOCK_HOLD(rw)));
-  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(rw)), 100, 300);
-  assert_hl_rc(hilock_rwlock_read_try_acquire(other), HILOCK_BUSY, E(other));
-  assert_hl_ok(hilock_rwlock_write_release(rw), E(rw));
-  hl_sleep_ms(400); /* no renewal after the release reports a loss */
-  assert_int_equal(__atomic_load_n(&lost, __ATOMIC_SEQ_CST), 0);
-  assert_false(exists(f, "renew", "writer"));
   assert_false(exists(f, "renew", "readers"));
   hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(other));
 }
 
+/* The read and the write hold of one handle are each reported lost through
+ * the same callback, and a read hold's loss ends with its release. */
 static void lost_holds_are_reported(void **state) {
   fixture *f = *state;
   hilock_rwlock *rw = make_rw(f->c[0], "gone", 300);
@@ -1066,58 +1047,11 @@ static void forked_child_frees_a_client_with_a_sleeping_watchdog(
 
 /* ## History of contending processes --------------------------------------- */
 
-typedef struct interval {
-  int write;
-  int pid;
-  int64_t start_us, end_us;
-} interval;
-
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* Pairs that break the rule: a writer's window overlapping any other
- * window. *reader_pairs gets the number of overlapping reader pairs. */
-static int rw_conflicts(const interval *iv, int n, int *reader_pairs) {
-  int bad = 0;
-  *reader_pairs = 0;
-  for (int i = 0; i < n; i++) {
-    for (int j = i + 1; j < n; j++) {
-      int overlap = iv[i].start_us < iv[j].end_us &&
-                    iv[j].start_us < iv[i].end_us;
-      if (!overlap) continue;
-      if (iv[i].write || iv[j].write)
-        bad++;
-      else
-        (*reader_pairs)++;
-    }
-  }
-  return bad;
-}
-
-static void history_checker_catches_a_writer_overlap(void **state) {
-  static const interval good[] = {
-      {0, 1, 0, 100}, {0, 2, 50, 150}, {1, 3, 150, 200}, {0, 1, 200, 300}};
-  static const interval bad[] = {
-      {0, 1, 0, 100}, {1, 2, 90, 120}, {1, 3, 130, 140}, {1, 4, 135, 136}};
-  int pairs;
-  (void)state;
-  assert_int_equal(rw_conflicts(good, 4, &pairs), 0);
-  assert_int_equal(pairs, 1);
-  assert_int_equal(rw_conflicts(bad, 4, &pairs), 2);
-  assert_int_equal(pairs, 0);
-}
-
 #define HIST_MAX 4096
 
-typedef struct history {
-  int n;
-  interval iv[HIST_MAX];
-} history;
-
-static void contender(fixture *f, history *h, int write, int64_t until_ms) {
+/* A process of its own that reads or writes until until_ms, recording each
+ * hold on the shared history's sequence. */
+static void contender(fixture *f, hl_history *h, int write, int64_t until_ms) {
   hilock_options o = hl_test_options();
   hilock_client *c = NULL;
   hilock_rwlock *rw = NULL;
@@ -1131,14 +1065,13 @@ static void contender(fixture *f, history *h, int write, int64_t until_ms) {
     int rc = write ? hilock_rwlock_write_acquire(rw, 5000)
                    : hilock_rwlock_read_acquire(rw, 5000);
     if (rc != HILOCK_OK) _exit(3);
-    s = now_us();
+    s = hl_history_tick(h);
     hl_sleep_ms(write ? 2 : 3 + rand_r(&seed) % 5);
-    e = now_us();
+    e = hl_history_tick(h);
     rc = write ? hilock_rwlock_write_release(rw)
                : hilock_rwlock_read_release(rw);
     if (rc != HILOCK_OK) _exit(4);
-    int i = __atomic_fetch_add(&h->n, 1, __ATOMIC_SEQ_CST);
-    if (i < HIST_MAX) h->iv[i] = (interval){write, getpid(), s, e};
+    hl_history_add(h, !write, s, e);
     hl_sleep_ms(write ? 15 : rand_r(&seed) % 3);
   }
   hilock_hold_free(HILOCK_HOLD(rw));
@@ -1150,14 +1083,11 @@ static void contending_processes_readers_overlap_writers_exclude(
     void **state) {
   fixture *f = *state;
   enum { READERS = 3, WRITERS = 2 };
-  history *h = mmap(NULL, sizeof(history), PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  hl_history *h = hl_history_new(HIST_MAX);
   pid_t pids[READERS + WRITERS];
   int64_t until = hl_now_ms() + 1500;
   int pairs, writes = 0, readers_seen = 0, n;
 
-  assert_true(h != MAP_FAILED);
-  h->n = 0;
   fflush(NULL);
   for (int i = 0; i < READERS + WRITERS; i++) {
     pids[i] = fork();
@@ -1170,19 +1100,19 @@ static void contending_processes_readers_overlap_writers_exclude(
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
   }
-  n = h->n < HIST_MAX ? h->n : HIST_MAX;
+  n = hl_history_len(h);
   for (int i = 0; i < n; i++) {
-    writes += h->iv[i].write;
-    readers_seen += !h->iv[i].write;
+    writes += !h->span[i].shared;
+    readers_seen += h->span[i].shared;
   }
   print_message("      history: %d read and %d write windows\n",
                 readers_seen, writes);
   assert_true(writes >= 10);
   assert_true(readers_seen >= 30);
-  assert_int_equal(rw_conflicts(h->iv, n, &pairs), 0);
+  assert_int_equal(hl_history_check(h->span, (size_t)n, 0, &pairs), 0);
   /* Readers really shared it. */
   assert_true(pairs >= 5);
-  munmap(h, sizeof(history));
+  hl_history_free(h);
 }
 
 /* ## Arguments and damaged keys -------------------------------------------- */
@@ -1274,12 +1204,11 @@ int main(void) {
       T(crashed_writer_frees_within_ttl),
       T(reader_that_gives_up_withdraws),
       T(dead_waiting_reader_delays_the_next_writer_one_ttl),
-      T(read_and_write_holds_are_renewed),
+      T(renewed_read_keeps_the_readers_key_at_one_ttl),
       T(lost_holds_are_reported),
       T(threads_sharing_a_handle_are_separate_owners),
       T(forked_child_refuses_the_parents_holds),
       T(forked_child_frees_a_client_with_a_sleeping_watchdog),
-      cmocka_unit_test(history_checker_catches_a_writer_overlap),
       T(contending_processes_readers_overlap_writers_exclude),
       T(bad_arguments_are_einval),
       T(wrong_type_keys_fail_closed),

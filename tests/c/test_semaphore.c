@@ -1,6 +1,7 @@
-/* The counting semaphore against a real server: permits with their own
- * server-clock expiry, the stored limit, waking, renewal, dead holders,
- * fork, damaged keys. Keys are checked directly with hiredis. */
+/* The counting semaphore against a real server, beyond the contract every
+ * family keeps (test_contract.c): permits with their own server-clock
+ * expiry, the stored limit, waking, renewal, dead holders, fork, damaged
+ * keys. Keys are checked directly with hiredis. */
 #include "test_util.h"
 
 #include <ctype.h>
@@ -532,48 +533,6 @@ static void count_lost(void *arg) {
   __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
 }
 
-static void watchdog_keeps_permit_past_its_ttl(void **state) {
-  fixture *f = *state;
-  hilock_semaphore *s = make_sem(f->client, "kept", 1, 300);
-  hilock_semaphore *w = make_sem(f->client, "kept", 1, 300);
-  lost_calls = 0;
-  SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, count_lost, NULL), s);
-  SEM_OK(hilock_semaphore_acquire(s, 0), s);
-  /* Three TTLs later the permit is still ours and still excludes. */
-  SEM_RC(hilock_semaphore_acquire(w, 900), HILOCK_BUSY, w);
-  assert_true(owned(s));
-  assert_false(hilock_hold_lost(HILOCK_HOLD(s)));
-  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(s)) > 0);
-  SEM_OK(hilock_semaphore_release(s), s);
-  SEM_OK(hilock_semaphore_try_acquire(w), w);
-  assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(w));
-}
-
-static void watchdog_reports_a_permit_removed_behind_its_back(void **state) {
-  fixture *f = *state;
-  hilock_semaphore *s = make_sem(f->client, "gone", 2, 600);
-  int64_t t0;
-  lost_calls = 0;
-  SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, count_lost, NULL), s);
-  SEM_OK(hilock_semaphore_try_acquire(s), s);
-  hl_redis_ok(f->redis, "ZREM hilock:{gone}:permits %s",
-              hilock_hold_token(HILOCK_HOLD(s)));
-  t0 = hl_now_ms();
-  while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 &&
-         hl_now_ms() - t0 < 2000)
-    hl_sleep_ms(10);
-  assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
-  assert_i64_between(hl_now_ms() - t0, 0, 600);
-  assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
-  assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(s)), 0);
-  /* Renewal never re-created it. */
-  assert_int_equal(zcard(f, "gone"), 0);
-  SEM_RC(hilock_semaphore_release(s), HILOCK_ENOTOWNED, s);
-  hilock_hold_free(HILOCK_HOLD(s));
-}
-
 static void max_hold_lets_the_permit_lapse(void **state) {
   fixture *f = *state;
   hilock_semaphore *s = make_sem(f->client, "capped", 1, 300);
@@ -859,8 +818,6 @@ int main(void) {
       T(lowering_the_limit_revokes_nothing),
       T(wake_list_is_backed_by_free_permits),
       T(renew_moves_expiry_and_never_revives),
-      T(watchdog_keeps_permit_past_its_ttl),
-      T(watchdog_reports_a_permit_removed_behind_its_back),
       T(max_hold_lets_the_permit_lapse),
       T(threads_never_exceed_the_limit),
       T(forked_child_holds_nothing),

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -569,4 +570,241 @@ long long hl_errorstat(redisContext *c, const char *field) {
     v = strtoll(p + strlen(want), NULL, 10);
   freeReplyObject(rep);
   return v;
+}
+
+/* ## Histories of contending processes -------------------------------------- */
+
+typedef struct endpoint {
+  int64_t at;
+  int start;  /* 1: a span begins, 0: it ends */
+  int shared;
+} endpoint;
+
+/* By position; at one position ends come first (spans are half-open). */
+static int by_position(const void *a, const void *b) {
+  const endpoint *x = a, *y = b;
+  if (x->at != y->at) return x->at < y->at ? -1 : 1;
+  return x->start - y->start;
+}
+
+int hl_history_check(const hl_span *s, size_t n, int limit,
+                     int *shared_pairs) {
+  endpoint *e = calloc(2 * n + 1, sizeof(*e));
+  size_t m = 0;
+  int bad = 0, pairs = 0, inside = 0, exclusive = 0;
+  assert_non_null(e);
+  for (size_t i = 0; i < n; i++) {
+    if (s[i].end <= s[i].start) continue;
+    e[m++] = (endpoint){s[i].start, 1, s[i].shared};
+    e[m++] = (endpoint){s[i].end, 0, s[i].shared};
+  }
+  qsort(e, m, sizeof(*e), by_position);
+  for (size_t i = 0; i < m; i++) {
+    if (!e[i].start) {
+      inside--;
+      if (!e[i].shared) exclusive--;
+      continue;
+    }
+    if ((!e[i].shared && inside > 0) || exclusive > 0 ||
+        (limit > 0 && inside >= limit))
+      bad++;
+    if (e[i].shared) pairs += inside - exclusive;
+    inside++;
+    if (!e[i].shared) exclusive++;
+  }
+  free(e);
+  if (shared_pairs != NULL) *shared_pairs = pairs;
+  return bad;
+}
+
+hl_history *hl_history_new(int max) {
+  size_t size = sizeof(hl_history) + (size_t)max * sizeof(hl_span);
+  hl_history *h = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (h == MAP_FAILED) {
+    print_error("mmap of a history: %s\n", strerror(errno));
+    fail();
+  }
+  h->seq = 0;
+  h->n = 0;
+  h->max = max;
+  return h;
+}
+
+void hl_history_free(hl_history *h) {
+  if (h != NULL)
+    munmap(h, sizeof(hl_history) + (size_t)h->max * sizeof(hl_span));
+}
+
+int64_t hl_history_tick(hl_history *h) {
+  return __atomic_add_fetch(&h->seq, 1, __ATOMIC_SEQ_CST);
+}
+
+void hl_history_add(hl_history *h, int shared, int64_t start, int64_t end) {
+  int i = __atomic_fetch_add(&h->n, 1, __ATOMIC_SEQ_CST);
+  if (i < h->max) h->span[i] = (hl_span){(int)getpid(), shared, start, end};
+}
+
+int hl_history_len(const hl_history *h) {
+  int n = __atomic_load_n(&h->n, __ATOMIC_SEQ_CST);
+  return n < h->max ? n : h->max;
+}
+
+/* ## Queue-style locks (fair, sequential) ------------------------------------ */
+
+long long hl_redis_get_int(redisContext *c, const char *key) {
+  char *v = hl_redis_get(c, key, strlen(key));
+  long long n = v ? atoll(v) : 0;
+  free(v);
+  return n;
+}
+
+long long hl_server_time_ms(redisContext *c) {
+  redisReply *r = hl_redis(c, "TIME");
+  long long ms;
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+  freeReplyObject(r);
+  return ms;
+}
+
+long long hl_keys_count(redisContext *c, const char *fmt, ...) {
+  char pattern[512];
+  va_list ap;
+  redisReply *r;
+  long long n;
+  va_start(ap, fmt);
+  vsnprintf(pattern, sizeof(pattern), fmt, ap);
+  va_end(ap);
+  r = hl_redis(c, "KEYS %s", pattern);
+  n = r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+  freeReplyObject(r);
+  return n;
+}
+
+int hl_wait_zcard(redisContext *c, const char *key, long long n,
+                  int64_t timeout_ms) {
+  int64_t deadline = hl_now_ms() + timeout_ms;
+  long long got;
+  while ((got = hl_redis_int(c, "ZCARD %s", key)) != n) {
+    if (hl_now_ms() > deadline) {
+      print_error("%s never reached %lld entries (now %lld)\n", key, n, got);
+      return 0;
+    }
+    hl_sleep_ms(2);
+  }
+  return 1;
+}
+
+redisReply *hl_run_script(hilock_client *c, const void *script,
+                          const char *name, const char *const *roles,
+                          int nkeys, const char *const *args, int nargs) {
+  char keys[8][128];
+  const char *kp[8], *ap[8];
+  size_t kl[8], al[8];
+  hilock__err e;
+  redisReply *r = NULL;
+  assert_true(nkeys <= 8 && nargs <= 8);
+  for (int i = 0; i < nkeys; i++) {
+    kl[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "hilock:{%s}:%s", name,
+                             roles[i]);
+    kp[i] = keys[i];
+  }
+  for (int i = 0; i < nargs; i++) {
+    ap[i] = args[i];
+    al[i] = strlen(args[i]);
+  }
+  hilock__clear_err(&e);
+  assert_hl_ok(hilock__script_run(c, &e, script, nkeys, kp, kl, nargs, ap, al,
+                                  &r),
+               e.msg);
+  assert_non_null(r);
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  return r;
+}
+
+int hl_flag_interrupt(void *arg) {
+  return __atomic_load_n((int *)arg, __ATOMIC_ACQUIRE);
+}
+
+typedef struct raise_arg {
+  int *flag;
+  int64_t delay_ms;
+} raise_arg;
+
+static void *raise_flag(void *arg) {
+  raise_arg a = *(raise_arg *)arg;
+  free(arg);
+  hl_sleep_ms(a.delay_ms);
+  __atomic_store_n(a.flag, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+pthread_t hl_raise_flag_later(int *flag, int64_t delay_ms) {
+  raise_arg *a = malloc(sizeof(*a));
+  pthread_t t;
+  assert_non_null(a);
+  a->flag = flag;
+  a->delay_ms = delay_ms;
+  assert_int_equal(pthread_create(&t, NULL, raise_flag, a), 0);
+  return t;
+}
+
+static void *waiter_main(void *arg) {
+  hl_waiter *w = arg;
+  w->rc = w->acquire(w->lock, w->wait_ms ? w->wait_ms : 20000);
+  if (w->rc != HILOCK_OK) return NULL;
+  w->grant_pos = __atomic_fetch_add(w->grant_counter, 1, __ATOMIC_ACQ_REL);
+  w->fence = hilock_hold_fence(w->lock);
+  w->number_granted = w->number != NULL ? w->number(w->lock) : 0;
+  if (w->release_now != NULL)
+    while (!__atomic_load_n(w->release_now, __ATOMIC_ACQUIRE)) hl_sleep_ms(1);
+  hl_sleep_ms(w->hold_ms);
+  w->release_rc = w->release(w->lock);
+  return NULL;
+}
+
+pthread_t hl_waiter_start(hl_waiter *w) {
+  pthread_t t;
+  assert_non_null(w->grant_counter);
+  assert_int_equal(pthread_create(&t, NULL, waiter_main, w), 0);
+  return t;
+}
+
+typedef struct contender {
+  const char *url;
+  hl_make_fn make;
+  void *arg;
+  int (*acquire)(hilock_hold *h, int64_t wait_ms);
+  int (*release)(hilock_hold *h);
+  int64_t hold_ms;
+} contender;
+
+static int contend(void *p) {
+  const contender *k = p;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_hold *h = NULL;
+  int rc = hilock_client_new(k->url, &o, &c);
+  if (rc == HILOCK_OK) rc = k->make(c, k->arg, &h);
+  if (rc == HILOCK_OK) rc = k->acquire(h, 20000);
+  if (rc == HILOCK_OK) {
+    if (k->hold_ms < 0)
+      for (;;) hl_sleep_ms(1000);
+    hl_sleep_ms(k->hold_ms);
+    rc = k->release(h);
+  }
+  if (rc != HILOCK_OK)
+    fprintf(stderr, "contender %d: %s: %s\n", (int)getpid(),
+            hilock_err_name(rc), h ? hilock_hold_errmsg(h) : "");
+  return rc == HILOCK_OK ? 0 : rc == HILOCK_BUSY ? 1 : 2;
+}
+
+pid_t hl_fork_contender(const char *url, hl_make_fn make, void *arg,
+                        int (*acquire)(hilock_hold *h, int64_t wait_ms),
+                        int (*release)(hilock_hold *h), int64_t hold_ms) {
+  contender k = {url, make, arg, acquire, release, hold_ms};
+  pid_t pid = hl_fork_run(contend, &k); /* the child has its own copy */
+  assert_true(pid > 0);
+  return pid;
 }

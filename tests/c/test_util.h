@@ -4,6 +4,7 @@
 #define HILOCK_TEST_UTIL_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -165,6 +166,98 @@ pid_t hl_fork_run(int (*fn)(void *arg), void *arg);
  * if a signal ended it. */
 int hl_wait_child(pid_t pid, int64_t timeout_ms);
 
+
+/* ## Histories of contending processes -------------------------------------
+ * A holder records its critical section as a span [start, end): start is
+ * taken after its grant, end before its release, both from one ordered
+ * scale (the shared history's global sequence, hl_history_tick, or one
+ * clock). Two spans then overlap exactly when their holders were inside at
+ * once. */
+
+typedef struct hl_span {
+  int pid;
+  int shared;          /* 1: may overlap other shared spans (a read) */
+  int64_t start, end;  /* [start, end); an empty span overlaps nothing */
+} hl_span;
+
+/* The spans that began where they could not: while `limit` spans were
+ * already inside (limit <= 0: no bound on shared spans), an exclusive span
+ * (shared == 0) while any other was inside, or a shared one inside an
+ * exclusive one. Returns their number (0: the history keeps the rule);
+ * *shared_pairs (may be NULL) gets the number of overlapping pairs of
+ * shared spans. */
+int hl_history_check(const hl_span *s, size_t n, int limit, int *shared_pairs);
+
+/* A history in shared memory (MAP_SHARED), written by forked processes. */
+typedef struct hl_history {
+  int64_t seq; /* the last sequence number drawn */
+  int n;       /* spans added (those past max are dropped) */
+  int max;
+  hl_span span[];
+} hl_history;
+
+/* Room for max spans; fails the test if the mapping fails. */
+hl_history *hl_history_new(int max);
+void hl_history_free(hl_history *h);
+/* The next number of the global sequence (atomic, any process). */
+int64_t hl_history_tick(hl_history *h);
+/* Record the calling process's span (atomic, any process). */
+void hl_history_add(hl_history *h, int shared, int64_t start, int64_t end);
+/* Spans recorded: min(n, max). */
+int hl_history_len(const hl_history *h);
+
+/* ## Queue-style locks (fair, sequential) ------------------------------------ */
+
+/* An integer string key (a counter), 0 if absent. */
+long long hl_redis_get_int(redisContext *c, const char *key);
+/* The server's clock (TIME) in ms. */
+long long hl_server_time_ms(redisContext *c);
+/* Keys matching a pattern (KEYS, hiredis format). */
+long long hl_keys_count(redisContext *c, const char *fmt, ...);
+/* Wait until ZCARD of key is n: 1 if it got there within timeout_ms, else
+ * 0 (after printing the last count). */
+int hl_wait_zcard(redisContext *c, const char *key, long long n,
+                  int64_t timeout_ms);
+/* Run a script of the library (a const hilock__script *, see internal.h)
+ * on the keys hilock:{name}:<role> for each of nkeys roles, with nargs
+ * string arguments; fails the test unless it returns an array. */
+redisReply *hl_run_script(hilock_client *c, const void *script,
+                          const char *name, const char *const *roles,
+                          int nkeys, const char *const *args, int nargs);
+
+/* An interrupt hook (hilock_options.interrupt) that returns *(int *)arg,
+ * and a thread that sets *flag after delay_ms (join it). */
+int hl_flag_interrupt(void *arg);
+pthread_t hl_raise_flag_later(int *flag, int64_t delay_ms);
+
+/* A waiter thread of a queue-style lock: acquire with a wait (0: 20 s),
+ * note its grant's place, fence and number (ticket or sequence), stay
+ * until *release_now (if set), hold hold_ms, release. */
+typedef struct hl_waiter {
+  hilock_hold *lock;
+  int (*acquire)(hilock_hold *h, int64_t wait_ms);
+  int (*release)(hilock_hold *h);
+  uint64_t (*number)(const hilock_hold *h);
+  int64_t wait_ms;
+  int64_t hold_ms;
+  volatile int *release_now;
+  int *grant_counter; /* shared by the waiters of one test */
+  int rc, release_rc;
+  uint64_t fence, number_granted;
+  int grant_pos;
+} hl_waiter;
+
+/* Start w on a new thread (fails the test if it cannot). */
+pthread_t hl_waiter_start(hl_waiter *w);
+
+/* A contending process with its own client on url: make(c, arg, &h) builds
+ * its handle (and sets it up), then it acquires (waiting up to 20 s), holds
+ * hold_ms (until it is killed if hold_ms < 0) and releases. It exits 0 if
+ * granted and released, 1 on HILOCK_BUSY, 2 on an error (printed). */
+typedef int (*hl_make_fn)(hilock_client *c, void *arg, hilock_hold **h);
+pid_t hl_fork_contender(const char *url, hl_make_fn make, void *arg,
+                        int (*acquire)(hilock_hold *h, int64_t wait_ms),
+                        int (*release)(hilock_hold *h), int64_t hold_ms);
 
 /* The fixture most suites share: one private server per test binary, and a
  * fresh raw connection (after FLUSHALL) and hilock client per test. */
