@@ -84,7 +84,7 @@ static PyObject *_set_error_factory(PyObject *factory) {
 }
 
 /* A constructor helper's NULL raises with what it recorded. */
-%typemap(out) hilock_client *, hilock_multilock *, hilock_redlock * {
+%typemap(out) hilock_client *, hilock_multi_lock *, hilock_redlock * {
   if ($1 == NULL) {
     hilock_py_raise(py_ctor_rc, py_ctor_msg);
     SWIG_fail;

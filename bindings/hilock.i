@@ -30,10 +30,10 @@
 /* Every lock family's handle type. */
 #define HILOCK_HANDLES                                                      \
   hilock_lock *, hilock_rlock *, hilock_semaphore *, hilock_fair_lock *,    \
-  hilock_rwlock *, hilock_multilock *, hilock_seqlock *, hilock_seglock *, \
+  hilock_rwlock *, hilock_multi_lock *, hilock_sequential_lock *, hilock_segmented_lock *, \
   hilock_redlock *, const hilock_lock *, const hilock_rlock *,              \
   const hilock_semaphore *, const hilock_fair_lock *, const hilock_rwlock *, \
-  const hilock_multilock *, const hilock_seqlock *, const hilock_seglock *, \
+  const hilock_multi_lock *, const hilock_sequential_lock *, const hilock_segmented_lock *, \
   const hilock_redlock *
 
 %threadallow;
@@ -55,9 +55,9 @@
   HILOCK_AS_HOLD(hilock_semaphore)
   HILOCK_AS_HOLD(hilock_fair_lock)
   HILOCK_AS_HOLD(hilock_rwlock)
-  HILOCK_AS_HOLD(hilock_multilock)
-  HILOCK_AS_HOLD(hilock_seqlock)
-  HILOCK_AS_HOLD(hilock_seglock)
+  HILOCK_AS_HOLD(hilock_multi_lock)
+  HILOCK_AS_HOLD(hilock_sequential_lock)
+  HILOCK_AS_HOLD(hilock_segmented_lock)
   HILOCK_AS_HOLD(hilock_redlock)
   if (p == NULL)
     SWIG_exception_fail(SWIG_TypeError, "in '$symname': expected a lock handle");
@@ -103,7 +103,7 @@ HILOCK_OUT(int64_t, PyLong_FromLongLong)
 %apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen) };
 
 /* Not statuses: a segment index (-1 before the first grant). */
-%typemap(out) int hilock_seglock_segment "$result = PyLong_FromLong($1);";
+%typemap(out) int hilock_segmented_lock_segment "$result = PyLong_FromLong($1);";
 
 /* ## Helpers ------------------------------------------------------------- */
 
@@ -252,9 +252,9 @@ static hilock_redlock *py_redlock_new(const char *urls, const char *name,
 
 /* names: a sequence of bytes (the GIL is held: this reads Python
  * objects; nothing is sent to Redis). */
-static hilock_multilock *py_multilock_new(hilock_client *c, PyObject *names,
+static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
                                           int64_t ttl_ms) {
-  hilock_multilock *m = NULL;
+  hilock_multi_lock *m = NULL;
   PyObject *seq = PySequence_Fast(names, "names must be a sequence");
   const char **ptrs = NULL;
   size_t *lens = NULL, n;
@@ -281,7 +281,7 @@ static hilock_multilock *py_multilock_new(hilock_client *c, PyObject *names,
       lens[i] = (size_t)len;
     }
     if (rc == HILOCK_OK) {
-      rc = hilock_multilock_new_len(c, ptrs, lens, n, ttl_ms, &m);
+      rc = hilock_multi_lock_new_len(c, ptrs, lens, n, ttl_ms, &m);
       if (rc != HILOCK_OK)
         py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
     }
@@ -300,8 +300,8 @@ static hilock_multilock *py_multilock_new(hilock_client *c, PyObject *names,
 %ignore hilock_options_init;
 %ignore hilock_client_new;
 %ignore hilock_redlock_new;
-%ignore hilock_multilock_new;
-%ignore hilock_multilock_new_len;
+%ignore hilock_multi_lock_new;
+%ignore hilock_multi_lock_new_len;
 %ignore hilock_lost_fn;
 %ignore hilock_hold_set_auto_renew;
 %ignore hilock_rwlock_read_set_auto_renew;
@@ -315,9 +315,9 @@ static hilock_multilock *py_multilock_new(hilock_client *c, PyObject *names,
 %include "hilock/lock.h"
 %include "hilock/rlock.h"
 %include "hilock/semaphore.h"
-%include "hilock/fair.h"
+%include "hilock/fair_lock.h"
 %include "hilock/rwlock.h"
-%include "hilock/multilock.h"
-%include "hilock/seqlock.h"
+%include "hilock/multi_lock.h"
+%include "hilock/sequential_lock.h"
 %include "hilock/redlock.h"
-%include "hilock/seglock.h"
+%include "hilock/segmented_lock.h"

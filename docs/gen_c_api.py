@@ -30,8 +30,8 @@ INCLUDE = ROOT / "core" / "include" / "hilock"
 
 # Reading order. hilock.h (the umbrella) and export.h (HILOCK_API) declare
 # nothing of their own; the index page names them.
-ORDER = ["hold", "client", "errors", "lock", "rlock", "semaphore", "fair", "rwlock",
-         "multilock", "seqlock", "seglock", "redlock", "version"]
+ORDER = ["hold", "client", "errors", "lock", "rlock", "semaphore", "fair_lock", "rwlock",
+         "multi_lock", "sequential_lock", "segmented_lock", "redlock", "version"]
 NOTHING_TO_DECLARE = {"hilock", "export"}
 
 # Where the user manual covers a header's subject.
@@ -42,11 +42,11 @@ MANUAL = {
     "lock": ("locks.md", "Lock types"),
     "rlock": ("locks.md", "Lock types"),
     "semaphore": ("semaphore.md", "Counting semaphore"),
-    "fair": ("fair-lock.md", "Fair lock"),
+    "fair_lock": ("fair-lock.md", "Fair lock"),
     "rwlock": ("rwlock.md", "Read-write lock"),
-    "multilock": ("multilock.md", "Multi-key lock"),
-    "seqlock": ("seqlock.md", "Sequential lock"),
-    "seglock": ("seglock.md", "Segmented lock"),
+    "multi_lock": ("multilock.md", "Multi-key lock"),
+    "sequential_lock": ("seqlock.md", "Sequential lock"),
+    "segmented_lock": ("seglock.md", "Segmented lock"),
     "redlock": ("redlock.md", "Redlock"),
 }
 

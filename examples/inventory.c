@@ -6,7 +6,7 @@
  * around the read-modify-write exactly 100 are sold. The semaphore row uses
  * one permit (a mutex), the read-write lock its write side, the multi-key
  * lock the stock's name and a ledger's. The segmented row splits the stock
- * over 5 segments (the lock's own stock, sold with hilock_seglock_take under
+ * over 5 segments (the lock's own stock, sold with hilock_segmented_lock_take under
  * each segment's lock), so up to 5 sellers work at once.
  *
  *   inventory [url [workers]]   url defaults to $HILOCK_URL, $REDIS_URL or
@@ -64,17 +64,17 @@ typedef struct family {
 static const char *const multi_names[2] = {LOCK_NAME, "demo:ledger"};
 
 MAKE(lock, hilock_lock, hilock_lock_new(c, NAME, TTL_MS, &x))
-MAKE(simple, hilock_lock, hilock_simple_lock_new(c, NAME, &x))
-MAKE(lease, hilock_lock, hilock_lease_new(c, NAME, TTL_MS, &x))
+MAKE(simple, hilock_lock, hilock_lock_new_simple(c, NAME, &x))
+MAKE(lease, hilock_lock, hilock_lock_new_lease(c, NAME, TTL_MS, &x))
 MAKE(rlock, hilock_rlock, hilock_rlock_new(c, NAME, TTL_MS, &x))
 MAKE(rwlock, hilock_rwlock, hilock_rwlock_new(c, NAME, TTL_MS, &x))
 MAKE(semaphore, hilock_semaphore,
      hilock_semaphore_new(c, NAME, 1, TTL_MS, &x)) /* one permit */
-MAKE(multi, hilock_multilock,
-     hilock_multilock_new(c, multi_names, 2, TTL_MS, &x))
-MAKE(seq, hilock_seqlock, hilock_seqlock_new(c, NAME, TTL_MS, &x))
+MAKE(multi, hilock_multi_lock,
+     hilock_multi_lock_new(c, multi_names, 2, TTL_MS, &x))
+MAKE(seq, hilock_sequential_lock, hilock_sequential_lock_new(c, NAME, TTL_MS, &x))
 MAKE(fair, hilock_fair_lock, hilock_fair_lock_new(c, NAME, TTL_MS, &x))
-MAKE(seg, hilock_seglock, hilock_seglock_new(c, NAME, SEGMENTS, TTL_MS, &x))
+MAKE(seg, hilock_segmented_lock, hilock_segmented_lock_new(c, NAME, SEGMENTS, TTL_MS, &x))
 
 /* The verbs; a sale writes, so the read-write lock's are its write side's
  * (which is also its hold). */
@@ -84,17 +84,17 @@ VERBS(rwlock, hilock_rwlock, hilock_rwlock_write_acquire,
       hilock_rwlock_write_release)
 VERBS(semaphore, hilock_semaphore, hilock_semaphore_acquire,
       hilock_semaphore_release)
-VERBS(multi, hilock_multilock, hilock_multilock_acquire,
-      hilock_multilock_release)
-VERBS(seq, hilock_seqlock, hilock_seqlock_acquire, hilock_seqlock_release)
+VERBS(multi, hilock_multi_lock, hilock_multi_lock_acquire,
+      hilock_multi_lock_release)
+VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_acquire, hilock_sequential_lock_release)
 VERBS(fair, hilock_fair_lock, hilock_fair_lock_acquire,
       hilock_fair_lock_release)
-VERBS(seg, hilock_seglock, hilock_seglock_acquire, hilock_seglock_release)
+VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_acquire, hilock_segmented_lock_release)
 
 typedef struct guard {
   const char *label;
   family f; /* f.make == NULL: no lock at all */
-  int segmented; /* sells the lock's own stock with hilock_seglock_take */
+  int segmented; /* sells the lock's own stock with hilock_segmented_lock_take */
 } guard;
 
 static const guard guards[] = {
@@ -170,7 +170,7 @@ static int sell(const char *url, const guard *g, int start_fd) {
     }
     if (g->segmented) {
       sleep_us(500); /* the same work, inside the segment */
-      if ((rc = hilock_seglock_take((hilock_seglock *)h, 1, 0, &taken, NULL)) != HILOCK_OK) {
+      if ((rc = hilock_segmented_lock_take((hilock_segmented_lock *)h, 1, 0, &taken, NULL)) != HILOCK_OK) {
         fprintf(stderr, "take: %s\n", hilock_hold_errmsg(h));
         goto out;
       }
@@ -202,15 +202,15 @@ out: /* the loop can end holding the lock (stock ran out, or an error) */
 /* The segmented lock's own stock: load it (load != 0) or read what is left. */
 static int seg_stock(const char *url, int load, long *left) {
   hilock_client *c = NULL;
-  hilock_seglock *seg = NULL;
+  hilock_segmented_lock *seg = NULL;
   int64_t n = 0;
   int rc = client_connect(url, &c);
   if (rc == HILOCK_OK)
-    rc = hilock_seglock_new(c, LOCK_NAME, strlen(LOCK_NAME), SEGMENTS, 10000,
+    rc = hilock_segmented_lock_new(c, LOCK_NAME, strlen(LOCK_NAME), SEGMENTS, 10000,
                             &seg);
   if (rc == HILOCK_OK)
-    rc = load ? hilock_seglock_stock_init(seg, STOCK)
-              : hilock_seglock_stock(seg, -1, &n);
+    rc = load ? hilock_segmented_lock_stock_init(seg, STOCK)
+              : hilock_segmented_lock_stock(seg, -1, &n);
   if (rc != HILOCK_OK)
     fprintf(stderr, "segmented stock: %s\n",
             seg ? hilock_hold_errmsg(HILOCK_HOLD(seg)) : hilock_strerror(rc));
@@ -282,7 +282,7 @@ static int clear_stale_lock(const char *url) {
     hilock_client_free(c);
     return -1;
   }
-  if ((rc = hilock_simple_lock_new(c, NAME, &lk)) != HILOCK_OK)
+  if ((rc = hilock_lock_new_simple(c, NAME, &lk)) != HILOCK_OK)
     fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
   else if ((rc = hilock_lock_force_release(lk, &deleted)) != HILOCK_OK)
     fprintf(stderr, "force_release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));

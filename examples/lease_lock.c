@@ -19,8 +19,8 @@ int main(int argc, char **argv) {
   int rc, owned, status = 1;
 
   if (client_connect(url, &c) != HILOCK_OK) goto out;
-  if (hilock_lease_new(c, "leader", 6, 1000, &leader) != HILOCK_OK ||
-      hilock_lease_new(c, "cleanup", 7, 100, &late) != HILOCK_OK) {
+  if (hilock_lock_new_lease(c, "leader", 6, 1000, &leader) != HILOCK_OK ||
+      hilock_lock_new_lease(c, "cleanup", 7, 100, &late) != HILOCK_OK) {
     fprintf(stderr, "lease: %s\n", hilock_client_errmsg(c));
     goto out;
   }

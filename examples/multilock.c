@@ -26,27 +26,27 @@ typedef struct transfer {
 static void *run_transfer(void *arg) {
   transfer *t = arg;
   const char *names[2] = {t->from, t->to};
-  hilock_multilock *m = NULL;
+  hilock_multi_lock *m = NULL;
   int rc;
 
   t->status = 1;
-  if (hilock_multilock_new(client, names, 2, 10000, &m) != HILOCK_OK) {
+  if (hilock_multi_lock_new(client, names, 2, 10000, &m) != HILOCK_OK) {
     fprintf(stderr, "multilock: %s\n", hilock_client_errmsg(client));
     return NULL;
   }
   for (int i = 0; i < 3; i++) {
-    rc = hilock_multilock_acquire(m, 5000);
+    rc = hilock_multi_lock_acquire(m, 5000);
     if (rc != HILOCK_OK) {
       fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(m)));
       break;
     }
     /* Index i is the sorted order: acct:1 then acct:2. */
     printf("%s -> %s: both held, fences %s=%" PRIu64 " %s=%" PRIu64 "\n",
-           t->from, t->to, hilock_multilock_name(m, 0, NULL),
-           hilock_multilock_fence(m, 0), hilock_multilock_name(m, 1, NULL),
-           hilock_multilock_fence(m, 1));
+           t->from, t->to, hilock_multi_lock_name(m, 0, NULL),
+           hilock_multi_lock_fence(m, 0), hilock_multi_lock_name(m, 1, NULL),
+           hilock_multi_lock_fence(m, 1));
     sleep_ms(20); /* debit one, credit the other */
-    if (hilock_multilock_release(m) != HILOCK_OK)
+    if (hilock_multi_lock_release(m) != HILOCK_OK)
       fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(m)));
   }
   t->status = 0;
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   const char *url = redis_url(argc, argv);
   transfer a = {"acct:1", "acct:2", 1}, b = {"acct:2", "acct:1", 1};
   hilock_lock *auditor = NULL;
-  hilock_multilock *both = NULL;
+  hilock_multi_lock *both = NULL;
   const char *names[2] = {"acct:2", "acct:1"};
   pthread_t ta, tb;
   int status = 1, rc;
@@ -71,15 +71,15 @@ int main(int argc, char **argv) {
 
   /* An auditor holds acct:2 with a single lock: the set is refused whole. */
   if (hilock_lock_new(client, "acct:2", 6, 5000, &auditor) != HILOCK_OK ||
-      hilock_multilock_new(client, names, 2, 5000, &both) != HILOCK_OK)
+      hilock_multi_lock_new(client, names, 2, 5000, &both) != HILOCK_OK)
     goto out;
   if (hilock_lock_acquire(auditor, 1000) != HILOCK_OK) goto out;
-  rc = hilock_multilock_try_acquire(both);
+  rc = hilock_multi_lock_try_acquire(both);
   printf("auditor holds acct:2; transfer try -> %s\n", hilock_strerror(rc));
   hilock_lock_release(auditor);
-  rc = hilock_multilock_acquire(both, 1000);
+  rc = hilock_multi_lock_acquire(both, 1000);
   printf("auditor done; transfer -> %s\n", hilock_strerror(rc));
-  if (rc == HILOCK_OK) hilock_multilock_release(both);
+  if (rc == HILOCK_OK) hilock_multi_lock_release(both);
   status = a.status || b.status;
 out:
   hilock_hold_free(HILOCK_HOLD(both));

@@ -24,7 +24,7 @@
 
 typedef struct buyer {
   int id;
-  hilock_seglock *seg; /* one handle per holder */
+  hilock_segmented_lock *seg; /* one handle per holder */
   int64_t units;
   int orders[SEGMENTS];
   int failed;
@@ -35,7 +35,7 @@ static void *buy(void *arg) {
   unsigned seed = (unsigned)b->id * 7919u + 1;
   for (;;) {
     int64_t taken = 0;
-    int rc = hilock_seglock_acquire(b->seg, 10000);
+    int rc = hilock_segmented_lock_acquire(b->seg, 10000);
     if (rc == HILOCK_SOLDOUT) return NULL;
     if (rc != HILOCK_OK) {
       fprintf(stderr, "buyer %d: %s\n", b->id,
@@ -43,15 +43,15 @@ static void *buy(void *arg) {
       b->failed = 1;
       return NULL;
     }
-    rc = hilock_seglock_take(b->seg, 1 + rand_r(&seed) % 3, 1, &taken, NULL);
+    rc = hilock_segmented_lock_take(b->seg, 1 + rand_r(&seed) % 3, 1, &taken, NULL);
     sleep_ms(2); /* the order's work, inside the segment */
     if (rc != HILOCK_OK) {
       fprintf(stderr, "take: %s\n", hilock_hold_errmsg(HILOCK_HOLD(b->seg)));
       b->failed = 1;
     }
     b->units += taken;
-    b->orders[hilock_seglock_segment(b->seg)]++;
-    if (hilock_seglock_release(b->seg) != HILOCK_OK) {
+    b->orders[hilock_segmented_lock_segment(b->seg)]++;
+    if (hilock_segmented_lock_release(b->seg) != HILOCK_OK) {
       fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(b->seg)));
       b->failed = 1;
     }
@@ -59,9 +59,9 @@ static void *buy(void *arg) {
   }
 }
 
-static int stock_of(hilock_seglock *s, int i) {
+static int stock_of(hilock_segmented_lock *s, int i) {
   int64_t n = -1;
-  if (hilock_seglock_stock(s, i, &n) != HILOCK_OK)
+  if (hilock_segmented_lock_stock(s, i, &n) != HILOCK_OK)
     fprintf(stderr, "stock: %s\n", hilock_hold_errmsg(HILOCK_HOLD(s)));
   return (int)n;
 }
@@ -69,7 +69,7 @@ static int stock_of(hilock_seglock *s, int i) {
 int main(int argc, char **argv) {
   const char *url = redis_url(argc, argv);
   hilock_client *c = NULL;
-  hilock_seglock *sale = NULL;
+  hilock_segmented_lock *sale = NULL;
   buyer b[BUYERS];
   pthread_t t[BUYERS];
   int started = 0, status = 1, orders[SEGMENTS] = {0};
@@ -78,12 +78,12 @@ int main(int argc, char **argv) {
 
   memset(b, 0, sizeof(b));
   if (client_connect(url, &c) != HILOCK_OK) goto out;
-  if (hilock_seglock_new(c, NAME, strlen(NAME), SEGMENTS, 10000, &sale) !=
+  if (hilock_segmented_lock_new(c, NAME, strlen(NAME), SEGMENTS, 10000, &sale) !=
       HILOCK_OK) {
     fprintf(stderr, "seglock: %s\n", hilock_client_errmsg(c));
     goto out;
   }
-  if (hilock_seglock_stock_init(sale, STOCK) != HILOCK_OK) {
+  if (hilock_segmented_lock_stock_init(sale, STOCK) != HILOCK_OK) {
     fprintf(stderr, "stock_init: %s\n", hilock_hold_errmsg(HILOCK_HOLD(sale)));
     goto out;
   }
@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
   t0 = now_s();
   for (int i = 0; i < BUYERS; i++) {
     b[i].id = i;
-    if (hilock_seglock_new(c, NAME, strlen(NAME), SEGMENTS, 10000,
+    if (hilock_segmented_lock_new(c, NAME, strlen(NAME), SEGMENTS, 10000,
                            &b[i].seg) != HILOCK_OK ||
         pthread_create(&t[i], NULL, buy, &b[i]) != 0)
       goto join;
@@ -117,16 +117,16 @@ join:
   if (sold != STOCK) status = 1;
 
   /* Restock one segment: the empty ones are skipped. */
-  hilock_seglock_stock_set(sale, 3, 2);
-  if (hilock_seglock_acquire(sale, 1000) == HILOCK_OK) {
-    hilock_seglock_take(sale, 5, 1, &taken, NULL);
+  hilock_segmented_lock_stock_set(sale, 3, 2);
+  if (hilock_segmented_lock_acquire(sale, 1000) == HILOCK_OK) {
+    hilock_segmented_lock_take(sale, 5, 1, &taken, NULL);
     printf("after restocking segment 3: granted segment %d (fence %" PRIu64
            "), took %" PRId64 "\n",
-           hilock_seglock_segment(sale), hilock_hold_fence(HILOCK_HOLD(sale)), taken);
-    hilock_seglock_release(sale);
+           hilock_segmented_lock_segment(sale), hilock_hold_fence(HILOCK_HOLD(sale)), taken);
+    hilock_segmented_lock_release(sale);
   }
   printf("next acquire: %s\n",
-         hilock_err_name(hilock_seglock_acquire(sale, 1000)));
+         hilock_err_name(hilock_segmented_lock_acquire(sale, 1000)));
 out:
   for (int i = 0; i < BUYERS; i++) hilock_hold_free(HILOCK_HOLD(b[i].seg));
   hilock_hold_free(HILOCK_HOLD(sale));

@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
 
   /* An operator changes the limit; holders keep their permits. */
   hilock_semaphore_set_limit(op, 5);
-  hilock_semaphore_get_limit(op, &limit, NULL);
+  hilock_semaphore_limit(op, &limit, NULL);
   hilock_semaphore_available(op, &free_now);
   printf("operator: limit now %" PRId64 ", %" PRId64 " free\n", limit,
          free_now);

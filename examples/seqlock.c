@@ -24,34 +24,34 @@
 
 typedef struct worker {
   int id;
-  hilock_seqlock *lock; /* one handle per contender */
+  hilock_sequential_lock *lock; /* one handle per contender */
 } worker;
 
 static void *work(void *arg) {
   worker *w = arg;
-  int rc = hilock_seqlock_acquire(w->lock, 10000);
+  int rc = hilock_sequential_lock_acquire(w->lock, 10000);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "worker %d: %s\n", w->id, hilock_hold_errmsg(HILOCK_HOLD(w->lock)));
     return NULL;
   }
   printf("worker %d holds it (sequence %" PRIu64 ", fence %" PRIu64 ")\n",
-         w->id, hilock_seqlock_sequence(w->lock),
+         w->id, hilock_sequential_lock_sequence(w->lock),
          hilock_hold_fence(HILOCK_HOLD(w->lock)));
   sleep_ms(30);
-  hilock_seqlock_release(w->lock); /* wakes the next in line, only it */
+  hilock_sequential_lock_release(w->lock); /* wakes the next in line, only it */
   return NULL;
 }
 
 /* A holder in another process that dies without releasing. */
 static int crashing_holder(const char *url) {
   hilock_client *c = NULL;
-  hilock_seqlock *sl = NULL;
+  hilock_sequential_lock *sl = NULL;
   if (client_connect(url, &c) != HILOCK_OK ||
-      hilock_seqlock_new(c, NAME, strlen(NAME), 800, &sl) != HILOCK_OK ||
-      hilock_seqlock_acquire(sl, 5000) != HILOCK_OK)
+      hilock_sequential_lock_new(c, NAME, strlen(NAME), 800, &sl) != HILOCK_OK ||
+      hilock_sequential_lock_acquire(sl, 5000) != HILOCK_OK)
     _exit(1);
   printf("process %d holds it (sequence %" PRIu64 ") and crashes\n",
-         (int)getpid(), hilock_seqlock_sequence(sl));
+         (int)getpid(), hilock_sequential_lock_sequence(sl));
   fflush(stdout);
   _exit(0); /* no release: the entry lives until its session runs out */
 }
@@ -59,7 +59,7 @@ static int crashing_holder(const char *url) {
 int main(int argc, char **argv) {
   const char *url = redis_url(argc, argv);
   hilock_client *c = NULL;
-  hilock_seqlock *busy = NULL, *next = NULL;
+  hilock_sequential_lock *busy = NULL, *next = NULL;
   worker w[WORKERS] = {{0}};
   pthread_t t[WORKERS];
   int started = 0, status = 1, rc;
@@ -68,31 +68,31 @@ int main(int argc, char **argv) {
   pid_t pid;
 
   if (client_connect(url, &c) != HILOCK_OK) goto out;
-  if (hilock_seqlock_new(c, NAME, strlen(NAME), 10000, &busy) != HILOCK_OK ||
-      hilock_seqlock_new(c, NAME, strlen(NAME), 10000, &next) != HILOCK_OK) {
+  if (hilock_sequential_lock_new(c, NAME, strlen(NAME), 10000, &busy) != HILOCK_OK ||
+      hilock_sequential_lock_new(c, NAME, strlen(NAME), 10000, &next) != HILOCK_OK) {
     fprintf(stderr, "sequential lock: %s\n", hilock_client_errmsg(c));
     goto out;
   }
-  if (hilock_seqlock_acquire(busy, 2000) != HILOCK_OK) {
+  if (hilock_sequential_lock_acquire(busy, 2000) != HILOCK_OK) {
     fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(busy)));
     goto out;
   }
   printf("busy (sequence %" PRIu64 "); workers 0..%d line up\n",
-         hilock_seqlock_sequence(busy), WORKERS - 1);
+         hilock_sequential_lock_sequence(busy), WORKERS - 1);
   for (int i = 0; i < WORKERS; i++) {
     w[i].id = i;
-    if (hilock_seqlock_new(c, NAME, strlen(NAME), 10000, &w[i].lock) !=
+    if (hilock_sequential_lock_new(c, NAME, strlen(NAME), 10000, &w[i].lock) !=
         HILOCK_OK)
       goto join;
     if (pthread_create(&t[i], NULL, work, &w[i]) != 0) goto join;
     started++;
-    while (hilock_seqlock_sequence(w[i].lock) == 0) sleep_ms(1);
+    while (hilock_sequential_lock_sequence(w[i].lock) == 0) sleep_ms(1);
     printf("worker %d waits with sequence %" PRIu64 "\n", i,
-           hilock_seqlock_sequence(w[i].lock));
+           hilock_sequential_lock_sequence(w[i].lock));
   }
-  hilock_seqlock_waiters(busy, &waiting);
+  hilock_sequential_lock_waiters(busy, &waiting);
   printf("%" PRId64 " waiting\n", waiting);
-  hilock_seqlock_release(busy);
+  hilock_sequential_lock_release(busy);
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
   started = 0;
 
@@ -104,16 +104,16 @@ int main(int argc, char **argv) {
     goto out;
   }
   t0 = now_s();
-  rc = hilock_seqlock_acquire(next, 5000);
+  rc = hilock_sequential_lock_acquire(next, 5000);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "after the crash: %s\n", hilock_hold_errmsg(HILOCK_HOLD(next)));
     goto out;
   }
   printf("next in line got it %.2f s after the crash (sequence %" PRIu64
          ", fence %" PRIu64 ")\n",
-         now_s() - t0, hilock_seqlock_sequence(next),
+         now_s() - t0, hilock_sequential_lock_sequence(next),
          hilock_hold_fence(HILOCK_HOLD(next)));
-  hilock_seqlock_release(next);
+  hilock_sequential_lock_release(next);
   status = 0;
 join:
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);

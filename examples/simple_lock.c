@@ -23,10 +23,10 @@ int main(int argc, char **argv) {
   int rc, deleted, status = 1;
 
   if (client_connect(url, &c) != HILOCK_OK) goto out;
-  if (hilock_simple_lock_new(c, NAME, strlen(NAME), &job) != HILOCK_OK ||
-      hilock_simple_lock_new(c, NAME, strlen(NAME), &dead) != HILOCK_OK ||
-      hilock_simple_lock_new(c, NAME, strlen(NAME), &waiter) != HILOCK_OK ||
-      hilock_simple_lock_new(c, NAME, strlen(NAME), &op) != HILOCK_OK) {
+  if (hilock_lock_new_simple(c, NAME, strlen(NAME), &job) != HILOCK_OK ||
+      hilock_lock_new_simple(c, NAME, strlen(NAME), &dead) != HILOCK_OK ||
+      hilock_lock_new_simple(c, NAME, strlen(NAME), &waiter) != HILOCK_OK ||
+      hilock_lock_new_simple(c, NAME, strlen(NAME), &op) != HILOCK_OK) {
     fprintf(stderr, "lock: %s\n", hilock_client_errmsg(c));
     goto out;
   }

@@ -718,7 +718,7 @@ typedef struct hilock__script {
 } hilock__script;
 
 /* Most keys + args of one script run (a multi-key lock of
- * HILOCK_MULTILOCK_MAX names passes 3 keys per name). */
+ * HILOCK_MULTI_LOCK_MAX names passes 3 keys per name). */
 #define HILOCK__SCRIPT_ARGS_MAX 4096
 
 /* EVALSHA the script; on NOSCRIPT, EVAL it (which also loads it). Keys only

@@ -68,14 +68,14 @@ int hilock_lock_new(hilock_client *client, const char *name, size_t namelen,
                               ttl_ms, out));
 }
 
-int hilock_simple_lock_new(hilock_client *client, const char *name,
+int hilock_lock_new_simple(hilock_client *client, const char *name,
                            size_t namelen, hilock_lock **out) {
   HILOCK__CLIENT_CALL(client, out,
                      lock_new(client, name, namelen, HILOCK_LOCK_SIMPLE,
                               0, out));
 }
 
-int hilock_lease_new(hilock_client *client, const char *name, size_t namelen,
+int hilock_lock_new_lease(hilock_client *client, const char *name, size_t namelen,
                      int64_t ttl_ms, hilock_lock **out) {
   HILOCK__CLIENT_CALL(client, out,
                      lock_new(client, name, namelen, HILOCK_LOCK_LEASE,
@@ -209,7 +209,7 @@ int hilock_lock_force_release(hilock_lock *l, int *deleted) {
   return HILOCK_OK;
 }
 
-hilock_lock_kind hilock_lock_get_kind(const hilock_lock *l) {
+hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 

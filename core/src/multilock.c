@@ -15,7 +15,7 @@
 
 static const hilock__family family;
 
-struct hilock_multilock {
+struct hilock_multi_lock {
   hilock__hold h; /* first: grant state and last error */
   size_t n;
   char **names; /* sorted, distinct */
@@ -53,7 +53,7 @@ static int cmp_name(const char *a, size_t al, const char *b, size_t bl) {
   return al < bl ? -1 : al > bl;
 }
 
-static void free_parts(hilock_multilock *m) {
+static void free_parts(hilock_multi_lock *m) {
   if (m->keys != NULL)
     for (size_t i = 0; i < 3 * m->n; i++) free(m->keys[i]);
   if (m->names != NULL)
@@ -78,10 +78,10 @@ static int check_names(hilock__err *e, const char *const *names,
   if (n == 0)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "multi-key lock: the set of names is empty");
-  if (n > HILOCK_MULTILOCK_MAX)
+  if (n > HILOCK_MULTI_LOCK_MAX)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "multi-key lock: %zu names; the limit is %d", n,
-                           HILOCK_MULTILOCK_MAX);
+                           HILOCK_MULTI_LOCK_MAX);
   for (size_t i = 0; i < n; i++) {
     hilock__err tmp;
     if (names[i] == NULL)
@@ -115,7 +115,7 @@ static int check_names(hilock__err *e, const char *const *names,
 
 /* On a cluster every key must be in one slot: name the first two that are
  * not. */
-static int check_slots(hilock__err *e, const hilock_multilock *m) {
+static int check_slots(hilock__err *e, const hilock_multi_lock *m) {
   int s0 = hilock__key_slot(m->keys[0], m->keylens[0]);
   for (size_t i = 1; i < m->n; i++) {
     int s = hilock__key_slot(m->keys[i], m->keylens[i]);
@@ -138,9 +138,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int multilock_new_len(hilock_client *client, const char *const *names,
                              const size_t *namelens, size_t n, int64_t ttl_ms,
-                             hilock_multilock **out) {
+                             hilock_multi_lock **out) {
   hilock__err tmp;
-  hilock_multilock *m;
+  hilock_multi_lock *m;
   size_t *order = NULL, count = 0;
   int rc;
 
@@ -219,44 +219,44 @@ nomem:
   return hilock__set_err(hilock__client_err(client), HILOCK_ENOMEM, "out of memory");
 }
 
-int hilock_multilock_new_len(hilock_client *client, const char *const *names,
+int hilock_multi_lock_new_len(hilock_client *client, const char *const *names,
                              const size_t *namelens, size_t n, int64_t ttl_ms,
-                             hilock_multilock **out) {
+                             hilock_multi_lock **out) {
   HILOCK__CLIENT_CALL(
       client, out, multilock_new_len(client, names, namelens, n, ttl_ms, out));
 }
 
-int hilock_multilock_new(hilock_client *client, const char *const *names,
-                         size_t n, int64_t ttl_ms, hilock_multilock **out) {
+int hilock_multi_lock_new(hilock_client *client, const char *const *names,
+                         size_t n, int64_t ttl_ms, hilock_multi_lock **out) {
   size_t stack[16] = {0}, *lens = stack;
   int rc;
   if (out != NULL) *out = NULL;
-  if (names == NULL || n == 0 || n > HILOCK_MULTILOCK_MAX)
-    return hilock_multilock_new_len(client, names, stack, n, ttl_ms, out);
+  if (names == NULL || n == 0 || n > HILOCK_MULTI_LOCK_MAX)
+    return hilock_multi_lock_new_len(client, names, stack, n, ttl_ms, out);
   if (n > 16 && (lens = malloc(n * sizeof(*lens))) == NULL)
     return HILOCK_ENOMEM;
   for (size_t i = 0; i < n; i++) lens[i] = names[i] ? strlen(names[i]) : 0;
-  rc = hilock_multilock_new_len(client, names, lens, n, ttl_ms, out);
+  rc = hilock_multi_lock_new_len(client, names, lens, n, ttl_ms, out);
   if (lens != stack) free(lens);
   return rc;
 }
 
 static void fam_free(void *arg) {
-  hilock_multilock *m = arg;
+  hilock_multi_lock *m = arg;
   if (m == NULL) return;
   hilock__hold_destroy(&m->h);
   free_parts(m);
 }
 
 /* A Redis CROSSSLOT reply: keep Redis's text and add the fix. */
-static int crossslot_hint(hilock_multilock *m) {
+static int crossslot_hint(hilock_multi_lock *m) {
   return hilock__set_err(&m->h.err, HILOCK_ECROSSSLOT,
                          "redis: CROSSSLOT: the names of this multi-key lock "
                          "are in different cluster slots; give the names a "
                          "shared hash tag, e.g. \"{acct}:1\" and \"{acct}:2\"");
 }
 
-static int run(hilock_multilock *m, const hilock__script *s, int nkeys,
+static int run(hilock_multi_lock *m, const hilock__script *s, int nkeys,
                int nargs, const char **args, const size_t *arglens,
                redisReply **r) {
   int rc = hilock__script_run(m->h.client, &m->h.err, s, nkeys,
@@ -267,7 +267,7 @@ static int run(hilock_multilock *m, const hilock__script *s, int nkeys,
 
 /* Mark the keys listed in r->element[from..] (1-based indexes) missing;
  * returns how many, and the first in *first. */
-static size_t mark_missing(hilock_multilock *m, const redisReply *r,
+static size_t mark_missing(hilock_multi_lock *m, const redisReply *r,
                            size_t from, size_t *first) {
   size_t k = 0;
   memset(m->missing, 0, m->n);
@@ -280,11 +280,11 @@ static size_t mark_missing(hilock_multilock *m, const redisReply *r,
   return k;
 }
 
-static int release_fn(void *m) { return hilock_multilock_release(m); }
+static int release_fn(void *m) { return hilock_multi_lock_release(m); }
 
 /* One grant attempt; *pttl gets the blocking holder's remaining TTL. */
 static int attempt(void *arg, int64_t *pttl) {
-  hilock_multilock *m = arg;
+  hilock_multi_lock *m = arg;
   hilock__hold *h = &m->h;
   char ttl[24], woken[24];
   const char *args[3] = {h->owner, ttl, woken};
@@ -334,20 +334,20 @@ static int attempt(void *arg, int64_t *pttl) {
                              release_fn, m, "multi-key acquire script");
 }
 
-int hilock_multilock_try_acquire(hilock_multilock *m) {
+int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
   int64_t pttl;
   if (m == NULL) return HILOCK_EINVAL;
   return attempt(m, &pttl);
 }
 
-int hilock_multilock_acquire(hilock_multilock *m, int64_t wait_ms) {
+int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms) {
   if (m == NULL) return HILOCK_EINVAL;
   return hilock__acquire_loop_var(m->h.client, &m->h.err, &m->wkey,
                                   &m->wkeylen, 0, wait_ms, attempt, m);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
-  hilock_multilock *m = arg;
+  hilock_multi_lock *m = arg;
   const char *args[1] = {m->h.owner};
   size_t arglens[1] = {m->h.ownerlen};
   (void)e; /* run() reports into m->h.err, which is e */
@@ -355,7 +355,7 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
              arglens, r);
 }
 
-int hilock_multilock_release(hilock_multilock *m) {
+int hilock_multi_lock_release(hilock_multi_lock *m) {
   size_t first = 0, nmiss;
   redisReply *r;
   int rc;
@@ -382,7 +382,7 @@ int hilock_multilock_release(hilock_multilock *m) {
   return HILOCK_OK;
 }
 
-int hilock_multilock_extend(hilock_multilock *m, int64_t ms, int replace) {
+int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms, int replace) {
   char buf[24];
   const char *args[3];
   size_t arglens[3];
@@ -434,13 +434,13 @@ int hilock_multilock_extend(hilock_multilock *m, int64_t ms, int replace) {
   return rc;
 }
 
-int hilock_multilock_renew(hilock_multilock *m) {
+int hilock_multi_lock_renew(hilock_multi_lock *m) {
   if (m == NULL) return HILOCK_EINVAL;
-  return hilock_multilock_extend(m, m->h.ttl_ms, 1);
+  return hilock_multi_lock_extend(m, m->h.ttl_ms, 1);
 }
 
 /* The info script with token ("" asks only who holds). */
-static int info(hilock_multilock *m, const char *token, size_t tokenlen,
+static int info(hilock_multi_lock *m, const char *token, size_t tokenlen,
                 redisReply **r) {
   const char *args[1] = {token};
   size_t arglens[1] = {tokenlen};
@@ -458,7 +458,7 @@ static int info(hilock_multilock *m, const char *token, size_t tokenlen,
 }
 
 static int fam_owned(void *arg, int *owned) {
-  hilock_multilock *m = arg;
+  hilock_multi_lock *m = arg;
   redisReply *r;
   size_t first = 0;
   int rc;
@@ -474,7 +474,7 @@ static int fam_owned(void *arg, int *owned) {
 }
 
 static int fam_locked(void *arg, int *locked) {
-  hilock_multilock *m = arg;
+  hilock_multi_lock *m = arg;
   redisReply *r;
   int rc;
   if (m == NULL || locked == NULL) return HILOCK_EINVAL;
@@ -486,11 +486,11 @@ static int fam_locked(void *arg, int *locked) {
   return HILOCK_OK;
 }
 
-size_t hilock_multilock_count(const hilock_multilock *m) {
+size_t hilock_multi_lock_count(const hilock_multi_lock *m) {
   return m == NULL ? 0 : m->n;
 }
 
-const char *hilock_multilock_name(const hilock_multilock *m, size_t i,
+const char *hilock_multi_lock_name(const hilock_multi_lock *m, size_t i,
                                   size_t *len) {
   if (m == NULL || i >= m->n) {
     if (len) *len = 0;
@@ -500,15 +500,15 @@ const char *hilock_multilock_name(const hilock_multilock *m, size_t i,
   return m->names[i];
 }
 
-uint64_t hilock_multilock_fence(const hilock_multilock *m, size_t i) {
+uint64_t hilock_multi_lock_fence(const hilock_multi_lock *m, size_t i) {
   return m == NULL || i >= m->n ? 0 : m->fences[i];
 }
 
-int hilock_multilock_missing(const hilock_multilock *m, size_t i) {
+int hilock_multi_lock_missing(const hilock_multi_lock *m, size_t i) {
   return m != NULL && i < m->n && m->missing[i];
 }
 
-const char *hilock_multilock_key(const hilock_multilock *m, size_t i,
+const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
                                  size_t *len) {
   if (m == NULL || i >= m->n) {
     if (len) *len = 0;

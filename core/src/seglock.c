@@ -15,7 +15,7 @@
 
 static const hilock__family family;
 
-struct hilock_seglock {
+struct hilock_segmented_lock {
   hilock__hold h; /* first: grant state (rkey = the held segment's key) */
   int nseg;
   int segment; /* of the current or last grant; -1 before the first */
@@ -28,7 +28,7 @@ struct hilock_seglock {
   size_t *akeylens;
 };
 
-static void seglock_destroy(hilock_seglock *s) {
+static void seglock_destroy(hilock_segmented_lock *s) {
   if (s->segkey != NULL)
     for (int i = 0; i < s->nseg; i++) free(s->segkey[i]);
   free(s->segkey);
@@ -44,9 +44,9 @@ static void seglock_destroy(hilock_seglock *s) {
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int seglock_new(hilock_client *client, const char *name, size_t namelen,
-                       int segments, int64_t ttl_ms, hilock_seglock **out) {
+                       int segments, int64_t ttl_ms, hilock_segmented_lock **out) {
   hilock__err tmp;
-  hilock_seglock *s;
+  hilock_segmented_lock *s;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
@@ -108,32 +108,32 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   return HILOCK_OK;
 }
 
-int hilock_seglock_new(hilock_client *client, const char *name, size_t namelen,
-                       int segments, int64_t ttl_ms, hilock_seglock **out) {
+int hilock_segmented_lock_new(hilock_client *client, const char *name, size_t namelen,
+                       int segments, int64_t ttl_ms, hilock_segmented_lock **out) {
   HILOCK__CLIENT_CALL(
       client, out, seglock_new(client, name, namelen, segments, ttl_ms, out));
 }
 
 static void fam_free(void *arg) {
-  hilock_seglock *s = arg;
+  hilock_segmented_lock *s = arg;
   if (s == NULL) return;
   hilock__hold_destroy(&s->h);
   seglock_destroy(s);
 }
 
-static int segcount_mismatch(hilock_seglock *s, long long stored) {
+static int segcount_mismatch(hilock_segmented_lock *s, long long stored) {
   return hilock__set_err(&s->h.err, HILOCK_EINVAL,
                          "the stock of this lock is split into %lld segments; "
                          "this handle has %d",
                          stored, s->nseg);
 }
 
-static int release_fn(void *s) { return hilock_seglock_release(s); }
+static int release_fn(void *s) { return hilock_segmented_lock_release(s); }
 
 /* One grant attempt; *pttl gets the shortest remaining TTL among the held
  * non-empty segments when busy. */
 static int attempt(void *arg, int64_t *pttl) {
-  hilock_seglock *s = arg;
+  hilock_segmented_lock *s = arg;
   hilock__hold *h = &s->h;
   char ttl[24], start_s[24], k[24], held[96];
   const char *args[4];
@@ -200,13 +200,13 @@ static int attempt(void *arg, int64_t *pttl) {
       "seglock acquire script");
 }
 
-int hilock_seglock_try_acquire(hilock_seglock *s) {
+int hilock_segmented_lock_try_acquire(hilock_segmented_lock *s) {
   int64_t pttl;
   if (s == NULL) return HILOCK_EINVAL;
   return attempt(s, &pttl);
 }
 
-int hilock_seglock_acquire(hilock_seglock *s, int64_t wait_ms) {
+int hilock_segmented_lock_acquire(hilock_segmented_lock *s, int64_t wait_ms) {
   if (s == NULL) return HILOCK_EINVAL;
   return hilock__acquire_loop(s->h.client, &s->h.err, s->wkey, s->wkeylen,
                               wait_ms, attempt, s);
@@ -215,7 +215,7 @@ int hilock_seglock_acquire(hilock_seglock *s, int64_t wait_ms) {
 /* lock_release.lua on the held segment: delete it if it holds our token,
  * wake a waiter. */
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
-  hilock_seglock *s = arg;
+  hilock_segmented_lock *s = arg;
   const char *keys[2] = {s->h.rkey, s->wkey};
   size_t keylens[2] = {s->h.rkeylen, s->wkeylen};
   const char *args[1] = {s->h.owner};
@@ -224,7 +224,7 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
                             keys, keylens, 1, args, arglens, r);
 }
 
-int hilock_seglock_release(hilock_seglock *s) {
+int hilock_segmented_lock_release(hilock_segmented_lock *s) {
   redisReply *r;
   char why[96];
   int rc;
@@ -249,7 +249,7 @@ static int check_units(hilock__err *e, const char *what, int64_t n,
 
 /* Put back n units of a take too few replicas acknowledged; *left (may be
  * NULL) gets the stock after it. Returns HILOCK_ENOREPLICAS. */
-static int take_back(hilock_seglock *s, const hilock__err *unacked, int64_t n,
+static int take_back(hilock_segmented_lock *s, const hilock__err *unacked, int64_t n,
                      int64_t *left) {
   const char *keys[2] = {s->h.rkey, s->skey};
   size_t keylens[2] = {s->h.rkeylen, s->skeylen};
@@ -280,7 +280,7 @@ static int take_back(hilock_seglock *s, const hilock__err *unacked, int64_t n,
                          unacked->msg, n, e.msg);
 }
 
-int hilock_seglock_take(hilock_seglock *s, int64_t n, int partial,
+int hilock_segmented_lock_take(hilock_segmented_lock *s, int64_t n, int partial,
                         int64_t *taken, int64_t *left) {
   const char *keys[2], *args[4];
   size_t keylens[2], arglens[4];
@@ -349,7 +349,7 @@ int hilock_seglock_take(hilock_seglock *s, int64_t n, int partial,
   return rc;
 }
 
-static int stock_script(hilock_seglock *s, const char *mode, int64_t units,
+static int stock_script(hilock_segmented_lock *s, const char *mode, int64_t units,
                         int segment) {
   const char *keys[2], *args[4];
   size_t keylens[2], arglens[4];
@@ -383,7 +383,7 @@ static int stock_script(hilock_seglock *s, const char *mode, int64_t units,
   return rc;
 }
 
-int hilock_seglock_stock_init(hilock_seglock *s, int64_t total) {
+int hilock_segmented_lock_stock_init(hilock_segmented_lock *s, int64_t total) {
   int rc;
   if (s == NULL) return HILOCK_EINVAL;
   rc = check_units(&s->h.err, "total stock", total, 0);
@@ -391,7 +391,7 @@ int hilock_seglock_stock_init(hilock_seglock *s, int64_t total) {
   return stock_script(s, "split", total, 0);
 }
 
-int hilock_seglock_stock_set(hilock_seglock *s, int segment, int64_t n) {
+int hilock_segmented_lock_stock_set(hilock_segmented_lock *s, int segment, int64_t n) {
   int rc;
   if (s == NULL) return HILOCK_EINVAL;
   if (segment < 0 || segment >= s->nseg)
@@ -414,7 +414,7 @@ static int parse_units(const redisReply *e, int64_t *v) {
   return 1;
 }
 
-int hilock_seglock_stock(hilock_seglock *s, int segment, int64_t *n) {
+int hilock_segmented_lock_stock(hilock_segmented_lock *s, int segment, int64_t *n) {
   const char **argv;
   size_t *lens;
   char (*fields)[24];
@@ -473,7 +473,7 @@ int hilock_seglock_stock(hilock_seglock *s, int segment, int64_t *n) {
   return HILOCK_OK;
 }
 
-int hilock_seglock_held_count(hilock_seglock *s, int *n) {
+int hilock_segmented_lock_held_count(hilock_segmented_lock *s, int *n) {
   const char **argv;
   redisReply *r;
   int rc;
@@ -508,30 +508,30 @@ int hilock_seglock_held_count(hilock_seglock *s, int *n) {
 }
 
 static int fam_owned(void *arg, int *owned) {
-  hilock_seglock *s = arg;
+  hilock_segmented_lock *s = arg;
   if (s == NULL || owned == NULL) return HILOCK_EINVAL;
   return hilock__hold_owned(&s->h, owned);
 }
 
-int hilock_seglock_extend(hilock_seglock *s, int64_t ms, int replace) {
+int hilock_segmented_lock_extend(hilock_segmented_lock *s, int64_t ms, int replace) {
   if (s == NULL) return HILOCK_EINVAL;
   return hilock__hold_extend(&s->h, ms, replace);
 }
 
-int hilock_seglock_renew(hilock_seglock *s) {
+int hilock_segmented_lock_renew(hilock_segmented_lock *s) {
   if (s == NULL) return HILOCK_EINVAL;
   return hilock__hold_extend(&s->h, s->h.ttl_ms, 1);
 }
 
-int hilock_seglock_segment(const hilock_seglock *s) {
+int hilock_segmented_lock_segment(const hilock_segmented_lock *s) {
   return s == NULL ? -1 : s->segment;
 }
 
-int hilock_seglock_segments(const hilock_seglock *s) {
+int hilock_segmented_lock_segments(const hilock_segmented_lock *s) {
   return s == NULL ? 0 : s->nseg;
 }
 
-const char *hilock_seglock_key(const hilock_seglock *s, int i, size_t *len) {
+const char *hilock_segmented_lock_key(const hilock_segmented_lock *s, int i, size_t *len) {
   if (s == NULL || i < -1 || i >= s->nseg) {
     if (len) *len = 0;
     return "";
@@ -543,7 +543,7 @@ const char *hilock_seglock_key(const hilock_seglock *s, int i, size_t *len) {
 
 /* Round trip: any segment is held. */
 static int fam_locked(void *arg, int *locked) {
-  int n = 0, rc = hilock_seglock_held_count(arg, &n);
+  int n = 0, rc = hilock_segmented_lock_held_count(arg, &n);
   *locked = rc == HILOCK_OK && n > 0;
   return rc;
 }

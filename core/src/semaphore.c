@@ -278,7 +278,7 @@ int hilock_semaphore_available(hilock_semaphore *s, int64_t *available) {
   return rc;
 }
 
-int hilock_semaphore_get_limit(hilock_semaphore *s, int64_t *limit,
+int hilock_semaphore_limit(hilock_semaphore *s, int64_t *limit,
                                int *stored) {
   int64_t v[4];
   int rc;

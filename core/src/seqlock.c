@@ -23,7 +23,7 @@ static const char *const roles[NKEYS] = {"seq:queue",   "seq:session",
  * decimal, so the key keeps its length while acquire_loop waits on it. */
 #define SEQ_DIGITS 20
 
-struct hilock_seqlock {
+struct hilock_sequential_lock {
   hilock__hold h; /* first: grant state and last error */
   char *keys[NKEYS];
   size_t keylens[NKEYS];
@@ -39,7 +39,7 @@ struct hilock_seqlock {
   size_t renew_xkeylens[2];
 };
 
-static void seq_destroy(hilock_seqlock *sl) {
+static void seq_destroy(hilock_sequential_lock *sl) {
   for (int i = 0; i < NKEYS; i++) free(sl->keys[i]);
   free(sl->wkey);
   free(sl);
@@ -48,8 +48,8 @@ static void seq_destroy(hilock_seqlock *sl) {
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
-                       int64_t ttl_ms, hilock_seqlock **out) {
-  hilock_seqlock *sl;
+                       int64_t ttl_ms, hilock_sequential_lock **out) {
+  hilock_sequential_lock *sl;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
@@ -73,8 +73,8 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
   memcpy(sl->wkey, sl->keys[K_WAKE], sl->keylens[K_WAKE] + 1);
   sl->wkeylen = sl->keylens[K_WAKE] + SEQ_DIGITS;
   sl->session_ms =
-      hilock__beat_default(ttl_ms, HILOCK_SEQLOCK_SESSION_MIN_MS,
-                           HILOCK_SEQLOCK_SESSION_DEFAULT_MAX_MS);
+      hilock__beat_default(ttl_ms, HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS,
+                           HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_DEFAULT_MAX_MS);
   /* The watchdog renews the holder's session entry. */
   hilock__hold_init(&sl->h, client, sl->keys[K_SESSION],
                     sl->keylens[K_SESSION], &hilock__script_seqlock_renew,
@@ -93,21 +93,21 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
   return HILOCK_OK;
 }
 
-int hilock_seqlock_new(hilock_client *client, const char *name, size_t namelen,
-                       int64_t ttl_ms, hilock_seqlock **out) {
+int hilock_sequential_lock_new(hilock_client *client, const char *name, size_t namelen,
+                       int64_t ttl_ms, hilock_sequential_lock **out) {
   HILOCK__CLIENT_CALL(client, out,
                       seqlock_new(client, name, namelen, ttl_ms, out));
 }
 
 static void fam_free(void *arg) {
-  hilock_seqlock *sl = arg;
+  hilock_sequential_lock *sl = arg;
   if (sl == NULL) return;
   hilock__hold_destroy(&sl->h);
   seq_destroy(sl);
 }
 
 /* Run one op of the script for contender id; ms/mode only for extend. */
-static int run(hilock_seqlock *sl, hilock__err *e, const char *op,
+static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
                const char *id, size_t idlen, int64_t ms, const char *mode,
                redisReply **out) {
   char ttl[24], win[24], msb[24];
@@ -134,7 +134,7 @@ static int run(hilock_seqlock *sl, hilock__err *e, const char *op,
 }
 
 /* Point the wake key at the entry with sequence seq. */
-static void set_seq(hilock_seqlock *sl, int64_t seq) {
+static void set_seq(hilock_sequential_lock *sl, int64_t seq) {
   __atomic_store_n(&sl->seq, seq, __ATOMIC_RELAXED);
   snprintf(sl->wkey + sl->keylens[K_WAKE], SEQ_DIGITS + 1, "%020lld",
            (long long)seq);
@@ -144,7 +144,7 @@ static void set_seq(hilock_seqlock *sl, int64_t seq) {
  * busy, *bound is how long to sleep before the next re-check: until the
  * predecessor's session would run out, at most a third of our window. */
 static int attempt(void *arg, int64_t *bound) {
-  hilock_seqlock *sl = arg;
+  hilock_sequential_lock *sl = arg;
   hilock__hold *h = &sl->h;
   redisReply *r;
   int64_t start = hilock__now_us();
@@ -182,7 +182,7 @@ static int attempt(void *arg, int64_t *bound) {
 /* Start an acquire: refuse if this handle holds the lock, else draw a new
  * contender id (the owner token if granted). */
 static int begin(void *arg, int queue) {
-  hilock_seqlock *sl = arg;
+  hilock_sequential_lock *sl = arg;
   hilock__hold *h = &sl->h;
   int rc;
   if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
@@ -201,7 +201,7 @@ static int begin(void *arg, int queue) {
  * successor (and give back a grant whose reply was lost), keeping the
  * error that got us here. */
 static void leave(void *arg) {
-  hilock_seqlock *sl = arg;
+  hilock_sequential_lock *sl = arg;
   hilock__err e;
   redisReply *r;
   hilock__clear_err(&e);
@@ -213,24 +213,24 @@ static void leave(void *arg) {
 
 static const hilock__queue_ops queue_ops = {begin, attempt, leave};
 
-int hilock_seqlock_try_acquire(hilock_seqlock *sl) {
+int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl) {
   if (sl == NULL) return HILOCK_EINVAL;
   return hilock__queue_acquire(&sl->h, (const char *const *)&sl->wkey,
                                &sl->wkeylen, 0, &queue_ops, sl);
 }
 
-int hilock_seqlock_acquire(hilock_seqlock *sl, int64_t wait_ms) {
+int hilock_sequential_lock_acquire(hilock_sequential_lock *sl, int64_t wait_ms) {
   if (sl == NULL) return HILOCK_EINVAL;
   return hilock__queue_acquire(&sl->h, (const char *const *)&sl->wkey,
                                &sl->wkeylen, wait_ms, &queue_ops, sl);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
-  hilock_seqlock *sl = arg;
+  hilock_sequential_lock *sl = arg;
   return run(sl, e, "release", sl->h.owner, sl->h.ownerlen, 0, NULL, r);
 }
 
-int hilock_seqlock_release(hilock_seqlock *sl) {
+int hilock_sequential_lock_release(hilock_sequential_lock *sl) {
   redisReply *r;
   int rc;
   if (sl == NULL) return HILOCK_EINVAL;
@@ -241,7 +241,7 @@ int hilock_seqlock_release(hilock_seqlock *sl) {
                                "nothing was removed");
 }
 
-int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms, int replace) {
+int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms, int replace) {
   hilock__hold *h;
   redisReply *r;
   int64_t start;
@@ -275,13 +275,13 @@ int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms, int replace) {
   return rc;
 }
 
-int hilock_seqlock_renew(hilock_seqlock *sl) {
+int hilock_sequential_lock_renew(hilock_sequential_lock *sl) {
   if (sl == NULL) return HILOCK_EINVAL;
-  return hilock_seqlock_extend(sl, sl->h.ttl_ms, 1);
+  return hilock_sequential_lock_extend(sl, sl->h.ttl_ms, 1);
 }
 
 static int fam_owned(void *arg, int *owned) {
-  hilock_seqlock *sl = arg;
+  hilock_sequential_lock *sl = arg;
   hilock__hold *h;
   redisReply *r;
   int rc;
@@ -302,7 +302,7 @@ static int fam_owned(void *arg, int *owned) {
 }
 
 /* info: {locked, waiters, holder's seq}. */
-static int info(hilock_seqlock *sl, int64_t out[3]) {
+static int info(hilock_sequential_lock *sl, int64_t out[3]) {
   redisReply *r;
   int rc = run(sl, &sl->h.err, "info", "", 0, 0, NULL, &r);
   if (rc != HILOCK_OK) return rc;
@@ -317,7 +317,7 @@ static int info(hilock_seqlock *sl, int64_t out[3]) {
 }
 
 static int fam_locked(void *arg, int *locked) {
-  hilock_seqlock *sl = arg;
+  hilock_sequential_lock *sl = arg;
   int64_t v[3];
   int rc;
   if (sl == NULL || locked == NULL) return HILOCK_EINVAL;
@@ -327,7 +327,7 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-int hilock_seqlock_waiters(hilock_seqlock *sl, int64_t *count) {
+int hilock_sequential_lock_waiters(hilock_sequential_lock *sl, int64_t *count) {
   int64_t v[3];
   int rc;
   if (sl == NULL || count == NULL) return HILOCK_EINVAL;
@@ -337,29 +337,29 @@ int hilock_seqlock_waiters(hilock_seqlock *sl, int64_t *count) {
   return rc;
 }
 
-uint64_t hilock_seqlock_sequence(const hilock_seqlock *sl) {
+uint64_t hilock_sequential_lock_sequence(const hilock_sequential_lock *sl) {
   return sl == NULL ? 0 : (uint64_t)__atomic_load_n(&sl->seq, __ATOMIC_RELAXED);
 }
 
-int hilock_seqlock_set_session(hilock_seqlock *sl, int64_t window_ms) {
+int hilock_sequential_lock_set_heartbeat(hilock_sequential_lock *sl, int64_t window_ms) {
   if (sl == NULL) return HILOCK_EINVAL;
-  if (window_ms < HILOCK_SEQLOCK_SESSION_MIN_MS || window_ms > HILOCK_TTL_MAX_MS)
+  if (window_ms < HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS || window_ms > HILOCK_TTL_MAX_MS)
     return hilock__set_err(&sl->h.err, HILOCK_EINVAL,
-                           "session window must be %lld..%lld ms, got %lld",
-                           (long long)HILOCK_SEQLOCK_SESSION_MIN_MS,
+                           "heartbeat window must be %lld..%lld ms, got %lld",
+                           (long long)HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS,
                            (long long)HILOCK_TTL_MAX_MS, (long long)window_ms);
   __atomic_store_n(&sl->session_ms, window_ms, __ATOMIC_RELAXED);
   return HILOCK_OK;
 }
 
-int64_t hilock_seqlock_session_ms(const hilock_seqlock *sl) {
+int64_t hilock_sequential_lock_heartbeat_ms(const hilock_sequential_lock *sl) {
   return sl == NULL ? 0 : __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED);
 }
 
 
 /* The queue key (for operators). */
 static const char *fam_key(const void *arg, size_t *len) {
-  const hilock_seqlock *sl = arg;
+  const hilock_sequential_lock *sl = arg;
   if (len) *len = sl->keylens[K_QUEUE];
   return sl->keys[K_QUEUE];
 }

@@ -282,7 +282,7 @@ class Client:
         next sequence number (``SequentialLock.sequence``) and the lowest
         live one holds; each waiter watches its predecessor only, so a
         release wakes exactly one process, and a dead predecessor passes the
-        turn within its session (``SequentialLock.session``, by default
+        turn within its heartbeat window (``SequentialLock.heartbeat``, by default
         ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`."""
         return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 

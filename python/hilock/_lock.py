@@ -38,9 +38,9 @@ class Lock(ExclusiveBase):
         self._kind_name = {EXPIRING: "lock", SIMPLE: "simple_lock", LEASE: "lease"}[kind]
         ttl_ms = 0 if kind == SIMPLE else seconds_to_ms(ttl, "ttl")  # type: ignore[arg-type]
         if kind == SIMPLE:
-            self._setup(client._new(_h.hilock_simple_lock_new, self._bname))
+            self._setup(client._new(_h.hilock_lock_new_simple, self._bname))
         else:
-            new = _h.hilock_lease_new if kind == LEASE else _h.hilock_lock_new
+            new = _h.hilock_lock_new_lease if kind == LEASE else _h.hilock_lock_new
             self._setup(client._new(new, self._bname, ttl_ms))
 
     def locked(self) -> bool:

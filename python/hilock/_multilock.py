@@ -11,7 +11,7 @@ from .errors import InvalidArgument
 if TYPE_CHECKING:
     from ._client import Client
 
-MAX_NAMES = _h.HILOCK_MULTILOCK_MAX
+MAX_NAMES = _h.HILOCK_MULTI_LOCK_MAX
 
 
 def _names_list(names: Iterable[Name]) -> List[Name]:
@@ -45,8 +45,8 @@ class MultiLock(ExclusiveBase):
     :class:`hilock.Lock` (one object, one holder; not reentrant).
     """
 
-    _c_acquire = _h.hilock_multilock_acquire
-    _c_release = _h.hilock_multilock_release
+    _c_acquire = _h.hilock_multi_lock_acquire
+    _c_release = _h.hilock_multi_lock_release
     _kind_name = "multi_lock"
 
     def __init__(self, client: Client, names: Iterable[Name], ttl: float,
@@ -62,9 +62,9 @@ class MultiLock(ExclusiveBase):
         label = ",".join(repr(n) for n in given[:4]) + (",..." if len(given) > 4 else "")
         super().__init__(client, f"{{{label}}}", timeout, auto_renew, max_hold, on_lost)
         handle = client._new(_h.py_multilock_new, encoded, seconds_to_ms(ttl, "ttl"))
-        count = _h.hilock_multilock_count(handle)
+        count = _h.hilock_multi_lock_count(handle)
         self._names: Tuple[Name, ...] = tuple(
-            self._by_bytes[_h.hilock_multilock_name(handle, i)] for i in range(count))
+            self._by_bytes[_h.hilock_multi_lock_name(handle, i)] for i in range(count))
         self._setup(handle)
 
     def __repr__(self) -> str:
@@ -84,19 +84,19 @@ class MultiLock(ExclusiveBase):
     @property
     def key(self) -> bytes:
         """The lock key of the first name (see :attr:`keys`)."""
-        return bytes(_h.hilock_multilock_key(self._h, 0))
+        return bytes(_h.hilock_multi_lock_key(self._h, 0))
 
     @property
     def keys(self) -> Tuple[bytes, ...]:
         """The Redis lock key of every name (``hilock:{name}:lock``)."""
-        return tuple(bytes(_h.hilock_multilock_key(self._h, i)) for i in range(len(self._names)))
+        return tuple(bytes(_h.hilock_multi_lock_key(self._h, i)) for i in range(len(self._names)))
 
     @property
     def fence(self) -> Optional[Dict[Name, int]]:  # type: ignore[override]
         """``{name: fencing token}`` of the current or last grant, or None
         before the first grant. Each token is the next value of that name's
         counter, shared with ``client.lock(name)``."""
-        fences = {n: int(_h.hilock_multilock_fence(self._h, i))
+        fences = {n: int(_h.hilock_multi_lock_fence(self._h, i))
                   for i, n in enumerate(self._names)}
         if not any(fences.values()):
             return None
@@ -107,7 +107,7 @@ class MultiLock(ExclusiveBase):
         """The names the last ``release()``, ``extend()``, ``renew()`` or
         ``owned()`` found not held by this holder (expired or taken)."""
         return tuple(n for i, n in enumerate(self._names)
-                     if _h.hilock_multilock_missing(self._h, i))
+                     if _h.hilock_multi_lock_missing(self._h, i))
 
     def locked(self) -> bool:
         """Whether anyone holds any of the names (one round trip)."""
@@ -122,10 +122,10 @@ class MultiLock(ExclusiveBase):
         """Add ``seconds`` to every name's remaining TTL, or set it
         (``replace=True``), only while every name is still held; otherwise
         nothing changes and LockNotOwnedError is raised."""
-        _h.hilock_multilock_extend(self._h, seconds_to_ms(seconds, "extension"),
+        _h.hilock_multi_lock_extend(self._h, seconds_to_ms(seconds, "extension"),
                                    1 if replace else 0)
 
     def renew(self) -> None:
         """Reset every name's TTL to ``ttl``."""
-        _h.hilock_multilock_renew(self._h)
+        _h.hilock_multi_lock_renew(self._h)
 

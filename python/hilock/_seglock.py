@@ -27,7 +27,7 @@ def _count(value: Any, what: str, lo: int, hi: int) -> int:
 def _segment_key(h: Any) -> bytes:
     """The key of the held (or last held) segment; before the first grant,
     the stock hash."""
-    return _h.hilock_seglock_key(h, _h.hilock_seglock_segment(h))
+    return _h.hilock_segmented_lock_key(h, _h.hilock_segmented_lock_segment(h))
 
 
 class SegmentedLock(ExclusiveBase):
@@ -52,8 +52,8 @@ class SegmentedLock(ExclusiveBase):
     ``threading.Lock``; threads sharing an object queue on a local mutex.
     """
 
-    _c_acquire = _h.hilock_seglock_acquire
-    _c_release = _h.hilock_seglock_release
+    _c_acquire = _h.hilock_segmented_lock_acquire
+    _c_release = _h.hilock_segmented_lock_release
     _c_key = _segment_key
     _kind_name = "segmented_lock"
 
@@ -63,19 +63,19 @@ class SegmentedLock(ExclusiveBase):
                  on_lost: Optional[LostCallback[SegmentedLock]] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         _count(segments, "segments", 1, SEGMENTS_MAX)
-        self._setup(client._new(_h.hilock_seglock_new, self._bname, segments,
+        self._setup(client._new(_h.hilock_segmented_lock_new, self._bname, segments,
                                       seconds_to_ms(ttl, "ttl")))
 
     def _c_call_acquire(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
         try:
-            rc = _h.hilock_seglock_acquire(self._h, wait_ms)
+            rc = _h.hilock_segmented_lock_acquire(self._h, wait_ms)
         except BaseException:
             # Ctrl-C (or any exception) racing the grant: never leave a
             # segment held behind the caller's back.
             if _h.hilock_hold_validity_ms(self._h) > 0:
                 try:
-                    _h.hilock_seglock_release(self._h)
+                    _h.hilock_segmented_lock_release(self._h)
                 except LockError:
                     pass
             raise
@@ -90,12 +90,12 @@ class SegmentedLock(ExclusiveBase):
     def segment(self) -> Optional[int]:
         """The segment of the current or last grant (0..segments-1), or
         None before the first grant."""
-        seg = _h.hilock_seglock_segment(self._h)
+        seg = _h.hilock_segmented_lock_segment(self._h)
         return None if seg < 0 else seg
 
     @property
     def segments(self) -> int:
-        return int(_h.hilock_seglock_segments(self._h))
+        return int(_h.hilock_segmented_lock_segments(self._h))
 
     @property
     def key(self) -> bytes:
@@ -106,7 +106,7 @@ class SegmentedLock(ExclusiveBase):
     def segment_key(self, segment: int) -> bytes:
         """The Redis key of one segment's lock."""
         _count(segment, "segment", 0, self.segments - 1)
-        return _h.hilock_seglock_key(self._h, segment)
+        return _h.hilock_segmented_lock_key(self._h, segment)
 
     def take(self, n: int = 1, partial: bool = False) -> int:
         """Take ``n`` units from the held segment's stock, in one script that
@@ -117,7 +117,7 @@ class SegmentedLock(ExclusiveBase):
         no stock. On a client with ``wait_replicas`` a take the replicas did
         not acknowledge is put back and NotEnoughReplicas raised."""
         _count(n, "n", 1, STOCK_MAX)
-        return int(_h.hilock_seglock_take(self._h, n, 1 if partial else 0)[0])
+        return int(_h.hilock_segmented_lock_take(self._h, n, 1 if partial else 0)[0])
 
     def owned(self) -> bool:
         """Whether this object's grant still holds its segment (one round
@@ -127,12 +127,12 @@ class SegmentedLock(ExclusiveBase):
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to the held segment's TTL, or set it
         (``replace=True``), only while still owned."""
-        _h.hilock_seglock_extend(self._h, seconds_to_ms(seconds, "extension"),
+        _h.hilock_segmented_lock_extend(self._h, seconds_to_ms(seconds, "extension"),
                                  1 if replace else 0)
 
     def renew(self) -> None:
         """Reset the held segment's TTL to ``ttl``."""
-        _h.hilock_seglock_renew(self._h)
+        _h.hilock_segmented_lock_renew(self._h)
 
     # -- the whole resource ----------------------------------------------------
 
@@ -145,18 +145,18 @@ class SegmentedLock(ExclusiveBase):
         process, this object included: one round trip that counts the live
         segment locks on the server. Not this object's own hold, which is
         at most one segment (see :meth:`owned` and :attr:`segment`)."""
-        return int(_h.hilock_seglock_held_count(self._h))
+        return int(_h.hilock_segmented_lock_held_count(self._h))
 
     def stock_init(self, total: int) -> None:
         """Load ``total`` units split evenly over the segments (the first
         ``total % segments`` get one more), replacing any stock. Set-up
         for operators: do it before selling."""
-        _h.hilock_seglock_stock_init(self._h, _count(total, "total", 0, STOCK_MAX))
+        _h.hilock_segmented_lock_stock_init(self._h, _count(total, "total", 0, STOCK_MAX))
 
     def stock_set(self, segment: int, units: int) -> None:
         """Set one segment's stock (0 marks it empty)."""
         _count(segment, "segment", 0, self.segments - 1)
-        _h.hilock_seglock_stock_set(self._h, segment, _count(units, "units", 0, STOCK_MAX))
+        _h.hilock_segmented_lock_stock_set(self._h, segment, _count(units, "units", 0, STOCK_MAX))
 
     def stock(self, segment: Optional[int] = None) -> Optional[int]:
         """Units left in one segment, or in all (``segment=None``); None if
@@ -165,7 +165,7 @@ class SegmentedLock(ExclusiveBase):
             segment = -1
         else:
             _count(segment, "segment", 0, self.segments - 1)
-        n = int(_h.hilock_seglock_stock(self._h, segment))
+        n = int(_h.hilock_segmented_lock_stock(self._h, segment))
         return None if n < 0 else n
 
     def sold_out(self) -> bool:

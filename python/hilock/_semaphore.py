@@ -289,7 +289,7 @@ class Semaphore(LockBase):
     def get_limit(self) -> int:
         """The limit in force: the stored one, or ``permits`` if none is
         stored yet (one round trip)."""
-        return int(_h.hilock_semaphore_get_limit(self._h)[0])
+        return int(_h.hilock_semaphore_limit(self._h)[0])
 
     def set_limit(self, limit: int) -> None:
         """Operator: store a new limit (0 closes the semaphore to new

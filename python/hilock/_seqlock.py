@@ -18,7 +18,7 @@ class SequentialLock(ExclusiveBase):
     Every ``acquire()`` creates an entry with the next sequence number of the
     lock (:attr:`sequence`), an "ephemeral sequential node" that lives only
     while its session does: the holder's for ``ttl`` after the grant or its
-    last renewal, a waiter's for :attr:`session` seconds after its last
+    last renewal, a waiter's for :attr:`heartbeat` seconds after its last
     re-check (it re-checks at least every third of that). The live entry with
     the lowest sequence number holds the lock.
 
@@ -34,15 +34,15 @@ class SequentialLock(ExclusiveBase):
     local mutex first. Not reentrant.
     """
 
-    _c_acquire = _h.hilock_seqlock_acquire
-    _c_release = _h.hilock_seqlock_release
+    _c_acquire = _h.hilock_sequential_lock_acquire
+    _c_release = _h.hilock_sequential_lock_release
     _kind_name = "sequential_lock"
 
     def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback[SequentialLock]] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        self._setup(client._new(_h.hilock_seqlock_new, self._bname,
+        self._setup(client._new(_h.hilock_sequential_lock_new, self._bname,
                                       seconds_to_ms(ttl, "ttl")))
 
     def locked(self) -> bool:
@@ -56,18 +56,18 @@ class SequentialLock(ExclusiveBase):
 
     def waiters(self) -> int:
         """How many live contenders wait behind the holder (one round trip)."""
-        return int(_h.hilock_seqlock_waiters(self._h))
+        return int(_h.hilock_sequential_lock_waiters(self._h))
 
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to the holder's remaining session, or set it
         (``replace=True``), only while still owned. Raises
         LockNotOwnedError otherwise."""
-        _h.hilock_seqlock_extend(self._h, seconds_to_ms(seconds, "extension"),
+        _h.hilock_sequential_lock_extend(self._h, seconds_to_ms(seconds, "extension"),
                                  1 if replace else 0)
 
     def renew(self) -> None:
         """Reset the holder's session to the lock's ``ttl``."""
-        _h.hilock_seqlock_renew(self._h)
+        _h.hilock_sequential_lock_renew(self._h)
 
     @property
     def sequence(self) -> Optional[int]:
@@ -75,15 +75,16 @@ class SequentialLock(ExclusiveBase):
         progress as soon as it is enqueued (readable from another thread),
         then of the current or last grant. Strictly increasing per lock
         name; None before the first entry."""
-        return _h.hilock_seqlock_sequence(self._h) or None
+        return _h.hilock_sequential_lock_sequence(self._h) or None
 
     @property
-    def session(self) -> float:
-        """Seconds a waiting entry lives without a re-check; it re-checks
-        every third of that. Defaults to ``ttl``, at most 5 s (at least
+    def heartbeat(self) -> float:
+        """The heartbeat window: seconds a waiting entry lives without a
+        re-check; it re-checks every third of that (the fair lock's
+        ``heartbeat``). Defaults to ``ttl``, at most 5 s (at least
         0.5 s). Settable; applies from the next re-check."""
-        return _h.hilock_seqlock_session_ms(self._h) / 1000.0
+        return _h.hilock_sequential_lock_heartbeat_ms(self._h) / 1000.0
 
-    @session.setter
-    def session(self, seconds: float) -> None:
-        _h.hilock_seqlock_set_session(self._h, seconds_to_ms(seconds, "session"))
+    @heartbeat.setter
+    def heartbeat(self, seconds: float) -> None:
+        _h.hilock_sequential_lock_set_heartbeat(self._h, seconds_to_ms(seconds, "heartbeat"))

@@ -11,7 +11,7 @@
  * fair    the same on a fair (FIFO) lock
  * seglock the same on a segmented lock of 8 segments (no stock loaded)
  * rwread, rwwrite  the read or the write side of a read-write lock
- * multiN  hilock_multilock_try_acquire + release on a multi-key lock of N
+ * multiN  hilock_multi_lock_try_acquire + release on a multi-key lock of N
  *         names (2 or 8)
  *
  * duration is seconds ("2", "0.5s", default 2) or a cycle count ("10000c").
@@ -144,8 +144,8 @@ static int family_cycle(void *arg) {
   static int prefix##_rel_(void *h) { return prefix##_release((type *)h); }
 FAMILY_ADAPTERS(hilock_semaphore, hilock_semaphore)
 FAMILY_ADAPTERS(hilock_fair_lock, hilock_fair_lock)
-FAMILY_ADAPTERS(hilock_seglock, hilock_seglock)
-FAMILY_ADAPTERS(hilock_multilock, hilock_multilock)
+FAMILY_ADAPTERS(hilock_segmented_lock, hilock_segmented_lock)
+FAMILY_ADAPTERS(hilock_multi_lock, hilock_multi_lock)
 static int rw_read_try_(void *h) { return hilock_rwlock_read_try_acquire(h); }
 static int rw_read_rel_(void *h) { return hilock_rwlock_read_release(h); }
 static int rw_write_try_(void *h) { return hilock_rwlock_write_try_acquire(h); }
@@ -195,8 +195,8 @@ int main(int argc, char **argv) {
   hilock_lock *lk = NULL;
   hilock_semaphore *sem = NULL;
   hilock_fair_lock *fair = NULL;
-  hilock_seglock *seg = NULL;
-  hilock_multilock *ml = NULL;
+  hilock_segmented_lock *seg = NULL;
+  hilock_multi_lock *ml = NULL;
   hilock_rwlock *rw = NULL;
   family_ctx fam = {0};
   int status = 1;
@@ -250,11 +250,11 @@ int main(int argc, char **argv) {
                                          "bench:m6", "bench:m7"};
     size_t n = mode[5] == '2' ? 2 : 8;
     if (client_connect(url, &c) != HILOCK_OK) goto out;
-    if (hilock_multilock_new(c, names, n, 30000, &ml) != HILOCK_OK) {
+    if (hilock_multi_lock_new(c, names, n, 30000, &ml) != HILOCK_OK) {
       fprintf(stderr, "multilock: %s\n", hilock_client_errmsg(c));
       goto out;
     }
-    FAMILY(&fam, hilock_multilock, ml);
+    FAMILY(&fam, hilock_multi_lock, ml);
     cycle = family_cycle;
     arg = &fam;
   } else if (strcmp(mode, "semaphore") == 0 || strcmp(mode, "fair") == 0 ||
@@ -268,8 +268,8 @@ int main(int argc, char **argv) {
       rc = hilock_fair_lock_new(c, "bench:fair", 10, 30000, &fair);
       FAMILY(&fam, hilock_fair_lock, fair);
     } else {
-      rc = hilock_seglock_new(c, "bench:seg", 9, 8, 30000, &seg);
-      FAMILY(&fam, hilock_seglock, seg);
+      rc = hilock_segmented_lock_new(c, "bench:seg", 9, 8, 30000, &seg);
+      FAMILY(&fam, hilock_segmented_lock, seg);
     }
     if (rc != HILOCK_OK) {
       fprintf(stderr, "%s: %s\n", mode, hilock_client_errmsg(c));

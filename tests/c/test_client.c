@@ -465,11 +465,11 @@ static void null_arguments_are_einval(void **state) {
 
   assert_int_equal(hilock_lock_new(NULL, "n", 1, 1000, &l), HILOCK_EINVAL);
   assert_null(l);
-  assert_int_equal(hilock_simple_lock_new(NULL, "n", 1, &l), HILOCK_EINVAL);
-  assert_int_equal(hilock_lease_new(NULL, "n", 1, 1000, &l), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_new_simple(NULL, "n", 1, &l), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_new_lease(NULL, "n", 1, 1000, &l), HILOCK_EINVAL);
   assert_int_equal(hilock_lock_new(c, "n", 1, 1000, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_simple_lock_new(c, "n", 1, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_lease_new(c, "n", 1, 1000, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_new_simple(c, "n", 1, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_new_lease(c, "n", 1, 1000, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_lock_new(c, NULL, 1, 1000, &l), HILOCK_EINVAL);
   assert_null(l);
 

@@ -261,7 +261,7 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
     hilock_hold_free(HILOCK_HOLD(other));
 
     /* simple */
-    assert_hl_ok(hilock_simple_lock_new(c, name, strlen(name), &s),
+    assert_hl_ok(hilock_lock_new_simple(c, name, strlen(name), &s),
                  hilock_client_errmsg(c));
     assert_hl_ok(hilock_lock_acquire(s, 1000), hilock_hold_errmsg(HILOCK_HOLD(s)));
     assert_hl_ok(hilock_lock_release(s), hilock_hold_errmsg(HILOCK_HOLD(s)));

@@ -104,16 +104,16 @@ VERBS(fair, hilock_fair_lock, hilock_fair_lock_try_acquire,
       hilock_fair_lock_acquire, hilock_fair_lock_release)
 EXTEND(fair, hilock_fair_lock, hilock_fair_lock_extend,
        hilock_fair_lock_renew)
-VERBS(multi, hilock_multilock, hilock_multilock_try_acquire,
-      hilock_multilock_acquire, hilock_multilock_release)
-EXTEND(multi, hilock_multilock, hilock_multilock_extend,
-       hilock_multilock_renew)
-VERBS(seq, hilock_seqlock, hilock_seqlock_try_acquire, hilock_seqlock_acquire,
-      hilock_seqlock_release)
-EXTEND(seq, hilock_seqlock, hilock_seqlock_extend, hilock_seqlock_renew)
-VERBS(seg, hilock_seglock, hilock_seglock_try_acquire, hilock_seglock_acquire,
-      hilock_seglock_release)
-EXTEND(seg, hilock_seglock, hilock_seglock_extend, hilock_seglock_renew)
+VERBS(multi, hilock_multi_lock, hilock_multi_lock_try_acquire,
+      hilock_multi_lock_acquire, hilock_multi_lock_release)
+EXTEND(multi, hilock_multi_lock, hilock_multi_lock_extend,
+       hilock_multi_lock_renew)
+VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_try_acquire, hilock_sequential_lock_acquire,
+      hilock_sequential_lock_release)
+EXTEND(seq, hilock_sequential_lock, hilock_sequential_lock_extend, hilock_sequential_lock_renew)
+VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_try_acquire, hilock_segmented_lock_acquire,
+      hilock_segmented_lock_release)
+EXTEND(seg, hilock_segmented_lock, hilock_segmented_lock_extend, hilock_segmented_lock_renew)
 VERBS(redlock, hilock_redlock, hilock_redlock_try_acquire,
       hilock_redlock_acquire, hilock_redlock_release)
 EXTEND(redlock, hilock_redlock, hilock_redlock_extend, hilock_redlock_renew)
@@ -181,9 +181,9 @@ typedef int (*make_fn)(hilock_client *c, int64_t ttl_ms, hilock_hold **h);
 static const char *const multi_names[2] = {NAME, NAME2};
 
 MAKE(simple, hilock_lock,
-     ((void)ttl_ms, hilock_simple_lock_new(c, NAME, strlen(NAME), &x)))
+     ((void)ttl_ms, hilock_lock_new_simple(c, NAME, strlen(NAME), &x)))
 MAKE(lock, hilock_lock, hilock_lock_new(c, NAME, strlen(NAME), ttl_ms, &x))
-MAKE(lease, hilock_lock, hilock_lease_new(c, NAME, strlen(NAME), ttl_ms, &x))
+MAKE(lease, hilock_lock, hilock_lock_new_lease(c, NAME, strlen(NAME), ttl_ms, &x))
 MAKE(rlock, hilock_rlock, hilock_rlock_new(c, NAME, strlen(NAME), ttl_ms, &x))
 MAKE(rwlock, hilock_rwlock,
      hilock_rwlock_new(c, NAME, strlen(NAME), ttl_ms, &x))
@@ -193,13 +193,13 @@ MAKE(sem3, hilock_semaphore,
      hilock_semaphore_new(c, NAME, strlen(NAME), 3, ttl_ms, &x))
 MAKE(fair, hilock_fair_lock,
      hilock_fair_lock_new(c, NAME, strlen(NAME), ttl_ms, &x))
-MAKE(multi, hilock_multilock,
-     hilock_multilock_new(c, multi_names, 2, ttl_ms, &x))
-MAKE(seq, hilock_seqlock, hilock_seqlock_new(c, NAME, strlen(NAME), ttl_ms, &x))
-MAKE(seg1, hilock_seglock,
-     hilock_seglock_new(c, NAME, strlen(NAME), 1, ttl_ms, &x))
-MAKE(seg3, hilock_seglock,
-     hilock_seglock_new(c, NAME, strlen(NAME), 3, ttl_ms, &x))
+MAKE(multi, hilock_multi_lock,
+     hilock_multi_lock_new(c, multi_names, 2, ttl_ms, &x))
+MAKE(seq, hilock_sequential_lock, hilock_sequential_lock_new(c, NAME, strlen(NAME), ttl_ms, &x))
+MAKE(seg1, hilock_segmented_lock,
+     hilock_segmented_lock_new(c, NAME, strlen(NAME), 1, ttl_ms, &x))
+MAKE(seg3, hilock_segmented_lock,
+     hilock_segmented_lock_new(c, NAME, strlen(NAME), 3, ttl_ms, &x))
 
 static int redlock_make_n(size_t n, int64_t ttl_ms, hilock_hold **h) {
   hilock_options o = hl_test_options();
@@ -235,10 +235,10 @@ static void take_hold_key(fixture *f, hilock_hold *h) {
   hl_redis_ok(f->redis, "DEL %b", key, len);
 }
 static void take_every_name(fixture *f, hilock_hold *h) {
-  hilock_multilock *m = (hilock_multilock *)h;
-  for (size_t i = 0; i < hilock_multilock_count(m); i++) {
+  hilock_multi_lock *m = (hilock_multi_lock *)h;
+  for (size_t i = 0; i < hilock_multi_lock_count(m); i++) {
     size_t len;
-    const char *key = hilock_multilock_key(m, i, &len);
+    const char *key = hilock_multi_lock_key(m, i, &len);
     hl_redis_ok(f->redis, "DEL %b", key, len);
   }
 }

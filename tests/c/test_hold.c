@@ -38,7 +38,7 @@ typedef struct family {
 static const char *const multi_names[2] = {NAME, "hold:other"};
 
 MAKE(lock, hilock_lock, hilock_lock_new(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(lease, hilock_lock, hilock_lease_new(c, NAME, strlen(NAME), TTL_MS, &x))
+MAKE(lease, hilock_lock, hilock_lock_new_lease(c, NAME, strlen(NAME), TTL_MS, &x))
 MAKE(rlock, hilock_rlock, hilock_rlock_new(c, NAME, strlen(NAME), TTL_MS, &x))
 MAKE(rwlock, hilock_rwlock,
      hilock_rwlock_new(c, NAME, strlen(NAME), TTL_MS, &x))
@@ -46,11 +46,11 @@ MAKE(semaphore, hilock_semaphore,
      hilock_semaphore_new(c, NAME, strlen(NAME), 2, TTL_MS, &x))
 MAKE(fair, hilock_fair_lock,
      hilock_fair_lock_new(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(multi, hilock_multilock,
-     hilock_multilock_new(c, multi_names, 2, TTL_MS, &x))
-MAKE(seq, hilock_seqlock, hilock_seqlock_new(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(seg, hilock_seglock,
-     hilock_seglock_new(c, NAME, strlen(NAME), 3, TTL_MS, &x))
+MAKE(multi, hilock_multi_lock,
+     hilock_multi_lock_new(c, multi_names, 2, TTL_MS, &x))
+MAKE(seq, hilock_sequential_lock, hilock_sequential_lock_new(c, NAME, strlen(NAME), TTL_MS, &x))
+MAKE(seg, hilock_segmented_lock,
+     hilock_segmented_lock_new(c, NAME, strlen(NAME), 3, TTL_MS, &x))
 static int redlock_make(hl_fixture *f, hilock_hold **h) {
   const char *urls[1] = {f->server.url};
   hilock_redlock *x = NULL;
@@ -67,10 +67,10 @@ VERBS(semaphore, hilock_semaphore, hilock_semaphore_acquire,
       hilock_semaphore_release)
 VERBS(fair, hilock_fair_lock, hilock_fair_lock_acquire,
       hilock_fair_lock_release)
-VERBS(multi, hilock_multilock, hilock_multilock_acquire,
-      hilock_multilock_release)
-VERBS(seq, hilock_seqlock, hilock_seqlock_acquire, hilock_seqlock_release)
-VERBS(seg, hilock_seglock, hilock_seglock_acquire, hilock_seglock_release)
+VERBS(multi, hilock_multi_lock, hilock_multi_lock_acquire,
+      hilock_multi_lock_release)
+VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_acquire, hilock_sequential_lock_release)
+VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_acquire, hilock_segmented_lock_release)
 VERBS(redlock, hilock_redlock, hilock_redlock_acquire, hilock_redlock_release)
 
 static const family families[] = {
@@ -163,7 +163,7 @@ static void every_family_answers_through_its_hold(void **state) {
 static void simple_lock_refuses_renewal(void **state) {
   hl_fixture *f = *state;
   hilock_lock *lk = NULL;
-  assert_hl_ok(hilock_simple_lock_new(f->client, NAME, strlen(NAME), &lk),
+  assert_hl_ok(hilock_lock_new_simple(f->client, NAME, strlen(NAME), &lk),
                hilock_client_errmsg(f->client));
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(lk)), 0);
   assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(lk), 1, 0, NULL, NULL),

@@ -22,10 +22,10 @@ static hilock_lock *make_lock_n(hilock_client *c, hilock_lock_kind kind,
   int rc;
   switch (kind) {
     case HILOCK_LOCK_SIMPLE:
-      rc = hilock_simple_lock_new(c, name, len, &l);
+      rc = hilock_lock_new_simple(c, name, len, &l);
       break;
     case HILOCK_LOCK_LEASE:
-      rc = hilock_lease_new(c, name, len, ttl, &l);
+      rc = hilock_lock_new_lease(c, name, len, ttl, &l);
       break;
     default:
       rc = hilock_lock_new(c, name, len, ttl, &l);
@@ -33,7 +33,7 @@ static hilock_lock *make_lock_n(hilock_client *c, hilock_lock_kind kind,
   }
   assert_hl_ok(rc, hilock_client_errmsg(c));
   assert_non_null(l);
-  assert_int_equal(hilock_lock_get_kind(l), kind);
+  assert_int_equal(hilock_lock_kind_of(l), kind);
   return l;
 }
 
@@ -440,15 +440,15 @@ static void invalid_names_are_einval(void **state) {
   assert_int_equal(hilock_lock_new(f->client, NULL, 3, 1000, &l),
                    HILOCK_EINVAL);
   assert_null(l);
-  assert_int_equal(hilock_simple_lock_new(f->client, "", 0, &l), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_new_simple(f->client, "", 0, &l), HILOCK_EINVAL);
   assert_substr(hilock_client_errmsg(f->client), "empty");
-  assert_int_equal(hilock_lease_new(f->client, big, sizeof(big), 1000, &l),
+  assert_int_equal(hilock_lock_new_lease(f->client, big, sizeof(big), 1000, &l),
                    HILOCK_EINVAL);
   assert_substr(hilock_client_errmsg(f->client), "1025");
   assert_int_equal(hilock_lock_new(f->client, "}x", 2, 1000, &l),
                    HILOCK_EINVAL);
   assert_substr(hilock_client_errmsg(f->client), "'}'");
-  assert_int_equal(hilock_simple_lock_new(f->client, "}", 1, &l),
+  assert_int_equal(hilock_lock_new_simple(f->client, "}", 1, &l),
                    HILOCK_EINVAL);
   assert_int_equal(hilock_client_errcode(f->client), HILOCK_EINVAL);
   assert_null(l);
@@ -534,7 +534,7 @@ static void ttl_out_of_range_is_einval(void **state) {
                      HILOCK_EINVAL);
     assert_null(l);
     assert_substr(hilock_client_errmsg(f->client), "ttl");
-    assert_int_equal(hilock_lease_new(f->client, "t", 1, bad[i], &l),
+    assert_int_equal(hilock_lock_new_lease(f->client, "t", 1, bad[i], &l),
                      HILOCK_EINVAL);
     assert_null(l);
   }
@@ -634,7 +634,7 @@ static void accessors_describe_the_handle(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "acc", 1234);
   size_t len = 0;
-  assert_int_equal(hilock_lock_get_kind(l), HILOCK_LOCK_LEASE);
+  assert_int_equal(hilock_lock_kind_of(l), HILOCK_LOCK_LEASE);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), 1234);
   assert_string_equal(hilock_hold_key(HILOCK_HOLD(l), &len), "hilock:{acc}:lock");
   assert_int_equal(len, 17);

@@ -270,7 +270,7 @@ static int setup(void **state) {
     print_error("client: %s\n", hilock_client_errmsg(fx.client));
     return -1;
   }
-  if (hilock_lease_new(fx.client, "fake", 4, 5000, &fx.lock) != HILOCK_OK)
+  if (hilock_lock_new_lease(fx.client, "fake", 4, 5000, &fx.lock) != HILOCK_OK)
     return -1;
   return 0;
 }

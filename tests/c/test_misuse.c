@@ -326,7 +326,7 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   hilock_options o = hl_test_options();
   hilock_client *c;
   hilock_semaphore *sem = NULL;
-  hilock_multilock *m = NULL;
+  hilock_multi_lock *m = NULL;
   const char *names[2] = {"{acct}:1", "{acct}:2"};
   sleeper s = {&f->server, 800};
   pthread_t st;
@@ -335,19 +335,19 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   c = client_for(&f->server, &o);
   assert_hl_ok(hilock_semaphore_new(c, "late-sem", 8, 1, 10000, &sem),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_multilock_new(c, names, 2, 10000, &m),
+  assert_hl_ok(hilock_multi_lock_new(c, names, 2, 10000, &m),
                hilock_client_errmsg(c));
   /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
   assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
   assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   fence = hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0");
   assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
   hl_sleep_ms(50);
   assert_hl_rc(hilock_semaphore_try_acquire(sem), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(sem)));
-  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_ETIMEDOUT,
+  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   pthread_join(st, NULL);
   hl_sleep_ms(300);
@@ -369,20 +369,20 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
   fixture *f = *state;
   hilock_options o = hl_test_options();
   hilock_client *c;
-  hilock_seglock *seg = NULL, *other = NULL;
+  hilock_segmented_lock *seg = NULL, *other = NULL;
   sleeper s = {&f->server, 800};
   pthread_t st;
   o.command_timeout_ms = 300;
   c = client_for(&f->server, &o);
-  assert_hl_ok(hilock_seglock_new(c, "late-seg", 8, 2, 10000, &seg),
+  assert_hl_ok(hilock_segmented_lock_new(c, "late-seg", 8, 2, 10000, &seg),
                hilock_client_errmsg(c));
   /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
-  assert_hl_ok(hilock_seglock_try_acquire(seg),
+  assert_hl_ok(hilock_segmented_lock_try_acquire(seg),
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
-  assert_hl_ok(hilock_seglock_release(seg), hilock_hold_errmsg(HILOCK_HOLD(seg)));
+  assert_hl_ok(hilock_segmented_lock_release(seg), hilock_hold_errmsg(HILOCK_HOLD(seg)));
   assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
   hl_sleep_ms(50);
-  assert_hl_rc(hilock_seglock_try_acquire(seg), HILOCK_ETIMEDOUT,
+  assert_hl_rc(hilock_segmented_lock_try_acquire(seg), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(seg)), "undone");
   pthread_join(st, NULL);
@@ -391,11 +391,11 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{late-seg}:seg:0", 23));
   assert_false(hl_redis_exists(f->redis, "hilock:{late-seg}:seg:1", 23));
   /* Both segments are free for another holder. */
-  assert_hl_ok(hilock_seglock_new(c, "late-seg", 8, 2, 10000, &other),
+  assert_hl_ok(hilock_segmented_lock_new(c, "late-seg", 8, 2, 10000, &other),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_seglock_try_acquire(other),
+  assert_hl_ok(hilock_segmented_lock_try_acquire(other),
                hilock_hold_errmsg(HILOCK_HOLD(other)));
-  assert_hl_ok(hilock_seglock_try_acquire(seg),
+  assert_hl_ok(hilock_segmented_lock_try_acquire(seg),
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
   hilock_hold_free(HILOCK_HOLD(other));
   hilock_hold_free(HILOCK_HOLD(seg));

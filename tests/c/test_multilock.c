@@ -30,10 +30,10 @@ static hilock_client *new_client(const char *url) {
   return c;
 }
 
-static hilock_multilock *new_multi(hilock_client *c, const char *const *names,
+static hilock_multi_lock *new_multi(hilock_client *c, const char *const *names,
                                    size_t n, int64_t ttl) {
-  hilock_multilock *m = NULL;
-  assert_hl_ok(hilock_multilock_new(c, names, n, ttl, &m),
+  hilock_multi_lock *m = NULL;
+  assert_hl_ok(hilock_multi_lock_new(c, names, n, ttl, &m),
                hilock_client_errmsg(c));
   assert_non_null(m);
   return m;
@@ -87,68 +87,68 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
     void **state) {
   fixture *f = *state;
   const char *names[] = {"b", "a", "b", "c"};
-  hilock_multilock *m = new_multi(f->client, names, 4, 10000);
+  hilock_multi_lock *m = new_multi(f->client, names, 4, 10000);
   const char *tok;
   size_t len;
   uint64_t fb, fc;
 
   /* De-duplicated and sorted. */
-  assert_int_equal(hilock_multilock_count(m), 3);
-  assert_string_equal(hilock_multilock_name(m, 0, &len), "a");
+  assert_int_equal(hilock_multi_lock_count(m), 3);
+  assert_string_equal(hilock_multi_lock_name(m, 0, &len), "a");
   assert_int_equal(len, 1);
-  assert_string_equal(hilock_multilock_name(m, 1, NULL), "b");
-  assert_string_equal(hilock_multilock_name(m, 2, NULL), "c");
-  assert_string_equal(hilock_multilock_key(m, 1, &len), "hilock:{b}:lock");
-  assert_int_equal(hilock_multilock_fence(m, 0), 0);
+  assert_string_equal(hilock_multi_lock_name(m, 1, NULL), "b");
+  assert_string_equal(hilock_multi_lock_name(m, 2, NULL), "c");
+  assert_string_equal(hilock_multi_lock_key(m, 1, &len), "hilock:{b}:lock");
+  assert_int_equal(hilock_multi_lock_fence(m, 0), 0);
 
   /* "a" was granted 5 times before (as a single lock would be). */
   hl_redis_ok(f->redis, "SET hilock:{a}:fence 5");
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   tok = hilock_hold_token(HILOCK_HOLD(m));
   assert_int_equal(strlen(tok), 32);
   assert_holds(f, "a", tok);
   assert_holds(f, "b", tok);
   assert_holds(f, "c", tok);
   assert_i64_between(lock_pttl(f, "c"), 9000, 10000);
-  assert_int_equal(hilock_multilock_fence(m, 0), 6);
+  assert_int_equal(hilock_multi_lock_fence(m, 0), 6);
   /* New names: their first fence is the server's clock in microseconds. */
-  fb = hilock_multilock_fence(m, 1);
-  fc = hilock_multilock_fence(m, 2);
+  fb = hilock_multi_lock_fence(m, 1);
+  fc = hilock_multi_lock_fence(m, 2);
   assert_true(fb > 1000000000000000ULL && fc > 1000000000000000ULL);
-  assert_int_equal(hilock_multilock_fence(m, 3), 0); /* bad index */
+  assert_int_equal(hilock_multi_lock_fence(m, 3), 0); /* bad index */
   assert_true(hilock_hold_held(HILOCK_HOLD(m)));
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(m)), 9000, 10000);
 
   /* Not reentrant. */
-  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_EINVAL,
+  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
 
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "a") || lock_exists(f, "b") ||
                lock_exists(f, "c"));
   /* Each name's wake list got one wake-up. */
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{b}:wake"), 1);
   assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
-  assert_hl_rc(hilock_multilock_release(m), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_multi_lock_release(m), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
 
   /* The next grant draws the next fence of every name. */
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_int_equal(hilock_multilock_fence(m, 0), 7);
-  assert_int_equal(hilock_multilock_fence(m, 2), fc + 1);
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_int_equal(hilock_multi_lock_fence(m, 0), 7);
+  assert_int_equal(hilock_multi_lock_fence(m, 2), fc + 1);
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
 }
 
 static void one_held_name_means_nothing_is_taken(void **state) {
   fixture *f = *state;
   const char *names[] = {"x", "y", "z"};
-  hilock_multilock *m = new_multi(f->client, names, 3, 10000);
+  hilock_multi_lock *m = new_multi(f->client, names, 3, 10000);
   hilock_lock *l = new_lock(f->client, "y", 10000);
   int locked = 0;
 
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_BUSY,
+  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Neither the free names nor their fence counters were touched. */
   assert_false(lock_exists(f, "x"));
@@ -169,24 +169,24 @@ static void one_held_name_means_nothing_is_taken(void **state) {
 static void single_lock_and_multi_lock_exclude_each_other(void **state) {
   fixture *f = *state;
   const char *names[] = {"acct:1", "acct:2"};
-  hilock_multilock *m = new_multi(f->client, names, 2, 10000);
+  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
   hilock_lock *l = new_lock(f->client, "acct:2", 10000);
   uint64_t first;
 
-  assert_hl_ok(hilock_multilock_acquire(m, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  first = hilock_multilock_fence(m, 1);
+  assert_hl_ok(hilock_multi_lock_acquire(m, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  first = hilock_multi_lock_fence(m, 1);
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The single lock's fence continues the same counter. */
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), first + 1);
-  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_BUSY,
+  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "acct:1"));
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_int_equal(hilock_multilock_fence(m, 1), first + 2);
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_int_equal(hilock_multi_lock_fence(m, 1), first + 2);
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(m));
 }
@@ -223,10 +223,10 @@ static void resent_acquire_returns_the_same_grant(void **state) {
 static void damaged_keys_fail_before_any_name_is_locked(void **state) {
   fixture *f = *state;
   const char *names[] = {"g1", "g2"};
-  hilock_multilock *m = new_multi(f->client, names, 2, 10000);
+  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
 
   hl_redis_ok(f->redis, "RPUSH hilock:{g2}:lock not-a-string");
-  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_EWRONGTYPE,
+  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "g1"));
   assert_false(hl_redis_exists(f->redis, "hilock:{g1}:fence", 17));
@@ -235,14 +235,14 @@ static void damaged_keys_fail_before_any_name_is_locked(void **state) {
   /* A counter that is not a number: the script stops at its INCR, before
    * any lock key is set (g1's counter may have moved on: a gap). */
   hl_redis_ok(f->redis, "SET hilock:{g2}:fence not-a-number");
-  assert_hl_rc(hilock_multilock_try_acquire(m), HILOCK_ESCRIPT,
+  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_ESCRIPT,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "g1"));
   assert_false(lock_exists(f, "g2"));
   assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
   hl_redis_ok(f->redis, "DEL hilock:{g2}:fence");
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
 }
 
@@ -251,18 +251,18 @@ static void damaged_keys_fail_before_any_name_is_locked(void **state) {
 static void release_leaves_a_force_taken_key_alone(void **state) {
   fixture *f = *state;
   const char *names[] = {"r1", "r2", "r3"};
-  hilock_multilock *m = new_multi(f->client, names, 3, 10000);
+  hilock_multi_lock *m = new_multi(f->client, names, 3, 10000);
 
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* An operator (or an expiry and another owner) took r2. */
   hl_redis_ok(f->redis, "SET hilock:{r2}:lock someone-else PX 10000");
-  assert_hl_rc(hilock_multilock_release(m), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_multi_lock_release(m), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "1 of 3");
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "\"r2\"");
-  assert_false(hilock_multilock_missing(m, 0));
-  assert_true(hilock_multilock_missing(m, 1));
-  assert_false(hilock_multilock_missing(m, 2));
+  assert_false(hilock_multi_lock_missing(m, 0));
+  assert_true(hilock_multi_lock_missing(m, 1));
+  assert_false(hilock_multi_lock_missing(m, 2));
   assert_false(lock_exists(f, "r1"));
   assert_false(lock_exists(f, "r3"));
   {
@@ -277,28 +277,28 @@ static void release_leaves_a_force_taken_key_alone(void **state) {
 static void extend_refreshes_every_key_or_none(void **state) {
   fixture *f = *state;
   const char *names[] = {"e1", "e2"};
-  hilock_multilock *m = new_multi(f->client, names, 2, 2000);
+  hilock_multi_lock *m = new_multi(f->client, names, 2, 2000);
   int owned = 0;
 
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multilock_extend(m, 8000, 1), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_extend(m, 8000, 1), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e1"), 7000, 8000);
   assert_i64_between(lock_pttl(f, "e2"), 7000, 8000);
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(m)), 7000, 8000);
-  assert_hl_ok(hilock_multilock_extend(m, 5000, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_extend(m, 5000, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e2"), 12000, 13000);
-  assert_hl_ok(hilock_multilock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e1"), 1000, 2000);
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(m), &owned), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(owned);
 
   /* e2 lapses: extend changes nothing and reports the loss. */
   hl_redis_ok(f->redis, "DEL hilock:{e2}:lock");
-  assert_hl_rc(hilock_multilock_extend(m, 60000, 1), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_multi_lock_extend(m, 60000, 1), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "\"e2\"");
   assert_i64_between(lock_pttl(f, "e1"), 1, 2000);
-  assert_true(hilock_multilock_missing(m, 1));
+  assert_true(hilock_multi_lock_missing(m, 1));
   assert_true(hilock_hold_lost(HILOCK_HOLD(m)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(m)), 0);
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(m), &owned), hilock_hold_errmsg(HILOCK_HOLD(m)));
@@ -316,13 +316,13 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
   fixture *f = *state;
   /* Five names: more keys than the watchdog's command fits on its stack. */
   const char *names[] = {"w1", "w2", "w3", "w4", "w5"};
-  hilock_multilock *m = new_multi(f->client, names, 5, 600);
+  hilock_multi_lock *m = new_multi(f->client, names, 5, 600);
   int64_t t0;
 
   atomic_store(&lost_calls, 0);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, on_lost, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hl_sleep_ms(1500); /* 2.5 TTLs: only renewal keeps the keys */
   for (int i = 0; i < 5; i++) assert_holds(f, names[i], hilock_hold_token(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "w3"), 1, 600);
@@ -347,7 +347,7 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
   hl_sleep_ms(700);
   assert_false(lock_exists(f, "w1"));
   assert_false(lock_exists(f, "w5"));
-  assert_hl_rc(hilock_multilock_release(m), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_multi_lock_release(m), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
 }
@@ -355,7 +355,7 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
 /* ## Waiting ------------------------------------------------------------- */
 
 typedef struct waiter {
-  hilock_multilock *m;
+  hilock_multi_lock *m;
   hilock_lock *l;
   int64_t wait_ms;
   int rc;
@@ -365,7 +365,7 @@ typedef struct waiter {
 static void *multi_waits(void *arg) {
   waiter *w = arg;
   int64_t t0 = hl_now_ms();
-  w->rc = hilock_multilock_acquire(w->m, w->wait_ms);
+  w->rc = hilock_multi_lock_acquire(w->m, w->wait_ms);
   w->took_ms = hl_now_ms() - t0;
   return NULL;
 }
@@ -381,7 +381,7 @@ static void *single_waits(void *arg) {
 static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
   fixture *f = *state;
   const char *names[] = {"k1", "k2"};
-  hilock_multilock *m = new_multi(f->client, names, 2, 10000);
+  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
   hilock_lock *l = new_lock(f->client, "k2", 10000);
   waiter w = {m, NULL, 8000, -100, 0};
   pthread_t t;
@@ -396,7 +396,7 @@ static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Woken by the release, long before the holder's 10 s TTL. */
   assert_i64_between(w.took_ms, 200, 3000);
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(m));
 }
@@ -404,20 +404,20 @@ static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
 static void wait_is_bounded_by_the_blocking_holders_ttl(void **state) {
   fixture *f = *state;
   const char *names[] = {"t1", "t2"};
-  hilock_multilock *m = new_multi(f->client, names, 2, 10000);
+  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
   hilock_lock *l = new_lock(f->client, "t1", 700);
   int64_t t0;
 
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   t0 = hl_now_ms();
   /* The holder never releases: the waiter wakes when its TTL ends. */
-  assert_hl_ok(hilock_multilock_acquire(m, 5000), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_acquire(m, 5000), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(hl_now_ms() - t0, 500, 2500);
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* And a deadline shorter than the TTL is kept. */
   hl_redis_ok(f->redis, "SET hilock:{t2}:lock other PX 10000");
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_multilock_acquire(m, 300), HILOCK_BUSY,
+  assert_hl_rc(hilock_multi_lock_acquire(m, 300), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(hl_now_ms() - t0, 250, 2000);
   hilock_hold_free(HILOCK_HOLD(l));
@@ -431,7 +431,7 @@ static void a_useless_wake_up_is_handed_back(void **state) {
   fixture *f = *state;
   const char *names[] = {"h1", "h2"};
   hilock_client *c2 = new_client(f->server.url);
-  hilock_multilock *m = new_multi(f->client, names, 2, 10000);
+  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
   hilock_lock *x = new_lock(f->client, "h2", 10000); /* holds h2 */
   hilock_lock *y = new_lock(c2, "h1", 10000);        /* takes h1 later */
   hilock_lock *l = new_lock(c2, "h2", 10000);        /* waits for h2 */
@@ -456,7 +456,7 @@ static void a_useless_wake_up_is_handed_back(void **state) {
   assert_hl_ok(hilock_lock_release(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
   pthread_join(tm, NULL);
   assert_hl_ok(wm.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(x));
   hilock_hold_free(HILOCK_HOLD(y));
   hilock_hold_free(HILOCK_HOLD(l));
@@ -504,7 +504,7 @@ static int child_random_sets(void *arg) {
   for (int round = 0; round < ROUNDS; round++) {
     const char *names[NNAMES + 1];
     size_t n = 0;
-    hilock_multilock *m = NULL;
+    hilock_multi_lock *m = NULL;
     int64_t start, end;
     int picked[NNAMES] = {0}, any = 0;
     for (int i = 0; i < NNAMES; i++)
@@ -519,16 +519,16 @@ static int child_random_sets(void *arg) {
       names[n] = names[0];
       n++;
     }
-    CHILD_CHECK(hilock_multilock_new(c, names, n, 5000, &m) == HILOCK_OK);
-    CHILD_CHECK(p->nolock || hilock_multilock_acquire(m, 15000) == HILOCK_OK);
+    CHILD_CHECK(hilock_multi_lock_new(c, names, n, 5000, &m) == HILOCK_OK);
+    CHILD_CHECK(p->nolock || hilock_multi_lock_acquire(m, 15000) == HILOCK_OK);
     start = now_ns();
     hl_sleep_ms(1 + rand_r(&seed) % 3);
     end = now_ns();
-    CHILD_CHECK(p->nolock || hilock_multilock_release(m) == HILOCK_OK);
-    for (size_t i = 0; i < hilock_multilock_count(m); i++) {
+    CHILD_CHECK(p->nolock || hilock_multi_lock_release(m) == HILOCK_OK);
+    for (size_t i = 0; i < hilock_multi_lock_count(m); i++) {
       redisReply *rr = redisCommand(
           r, "RPUSH %s:%s %lld:%lld:%d", p->tag,
-          hilock_multilock_name(m, i, NULL),
+          hilock_multi_lock_name(m, i, NULL),
           (long long)start, (long long)end, (int)getpid());
       CHILD_CHECK(rr != NULL && rr->type == REDIS_REPLY_INTEGER);
       freeReplyObject(rr);
@@ -631,15 +631,15 @@ static void without_the_lock_the_same_check_fails(void **state) {
 static int child_holds_until_killed(void *arg) {
   proc_arg *p = arg;
   hilock_client *c = NULL;
-  hilock_multilock *m = NULL;
+  hilock_multi_lock *m = NULL;
   hilock_options o = hl_test_options();
   const char *names[] = {"d1", "d2", "d3"};
   char byte = 1;
   CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
-  CHILD_CHECK(hilock_multilock_new(c, names, 3, 800, &m) == HILOCK_OK);
+  CHILD_CHECK(hilock_multi_lock_new(c, names, 3, 800, &m) == HILOCK_OK);
   CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL) ==
               HILOCK_OK);
-  CHILD_CHECK(hilock_multilock_acquire(m, 0) == HILOCK_OK);
+  CHILD_CHECK(hilock_multi_lock_acquire(m, 0) == HILOCK_OK);
   CHILD_CHECK(write(p->fd, &byte, 1) == 1);
   for (;;) hl_sleep_ms(1000);
   return 0;
@@ -648,7 +648,7 @@ static int child_holds_until_killed(void *arg) {
 static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   fixture *f = *state;
   const char *names[] = {"d3", "d1"};
-  hilock_multilock *m = new_multi(f->client, names, 2, 5000);
+  hilock_multi_lock *m = new_multi(f->client, names, 2, 5000);
   hilock_lock *l = new_lock(f->client, "d2", 5000);
   proc_arg p;
   struct pollfd pf;
@@ -674,10 +674,10 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   kill(pid, SIGKILL);
   t0 = hl_now_ms();
   assert_int_equal(hl_wait_child(pid, 5000), 128 + SIGKILL);
-  assert_hl_ok(hilock_multilock_acquire(m, 4000), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_acquire(m, 4000), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_now_ms() - t0, 0, 800 + 1000);
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(m));
@@ -687,69 +687,69 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
 
 static void bad_input_gives_specific_einval(void **state) {
   fixture *f = *state;
-  hilock_multilock *m = (hilock_multilock *)&m;
+  hilock_multi_lock *m = (hilock_multi_lock *)&m;
   const char *ok[] = {"a", "b"};
   const char *with_null[] = {"a", NULL};
   const char *bad_name[] = {"a", "}x"};
   const char *empty_name[] = {"a", ""};
-  const char **many = malloc((HILOCK_MULTILOCK_MAX + 1) * sizeof(*many));
+  const char **many = malloc((HILOCK_MULTI_LOCK_MAX + 1) * sizeof(*many));
   size_t lens[2] = {1, 0};
-  char *buf = malloc((HILOCK_MULTILOCK_MAX + 1) * 8);
+  char *buf = malloc((HILOCK_MULTI_LOCK_MAX + 1) * 8);
   hilock_client *c = f->client;
 
-  assert_hl_rc(hilock_multilock_new(c, NULL, 2, 1000, &m), HILOCK_EINVAL, "");
+  assert_hl_rc(hilock_multi_lock_new(c, NULL, 2, 1000, &m), HILOCK_EINVAL, "");
   assert_null(m);
   assert_substr(hilock_client_errmsg(c), "names is NULL");
-  assert_hl_rc(hilock_multilock_new(c, ok, 0, 1000, &m), HILOCK_EINVAL, "");
+  assert_hl_rc(hilock_multi_lock_new(c, ok, 0, 1000, &m), HILOCK_EINVAL, "");
   assert_substr(hilock_client_errmsg(c), "empty");
-  assert_hl_rc(hilock_multilock_new(c, with_null, 2, 1000, &m), HILOCK_EINVAL,
+  assert_hl_rc(hilock_multi_lock_new(c, with_null, 2, 1000, &m), HILOCK_EINVAL,
                "");
   assert_substr(hilock_client_errmsg(c), "name 1 of 2 is NULL");
-  assert_hl_rc(hilock_multilock_new(c, bad_name, 2, 1000, &m), HILOCK_EINVAL,
+  assert_hl_rc(hilock_multi_lock_new(c, bad_name, 2, 1000, &m), HILOCK_EINVAL,
                "");
   assert_substr(hilock_client_errmsg(c), "name 1: lock name may not begin");
-  assert_hl_rc(hilock_multilock_new(c, empty_name, 2, 1000, &m),
+  assert_hl_rc(hilock_multi_lock_new(c, empty_name, 2, 1000, &m),
                HILOCK_EINVAL, "");
   assert_substr(hilock_client_errmsg(c), "name 1: lock name is empty");
-  assert_hl_rc(hilock_multilock_new_len(c, ok, NULL, 2, 1000, &m),
+  assert_hl_rc(hilock_multi_lock_new_len(c, ok, NULL, 2, 1000, &m),
                HILOCK_EINVAL, "");
   assert_substr(hilock_client_errmsg(c), "lengths are NULL");
-  assert_hl_rc(hilock_multilock_new_len(c, ok, lens, 2, 1000, &m),
+  assert_hl_rc(hilock_multi_lock_new_len(c, ok, lens, 2, 1000, &m),
                HILOCK_EINVAL, "");
   assert_substr(hilock_client_errmsg(c), "name 1: lock name is empty");
-  assert_hl_rc(hilock_multilock_new(c, ok, 2, 0, &m), HILOCK_EINVAL, "");
+  assert_hl_rc(hilock_multi_lock_new(c, ok, 2, 0, &m), HILOCK_EINVAL, "");
   assert_substr(hilock_client_errmsg(c), "ttl must be");
-  assert_hl_rc(hilock_multilock_new(NULL, ok, 2, 1000, &m), HILOCK_EINVAL, "");
-  assert_hl_rc(hilock_multilock_new(c, ok, 2, 1000, NULL), HILOCK_EINVAL, "");
+  assert_hl_rc(hilock_multi_lock_new(NULL, ok, 2, 1000, &m), HILOCK_EINVAL, "");
+  assert_hl_rc(hilock_multi_lock_new(c, ok, 2, 1000, NULL), HILOCK_EINVAL, "");
 
   /* The limit counts the names given, and the maximum works end to end. */
-  for (int i = 0; i <= HILOCK_MULTILOCK_MAX; i++) {
+  for (int i = 0; i <= HILOCK_MULTI_LOCK_MAX; i++) {
     snprintf(buf + i * 8, 8, "m%d", i);
     many[i] = buf + i * 8;
   }
-  assert_hl_rc(hilock_multilock_new(c, many, HILOCK_MULTILOCK_MAX + 1, 1000,
+  assert_hl_rc(hilock_multi_lock_new(c, many, HILOCK_MULTI_LOCK_MAX + 1, 1000,
                                     &m),
                HILOCK_EINVAL, "");
   assert_substr(hilock_client_errmsg(c), "1025 names; the limit is 1024");
-  assert_hl_ok(hilock_multilock_new(c, many, HILOCK_MULTILOCK_MAX, 5000, &m),
+  assert_hl_ok(hilock_multi_lock_new(c, many, HILOCK_MULTI_LOCK_MAX, 5000, &m),
                hilock_client_errmsg(c));
-  assert_int_equal(hilock_multilock_count(m), HILOCK_MULTILOCK_MAX);
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_int_equal(hilock_multi_lock_count(m), HILOCK_MULTI_LOCK_MAX);
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(lock_exists(f, "m1023"));
-  assert_hl_ok(hilock_multilock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "m0"));
   hilock_hold_free(HILOCK_HOLD(m));
 
   /* NULL handles. */
-  assert_int_equal(hilock_multilock_try_acquire(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_multilock_acquire(NULL, 0), HILOCK_EINVAL);
-  assert_int_equal(hilock_multilock_release(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_multilock_extend(NULL, 1, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_multi_lock_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_multi_lock_acquire(NULL, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_multi_lock_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_multi_lock_extend(NULL, 1, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_owned(NULL, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_locked(NULL, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_multilock_count(NULL), 0);
-  assert_int_equal(hilock_multilock_fence(NULL, 0), 0);
+  assert_int_equal(hilock_multi_lock_count(NULL), 0);
+  assert_int_equal(hilock_multi_lock_fence(NULL, 0), 0);
   assert_string_equal(hilock_hold_errmsg(NULL), "handle is NULL");
   hilock_hold_free(NULL);
   free(many);
@@ -762,7 +762,7 @@ static void cluster_client_refuses_names_in_different_slots(void **state) {
   fixture *f = *state;
   const char *spread[] = {"acct:1", "acct:2"};
   const char *tagged[] = {"{acct}:2", "{acct}:1"};
-  hilock_multilock *m = NULL;
+  hilock_multi_lock *m = NULL;
 
   /* "hilock:{{acct}:1}:lock" hashes on "{acct", like every such name. */
   assert_int_equal(hilock__key_slot("hilock:{{acct}:1}:lock", 22),
@@ -773,20 +773,20 @@ static void cluster_client_refuses_names_in_different_slots(void **state) {
                        hilock__key_slot("hilock:{acct:2}:lock", 20));
 
   f->client->url.cluster = 1;
-  assert_hl_rc(hilock_multilock_new(f->client, spread, 2, 1000, &m),
+  assert_hl_rc(hilock_multi_lock_new(f->client, spread, 2, 1000, &m),
                HILOCK_ECROSSSLOT, hilock_client_errmsg(f->client));
   assert_null(m);
   assert_substr(hilock_client_errmsg(f->client), "\"acct:1\"");
   assert_substr(hilock_client_errmsg(f->client), "\"acct:2\"");
   assert_substr(hilock_client_errmsg(f->client), "shared hash tag");
-  assert_hl_ok(hilock_multilock_new(f->client, tagged, 2, 1000, &m),
+  assert_hl_ok(hilock_multi_lock_new(f->client, tagged, 2, 1000, &m),
                hilock_client_errmsg(f->client));
   f->client->url.cluster = 0; /* the test server is not a cluster */
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
   /* Not a cluster: any names. */
-  assert_hl_ok(hilock_multilock_new(f->client, spread, 2, 1000, &m),
+  assert_hl_ok(hilock_multi_lock_new(f->client, spread, 2, 1000, &m),
                hilock_client_errmsg(f->client));
   hilock_hold_free(HILOCK_HOLD(m));
 }

@@ -178,7 +178,7 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                HILOCK_EINVAL, "");
-  assert_hl_ok(hilock_simple_lock_new(f->client, "toggled", 7, &simple),
+  assert_hl_ok(hilock_lock_new_simple(f->client, "toggled", 7, &simple),
                hilock_client_errmsg(f->client));
   assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(simple), 1, 0, NULL, NULL),
                HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(simple)));
@@ -517,7 +517,7 @@ static void many_holds_are_all_kept_alive(void **state) {
     char name[32];
     snprintf(name, sizeof(name), "many-%d", i);
     if (i % 2)
-      assert_hl_ok(hilock_lease_new(f->client, name, strlen(name), 300, &l[i]),
+      assert_hl_ok(hilock_lock_new_lease(f->client, name, strlen(name), 300, &l[i]),
                    hilock_client_errmsg(f->client));
     else
       l[i] = new_lock(f->client, name, 300);

@@ -18,10 +18,10 @@
 
 typedef hl_fixture fixture;
 
-static hilock_seglock *make_seg(hilock_client *c, const char *name, int k,
+static hilock_segmented_lock *make_seg(hilock_client *c, const char *name, int k,
                                 int64_t ttl) {
-  hilock_seglock *s = NULL;
-  assert_hl_ok(hilock_seglock_new(c, name, strlen(name), k, ttl, &s),
+  hilock_segmented_lock *s = NULL;
+  assert_hl_ok(hilock_segmented_lock_new(c, name, strlen(name), k, ttl, &s),
                hilock_client_errmsg(c));
   assert_non_null(s);
   return s;
@@ -30,15 +30,15 @@ static hilock_seglock *make_seg(hilock_client *c, const char *name, int k,
 #define SEG_OK(call, s) assert_hl_ok((call), hilock_hold_errmsg(HILOCK_HOLD(s)))
 #define SEG_RC(call, rc, s) assert_hl_rc((call), (rc), hilock_hold_errmsg(HILOCK_HOLD(s)))
 
-static int64_t stock_of(hilock_seglock *s, int i) {
+static int64_t stock_of(hilock_segmented_lock *s, int i) {
   int64_t n = -2;
-  SEG_OK(hilock_seglock_stock(s, i, &n), s);
+  SEG_OK(hilock_segmented_lock_stock(s, i, &n), s);
   return n;
 }
 
-static int held_count(hilock_seglock *s) {
+static int held_count(hilock_segmented_lock *s) {
   int n = -1;
-  SEG_OK(hilock_seglock_held_count(s, &n), s);
+  SEG_OK(hilock_segmented_lock_held_count(s, &n), s);
   return n;
 }
 
@@ -53,18 +53,18 @@ static double mono(void) {
 
 static void grants_distinct_segments_then_busy(void **state) {
   fixture *f = *state;
-  hilock_seglock *s[5];
+  hilock_segmented_lock *s[5];
   int seen[4] = {0, 0, 0, 0};
   uint64_t last_fence = 0;
 
   for (int i = 0; i < 5; i++) s[i] = make_seg(f->client, "inv", 4, 10000);
-  assert_int_equal(hilock_seglock_segment(s[0]), -1);
+  assert_int_equal(hilock_segmented_lock_segment(s[0]), -1);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[0])), 0);
   for (int i = 0; i < 4; i++) {
     int seg;
     char key[64], *v;
-    SEG_OK(hilock_seglock_try_acquire(s[i]), s[i]);
-    seg = hilock_seglock_segment(s[i]);
+    SEG_OK(hilock_segmented_lock_try_acquire(s[i]), s[i]);
+    seg = hilock_segmented_lock_segment(s[i]);
     assert_in_range(seg, 0, 3);
     assert_int_equal(seen[seg], 0);
     seen[seg] = 1;
@@ -81,9 +81,9 @@ static void grants_distinct_segments_then_busy(void **state) {
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(s[i])), 9000, 10000);
   }
   assert_int_equal(held_count(s[4]), 4);
-  SEG_RC(hilock_seglock_try_acquire(s[4]), HILOCK_BUSY, s[4]);
-  SEG_RC(hilock_seglock_acquire(s[4], 0), HILOCK_BUSY, s[4]);
-  SEG_RC(hilock_seglock_acquire(s[4], 150), HILOCK_BUSY, s[4]);
+  SEG_RC(hilock_segmented_lock_try_acquire(s[4]), HILOCK_BUSY, s[4]);
+  SEG_RC(hilock_segmented_lock_acquire(s[4], 0), HILOCK_BUSY, s[4]);
+  SEG_RC(hilock_segmented_lock_acquire(s[4], 150), HILOCK_BUSY, s[4]);
   assert_false(hilock_hold_held(HILOCK_HOLD(s[4])));
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(s[4])), "");
   /* The fence hash records the latest grant of each segment. */
@@ -92,16 +92,16 @@ static void grants_distinct_segments_then_busy(void **state) {
   assert_true(last_fence > 1000000000000000ULL); /* from the server's clock */
 
   {
-    int freed = hilock_seglock_segment(s[2]);
-    SEG_OK(hilock_seglock_release(s[2]), s[2]);
+    int freed = hilock_segmented_lock_segment(s[2]);
+    SEG_OK(hilock_segmented_lock_release(s[2]), s[2]);
     assert_false(hilock_hold_held(HILOCK_HOLD(s[2])));
     assert_int_equal(held_count(s[4]), 3);
-    SEG_OK(hilock_seglock_try_acquire(s[4]), s[4]);
-    assert_int_equal(hilock_seglock_segment(s[4]), freed);
+    SEG_OK(hilock_segmented_lock_try_acquire(s[4]), s[4]);
+    assert_int_equal(hilock_segmented_lock_segment(s[4]), freed);
     assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[4])), last_fence + 1);
   }
   for (int i = 0; i < 5; i++) {
-    if (i != 2) SEG_OK(hilock_seglock_release(s[i]), s[i]);
+    if (i != 2) SEG_OK(hilock_segmented_lock_release(s[i]), s[i]);
     hilock_hold_free(HILOCK_HOLD(s[i]));
   }
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{inv}:seg:0 "
@@ -112,26 +112,26 @@ static void grants_distinct_segments_then_busy(void **state) {
 
 static void acquiring_twice_on_one_handle_is_einval(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "twice", 3, 10000);
-  SEG_OK(hilock_seglock_try_acquire(s), s);
-  SEG_RC(hilock_seglock_try_acquire(s), HILOCK_EINVAL, s);
+  hilock_segmented_lock *s = make_seg(f->client, "twice", 3, 10000);
+  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+  SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_EINVAL, s);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "already holds");
   assert_int_equal(held_count(s), 1);
-  SEG_OK(hilock_seglock_release(s), s);
-  SEG_RC(hilock_seglock_release(s), HILOCK_ENOTOWNED, s);
+  SEG_OK(hilock_segmented_lock_release(s), s);
+  SEG_RC(hilock_segmented_lock_release(s), HILOCK_ENOTOWNED, s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void random_start_spreads_grants(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "spread", 8, 10000);
+  hilock_segmented_lock *s = make_seg(f->client, "spread", 8, 10000);
   int count[8] = {0};
   /* A fixed start would put all 400 grants on one segment; uniform
    * starts give each about 50. */
   for (int i = 0; i < 400; i++) {
-    SEG_OK(hilock_seglock_try_acquire(s), s);
-    count[hilock_seglock_segment(s)]++;
-    SEG_OK(hilock_seglock_release(s), s);
+    SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+    count[hilock_segmented_lock_segment(s)]++;
+    SEG_OK(hilock_segmented_lock_release(s), s);
   }
   for (int i = 0; i < 8; i++) assert_in_range(count[i], 15, 100);
   hilock_hold_free(HILOCK_HOLD(s));
@@ -187,12 +187,12 @@ static void resent_acquire_finds_its_own_grant(void **state) {
 
 static void stock_init_splits_evenly(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "split", 3, 10000);
-  hilock_seglock *other = make_seg(f->client, "split", 4, 10000);
+  hilock_segmented_lock *s = make_seg(f->client, "split", 3, 10000);
+  hilock_segmented_lock *other = make_seg(f->client, "split", 4, 10000);
 
   assert_int_equal(stock_of(s, -1), -1); /* nothing loaded */
   assert_int_equal(stock_of(s, 1), -1);
-  SEG_OK(hilock_seglock_stock_init(s, 10), s);
+  SEG_OK(hilock_segmented_lock_stock_init(s, 10), s);
   assert_int_equal(stock_of(s, 0), 4);
   assert_int_equal(stock_of(s, 1), 3);
   assert_int_equal(stock_of(s, 2), 3);
@@ -205,18 +205,18 @@ static void stock_init_splits_evenly(void **state) {
   }
   /* No expiry: the stock is the data. */
   assert_int_equal(hl_redis_pttl(f->redis, "hilock:{split}:seg:stock", 24), -1);
-  SEG_OK(hilock_seglock_stock_set(s, 2, 7), s);
+  SEG_OK(hilock_segmented_lock_stock_set(s, 2, 7), s);
   assert_int_equal(stock_of(s, -1), 14);
   /* Re-loading replaces the stock. */
-  SEG_OK(hilock_seglock_stock_init(s, 2), s);
+  SEG_OK(hilock_segmented_lock_stock_init(s, 2), s);
   assert_int_equal(stock_of(s, 0), 1);
   assert_int_equal(stock_of(s, 1), 1);
   assert_int_equal(stock_of(s, 2), 0);
 
   /* Another segment count on the same name is refused. */
-  SEG_RC(hilock_seglock_try_acquire(other), HILOCK_EINVAL, other);
+  SEG_RC(hilock_segmented_lock_try_acquire(other), HILOCK_EINVAL, other);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(other)), "split into 3 segments");
-  SEG_RC(hilock_seglock_stock_set(other, 0, 1), HILOCK_EINVAL, other);
+  SEG_RC(hilock_segmented_lock_stock_set(other, 0, 1), HILOCK_EINVAL, other);
   assert_int_equal(held_count(s), 0);
   hilock_hold_free(HILOCK_HOLD(s));
   hilock_hold_free(HILOCK_HOLD(other));
@@ -224,18 +224,18 @@ static void stock_init_splits_evenly(void **state) {
 
 static void empty_segments_are_skipped(void **state) {
   fixture *f = *state;
-  hilock_seglock *a = make_seg(f->client, "skip", 4, 10000);
-  hilock_seglock *b = make_seg(f->client, "skip", 4, 10000);
+  hilock_segmented_lock *a = make_seg(f->client, "skip", 4, 10000);
+  hilock_segmented_lock *b = make_seg(f->client, "skip", 4, 10000);
 
-  SEG_OK(hilock_seglock_stock_init(a, 0), a);
-  SEG_OK(hilock_seglock_stock_set(a, 2, 5), a);
+  SEG_OK(hilock_segmented_lock_stock_init(a, 0), a);
+  SEG_OK(hilock_segmented_lock_stock_set(a, 2, 5), a);
   for (int i = 0; i < 30; i++) {
-    SEG_OK(hilock_seglock_try_acquire(a), a);
-    assert_int_equal(hilock_seglock_segment(a), 2);
+    SEG_OK(hilock_segmented_lock_try_acquire(a), a);
+    assert_int_equal(hilock_segmented_lock_segment(a), 2);
     /* The only non-empty segment is held: busy, not sold out, though
      * three segments are free. */
-    SEG_RC(hilock_seglock_try_acquire(b), HILOCK_BUSY, b);
-    SEG_OK(hilock_seglock_release(a), a);
+    SEG_RC(hilock_segmented_lock_try_acquire(b), HILOCK_BUSY, b);
+    SEG_OK(hilock_segmented_lock_release(a), a);
   }
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
@@ -243,59 +243,59 @@ static void empty_segments_are_skipped(void **state) {
 
 static void take_moves_stock_only_under_the_lock(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "take", 2, 10000);
-  hilock_seglock *t = make_seg(f->client, "take", 2, 10000);
+  hilock_segmented_lock *s = make_seg(f->client, "take", 2, 10000);
+  hilock_segmented_lock *t = make_seg(f->client, "take", 2, 10000);
   int64_t taken = -1, left = -1;
   int seg;
   char key[64];
 
-  SEG_OK(hilock_seglock_stock_init(s, 10), s);
+  SEG_OK(hilock_segmented_lock_stock_init(s, 10), s);
   /* Not held: nothing moves. */
-  SEG_RC(hilock_seglock_take(s, 1, 0, &taken, &left), HILOCK_ENOTOWNED, s);
+  SEG_RC(hilock_segmented_lock_take(s, 1, 0, &taken, &left), HILOCK_ENOTOWNED, s);
   assert_int_equal(stock_of(s, -1), 10);
 
-  SEG_OK(hilock_seglock_try_acquire(s), s);
-  seg = hilock_seglock_segment(s);
-  SEG_OK(hilock_seglock_take(s, 2, 0, &taken, &left), s);
+  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+  seg = hilock_segmented_lock_segment(s);
+  SEG_OK(hilock_segmented_lock_take(s, 2, 0, &taken, &left), s);
   assert_int_equal(taken, 2);
   assert_int_equal(left, 3);
   /* Not enough: all or nothing, unless partial. */
-  SEG_OK(hilock_seglock_take(s, 4, 0, &taken, &left), s);
+  SEG_OK(hilock_segmented_lock_take(s, 4, 0, &taken, &left), s);
   assert_int_equal(taken, 0);
   assert_int_equal(left, 3);
-  SEG_OK(hilock_seglock_take(s, 4, 1, &taken, &left), s);
+  SEG_OK(hilock_segmented_lock_take(s, 4, 1, &taken, &left), s);
   assert_int_equal(taken, 3);
   assert_int_equal(left, 0);
-  SEG_OK(hilock_seglock_take(s, 1, 1, &taken, &left), s);
+  SEG_OK(hilock_segmented_lock_take(s, 1, 1, &taken, &left), s);
   assert_int_equal(taken, 0);
   assert_int_equal(stock_of(s, seg), 0);
   assert_int_equal(stock_of(s, -1), 5);
-  SEG_RC(hilock_seglock_take(s, 0, 1, NULL, NULL), HILOCK_EINVAL, s);
-  SEG_OK(hilock_seglock_release(s), s);
+  SEG_RC(hilock_segmented_lock_take(s, 0, 1, NULL, NULL), HILOCK_EINVAL, s);
+  SEG_OK(hilock_segmented_lock_release(s), s);
 
   /* The emptied segment is skipped from now on. */
   for (int i = 0; i < 10; i++) {
-    SEG_OK(hilock_seglock_try_acquire(t), t);
-    assert_int_equal(hilock_seglock_segment(t), 1 - seg);
-    SEG_OK(hilock_seglock_release(t), t);
+    SEG_OK(hilock_segmented_lock_try_acquire(t), t);
+    assert_int_equal(hilock_segmented_lock_segment(t), 1 - seg);
+    SEG_OK(hilock_segmented_lock_release(t), t);
   }
 
   /* A holder whose segment was taken behind its back moves nothing and
    * learns it lost the hold. */
-  SEG_OK(hilock_seglock_try_acquire(t), t);
+  SEG_OK(hilock_segmented_lock_try_acquire(t), t);
   snprintf(key, sizeof(key), "hilock:{take}:seg:%d", 1 - seg);
   hl_redis_ok(f->redis, "SET %s intruder", key);
-  SEG_RC(hilock_seglock_take(t, 1, 0, &taken, &left), HILOCK_ENOTOWNED, t);
+  SEG_RC(hilock_segmented_lock_take(t, 1, 0, &taken, &left), HILOCK_ENOTOWNED, t);
   assert_true(hilock_hold_lost(HILOCK_HOLD(t)));
   assert_int_equal(stock_of(t, -1), 5);
-  SEG_RC(hilock_seglock_release(t), HILOCK_ENOTOWNED, t);
+  SEG_RC(hilock_segmented_lock_release(t), HILOCK_ENOTOWNED, t);
 
   /* A segment with no stock entry cannot sell. */
   hl_redis_ok(f->redis, "FLUSHALL");
-  SEG_OK(hilock_seglock_try_acquire(t), t);
-  SEG_RC(hilock_seglock_take(t, 1, 0, &taken, &left), HILOCK_EINVAL, t);
+  SEG_OK(hilock_segmented_lock_try_acquire(t), t);
+  SEG_RC(hilock_segmented_lock_take(t, 1, 0, &taken, &left), HILOCK_EINVAL, t);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(t)), "no stock");
-  SEG_OK(hilock_seglock_release(t), t);
+  SEG_OK(hilock_segmented_lock_release(t), t);
   hilock_hold_free(HILOCK_HOLD(s));
   hilock_hold_free(HILOCK_HOLD(t));
 }
@@ -304,50 +304,50 @@ static void take_moves_stock_only_under_the_lock(void **state) {
 
 static void sold_out_is_reported_not_waited_for(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "gone", 3, 10000);
+  hilock_segmented_lock *s = make_seg(f->client, "gone", 3, 10000);
   int64_t t0;
 
-  SEG_OK(hilock_seglock_stock_init(s, 0), s);
-  SEG_RC(hilock_seglock_try_acquire(s), HILOCK_SOLDOUT, s);
+  SEG_OK(hilock_segmented_lock_stock_init(s, 0), s);
+  SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_SOLDOUT, s);
   t0 = hl_now_ms();
-  SEG_RC(hilock_seglock_acquire(s, HILOCK_WAIT_FOREVER), HILOCK_SOLDOUT, s);
+  SEG_RC(hilock_segmented_lock_acquire(s, HILOCK_WAIT_FOREVER), HILOCK_SOLDOUT, s);
   assert_true(hl_now_ms() - t0 < 1000);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(held_count(s), 0);
   assert_string_equal(hilock_err_name(HILOCK_SOLDOUT), "SOLDOUT");
   /* Restocking one segment opens it again. */
-  SEG_OK(hilock_seglock_stock_set(s, 1, 1), s);
-  SEG_OK(hilock_seglock_try_acquire(s), s);
-  assert_int_equal(hilock_seglock_segment(s), 1);
-  SEG_OK(hilock_seglock_release(s), s);
+  SEG_OK(hilock_segmented_lock_stock_set(s, 1, 1), s);
+  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+  assert_int_equal(hilock_segmented_lock_segment(s), 1);
+  SEG_OK(hilock_segmented_lock_release(s), s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
 typedef struct waiter {
-  hilock_seglock *s;
+  hilock_segmented_lock *s;
   int rc;
   int64_t done_ms;
 } waiter;
 
 static void *wait_forever(void *arg) {
   waiter *w = arg;
-  w->rc = hilock_seglock_acquire(w->s, HILOCK_WAIT_FOREVER);
+  w->rc = hilock_segmented_lock_acquire(w->s, HILOCK_WAIT_FOREVER);
   w->done_ms = hl_now_ms();
-  if (w->rc == HILOCK_OK) hilock_seglock_release(w->s);
+  if (w->rc == HILOCK_OK) hilock_segmented_lock_release(w->s);
   return NULL;
 }
 
 static void blocked_waiters_all_learn_sold_out(void **state) {
   fixture *f = *state;
   /* A long TTL: without the wake-ups the waiters would sleep 30 s. */
-  hilock_seglock *h[2];
+  hilock_segmented_lock *h[2];
   waiter w[3];
   pthread_t t[3];
   int64_t released;
 
   for (int i = 0; i < 2; i++) h[i] = make_seg(f->client, "last", 2, 30000);
-  SEG_OK(hilock_seglock_stock_init(h[0], 2), h[0]);
-  for (int i = 0; i < 2; i++) SEG_OK(hilock_seglock_try_acquire(h[i]), h[i]);
+  SEG_OK(hilock_segmented_lock_stock_init(h[0], 2), h[0]);
+  for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
   for (int i = 0; i < 3; i++) {
     w[i].s = make_seg(f->client, "last", 2, 30000);
     w[i].rc = 99;
@@ -357,11 +357,11 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
                                  5000));
   for (int i = 0; i < 2; i++) {
     int64_t taken = 0;
-    SEG_OK(hilock_seglock_take(h[i], 1, 0, &taken, NULL), h[i]);
+    SEG_OK(hilock_segmented_lock_take(h[i], 1, 0, &taken, NULL), h[i]);
     assert_int_equal(taken, 1);
   }
   released = hl_now_ms();
-  for (int i = 0; i < 2; i++) SEG_OK(hilock_seglock_release(h[i]), h[i]);
+  for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_release(h[i]), h[i]);
   for (int i = 0; i < 3; i++) {
     pthread_join(t[i], NULL);
     assert_hl_rc(w[i].rc, HILOCK_SOLDOUT, hilock_hold_errmsg(HILOCK_HOLD(w[i].s)));
@@ -376,14 +376,14 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
 
 static void release_of_any_segment_wakes_a_waiter(void **state) {
   fixture *f = *state;
-  hilock_seglock *h[3];
+  hilock_segmented_lock *h[3];
   waiter w;
   pthread_t t;
   int64_t released;
   long long evalsha_before;
 
   for (int i = 0; i < 3; i++) h[i] = make_seg(f->client, "wake", 3, 30000);
-  for (int i = 0; i < 3; i++) SEG_OK(hilock_seglock_try_acquire(h[i]), h[i]);
+  for (int i = 0; i < 3; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
   w.s = make_seg(f->client, "wake", 3, 30000);
   w.rc = 99;
   assert_int_equal(pthread_create(&t, NULL, wait_forever, &w), 0);
@@ -395,13 +395,13 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   evalsha_before = hl_cmdstat_calls(f->redis, "evalsha");
   assert_true(evalsha_before == 0);
   released = hl_now_ms();
-  SEG_OK(hilock_seglock_release(h[1]), h[1]);
+  SEG_OK(hilock_segmented_lock_release(h[1]), h[1]);
   pthread_join(t, NULL);
   SEG_OK(w.rc, w.s);
   assert_true(w.done_ms - released < 1500);
-  assert_int_equal(hilock_seglock_segment(w.s), hilock_seglock_segment(h[1]));
-  SEG_OK(hilock_seglock_release(h[0]), h[0]);
-  SEG_OK(hilock_seglock_release(h[2]), h[2]);
+  assert_int_equal(hilock_segmented_lock_segment(w.s), hilock_segmented_lock_segment(h[1]));
+  SEG_OK(hilock_segmented_lock_release(h[0]), h[0]);
+  SEG_OK(hilock_segmented_lock_release(h[2]), h[2]);
   for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
   hilock_hold_free(HILOCK_HOLD(w.s));
 }
@@ -420,23 +420,23 @@ static int hold_and_hang(void *arg) {
   child_arg *a = arg;
   hilock_options o = hl_test_options();
   hilock_client *c = NULL;
-  hilock_seglock *s = NULL;
+  hilock_segmented_lock *s = NULL;
   char seg;
   if (hilock_client_new(a->url, &o, &c) != HILOCK_OK) return 1;
-  if (hilock_seglock_new(c, a->name, strlen(a->name), a->k, a->ttl, &s) !=
+  if (hilock_segmented_lock_new(c, a->name, strlen(a->name), a->k, a->ttl, &s) !=
       HILOCK_OK)
     return 2;
   /* Renewed: only death frees the segment. */
   if (hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL) != HILOCK_OK) return 3;
-  if (hilock_seglock_acquire(s, 5000) != HILOCK_OK) return 4;
-  seg = (char)hilock_seglock_segment(s);
+  if (hilock_segmented_lock_acquire(s, 5000) != HILOCK_OK) return 4;
+  seg = (char)hilock_segmented_lock_segment(s);
   if (write(a->fd, &seg, 1) != 1) return 5;
   for (;;) pause();
 }
 
 static void killed_holders_segment_frees_within_ttl(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "dead", 1, 10000);
+  hilock_segmented_lock *s = make_seg(f->client, "dead", 1, 10000);
   child_arg a = {f->server.url, "dead", 1, 1000, -1};
   int fds[2];
   char seg = -1;
@@ -451,16 +451,16 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
   assert_int_equal(seg, 0);
   /* Renewal keeps it held past its TTL while the holder lives. */
   hl_sleep_ms(1300);
-  SEG_RC(hilock_seglock_try_acquire(s), HILOCK_BUSY, s);
+  SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_BUSY, s);
   kill(pid, SIGKILL);
   killed = hl_now_ms();
   assert_int_equal(hl_wait_child(pid, 5000), 128 + SIGKILL);
-  SEG_OK(hilock_seglock_acquire(s, 5000), s);
+  SEG_OK(hilock_segmented_lock_acquire(s, 5000), s);
   waited = hl_now_ms() - killed;
   /* Freed by its TTL: not before the last renewal lapses, and within one
    * TTL (plus room for a loaded machine). */
   assert_i64_between(waited, 200, 1000 + 700);
-  SEG_OK(hilock_seglock_release(s), s);
+  SEG_OK(hilock_segmented_lock_release(s), s);
   close(fds[0]);
   close(fds[1]);
   hilock_hold_free(HILOCK_HOLD(s));
@@ -470,54 +470,54 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
 
 static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "renew", 4, 300);
-  hilock_seglock *o = make_seg(f->client, "renew", 4, 300);
+  hilock_segmented_lock *s = make_seg(f->client, "renew", 4, 300);
+  hilock_segmented_lock *o = make_seg(f->client, "renew", 4, 300);
   int owned = 0;
   char key[64];
 
   SEG_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL), s);
-  SEG_OK(hilock_seglock_stock_init(s, 0), s);
-  SEG_OK(hilock_seglock_stock_set(s, 3, 1), s);
-  SEG_OK(hilock_seglock_try_acquire(s), s);
-  assert_int_equal(hilock_seglock_segment(s), 3);
+  SEG_OK(hilock_segmented_lock_stock_init(s, 0), s);
+  SEG_OK(hilock_segmented_lock_stock_set(s, 3, 1), s);
+  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+  assert_int_equal(hilock_segmented_lock_segment(s), 3);
   hl_sleep_ms(900);
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(s), &owned), s);
   assert_true(owned);
   assert_false(hilock_hold_lost(HILOCK_HOLD(s)));
-  SEG_RC(hilock_seglock_try_acquire(o), HILOCK_BUSY, o);
+  SEG_RC(hilock_segmented_lock_try_acquire(o), HILOCK_BUSY, o);
   snprintf(key, sizeof(key), "hilock:{renew}:seg:3");
   assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 300);
-  SEG_OK(hilock_seglock_extend(s, 5000, 1), s);
+  SEG_OK(hilock_segmented_lock_extend(s, 5000, 1), s);
   assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 4000, 5000);
-  SEG_OK(hilock_seglock_renew(s), s);
+  SEG_OK(hilock_segmented_lock_renew(s), s);
   assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 300);
-  SEG_OK(hilock_seglock_release(s), s);
+  SEG_OK(hilock_segmented_lock_release(s), s);
 
   /* Without renewal the grant lapses at its TTL and owned() says so. */
   SEG_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 0, 0, NULL, NULL), s);
-  SEG_OK(hilock_seglock_try_acquire(s), s);
+  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
   hl_sleep_ms(450);
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(s), &owned), s);
   assert_false(owned);
   assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
-  SEG_OK(hilock_seglock_try_acquire(o), o);
-  SEG_RC(hilock_seglock_release(s), HILOCK_ENOTOWNED, s);
-  SEG_OK(hilock_seglock_release(o), o);
+  SEG_OK(hilock_segmented_lock_try_acquire(o), o);
+  SEG_RC(hilock_segmented_lock_release(s), HILOCK_ENOTOWNED, s);
+  SEG_OK(hilock_segmented_lock_release(o), o);
   hilock_hold_free(HILOCK_HOLD(s));
   hilock_hold_free(HILOCK_HOLD(o));
 }
 
 /* ## Fork ------------------------------------------------------------------------ */
 
-static hilock_seglock *fork_seg;
+static hilock_segmented_lock *fork_seg;
 
 static int child_uses_parents_grant(void *arg) {
   int64_t taken = 0;
   (void)arg;
-  if (hilock_seglock_take(fork_seg, 1, 0, &taken, NULL) != HILOCK_EFORKED)
+  if (hilock_segmented_lock_take(fork_seg, 1, 0, &taken, NULL) != HILOCK_EFORKED)
     return 1;
-  if (hilock_seglock_release(fork_seg) != HILOCK_EFORKED) return 2;
-  if (hilock_seglock_extend(fork_seg, 1000, 1) != HILOCK_EFORKED) return 3;
+  if (hilock_segmented_lock_release(fork_seg) != HILOCK_EFORKED) return 2;
+  if (hilock_segmented_lock_extend(fork_seg, 1000, 1) != HILOCK_EFORKED) return 3;
   if (hilock_hold_held(HILOCK_HOLD(fork_seg))) return 4;
   return 0;
 }
@@ -527,15 +527,15 @@ static void forked_child_holds_nothing(void **state) {
   int owned = 0;
   pid_t pid;
   fork_seg = make_seg(f->client, "fork", 2, 10000);
-  SEG_OK(hilock_seglock_stock_init(fork_seg, 4), fork_seg);
-  SEG_OK(hilock_seglock_try_acquire(fork_seg), fork_seg);
+  SEG_OK(hilock_segmented_lock_stock_init(fork_seg, 4), fork_seg);
+  SEG_OK(hilock_segmented_lock_try_acquire(fork_seg), fork_seg);
   pid = hl_fork_run(child_uses_parents_grant, NULL);
   assert_true(pid > 0);
   assert_int_equal(hl_wait_child(pid, 5000), 0);
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(fork_seg), &owned), fork_seg);
   assert_true(owned);
   assert_int_equal(stock_of(fork_seg, -1), 4);
-  SEG_OK(hilock_seglock_release(fork_seg), fork_seg);
+  SEG_OK(hilock_segmented_lock_release(fork_seg), fork_seg);
   hilock_hold_free(HILOCK_HOLD(fork_seg));
   fork_seg = NULL;
 }
@@ -557,28 +557,28 @@ static int seller(void *arg) {
   seller_arg *a = arg;
   hilock_options o = hl_test_options();
   hilock_client *c = NULL;
-  hilock_seglock *s = NULL;
+  hilock_segmented_lock *s = NULL;
   redisContext *r = hl_redis_connect(a->server);
   unsigned seed = (unsigned)getpid();
   if (r == NULL || hilock_client_new(a->server->url, &o, &c) != HILOCK_OK)
     return 1;
-  if (hilock_seglock_new(c, "sale", 4, SELL_SEGMENTS, 10000, &s) != HILOCK_OK)
+  if (hilock_segmented_lock_new(c, "sale", 4, SELL_SEGMENTS, 10000, &s) != HILOCK_OK)
     return 2;
   for (;;) {
     int64_t want = 1 + rand_r(&seed) % 3, taken = 0, left = 0;
     double t0, t1;
     redisReply *rep;
-    int rc = hilock_seglock_acquire(s, 10000);
+    int rc = hilock_segmented_lock_acquire(s, 10000);
     if (rc == HILOCK_SOLDOUT) break;
     if (rc != HILOCK_OK) return 3;
     t0 = mono();
-    if (hilock_seglock_take(s, want, 1, &taken, &left) != HILOCK_OK) return 4;
+    if (hilock_segmented_lock_take(s, want, 1, &taken, &left) != HILOCK_OK) return 4;
     if (taken < 1 || taken > want || left < 0) return 5;
     hl_sleep_ms(1 + rand_r(&seed) % 2);
     t1 = mono();
-    if (hilock_seglock_release(s) != HILOCK_OK) return 6;
+    if (hilock_segmented_lock_release(s) != HILOCK_OK) return 6;
     rep = redisCommand(r, "RPUSH history %d:%.9f:%.9f:%llu:%lld",
-                       hilock_seglock_segment(s), t0, t1,
+                       hilock_segmented_lock_segment(s), t0, t1,
                        (unsigned long long)hilock_hold_fence(HILOCK_HOLD(s)),
                        (long long)taken);
     if (rep == NULL) return 7;
@@ -605,7 +605,7 @@ static int by_segment_then_start(const void *x, const void *y) {
 
 static void processes_never_share_a_segment_nor_oversell(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "sale", SELL_SEGMENTS, 10000);
+  hilock_segmented_lock *s = make_seg(f->client, "sale", SELL_SEGMENTS, 10000);
   seller_arg args[SELLERS];
   pid_t pids[SELLERS];
   redisReply *r;
@@ -613,7 +613,7 @@ static void processes_never_share_a_segment_nor_oversell(void **state) {
   long long sold = 0;
   int per_seg[SELL_SEGMENTS] = {0};
 
-  SEG_OK(hilock_seglock_stock_init(s, SELL_STOCK), s);
+  SEG_OK(hilock_segmented_lock_stock_init(s, SELL_STOCK), s);
   for (int i = 0; i < SELLERS; i++) {
     args[i].server = &f->server;
     args[i].id = i;
@@ -664,74 +664,74 @@ static void processes_never_share_a_segment_nor_oversell(void **state) {
 static void bad_arguments_are_einval(void **state) {
   fixture *f = *state;
   static const int bad_k[] = {0, -1, HILOCK_SEGMENTS_MAX + 1};
-  hilock_seglock *s = (hilock_seglock *)f; /* must be reset to NULL */
+  hilock_segmented_lock *s = (hilock_segmented_lock *)f; /* must be reset to NULL */
   int64_t n;
   int o;
 
   for (size_t i = 0; i < 3; i++) {
-    assert_int_equal(hilock_seglock_new(f->client, "a", 1, bad_k[i], 1000, &s),
+    assert_int_equal(hilock_segmented_lock_new(f->client, "a", 1, bad_k[i], 1000, &s),
                      HILOCK_EINVAL);
     assert_null(s);
     assert_substr(hilock_client_errmsg(f->client), "segments");
   }
-  assert_int_equal(hilock_seglock_new(f->client, "a", 1, 2, 0, &s),
+  assert_int_equal(hilock_segmented_lock_new(f->client, "a", 1, 2, 0, &s),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_new(f->client, "", 0, 2, 1000, &s),
+  assert_int_equal(hilock_segmented_lock_new(f->client, "", 0, 2, 1000, &s),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_new(f->client, "}a", 2, 2, 1000, &s),
+  assert_int_equal(hilock_segmented_lock_new(f->client, "}a", 2, 2, 1000, &s),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_new(NULL, "a", 1, 2, 1000, &s),
+  assert_int_equal(hilock_segmented_lock_new(NULL, "a", 1, 2, 1000, &s),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_new(f->client, "a", 1, 2, 1000, NULL),
+  assert_int_equal(hilock_segmented_lock_new(f->client, "a", 1, 2, 1000, NULL),
                    HILOCK_EINVAL);
 
   /* NULL handles never crash. */
-  assert_int_equal(hilock_seglock_try_acquire(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_acquire(NULL, 0), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_release(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_take(NULL, 1, 0, &n, &n), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_stock_init(NULL, 1), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_stock_set(NULL, 0, 1), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_stock(NULL, 0, &n), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_held_count(NULL, &o), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_acquire(NULL, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_take(NULL, 1, 0, &n, &n), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_stock_init(NULL, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_stock_set(NULL, 0, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_stock(NULL, 0, &n), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_held_count(NULL, &o), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_owned(NULL, &o), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_extend(NULL, 1, 1), HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_renew(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_extend(NULL, 1, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_renew(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seglock_segment(NULL), -1);
+  assert_int_equal(hilock_segmented_lock_segment(NULL), -1);
   assert_int_equal(hilock_hold_fence(NULL), 0);
   assert_int_equal(hilock_hold_held(NULL), 0);
   assert_string_equal(hilock_hold_token(NULL), "");
-  assert_string_equal(hilock_seglock_key(NULL, 0, NULL), "");
+  assert_string_equal(hilock_segmented_lock_key(NULL, 0, NULL), "");
   assert_int_equal(hilock_hold_errcode(NULL), HILOCK_EINVAL);
   hilock_hold_free(NULL);
 
   s = make_seg(f->client, "args", 3, 1000);
-  SEG_RC(hilock_seglock_stock_init(s, -1), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_stock_init(s, HILOCK_STOCK_MAX + 1), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_stock_set(s, 3, 1), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_stock_set(s, -1, 1), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_stock_set(s, 0, -1), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_stock(s, 3, &n), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_stock(s, -2, &n), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_stock(s, 0, NULL), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_held_count(s, NULL), HILOCK_EINVAL, s);
-  SEG_RC(hilock_seglock_acquire(s, -5), HILOCK_EINVAL, s);
-  assert_int_equal(hilock_seglock_segments(s), 3);
+  SEG_RC(hilock_segmented_lock_stock_init(s, -1), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_stock_init(s, HILOCK_STOCK_MAX + 1), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_stock_set(s, 3, 1), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_stock_set(s, -1, 1), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_stock_set(s, 0, -1), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_stock(s, 3, &n), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_stock(s, -2, &n), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_stock(s, 0, NULL), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_held_count(s, NULL), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_acquire(s, -5), HILOCK_EINVAL, s);
+  assert_int_equal(hilock_segmented_lock_segments(s), 3);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(s)), 1000);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
 static void keys_follow_the_layout(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "lay{out", 3, 1000);
+  hilock_segmented_lock *s = make_seg(f->client, "lay{out", 3, 1000);
   size_t len = 0;
-  const char *k = hilock_seglock_key(s, 2, &len);
+  const char *k = hilock_segmented_lock_key(s, 2, &len);
   assert_string_equal(k, "hilock:{lay{out}:seg:2");
   assert_int_equal(len, strlen(k));
-  assert_string_equal(hilock_seglock_key(s, -1, &len), "hilock:{lay{out}:seg:stock");
-  assert_string_equal(hilock_seglock_key(s, 3, &len), "");
+  assert_string_equal(hilock_segmented_lock_key(s, -1, &len), "hilock:{lay{out}:seg:stock");
+  assert_string_equal(hilock_segmented_lock_key(s, 3, &len), "");
   assert_int_equal(len, 0);
   /* One cluster slot for every key of the lock. */
   assert_int_equal(hilock__key_slot("hilock:{lay{out}:seg:0", 22),
@@ -743,25 +743,25 @@ static void keys_follow_the_layout(void **state) {
 
 static void damaged_keys_fail_closed(void **state) {
   fixture *f = *state;
-  hilock_seglock *s = make_seg(f->client, "bad", 2, 1000);
+  hilock_segmented_lock *s = make_seg(f->client, "bad", 2, 1000);
   int rc;
 
   hl_redis_ok(f->redis, "HSET hilock:{bad}:seg:stock segments 2 0 abc 1 xyz");
-  rc = hilock_seglock_try_acquire(s);
+  rc = hilock_segmented_lock_try_acquire(s);
   assert_true(rc < 0);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(held_count(s), 0);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:stock");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:fence 7");
-  rc = hilock_seglock_try_acquire(s);
+  rc = hilock_segmented_lock_try_acquire(s);
   assert_true(rc < 0);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(held_count(s), 0);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:fence");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:stock 1");
-  rc = hilock_seglock_try_acquire(s);
+  rc = hilock_segmented_lock_try_acquire(s);
   assert_hl_rc(rc, HILOCK_EWRONGTYPE, hilock_hold_errmsg(HILOCK_HOLD(s)));
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   hilock_hold_free(HILOCK_HOLD(s));

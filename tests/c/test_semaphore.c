@@ -385,14 +385,14 @@ static void stored_limit_wins_over_constructor_permits(void **state) {
 
   for (int i = 0; i < 3; i++) five[i] = make_sem(f->client, "cfg", 5, 10000);
   /* Before first use nothing is stored: each handle sees its own. */
-  SEM_OK(hilock_semaphore_get_limit(five[0], &limit, &stored), five[0]);
+  SEM_OK(hilock_semaphore_limit(five[0], &limit, &stored), five[0]);
   assert_int_equal(limit, 5);
   assert_false(stored);
   assert_int_equal(available(two), 2);
   assert_false(hl_redis_exists(f->redis, "hilock:{cfg}:limit", 18));
 
   SEM_OK(hilock_semaphore_try_acquire(two), two);
-  SEM_OK(hilock_semaphore_get_limit(five[0], &limit, &stored), five[0]);
+  SEM_OK(hilock_semaphore_limit(five[0], &limit, &stored), five[0]);
   assert_int_equal(limit, 2);
   assert_true(stored);
   assert_int_equal(hilock_semaphore_permits(five[0]), 5);
@@ -401,7 +401,7 @@ static void stored_limit_wins_over_constructor_permits(void **state) {
 
   /* Until an operator changes it. */
   SEM_OK(hilock_semaphore_set_limit(five[2], 3), five[2]);
-  SEM_OK(hilock_semaphore_get_limit(two, &limit, NULL), two);
+  SEM_OK(hilock_semaphore_limit(two, &limit, NULL), two);
   assert_int_equal(limit, 3);
   SEM_OK(hilock_semaphore_try_acquire(five[1]), five[1]);
   SEM_RC(hilock_semaphore_try_acquire(five[2]), HILOCK_BUSY, five[2]);
@@ -411,7 +411,7 @@ static void stored_limit_wins_over_constructor_permits(void **state) {
   SEM_OK(hilock_semaphore_release(two), two);
   hl_redis_ok(f->redis, "DEL hilock:{cfg}:limit");
   SEM_OK(hilock_semaphore_try_acquire(five[2]), five[2]);
-  SEM_OK(hilock_semaphore_get_limit(two, &limit, &stored), two);
+  SEM_OK(hilock_semaphore_limit(two, &limit, &stored), two);
   assert_int_equal(limit, 5);
   assert_true(stored);
   hilock_hold_free(HILOCK_HOLD(two));
@@ -705,7 +705,7 @@ static void bad_arguments_are_einval(void **state) {
   assert_int_equal(hilock_semaphore_renew(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_owned(NULL, &o), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_available(NULL, &n), HILOCK_EINVAL);
-  assert_int_equal(hilock_semaphore_get_limit(NULL, &n, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_limit(NULL, &n, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_set_limit(NULL, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                    HILOCK_EINVAL);
@@ -721,7 +721,7 @@ static void bad_arguments_are_einval(void **state) {
   s = make_sem(f->client, "a", 1, 1000);
   assert_int_equal(hilock_hold_owned(HILOCK_HOLD(s), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_available(s, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_semaphore_get_limit(s, NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_semaphore_limit(s, NULL, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, -1, NULL, NULL),
                    HILOCK_EINVAL);
   SEM_RC(hilock_semaphore_renew(s), HILOCK_ENOTOWNED, s);
@@ -776,7 +776,7 @@ static void damaged_keys_fail_closed(void **state) {
     SEM_RC(hilock_semaphore_try_acquire(o), HILOCK_ESCRIPT, o);
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(o)), "no permit count");
     assert_false(hilock_hold_held(HILOCK_HOLD(o)));
-    SEM_RC(hilock_semaphore_get_limit(o, &n, NULL), HILOCK_ESCRIPT, o);
+    SEM_RC(hilock_semaphore_limit(o, &n, NULL), HILOCK_ESCRIPT, o);
     hilock_hold_free(HILOCK_HOLD(o));
   }
   SEM_OK(hilock_semaphore_release(s), s);

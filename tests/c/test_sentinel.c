@@ -742,27 +742,27 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   o.wait_timeout_ms = 1000; /* every refused step below waits this long */
   assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
   hilock_rwlock *rw = NULL;
-  hilock_multilock *m = NULL;
-  hilock_seqlock *q = NULL;
-  hilock_seglock *g = NULL;
+  hilock_multi_lock *m = NULL;
+  hilock_sequential_lock *q = NULL;
+  hilock_segmented_lock *g = NULL;
   assert_hl_ok(hilock_rwlock_new(c, "fam-rw", 6, 30000, &rw),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_multilock_new(c, names, 2, 30000, &m),
+  assert_hl_ok(hilock_multi_lock_new(c, names, 2, 30000, &m),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_seqlock_new(c, "fam-q", 5, 30000, &q),
+  assert_hl_ok(hilock_sequential_lock_new(c, "fam-q", 5, 30000, &q),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_seglock_new(c, "fam-g", 5, 2, 30000, &g),
+  assert_hl_ok(hilock_segmented_lock_new(c, "fam-g", 5, 2, 30000, &g),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_seglock_stock_init(g, 10), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_segmented_lock_stock_init(g, 10), hilock_hold_errmsg(HILOCK_HOLD(g)));
   /* Control: acknowledged grants hold. */
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_hl_ok(hilock_multilock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multilock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_seqlock_try_acquire(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
-  assert_hl_ok(hilock_seqlock_renew(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
-  assert_hl_ok(hilock_seglock_try_acquire(g), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_multi_lock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_sequential_lock_try_acquire(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_sequential_lock_renew(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_segmented_lock_try_acquire(g), hilock_hold_errmsg(HILOCK_HOLD(g)));
   int64_t taken = 0, left = 0;
-  assert_hl_ok(hilock_seglock_take(g, 1, 0, &taken, &left),
+  assert_hl_ok(hilock_segmented_lock_take(g, 1, 0, &taken, &left),
                hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(taken, 1);
 
@@ -792,11 +792,11 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   /* Multi-key lock: an extension does not count; a new grant of every
    * name is given back whole. */
   int64_t before = hilock_hold_validity_ms(HILOCK_HOLD(m));
-  assert_hl_rc(hilock_multilock_renew(m), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_multi_lock_renew(m), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(m)) <= before);
-  assert_hl_ok(hilock_multilock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_rc(hilock_multilock_acquire(m, 300), HILOCK_ENOREPLICAS,
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_rc(hilock_multi_lock_acquire(m, 300), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(hilock_hold_held(HILOCK_HOLD(m)));
   for (int i = 0; i < 2; i++) {
@@ -806,31 +806,31 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   }
 
   /* Sequential lock: likewise, and the entry leaves the queue. */
-  assert_hl_rc(hilock_seqlock_renew(q), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_sequential_lock_renew(q), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(q)));
-  assert_hl_ok(hilock_seqlock_release(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
-  assert_hl_rc(hilock_seqlock_acquire(q, 300), HILOCK_ENOREPLICAS,
+  assert_hl_ok(hilock_sequential_lock_release(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_rc(hilock_sequential_lock_acquire(q, 300), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(q)));
   assert_false(hilock_hold_held(HILOCK_HOLD(q)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(q), &locked), hilock_hold_errmsg(HILOCK_HOLD(q)));
   assert_int_equal(locked, 0);
-  assert_hl_ok(hilock_seqlock_waiters(q, &n), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_sequential_lock_waiters(q, &n), hilock_hold_errmsg(HILOCK_HOLD(q)));
   assert_int_equal(n, 0);
 
   /* Segmented lock: an unconfirmed take is put back, a renewal does not
    * count, and a new grant is given back with its stock untouched. */
-  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_segmented_lock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
-  assert_hl_rc(hilock_seglock_take(g, 2, 0, &taken, &left), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_segmented_lock_take(g, 2, 0, &taken, &left), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(g)), "put back");
   assert_int_equal(taken, 0);
-  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_segmented_lock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
-  assert_hl_rc(hilock_seglock_renew(g), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_segmented_lock_renew(g), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(g)));
-  assert_hl_ok(hilock_seglock_release(g), hilock_hold_errmsg(HILOCK_HOLD(g)));
-  assert_hl_rc(hilock_seglock_try_acquire(g), HILOCK_ENOREPLICAS,
+  assert_hl_ok(hilock_segmented_lock_release(g), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_rc(hilock_segmented_lock_try_acquire(g), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_false(hilock_hold_held(HILOCK_HOLD(g)));
   for (int i = 0; i < 2; i++) {
@@ -840,7 +840,7 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
     assert_false(hl_redis_exists(d.m, key, klen));
     free(key);
   }
-  assert_hl_ok(hilock_seglock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_segmented_lock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
 
   hilock_hold_free(HILOCK_HOLD(rw));

@@ -18,10 +18,10 @@
 
 typedef hl_fixture fixture;
 
-static hilock_seqlock *make_seq(hilock_client *c, const char *name,
+static hilock_sequential_lock *make_seq(hilock_client *c, const char *name,
                                 int64_t ttl) {
-  hilock_seqlock *sl = NULL;
-  assert_hl_ok(hilock_seqlock_new(c, name, strlen(name), ttl, &sl),
+  hilock_sequential_lock *sl = NULL;
+  assert_hl_ok(hilock_sequential_lock_new(c, name, strlen(name), ttl, &sl),
                hilock_client_errmsg(c));
   assert_non_null(sl);
   return sl;
@@ -63,7 +63,7 @@ static char *holder_owner(fixture *f, const char *name) {
 }
 
 static void assert_holder(fixture *f, const char *name,
-                          const hilock_seqlock *sl) {
+                          const hilock_sequential_lock *sl) {
   char *v = holder_owner(f, name);
   assert_non_null(v);
   assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(sl)));
@@ -96,8 +96,8 @@ static long long wake_len(fixture *f, const char *name, long long seq) {
 
 static void try_acquire_busy_release_and_key_layout(void **state) {
   fixture *f = *state;
-  hilock_seqlock *a = make_seq(f->client, "basic", 10000);
-  hilock_seqlock *b = make_seq(f->client, "basic", 10000);
+  hilock_sequential_lock *a = make_seq(f->client, "basic", 10000);
+  hilock_sequential_lock *b = make_seq(f->client, "basic", 10000);
   size_t klen = 0;
   int locked = -1, owned = -1;
   int64_t n = -1;
@@ -105,8 +105,8 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   assert_string_equal(hilock_hold_key(HILOCK_HOLD(a), &klen), "hilock:{basic}:seq:queue");
   assert_int_equal(klen, 24);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(a)), 10000);
-  assert_int_equal(hilock_seqlock_session_ms(a), 5000);
-  assert_int_equal(hilock_seqlock_sequence(a), 0);
+  assert_int_equal(hilock_sequential_lock_heartbeat_ms(a), 5000);
+  assert_int_equal(hilock_sequential_lock_sequence(a), 0);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), 0);
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
 
@@ -122,13 +122,13 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
       assert_int_equal(hilock__key_slot(keys[i], strlen(keys[i])), slot);
   }
 
-  assert_hl_ok(hilock_seqlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_sequential_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(hilock_hold_held(HILOCK_HOLD(a)));
   assert_int_equal(strlen(hilock_hold_token(HILOCK_HOLD(a))), 32);
   assert_holder(f, "basic", a);
   /* A new name's first fence is the server's clock in microseconds. */
   assert_true(hilock_hold_fence(HILOCK_HOLD(a)) > 1000000000000000ULL);
-  assert_int_equal(hilock_seqlock_sequence(a), 1);
+  assert_int_equal(hilock_sequential_lock_sequence(a), 1);
   /* The holder is the lowest live entry; its session lasts ttl. */
   assert_int_equal(queue_len(f, "basic"), 1);
   assert_i64_between(session_left(f, "basic", hilock_hold_token(HILOCK_HOLD(a))), 9000,
@@ -136,14 +136,14 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   assert_i64_between(
       hl_redis_int(f->redis, "PTTL hilock:{basic}:seq:queue"), 9000, 11000);
 
-  assert_hl_rc(hilock_seqlock_try_acquire(b), HILOCK_BUSY,
+  assert_hl_rc(hilock_sequential_lock_try_acquire(b), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_rc(hilock_seqlock_acquire(b, 0), HILOCK_BUSY,
+  assert_hl_rc(hilock_sequential_lock_acquire(b, 0), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(locked);
-  assert_hl_ok(hilock_seqlock_waiters(b, &n), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_sequential_lock_waiters(b, &n), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(n, 0);
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(b), &owned), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(owned);
@@ -153,18 +153,18 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   assert_int_equal(queue_len(f, "basic"), 1);
   assert_int_equal(get_int(f, "hilock:{basic}:seq:counter"), 1);
 
-  assert_hl_ok(hilock_seqlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_sequential_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(hilock_hold_held(HILOCK_HOLD(a)));
   assert_no_residue(f, "basic");
-  assert_hl_rc(hilock_seqlock_release(a), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_sequential_lock_release(a), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(locked);
 
-  assert_hl_ok(hilock_seqlock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_sequential_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(b)), hilock_hold_fence(HILOCK_HOLD(a)) + 1);
-  assert_int_equal(hilock_seqlock_sequence(b), 2);
-  assert_hl_ok(hilock_seqlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_int_equal(hilock_sequential_lock_sequence(b), 2);
+  assert_hl_ok(hilock_sequential_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Only the two counters remain: sequence and fence. */
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2);
   assert_int_equal(get_int(f, "hilock:{basic}:seq:counter"), 2);
@@ -174,51 +174,51 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
 
 static void not_reentrant(void **state) {
   fixture *f = *state;
-  hilock_seqlock *a = make_seq(f->client, "own", 5000);
+  hilock_sequential_lock *a = make_seq(f->client, "own", 5000);
   char token[33];
   uint64_t fence;
 
-  assert_hl_ok(hilock_seqlock_acquire(a, 1000), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_sequential_lock_acquire(a, 1000), hilock_hold_errmsg(HILOCK_HOLD(a)));
   memcpy(token, hilock_hold_token(HILOCK_HOLD(a)), 33);
   fence = hilock_hold_fence(HILOCK_HOLD(a));
-  assert_hl_rc(hilock_seqlock_acquire(a, 200), HILOCK_EINVAL,
+  assert_hl_rc(hilock_sequential_lock_acquire(a, 200), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "not reentrant");
-  assert_hl_rc(hilock_seqlock_try_acquire(a), HILOCK_EINVAL,
+  assert_hl_rc(hilock_sequential_lock_try_acquire(a), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), token);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), fence);
   assert_int_equal(queue_len(f, "own"), 1);
   assert_holder(f, "own", a);
-  assert_hl_ok(hilock_seqlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_sequential_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hilock_hold_free(HILOCK_HOLD(a));
 }
 
 static void extend_and_renew_act_while_owned(void **state) {
   fixture *f = *state;
-  hilock_seqlock *l = make_seq(f->client, "ext", 1000);
+  hilock_sequential_lock *l = make_seq(f->client, "ext", 1000);
   char id[33];
-  assert_hl_rc(hilock_seqlock_renew(l), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_sequential_lock_renew(l), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_seqlock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_sequential_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   memcpy(id, hilock_hold_token(HILOCK_HOLD(l)), 33);
-  assert_hl_ok(hilock_seqlock_extend(l, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_sequential_lock_extend(l, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(session_left(f, "ext", id), 4500, 5000);
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 4500, 5000);
   /* The keys outlive the session. */
   assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{ext}:seq:holder"),
                      5000, 6000);
-  assert_hl_ok(hilock_seqlock_extend(l, 2000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_sequential_lock_extend(l, 2000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(session_left(f, "ext", id), 6500, 7000);
-  assert_hl_ok(hilock_seqlock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_sequential_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(session_left(f, "ext", id), 800, 1000);
   /* Renewal (as the watchdog's) keeps every key at least as long as the
    * session. */
   assert_true(hl_redis_int(f->redis, "PTTL hilock:{ext}:seq:queue") >=
               session_left(f, "ext", id));
-  assert_hl_rc(hilock_seqlock_extend(l, 0, 1), HILOCK_EINVAL,
+  assert_hl_rc(hilock_sequential_lock_extend(l, 0, 1), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_seqlock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_sequential_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
@@ -227,19 +227,19 @@ static void extend_and_renew_act_while_owned(void **state) {
 #define NWAITERS 5
 
 static int seq_acquire(hilock_hold *h, int64_t wait_ms) {
-  return hilock_seqlock_acquire((hilock_seqlock *)h, wait_ms);
+  return hilock_sequential_lock_acquire((hilock_sequential_lock *)h, wait_ms);
 }
 static int seq_release(hilock_hold *h) {
-  return hilock_seqlock_release((hilock_seqlock *)h);
+  return hilock_sequential_lock_release((hilock_sequential_lock *)h);
 }
 static uint64_t seq_sequence(const hilock_hold *h) {
-  return hilock_seqlock_sequence((const hilock_seqlock *)h);
+  return hilock_sequential_lock_sequence((const hilock_sequential_lock *)h);
 }
 
 static int grant_counter;
 
 /* w waits with sl (see hl_waiter); its number is the grant's sequence. */
-static hilock_seqlock *as_waiter(hl_waiter *w, hilock_seqlock *sl) {
+static hilock_sequential_lock *as_waiter(hl_waiter *w, hilock_sequential_lock *sl) {
   memset(w, 0, sizeof(*w));
   w->lock = HILOCK_HOLD(sl);
   w->acquire = seq_acquire;
@@ -252,10 +252,10 @@ static hilock_seqlock *as_waiter(hl_waiter *w, hilock_seqlock *sl) {
 static void start_waiters(fixture *f, const char *name, hl_waiter *w,
                           pthread_t *t, int n, int64_t session_ms) {
   for (int i = 0; i < n; i++) {
-    hilock_seqlock *sl = as_waiter(&w[i], make_seq(f->client, name, 10000));
+    hilock_sequential_lock *sl = as_waiter(&w[i], make_seq(f->client, name, 10000));
     w[i].hold_ms = 5;
     if (session_ms)
-      assert_hl_ok(hilock_seqlock_set_session(sl, session_ms),
+      assert_hl_ok(hilock_sequential_lock_set_heartbeat(sl, session_ms),
                    hilock_hold_errmsg(w[i].lock));
     t[i] = hl_waiter_start(&w[i]);
     /* One at a time, so the sequence order is known. */
@@ -265,21 +265,21 @@ static void start_waiters(fixture *f, const char *name, hl_waiter *w,
 
 static void grant_order_is_sequence_order(void **state) {
   fixture *f = *state;
-  hilock_seqlock *holder = make_seq(f->client, "order", 10000);
+  hilock_sequential_lock *holder = make_seq(f->client, "order", 10000);
   hl_waiter w[NWAITERS];
   pthread_t t[NWAITERS];
   int64_t n = -1;
 
   grant_counter = 0;
-  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+  assert_hl_ok(hilock_sequential_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   start_waiters(f, "order", w, t, NWAITERS, 0);
   for (int i = 0; i < NWAITERS; i++)
     assert_int_equal(seq_sequence(w[i].lock), 2 + i);
-  assert_hl_ok(hilock_seqlock_waiters(holder, &n),
+  assert_hl_ok(hilock_sequential_lock_waiters(holder, &n),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_int_equal(n, NWAITERS);
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_sequential_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) pthread_join(t[i], NULL);
 
   for (int i = 0; i < NWAITERS; i++) {
@@ -299,7 +299,7 @@ static void grant_order_is_sequence_order(void **state) {
  * the others block, only the successor runs a script. */
 static void release_wakes_the_successor_only(void **state) {
   fixture *f = *state;
-  hilock_seqlock *holder = make_seq(f->client, "successor", 10000);
+  hilock_sequential_lock *holder = make_seq(f->client, "successor", 10000);
   hl_waiter w[NWAITERS];
   pthread_t t[NWAITERS];
   volatile int go[NWAITERS];
@@ -308,9 +308,9 @@ static void release_wakes_the_successor_only(void **state) {
   grant_counter = 0;
   /* Sequence numbers 98..103: their decimal text changes length. */
   hl_redis_ok(f->redis, "SET hilock:{successor}:seq:counter 97");
-  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+  assert_hl_ok(hilock_sequential_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  assert_int_equal(hilock_seqlock_sequence(holder), 98);
+  assert_int_equal(hilock_sequential_lock_sequence(holder), 98);
   /* Sessions of 30 s (re-checks every 10 s): within this test only
    * wake-ups move waiters. */
   start_waiters(f, "successor", w, t, NWAITERS, 30000);
@@ -320,7 +320,7 @@ static void release_wakes_the_successor_only(void **state) {
   }
   assert_true(hl_wait_waiters(f->redis, NWAITERS, 3000));
   before = hl_cmdstat_calls(f->redis, "evalsha");
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_sequential_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
     int64_t deadline = hl_now_ms() + 3000;
     while (__atomic_load_n(&grant_counter, __ATOMIC_ACQUIRE) < i + 1 &&
@@ -360,10 +360,10 @@ typedef struct forked {
 
 static int make_forked(hilock_client *c, void *arg, hilock_hold **h) {
   const forked *k = arg;
-  hilock_seqlock *sl = NULL;
-  int rc = hilock_seqlock_new(c, k->name, strlen(k->name), k->ttl_ms, &sl);
+  hilock_sequential_lock *sl = NULL;
+  int rc = hilock_sequential_lock_new(c, k->name, strlen(k->name), k->ttl_ms, &sl);
   *h = HILOCK_HOLD(sl);
-  if (rc == HILOCK_OK) rc = hilock_seqlock_set_session(sl, k->session_ms);
+  if (rc == HILOCK_OK) rc = hilock_sequential_lock_set_heartbeat(sl, k->session_ms);
   if (rc == HILOCK_OK) rc = hilock_hold_set_auto_renew(*h, 1, 0, NULL, NULL);
   return rc;
 }
@@ -380,7 +380,7 @@ static pid_t fork_contender(fixture *f, const char *name, int64_t ttl_ms,
 static void sigkilled_holder_passes_the_turn_within_its_session(void **state) {
   fixture *f = *state;
   const int64_t ttl = 800; /* the holder's session, renewed while alive */
-  hilock_seqlock *w = make_seq(f->client, "dead-holder", 10000);
+  hilock_sequential_lock *w = make_seq(f->client, "dead-holder", 10000);
   pid_t holder;
   int64_t t0, took;
 
@@ -397,12 +397,12 @@ static void sigkilled_holder_passes_the_turn_within_its_session(void **state) {
   t0 = hl_now_ms();
   /* Our session window is 5 s: it is the holder's session that bounds the
    * wait, not our own re-checks. */
-  assert_hl_ok(hilock_seqlock_acquire(w, 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_sequential_lock_acquire(w, 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
   took = hl_now_ms() - t0;
   assert_i64_between(took, 50, ttl + 600);
-  assert_int_equal(hilock_seqlock_sequence(w), 2);
+  assert_int_equal(hilock_sequential_lock_sequence(w), 2);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(w)), 1002);
-  assert_hl_ok(hilock_seqlock_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_sequential_lock_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_no_residue(f, "dead-holder");
   hilock_hold_free(HILOCK_HOLD(w));
 }
@@ -410,20 +410,20 @@ static void sigkilled_holder_passes_the_turn_within_its_session(void **state) {
 static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
   fixture *f = *state;
   const int64_t window = 600; /* the dead waiter's session */
-  hilock_seqlock *holder = make_seq(f->client, "dead-pred", 10000);
-  hilock_seqlock *w = make_seq(f->client, "dead-pred", 10000);
+  hilock_sequential_lock *holder = make_seq(f->client, "dead-pred", 10000);
+  hilock_sequential_lock *w = make_seq(f->client, "dead-pred", 10000);
   hl_waiter me;
   pthread_t t;
   pid_t pred;
   int64_t t0, took;
 
   hl_redis_ok(f->redis, "SET hilock:{dead-pred}:fence 1000");
-  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+  assert_hl_ok(hilock_sequential_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pred = fork_contender(f, "dead-pred", 10000, window, 0);
   wait_queue_len(f, "dead-pred", 2, 5000);
   as_waiter(&me, w);
-  assert_hl_ok(hilock_seqlock_set_session(w, 30000), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_sequential_lock_set_heartbeat(w, 30000), hilock_hold_errmsg(HILOCK_HOLD(w)));
   t = hl_waiter_start(&me);
   wait_queue_len(f, "dead-pred", 3, 5000);
   assert_int_equal(kill(pred, SIGKILL), 0);
@@ -432,7 +432,7 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
   /* The release pushes to the dead predecessor's list (nobody reads it);
    * we are woken when its session runs out, within its window, never by
    * our own re-check (10 s) or the holder's TTL (10 s). */
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_sequential_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(t, NULL);
   took = hl_now_ms() - t0;
   assert_hl_ok(me.rc, hilock_hold_errmsg(HILOCK_HOLD(w)));
@@ -449,16 +449,16 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
 static void timed_out_waiter_leaves_no_residue_and_wakes_its_successor(
     void **state) {
   fixture *f = *state;
-  hilock_seqlock *holder = make_seq(f->client, "timeout", 10000);
-  hilock_seqlock *w = make_seq(f->client, "timeout", 10000);
+  hilock_sequential_lock *holder = make_seq(f->client, "timeout", 10000);
+  hilock_sequential_lock *w = make_seq(f->client, "timeout", 10000);
   hl_waiter mid, last;
   pthread_t tm, tl;
   int64_t t0;
 
-  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+  assert_hl_ok(hilock_sequential_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_seqlock_acquire(w, 300), HILOCK_BUSY,
+  assert_hl_rc(hilock_sequential_lock_acquire(w, 300), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 290, 1000);
   assert_false(hilock_hold_held(HILOCK_HOLD(w)));
@@ -469,7 +469,7 @@ static void timed_out_waiter_leaves_no_residue_and_wakes_its_successor(
    * its list) and now watches the holder. */
   as_waiter(&mid, w);
   mid.wait_ms = 400;
-  assert_hl_ok(hilock_seqlock_set_session(
+  assert_hl_ok(hilock_sequential_lock_set_heartbeat(
                    as_waiter(&last, make_seq(f->client, "timeout", 10000)),
                    30000),
                hilock_hold_errmsg(last.lock));
@@ -489,7 +489,7 @@ static void timed_out_waiter_leaves_no_residue_and_wakes_its_successor(
     assert_true(calls >= 3 && calls <= 4);
   }
   assert_int_equal(queue_len(f, "timeout"), 2);
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_sequential_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(tl, NULL);
   assert_hl_ok(last.rc, hilock_hold_errmsg(HILOCK_HOLD(last.lock)));
   assert_int_equal(last.fence, hilock_hold_fence(HILOCK_HOLD(holder)) + 1);
@@ -503,7 +503,7 @@ static void interrupted_waiter_leaves_no_residue(void **state) {
   fixture *f = *state;
   hilock_options o = hl_test_options();
   hilock_client *c = NULL;
-  hilock_seqlock *holder = make_seq(f->client, "intr", 10000), *w;
+  hilock_sequential_lock *holder = make_seq(f->client, "intr", 10000), *w;
   pthread_t t;
   int64_t t0;
   int interrupted = 0;
@@ -513,18 +513,18 @@ static void interrupted_waiter_leaves_no_residue(void **state) {
   assert_hl_ok(hilock_client_new(f->server.url, &o, &c),
                hilock_client_errmsg(c));
   w = make_seq(c, "intr", 10000);
-  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+  assert_hl_ok(hilock_sequential_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   t = hl_raise_flag_later(&interrupted, 200);
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_seqlock_acquire(w, 5000), HILOCK_EINTR,
+  assert_hl_rc(hilock_sequential_lock_acquire(w, 5000), HILOCK_EINTR,
                hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 150, 900);
   pthread_join(t, NULL);
   assert_int_equal(queue_len(f, "intr"), 1);
   assert_int_equal(wake_lists(f, "intr"), 0);
   assert_false(hilock_hold_held(HILOCK_HOLD(w)));
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_sequential_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_no_residue(f, "intr");
   hilock_hold_free(HILOCK_HOLD(w));
   hilock_client_free(c);
@@ -535,17 +535,17 @@ static void interrupted_waiter_leaves_no_residue(void **state) {
 
 static void live_waiter_keeps_its_entry_however_long_it_waits(void **state) {
   fixture *f = *state;
-  hilock_seqlock *holder = make_seq(f->client, "patient", 10000);
+  hilock_sequential_lock *holder = make_seq(f->client, "patient", 10000);
   hl_waiter w;
   pthread_t t;
   int64_t t0;
   char id[33];
   redisReply *r;
 
-  assert_hl_ok(hilock_seqlock_set_session(
+  assert_hl_ok(hilock_sequential_lock_set_heartbeat(
                    as_waiter(&w, make_seq(f->client, "patient", 10000)), 1000),
                hilock_hold_errmsg(w.lock));
-  assert_hl_ok(hilock_seqlock_acquire(holder, 1000),
+  assert_hl_ok(hilock_sequential_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   t = hl_waiter_start(&w);
   wait_queue_len(f, "patient", 2, 5000);
@@ -561,7 +561,7 @@ static void live_waiter_keeps_its_entry_however_long_it_waits(void **state) {
   }
   assert_int_equal(seq_sequence(w.lock), 2);
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_seqlock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_sequential_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pthread_join(t, NULL);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
   assert_int_equal(w.number_granted, 2);
@@ -573,18 +573,18 @@ static void live_waiter_keeps_its_entry_however_long_it_waits(void **state) {
 
 static void holder_crash_hands_over_when_its_ttl_runs_out(void **state) {
   fixture *f = *state;
-  hilock_seqlock *dead = make_seq(f->client, "crash", 300);
-  hilock_seqlock *w = make_seq(f->client, "crash", 5000);
+  hilock_sequential_lock *dead = make_seq(f->client, "crash", 300);
+  hilock_sequential_lock *w = make_seq(f->client, "crash", 5000);
   int64_t t0;
 
-  assert_hl_ok(hilock_seqlock_try_acquire(dead), hilock_hold_errmsg(HILOCK_HOLD(dead)));
+  assert_hl_ok(hilock_sequential_lock_try_acquire(dead), hilock_hold_errmsg(HILOCK_HOLD(dead)));
   hilock_hold_free(HILOCK_HOLD(dead)); /* never released */
   t0 = hl_now_ms();
   /* The wait ends at the holder's session, not a re-check (2 s here). */
-  assert_hl_ok(hilock_seqlock_set_session(w, 6000), hilock_hold_errmsg(HILOCK_HOLD(w)));
-  assert_hl_ok(hilock_seqlock_acquire(w, 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_sequential_lock_set_heartbeat(w, 6000), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_sequential_lock_acquire(w, 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_i64_between(hl_now_ms() - t0, 200, 1200);
-  assert_hl_ok(hilock_seqlock_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_sequential_lock_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_no_residue(f, "crash");
   hilock_hold_free(HILOCK_HOLD(w));
 }
@@ -705,10 +705,10 @@ static void sequence_never_goes_back_when_the_counter_is_lost(void **state) {
 
 static void damaged_keys_fail_closed(void **state) {
   fixture *f = *state;
-  hilock_seqlock *l = make_seq(f->client, "damaged", 5000);
+  hilock_sequential_lock *l = make_seq(f->client, "damaged", 5000);
 
   hl_redis_ok(f->redis, "SET hilock:{damaged}:seq:queue x");
-  assert_hl_rc(hilock_seqlock_acquire(l, 100), HILOCK_EWRONGTYPE,
+  assert_hl_rc(hilock_sequential_lock_acquire(l, 100), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGTYPE");
   assert_false(hilock_hold_held(HILOCK_HOLD(l)));
@@ -716,7 +716,7 @@ static void damaged_keys_fail_closed(void **state) {
 
   hl_redis_ok(f->redis, "DEL hilock:{damaged}:seq:queue");
   hl_redis_ok(f->redis, "SET hilock:{damaged}:fence not-a-number");
-  assert_hl_rc(hilock_seqlock_acquire(l, 100), HILOCK_ESCRIPT,
+  assert_hl_rc(hilock_sequential_lock_acquire(l, 100), HILOCK_ESCRIPT,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   assert_null(holder_owner(f, "damaged"));
@@ -731,34 +731,34 @@ static void damaged_keys_fail_closed(void **state) {
  * test_contract.c; the hold's own arguments: test_hold.c). */
 static void invalid_arguments_are_einval(void **state) {
   fixture *f = *state;
-  hilock_seqlock *l = NULL;
+  hilock_sequential_lock *l = NULL;
   int64_t n;
 
-  assert_int_equal(hilock_seqlock_new(NULL, "x", 1, 1000, &l), HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_new(f->client, "x", 1, 1000, NULL),
+  assert_int_equal(hilock_sequential_lock_new(NULL, "x", 1, 1000, &l), HILOCK_EINVAL);
+  assert_int_equal(hilock_sequential_lock_new(f->client, "x", 1, 1000, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_new(f->client, NULL, 1, 1000, &l),
+  assert_int_equal(hilock_sequential_lock_new(f->client, NULL, 1, 1000, &l),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_new(f->client, "}x", 2, 1000, &l),
+  assert_int_equal(hilock_sequential_lock_new(f->client, "}x", 2, 1000, &l),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_new(f->client, "x", 1, 0, &l),
+  assert_int_equal(hilock_sequential_lock_new(f->client, "x", 1, 0, &l),
                    HILOCK_EINVAL);
   assert_substr(hilock_client_errmsg(f->client), "ttl");
   assert_null(l);
 
-  assert_int_equal(hilock_seqlock_waiters(NULL, &n), HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_set_session(NULL, 1000), HILOCK_EINVAL);
-  assert_int_equal(hilock_seqlock_sequence(NULL), 0);
-  assert_int_equal(hilock_seqlock_session_ms(NULL), 0);
+  assert_int_equal(hilock_sequential_lock_waiters(NULL, &n), HILOCK_EINVAL);
+  assert_int_equal(hilock_sequential_lock_set_heartbeat(NULL, 1000), HILOCK_EINVAL);
+  assert_int_equal(hilock_sequential_lock_sequence(NULL), 0);
+  assert_int_equal(hilock_sequential_lock_heartbeat_ms(NULL), 0);
 
   l = make_seq(f->client, "args", 50);
-  assert_int_equal(hilock_seqlock_session_ms(l), 500);
-  assert_hl_rc(hilock_seqlock_set_session(l, 499), HILOCK_EINVAL,
+  assert_int_equal(hilock_sequential_lock_heartbeat_ms(l), 500);
+  assert_hl_rc(hilock_sequential_lock_set_heartbeat(l, 499), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "session");
-  assert_int_equal(hilock_seqlock_waiters(l, NULL), HILOCK_EINVAL);
-  assert_hl_ok(hilock_seqlock_set_session(l, 2500), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_int_equal(hilock_seqlock_session_ms(l), 2500);
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "heartbeat");
+  assert_int_equal(hilock_sequential_lock_waiters(l, NULL), HILOCK_EINVAL);
+  assert_hl_ok(hilock_sequential_lock_set_heartbeat(l, 2500), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_sequential_lock_heartbeat_ms(l), 2500);
   assert_int_equal(queue_len(f, "args"), 0);
   hilock_hold_free(HILOCK_HOLD(l));
 }

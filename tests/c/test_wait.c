@@ -32,7 +32,7 @@ static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
 
 static hilock_lock *new_simple(hilock_client *c, const char *name) {
   hilock_lock *l = NULL;
-  assert_hl_ok(hilock_simple_lock_new(c, name, strlen(name), &l),
+  assert_hl_ok(hilock_lock_new_simple(c, name, strlen(name), &l),
                hilock_client_errmsg(c));
   return l;
 }

@@ -122,7 +122,7 @@ def test_limits_and_other_arguments(client: hilock.Client, rds: redis.Redis) -> 
     with pytest.raises(hilock.InvalidArgument):
         client.multi_lock(["a"], timeout=-1)
     # The maximum set works end to end, renewal included.
-    names = [f"m{i}" for i in range(_h.HILOCK_MULTILOCK_MAX)]
+    names = [f"m{i}" for i in range(_h.HILOCK_MULTI_LOCK_MAX)]
     m = client.multi_lock(names, ttl=5.0)
     with m:
         assert rds.exists(*[lock_key(n) for n in names[:50]]) == 50

@@ -44,7 +44,7 @@ def _seq(ttl: float = 10.0, session: float = 5.0):
     waiting entries live `session` seconds between re-checks."""
     def make(c, name):
         lk = c.sequential_lock(name, ttl=ttl)
-        lk.session = session
+        lk.heartbeat = session
         return lk
     return make
 
@@ -63,11 +63,11 @@ def test_acquire_release_and_properties(client, rds) -> None:
     a = client.sequential_lock(NAME, ttl=10.0)
     b = client.sequential_lock(NAME, ttl=10.0, timeout=0.2)
     assert isinstance(a, hilock.SequentialLock) and isinstance(a, hilock.LockBase)
-    assert a.ttl == 10.0 and a.session == 5.0 and a.auto_renew is True
+    assert a.ttl == 10.0 and a.heartbeat == 5.0 and a.auto_renew is True
     assert a.fence is None and a.sequence is None and a.token is None
     assert a.key == QUEUE.encode()
-    assert client.sequential_lock("short", ttl=1.5).session == 1.5
-    assert client.sequential_lock("tiny", ttl=0.1).session == 0.5
+    assert client.sequential_lock("short", ttl=1.5).heartbeat == 1.5
+    assert client.sequential_lock("tiny", ttl=0.1).heartbeat == 0.5
 
     assert a.acquire() is True
     assert rds.hget(HOLDER, "owner") == a.token.encode() and len(a.token) == 32
@@ -94,12 +94,12 @@ def test_acquire_release_and_properties(client, rds) -> None:
     assert_no_residue(rds)
 
 
-def test_session_is_settable_within_bounds(client) -> None:
+def test_heartbeat_is_settable_within_bounds(client) -> None:
     lk = client.sequential_lock(NAME)
     with pytest.raises(hilock.InvalidArgument):
-        lk.session = 0.2  # below 0.5 s
-    lk.session = 1.25
-    assert lk.session == 1.25
+        lk.heartbeat = 0.2  # below 0.5 s
+    lk.heartbeat = 1.25
+    assert lk.heartbeat == 1.25
 
 
 def test_module_level_sequential_lock_uses_the_environment(monkeypatch, rds, redis_url) -> None:
@@ -141,7 +141,7 @@ def _chaos_loop(url: str, name: str, gate, tag: str) -> None:
     r = redis.Redis.from_url(url)
     hist = RedisHistory(r, f"{tag}:history")
     lk = hilock.Client(url).sequential_lock(name, ttl=1.0)
-    lk.session = 0.6
+    lk.heartbeat = 0.6
     if not gate.wait(20):
         raise RuntimeError("start gate never opened")
     while True:
@@ -300,7 +300,7 @@ def test_sigkilled_holder_passes_the_turn_within_its_session(client, rds, redis_
         assert got["ok"] and got["order"] == 1
         time.sleep(1.5 * ttl)  # renewed past its first ttl
         waiter = client.sequential_lock(NAME, ttl=10.0)
-        waiter.session = 30.0  # our own re-checks (10 s) must not be what saves us
+        waiter.heartbeat = 30.0  # our own re-checks (10 s) must not be what saves us
         result: List[float] = []
         t = threading.Thread(target=lambda: result.append(waiter.acquire(timeout=10)
                                                           and time.monotonic()))

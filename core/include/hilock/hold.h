@@ -1,8 +1,8 @@
 /* hilock: the base handle every lock shares.
  *
  * Every lock handle (hilock_lock, hilock_rlock, hilock_semaphore,
- * hilock_fair_lock, hilock_rwlock, hilock_multilock, hilock_seqlock,
- * hilock_seglock, hilock_redlock) begins with a hilock_hold: its current
+ * hilock_fair_lock, hilock_rwlock, hilock_multi_lock, hilock_sequential_lock,
+ * hilock_segmented_lock, hilock_redlock) begins with a hilock_hold: its current
  * grant (fence, owner token, local validity, loss), its settings (TTL,
  * auto-renewal) and the message of its last failed call. HILOCK_HOLD(lk)
  * gives a family handle's hold (in C11 the macro checks the type; in C++
@@ -73,7 +73,7 @@ HILOCK_API int hilock_hold_errcode(const hilock_hold *h);
 /* Fencing token of the current or last grant: strictly increasing per lock
  * name; 0 before the first grant, and for a semaphore (permits carry no
  * fence). A multi-key lock's is the highest of its names' fences (each
- * name's own: hilock_multilock_fence). */
+ * name's own: hilock_multi_lock_fence). */
 HILOCK_API uint64_t hilock_hold_fence(const hilock_hold *h);
 
 /* What the server compares to tell this holder from others: 32 random hex
@@ -135,9 +135,9 @@ struct hilock_rlock;
 struct hilock_semaphore;
 struct hilock_fair_lock;
 struct hilock_rwlock;
-struct hilock_multilock;
-struct hilock_seqlock;
-struct hilock_seglock;
+struct hilock_multi_lock;
+struct hilock_sequential_lock;
+struct hilock_segmented_lock;
 struct hilock_redlock;
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && \
     __STDC_VERSION__ >= 201112L
@@ -149,9 +149,9 @@ struct hilock_redlock;
       struct hilock_semaphore *: (hilock_hold *)(lk),                     \
       struct hilock_fair_lock *: (hilock_hold *)(lk),                     \
       struct hilock_rwlock *: (hilock_hold *)(lk),                        \
-      struct hilock_multilock *: (hilock_hold *)(lk),                     \
-      struct hilock_seqlock *: (hilock_hold *)(lk),                       \
-      struct hilock_seglock *: (hilock_hold *)(lk),                       \
+      struct hilock_multi_lock *: (hilock_hold *)(lk),                     \
+      struct hilock_sequential_lock *: (hilock_hold *)(lk),                       \
+      struct hilock_segmented_lock *: (hilock_hold *)(lk),                       \
       struct hilock_redlock *: (hilock_hold *)(lk),                       \
       const struct hilock_hold *: (const hilock_hold *)(lk),              \
       const struct hilock_lock *: (const hilock_hold *)(lk),              \
@@ -159,9 +159,9 @@ struct hilock_redlock;
       const struct hilock_semaphore *: (const hilock_hold *)(lk),         \
       const struct hilock_fair_lock *: (const hilock_hold *)(lk),         \
       const struct hilock_rwlock *: (const hilock_hold *)(lk),            \
-      const struct hilock_multilock *: (const hilock_hold *)(lk),         \
-      const struct hilock_seqlock *: (const hilock_hold *)(lk),           \
-      const struct hilock_seglock *: (const hilock_hold *)(lk),           \
+      const struct hilock_multi_lock *: (const hilock_hold *)(lk),         \
+      const struct hilock_sequential_lock *: (const hilock_hold *)(lk),           \
+      const struct hilock_segmented_lock *: (const hilock_hold *)(lk),           \
       const struct hilock_redlock *: (const hilock_hold *)(lk))
 #else
 #define HILOCK_HOLD(lk) ((hilock_hold *)(lk))

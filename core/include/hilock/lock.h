@@ -57,9 +57,9 @@ typedef enum hilock_lock_kind {
 HILOCK_API int hilock_lock_new(hilock_client *client, const char *name,
                                size_t namelen, int64_t ttl_ms,
                                hilock_lock **out);
-HILOCK_API int hilock_simple_lock_new(hilock_client *client, const char *name,
+HILOCK_API int hilock_lock_new_simple(hilock_client *client, const char *name,
                                       size_t namelen, hilock_lock **out);
-HILOCK_API int hilock_lease_new(hilock_client *client, const char *name,
+HILOCK_API int hilock_lock_new_lease(hilock_client *client, const char *name,
                                 size_t namelen, int64_t ttl_ms,
                                 hilock_lock **out);
 
@@ -88,7 +88,7 @@ HILOCK_API int hilock_lock_renew(hilock_lock *lock);
  * holder died). *deleted = 1 if a lock was there; deleted may be NULL. */
 HILOCK_API int hilock_lock_force_release(hilock_lock *lock, int *deleted);
 
-HILOCK_API hilock_lock_kind hilock_lock_get_kind(const hilock_lock *lock);
+HILOCK_API hilock_lock_kind hilock_lock_kind_of(const hilock_lock *lock);
 
 #ifdef __cplusplus
 }

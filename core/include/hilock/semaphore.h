@@ -81,7 +81,7 @@ HILOCK_API int hilock_semaphore_available(hilock_semaphore *sem,
 
 /* Round trip: the limit in force, i.e. the stored one, or this handle's
  * permits if none is stored yet. stored (may be NULL) = 1 if stored. */
-HILOCK_API int hilock_semaphore_get_limit(hilock_semaphore *sem,
+HILOCK_API int hilock_semaphore_limit(hilock_semaphore *sem,
                                           int64_t *limit, int *stored);
 
 /* Operator: store a new limit, 0..HILOCK_PERMITS_MAX (0 closes the

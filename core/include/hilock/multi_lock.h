@@ -11,14 +11,14 @@
  * so a multi-key lock on {a, b} excludes hilock_lock_new(c, "a", ...) and
  * vice versa. Every grant draws one fencing token per name, from the
  * counter a single lock of that name uses: a resource guarded by one name
- * checks that name's fence (hilock_multilock_fence(m, i)).
+ * checks that name's fence (hilock_multi_lock_fence(m, i)).
  *
  * Index i in the functions below is the position of a name in the sorted,
- * de-duplicated set (hilock_multilock_name), not in the caller's array.
+ * de-duplicated set (hilock_multi_lock_name), not in the caller's array.
  *
  * Release frees exactly the keys this holder holds (owner-checked); a key
  * that expired or was taken by someone else is left alone and reported
- * (HILOCK_ENOTOWNED, hilock_multilock_missing). Extend and renewal refresh
+ * (HILOCK_ENOTOWNED, hilock_multi_lock_missing). Extend and renewal refresh
  * every key or none: one missing key means the hold is lost.
  *
  * Waiting: a busy attempt reports the name that blocked it; the waiter
@@ -32,8 +32,8 @@
  *
  * Threads and fork: as hilock_lock (one thread at a time per handle; a
  * forked child holds nothing and gets HILOCK_EFORKED). */
-#ifndef HILOCK_MULTILOCK_H
-#define HILOCK_MULTILOCK_H
+#ifndef HILOCK_MULTI_LOCK_H
+#define HILOCK_MULTI_LOCK_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -48,67 +48,67 @@ extern "C" {
 
 /* Most names in one multi-key lock (after de-duplication the set is at
  * most this large; more names given is HILOCK_EINVAL even if duplicated). */
-#define HILOCK_MULTILOCK_MAX 1024
+#define HILOCK_MULTI_LOCK_MAX 1024
 
-typedef struct hilock_multilock hilock_multilock;
+typedef struct hilock_multi_lock hilock_multi_lock;
 
 /* CONSTRUCTORS; nothing is sent to Redis. names: n NUL-terminated names
- * (hilock_multilock_new) or n binary names with their lengths (_new_len), each
+ * (hilock_multi_lock_new) or n binary names with their lengths (_new_len), each
  * 1..HILOCK_NAME_MAX bytes, not beginning with '}'; 1 <= n <=
- * HILOCK_MULTILOCK_MAX. ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS, for
+ * HILOCK_MULTI_LOCK_MAX. ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS, for
  * every key. Returns HILOCK_OK, HILOCK_EINVAL (message in
  * hilock_client_errmsg), HILOCK_ECROSSSLOT (cluster client, names in different
  * slots), HILOCK_ENOMEM or HILOCK_ECLOSED. */
-HILOCK_API int hilock_multilock_new(hilock_client *client,
+HILOCK_API int hilock_multi_lock_new(hilock_client *client,
                                     const char *const *names, size_t n,
-                                    int64_t ttl_ms, hilock_multilock **out);
-HILOCK_API int hilock_multilock_new_len(hilock_client *client,
+                                    int64_t ttl_ms, hilock_multi_lock **out);
+HILOCK_API int hilock_multi_lock_new_len(hilock_client *client,
                                         const char *const *names,
                                         const size_t *namelens, size_t n,
                                         int64_t ttl_ms,
-                                        hilock_multilock **out);
+                                        hilock_multi_lock **out);
 
 /* One attempt: HILOCK_OK (every name granted), HILOCK_BUSY (at least one
  * name held by someone else; nothing taken), or an error. HILOCK_EINVAL if
  * this handle already holds the set. */
-HILOCK_API int hilock_multilock_try_acquire(hilock_multilock *m);
+HILOCK_API int hilock_multi_lock_try_acquire(hilock_multi_lock *m);
 /* Attempt until granted or wait_ms passed (0: one attempt;
  * HILOCK_WAIT_FOREVER: no limit): HILOCK_OK, HILOCK_BUSY or an error. */
-HILOCK_API int hilock_multilock_acquire(hilock_multilock *m, int64_t wait_ms);
+HILOCK_API int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms);
 
 /* Delete every key this holder still holds and wake each name's waiter.
  * HILOCK_ENOTOWNED if any key had expired or belonged to someone else:
- * those are left alone (hilock_multilock_missing), the rest are freed. */
-HILOCK_API int hilock_multilock_release(hilock_multilock *m);
+ * those are left alone (hilock_multi_lock_missing), the rest are freed. */
+HILOCK_API int hilock_multi_lock_release(hilock_multi_lock *m);
 
 /* Set every key's remaining TTL to ms (replace != 0) or add ms to each
  * (replace == 0), only if this holder still holds every key; otherwise
  * nothing changes, the hold is marked lost and HILOCK_ENOTOWNED returned. */
-HILOCK_API int hilock_multilock_extend(hilock_multilock *m, int64_t ms,
+HILOCK_API int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms,
                                        int replace);
 /* Reset every key's TTL to ttl_ms. */
-HILOCK_API int hilock_multilock_renew(hilock_multilock *m);
+HILOCK_API int hilock_multi_lock_renew(hilock_multi_lock *m);
 
 /* hilock_hold_owned(HILOCK_HOLD(m), &owned) asks whether this handle's
  * grant still holds every key (a missing key marks the hold lost);
  * hilock_hold_fence is the highest of the names' fences. */
 
 /* Number of distinct names, and name i (sorted) with its length. */
-HILOCK_API size_t hilock_multilock_count(const hilock_multilock *m);
-HILOCK_API const char *hilock_multilock_name(const hilock_multilock *m,
+HILOCK_API size_t hilock_multi_lock_count(const hilock_multi_lock *m);
+HILOCK_API const char *hilock_multi_lock_name(const hilock_multi_lock *m,
                                              size_t i, size_t *len);
 /* Fencing token of name i in the current or last grant (the counter a
  * single lock of that name uses); 0 before a grant or for a bad index. */
-HILOCK_API uint64_t hilock_multilock_fence(const hilock_multilock *m,
+HILOCK_API uint64_t hilock_multi_lock_fence(const hilock_multi_lock *m,
                                            size_t i);
 /* 1 if the last release, extend or owned found name i not held by this
  * holder (expired or taken), else 0. */
-HILOCK_API int hilock_multilock_missing(const hilock_multilock *m, size_t i);
+HILOCK_API int hilock_multi_lock_missing(const hilock_multi_lock *m, size_t i);
 /* The lock key of name i (hilock:{name}:lock) and its length. */
-HILOCK_API const char *hilock_multilock_key(const hilock_multilock *m,
+HILOCK_API const char *hilock_multi_lock_key(const hilock_multi_lock *m,
                                             size_t i, size_t *len);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* HILOCK_MULTILOCK_H */
+#endif /* HILOCK_MULTI_LOCK_H */

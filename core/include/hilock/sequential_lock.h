@@ -12,7 +12,7 @@
  *
  * Sessions are judged on the server's clock: the holder's entry lasts ttl
  * after the grant or its last renewal; a waiter's lasts one session window
- * (hilock_seqlock_set_session) after its last re-check, and a waiter
+ * (hilock_sequential_lock_set_heartbeat) after its last re-check, and a waiter
  * re-checks at least every third of the window. A waiter also wakes when its
  * predecessor's session would run out, so a crashed predecessor passes the
  * turn within its session TTL even if no one else runs a script. A waiter
@@ -26,8 +26,8 @@
  * Threads: a handle stands for one contender; use it from one thread at a
  * time. Fork: a grant belongs to the process that acquired it; in a forked
  * child release and extend return HILOCK_EFORKED and touch nothing. */
-#ifndef HILOCK_SEQLOCK_H
-#define HILOCK_SEQLOCK_H
+#ifndef HILOCK_SEQUENTIAL_LOCK_H
+#define HILOCK_SEQUENTIAL_LOCK_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -42,60 +42,60 @@ extern "C" {
 
 /* A waiter's session window defaults to the TTL clamped to this range (the
  * minimum leaves room for the server's blocked-timeout resolution). */
-#define HILOCK_SEQLOCK_SESSION_MIN_MS ((int64_t)500)
-#define HILOCK_SEQLOCK_SESSION_DEFAULT_MAX_MS ((int64_t)5000)
+#define HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS ((int64_t)500)
+#define HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_DEFAULT_MAX_MS ((int64_t)5000)
 
-typedef struct hilock_seqlock hilock_seqlock;
+typedef struct hilock_sequential_lock hilock_sequential_lock;
 
 /* CONSTRUCTOR; nothing is sent. ttl_ms in
  * HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Returns HILOCK_OK, HILOCK_EINVAL,
  * HILOCK_ENOMEM or HILOCK_ECLOSED. */
-HILOCK_API int hilock_seqlock_new(hilock_client *client, const char *name,
+HILOCK_API int hilock_sequential_lock_new(hilock_client *client, const char *name,
                                   size_t namelen, int64_t ttl_ms,
-                                  hilock_seqlock **out);
+                                  hilock_sequential_lock **out);
 
 /* One attempt: HILOCK_OK if there is no live contender (the caller's entry
  * is then the lowest and holds), else HILOCK_BUSY and no entry is left.
  * HILOCK_EINVAL if this handle holds the lock. */
-HILOCK_API int hilock_seqlock_try_acquire(hilock_seqlock *sl);
+HILOCK_API int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl);
 
 /* Create an entry with the next sequence number and wait up to wait_ms
  * (HILOCK_WAIT_FOREVER: no limit; 0: as try_acquire) until it is the lowest
  * live one. HILOCK_OK when granted, HILOCK_BUSY when wait_ms passed first;
  * on BUSY or an error the entry is removed and the successor woken. */
-HILOCK_API int hilock_seqlock_acquire(hilock_seqlock *sl, int64_t wait_ms);
+HILOCK_API int hilock_sequential_lock_acquire(hilock_sequential_lock *sl, int64_t wait_ms);
 
 /* Owner-checked release: removes the holder's entry and wakes its
  * successor only. HILOCK_ENOTOWNED if the session lapsed (nothing is
  * removed then). */
-HILOCK_API int hilock_seqlock_release(hilock_seqlock *sl);
+HILOCK_API int hilock_sequential_lock_release(hilock_sequential_lock *sl);
 
 /* Add ms to the holder's remaining session (replace = 0) or set it to ms
  * (replace = 1), only while owned; renew sets it back to the TTL. */
-HILOCK_API int hilock_seqlock_extend(hilock_seqlock *sl, int64_t ms,
+HILOCK_API int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms,
                                      int replace);
-HILOCK_API int hilock_seqlock_renew(hilock_seqlock *sl);
+HILOCK_API int hilock_sequential_lock_renew(hilock_sequential_lock *sl);
 
 /* Round trip: how many live contenders wait behind the holder. (Whether
  * this handle's grant still holds, or anyone does: hilock_hold_owned,
  * hilock_hold_locked.) */
-HILOCK_API int hilock_seqlock_waiters(hilock_seqlock *sl, int64_t *count);
+HILOCK_API int hilock_sequential_lock_waiters(hilock_sequential_lock *sl, int64_t *count);
 
 /* The sequence number of the entry: the one of the acquire in progress once
  * it is enqueued (readable from another thread), then of the current or
  * last grant; 0 before any. Strictly increasing per lock name. */
-HILOCK_API uint64_t hilock_seqlock_sequence(const hilock_seqlock *sl);
+HILOCK_API uint64_t hilock_sequential_lock_sequence(const hilock_sequential_lock *sl);
 
 /* The session window of a waiting entry in ms
- * (HILOCK_SEQLOCK_SESSION_MIN_MS .. HILOCK_TTL_MAX_MS): a waiter re-checks
+ * (HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS .. HILOCK_TTL_MAX_MS): a waiter re-checks
  * at least every window/3 and its entry is purged once it has not for a
  * whole window. Default: the TTL, at most
- * HILOCK_SEQLOCK_SESSION_DEFAULT_MAX_MS. Applies from the next re-check. */
-HILOCK_API int hilock_seqlock_set_session(hilock_seqlock *sl,
+ * HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_DEFAULT_MAX_MS. Applies from the next re-check. */
+HILOCK_API int hilock_sequential_lock_set_heartbeat(hilock_sequential_lock *sl,
                                           int64_t window_ms);
-HILOCK_API int64_t hilock_seqlock_session_ms(const hilock_seqlock *sl);
+HILOCK_API int64_t hilock_sequential_lock_heartbeat_ms(const hilock_sequential_lock *sl);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* HILOCK_SEQLOCK_H */
+#endif /* HILOCK_SEQUENTIAL_LOCK_H */

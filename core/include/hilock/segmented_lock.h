@@ -19,10 +19,10 @@
  *                              "<i>" -> fence of segment i's latest grant}
  *   hilock:{name}:seg:wake     the wake list every waiter sleeps on
  *
- * Stock moves only under the lock: hilock_seglock_take checks the holder's
+ * Stock moves only under the lock: hilock_segmented_lock_take checks the holder's
  * token and decrements the held segment in one script, so no segment is
  * ever sold below 0 and the units sold add up to the stock loaded. A
- * segment with no stock entry (no hilock_seglock_stock_init or _set) counts
+ * segment with no stock entry (no hilock_segmented_lock_stock_init or _set) counts
  * as non-empty: without stock, the type is a plain K-way lock.
  *
  * Waiting: when every non-empty segment is held, a blocked acquire sleeps
@@ -39,8 +39,8 @@
  * thread at a time. Fork: a grant belongs to the process that acquired it;
  * in a forked child release, take and extend return HILOCK_EFORKED and
  * touch nothing. */
-#ifndef HILOCK_SEGLOCK_H
-#define HILOCK_SEGLOCK_H
+#ifndef HILOCK_SEGMENTED_LOCK_H
+#define HILOCK_SEGMENTED_LOCK_H
 
 #include <stdint.h>
 #include <stddef.h>
@@ -55,36 +55,36 @@ extern "C" {
 
 /* Largest number of segments accepted. */
 #define HILOCK_SEGMENTS_MAX 1024
-/* Largest stock per segment, and per hilock_seglock_stock_init total
+/* Largest stock per segment, and per hilock_segmented_lock_stock_init total
  * (exact in the server's Lua numbers). */
 #define HILOCK_STOCK_MAX ((int64_t)1 << 50)
 
-typedef struct hilock_seglock hilock_seglock;
+typedef struct hilock_segmented_lock hilock_segmented_lock;
 
 /* CONSTRUCTOR; nothing is sent to Redis. segments in 1..HILOCK_SEGMENTS_MAX,
  * ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Every handle on one name must
  * use the same segment count (the stock records it, and a mismatch is
  * HILOCK_EINVAL at acquire). Returns HILOCK_OK, HILOCK_EINVAL (message in
  * hilock_client_errmsg), HILOCK_ENOMEM or HILOCK_ECLOSED. */
-HILOCK_API int hilock_seglock_new(hilock_client *client, const char *name,
+HILOCK_API int hilock_segmented_lock_new(hilock_client *client, const char *name,
                                   size_t namelen, int segments,
-                                  int64_t ttl_ms, hilock_seglock **out);
+                                  int64_t ttl_ms, hilock_segmented_lock **out);
 
 /* One attempt (one round trip). HILOCK_OK: a segment was granted (see
- * hilock_seglock_segment, hilock_seglock_fence); HILOCK_BUSY: every
+ * hilock_segmented_lock_segment, hilock_segmented_lock_fence); HILOCK_BUSY: every
  * non-empty segment is held; HILOCK_SOLDOUT: every segment is empty.
  * HILOCK_EINVAL if this handle already holds a segment. */
-HILOCK_API int hilock_seglock_try_acquire(hilock_seglock *seg);
+HILOCK_API int hilock_segmented_lock_try_acquire(hilock_segmented_lock *seg);
 
 /* Attempt until granted, sold out, or wait_ms has passed (0: one attempt;
  * HILOCK_WAIT_FOREVER: no limit). HILOCK_OK, HILOCK_BUSY (not granted in
  * time), HILOCK_SOLDOUT, or an error. */
-HILOCK_API int hilock_seglock_acquire(hilock_seglock *seg, int64_t wait_ms);
+HILOCK_API int hilock_segmented_lock_acquire(hilock_segmented_lock *seg, int64_t wait_ms);
 
 /* Owner-checked release of the held segment; wakes one waiter.
  * HILOCK_ENOTOWNED if it expired or belongs to someone else (nothing is
  * deleted then). */
-HILOCK_API int hilock_seglock_release(hilock_seglock *seg);
+HILOCK_API int hilock_segmented_lock_release(hilock_segmented_lock *seg);
 
 /* Take n >= 1 units from the held segment's stock, in one script that
  * checks this handle still holds the segment. If the segment has fewer
@@ -96,7 +96,7 @@ HILOCK_API int hilock_seglock_release(hilock_seglock *seg);
  * On a client with wait_replicas the take is confirmed with WAIT like a
  * grant: an unacknowledged take is put back and HILOCK_ENOREPLICAS
  * returned with *taken = 0. */
-HILOCK_API int hilock_seglock_take(hilock_seglock *seg, int64_t n,
+HILOCK_API int hilock_segmented_lock_take(hilock_segmented_lock *seg, int64_t n,
                                    int partial, int64_t *taken,
                                    int64_t *left);
 
@@ -104,40 +104,40 @@ HILOCK_API int hilock_seglock_take(hilock_seglock *seg, int64_t n,
  * gets total / K, plus one for i < total % K), replacing any stock, and
  * record the segment count. total in 0..HILOCK_STOCK_MAX. Wakes a waiter.
  * Meant for set-up: a holder's units move under it. */
-HILOCK_API int hilock_seglock_stock_init(hilock_seglock *seg, int64_t total);
+HILOCK_API int hilock_segmented_lock_stock_init(hilock_segmented_lock *seg, int64_t total);
 
 /* Operator: set one segment's stock to n in 0..HILOCK_STOCK_MAX (0 marks
  * it empty). HILOCK_EINVAL if the stored segment count differs. */
-HILOCK_API int hilock_seglock_stock_set(hilock_seglock *seg, int segment,
+HILOCK_API int hilock_segmented_lock_stock_set(hilock_segmented_lock *seg, int segment,
                                         int64_t n);
 
 /* Round trip: units left in segment (0..K-1), or the sum over all
  * segments for segment == -1. *n = -1 for a segment with no stock entry
  * (or, for the sum, when no segment has one). */
-HILOCK_API int hilock_seglock_stock(hilock_seglock *seg, int segment,
+HILOCK_API int hilock_segmented_lock_stock(hilock_segmented_lock *seg, int segment,
                                     int64_t *n);
 
 /* Round trip: how many segments are held now, by anyone. */
-HILOCK_API int hilock_seglock_held_count(hilock_seglock *seg, int *n);
+HILOCK_API int hilock_segmented_lock_held_count(hilock_segmented_lock *seg, int *n);
 
 /* Set (replace != 0) or add to (replace == 0) the held segment's TTL, only
  * while still owned; HILOCK_ENOTOWNED if not. renew = extend(ttl_ms, 1). */
-HILOCK_API int hilock_seglock_extend(hilock_seglock *seg, int64_t ms,
+HILOCK_API int hilock_segmented_lock_extend(hilock_segmented_lock *seg, int64_t ms,
                                      int replace);
-HILOCK_API int hilock_seglock_renew(hilock_seglock *seg);
+HILOCK_API int hilock_segmented_lock_renew(hilock_segmented_lock *seg);
 
 /* The segment of the current or last grant (0..K-1), or -1 before the
  * first grant. */
-HILOCK_API int hilock_seglock_segment(const hilock_seglock *seg);
+HILOCK_API int hilock_segmented_lock_segment(const hilock_segmented_lock *seg);
 
-HILOCK_API int hilock_seglock_segments(const hilock_seglock *seg);
+HILOCK_API int hilock_segmented_lock_segments(const hilock_segmented_lock *seg);
 
 /* The Redis key of segment i's lock (i = 0..K-1), or of the stock hash
  * (i == -1), and its length; "" for an index out of range. */
-HILOCK_API const char *hilock_seglock_key(const hilock_seglock *seg, int i,
+HILOCK_API const char *hilock_segmented_lock_key(const hilock_segmented_lock *seg, int i,
                                           size_t *len);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* HILOCK_SEGLOCK_H */
+#endif /* HILOCK_SEGMENTED_LOCK_H */

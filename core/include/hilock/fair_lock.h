@@ -21,8 +21,8 @@
  * Threads: a handle stands for one holder; use it from one thread at a
  * time. Fork: a grant belongs to the process that acquired it; in a forked
  * child release and extend return HILOCK_EFORKED and touch nothing. */
-#ifndef HILOCK_FAIR_H
-#define HILOCK_FAIR_H
+#ifndef HILOCK_FAIR_LOCK_H
+#define HILOCK_FAIR_LOCK_H
 
 #include <stdint.h>
 #include <stddef.h>
@@ -89,4 +89,4 @@ HILOCK_API uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl);
 #ifdef __cplusplus
 }
 #endif
-#endif /* HILOCK_FAIR_H */
+#endif /* HILOCK_FAIR_LOCK_H */
