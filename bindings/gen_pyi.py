@@ -85,7 +85,7 @@ def stub(ret: str, name: str, params: str, outs: Set[str]) -> str:
             continue
         if bare.endswith("**") and pname == "out":
             results.append("Handle")
-        elif pname in outs and bare in ("int*", "int64_t*"):
+        elif pname in outs and bare in ("int*", "int64_t*", "size_t*"):
             results.append("int")
         elif pname == "len" and bare == "size_t*":
             results.append("bytes")

@@ -88,11 +88,13 @@
 %enddef
 HILOCK_OUT(int, PyLong_FromLong)
 HILOCK_OUT(int64_t, PyLong_FromLongLong)
+HILOCK_OUT(size_t, PyLong_FromSize_t)
 %apply int *OUT { int *owned, int *locked, int *deleted, int *writer,
                   int *stored, int *n };
 %apply int64_t *OUT { int64_t *count, int64_t *available, int64_t *readers,
                       int64_t *limit, int64_t *taken, int64_t *left,
                       int64_t *n };
+%apply size_t *OUT { size_t *n };
 
 %typemap(in, numinputs=0) size_t *len (size_t tmp = 0) { $1 = &tmp; }
 %typemap(argout) size_t *len {
@@ -102,8 +104,9 @@ HILOCK_OUT(int64_t, PyLong_FromLongLong)
 
 %apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen) };
 
-/* Not statuses: a segment index (-1 before the first grant). */
-%typemap(out) int hilock_segmented_lock_segment "$result = PyLong_FromLong($1);";
+/* size_t sentinels, which SWIG's preprocessor cannot evaluate. */
+%constant size_t HILOCK_SEGMENT_ALL = HILOCK_SEGMENT_ALL;
+%constant size_t HILOCK_SEGMENT_NONE = HILOCK_SEGMENT_NONE;
 
 /* ## Helpers ------------------------------------------------------------- */
 

@@ -210,7 +210,7 @@ static int seg_stock(const char *url, int load, long *left) {
                             &seg);
   if (rc == HILOCK_OK)
     rc = load ? hilock_segmented_lock_stock_init(seg, STOCK)
-              : hilock_segmented_lock_stock(seg, -1, &n);
+              : hilock_segmented_lock_stock(seg, HILOCK_SEGMENT_ALL, &n);
   if (rc != HILOCK_OK)
     fprintf(stderr, "segmented stock: %s\n",
             seg ? hilock_hold_errmsg(HILOCK_HOLD(seg)) : hilock_strerror(rc));

@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
             hilock_hold_errmsg(HILOCK_HOLD(a && hilock_hold_errcode(HILOCK_HOLD(a)) ? a : b)));
     goto out;
   }
-  printf("%d nodes, a majority is %d; each node has %" PRId64
+  printf("%zu nodes, a majority is %zu; each node has %" PRId64
          " ms to answer\n",
          hilock_redlock_nodes(a), hilock_redlock_quorum(a),
          hilock_redlock_node_timeout_ms(a));

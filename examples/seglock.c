@@ -120,7 +120,7 @@ join:
   hilock_segmented_lock_stock_set(sale, 3, 2);
   if (hilock_segmented_lock_acquire(sale, 1000) == HILOCK_OK) {
     hilock_segmented_lock_take(sale, 5, 1, &taken, NULL);
-    printf("after restocking segment 3: granted segment %d (fence %" PRIu64
+    printf("after restocking segment 3: granted segment %zu (fence %" PRIu64
            "), took %" PRId64 "\n",
            hilock_segmented_lock_segment(sale), hilock_hold_fence(HILOCK_HOLD(sale)), taken);
     hilock_segmented_lock_release(sale);

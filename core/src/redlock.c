@@ -1016,16 +1016,16 @@ int hilock_redlock_set_retry_delay(hilock_redlock *rl, int64_t ms) {
   return HILOCK_OK;
 }
 
-int hilock_redlock_nodes(const hilock_redlock *rl) {
-  return rl == NULL ? 0 : rl->n;
+size_t hilock_redlock_nodes(const hilock_redlock *rl) {
+  return rl == NULL ? 0 : (size_t)rl->n;
 }
 
-int hilock_redlock_quorum(const hilock_redlock *rl) {
-  return rl == NULL ? 0 : rl->quorum;
+size_t hilock_redlock_quorum(const hilock_redlock *rl) {
+  return rl == NULL ? 0 : (size_t)rl->quorum;
 }
 
-const char *hilock_redlock_node_addr(const hilock_redlock *rl, int i) {
-  if (rl == NULL || i < 0 || i >= rl->n) return "";
+const char *hilock_redlock_node_addr(const hilock_redlock *rl, size_t i) {
+  if (rl == NULL || i >= (size_t)rl->n) return "";
   return rl->node[i].addr;
 }
 

@@ -44,7 +44,7 @@ static void seglock_destroy(hilock_segmented_lock *s) {
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int seglock_new(hilock_client *client, const char *name, size_t namelen,
-                       int segments, int64_t ttl_ms, hilock_segmented_lock **out) {
+                       size_t segments, int64_t ttl_ms, hilock_segmented_lock **out) {
   hilock__err tmp;
   hilock_segmented_lock *s;
   int rc;
@@ -54,7 +54,7 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   if (client == NULL) return HILOCK_EINVAL;
   rc = hilock__check_name(&tmp, name, namelen);
   if (rc == HILOCK_OK && (segments < 1 || segments > HILOCK_SEGMENTS_MAX))
-    rc = hilock__set_err(&tmp, HILOCK_EINVAL, "segments must be 1..%d, got %d",
+    rc = hilock__set_err(&tmp, HILOCK_EINVAL, "segments must be 1..%d, got %zu",
                          HILOCK_SEGMENTS_MAX, segments);
   if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) {
@@ -65,9 +65,9 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
     return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
-  s->nseg = segments;
+  s->nseg = (int)segments; /* at most HILOCK_SEGMENTS_MAX */
   s->segment = -1;
-  s->segkey = calloc((size_t)segments, sizeof(*s->segkey));
+  s->segkey = calloc(segments, sizeof(*s->segkey));
   s->segkeylen = calloc((size_t)segments, sizeof(*s->segkeylen));
   s->akeys = calloc((size_t)segments + 3, sizeof(*s->akeys));
   s->akeylens = calloc((size_t)segments + 3, sizeof(*s->akeylens));
@@ -80,7 +80,7 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
     seglock_destroy(s);
     return HILOCK_ENOMEM;
   }
-  for (int i = 0; i < segments; i++) {
+  for (int i = 0; i < s->nseg; i++) {
     char role[24];
     snprintf(role, sizeof(role), "seg:%d", i);
     s->segkey[i] = hilock__key(name, namelen, role, &s->segkeylen[i]);
@@ -109,7 +109,7 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
 }
 
 int hilock_segmented_lock_new(hilock_client *client, const char *name, size_t namelen,
-                       int segments, int64_t ttl_ms, hilock_segmented_lock **out) {
+                       size_t segments, int64_t ttl_ms, hilock_segmented_lock **out) {
   HILOCK__CLIENT_CALL(
       client, out, seglock_new(client, name, namelen, segments, ttl_ms, out));
 }
@@ -391,16 +391,16 @@ int hilock_segmented_lock_stock_init(hilock_segmented_lock *s, int64_t total) {
   return stock_script(s, "split", total, 0);
 }
 
-int hilock_segmented_lock_stock_set(hilock_segmented_lock *s, int segment, int64_t n) {
+int hilock_segmented_lock_stock_set(hilock_segmented_lock *s, size_t segment, int64_t n) {
   int rc;
   if (s == NULL) return HILOCK_EINVAL;
-  if (segment < 0 || segment >= s->nseg)
+  if (segment >= (size_t)s->nseg)
     return hilock__set_err(&s->h.err, HILOCK_EINVAL,
-                           "segment must be 0..%d, got %d", s->nseg - 1,
+                           "segment must be 0..%d, got %zu", s->nseg - 1,
                            segment);
   rc = check_units(&s->h.err, "stock", n, 0);
   if (rc != HILOCK_OK) return rc;
-  return stock_script(s, "set", n, segment);
+  return stock_script(s, "set", n, (int)segment);
 }
 
 /* Decimal integer reply (a hash field) into *v; 0 if not one. */
@@ -414,20 +414,22 @@ static int parse_units(const redisReply *e, int64_t *v) {
   return 1;
 }
 
-int hilock_segmented_lock_stock(hilock_segmented_lock *s, int segment, int64_t *n) {
+int hilock_segmented_lock_stock(hilock_segmented_lock *s, size_t index, int64_t *n) {
   const char **argv;
   size_t *lens;
   char (*fields)[24];
   redisReply *r;
-  int rc, argc, tracked = 0;
+  int rc, argc, tracked = 0, segment;
   int64_t sum = 0;
 
   if (n != NULL) *n = -1;
   if (s == NULL || n == NULL) return HILOCK_EINVAL;
-  if (segment < -1 || segment >= s->nseg)
+  if (index != HILOCK_SEGMENT_ALL && index >= (size_t)s->nseg)
     return hilock__set_err(&s->h.err, HILOCK_EINVAL,
-                           "segment must be -1 (all) or 0..%d, got %d",
-                           s->nseg - 1, segment);
+                           "segment must be 0..%d or HILOCK_SEGMENT_ALL, got "
+                           "%zu",
+                           s->nseg - 1, index);
+  segment = index == HILOCK_SEGMENT_ALL ? -1 : (int)index;
   argc = segment == -1 ? s->nseg + 2 : 3;
   argv = calloc((size_t)argc, sizeof(*argv));
   lens = calloc((size_t)argc, sizeof(*lens));
@@ -473,7 +475,7 @@ int hilock_segmented_lock_stock(hilock_segmented_lock *s, int segment, int64_t *
   return HILOCK_OK;
 }
 
-int hilock_segmented_lock_held_count(hilock_segmented_lock *s, int *n) {
+int hilock_segmented_lock_segments_held(hilock_segmented_lock *s, size_t *n) {
   const char **argv;
   redisReply *r;
   int rc;
@@ -502,7 +504,7 @@ int hilock_segmented_lock_held_count(hilock_segmented_lock *s, int *n) {
     rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
                          "unexpected reply to EXISTS");
   else
-    *n = (int)r->integer;
+    *n = (size_t)r->integer;
   freeReplyObject(r);
   return rc;
 }
@@ -523,27 +525,30 @@ int hilock_segmented_lock_renew(hilock_segmented_lock *s) {
   return hilock__hold_extend(&s->h, s->h.ttl_ms, 1);
 }
 
-int hilock_segmented_lock_segment(const hilock_segmented_lock *s) {
-  return s == NULL ? -1 : s->segment;
+size_t hilock_segmented_lock_segment(const hilock_segmented_lock *s) {
+  return s == NULL || s->segment < 0 ? HILOCK_SEGMENT_NONE
+                                     : (size_t)s->segment;
 }
 
-int hilock_segmented_lock_segments(const hilock_segmented_lock *s) {
-  return s == NULL ? 0 : s->nseg;
+size_t hilock_segmented_lock_segments(const hilock_segmented_lock *s) {
+  return s == NULL ? 0 : (size_t)s->nseg;
 }
 
-const char *hilock_segmented_lock_key(const hilock_segmented_lock *s, int i, size_t *len) {
-  if (s == NULL || i < -1 || i >= s->nseg) {
+const char *hilock_segmented_lock_key(const hilock_segmented_lock *s, size_t i,
+                                      size_t *len) {
+  if (s == NULL || (i != HILOCK_SEGMENT_ALL && i >= (size_t)s->nseg)) {
     if (len) *len = 0;
     return "";
   }
-  if (len) *len = i == -1 ? s->skeylen : s->segkeylen[i];
-  return i == -1 ? s->skey : s->segkey[i];
+  if (len) *len = i == HILOCK_SEGMENT_ALL ? s->skeylen : s->segkeylen[i];
+  return i == HILOCK_SEGMENT_ALL ? s->skey : s->segkey[i];
 }
 
 
 /* Round trip: any segment is held. */
 static int fam_locked(void *arg, int *locked) {
-  int n = 0, rc = hilock_segmented_lock_held_count(arg, &n);
+  size_t n = 0;
+  int rc = hilock_segmented_lock_segments_held(arg, &n);
   *locked = rc == HILOCK_OK && n > 0;
   return rc;
 }

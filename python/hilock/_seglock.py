@@ -91,7 +91,7 @@ class SegmentedLock(ExclusiveBase):
         """The segment of the current or last grant (0..segments-1), or
         None before the first grant."""
         seg = _h.hilock_segmented_lock_segment(self._h)
-        return None if seg < 0 else seg
+        return None if seg == _h.HILOCK_SEGMENT_NONE else seg
 
     @property
     def segments(self) -> int:
@@ -138,14 +138,14 @@ class SegmentedLock(ExclusiveBase):
 
     def locked(self) -> bool:
         """Whether any segment is held, by anyone (one round trip)."""
-        return self.held_count() > 0
+        return self.segments_held() > 0
 
-    def held_count(self) -> int:
+    def segments_held(self) -> int:
         """How many of the ``segments`` are held now, by any holder in any
         process, this object included: one round trip that counts the live
         segment locks on the server. Not this object's own hold, which is
         at most one segment (see :meth:`owned` and :attr:`segment`)."""
-        return int(_h.hilock_segmented_lock_held_count(self._h))
+        return int(_h.hilock_segmented_lock_segments_held(self._h))
 
     def stock_init(self, total: int) -> None:
         """Load ``total`` units split evenly over the segments (the first
@@ -162,7 +162,7 @@ class SegmentedLock(ExclusiveBase):
         """Units left in one segment, or in all (``segment=None``); None if
         no stock was loaded (one round trip)."""
         if segment is None:
-            segment = -1
+            segment = _h.HILOCK_SEGMENT_ALL
         else:
             _count(segment, "segment", 0, self.segments - 1)
         n = int(_h.hilock_segmented_lock_stock(self._h, segment))

@@ -254,7 +254,7 @@ static void take_session(fixture *f, hilock_hold *h) {
 static void take_on_every_node(fixture *f, hilock_hold *h) {
   size_t len;
   const char *key = hilock_hold_key(h, &len);
-  for (int i = 0; i < hilock_redlock_nodes((hilock_redlock *)h); i++)
+  for (size_t i = 0; i < hilock_redlock_nodes((hilock_redlock *)h); i++)
     hl_redis_ok(f->node[i], "DEL %b", key, len);
 }
 

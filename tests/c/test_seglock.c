@@ -30,15 +30,15 @@ static hilock_segmented_lock *make_seg(hilock_client *c, const char *name, int k
 #define SEG_OK(call, s) assert_hl_ok((call), hilock_hold_errmsg(HILOCK_HOLD(s)))
 #define SEG_RC(call, rc, s) assert_hl_rc((call), (rc), hilock_hold_errmsg(HILOCK_HOLD(s)))
 
-static int64_t stock_of(hilock_segmented_lock *s, int i) {
+static int64_t stock_of(hilock_segmented_lock *s, size_t i) {
   int64_t n = -2;
   SEG_OK(hilock_segmented_lock_stock(s, i, &n), s);
   return n;
 }
 
-static int held_count(hilock_segmented_lock *s) {
-  int n = -1;
-  SEG_OK(hilock_segmented_lock_held_count(s, &n), s);
+static size_t segments_held(hilock_segmented_lock *s) {
+  size_t n = 99;
+  SEG_OK(hilock_segmented_lock_segments_held(s, &n), s);
   return n;
 }
 
@@ -58,7 +58,7 @@ static void grants_distinct_segments_then_busy(void **state) {
   uint64_t last_fence = 0;
 
   for (int i = 0; i < 5; i++) s[i] = make_seg(f->client, "inv", 4, 10000);
-  assert_int_equal(hilock_segmented_lock_segment(s[0]), -1);
+  assert_true(hilock_segmented_lock_segment(s[0]) == HILOCK_SEGMENT_NONE);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[0])), 0);
   for (int i = 0; i < 4; i++) {
     int seg;
@@ -80,7 +80,7 @@ static void grants_distinct_segments_then_busy(void **state) {
     assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 9000, 10000);
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(s[i])), 9000, 10000);
   }
-  assert_int_equal(held_count(s[4]), 4);
+  assert_int_equal(segments_held(s[4]), 4);
   SEG_RC(hilock_segmented_lock_try_acquire(s[4]), HILOCK_BUSY, s[4]);
   SEG_RC(hilock_segmented_lock_acquire(s[4], 0), HILOCK_BUSY, s[4]);
   SEG_RC(hilock_segmented_lock_acquire(s[4], 150), HILOCK_BUSY, s[4]);
@@ -95,7 +95,7 @@ static void grants_distinct_segments_then_busy(void **state) {
     int freed = hilock_segmented_lock_segment(s[2]);
     SEG_OK(hilock_segmented_lock_release(s[2]), s[2]);
     assert_false(hilock_hold_held(HILOCK_HOLD(s[2])));
-    assert_int_equal(held_count(s[4]), 3);
+    assert_int_equal(segments_held(s[4]), 3);
     SEG_OK(hilock_segmented_lock_try_acquire(s[4]), s[4]);
     assert_int_equal(hilock_segmented_lock_segment(s[4]), freed);
     assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[4])), last_fence + 1);
@@ -116,7 +116,7 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
   SEG_OK(hilock_segmented_lock_try_acquire(s), s);
   SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_EINVAL, s);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "already holds");
-  assert_int_equal(held_count(s), 1);
+  assert_int_equal(segments_held(s), 1);
   SEG_OK(hilock_segmented_lock_release(s), s);
   SEG_RC(hilock_segmented_lock_release(s), HILOCK_ENOTOWNED, s);
   hilock_hold_free(HILOCK_HOLD(s));
@@ -190,13 +190,13 @@ static void stock_init_splits_evenly(void **state) {
   hilock_segmented_lock *s = make_seg(f->client, "split", 3, 10000);
   hilock_segmented_lock *other = make_seg(f->client, "split", 4, 10000);
 
-  assert_int_equal(stock_of(s, -1), -1); /* nothing loaded */
+  assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), -1); /* nothing loaded */
   assert_int_equal(stock_of(s, 1), -1);
   SEG_OK(hilock_segmented_lock_stock_init(s, 10), s);
   assert_int_equal(stock_of(s, 0), 4);
   assert_int_equal(stock_of(s, 1), 3);
   assert_int_equal(stock_of(s, 2), 3);
-  assert_int_equal(stock_of(s, -1), 10);
+  assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), 10);
   {
     redisReply *r = hl_redis(f->redis, "HGET hilock:{split}:seg:stock segments");
     assert_int_equal(r->type, REDIS_REPLY_STRING);
@@ -206,7 +206,7 @@ static void stock_init_splits_evenly(void **state) {
   /* No expiry: the stock is the data. */
   assert_int_equal(hl_redis_pttl(f->redis, "hilock:{split}:seg:stock", 24), -1);
   SEG_OK(hilock_segmented_lock_stock_set(s, 2, 7), s);
-  assert_int_equal(stock_of(s, -1), 14);
+  assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), 14);
   /* Re-loading replaces the stock. */
   SEG_OK(hilock_segmented_lock_stock_init(s, 2), s);
   assert_int_equal(stock_of(s, 0), 1);
@@ -217,7 +217,7 @@ static void stock_init_splits_evenly(void **state) {
   SEG_RC(hilock_segmented_lock_try_acquire(other), HILOCK_EINVAL, other);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(other)), "split into 3 segments");
   SEG_RC(hilock_segmented_lock_stock_set(other, 0, 1), HILOCK_EINVAL, other);
-  assert_int_equal(held_count(s), 0);
+  assert_int_equal(segments_held(s), 0);
   hilock_hold_free(HILOCK_HOLD(s));
   hilock_hold_free(HILOCK_HOLD(other));
 }
@@ -252,7 +252,7 @@ static void take_moves_stock_only_under_the_lock(void **state) {
   SEG_OK(hilock_segmented_lock_stock_init(s, 10), s);
   /* Not held: nothing moves. */
   SEG_RC(hilock_segmented_lock_take(s, 1, 0, &taken, &left), HILOCK_ENOTOWNED, s);
-  assert_int_equal(stock_of(s, -1), 10);
+  assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), 10);
 
   SEG_OK(hilock_segmented_lock_try_acquire(s), s);
   seg = hilock_segmented_lock_segment(s);
@@ -269,7 +269,7 @@ static void take_moves_stock_only_under_the_lock(void **state) {
   SEG_OK(hilock_segmented_lock_take(s, 1, 1, &taken, &left), s);
   assert_int_equal(taken, 0);
   assert_int_equal(stock_of(s, seg), 0);
-  assert_int_equal(stock_of(s, -1), 5);
+  assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), 5);
   SEG_RC(hilock_segmented_lock_take(s, 0, 1, NULL, NULL), HILOCK_EINVAL, s);
   SEG_OK(hilock_segmented_lock_release(s), s);
 
@@ -287,7 +287,7 @@ static void take_moves_stock_only_under_the_lock(void **state) {
   hl_redis_ok(f->redis, "SET %s intruder", key);
   SEG_RC(hilock_segmented_lock_take(t, 1, 0, &taken, &left), HILOCK_ENOTOWNED, t);
   assert_true(hilock_hold_lost(HILOCK_HOLD(t)));
-  assert_int_equal(stock_of(t, -1), 5);
+  assert_int_equal(stock_of(t, HILOCK_SEGMENT_ALL), 5);
   SEG_RC(hilock_segmented_lock_release(t), HILOCK_ENOTOWNED, t);
 
   /* A segment with no stock entry cannot sell. */
@@ -313,7 +313,7 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   SEG_RC(hilock_segmented_lock_acquire(s, HILOCK_WAIT_FOREVER), HILOCK_SOLDOUT, s);
   assert_true(hl_now_ms() - t0 < 1000);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
-  assert_int_equal(held_count(s), 0);
+  assert_int_equal(segments_held(s), 0);
   assert_string_equal(hilock_err_name(HILOCK_SOLDOUT), "SOLDOUT");
   /* Restocking one segment opens it again. */
   SEG_OK(hilock_segmented_lock_stock_set(s, 1, 1), s);
@@ -368,7 +368,7 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
     assert_true(w[i].done_ms - released < 3000);
     hilock_hold_free(HILOCK_HOLD(w[i].s));
   }
-  assert_int_equal(stock_of(h[0], -1), 0);
+  assert_int_equal(stock_of(h[0], HILOCK_SEGMENT_ALL), 0);
   for (int i = 0; i < 2; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
 }
 
@@ -534,7 +534,7 @@ static void forked_child_holds_nothing(void **state) {
   assert_int_equal(hl_wait_child(pid, 5000), 0);
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(fork_seg), &owned), fork_seg);
   assert_true(owned);
-  assert_int_equal(stock_of(fork_seg, -1), 4);
+  assert_int_equal(stock_of(fork_seg, HILOCK_SEGMENT_ALL), 4);
   SEG_OK(hilock_segmented_lock_release(fork_seg), fork_seg);
   hilock_hold_free(HILOCK_HOLD(fork_seg));
   fork_seg = NULL;
@@ -639,7 +639,7 @@ static void processes_never_share_a_segment_nor_oversell(void **state) {
   }
   /* Never oversold, nothing lost: exactly the stock loaded. */
   assert_int_equal(sold, SELL_STOCK);
-  assert_int_equal(stock_of(s, -1), 0);
+  assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), 0);
   for (int i = 0; i < SELL_SEGMENTS; i++) {
     assert_true(per_seg[i] > 0);
     assert_int_equal(stock_of(s, i), 0);
@@ -663,10 +663,11 @@ static void processes_never_share_a_segment_nor_oversell(void **state) {
 
 static void bad_arguments_are_einval(void **state) {
   fixture *f = *state;
-  static const int bad_k[] = {0, -1, HILOCK_SEGMENTS_MAX + 1};
+  static const size_t bad_k[] = {0, HILOCK_SEGMENTS_MAX + 1, SIZE_MAX};
   hilock_segmented_lock *s = (hilock_segmented_lock *)f; /* must be reset to NULL */
   int64_t n;
   int o;
+  size_t z;
 
   for (size_t i = 0; i < 3; i++) {
     assert_int_equal(hilock_segmented_lock_new(f->client, "a", 1, bad_k[i], 1000, &s),
@@ -693,13 +694,13 @@ static void bad_arguments_are_einval(void **state) {
   assert_int_equal(hilock_segmented_lock_stock_init(NULL, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_segmented_lock_stock_set(NULL, 0, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_segmented_lock_stock(NULL, 0, &n), HILOCK_EINVAL);
-  assert_int_equal(hilock_segmented_lock_held_count(NULL, &o), HILOCK_EINVAL);
+  assert_int_equal(hilock_segmented_lock_segments_held(NULL, &z), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_owned(NULL, &o), HILOCK_EINVAL);
   assert_int_equal(hilock_segmented_lock_extend(NULL, 1, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_segmented_lock_renew(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_set_auto_renew(NULL, 1, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_segmented_lock_segment(NULL), -1);
+  assert_true(hilock_segmented_lock_segment(NULL) == HILOCK_SEGMENT_NONE);
   assert_int_equal(hilock_hold_fence(NULL), 0);
   assert_int_equal(hilock_hold_held(NULL), 0);
   assert_string_equal(hilock_hold_token(NULL), "");
@@ -711,12 +712,12 @@ static void bad_arguments_are_einval(void **state) {
   SEG_RC(hilock_segmented_lock_stock_init(s, -1), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock_init(s, HILOCK_STOCK_MAX + 1), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock_set(s, 3, 1), HILOCK_EINVAL, s);
-  SEG_RC(hilock_segmented_lock_stock_set(s, -1, 1), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_stock_set(s, HILOCK_SEGMENT_ALL, 1), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock_set(s, 0, -1), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock(s, 3, &n), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock(s, -2, &n), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock(s, 0, NULL), HILOCK_EINVAL, s);
-  SEG_RC(hilock_segmented_lock_held_count(s, NULL), HILOCK_EINVAL, s);
+  SEG_RC(hilock_segmented_lock_segments_held(s, NULL), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_acquire(s, -5), HILOCK_EINVAL, s);
   assert_int_equal(hilock_segmented_lock_segments(s), 3);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(s)), 1000);
@@ -730,7 +731,7 @@ static void keys_follow_the_layout(void **state) {
   const char *k = hilock_segmented_lock_key(s, 2, &len);
   assert_string_equal(k, "hilock:{lay{out}:seg:2");
   assert_int_equal(len, strlen(k));
-  assert_string_equal(hilock_segmented_lock_key(s, -1, &len), "hilock:{lay{out}:seg:stock");
+  assert_string_equal(hilock_segmented_lock_key(s, HILOCK_SEGMENT_ALL, &len), "hilock:{lay{out}:seg:stock");
   assert_string_equal(hilock_segmented_lock_key(s, 3, &len), "");
   assert_int_equal(len, 0);
   /* One cluster slot for every key of the lock. */
@@ -750,14 +751,14 @@ static void damaged_keys_fail_closed(void **state) {
   rc = hilock_segmented_lock_try_acquire(s);
   assert_true(rc < 0);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
-  assert_int_equal(held_count(s), 0);
+  assert_int_equal(segments_held(s), 0);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:stock");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:fence 7");
   rc = hilock_segmented_lock_try_acquire(s);
   assert_true(rc < 0);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
-  assert_int_equal(held_count(s), 0);
+  assert_int_equal(segments_held(s), 0);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:fence");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:stock 1");

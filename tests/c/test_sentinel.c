@@ -819,13 +819,13 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
 
   /* Segmented lock: an unconfirmed take is put back, a renewal does not
    * count, and a new grant is given back with its stock untouched. */
-  assert_hl_ok(hilock_segmented_lock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
   assert_hl_rc(hilock_segmented_lock_take(g, 2, 0, &taken, &left), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(g)), "put back");
   assert_int_equal(taken, 0);
-  assert_hl_ok(hilock_segmented_lock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
   assert_hl_rc(hilock_segmented_lock_renew(g), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(g)));
@@ -840,7 +840,7 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
     assert_false(hl_redis_exists(d.m, key, klen));
     free(key);
   }
-  assert_hl_ok(hilock_segmented_lock_stock(g, -1, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
 
   hilock_hold_free(HILOCK_HOLD(rw));

@@ -48,7 +48,7 @@ def test_each_holder_gets_its_own_segment(client, rds) -> None:
     t0 = time.monotonic()
     assert locks[4].acquire(timeout=0.2) is False
     assert 0.15 <= time.monotonic() - t0 <= 2.0
-    assert locks[4].locked() is True and locks[4].held_count() == 4
+    assert locks[4].locked() is True and locks[4].segments_held() == 4
     assert locks[4].segment is None and locks[4].token is None
 
     freed = locks[1].segment
@@ -72,7 +72,7 @@ def test_context_manager_and_properties(client, rds) -> None:
     assert seg.segment_key(2) == b"hilock:{ctx}:seg:2"
     with seg as held:
         assert held is seg and seg.segment in (0, 1, 2) and seg.owned()
-    assert seg.owned() is False and seg.held_count() == 0
+    assert seg.owned() is False and seg.segments_held() == 0
     assert "SegmentedLock" in repr(seg)
     assert hilock.segmented_lock is not None
     assert isinstance(seg, hilock.SegmentedLock) and isinstance(seg, hilock.LockBase)

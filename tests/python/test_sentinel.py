@@ -271,7 +271,7 @@ def test_coordination_types_confirm_grants_too(redis_url):
         with pytest.raises(hilock.NotEnoughReplicas):
             sg.acquire(timeout=0.3)
         assert not sg.locked()
-        assert sg.held_count() == 0 and sg.stock() == 4
+        assert sg.segments_held() == 0 and sg.stock() == 4
         with pytest.raises(hilock.NotEnoughReplicas):
             with c.multi_lock(["unconfirmed:c"], ttl=5, timeout=0.3):
                 pytest.fail("the body ran without an acknowledged grant")

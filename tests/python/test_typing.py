@@ -56,7 +56,7 @@ def use(client: hilock.Client) -> List[Optional[int]]:
     with client.segmented_lock("stock", 4) as seg:
         reveal_type(seg)
         taken: int = seg.take(2, partial=True)
-        everyone: int = seg.held_count()
+        everyone: int = seg.segments_held()
         out += [taken, everyone, seg.segment, seg.stock()]
     with client.semaphore("pool", 2) as sem:
         reveal_type(sem)

@@ -110,11 +110,11 @@ HILOCK_API int hilock_redlock_renew(hilock_redlock *rl);
  * the one described above; the key is the same on every node. */
 
 /* Number of nodes, and the majority needed (n/2 + 1). */
-HILOCK_API int hilock_redlock_nodes(const hilock_redlock *rl);
-HILOCK_API int hilock_redlock_quorum(const hilock_redlock *rl);
+HILOCK_API size_t hilock_redlock_nodes(const hilock_redlock *rl);
+HILOCK_API size_t hilock_redlock_quorum(const hilock_redlock *rl);
 /* "host:port" or the socket path of node i; "" if out of range. */
 HILOCK_API const char *hilock_redlock_node_addr(const hilock_redlock *rl,
-                                                int i);
+                                                size_t i);
 
 /* Per-node reply timeout of every round (1 ms .. ttl_ms - 1). */
 HILOCK_API int hilock_redlock_set_node_timeout(hilock_redlock *rl,

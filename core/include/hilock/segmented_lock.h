@@ -58,6 +58,10 @@ extern "C" {
 /* Largest stock per segment, and per hilock_segmented_lock_stock_init total
  * (exact in the server's Lua numbers). */
 #define HILOCK_STOCK_MAX ((int64_t)1 << 50)
+/* A segment index that names no one segment: every segment (the stock's
+ * sum, the stock hash's key), or no grant yet. */
+#define HILOCK_SEGMENT_ALL ((size_t)-1)
+#define HILOCK_SEGMENT_NONE HILOCK_SEGMENT_ALL
 
 typedef struct hilock_segmented_lock hilock_segmented_lock;
 
@@ -67,7 +71,7 @@ typedef struct hilock_segmented_lock hilock_segmented_lock;
  * HILOCK_EINVAL at acquire). Returns HILOCK_OK, HILOCK_EINVAL (message in
  * hilock_client_errmsg), HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_segmented_lock_new(hilock_client *client, const char *name,
-                                  size_t namelen, int segments,
+                                  size_t namelen, size_t segments,
                                   int64_t ttl_ms, hilock_segmented_lock **out);
 
 /* One attempt (one round trip). HILOCK_OK: a segment was granted (see
@@ -108,17 +112,19 @@ HILOCK_API int hilock_segmented_lock_stock_init(hilock_segmented_lock *seg, int6
 
 /* Operator: set one segment's stock to n in 0..HILOCK_STOCK_MAX (0 marks
  * it empty). HILOCK_EINVAL if the stored segment count differs. */
-HILOCK_API int hilock_segmented_lock_stock_set(hilock_segmented_lock *seg, int segment,
+HILOCK_API int hilock_segmented_lock_stock_set(hilock_segmented_lock *seg, size_t segment,
                                         int64_t n);
 
 /* Round trip: units left in segment (0..K-1), or the sum over all
- * segments for segment == -1. *n = -1 for a segment with no stock entry
- * (or, for the sum, when no segment has one). */
-HILOCK_API int hilock_segmented_lock_stock(hilock_segmented_lock *seg, int segment,
+ * segments for HILOCK_SEGMENT_ALL. *n = -1 for a segment with no stock
+ * entry (or, for the sum, when no segment has one). */
+HILOCK_API int hilock_segmented_lock_stock(hilock_segmented_lock *seg, size_t segment,
                                     int64_t *n);
 
-/* Round trip: how many segments are held now, by anyone. */
-HILOCK_API int hilock_segmented_lock_held_count(hilock_segmented_lock *seg, int *n);
+/* Round trip: how many segments are held now, by anyone (this handle's own
+ * grant: hilock_hold_held). */
+HILOCK_API int hilock_segmented_lock_segments_held(hilock_segmented_lock *seg,
+                                                   size_t *n);
 
 /* Set (replace != 0) or add to (replace == 0) the held segment's TTL, only
  * while still owned; HILOCK_ENOTOWNED if not. renew = extend(ttl_ms, 1). */
@@ -126,15 +132,16 @@ HILOCK_API int hilock_segmented_lock_extend(hilock_segmented_lock *seg, int64_t 
                                      int replace);
 HILOCK_API int hilock_segmented_lock_renew(hilock_segmented_lock *seg);
 
-/* The segment of the current or last grant (0..K-1), or -1 before the
- * first grant. */
-HILOCK_API int hilock_segmented_lock_segment(const hilock_segmented_lock *seg);
+/* The segment of the current or last grant (0..K-1), or HILOCK_SEGMENT_NONE
+ * before the first grant. */
+HILOCK_API size_t hilock_segmented_lock_segment(const hilock_segmented_lock *seg);
 
-HILOCK_API int hilock_segmented_lock_segments(const hilock_segmented_lock *seg);
+/* The number of segments, K. */
+HILOCK_API size_t hilock_segmented_lock_segments(const hilock_segmented_lock *seg);
 
 /* The Redis key of segment i's lock (i = 0..K-1), or of the stock hash
- * (i == -1), and its length; "" for an index out of range. */
-HILOCK_API const char *hilock_segmented_lock_key(const hilock_segmented_lock *seg, int i,
+ * (HILOCK_SEGMENT_ALL), and its length; "" for an index out of range. */
+HILOCK_API const char *hilock_segmented_lock_key(const hilock_segmented_lock *seg, size_t i,
                                           size_t *len);
 
 #ifdef __cplusplus
