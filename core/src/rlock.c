@@ -220,7 +220,12 @@ int hilock_rlock_release(hilock_rlock *rl) {
     rc = hilock__set_err(hilock__hold_err(&rl->h), HILOCK_ENOTOWNED,
                          "release: the calling thread does not hold this "
                          "lock (or it expired); nothing changed");
-    if (mine) hilock__hold_lost(&rl->h);
+    /* The grant is gone: the release that found out ends it, as every
+     * family's does. */
+    if (mine) {
+      hilock__hold_lost(&rl->h);
+      hilock__hold_drop(&rl->h);
+    }
     mine = 0;
   } else if (r->integer == 0 && mine) {
     hilock__hold_drop(&rl->h);

@@ -609,7 +609,12 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
   } else if (r->integer == 0) {
     if (mine) hilock__hold_drop(&rw->w); /* waits for an in-flight renewal */
   } else {
-    if (mine) hilock__hold_lost(&rw->w);
+    /* The grant is gone: the release that found out ends it, as every
+     * family's does (the loss was reported when it was found). */
+    if (mine) {
+      hilock__hold_lost(&rw->w);
+      hilock__hold_drop(&rw->w);
+    }
     rc = set_err(rw, HILOCK_ENOTOWNED,
                  "write release: the calling thread does not hold the write "
                  "lock (or it expired); nothing changed");

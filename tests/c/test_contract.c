@@ -694,7 +694,10 @@ static void grant_taken_away_is_reported_lost(void **state) {
     assert_int_equal(owned(fam->own, a), 0);
     assert_int_equal(locked(a), 0); /* renewal did not re-create it */
     assert_hl_rc(fam->own->release(a), fam->not_owned, E(a));
-    /* The next grant clears it. */
+    /* The release that found the grant gone ends it, in every family. */
+    assert_false(lost(fam->own, a));
+    assert_int_equal(validity(fam->own, a), 0);
+    /* The next grant is clean. */
     assert_hl_ok(fam->own->try_acquire(a), E(a));
     assert_false(lost(fam->own, a));
     assert_int_equal(owned(fam->own, a), 1);
