@@ -1,7 +1,8 @@
-/* The base handle: every lock family's handle begins with its hold, and the
- * hilock_hold_* calls work on each one the same way (state before, during
- * and after a grant; errors; NULL). Threads sharing a reentrant lock read
- * its last error without racing a failing thread (run under TSan too). */
+/* The base handle: what every family's hold does is in the contract suite
+ * (test_contract.c, one table of every lock type); here the hold's own
+ * rules: NULL holds, a simple lock's missing TTL, the read-write lock's
+ * error, and errors kept per thread for the client and the handles threads
+ * share (run under TSan too). */
 #include "test_util.h"
 
 #include <pthread.h>
@@ -11,153 +12,6 @@
 
 #define NAME "hold:test"
 #define TTL_MS 10000
-
-/* One family: its constructor and verbs, behind the hold. */
-typedef struct family {
-  const char *what;
-  int (*make)(hl_fixture *f, hilock_hold **h);
-  int (*acquire)(hilock_hold *h);
-  int (*release)(hilock_hold *h);
-  int fenced;    /* grants carry a fence */
-} family;
-
-#define VERBS(T, type, acquire_fn, release_fn)                               \
-  static int T##_acquire(hilock_hold *h) { return acquire_fn((type *)h, 2000); } \
-  static int T##_release(hilock_hold *h) { return release_fn((type *)h); }
-
-#define MAKE(T, type, call)                                 \
-  static int T##_make(hl_fixture *f, hilock_hold **h) {     \
-    hilock_client *c = f->client;                           \
-    type *x = NULL;                                         \
-    int rc = call;                                          \
-    (void)c;                                                \
-    *h = HILOCK_HOLD(x);                                    \
-    return rc;                                              \
-  }
-
-static const char *const multi_names[2] = {NAME, "hold:other"};
-
-MAKE(lock, hilock_lock, hilock_lock_new(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(lease, hilock_lock, hilock_lock_new_lease(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(rlock, hilock_rlock, hilock_rlock_new(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(rwlock, hilock_rwlock,
-     hilock_rwlock_new(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(semaphore, hilock_semaphore,
-     hilock_semaphore_new(c, NAME, strlen(NAME), 2, TTL_MS, &x))
-MAKE(fair, hilock_fair_lock,
-     hilock_fair_lock_new(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(multi, hilock_multi_lock,
-     hilock_multi_lock_new(c, multi_names, 2, TTL_MS, &x))
-MAKE(seq, hilock_sequential_lock, hilock_sequential_lock_new(c, NAME, strlen(NAME), TTL_MS, &x))
-MAKE(seg, hilock_segmented_lock,
-     hilock_segmented_lock_new(c, NAME, strlen(NAME), 3, TTL_MS, &x))
-static int redlock_make(hl_fixture *f, hilock_hold **h) {
-  const char *urls[1] = {f->server.url};
-  hilock_redlock *x = NULL;
-  int rc = hilock_redlock_new(urls, 1, NAME, strlen(NAME), TTL_MS, NULL, &x);
-  *h = HILOCK_HOLD(x);
-  return rc;
-}
-
-VERBS(lock, hilock_lock, hilock_lock_acquire, hilock_lock_release)
-VERBS(rlock, hilock_rlock, hilock_rlock_acquire, hilock_rlock_release)
-VERBS(rwlock, hilock_rwlock, hilock_rwlock_write_acquire,
-      hilock_rwlock_write_release)
-VERBS(semaphore, hilock_semaphore, hilock_semaphore_acquire,
-      hilock_semaphore_release)
-VERBS(fair, hilock_fair_lock, hilock_fair_lock_acquire,
-      hilock_fair_lock_release)
-VERBS(multi, hilock_multi_lock, hilock_multi_lock_acquire,
-      hilock_multi_lock_release)
-VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_acquire, hilock_sequential_lock_release)
-VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_acquire, hilock_segmented_lock_release)
-VERBS(redlock, hilock_redlock, hilock_redlock_acquire, hilock_redlock_release)
-
-static const family families[] = {
-    {"lock", lock_make, lock_acquire, lock_release, 1},
-    {"lease", lease_make, lock_acquire, lock_release, 1},
-    {"rlock", rlock_make, rlock_acquire, rlock_release, 1},
-    {"rwlock", rwlock_make, rwlock_acquire, rwlock_release, 1},
-    {"semaphore", semaphore_make, semaphore_acquire, semaphore_release, 0},
-    {"fair lock", fair_make, fair_acquire, fair_release, 1},
-    {"multi-key lock", multi_make, multi_acquire, multi_release, 1},
-    {"sequential lock", seq_make, seq_acquire, seq_release, 1},
-    {"segmented lock", seg_make, seg_acquire, seg_release, 1},
-    {"redlock", redlock_make, redlock_acquire, redlock_release, 1},
-};
-#define NFAMILIES (sizeof(families) / sizeof(families[0]))
-
-static int lost_calls;
-static void on_lost(void *arg) {
-  (void)arg;
-  lost_calls++;
-}
-
-/* Before, during and after a grant, every family answers the same calls
- * the same way through its hold. */
-static void every_family_answers_through_its_hold(void **state) {
-  hl_fixture *f = *state;
-  for (size_t i = 0; i < NFAMILIES; i++) {
-    const family *fam = &families[i];
-    hilock_hold *h = NULL;
-    uint64_t fence_before;
-    size_t keylen = 0;
-    const char *key;
-    int b = -1, rc;
-
-    print_message("%s\n", fam->what);
-    hl_redis_ok(f->redis, "FLUSHALL");
-    assert_hl_ok(fam->make(f, &h), hilock_client_errmsg(f->client));
-    assert_non_null(h);
-
-    /* Before the first grant. */
-    assert_int_equal(hilock_hold_held(h), 0);
-    assert_int_equal(hilock_hold_validity_ms(h), 0);
-    assert_int_equal(hilock_hold_lost(h), 0);
-    assert_int_equal(hilock_hold_fence(h), 0);
-    assert_int_equal(hilock_hold_ttl_ms(h), TTL_MS);
-    key = hilock_hold_key(h, &keylen);
-    assert_true(keylen > 0 && strlen(key) == keylen);
-    assert_hl_ok(hilock_hold_owned(h, &b), hilock_hold_errmsg(h));
-    assert_int_equal(b, 0);
-    assert_hl_ok(hilock_hold_locked(h, &b), hilock_hold_errmsg(h));
-    assert_int_equal(b, 0);
-    assert_hl_ok(hilock_hold_set_auto_renew(h, 1, 0, on_lost, NULL),
-                 hilock_hold_errmsg(h));
-    fence_before = hilock_hold_fence(h);
-
-    /* Held. */
-    assert_hl_ok(fam->acquire(h), hilock_hold_errmsg(h));
-    assert_int_equal(hilock_hold_held(h), 1);
-    assert_i64_between(hilock_hold_validity_ms(h), 1, TTL_MS);
-    assert_int_equal(hilock_hold_lost(h), 0);
-    assert_true(hilock_hold_token(h)[0] != '\0');
-    if (fam->fenced)
-      assert_true(hilock_hold_fence(h) > fence_before);
-    else
-      assert_int_equal(hilock_hold_fence(h), 0);
-    key = hilock_hold_key(h, &keylen);
-    assert_true(hl_redis_exists(f->redis, key, keylen));
-    assert_hl_ok(hilock_hold_owned(h, &b), hilock_hold_errmsg(h));
-    assert_int_equal(b, 1);
-    assert_hl_ok(hilock_hold_locked(h, &b), hilock_hold_errmsg(h));
-    assert_int_equal(b, 1);
-
-    /* Released: a second release fails, and the hold says why. */
-    assert_hl_ok(fam->release(h), hilock_hold_errmsg(h));
-    assert_int_equal(hilock_hold_held(h), 0);
-    assert_hl_ok(hilock_hold_owned(h, &b), hilock_hold_errmsg(h));
-    assert_int_equal(b, 0);
-    assert_hl_ok(hilock_hold_locked(h, &b), hilock_hold_errmsg(h));
-    assert_int_equal(b, 0);
-    rc = fam->release(h);
-    assert_true(rc < 0);
-    assert_int_equal(hilock_hold_errcode(h), rc);
-    assert_true(hilock_hold_errmsg(h)[0] != '\0');
-    hilock_hold_free(h);
-  }
-  assert_int_equal(lost_calls, 0);
-}
 
 /* A simple lock has no TTL to renew; the error lands on its hold. */
 static void simple_lock_refuses_renewal(void **state) {
@@ -320,7 +174,6 @@ static void client_errors_are_per_thread(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      T(every_family_answers_through_its_hold),
       T(simple_lock_refuses_renewal),
       T(rwlock_hold_reports_the_handles_error),
       T(null_holds_are_safe),
