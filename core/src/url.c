@@ -260,20 +260,28 @@ static int parse_hostport(const char *p, const char *end, char **host,
   return HILOCK_OK;
 }
 
+/* A node list's "userinfo@" prefix (up to the last '@' before end), if
+ * any: parsed into out, and *p moved past it. */
+static int take_userinfo(const char **p, const char *end, hilock__url *out,
+                         hilock__err *e) {
+  const char *at = NULL;
+  int rc;
+  for (const char *s = *p; s < end; s++)
+    if (*s == '@') at = s;
+  if (at == NULL) return HILOCK_OK;
+  rc = parse_userinfo(*p, (size_t)(at - *p), out, e);
+  if (rc == HILOCK_OK) *p = at + 1;
+  return rc;
+}
+
 /* redis+cluster://[user:password@]host[:port][,host[:port]...][/0][?query]:
  * the seed nodes the slot map is first read from. */
 static int parse_cluster(const char *p, hilock__url *out, hilock__err *e) {
   const char *end = p + strcspn(p, "/?");
-  const char *at = NULL;
   int rc;
   out->cluster = 1;
-  for (const char *s = p; s < end; s++)
-    if (*s == '@') at = s;
-  if (at != NULL) {
-    rc = parse_userinfo(p, (size_t)(at - p), out, e);
-    if (rc != HILOCK_OK) return rc;
-    p = at + 1;
-  }
+  rc = take_userinfo(&p, end, out, e);
+  if (rc != HILOCK_OK) return rc;
   for (const char *s = p;; s++) {
     if (s == end || *s == ',') {
       hilock__seed *grown;
@@ -327,16 +335,10 @@ static int parse_addr(const char *s, size_t n, hilock__seed *a,
 /* redis+sentinel://[userinfo@]h[:p][,h[:p]...]/master[/db][?query] */
 static int parse_sentinel(const char *p, hilock__url *out, hilock__err *e) {
   const char *end = p + strcspn(p, "/?");
-  const char *at = NULL;
   int rc;
   out->sentinel = 1;
-  for (const char *s = p; s < end; s++)
-    if (*s == '@') at = s;
-  if (at != NULL) {
-    rc = parse_userinfo(p, (size_t)(at - p), out, e);
-    if (rc != HILOCK_OK) return rc;
-    p = at + 1;
-  }
+  rc = take_userinfo(&p, end, out, e);
+  if (rc != HILOCK_OK) return rc;
   if (p == end) BAD("redis+sentinel:// URL needs at least one sentinel");
   size_t count = 1;
   for (const char *s = p; s < end; s++) count += *s == ',';
