@@ -89,8 +89,8 @@ def stub(ret: str, name: str, params: str, outs: Set[str]) -> str:
             results.append("int")
         elif pname == "len" and bare == "size_t*":
             results.append("bytes")
-        elif bare == "PyObject*" and pname == "names":
-            args.append("names: Sequence[bytes]")
+        elif bare == "PyObject*" and pname in ("names", "urls"):
+            args.append(f"{pname}: Sequence[bytes]")
         elif bare == "char*":
             args.append(f"{pname}: Optional[bytes]")
         else:

@@ -39,6 +39,7 @@
 %threadallow;
 %nothreadallow _set_error_factory;
 %nothreadallow py_multilock_new;
+%nothreadallow py_redlock_new; /* releases the GIL itself around connecting */
 
 %include "errors.i"
 
@@ -161,6 +162,58 @@ static void py_ctor_failed(int rc, const char *msg) {
   snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
            msg != NULL && msg[0] ? msg : hilock_strerror(rc));
 }
+
+/* A Python sequence of bytes as copied C strings with their lengths (the
+ * GIL held; nothing else may run meanwhile). 0, or -1 with the failure
+ * recorded for the constructor (what names the items). */
+typedef struct py_strs {
+  char **p;
+  size_t *len, n;
+} py_strs;
+
+static void py_strs_free(py_strs *v) {
+  for (size_t i = 0; v->p != NULL && i < v->n; i++) free(v->p[i]);
+  free(v->p);
+  free(v->len);
+}
+
+static int py_strs_get(PyObject *obj, py_strs *v, const char *what) {
+  PyObject *seq = PySequence_Fast(obj, "expected a sequence of bytes");
+  memset(v, 0, sizeof(*v));
+  if (seq == NULL) {
+    PyErr_Clear();
+    py_ctor_failed(HILOCK_EINVAL, "expected a sequence of bytes");
+    return -1;
+  }
+  v->n = (size_t)PySequence_Fast_GET_SIZE(seq);
+  v->p = calloc(v->n ? v->n : 1, sizeof(*v->p));
+  v->len = calloc(v->n ? v->n : 1, sizeof(*v->len));
+  for (size_t i = 0; v->p != NULL && v->len != NULL && i < v->n; i++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i);
+    char *s, msg[64];
+    Py_ssize_t len;
+    if (!PyBytes_Check(item) || PyBytes_AsStringAndSize(item, &s, &len)) {
+      PyErr_Clear();
+      snprintf(msg, sizeof(msg), "%s %zu is not bytes", what, i);
+      py_ctor_failed(HILOCK_EINVAL, msg);
+      Py_DECREF(seq);
+      py_strs_free(v);
+      return -1;
+    }
+    v->p[i] = malloc((size_t)len + 1);
+    if (v->p[i] == NULL) break;
+    memcpy(v->p[i], s, (size_t)len + 1);
+    v->len[i] = (size_t)len;
+  }
+  Py_DECREF(seq);
+  for (size_t i = 0; v->p != NULL && v->len != NULL && i < v->n; i++)
+    if (v->p[i] == NULL) goto nomem;
+  if (v->p != NULL && v->len != NULL) return 0;
+nomem:
+  py_strs_free(v);
+  py_ctor_failed(HILOCK_ENOMEM, NULL);
+  return -1;
+}
 %}
 
 %inline %{
@@ -214,8 +267,9 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
   return NULL;
 }
 
-/* Redlock: urls separated by newlines (a URL holds none). */
-static hilock_redlock *py_redlock_new(const char *urls, const char *name,
+/* Redlock: urls is a sequence of bytes. The GIL is held while the list
+ * is read, and released while the nodes are connected. */
+static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
                                       size_t namelen, int64_t ttl_ms,
                                       int64_t connect_ms,
                                       int64_t node_timeout_ms,
@@ -225,28 +279,22 @@ static hilock_redlock *py_redlock_new(const char *urls, const char *name,
                                       const char *password, int cert_reqs,
                                       int check_hostname,
                                       const char *server_name) {
-  const char *list[HILOCK_REDLOCK_MAX_NODES + 1];
-  char *copy = strdup(urls ? urls : ""), *p, *save = NULL;
   hilock_redlock *rl = NULL;
   hilock_options o;
-  size_t n = 0;
+  py_strs u;
   int rc;
-  if (copy == NULL) {
-    py_ctor_failed(HILOCK_ENOMEM, NULL);
-    return NULL;
-  }
-  for (p = strtok_r(copy, "\n", &save);
-       p != NULL && n <= HILOCK_REDLOCK_MAX_NODES;
-       p = strtok_r(NULL, "\n", &save))
-    list[n++] = p;
+  if (py_strs_get(urls, &u, "node URL") != 0) return NULL;
   py_options(&o, connect_ms, ca_certs, ca_path, certfile, keyfile, password,
              cert_reqs, check_hostname, server_name);
-  rc = hilock_redlock_new(list, n, name, namelen, ttl_ms, &o, &rl);
+  Py_BEGIN_ALLOW_THREADS
+  rc = hilock_redlock_new((const char *const *)u.p, u.n, name, namelen,
+                          ttl_ms, &o, &rl);
   if (rc == HILOCK_OK && node_timeout_ms > 0)
     rc = hilock_redlock_set_node_timeout(rl, node_timeout_ms);
   if (rc == HILOCK_OK && retry_delay_ms >= 0)
     rc = hilock_redlock_set_retry_delay(rl, retry_delay_ms);
-  free(copy);
+  Py_END_ALLOW_THREADS
+  py_strs_free(&u);
   if (rc == HILOCK_OK) return rl;
   py_ctor_failed(rc, rl ? hilock_hold_errmsg(HILOCK_HOLD(rl)) : NULL);
   hilock_hold_free(HILOCK_HOLD(rl));
@@ -256,44 +304,15 @@ static hilock_redlock *py_redlock_new(const char *urls, const char *name,
 /* names: a sequence of bytes (the GIL is held: this reads Python
  * objects; nothing is sent to Redis). */
 static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
-                                          int64_t ttl_ms) {
+                                           int64_t ttl_ms) {
   hilock_multi_lock *m = NULL;
-  PyObject *seq = PySequence_Fast(names, "names must be a sequence");
-  const char **ptrs = NULL;
-  size_t *lens = NULL, n;
-  int rc = HILOCK_ENOMEM;
-  if (seq == NULL) return NULL; /* TypeError set */
-  n = (size_t)PySequence_Fast_GET_SIZE(seq);
-  ptrs = malloc((n ? n : 1) * sizeof(*ptrs));
-  lens = malloc((n ? n : 1) * sizeof(*lens));
-  if (ptrs != NULL && lens != NULL) {
-    rc = HILOCK_OK;
-    for (size_t i = 0; i < n && rc == HILOCK_OK; i++) {
-      PyObject *item = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i);
-      char *p;
-      Py_ssize_t len;
-      if (!PyBytes_Check(item) || PyBytes_AsStringAndSize(item, &p, &len)) {
-        char msg[64];
-        PyErr_Clear();
-        snprintf(msg, sizeof(msg), "multi-key lock: name %zu is not bytes", i);
-        py_ctor_failed(HILOCK_EINVAL, msg);
-        rc = HILOCK_EINVAL;
-        break;
-      }
-      ptrs[i] = p;
-      lens[i] = (size_t)len;
-    }
-    if (rc == HILOCK_OK) {
-      rc = hilock_multi_lock_new_len(c, ptrs, lens, n, ttl_ms, &m);
-      if (rc != HILOCK_OK)
-        py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
-    }
-  }
-  if (rc == HILOCK_ENOMEM && m == NULL && (ptrs == NULL || lens == NULL))
-    py_ctor_failed(rc, NULL);
-  free(ptrs);
-  free(lens);
-  Py_DECREF(seq);
+  py_strs v;
+  int rc;
+  if (py_strs_get(names, &v, "multi-key lock: name") != 0) return NULL;
+  rc = hilock_multi_lock_new_len(c, (const char *const *)v.p, v.len, v.n,
+                                 ttl_ms, &m);
+  py_strs_free(&v);
+  if (rc != HILOCK_OK) py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
   return m;
 }
 %}

@@ -70,7 +70,7 @@ class Redlock(ExclusiveBase):
         unknown = [k for k in tls if k not in TLS_OPTIONS]
         if unknown:
             raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
-        self._setup(_h.py_redlock_new("\n".join(url_list).encode(), self._bname, ttl_ms,
+        self._setup(_h.py_redlock_new([u.encode() for u in url_list], self._bname, ttl_ms,
                                       connect_ms, node_ms, math.ceil(retry_delay * 1000),
                                       *tls_args(**tls)))
 
