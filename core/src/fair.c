@@ -226,18 +226,7 @@ int hilock_fair_lock_renew(hilock_fair_lock *fl) {
   return hilock__hold_extend(&fl->h, fl->h.ttl_ms, 1);
 }
 
-static int fam_owned(void *arg, int *owned) {
-  hilock_fair_lock *fl = arg;
-  if (fl == NULL || owned == NULL) return HILOCK_EINVAL;
-  return hilock__hold_owned(&fl->h, owned);
-}
 
-static int fam_locked(void *arg, int *locked) {
-  hilock_fair_lock *fl = arg;
-  if (fl == NULL || locked == NULL) return HILOCK_EINVAL;
-  return hilock__exists(fl->h.client, &fl->h.err, fl->keys[K_HOLDER],
-                        fl->keylens[K_HOLDER], locked);
-}
 
 int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count) {
   redisReply *r;
@@ -274,4 +263,4 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
   return fl == NULL ? 0 : fl->last_ticket;
 }
 
-static const hilock__family family = {"fair lock", fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {fam_free, NULL, NULL, NULL, NULL};

@@ -510,8 +510,17 @@ uint64_t hilock_hold_fence(const hilock_hold *hh) {
 }
 
 const char *hilock_hold_token(const hilock_hold *hh) {
+  static __thread char copy[sizeof(((hilock__hold *)0)->owner)];
   const hilock__hold *h = chold_of(hh);
-  return h == NULL ? "" : h->owner;
+  if (h == NULL) return "";
+  if (h->guard == NULL) return h->owner;
+  /* Shared by threads: another's grant may rewrite it; a copy for the
+   * caller (valid until its next call of this). */
+  guard(h);
+  memcpy(copy, h->owner, sizeof(copy));
+  unguard(h);
+  copy[sizeof(copy) - 1] = '\0';
+  return copy;
 }
 
 const char *hilock_hold_key(const hilock_hold *hh, size_t *len) {
@@ -576,11 +585,16 @@ int hilock_hold_owned(hilock_hold *hh, int *owned) {
 
 int hilock_hold_locked(hilock_hold *hh, int *locked) {
   hilock__hold *h = hold_of(hh);
+  hilock__err e;
+  int rc;
   if (h == NULL || locked == NULL) return HILOCK_EINVAL;
   if (h->fam != NULL && h->fam->locked != NULL)
     return h->fam->locked(h, locked);
-  return keep(h,
-              hilock__exists(h->client, &h->err, h->rkey, h->rkeylen, locked));
+  /* The error goes where the caller reads it (per thread on a shared
+   * handle), not through the hold's own err. */
+  rc = hilock__exists(h->client, &e, h->rkey, h->rkeylen, locked);
+  if (rc < 0) *hilock__hold_err(h) = e;
+  return rc;
 }
 
 void hilock_hold_free(hilock_hold *hh) {

@@ -806,7 +806,6 @@ struct hilock__hold;
 /* What the public base handle (hilock/hold.h) asks of a family. NULL
  * members take the shared behaviour. */
 typedef struct hilock__family {
-  const char *what; /* "lock", "fair lock", ... */
   void (*free)(void *handle);
   int (*owned)(void *handle, int *owned);
   int (*locked)(void *handle, int *locked);

@@ -177,17 +177,7 @@ int hilock_lock_renew(hilock_lock *l) {
   return hilock_lock_extend(l, l->h.ttl_ms, 1);
 }
 
-static int fam_owned(void *arg, int *owned) {
-  hilock_lock *l = arg;
-  if (l == NULL || owned == NULL) return HILOCK_EINVAL;
-  return hilock__hold_owned(&l->h, owned);
-}
 
-static int fam_locked(void *arg, int *locked) {
-  hilock_lock *l = arg;
-  if (l == NULL || locked == NULL) return HILOCK_EINVAL;
-  return hilock__exists(l->h.client, &l->h.err, l->key, l->keylen, locked);
-}
 
 int hilock_lock_force_release(hilock_lock *l, int *deleted) {
   const char *keys[2];
@@ -213,4 +203,4 @@ hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
-static const hilock__family family = {"lock", fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {fam_free, NULL, NULL, NULL, NULL};

@@ -518,4 +518,4 @@ const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
   return m->keys[i];
 }
 
-static const hilock__family family = {"multi-key lock", fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {fam_free, fam_owned, fam_locked, NULL, NULL};

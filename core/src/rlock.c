@@ -272,13 +272,5 @@ static int fam_owned(void *arg, int *owned) {
   return rc;
 }
 
-static int fam_locked(void *arg, int *locked) {
-  hilock_rlock *rl = arg;
-  hilock__err e;
-  int rc;
-  if (rl == NULL || locked == NULL) return HILOCK_EINVAL;
-  rc = hilock__exists(rl->h.client, &e, rl->key, rl->keylen, locked);
-  return rc == HILOCK_OK ? rc : keep_err(rl, &e);
-}
 
-static const hilock__family family = {"reentrant lock", fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {fam_free, fam_owned, NULL, NULL, NULL};

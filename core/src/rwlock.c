@@ -763,4 +763,4 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {"read-write lock", fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {fam_free, fam_owned, fam_locked, NULL, NULL};

@@ -509,11 +509,6 @@ int hilock_segmented_lock_segments_held(hilock_segmented_lock *s, size_t *n) {
   return rc;
 }
 
-static int fam_owned(void *arg, int *owned) {
-  hilock_segmented_lock *s = arg;
-  if (s == NULL || owned == NULL) return HILOCK_EINVAL;
-  return hilock__hold_owned(&s->h, owned);
-}
 
 int hilock_segmented_lock_extend(hilock_segmented_lock *s, int64_t ms, int replace) {
   if (s == NULL) return HILOCK_EINVAL;
@@ -553,4 +548,4 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {"segmented lock", fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {fam_free, NULL, fam_locked, NULL, NULL};

@@ -78,8 +78,9 @@ HILOCK_API uint64_t hilock_hold_fence(const hilock_hold *h);
 
 /* What the server compares to tell this holder from others: 32 random hex
  * characters, fresh for every grant (a semaphore's permit id), or for the
- * reentrant and read-write locks "client id:thread id". "" before the
- * first grant. */
+ * reentrant and read-write locks "client id:thread id" (a copy for the
+ * calling thread, valid until its next call of this). "" before the first
+ * grant. */
 HILOCK_API const char *hilock_hold_token(const hilock_hold *h);
 
 /* The Redis key that holds the grant (for operators), and its length: the
