@@ -788,7 +788,7 @@ int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
 /* ## Release, extend, renew ----------------------------------------------- */
 
 int hilock_redlock_release(hilock_redlock *rl) {
-  int deleted = 0, gone = 0, failed = 0, rc;
+  int deleted = 0, gone = 0, failed = 0, lost, rc;
   if (rl == NULL) return HILOCK_EINVAL;
   rc = hilock__hold_check(&rl->h, "release");
   if (rc != HILOCK_OK) return sync_err(rl, rc);
@@ -803,14 +803,22 @@ int hilock_redlock_release(hilock_redlock *rl) {
       failed++;
     }
   }
+  lost = hilock__hold_is_lost(&rl->h);
   hilock__hold_drop(&rl->h);
   if (deleted >= rl->quorum) {
     rc = HILOCK_OK;
   } else if (gone > rl->n - rl->quorum) {
+    /* Not ours on more nodes than a grant can spare: it had lapsed. */
     rc = fail(rl, HILOCK_ENOTOWNED,
               "release: the lock expired or another owner holds it on %d of "
               "%d nodes; deleted on %d",
               gone, rl->n, deleted);
+  } else if (!lost && deleted > 0 && deleted + gone >= rl->quorum) {
+    /* A live grant, and a majority answered with none of them holding our
+     * token any more: the grant was on a majority that included nodes now
+     * unreachable, and some that answered never had it (a grant does not
+     * wait for every node). What is left is on a minority, until its TTL. */
+    rc = HILOCK_OK;
   } else {
     fail(rl, HILOCK_ENOQUORUM,
          "release: deleted on %d of %d nodes, %d needed; the rest lapse at "

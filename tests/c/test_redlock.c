@@ -326,6 +326,25 @@ static void test_minority_down_still_acquires_and_releases(void **state) {
   hilock_hold_free(HILOCK_HOLD(a));
 }
 
+/* A grant stands on a majority without waiting for every node, so a node
+ * may never have had it; if part of that majority then goes down, the
+ * release still ends the grant everywhere it can reach, and that is a
+ * majority: it succeeds. */
+static void test_release_after_the_majority_changed_succeeds(void **state) {
+  hilock_redlock *a = make(10000);
+  redisContext *c;
+  (void)state;
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  c = hl_redis_connect(&nodes[2]); /* node 2 never had it */
+  hl_redis_ok(c, "DEL %s", KEY);
+  redisFree(c);
+  hl_server_stop(&nodes[3]);
+  hl_server_stop(&nodes[4]);
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_int_equal(nodes_with_key(), 0);
+  hilock_hold_free(HILOCK_HOLD(a));
+}
+
 static void test_minority_slowed_still_acquires_fast(void **state) {
   hilock_redlock *a = make(10000);
   redisContext *s3, *s4;
@@ -687,6 +706,8 @@ int main(void) {
       cmocka_unit_test_setup(test_blocked_acquire_waits_its_bound_then_gets_it,
                              setup),
       cmocka_unit_test_setup(test_minority_down_still_acquires_and_releases,
+                             setup),
+      cmocka_unit_test_setup(test_release_after_the_majority_changed_succeeds,
                              setup),
       cmocka_unit_test_setup(test_minority_slowed_still_acquires_fast, setup),
       cmocka_unit_test_setup(
