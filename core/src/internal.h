@@ -137,6 +137,7 @@ typedef struct hilock__net {
   int state;          /* 0 ready, 1 TCP connecting, 2 TLS handshake */
   redisReader *reader;
   size_t inbytes;     /* bytes fed since the last complete reply */
+  int unread;         /* bytes fed since the reader last had no reply */
   char *obuf;         /* output not written yet */
   size_t olen, ocap;
   struct ssl_st *ssl; /* NULL: plain */
@@ -170,6 +171,11 @@ int hilock__net_append(hilock__net *n, int argc, const char **argv,
                        const size_t *lens);
 /* A reply already read, or *reply = NULL; -1 on a protocol error. */
 int hilock__net_reply(hilock__net *n, void **reply);
+/* 1 if bytes came since the reader last had no whole reply. Handling a TLS
+ * connection reads whatever has arrived (a write included), so a whole
+ * reply may wait there with nothing more to come on the socket, which poll
+ * would not report: take replies before polling. */
+int hilock__net_buffered(const hilock__net *n);
 /* Write what is queued and wait for the next reply, each wait bounded by
  * ->timeout_ms: 0 and *reply, or -1 (->err). */
 int hilock__net_get_reply(hilock__net *n, void **reply);

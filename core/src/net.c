@@ -80,9 +80,14 @@ int hilock__net_reply(hilock__net *n, void **reply) {
                                 ? "reply too large"
                                 : n->reader->errstr);
   }
-  if (*reply != NULL) n->inbytes = 0;
+  if (*reply != NULL)
+    n->inbytes = 0;
+  else
+    n->unread = 0;
   return 0;
 }
+
+int hilock__net_buffered(const hilock__net *n) { return n->unread; }
 
 /* ## Sockets -------------------------------------------------------------- */
 
@@ -272,6 +277,7 @@ static int feed(hilock__net *n, const char *buf, size_t len) {
                             "protocol error: a reply from %s is larger than "
                             "%zu MB",
                             n->where, READ_MAX_BYTES >> 20);
+  n->unread = 1;
   if (redisReaderFeed(n->reader, buf, len) != REDIS_OK)
     return hilock__net_fail(n, HILOCK__NET_ENOMEM, "out of memory");
   return 0;

@@ -269,6 +269,20 @@ static void on_reply(rl_conn *k, redisReply *r) {
     freeReplyObject(r);
 }
 
+/* Take the replies k's reader holds. */
+static void take_replies(rl_conn *k) {
+  while (k->ctx != NULL && k->expect > 0) {
+    void *r = NULL;
+    if (hilock__net_reply(k->ctx, &r) != 0) {
+      node_fail(k, HILOCK_EPROTO, "reply: %s", k->ctx->errstr);
+      conn_drop(k, 1);
+      return;
+    }
+    if (r == NULL) return;
+    on_reply(k, r);
+  }
+}
+
 /* Queue k->q on node i's connection (opening one if needed). */
 static void send_cmd(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   if (conn_open(rl, i, k, leak_forked) != HILOCK_OK) return;
@@ -342,6 +356,11 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
     int64_t left;
     for (int i = 0; i < n; i++) {
       rl_conn *k = &set[i];
+      /* A TLS connection reads whatever has arrived each time it is
+       * handled (a write included), so a whole reply may wait in its
+       * reader with nothing more to come on the socket: poll would not
+       * report it. */
+      if (k->ctx != NULL && k->expect > 0) take_replies(k);
       if (k->ctx == NULL || (k->expect == 0 && !k->wpending)) continue;
       pfd[nfds].fd = k->ctx->fd;
       pfd[nfds].events = hilock__net_events(k->ctx);
@@ -377,16 +396,7 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
       }
       k->connecting = !hilock__net_ready(k->ctx);
       k->wpending = k->ctx->olen > 0;
-      while (k->expect > 0) {
-        void *r = NULL;
-        if (hilock__net_reply(k->ctx, &r) != 0) {
-          node_fail(k, HILOCK_EPROTO, "reply: %s", k->ctx->errstr);
-          conn_drop(k, 1);
-          break;
-        }
-        if (r == NULL) break;
-        on_reply(k, r);
-      }
+      take_replies(k);
     }
   }
   /* A slow node keeps its connection: what was sent still runs there, in

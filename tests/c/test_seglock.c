@@ -470,8 +470,8 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
 
 static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "renew", 4, 300);
-  hilock_segmented_lock *o = make_seg(f->client, "renew", 4, 300);
+  hilock_segmented_lock *s = make_seg(f->client, "renew", 4, 600);
+  hilock_segmented_lock *o = make_seg(f->client, "renew", 4, 600);
   int owned = 0;
   char key[64];
 
@@ -480,23 +480,25 @@ static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   SEG_OK(hilock_segmented_lock_stock_set(s, 3, 1), s);
   SEG_OK(hilock_segmented_lock_try_acquire(s), s);
   assert_int_equal(hilock_segmented_lock_segment(s), 3);
-  hl_sleep_ms(900);
+  /* Two and a half TTLs: long enough that only renewal explains it, and a
+   * TTL of 600 ms leaves a loaded machine room between renewals. */
+  hl_sleep_ms(1500);
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(s), &owned), s);
   assert_true(owned);
   assert_false(hilock_hold_lost(HILOCK_HOLD(s)));
   SEG_RC(hilock_segmented_lock_try_acquire(o), HILOCK_BUSY, o);
   snprintf(key, sizeof(key), "hilock:{renew}:seg:3");
-  assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 300);
+  assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 600);
   SEG_OK(hilock_segmented_lock_extend(s, 5000, 1), s);
   assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 4000, 5000);
   SEG_OK(hilock_segmented_lock_renew(s), s);
-  assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 300);
+  assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 600);
   SEG_OK(hilock_segmented_lock_release(s), s);
 
   /* Without renewal the grant lapses at its TTL and owned() says so. */
   SEG_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 0, 0, NULL, NULL), s);
   SEG_OK(hilock_segmented_lock_try_acquire(s), s);
-  hl_sleep_ms(450);
+  hl_sleep_ms(900);
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(s), &owned), s);
   assert_false(owned);
   assert_true(hilock_hold_lost(HILOCK_HOLD(s)));

@@ -308,6 +308,17 @@ def test_redlock_over_tls_nodes(pki) -> None:
         # Without the CA, every node refuses the certificates.
         with pytest.raises(hilock.CertificateError):
             hilock.Redlock([s.url for s in servers], "tls:red3", ttl=5)
+        # Many rounds on new connections: a TLS connection reads whatever
+        # has arrived each time it writes, so a node's whole reply can sit
+        # in its reader with nothing more to come on the socket; a round
+        # that only polled then waited out node_timeout and lost the quorum
+        # (about one cycle in 30 did).
+        for i in range(100):
+            rl = hilock.Redlock(urls, f"tls:round{i}", ttl=5, node_timeout=1.0)
+            assert rl.acquire(timeout=2)
+            rl.release()
+            assert rl.acquire(timeout=2)
+            rl.release()
     finally:
         for s in servers:
             s.cleanup()
