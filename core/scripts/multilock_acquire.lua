@@ -4,7 +4,11 @@
 -- KEYS[1..n] lock keys, KEYS[n+1..2n] wake lists, KEYS[2n+1..3n] fence
 -- counters, names in sorted order (one hash slot).
 -- ARGV[1] owner token, ARGV[2] ttl in ms, ARGV[3] index of the wake list
--- whose wake-up started this attempt ("0": none).
+-- whose wake-up started this attempt ("0": none), ARGV[4] "woken"
+-- (optional): rung by a release of that name, the attempt takes the
+-- release's wake-up itself, in its round trip; none left (a waiter of
+-- another process took it) and it is not its turn: it is told that name's
+-- pttl, 0 if it is free (it looks again in 1 ms).
 -- Returns {1, fence_1, ..., fence_n} when granted, or {0, pttl, i} when
 -- name i is held by another owner (pttl: its remaining TTL, -1 if none).
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
@@ -13,6 +17,12 @@
 local n = #KEYS / 3
 local token = ARGV[1]
 local woken = tonumber(ARGV[3]) or 0
+if ARGV[4] == 'woken' and woken >= 1 and woken <= n and
+    redis.call('GET', KEYS[woken]) ~= token and
+    redis.call('LPOP', KEYS[n + woken]) == false then
+  local pttl = redis.call('PTTL', KEYS[woken])
+  return {0, pttl == -2 and 0 or pttl, woken}
+end
 local free = {}
 -- Check every name before writing anything: all or nothing.
 for i = 1, n do

@@ -3,10 +3,13 @@
 -- hold counts {owner -> count}, KEYS[3] writer hash, KEYS[4] waiting
 -- writers zset {owner -> intent expiry}, KEYS[5] waiting readers zset
 -- {owner -> expiry}, KEYS[6] admitted readers zset {owner -> expiry}: the
--- readers a write release let in ahead of the waiting writers.
+-- readers a write release let in ahead of the waiting writers, KEYS[7]
+-- readers' wake list (only with ARGV[4]).
 -- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms, ARGV[3] '1' if
 -- the caller will wait (a refusal then records or refreshes it as a
--- waiting reader, admitted at the next write release).
+-- waiting reader, admitted at the next write release), ARGV[4] "woken"
+-- (optional): a reader rung by a release takes one of its wake-ups when
+-- it is granted (a refused one leaves them to the readers let in).
 -- Returns {1, hold count} when granted, {0, ms until the blocker lapses}
 -- when a writer holds it or waits (and this reader was not admitted).
 -- @once: a resend would count twice, so a broken connection is reported.
@@ -53,4 +56,7 @@ redis.call('PEXPIRE', KEYS[1], keep)
 redis.call('PEXPIRE', KEYS[2], keep)
 redis.call('ZREM', KEYS[5], me)
 redis.call('ZREM', KEYS[6], me)
+if ARGV[4] == 'woken' then
+  redis.call('LPOP', KEYS[7])
+end
 return {1, n}

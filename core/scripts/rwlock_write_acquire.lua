@@ -3,10 +3,15 @@
 -- KEYS[1] writer hash {owner -> count, 'fence' -> fence of the grant},
 -- KEYS[2] readers zset, KEYS[3] read hold counts, KEYS[4] waiting writers
 -- zset {owner -> intent expiry in ms of server time}, KEYS[5] admitted
--- readers zset, KEYS[6] fence counter.
+-- readers zset, KEYS[6] fence counter, KEYS[7] writers' wake list (only
+-- with ARGV[4]).
 -- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms, ARGV[3] '1' if
 -- the caller will wait (a refusal then records or refreshes its intent,
--- which holds new readers back until it expires one ttl later).
+-- which holds new readers back until it expires one ttl later), ARGV[4]
+-- "woken" (optional): a writer rung by a release takes the release's
+-- wake-up here, in its attempt's round trip; none left (a writer of
+-- another process took it) and it is not its turn: it is told 0 and looks
+-- again in 1 ms.
 -- Returns {1, fence, count} when granted, {0, ms until the blocker lapses}
 -- when held (or admitted readers are on their way in), {-1, 0} if the
 -- owner holds a read (an upgrade would deadlock).
@@ -30,6 +35,7 @@ end
 if redis.call('ZSCORE', KEYS[2], me) then
   return {-1, 0}
 end
+local turn = ARGV[4] ~= 'woken' or redis.call('LPOP', KEYS[7]) ~= false
 local wait
 if redis.call('EXISTS', KEYS[1]) == 1 then
   wait = redis.call('PTTL', KEYS[1])
@@ -40,6 +46,9 @@ else
       wait = tonumber(r[2]) - now
     end
   end
+end
+if not wait and not turn then
+  wait = 0
 end
 if wait then
   if ARGV[3] == '1' then

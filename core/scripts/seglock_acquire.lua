@@ -3,7 +3,11 @@
 -- KEYS[1] stock hash {"<i>" -> units left, "segments" -> K},
 -- KEYS[2] fence hash {"n" -> last token, "<i>" -> segment i's grant},
 -- KEYS[3] wake list, KEYS[4..K+3] segment keys 0..K-1 (one hash tag).
--- ARGV[1] owner token, ARGV[2] ttl in ms, ARGV[3] start (0..K-1), ARGV[4] K.
+-- ARGV[1] owner token, ARGV[2] ttl in ms, ARGV[3] start (0..K-1), ARGV[4] K,
+-- ARGV[5] "woken" (optional): a waiter rung by a release takes the
+-- release's wake-up here, in its attempt's round trip; none left (a waiter
+-- of another process took it) and it is not its turn: it is told 0 and
+-- looks again in 1 ms.
 -- Returns {1, segment, fence} when granted; {0, shortest pttl of a held
 -- non-empty segment (-1: none expires)} when every non-empty segment is
 -- held; {2} when every segment is empty (sold out); {-1, stored K} when the
@@ -23,6 +27,7 @@ for i = 1, k do
     return {1, i - 1, tonumber(redis.call('HGET', KEYS[2], tostring(i - 1)) or '0')}
   end
 end
+local turn = ARGV[5] ~= 'woken' or redis.call('LPOP', KEYS[3]) ~= false
 local fields = {}
 for i = 1, k do fields[i] = tostring(i - 1) end
 local stock = redis.call('HMGET', KEYS[1], unpack(fields))
@@ -40,6 +45,9 @@ for j = 0, k - 1 do
   if not units or units > 0 then
     live = live + 1
     if not holders[i] then
+      if not turn then
+        return {0, 0}
+      end
       -- HINCRBY first: a damaged fence hash fails before the grant.
       local fence = next_fence(KEYS[2], 'n')
       redis.call('HSET', KEYS[2], fields[i], fence)

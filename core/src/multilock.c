@@ -287,8 +287,10 @@ static int attempt(void *arg, int64_t *pttl) {
   hilock_multi_lock *m = arg;
   hilock__hold *h = &m->h;
   char ttl[24], woken[24];
-  const char *args[3] = {h->owner, ttl, woken};
-  size_t arglens[3];
+  const char *args[4] = {h->owner, ttl, woken, "woken"};
+  size_t arglens[4];
+  /* Rung by a release: the script takes the wake-up (ARGV[4]). */
+  int nargs = hilock__attempt_woken() == 2 ? 4 : 3;
   hilock__attempt a;
   redisReply *r;
   uint64_t top = 0;
@@ -302,13 +304,14 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[1] = hilock__i64(ttl, h->ttl_ms);
   arglens[2] = hilock__i64(
       woken, hilock__attempt_woken() ? (int64_t)m->wait_idx + 1 : 0);
+  arglens[3] = 5;
   /* A late reply: this attempt's names are released behind it. */
   hilock__undo undo = {&hilock__script_multilock_release, (int)(2 * m->n), 1,
                        (const char *const *)m->keys, m->keylens, args,
                        arglens, h->ttl_ms};
   rc = hilock__attempt_run(h, &a, &undo, &hilock__script_multilock_acquire,
                            (int)(3 * m->n), (const char **)m->keys,
-                           m->keylens, 3, args, arglens, &r);
+                           m->keylens, nargs, args, arglens, &r);
   if (rc == HILOCK_ECROSSSLOT) return crossslot_hint(m);
   if (rc != HILOCK_OK) return rc;
   if (r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
@@ -343,7 +346,7 @@ int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
 int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms) {
   if (m == NULL) return HILOCK_EINVAL;
   return hilock__acquire_loop_var(m->h.client, &m->h.err, &m->wkey,
-                                  &m->wkeylen, 0, wait_ms, attempt, m);
+                                  &m->wkeylen, 1, wait_ms, attempt, m);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {

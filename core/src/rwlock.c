@@ -311,40 +311,55 @@ static void waiting(attempt_ctx *a, int64_t *pttl) {
   if (*pttl < 0 || *pttl > refresh) *pttl = refresh;
 }
 
+/* Run a side's acquire script: its six keys and then the side's wake
+ * list, which goes with "woken" when a release rang this waiter (the
+ * script takes the wake-up). With too few replicas acknowledging, *unacked
+ * says so and the reply still tells whether it granted. */
+static int run_attempt(attempt_ctx *a, const hilock__script *s,
+                       const char **keys, const size_t *keylens,
+                       hilock__err *unacked, redisReply **r) {
+  hilock_rwlock *rw = a->rw;
+  char ttl[24];
+  const char *args[4] = {a->owner, ttl, a->wait ? "1" : "0", "woken"};
+  size_t arglens[4] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1, 5};
+  int woken = hilock__attempt_woken() == 2;
+  int rc = hilock__script_run(rw->w.client, &a->e, s, woken ? 7 : 6, keys,
+                              keylens, woken ? 4 : 3, args, arglens, r);
+  *unacked = a->e;
+  return rc;
+}
+
+/* Refused: wait up to ms (the blocker's remaining time). */
+static int refused(attempt_ctx *a, int64_t ms, int64_t *pttl) {
+  *pttl = ms;
+  if (a->wait) waiting(a, pttl);
+  return HILOCK_BUSY;
+}
+
 static int read_attempt(void *arg, int64_t *pttl) {
   attempt_ctx *a = arg;
   hilock_rwlock *rw = a->rw;
-  const char *keys[6] = {rw->rkey, rw->ckey, rw->wkey,
-                         rw->ikey, rw->qkey, rw->akey};
-  size_t keylens[6] = {rw->rkeylen, rw->ckeylen, rw->wkeylen,
-                       rw->ikeylen, rw->qkeylen, rw->akeylen};
-  char ttl[24];
-  const char *args[3] = {a->owner, ttl, a->wait ? "1" : "0"};
-  size_t arglens[3] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1};
+  const char *keys[7] = {rw->rkey, rw->ckey, rw->wkey, rw->ikey,
+                         rw->qkey, rw->akey, rw->rwake};
+  size_t keylens[7] = {rw->rkeylen, rw->ckeylen, rw->wkeylen, rw->ikeylen,
+                       rw->qkeylen, rw->akeylen, rw->rwakelen};
   int64_t start = hilock__now_us();
+  hilock__err unacked;
   redisReply *r = NULL;
-  int rc;
-
-  rc = hilock__script_run(rw->w.client, &a->e,
-                          &hilock__script_rwlock_read_acquire, 6, keys,
-                          keylens, 3, args, arglens, &r);
-  hilock__err unacked = a->e;
-  int replicated = rc != HILOCK_ENOREPLICAS;
-  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
-  if (rc != HILOCK_OK) return rc;
+  int rc = run_attempt(a, &hilock__script_rwlock_read_acquire, keys, keylens,
+                       &unacked, &r);
+  if (rc != HILOCK_OK && rc != HILOCK_ENOREPLICAS) return rc;
   if (!hilock__int_reply(r, 2) || r->element[0]->integer < 0 ||
       r->element[0]->integer > 1) {
     /* Fail closed: an unreadable reply is never a grant. */
     rc = hilock__set_err(&a->e, HILOCK_EPROTO,
                          "unexpected reply to the rwlock read script");
-  } else if (r->element[0]->integer == 1 && !replicated) {
+  } else if (r->element[0]->integer == 1 && rc == HILOCK_ENOREPLICAS) {
     rc = give_back(a, &unacked, run_read_release);
   } else if (r->element[0]->integer == 1) {
     rc = read_granted(a, start, r->element[1]->integer);
   } else {
-    *pttl = r->element[1]->integer;
-    if (a->wait) waiting(a, pttl);
-    rc = HILOCK_BUSY;
+    rc = refused(a, r->element[1]->integer, pttl);
   }
   freeReplyObject(r);
   return rc;
@@ -382,8 +397,8 @@ static int acquire_side(hilock_rwlock *rw, int64_t wait_ms, int once,
   if (once)
     rc = attempt(&a, &pttl);
   else
-    rc = hilock__acquire_loop(rw->w.client, &a.e, wake, wakelen, wait_ms,
-                              attempt, &a);
+    rc = hilock__acquire_loop_taking(rw->w.client, &a.e, wake, wakelen,
+                                     wait_ms, attempt, &a);
   if (rc != HILOCK_OK && a.intent) give_up(&a);
   if (rc < 0) keep_err(rw, &a.e);
   return rc;
@@ -436,36 +451,27 @@ static int write_granted(attempt_ctx *a, int64_t start_us, uint64_t fence,
 static int write_attempt(void *arg, int64_t *pttl) {
   attempt_ctx *a = arg;
   hilock_rwlock *rw = a->rw;
-  const char *keys[6] = {rw->wkey, rw->rkey, rw->ckey,
-                         rw->ikey, rw->akey, rw->fkey};
-  size_t keylens[6] = {rw->wkeylen, rw->rkeylen, rw->ckeylen,
-                       rw->ikeylen, rw->akeylen, rw->fkeylen};
-  char ttl[24];
-  const char *args[3] = {a->owner, ttl, a->wait ? "1" : "0"};
-  size_t arglens[3] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1};
+  const char *keys[7] = {rw->wkey, rw->rkey, rw->ckey, rw->ikey,
+                         rw->akey, rw->fkey, rw->wwake};
+  size_t keylens[7] = {rw->wkeylen, rw->rkeylen, rw->ckeylen, rw->ikeylen,
+                       rw->akeylen, rw->fkeylen, rw->wwakelen};
   int64_t start = hilock__now_us();
+  hilock__err unacked;
   redisReply *r = NULL;
-  int rc;
-
-  rc = hilock__script_run(rw->w.client, &a->e,
-                          &hilock__script_rwlock_write_acquire, 6, keys,
-                          keylens, 3, args, arglens, &r);
-  hilock__err unacked = a->e;
-  int replicated = rc != HILOCK_ENOREPLICAS;
-  if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
-  if (rc != HILOCK_OK) return rc;
-  if (!hilock__int_reply(r, 2) || (r->element[0]->integer == 1 && !hilock__int_reply(r, 3))) {
+  int rc = run_attempt(a, &hilock__script_rwlock_write_acquire, keys,
+                       keylens, &unacked, &r);
+  if (rc != HILOCK_OK && rc != HILOCK_ENOREPLICAS) return rc;
+  if (!hilock__int_reply(r, 2) ||
+      (r->element[0]->integer == 1 && !hilock__int_reply(r, 3))) {
     rc = hilock__set_err(&a->e, HILOCK_EPROTO,
                          "unexpected reply to the rwlock write script");
-  } else if (r->element[0]->integer == 1 && !replicated) {
+  } else if (r->element[0]->integer == 1 && rc == HILOCK_ENOREPLICAS) {
     rc = give_back(a, &unacked, run_write_release);
   } else if (r->element[0]->integer == 1) {
     rc = write_granted(a, start, (uint64_t)r->element[1]->integer,
                        r->element[2]->integer);
   } else if (r->element[0]->integer == 0) {
-    *pttl = r->element[1]->integer;
-    if (a->wait) waiting(a, pttl);
-    rc = HILOCK_BUSY;
+    rc = refused(a, r->element[1]->integer, pttl);
   } else if (r->element[0]->integer == -1) {
     rc = hilock__set_err(&a->e, HILOCK_EDEADLK,
                          "write: the calling thread holds a read lock on this "

@@ -136,8 +136,10 @@ static int attempt(void *arg, int64_t *pttl) {
   hilock_segmented_lock *s = arg;
   hilock__hold *h = &s->h;
   char ttl[24], start_s[24], k[24], held[96];
-  const char *args[4];
-  size_t arglens[4];
+  const char *args[5];
+  size_t arglens[5];
+  /* Rung by a release: the script takes the wake-up (ARGV[5]). */
+  int nargs = hilock__attempt_woken() == 2 ? 5 : 4;
   hilock__attempt a;
   redisReply *r;
   uint64_t rnd = 0;
@@ -164,6 +166,8 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[2] = hilock__i64(start_s, (int64_t)(rnd % (uint64_t)s->nseg));
   args[3] = k;
   arglens[3] = hilock__i64(k, s->nseg);
+  args[4] = "woken";
+  arglens[4] = 5;
   /* A late reply: whichever segment this attempt was granted is dropped
    * behind it (the wake list and the segment keys follow the stock and
    * fence keys in akeys). */
@@ -172,7 +176,7 @@ static int attempt(void *arg, int64_t *pttl) {
                        args, arglens, h->ttl_ms};
   rc = hilock__attempt_run(h, &a, &undo, &hilock__script_seglock_acquire,
                            s->nseg + 3, (const char **)s->akeys, s->akeylens,
-                           4, args, arglens, &r);
+                           nargs, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
   /* {1, segment, fence}, {0, pttl}, {2} sold out, {-1, stored count}. */
   what = hilock__int_reply(r, 1) ? r->element[0]->integer : -2;
@@ -208,8 +212,8 @@ int hilock_segmented_lock_try_acquire(hilock_segmented_lock *s) {
 
 int hilock_segmented_lock_acquire(hilock_segmented_lock *s, int64_t wait_ms) {
   if (s == NULL) return HILOCK_EINVAL;
-  return hilock__acquire_loop(s->h.client, &s->h.err, s->wkey, s->wkeylen,
-                              wait_ms, attempt, s);
+  return hilock__acquire_loop_taking(s->h.client, &s->h.err, s->wkey,
+                                     s->wkeylen, wait_ms, attempt, s);
 }
 
 /* lock_release.lua on the held segment: delete it if it holds our token,

@@ -207,17 +207,26 @@ def test_without_channel_rights_waits_fall_back_to_blpop(rds, redis_server) -> N
         assert granted[0] - released < 2.0
 
 
-@pytest.mark.parametrize("kind,grant", [("lock", "set"), ("semaphore", "zadd"),
-                                        ("rlock", "hset")])
+@pytest.mark.parametrize("kind,grant,writes", [
+    ("lock", "set", 1), ("semaphore", "zadd", 1), ("rlock", "hset", 1),
+    ("write", "hset", 1), ("segmented_lock", "set", 1), ("multi_lock", "set", 2)])
 def test_a_waiter_in_each_of_several_clients_one_release_one_grant(
-        rds, redis_url, kind, grant) -> None:
+        rds, redis_url, kind, grant, writes) -> None:
     """Each client rings its one waiter, whose acquire script takes the
-    release's one wake-up first ("woken": lock_acquire.lua,
-    semaphore_acquire.lua, rlock_acquire.lua) or, finding none, grants
-    nothing: one release, one grant, and the other waiters sleep on."""
+    release's one wake-up first ("woken": the acquire scripts of the lock,
+    semaphore, reentrant lock, read-write lock's write side, segmented lock
+    and multi-key lock) or, finding none, grants nothing: one release, one
+    grant (writes: the grant's writes of that command), and the other
+    waiters sleep on."""
     def make(c: hilock.Client) -> Any:
         if kind == "semaphore":
             return c.semaphore("several", 1, ttl=30, auto_renew=False)
+        if kind == "write":
+            return c.rwlock("several", ttl=30, auto_renew=False).write()
+        if kind == "segmented_lock":
+            return c.segmented_lock("several", 1, ttl=30, auto_renew=False)
+        if kind == "multi_lock":
+            return c.multi_lock(["several:a", "several:b"], ttl=30, auto_renew=False)
         return getattr(c, kind)("several", ttl=30, auto_renew=False)
 
     holder = hilock.Client(redis_url)
@@ -250,7 +259,7 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(
     scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
     assert 1 + 4 <= scripts <= 1 + 4 + 3, calls
     assert calls.get("lpop", 0) <= 4 + 3, calls
-    assert calls.get(grant, 0) == 1, calls
+    assert calls.get(grant, 0) == writes, calls
     assert len(granted) == 1
     assert sum(x.waiting for x in clients) == 3
     go.set()
