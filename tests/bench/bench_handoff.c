@@ -66,35 +66,62 @@ static void *shared(size_t size) {
   return p;
 }
 
+/* The lock under test: the plain lock, or with HILOCK_BENCH_KIND=semaphore
+ * a semaphore of one permit (the same hand-over through another family's
+ * scripts). */
+typedef struct bench_lock {
+  hilock_lock *lock;
+  hilock_semaphore *sem;
+} bench_lock;
+
+static hilock_hold *hold_of(const bench_lock *lk) {
+  return lk->sem != NULL ? HILOCK_HOLD(lk->sem) : HILOCK_HOLD(lk->lock);
+}
+
 static int open_lock(const char *url, const char *name, hilock_client **c,
-                     hilock_lock **lk) {
+                     bench_lock *lk) {
   const char *waiting = getenv("HILOCK_BENCH_WAITING");
+  const char *kind = getenv("HILOCK_BENCH_KIND");
   hilock_options o;
+  int rc;
   hilock_options_init(&o);
   o.shared_waiting = !(waiting != NULL && strcmp(waiting, "blpop") == 0);
+  lk->lock = NULL;
+  lk->sem = NULL;
   if (hilock_client_new(url, &o, c) != HILOCK_OK) {
     fprintf(stderr, "connect %s: %s\n", url,
             *c ? hilock_client_errmsg(*c) : "out of memory");
     return -1;
   }
-  if (hilock_lock_new(*c, name, strlen(name), TTL_MS, lk) != HILOCK_OK) {
+  if (kind != NULL && strcmp(kind, "semaphore") == 0)
+    rc = hilock_semaphore_new(*c, name, strlen(name), 1, TTL_MS, &lk->sem);
+  else
+    rc = hilock_lock_new(*c, name, strlen(name), TTL_MS, &lk->lock);
+  if (rc != HILOCK_OK) {
     fprintf(stderr, "lock: %s\n", hilock_client_errmsg(*c));
     return -1;
   }
   return 0;
 }
 
-static int acquire(hilock_lock *lk) {
-  int rc = hilock_lock_acquire(lk, WAIT_MS);
+static void close_lock(bench_lock *lk) {
+  hilock_hold_free(lk->sem != NULL ? HILOCK_HOLD(lk->sem) : HILOCK_HOLD(lk->lock));
+}
+
+static int acquire(bench_lock *lk) {
+  int rc = lk->sem != NULL ? hilock_semaphore_acquire(lk->sem, WAIT_MS)
+                           : hilock_lock_acquire(lk->lock, WAIT_MS);
   if (rc == HILOCK_OK) return 0;
   fprintf(stderr, "acquire: %s\n",
-          rc == HILOCK_BUSY ? "not granted in time" : hilock_hold_errmsg(HILOCK_HOLD(lk)));
+          rc == HILOCK_BUSY ? "not granted in time" : hilock_hold_errmsg(hold_of(lk)));
   return -1;
 }
 
-static int release(hilock_lock *lk) {
-  if (hilock_lock_release(lk) == HILOCK_OK) return 0;
-  fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));
+static int release(bench_lock *lk) {
+  int rc = lk->sem != NULL ? hilock_semaphore_release(lk->sem)
+                           : hilock_lock_release(lk->lock);
+  if (rc == HILOCK_OK) return 0;
+  fprintf(stderr, "release: %s\n", hilock_hold_errmsg(hold_of(lk)));
   return -1;
 }
 
@@ -156,22 +183,22 @@ out:
 
 static int holder(const char *url, long n, int64_t *t0, int to_w, int from_w) {
   hilock_client *c = NULL;
-  hilock_lock *lk = NULL;
+  bench_lock lk = {NULL, NULL};
   int status = 1;
 
   srand((unsigned)getpid());
   if (open_lock(url, "handoff:c", &c, &lk) != 0) goto out;
   for (long i = 0; i < n; i++) {
-    if (acquire(lk) != 0 || put_byte(to_w, 'H') != 0 || get_byte(from_w) != 'S')
+    if (acquire(&lk) != 0 || put_byte(to_w, 'H') != 0 || get_byte(from_w) != 'S')
       goto out;
     sleep_until(now_ns() + 5000000 + (int64_t)(rand() % 15001) * 1000);
-    if (release(lk) != 0) goto out;
+    if (release(&lk) != 0) goto out;
     t0[i] = now_ns();
     if (get_byte(from_w) != 'R') goto out;
   }
   status = 0;
 out:
-  hilock_hold_free(HILOCK_HOLD(lk));
+  close_lock(&lk);
   hilock_client_free(c);
   return status;
 }
@@ -180,7 +207,7 @@ out:
 static int waiter(const char *url, long n, int64_t *t1, int64_t *waited, int to_h,
                   int from_h) {
   hilock_client *c = NULL;
-  hilock_lock *lk = NULL;
+  bench_lock lk = {NULL, NULL};
   int status = 1;
 
   if (open_lock(url, "handoff:c", &c, &lk) != 0) goto out;
@@ -188,14 +215,14 @@ static int waiter(const char *url, long n, int64_t *t1, int64_t *waited, int to_
     int64_t t;
     if (get_byte(from_h) != 'H' || put_byte(to_h, 'S') != 0) goto out;
     t = now_ns();
-    if (acquire(lk) != 0) goto out;
+    if (acquire(&lk) != 0) goto out;
     t1[i] = now_ns();
     waited[i] = t1[i] - t;
-    if (release(lk) != 0 || put_byte(to_h, 'R') != 0) goto out;
+    if (release(&lk) != 0 || put_byte(to_h, 'R') != 0) goto out;
   }
   status = 0;
 out:
-  hilock_hold_free(HILOCK_HOLD(lk));
+  close_lock(&lk);
   hilock_client_free(c);
   return status;
 }
@@ -255,7 +282,7 @@ typedef struct window {
 
 static int worker(const char *url, window *w, int id, int ready, int go) {
   hilock_client *c = NULL;
-  hilock_lock *lk = NULL;
+  bench_lock lk = {NULL, NULL};
   long n = 0;
   int status = 1;
 
@@ -265,19 +292,19 @@ static int worker(const char *url, window *w, int id, int ready, int go) {
   sleep_until(w->start);
   for (;;) {
     int64_t t;
-    if (acquire(lk) != 0) goto out;
+    if (acquire(&lk) != 0) goto out;
     t = now_ns();
     if (t >= w->end) break;
     n++;
     while (now_ns() < t + 1000000) {
     }
-    if (release(lk) != 0) goto out;
+    if (release(&lk) != 0) goto out;
   }
-  if (release(lk) != 0) goto out;
+  if (release(&lk) != 0) goto out;
   w->counts[id] = n;
   status = 0;
 out:
-  hilock_hold_free(HILOCK_HOLD(lk));
+  close_lock(&lk);
   hilock_client_free(c);
   return status;
 }
