@@ -69,6 +69,37 @@ static void assert_child_ok(pid_t pid, int64_t timeout_ms) {
   if (!child_ok(pid, timeout_ms)) fail();
 }
 
+/* AddressSanitizer replaces malloc, and a runtime older than LLVM 18's
+ * (GCC 12's libasan among them) does not hold its allocator's locks across
+ * fork(): a child forked while another thread is inside malloc blocks for
+ * good on the first malloc that needs the lock that thread held. The child
+ * cannot avoid malloc (hiredis allocates for every command and reply), and
+ * no fork handler of ours can take the sanitizer's locks. The two cases
+ * that fork many times while other threads keep calling the client hit
+ * that window within a few dozen runs, so they run only where fork() leaves
+ * malloc usable: the plain build, or Clang 18 and later (other compilers'
+ * runtimes are taken to be the older kind). */
+#if defined(__SANITIZE_ADDRESS__)
+#define ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ASAN_BUILD 1
+#endif
+#endif
+#if defined(ASAN_BUILD) && !(defined(__clang__) && __clang_major__ >= 18)
+#define FORK_STOPS_MALLOC 1
+#else
+#define FORK_STOPS_MALLOC 0
+#endif
+
+static void skip_if_fork_stops_malloc(void) {
+  if (FORK_STOPS_MALLOC) {
+    print_message("skipped: this AddressSanitizer runtime leaves malloc "
+                  "locked in a child forked while other threads allocate\n");
+    skip();
+  }
+}
+
 /* Wait (bounded) for the child's one-byte signal on fd. */
 static void await_byte(int fd, pid_t pid) {
   struct pollfd p;
@@ -435,13 +466,15 @@ static int child_does_a_little(void *arg) {
 
 static void fork_while_other_threads_are_inside_client_calls(void **state) {
   fixture *f = *state;
-  hilock_lock *holder = new_lock(f->client, "held", 10000);
-  hilock_lock *fast = new_lock(f->client, "fast-renewed", 300);
+  hilock_lock *holder, *fast;
   spinner s;
   blocked b;
   int64_t t_rel;
   int owned = 0, ok = 1;
 
+  skip_if_fork_stops_malloc();
+  holder = new_lock(f->client, "held", 10000);
+  fast = new_lock(f->client, "fast-renewed", 300);
   atomic_store(&lost_calls, 0);
   /* A hold renewed every 100 ms keeps the renewal thread busy. */
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(fast), 1, 0, count_lost, NULL),
@@ -546,6 +579,7 @@ static void fork_while_threads_share_an_rlock_handle(void **state) {
   atomic_int stop;
   int ok = 1;
 
+  skip_if_fork_stops_malloc();
   assert_hl_ok(hilock_rlock_new(f->client, "shared-r", 8, 5000, &rl),
                hilock_client_errmsg(f->client));
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
