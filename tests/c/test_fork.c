@@ -51,14 +51,52 @@ static void count_lost(void *arg) {
     }                                                                       \
   } while (0)
 
-static void assert_child_ok(pid_t pid, int64_t timeout_ms) {
+/* Wait (bounded) for a child; 0 (and why, on stderr) if it failed or hung.
+ * A test with threads of its own still running calls this rather than
+ * assert_child_ok: a failed check leaves the test at once (longjmp), and
+ * the fixture then frees the client those threads are still using. */
+static int child_ok(pid_t pid, int64_t timeout_ms) {
   int status;
-  assert_true(pid > 0);
+  if (pid <= 0) return 0; /* hl_fork_run said why */
   status = hl_wait_child(pid, timeout_ms);
-  if (status != 0) {
+  if (status != 0)
     print_error("child %d: %s (status %d)\n", (int)pid,
                 status < 0 ? "did not finish in time" : "failed", status);
-    fail();
+  return status == 0;
+}
+
+static void assert_child_ok(pid_t pid, int64_t timeout_ms) {
+  if (!child_ok(pid, timeout_ms)) fail();
+}
+
+/* AddressSanitizer replaces malloc, and a runtime older than LLVM 18's
+ * (GCC 12's libasan among them) does not hold its allocator's locks across
+ * fork(): a child forked while another thread is inside malloc blocks for
+ * good on the first malloc that needs the lock that thread held. The child
+ * cannot avoid malloc (hiredis allocates for every command and reply), and
+ * no fork handler of ours can take the sanitizer's locks. The two cases
+ * that fork many times while other threads keep calling the client hit
+ * that window within a few dozen runs, so they run only where fork() leaves
+ * malloc usable: the plain build, or Clang 18 and later (other compilers'
+ * runtimes are taken to be the older kind). */
+#if defined(__SANITIZE_ADDRESS__)
+#define ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ASAN_BUILD 1
+#endif
+#endif
+#if defined(ASAN_BUILD) && !(defined(__clang__) && __clang_major__ >= 18)
+#define FORK_STOPS_MALLOC 1
+#else
+#define FORK_STOPS_MALLOC 0
+#endif
+
+static void skip_if_fork_stops_malloc(void) {
+  if (FORK_STOPS_MALLOC) {
+    print_message("skipped: this AddressSanitizer runtime leaves malloc "
+                  "locked in a child forked while other threads allocate\n");
+    skip();
   }
 }
 
@@ -428,13 +466,15 @@ static int child_does_a_little(void *arg) {
 
 static void fork_while_other_threads_are_inside_client_calls(void **state) {
   fixture *f = *state;
-  hilock_lock *holder = new_lock(f->client, "held", 10000);
-  hilock_lock *fast = new_lock(f->client, "fast-renewed", 300);
+  hilock_lock *holder, *fast;
   spinner s;
   blocked b;
   int64_t t_rel;
-  int owned = 0;
+  int owned = 0, ok = 1;
 
+  skip_if_fork_stops_malloc();
+  holder = new_lock(f->client, "held", 10000);
+  fast = new_lock(f->client, "fast-renewed", 300);
   atomic_store(&lost_calls, 0);
   /* A hold renewed every 100 ms keeps the renewal thread busy. */
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(fast), 1, 0, count_lost, NULL),
@@ -456,14 +496,24 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   assert_int_equal(pthread_create(&s.thread, NULL, spin, &s), 0);
   while (atomic_load(&s.rounds) < 5) hl_sleep_ms(1);
 
-  for (int i = 0; i < NFORKS; i++) {
+  for (int i = 0; i < NFORKS && ok; i++) {
     quick_child q = {f->client, i};
     /* Each child must finish on its own: no mutex left locked by a
      * thread that does not exist in it. */
-    assert_child_ok(hl_fork_run(child_does_a_little, &q), 2000);
+    ok = child_ok(hl_fork_run(child_does_a_little, &q), 2000);
   }
+  /* The threads stop before any check can fail (see child_ok): the
+   * spinner, and the blocked waiter, which the release wakes. */
   atomic_store(&s.stop, 1);
   pthread_join(s.thread, NULL);
+  if (!ok) {
+    (void)hilock_lock_release(holder);
+    pthread_join(b.thread, NULL);
+    hilock_hold_free(HILOCK_HOLD(b.lock));
+    hilock_hold_free(HILOCK_HOLD(holder));
+    hilock_hold_free(HILOCK_HOLD(fast));
+    fail();
+  }
   assert_int_equal(s.errors, 0);
   assert_true(atomic_load(&s.rounds) > NFORKS);
 
@@ -527,7 +577,9 @@ static void fork_while_threads_share_an_rlock_handle(void **state) {
   hilock_rlock *rl = NULL;
   rl_spinner s[2];
   atomic_int stop;
+  int ok = 1;
 
+  skip_if_fork_stops_malloc();
   assert_hl_ok(hilock_rlock_new(f->client, "shared-r", 8, 5000, &rl),
                hilock_client_errmsg(f->client));
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
@@ -542,13 +594,16 @@ static void fork_while_threads_share_an_rlock_handle(void **state) {
   }
   /* A thread holding the handle's mutex at fork() time does not exist in
    * the child: the fork handlers must hold that mutex across fork(). */
-  for (int i = 0; i < NRFORKS; i++)
-    assert_child_ok(hl_fork_run(child_uses_the_shared_rlock, rl), 3000);
+  for (int i = 0; i < NRFORKS && ok; i++)
+    ok = child_ok(hl_fork_run(child_uses_the_shared_rlock, rl), 3000);
+  /* The spinners stop before any check can fail (see child_ok). */
   atomic_store(&stop, 1);
-  for (int i = 0; i < 2; i++) {
-    pthread_join(s[i].thread, NULL);
-    assert_int_equal(s[i].errors, 0);
+  for (int i = 0; i < 2; i++) pthread_join(s[i].thread, NULL);
+  if (!ok) {
+    hilock_hold_free(HILOCK_HOLD(rl));
+    fail();
   }
+  for (int i = 0; i < 2; i++) assert_int_equal(s[i].errors, 0);
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
