@@ -153,6 +153,8 @@ def main(argv: List[str]) -> int:
         return 2
     out, module_dir, interface_path, headers = argv[1], argv[2], argv[3], argv[4:]
     interface = Path(interface_path).read_text()
+    # Only what the module wraps: the headers the interface includes.
+    headers = [h for h in headers if f'%include "hilock/{Path(h).name}"' in interface]
     skip = ignored(interface) | {"_set_error_factory"}
     outs = out_names(interface)
     lines = [HEADER]

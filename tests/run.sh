@@ -30,10 +30,10 @@ tsan="-fsanitize=thread -g -O1"
 cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="$tsan" \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DHILOCK_BUILD_TESTS=ON \
   -DHILOCK_BUILD_PYTHON=OFF -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF >/dev/null
-cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait test_hold
+cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait test_hold test_async
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" HILOCK_MISUSE_ROUNDS=3 \
   ctest --test-dir build/tsan --output-on-failure -j"$jobs" \
-  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_hold)$'
+  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_hold|test_async)$'
 
 echo "== install: find_package(hilock) and hilock.pc"
 rm -rf build/stage build/consumer

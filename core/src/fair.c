@@ -263,4 +263,6 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
   return fl == NULL ? 0 : fl->last_ticket;
 }
 
-static const hilock__family family = {fam_free, NULL, NULL, NULL, NULL};
+static const hilock__family family = {
+    fam_free, NULL, NULL, NULL,
+    NULL, NULL, NULL};

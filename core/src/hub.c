@@ -54,6 +54,10 @@
 typedef struct hub_waiter {
   struct hub_waiter *next;
   pthread_cond_t cv;
+  /* A waiter without a thread (async.c): told, under h->mu, whenever a
+   * sleeping thread would be signalled. */
+  void (*notify)(void *arg);
+  void *notify_arg;
   int rings; /* 1: look at (pop from) the list; 2: rung solo, try; 3: rung */
   int retry; /* the hub reconnected: try the lock again */
   int sleeping; /* asleep on cv, ready to take a turn at the socket */
@@ -78,11 +82,16 @@ static void kick(hilock__hub *h) {
   if (h->efd >= 0) (void)!write(h->efd, &one, sizeof(one));
 }
 
+static void signal_waiter(hub_waiter *w) {
+  pthread_cond_signal(&w->cv);
+  if (w->notify != NULL) w->notify(w->notify_arg);
+}
+
 static void ring_chan(hub_chan *ch, long long n, int solo) {
   for (hub_waiter *w = ch->waiters; w != NULL && n > 0; w = w->next) {
     if (w->rings > 0) continue;
     w->rings = solo ? 2 : 3;
-    pthread_cond_signal(&w->cv);
+    signal_waiter(w);
     n--;
   }
 }
@@ -94,7 +103,7 @@ static void ring_all(hilock__hub *h) {
   for (hub_chan *ch = h->chans; ch != NULL; ch = ch->next)
     for (hub_waiter *w = ch->waiters; w != NULL; w = w->next) {
       w->retry = 1;
-      pthread_cond_signal(&w->cv);
+      signal_waiter(w);
     }
 }
 
@@ -135,7 +144,7 @@ static int on_push(hilock__hub *h, redisReply *r) {
     ch->state = 2;
     ch->confirmed_us = hilock__now_us();
     for (hub_waiter *w = ch->waiters; w != NULL; w = w->next)
-      pthread_cond_signal(&w->cv);
+      signal_waiter(w);
   }
   return 0;
 }
@@ -435,18 +444,12 @@ static void rest(hilock__hub *h, hub_waiter *w, int64_t ms) {
   w->sleeping = 0;
 }
 
-int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
-                     size_t keylen, int64_t bound_ms, int64_t tried_us,
-                     int consume, int *woken) {
+/* Register w on key's channel (subscribing if new). HILOCK_OK with h->mu
+ * held, HILOCK__HUB_OFF or an error without it. */
+static int enter(hilock_client *c, hilock__err *e, const char *key,
+                 size_t keylen, hub_chan **chp, hub_waiter *w) {
   hilock__hub *h = &c->hub;
   hub_chan *ch;
-  hub_waiter w;
-  int rc = HILOCK_OK, counted = 0;
-  int64_t deadline = hilock__now_ms() + bound_ms, confirm;
-  if (deadline > hilock__call_deadline()) deadline = hilock__call_deadline();
-  confirm = hilock__now_ms() + CONFIRM_MAX_MS;
-
-  *woken = 0;
   if (__atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED))
     return hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
   if (!c->rt.opts.shared_waiting) return HILOCK__HUB_OFF;
@@ -458,7 +461,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   ch = find(h, key, keylen);
   if (ch == NULL) {
     ch = calloc(1, sizeof(*ch));
-    if (ch != NULL) ch->name = malloc(keylen);
+    if (ch != NULL) ch->name = malloc(keylen ? keylen : 1);
     if (ch == NULL || ch->name == NULL) {
       if (ch) free(ch);
       pthread_mutex_unlock(&h->mu);
@@ -472,14 +475,42 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   } else if (ch->refs == 0) {
     h->lingering--; /* waited on again */
   }
-  memset(&w, 0, sizeof(w));
-  hilock__cond_init(&w.cv);
   {
     hub_waiter **p = &ch->waiters;
     while (*p != NULL) p = &(*p)->next;
-    *p = &w;
+    *p = w;
   }
   ch->refs++;
+  *chp = ch;
+  return HILOCK_OK;
+}
+
+/* Whether a waiter that joined after an attempt that began at tried_us
+ * must look at the list once subscribed (h->mu held): a subscription
+ * confirmed before that attempt needs no look when no message came since
+ * (a release after the attempt rings; its message is read after the
+ * waiter joined). */
+static int must_look(const hub_chan *ch, int64_t tried_us) {
+  return ch->state != 2 || tried_us <= 0 || ch->confirmed_us >= tried_us ||
+         ch->message_us >= tried_us;
+}
+
+int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
+                     size_t keylen, int64_t bound_ms, int64_t tried_us,
+                     int consume, int *woken) {
+  hilock__hub *h = &c->hub;
+  hub_chan *ch;
+  hub_waiter w;
+  int rc = HILOCK_OK, counted = 0;
+  int64_t deadline = hilock__now_ms() + bound_ms, confirm;
+  if (deadline > hilock__call_deadline()) deadline = hilock__call_deadline();
+  confirm = hilock__now_ms() + CONFIRM_MAX_MS;
+
+  *woken = 0;
+  memset(&w, 0, sizeof(w));
+  rc = enter(c, e, key, keylen, &ch, &w);
+  if (rc != HILOCK_OK) return rc;
+  hilock__cond_init(&w.cv);
   /* Subscribed first, then look at the list: a release in between is in
    * the list. A subscription confirmed before the caller's attempt began
    * needs no look when no message came since: a release after that attempt
@@ -499,9 +530,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
     rc = HILOCK__HUB_OFF;
     goto out;
   }
-  if (ch->state != 2 || tried_us <= 0 || ch->confirmed_us >= tried_us ||
-      ch->message_us >= tried_us)
-    w.rings = 1; /* the first look */
+  if (must_look(ch, tried_us)) w.rings = 1; /* the first look */
   hilock__waiting_add(c, 1, 1);
   counted = 1;
   for (;;) {
@@ -565,6 +594,85 @@ out:
   pthread_mutex_unlock(&h->mu);
   pthread_cond_destroy(&w.cv);
   return rc;
+}
+
+/* ## Waiting without a thread (async.c) ----------------------------------- */
+
+struct hilock__hub_ticket {
+  hub_chan *ch;
+  hub_waiter w;
+  int64_t tried_us;
+  int looked; /* the first look was decided */
+};
+
+int hilock__hub_join(hilock_client *c, hilock__err *e, const char *key,
+                     size_t keylen, int64_t tried_us, void (*notify)(void *),
+                     void *arg, hilock__hub_ticket **out) {
+  hilock__hub_ticket *t = calloc(1, sizeof(*t));
+  int rc;
+  *out = NULL;
+  if (t == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  t->tried_us = tried_us;
+  t->w.notify = notify;
+  t->w.notify_arg = arg;
+  rc = enter(c, e, key, keylen, &t->ch, &t->w);
+  if (rc != HILOCK_OK) {
+    free(t);
+    return rc;
+  }
+  hilock__cond_init(&t->w.cv);
+  hilock__waiting_add(c, 1, 1);
+  pthread_mutex_unlock(&c->hub.mu);
+  *out = t;
+  return HILOCK_OK;
+}
+
+int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int consume,
+                      int *woken) {
+  hilock__hub *h = &c->hub;
+  hub_waiter *w = &t->w;
+  int rc = HILOCK__HUB_SLEEP;
+  *woken = 0;
+  pthread_mutex_lock(&h->mu);
+  if (!t->looked && t->ch->state == 2) {
+    t->looked = 1;
+    if (w->rings == 0 && must_look(t->ch, t->tried_us)) w->rings = 1;
+  }
+  if (h->disabled || h->stop) {
+    rc = HILOCK__HUB_OFF;
+  } else if (w->retry) {
+    w->retry = 0;
+    rc = HILOCK__HUB_RETRY;
+  } else if (w->rings >= 2 && consume) {
+    w->rings = 0;
+    *woken = 2;
+    rc = HILOCK__HUB_WOKEN;
+  } else if (w->rings == 2) {
+    w->rings = 0;
+    *woken = 1;
+    rc = HILOCK__HUB_WOKEN;
+  } else if (w->rings > 0) {
+    w->rings = 0;
+    rc = HILOCK__HUB_LOOK;
+  }
+  pthread_mutex_unlock(&h->mu);
+  return rc;
+}
+
+int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
+                    size_t keylen) {
+  return pop(c, e, key, keylen);
+}
+
+void hilock__hub_quit(hilock_client *c, hilock__hub_ticket *t, int woken) {
+  hilock__hub *h = &c->hub;
+  if (t == NULL) return;
+  pthread_mutex_lock(&h->mu);
+  hilock__waiting_add(c, -1, 1);
+  leave(h, t->ch, &t->w, woken);
+  pthread_mutex_unlock(&h->mu);
+  pthread_cond_destroy(&t->w.cv);
+  free(t);
 }
 
 void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen) {

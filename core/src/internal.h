@@ -573,6 +573,27 @@ int hilock__hub_init(hilock__hub *h);
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
                      size_t keylen, int64_t bound_ms, int64_t tried_us,
                      int consume, int *woken);
+/* A wait without a thread (async.c). hilock__hub_join registers on key's
+ * channel and returns at once (HILOCK__HUB_OFF as above); notify(arg) is
+ * then called, with the hub's lock held (it must only take locks of its
+ * own), whenever the wait may have moved on, and hilock__hub_check says
+ * where it is: asleep, woken (*woken as hilock__hub_wait's), to look at
+ * the list (hilock__hub_pop, then check again: 1 popped a wake-up, as
+ * woken 1), or to try again (the hub reconnected). hilock__hub_quit ends
+ * it (woken: its attempt follows a wake-up). */
+typedef struct hilock__hub_ticket hilock__hub_ticket;
+#define HILOCK__HUB_SLEEP 0
+#define HILOCK__HUB_WOKEN 1
+#define HILOCK__HUB_LOOK 2
+#define HILOCK__HUB_RETRY 3
+int hilock__hub_join(hilock_client *c, hilock__err *e, const char *key,
+                     size_t keylen, int64_t tried_us, void (*notify)(void *),
+                     void *arg, hilock__hub_ticket **out);
+int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int consume,
+                      int *woken);
+int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
+                    size_t keylen);
+void hilock__hub_quit(hilock_client *c, hilock__hub_ticket *t, int woken);
 /* After an acquire whose last wait was woken: the wake list's channel, if
  * nobody waits on it, is due to go at the next turn at the socket (no I/O
  * and no wake-up on the path from wake-up to grant). */
@@ -613,6 +634,23 @@ int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
                                 int64_t wait_ms,
                                 int (*attempt)(void *arg, int64_t *pttl),
                                 void *arg);
+/* A family's acquire, as hilock__acquire_loop_var runs it: attempt(arg)
+ * until it grants, sleeping on the wake list *wkey between attempts;
+ * consume as hilock__acquire_loop_taking. */
+typedef struct hilock__acquire_spec {
+  int (*attempt)(void *arg, int64_t *pttl);
+  void *arg;
+  const char *const *wkey;
+  const size_t *wkeylen;
+  int consume;
+} hilock__acquire_spec;
+/* One attempt of s, as the loop makes it after a wait that ended with
+ * woken (see hilock__attempt_woken). */
+int hilock__acquire_step(const hilock__acquire_spec *s, int woken,
+                         int64_t *pttl);
+/* hilock__acquire_loop_var for s. */
+int hilock__acquire(hilock_client *c, hilock__err *e,
+                    const hilock__acquire_spec *s, int64_t wait_ms);
 /* For the attempt in progress on this thread: 0 (first attempt, or no
  * wake-up), 1 (a wake-up was taken for it) or 2 (rung: it must take it). */
 int hilock__attempt_woken(void);
@@ -819,6 +857,10 @@ typedef struct hilock__family {
   const char *(*key)(const void *handle, size_t *len);
   /* The message, when a family keeps a longer one (Redlock's node list). */
   const char *(*errmsg)(const void *handle);
+  /* How the family acquires and releases, for callers that drive the
+   * waiting themselves (async.c); NULL: not served there. */
+  void (*acquire_spec)(void *handle, struct hilock__acquire_spec *s);
+  int (*release)(void *handle);
 } hilock__family;
 
 typedef struct hilock__hold {

@@ -136,10 +136,20 @@ int hilock_lock_try_acquire(hilock_lock *l) {
   return attempt(l, &pttl);
 }
 
+static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+  hilock_lock *l = arg;
+  s->attempt = attempt;
+  s->arg = l;
+  s->wkey = (const char *const *)&l->wkey;
+  s->wkeylen = &l->wkeylen;
+  s->consume = 1;
+}
+
 int hilock_lock_acquire(hilock_lock *l, int64_t wait_ms) {
+  hilock__acquire_spec s;
   if (l == NULL) return HILOCK_EINVAL;
-  return hilock__acquire_loop_taking(l->h.client, &l->h.err, l->wkey,
-                                     l->wkeylen, wait_ms, attempt, l);
+  acquire_spec(l, &s);
+  return hilock__acquire(l->h.client, &l->h.err, &s, wait_ms);
 }
 
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */
@@ -203,4 +213,5 @@ hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
-static const hilock__family family = {fam_free, NULL, NULL, NULL, NULL};
+static const hilock__family family = {fam_free,     NULL,      NULL, NULL,
+                                      NULL,         acquire_spec, release_fn};

@@ -343,10 +343,21 @@ int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
   return attempt(m, &pttl);
 }
 
+/* The wake list is the one of the name that blocked the last attempt. */
+static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+  hilock_multi_lock *m = arg;
+  s->attempt = attempt;
+  s->arg = m;
+  s->wkey = (const char *const *)&m->wkey;
+  s->wkeylen = &m->wkeylen;
+  s->consume = 1;
+}
+
 int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms) {
+  hilock__acquire_spec s;
   if (m == NULL) return HILOCK_EINVAL;
-  return hilock__acquire_loop_var(m->h.client, &m->h.err, &m->wkey,
-                                  &m->wkeylen, 1, wait_ms, attempt, m);
+  acquire_spec(m, &s);
+  return hilock__acquire(m->h.client, &m->h.err, &s, wait_ms);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -521,4 +532,6 @@ const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
   return m->keys[i];
 }
 
-static const hilock__family family = {fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {fam_free, fam_owned,    fam_locked,
+                                      NULL,     NULL,         acquire_spec,
+                                      release_fn};

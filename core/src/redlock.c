@@ -1062,4 +1062,6 @@ static const char *fam_errmsg(const void *arg) {
   return strncmp(rl->msg, rl->h.err.msg, n) == 0 ? rl->msg : rl->h.err.msg;
 }
 
-static const hilock__family family = {fam_free, fam_owned, fam_locked, fam_key, fam_errmsg};
+static const hilock__family family = {
+    fam_free, fam_owned, fam_locked, fam_key,
+    fam_errmsg, NULL, NULL};

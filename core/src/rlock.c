@@ -273,4 +273,6 @@ static int fam_owned(void *arg, int *owned) {
 }
 
 
-static const hilock__family family = {fam_free, fam_owned, NULL, NULL, NULL};
+static const hilock__family family = {
+    fam_free, fam_owned, NULL, NULL,
+    NULL, NULL, NULL};

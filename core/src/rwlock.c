@@ -769,4 +769,6 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {
+    fam_free, fam_owned, fam_locked, NULL,
+    NULL, NULL, NULL};

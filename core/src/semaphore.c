@@ -148,10 +148,20 @@ int hilock_semaphore_try_acquire(hilock_semaphore *s) {
   return attempt(s, &pttl);
 }
 
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
+  hilock_semaphore *s = arg;
+  sp->attempt = attempt;
+  sp->arg = s;
+  sp->wkey = (const char *const *)&s->wkey;
+  sp->wkeylen = &s->wkeylen;
+  sp->consume = 1;
+}
+
 int hilock_semaphore_acquire(hilock_semaphore *s, int64_t wait_ms) {
+  hilock__acquire_spec sp;
   if (s == NULL) return HILOCK_EINVAL;
-  return hilock__acquire_loop_taking(s->h.client, &s->h.err, s->wkey,
-                                     s->wkeylen, wait_ms, attempt, s);
+  acquire_spec(s, &sp);
+  return hilock__acquire(s->h.client, &s->h.err, &sp, wait_ms);
 }
 
 /* semaphore_release.lua: give our permit back if it is still ours. */
@@ -329,4 +339,6 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {fam_free, fam_owned, fam_locked, NULL, NULL};
+static const hilock__family family = {fam_free, fam_owned,    fam_locked,
+                                      NULL,     NULL,         acquire_spec,
+                                      release_fn};

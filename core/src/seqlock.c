@@ -364,4 +364,6 @@ static const char *fam_key(const void *arg, size_t *len) {
   return sl->keys[K_QUEUE];
 }
 
-static const hilock__family family = {fam_free, fam_owned, fam_locked, fam_key, NULL};
+static const hilock__family family = {
+    fam_free, fam_owned, fam_locked, fam_key,
+    NULL, NULL, NULL};

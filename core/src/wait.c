@@ -159,6 +159,21 @@ static __thread int tl_woken;
 
 int hilock__attempt_woken(void) { return tl_woken; }
 
+int hilock__acquire_step(const hilock__acquire_spec *s, int woken,
+                         int64_t *pttl) {
+  int rc;
+  tl_woken = woken;
+  rc = s->attempt(s->arg, pttl);
+  tl_woken = 0;
+  return rc;
+}
+
+int hilock__acquire(hilock_client *c, hilock__err *e,
+                    const hilock__acquire_spec *s, int64_t wait_ms) {
+  return hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->consume,
+                                  wait_ms, s->attempt, s->arg);
+}
+
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg) {

@@ -41,7 +41,8 @@ extern "C" {
   XX(ENOREPLICAS, -19, "replicas did not acknowledge the write in time")     \
   XX(ECLUSTER, -20, "cluster topology or routing failure")                  \
   XX(ETLS, -21, "TLS handshake or protocol failure")                         \
-  XX(ECERT, -22, "server certificate not accepted")
+  XX(ECERT, -22, "server certificate not accepted")                         \
+  XX(ECANCELED, -23, "operation cancelled")
 
 typedef enum hilock_status {
 #define HILOCK_XX_ENUM(name, value, text) HILOCK_##name = value,

@@ -31,5 +31,6 @@
 #include "hilock/sequential_lock.h"
 #include "hilock/redlock.h"
 #include "hilock/segmented_lock.h"
+#include "hilock/async.h"
 
 #endif /* HILOCK_H */

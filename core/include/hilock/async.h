@@ -1,0 +1,116 @@
+/* hilock: acquire and release without blocking the caller.
+ *
+ * A hilock_async runs lock operations for an event loop. The loop starts an
+ * operation (hilock_async_acquire, hilock_async_release), watches one file
+ * descriptor (hilock_async_fd) and, when it is readable, takes what has
+ * finished (hilock_async_take): each finished operation comes back once,
+ * with the id it was started with and its status.
+ *
+ * Nothing here holds a thread or a connection per waiting operation: an
+ * acquire that finds the lock held sleeps on the client's shared waiting
+ * connection (see docs/waiting.md) and is tried again when a release rings
+ * it, when the holder's TTL runs out or when its wait ends. The round
+ * trips themselves (one attempt, one release) run on a small fixed pool of
+ * threads, each bounded by the client's command timeout, so the loop's
+ * own thread never waits on the network.
+ *
+ * A minimal loop (see examples/async_poll.c):
+ *
+ *   hilock_async *a;
+ *   hilock_async_new(client, 0, &a);
+ *   hilock_async_acquire(a, HILOCK_HOLD(lk), 5000, NULL, &id);
+ *   for (;;) {
+ *     struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
+ *     hilock_async_done d[16];
+ *     poll(&p, 1, -1);
+ *     for (size_t i = 0, n = hilock_async_take(a, d, 16); i < n; i++)
+ *       ... d[i].id finished with d[i].status ...
+ *   }
+ *
+ * Which locks: the lock (expiring, simple, lease), the semaphore, the
+ * multi-key lock and the segmented lock; the others answer HILOCK_ENOTSUP
+ * for now.
+ *
+ * Cancel: hilock_async_cancel ends an acquire with HILOCK_ECANCELED. A
+ * waiting acquire leaves its wait at once; one whose attempt is on the
+ * wire finishes that attempt first, and a grant it got is released before
+ * the cancellation is reported, so a cancelled acquire never leaves the
+ * lock held. A release is not cancelled: it finishes.
+ *
+ * Threads: one thread drives a hilock_async (start, take, cancel, free);
+ * its fd may be watched from any. A hold has at most one operation in
+ * flight, and no other call uses it meanwhile. Free the hilock_async before
+ * its client; freeing it cancels what is still running (and waits for the
+ * attempts on the wire). */
+#ifndef HILOCK_ASYNC_H
+#define HILOCK_ASYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hilock/client.h"
+#include "hilock/export.h"
+#include "hilock/hold.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hilock_async hilock_async;
+
+/* One finished operation. */
+typedef struct hilock_async_done {
+  uint64_t id;  /* as returned when it started */
+  void *data;   /* as given when it started */
+  int status;   /* what the blocking call would have returned */
+} hilock_async_done;
+
+/* At most this many threads run the round trips (0 asks for the default,
+ * 2). */
+#define HILOCK_ASYNC_WORKERS_MAX 8
+
+/* CONSTRUCTOR: operations on client's locks, with workers threads for the
+ * round trips (0: the default). Returns HILOCK_OK, HILOCK_EINVAL,
+ * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+HILOCK_API int hilock_async_new(hilock_client *client, int workers,
+                                hilock_async **out);
+
+/* Readable while finished operations wait to be taken. */
+HILOCK_API int hilock_async_fd(const hilock_async *a);
+
+/* Move up to max finished operations into out; returns how many. */
+HILOCK_API size_t hilock_async_take(hilock_async *a, hilock_async_done *out,
+                                    size_t max);
+
+/* Start acquiring hold (one attempt, then waits), for up to wait_ms
+ * (HILOCK_WAIT_FOREVER: no limit; 0: one attempt). Finishes with what the
+ * family's acquire returns: HILOCK_OK, HILOCK_BUSY when wait_ms passed,
+ * an error, or HILOCK_ECANCELED. *id (may be NULL) names it. Returns
+ * HILOCK_OK once started, HILOCK_EINVAL (NULL, a bad wait_ms, a hold of
+ * another client, or one with an operation in flight), HILOCK_ENOTSUP (a
+ * lock type not served here), HILOCK_ENOMEM or HILOCK_ECLOSED. */
+HILOCK_API int hilock_async_acquire(hilock_async *a, hilock_hold *hold,
+                                    int64_t wait_ms, void *data, uint64_t *id);
+
+/* Start releasing hold. Finishes with what the family's release returns.
+ * Returns as hilock_async_acquire. */
+HILOCK_API int hilock_async_release(hilock_async *a, hilock_hold *hold,
+                                    void *data, uint64_t *id);
+
+/* Cancel the acquire id (see above). HILOCK_OK if it will finish with
+ * HILOCK_ECANCELED, HILOCK_EINVAL if no acquire of that id is in flight
+ * (it finished, or was a release). */
+HILOCK_API int hilock_async_cancel(hilock_async *a, uint64_t id);
+
+/* Operations in flight (started, not yet taken). */
+HILOCK_API size_t hilock_async_pending(const hilock_async *a);
+
+/* Cancel everything in flight, wait for attempts on the wire, stop the
+ * threads and free. NULL is a no-op. */
+HILOCK_API void hilock_async_free(hilock_async *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HILOCK_ASYNC_H */

@@ -1,0 +1,507 @@
+/* Lock operations for an event loop (hilock/async.h).
+ *
+ * An operation is a small state machine. An acquire makes one attempt (a
+ * round trip, on one of the worker threads); when the lock is held it joins
+ * the client's shared waiting (hub.c) without a thread: the hub tells the
+ * engine when a release rang it, and a timer covers the holder's TTL and
+ * the caller's deadline, exactly the bounds hilock__acquire_loop_var keeps.
+ * Then it runs the next attempt, and so on until it grants, fails or runs
+ * out of time. A finished operation goes to the done queue, and the event
+ * fd (an eventfd) is readable while that queue is not empty.
+ *
+ * Locks: a.mu guards the engine. The hub calls notify() with its own lock
+ * held, so the engine never calls into the hub while holding a.mu. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "hilock/async.h"
+#include "internal.h"
+
+#define WORKERS_DEFAULT 2
+/* Waiting without the hub (a server that refuses SUBSCRIBE): look again
+ * this often at most, within the holder's TTL. */
+#define NO_HUB_RETRY_MS 100
+#define CALL_SLACK_MS 1000
+/* A step that leaves its operation asleep or queued (not a status). */
+#define GOING_ON 1000
+
+enum { OP_ACQUIRE, OP_RELEASE };
+enum {
+  ST_RUN,     /* queued for a worker */
+  ST_BUSY,    /* a worker runs it */
+  ST_WAIT,    /* asleep: the hub or the timer moves it on */
+  ST_DONE     /* in the done queue */
+};
+
+typedef struct op {
+  struct op *next;     /* in the run queue, or the done queue */
+  struct op *all_next; /* every live operation */
+  struct op **all_prev;
+  hilock_async *a;
+  uint64_t id;
+  void *data;
+  int kind, state, status;
+  hilock__hold *h;
+  hilock__acquire_spec spec;
+  int64_t deadline_ms; /* the caller's (INT64_MAX: none) */
+  int64_t wake_ms;     /* asleep: try again by then */
+  int notified;        /* the hub moved while asleep */
+  int cancelled;
+  int no_hub;          /* the client cannot wait on the hub: timer only */
+  hilock__hub_ticket *t;
+  char *wkey;          /* the wake list the ticket is on */
+  size_t wkeylen;
+} op;
+
+struct hilock_async {
+  hilock_client *c;
+  pid_t pid;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* work for the workers (run queue, timers, stop) */
+  int efd;
+  int stop;
+  int nthreads;
+  pthread_t threads[HILOCK_ASYNC_WORKERS_MAX];
+  op *run, *run_tail;
+  op *done, *done_tail;
+  op *all;
+  size_t live; /* started, not yet taken */
+  uint64_t next_id;
+};
+
+/* ## Queues (a.mu held) ---------------------------------------------------- */
+
+static void run_push(hilock_async *a, op *o) {
+  o->state = ST_RUN;
+  o->next = NULL;
+  if (a->run_tail != NULL)
+    a->run_tail->next = o;
+  else
+    a->run = o;
+  a->run_tail = o;
+  pthread_cond_broadcast(&a->cv);
+}
+
+static op *run_pop(hilock_async *a) {
+  op *o = a->run;
+  if (o == NULL) return NULL;
+  a->run = o->next;
+  if (a->run == NULL) a->run_tail = NULL;
+  o->next = NULL;
+  return o;
+}
+
+static void finish(hilock_async *a, op *o, int status) {
+  uint64_t one = 1;
+  o->state = ST_DONE;
+  o->status = status;
+  o->next = NULL;
+  if (o->all_prev != NULL) {
+    *o->all_prev = o->all_next;
+    if (o->all_next != NULL) o->all_next->all_prev = o->all_prev;
+    o->all_prev = NULL;
+  }
+  if (a->done_tail != NULL)
+    a->done_tail->next = o;
+  else
+    a->done = o;
+  a->done_tail = o;
+  (void)!write(a->efd, &one, sizeof(one));
+}
+
+/* The hub moved an asleep operation on (called with the hub's lock). */
+static void notify(void *arg) {
+  op *o = arg;
+  hilock_async *a = o->a;
+  pthread_mutex_lock(&a->mu);
+  o->notified = 1;
+  if (o->state == ST_WAIT) run_push(a, o);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* ## One step of an operation (a worker, a.mu not held) -------------------- */
+
+/* Leave the hub, if on it. */
+static void unwait(op *o, int woken) {
+  if (o->t != NULL) hilock__hub_quit(o->a->c, o->t, woken);
+  o->t = NULL;
+}
+
+/* Go to sleep until the hub rings, or bound_ms pass (tried_us: when the
+ * attempt that was refused began). Returns 0, or a status to finish with. */
+static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
+  hilock_async *a = o->a;
+  hilock__err e;
+  int rc = HILOCK__HUB_OFF;
+  if (!o->no_hub) {
+    const char *k = *o->spec.wkey;
+    size_t len = *o->spec.wkeylen;
+    /* The list may change between attempts (a multi-key lock waits on
+     * the name that blocked it): keep a copy for the ticket's lifetime. */
+    char *copy = malloc(len ? len : 1);
+    if (copy == NULL) return HILOCK_ENOMEM;
+    memcpy(copy, k, len);
+    free(o->wkey);
+    o->wkey = copy;
+    o->wkeylen = len;
+    hilock__clear_err(&e);
+    pthread_mutex_lock(&a->mu);
+    o->notified = 0;
+    pthread_mutex_unlock(&a->mu);
+    rc = hilock__hub_join(a->c, &e, o->wkey, o->wkeylen, tried_us, notify, o,
+                          &o->t);
+    if (rc != HILOCK_OK && rc != HILOCK__HUB_OFF) {
+      *hilock__hold_err(o->h) = e;
+      return rc;
+    }
+  }
+  if (rc == HILOCK__HUB_OFF) {
+    o->no_hub = 1;
+    if (bound_ms > NO_HUB_RETRY_MS) bound_ms = NO_HUB_RETRY_MS;
+  }
+  pthread_mutex_lock(&a->mu);
+  o->wake_ms = hilock__now_ms() + bound_ms;
+  o->state = ST_WAIT;
+  /* Rung while joining, or cancelled meanwhile: go on at once. */
+  if (o->notified || o->cancelled) run_push(a, o);
+  pthread_cond_broadcast(&a->cv); /* a new timer */
+  pthread_mutex_unlock(&a->mu);
+  return 0;
+}
+
+/* The acquire is over with status: a grant of a cancelled operation is
+ * given back first. */
+static int acquire_over(op *o, int status) {
+  int cancelled;
+  pthread_mutex_lock(&o->a->mu);
+  cancelled = o->cancelled;
+  pthread_mutex_unlock(&o->a->mu);
+  if (!cancelled) return status;
+  if (status == HILOCK_OK) {
+    int64_t outer = hilock__call_lift(); /* never left half done */
+    (void)o->h->fam->release(o->h);
+    hilock__call_end(outer);
+  }
+  return hilock__set_err(hilock__hold_err(o->h), HILOCK_ECANCELED,
+                         "acquire cancelled");
+}
+
+/* Returns a status to finish with, or GOING_ON (asleep or queued). */
+static int step_acquire(op *o) {
+  hilock_async *a = o->a;
+  int64_t pttl = -1, tried_us, left, bound, outer;
+  int woken = 0, rc, cancelled, timer;
+
+  pthread_mutex_lock(&a->mu);
+  cancelled = o->cancelled;
+  timer = o->t == NULL || hilock__now_ms() >= o->wake_ms;
+  pthread_mutex_unlock(&a->mu);
+  if (cancelled) {
+    unwait(o, 0);
+    return acquire_over(o, HILOCK_BUSY);
+  }
+  if (o->t != NULL) {
+    int got = hilock__hub_check(a->c, o->t, o->spec.consume, &woken);
+    if (got == HILOCK__HUB_LOOK) {
+      hilock__err e;
+      hilock__clear_err(&e);
+      rc = hilock__hub_pop(a->c, &e, o->wkey, o->wkeylen);
+      if (rc < 0) {
+        unwait(o, 0);
+        *hilock__hold_err(o->h) = e;
+        return rc;
+      }
+      if (rc > 0) {
+        woken = 1;
+        got = HILOCK__HUB_WOKEN;
+      }
+    }
+    if (got == HILOCK__HUB_SLEEP && !timer) {
+      /* Nothing for it yet: back to sleep, the timer unchanged. */
+      pthread_mutex_lock(&a->mu);
+      o->state = ST_WAIT;
+      if (o->notified || o->cancelled) run_push(a, o);
+      pthread_mutex_unlock(&a->mu);
+      return GOING_ON;
+    }
+    /* Woken, told to try again, the hub went, or the timer ran out. */
+    unwait(o, woken);
+    pthread_mutex_lock(&a->mu);
+    o->notified = 0;
+    pthread_mutex_unlock(&a->mu);
+  }
+  tried_us = hilock__now_us();
+  outer = hilock__call_begin(o->deadline_ms == INT64_MAX
+                                 ? INT64_MAX
+                                 : o->deadline_ms + CALL_SLACK_MS);
+  rc = hilock__acquire_step(&o->spec, woken, &pttl);
+  hilock__call_end(outer);
+  if (woken) hilock__hub_settle(a->c, o->wkey, o->wkeylen);
+  if (rc != HILOCK_BUSY) return acquire_over(o, rc);
+  left = o->deadline_ms == INT64_MAX ? INT64_MAX
+                                     : o->deadline_ms - hilock__now_ms();
+  if (left <= 0) return acquire_over(o, HILOCK_BUSY);
+  /* Sleep until woken, the holder's expiry, or the deadline. A holder
+   * with no expiry (-1) is looked at again at least every 30 s. */
+  bound = pttl >= 0 ? pttl + 1 : 30000;
+  if (left < bound) bound = left;
+  rc = sleep_on(o, bound, tried_us);
+  return rc != 0 ? acquire_over(o, rc) : GOING_ON;
+}
+
+static void *worker(void *arg) {
+  hilock_async *a = arg;
+  pthread_mutex_lock(&a->mu);
+  for (;;) {
+    op *o = run_pop(a);
+    if (o != NULL) {
+      int status;
+      o->state = ST_BUSY;
+      pthread_mutex_unlock(&a->mu);
+      if (o->kind == OP_RELEASE) {
+        int64_t outer = hilock__call_lift(); /* a release always finishes */
+        status = o->h->fam->release(o->h);
+        hilock__call_end(outer);
+      } else {
+        status = step_acquire(o);
+      }
+      pthread_mutex_lock(&a->mu);
+      if (o->kind == OP_ACQUIRE && status != GOING_ON && o->cancelled &&
+          status != HILOCK_ECANCELED) {
+        /* Cancelled as the attempt ended: checked under the lock that
+         * hilock_async_cancel takes, so no cancel comes after this. */
+        pthread_mutex_unlock(&a->mu);
+        status = acquire_over(o, status);
+        pthread_mutex_lock(&a->mu);
+      }
+      if (status != GOING_ON) {
+        free(o->wkey);
+        o->wkey = NULL;
+        finish(a, o, status);
+      }
+      continue;
+    }
+    if (a->stop) break;
+    {
+      /* Sleep until there is work or the nearest timer is due. */
+      int64_t now = hilock__now_ms(), next = now + 1000;
+      for (op *w = a->all; w != NULL; w = w->all_next)
+        if (w->state == ST_WAIT) {
+          if (w->wake_ms <= now) {
+            run_push(a, w);
+          } else if (w->wake_ms < next) {
+            next = w->wake_ms;
+          }
+        }
+      if (a->run != NULL) continue;
+      hilock__cond_wait_ms(&a->cv, &a->mu, next - now);
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+  return NULL;
+}
+
+/* ## The public calls -------------------------------------------------------- */
+
+int hilock_async_new(hilock_client *c, int workers, hilock_async **out) {
+  hilock_async *a;
+  hilock__err *e;
+  if (out == NULL) return HILOCK_EINVAL;
+  *out = NULL;
+  if (c == NULL || workers < 0 || workers > HILOCK_ASYNC_WORKERS_MAX)
+    return HILOCK_EINVAL;
+  e = hilock__client_err(c);
+  if (hilock__client_enter(c, e) != HILOCK_OK) return HILOCK_ECLOSED;
+  a = calloc(1, sizeof(*a));
+  if (a == NULL) goto nomem;
+  a->c = c;
+  a->pid = hilock__pid();
+  a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (a->efd < 0) goto nomem_free;
+  if (pthread_mutex_init(&a->mu, NULL) != 0) goto nomem_fd;
+  if (hilock__cond_init(&a->cv) != 0) {
+    pthread_mutex_destroy(&a->mu);
+    goto nomem_fd;
+  }
+  if (workers == 0) workers = WORKERS_DEFAULT;
+  for (int i = 0; i < workers; i++) {
+    if (pthread_create(&a->threads[i], NULL, worker, a) != 0) break;
+    a->nthreads++;
+  }
+  if (a->nthreads == 0) {
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    goto nomem_fd;
+  }
+  /* The client's reference (taken by enter) is kept until the free. */
+  *out = a;
+  return HILOCK_OK;
+nomem_fd:
+  close(a->efd);
+nomem_free:
+  free(a);
+nomem:
+  hilock__client_leave(c);
+  return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+}
+
+int hilock_async_fd(const hilock_async *a) { return a == NULL ? -1 : a->efd; }
+
+size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
+  size_t n = 0;
+  uint64_t v;
+  if (a == NULL || out == NULL) return 0;
+  pthread_mutex_lock(&a->mu);
+  while (n < max && a->done != NULL) {
+    op *o = a->done;
+    a->done = o->next;
+    if (a->done == NULL) a->done_tail = NULL;
+    out[n].id = o->id;
+    out[n].data = o->data;
+    out[n].status = o->status;
+    n++;
+    a->live--;
+    free(o);
+  }
+  /* Readable again only while some remain. */
+  (void)!read(a->efd, &v, sizeof(v));
+  if (a->done != NULL) {
+    v = 1;
+    (void)!write(a->efd, &v, sizeof(v));
+  }
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
+/* 1 if an operation of hold is in flight (a.mu held). */
+static int busy(const hilock_async *a, const hilock__hold *h) {
+  for (const op *o = a->all; o != NULL; o = o->all_next)
+    if (o->h == h) return 1;
+  return 0;
+}
+
+static int start(hilock_async *a, hilock_hold *hold, int kind,
+                 int64_t wait_ms, void *data, uint64_t *id) {
+  hilock__hold *h = (hilock__hold *)hold;
+  op *o;
+  if (id != NULL) *id = 0;
+  if (a == NULL || h == NULL) return HILOCK_EINVAL;
+  if (a->pid != hilock__pid())
+    return hilock__set_err(hilock__hold_err(h), HILOCK_EFORKED,
+                           "this async runner belongs to the parent "
+                           "process");
+  if (h->client != a->c)
+    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+                           "the lock belongs to another client");
+  if (h->fam == NULL || h->fam->acquire_spec == NULL ||
+      h->fam->release == NULL)
+    return hilock__set_err(hilock__hold_err(h), HILOCK_ENOTSUP,
+                           "this lock type has no async operations yet");
+  if (kind == OP_ACQUIRE && wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
+    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
+  if (__atomic_load_n(&a->c->rt.closed, __ATOMIC_RELAXED))
+    return hilock__set_err(hilock__hold_err(h), HILOCK_ECLOSED,
+                           "client is closed");
+  o = calloc(1, sizeof(*o));
+  if (o == NULL)
+    return hilock__set_err(hilock__hold_err(h), HILOCK_ENOMEM,
+                           "out of memory");
+  o->a = a;
+  o->data = data;
+  o->kind = kind;
+  o->h = h;
+  if (kind == OP_ACQUIRE) {
+    h->fam->acquire_spec(h, &o->spec);
+    /* + 1: the clock reads whole milliseconds, and a wait must never end
+     * before the caller's timeout. */
+    o->deadline_ms = wait_ms < 0    ? INT64_MAX
+                     : wait_ms == 0 ? hilock__now_ms()
+                                    : hilock__now_ms() + wait_ms + 1;
+  }
+  pthread_mutex_lock(&a->mu);
+  if (busy(a, h) || a->stop) {
+    pthread_mutex_unlock(&a->mu);
+    free(o);
+    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+                           "an operation on this lock is in flight");
+  }
+  o->id = ++a->next_id;
+  o->all_next = a->all;
+  if (a->all != NULL) a->all->all_prev = &o->all_next;
+  o->all_prev = &a->all;
+  a->all = o;
+  a->live++;
+  if (id != NULL) *id = o->id;
+  run_push(a, o);
+  pthread_mutex_unlock(&a->mu);
+  return HILOCK_OK;
+}
+
+int hilock_async_acquire(hilock_async *a, hilock_hold *hold, int64_t wait_ms,
+                         void *data, uint64_t *id) {
+  return start(a, hold, OP_ACQUIRE, wait_ms, data, id);
+}
+
+int hilock_async_release(hilock_async *a, hilock_hold *hold, void *data,
+                         uint64_t *id) {
+  return start(a, hold, OP_RELEASE, 0, data, id);
+}
+
+int hilock_async_cancel(hilock_async *a, uint64_t id) {
+  int rc = HILOCK_EINVAL;
+  if (a == NULL) return HILOCK_EINVAL;
+  pthread_mutex_lock(&a->mu);
+  for (op *o = a->all; o != NULL; o = o->all_next)
+    if (o->id == id && o->kind == OP_ACQUIRE) {
+      o->cancelled = 1;
+      /* Asleep: a worker withdraws it now; queued or on the wire: it
+       * sees the flag when its step ends. */
+      if (o->state == ST_WAIT) run_push(a, o);
+      rc = HILOCK_OK;
+      break;
+    }
+  pthread_mutex_unlock(&a->mu);
+  return rc;
+}
+
+size_t hilock_async_pending(const hilock_async *a) {
+  size_t n;
+  if (a == NULL) return 0;
+  pthread_mutex_lock((pthread_mutex_t *)&a->mu);
+  n = a->live;
+  pthread_mutex_unlock((pthread_mutex_t *)&a->mu);
+  return n;
+}
+
+void hilock_async_free(hilock_async *a) {
+  hilock_async_done d[32];
+  if (a == NULL) return;
+  if (a->pid != hilock__pid()) {
+    /* A forked child: the workers were the parent's. Nothing of the
+     * parent's is touched; the memory is left. */
+    return;
+  }
+  /* Cancel every acquire, let the workers drain the run queue (a waiting
+   * acquire is withdrawn, a release finishes), then stop them. */
+  pthread_mutex_lock(&a->mu);
+  for (op *o = a->all; o != NULL; o = o->all_next) {
+    if (o->kind == OP_ACQUIRE) o->cancelled = 1;
+    if (o->state == ST_WAIT) run_push(a, o);
+  }
+  while (a->all != NULL) hilock__cond_wait_ms(&a->cv, &a->mu, 10);
+  a->stop = 1;
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  for (int i = 0; i < a->nthreads; i++) pthread_join(a->threads[i], NULL);
+  while (hilock_async_take(a, d, 32) > 0) {
+  }
+  pthread_cond_destroy(&a->cv);
+  pthread_mutex_destroy(&a->mu);
+  close(a->efd);
+  hilock__client_leave(a->c);
+  free(a);
+}

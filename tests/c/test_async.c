@@ -1,0 +1,407 @@
+/* The completion interface (hilock/async.h) against a real server: an
+ * event loop made of poll() on hilock_async_fd, as a user's loop would
+ * drive it. Many waiting acquires share the client's few connections and
+ * threads and are served one at a time; a wait ends at its timeout;
+ * cancelling withdraws a wait and never leaves a grant behind; misuse is
+ * refused with a specific status. */
+#include "test_util.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef hl_fixture fixture;
+
+#define N_WAITERS 200
+
+static hilock_lock *make_lock(hilock_client *c, const char *name) {
+  hilock_lock *lk = NULL;
+  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 30000, &lk),
+               hilock_client_errmsg(c));
+  return lk;
+}
+
+/* Whether the lock name's key exists on the server. */
+static int lock_key_exists(fixture *f, const char *name) {
+  char key[128];
+  int n = snprintf(key, sizeof(key), "hilock:{%s}:lock", name);
+  return hl_redis_exists(f->redis, key, (size_t)n);
+}
+
+/* The token in the lock name's key, compared with hold's. */
+static int key_holds(fixture *f, const char *name, const hilock_hold *hold) {
+  char key[128];
+  int n = snprintf(key, sizeof(key), "hilock:{%s}:lock", name);
+  char *v = hl_redis_get(f->redis, key, (size_t)n);
+  int same = v != NULL && strcmp(v, hilock_hold_token(hold)) == 0;
+  free(v);
+  return same;
+}
+
+static hilock_async *make_async(hilock_client *c) {
+  hilock_async *a = NULL;
+  assert_hl_ok(hilock_async_new(c, 0, &a), hilock_client_errmsg(c));
+  assert_non_null(a);
+  assert_true(hilock_async_fd(a) >= 0);
+  return a;
+}
+
+/* Wait (poll on the fd) for the next finished operation. */
+static hilock_async_done next_done(hilock_async *a, int64_t timeout_ms) {
+  hilock_async_done d;
+  int64_t end = hl_now_ms() + timeout_ms;
+  for (;;) {
+    struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
+    int64_t left = end - hl_now_ms();
+    if (hilock_async_take(a, &d, 1) == 1) return d;
+    if (left <= 0) fail_msg("no operation finished within %lld ms",
+                            (long long)timeout_ms);
+    (void)poll(&p, 1, (int)left);
+  }
+}
+
+static int threads_now(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  struct dirent *e;
+  assert_non_null(d);
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+/* 200 acquires wait on one held lock: a few connections and threads serve
+ * them all, one grant at a time, each released before the next is
+ * granted. */
+static void many_waiters_share_connections_and_go_in_turn(void **state) {
+  fixture *f = *state;
+  hilock_client *holder_c = NULL;
+  hilock_lock *holder, *lk[N_WAITERS];
+  hilock_async *a;
+  uint64_t ids[N_WAITERS], rel_ids[N_WAITERS] = {0};
+  int threads_before, held = 0, granted = 0;
+  long long clients;
+
+  if (hl_blpop_mode()) skip(); /* shared waiting off: nothing to share */
+  assert_hl_ok(hilock_client_new(f->server.url, NULL, &holder_c), "holder");
+  holder = make_lock(holder_c, "crowd");
+  assert_hl_ok(hilock_lock_try_acquire(holder), "holder's grant");
+  threads_before = threads_now();
+  a = make_async(f->client);
+  for (int i = 0; i < N_WAITERS; i++) {
+    lk[i] = make_lock(f->client, "crowd");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk[i]), 20000,
+                                      (void *)(intptr_t)i, &ids[i]),
+                 hilock_hold_errmsg(HILOCK_HOLD(lk[i])));
+  }
+  /* Every one tried once and sleeps on the one subscription. */
+  assert_true(hl_wait_subscribed(f->redis, "hilock:{crowd}:wake", 1, 10000));
+  for (int64_t end = hl_now_ms() + 10000;
+       hl_cmdstat_calls(f->redis, "evalsha") < N_WAITERS + 1 &&
+       hl_now_ms() < end;)
+    hl_sleep_ms(10);
+  assert_int_equal(hilock_async_pending(a), N_WAITERS);
+  clients = hl_info_field(f->redis, "clients", "connected_clients");
+  /* This test's raw connection, the holder's, the subscriber and at most
+   * one pooled connection per worker. */
+  assert_true(clients <= 8);
+  assert_true(threads_now() - threads_before <= 4);
+
+  assert_hl_ok(hilock_lock_release(holder), "holder's release");
+  while (granted < N_WAITERS) {
+    hilock_async_done d = next_done(a, 20000);
+    int i = (int)(intptr_t)d.data;
+    assert_true(i >= 0 && i < N_WAITERS);
+    if (d.id == ids[i]) {
+      /* An acquire: granted, and the key is this grant's (a release's
+       * completion may be taken after the next grant's: the two ran on
+       * different threads). */
+      assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(lk[i])));
+      assert_true(key_holds(f, "crowd", HILOCK_HOLD(lk[i])));
+      held++;
+      granted++;
+      assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk[i]), d.data,
+                                        &rel_ids[i]),
+                   "release");
+    } else {
+      assert_true(d.id == rel_ids[i]);
+      assert_hl_ok(d.status, "release");
+      held--;
+    }
+    assert_true(held >= 0 && held <= 2);
+  }
+  (void)next_done(a, 20000); /* the last release */
+  assert_int_equal(hilock_async_pending(a), 0);
+  hilock_async_free(a);
+  for (int i = 0; i < N_WAITERS; i++) hilock_hold_free(HILOCK_HOLD(lk[i]));
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_client_free(holder_c);
+}
+
+/* An acquire on a held lock ends with HILOCK_BUSY at its timeout, not
+ * before; wait 0 makes one attempt. */
+static void a_wait_ends_at_its_timeout(void **state) {
+  fixture *f = *state;
+  hilock_lock *holder = make_lock(f->client, "timeout");
+  hilock_lock *w = make_lock(f->client, "timeout");
+  hilock_async *a = make_async(f->client);
+  hilock_async_done d;
+  int64_t t0;
+  assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 300, NULL, NULL), "");
+  d = next_done(a, 10000);
+  assert_int_equal(d.status, HILOCK_BUSY);
+  assert_true(hl_now_ms() - t0 >= 300);
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
+  assert_int_equal(next_done(a, 10000).status, HILOCK_BUSY);
+  /* Freed: the next acquire is granted. */
+  assert_hl_ok(hilock_lock_release(holder), "release");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(w)) > 0);
+  assert_hl_ok(hilock_lock_release(w), "release");
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(w));
+  hilock_hold_free(HILOCK_HOLD(holder));
+}
+
+/* A release rings one waiter: the waiting acquire is granted right after
+ * it, long before the holder's TTL. */
+static void a_release_wakes_the_waiting_acquire(void **state) {
+  fixture *f = *state;
+  hilock_client *hc = NULL;
+  hilock_lock *holder, *w = make_lock(f->client, "wake");
+  hilock_async *a = make_async(f->client);
+  hilock_async_done d;
+  assert_hl_ok(hilock_client_new(f->server.url, NULL, &hc), "holder");
+  holder = make_lock(hc, "wake");
+  assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), HILOCK_WAIT_FOREVER,
+                                    NULL, NULL),
+               "");
+  hl_sleep_ms(200);
+  assert_int_equal(hilock_async_take(a, &d, 1), 0); /* still waiting */
+  assert_hl_ok(hilock_lock_release(holder), "release");
+  d = next_done(a, 10000); /* the holder's TTL is 30 s */
+  assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_true(hilock_hold_held(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(w), NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "release");
+  assert_false(lock_key_exists(f, "wake"));
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(w));
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_client_free(hc);
+}
+
+/* Cancelling a waiting acquire ends it with HILOCK_ECANCELED, and it does
+ * not take the lock when the holder lets go. */
+static void cancel_withdraws_a_waiting_acquire(void **state) {
+  fixture *f = *state;
+  hilock_lock *holder = make_lock(f->client, "cancel");
+  hilock_lock *w[20];
+  uint64_t ids[20];
+  hilock_async *a = make_async(f->client);
+  assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+  for (int i = 0; i < 20; i++) {
+    w[i] = make_lock(f->client, "cancel");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]),
+                                      HILOCK_WAIT_FOREVER, NULL, &ids[i]),
+                 "");
+  }
+  hl_sleep_ms(100);
+  for (int i = 0; i < 20; i++) assert_hl_ok(hilock_async_cancel(a, ids[i]), "");
+  for (int i = 0; i < 20; i++)
+    assert_int_equal(next_done(a, 10000).status, HILOCK_ECANCELED);
+  /* Finished: it cannot be cancelled again. */
+  assert_int_equal(hilock_async_cancel(a, ids[0]), HILOCK_EINVAL);
+  assert_hl_ok(hilock_lock_release(holder), "release");
+  hl_sleep_ms(100);
+  assert_false(lock_key_exists(f, "cancel"));
+  for (int i = 0; i < 20; i++) {
+    assert_false(hilock_hold_held(HILOCK_HOLD(w[i])));
+    hilock_hold_free(HILOCK_HOLD(w[i]));
+  }
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(holder));
+}
+
+/* A cancel that races the grant: either the acquire finished first (the
+ * cancel is refused and the caller holds the lock) or it ends cancelled
+ * and nothing is held. Never cancelled with the key left behind. */
+static void a_cancelled_grant_is_given_back(void **state) {
+  fixture *f = *state;
+  hilock_lock *w = make_lock(f->client, "race");
+  hilock_async *a = make_async(f->client);
+  int cancelled = 0, granted = 0;
+  for (int i = 0; i < 60; i++) {
+    uint64_t id;
+    hilock_async_done d;
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 1000, NULL, &id), "");
+    if (i % 3 == 1) hl_sleep_ms(1);
+    if (hilock_async_cancel(a, id) != HILOCK_OK) {
+      d = next_done(a, 10000);
+      assert_hl_ok(d.status, "");
+    } else {
+      d = next_done(a, 10000);
+    }
+    if (d.status == HILOCK_ECANCELED) {
+      cancelled++;
+      assert_false(lock_key_exists(f, "race"));
+      assert_false(hilock_hold_held(HILOCK_HOLD(w)));
+    } else {
+      assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(w)));
+      granted++;
+      assert_true(lock_key_exists(f, "race"));
+      assert_hl_ok(hilock_lock_release(w), "release");
+    }
+  }
+  assert_true(cancelled > 0);
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(w));
+  (void)granted;
+}
+
+/* The semaphore, the multi-key lock and the segmented lock run here too;
+ * a type not served yet says so. */
+static void other_families(void **state) {
+  fixture *f = *state;
+  hilock_async *a = make_async(f->client);
+  hilock_semaphore *s1 = NULL, *s2 = NULL, *s3 = NULL;
+  hilock_multi_lock *m = NULL;
+  hilock_segmented_lock *g = NULL;
+  hilock_rlock *r = NULL;
+  const char *names[2] = {"ma", "mb"};
+  uint64_t id3;
+
+  assert_hl_ok(hilock_semaphore_new(f->client, "sem", 3, 2, 30000, &s1), "");
+  assert_hl_ok(hilock_semaphore_new(f->client, "sem", 3, 2, 30000, &s2), "");
+  assert_hl_ok(hilock_semaphore_new(f->client, "sem", 3, 2, 30000, &s3), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s1), 5000, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "s1");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s2), 5000, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "s2");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s3), 5000, NULL, &id3), "");
+  hl_sleep_ms(100);
+  assert_int_equal(hilock_async_pending(a), 1); /* both permits are out */
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(s1), NULL, NULL), "");
+  for (int i = 0; i < 2; i++) {
+    hilock_async_done d = next_done(a, 10000);
+    assert_hl_ok(d.status, d.id == id3 ? "s3" : "release");
+  }
+  assert_true(hilock_hold_held(HILOCK_HOLD(s3)));
+
+  assert_hl_ok(hilock_multi_lock_new(f->client, names, 2, 30000, &m), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(m), 5000, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(m), NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "multi release");
+
+  assert_hl_ok(hilock_segmented_lock_new(f->client, "seg", 3, 4, 30000, &g), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(g), 5000, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_true(hilock_segmented_lock_segment(g) < 4);
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(g), NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "seg release");
+
+  assert_hl_ok(hilock_rlock_new(f->client, "r", 1, 30000, &r), "");
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(r), 0, NULL, NULL),
+                   HILOCK_ENOTSUP);
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(r));
+  hilock_hold_free(HILOCK_HOLD(g));
+  hilock_hold_free(HILOCK_HOLD(m));
+  hilock_hold_free(HILOCK_HOLD(s3));
+  hilock_hold_free(HILOCK_HOLD(s2));
+  hilock_hold_free(HILOCK_HOLD(s1));
+}
+
+static void misuse_is_refused(void **state) {
+  fixture *f = *state;
+  hilock_client *other = NULL;
+  hilock_lock *lk = make_lock(f->client, "misuse"), *foreign;
+  hilock_lock *holder = make_lock(f->client, "misuse"), *more[3];
+  hilock_async *a = NULL;
+  hilock_async_done d;
+  uint64_t id = 7;
+
+  assert_int_equal(hilock_async_new(NULL, 0, &a), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_new(f->client, 0, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_new(f->client, -1, &a), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_new(f->client, HILOCK_ASYNC_WORKERS_MAX + 1, &a),
+                   HILOCK_EINVAL);
+  assert_null(a);
+  a = make_async(f->client);
+  assert_int_equal(hilock_async_fd(NULL), -1);
+  assert_int_equal(hilock_async_take(NULL, &d, 1), 0);
+  assert_int_equal(hilock_async_take(a, NULL, 1), 0);
+  assert_int_equal(hilock_async_pending(NULL), 0);
+  assert_int_equal(hilock_async_acquire(NULL, HILOCK_HOLD(lk), 0, NULL, &id),
+                   HILOCK_EINVAL);
+  assert_int_equal(id, 0);
+  assert_int_equal(hilock_async_acquire(a, NULL, 0, NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_release(a, NULL, NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), -5, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_async_cancel(NULL, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_cancel(a, 12345), HILOCK_EINVAL);
+  /* A lock of another client. */
+  assert_hl_ok(hilock_client_new(f->server.url, NULL, &other), "other");
+  foreign = make_lock(other, "misuse");
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(foreign), 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  /* One operation per lock at a time. */
+  assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 5000, NULL, &id), "");
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_async_release(a, HILOCK_HOLD(lk), NULL, NULL),
+                   HILOCK_EINVAL);
+  /* Releasing what is not held finishes with the release's own status. */
+  assert_hl_ok(hilock_async_cancel(a, id), "");
+  assert_int_equal(next_done(a, 10000).status, HILOCK_ECANCELED);
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk), NULL, NULL), "");
+  assert_int_equal(next_done(a, 10000).status, HILOCK_ENOTOWNED);
+  /* Freed with acquires still waiting: they are withdrawn. */
+  for (int i = 0; i < 3; i++) {
+    more[i] = make_lock(f->client, "misuse");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(more[i]), 5000, NULL,
+                                      NULL),
+                 "");
+  }
+  hl_sleep_ms(50);
+  hilock_async_free(a);
+  hilock_async_free(NULL);
+  for (int i = 0; i < 3; i++) {
+    assert_false(hilock_hold_held(HILOCK_HOLD(more[i])));
+    hilock_hold_free(HILOCK_HOLD(more[i]));
+  }
+  assert_true(key_holds(f, "misuse", HILOCK_HOLD(holder)));
+  hilock_hold_free(HILOCK_HOLD(foreign));
+  hilock_hold_free(HILOCK_HOLD(lk));
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_client_free(other);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(
+          many_waiters_share_connections_and_go_in_turn, hl_setup,
+          hl_teardown),
+      cmocka_unit_test_setup_teardown(a_wait_ends_at_its_timeout, hl_setup,
+                                      hl_teardown),
+      cmocka_unit_test_setup_teardown(a_release_wakes_the_waiting_acquire,
+                                      hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(cancel_withdraws_a_waiting_acquire,
+                                      hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(a_cancelled_grant_is_given_back,
+                                      hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(other_families, hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(misuse_is_refused, hl_setup,
+                                      hl_teardown),
+  };
+  return cmocka_run_group_tests(tests, hl_group_setup, hl_group_teardown);
+}
