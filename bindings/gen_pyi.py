@@ -83,9 +83,11 @@ def stub(ret: str, name: str, params: str, outs: Set[str]) -> str:
             args.append("name: bytes")
             i += 2
             continue
-        if bare.endswith("**") and pname == "out":
+        if bare == "void*" and pname == "data":
+            pass  # an async operation's data pointer: not for Python
+        elif bare.endswith("**") and pname == "out":
             results.append("Handle")
-        elif pname in outs and bare in ("int*", "int64_t*", "size_t*"):
+        elif pname in outs and bare in ("int*", "int64_t*", "size_t*", "uint64_t*"):
             results.append("int")
         elif pname == "len" and bare == "size_t*":
             results.append("bytes")

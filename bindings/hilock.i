@@ -90,6 +90,8 @@
 HILOCK_OUT(int, PyLong_FromLong)
 HILOCK_OUT(int64_t, PyLong_FromLongLong)
 HILOCK_OUT(size_t, PyLong_FromSize_t)
+HILOCK_OUT(uint64_t, PyLong_FromUnsignedLongLong)
+%apply uint64_t *OUT { uint64_t *id };
 %apply int *OUT { int *owned, int *locked, int *deleted, int *writer,
                   int *stored, int *n };
 %apply int64_t *OUT { int64_t *count, int64_t *available, int64_t *readers,
@@ -317,6 +319,35 @@ static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
 }
 %}
 
+/* Event loops (hilock/async.h): an operation's id is its result; the
+ * data pointer is not for Python (the id finds the operation). */
+%typemap(in, numinputs=0) void *data { $1 = NULL; }
+%nothreadallow py_async_take;
+%inline %{
+/* The finished operations, as [(id, status), ...] (the GIL is held: this
+ * makes Python objects; taking is a short critical section). */
+static PyObject *py_async_take(hilock_async *a) {
+  hilock_async_done d[64];
+  size_t n;
+  PyObject *list = PyList_New(0);
+  if (list == NULL) return NULL;
+  do {
+    n = hilock_async_take(a, d, 64);
+    for (size_t i = 0; i < n; i++) {
+      PyObject *t = Py_BuildValue("(Ki)", (unsigned long long)d[i].id,
+                                  d[i].status);
+      if (t == NULL || PyList_Append(list, t) != 0) {
+        Py_XDECREF(t);
+        Py_DECREF(list);
+        return NULL;
+      }
+      Py_DECREF(t);
+    }
+  } while (n == 64);
+  return list;
+}
+%}
+
 /* Replaced by the helpers above, or not for Python. */
 %ignore hilock_options;
 %ignore hilock_options_init;
@@ -328,6 +359,8 @@ static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
 %ignore hilock_hold_set_auto_renew;
 %ignore hilock_rwlock_read_set_auto_renew;
 %ignore hilock__waiting_all;
+%ignore hilock_async_take;
+%ignore hilock_async_done;
 
 #define HILOCK_API
 %include "hilock/errors.h"
@@ -343,3 +376,4 @@ static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
 %include "hilock/sequential_lock.h"
 %include "hilock/redlock.h"
 %include "hilock/segmented_lock.h"
+%include "hilock/async.h"

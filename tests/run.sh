@@ -54,7 +54,7 @@ echo "== Python typing and lint"
 # files are not lint-clean yet). mypy --strict (pyproject.toml) on a built
 # tree, whose python/hilock links the package's files next to the extension
 # and the stubs bindings/gen_pyi.py generated for it.
-"$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py
+"$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py tests/python/test_asyncio.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"
@@ -77,7 +77,8 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
   ../tests/python/test_api.py ../tests/python/test_errors.py ../tests/python/test_rlock.py \
   ../tests/python/test_rwlock.py ../tests/python/test_fair.py ../tests/python/test_semaphore.py \
   ../tests/python/test_misuse.py ../tests/python/test_tls.py \
-  ../tests/python/test_shared_waiting.py ../tests/python/test_wait.py)
+  ../tests/python/test_shared_waiting.py ../tests/python/test_wait.py \
+  ../tests/python/test_asyncio.py)
 if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
   cat build/pyasan/logs/asan*
   exit 1

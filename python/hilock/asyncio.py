@@ -1,0 +1,266 @@
+"""hilock for asyncio: ``async with client.lock("orders:42"):``.
+
+The event loop never waits on the network. An acquire makes one attempt on
+a small fixed pool of threads in the C core and, when the lock is held,
+waits on the client's shared waiting connection (no thread and no
+connection per waiting task); finished operations reach the loop through
+one file descriptor it watches (``hilock/async.h``).
+
+    import hilock.asyncio
+
+    async def main() -> None:
+        client = hilock.asyncio.Client("redis://localhost:6379/0")
+        async with client.lock("orders:42", ttl=10, timeout=5) as lk:
+            ...                      # lk.fence, lk.validity, lk.lost
+        await client.close()
+
+Same keys and exceptions as the thread API: a task here and a thread of
+``hilock.Client`` exclude each other on one name. Cancelling a task (or
+``asyncio.timeout``) while it waits withdraws the wait, and a grant that
+raced the cancellation is released; a cancelled ``release()`` still
+finishes.
+
+Served so far: :meth:`Client.lock`, :meth:`Client.simple_lock` and
+:meth:`Client.lease`.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+from types import TracebackType
+from typing import Any, Dict, Optional, Type
+
+from . import _hilock as _h
+from ._client import Client as _SyncClient
+from ._lock import Lock as _SyncLock
+from ._util import Name, wait_seconds
+from .errors import InvalidArgument, LockError, LockLost, LockNotOwnedError, LockTimeout, error_for
+
+__all__ = ["Client", "Lock"]
+
+
+async def _settle(fut: asyncio.Future[int]) -> None:
+    """Wait for fut to finish, whatever cancellations come meanwhile."""
+    while not fut.done():
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            continue
+
+
+class Client:
+    """A pool of connections to one Redis deployment, for asyncio.
+
+    Takes the arguments of :class:`hilock.Client`. The first operation binds
+    it to the running event loop; use it from that loop only.
+    """
+
+    def __init__(self, url: Optional[str] = None, **options: Any) -> None:
+        self._sync = _SyncClient(url, **options)
+        self._a: Any = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._futures: Dict[int, asyncio.Future[int]] = {}
+
+    @property
+    def url(self) -> str:
+        return self._sync.url
+
+    @property
+    def waiting(self) -> int:
+        """Operations of this client waiting for a lock now (tasks here and
+        threads of the blocking API)."""
+        return self._sync.waiting
+
+    def _runner(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._a is None:
+            with self._sync._use() as h:
+                self._a = _h.hilock_async_new(h, 0)
+            self._loop = loop
+            loop.add_reader(_h.hilock_async_fd(self._a), self._drain)
+        elif loop is not self._loop:
+            raise RuntimeError("this hilock.asyncio.Client is bound to another event loop")
+        return self._a
+
+    def _drain(self) -> None:
+        for op_id, status in _h.py_async_take(self._a):
+            fut = self._futures.pop(op_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(status)
+
+    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> int:
+        """Start an operation and wait for its status. A cancelled caller
+        cancels an acquire (cancel=True) and in every case waits for the
+        operation to finish before the cancellation goes on: nothing is
+        left running on a lock object the caller may reuse."""
+        a = self._runner()
+        op_id = start(a, handle, *args)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._futures[op_id] = fut
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if cancel:
+                try:
+                    _h.hilock_async_cancel(a, op_id)
+                except LockError:
+                    pass  # it finished meanwhile
+            await _settle(fut)
+            if cancel and fut.result() == _h.HILOCK_OK:
+                # Granted before the cancel reached it: give it back.
+                op_id = _h.hilock_async_release(a, handle)
+                rel: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+                self._futures[op_id] = rel
+                await _settle(rel)
+            raise
+
+    def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+             auto_renew: bool = True, max_hold: Optional[float] = None) -> Lock:
+        """An expiring lock, as :meth:`hilock.Client.lock`."""
+        return Lock(self, self._sync.lock(name, ttl, timeout, auto_renew=auto_renew,
+                                          max_hold=max_hold))
+
+    def simple_lock(self, name: Name, timeout: Optional[float] = None) -> Lock:
+        """A lock without expiry, as :meth:`hilock.Client.simple_lock`."""
+        return Lock(self, self._sync.simple_lock(name, timeout))
+
+    def lease(self, name: Name, ttl: float, timeout: Optional[float] = None) -> Lock:
+        """A lease (expires, never renewed), as :meth:`hilock.Client.lease`."""
+        return Lock(self, self._sync.lease(name, ttl, timeout))
+
+    async def close(self) -> None:
+        """Cancel what is in flight, stop watching the loop's descriptor and
+        close the pool (as :meth:`hilock.Client.close`)."""
+        a, self._a = self._a, None
+        if a is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(_h.hilock_async_fd(a))
+            # Waits for attempts on the wire (each bounded by the command
+            # timeout) without holding the loop's thread.
+            await asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
+            for fut in self._futures.values():
+                if not fut.done():
+                    fut.set_result(_h.HILOCK_ECANCELED)
+            self._futures.clear()
+        self._sync.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        await self.close()
+
+
+class Lock:
+    """An exclusive lock for asyncio (see :class:`hilock.Lock`). One object
+    is one holder: tasks that acquire the same object queue on a local
+    ``asyncio.Lock`` first; other objects contend through Redis."""
+
+    def __init__(self, client: Client, sync: _SyncLock) -> None:
+        self._client = client
+        self._sync = sync
+        self._local = asyncio.Lock()
+
+    def _raise(self, status: int) -> None:
+        msg = _h.hilock_hold_errmsg(self._sync._h)
+        text = msg.decode(errors="replace") if isinstance(msg, bytes) else str(msg)
+        raise error_for(status, text or f"status {status}")
+
+    async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """As :meth:`hilock.Lock.acquire`, without blocking the loop: True
+        once granted, False when ``timeout`` passed."""
+        if not blocking:
+            if timeout != -1:
+                raise InvalidArgument("can't specify a timeout for a non-blocking call")
+            wait: Optional[float] = 0.0
+        elif timeout == -1:
+            wait = self._sync.timeout
+        else:
+            wait = wait_seconds(timeout)
+        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
+        if wait_ms == 0:
+            if self._local.locked():
+                return False
+            await self._local.acquire()
+        else:
+            try:
+                await asyncio.wait_for(self._local.acquire(), wait)
+            except asyncio.TimeoutError:
+                return False
+        try:
+            status = await self._client._run(_h.hilock_async_acquire, self._sync._h,
+                                             wait_ms, cancel=True)
+        except BaseException:
+            self._local.release()
+            raise
+        if status == _h.HILOCK_OK:
+            return True
+        self._local.release()
+        if status == _h.HILOCK_BUSY:
+            return False
+        if status == _h.HILOCK_ECANCELED:
+            raise asyncio.CancelledError()
+        self._raise(status)
+        return False
+
+    async def release(self) -> None:
+        """As :meth:`hilock.Lock.release`; a cancelled caller still lets it
+        finish."""
+        if not self._sync.token or not self._local.locked():
+            raise LockNotOwnedError("release: this lock object does not hold the lock",
+                                    _h.HILOCK_ENOTOWNED)
+        status = await self._client._run(_h.hilock_async_release, self._sync._h,
+                                         cancel=False)
+        if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
+            self._local.release()
+        if status < 0:
+            self._raise(status)
+
+    @property
+    def name(self) -> Name:
+        return self._sync.name
+
+    @property
+    def fence(self) -> Optional[int]:
+        return self._sync.fence
+
+    @property
+    def token(self) -> Optional[str]:
+        return self._sync.token
+
+    @property
+    def validity(self) -> float:
+        return self._sync.validity
+
+    @property
+    def lost(self) -> bool:
+        return self._sync.lost
+
+    @property
+    def key(self) -> bytes:
+        return self._sync.key
+
+    async def __aenter__(self) -> Lock:
+        if not await self.acquire():
+            raise LockTimeout(f"could not acquire {self._sync.name!r} within "
+                              f"{self._sync.timeout} s")
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        lost = self.lost
+        try:
+            await self.release()
+        except LockError as e:
+            if exc_type is not None:
+                return
+            if lost or isinstance(e, LockNotOwnedError):
+                raise LockLost(f"lock {self._sync.name!r} was lost while the block ran: {e}",
+                               getattr(e, "code", 0)) from e
+            raise
+        if lost and exc_type is None:
+            raise LockLost(f"lock {self._sync.name!r} was lost while the block ran")
+
+    def __repr__(self) -> str:
+        return f"<hilock.asyncio.Lock {self._sync.name!r} validity={self.validity:.3f}s>"

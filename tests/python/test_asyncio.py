@@ -1,0 +1,262 @@
+"""hilock.asyncio against a real server: tasks of one loop and of several
+processes contend on one name (exact counts, a history checker), waiting
+tasks share a few connections and threads, cancellation and wait_for
+withdraw a wait without leaving a grant, loss surfaces at the end of
+``async with``, and tasks exclude threads of the blocking API.
+
+The coroutines run under asyncio.run in plain pytest functions (no plugin:
+each test owns its loop from start to end)."""
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import threading
+import time
+from typing import Any, List
+
+import pytest
+
+import hilock
+import hilock.asyncio as hla
+from history import Interval, RedisHistory, check_fences_increase, check_no_overlap
+
+FORK = mp.get_context("fork")
+
+
+def threads_now() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+async def count_up(lk: hla.Lock, rds: Any, key: str, spans: List[Interval]) -> None:
+    async with lk:
+        start = time.monotonic()
+        v = int(rds.get(key) or 0)  # a read-modify-write the lock must protect
+        await asyncio.sleep(0)
+        rds.set(key, v + 1)
+        spans.append(Interval(os.getpid(), start, time.monotonic(), lk.fence))
+
+
+def test_300_tasks_count_exactly_and_never_overlap(rds, redis_url) -> None:
+    spans: List[Interval] = []
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            locks = [c.lock("aio:count", ttl=10, timeout=30) for _ in range(300)]
+            await asyncio.gather(*(count_up(lk, rds, "aio:n", spans) for lk in locks))
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+    assert int(rds.get("aio:n")) == 300
+    check_no_overlap(spans)
+    check_fences_increase(spans)
+
+
+def _process(url: str, tasks: int) -> None:
+    import redis
+    r = redis.Redis.from_url(url)
+    hist = RedisHistory(r, "aio:hist")
+
+    async def one(lk: hla.Lock) -> None:
+        async with lk:
+            start = time.monotonic()
+            v = int(r.get("aio:shared") or 0)
+            await asyncio.sleep(0.001)
+            r.set("aio:shared", v + 1)
+            hist.record(start, time.monotonic(), lk.fence)
+
+    async def main() -> None:
+        c = hla.Client(url)
+        try:
+            await asyncio.gather(*(one(c.lock("aio:procs", ttl=10, timeout=60))
+                                   for _ in range(tasks)))
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+
+
+def test_4_processes_of_20_tasks_share_one_counter(rds, redis_url) -> None:
+    procs = [FORK.Process(target=_process, args=(redis_url, 20)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert int(rds.get("aio:shared")) == 80
+    spans = RedisHistory(rds, "aio:hist").load()
+    assert len(spans) == 80
+    check_no_overlap(spans)
+    check_fences_increase(spans)
+
+
+def test_waiting_tasks_share_connections_and_threads(rds, redis_url) -> None:
+    """300 tasks wait on a held lock: at most 8 server connections in all
+    and at most 4 more threads; then all are served in turn."""
+    holder = hilock.Client(redis_url)
+    held = holder.lock("aio:crowd", ttl=30, auto_renew=False)
+    assert held.acquire(blocking=False)
+    before = threads_now()
+    seen = {}
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        done = 0
+
+        async def one() -> None:
+            nonlocal done
+            async with c.lock("aio:crowd", ttl=30, timeout=60):
+                done += 1
+
+        try:
+            tasks = [asyncio.ensure_future(one()) for _ in range(300)]
+            while c.waiting < 300:
+                await asyncio.sleep(0.01)
+            seen["clients"] = int(rds.info("clients")["connected_clients"])
+            seen["threads"] = threads_now() - before
+            assert done == 0
+            await asyncio.get_running_loop().run_in_executor(None, held.release)
+            await asyncio.gather(*tasks)
+            seen["done"] = done
+        finally:
+            await c.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        holder.close()
+    # rds, the holder's pool, the subscriber and the workers' connections.
+    assert seen["clients"] <= 8, seen
+    assert seen["threads"] <= 4, seen
+    assert seen["done"] == 300
+
+
+def test_cancelled_waiters_leave_the_lock_free(rds, redis_url) -> None:
+    """50 waiting tasks cancelled: none of them ends up holding the lock."""
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            holder = c.lock("aio:cancel", ttl=30, auto_renew=False)
+            assert await holder.acquire(blocking=False)
+            waiters = [c.lock("aio:cancel", ttl=30, auto_renew=False) for _ in range(50)]
+            tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
+            while c.waiting < 50:
+                await asyncio.sleep(0.01)
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with pytest.raises(asyncio.CancelledError):
+                    await t
+            await holder.release()
+            await asyncio.sleep(0.2)
+            assert rds.exists("hilock:{aio:cancel}:lock") == 0
+            assert not any(w.token and w.validity > 0 for w in waiters)
+            # Still usable: the next acquire is granted at once.
+            again = c.lock("aio:cancel", ttl=30)
+            assert await again.acquire(blocking=False)
+            await again.release()
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+
+
+def test_wait_for_timeout_and_cancel_racing_a_grant(rds, redis_url) -> None:
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            holder = c.lock("aio:wf", ttl=30, auto_renew=False)
+            w = c.lock("aio:wf", ttl=30, auto_renew=False)
+            assert await holder.acquire()
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(w.acquire(), 0.2)
+            assert not await w.acquire(timeout=0.1)
+            await holder.release()
+            # Cancel right after starting, on a free lock: either the grant
+            # came first (held) or it was cancelled and given back.
+            for _ in range(30):
+                t = asyncio.ensure_future(w.acquire())
+                await asyncio.sleep(0)
+                t.cancel()
+                try:
+                    assert await t
+                    assert rds.get("hilock:{aio:wf}:lock").decode() == w.token
+                    await w.release()
+                except asyncio.CancelledError:
+                    assert rds.exists("hilock:{aio:wf}:lock") == 0
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+
+
+def test_loss_inside_async_with_raises_lock_lost(rds, redis_url) -> None:
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            with pytest.raises(hilock.LockLost):
+                async with c.lock("aio:lost", ttl=0.3) as lk:
+                    rds.delete("hilock:{aio:lost}:lock")  # taken away behind its back
+                    for _ in range(100):
+                        if lk.lost:
+                            break
+                        await asyncio.sleep(0.05)
+                    assert lk.lost
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+
+
+def test_tasks_and_threads_exclude_each_other(rds, redis_url) -> None:
+    sync = hilock.Client(redis_url)
+    lk = sync.lock("aio:mixed", ttl=30)
+    got = threading.Event()
+    assert lk.acquire()
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            a = c.lock("aio:mixed", ttl=30)
+            assert not await a.acquire(blocking=False)
+            t = asyncio.ensure_future(a.acquire(timeout=10))
+            await asyncio.sleep(0.2)
+            assert not t.done()
+            await asyncio.get_running_loop().run_in_executor(None, lk.release)
+            assert await t
+            got.set()
+            assert a.fence is not None and a.fence > 0
+            await a.release()
+        finally:
+            await c.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        sync.close()
+    assert got.is_set()
+
+
+def test_bad_input(redis_url) -> None:
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            lk = c.lock("aio:bad", ttl=5)
+            with pytest.raises(hilock.InvalidArgument):
+                await lk.acquire(blocking=False, timeout=1)
+            with pytest.raises(hilock.InvalidArgument):
+                await lk.acquire(timeout=-5)
+            with pytest.raises(hilock.LockNotOwnedError):
+                await lk.release()
+            with pytest.raises(hilock.InvalidArgument):
+                c.lock("", ttl=5)
+            with pytest.raises(hilock.InvalidArgument):
+                c.lock("aio:bad", ttl=-1)
+        finally:
+            await c.close()
+        with pytest.raises(hilock.ConnectionError):
+            c.lock("aio:bad", ttl=5)
+
+    asyncio.run(main())
