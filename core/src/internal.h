@@ -651,6 +651,11 @@ int hilock__acquire_step(const hilock__acquire_spec *s, int woken,
 /* hilock__acquire_loop_var for s. */
 int hilock__acquire(hilock_client *c, hilock__err *e,
                     const hilock__acquire_spec *s, int64_t wait_ms);
+/* A spec whose attempt takes a rung wake-up itself (consume). */
+void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
+                  void *arg, const void *wkey, const size_t *wkeylen);
+/* The blocking acquire of a hold whose family has a spec. */
+int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
 /* For the attempt in progress on this thread: 0 (first attempt, or no
  * wake-up), 1 (a wake-up was taken for it) or 2 (rung: it must take it). */
 int hilock__attempt_woken(void);

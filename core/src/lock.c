@@ -136,20 +136,13 @@ int hilock_lock_try_acquire(hilock_lock *l) {
   return attempt(l, &pttl);
 }
 
-static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
   hilock_lock *l = arg;
-  s->attempt = attempt;
-  s->arg = l;
-  s->wkey = (const char *const *)&l->wkey;
-  s->wkeylen = &l->wkeylen;
-  s->consume = 1;
+  hilock__spec(sp, attempt, l, &l->wkey, &l->wkeylen);
 }
 
 int hilock_lock_acquire(hilock_lock *l, int64_t wait_ms) {
-  hilock__acquire_spec s;
-  if (l == NULL) return HILOCK_EINVAL;
-  acquire_spec(l, &s);
-  return hilock__acquire(l->h.client, &l->h.err, &s, wait_ms);
+  return l == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&l->h, wait_ms);
 }
 
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */

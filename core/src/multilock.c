@@ -344,20 +344,13 @@ int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
 }
 
 /* The wake list is the one of the name that blocked the last attempt. */
-static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
   hilock_multi_lock *m = arg;
-  s->attempt = attempt;
-  s->arg = m;
-  s->wkey = (const char *const *)&m->wkey;
-  s->wkeylen = &m->wkeylen;
-  s->consume = 1;
+  hilock__spec(sp, attempt, m, &m->wkey, &m->wkeylen);
 }
 
 int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms) {
-  hilock__acquire_spec s;
-  if (m == NULL) return HILOCK_EINVAL;
-  acquire_spec(m, &s);
-  return hilock__acquire(m->h.client, &m->h.err, &s, wait_ms);
+  return m == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&m->h, wait_ms);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {

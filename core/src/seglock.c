@@ -212,18 +212,11 @@ int hilock_segmented_lock_try_acquire(hilock_segmented_lock *s) {
 
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
   hilock_segmented_lock *s = arg;
-  sp->attempt = attempt;
-  sp->arg = s;
-  sp->wkey = (const char *const *)&s->wkey;
-  sp->wkeylen = &s->wkeylen;
-  sp->consume = 1;
+  hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
 }
 
 int hilock_segmented_lock_acquire(hilock_segmented_lock *s, int64_t wait_ms) {
-  hilock__acquire_spec sp;
-  if (s == NULL) return HILOCK_EINVAL;
-  acquire_spec(s, &sp);
-  return hilock__acquire(s->h.client, &s->h.err, &sp, wait_ms);
+  return s == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&s->h, wait_ms);
 }
 
 /* lock_release.lua on the held segment: delete it if it holds our token,

@@ -150,18 +150,11 @@ int hilock_semaphore_try_acquire(hilock_semaphore *s) {
 
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
   hilock_semaphore *s = arg;
-  sp->attempt = attempt;
-  sp->arg = s;
-  sp->wkey = (const char *const *)&s->wkey;
-  sp->wkeylen = &s->wkeylen;
-  sp->consume = 1;
+  hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
 }
 
 int hilock_semaphore_acquire(hilock_semaphore *s, int64_t wait_ms) {
-  hilock__acquire_spec sp;
-  if (s == NULL) return HILOCK_EINVAL;
-  acquire_spec(s, &sp);
-  return hilock__acquire(s->h.client, &s->h.err, &sp, wait_ms);
+  return s == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&s->h, wait_ms);
 }
 
 /* semaphore_release.lua: give our permit back if it is still ours. */

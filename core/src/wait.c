@@ -174,6 +174,21 @@ int hilock__acquire(hilock_client *c, hilock__err *e,
                                   wait_ms, s->attempt, s->arg);
 }
 
+void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
+                  void *arg, const void *wkey, const size_t *wkeylen) {
+  s->attempt = attempt;
+  s->arg = arg;
+  s->wkey = (const char *const *)wkey; /* a char * or const char * field */
+  s->wkeylen = wkeylen;
+  s->consume = 1;
+}
+
+int hilock__hold_acquire(hilock__hold *h, int64_t wait_ms) {
+  hilock__acquire_spec s;
+  h->fam->acquire_spec(h, &s);
+  return hilock__acquire(h->client, &h->err, &s, wait_ms);
+}
+
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
                          size_t wkeylen, int64_t wait_ms,
                          int (*attempt)(void *arg, int64_t *pttl), void *arg) {

@@ -36,6 +36,14 @@ def _counted(release: Callable[[_L], None]) -> Callable[[_L], None]:
     return counted
 
 
+def lost_error(name: Name, e: Optional[LockError]) -> LockLost:
+    """What leaving a with-block raises when its lock was lost while the
+    block ran (e: the release's own error, if it failed)."""
+    if e is None:
+        return LockLost(f"lock {name!r} was lost while the block ran")
+    return LockLost(f"lock {name!r} was lost while the block ran: {e}", getattr(e, "code", 0))
+
+
 class LockBase:
     """Base of the lock classes; see :class:`hilock.Lock`."""
 
@@ -232,11 +240,10 @@ class LockBase:
             if released_in_body and not lost and isinstance(e, LockNotOwnedError):
                 return  # released on purpose: nothing is left to release
             if lost or isinstance(e, LockNotOwnedError):
-                raise LockLost(f"lock {self._name!r} was lost while the block ran: {e}",
-                               getattr(e, "code", 0)) from e
+                raise lost_error(self._name, e) from e
             raise
         if lost and exc_type is None:
-            raise LockLost(f"lock {self._name!r} was lost while the block ran")
+            raise lost_error(self._name, None)
 
 
 class ExclusiveBase(LockBase):

@@ -31,10 +31,11 @@ from types import TracebackType
 from typing import Any, Dict, Optional, Type
 
 from . import _hilock as _h
+from ._base import lost_error
 from ._client import Client as _SyncClient
 from ._lock import Lock as _SyncLock
 from ._util import Name, wait_seconds
-from .errors import InvalidArgument, LockError, LockLost, LockNotOwnedError, LockTimeout, error_for
+from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, error_for
 
 __all__ = ["Client", "Lock"]
 
@@ -256,11 +257,10 @@ class Lock:
             if exc_type is not None:
                 return
             if lost or isinstance(e, LockNotOwnedError):
-                raise LockLost(f"lock {self._sync.name!r} was lost while the block ran: {e}",
-                               getattr(e, "code", 0)) from e
+                raise lost_error(self._sync.name, e) from e
             raise
         if lost and exc_type is None:
-            raise LockLost(f"lock {self._sync.name!r} was lost while the block ran")
+            raise lost_error(self._sync.name, None)
 
     def __repr__(self) -> str:
         return f"<hilock.asyncio.Lock {self._sync.name!r} validity={self.validity:.3f}s>"
