@@ -440,11 +440,7 @@ static void free_all(const family *fam, hilock_hold **a) {
   for (int i = 0; i < fill(fam); i++) hilock_hold_free(a[i]);
 }
 
-static int lost_calls;
-
-static void on_lost(void *arg) {
-  __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
-}
+static atomic_int lost_calls;
 
 /* ## 1. try_acquire, busy, release ------------------------------------------ */
 
@@ -657,7 +653,7 @@ static void auto_renewal_keeps_a_short_grant(void **state) {
     lost_calls = 0;
     for (int i = 0; i < fill(fam); i++) {
       a[i] = make(f, fam, i, RENEW_TTL_MS);
-      assert_hl_ok(set_auto_renew(fam->own, a[i], on_lost, &lost_calls),
+      assert_hl_ok(set_auto_renew(fam->own, a[i], hl_count_call, &lost_calls),
                    E(a[i]));
       assert_hl_ok(fam->own->try_acquire(a[i]), E(a[i]));
     }
@@ -672,7 +668,7 @@ static void auto_renewal_keeps_a_short_grant(void **state) {
     release_all(fam, a, 0);
     /* No renewal outlives the release to report it lost. */
     hl_sleep_ms(RENEW_TTL_MS);
-    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+    assert_int_equal(atomic_load(&lost_calls), 0);
     free_all(fam, a);
     hilock_hold_free(r);
   }
@@ -690,16 +686,16 @@ static void grant_taken_away_is_reported_lost(void **state) {
     begin(f, fam);
     lost_calls = 0;
     a = make(f, fam, 0, RENEW_TTL_MS);
-    assert_hl_ok(set_auto_renew(fam->own, a, on_lost, &lost_calls), E(a));
+    assert_hl_ok(set_auto_renew(fam->own, a, hl_count_call, &lost_calls), E(a));
     assert_hl_ok(fam->own->try_acquire(a), E(a));
     fam->take_away(f, a);
     deadline = hl_now_ms() + 3000;
     while ((!lost(fam->own, a) ||
-            __atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0) &&
+            atomic_load(&lost_calls) == 0) &&
            hl_now_ms() < deadline)
       hl_sleep_ms(5);
     assert_true(lost(fam->own, a));
-    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(atomic_load(&lost_calls), 1);
     assert_int_equal(validity(fam->own, a), 0);
     assert_int_equal(owned(fam->own, a), 0);
     assert_int_equal(locked(a), 0); /* renewal did not re-create it */
@@ -712,7 +708,7 @@ static void grant_taken_away_is_reported_lost(void **state) {
     assert_false(lost(fam->own, a));
     assert_int_equal(owned(fam->own, a), 1);
     assert_hl_ok(fam->own->release(a), E(a));
-    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(atomic_load(&lost_calls), 1);
     hilock_hold_free(a);
   }
 }

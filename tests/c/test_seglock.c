@@ -18,15 +18,6 @@
 
 typedef hl_fixture fixture;
 
-static hilock_segmented_lock *make_seg(hilock_client *c, const char *name, int k,
-                                int64_t ttl) {
-  hilock_segmented_lock *s = NULL;
-  assert_hl_ok(hilock_segmented_lock_new(c, name, strlen(name), k, ttl, &s),
-               hilock_client_errmsg(c));
-  assert_non_null(s);
-  return s;
-}
-
 #define SEG_OK(call, s) assert_hl_ok((call), hilock_hold_errmsg(HILOCK_HOLD(s)))
 #define SEG_RC(call, rc, s) assert_hl_rc((call), (rc), hilock_hold_errmsg(HILOCK_HOLD(s)))
 
@@ -57,7 +48,7 @@ static void grants_distinct_segments_then_busy(void **state) {
   int seen[4] = {0, 0, 0, 0};
   uint64_t last_fence = 0;
 
-  for (int i = 0; i < 5; i++) s[i] = make_seg(f->client, "inv", 4, 10000);
+  for (int i = 0; i < 5; i++) s[i] = hl_new_seg(f->client, "inv", 4, 10000);
   assert_true(hilock_segmented_lock_segment(s[0]) == HILOCK_SEGMENT_NONE);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[0])), 0);
   for (int i = 0; i < 4; i++) {
@@ -112,7 +103,7 @@ static void grants_distinct_segments_then_busy(void **state) {
 
 static void acquiring_twice_on_one_handle_is_einval(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "twice", 3, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "twice", 3, 10000);
   SEG_OK(hilock_segmented_lock_try_acquire(s), s);
   SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_EINVAL, s);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "already holds");
@@ -124,7 +115,7 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
 
 static void random_start_spreads_grants(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "spread", 8, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "spread", 8, 10000);
   int count[8] = {0};
   /* A fixed start would put all 400 grants on one segment; uniform
    * starts give each about 50. */
@@ -187,8 +178,8 @@ static void resent_acquire_finds_its_own_grant(void **state) {
 
 static void stock_init_splits_evenly(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "split", 3, 10000);
-  hilock_segmented_lock *other = make_seg(f->client, "split", 4, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "split", 3, 10000);
+  hilock_segmented_lock *other = hl_new_seg(f->client, "split", 4, 10000);
 
   assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), -1); /* nothing loaded */
   assert_int_equal(stock_of(s, 1), -1);
@@ -224,8 +215,8 @@ static void stock_init_splits_evenly(void **state) {
 
 static void empty_segments_are_skipped(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *a = make_seg(f->client, "skip", 4, 10000);
-  hilock_segmented_lock *b = make_seg(f->client, "skip", 4, 10000);
+  hilock_segmented_lock *a = hl_new_seg(f->client, "skip", 4, 10000);
+  hilock_segmented_lock *b = hl_new_seg(f->client, "skip", 4, 10000);
 
   SEG_OK(hilock_segmented_lock_stock_init(a, 0), a);
   SEG_OK(hilock_segmented_lock_stock_set(a, 2, 5), a);
@@ -243,8 +234,8 @@ static void empty_segments_are_skipped(void **state) {
 
 static void take_moves_stock_only_under_the_lock(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "take", 2, 10000);
-  hilock_segmented_lock *t = make_seg(f->client, "take", 2, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "take", 2, 10000);
+  hilock_segmented_lock *t = hl_new_seg(f->client, "take", 2, 10000);
   int64_t taken = -1, left = -1;
   int seg;
   char key[64];
@@ -304,7 +295,7 @@ static void take_moves_stock_only_under_the_lock(void **state) {
 
 static void sold_out_is_reported_not_waited_for(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "gone", 3, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "gone", 3, 10000);
   int64_t t0;
 
   SEG_OK(hilock_segmented_lock_stock_init(s, 0), s);
@@ -345,11 +336,11 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
   pthread_t t[3];
   int64_t released;
 
-  for (int i = 0; i < 2; i++) h[i] = make_seg(f->client, "last", 2, 30000);
+  for (int i = 0; i < 2; i++) h[i] = hl_new_seg(f->client, "last", 2, 30000);
   SEG_OK(hilock_segmented_lock_stock_init(h[0], 2), h[0]);
   for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
   for (int i = 0; i < 3; i++) {
-    w[i].s = make_seg(f->client, "last", 2, 30000);
+    w[i].s = hl_new_seg(f->client, "last", 2, 30000);
     w[i].rc = 99;
     assert_int_equal(pthread_create(&t[i], NULL, wait_forever, &w[i]), 0);
   }
@@ -382,9 +373,9 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   int64_t released;
   long long evalsha_before;
 
-  for (int i = 0; i < 3; i++) h[i] = make_seg(f->client, "wake", 3, 30000);
+  for (int i = 0; i < 3; i++) h[i] = hl_new_seg(f->client, "wake", 3, 30000);
   for (int i = 0; i < 3; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
-  w.s = make_seg(f->client, "wake", 3, 30000);
+  w.s = hl_new_seg(f->client, "wake", 3, 30000);
   w.rc = 99;
   assert_int_equal(pthread_create(&t, NULL, wait_forever, &w), 0);
   assert_true(hl_wait_waiters(f->redis, 1,
@@ -436,7 +427,7 @@ static int hold_and_hang(void *arg) {
 
 static void killed_holders_segment_frees_within_ttl(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "dead", 1, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "dead", 1, 10000);
   child_arg a = {f->server.url, "dead", 1, 1000, -1};
   int fds[2];
   char seg = -1;
@@ -470,8 +461,8 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
 
 static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "renew", 4, 600);
-  hilock_segmented_lock *o = make_seg(f->client, "renew", 4, 600);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "renew", 4, 600);
+  hilock_segmented_lock *o = hl_new_seg(f->client, "renew", 4, 600);
   int owned = 0;
   char key[64];
 
@@ -528,7 +519,7 @@ static void forked_child_holds_nothing(void **state) {
   fixture *f = *state;
   int owned = 0;
   pid_t pid;
-  fork_seg = make_seg(f->client, "fork", 2, 10000);
+  fork_seg = hl_new_seg(f->client, "fork", 2, 10000);
   SEG_OK(hilock_segmented_lock_stock_init(fork_seg, 4), fork_seg);
   SEG_OK(hilock_segmented_lock_try_acquire(fork_seg), fork_seg);
   pid = hl_fork_run(child_uses_parents_grant, NULL);
@@ -607,7 +598,7 @@ static int by_segment_then_start(const void *x, const void *y) {
 
 static void processes_never_share_a_segment_nor_oversell(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "sale", SELL_SEGMENTS, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "sale", SELL_SEGMENTS, 10000);
   seller_arg args[SELLERS];
   pid_t pids[SELLERS];
   redisReply *r;
@@ -697,7 +688,7 @@ static void bad_arguments_are_einval(void **state) {
   assert_string_equal(hilock_segmented_lock_key(NULL, 0, NULL), "");
   hilock_hold_free(NULL);
 
-  s = make_seg(f->client, "args", 3, 1000);
+  s = hl_new_seg(f->client, "args", 3, 1000);
   SEG_RC(hilock_segmented_lock_stock_init(s, -1), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock_init(s, HILOCK_STOCK_MAX + 1), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock_set(s, 3, 1), HILOCK_EINVAL, s);
@@ -715,7 +706,7 @@ static void bad_arguments_are_einval(void **state) {
 
 static void keys_follow_the_layout(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "lay{out", 3, 1000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "lay{out", 3, 1000);
   size_t len = 0;
   const char *k = hilock_segmented_lock_key(s, 2, &len);
   assert_string_equal(k, "hilock:{lay{out}:seg:2");
@@ -733,7 +724,7 @@ static void keys_follow_the_layout(void **state) {
 
 static void damaged_keys_fail_closed(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "bad", 2, 1000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "bad", 2, 1000);
   int rc;
 
   hl_redis_ok(f->redis, "HSET hilock:{bad}:seg:stock segments 2 0 abc 1 xyz");

@@ -14,15 +14,6 @@
 
 typedef hl_fixture fixture;
 
-static hilock_semaphore *make_sem(hilock_client *c, const char *name,
-                                  int64_t permits, int64_t ttl) {
-  hilock_semaphore *s = NULL;
-  assert_hl_ok(hilock_semaphore_new(c, name, strlen(name), permits, ttl, &s),
-               hilock_client_errmsg(c));
-  assert_non_null(s);
-  return s;
-}
-
 #define SEM_OK(call, s) assert_hl_ok((call), hilock_hold_errmsg(HILOCK_HOLD(s)))
 #define SEM_RC(call, rc, s) \
   assert_hl_rc((call), (rc), hilock_hold_errmsg(HILOCK_HOLD(s)))
@@ -73,7 +64,7 @@ static void grants_up_to_the_limit_then_busy(void **state) {
   hilock_semaphore *s[4];
   long long now;
 
-  for (int i = 0; i < 4; i++) s[i] = make_sem(f->client, "pool", 3, 10000);
+  for (int i = 0; i < 4; i++) s[i] = hl_new_semaphore(f->client, "pool", 3, 10000);
   assert_int_equal(available(s[0]), 3);
   for (int i = 0; i < 3; i++) {
     SEM_OK(hilock_semaphore_try_acquire(s[i]), s[i]);
@@ -112,21 +103,14 @@ static void grants_up_to_the_limit_then_busy(void **state) {
   assert_true(hl_redis_exists(f->redis, "hilock:{pool}:limit", 19));
 }
 
-static int is_lower_hex(const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
-      return 0;
-  return s[n] == '\0';
-}
-
 static void permit_ids_are_fresh_per_grant(void **state) {
   fixture *f = *state;
-  hilock_semaphore *a = make_sem(f->client, "ids", 2, 5000);
-  hilock_semaphore *b = make_sem(f->client, "ids", 2, 5000);
+  hilock_semaphore *a = hl_new_semaphore(f->client, "ids", 2, 5000);
+  hilock_semaphore *b = hl_new_semaphore(f->client, "ids", 2, 5000);
   char first[33];
 
   SEM_OK(hilock_semaphore_try_acquire(a), a);
-  assert_true(is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
+  assert_true(hl_is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
   memcpy(first, hilock_hold_token(HILOCK_HOLD(a)), 33);
   SEM_OK(hilock_semaphore_release(a), a);
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
@@ -143,7 +127,7 @@ static void permit_ids_are_fresh_per_grant(void **state) {
 
 static void acquiring_twice_on_one_handle_is_einval(void **state) {
   fixture *f = *state;
-  hilock_semaphore *s = make_sem(f->client, "twice", 5, 5000);
+  hilock_semaphore *s = hl_new_semaphore(f->client, "twice", 5, 5000);
   char id[33];
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   memcpy(id, hilock_hold_token(HILOCK_HOLD(s)), 33);
@@ -161,9 +145,9 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
 
 static void release_of_unknown_or_expired_permit_changes_nothing(void **state) {
   fixture *f = *state;
-  hilock_semaphore *never = make_sem(f->client, "rel", 2, 5000);
-  hilock_semaphore *old = make_sem(f->client, "rel", 2, 100);
-  hilock_semaphore *other = make_sem(f->client, "rel", 2, 5000);
+  hilock_semaphore *never = hl_new_semaphore(f->client, "rel", 2, 5000);
+  hilock_semaphore *old = hl_new_semaphore(f->client, "rel", 2, 100);
+  hilock_semaphore *other = hl_new_semaphore(f->client, "rel", 2, 5000);
   long long score;
 
   SEM_RC(hilock_semaphore_release(never), HILOCK_ENOTOWNED, never);
@@ -219,9 +203,9 @@ static void each_release_wakes_one_waiter(void **state) {
   int first, second;
 
   for (int i = 0; i < 2; i++) {
-    h[i] = make_sem(f->client, "wake", 2, 10000);
+    h[i] = hl_new_semaphore(f->client, "wake", 2, 10000);
     SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
-    ws[i] = make_sem(f->client, "wake", 2, 10000);
+    ws[i] = hl_new_semaphore(f->client, "wake", 2, 10000);
     w[i] = (waiter){ws[i], 8000, -100, 0};
   }
   for (int i = 0; i < 2; i++)
@@ -259,8 +243,8 @@ static void each_release_wakes_one_waiter(void **state) {
 
 static void acquire_gives_busy_after_wait_ms(void **state) {
   fixture *f = *state;
-  hilock_semaphore *a = make_sem(f->client, "full", 1, 10000);
-  hilock_semaphore *b = make_sem(f->client, "full", 1, 10000);
+  hilock_semaphore *a = hl_new_semaphore(f->client, "full", 1, 10000);
+  hilock_semaphore *b = hl_new_semaphore(f->client, "full", 1, 10000);
   int64_t t0;
   SEM_OK(hilock_semaphore_try_acquire(a), a);
   t0 = hl_now_ms();
@@ -276,8 +260,8 @@ static void acquire_gives_busy_after_wait_ms(void **state) {
  * once and blocks in one BLPOP. */
 static void waiting_does_not_poll(void **state) {
   fixture *f = *state;
-  hilock_semaphore *a = make_sem(f->client, "quiet", 1, 10000);
-  hilock_semaphore *b = make_sem(f->client, "quiet", 1, 10000);
+  hilock_semaphore *a = hl_new_semaphore(f->client, "quiet", 1, 10000);
+  hilock_semaphore *b = hl_new_semaphore(f->client, "quiet", 1, 10000);
   redisReply *r;
   long long evals = 0, blpops = 0;
   const char *p;
@@ -301,9 +285,9 @@ static void waiting_does_not_poll(void **state) {
 
 static void waiter_wakes_when_the_first_permit_expires(void **state) {
   fixture *f = *state;
-  hilock_semaphore *shortp = make_sem(f->client, "expiry", 2, 400);
-  hilock_semaphore *longp = make_sem(f->client, "expiry", 2, 10000);
-  hilock_semaphore *w = make_sem(f->client, "expiry", 2, 10000);
+  hilock_semaphore *shortp = hl_new_semaphore(f->client, "expiry", 2, 400);
+  hilock_semaphore *longp = hl_new_semaphore(f->client, "expiry", 2, 10000);
+  hilock_semaphore *w = hl_new_semaphore(f->client, "expiry", 2, 10000);
   int64_t t0;
 
   SEM_OK(hilock_semaphore_try_acquire(longp), longp);
@@ -357,7 +341,7 @@ static pid_t holder_that_dies(fixture *f, const char *name, int64_t ttl,
 
 static void dead_holders_permit_lapses_at_its_ttl(void **state) {
   fixture *f = *state;
-  hilock_semaphore *w = make_sem(f->client, "dead", 1, 5000);
+  hilock_semaphore *w = hl_new_semaphore(f->client, "dead", 1, 5000);
   int64_t granted, got;
 
   holder_that_dies(f, "dead", 600, &granted);
@@ -378,12 +362,12 @@ static void dead_holders_permit_lapses_at_its_ttl(void **state) {
 
 static void stored_limit_wins_over_constructor_permits(void **state) {
   fixture *f = *state;
-  hilock_semaphore *two = make_sem(f->client, "cfg", 2, 10000);
+  hilock_semaphore *two = hl_new_semaphore(f->client, "cfg", 2, 10000);
   hilock_semaphore *five[3];
   int64_t limit = -1;
   int stored = -1;
 
-  for (int i = 0; i < 3; i++) five[i] = make_sem(f->client, "cfg", 5, 10000);
+  for (int i = 0; i < 3; i++) five[i] = hl_new_semaphore(f->client, "cfg", 5, 10000);
   /* Before first use nothing is stored: each handle sees its own. */
   SEM_OK(hilock_semaphore_limit(five[0], &limit, &stored), five[0]);
   assert_int_equal(limit, 5);
@@ -420,7 +404,7 @@ static void stored_limit_wins_over_constructor_permits(void **state) {
 
 static void raising_the_limit_wakes_waiters_at_once(void **state) {
   fixture *f = *state;
-  hilock_semaphore *holder = make_sem(f->client, "raise", 1, 10000);
+  hilock_semaphore *holder = hl_new_semaphore(f->client, "raise", 1, 10000);
   hilock_semaphore *ws[3];
   waiter w[3];
   pthread_t t[3];
@@ -428,7 +412,7 @@ static void raising_the_limit_wakes_waiters_at_once(void **state) {
 
   SEM_OK(hilock_semaphore_try_acquire(holder), holder);
   for (int i = 0; i < 3; i++) {
-    ws[i] = make_sem(f->client, "raise", 1, 10000);
+    ws[i] = hl_new_semaphore(f->client, "raise", 1, 10000);
     w[i] = (waiter){ws[i], 8000, -100, 0};
     assert_int_equal(pthread_create(&t[i], NULL, wait_for_permit, &w[i]), 0);
   }
@@ -450,10 +434,10 @@ static void raising_the_limit_wakes_waiters_at_once(void **state) {
 static void lowering_the_limit_revokes_nothing(void **state) {
   fixture *f = *state;
   hilock_semaphore *h[3];
-  hilock_semaphore *late = make_sem(f->client, "lower", 3, 10000);
+  hilock_semaphore *late = hl_new_semaphore(f->client, "lower", 3, 10000);
 
   for (int i = 0; i < 3; i++) {
-    h[i] = make_sem(f->client, "lower", 3, 10000);
+    h[i] = hl_new_semaphore(f->client, "lower", 3, 10000);
     SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
   }
   SEM_OK(hilock_semaphore_set_limit(late, 1), late);
@@ -486,7 +470,7 @@ static void lowering_the_limit_revokes_nothing(void **state) {
 static void wake_list_is_backed_by_free_permits(void **state) {
   fixture *f = *state;
   hilock_semaphore *h[4];
-  for (int i = 0; i < 4; i++) h[i] = make_sem(f->client, "backed", 4, 10000);
+  for (int i = 0; i < 4; i++) h[i] = hl_new_semaphore(f->client, "backed", 4, 10000);
   for (int round = 0; round < 3; round++) {
     for (int i = 0; i < 4; i++) SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
     assert_int_equal(wake_len(f, "backed"), 0);
@@ -508,7 +492,7 @@ static void wake_list_is_backed_by_free_permits(void **state) {
 
 static void renew_moves_expiry_and_never_revives(void **state) {
   fixture *f = *state;
-  hilock_semaphore *s = make_sem(f->client, "renew", 2, 1000);
+  hilock_semaphore *s = hl_new_semaphore(f->client, "renew", 2, 1000);
   long long before, after;
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   before = permit_score(f, "renew", hilock_hold_token(HILOCK_HOLD(s)));
@@ -535,8 +519,8 @@ static void count_lost(void *arg) {
 
 static void max_hold_lets_the_permit_lapse(void **state) {
   fixture *f = *state;
-  hilock_semaphore *s = make_sem(f->client, "capped", 1, 300);
-  hilock_semaphore *w = make_sem(f->client, "capped", 1, 300);
+  hilock_semaphore *s = hl_new_semaphore(f->client, "capped", 1, 300);
+  hilock_semaphore *w = hl_new_semaphore(f->client, "capped", 1, 300);
   int64_t t0;
   lost_calls = 0;
   SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 400, count_lost, NULL), s);
@@ -587,7 +571,7 @@ static void threads_never_exceed_the_limit(void **state) {
   pthread_t t[NTHREADS];
   inside = max_inside = failures = 0;
   for (int i = 0; i < NTHREADS; i++) {
-    s[i] = make_sem(f->client, "threads", 3, 10000);
+    s[i] = hl_new_semaphore(f->client, "threads", 3, 10000);
     assert_int_equal(pthread_create(&t[i], NULL, contender, s[i]), 0);
   }
   for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);
@@ -601,7 +585,7 @@ static void threads_never_exceed_the_limit(void **state) {
 
 static void forked_child_holds_nothing(void **state) {
   fixture *f = *state;
-  hilock_semaphore *s = make_sem(f->client, "forked", 2, 5000);
+  hilock_semaphore *s = hl_new_semaphore(f->client, "forked", 2, 5000);
   pid_t pid;
   int status = -1;
   SEM_OK(hilock_semaphore_try_acquire(s), s);
@@ -643,7 +627,7 @@ static void child_frees_a_client_whose_watchdog_ran_in_the_parent(
   int64_t deadline;
 
   assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
-  s = make_sem(c, "fork-free", 1, 3000);
+  s = hl_new_semaphore(c, "fork-free", 1, 3000);
   SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL), s);
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   hl_sleep_ms(50); /* the watchdog now sleeps on its condition variable */
@@ -703,7 +687,7 @@ static void bad_arguments_are_einval(void **state) {
   assert_int_equal(hilock_semaphore_set_limit(NULL, 1), HILOCK_EINVAL);
   hilock_hold_free(NULL);
 
-  s = make_sem(f->client, "a", 1, 1000);
+  s = hl_new_semaphore(f->client, "a", 1, 1000);
   assert_int_equal(hilock_hold_owned(HILOCK_HOLD(s), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_available(s, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_semaphore_limit(s, NULL, NULL), HILOCK_EINVAL);
@@ -739,7 +723,7 @@ static void keys_follow_the_layout(void **state) {
 
 static void damaged_keys_fail_closed(void **state) {
   fixture *f = *state;
-  hilock_semaphore *s = make_sem(f->client, "dmg", 2, 5000);
+  hilock_semaphore *s = hl_new_semaphore(f->client, "dmg", 2, 5000);
   int64_t n;
 
   /* The permits key of another type: nothing is written. */
@@ -757,7 +741,7 @@ static void damaged_keys_fail_closed(void **state) {
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   hl_redis_ok(f->redis, "SET hilock:{dmg}:limit lots");
   {
-    hilock_semaphore *o = make_sem(f->client, "dmg", 2, 5000);
+    hilock_semaphore *o = hl_new_semaphore(f->client, "dmg", 2, 5000);
     SEM_RC(hilock_semaphore_try_acquire(o), HILOCK_ESCRIPT, o);
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(o)), "no permit count");
     assert_false(hilock_hold_held(HILOCK_HOLD(o)));
@@ -779,7 +763,7 @@ static void closed_client_is_eclosed(void **state) {
   hilock_client *c = NULL;
   hilock_semaphore *s = NULL;
   assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
-  s = make_sem(c, "closed", 1, 1000);
+  s = hl_new_semaphore(c, "closed", 1, 1000);
   hilock_client_free(c);
   SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ECLOSED, s);
   hilock_hold_free(HILOCK_HOLD(s));

@@ -3,6 +3,7 @@
 
 #include "internal.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -435,6 +436,107 @@ long long hl_redis_pttl(redisContext *c, const char *key, size_t keylen) {
 
 int hl_redis_exists(redisContext *c, const char *key, size_t keylen) {
   return hl_redis_int(c, "EXISTS %b", key, keylen) > 0;
+}
+
+char *hl_hold_value(redisContext *c, const hilock_hold *h) {
+  size_t len;
+  const char *key = hilock_hold_key(h, &len);
+  return hl_redis_get(c, key, len);
+}
+
+long long hl_hold_pttl(redisContext *c, const hilock_hold *h) {
+  size_t len;
+  const char *key = hilock_hold_key(h, &len);
+  return hl_redis_pttl(c, key, len);
+}
+
+int hl_hold_exists(redisContext *c, const hilock_hold *h) {
+  size_t len;
+  const char *key = hilock_hold_key(h, &len);
+  return hl_redis_exists(c, key, len);
+}
+
+void hl_assert_hold_value(redisContext *c, const hilock_hold *h,
+                          const char *want) {
+  char *v = hl_hold_value(c, h);
+  assert_non_null(v);
+  assert_string_equal(v, want);
+  free(v);
+}
+
+void hl_assert_holder(redisContext *c, const hilock_hold *h) {
+  hl_assert_hold_value(c, h, hilock_hold_token(h));
+}
+
+/* ## Clients and handles -------------------------------------------------- */
+
+hilock_client *hl_client(const char *url, const hilock_options *o) {
+  hilock_options def = hl_test_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(url, o ? o : &def, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+/* The handle a constructor made, once its rc is known: fails the test
+ * (with the client's message) unless it succeeded. */
+static void *made(hilock_client *c, int rc, void *h) {
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  assert_non_null(h);
+  return h;
+}
+
+/* The constructors of a named lock with a TTL. */
+#define HL_NEW_TTL(fn, type, ctor)                                         \
+  type *fn(hilock_client *c, const char *name, int64_t ttl_ms) {          \
+    type *x = NULL;                                                        \
+    int rc = ctor(c, name, strlen(name), ttl_ms, &x);                      \
+    return made(c, rc, x);                                                 \
+  }
+
+HL_NEW_TTL(hl_new_lock, hilock_lock, hilock_lock_new)
+HL_NEW_TTL(hl_new_rlock, hilock_rlock, hilock_rlock_new)
+HL_NEW_TTL(hl_new_rwlock, hilock_rwlock, hilock_rwlock_new)
+HL_NEW_TTL(hl_new_fair, hilock_fair_lock, hilock_fair_lock_new)
+HL_NEW_TTL(hl_new_seq, hilock_sequential_lock, hilock_sequential_lock_new)
+
+hilock_lock *hl_new_simple(hilock_client *c, const char *name) {
+  hilock_lock *x = NULL;
+  int rc = hilock_lock_new_simple(c, name, strlen(name), &x);
+  return made(c, rc, x);
+}
+
+hilock_semaphore *hl_new_semaphore(hilock_client *c, const char *name,
+                                   int64_t permits, int64_t ttl_ms) {
+  hilock_semaphore *x = NULL;
+  int rc = hilock_semaphore_new(c, name, strlen(name), permits, ttl_ms, &x);
+  return made(c, rc, x);
+}
+
+hilock_segmented_lock *hl_new_seg(hilock_client *c, const char *name,
+                                  size_t segments, int64_t ttl_ms) {
+  hilock_segmented_lock *x = NULL;
+  int rc = hilock_segmented_lock_new(c, name, strlen(name), segments, ttl_ms,
+                                     &x);
+  return made(c, rc, x);
+}
+
+hilock_multi_lock *hl_new_multi(hilock_client *c, const char *const *names,
+                                size_t n, int64_t ttl_ms) {
+  hilock_multi_lock *x = NULL;
+  int rc = hilock_multi_lock_new(c, names, n, ttl_ms, &x);
+  return made(c, rc, x);
+}
+
+void hl_count_call(void *counter) {
+  atomic_fetch_add((atomic_int *)counter, 1);
+}
+
+int hl_is_lower_hex(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
+      return 0;
+  return s[n] == '\0';
 }
 
 /* ## Server statistics ----------------------------------------------------- */

@@ -7,10 +7,13 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
@@ -50,6 +53,13 @@
     }                                                                       \
   } while (0)
 
+/* A parsed host and port (a cluster seed, a sentinel). */
+#define assert_host_port(endpoint, want_host, want_port)                   \
+  do {                                                                      \
+    assert_string_equal((endpoint).host, (want_host));                      \
+    assert_int_equal((endpoint).port, (want_port));                         \
+  } while (0)
+
 #define assert_substr(haystack, needle)                                     \
   do {                                                                      \
     const char *hl_h_ = (haystack), *hl_n_ = (needle);                      \
@@ -57,6 +67,17 @@
       print_error("%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__,      \
                   __LINE__, hl_h_ ? hl_h_ : "(null)", hl_n_);               \
       fail();                                                               \
+    }                                                                       \
+  } while (0)
+
+/* In a forked child (which must not fail into cmocka): report a failed
+ * check on stderr and return a nonzero status from the child's function. */
+#define HL_CHILD_CHECK(cond)                                                \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), \
+              __FILE__, __LINE__, #cond);                                   \
+      return 1 + __LINE__ % 200;                                            \
     }                                                                       \
   } while (0)
 
@@ -114,6 +135,45 @@ char *hl_redis_get(redisContext *c, const char *key, size_t keylen);
 long long hl_redis_pttl(redisContext *c, const char *key, size_t keylen);
 /* EXISTS of a binary key. */
 int hl_redis_exists(redisContext *c, const char *key, size_t keylen);
+
+/* The key of a hold (hilock_hold_key), read directly: its value (malloc'd,
+ * NULL if absent), PTTL and EXISTS. */
+char *hl_hold_value(redisContext *c, const hilock_hold *h);
+long long hl_hold_pttl(redisContext *c, const hilock_hold *h);
+int hl_hold_exists(redisContext *c, const hilock_hold *h);
+/* The hold's key has the value want; has the hold's token (a lock's
+ * holder). */
+void hl_assert_hold_value(redisContext *c, const hilock_hold *h,
+                          const char *want);
+void hl_assert_holder(redisContext *c, const hilock_hold *h);
+
+/* ## Clients and handles ------------------------------------------------------
+ * Each fails the test (with the client's message) unless it succeeds. */
+
+/* A client on url with o (NULL: hl_test_options()). */
+hilock_client *hl_client(const char *url, const hilock_options *o);
+hilock_lock *hl_new_lock(hilock_client *c, const char *name, int64_t ttl_ms);
+hilock_lock *hl_new_simple(hilock_client *c, const char *name);
+hilock_rlock *hl_new_rlock(hilock_client *c, const char *name, int64_t ttl_ms);
+hilock_rwlock *hl_new_rwlock(hilock_client *c, const char *name,
+                             int64_t ttl_ms);
+hilock_semaphore *hl_new_semaphore(hilock_client *c, const char *name,
+                                   int64_t permits, int64_t ttl_ms);
+hilock_fair_lock *hl_new_fair(hilock_client *c, const char *name,
+                              int64_t ttl_ms);
+hilock_sequential_lock *hl_new_seq(hilock_client *c, const char *name,
+                                   int64_t ttl_ms);
+hilock_segmented_lock *hl_new_seg(hilock_client *c, const char *name,
+                                  size_t segments, int64_t ttl_ms);
+hilock_multi_lock *hl_new_multi(hilock_client *c, const char *const *names,
+                                size_t n, int64_t ttl_ms);
+
+/* A loss callback (hilock_lost_fn) that counts its calls in the atomic_int
+ * at counter. */
+void hl_count_call(void *counter);
+
+/* 1 if s is n lower-case hex digits and ends there. */
+int hl_is_lower_hex(const char *s, size_t n);
 
 /* ## Clocks ---------------------------------------------------------------- */
 

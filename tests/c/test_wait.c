@@ -15,45 +15,6 @@
 
 typedef hl_fixture fixture;
 
-static hilock_client *new_client(const fixture *f, const hilock_options *o) {
-  hilock_options def = hl_test_options();
-  hilock_client *c = NULL;
-  int rc = hilock_client_new(f->server.url, o ? o : &def, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
-}
-
-static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
-static hilock_lock *new_simple(hilock_client *c, const char *name) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new_simple(c, name, strlen(name), &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
-static hilock_rlock *new_rlock(hilock_client *c, const char *name,
-                               int64_t ttl) {
-  hilock_rlock *rl = NULL;
-  assert_hl_ok(hilock_rlock_new(c, name, strlen(name), ttl, &rl),
-               hilock_client_errmsg(c));
-  return rl;
-}
-
-static void assert_holder(fixture *f, const hilock_lock *l) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  char *v = hl_redis_get(f->redis, key, klen);
-  assert_non_null(v);
-  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(l)));
-  free(v);
-}
-
 /* Wait until n threads are asleep waiting (blocked in BLPOP on the server
  * in BLPOP mode). */
 static void wait_blocked(fixture *f, long long n) {
@@ -124,8 +85,8 @@ static void waiter_wakes_promptly_on_release(void **state) {
     int64_t t_rel;
 
     snprintf(name, sizeof(name), "prompt-%d", i);
-    a = new_lock(f->client, name, 10000);
-    b = new_lock(f->client, name, 10000);
+    a = hl_new_lock(f->client, name, 10000);
+    b = hl_new_lock(f->client, name, 10000);
     memset(&w, 0, sizeof(w));
     w.lock = b;
     w.wait_ms = 8000;
@@ -136,7 +97,7 @@ static void waiter_wakes_promptly_on_release(void **state) {
     assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
     join_waiter(&w);
     assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-    assert_holder(f, b);
+    hl_assert_holder(f->redis, HILOCK_HOLD(b));
     lat[i] = w.t_end - t_rel;
     /* Far below the holder's 10 s TTL, whatever the load. */
     assert_i64_between(lat[i], 0, 300);
@@ -150,8 +111,8 @@ static void waiter_wakes_promptly_on_release(void **state) {
 
 static void waiter_wakes_when_holder_key_expires(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "expires", 400);
-  hilock_lock *b = new_lock(f->client, "expires", 10000);
+  hilock_lock *a = hl_new_lock(f->client, "expires", 400);
+  hilock_lock *b = hl_new_lock(f->client, "expires", 10000);
   int64_t t0 = hl_now_ms(), took;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -160,7 +121,7 @@ static void waiter_wakes_when_holder_key_expires(void **state) {
   /* Not before the key expires, and about when it does: no release, no
    * wake-up, so the wait was bounded by the TTL the waiter was told. */
   assert_i64_between(took, 390, 400 + 350);
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
@@ -168,8 +129,8 @@ static void waiter_wakes_when_holder_key_expires(void **state) {
 
 static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "deleted", 1000);
-  hilock_lock *b = new_lock(f->client, "deleted", 10000);
+  hilock_lock *a = hl_new_lock(f->client, "deleted", 1000);
+  hilock_lock *b = hl_new_lock(f->client, "deleted", 10000);
   size_t klen;
   const char *key = hilock_hold_key(HILOCK_HOLD(a), &klen);
   waiter w;
@@ -191,7 +152,7 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
    * (1000 ms from the grant) ran out, not later. */
   assert_true(w.t_end >= t_del);
   assert_i64_between(w.t_end - t0, 150, 1000 + 300);
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -215,7 +176,7 @@ static int hold_until_killed(void *arg) {
 
 static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   fixture *f = *state;
-  hilock_lock *b = new_lock(f->client, "killed", 10000);
+  hilock_lock *b = hl_new_lock(f->client, "killed", 10000);
   killed_holder k;
   struct pollfd p;
   int fds[2], status;
@@ -256,7 +217,7 @@ static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   /* The dead holder never released: the waiter got in when its TTL ran
    * out, not sooner and not much later. */
   assert_i64_between(w.t_end - t0, pttl - 20, pttl + 400);
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   hilock_hold_free(HILOCK_HOLD(b));
 }
 
@@ -264,8 +225,8 @@ static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
 
 static void waiting_does_not_poll_the_server(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "quiet", 10000);
-  hilock_lock *b = new_lock(f->client, "quiet", 10000);
+  hilock_lock *a = hl_new_lock(f->client, "quiet", 10000);
+  hilock_lock *b = hl_new_lock(f->client, "quiet", 10000);
   long long scripts, blpops;
   waiter w;
 
@@ -293,7 +254,7 @@ static void waiting_does_not_poll_the_server(void **state) {
   assert_i64_between(w.t_end - w.t_start, 1990, 2400);
   assert_i64_between(hl_cmdstat_calls(f->redis, "evalsha"), 2, 3);
   assert_i64_between(wake_calls(f), 1, 2);
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -329,7 +290,7 @@ static void *relay_main(void *arg) {
 static void one_release_wakes_one_waiter(void **state) {
   fixture *f = *state;
   hilock_client *own[2];
-  hilock_lock *holder = new_lock(f->client, "relay", 10000);
+  hilock_lock *holder = hl_new_lock(f->client, "relay", 10000);
   relay r[NWAITERS];
   atomic_int granted, go;
   long long scripts;
@@ -337,15 +298,15 @@ static void one_release_wakes_one_waiter(void **state) {
 
   atomic_init(&granted, 0);
   atomic_init(&go, 0);
-  own[0] = new_client(f, NULL);
-  own[1] = new_client(f, NULL);
+  own[0] = hl_client(f->server.url, NULL);
+  own[1] = hl_client(f->server.url, NULL);
   hl_redis_ok(f->redis, "SET hilock:{relay}:fence 1000");
   assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
     /* Two waiters share the fixture's client, two have clients of their
      * own. */
     memset(&r[i], 0, sizeof(r[i]));
-    r[i].lock = new_lock(i < 2 ? f->client : own[i - 2], "relay", 10000);
+    r[i].lock = hl_new_lock(i < 2 ? f->client : own[i - 2], "relay", 10000);
     r[i].granted = &granted;
     r[i].go = &go;
     assert_int_equal(pthread_create(&r[i].thread, NULL, relay_main, &r[i]),
@@ -397,8 +358,8 @@ static void one_release_wakes_one_waiter(void **state) {
 
 static void fractional_waits_are_honoured(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "fraction", 10000);
-  hilock_lock *b = new_lock(f->client, "fraction", 10000);
+  hilock_lock *a = hl_new_lock(f->client, "fraction", 10000);
+  hilock_lock *b = hl_new_lock(f->client, "fraction", 10000);
   int64_t t0;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -416,7 +377,7 @@ static void fractional_waits_are_honoured(void **state) {
   assert_hl_rc(hilock_lock_acquire(b, 1), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 0, 150);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -439,7 +400,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   hilock_options o = hl_test_options();
   hook_state hs;
   hilock_client *c;
-  hilock_lock *a = new_lock(f->client, "interrupted", 10000), *b;
+  hilock_lock *a = hl_new_lock(f->client, "interrupted", 10000), *b;
   waiter w;
   int64_t t_set;
 
@@ -447,8 +408,8 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   atomic_init(&hs.calls, 0);
   o.interrupt = interrupt_hook;
   o.interrupt_arg = &hs;
-  c = new_client(f, &o);
-  b = new_lock(c, "interrupted", 10000);
+  c = hl_client(f->server.url, &o);
+  b = hl_new_lock(c, "interrupted", 10000);
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
 
   memset(&w, 0, sizeof(w));
@@ -467,7 +428,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   assert_i64_between(w.t_end - t_set, 0, 250);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(b)), 0);
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
 
   /* The abandoned BLPOP is gone from the server, so it cannot swallow the
    * next wake-up: the release's element stays for the next waiter. */
@@ -479,7 +440,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   /* Cleared, the hook lets the handle wait and win again. */
   atomic_store(&hs.stop, 0);
   assert_hl_ok(hilock_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
@@ -488,9 +449,9 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
 
 static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   fixture *f = *state;
-  hilock_client *c = new_client(f, NULL);
-  hilock_lock *a = new_lock(f->client, "closing", 10000);
-  hilock_lock *b = new_lock(c, "closing", 10000);
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_lock *a = hl_new_lock(f->client, "closing", 10000);
+  hilock_lock *b = hl_new_lock(c, "closing", 10000);
   waiter w;
   int64_t t_free;
 
@@ -511,7 +472,7 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   assert_hl_rc(hilock_lock_try_acquire(b), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   hilock_hold_free(HILOCK_HOLD(b)); /* the client's last reference */
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hilock_hold_free(HILOCK_HOLD(a));
 }
@@ -520,8 +481,8 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
 
 static void simple_lock_waiter_wakes_on_release(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_simple(f->client, "simple");
-  hilock_lock *b = new_simple(f->client, "simple");
+  hilock_lock *a = hl_new_simple(f->client, "simple");
+  hilock_lock *b = hl_new_simple(f->client, "simple");
   waiter w;
   int64_t t_rel;
 
@@ -546,8 +507,8 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
 
 static void rlock_waiter_wakes_on_final_release(void **state) {
   fixture *f = *state;
-  hilock_rlock *a = new_rlock(f->client, "reentrant", 10000);
-  hilock_rlock *b = new_rlock(f->client, "reentrant", 10000);
+  hilock_rlock *a = hl_new_rlock(f->client, "reentrant", 10000);
+  hilock_rlock *b = hl_new_rlock(f->client, "reentrant", 10000);
   waiter w;
   int64_t t_rel;
 
