@@ -539,6 +539,98 @@ int hl_is_lower_hex(const char *s, size_t n) {
   return s[n] == '\0';
 }
 
+/* ## The verbs of each family, on the hold -------------------------------- */
+
+#define VERBS(T, type, try_fn, acquire_fn, release_fn)                     \
+  static int T##_try(hilock_hold *h) { return try_fn((type *)h); }         \
+  static int T##_acquire(hilock_hold *h, int64_t wait_ms) {                \
+    return acquire_fn((type *)h, wait_ms);                                 \
+  }                                                                        \
+  static int T##_release(hilock_hold *h) { return release_fn((type *)h); }
+
+#define EXTEND(T, type, extend_fn, renew_fn)                               \
+  static int T##_extend(hilock_hold *h, int64_t ms, int replace) {         \
+    return extend_fn((type *)h, ms, replace);                              \
+  }                                                                        \
+  static int T##_renew(hilock_hold *h) { return renew_fn((type *)h); }
+
+VERBS(lock, hilock_lock, hilock_lock_try_acquire, hilock_lock_acquire,
+      hilock_lock_release)
+EXTEND(lock, hilock_lock, hilock_lock_extend, hilock_lock_renew)
+VERBS(rlock, hilock_rlock, hilock_rlock_try_acquire, hilock_rlock_acquire,
+      hilock_rlock_release)
+VERBS(write, hilock_rwlock, hilock_rwlock_write_try_acquire,
+      hilock_rwlock_write_acquire, hilock_rwlock_write_release)
+VERBS(read, hilock_rwlock, hilock_rwlock_read_try_acquire,
+      hilock_rwlock_read_acquire, hilock_rwlock_read_release)
+VERBS(sem, hilock_semaphore, hilock_semaphore_try_acquire,
+      hilock_semaphore_acquire, hilock_semaphore_release)
+static int sem_renew(hilock_hold *h) {
+  return hilock_semaphore_renew((hilock_semaphore *)h);
+}
+VERBS(fair, hilock_fair_lock, hilock_fair_lock_try_acquire,
+      hilock_fair_lock_acquire, hilock_fair_lock_release)
+EXTEND(fair, hilock_fair_lock, hilock_fair_lock_extend,
+       hilock_fair_lock_renew)
+VERBS(multi, hilock_multi_lock, hilock_multi_lock_try_acquire,
+      hilock_multi_lock_acquire, hilock_multi_lock_release)
+EXTEND(multi, hilock_multi_lock, hilock_multi_lock_extend,
+       hilock_multi_lock_renew)
+VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_try_acquire, hilock_sequential_lock_acquire,
+      hilock_sequential_lock_release)
+EXTEND(seq, hilock_sequential_lock, hilock_sequential_lock_extend, hilock_sequential_lock_renew)
+VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_try_acquire, hilock_segmented_lock_acquire,
+      hilock_segmented_lock_release)
+EXTEND(seg, hilock_segmented_lock, hilock_segmented_lock_extend, hilock_segmented_lock_renew)
+VERBS(redlock, hilock_redlock, hilock_redlock_try_acquire,
+      hilock_redlock_acquire, hilock_redlock_release)
+EXTEND(redlock, hilock_redlock, hilock_redlock_extend, hilock_redlock_renew)
+
+/* The read side's own state: the hold is the write side's. */
+static int read_set_auto_renew(hilock_hold *h, int on, int64_t max_hold_ms,
+                               hilock_lost_fn fn, void *arg) {
+  return hilock_rwlock_read_set_auto_renew((hilock_rwlock *)h, on,
+                                           max_hold_ms, fn, arg);
+}
+static int read_owned(hilock_hold *h, int *owned) {
+  int64_t n = 0;
+  int rc = hilock_rwlock_read_hold_count((hilock_rwlock *)h, &n);
+  *owned = n > 0;
+  return rc;
+}
+static int read_lost(hilock_hold *h) {
+  return hilock_rwlock_read_lost((hilock_rwlock *)h);
+}
+static int64_t read_validity_ms(hilock_hold *h) {
+  return hilock_rwlock_read_validity_ms((hilock_rwlock *)h);
+}
+
+#define SIDE(T) .try_acquire = T##_try, .acquire = T##_acquire, \
+                .release = T##_release
+
+const hl_verbs hl_lock_verbs = {SIDE(lock), .extend = lock_extend,
+                                .renew = lock_renew};
+/* No TTL: extend and renew are HILOCK_ENOTSUP (test_lock). */
+const hl_verbs hl_simple_verbs = {SIDE(lock)};
+const hl_verbs hl_rlock_verbs = {SIDE(rlock)};
+const hl_verbs hl_write_verbs = {SIDE(write)};
+const hl_verbs hl_read_verbs = {SIDE(read),
+                                .set_auto_renew = read_set_auto_renew,
+                                .owned = read_owned,
+                                .lost = read_lost,
+                                .validity_ms = read_validity_ms};
+const hl_verbs hl_sem_verbs = {SIDE(sem), .renew = sem_renew};
+const hl_verbs hl_fair_verbs = {SIDE(fair), .extend = fair_extend,
+                                .renew = fair_renew};
+const hl_verbs hl_multi_verbs = {SIDE(multi), .extend = multi_extend,
+                                 .renew = multi_renew};
+const hl_verbs hl_seq_verbs = {SIDE(seq), .extend = seq_extend,
+                               .renew = seq_renew};
+const hl_verbs hl_seg_verbs = {SIDE(seg), .extend = seg_extend,
+                               .renew = seg_renew};
+const hl_verbs hl_redlock_verbs = {SIDE(redlock), .extend = redlock_extend,
+                                   .renew = redlock_renew};
+
 /* ## Server statistics ----------------------------------------------------- */
 
 long long hl_info_field(redisContext *c, const char *section,

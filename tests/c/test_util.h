@@ -175,6 +175,37 @@ void hl_count_call(void *counter);
 /* 1 if s is n lower-case hex digits and ends there. */
 int hl_is_lower_hex(const char *s, size_t n);
 
+/* ## The verbs of each family, on the hold ----------------------------------
+ * A family's own calls wrapped to take the hold, so that one test can run
+ * over several families. extend and renew are NULL where a table leaves
+ * them out; the last four are NULL where the hold's own calls apply (all
+ * but the read side of the read-write lock). */
+
+typedef struct hl_verbs {
+  int (*try_acquire)(hilock_hold *h);
+  int (*acquire)(hilock_hold *h, int64_t wait_ms);
+  int (*release)(hilock_hold *h);
+  int (*extend)(hilock_hold *h, int64_t ms, int replace); /* NULL: none */
+  int (*renew)(hilock_hold *h);                           /* NULL: none */
+  int (*set_auto_renew)(hilock_hold *h, int on, int64_t max_hold_ms,
+                        hilock_lost_fn fn, void *arg);
+  int (*owned)(hilock_hold *h, int *owned);
+  int (*lost)(hilock_hold *h);
+  int64_t (*validity_ms)(hilock_hold *h);
+} hl_verbs;
+
+extern const hl_verbs hl_lock_verbs;   /* expiring lock and lease */
+extern const hl_verbs hl_simple_verbs; /* no TTL: no extend or renew */
+extern const hl_verbs hl_rlock_verbs;
+extern const hl_verbs hl_write_verbs;  /* the read-write lock's two sides */
+extern const hl_verbs hl_read_verbs;
+extern const hl_verbs hl_sem_verbs;
+extern const hl_verbs hl_fair_verbs;
+extern const hl_verbs hl_multi_verbs;
+extern const hl_verbs hl_seq_verbs;
+extern const hl_verbs hl_seg_verbs;
+extern const hl_verbs hl_redlock_verbs;
+
 /* ## Clocks ---------------------------------------------------------------- */
 
 int64_t hl_now_ms(void);
