@@ -328,18 +328,11 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
 
 static char *node_id(int i) { return hl_cluster_node_id(&cl, i); }
 
-typedef struct releaser {
-  pthread_t thread;
-  hilock_lock *lock;
-  int rc;
-  int64_t done_ms;
-} releaser;
-
-static void *releaser_main(void *arg) {
-  releaser *r = arg;
-  r->rc = hilock_lock_release(r->lock);
-  r->done_ms = hl_now_ms();
-  return NULL;
+/* A release made by a waiter thread (hl_waiter), which then notes when it
+ * returned; the wait is not used. */
+static int release_call(hilock_hold *h, int64_t unused) {
+  (void)unused;
+  return hilock_lock_release((hilock_lock *)h);
 }
 
 /* A slot being resharded: keys already moved are reached with ASKING on
@@ -349,7 +342,7 @@ static void *releaser_main(void *arg) {
 static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   hilock_client *c = new_client();
   hilock_lock *l = NULL, *other = NULL;
-  releaser rel = {0};
+  hl_waiter rel = {0};
   char name[32];
   int m[3], slot, owned = 0;
   long long before;
@@ -391,19 +384,20 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
 
   /* The release touches the lock (moved) and the wake list (nowhere):
    * TRYAGAIN until the slot is handed over. */
-  rel.lock = l;
-  assert_int_equal(pthread_create(&rel.thread, NULL, releaser_main, &rel), 0);
+  rel.lock = HILOCK_HOLD(l);
+  rel.acquire = release_call;
+  hl_waiter_start(&rel);
   hl_sleep_ms(300);
-  assert_int_equal(rel.done_ms, 0);
+  assert_int_equal(hl_waiter_done_at(&rel), 0);
   finished = hl_now_ms();
   for (int i = 0; i < 3; i++) {
     redisContext *r = hl_cluster_connect(&cl, m[i]);
     hl_redis_ok(r, "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
     redisFree(r);
   }
-  pthread_join(rel.thread, NULL);
+  hl_waiter_join(&rel);
   assert_hl_ok(rel.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_true(rel.done_ms >= finished);
+  assert_true(rel.t_end >= finished);
   assert_true(hl_cluster_wait_ok(&cl, 10000));
   assert_hl_ok(hilock_lock_acquire(other, 1000), hilock_hold_errmsg(HILOCK_HOLD(other)));
   assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[1]].port);
@@ -452,25 +446,10 @@ static void noscript_reloads_on_each_node(void **state) {
 
 /* ## Waiting and renewal ----------------------------------------------------- */
 
-typedef struct waiter {
-  pthread_t thread;
-  hilock_lock *lock;
-  int64_t wait_ms;
-  int rc;
-  int64_t done_ms;
-} waiter;
-
-static void *waiter_main(void *arg) {
-  waiter *w = arg;
-  w->rc = hilock_lock_acquire(w->lock, w->wait_ms);
-  w->done_ms = hl_now_ms();
-  return NULL;
-}
-
 static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   hilock_client *c = new_client();
-  hilock_lock *holder = NULL;
-  waiter w = {0};
+  hilock_lock *holder = NULL, *waiting = NULL;
+  hl_waiter w;
   char name[32];
   int m[3];
   int64_t released;
@@ -479,22 +458,21 @@ static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   masters(m);
   name_on(m[1], "wait", name, sizeof(name));
   holder = hl_new_lock(c, name, 20000);
-  w.lock = hl_new_lock(c, name, 20000);
+  waiting = hl_new_lock(c, name, 20000);
   assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  w.wait_ms = 10000;
-  assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
+  hl_waiter_run(&w, HILOCK_HOLD(waiting), &hl_lock_verbs, 10000, 0);
   r = hl_cluster_connect(&cl, m[1]);
   assert_true(hl_wait_waiters(r, 1, 3000));
   redisFree(r);
   released = hl_now_ms();
   assert_hl_ok(hilock_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  pthread_join(w.thread, NULL);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  hl_waiter_join(&w);
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   /* Woken by the release, long before the holder's 20 s TTL. */
-  assert_i64_between(w.done_ms - released, 0, 2000);
-  assert_hl_ok(hilock_lock_release(w.lock), hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  assert_i64_between(w.t_end - released, 0, 2000);
+  assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   hilock_hold_free(HILOCK_HOLD(holder));
-  hilock_hold_free(HILOCK_HOLD(w.lock));
+  hilock_hold_free(HILOCK_HOLD(waiting));
   hilock_client_free(c);
 }
 
@@ -714,8 +692,8 @@ static void lost_fn(void *arg) { *(volatile int *)arg = 1; }
 
 static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   hilock_client *c = new_client();
-  hilock_lock *held = NULL, *fresh = NULL;
-  waiter w = {0};
+  hilock_lock *held = NULL, *fresh = NULL, *waiting = NULL;
+  hl_waiter w;
   char name[32], name2[32], name3[40], name4[40];
   int m[3], replica, promoted;
   volatile int lost = 0, bystander_lost = 0, doomed_lost = 0;
@@ -753,9 +731,8 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(held), 1, 0, lost_fn, (void *)&lost),
                hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
-  w.lock = hl_new_lock(c, name, 8000);
-  w.wait_ms = 30000;
-  assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
+  waiting = hl_new_lock(c, name, 8000);
+  hl_waiter_run(&w, HILOCK_HOLD(waiting), &hl_lock_verbs, 30000, 0);
   {
     redisContext *r = hl_cluster_connect(&cl, m[0]);
     assert_true(hl_wait_waiters(r, 1, 3000));
@@ -808,16 +785,16 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_hl_ok(hilock_lock_release(bystander), hilock_hold_errmsg(HILOCK_HOLD(bystander)));
   hilock_hold_free(HILOCK_HOLD(bystander));
   /* The waiter is still waiting (not failed), and gets the lock now. */
-  assert_int_equal(w.done_ms, 0);
+  assert_int_equal(hl_waiter_done_at(&w), 0);
   assert_hl_ok(hilock_lock_release(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
-  pthread_join(w.thread, NULL);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
-  assert_true(hilock_hold_fence(HILOCK_HOLD(w.lock)) > hilock_hold_fence(HILOCK_HOLD(held)));
-  assert_hl_ok(hilock_lock_release(w.lock), hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  hl_waiter_join(&w);
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(waiting)) > hilock_hold_fence(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
 
   hilock_hold_free(HILOCK_HOLD(held));
   hilock_hold_free(HILOCK_HOLD(fresh));
-  hilock_hold_free(HILOCK_HOLD(w.lock));
+  hilock_hold_free(HILOCK_HOLD(waiting));
   hilock_client_free(c);
 }
 

@@ -354,20 +354,6 @@ static void *spin(void *arg) {
   return NULL;
 }
 
-typedef struct blocked {
-  hilock_lock *lock;
-  int rc;
-  int64_t t_end;
-  pthread_t thread;
-} blocked;
-
-static void *block_on(void *arg) {
-  blocked *b = arg;
-  b->rc = hilock_lock_acquire(b->lock, 15000);
-  b->t_end = hl_now_ms();
-  return NULL;
-}
-
 typedef struct quick_child {
   hilock_client *client;
   int i;
@@ -397,7 +383,8 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   hilock_lock *holder = hl_new_lock(f->client, "held", 10000);
   hilock_lock *fast = hl_new_lock(f->client, "fast-renewed", 300);
   spinner s;
-  blocked b;
+  hilock_lock *waiting = hl_new_lock(f->client, "held", 10000);
+  hl_waiter b;
   int64_t t_rel;
   int owned = 0;
 
@@ -410,12 +397,8 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   /* One thread sits in a blocked acquire (its BLPOP socket is checked
    * out), another loops over client calls. */
   assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  memset(&b, 0, sizeof(b));
-  b.lock = hl_new_lock(f->client, "held", 10000);
-  b.rc = -100;
-  assert_int_equal(pthread_create(&b.thread, NULL, block_on, &b), 0);
-  assert_true(hl_wait_waiters(f->redis, 1,
-                                 3000));
+  hl_waiter_run(&b, HILOCK_HOLD(waiting), &hl_lock_verbs, 15000, 0);
+  assert_true(hl_wait_waiters(f->redis, 1, 3000));
   memset(&s, 0, sizeof(s));
   s.client = f->client;
   atomic_init(&s.stop, 0);
@@ -439,16 +422,16 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   assert_int_equal(hl_waiters(f->redis), 1);
   t_rel = hl_now_ms();
   assert_hl_ok(hilock_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  pthread_join(b.thread, NULL);
-  assert_hl_ok(b.rc, hilock_hold_errmsg(HILOCK_HOLD(b.lock)));
+  hl_waiter_join(&b);
+  assert_hl_ok(b.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   assert_i64_between(b.t_end - t_rel, 0, 300);
-  hl_assert_holder(f->redis, HILOCK_HOLD(b.lock));
-  assert_hl_ok(hilock_lock_release(b.lock), hilock_hold_errmsg(HILOCK_HOLD(b.lock)));
+  hl_assert_holder(f->redis, HILOCK_HOLD(waiting));
+  assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(fast), &owned), hilock_hold_errmsg(HILOCK_HOLD(fast)));
   assert_true(owned);
   assert_int_equal(atomic_load(&lost_calls), 0);
   assert_hl_ok(hilock_lock_release(fast), hilock_hold_errmsg(HILOCK_HOLD(fast)));
-  hilock_hold_free(HILOCK_HOLD(b.lock));
+  hilock_hold_free(HILOCK_HOLD(waiting));
   hilock_hold_free(HILOCK_HOLD(holder));
   hilock_hold_free(HILOCK_HOLD(fast));
 }

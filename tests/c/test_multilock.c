@@ -327,48 +327,22 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
 
 /* ## Waiting ------------------------------------------------------------- */
 
-typedef struct waiter {
-  hilock_multi_lock *m;
-  hilock_lock *l;
-  int64_t wait_ms;
-  int rc;
-  int64_t took_ms;
-} waiter;
-
-static void *multi_waits(void *arg) {
-  waiter *w = arg;
-  int64_t t0 = hl_now_ms();
-  w->rc = hilock_multi_lock_acquire(w->m, w->wait_ms);
-  w->took_ms = hl_now_ms() - t0;
-  return NULL;
-}
-
-static void *single_waits(void *arg) {
-  waiter *w = arg;
-  int64_t t0 = hl_now_ms();
-  w->rc = hilock_lock_acquire(w->l, w->wait_ms);
-  w->took_ms = hl_now_ms() - t0;
-  return NULL;
-}
-
 static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
   fixture *f = *state;
   const char *names[] = {"k1", "k2"};
   hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 10000);
   hilock_lock *l = hl_new_lock(f->client, "k2", 10000);
-  waiter w = {m, NULL, 8000, -100, 0};
-  pthread_t t;
+  hl_waiter w;
 
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_int_equal(pthread_create(&t, NULL, multi_waits, &w), 0);
-  assert_true(hl_wait_waiters(f->redis, 1,
-                                 3000));
+  hl_waiter_run(&w, HILOCK_HOLD(m), &hl_multi_verbs, 8000, 0);
+  assert_true(hl_wait_waiters(f->redis, 1, 3000));
   hl_sleep_ms(200);
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  pthread_join(t, NULL);
+  hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Woken by the release, long before the holder's 10 s TTL. */
-  assert_i64_between(w.took_ms, 200, 3000);
+  assert_i64_between(w.t_end - w.t_start, 200, 3000);
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(m));
@@ -408,26 +382,23 @@ static void a_useless_wake_up_is_handed_back(void **state) {
   hilock_lock *x = hl_new_lock(f->client, "h2", 10000); /* holds h2 */
   hilock_lock *y = hl_new_lock(c2, "h1", 10000);        /* takes h1 later */
   hilock_lock *l = hl_new_lock(c2, "h2", 10000);        /* waits for h2 */
-  waiter wm = {m, NULL, 6000, -100, 0}, wl = {NULL, l, 6000, -100, 0};
-  pthread_t tm, tl;
+  hl_waiter wm, wl;
 
   assert_hl_ok(hilock_lock_try_acquire(x), hilock_hold_errmsg(HILOCK_HOLD(x)));
   /* The multi-key waiter blocks first on h2's list, then the single one. */
-  assert_int_equal(pthread_create(&tm, NULL, multi_waits, &wm), 0);
-  assert_true(hl_wait_waiters(f->redis, 1,
-                                 3000));
-  assert_int_equal(pthread_create(&tl, NULL, single_waits, &wl), 0);
-  assert_true(hl_wait_waiters(f->redis, 2,
-                                 3000));
+  hl_waiter_run(&wm, HILOCK_HOLD(m), &hl_multi_verbs, 6000, 0);
+  assert_true(hl_wait_waiters(f->redis, 1, 3000));
+  hl_waiter_run(&wl, HILOCK_HOLD(l), &hl_lock_verbs, 6000, 0);
+  assert_true(hl_wait_waiters(f->redis, 2, 3000));
   assert_hl_ok(hilock_lock_try_acquire(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
   /* One wake-up; Redis serves the longest-blocked client (the multi). */
   assert_hl_ok(hilock_lock_release(x), hilock_hold_errmsg(HILOCK_HOLD(x)));
-  pthread_join(tl, NULL);
+  hl_waiter_join(&wl);
   assert_hl_ok(wl.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_i64_between(wl.took_ms, 0, 3000); /* not the 10 s TTL bound */
+  assert_i64_between(wl.t_end - wl.t_start, 0, 3000); /* not the 10 s TTL bound */
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_lock_release(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
-  pthread_join(tm, NULL);
+  hl_waiter_join(&wm);
   assert_hl_ok(wm.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(x));

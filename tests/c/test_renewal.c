@@ -381,17 +381,10 @@ static void paused_server_makes_the_hold_lost(void **state) {
   hilock_client_free(c);
 }
 
-typedef struct extend_arg {
-  hilock_lock *l;
-  int rc;
-  int64_t done_ms;
-} extend_arg;
-
-static void *extend_main(void *p) {
-  extend_arg *a = p;
-  a->rc = hilock_lock_extend(a->l, 600, 1);
-  a->done_ms = hl_now_ms();
-  return NULL;
+/* An extension to ms (replacing the TTL), made by a waiter thread
+ * (hl_waiter) in place of its acquire. */
+static int extend_call(hilock_hold *h, int64_t ms) {
+  return hilock_lock_extend((hilock_lock *)h, ms, 1);
 }
 
 /* An extension that shortens the TTL and a renewal of the watchdog in
@@ -405,8 +398,7 @@ static void validity_never_outlasts_the_key_when_extend_races_renewal(
   for (int round = 0; round < 3; round++) {
     hilock_client *c = hl_client(f->server.url, NULL);
     hilock_lock *l = hl_new_lock(c, "race", 3000);
-    extend_arg a = {l, 0, 0};
-    pthread_t t;
+    hl_waiter a = {0};
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -415,8 +407,11 @@ static void validity_never_outlasts_the_key_when_extend_races_renewal(
     hl_sleep_ms(850);
     hl_redis_ok(f->redis, "CLIENT PAUSE 500 WRITE");
     hl_sleep_ms(300);
-    assert_int_equal(pthread_create(&t, NULL, extend_main, &a), 0);
-    pthread_join(t, NULL);
+    a.lock = HILOCK_HOLD(l);
+    a.acquire = extend_call;
+    a.wait_ms = 600;
+    hl_waiter_start(&a);
+    hl_waiter_join(&a);
     assert_hl_ok(a.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
     for (int64_t end = hl_now_ms() + 700; hl_now_ms() < end;) {
       /* The key's TTL first: validity, read after it, can only be less. */

@@ -314,38 +314,20 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
-typedef struct waiter {
-  hilock_segmented_lock *s;
-  int rc;
-  int64_t done_ms;
-} waiter;
-
-static void *wait_forever(void *arg) {
-  waiter *w = arg;
-  w->rc = hilock_segmented_lock_acquire(w->s, HILOCK_WAIT_FOREVER);
-  w->done_ms = hl_now_ms();
-  if (w->rc == HILOCK_OK) hilock_segmented_lock_release(w->s);
-  return NULL;
-}
-
 static void blocked_waiters_all_learn_sold_out(void **state) {
   fixture *f = *state;
   /* A long TTL: without the wake-ups the waiters would sleep 30 s. */
   hilock_segmented_lock *h[2];
-  waiter w[3];
-  pthread_t t[3];
+  hl_waiter w[3];
   int64_t released;
 
   for (int i = 0; i < 2; i++) h[i] = hl_new_seg(f->client, "last", 2, 30000);
   SEG_OK(hilock_segmented_lock_stock_init(h[0], 2), h[0]);
   for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
-  for (int i = 0; i < 3; i++) {
-    w[i].s = hl_new_seg(f->client, "last", 2, 30000);
-    w[i].rc = 99;
-    assert_int_equal(pthread_create(&t[i], NULL, wait_forever, &w[i]), 0);
-  }
-  assert_true(hl_wait_waiters(f->redis, 3,
-                                 5000));
+  for (int i = 0; i < 3; i++)
+    hl_waiter_run(&w[i], HILOCK_HOLD(hl_new_seg(f->client, "last", 2, 30000)),
+                  &hl_seg_verbs, HILOCK_WAIT_FOREVER, 1);
+  assert_true(hl_wait_waiters(f->redis, 3, 5000));
   for (int i = 0; i < 2; i++) {
     int64_t taken = 0;
     SEG_OK(hilock_segmented_lock_take(h[i], 1, 0, &taken, NULL), h[i]);
@@ -354,10 +336,10 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
   released = hl_now_ms();
   for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_release(h[i]), h[i]);
   for (int i = 0; i < 3; i++) {
-    pthread_join(t[i], NULL);
-    assert_hl_rc(w[i].rc, HILOCK_SOLDOUT, hilock_hold_errmsg(HILOCK_HOLD(w[i].s)));
-    assert_true(w[i].done_ms - released < 3000);
-    hilock_hold_free(HILOCK_HOLD(w[i].s));
+    hl_waiter_join(&w[i]);
+    assert_hl_rc(w[i].rc, HILOCK_SOLDOUT, hilock_hold_errmsg(w[i].lock));
+    assert_true(w[i].t_end - released < 3000);
+    hilock_hold_free(w[i].lock);
   }
   assert_int_equal(stock_of(h[0], HILOCK_SEGMENT_ALL), 0);
   for (int i = 0; i < 2; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
@@ -367,19 +349,16 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
 
 static void release_of_any_segment_wakes_a_waiter(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *h[3];
-  waiter w;
-  pthread_t t;
+  hilock_segmented_lock *h[3], *ws;
+  hl_waiter w;
   int64_t released;
   long long evalsha_before;
 
   for (int i = 0; i < 3; i++) h[i] = hl_new_seg(f->client, "wake", 3, 30000);
   for (int i = 0; i < 3; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
-  w.s = hl_new_seg(f->client, "wake", 3, 30000);
-  w.rc = 99;
-  assert_int_equal(pthread_create(&t, NULL, wait_forever, &w), 0);
-  assert_true(hl_wait_waiters(f->redis, 1,
-                                 5000));
+  ws = hl_new_seg(f->client, "wake", 3, 30000);
+  hl_waiter_run(&w, HILOCK_HOLD(ws), &hl_seg_verbs, HILOCK_WAIT_FOREVER, 1);
+  assert_true(hl_wait_waiters(f->redis, 1, 5000));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(600);
   /* Asleep on the wake list, not polling. */
@@ -387,14 +366,16 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   assert_true(evalsha_before == 0);
   released = hl_now_ms();
   SEG_OK(hilock_segmented_lock_release(h[1]), h[1]);
-  pthread_join(t, NULL);
-  SEG_OK(w.rc, w.s);
-  assert_true(w.done_ms - released < 1500);
-  assert_int_equal(hilock_segmented_lock_segment(w.s), hilock_segmented_lock_segment(h[1]));
+  hl_waiter_join(&w);
+  SEG_OK(w.rc, ws);
+  SEG_OK(w.release_rc, ws);
+  assert_true(w.t_end - released < 1500);
+  assert_int_equal(hilock_segmented_lock_segment(ws),
+                   hilock_segmented_lock_segment(h[1]));
   SEG_OK(hilock_segmented_lock_release(h[0]), h[0]);
   SEG_OK(hilock_segmented_lock_release(h[2]), h[2]);
   for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
-  hilock_hold_free(HILOCK_HOLD(w.s));
+  hilock_hold_free(HILOCK_HOLD(ws));
 }
 
 /* ## Dead holders ------------------------------------------------------------- */

@@ -176,29 +176,10 @@ static void release_of_unknown_or_expired_permit_changes_nothing(void **state) {
 
 /* ## Waiting --------------------------------------------------------------- */
 
-typedef struct waiter {
-  hilock_semaphore *s;
-  int64_t wait_ms;
-  int rc;
-  int64_t done_ms;
-} waiter;
-
-static void *wait_for_permit(void *arg) {
-  waiter *w = arg;
-  w->rc = hilock_semaphore_acquire(w->s, w->wait_ms);
-  __atomic_store_n(&w->done_ms, hl_now_ms(), __ATOMIC_SEQ_CST);
-  return NULL;
-}
-
-static int64_t done_at(waiter *w) {
-  return __atomic_load_n(&w->done_ms, __ATOMIC_SEQ_CST);
-}
-
 static void each_release_wakes_one_waiter(void **state) {
   fixture *f = *state;
   hilock_semaphore *h[2], *ws[2];
-  waiter w[2];
-  pthread_t t[2];
+  hl_waiter w[2];
   int64_t t0;
   int first, second;
 
@@ -206,33 +187,32 @@ static void each_release_wakes_one_waiter(void **state) {
     h[i] = hl_new_semaphore(f->client, "wake", 2, 10000);
     SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
     ws[i] = hl_new_semaphore(f->client, "wake", 2, 10000);
-    w[i] = (waiter){ws[i], 8000, -100, 0};
   }
   for (int i = 0; i < 2; i++)
-    assert_int_equal(pthread_create(&t[i], NULL, wait_for_permit, &w[i]), 0);
+    hl_waiter_run(&w[i], HILOCK_HOLD(ws[i]), &hl_sem_verbs, 8000, 0);
   hl_sleep_ms(300); /* both are blocked now */
-  assert_int_equal(done_at(&w[0]) + done_at(&w[1]), 0);
+  assert_int_equal(hl_waiter_done_at(&w[0]) + hl_waiter_done_at(&w[1]), 0);
 
   t0 = hl_now_ms();
   SEM_OK(hilock_semaphore_release(h[0]), h[0]);
   /* One of them gets the permit soon; the other keeps waiting (the
    * holders' TTL is 10 s, so it is not woken by expiry). */
-  while (done_at(&w[0]) == 0 && done_at(&w[1]) == 0 && hl_now_ms() - t0 < 3000)
+  while (hl_waiter_done_at(&w[0]) == 0 && hl_waiter_done_at(&w[1]) == 0 && hl_now_ms() - t0 < 3000)
     hl_sleep_ms(5);
-  first = done_at(&w[0]) != 0 ? 0 : 1;
+  first = hl_waiter_done_at(&w[0]) != 0 ? 0 : 1;
   second = 1 - first;
-  assert_true(done_at(&w[first]) != 0);
-  assert_i64_between(done_at(&w[first]) - t0, 0, 1000);
+  assert_true(hl_waiter_done_at(&w[first]) != 0);
+  assert_i64_between(hl_waiter_done_at(&w[first]) - t0, 0, 1000);
   hl_sleep_ms(400);
-  assert_int_equal(done_at(&w[second]), 0);
+  assert_int_equal(hl_waiter_done_at(&w[second]), 0);
   assert_hl_ok(w[first].rc, hilock_hold_errmsg(HILOCK_HOLD(ws[first])));
 
   t0 = hl_now_ms();
   SEM_OK(hilock_semaphore_release(h[1]), h[1]);
-  pthread_join(t[0], NULL);
-  pthread_join(t[1], NULL);
+  hl_waiter_join(&w[0]);
+  hl_waiter_join(&w[1]);
   assert_hl_ok(w[second].rc, hilock_hold_errmsg(HILOCK_HOLD(ws[second])));
-  assert_i64_between(done_at(&w[second]) - t0, 0, 1000);
+  assert_i64_between(hl_waiter_done_at(&w[second]) - t0, 0, 1000);
   assert_int_equal(zcard(f, "wake"), 2);
   for (int i = 0; i < 2; i++) {
     hilock_hold_free(HILOCK_HOLD(h[i]));
@@ -406,23 +386,21 @@ static void raising_the_limit_wakes_waiters_at_once(void **state) {
   fixture *f = *state;
   hilock_semaphore *holder = hl_new_semaphore(f->client, "raise", 1, 10000);
   hilock_semaphore *ws[3];
-  waiter w[3];
-  pthread_t t[3];
+  hl_waiter w[3];
   int64_t t0;
 
   SEM_OK(hilock_semaphore_try_acquire(holder), holder);
   for (int i = 0; i < 3; i++) {
     ws[i] = hl_new_semaphore(f->client, "raise", 1, 10000);
-    w[i] = (waiter){ws[i], 8000, -100, 0};
-    assert_int_equal(pthread_create(&t[i], NULL, wait_for_permit, &w[i]), 0);
+    hl_waiter_run(&w[i], HILOCK_HOLD(ws[i]), &hl_sem_verbs, 8000, 0);
   }
   hl_sleep_ms(300);
   t0 = hl_now_ms();
   SEM_OK(hilock_semaphore_set_limit(holder, 4), holder);
   for (int i = 0; i < 3; i++) {
-    pthread_join(t[i], NULL);
+    hl_waiter_join(&w[i]);
     assert_hl_ok(w[i].rc, hilock_hold_errmsg(HILOCK_HOLD(ws[i])));
-    assert_i64_between(w[i].done_ms - t0, 0, 1500);
+    assert_i64_between(w[i].t_end - t0, 0, 1500);
   }
   assert_int_equal(zcard(f, "raise"), 4);
   /* Every wake-up was used: none is left without a free permit. */

@@ -946,23 +946,44 @@ pthread_t hl_raise_flag_later(int *flag, int64_t delay_ms) {
 
 static void *waiter_main(void *arg) {
   hl_waiter *w = arg;
+  w->t_start = hl_now_ms();
   w->rc = w->acquire(w->lock, w->wait_ms ? w->wait_ms : 20000);
+  __atomic_store_n(&w->t_end, hl_now_ms(), __ATOMIC_RELEASE);
   if (w->rc != HILOCK_OK) return NULL;
-  w->grant_pos = __atomic_fetch_add(w->grant_counter, 1, __ATOMIC_ACQ_REL);
+  if (w->grant_counter != NULL)
+    w->grant_pos = __atomic_fetch_add(w->grant_counter, 1, __ATOMIC_ACQ_REL);
   w->fence = hilock_hold_fence(w->lock);
   w->number_granted = w->number != NULL ? w->number(w->lock) : 0;
   if (w->release_now != NULL)
     while (!__atomic_load_n(w->release_now, __ATOMIC_ACQUIRE)) hl_sleep_ms(1);
   hl_sleep_ms(w->hold_ms);
-  w->release_rc = w->release(w->lock);
+  if (w->release != NULL) w->release_rc = w->release(w->lock);
   return NULL;
 }
 
 pthread_t hl_waiter_start(hl_waiter *w) {
-  pthread_t t;
-  assert_non_null(w->grant_counter);
-  assert_int_equal(pthread_create(&t, NULL, waiter_main, w), 0);
-  return t;
+  w->rc = w->release_rc = -100;
+  /* Set here too, so the test may read it as soon as this returns. */
+  w->t_start = hl_now_ms();
+  w->t_end = 0;
+  assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
+  return w->thread;
+}
+
+void hl_waiter_join(hl_waiter *w) { pthread_join(w->thread, NULL); }
+
+void hl_waiter_run(hl_waiter *w, hilock_hold *h, const hl_verbs *v,
+                   int64_t wait_ms, int release) {
+  memset(w, 0, sizeof(*w));
+  w->lock = h;
+  w->acquire = v->acquire;
+  w->release = release ? v->release : NULL;
+  w->wait_ms = wait_ms;
+  hl_waiter_start(w);
+}
+
+int64_t hl_waiter_done_at(hl_waiter *w) {
+  return __atomic_load_n(&w->t_end, __ATOMIC_ACQUIRE);
 }
 
 typedef struct contender {

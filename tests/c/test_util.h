@@ -321,25 +321,38 @@ redisReply *hl_run_script(hilock_client *c, const void *script,
 int hl_flag_interrupt(void *arg);
 pthread_t hl_raise_flag_later(int *flag, int64_t delay_ms);
 
-/* A waiter thread of a queue-style lock: acquire with a wait (0: 20 s),
- * note its grant's place, fence and number (ticket or sequence), stay
- * until *release_now (if set), hold hold_ms, release. */
+/* A waiter thread: acquire with a wait (0: 20 s), or any one call of that
+ * shape. Once granted it notes its place among the grants (when
+ * grant_counter is set), its fence and number (ticket or sequence, when
+ * number is set), stays until *release_now (if set), holds hold_ms and
+ * releases (when release is set: else it keeps the grant). t_start and
+ * t_end (hl_now_ms) bracket the acquire. */
 typedef struct hl_waiter {
   hilock_hold *lock;
   int (*acquire)(hilock_hold *h, int64_t wait_ms);
-  int (*release)(hilock_hold *h);
-  uint64_t (*number)(const hilock_hold *h);
+  int (*release)(hilock_hold *h);           /* NULL: keep the grant */
+  uint64_t (*number)(const hilock_hold *h); /* NULL: none */
   int64_t wait_ms;
   int64_t hold_ms;
   volatile int *release_now;
-  int *grant_counter; /* shared by the waiters of one test */
-  int rc, release_rc;
+  int *grant_counter; /* shared by the waiters of one test, or NULL */
+  int rc, release_rc; /* -100 until set */
   uint64_t fence, number_granted;
   int grant_pos;
+  int64_t t_start, t_end;
+  pthread_t thread;
 } hl_waiter;
 
-/* Start w on a new thread (fails the test if it cannot). */
+/* Start w on a new thread (fails the test if it cannot); returns the
+ * thread (also in w->thread). */
 pthread_t hl_waiter_start(hl_waiter *w);
+void hl_waiter_join(hl_waiter *w);
+/* Clear w and start it: acquire h with v's acquire and wait_ms, then keep
+ * the grant or (release != 0) release it with v's release. */
+void hl_waiter_run(hl_waiter *w, hilock_hold *h, const hl_verbs *v,
+                   int64_t wait_ms, int release);
+/* When the acquire returned (its t_end), or 0 while it has not. */
+int64_t hl_waiter_done_at(hl_waiter *w);
 
 /* A contending process with its own client on url: make(c, arg, &h) builds
  * its handle (and sets it up), then it acquires (waiting up to 20 s), holds

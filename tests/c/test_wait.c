@@ -30,41 +30,6 @@ static long long wake_calls(fixture *f) {
   return hl_cmdstat_calls(f->redis, hl_blpop_mode() ? "blpop" : "lpop");
 }
 
-/* ## A waiter thread ------------------------------------------------------- */
-
-typedef struct waiter {
-  hilock_lock *lock;   /* one of lock and rlock */
-  hilock_rlock *rlock;
-  int64_t wait_ms;
-  int release_after; /* release as soon as granted */
-  int rc, release_rc;
-  int64_t t_start, t_end; /* around the acquire call */
-  atomic_int done;
-  pthread_t thread;
-} waiter;
-
-static void *waiter_main(void *arg) {
-  waiter *w = arg;
-  w->t_start = hl_now_ms();
-  w->rc = w->rlock ? hilock_rlock_acquire(w->rlock, w->wait_ms)
-                   : hilock_lock_acquire(w->lock, w->wait_ms);
-  w->t_end = hl_now_ms();
-  w->release_rc = -100;
-  if (w->rc == HILOCK_OK && w->release_after)
-    w->release_rc = w->rlock ? hilock_rlock_release(w->rlock)
-                             : hilock_lock_release(w->lock);
-  atomic_store(&w->done, 1);
-  return NULL;
-}
-
-static void start_waiter(waiter *w) {
-  atomic_store(&w->done, 0);
-  w->rc = w->release_rc = -100;
-  assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
-}
-
-static void join_waiter(waiter *w) { pthread_join(w->thread, NULL); }
-
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;
@@ -81,21 +46,18 @@ static void waiter_wakes_promptly_on_release(void **state) {
   for (int i = 0; i < ROUNDS; i++) {
     char name[32];
     hilock_lock *a, *b;
-    waiter w;
+    hl_waiter w;
     int64_t t_rel;
 
     snprintf(name, sizeof(name), "prompt-%d", i);
     a = hl_new_lock(f->client, name, 10000);
     b = hl_new_lock(f->client, name, 10000);
-    memset(&w, 0, sizeof(w));
-    w.lock = b;
-    w.wait_ms = 8000;
     assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    start_waiter(&w);
+    hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
     wait_blocked(f, 1);
     t_rel = hl_now_ms();
     assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    join_waiter(&w);
+    hl_waiter_join(&w);
     assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
     hl_assert_holder(f->redis, HILOCK_HOLD(b));
     lat[i] = w.t_end - t_rel;
@@ -133,20 +95,17 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   hilock_lock *b = hl_new_lock(f->client, "deleted", 10000);
   size_t klen;
   const char *key = hilock_hold_key(HILOCK_HOLD(a), &klen);
-  waiter w;
+  hl_waiter w;
   int64_t t0, t_del;
 
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 5000;
   t0 = hl_now_ms();
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 5000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(200 - (hl_now_ms() - t0));
   t_del = hl_now_ms();
   assert_int_equal(hl_redis_int(f->redis, "DEL %b", key, klen), 1);
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Nobody pushed a wake-up: the waiter retried when the TTL it was told
    * (1000 ms from the grant) ran out, not later. */
@@ -181,7 +140,7 @@ static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   struct pollfd p;
   int fds[2], status;
   char byte;
-  waiter w;
+  hl_waiter w;
   pid_t pid;
   long long pttl;
   int64_t t0;
@@ -205,14 +164,11 @@ static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   t0 = hl_now_ms();
   pttl = hl_redis_pttl(f->redis, "hilock:{killed}:lock", 20);
   assert_i64_between(pttl, 1, 700);
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 5000;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 5000, 0);
   wait_blocked(f, 1);
   assert_int_equal(kill(pid, SIGKILL), 0);
   assert_int_equal(hl_wait_child(pid, 3000), 128 + SIGKILL);
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* The dead holder never released: the waiter got in when its TTL ran
    * out, not sooner and not much later. */
@@ -228,14 +184,11 @@ static void waiting_does_not_poll_the_server(void **state) {
   hilock_lock *a = hl_new_lock(f->client, "quiet", 10000);
   hilock_lock *b = hl_new_lock(f->client, "quiet", 10000);
   long long scripts, blpops;
-  waiter w;
+  hl_waiter w;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 2000;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 2000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(1500 - (hl_now_ms() - w.t_start));
 
@@ -247,9 +200,9 @@ static void waiting_does_not_poll_the_server(void **state) {
   assert_i64_between(scripts, 1, 2);
   assert_i64_between(blpops, 0, 2);
   assert_int_equal(hl_waiters(f->redis), 1);
-  assert_int_equal(atomic_load(&w.done), 0);
+  assert_int_equal(hl_waiter_done_at(&w), 0);
 
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_rc(w.rc, HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - w.t_start, 1990, 2400);
   assert_i64_between(hl_cmdstat_calls(f->redis, "evalsha"), 2, 3);
@@ -401,7 +354,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   hook_state hs;
   hilock_client *c;
   hilock_lock *a = hl_new_lock(f->client, "interrupted", 10000), *b;
-  waiter w;
+  hl_waiter w;
   int64_t t_set;
 
   atomic_init(&hs.stop, 0);
@@ -412,17 +365,14 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   b = hl_new_lock(c, "interrupted", 10000);
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
 
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 8000;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(250);
-  assert_int_equal(atomic_load(&w.done), 0);
+  assert_int_equal(hl_waiter_done_at(&w), 0);
   assert_true(atomic_load(&hs.calls) >= 1); /* polled while waiting */
   t_set = hl_now_ms();
   atomic_store(&hs.stop, 1);
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_rc(w.rc, HILOCK_EINTR, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(b)), "interrupt");
   assert_i64_between(w.t_end - t_set, 0, 250);
@@ -452,19 +402,16 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   hilock_client *c = hl_client(f->server.url, NULL);
   hilock_lock *a = hl_new_lock(f->client, "closing", 10000);
   hilock_lock *b = hl_new_lock(c, "closing", 10000);
-  waiter w;
+  hl_waiter w;
   int64_t t_free;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 8000;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(100);
   t_free = hl_now_ms();
   hilock_client_free(c); /* from this thread, while b waits in another */
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_rc(w.rc, HILOCK_ECLOSED, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - t_free, 0, 250);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
@@ -483,20 +430,16 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
   fixture *f = *state;
   hilock_lock *a = hl_new_simple(f->client, "simple");
   hilock_lock *b = hl_new_simple(f->client, "simple");
-  waiter w;
+  hl_waiter w;
   int64_t t_rel;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 8000;
-  w.release_after = 1;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_blocked(f, 1);
   hl_sleep_ms(100);
   t_rel = hl_now_ms();
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  join_waiter(&w);
+  hl_waiter_join(&w);
   /* The holder has no TTL to bound the wait: only the wake-up helps. */
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
@@ -509,29 +452,25 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   fixture *f = *state;
   hilock_rlock *a = hl_new_rlock(f->client, "reentrant", 10000);
   hilock_rlock *b = hl_new_rlock(f->client, "reentrant", 10000);
-  waiter w;
+  hl_waiter w;
   int64_t t_rel;
 
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  memset(&w, 0, sizeof(w));
-  w.rlock = b;
-  w.wait_ms = 8000;
-  w.release_after = 1;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_rlock_verbs, 8000, 1);
   wait_blocked(f, 1);
 
   /* Leaving once of twice frees nothing and wakes nobody. */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   assert_hl_ok(hilock_rlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(200);
-  assert_int_equal(atomic_load(&w.done), 0);
+  assert_int_equal(hl_waiter_done_at(&w), 0);
   assert_int_equal(wake_calls(f), 0);
   assert_int_equal(hl_waiters(f->redis), 1);
 
   t_rel = hl_now_ms();
   assert_hl_ok(hilock_rlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - t_rel, 0, 300);
