@@ -239,25 +239,15 @@ static void flush_all(fixture *f) {
 
 static int setup(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
   f->redis = hl_redis_connect(&f->server);
   for (int i = 0; i < NNODES; i++) f->node[i] = hl_redis_connect(&f->nodes[i]);
   flush_all(f);
-  for (int i = 0; i < NCLIENTS; i++) {
-    if (hilock_client_new(f->server.url, &o, &f->c[i]) != HILOCK_OK) {
-      print_error("client: %s\n", hilock_client_errmsg(f->c[i]));
-      return -1;
-    }
-  }
-  return 0;
+  return hl_clients_new(f->c, NCLIENTS, f->server.url);
 }
 
 static int teardown(void **state) {
   fixture *f = *state;
-  for (int i = 0; i < NCLIENTS; i++) {
-    hilock_client_free(f->c[i]);
-    f->c[i] = NULL;
-  }
+  hl_clients_free(f->c, NCLIENTS);
   for (int i = 0; i < NNODES; i++) {
     redisFree(f->node[i]);
     f->node[i] = NULL;
@@ -740,11 +730,11 @@ typedef struct contender_arg {
  * release, recording the span on the history's sequence. */
 static int contend(void *arg) {
   contender_arg *p = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(p->url);
   hilock_hold *h = NULL;
-  int rc = hilock_client_new(p->url, &o, &c);
-  if (rc == HILOCK_OK) rc = p->fam->make(c, LONG_TTL_MS, &h);
+  int rc;
+  if (c == NULL) return 1;
+  rc = p->fam->make(c, LONG_TTL_MS, &h);
   for (int i = 0; rc == HILOCK_OK && i < ROUNDS; i++) {
     int64_t start, end;
     rc = p->fam->own->acquire(h, 20000);

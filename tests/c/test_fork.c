@@ -3,7 +3,6 @@
  * say why on stderr); the parent checks the keys with hiredis. */
 #include "test_util.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,19 +20,6 @@ static void assert_child_ok(pid_t pid, int64_t timeout_ms) {
   if (status != 0) {
     print_error("child %d: %s (status %d)\n", (int)pid,
                 status < 0 ? "did not finish in time" : "failed", status);
-    fail();
-  }
-}
-
-/* Wait (bounded) for the child's one-byte signal on fd. */
-static void await_byte(int fd, pid_t pid) {
-  struct pollfd p;
-  char byte;
-  p.fd = fd;
-  p.events = POLLIN;
-  if (poll(&p, 1, 5000) != 1 || read(fd, &byte, 1) != 1) {
-    print_error("child %d never signalled (status %d)\n", (int)pid,
-                hl_wait_child(pid, 0));
     fail();
   }
 }
@@ -155,8 +141,8 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   fixture *f = *state;
   hilock_lock *released = hl_new_lock(f->client, "released", 300);
   hilock_lock *lapsing = hl_new_lock(f->client, "lapsing", 300);
-  renewing_child rc;
-  int fds[2];
+  renewing_child rc = {.client = f->client};
+  char byte;
   pid_t pid;
   int64_t t0;
 
@@ -171,14 +157,7 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   assert_hl_ok(hilock_lock_acquire(lapsing, 0), hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   hl_sleep_ms(120);
 
-  assert_int_equal(pipe(fds), 0);
-  rc.client = f->client;
-  rc.fd = fds[1];
-  pid = hl_fork_run(child_renews_only_its_own, &rc);
-  assert_true(pid > 0);
-  close(fds[1]);
-  await_byte(fds[0], pid);
-  close(fds[0]);
+  pid = hl_fork_ready(child_renews_only_its_own, &rc, &rc.fd, &byte, 1);
 
   /* The child now runs a renewal thread of its own. The parent lets go of
    * one hold and stops renewing the other: if the child renewed the

@@ -8,7 +8,6 @@
  * check. */
 #include "test_util.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -429,13 +428,12 @@ typedef struct proc_arg {
  * "start end pid" (ns, CLOCK_MONOTONIC) in the list hist:<name>. */
 static int child_random_sets(void *arg) {
   proc_arg *p = arg;
-  hilock_client *c = NULL;
-  hilock_options o = hl_test_options();
+  hilock_client *c = hl_child_client(p->url);
   unsigned seed = (unsigned)p->seed;
   const char *url_port = strrchr(p->url, ':');
   redisContext *r = redisConnect("127.0.0.1", atoi(url_port + 1));
   HL_CHILD_CHECK(r != NULL && r->err == 0);
-  HL_CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
+  HL_CHILD_CHECK(c != NULL);
   for (int round = 0; round < ROUNDS; round++) {
     const char *names[NNAMES + 1];
     size_t n = 0;
@@ -565,12 +563,11 @@ static void without_the_lock_the_same_check_fails(void **state) {
 
 static int child_holds_until_killed(void *arg) {
   proc_arg *p = arg;
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(p->url);
   hilock_multi_lock *m = NULL;
-  hilock_options o = hl_test_options();
   const char *names[] = {"d1", "d2", "d3"};
   char byte = 1;
-  HL_CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
+  HL_CHILD_CHECK(c != NULL);
   HL_CHILD_CHECK(hilock_multi_lock_new(c, names, 3, 800, &m) == HILOCK_OK);
   HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL) ==
               HILOCK_OK);
@@ -585,24 +582,12 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   const char *names[] = {"d3", "d1"};
   hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 5000);
   hilock_lock *l = hl_new_lock(f->client, "d2", 5000);
-  proc_arg p;
-  struct pollfd pf;
-  int fds[2];
+  proc_arg p = {.url = f->server.url};
   char byte;
   pid_t pid;
   int64_t t0;
 
-  assert_int_equal(pipe(fds), 0);
-  p.url = f->server.url;
-  p.fd = fds[1];
-  pid = hl_fork_run(child_holds_until_killed, &p);
-  assert_true(pid > 0);
-  close(fds[1]);
-  pf.fd = fds[0];
-  pf.events = POLLIN;
-  assert_int_equal(poll(&pf, 1, 5000), 1);
-  assert_int_equal(read(fds[0], &byte, 1), 1);
-  close(fds[0]);
+  pid = hl_fork_ready(child_holds_until_killed, &p, &p.fd, &byte, 1);
   hl_sleep_ms(1000); /* renewed past its TTL while alive */
   assert_true(lock_exists(f, "d1") && lock_exists(f, "d2") &&
               lock_exists(f, "d3"));

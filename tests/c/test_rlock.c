@@ -4,7 +4,6 @@
 #include "test_util.h"
 
 #include <ctype.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -302,8 +301,7 @@ typedef struct proc_arg {
 
 static int child_contends(void *arg) {
   proc_arg *p = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   hilock_rlock *rl = NULL;
   int64_t t0, n = 0;
   int rc;
@@ -314,7 +312,7 @@ static int child_contends(void *arg) {
   HL_CHILD_CHECK(hilock_rlock_hold_count(p->inherited, &n) == HILOCK_OK &&
               n == 0);
 
-  HL_CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
+  HL_CHILD_CHECK((c = hl_child_client(p->url)) != NULL);
   HL_CHILD_CHECK(hilock_rlock_new(c, "process", 7, 10000, &rl) == HILOCK_OK);
   HL_CHILD_CHECK(hilock_rlock_try_acquire(rl) == HILOCK_BUSY);
   t0 = hl_now_ms();
@@ -335,30 +333,14 @@ static int child_contends(void *arg) {
 static void another_process_blocks(void **state) {
   fixture *f = *state;
   hilock_rlock *rl = hl_new_rlock(f->client, "process", 10000);
-  proc_arg p;
-  struct pollfd pf;
-  int fds[2], status;
+  proc_arg p = {.url = f->server.url, .inherited = rl};
+  int status;
   char byte;
   pid_t pid;
 
   hl_redis_ok(f->redis, "SET hilock:{process}:fence 1000");
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_int_equal(pipe(fds), 0);
-  p.url = f->server.url;
-  p.inherited = rl;
-  p.fd = fds[1];
-  pid = hl_fork_run(child_contends, &p);
-  assert_true(pid > 0);
-  close(fds[1]);
-  pf.fd = fds[0];
-  pf.events = POLLIN;
-  if (poll(&pf, 1, 5000) != 1 || read(fds[0], &byte, 1) != 1) {
-    close(fds[0]);
-    print_error("child failed before waiting (status %d)\n",
-                hl_wait_child(pid, 0));
-    fail();
-  }
-  close(fds[0]);
+  pid = hl_fork_ready(child_contends, &p, &p.fd, &byte, 1);
   assert_true(hl_wait_subscribed(f->redis, "hilock:{process}:wake", 1, 3000));
   assert_int_equal(hash_count(f, rl), 1); /* still only ours */
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));

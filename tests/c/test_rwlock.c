@@ -43,16 +43,9 @@ static int group_teardown(void **state) {
 
 static int setup(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
   f->redis = hl_redis_connect(&f->server);
   hl_redis_ok(f->redis, "FLUSHALL");
-  for (int i = 0; i < NCLIENTS; i++) {
-    if (hilock_client_new(f->server.url, &o, &f->c[i]) != HILOCK_OK) {
-      print_error("client: %s\n", hilock_client_errmsg(f->c[i]));
-      return -1;
-    }
-  }
-  return 0;
+  return hl_clients_new(f->c, NCLIENTS, f->server.url);
 }
 
 static void join_leftovers(void);
@@ -60,10 +53,7 @@ static void join_leftovers(void);
 static int teardown(void **state) {
   fixture *f = *state;
   join_leftovers();
-  for (int i = 0; i < NCLIENTS; i++) {
-    hilock_client_free(f->c[i]);
-    f->c[i] = NULL;
-  }
+  hl_clients_free(f->c, NCLIENTS);
   redisFree(f->redis);
   f->redis = NULL;
   return 0;
@@ -711,48 +701,47 @@ static void reader_gets_in_under_a_writer_stream(void **state) {
 
 /* ## Crashes: real processes killed with SIGKILL --------------------------- */
 
-/* Fork a child that makes its own client and rwlock, takes a hold, writes
- * one byte to the pipe, and waits to be killed. */
+typedef struct rw_holder {
+  const char *url, *name;
+  int64_t ttl;
+  int as_writer, renew, wait_only;
+  int fd; /* write end: 'w' when about to wait, 'h' once holding */
+} rw_holder;
+
+/* A child with its own client and rwlock: takes a hold (or, wait_only,
+ * waits for one), says so on fd, and waits to be killed. */
+static int hold_or_wait_until_killed(void *arg) {
+  rw_holder *k = arg;
+  hilock_client *c = hl_child_client(k->url);
+  hilock_rwlock *rw = NULL;
+  int rc;
+  if (c == NULL ||
+      hilock_rwlock_new(c, k->name, strlen(k->name), k->ttl, &rw) != HILOCK_OK)
+    return 2;
+  if (k->renew) {
+    hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL);
+    hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, NULL, NULL);
+  }
+  if (k->wait_only) {
+    (void)!write(k->fd, "w", 1);
+    rc = k->as_writer ? hilock_rwlock_write_acquire(rw, HILOCK_WAIT_FOREVER)
+                      : hilock_rwlock_read_acquire(rw, HILOCK_WAIT_FOREVER);
+    return rc == HILOCK_OK ? 3 : 4;
+  }
+  rc = k->as_writer ? hilock_rwlock_write_try_acquire(rw)
+                    : hilock_rwlock_read_try_acquire(rw);
+  if (rc != HILOCK_OK) return 5;
+  (void)!write(k->fd, "h", 1);
+  for (;;) pause();
+}
+
+/* Fork a child that makes its own client and rwlock, takes a hold (or
+ * waits for one), and waits to be killed; returns once it has. */
 static pid_t fork_holder(fixture *f, const char *name, int64_t ttl,
                          int as_writer, int renew, int wait_only) {
-  int p[2];
+  rw_holder k = {f->server.url, name, ttl, as_writer, renew, wait_only, -1};
   char b;
-  pid_t pid;
-  assert_int_equal(pipe(p), 0);
-  fflush(NULL);
-  pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    hilock_options o = hl_test_options();
-    hilock_client *c = NULL;
-    hilock_rwlock *rw = NULL;
-    int rc;
-    /* Die with the test, even if it fails before killing us. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    close(p[0]);
-    if (hilock_client_new(f->server.url, &o, &c) != HILOCK_OK ||
-        hilock_rwlock_new(c, name, strlen(name), ttl, &rw) != HILOCK_OK)
-      _exit(2);
-    if (renew) {
-      hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL);
-      hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, NULL, NULL);
-    }
-    if (wait_only) {
-      (void)!write(p[1], "w", 1);
-      rc = as_writer ? hilock_rwlock_write_acquire(rw, HILOCK_WAIT_FOREVER)
-                     : hilock_rwlock_read_acquire(rw, HILOCK_WAIT_FOREVER);
-      _exit(rc == HILOCK_OK ? 3 : 4);
-    }
-    rc = as_writer ? hilock_rwlock_write_try_acquire(rw)
-                   : hilock_rwlock_read_try_acquire(rw);
-    if (rc != HILOCK_OK) _exit(5);
-    (void)!write(p[1], "h", 1);
-    for (;;) pause();
-  }
-  close(p[1]);
-  assert_int_equal(read(p[0], &b, 1), 1);
-  close(p[0]);
-  return pid;
+  return hl_fork_ready(hold_or_wait_until_killed, &k, &k.fd, &b, 1);
 }
 
 static void kill_child(pid_t pid) {
@@ -1006,29 +995,14 @@ static void forked_child_refuses_the_parents_holds(void **state) {
 static void forked_child_frees_a_client_with_a_sleeping_watchdog(
     void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
-  hilock_rwlock *rw;
-  int status;
-  pid_t pid;
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_rwlock *rw = hl_new_rwlock(c, "sleeper", 30000);
 
-  assert_hl_ok(hilock_client_new(f->server.url, &o, &c), "client");
-  rw = hl_new_rwlock(c, "sleeper", 30000);
   assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL), E(rw));
   assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
   hl_sleep_ms(50); /* the renewal thread is asleep until ttl/3 */
-  fflush(NULL);
-  pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    alarm(5); /* a hang ends the child with SIGALRM */
-    hilock_hold_free(HILOCK_HOLD(rw));
-    hilock_client_free(c);
-    _exit(0);
-  }
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  assert_true(WIFEXITED(status));
-  assert_int_equal(WEXITSTATUS(status), 0);
+  /* A child that hangs is killed after 5 s, which fails the test. */
+  assert_int_equal(hl_fork_free_client(c, HILOCK_HOLD(rw), 5000), 0);
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
   hilock_hold_free(HILOCK_HOLD(rw));
   hilock_client_free(c);
@@ -1041,12 +1015,11 @@ static void forked_child_frees_a_client_with_a_sleeping_watchdog(
 /* A process of its own that reads or writes until until_ms, recording each
  * hold on the shared history's sequence. */
 static void contender(fixture *f, hl_history *h, int write, int64_t until_ms) {
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   hilock_rwlock *rw = NULL;
   unsigned seed = (unsigned)getpid();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (hilock_client_new(f->server.url, &o, &c) != HILOCK_OK ||
+  if ((c = hl_child_client(f->server.url)) == NULL ||
       hilock_rwlock_new(c, "hist", 4, 5000, &rw) != HILOCK_OK)
     _exit(2);
   while (hl_now_ms() < until_ms) {

@@ -18,23 +18,17 @@ static const hilock__script *const all_scripts[] = {
 
 static int setup(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
   if (f->server.pid == 0 && hl_server_restart(&f->server) != 0) return -1;
   f->redis = hl_redis_connect(&f->server);
   hl_redis_ok(f->redis, "FLUSHALL");
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
-    print_error("client: %s\n", hilock_client_errmsg(f->client));
-    return -1;
-  }
-  return 0;
+  return hl_clients_new(&f->client, 1, f->server.url);
 }
 
 static int teardown(void **state) {
   fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
+  hl_clients_free(&f->client, 1);
   if (f->redis != NULL) redisFree(f->redis);
   f->redis = NULL;
   return 0;

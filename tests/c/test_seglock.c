@@ -390,11 +390,10 @@ typedef struct child_arg {
 
 static int hold_and_hang(void *arg) {
   child_arg *a = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(a->url);
   hilock_segmented_lock *s = NULL;
   char seg;
-  if (hilock_client_new(a->url, &o, &c) != HILOCK_OK) return 1;
+  if (c == NULL) return 1;
   if (hilock_segmented_lock_new(c, a->name, strlen(a->name), a->k, a->ttl, &s) !=
       HILOCK_OK)
     return 2;
@@ -410,16 +409,11 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
   fixture *f = *state;
   hilock_segmented_lock *s = hl_new_seg(f->client, "dead", 1, 10000);
   child_arg a = {f->server.url, "dead", 1, 1000, -1};
-  int fds[2];
   char seg = -1;
   pid_t pid;
   int64_t killed, waited;
 
-  assert_int_equal(pipe(fds), 0);
-  a.fd = fds[1];
-  pid = hl_fork_run(hold_and_hang, &a);
-  assert_true(pid > 0);
-  assert_int_equal(read(fds[0], &seg, 1), 1);
+  pid = hl_fork_ready(hold_and_hang, &a, &a.fd, &seg, 1);
   assert_int_equal(seg, 0);
   /* Renewal keeps it held past its TTL while the holder lives. */
   hl_sleep_ms(1300);
@@ -433,8 +427,6 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
    * TTL (plus room for a loaded machine). */
   assert_i64_between(waited, 200, 1000 + 700);
   SEG_OK(hilock_segmented_lock_release(s), s);
-  close(fds[0]);
-  close(fds[1]);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -529,13 +521,11 @@ typedef struct seller_arg {
  * "history" as "segment start end fence taken". */
 static int seller(void *arg) {
   seller_arg *a = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
-  hilock_segmented_lock *s = NULL;
   redisContext *r = hl_redis_connect(a->server);
+  hilock_client *c = hl_child_client(a->server->url);
+  hilock_segmented_lock *s = NULL;
   unsigned seed = (unsigned)getpid();
-  if (r == NULL || hilock_client_new(a->server->url, &o, &c) != HILOCK_OK)
-    return 1;
+  if (r == NULL || c == NULL) return 1;
   if (hilock_segmented_lock_new(c, "sale", 4, SELL_SEGMENTS, 10000, &s) != HILOCK_OK)
     return 2;
   for (;;) {

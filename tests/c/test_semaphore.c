@@ -286,35 +286,34 @@ static void waiter_wakes_when_the_first_permit_expires(void **state) {
 
 /* ## Dead holders ------------------------------------------------------------ */
 
+typedef struct dying_holder {
+  const char *url, *name;
+  int64_t ttl;
+  int fd; /* write end: when the permit was granted (hl_now_ms), or -1 */
+} dying_holder;
+
+static int take_a_permit_and_die(void *arg) {
+  dying_holder *d = arg;
+  hilock_client *c = hl_child_client(d->url);
+  hilock_semaphore *s = NULL;
+  int rc = c != NULL ? HILOCK_OK : HILOCK_EIO;
+  int64_t t;
+  if (rc == HILOCK_OK)
+    rc = hilock_semaphore_new(c, d->name, strlen(d->name), 1, d->ttl, &s);
+  if (rc == HILOCK_OK) rc = hilock_semaphore_try_acquire(s);
+  t = rc == HILOCK_OK ? hl_now_ms() : -1;
+  if (write(d->fd, &t, sizeof(t)) != sizeof(t)) return 2;
+  return 0; /* dies holding the permit: nothing released */
+}
+
 /* A child process takes a permit and exits without releasing it. */
 static pid_t holder_that_dies(fixture *f, const char *name, int64_t ttl,
                               int64_t *granted_at) {
-  int fds[2];
-  pid_t pid;
+  dying_holder d = {f->server.url, name, ttl, -1};
   int64_t t = 0;
-  assert_int_equal(pipe(fds), 0);
-  fflush(NULL);
-  pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    hilock_options o = hl_test_options();
-    hilock_client *c = NULL;
-    hilock_semaphore *s = NULL;
-    int rc;
-    close(fds[0]);
-    rc = hilock_client_new(f->server.url, &o, &c);
-    if (rc == HILOCK_OK)
-      rc = hilock_semaphore_new(c, name, strlen(name), 1, ttl, &s);
-    if (rc == HILOCK_OK) rc = hilock_semaphore_try_acquire(s);
-    t = rc == HILOCK_OK ? hl_now_ms() : -1;
-    if (write(fds[1], &t, sizeof(t)) != sizeof(t)) _exit(2);
-    _exit(0); /* dies holding the permit: nothing released */
-  }
-  close(fds[1]);
-  assert_int_equal(read(fds[0], &t, sizeof(t)), sizeof(t));
-  close(fds[0]);
+  pid_t pid = hl_fork_ready(take_a_permit_and_die, &d, &d.fd, &t, sizeof(t));
   assert_true(t > 0);
-  waitpid(pid, NULL, 0);
+  assert_int_equal(hl_wait_child(pid, 5000), 0);
   *granted_at = t;
   return pid;
 }
@@ -597,36 +596,15 @@ static void forked_child_holds_nothing(void **state) {
 static void child_frees_a_client_whose_watchdog_ran_in_the_parent(
     void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
-  hilock_semaphore *s;
-  pid_t pid;
-  int status = -1;
-  int64_t deadline;
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_semaphore *s = hl_new_semaphore(c, "fork-free", 1, 3000);
 
-  assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
-  s = hl_new_semaphore(c, "fork-free", 1, 3000);
   SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL), s);
   SEM_OK(hilock_semaphore_try_acquire(s), s);
   hl_sleep_ms(50); /* the watchdog now sleeps on its condition variable */
-  fflush(NULL);
-  pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    hilock_hold_free(HILOCK_HOLD(s));
-    hilock_client_free(c); /* the last reference: destroys the client */
-    _exit(0);
-  }
-  deadline = hl_now_ms() + 3000;
-  while (waitpid(pid, &status, WNOHANG) == 0 && hl_now_ms() < deadline)
-    hl_sleep_ms(10);
-  if (hl_now_ms() >= deadline) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    fail_msg("the child hung freeing its copy of the client");
-  }
-  assert_true(WIFEXITED(status));
-  assert_int_equal(WEXITSTATUS(status), 0);
+  /* The child's copy of the client is the last reference there: freeing
+   * it destroys the client, and must not hang. */
+  assert_int_equal(hl_fork_free_client(c, HILOCK_HOLD(s), 3000), 0);
   assert_true(owned(s)); /* the parent's permit is untouched */
   SEM_OK(hilock_semaphore_release(s), s);
   hilock_hold_free(HILOCK_HOLD(s));

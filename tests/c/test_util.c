@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -720,6 +721,58 @@ int hl_wait_child(pid_t pid, int64_t timeout_ms) {
   return -1;
 }
 
+pid_t hl_fork_ready(int (*fn)(void *arg), void *arg, int *fd, void *buf,
+                    size_t len) {
+  struct pollfd pf;
+  int p[2];
+  pid_t pid;
+  assert_int_equal(pipe(p), 0);
+  *fd = p[1];
+  pid = hl_fork_run(fn, arg);
+  close(p[1]);
+  if (pid < 0) close(p[0]);
+  assert_true(pid > 0);
+  pf.fd = p[0];
+  pf.events = POLLIN;
+  if (poll(&pf, 1, 5000) != 1 || read(p[0], buf, len) != (ssize_t)len) {
+    close(p[0]);
+    print_error("child %d never reported (status %d)\n", (int)pid,
+                hl_wait_child(pid, 0));
+    fail();
+  }
+  close(p[0]);
+  return pid;
+}
+
+hilock_client *hl_child_client(const char *url) {
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  if (hilock_client_new(url, &o, &c) == HILOCK_OK) return c;
+  fprintf(stderr, "child %d: client: %s\n", (int)getpid(),
+          hilock_client_errmsg(c));
+  hilock_client_free(c);
+  return NULL;
+}
+
+typedef struct freed {
+  hilock_client *c;
+  hilock_hold *h;
+} freed;
+
+static int free_client(void *arg) {
+  freed *f = arg;
+  hilock_hold_free(f->h);
+  hilock_client_free(f->c);
+  return 0;
+}
+
+int hl_fork_free_client(hilock_client *c, hilock_hold *h, int64_t timeout_ms) {
+  freed f = {c, h};
+  pid_t pid = hl_fork_run(free_client, &f);
+  assert_true(pid > 0);
+  return hl_wait_child(pid, timeout_ms);
+}
+
 static hl_fixture hl_fx;
 
 int hl_group_setup(void **state) {
@@ -733,22 +786,34 @@ int hl_group_teardown(void **state) {
   return 0;
 }
 
-int hl_setup(void **state) {
-  hl_fixture *f = *state;
+int hl_clients_new(hilock_client **c, int n, const char *url) {
   hilock_options o = hl_test_options();
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
-    print_error("client: %s\n", hilock_client_errmsg(f->client));
-    return -1;
+  for (int i = 0; i < n; i++) {
+    if (hilock_client_new(url, &o, &c[i]) != HILOCK_OK) {
+      print_error("client: %s\n", hilock_client_errmsg(c[i]));
+      return -1;
+    }
   }
   return 0;
 }
 
+void hl_clients_free(hilock_client **c, int n) {
+  for (int i = 0; i < n; i++) {
+    hilock_client_free(c[i]);
+    c[i] = NULL;
+  }
+}
+
+int hl_setup(void **state) {
+  hl_fixture *f = *state;
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  return hl_clients_new(&f->client, 1, f->server.url);
+}
+
 int hl_teardown(void **state) {
   hl_fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
+  hl_clients_free(&f->client, 1);
   redisFree(f->redis);
   f->redis = NULL;
   return 0;
@@ -997,11 +1062,11 @@ typedef struct contender {
 
 static int contend(void *p) {
   const contender *k = p;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(k->url);
   hilock_hold *h = NULL;
-  int rc = hilock_client_new(k->url, &o, &c);
-  if (rc == HILOCK_OK) rc = k->make(c, k->arg, &h);
+  int rc;
+  if (c == NULL) return 2;
+  rc = k->make(c, k->arg, &h);
   if (rc == HILOCK_OK) rc = k->acquire(h, 20000);
   if (rc == HILOCK_OK) {
     if (k->hold_ms < 0)

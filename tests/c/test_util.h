@@ -256,6 +256,19 @@ pid_t hl_fork_run(int (*fn)(void *arg), void *arg);
  * it did not finish in time (it is then killed and reaped), or 128 + signal
  * if a signal ended it. */
 int hl_wait_child(pid_t pid, int64_t timeout_ms);
+/* hl_fork_run for a child that reports when it is ready: *fd (a field of
+ * arg) is set to a pipe's write end before the fork, and the child writes
+ * len bytes to it. Reads them into buf, waiting up to 5 s; fails the test
+ * (with the child's status) if they do not come. */
+pid_t hl_fork_ready(int (*fn)(void *arg), void *arg, int *fd, void *buf,
+                    size_t len);
+/* In a child: a client of its own on url (hl_test_options()), or NULL
+ * after saying why on stderr. */
+hilock_client *hl_child_client(const char *url);
+/* Fork a child that frees h and then c (its copies: the last reference to
+ * the client there) and exits; the child's status (see hl_wait_child), so
+ * 0 unless it failed or hung past timeout_ms. */
+int hl_fork_free_client(hilock_client *c, hilock_hold *h, int64_t timeout_ms);
 
 
 /* ## Histories of contending processes -------------------------------------
@@ -362,6 +375,11 @@ typedef int (*hl_make_fn)(hilock_client *c, void *arg, hilock_hold **h);
 pid_t hl_fork_contender(const char *url, hl_make_fn make, void *arg,
                         int (*acquire)(hilock_hold *h, int64_t wait_ms),
                         int (*release)(hilock_hold *h), int64_t hold_ms);
+
+/* n clients on url (hl_test_options()), for a setup: 0, or -1 after
+ * printing why. hl_clients_free frees them and sets them to NULL. */
+int hl_clients_new(hilock_client **c, int n, const char *url);
+void hl_clients_free(hilock_client **c, int n);
 
 /* The fixture most suites share: one private server per test binary, and a
  * fresh raw connection (after FLUSHALL) and hilock client per test. */

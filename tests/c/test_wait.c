@@ -5,7 +5,6 @@
  * from INFO. */
 #include "test_util.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -123,10 +122,9 @@ typedef struct killed_holder {
 
 static int hold_until_killed(void *arg) {
   killed_holder *k = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(k->url);
   hilock_lock *l = NULL;
-  if (hilock_client_new(k->url, &o, &c) != HILOCK_OK) return 1;
+  if (c == NULL) return 1;
   if (hilock_lock_new(c, "killed", 6, 700, &l) != HILOCK_OK) return 2;
   if (hilock_lock_try_acquire(l) != HILOCK_OK) return 3;
   if (write(k->fd, "x", 1) != 1) return 4;
@@ -136,31 +134,14 @@ static int hold_until_killed(void *arg) {
 static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   fixture *f = *state;
   hilock_lock *b = hl_new_lock(f->client, "killed", 10000);
-  killed_holder k;
-  struct pollfd p;
-  int fds[2], status;
+  killed_holder k = {f->server.url, -1};
   char byte;
   hl_waiter w;
   pid_t pid;
   long long pttl;
   int64_t t0;
 
-  assert_int_equal(pipe(fds), 0);
-  k.url = f->server.url;
-  k.fd = fds[1];
-  pid = hl_fork_run(hold_until_killed, &k);
-  assert_true(pid > 0);
-  close(fds[1]);
-  p.fd = fds[0];
-  p.events = POLLIN;
-  if (poll(&p, 1, 5000) != 1 || read(fds[0], &byte, 1) != 1) {
-    status = hl_wait_child(pid, 0);
-    close(fds[0]);
-    print_error("holder process failed (status %d)\n", status);
-    fail();
-  }
-  close(fds[0]);
-
+  pid = hl_fork_ready(hold_until_killed, &k, &k.fd, &byte, 1);
   t0 = hl_now_ms();
   pttl = hl_redis_pttl(f->redis, "hilock:{killed}:lock", 20);
   assert_i64_between(pttl, 1, 700);
