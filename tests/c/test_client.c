@@ -53,14 +53,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-static hilock_client *connect_url(const char *url, hilock_options *o) {
-  hilock_options defaults = hl_test_options();
-  hilock_client *c = NULL;
-  int rc = hilock_client_new(url, o ? o : &defaults, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
-}
-
 /* hilock_client_new must fail with expect and a message holding part. */
 static void connect_fails(const char *url, int expect, const char *part) {
   hilock_options o = hl_test_options();
@@ -70,18 +62,11 @@ static void connect_fails(const char *url, int expect, const char *part) {
   hilock_client_free(c);
 }
 
-static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
 /* ## Transports and databases ---------------------------------------------- */
 
 static void connect_and_ping(void **state) {
   fixture *f = *state;
-  hilock_client *c = connect_url(f->server.url, NULL);
+  hilock_client *c = hl_client(f->server.url, NULL);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   hilock_client_free(c);
@@ -96,9 +81,9 @@ static void unix_socket_connects_and_selects_db(void **state) {
   const char *key;
 
   snprintf(url, sizeof(url), "unix://%s?db=2", f->server.sock);
-  c = connect_url(url, NULL);
+  c = hl_client(url, NULL);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  l = new_lock(c, "via-unix", 5000);
+  l = hl_new_lock(c, "via-unix", 5000);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_false(hl_redis_exists(f->redis, key, klen));
@@ -118,11 +103,11 @@ static void lock_in_db3_is_invisible_in_db0(void **state) {
   const char *key;
 
   snprintf(url, sizeof(url), "%s/3", f->server.url);
-  c3 = connect_url(url, NULL);
+  c3 = hl_client(url, NULL);
   snprintf(url, sizeof(url), "%s/0", f->server.url);
-  c0 = connect_url(url, NULL);
-  l3 = new_lock(c3, "db-test", 5000);
-  l0 = new_lock(c0, "db-test", 5000);
+  c0 = hl_client(url, NULL);
+  l3 = hl_new_lock(c3, "db-test", 5000);
+  l0 = hl_new_lock(c0, "db-test", 5000);
 
   assert_hl_ok(hilock_lock_try_acquire(l3), hilock_hold_errmsg(HILOCK_HOLD(l3)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(l0), &locked), hilock_hold_errmsg(HILOCK_HOLD(l0)));
@@ -149,13 +134,13 @@ static void password_url_authenticates(void **state) {
   /* "s3kr!t pass", percent-escaped. */
   snprintf(url, sizeof(url), "redis://:s3kr%%21t%%20pass@127.0.0.1:%d/1",
            f->pw_server.port);
-  c = connect_url(url, NULL);
+  c = hl_client(url, NULL);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   hilock_client_free(c);
 
   snprintf(url, sizeof(url), "redis://default:s3kr%%21t%%20pass@127.0.0.1:%d",
            f->pw_server.port);
-  c = connect_url(url, NULL);
+  c = hl_client(url, NULL);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   hilock_client_free(c);
 }
@@ -185,9 +170,9 @@ static void acl_user_without_script_rights_gets_enoperm(void **state) {
 
   hl_redis_ok(f->redis, "ACL SETUSER limited reset on >pw +ping");
   snprintf(url, sizeof(url), "redis://limited:pw@127.0.0.1:%d", f->server.port);
-  c = connect_url(url, NULL);
+  c = hl_client(url, NULL);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  l = new_lock(c, "acl", 1000);
+  l = hl_new_lock(c, "acl", 1000);
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ENOPERM,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "NOPERM");
@@ -229,8 +214,8 @@ static void command_timeout_gives_etimedout(void **state) {
   int64_t t0, dt;
 
   o.command_timeout_ms = 300;
-  c = connect_url(f->server.url, &o);
-  l = new_lock(c, "paused", 5000);
+  c = hl_client(f->server.url, &o);
+  l = hl_new_lock(c, "paused", 5000);
   /* Postpone every client's commands for 1.5 s. */
   hl_redis_ok(f->redis, "CLIENT PAUSE 1500 ALL");
 
@@ -263,9 +248,9 @@ static void reconnects_transparently_after_server_restart(void **state) {
   hilock_lock *a, *b;
 
   o.reconnect_ms = 3000;
-  c = connect_url(f->server.url, &o);
-  a = new_lock(c, "restart", 10000);
-  b = new_lock(c, "restart-2", 10000);
+  c = hl_client(f->server.url, &o);
+  a = hl_new_lock(c, "restart", 10000);
+  b = hl_new_lock(c, "restart-2", 10000);
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
 
   redisFree(f->redis);
@@ -292,7 +277,7 @@ static void server_down_fails_after_reconnect_budget(void **state) {
   int64_t t0, dt;
 
   o.reconnect_ms = 300;
-  c = connect_url(f->server.url, &o);
+  c = hl_client(f->server.url, &o);
   redisFree(f->redis);
   f->redis = NULL;
   hl_server_stop(&f->server);
@@ -323,7 +308,7 @@ static void zero_reconnect_budget_still_makes_one_attempt(void **state) {
 
   o.reconnect_ms = 0;
   o.max_idle = 0; /* every call opens a fresh connection */
-  c = connect_url(f->server.url, &o);
+  c = hl_client(f->server.url, &o);
   for (int i = 0; i < 3; i++)
     assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   hilock_client_free(c);
@@ -333,9 +318,9 @@ static void zero_reconnect_budget_still_makes_one_attempt(void **state) {
 
 static void lock_outliving_client_gets_eclosed(void **state) {
   fixture *f = *state;
-  hilock_client *c = connect_url(f->server.url, NULL);
-  hilock_lock *held = new_lock(c, "orphan", 10000);
-  hilock_lock *idle = new_lock(c, "orphan", 10000);
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_lock *held = hl_new_lock(c, "orphan", 10000);
+  hilock_lock *idle = hl_new_lock(c, "orphan", 10000);
   int flag = -1;
   size_t klen;
   const char *key;
@@ -373,8 +358,8 @@ static void lock_outliving_client_gets_eclosed(void **state) {
 
 static void client_free_with_no_locks_is_clean(void **state) {
   fixture *f = *state;
-  hilock_client *c = connect_url(f->server.url, NULL);
-  hilock_lock *l = new_lock(c, "short-lived", 1000);
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_lock *l = hl_new_lock(c, "short-lived", 1000);
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
   hilock_client_free(NULL);
@@ -426,10 +411,10 @@ static void threads_sharing_a_client_exclude_each_other(void **state) {
   uint64_t first_fence;
 
   memset(&w, 0, sizeof(w));
-  w.client = connect_url(f->server.url, NULL);
+  w.client = hl_client(f->server.url, NULL);
   /* The first grant on a name draws its fence from the server's clock;
    * every later one is one more. */
-  first = new_lock(w.client, "contended", 10000);
+  first = hl_new_lock(w.client, "contended", 10000);
   assert_hl_ok(hilock_lock_try_acquire(first), hilock_hold_errmsg(HILOCK_HOLD(first)));
   first_fence = hilock_hold_fence(HILOCK_HOLD(first));
   assert_hl_ok(hilock_lock_release(first), hilock_hold_errmsg(HILOCK_HOLD(first)));
@@ -451,7 +436,7 @@ static void threads_sharing_a_client_exclude_each_other(void **state) {
 
 static void null_arguments_are_einval(void **state) {
   fixture *f = *state;
-  hilock_client *c = connect_url(f->server.url, NULL);
+  hilock_client *c = hl_client(f->server.url, NULL);
   hilock_lock *l = NULL;
   int flag = 0;
   size_t len = 99;
@@ -494,7 +479,7 @@ static void null_arguments_are_einval(void **state) {
   hilock_hold_free(NULL);
 
   /* Valid handle, NULL out-parameter. */
-  l = new_lock(c, "n", 1000);
+  l = hl_new_lock(c, "n", 1000);
   assert_int_equal(hilock_hold_owned(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_locked(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
   assert_hl_rc(hilock_lock_acquire(l, -5), HILOCK_EINVAL,

@@ -38,10 +38,7 @@ static hilock_options cluster_options(void) {
 
 static hilock_client *new_client(void) {
   hilock_options o = cluster_options();
-  hilock_client *c = NULL;
-  int rc = hilock_client_new(cl.url, &o, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
+  return hl_client(cl.url, &o);
 }
 
 static int name_slot(const char *name) {
@@ -89,12 +86,9 @@ static void url_lists_seeds_credentials_and_options(void **state) {
                e.msg);
   assert_true(u.cluster);
   assert_int_equal(u.nseeds, 3);
-  assert_string_equal(u.seeds[0].host, "10.0.0.1");
-  assert_int_equal(u.seeds[0].port, 7000);
-  assert_string_equal(u.seeds[1].host, "::1");
-  assert_int_equal(u.seeds[1].port, 7001);
-  assert_string_equal(u.seeds[2].host, "h3");
-  assert_int_equal(u.seeds[2].port, 6379);
+  assert_host_port(u.seeds[0], "10.0.0.1", 7000);
+  assert_host_port(u.seeds[1], "::1", 7001);
+  assert_host_port(u.seeds[2], "h3", 6379);
   assert_string_equal(u.user, "other");
   assert_string_equal(u.password, "s@cret");
   assert_string_equal(u.host, "10.0.0.1");
@@ -208,8 +202,7 @@ static void plain_url_on_a_cluster_node_says_so(void **state) {
   assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
   assert_false(hilock__client_is_cluster(c));
   name_on(m[1], "plain", name, sizeof(name));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, name, 5000);
   assert_int_equal(hilock_lock_try_acquire(l), HILOCK_ECLUSTER);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "MOVED");
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "redis+cluster://");
@@ -237,10 +230,8 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
 
     name_on(m[i], "every", name, sizeof(name));
     /* expiring */
-    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
-                 hilock_client_errmsg(c));
-    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &other),
-                 hilock_client_errmsg(c));
+    l = hl_new_lock(c, name, 10000);
+    other = hl_new_lock(c, name, 10000);
     assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     fence = hilock_hold_fence(HILOCK_HOLD(l));
     assert_int_equal(hilock_lock_try_acquire(other), HILOCK_BUSY);
@@ -261,15 +252,13 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
     hilock_hold_free(HILOCK_HOLD(other));
 
     /* simple */
-    assert_hl_ok(hilock_lock_new_simple(c, name, strlen(name), &s),
-                 hilock_client_errmsg(c));
+    s = hl_new_simple(c, name);
     assert_hl_ok(hilock_lock_acquire(s, 1000), hilock_hold_errmsg(HILOCK_HOLD(s)));
     assert_hl_ok(hilock_lock_release(s), hilock_hold_errmsg(HILOCK_HOLD(s)));
     hilock_hold_free(HILOCK_HOLD(s));
 
     /* reentrant */
-    assert_hl_ok(hilock_rlock_new(c, name, strlen(name), 10000, &rl),
-                 hilock_client_errmsg(c));
+    rl = hl_new_rlock(c, name, 10000);
     assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_hold_errmsg(HILOCK_HOLD(rl)));
@@ -282,8 +271,7 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
     hilock_hold_free(HILOCK_HOLD(rl));
 
     /* semaphore */
-    assert_hl_ok(hilock_semaphore_new(c, name, strlen(name), 2, 10000, &sem),
-                 hilock_client_errmsg(c));
+    sem = hl_new_semaphore(c, name, 2, 10000);
     assert_hl_ok(hilock_semaphore_acquire(sem, 1000),
                  hilock_hold_errmsg(HILOCK_HOLD(sem)));
     key = hilock_hold_key(HILOCK_HOLD(sem), &klen);
@@ -295,8 +283,7 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
     hilock_hold_free(HILOCK_HOLD(sem));
 
     /* fair */
-    assert_hl_ok(hilock_fair_lock_new(c, name, strlen(name), 10000, &fl),
-                 hilock_client_errmsg(c));
+    fl = hl_new_fair(c, name, 10000);
     assert_hl_ok(hilock_fair_lock_acquire(fl, 1000),
                  hilock_hold_errmsg(HILOCK_HOLD(fl)));
     key = hilock_hold_key(HILOCK_HOLD(fl), &klen);
@@ -329,8 +316,7 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
   pthread_mutex_unlock(&c->rt.mu);
   before = errorstat(m[1], "errorstat_MOVED");
 
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, name, 5000);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The wrong master answered MOVED, and the map is right again. */
@@ -342,18 +328,11 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
 
 static char *node_id(int i) { return hl_cluster_node_id(&cl, i); }
 
-typedef struct releaser {
-  pthread_t thread;
-  hilock_lock *lock;
-  int rc;
-  int64_t done_ms;
-} releaser;
-
-static void *releaser_main(void *arg) {
-  releaser *r = arg;
-  r->rc = hilock_lock_release(r->lock);
-  r->done_ms = hl_now_ms();
-  return NULL;
+/* A release made by a waiter thread (hl_waiter), which then notes when it
+ * returned; the wait is not used. */
+static int release_call(hilock_hold *h, int64_t unused) {
+  (void)unused;
+  return hilock_lock_release((hilock_lock *)h);
 }
 
 /* A slot being resharded: keys already moved are reached with ASKING on
@@ -363,7 +342,7 @@ static void *releaser_main(void *arg) {
 static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   hilock_client *c = new_client();
   hilock_lock *l = NULL, *other = NULL;
-  releaser rel = {0};
+  hl_waiter rel = {0};
   char name[32];
   int m[3], slot, owned = 0;
   long long before;
@@ -381,10 +360,8 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   dst_id = node_id(m[1]);
   src = hl_cluster_connect(&cl, m[2]);
   dst = hl_cluster_connect(&cl, m[1]);
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &l),
-               hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &other),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, name, 20000);
+  other = hl_new_lock(c, name, 20000);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   snprintf(fence_key, sizeof(fence_key), "hilock:{%s}:fence", name);
@@ -407,19 +384,20 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
 
   /* The release touches the lock (moved) and the wake list (nowhere):
    * TRYAGAIN until the slot is handed over. */
-  rel.lock = l;
-  assert_int_equal(pthread_create(&rel.thread, NULL, releaser_main, &rel), 0);
+  rel.lock = HILOCK_HOLD(l);
+  rel.acquire = release_call;
+  hl_waiter_start(&rel);
   hl_sleep_ms(300);
-  assert_int_equal(rel.done_ms, 0);
+  assert_int_equal(hl_waiter_done_at(&rel), 0);
   finished = hl_now_ms();
   for (int i = 0; i < 3; i++) {
     redisContext *r = hl_cluster_connect(&cl, m[i]);
     hl_redis_ok(r, "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
     redisFree(r);
   }
-  pthread_join(rel.thread, NULL);
+  hl_waiter_join(&rel);
   assert_hl_ok(rel.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_true(rel.done_ms >= finished);
+  assert_true(rel.t_end >= finished);
   assert_true(hl_cluster_wait_ok(&cl, 10000));
   assert_hl_ok(hilock_lock_acquire(other, 1000), hilock_hold_errmsg(HILOCK_HOLD(other)));
   assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[1]].port);
@@ -451,8 +429,7 @@ static void noscript_reloads_on_each_node(void **state) {
     redisContext *r;
     redisReply *rep;
     name_on(m[i], "noscript", name, sizeof(name));
-    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
-                 hilock_client_errmsg(c));
+    l = hl_new_lock(c, name, 5000);
     assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     hilock_hold_free(HILOCK_HOLD(l));
@@ -469,25 +446,10 @@ static void noscript_reloads_on_each_node(void **state) {
 
 /* ## Waiting and renewal ----------------------------------------------------- */
 
-typedef struct waiter {
-  pthread_t thread;
-  hilock_lock *lock;
-  int64_t wait_ms;
-  int rc;
-  int64_t done_ms;
-} waiter;
-
-static void *waiter_main(void *arg) {
-  waiter *w = arg;
-  w->rc = hilock_lock_acquire(w->lock, w->wait_ms);
-  w->done_ms = hl_now_ms();
-  return NULL;
-}
-
 static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   hilock_client *c = new_client();
-  hilock_lock *holder = NULL;
-  waiter w = {0};
+  hilock_lock *holder = NULL, *waiting = NULL;
+  hl_waiter w;
   char name[32];
   int m[3];
   int64_t released;
@@ -495,25 +457,22 @@ static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   (void)state;
   masters(m);
   name_on(m[1], "wait", name, sizeof(name));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &holder),
-               hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 20000, &w.lock),
-               hilock_client_errmsg(c));
+  holder = hl_new_lock(c, name, 20000);
+  waiting = hl_new_lock(c, name, 20000);
   assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  w.wait_ms = 10000;
-  assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
+  hl_waiter_run(&w, HILOCK_HOLD(waiting), &hl_lock_verbs, 10000, 0);
   r = hl_cluster_connect(&cl, m[1]);
   assert_true(hl_wait_waiters(r, 1, 3000));
   redisFree(r);
   released = hl_now_ms();
   assert_hl_ok(hilock_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  pthread_join(w.thread, NULL);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  hl_waiter_join(&w);
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   /* Woken by the release, long before the holder's 20 s TTL. */
-  assert_i64_between(w.done_ms - released, 0, 2000);
-  assert_hl_ok(hilock_lock_release(w.lock), hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  assert_i64_between(w.t_end - released, 0, 2000);
+  assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   hilock_hold_free(HILOCK_HOLD(holder));
-  hilock_hold_free(HILOCK_HOLD(w.lock));
+  hilock_hold_free(HILOCK_HOLD(waiting));
   hilock_client_free(c);
 }
 
@@ -530,21 +489,18 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
     char prefix[16];
     snprintf(prefix, sizeof(prefix), "renew%d-", i);
     name_on(m[i % 3], prefix, name, sizeof(name));
-    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 600, &l[i]),
-                 hilock_client_errmsg(c));
+    l[i] = hl_new_lock(c, name, 600);
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, NULL, NULL),
                  hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
   }
   name_on(m[1], "renew-rl", name, sizeof(name));
-  assert_hl_ok(hilock_rlock_new(c, name, strlen(name), 600, &rl),
-               hilock_client_errmsg(c));
+  rl = hl_new_rlock(c, name, 600);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   name_on(m[2], "renew-sem", name, sizeof(name));
-  assert_hl_ok(hilock_semaphore_new(c, name, strlen(name), 1, 600, &sem),
-               hilock_client_errmsg(c));
+  sem = hl_new_semaphore(c, name, 1, 600);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(sem), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(sem)));
   assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
@@ -614,8 +570,7 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   for (int i = 0; i < 3; i++) wait_replica_acks(m[i]);
   for (int i = 0; i < 3; i++) {
     name_on(m[i], "acked-", name, sizeof(name));
-    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
-                 hilock_client_errmsg(c));
+    l = hl_new_lock(c, name, 5000);
     assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -624,8 +579,7 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   /* A hold on m[0] renewed by the watchdog: renewals pass while the
    * replica answers. */
   name_on(m[0], "acked-held-", name, sizeof(name));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 3000, &held),
-               hilock_client_errmsg(c));
+  held = hl_new_lock(c, name, 3000);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(held), 1, 0, lost_flag, &lost),
                hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
@@ -637,8 +591,7 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   assert_int_equal(kill(cl.node[rep].pid, SIGSTOP), 0);
   int64_t t0 = hl_now_ms();
   name_on(m[0], "unacked-", name, sizeof(name));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, name, 5000);
   int rc = hilock_lock_try_acquire(l);
   char msg[256];
   snprintf(msg, sizeof(msg), "%s", hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -648,8 +601,7 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   hilock_hold_free(HILOCK_HOLD(l));
   /* Another master's replica answers: its grants go on. */
   name_on(m[1], "acked-other-", name, sizeof(name));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, name, 5000);
   int rc_other = hilock_lock_try_acquire(l);
   if (rc_other == HILOCK_OK) hilock_lock_release(l);
   hilock_hold_free(HILOCK_HOLD(l));
@@ -672,8 +624,7 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   hilock_hold_free(HILOCK_HOLD(held));
   /* With the replica back, grants on m[0] are confirmed again. */
   name_on(m[0], "acked-again-", name, sizeof(name));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 5000, &l),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, name, 5000);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
@@ -717,8 +668,7 @@ static void a_forked_child_routes_on_its_own_connections(void **state) {
   masters(m);
   name_on(m[0], "fork-held", held, sizeof(held));
   name_on(m[1], "fork-other", other, sizeof(other));
-  assert_hl_ok(hilock_lock_new(c, held, strlen(held), 10000, &l),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, held, 10000);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -742,8 +692,8 @@ static void lost_fn(void *arg) { *(volatile int *)arg = 1; }
 
 static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   hilock_client *c = new_client();
-  hilock_lock *held = NULL, *fresh = NULL;
-  waiter w = {0};
+  hilock_lock *held = NULL, *fresh = NULL, *waiting = NULL;
+  hl_waiter w;
   char name[32], name2[32], name3[40], name4[40];
   int m[3], replica, promoted;
   volatile int lost = 0, bystander_lost = 0, doomed_lost = 0;
@@ -761,8 +711,7 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   /* A short hold on a healthy master: the watchdog must keep renewing it
    * while the other master is down, not stall on the dead one. */
   name_on(m[1], "failover-bystander", name3, sizeof(name3));
-  assert_hl_ok(hilock_lock_new(c, name3, strlen(name3), 1500, &bystander),
-               hilock_client_errmsg(c));
+  bystander = hl_new_lock(c, name3, 1500);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(bystander), 1, 0, lost_fn,
                                           (void *)&bystander_lost),
                hilock_hold_errmsg(HILOCK_HOLD(bystander)));
@@ -771,23 +720,19 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   /* A hold on the master that dies, with a TTL shorter than the failover:
    * its renewals fail while no master serves the slot, so it is lost. */
   name_on(m[0], "failover-doomed", name4, sizeof(name4));
-  assert_hl_ok(hilock_lock_new(c, name4, strlen(name4), 900, &doomed),
-               hilock_client_errmsg(c));
+  doomed = hl_new_lock(c, name4, 900);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(doomed), 1, 0, lost_fn,
                                           (void *)&doomed_lost),
                hilock_hold_errmsg(HILOCK_HOLD(doomed)));
   assert_hl_ok(hilock_lock_try_acquire(doomed), hilock_hold_errmsg(HILOCK_HOLD(doomed)));
 
   /* A renewed hold and a waiter blocked on the master that will die. */
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 8000, &held),
-               hilock_client_errmsg(c));
+  held = hl_new_lock(c, name, 8000);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(held), 1, 0, lost_fn, (void *)&lost),
                hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 8000, &w.lock),
-               hilock_client_errmsg(c));
-  w.wait_ms = 30000;
-  assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
+  waiting = hl_new_lock(c, name, 8000);
+  hl_waiter_run(&w, HILOCK_HOLD(waiting), &hl_lock_verbs, 30000, 0);
   {
     redisContext *r = hl_cluster_connect(&cl, m[0]);
     assert_true(hl_wait_waiters(r, 1, 3000));
@@ -814,8 +759,7 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_int_equal(promoted, replica);
 
   /* New grants on the failed-over slot work through the same client. */
-  assert_hl_ok(hilock_lock_new(c, name2, strlen(name2), 5000, &fresh),
-               hilock_client_errmsg(c));
+  fresh = hl_new_lock(c, name2, 5000);
   assert_hl_ok(hilock_lock_acquire(fresh, 10000), hilock_hold_errmsg(HILOCK_HOLD(fresh)));
   key = hilock_hold_key(HILOCK_HOLD(fresh), &klen);
   assert_true(key_on(promoted, key, klen));
@@ -841,16 +785,16 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_hl_ok(hilock_lock_release(bystander), hilock_hold_errmsg(HILOCK_HOLD(bystander)));
   hilock_hold_free(HILOCK_HOLD(bystander));
   /* The waiter is still waiting (not failed), and gets the lock now. */
-  assert_int_equal(w.done_ms, 0);
+  assert_int_equal(hl_waiter_done_at(&w), 0);
   assert_hl_ok(hilock_lock_release(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
-  pthread_join(w.thread, NULL);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
-  assert_true(hilock_hold_fence(HILOCK_HOLD(w.lock)) > hilock_hold_fence(HILOCK_HOLD(held)));
-  assert_hl_ok(hilock_lock_release(w.lock), hilock_hold_errmsg(HILOCK_HOLD(w.lock)));
+  hl_waiter_join(&w);
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(waiting)) > hilock_hold_fence(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
 
   hilock_hold_free(HILOCK_HOLD(held));
   hilock_hold_free(HILOCK_HOLD(fresh));
-  hilock_hold_free(HILOCK_HOLD(w.lock));
+  hilock_hold_free(HILOCK_HOLD(waiting));
   hilock_client_free(c);
 }
 
@@ -983,8 +927,7 @@ static void pw_lock_on(hilock_client *c, const char *name, int on) {
   hilock_lock *l = NULL;
   const char *key;
   size_t klen;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, name, 10000);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_true(pw_key_on(on, key, klen));
@@ -1129,8 +1072,7 @@ static void auth_cluster_revoked_user_is_EAUTH_on_next_use(void **state) {
     redisFree(r);
   }
   assert_int_equal(pw_conns_of(m[2], "revoked"), 0);
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
-               hilock_client_errmsg(c));
+  l = hl_new_lock(c, name, 10000);
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EAUTH, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGPASS");
@@ -1157,8 +1099,7 @@ static void auth_cluster_user_without_EVAL_is_ENOPERM(void **state) {
     const char *key;
     size_t klen;
     pw_name_on(m[i], "noeval", name, sizeof(name), NULL, 0);
-    assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
-                 hilock_client_errmsg(c));
+    l = hl_new_lock(c, name, 10000);
     assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ENOPERM,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "NOPERM");

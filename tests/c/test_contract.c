@@ -55,113 +55,8 @@ typedef struct fixture {
 static fixture fx;
 static const char *node_urls[NNODES];
 
-/* ## The verbs of one side of a lock ---------------------------------------
- * Everything takes the hold; a family's own calls are wrapped below. The
- * last four are NULL where the hold's own calls apply (all but the read
- * side of the read-write lock). */
-
-typedef struct side {
-  int (*try_acquire)(hilock_hold *h);
-  int (*acquire)(hilock_hold *h, int64_t wait_ms);
-  int (*release)(hilock_hold *h);
-  int (*extend)(hilock_hold *h, int64_t ms, int replace); /* NULL: none */
-  int (*renew)(hilock_hold *h);                           /* NULL: none */
-  int (*set_auto_renew)(hilock_hold *h, int on, int64_t max_hold_ms,
-                        hilock_lost_fn fn, void *arg);
-  int (*owned)(hilock_hold *h, int *owned);
-  int (*lost)(hilock_hold *h);
-  int64_t (*validity_ms)(hilock_hold *h);
-} side;
-
-#define VERBS(T, type, try_fn, acquire_fn, release_fn)                     \
-  static int T##_try(hilock_hold *h) { return try_fn((type *)h); }         \
-  static int T##_acquire(hilock_hold *h, int64_t wait_ms) {                \
-    return acquire_fn((type *)h, wait_ms);                                 \
-  }                                                                        \
-  static int T##_release(hilock_hold *h) { return release_fn((type *)h); }
-
-#define EXTEND(T, type, extend_fn, renew_fn)                               \
-  static int T##_extend(hilock_hold *h, int64_t ms, int replace) {         \
-    return extend_fn((type *)h, ms, replace);                              \
-  }                                                                        \
-  static int T##_renew(hilock_hold *h) { return renew_fn((type *)h); }
-
-VERBS(lock, hilock_lock, hilock_lock_try_acquire, hilock_lock_acquire,
-      hilock_lock_release)
-EXTEND(lock, hilock_lock, hilock_lock_extend, hilock_lock_renew)
-VERBS(rlock, hilock_rlock, hilock_rlock_try_acquire, hilock_rlock_acquire,
-      hilock_rlock_release)
-VERBS(write, hilock_rwlock, hilock_rwlock_write_try_acquire,
-      hilock_rwlock_write_acquire, hilock_rwlock_write_release)
-VERBS(read, hilock_rwlock, hilock_rwlock_read_try_acquire,
-      hilock_rwlock_read_acquire, hilock_rwlock_read_release)
-VERBS(sem, hilock_semaphore, hilock_semaphore_try_acquire,
-      hilock_semaphore_acquire, hilock_semaphore_release)
-static int sem_renew(hilock_hold *h) {
-  return hilock_semaphore_renew((hilock_semaphore *)h);
-}
-VERBS(fair, hilock_fair_lock, hilock_fair_lock_try_acquire,
-      hilock_fair_lock_acquire, hilock_fair_lock_release)
-EXTEND(fair, hilock_fair_lock, hilock_fair_lock_extend,
-       hilock_fair_lock_renew)
-VERBS(multi, hilock_multi_lock, hilock_multi_lock_try_acquire,
-      hilock_multi_lock_acquire, hilock_multi_lock_release)
-EXTEND(multi, hilock_multi_lock, hilock_multi_lock_extend,
-       hilock_multi_lock_renew)
-VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_try_acquire, hilock_sequential_lock_acquire,
-      hilock_sequential_lock_release)
-EXTEND(seq, hilock_sequential_lock, hilock_sequential_lock_extend, hilock_sequential_lock_renew)
-VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_try_acquire, hilock_segmented_lock_acquire,
-      hilock_segmented_lock_release)
-EXTEND(seg, hilock_segmented_lock, hilock_segmented_lock_extend, hilock_segmented_lock_renew)
-VERBS(redlock, hilock_redlock, hilock_redlock_try_acquire,
-      hilock_redlock_acquire, hilock_redlock_release)
-EXTEND(redlock, hilock_redlock, hilock_redlock_extend, hilock_redlock_renew)
-
-/* The read side's own state: the hold is the write side's. */
-static int read_set_auto_renew(hilock_hold *h, int on, int64_t max_hold_ms,
-                               hilock_lost_fn fn, void *arg) {
-  return hilock_rwlock_read_set_auto_renew((hilock_rwlock *)h, on,
-                                           max_hold_ms, fn, arg);
-}
-static int read_owned(hilock_hold *h, int *owned) {
-  int64_t n = 0;
-  int rc = hilock_rwlock_read_hold_count((hilock_rwlock *)h, &n);
-  *owned = n > 0;
-  return rc;
-}
-static int read_lost(hilock_hold *h) {
-  return hilock_rwlock_read_lost((hilock_rwlock *)h);
-}
-static int64_t read_validity_ms(hilock_hold *h) {
-  return hilock_rwlock_read_validity_ms((hilock_rwlock *)h);
-}
-
-#define SIDE(T) .try_acquire = T##_try, .acquire = T##_acquire, \
-                .release = T##_release
-
-static const side lock_side = {SIDE(lock), .extend = lock_extend,
-                               .renew = lock_renew};
-/* No TTL: extend and renew are HILOCK_ENOTSUP (test_lock). */
-static const side simple_side = {SIDE(lock)};
-static const side rlock_side = {SIDE(rlock)};
-static const side write_side = {SIDE(write)};
-static const side read_side = {SIDE(read),
-                               .set_auto_renew = read_set_auto_renew,
-                               .owned = read_owned,
-                               .lost = read_lost,
-                               .validity_ms = read_validity_ms};
-static const side sem_side = {SIDE(sem), .renew = sem_renew};
-static const side fair_side = {SIDE(fair), .extend = fair_extend,
-                               .renew = fair_renew};
-static const side multi_side = {SIDE(multi), .extend = multi_extend,
-                                .renew = multi_renew};
-static const side seq_side = {SIDE(seq), .extend = seq_extend,
-                              .renew = seq_renew};
-static const side seg_side = {SIDE(seg), .extend = seg_extend,
-                              .renew = seg_renew};
-static const side redlock_side = {SIDE(redlock), .extend = redlock_extend,
-                                  .renew = redlock_renew};
+/* A side of a lock: its verbs (test_util.h). */
+typedef hl_verbs side;
 
 /* ## Constructors ------------------------------------------------------------
  * One handle on the lock NAME (and NAME2 for the multi-key lock) with the
@@ -279,35 +174,35 @@ typedef struct family {
 static const family families[] = {
     /* what, constructor, own verbs, contender's verbs, holders, fences,
      * expiry, release without a grant, stale release's message, loss */
-    {"simple lock", simple_make, &simple_side, &simple_side, 1, FENCED,
+    {"simple lock", simple_make, &hl_simple_verbs, &hl_simple_verbs, 1, FENCED,
      NO_TTL, HILOCK_ENOTOWNED, NULL, NULL},
-    {"expiring lock", lock_make, &lock_side, &lock_side, 1, FENCED, TTL,
+    {"expiring lock", lock_make, &hl_lock_verbs, &hl_lock_verbs, 1, FENCED, TTL,
      HILOCK_ENOTOWNED, "nothing was deleted", take_hold_key},
-    {"lease", lease_make, &lock_side, &lock_side, 1, FENCED, TTL,
+    {"lease", lease_make, &hl_lock_verbs, &hl_lock_verbs, 1, FENCED, TTL,
      HILOCK_ENOTOWNED, "nothing was deleted", take_hold_key},
-    {"reentrant lock", rlock_make, &rlock_side, &rlock_side, 1, FENCED, TTL,
+    {"reentrant lock", rlock_make, &hl_rlock_verbs, &hl_rlock_verbs, 1, FENCED, TTL,
      HILOCK_ENOTOWNED, NULL, take_hold_key},
-    {"read-write lock, write side", rwlock_make, &write_side, &write_side, 1,
+    {"read-write lock, write side", rwlock_make, &hl_write_verbs, &hl_write_verbs, 1,
      FENCED, TTL, HILOCK_ENOTOWNED, NULL, take_hold_key},
-    {"read-write lock, read side", rwlock_make, &read_side, &write_side, 0,
+    {"read-write lock, read side", rwlock_make, &hl_read_verbs, &hl_write_verbs, 0,
      UNFENCED, TTL, HILOCK_ENOTOWNED, NULL, take_readers},
-    {"semaphore, 1 permit", sem1_make, &sem_side, &sem_side, 1, UNFENCED, TTL,
+    {"semaphore, 1 permit", sem1_make, &hl_sem_verbs, &hl_sem_verbs, 1, UNFENCED, TTL,
      HILOCK_ENOTOWNED, "expired", take_hold_key},
-    {"semaphore, 3 permits", sem3_make, &sem_side, &sem_side, 3, UNFENCED, TTL,
+    {"semaphore, 3 permits", sem3_make, &hl_sem_verbs, &hl_sem_verbs, 3, UNFENCED, TTL,
      HILOCK_ENOTOWNED, "expired", take_hold_key},
-    {"fair lock", fair_make, &fair_side, &fair_side, 1, FENCED, TTL,
+    {"fair lock", fair_make, &hl_fair_verbs, &hl_fair_verbs, 1, FENCED, TTL,
      HILOCK_ENOTOWNED, "nothing was deleted", take_hold_key},
-    {"multi-key lock", multi_make, &multi_side, &multi_side, 1, FENCED, TTL,
+    {"multi-key lock", multi_make, &hl_multi_verbs, &hl_multi_verbs, 1, FENCED, TTL,
      HILOCK_ENOTOWNED, NULL, take_every_name},
-    {"sequential lock", seq_make, &seq_side, &seq_side, 1, FENCED, TTL,
+    {"sequential lock", seq_make, &hl_seq_verbs, &hl_seq_verbs, 1, FENCED, TTL,
      HILOCK_ENOTOWNED, "nothing was removed", take_session},
-    {"segmented lock, 1 segment", seg1_make, &seg_side, &seg_side, 1, FENCED,
+    {"segmented lock, 1 segment", seg1_make, &hl_seg_verbs, &hl_seg_verbs, 1, FENCED,
      TTL, HILOCK_ENOTOWNED, NULL, take_hold_key},
-    {"segmented lock, 3 segments", seg3_make, &seg_side, &seg_side, 3, FENCED,
+    {"segmented lock, 3 segments", seg3_make, &hl_seg_verbs, &hl_seg_verbs, 3, FENCED,
      TTL, HILOCK_ENOTOWNED, NULL, take_hold_key},
-    {"redlock, 1 node", redlock1_make, &redlock_side, &redlock_side, 1,
+    {"redlock, 1 node", redlock1_make, &hl_redlock_verbs, &hl_redlock_verbs, 1,
      FENCED, TTL, HILOCK_ENOTOWNED, NULL, take_on_every_node},
-    {"redlock, 3 nodes", redlock3_make, &redlock_side, &redlock_side, 1,
+    {"redlock, 3 nodes", redlock3_make, &hl_redlock_verbs, &hl_redlock_verbs, 1,
      FENCED, TTL, HILOCK_ENOTOWNED, NULL, take_on_every_node},
 };
 #define NFAMILIES (sizeof(families) / sizeof(families[0]))
@@ -344,25 +239,15 @@ static void flush_all(fixture *f) {
 
 static int setup(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
   f->redis = hl_redis_connect(&f->server);
   for (int i = 0; i < NNODES; i++) f->node[i] = hl_redis_connect(&f->nodes[i]);
   flush_all(f);
-  for (int i = 0; i < NCLIENTS; i++) {
-    if (hilock_client_new(f->server.url, &o, &f->c[i]) != HILOCK_OK) {
-      print_error("client: %s\n", hilock_client_errmsg(f->c[i]));
-      return -1;
-    }
-  }
-  return 0;
+  return hl_clients_new(f->c, NCLIENTS, f->server.url);
 }
 
 static int teardown(void **state) {
   fixture *f = *state;
-  for (int i = 0; i < NCLIENTS; i++) {
-    hilock_client_free(f->c[i]);
-    f->c[i] = NULL;
-  }
+  hl_clients_free(f->c, NCLIENTS);
   for (int i = 0; i < NNODES; i++) {
     redisFree(f->node[i]);
     f->node[i] = NULL;
@@ -440,11 +325,7 @@ static void free_all(const family *fam, hilock_hold **a) {
   for (int i = 0; i < fill(fam); i++) hilock_hold_free(a[i]);
 }
 
-static int lost_calls;
-
-static void on_lost(void *arg) {
-  __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
-}
+static atomic_int lost_calls;
 
 /* ## 1. try_acquire, busy, release ------------------------------------------ */
 
@@ -465,7 +346,7 @@ static void try_acquire_is_busy_for_others_until_released(void **state) {
       size_t len = 0;
       assert_true(hilock_hold_key(a[0], &len)[0] != '\0' && len > 0);
       assert_true((hilock_hold_token(a[0])[0] != '\0') ==
-                  (fam->own != &read_side));
+                  (fam->own != &hl_read_verbs));
       assert_int_equal(hilock_hold_ttl_ms(a[0]),
                        fam->expires == TTL ? LONG_TTL_MS : 0);
     }
@@ -657,7 +538,7 @@ static void auto_renewal_keeps_a_short_grant(void **state) {
     lost_calls = 0;
     for (int i = 0; i < fill(fam); i++) {
       a[i] = make(f, fam, i, RENEW_TTL_MS);
-      assert_hl_ok(set_auto_renew(fam->own, a[i], on_lost, &lost_calls),
+      assert_hl_ok(set_auto_renew(fam->own, a[i], hl_count_call, &lost_calls),
                    E(a[i]));
       assert_hl_ok(fam->own->try_acquire(a[i]), E(a[i]));
     }
@@ -672,7 +553,7 @@ static void auto_renewal_keeps_a_short_grant(void **state) {
     release_all(fam, a, 0);
     /* No renewal outlives the release to report it lost. */
     hl_sleep_ms(RENEW_TTL_MS);
-    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+    assert_int_equal(atomic_load(&lost_calls), 0);
     free_all(fam, a);
     hilock_hold_free(r);
   }
@@ -690,16 +571,16 @@ static void grant_taken_away_is_reported_lost(void **state) {
     begin(f, fam);
     lost_calls = 0;
     a = make(f, fam, 0, RENEW_TTL_MS);
-    assert_hl_ok(set_auto_renew(fam->own, a, on_lost, &lost_calls), E(a));
+    assert_hl_ok(set_auto_renew(fam->own, a, hl_count_call, &lost_calls), E(a));
     assert_hl_ok(fam->own->try_acquire(a), E(a));
     fam->take_away(f, a);
     deadline = hl_now_ms() + 3000;
     while ((!lost(fam->own, a) ||
-            __atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0) &&
+            atomic_load(&lost_calls) == 0) &&
            hl_now_ms() < deadline)
       hl_sleep_ms(5);
     assert_true(lost(fam->own, a));
-    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(atomic_load(&lost_calls), 1);
     assert_int_equal(validity(fam->own, a), 0);
     assert_int_equal(owned(fam->own, a), 0);
     assert_int_equal(locked(a), 0); /* renewal did not re-create it */
@@ -712,7 +593,7 @@ static void grant_taken_away_is_reported_lost(void **state) {
     assert_false(lost(fam->own, a));
     assert_int_equal(owned(fam->own, a), 1);
     assert_hl_ok(fam->own->release(a), E(a));
-    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(atomic_load(&lost_calls), 1);
     hilock_hold_free(a);
   }
 }
@@ -849,11 +730,11 @@ typedef struct contender_arg {
  * release, recording the span on the history's sequence. */
 static int contend(void *arg) {
   contender_arg *p = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(p->url);
   hilock_hold *h = NULL;
-  int rc = hilock_client_new(p->url, &o, &c);
-  if (rc == HILOCK_OK) rc = p->fam->make(c, LONG_TTL_MS, &h);
+  int rc;
+  if (c == NULL) return 1;
+  rc = p->fam->make(c, LONG_TTL_MS, &h);
   for (int i = 0; rc == HILOCK_OK && i < ROUNDS; i++) {
     int64_t start, end;
     rc = p->fam->own->acquire(h, 20000);

@@ -42,26 +42,6 @@ static hilock_lock *make_lock(hilock_client *c, hilock_lock_kind kind,
   return make_lock_n(c, kind, name, strlen(name), ttl);
 }
 
-/* The lock's Redis value, malloc'd, or NULL if there is none. */
-static char *lock_value(fixture *f, const hilock_lock *l) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  return hl_redis_get(f->redis, key, klen);
-}
-
-static void assert_holder(fixture *f, const hilock_lock *holder) {
-  char *v = lock_value(f, holder);
-  assert_non_null(v);
-  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(holder)));
-  free(v);
-}
-
-static long long lock_pttl(fixture *f, const hilock_lock *l) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  return hl_redis_pttl(f->redis, key, klen);
-}
-
 static long long fence_counter(fixture *f, const char *name, size_t len) {
   char key[HILOCK_NAME_MAX + 32];
   char *v;
@@ -122,7 +102,7 @@ static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
   assert_hl_rc(hilock_lock_acquire(b, 0), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 0, 200);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -137,7 +117,7 @@ static void acquire_succeeds_once_holder_ttl_lapses(void **state) {
   t0 = hl_now_ms();
   assert_hl_ok(hilock_lock_acquire(b, 3000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 150, 1500);
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
 
   /* Waiting forever ends the same way. */
   assert_hl_ok(hilock_lock_extend(b, 200, 1), hilock_hold_errmsg(HILOCK_HOLD(b)));
@@ -145,7 +125,7 @@ static void acquire_succeeds_once_holder_ttl_lapses(void **state) {
   assert_hl_ok(hilock_lock_acquire(a, HILOCK_WAIT_FOREVER),
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 100, 1500);
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -166,14 +146,14 @@ static void simple_lock_outlives_freed_holder_until_force_release(
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(locked);
-  assert_int_equal(lock_pttl(f, b), -1);
+  assert_int_equal(hl_hold_pttl(f->redis, HILOCK_HOLD(b)), -1);
 
   assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(deleted);
   assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(deleted);
   assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
 
   /* force_release also ends the caller's own grant. */
   assert_hl_ok(hilock_lock_force_release(b, NULL), hilock_hold_errmsg(HILOCK_HOLD(b)));
@@ -193,7 +173,7 @@ static void simple_lock_extend_is_enotsup(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hilock_hold_held(HILOCK_HOLD(l)));
-  assert_int_equal(lock_pttl(f, l), -1);
+  assert_int_equal(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), -1);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), 0);
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), INT64_MAX);
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -208,21 +188,21 @@ static void extend_replace_and_add_change_pttl(void **state) {
   for (size_t i = 0; i < NKINDS(ttl_kinds); i++) {
     hilock_lock *l = make_lock(f->client, ttl_kinds[i], "ext", 1000);
     assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_i64_between(lock_pttl(f, l), 500, 1000);
+    assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 500, 1000);
 
     assert_hl_ok(hilock_lock_extend(l, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_i64_between(lock_pttl(f, l), 4500, 5000);
+    assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 4500, 5000);
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 4500, 5000);
 
     assert_hl_ok(hilock_lock_extend(l, 2000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_i64_between(lock_pttl(f, l), 6500, 7000);
+    assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 6500, 7000);
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 6500, 7000);
 
     /* Replace can also shorten. */
     assert_hl_ok(hilock_lock_extend(l, 300, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_i64_between(lock_pttl(f, l), 1, 300);
+    assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 1, 300);
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 1, 300);
-    assert_holder(f, l);
+    hl_assert_holder(f->redis, HILOCK_HOLD(l));
     assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     hilock_hold_free(HILOCK_HOLD(l));
   }
@@ -233,11 +213,11 @@ static void renew_resets_pttl_to_ttl(void **state) {
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "renewed", 1000);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(300);
-  assert_i64_between(lock_pttl(f, l), 1, 750);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 1, 750);
   assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_i64_between(lock_pttl(f, l), 850, 1000);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 850, 1000);
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 850, 1000);
-  assert_holder(f, l);
+  hl_assert_holder(f->redis, HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
@@ -272,8 +252,8 @@ static void extend_of_someone_elses_lock_leaves_it_alone(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_rc(hilock_lock_extend(a, 60000, 1), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_i64_between(lock_pttl(f, b), 1000, 2000);
-  assert_holder(f, b);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(b)), 1000, 2000);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -291,7 +271,7 @@ static void extend_rejects_bad_durations(void **state) {
   assert_hl_rc(hilock_lock_extend(l, HILOCK_TTL_MAX_MS + 1, 1), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hilock_hold_held(HILOCK_HOLD(l)));
-  assert_i64_between(lock_pttl(f, l), 1, 1000);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 1, 1000);
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
@@ -358,13 +338,6 @@ static void owned_and_locked_report_the_server_state(void **state) {
   }
 }
 
-static int is_lower_hex(const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
-      return 0;
-  return s[n] == '\0';
-}
-
 static void token_is_32_hex_chars_and_fresh_per_grant(void **state) {
   fixture *f = *state;
   hilock_lock *a = make_lock(f->client, HILOCK_LOCK_EXPIRING, "tok", 5000);
@@ -374,18 +347,18 @@ static void token_is_32_hex_chars_and_fresh_per_grant(void **state) {
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(strlen(hilock_hold_token(HILOCK_HOLD(a))), 32);
-  assert_true(is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
+  assert_true(hl_is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
   memcpy(first, hilock_hold_token(HILOCK_HOLD(a)), 33);
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_true(is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
+  assert_true(hl_is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
   assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), first);
   assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), hilock_hold_token(HILOCK_HOLD(b)));
-  assert_holder(f, a);
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -409,7 +382,7 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
     assert_true(hilock_hold_held(HILOCK_HOLD(l)));
     assert_string_equal(hilock_hold_token(HILOCK_HOLD(l)), token);
     assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), fence);
-    assert_holder(f, l);
+    hl_assert_holder(f->redis, HILOCK_HOLD(l));
     assert_int_equal(fence_counter(f, "twice", 5), (long long)fence);
     assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
     hilock_hold_free(HILOCK_HOLD(l));
@@ -465,7 +438,7 @@ static void name_of_1024_bytes_works(void **state) {
   hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_int_equal(klen, strlen("hilock:{}:lock") + HILOCK_NAME_MAX);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_holder(f, l);
+  hl_assert_holder(f->redis, HILOCK_HOLD(l));
   assert_int_equal(fence_counter(f, big, sizeof(big)),
                    (long long)hilock_hold_fence(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
@@ -511,7 +484,7 @@ static void unusual_names_work_and_keys_follow_the_layout(void **state) {
 
     /* Names differing only after a NUL byte are different locks. */
     assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
-    assert_holder(f, l[i]);
+    hl_assert_holder(f->redis, HILOCK_HOLD(l[i]));
     assert_int_equal(fence_counter(f, n->name, n->len),
                      (long long)hilock_hold_fence(HILOCK_HOLD(l[i])));
   }
@@ -547,7 +520,7 @@ static void ttl_limits_are_accepted(void **state) {
   hilock_lock *s;
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), HILOCK_TTL_MAX_MS);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_i64_between(lock_pttl(f, l), HILOCK_TTL_MAX_MS - 5000,
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), HILOCK_TTL_MAX_MS - 5000,
                      HILOCK_TTL_MAX_MS);
   hilock_hold_free(HILOCK_HOLD(l));
 

@@ -17,21 +17,6 @@ static int rounds(void) {
   return s != NULL && atoi(s) > 0 ? atoi(s) : 6;
 }
 
-static hilock_client *client_for(const hl_server *s, const hilock_options *o) {
-  hilock_options def = hl_test_options();
-  hilock_client *c = NULL;
-  int rc = hilock_client_new(s->url, o ? o : &def, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
-}
-
-static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
 static int teardown(void **state) {
   fixture *f = *state;
   hl_redis_ok(f->redis, "CLIENT UNPAUSE"); /* after a failed pause test */
@@ -98,18 +83,18 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
   fixture *f = *state;
   for (int op = 0; op < OP_COUNT; op++) {
     for (int i = 0; i < rounds(); i++) {
-      hilock_client *c = client_for(&f->server, NULL);
+      hilock_client *c = hl_client(f->server.url, NULL);
       char name[32];
       hilock_lock *l, *holder = NULL;
       snprintf(name, sizeof(name), "race-%d-%d", op, i);
       /* A lock handle keeps the client's memory alive: ping has none. */
       l = op == OP_PING ? NULL
-                        : new_lock(c, name, op == OP_RENEWAL ? 90 : 5000);
+                        : hl_new_lock(c, name, op == OP_RENEWAL ? 90 : 5000);
       racer r = {c, l, op, 0, 0};
       sleeper s = {&f->server, 120};
       pthread_t t, st;
       if (op == OP_WAIT) {
-        holder = new_lock(c, name, 5000);
+        holder = hl_new_lock(c, name, 5000);
         assert_hl_ok(hilock_lock_try_acquire(holder),
                      hilock_hold_errmsg(HILOCK_HOLD(holder)));
       }
@@ -140,15 +125,11 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
 /* ## Closing with locks held ------------------------------------------------ */
 
 static atomic_int lost_calls;
-static void on_lost(void *arg) {
-  (void)arg;
-  atomic_fetch_add(&lost_calls, 1);
-}
 
 static void close_stops_renewal_and_releases_holds(void **state) {
   fixture *f = *state;
-  hilock_client *c = client_for(&f->server, NULL), *other;
-  hilock_lock *l = new_lock(c, "held", 1000), *next;
+  hilock_client *c = hl_client(f->server.url, NULL), *other;
+  hilock_lock *l = hl_new_lock(c, "held", 1000), *next;
   hilock_semaphore *s = NULL;
   hilock_fair_lock *fl = NULL;
   hilock_rlock *rl = NULL;
@@ -159,11 +140,14 @@ static void close_stops_renewal_and_releases_holds(void **state) {
                hilock_client_errmsg(c));
   assert_hl_ok(hilock_rlock_new(c, "re", 2, 1000, &rl),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, on_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(s)));
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, on_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_hold_errmsg(HILOCK_HOLD(s)));
@@ -186,8 +170,8 @@ static void close_stops_renewal_and_releases_holds(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{re}:rlock", 17));
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{re}:wake"), 1);
   /* Another client takes the lock at once. */
-  other = client_for(&f->server, NULL);
-  next = new_lock(other, "held", 1000);
+  other = hl_client(f->server.url, NULL);
+  next = hl_new_lock(other, "held", 1000);
   assert_hl_ok(hilock_lock_try_acquire(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
   /* The old handles say why they hold nothing. */
   assert_hl_rc(hilock_lock_release(l), HILOCK_ECLOSED, hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -244,8 +228,8 @@ static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
   (void)state;
   assert_int_equal(hl_server_start(&s, NULL), 0);
   hilock_options_init(&o); /* reconnect budget 3 s */
-  c = client_for(&s, &o);
-  l = new_lock(c, "down", 5000);
+  c = hl_client(s.url, &o);
+  l = hl_new_lock(c, "down", 5000);
   hl_server_stop(&s);
   t0 = hl_now_ms();
   rc = hilock_lock_acquire(l, 1000);
@@ -261,8 +245,8 @@ static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
 static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
     void **state) {
   fixture *f = *state;
-  hilock_client *c = client_for(&f->server, NULL);
-  hilock_lock *l = new_lock(c, "paused", 10000), *other;
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_lock *l = hl_new_lock(c, "paused", 10000), *other;
   int64_t t0, took;
   int rc;
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
@@ -277,7 +261,7 @@ static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
   /* After the pause the server ran the attempt, then its undo: free. */
   hl_sleep_ms(2500 - took + 300);
   assert_false(hl_redis_exists(f->redis, "hilock:{paused}:lock", 20));
-  other = new_lock(c, "paused", 10000);
+  other = hl_new_lock(c, "paused", 10000);
   assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
   hilock_hold_free(HILOCK_HOLD(other));
   hilock_hold_free(HILOCK_HOLD(l));
@@ -296,8 +280,8 @@ static void late_reply_grant_is_undone(void **state) {
     pthread_t st;
     int64_t t0;
     o.command_timeout_ms = 400;
-    c = client_for(&f->server, &o);
-    l = new_lock(c, retry ? "retry" : "gave-up", 10000);
+    c = hl_client(f->server.url, &o);
+    l = hl_new_lock(c, retry ? "retry" : "gave-up", 10000);
     assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
     assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
     hl_sleep_ms(50);
@@ -332,7 +316,7 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   pthread_t st;
   long long fence;
   o.command_timeout_ms = 300;
-  c = client_for(&f->server, &o);
+  c = hl_client(f->server.url, &o);
   assert_hl_ok(hilock_semaphore_new(c, "late-sem", 8, 1, 10000, &sem),
                hilock_client_errmsg(c));
   assert_hl_ok(hilock_multi_lock_new(c, names, 2, 10000, &m),
@@ -373,7 +357,7 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
   sleeper s = {&f->server, 800};
   pthread_t st;
   o.command_timeout_ms = 300;
-  c = client_for(&f->server, &o);
+  c = hl_client(f->server.url, &o);
   assert_hl_ok(hilock_segmented_lock_new(c, "late-seg", 8, 2, 10000, &seg),
                hilock_client_errmsg(c));
   /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
@@ -405,7 +389,7 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
 /* ## Fences never go back ---------------------------------------------------- */
 
 static uint64_t grant_fence(hilock_client *c, const char *name) {
-  hilock_lock *l = new_lock(c, name, 5000);
+  hilock_lock *l = hl_new_lock(c, name, 5000);
   uint64_t fence;
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   fence = hilock_hold_fence(HILOCK_HOLD(l));
@@ -430,7 +414,7 @@ static void fences_survive_flushall_restart_and_eviction(void **state) {
 
   /* A restart without persistence. */
   assert_int_equal(hl_server_start(&s, NULL), 0);
-  c = client_for(&s, NULL);
+  c = hl_client(s.url, NULL);
   a = grant_fence(c, "restarted");
   hl_server_stop(&s);
   assert_int_equal(hl_server_restart(&s), 0);

@@ -8,7 +8,6 @@
  * check. */
 #include "test_util.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -21,30 +20,6 @@
 #include "scripts.h"
 
 typedef hl_fixture fixture;
-
-static hilock_client *new_client(const char *url) {
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
-  int rc = hilock_client_new(url, &o, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
-}
-
-static hilock_multi_lock *new_multi(hilock_client *c, const char *const *names,
-                                   size_t n, int64_t ttl) {
-  hilock_multi_lock *m = NULL;
-  assert_hl_ok(hilock_multi_lock_new(c, names, n, ttl, &m),
-               hilock_client_errmsg(c));
-  assert_non_null(m);
-  return m;
-}
-
-static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
-               hilock_client_errmsg(c));
-  return l;
-}
 
 static char *get_key(fixture *f, const char *name, const char *role) {
   char key[256];
@@ -87,7 +62,7 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
     void **state) {
   fixture *f = *state;
   const char *names[] = {"b", "a", "b", "c"};
-  hilock_multi_lock *m = new_multi(f->client, names, 4, 10000);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 4, 10000);
   const char *tok;
   size_t len;
   uint64_t fb, fc;
@@ -143,8 +118,8 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
 static void one_held_name_means_nothing_is_taken(void **state) {
   fixture *f = *state;
   const char *names[] = {"x", "y", "z"};
-  hilock_multi_lock *m = new_multi(f->client, names, 3, 10000);
-  hilock_lock *l = new_lock(f->client, "y", 10000);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 3, 10000);
+  hilock_lock *l = hl_new_lock(f->client, "y", 10000);
   int locked = 0;
 
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -169,8 +144,8 @@ static void one_held_name_means_nothing_is_taken(void **state) {
 static void single_lock_and_multi_lock_exclude_each_other(void **state) {
   fixture *f = *state;
   const char *names[] = {"acct:1", "acct:2"};
-  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
-  hilock_lock *l = new_lock(f->client, "acct:2", 10000);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 10000);
+  hilock_lock *l = hl_new_lock(f->client, "acct:2", 10000);
   uint64_t first;
 
   assert_hl_ok(hilock_multi_lock_acquire(m, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
@@ -223,7 +198,7 @@ static void resent_acquire_returns_the_same_grant(void **state) {
 static void damaged_keys_fail_before_any_name_is_locked(void **state) {
   fixture *f = *state;
   const char *names[] = {"g1", "g2"};
-  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 10000);
 
   hl_redis_ok(f->redis, "RPUSH hilock:{g2}:lock not-a-string");
   assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_EWRONGTYPE,
@@ -251,7 +226,7 @@ static void damaged_keys_fail_before_any_name_is_locked(void **state) {
 static void release_leaves_a_force_taken_key_alone(void **state) {
   fixture *f = *state;
   const char *names[] = {"r1", "r2", "r3"};
-  hilock_multi_lock *m = new_multi(f->client, names, 3, 10000);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 3, 10000);
 
   assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* An operator (or an expiry and another owner) took r2. */
@@ -277,7 +252,7 @@ static void release_leaves_a_force_taken_key_alone(void **state) {
 static void extend_refreshes_every_key_or_none(void **state) {
   fixture *f = *state;
   const char *names[] = {"e1", "e2"};
-  hilock_multi_lock *m = new_multi(f->client, names, 2, 2000);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 2000);
   int owned = 0;
 
   assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
@@ -307,20 +282,17 @@ static void extend_refreshes_every_key_or_none(void **state) {
 }
 
 static atomic_int lost_calls;
-static void on_lost(void *arg) {
-  (void)arg;
-  atomic_fetch_add(&lost_calls, 1);
-}
 
 static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
   fixture *f = *state;
   /* Five names: more keys than the watchdog's command fits on its stack. */
   const char *names[] = {"w1", "w2", "w3", "w4", "w5"};
-  hilock_multi_lock *m = new_multi(f->client, names, 5, 600);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 5, 600);
   int64_t t0;
 
   atomic_store(&lost_calls, 0);
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, on_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hl_sleep_ms(1500); /* 2.5 TTLs: only renewal keeps the keys */
@@ -354,48 +326,22 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
 
 /* ## Waiting ------------------------------------------------------------- */
 
-typedef struct waiter {
-  hilock_multi_lock *m;
-  hilock_lock *l;
-  int64_t wait_ms;
-  int rc;
-  int64_t took_ms;
-} waiter;
-
-static void *multi_waits(void *arg) {
-  waiter *w = arg;
-  int64_t t0 = hl_now_ms();
-  w->rc = hilock_multi_lock_acquire(w->m, w->wait_ms);
-  w->took_ms = hl_now_ms() - t0;
-  return NULL;
-}
-
-static void *single_waits(void *arg) {
-  waiter *w = arg;
-  int64_t t0 = hl_now_ms();
-  w->rc = hilock_lock_acquire(w->l, w->wait_ms);
-  w->took_ms = hl_now_ms() - t0;
-  return NULL;
-}
-
 static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
   fixture *f = *state;
   const char *names[] = {"k1", "k2"};
-  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
-  hilock_lock *l = new_lock(f->client, "k2", 10000);
-  waiter w = {m, NULL, 8000, -100, 0};
-  pthread_t t;
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 10000);
+  hilock_lock *l = hl_new_lock(f->client, "k2", 10000);
+  hl_waiter w;
 
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_int_equal(pthread_create(&t, NULL, multi_waits, &w), 0);
-  assert_true(hl_wait_waiters(f->redis, 1,
-                                 3000));
+  hl_waiter_run(&w, HILOCK_HOLD(m), &hl_multi_verbs, 8000, 0);
+  assert_true(hl_wait_waiters(f->redis, 1, 3000));
   hl_sleep_ms(200);
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  pthread_join(t, NULL);
+  hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Woken by the release, long before the holder's 10 s TTL. */
-  assert_i64_between(w.took_ms, 200, 3000);
+  assert_i64_between(w.t_end - w.t_start, 200, 3000);
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(m));
@@ -404,8 +350,8 @@ static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
 static void wait_is_bounded_by_the_blocking_holders_ttl(void **state) {
   fixture *f = *state;
   const char *names[] = {"t1", "t2"};
-  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
-  hilock_lock *l = new_lock(f->client, "t1", 700);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 10000);
+  hilock_lock *l = hl_new_lock(f->client, "t1", 700);
   int64_t t0;
 
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -430,31 +376,28 @@ static void wait_is_bounded_by_the_blocking_holders_ttl(void **state) {
 static void a_useless_wake_up_is_handed_back(void **state) {
   fixture *f = *state;
   const char *names[] = {"h1", "h2"};
-  hilock_client *c2 = new_client(f->server.url);
-  hilock_multi_lock *m = new_multi(f->client, names, 2, 10000);
-  hilock_lock *x = new_lock(f->client, "h2", 10000); /* holds h2 */
-  hilock_lock *y = new_lock(c2, "h1", 10000);        /* takes h1 later */
-  hilock_lock *l = new_lock(c2, "h2", 10000);        /* waits for h2 */
-  waiter wm = {m, NULL, 6000, -100, 0}, wl = {NULL, l, 6000, -100, 0};
-  pthread_t tm, tl;
+  hilock_client *c2 = hl_client(f->server.url, NULL);
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 10000);
+  hilock_lock *x = hl_new_lock(f->client, "h2", 10000); /* holds h2 */
+  hilock_lock *y = hl_new_lock(c2, "h1", 10000);        /* takes h1 later */
+  hilock_lock *l = hl_new_lock(c2, "h2", 10000);        /* waits for h2 */
+  hl_waiter wm, wl;
 
   assert_hl_ok(hilock_lock_try_acquire(x), hilock_hold_errmsg(HILOCK_HOLD(x)));
   /* The multi-key waiter blocks first on h2's list, then the single one. */
-  assert_int_equal(pthread_create(&tm, NULL, multi_waits, &wm), 0);
-  assert_true(hl_wait_waiters(f->redis, 1,
-                                 3000));
-  assert_int_equal(pthread_create(&tl, NULL, single_waits, &wl), 0);
-  assert_true(hl_wait_waiters(f->redis, 2,
-                                 3000));
+  hl_waiter_run(&wm, HILOCK_HOLD(m), &hl_multi_verbs, 6000, 0);
+  assert_true(hl_wait_waiters(f->redis, 1, 3000));
+  hl_waiter_run(&wl, HILOCK_HOLD(l), &hl_lock_verbs, 6000, 0);
+  assert_true(hl_wait_waiters(f->redis, 2, 3000));
   assert_hl_ok(hilock_lock_try_acquire(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
   /* One wake-up; Redis serves the longest-blocked client (the multi). */
   assert_hl_ok(hilock_lock_release(x), hilock_hold_errmsg(HILOCK_HOLD(x)));
-  pthread_join(tl, NULL);
+  hl_waiter_join(&wl);
   assert_hl_ok(wl.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_i64_between(wl.took_ms, 0, 3000); /* not the 10 s TTL bound */
+  assert_i64_between(wl.t_end - wl.t_start, 0, 3000); /* not the 10 s TTL bound */
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_lock_release(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
-  pthread_join(tm, NULL);
+  hl_waiter_join(&wm);
   assert_hl_ok(wm.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(x));
@@ -480,27 +423,17 @@ typedef struct proc_arg {
   const char *tag;
 } proc_arg;
 
-#define CHILD_CHECK(cond)                                                   \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), \
-              __FILE__, __LINE__, #cond);                                   \
-      return 1 + __LINE__ % 200;                                            \
-    }                                                                       \
-  } while (0)
-
 /* Random non-empty subsets of the pool, listed in random order (with a
  * duplicate now and then); each critical section is recorded per name as
  * "start end pid" (ns, CLOCK_MONOTONIC) in the list hist:<name>. */
 static int child_random_sets(void *arg) {
   proc_arg *p = arg;
-  hilock_client *c = NULL;
-  hilock_options o = hl_test_options();
+  hilock_client *c = hl_child_client(p->url);
   unsigned seed = (unsigned)p->seed;
   const char *url_port = strrchr(p->url, ':');
   redisContext *r = redisConnect("127.0.0.1", atoi(url_port + 1));
-  CHILD_CHECK(r != NULL && r->err == 0);
-  CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
+  HL_CHILD_CHECK(r != NULL && r->err == 0);
+  HL_CHILD_CHECK(c != NULL);
   for (int round = 0; round < ROUNDS; round++) {
     const char *names[NNAMES + 1];
     size_t n = 0;
@@ -519,18 +452,18 @@ static int child_random_sets(void *arg) {
       names[n] = names[0];
       n++;
     }
-    CHILD_CHECK(hilock_multi_lock_new(c, names, n, 5000, &m) == HILOCK_OK);
-    CHILD_CHECK(p->nolock || hilock_multi_lock_acquire(m, 15000) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_multi_lock_new(c, names, n, 5000, &m) == HILOCK_OK);
+    HL_CHILD_CHECK(p->nolock || hilock_multi_lock_acquire(m, 15000) == HILOCK_OK);
     start = now_ns();
     hl_sleep_ms(1 + rand_r(&seed) % 3);
     end = now_ns();
-    CHILD_CHECK(p->nolock || hilock_multi_lock_release(m) == HILOCK_OK);
+    HL_CHILD_CHECK(p->nolock || hilock_multi_lock_release(m) == HILOCK_OK);
     for (size_t i = 0; i < hilock_multi_lock_count(m); i++) {
       redisReply *rr = redisCommand(
           r, "RPUSH %s:%s %lld:%lld:%d", p->tag,
           hilock_multi_lock_name(m, i, NULL),
           (long long)start, (long long)end, (int)getpid());
-      CHILD_CHECK(rr != NULL && rr->type == REDIS_REPLY_INTEGER);
+      HL_CHILD_CHECK(rr != NULL && rr->type == REDIS_REPLY_INTEGER);
       freeReplyObject(rr);
     }
     hilock_hold_free(HILOCK_HOLD(m));
@@ -630,17 +563,16 @@ static void without_the_lock_the_same_check_fails(void **state) {
 
 static int child_holds_until_killed(void *arg) {
   proc_arg *p = arg;
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(p->url);
   hilock_multi_lock *m = NULL;
-  hilock_options o = hl_test_options();
   const char *names[] = {"d1", "d2", "d3"};
   char byte = 1;
-  CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
-  CHILD_CHECK(hilock_multi_lock_new(c, names, 3, 800, &m) == HILOCK_OK);
-  CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL) ==
+  HL_CHILD_CHECK(c != NULL);
+  HL_CHILD_CHECK(hilock_multi_lock_new(c, names, 3, 800, &m) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL) ==
               HILOCK_OK);
-  CHILD_CHECK(hilock_multi_lock_acquire(m, 0) == HILOCK_OK);
-  CHILD_CHECK(write(p->fd, &byte, 1) == 1);
+  HL_CHILD_CHECK(hilock_multi_lock_acquire(m, 0) == HILOCK_OK);
+  HL_CHILD_CHECK(write(p->fd, &byte, 1) == 1);
   for (;;) hl_sleep_ms(1000);
   return 0;
 }
@@ -648,26 +580,14 @@ static int child_holds_until_killed(void *arg) {
 static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   fixture *f = *state;
   const char *names[] = {"d3", "d1"};
-  hilock_multi_lock *m = new_multi(f->client, names, 2, 5000);
-  hilock_lock *l = new_lock(f->client, "d2", 5000);
-  proc_arg p;
-  struct pollfd pf;
-  int fds[2];
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 5000);
+  hilock_lock *l = hl_new_lock(f->client, "d2", 5000);
+  proc_arg p = {.url = f->server.url};
   char byte;
   pid_t pid;
   int64_t t0;
 
-  assert_int_equal(pipe(fds), 0);
-  p.url = f->server.url;
-  p.fd = fds[1];
-  pid = hl_fork_run(child_holds_until_killed, &p);
-  assert_true(pid > 0);
-  close(fds[1]);
-  pf.fd = fds[0];
-  pf.events = POLLIN;
-  assert_int_equal(poll(&pf, 1, 5000), 1);
-  assert_int_equal(read(fds[0], &byte, 1), 1);
-  close(fds[0]);
+  pid = hl_fork_ready(child_holds_until_killed, &p, &p.fd, &byte, 1);
   hl_sleep_ms(1000); /* renewed past its TTL while alive */
   assert_true(lock_exists(f, "d1") && lock_exists(f, "d2") &&
               lock_exists(f, "d3"));

@@ -642,18 +642,15 @@ static void test_extend_without_a_majority_keeps_the_old_validity(void **state) 
   hilock_hold_free(HILOCK_HOLD(a));
 }
 
-static volatile int lost_calls;
-static void on_lost(void *arg) {
-  (void)arg;
-  __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
-}
+static atomic_int lost_calls;
 
 static void test_watchdog_renews_through_a_majority(void **state) {
   hilock_redlock *a = make(600);
   int64_t t0;
   (void)state;
   lost_calls = 0;
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, on_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(1500); /* two and a half TTLs */
@@ -686,7 +683,8 @@ static void test_max_hold_stops_renewing(void **state) {
   int64_t t0;
   (void)state;
   lost_calls = 0;
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 700, on_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 700, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();

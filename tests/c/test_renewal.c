@@ -11,46 +11,10 @@
 
 typedef hl_fixture fixture;
 
-static hilock_client *client_for(const hl_server *s, const hilock_options *o) {
-  hilock_options def = hl_test_options();
-  hilock_client *c = NULL;
-  int rc = hilock_client_new(s->url, o ? o : &def, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
-}
-
 static int teardown(void **state) {
   fixture *f = *state;
   hl_redis_ok(f->redis, "CLIENT UNPAUSE"); /* after a failed pause test */
   return hl_teardown(state);
-}
-
-static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
-static long long key_pttl(fixture *f, const hilock_lock *l) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  return hl_redis_pttl(f->redis, key, klen);
-}
-
-static int key_exists(fixture *f, const hilock_lock *l) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  return hl_redis_exists(f->redis, key, klen);
-}
-
-static void assert_value(fixture *f, const hilock_lock *l, const char *want) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  char *v = hl_redis_get(f->redis, key, klen);
-  assert_non_null(v);
-  assert_string_equal(v, want);
-  free(v);
 }
 
 static long long script_calls(fixture *f) {
@@ -114,7 +78,7 @@ static int64_t wait_lost(lost_rec *r, int64_t timeout_ms) {
 
 static void renewal_keeps_a_short_lock_alive(void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "alive", 300);
+  hilock_lock *l = hl_new_lock(f->client, "alive", 300);
   lost_rec rec;
   long long prev = -1;
   int refreshed = 0, owned = 0;
@@ -127,7 +91,7 @@ static void renewal_keeps_a_short_lock_alive(void **state) {
   t0 = hl_now_ms();
   /* The holder just sleeps, looking at the key every 50 ms for 3.5 TTLs. */
   while (hl_now_ms() - t0 < 1050) {
-    long long pttl = key_pttl(f, l);
+    long long pttl = hl_hold_pttl(f->redis, HILOCK_HOLD(l));
     int64_t v = hilock_hold_validity_ms(HILOCK_HOLD(l));
     assert_i64_between(pttl, 1, 300);
     assert_i64_between(v, 1, 300);
@@ -140,11 +104,11 @@ static void renewal_keeps_a_short_lock_alive(void **state) {
   assert_true(refreshed >= 4);
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(owned);
-  assert_value(f, l, hilock_hold_token(HILOCK_HOLD(l)));
+  hl_assert_holder(f->redis, HILOCK_HOLD(l));
   assert_false(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(atomic_load(&rec.calls), 0);
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_false(key_exists(f, l));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(l)));
   assert_int_equal(atomic_load(&rec.calls), 0);
   hilock_hold_free(HILOCK_HOLD(l));
 }
@@ -152,7 +116,7 @@ static void renewal_keeps_a_short_lock_alive(void **state) {
 static void renewal_applies_to_the_current_hold_and_can_be_stopped(
     void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "toggled", 300);
+  hilock_lock *l = hl_new_lock(f->client, "toggled", 300);
   hilock_lock *simple = NULL;
   int64_t t0;
 
@@ -160,13 +124,13 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(600);
-  assert_i64_between(key_pttl(f, l), 1, 300);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 1, 300);
   assert_true(hilock_hold_held(HILOCK_HOLD(l)));
 
   t0 = hl_now_ms();
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 0, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  while (key_exists(f, l)) {
+  while (hl_hold_exists(f->redis, HILOCK_HOLD(l))) {
     assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
     hl_sleep_ms(10);
   }
@@ -190,8 +154,8 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
 
 static void release_cancels_renewal(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "cancelled", 300);
-  hilock_lock *b = new_lock(f->client, "cancelled", 1000);
+  hilock_lock *a = hl_new_lock(f->client, "cancelled", 300);
+  hilock_lock *b = hl_new_lock(f->client, "cancelled", 1000);
   lost_rec rec;
   long long p1, p2;
 
@@ -201,23 +165,23 @@ static void release_cancels_renewal(void **state) {
   assert_hl_ok(hilock_lock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(250); /* renewals under way */
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_false(key_exists(f, a));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(a)));
 
   /* A new holder with no renewal: its TTL runs down undisturbed, and no
    * script reaches the server any more. */
   assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  p1 = key_pttl(f, b);
+  p1 = hl_hold_pttl(f->redis, HILOCK_HOLD(b));
   hl_sleep_ms(500);
-  p2 = key_pttl(f, b);
+  p2 = hl_hold_pttl(f->redis, HILOCK_HOLD(b));
   assert_int_equal(script_calls(f), 0);
   assert_i64_between(p1 - p2, 450, 700);
-  assert_value(f, b, hilock_hold_token(HILOCK_HOLD(b)));
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(300);
-  assert_false(key_exists(f, a));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(a)));
   assert_int_equal(script_calls(f), 0);
   assert_int_equal(atomic_load(&rec.calls), 0);
   hilock_hold_free(HILOCK_HOLD(a));
@@ -226,7 +190,7 @@ static void release_cancels_renewal(void **state) {
 
 static void free_with_renewal_registered_is_clean(void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "freed", 300);
+  hilock_lock *l = hl_new_lock(f->client, "freed", 300);
   lost_rec rec;
   int64_t t0;
 
@@ -235,7 +199,7 @@ static void free_with_renewal_registered_is_clean(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(150);
-  assert_true(key_exists(f, l));
+  assert_true(hl_hold_exists(f->redis, HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l)); /* not released: renewal stops, the key lapses */
   t0 = hl_now_ms();
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
@@ -252,7 +216,7 @@ static void free_with_renewal_registered_is_clean(void **state) {
 
 static void stolen_lock_is_reported_lost_once(void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "stolen", 300);
+  hilock_lock *l = hl_new_lock(f->client, "stolen", 300);
   size_t klen;
   const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   lost_rec rec;
@@ -285,7 +249,7 @@ static void stolen_lock_is_reported_lost_once(void **state) {
   assert_false(owned);
   assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_value(f, l, "thief");
+  hl_assert_hold_value(f->redis, HILOCK_HOLD(l), "thief");
   assert_i64_between(hl_redis_pttl(f->redis, key, klen), 4000, 5000);
   assert_int_equal(atomic_load(&rec.calls), 1);
   hilock_hold_free(HILOCK_HOLD(l));
@@ -293,9 +257,9 @@ static void stolen_lock_is_reported_lost_once(void **state) {
 
 static void force_release_and_new_holder_is_detected(void **state) {
   fixture *f = *state;
-  hilock_client *other = client_for(&f->server, NULL);
-  hilock_lock *a = new_lock(f->client, "taken", 300);
-  hilock_lock *b = new_lock(other, "taken", 5000);
+  hilock_client *other = hl_client(f->server.url, NULL);
+  hilock_lock *a = hl_new_lock(f->client, "taken", 300);
+  hilock_lock *b = hl_new_lock(other, "taken", 5000);
   lost_rec rec;
   int64_t t_steal;
   int deleted = 0, owned = 0;
@@ -316,8 +280,8 @@ static void force_release_and_new_holder_is_detected(void **state) {
   assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* The new holder's key is untouched: neither deleted nor cut to 300. */
-  assert_value(f, b, hilock_hold_token(HILOCK_HOLD(b)));
-  assert_i64_between(key_pttl(f, b), 4000, 5000);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(b)), 4000, 5000);
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(b), &owned), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(owned);
   assert_int_equal(atomic_load(&rec.calls), 1);
@@ -327,7 +291,7 @@ static void force_release_and_new_holder_is_detected(void **state) {
   assert_hl_ok(hilock_lock_acquire(a, 1000), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(hilock_hold_lost(HILOCK_HOLD(a)));
   hl_sleep_ms(500);
-  assert_i64_between(key_pttl(f, a), 1, 300);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(a)), 1, 300);
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(atomic_load(&rec.calls), 1);
   hilock_hold_free(HILOCK_HOLD(a));
@@ -346,8 +310,8 @@ static void stopped_server_makes_the_hold_lost(void **state) {
   (void)state;
 
   assert_int_equal(hl_server_start(s, NULL), 0);
-  c = client_for(s, NULL);
-  l = new_lock(c, "unreachable", 300);
+  c = hl_client(s->url, NULL);
+  l = hl_new_lock(c, "unreachable", 300);
   lost_rec_init(&rec);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -386,8 +350,8 @@ static void paused_server_makes_the_hold_lost(void **state) {
 
   /* The default command timeout (5 s) is far longer than the hold's
    * validity: the watchdog must not wait for it to report the loss. */
-  c = client_for(&f->server, &o);
-  l = new_lock(c, "paused", 300);
+  c = hl_client(f->server.url, &o);
+  l = hl_new_lock(c, "paused", 300);
   lost_rec_init(&rec);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -406,7 +370,7 @@ static void paused_server_makes_the_hold_lost(void **state) {
 
   /* Nothing renewed it: once writes resume, the key is gone. */
   t0 = hl_now_ms();
-  while (key_exists(f, l)) {
+  while (hl_hold_exists(f->redis, HILOCK_HOLD(l))) {
     assert_i64_between(hl_now_ms() - t0, 0, 500);
     hl_sleep_ms(10);
   }
@@ -417,17 +381,10 @@ static void paused_server_makes_the_hold_lost(void **state) {
   hilock_client_free(c);
 }
 
-typedef struct extend_arg {
-  hilock_lock *l;
-  int rc;
-  int64_t done_ms;
-} extend_arg;
-
-static void *extend_main(void *p) {
-  extend_arg *a = p;
-  a->rc = hilock_lock_extend(a->l, 600, 1);
-  a->done_ms = hl_now_ms();
-  return NULL;
+/* An extension to ms (replacing the TTL), made by a waiter thread
+ * (hl_waiter) in place of its acquire. */
+static int extend_call(hilock_hold *h, int64_t ms) {
+  return hilock_lock_extend((hilock_lock *)h, ms, 1);
 }
 
 /* An extension that shortens the TTL and a renewal of the watchdog in
@@ -439,10 +396,9 @@ static void validity_never_outlasts_the_key_when_extend_races_renewal(
     void **state) {
   fixture *f = *state;
   for (int round = 0; round < 3; round++) {
-    hilock_client *c = client_for(&f->server, NULL);
-    hilock_lock *l = new_lock(c, "race", 3000);
-    extend_arg a = {l, 0, 0};
-    pthread_t t;
+    hilock_client *c = hl_client(f->server.url, NULL);
+    hilock_lock *l = hl_new_lock(c, "race", 3000);
+    hl_waiter a = {0};
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -451,12 +407,15 @@ static void validity_never_outlasts_the_key_when_extend_races_renewal(
     hl_sleep_ms(850);
     hl_redis_ok(f->redis, "CLIENT PAUSE 500 WRITE");
     hl_sleep_ms(300);
-    assert_int_equal(pthread_create(&t, NULL, extend_main, &a), 0);
-    pthread_join(t, NULL);
+    a.lock = HILOCK_HOLD(l);
+    a.acquire = extend_call;
+    a.wait_ms = 600;
+    hl_waiter_start(&a);
+    hl_waiter_join(&a);
     assert_hl_ok(a.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
     for (int64_t end = hl_now_ms() + 700; hl_now_ms() < end;) {
       /* The key's TTL first: validity, read after it, can only be less. */
-      long long left = key_pttl(f, l);
+      long long left = hl_hold_pttl(f->redis, HILOCK_HOLD(l));
       int64_t v = hilock_hold_validity_ms(HILOCK_HOLD(l));
       if (v > 0 && v > left + 20)
         fail_msg("round %d: validity %lld ms but the key has %lld ms left",
@@ -472,7 +431,7 @@ static void validity_never_outlasts_the_key_when_extend_races_renewal(
 
 static void max_hold_bounds_renewal(void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "bounded", 300);
+  hilock_lock *l = hl_new_lock(f->client, "bounded", 300);
   lost_rec rec;
   int64_t t0, t_gone, t_lost;
 
@@ -482,9 +441,9 @@ static void max_hold_bounds_renewal(void **state) {
   t0 = hl_now_ms();
   assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(550 - (hl_now_ms() - t0));
-  assert_true(key_exists(f, l)); /* renewed past its first TTL */
+  assert_true(hl_hold_exists(f->redis, HILOCK_HOLD(l))); /* renewed past its first TTL */
   assert_int_equal(atomic_load(&rec.calls), 0);
-  while (key_exists(f, l)) {
+  while (hl_hold_exists(f->redis, HILOCK_HOLD(l))) {
     assert_i64_between(hl_now_ms() - t0, 0, 600 + 300 + 100 + 300);
     hl_sleep_ms(5);
   }
@@ -520,7 +479,7 @@ static void many_holds_are_all_kept_alive(void **state) {
       assert_hl_ok(hilock_lock_new_lease(f->client, name, strlen(name), 300, &l[i]),
                    hilock_client_errmsg(f->client));
     else
-      l[i] = new_lock(f->client, name, 300);
+      l[i] = hl_new_lock(f->client, name, 300);
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, on_lost, &rec),
                  hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_hl_ok(hilock_lock_acquire(l[i], 0), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
@@ -528,8 +487,8 @@ static void many_holds_are_all_kept_alive(void **state) {
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(1000);
   for (int i = 0; i < NHOLDS; i++) {
-    assert_i64_between(key_pttl(f, l[i]), 1, 300);
-    assert_value(f, l[i], hilock_hold_token(HILOCK_HOLD(l[i])));
+    assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l[i])), 1, 300);
+    hl_assert_holder(f->redis, HILOCK_HOLD(l[i]));
     assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l[i])) > 0);
     assert_false(hilock_hold_lost(HILOCK_HOLD(l[i])));
   }
@@ -544,7 +503,7 @@ static void many_holds_are_all_kept_alive(void **state) {
   assert_int_equal(atomic_load(&rec.calls), 0);
   for (int i = 0; i < NHOLDS; i++) {
     assert_hl_ok(hilock_lock_release(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
-    assert_false(key_exists(f, l[i]));
+    assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(l[i])));
     hilock_hold_free(HILOCK_HOLD(l[i]));
   }
   assert_int_equal(atomic_load(&rec.calls), 0);
@@ -554,7 +513,7 @@ static void many_holds_are_all_kept_alive(void **state) {
 
 static void free_waits_for_a_running_callback(void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "slow-callback", 300);
+  hilock_lock *l = hl_new_lock(f->client, "slow-callback", 300);
   size_t klen;
   const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   lost_rec rec;
@@ -655,7 +614,7 @@ static void thousands_of_holds_renew_in_few_calls(void **state) {
   for (int i = 0; i < NBATCH; i++) {
     char name[32];
     snprintf(name, sizeof(name), "batch-%d", i);
-    l[i] = new_lock(f->client, name, 3000);
+    l[i] = hl_new_lock(f->client, name, 3000);
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, NULL, NULL),
                  hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
@@ -692,7 +651,7 @@ static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
   for (int i = 0; i < NB; i++) {
     char name[32];
     snprintf(name, sizeof(name), "mixed-%d", i);
-    l[i] = new_lock(f->client, name, 600);
+    l[i] = hl_new_lock(f->client, name, 600);
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, on_lost, &rec),
                  hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
@@ -718,7 +677,7 @@ static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
     assert_int_equal(hilock_hold_lost(HILOCK_HOLD(l[i])), taken);
     if (!taken) {
       assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l[i])) > 0);
-      assert_value(f, l[i], hilock_hold_token(HILOCK_HOLD(l[i])));
+      hl_assert_holder(f->redis, HILOCK_HOLD(l[i]));
     }
   }
   assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));

@@ -4,7 +4,6 @@
 #include "test_util.h"
 
 #include <ctype.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,23 +12,6 @@
 #include <unistd.h>
 
 typedef hl_fixture fixture;
-
-static hilock_client *new_client(const fixture *f) {
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
-  int rc = hilock_client_new(f->server.url, &o, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
-}
-
-static hilock_rlock *new_rlock(hilock_client *c, const char *name,
-                               int64_t ttl) {
-  hilock_rlock *rl = NULL;
-  assert_hl_ok(hilock_rlock_new(c, name, strlen(name), ttl, &rl),
-               hilock_client_errmsg(c));
-  assert_non_null(rl);
-  return rl;
-}
 
 static long gettid_(void) { return (long)syscall(SYS_gettid); }
 
@@ -68,18 +50,6 @@ static long long hash_count(fixture *f, const hilock_rlock *rl) {
   return n;
 }
 
-static int hash_exists(fixture *f, const hilock_rlock *rl) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
-  return hl_redis_exists(f->redis, key, klen);
-}
-
-static long long hash_pttl(fixture *f, const hilock_rlock *rl) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
-  return hl_redis_pttl(f->redis, key, klen);
-}
-
 static int64_t count_of(hilock_rlock *rl) {
   int64_t n = -1;
   assert_hl_ok(hilock_rlock_hold_count(rl, &n), hilock_hold_errmsg(HILOCK_HOLD(rl)));
@@ -90,7 +60,7 @@ static int64_t count_of(hilock_rlock *rl) {
 
 static void same_thread_reenters_without_blocking(void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = new_rlock(f->client, "reenter", 10000);
+  hilock_rlock *rl = hl_new_rlock(f->client, "reenter", 10000);
   char *owner;
   int owned = 0, locked = 0;
   int64_t t0;
@@ -117,7 +87,7 @@ static void same_thread_reenters_without_blocking(void **state) {
     assert_int_equal(count_of(rl), left);
     if (left > 0) assert_int_equal(hash_count(f, rl), left);
   }
-  assert_false(hash_exists(f, rl));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(rl), &owned), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(owned);
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(rl), &locked), hilock_hold_errmsg(HILOCK_HOLD(rl)));
@@ -162,7 +132,7 @@ static void *other_waits(void *arg) {
 
 static void other_thread_blocks_until_the_final_release(void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = new_rlock(f->client, "blocking", 10000);
+  hilock_rlock *rl = hl_new_rlock(f->client, "blocking", 10000);
   other o;
   int64_t t_rel;
 
@@ -186,7 +156,7 @@ static void other_thread_blocks_until_the_final_release(void **state) {
   assert_i64_between(o.t_end - t_rel, 0, 300); /* woken, not the TTL */
   assert_int_equal(o.count, 1);
   assert_hl_ok(o.release_rc, hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_false(hash_exists(f, rl));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
@@ -209,9 +179,9 @@ static void *stranger_releases(void *arg) {
 
 static void release_from_a_non_holding_thread_changes_nothing(void **state) {
   fixture *f = *state;
-  hilock_client *c2 = new_client(f);
-  hilock_rlock *rl = new_rlock(f->client, "strangers", 10000);
-  hilock_rlock *other_client = new_rlock(c2, "strangers", 10000);
+  hilock_client *c2 = hl_client(f->server.url, NULL);
+  hilock_rlock *rl = hl_new_rlock(f->client, "strangers", 10000);
+  hilock_rlock *other_client = hl_new_rlock(c2, "strangers", 10000);
   hilock_rlock *handles[2] = {rl, other_client};
   char *before, *after;
   uint64_t fence;
@@ -255,7 +225,7 @@ static void release_from_a_non_holding_thread_changes_nothing(void **state) {
   assert_int_equal(count_of(rl), 2);
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_false(hash_exists(f, rl));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   free(before);
   hilock_hold_free(HILOCK_HOLD(rl));
   hilock_hold_free(HILOCK_HOLD(other_client));
@@ -294,7 +264,7 @@ static void *share_rounds(void *arg) {
 
 static void threads_sharing_a_handle_exclude_each_other(void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = new_rlock(f->client, "shared-handle", 10000);
+  hilock_rlock *rl = hl_new_rlock(f->client, "shared-handle", 10000);
   atomic_int inside, overlaps, errors;
   sharer s[NSHARERS];
   pthread_t t[NSHARERS];
@@ -314,7 +284,7 @@ static void threads_sharing_a_handle_exclude_each_other(void **state) {
   for (int i = 0; i < NSHARERS; i++) pthread_join(t[i], NULL);
   assert_int_equal(atomic_load(&errors), 0);
   assert_int_equal(atomic_load(&overlaps), 0);
-  assert_false(hash_exists(f, rl));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   /* One fence per grant; re-entries draw none. */
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{shared-handle}:fence 0"),
                    1000 + NSHARERS * SHARE_ROUNDS);
@@ -329,42 +299,32 @@ typedef struct proc_arg {
   int fd; /* write end: one byte when about to wait */
 } proc_arg;
 
-#define CHILD_CHECK(cond)                                                   \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), \
-              __FILE__, __LINE__, #cond);                                   \
-      return 1 + __LINE__ % 200;                                            \
-    }                                                                       \
-  } while (0)
-
 static int child_contends(void *arg) {
   proc_arg *p = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   hilock_rlock *rl = NULL;
   int64_t t0, n = 0;
   int rc;
 
   /* The parent's handle, inherited: its grant is not the child's. */
-  CHILD_CHECK(hilock_rlock_release(p->inherited) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_rlock_try_acquire(p->inherited) == HILOCK_BUSY);
-  CHILD_CHECK(hilock_rlock_hold_count(p->inherited, &n) == HILOCK_OK &&
+  HL_CHILD_CHECK(hilock_rlock_release(p->inherited) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_rlock_try_acquire(p->inherited) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_rlock_hold_count(p->inherited, &n) == HILOCK_OK &&
               n == 0);
 
-  CHILD_CHECK(hilock_client_new(p->url, &o, &c) == HILOCK_OK);
-  CHILD_CHECK(hilock_rlock_new(c, "process", 7, 10000, &rl) == HILOCK_OK);
-  CHILD_CHECK(hilock_rlock_try_acquire(rl) == HILOCK_BUSY);
+  HL_CHILD_CHECK((c = hl_child_client(p->url)) != NULL);
+  HL_CHILD_CHECK(hilock_rlock_new(c, "process", 7, 10000, &rl) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_rlock_try_acquire(rl) == HILOCK_BUSY);
   t0 = hl_now_ms();
-  CHILD_CHECK(hilock_rlock_acquire(rl, 200) == HILOCK_BUSY);
-  CHILD_CHECK(hl_now_ms() - t0 >= 190);
-  CHILD_CHECK(write(p->fd, "x", 1) == 1);
+  HL_CHILD_CHECK(hilock_rlock_acquire(rl, 200) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hl_now_ms() - t0 >= 190);
+  HL_CHILD_CHECK(write(p->fd, "x", 1) == 1);
   t0 = hl_now_ms();
   rc = hilock_rlock_acquire(rl, 5000);
-  CHILD_CHECK(rc == HILOCK_OK);
-  CHILD_CHECK(hl_now_ms() - t0 < 3000); /* woken, not the 10 s TTL */
-  CHILD_CHECK(hilock_rlock_hold_count(rl, &n) == HILOCK_OK && n == 1);
-  CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
+  HL_CHILD_CHECK(rc == HILOCK_OK);
+  HL_CHILD_CHECK(hl_now_ms() - t0 < 3000); /* woken, not the 10 s TTL */
+  HL_CHILD_CHECK(hilock_rlock_hold_count(rl, &n) == HILOCK_OK && n == 1);
+  HL_CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(rl));
   hilock_client_free(c);
   return 0;
@@ -372,31 +332,15 @@ static int child_contends(void *arg) {
 
 static void another_process_blocks(void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = new_rlock(f->client, "process", 10000);
-  proc_arg p;
-  struct pollfd pf;
-  int fds[2], status;
+  hilock_rlock *rl = hl_new_rlock(f->client, "process", 10000);
+  proc_arg p = {.url = f->server.url, .inherited = rl};
+  int status;
   char byte;
   pid_t pid;
 
   hl_redis_ok(f->redis, "SET hilock:{process}:fence 1000");
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_int_equal(pipe(fds), 0);
-  p.url = f->server.url;
-  p.inherited = rl;
-  p.fd = fds[1];
-  pid = hl_fork_run(child_contends, &p);
-  assert_true(pid > 0);
-  close(fds[1]);
-  pf.fd = fds[0];
-  pf.events = POLLIN;
-  if (poll(&pf, 1, 5000) != 1 || read(fds[0], &byte, 1) != 1) {
-    close(fds[0]);
-    print_error("child failed before waiting (status %d)\n",
-                hl_wait_child(pid, 0));
-    fail();
-  }
-  close(fds[0]);
+  pid = hl_fork_ready(child_contends, &p, &p.fd, &byte, 1);
   assert_true(hl_wait_subscribed(f->redis, "hilock:{process}:wake", 1, 3000));
   assert_int_equal(hash_count(f, rl), 1); /* still only ours */
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
@@ -405,7 +349,7 @@ static void another_process_blocks(void **state) {
     print_error("child status %d\n", status);
     fail();
   }
-  assert_false(hash_exists(f, rl));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{process}:fence 0"),
                    1002);
   hilock_hold_free(HILOCK_HOLD(rl));
@@ -415,26 +359,26 @@ static void another_process_blocks(void **state) {
 
 static void reentry_refreshes_the_ttl(void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = new_rlock(f->client, "refresh", 1000);
+  hilock_rlock *rl = hl_new_rlock(f->client, "refresh", 1000);
 
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(400);
-  assert_i64_between(hash_pttl(f, rl), 1, 650);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(rl)), 1, 650);
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_i64_between(hash_pttl(f, rl), 900, 1000);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(rl)), 900, 1000);
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 900, 1000);
   hl_sleep_ms(300);
   /* Leaving once (not the last time) refreshes it too. */
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_i64_between(hash_pttl(f, rl), 900, 1000);
+  assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(rl)), 900, 1000);
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_false(hash_exists(f, rl));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
 static void lapsed_hold_lets_another_owner_in(void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = new_rlock(f->client, "lapsed", 300);
+  hilock_rlock *rl = hl_new_rlock(f->client, "lapsed", 300);
   other o;
   int64_t t0;
 
@@ -457,8 +401,8 @@ static void lapsed_hold_lets_another_owner_in(void **state) {
 static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
     void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = new_rlock(f->client, "fenced", 10000);
-  hilock_rlock *rl2 = new_rlock(f->client, "fenced", 10000);
+  hilock_rlock *rl = hl_new_rlock(f->client, "fenced", 10000);
+  hilock_rlock *rl2 = hl_new_rlock(f->client, "fenced", 10000);
   uint64_t f1;
   other o;
 
@@ -498,15 +442,15 @@ static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
 static void final_release_deletes_the_hash_and_leaves_one_wake_up(
     void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = new_rlock(f->client, "final", 10000);
+  hilock_rlock *rl = hl_new_rlock(f->client, "final", 10000);
 
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_true(hash_exists(f, rl));
+  assert_true(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{final}:wake"), 0);
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_false(hash_exists(f, rl));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{final}:wake"), 1);
   assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{final}:wake"), 1,
                      5000);
@@ -555,10 +499,10 @@ static void names_and_ttls_are_validated(void **state) {
                hilock_client_errmsg(f->client));
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(rl)), HILOCK_TTL_MAX_MS);
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_true(hash_pttl(f, rl) > 1000000000LL);
+  assert_true(hl_hold_pttl(f->redis, HILOCK_HOLD(rl)) > 1000000000LL);
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
-  rl = new_rlock(f->client, "shortest", HILOCK_TTL_MIN_MS);
+  rl = hl_new_rlock(f->client, "shortest", HILOCK_TTL_MIN_MS);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(rl)), HILOCK_TTL_MIN_MS);
   hilock_hold_free(HILOCK_HOLD(rl));
   assert_int_equal(hilock_rlock_new(f->client, "too-short", 9,
@@ -591,13 +535,13 @@ static void null_arguments_are_einval(void **state) {
   hilock_hold_free(NULL);
 
   /* A valid handle with NULL out-parameters or a bad wait. */
-  rl = new_rlock(f->client, "n", 1000);
+  rl = hl_new_rlock(f->client, "n", 1000);
   assert_int_equal(hilock_rlock_hold_count(rl, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_owned(HILOCK_HOLD(rl), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_locked(HILOCK_HOLD(rl), NULL), HILOCK_EINVAL);
   assert_hl_rc(hilock_rlock_acquire(rl, -5), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_false(hash_exists(f, rl));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_EINVAL);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "wait");
   hilock_hold_free(HILOCK_HOLD(rl));
@@ -605,8 +549,8 @@ static void null_arguments_are_einval(void **state) {
 
 static void rlock_outliving_its_client_gets_eclosed(void **state) {
   fixture *f = *state;
-  hilock_client *c = new_client(f);
-  hilock_rlock *rl = new_rlock(c, "orphan-r", 5000);
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_rlock *rl = hl_new_rlock(c, "orphan-r", 5000);
   int64_t n = 0;
 
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));

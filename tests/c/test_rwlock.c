@@ -43,16 +43,9 @@ static int group_teardown(void **state) {
 
 static int setup(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
   f->redis = hl_redis_connect(&f->server);
   hl_redis_ok(f->redis, "FLUSHALL");
-  for (int i = 0; i < NCLIENTS; i++) {
-    if (hilock_client_new(f->server.url, &o, &f->c[i]) != HILOCK_OK) {
-      print_error("client: %s\n", hilock_client_errmsg(f->c[i]));
-      return -1;
-    }
-  }
-  return 0;
+  return hl_clients_new(f->c, NCLIENTS, f->server.url);
 }
 
 static void join_leftovers(void);
@@ -60,22 +53,10 @@ static void join_leftovers(void);
 static int teardown(void **state) {
   fixture *f = *state;
   join_leftovers();
-  for (int i = 0; i < NCLIENTS; i++) {
-    hilock_client_free(f->c[i]);
-    f->c[i] = NULL;
-  }
+  hl_clients_free(f->c, NCLIENTS);
   redisFree(f->redis);
   f->redis = NULL;
   return 0;
-}
-
-static hilock_rwlock *make_rw(hilock_client *c, const char *name,
-                              int64_t ttl) {
-  hilock_rwlock *rw = NULL;
-  assert_hl_ok(hilock_rwlock_new(c, name, strlen(name), ttl, &rw),
-               hilock_client_errmsg(c));
-  assert_non_null(rw);
-  return rw;
 }
 
 #define E(rw) hilock_hold_errmsg(HILOCK_HOLD(rw))
@@ -202,9 +183,9 @@ static void join_leftovers(void) {
 
 static void readers_share_and_writer_excludes(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = make_rw(f->c[0], "doc", 10000);
-  hilock_rwlock *r2 = make_rw(f->c[1], "doc", 10000);
-  hilock_rwlock *w = make_rw(f->c[2], "doc", 10000);
+  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "doc", 10000);
+  hilock_rwlock *r2 = hl_new_rwlock(f->c[1], "doc", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[2], "doc", 10000);
   int writer = -1;
 
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
@@ -244,8 +225,8 @@ static void readers_share_and_writer_excludes(void **state) {
 
 static void reads_reenter_and_count_down(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r = make_rw(f->c[0], "re", 10000);
-  hilock_rwlock *same = make_rw(f->c[0], "re", 10000); /* same thread */
+  hilock_rwlock *r = hl_new_rwlock(f->c[0], "re", 10000);
+  hilock_rwlock *same = hl_new_rwlock(f->c[0], "re", 10000); /* same thread */
   int64_t n = -1;
 
   for (int i = 1; i <= 3; i++) {
@@ -281,8 +262,8 @@ static void reads_reenter_and_count_down(void **state) {
 
 static void writes_reenter_with_the_grants_fence(void **state) {
   fixture *f = *state;
-  hilock_rwlock *w = make_rw(f->c[0], "wre", 10000);
-  hilock_rwlock *other = make_rw(f->c[1], "wre", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[0], "wre", 10000);
+  hilock_rwlock *other = hl_new_rwlock(f->c[1], "wre", 10000);
   int64_t n = -1;
   uint64_t first;
 
@@ -353,8 +334,8 @@ static void try_read(void *arg) {
 
 static void read_acquire_is_one_round_trip(void **state) {
   fixture *f = *state;
-  hilock_rwlock *other = make_rw(f->c[1], "rt", 10000);
-  hilock_rwlock *rw = make_rw(f->c[0], "rt", 10000);
+  hilock_rwlock *other = hl_new_rwlock(f->c[1], "rt", 10000);
+  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "rt", 10000);
   char first[512];
   /* Load the script (a first EVALSHA is answered NOSCRIPT). */
   assert_hl_ok(hilock_rwlock_read_try_acquire(other), E(other));
@@ -375,8 +356,8 @@ static void read_acquire_is_one_round_trip(void **state) {
 
 static void upgrade_fails_at_once_with_edeadlk(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = make_rw(f->c[0], "up", 10000);
-  hilock_rwlock *same = make_rw(f->c[0], "up", 10000);
+  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "up", 10000);
+  hilock_rwlock *same = hl_new_rwlock(f->c[0], "up", 10000);
   int64_t t0, n = -1;
 
   assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
@@ -405,9 +386,9 @@ static void upgrade_fails_at_once_with_edeadlk(void **state) {
 
 static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = make_rw(f->c[0], "down", 10000);
-  hilock_rwlock *w2 = make_rw(f->c[1], "down", 10000);
-  hilock_rwlock *r3 = make_rw(f->c[2], "down", 10000);
+  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "down", 10000);
+  hilock_rwlock *w2 = hl_new_rwlock(f->c[1], "down", 10000);
+  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "down", 10000);
   int64_t t0, n = -1;
   int writer = -1;
   job *j;
@@ -459,9 +440,9 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
 
 static void waiting_writer_holds_new_readers_back(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = make_rw(f->c[0], "pref", 10000);
-  hilock_rwlock *w = make_rw(f->c[1], "pref", 10000);
-  hilock_rwlock *r3 = make_rw(f->c[2], "pref", 10000);
+  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "pref", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[1], "pref", 10000);
+  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "pref", 10000);
   job *wj, *rj;
 
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
@@ -493,9 +474,9 @@ static void waiting_writer_holds_new_readers_back(void **state) {
 
 static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = make_rw(f->c[0], "quit", 10000);
-  hilock_rwlock *w = make_rw(f->c[1], "quit", 10000);
-  hilock_rwlock *r3 = make_rw(f->c[2], "quit", 10000);
+  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "quit", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[1], "quit", 10000);
+  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "quit", 10000);
   job *wj, *rj;
 
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
@@ -520,14 +501,14 @@ static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
 static void write_release_wakes_every_waiting_reader(void **state) {
   fixture *f = *state;
   enum { N = 3 };
-  hilock_rwlock *w = make_rw(f->c[0], "wakeall", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[0], "wakeall", 10000);
   hilock_rwlock *r[N];
   job *j[N];
   int64_t t_release;
 
   assert_hl_ok(hilock_rwlock_write_try_acquire(w), E(w));
   for (int i = 0; i < N; i++) {
-    r[i] = make_rw(f->c[i + 1], "wakeall", 10000);
+    r[i] = hl_new_rwlock(f->c[i + 1], "wakeall", 10000);
     j[i] = start_job(r[i], 0, 5000, 300);
   }
   hl_sleep_ms(200);
@@ -549,9 +530,9 @@ static void write_release_wakes_every_waiting_reader(void **state) {
 
 static void last_reader_out_wakes_the_writer(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = make_rw(f->c[0], "lastout", 10000);
-  hilock_rwlock *r2 = make_rw(f->c[1], "lastout", 10000);
-  hilock_rwlock *w = make_rw(f->c[2], "lastout", 10000);
+  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "lastout", 10000);
+  hilock_rwlock *r2 = hl_new_rwlock(f->c[1], "lastout", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[2], "lastout", 10000);
   int64_t t_last;
   job *wj;
 
@@ -595,13 +576,13 @@ static void writer_gets_in_under_a_reader_stream(void **state) {
   fixture *f = *state;
   enum { N = 3 };
   stream *s = streams;
-  hilock_rwlock *w = make_rw(f->c[N], "stream", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[N], "stream", 10000);
   int busy = 0, before[N];
   int64_t t0, waited;
 
   for (int i = 0; i < N; i++) {
     memset(&s[i], 0, sizeof(s[i]));
-    s[i].rw = make_rw(f->c[i], "stream", 10000);
+    s[i].rw = hl_new_rwlock(f->c[i], "stream", 10000);
     assert_int_equal(pthread_create(&s[i].thread, NULL, reader_stream, &s[i]),
                      0);
     s[i].running = 1;
@@ -670,13 +651,13 @@ static void reader_gets_in_under_a_writer_stream(void **state) {
   static volatile int stop;
   static wstream ws[N];
   pthread_t t[N];
-  hilock_rwlock *r = make_rw(f->c[N], "wstream", 10000);
+  hilock_rwlock *r = hl_new_rwlock(f->c[N], "wstream", 10000);
   int64_t t0, waited, total = 0;
 
   stop = 0;
   for (int i = 0; i < N; i++) {
     memset(&ws[i], 0, sizeof(ws[i]));
-    ws[i].rw = make_rw(f->c[i], "wstream", 10000);
+    ws[i].rw = hl_new_rwlock(f->c[i], "wstream", 10000);
     ws[i].stop = &stop;
     assert_int_equal(pthread_create(&t[i], NULL, writer_stream, &ws[i]), 0);
   }
@@ -720,48 +701,47 @@ static void reader_gets_in_under_a_writer_stream(void **state) {
 
 /* ## Crashes: real processes killed with SIGKILL --------------------------- */
 
-/* Fork a child that makes its own client and rwlock, takes a hold, writes
- * one byte to the pipe, and waits to be killed. */
+typedef struct rw_holder {
+  const char *url, *name;
+  int64_t ttl;
+  int as_writer, renew, wait_only;
+  int fd; /* write end: 'w' when about to wait, 'h' once holding */
+} rw_holder;
+
+/* A child with its own client and rwlock: takes a hold (or, wait_only,
+ * waits for one), says so on fd, and waits to be killed. */
+static int hold_or_wait_until_killed(void *arg) {
+  rw_holder *k = arg;
+  hilock_client *c = hl_child_client(k->url);
+  hilock_rwlock *rw = NULL;
+  int rc;
+  if (c == NULL ||
+      hilock_rwlock_new(c, k->name, strlen(k->name), k->ttl, &rw) != HILOCK_OK)
+    return 2;
+  if (k->renew) {
+    hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL);
+    hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, NULL, NULL);
+  }
+  if (k->wait_only) {
+    (void)!write(k->fd, "w", 1);
+    rc = k->as_writer ? hilock_rwlock_write_acquire(rw, HILOCK_WAIT_FOREVER)
+                      : hilock_rwlock_read_acquire(rw, HILOCK_WAIT_FOREVER);
+    return rc == HILOCK_OK ? 3 : 4;
+  }
+  rc = k->as_writer ? hilock_rwlock_write_try_acquire(rw)
+                    : hilock_rwlock_read_try_acquire(rw);
+  if (rc != HILOCK_OK) return 5;
+  (void)!write(k->fd, "h", 1);
+  for (;;) pause();
+}
+
+/* Fork a child that makes its own client and rwlock, takes a hold (or
+ * waits for one), and waits to be killed; returns once it has. */
 static pid_t fork_holder(fixture *f, const char *name, int64_t ttl,
                          int as_writer, int renew, int wait_only) {
-  int p[2];
+  rw_holder k = {f->server.url, name, ttl, as_writer, renew, wait_only, -1};
   char b;
-  pid_t pid;
-  assert_int_equal(pipe(p), 0);
-  fflush(NULL);
-  pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    hilock_options o = hl_test_options();
-    hilock_client *c = NULL;
-    hilock_rwlock *rw = NULL;
-    int rc;
-    /* Die with the test, even if it fails before killing us. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    close(p[0]);
-    if (hilock_client_new(f->server.url, &o, &c) != HILOCK_OK ||
-        hilock_rwlock_new(c, name, strlen(name), ttl, &rw) != HILOCK_OK)
-      _exit(2);
-    if (renew) {
-      hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL);
-      hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, NULL, NULL);
-    }
-    if (wait_only) {
-      (void)!write(p[1], "w", 1);
-      rc = as_writer ? hilock_rwlock_write_acquire(rw, HILOCK_WAIT_FOREVER)
-                     : hilock_rwlock_read_acquire(rw, HILOCK_WAIT_FOREVER);
-      _exit(rc == HILOCK_OK ? 3 : 4);
-    }
-    rc = as_writer ? hilock_rwlock_write_try_acquire(rw)
-                   : hilock_rwlock_read_try_acquire(rw);
-    if (rc != HILOCK_OK) _exit(5);
-    (void)!write(p[1], "h", 1);
-    for (;;) pause();
-  }
-  close(p[1]);
-  assert_int_equal(read(p[0], &b, 1), 1);
-  close(p[0]);
-  return pid;
+  return hl_fork_ready(hold_or_wait_until_killed, &k, &k.fd, &b, 1);
 }
 
 static void kill_child(pid_t pid) {
@@ -774,7 +754,7 @@ static void kill_child(pid_t pid) {
 
 static void crashed_reader_frees_its_share_within_ttl(void **state) {
   fixture *f = *state;
-  hilock_rwlock *w = make_rw(f->c[0], "crash", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[0], "crash", 10000);
   int64_t t_kill, waited;
   pid_t child = fork_holder(f, "crash", 600, 0, 1, 0);
 
@@ -796,8 +776,8 @@ static void crashed_reader_frees_its_share_within_ttl(void **state) {
 
 static void dead_waiting_writer_holds_readers_back_for_one_ttl(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = make_rw(f->c[0], "ghost", 10000);
-  hilock_rwlock *r2 = make_rw(f->c[1], "ghost", 10000);
+  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "ghost", 10000);
+  hilock_rwlock *r2 = hl_new_rwlock(f->c[1], "ghost", 10000);
   int64_t t_kill, waited;
   pid_t child;
 
@@ -821,7 +801,7 @@ static void dead_waiting_writer_holds_readers_back_for_one_ttl(void **state) {
 
 static void crashed_writer_frees_within_ttl(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r = make_rw(f->c[0], "wcrash", 10000);
+  hilock_rwlock *r = hl_new_rwlock(f->c[0], "wcrash", 10000);
   int64_t t_kill;
   pid_t child = fork_holder(f, "wcrash", 500, 1, 1, 0);
   /* Renewed past its TTL while the process lives. */
@@ -836,8 +816,8 @@ static void crashed_writer_frees_within_ttl(void **state) {
 
 static void reader_that_gives_up_withdraws(void **state) {
   fixture *f = *state;
-  hilock_rwlock *w = make_rw(f->c[0], "rquit", 10000);
-  hilock_rwlock *r = make_rw(f->c[1], "rquit", 10000);
+  hilock_rwlock *w = hl_new_rwlock(f->c[0], "rquit", 10000);
+  hilock_rwlock *r = hl_new_rwlock(f->c[1], "rquit", 10000);
   int64_t t0;
   assert_hl_ok(hilock_rwlock_write_try_acquire(w), E(w));
   /* A try records nothing. */
@@ -856,8 +836,8 @@ static void reader_that_gives_up_withdraws(void **state) {
 
 static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
   fixture *f = *state;
-  hilock_rwlock *w1 = make_rw(f->c[0], "rghost", 10000);
-  hilock_rwlock *w2 = make_rw(f->c[1], "rghost", 10000);
+  hilock_rwlock *w1 = hl_new_rwlock(f->c[0], "rghost", 10000);
+  hilock_rwlock *w2 = hl_new_rwlock(f->c[1], "rghost", 10000);
   int64_t t_release;
   pid_t child;
   job *wj;
@@ -890,15 +870,11 @@ static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
 
 /* ## Renewal and loss ------------------------------------------------------ */
 
-static void on_lost(void *arg) {
-  __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
-}
-
 /* Renewal moves a reader's expiry to one TTL ahead, and the readers' key
  * with it: never further (renewal as such: test_contract.c). */
 static void renewed_read_keeps_the_readers_key_at_one_ttl(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = make_rw(f->c[0], "renew", 300);
+  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "renew", 300);
   redisReply *r;
 
   assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL), E(rw));
@@ -917,18 +893,20 @@ static void renewed_read_keeps_the_readers_key_at_one_ttl(void **state) {
  * the same callback, and a read hold's loss ends with its release. */
 static void lost_holds_are_reported(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = make_rw(f->c[0], "gone", 300);
-  int lost = 0;
+  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "gone", 300);
+  atomic_int lost = 0;
   int64_t deadline;
 
-  assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, on_lost, &lost),
+  assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, hl_count_call,
+                                                 &lost),
                E(rw));
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, on_lost, &lost),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, hl_count_call,
+                                          &lost),
                E(rw));
   assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
   hl_redis_ok(f->redis, "DEL hilock:{gone}:rw:readers");
   deadline = hl_now_ms() + 2000;
-  while (__atomic_load_n(&lost, __ATOMIC_SEQ_CST) == 0 && hl_now_ms() < deadline)
+  while (atomic_load(&lost) == 0 && hl_now_ms() < deadline)
     hl_sleep_ms(10);
   assert_int_equal(lost, 1);
   assert_true(hilock_rwlock_read_lost(rw));
@@ -939,7 +917,7 @@ static void lost_holds_are_reported(void **state) {
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
   hl_redis_ok(f->redis, "DEL hilock:{gone}:rw:writer");
   deadline = hl_now_ms() + 2000;
-  while (__atomic_load_n(&lost, __ATOMIC_SEQ_CST) == 1 && hl_now_ms() < deadline)
+  while (atomic_load(&lost) == 1 && hl_now_ms() < deadline)
     hl_sleep_ms(10);
   assert_int_equal(lost, 2);
   assert_true(hilock_hold_lost(HILOCK_HOLD(rw)));
@@ -951,7 +929,7 @@ static void lost_holds_are_reported(void **state) {
 
 static void threads_sharing_a_handle_are_separate_owners(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = make_rw(f->c[0], "shared", 10000);
+  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "shared", 10000);
   job *j;
 
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
@@ -981,7 +959,7 @@ static void threads_sharing_a_handle_are_separate_owners(void **state) {
 
 static void forked_child_refuses_the_parents_holds(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = make_rw(f->c[0], "fork", 10000);
+  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "fork", 10000);
   int status;
   pid_t pid;
 
@@ -1017,29 +995,14 @@ static void forked_child_refuses_the_parents_holds(void **state) {
 static void forked_child_frees_a_client_with_a_sleeping_watchdog(
     void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
-  hilock_rwlock *rw;
-  int status;
-  pid_t pid;
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_rwlock *rw = hl_new_rwlock(c, "sleeper", 30000);
 
-  assert_hl_ok(hilock_client_new(f->server.url, &o, &c), "client");
-  rw = make_rw(c, "sleeper", 30000);
   assert_hl_ok(hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL), E(rw));
   assert_hl_ok(hilock_rwlock_read_try_acquire(rw), E(rw));
   hl_sleep_ms(50); /* the renewal thread is asleep until ttl/3 */
-  fflush(NULL);
-  pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    alarm(5); /* a hang ends the child with SIGALRM */
-    hilock_hold_free(HILOCK_HOLD(rw));
-    hilock_client_free(c);
-    _exit(0);
-  }
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  assert_true(WIFEXITED(status));
-  assert_int_equal(WEXITSTATUS(status), 0);
+  /* A child that hangs is killed after 5 s, which fails the test. */
+  assert_int_equal(hl_fork_free_client(c, HILOCK_HOLD(rw), 5000), 0);
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
   hilock_hold_free(HILOCK_HOLD(rw));
   hilock_client_free(c);
@@ -1052,12 +1015,11 @@ static void forked_child_frees_a_client_with_a_sleeping_watchdog(
 /* A process of its own that reads or writes until until_ms, recording each
  * hold on the shared history's sequence. */
 static void contender(fixture *f, hl_history *h, int write, int64_t until_ms) {
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   hilock_rwlock *rw = NULL;
   unsigned seed = (unsigned)getpid();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (hilock_client_new(f->server.url, &o, &c) != HILOCK_OK ||
+  if ((c = hl_child_client(f->server.url)) == NULL ||
       hilock_rwlock_new(c, "hist", 4, 5000, &rw) != HILOCK_OK)
     _exit(2);
   while (hl_now_ms() < until_ms) {
@@ -1141,7 +1103,7 @@ static void bad_arguments_are_einval(void **state) {
   assert_int_equal(hilock_rwlock_read_validity_ms(NULL), 0);
   hilock_hold_free(NULL);
 
-  rw = make_rw(f->c[0], "args", 1000);
+  rw = hl_new_rwlock(f->c[0], "args", 1000);
   assert_int_equal(hilock_rwlock_read_hold_count(rw, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_rwlock_read_acquire(rw, -5), HILOCK_EINVAL);
   assert_int_equal(hilock_rwlock_write_acquire(rw, -5), HILOCK_EINVAL);
@@ -1157,7 +1119,7 @@ static void bad_arguments_are_einval(void **state) {
 
 static void wrong_type_keys_fail_closed(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = make_rw(f->c[0], "wt", 5000);
+  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "wt", 5000);
   hl_redis_ok(f->redis, "SET hilock:{wt}:rw:writer oops");
   assert_hl_rc(hilock_rwlock_read_try_acquire(rw), HILOCK_EWRONGTYPE, E(rw));
   assert_hl_rc(hilock_rwlock_write_acquire(rw, 100), HILOCK_EWRONGTYPE, E(rw));

@@ -18,23 +18,17 @@ static const hilock__script *const all_scripts[] = {
 
 static int setup(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
   if (f->server.pid == 0 && hl_server_restart(&f->server) != 0) return -1;
   f->redis = hl_redis_connect(&f->server);
   hl_redis_ok(f->redis, "FLUSHALL");
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
-    print_error("client: %s\n", hilock_client_errmsg(f->client));
-    return -1;
-  }
-  return 0;
+  return hl_clients_new(&f->client, 1, f->server.url);
 }
 
 static int teardown(void **state) {
   fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
+  hl_clients_free(&f->client, 1);
   if (f->redis != NULL) redisFree(f->redis);
   f->redis = NULL;
   return 0;
@@ -69,13 +63,6 @@ static int script_loaded(redisContext *c, const hilock__script *s) {
   return loaded;
 }
 
-static hilock_lock *new_lock(hilock_client *c, const char *name) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), 10000, &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
 static void embedded_sha1_matches_the_server(void **state) {
   fixture *f = *state;
   for (size_t i = 0; i < sizeof(all_scripts) / sizeof(all_scripts[0]); i++) {
@@ -91,7 +78,7 @@ static void embedded_sha1_matches_the_server(void **state) {
 
 static void first_acquire_loads_the_script_then_evalsha_hits(void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "loads");
+  hilock_lock *l = hl_new_lock(f->client, "loads", 10000);
 
   assert_false(script_loaded(f->redis, &hilock__script_lock_acquire));
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -108,9 +95,9 @@ static void first_acquire_loads_the_script_then_evalsha_hits(void **state) {
 
 static void acquire_works_after_script_flush(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "flush-a");
-  hilock_lock *b = new_lock(f->client, "flush-b");
-  hilock_lock *a2 = new_lock(f->client, "flush-a");
+  hilock_lock *a = hl_new_lock(f->client, "flush-a", 10000);
+  hilock_lock *b = hl_new_lock(f->client, "flush-b", 10000);
+  hilock_lock *a2 = hl_new_lock(f->client, "flush-a", 10000);
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
@@ -129,7 +116,7 @@ static void acquire_works_after_script_flush(void **state) {
 
 static void release_and_extend_work_after_script_flush(void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "flush-rel");
+  hilock_lock *l = hl_new_lock(f->client, "flush-rel", 10000);
   size_t klen;
   const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
 
@@ -145,8 +132,8 @@ static void release_and_extend_work_after_script_flush(void **state) {
 
 static void acquire_works_after_server_restart(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "restart");
-  hilock_lock *b = new_lock(f->client, "restart");
+  hilock_lock *a = hl_new_lock(f->client, "restart", 10000);
+  hilock_lock *b = hl_new_lock(f->client, "restart", 10000);
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));

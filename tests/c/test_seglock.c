@@ -18,15 +18,6 @@
 
 typedef hl_fixture fixture;
 
-static hilock_segmented_lock *make_seg(hilock_client *c, const char *name, int k,
-                                int64_t ttl) {
-  hilock_segmented_lock *s = NULL;
-  assert_hl_ok(hilock_segmented_lock_new(c, name, strlen(name), k, ttl, &s),
-               hilock_client_errmsg(c));
-  assert_non_null(s);
-  return s;
-}
-
 #define SEG_OK(call, s) assert_hl_ok((call), hilock_hold_errmsg(HILOCK_HOLD(s)))
 #define SEG_RC(call, rc, s) assert_hl_rc((call), (rc), hilock_hold_errmsg(HILOCK_HOLD(s)))
 
@@ -57,7 +48,7 @@ static void grants_distinct_segments_then_busy(void **state) {
   int seen[4] = {0, 0, 0, 0};
   uint64_t last_fence = 0;
 
-  for (int i = 0; i < 5; i++) s[i] = make_seg(f->client, "inv", 4, 10000);
+  for (int i = 0; i < 5; i++) s[i] = hl_new_seg(f->client, "inv", 4, 10000);
   assert_true(hilock_segmented_lock_segment(s[0]) == HILOCK_SEGMENT_NONE);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[0])), 0);
   for (int i = 0; i < 4; i++) {
@@ -112,7 +103,7 @@ static void grants_distinct_segments_then_busy(void **state) {
 
 static void acquiring_twice_on_one_handle_is_einval(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "twice", 3, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "twice", 3, 10000);
   SEG_OK(hilock_segmented_lock_try_acquire(s), s);
   SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_EINVAL, s);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "already holds");
@@ -124,7 +115,7 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
 
 static void random_start_spreads_grants(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "spread", 8, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "spread", 8, 10000);
   int count[8] = {0};
   /* A fixed start would put all 400 grants on one segment; uniform
    * starts give each about 50. */
@@ -187,8 +178,8 @@ static void resent_acquire_finds_its_own_grant(void **state) {
 
 static void stock_init_splits_evenly(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "split", 3, 10000);
-  hilock_segmented_lock *other = make_seg(f->client, "split", 4, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "split", 3, 10000);
+  hilock_segmented_lock *other = hl_new_seg(f->client, "split", 4, 10000);
 
   assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), -1); /* nothing loaded */
   assert_int_equal(stock_of(s, 1), -1);
@@ -224,8 +215,8 @@ static void stock_init_splits_evenly(void **state) {
 
 static void empty_segments_are_skipped(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *a = make_seg(f->client, "skip", 4, 10000);
-  hilock_segmented_lock *b = make_seg(f->client, "skip", 4, 10000);
+  hilock_segmented_lock *a = hl_new_seg(f->client, "skip", 4, 10000);
+  hilock_segmented_lock *b = hl_new_seg(f->client, "skip", 4, 10000);
 
   SEG_OK(hilock_segmented_lock_stock_init(a, 0), a);
   SEG_OK(hilock_segmented_lock_stock_set(a, 2, 5), a);
@@ -243,8 +234,8 @@ static void empty_segments_are_skipped(void **state) {
 
 static void take_moves_stock_only_under_the_lock(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "take", 2, 10000);
-  hilock_segmented_lock *t = make_seg(f->client, "take", 2, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "take", 2, 10000);
+  hilock_segmented_lock *t = hl_new_seg(f->client, "take", 2, 10000);
   int64_t taken = -1, left = -1;
   int seg;
   char key[64];
@@ -304,7 +295,7 @@ static void take_moves_stock_only_under_the_lock(void **state) {
 
 static void sold_out_is_reported_not_waited_for(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "gone", 3, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "gone", 3, 10000);
   int64_t t0;
 
   SEG_OK(hilock_segmented_lock_stock_init(s, 0), s);
@@ -323,38 +314,20 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
-typedef struct waiter {
-  hilock_segmented_lock *s;
-  int rc;
-  int64_t done_ms;
-} waiter;
-
-static void *wait_forever(void *arg) {
-  waiter *w = arg;
-  w->rc = hilock_segmented_lock_acquire(w->s, HILOCK_WAIT_FOREVER);
-  w->done_ms = hl_now_ms();
-  if (w->rc == HILOCK_OK) hilock_segmented_lock_release(w->s);
-  return NULL;
-}
-
 static void blocked_waiters_all_learn_sold_out(void **state) {
   fixture *f = *state;
   /* A long TTL: without the wake-ups the waiters would sleep 30 s. */
   hilock_segmented_lock *h[2];
-  waiter w[3];
-  pthread_t t[3];
+  hl_waiter w[3];
   int64_t released;
 
-  for (int i = 0; i < 2; i++) h[i] = make_seg(f->client, "last", 2, 30000);
+  for (int i = 0; i < 2; i++) h[i] = hl_new_seg(f->client, "last", 2, 30000);
   SEG_OK(hilock_segmented_lock_stock_init(h[0], 2), h[0]);
   for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
-  for (int i = 0; i < 3; i++) {
-    w[i].s = make_seg(f->client, "last", 2, 30000);
-    w[i].rc = 99;
-    assert_int_equal(pthread_create(&t[i], NULL, wait_forever, &w[i]), 0);
-  }
-  assert_true(hl_wait_waiters(f->redis, 3,
-                                 5000));
+  for (int i = 0; i < 3; i++)
+    hl_waiter_run(&w[i], HILOCK_HOLD(hl_new_seg(f->client, "last", 2, 30000)),
+                  &hl_seg_verbs, HILOCK_WAIT_FOREVER, 1);
+  assert_true(hl_wait_waiters(f->redis, 3, 5000));
   for (int i = 0; i < 2; i++) {
     int64_t taken = 0;
     SEG_OK(hilock_segmented_lock_take(h[i], 1, 0, &taken, NULL), h[i]);
@@ -363,10 +336,10 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
   released = hl_now_ms();
   for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_release(h[i]), h[i]);
   for (int i = 0; i < 3; i++) {
-    pthread_join(t[i], NULL);
-    assert_hl_rc(w[i].rc, HILOCK_SOLDOUT, hilock_hold_errmsg(HILOCK_HOLD(w[i].s)));
-    assert_true(w[i].done_ms - released < 3000);
-    hilock_hold_free(HILOCK_HOLD(w[i].s));
+    hl_waiter_join(&w[i]);
+    assert_hl_rc(w[i].rc, HILOCK_SOLDOUT, hilock_hold_errmsg(w[i].lock));
+    assert_true(w[i].t_end - released < 3000);
+    hilock_hold_free(w[i].lock);
   }
   assert_int_equal(stock_of(h[0], HILOCK_SEGMENT_ALL), 0);
   for (int i = 0; i < 2; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
@@ -376,19 +349,16 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
 
 static void release_of_any_segment_wakes_a_waiter(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *h[3];
-  waiter w;
-  pthread_t t;
+  hilock_segmented_lock *h[3], *ws;
+  hl_waiter w;
   int64_t released;
   long long evalsha_before;
 
-  for (int i = 0; i < 3; i++) h[i] = make_seg(f->client, "wake", 3, 30000);
+  for (int i = 0; i < 3; i++) h[i] = hl_new_seg(f->client, "wake", 3, 30000);
   for (int i = 0; i < 3; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
-  w.s = make_seg(f->client, "wake", 3, 30000);
-  w.rc = 99;
-  assert_int_equal(pthread_create(&t, NULL, wait_forever, &w), 0);
-  assert_true(hl_wait_waiters(f->redis, 1,
-                                 5000));
+  ws = hl_new_seg(f->client, "wake", 3, 30000);
+  hl_waiter_run(&w, HILOCK_HOLD(ws), &hl_seg_verbs, HILOCK_WAIT_FOREVER, 1);
+  assert_true(hl_wait_waiters(f->redis, 1, 5000));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(600);
   /* Asleep on the wake list, not polling. */
@@ -396,14 +366,16 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   assert_true(evalsha_before == 0);
   released = hl_now_ms();
   SEG_OK(hilock_segmented_lock_release(h[1]), h[1]);
-  pthread_join(t, NULL);
-  SEG_OK(w.rc, w.s);
-  assert_true(w.done_ms - released < 1500);
-  assert_int_equal(hilock_segmented_lock_segment(w.s), hilock_segmented_lock_segment(h[1]));
+  hl_waiter_join(&w);
+  SEG_OK(w.rc, ws);
+  SEG_OK(w.release_rc, ws);
+  assert_true(w.t_end - released < 1500);
+  assert_int_equal(hilock_segmented_lock_segment(ws),
+                   hilock_segmented_lock_segment(h[1]));
   SEG_OK(hilock_segmented_lock_release(h[0]), h[0]);
   SEG_OK(hilock_segmented_lock_release(h[2]), h[2]);
   for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
-  hilock_hold_free(HILOCK_HOLD(w.s));
+  hilock_hold_free(HILOCK_HOLD(ws));
 }
 
 /* ## Dead holders ------------------------------------------------------------- */
@@ -418,11 +390,10 @@ typedef struct child_arg {
 
 static int hold_and_hang(void *arg) {
   child_arg *a = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(a->url);
   hilock_segmented_lock *s = NULL;
   char seg;
-  if (hilock_client_new(a->url, &o, &c) != HILOCK_OK) return 1;
+  if (c == NULL) return 1;
   if (hilock_segmented_lock_new(c, a->name, strlen(a->name), a->k, a->ttl, &s) !=
       HILOCK_OK)
     return 2;
@@ -436,18 +407,13 @@ static int hold_and_hang(void *arg) {
 
 static void killed_holders_segment_frees_within_ttl(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "dead", 1, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "dead", 1, 10000);
   child_arg a = {f->server.url, "dead", 1, 1000, -1};
-  int fds[2];
   char seg = -1;
   pid_t pid;
   int64_t killed, waited;
 
-  assert_int_equal(pipe(fds), 0);
-  a.fd = fds[1];
-  pid = hl_fork_run(hold_and_hang, &a);
-  assert_true(pid > 0);
-  assert_int_equal(read(fds[0], &seg, 1), 1);
+  pid = hl_fork_ready(hold_and_hang, &a, &a.fd, &seg, 1);
   assert_int_equal(seg, 0);
   /* Renewal keeps it held past its TTL while the holder lives. */
   hl_sleep_ms(1300);
@@ -461,8 +427,6 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
    * TTL (plus room for a loaded machine). */
   assert_i64_between(waited, 200, 1000 + 700);
   SEG_OK(hilock_segmented_lock_release(s), s);
-  close(fds[0]);
-  close(fds[1]);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -470,8 +434,8 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
 
 static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "renew", 4, 600);
-  hilock_segmented_lock *o = make_seg(f->client, "renew", 4, 600);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "renew", 4, 600);
+  hilock_segmented_lock *o = hl_new_seg(f->client, "renew", 4, 600);
   int owned = 0;
   char key[64];
 
@@ -528,7 +492,7 @@ static void forked_child_holds_nothing(void **state) {
   fixture *f = *state;
   int owned = 0;
   pid_t pid;
-  fork_seg = make_seg(f->client, "fork", 2, 10000);
+  fork_seg = hl_new_seg(f->client, "fork", 2, 10000);
   SEG_OK(hilock_segmented_lock_stock_init(fork_seg, 4), fork_seg);
   SEG_OK(hilock_segmented_lock_try_acquire(fork_seg), fork_seg);
   pid = hl_fork_run(child_uses_parents_grant, NULL);
@@ -557,13 +521,11 @@ typedef struct seller_arg {
  * "history" as "segment start end fence taken". */
 static int seller(void *arg) {
   seller_arg *a = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
-  hilock_segmented_lock *s = NULL;
   redisContext *r = hl_redis_connect(a->server);
+  hilock_client *c = hl_child_client(a->server->url);
+  hilock_segmented_lock *s = NULL;
   unsigned seed = (unsigned)getpid();
-  if (r == NULL || hilock_client_new(a->server->url, &o, &c) != HILOCK_OK)
-    return 1;
+  if (r == NULL || c == NULL) return 1;
   if (hilock_segmented_lock_new(c, "sale", 4, SELL_SEGMENTS, 10000, &s) != HILOCK_OK)
     return 2;
   for (;;) {
@@ -607,7 +569,7 @@ static int by_segment_then_start(const void *x, const void *y) {
 
 static void processes_never_share_a_segment_nor_oversell(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "sale", SELL_SEGMENTS, 10000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "sale", SELL_SEGMENTS, 10000);
   seller_arg args[SELLERS];
   pid_t pids[SELLERS];
   redisReply *r;
@@ -697,7 +659,7 @@ static void bad_arguments_are_einval(void **state) {
   assert_string_equal(hilock_segmented_lock_key(NULL, 0, NULL), "");
   hilock_hold_free(NULL);
 
-  s = make_seg(f->client, "args", 3, 1000);
+  s = hl_new_seg(f->client, "args", 3, 1000);
   SEG_RC(hilock_segmented_lock_stock_init(s, -1), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock_init(s, HILOCK_STOCK_MAX + 1), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock_set(s, 3, 1), HILOCK_EINVAL, s);
@@ -715,7 +677,7 @@ static void bad_arguments_are_einval(void **state) {
 
 static void keys_follow_the_layout(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "lay{out", 3, 1000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "lay{out", 3, 1000);
   size_t len = 0;
   const char *k = hilock_segmented_lock_key(s, 2, &len);
   assert_string_equal(k, "hilock:{lay{out}:seg:2");
@@ -733,7 +695,7 @@ static void keys_follow_the_layout(void **state) {
 
 static void damaged_keys_fail_closed(void **state) {
   fixture *f = *state;
-  hilock_segmented_lock *s = make_seg(f->client, "bad", 2, 1000);
+  hilock_segmented_lock *s = hl_new_seg(f->client, "bad", 2, 1000);
   int rc;
 
   hl_redis_ok(f->redis, "HSET hilock:{bad}:seg:stock segments 2 0 abc 1 xyz");

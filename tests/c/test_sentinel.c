@@ -311,20 +311,10 @@ static int64_t kill_master_and_fail_over(deploy *d) {
 
 static hilock_client *client_for(const char *url, int wait_replicas) {
   hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
   o.reconnect_ms = 15000; /* room for a failover */
   o.wait_replicas = wait_replicas;
   o.wait_timeout_ms = 1000; /* room for a busy machine */
-  int rc = hilock_client_new(url, &o, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
-}
-
-static hilock_lock *new_lock(hilock_client *c, const char *name,
-                             int64_t ttl_ms) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl_ms, &l), "new");
-  return l;
+  return hl_client(url, &o);
 }
 
 static char *key_of(const char *name, const char *role, size_t *len) {
@@ -347,10 +337,8 @@ static void sentinel_urls_parse(void **state) {
                e.msg);
   assert_true(u.sentinel);
   assert_int_equal(u.nsentinels, 3);
-  assert_string_equal(u.sentinels[0].host, "h1");
-  assert_int_equal(u.sentinels[0].port, 26380);
-  assert_string_equal(u.sentinels[1].host, "::1");
-  assert_int_equal(u.sentinels[1].port, 26379);
+  assert_host_port(u.sentinels[0], "h1", 26380);
+  assert_host_port(u.sentinels[1], "::1", 26379);
   assert_string_equal(u.sentinels[2].host, "h3");
   assert_string_equal(u.master_name, "my master");
   assert_string_equal(u.user, "u");
@@ -436,7 +424,7 @@ static void acquire_through_the_sentinels(void **state) {
   snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d,%s", dead,
            d.url + strlen("redis+sentinel://"));
   c = client_for(url, 0);
-  hilock_lock *l = new_lock(c, "via-sentinel", 10000);
+  hilock_lock *l = hl_new_lock(c, "via-sentinel", 10000);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The key is on the master, and replicated. */
   assert_true(hl_redis_exists(d.m, key, klen));
@@ -501,7 +489,7 @@ static void client_follows_a_failover(void **state) {
   hilock_client *c = client_for(d.url, 0);
   /* The TTL must outlast the failover (~3 s; more on a busy host): until
    * the replica is promoted nothing can renew the key. */
-  hilock_lock *l = new_lock(c, "follow", 8000);
+  hilock_lock *l = hl_new_lock(c, "follow", 8000);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_flag, &lost), "renew");
   assert_hl_ok(hilock_lock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
   uint64_t fence = hilock_hold_fence(HILOCK_HOLD(l));
@@ -551,8 +539,8 @@ static void failover_double_grant_without_wait(void **state) {
   deploy_start(&d, NSENT);
   hilock_client *a = client_for(d.url, 0);
   hilock_client *b = client_for(d.url, 0);
-  hilock_lock *la = new_lock(a, "double", 30000);
-  hilock_lock *lb = new_lock(b, "double", 30000);
+  hilock_lock *la = hl_new_lock(a, "double", 30000);
+  hilock_lock *lb = hl_new_lock(b, "double", 30000);
 
   break_replication(&d);
   assert_hl_ok(hilock_lock_try_acquire(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
@@ -584,8 +572,8 @@ static void wait_replicas_detects_the_lost_grant(void **state) {
   deploy_start(&d, NSENT);
   hilock_client *a = client_for(d.url, 1);
   hilock_client *b = client_for(d.url, 0);
-  hilock_lock *la = new_lock(a, "detect", 30000);
-  hilock_lock *lb = new_lock(b, "detect", 30000);
+  hilock_lock *la = hl_new_lock(a, "detect", 30000);
+  hilock_lock *lb = hl_new_lock(b, "detect", 30000);
 
   /* Control: with the replica in sync the grant is acknowledged. */
   assert_hl_ok(hilock_lock_try_acquire(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
@@ -630,7 +618,7 @@ static void unacknowledged_renewals_lose_the_hold(void **state) {
   o.wait_replicas = 1;
   o.wait_timeout_ms = 1000;
   assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
-  hilock_lock *l = new_lock(c, "renew", 1500);
+  hilock_lock *l = hl_new_lock(c, "renew", 1500);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_flag, &lost), "renew");
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* Control: acknowledged renewals keep it past twice its TTL. */
@@ -918,7 +906,7 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
   old_port = d.master.port;
   new_port = d.replica.port;
   hilock_client *c = client_for(d.url, 0);
-  hilock_lock *l = new_lock(c, "readonly", 10000);
+  hilock_lock *l = hl_new_lock(c, "readonly", 10000);
   /* A grant and its release leave one connection to the master pooled. */
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));

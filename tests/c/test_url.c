@@ -55,8 +55,7 @@ static void parse_host_port_db(void **state) {
   hilock__url u = parse("redis://example.com:6380/3", HILOCK_OK, &e);
   (void)state;
   assert_false(u.unix_socket);
-  assert_string_equal(u.host, "example.com");
-  assert_int_equal(u.port, 6380);
+  assert_host_port(u, "example.com", 6380);
   assert_int_equal(u.db, 3);
   assert_null(u.user);
   assert_null(u.password);
@@ -68,14 +67,12 @@ static void parse_defaults_port_db_and_host(void **state) {
   hilock__err e;
   hilock__url u = parse("redis://cache.local", HILOCK_OK, &e);
   (void)state;
-  assert_string_equal(u.host, "cache.local");
-  assert_int_equal(u.port, 6379);
+  assert_host_port(u, "cache.local", 6379);
   assert_int_equal(u.db, 0);
   hilock__url_clear(&u);
 
   u = parse("redis://", HILOCK_OK, &e);
-  assert_string_equal(u.host, "127.0.0.1");
-  assert_int_equal(u.port, 6379);
+  assert_host_port(u, "127.0.0.1", 6379);
   hilock__url_clear(&u);
 
   u = parse("redis://h/", HILOCK_OK, &e);
@@ -98,8 +95,7 @@ static void parse_user_and_password(void **state) {
   (void)state;
   assert_string_equal(u.user, "alice");
   assert_string_equal(u.password, "s3cret");
-  assert_string_equal(u.host, "h");
-  assert_int_equal(u.port, 7000);
+  assert_host_port(u, "h", 7000);
   assert_int_equal(u.db, 2);
   hilock__url_clear(&u);
 }
@@ -132,8 +128,7 @@ static void parse_percent_escapes(void **state) {
   u = parse("redis://u:p@ss@h:5", HILOCK_OK, &e);
   assert_string_equal(u.user, "u");
   assert_string_equal(u.password, "p@ss");
-  assert_string_equal(u.host, "h");
-  assert_int_equal(u.port, 5);
+  assert_host_port(u, "h", 5);
   hilock__url_clear(&u);
 }
 
@@ -151,14 +146,12 @@ static void parse_ipv6_host(void **state) {
   hilock__err e;
   hilock__url u = parse("redis://[::1]:7001/4", HILOCK_OK, &e);
   (void)state;
-  assert_string_equal(u.host, "::1");
-  assert_int_equal(u.port, 7001);
+  assert_host_port(u, "::1", 7001);
   assert_int_equal(u.db, 4);
   hilock__url_clear(&u);
 
   u = parse("redis://:pw@[::1]", HILOCK_OK, &e);
-  assert_string_equal(u.host, "::1");
-  assert_int_equal(u.port, 6379);
+  assert_host_port(u, "::1", 6379);
   assert_string_equal(u.password, "pw");
   hilock__url_clear(&u);
 
@@ -263,8 +256,7 @@ static void parse_rediss_forms_and_their_options(void **state) {
   (void)state;
   u = parse("rediss://h:6380/2", HILOCK_OK, &e);
   assert_true(u.tls);
-  assert_string_equal(u.host, "h");
-  assert_int_equal(u.port, 6380);
+  assert_host_port(u, "h", 6380);
   assert_int_equal(u.db, 2);
   assert_int_equal(u.ssl_cert_reqs, -1);
   assert_int_equal(u.ssl_check_hostname, -1);

@@ -3,10 +3,12 @@
 
 #include "internal.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -437,6 +439,199 @@ int hl_redis_exists(redisContext *c, const char *key, size_t keylen) {
   return hl_redis_int(c, "EXISTS %b", key, keylen) > 0;
 }
 
+char *hl_hold_value(redisContext *c, const hilock_hold *h) {
+  size_t len;
+  const char *key = hilock_hold_key(h, &len);
+  return hl_redis_get(c, key, len);
+}
+
+long long hl_hold_pttl(redisContext *c, const hilock_hold *h) {
+  size_t len;
+  const char *key = hilock_hold_key(h, &len);
+  return hl_redis_pttl(c, key, len);
+}
+
+int hl_hold_exists(redisContext *c, const hilock_hold *h) {
+  size_t len;
+  const char *key = hilock_hold_key(h, &len);
+  return hl_redis_exists(c, key, len);
+}
+
+void hl_assert_hold_value(redisContext *c, const hilock_hold *h,
+                          const char *want) {
+  char *v = hl_hold_value(c, h);
+  assert_non_null(v);
+  assert_string_equal(v, want);
+  free(v);
+}
+
+void hl_assert_holder(redisContext *c, const hilock_hold *h) {
+  hl_assert_hold_value(c, h, hilock_hold_token(h));
+}
+
+/* ## Clients and handles -------------------------------------------------- */
+
+hilock_client *hl_client(const char *url, const hilock_options *o) {
+  hilock_options def = hl_test_options();
+  hilock_client *c = NULL;
+  int rc = hilock_client_new(url, o ? o : &def, &c);
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  return c;
+}
+
+/* The handle a constructor made, once its rc is known: fails the test
+ * (with the client's message) unless it succeeded. */
+static void *made(hilock_client *c, int rc, void *h) {
+  assert_hl_ok(rc, hilock_client_errmsg(c));
+  assert_non_null(h);
+  return h;
+}
+
+/* The constructors of a named lock with a TTL. */
+#define HL_NEW_TTL(fn, type, ctor)                                         \
+  type *fn(hilock_client *c, const char *name, int64_t ttl_ms) {          \
+    type *x = NULL;                                                        \
+    int rc = ctor(c, name, strlen(name), ttl_ms, &x);                      \
+    return made(c, rc, x);                                                 \
+  }
+
+HL_NEW_TTL(hl_new_lock, hilock_lock, hilock_lock_new)
+HL_NEW_TTL(hl_new_rlock, hilock_rlock, hilock_rlock_new)
+HL_NEW_TTL(hl_new_rwlock, hilock_rwlock, hilock_rwlock_new)
+HL_NEW_TTL(hl_new_fair, hilock_fair_lock, hilock_fair_lock_new)
+HL_NEW_TTL(hl_new_seq, hilock_sequential_lock, hilock_sequential_lock_new)
+
+hilock_lock *hl_new_simple(hilock_client *c, const char *name) {
+  hilock_lock *x = NULL;
+  int rc = hilock_lock_new_simple(c, name, strlen(name), &x);
+  return made(c, rc, x);
+}
+
+hilock_semaphore *hl_new_semaphore(hilock_client *c, const char *name,
+                                   int64_t permits, int64_t ttl_ms) {
+  hilock_semaphore *x = NULL;
+  int rc = hilock_semaphore_new(c, name, strlen(name), permits, ttl_ms, &x);
+  return made(c, rc, x);
+}
+
+hilock_segmented_lock *hl_new_seg(hilock_client *c, const char *name,
+                                  size_t segments, int64_t ttl_ms) {
+  hilock_segmented_lock *x = NULL;
+  int rc = hilock_segmented_lock_new(c, name, strlen(name), segments, ttl_ms,
+                                     &x);
+  return made(c, rc, x);
+}
+
+hilock_multi_lock *hl_new_multi(hilock_client *c, const char *const *names,
+                                size_t n, int64_t ttl_ms) {
+  hilock_multi_lock *x = NULL;
+  int rc = hilock_multi_lock_new(c, names, n, ttl_ms, &x);
+  return made(c, rc, x);
+}
+
+void hl_count_call(void *counter) {
+  atomic_fetch_add((atomic_int *)counter, 1);
+}
+
+int hl_is_lower_hex(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
+      return 0;
+  return s[n] == '\0';
+}
+
+/* ## The verbs of each family, on the hold -------------------------------- */
+
+#define VERBS(T, type, try_fn, acquire_fn, release_fn)                     \
+  static int T##_try(hilock_hold *h) { return try_fn((type *)h); }         \
+  static int T##_acquire(hilock_hold *h, int64_t wait_ms) {                \
+    return acquire_fn((type *)h, wait_ms);                                 \
+  }                                                                        \
+  static int T##_release(hilock_hold *h) { return release_fn((type *)h); }
+
+#define EXTEND(T, type, extend_fn, renew_fn)                               \
+  static int T##_extend(hilock_hold *h, int64_t ms, int replace) {         \
+    return extend_fn((type *)h, ms, replace);                              \
+  }                                                                        \
+  static int T##_renew(hilock_hold *h) { return renew_fn((type *)h); }
+
+VERBS(lock, hilock_lock, hilock_lock_try_acquire, hilock_lock_acquire,
+      hilock_lock_release)
+EXTEND(lock, hilock_lock, hilock_lock_extend, hilock_lock_renew)
+VERBS(rlock, hilock_rlock, hilock_rlock_try_acquire, hilock_rlock_acquire,
+      hilock_rlock_release)
+VERBS(write, hilock_rwlock, hilock_rwlock_write_try_acquire,
+      hilock_rwlock_write_acquire, hilock_rwlock_write_release)
+VERBS(read, hilock_rwlock, hilock_rwlock_read_try_acquire,
+      hilock_rwlock_read_acquire, hilock_rwlock_read_release)
+VERBS(sem, hilock_semaphore, hilock_semaphore_try_acquire,
+      hilock_semaphore_acquire, hilock_semaphore_release)
+static int sem_renew(hilock_hold *h) {
+  return hilock_semaphore_renew((hilock_semaphore *)h);
+}
+VERBS(fair, hilock_fair_lock, hilock_fair_lock_try_acquire,
+      hilock_fair_lock_acquire, hilock_fair_lock_release)
+EXTEND(fair, hilock_fair_lock, hilock_fair_lock_extend,
+       hilock_fair_lock_renew)
+VERBS(multi, hilock_multi_lock, hilock_multi_lock_try_acquire,
+      hilock_multi_lock_acquire, hilock_multi_lock_release)
+EXTEND(multi, hilock_multi_lock, hilock_multi_lock_extend,
+       hilock_multi_lock_renew)
+VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_try_acquire, hilock_sequential_lock_acquire,
+      hilock_sequential_lock_release)
+EXTEND(seq, hilock_sequential_lock, hilock_sequential_lock_extend, hilock_sequential_lock_renew)
+VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_try_acquire, hilock_segmented_lock_acquire,
+      hilock_segmented_lock_release)
+EXTEND(seg, hilock_segmented_lock, hilock_segmented_lock_extend, hilock_segmented_lock_renew)
+VERBS(redlock, hilock_redlock, hilock_redlock_try_acquire,
+      hilock_redlock_acquire, hilock_redlock_release)
+EXTEND(redlock, hilock_redlock, hilock_redlock_extend, hilock_redlock_renew)
+
+/* The read side's own state: the hold is the write side's. */
+static int read_set_auto_renew(hilock_hold *h, int on, int64_t max_hold_ms,
+                               hilock_lost_fn fn, void *arg) {
+  return hilock_rwlock_read_set_auto_renew((hilock_rwlock *)h, on,
+                                           max_hold_ms, fn, arg);
+}
+static int read_owned(hilock_hold *h, int *owned) {
+  int64_t n = 0;
+  int rc = hilock_rwlock_read_hold_count((hilock_rwlock *)h, &n);
+  *owned = n > 0;
+  return rc;
+}
+static int read_lost(hilock_hold *h) {
+  return hilock_rwlock_read_lost((hilock_rwlock *)h);
+}
+static int64_t read_validity_ms(hilock_hold *h) {
+  return hilock_rwlock_read_validity_ms((hilock_rwlock *)h);
+}
+
+#define SIDE(T) .try_acquire = T##_try, .acquire = T##_acquire, \
+                .release = T##_release
+
+const hl_verbs hl_lock_verbs = {SIDE(lock), .extend = lock_extend,
+                                .renew = lock_renew};
+/* No TTL: extend and renew are HILOCK_ENOTSUP (test_lock). */
+const hl_verbs hl_simple_verbs = {SIDE(lock)};
+const hl_verbs hl_rlock_verbs = {SIDE(rlock)};
+const hl_verbs hl_write_verbs = {SIDE(write)};
+const hl_verbs hl_read_verbs = {SIDE(read),
+                                .set_auto_renew = read_set_auto_renew,
+                                .owned = read_owned,
+                                .lost = read_lost,
+                                .validity_ms = read_validity_ms};
+const hl_verbs hl_sem_verbs = {SIDE(sem), .renew = sem_renew};
+const hl_verbs hl_fair_verbs = {SIDE(fair), .extend = fair_extend,
+                                .renew = fair_renew};
+const hl_verbs hl_multi_verbs = {SIDE(multi), .extend = multi_extend,
+                                 .renew = multi_renew};
+const hl_verbs hl_seq_verbs = {SIDE(seq), .extend = seq_extend,
+                               .renew = seq_renew};
+const hl_verbs hl_seg_verbs = {SIDE(seg), .extend = seg_extend,
+                               .renew = seg_renew};
+const hl_verbs hl_redlock_verbs = {SIDE(redlock), .extend = redlock_extend,
+                                   .renew = redlock_renew};
+
 /* ## Server statistics ----------------------------------------------------- */
 
 long long hl_info_field(redisContext *c, const char *section,
@@ -526,6 +721,58 @@ int hl_wait_child(pid_t pid, int64_t timeout_ms) {
   return -1;
 }
 
+pid_t hl_fork_ready(int (*fn)(void *arg), void *arg, int *fd, void *buf,
+                    size_t len) {
+  struct pollfd pf;
+  int p[2];
+  pid_t pid;
+  assert_int_equal(pipe(p), 0);
+  *fd = p[1];
+  pid = hl_fork_run(fn, arg);
+  close(p[1]);
+  if (pid < 0) close(p[0]);
+  assert_true(pid > 0);
+  pf.fd = p[0];
+  pf.events = POLLIN;
+  if (poll(&pf, 1, 5000) != 1 || read(p[0], buf, len) != (ssize_t)len) {
+    close(p[0]);
+    print_error("child %d never reported (status %d)\n", (int)pid,
+                hl_wait_child(pid, 0));
+    fail();
+  }
+  close(p[0]);
+  return pid;
+}
+
+hilock_client *hl_child_client(const char *url) {
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  if (hilock_client_new(url, &o, &c) == HILOCK_OK) return c;
+  fprintf(stderr, "child %d: client: %s\n", (int)getpid(),
+          hilock_client_errmsg(c));
+  hilock_client_free(c);
+  return NULL;
+}
+
+typedef struct freed {
+  hilock_client *c;
+  hilock_hold *h;
+} freed;
+
+static int free_client(void *arg) {
+  freed *f = arg;
+  hilock_hold_free(f->h);
+  hilock_client_free(f->c);
+  return 0;
+}
+
+int hl_fork_free_client(hilock_client *c, hilock_hold *h, int64_t timeout_ms) {
+  freed f = {c, h};
+  pid_t pid = hl_fork_run(free_client, &f);
+  assert_true(pid > 0);
+  return hl_wait_child(pid, timeout_ms);
+}
+
 static hl_fixture hl_fx;
 
 int hl_group_setup(void **state) {
@@ -539,22 +786,34 @@ int hl_group_teardown(void **state) {
   return 0;
 }
 
-int hl_setup(void **state) {
-  hl_fixture *f = *state;
+int hl_clients_new(hilock_client **c, int n, const char *url) {
   hilock_options o = hl_test_options();
-  f->redis = hl_redis_connect(&f->server);
-  hl_redis_ok(f->redis, "FLUSHALL");
-  if (hilock_client_new(f->server.url, &o, &f->client) != HILOCK_OK) {
-    print_error("client: %s\n", hilock_client_errmsg(f->client));
-    return -1;
+  for (int i = 0; i < n; i++) {
+    if (hilock_client_new(url, &o, &c[i]) != HILOCK_OK) {
+      print_error("client: %s\n", hilock_client_errmsg(c[i]));
+      return -1;
+    }
   }
   return 0;
 }
 
+void hl_clients_free(hilock_client **c, int n) {
+  for (int i = 0; i < n; i++) {
+    hilock_client_free(c[i]);
+    c[i] = NULL;
+  }
+}
+
+int hl_setup(void **state) {
+  hl_fixture *f = *state;
+  f->redis = hl_redis_connect(&f->server);
+  hl_redis_ok(f->redis, "FLUSHALL");
+  return hl_clients_new(&f->client, 1, f->server.url);
+}
+
 int hl_teardown(void **state) {
   hl_fixture *f = *state;
-  hilock_client_free(f->client);
-  f->client = NULL;
+  hl_clients_free(&f->client, 1);
   redisFree(f->redis);
   f->redis = NULL;
   return 0;
@@ -752,23 +1011,44 @@ pthread_t hl_raise_flag_later(int *flag, int64_t delay_ms) {
 
 static void *waiter_main(void *arg) {
   hl_waiter *w = arg;
+  w->t_start = hl_now_ms();
   w->rc = w->acquire(w->lock, w->wait_ms ? w->wait_ms : 20000);
+  __atomic_store_n(&w->t_end, hl_now_ms(), __ATOMIC_RELEASE);
   if (w->rc != HILOCK_OK) return NULL;
-  w->grant_pos = __atomic_fetch_add(w->grant_counter, 1, __ATOMIC_ACQ_REL);
+  if (w->grant_counter != NULL)
+    w->grant_pos = __atomic_fetch_add(w->grant_counter, 1, __ATOMIC_ACQ_REL);
   w->fence = hilock_hold_fence(w->lock);
   w->number_granted = w->number != NULL ? w->number(w->lock) : 0;
   if (w->release_now != NULL)
     while (!__atomic_load_n(w->release_now, __ATOMIC_ACQUIRE)) hl_sleep_ms(1);
   hl_sleep_ms(w->hold_ms);
-  w->release_rc = w->release(w->lock);
+  if (w->release != NULL) w->release_rc = w->release(w->lock);
   return NULL;
 }
 
 pthread_t hl_waiter_start(hl_waiter *w) {
-  pthread_t t;
-  assert_non_null(w->grant_counter);
-  assert_int_equal(pthread_create(&t, NULL, waiter_main, w), 0);
-  return t;
+  w->rc = w->release_rc = -100;
+  /* Set here too, so the test may read it as soon as this returns. */
+  w->t_start = hl_now_ms();
+  w->t_end = 0;
+  assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
+  return w->thread;
+}
+
+void hl_waiter_join(hl_waiter *w) { pthread_join(w->thread, NULL); }
+
+void hl_waiter_run(hl_waiter *w, hilock_hold *h, const hl_verbs *v,
+                   int64_t wait_ms, int release) {
+  memset(w, 0, sizeof(*w));
+  w->lock = h;
+  w->acquire = v->acquire;
+  w->release = release ? v->release : NULL;
+  w->wait_ms = wait_ms;
+  hl_waiter_start(w);
+}
+
+int64_t hl_waiter_done_at(hl_waiter *w) {
+  return __atomic_load_n(&w->t_end, __ATOMIC_ACQUIRE);
 }
 
 typedef struct contender {
@@ -782,11 +1062,11 @@ typedef struct contender {
 
 static int contend(void *p) {
   const contender *k = p;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(k->url);
   hilock_hold *h = NULL;
-  int rc = hilock_client_new(k->url, &o, &c);
-  if (rc == HILOCK_OK) rc = k->make(c, k->arg, &h);
+  int rc;
+  if (c == NULL) return 2;
+  rc = k->make(c, k->arg, &h);
   if (rc == HILOCK_OK) rc = k->acquire(h, 20000);
   if (rc == HILOCK_OK) {
     if (k->hold_ms < 0)

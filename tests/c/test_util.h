@@ -7,10 +7,13 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
@@ -50,6 +53,13 @@
     }                                                                       \
   } while (0)
 
+/* A parsed host and port (a cluster seed, a sentinel). */
+#define assert_host_port(endpoint, want_host, want_port)                   \
+  do {                                                                      \
+    assert_string_equal((endpoint).host, (want_host));                      \
+    assert_int_equal((endpoint).port, (want_port));                         \
+  } while (0)
+
 #define assert_substr(haystack, needle)                                     \
   do {                                                                      \
     const char *hl_h_ = (haystack), *hl_n_ = (needle);                      \
@@ -57,6 +67,17 @@
       print_error("%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__,      \
                   __LINE__, hl_h_ ? hl_h_ : "(null)", hl_n_);               \
       fail();                                                               \
+    }                                                                       \
+  } while (0)
+
+/* In a forked child (which must not fail into cmocka): report a failed
+ * check on stderr and return a nonzero status from the child's function. */
+#define HL_CHILD_CHECK(cond)                                                \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), \
+              __FILE__, __LINE__, #cond);                                   \
+      return 1 + __LINE__ % 200;                                            \
     }                                                                       \
   } while (0)
 
@@ -115,6 +136,76 @@ long long hl_redis_pttl(redisContext *c, const char *key, size_t keylen);
 /* EXISTS of a binary key. */
 int hl_redis_exists(redisContext *c, const char *key, size_t keylen);
 
+/* The key of a hold (hilock_hold_key), read directly: its value (malloc'd,
+ * NULL if absent), PTTL and EXISTS. */
+char *hl_hold_value(redisContext *c, const hilock_hold *h);
+long long hl_hold_pttl(redisContext *c, const hilock_hold *h);
+int hl_hold_exists(redisContext *c, const hilock_hold *h);
+/* The hold's key has the value want; has the hold's token (a lock's
+ * holder). */
+void hl_assert_hold_value(redisContext *c, const hilock_hold *h,
+                          const char *want);
+void hl_assert_holder(redisContext *c, const hilock_hold *h);
+
+/* ## Clients and handles ------------------------------------------------------
+ * Each fails the test (with the client's message) unless it succeeds. */
+
+/* A client on url with o (NULL: hl_test_options()). */
+hilock_client *hl_client(const char *url, const hilock_options *o);
+hilock_lock *hl_new_lock(hilock_client *c, const char *name, int64_t ttl_ms);
+hilock_lock *hl_new_simple(hilock_client *c, const char *name);
+hilock_rlock *hl_new_rlock(hilock_client *c, const char *name, int64_t ttl_ms);
+hilock_rwlock *hl_new_rwlock(hilock_client *c, const char *name,
+                             int64_t ttl_ms);
+hilock_semaphore *hl_new_semaphore(hilock_client *c, const char *name,
+                                   int64_t permits, int64_t ttl_ms);
+hilock_fair_lock *hl_new_fair(hilock_client *c, const char *name,
+                              int64_t ttl_ms);
+hilock_sequential_lock *hl_new_seq(hilock_client *c, const char *name,
+                                   int64_t ttl_ms);
+hilock_segmented_lock *hl_new_seg(hilock_client *c, const char *name,
+                                  size_t segments, int64_t ttl_ms);
+hilock_multi_lock *hl_new_multi(hilock_client *c, const char *const *names,
+                                size_t n, int64_t ttl_ms);
+
+/* A loss callback (hilock_lost_fn) that counts its calls in the atomic_int
+ * at counter. */
+void hl_count_call(void *counter);
+
+/* 1 if s is n lower-case hex digits and ends there. */
+int hl_is_lower_hex(const char *s, size_t n);
+
+/* ## The verbs of each family, on the hold ----------------------------------
+ * A family's own calls wrapped to take the hold, so that one test can run
+ * over several families. extend and renew are NULL where a table leaves
+ * them out; the last four are NULL where the hold's own calls apply (all
+ * but the read side of the read-write lock). */
+
+typedef struct hl_verbs {
+  int (*try_acquire)(hilock_hold *h);
+  int (*acquire)(hilock_hold *h, int64_t wait_ms);
+  int (*release)(hilock_hold *h);
+  int (*extend)(hilock_hold *h, int64_t ms, int replace); /* NULL: none */
+  int (*renew)(hilock_hold *h);                           /* NULL: none */
+  int (*set_auto_renew)(hilock_hold *h, int on, int64_t max_hold_ms,
+                        hilock_lost_fn fn, void *arg);
+  int (*owned)(hilock_hold *h, int *owned);
+  int (*lost)(hilock_hold *h);
+  int64_t (*validity_ms)(hilock_hold *h);
+} hl_verbs;
+
+extern const hl_verbs hl_lock_verbs;   /* expiring lock and lease */
+extern const hl_verbs hl_simple_verbs; /* no TTL: no extend or renew */
+extern const hl_verbs hl_rlock_verbs;
+extern const hl_verbs hl_write_verbs;  /* the read-write lock's two sides */
+extern const hl_verbs hl_read_verbs;
+extern const hl_verbs hl_sem_verbs;
+extern const hl_verbs hl_fair_verbs;
+extern const hl_verbs hl_multi_verbs;
+extern const hl_verbs hl_seq_verbs;
+extern const hl_verbs hl_seg_verbs;
+extern const hl_verbs hl_redlock_verbs;
+
 /* ## Clocks ---------------------------------------------------------------- */
 
 int64_t hl_now_ms(void);
@@ -165,6 +256,19 @@ pid_t hl_fork_run(int (*fn)(void *arg), void *arg);
  * it did not finish in time (it is then killed and reaped), or 128 + signal
  * if a signal ended it. */
 int hl_wait_child(pid_t pid, int64_t timeout_ms);
+/* hl_fork_run for a child that reports when it is ready: *fd (a field of
+ * arg) is set to a pipe's write end before the fork, and the child writes
+ * len bytes to it. Reads them into buf, waiting up to 5 s; fails the test
+ * (with the child's status) if they do not come. */
+pid_t hl_fork_ready(int (*fn)(void *arg), void *arg, int *fd, void *buf,
+                    size_t len);
+/* In a child: a client of its own on url (hl_test_options()), or NULL
+ * after saying why on stderr. */
+hilock_client *hl_child_client(const char *url);
+/* Fork a child that frees h and then c (its copies: the last reference to
+ * the client there) and exits; the child's status (see hl_wait_child), so
+ * 0 unless it failed or hung past timeout_ms. */
+int hl_fork_free_client(hilock_client *c, hilock_hold *h, int64_t timeout_ms);
 
 
 /* ## Histories of contending processes -------------------------------------
@@ -230,25 +334,38 @@ redisReply *hl_run_script(hilock_client *c, const void *script,
 int hl_flag_interrupt(void *arg);
 pthread_t hl_raise_flag_later(int *flag, int64_t delay_ms);
 
-/* A waiter thread of a queue-style lock: acquire with a wait (0: 20 s),
- * note its grant's place, fence and number (ticket or sequence), stay
- * until *release_now (if set), hold hold_ms, release. */
+/* A waiter thread: acquire with a wait (0: 20 s), or any one call of that
+ * shape. Once granted it notes its place among the grants (when
+ * grant_counter is set), its fence and number (ticket or sequence, when
+ * number is set), stays until *release_now (if set), holds hold_ms and
+ * releases (when release is set: else it keeps the grant). t_start and
+ * t_end (hl_now_ms) bracket the acquire. */
 typedef struct hl_waiter {
   hilock_hold *lock;
   int (*acquire)(hilock_hold *h, int64_t wait_ms);
-  int (*release)(hilock_hold *h);
-  uint64_t (*number)(const hilock_hold *h);
+  int (*release)(hilock_hold *h);           /* NULL: keep the grant */
+  uint64_t (*number)(const hilock_hold *h); /* NULL: none */
   int64_t wait_ms;
   int64_t hold_ms;
   volatile int *release_now;
-  int *grant_counter; /* shared by the waiters of one test */
-  int rc, release_rc;
+  int *grant_counter; /* shared by the waiters of one test, or NULL */
+  int rc, release_rc; /* -100 until set */
   uint64_t fence, number_granted;
   int grant_pos;
+  int64_t t_start, t_end;
+  pthread_t thread;
 } hl_waiter;
 
-/* Start w on a new thread (fails the test if it cannot). */
+/* Start w on a new thread (fails the test if it cannot); returns the
+ * thread (also in w->thread). */
 pthread_t hl_waiter_start(hl_waiter *w);
+void hl_waiter_join(hl_waiter *w);
+/* Clear w and start it: acquire h with v's acquire and wait_ms, then keep
+ * the grant or (release != 0) release it with v's release. */
+void hl_waiter_run(hl_waiter *w, hilock_hold *h, const hl_verbs *v,
+                   int64_t wait_ms, int release);
+/* When the acquire returned (its t_end), or 0 while it has not. */
+int64_t hl_waiter_done_at(hl_waiter *w);
 
 /* A contending process with its own client on url: make(c, arg, &h) builds
  * its handle (and sets it up), then it acquires (waiting up to 20 s), holds
@@ -258,6 +375,11 @@ typedef int (*hl_make_fn)(hilock_client *c, void *arg, hilock_hold **h);
 pid_t hl_fork_contender(const char *url, hl_make_fn make, void *arg,
                         int (*acquire)(hilock_hold *h, int64_t wait_ms),
                         int (*release)(hilock_hold *h), int64_t hold_ms);
+
+/* n clients on url (hl_test_options()), for a setup: 0, or -1 after
+ * printing why. hl_clients_free frees them and sets them to NULL. */
+int hl_clients_new(hilock_client **c, int n, const char *url);
+void hl_clients_free(hilock_client **c, int n);
 
 /* The fixture most suites share: one private server per test binary, and a
  * fresh raw connection (after FLUSHALL) and hilock client per test. */

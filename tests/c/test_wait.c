@@ -5,7 +5,6 @@
  * from INFO. */
 #include "test_util.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -14,45 +13,6 @@
 #include <unistd.h>
 
 typedef hl_fixture fixture;
-
-static hilock_client *new_client(const fixture *f, const hilock_options *o) {
-  hilock_options def = hl_test_options();
-  hilock_client *c = NULL;
-  int rc = hilock_client_new(f->server.url, o ? o : &def, &c);
-  assert_hl_ok(rc, hilock_client_errmsg(c));
-  return c;
-}
-
-static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
-static hilock_lock *new_simple(hilock_client *c, const char *name) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new_simple(c, name, strlen(name), &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
-static hilock_rlock *new_rlock(hilock_client *c, const char *name,
-                               int64_t ttl) {
-  hilock_rlock *rl = NULL;
-  assert_hl_ok(hilock_rlock_new(c, name, strlen(name), ttl, &rl),
-               hilock_client_errmsg(c));
-  return rl;
-}
-
-static void assert_holder(fixture *f, const hilock_lock *l) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  char *v = hl_redis_get(f->redis, key, klen);
-  assert_non_null(v);
-  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(l)));
-  free(v);
-}
 
 /* Wait until n threads are asleep waiting (blocked in BLPOP on the server
  * in BLPOP mode). */
@@ -68,41 +28,6 @@ static void wait_blocked(fixture *f, long long n) {
 static long long wake_calls(fixture *f) {
   return hl_cmdstat_calls(f->redis, hl_blpop_mode() ? "blpop" : "lpop");
 }
-
-/* ## A waiter thread ------------------------------------------------------- */
-
-typedef struct waiter {
-  hilock_lock *lock;   /* one of lock and rlock */
-  hilock_rlock *rlock;
-  int64_t wait_ms;
-  int release_after; /* release as soon as granted */
-  int rc, release_rc;
-  int64_t t_start, t_end; /* around the acquire call */
-  atomic_int done;
-  pthread_t thread;
-} waiter;
-
-static void *waiter_main(void *arg) {
-  waiter *w = arg;
-  w->t_start = hl_now_ms();
-  w->rc = w->rlock ? hilock_rlock_acquire(w->rlock, w->wait_ms)
-                   : hilock_lock_acquire(w->lock, w->wait_ms);
-  w->t_end = hl_now_ms();
-  w->release_rc = -100;
-  if (w->rc == HILOCK_OK && w->release_after)
-    w->release_rc = w->rlock ? hilock_rlock_release(w->rlock)
-                             : hilock_lock_release(w->lock);
-  atomic_store(&w->done, 1);
-  return NULL;
-}
-
-static void start_waiter(waiter *w) {
-  atomic_store(&w->done, 0);
-  w->rc = w->release_rc = -100;
-  assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
-}
-
-static void join_waiter(waiter *w) { pthread_join(w->thread, NULL); }
 
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -120,23 +45,20 @@ static void waiter_wakes_promptly_on_release(void **state) {
   for (int i = 0; i < ROUNDS; i++) {
     char name[32];
     hilock_lock *a, *b;
-    waiter w;
+    hl_waiter w;
     int64_t t_rel;
 
     snprintf(name, sizeof(name), "prompt-%d", i);
-    a = new_lock(f->client, name, 10000);
-    b = new_lock(f->client, name, 10000);
-    memset(&w, 0, sizeof(w));
-    w.lock = b;
-    w.wait_ms = 8000;
+    a = hl_new_lock(f->client, name, 10000);
+    b = hl_new_lock(f->client, name, 10000);
     assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    start_waiter(&w);
+    hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
     wait_blocked(f, 1);
     t_rel = hl_now_ms();
     assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    join_waiter(&w);
+    hl_waiter_join(&w);
     assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-    assert_holder(f, b);
+    hl_assert_holder(f->redis, HILOCK_HOLD(b));
     lat[i] = w.t_end - t_rel;
     /* Far below the holder's 10 s TTL, whatever the load. */
     assert_i64_between(lat[i], 0, 300);
@@ -150,8 +72,8 @@ static void waiter_wakes_promptly_on_release(void **state) {
 
 static void waiter_wakes_when_holder_key_expires(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "expires", 400);
-  hilock_lock *b = new_lock(f->client, "expires", 10000);
+  hilock_lock *a = hl_new_lock(f->client, "expires", 400);
+  hilock_lock *b = hl_new_lock(f->client, "expires", 10000);
   int64_t t0 = hl_now_ms(), took;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -160,7 +82,7 @@ static void waiter_wakes_when_holder_key_expires(void **state) {
   /* Not before the key expires, and about when it does: no release, no
    * wake-up, so the wait was bounded by the TTL the waiter was told. */
   assert_i64_between(took, 390, 400 + 350);
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
@@ -168,30 +90,27 @@ static void waiter_wakes_when_holder_key_expires(void **state) {
 
 static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "deleted", 1000);
-  hilock_lock *b = new_lock(f->client, "deleted", 10000);
+  hilock_lock *a = hl_new_lock(f->client, "deleted", 1000);
+  hilock_lock *b = hl_new_lock(f->client, "deleted", 10000);
   size_t klen;
   const char *key = hilock_hold_key(HILOCK_HOLD(a), &klen);
-  waiter w;
+  hl_waiter w;
   int64_t t0, t_del;
 
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 5000;
   t0 = hl_now_ms();
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 5000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(200 - (hl_now_ms() - t0));
   t_del = hl_now_ms();
   assert_int_equal(hl_redis_int(f->redis, "DEL %b", key, klen), 1);
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Nobody pushed a wake-up: the waiter retried when the TTL it was told
    * (1000 ms from the grant) ran out, not later. */
   assert_true(w.t_end >= t_del);
   assert_i64_between(w.t_end - t0, 150, 1000 + 300);
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -203,10 +122,9 @@ typedef struct killed_holder {
 
 static int hold_until_killed(void *arg) {
   killed_holder *k = arg;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c = hl_child_client(k->url);
   hilock_lock *l = NULL;
-  if (hilock_client_new(k->url, &o, &c) != HILOCK_OK) return 1;
+  if (c == NULL) return 1;
   if (hilock_lock_new(c, "killed", 6, 700, &l) != HILOCK_OK) return 2;
   if (hilock_lock_try_acquire(l) != HILOCK_OK) return 3;
   if (write(k->fd, "x", 1) != 1) return 4;
@@ -215,48 +133,28 @@ static int hold_until_killed(void *arg) {
 
 static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   fixture *f = *state;
-  hilock_lock *b = new_lock(f->client, "killed", 10000);
-  killed_holder k;
-  struct pollfd p;
-  int fds[2], status;
+  hilock_lock *b = hl_new_lock(f->client, "killed", 10000);
+  killed_holder k = {f->server.url, -1};
   char byte;
-  waiter w;
+  hl_waiter w;
   pid_t pid;
   long long pttl;
   int64_t t0;
 
-  assert_int_equal(pipe(fds), 0);
-  k.url = f->server.url;
-  k.fd = fds[1];
-  pid = hl_fork_run(hold_until_killed, &k);
-  assert_true(pid > 0);
-  close(fds[1]);
-  p.fd = fds[0];
-  p.events = POLLIN;
-  if (poll(&p, 1, 5000) != 1 || read(fds[0], &byte, 1) != 1) {
-    status = hl_wait_child(pid, 0);
-    close(fds[0]);
-    print_error("holder process failed (status %d)\n", status);
-    fail();
-  }
-  close(fds[0]);
-
+  pid = hl_fork_ready(hold_until_killed, &k, &k.fd, &byte, 1);
   t0 = hl_now_ms();
   pttl = hl_redis_pttl(f->redis, "hilock:{killed}:lock", 20);
   assert_i64_between(pttl, 1, 700);
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 5000;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 5000, 0);
   wait_blocked(f, 1);
   assert_int_equal(kill(pid, SIGKILL), 0);
   assert_int_equal(hl_wait_child(pid, 3000), 128 + SIGKILL);
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* The dead holder never released: the waiter got in when its TTL ran
    * out, not sooner and not much later. */
   assert_i64_between(w.t_end - t0, pttl - 20, pttl + 400);
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   hilock_hold_free(HILOCK_HOLD(b));
 }
 
@@ -264,17 +162,14 @@ static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
 
 static void waiting_does_not_poll_the_server(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "quiet", 10000);
-  hilock_lock *b = new_lock(f->client, "quiet", 10000);
+  hilock_lock *a = hl_new_lock(f->client, "quiet", 10000);
+  hilock_lock *b = hl_new_lock(f->client, "quiet", 10000);
   long long scripts, blpops;
-  waiter w;
+  hl_waiter w;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 2000;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 2000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(1500 - (hl_now_ms() - w.t_start));
 
@@ -286,14 +181,14 @@ static void waiting_does_not_poll_the_server(void **state) {
   assert_i64_between(scripts, 1, 2);
   assert_i64_between(blpops, 0, 2);
   assert_int_equal(hl_waiters(f->redis), 1);
-  assert_int_equal(atomic_load(&w.done), 0);
+  assert_int_equal(hl_waiter_done_at(&w), 0);
 
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_rc(w.rc, HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - w.t_start, 1990, 2400);
   assert_i64_between(hl_cmdstat_calls(f->redis, "evalsha"), 2, 3);
   assert_i64_between(wake_calls(f), 1, 2);
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -329,7 +224,7 @@ static void *relay_main(void *arg) {
 static void one_release_wakes_one_waiter(void **state) {
   fixture *f = *state;
   hilock_client *own[2];
-  hilock_lock *holder = new_lock(f->client, "relay", 10000);
+  hilock_lock *holder = hl_new_lock(f->client, "relay", 10000);
   relay r[NWAITERS];
   atomic_int granted, go;
   long long scripts;
@@ -337,15 +232,15 @@ static void one_release_wakes_one_waiter(void **state) {
 
   atomic_init(&granted, 0);
   atomic_init(&go, 0);
-  own[0] = new_client(f, NULL);
-  own[1] = new_client(f, NULL);
+  own[0] = hl_client(f->server.url, NULL);
+  own[1] = hl_client(f->server.url, NULL);
   hl_redis_ok(f->redis, "SET hilock:{relay}:fence 1000");
   assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
     /* Two waiters share the fixture's client, two have clients of their
      * own. */
     memset(&r[i], 0, sizeof(r[i]));
-    r[i].lock = new_lock(i < 2 ? f->client : own[i - 2], "relay", 10000);
+    r[i].lock = hl_new_lock(i < 2 ? f->client : own[i - 2], "relay", 10000);
     r[i].granted = &granted;
     r[i].go = &go;
     assert_int_equal(pthread_create(&r[i].thread, NULL, relay_main, &r[i]),
@@ -397,8 +292,8 @@ static void one_release_wakes_one_waiter(void **state) {
 
 static void fractional_waits_are_honoured(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_lock(f->client, "fraction", 10000);
-  hilock_lock *b = new_lock(f->client, "fraction", 10000);
+  hilock_lock *a = hl_new_lock(f->client, "fraction", 10000);
+  hilock_lock *b = hl_new_lock(f->client, "fraction", 10000);
   int64_t t0;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -416,7 +311,7 @@ static void fractional_waits_are_honoured(void **state) {
   assert_hl_rc(hilock_lock_acquire(b, 1), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 0, 150);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -439,35 +334,32 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   hilock_options o = hl_test_options();
   hook_state hs;
   hilock_client *c;
-  hilock_lock *a = new_lock(f->client, "interrupted", 10000), *b;
-  waiter w;
+  hilock_lock *a = hl_new_lock(f->client, "interrupted", 10000), *b;
+  hl_waiter w;
   int64_t t_set;
 
   atomic_init(&hs.stop, 0);
   atomic_init(&hs.calls, 0);
   o.interrupt = interrupt_hook;
   o.interrupt_arg = &hs;
-  c = new_client(f, &o);
-  b = new_lock(c, "interrupted", 10000);
+  c = hl_client(f->server.url, &o);
+  b = hl_new_lock(c, "interrupted", 10000);
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
 
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 8000;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(250);
-  assert_int_equal(atomic_load(&w.done), 0);
+  assert_int_equal(hl_waiter_done_at(&w), 0);
   assert_true(atomic_load(&hs.calls) >= 1); /* polled while waiting */
   t_set = hl_now_ms();
   atomic_store(&hs.stop, 1);
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_rc(w.rc, HILOCK_EINTR, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(b)), "interrupt");
   assert_i64_between(w.t_end - t_set, 0, 250);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(b)), 0);
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
 
   /* The abandoned BLPOP is gone from the server, so it cannot swallow the
    * next wake-up: the release's element stays for the next waiter. */
@@ -479,7 +371,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   /* Cleared, the hook lets the handle wait and win again. */
   atomic_store(&hs.stop, 0);
   assert_hl_ok(hilock_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_holder(f, b);
+  hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
@@ -488,22 +380,19 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
 
 static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   fixture *f = *state;
-  hilock_client *c = new_client(f, NULL);
-  hilock_lock *a = new_lock(f->client, "closing", 10000);
-  hilock_lock *b = new_lock(c, "closing", 10000);
-  waiter w;
+  hilock_client *c = hl_client(f->server.url, NULL);
+  hilock_lock *a = hl_new_lock(f->client, "closing", 10000);
+  hilock_lock *b = hl_new_lock(c, "closing", 10000);
+  hl_waiter w;
   int64_t t_free;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 8000;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(100);
   t_free = hl_now_ms();
   hilock_client_free(c); /* from this thread, while b waits in another */
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_rc(w.rc, HILOCK_ECLOSED, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - t_free, 0, 250);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
@@ -511,7 +400,7 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   assert_hl_rc(hilock_lock_try_acquire(b), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   hilock_hold_free(HILOCK_HOLD(b)); /* the client's last reference */
-  assert_holder(f, a);
+  hl_assert_holder(f->redis, HILOCK_HOLD(a));
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hilock_hold_free(HILOCK_HOLD(a));
 }
@@ -520,22 +409,18 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
 
 static void simple_lock_waiter_wakes_on_release(void **state) {
   fixture *f = *state;
-  hilock_lock *a = new_simple(f->client, "simple");
-  hilock_lock *b = new_simple(f->client, "simple");
-  waiter w;
+  hilock_lock *a = hl_new_simple(f->client, "simple");
+  hilock_lock *b = hl_new_simple(f->client, "simple");
+  hl_waiter w;
   int64_t t_rel;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  memset(&w, 0, sizeof(w));
-  w.lock = b;
-  w.wait_ms = 8000;
-  w.release_after = 1;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_blocked(f, 1);
   hl_sleep_ms(100);
   t_rel = hl_now_ms();
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  join_waiter(&w);
+  hl_waiter_join(&w);
   /* The holder has no TTL to bound the wait: only the wake-up helps. */
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
@@ -546,31 +431,27 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
 
 static void rlock_waiter_wakes_on_final_release(void **state) {
   fixture *f = *state;
-  hilock_rlock *a = new_rlock(f->client, "reentrant", 10000);
-  hilock_rlock *b = new_rlock(f->client, "reentrant", 10000);
-  waiter w;
+  hilock_rlock *a = hl_new_rlock(f->client, "reentrant", 10000);
+  hilock_rlock *b = hl_new_rlock(f->client, "reentrant", 10000);
+  hl_waiter w;
   int64_t t_rel;
 
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  memset(&w, 0, sizeof(w));
-  w.rlock = b;
-  w.wait_ms = 8000;
-  w.release_after = 1;
-  start_waiter(&w);
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_rlock_verbs, 8000, 1);
   wait_blocked(f, 1);
 
   /* Leaving once of twice frees nothing and wakes nobody. */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   assert_hl_ok(hilock_rlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(200);
-  assert_int_equal(atomic_load(&w.done), 0);
+  assert_int_equal(hl_waiter_done_at(&w), 0);
   assert_int_equal(wake_calls(f), 0);
   assert_int_equal(hl_waiters(f->redis), 1);
 
   t_rel = hl_now_ms();
   assert_hl_ok(hilock_rlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  join_waiter(&w);
+  hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(w.t_end - t_rel, 0, 300);
