@@ -7,6 +7,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import random
 import select
 import signal
 import statistics
@@ -15,7 +16,7 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 # pure Python, next to this file
 from history import RedisHistory, check_fences_increase, check_fifo, check_no_overlap
@@ -142,6 +143,75 @@ def pop_json(r, key: str, timeout: float) -> Optional[bytes]:
     """BLPOP one element from key within timeout seconds (None if none)."""
     got = r.blpop([key], timeout=timeout)
     return None if got is None else got[1]
+
+
+# -- contending processes -------------------------------------------------------
+#
+# The exclusion tests start their contenders behind a start gate (a FORK
+# Event), so that all of them are running when the contention begins, and
+# give every wait a generous bound: a contender that does not get its turn
+# fails its process instead of hanging the test.
+
+def pass_gate(gate) -> None:
+    """In a contender: wait (20 s at most) for the start gate to open."""
+    if not gate.wait(20):
+        raise RuntimeError("start gate never opened")
+
+
+def acquire_within(lk, what: str = "acquire timed out", timeout: float = 20) -> float:
+    """Acquire lk, waiting timeout seconds at most, else raise
+    RuntimeError(what); return the monotonic time of the grant."""
+    if not lk.acquire(timeout=timeout):
+        raise RuntimeError(what)
+    return time.monotonic()
+
+
+def open_gate(gate, procs: List[Any], timeout: float) -> float:
+    """Open the start gate of procs (after a moment for the last of them to
+    reach it) and join them all within timeout seconds (see join_all).
+    Returns the monotonic time at which the gate opened."""
+    time.sleep(0.05)
+    opened = time.monotonic()
+    gate.set()
+    join_all(procs, timeout)
+    return opened
+
+
+def sell_out(r, lk, tag: str, sell: Callable[[int], None], what: str = "acquire timed out",
+             read: Optional[Callable[[], int]] = None) -> None:
+    """A seller's loop (the overselling scenario): take lk, read the stock
+    {tag}:stock (read(), or a GET), and while any is left sell(stock) sells
+    one unit (a non-atomic SET of stock - 1); record every critical section
+    with the grant's fence on {tag}:history. Once the stock reads 0, push
+    "<pid>:<units sold>" on {tag}:sold (see counts_by_pid)."""
+    hist = RedisHistory(r, f"{tag}:history")
+    rnd = random.Random(os.getpid())
+    sold = 0
+    while True:
+        start = acquire_within(lk, what)
+        fence = lk.fence
+        stock = read() if read is not None else int(r.get(f"{tag}:stock"))
+        if stock > 0:
+            sell(stock)
+            sold += 1
+        end = time.monotonic()
+        lk.release()
+        hist.record(start, end, fence)
+        if stock <= 0:
+            break
+        # Leave the lock alone for a moment so the others get their turns.
+        time.sleep(rnd.uniform(0, 0.002))
+    r.rpush(f"{tag}:sold", f"{os.getpid()}:{sold}")
+
+
+def counts_by_pid(r, key: str) -> Dict[int, int]:
+    """The "<pid>:<count>" items the contenders pushed on list key, as
+    {pid: count}."""
+    counts = {}
+    for item in r.lrange(key, 0, -1):
+        pid, n = item.decode().split(":")
+        counts[int(pid)] = int(n)
+    return counts
 
 
 # -- shared by test_wait, test_renewal, test_fork and test_rlock ----------------
@@ -431,12 +501,9 @@ def _budget_loop(url: str, make: MakeLock, order: OrderOf, name: str, gate, tag:
     hist = RedisHistory(r, f"{tag}:history")
     lk = make(hilock.Client(url), name)
     n = 0
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     while True:
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out: the queue stalled")
-        start = time.monotonic()
+        start = acquire_within(lk, "acquire timed out: the queue stalled")
         left = r.decr(f"{tag}:budget")
         if left >= 0:
             time.sleep(hold)
@@ -458,15 +525,9 @@ def contend_for_budget(r, url: str, tag: str, make: MakeLock, order: OrderOf, pr
     gate = FORK.Event()
     procs = [start_child(_budget_loop, url, make, order, f"shop:{tag}", gate, tag, hold)
              for _ in range(procs_n)]
-    time.sleep(0.05)
-    t0 = time.monotonic()
-    gate.set()
-    join_all(procs, 45)
+    t0 = open_gate(gate, procs, 45)
     took = time.monotonic() - t0
-    counts = {}
-    for item in r.lrange(f"{tag}:count", 0, -1):
-        pid, n = item.decode().split(":")
-        counts[int(pid)] = int(n)
+    counts = counts_by_pid(r, f"{tag}:count")
     hist = RedisHistory(r, f"{tag}:history").load()
     fairness = min(counts.values()) / statistics.mean(counts.values()) if counts else 0.0
     print(f"\n{tag}: {procs_n} processes, {budget} grants in {took:.2f} s, per-process "

@@ -15,8 +15,9 @@ import redis
 
 import hilock
 from hilock import _hilock as _h
-from helpers import (FORK, Worker, blocked_clients, interrupt_main_after, join_all,
-                     sigint_raises_keyboardinterrupt, start_child, wait_blocked, wait_for)
+from helpers import (FORK, Worker, acquire_within, blocked_clients, interrupt_main_after, open_gate,
+                     pass_gate, sigint_raises_keyboardinterrupt, start_child, wait_blocked,
+                     wait_for)
 from history import FenceError, OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 POOL = ["n0", "n1", "n2", "n3", "n4"]
@@ -241,8 +242,7 @@ def _random_sets(url: str, seed: int, rounds: int, gate, tag: str, nolock: bool)
     r = redis.Redis.from_url(url)
     c = hilock.Client(url)
     rnd = random.Random(seed)
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     for i in range(rounds):
         names = [n for n in POOL if rnd.random() < 0.5] or [rnd.choice(POOL)]
         rnd.shuffle(names)
@@ -266,12 +266,9 @@ def _single_on_n0(url: str, rounds: int, gate, tag: str) -> None:
     r = redis.Redis.from_url(url)
     c = hilock.Client(url)
     lk = c.lock("n0", ttl=10.0)
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     for _ in range(rounds):
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("single lock acquire timed out")
-        start = time.monotonic()
+        start = acquire_within(lk, "single lock acquire timed out")
         time.sleep(0.001)
         end = time.monotonic()
         fence = lk.fence
@@ -286,9 +283,7 @@ def _run(url: str, tag: str, nolock: bool, procs: int = 6, rounds: int = 40):
           for i in range(procs)]
     if not nolock:
         ps.append(start_child(_single_on_n0, url, rounds, gate, tag))
-    time.sleep(0.05)
-    gate.set()
-    join_all(ps, 50.0)  # every process finished: nobody deadlocked
+    open_gate(gate, ps, 50.0)  # every process finished: nobody deadlocked
 
 
 def test_processes_with_random_overlapping_sets(rds: redis.Redis, redis_url: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, NoLock, interrupt_main_after, join_all,
+from helpers import (FORK, NoLock, acquire_within, interrupt_main_after, join_all, pass_gate,
                      sigint_raises_keyboardinterrupt, start_child)
 from history import OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
@@ -235,12 +235,9 @@ def _worker(urls, counter_url: str, tag: str, use_lock: bool, gate, rounds: int)
     r = redis.Redis.from_url(counter_url)
     hist = RedisHistory(r, f"{tag}:history")
     lk = hilock.Redlock(urls, "rl", ttl=5, retry_delay=0.02) if use_lock else NoLock()
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     for _ in range(rounds):
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out")
-        start = time.monotonic()
+        start = acquire_within(lk)
         n = int(r.get(f"{tag}:counter") or 0)
         time.sleep(0.002)                   # widen the read-modify-write race
         r.set(f"{tag}:counter", n + 1)

@@ -18,7 +18,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import FORK, join_all, kill_child, pop_json, start_child, wait_for
+from helpers import (FORK, acquire_within, join_all, kill_child, open_gate, pass_gate, pop_json,
+                     start_child, wait_for)
 from history import (FenceError, Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_rw_exclusion)
 
@@ -97,8 +98,7 @@ def _rw_worker(url: str, role: str, name: str, gate, tag: str, seconds: float) -
         rw = hilock.Client(url).rwlock(name, ttl=TTL)
         side = rw.read() if role == "read" else rw.write()
     rnd = random.Random(os.getpid())
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         if not side.acquire(timeout=20):
@@ -130,9 +130,7 @@ def run_rw(url: str, r: redis.Redis, tag: str, readers: int = 3, writers: int = 
              for _ in range(readers)]
     procs += [start_child(_rw_worker, url, "write", f"doc:{tag}", gate, tag, seconds)
               for _ in range(writers)]
-    time.sleep(0.05)
-    gate.set()
-    join_all(procs, seconds + 30)
+    open_gate(gate, procs, seconds + 30)
     return (RedisHistory(r, f"{tag}:reads").load(), RedisHistory(r, f"{tag}:writes").load())
 
 
@@ -187,9 +185,7 @@ def _reader_stream(url: str, name: str, tag: str, delay: float) -> None:
     side = hilock.Client(url).rwlock(name, ttl=TTL).read()
     time.sleep(delay)
     while not r.exists(f"{tag}:stop"):
-        if not side.acquire(timeout=20):
-            raise RuntimeError("reader starved")
-        start = time.monotonic()
+        start = acquire_within(side, "reader starved")
         time.sleep(STREAM_HOLD)
         end = time.monotonic()
         side.release()
@@ -261,9 +257,7 @@ def _writer_stream(url: str, name: str, tag: str, delay: float) -> None:
     side = hilock.Client(url).rwlock(name, ttl=TTL).write()
     time.sleep(delay)
     while not r.exists(f"{tag}:stop"):
-        if not side.acquire(timeout=20):
-            raise RuntimeError("writer starved")
-        start = time.monotonic()
+        start = acquire_within(side, "writer starved")
         time.sleep(0.03)
         end = time.monotonic()
         fence = side.fence

@@ -24,7 +24,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import FORK, NoLock, join_all, kill_child, pop_json, start_child, wait_for
+from helpers import FORK, NoLock, join_all, kill_child, pass_gate, pop_json, start_child, wait_for
 from history import (ConcurrencyError, Interval, OverlapError, RedisHistory,
                      check_max_concurrent, check_no_overlap)
 
@@ -533,8 +533,7 @@ def _worker(url: str, mode: str, name: str, tag: str, gate) -> None:
     hist = RedisHistory(r, f"{tag}:history")
     rnd = random.Random(os.getpid())
     pid = os.getpid()
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     while not r.exists(f"{tag}:stop"):
         if not sem.acquire(timeout=0.5):
             continue

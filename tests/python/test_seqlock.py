@@ -18,9 +18,9 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, check_queue_run, contend_for_budget, grants_after_queueing,
-                     interrupted_wait, join_all, kill_child, pop_report, start_child,
-                     start_queued_waiter, wait_for, waiting_processes)
+from helpers import (FORK, acquire_within, check_queue_run, contend_for_budget,
+                     grants_after_queueing, interrupted_wait, join_all, kill_child, pass_gate,
+                     pop_report, start_child, start_queued_waiter, wait_for, waiting_processes)
 from history import (FifoError, Interval, RedisHistory, check_fences_increase, check_fifo,
                      check_no_overlap)
 
@@ -142,12 +142,9 @@ def _chaos_loop(url: str, name: str, gate, tag: str) -> None:
     hist = RedisHistory(r, f"{tag}:history")
     lk = hilock.Client(url).sequential_lock(name, ttl=1.0)
     lk.heartbeat = 0.6
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     while True:
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out: the line stalled")
-        start = time.monotonic()
+        start = acquire_within(lk, "acquire timed out: the line stalled")
         r.hset(f"{tag}:tokens", lk.token, os.getpid())
         left = r.decr(f"{tag}:budget")
         if left >= 0:
