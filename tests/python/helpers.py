@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import importlib.util
 import json
@@ -374,19 +375,56 @@ def sigint_raises_keyboardinterrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
 
 
-def interrupt_main_after(delay: float) -> Tuple[threading.Thread, List[float]]:
-    """Send SIGINT to this process after delay seconds, from another thread
-    (the handler runs in the main thread). The list gets the send time."""
-    sent: List[float] = []
+NOT_RETURNED = "not returned"
+
+
+@dataclasses.dataclass
+class Interrupt:
+    """How a SIGINT into a wait went (monotonic times)."""
+
+    began: float                    # just before the wait began
+    sent: Optional[float] = None    # when SIGINT was sent (None: never)
+    caught: Optional[float] = None  # when KeyboardInterrupt was caught (None: never)
+    returned: Any = NOT_RETURNED    # what acquire returned (NOT_RETURNED: it raised)
+
+
+def interrupt_acquire(lk, delay: float = 0.3, timeout: float = 5.0,
+                      linger: float = 1.0) -> Interrupt:
+    """Send SIGINT to this process delay seconds into lk.acquire(timeout=
+    timeout), from a timer thread, with Python's own SIGINT handler (the
+    handler runs in the main thread). Should acquire return, a late SIGINT
+    is still caught during the linger seconds after it."""
+    if threading.current_thread() is not threading.main_thread():
+        raise AssertionError("signals need the main thread")
+    out = Interrupt(began=time.monotonic())
 
     def fire() -> None:
-        time.sleep(delay)
-        sent.append(time.monotonic())
+        out.sent = time.monotonic()
         os.kill(os.getpid(), signal.SIGINT)
 
-    t = threading.Thread(target=fire, daemon=True)
-    t.start()
-    return t, sent
+    timer = threading.Timer(delay, fire)
+    with sigint_raises_keyboardinterrupt():
+        try:
+            timer.start()
+            try:
+                out.returned = lk.acquire(timeout=timeout)
+                time.sleep(linger)
+            except KeyboardInterrupt:
+                out.caught = time.monotonic()
+        finally:
+            timer.cancel()
+            timer.join(5)
+    return out
+
+
+def acquire_interrupted(lk, timeout: float = 8.0) -> Interrupt:
+    """interrupt_acquire, which must end in a KeyboardInterrupt raised by
+    the acquire itself."""
+    i = interrupt_acquire(lk, timeout=timeout)
+    assert i.sent is not None, "SIGINT was never sent"
+    assert i.caught is not None and i.returned is NOT_RETURNED, \
+        f"no KeyboardInterrupt out of acquire, which returned {i.returned!r}"
+    return i
 
 
 # -- timing on a loaded machine -------------------------------------------------
@@ -578,25 +616,3 @@ def check_queue_run(counts, hist, procs_n: int, budget: int, fairness: float) ->
     # Strict FIFO with every process re-queueing at once is a round robin;
     # the margin is for processes descheduled on a busy machine.
     assert fairness >= 0.7, f"fewest/mean = {fairness:.3f}: {counts}"
-
-
-def interrupted_wait(waiter) -> bool:
-    """SIGINT this process 0.3 s into waiter.acquire(timeout=5); True if
-    KeyboardInterrupt ended the wait (a late one, landing after acquire
-    returned, still counts: nothing may be held then either)."""
-    if threading.current_thread() is not threading.main_thread():
-        raise AssertionError("signals need the main thread")
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    caught = False
-    with sigint_raises_keyboardinterrupt():
-        try:
-            timer.start()
-            try:
-                waiter.acquire(timeout=5.0)
-                time.sleep(1.0)
-            except KeyboardInterrupt:
-                caught = True
-        finally:
-            timer.cancel()
-            timer.join(5)
-    return caught

@@ -2,16 +2,14 @@
 module-level helpers, the client's lifetime, GIL release and Ctrl-C."""
 from __future__ import annotations
 
-import os
 import re
-import signal
 import threading
 import time
 
 import pytest
 
 import hilock
-from helpers import KINDS, make_lock
+from helpers import KINDS, NOT_RETURNED, interrupt_acquire, make_lock
 
 
 # -- acquire / release / locked / owned ------------------------------------
@@ -560,37 +558,15 @@ def test_gil_released_while_blocked_in_acquire(client) -> None:
 
 
 def test_keyboard_interrupt_stops_blocked_acquire(client) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.fail("signals need the main thread")
     holder = client.lock("ctrl-c", ttl=30)
     assert holder.acquire()
     waiter = client.lock("ctrl-c", ttl=30)
-    sent = []
-
-    def interrupt():
-        sent.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)
-
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.3, interrupt)
-    caught = None
-    returned = "not returned"
-    try:
-        timer.start()
-        try:
-            returned = waiter.acquire(timeout=5.0)
-            # A late interrupt lands here, still inside the try.
-            time.sleep(1.0)
-        except KeyboardInterrupt:
-            caught = time.monotonic()
-    finally:
-        timer.cancel()
-        timer.join(5)
-        signal.signal(signal.SIGINT, old)
-    assert sent, "the timer never fired"
-    assert caught is not None, f"no KeyboardInterrupt; acquire returned {returned!r}"
-    assert returned == "not returned", "acquire finished before the interrupt"
-    latency = caught - sent[0]
+    # A late interrupt lands in the second after acquire, and is caught too.
+    intr = interrupt_acquire(waiter)
+    assert intr.sent is not None, "the timer never fired"
+    assert intr.caught is not None, f"no KeyboardInterrupt; acquire returned {intr.returned!r}"
+    assert intr.returned == NOT_RETURNED, "acquire finished before the interrupt"
+    latency = intr.caught - intr.sent
     assert latency < 0.3, f"KeyboardInterrupt took {latency * 1000:.0f} ms"
 
     # The interrupted waiter holds nothing and remains usable.
@@ -626,22 +602,9 @@ def test_interrupt_at_grant_time_leaves_nothing_held(client) -> None:
     holder = client.lock("ctrl-c-grant", ttl=0.25, auto_renew=False)
     assert holder.acquire()
     waiter = client.simple_lock("ctrl-c-grant")
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     # The signal comes 20 ms before the holder's TTL runs out, inside the
     # wait slice that ends with the grant.
-    timer = threading.Timer(0.23, os.kill, (os.getpid(), signal.SIGINT))
-    result = None
-    try:
-        timer.start()
-        try:
-            result = waiter.acquire(timeout=2.0)
-            time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-    finally:
-        timer.cancel()
-        timer.join(5)
-        signal.signal(signal.SIGINT, old)
+    result = interrupt_acquire(waiter, delay=0.23, timeout=2.0, linger=0.5).returned
     try:
         if result is not True:
             # acquire() did not report a grant, so none may exist.

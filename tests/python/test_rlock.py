@@ -23,9 +23,9 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, Worker, blocked_clients, counts_by_pid, interrupt_main_after, lapsed,
-                     open_gate, pass_gate, retry_stalled, sell_out, sigint_raises_keyboardinterrupt,
-                     start_child_collected, wait_blocked, wait_for, within)
+from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, counts_by_pid, lapsed,
+                     open_gate, pass_gate, retry_stalled, sell_out, start_child_collected,
+                     wait_blocked, wait_for, within)
 from history import RedisHistory, check_fences_increase, check_no_overlap
 
 TTL = 0.3
@@ -239,13 +239,7 @@ def test_ctrl_c_interrupts_waiting_for_rlock(client, rds) -> None:
             assert inside.wait(5.0), "the holder thread never got the lock"
             held = rds.hgetall(rl.key)
             assert list(held.values()) == [b"2"]
-            with sigint_raises_keyboardinterrupt():
-                t, sent = interrupt_main_after(0.3)
-                with pytest.raises(KeyboardInterrupt):
-                    rl.acquire(timeout=8.0)
-                raised = time.monotonic()
-                t.join(5)
-            assert sent
+            intr = acquire_interrupted(rl)
             assert rl.hold_count() == 0
             assert rds.hgetall(rl.key) == held  # the holder's hold, untouched
             wait_for(lambda: blocked_clients(rds) == 0, 2.0, what="the BLPOP to be dropped")
@@ -268,7 +262,7 @@ def test_ctrl_c_interrupts_waiting_for_rlock(client, rds) -> None:
         got = w.outcome(10.0)
         assert got is not None
         wait_for(lambda: rds.exists(rl.key) == 0, 1.0, what="the lock to be free")
-        within(raised - sent[0], 0.25, "KeyboardInterrupt came after SIGINT")
+        within(intr.caught - intr.sent, 0.25, "KeyboardInterrupt came after SIGINT")
         within(got - released_from, 0.2, "the waiter woke after the holder's release")
 
     retry_stalled(scenario)

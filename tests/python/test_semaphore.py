@@ -24,7 +24,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import FORK, NoLock, join_all, kill_child, pass_gate, pop_json, start_child, wait_for
+from helpers import (FORK, NoLock, interrupt_acquire, join_all, kill_child, pass_gate, pop_json,
+                     start_child, wait_for)
 from history import (ConcurrencyError, Interval, OverlapError, RedisHistory,
                      check_max_concurrent, check_no_overlap)
 
@@ -201,27 +202,11 @@ def permits_of_sem(sem: hilock.Semaphore) -> List[str]:
 
 
 def test_keyboard_interrupt_stops_a_blocked_acquire(client) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.fail("signals need the main thread")
     holder = client.semaphore("ctrl-c", 1, ttl=30)
     assert holder.acquire()
     sem = client.semaphore("ctrl-c", 1, ttl=30)
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    caught = None
-    t0 = time.monotonic()
-    try:
-        timer.start()
-        try:
-            sem.acquire(timeout=5.0)
-            time.sleep(1.0)
-        except KeyboardInterrupt:
-            caught = time.monotonic()
-    finally:
-        timer.cancel()
-        timer.join(5)
-        signal.signal(signal.SIGINT, old)
-    assert caught is not None and caught - t0 < 0.8
+    intr = interrupt_acquire(sem)
+    assert intr.caught is not None and intr.caught - intr.began < 0.8
     # The interrupted waiter holds nothing and stays usable.
     assert sem.held_count() == 0 and sem.owned() is False
     holder.release()

@@ -24,10 +24,9 @@ import pytest
 import redis
 
 import hilock
-from helpers import (Stalled, Worker, blocked_clients, waiting_processes, command_calls, interrupt_main_after,
-                     join_all, kill_child, pop_json, retry_stalled,
-                     sigint_raises_keyboardinterrupt, start_child_collected, wait_blocked,
-                     wait_for, within)
+from helpers import (Stalled, Worker, acquire_interrupted, blocked_clients, command_calls, join_all,
+                     kill_child, pop_json, retry_stalled, start_child_collected, wait_blocked,
+                     wait_for, waiting_processes, within)
 
 WAKE_MAX = 0.1   # a release must wake a waiter within this
 SLACK = 0.5      # scheduling, round trips and the drift allowance
@@ -362,13 +361,7 @@ def test_ctrl_c_interrupts_blocked_acquire(client, rds) -> None:
         waiter = client.lock(name, ttl=10.0, auto_renew=False)
         assert holder.acquire(blocking=False)
         try:
-            with sigint_raises_keyboardinterrupt():
-                t, sent = interrupt_main_after(0.3)
-                with pytest.raises(KeyboardInterrupt):
-                    waiter.acquire(timeout=8.0)
-                raised = time.monotonic()
-                t.join(5)
-            assert sent, "SIGINT was never sent"
+            intr = acquire_interrupted(waiter)
 
             # Nothing held or left behind by the interrupted waiter.
             assert waiter.validity == 0.0 and waiter.token is None and waiter.lost is False
@@ -390,7 +383,7 @@ def test_ctrl_c_interrupts_blocked_acquire(client, rds) -> None:
                 holder.release()
             except hilock.LockError:
                 pass
-        within(raised - sent[0], 0.25, "KeyboardInterrupt came after SIGINT")
+        within(intr.caught - intr.sent, 0.25, "KeyboardInterrupt came after SIGINT")
         within(w.finished_at - released, WAKE_MAX, "the interrupted object woke after release")
 
     retry_stalled(scenario)
