@@ -19,6 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import pytest
+
 # pure Python, next to this file
 from history import RedisHistory, check_fences_increase, check_fifo, check_no_overlap
 
@@ -527,6 +529,80 @@ def pop_report(r, key: str = "report", timeout: float = 10.0) -> dict:
     return json.loads(raw)
 
 
+def let_go(r, report: dict) -> None:
+    """Tell the queued waiter that sent report to release its grant."""
+    r.set(f"go:{report['pid']}", 1)
+
+
+@contextlib.contextmanager
+def dead_head(r, holder, start_head: Callable[[], Any],
+              start_next: Callable[[], Any]) -> Iterator[Tuple[dict, float]]:
+    """holder holds the lock; a waiter process queues behind it
+    (start_head()), then a second one (start_next()). The first is
+    SIGKILLed and holder releases: the release wakes the dead head, and only
+    it. The second must be granted next: yields its report and the seconds
+    from the kill to its grant while it holds; then lets it release. Both
+    processes are killed on the way out in any case."""
+    head = start_head()
+    nxt = None
+    try:
+        wait_for(lambda: holder.waiters() == 1, 5, what="head queued")
+        nxt = start_next()
+        wait_for(lambda: holder.waiters() == 2, 5, what="second queued")
+        kill_child(head)
+        killed = time.monotonic()
+        holder.release()
+        got = pop_report(r)
+        assert got["pid"] == nxt.pid, "not the live waiter was granted next"
+        yield got, got["t"] - killed
+        let_go(r, got)
+        join_all([nxt], 10)
+    finally:
+        kill_child(head)
+        if nxt is not None:
+            kill_child(nxt)
+
+
+def interrupted_queued_waiter(make: Callable[[str], Any], name: str) -> Tuple[Any, Any]:
+    """A holder of a new lock make(name) and a waiter behind it whose wait
+    a SIGINT ended: returns (holder, waiter); the waiter holds nothing."""
+    holder = make(name)
+    assert holder.acquire()
+    waiter = make(name)
+    # KeyboardInterrupt ended the wait (a late one, landing after acquire
+    # returned, still counts: nothing may be held then either).
+    assert interrupt_acquire(waiter).caught is not None
+    assert not waiter.owned()
+    return holder, waiter
+
+
+def check_new_queue_lock(lk, cls: type, place: str) -> None:
+    """A queue lock as made with a TTL of 10 s: a cls (and a LockBase), the
+    heartbeat 5 s, renewed automatically, and no grant yet: no fence, no
+    place in the queue (the attribute named place) and no token."""
+    import hilock
+
+    assert isinstance(lk, cls) and isinstance(lk, hilock.LockBase)
+    assert lk.ttl == 10.0 and lk.heartbeat == 5.0 and lk.auto_renew is True
+    assert lk.fence is None and getattr(lk, place) is None and lk.token is None
+
+
+def check_heartbeat(make: Callable[..., Any]) -> None:
+    """A queue lock's heartbeat, how long a waiter may go silent before it
+    loses its place (make(name, ttl=...) makes the lock): the TTL when that
+    is shorter than 5 s, but never under 0.5 s; it can be set, not below
+    0.5 s."""
+    import hilock
+
+    assert make("short", ttl=1.5).heartbeat == 1.5
+    assert make("tiny", ttl=0.1).heartbeat == 0.5
+    lk = make("settable")
+    with pytest.raises(hilock.InvalidArgument):
+        lk.heartbeat = 0.2  # below 0.5 s
+    lk.heartbeat = 1.25
+    assert lk.heartbeat == 1.25
+
+
 def _budget_loop(url: str, make: MakeLock, order: OrderOf, name: str, gate, tag: str,
                  hold: float) -> None:
     """Take the lock until the shared budget of grants is spent, recording
@@ -601,11 +677,13 @@ def grants_after_queueing(holder, locks: List[Any], queued: Callable[[int], Any]
     return grants
 
 
-def check_queue_run(counts, hist, procs_n: int, budget: int, fairness: float) -> None:
-    """What contend_for_budget must show for a queue lock where nobody
-    leaves the queue: every process took part and the budget was spent
+def check_queue_contention(r, url: str, tag: str, make: MakeLock, order: OrderOf,
+                           procs_n: int, budget: int) -> None:
+    """contend_for_budget on a queue lock, where nobody leaves the queue;
+    it must show that every process took part and the budget was spent
     exactly, mutual exclusion, one fence per grant with none missing, grant
     k to queue place k, and a share for everyone."""
+    counts, hist, _, fairness = contend_for_budget(r, url, tag, make, order, procs_n, budget)
     assert len(counts) == procs_n and sum(counts.values()) == budget
     assert len(hist) == budget + procs_n  # one last look each at the spent budget
     assert check_no_overlap(hist) == len(hist)

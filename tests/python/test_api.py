@@ -398,33 +398,25 @@ def test_default_url_order(monkeypatch) -> None:
     assert hilock.default_url() == "redis://127.0.0.1:2222/0"
 
 
-def test_module_level_lock_uses_hilock_url(monkeypatch, rds, redis_url) -> None:
-    import hilock._client as client_mod
-
+def test_module_level_lock_uses_hilock_url(default_client_env, monkeypatch, rds,
+                                           redis_url) -> None:
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # must lose
-    monkeypatch.setenv("HILOCK_URL", redis_url)
-    monkeypatch.setattr(client_mod, "_default", None)
-    try:
-        with hilock.lock("module", ttl=5, timeout=1) as lk:
-            assert rds.get(b"hilock:{module}:lock") == lk.token.encode()
-            assert 4000 < rds.pttl(b"hilock:{module}:lock") <= 5000
-        assert rds.exists(b"hilock:{module}:lock") == 0
-        dc = hilock.default_client()
-        assert dc.url == redis_url
-        assert hilock.default_client() is dc  # one per process
+    with hilock.lock("module", ttl=5, timeout=1) as lk:
+        assert rds.get(b"hilock:{module}:lock") == lk.token.encode()
+        assert 4000 < rds.pttl(b"hilock:{module}:lock") <= 5000
+    assert rds.exists(b"hilock:{module}:lock") == 0
+    dc = hilock.default_client()
+    assert dc.url == redis_url
+    assert hilock.default_client() is dc  # one per process
 
-        s = hilock.simple_lock("module-simple")
-        assert s.acquire(blocking=False)
-        assert rds.pttl(b"hilock:{module-simple}:lock") == -1
-        s.release()
-        le = hilock.lease("module-lease", ttl=2)
-        assert le.acquire(blocking=False)
-        le.renew()
-        le.release()
-    finally:
-        d = client_mod._default
-        if d is not None:
-            d.close()
+    s = hilock.simple_lock("module-simple")
+    assert s.acquire(blocking=False)
+    assert rds.pttl(b"hilock:{module-simple}:lock") == -1
+    s.release()
+    le = hilock.lease("module-lease", ttl=2)
+    assert le.acquire(blocking=False)
+    le.renew()
+    le.release()
 
 
 def test_client_without_url_reads_environment(monkeypatch, rds, redis_url) -> None:

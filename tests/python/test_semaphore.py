@@ -416,21 +416,12 @@ def test_forked_child_holds_nothing(client, rds, redis_url) -> None:
     sem.release()
 
 
-def test_module_level_semaphore(monkeypatch, rds, redis_url) -> None:
-    import hilock._client as client_mod
-
-    monkeypatch.setenv("HILOCK_URL", redis_url)
-    monkeypatch.setattr(client_mod, "_default", None)
-    try:
-        with hilock.semaphore("module", 2, ttl=5) as sem:
-            assert isinstance(sem, hilock.Semaphore)
-            assert rds.zcard("hilock:{module}:permits") == 1
-            assert rds.get("hilock:{module}:limit") == b"2"
-        assert rds.exists("hilock:{module}:permits") == 0
-    finally:
-        d = client_mod._default
-        if d is not None:
-            d.close()
+def test_module_level_semaphore(default_client_env, rds) -> None:
+    with hilock.semaphore("module", 2, ttl=5) as sem:
+        assert isinstance(sem, hilock.Semaphore)
+        assert rds.zcard("hilock:{module}:permits") == 1
+        assert rds.get("hilock:{module}:limit") == b"2"
+    assert rds.exists("hilock:{module}:permits") == 0
 
 
 # -- the checker on its own ---------------------------------------------------------
