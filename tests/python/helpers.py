@@ -129,6 +129,49 @@ def kill_child(p, sig: int = signal.SIGKILL) -> None:
     p.join(5)
 
 
+def grant_of(lk) -> dict:
+    """What a holder process reports of its grant: pid, fence, token and
+    the monotonic time."""
+    return {"pid": os.getpid(), "fence": lk.fence, "token": lk.token, "t": time.monotonic()}
+
+
+def _hold_until_killed(url: str, make: Callable[[Any], Any], report: Callable[[Any], Any],
+                       renew_every: float) -> None:
+    """A holder process: take the lock make(client) makes (5 s at most),
+    push report(lock) on the list "ready", and hold on until killed,
+    calling renew() every renew_every seconds if that is > 0 (a lock
+    renewed automatically needs no help)."""
+    import redis
+
+    import hilock
+
+    r = redis.Redis.from_url(url)
+    lk = make(hilock.Client(url))
+    if not lk.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps(report(lk)))
+    while True:
+        if renew_every > 0:
+            time.sleep(renew_every)
+            lk.renew()
+        else:
+            time.sleep(3600)
+
+
+def start_holder(r, url: str, make: Callable[[Any], Any],
+                 report: Callable[[Any], Any] = grant_of, renew_every: float = 0.0,
+                 start: Callable[..., Any] = start_child) -> Tuple[Any, Any]:
+    """Start a holder process (see _hold_until_killed) with start (start_child
+    or start_child_collected); returns it and its report. The process is
+    killed when no report comes within 10 s."""
+    p = start(_hold_until_killed, url, make, report, renew_every)
+    try:
+        return p, pop_report(r, "ready")
+    except BaseException:
+        kill_child(p)
+        raise
+
+
 def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.01,
              what: str = "condition") -> Any:
     """Poll pred until it returns a true value; fail after timeout seconds."""
@@ -146,6 +189,14 @@ def pop_json(r, key: str, timeout: float) -> Optional[bytes]:
     """BLPOP one element from key within timeout seconds (None if none)."""
     got = r.blpop([key], timeout=timeout)
     return None if got is None else got[1]
+
+
+def pop_report(r, key: str = "report", timeout: float = 10.0) -> dict:
+    """The next report (JSON) a child process pushed on list key; fails if
+    none comes in time."""
+    raw = pop_json(r, key, timeout)
+    assert raw is not None, f"no report on {key!r} within {timeout} s"
+    return json.loads(raw)
 
 
 # -- contending processes -------------------------------------------------------
@@ -283,6 +334,16 @@ class Worker(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+def run_in_threads(fn: Callable[[int], Any], n: int, timeout: float) -> List[Any]:
+    """Run fn(0) .. fn(n - 1) at once, each in a Worker thread, and join
+    each within timeout seconds: fails if one is still running, re-raises
+    what one raised, else returns their results."""
+    workers = [Worker(fn, i, name=f"worker-{i}") for i in range(n)]
+    for w in workers:
+        w.start()
+    return [w.outcome(timeout) for w in workers]
 
 
 def start_child_collected(fn: Callable[..., Any], *args: Any):
@@ -520,13 +581,6 @@ def _queued_waiter(url: str, make: MakeLock, order: OrderOf, name: str, wait: fl
 def start_queued_waiter(url: str, make: MakeLock, order: OrderOf, name: str,
                         wait: float = 20.0, report: str = "report"):
     return start_child(_queued_waiter, url, make, order, name, wait, report)
-
-
-def pop_report(r, key: str = "report", timeout: float = 10.0) -> dict:
-    """The next report of a queued waiter; fails if none comes in time."""
-    raw = pop_json(r, key, timeout)
-    assert raw is not None, f"no report on {key!r} within {timeout} s"
-    return json.loads(raw)
 
 
 def let_go(r, report: dict) -> None:

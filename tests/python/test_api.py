@@ -9,7 +9,7 @@ import time
 import pytest
 
 import hilock
-from helpers import KINDS, NOT_RETURNED, interrupt_acquire, make_lock
+from helpers import KINDS, NOT_RETURNED, Worker, interrupt_acquire, make_lock, run_in_threads
 
 
 # -- acquire / release / locked / owned ------------------------------------
@@ -209,18 +209,7 @@ def test_release_from_another_thread(client) -> None:
     """threading.Lock may be released by a thread other than the acquirer."""
     lk = client.lock("handoff", ttl=10)
     assert lk.acquire()
-    errors = []
-
-    def releaser():
-        try:
-            lk.release()
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    t = threading.Thread(target=releaser)
-    t.start()
-    t.join(5)
-    assert errors == []
+    Worker(lk.release).outcome(5)  # raises what release raised there
     assert lk.locked() is False
     assert lk.acquire(blocking=False)
     lk.release()
@@ -230,31 +219,21 @@ def _hammer(lock_for_thread, n_threads: int = 4, n_iter: int = 15):
     """Threads doing a non-atomic increment under a lock; returns the count
     and the number of times two threads were inside at once."""
     state = {"count": 0, "inside": 0, "overlaps": 0}
-    errors = []
 
     def worker(i):
         lk = lock_for_thread(i)
-        try:
-            for _ in range(n_iter):
-                assert lk.acquire(timeout=10)
-                state["inside"] += 1
-                if state["inside"] > 1:
-                    state["overlaps"] += 1
-                v = state["count"]
-                time.sleep(0.0005)
-                state["count"] = v + 1
-                state["inside"] -= 1
-                lk.release()
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        for _ in range(n_iter):
+            assert lk.acquire(timeout=10)
+            state["inside"] += 1
+            if state["inside"] > 1:
+                state["overlaps"] += 1
+            v = state["count"]
+            time.sleep(0.0005)
+            state["count"] = v + 1
+            state["inside"] -= 1
+            lk.release()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not any(t.is_alive() for t in threads)
-    assert errors == [], errors
+    run_in_threads(worker, n_threads, 30)
     return state["count"], state["overlaps"], n_threads * n_iter
 
 
@@ -455,21 +434,12 @@ def test_close_is_safe_from_many_threads(redis_url) -> None:
     c = hilock.Client(redis_url)
     lk = c.lock("closing", ttl=5)
     barrier = threading.Barrier(4)
-    errors = []
 
-    def closer():
-        try:
-            barrier.wait(5)
-            c.close()
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+    def closer(_i: int) -> None:
+        barrier.wait(5)
+        c.close()
 
-    ts = [threading.Thread(target=closer) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(5)
-    assert errors == []
+    run_in_threads(closer, 4, 5)
     with pytest.raises(hilock.ConnectionError):
         lk.acquire(blocking=False)
 

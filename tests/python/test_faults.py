@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import json
 import os
 import threading
 import time
@@ -12,38 +11,18 @@ import pytest
 import redis
 
 import hilock
-from helpers import ROOT, kill_child, make_lock, pop_json, start_child, wait_for
+from helpers import ROOT, kill_child, make_lock, start_child, start_holder, wait_for
 from history import Interval, check_fences_increase
 
 TTL = 1.0
 SLACK = 0.6  # scheduling, backoff and the drift allowance
 
 
-def _holder(url: str, kind: str, name: str, ttl: float, renew_every: float) -> None:
-    """Acquire, report the grant on the 'ready' list, then hold until killed
-    (renewing every renew_every seconds if > 0)."""
-    r = redis.Redis.from_url(url)
-    c = hilock.Client(url)
-    lk = make_lock(c, kind, name, ttl=ttl)
-    if not lk.acquire(timeout=5):
-        raise RuntimeError("holder could not acquire")
-    r.rpush("ready", json.dumps({"pid": os.getpid(), "fence": lk.fence, "token": lk.token,
-                                 "t": time.monotonic()}))
-    while True:
-        if renew_every > 0:
-            time.sleep(renew_every)
-            lk.renew()
-        else:
-            time.sleep(3600)
-
-
 def _start_holder(url, r, kind, name, ttl=TTL, renew_every=0.0):
-    p = start_child(_holder, url, kind, name, ttl, renew_every)
-    raw = pop_json(r, "ready", timeout=10)
-    if raw is None:
-        kill_child(p)
-        pytest.fail(f"{kind} holder did not report a grant")
-    return p, json.loads(raw)
+    """A process holding a lock of the kind until killed (renewing every
+    renew_every seconds if > 0), and the grant it reported."""
+    return start_holder(r, url, lambda c: make_lock(c, kind, name, ttl=ttl),
+                        renew_every=renew_every)
 
 
 @pytest.mark.parametrize("kind", ["expiring", "lease"])

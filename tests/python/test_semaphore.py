@@ -24,8 +24,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, NoLock, interrupt_acquire, join_all, kill_child, pass_gate, pop_json,
-                     start_child, wait_for)
+from helpers import (FORK, NoLock, Worker, interrupt_acquire, join_all, kill_child, pass_gate,
+                     run_in_threads, start_child, start_holder, wait_for)
 from history import (ConcurrencyError, Interval, OverlapError, RedisHistory,
                      check_max_concurrent, check_no_overlap)
 
@@ -143,28 +143,19 @@ def test_threads_share_one_object_up_to_the_limit(client) -> None:
     inside = [0]
     peak = [0]
     mu = threading.Lock()
-    errors: List[BaseException] = []
 
-    def worker() -> None:
-        try:
-            for _ in range(10):
-                with sem:
-                    assert sem.held_count() == 1 and sem.permit_id is not None
-                    with mu:
-                        inside[0] += 1
-                        peak[0] = max(peak[0], inside[0])
-                    time.sleep(0.005)
-                    with mu:
-                        inside[0] -= 1
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+    def worker(_i: int) -> None:
+        for _ in range(10):
+            with sem:
+                assert sem.held_count() == 1 and sem.permit_id is not None
+                with mu:
+                    inside[0] += 1
+                    peak[0] = max(peak[0], inside[0])
+                time.sleep(0.005)
+                with mu:
+                    inside[0] -= 1
 
-    threads = [threading.Thread(target=worker) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert errors == []
+    run_in_threads(worker, 6, 30)
     assert peak[0] == 2
     assert sem.available() == 2
 
@@ -174,19 +165,13 @@ def test_permit_belongs_to_the_thread_that_took_it(client) -> None:
     assert sem.acquire() and sem.acquire()
     assert sem.held_count() == 2 and sem.available() == 1
     first_two = set(permits_of_sem(sem))
-    errs: List[BaseException] = []
 
     def other() -> None:
-        try:
-            assert sem.held_count() == 0 and sem.owned() is False
-            sem.release()
-        except BaseException as e:  # noqa: BLE001
-            errs.append(e)
+        assert sem.held_count() == 0 and sem.owned() is False
+        sem.release()
 
-    t = threading.Thread(target=other)
-    t.start()
-    t.join(5)
-    assert len(errs) == 1 and isinstance(errs[0], hilock.LockNotOwnedError)
+    with pytest.raises(hilock.LockNotOwnedError):
+        Worker(other).outcome(5)
     assert set(permits_of_sem(sem)) == first_two
     sem.release()
     sem.release()
@@ -370,20 +355,10 @@ def test_max_hold_lets_the_permit_lapse(client) -> None:
     other.release()
 
 
-def _dying_holder(url: str, name: str, ttl: float) -> None:
-    r = redis.Redis.from_url(url)
-    sem = hilock.Client(url).semaphore(name, 1, ttl=ttl)
-    assert sem.acquire(timeout=5)
-    r.rpush("ready", json.dumps({"permit": sem.permit_id}))
-    time.sleep(3600)
-
-
 def test_sigkilled_holder_frees_its_permit_within_ttl(client, rds, redis_url) -> None:
     ttl = 1.0
-    p = start_child(_dying_holder, redis_url, "victim", ttl)
-    raw = pop_json(rds, "ready", timeout=10)
-    assert raw is not None, "holder did not report"
-    permit = json.loads(raw)["permit"]
+    p, permit = start_holder(rds, redis_url, lambda c: c.semaphore("victim", 1, ttl=ttl),
+                             lambda sem: sem.permit_id)
     time.sleep(ttl * 1.2)          # renewed past its first TTL while alive
     assert permit in permits_of(rds, "victim")
     kill_child(p)
