@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import os
 import platform
 import select
@@ -49,7 +48,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 if "hilock" not in sys.modules:
@@ -62,10 +61,11 @@ import hilock  # noqa: E402
 from hilock._server import RedisServer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import find_binary  # noqa: E402
+from bench import find_binary, write_json  # noqa: E402
 
 Cycle = Tuple[Callable[[], bool], Callable[[], None]]
 Medians = Dict[str, Tuple[float, float]]
+ACQ, CYCLE = 0, 1  # the columns of a Medians entry: acquire p50 µs, µs per cycle
 
 
 def run(acquire: Callable[[], bool], release: Callable[[], None],
@@ -131,6 +131,43 @@ def add_pottery(contestants: Dict[str, Cycle], urls: Sequence[str],
     keep += masters
 
 
+def print_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A Markdown table (the first column left-aligned, the others right),
+    then a blank line."""
+    print("| " + " | ".join(head) + " |")
+    print("|---|" + "---:|" * (len(head) - 1))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+
+
+def ratios_of(med: Medians,
+              wanted: Sequence[Tuple[str, str, str, int]]) -> List[Tuple[str, float]]:
+    """For each (label, num, den, column) whose two contestants both ran:
+    (label, num / den in that column); printed as a table, and returned."""
+    ratios = [(label, med[num][col] / med[den][col])
+              for label, num, den, col in wanted if num in med and den in med]
+    print_table(["ratio", "value"], ([label, f"{v:.2f}"] for label, v in ratios))
+    return ratios
+
+
+# The ratios both measurements report (label, numerator, denominator, column).
+HILOCK_RATIOS = [
+    ("hilock Redlock acquire: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
+     "hilock Redlock, 1 node", ACQ),
+    ("hilock Redlock 5 nodes acquire / hilock Lock acquire", "hilock Redlock, 5 nodes",
+     "hilock Lock, 1 node", ACQ),
+    ("hilock Redlock cycle: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
+     "hilock Redlock, 1 node", CYCLE),
+]
+POTTERY_RATIOS = [
+    ("pottery Redlock acquire: 5 nodes / 1 node", "pottery Redlock, 5 nodes",
+     "pottery Redlock, 1 node", ACQ),
+    ("pottery / hilock, acquire, 5 nodes", "pottery Redlock, 5 nodes",
+     "hilock Redlock, 5 nodes", ACQ),
+]
+
+
 # -- loopback ---------------------------------------------------------------
 
 def loopback(urls: Sequence[str], args: argparse.Namespace,
@@ -151,36 +188,17 @@ def loopback(urls: Sequence[str], args: argparse.Namespace,
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"median of {args.rounds} rounds of {args.seconds} s")
     print()
-    print("| contestant | acquire (or round) p50 µs | µs/cycle | cycles/s |")
-    print("|---|---:|---:|---:|")
-    for k, (acq, cyc) in med.items():
-        print(f"| {k} | {acq:,.0f} | {cyc:,.0f} | {1e6 / cyc:,.0f} |")
-    print()
-    ratios: List[Tuple[str, float]] = []
-
-    def ratio(label: str, num: str, den: str, col: int) -> None:
-        if num in med and den in med:
-            ratios.append((label, med[num][col] / med[den][col]))
-
-    ratio("floor: EXISTS round, 5 nodes / 1 node", "floor: EXISTS round, 5 nodes",
-          "floor: EXISTS round, 1 node", 0)
-    ratio("hilock Redlock acquire: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
-          "hilock Redlock, 1 node", 0)
-    ratio("hilock Redlock 5 nodes acquire / hilock Lock acquire", "hilock Redlock, 5 nodes",
-          "hilock Lock, 1 node", 0)
-    ratio("hilock Redlock cycle: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
-          "hilock Redlock, 1 node", 1)
-    ratio("pottery Redlock acquire: 5 nodes / 1 node", "pottery Redlock, 5 nodes",
-          "pottery Redlock, 1 node", 0)
-    ratio("pottery / hilock, acquire, 5 nodes", "pottery Redlock, 5 nodes",
-          "hilock Redlock, 5 nodes", 0)
-    ratio("pottery / hilock, cycle, 5 nodes", "pottery Redlock, 5 nodes",
-          "hilock Redlock, 5 nodes", 1)
-    print("| ratio | value |")
-    print("|---|---:|")
-    for label, v in ratios:
-        print(f"| {label} | {v:.2f} |")
-    print()
+    print_table(["contestant", "acquire (or round) p50 µs", "µs/cycle", "cycles/s"],
+                ([k, f"{acq:,.0f}", f"{cyc:,.0f}", f"{1e6 / cyc:,.0f}"]
+                 for k, (acq, cyc) in med.items()))
+    ratios = ratios_of(med, [
+        ("floor: EXISTS round, 5 nodes / 1 node", "floor: EXISTS round, 5 nodes",
+         "floor: EXISTS round, 1 node", ACQ),
+        *HILOCK_RATIOS,
+        *POTTERY_RATIOS,
+        ("pottery / hilock, cycle, 5 nodes", "pottery Redlock, 5 nodes",
+         "hilock Redlock, 5 nodes", CYCLE),
+    ])
     return med, ratios
 
 
@@ -283,37 +301,19 @@ def emulated(nodes: Sequence[RedisServer], rtt_us: int, proxy_bin: Path,
           f"5 redis-servers on loopback; median of {args.rounds} rounds of {args.seconds} s; "
           f"one measured round trip: {rt:,.0f} µs")
     print()
-    print("| contestant | acquire (or round) p50 µs | in round trips | µs/cycle |")
-    print("|---|---:|---:|---:|")
-    for k, (acq, cyc) in med.items():
-        print(f"| {k} | {acq:,.0f} | {acq / rt:.2f} | {cyc:,.0f} |")
-    print()
-    ratios: List[Tuple[str, float]] = []
-
-    def ratio(label: str, num: str, den: str, col: int = 0) -> None:
-        if num in med and den in med:
-            ratios.append((label, med[num][col] / med[den][col]))
-
-    ratio("hilock Redlock acquire: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
-          "hilock Redlock, 1 node")
-    ratio("hilock Redlock 5 nodes acquire / hilock Lock acquire", "hilock Redlock, 5 nodes",
-          "hilock Lock, 1 node")
-    ratio("hilock Redlock cycle: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
-          "hilock Redlock, 1 node", 1)
-    ratio("floor: parallel, 3rd of 5 / 1 round trip", "floor: parallel, 3rd of 5",
-          "floor: 1 round trip")
-    ratio("floor: parallel, all 5 / 1 round trip", "floor: parallel, all 5",
-          "floor: 1 round trip")
-    ratio("floor: sequential, 5 / 1 round trip", "floor: sequential, 5", "floor: 1 round trip")
-    ratio("pottery Redlock acquire: 5 nodes / 1 node", "pottery Redlock, 5 nodes",
-          "pottery Redlock, 1 node")
-    ratio("pottery / hilock, acquire, 5 nodes", "pottery Redlock, 5 nodes",
-          "hilock Redlock, 5 nodes")
-    print("| ratio | value |")
-    print("|---|---:|")
-    for label, v in ratios:
-        print(f"| {label} | {v:.2f} |")
-    print()
+    print_table(["contestant", "acquire (or round) p50 µs", "in round trips", "µs/cycle"],
+                ([k, f"{acq:,.0f}", f"{acq / rt:.2f}", f"{cyc:,.0f}"]
+                 for k, (acq, cyc) in med.items()))
+    ratios = ratios_of(med, [
+        *HILOCK_RATIOS,
+        ("floor: parallel, 3rd of 5 / 1 round trip", "floor: parallel, 3rd of 5",
+         "floor: 1 round trip", ACQ),
+        ("floor: parallel, all 5 / 1 round trip", "floor: parallel, all 5",
+         "floor: 1 round trip", ACQ),
+        ("floor: sequential, 5 / 1 round trip", "floor: sequential, 5",
+         "floor: 1 round trip", ACQ),
+        *POTTERY_RATIOS,
+    ])
     return {"medians_us": med, "ratios": dict(ratios)}
 
 
@@ -384,7 +384,7 @@ def main() -> int:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     if args.json:
         out["versions"] = versions
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        write_json(args.json, out)
     return 0
 
 
