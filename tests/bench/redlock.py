@@ -141,30 +141,50 @@ def print_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
     print()
 
 
-def ratios_of(med: Medians,
-              wanted: Sequence[Tuple[str, str, str, int]]) -> List[Tuple[str, float]]:
-    """For each (label, num, den, column) whose two contestants both ran:
-    (label, num / den in that column); printed as a table, and returned."""
+def ratios_of(med: Medians) -> List[Tuple[str, float]]:
+    """For each of RATIOS whose two contestants med has: (label, num / den
+    in that column); printed as a table, and returned."""
     ratios = [(label, med[num][col] / med[den][col])
-              for label, num, den, col in wanted if num in med and den in med]
+              for label, num, den, col in RATIOS if num in med and den in med]
     print_table(["ratio", "value"], ([label, f"{v:.2f}"] for label, v in ratios))
     return ratios
 
 
-# The ratios both measurements report (label, numerator, denominator, column).
-HILOCK_RATIOS = [
+def report(title: str, med: Medians, head: Sequence[str],
+           cells: Callable[[float, float], List[str]]) -> List[Tuple[str, float]]:
+    """The title; a table of the medians, a row per contestant (its name,
+    its acquire p50 and the cells(acquire, cycle) under head); and the
+    ratios (see ratios_of), which are returned."""
+    print(title)
+    print()
+    print_table(["contestant", "acquire (or round) p50 µs", *head],
+                ([k, f"{acq:,.0f}", *cells(acq, cyc)] for k, (acq, cyc) in med.items()))
+    return ratios_of(med)
+
+
+# The ratios reported (label, numerator, denominator, column): each where
+# the measurement ran both contestants (see ratios_of).
+RATIOS = [
+    ("floor: EXISTS round, 5 nodes / 1 node", "floor: EXISTS round, 5 nodes",
+     "floor: EXISTS round, 1 node", ACQ),
     ("hilock Redlock acquire: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
      "hilock Redlock, 1 node", ACQ),
     ("hilock Redlock 5 nodes acquire / hilock Lock acquire", "hilock Redlock, 5 nodes",
      "hilock Lock, 1 node", ACQ),
     ("hilock Redlock cycle: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
      "hilock Redlock, 1 node", CYCLE),
-]
-POTTERY_RATIOS = [
+    ("floor: parallel, 3rd of 5 / 1 round trip", "floor: parallel, 3rd of 5",
+     "floor: 1 round trip", ACQ),
+    ("floor: parallel, all 5 / 1 round trip", "floor: parallel, all 5",
+     "floor: 1 round trip", ACQ),
+    ("floor: sequential, 5 / 1 round trip", "floor: sequential, 5",
+     "floor: 1 round trip", ACQ),
     ("pottery Redlock acquire: 5 nodes / 1 node", "pottery Redlock, 5 nodes",
      "pottery Redlock, 1 node", ACQ),
     ("pottery / hilock, acquire, 5 nodes", "pottery Redlock, 5 nodes",
      "hilock Redlock, 5 nodes", ACQ),
+    ("pottery / hilock, cycle, 5 nodes", "pottery Redlock, 5 nodes",
+     "hilock Redlock, 5 nodes", CYCLE),
 ]
 
 
@@ -184,21 +204,11 @@ def loopback(urls: Sequence[str], args: argparse.Namespace,
     add_pottery(contestants, urls, versions, keep)
     med = measure(contestants, args.rounds, args.seconds)
 
-    print(f"Redlock acquire + release, uncontended, 5 redis-servers on loopback, "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
-          f"median of {args.rounds} rounds of {args.seconds} s")
-    print()
-    print_table(["contestant", "acquire (or round) p50 µs", "µs/cycle", "cycles/s"],
-                ([k, f"{acq:,.0f}", f"{cyc:,.0f}", f"{1e6 / cyc:,.0f}"]
-                 for k, (acq, cyc) in med.items()))
-    ratios = ratios_of(med, [
-        ("floor: EXISTS round, 5 nodes / 1 node", "floor: EXISTS round, 5 nodes",
-         "floor: EXISTS round, 1 node", ACQ),
-        *HILOCK_RATIOS,
-        *POTTERY_RATIOS,
-        ("pottery / hilock, cycle, 5 nodes", "pottery Redlock, 5 nodes",
-         "hilock Redlock, 5 nodes", CYCLE),
-    ])
+    title = (f"Redlock acquire + release, uncontended, 5 redis-servers on loopback, "
+             f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
+             f"median of {args.rounds} rounds of {args.seconds} s")
+    ratios = report(title, med, ["µs/cycle", "cycles/s"],
+                    lambda acq, cyc: [f"{cyc:,.0f}", f"{1e6 / cyc:,.0f}"])
     return med, ratios
 
 
@@ -297,23 +307,11 @@ def emulated(nodes: Sequence[RedisServer], rtt_us: int, proxy_bin: Path,
         proxy.wait(timeout=5)
 
     rt = med["floor: 1 round trip"][0]
-    print(f"Emulated round trip {rtt_us} µs (delayproxy: {rtt_us // 2} µs each way), "
-          f"5 redis-servers on loopback; median of {args.rounds} rounds of {args.seconds} s; "
-          f"one measured round trip: {rt:,.0f} µs")
-    print()
-    print_table(["contestant", "acquire (or round) p50 µs", "in round trips", "µs/cycle"],
-                ([k, f"{acq:,.0f}", f"{acq / rt:.2f}", f"{cyc:,.0f}"]
-                 for k, (acq, cyc) in med.items()))
-    ratios = ratios_of(med, [
-        *HILOCK_RATIOS,
-        ("floor: parallel, 3rd of 5 / 1 round trip", "floor: parallel, 3rd of 5",
-         "floor: 1 round trip", ACQ),
-        ("floor: parallel, all 5 / 1 round trip", "floor: parallel, all 5",
-         "floor: 1 round trip", ACQ),
-        ("floor: sequential, 5 / 1 round trip", "floor: sequential, 5",
-         "floor: 1 round trip", ACQ),
-        *POTTERY_RATIOS,
-    ])
+    title = (f"Emulated round trip {rtt_us} µs (delayproxy: {rtt_us // 2} µs each way), "
+             f"5 redis-servers on loopback; median of {args.rounds} rounds of {args.seconds} s; "
+             f"one measured round trip: {rt:,.0f} µs")
+    ratios = report(title, med, ["in round trips", "µs/cycle"],
+                    lambda acq, cyc: [f"{acq / rt:.2f}", f"{cyc:,.0f}"])
     return {"medians_us": med, "ratios": dict(ratios)}
 
 
