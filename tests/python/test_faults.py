@@ -1,11 +1,13 @@
 """Faults: holders that die, stale holders, lost scripts, a restarted server."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import os
 import threading
 import time
+from typing import Any, Iterator, Tuple
 
 import pytest
 import redis
@@ -251,11 +253,19 @@ def test_reconnect_after_server_restart(own_server) -> None:
             held.release()
 
 
-def test_command_waits_for_server_within_reconnect_budget(own_server) -> None:
-    with hilock.Client(own_server.url, reconnect=5.0) as c:
-        lk = c.lock("patience", ttl=10)
+@contextlib.contextmanager
+def _server_gone(srv, reconnect: float, name: str) -> Iterator[Tuple[hilock.Client, Any]]:
+    """A client on srv (with the given reconnect budget) and a lock object
+    named name; the client has connected (a PING), then srv is stopped."""
+    with hilock.Client(srv.url, reconnect=reconnect) as c:
+        lk = c.lock(name, ttl=10)
         c.ping()
-        own_server.stop()
+        srv.stop()
+        yield c, lk
+
+
+def test_command_waits_for_server_within_reconnect_budget(own_server) -> None:
+    with _server_gone(own_server, 5.0, "patience") as (c, lk):
         t = threading.Timer(0.5, own_server.start)
         t.start()
         try:
@@ -269,10 +279,7 @@ def test_command_waits_for_server_within_reconnect_budget(own_server) -> None:
 
 
 def test_server_down_fails_with_connection_error(own_server) -> None:
-    with hilock.Client(own_server.url, reconnect=0.5) as c:
-        lk = c.lock("down", ttl=10)
-        c.ping()
-        own_server.stop()
+    with _server_gone(own_server, 0.5, "down") as (c, lk):
         t0 = time.monotonic()
         with pytest.raises(hilock.ConnectionError) as info:
             lk.acquire(timeout=1.0)

@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import time
+from typing import List
 
 import pytest
 import redis
@@ -53,11 +54,17 @@ def test_acquire_release_fences_and_names(client: hilock.Client, rds: redis.Redi
     assert m.missing == ()
 
 
+def _one_name_held(client: hilock.Client, held: str, names: List[str], **opts):
+    """A plain lock holding the name held, and a multi-lock (made with
+    opts) over names, held among them."""
+    single = client.lock(held, ttl=10.0, auto_renew=False)
+    assert single.acquire(blocking=False)
+    return single, client.multi_lock(names, ttl=10.0, **opts)
+
+
 def test_one_busy_name_takes_nothing_and_times_out(client: hilock.Client,
                                                     rds: redis.Redis) -> None:
-    single = client.lock("y", ttl=10.0, auto_renew=False)
-    assert single.acquire(blocking=False)
-    m = client.multi_lock(["x", "y", "z"], ttl=10.0, timeout=0.3)
+    single, m = _one_name_held(client, "y", ["x", "y", "z"], timeout=0.3)
     assert m.acquire(blocking=False) is False
     assert not rds.exists(lock_key("x")) and not rds.exists(lock_key("z"))
     assert not rds.exists("hilock:{x}:fence")
@@ -200,9 +207,7 @@ def test_max_hold_stops_renewal_and_every_name_lapses(client: hilock.Client,
 
 def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Client,
                                                                rds: redis.Redis) -> None:
-    single = client.lock("k2", ttl=10.0, auto_renew=False)
-    assert single.acquire(blocking=False)
-    m = client.multi_lock(["k1", "k2"], ttl=10.0)
+    single, m = _one_name_held(client, "k2", ["k1", "k2"])
     w = Worker(m.acquire, True, 8.0)
     w.start()
     wait_blocked(rds, 1)
@@ -216,9 +221,7 @@ def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Cli
 
 def test_ctrl_c_interrupts_a_blocked_multi_acquire(client: hilock.Client,
                                                    rds: redis.Redis) -> None:
-    holder = client.lock("i2", ttl=10.0, auto_renew=False)
-    assert holder.acquire(blocking=False)
-    m = client.multi_lock(["i1", "i2"], ttl=10.0)
+    holder, m = _one_name_held(client, "i2", ["i1", "i2"])
     intr = acquire_interrupted(m)
     assert intr.caught - intr.began < 3.0
     assert m.token is None and m.validity == 0.0
