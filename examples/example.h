@@ -35,6 +35,8 @@ static inline int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static inline int64_t now_ms(void) { return now_ns() / 1000000; }
+
 static inline double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

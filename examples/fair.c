@@ -7,26 +7,12 @@
  *
  *   fair [url]             url defaults to $HILOCK_URL, $REDIS_URL or
  *                          redis://127.0.0.1:6379/0 */
-#include <hilock/hilock.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
+
+#include "example.h"
 
 #define WORKERS 5
-
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
 
 typedef struct worker {
   int id;
@@ -56,12 +42,7 @@ int main(int argc, char **argv) {
   int started = 0, status = 1, rc;
   int64_t waiting = 0;
 
-  rc = hilock_client_new(url, NULL, &c);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    goto out;
-  }
+  if (client_connect(url, &c) != HILOCK_OK) goto out;
   if (hilock_fair_lock_new(c, "printer", 7, 10000, &busy) != HILOCK_OK ||
       hilock_fair_lock_new(c, "printer", 7, 10000, &latecomer) != HILOCK_OK) {
     fprintf(stderr, "fair lock: %s\n", hilock_client_errmsg(c));

@@ -11,24 +11,10 @@
  *
  *   rwlock [url]           url defaults to $HILOCK_URL, $REDIS_URL or
  *                          redis://127.0.0.1:6379/0 */
-#include <hilock/hilock.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
 
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
+#include "example.h"
 
 static hilock_rwlock *catalog;
 
@@ -74,12 +60,7 @@ int main(int argc, char **argv) {
   pthread_t t[5];
   int rc, status = 1;
 
-  rc = hilock_client_new(url, NULL, &c);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            c ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    goto out;
-  }
+  if (client_connect(url, &c) != HILOCK_OK) goto out;
   if (hilock_rwlock_new(c, "catalog", 7, 10000, &catalog) != HILOCK_OK) {
     fprintf(stderr, "rwlock: %s\n", hilock_client_errmsg(c));
     goto out;

@@ -11,35 +11,15 @@
  *
  *   semaphore [url]        url defaults to $HILOCK_URL, $REDIS_URL or
  *                          redis://127.0.0.1:6379/0 */
-#include <hilock/hilock.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "example.h"
 
 #define NAME "reports"
 #define WORKERS 5
-
-static const char *redis_url(int argc, char **argv) {
-  const char *url = argc > 1 ? argv[1] : getenv("HILOCK_URL");
-  if (url == NULL || *url == '\0') url = getenv("REDIS_URL");
-  if (url == NULL || *url == '\0') url = "redis://127.0.0.1:6379/0";
-  return url;
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
 
 static hilock_client *client;
 static atomic_int inside, most_inside;
@@ -73,12 +53,7 @@ int main(int argc, char **argv) {
   int64_t free_now = 0, limit = 0, t0;
   int rc, status = 1;
 
-  rc = hilock_client_new(url, NULL, &client);
-  if (rc != HILOCK_OK) {
-    fprintf(stderr, "connect %s: %s\n", url,
-            client ? hilock_client_errmsg(client) : hilock_strerror(rc));
-    goto out;
-  }
+  if (client_connect(url, &client) != HILOCK_OK) goto out;
   if (hilock_semaphore_new(client, NAME, strlen(NAME), 3, 2000, &op) !=
       HILOCK_OK) {
     fprintf(stderr, "semaphore: %s\n", hilock_client_errmsg(client));

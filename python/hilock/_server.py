@@ -12,7 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional, Sequence
 
 
 def free_port() -> int:
@@ -21,6 +21,45 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def kill(proc: Optional[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL proc if it still runs, and reap it."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def start_sentinels(procs: List[subprocess.Popen[bytes]], binary: str, conf_dir: str,
+                    name: str, ports: Sequence[int], master_port: int, replica_port: int,
+                    listen: Callable[[int], List[str]] = lambda port: [f"port {port}"],
+                    ) -> None:
+    """Start one sentinel on 127.0.0.1 per port, appending each process to
+    procs as it starts (so that a failure leaves the caller the ones to
+    stop); their configs and logs go to conf_dir. They watch the master
+    ``name`` on master_port with a majority of them as quorum, and know each
+    other and the replica on replica_port from their config, so a failover
+    can start at once; down-after-milliseconds 1000, failover-timeout 3000.
+    ``listen(port)`` gives the config lines that say where one listens (a
+    plain port by default)."""
+    ids = [f"{i + 1:040d}" for i in range(len(ports))]
+    for i, port in enumerate(ports):
+        conf = os.path.join(conf_dir, f"sentinel{i}.conf")
+        lines = [*listen(port), "bind 127.0.0.1", f"dir {conf_dir}",
+                 f"logfile {conf_dir}/sentinel{i}.log",
+                 f"sentinel myid {ids[i]}",
+                 f"sentinel monitor {name} 127.0.0.1 {master_port} {len(ports) // 2 + 1}",
+                 f"sentinel down-after-milliseconds {name} 1000",
+                 f"sentinel failover-timeout {name} 3000",
+                 f"sentinel parallel-syncs {name} 1",
+                 f"sentinel known-replica {name} 127.0.0.1 {replica_port}"]
+        lines += [f"sentinel known-sentinel {name} 127.0.0.1 {p} {ids[j]}"
+                  for j, p in enumerate(ports) if j != i]
+        with open(conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        procs.append(subprocess.Popen([binary, conf, "--sentinel"], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
 
 class RedisServer:
@@ -50,13 +89,26 @@ class RedisServer:
     def pid(self) -> Optional[int]:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = 10.0) -> RedisServer:
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", self.dir,
-                "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")]
+    def listen_args(self) -> List[str]:
+        """The arguments that say where and how it listens: the plain port
+        (and the password). A subclass listening otherwise replaces them."""
+        args = ["--port", str(self.port)]
         if self.password:
             args += ["--requirepass", self.password]
-        args += self.extra_args
+        return args
+
+    def answers(self) -> bool:
+        """Whether it answers a PING yet (PONG, or NOAUTH behind a password);
+        OSError while it cannot be reached."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        args = [self.binary, *self.listen_args(), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log"),
+                *self.extra_args]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
@@ -65,11 +117,8 @@ class RedisServer:
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}; "
                                    f"see {self.dir}/redis.log")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    reply = s.recv(64)
-                    if reply.startswith((b"+PONG", b"-NOAUTH")):
-                        return self
+                if self.answers():
+                    return self
             except OSError:
                 pass
             time.sleep(0.02)
@@ -78,10 +127,7 @@ class RedisServer:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        kill(proc)
 
     def cleanup(self) -> None:
         self.stop()
@@ -165,25 +211,8 @@ class SentinelDeployment:
             if time.monotonic() > deadline:
                 raise RuntimeError("the master never counted the replica")
             time.sleep(0.05)
-        ids = [f"{i + 1:040d}" for i in range(len(self.sentinel_ports))]
-        for i, port in enumerate(self.sentinel_ports):
-            conf = os.path.join(self.master.dir, f"sentinel{i}.conf")
-            lines = [f"port {port}", "bind 127.0.0.1", f"dir {self.master.dir}",
-                     f"logfile {self.master.dir}/sentinel{i}.log",
-                     f"sentinel myid {ids[i]}",
-                     f"sentinel monitor {self.name} 127.0.0.1 {self.master.port} "
-                     f"{len(self.sentinel_ports) // 2 + 1}",
-                     f"sentinel down-after-milliseconds {self.name} 1000",
-                     f"sentinel failover-timeout {self.name} 3000",
-                     f"sentinel parallel-syncs {self.name} 1",
-                     f"sentinel known-replica {self.name} 127.0.0.1 {self.replica.port}"]
-            lines += [f"sentinel known-sentinel {self.name} 127.0.0.1 {p} {ids[j]}"
-                      for j, p in enumerate(self.sentinel_ports) if j != i]
-            with open(conf, "w") as f:
-                f.write("\n".join(lines) + "\n")
-            self.sentinel_procs.append(subprocess.Popen(
-                [self.binary, conf, "--sentinel"], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        start_sentinels(self.sentinel_procs, self.binary, self.master.dir, self.name,
+                        self.sentinel_ports, self.master.port, self.replica.port)
         for port in self.sentinel_ports:
             while True:
                 quorum = self._command(port, "SENTINEL", "ckquorum", self.name)
@@ -249,9 +278,7 @@ class SentinelDeployment:
 
     def stop(self) -> None:
         for proc in self.sentinel_procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            kill(proc)
         self.sentinel_procs = []
         self.replica.cleanup()
         self.master.cleanup()

@@ -37,6 +37,7 @@ of a cycle instead.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -47,7 +48,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 WARMUP_S = 0.25
@@ -96,6 +97,43 @@ def version(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def require(*modules: str) -> List[Any]:
+    """The modules, imported; Skip if one of them is not importable (its
+    package is not installed)."""
+    found = []
+    for m in modules:
+        try:
+            found.append(importlib.import_module(m))
+        except ImportError:
+            raise Skip(f"skipped ({m} not importable)") from None
+    return found
+
+
+def versions_of(*dists: str) -> Dict[str, str]:
+    """The installed versions of dists (hilock's from the module when it is
+    imported: it may be importable without being pip-installed); printed on
+    one line, and returned."""
+    versions = {d: version(d) for d in dists}
+    if "hilock" in versions and "hilock" in sys.modules:
+        versions["hilock"] = getattr(sys.modules["hilock"], "__version__", versions["hilock"])
+    print("\nversions: " + ", ".join(f"{d} {v}" for d, v in versions.items()))
+    return versions
+
+
+def machine(server_version: str) -> Dict[str, Any]:
+    """What a JSON result starts with: the server's and Python's versions
+    and the number of CPUs."""
+    return {"redis_version": server_version, "python": platform.python_version(),
+            "cpus": os.cpu_count()}
+
+
+def write_json(path: str, result: Dict[str, Any]) -> None:
+    """The results, as indented JSON, to the file at path (--json)."""
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
 
 
 # -- contestants ----------------------------------------------------------
@@ -175,59 +213,35 @@ def granted(ok: bool, who: str) -> None:
         raise RuntimeError(f"{who}: an uncontended acquire was not granted")
 
 
-def make_hilock(url: str, auto_renew: bool = True) -> Callable[[], None]:
-    try:
-        import hilock
-    except ImportError:
-        raise Skip("skipped (hilock Python package not installed)") from None
-    lk = hilock.Client(url).lock("bench", ttl=30, auto_renew=auto_renew)
-
+def cycle_of(lk: Any, who: str) -> Callable[[], None]:
+    """One cycle on lk: a non-blocking acquire (which must be granted) and
+    a release."""
     def cycle() -> None:
-        granted(lk.acquire(blocking=False), "hilock")
+        granted(lk.acquire(blocking=False), who)
         lk.release()
     return cycle
+
+
+def make_hilock(url: str, auto_renew: bool = True) -> Callable[[], None]:
+    hilock, = require("hilock")
+    return cycle_of(hilock.Client(url).lock("bench", ttl=30, auto_renew=auto_renew), "hilock")
 
 
 def make_redis_py(url: str) -> Callable[[], None]:
-    try:
-        import redis
-    except ImportError:
-        raise Skip("skipped (redis-py not installed)") from None
-    lk = redis.Redis.from_url(url).lock("bench2", timeout=30)
-
-    def cycle() -> None:
-        granted(lk.acquire(blocking=False), "redis-py")
-        lk.release()
-    return cycle
+    redis, = require("redis")
+    return cycle_of(redis.Redis.from_url(url).lock("bench2", timeout=30), "redis-py")
 
 
 def make_python_redis_lock(url: str) -> Callable[[], None]:
-    try:
-        import redis
-        import redis_lock
-    except ImportError:
-        raise Skip("skipped (python-redis-lock not installed)") from None
-    lk = redis_lock.Lock(redis.Redis.from_url(url), "bench3", expire=30)
-
-    def cycle() -> None:
-        granted(lk.acquire(blocking=False), "python-redis-lock")
-        lk.release()
-    return cycle
+    redis, redis_lock = require("redis", "redis_lock")
+    return cycle_of(redis_lock.Lock(redis.Redis.from_url(url), "bench3", expire=30),
+                    "python-redis-lock")
 
 
 def make_pottery(url: str) -> Callable[[], None]:
-    try:
-        import pottery
-        import redis
-    except ImportError:
-        raise Skip("skipped (pottery not installed)") from None
-    lk = pottery.Redlock(key="bench4", masters={redis.Redis.from_url(url)},
-                         auto_release_time=30)
-
-    def cycle() -> None:
-        granted(lk.acquire(blocking=False), "pottery")
-        lk.release()
-    return cycle
+    pottery, redis = require("pottery", "redis")
+    return cycle_of(pottery.Redlock(key="bench4", masters={redis.Redis.from_url(url)},
+                                    auto_release_time=30), "pottery")
 
 
 # -- report ---------------------------------------------------------------
@@ -357,16 +371,11 @@ def main() -> int:
     print("\n| auto-renew: what it adds to a cycle | µs |\n|---|---:|")
     print(f"| C: b2 - b | {cost('hilock_c_renew', 'hilock_c')} |")
     print(f"| Python: c - c2 | {cost('hilock_py', 'hilock_py_norenew')} |")
-    versions = {d: version(d) for d in ("hilock", "redis", "python-redis-lock", "pottery")}
-    if "hilock" in sys.modules:  # importable without being pip-installed
-        versions["hilock"] = getattr(sys.modules["hilock"], "__version__", versions["hilock"])
-    print("\nversions: " + ", ".join(f"{d} {v}" for d, v in versions.items()))
+    versions = versions_of("hilock", "redis", "python-redis-lock", "pottery")
 
     if args.json:
         result = {
-            "redis_version": server_version,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
+            **machine(server_version),
             "rounds": args.rounds,
             "seconds": args.seconds,
             "pin": args.pin,
@@ -376,9 +385,7 @@ def main() -> int:
                              "skipped": c.skipped, "runs": c.runs} for c in contestants],
             "ratios": ratios,
         }
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 

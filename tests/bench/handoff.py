@@ -47,7 +47,15 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROOT, Skip, find_binary, load_redis_server, version  # noqa: E402
+from bench import (  # noqa: E402
+    Skip,
+    find_binary,
+    load_redis_server,
+    machine,
+    require,
+    versions_of,
+    write_json,
+)
 
 WARMUP = 10      # handoff samples dropped at the start
 TTL = 10         # seconds, every contestant
@@ -100,15 +108,6 @@ def make_python_redis_lock(url: str, name: str) -> Pair:
     import redis_lock
     lk = redis_lock.Lock(redis.Redis.from_url(url), name, expire=TTL)
     return lk.acquire, lk.release
-
-
-def check_import(*modules: str) -> None:
-    import importlib
-    for m in modules:
-        try:
-            importlib.import_module(m)
-        except ImportError:
-            raise Skip(f"skipped ({m} not importable)") from None
 
 
 # -- child processes --------------------------------------------------------
@@ -295,7 +294,7 @@ class Contestant:
             out = run_c(binary, "handoff", url, samples)
             self.handoff_us, self.min_wait_us = out["us"], out["min_wait_us"]
         else:
-            check_import(*self.modules)
+            require(*self.modules)
             self.handoff_us, self.min_wait_us = py_handoff(self.make, url, f"handoff:{self.key}", samples,
                                          timeout=samples * 0.3 + 30)
 
@@ -304,7 +303,7 @@ class Contestant:
             self.counts = run_c(binary, "contend", url, workers, seconds,
                                 timeout=seconds + 60)["counts"]
         else:
-            check_import(*self.modules)
+            require(*self.modules)
             self.counts = py_contend(self.make, url, f"contend:{self.key}", workers, seconds)
         self.seconds = seconds
 
@@ -503,16 +502,11 @@ def main() -> int:
           f"{f(summary['hilock_py_p99_ms'], '.2f')} ms.")
     print("- fairness (fewest / mean): " + ", ".join(
         f"{c.label} {f(c.fairness, '.2f')}" for c in cs) + ".")
-    versions = {d: version(d) for d in ("hilock", "redis", "python-redis-lock")}
-    if "hilock" in sys.modules:
-        versions["hilock"] = getattr(sys.modules["hilock"], "__version__", versions["hilock"])
-    print("\nversions: " + ", ".join(f"{d} {v}" for d, v in versions.items()))
+    versions = versions_of("hilock", "redis", "python-redis-lock")
 
     if args.json:
         result = {
-            "redis_version": server_version,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
+            **machine(server_version),
             "samples": samples,
             "seconds": seconds,
             "workers": args.workers,
@@ -530,9 +524,7 @@ def main() -> int:
             } for c in cs],
             "summary": summary,
         }
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
-            fh.write("\n")
+        write_json(args.json, result)
     return 0
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import os
 import platform
 import select
@@ -49,7 +48,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 if "hilock" not in sys.modules:
@@ -62,10 +61,11 @@ import hilock  # noqa: E402
 from hilock._server import RedisServer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import find_binary  # noqa: E402
+from bench import find_binary, write_json  # noqa: E402
 
 Cycle = Tuple[Callable[[], bool], Callable[[], None]]
 Medians = Dict[str, Tuple[float, float]]
+ACQ, CYCLE = 0, 1  # the columns of a Medians entry: acquire p50 µs, µs per cycle
 
 
 def run(acquire: Callable[[], bool], release: Callable[[], None],
@@ -131,6 +131,63 @@ def add_pottery(contestants: Dict[str, Cycle], urls: Sequence[str],
     keep += masters
 
 
+def print_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A Markdown table (the first column left-aligned, the others right),
+    then a blank line."""
+    print("| " + " | ".join(head) + " |")
+    print("|---|" + "---:|" * (len(head) - 1))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+
+
+def ratios_of(med: Medians) -> List[Tuple[str, float]]:
+    """For each of RATIOS whose two contestants med has: (label, num / den
+    in that column); printed as a table, and returned."""
+    ratios = [(label, med[num][col] / med[den][col])
+              for label, num, den, col in RATIOS if num in med and den in med]
+    print_table(["ratio", "value"], ([label, f"{v:.2f}"] for label, v in ratios))
+    return ratios
+
+
+def report(title: str, med: Medians, head: Sequence[str],
+           cells: Callable[[float, float], List[str]]) -> List[Tuple[str, float]]:
+    """The title; a table of the medians, a row per contestant (its name,
+    its acquire p50 and the cells(acquire, cycle) under head); and the
+    ratios (see ratios_of), which are returned."""
+    print(title)
+    print()
+    print_table(["contestant", "acquire (or round) p50 µs", *head],
+                ([k, f"{acq:,.0f}", *cells(acq, cyc)] for k, (acq, cyc) in med.items()))
+    return ratios_of(med)
+
+
+# The ratios reported (label, numerator, denominator, column): each where
+# the measurement ran both contestants (see ratios_of).
+RATIOS = [
+    ("floor: EXISTS round, 5 nodes / 1 node", "floor: EXISTS round, 5 nodes",
+     "floor: EXISTS round, 1 node", ACQ),
+    ("hilock Redlock acquire: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
+     "hilock Redlock, 1 node", ACQ),
+    ("hilock Redlock 5 nodes acquire / hilock Lock acquire", "hilock Redlock, 5 nodes",
+     "hilock Lock, 1 node", ACQ),
+    ("hilock Redlock cycle: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
+     "hilock Redlock, 1 node", CYCLE),
+    ("floor: parallel, 3rd of 5 / 1 round trip", "floor: parallel, 3rd of 5",
+     "floor: 1 round trip", ACQ),
+    ("floor: parallel, all 5 / 1 round trip", "floor: parallel, all 5",
+     "floor: 1 round trip", ACQ),
+    ("floor: sequential, 5 / 1 round trip", "floor: sequential, 5",
+     "floor: 1 round trip", ACQ),
+    ("pottery Redlock acquire: 5 nodes / 1 node", "pottery Redlock, 5 nodes",
+     "pottery Redlock, 1 node", ACQ),
+    ("pottery / hilock, acquire, 5 nodes", "pottery Redlock, 5 nodes",
+     "hilock Redlock, 5 nodes", ACQ),
+    ("pottery / hilock, cycle, 5 nodes", "pottery Redlock, 5 nodes",
+     "hilock Redlock, 5 nodes", CYCLE),
+]
+
+
 # -- loopback ---------------------------------------------------------------
 
 def loopback(urls: Sequence[str], args: argparse.Namespace,
@@ -147,40 +204,11 @@ def loopback(urls: Sequence[str], args: argparse.Namespace,
     add_pottery(contestants, urls, versions, keep)
     med = measure(contestants, args.rounds, args.seconds)
 
-    print(f"Redlock acquire + release, uncontended, 5 redis-servers on loopback, "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
-          f"median of {args.rounds} rounds of {args.seconds} s")
-    print()
-    print("| contestant | acquire (or round) p50 µs | µs/cycle | cycles/s |")
-    print("|---|---:|---:|---:|")
-    for k, (acq, cyc) in med.items():
-        print(f"| {k} | {acq:,.0f} | {cyc:,.0f} | {1e6 / cyc:,.0f} |")
-    print()
-    ratios: List[Tuple[str, float]] = []
-
-    def ratio(label: str, num: str, den: str, col: int) -> None:
-        if num in med and den in med:
-            ratios.append((label, med[num][col] / med[den][col]))
-
-    ratio("floor: EXISTS round, 5 nodes / 1 node", "floor: EXISTS round, 5 nodes",
-          "floor: EXISTS round, 1 node", 0)
-    ratio("hilock Redlock acquire: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
-          "hilock Redlock, 1 node", 0)
-    ratio("hilock Redlock 5 nodes acquire / hilock Lock acquire", "hilock Redlock, 5 nodes",
-          "hilock Lock, 1 node", 0)
-    ratio("hilock Redlock cycle: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
-          "hilock Redlock, 1 node", 1)
-    ratio("pottery Redlock acquire: 5 nodes / 1 node", "pottery Redlock, 5 nodes",
-          "pottery Redlock, 1 node", 0)
-    ratio("pottery / hilock, acquire, 5 nodes", "pottery Redlock, 5 nodes",
-          "hilock Redlock, 5 nodes", 0)
-    ratio("pottery / hilock, cycle, 5 nodes", "pottery Redlock, 5 nodes",
-          "hilock Redlock, 5 nodes", 1)
-    print("| ratio | value |")
-    print("|---|---:|")
-    for label, v in ratios:
-        print(f"| {label} | {v:.2f} |")
-    print()
+    title = (f"Redlock acquire + release, uncontended, 5 redis-servers on loopback, "
+             f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
+             f"median of {args.rounds} rounds of {args.seconds} s")
+    ratios = report(title, med, ["µs/cycle", "cycles/s"],
+                    lambda acq, cyc: [f"{cyc:,.0f}", f"{1e6 / cyc:,.0f}"])
     return med, ratios
 
 
@@ -279,41 +307,11 @@ def emulated(nodes: Sequence[RedisServer], rtt_us: int, proxy_bin: Path,
         proxy.wait(timeout=5)
 
     rt = med["floor: 1 round trip"][0]
-    print(f"Emulated round trip {rtt_us} µs (delayproxy: {rtt_us // 2} µs each way), "
-          f"5 redis-servers on loopback; median of {args.rounds} rounds of {args.seconds} s; "
-          f"one measured round trip: {rt:,.0f} µs")
-    print()
-    print("| contestant | acquire (or round) p50 µs | in round trips | µs/cycle |")
-    print("|---|---:|---:|---:|")
-    for k, (acq, cyc) in med.items():
-        print(f"| {k} | {acq:,.0f} | {acq / rt:.2f} | {cyc:,.0f} |")
-    print()
-    ratios: List[Tuple[str, float]] = []
-
-    def ratio(label: str, num: str, den: str, col: int = 0) -> None:
-        if num in med and den in med:
-            ratios.append((label, med[num][col] / med[den][col]))
-
-    ratio("hilock Redlock acquire: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
-          "hilock Redlock, 1 node")
-    ratio("hilock Redlock 5 nodes acquire / hilock Lock acquire", "hilock Redlock, 5 nodes",
-          "hilock Lock, 1 node")
-    ratio("hilock Redlock cycle: 5 nodes / 1 node", "hilock Redlock, 5 nodes",
-          "hilock Redlock, 1 node", 1)
-    ratio("floor: parallel, 3rd of 5 / 1 round trip", "floor: parallel, 3rd of 5",
-          "floor: 1 round trip")
-    ratio("floor: parallel, all 5 / 1 round trip", "floor: parallel, all 5",
-          "floor: 1 round trip")
-    ratio("floor: sequential, 5 / 1 round trip", "floor: sequential, 5", "floor: 1 round trip")
-    ratio("pottery Redlock acquire: 5 nodes / 1 node", "pottery Redlock, 5 nodes",
-          "pottery Redlock, 1 node")
-    ratio("pottery / hilock, acquire, 5 nodes", "pottery Redlock, 5 nodes",
-          "hilock Redlock, 5 nodes")
-    print("| ratio | value |")
-    print("|---|---:|")
-    for label, v in ratios:
-        print(f"| {label} | {v:.2f} |")
-    print()
+    title = (f"Emulated round trip {rtt_us} µs (delayproxy: {rtt_us // 2} µs each way), "
+             f"5 redis-servers on loopback; median of {args.rounds} rounds of {args.seconds} s; "
+             f"one measured round trip: {rt:,.0f} µs")
+    ratios = report(title, med, ["in round trips", "µs/cycle"],
+                    lambda acq, cyc: [f"{acq / rt:.2f}", f"{cyc:,.0f}"])
     return {"medians_us": med, "ratios": dict(ratios)}
 
 
@@ -384,7 +382,7 @@ def main() -> int:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     if args.json:
         out["versions"] = versions
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        write_json(args.json, out)
     return 0
 
 

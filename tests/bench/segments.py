@@ -19,7 +19,6 @@ sold. This is a benchmark, not a test: nothing here asserts on timing.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import load_redis_server, version  # noqa: E402
+from bench import load_redis_server, version, write_json  # noqa: E402
 
 CTX = mp.get_context("fork")
 NAME = "bench:segments"
@@ -155,10 +154,9 @@ def main() -> int:
         print(f"| {r['label']} | {r['sales_per_s']:,.0f} | {r['seconds']:.2f} | {vs} | "
               f"{min(r['counts'])}..{max(r['counts'])} |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"workers": args.workers, "stock": args.stock, "hold_ms": args.hold_ms,
-                       "redis_version": server_version, "rows": rows}, f, indent=2)
-            f.write("\n")
+        write_json(args.json, {"workers": args.workers, "stock": args.stock,
+                               "hold_ms": args.hold_ms, "redis_version": server_version,
+                               "rows": rows})
     return 0
 
 

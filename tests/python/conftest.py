@@ -25,14 +25,8 @@ if str(HERE) not in sys.path:
 from helpers import RedisServer  # noqa: E402  (pure Python, needs no extension)
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator["RedisServer"]:
-    """One redis-server on 127.0.0.1 for the whole session.
-
-    Fails (FileNotFoundError / RuntimeError) when redis-server is missing or
-    does not start: a lock library tested without Redis is not tested.
-    """
-    srv = RedisServer()
+def _running(srv: RedisServer) -> Iterator[RedisServer]:
+    """Start srv for a fixture, and remove it (process and directory) after."""
     try:
         srv.start()
         yield srv
@@ -40,8 +34,18 @@ def redis_server() -> Iterator["RedisServer"]:
         srv.cleanup()
 
 
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One redis-server on 127.0.0.1 for the whole session.
+
+    Fails (FileNotFoundError / RuntimeError) when redis-server is missing or
+    does not start: a lock library tested without Redis is not tested.
+    """
+    yield from _running(RedisServer())
+
+
 @pytest.fixture
-def redis_url(redis_server: "RedisServer") -> str:
+def redis_url(redis_server: RedisServer) -> str:
     if redis_server.proc is None or redis_server.proc.poll() is not None:
         # A test must never leave the shared server dead; restart it so the
         # next tests report their own results, and fail loudly meanwhile.
@@ -76,14 +80,26 @@ def client(rds, redis_url: str):
 
 
 @pytest.fixture
-def own_server() -> Iterator["RedisServer"]:
+def own_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, for tests that stop or restart it."""
-    srv = RedisServer()
+    yield from _running(RedisServer())
+
+
+@pytest.fixture
+def default_client_env(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> Iterator[None]:
+    """For the module-level functions (hilock.lock() and the like): $HILOCK_URL
+    names the session server and the default client is made afresh; the one
+    the test made is closed after it."""
+    import hilock._client as client_mod
+
+    monkeypatch.setenv("HILOCK_URL", redis_url)
+    monkeypatch.setattr(client_mod, "_default", None)
     try:
-        srv.start()
-        yield srv
+        yield
     finally:
-        srv.cleanup()
+        d = client_mod._default
+        if d is not None:
+            d.close()
 
 
 @pytest.fixture(autouse=True)

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import importlib.util
 import json
 import multiprocessing
 import os
+import random
 import select
 import signal
 import statistics
@@ -15,7 +17,9 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import pytest
 
 # pure Python, next to this file
 from history import RedisHistory, check_fences_increase, check_fifo, check_no_overlap
@@ -125,6 +129,49 @@ def kill_child(p, sig: int = signal.SIGKILL) -> None:
     p.join(5)
 
 
+def grant_of(lk) -> dict:
+    """What a holder process reports of its grant: pid, fence, token and
+    the monotonic time."""
+    return {"pid": os.getpid(), "fence": lk.fence, "token": lk.token, "t": time.monotonic()}
+
+
+def _hold_until_killed(url: str, make: Callable[[Any], Any], report: Callable[[Any], Any],
+                       renew_every: float) -> None:
+    """A holder process: take the lock make(client) makes (5 s at most),
+    push report(lock) on the list "ready", and hold on until killed,
+    calling renew() every renew_every seconds if that is > 0 (a lock
+    renewed automatically needs no help)."""
+    import redis
+
+    import hilock
+
+    r = redis.Redis.from_url(url)
+    lk = make(hilock.Client(url))
+    if not lk.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps(report(lk)))
+    while True:
+        if renew_every > 0:
+            time.sleep(renew_every)
+            lk.renew()
+        else:
+            time.sleep(3600)
+
+
+def start_holder(r, url: str, make: Callable[[Any], Any],
+                 report: Callable[[Any], Any] = grant_of, renew_every: float = 0.0,
+                 start: Callable[..., Any] = start_child) -> Tuple[Any, Any]:
+    """Start a holder process (see _hold_until_killed) with start (start_child
+    or start_child_collected); returns it and its report. The process is
+    killed when no report comes within 10 s."""
+    p = start(_hold_until_killed, url, make, report, renew_every)
+    try:
+        return p, pop_report(r, "ready")
+    except BaseException:
+        kill_child(p)
+        raise
+
+
 def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.01,
              what: str = "condition") -> Any:
     """Poll pred until it returns a true value; fail after timeout seconds."""
@@ -142,6 +189,83 @@ def pop_json(r, key: str, timeout: float) -> Optional[bytes]:
     """BLPOP one element from key within timeout seconds (None if none)."""
     got = r.blpop([key], timeout=timeout)
     return None if got is None else got[1]
+
+
+def pop_report(r, key: str = "report", timeout: float = 10.0) -> dict:
+    """The next report (JSON) a child process pushed on list key; fails if
+    none comes in time."""
+    raw = pop_json(r, key, timeout)
+    assert raw is not None, f"no report on {key!r} within {timeout} s"
+    return json.loads(raw)
+
+
+# -- contending processes -------------------------------------------------------
+#
+# The exclusion tests start their contenders behind a start gate (a FORK
+# Event), so that all of them are running when the contention begins, and
+# give every wait a generous bound: a contender that does not get its turn
+# fails its process instead of hanging the test.
+
+def pass_gate(gate) -> None:
+    """In a contender: wait (20 s at most) for the start gate to open."""
+    if not gate.wait(20):
+        raise RuntimeError("start gate never opened")
+
+
+def acquire_within(lk, what: str = "acquire timed out", timeout: float = 20) -> float:
+    """Acquire lk, waiting timeout seconds at most, else raise
+    RuntimeError(what); return the monotonic time of the grant."""
+    if not lk.acquire(timeout=timeout):
+        raise RuntimeError(what)
+    return time.monotonic()
+
+
+def open_gate(gate, procs: List[Any], timeout: float) -> float:
+    """Open the start gate of procs (after a moment for the last of them to
+    reach it) and join them all within timeout seconds (see join_all).
+    Returns the monotonic time at which the gate opened."""
+    time.sleep(0.05)
+    opened = time.monotonic()
+    gate.set()
+    join_all(procs, timeout)
+    return opened
+
+
+def sell_out(r, lk, tag: str, sell: Callable[[int], None], what: str = "acquire timed out",
+             read: Optional[Callable[[], int]] = None) -> None:
+    """A seller's loop (the overselling scenario): take lk, read the stock
+    {tag}:stock (read(), or a GET), and while any is left sell(stock) sells
+    one unit (a non-atomic SET of stock - 1); record every critical section
+    with the grant's fence on {tag}:history. Once the stock reads 0, push
+    "<pid>:<units sold>" on {tag}:sold (see counts_by_pid)."""
+    hist = RedisHistory(r, f"{tag}:history")
+    rnd = random.Random(os.getpid())
+    sold = 0
+    while True:
+        start = acquire_within(lk, what)
+        fence = lk.fence
+        stock = read() if read is not None else int(r.get(f"{tag}:stock"))
+        if stock > 0:
+            sell(stock)
+            sold += 1
+        end = time.monotonic()
+        lk.release()
+        hist.record(start, end, fence)
+        if stock <= 0:
+            break
+        # Leave the lock alone for a moment so the others get their turns.
+        time.sleep(rnd.uniform(0, 0.002))
+    r.rpush(f"{tag}:sold", f"{os.getpid()}:{sold}")
+
+
+def counts_by_pid(r, key: str) -> Dict[int, int]:
+    """The "<pid>:<count>" items the contenders pushed on list key, as
+    {pid: count}."""
+    counts = {}
+    for item in r.lrange(key, 0, -1):
+        pid, n = item.decode().split(":")
+        counts[int(pid)] = int(n)
+    return counts
 
 
 # -- shared by test_wait, test_renewal, test_fork and test_rlock ----------------
@@ -210,6 +334,16 @@ class Worker(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+def run_in_threads(fn: Callable[[int], Any], n: int, timeout: float) -> List[Any]:
+    """Run fn(0) .. fn(n - 1) at once, each in a Worker thread, and join
+    each within timeout seconds: fails if one is still running, re-raises
+    what one raised, else returns their results."""
+    workers = [Worker(fn, i, name=f"worker-{i}") for i in range(n)]
+    for w in workers:
+        w.start()
+    return [w.outcome(timeout) for w in workers]
 
 
 def start_child_collected(fn: Callable[..., Any], *args: Any):
@@ -304,19 +438,56 @@ def sigint_raises_keyboardinterrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
 
 
-def interrupt_main_after(delay: float) -> Tuple[threading.Thread, List[float]]:
-    """Send SIGINT to this process after delay seconds, from another thread
-    (the handler runs in the main thread). The list gets the send time."""
-    sent: List[float] = []
+NOT_RETURNED = "not returned"
+
+
+@dataclasses.dataclass
+class Interrupt:
+    """How a SIGINT into a wait went (monotonic times)."""
+
+    began: float                    # just before the wait began
+    sent: Optional[float] = None    # when SIGINT was sent (None: never)
+    caught: Optional[float] = None  # when KeyboardInterrupt was caught (None: never)
+    returned: Any = NOT_RETURNED    # what acquire returned (NOT_RETURNED: it raised)
+
+
+def interrupt_acquire(lk, delay: float = 0.3, timeout: float = 5.0,
+                      linger: float = 1.0) -> Interrupt:
+    """Send SIGINT to this process delay seconds into lk.acquire(timeout=
+    timeout), from a timer thread, with Python's own SIGINT handler (the
+    handler runs in the main thread). Should acquire return, a late SIGINT
+    is still caught during the linger seconds after it."""
+    if threading.current_thread() is not threading.main_thread():
+        raise AssertionError("signals need the main thread")
+    out = Interrupt(began=time.monotonic())
 
     def fire() -> None:
-        time.sleep(delay)
-        sent.append(time.monotonic())
+        out.sent = time.monotonic()
         os.kill(os.getpid(), signal.SIGINT)
 
-    t = threading.Thread(target=fire, daemon=True)
-    t.start()
-    return t, sent
+    timer = threading.Timer(delay, fire)
+    with sigint_raises_keyboardinterrupt():
+        try:
+            timer.start()
+            try:
+                out.returned = lk.acquire(timeout=timeout)
+                time.sleep(linger)
+            except KeyboardInterrupt:
+                out.caught = time.monotonic()
+        finally:
+            timer.cancel()
+            timer.join(5)
+    return out
+
+
+def acquire_interrupted(lk, timeout: float = 8.0) -> Interrupt:
+    """interrupt_acquire, which must end in a KeyboardInterrupt raised by
+    the acquire itself."""
+    i = interrupt_acquire(lk, timeout=timeout)
+    assert i.sent is not None, "SIGINT was never sent"
+    assert i.caught is not None and i.returned is NOT_RETURNED, \
+        f"no KeyboardInterrupt out of acquire, which returned {i.returned!r}"
+    return i
 
 
 # -- timing on a loaded machine -------------------------------------------------
@@ -412,11 +583,78 @@ def start_queued_waiter(url: str, make: MakeLock, order: OrderOf, name: str,
     return start_child(_queued_waiter, url, make, order, name, wait, report)
 
 
-def pop_report(r, key: str = "report", timeout: float = 10.0) -> dict:
-    """The next report of a queued waiter; fails if none comes in time."""
-    raw = pop_json(r, key, timeout)
-    assert raw is not None, f"no report on {key!r} within {timeout} s"
-    return json.loads(raw)
+def let_go(r, report: dict) -> None:
+    """Tell the queued waiter that sent report to release its grant."""
+    r.set(f"go:{report['pid']}", 1)
+
+
+@contextlib.contextmanager
+def dead_head(r, holder, start_head: Callable[[], Any],
+              start_next: Callable[[], Any]) -> Iterator[Tuple[dict, float]]:
+    """holder holds the lock; a waiter process queues behind it
+    (start_head()), then a second one (start_next()). The first is
+    SIGKILLed and holder releases: the release wakes the dead head, and only
+    it. The second must be granted next: yields its report and the seconds
+    from the kill to its grant while it holds; then lets it release. Both
+    processes are killed on the way out in any case."""
+    head = start_head()
+    nxt = None
+    try:
+        wait_for(lambda: holder.waiters() == 1, 5, what="head queued")
+        nxt = start_next()
+        wait_for(lambda: holder.waiters() == 2, 5, what="second queued")
+        kill_child(head)
+        killed = time.monotonic()
+        holder.release()
+        got = pop_report(r)
+        assert got["pid"] == nxt.pid, "not the live waiter was granted next"
+        yield got, got["t"] - killed
+        let_go(r, got)
+        join_all([nxt], 10)
+    finally:
+        kill_child(head)
+        if nxt is not None:
+            kill_child(nxt)
+
+
+def interrupted_queued_waiter(make: Callable[[str], Any], name: str) -> Tuple[Any, Any]:
+    """A holder of a new lock make(name) and a waiter behind it whose wait
+    a SIGINT ended: returns (holder, waiter); the waiter holds nothing."""
+    holder = make(name)
+    assert holder.acquire()
+    waiter = make(name)
+    # KeyboardInterrupt ended the wait (a late one, landing after acquire
+    # returned, still counts: nothing may be held then either).
+    assert interrupt_acquire(waiter).caught is not None
+    assert not waiter.owned()
+    return holder, waiter
+
+
+def check_new_queue_lock(lk, cls: type, place: str) -> None:
+    """A queue lock as made with a TTL of 10 s: a cls (and a LockBase), the
+    heartbeat 5 s, renewed automatically, and no grant yet: no fence, no
+    place in the queue (the attribute named place) and no token."""
+    import hilock
+
+    assert isinstance(lk, cls) and isinstance(lk, hilock.LockBase)
+    assert lk.ttl == 10.0 and lk.heartbeat == 5.0 and lk.auto_renew is True
+    assert lk.fence is None and getattr(lk, place) is None and lk.token is None
+
+
+def check_heartbeat(make: Callable[..., Any]) -> None:
+    """A queue lock's heartbeat, how long a waiter may go silent before it
+    loses its place (make(name, ttl=...) makes the lock): the TTL when that
+    is shorter than 5 s, but never under 0.5 s; it can be set, not below
+    0.5 s."""
+    import hilock
+
+    assert make("short", ttl=1.5).heartbeat == 1.5
+    assert make("tiny", ttl=0.1).heartbeat == 0.5
+    lk = make("settable")
+    with pytest.raises(hilock.InvalidArgument):
+        lk.heartbeat = 0.2  # below 0.5 s
+    lk.heartbeat = 1.25
+    assert lk.heartbeat == 1.25
 
 
 def _budget_loop(url: str, make: MakeLock, order: OrderOf, name: str, gate, tag: str,
@@ -431,12 +669,9 @@ def _budget_loop(url: str, make: MakeLock, order: OrderOf, name: str, gate, tag:
     hist = RedisHistory(r, f"{tag}:history")
     lk = make(hilock.Client(url), name)
     n = 0
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     while True:
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out: the queue stalled")
-        start = time.monotonic()
+        start = acquire_within(lk, "acquire timed out: the queue stalled")
         left = r.decr(f"{tag}:budget")
         if left >= 0:
             time.sleep(hold)
@@ -458,15 +693,9 @@ def contend_for_budget(r, url: str, tag: str, make: MakeLock, order: OrderOf, pr
     gate = FORK.Event()
     procs = [start_child(_budget_loop, url, make, order, f"shop:{tag}", gate, tag, hold)
              for _ in range(procs_n)]
-    time.sleep(0.05)
-    t0 = time.monotonic()
-    gate.set()
-    join_all(procs, 45)
+    t0 = open_gate(gate, procs, 45)
     took = time.monotonic() - t0
-    counts = {}
-    for item in r.lrange(f"{tag}:count", 0, -1):
-        pid, n = item.decode().split(":")
-        counts[int(pid)] = int(n)
+    counts = counts_by_pid(r, f"{tag}:count")
     hist = RedisHistory(r, f"{tag}:history").load()
     fairness = min(counts.values()) / statistics.mean(counts.values()) if counts else 0.0
     print(f"\n{tag}: {procs_n} processes, {budget} grants in {took:.2f} s, per-process "
@@ -502,11 +731,13 @@ def grants_after_queueing(holder, locks: List[Any], queued: Callable[[int], Any]
     return grants
 
 
-def check_queue_run(counts, hist, procs_n: int, budget: int, fairness: float) -> None:
-    """What contend_for_budget must show for a queue lock where nobody
-    leaves the queue: every process took part and the budget was spent
+def check_queue_contention(r, url: str, tag: str, make: MakeLock, order: OrderOf,
+                           procs_n: int, budget: int) -> None:
+    """contend_for_budget on a queue lock, where nobody leaves the queue;
+    it must show that every process took part and the budget was spent
     exactly, mutual exclusion, one fence per grant with none missing, grant
     k to queue place k, and a share for everyone."""
+    counts, hist, _, fairness = contend_for_budget(r, url, tag, make, order, procs_n, budget)
     assert len(counts) == procs_n and sum(counts.values()) == budget
     assert len(hist) == budget + procs_n  # one last look each at the spent budget
     assert check_no_overlap(hist) == len(hist)
@@ -517,25 +748,3 @@ def check_queue_run(counts, hist, procs_n: int, budget: int, fairness: float) ->
     # Strict FIFO with every process re-queueing at once is a round robin;
     # the margin is for processes descheduled on a busy machine.
     assert fairness >= 0.7, f"fewest/mean = {fairness:.3f}: {counts}"
-
-
-def interrupted_wait(waiter) -> bool:
-    """SIGINT this process 0.3 s into waiter.acquire(timeout=5); True if
-    KeyboardInterrupt ended the wait (a late one, landing after acquire
-    returned, still counts: nothing may be held then either)."""
-    if threading.current_thread() is not threading.main_thread():
-        raise AssertionError("signals need the main thread")
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    caught = False
-    with sigint_raises_keyboardinterrupt():
-        try:
-            timer.start()
-            try:
-                waiter.acquire(timeout=5.0)
-                time.sleep(1.0)
-            except KeyboardInterrupt:
-                caught = True
-        finally:
-            timer.cancel()
-            timer.join(5)
-    return caught

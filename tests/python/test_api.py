@@ -2,16 +2,14 @@
 module-level helpers, the client's lifetime, GIL release and Ctrl-C."""
 from __future__ import annotations
 
-import os
 import re
-import signal
 import threading
 import time
 
 import pytest
 
 import hilock
-from helpers import KINDS, make_lock
+from helpers import KINDS, NOT_RETURNED, Worker, interrupt_acquire, make_lock, run_in_threads
 
 
 # -- acquire / release / locked / owned ------------------------------------
@@ -211,18 +209,7 @@ def test_release_from_another_thread(client) -> None:
     """threading.Lock may be released by a thread other than the acquirer."""
     lk = client.lock("handoff", ttl=10)
     assert lk.acquire()
-    errors = []
-
-    def releaser():
-        try:
-            lk.release()
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    t = threading.Thread(target=releaser)
-    t.start()
-    t.join(5)
-    assert errors == []
+    Worker(lk.release).outcome(5)  # raises what release raised there
     assert lk.locked() is False
     assert lk.acquire(blocking=False)
     lk.release()
@@ -232,31 +219,21 @@ def _hammer(lock_for_thread, n_threads: int = 4, n_iter: int = 15):
     """Threads doing a non-atomic increment under a lock; returns the count
     and the number of times two threads were inside at once."""
     state = {"count": 0, "inside": 0, "overlaps": 0}
-    errors = []
 
     def worker(i):
         lk = lock_for_thread(i)
-        try:
-            for _ in range(n_iter):
-                assert lk.acquire(timeout=10)
-                state["inside"] += 1
-                if state["inside"] > 1:
-                    state["overlaps"] += 1
-                v = state["count"]
-                time.sleep(0.0005)
-                state["count"] = v + 1
-                state["inside"] -= 1
-                lk.release()
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        for _ in range(n_iter):
+            assert lk.acquire(timeout=10)
+            state["inside"] += 1
+            if state["inside"] > 1:
+                state["overlaps"] += 1
+            v = state["count"]
+            time.sleep(0.0005)
+            state["count"] = v + 1
+            state["inside"] -= 1
+            lk.release()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not any(t.is_alive() for t in threads)
-    assert errors == [], errors
+    run_in_threads(worker, n_threads, 30)
     return state["count"], state["overlaps"], n_threads * n_iter
 
 
@@ -400,33 +377,25 @@ def test_default_url_order(monkeypatch) -> None:
     assert hilock.default_url() == "redis://127.0.0.1:2222/0"
 
 
-def test_module_level_lock_uses_hilock_url(monkeypatch, rds, redis_url) -> None:
-    import hilock._client as client_mod
-
+def test_module_level_lock_uses_hilock_url(default_client_env, monkeypatch, rds,
+                                           redis_url) -> None:
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # must lose
-    monkeypatch.setenv("HILOCK_URL", redis_url)
-    monkeypatch.setattr(client_mod, "_default", None)
-    try:
-        with hilock.lock("module", ttl=5, timeout=1) as lk:
-            assert rds.get(b"hilock:{module}:lock") == lk.token.encode()
-            assert 4000 < rds.pttl(b"hilock:{module}:lock") <= 5000
-        assert rds.exists(b"hilock:{module}:lock") == 0
-        dc = hilock.default_client()
-        assert dc.url == redis_url
-        assert hilock.default_client() is dc  # one per process
+    with hilock.lock("module", ttl=5, timeout=1) as lk:
+        assert rds.get(b"hilock:{module}:lock") == lk.token.encode()
+        assert 4000 < rds.pttl(b"hilock:{module}:lock") <= 5000
+    assert rds.exists(b"hilock:{module}:lock") == 0
+    dc = hilock.default_client()
+    assert dc.url == redis_url
+    assert hilock.default_client() is dc  # one per process
 
-        s = hilock.simple_lock("module-simple")
-        assert s.acquire(blocking=False)
-        assert rds.pttl(b"hilock:{module-simple}:lock") == -1
-        s.release()
-        le = hilock.lease("module-lease", ttl=2)
-        assert le.acquire(blocking=False)
-        le.renew()
-        le.release()
-    finally:
-        d = client_mod._default
-        if d is not None:
-            d.close()
+    s = hilock.simple_lock("module-simple")
+    assert s.acquire(blocking=False)
+    assert rds.pttl(b"hilock:{module-simple}:lock") == -1
+    s.release()
+    le = hilock.lease("module-lease", ttl=2)
+    assert le.acquire(blocking=False)
+    le.renew()
+    le.release()
 
 
 def test_client_without_url_reads_environment(monkeypatch, rds, redis_url) -> None:
@@ -465,21 +434,12 @@ def test_close_is_safe_from_many_threads(redis_url) -> None:
     c = hilock.Client(redis_url)
     lk = c.lock("closing", ttl=5)
     barrier = threading.Barrier(4)
-    errors = []
 
-    def closer():
-        try:
-            barrier.wait(5)
-            c.close()
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+    def closer(_i: int) -> None:
+        barrier.wait(5)
+        c.close()
 
-    ts = [threading.Thread(target=closer) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(5)
-    assert errors == []
+    run_in_threads(closer, 4, 5)
     with pytest.raises(hilock.ConnectionError):
         lk.acquire(blocking=False)
 
@@ -560,37 +520,15 @@ def test_gil_released_while_blocked_in_acquire(client) -> None:
 
 
 def test_keyboard_interrupt_stops_blocked_acquire(client) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.fail("signals need the main thread")
     holder = client.lock("ctrl-c", ttl=30)
     assert holder.acquire()
     waiter = client.lock("ctrl-c", ttl=30)
-    sent = []
-
-    def interrupt():
-        sent.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)
-
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.3, interrupt)
-    caught = None
-    returned = "not returned"
-    try:
-        timer.start()
-        try:
-            returned = waiter.acquire(timeout=5.0)
-            # A late interrupt lands here, still inside the try.
-            time.sleep(1.0)
-        except KeyboardInterrupt:
-            caught = time.monotonic()
-    finally:
-        timer.cancel()
-        timer.join(5)
-        signal.signal(signal.SIGINT, old)
-    assert sent, "the timer never fired"
-    assert caught is not None, f"no KeyboardInterrupt; acquire returned {returned!r}"
-    assert returned == "not returned", "acquire finished before the interrupt"
-    latency = caught - sent[0]
+    # A late interrupt lands in the second after acquire, and is caught too.
+    intr = interrupt_acquire(waiter)
+    assert intr.sent is not None, "the timer never fired"
+    assert intr.caught is not None, f"no KeyboardInterrupt; acquire returned {intr.returned!r}"
+    assert intr.returned == NOT_RETURNED, "acquire finished before the interrupt"
+    latency = intr.caught - intr.sent
     assert latency < 0.3, f"KeyboardInterrupt took {latency * 1000:.0f} ms"
 
     # The interrupted waiter holds nothing and remains usable.
@@ -626,22 +564,9 @@ def test_interrupt_at_grant_time_leaves_nothing_held(client) -> None:
     holder = client.lock("ctrl-c-grant", ttl=0.25, auto_renew=False)
     assert holder.acquire()
     waiter = client.simple_lock("ctrl-c-grant")
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     # The signal comes 20 ms before the holder's TTL runs out, inside the
     # wait slice that ends with the grant.
-    timer = threading.Timer(0.23, os.kill, (os.getpid(), signal.SIGINT))
-    result = None
-    try:
-        timer.start()
-        try:
-            result = waiter.acquire(timeout=2.0)
-            time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-    finally:
-        timer.cancel()
-        timer.join(5)
-        signal.signal(signal.SIGINT, old)
+    result = interrupt_acquire(waiter, delay=0.23, timeout=2.0, linger=0.5).returned
     try:
         if result is not True:
             # acquire() did not report a grant, so none may exist.

@@ -20,7 +20,7 @@ import redis
 
 import hilock
 from cluster import LocalCluster, name_slot
-from helpers import FORK, NoLock, join_all, start_child
+from helpers import FORK, NoLock, acquire_within, join_all, pass_gate, start_child
 from history import (Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_max_concurrent, check_no_overlap)
 
@@ -182,14 +182,11 @@ def _worker(url: str, history_url: str, family: str, names: List[str], tag: str,
     c = hilock.Client(url, reconnect=15.0)
     locks = {n: (NoLock() if family == "none" else FACTORIES[family].make(c, n)) for n in names}
     rnd = random.Random(os.getpid())
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     for _ in range(ROUNDS):
         name = rnd.choice(names)
         lk = locks[name]
-        if not lk.acquire(timeout=20):
-            raise RuntimeError(f"acquire of {name} timed out")
-        start = time.monotonic()
+        start = acquire_within(lk, f"acquire of {name} timed out")
         v = int(r.get(f"{tag}:{name}:count") or 0)
         time.sleep(HOLD)
         r.set(f"{tag}:{name}:count", v + 1)
@@ -275,8 +272,7 @@ def _failover_worker(url: str, history_url: str, names: List[str], stop_at: floa
     c = hilock.Client(url, connect_timeout=0.5, reconnect=15.0)
     locks = {n: c.lock(n, ttl=6.0) for n in names}   # renewed by the watchdog
     rnd = random.Random(os.getpid())
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     while time.monotonic() < stop_at:
         name = rnd.choice(names)
         lk = locks[name]

@@ -11,15 +11,14 @@ all of that, which shows that the checks can fail.
 """
 from __future__ import annotations
 
-import os
-import random
 import time
 
 import pytest
 import redis
 
 import hilock
-from helpers import FORK, KINDS, NoLock, join_all, make_lock, start_child
+from helpers import (FORK, KINDS, NoLock, counts_by_pid, make_lock, open_gate, pass_gate, sell_out,
+                     start_child)
 from history import (FenceError, Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_no_overlap)
 
@@ -33,36 +32,20 @@ RUN_TIMEOUT = 40.0    # per scenario, all processes together
 def _seller(url: str, kind: str, name: str, gate, tag: str) -> None:
     """One seller process: sell until the stock reads 0."""
     r = redis.Redis.from_url(url)
-    hist = RedisHistory(r, f"{tag}:history")
     if kind == "none":
         lk = NoLock()
     else:
         c = hilock.Client(url)
         lk = make_lock(c, kind, name, ttl=LOCK_TTL)
-    rnd = random.Random(os.getpid())
-    sold = 0
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
-    while True:
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out: the lock was never handed over")
-        start = time.monotonic()
-        stock = int(r.get(f"{tag}:stock"))
-        if stock > 0:
-            time.sleep(HOLD)  # widen the race window of the read-modify-write
-            if kind == "lease":
-                lk.renew()
-            r.set(f"{tag}:stock", stock - 1)
-            sold += 1
-        end = time.monotonic()
-        fence = lk.fence
-        lk.release()
-        hist.record(start, end, fence)
-        if stock <= 0:
-            break
-        # Leave the lock alone for a moment so the others get their turns.
-        time.sleep(rnd.uniform(0, 0.002))
-    r.rpush(f"{tag}:sold", f"{os.getpid()}:{sold}")
+
+    def sell(stock: int) -> None:
+        time.sleep(HOLD)  # widen the race window of the read-modify-write
+        if kind == "lease":
+            lk.renew()
+        r.set(f"{tag}:stock", stock - 1)
+
+    pass_gate(gate)
+    sell_out(r, lk, tag, sell, "acquire timed out: the lock was never handed over")
 
 
 def run_sellers(url: str, r: redis.Redis, kind: str, stock: int, tag: str):
@@ -71,13 +54,8 @@ def run_sellers(url: str, r: redis.Redis, kind: str, stock: int, tag: str):
     gate = FORK.Event()
     procs = [start_child(_seller, url, kind, f"shop:{tag}", gate, tag)
              for _ in range(N_PROCS)]
-    time.sleep(0.05)
-    gate.set()
-    join_all(procs, RUN_TIMEOUT)
-    sold = {}
-    for item in r.lrange(f"{tag}:sold", 0, -1):
-        pid, n = item.decode().split(":")
-        sold[int(pid)] = int(n)
+    open_gate(gate, procs, RUN_TIMEOUT)
+    sold = counts_by_pid(r, f"{tag}:sold")
     hist = RedisHistory(r, f"{tag}:history").load()
     return sold, hist
 

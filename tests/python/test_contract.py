@@ -66,8 +66,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, NoLock, Worker, fork_call, join_all, lapsed, retry_stalled,
-                     start_child_collected, wait_for)
+from helpers import (FORK, NoLock, Worker, acquire_within, fork_call, lapsed, open_gate, pass_gate,
+                     retry_stalled, start_child_collected, wait_for)
 from history import (ConcurrencyError, FenceError, Interval, RedisHistory,
                      check_fences_increase, check_max_concurrent)
 
@@ -619,12 +619,9 @@ def _contender(fam: Family, url: str, nodes: Sequence[str], tag: str, gate,
     env = Env(fam, url, hilock.Client(url), nodes)
     lk = env.make(ttl=LONG_TTL)
     rnd = random.Random()
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     for _ in range(rounds):
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out: the lock was never handed over")
-        start = time.monotonic()
+        start = acquire_within(lk, "acquire timed out: the lock was never handed over")
         time.sleep(rnd.uniform(0.001, 0.003))
         end = time.monotonic()
         fence = fam.fences(lk)[0]
@@ -637,9 +634,7 @@ def run_contenders(fam: Family, env: Env, tag: str) -> List[Interval]:
     gate = FORK.Event()
     procs = [start_child_collected(_contender, fam, env.url, env.nodes, tag, gate, ROUNDS)
              for _ in range(PROCS)]
-    time.sleep(0.05)
-    gate.set()
-    join_all(procs, 60.0)
+    open_gate(gate, procs, 60.0)
     r = redis.Redis.from_url(env.url)  # the history is on the session's server
     try:
         hist = RedisHistory(r, f"{tag}:history").load()

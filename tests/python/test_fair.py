@@ -16,9 +16,10 @@ import pytest
 import redis
 
 import hilock
-from helpers import (check_queue_run, contend_for_budget, grants_after_queueing,
-                     interrupted_wait, join_all, kill_child, pop_report, start_queued_waiter,
-                     wait_for, waiting_processes)
+from helpers import (check_heartbeat, check_new_queue_lock, check_queue_contention,
+                     contend_for_budget, dead_head, grants_after_queueing,
+                     interrupted_queued_waiter, join_all, kill_child, let_go, pop_report,
+                     start_queued_waiter, wait_for, waiting_processes)
 from history import FifoError, Interval, check_fifo, check_no_overlap
 
 NAME = "fair"
@@ -57,12 +58,8 @@ def _start_waiter(url, name=NAME, beat=5.0, wait=20.0, report="report"):
 def test_acquire_release_and_properties(client, rds) -> None:
     a = client.fair_lock(NAME, ttl=10.0)
     b = client.fair_lock(NAME, ttl=10.0, timeout=0.2)
-    assert isinstance(a, hilock.FairLock) and isinstance(a, hilock.LockBase)
-    assert a.ttl == 10.0 and a.heartbeat == 5.0 and a.auto_renew is True
-    assert a.fence is None and a.ticket is None and a.token is None
+    check_new_queue_lock(a, hilock.FairLock, "ticket")
     assert a.key == HOLDER.encode()
-    assert client.fair_lock("short", ttl=1.5).heartbeat == 1.5
-    assert client.fair_lock("tiny", ttl=0.1).heartbeat == 0.5
 
     assert a.acquire() is True
     assert rds.get(HOLDER) == a.token.encode() and len(a.token) == 32
@@ -86,17 +83,11 @@ def test_acquire_release_and_properties(client, rds) -> None:
     assert rds.get(HOLDER) is None
 
 
-def test_heartbeat_is_settable_within_bounds(client) -> None:
-    lk = client.fair_lock(NAME)
-    with pytest.raises(hilock.InvalidArgument):
-        lk.heartbeat = 0.2  # below 0.5 s
-    lk.heartbeat = 1.25
-    assert lk.heartbeat == 1.25
+def test_heartbeat_follows_the_ttl_and_is_settable_within_bounds(client) -> None:
+    check_heartbeat(client.fair_lock)
 
 
-def test_module_level_fair_lock_uses_the_environment(monkeypatch, rds, redis_url) -> None:
-    monkeypatch.setenv("HILOCK_URL", redis_url)
-    monkeypatch.setattr(hilock._client, "_default", None)
+def test_module_level_fair_lock_uses_the_environment(default_client_env, rds) -> None:
     with hilock.fair_lock(NAME, ttl=5, timeout=1) as lk:
         assert rds.get(HOLDER) == lk.token.encode()
 
@@ -135,7 +126,7 @@ def test_newcomer_never_barges_past_a_stopped_head(client, rds, redis_url) -> No
         os.kill(p.pid, signal.SIGCONT)
         got = pop_report(rds)
         assert got["ok"] and got["fence"] == holder.fence + 1
-        rds.set(f"go:{got['pid']}", 1)
+        let_go(rds, got)
         join_all([p], 10)
     finally:
         if p.is_alive():
@@ -148,11 +139,9 @@ def test_newcomer_never_barges_past_a_stopped_head(client, rds, redis_url) -> No
 
 def test_eight_processes_fifo_history_and_fairness(rds, redis_url) -> None:
     procs_n, budget = 8, 800
-    counts, hist, took, fairness = contend_for_budget(rds, redis_url, "fair8", _fair(),
-                                                      _ticket, procs_n, budget)
     # Exclusion, one fence per grant, and FIFO: nobody left the queue, so
     # grant k went to ticket k exactly.
-    check_queue_run(counts, hist, procs_n, budget, fairness)
+    check_queue_contention(rds, redis_url, "fair8", _fair(), _ticket, procs_n, budget)
     assert rds.exists("hilock:{shop:fair8}:fair") == 0
     assert_no_waiter_residue(rds, "shop:fair8")
 
@@ -170,28 +159,13 @@ def test_sigkilled_head_is_skipped_within_the_heartbeat_bound(client, rds, redis
     beat = 1.0  # a waiter re-checks every 1/3 s
     holder = client.fair_lock(NAME, ttl=10.0)  # a dead head must not cost this
     assert holder.acquire()
-    head = _start_waiter(redis_url, beat=beat)
-    second = None
-    try:
-        wait_for(lambda: holder.waiters() == 1, 5, what="head queued")
-        second = _start_waiter(redis_url, beat=beat)
-        wait_for(lambda: holder.waiters() == 2, 5, what="second queued")
-        kill_child(head)
-        killed = time.monotonic()
-        holder.release()  # wakes the dead head, and only it
-        got = pop_report(rds)
-        took = got["t"] - killed
-        assert got["ok"] and got["pid"] == second.pid and got["fence"] == holder.fence + 1
+    with dead_head(rds, holder, lambda: _start_waiter(redis_url, beat=beat),
+                   lambda: _start_waiter(redis_url, beat=beat)) as (got, took):
+        assert got["ok"] and got["fence"] == holder.fence + 1
         assert took <= beat + beat / 3 + 0.6, f"next waiter got it {took:.3f} s after the kill"
         # The dead waiter's entry, heartbeat and wake list went with it.
         assert rds.zcard(QUEUE) == 0
         assert rds.keys(f"hilock:{{{NAME}}}:wake:*") == []
-        rds.set(f"go:{got['pid']}", 1)
-        join_all([second], 10)
-    finally:
-        kill_child(head)
-        if second is not None:
-            kill_child(second)
     assert_no_waiter_residue(rds)
 
 
@@ -210,11 +184,7 @@ def test_timed_out_waiter_leaves_no_queue_entry(client, rds) -> None:
 
 
 def test_interrupted_waiter_leaves_no_queue_entry(client, rds) -> None:
-    holder = client.fair_lock(NAME)
-    assert holder.acquire()
-    waiter = client.fair_lock(NAME)
-    assert interrupted_wait(waiter)
-    assert not waiter.owned()
+    holder, waiter = interrupted_queued_waiter(client.fair_lock, NAME)
     assert_no_waiter_residue(rds)
     holder.release()
     assert waiter.acquire(blocking=False)
@@ -280,7 +250,7 @@ def test_wake_ups_go_to_the_head_only(client, rds, redis_url) -> None:
             assert now == {k: v for k, v in beats.items() if k in now}
             assert len(now) == n - 1 - i
             assert rds.llen("report") == 0
-            rds.set(f"go:{got['pid']}", 1)
+            let_go(rds, got)
         join_all(procs, 10)
     finally:
         for p in procs:

@@ -1,49 +1,30 @@
 """Faults: holders that die, stale holders, lost scripts, a restarted server."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
-import json
 import os
 import threading
 import time
+from typing import Any, Iterator, Tuple
 
 import pytest
 import redis
 
 import hilock
-from helpers import ROOT, kill_child, make_lock, pop_json, start_child, wait_for
+from helpers import ROOT, kill_child, make_lock, start_child, start_holder, wait_for
 from history import Interval, check_fences_increase
 
 TTL = 1.0
 SLACK = 0.6  # scheduling, backoff and the drift allowance
 
 
-def _holder(url: str, kind: str, name: str, ttl: float, renew_every: float) -> None:
-    """Acquire, report the grant on the 'ready' list, then hold until killed
-    (renewing every renew_every seconds if > 0)."""
-    r = redis.Redis.from_url(url)
-    c = hilock.Client(url)
-    lk = make_lock(c, kind, name, ttl=ttl)
-    if not lk.acquire(timeout=5):
-        raise RuntimeError("holder could not acquire")
-    r.rpush("ready", json.dumps({"pid": os.getpid(), "fence": lk.fence, "token": lk.token,
-                                 "t": time.monotonic()}))
-    while True:
-        if renew_every > 0:
-            time.sleep(renew_every)
-            lk.renew()
-        else:
-            time.sleep(3600)
-
-
 def _start_holder(url, r, kind, name, ttl=TTL, renew_every=0.0):
-    p = start_child(_holder, url, kind, name, ttl, renew_every)
-    raw = pop_json(r, "ready", timeout=10)
-    if raw is None:
-        kill_child(p)
-        pytest.fail(f"{kind} holder did not report a grant")
-    return p, json.loads(raw)
+    """A process holding a lock of the kind until killed (renewing every
+    renew_every seconds if > 0), and the grant it reported."""
+    return start_holder(r, url, lambda c: make_lock(c, kind, name, ttl=ttl),
+                        renew_every=renew_every)
 
 
 @pytest.mark.parametrize("kind", ["expiring", "lease"])
@@ -272,11 +253,19 @@ def test_reconnect_after_server_restart(own_server) -> None:
             held.release()
 
 
-def test_command_waits_for_server_within_reconnect_budget(own_server) -> None:
-    with hilock.Client(own_server.url, reconnect=5.0) as c:
-        lk = c.lock("patience", ttl=10)
+@contextlib.contextmanager
+def _server_gone(srv, reconnect: float, name: str) -> Iterator[Tuple[hilock.Client, Any]]:
+    """A client on srv (with the given reconnect budget) and a lock object
+    named name; the client has connected (a PING), then srv is stopped."""
+    with hilock.Client(srv.url, reconnect=reconnect) as c:
+        lk = c.lock(name, ttl=10)
         c.ping()
-        own_server.stop()
+        srv.stop()
+        yield c, lk
+
+
+def test_command_waits_for_server_within_reconnect_budget(own_server) -> None:
+    with _server_gone(own_server, 5.0, "patience") as (c, lk):
         t = threading.Timer(0.5, own_server.start)
         t.start()
         try:
@@ -290,10 +279,7 @@ def test_command_waits_for_server_within_reconnect_budget(own_server) -> None:
 
 
 def test_server_down_fails_with_connection_error(own_server) -> None:
-    with hilock.Client(own_server.url, reconnect=0.5) as c:
-        lk = c.lock("down", ttl=10)
-        c.ping()
-        own_server.stop()
+    with _server_gone(own_server, 0.5, "down") as (c, lk):
         t0 = time.monotonic()
         with pytest.raises(hilock.ConnectionError) as info:
             lk.acquire(timeout=1.0)

@@ -9,14 +9,15 @@ import os
 import random
 import signal
 import time
+from typing import List
 
 import pytest
 import redis
 
 import hilock
 from hilock import _hilock as _h
-from helpers import (FORK, Worker, blocked_clients, interrupt_main_after, join_all,
-                     sigint_raises_keyboardinterrupt, start_child, wait_blocked, wait_for)
+from helpers import (FORK, Worker, acquire_interrupted, acquire_within, blocked_clients, open_gate,
+                     pass_gate, start_child, wait_blocked, wait_for)
 from history import FenceError, OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 POOL = ["n0", "n1", "n2", "n3", "n4"]
@@ -53,11 +54,17 @@ def test_acquire_release_fences_and_names(client: hilock.Client, rds: redis.Redi
     assert m.missing == ()
 
 
+def _one_name_held(client: hilock.Client, held: str, names: List[str], **opts):
+    """A plain lock holding the name held, and a multi-lock (made with
+    opts) over names, held among them."""
+    single = client.lock(held, ttl=10.0, auto_renew=False)
+    assert single.acquire(blocking=False)
+    return single, client.multi_lock(names, ttl=10.0, **opts)
+
+
 def test_one_busy_name_takes_nothing_and_times_out(client: hilock.Client,
                                                     rds: redis.Redis) -> None:
-    single = client.lock("y", ttl=10.0, auto_renew=False)
-    assert single.acquire(blocking=False)
-    m = client.multi_lock(["x", "y", "z"], ttl=10.0, timeout=0.3)
+    single, m = _one_name_held(client, "y", ["x", "y", "z"], timeout=0.3)
     assert m.acquire(blocking=False) is False
     assert not rds.exists(lock_key("x")) and not rds.exists(lock_key("z"))
     assert not rds.exists("hilock:{x}:fence")
@@ -200,9 +207,7 @@ def test_max_hold_stops_renewal_and_every_name_lapses(client: hilock.Client,
 
 def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Client,
                                                                rds: redis.Redis) -> None:
-    single = client.lock("k2", ttl=10.0, auto_renew=False)
-    assert single.acquire(blocking=False)
-    m = client.multi_lock(["k1", "k2"], ttl=10.0)
+    single, m = _one_name_held(client, "k2", ["k1", "k2"])
     w = Worker(m.acquire, True, 8.0)
     w.start()
     wait_blocked(rds, 1)
@@ -216,17 +221,9 @@ def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Cli
 
 def test_ctrl_c_interrupts_a_blocked_multi_acquire(client: hilock.Client,
                                                    rds: redis.Redis) -> None:
-    holder = client.lock("i2", ttl=10.0, auto_renew=False)
-    assert holder.acquire(blocking=False)
-    m = client.multi_lock(["i1", "i2"], ttl=10.0)
-    with sigint_raises_keyboardinterrupt():
-        t, sent = interrupt_main_after(0.3)
-        t0 = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            m.acquire(timeout=8.0)
-        took = time.monotonic() - t0
-        t.join(5)
-    assert sent and took < 3.0
+    holder, m = _one_name_held(client, "i2", ["i1", "i2"])
+    intr = acquire_interrupted(m)
+    assert intr.caught - intr.began < 3.0
     assert m.token is None and m.validity == 0.0
     assert not rds.exists(lock_key("i1"))
     wait_for(lambda: blocked_clients(rds) == 0, 2.0, what="the BLPOP to be dropped")
@@ -241,8 +238,7 @@ def _random_sets(url: str, seed: int, rounds: int, gate, tag: str, nolock: bool)
     r = redis.Redis.from_url(url)
     c = hilock.Client(url)
     rnd = random.Random(seed)
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     for i in range(rounds):
         names = [n for n in POOL if rnd.random() < 0.5] or [rnd.choice(POOL)]
         rnd.shuffle(names)
@@ -266,12 +262,9 @@ def _single_on_n0(url: str, rounds: int, gate, tag: str) -> None:
     r = redis.Redis.from_url(url)
     c = hilock.Client(url)
     lk = c.lock("n0", ttl=10.0)
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     for _ in range(rounds):
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("single lock acquire timed out")
-        start = time.monotonic()
+        start = acquire_within(lk, "single lock acquire timed out")
         time.sleep(0.001)
         end = time.monotonic()
         fence = lk.fence
@@ -286,9 +279,7 @@ def _run(url: str, tag: str, nolock: bool, procs: int = 6, rounds: int = 40):
           for i in range(procs)]
     if not nolock:
         ps.append(start_child(_single_on_n0, url, rounds, gate, tag))
-    time.sleep(0.05)
-    gate.set()
-    join_all(ps, 50.0)  # every process finished: nobody deadlocked
+    open_gate(gate, ps, 50.0)  # every process finished: nobody deadlocked
 
 
 def test_processes_with_random_overlapping_sets(rds: redis.Redis, redis_url: str) -> None:

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, NoLock, interrupt_main_after, join_all,
-                     sigint_raises_keyboardinterrupt, start_child)
+from helpers import (FORK, NoLock, acquire_interrupted, acquire_within, join_all, pass_gate,
+                     start_child)
 from history import OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 KEY = "hilock:{rl}:redlock"
@@ -192,15 +192,9 @@ def test_ctrl_c_interrupts_a_blocked_acquire(redis_nodes) -> None:
     holder = hilock.Redlock(urls, "rl", ttl=10, auto_renew=False)
     waiter = hilock.Redlock(urls, "rl", ttl=10, auto_renew=False, retry_delay=1.0)
     assert holder.acquire(blocking=False)
-    with sigint_raises_keyboardinterrupt():
-        t, sent = interrupt_main_after(0.3)
-        with pytest.raises(KeyboardInterrupt):
-            waiter.acquire(timeout=8.0)
-        raised = time.monotonic()
-        t.join(5)
-    assert sent
+    intr = acquire_interrupted(waiter)
     # Interrupted within the hook's period, not at the end of a 1 s delay.
-    assert raised - sent[0] < 0.5, raised - sent[0]
+    assert intr.caught - intr.sent < 0.5, intr.caught - intr.sent
     assert waiter.validity == 0.0 and waiter.token is None
     for s in redis_nodes:
         assert raw(s).get(KEY) == holder.token.encode()
@@ -235,12 +229,9 @@ def _worker(urls, counter_url: str, tag: str, use_lock: bool, gate, rounds: int)
     r = redis.Redis.from_url(counter_url)
     hist = RedisHistory(r, f"{tag}:history")
     lk = hilock.Redlock(urls, "rl", ttl=5, retry_delay=0.02) if use_lock else NoLock()
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     for _ in range(rounds):
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out")
-        start = time.monotonic()
+        start = acquire_within(lk)
         n = int(r.get(f"{tag}:counter") or 0)
         time.sleep(0.002)                   # widen the read-modify-write race
         r.set(f"{tag}:counter", n + 1)

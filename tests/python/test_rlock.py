@@ -15,8 +15,6 @@ helpers.retry_stalled (see there).
 """
 from __future__ import annotations
 
-import os
-import random
 import re
 import threading
 import time
@@ -25,8 +23,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, Worker, blocked_clients, interrupt_main_after, join_all, lapsed,
-                     retry_stalled, sigint_raises_keyboardinterrupt, start_child_collected,
+from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, counts_by_pid, lapsed,
+                     open_gate, pass_gate, retry_stalled, sell_out, start_child_collected,
                      wait_blocked, wait_for, within)
 from history import RedisHistory, check_fences_increase, check_no_overlap
 
@@ -241,13 +239,7 @@ def test_ctrl_c_interrupts_waiting_for_rlock(client, rds) -> None:
             assert inside.wait(5.0), "the holder thread never got the lock"
             held = rds.hgetall(rl.key)
             assert list(held.values()) == [b"2"]
-            with sigint_raises_keyboardinterrupt():
-                t, sent = interrupt_main_after(0.3)
-                with pytest.raises(KeyboardInterrupt):
-                    rl.acquire(timeout=8.0)
-                raised = time.monotonic()
-                t.join(5)
-            assert sent
+            intr = acquire_interrupted(rl)
             assert rl.hold_count() == 0
             assert rds.hgetall(rl.key) == held  # the holder's hold, untouched
             wait_for(lambda: blocked_clients(rds) == 0, 2.0, what="the BLPOP to be dropped")
@@ -270,7 +262,7 @@ def test_ctrl_c_interrupts_waiting_for_rlock(client, rds) -> None:
         got = w.outcome(10.0)
         assert got is not None
         wait_for(lambda: rds.exists(rl.key) == 0, 1.0, what="the lock to be free")
-        within(raised - sent[0], 0.25, "KeyboardInterrupt came after SIGINT")
+        within(intr.caught - intr.sent, 0.25, "KeyboardInterrupt came after SIGINT")
         within(got - released_from, 0.2, "the waiter woke after the holder's release")
 
     retry_stalled(scenario)
@@ -287,37 +279,27 @@ def _nested_seller(url: str, name: str, gate, tag: str) -> None:
     """Sell from the stock through nested acquisitions of one rlock: the read
     and the write each re-enter the outer hold."""
     r = redis.Redis.from_url(url)
-    hist = RedisHistory(r, f"{tag}:history")
     c = hilock.Client(url)
     rl = c.rlock(name, ttl=10.0)
-    rnd = random.Random(os.getpid())
-    sold = 0
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
-    while True:
-        if not rl.acquire(timeout=20):
-            raise RuntimeError("outer acquire timed out")
-        start = time.monotonic()
+
+    def read() -> int:
         fence = rl.fence
         with rl:
             stock = int(r.get(f"{tag}:stock"))
             if rl.fence != fence:
                 raise RuntimeError("re-entry changed the fence")
-        if stock > 0:
-            time.sleep(0.001)
+        return stock
+
+    def sell(stock: int) -> None:
+        time.sleep(0.001)
+        with rl:
             with rl:
-                with rl:
-                    if rl.hold_count() != 3:
-                        raise RuntimeError("hold count is not 3 at depth 3")
-                    r.set(f"{tag}:stock", stock - 1)
-            sold += 1
-        end = time.monotonic()
-        rl.release()
-        hist.record(start, end, fence)
-        if stock <= 0:
-            break
-        time.sleep(rnd.uniform(0, 0.002))
-    r.rpush(f"{tag}:sold", f"{os.getpid()}:{sold}")
+                if rl.hold_count() != 3:
+                    raise RuntimeError("hold count is not 3 at depth 3")
+                r.set(f"{tag}:stock", stock - 1)
+
+    pass_gate(gate)
+    sell_out(r, rl, tag, sell, "outer acquire timed out", read=read)
 
 
 def test_processes_contend_through_nested_acquisitions(rds, redis_url) -> None:
@@ -326,14 +308,9 @@ def test_processes_contend_through_nested_acquisitions(rds, redis_url) -> None:
     gate = FORK.Event()
     procs = [start_child_collected(_nested_seller, redis_url, "shop:r", gate, tag)
              for _ in range(N_PROCS)]
-    time.sleep(0.05)
-    gate.set()
-    join_all(procs, RUN_TIMEOUT)
+    open_gate(gate, procs, RUN_TIMEOUT)
 
-    sold = {}
-    for item in rds.lrange(f"{tag}:sold", 0, -1):
-        pid, n = item.decode().split(":")
-        sold[int(pid)] = int(n)
+    sold = counts_by_pid(rds, f"{tag}:sold")
     assert len(sold) == N_PROCS
     assert sum(sold.values()) == STOCK, sold
     assert int(rds.get(f"{tag}:stock")) == 0

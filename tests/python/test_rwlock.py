@@ -18,7 +18,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import FORK, join_all, kill_child, pop_json, start_child, wait_for
+from helpers import (FORK, acquire_within, join_all, kill_child, open_gate, pass_gate, pop_json,
+                     start_child, wait_for)
 from history import (FenceError, Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_rw_exclusion)
 
@@ -97,8 +98,7 @@ def _rw_worker(url: str, role: str, name: str, gate, tag: str, seconds: float) -
         rw = hilock.Client(url).rwlock(name, ttl=TTL)
         side = rw.read() if role == "read" else rw.write()
     rnd = random.Random(os.getpid())
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         if not side.acquire(timeout=20):
@@ -130,9 +130,7 @@ def run_rw(url: str, r: redis.Redis, tag: str, readers: int = 3, writers: int = 
              for _ in range(readers)]
     procs += [start_child(_rw_worker, url, "write", f"doc:{tag}", gate, tag, seconds)
               for _ in range(writers)]
-    time.sleep(0.05)
-    gate.set()
-    join_all(procs, seconds + 30)
+    open_gate(gate, procs, seconds + 30)
     return (RedisHistory(r, f"{tag}:reads").load(), RedisHistory(r, f"{tag}:writes").load())
 
 
@@ -181,19 +179,23 @@ def test_rw_checker_on_its_own() -> None:
 STREAM_HOLD = 0.05
 
 
-def _reader_stream(url: str, name: str, tag: str, delay: float) -> None:
+def _stream(url: str, name: str, tag: str, role: str, hold: float, delay: float) -> None:
+    """One process of a stream of readers or writers (role "read" or
+    "write"): from delay seconds on, take the side, hold it for hold
+    seconds, release and record the window (with its fence: None for a
+    read) on {tag}:{role}s; until the key {tag}:stop appears."""
     r = redis.Redis.from_url(url)
-    hist = RedisHistory(r, f"{tag}:reads")
-    side = hilock.Client(url).rwlock(name, ttl=TTL).read()
+    hist = RedisHistory(r, f"{tag}:{role}s")
+    rw = hilock.Client(url).rwlock(name, ttl=TTL)
+    side = rw.read() if role == "read" else rw.write()
     time.sleep(delay)
     while not r.exists(f"{tag}:stop"):
-        if not side.acquire(timeout=20):
-            raise RuntimeError("reader starved")
-        start = time.monotonic()
-        time.sleep(STREAM_HOLD)
+        start = acquire_within(side, f"{role} stream starved")
+        time.sleep(hold)
         end = time.monotonic()
+        fence = side.fence
         side.release()
-        hist.record(start, end)
+        hist.record(start, end, fence)
 
 
 def _max_gap(windows, lo: float, hi: float) -> float:
@@ -215,7 +217,7 @@ def test_writer_gets_in_under_a_reader_stream(client, rds, redis_url, capsys) ->
     writer that only tries never finds it free; a waiting writer's intent
     holds new readers back, so it gets in after the current holds end."""
     name, tag = "stream", "stream"
-    procs = [start_child(_reader_stream, redis_url, name, tag, i * STREAM_HOLD / 4)
+    procs = [start_child(_stream, redis_url, name, tag, "read", STREAM_HOLD, i * STREAM_HOLD / 4)
              for i in range(4)]
     try:
         rw = client.rwlock(name, ttl=TTL)
@@ -255,29 +257,14 @@ def test_writer_gets_in_under_a_reader_stream(client, rds, redis_url, capsys) ->
     assert any(iv.start > end for iv in reads), "readers did not resume after the write"
 
 
-def _writer_stream(url: str, name: str, tag: str, delay: float) -> None:
-    r = redis.Redis.from_url(url)
-    hist = RedisHistory(r, f"{tag}:writes")
-    side = hilock.Client(url).rwlock(name, ttl=TTL).write()
-    time.sleep(delay)
-    while not r.exists(f"{tag}:stop"):
-        if not side.acquire(timeout=20):
-            raise RuntimeError("writer starved")
-        start = time.monotonic()
-        time.sleep(0.03)
-        end = time.monotonic()
-        fence = side.fence
-        side.release()
-        hist.record(start, end, fence)
-
-
 def test_reader_gets_in_under_a_writer_stream(client, rds, redis_url, capsys) -> None:
     """Two writer processes keep a writer's intent present at every moment
     (one holds while the other waits). Under plain writer preference no
     reader would ever get in; a waiting reader is admitted at the next
     write release, ahead of the waiting writer."""
     name, tag = "wstream", "wstream"
-    procs = [start_child(_writer_stream, redis_url, name, tag, i * 0.015) for i in range(2)]
+    procs = [start_child(_stream, redis_url, name, tag, "write", 0.03, i * 0.015)
+             for i in range(2)]
     reads = []
     try:
         r = client.rwlock(name, ttl=TTL).read()

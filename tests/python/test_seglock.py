@@ -9,7 +9,6 @@ What every lock type shares is tested in test_contract.py (one segment).
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
@@ -20,7 +19,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import blocked_clients, join_all, kill_child, pop_json, start_child, wait_for
+from helpers import blocked_clients, join_all, kill_child, start_child, start_holder, wait_for
 from history import Interval, OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 
@@ -239,23 +238,14 @@ def test_blocked_waiters_all_learn_sold_out(client, rds) -> None:
 
 # -- dead holders, renewal, fork ---------------------------------------------------
 
-def _dying_holder(url: str, name: str, ttl: float) -> None:
-    r = redis.Redis.from_url(url)
-    seg = hilock.Client(url).segmented_lock(name, 2, ttl=ttl)
-    assert seg.acquire(timeout=5)
-    r.rpush("ready", json.dumps({"segment": seg.segment}))
-    time.sleep(3600)
-
-
 def test_sigkilled_holders_segment_frees_within_ttl(client, rds, redis_url) -> None:
     ttl = 1.0
     seg = client.segmented_lock("victim", 2, ttl=ttl)
     seg.stock_init(0)
     seg.stock_set(1, 5)                  # one non-empty segment: the child's
-    p = start_child(_dying_holder, redis_url, "victim", ttl)
-    raw = pop_json(rds, "ready", timeout=10)
-    assert raw is not None, "holder did not report"
-    assert json.loads(raw)["segment"] == 1
+    p, segment = start_holder(rds, redis_url, lambda c: c.segmented_lock("victim", 2, ttl=ttl),
+                              lambda seg: seg.segment)
+    assert segment == 1
     time.sleep(ttl * 1.3)                # renewed past its TTL while alive
     assert seg.acquire(blocking=False) is False
     kill_child(p)

@@ -24,7 +24,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import FORK, NoLock, join_all, kill_child, pop_json, start_child, wait_for
+from helpers import (FORK, NoLock, Worker, interrupt_acquire, join_all, kill_child, pass_gate,
+                     run_in_threads, start_child, start_holder, wait_for)
 from history import (ConcurrencyError, Interval, OverlapError, RedisHistory,
                      check_max_concurrent, check_no_overlap)
 
@@ -142,28 +143,19 @@ def test_threads_share_one_object_up_to_the_limit(client) -> None:
     inside = [0]
     peak = [0]
     mu = threading.Lock()
-    errors: List[BaseException] = []
 
-    def worker() -> None:
-        try:
-            for _ in range(10):
-                with sem:
-                    assert sem.held_count() == 1 and sem.permit_id is not None
-                    with mu:
-                        inside[0] += 1
-                        peak[0] = max(peak[0], inside[0])
-                    time.sleep(0.005)
-                    with mu:
-                        inside[0] -= 1
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+    def worker(_i: int) -> None:
+        for _ in range(10):
+            with sem:
+                assert sem.held_count() == 1 and sem.permit_id is not None
+                with mu:
+                    inside[0] += 1
+                    peak[0] = max(peak[0], inside[0])
+                time.sleep(0.005)
+                with mu:
+                    inside[0] -= 1
 
-    threads = [threading.Thread(target=worker) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert errors == []
+    run_in_threads(worker, 6, 30)
     assert peak[0] == 2
     assert sem.available() == 2
 
@@ -173,19 +165,13 @@ def test_permit_belongs_to_the_thread_that_took_it(client) -> None:
     assert sem.acquire() and sem.acquire()
     assert sem.held_count() == 2 and sem.available() == 1
     first_two = set(permits_of_sem(sem))
-    errs: List[BaseException] = []
 
     def other() -> None:
-        try:
-            assert sem.held_count() == 0 and sem.owned() is False
-            sem.release()
-        except BaseException as e:  # noqa: BLE001
-            errs.append(e)
+        assert sem.held_count() == 0 and sem.owned() is False
+        sem.release()
 
-    t = threading.Thread(target=other)
-    t.start()
-    t.join(5)
-    assert len(errs) == 1 and isinstance(errs[0], hilock.LockNotOwnedError)
+    with pytest.raises(hilock.LockNotOwnedError):
+        Worker(other).outcome(5)
     assert set(permits_of_sem(sem)) == first_two
     sem.release()
     sem.release()
@@ -201,27 +187,11 @@ def permits_of_sem(sem: hilock.Semaphore) -> List[str]:
 
 
 def test_keyboard_interrupt_stops_a_blocked_acquire(client) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.fail("signals need the main thread")
     holder = client.semaphore("ctrl-c", 1, ttl=30)
     assert holder.acquire()
     sem = client.semaphore("ctrl-c", 1, ttl=30)
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    caught = None
-    t0 = time.monotonic()
-    try:
-        timer.start()
-        try:
-            sem.acquire(timeout=5.0)
-            time.sleep(1.0)
-        except KeyboardInterrupt:
-            caught = time.monotonic()
-    finally:
-        timer.cancel()
-        timer.join(5)
-        signal.signal(signal.SIGINT, old)
-    assert caught is not None and caught - t0 < 0.8
+    intr = interrupt_acquire(sem)
+    assert intr.caught is not None and intr.caught - intr.began < 0.8
     # The interrupted waiter holds nothing and stays usable.
     assert sem.held_count() == 0 and sem.owned() is False
     holder.release()
@@ -385,20 +355,10 @@ def test_max_hold_lets_the_permit_lapse(client) -> None:
     other.release()
 
 
-def _dying_holder(url: str, name: str, ttl: float) -> None:
-    r = redis.Redis.from_url(url)
-    sem = hilock.Client(url).semaphore(name, 1, ttl=ttl)
-    assert sem.acquire(timeout=5)
-    r.rpush("ready", json.dumps({"permit": sem.permit_id}))
-    time.sleep(3600)
-
-
 def test_sigkilled_holder_frees_its_permit_within_ttl(client, rds, redis_url) -> None:
     ttl = 1.0
-    p = start_child(_dying_holder, redis_url, "victim", ttl)
-    raw = pop_json(rds, "ready", timeout=10)
-    assert raw is not None, "holder did not report"
-    permit = json.loads(raw)["permit"]
+    p, permit = start_holder(rds, redis_url, lambda c: c.semaphore("victim", 1, ttl=ttl),
+                             lambda sem: sem.permit_id)
     time.sleep(ttl * 1.2)          # renewed past its first TTL while alive
     assert permit in permits_of(rds, "victim")
     kill_child(p)
@@ -431,21 +391,12 @@ def test_forked_child_holds_nothing(client, rds, redis_url) -> None:
     sem.release()
 
 
-def test_module_level_semaphore(monkeypatch, rds, redis_url) -> None:
-    import hilock._client as client_mod
-
-    monkeypatch.setenv("HILOCK_URL", redis_url)
-    monkeypatch.setattr(client_mod, "_default", None)
-    try:
-        with hilock.semaphore("module", 2, ttl=5) as sem:
-            assert isinstance(sem, hilock.Semaphore)
-            assert rds.zcard("hilock:{module}:permits") == 1
-            assert rds.get("hilock:{module}:limit") == b"2"
-        assert rds.exists("hilock:{module}:permits") == 0
-    finally:
-        d = client_mod._default
-        if d is not None:
-            d.close()
+def test_module_level_semaphore(default_client_env, rds) -> None:
+    with hilock.semaphore("module", 2, ttl=5) as sem:
+        assert isinstance(sem, hilock.Semaphore)
+        assert rds.zcard("hilock:{module}:permits") == 1
+        assert rds.get("hilock:{module}:limit") == b"2"
+    assert rds.exists("hilock:{module}:permits") == 0
 
 
 # -- the checker on its own ---------------------------------------------------------
@@ -533,8 +484,7 @@ def _worker(url: str, mode: str, name: str, tag: str, gate) -> None:
     hist = RedisHistory(r, f"{tag}:history")
     rnd = random.Random(os.getpid())
     pid = os.getpid()
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     while not r.exists(f"{tag}:stop"):
         if not sem.acquire(timeout=0.5):
             continue

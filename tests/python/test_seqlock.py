@@ -18,9 +18,10 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, check_queue_run, contend_for_budget, grants_after_queueing,
-                     interrupted_wait, join_all, kill_child, pop_report, start_child,
-                     start_queued_waiter, wait_for, waiting_processes)
+from helpers import (FORK, acquire_within, check_heartbeat, check_new_queue_lock,
+                     check_queue_contention, dead_head, grants_after_queueing,
+                     interrupted_queued_waiter, join_all, kill_child, let_go, pass_gate, pop_report,
+                     start_child, start_queued_waiter, wait_for, waiting_processes)
 from history import (FifoError, Interval, RedisHistory, check_fences_increase, check_fifo,
                      check_no_overlap)
 
@@ -62,12 +63,8 @@ def _start(url, name=NAME, ttl=10.0, session=5.0, wait=20.0, report="report"):
 def test_acquire_release_and_properties(client, rds) -> None:
     a = client.sequential_lock(NAME, ttl=10.0)
     b = client.sequential_lock(NAME, ttl=10.0, timeout=0.2)
-    assert isinstance(a, hilock.SequentialLock) and isinstance(a, hilock.LockBase)
-    assert a.ttl == 10.0 and a.heartbeat == 5.0 and a.auto_renew is True
-    assert a.fence is None and a.sequence is None and a.token is None
+    check_new_queue_lock(a, hilock.SequentialLock, "sequence")
     assert a.key == QUEUE.encode()
-    assert client.sequential_lock("short", ttl=1.5).heartbeat == 1.5
-    assert client.sequential_lock("tiny", ttl=0.1).heartbeat == 0.5
 
     assert a.acquire() is True
     assert rds.hget(HOLDER, "owner") == a.token.encode() and len(a.token) == 32
@@ -94,17 +91,11 @@ def test_acquire_release_and_properties(client, rds) -> None:
     assert_no_residue(rds)
 
 
-def test_heartbeat_is_settable_within_bounds(client) -> None:
-    lk = client.sequential_lock(NAME)
-    with pytest.raises(hilock.InvalidArgument):
-        lk.heartbeat = 0.2  # below 0.5 s
-    lk.heartbeat = 1.25
-    assert lk.heartbeat == 1.25
+def test_heartbeat_follows_the_ttl_and_is_settable_within_bounds(client) -> None:
+    check_heartbeat(client.sequential_lock)
 
 
-def test_module_level_sequential_lock_uses_the_environment(monkeypatch, rds, redis_url) -> None:
-    monkeypatch.setenv("HILOCK_URL", redis_url)
-    monkeypatch.setattr(hilock._client, "_default", None)
+def test_module_level_sequential_lock_uses_the_environment(default_client_env, rds) -> None:
     with hilock.sequential_lock(NAME, ttl=5, timeout=1) as lk:
         assert rds.hget(HOLDER, "owner") == lk.token.encode()
 
@@ -125,12 +116,9 @@ def test_sequence_is_visible_while_waiting_and_grants_follow_it(client, rds) -> 
 
 
 def test_eight_processes_history_grants_in_sequence_order(rds, redis_url) -> None:
-    procs_n, budget = 8, 600
-    counts, hist, took, fairness = contend_for_budget(rds, redis_url, "seq8", _seq(),
-                                                      _sequence, procs_n, budget)
     # Exclusion, one fence per grant, and sequence order: nobody left the
     # queue, so grant k went to entry k exactly.
-    check_queue_run(counts, hist, procs_n, budget, fairness)
+    check_queue_contention(rds, redis_url, "seq8", _seq(), _sequence, procs_n=8, budget=600)
     assert_no_residue(rds, "shop:seq8")
 
 
@@ -142,12 +130,9 @@ def _chaos_loop(url: str, name: str, gate, tag: str) -> None:
     hist = RedisHistory(r, f"{tag}:history")
     lk = hilock.Client(url).sequential_lock(name, ttl=1.0)
     lk.heartbeat = 0.6
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
+    pass_gate(gate)
     while True:
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out: the line stalled")
-        start = time.monotonic()
+        start = acquire_within(lk, "acquire timed out: the line stalled")
         r.hset(f"{tag}:tokens", lk.token, os.getpid())
         left = r.decr(f"{tag}:budget")
         if left >= 0:
@@ -281,7 +266,7 @@ def test_each_removal_pushes_to_the_successor_only(client, rds, redis_url) -> No
             # turn (within a second), not on its way to the grant.
             wait_for(lambda: waiting_processes(rds) == n - 1 - i, 5,
                      what=f"{n - 1 - i} still waiting")
-            rds.set(f"go:{got['pid']}", 1)
+            let_go(rds, got)
         join_all(procs, 10)
         # The last release had no successor: no push at all.
         assert counter.drain() == []
@@ -324,25 +309,11 @@ def test_sigkilled_waiter_passes_the_turn_within_its_session(client, rds, redis_
     holder = client.sequential_lock(NAME, ttl=10.0)  # a dead waiter must not cost this
     rds.set(FENCE, 1000)
     assert holder.acquire()
-    pred = _start(redis_url, session=session)
-    last = None
-    try:
-        wait_for(lambda: holder.waiters() == 1, 5, what="predecessor enqueued")
-        last = _start(redis_url, session=30.0)
-        wait_for(lambda: holder.waiters() == 2, 5, what="successor enqueued")
-        kill_child(pred)
-        killed = time.monotonic()
-        holder.release()  # pushes to the dead predecessor's list, nobody reads it
-        got = pop_report(rds)
-        took = got["t"] - killed
-        assert got["ok"] and got["pid"] == last.pid and got["order"] == 3 and got["fence"] == 1002
+    # The release pushes to the dead predecessor's list, and nobody reads it.
+    with dead_head(rds, holder, lambda: _start(redis_url, session=session),
+                   lambda: _start(redis_url, session=30.0)) as (got, took):
+        assert got["ok"] and got["order"] == 3 and got["fence"] == 1002
         assert took <= session + 0.7, f"successor got it {took:.3f} s after the kill"
-        rds.set(f"go:{got['pid']}", 1)
-        join_all([last], 10)
-    finally:
-        kill_child(pred)
-        if last is not None:
-            kill_child(last)
     assert_no_residue(rds)
 
 
@@ -368,11 +339,7 @@ def test_timed_out_waiters_leave_no_residue(client, rds) -> None:
 
 
 def test_interrupted_waiter_leaves_no_residue(client, rds) -> None:
-    holder = client.sequential_lock(NAME)
-    assert holder.acquire()
-    waiter = client.sequential_lock(NAME)
-    assert interrupted_wait(waiter)
-    assert not waiter.owned()
+    holder, waiter = interrupted_queued_waiter(client.sequential_lock, NAME)
     assert rds.zcard(QUEUE) == 1 and rds.keys(WAKE + "*") == []
     holder.release()
     assert_no_residue(rds)

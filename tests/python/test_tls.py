@@ -15,7 +15,7 @@ import urllib.parse
 import pytest
 
 import hilock
-from helpers import FORK, join_all, start_child
+from helpers import FORK, join_all, open_gate, pass_gate, sell_out, start_child
 from history import RedisHistory, check_fences_increase, check_no_overlap
 from tlsutil import TLSServer, make_pki
 
@@ -333,24 +333,14 @@ STOCK = 60
 def _seller(url: str, name: str, gate, tag: str) -> None:
     import redis
     r = redis.Redis.from_url(url)
-    hist = RedisHistory(r, f"{tag}:history")
     lk = hilock.Client(url).lock(name, ttl=10, auto_renew=False)
-    if not gate.wait(20):
-        raise RuntimeError("start gate never opened")
-    while True:
-        if not lk.acquire(timeout=20):
-            raise RuntimeError("acquire timed out")
-        start = time.monotonic()
-        stock = int(r.get(f"{tag}:stock"))
-        if stock > 0:
-            time.sleep(0.001)
-            r.set(f"{tag}:stock", stock - 1)
-        end = time.monotonic()
-        fence = lk.fence
-        lk.release()
-        hist.record(start, end, fence)
-        if stock <= 0:
-            break
+
+    def sell(stock: int) -> None:
+        time.sleep(0.001)
+        r.set(f"{tag}:stock", stock - 1)
+
+    pass_gate(gate)
+    sell_out(r, lk, tag, sell)
 
 
 def test_eight_processes_never_overlap_over_tls(tls, pki) -> None:
@@ -360,9 +350,7 @@ def test_eight_processes_never_overlap_over_tls(tls, pki) -> None:
     r.set(f"{tag}:stock", STOCK)
     gate = FORK.Event()
     procs = [start_child(_seller, url, f"shop:{tag}", gate, tag) for _ in range(N_PROCS)]
-    time.sleep(0.05)
-    gate.set()
-    join_all(procs, 60)
+    open_gate(gate, procs, 60)
     hist = RedisHistory(r, f"{tag}:history").load()
     assert int(r.get(f"{tag}:stock")) == 0
     assert len(hist) == STOCK + N_PROCS

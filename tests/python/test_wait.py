@@ -24,10 +24,9 @@ import pytest
 import redis
 
 import hilock
-from helpers import (Stalled, Worker, blocked_clients, waiting_processes, command_calls, interrupt_main_after,
-                     join_all, kill_child, pop_json, retry_stalled,
-                     sigint_raises_keyboardinterrupt, start_child_collected, wait_blocked,
-                     wait_for, within)
+from helpers import (Stalled, Worker, acquire_interrupted, blocked_clients, command_calls, join_all,
+                     kill_child, pop_json, retry_stalled, start_child_collected, start_holder,
+                     wait_blocked, wait_for, waiting_processes, within)
 
 WAKE_MAX = 0.1   # a release must wake a waiter within this
 SLACK = 0.5      # scheduling, round trips and the drift allowance
@@ -91,28 +90,15 @@ def test_release_wakes_blocked_waiter_promptly(family, client, rds, redis_url) -
 
 # -- holders that go away without a release ------------------------------------
 
-def _renewing_holder(url: str, name: str, ttl: float) -> None:
-    """Hold name with the watchdog renewing it (the default) until killed."""
-    r = redis.Redis.from_url(url)
-    c = hilock.Client(url)
-    lk = c.lock(name, ttl=ttl)
-    if not lk.acquire(timeout=5):
-        raise RuntimeError("holder could not acquire")
-    r.rpush("ready", json.dumps({"pid": os.getpid(), "fence": lk.fence, "token": lk.token}))
-    while True:
-        time.sleep(3600)
-
-
 def test_sigkilled_holder_wakes_blocked_waiter_at_ttl(client, rds, redis_url) -> None:
     ttl = 1.0
 
     def scenario(i):
         name = f"killed-{i}"
-        p = start_child_collected(_renewing_holder, redis_url, name, ttl)
+        # The holder's watchdog renews its lock (the default).
+        p, grant = start_holder(rds, redis_url, lambda c: c.lock(name, ttl=ttl),
+                                start=start_child_collected)
         try:
-            raw = pop_json(rds, "ready", timeout=10)
-            assert raw is not None, "holder did not report its grant"
-            grant = json.loads(raw)
             waiter = client.lock(name, ttl=5.0, auto_renew=False)
             w = Worker(waiter.acquire, True, 10.0)
             w.start()
@@ -362,13 +348,7 @@ def test_ctrl_c_interrupts_blocked_acquire(client, rds) -> None:
         waiter = client.lock(name, ttl=10.0, auto_renew=False)
         assert holder.acquire(blocking=False)
         try:
-            with sigint_raises_keyboardinterrupt():
-                t, sent = interrupt_main_after(0.3)
-                with pytest.raises(KeyboardInterrupt):
-                    waiter.acquire(timeout=8.0)
-                raised = time.monotonic()
-                t.join(5)
-            assert sent, "SIGINT was never sent"
+            intr = acquire_interrupted(waiter)
 
             # Nothing held or left behind by the interrupted waiter.
             assert waiter.validity == 0.0 and waiter.token is None and waiter.lost is False
@@ -390,7 +370,7 @@ def test_ctrl_c_interrupts_blocked_acquire(client, rds) -> None:
                 holder.release()
             except hilock.LockError:
                 pass
-        within(raised - sent[0], 0.25, "KeyboardInterrupt came after SIGINT")
+        within(intr.caught - intr.sent, 0.25, "KeyboardInterrupt came after SIGINT")
         within(w.finished_at - released, WAKE_MAX, "the interrupted object woke after release")
 
     retry_stalled(scenario)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
 import tempfile
 import time
-from typing import Iterable, List, Optional
+import urllib.parse
+from typing import Dict, Iterable, List, Optional
 
 from helpers import _load_server_module
 
@@ -94,18 +94,16 @@ def tls_args(pki: Pki, cert: str = "server", auth_clients: str = "no",
             "--tls-auth-clients", auth_clients]
 
 
-class TLSServer:
-    """One redis-server on 127.0.0.1 that listens only on a TLS port."""
+class TLSServer(_server.RedisServer):
+    """One redis-server on 127.0.0.1 that listens only on a TLS port: the
+    launcher of hilock._server with TLS arguments and a TLS readiness probe."""
 
     def __init__(self, pki: Pki, cert: str = "server", auth_clients: str = "no",
                  extra_args: Iterable[str] = (), port: Optional[int] = None) -> None:
+        super().__init__(port=port, extra_args=extra_args)
         self.pki = pki
         self.cert = cert
         self.auth_clients = auth_clients
-        self.port = port or free_port()
-        self.extra_args = list(extra_args)
-        self.dir = tempfile.mkdtemp(prefix="hilock-tls-")
-        self.proc: Optional[subprocess.Popen] = None
 
     @property
     def url(self) -> str:
@@ -126,49 +124,15 @@ class TLSServer:
                            ssl_cert_reqs="none", ssl_certfile=self.pki.path("client.crt"),
                            ssl_keyfile=self.pki.path("client.key"))
 
-    def start(self, timeout: float = 10.0) -> "TLSServer":
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        args = [binary, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", self.dir, "--daemonize", "no",
-                "--logfile", os.path.join(self.dir, "redis.log"),
-                *tls_args(self.pki, self.cert, self.auth_clients, self.port),
-                *self.extra_args]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        ctx = self.ssl_context()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}; "
-                                   f"see {self.dir}/redis.log")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
-                    with ctx.wrap_socket(raw) as s:
-                        s.sendall(b"PING\r\n")
-                        if s.recv(64).startswith(b"+PONG"):
-                            return self
-            except (OSError, ssl.SSLError):
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("TLS redis-server did not start in time")
+    def listen_args(self) -> List[str]:
+        return tls_args(self.pki, self.cert, self.auth_clients, self.port)
 
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-    def cleanup(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> "TLSServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
+    def answers(self) -> bool:
+        # ssl.SSLError is an OSError: the launcher retries on either.
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
+            with self.ssl_context().wrap_socket(raw) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
 
 
 def _tls_redis(pki: Pki, port: int, timeout: float = 2.0):
@@ -191,7 +155,35 @@ def _wait(pred, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-class TLSSentinel:
+class _Deployment:
+    """Servers started together. ``with`` starts them and cleans every one
+    up on the way out, or at once when the start fails half-way."""
+
+    def start(self) -> _Deployment:
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def _tls_url(scheme: str, ports: Iterable[int], path: str, params: Dict[str, str]) -> str:
+    """A rediss+ URL naming every port on 127.0.0.1, with params as its query."""
+    hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
+    query = "?" + urllib.parse.urlencode(params) if params else ""
+    return f"{scheme}://{hosts}{path}{query}"
+
+
+class TLSSentinel(_Deployment):
     """A master, a replica and three sentinels, every one listening only on
     TLS; replication and the sentinels' links run over TLS
     (tls-replication yes)."""
@@ -207,43 +199,28 @@ class TLSSentinel:
         self.dir = tempfile.mkdtemp(prefix="hilock-tls-sentinel-")
 
     def url(self, **params: str) -> str:
-        import urllib.parse
-        hosts = ",".join(f"127.0.0.1:{p}" for p in self.ports)
-        query = "?" + urllib.parse.urlencode(params) if params else ""
-        return f"rediss+sentinel://{hosts}/{self.name}{query}"
+        return _tls_url("rediss+sentinel", self.ports, f"/{self.name}", params)
 
-    def start(self, timeout: float = 30.0) -> "TLSSentinel":
+    def start(self, timeout: float = 30.0) -> TLSSentinel:
         self.master.start()
         self.replica.start()
         _wait(lambda: _tls_redis(self.pki, self.replica.port).info("replication")
               .get("master_link_status") == "up", timeout, "the replica's sync")
-        ids = [f"{i + 1:040d}" for i in range(3)]
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        for i, port in enumerate(self.ports):
-            conf = os.path.join(self.dir, f"sentinel{i}.conf")
-            lines = ["port 0", f"tls-port {port}", "bind 127.0.0.1",
-                     f"tls-cert-file {self.pki.path('server.crt')}",
-                     f"tls-key-file {self.pki.path('server.key')}",
-                     f"tls-ca-cert-file {self.pki.path('ca.crt')}",
-                     "tls-auth-clients no", "tls-replication yes",
-                     f"dir {self.dir}", f"logfile {self.dir}/sentinel{i}.log",
-                     f"sentinel myid {ids[i]}",
-                     f"sentinel monitor {self.name} 127.0.0.1 {self.master.port} 2",
-                     f"sentinel down-after-milliseconds {self.name} 1000",
-                     f"sentinel failover-timeout {self.name} 3000",
-                     f"sentinel known-replica {self.name} 127.0.0.1 {self.replica.port}"]
-            lines += [f"sentinel known-sentinel {self.name} 127.0.0.1 {p} {ids[j]}"
-                      for j, p in enumerate(self.ports) if j != i]
-            with open(conf, "w") as f:
-                f.write("\n".join(lines) + "\n")
-            self.procs.append(subprocess.Popen([binary, conf, "--sentinel"],
-                                               stdin=subprocess.DEVNULL,
-                                               stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.DEVNULL))
+        _server.start_sentinels(self.procs, self.master.binary, self.dir, self.name,
+                                self.ports, self.master.port, self.replica.port,
+                                listen=self._listen)
         for port in self.ports:
-            _wait(lambda: _tls_redis(self.pki, port).execute_command(
+            _wait(lambda port=port: _tls_redis(self.pki, port).execute_command(
                 "SENTINEL", "ckquorum", self.name), timeout, f"sentinel {port}")
         return self
+
+    def _listen(self, port: int) -> List[str]:
+        """A sentinel's config lines: TLS only, to its peers and the servers too."""
+        return ["port 0", f"tls-port {port}",
+                f"tls-cert-file {self.pki.path('server.crt')}",
+                f"tls-key-file {self.pki.path('server.key')}",
+                f"tls-ca-cert-file {self.pki.path('ca.crt')}",
+                "tls-auth-clients no", "tls-replication yes"]
 
     def master_port(self) -> int:
         host, port = _tls_redis(self.pki, self.ports[0]).execute_command(
@@ -259,25 +236,13 @@ class TLSSentinel:
             self.pki, self.master_port()).execute_command("ROLE")[0] == b"master",
             timeout, "the failover")
 
-    def stop(self) -> None:
+    def cleanup(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
+            _server.kill(p)
         self.procs = []
         self.replica.cleanup()
         self.master.cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> "TLSSentinel":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _cluster_ok(pki: Pki, port: int) -> bool:
@@ -295,7 +260,7 @@ def _cluster_port() -> int:
     raise RuntimeError("no free port below 55536")
 
 
-class TLSCluster:
+class TLSCluster(_Deployment):
     """Three masters and three replicas that listen only on TLS, with the
     cluster bus and replication over TLS (tls-cluster yes)."""
 
@@ -307,12 +272,9 @@ class TLSCluster:
         self.nodes = [TLSServer(pki, extra_args=args, port=_cluster_port()) for _ in range(6)]
 
     def url(self, **params: str) -> str:
-        import urllib.parse
-        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:3])
-        query = "?" + urllib.parse.urlencode(params) if params else ""
-        return f"rediss+cluster://{hosts}{query}"
+        return _tls_url("rediss+cluster", [n.port for n in self.nodes[:3]], "", params)
 
-    def start(self, timeout: float = 40.0) -> "TLSCluster":
+    def start(self, timeout: float = 40.0) -> TLSCluster:
         for n in self.nodes:
             n.start()
         subprocess.run(["redis-cli", "--tls", "--cacert", self.pki.path("ca.crt"),
@@ -323,19 +285,9 @@ class TLSCluster:
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=timeout)
         for n in self.nodes:
-            _wait(lambda: _cluster_ok(self.pki, n.port), timeout, f"node {n.port} ok")
+            _wait(lambda n=n: _cluster_ok(self.pki, n.port), timeout, f"node {n.port} ok")
         return self
 
     def cleanup(self) -> None:
         for n in self.nodes:
             n.cleanup()
-
-    def __enter__(self) -> "TLSCluster":
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
