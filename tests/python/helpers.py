@@ -284,10 +284,12 @@ def blocked_clients(r) -> int:
     return int(r.info("clients")["blocked_clients"]) + _hilock.py_waiting_all()
 
 
-def waiting_processes(r) -> int:
+def waiting_processes(r, channel: str = "hilock:*") -> int:
     """Waiters of other processes (one waiter each): clients blocked in
-    BLPOP, plus each client subscribed to a wake list's channel."""
-    chans = r.pubsub_channels("hilock:*")
+    BLPOP, plus each client subscribed to a wake list's channel (those
+    matching channel: name the lock's own, as another test's client may
+    still linger on its channel for a while)."""
+    chans = r.pubsub_channels(channel)
     subs = sum(n for _, n in r.pubsub_numsub(*chans)) if chans else 0
     return int(r.info("clients")["blocked_clients"]) + subs
 

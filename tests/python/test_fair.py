@@ -234,7 +234,7 @@ def test_wake_ups_go_to_the_head_only(client, rds, redis_url) -> None:
             procs.append(_start_waiter(redis_url, beat=30.0))
             wait_for(lambda: holder.waiters() == i + 1, 5, what=f"waiter {i} queued")
         time.sleep(0.05)
-        assert waiting_processes(rds) == n
+        assert waiting_processes(rds, f"hilock:{{{NAME}}}:*") == n
         beats = dict(rds.zrange(BEATS, 0, -1, withscores=True))
         holder.release()
         for i in range(n):
@@ -244,7 +244,7 @@ def test_wake_ups_go_to_the_head_only(client, rds, redis_url) -> None:
             # them ran a re-check (their heartbeat deadlines did not move).
             # The head's channel goes at its subscriber's next turn (within
             # a second), not on its way to the grant.
-            wait_for(lambda: waiting_processes(rds) == n - 1 - i, 5,
+            wait_for(lambda: waiting_processes(rds, f"hilock:{{{NAME}}}:*") == n - 1 - i, 5,
                      what=f"{n - 1 - i} still waiting")
             now = dict(rds.zrange(BEATS, 0, -1, withscores=True))
             assert now == {k: v for k, v in beats.items() if k in now}

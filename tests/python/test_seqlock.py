@@ -250,7 +250,7 @@ def test_each_removal_pushes_to_the_successor_only(client, rds, redis_url) -> No
             # Sessions of 30 s (re-checks every 10 s): only wake-ups move anyone.
             procs.append(_start(redis_url, session=30.0))
             wait_for(lambda: holder.waiters() == i + 1, 5, what=f"contender {i} enqueued")
-        wait_for(lambda: waiting_processes(rds) == n, 5, what="all blocked")
+        wait_for(lambda: waiting_processes(rds, f"hilock:{{{NAME}}}:*") == n, 5, what="all blocked")
         seqs = [int(sc) for _, sc in rds.zrange(QUEUE, 1, -1, withscores=True)]
         assert seqs == list(range(2, n + 2))
         assert counter.drain() == []
@@ -264,7 +264,7 @@ def test_each_removal_pushes_to_the_successor_only(client, rds, redis_url) -> No
             counter.pushes.clear()
             # The woken contender's channel goes at its subscriber's next
             # turn (within a second), not on its way to the grant.
-            wait_for(lambda: waiting_processes(rds) == n - 1 - i, 5,
+            wait_for(lambda: waiting_processes(rds, f"hilock:{{{NAME}}}:*") == n - 1 - i, 5,
                      what=f"{n - 1 - i} still waiting")
             let_go(rds, got)
         join_all(procs, 10)

@@ -219,14 +219,16 @@ def test_one_release_wakes_one_waiter(client, rds, redis_url) -> None:
     assert holder.acquire(blocking=False)
     procs = [start_child_collected(_herd_waiter, redis_url, "herd") for _ in range(n)]
     try:
-        wait_for(lambda: waiting_processes(rds) == n, 10, what=f"{n} waiting processes")
+        wait_for(lambda: waiting_processes(rds, "hilock:{herd}:*") == n, 10,
+                 what=f"{n} waiting processes")
         rds.config_resetstat()
         holder.release()
         first = pop_json(rds, "got", timeout=3)
         assert first is not None, "a release woke no waiter"
         # n - 1 waiters still waiting, and the winner in its BLPOP on
         # "go" (a redis-py call).
-        wait_for(lambda: waiting_processes(rds) == n, 3, what=f"{n} waiting")
+        wait_for(lambda: waiting_processes(rds, "hilock:{herd}:*") == n, 3,
+                 what=f"{n} waiting")
         time.sleep(0.4)  # room for a herd to show itself
         calls = command_calls(rds)
         scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
@@ -236,7 +238,8 @@ def test_one_release_wakes_one_waiter(client, rds, redis_url) -> None:
         assert calls.get("set", 0) == 1, f"after one release: {calls}"
         assert scripts <= 1 + n, f"{scripts} scripts after one release: a herd woke ({calls})"
         assert rds.llen("got") == 0, "more than one waiter got the lock"
-        assert waiting_processes(rds) == n, "the other waiters should still be waiting"
+        assert waiting_processes(rds, "hilock:{herd}:*") == n, \
+            "the other waiters should still be waiting"
 
         # Hand it on: each release wakes the next; everyone gets a turn.
         rds.rpush("go", *["1"] * n)
