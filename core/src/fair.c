@@ -206,14 +206,10 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
 }
 
 int hilock_fair_lock_release(hilock_fair_lock *fl) {
-  redisReply *r;
-  int rc;
   if (fl == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_release(&fl->h, run_release, fl, &r);
-  if (rc != HILOCK_OK) return rc;
-  return hilock__hold_released(&fl->h, r, 1,
-                               "the lock expired or another owner holds it; "
-                               "nothing was deleted");
+  return hilock__hold_release_reply(&fl->h, run_release, fl, 1,
+                                    "the lock expired or another owner holds it; "
+                                    "nothing was deleted");
 }
 
 int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms, int replace) {

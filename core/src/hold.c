@@ -381,6 +381,16 @@ int hilock__hold_release(hilock__hold *h,
   return HILOCK_OK;
 }
 
+int hilock__hold_release_reply(hilock__hold *h,
+                               int (*run)(void *arg, hilock__err *e,
+                                          redisReply **r),
+                               void *arg, int array, const char *notowned) {
+  redisReply *r;
+  int rc = hilock__hold_release(h, run, arg, &r);
+  if (rc != HILOCK_OK) return rc;
+  return hilock__hold_released(h, r, array, notowned);
+}
+
 int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
                           const char *notowned) {
   const redisReply *v = r;

@@ -979,6 +979,11 @@ int hilock__hold_release(hilock__hold *h,
  * notowned); any other shape HILOCK_EPROTO. */
 int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
                           const char *notowned);
+/* The two above: run the family's release and read its reply. */
+int hilock__hold_release_reply(hilock__hold *h,
+                               int (*run)(void *arg, hilock__err *e,
+                                          redisReply **r),
+                               void *arg, int array, const char *notowned);
 /* A grant (owner token already in h) that too few replicas acknowledged:
  * record it just long enough for the family's release(arg) to give it
  * back, then forget it. Returns HILOCK_ENOREPLICAS, h->err saying why and

@@ -157,14 +157,10 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
 }
 
 int hilock_lock_release(hilock_lock *l) {
-  redisReply *r;
-  int rc;
   if (l == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_release(&l->h, run_release, l, &r);
-  if (rc != HILOCK_OK) return rc;
-  return hilock__hold_released(&l->h, r, 0,
-                               "the lock expired or another owner holds it; "
-                               "nothing was deleted");
+  return hilock__hold_release_reply(&l->h, run_release, l, 0,
+                                    "the lock expired or another owner holds it; "
+                                    "nothing was deleted");
 }
 
 int hilock_lock_extend(hilock_lock *l, int64_t ms, int replace) {

@@ -232,17 +232,13 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
 }
 
 int hilock_segmented_lock_release(hilock_segmented_lock *s) {
-  redisReply *r;
   char why[96];
-  int rc;
   if (s == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_release(&s->h, run_release, s, &r);
-  if (rc != HILOCK_OK) return rc;
   snprintf(why, sizeof(why),
            "segment %d expired or another owner holds it; nothing was "
            "deleted",
            s->segment);
-  return hilock__hold_released(&s->h, r, 0, why);
+  return hilock__hold_release_reply(&s->h, run_release, s, 0, why);
 }
 
 static int check_units(hilock__err *e, const char *what, int64_t n,

@@ -173,14 +173,10 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
 }
 
 int hilock_semaphore_release(hilock_semaphore *s) {
-  redisReply *r;
-  int rc;
   if (s == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_release(&s->h, run_release, s, &r);
-  if (rc != HILOCK_OK) return rc;
-  return hilock__hold_released(&s->h, r, 0,
-                               "the permit had expired; nothing of anyone "
-                               "else's changed");
+  return hilock__hold_release_reply(&s->h, run_release, s, 0,
+                                    "the permit had expired; nothing of anyone "
+                                    "else's changed");
 }
 
 int hilock_semaphore_renew(hilock_semaphore *s) {

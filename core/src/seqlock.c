@@ -231,14 +231,10 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
 }
 
 int hilock_sequential_lock_release(hilock_sequential_lock *sl) {
-  redisReply *r;
-  int rc;
   if (sl == NULL) return HILOCK_EINVAL;
-  rc = hilock__hold_release(&sl->h, run_release, sl, &r);
-  if (rc != HILOCK_OK) return rc;
-  return hilock__hold_released(&sl->h, r, 1,
-                               "the session lapsed and the entry is gone; "
-                               "nothing was removed");
+  return hilock__hold_release_reply(&sl->h, run_release, sl, 1,
+                                    "the session lapsed and the entry is gone; "
+                                    "nothing was removed");
 }
 
 int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms, int replace) {
