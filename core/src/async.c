@@ -50,6 +50,8 @@ typedef struct op {
   int64_t wake_ms;     /* asleep: try again by then */
   int notified;        /* the hub moved while asleep */
   int cancelled;
+  int queue;           /* the caller would wait (a queue family queues) */
+  int begun, ended;    /* the spec's begin ran; its end (leave) ran */
   int no_hub;          /* the client cannot wait on the hub: timer only */
   hilock__hub_ticket *t;
   char *wkey;          /* the wake list the ticket is on */
@@ -173,20 +175,27 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
 }
 
 /* The acquire is over with status: a grant of a cancelled operation is
- * given back first. */
+ * given back first, and one that did not grant leaves its queue (the
+ * fair and sequential locks). */
 static int acquire_over(op *o, int status) {
   int cancelled;
+  int64_t outer = hilock__call_lift(); /* never left half done */
   pthread_mutex_lock(&o->a->mu);
   cancelled = o->cancelled;
   pthread_mutex_unlock(&o->a->mu);
-  if (!cancelled) return status;
-  if (status == HILOCK_OK) {
-    int64_t outer = hilock__call_lift(); /* never left half done */
+  if (cancelled && status == HILOCK_OK) {
     (void)o->h->fam->release(o->h);
-    hilock__call_end(outer);
+    o->ended = 1; /* the release ended its place too */
   }
-  return hilock__set_err(hilock__hold_err(o->h), HILOCK_ECANCELED,
-                         "acquire cancelled");
+  if (cancelled)
+    status = hilock__set_err(hilock__hold_err(o->h), HILOCK_ECANCELED,
+                             "acquire cancelled");
+  if (o->begun && !o->ended) {
+    o->ended = 1;
+    hilock__spec_end(&o->spec, o->queue, status);
+  }
+  hilock__call_end(outer);
+  return status;
 }
 
 /* Returns a status to finish with, or GOING_ON (asleep or queued). */
@@ -202,6 +211,15 @@ static int step_acquire(op *o) {
   if (cancelled) {
     unwait(o, 0);
     return acquire_over(o, HILOCK_BUSY);
+  }
+  if (!o->begun && o->spec.begin != NULL) {
+    /* A queue family: draw a waiter id (and queue, if it would wait). */
+    o->begun = 1;
+    rc = o->spec.begin(o->spec.arg, o->queue);
+    if (rc != HILOCK_OK) {
+      o->ended = 1; /* nothing to leave */
+      return acquire_over(o, rc);
+    }
   }
   if (o->t != NULL) {
     int got = hilock__hub_check(a->c, o->t, o->spec.consume, &woken);
@@ -416,6 +434,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
   o->h = h;
   if (kind == OP_ACQUIRE) {
     h->fam->acquire_spec(h, &o->spec);
+    o->queue = wait_ms != 0;
     /* + 1: the clock reads whole milliseconds, and a wait must never end
      * before the caller's timeout. */
     o->deadline_ms = wait_ms < 0    ? INT64_MAX

@@ -186,18 +186,17 @@ static void leave(void *arg) {
   if (fl->h.held) hilock__hold_drop(&fl->h);
 }
 
-static const hilock__queue_ops queue_ops = {begin, attempt, leave};
+static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+  hilock_fair_lock *fl = arg;
+  hilock__spec_queue(s, begin, attempt, leave, fl, &fl->wkey, &fl->wkeylen);
+}
 
 int hilock_fair_lock_try_acquire(hilock_fair_lock *fl) {
-  if (fl == NULL) return HILOCK_EINVAL;
-  return hilock__queue_acquire(&fl->h, (const char *const *)&fl->wkey,
-                               &fl->wkeylen, 0, &queue_ops, fl);
+  return fl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&fl->h, 0);
 }
 
 int hilock_fair_lock_acquire(hilock_fair_lock *fl, int64_t wait_ms) {
-  if (fl == NULL) return HILOCK_EINVAL;
-  return hilock__queue_acquire(&fl->h, (const char *const *)&fl->wkey,
-                               &fl->wkeylen, wait_ms, &queue_ops, fl);
+  return fl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&fl->h, wait_ms);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -259,6 +258,8 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
   return fl == NULL ? 0 : fl->last_ticket;
 }
 
+static int release_fn(void *x) { return hilock_fair_lock_release(x); }
+
 static const hilock__family family = {
     fam_free, NULL, NULL, NULL,
-    NULL, NULL, NULL};
+    NULL, acquire_spec, release_fn};

@@ -643,6 +643,12 @@ typedef struct hilock__acquire_spec {
   const char *const *wkey;
   const size_t *wkeylen;
   int consume;
+  /* A family whose waiters queue (fair, sequential): begin (refuse a
+   * second grant, draw a waiter id; queueing when the caller will wait)
+   * comes first, and every end but a grant leaves the queue (a one-shot
+   * try leaves only after an error). NULL for the others. */
+  int (*begin)(void *arg, int queue);
+  void (*leave)(void *arg);
 } hilock__acquire_spec;
 /* One attempt of s, as the loop makes it after a wait that ended with
  * woken (see hilock__attempt_woken). */
@@ -654,6 +660,16 @@ int hilock__acquire(hilock_client *c, hilock__err *e,
 /* A spec whose attempt takes a rung wake-up itself (consume). */
 void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
                   void *arg, const void *wkey, const size_t *wkeylen);
+/* A queue family's spec (no consume; begin and leave). */
+void hilock__spec_queue(hilock__acquire_spec *s,
+                        int (*begin)(void *, int),
+                        int (*attempt)(void *, int64_t *),
+                        void (*leave)(void *), void *arg, const void *wkey,
+                        const size_t *wkeylen);
+/* The end of an acquire of s that made its begin (queue: it would wait)
+ * with status: leave the queue unless it granted (a one-shot try only
+ * after an error). */
+void hilock__spec_end(const hilock__acquire_spec *s, int queue, int status);
 /* The blocking acquire of a hold whose family has a spec. */
 int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
 /* For the attempt in progress on this thread: 0 (first attempt, or no
@@ -673,19 +689,6 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
  * re-checks at least every window/3, and sooner when what it watches (the
  * holder's TTL, its predecessor's session: watch_ms > 0) runs out first;
  * hilock__beat_bound gives that sleep for hilock__acquire_loop. */
-/* The acquire of a family whose waiters queue (fair, sequential): begin
- * (refuse a second grant, draw a waiter id; queueing when the caller will
- * wait), attempts until granted or wait_ms passes (0: one attempt), and on
- * any end but a grant leave the queue (a one-shot try leaves only after an
- * error). wkey is read at each wait (begin may set it). */
-typedef struct hilock__queue_ops {
-  int (*begin)(void *arg, int queue);
-  int (*attempt)(void *arg, int64_t *bound);
-  void (*leave)(void *arg);
-} hilock__queue_ops;
-int hilock__queue_acquire(struct hilock__hold *h, const char *const *wkey,
-                          const size_t *wkeylen, int64_t wait_ms,
-                          const hilock__queue_ops *ops, void *arg);
 int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms);
 int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms);
 

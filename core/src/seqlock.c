@@ -211,18 +211,17 @@ static void leave(void *arg) {
   if (sl->h.held) hilock__hold_drop(&sl->h);
 }
 
-static const hilock__queue_ops queue_ops = {begin, attempt, leave};
+static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+  hilock_sequential_lock *sl = arg;
+  hilock__spec_queue(s, begin, attempt, leave, sl, &sl->wkey, &sl->wkeylen);
+}
 
 int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl) {
-  if (sl == NULL) return HILOCK_EINVAL;
-  return hilock__queue_acquire(&sl->h, (const char *const *)&sl->wkey,
-                               &sl->wkeylen, 0, &queue_ops, sl);
+  return sl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&sl->h, 0);
 }
 
 int hilock_sequential_lock_acquire(hilock_sequential_lock *sl, int64_t wait_ms) {
-  if (sl == NULL) return HILOCK_EINVAL;
-  return hilock__queue_acquire(&sl->h, (const char *const *)&sl->wkey,
-                               &sl->wkeylen, wait_ms, &queue_ops, sl);
+  return sl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&sl->h, wait_ms);
 }
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -360,6 +359,8 @@ static const char *fam_key(const void *arg, size_t *len) {
   return sl->keys[K_QUEUE];
 }
 
+static int release_fn(void *x) { return hilock_sequential_lock_release(x); }
+
 static const hilock__family family = {
     fam_free, fam_owned, fam_locked, fam_key,
-    NULL, NULL, NULL};
+    NULL, acquire_spec, release_fn};

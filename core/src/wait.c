@@ -168,10 +168,30 @@ int hilock__acquire_step(const hilock__acquire_spec *s, int woken,
   return rc;
 }
 
+void hilock__spec_end(const hilock__acquire_spec *s, int queue, int status) {
+  if (s->leave != NULL && status != HILOCK_OK && (queue || status < 0))
+    s->leave(s->arg);
+}
+
 int hilock__acquire(hilock_client *c, hilock__err *e,
                     const hilock__acquire_spec *s, int64_t wait_ms) {
-  return hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->consume,
+  int64_t bound;
+  int rc;
+  if (s->begin == NULL)
+    return hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->consume,
+                                    wait_ms, s->attempt, s->arg);
+  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
+  rc = s->begin(s->arg, wait_ms != 0);
+  if (rc != HILOCK_OK) return rc;
+  if (wait_ms == 0)
+    rc = s->attempt(s->arg, &bound);
+  else
+    rc = hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->consume,
                                   wait_ms, s->attempt, s->arg);
+  hilock__spec_end(s, wait_ms != 0, rc);
+  return rc;
 }
 
 void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
@@ -181,6 +201,19 @@ void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
   s->wkey = (const char *const *)wkey; /* a char * or const char * field */
   s->wkeylen = wkeylen;
   s->consume = 1;
+  s->begin = NULL;
+  s->leave = NULL;
+}
+
+void hilock__spec_queue(hilock__acquire_spec *s,
+                        int (*begin)(void *, int),
+                        int (*attempt)(void *, int64_t *),
+                        void (*leave)(void *), void *arg, const void *wkey,
+                        const size_t *wkeylen) {
+  hilock__spec(s, attempt, arg, wkey, wkeylen);
+  s->consume = 0;
+  s->begin = begin;
+  s->leave = leave;
 }
 
 int hilock__hold_acquire(hilock__hold *h, int64_t wait_ms) {
@@ -241,27 +274,6 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
   }
   if (woken) hilock__hub_settle(c, *wkey, *wkeylen);
   hilock__call_end(outer);
-  return rc;
-}
-
-int hilock__queue_acquire(hilock__hold *h, const char *const *wkey,
-                          const size_t *wkeylen, int64_t wait_ms,
-                          const hilock__queue_ops *ops, void *arg) {
-  int64_t bound;
-  int rc;
-  if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
-    return hilock__set_err(&h->err, HILOCK_EINVAL,
-                           "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
-  rc = ops->begin(arg, wait_ms != 0);
-  if (rc != HILOCK_OK) return rc;
-  if (wait_ms == 0) {
-    rc = ops->attempt(arg, &bound);
-    if (rc < 0) ops->leave(arg);
-    return rc;
-  }
-  rc = hilock__acquire_loop_var(h->client, &h->err, wkey, wkeylen, 0, wait_ms,
-                                ops->attempt, arg);
-  if (rc != HILOCK_OK) ops->leave(arg);
   return rc;
 }
 

@@ -20,8 +20,9 @@ Same keys and exceptions as the thread API: a task here and a thread of
 raced the cancellation is released; a cancelled ``release()`` still
 finishes.
 
-Served so far: :meth:`Client.lock`, :meth:`Client.simple_lock` and
-:meth:`Client.lease`.
+Served so far: :meth:`Client.lock`, :meth:`Client.simple_lock`,
+:meth:`Client.lease`, :meth:`Client.fair_lock` and
+:meth:`Client.sequential_lock`.
 """
 from __future__ import annotations
 
@@ -31,13 +32,14 @@ from types import TracebackType
 from typing import Any, Dict, Optional, Type
 
 from . import _hilock as _h
-from ._base import lost_error
+from ._base import ExclusiveBase, lost_error
 from ._client import Client as _SyncClient
-from ._lock import Lock as _SyncLock
+from ._fair import FairLock as _SyncFairLock
+from ._seqlock import SequentialLock as _SyncSequentialLock
 from ._util import Name, wait_seconds
 from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, error_for
 
-__all__ = ["Client", "Lock"]
+__all__ = ["Client", "FairLock", "Lock", "SequentialLock"]
 
 
 async def _settle(fut: asyncio.Future[int]) -> None:
@@ -129,6 +131,21 @@ class Client:
         """A lease (expires, never renewed), as :meth:`hilock.Client.lease`."""
         return Lock(self, self._sync.lease(name, ttl, timeout))
 
+    def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                  auto_renew: bool = True, max_hold: Optional[float] = None) -> FairLock:
+        """A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a
+        cancelled waiter leaves the queue."""
+        return FairLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,
+                                                   max_hold=max_hold))
+
+    def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
+                        *, auto_renew: bool = True,
+                        max_hold: Optional[float] = None) -> SequentialLock:
+        """A sequential lock, as :meth:`hilock.Client.sequential_lock`: a
+        cancelled waiter leaves the queue."""
+        return SequentialLock(self, self._sync.sequential_lock(
+            name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold))
+
     async def close(self) -> None:
         """Cancel what is in flight, stop watching the loop's descriptor and
         close the pool (as :meth:`hilock.Client.close`)."""
@@ -158,7 +175,7 @@ class Lock:
     is one holder: tasks that acquire the same object queue on a local
     ``asyncio.Lock`` first; other objects contend through Redis."""
 
-    def __init__(self, client: Client, sync: _SyncLock) -> None:
+    def __init__(self, client: Client, sync: ExclusiveBase) -> None:
         self._client = client
         self._sync = sync
         self._local = asyncio.Lock()
@@ -263,4 +280,27 @@ class Lock:
             raise lost_error(self._sync.name, None)
 
     def __repr__(self) -> str:
-        return f"<hilock.asyncio.Lock {self._sync.name!r} validity={self.validity:.3f}s>"
+        return (f"<hilock.asyncio.{type(self).__name__} {self._sync.name!r} "
+                f"validity={self.validity:.3f}s>")
+
+
+class FairLock(Lock):
+    """A fair (FIFO) lock for asyncio (see :class:`hilock.FairLock`)."""
+
+    _sync: _SyncFairLock
+
+    @property
+    def ticket(self) -> Optional[int]:
+        """The place in line of the current or last request."""
+        return self._sync.ticket
+
+
+class SequentialLock(Lock):
+    """A sequential lock for asyncio (see :class:`hilock.SequentialLock`)."""
+
+    _sync: _SyncSequentialLock
+
+    @property
+    def sequence(self) -> Optional[int]:
+        """The sequence number of the current or last request."""
+        return self._sync.sequence

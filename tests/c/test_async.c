@@ -265,8 +265,8 @@ static void a_cancelled_grant_is_given_back(void **state) {
   (void)granted;
 }
 
-/* The semaphore, the multi-key lock and the segmented lock run here too;
- * a type not served yet says so. */
+/* The semaphore, the multi-key lock, the segmented lock and the
+ * sequential lock run here too; a type not served yet says so. */
 static void other_families(void **state) {
   fixture *f = *state;
   hilock_async *a = make_async(f->client);
@@ -307,6 +307,16 @@ static void other_families(void **state) {
   assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(g), NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, "seg release");
 
+  {
+    hilock_sequential_lock *q = NULL;
+    assert_hl_ok(hilock_sequential_lock_new(f->client, "sq", 2, 30000, &q), "");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(q), 5000, NULL, NULL), "");
+    assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(q)));
+    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(q), NULL, NULL), "");
+    assert_hl_ok(next_done(a, 10000).status, "sequential release");
+    hilock_hold_free(HILOCK_HOLD(q));
+  }
+
   assert_hl_ok(hilock_rlock_new(f->client, "r", 1, 30000, &r), "");
   assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(r), 0, NULL, NULL),
                    HILOCK_ENOTSUP);
@@ -317,6 +327,74 @@ static void other_families(void **state) {
   hilock_hold_free(HILOCK_HOLD(s3));
   hilock_hold_free(HILOCK_HOLD(s2));
   hilock_hold_free(HILOCK_HOLD(s1));
+}
+
+/* The fair lock in an event loop: waiters are served in the order they
+ * queued; 50 waiters cancelled leave the queue, so the one behind them is
+ * served as soon as the holder lets go. */
+static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
+    void **state) {
+  fixture *f = *state;
+  enum { IN_LINE = 5, CANCELLED = 50 };
+  hilock_fair_lock *holder = NULL, *w[IN_LINE], *gone[CANCELLED], *last = NULL;
+  uint64_t ids[IN_LINE], gone_ids[CANCELLED];
+  hilock_async *a = make_async(f->client);
+  int64_t n = 0;
+
+  assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &holder), "");
+  assert_hl_ok(hilock_fair_lock_try_acquire(holder), "holder");
+  for (int i = 0; i < IN_LINE; i++) {
+    assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &w[i]), "");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]), 20000,
+                                      (void *)(intptr_t)i, &ids[i]),
+                 "");
+    /* Queued before the next one starts. */
+    for (int64_t end = hl_now_ms() + 5000; n != i + 1 && hl_now_ms() < end;) {
+      assert_hl_ok(hilock_fair_lock_waiters(holder, &n), "");
+      if (n != i + 1) hl_sleep_ms(5);
+    }
+    assert_int_equal(n, i + 1);
+  }
+  assert_hl_ok(hilock_fair_lock_release(holder), "release");
+  for (int i = 0; i < IN_LINE; i++) {
+    hilock_async_done d = next_done(a, 20000);
+    assert_int_equal(d.id, ids[i]); /* in the order they queued */
+    assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(w[i])));
+    assert_hl_ok(hilock_fair_lock_release(w[i]), "release");
+  }
+
+  assert_hl_ok(hilock_fair_lock_try_acquire(holder), "holder again");
+  for (int i = 0; i < CANCELLED; i++) {
+    assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &gone[i]),
+                 "");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(gone[i]),
+                                      HILOCK_WAIT_FOREVER, NULL, &gone_ids[i]),
+                 "");
+  }
+  for (int64_t end = hl_now_ms() + 10000; n != CANCELLED && hl_now_ms() < end;) {
+    assert_hl_ok(hilock_fair_lock_waiters(holder, &n), "");
+    if (n != CANCELLED) hl_sleep_ms(10);
+  }
+  assert_int_equal(n, CANCELLED);
+  for (int i = 0; i < CANCELLED; i++)
+    assert_hl_ok(hilock_async_cancel(a, gone_ids[i]), "");
+  for (int i = 0; i < CANCELLED; i++)
+    assert_int_equal(next_done(a, 20000).status, HILOCK_ECANCELED);
+  assert_hl_ok(hilock_fair_lock_waiters(holder, &n), "");
+  assert_int_equal(n, 0); /* every cancelled waiter left the queue */
+  assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &last), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(last), 20000, NULL, NULL),
+               "");
+  hl_sleep_ms(100);
+  assert_hl_ok(hilock_fair_lock_release(holder), "release");
+  assert_hl_ok(next_done(a, 20000).status, hilock_hold_errmsg(HILOCK_HOLD(last)));
+  assert_hl_ok(hilock_fair_lock_release(last), "release");
+
+  hilock_async_free(a);
+  for (int i = 0; i < IN_LINE; i++) hilock_hold_free(HILOCK_HOLD(w[i]));
+  for (int i = 0; i < CANCELLED; i++) hilock_hold_free(HILOCK_HOLD(gone[i]));
+  hilock_hold_free(HILOCK_HOLD(last));
+  hilock_hold_free(HILOCK_HOLD(holder));
 }
 
 static void misuse_is_refused(void **state) {
@@ -400,6 +478,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_cancelled_grant_is_given_back,
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(other_families, hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(
+          fair_lock_serves_in_order_and_cancel_leaves_the_queue, hl_setup,
+          hl_teardown),
       cmocka_unit_test_setup_teardown(misuse_is_refused, hl_setup,
                                       hl_teardown),
   };

@@ -260,3 +260,41 @@ def test_bad_input(redis_url) -> None:
             c.lock("aio:bad", ttl=5)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["fair_lock", "sequential_lock"])
+def test_cancelled_queue_waiters_leave_and_the_next_is_served(rds, redis_url, kind) -> None:
+    """50 waiters cancelled on a queue lock leave the queue; the next waiter
+    is then first in line."""
+    sync = hilock.Client(redis_url)
+    holder = getattr(sync, kind)("aio:queue", ttl=30, auto_renew=False)
+    assert holder.acquire(blocking=False)
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            waiters = [getattr(c, kind)("aio:queue", ttl=30, auto_renew=False)
+                       for _ in range(50)]
+            tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
+            while holder.waiters() < 50:
+                await asyncio.sleep(0.01)
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with pytest.raises(asyncio.CancelledError):
+                    await t
+            assert holder.waiters() == 0
+            nxt = getattr(c, kind)("aio:queue", ttl=30, auto_renew=False)
+            t = asyncio.ensure_future(nxt.acquire(timeout=20))
+            while holder.waiters() < 1:
+                await asyncio.sleep(0.01)
+            await asyncio.get_running_loop().run_in_executor(None, holder.release)
+            assert await t
+            await nxt.release()
+        finally:
+            await c.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        sync.close()

@@ -28,8 +28,9 @@
  *   }
  *
  * Which locks: the lock (expiring, simple, lease), the semaphore, the
- * multi-key lock and the segmented lock; the others answer HILOCK_ENOTSUP
- * for now.
+ * multi-key, segmented, fair and sequential locks (an acquire of the last
+ * two that ends without a grant leaves the queue); the others answer
+ * HILOCK_ENOTSUP for now.
  *
  * Cancel: hilock_async_cancel ends an acquire with HILOCK_ECANCELED. A
  * waiting acquire leaves its wait at once; one whose attempt is on the
