@@ -86,10 +86,14 @@ class Client:
         return self._a
 
     def _drain(self) -> None:
-        for op_id, status in _h.py_async_take(self._a):
-            fut = self._futures.pop(op_id, None)
-            if fut is not None and not fut.done():
-                fut.set_result(status)
+        while self._a is not None:
+            done = _h.py_async_take(self._a)
+            if not done:
+                return
+            for op_id, status in done:
+                fut = self._futures.pop(op_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(status)
 
     async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> int:
         """Start an operation and wait for its status. A cancelled caller

@@ -1,0 +1,111 @@
+/* C helpers of the Python wrapper (included by hilock.i after errors.i,
+ * whose per-thread error state they use): the interrupt hook, the pipe
+ * that carries loss reports, option structs and reading Python sequences
+ * of bytes. Not SWIG rules; the wrapped helpers are in hilock.i. */
+#ifndef HILOCK_PY_HELPERS_H
+#define HILOCK_PY_HELPERS_H
+
+/* The client's interrupt hook: runs pending signal handlers (Ctrl-C) about
+ * every 100 ms of a wait. A raised exception stays set for the caller. */
+static int py_check_signals(void *arg) {
+  PyGILState_STATE g;
+  int interrupted;
+  (void)arg;
+  g = PyGILState_Ensure();
+  interrupted = PyErr_CheckSignals() != 0;
+  PyGILState_Release(g);
+  return interrupted;
+}
+
+/* Loss notifications reach Python through a pipe: the renewal thread writes
+ * the lock's id (no GIL, no Python object), and a Python thread reads it
+ * and calls the callbacks (python/hilock/_notify.py). */
+static int py_lost_fd = -1;
+
+static void py_lost_notify(void *arg) {
+  int64_t id = (int64_t)(intptr_t)arg;
+  int fd = py_lost_fd;
+  if (fd < 0) return;
+  while (write(fd, &id, sizeof(id)) < 0 && errno == EINTR) {
+  }
+}
+
+/* Options shared by clients and Redlocks (NULL strings and -1 ints: the
+ * defaults). */
+static void py_options(hilock_options *o, int64_t connect_ms,
+                       const char *ca_certs, const char *ca_path,
+                       const char *certfile, const char *keyfile,
+                       const char *password, int cert_reqs,
+                       int check_hostname, const char *server_name) {
+  hilock_options_init(o);
+  o->connect_timeout_ms = connect_ms;
+  o->interrupt = py_check_signals;
+  o->ssl_ca_certs = ca_certs;
+  o->ssl_ca_path = ca_path;
+  o->ssl_certfile = certfile;
+  o->ssl_keyfile = keyfile;
+  o->ssl_password = password;
+  if (cert_reqs >= 0) o->ssl_cert_reqs = cert_reqs;
+  if (check_hostname >= 0) o->ssl_check_hostname = check_hostname;
+  o->ssl_server_name = server_name;
+}
+
+static void py_ctor_failed(int rc, const char *msg) {
+  py_ctor_rc = rc;
+  snprintf(py_ctor_msg, sizeof(py_ctor_msg), "%s",
+           msg != NULL && msg[0] ? msg : hilock_strerror(rc));
+}
+
+/* A Python sequence of bytes as copied C strings with their lengths (the
+ * GIL held; nothing else may run meanwhile). 0, or -1 with the failure
+ * recorded for the constructor (what names the items). */
+typedef struct py_strs {
+  char **p;
+  size_t *len, n;
+} py_strs;
+
+static void py_strs_free(py_strs *v) {
+  for (size_t i = 0; v->p != NULL && i < v->n; i++) free(v->p[i]);
+  free(v->p);
+  free(v->len);
+}
+
+static int py_strs_get(PyObject *obj, py_strs *v, const char *what) {
+  PyObject *seq = PySequence_Fast(obj, "expected a sequence of bytes");
+  memset(v, 0, sizeof(*v));
+  if (seq == NULL) {
+    PyErr_Clear();
+    py_ctor_failed(HILOCK_EINVAL, "expected a sequence of bytes");
+    return -1;
+  }
+  v->n = (size_t)PySequence_Fast_GET_SIZE(seq);
+  v->p = calloc(v->n ? v->n : 1, sizeof(*v->p));
+  v->len = calloc(v->n ? v->n : 1, sizeof(*v->len));
+  for (size_t i = 0; v->p != NULL && v->len != NULL && i < v->n; i++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i);
+    char *s, msg[64];
+    Py_ssize_t len;
+    if (!PyBytes_Check(item) || PyBytes_AsStringAndSize(item, &s, &len)) {
+      PyErr_Clear();
+      snprintf(msg, sizeof(msg), "%s %zu is not bytes", what, i);
+      py_ctor_failed(HILOCK_EINVAL, msg);
+      Py_DECREF(seq);
+      py_strs_free(v);
+      return -1;
+    }
+    v->p[i] = malloc((size_t)len + 1);
+    if (v->p[i] == NULL) break;
+    memcpy(v->p[i], s, (size_t)len + 1);
+    v->len[i] = (size_t)len;
+  }
+  Py_DECREF(seq);
+  for (size_t i = 0; v->p != NULL && v->len != NULL && i < v->n; i++)
+    if (v->p[i] == NULL) goto nomem;
+  if (v->p != NULL && v->len != NULL) return 0;
+nomem:
+  py_strs_free(v);
+  py_ctor_failed(HILOCK_ENOMEM, NULL);
+  return -1;
+}
+
+#endif /* HILOCK_PY_HELPERS_H */
