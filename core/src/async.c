@@ -12,6 +12,7 @@
  * Locks: a.mu guards the engine. The hub calls notify() with its own lock
  * held, so the engine never calls into the hub while holding a.mu. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -54,6 +55,7 @@ typedef struct op {
   int begun, ended;    /* the spec's begin ran; its end (leave) ran */
   int no_hub;          /* the client cannot wait on the hub: timer only */
   hilock__hub_ticket *t;
+  char errmsg[256];    /* the failure's message, read where it happened */
   char *wkey;          /* the wake list the ticket is on */
   size_t wkeylen;
 } op;
@@ -100,6 +102,11 @@ static void finish(hilock_async *a, op *o, int status) {
   uint64_t one = 1;
   o->state = ST_DONE;
   o->status = status;
+  /* On the worker that ran it: a shared handle's message is this
+   * thread's. */
+  if (status < 0)
+    snprintf(o->errmsg, sizeof(o->errmsg), "%s",
+             hilock_hold_errmsg((hilock_hold *)o->h));
   o->next = NULL;
   if (o->all_prev != NULL) {
     *o->all_prev = o->all_next;
@@ -380,6 +387,7 @@ size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
     out[n].id = o->id;
     out[n].data = o->data;
     out[n].status = o->status;
+    memcpy(out[n].errmsg, o->errmsg, sizeof(out[n].errmsg));
     n++;
     a->live--;
     free(o);

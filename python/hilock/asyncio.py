@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import math
 from types import TracebackType
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 from . import _hilock as _h
 from ._base import ExclusiveBase, lost_error
@@ -42,7 +42,11 @@ from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, 
 __all__ = ["Client", "FairLock", "Lock", "SequentialLock"]
 
 
-async def _settle(fut: asyncio.Future[int]) -> None:
+# A finished operation: its status and, when it failed, why.
+Done = Tuple[int, str]
+
+
+async def _settle(fut: asyncio.Future[Done]) -> None:
     """Wait for fut to finish, whatever cancellations come meanwhile."""
     while not fut.done():
         try:
@@ -62,7 +66,7 @@ class Client:
         self._sync = _SyncClient(url, **options)
         self._a: Any = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._futures: Dict[int, asyncio.Future[int]] = {}
+        self._futures: Dict[int, asyncio.Future[Done]] = {}
 
     @property
     def url(self) -> str:
@@ -90,19 +94,19 @@ class Client:
             done = _h.py_async_take(self._a)
             if not done:
                 return
-            for op_id, status in done:
+            for op_id, status, message in done:
                 fut = self._futures.pop(op_id, None)
                 if fut is not None and not fut.done():
-                    fut.set_result(status)
+                    fut.set_result((status, message.decode(errors="replace")))
 
-    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> int:
+    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
         """Start an operation and wait for its status. A cancelled caller
         cancels an acquire (cancel=True) and in every case waits for the
         operation to finish before the cancellation goes on: nothing is
         left running on a lock object the caller may reuse."""
         a = self._runner()
         op_id = start(a, handle, *args)
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
         self._futures[op_id] = fut
         try:
             return await asyncio.shield(fut)
@@ -113,10 +117,10 @@ class Client:
                 except LockError:
                     pass  # it finished meanwhile
             await _settle(fut)
-            if cancel and fut.result() == _h.HILOCK_OK:
+            if cancel and fut.result()[0] == _h.HILOCK_OK:
                 # Granted before the cancel reached it: give it back.
                 op_id = _h.hilock_async_release(a, handle)
-                rel: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+                rel: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
                 self._futures[op_id] = rel
                 await _settle(rel)
             raise
@@ -162,7 +166,7 @@ class Client:
             await asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
             for fut in self._futures.values():
                 if not fut.done():
-                    fut.set_result(_h.HILOCK_ECANCELED)
+                    fut.set_result((_h.HILOCK_ECANCELED, "client closed"))
             self._futures.clear()
         self._sync.close()
 
@@ -184,10 +188,9 @@ class Lock:
         self._sync = sync
         self._local = asyncio.Lock()
 
-    def _raise(self, status: int) -> None:
-        msg = _h.hilock_hold_errmsg(self._sync._h)
-        text = msg.decode(errors="replace") if isinstance(msg, bytes) else str(msg)
-        raise error_for(status, text or f"status {status}")
+    @staticmethod
+    def _raise(status: int, message: str) -> None:
+        raise error_for(status, message or f"status {status}")
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """As :meth:`hilock.Lock.acquire`, without blocking the loop: True
@@ -211,8 +214,8 @@ class Lock:
             except asyncio.TimeoutError:
                 return False
         try:
-            status = await self._client._run(_h.hilock_async_acquire, self._sync._h,
-                                             wait_ms, cancel=True)
+            status, message = await self._client._run(_h.hilock_async_acquire,
+                                                      self._sync._h, wait_ms, cancel=True)
         except BaseException:
             self._local.release()
             raise
@@ -223,7 +226,7 @@ class Lock:
             return False
         if status == _h.HILOCK_ECANCELED:
             raise asyncio.CancelledError()
-        self._raise(status)
+        self._raise(status, message)
         return False
 
     async def release(self) -> None:
@@ -232,12 +235,12 @@ class Lock:
         if not self._sync.token or not self._local.locked():
             raise LockNotOwnedError("release: this lock object does not hold the lock",
                                     _h.HILOCK_ENOTOWNED)
-        status = await self._client._run(_h.hilock_async_release, self._sync._h,
-                                         cancel=False)
+        status, message = await self._client._run(_h.hilock_async_release, self._sync._h,
+                                                  cancel=False)
         if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
             self._local.release()
         if status < 0:
-            self._raise(status)
+            self._raise(status, message)
 
     @property
     def name(self) -> Name:

@@ -442,7 +442,9 @@ static void misuse_is_refused(void **state) {
   assert_hl_ok(hilock_async_cancel(a, id), "");
   assert_int_equal(next_done(a, 10000).status, HILOCK_ECANCELED);
   assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk), NULL, NULL), "");
-  assert_int_equal(next_done(a, 10000).status, HILOCK_ENOTOWNED);
+  d = next_done(a, 10000);
+  assert_int_equal(d.status, HILOCK_ENOTOWNED);
+  assert_non_null(strstr(d.errmsg, "release")); /* the failure's own text */
   /* Freed with acquires still waiting: they are withdrawn. */
   for (int i = 0; i < 3; i++) {
     more[i] = make_lock(f->client, "misuse");

@@ -239,7 +239,7 @@ def test_tasks_and_threads_exclude_each_other(rds, redis_url) -> None:
     assert got.is_set()
 
 
-def test_bad_input(redis_url) -> None:
+def test_bad_input(rds, redis_url) -> None:
     async def main() -> None:
         c = hla.Client(redis_url)
         try:
@@ -249,6 +249,11 @@ def test_bad_input(redis_url) -> None:
             with pytest.raises(hilock.InvalidArgument):
                 await lk.acquire(timeout=-5)
             with pytest.raises(hilock.LockNotOwnedError):
+                await lk.release()
+            # A failure reported by the core carries its own message.
+            assert await lk.acquire()
+            rds.delete("hilock:{aio:bad}:lock")
+            with pytest.raises(hilock.LockNotOwnedError, match="expired or another owner"):
                 await lk.release()
             with pytest.raises(hilock.InvalidArgument):
                 c.lock("", ttl=5)

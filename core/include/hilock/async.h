@@ -64,6 +64,7 @@ typedef struct hilock_async_done {
   uint64_t id;  /* as returned when it started */
   void *data;   /* as given when it started */
   int status;   /* what the blocking call would have returned */
+  char errmsg[256]; /* why it failed (status < 0), else "" */
 } hilock_async_done;
 
 /* At most this many threads run the round trips (0 asks for the default,
