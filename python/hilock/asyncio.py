@@ -21,25 +21,27 @@ raced the cancellation is released; a cancelled ``release()`` still
 finishes.
 
 Served so far: :meth:`Client.lock`, :meth:`Client.simple_lock`,
-:meth:`Client.lease`, :meth:`Client.fair_lock` and
-:meth:`Client.sequential_lock`.
+:meth:`Client.lease`, :meth:`Client.fair_lock`, :meth:`Client.sequential_lock`,
+:meth:`Client.multi_lock` and :meth:`Client.segmented_lock`.
 """
 from __future__ import annotations
 
 import asyncio
 import math
 from types import TracebackType
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, Iterable, Optional, Tuple, Type
 
 from . import _hilock as _h
 from ._base import ExclusiveBase, lost_error
 from ._client import Client as _SyncClient
 from ._fair import FairLock as _SyncFairLock
+from ._multilock import MultiLock as _SyncMultiLock
+from ._seglock import SegmentedLock as _SyncSegmentedLock
 from ._seqlock import SequentialLock as _SyncSequentialLock
 from ._util import Name, wait_seconds
 from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, error_for
 
-__all__ = ["Client", "FairLock", "Lock", "SequentialLock"]
+__all__ = ["Client", "FairLock", "Lock", "MultiLock", "SegmentedLock", "SequentialLock"]
 
 
 # A finished operation: its status and, when it failed, why.
@@ -153,6 +155,23 @@ class Client:
         cancelled waiter leaves the queue."""
         return SequentialLock(self, self._sync.sequential_lock(
             name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold))
+
+    def multi_lock(self, names: Iterable[Name], ttl: float = 30.0,
+                   timeout: Optional[float] = None, *, auto_renew: bool = True,
+                   max_hold: Optional[float] = None) -> MultiLock:
+        """A lock on every name at once or none, as
+        :meth:`hilock.Client.multi_lock`."""
+        return MultiLock(self, self._sync.multi_lock(names, ttl, timeout, auto_renew=auto_renew,
+                                                     max_hold=max_hold))
+
+    def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
+                       timeout: Optional[float] = None, *, auto_renew: bool = True,
+                       max_hold: Optional[float] = None) -> SegmentedLock:
+        """A segmented lock, as :meth:`hilock.Client.segmented_lock`:
+        ``acquire()`` takes a free segment that has stock and raises
+        :class:`hilock.SoldOut` once every segment is empty."""
+        return SegmentedLock(self, self._sync.segmented_lock(
+            name, segments, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold))
 
     async def close(self) -> None:
         """Cancel what is in flight, stop watching the loop's descriptor and
@@ -311,3 +330,33 @@ class SequentialLock(Lock):
     def sequence(self) -> Optional[int]:
         """The sequence number of the current or last request."""
         return self._sync.sequence
+
+
+class MultiLock(Lock):
+    """A multi-key lock for asyncio (see :class:`hilock.MultiLock`)."""
+
+    _sync: _SyncMultiLock
+
+    @property
+    def names(self) -> Tuple[Name, ...]:
+        return self._sync.names
+
+    @property
+    def fence(self) -> Optional[Dict[Name, int]]:  # type: ignore[override]
+        """One fencing token per name of the current or last grant."""
+        return self._sync.fence
+
+
+class SegmentedLock(Lock):
+    """A segmented lock for asyncio (see :class:`hilock.SegmentedLock`)."""
+
+    _sync: _SyncSegmentedLock
+
+    @property
+    def segment(self) -> Optional[int]:
+        """The segment held (None: none)."""
+        return self._sync.segment
+
+    @property
+    def segments(self) -> int:
+        return self._sync.segments

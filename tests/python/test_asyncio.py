@@ -303,3 +303,33 @@ def test_cancelled_queue_waiters_leave_and_the_next_is_served(rds, redis_url, ki
         asyncio.run(main())
     finally:
         sync.close()
+
+
+def test_multi_and_segmented_locks(rds, redis_url) -> None:
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            m = c.multi_lock(["aio:a", "aio:b"], ttl=10)
+            single = c.lock("aio:b", ttl=10)
+            async with m:
+                assert set(m.fence or {}) == {"aio:a", "aio:b"}
+                assert not await single.acquire(blocking=False)  # names exclude
+            assert await single.acquire(blocking=False)
+            await single.release()
+
+            seg = c.segmented_lock("aio:seg", 2, ttl=10)
+            other = c.segmented_lock("aio:seg", 2, ttl=10)
+            third = c.segmented_lock("aio:seg", 2, ttl=10)
+            seg._sync.stock_init(2)  # one unit in each segment
+            async with seg:
+                async with other:
+                    assert {seg.segment, other.segment} == {0, 1}
+                    assert not await third.acquire(blocking=False)
+            seg._sync.stock_set(0, 0)
+            seg._sync.stock_set(1, 0)
+            with pytest.raises(hilock.SoldOut):
+                await third.acquire(timeout=2)
+        finally:
+            await c.close()
+
+    asyncio.run(main())
