@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
       goto out;
     }
     /* data: which lock, to find it again when it finishes. */
-    if (hilock_async_acquire(a, HILOCK_HOLD(lk[i]), 30000, (void *)i, NULL) !=
+    if (hilock_async_acquire(a, HILOCK_HOLD(lk[i]), 0, 30000, (void *)i, NULL) !=
         HILOCK_OK) {
       report("acquire", lk[i], -1);
       goto out;
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
         /* Granted: the work would go here; then let the next one in. */
         printf("granted %2d: fence %" PRIu64 "\n", ++granted,
                hilock_hold_fence(HILOCK_HOLD(l)));
-        if (hilock_async_release(a, HILOCK_HOLD(l), d[k].data, NULL) !=
+        if (hilock_async_release(a, HILOCK_HOLD(l), 0, d[k].data, NULL) !=
             HILOCK_OK) {
           report("release", l, -1);
           goto out;

@@ -45,6 +45,7 @@ typedef struct op {
   uint64_t id;
   void *data;
   int kind, state, status;
+  long caller; /* the owner, as hilock__caller sees it (0: the thread) */
   hilock__hold *h;
   hilock__acquire_spec spec;
   int64_t deadline_ms; /* the caller's (INT64_MAX: none) */
@@ -286,6 +287,7 @@ static void *worker(void *arg) {
       int status;
       o->state = ST_BUSY;
       pthread_mutex_unlock(&a->mu);
+      hilock__caller_set(o->caller);
       if (o->kind == OP_RELEASE) {
         int64_t outer = hilock__call_lift(); /* a release always finishes */
         status = o->h->fam->release(o->h);
@@ -302,6 +304,7 @@ static void *worker(void *arg) {
         status = acquire_over(o, status);
         pthread_mutex_lock(&a->mu);
       }
+      hilock__caller_set(0);
       if (status != GOING_ON) {
         free(o->wkey);
         o->wkey = NULL;
@@ -402,16 +405,18 @@ size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
   return n;
 }
 
-/* 1 if an operation of hold is in flight (a.mu held). */
-static int busy(const hilock_async *a, const hilock__hold *h) {
+/* 1 if an operation of hold (of that caller, for a lock owned by its
+ * caller) is in flight (a.mu held). */
+static int busy(const hilock_async *a, const hilock__hold *h, long caller) {
   for (const op *o = a->all; o != NULL; o = o->all_next)
-    if (o->h == h) return 1;
+    if (o->h == h && o->caller == caller) return 1;
   return 0;
 }
 
 static int start(hilock_async *a, hilock_hold *hold, int kind,
-                 int64_t wait_ms, void *data, uint64_t *id) {
+                 uint64_t owner, int64_t wait_ms, void *data, uint64_t *id) {
   hilock__hold *h = (hilock__hold *)hold;
+  hilock__acquire_spec spec;
   op *o;
   if (id != NULL) *id = 0;
   if (a == NULL || h == NULL) return HILOCK_EINVAL;
@@ -426,6 +431,11 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
       h->fam->release == NULL)
     return hilock__set_err(hilock__hold_err(h), HILOCK_ENOTSUP,
                            "this lock type has no async operations yet");
+  h->fam->acquire_spec(h, &spec);
+  if (spec.by_caller && (owner == 0 || owner > HILOCK_ASYNC_OWNER_MAX))
+    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+                           "this lock is owned by its caller: give an owner "
+                           "in 1..HILOCK_ASYNC_OWNER_MAX (a task's number)");
   if (kind == OP_ACQUIRE && wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
@@ -440,8 +450,9 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
   o->data = data;
   o->kind = kind;
   o->h = h;
+  o->caller = spec.by_caller ? -(long)owner : 0;
   if (kind == OP_ACQUIRE) {
-    h->fam->acquire_spec(h, &o->spec);
+    o->spec = spec;
     o->queue = wait_ms != 0;
     /* + 1: the clock reads whole milliseconds, and a wait must never end
      * before the caller's timeout. */
@@ -450,7 +461,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
                                     : hilock__now_ms() + wait_ms + 1;
   }
   pthread_mutex_lock(&a->mu);
-  if (busy(a, h) || a->stop) {
+  if (busy(a, h, o->caller) || a->stop) {
     pthread_mutex_unlock(&a->mu);
     free(o);
     return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
@@ -468,14 +479,14 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
   return HILOCK_OK;
 }
 
-int hilock_async_acquire(hilock_async *a, hilock_hold *hold, int64_t wait_ms,
-                         void *data, uint64_t *id) {
-  return start(a, hold, OP_ACQUIRE, wait_ms, data, id);
+int hilock_async_acquire(hilock_async *a, hilock_hold *hold, uint64_t owner,
+                         int64_t wait_ms, void *data, uint64_t *id) {
+  return start(a, hold, OP_ACQUIRE, owner, wait_ms, data, id);
 }
 
-int hilock_async_release(hilock_async *a, hilock_hold *hold, void *data,
-                         uint64_t *id) {
-  return start(a, hold, OP_RELEASE, 0, data, id);
+int hilock_async_release(hilock_async *a, hilock_hold *hold, uint64_t owner,
+                         void *data, uint64_t *id) {
+  return start(a, hold, OP_RELEASE, owner, 0, data, id);
 }
 
 int hilock_async_cancel(hilock_async *a, uint64_t id) {

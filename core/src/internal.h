@@ -649,6 +649,9 @@ typedef struct hilock__acquire_spec {
    * try leaves only after an error). NULL for the others. */
   int (*begin)(void *arg, int queue);
   void (*leave)(void *arg);
+  /* The owner is the caller (reentrant lock): an async operation needs an
+   * owner of its own (see hilock__caller). */
+  int by_caller;
 } hilock__acquire_spec;
 /* One attempt of s, as the loop makes it after a wait that ended with
  * woken (see hilock__attempt_woken). */
@@ -816,6 +819,12 @@ int64_t hilock__now_ms(void);
 int64_t hilock__now_us(void);
 /* This process's id, without a system call (reset in a forked child). */
 pid_t hilock__pid(void);
+/* Who calls, for the locks whose owner is the caller (reentrant,
+ * read-write): the kernel thread id, or while an async operation runs on a
+ * worker, the negative of the owner it was started for (a task of an event
+ * loop), so that it never equals a thread's id. */
+long hilock__caller(void);
+void hilock__caller_set(long id); /* 0: the thread again */
 /* A condition variable timed on CLOCK_MONOTONIC, and a wait of up to ms on
  * one (mu held; spurious wake-ups possible, as with every wait). */
 int hilock__cond_init(pthread_cond_t *cv);

@@ -18,10 +18,11 @@ struct hilock_rlock {
   size_t keylen, fkeylen, wkeylen;
 };
 
-/* This thread's owner id: client id, ':', kernel thread id. */
+/* The caller's owner id: client id, ':', kernel thread id (or an async
+ * operation's owner, see hilock__caller). */
 static size_t owner_of(const hilock_rlock *rl, char *buf, size_t n) {
   return (size_t)snprintf(buf, n, "%s:%ld", rl->h.client->id,
-                          (long)syscall(SYS_gettid));
+                          hilock__caller());
 }
 
 /* Whether the handle's grant belongs to this owner (call with rl->mu). */
@@ -153,6 +154,13 @@ int hilock_rlock_try_acquire(hilock_rlock *rl) {
   return attempt(rl, &pttl);
 }
 
+/* For async operations: the owner is the operation's (hilock__caller). */
+static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+  hilock_rlock *rl = arg;
+  hilock__spec(s, attempt, rl, &rl->wkey, &rl->wkeylen);
+  s->by_caller = 1;
+}
+
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
   hilock__err e;
   int rc;
@@ -273,6 +281,8 @@ static int fam_owned(void *arg, int *owned) {
 }
 
 
+static int release_fn(void *x) { return hilock_rlock_release(x); }
+
 static const hilock__family family = {
     fam_free, fam_owned, NULL, NULL,
-    NULL, NULL, NULL};
+    NULL, acquire_spec, release_fn};

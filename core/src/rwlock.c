@@ -51,7 +51,7 @@ struct hilock_rwlock {
 
 #define OWNER_MAX (sizeof(((hilock__hold *)0)->owner))
 
-static long this_tid(void) { return (long)syscall(SYS_gettid); }
+static long this_tid(void) { return hilock__caller(); }
 
 /* This thread's owner id: client id, ':', kernel thread id. */
 static size_t owner_of(const hilock_rwlock *rw, char *buf) {

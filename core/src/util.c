@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -162,6 +163,14 @@ static void pid_forked(void) {
 }
 
 static void pid_install(void) { pthread_atfork(NULL, NULL, pid_forked); }
+
+static __thread long tl_caller;
+
+long hilock__caller(void) {
+  return tl_caller != 0 ? tl_caller : (long)syscall(SYS_gettid);
+}
+
+void hilock__caller_set(long id) { tl_caller = id; }
 
 pid_t hilock__pid(void) {
   pid_t p = __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);

@@ -203,6 +203,7 @@ void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
   s->consume = 1;
   s->begin = NULL;
   s->leave = NULL;
+  s->by_caller = 0;
 }
 
 void hilock__spec_queue(hilock__acquire_spec *s,

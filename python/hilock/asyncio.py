@@ -121,7 +121,7 @@ class Client:
             await _settle(fut)
             if cancel and fut.result()[0] == _h.HILOCK_OK:
                 # Granted before the cancel reached it: give it back.
-                op_id = _h.hilock_async_release(a, handle)
+                op_id = _h.hilock_async_release(a, handle, *args[:1])
                 rel: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
                 self._futures[op_id] = rel
                 await _settle(rel)
@@ -234,7 +234,7 @@ class Lock:
                 return False
         try:
             status, message = await self._client._run(_h.hilock_async_acquire,
-                                                      self._sync._h, wait_ms, cancel=True)
+                                                      self._sync._h, 0, wait_ms, cancel=True)
         except BaseException:
             self._local.release()
             raise
@@ -254,7 +254,7 @@ class Lock:
         if not self._sync.token or not self._local.locked():
             raise LockNotOwnedError("release: this lock object does not hold the lock",
                                     _h.HILOCK_ENOTOWNED)
-        status, message = await self._client._run(_h.hilock_async_release, self._sync._h,
+        status, message = await self._client._run(_h.hilock_async_release, self._sync._h, 0,
                                                   cancel=False)
         if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
             self._local.release()

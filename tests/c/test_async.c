@@ -92,7 +92,7 @@ static void many_waiters_share_connections_and_go_in_turn(void **state) {
   a = make_async(f->client);
   for (int i = 0; i < N_WAITERS; i++) {
     lk[i] = make_lock(f->client, "crowd");
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk[i]), 20000,
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk[i]), 0, 20000,
                                       (void *)(intptr_t)i, &ids[i]),
                  hilock_hold_errmsg(HILOCK_HOLD(lk[i])));
   }
@@ -122,7 +122,7 @@ static void many_waiters_share_connections_and_go_in_turn(void **state) {
       assert_true(key_holds(f, "crowd", HILOCK_HOLD(lk[i])));
       held++;
       granted++;
-      assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk[i]), d.data,
+      assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk[i]), 0, d.data,
                                         &rel_ids[i]),
                    "release");
     } else {
@@ -132,7 +132,8 @@ static void many_waiters_share_connections_and_go_in_turn(void **state) {
     }
     assert_true(held >= 0 && held <= 2);
   }
-  (void)next_done(a, 20000); /* the last release */
+  while (held-- > 0) /* the releases still in flight */
+    assert_hl_ok(next_done(a, 20000).status, "release");
   assert_int_equal(hilock_async_pending(a), 0);
   hilock_async_free(a);
   for (int i = 0; i < N_WAITERS; i++) hilock_hold_free(HILOCK_HOLD(lk[i]));
@@ -151,15 +152,15 @@ static void a_wait_ends_at_its_timeout(void **state) {
   int64_t t0;
   assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 300, NULL, NULL), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 300, NULL, NULL), "");
   d = next_done(a, 10000);
   assert_int_equal(d.status, HILOCK_BUSY);
   assert_true(hl_now_ms() - t0 >= 300);
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 0, NULL, NULL), "");
   assert_int_equal(next_done(a, 10000).status, HILOCK_BUSY);
   /* Freed: the next acquire is granted. */
   assert_hl_ok(hilock_lock_release(holder), "release");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 0, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(w)) > 0);
   assert_hl_ok(hilock_lock_release(w), "release");
@@ -179,7 +180,7 @@ static void a_release_wakes_the_waiting_acquire(void **state) {
   assert_hl_ok(hilock_client_new(f->server.url, NULL, &hc), "holder");
   holder = make_lock(hc, "wake");
   assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), HILOCK_WAIT_FOREVER,
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, HILOCK_WAIT_FOREVER,
                                     NULL, NULL),
                "");
   hl_sleep_ms(200);
@@ -188,7 +189,7 @@ static void a_release_wakes_the_waiting_acquire(void **state) {
   d = next_done(a, 10000); /* the holder's TTL is 30 s */
   assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_true(hilock_hold_held(HILOCK_HOLD(w)));
-  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(w), NULL, NULL), "");
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, "release");
   assert_false(lock_key_exists(f, "wake"));
   hilock_async_free(a);
@@ -208,7 +209,7 @@ static void cancel_withdraws_a_waiting_acquire(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
   for (int i = 0; i < 20; i++) {
     w[i] = make_lock(f->client, "cancel");
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]),
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]), 0,
                                       HILOCK_WAIT_FOREVER, NULL, &ids[i]),
                  "");
   }
@@ -240,7 +241,7 @@ static void a_cancelled_grant_is_given_back(void **state) {
   for (int i = 0; i < 60; i++) {
     uint64_t id;
     hilock_async_done d;
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 1000, NULL, &id), "");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 1000, NULL, &id), "");
     if (i % 3 == 1) hl_sleep_ms(1);
     if (hilock_async_cancel(a, id) != HILOCK_OK) {
       d = next_done(a, 10000);
@@ -280,14 +281,14 @@ static void other_families(void **state) {
   assert_hl_ok(hilock_semaphore_new(f->client, "sem", 3, 2, 30000, &s1), "");
   assert_hl_ok(hilock_semaphore_new(f->client, "sem", 3, 2, 30000, &s2), "");
   assert_hl_ok(hilock_semaphore_new(f->client, "sem", 3, 2, 30000, &s3), "");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s1), 5000, NULL, NULL), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s1), 0, 5000, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, "s1");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s2), 5000, NULL, NULL), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s2), 0, 5000, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, "s2");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s3), 5000, NULL, &id3), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(s3), 0, 5000, NULL, &id3), "");
   hl_sleep_ms(100);
   assert_int_equal(hilock_async_pending(a), 1); /* both permits are out */
-  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(s1), NULL, NULL), "");
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(s1), 0, NULL, NULL), "");
   for (int i = 0; i < 2; i++) {
     hilock_async_done d = next_done(a, 10000);
     assert_hl_ok(d.status, d.id == id3 ? "s3" : "release");
@@ -295,31 +296,44 @@ static void other_families(void **state) {
   assert_true(hilock_hold_held(HILOCK_HOLD(s3)));
 
   assert_hl_ok(hilock_multi_lock_new(f->client, names, 2, 30000, &m), "");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(m), 5000, NULL, NULL), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(m), 0, 5000, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(m), NULL, NULL), "");
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(m), 0, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, "multi release");
 
   assert_hl_ok(hilock_segmented_lock_new(f->client, "seg", 3, 4, 30000, &g), "");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(g), 5000, NULL, NULL), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(g), 0, 5000, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_true(hilock_segmented_lock_segment(g) < 4);
-  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(g), NULL, NULL), "");
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(g), 0, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, "seg release");
 
   {
     hilock_sequential_lock *q = NULL;
     assert_hl_ok(hilock_sequential_lock_new(f->client, "sq", 2, 30000, &q), "");
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(q), 5000, NULL, NULL), "");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(q), 0, 5000, NULL, NULL), "");
     assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(q)));
-    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(q), NULL, NULL), "");
+    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(q), 0, NULL, NULL), "");
     assert_hl_ok(next_done(a, 10000).status, "sequential release");
     hilock_hold_free(HILOCK_HOLD(q));
   }
 
+  /* The reentrant lock needs an owner; the read-write lock is not served
+   * yet. */
   assert_hl_ok(hilock_rlock_new(f->client, "r", 1, 30000, &r), "");
-  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(r), 0, NULL, NULL),
-                   HILOCK_ENOTSUP);
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(r), 0, 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(r),
+                                        HILOCK_ASYNC_OWNER_MAX + 1, 0, NULL,
+                                        NULL),
+                   HILOCK_EINVAL);
+  {
+    hilock_rwlock *rw = NULL;
+    assert_hl_ok(hilock_rwlock_new(f->client, "rw", 2, 30000, &rw), "");
+    assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(rw), 1, 0, NULL, NULL),
+                     HILOCK_ENOTSUP);
+    hilock_hold_free(HILOCK_HOLD(rw));
+  }
   hilock_async_free(a);
   hilock_hold_free(HILOCK_HOLD(r));
   hilock_hold_free(HILOCK_HOLD(g));
@@ -345,7 +359,7 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
   assert_hl_ok(hilock_fair_lock_try_acquire(holder), "holder");
   for (int i = 0; i < IN_LINE; i++) {
     assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &w[i]), "");
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]), 20000,
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]), 0, 20000,
                                       (void *)(intptr_t)i, &ids[i]),
                  "");
     /* Queued before the next one starts. */
@@ -367,7 +381,7 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
   for (int i = 0; i < CANCELLED; i++) {
     assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &gone[i]),
                  "");
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(gone[i]),
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(gone[i]), 0,
                                       HILOCK_WAIT_FOREVER, NULL, &gone_ids[i]),
                  "");
   }
@@ -383,7 +397,7 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
   assert_hl_ok(hilock_fair_lock_waiters(holder, &n), "");
   assert_int_equal(n, 0); /* every cancelled waiter left the queue */
   assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &last), "");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(last), 20000, NULL, NULL),
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(last), 0, 20000, NULL, NULL),
                "");
   hl_sleep_ms(100);
   assert_hl_ok(hilock_fair_lock_release(holder), "release");
@@ -395,6 +409,50 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
   for (int i = 0; i < CANCELLED; i++) hilock_hold_free(HILOCK_HOLD(gone[i]));
   hilock_hold_free(HILOCK_HOLD(last));
   hilock_hold_free(HILOCK_HOLD(holder));
+}
+
+/* The reentrant lock's owner is the number given (a task's): an owner
+ * re-enters its own hold, another owner on the same handle waits, and the
+ * blocking API's thread is a third owner. */
+static void rlock_owners_are_the_numbers_given(void **state) {
+  fixture *f = *state;
+  hilock_rlock *r = NULL;
+  hilock_async *a = make_async(f->client);
+  uint64_t id2;
+  hilock_async_done d;
+  int64_t count = 0;
+
+  assert_hl_ok(hilock_rlock_new(f->client, "own", 3, 30000, &r), "");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(r), 1, 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(r)));
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(r), 1, 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "re-entry");
+  /* Owner 2 waits; the thread (the blocking API) is not owner 1 either. */
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(r), 2, 20000, NULL, &id2),
+               "");
+  assert_int_equal(hilock_rlock_try_acquire(r), HILOCK_BUSY);
+  assert_hl_ok(hilock_rlock_hold_count(r, &count), "");
+  assert_int_equal(count, 0); /* the calling thread holds nothing */
+  hl_sleep_ms(100);
+  assert_int_equal(hilock_async_pending(a), 1);
+  /* Owner 1 leaves twice; then owner 2 is granted. */
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(r), 1, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "first release");
+  hl_sleep_ms(100);
+  assert_int_equal(hilock_async_pending(a), 1); /* still held once */
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(r), 1, NULL, NULL), "");
+  for (int i = 0; i < 2; i++) {
+    d = next_done(a, 10000);
+    assert_hl_ok(d.status, d.id == id2 ? "owner 2" : "second release");
+  }
+  /* Owner 1 holds nothing now. */
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(r), 1, NULL, NULL), "");
+  assert_int_equal(next_done(a, 10000).status, HILOCK_ENOTOWNED);
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(r), 2, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "owner 2 release");
+  assert_false(hl_redis_exists(f->redis, "hilock:{own}:rlock", 18));
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(r));
 }
 
 static void misuse_is_refused(void **state) {
@@ -417,38 +475,38 @@ static void misuse_is_refused(void **state) {
   assert_int_equal(hilock_async_take(NULL, &d, 1), 0);
   assert_int_equal(hilock_async_take(a, NULL, 1), 0);
   assert_int_equal(hilock_async_pending(NULL), 0);
-  assert_int_equal(hilock_async_acquire(NULL, HILOCK_HOLD(lk), 0, NULL, &id),
+  assert_int_equal(hilock_async_acquire(NULL, HILOCK_HOLD(lk), 0, 0, NULL, &id),
                    HILOCK_EINVAL);
   assert_int_equal(id, 0);
-  assert_int_equal(hilock_async_acquire(a, NULL, 0, NULL, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_async_release(a, NULL, NULL, NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), -5, NULL, NULL),
+  assert_int_equal(hilock_async_acquire(a, NULL, 0, 0, NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_release(a, NULL, 0, NULL, NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, -5, NULL, NULL),
                    HILOCK_EINVAL);
   assert_int_equal(hilock_async_cancel(NULL, 1), HILOCK_EINVAL);
   assert_int_equal(hilock_async_cancel(a, 12345), HILOCK_EINVAL);
   /* A lock of another client. */
   assert_hl_ok(hilock_client_new(f->server.url, NULL, &other), "other");
   foreign = make_lock(other, "misuse");
-  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(foreign), 0, NULL, NULL),
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(foreign), 0, 0, NULL, NULL),
                    HILOCK_EINVAL);
   /* One operation per lock at a time. */
   assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 5000, NULL, &id), "");
-  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, NULL, NULL),
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 5000, NULL, &id), "");
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_async_release(a, HILOCK_HOLD(lk), NULL, NULL),
+  assert_int_equal(hilock_async_release(a, HILOCK_HOLD(lk), 0, NULL, NULL),
                    HILOCK_EINVAL);
   /* Releasing what is not held finishes with the release's own status. */
   assert_hl_ok(hilock_async_cancel(a, id), "");
   assert_int_equal(next_done(a, 10000).status, HILOCK_ECANCELED);
-  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk), NULL, NULL), "");
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk), 0, NULL, NULL), "");
   d = next_done(a, 10000);
   assert_int_equal(d.status, HILOCK_ENOTOWNED);
   assert_non_null(strstr(d.errmsg, "release")); /* the failure's own text */
   /* Freed with acquires still waiting: they are withdrawn. */
   for (int i = 0; i < 3; i++) {
     more[i] = make_lock(f->client, "misuse");
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(more[i]), 5000, NULL,
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(more[i]), 0, 5000, NULL,
                                       NULL),
                  "");
   }
@@ -483,6 +541,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(
           fair_lock_serves_in_order_and_cancel_leaves_the_queue, hl_setup,
           hl_teardown),
+      cmocka_unit_test_setup_teardown(rlock_owners_are_the_numbers_given,
+                                      hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(misuse_is_refused, hl_setup,
                                       hl_teardown),
   };

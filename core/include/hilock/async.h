@@ -18,7 +18,7 @@
  *
  *   hilock_async *a;
  *   hilock_async_new(client, 0, &a);
- *   hilock_async_acquire(a, HILOCK_HOLD(lk), 5000, NULL, &id);
+ *   hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 5000, NULL, &id);
  *   for (;;) {
  *     struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
  *     hilock_async_done d[16];
@@ -27,10 +27,11 @@
  *       ... d[i].id finished with d[i].status ...
  *   }
  *
- * Which locks: the lock (expiring, simple, lease), the semaphore, the
- * multi-key, segmented, fair and sequential locks (an acquire of the last
- * two that ends without a grant leaves the queue); the others answer
- * HILOCK_ENOTSUP for now.
+ * Which locks: the lock (expiring, simple, lease), the reentrant lock
+ * (owned by an owner number the caller gives, such as a task's), the
+ * semaphore, the multi-key, segmented, fair and sequential locks (an
+ * acquire of the last two that ends without a grant leaves the queue); the
+ * read-write lock and Redlock answer HILOCK_ENOTSUP for now.
  *
  * Cancel: hilock_async_cancel ends an acquire with HILOCK_ECANCELED. A
  * waiting acquire leaves its wait at once; one whose attempt is on the
@@ -40,7 +41,8 @@
  *
  * Threads: one thread drives a hilock_async (start, take, cancel, free);
  * its fd may be watched from any. A hold has at most one operation in
- * flight, and no other call uses it meanwhile. Free the hilock_async before
+ * flight (the reentrant lock: one per owner), and no other call uses it
+ * meanwhile. Free the hilock_async before
  * its client; freeing it cancels what is still running (and waits for the
  * attempts on the wire). */
 #ifndef HILOCK_ASYNC_H
@@ -87,17 +89,28 @@ HILOCK_API size_t hilock_async_take(hilock_async *a, hilock_async_done *out,
 /* Start acquiring hold (one attempt, then waits), for up to wait_ms
  * (HILOCK_WAIT_FOREVER: no limit; 0: one attempt). Finishes with what the
  * family's acquire returns: HILOCK_OK, HILOCK_BUSY when wait_ms passed,
- * an error, or HILOCK_ECANCELED. *id (may be NULL) names it. Returns
- * HILOCK_OK once started, HILOCK_EINVAL (NULL, a bad wait_ms, a hold of
- * another client, or one with an operation in flight), HILOCK_ENOTSUP (a
- * lock type not served here), HILOCK_ENOMEM or HILOCK_ECLOSED. */
+ * an error, or HILOCK_ECANCELED. *id (may be NULL) names it.
+ *
+ * owner: who acquires, for the reentrant lock, whose owner is the calling
+ * thread in the blocking API: here any number in 1..HILOCK_ASYNC_OWNER_MAX
+ * the caller chooses (a task of an event loop), the same for its release;
+ * an owner that acquires again re-enters. Other locks ignore it (pass 0).
+ *
+ * Returns HILOCK_OK once started, HILOCK_EINVAL (NULL, a bad wait_ms or
+ * owner, a hold of another client, or one with an operation of the same
+ * owner in flight), HILOCK_ENOTSUP (a lock type not served here),
+ * HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_async_acquire(hilock_async *a, hilock_hold *hold,
-                                    int64_t wait_ms, void *data, uint64_t *id);
-
-/* Start releasing hold. Finishes with what the family's release returns.
- * Returns as hilock_async_acquire. */
-HILOCK_API int hilock_async_release(hilock_async *a, hilock_hold *hold,
+                                    uint64_t owner, int64_t wait_ms,
                                     void *data, uint64_t *id);
+
+/* Start releasing hold (owner as above). Finishes with what the family's
+ * release returns. Returns as hilock_async_acquire. */
+HILOCK_API int hilock_async_release(hilock_async *a, hilock_hold *hold,
+                                    uint64_t owner, void *data, uint64_t *id);
+
+/* The largest owner number. */
+#define HILOCK_ASYNC_OWNER_MAX ((uint64_t)INT32_MAX)
 
 /* Cancel the acquire id (see above). HILOCK_OK if it will finish with
  * HILOCK_ECANCELED, HILOCK_EINVAL if no acquire of that id is in flight
