@@ -381,19 +381,16 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
 /* ## Dead holders ------------------------------------------------------------- */
 
 typedef struct child_arg {
-  const char *url;
   const char *name;
   int k;
   int64_t ttl;
   int fd; /* reports the segment held */
 } child_arg;
 
-static int hold_and_hang(void *arg) {
+static int hold_and_hang(hilock_client *c, void *arg) {
   child_arg *a = arg;
-  hilock_client *c = hl_child_client(a->url);
   hilock_segmented_lock *s = NULL;
   char seg;
-  if (c == NULL) return 1;
   if (hilock_segmented_lock_new(c, a->name, strlen(a->name), a->k, a->ttl, &s) !=
       HILOCK_OK)
     return 2;
@@ -408,12 +405,13 @@ static int hold_and_hang(void *arg) {
 static void killed_holders_segment_frees_within_ttl(void **state) {
   fixture *f = *state;
   hilock_segmented_lock *s = hl_new_seg(f->client, "dead", 1, 10000);
-  child_arg a = {f->server.url, "dead", 1, 1000, -1};
+  child_arg a = {"dead", 1, 1000, -1};
+  hl_with_client w = {f->server.url, hold_and_hang, &a};
   char seg = -1;
   pid_t pid;
   int64_t killed, waited;
 
-  pid = hl_fork_ready(hold_and_hang, &a, &a.fd, &seg, 1);
+  pid = hl_fork_ready(hl_run_with_client, &w, &a.fd, &seg, 1);
   assert_int_equal(seg, 0);
   /* Renewal keeps it held past its TTL while the holder lives. */
   hl_sleep_ms(1300);

@@ -754,6 +754,13 @@ hilock_client *hl_child_client(const char *url) {
   return NULL;
 }
 
+int hl_run_with_client(void *with_client) {
+  const hl_with_client *w = with_client;
+  hilock_client *c = hl_child_client(w->url);
+  if (c == NULL) return 2;
+  return w->fn(c, w->arg);
+}
+
 typedef struct freed {
   hilock_client *c;
   hilock_hold *h;
@@ -1052,7 +1059,6 @@ int64_t hl_waiter_done_at(hl_waiter *w) {
 }
 
 typedef struct contender {
-  const char *url;
   hl_make_fn make;
   void *arg;
   int (*acquire)(hilock_hold *h, int64_t wait_ms);
@@ -1060,13 +1066,10 @@ typedef struct contender {
   int64_t hold_ms;
 } contender;
 
-static int contend(void *p) {
+static int contend(hilock_client *c, void *p) {
   const contender *k = p;
-  hilock_client *c = hl_child_client(k->url);
   hilock_hold *h = NULL;
-  int rc;
-  if (c == NULL) return 2;
-  rc = k->make(c, k->arg, &h);
+  int rc = k->make(c, k->arg, &h);
   if (rc == HILOCK_OK) rc = k->acquire(h, 20000);
   if (rc == HILOCK_OK) {
     if (k->hold_ms < 0)
@@ -1083,8 +1086,9 @@ static int contend(void *p) {
 pid_t hl_fork_contender(const char *url, hl_make_fn make, void *arg,
                         int (*acquire)(hilock_hold *h, int64_t wait_ms),
                         int (*release)(hilock_hold *h), int64_t hold_ms) {
-  contender k = {url, make, arg, acquire, release, hold_ms};
-  pid_t pid = hl_fork_run(contend, &k); /* the child has its own copy */
+  contender k = {make, arg, acquire, release, hold_ms};
+  hl_with_client w = {url, contend, &k};
+  pid_t pid = hl_fork_run(hl_run_with_client, &w); /* the child's copy */
   assert_true(pid > 0);
   return pid;
 }

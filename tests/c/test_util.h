@@ -265,6 +265,17 @@ pid_t hl_fork_ready(int (*fn)(void *arg), void *arg, int *fd, void *buf,
 /* In a child: a client of its own on url (hl_test_options()), or NULL
  * after saying why on stderr. */
 hilock_client *hl_child_client(const char *url);
+/* A child's work with a client of its own, made in the child on url:
+ * hl_run_with_client(w) returns w->fn(c, w->arg), or 2 (after saying why)
+ * if there is no client. The client is left to the child's exit: freeing
+ * it would release what the child still holds. Give it to hl_fork_run or
+ * hl_fork_ready with a hl_with_client. */
+typedef struct hl_with_client {
+  const char *url;
+  int (*fn)(hilock_client *c, void *arg);
+  void *arg;
+} hl_with_client;
+int hl_run_with_client(void *with_client);
 /* Fork a child that frees h and then c (its copies: the last reference to
  * the client there) and exits; the child's status (see hl_wait_child), so
  * 0 unless it failed or hung past timeout_ms. */

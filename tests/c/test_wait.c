@@ -115,33 +115,28 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   hilock_hold_free(HILOCK_HOLD(b));
 }
 
-typedef struct killed_holder {
-  const char *url;
-  int fd; /* write end: one byte once the lock is held */
-} killed_holder;
-
-static int hold_until_killed(void *arg) {
-  killed_holder *k = arg;
-  hilock_client *c = hl_child_client(k->url);
+/* A child holds the lock "killed", says so on *fd, and waits to be
+ * killed. */
+static int hold_until_killed(hilock_client *c, void *fd) {
   hilock_lock *l = NULL;
-  if (c == NULL) return 1;
   if (hilock_lock_new(c, "killed", 6, 700, &l) != HILOCK_OK) return 2;
   if (hilock_lock_try_acquire(l) != HILOCK_OK) return 3;
-  if (write(k->fd, "x", 1) != 1) return 4;
+  if (write(*(int *)fd, "x", 1) != 1) return 4;
   for (;;) pause();
 }
 
 static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   fixture *f = *state;
   hilock_lock *b = hl_new_lock(f->client, "killed", 10000);
-  killed_holder k = {f->server.url, -1};
+  int fd = -1;
+  hl_with_client k = {f->server.url, hold_until_killed, &fd};
   char byte;
   hl_waiter w;
   pid_t pid;
   long long pttl;
   int64_t t0;
 
-  pid = hl_fork_ready(hold_until_killed, &k, &k.fd, &byte, 1);
+  pid = hl_fork_ready(hl_run_with_client, &k, &fd, &byte, 1);
   t0 = hl_now_ms();
   pttl = hl_redis_pttl(f->redis, "hilock:{killed}:lock", 20);
   assert_i64_between(pttl, 1, 700);
