@@ -229,6 +229,18 @@ void hl_q_busy_after_its_wait(hl_fixture *f, const char *name,
   hl_q_assert_no_waiters(f, name, 1);
 }
 
+void hl_q_assert_new_handle(hilock_hold *h, const char *key, int64_t ttl_ms,
+                            int64_t heartbeat_ms) {
+  size_t len = 0;
+  assert_string_equal(hilock_hold_key(h, &len), key);
+  assert_int_equal(len, strlen(key));
+  assert_int_equal(hilock_hold_ttl_ms(h), ttl_ms);
+  assert_int_equal(Q->heartbeat_ms(h), heartbeat_ms);
+  assert_int_equal(Q->number(h), 0);
+  assert_int_equal(hilock_hold_fence(h), 0);
+  assert_string_equal(hilock_hold_token(h), "");
+}
+
 void hl_q_assert_refused(hilock_hold *a, hilock_hold *b) {
   int locked = -1, owned = -1;
   int64_t n = -1;

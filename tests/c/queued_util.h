@@ -58,6 +58,19 @@ extern const hl_queued *hl_q_family;
     .teardown_func = hl_teardown                                            \
   }
 
+/* The shared tests that both suites name alike. */
+#define HL_Q_TESTS_NAMED_ALIKE                                              \
+  HL_Q_TEST(not_reentrant, hl_q_not_reentrant),                             \
+      HL_Q_TEST(extend_and_renew_act_while_owned,                           \
+                hl_q_extend_and_renew_act_while_owned),                     \
+      HL_Q_TEST(interrupted_waiter_leaves_no_residue,                       \
+                hl_q_interrupted_waiter_leaves_no_residue),                 \
+      HL_Q_TEST(holder_crash_hands_over_when_its_ttl_runs_out,              \
+                hl_q_holder_crash_hands_over_when_its_ttl_runs_out),        \
+      HL_Q_TEST(damaged_keys_fail_closed, hl_q_damaged_keys_fail_closed),   \
+      HL_Q_TEST(invalid_arguments_are_einval,                               \
+                hl_q_invalid_arguments_are_einval)
+
 /* ## Helpers (on hl_q_family) ------------------------------------------------ */
 
 hilock_hold *hl_q_make(hilock_client *c, const char *name, int64_t ttl_ms);
@@ -91,6 +104,10 @@ long long hl_q_session_left(redisContext *r, const char *name,
  * leaves nothing of a waiter behind. */
 void hl_q_busy_after_its_wait(hl_fixture *f, const char *name,
                               hilock_hold *holder, hilock_hold *w);
+/* A handle not yet granted: its key, TTL and heartbeat, no number, fence
+ * or token. */
+void hl_q_assert_new_handle(hilock_hold *h, const char *key, int64_t ttl_ms,
+                            int64_t heartbeat_ms);
 /* b is refused while a holds the lock, and knows it is not the owner. */
 void hl_q_assert_refused(hilock_hold *a, hilock_hold *b);
 

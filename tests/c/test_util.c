@@ -989,6 +989,32 @@ redisReply *hl_run_script(hilock_client *c, const void *script,
   return r;
 }
 
+void hl_assert_reply_ints(redisReply *r, const long long *want, size_t n,
+                          const char *file, int line) {
+  int bad = r->type != REDIS_REPLY_ARRAY || r->elements < n;
+  for (size_t i = 0; !bad && i < n; i++)
+    bad = want[i] != HL_ANY && (r->element[i]->type != REDIS_REPLY_INTEGER ||
+                                r->element[i]->integer != want[i]);
+  if (bad) {
+    print_error("%s:%d: reply of %zu elements, expected:", file, line,
+                r->type == REDIS_REPLY_ARRAY ? r->elements : 0);
+    for (size_t i = 0; i < n; i++)
+      if (want[i] == HL_ANY)
+        print_error(" _");
+      else
+        print_error(" %lld", want[i]);
+    print_error("\n  got:");
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+      print_error(" %lld", r->element[i]->type == REDIS_REPLY_INTEGER
+                               ? r->element[i]->integer
+                               : -1LL);
+    print_error("\n");
+    freeReplyObject(r);
+    fail();
+  }
+  freeReplyObject(r);
+}
+
 int hl_flag_interrupt(void *arg) {
   return __atomic_load_n((int *)arg, __ATOMIC_ACQUIRE);
 }
