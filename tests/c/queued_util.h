@@ -10,9 +10,7 @@
 
 typedef struct hl_queued {
   const hl_verbs *verbs;
-  /* hilock_<family>_new on the hold: *out is left alone when out is NULL */
-  int (*new_hold)(hilock_client *c, const char *name, size_t len,
-                  int64_t ttl_ms, hilock_hold **out);
+  hl_new_fn new_hold; /* its constructor on the hold */
   int (*set_heartbeat)(hilock_hold *h, int64_t ms);
   int64_t (*heartbeat_ms)(const hilock_hold *h);
   int (*waiters)(hilock_hold *h, int64_t *count);

@@ -1089,10 +1089,7 @@ static void bad_arguments_are_einval(void **state) {
   assert_null(out);
   assert_int_equal(hilock_rwlock_new(f->c[0], "x", 1, 1000, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_rwlock_new(f->c[0], NULL, 1, 1000, &out),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_rwlock_new(f->c[0], "}x", 2, 1000, &out),
-                   HILOCK_EINVAL);
+  hl_assert_bad_names_refused(f->c[0], hl_rwlock_new_hold);
   assert_int_equal(hilock_rwlock_new(f->c[0], "x", 1, 0, &out), HILOCK_EINVAL);
   assert_substr(hilock_client_errmsg(f->c[0]), "ttl");
   assert_null(out);

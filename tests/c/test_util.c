@@ -529,6 +529,57 @@ hilock_multi_lock *hl_new_multi(hilock_client *c, const char *const *names,
   return made(c, rc, x);
 }
 
+/* A constructor on the hold (hl_new_fn) of one family. */
+#define HL_NEW_HOLD(fn, type, ctor_call)                                    \
+  int fn(hilock_client *c, const char *name, size_t len, int64_t ttl_ms,    \
+         hilock_hold **out) {                                               \
+    type *x = out != NULL ? (type *)*out : NULL;                            \
+    int rc = ctor_call;                                                     \
+    if (out != NULL) *out = (hilock_hold *)x;                               \
+    return rc;                                                              \
+  }
+
+#define X_OUT (out != NULL ? &x : NULL)
+HL_NEW_HOLD(hl_lock_new_hold, hilock_lock,
+            hilock_lock_new(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_lease_new_hold, hilock_lock,
+            hilock_lock_new_lease(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_simple_new_hold, hilock_lock,
+            ((void)ttl_ms, hilock_lock_new_simple(c, name, len, X_OUT)))
+HL_NEW_HOLD(hl_rlock_new_hold, hilock_rlock,
+            hilock_rlock_new(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_rwlock_new_hold, hilock_rwlock,
+            hilock_rwlock_new(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_fair_new_hold, hilock_fair_lock,
+            hilock_fair_lock_new(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_seq_new_hold, hilock_sequential_lock,
+            hilock_sequential_lock_new(c, name, len, ttl_ms, X_OUT))
+#undef X_OUT
+
+void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn) {
+  static char big[HILOCK_NAME_MAX + 1];
+  char sentinel, too_long[16];
+  const struct {
+    const char *name;
+    size_t len;
+    const char *why; /* in the client's message */
+  } bad[] = {{NULL, 3, "NULL"},
+             {"", 0, "empty"},
+             {big, sizeof(big), too_long},
+             {"}x", 2, "'}'"},
+             {"}", 1, "'}'"}};
+  memset(big, 'n', sizeof(big));
+  snprintf(too_long, sizeof(too_long), "%d", HILOCK_NAME_MAX + 1);
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    hilock_hold *h = (hilock_hold *)&sentinel; /* must be reset to NULL */
+    assert_int_equal(new_fn(c, bad[i].name, bad[i].len, 1000, &h),
+                     HILOCK_EINVAL);
+    assert_int_equal(hilock_client_errcode(c), HILOCK_EINVAL);
+    assert_substr(hilock_client_errmsg(c), bad[i].why);
+    assert_null(h);
+  }
+}
+
 void hl_count_call(void *counter) {
   atomic_fetch_add((atomic_int *)counter, 1);
 }

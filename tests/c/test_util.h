@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -58,6 +59,23 @@
   do {                                                                      \
     assert_string_equal((endpoint).host, (want_host));                      \
     assert_int_equal((endpoint).port, (want_port));                         \
+  } while (0)
+
+/* A parsed list of hosts and ports (a cluster's seeds, the sentinels) of
+ * count entries: exactly those given as "host:port" (the port after the
+ * last ':', so "::1:7001" is host ::1). */
+#define assert_host_ports(list, count, ...)                                 \
+  do {                                                                      \
+    const char *hl_want_[] = {__VA_ARGS__};                                 \
+    size_t hl_n_ = sizeof(hl_want_) / sizeof(hl_want_[0]);                  \
+    assert_int_equal((count), hl_n_);                                       \
+    for (size_t hl_i_ = 0; hl_i_ < hl_n_; hl_i_++) {                        \
+      const char *hl_w_ = hl_want_[hl_i_], *hl_c_ = strrchr(hl_w_, ':');    \
+      assert_non_null(hl_c_);                                               \
+      assert_int_equal(strlen((list)[hl_i_].host), (size_t)(hl_c_ - hl_w_)); \
+      assert_memory_equal((list)[hl_i_].host, hl_w_, hl_c_ - hl_w_);        \
+      assert_int_equal((list)[hl_i_].port, atoi(hl_c_ + 1));                \
+    }                                                                       \
   } while (0)
 
 #define assert_substr(haystack, needle)                                     \
@@ -167,6 +185,20 @@ hilock_segmented_lock *hl_new_seg(hilock_client *c, const char *name,
                                   size_t segments, int64_t ttl_ms);
 hilock_multi_lock *hl_new_multi(hilock_client *c, const char *const *names,
                                 size_t n, int64_t ttl_ms);
+
+/* A named family's constructor on the hold: hilock_<family>_new(c, name,
+ * len, ttl_ms, out) with *out passed in and out (NULL: none), so that a
+ * test can see whether a refusal reset it. The simple lock has no TTL and
+ * ignores ttl_ms. */
+typedef int hl_new_hold_fn(hilock_client *c, const char *name, size_t len,
+                           int64_t ttl_ms, hilock_hold **out);
+typedef hl_new_hold_fn *hl_new_fn;
+hl_new_hold_fn hl_lock_new_hold, hl_lease_new_hold, hl_simple_new_hold,
+    hl_rlock_new_hold, hl_rwlock_new_hold, hl_fair_new_hold, hl_seq_new_hold;
+/* The constructor refuses a bad name with HILOCK_EINVAL, says why in the
+ * client's message and resets *out to NULL: a NULL name, an empty one,
+ * one of HILOCK_NAME_MAX + 1 bytes, one that begins with '}'. */
+void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn);
 
 /* A loss callback (hilock_lost_fn) that counts its calls in the atomic_int
  * at counter. */
