@@ -1131,6 +1131,14 @@ void hl_waiter_run(hl_waiter *w, hilock_hold *h, const hl_verbs *v,
   hl_waiter_start(w);
 }
 
+int64_t hl_release_and_join(hl_waiter *w, hilock_hold *holder,
+                            const hl_verbs *v) {
+  int64_t released = hl_now_ms();
+  assert_hl_ok(v->release(holder), hilock_hold_errmsg(holder));
+  hl_waiter_join(w);
+  return w->t_end - released;
+}
+
 int64_t hl_waiter_done_at(hl_waiter *w) {
   return __atomic_load_n(&w->t_end, __ATOMIC_ACQUIRE);
 }

@@ -419,6 +419,10 @@ void hl_waiter_join(hl_waiter *w);
  * the grant or (release != 0) release it with v's release. */
 void hl_waiter_run(hl_waiter *w, hilock_hold *h, const hl_verbs *v,
                    int64_t wait_ms, int release);
+/* Release holder with v's release (which must succeed) while w waits, and
+ * join w: how long after the release w's acquire returned (ms). */
+int64_t hl_release_and_join(hl_waiter *w, hilock_hold *holder,
+                            const hl_verbs *v);
 /* When the acquire returned (its t_end), or 0 while it has not. */
 int64_t hl_waiter_done_at(hl_waiter *w);
 
