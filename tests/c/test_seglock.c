@@ -132,25 +132,11 @@ static void random_start_spreads_grants(void **state) {
  * it): {status, segment or pttl, fence}. */
 static void run_acquire(fixture *f, const char *token, const char *start,
                         long long out[3]) {
-  const char *argv[3 + 3 + 3 + 4];
-  redisReply *r;
-  int n = 0;
-  argv[n++] = "EVAL";
-  argv[n++] = hilock__script_seglock_acquire.src;
-  argv[n++] = "6";
-  argv[n++] = "hilock:{re}:seg:stock";
-  argv[n++] = "hilock:{re}:seg:fence";
-  argv[n++] = "hilock:{re}:seg:wake";
-  argv[n++] = "hilock:{re}:seg:0";
-  argv[n++] = "hilock:{re}:seg:1";
-  argv[n++] = "hilock:{re}:seg:2";
-  argv[n++] = token;
-  argv[n++] = "10000";
-  argv[n++] = start;
-  argv[n++] = "3";
-  r = redisCommandArgv(f->redis, n, argv, NULL);
-  assert_non_null(r);
-  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  static const char *const roles[6] = {"seg:stock", "seg:fence", "seg:wake",
+                                       "seg:0",     "seg:1",     "seg:2"};
+  const char *args[4] = {token, "10000", start, "3"};
+  redisReply *r = hl_run_script(f->client, &hilock__script_seglock_acquire,
+                                "re", roles, 6, args, 4);
   for (size_t i = 0; i < 3; i++)
     out[i] = i < r->elements ? r->element[i]->integer : -99;
   freeReplyObject(r);
