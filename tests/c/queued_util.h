@@ -20,8 +20,8 @@ typedef struct hl_queued {
   const char *queue;           /* the queue (a sorted set) */
   const char *wake_pattern;    /* KEYS pattern of the wake lists */
   const char *counter;         /* where the numbers are drawn */
-  const char *const *waiting;  /* those no waiter's absence leaves behind */
-  const char *const *all;      /* those nobody's absence leaves behind */
+  const char *const *waiting;  /* those that exist only while one waits */
+  const char *const *all;      /* those gone once nobody holds or waits */
   /* Sequential lock: the holder's entry stays in the queue; a number is
    * drawn at enqueue (readable while waiting); a waiter watches the entry
    * before it (the one that leaves tells its successor); the keys outlive

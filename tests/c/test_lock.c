@@ -3,7 +3,6 @@
  * (test_contract.c). Keys are checked directly with hiredis. */
 #include "test_util.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -4,9 +4,7 @@
  * keys. Keys are checked directly with hiredis. */
 #include "test_util.h"
 
-#include <ctype.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>

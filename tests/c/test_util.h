@@ -353,18 +353,6 @@ void hl_history_add(hl_history *h, int shared, int64_t start, int64_t end);
 /* Spans recorded: min(n, max). */
 int hl_history_len(const hl_history *h);
 
-/* A script's reply checked against the integers it must hold, element by
- * element (HL_ANY: one not checked), then freed:
- * assert_reply_ints(r, 1, HL_ANY, 2) checks elements 0 and 2. */
-#define HL_ANY LLONG_MIN
-#define assert_reply_ints(reply, ...)                                       \
-  hl_assert_reply_ints((reply), (const long long[]){__VA_ARGS__},          \
-                       sizeof((const long long[]){__VA_ARGS__}) /          \
-                           sizeof(long long),                               \
-                       __FILE__, __LINE__)
-void hl_assert_reply_ints(redisReply *r, const long long *want, size_t n,
-                          const char *file, int line);
-
 /* ## Queue-style locks (fair, sequential) ------------------------------------ */
 
 /* An integer string key (a counter), 0 if absent. */
@@ -383,6 +371,20 @@ int hl_wait_zcard(redisContext *c, const char *key, long long n,
 redisReply *hl_run_script(hilock_client *c, const void *script,
                           const char *name, const char *const *roles,
                           int nkeys, const char *const *args, int nargs);
+
+/* A script's reply checked against the integers it must hold, element by
+ * element (HL_ANY: one not checked), then freed:
+ * assert_reply_ints(r, 1, HL_ANY, 2) checks elements 0 and 2. */
+#define HL_ANY LLONG_MIN
+#define assert_reply_ints(reply, ...)                                       \
+  hl_assert_reply_ints((reply), (const long long[]){__VA_ARGS__},          \
+                       sizeof((const long long[]){__VA_ARGS__}) /          \
+                           sizeof(long long),                               \
+                       __FILE__, __LINE__)
+void hl_assert_reply_ints(redisReply *r, const long long *want, size_t n,
+                          const char *file, int line);
+
+/* ## Waiters, interrupts and contenders -------------------------------------- */
 
 /* An interrupt hook (hilock_options.interrupt) that returns *(int *)arg,
  * and a thread that sets *flag after delay_ms (join it). */
