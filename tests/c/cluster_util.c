@@ -89,13 +89,21 @@ static redisContext *try_connect(const hl_server *s) {
   return c;
 }
 
-/* The port that masters slot according to node s, or -1. */
-static int owner_port_from(const hl_server *s, int slot) {
+/* One command on node s over a connection of its own: the reply, or NULL
+ * if the node cannot be reached or did not answer. */
+static redisReply *node_command(const hl_server *s, const char *cmd) {
   redisContext *c = try_connect(s);
   redisReply *r;
+  if (c == NULL) return NULL;
+  r = redisCommand(c, cmd);
+  redisFree(c);
+  return r;
+}
+
+/* The port that masters slot according to node s, or -1. */
+static int owner_port_from(const hl_server *s, int slot) {
+  redisReply *r = node_command(s, "CLUSTER SLOTS");
   int port = -1;
-  if (c == NULL) return -1;
-  r = redisCommand(c, "CLUSTER SLOTS");
   if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
     for (size_t i = 0; i < r->elements; i++) {
       redisReply *e = r->element[i];
@@ -107,17 +115,13 @@ static int owner_port_from(const hl_server *s, int slot) {
     }
   }
   if (r != NULL) freeReplyObject(r);
-  redisFree(c);
   return port;
 }
 
 /* 1 if node s lists a replica for every slot range. */
 static int sees_replicas(const hl_server *s) {
-  redisContext *c = try_connect(s);
-  redisReply *r;
+  redisReply *r = node_command(s, "CLUSTER SLOTS");
   int ok = 0;
-  if (c == NULL) return 0;
-  r = redisCommand(c, "CLUSTER SLOTS");
   if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
     ok = 1;
     for (size_t i = 0; i < r->elements; i++)
@@ -126,29 +130,24 @@ static int sees_replicas(const hl_server *s) {
         ok = 0;
   }
   if (r != NULL) freeReplyObject(r);
-  redisFree(c);
   return ok;
 }
 
 static int node_ok(const hl_server *s) {
-  redisContext *c = try_connect(s);
-  redisReply *r;
+  redisReply *r = node_command(s, "CLUSTER INFO");
   int ok = 0;
-  if (c == NULL) return 0;
-  r = redisCommand(c, "CLUSTER INFO");
   if (r != NULL && r->type == REDIS_REPLY_STRING)
     ok = strstr(r->str, "cluster_state:ok") != NULL &&
          strstr(r->str, "cluster_slots_ok:16384") != NULL;
   if (r != NULL) freeReplyObject(r);
   if (ok) {
     /* A replica counts once its link to the master is up. */
-    r = redisCommand(c, "INFO replication");
+    r = node_command(s, "INFO replication");
     if (r != NULL && r->type == REDIS_REPLY_STRING &&
         strstr(r->str, "role:slave") != NULL)
       ok = strstr(r->str, "master_link_status:up") != NULL;
     if (r != NULL) freeReplyObject(r);
   }
-  redisFree(c);
   return ok;
 }
 

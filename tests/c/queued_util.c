@@ -19,16 +19,9 @@ static long long key_int(redisContext *r, const char *cmd, const char *fmt,
   return hl_redis_int(r, "%s %s", cmd, key);
 }
 
-/* The calls of a family that hl_queued takes on the hold: its
- * constructor, heartbeat, waiters and number. */
+/* The calls of a family that hl_queued takes on the hold: its heartbeat,
+ * waiters and number. */
 #define QUEUED_CALLS(T, type, number_fn)                                    \
-  static int T##_new(hilock_client *c, const char *name, size_t len,        \
-                     int64_t ttl_ms, hilock_hold **out) {                   \
-    type *x = NULL;                                                         \
-    int rc = type##_new(c, name, len, ttl_ms, out ? &x : NULL);             \
-    if (out != NULL) *out = HILOCK_HOLD(x);                                 \
-    return rc;                                                              \
-  }                                                                         \
   static int T##_set_heartbeat(hilock_hold *h, int64_t ms) {               \
     return type##_set_heartbeat((type *)h, ms);                             \
   }                                                                         \
@@ -80,7 +73,7 @@ static const char *const fair_all[] = {
 /* A grant is the holder's key; a waiter has a queue entry and a heartbeat
  * (a deadline) of its own. */
 const hl_queued hl_fair_queued = {
-    &hl_fair_verbs, fair_new, fair_set_heartbeat, fair_heartbeat_ms,
+    &hl_fair_verbs, hl_fair_new_hold, fair_set_heartbeat, fair_heartbeat_ms,
     fair_waiters, fair_number, "hilock:{%s}:fair:queue", "hilock:{%s}:wake:*",
     "hilock:{%s}:fair:ticket", fair_waiting, fair_all,
     .holder = fair_holder, .grant_left = fair_grant_left,
@@ -119,8 +112,8 @@ static const char *const seq_all[] = {
 /* Holder and waiters are entries of the queue, each with a session; a
  * waiter watches the entry before it. */
 const hl_queued hl_seq_queued = {
-    &hl_seq_verbs, seq_new, seq_set_heartbeat, seq_heartbeat_ms, seq_waiters,
-    seq_number, "hilock:{%s}:seq:queue", "hilock:{%s}:seq:wake:*",
+    &hl_seq_verbs, hl_seq_new_hold, seq_set_heartbeat, seq_heartbeat_ms,
+    seq_waiters, seq_number, "hilock:{%s}:seq:queue", "hilock:{%s}:seq:wake:*",
     "hilock:{%s}:seq:counter", seq_waiting, seq_all, 1, 1, 1,
     "hilock:{%s}:seq:holder", "hilock:{%s}:seq:wake:%020lld", seq_holder,
     seq_grant_left, seq_waiter_left};
@@ -227,6 +220,18 @@ void hl_q_busy_after_its_wait(hl_fixture *f, const char *name,
   assert_i64_between(hl_now_ms() - t0, 290, 1000);
   assert_false(hilock_hold_held(w));
   hl_q_assert_no_waiters(f, name, 1);
+}
+
+void hl_q_assert_new_handle(hilock_hold *h, const char *key, int64_t ttl_ms,
+                            int64_t heartbeat_ms) {
+  size_t len = 0;
+  assert_string_equal(hilock_hold_key(h, &len), key);
+  assert_int_equal(len, strlen(key));
+  assert_int_equal(hilock_hold_ttl_ms(h), ttl_ms);
+  assert_int_equal(Q->heartbeat_ms(h), heartbeat_ms);
+  assert_int_equal(Q->number(h), 0);
+  assert_int_equal(hilock_hold_fence(h), 0);
+  assert_string_equal(hilock_hold_token(h), "");
 }
 
 void hl_q_assert_refused(hilock_hold *a, hilock_hold *b) {
@@ -569,8 +574,7 @@ void hl_q_invalid_arguments_are_einval(void **state) {
 
   assert_int_equal(Q->new_hold(NULL, "x", 1, 1000, &l), HILOCK_EINVAL);
   assert_int_equal(Q->new_hold(f->client, "x", 1, 1000, NULL), HILOCK_EINVAL);
-  assert_int_equal(Q->new_hold(f->client, NULL, 1, 1000, &l), HILOCK_EINVAL);
-  assert_int_equal(Q->new_hold(f->client, "}x", 2, 1000, &l), HILOCK_EINVAL);
+  hl_assert_bad_names_refused(f->client, Q->new_hold);
   assert_int_equal(Q->new_hold(f->client, "x", 1, 0, &l), HILOCK_EINVAL);
   assert_substr(hilock_client_errmsg(f->client), "ttl");
   assert_null(l);

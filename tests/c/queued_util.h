@@ -10,9 +10,7 @@
 
 typedef struct hl_queued {
   const hl_verbs *verbs;
-  /* hilock_<family>_new on the hold: *out is left alone when out is NULL */
-  int (*new_hold)(hilock_client *c, const char *name, size_t len,
-                  int64_t ttl_ms, hilock_hold **out);
+  hl_new_fn new_hold; /* its constructor on the hold */
   int (*set_heartbeat)(hilock_hold *h, int64_t ms);
   int64_t (*heartbeat_ms)(const hilock_hold *h);
   int (*waiters)(hilock_hold *h, int64_t *count);
@@ -22,8 +20,8 @@ typedef struct hl_queued {
   const char *queue;           /* the queue (a sorted set) */
   const char *wake_pattern;    /* KEYS pattern of the wake lists */
   const char *counter;         /* where the numbers are drawn */
-  const char *const *waiting;  /* those no waiter's absence leaves behind */
-  const char *const *all;      /* those nobody's absence leaves behind */
+  const char *const *waiting;  /* those that exist only while one waits */
+  const char *const *all;      /* those gone once nobody holds or waits */
   /* Sequential lock: the holder's entry stays in the queue; a number is
    * drawn at enqueue (readable while waiting); a waiter watches the entry
    * before it (the one that leaves tells its successor); the keys outlive
@@ -58,6 +56,19 @@ extern const hl_queued *hl_q_family;
     .teardown_func = hl_teardown                                            \
   }
 
+/* The shared tests that both suites name alike. */
+#define HL_Q_TESTS_NAMED_ALIKE                                              \
+  HL_Q_TEST(not_reentrant, hl_q_not_reentrant),                             \
+      HL_Q_TEST(extend_and_renew_act_while_owned,                           \
+                hl_q_extend_and_renew_act_while_owned),                     \
+      HL_Q_TEST(interrupted_waiter_leaves_no_residue,                       \
+                hl_q_interrupted_waiter_leaves_no_residue),                 \
+      HL_Q_TEST(holder_crash_hands_over_when_its_ttl_runs_out,              \
+                hl_q_holder_crash_hands_over_when_its_ttl_runs_out),        \
+      HL_Q_TEST(damaged_keys_fail_closed, hl_q_damaged_keys_fail_closed),   \
+      HL_Q_TEST(invalid_arguments_are_einval,                               \
+                hl_q_invalid_arguments_are_einval)
+
 /* ## Helpers (on hl_q_family) ------------------------------------------------ */
 
 hilock_hold *hl_q_make(hilock_client *c, const char *name, int64_t ttl_ms);
@@ -91,6 +102,10 @@ long long hl_q_session_left(redisContext *r, const char *name,
  * leaves nothing of a waiter behind. */
 void hl_q_busy_after_its_wait(hl_fixture *f, const char *name,
                               hilock_hold *holder, hilock_hold *w);
+/* A handle not yet granted: its key, TTL and heartbeat, no number, fence
+ * or token. */
+void hl_q_assert_new_handle(hilock_hold *h, const char *key, int64_t ttl_ms,
+                            int64_t heartbeat_ms);
 /* b is refused while a holds the lock, and knows it is not the owner. */
 void hl_q_assert_refused(hilock_hold *a, hilock_hold *b);
 

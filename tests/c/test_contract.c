@@ -722,19 +722,16 @@ static void checker_reports_overlaps(void **state) {
 
 typedef struct contender_arg {
   const family *fam;
-  const char *url;
   hl_history *h;
 } contender_arg;
 
-/* A process with its own client: ROUNDS times acquire, hold briefly,
- * release, recording the span on the history's sequence. */
-static int contend(void *arg) {
+/* A process with its own client (hl_run_with_client): ROUNDS times
+ * acquire, hold briefly, release, recording the span on the history's
+ * sequence. */
+static int contend(hilock_client *c, void *arg) {
   contender_arg *p = arg;
-  hilock_client *c = hl_child_client(p->url);
   hilock_hold *h = NULL;
-  int rc;
-  if (c == NULL) return 1;
-  rc = p->fam->make(c, LONG_TTL_MS, &h);
+  int rc = p->fam->make(c, LONG_TTL_MS, &h);
   for (int i = 0; rc == HILOCK_OK && i < ROUNDS; i++) {
     int64_t start, end;
     rc = p->fam->own->acquire(h, 20000);
@@ -750,7 +747,6 @@ static int contend(void *arg) {
             p->fam->what, hilock_err_name(rc),
             h ? E(h) : hilock_client_errmsg(c));
   hilock_hold_free(h);
-  hilock_client_free(c);
   return rc == HILOCK_OK ? 0 : 1;
 }
 
@@ -760,16 +756,16 @@ static void contending_processes_never_exceed_the_holders(void **state) {
     const family *fam = &families[k];
     hl_history *h;
     contender_arg p;
+    hl_with_client w = {f->server.url, contend, &p};
     pid_t pids[NPROCS];
     int n, bad;
     if (fam->holders == 0) continue; /* shared: see the family's suite */
     begin(f, fam);
     h = hl_history_new(NPROCS * ROUNDS);
     p.fam = fam;
-    p.url = f->server.url;
     p.h = h;
     for (int i = 0; i < NPROCS; i++) {
-      pids[i] = hl_fork_run(contend, &p);
+      pids[i] = hl_fork_run(hl_run_with_client, &w);
       assert_true(pids[i] > 0);
     }
     for (int i = 0; i < NPROCS; i++) {

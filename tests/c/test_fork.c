@@ -3,7 +3,6 @@
  * say why on stderr); the parent checks the keys with hiredis. */
 #include "test_util.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,44 +11,7 @@
 
 typedef hl_fixture fixture;
 
-static hilock_lock *new_lock(hilock_client *c, const char *name, int64_t ttl) {
-  hilock_lock *l = NULL;
-  assert_hl_ok(hilock_lock_new(c, name, strlen(name), ttl, &l),
-               hilock_client_errmsg(c));
-  return l;
-}
-
-static void assert_holder(fixture *f, const hilock_lock *l) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  char *v = hl_redis_get(f->redis, key, klen);
-  assert_non_null(v);
-  assert_string_equal(v, hilock_hold_token(HILOCK_HOLD(l)));
-  free(v);
-}
-
-static int key_exists(fixture *f, const hilock_lock *l) {
-  size_t klen;
-  const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  return hl_redis_exists(f->redis, key, klen);
-}
-
 static atomic_int lost_calls;
-
-static void count_lost(void *arg) {
-  (void)arg;
-  atomic_fetch_add(&lost_calls, 1);
-}
-
-/* In a child: report a failed check and leave with a nonzero status. */
-#define CHILD_CHECK(cond)                                                   \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), \
-              __FILE__, __LINE__, #cond);                                   \
-      return 1 + __LINE__ % 200;                                            \
-    }                                                                       \
-  } while (0)
 
 /* Wait (bounded) for a child; 0 (and why, on stderr) if it failed or hung.
  * A test with threads of its own still running calls this rather than
@@ -100,19 +62,6 @@ static void skip_if_fork_stops_malloc(void) {
   }
 }
 
-/* Wait (bounded) for the child's one-byte signal on fd. */
-static void await_byte(int fd, pid_t pid) {
-  struct pollfd p;
-  char byte;
-  p.fd = fd;
-  p.events = POLLIN;
-  if (poll(&p, 1, 5000) != 1 || read(fd, &byte, 1) != 1) {
-    print_error("child %d never signalled (status %d)\n", (int)pid,
-                hl_wait_child(pid, 0));
-    fail();
-  }
-}
-
 /* ## The parent's grant in the child -------------------------------------- */
 
 typedef struct inherited {
@@ -126,37 +75,37 @@ static int child_leaves_parents_grant_alone(void *arg) {
   hilock_lock *own = NULL;
   int owned = -1;
 
-  CHILD_CHECK(hilock_lock_release(in->parents) == HILOCK_EFORKED);
-  CHILD_CHECK(strstr(hilock_hold_errmsg(HILOCK_HOLD(in->parents)), "forked") != NULL);
-  CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 1) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 0) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_lock_renew(in->parents) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(in->parents), &owned) == HILOCK_OK);
-  CHILD_CHECK(owned == 0);
-  CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(in->parents)) == 0);
-  CHILD_CHECK(!hilock_hold_held(HILOCK_HOLD(in->parents)));
-  CHILD_CHECK(hilock_rlock_release(in->parents_r) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(in->parents_r)) == 0);
+  HL_CHILD_CHECK(hilock_lock_release(in->parents) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(strstr(hilock_hold_errmsg(HILOCK_HOLD(in->parents)), "forked") != NULL);
+  HL_CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 1) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 0) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_lock_renew(in->parents) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(in->parents), &owned) == HILOCK_OK);
+  HL_CHILD_CHECK(owned == 0);
+  HL_CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(in->parents)) == 0);
+  HL_CHILD_CHECK(!hilock_hold_held(HILOCK_HOLD(in->parents)));
+  HL_CHILD_CHECK(hilock_rlock_release(in->parents_r) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(in->parents_r)) == 0);
   /* The child is another owner: the parent's locks are busy for it. */
-  CHILD_CHECK(hilock_lock_try_acquire(in->parents) == HILOCK_BUSY);
-  CHILD_CHECK(hilock_lock_acquire(in->parents, 150) == HILOCK_BUSY);
-  CHILD_CHECK(hilock_rlock_try_acquire(in->parents_r) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_lock_try_acquire(in->parents) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_lock_acquire(in->parents, 150) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_rlock_try_acquire(in->parents_r) == HILOCK_BUSY);
 
   /* A lock of its own, through the inherited client. */
-  CHILD_CHECK(hilock_client_ping(in->client) == HILOCK_OK);
-  CHILD_CHECK(hilock_lock_new(in->client, "childs-own", 10, 5000, &own) ==
+  HL_CHILD_CHECK(hilock_client_ping(in->client) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_lock_new(in->client, "childs-own", 10, 5000, &own) ==
               HILOCK_OK);
-  CHILD_CHECK(hilock_lock_try_acquire(own) == HILOCK_OK);
-  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(own), &owned) == HILOCK_OK && owned == 1);
-  CHILD_CHECK(hilock_lock_extend(own, 8000, 1) == HILOCK_OK);
-  CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_lock_try_acquire(own) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(own), &owned) == HILOCK_OK && owned == 1);
+  HL_CHILD_CHECK(hilock_lock_extend(own, 8000, 1) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(own));
   return 0;
 }
 
 static void child_cannot_touch_the_parents_grant(void **state) {
   fixture *f = *state;
-  hilock_lock *p = new_lock(f->client, "parents", 400);
+  hilock_lock *p = hl_new_lock(f->client, "parents", 400);
   hilock_rlock *r = NULL;
   inherited in;
   char token[40];
@@ -167,7 +116,8 @@ static void child_cannot_touch_the_parents_grant(void **state) {
   atomic_store(&lost_calls, 0);
   assert_hl_ok(hilock_rlock_new(f->client, "parents-r", 9, 5000, &r),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 1, 0, count_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_hl_ok(hilock_lock_acquire(p, 0), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_hl_ok(hilock_rlock_acquire(r, 0), hilock_hold_errmsg(HILOCK_HOLD(r)));
@@ -183,10 +133,10 @@ static void child_cannot_touch_the_parents_grant(void **state) {
   /* The parent's grants are intact and still renewed. */
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(p)), token);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(p)), fence);
-  assert_holder(f, p);
+  hl_assert_holder(f->redis, HILOCK_HOLD(p));
   assert_false(hl_redis_exists(f->redis, "hilock:{childs-own}:lock", 24));
   hl_sleep_ms(500);
-  assert_holder(f, p);
+  hl_assert_holder(f->redis, HILOCK_HOLD(p));
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{parents}:lock", 21), 1,
                      400);
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(p), &owned), hilock_hold_errmsg(HILOCK_HOLD(p)));
@@ -196,7 +146,7 @@ static void child_cannot_touch_the_parents_grant(void **state) {
   assert_int_equal(atomic_load(&lost_calls), 0);
   assert_hl_ok(hilock_lock_release(p), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_hl_ok(hilock_rlock_release(r), hilock_hold_errmsg(HILOCK_HOLD(r)));
-  assert_false(key_exists(f, p));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(p)));
   hilock_hold_free(HILOCK_HOLD(p));
   hilock_hold_free(HILOCK_HOLD(r));
 }
@@ -212,46 +162,40 @@ static int child_renews_only_its_own(void *arg) {
   renewing_child *rc = arg;
   hilock_lock *own = NULL;
   int owned = 0;
-  CHILD_CHECK(hilock_lock_new(rc->client, "childs-renewed", 14, 300, &own) ==
+  HL_CHILD_CHECK(hilock_lock_new(rc->client, "childs-renewed", 14, 300, &own) ==
               HILOCK_OK);
-  CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(own), 1, 0, NULL, NULL) == HILOCK_OK);
-  CHILD_CHECK(hilock_lock_acquire(own, 0) == HILOCK_OK);
-  CHILD_CHECK(write(rc->fd, "x", 1) == 1);
+  HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(own), 1, 0, NULL, NULL) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_lock_acquire(own, 0) == HILOCK_OK);
+  HL_CHILD_CHECK(write(rc->fd, "x", 1) == 1);
   hl_sleep_ms(1200); /* four TTLs: alive only through the child's renewal */
-  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(own), &owned) == HILOCK_OK && owned == 1);
-  CHILD_CHECK(!hilock_hold_lost(HILOCK_HOLD(own)));
-  CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(own), &owned) == HILOCK_OK && owned == 1);
+  HL_CHILD_CHECK(!hilock_hold_lost(HILOCK_HOLD(own)));
+  HL_CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(own));
   return 0;
 }
 
 static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   fixture *f = *state;
-  hilock_lock *released = new_lock(f->client, "released", 300);
-  hilock_lock *lapsing = new_lock(f->client, "lapsing", 300);
-  renewing_child rc;
-  int fds[2];
+  hilock_lock *released = hl_new_lock(f->client, "released", 300);
+  hilock_lock *lapsing = hl_new_lock(f->client, "lapsing", 300);
+  renewing_child rc = {.client = f->client};
+  char byte;
   pid_t pid;
   int64_t t0;
 
   atomic_store(&lost_calls, 0);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(released), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(released)));
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lapsing), 1, 0, count_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lapsing), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   assert_hl_ok(hilock_lock_acquire(released, 0),
                hilock_hold_errmsg(HILOCK_HOLD(released)));
   assert_hl_ok(hilock_lock_acquire(lapsing, 0), hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   hl_sleep_ms(120);
 
-  assert_int_equal(pipe(fds), 0);
-  rc.client = f->client;
-  rc.fd = fds[1];
-  pid = hl_fork_run(child_renews_only_its_own, &rc);
-  assert_true(pid > 0);
-  close(fds[1]);
-  await_byte(fds[0], pid);
-  close(fds[0]);
+  pid = hl_fork_ready(child_renews_only_its_own, &rc, &rc.fd, &byte, 1);
 
   /* The child now runs a renewal thread of its own. The parent lets go of
    * one hold and stops renewing the other: if the child renewed the
@@ -260,21 +204,21 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lapsing), 0, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   t0 = hl_now_ms();
-  while (key_exists(f, lapsing)) {
+  while (hl_hold_exists(f->redis, HILOCK_HOLD(lapsing))) {
     assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
     hl_sleep_ms(10);
   }
   /* ... and both stay gone while the child lives on. */
   for (int i = 0; i < 8; i++) {
-    assert_false(key_exists(f, released));
-    assert_false(key_exists(f, lapsing));
+    assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(released)));
+    assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(lapsing)));
     assert_true(hl_redis_exists(f->redis, "hilock:{childs-renewed}:lock", 28));
     hl_sleep_ms(100);
   }
   assert_child_ok(pid, 3000);
   assert_false(hl_redis_exists(f->redis, "hilock:{childs-renewed}:lock", 28));
-  assert_false(key_exists(f, released));
-  assert_false(key_exists(f, lapsing));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(released)));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(lapsing)));
   hilock_hold_free(HILOCK_HOLD(released));
   hilock_hold_free(HILOCK_HOLD(lapsing));
 }
@@ -292,25 +236,25 @@ static int child_uses_the_client(void *arg) {
   hilock_rlock *r = NULL;
   int64_t end = hl_now_ms() + b->run_ms;
   int rounds = 0;
-  CHILD_CHECK(hilock_lock_new(b->client, "child-side", 10, 5000, &l) ==
+  HL_CHILD_CHECK(hilock_lock_new(b->client, "child-side", 10, 5000, &l) ==
               HILOCK_OK);
-  CHILD_CHECK(hilock_rlock_new(b->client, "child-side-r", 12, 5000, &r) ==
+  HL_CHILD_CHECK(hilock_rlock_new(b->client, "child-side-r", 12, 5000, &r) ==
               HILOCK_OK);
   while (hl_now_ms() < end) {
     int owned = 0;
     int64_t n = 0;
-    CHILD_CHECK(hilock_client_ping(b->client) == HILOCK_OK);
-    CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK);
-    CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 1);
-    CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
-    CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
-    CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
-    CHILD_CHECK(hilock_rlock_hold_count(r, &n) == HILOCK_OK && n == 2);
-    CHILD_CHECK(hilock_rlock_release(r) == HILOCK_OK);
-    CHILD_CHECK(hilock_rlock_release(r) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_client_ping(b->client) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 1);
+    HL_CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_rlock_hold_count(r, &n) == HILOCK_OK && n == 2);
+    HL_CHILD_CHECK(hilock_rlock_release(r) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_rlock_release(r) == HILOCK_OK);
     rounds++;
   }
-  CHILD_CHECK(rounds >= 10);
+  HL_CHILD_CHECK(rounds >= 10);
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(r));
   return 0;
@@ -331,8 +275,8 @@ static void *ping_a_while(void *arg) {
 
 static void parent_and_child_share_the_client_without_desync(void **state) {
   fixture *f = *state;
-  hilock_lock *p = new_lock(f->client, "shared", 300);
-  hilock_lock *side = new_lock(f->client, "parent-side", 5000);
+  hilock_lock *p = hl_new_lock(f->client, "shared", 300);
+  hilock_lock *side = hl_new_lock(f->client, "parent-side", 5000);
   pinger pg[3];
   busy_child b;
   pid_t pid;
@@ -340,7 +284,8 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
   int rounds = 0, owned = 0;
 
   atomic_store(&lost_calls, 0);
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 1, 0, count_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_hl_ok(hilock_lock_acquire(p, 0), hilock_hold_errmsg(HILOCK_HOLD(p)));
   /* Fill the pool with idle connections for the child to inherit. */
@@ -381,7 +326,7 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
     assert_true(owned);
   }
   hl_sleep_ms(400);
-  assert_holder(f, p);
+  hl_assert_holder(f->redis, HILOCK_HOLD(p));
   /* Stop renewing first: a renewal in flight would reset the TTL. */
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 0, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(p)));
@@ -389,7 +334,7 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{shared}:lock", 20),
                      4000, 5000);
   assert_hl_ok(hilock_lock_release(p), hilock_hold_errmsg(HILOCK_HOLD(p)));
-  assert_false(key_exists(f, p));
+  assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(p)));
   assert_int_equal(atomic_load(&lost_calls), 0);
   hilock_hold_free(HILOCK_HOLD(p));
   hilock_hold_free(HILOCK_HOLD(side));
@@ -426,20 +371,6 @@ static void *spin(void *arg) {
   return NULL;
 }
 
-typedef struct blocked {
-  hilock_lock *lock;
-  int rc;
-  int64_t t_end;
-  pthread_t thread;
-} blocked;
-
-static void *block_on(void *arg) {
-  blocked *b = arg;
-  b->rc = hilock_lock_acquire(b->lock, 15000);
-  b->t_end = hl_now_ms();
-  return NULL;
-}
-
 typedef struct quick_child {
   hilock_client *client;
   int i;
@@ -450,14 +381,14 @@ static int child_does_a_little(void *arg) {
   hilock_lock *l = NULL;
   char name[32];
   int n = snprintf(name, sizeof(name), "forked-%d", q->i);
-  CHILD_CHECK(hilock_client_ping(q->client) == HILOCK_OK);
-  CHILD_CHECK(hilock_lock_new(q->client, name, (size_t)n, 300, &l) ==
+  HL_CHILD_CHECK(hilock_client_ping(q->client) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_lock_new(q->client, name, (size_t)n, 300, &l) ==
               HILOCK_OK);
-  CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL) == HILOCK_OK);
-  CHILD_CHECK(hilock_lock_acquire(l, 1000) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_lock_acquire(l, 1000) == HILOCK_OK);
   hl_sleep_ms(120); /* let the child's renewal thread run once */
-  CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(l)) > 0);
-  CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(l)) > 0);
+  HL_CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(l));
   return 0;
 }
@@ -466,29 +397,27 @@ static int child_does_a_little(void *arg) {
 
 static void fork_while_other_threads_are_inside_client_calls(void **state) {
   fixture *f = *state;
-  hilock_lock *holder, *fast;
+  hilock_lock *holder, *fast, *waiting;
   spinner s;
-  blocked b;
-  int64_t t_rel;
+  hl_waiter b;
+  int64_t took;
   int owned = 0, ok = 1;
 
   skip_if_fork_stops_malloc();
-  holder = new_lock(f->client, "held", 10000);
-  fast = new_lock(f->client, "fast-renewed", 300);
+  holder = hl_new_lock(f->client, "held", 10000);
+  fast = hl_new_lock(f->client, "fast-renewed", 300);
   atomic_store(&lost_calls, 0);
   /* A hold renewed every 100 ms keeps the renewal thread busy. */
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(fast), 1, 0, count_lost, NULL),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(fast), 1, 0, hl_count_call,
+                                          &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(fast)));
   assert_hl_ok(hilock_lock_acquire(fast, 0), hilock_hold_errmsg(HILOCK_HOLD(fast)));
   /* One thread sits in a blocked acquire (its BLPOP socket is checked
    * out), another loops over client calls. */
   assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  memset(&b, 0, sizeof(b));
-  b.lock = new_lock(f->client, "held", 10000);
-  b.rc = -100;
-  assert_int_equal(pthread_create(&b.thread, NULL, block_on, &b), 0);
-  assert_true(hl_wait_waiters(f->redis, 1,
-                                 3000));
+  waiting = hl_new_lock(f->client, "held", 10000);
+  hl_waiter_run(&b, HILOCK_HOLD(waiting), &hl_lock_verbs, 15000, 0);
+  assert_true(hl_wait_waiters(f->redis, 1, 3000));
   memset(&s, 0, sizeof(s));
   s.client = f->client;
   atomic_init(&s.stop, 0);
@@ -508,8 +437,8 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   pthread_join(s.thread, NULL);
   if (!ok) {
     (void)hilock_lock_release(holder);
-    pthread_join(b.thread, NULL);
-    hilock_hold_free(HILOCK_HOLD(b.lock));
+    hl_waiter_join(&b);
+    hilock_hold_free(HILOCK_HOLD(waiting));
     hilock_hold_free(HILOCK_HOLD(holder));
     hilock_hold_free(HILOCK_HOLD(fast));
     fail();
@@ -520,18 +449,17 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   /* The parent's blocked waiter was not disturbed by the children closing
    * their copies of its socket: the release still wakes it. */
   assert_int_equal(hl_waiters(f->redis), 1);
-  t_rel = hl_now_ms();
-  assert_hl_ok(hilock_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  pthread_join(b.thread, NULL);
-  assert_hl_ok(b.rc, hilock_hold_errmsg(HILOCK_HOLD(b.lock)));
-  assert_i64_between(b.t_end - t_rel, 0, 300);
-  assert_holder(f, b.lock);
-  assert_hl_ok(hilock_lock_release(b.lock), hilock_hold_errmsg(HILOCK_HOLD(b.lock)));
+  took = hl_release_and_join(&b, HILOCK_HOLD(holder), &hl_lock_verbs);
+  assert_hl_ok(b.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
+  assert_i64_between(took, 0, 300);
+  hl_assert_holder(f->redis, HILOCK_HOLD(waiting));
+  assert_hl_ok(hilock_lock_release(waiting),
+               hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(fast), &owned), hilock_hold_errmsg(HILOCK_HOLD(fast)));
   assert_true(owned);
   assert_int_equal(atomic_load(&lost_calls), 0);
   assert_hl_ok(hilock_lock_release(fast), hilock_hold_errmsg(HILOCK_HOLD(fast)));
-  hilock_hold_free(HILOCK_HOLD(b.lock));
+  hilock_hold_free(HILOCK_HOLD(waiting));
   hilock_hold_free(HILOCK_HOLD(holder));
   hilock_hold_free(HILOCK_HOLD(fast));
 }
@@ -565,8 +493,8 @@ static void *spin_rlock(void *arg) {
 static int child_uses_the_shared_rlock(void *arg) {
   hilock_rlock *rl = arg;
   int rc = hilock_rlock_try_acquire(rl);
-  CHILD_CHECK(rc == HILOCK_OK || rc == HILOCK_BUSY);
-  if (rc == HILOCK_OK) CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
+  HL_CHILD_CHECK(rc == HILOCK_OK || rc == HILOCK_BUSY);
+  if (rc == HILOCK_OK) HL_CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
   return 0;
 }
 
@@ -625,18 +553,18 @@ static int child_drops_the_lost_handle(void *arg) {
   int owned = -1;
   /* The parent's renewal thread is inside this handle's callback; no such
    * thread exists here, so nothing may wait for it. */
-  CHILD_CHECK(hilock_lock_release(l) == HILOCK_EFORKED);
-  CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 0);
-  CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 0, 0, NULL, NULL) == HILOCK_OK);
-  CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK); /* the key is gone */
-  CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_lock_release(l) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 0);
+  HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 0, 0, NULL, NULL) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK); /* the key is gone */
+  HL_CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(l));
   return 0;
 }
 
 static void fork_during_a_loss_callback(void **state) {
   fixture *f = *state;
-  hilock_lock *l = new_lock(f->client, "lost-at-fork", 300);
+  hilock_lock *l = hl_new_lock(f->client, "lost-at-fork", 300);
   slow_lost s;
   int64_t deadline;
 

@@ -3,7 +3,6 @@
  * (test_contract.c). Keys are checked directly with hiredis. */
 #include "test_util.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -405,26 +404,9 @@ static void handle_whose_grant_lapsed_may_acquire_again(void **state) {
 
 static void invalid_names_are_einval(void **state) {
   fixture *f = *state;
-  char big[HILOCK_NAME_MAX + 1];
-  char sentinel;
-  hilock_lock *l = (hilock_lock *)&sentinel; /* must be reset to NULL */
-
-  memset(big, 'n', sizeof(big));
-  assert_int_equal(hilock_lock_new(f->client, NULL, 3, 1000, &l),
-                   HILOCK_EINVAL);
-  assert_null(l);
-  assert_int_equal(hilock_lock_new_simple(f->client, "", 0, &l), HILOCK_EINVAL);
-  assert_substr(hilock_client_errmsg(f->client), "empty");
-  assert_int_equal(hilock_lock_new_lease(f->client, big, sizeof(big), 1000, &l),
-                   HILOCK_EINVAL);
-  assert_substr(hilock_client_errmsg(f->client), "1025");
-  assert_int_equal(hilock_lock_new(f->client, "}x", 2, 1000, &l),
-                   HILOCK_EINVAL);
-  assert_substr(hilock_client_errmsg(f->client), "'}'");
-  assert_int_equal(hilock_lock_new_simple(f->client, "}", 1, &l),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_client_errcode(f->client), HILOCK_EINVAL);
-  assert_null(l);
+  hl_assert_bad_names_refused(f->client, hl_lock_new_hold);
+  hl_assert_bad_names_refused(f->client, hl_simple_new_hold);
+  hl_assert_bad_names_refused(f->client, hl_lease_new_hold);
 }
 
 static void name_of_1024_bytes_works(void **state) {

@@ -418,7 +418,6 @@ static const char *const pool[NNAMES] = {"n0", "n1", "n2", "n3", "n4"};
 typedef struct proc_arg {
   const char *url;
   int seed;
-  int fd;
   int nolock; /* control group: record without locking */
   const char *tag;
 } proc_arg;
@@ -561,18 +560,15 @@ static void without_the_lock_the_same_check_fails(void **state) {
   free(spans);
 }
 
-static int child_holds_until_killed(void *arg) {
-  proc_arg *p = arg;
-  hilock_client *c = hl_child_client(p->url);
+static int child_holds_until_killed(hilock_client *c, void *fd) {
   hilock_multi_lock *m = NULL;
   const char *names[] = {"d1", "d2", "d3"};
   char byte = 1;
-  HL_CHILD_CHECK(c != NULL);
   HL_CHILD_CHECK(hilock_multi_lock_new(c, names, 3, 800, &m) == HILOCK_OK);
   HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL) ==
               HILOCK_OK);
   HL_CHILD_CHECK(hilock_multi_lock_acquire(m, 0) == HILOCK_OK);
-  HL_CHILD_CHECK(write(p->fd, &byte, 1) == 1);
+  HL_CHILD_CHECK(write(*(int *)fd, &byte, 1) == 1);
   for (;;) hl_sleep_ms(1000);
   return 0;
 }
@@ -582,12 +578,13 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   const char *names[] = {"d3", "d1"};
   hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 5000);
   hilock_lock *l = hl_new_lock(f->client, "d2", 5000);
-  proc_arg p = {.url = f->server.url};
+  int fd = -1;
+  hl_with_client w = {f->server.url, child_holds_until_killed, &fd};
   char byte;
   pid_t pid;
   int64_t t0;
 
-  pid = hl_fork_ready(child_holds_until_killed, &p, &p.fd, &byte, 1);
+  pid = hl_fork_ready(hl_run_with_client, &w, &fd, &byte, 1);
   hl_sleep_ms(1000); /* renewed past its TTL while alive */
   assert_true(lock_exists(f, "d1") && lock_exists(f, "d2") &&
               lock_exists(f, "d3"));

@@ -702,7 +702,7 @@ static void reader_gets_in_under_a_writer_stream(void **state) {
 /* ## Crashes: real processes killed with SIGKILL --------------------------- */
 
 typedef struct rw_holder {
-  const char *url, *name;
+  const char *name;
   int64_t ttl;
   int as_writer, renew, wait_only;
   int fd; /* write end: 'w' when about to wait, 'h' once holding */
@@ -710,13 +710,11 @@ typedef struct rw_holder {
 
 /* A child with its own client and rwlock: takes a hold (or, wait_only,
  * waits for one), says so on fd, and waits to be killed. */
-static int hold_or_wait_until_killed(void *arg) {
+static int hold_or_wait_until_killed(hilock_client *c, void *arg) {
   rw_holder *k = arg;
-  hilock_client *c = hl_child_client(k->url);
   hilock_rwlock *rw = NULL;
   int rc;
-  if (c == NULL ||
-      hilock_rwlock_new(c, k->name, strlen(k->name), k->ttl, &rw) != HILOCK_OK)
+  if (hilock_rwlock_new(c, k->name, strlen(k->name), k->ttl, &rw) != HILOCK_OK)
     return 2;
   if (k->renew) {
     hilock_rwlock_read_set_auto_renew(rw, 1, 0, NULL, NULL);
@@ -739,9 +737,10 @@ static int hold_or_wait_until_killed(void *arg) {
  * waits for one), and waits to be killed; returns once it has. */
 static pid_t fork_holder(fixture *f, const char *name, int64_t ttl,
                          int as_writer, int renew, int wait_only) {
-  rw_holder k = {f->server.url, name, ttl, as_writer, renew, wait_only, -1};
+  rw_holder k = {name, ttl, as_writer, renew, wait_only, -1};
+  hl_with_client w = {f->server.url, hold_or_wait_until_killed, &k};
   char b;
-  return hl_fork_ready(hold_or_wait_until_killed, &k, &k.fd, &b, 1);
+  return hl_fork_ready(hl_run_with_client, &w, &k.fd, &b, 1);
 }
 
 static void kill_child(pid_t pid) {
@@ -1090,10 +1089,7 @@ static void bad_arguments_are_einval(void **state) {
   assert_null(out);
   assert_int_equal(hilock_rwlock_new(f->c[0], "x", 1, 1000, NULL),
                    HILOCK_EINVAL);
-  assert_int_equal(hilock_rwlock_new(f->c[0], NULL, 1, 1000, &out),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_rwlock_new(f->c[0], "}x", 2, 1000, &out),
-                   HILOCK_EINVAL);
+  hl_assert_bad_names_refused(f->c[0], hl_rwlock_new_hold);
   assert_int_equal(hilock_rwlock_new(f->c[0], "x", 1, 0, &out), HILOCK_EINVAL);
   assert_substr(hilock_client_errmsg(f->c[0]), "ttl");
   assert_null(out);

@@ -132,25 +132,11 @@ static void random_start_spreads_grants(void **state) {
  * it): {status, segment or pttl, fence}. */
 static void run_acquire(fixture *f, const char *token, const char *start,
                         long long out[3]) {
-  const char *argv[3 + 3 + 3 + 4];
-  redisReply *r;
-  int n = 0;
-  argv[n++] = "EVAL";
-  argv[n++] = hilock__script_seglock_acquire.src;
-  argv[n++] = "6";
-  argv[n++] = "hilock:{re}:seg:stock";
-  argv[n++] = "hilock:{re}:seg:fence";
-  argv[n++] = "hilock:{re}:seg:wake";
-  argv[n++] = "hilock:{re}:seg:0";
-  argv[n++] = "hilock:{re}:seg:1";
-  argv[n++] = "hilock:{re}:seg:2";
-  argv[n++] = token;
-  argv[n++] = "10000";
-  argv[n++] = start;
-  argv[n++] = "3";
-  r = redisCommandArgv(f->redis, n, argv, NULL);
-  assert_non_null(r);
-  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  static const char *const roles[6] = {"seg:stock", "seg:fence", "seg:wake",
+                                       "seg:0",     "seg:1",     "seg:2"};
+  const char *args[4] = {token, "10000", start, "3"};
+  redisReply *r = hl_run_script(f->client, &hilock__script_seglock_acquire,
+                                "re", roles, 6, args, 4);
   for (size_t i = 0; i < 3; i++)
     out[i] = i < r->elements ? r->element[i]->integer : -99;
   freeReplyObject(r);
@@ -351,7 +337,7 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   fixture *f = *state;
   hilock_segmented_lock *h[3], *ws;
   hl_waiter w;
-  int64_t released;
+  int64_t took;
   long long evalsha_before;
 
   for (int i = 0; i < 3; i++) h[i] = hl_new_seg(f->client, "wake", 3, 30000);
@@ -364,12 +350,10 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   /* Asleep on the wake list, not polling. */
   evalsha_before = hl_cmdstat_calls(f->redis, "evalsha");
   assert_true(evalsha_before == 0);
-  released = hl_now_ms();
-  SEG_OK(hilock_segmented_lock_release(h[1]), h[1]);
-  hl_waiter_join(&w);
+  took = hl_release_and_join(&w, HILOCK_HOLD(h[1]), &hl_seg_verbs);
   SEG_OK(w.rc, ws);
   SEG_OK(w.release_rc, ws);
-  assert_true(w.t_end - released < 1500);
+  assert_true(took < 1500);
   assert_int_equal(hilock_segmented_lock_segment(ws),
                    hilock_segmented_lock_segment(h[1]));
   SEG_OK(hilock_segmented_lock_release(h[0]), h[0]);
@@ -381,19 +365,16 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
 /* ## Dead holders ------------------------------------------------------------- */
 
 typedef struct child_arg {
-  const char *url;
   const char *name;
   int k;
   int64_t ttl;
   int fd; /* reports the segment held */
 } child_arg;
 
-static int hold_and_hang(void *arg) {
+static int hold_and_hang(hilock_client *c, void *arg) {
   child_arg *a = arg;
-  hilock_client *c = hl_child_client(a->url);
   hilock_segmented_lock *s = NULL;
   char seg;
-  if (c == NULL) return 1;
   if (hilock_segmented_lock_new(c, a->name, strlen(a->name), a->k, a->ttl, &s) !=
       HILOCK_OK)
     return 2;
@@ -408,12 +389,13 @@ static int hold_and_hang(void *arg) {
 static void killed_holders_segment_frees_within_ttl(void **state) {
   fixture *f = *state;
   hilock_segmented_lock *s = hl_new_seg(f->client, "dead", 1, 10000);
-  child_arg a = {f->server.url, "dead", 1, 1000, -1};
+  child_arg a = {"dead", 1, 1000, -1};
+  hl_with_client w = {f->server.url, hold_and_hang, &a};
   char seg = -1;
   pid_t pid;
   int64_t killed, waited;
 
-  pid = hl_fork_ready(hold_and_hang, &a, &a.fd, &seg, 1);
+  pid = hl_fork_ready(hl_run_with_client, &w, &a.fd, &seg, 1);
   assert_int_equal(seg, 0);
   /* Renewal keeps it held past its TTL while the holder lives. */
   hl_sleep_ms(1300);

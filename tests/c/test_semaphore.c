@@ -4,9 +4,7 @@
  * keys. Keys are checked directly with hiredis. */
 #include "test_util.h"
 
-#include <ctype.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -287,19 +285,16 @@ static void waiter_wakes_when_the_first_permit_expires(void **state) {
 /* ## Dead holders ------------------------------------------------------------ */
 
 typedef struct dying_holder {
-  const char *url, *name;
+  const char *name;
   int64_t ttl;
   int fd; /* write end: when the permit was granted (hl_now_ms), or -1 */
 } dying_holder;
 
-static int take_a_permit_and_die(void *arg) {
+static int take_a_permit_and_die(hilock_client *c, void *arg) {
   dying_holder *d = arg;
-  hilock_client *c = hl_child_client(d->url);
   hilock_semaphore *s = NULL;
-  int rc = c != NULL ? HILOCK_OK : HILOCK_EIO;
   int64_t t;
-  if (rc == HILOCK_OK)
-    rc = hilock_semaphore_new(c, d->name, strlen(d->name), 1, d->ttl, &s);
+  int rc = hilock_semaphore_new(c, d->name, strlen(d->name), 1, d->ttl, &s);
   if (rc == HILOCK_OK) rc = hilock_semaphore_try_acquire(s);
   t = rc == HILOCK_OK ? hl_now_ms() : -1;
   if (write(d->fd, &t, sizeof(t)) != sizeof(t)) return 2;
@@ -309,9 +304,10 @@ static int take_a_permit_and_die(void *arg) {
 /* A child process takes a permit and exits without releasing it. */
 static pid_t holder_that_dies(fixture *f, const char *name, int64_t ttl,
                               int64_t *granted_at) {
-  dying_holder d = {f->server.url, name, ttl, -1};
+  dying_holder d = {name, ttl, -1};
+  hl_with_client w = {f->server.url, take_a_permit_and_die, &d};
   int64_t t = 0;
-  pid_t pid = hl_fork_ready(take_a_permit_and_die, &d, &d.fd, &t, sizeof(t));
+  pid_t pid = hl_fork_ready(hl_run_with_client, &w, &d.fd, &t, sizeof(t));
   assert_true(t > 0);
   assert_int_equal(hl_wait_child(pid, 5000), 0);
   *granted_at = t;

@@ -529,6 +529,57 @@ hilock_multi_lock *hl_new_multi(hilock_client *c, const char *const *names,
   return made(c, rc, x);
 }
 
+/* A constructor on the hold (hl_new_fn) of one family. */
+#define HL_NEW_HOLD(fn, type, ctor_call)                                    \
+  int fn(hilock_client *c, const char *name, size_t len, int64_t ttl_ms,    \
+         hilock_hold **out) {                                               \
+    type *x = out != NULL ? (type *)*out : NULL;                            \
+    int rc = ctor_call;                                                     \
+    if (out != NULL) *out = (hilock_hold *)x;                               \
+    return rc;                                                              \
+  }
+
+#define X_OUT (out != NULL ? &x : NULL)
+HL_NEW_HOLD(hl_lock_new_hold, hilock_lock,
+            hilock_lock_new(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_lease_new_hold, hilock_lock,
+            hilock_lock_new_lease(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_simple_new_hold, hilock_lock,
+            ((void)ttl_ms, hilock_lock_new_simple(c, name, len, X_OUT)))
+HL_NEW_HOLD(hl_rlock_new_hold, hilock_rlock,
+            hilock_rlock_new(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_rwlock_new_hold, hilock_rwlock,
+            hilock_rwlock_new(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_fair_new_hold, hilock_fair_lock,
+            hilock_fair_lock_new(c, name, len, ttl_ms, X_OUT))
+HL_NEW_HOLD(hl_seq_new_hold, hilock_sequential_lock,
+            hilock_sequential_lock_new(c, name, len, ttl_ms, X_OUT))
+#undef X_OUT
+
+void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn) {
+  static char big[HILOCK_NAME_MAX + 1];
+  char sentinel, too_long[16];
+  const struct {
+    const char *name;
+    size_t len;
+    const char *why; /* in the client's message */
+  } bad[] = {{NULL, 3, "NULL"},
+             {"", 0, "empty"},
+             {big, sizeof(big), too_long},
+             {"}x", 2, "'}'"},
+             {"}", 1, "'}'"}};
+  memset(big, 'n', sizeof(big));
+  snprintf(too_long, sizeof(too_long), "%d", HILOCK_NAME_MAX + 1);
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    hilock_hold *h = (hilock_hold *)&sentinel; /* must be reset to NULL */
+    assert_int_equal(new_fn(c, bad[i].name, bad[i].len, 1000, &h),
+                     HILOCK_EINVAL);
+    assert_int_equal(hilock_client_errcode(c), HILOCK_EINVAL);
+    assert_substr(hilock_client_errmsg(c), bad[i].why);
+    assert_null(h);
+  }
+}
+
 void hl_count_call(void *counter) {
   atomic_fetch_add((atomic_int *)counter, 1);
 }
@@ -752,6 +803,13 @@ hilock_client *hl_child_client(const char *url) {
           hilock_client_errmsg(c));
   hilock_client_free(c);
   return NULL;
+}
+
+int hl_run_with_client(void *with_client) {
+  const hl_with_client *w = with_client;
+  hilock_client *c = hl_child_client(w->url);
+  if (c == NULL) return 2;
+  return w->fn(c, w->arg);
 }
 
 typedef struct freed {
@@ -982,6 +1040,32 @@ redisReply *hl_run_script(hilock_client *c, const void *script,
   return r;
 }
 
+void hl_assert_reply_ints(redisReply *r, const long long *want, size_t n,
+                          const char *file, int line) {
+  int bad = r->type != REDIS_REPLY_ARRAY || r->elements < n;
+  for (size_t i = 0; !bad && i < n; i++)
+    bad = want[i] != HL_ANY && (r->element[i]->type != REDIS_REPLY_INTEGER ||
+                                r->element[i]->integer != want[i]);
+  if (bad) {
+    print_error("%s:%d: reply of %zu elements, expected:", file, line,
+                r->type == REDIS_REPLY_ARRAY ? r->elements : 0);
+    for (size_t i = 0; i < n; i++)
+      if (want[i] == HL_ANY)
+        print_error(" _");
+      else
+        print_error(" %lld", want[i]);
+    print_error("\n  got:");
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+      print_error(" %lld", r->element[i]->type == REDIS_REPLY_INTEGER
+                               ? r->element[i]->integer
+                               : -1LL);
+    print_error("\n");
+    freeReplyObject(r);
+    fail();
+  }
+  freeReplyObject(r);
+}
+
 int hl_flag_interrupt(void *arg) {
   return __atomic_load_n((int *)arg, __ATOMIC_ACQUIRE);
 }
@@ -1047,12 +1131,19 @@ void hl_waiter_run(hl_waiter *w, hilock_hold *h, const hl_verbs *v,
   hl_waiter_start(w);
 }
 
+int64_t hl_release_and_join(hl_waiter *w, hilock_hold *holder,
+                            const hl_verbs *v) {
+  int64_t released = hl_now_ms();
+  assert_hl_ok(v->release(holder), hilock_hold_errmsg(holder));
+  hl_waiter_join(w);
+  return w->t_end - released;
+}
+
 int64_t hl_waiter_done_at(hl_waiter *w) {
   return __atomic_load_n(&w->t_end, __ATOMIC_ACQUIRE);
 }
 
 typedef struct contender {
-  const char *url;
   hl_make_fn make;
   void *arg;
   int (*acquire)(hilock_hold *h, int64_t wait_ms);
@@ -1060,13 +1151,10 @@ typedef struct contender {
   int64_t hold_ms;
 } contender;
 
-static int contend(void *p) {
+static int contend(hilock_client *c, void *p) {
   const contender *k = p;
-  hilock_client *c = hl_child_client(k->url);
   hilock_hold *h = NULL;
-  int rc;
-  if (c == NULL) return 2;
-  rc = k->make(c, k->arg, &h);
+  int rc = k->make(c, k->arg, &h);
   if (rc == HILOCK_OK) rc = k->acquire(h, 20000);
   if (rc == HILOCK_OK) {
     if (k->hold_ms < 0)
@@ -1083,8 +1171,9 @@ static int contend(void *p) {
 pid_t hl_fork_contender(const char *url, hl_make_fn make, void *arg,
                         int (*acquire)(hilock_hold *h, int64_t wait_ms),
                         int (*release)(hilock_hold *h), int64_t hold_ms) {
-  contender k = {url, make, arg, acquire, release, hold_ms};
-  pid_t pid = hl_fork_run(contend, &k); /* the child has its own copy */
+  contender k = {make, arg, acquire, release, hold_ms};
+  hl_with_client w = {url, contend, &k};
+  pid_t pid = hl_fork_run(hl_run_with_client, &w); /* the child's copy */
   assert_true(pid > 0);
   return pid;
 }

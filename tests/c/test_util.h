@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -58,6 +59,23 @@
   do {                                                                      \
     assert_string_equal((endpoint).host, (want_host));                      \
     assert_int_equal((endpoint).port, (want_port));                         \
+  } while (0)
+
+/* A parsed list of hosts and ports (a cluster's seeds, the sentinels) of
+ * count entries: exactly those given as "host:port" (the port after the
+ * last ':', so "::1:7001" is host ::1). */
+#define assert_host_ports(list, count, ...)                                 \
+  do {                                                                      \
+    const char *hl_want_[] = {__VA_ARGS__};                                 \
+    size_t hl_n_ = sizeof(hl_want_) / sizeof(hl_want_[0]);                  \
+    assert_int_equal((count), hl_n_);                                       \
+    for (size_t hl_i_ = 0; hl_i_ < hl_n_; hl_i_++) {                        \
+      const char *hl_w_ = hl_want_[hl_i_], *hl_c_ = strrchr(hl_w_, ':');    \
+      assert_non_null(hl_c_);                                               \
+      assert_int_equal(strlen((list)[hl_i_].host), (size_t)(hl_c_ - hl_w_)); \
+      assert_memory_equal((list)[hl_i_].host, hl_w_, hl_c_ - hl_w_);        \
+      assert_int_equal((list)[hl_i_].port, atoi(hl_c_ + 1));                \
+    }                                                                       \
   } while (0)
 
 #define assert_substr(haystack, needle)                                     \
@@ -168,6 +186,20 @@ hilock_segmented_lock *hl_new_seg(hilock_client *c, const char *name,
 hilock_multi_lock *hl_new_multi(hilock_client *c, const char *const *names,
                                 size_t n, int64_t ttl_ms);
 
+/* A named family's constructor on the hold: hilock_<family>_new(c, name,
+ * len, ttl_ms, out) with *out passed in and out (NULL: none), so that a
+ * test can see whether a refusal reset it. The simple lock has no TTL and
+ * ignores ttl_ms. */
+typedef int hl_new_hold_fn(hilock_client *c, const char *name, size_t len,
+                           int64_t ttl_ms, hilock_hold **out);
+typedef hl_new_hold_fn *hl_new_fn;
+hl_new_hold_fn hl_lock_new_hold, hl_lease_new_hold, hl_simple_new_hold,
+    hl_rlock_new_hold, hl_rwlock_new_hold, hl_fair_new_hold, hl_seq_new_hold;
+/* The constructor refuses a bad name with HILOCK_EINVAL, says why in the
+ * client's message and resets *out to NULL: a NULL name, an empty one,
+ * one of HILOCK_NAME_MAX + 1 bytes, one that begins with '}'. */
+void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn);
+
 /* A loss callback (hilock_lost_fn) that counts its calls in the atomic_int
  * at counter. */
 void hl_count_call(void *counter);
@@ -265,6 +297,17 @@ pid_t hl_fork_ready(int (*fn)(void *arg), void *arg, int *fd, void *buf,
 /* In a child: a client of its own on url (hl_test_options()), or NULL
  * after saying why on stderr. */
 hilock_client *hl_child_client(const char *url);
+/* A child's work with a client of its own, made in the child on url:
+ * hl_run_with_client(w) returns w->fn(c, w->arg), or 2 (after saying why)
+ * if there is no client. The client is left to the child's exit: freeing
+ * it would release what the child still holds. Give it to hl_fork_run or
+ * hl_fork_ready with a hl_with_client. */
+typedef struct hl_with_client {
+  const char *url;
+  int (*fn)(hilock_client *c, void *arg);
+  void *arg;
+} hl_with_client;
+int hl_run_with_client(void *with_client);
 /* Fork a child that frees h and then c (its copies: the last reference to
  * the client there) and exits; the child's status (see hl_wait_child), so
  * 0 unless it failed or hung past timeout_ms. */
@@ -329,6 +372,20 @@ redisReply *hl_run_script(hilock_client *c, const void *script,
                           const char *name, const char *const *roles,
                           int nkeys, const char *const *args, int nargs);
 
+/* A script's reply checked against the integers it must hold, element by
+ * element (HL_ANY: one not checked), then freed:
+ * assert_reply_ints(r, 1, HL_ANY, 2) checks elements 0 and 2. */
+#define HL_ANY LLONG_MIN
+#define assert_reply_ints(reply, ...)                                       \
+  hl_assert_reply_ints((reply), (const long long[]){__VA_ARGS__},          \
+                       sizeof((const long long[]){__VA_ARGS__}) /          \
+                           sizeof(long long),                               \
+                       __FILE__, __LINE__)
+void hl_assert_reply_ints(redisReply *r, const long long *want, size_t n,
+                          const char *file, int line);
+
+/* ## Waiters, interrupts and contenders -------------------------------------- */
+
 /* An interrupt hook (hilock_options.interrupt) that returns *(int *)arg,
  * and a thread that sets *flag after delay_ms (join it). */
 int hl_flag_interrupt(void *arg);
@@ -364,6 +421,10 @@ void hl_waiter_join(hl_waiter *w);
  * the grant or (release != 0) release it with v's release. */
 void hl_waiter_run(hl_waiter *w, hilock_hold *h, const hl_verbs *v,
                    int64_t wait_ms, int release);
+/* Release holder with v's release (which must succeed) while w waits, and
+ * join w: how long after the release w's acquire returned (ms). */
+int64_t hl_release_and_join(hl_waiter *w, hilock_hold *holder,
+                            const hl_verbs *v);
 /* When the acquire returned (its t_end), or 0 while it has not. */
 int64_t hl_waiter_done_at(hl_waiter *w);
 

@@ -46,7 +46,6 @@ static void waiter_wakes_promptly_on_release(void **state) {
     char name[32];
     hilock_lock *a, *b;
     hl_waiter w;
-    int64_t t_rel;
 
     snprintf(name, sizeof(name), "prompt-%d", i);
     a = hl_new_lock(f->client, name, 10000);
@@ -54,12 +53,9 @@ static void waiter_wakes_promptly_on_release(void **state) {
     assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
     hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
     wait_blocked(f, 1);
-    t_rel = hl_now_ms();
-    assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    hl_waiter_join(&w);
+    lat[i] = hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs);
     assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
     hl_assert_holder(f->redis, HILOCK_HOLD(b));
-    lat[i] = w.t_end - t_rel;
     /* Far below the holder's 10 s TTL, whatever the load. */
     assert_i64_between(lat[i], 0, 300);
     assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
@@ -115,33 +111,28 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   hilock_hold_free(HILOCK_HOLD(b));
 }
 
-typedef struct killed_holder {
-  const char *url;
-  int fd; /* write end: one byte once the lock is held */
-} killed_holder;
-
-static int hold_until_killed(void *arg) {
-  killed_holder *k = arg;
-  hilock_client *c = hl_child_client(k->url);
+/* A child holds the lock "killed", says so on *fd, and waits to be
+ * killed. */
+static int hold_until_killed(hilock_client *c, void *fd) {
   hilock_lock *l = NULL;
-  if (c == NULL) return 1;
   if (hilock_lock_new(c, "killed", 6, 700, &l) != HILOCK_OK) return 2;
   if (hilock_lock_try_acquire(l) != HILOCK_OK) return 3;
-  if (write(k->fd, "x", 1) != 1) return 4;
+  if (write(*(int *)fd, "x", 1) != 1) return 4;
   for (;;) pause();
 }
 
 static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   fixture *f = *state;
   hilock_lock *b = hl_new_lock(f->client, "killed", 10000);
-  killed_holder k = {f->server.url, -1};
+  int fd = -1;
+  hl_with_client k = {f->server.url, hold_until_killed, &fd};
   char byte;
   hl_waiter w;
   pid_t pid;
   long long pttl;
   int64_t t0;
 
-  pid = hl_fork_ready(hold_until_killed, &k, &k.fd, &byte, 1);
+  pid = hl_fork_ready(hl_run_with_client, &k, &fd, &byte, 1);
   t0 = hl_now_ms();
   pttl = hl_redis_pttl(f->redis, "hilock:{killed}:lock", 20);
   assert_i64_between(pttl, 1, 700);
@@ -412,19 +403,17 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
   hilock_lock *a = hl_new_simple(f->client, "simple");
   hilock_lock *b = hl_new_simple(f->client, "simple");
   hl_waiter w;
-  int64_t t_rel;
+  int64_t took;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_blocked(f, 1);
   hl_sleep_ms(100);
-  t_rel = hl_now_ms();
-  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  hl_waiter_join(&w);
+  took = hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs);
   /* The holder has no TTL to bound the wait: only the wake-up helps. */
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(w.t_end - t_rel, 0, 300);
+  assert_i64_between(took, 0, 300);
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
 }
@@ -434,7 +423,7 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   hilock_rlock *a = hl_new_rlock(f->client, "reentrant", 10000);
   hilock_rlock *b = hl_new_rlock(f->client, "reentrant", 10000);
   hl_waiter w;
-  int64_t t_rel;
+  int64_t took;
 
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -449,12 +438,10 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   assert_int_equal(wake_calls(f), 0);
   assert_int_equal(hl_waiters(f->redis), 1);
 
-  t_rel = hl_now_ms();
-  assert_hl_ok(hilock_rlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  hl_waiter_join(&w);
+  took = hl_release_and_join(&w, HILOCK_HOLD(a), &hl_rlock_verbs);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(w.t_end - t_rel, 0, 300);
+  assert_i64_between(took, 0, 300);
   assert_false(hl_redis_exists(f->redis, "hilock:{reentrant}:rlock", 24));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
