@@ -27,7 +27,9 @@ Served so far: :meth:`Client.lock`, :meth:`Client.simple_lock`,
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import weakref
 from types import TracebackType
 from typing import Any, Dict, Iterable, Optional, Tuple, Type
 
@@ -36,16 +38,35 @@ from ._base import ExclusiveBase, lost_error
 from ._client import Client as _SyncClient
 from ._fair import FairLock as _SyncFairLock
 from ._multilock import MultiLock as _SyncMultiLock
+from ._rlock import RLock as _SyncRLock
 from ._seglock import SegmentedLock as _SyncSegmentedLock
 from ._seqlock import SequentialLock as _SyncSequentialLock
 from ._util import Name, wait_seconds
 from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, error_for
 
-__all__ = ["Client", "FairLock", "Lock", "MultiLock", "SegmentedLock", "SequentialLock"]
+__all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "SegmentedLock",
+           "SequentialLock"]
 
 
 # A finished operation: its status and, when it failed, why.
 Done = Tuple[int, str]
+
+
+# The owner numbers of tasks, for the locks owned by their caller (the
+# reentrant lock): a task is one owner, as a thread is in the blocking API.
+_owners: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = weakref.WeakKeyDictionary()
+_owner_numbers = itertools.count(1)
+
+
+def _task_owner() -> int:
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("a hilock.asyncio.RLock is acquired and released from a task")
+    n = _owners.get(task)
+    if n is None:
+        n = next(_owner_numbers) % _h.HILOCK_ASYNC_OWNER_MAX + 1
+        _owners[task] = n
+    return n
 
 
 async def _settle(fut: asyncio.Future[Done]) -> None:
@@ -140,6 +161,14 @@ class Client:
     def lease(self, name: Name, ttl: float, timeout: Optional[float] = None) -> Lock:
         """A lease (expires, never renewed), as :meth:`hilock.Client.lease`."""
         return Lock(self, self._sync.lease(name, ttl, timeout))
+
+    def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+              auto_renew: bool = True, max_hold: Optional[float] = None) -> RLock:
+        """A reentrant lock, as :meth:`hilock.Client.rlock`, owned by the
+        current task: a task that holds it may acquire it again (and
+        releases as often); other tasks, threads and processes wait."""
+        return RLock(self, self._sync.rlock(name, ttl, timeout, auto_renew=auto_renew,
+                                            max_hold=max_hold))
 
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None) -> FairLock:
@@ -360,3 +389,74 @@ class SegmentedLock(Lock):
     @property
     def segments(self) -> int:
         return self._sync.segments
+
+
+class RLock:
+    """A reentrant lock for asyncio (see :class:`hilock.RLock`): the owner is
+    the current task. One object may be shared by the tasks of its loop."""
+
+    def __init__(self, client: Client, sync: _SyncRLock) -> None:
+        self._client = client
+        self._sync = sync
+
+    async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """As :meth:`hilock.RLock.acquire`: True once the current task holds
+        it (again), False when ``timeout`` passed."""
+        if not blocking:
+            if timeout != -1:
+                raise InvalidArgument("can't specify a timeout for a non-blocking call")
+            wait: Optional[float] = 0.0
+        elif timeout == -1:
+            wait = self._sync.timeout
+        else:
+            wait = wait_seconds(timeout)
+        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
+        status, message = await self._client._run(_h.hilock_async_acquire, self._sync._h,
+                                                  _task_owner(), wait_ms, cancel=True)
+        if status == _h.HILOCK_OK:
+            return True
+        if status == _h.HILOCK_BUSY:
+            return False
+        if status == _h.HILOCK_ECANCELED:
+            raise asyncio.CancelledError()
+        raise error_for(status, message)
+
+    async def release(self) -> None:
+        """Leave once; the last release frees it. Raises LockNotOwnedError
+        if the current task does not hold it."""
+        status, message = await self._client._run(_h.hilock_async_release, self._sync._h,
+                                                  _task_owner(), cancel=False)
+        if status < 0:
+            raise error_for(status, message)
+
+    @property
+    def name(self) -> Name:
+        return self._sync.name
+
+    @property
+    def fence(self) -> Optional[int]:
+        return self._sync.fence
+
+    @property
+    def lost(self) -> bool:
+        return self._sync.lost
+
+    async def __aenter__(self) -> RLock:
+        if not await self.acquire():
+            raise LockTimeout(f"could not acquire {self._sync.name!r} within "
+                              f"{self._sync.timeout} s")
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        lost = self.lost
+        try:
+            await self.release()
+        except LockError as e:
+            if exc_type is not None:
+                return
+            if lost or isinstance(e, LockNotOwnedError):
+                raise lost_error(self._sync.name, e) from e
+            raise
+        if lost and exc_type is None:
+            raise lost_error(self._sync.name, None)

@@ -333,3 +333,51 @@ def test_multi_and_segmented_locks(rds, redis_url) -> None:
             await c.close()
 
     asyncio.run(main())
+
+
+def test_rlock_is_owned_by_the_task(rds, redis_url) -> None:
+    """A task re-enters its own hold; another task on the same object waits
+    until the first released as often as it acquired; a thread of the
+    blocking API is another owner."""
+    sync = hilock.Client(redis_url)
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            rl = c.rlock("aio:r", ttl=10)
+            order: List[str] = []
+            first_in = asyncio.Event()
+            go = asyncio.Event()
+
+            async def first() -> None:
+                async with rl:
+                    async with rl:  # re-entry: no wait
+                        order.append("first in twice")
+                        first_in.set()
+                        await go.wait()
+                    order.append("first out once")
+                    await asyncio.sleep(0.1)
+                order.append("first out")
+
+            async def second() -> None:
+                await first_in.wait()
+                assert not await rl.acquire(blocking=False)
+                go.set()
+                async with rl:
+                    order.append("second in")
+
+            await asyncio.gather(first(), second())
+            assert order == ["first in twice", "first out once", "first out", "second in"]
+            # A thread of the blocking API is another owner.
+            async with rl:
+                blocked = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: sync.rlock("aio:r", ttl=10).acquire(blocking=False))
+                assert not blocked
+            assert rds.exists("hilock:{aio:r}:rlock") == 0
+        finally:
+            await c.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        sync.close()

@@ -110,7 +110,7 @@ HILOCK_API int hilock_async_release(hilock_async *a, hilock_hold *hold,
                                     uint64_t owner, void *data, uint64_t *id);
 
 /* The largest owner number. */
-#define HILOCK_ASYNC_OWNER_MAX ((uint64_t)INT32_MAX)
+#define HILOCK_ASYNC_OWNER_MAX 2147483647u
 
 /* Cancel the acquire id (see above). HILOCK_OK if it will finish with
  * HILOCK_ECANCELED, HILOCK_EINVAL if no acquire of that id is in flight
