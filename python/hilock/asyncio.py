@@ -31,7 +31,7 @@ import itertools
 import math
 import weakref
 from types import TracebackType
-from typing import Any, Dict, Iterable, Optional, Tuple, Type
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
 
 from . import _hilock as _h
 from ._base import ExclusiveBase, lost_error
@@ -40,11 +40,12 @@ from ._fair import FairLock as _SyncFairLock
 from ._multilock import MultiLock as _SyncMultiLock
 from ._rlock import RLock as _SyncRLock
 from ._seglock import SegmentedLock as _SyncSegmentedLock
+from ._semaphore import Semaphore as _SyncSemaphore
 from ._seqlock import SequentialLock as _SyncSequentialLock
 from ._util import Name, wait_seconds
 from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, error_for
 
-__all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "SegmentedLock",
+__all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "SegmentedLock", "Semaphore",
            "SequentialLock"]
 
 
@@ -58,10 +59,15 @@ _owners: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = weakref.WeakKeyDict
 _owner_numbers = itertools.count(1)
 
 
-def _task_owner() -> int:
+def _task() -> asyncio.Task[Any]:
     task = asyncio.current_task()
     if task is None:
-        raise RuntimeError("a hilock.asyncio.RLock is acquired and released from a task")
+        raise RuntimeError("hilock.asyncio locks are acquired and released from a task")
+    return task
+
+
+def _task_owner() -> int:
+    task = _task()
     n = _owners.get(task)
     if n is None:
         n = next(_owner_numbers) % _h.HILOCK_ASYNC_OWNER_MAX + 1
@@ -170,6 +176,14 @@ class Client:
         return RLock(self, self._sync.rlock(name, ttl, timeout, auto_renew=auto_renew,
                                             max_hold=max_hold))
 
+    def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
+                  timeout: Optional[float] = None, *, auto_renew: bool = True,
+                  max_hold: Optional[float] = None) -> Semaphore:
+        """A counting semaphore, as :meth:`hilock.Client.semaphore`; a
+        permit belongs to the task that acquired it."""
+        return Semaphore(self, self._sync.semaphore(name, permits, ttl, timeout,
+                                                    auto_renew=auto_renew, max_hold=max_hold))
+
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None) -> FairLock:
         """A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a
@@ -226,95 +240,61 @@ class Client:
         await self.close()
 
 
-class Lock:
-    """An exclusive lock for asyncio (see :class:`hilock.Lock`). One object
-    is one holder: tasks that acquire the same object queue on a local
-    ``asyncio.Lock`` first; other objects contend through Redis."""
+def _wait_ms(blocking: bool, timeout: float, default: Optional[float]) -> int:
+    """acquire()'s arguments as the core's wait: ms, 0 (one attempt) or -1
+    (no limit)."""
+    if not blocking:
+        if timeout != -1:
+            raise InvalidArgument("can't specify a timeout for a non-blocking call")
+        return 0
+    wait = default if timeout == -1 else wait_seconds(timeout)
+    return -1 if wait is None else math.ceil(wait * 1000)
 
-    def __init__(self, client: Client, sync: ExclusiveBase) -> None:
+
+def _outcome(status: int, message: str) -> bool:
+    """An acquire's result: True granted, False timed out; else raise."""
+    if status == _h.HILOCK_OK:
+        return True
+    if status == _h.HILOCK_BUSY:
+        return False
+    if status == _h.HILOCK_ECANCELED:
+        raise asyncio.CancelledError()
+    raise error_for(status, message or f"status {status}")
+
+
+class _Hold:
+    """What every asyncio lock shares: the blocking object it wraps (its
+    keys, options and grant state), ``async with``, and the properties."""
+
+    _sync: Any
+
+    def __init__(self, client: Client, sync: Any) -> None:
         self._client = client
         self._sync = sync
-        self._local = asyncio.Lock()
-
-    @staticmethod
-    def _raise(status: int, message: str) -> None:
-        raise error_for(status, message or f"status {status}")
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        """As :meth:`hilock.Lock.acquire`, without blocking the loop: True
-        once granted, False when ``timeout`` passed."""
-        if not blocking:
-            if timeout != -1:
-                raise InvalidArgument("can't specify a timeout for a non-blocking call")
-            wait: Optional[float] = 0.0
-        elif timeout == -1:
-            wait = self._sync.timeout
-        else:
-            wait = wait_seconds(timeout)
-        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
-        if wait_ms == 0:
-            if self._local.locked():
-                return False
-            await self._local.acquire()
-        else:
-            try:
-                await asyncio.wait_for(self._local.acquire(), wait)
-            except asyncio.TimeoutError:
-                return False
-        try:
-            status, message = await self._client._run(_h.hilock_async_acquire,
-                                                      self._sync._h, 0, wait_ms, cancel=True)
-        except BaseException:
-            self._local.release()
-            raise
-        if status == _h.HILOCK_OK:
-            return True
-        self._local.release()
-        if status == _h.HILOCK_BUSY:
-            return False
-        if status == _h.HILOCK_ECANCELED:
-            raise asyncio.CancelledError()
-        self._raise(status, message)
-        return False
+        raise NotImplementedError
 
     async def release(self) -> None:
-        """As :meth:`hilock.Lock.release`; a cancelled caller still lets it
-        finish."""
-        if not self._sync.token or not self._local.locked():
-            raise LockNotOwnedError("release: this lock object does not hold the lock",
-                                    _h.HILOCK_ENOTOWNED)
-        status, message = await self._client._run(_h.hilock_async_release, self._sync._h, 0,
-                                                  cancel=False)
-        if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
-            self._local.release()
-        if status < 0:
-            self._raise(status, message)
+        raise NotImplementedError
 
     @property
-    def name(self) -> Name:
+    def name(self) -> Any:
         return self._sync.name
 
     @property
-    def fence(self) -> Optional[int]:
-        return self._sync.fence
-
-    @property
-    def token(self) -> Optional[str]:
-        return self._sync.token
-
-    @property
     def validity(self) -> float:
-        return self._sync.validity
+        return float(self._sync.validity)
 
     @property
     def lost(self) -> bool:
-        return self._sync.lost
+        return bool(self._sync.lost)
 
     @property
     def key(self) -> bytes:
-        return self._sync.key
+        return bytes(self._sync.key)
 
-    async def __aenter__(self) -> Lock:
+    async def __aenter__(self: _H) -> _H:
         if not await self.acquire():
             raise LockTimeout(f"could not acquire {self._sync.name!r} within "
                               f"{self._sync.timeout} s")
@@ -337,6 +317,66 @@ class Lock:
     def __repr__(self) -> str:
         return (f"<hilock.asyncio.{type(self).__name__} {self._sync.name!r} "
                 f"validity={self.validity:.3f}s>")
+
+
+_H = TypeVar("_H", bound=_Hold)
+
+
+class Lock(_Hold):
+    """An exclusive lock for asyncio (see :class:`hilock.Lock`). One object
+    is one holder: tasks that acquire the same object queue on a local
+    ``asyncio.Lock`` first; other objects contend through Redis."""
+
+    _sync: ExclusiveBase
+
+    def __init__(self, client: Client, sync: ExclusiveBase) -> None:
+        super().__init__(client, sync)
+        self._local = asyncio.Lock()
+
+    async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """As :meth:`hilock.Lock.acquire`, without blocking the loop: True
+        once granted, False when ``timeout`` passed."""
+        wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
+        if wait_ms == 0:
+            if self._local.locked():
+                return False
+            await self._local.acquire()
+        else:
+            try:
+                await asyncio.wait_for(self._local.acquire(),
+                                       None if wait_ms < 0 else wait_ms / 1000)
+            except asyncio.TimeoutError:
+                return False
+        try:
+            status, message = await self._client._run(_h.hilock_async_acquire,
+                                                      self._sync._h, 0, wait_ms, cancel=True)
+        except BaseException:
+            self._local.release()
+            raise
+        if status != _h.HILOCK_OK:
+            self._local.release()
+        return _outcome(status, message)
+
+    async def release(self) -> None:
+        """As :meth:`hilock.Lock.release`; a cancelled caller still lets it
+        finish."""
+        if not self._sync.token or not self._local.locked():
+            raise LockNotOwnedError("release: this lock object does not hold the lock",
+                                    _h.HILOCK_ENOTOWNED)
+        status, message = await self._client._run(_h.hilock_async_release, self._sync._h, 0,
+                                                  cancel=False)
+        if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
+            self._local.release()
+        if status < 0:
+            raise error_for(status, message)
+
+    @property
+    def fence(self) -> Optional[int]:
+        return self._sync.fence
+
+    @property
+    def token(self) -> Optional[str]:
+        return self._sync.token
 
 
 class FairLock(Lock):
@@ -391,35 +431,19 @@ class SegmentedLock(Lock):
         return self._sync.segments
 
 
-class RLock:
+class RLock(_Hold):
     """A reentrant lock for asyncio (see :class:`hilock.RLock`): the owner is
     the current task. One object may be shared by the tasks of its loop."""
 
-    def __init__(self, client: Client, sync: _SyncRLock) -> None:
-        self._client = client
-        self._sync = sync
+    _sync: _SyncRLock
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """As :meth:`hilock.RLock.acquire`: True once the current task holds
         it (again), False when ``timeout`` passed."""
-        if not blocking:
-            if timeout != -1:
-                raise InvalidArgument("can't specify a timeout for a non-blocking call")
-            wait: Optional[float] = 0.0
-        elif timeout == -1:
-            wait = self._sync.timeout
-        else:
-            wait = wait_seconds(timeout)
-        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
+        wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
         status, message = await self._client._run(_h.hilock_async_acquire, self._sync._h,
                                                   _task_owner(), wait_ms, cancel=True)
-        if status == _h.HILOCK_OK:
-            return True
-        if status == _h.HILOCK_BUSY:
-            return False
-        if status == _h.HILOCK_ECANCELED:
-            raise asyncio.CancelledError()
-        raise error_for(status, message)
+        return _outcome(status, message)
 
     async def release(self) -> None:
         """Leave once; the last release frees it. Raises LockNotOwnedError
@@ -430,33 +454,64 @@ class RLock:
             raise error_for(status, message)
 
     @property
-    def name(self) -> Name:
-        return self._sync.name
-
-    @property
     def fence(self) -> Optional[int]:
         return self._sync.fence
 
+
+class Semaphore(_Hold):
+    """A counting semaphore for asyncio (see :class:`hilock.Semaphore`):
+    each acquire takes one permit, which belongs to the task that acquired
+    it; release gives back that task's latest permit."""
+
+    _sync: _SyncSemaphore
+
+    def __init__(self, client: Client, sync: _SyncSemaphore) -> None:
+        super().__init__(client, sync)
+        self._held: weakref.WeakKeyDictionary[asyncio.Task[Any], List[Any]] = (
+            weakref.WeakKeyDictionary())
+
+    async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Take one permit: True once granted, False when ``timeout``
+        passed."""
+        wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
+        task = _task()
+        h = self._sync._take_handle()  # one C handle per permit held
+        try:
+            status, message = await self._client._run(_h.hilock_async_acquire, h, 0, wait_ms,
+                                                      cancel=True)
+        except BaseException:
+            self._sync._put_handle(h)  # a raced grant was released
+            raise
+        if status == _h.HILOCK_OK:
+            self._held.setdefault(task, []).append(h)
+        else:
+            self._sync._put_handle(h)
+        return _outcome(status, message)
+
+    async def release(self) -> None:
+        """Give the current task's latest permit back. Raises
+        LockNotOwnedError if it holds none here, or it expired or was
+        lost."""
+        held = self._held.get(_task())
+        if not held:
+            raise LockNotOwnedError("release: the current task holds no permit of "
+                                    f"semaphore {self._sync.name!r}", _h.HILOCK_ENOTOWNED)
+        h = held[-1]
+        status, message = await self._client._run(_h.hilock_async_release, h, 0,
+                                                  cancel=False)
+        if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
+            held.pop()
+            self._sync._put_handle(h)
+        if status < 0:
+            raise error_for(status, message)
+
+    def held_count(self) -> int:
+        """Permits the current task holds on this object (no round trip)."""
+        return len(self._held.get(_task(), []))
+
     @property
     def lost(self) -> bool:
-        return self._sync.lost
-
-    async def __aenter__(self) -> RLock:
-        if not await self.acquire():
-            raise LockTimeout(f"could not acquire {self._sync.name!r} within "
-                              f"{self._sync.timeout} s")
-        return self
-
-    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
-                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
-        lost = self.lost
-        try:
-            await self.release()
-        except LockError as e:
-            if exc_type is not None:
-                return
-            if lost or isinstance(e, LockNotOwnedError):
-                raise lost_error(self._sync.name, e) from e
-            raise
-        if lost and exc_type is None:
-            raise lost_error(self._sync.name, None)
+        """Whether the current task's latest permit was lost."""
+        task = asyncio.current_task()
+        held = self._held.get(task) if task is not None else None
+        return held is not None and len(held) > 0 and bool(_h.hilock_hold_lost(held[-1]))

@@ -381,3 +381,38 @@ def test_rlock_is_owned_by_the_task(rds, redis_url) -> None:
         asyncio.run(main())
     finally:
         sync.close()
+
+
+def test_semaphore_admits_its_limit_and_permits_belong_to_tasks(rds, redis_url) -> None:
+    from history import check_max_concurrent
+    spans: List[Interval] = []
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            sem = c.semaphore("aio:sem", 2, ttl=10)
+
+            async def one() -> None:
+                async with sem:
+                    assert sem.held_count() == 1
+                    start = time.monotonic()
+                    await asyncio.sleep(0.02)
+                    spans.append(Interval(os.getpid(), start, time.monotonic()))
+
+            await asyncio.gather(*(one() for _ in range(12)))
+            # A task without a permit has nothing to release.
+            with pytest.raises(hilock.LockNotOwnedError):
+                await sem.release()
+            # Two held by this task: a third waits out its timeout.
+            assert await sem.acquire() and await sem.acquire()
+            assert not await sem.acquire(timeout=0.2)
+            assert sem.held_count() == 2
+            await sem.release()
+            await sem.release()
+            assert rds.zcard("hilock:{aio:sem}:permits") == 0
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+    assert len(spans) == 12
+    assert check_max_concurrent(spans, 2) == 2  # both permits were used at once
