@@ -13,7 +13,7 @@ import multiprocessing as mp
 import os
 import threading
 import time
-from typing import Any, List
+from typing import Any, Awaitable, Callable, List
 
 import pytest
 
@@ -22,6 +22,18 @@ import hilock.asyncio as hla
 from history import Interval, RedisHistory, check_fences_increase, check_no_overlap
 
 FORK = mp.get_context("fork")
+
+
+def run(redis_url: str, body: Callable[[hla.Client], Awaitable[None]]) -> None:
+    """body(client) on a new event loop, with a client it closes after."""
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            await body(c)
+        finally:
+            await c.close()
+
+    asyncio.run(main())
 
 
 def threads_now() -> int:
@@ -40,15 +52,11 @@ async def count_up(lk: hla.Lock, rds: Any, key: str, spans: List[Interval]) -> N
 def test_300_tasks_count_exactly_and_never_overlap(rds, redis_url) -> None:
     spans: List[Interval] = []
 
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            locks = [c.lock("aio:count", ttl=10, timeout=30) for _ in range(300)]
-            await asyncio.gather(*(count_up(lk, rds, "aio:n", spans) for lk in locks))
-        finally:
-            await c.close()
+    async def main(c: hla.Client) -> None:
+        locks = [c.lock("aio:count", ttl=10, timeout=30) for _ in range(300)]
+        await asyncio.gather(*(count_up(lk, rds, "aio:n", spans) for lk in locks))
 
-    asyncio.run(main())
+    run(redis_url, main)
     assert int(rds.get("aio:n")) == 300
     check_no_overlap(spans)
     check_fences_increase(spans)
@@ -67,15 +75,11 @@ def _process(url: str, tasks: int) -> None:
             r.set("aio:shared", v + 1)
             hist.record(start, time.monotonic(), lk.fence)
 
-    async def main() -> None:
-        c = hla.Client(url)
-        try:
-            await asyncio.gather(*(one(c.lock("aio:procs", ttl=10, timeout=60))
-                                   for _ in range(tasks)))
-        finally:
-            await c.close()
+    async def main(c: hla.Client) -> None:
+        await asyncio.gather(*(one(c.lock("aio:procs", ttl=10, timeout=60))
+                               for _ in range(tasks)))
 
-    asyncio.run(main())
+    run(url, main)
 
 
 def test_4_processes_of_20_tasks_share_one_counter(rds, redis_url) -> None:
@@ -101,8 +105,7 @@ def test_waiting_tasks_share_connections_and_threads(rds, redis_url) -> None:
     before = threads_now()
     seen = {}
 
-    async def main() -> None:
-        c = hla.Client(redis_url)
+    async def main(c: hla.Client) -> None:
         done = 0
 
         async def one() -> None:
@@ -110,21 +113,18 @@ def test_waiting_tasks_share_connections_and_threads(rds, redis_url) -> None:
             async with c.lock("aio:crowd", ttl=30, timeout=60):
                 done += 1
 
-        try:
-            tasks = [asyncio.ensure_future(one()) for _ in range(300)]
-            while c.waiting < 300:
-                await asyncio.sleep(0.01)
-            seen["clients"] = int(rds.info("clients")["connected_clients"])
-            seen["threads"] = threads_now() - before
-            assert done == 0
-            await asyncio.get_running_loop().run_in_executor(None, held.release)
-            await asyncio.gather(*tasks)
-            seen["done"] = done
-        finally:
-            await c.close()
+        tasks = [asyncio.ensure_future(one()) for _ in range(300)]
+        while c.waiting < 300:
+            await asyncio.sleep(0.01)
+        seen["clients"] = int(rds.info("clients")["connected_clients"])
+        seen["threads"] = threads_now() - before
+        assert done == 0
+        await asyncio.get_running_loop().run_in_executor(None, held.release)
+        await asyncio.gather(*tasks)
+        seen["done"] = done
 
     try:
-        asyncio.run(main())
+        run(redis_url, main)
     finally:
         holder.close()
     # rds, the holder's pool, the subscriber and the workers' connections.
@@ -135,79 +135,67 @@ def test_waiting_tasks_share_connections_and_threads(rds, redis_url) -> None:
 
 def test_cancelled_waiters_leave_the_lock_free(rds, redis_url) -> None:
     """50 waiting tasks cancelled: none of them ends up holding the lock."""
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            holder = c.lock("aio:cancel", ttl=30, auto_renew=False)
-            assert await holder.acquire(blocking=False)
-            waiters = [c.lock("aio:cancel", ttl=30, auto_renew=False) for _ in range(50)]
-            tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
-            while c.waiting < 50:
-                await asyncio.sleep(0.01)
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with pytest.raises(asyncio.CancelledError):
-                    await t
-            await holder.release()
-            await asyncio.sleep(0.2)
-            assert rds.exists("hilock:{aio:cancel}:lock") == 0
-            assert not any(w.token and w.validity > 0 for w in waiters)
-            # Still usable: the next acquire is granted at once.
-            again = c.lock("aio:cancel", ttl=30)
-            assert await again.acquire(blocking=False)
-            await again.release()
-        finally:
-            await c.close()
+    async def main(c: hla.Client) -> None:
+        holder = c.lock("aio:cancel", ttl=30, auto_renew=False)
+        assert await holder.acquire(blocking=False)
+        waiters = [c.lock("aio:cancel", ttl=30, auto_renew=False) for _ in range(50)]
+        tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
+        while c.waiting < 50:
+            await asyncio.sleep(0.01)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with pytest.raises(asyncio.CancelledError):
+                await t
+        await holder.release()
+        await asyncio.sleep(0.2)
+        assert rds.exists("hilock:{aio:cancel}:lock") == 0
+        assert not any(w.token and w.validity > 0 for w in waiters)
+        # Still usable: the next acquire is granted at once.
+        again = c.lock("aio:cancel", ttl=30)
+        assert await again.acquire(blocking=False)
+        await again.release()
 
-    asyncio.run(main())
+    run(redis_url, main)
 
 
 def test_wait_for_timeout_and_cancel_racing_a_grant(rds, redis_url) -> None:
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            holder = c.lock("aio:wf", ttl=30, auto_renew=False)
-            w = c.lock("aio:wf", ttl=30, auto_renew=False)
-            assert await holder.acquire()
-            with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(w.acquire(), 0.2)
-            assert not await w.acquire(timeout=0.1)
-            await holder.release()
-            # Cancel right after starting, on a free lock: either the grant
-            # came first (held) or it was cancelled and given back.
-            for _ in range(30):
-                t = asyncio.ensure_future(w.acquire())
-                await asyncio.sleep(0)
-                t.cancel()
-                try:
-                    assert await t
-                    assert rds.get("hilock:{aio:wf}:lock").decode() == w.token
-                    await w.release()
-                except asyncio.CancelledError:
-                    assert rds.exists("hilock:{aio:wf}:lock") == 0
-        finally:
-            await c.close()
+    async def main(c: hla.Client) -> None:
+        holder = c.lock("aio:wf", ttl=30, auto_renew=False)
+        w = c.lock("aio:wf", ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(w.acquire(), 0.2)
+        assert not await w.acquire(timeout=0.1)
+        await holder.release()
+        # Cancel right after starting, on a free lock: either the grant
+        # came first (held) or it was cancelled and given back.
+        for _ in range(30):
+            t = asyncio.ensure_future(w.acquire())
+            await asyncio.sleep(0)
+            t.cancel()
+            try:
+                assert await t
+                assert rds.get("hilock:{aio:wf}:lock").decode() == w.token
+                await w.release()
+            except asyncio.CancelledError:
+                assert rds.exists("hilock:{aio:wf}:lock") == 0
 
-    asyncio.run(main())
+    run(redis_url, main)
 
 
 def test_loss_inside_async_with_raises_lock_lost(rds, redis_url) -> None:
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            with pytest.raises(hilock.LockLost):
-                async with c.lock("aio:lost", ttl=0.3) as lk:
-                    rds.delete("hilock:{aio:lost}:lock")  # taken away behind its back
-                    for _ in range(100):
-                        if lk.lost:
-                            break
-                        await asyncio.sleep(0.05)
-                    assert lk.lost
-        finally:
-            await c.close()
+    async def main(c: hla.Client) -> None:
+        with pytest.raises(hilock.LockLost):
+            async with c.lock("aio:lost", ttl=0.3) as lk:
+                rds.delete("hilock:{aio:lost}:lock")  # taken away behind its back
+                for _ in range(100):
+                    if lk.lost:
+                        break
+                    await asyncio.sleep(0.05)
+                assert lk.lost
 
-    asyncio.run(main())
+    run(redis_url, main)
 
 
 def test_tasks_and_threads_exclude_each_other(rds, redis_url) -> None:
@@ -216,55 +204,49 @@ def test_tasks_and_threads_exclude_each_other(rds, redis_url) -> None:
     got = threading.Event()
     assert lk.acquire()
 
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            a = c.lock("aio:mixed", ttl=30)
-            assert not await a.acquire(blocking=False)
-            t = asyncio.ensure_future(a.acquire(timeout=10))
-            await asyncio.sleep(0.2)
-            assert not t.done()
-            await asyncio.get_running_loop().run_in_executor(None, lk.release)
-            assert await t
-            got.set()
-            assert a.fence is not None and a.fence > 0
-            await a.release()
-        finally:
-            await c.close()
+    async def main(c: hla.Client) -> None:
+        a = c.lock("aio:mixed", ttl=30)
+        assert not await a.acquire(blocking=False)
+        t = asyncio.ensure_future(a.acquire(timeout=10))
+        await asyncio.sleep(0.2)
+        assert not t.done()
+        await asyncio.get_running_loop().run_in_executor(None, lk.release)
+        assert await t
+        got.set()
+        assert a.fence is not None and a.fence > 0
+        await a.release()
 
     try:
-        asyncio.run(main())
+        run(redis_url, main)
     finally:
         sync.close()
     assert got.is_set()
 
 
 def test_bad_input(rds, redis_url) -> None:
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            lk = c.lock("aio:bad", ttl=5)
-            with pytest.raises(hilock.InvalidArgument):
-                await lk.acquire(blocking=False, timeout=1)
-            with pytest.raises(hilock.InvalidArgument):
-                await lk.acquire(timeout=-5)
-            with pytest.raises(hilock.LockNotOwnedError):
-                await lk.release()
-            # A failure reported by the core carries its own message.
-            assert await lk.acquire()
-            rds.delete("hilock:{aio:bad}:lock")
-            with pytest.raises(hilock.LockNotOwnedError, match="expired or another owner"):
-                await lk.release()
-            with pytest.raises(hilock.InvalidArgument):
-                c.lock("", ttl=5)
-            with pytest.raises(hilock.InvalidArgument):
-                c.lock("aio:bad", ttl=-1)
-        finally:
-            await c.close()
+    async def main(c: hla.Client) -> None:
+        lk = c.lock("aio:bad", ttl=5)
+        with pytest.raises(hilock.InvalidArgument):
+            await lk.acquire(blocking=False, timeout=1)
+        with pytest.raises(hilock.InvalidArgument):
+            await lk.acquire(timeout=-5)
+        with pytest.raises(hilock.LockNotOwnedError):
+            await lk.release()
+        # A failure reported by the core carries its own message.
+        assert await lk.acquire()
+        rds.delete("hilock:{aio:bad}:lock")
+        with pytest.raises(hilock.LockNotOwnedError, match="expired or another owner"):
+            await lk.release()
+        with pytest.raises(hilock.InvalidArgument):
+            c.lock("", ttl=5)
+        with pytest.raises(hilock.InvalidArgument):
+            c.lock("aio:bad", ttl=-1)
+        # Closed: no new locks.
+        await c.close()
         with pytest.raises(hilock.ConnectionError):
             c.lock("aio:bad", ttl=5)
 
-    asyncio.run(main())
+    run(redis_url, main)
 
 
 @pytest.mark.parametrize("kind", ["fair_lock", "sequential_lock"])
@@ -275,64 +257,56 @@ def test_cancelled_queue_waiters_leave_and_the_next_is_served(rds, redis_url, ki
     holder = getattr(sync, kind)("aio:queue", ttl=30, auto_renew=False)
     assert holder.acquire(blocking=False)
 
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            waiters = [getattr(c, kind)("aio:queue", ttl=30, auto_renew=False)
-                       for _ in range(50)]
-            tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
-            while holder.waiters() < 50:
-                await asyncio.sleep(0.01)
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with pytest.raises(asyncio.CancelledError):
-                    await t
-            assert holder.waiters() == 0
-            nxt = getattr(c, kind)("aio:queue", ttl=30, auto_renew=False)
-            t = asyncio.ensure_future(nxt.acquire(timeout=20))
-            while holder.waiters() < 1:
-                await asyncio.sleep(0.01)
-            await asyncio.get_running_loop().run_in_executor(None, holder.release)
-            assert await t
-            await nxt.release()
-        finally:
-            await c.close()
+    async def main(c: hla.Client) -> None:
+        waiters = [getattr(c, kind)("aio:queue", ttl=30, auto_renew=False)
+                   for _ in range(50)]
+        tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
+        while holder.waiters() < 50:
+            await asyncio.sleep(0.01)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with pytest.raises(asyncio.CancelledError):
+                await t
+        assert holder.waiters() == 0
+        nxt = getattr(c, kind)("aio:queue", ttl=30, auto_renew=False)
+        t = asyncio.ensure_future(nxt.acquire(timeout=20))
+        while holder.waiters() < 1:
+            await asyncio.sleep(0.01)
+        await asyncio.get_running_loop().run_in_executor(None, holder.release)
+        assert await t
+        await nxt.release()
 
     try:
-        asyncio.run(main())
+        run(redis_url, main)
     finally:
         sync.close()
 
 
 def test_multi_and_segmented_locks(rds, redis_url) -> None:
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            m = c.multi_lock(["aio:a", "aio:b"], ttl=10)
-            single = c.lock("aio:b", ttl=10)
-            async with m:
-                assert set(m.fence or {}) == {"aio:a", "aio:b"}
-                assert not await single.acquire(blocking=False)  # names exclude
-            assert await single.acquire(blocking=False)
-            await single.release()
+    async def main(c: hla.Client) -> None:
+        m = c.multi_lock(["aio:a", "aio:b"], ttl=10)
+        single = c.lock("aio:b", ttl=10)
+        async with m:
+            assert set(m.fence or {}) == {"aio:a", "aio:b"}
+            assert not await single.acquire(blocking=False)  # names exclude
+        assert await single.acquire(blocking=False)
+        await single.release()
 
-            seg = c.segmented_lock("aio:seg", 2, ttl=10)
-            other = c.segmented_lock("aio:seg", 2, ttl=10)
-            third = c.segmented_lock("aio:seg", 2, ttl=10)
-            seg._sync.stock_init(2)  # one unit in each segment
-            async with seg:
-                async with other:
-                    assert {seg.segment, other.segment} == {0, 1}
-                    assert not await third.acquire(blocking=False)
-            seg._sync.stock_set(0, 0)
-            seg._sync.stock_set(1, 0)
-            with pytest.raises(hilock.SoldOut):
-                await third.acquire(timeout=2)
-        finally:
-            await c.close()
+        seg = c.segmented_lock("aio:seg", 2, ttl=10)
+        other = c.segmented_lock("aio:seg", 2, ttl=10)
+        third = c.segmented_lock("aio:seg", 2, ttl=10)
+        seg._sync.stock_init(2)  # one unit in each segment
+        async with seg:
+            async with other:
+                assert {seg.segment, other.segment} == {0, 1}
+                assert not await third.acquire(blocking=False)
+        seg._sync.stock_set(0, 0)
+        seg._sync.stock_set(1, 0)
+        with pytest.raises(hilock.SoldOut):
+            await third.acquire(timeout=2)
 
-    asyncio.run(main())
+    run(redis_url, main)
 
 
 def test_rlock_is_owned_by_the_task(rds, redis_url) -> None:
@@ -341,44 +315,40 @@ def test_rlock_is_owned_by_the_task(rds, redis_url) -> None:
     blocking API is another owner."""
     sync = hilock.Client(redis_url)
 
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            rl = c.rlock("aio:r", ttl=10)
-            order: List[str] = []
-            first_in = asyncio.Event()
-            go = asyncio.Event()
+    async def main(c: hla.Client) -> None:
+        rl = c.rlock("aio:r", ttl=10)
+        order: List[str] = []
+        first_in = asyncio.Event()
+        go = asyncio.Event()
 
-            async def first() -> None:
-                async with rl:
-                    async with rl:  # re-entry: no wait
-                        order.append("first in twice")
-                        first_in.set()
-                        await go.wait()
-                    order.append("first out once")
-                    await asyncio.sleep(0.1)
-                order.append("first out")
-
-            async def second() -> None:
-                await first_in.wait()
-                assert not await rl.acquire(blocking=False)
-                go.set()
-                async with rl:
-                    order.append("second in")
-
-            await asyncio.gather(first(), second())
-            assert order == ["first in twice", "first out once", "first out", "second in"]
-            # A thread of the blocking API is another owner.
+        async def first() -> None:
             async with rl:
-                blocked = await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: sync.rlock("aio:r", ttl=10).acquire(blocking=False))
-                assert not blocked
-            assert rds.exists("hilock:{aio:r}:rlock") == 0
-        finally:
-            await c.close()
+                async with rl:  # re-entry: no wait
+                    order.append("first in twice")
+                    first_in.set()
+                    await go.wait()
+                order.append("first out once")
+                await asyncio.sleep(0.1)
+            order.append("first out")
+
+        async def second() -> None:
+            await first_in.wait()
+            assert not await rl.acquire(blocking=False)
+            go.set()
+            async with rl:
+                order.append("second in")
+
+        await asyncio.gather(first(), second())
+        assert order == ["first in twice", "first out once", "first out", "second in"]
+        # A thread of the blocking API is another owner.
+        async with rl:
+            blocked = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: sync.rlock("aio:r", ttl=10).acquire(blocking=False))
+            assert not blocked
+        assert rds.exists("hilock:{aio:r}:rlock") == 0
 
     try:
-        asyncio.run(main())
+        run(redis_url, main)
     finally:
         sync.close()
 
@@ -387,32 +357,28 @@ def test_semaphore_admits_its_limit_and_permits_belong_to_tasks(rds, redis_url) 
     from history import check_max_concurrent
     spans: List[Interval] = []
 
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            sem = c.semaphore("aio:sem", 2, ttl=10)
+    async def main(c: hla.Client) -> None:
+        sem = c.semaphore("aio:sem", 2, ttl=10)
 
-            async def one() -> None:
-                async with sem:
-                    assert sem.held_count() == 1
-                    start = time.monotonic()
-                    await asyncio.sleep(0.02)
-                    spans.append(Interval(os.getpid(), start, time.monotonic()))
+        async def one() -> None:
+            async with sem:
+                assert sem.held_count() == 1
+                start = time.monotonic()
+                await asyncio.sleep(0.02)
+                spans.append(Interval(os.getpid(), start, time.monotonic()))
 
-            await asyncio.gather(*(one() for _ in range(12)))
-            # A task without a permit has nothing to release.
-            with pytest.raises(hilock.LockNotOwnedError):
-                await sem.release()
-            # Two held by this task: a third waits out its timeout.
-            assert await sem.acquire() and await sem.acquire()
-            assert not await sem.acquire(timeout=0.2)
-            assert sem.held_count() == 2
+        await asyncio.gather(*(one() for _ in range(12)))
+        # A task without a permit has nothing to release.
+        with pytest.raises(hilock.LockNotOwnedError):
             await sem.release()
-            await sem.release()
-            assert rds.zcard("hilock:{aio:sem}:permits") == 0
-        finally:
-            await c.close()
+        # Two held by this task: a third waits out its timeout.
+        assert await sem.acquire() and await sem.acquire()
+        assert not await sem.acquire(timeout=0.2)
+        assert sem.held_count() == 2
+        await sem.release()
+        await sem.release()
+        assert rds.zcard("hilock:{aio:sem}:permits") == 0
 
-    asyncio.run(main())
+    run(redis_url, main)
     assert len(spans) == 12
     assert check_max_concurrent(spans, 2) == 2  # both permits were used at once
