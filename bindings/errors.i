@@ -29,12 +29,16 @@ static void hilock_py_raise(int code, const char *msg) {
 /* The handle or client the current call was given (this thread's): where
  * its failure's message is. */
 static _Thread_local const void *py_src;
-static _Thread_local int py_src_client;
+static _Thread_local int py_src_client; /* 0 a hold, 1 a client, 2 an async runner */
 
 static const char *py_src_msg(int code) {
   const void *src = py_src;
   py_src = NULL;
   if (src == NULL) return hilock_strerror(code);
+  if (py_src_client == 2) { /* an async runner: its start was refused */
+    const char *m = hilock_async_errmsg((const hilock_async *)src);
+    return m[0] ? m : hilock_strerror(code);
+  }
   if (py_src_client)
     return hilock_client_errcode((const hilock_client *)src) == code
                ? hilock_client_errmsg((const hilock_client *)src)
@@ -69,8 +73,14 @@ static PyObject *_set_error_factory(PyObject *factory) {
   py_src_client = 1;
 }
 %typemap(check) hilock_hold *, const hilock_hold *, HILOCK_HANDLES {
+  if ($argnum == 1) { /* not an async start's hold (the runner is first) */
+    py_src = $1;
+    py_src_client = 0;
+  }
+}
+%typemap(check) hilock_async *, const hilock_async * {
   py_src = $1;
-  py_src_client = 0;
+  py_src_client = 2;
 }
 
 /* A negative status raises. */

@@ -224,7 +224,7 @@ static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
 %typemap(in, numinputs=0) void *data { $1 = NULL; }
 %nothreadallow py_async_take;
 %inline %{
-/* Up to 64 finished operations as [(id, status, message), ...] (the GIL
+/* Up to 64 finished operations as [(id, status, message, value), ...] (the GIL
  * is held: this makes Python objects; the caller takes until none is
  * left). */
 static PyObject *py_async_take(hilock_async *a) {
@@ -232,8 +232,8 @@ static PyObject *py_async_take(hilock_async *a) {
   size_t n = hilock_async_take(a, d, 64);
   PyObject *list = PyList_New(0);
   for (size_t i = 0; list != NULL && i < n; i++) {
-    PyObject *t = Py_BuildValue("(Kiy)", (unsigned long long)d[i].id,
-                                d[i].status, d[i].errmsg);
+    PyObject *t = Py_BuildValue("(Kiyi)", (unsigned long long)d[i].id,
+                                d[i].status, d[i].errmsg, d[i].value);
     if (t == NULL || PyList_Append(list, t) != 0) Py_CLEAR(list);
     Py_XDECREF(t);
   }

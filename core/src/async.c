@@ -29,7 +29,7 @@
 /* A step that leaves its operation asleep or queued (not a status). */
 #define GOING_ON 1000
 
-enum { OP_ACQUIRE, OP_RELEASE };
+enum { OP_ACQUIRE, OP_RELEASE, OP_OWNED, OP_LOCKED, OP_EXTEND, OP_RENEW };
 enum {
   ST_RUN,     /* queued for a worker */
   ST_BUSY,    /* a worker runs it */
@@ -46,6 +46,9 @@ typedef struct op {
   void *data;
   int kind, state, status;
   long caller; /* the owner, as hilock__caller sees it (0: the thread) */
+  int64_t ms;  /* extend: by how much, and whether it replaces the TTL */
+  int replace;
+  int value;   /* owned, locked: the answer */
   hilock__hold *h;
   hilock__acquire_spec spec;
   int64_t deadline_ms; /* the caller's (INT64_MAX: none) */
@@ -63,6 +66,9 @@ typedef struct op {
 
 struct hilock_async {
   hilock_client *c;
+  /* Why the driving thread's last start or cancel was refused (not the
+   * hold's error: an operation in flight may be writing that). */
+  hilock__err err;
   pid_t pid;
   pthread_mutex_t mu;
   pthread_cond_t cv; /* work for the workers (run queue, timers, stop) */
@@ -278,6 +284,33 @@ static int step_acquire(op *o) {
   return rc != 0 ? acquire_over(o, rc) : GOING_ON;
 }
 
+/* One round trip of a call that is not an acquire. */
+static int run_call(op *o) {
+  hilock_hold *hold = (hilock_hold *)o->h;
+  int64_t outer;
+  int rc = HILOCK_ENOTSUP;
+  switch (o->kind) {
+  case OP_RELEASE:
+    outer = hilock__call_lift(); /* a release always finishes */
+    rc = o->h->fam->release(o->h);
+    hilock__call_end(outer);
+    break;
+  case OP_OWNED:
+    rc = hilock_hold_owned(hold, &o->value);
+    break;
+  case OP_LOCKED:
+    rc = hilock_hold_locked(hold, &o->value);
+    break;
+  case OP_EXTEND:
+    rc = o->h->fam->extend(o->h, o->ms, o->replace);
+    break;
+  case OP_RENEW:
+    rc = o->h->fam->renew(o->h);
+    break;
+  }
+  return rc;
+}
+
 static void *worker(void *arg) {
   hilock_async *a = arg;
   pthread_mutex_lock(&a->mu);
@@ -288,13 +321,7 @@ static void *worker(void *arg) {
       o->state = ST_BUSY;
       pthread_mutex_unlock(&a->mu);
       hilock__caller_set(o->caller);
-      if (o->kind == OP_RELEASE) {
-        int64_t outer = hilock__call_lift(); /* a release always finishes */
-        status = o->h->fam->release(o->h);
-        hilock__call_end(outer);
-      } else {
-        status = step_acquire(o);
-      }
+      status = o->kind == OP_ACQUIRE ? step_acquire(o) : run_call(o);
       pthread_mutex_lock(&a->mu);
       if (o->kind == OP_ACQUIRE && status != GOING_ON && o->cancelled &&
           status != HILOCK_ECANCELED) {
@@ -390,6 +417,7 @@ size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
     out[n].id = o->id;
     out[n].data = o->data;
     out[n].status = o->status;
+    out[n].value = o->value;
     memcpy(out[n].errmsg, o->errmsg, sizeof(out[n].errmsg));
     n++;
     a->live--;
@@ -405,6 +433,8 @@ size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
   return n;
 }
 
+#define fail(a, code, ...) hilock__set_err(&(a)->err, (code), __VA_ARGS__)
+
 /* 1 if an operation of hold (of that caller, for a lock owned by its
  * caller) is in flight (a.mu held). */
 static int busy(const hilock_async *a, const hilock__hold *h, long caller) {
@@ -413,44 +443,53 @@ static int busy(const hilock_async *a, const hilock__hold *h, long caller) {
   return 0;
 }
 
+/* wait_ms: an acquire's wait, or an extension's ms (with replace). */
 static int start(hilock_async *a, hilock_hold *hold, int kind,
-                 uint64_t owner, int64_t wait_ms, void *data, uint64_t *id) {
+                 uint64_t owner, int64_t wait_ms, int replace, void *data,
+                 uint64_t *id) {
   hilock__hold *h = (hilock__hold *)hold;
   hilock__acquire_spec spec;
   op *o;
   if (id != NULL) *id = 0;
   if (a == NULL || h == NULL) return HILOCK_EINVAL;
   if (a->pid != hilock__pid())
-    return hilock__set_err(hilock__hold_err(h), HILOCK_EFORKED,
+    return fail(a, HILOCK_EFORKED,
                            "this async runner belongs to the parent "
                            "process");
   if (h->client != a->c)
-    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+    return fail(a, HILOCK_EINVAL,
                            "the lock belongs to another client");
   if (h->fam == NULL || h->fam->acquire_spec == NULL ||
       h->fam->release == NULL)
-    return hilock__set_err(hilock__hold_err(h), HILOCK_ENOTSUP,
+    return fail(a, HILOCK_ENOTSUP,
                            "this lock type has no async operations yet");
   h->fam->acquire_spec(h, &spec);
   if (spec.by_caller && (owner == 0 || owner > HILOCK_ASYNC_OWNER_MAX))
-    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+    return fail(a, HILOCK_EINVAL,
                            "this lock is owned by its caller: give an owner "
                            "in 1..HILOCK_ASYNC_OWNER_MAX (a task's number)");
+  if ((kind == OP_EXTEND && h->fam->extend == NULL) ||
+      (kind == OP_RENEW && h->fam->renew == NULL))
+    return fail(a, HILOCK_ENOTSUP,
+                           "this lock type has no %s",
+                           kind == OP_EXTEND ? "extend" : "renew");
   if (kind == OP_ACQUIRE && wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
-    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+    return fail(a, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
   if (__atomic_load_n(&a->c->rt.closed, __ATOMIC_RELAXED))
-    return hilock__set_err(hilock__hold_err(h), HILOCK_ECLOSED,
+    return fail(a, HILOCK_ECLOSED,
                            "client is closed");
   o = calloc(1, sizeof(*o));
   if (o == NULL)
-    return hilock__set_err(hilock__hold_err(h), HILOCK_ENOMEM,
+    return fail(a, HILOCK_ENOMEM,
                            "out of memory");
   o->a = a;
   o->data = data;
   o->kind = kind;
   o->h = h;
   o->caller = spec.by_caller ? -(long)owner : 0;
+  o->ms = wait_ms;
+  o->replace = replace;
   if (kind == OP_ACQUIRE) {
     o->spec = spec;
     o->queue = wait_ms != 0;
@@ -464,7 +503,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
   if (busy(a, h, o->caller) || a->stop) {
     pthread_mutex_unlock(&a->mu);
     free(o);
-    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+    return fail(a, HILOCK_EINVAL,
                            "an operation on this lock is in flight");
   }
   o->id = ++a->next_id;
@@ -476,22 +515,50 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
   if (id != NULL) *id = o->id;
   run_push(a, o);
   pthread_mutex_unlock(&a->mu);
+  hilock__clear_err(&a->err);
   return HILOCK_OK;
 }
 
 int hilock_async_acquire(hilock_async *a, hilock_hold *hold, uint64_t owner,
                          int64_t wait_ms, void *data, uint64_t *id) {
-  return start(a, hold, OP_ACQUIRE, owner, wait_ms, data, id);
+  return start(a, hold, OP_ACQUIRE, owner, wait_ms, 0, data, id);
 }
 
 int hilock_async_release(hilock_async *a, hilock_hold *hold, uint64_t owner,
                          void *data, uint64_t *id) {
-  return start(a, hold, OP_RELEASE, owner, 0, data, id);
+  return start(a, hold, OP_RELEASE, owner, 0, 0, data, id);
+}
+
+int hilock_async_owned(hilock_async *a, hilock_hold *hold, uint64_t owner,
+                       void *data, uint64_t *id) {
+  return start(a, hold, OP_OWNED, owner, 0, 0, data, id);
+}
+
+int hilock_async_locked(hilock_async *a, hilock_hold *hold, uint64_t owner,
+                        void *data, uint64_t *id) {
+  return start(a, hold, OP_LOCKED, owner, 0, 0, data, id);
+}
+
+int hilock_async_extend(hilock_async *a, hilock_hold *hold, uint64_t owner,
+                        int64_t ms, int replace, void *data, uint64_t *id) {
+  /* ms goes through the family's own checks when the call runs. */
+  return start(a, hold, OP_EXTEND, owner, ms, replace, data, id);
+}
+
+int hilock_async_renew(hilock_async *a, hilock_hold *hold, uint64_t owner,
+                       void *data, uint64_t *id) {
+  return start(a, hold, OP_RENEW, owner, 0, 0, data, id);
+}
+
+const char *hilock_async_errmsg(const hilock_async *a) {
+  return a == NULL ? "" : a->err.msg;
 }
 
 int hilock_async_cancel(hilock_async *a, uint64_t id) {
-  int rc = HILOCK_EINVAL;
+  int rc;
   if (a == NULL) return HILOCK_EINVAL;
+  rc = fail(a, HILOCK_EINVAL, "no acquire of id %llu is in flight",
+            (unsigned long long)id);
   pthread_mutex_lock(&a->mu);
   for (op *o = a->all; o != NULL; o = o->all_next)
     if (o->id == id && o->kind == OP_ACQUIRE) {
@@ -499,6 +566,7 @@ int hilock_async_cancel(hilock_async *a, uint64_t id) {
       /* Asleep: a worker withdraws it now; queued or on the wire: it
        * sees the flag when its step ends. */
       if (o->state == ST_WAIT) run_push(a, o);
+      hilock__clear_err(&a->err);
       rc = HILOCK_OK;
       break;
     }

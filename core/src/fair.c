@@ -260,6 +260,14 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
 
 static int release_fn(void *x) { return hilock_fair_lock_release(x); }
 
+static int extend_fn(void *x, int64_t ms, int replace) {
+  return hilock_fair_lock_extend(x, ms, replace);
+}
+static int renew_fn(void *x) { return hilock_fair_lock_renew(x); }
+
 static const hilock__family family = {
-    fam_free, NULL, NULL, NULL,
-    NULL, acquire_spec, release_fn};
+    .free = fam_free,
+    .acquire_spec = acquire_spec,
+    .release = release_fn,
+    .extend = extend_fn,
+    .renew = renew_fn};

@@ -878,6 +878,8 @@ typedef struct hilock__family {
    * waiting themselves (async.c); NULL: not served there. */
   void (*acquire_spec)(void *handle, struct hilock__acquire_spec *s);
   int (*release)(void *handle);
+  int (*extend)(void *handle, int64_t ms, int replace); /* NULL: none */
+  int (*renew)(void *handle);
 } hilock__family;
 
 typedef struct hilock__hold {

@@ -202,5 +202,14 @@ hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
-static const hilock__family family = {fam_free,     NULL,      NULL, NULL,
-                                      NULL,         acquire_spec, release_fn};
+static int extend_fn(void *x, int64_t ms, int replace) {
+  return hilock_lock_extend(x, ms, replace);
+}
+static int renew_fn(void *x) { return hilock_lock_renew(x); }
+
+static const hilock__family family = {
+    .free = fam_free,
+    .acquire_spec = acquire_spec,
+    .release = release_fn,
+    .extend = extend_fn,
+    .renew = renew_fn};

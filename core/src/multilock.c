@@ -525,6 +525,16 @@ const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
   return m->keys[i];
 }
 
-static const hilock__family family = {fam_free, fam_owned,    fam_locked,
-                                      NULL,     NULL,         acquire_spec,
-                                      release_fn};
+static int extend_fn(void *x, int64_t ms, int replace) {
+  return hilock_multi_lock_extend(x, ms, replace);
+}
+static int renew_fn(void *x) { return hilock_multi_lock_renew(x); }
+
+static const hilock__family family = {
+    .free = fam_free,
+    .owned = fam_owned,
+    .locked = fam_locked,
+    .acquire_spec = acquire_spec,
+    .release = release_fn,
+    .extend = extend_fn,
+    .renew = renew_fn};

@@ -1063,5 +1063,8 @@ static const char *fam_errmsg(const void *arg) {
 }
 
 static const hilock__family family = {
-    fam_free, fam_owned, fam_locked, fam_key,
-    fam_errmsg, NULL, NULL};
+    .free = fam_free,
+    .owned = fam_owned,
+    .locked = fam_locked,
+    .key = fam_key,
+    .errmsg = fam_errmsg};

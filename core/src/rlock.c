@@ -284,5 +284,7 @@ static int fam_owned(void *arg, int *owned) {
 static int release_fn(void *x) { return hilock_rlock_release(x); }
 
 static const hilock__family family = {
-    fam_free, fam_owned, NULL, NULL,
-    NULL, acquire_spec, release_fn};
+    .free = fam_free,
+    .owned = fam_owned,
+    .acquire_spec = acquire_spec,
+    .release = release_fn};

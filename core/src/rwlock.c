@@ -770,5 +770,6 @@ static int fam_locked(void *arg, int *locked) {
 }
 
 static const hilock__family family = {
-    fam_free, fam_owned, fam_locked, NULL,
-    NULL, NULL, NULL};
+    .free = fam_free,
+    .owned = fam_owned,
+    .locked = fam_locked};

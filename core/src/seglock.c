@@ -551,6 +551,15 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {fam_free, NULL,         fam_locked,
-                                      NULL,     NULL,         acquire_spec,
-                                      release_fn};
+static int extend_fn(void *x, int64_t ms, int replace) {
+  return hilock_segmented_lock_extend(x, ms, replace);
+}
+static int renew_fn(void *x) { return hilock_segmented_lock_renew(x); }
+
+static const hilock__family family = {
+    .free = fam_free,
+    .locked = fam_locked,
+    .acquire_spec = acquire_spec,
+    .release = release_fn,
+    .extend = extend_fn,
+    .renew = renew_fn};

@@ -328,6 +328,12 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static const hilock__family family = {fam_free, fam_owned,    fam_locked,
-                                      NULL,     NULL,         acquire_spec,
-                                      release_fn};
+static int renew_fn(void *x) { return hilock_semaphore_renew(x); }
+
+static const hilock__family family = {
+    .free = fam_free,
+    .owned = fam_owned,
+    .locked = fam_locked,
+    .acquire_spec = acquire_spec,
+    .release = release_fn,
+    .renew = renew_fn};

@@ -361,6 +361,17 @@ static const char *fam_key(const void *arg, size_t *len) {
 
 static int release_fn(void *x) { return hilock_sequential_lock_release(x); }
 
+static int extend_fn(void *x, int64_t ms, int replace) {
+  return hilock_sequential_lock_extend(x, ms, replace);
+}
+static int renew_fn(void *x) { return hilock_sequential_lock_renew(x); }
+
 static const hilock__family family = {
-    fam_free, fam_owned, fam_locked, fam_key,
-    NULL, acquire_spec, release_fn};
+    .free = fam_free,
+    .owned = fam_owned,
+    .locked = fam_locked,
+    .key = fam_key,
+    .acquire_spec = acquire_spec,
+    .release = release_fn,
+    .extend = extend_fn,
+    .renew = renew_fn};

@@ -42,15 +42,15 @@ from ._rlock import RLock as _SyncRLock
 from ._seglock import SegmentedLock as _SyncSegmentedLock
 from ._semaphore import Semaphore as _SyncSemaphore
 from ._seqlock import SequentialLock as _SyncSequentialLock
-from ._util import Name, wait_seconds
+from ._util import Name, seconds_to_ms, wait_seconds
 from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, error_for
 
 __all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "SegmentedLock", "Semaphore",
            "SequentialLock"]
 
 
-# A finished operation: its status and, when it failed, why.
-Done = Tuple[int, str]
+# A finished operation: its status, why it failed, and a query's answer.
+Done = Tuple[int, str, int]
 
 
 # The owner numbers of tasks, for the locks owned by their caller (the
@@ -123,10 +123,10 @@ class Client:
             done = _h.py_async_take(self._a)
             if not done:
                 return
-            for op_id, status, message in done:
+            for op_id, status, message, value in done:
                 fut = self._futures.pop(op_id, None)
                 if fut is not None and not fut.done():
-                    fut.set_result((status, message.decode(errors="replace")))
+                    fut.set_result((status, message.decode(errors="replace"), value))
 
     async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
         """Start an operation and wait for its status. A cancelled caller
@@ -228,7 +228,7 @@ class Client:
             await asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
             for fut in self._futures.values():
                 if not fut.done():
-                    fut.set_result((_h.HILOCK_ECANCELED, "client closed"))
+                    fut.set_result((_h.HILOCK_ECANCELED, "client closed", 0))
             self._futures.clear()
         self._sync.close()
 
@@ -277,6 +277,37 @@ class _Hold:
 
     async def release(self) -> None:
         raise NotImplementedError
+
+    def _call_target(self) -> Tuple[Any, int]:
+        """The C handle a round trip on the current grant goes to, and its
+        owner number (0: the handle's own)."""
+        return self._sync._h, 0
+
+    async def _call(self, start: Any, *args: Any) -> int:
+        handle, owner = self._call_target()
+        status, message, value = await self._client._run(start, handle, owner, *args,
+                                                         cancel=False)
+        if status < 0:
+            raise error_for(status, message)
+        return value
+
+    async def owned(self) -> bool:
+        """Whether this holder holds it (one round trip)."""
+        return bool(await self._call(_h.hilock_async_owned))
+
+    async def locked(self) -> bool:
+        """Whether anyone holds it (one round trip)."""
+        return bool(await self._call(_h.hilock_async_locked))
+
+    async def extend(self, seconds: float, replace: bool = False) -> None:
+        """Add ``seconds`` to the grant's TTL (``replace``: set it), as the
+        blocking ``extend``."""
+        await self._call(_h.hilock_async_extend, seconds_to_ms(seconds, "extension"),
+                         int(bool(replace)))
+
+    async def renew(self) -> None:
+        """Move the grant's expiry to now + ``ttl``."""
+        await self._call(_h.hilock_async_renew)
 
     @property
     def name(self) -> Any:
@@ -348,7 +379,7 @@ class Lock(_Hold):
             except asyncio.TimeoutError:
                 return False
         try:
-            status, message = await self._client._run(_h.hilock_async_acquire,
+            status, message, _ = await self._client._run(_h.hilock_async_acquire,
                                                       self._sync._h, 0, wait_ms, cancel=True)
         except BaseException:
             self._local.release()
@@ -363,7 +394,7 @@ class Lock(_Hold):
         if not self._sync.token or not self._local.locked():
             raise LockNotOwnedError("release: this lock object does not hold the lock",
                                     _h.HILOCK_ENOTOWNED)
-        status, message = await self._client._run(_h.hilock_async_release, self._sync._h, 0,
+        status, message, _ = await self._client._run(_h.hilock_async_release, self._sync._h, 0,
                                                   cancel=False)
         if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
             self._local.release()
@@ -441,14 +472,14 @@ class RLock(_Hold):
         """As :meth:`hilock.RLock.acquire`: True once the current task holds
         it (again), False when ``timeout`` passed."""
         wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
-        status, message = await self._client._run(_h.hilock_async_acquire, self._sync._h,
+        status, message, _ = await self._client._run(_h.hilock_async_acquire, self._sync._h,
                                                   _task_owner(), wait_ms, cancel=True)
         return _outcome(status, message)
 
     async def release(self) -> None:
         """Leave once; the last release frees it. Raises LockNotOwnedError
         if the current task does not hold it."""
-        status, message = await self._client._run(_h.hilock_async_release, self._sync._h,
+        status, message, _ = await self._client._run(_h.hilock_async_release, self._sync._h,
                                                   _task_owner(), cancel=False)
         if status < 0:
             raise error_for(status, message)
@@ -456,6 +487,9 @@ class RLock(_Hold):
     @property
     def fence(self) -> Optional[int]:
         return self._sync.fence
+
+    def _call_target(self) -> Tuple[Any, int]:
+        return self._sync._h, _task_owner()
 
 
 class Semaphore(_Hold):
@@ -477,7 +511,7 @@ class Semaphore(_Hold):
         task = _task()
         h = self._sync._take_handle()  # one C handle per permit held
         try:
-            status, message = await self._client._run(_h.hilock_async_acquire, h, 0, wait_ms,
+            status, message, _ = await self._client._run(_h.hilock_async_acquire, h, 0, wait_ms,
                                                       cancel=True)
         except BaseException:
             self._sync._put_handle(h)  # a raced grant was released
@@ -497,13 +531,20 @@ class Semaphore(_Hold):
             raise LockNotOwnedError("release: the current task holds no permit of "
                                     f"semaphore {self._sync.name!r}", _h.HILOCK_ENOTOWNED)
         h = held[-1]
-        status, message = await self._client._run(_h.hilock_async_release, h, 0,
+        status, message, _ = await self._client._run(_h.hilock_async_release, h, 0,
                                                   cancel=False)
         if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
             held.pop()
             self._sync._put_handle(h)
         if status < 0:
             raise error_for(status, message)
+
+    def _call_target(self) -> Tuple[Any, int]:
+        held = self._held.get(_task())
+        if not held:
+            raise LockNotOwnedError("the current task holds no permit of semaphore "
+                                    f"{self._sync.name!r}", _h.HILOCK_ENOTOWNED)
+        return held[-1], 0
 
     def held_count(self) -> int:
         """Permits the current task holds on this object (no round trip)."""

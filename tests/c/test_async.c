@@ -455,6 +455,53 @@ static void rlock_owners_are_the_numbers_given(void **state) {
   hilock_hold_free(HILOCK_HOLD(r));
 }
 
+/* owned, locked, extend and renew as operations: the answers come back as
+ * the finished operation's value, and the TTLs move as the blocking calls
+ * move them. */
+static void queries_and_extensions(void **state) {
+  fixture *f = *state;
+  hilock_lock *lk = make_lock(f->client, "ext"), *other = make_lock(f->client, "ext");
+  hilock_semaphore *s = NULL;
+  hilock_async *a = make_async(f->client);
+  hilock_async_done d;
+  char key[] = "hilock:{ext}:lock";
+
+  assert_hl_ok(hilock_lock_try_acquire(lk), "");
+  assert_hl_ok(hilock_async_owned(a, HILOCK_HOLD(lk), 0, NULL, NULL), "");
+  d = next_done(a, 10000);
+  assert_hl_ok(d.status, d.errmsg);
+  assert_int_equal(d.value, 1);
+  assert_hl_ok(hilock_async_owned(a, HILOCK_HOLD(other), 0, NULL, NULL), "");
+  d = next_done(a, 10000);
+  assert_hl_ok(d.status, d.errmsg);
+  assert_int_equal(d.value, 0);
+  assert_hl_ok(hilock_async_locked(a, HILOCK_HOLD(other), 0, NULL, NULL), "");
+  d = next_done(a, 10000);
+  assert_hl_ok(d.status, d.errmsg);
+  assert_int_equal(d.value, 1);
+  assert_hl_ok(hilock_async_extend(a, HILOCK_HOLD(lk), 0, 60000, 1, NULL, NULL),
+               "");
+  assert_hl_ok(next_done(a, 10000).status, "extend");
+  assert_true(hl_redis_pttl(f->redis, key, strlen(key)) > 30000);
+  assert_hl_ok(hilock_async_renew(a, HILOCK_HOLD(lk), 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "renew");
+  assert_true(hl_redis_pttl(f->redis, key, strlen(key)) <= 30000);
+  /* Not the holder: the extension is refused with the family's status. */
+  assert_hl_ok(hilock_async_extend(a, HILOCK_HOLD(other), 0, 60000, 1, NULL,
+                                   NULL),
+               "");
+  assert_int_equal(next_done(a, 10000).status, HILOCK_ENOTOWNED);
+  /* A semaphore has renew but no extend. */
+  assert_hl_ok(hilock_semaphore_new(f->client, "ext", 3, 1, 30000, &s), "");
+  assert_int_equal(hilock_async_extend(a, HILOCK_HOLD(s), 0, 1000, 0, NULL,
+                                       NULL),
+                   HILOCK_ENOTSUP);
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(other));
+  hilock_hold_free(HILOCK_HOLD(lk));
+}
+
 static void misuse_is_refused(void **state) {
   fixture *f = *state;
   hilock_client *other = NULL;
@@ -489,11 +536,14 @@ static void misuse_is_refused(void **state) {
   foreign = make_lock(other, "misuse");
   assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(foreign), 0, 0, NULL, NULL),
                    HILOCK_EINVAL);
-  /* One operation per lock at a time. */
+  /* One operation per lock at a time; the refusal's message is the
+   * runner's (the operation in flight owns the hold's). */
   assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 5000, NULL, &id), "");
+  assert_string_equal(hilock_async_errmsg(a), "");
   assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL),
                    HILOCK_EINVAL);
+  assert_non_null(strstr(hilock_async_errmsg(a), "in flight"));
   assert_int_equal(hilock_async_release(a, HILOCK_HOLD(lk), 0, NULL, NULL),
                    HILOCK_EINVAL);
   /* Releasing what is not held finishes with the release's own status. */
@@ -543,6 +593,8 @@ int main(void) {
           hl_teardown),
       cmocka_unit_test_setup_teardown(rlock_owners_are_the_numbers_given,
                                       hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(queries_and_extensions, hl_setup,
+                                      hl_teardown),
       cmocka_unit_test_setup_teardown(misuse_is_refused, hl_setup,
                                       hl_teardown),
   };

@@ -382,3 +382,37 @@ def test_semaphore_admits_its_limit_and_permits_belong_to_tasks(rds, redis_url) 
     run(redis_url, main)
     assert len(spans) == 12
     assert check_max_concurrent(spans, 2) == 2  # both permits were used at once
+
+
+def test_owned_locked_extend_renew_are_coroutines(rds, redis_url) -> None:
+    async def main(c: hla.Client) -> None:
+        lk = c.lock("aio:q", ttl=10, auto_renew=False)
+        other = c.lock("aio:q", ttl=10)
+        assert not await lk.locked()
+        async with lk:
+            assert await lk.owned() and await lk.locked()
+            assert not await other.owned() and await other.locked()
+            await lk.extend(50, replace=True)
+            assert rds.pttl("hilock:{aio:q}:lock") > 20000
+            await lk.renew()
+            assert rds.pttl("hilock:{aio:q}:lock") <= 10000
+            with pytest.raises(hilock.LockNotOwnedError):
+                await other.extend(5)
+        rl = c.rlock("aio:q2", ttl=10)
+
+        async def other_task() -> bool:
+            return await rl.owned()
+
+        async with rl:
+            assert await rl.owned()
+            assert not await asyncio.ensure_future(other_task())
+        sem = c.semaphore("aio:q3", 1, ttl=10)
+        with pytest.raises(hilock.LockNotOwnedError):
+            await sem.renew()
+        async with sem:
+            await sem.renew()
+            assert await sem.owned()
+            with pytest.raises(hilock.UnsupportedError):
+                await sem.extend(5)
+
+    run(redis_url, main)

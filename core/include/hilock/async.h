@@ -67,6 +67,7 @@ typedef struct hilock_async_done {
   void *data;   /* as given when it started */
   int status;   /* what the blocking call would have returned */
   char errmsg[256]; /* why it failed (status < 0), else "" */
+  int value;    /* hilock_async_owned / _locked: the answer (0 or 1) */
 } hilock_async_done;
 
 /* At most this many threads run the round trips (0 asks for the default,
@@ -109,6 +110,20 @@ HILOCK_API int hilock_async_acquire(hilock_async *a, hilock_hold *hold,
 HILOCK_API int hilock_async_release(hilock_async *a, hilock_hold *hold,
                                     uint64_t owner, void *data, uint64_t *id);
 
+/* Round trips on a hold, as the blocking calls (hilock_hold_owned and
+ * hilock_hold_locked, whose answer is the finished operation's value; the
+ * family's extend and renew, HILOCK_ENOTSUP where it has none). owner as
+ * above. Return as hilock_async_acquire. */
+HILOCK_API int hilock_async_owned(hilock_async *a, hilock_hold *hold,
+                                  uint64_t owner, void *data, uint64_t *id);
+HILOCK_API int hilock_async_locked(hilock_async *a, hilock_hold *hold,
+                                   uint64_t owner, void *data, uint64_t *id);
+HILOCK_API int hilock_async_extend(hilock_async *a, hilock_hold *hold,
+                                   uint64_t owner, int64_t ms, int replace,
+                                   void *data, uint64_t *id);
+HILOCK_API int hilock_async_renew(hilock_async *a, hilock_hold *hold,
+                                  uint64_t owner, void *data, uint64_t *id);
+
 /* The largest owner number. */
 #define HILOCK_ASYNC_OWNER_MAX 2147483647u
 
@@ -116,6 +131,10 @@ HILOCK_API int hilock_async_release(hilock_async *a, hilock_hold *hold,
  * HILOCK_ECANCELED, HILOCK_EINVAL if no acquire of that id is in flight
  * (it finished, or was a release). */
 HILOCK_API int hilock_async_cancel(hilock_async *a, uint64_t id);
+
+/* Why the last start or cancel on a was refused ("" if it was not);
+ * the message of a finished operation is in its hilock_async_done. */
+HILOCK_API const char *hilock_async_errmsg(const hilock_async *a);
 
 /* Operations in flight (started, not yet taken). */
 HILOCK_API size_t hilock_async_pending(const hilock_async *a);
