@@ -4,8 +4,9 @@ tasks share a few connections and threads, cancellation and wait_for
 withdraw a wait without leaving a grant, loss surfaces at the end of
 ``async with``, and tasks exclude threads of the blocking API.
 
-The coroutines run under asyncio.run in plain pytest functions (no plugin:
-each test owns its loop from start to end)."""
+The coroutines run on a loop each test makes and closes (asyncio.Runner in
+plain pytest functions, no plugin), once on asyncio's own event loop and
+once on uvloop's."""
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,7 @@ import multiprocessing as mp
 import os
 import threading
 import time
-from typing import Any, Awaitable, Callable, List
+from typing import Any, Awaitable, Callable, Iterator, List, Optional
 
 import pytest
 
@@ -22,6 +23,23 @@ import hilock.asyncio as hla
 from history import Interval, RedisHistory, check_fences_increase, check_no_overlap
 
 FORK = mp.get_context("fork")
+
+
+# The event loop the tests run on: asyncio's own, and uvloop's (the
+# library watches one descriptor with add_reader, which both provide).
+_loop_factory: Optional[Callable[[], asyncio.AbstractEventLoop]] = None
+
+
+@pytest.fixture(autouse=True, params=["asyncio", "uvloop"])
+def event_loop_kind(request: Any) -> Iterator[str]:
+    global _loop_factory
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        _loop_factory = uvloop.new_event_loop
+    else:
+        _loop_factory = None
+    yield request.param
+    _loop_factory = None
 
 
 def run(redis_url: str, body: Callable[[hla.Client], Awaitable[None]]) -> None:
@@ -33,7 +51,8 @@ def run(redis_url: str, body: Callable[[hla.Client], Awaitable[None]]) -> None:
         finally:
             await c.close()
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        runner.run(main())
 
 
 def threads_now() -> int:
