@@ -55,6 +55,7 @@ typedef struct op {
   int64_t wake_ms;     /* asleep: try again by then */
   int notified;        /* the hub moved while asleep */
   int cancelled;
+  int read;            /* a read-write lock's read side */
   int queue;           /* the caller would wait (a queue family queues) */
   int begun, ended;    /* the spec's begin ran; its end (leave) ran */
   int no_hub;          /* the client cannot wait on the hub: timer only */
@@ -188,6 +189,13 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
   return 0;
 }
 
+/* Release what the operation's acquire got (its side, for a read-write
+ * lock). */
+static int release_of(op *o) {
+  return o->read ? hilock_rwlock_read_release((hilock_rwlock *)o->h)
+                 : o->h->fam->release(o->h);
+}
+
 /* The acquire is over with status: a grant of a cancelled operation is
  * given back first, and one that did not grant leaves its queue (the
  * fair and sequential locks). */
@@ -197,16 +205,16 @@ static int acquire_over(op *o, int status) {
   pthread_mutex_lock(&o->a->mu);
   cancelled = o->cancelled;
   pthread_mutex_unlock(&o->a->mu);
-  if (cancelled && status == HILOCK_OK) {
-    (void)o->h->fam->release(o->h);
-    o->ended = 1; /* the release ended its place too */
-  }
+  if (cancelled && status == HILOCK_OK) (void)release_of(o);
   if (cancelled)
     status = hilock__set_err(hilock__hold_err(o->h), HILOCK_ECANCELED,
                              "acquire cancelled");
-  if (o->begun && !o->ended) {
+  if (!o->ended) {
     o->ended = 1;
-    hilock__spec_end(&o->spec, o->queue, status);
+    if (o->begun)
+      hilock__spec_end(&o->spec, o->queue, status);
+    else if (o->spec.done != NULL)
+      o->spec.done(o->spec.arg, status);
   }
   hilock__call_end(outer);
   return status;
@@ -231,7 +239,7 @@ static int step_acquire(op *o) {
     o->begun = 1;
     rc = o->spec.begin(o->spec.arg, o->queue);
     if (rc != HILOCK_OK) {
-      o->ended = 1; /* nothing to leave */
+      o->begun = 0; /* nothing to leave */
       return acquire_over(o, rc);
     }
   }
@@ -292,7 +300,7 @@ static int run_call(op *o) {
   switch (o->kind) {
   case OP_RELEASE:
     outer = hilock__call_lift(); /* a release always finishes */
-    rc = o->h->fam->release(o->h);
+    rc = release_of(o);
     hilock__call_end(outer);
     break;
   case OP_OWNED:
@@ -443,12 +451,12 @@ static int busy(const hilock_async *a, const hilock__hold *h, long caller) {
   return 0;
 }
 
-/* wait_ms: an acquire's wait, or an extension's ms (with replace). */
-static int start(hilock_async *a, hilock_hold *hold, int kind,
+/* wait_ms: an acquire's wait, or an extension's ms (with replace); read:
+ * a read-write lock's read side. */
+static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
                  uint64_t owner, int64_t wait_ms, int replace, void *data,
                  uint64_t *id) {
   hilock__hold *h = (hilock__hold *)hold;
-  hilock__acquire_spec spec;
   op *o;
   if (id != NULL) *id = 0;
   if (a == NULL || h == NULL) return HILOCK_EINVAL;
@@ -463,8 +471,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
       h->fam->release == NULL)
     return fail(a, HILOCK_ENOTSUP,
                            "this lock type has no async operations yet");
-  h->fam->acquire_spec(h, &spec);
-  if (spec.by_caller && (owner == 0 || owner > HILOCK_ASYNC_OWNER_MAX))
+  if (h->fam->by_caller && (owner == 0 || owner > HILOCK_ASYNC_OWNER_MAX))
     return fail(a, HILOCK_EINVAL,
                            "this lock is owned by its caller: give an owner "
                            "in 1..HILOCK_ASYNC_OWNER_MAX (a task's number)");
@@ -487,11 +494,11 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
   o->data = data;
   o->kind = kind;
   o->h = h;
-  o->caller = spec.by_caller ? -(long)owner : 0;
+  o->caller = h->fam->by_caller ? -(long)owner : 0;
+  o->read = read;
   o->ms = wait_ms;
   o->replace = replace;
   if (kind == OP_ACQUIRE) {
-    o->spec = spec;
     o->queue = wait_ms != 0;
     /* + 1: the clock reads whole milliseconds, and a wait must never end
      * before the caller's timeout. */
@@ -503,8 +510,20 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
   if (busy(a, h, o->caller) || a->stop) {
     pthread_mutex_unlock(&a->mu);
     free(o);
-    return fail(a, HILOCK_EINVAL,
-                           "an operation on this lock is in flight");
+    return fail(a, HILOCK_EINVAL, "an operation on this lock is in flight");
+  }
+  /* The spec last: a read-write lock's holds the context of this one
+   * acquire (freed when it ends). */
+  if (kind == OP_ACQUIRE) {
+    if (!read)
+      h->fam->acquire_spec(h, &o->spec);
+    else if (hilock__rwlock_spec((hilock_rwlock *)h, 1, &o->spec) != 0)
+      o->spec.arg = NULL;
+    if (o->spec.arg == NULL) {
+      pthread_mutex_unlock(&a->mu);
+      free(o);
+      return fail(a, HILOCK_ENOMEM, "out of memory");
+    }
   }
   o->id = ++a->next_id;
   o->all_next = a->all;
@@ -521,33 +540,44 @@ static int start(hilock_async *a, hilock_hold *hold, int kind,
 
 int hilock_async_acquire(hilock_async *a, hilock_hold *hold, uint64_t owner,
                          int64_t wait_ms, void *data, uint64_t *id) {
-  return start(a, hold, OP_ACQUIRE, owner, wait_ms, 0, data, id);
+  return start(a, hold, OP_ACQUIRE, 0, owner, wait_ms, 0, data, id);
 }
 
 int hilock_async_release(hilock_async *a, hilock_hold *hold, uint64_t owner,
                          void *data, uint64_t *id) {
-  return start(a, hold, OP_RELEASE, owner, 0, 0, data, id);
+  return start(a, hold, OP_RELEASE, 0, owner, 0, 0, data, id);
+}
+
+int hilock_async_read_acquire(hilock_async *a, hilock_rwlock *rw,
+                              uint64_t owner, int64_t wait_ms, void *data,
+                              uint64_t *id) {
+  return start(a, HILOCK_HOLD(rw), OP_ACQUIRE, 1, owner, wait_ms, 0, data, id);
+}
+
+int hilock_async_read_release(hilock_async *a, hilock_rwlock *rw,
+                              uint64_t owner, void *data, uint64_t *id) {
+  return start(a, HILOCK_HOLD(rw), OP_RELEASE, 1, owner, 0, 0, data, id);
 }
 
 int hilock_async_owned(hilock_async *a, hilock_hold *hold, uint64_t owner,
                        void *data, uint64_t *id) {
-  return start(a, hold, OP_OWNED, owner, 0, 0, data, id);
+  return start(a, hold, OP_OWNED, 0, owner, 0, 0, data, id);
 }
 
 int hilock_async_locked(hilock_async *a, hilock_hold *hold, uint64_t owner,
                         void *data, uint64_t *id) {
-  return start(a, hold, OP_LOCKED, owner, 0, 0, data, id);
+  return start(a, hold, OP_LOCKED, 0, owner, 0, 0, data, id);
 }
 
 int hilock_async_extend(hilock_async *a, hilock_hold *hold, uint64_t owner,
                         int64_t ms, int replace, void *data, uint64_t *id) {
   /* ms goes through the family's own checks when the call runs. */
-  return start(a, hold, OP_EXTEND, owner, ms, replace, data, id);
+  return start(a, hold, OP_EXTEND, 0, owner, ms, replace, data, id);
 }
 
 int hilock_async_renew(hilock_async *a, hilock_hold *hold, uint64_t owner,
                        void *data, uint64_t *id) {
-  return start(a, hold, OP_RENEW, owner, 0, 0, data, id);
+  return start(a, hold, OP_RENEW, 0, owner, 0, 0, data, id);
 }
 
 const char *hilock_async_errmsg(const hilock_async *a) {

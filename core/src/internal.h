@@ -649,9 +649,9 @@ typedef struct hilock__acquire_spec {
    * try leaves only after an error). NULL for the others. */
   int (*begin)(void *arg, int queue);
   void (*leave)(void *arg);
-  /* The owner is the caller (reentrant lock): an async operation needs an
-   * owner of its own (see hilock__caller). */
-  int by_caller;
+  /* Called once when the acquire ends (NULL: nothing to do): a family
+   * whose arg is the context of one acquire frees it here. */
+  void (*done)(void *arg, int status);
 } hilock__acquire_spec;
 /* One attempt of s, as the loop makes it after a wait that ended with
  * woken (see hilock__attempt_woken). */
@@ -671,8 +671,12 @@ void hilock__spec_queue(hilock__acquire_spec *s,
                         const size_t *wkeylen);
 /* The end of an acquire of s that made its begin (queue: it would wait)
  * with status: leave the queue unless it granted (a one-shot try only
- * after an error). */
+ * after an error), then done. */
 void hilock__spec_end(const hilock__acquire_spec *s, int queue, int status);
+/* A read-write lock's side as a spec, for async.c: its arg is the context
+ * of one acquire, freed by done. -1 when out of memory. */
+int hilock__rwlock_spec(struct hilock_rwlock *rw, int read,
+                        hilock__acquire_spec *s);
 /* The blocking acquire of a hold whose family has a spec. */
 int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
 /* For the attempt in progress on this thread: 0 (first attempt, or no
@@ -880,6 +884,9 @@ typedef struct hilock__family {
   int (*release)(void *handle);
   int (*extend)(void *handle, int64_t ms, int replace); /* NULL: none */
   int (*renew)(void *handle);
+  /* The owner is the caller (reentrant, read-write): an async operation
+   * names its own (see hilock__caller). */
+  int by_caller;
 } hilock__family;
 
 typedef struct hilock__hold {

@@ -158,7 +158,6 @@ int hilock_rlock_try_acquire(hilock_rlock *rl) {
 static void acquire_spec(void *arg, hilock__acquire_spec *s) {
   hilock_rlock *rl = arg;
   hilock__spec(s, attempt, rl, &rl->wkey, &rl->wkeylen);
-  s->by_caller = 1;
 }
 
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
@@ -287,4 +286,5 @@ static const hilock__family family = {
     .free = fam_free,
     .owned = fam_owned,
     .acquire_spec = acquire_spec,
-    .release = release_fn};
+    .release = release_fn,
+    .by_caller = 1};

@@ -404,6 +404,56 @@ static int acquire_side(hilock_rwlock *rw, int64_t wait_ms, int once,
   return rc;
 }
 
+/* ## One side as an acquire spec (async.c) ------------------------------- */
+
+static int write_attempt(void *arg, int64_t *pttl);
+static void withdraw(attempt_ctx *a);
+
+typedef struct spec_ctx {
+  attempt_ctx a;
+  hilock_rwlock *rw;
+  int read;
+} spec_ctx;
+
+static int spec_begin(void *arg, int queue) {
+  spec_ctx *x = arg;
+  ctx_init(&x->a, x->rw, queue); /* the owner: hilock__caller */
+  return HILOCK_OK;
+}
+
+static int spec_attempt(void *arg, int64_t *pttl) {
+  spec_ctx *x = arg;
+  return x->read ? read_attempt(&x->a, pttl) : write_attempt(&x->a, pttl);
+}
+
+static void spec_leave(void *arg) {
+  spec_ctx *x = arg;
+  if (x->a.intent) (x->read ? read_withdraw : withdraw)(&x->a);
+}
+
+static void spec_done(void *arg, int status) {
+  spec_ctx *x = arg;
+  if (status < 0 && x->a.e.code != HILOCK_OK) keep_err(x->rw, &x->a.e);
+  free(x);
+}
+
+int hilock__rwlock_spec(hilock_rwlock *rw, int read, hilock__acquire_spec *s) {
+  spec_ctx *x = calloc(1, sizeof(*x));
+  if (x == NULL) return -1;
+  x->rw = rw;
+  x->read = read;
+  ctx_init(&x->a, rw, 0);
+  if (read)
+    hilock__spec_queue(s, spec_begin, spec_attempt, spec_leave, x, &rw->rwake,
+                       &rw->rwakelen);
+  else
+    hilock__spec_queue(s, spec_begin, spec_attempt, spec_leave, x, &rw->wwake,
+                       &rw->wwakelen);
+  s->consume = 1; /* both sides' scripts take a rung wake-up */
+  s->done = spec_done;
+  return 0;
+}
+
 static int read_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
   return acquire_side(rw, wait_ms, once, read_attempt, rw->rwake,
                       rw->rwakelen, read_withdraw);
@@ -769,7 +819,18 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
+/* The write side (the hold) for async.c; NULL arg when out of memory is
+ * caught there. */
+static void write_spec(void *arg, hilock__acquire_spec *s) {
+  if (hilock__rwlock_spec(arg, 0, s) != 0) s->arg = NULL;
+}
+
+static int release_fn(void *x) { return hilock_rwlock_write_release(x); }
+
 static const hilock__family family = {
     .free = fam_free,
     .owned = fam_owned,
-    .locked = fam_locked};
+    .locked = fam_locked,
+    .acquire_spec = write_spec,
+    .release = release_fn,
+    .by_caller = 1};

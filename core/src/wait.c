@@ -171,6 +171,7 @@ int hilock__acquire_step(const hilock__acquire_spec *s, int woken,
 void hilock__spec_end(const hilock__acquire_spec *s, int queue, int status) {
   if (s->leave != NULL && status != HILOCK_OK && (queue || status < 0))
     s->leave(s->arg);
+  if (s->done != NULL) s->done(s->arg, status);
 }
 
 int hilock__acquire(hilock_client *c, hilock__err *e,
@@ -203,7 +204,7 @@ void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
   s->consume = 1;
   s->begin = NULL;
   s->leave = NULL;
-  s->by_caller = 0;
+  s->done = NULL;
 }
 
 void hilock__spec_queue(hilock__acquire_spec *s,

@@ -39,14 +39,15 @@ from ._client import Client as _SyncClient
 from ._fair import FairLock as _SyncFairLock
 from ._multilock import MultiLock as _SyncMultiLock
 from ._rlock import RLock as _SyncRLock
+from ._rwlock import RWLock as _SyncRWLock
 from ._seglock import SegmentedLock as _SyncSegmentedLock
 from ._semaphore import Semaphore as _SyncSemaphore
 from ._seqlock import SequentialLock as _SyncSequentialLock
 from ._util import Name, seconds_to_ms, wait_seconds
 from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, error_for
 
-__all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "SegmentedLock", "Semaphore",
-           "SequentialLock"]
+__all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "RWLock", "ReadLock",
+           "SegmentedLock", "Semaphore", "SequentialLock", "WriteLock"]
 
 
 # A finished operation: its status, why it failed, and a query's answer.
@@ -175,6 +176,13 @@ class Client:
         releases as often); other tasks, threads and processes wait."""
         return RLock(self, self._sync.rlock(name, ttl, timeout, auto_renew=auto_renew,
                                             max_hold=max_hold))
+
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None) -> RWLock:
+        """A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner
+        is the current task: ``.read()`` and ``.write()`` give its sides."""
+        return RWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
+                                              max_hold=max_hold))
 
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
                   timeout: Optional[float] = None, *, auto_renew: bool = True,
@@ -556,3 +564,72 @@ class Semaphore(_Hold):
         task = asyncio.current_task()
         held = self._held.get(task) if task is not None else None
         return held is not None and len(held) > 0 and bool(_h.hilock_hold_lost(held[-1]))
+
+
+class _Side(_Hold):
+    """A side of a read-write lock for asyncio, owned by the current task."""
+
+    _acquire_start: Any
+    _release_start: Any
+
+    async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """True once the current task holds this side (again), False when
+        ``timeout`` passed."""
+        wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
+        status, message, _ = await self._client._run(type(self)._acquire_start,
+                                                     self._sync._h, _task_owner(), wait_ms,
+                                                     cancel=True)
+        return _outcome(status, message)
+
+    async def release(self) -> None:
+        """Leave this side once."""
+        status, message, _ = await self._client._run(type(self)._release_start,
+                                                     self._sync._h, _task_owner(),
+                                                     cancel=False)
+        if status < 0:
+            raise error_for(status, message)
+
+    def _call_target(self) -> Tuple[Any, int]:
+        return self._sync._h, _task_owner()
+
+
+class ReadLock(_Side):
+    """The shared side (see :class:`hilock.RWLock`)."""
+
+    _acquire_start = _h.hilock_async_read_acquire
+    _release_start = _h.hilock_async_read_release
+
+
+class WriteLock(_Side):
+    """The exclusive side (see :class:`hilock.RWLock`)."""
+
+    _acquire_start = _h.hilock_async_acquire
+    _release_start = _h.hilock_async_release
+
+    @property
+    def fence(self) -> Optional[int]:
+        fence: Optional[int] = self._sync.fence
+        return fence
+
+
+class RWLock:
+    """A read-write lock for asyncio (see :class:`hilock.RWLock`): the
+    owner of each side is the current task, and both sides are
+    reentrant."""
+
+    def __init__(self, client: Client, sync: _SyncRWLock) -> None:
+        self._sync = sync
+        self._read = ReadLock(client, sync.read())
+        self._write = WriteLock(client, sync.write())
+
+    def read(self) -> ReadLock:
+        """The shared side (the same object on every call)."""
+        return self._read
+
+    def write(self) -> WriteLock:
+        """The exclusive side (the same object on every call)."""
+        return self._write
+
+    @property
+    def name(self) -> Name:
+        return self._sync.name

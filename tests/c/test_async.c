@@ -318,8 +318,7 @@ static void other_families(void **state) {
     hilock_hold_free(HILOCK_HOLD(q));
   }
 
-  /* The reentrant lock needs an owner; the read-write lock is not served
-   * yet. */
+  /* The reentrant and read-write locks need an owner. */
   assert_hl_ok(hilock_rlock_new(f->client, "r", 1, 30000, &r), "");
   assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(r), 0, 0, NULL, NULL),
                    HILOCK_EINVAL);
@@ -330,8 +329,10 @@ static void other_families(void **state) {
   {
     hilock_rwlock *rw = NULL;
     assert_hl_ok(hilock_rwlock_new(f->client, "rw", 2, 30000, &rw), "");
-    assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(rw), 1, 0, NULL, NULL),
-                     HILOCK_ENOTSUP);
+    assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(rw), 0, 0, NULL, NULL),
+                     HILOCK_EINVAL);
+    assert_int_equal(hilock_async_read_acquire(a, rw, 0, 0, NULL, NULL),
+                     HILOCK_EINVAL);
     hilock_hold_free(HILOCK_HOLD(rw));
   }
   hilock_async_free(a);
@@ -502,6 +503,59 @@ static void queries_and_extensions(void **state) {
   hilock_hold_free(HILOCK_HOLD(lk));
 }
 
+/* The read-write lock with owners: two readers share it, a writer waits
+ * for both, a reader that comes while the writer waits queues behind it;
+ * a cancelled writer withdraws its intent, so readers get in again. */
+static void rwlock_readers_share_and_a_writer_waits(void **state) {
+  fixture *f = *state;
+  hilock_rwlock *rw = NULL;
+  hilock_async *a = make_async(f->client);
+  uint64_t wid, rid, cid;
+  hilock_async_done d;
+
+  assert_hl_ok(hilock_rwlock_new(f->client, "arw", 3, 30000, &rw), "");
+  assert_hl_ok(hilock_async_read_acquire(a, rw, 1, 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "reader 1");
+  assert_hl_ok(hilock_async_read_acquire(a, rw, 2, 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "reader 2 shares it");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(rw), 3, 20000, NULL, &wid),
+               "");
+  hl_sleep_ms(100);
+  /* A new reader queues behind the waiting writer. */
+  assert_hl_ok(hilock_async_read_acquire(a, rw, 4, 20000, NULL, &rid), "");
+  hl_sleep_ms(100);
+  assert_int_equal(hilock_async_pending(a), 2);
+  assert_hl_ok(hilock_async_read_release(a, rw, 1, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "reader 1 out");
+  assert_hl_ok(hilock_async_read_release(a, rw, 2, NULL, NULL), "");
+  for (int i = 0; i < 2; i++) {
+    d = next_done(a, 10000);
+    assert_hl_ok(d.status, d.id == wid ? "the writer" : "reader 2 out");
+  }
+  assert_int_equal(hilock_async_pending(a), 1); /* reader 4 still waits */
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(rw), 3, NULL, NULL), "");
+  for (int i = 0; i < 2; i++) {
+    d = next_done(a, 10000);
+    assert_hl_ok(d.status, d.id == rid ? "reader 4" : "writer out");
+  }
+  /* Reader 4 holds it; writer 5 waits and is cancelled: its intent goes,
+   * and reader 6 gets in at once. */
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(rw), 5, HILOCK_WAIT_FOREVER,
+                                    NULL, &cid),
+               "");
+  hl_sleep_ms(100);
+  assert_hl_ok(hilock_async_cancel(a, cid), "");
+  assert_int_equal(next_done(a, 10000).status, HILOCK_ECANCELED);
+  assert_hl_ok(hilock_async_read_acquire(a, rw, 6, 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "reader 6 after the withdrawal");
+  assert_hl_ok(hilock_async_read_release(a, rw, 6, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "");
+  assert_hl_ok(hilock_async_read_release(a, rw, 4, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "");
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(rw));
+}
+
 static void misuse_is_refused(void **state) {
   fixture *f = *state;
   hilock_client *other = NULL;
@@ -595,6 +649,8 @@ int main(void) {
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(queries_and_extensions, hl_setup,
                                       hl_teardown),
+      cmocka_unit_test_setup_teardown(rwlock_readers_share_and_a_writer_waits,
+                                      hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(misuse_is_refused, hl_setup,
                                       hl_teardown),
   };

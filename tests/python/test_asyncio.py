@@ -435,3 +435,38 @@ def test_owned_locked_extend_renew_are_coroutines(rds, redis_url) -> None:
                 await sem.extend(5)
 
     run(redis_url, main)
+
+
+def test_rwlock_readers_share_writers_exclude(rds, redis_url) -> None:
+    spans: List[Interval] = []
+    readers_together = 0
+
+    async def main(c: hla.Client) -> None:
+        nonlocal readers_together
+        rw = c.rwlock("aio:rw", ttl=10)
+        inside = 0
+
+        async def reader() -> None:
+            nonlocal inside, readers_together
+            async with rw.read():
+                async with rw.read():  # a task re-enters its side
+                    inside += 1
+                    readers_together = max(readers_together, inside)
+                    await asyncio.sleep(0.05)
+                    inside -= 1
+
+        async def writer() -> None:
+            async with rw.write() as w:
+                assert inside == 0
+                start = time.monotonic()
+                await asyncio.sleep(0.01)
+                spans.append(Interval(os.getpid(), start, time.monotonic(), w.fence))
+
+        await asyncio.gather(*(reader() for _ in range(4)), *(writer() for _ in range(3)),
+                             *(reader() for _ in range(2)))
+        assert rds.exists("hilock:{aio:rw}:rw:writer", "hilock:{aio:rw}:rw:readers") == 0
+
+    run(redis_url, main)
+    assert readers_together >= 2  # readers really shared it
+    assert len(spans) == 3
+    check_no_overlap(spans)

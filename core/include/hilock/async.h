@@ -27,11 +27,11 @@
  *       ... d[i].id finished with d[i].status ...
  *   }
  *
- * Which locks: the lock (expiring, simple, lease), the reentrant lock
- * (owned by an owner number the caller gives, such as a task's), the
- * semaphore, the multi-key, segmented, fair and sequential locks (an
- * acquire of the last two that ends without a grant leaves the queue); the
- * read-write lock and Redlock answer HILOCK_ENOTSUP for now.
+ * Which locks: the lock (expiring, simple, lease), the reentrant and
+ * read-write locks (owned by an owner number the caller gives, such as a
+ * task's), the semaphore, the multi-key, segmented, fair and sequential
+ * locks (an acquire of the last two that ends without a grant leaves the
+ * queue); Redlock answers HILOCK_ENOTSUP for now.
  *
  * Cancel: hilock_async_cancel ends an acquire with HILOCK_ECANCELED. A
  * waiting acquire leaves its wait at once; one whose attempt is on the
@@ -54,6 +54,7 @@
 #include "hilock/client.h"
 #include "hilock/export.h"
 #include "hilock/hold.h"
+#include "hilock/rwlock.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,8 +93,8 @@ HILOCK_API size_t hilock_async_take(hilock_async *a, hilock_async_done *out,
  * family's acquire returns: HILOCK_OK, HILOCK_BUSY when wait_ms passed,
  * an error, or HILOCK_ECANCELED. *id (may be NULL) names it.
  *
- * owner: who acquires, for the reentrant lock, whose owner is the calling
- * thread in the blocking API: here any number in 1..HILOCK_ASYNC_OWNER_MAX
+ * owner: who acquires, for the reentrant and read-write locks, whose owner
+ * is the calling thread in the blocking API: here any number in 1..HILOCK_ASYNC_OWNER_MAX
  * the caller chooses (a task of an event loop), the same for its release;
  * an owner that acquires again re-enters. Other locks ignore it (pass 0).
  *
@@ -109,6 +110,15 @@ HILOCK_API int hilock_async_acquire(hilock_async *a, hilock_hold *hold,
  * release returns. Returns as hilock_async_acquire. */
 HILOCK_API int hilock_async_release(hilock_async *a, hilock_hold *hold,
                                     uint64_t owner, void *data, uint64_t *id);
+
+/* A read-write lock's read side (hilock_async_acquire and _release on
+ * HILOCK_HOLD(rw) are its write side). owner as above: the reader. */
+HILOCK_API int hilock_async_read_acquire(hilock_async *a, hilock_rwlock *rw,
+                                         uint64_t owner, int64_t wait_ms,
+                                         void *data, uint64_t *id);
+HILOCK_API int hilock_async_read_release(hilock_async *a, hilock_rwlock *rw,
+                                         uint64_t owner, void *data,
+                                         uint64_t *id);
 
 /* Round trips on a hold, as the blocking calls (hilock_hold_owned and
  * hilock_hold_locked, whose answer is the finished operation's value; the
