@@ -1063,8 +1063,5 @@ static const char *fam_errmsg(const void *arg) {
 }
 
 static const hilock__family family = {
-    .free = fam_free,
-    .owned = fam_owned,
-    .locked = fam_locked,
-    .key = fam_key,
+    .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,
     .errmsg = fam_errmsg};

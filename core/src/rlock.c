@@ -283,8 +283,5 @@ static int fam_owned(void *arg, int *owned) {
 static int release_fn(void *x) { return hilock_rlock_release(x); }
 
 static const hilock__family family = {
-    .free = fam_free,
-    .owned = fam_owned,
-    .acquire_spec = acquire_spec,
-    .release = release_fn,
-    .by_caller = 1};
+    .free = fam_free, .owned = fam_owned, .acquire_spec = acquire_spec,
+    .release = release_fn, .by_caller = 1};

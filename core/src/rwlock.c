@@ -828,9 +828,5 @@ static void write_spec(void *arg, hilock__acquire_spec *s) {
 static int release_fn(void *x) { return hilock_rwlock_write_release(x); }
 
 static const hilock__family family = {
-    .free = fam_free,
-    .owned = fam_owned,
-    .locked = fam_locked,
-    .acquire_spec = write_spec,
-    .release = release_fn,
-    .by_caller = 1};
+    .free = fam_free, .owned = fam_owned, .locked = fam_locked,
+    .acquire_spec = write_spec, .release = release_fn, .by_caller = 1};

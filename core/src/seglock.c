@@ -557,9 +557,5 @@ static int extend_fn(void *x, int64_t ms, int replace) {
 static int renew_fn(void *x) { return hilock_segmented_lock_renew(x); }
 
 static const hilock__family family = {
-    .free = fam_free,
-    .locked = fam_locked,
-    .acquire_spec = acquire_spec,
-    .release = release_fn,
-    .extend = extend_fn,
-    .renew = renew_fn};
+    .free = fam_free, .locked = fam_locked, .acquire_spec = acquire_spec,
+    .release = release_fn, .extend = extend_fn, .renew = renew_fn};

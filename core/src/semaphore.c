@@ -331,9 +331,5 @@ static int fam_locked(void *arg, int *locked) {
 static int renew_fn(void *x) { return hilock_semaphore_renew(x); }
 
 static const hilock__family family = {
-    .free = fam_free,
-    .owned = fam_owned,
-    .locked = fam_locked,
-    .acquire_spec = acquire_spec,
-    .release = release_fn,
-    .renew = renew_fn};
+    .free = fam_free, .owned = fam_owned, .locked = fam_locked,
+    .acquire_spec = acquire_spec, .release = release_fn, .renew = renew_fn};

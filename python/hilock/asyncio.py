@@ -470,36 +470,6 @@ class SegmentedLock(Lock):
         return self._sync.segments
 
 
-class RLock(_Hold):
-    """A reentrant lock for asyncio (see :class:`hilock.RLock`): the owner is
-    the current task. One object may be shared by the tasks of its loop."""
-
-    _sync: _SyncRLock
-
-    async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        """As :meth:`hilock.RLock.acquire`: True once the current task holds
-        it (again), False when ``timeout`` passed."""
-        wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
-        status, message, _ = await self._client._run(_h.hilock_async_acquire, self._sync._h,
-                                                  _task_owner(), wait_ms, cancel=True)
-        return _outcome(status, message)
-
-    async def release(self) -> None:
-        """Leave once; the last release frees it. Raises LockNotOwnedError
-        if the current task does not hold it."""
-        status, message, _ = await self._client._run(_h.hilock_async_release, self._sync._h,
-                                                  _task_owner(), cancel=False)
-        if status < 0:
-            raise error_for(status, message)
-
-    @property
-    def fence(self) -> Optional[int]:
-        return self._sync.fence
-
-    def _call_target(self) -> Tuple[Any, int]:
-        return self._sync._h, _task_owner()
-
-
 class Semaphore(_Hold):
     """A counting semaphore for asyncio (see :class:`hilock.Semaphore`):
     each acquire takes one permit, which belongs to the task that acquired
@@ -566,14 +536,16 @@ class Semaphore(_Hold):
         return held is not None and len(held) > 0 and bool(_h.hilock_hold_lost(held[-1]))
 
 
-class _Side(_Hold):
-    """A side of a read-write lock for asyncio, owned by the current task."""
+class _TaskOwned(_Hold):
+    """A lock whose owner is the current task (the thread, in the blocking
+    API): a task that holds it may acquire it again, and releases as
+    often."""
 
-    _acquire_start: Any
-    _release_start: Any
+    _acquire_start: Any = _h.hilock_async_acquire
+    _release_start: Any = _h.hilock_async_release
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        """True once the current task holds this side (again), False when
+        """True once the current task holds it (again), False when
         ``timeout`` passed."""
         wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
         status, message, _ = await self._client._run(type(self)._acquire_start,
@@ -582,7 +554,8 @@ class _Side(_Hold):
         return _outcome(status, message)
 
     async def release(self) -> None:
-        """Leave this side once."""
+        """Leave once; the last release frees it. Raises LockNotOwnedError
+        if the current task does not hold it."""
         status, message, _ = await self._client._run(type(self)._release_start,
                                                      self._sync._h, _task_owner(),
                                                      cancel=False)
@@ -592,24 +565,28 @@ class _Side(_Hold):
     def _call_target(self) -> Tuple[Any, int]:
         return self._sync._h, _task_owner()
 
+    @property
+    def fence(self) -> Optional[int]:
+        fence: Optional[int] = self._sync.fence
+        return fence
 
-class ReadLock(_Side):
-    """The shared side (see :class:`hilock.RWLock`)."""
+
+class RLock(_TaskOwned):
+    """A reentrant lock for asyncio (see :class:`hilock.RLock`): the owner is
+    the current task. One object may be shared by the tasks of its loop."""
+
+    _sync: _SyncRLock
+
+
+class ReadLock(_TaskOwned):
+    """The shared side of a read-write lock (see :class:`hilock.RWLock`)."""
 
     _acquire_start = _h.hilock_async_read_acquire
     _release_start = _h.hilock_async_read_release
 
 
-class WriteLock(_Side):
-    """The exclusive side (see :class:`hilock.RWLock`)."""
-
-    _acquire_start = _h.hilock_async_acquire
-    _release_start = _h.hilock_async_release
-
-    @property
-    def fence(self) -> Optional[int]:
-        fence: Optional[int] = self._sync.fence
-        return fence
+class WriteLock(_TaskOwned):
+    """The exclusive side of a read-write lock (see :class:`hilock.RWLock`)."""
 
 
 class RWLock:
