@@ -86,14 +86,19 @@ struct hilock_async {
 
 /* ## Queues (a.mu held) ---------------------------------------------------- */
 
+/* Append o to the queue head..tail. */
+static void enqueue(op **head, op **tail, op *o) {
+  o->next = NULL;
+  if (*tail != NULL)
+    (*tail)->next = o;
+  else
+    *head = o;
+  *tail = o;
+}
+
 static void run_push(hilock_async *a, op *o) {
   o->state = ST_RUN;
-  o->next = NULL;
-  if (a->run_tail != NULL)
-    a->run_tail->next = o;
-  else
-    a->run = o;
-  a->run_tail = o;
+  enqueue(&a->run, &a->run_tail, o);
   pthread_cond_broadcast(&a->cv);
 }
 
@@ -115,17 +120,12 @@ static void finish(hilock_async *a, op *o, int status) {
   if (status < 0)
     snprintf(o->errmsg, sizeof(o->errmsg), "%s",
              hilock_hold_errmsg((hilock_hold *)o->h));
-  o->next = NULL;
   if (o->all_prev != NULL) {
     *o->all_prev = o->all_next;
     if (o->all_next != NULL) o->all_next->all_prev = o->all_prev;
     o->all_prev = NULL;
   }
-  if (a->done_tail != NULL)
-    a->done_tail->next = o;
-  else
-    a->done = o;
-  a->done_tail = o;
+  enqueue(&a->done, &a->done_tail, o);
   (void)!write(a->efd, &one, sizeof(one));
 }
 

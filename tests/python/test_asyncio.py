@@ -55,6 +55,19 @@ def run(redis_url: str, body: Callable[[hla.Client], Awaitable[None]]) -> None:
         runner.run(main())
 
 
+async def cancel_waiting(locks: List[Any], waiting: Callable[[], int]) -> None:
+    """Start an acquire of each lock, wait until waiting() counts them all,
+    cancel every one and check that each ends cancelled."""
+    tasks = [asyncio.ensure_future(lk.acquire()) for lk in locks]
+    while waiting() < len(locks):
+        await asyncio.sleep(0.01)
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with pytest.raises(asyncio.CancelledError):
+            await t
+
+
 def threads_now() -> int:
     return len(os.listdir("/proc/self/task"))
 
@@ -158,14 +171,7 @@ def test_cancelled_waiters_leave_the_lock_free(rds, redis_url) -> None:
         holder = c.lock("aio:cancel", ttl=30, auto_renew=False)
         assert await holder.acquire(blocking=False)
         waiters = [c.lock("aio:cancel", ttl=30, auto_renew=False) for _ in range(50)]
-        tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
-        while c.waiting < 50:
-            await asyncio.sleep(0.01)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with pytest.raises(asyncio.CancelledError):
-                await t
+        await cancel_waiting(waiters, lambda: c.waiting)
         await holder.release()
         await asyncio.sleep(0.2)
         assert rds.exists("hilock:{aio:cancel}:lock") == 0
@@ -279,14 +285,7 @@ def test_cancelled_queue_waiters_leave_and_the_next_is_served(rds, redis_url, ki
     async def main(c: hla.Client) -> None:
         waiters = [getattr(c, kind)("aio:queue", ttl=30, auto_renew=False)
                    for _ in range(50)]
-        tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
-        while holder.waiters() < 50:
-            await asyncio.sleep(0.01)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with pytest.raises(asyncio.CancelledError):
-                await t
+        await cancel_waiting(waiters, holder.waiters)
         assert holder.waiters() == 0
         nxt = getattr(c, kind)("aio:queue", ttl=30, auto_renew=False)
         t = asyncio.ensure_future(nxt.acquire(timeout=20))
