@@ -4,7 +4,7 @@
  * operation (hilock_async_acquire, hilock_async_release), watches one file
  * descriptor (hilock_async_fd) and, when it is readable, takes what has
  * finished (hilock_async_take): each finished operation comes back once,
- * with the id it was started with and its status.
+ * with the id it was started with, its status and, if it failed, why.
  *
  * Nothing here holds a thread or a connection per waiting operation: an
  * acquire that finds the lock held sleeps on the client's shared waiting
@@ -41,10 +41,11 @@
  *
  * Threads: one thread drives a hilock_async (start, take, cancel, free);
  * its fd may be watched from any. A hold has at most one operation in
- * flight (the reentrant lock: one per owner), and no other call uses it
- * meanwhile. Free the hilock_async before
- * its client; freeing it cancels what is still running (and waits for the
- * attempts on the wire). */
+ * flight (the reentrant and read-write locks: one per owner), and no other
+ * call uses it meanwhile. Free the hilock_async before its client; freeing
+ * it cancels what is still running (and waits for the attempts on the
+ * wire). A forked child cannot use its parent's: its starts return
+ * HILOCK_EFORKED, and its free leaves the parent's threads alone. */
 #ifndef HILOCK_ASYNC_H
 #define HILOCK_ASYNC_H
 
