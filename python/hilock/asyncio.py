@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import os
 import weakref
 from types import TracebackType
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
@@ -44,7 +45,14 @@ from ._seglock import SegmentedLock as _SyncSegmentedLock
 from ._semaphore import Semaphore as _SyncSemaphore
 from ._seqlock import SequentialLock as _SyncSequentialLock
 from ._util import Name, seconds_to_ms, wait_seconds
-from .errors import InvalidArgument, LockError, LockNotOwnedError, LockTimeout, error_for
+from .errors import (
+    ForkedLockError,
+    InvalidArgument,
+    LockError,
+    LockNotOwnedError,
+    LockTimeout,
+    error_for,
+)
 
 __all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "RWLock", "ReadLock",
            "SegmentedLock", "Semaphore", "SequentialLock", "WriteLock"]
@@ -95,6 +103,7 @@ class Client:
     def __init__(self, url: Optional[str] = None, **options: Any) -> None:
         self._sync = _SyncClient(url, **options)
         self._a: Any = None
+        self._pid = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._futures: Dict[int, asyncio.Future[Done]] = {}
 
@@ -110,10 +119,15 @@ class Client:
 
     def _runner(self) -> Any:
         loop = asyncio.get_running_loop()
+        if self._a is not None and self._pid != os.getpid():
+            raise ForkedLockError("this hilock.asyncio.Client's operations run in the parent "
+                                  "process; make a new client in the child",
+                                  _h.HILOCK_EFORKED)
         if self._a is None:
             with self._sync._use() as h:
                 self._a = _h.hilock_async_new(h, 0)
             self._loop = loop
+            self._pid = os.getpid()
             loop.add_reader(_h.hilock_async_fd(self._a), self._drain)
         elif loop is not self._loop:
             raise RuntimeError("this hilock.asyncio.Client is bound to another event loop")

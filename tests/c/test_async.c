@@ -556,6 +556,34 @@ static void rwlock_readers_share_and_a_writer_waits(void **state) {
   hilock_hold_free(HILOCK_HOLD(rw));
 }
 
+/* A forked child cannot use its parent's runner: a start is refused with
+ * HILOCK_EFORKED, and freeing it in the child leaves the parent's threads
+ * alone; the parent's runner keeps working. */
+typedef struct fork_arg {
+  hilock_async *a;
+  hilock_lock *lk;
+} fork_arg;
+
+static int child_uses_the_parents_runner(void *arg) {
+  fork_arg *x = arg;
+  int rc = hilock_async_acquire(x->a, HILOCK_HOLD(x->lk), 0, 0, NULL, NULL);
+  hilock_async_free(x->a);
+  return rc == HILOCK_EFORKED ? 0 : 1;
+}
+
+static void a_forked_child_cannot_use_the_runner(void **state) {
+  fixture *f = *state;
+  fork_arg x = {make_async(f->client), make_lock(f->client, "forked")};
+  pid_t pid = hl_fork_run(child_uses_the_parents_runner, &x);
+  assert_int_equal(hl_wait_child(pid, 10000), 0);
+  assert_hl_ok(hilock_async_acquire(x.a, HILOCK_HOLD(x.lk), 0, 0, NULL, NULL),
+               "");
+  assert_hl_ok(next_done(x.a, 10000).status, "the parent's acquire");
+  assert_hl_ok(hilock_lock_release(x.lk), "");
+  hilock_async_free(x.a);
+  hilock_hold_free(HILOCK_HOLD(x.lk));
+}
+
 static void misuse_is_refused(void **state) {
   fixture *f = *state;
   hilock_client *other = NULL;
@@ -650,6 +678,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(queries_and_extensions, hl_setup,
                                       hl_teardown),
       cmocka_unit_test_setup_teardown(rwlock_readers_share_and_a_writer_waits,
+                                      hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(a_forked_child_cannot_use_the_runner,
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(misuse_is_refused, hl_setup,
                                       hl_teardown),

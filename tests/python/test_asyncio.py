@@ -469,3 +469,38 @@ def test_rwlock_readers_share_writers_exclude(rds, redis_url) -> None:
     assert readers_together >= 2  # readers really shared it
     assert len(spans) == 3
     check_no_overlap(spans)
+
+
+def _child_uses_parents_client(c: hla.Client, q: Any) -> None:
+    async def main() -> None:
+        lk = c.lock("aio:fork", ttl=10)
+        try:
+            await lk.acquire(blocking=False)
+            q.put("acquired")
+        except hilock.ForkedLockError:
+            q.put("forked")
+        except BaseException as e:  # anything else is a failure to report
+            q.put(f"{type(e).__name__}: {e}")
+
+    try:
+        asyncio.run(main())
+    except BaseException as e:
+        q.put(f"{type(e).__name__}: {e}")
+
+
+def test_a_forked_child_cannot_use_the_parents_runner(redis_url) -> None:
+    """The child refuses with ForkedLockError (no thread of the parent's
+    runner exists there); the parent's client keeps working."""
+    async def main(c: hla.Client) -> None:
+        lk = c.lock("aio:fork", ttl=10)
+        assert await lk.acquire(blocking=False)  # the runner exists now
+        await lk.release()
+        q = FORK.Queue()
+        p = FORK.Process(target=_child_uses_parents_client, args=(c, q))
+        p.start()
+        p.join(30)
+        assert q.get(timeout=5) == "forked"
+        assert await lk.acquire(blocking=False)
+        await lk.release()
+
+    run(redis_url, main)
