@@ -250,7 +250,7 @@ class Client:
             await asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
             for fut in self._futures.values():
                 if not fut.done():
-                    fut.set_result((_h.HILOCK_ECANCELED, "client closed", 0))
+                    fut.set_result((_h.HILOCK_ECLOSED, "client closed while waiting", 0))
             self._futures.clear()
         self._sync.close()
 

@@ -504,3 +504,30 @@ def test_a_forked_child_cannot_use_the_parents_runner(redis_url) -> None:
         await lk.release()
 
     run(redis_url, main)
+
+
+def test_closing_the_client_ends_waits_with_connection_error(rds, redis_url) -> None:
+    """Tasks waiting when their client closes raise ConnectionError (not a
+    cancellation they did not ask for), and nothing is left held."""
+    sync = hilock.Client(redis_url)
+    holder = sync.lock("aio:close", ttl=30, auto_renew=False)
+    assert holder.acquire(blocking=False)
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        waiters = [c.lock("aio:close", ttl=30) for _ in range(5)]
+        tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
+        while c.waiting < 5:
+            await asyncio.sleep(0.01)
+        await c.close()
+        for t in tasks:
+            with pytest.raises(hilock.ConnectionError):
+                await t
+
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory) as runner:
+            runner.run(main())
+        holder.release()
+        assert rds.exists("hilock:{aio:close}:lock") == 0
+    finally:
+        sync.close()
