@@ -58,7 +58,8 @@ typedef struct op {
   int read;            /* a read-write lock's read side */
   int queue;           /* the caller would wait (a queue family queues) */
   int begun, ended;    /* the spec's begin ran; its end (leave) ran */
-  int no_hub;          /* the client cannot wait on the hub: timer only */
+  int no_hub;          /* timer only: 1 the client cannot wait on the hub,
+                          2 the lock has no wake list (Redlock) */
   hilock__hub_ticket *t;
   char errmsg[256];    /* the failure's message, read where it happened */
   char *wkey;          /* the wake list the ticket is on */
@@ -153,7 +154,9 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
   hilock_async *a = o->a;
   hilock__err e;
   int rc = HILOCK__HUB_OFF;
-  if (!o->no_hub) {
+  if (o->spec.wkey == NULL) {
+    o->no_hub = 2; /* waits by its own delay (Redlock): the bound as is */
+  } else if (!o->no_hub) {
     const char *k = *o->spec.wkey;
     size_t len = *o->spec.wkeylen;
     /* The list may change between attempts (a multi-key lock waits on
@@ -175,7 +178,7 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
       return rc;
     }
   }
-  if (rc == HILOCK__HUB_OFF) {
+  if (rc == HILOCK__HUB_OFF && o->no_hub != 2) {
     o->no_hub = 1;
     if (bound_ms > NO_HUB_RETRY_MS) bound_ms = NO_HUB_RETRY_MS;
   }
@@ -212,9 +215,9 @@ static int acquire_over(op *o, int status) {
   if (!o->ended) {
     o->ended = 1;
     if (o->begun)
-      hilock__spec_end(&o->spec, o->queue, status);
+      status = hilock__spec_end(&o->spec, o->queue, status);
     else if (o->spec.done != NULL)
-      o->spec.done(o->spec.arg, status);
+      status = o->spec.done(o->spec.arg, status);
   }
   hilock__call_end(outer);
   return status;
@@ -371,13 +374,14 @@ static void *worker(void *arg) {
 
 int hilock_async_new(hilock_client *c, int workers, hilock_async **out) {
   hilock_async *a;
-  hilock__err *e;
+  hilock__err scratch, *e = &scratch;
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (c == NULL || workers < 0 || workers > HILOCK_ASYNC_WORKERS_MAX)
-    return HILOCK_EINVAL;
-  e = hilock__client_err(c);
-  if (hilock__client_enter(c, e) != HILOCK_OK) return HILOCK_ECLOSED;
+  if (workers < 0 || workers > HILOCK_ASYNC_WORKERS_MAX) return HILOCK_EINVAL;
+  if (c != NULL) {
+    e = hilock__client_err(c);
+    if (hilock__client_enter(c, e) != HILOCK_OK) return HILOCK_ECLOSED;
+  }
   a = calloc(1, sizeof(*a));
   if (a == NULL) goto nomem;
   a->c = c;
@@ -407,7 +411,7 @@ nomem_fd:
 nomem_free:
   free(a);
 nomem:
-  hilock__client_leave(c);
+  if (c != NULL) hilock__client_leave(c);
   return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
 }
 
@@ -464,7 +468,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
     return fail(a, HILOCK_EFORKED,
                            "this async runner belongs to the parent "
                            "process");
-  if (h->client != a->c)
+  if (h->client != NULL && h->client != a->c)
     return fail(a, HILOCK_EINVAL,
                            "the lock belongs to another client");
   if (h->fam == NULL || h->fam->acquire_spec == NULL ||
@@ -483,7 +487,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
   if (kind == OP_ACQUIRE && wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return fail(a, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
-  if (__atomic_load_n(&a->c->rt.closed, __ATOMIC_RELAXED))
+  if (__atomic_load_n(&h->rt->closed, __ATOMIC_RELAXED))
     return fail(a, HILOCK_ECLOSED,
                            "client is closed");
   o = calloc(1, sizeof(*o));
@@ -638,6 +642,6 @@ void hilock_async_free(hilock_async *a) {
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
   close(a->efd);
-  hilock__client_leave(a->c);
+  if (a->c != NULL) hilock__client_leave(a->c);
   free(a);
 }

@@ -649,9 +649,11 @@ typedef struct hilock__acquire_spec {
    * try leaves only after an error). NULL for the others. */
   int (*begin)(void *arg, int queue);
   void (*leave)(void *arg);
-  /* Called once when the acquire ends (NULL: nothing to do): a family
-   * whose arg is the context of one acquire frees it here. */
-  void (*done)(void *arg, int status);
+  /* Called once when the acquire ends (NULL: nothing to do), with its
+   * status; returns the status to report (Redlock reports a missing quorum
+   * where the wait ran out). A family whose arg is the context of one
+   * acquire frees it here. */
+  int (*done)(void *arg, int status);
 } hilock__acquire_spec;
 /* One attempt of s, as the loop makes it after a wait that ended with
  * woken (see hilock__attempt_woken). */
@@ -671,8 +673,11 @@ void hilock__spec_queue(hilock__acquire_spec *s,
                         const size_t *wkeylen);
 /* The end of an acquire of s that made its begin (queue: it would wait)
  * with status: leave the queue unless it granted (a one-shot try only
- * after an error), then done. */
-void hilock__spec_end(const hilock__acquire_spec *s, int queue, int status);
+ * after an error), then done; returns the status to report. */
+int hilock__spec_end(const hilock__acquire_spec *s, int queue, int status);
+/* Redlock's acquire as a spec, for async.c (its arg: one acquire's
+ * context, freed by done). -1 when out of memory. */
+int hilock__redlock_spec(struct hilock_redlock *rl, hilock__acquire_spec *s);
 /* A read-write lock's side as a spec, for async.c: its arg is the context
  * of one acquire, freed by done. -1 when out of memory. */
 int hilock__rwlock_spec(struct hilock_rwlock *rw, int read,

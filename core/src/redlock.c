@@ -761,6 +761,59 @@ static int pause_ms(hilock_redlock *rl, int64_t ms) {
   }
 }
 
+/* ## Acquire as a spec (async.c) ------------------------------------------ */
+
+typedef struct spec_ctx {
+  hilock_redlock *rl;
+  int64_t noquorum_since;
+  int last; /* the last round's own result */
+} spec_ctx;
+
+/* One round, with hilock_redlock_acquire's rules: a refusal, a round
+ * granted too late and a missing quorum (within the reconnect budget) are
+ * tried again after the retry delay, which goes out as the bound. */
+static int spec_attempt(void *arg, int64_t *bound) {
+  spec_ctx *x = arg;
+  hilock_redlock *rl = x->rl;
+  int rc = attempt(rl);
+  x->last = rc;
+  if (rc != HILOCK_BUSY && rc != HILOCK_ENOQUORUM && rc != HILOCK_ETIMEDOUT)
+    return rc;
+  if (rc != HILOCK_ENOQUORUM)
+    x->noquorum_since = 0;
+  else if (x->noquorum_since == 0)
+    x->noquorum_since = hilock__now_ms();
+  else if (hilock__now_ms() - x->noquorum_since >= rl->rt.opts.reconnect_ms)
+    return rc;
+  *bound = hilock__jitter(rl->retry_delay_ms > 0 ? 1 : 0, rl->retry_delay_ms) - 1;
+  if (*bound < 0) *bound = 0;
+  return HILOCK_BUSY;
+}
+
+/* The wait ran out after a round without a quorum: that is the answer. */
+static int spec_done(void *arg, int status) {
+  spec_ctx *x = arg;
+  if (status == HILOCK_BUSY && x->last == HILOCK_ENOQUORUM)
+    status = HILOCK_ENOQUORUM;
+  free(x);
+  return status;
+}
+
+int hilock__redlock_spec(hilock_redlock *rl, hilock__acquire_spec *s) {
+  spec_ctx *x = calloc(1, sizeof(*x));
+  if (x == NULL) return -1;
+  x->rl = rl;
+  memset(s, 0, sizeof(*s));
+  s->attempt = spec_attempt;
+  s->arg = x;
+  s->done = spec_done; /* no wake list: it waits by its retry delay */
+  return 0;
+}
+
+static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+  if (hilock__redlock_spec(arg, s) != 0) s->arg = NULL;
+}
+
 int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
   int64_t deadline, noquorum_since = 0;
   if (rl == NULL) return HILOCK_EINVAL;
@@ -1062,6 +1115,13 @@ static const char *fam_errmsg(const void *arg) {
   return strncmp(rl->msg, rl->h.err.msg, n) == 0 ? rl->msg : rl->h.err.msg;
 }
 
+static int release_fn(void *x) { return hilock_redlock_release(x); }
+static int extend_fn(void *x, int64_t ms, int r) {
+  return hilock_redlock_extend(x, ms, r);
+}
+static int renew_fn2(void *x) { return hilock_redlock_renew(x); }
+
 static const hilock__family family = {
     .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,
-    .errmsg = fam_errmsg};
+    .errmsg = fam_errmsg, .acquire_spec = acquire_spec,
+    .release = release_fn, .extend = extend_fn, .renew = renew_fn2};

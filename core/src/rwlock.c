@@ -431,10 +431,11 @@ static void spec_leave(void *arg) {
   if (x->a.intent) (x->read ? read_withdraw : withdraw)(&x->a);
 }
 
-static void spec_done(void *arg, int status) {
+static int spec_done(void *arg, int status) {
   spec_ctx *x = arg;
   if (status < 0 && x->a.e.code != HILOCK_OK) keep_err(x->rw, &x->a.e);
   free(x);
+  return status;
 }
 
 int hilock__rwlock_spec(hilock_rwlock *rw, int read, hilock__acquire_spec *s) {

@@ -168,10 +168,10 @@ int hilock__acquire_step(const hilock__acquire_spec *s, int woken,
   return rc;
 }
 
-void hilock__spec_end(const hilock__acquire_spec *s, int queue, int status) {
+int hilock__spec_end(const hilock__acquire_spec *s, int queue, int status) {
   if (s->leave != NULL && status != HILOCK_OK && (queue || status < 0))
     s->leave(s->arg);
-  if (s->done != NULL) s->done(s->arg, status);
+  return s->done != NULL ? s->done(s->arg, status) : status;
 }
 
 int hilock__acquire(hilock_client *c, hilock__err *e,
@@ -191,8 +191,7 @@ int hilock__acquire(hilock_client *c, hilock__err *e,
   else
     rc = hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->consume,
                                   wait_ms, s->attempt, s->arg);
-  hilock__spec_end(s, wait_ms != 0, rc);
-  return rc;
+  return hilock__spec_end(s, wait_ms != 0, rc);
 }
 
 void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),

@@ -32,13 +32,14 @@ import math
 import os
 import weakref
 from types import TracebackType
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple, Type, TypeVar
 
 from . import _hilock as _h
 from ._base import ExclusiveBase, lost_error
 from ._client import Client as _SyncClient
 from ._fair import FairLock as _SyncFairLock
 from ._multilock import MultiLock as _SyncMultiLock
+from ._redlock import Redlock as _SyncRedlock
 from ._rlock import RLock as _SyncRLock
 from ._rwlock import RWLock as _SyncRWLock
 from ._seglock import SegmentedLock as _SyncSegmentedLock
@@ -54,7 +55,7 @@ from .errors import (
     error_for,
 )
 
-__all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "RWLock", "ReadLock",
+__all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "RWLock", "ReadLock", "Redlock",
            "SegmentedLock", "Semaphore", "SequentialLock", "WriteLock"]
 
 
@@ -93,44 +94,30 @@ async def _settle(fut: asyncio.Future[Done]) -> None:
             continue
 
 
-class Client:
-    """A pool of connections to one Redis deployment, for asyncio.
+class _Runner:
+    """The C runner (hilock/async.h) of one event loop: the loop watches its
+    descriptor, and each finished operation completes its future."""
 
-    Takes the arguments of :class:`hilock.Client`. The first operation binds
-    it to the running event loop; use it from that loop only.
-    """
-
-    def __init__(self, url: Optional[str] = None, **options: Any) -> None:
-        self._sync = _SyncClient(url, **options)
+    def __init__(self, make: Callable[[], Any], what: str) -> None:
+        self._make = make      # creates the C runner (on first use)
+        self._what = what      # for messages
         self._a: Any = None
         self._pid = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._futures: Dict[int, asyncio.Future[Done]] = {}
 
-    @property
-    def url(self) -> str:
-        return self._sync.url
-
-    @property
-    def waiting(self) -> int:
-        """Operations of this client waiting for a lock now (tasks here and
-        threads of the blocking API)."""
-        return self._sync.waiting
-
-    def _runner(self) -> Any:
+    def get(self) -> Any:
         loop = asyncio.get_running_loop()
         if self._a is not None and self._pid != os.getpid():
-            raise ForkedLockError("this hilock.asyncio.Client's operations run in the parent "
-                                  "process; make a new client in the child",
-                                  _h.HILOCK_EFORKED)
+            raise ForkedLockError(f"this {self._what}'s operations run in the parent "
+                                  "process; make a new one in the child", _h.HILOCK_EFORKED)
         if self._a is None:
-            with self._sync._use() as h:
-                self._a = _h.hilock_async_new(h, 0)
+            self._a = self._make()
             self._loop = loop
             self._pid = os.getpid()
             loop.add_reader(_h.hilock_async_fd(self._a), self._drain)
         elif loop is not self._loop:
-            raise RuntimeError("this hilock.asyncio.Client is bound to another event loop")
+            raise RuntimeError(f"this {self._what} is bound to another event loop")
         return self._a
 
     def _drain(self) -> None:
@@ -143,12 +130,12 @@ class Client:
                 if fut is not None and not fut.done():
                     fut.set_result((status, message.decode(errors="replace"), value))
 
-    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
+    async def run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
         """Start an operation and wait for its status. A cancelled caller
         cancels an acquire (cancel=True) and in every case waits for the
         operation to finish before the cancellation goes on: nothing is
         left running on a lock object the caller may reuse."""
-        a = self._runner()
+        a = self.get()
         op_id = start(a, handle, *args)
         fut: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
         self._futures[op_id] = fut
@@ -168,6 +155,80 @@ class Client:
                 self._futures[op_id] = rel
                 await _settle(rel)
             raise
+
+
+    def __del__(self) -> None:
+        # A runner nobody closed (Redlock's, which lives as long as its
+        # loop): its threads stop with it.
+        a, self._a = getattr(self, "_a", None), None
+        if a is not None and self._pid == os.getpid():
+            _h.hilock_async_free(a)
+
+    async def close(self) -> None:
+        """Cancel what is in flight and stop watching the loop's descriptor."""
+        a, self._a = self._a, None
+        if a is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(_h.hilock_async_fd(a))
+        # Waits for attempts on the wire (each bounded by the command
+        # timeout) without holding the loop's thread.
+        await asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.set_result((_h.HILOCK_ECLOSED, "client closed while waiting", 0))
+        self._futures.clear()
+
+
+class _Runs(Protocol):
+    """What runs a lock's operations: a client, or Redlock's runner."""
+
+    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done: ...
+
+
+# Redlocks drive their own connections: one runner without a client per
+# event loop serves them all (two threads), and lives as long as the loop.
+_redlock_runners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Runner] = (
+    weakref.WeakKeyDictionary())
+
+
+class _RedlockRuns:
+    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
+        loop = asyncio.get_running_loop()
+        runner = _redlock_runners.get(loop)
+        if runner is None:
+            runner = _Runner(lambda: _h.hilock_async_new(None, 0), "hilock.asyncio.Redlock")
+            _redlock_runners[loop] = runner
+        return await runner.run(start, handle, *args, cancel=cancel)
+
+
+class Client:
+    """A pool of connections to one Redis deployment, for asyncio.
+
+    Takes the arguments of :class:`hilock.Client`. The first operation binds
+    it to the running event loop; use it from that loop only.
+    """
+
+    def __init__(self, url: Optional[str] = None, **options: Any) -> None:
+        self._sync = _SyncClient(url, **options)
+        self._runner = _Runner(self._new_runner, "hilock.asyncio.Client")
+
+    def _new_runner(self) -> Any:
+        with self._sync._use() as h:
+            return _h.hilock_async_new(h, 0)
+
+    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
+        return await self._runner.run(start, handle, *args, cancel=cancel)
+
+    @property
+    def url(self) -> str:
+        return self._sync.url
+
+    @property
+    def waiting(self) -> int:
+        """Operations of this client waiting for a lock now (tasks here and
+        threads of the blocking API)."""
+        return self._sync.waiting
 
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None) -> Lock:
@@ -241,17 +302,7 @@ class Client:
     async def close(self) -> None:
         """Cancel what is in flight, stop watching the loop's descriptor and
         close the pool (as :meth:`hilock.Client.close`)."""
-        a, self._a = self._a, None
-        if a is not None:
-            if self._loop is not None and not self._loop.is_closed():
-                self._loop.remove_reader(_h.hilock_async_fd(a))
-            # Waits for attempts on the wire (each bounded by the command
-            # timeout) without holding the loop's thread.
-            await asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
-            for fut in self._futures.values():
-                if not fut.done():
-                    fut.set_result((_h.HILOCK_ECLOSED, "client closed while waiting", 0))
-            self._futures.clear()
+        await self._runner.close()
         self._sync.close()
 
     async def __aenter__(self) -> Client:
@@ -290,7 +341,7 @@ class _Hold:
 
     _sync: Any
 
-    def __init__(self, client: Client, sync: Any) -> None:
+    def __init__(self, client: _Runs, sync: Any) -> None:
         self._client = client
         self._sync = sync
 
@@ -382,7 +433,7 @@ class Lock(_Hold):
 
     _sync: ExclusiveBase
 
-    def __init__(self, client: Client, sync: ExclusiveBase) -> None:
+    def __init__(self, client: _Runs, sync: ExclusiveBase) -> None:
         super().__init__(client, sync)
         self._local = asyncio.Lock()
 
@@ -624,3 +675,17 @@ class RWLock:
     @property
     def name(self) -> Name:
         return self._sync.name
+
+
+class Redlock(Lock):
+    """Redlock for asyncio (see :class:`hilock.Redlock`): a lock held on a
+    majority of N independent masters. Takes the arguments of
+    :class:`hilock.Redlock`; a waiting acquire tries again after the retry
+    delay, as the blocking one does, on a runner its event loop's Redlocks
+    share."""
+
+    _sync: _SyncRedlock
+
+    def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
+                 timeout: Optional[float] = None, **options: Any) -> None:
+        super().__init__(_RedlockRuns(), _SyncRedlock(urls, name, ttl, timeout, **options))

@@ -593,7 +593,14 @@ static void misuse_is_refused(void **state) {
   hilock_async_done d;
   uint64_t id = 7;
 
-  assert_int_equal(hilock_async_new(NULL, 0, &a), HILOCK_EINVAL);
+  /* A runner without a client serves Redlock only: a client's lock is
+   * refused there. */
+  assert_hl_ok(hilock_async_new(NULL, 0, &a), "");
+  assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL),
+                   HILOCK_EINVAL);
+  assert_non_null(strstr(hilock_async_errmsg(a), "another client"));
+  hilock_async_free(a);
+  a = NULL;
   assert_int_equal(hilock_async_new(f->client, 0, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_async_new(f->client, -1, &a), HILOCK_EINVAL);
   assert_int_equal(hilock_async_new(f->client, HILOCK_ASYNC_WORKERS_MAX + 1, &a),

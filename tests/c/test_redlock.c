@@ -11,6 +11,8 @@
 
 #include "test_util.h"
 
+#include <poll.h>
+
 #define N 5
 #define BASE_EXTRA 2 /* --enable-debug-command yes */
 #define NAME "rl"
@@ -695,6 +697,74 @@ static void test_max_hold_stops_renewing(void **state) {
   hilock_hold_free(HILOCK_HOLD(a));
 }
 
+/* ## Event loops (hilock/async.h) --------------------------------------- */
+
+/* The next finished operation of a (polling its fd). */
+static hilock_async_done async_next(hilock_async *a) {
+  hilock_async_done d;
+  for (int64_t end = hl_now_ms() + 20000; hl_now_ms() < end;) {
+    struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
+    if (hilock_async_take(a, &d, 1) == 1) return d;
+    (void)poll(&p, 1, 100);
+  }
+  fail_msg("no operation finished in 20 s");
+  return d;
+}
+
+/* A runner without a client serves Redlock: a grant on a majority; a
+ * second handle waits by the retry delay and gets it when the first is
+ * released; a cancelled wait leaves no key on any node; with a majority of
+ * nodes down the wait ends with HILOCK_ENOQUORUM, as the blocking call's
+ * does. */
+static void test_async_runner_serves_redlock(void **state) {
+  hilock_redlock *a1 = make(10000), *a2 = make(10000);
+  hilock_async *a = NULL;
+  hilock_async_done d;
+  uint64_t id;
+  (void)state;
+
+  assert_hl_ok(hilock_async_new(NULL, 0, &a), "runner");
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(a1), 0, 0, NULL, NULL),
+               hilock_async_errmsg(a));
+  d = async_next(a);
+  assert_hl_ok(d.status, d.errmsg);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(a1)) > 0);
+  /* The second waits; the release lets it in. */
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(a2), 0, 10000, NULL, &id),
+               "");
+  hl_sleep_ms(300);
+  assert_int_equal(hilock_async_pending(a), 1);
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(a1), 0, NULL, NULL), "");
+  for (int i = 0; i < 2; i++) {
+    d = async_next(a);
+    assert_hl_ok(d.status, d.errmsg);
+  }
+  assert_true(hilock_hold_held(HILOCK_HOLD(a2)));
+  /* a1 waits for a2 and is cancelled: nothing of it on any node. */
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(a1), 0, HILOCK_WAIT_FOREVER,
+                                    NULL, &id),
+               "");
+  hl_sleep_ms(200);
+  assert_hl_ok(hilock_async_cancel(a, id), "");
+  assert_int_equal(async_next(a).status, HILOCK_ECANCELED);
+  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(a2), 0, NULL, NULL), "");
+  assert_hl_ok(async_next(a).status, "release");
+  for (int i = 0; i < N; i++) {
+    char *v = node_get(i, KEY);
+    assert_null(v);
+  }
+  /* A majority down: no quorum, reported as such when the wait ends. */
+  for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
+  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(a1), 0, 500, NULL, NULL),
+               "");
+  d = async_next(a);
+  assert_int_equal(d.status, HILOCK_ENOQUORUM);
+  assert_true(d.errmsg[0] != '\0');
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(a1));
+  hilock_hold_free(HILOCK_HOLD(a2));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_invalid_arguments, setup),
@@ -729,6 +799,7 @@ int main(void) {
           test_extend_without_a_majority_keeps_the_old_validity, setup),
       cmocka_unit_test_setup(test_watchdog_renews_through_a_majority, setup),
       cmocka_unit_test_setup(test_max_hold_stops_renewing, setup),
+      cmocka_unit_test_setup(test_async_runner_serves_redlock, setup),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -531,3 +531,38 @@ def test_closing_the_client_ends_waits_with_connection_error(rds, redis_url) -> 
         assert rds.exists("hilock:{aio:close}:lock") == 0
     finally:
         sync.close()
+
+
+def test_redlock_under_async_with(redis_nodes) -> None:
+    """Tasks take turns on a Redlock (a majority of five nodes); a waiter
+    retries after the retry delay and gets it on the release; a cancelled
+    waiter leaves nothing on any node."""
+    urls = [s.url for s in redis_nodes]
+    spans: List[Interval] = []
+
+    async def main() -> None:
+        async def one(i: int) -> None:
+            async with hla.Redlock(urls, "aio:red", ttl=10, timeout=20, retry_delay=0.02) as rl:
+                start = time.monotonic()
+                await asyncio.sleep(0.01)
+                spans.append(Interval(i, start, time.monotonic(), rl.fence))
+
+        await asyncio.gather(*(one(i) for i in range(6)))
+        holder = hla.Redlock(urls, "aio:red", ttl=10)
+        waiter = hla.Redlock(urls, "aio:red", ttl=10, retry_delay=0.02)
+        assert await holder.acquire()
+        t = asyncio.ensure_future(waiter.acquire(timeout=20))
+        await asyncio.sleep(0.1)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        await holder.release()
+        import redis
+        for s in redis_nodes:
+            assert redis.Redis.from_url(s.url).exists("hilock:{aio:red}:redlock") == 0
+
+    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        runner.run(main())
+    assert len(spans) == 6
+    check_no_overlap(spans)
+    check_fences_increase(spans)

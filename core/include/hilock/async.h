@@ -31,7 +31,8 @@
  * read-write locks (owned by an owner number the caller gives, such as a
  * task's), the semaphore, the multi-key, segmented, fair and sequential
  * locks (an acquire of the last two that ends without a grant leaves the
- * queue); Redlock answers HILOCK_ENOTSUP for now.
+ * queue), and Redlock (on any runner, its own client's or one without a
+ * client).
  *
  * Cancel: hilock_async_cancel ends an acquire with HILOCK_ECANCELED. A
  * waiting acquire leaves its wait at once; one whose attempt is on the
@@ -77,8 +78,10 @@ typedef struct hilock_async_done {
 #define HILOCK_ASYNC_WORKERS_MAX 8
 
 /* CONSTRUCTOR: operations on client's locks, with workers threads for the
- * round trips (0: the default). Returns HILOCK_OK, HILOCK_EINVAL,
- * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+ * round trips (0: the default). client NULL: a runner for Redlock handles
+ * only (a Redlock drives its own connections; it waits between rounds by
+ * its retry delay, not on a client's shared waiting). Returns HILOCK_OK,
+ * HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED. */
 HILOCK_API int hilock_async_new(hilock_client *client, int workers,
                                 hilock_async **out);
 
