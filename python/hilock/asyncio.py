@@ -20,9 +20,12 @@ Same keys and exceptions as the thread API: a task here and a thread of
 raced the cancellation is released; a cancelled ``release()`` still
 finishes.
 
-Served so far: :meth:`Client.lock`, :meth:`Client.simple_lock`,
-:meth:`Client.lease`, :meth:`Client.fair_lock`, :meth:`Client.sequential_lock`,
-:meth:`Client.multi_lock` and :meth:`Client.segmented_lock`.
+Every lock type of the blocking API: :meth:`Client.lock`,
+:meth:`Client.simple_lock`, :meth:`Client.lease`, :meth:`Client.rlock` and
+:meth:`Client.rwlock` (owned by the current task), :meth:`Client.semaphore`
+(permits belong to tasks), :meth:`Client.fair_lock`,
+:meth:`Client.sequential_lock`, :meth:`Client.multi_lock`,
+:meth:`Client.segmented_lock`, and :class:`Redlock`.
 """
 from __future__ import annotations
 
