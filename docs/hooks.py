@@ -57,9 +57,9 @@ def _add(files: Files, config: Any, uri: str, content: Any) -> None:
     files.append(File.generated(config, uri, content=content))
 
 
-def python_reference() -> str:
+def python_reference(*args: str) -> str:
     script = DOCS / "gen_py_api.py"
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
                           env=dict(os.environ), cwd=str(ROOT))
     if proc.returncode != 0:
         raise PluginError("the Python API reference needs the built hilock module: "
@@ -77,6 +77,7 @@ def on_files(files: Files, config: Any) -> Files:
         log.info("%s.h: a comment above no declaration is left out: %.60s...", header, text)
 
     _add(files, config, "api/python.md", python_reference())
+    _add(files, config, "api/python-asyncio.md", python_reference("--asyncio"))
 
     plot = _module(ROOT / "tests" / "bench" / "plot.py")
     try:
