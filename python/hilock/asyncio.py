@@ -108,6 +108,7 @@ class _Runner:
         self._pid = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._futures: Dict[int, asyncio.Future[Done]] = {}
+        self._late: Dict[int, Done] = {}
 
     def get(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -130,8 +131,13 @@ class _Runner:
                 return
             for op_id, status, message, value in done:
                 fut = self._futures.pop(op_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result((status, message.decode(errors="replace"), value))
+                result = (status, message.decode(errors="replace"), value)
+                if fut is not None and fut.cancelled():
+                    # Its task was cancelled and has not run yet: run()
+                    # takes the result from here.
+                    self._late[op_id] = result
+                elif fut is not None and not fut.done():
+                    fut.set_result(result)
 
     async def run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
         """Start an operation and wait for its status. A cancelled caller
@@ -143,8 +149,18 @@ class _Runner:
         fut: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
         self._futures[op_id] = fut
         try:
-            return await asyncio.shield(fut)
+            return await fut
         except asyncio.CancelledError:
+            if fut.cancelled():
+                # The cancellation cancelled fut too: wait on a new one (or
+                # take the result that came meanwhile, see _drain). A fut
+                # that had its result before the cancellation keeps it.
+                fut = asyncio.get_running_loop().create_future()
+                late = self._late.pop(op_id, None)
+                if late is not None:
+                    fut.set_result(late)
+                else:
+                    self._futures[op_id] = fut
             if cancel:
                 try:
                     _h.hilock_async_cancel(a, op_id)

@@ -193,18 +193,27 @@ def test_wait_for_timeout_and_cancel_racing_a_grant(rds, redis_url) -> None:
             await asyncio.wait_for(w.acquire(), 0.2)
         assert not await w.acquire(timeout=0.1)
         await holder.release()
-        # Cancel right after starting, on a free lock: either the grant
-        # came first (held) or it was cancelled and given back.
-        for _ in range(30):
+        # Cancel at moments around the grant, on a free lock (before the
+        # attempt, while it is on the wire, after its result came but
+        # before the task resumed): either the grant came first (held) or
+        # the acquire ends cancelled and nothing is held. Never a hang.
+        outcomes = set()
+        for delay in [0.0, 0.0002, 0.0005, 0.001, 0.002, 0.004] * 8:
             t = asyncio.ensure_future(w.acquire())
-            await asyncio.sleep(0)
+            if delay:
+                await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)
             t.cancel()
             try:
-                assert await t
+                assert await asyncio.wait_for(asyncio.shield(t), 10)
+                outcomes.add("granted")
                 assert rds.get("hilock:{aio:wf}:lock").decode() == w.token
                 await w.release()
             except asyncio.CancelledError:
+                outcomes.add("cancelled")
                 assert rds.exists("hilock:{aio:wf}:lock") == 0
+        assert "cancelled" in outcomes
 
     run(redis_url, main)
 
