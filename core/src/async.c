@@ -76,6 +76,8 @@ struct hilock_async {
   pthread_cond_t cv; /* work for the workers (run queue, timers, stop) */
   int efd;
   int stop;
+  int reader;  /* a worker reads the client's shared waiting socket */
+  int wanting; /* the runner told the hub its workers read (hub_want) */
   int nthreads;
   pthread_t threads[HILOCK_ASYNC_WORKERS_MAX];
   op *run, *run_tail;
@@ -97,10 +99,17 @@ static void enqueue(op **head, op **tail, op *o) {
   *tail = o;
 }
 
+/* Work for the workers (a.mu held): wake the ones asleep, and end the
+ * turn of the one reading the shared waiting socket. */
+static void wake(hilock_async *a) {
+  pthread_cond_broadcast(&a->cv);
+  if (a->reader) hilock__hub_kick(a->c);
+}
+
 static void run_push(hilock_async *a, op *o) {
   o->state = ST_RUN;
   enqueue(&a->run, &a->run_tail, o);
-  pthread_cond_broadcast(&a->cv);
+  wake(a);
 }
 
 static op *run_pop(hilock_async *a) {
@@ -187,7 +196,7 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
   o->state = ST_WAIT;
   /* Rung while joining, or cancelled meanwhile: go on at once. */
   if (o->notified || o->cancelled) run_push(a, o);
-  pthread_cond_broadcast(&a->cv); /* a new timer */
+  wake(a); /* a new timer */
   pthread_mutex_unlock(&a->mu);
   return 0;
 }
@@ -354,8 +363,10 @@ static void *worker(void *arg) {
     {
       /* Sleep until there is work or the nearest timer is due. */
       int64_t now = hilock__now_ms(), next = now + 1000;
+      int on_hub = 0;
       for (op *w = a->all; w != NULL; w = w->all_next)
         if (w->state == ST_WAIT) {
+          on_hub += w->t != NULL;
           if (w->wake_ms <= now) {
             run_push(a, w);
           } else if (w->wake_ms < next) {
@@ -363,6 +374,31 @@ static void *worker(void *arg) {
           }
         }
       if (a->run != NULL) continue;
+      if (on_hub > 0 && !a->reader) {
+        /* Sleep at the shared waiting socket itself, as a waiting thread
+         * does: the release that rings one of ours wakes this thread,
+         * which runs the attempt at once (no hand-over between threads).
+         * The hub's locks are never taken while holding a->mu. */
+        int want = !a->wanting, took;
+        a->wanting = 1;
+        a->reader = 1;
+        pthread_mutex_unlock(&a->mu);
+        if (want) hilock__hub_want(a->c, 1);
+        took = hilock__hub_turn(a->c, next - now < 100 ? next - now : 100);
+        pthread_mutex_lock(&a->mu);
+        a->reader = 0;
+        /* Another reads (a waiting thread, or the hub's thread before it
+         * stands by): look again shortly. */
+        if (!took) hilock__cond_wait_ms(&a->cv, &a->mu, 5);
+        continue;
+      }
+      if (on_hub == 0 && a->wanting) {
+        a->wanting = 0;
+        pthread_mutex_unlock(&a->mu);
+        hilock__hub_want(a->c, 0);
+        pthread_mutex_lock(&a->mu);
+        continue;
+      }
       hilock__cond_wait_ms(&a->cv, &a->mu, next - now);
     }
   }
@@ -634,9 +670,10 @@ void hilock_async_free(hilock_async *a) {
   }
   while (a->all != NULL) hilock__cond_wait_ms(&a->cv, &a->mu, 10);
   a->stop = 1;
-  pthread_cond_broadcast(&a->cv);
+  wake(a);
   pthread_mutex_unlock(&a->mu);
   for (int i = 0; i < a->nthreads; i++) pthread_join(a->threads[i], NULL);
+  if (a->wanting) hilock__hub_want(a->c, 0);
   while (hilock_async_take(a, d, 32) > 0) {
   }
   pthread_cond_destroy(&a->cv);

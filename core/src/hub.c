@@ -292,9 +292,10 @@ static void *hub_main(void *arg) {
       if (h->connected) ring_all(h); /* a reconnect */
       h->connected = 1;
     }
-    if (h->reading || h->sleepers > 0) {
-      /* A waiter reads, or one asleep will: stand by. */
-      if (!h->reading) hand_over(h);
+    if (h->reading || h->sleepers > 0 || h->async_readers > 0) {
+      /* A waiter reads, or one asleep (or an async worker) will: stand
+       * by. */
+      if (!h->reading && h->sleepers > 0) hand_over(h);
       hilock__cond_wait_ms(&h->idle, &h->mu, 1000);
       continue;
     }
@@ -382,6 +383,7 @@ void hilock__hub_forget(hilock__hub *h) {
   h->stop = 0;
   h->reading = 0;
   h->sleepers = 0;
+  h->async_readers = 0;
   h->lingering = 0;
   __atomic_store_n(&h->settle, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&h->due, 0, __ATOMIC_RELAXED);
@@ -663,6 +665,38 @@ int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
                     size_t keylen) {
   return pop(c, e, key, keylen);
 }
+
+void hilock__hub_want(hilock_client *c, int want) {
+  hilock__hub *h = &c->hub;
+  pthread_mutex_lock(&h->mu);
+  h->async_readers += want ? 1 : -1;
+  if (h->async_readers == 0)
+    pthread_cond_broadcast(&h->idle); /* the thread reads again */
+  else if (h->reading == 1)
+    kick(h); /* the thread's turn ends; it stands by */
+  pthread_mutex_unlock(&h->mu);
+}
+
+int hilock__hub_turn(hilock_client *c, int64_t ms) {
+  hilock__hub *h = &c->hub;
+  int took = 0;
+  pthread_mutex_lock(&h->mu);
+  if (h->running && !h->reading && h->net != NULL && !h->stop &&
+      !h->disabled && h->pid == hilock__pid()) {
+    h->reading = 2;
+    turn(h, ms);
+    h->reading = 0;
+    took = 1;
+    if (h->net == NULL || h->disabled || h->stop)
+      pthread_cond_broadcast(&h->idle); /* the thread reconnects, or ends */
+    else if (h->sleepers > 0)
+      hand_over(h);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return took;
+}
+
+void hilock__hub_kick(hilock_client *c) { kick(&c->hub); }
 
 void hilock__hub_quit(hilock_client *c, hilock__hub_ticket *t, int woken) {
   hilock__hub *h = &c->hub;

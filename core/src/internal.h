@@ -261,6 +261,7 @@ typedef struct hilock__hub {
   int efd;      /* eventfd that wakes whoever reads the socket */
   int reading;  /* who reads the socket now: 0 none, 1 the thread, 2 a waiter */
   int sleepers; /* waiters asleep, ready to take a turn at the socket */
+  int async_readers; /* async runners' idle workers that read it instead */
   int lingering; /* channels nobody waits on, still subscribed */
   int settle;    /* a channel to give up after the attempt */
   int due;       /* a channel is due to go (hilock__hub_flush sends it) */
@@ -593,6 +594,15 @@ int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int consume,
                       int *woken);
 int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
                     size_t keylen);
+/* An async runner's idle worker reads the socket itself, as a waiting
+ * thread does, so a release that rings one of its waiters wakes the thread
+ * that runs the attempt. hilock__hub_want(c, 1) before the turns (the
+ * hub's thread then stands by), 0 after; hilock__hub_turn reads for up to
+ * ms: 1 if it did, 0 if another reads (or the hub is down); kick ends a
+ * turn early (new work for the worker). */
+void hilock__hub_want(hilock_client *c, int want);
+int hilock__hub_turn(hilock_client *c, int64_t ms);
+void hilock__hub_kick(hilock_client *c);
 void hilock__hub_quit(hilock_client *c, hilock__hub_ticket *t, int woken);
 /* After an acquire whose last wait was woken: the wake list's channel, if
  * nobody waits on it, is due to go at the next turn at the socket (no I/O

@@ -16,7 +16,8 @@
 
 This is a benchmark, not a test: nothing here asserts on timing.
 
-    python3 tests/bench/async_bench.py [--tasks 2000] [--rounds 5] [--json out.json]
+    python3 tests/bench/async_bench.py [--tasks 2000] [--rounds 5] [--samples 100]
+        [--only crowd,stall,cycle,handoff] [--json out.json]
 """
 from __future__ import annotations
 
@@ -202,6 +203,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--only", metavar="PARTS", default="crowd,stall,cycle,handoff",
+                    help="comma-separated parts to run (default: all four)")
     args = ap.parse_args()
     import redis
     RedisServer = load_redis_server()
@@ -210,14 +213,15 @@ def main() -> int:
         rds = redis.Redis.from_url(srv.url)
         version = rds.info("server")["redis_version"]
         result: Dict[str, Any] = {"machine": machine(version)}
-        result["crowd"] = crowd(srv.url, rds, args.tasks)
-        print("crowd:", result["crowd"])
-        result["stall"] = stall(srv.url)
-        print("stall:", result["stall"])
-        result["cycle"] = cycle(srv.url, args.rounds)
-        print("cycle:", result["cycle"])
-        result["handoff"] = handoff(srv.url, args.samples)
-        print("handoff:", result["handoff"])
+        parts = {
+            "crowd": lambda: crowd(srv.url, rds, args.tasks),
+            "stall": lambda: stall(srv.url),
+            "cycle": lambda: cycle(srv.url, args.rounds),
+            "handoff": lambda: handoff(srv.url, args.samples),
+        }
+        for name in args.only.split(","):
+            result[name] = parts[name]()
+            print(f"{name}:", result[name])
     if args.json:
         write_json(args.json, result)
     return 0

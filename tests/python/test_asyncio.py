@@ -575,3 +575,45 @@ def test_redlock_under_async_with(redis_nodes) -> None:
     assert len(spans) == 6
     check_no_overlap(spans)
     check_fences_increase(spans)
+
+
+def test_tasks_and_threads_of_one_client_share_the_waiting(rds, redis_url) -> None:
+    """Waiting threads and waiting tasks of one client take turns reading
+    the shared waiting connection: every one of them is woken in turn,
+    none waits out its timeout."""
+    spans: List[Interval] = []
+
+    async def main(c: hla.Client) -> None:
+        holder = c.lock("aio:mix", ttl=30, auto_renew=False)
+        assert await holder.acquire()
+
+        def thread_waiter(i: int) -> None:
+            lk = c._sync.lock("aio:mix", ttl=30, auto_renew=False)
+            assert lk.acquire(timeout=20)
+            start = time.monotonic()
+            time.sleep(0.005)
+            spans.append(Interval(i, start, time.monotonic(), lk.fence))
+            lk.release()
+
+        async def task_waiter(i: int) -> None:
+            lk = c.lock("aio:mix", ttl=30, auto_renew=False)
+            assert await lk.acquire(timeout=20)
+            start = time.monotonic()
+            await asyncio.sleep(0.005)
+            spans.append(Interval(100 + i, start, time.monotonic(), lk.fence))
+            await lk.release()
+
+        loop = asyncio.get_running_loop()
+        threads = [loop.run_in_executor(None, thread_waiter, i) for i in range(3)]
+        tasks = [asyncio.ensure_future(task_waiter(i)) for i in range(3)]
+        while c.waiting < 6:
+            await asyncio.sleep(0.01)
+        t0 = time.monotonic()
+        await holder.release()
+        await asyncio.gather(*threads, *tasks)
+        # Woken by releases, not by the 30 s TTL or the 20 s timeouts.
+        assert time.monotonic() - t0 < 10
+
+    run(redis_url, main)
+    assert len(spans) == 6
+    check_no_overlap(spans)
