@@ -264,7 +264,7 @@ static int step_acquire(op *o) {
       if (rc < 0) {
         unwait(o, 0);
         *hilock__hold_err(o->h) = e;
-        return rc;
+        return acquire_over(o, rc); /* leaves a queue, frees a context */
       }
       if (rc > 0) {
         woken = 1;

@@ -394,8 +394,8 @@ void hilock__hub_forget(hilock__hub *h) {
 }
 
 /* Pop one wake-up: 1 if there was one, 0 if not, < 0 on error. */
-static int pop(hilock_client *c, hilock__err *e, const char *key,
-               size_t keylen) {
+int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
+                    size_t keylen) {
   const char *argv[2] = {"LPOP", key};
   size_t lens[2] = {4, keylen};
   redisReply *r = NULL;
@@ -555,7 +555,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
       int got;
       w.rings = 0;
       pthread_mutex_unlock(&h->mu);
-      got = pop(c, e, key, keylen);
+      got = hilock__hub_pop(c, e, key, keylen);
       pthread_mutex_lock(&h->mu);
       if (got < 0) {
         rc = got;
@@ -659,11 +659,6 @@ int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int consume,
   }
   pthread_mutex_unlock(&h->mu);
   return rc;
-}
-
-int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
-                    size_t keylen) {
-  return pop(c, e, key, keylen);
 }
 
 void hilock__hub_want(hilock_client *c, int want) {
