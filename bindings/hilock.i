@@ -10,8 +10,9 @@
  *                expected (the C API's HILOCK_HOLD).
  *   out values   int and int64_t out-parameters are the result (a tuple
  *                when a call has several); a (const char *, size_t *len)
- *                result is bytes.
- *   names        (const char *name, size_t namelen) takes bytes.
+ *                result is bytes, a (char **value, size_t *len) one bytes
+ *                or None.
+ *   names        (name, namelen), (key, keylen) and (value, len) take bytes.
  *
  * The few helpers (here and in py_helpers.h) build option structs, read
  * Python sequences or route loss reports to Python;
@@ -106,7 +107,27 @@ HILOCK_OUT(uint64_t, PyLong_FromUnsignedLongLong)
   $result = PyBytes_FromStringAndSize(result, (Py_ssize_t)*$1);
 }
 
-%apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen) };
+%apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen),
+                                       (const char *key, size_t keylen),
+                                       (const char *value, size_t len) };
+
+/* A value that may be absent (the fenced store): bytes or None. */
+%typemap(in, numinputs=0) (char **value, size_t *len) (char *v = NULL, size_t n = 0) {
+  $1 = &v;
+  $2 = &n;
+}
+%typemap(argout) (char **value, size_t *len) {
+  Py_DECREF($result);
+  if (*$1 != NULL) {
+    $result = PyBytes_FromStringAndSize(*$1, (Py_ssize_t)*$2);
+  } else {
+    Py_INCREF(Py_None);
+    $result = Py_None;
+  }
+}
+%typemap(freearg) (char **value, size_t *len) { hilock_store_value_free(*$1); }
+%apply int64_t *OUT { int64_t *result };
+%apply uint64_t *OUT { uint64_t *fence };
 
 /* size_t sentinels, which SWIG's preprocessor cannot evaluate. */
 %constant size_t HILOCK_SEGMENT_ALL = HILOCK_SEGMENT_ALL;
@@ -203,6 +224,16 @@ static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
   return NULL;
 }
 
+/* A fenced store (linger_ms 0 and max_value 0: the defaults). */
+static hilock_store *py_store_new(hilock_client *c, int64_t linger_ms,
+                                  size_t max_value) {
+  hilock_store_options o = {linger_ms, max_value};
+  hilock_store *s = NULL;
+  int rc = hilock_store_new(c, &o, &s);
+  if (rc != HILOCK_OK) py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
+  return s;
+}
+
 /* names: a sequence of bytes (the GIL is held: this reads Python
  * objects; nothing is sent to Redis). */
 static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
@@ -254,6 +285,9 @@ static PyObject *py_async_take(hilock_async *a) {
 %ignore hilock__waiting_all;
 %ignore hilock_async_take;
 %ignore hilock_async_done;
+%ignore hilock_store_options;
+%ignore hilock_store_new;
+%ignore hilock_store_value_free;
 
 #define HILOCK_API
 %include "hilock/errors.h"
@@ -270,3 +304,4 @@ static PyObject *py_async_take(hilock_async *a) {
 %include "hilock/redlock.h"
 %include "hilock/segmented_lock.h"
 %include "hilock/async.h"
+%include "hilock/store.h"

@@ -24,6 +24,7 @@ from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
+from ._store import BoundStore, FencedStore
 from ._util import Name
 from .errors import (
     AuthenticationError,
@@ -43,6 +44,7 @@ from .errors import (
     NotEnoughReplicas,
     RedisError,
     SoldOut,
+    StaleFence,
     TLSError,
     UnsupportedError,
     WrongTypeError,
@@ -66,6 +68,7 @@ __all__ = [
     "NoPermissionError", "UnsupportedError", "__version__",
     "ClusterError",
     "NotEnoughReplicas",
+    "FencedStore", "BoundStore", "StaleFence",
 ]
 
 

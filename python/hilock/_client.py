@@ -19,6 +19,7 @@ from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
+from ._store import LINGER_DEFAULT, FencedStore
 from ._util import Name, PathLike, seconds_to_ms, tls_args
 from .errors import ConnectionError, InvalidArgument
 
@@ -87,6 +88,7 @@ class Client:
         self._calls = 0  # calls on the C client in flight (see _use)
         self._closing: Any = None  # the C handle close() left to the last call
         self._close_lock = threading.Lock()
+        self._default_store: Optional[FencedStore] = None
         url = default_url() if url is None else url
         if not isinstance(url, str) or "\0" in url:
             raise InvalidArgument("url must be a str without NUL characters")
@@ -190,6 +192,22 @@ class Client:
         """One round trip (PING)."""
         with self._use() as h:
             _h.hilock_client_ping(h)
+
+    def fenced_store(self, *, linger: Optional[float] = LINGER_DEFAULT,
+                     max_value: Optional[int] = None) -> FencedStore:
+        """A :class:`hilock.FencedStore` on this client's server. Without
+        arguments, one store per client (the one ``lk.store()`` uses)."""
+        if linger == LINGER_DEFAULT and max_value is None:
+            with self._close_lock:
+                store = self._default_store
+            if store is None:
+                store = FencedStore(self)
+                with self._close_lock:
+                    if self._default_store is None:
+                        self._default_store = store
+                    store = self._default_store
+            return store
+        return FencedStore(self, linger=linger, max_value=max_value)
 
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,
