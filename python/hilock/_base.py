@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, T
 from . import _hilock as _h
 from . import _notify
 from ._util import Name, name_bytes, seconds_to_ms, wait_seconds
-from .errors import InvalidArgument, LockError, LockLost, LockNotOwnedError, LockTimeout
+from .errors import (
+    InvalidArgument,
+    LockError,
+    LockLost,
+    LockNotOwnedError,
+    LockTimeout,
+    UnsupportedError,
+)
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -219,16 +226,19 @@ class LockBase:
         with this grant's fence bound: ``lk.store().incrby("stock", -1)``.
         A multi-key lock names whose fence (``name``). Raises
         LockNotOwnedError when nothing is held."""
-        held = self._h is not None and type(self)._c_validity(self._h) > 0
-        fence: Any = self.fence if held else None
+        if self._h is None or type(self)._c_validity(self._h) <= 0:
+            raise LockNotOwnedError(f"{self._name!r} is not held by this object: "
+                                    "no fence to bind", _h.HILOCK_ENOTOWNED)
+        fence: Any = self.fence
         if isinstance(fence, dict):
             if name is None:
                 raise InvalidArgument("a multi-key lock has one fence per name: "
                                       "pass name=")
             fence = fence.get(name)
         if not fence:
-            raise LockNotOwnedError(f"{self._name!r} is not held by this object: "
-                                    "no fence to bind", _h.HILOCK_ENOTOWNED)
+            raise UnsupportedError(f"a {self._kind_name} hold has no fence (shared holders "
+                                   "have no order): guard fenced data with an exclusive "
+                                   "lock", _h.HILOCK_ENOTSUP)
         if store is None:
             client = getattr(self, "_client", None)
             if client is None:

@@ -87,6 +87,10 @@ def test_lock_store_binds_the_grant_fence(client: hilock.Client, rds: redis.Redi
         with pytest.raises(hilock.InvalidArgument):
             ml.store()
         assert ml.store(name="b").incrby("stock:b") == 1
+    with client.rwlock("rw").read() as rd, pytest.raises(hilock.UnsupportedError):
+        rd.store()  # shared holders have no fence
+    with client.semaphore("sem", 2) as sem, pytest.raises(hilock.UnsupportedError):
+        sem.store()
     other = hilock.FencedStore(client.url)
     try:
         with client.lock("inv") as lk:
@@ -364,3 +368,18 @@ def test_records_survive_a_restart_with_aof() -> None:
         srv.cleanup()
 
 
+
+
+def test_inventory_demo_pause_mode(redis_url: str) -> None:
+    """The demo's --pause rows: the lock alone oversells, the fenced store
+    sells exactly the stock."""
+    demo = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python")
+    env = dict(os.environ, HILOCK_URL=redis_url)
+    out = subprocess.run([sys.executable, "inventory_demo.py", "--pause", "--stock", "40",
+                          "--workers", "4"], cwd=demo, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]]
+            for line in out.stdout.splitlines() if line.startswith("| ") and "guard" not in line}
+    assert rows["fenced store"][:3] == ["40", "0", "0"]
+    assert int(rows["lock (paused)"][1]) > 0, out.stdout
