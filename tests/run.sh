@@ -30,10 +30,10 @@ tsan="-fsanitize=thread -g -O1"
 cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="$tsan" \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DHILOCK_BUILD_TESTS=ON \
   -DHILOCK_BUILD_PYTHON=OFF -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF >/dev/null
-cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait test_hold test_async
+cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait test_hold test_async test_store
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" HILOCK_MISUSE_ROUNDS=3 \
   ctest --test-dir build/tsan --output-on-failure -j"$jobs" \
-  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_hold|test_async)$'
+  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_hold|test_async|test_store)$'
 
 echo "== install: find_package(hilock) and hilock.pc"
 rm -rf build/stage build/consumer
@@ -79,7 +79,7 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
   ../tests/python/test_rwlock.py ../tests/python/test_fair.py ../tests/python/test_semaphore.py \
   ../tests/python/test_misuse.py ../tests/python/test_tls.py \
   ../tests/python/test_shared_waiting.py ../tests/python/test_wait.py \
-  ../tests/python/test_asyncio.py)
+  ../tests/python/test_asyncio.py ../tests/python/test_store.py)
 if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
   cat build/pyasan/logs/asan*
   exit 1
