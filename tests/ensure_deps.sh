@@ -44,7 +44,7 @@ hilock_ensure_venv() {
   # mypy and ruff: the typing and lint checks; mkdocs and matplotlib: the
   # documentation site (tests/build_docs.sh).
   # uvloop: the asyncio tests run on its event loop too.
-  local need=(pytest redis scikit-build-core "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
+  local need=(pytest redis "scikit-build-core>=0.10" "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
               uvloop "$@") missing=()
   for p in "${need[@]}"; do
     # pip show takes a bare name: strip a version specifier.

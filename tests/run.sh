@@ -49,13 +49,16 @@ echo "== Python package (pip install .) and pytest"
 hilock_install_python
 (cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider)
 
+echo "== Binary wheel: a fresh virtualenv, no libhiredis, one version everywhere"
+PYTHON="$PY" bash tests/wheel_check.sh
+
 echo "== Python typing and lint"
 # ruff: the package, the stub generator and the typing test (the older test
 # files are not lint-clean yet). mypy --strict (pyproject.toml) on a built
 # tree, whose python/hilock links the package's files next to the extension
 # and the stubs bindings/gen_pyi.py generated for it.
 "$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py tests/python/test_asyncio.py \
-  tests/python/test_store.py
+  tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"

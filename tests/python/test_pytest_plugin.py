@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import RedisServer
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN = "hilock.pytest_plugin"
@@ -112,8 +114,9 @@ def test_conftest_pytest_plugins(pytester: pytest.Pytester,
     _assert_gone(_run(pytester, monkeypatch))
 
 
-def test_redis_server_is_the_plugins(redis_server: object, hilock_redis_server: object,
+def test_redis_server_is_the_plugins(redis_server: RedisServer,
+                                     hilock_redis_server: RedisServer,
                                      hilock_redis_url: str) -> None:
     """hilock's own suite runs on the plugin's server."""
     assert redis_server is hilock_redis_server
-    assert hilock_redis_url == getattr(redis_server, "url")
+    assert hilock_redis_url == redis_server.url
