@@ -162,7 +162,11 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()  # its directory too
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()

@@ -34,12 +34,8 @@ def hilock_redis_server() -> Iterator[RedisServer]:
     """The session's redis-server. ``.url``, ``.port`` and ``.pid``;
     ``.stop()`` kills it and ``.start()`` starts it again on the same port
     (empty: nothing is persisted)."""
-    srv = RedisServer()
-    try:
-        srv.start()
+    with RedisServer() as srv:
         yield srv
-    finally:
-        srv.cleanup()
 
 
 @pytest.fixture(scope="session")

@@ -32,15 +32,6 @@ from helpers import RedisServer  # noqa: E402  (pure Python, needs no extension)
 pytest_plugins = ["hilock.pytest_plugin", "pytester"]
 
 
-def _running(srv: RedisServer) -> Iterator[RedisServer]:
-    """Start srv for a fixture, and remove it (process and directory) after."""
-    try:
-        srv.start()
-        yield srv
-    finally:
-        srv.cleanup()
-
-
 @pytest.fixture(scope="session")
 def redis_server(hilock_redis_server: RedisServer) -> RedisServer:
     """One redis-server on 127.0.0.1 for the whole session (the plugin's
@@ -90,7 +81,8 @@ def client(rds, redis_url: str):
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, for tests that stop or restart it."""
-    yield from _running(RedisServer())
+    with RedisServer() as srv:  # stopped and its directory removed after
+        yield srv
 
 
 @pytest.fixture
