@@ -28,6 +28,7 @@ PLUGIN = "hilock.pytest_plugin"
 USER_TEST = '''
 import json, os
 import hilock
+from hilock._server import command
 
 def test_lock(hilock_redis_url, hilock_redis_server):
     with hilock.Client(hilock_redis_url) as c:
@@ -41,8 +42,12 @@ def test_lock(hilock_redis_url, hilock_redis_server):
         json.dump({"pid": hilock_redis_server.pid, "dir": hilock_redis_server.dir,
                    "url": hilock_redis_url}, f)
 
-def test_clean(hilock_redis_clean_url, hilock_redis_url):
+def test_leave_a_key(hilock_redis_server):
+    assert command(hilock_redis_server.port, "SET", "left", "1") == b"+OK\\r\\n"
+
+def test_clean(hilock_redis_clean_url, hilock_redis_url, hilock_redis_server):
     assert hilock_redis_clean_url == hilock_redis_url
+    assert command(hilock_redis_server.port, "DBSIZE") == b":0\\r\\n"
 '''
 
 
@@ -64,13 +69,13 @@ def _installed() -> bool:
 
 
 def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """Run the user's project in a pytest subprocess; both tests must pass.
+    """Run the user's project in a pytest subprocess; its tests must pass.
     What the session's server was (pid, dir, url)."""
     pytester.makepyfile(test_user=USER_TEST)
     seen = pytester.path / "seen.json"
     monkeypatch.setenv("SEEN_FILE", str(seen))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     info: dict = json.loads(seen.read_text())
     return info
 
