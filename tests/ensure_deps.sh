@@ -44,12 +44,18 @@ hilock_ensure_venv() {
   # mypy and ruff: the typing and lint checks; mkdocs and matplotlib: the
   # documentation site (tests/build_docs.sh).
   # uvloop: the asyncio tests run on its event loop too.
-  local need=(pytest redis "scikit-build-core>=0.10" "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
+  local need=(pytest redis "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
               uvloop "$@") missing=()
   for p in "${need[@]}"; do
     # pip show takes a bare name: strip a version specifier.
     "$HILOCK_VENV/bin/python" -m pip show -q "${p%%[<>=!~]*}" >/dev/null 2>&1 || missing+=("$p")
   done
+  # scikit-build-core: installed, or upgraded when older than 0.10 (the
+  # build backend; pyproject.toml's minimum-version, which reads the
+  # version from version.h).
+  "$HILOCK_VENV/bin/python" -c 'import sys, scikit_build_core as s
+sys.exit(tuple(int(x) for x in s.__version__.split(".")[:2]) < (0, 10))' 2>/dev/null ||
+    missing+=("scikit-build-core>=0.10")
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing Python packages: ${missing[*]}"
     "$HILOCK_VENV/bin/python" -m pip install -q --disable-pip-version-check "${missing[@]}"
