@@ -90,6 +90,13 @@ def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
         return b""
 
 
+def server_binary() -> str:
+    """The server to run: $HILOCK_REDIS_SERVER (a path or a name on PATH,
+    such as valkey-server), else redis-server."""
+    want = os.environ.get("HILOCK_REDIS_SERVER") or "redis-server"
+    return shutil.which(want) or (want if os.sep in want else "/usr/bin/" + want)
+
+
 class RedisServer:
     """One redis-server process on 127.0.0.1.
 
@@ -99,7 +106,7 @@ class RedisServer:
 
     def __init__(self, port: Optional[int] = None, password: Optional[str] = None,
                  extra_args: Iterable[str] = (), binary: Optional[str] = None) -> None:
-        self.binary = binary or shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.binary = binary or server_binary()
         if not os.path.exists(self.binary):
             raise FileNotFoundError("redis-server not found; install the redis-server package")
         self.port = port or free_port()
