@@ -5,7 +5,7 @@ The stubs follow from the public headers and bindings/hilock.i by the same
 rules the interface applies (see its header comment): a constructor's
 ``**out`` and the out-parameters named in its ``%apply ... *OUT`` lines
 become the result (a list when there are several), a ``size_t *len``
-result is bytes, ``(name, namelen)`` is one bytes argument, and every
+result is bytes, ``(name, namelen)`` (any ``(X, Xlen)``) is one bytes argument, and every
 handle is an opaque ``Handle``. The module's constants are read from the
 built module itself, so the stubs list exactly what it has.
 
@@ -79,8 +79,9 @@ def stub(ret: str, name: str, params: str, outs: Set[str]) -> str:
     while i < len(plist):
         ctype, pname = split_param(plist[i])
         bare = ctype.replace("const ", "").replace(" ", "")
-        if pname == "name" and i + 1 < len(plist) and split_param(plist[i + 1])[1] == "namelen":
-            args.append("name: bytes")
+        if (bare == "char*" and i + 1 < len(plist)
+                and split_param(plist[i + 1])[1] == pname + "len"):
+            args.append(f"{pname}: bytes")
             i += 2
             continue
         if bare == "void*" and pname == "data":

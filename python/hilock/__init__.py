@@ -16,6 +16,7 @@ from . import _hilock
 from ._base import LockBase, LostCallback
 from ._client import Client, default_client, default_url, redlock
 from ._fair import FairLock
+from ._inspect import LockInfo
 from ._lock import Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
@@ -66,6 +67,7 @@ __all__ = [
     "NoPermissionError", "UnsupportedError", "__version__",
     "ClusterError",
     "NotEnoughReplicas",
+    "LockInfo",
 ]
 
 

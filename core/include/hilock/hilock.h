@@ -32,5 +32,6 @@
 #include "hilock/redlock.h"
 #include "hilock/segmented_lock.h"
 #include "hilock/async.h"
+#include "hilock/inspect.h"
 
 #endif /* HILOCK_H */
