@@ -293,3 +293,22 @@ def test_cluster(cluster: LocalCluster) -> None:
             locks[7].release()
         for lk in locks[:7] + locks[8:]:
             lk.release()
+
+
+def test_asyncio_inspect_and_force_release(redis_url: str, rds: Any) -> None:
+    import asyncio
+
+    import hilock.asyncio as hio
+
+    async def main() -> None:
+        async with hio.Client(redis_url) as c:
+            lk = c.lock("aio", ttl=9)
+            assert await lk.acquire()
+            info = await c.inspect("aio")
+            assert info.type == "lock" and info.holder == lk.token
+            assert await c.force_release("aio") is True
+            assert (await c.inspect("aio")).type == "none"
+            with pytest.raises(hilock.LockNotOwnedError):
+                await lk.release()
+
+    asyncio.run(main())
