@@ -49,7 +49,7 @@ elseif ty == 'semaphore' then
     free = math.max(0, limit - used)
   end
   if used > 0 then
-    held = 1
+    held, count = 1, used
     local top = redis.call('ZRANGE', K.permits, -1, -1, 'WITHSCORES')
     ttl = math.max(0, num(top[2]) - now)
   end

@@ -31,8 +31,8 @@ class LockInfo:
     locks: those in line; read-write lock: waiting writers and readers;
     0 for the others, whose waiters register nowhere).
     ``hold_count``: reentrant holds (reentrant lock, write hold), the read
-    holds of all readers, the segments held of a segmented lock; 1 for a
-    one-owner lock held, 0 when not held.
+    holds of all readers, the permits or segments held (semaphore,
+    segmented lock); 1 for another lock held, 0 when not held.
     ``readers`` and ``writer``: read-write lock only (else None).
     ``permits``, ``permits_used``, ``permits_free``: semaphore (limit, live
     permits, free; ``permits`` None if no limit is stored) and segmented

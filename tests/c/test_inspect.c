@@ -109,6 +109,7 @@ static void semaphore_permits_partly_used(void **state) {
   assert_int_equal(i.permits, 5);
   assert_int_equal(i.permits_used, 2);
   assert_int_equal(i.permits_free, 3);
+  assert_int_equal(i.hold_count, 2);
   assert_int_equal(i.fence, 0); /* a semaphore hands out no fences */
   assert_string_equal(i.holder, "");
   assert_i64_between(i.ttl_ms, 1, 6000);

@@ -68,8 +68,8 @@ typedef struct hilock_lock_info {
    * expiry, -2 nothing held. For several holders, the longest. */
   int64_t ttl_ms;
   /* Reentrant holds of the holder (reentrant lock, a write hold); the
-   * read holds of all readers; 1 for a one-owner lock held; the segments
-   * held of a segmented lock; 0 when not held. */
+   * read holds of all readers; the permits or segments held (semaphore,
+   * segmented lock); 1 for another lock held; 0 when not held. */
   int64_t hold_count;
   int64_t readers; /* read-write lock: live readers */
   int writer;      /* read-write lock: 1 if write-held */
@@ -131,7 +131,8 @@ HILOCK_API const char *hilock_scan_name(const hilock_scan *scan, size_t *len);
 /* The client the walk belongs to (its errors are on it). */
 HILOCK_API hilock_client *hilock_scan_client(const hilock_scan *scan);
 
-/* Free the walk; NULL is a no-op. */
+/* Free the walk; NULL is a no-op. A walk is used by one thread at a
+ * time; it remembers every name it found (to report each once). */
 HILOCK_API void hilock_scan_free(hilock_scan *scan);
 
 #ifdef __cplusplus
