@@ -16,26 +16,22 @@ if badkey then
 end
 local ty = lock_type(t)
 
--- At least n wake-ups (at most 1024) in a wake list, rung.
-local function wake_n(list, n)
-  n = math.min(n, 1024)
-  if n < 1 then return end
-  for _ = redis.call('LLEN', list) + 1, n do
-    redis.call('RPUSH', list, '1')
+-- At least n wake-ups (at most 1024) in a wake list, rung; none for none.
+local function wake(list, n)
+  if n > 0 then
+    wake_n(list, math.min(n, 1024))
   end
-  redis.call('PEXPIRE', list, 5000)
-  ring(list)
 end
 
 local removed = 0
 if ty == 'lock' then
   removed = redis.call('DEL', K.lock)
-  wake_n(K.wake, 1)
+  wake(K.wake, 1)
 elseif ty == 'redlock' then
   removed = redis.call('DEL', K.redlock)
 elseif ty == 'rlock' then
   removed = redis.call('DEL', K.rlock)
-  wake_n(K.wake, 1)
+  wake(K.wake, 1)
 elseif ty == 'semaphore' then
   local n = redis.call('ZCARD', K.permits)
   if n > 0 then
@@ -49,7 +45,7 @@ elseif ty == 'fair_lock' then
   local ids = redis.call('ZRANGE', K.fair_queue, 0, -1)
   removed = math.min(1, redis.call('DEL', K.fair, K.fair_queue, K.fair_beats))
   for _, id in ipairs(ids) do
-    wake_n(FAIR_WAKE_PREFIX .. id, 1)
+    wake(FAIR_WAKE_PREFIX .. id, 1)
   end
 elseif ty == 'rwlock' then
   local nr = redis.call('ZCARD', K.rw_waiting) +
@@ -58,15 +54,15 @@ elseif ty == 'rwlock' then
   removed = math.min(1, redis.call('DEL', K.rw_writer, K.rw_readers,
                                    K.rw_counts, K.rw_intents, K.rw_waiting,
                                    K.rw_admitted))
-  wake_n(K.rw_rwake, nr)
-  wake_n(K.rw_wwake, nw)
+  wake(K.rw_rwake, nr)
+  wake(K.rw_wwake, nw)
 elseif ty == 'sequential_lock' then
   -- Every entry's watch fires: each contender enqueues anew.
   local e = redis.call('ZRANGE', K.seq_queue, 0, -1, 'WITHSCORES')
   removed = math.min(1, redis.call('DEL', K.seq_queue, K.seq_session,
                                    K.seq_holder))
   for i = 2, #e, 2 do
-    wake_n(SEQ_WAKE_PREFIX .. string.format('%020d', tonumber(e[i])), 1)
+    wake(SEQ_WAKE_PREFIX .. string.format('%020d', tonumber(e[i])), 1)
   end
 elseif ty == 'segmented_lock' then
   local idx = seg_indices(t)
@@ -75,6 +71,6 @@ elseif ty == 'segmented_lock' then
     n = n + redis.call('DEL', SEG_PREFIX .. i)
   end
   removed = math.min(1, n)
-  wake_n(K.seg_wake, n)
+  wake(K.seg_wake, n)
 end
 return {removed, ty}
