@@ -27,6 +27,13 @@ static void assert_type(const hilock_lock_info *i, hilock_lock_type t,
   assert_string_equal(i->type_name, tname);
 }
 
+/* i shows h's grant: held, its token and its fence. */
+static void assert_held_by(const hilock_lock_info *i, hilock_hold *h) {
+  assert_true(i->held);
+  assert_string_equal(i->holder, hilock_hold_token(h));
+  assert_int_equal(i->fence, hilock_hold_fence(h));
+}
+
 /* ## Inspect --------------------------------------------------------------- */
 
 static void nothing_there_is_type_none(void **state) {
@@ -51,10 +58,8 @@ static void lock_free_held_and_released(void **state) {
   fence = hilock_hold_fence(HILOCK_HOLD(l));
   i = look(f->client, "job");
   assert_type(&i, HILOCK_TYPE_LOCK, "lock");
-  assert_true(i.held);
-  assert_string_equal(i.holder, hilock_hold_token(HILOCK_HOLD(l)));
+  assert_held_by(&i, HILOCK_HOLD(l));
   assert_int_equal(i.holder_len, 32);
-  assert_int_equal(i.fence, fence);
   assert_i64_between(i.ttl_ms, 1, 5000);
   assert_int_equal(i.hold_count, 1);
   assert_int_equal(i.permits, -1);
@@ -85,10 +90,8 @@ static void rlock_reentered(void **state) {
   for (int k = 0; k < 3; k++) H_OK(hilock_rlock_try_acquire(r), HILOCK_HOLD(r));
   i = look(f->client, "re");
   assert_type(&i, HILOCK_TYPE_RLOCK, "rlock");
-  assert_true(i.held);
+  assert_held_by(&i, HILOCK_HOLD(r));
   assert_int_equal(i.hold_count, 3);
-  assert_string_equal(i.holder, hilock_hold_token(HILOCK_HOLD(r)));
-  assert_int_equal(i.fence, hilock_hold_fence(HILOCK_HOLD(r)));
   assert_i64_between(i.ttl_ms, 1, 8000);
   for (int k = 0; k < 3; k++) H_OK(hilock_rlock_release(r), HILOCK_HOLD(r));
   assert_int_equal(look(f->client, "re").type, HILOCK_TYPE_NONE);
@@ -185,16 +188,12 @@ static void waiters_in_line(void **state) {
            hl_now_ms() - t0 < 5000);
   i = look(f->client, "fifo");
   assert_type(&i, HILOCK_TYPE_FAIR_LOCK, "fair_lock");
-  assert_true(i.held);
+  assert_held_by(&i, HILOCK_HOLD(fh));
   assert_int_equal(i.waiters, 1);
-  assert_string_equal(i.holder, hilock_hold_token(HILOCK_HOLD(fh)));
-  assert_int_equal(i.fence, hilock_hold_fence(HILOCK_HOLD(fh)));
   i = look(f->client, "zk");
   assert_type(&i, HILOCK_TYPE_SEQUENTIAL_LOCK, "sequential_lock");
-  assert_true(i.held);
+  assert_held_by(&i, HILOCK_HOLD(sh));
   assert_int_equal(i.waiters, 1);
-  assert_string_equal(i.holder, hilock_hold_token(HILOCK_HOLD(sh)));
-  assert_int_equal(i.fence, hilock_hold_fence(HILOCK_HOLD(sh)));
   assert_i64_between(i.ttl_ms, 1, 20000);
 
   H_OK(hilock_fair_lock_release(fh), HILOCK_HOLD(fh));
@@ -274,6 +273,7 @@ MAKER(mk_sem, hl_new_semaphore(c, name, 1, 60000))
 MAKER(mk_fair, hl_new_fair(c, name, 60000))
 MAKER(mk_seq, hl_new_seq(c, name, 60000))
 MAKER(mk_seg, hl_new_seg(c, name, 1, 60000))
+MAKER(mk_multi, hl_new_multi(c, &name, 1, 60000))
 
 static const force_row force_rows[] = {
     {"lock", mk_lock, &hl_lock_verbs, &hl_lock_verbs, 1},
@@ -286,6 +286,7 @@ static const force_row force_rows[] = {
     {"fair", mk_fair, &hl_fair_verbs, &hl_fair_verbs, 1},
     {"sequential", mk_seq, &hl_seq_verbs, &hl_seq_verbs, 1},
     {"segmented", mk_seg, &hl_seg_verbs, &hl_seg_verbs, 1},
+    {"multi", mk_multi, &hl_multi_verbs, &hl_multi_verbs, 1},
 };
 
 static void force_release_wakes_waiter_and_holder_loses(void **state) {
