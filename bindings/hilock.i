@@ -42,7 +42,7 @@
 %nothreadallow _set_error_factory;
 %nothreadallow py_multilock_new;
 %nothreadallow py_redlock_new; /* releases the GIL itself around connecting */
-%nothreadallow py_inspect;     /* these three release it around the call */
+%nothreadallow py_inspect; /* these two release it around their round trips */
 %nothreadallow py_scan_next;
 
 %include "errors.i"

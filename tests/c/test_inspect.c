@@ -563,6 +563,13 @@ static void foreign_keys_are_unknown(void **state) {
   assert_int_equal(deleted, 0);
   assert_substr(hilock_client_errmsg(f->client), "hilock:{mine}:rlock");
   assert_true(hl_redis_exists(f->redis, "hilock:{mine}:rlock", 19));
+  /* A hash where a segment's holder token belongs. */
+  hl_redis_int(f->redis, "HSET hilock:{segx}:seg:fence n 5 0 5");
+  hl_redis_int(f->redis, "HSET hilock:{segx}:seg:0 a b");
+  assert_int_equal(look(f->client, "segx").type, HILOCK_TYPE_UNKNOWN);
+  C_RC(hilock_client_force_release(f->client, "segx", 4, NULL),
+       HILOCK_EWRONGTYPE, f->client);
+  assert_true(hl_redis_exists(f->redis, "hilock:{segx}:seg:0", 19));
   /* A foreign holder value and a damaged fence counter are shown as they
    * are, not fatal. */
   hl_redis_ok(f->redis, "SET hilock:{odd}:lock %s", "a-very-foreign-value");

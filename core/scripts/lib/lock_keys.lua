@@ -23,22 +23,6 @@ local SEG_PREFIX = KEYS[#LOCK_ROLES + 1]
 local FAIR_WAKE_PREFIX = KEYS[#LOCK_ROLES + 2]
 local SEQ_WAKE_PREFIX = KEYS[#LOCK_ROLES + 3]
 
--- The type of every key present ({role -> type}), and the key of the first
--- role holding a type its family never writes (nil if none).
-local function lock_key_types()
-  local t = {}
-  for _, r in ipairs(LOCK_ROLES) do
-    local ty = redis.call('TYPE', K[r[1]])['ok']
-    if ty ~= 'none' then
-      if ty ~= r[2] then
-        return t, K[r[1]], ty
-      end
-      t[r[1]] = ty
-    end
-  end
-  return t, nil
-end
-
 -- The segment indices a segmented lock of this name may have granted: the
 -- stored segment count, and every index of its stock and fence hashes.
 -- Returns the sorted indices and the segment count they imply.
@@ -64,6 +48,31 @@ local function seg_indices(t)
   end
   table.sort(out)
   return out, total
+end
+
+-- The type of every key present ({role -> type}), and the key of the first
+-- key holding a type its family never writes and that type (nil if none).
+local function lock_key_types()
+  local t = {}
+  for _, r in ipairs(LOCK_ROLES) do
+    local ty = redis.call('TYPE', K[r[1]])['ok']
+    if ty ~= 'none' then
+      if ty ~= r[2] then
+        return t, K[r[1]], ty
+      end
+      t[r[1]] = ty
+    end
+  end
+  -- A segment key holds a holder's token.
+  if t.seg_stock or t.seg_fence then
+    for _, i in ipairs(seg_indices(t)) do
+      local ty = redis.call('TYPE', SEG_PREFIX .. i)['ok']
+      if ty ~= 'none' and ty ~= 'string' then
+        return t, SEG_PREFIX .. i, ty
+      end
+    end
+  end
+  return t, nil
 end
 
 -- The lock type present under the name ('none' if no family's state is
