@@ -34,6 +34,14 @@ static void assert_held_by(const hilock_lock_info *i, hilock_hold *h) {
   assert_int_equal(i->fence, hilock_hold_fence(h));
 }
 
+/* Permits (or segments): total, used, free. */
+static void assert_permits(const hilock_lock_info *i, int64_t total,
+                           int64_t used, int64_t free_) {
+  assert_int_equal(i->permits, total);
+  assert_int_equal(i->permits_used, used);
+  assert_int_equal(i->permits_free, free_);
+}
+
 /* ## Inspect --------------------------------------------------------------- */
 
 static void nothing_there_is_type_none(void **state) {
@@ -109,9 +117,7 @@ static void semaphore_permits_partly_used(void **state) {
   i = look(f->client, "pool");
   assert_type(&i, HILOCK_TYPE_SEMAPHORE, "semaphore");
   assert_true(i.held);
-  assert_int_equal(i.permits, 5);
-  assert_int_equal(i.permits_used, 2);
-  assert_int_equal(i.permits_free, 3);
+  assert_permits(&i, 5, 2, 3);
   assert_int_equal(i.hold_count, 2);
   assert_int_equal(i.fence, 0); /* a semaphore hands out no fences */
   assert_string_equal(i.holder, "");
@@ -124,8 +130,7 @@ static void semaphore_permits_partly_used(void **state) {
   i = look(f->client, "pool");
   assert_type(&i, HILOCK_TYPE_SEMAPHORE, "semaphore");
   assert_false(i.held);
-  assert_int_equal(i.permits_used, 0);
-  assert_int_equal(i.permits_free, 5);
+  assert_permits(&i, 5, 0, 5);
   assert_int_equal(i.ttl_ms, -2);
 }
 
@@ -224,9 +229,7 @@ static void segmented_and_multi_and_redlock(void **state) {
   i = look(f->client, "stock");
   assert_type(&i, HILOCK_TYPE_SEGMENTED_LOCK, "segmented_lock");
   assert_true(i.held);
-  assert_int_equal(i.permits, 4);
-  assert_int_equal(i.permits_used, 1);
-  assert_int_equal(i.permits_free, 3);
+  assert_permits(&i, 4, 1, 3);
   assert_int_equal(i.fence, hilock_hold_fence(HILOCK_HOLD(g)));
   assert_i64_between(i.ttl_ms, 9000 / 2, 9000); /* set, less the time since */
 
