@@ -16,6 +16,7 @@ from . import _hilock
 from ._base import LockBase, LostCallback
 from ._client import Client, default_client, default_url, redlock
 from ._fair import FairLock
+from ._inspect import LockInfo
 from ._lock import Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
@@ -69,6 +70,7 @@ __all__ = [
     "ClusterError",
     "NotEnoughReplicas",
     "FencedStore", "BoundStore", "StaleFence",
+    "LockInfo",
 ]
 
 

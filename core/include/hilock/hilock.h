@@ -35,5 +35,6 @@
 #include "hilock/segmented_lock.h"
 #include "hilock/async.h"
 #include "hilock/store.h"
+#include "hilock/inspect.h"
 
 #endif /* HILOCK_H */
