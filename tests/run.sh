@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 
 hilock_ensure_debs
+hilock_ensure_valkey
 hilock_ensure_venv
 PY=$HILOCK_VENV/bin/python
 
@@ -51,6 +52,12 @@ hilock_install_python
 
 echo "== Binary wheel: a fresh virtualenv, no libhiredis, one version everywhere"
 PYTHON="$PY" bash tests/wheel_check.sh
+
+echo "== The lock-type contract, inspection and least privilege on Valkey"
+# The second server: the tests start valkey-server where they would start
+# redis-server.
+(cd build && HILOCK_REDIS_SERVER=valkey-server "$PY" -m pytest ../tests/python/test_contract.py \
+  ../tests/python/test_inspect.py ../tests/python/test_acl.py -q -p no:cacheprovider)
 
 echo "== Python typing and lint"
 # ruff: the package, the stub generator and the typing test (the older test
