@@ -128,6 +128,12 @@ def functions(headers: List[str], interface: str) -> List[Tuple[str, str, str]]:
         for ret, name, params in re.findall(
                 r"^static\s+([\w\s\*]+?)\s*\b(\w+)\s*\(([^)]*)\)\s*\{", text, flags=re.M):
             found.append((ret, name, params))
+    # Helpers defined in py_helpers.h and declared in the interface body.
+    body = strip_comments(re.sub(r"%\{.*?%\}", "", interface, flags=re.S))
+    for ret, name, params in re.findall(
+            r"^((?:PyObject|hilock_\w+|int|void)\s*\*?)\s*\b(py_\w+)\s*\(([^)]*)\)\s*;",
+            body, flags=re.M):
+        found.append((ret, name, params))
     return found
 
 

@@ -228,16 +228,6 @@ static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
   return NULL;
 }
 
-/* A fenced store (linger_ms 0 and max_value 0: the defaults). */
-static hilock_store *py_store_new(hilock_client *c, int64_t linger_ms,
-                                  size_t max_value) {
-  hilock_store_options o = {linger_ms, max_value};
-  hilock_store *s = NULL;
-  int rc = hilock_store_new(c, &o, &s);
-  if (rc != HILOCK_OK) py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
-  return s;
-}
-
 /* names: a sequence of bytes (the GIL is held: this reads Python
  * objects; nothing is sent to Redis). */
 static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
@@ -254,80 +244,19 @@ static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
 }
 %}
 
-/* Inspection (hilock/inspect.h): a lock's state as a tuple (type name,
- * held, holder, fence, ttl_ms, hold count, readers, writer, permits,
- * permits used, permits free, waiters); the GIL is released around the
- * round trip and held while the tuple is made. */
-%inline %{
-static PyObject *py_info(const hilock_lock_info *i) {
-  size_t hl = i->holder_len < HILOCK_HOLDER_MAX ? i->holder_len : HILOCK_HOLDER_MAX;
-  return Py_BuildValue("(siy#KLLLiLLLL)", i->type_name, i->held, i->holder,
-                       (Py_ssize_t)hl, (unsigned long long)i->fence,
-                       (long long)i->ttl_ms, (long long)i->hold_count,
-                       (long long)i->readers, i->writer, (long long)i->permits,
-                       (long long)i->permits_used, (long long)i->permits_free,
-                       (long long)i->waiters);
-}
+/* A fenced store (linger_ms 0 and max_value 0: the defaults). */
+hilock_store *py_store_new(hilock_client *c, int64_t linger_ms, size_t max_value);
 
-static PyObject *py_inspect(hilock_client *c, const char *name,
-                            size_t namelen) {
-  hilock_lock_info i;
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = hilock_client_inspect(c, name, namelen, &i);
-  Py_END_ALLOW_THREADS
-  if (rc != HILOCK_OK) {
-    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    return NULL;
-  }
-  return py_info(&i);
-}
-
-/* The walk's next (name, state), or None when it is over. */
-static PyObject *py_scan_next(hilock_scan *sc) {
-  hilock_lock_info i;
-  int rc, found = 0;
-  PyObject *info, *out;
-  const char *name;
-  size_t len;
-  Py_BEGIN_ALLOW_THREADS
-  rc = hilock_scan_next(sc, &i, &found);
-  Py_END_ALLOW_THREADS
-  if (rc != HILOCK_OK) {
-    hilock_client *c = hilock_scan_client(sc);
-    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    return NULL;
-  }
-  if (!found) Py_RETURN_NONE;
-  info = py_info(&i);
-  if (info == NULL) return NULL;
-  name = hilock_scan_name(sc, &len);
-  out = Py_BuildValue("(y#N)", name, (Py_ssize_t)len, info);
-  return out;
-}
-%}
+/* Inspection (hilock/inspect.h): a lock's state as a tuple; the walk's
+ * next (name, state) or None (py_helpers.h). */
+PyObject *py_inspect(hilock_client *c, const char *name, size_t namelen);
+PyObject *py_scan_next(hilock_scan *sc);
 
 /* Event loops (hilock/async.h): an operation's id is its result; the
  * data pointer is not for Python (the id finds the operation). */
 %typemap(in, numinputs=0) void *data { $1 = NULL; }
 %nothreadallow py_async_take;
-%inline %{
-/* Up to 64 finished operations as [(id, status, message, value), ...] (the GIL
- * is held: this makes Python objects; the caller takes until none is
- * left). */
-static PyObject *py_async_take(hilock_async *a) {
-  hilock_async_done d[64];
-  size_t n = hilock_async_take(a, d, 64);
-  PyObject *list = PyList_New(0);
-  for (size_t i = 0; list != NULL && i < n; i++) {
-    PyObject *t = Py_BuildValue("(Kiyi)", (unsigned long long)d[i].id,
-                                d[i].status, d[i].errmsg, d[i].value);
-    if (t == NULL || PyList_Append(list, t) != 0) Py_CLEAR(list);
-    Py_XDECREF(t);
-  }
-  return list;
-}
-%}
+PyObject *py_async_take(hilock_async *a); /* py_helpers.h */
 
 /* Replaced by the helpers above, or not for Python. */
 %ignore hilock_options;

@@ -108,4 +108,81 @@ nomem:
   return -1;
 }
 
+/* A fenced store (linger_ms 0 and max_value 0: the defaults). */
+static hilock_store *py_store_new(hilock_client *c, int64_t linger_ms,
+                                  size_t max_value) {
+  hilock_store_options o = {linger_ms, max_value};
+  hilock_store *s = NULL;
+  int rc = hilock_store_new(c, &o, &s);
+  if (rc != HILOCK_OK) py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
+  return s;
+}
+
+/* Inspection (hilock/inspect.h): a lock's state as a tuple (type name,
+ * held, holder, fence, ttl_ms, hold count, readers, writer, permits,
+ * permits used, permits free, waiters); the GIL is released around the
+ * round trip and held while the tuple is made. */
+static PyObject *py_info(const hilock_lock_info *i) {
+  size_t hl = i->holder_len < HILOCK_HOLDER_MAX ? i->holder_len : HILOCK_HOLDER_MAX;
+  return Py_BuildValue("(siy#KLLLiLLLL)", i->type_name, i->held, i->holder,
+                       (Py_ssize_t)hl, (unsigned long long)i->fence,
+                       (long long)i->ttl_ms, (long long)i->hold_count,
+                       (long long)i->readers, i->writer, (long long)i->permits,
+                       (long long)i->permits_used, (long long)i->permits_free,
+                       (long long)i->waiters);
+}
+
+static PyObject *py_inspect(hilock_client *c, const char *name,
+                            size_t namelen) {
+  hilock_lock_info i;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = hilock_client_inspect(c, name, namelen, &i);
+  Py_END_ALLOW_THREADS
+  if (rc != HILOCK_OK) {
+    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    return NULL;
+  }
+  return py_info(&i);
+}
+
+/* The walk's next (name, state), or None when it is over. */
+static PyObject *py_scan_next(hilock_scan *sc) {
+  hilock_lock_info i;
+  int rc, found = 0;
+  PyObject *info, *out;
+  const char *name;
+  size_t len;
+  Py_BEGIN_ALLOW_THREADS
+  rc = hilock_scan_next(sc, &i, &found);
+  Py_END_ALLOW_THREADS
+  if (rc != HILOCK_OK) {
+    hilock_client *c = hilock_scan_client(sc);
+    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    return NULL;
+  }
+  if (!found) Py_RETURN_NONE;
+  info = py_info(&i);
+  if (info == NULL) return NULL;
+  name = hilock_scan_name(sc, &len);
+  out = Py_BuildValue("(y#N)", name, (Py_ssize_t)len, info);
+  return out;
+}
+
+/* Up to 64 finished operations as [(id, status, message, value), ...] (the GIL
+ * is held: this makes Python objects; the caller takes until none is
+ * left). */
+static PyObject *py_async_take(hilock_async *a) {
+  hilock_async_done d[64];
+  size_t n = hilock_async_take(a, d, 64);
+  PyObject *list = PyList_New(0);
+  for (size_t i = 0; list != NULL && i < n; i++) {
+    PyObject *t = Py_BuildValue("(Kiyi)", (unsigned long long)d[i].id,
+                                d[i].status, d[i].errmsg, d[i].value);
+    if (t == NULL || PyList_Append(list, t) != 0) Py_CLEAR(list);
+    Py_XDECREF(t);
+  }
+  return list;
+}
+
 #endif /* HILOCK_PY_HELPERS_H */

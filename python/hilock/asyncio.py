@@ -177,12 +177,14 @@ class _Runner:
             raise
 
 
-    def __del__(self) -> None:
+    def __del__(self, _free: Callable[[Any], None] = _h.hilock_async_free,
+                _getpid: Callable[[], int] = os.getpid) -> None:
         # A runner nobody closed (Redlock's, which lives as long as its
-        # loop): its threads stop with it.
+        # loop): its threads stop with it. (The defaults keep what it calls
+        # alive when the interpreter tears the module down at exit.)
         a, self._a = getattr(self, "_a", None), None
-        if a is not None and self._pid == os.getpid():
-            _h.hilock_async_free(a)
+        if a is not None and self._pid == _getpid():
+            _free(a)
 
     async def close(self) -> None:
         """Cancel what is in flight and stop watching the loop's descriptor."""
