@@ -219,6 +219,38 @@ static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
 }
 %}
 
+/* Statistics and log records (hilock/stats.h). */
+%nothreadallow py_client_stats;
+%nothreadallow py_redlock_stats;
+%nothreadallow py_stats_bounds;
+%inline %{
+static PyObject *py_client_stats(const hilock_client *c) {
+  hilock_stats s;
+  return py_stats_tuple(hilock_client_stats(c, &s, sizeof(s)), &s);
+}
+static PyObject *py_redlock_stats(const hilock_redlock *rl) {
+  hilock_stats s;
+  return py_stats_tuple(hilock_redlock_stats(rl, &s, sizeof(s)), &s);
+}
+/* The buckets' upper bounds in us (the last one, open, left out). */
+static PyObject *py_stats_bounds(void) {
+  PyObject *list = PyList_New(0);
+  for (size_t i = 0; list != NULL && i + 1 < HILOCK_STATS_BUCKETS; i++) {
+    PyObject *v = PyLong_FromLongLong(hilock_stats_bucket_us(i));
+    if (v == NULL || PyList_Append(list, v) != 0) Py_CLEAR(list);
+    Py_XDECREF(v);
+  }
+  return list;
+}
+/* Log records go to the pipe of python/hilock/_notify.py. */
+static int py_client_log(hilock_client *c, int on) {
+  return hilock_client_set_log(c, on ? py_log : NULL, NULL);
+}
+static int py_redlock_log(hilock_redlock *rl, int on) {
+  return hilock_redlock_set_log(rl, on ? py_log : NULL, NULL);
+}
+%}
+
 /* Event loops (hilock/async.h): an operation's id is its result; the
  * data pointer is not for Python (the id finds the operation). */
 %typemap(in, numinputs=0) void *data { $1 = NULL; }
@@ -254,11 +286,19 @@ static PyObject *py_async_take(hilock_async *a) {
 %ignore hilock__waiting_all;
 %ignore hilock_async_take;
 %ignore hilock_async_done;
+%ignore hilock_stats;
+%ignore hilock_histogram;
+%ignore hilock_log_fn;
+%ignore hilock_client_stats;
+%ignore hilock_redlock_stats;
+%ignore hilock_client_set_log;
+%ignore hilock_redlock_set_log;
 
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
 %include "hilock/client.h"
+%include "hilock/stats.h"
 %include "hilock/hold.h"
 %include "hilock/lock.h"
 %include "hilock/rlock.h"
