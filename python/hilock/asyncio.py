@@ -718,3 +718,7 @@ class Redlock(Lock):
     def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
                  timeout: Optional[float] = None, **options: Any) -> None:
         super().__init__(_RedlockRuns(), _SyncRedlock(urls, name, ttl, timeout, **options))
+
+    def stats(self) -> Dict[str, Any]:
+        """This Redlock's own counters, as :meth:`hilock.Redlock.stats`."""
+        return self._sync.stats()

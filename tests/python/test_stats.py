@@ -164,17 +164,21 @@ def test_counters_add_up_under_threads(client: hilock.Client) -> None:
 
 
 def test_asyncio_acquires_are_counted(redis_url: str, rds: Any) -> None:
-    async def main() -> Dict[str, Any]:
+    async def main() -> List[Dict[str, Any]]:
         async with hilock.asyncio.Client(redis_url) as ac:
             lk = ac.lock("py:async", ttl=10)
             assert await lk.acquire()
+            assert not await ac.lock("py:async", ttl=10).acquire(blocking=False)
             await lk.release()
-            return ac.stats()
+            rl = hilock.asyncio.Redlock([redis_url], "py:async-red", ttl=10)
+            assert await rl.acquire()
+            await rl.release()
+            return [ac.stats(), rl.stats()]
 
-    s = asyncio.run(main())
-    assert s["acquired"] == 1
+    s, red = asyncio.run(main())
+    assert (s["acquired"], s["busy"], s["waits"]) == (1, 1, 0)
     assert s["hold_seconds"]["count"] == 1
-    assert s["busy"] == s["waits"] == 0
+    assert (red["acquired"], red["hold_seconds"]["count"]) == (1, 1)
 
 
 def test_redlock_counts_for_itself(client: hilock.Client, redis_url: str) -> None:
