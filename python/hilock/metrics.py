@@ -45,7 +45,7 @@ _HELP = {
     "renewal_failures": "Renewals that could not reach or confirm the server",
     "reconnects": "Broken connections replaced",
     "redirections": "Redis Cluster MOVED and ASK redirections followed",
-    "failovers": "Master changes seen",
+    "failovers": "Requests that found the master moved (Sentinel)",
 }
 
 

@@ -52,7 +52,9 @@ typedef struct hilock_stats {
                                 the server (retried while valid) */
   uint64_t reconnects;   /* broken connections replaced */
   uint64_t redirections; /* cluster MOVED and ASK replies followed */
-  uint64_t failovers;    /* master changes seen (Sentinel: READONLY...) */
+  uint64_t failovers;    /* requests (or renewal batches) that found the
+                            master moved (Sentinel: READONLY...); threads
+                            busy at the time may each see one failover */
   hilock_histogram wait; /* acquire call to its end, for acquires that
                             waited (their count is waits) */
   hilock_histogram hold; /* grant to release, for grants released */
