@@ -211,6 +211,44 @@ static void scripted_run_counts_exactly(void **state) {
   pthread_mutex_destroy(&sink.mu);
 }
 
+/* A loss found by a call (owned, extend, release) is counted once and
+ * logged on the calling thread. */
+typedef struct thread_sink {
+  log_sink sink;
+  pthread_t caller;
+  int other_thread;
+} thread_sink;
+
+static void thread_sink_fn(void *arg, int level, const char *lock,
+                           size_t locklen, const char *msg) {
+  thread_sink *t = arg;
+  if (!pthread_equal(pthread_self(), t->caller)) t->other_thread++;
+  sink_fn(&t->sink, level, lock, locklen, msg);
+}
+
+static void loss_found_by_a_call_is_counted_once(void **state) {
+  hl_fixture *f = *state;
+  hilock_lock *lk = hl_new_lock(f->client, "st:gone", TTL_MS);
+  thread_sink t = {.sink = {.n = 0}, .other_thread = 0};
+  int owned = 1;
+  pthread_mutex_init(&t.sink.mu, NULL);
+  t.caller = pthread_self();
+  assert_hl_ok(hilock_client_set_log(f->client, thread_sink_fn, &t), "");
+  assert_hl_ok(hilock_lock_acquire(lk, 0), "");
+  hl_redis_ok(f->redis, "DEL %s", "hilock:{st:gone}:lock");
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(lk), &owned), "");
+  assert_int_equal(owned, 0);
+  assert_hl_rc(hilock_lock_extend(lk, 1000, 0), HILOCK_ENOTOWNED, "");
+  assert_hl_rc(hilock_lock_release(lk), HILOCK_ENOTOWNED, "");
+  assert_int_equal(stats_of(f->client).lost, 1);
+  assert_int_equal(stats_of(f->client).hold.count, 0);
+  assert_int_equal(sink_count(&t.sink, HILOCK_LOG_ERROR, "st:gone", "lost"), 1);
+  assert_int_equal(t.other_thread, 0);
+  assert_hl_ok(hilock_client_set_log(f->client, NULL, NULL), "");
+  hilock_hold_free(HILOCK_HOLD(lk));
+  pthread_mutex_destroy(&t.sink.mu);
+}
+
 /* ## Eight threads on one client ------------------------------------------ */
 
 #define THREADS 8
@@ -382,6 +420,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(scripted_run_counts_exactly),
       T(counters_add_up_under_threads),
+      T(loss_found_by_a_call_is_counted_once),
       T(redlock_counts_on_its_handle),
       T(bad_arguments_are_einval),
       T(renewal_failure_and_reconnect_are_logged),
