@@ -273,8 +273,9 @@ typedef struct hilock__hub {
 
 /* ## Statistics and log (stats.c) ----------------------------------------
  * Counted in the shared layer (hold.c, wait.c, async.c, renewal.c,
- * route.c, hub.c, cluster.c) with relaxed atomic increments; the log
- * callback is called with no mutex of the runtime or client held. */
+ * route.c, hub.c; the families' one-shot attempts) with relaxed atomic
+ * increments; the log callback is called with no mutex of the runtime or
+ * client held. */
 enum {
   HILOCK__ST_ACQUIRED,
   HILOCK__ST_BUSY,
