@@ -1,9 +1,12 @@
-"""Delivery of lock-loss callbacks.
+"""Delivery of lock-loss callbacks and log records.
 
 The C renewal thread reports a lost hold by writing the lock's id to a
 pipe; a daemon thread here reads it and calls the lock's callback with the
 GIL held, in Python's own thread. No Python object crosses into C, so a
-callback can never race the collection of its lock.
+callback can never race the collection of its lock. The C log callback of
+every client (bindings/py_helpers.h) writes its records to the same pipe
+(marker -1, level, name, message), and this thread hands them to the
+"hilock" logger.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 
 import hilock
 import hilock.asyncio
-from helpers import wait_for
+from helpers import fork_call, wait_for
 
 COUNTERS = ("acquired", "busy", "timeouts", "waits", "errors", "lost", "renewals",
             "renewal_failures", "reconnects", "redirections", "failovers")
@@ -211,6 +211,27 @@ def test_renewal_failure_loss_and_reconnect_are_logged(own_server: Any,
         wait_for(lambda: records.find(logging.INFO, None, "reconnecting"), 5,
                  what="a reconnect's record")
         assert c.stats()["reconnects"] >= 1
+
+
+def test_a_forked_child_logs_its_own_losses(client: hilock.Client, redis_url: str,
+                                             records: Records) -> None:
+    """The parent's reader thread does not survive fork(): the child reads
+    the records of the client it inherited with a reader of its own."""
+    assert client.stats()["acquired"] == 0  # the parent's reader runs
+
+    def child() -> int:
+        import redis
+        lk = client.lock("py:child", ttl=10, auto_renew=False)
+        assert lk.acquire()
+        redis.Redis.from_url(redis_url).delete("hilock:{py:child}:lock")
+        assert not lk.owned()
+        wait_for(lambda: records.find(logging.ERROR, "py:child", "lost"), 5,
+                 what="the child's loss record")
+        return int(client.stats()["lost"])
+
+    lost, _ = fork_call(child, 20)
+    assert lost == 1
+    assert not records.find(logging.ERROR, "py:child", "lost")  # the child's own
 
 
 def test_prometheus_scrape(client: hilock.Client) -> None:
