@@ -10,8 +10,10 @@
  *                expected (the C API's HILOCK_HOLD).
  *   out values   int and int64_t out-parameters are the result (a tuple
  *                when a call has several); a (const char *, size_t *len)
- *                result is bytes.
- *   names        (const char *name, size_t namelen) takes bytes.
+ *                result is bytes, a (char **value, size_t *len) one bytes
+ *                or None.
+ *   names        (const char *name, size_t namelen) takes bytes, and so
+ *                do any (const char *X, size_t Xlen) pair and (value, len).
  *
  * The few helpers (here and in py_helpers.h) build option structs, read
  * Python sequences or route loss reports to Python;
@@ -41,6 +43,8 @@
 %nothreadallow _set_error_factory;
 %nothreadallow py_multilock_new;
 %nothreadallow py_redlock_new; /* releases the GIL itself around connecting */
+%nothreadallow py_inspect; /* these two release it around their round trips */
+%nothreadallow py_scan_next;
 
 %include "errors.i"
 
@@ -94,7 +98,7 @@ HILOCK_OUT(size_t, PyLong_FromSize_t)
 HILOCK_OUT(uint64_t, PyLong_FromUnsignedLongLong)
 %apply uint64_t *OUT { uint64_t *id };
 %apply int *OUT { int *owned, int *locked, int *deleted, int *writer,
-                  int *stored, int *n };
+                  int *stored, int *n, int *found };
 %apply int64_t *OUT { int64_t *count, int64_t *available, int64_t *readers,
                       int64_t *limit, int64_t *taken, int64_t *left,
                       int64_t *n };
@@ -106,7 +110,28 @@ HILOCK_OUT(uint64_t, PyLong_FromUnsignedLongLong)
   $result = PyBytes_FromStringAndSize(result, (Py_ssize_t)*$1);
 }
 
-%apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen) };
+%apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen),
+                                       (const char *key, size_t keylen),
+                                       (const char *value, size_t len),
+                                       (const char *pattern, size_t patternlen) };
+
+/* A value that may be absent (the fenced store): bytes or None. */
+%typemap(in, numinputs=0) (char **value, size_t *len) (char *v = NULL, size_t n = 0) {
+  $1 = &v;
+  $2 = &n;
+}
+%typemap(argout) (char **value, size_t *len) {
+  Py_DECREF($result);
+  if (*$1 != NULL) {
+    $result = PyBytes_FromStringAndSize(*$1, (Py_ssize_t)*$2);
+  } else {
+    Py_INCREF(Py_None);
+    $result = Py_None;
+  }
+}
+%typemap(freearg) (char **value, size_t *len) { hilock_store_value_free(*$1); }
+%apply int64_t *OUT { int64_t *result };
+%apply uint64_t *OUT { uint64_t *fence };
 
 /* size_t sentinels, which SWIG's preprocessor cannot evaluate. */
 %constant size_t HILOCK_SEGMENT_ALL = HILOCK_SEGMENT_ALL;
@@ -203,6 +228,16 @@ static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
   return NULL;
 }
 
+/* A fenced store (linger_ms 0 and max_value 0: the defaults). */
+static hilock_store *py_store_new(hilock_client *c, int64_t linger_ms,
+                                  size_t max_value) {
+  hilock_store_options o = {linger_ms, max_value};
+  hilock_store *s = NULL;
+  int rc = hilock_store_new(c, &o, &s);
+  if (rc != HILOCK_OK) py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
+  return s;
+}
+
 /* names: a sequence of bytes (the GIL is held: this reads Python
  * objects; nothing is sent to Redis). */
 static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
@@ -251,6 +286,59 @@ static int py_redlock_log(hilock_redlock *rl, int on) {
 }
 %}
 
+/* Inspection (hilock/inspect.h): a lock's state as a tuple (type name,
+ * held, holder, fence, ttl_ms, hold count, readers, writer, permits,
+ * permits used, permits free, waiters); the GIL is released around the
+ * round trip and held while the tuple is made. */
+%inline %{
+static PyObject *py_info(const hilock_lock_info *i) {
+  size_t hl = i->holder_len < HILOCK_HOLDER_MAX ? i->holder_len : HILOCK_HOLDER_MAX;
+  return Py_BuildValue("(siy#KLLLiLLLL)", i->type_name, i->held, i->holder,
+                       (Py_ssize_t)hl, (unsigned long long)i->fence,
+                       (long long)i->ttl_ms, (long long)i->hold_count,
+                       (long long)i->readers, i->writer, (long long)i->permits,
+                       (long long)i->permits_used, (long long)i->permits_free,
+                       (long long)i->waiters);
+}
+
+static PyObject *py_inspect(hilock_client *c, const char *name,
+                            size_t namelen) {
+  hilock_lock_info i;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = hilock_client_inspect(c, name, namelen, &i);
+  Py_END_ALLOW_THREADS
+  if (rc != HILOCK_OK) {
+    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    return NULL;
+  }
+  return py_info(&i);
+}
+
+/* The walk's next (name, state), or None when it is over. */
+static PyObject *py_scan_next(hilock_scan *sc) {
+  hilock_lock_info i;
+  int rc, found = 0;
+  PyObject *info, *out;
+  const char *name;
+  size_t len;
+  Py_BEGIN_ALLOW_THREADS
+  rc = hilock_scan_next(sc, &i, &found);
+  Py_END_ALLOW_THREADS
+  if (rc != HILOCK_OK) {
+    hilock_client *c = hilock_scan_client(sc);
+    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    return NULL;
+  }
+  if (!found) Py_RETURN_NONE;
+  info = py_info(&i);
+  if (info == NULL) return NULL;
+  name = hilock_scan_name(sc, &len);
+  out = Py_BuildValue("(y#N)", name, (Py_ssize_t)len, info);
+  return out;
+}
+%}
+
 /* Event loops (hilock/async.h): an operation's id is its result; the
  * data pointer is not for Python (the id finds the operation). */
 %typemap(in, numinputs=0) void *data { $1 = NULL; }
@@ -293,6 +381,13 @@ static PyObject *py_async_take(hilock_async *a) {
 %ignore hilock_redlock_stats;
 %ignore hilock_client_set_log;
 %ignore hilock_redlock_set_log;
+%ignore hilock_store_options;
+%ignore hilock_store_new;
+%ignore hilock_store_value_free;
+%ignore hilock_lock_info;
+%ignore hilock_client_inspect;
+%ignore hilock_scan_next;
+%ignore hilock_scan_client;
 
 #define HILOCK_API
 %include "hilock/errors.h"
@@ -310,3 +405,5 @@ static PyObject *py_async_take(hilock_async *a) {
 %include "hilock/redlock.h"
 %include "hilock/segmented_lock.h"
 %include "hilock/async.h"
+%include "hilock/store.h"
+%include "hilock/inspect.h"

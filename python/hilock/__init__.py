@@ -17,6 +17,7 @@ from . import _hilock
 from ._base import LockBase, LostCallback
 from ._client import Client, default_client, default_url, redlock
 from ._fair import FairLock
+from ._inspect import LockInfo
 from ._lock import Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
@@ -25,6 +26,7 @@ from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
+from ._store import BoundStore, FencedStore
 from ._util import Name
 from .errors import (
     AuthenticationError,
@@ -44,6 +46,7 @@ from .errors import (
     NotEnoughReplicas,
     RedisError,
     SoldOut,
+    StaleFence,
     TLSError,
     UnsupportedError,
     WrongTypeError,
@@ -71,6 +74,8 @@ __all__ = [
     "NoPermissionError", "UnsupportedError", "__version__",
     "ClusterError",
     "NotEnoughReplicas",
+    "FencedStore", "BoundStore", "StaleFence",
+    "LockInfo",
 ]
 
 

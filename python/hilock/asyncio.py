@@ -41,6 +41,7 @@ from . import _hilock as _h
 from ._base import ExclusiveBase, lost_error
 from ._client import Client as _SyncClient
 from ._fair import FairLock as _SyncFairLock
+from ._inspect import LockInfo
 from ._multilock import MultiLock as _SyncMultiLock
 from ._redlock import Redlock as _SyncRedlock
 from ._rlock import RLock as _SyncRLock
@@ -327,6 +328,19 @@ class Client:
         :class:`hilock.SoldOut` once every segment is empty."""
         return SegmentedLock(self, self._sync.segmented_lock(
             name, segments, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold))
+
+    async def inspect(self, name: Name) -> LockInfo:
+        """What the lock ``name`` holds now, as :meth:`hilock.Client.inspect`
+        (one round trip, on a thread of the loop's default executor)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._sync.inspect, name)
+
+    async def force_release(self, name: Name) -> bool:
+        """Take the lock ``name`` away from whoever holds it, as
+        :meth:`hilock.Client.force_release` (on a thread of the loop's
+        default executor)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._sync.force_release, name)
 
     async def close(self) -> None:
         """Cancel what is in flight, stop watching the loop's descriptor and

@@ -25,3 +25,12 @@ local function wake_one(list)
   redis.call('PEXPIRE', list, 5000)
   ring(list)
 end
+-- wake_n(list, n): at least n wake-ups in a wake list (n waiters let in at
+-- once: admitted readers, every waiter of a forced release), rung.
+local function wake_n(list, n)
+  for _ = redis.call('LLEN', list) + 1, n do
+    redis.call('RPUSH', list, '1')
+  end
+  redis.call('PEXPIRE', list, 5000)
+  ring(list)
+end
