@@ -247,6 +247,17 @@ static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
 /* A fenced store (linger_ms 0 and max_value 0: the defaults). */
 hilock_store *py_store_new(hilock_client *c, int64_t linger_ms, size_t max_value);
 
+/* Statistics and log records (hilock/stats.h); log records go to the pipe
+ * of python/hilock/_notify.py. */
+%nothreadallow py_client_stats;
+%nothreadallow py_redlock_stats;
+%nothreadallow py_stats_bounds;
+PyObject *py_client_stats(const hilock_client *c);
+PyObject *py_redlock_stats(const hilock_redlock *rl);
+PyObject *py_stats_bounds(void);
+int py_client_log(hilock_client *c, int on);
+int py_redlock_log(hilock_redlock *rl, int on);
+
 /* Inspection (hilock/inspect.h): a lock's state as a tuple; the walk's
  * next (name, state) or None (py_helpers.h). */
 PyObject *py_inspect(hilock_client *c, const char *name, size_t namelen);
@@ -271,6 +282,13 @@ PyObject *py_async_take(hilock_async *a); /* py_helpers.h */
 %ignore hilock__waiting_all;
 %ignore hilock_async_take;
 %ignore hilock_async_done;
+%ignore hilock_stats;
+%ignore hilock_histogram;
+%ignore hilock_log_fn;
+%ignore hilock_client_stats;
+%ignore hilock_redlock_stats;
+%ignore hilock_client_set_log;
+%ignore hilock_redlock_set_log;
 %ignore hilock_store_options;
 %ignore hilock_store_new;
 %ignore hilock_store_value_free;
@@ -283,6 +301,7 @@ PyObject *py_async_take(hilock_async *a); /* py_helpers.h */
 %include "hilock/errors.h"
 %include "hilock/version.h"
 %include "hilock/client.h"
+%include "hilock/stats.h"
 %include "hilock/hold.h"
 %include "hilock/lock.h"
 %include "hilock/rlock.h"

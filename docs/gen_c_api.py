@@ -32,7 +32,7 @@ INCLUDE = ROOT / "core" / "include" / "hilock"
 # nothing of their own; the index page names them.
 ORDER = ["hold", "client", "errors", "lock", "rlock", "semaphore", "fair_lock", "rwlock",
          "multi_lock", "sequential_lock", "segmented_lock", "redlock", "async", "inspect",
-         "store", "version"]
+         "store", "stats", "version"]
 NOTHING_TO_DECLARE = {"hilock", "export"}
 
 # Where the user manual covers a header's subject.
@@ -52,6 +52,7 @@ MANUAL = {
     "async": ("async.md", "Event loops"),
     "store": ("fencing.md", "Fenced data"),
     "inspect": ("inspect.md", "Inspecting locks"),
+    "stats": ("observability.md", "Statistics and logging"),
 }
 
 

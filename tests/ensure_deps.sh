@@ -69,8 +69,9 @@ hilock_ensure_venv() {
   # mypy and ruff: the typing and lint checks; mkdocs and matplotlib: the
   # documentation site (tests/build_docs.sh).
   # uvloop: the asyncio tests run on its event loop too.
+  # prometheus_client: hilock.metrics (test_stats.py).
   local need=(pytest redis "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
-              uvloop "$@") missing=()
+              uvloop prometheus_client "$@") missing=()
   for p in "${need[@]}"; do
     # pip show takes a bare name: strip a version specifier.
     "$HILOCK_VENV/bin/python" -m pip show -q "${p%%[<>=!~]*}" >/dev/null 2>&1 || missing+=("$p")

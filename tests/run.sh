@@ -31,10 +31,10 @@ tsan="-fsanitize=thread -g -O1"
 cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="$tsan" \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DHILOCK_BUILD_TESTS=ON \
   -DHILOCK_BUILD_PYTHON=OFF -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF >/dev/null
-cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait test_hold test_async test_store
+cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait test_hold test_async test_store test_stats
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" HILOCK_MISUSE_ROUNDS=3 \
   ctest --test-dir build/tsan --output-on-failure -j"$jobs" \
-  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_hold|test_async|test_store)$'
+  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_hold|test_async|test_store|test_stats)$'
 
 echo "== install: find_package(hilock) and hilock.pc"
 rm -rf build/stage build/consumer
@@ -66,7 +66,7 @@ echo "== Python typing and lint"
 # and the stubs bindings/gen_pyi.py generated for it.
 "$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py tests/python/test_asyncio.py \
   tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py \
-  tests/python/test_inspect.py tests/python/test_acl.py
+  tests/python/test_inspect.py tests/python/test_acl.py tests/python/test_stats.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"

@@ -133,7 +133,7 @@ static int attempt(void *arg, int64_t *pttl) {
 int hilock_lock_try_acquire(hilock_lock *l) {
   int64_t pttl;
   if (l == NULL) return HILOCK_EINVAL;
-  return attempt(l, &pttl);
+  return hilock__stat_try(l->h.rt, attempt(l, &pttl));
 }
 
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {

@@ -340,7 +340,7 @@ static int attempt(void *arg, int64_t *pttl) {
 int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
   int64_t pttl;
   if (m == NULL) return HILOCK_EINVAL;
-  return attempt(m, &pttl);
+  return hilock__stat_try(m->h.rt, attempt(m, &pttl));
 }
 
 /* The wake list is the one of the name that blocked the last attempt. */

@@ -151,7 +151,7 @@ static int attempt(void *arg, int64_t *pttl) {
 int hilock_rlock_try_acquire(hilock_rlock *rl) {
   int64_t pttl;
   if (rl == NULL) return HILOCK_EINVAL;
-  return attempt(rl, &pttl);
+  return hilock__stat_try(rl->h.rt, attempt(rl, &pttl));
 }
 
 /* For async operations: the owner is the operation's (hilock__caller). */

@@ -145,7 +145,7 @@ static int attempt(void *arg, int64_t *pttl) {
 int hilock_semaphore_try_acquire(hilock_semaphore *s) {
   int64_t pttl;
   if (s == NULL) return HILOCK_EINVAL;
-  return attempt(s, &pttl);
+  return hilock__stat_try(s->h.rt, attempt(s, &pttl));
 }
 
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {

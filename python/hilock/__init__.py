@@ -10,6 +10,7 @@ The C core (hilock._hilock) does the work; this package gives it the
 """
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Optional, Union
 
 from . import _hilock
@@ -52,6 +53,10 @@ from .errors import (
 )
 
 __version__ = _hilock.hilock_version_string().decode()
+
+# Losses, renewal failures, reconnects and failovers are logged on the
+# "hilock" logger; nothing is printed unless the application configures it.
+logging.getLogger("hilock").addHandler(logging.NullHandler())
 
 __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",

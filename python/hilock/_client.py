@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, NoReturn, Optional, Type, TypeVar, Union
 
 from . import _hilock as _h
+from . import _notify, _stats
 from ._base import LostCallback
 from ._fair import FairLock
 from ._inspect import LockInfo
@@ -114,6 +115,10 @@ class Client:
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
                                    int(shared_waiting), max_connections, wait_replicas,
                                    wait_ms, *tls)
+        # Losses, renewal failures, reconnects and failovers go to the
+        # "hilock" logger (see docs/observability.md).
+        _notify.start_logging()
+        _h.py_client_log(self._h, 1)
 
     @contextmanager
     def _use(self) -> Iterator[Any]:
@@ -188,6 +193,25 @@ class Client:
         """Threads of this client waiting for a lock now."""
         with self._use() as h:
             return int(_h.hilock_client_waiting(h))
+
+    def stats(self) -> _stats.Stats:
+        """This client's counters since it was made (or :meth:`reset_stats`),
+        for every lock made from it, blocking or asyncio: ``acquired``,
+        ``busy`` (one-shot acquires refused), ``timeouts`` (acquires that
+        waited in vain), ``waits``, ``errors``, ``lost``, ``renewals``,
+        ``renewal_failures``, ``reconnects``, ``redirections``,
+        ``failovers`` (ints), and the histograms ``wait_seconds`` (acquires
+        that waited) and ``hold_seconds`` (grant to release), each
+        ``{"buckets": [(le, cumulative count), ...], "sum": seconds,
+        "count": n}`` with ``le`` in seconds, the last ``inf``. A local read:
+        no round trip."""
+        with self._use() as h:
+            return _stats.from_raw(_h.py_client_stats(h))
+
+    def reset_stats(self) -> None:
+        """Set every counter of :meth:`stats` to zero."""
+        with self._use() as h:
+            _h.hilock_client_stats_reset(h)
 
     def ping(self) -> None:
         """One round trip (PING)."""

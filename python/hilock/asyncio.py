@@ -252,6 +252,16 @@ class Client:
         threads of the blocking API)."""
         return self._sync.waiting
 
+    def stats(self) -> Dict[str, Any]:
+        """The client's counters, as :meth:`hilock.Client.stats` (tasks here
+        and threads of the blocking API count together). A local read: no
+        round trip, so not a coroutine."""
+        return self._sync.stats()
+
+    def reset_stats(self) -> None:
+        """Set every counter of :meth:`stats` to zero."""
+        self._sync.reset_stats()
+
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None) -> Lock:
         """An expiring lock, as :meth:`hilock.Client.lock`."""
@@ -724,3 +734,7 @@ class Redlock(Lock):
     def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
                  timeout: Optional[float] = None, **options: Any) -> None:
         super().__init__(_RedlockRuns(), _SyncRedlock(urls, name, ttl, timeout, **options))
+
+    def stats(self) -> Dict[str, Any]:
+        """This Redlock's own counters, as :meth:`hilock.Redlock.stats`."""
+        return self._sync.stats()

@@ -23,6 +23,7 @@
 #include "hilock/version.h"
 #include "hilock/errors.h"
 #include "hilock/client.h"
+#include "hilock/stats.h"
 #include "hilock/hold.h"
 #include "hilock/lock.h"
 #include "hilock/rlock.h"
