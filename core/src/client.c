@@ -588,15 +588,9 @@ hilock__err *hilock__client_err(hilock_client *c) {
 }
 
 const char *hilock_client_errmsg(const hilock_client *c) {
-  const hilock__err *e;
-  if (c == NULL) return "client is NULL";
-  e = hilock__tl_err(c, c->serial, 0);
-  return e != NULL ? e->msg : "";
+  return c != NULL ? hilock__tl_msg(c, c->serial) : "client is NULL";
 }
 
 int hilock_client_errcode(const hilock_client *c) {
-  const hilock__err *e;
-  if (c == NULL) return HILOCK_EINVAL;
-  e = hilock__tl_err(c, c->serial, 0);
-  return e != NULL ? e->code : HILOCK_OK;
+  return c != NULL ? hilock__tl_code(c, c->serial) : HILOCK_EINVAL;
 }

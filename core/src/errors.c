@@ -83,6 +83,16 @@ hilock__err *hilock__tl_err(const void *obj, uint64_t serial, int create) {
   return &s->err;
 }
 
+const char *hilock__tl_msg(const void *obj, uint64_t serial) {
+  const hilock__err *e = hilock__tl_err(obj, serial, 0);
+  return e != NULL ? e->msg : "";
+}
+
+int hilock__tl_code(const void *obj, uint64_t serial) {
+  const hilock__err *e = hilock__tl_err(obj, serial, 0);
+  return e != NULL ? e->code : HILOCK_OK;
+}
+
 static int has_prefix(const char *text, size_t len, const char *prefix) {
   size_t n = strlen(prefix);
   return len >= n && memcmp(text, prefix, n) == 0 &&

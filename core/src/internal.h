@@ -37,6 +37,10 @@ uint64_t hilock__serial(void);
 /* The calling thread's error slot for obj (NULL if it has none and create
  * is 0). */
 hilock__err *hilock__tl_err(const void *obj, uint64_t serial, int create);
+/* The calling thread's last message and status on obj ("" and HILOCK_OK
+ * when it has had no failure there). */
+const char *hilock__tl_msg(const void *obj, uint64_t serial);
+int hilock__tl_code(const void *obj, uint64_t serial);
 /* Map a Redis error reply to a status, copying Redis's text into e. */
 int hilock__reply_error(hilock__err *e, const char *text, size_t len);
 

@@ -68,17 +68,11 @@ void hilock_store_free(hilock_store *s) {
 void hilock_store_value_free(char *value) { free(value); }
 
 const char *hilock_store_errmsg(const hilock_store *s) {
-  const hilock__err *e;
-  if (s == NULL) return "store is NULL";
-  e = hilock__tl_err(s, s->serial, 0);
-  return e != NULL ? e->msg : "";
+  return s != NULL ? hilock__tl_msg(s, s->serial) : "store is NULL";
 }
 
 int hilock_store_errcode(const hilock_store *s) {
-  const hilock__err *e;
-  if (s == NULL) return HILOCK_EINVAL;
-  e = hilock__tl_err(s, s->serial, 0);
-  return e != NULL ? e->code : HILOCK_OK;
+  return s != NULL ? hilock__tl_code(s, s->serial) : HILOCK_EINVAL;
 }
 
 /* 1 if key has a hash tag of its own (a non-empty {...}). */

@@ -53,15 +53,6 @@ ROUNDS = 12          # critical sections per worker process
 HOLD = 0.001         # sleep between GET and SET inside a critical section
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    cl = LocalCluster(node_timeout_ms=1000)
-    try:
-        cl.start()
-        yield cl
-    finally:
-        cl.cleanup()
-
 
 @pytest.fixture
 def cclient(cluster):

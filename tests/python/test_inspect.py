@@ -265,15 +265,6 @@ def test_bad_input(client: hilock.Client, rds: Any) -> None:
 
 # ## Cluster ----------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    cl = LocalCluster(node_timeout_ms=1000)
-    try:
-        cl.start()
-        yield cl
-    finally:
-        cl.cleanup()
-
 
 def test_cluster(cluster: LocalCluster) -> None:
     with hilock.Client(cluster.url, reconnect=15.0) as c:

@@ -22,3 +22,13 @@ local function next_fence(key, field)
   end
   return f
 end
+
+-- fence_value(key): the number in counter or record `key`, 0 if it is
+-- missing, nil if it holds something else.
+local function fence_value(key)
+  local v = redis.call('GET', key)
+  if not v then
+    return 0
+  end
+  return tonumber(v)
+end
