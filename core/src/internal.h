@@ -694,6 +694,26 @@ int hilock__rwlock_spec(struct hilock_rwlock *rw, int read,
                         hilock__acquire_spec *s);
 /* The blocking acquire of a hold whose family has a spec. */
 int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
+/* The try_acquire and acquire of a family whose handle type (its hold h
+ * first, its wake list in wkey, wkeylen) is granted by the file's
+ * static int attempt(void *arg, int64_t *pttl): defines type_try_acquire
+ * (one attempt), the file's static acquire_spec (hilock__spec on attempt)
+ * and, in HILOCK__ATTEMPT_VERBS, type_acquire (hilock__hold_acquire). */
+#define HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                    \
+  int type##_try_acquire(type *lk) {                                          \
+    int64_t pttl;                                                             \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return attempt(lk, &pttl);                                                \
+  }                                                                           \
+  static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
+    type *lk = arg;                                                           \
+    hilock__spec(sp, attempt, lk, &lk->wkey, &lk->wkeylen);                   \
+  }
+#define HILOCK__ATTEMPT_VERBS(type)                                           \
+  HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                          \
+  int type##_acquire(type *lk, int64_t wait_ms) {                             \
+    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, wait_ms); \
+  }
 /* For the attempt in progress on this thread: 0 (first attempt, or no
  * wake-up), 1 (a wake-up was taken for it) or 2 (rung: it must take it). */
 int hilock__attempt_woken(void);

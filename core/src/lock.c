@@ -130,20 +130,7 @@ static int attempt(void *arg, int64_t *pttl) {
                              l, "acquire script");
 }
 
-int hilock_lock_try_acquire(hilock_lock *l) {
-  int64_t pttl;
-  if (l == NULL) return HILOCK_EINVAL;
-  return attempt(l, &pttl);
-}
-
-static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
-  hilock_lock *l = arg;
-  hilock__spec(sp, attempt, l, &l->wkey, &l->wkeylen);
-}
-
-int hilock_lock_acquire(hilock_lock *l, int64_t wait_ms) {
-  return l == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&l->h, wait_ms);
-}
+HILOCK__ATTEMPT_VERBS(hilock_lock)
 
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */
 static int run_release(void *arg, hilock__err *e, redisReply **r) {

@@ -337,21 +337,8 @@ static int attempt(void *arg, int64_t *pttl) {
                              release_fn, m, "multi-key acquire script");
 }
 
-int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
-  int64_t pttl;
-  if (m == NULL) return HILOCK_EINVAL;
-  return attempt(m, &pttl);
-}
-
 /* The wake list is the one of the name that blocked the last attempt. */
-static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
-  hilock_multi_lock *m = arg;
-  hilock__spec(sp, attempt, m, &m->wkey, &m->wkeylen);
-}
-
-int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms) {
-  return m == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&m->h, wait_ms);
-}
+HILOCK__ATTEMPT_VERBS(hilock_multi_lock)
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_multi_lock *m = arg;

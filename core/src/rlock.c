@@ -148,17 +148,8 @@ static int attempt(void *arg, int64_t *pttl) {
   return rc;
 }
 
-int hilock_rlock_try_acquire(hilock_rlock *rl) {
-  int64_t pttl;
-  if (rl == NULL) return HILOCK_EINVAL;
-  return attempt(rl, &pttl);
-}
-
 /* For async operations: the owner is the operation's (hilock__caller). */
-static void acquire_spec(void *arg, hilock__acquire_spec *s) {
-  hilock_rlock *rl = arg;
-  hilock__spec(s, attempt, rl, &rl->wkey, &rl->wkeylen);
-}
+HILOCK__TRY_ACQUIRE_AND_SPEC(hilock_rlock)
 
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
   hilock__err e;

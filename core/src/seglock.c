@@ -204,20 +204,7 @@ static int attempt(void *arg, int64_t *pttl) {
       "seglock acquire script");
 }
 
-int hilock_segmented_lock_try_acquire(hilock_segmented_lock *s) {
-  int64_t pttl;
-  if (s == NULL) return HILOCK_EINVAL;
-  return attempt(s, &pttl);
-}
-
-static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
-  hilock_segmented_lock *s = arg;
-  hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
-}
-
-int hilock_segmented_lock_acquire(hilock_segmented_lock *s, int64_t wait_ms) {
-  return s == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&s->h, wait_ms);
-}
+HILOCK__ATTEMPT_VERBS(hilock_segmented_lock)
 
 /* lock_release.lua on the held segment: delete it if it holds our token,
  * wake a waiter. */

@@ -142,20 +142,7 @@ static int attempt(void *arg, int64_t *pttl) {
                              release_fn, s, "semaphore acquire script");
 }
 
-int hilock_semaphore_try_acquire(hilock_semaphore *s) {
-  int64_t pttl;
-  if (s == NULL) return HILOCK_EINVAL;
-  return attempt(s, &pttl);
-}
-
-static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
-  hilock_semaphore *s = arg;
-  hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
-}
-
-int hilock_semaphore_acquire(hilock_semaphore *s, int64_t wait_ms) {
-  return s == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&s->h, wait_ms);
-}
+HILOCK__ATTEMPT_VERBS(hilock_semaphore)
 
 /* semaphore_release.lua: give our permit back if it is still ours. */
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
