@@ -694,11 +694,21 @@ int hilock__rwlock_spec(struct hilock_rwlock *rw, int read,
                         hilock__acquire_spec *s);
 /* The blocking acquire of a hold whose family has a spec. */
 int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
-/* The try_acquire and acquire of a family whose handle type (its hold h
- * first, its wake list in wkey, wkeylen) is granted by the file's
- * static int attempt(void *arg, int64_t *pttl): defines type_try_acquire
- * (one attempt), the file's static acquire_spec (hilock__spec on attempt)
- * and, in HILOCK__ATTEMPT_VERBS, type_acquire (hilock__hold_acquire). */
+/* The verbs a family writes alike, for its handle type (its hold h first,
+ * its wake list in wkey, wkeylen) and the file's static attempt (and, for a
+ * queue family, begin and leave), each defining type_verb:
+ *   HILOCK__ACQUIRE_VERB       acquire: hilock__hold_acquire on the spec;
+ *   HILOCK__TRY_ACQUIRE_AND_SPEC  try_acquire (one attempt) and the file's
+ *                              static acquire_spec (hilock__spec);
+ *   HILOCK__ATTEMPT_VERBS      both of these;
+ *   HILOCK__QUEUE_VERBS        a queue family's acquire_spec
+ *                              (hilock__spec_queue), try_acquire (an
+ *                              acquire that does not wait) and acquire;
+ *   HILOCK__HOLD_EXTEND_VERBS  extend and renew by hilock__hold_extend. */
+#define HILOCK__ACQUIRE_VERB(type)                                            \
+  int type##_acquire(type *lk, int64_t wait_ms) {                             \
+    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, wait_ms); \
+  }
 #define HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                    \
   int type##_try_acquire(type *lk) {                                          \
     int64_t pttl;                                                             \
@@ -711,8 +721,25 @@ int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
   }
 #define HILOCK__ATTEMPT_VERBS(type)                                           \
   HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                          \
-  int type##_acquire(type *lk, int64_t wait_ms) {                             \
-    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, wait_ms); \
+  HILOCK__ACQUIRE_VERB(type)
+#define HILOCK__QUEUE_VERBS(type)                                             \
+  static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
+    type *lk = arg;                                                           \
+    hilock__spec_queue(sp, begin, attempt, leave, lk, &lk->wkey,              \
+                       &lk->wkeylen);                                         \
+  }                                                                           \
+  int type##_try_acquire(type *lk) {                                          \
+    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, 0);      \
+  }                                                                           \
+  HILOCK__ACQUIRE_VERB(type)
+#define HILOCK__HOLD_EXTEND_VERBS(type)                                       \
+  int type##_extend(type *lk, int64_t ms, int replace) {                      \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_extend(&lk->h, ms, replace);                          \
+  }                                                                           \
+  int type##_renew(type *lk) {                                                \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_extend(&lk->h, lk->h.ttl_ms, 1);                      \
   }
 /* For the attempt in progress on this thread: 0 (first attempt, or no
  * wake-up), 1 (a wake-up was taken for it) or 2 (rung: it must take it). */
@@ -733,6 +760,11 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
  * hilock__beat_bound gives that sleep for hilock__acquire_loop. */
 int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms);
 int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms);
+/* The start of a queue family's acquire on hold h: HILOCK_EINVAL if the
+ * handle still holds its grant (these locks are not reentrant), else drop
+ * the last grant and draw the acquire's waiter id (the owner token if it is
+ * granted) into id. */
+int hilock__queue_begin(struct hilock__hold *h, char *id);
 
 /* ## Holds and renewal ---------------------------------------------------- */
 
@@ -891,6 +923,11 @@ int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
 /* malloc'd key for name and role; NULL on out of memory. */
 char *hilock__key(const char *name, size_t len, const char *role,
                   size_t *outlen);
+/* keys[i] = hilock__key(name, len, roles[i], &keylens[i]) for i < n:
+ * HILOCK_OK, or HILOCK_ENOMEM with the keys made so far left for the
+ * caller to free (the others NULL if keys came zeroed). */
+int hilock__keys(const char *name, size_t len, const char *const *roles,
+                 int n, char **keys, size_t *keylens);
 /* Decimal text of v in buf (>= 24 bytes); returns length. */
 size_t hilock__i64(char *buf, int64_t v);
 

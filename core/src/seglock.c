@@ -500,15 +500,7 @@ int hilock_segmented_lock_segments_held(hilock_segmented_lock *s, size_t *n) {
 }
 
 
-int hilock_segmented_lock_extend(hilock_segmented_lock *s, int64_t ms, int replace) {
-  if (s == NULL) return HILOCK_EINVAL;
-  return hilock__hold_extend(&s->h, ms, replace);
-}
-
-int hilock_segmented_lock_renew(hilock_segmented_lock *s) {
-  if (s == NULL) return HILOCK_EINVAL;
-  return hilock__hold_extend(&s->h, s->h.ttl_ms, 1);
-}
+HILOCK__HOLD_EXTEND_VERBS(hilock_segmented_lock)
 
 size_t hilock_segmented_lock_segment(const hilock_segmented_lock *s) {
   return s == NULL || s->segment < 0 ? HILOCK_SEGMENT_NONE

@@ -58,15 +58,9 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
   if (rc != HILOCK_OK) return rc;
   sl = calloc(1, sizeof(*sl));
   if (sl == NULL) return HILOCK_ENOMEM;
-  for (int i = 0; i < NKEYS; i++) {
-    sl->keys[i] = hilock__key(name, namelen, roles[i], &sl->keylens[i]);
-    if (sl->keys[i] == NULL) {
-      seq_destroy(sl);
-      return HILOCK_ENOMEM;
-    }
-  }
-  sl->wkey = malloc(sl->keylens[K_WAKE] + SEQ_DIGITS + 1);
-  if (sl->wkey == NULL) {
+  if (hilock__keys(name, namelen, roles, NKEYS, sl->keys, sl->keylens) !=
+          HILOCK_OK ||
+      (sl->wkey = malloc(sl->keylens[K_WAKE] + SEQ_DIGITS + 1)) == NULL) {
     seq_destroy(sl);
     return HILOCK_ENOMEM;
   }
@@ -183,14 +177,7 @@ static int attempt(void *arg, int64_t *bound) {
  * contender id (the owner token if granted). */
 static int begin(void *arg, int queue) {
   hilock_sequential_lock *sl = arg;
-  hilock__hold *h = &sl->h;
-  int rc;
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
-    return hilock__set_err(&h->err, HILOCK_EINVAL,
-                           "this handle already holds the lock; release it "
-                           "first (the lock is not reentrant)");
-  hilock__hold_drop(h);
-  rc = hilock__token(sl->id, &h->err);
+  int rc = hilock__queue_begin(&sl->h, sl->id);
   if (rc != HILOCK_OK) return rc;
   set_seq(sl, 0);
   sl->queue = queue;
@@ -211,18 +198,7 @@ static void leave(void *arg) {
   if (sl->h.held) hilock__hold_drop(&sl->h);
 }
 
-static void acquire_spec(void *arg, hilock__acquire_spec *s) {
-  hilock_sequential_lock *sl = arg;
-  hilock__spec_queue(s, begin, attempt, leave, sl, &sl->wkey, &sl->wkeylen);
-}
-
-int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl) {
-  return sl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&sl->h, 0);
-}
-
-int hilock_sequential_lock_acquire(hilock_sequential_lock *sl, int64_t wait_ms) {
-  return sl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&sl->h, wait_ms);
-}
+HILOCK__QUEUE_VERBS(hilock_sequential_lock)
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_sequential_lock *sl = arg;

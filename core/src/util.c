@@ -112,6 +112,15 @@ char *hilock__key(const char *name, size_t len, const char *role,
   return k;
 }
 
+int hilock__keys(const char *name, size_t len, const char *const *roles,
+                 int n, char **keys, size_t *keylens) {
+  for (int i = 0; i < n; i++) {
+    keys[i] = hilock__key(name, len, roles[i], &keylens[i]);
+    if (keys[i] == NULL) return HILOCK_ENOMEM;
+  }
+  return HILOCK_OK;
+}
+
 size_t hilock__i64(char *buf, int64_t v) {
   return (size_t)snprintf(buf, 24, "%" PRId64, v);
 }
