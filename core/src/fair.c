@@ -45,10 +45,8 @@ static int fair_lock_new(hilock_client *client, const char *name,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  fl = calloc(1, sizeof(*fl));
-  if (fl == NULL) return HILOCK_ENOMEM;
+  fl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*fl), &rc);
+  if (fl == NULL) return rc;
   if (hilock__keys(name, namelen, roles, NKEYS, fl->keys, fl->keylens) !=
           HILOCK_OK ||
       (fl->wkey = malloc(fl->keylens[K_WAKE] + HILOCK__TOKEN_LEN + 1)) ==
@@ -63,11 +61,10 @@ static int fair_lock_new(hilock_client *client, const char *name,
                                      HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS);
   /* Renewal and extend use the lock family's script: the holder key is a
    * string holding the owner token, as there. */
-  hilock__hold_init(&fl->h, client, fl->keys[K_HOLDER], fl->keylens[K_HOLDER],
-                    &hilock__script_lock_extend, ttl_ms);
-  fl->h.fam = &family;
-  fl->h.close_run = run_release; /* closing the client releases it */
-  fl->h.close_arg = fl;
+  hilock__hold_init_family(&fl->h, client, fl->keys[K_HOLDER],
+                           fl->keylens[K_HOLDER],
+                           &hilock__script_lock_extend, ttl_ms, &family,
+                           run_release, fl);
   *out = fl;
   return HILOCK_OK;
 }

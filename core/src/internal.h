@@ -920,6 +920,12 @@ int hilock__check_ttl(hilock__err *e, int64_t ms);
  * error (HILOCK_EINVAL for a NULL client, without a message). */
 int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms);
+/* The start of a family's constructor: hilock__new_check, then a zeroed
+ * handle of size bytes; NULL with *rc the error if either fails
+ * (family.c). */
+void *hilock__new_handle(hilock_client *client, const char *name,
+                         size_t namelen, int64_t ttl_ms, size_t size,
+                         int *rc);
 /* malloc'd key for name and role; NULL on out of memory. */
 char *hilock__key(const char *name, size_t len, const char *role,
                   size_t *outlen);
@@ -1029,6 +1035,15 @@ void hilock__hold_init_rt(hilock__hold *h, hilock__runtime *rt,
                           const char *rkey, size_t rkeylen,
                           const hilock__script *renew_script, int64_t ttl_ms);
 void hilock__hold_destroy(hilock__hold *h);
+/* hilock__hold_init for a family's handle: its table fam, and the release
+ * a closing client runs, close_run(handle) (family.c). */
+void hilock__hold_init_family(hilock__hold *h, hilock_client *c,
+                              const char *rkey, size_t rkeylen,
+                              const hilock__script *renew_script,
+                              int64_t ttl_ms, const hilock__family *fam,
+                              int (*close_run)(void *, hilock__err *,
+                                               redisReply **),
+                              void *handle);
 /* Where a failed call on the handle records its error for the caller: the
  * hold's err, or for a handle threads share the calling thread's slot. */
 hilock__err *hilock__hold_err(hilock__hold *h);

@@ -51,12 +51,10 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
     free(l);
     return HILOCK_ENOMEM;
   }
-  hilock__hold_init(&l->h, client, l->key, l->keylen,
-                    &hilock__script_lock_extend,
-                    kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms);
-  l->h.fam = &family;
-  l->h.close_run = run_release; /* closing the client releases it */
-  l->h.close_arg = l;
+  hilock__hold_init_family(&l->h, client, l->key, l->keylen,
+                           &hilock__script_lock_extend,
+                           kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms, &family,
+                           run_release, l);
   *out = l;
   return HILOCK_OK;
 }

@@ -203,11 +203,9 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
   }
   m->wkey = m->keys[count];
   m->wkeylen = m->keylens[count];
-  hilock__hold_init(&m->h, client, m->keys[0], m->keylens[0],
-                    &hilock__script_multilock_extend, ttl_ms);
-  m->h.fam = &family;
-  m->h.close_run = run_release; /* closing the client releases it */
-  m->h.close_arg = m;
+  hilock__hold_init_family(&m->h, client, m->keys[0], m->keylens[0],
+                           &hilock__script_multilock_extend, ttl_ms, &family,
+                           run_release, m);
   m->h.xkeys = (const char *const *)(m->keys + 1);
   m->h.xkeylens = m->keylens + 1;
   m->h.nxkeys = (int)count - 1;

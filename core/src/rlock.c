@@ -47,10 +47,8 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  rl = calloc(1, sizeof(*rl));
-  if (rl == NULL) return HILOCK_ENOMEM;
+  rl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rl), &rc);
+  if (rl == NULL) return rc;
   rl->key = hilock__key(name, namelen, "rlock", &rl->keylen);
   rl->fkey = hilock__key(name, namelen, "fence", &rl->fkeylen);
   rl->wkey = hilock__key(name, namelen, "wake", &rl->wkeylen);

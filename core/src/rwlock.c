@@ -122,10 +122,8 @@ static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  rw = calloc(1, sizeof(*rw));
-  if (rw == NULL) return HILOCK_ENOMEM;
+  rw = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rw), &rc);
+  if (rw == NULL) return rc;
   rw->wkey = hilock__key(name, namelen, "rw:writer", &rw->wkeylen);
   rw->rkey = hilock__key(name, namelen, "rw:readers", &rw->rkeylen);
   rw->ckey = hilock__key(name, namelen, "rw:counts", &rw->ckeylen);

@@ -99,11 +99,9 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   s->akeylens[2] = s->wkeylen;
   /* The hold's renewal key is set to the granted segment's key at each
    * grant, while no renewal is registered (see attempt). */
-  hilock__hold_init(&s->h, client, s->segkey[0], s->segkeylen[0],
-                    &hilock__script_lock_extend, ttl_ms);
-  s->h.fam = &family;
-  s->h.close_run = run_release; /* closing the client releases it */
-  s->h.close_arg = s;
+  hilock__hold_init_family(&s->h, client, s->segkey[0], s->segkeylen[0],
+                           &hilock__script_lock_extend, ttl_ms, &family,
+                           run_release, s);
   *out = s;
   return HILOCK_OK;
 }

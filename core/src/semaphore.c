@@ -63,11 +63,9 @@ static int semaphore_new(hilock_client *client, const char *name,
     free(s);
     return HILOCK_ENOMEM;
   }
-  hilock__hold_init(&s->h, client, s->key, s->keylen,
-                    &hilock__script_semaphore_renew, ttl_ms);
-  s->h.fam = &family;
-  s->h.close_run = run_release; /* closing the client releases it */
-  s->h.close_arg = s;
+  hilock__hold_init_family(&s->h, client, s->key, s->keylen,
+                           &hilock__script_semaphore_renew, ttl_ms, &family,
+                           run_release, s);
   *out = s;
   return HILOCK_OK;
 }

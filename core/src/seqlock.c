@@ -54,10 +54,8 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  sl = calloc(1, sizeof(*sl));
-  if (sl == NULL) return HILOCK_ENOMEM;
+  sl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*sl), &rc);
+  if (sl == NULL) return rc;
   if (hilock__keys(name, namelen, roles, NKEYS, sl->keys, sl->keylens) !=
           HILOCK_OK ||
       (sl->wkey = malloc(sl->keylens[K_WAKE] + SEQ_DIGITS + 1)) == NULL) {
@@ -70,12 +68,10 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
       hilock__beat_default(ttl_ms, HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS,
                            HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_DEFAULT_MAX_MS);
   /* The watchdog renews the holder's session entry. */
-  hilock__hold_init(&sl->h, client, sl->keys[K_SESSION],
-                    sl->keylens[K_SESSION], &hilock__script_seqlock_renew,
-                    ttl_ms);
-  sl->h.fam = &family;
-  sl->h.close_run = run_release; /* closing the client releases it */
-  sl->h.close_arg = sl;
+  hilock__hold_init_family(&sl->h, client, sl->keys[K_SESSION],
+                           sl->keylens[K_SESSION],
+                           &hilock__script_seqlock_renew, ttl_ms, &family,
+                           run_release, sl);
   sl->renew_xkeys[0] = sl->keys[K_QUEUE];
   sl->renew_xkeylens[0] = sl->keylens[K_QUEUE];
   sl->renew_xkeys[1] = sl->keys[K_HOLDER];
