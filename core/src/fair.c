@@ -226,10 +226,7 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
 
 static int release_fn(void *x) { return hilock_fair_lock_release(x); }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_fair_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_fair_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_fair_lock)
 
 static const hilock__family family = {
     .free = fam_free, .acquire_spec = acquire_spec, .release = release_fn,

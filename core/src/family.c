@@ -20,9 +20,7 @@ void hilock__hold_init_family(hilock__hold *h, hilock_client *c,
                               const char *rkey, size_t rkeylen,
                               const hilock__script *renew_script,
                               int64_t ttl_ms, const hilock__family *fam,
-                              int (*close_run)(void *, hilock__err *,
-                                               redisReply **),
-                              void *handle) {
+                              hilock__run_fn close_run, void *handle) {
   hilock__hold_init(h, c, rkey, rkeylen, renew_script, ttl_ms);
   h->fam = fam;
   h->close_run = close_run; /* closing the client releases it */

@@ -732,6 +732,13 @@ int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
     return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, 0);      \
   }                                                                           \
   HILOCK__ACQUIRE_VERB(type)
+/* The extend and renew entries of a family's table (hilock__family): static
+ * extend_fn and renew_fn, calling type_extend and type_renew. */
+#define HILOCK__EXTEND_ADAPTERS(type)                                         \
+  static int extend_fn(void *x, int64_t ms, int replace) {                    \
+    return type##_extend(x, ms, replace);                                     \
+  }                                                                           \
+  static int renew_fn(void *x) { return type##_renew(x); }
 #define HILOCK__HOLD_EXTEND_VERBS(type)                                       \
   int type##_extend(type *lk, int64_t ms, int replace) {                      \
     if (lk == NULL) return HILOCK_EINVAL;                                     \
@@ -967,6 +974,9 @@ typedef struct hilock__family {
   int by_caller;
 } hilock__family;
 
+/* A family's script run on its handle (arg): the reply in *r. */
+typedef int (*hilock__run_fn)(void *arg, hilock__err *e, redisReply **r);
+
 typedef struct hilock__hold {
   hilock__err err; /* the handle's last error */
   const hilock__family *fam; /* set for a public handle's hold */
@@ -1041,9 +1051,7 @@ void hilock__hold_init_family(hilock__hold *h, hilock_client *c,
                               const char *rkey, size_t rkeylen,
                               const hilock__script *renew_script,
                               int64_t ttl_ms, const hilock__family *fam,
-                              int (*close_run)(void *, hilock__err *,
-                                               redisReply **),
-                              void *handle);
+                              hilock__run_fn close_run, void *handle);
 /* Where a failed call on the handle records its error for the caller: the
  * hold's err, or for a handle threads share the calling thread's slot. */
 hilock__err *hilock__hold_err(hilock__hold *h);

@@ -187,10 +187,7 @@ hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_lock)
 
 static const hilock__family family = {
     .free = fam_free, .acquire_spec = acquire_spec, .release = release_fn,

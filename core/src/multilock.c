@@ -510,10 +510,7 @@ const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
   return m->keys[i];
 }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_multi_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_multi_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_multi_lock)
 
 static const hilock__family family = {
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,

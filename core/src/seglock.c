@@ -528,10 +528,7 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_segmented_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_segmented_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_segmented_lock)
 
 static const hilock__family family = {
     .free = fam_free, .locked = fam_locked, .acquire_spec = acquire_spec,

@@ -333,10 +333,7 @@ static const char *fam_key(const void *arg, size_t *len) {
 
 static int release_fn(void *x) { return hilock_sequential_lock_release(x); }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_sequential_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_sequential_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_sequential_lock)
 
 static const hilock__family family = {
     .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,
