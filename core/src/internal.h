@@ -927,6 +927,14 @@ int hilock__check_ttl(hilock__err *e, int64_t ms);
  * error (HILOCK_EINVAL for a NULL client, without a message). */
 int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms);
+/* The same with the family's own check of its other arguments (check(e,
+ * arg): HILOCK_OK, or the error set in e; NULL: none), made after the
+ * name's and before the TTL's; has_ttl = 0: no TTL to check (a simple
+ * lock). */
+int hilock__new_check_with(hilock_client *client, const char *name,
+                           size_t namelen, int has_ttl, int64_t ttl_ms,
+                           int (*check)(hilock__err *e, const void *arg),
+                           const void *arg);
 /* The start of a family's constructor: hilock__new_check, then a zeroed
  * handle of size bytes; NULL with *rc the error if either fails
  * (family.c). */

@@ -22,22 +22,14 @@ static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int lock_new(hilock_client *client, const char *name, size_t namelen,
                     hilock_lock_kind kind, int64_t ttl_ms, hilock_lock **out) {
-  hilock__err tmp;
   hilock_lock *l;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK && kind != HILOCK_LOCK_SIMPLE)
-    rc = hilock__check_ttl(&tmp, ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->rt.closed)
-    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check_with(client, name, namelen,
+                              kind != HILOCK_LOCK_SIMPLE, ttl_ms, NULL, NULL);
+  if (rc != HILOCK_OK) return rc;
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;

@@ -43,26 +43,24 @@ static void seglock_destroy(hilock_segmented_lock *s) {
 
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
+static int check_segments(hilock__err *e, const void *arg) {
+  size_t segments = *(const size_t *)arg;
+  if (segments < 1 || segments > HILOCK_SEGMENTS_MAX)
+    return hilock__set_err(e, HILOCK_EINVAL, "segments must be 1..%d, got %zu",
+                           HILOCK_SEGMENTS_MAX, segments);
+  return HILOCK_OK;
+}
+
 static int seglock_new(hilock_client *client, const char *name, size_t namelen,
                        size_t segments, int64_t ttl_ms, hilock_segmented_lock **out) {
-  hilock__err tmp;
   hilock_segmented_lock *s;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK && (segments < 1 || segments > HILOCK_SEGMENTS_MAX))
-    rc = hilock__set_err(&tmp, HILOCK_EINVAL, "segments must be 1..%d, got %zu",
-                         HILOCK_SEGMENTS_MAX, segments);
-  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->rt.closed)
-    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
+                              check_segments, &segments);
+  if (rc != HILOCK_OK) return rc;
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->nseg = (int)segments; /* at most HILOCK_SEGMENTS_MAX */

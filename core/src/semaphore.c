@@ -29,27 +29,24 @@ static int check_permits(hilock__err *e, const char *what, int64_t n,
   return HILOCK_OK;
 }
 
+/* The constructor's permits (arg: an int64_t). */
+static int check_new_permits(hilock__err *e, const void *arg) {
+  return check_permits(e, "permits", *(const int64_t *)arg, 1);
+}
+
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int semaphore_new(hilock_client *client, const char *name,
                          size_t namelen, int64_t permits, int64_t ttl_ms,
                          hilock_semaphore **out) {
-  hilock__err tmp;
   hilock_semaphore *s;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK) rc = check_permits(&tmp, "permits", permits, 1);
-  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->rt.closed)
-    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
+                              check_new_permits, &permits);
+  if (rc != HILOCK_OK) return rc;
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->permits = permits;
