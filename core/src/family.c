@@ -1,6 +1,7 @@
 /* What the lock families share beyond the hold: the start and end of a
- * constructor, and the start of a queue family's acquire (the fair and
- * sequential locks; their waiting is hilock__spec_queue's, wait.c). */
+ * constructor, the start of a queue family's acquire (the fair and
+ * sequential locks; their waiting is hilock__spec_queue's, wait.c), and
+ * the reading of an extension that replicas did not confirm. */
 #include <stdlib.h>
 
 #include "internal.h"
@@ -34,4 +35,14 @@ int hilock__queue_begin(hilock__hold *h, char *id) {
                            "first (the lock is not reentrant)");
   hilock__hold_drop(h);
   return hilock__token(id, &h->err);
+}
+
+int hilock__extended_unacked(int *rc, redisReply *r, int done) {
+  if (*rc != HILOCK_ENOREPLICAS) return 0;
+  if (done) {
+    freeReplyObject(r);
+    return 1;
+  }
+  *rc = HILOCK_OK; /* not extended: the reply says why */
+  return 0;
 }

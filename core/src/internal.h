@@ -772,6 +772,13 @@ int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms);
  * the last grant and draw the acquire's waiter id (the owner token if it is
  * granted) into id. */
 int hilock__queue_begin(struct hilock__hold *h, char *id);
+/* After an extend or renew script whose status *rc is HILOCK_ENOREPLICAS
+ * (callers test that first, since r is valid only then) and whose reply r
+ * says it extended (done): 1 if it was extended on the master only (r is
+ * freed, the validity must not be extended, *rc is to be reported); else
+ * 0, with *rc turned into HILOCK_OK: a refusal, which the reply tells
+ * (family.c). */
+int hilock__extended_unacked(int *rc, redisReply *r, int done);
 
 /* ## Holds and renewal ---------------------------------------------------- */
 

@@ -395,13 +395,10 @@ int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms, int replace) {
   start = hilock__now_us();
   rc = run(m, &hilock__script_multilock_extend, (int)m->n, 3, args, arglens,
            &r);
-  if (rc == HILOCK_ENOREPLICAS && r->type == REDIS_REPLY_INTEGER &&
-      r->integer > 0) {
-    /* Extended on the master only: the validity is not extended. */
-    freeReplyObject(r);
+  if (rc == HILOCK_ENOREPLICAS &&
+      hilock__extended_unacked(&rc, r, r->type == REDIS_REPLY_INTEGER &&
+                                           r->integer > 0))
     return rc;
-  }
-  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not owned: see below */
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&m->h.err, HILOCK_EPROTO,

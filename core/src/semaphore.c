@@ -182,13 +182,11 @@ int hilock_semaphore_renew(hilock_semaphore *s) {
   rc = hilock__script_run(s->h.client, &s->h.err,
                           &hilock__script_semaphore_renew, 1, keys, keylens, 2,
                           args, arglens, &r);
-  if (rc == HILOCK_ENOREPLICAS && r != NULL &&
-      r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
-    /* Renewed on the master only: the validity is not extended. */
-    freeReplyObject(r);
+  if (rc == HILOCK_ENOREPLICAS &&
+      hilock__extended_unacked(&rc, r, r != NULL &&
+                                           r->type == REDIS_REPLY_INTEGER &&
+                                           r->integer == 1))
     return rc;
-  }
-  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not renewed: see below */
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,

@@ -221,13 +221,10 @@ int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms, int re
   start = hilock__now_us();
   rc = run(sl, &h->err, "extend", h->owner, h->ownerlen, ms,
            replace ? "set" : "add", &r);
-  if (rc == HILOCK_ENOREPLICAS && hilock__int_reply(r, 1) &&
-      r->element[0]->integer > 0) {
-    /* Extended on the master only: the validity is not extended. */
-    freeReplyObject(r);
+  if (rc == HILOCK_ENOREPLICAS &&
+      hilock__extended_unacked(&rc, r, hilock__int_reply(r, 1) &&
+                                           r->element[0]->integer > 0))
     return rc;
-  }
-  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not owned: see below */
   if (rc != HILOCK_OK) return rc;
   if (!hilock__int_reply(r, 1)) {
     rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to extend");
