@@ -479,14 +479,21 @@ size_t hilock_multi_lock_count(const hilock_multi_lock *m) {
   return m == NULL ? 0 : m->n;
 }
 
-const char *hilock_multi_lock_name(const hilock_multi_lock *m, size_t i,
-                                  size_t *len) {
+/* Name i (key = 0) or its lock key (key = 1), and its length; "" out of
+ * range. */
+static const char *name_or_key(const hilock_multi_lock *m, size_t i, int key,
+                               size_t *len) {
   if (m == NULL || i >= m->n) {
     if (len) *len = 0;
     return "";
   }
-  if (len) *len = m->namelens[i];
-  return m->names[i];
+  if (len) *len = key ? m->keylens[i] : m->namelens[i];
+  return key ? m->keys[i] : m->names[i];
+}
+
+const char *hilock_multi_lock_name(const hilock_multi_lock *m, size_t i,
+                                  size_t *len) {
+  return name_or_key(m, i, 0, len);
 }
 
 uint64_t hilock_multi_lock_fence(const hilock_multi_lock *m, size_t i) {
@@ -499,12 +506,7 @@ int hilock_multi_lock_missing(const hilock_multi_lock *m, size_t i) {
 
 const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
                                  size_t *len) {
-  if (m == NULL || i >= m->n) {
-    if (len) *len = 0;
-    return "";
-  }
-  if (len) *len = m->keylens[i];
-  return m->keys[i];
+  return name_or_key(m, i, 1, len);
 }
 
 HILOCK__EXTEND_ADAPTERS(hilock_multi_lock)
