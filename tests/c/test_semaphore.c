@@ -240,19 +240,13 @@ static void waiting_does_not_poll(void **state) {
   fixture *f = *state;
   hilock_semaphore *a = hl_new_semaphore(f->client, "quiet", 1, 10000);
   hilock_semaphore *b = hl_new_semaphore(f->client, "quiet", 1, 10000);
-  redisReply *r;
-  long long evals = 0, blpops = 0;
-  const char *p;
+  long long evals, blpops;
 
   SEM_OK(hilock_semaphore_try_acquire(a), a);
   SEM_RC(hilock_semaphore_try_acquire(b), HILOCK_BUSY, b); /* loads script */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   SEM_RC(hilock_semaphore_acquire(b, 1200), HILOCK_BUSY, b);
-  r = hl_redis(f->redis, "INFO commandstats");
-  assert_int_equal(r->type, REDIS_REPLY_STRING);
-  if ((p = strstr(r->str, "cmdstat_evalsha:calls=")) != NULL)
-    evals = atoll(p + strlen("cmdstat_evalsha:calls="));
-  freeReplyObject(r);
+  evals = hl_cmdstat_calls(f->redis, "evalsha");
   /* Wake-ups taken off the list: BLPOPs, or the shared waiting's LPOPs. */
   blpops = hl_cmdstat_calls(f->redis, hl_blpop_mode() ? "blpop" : "lpop");
   assert_i64_between(evals, 1, 2);
