@@ -29,7 +29,8 @@ static void hilock_py_raise(int code, const char *msg) {
 /* The handle or client the current call was given (this thread's): where
  * its failure's message is. */
 static _Thread_local const void *py_src;
-static _Thread_local int py_src_client; /* 0 a hold, 1 a client, 2 an async runner */
+static _Thread_local int py_src_client; /* 0 a hold, 1 a client, 2 an async
+                                          runner, 3 a fenced store */
 
 static const char *py_src_msg(int code) {
   const void *src = py_src;
@@ -39,6 +40,10 @@ static const char *py_src_msg(int code) {
     const char *m = hilock_async_errmsg((const hilock_async *)src);
     return m[0] ? m : hilock_strerror(code);
   }
+  if (py_src_client == 3)
+    return hilock_store_errcode((const hilock_store *)src) == code
+               ? hilock_store_errmsg((const hilock_store *)src)
+               : hilock_strerror(code);
   if (py_src_client)
     return hilock_client_errcode((const hilock_client *)src) == code
                ? hilock_client_errmsg((const hilock_client *)src)
@@ -78,6 +83,10 @@ static PyObject *_set_error_factory(PyObject *factory) {
     py_src_client = 0;
   }
 }
+%typemap(check) hilock_store *, const hilock_store * {
+  py_src = $1;
+  py_src_client = 3;
+}
 %typemap(check) hilock_async *, const hilock_async * {
   py_src = $1;
   py_src_client = 2;
@@ -94,7 +103,8 @@ static PyObject *_set_error_factory(PyObject *factory) {
 }
 
 /* A constructor helper's NULL raises with what it recorded. */
-%typemap(out) hilock_client *, hilock_multi_lock *, hilock_redlock * {
+%typemap(out) hilock_client *, hilock_multi_lock *, hilock_redlock *,
+    hilock_store * {
   if ($1 == NULL) {
     hilock_py_raise(py_ctor_rc, py_ctor_msg);
     SWIG_fail;

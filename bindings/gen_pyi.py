@@ -5,7 +5,9 @@ The stubs follow from the public headers and bindings/hilock.i by the same
 rules the interface applies (see its header comment): a constructor's
 ``**out`` and the out-parameters named in its ``%apply ... *OUT`` lines
 become the result (a list when there are several), a ``size_t *len``
-result is bytes, ``(name, namelen)`` is one bytes argument, and every
+result is bytes (``(char **value, size_t *len)``: bytes or None), a
+``(X, Xlen)`` pair such as ``(name, namelen)``, and ``(value, len)``, is one
+bytes argument, and every
 handle is an opaque ``Handle``. The module's constants are read from the
 built module itself, so the stubs list exactly what it has.
 
@@ -79,8 +81,13 @@ def stub(ret: str, name: str, params: str, outs: Set[str]) -> str:
     while i < len(plist):
         ctype, pname = split_param(plist[i])
         bare = ctype.replace("const ", "").replace(" ", "")
-        if pname == "name" and i + 1 < len(plist) and split_param(plist[i + 1])[1] == "namelen":
-            args.append("name: bytes")
+        after = split_param(plist[i + 1])[1] if i + 1 < len(plist) else ""
+        if bare == "char*" and (after == pname + "len" or (pname, after) == ("value", "len")):
+            args.append(f"{pname}: bytes")
+            i += 2
+            continue
+        if bare == "char**" and (pname, after) == ("value", "len"):
+            results.append("Optional[bytes]")  # a value that may be absent
             i += 2
             continue
         if bare == "void*" and pname == "data":
@@ -102,6 +109,8 @@ def stub(ret: str, name: str, params: str, outs: Set[str]) -> str:
         result = py_type(ret)
     elif len(results) == 1:
         result = results[0]
+    elif "Optional[bytes]" in results:
+        raise ValueError(f"{name}: an absent-able value must be the only result")
     else:
         result = "List[int]"
     return f"def {name}({', '.join(args)}) -> {result}: ..."
@@ -119,6 +128,12 @@ def functions(headers: List[str], interface: str) -> List[Tuple[str, str, str]]:
         for ret, name, params in re.findall(
                 r"^static\s+([\w\s\*]+?)\s*\b(\w+)\s*\(([^)]*)\)\s*\{", text, flags=re.M):
             found.append((ret, name, params))
+    # Helpers defined in py_helpers.h and declared in the interface body.
+    body = strip_comments(re.sub(r"%\{.*?%\}", "", interface, flags=re.S))
+    for ret, name, params in re.findall(
+            r"^((?:PyObject|hilock_\w+|int|void)\s*\*?)\s*\b(py_\w+)\s*\(([^)]*)\)\s*;",
+            body, flags=re.M):
+        found.append((ret, name, params))
     return found
 
 

@@ -31,13 +31,13 @@ if redis.call('ZCARD', KEYS[5]) > 0 then
   redis.call('DEL', KEYS[5])
   local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
   redis.call('PEXPIRE', KEYS[6], tonumber(last[2]) - now)
-  wake_up(KEYS[7], redis.call('ZCARD', KEYS[6]), 5000)
+  wake_n(KEYS[7], redis.call('ZCARD', KEYS[6]))
   -- A waiting writer learns that it now waits for the admitted readers
   -- (bounded by their expiry, should one of them never come).
   if writers then
-    wake_one(KEYS[8])
+    wake_n(KEYS[8], 1)
   end
 elseif writers and redis.call('ZCARD', KEYS[2]) == 0 then
-  wake_one(KEYS[8])
+  wake_n(KEYS[8], 1)
 end
 return 0

@@ -26,6 +26,6 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   end
 end
 if wake then
-  wake_up(wake, count, 5000)
+  wake_n(wake, count)
 end
 return 1

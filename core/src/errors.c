@@ -111,6 +111,13 @@ int hilock__reply_error(hilock__err *e, const char *text, size_t len) {
                            "a redis+cluster:// URL)",
                            (int)(len > 160 ? 160 : len), text);
   } else if (len >= 4 && memcmp(text, "ERR ", 4) == 0 &&
+             (memmem(text, len, "The user executing the script can't", 35) !=
+                  NULL ||
+              memmem(text, len, "ACL failure in script", 21) != NULL)) {
+    /* An ACL refusal inside a script: a command, key or channel the user
+     * lacks (Redis 7.0 words it the first way, Valkey 8 the second). */
+    code = HILOCK_ENOPERM;
+  } else if (len >= 4 && memcmp(text, "ERR ", 4) == 0 &&
              memmem(text, len, "max number of clients", 21) != NULL) {
     /* maxclients: the server took the connection only to refuse it. */
     code = HILOCK_EIO;

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -270,6 +271,58 @@ typedef struct hilock__hub {
   hilock__net *net; /* the subscriber connection */
 } hilock__hub;
 
+/* ## Statistics and log (stats.c) ----------------------------------------
+ * Counted in the shared layer (hold.c, wait.c, async.c, renewal.c,
+ * route.c, hub.c; the families' one-shot attempts) with relaxed atomic
+ * increments; the log callback is called with no mutex of the runtime or
+ * client held. */
+enum {
+  HILOCK__ST_ACQUIRED,
+  HILOCK__ST_BUSY,
+  HILOCK__ST_TIMEOUTS,
+  HILOCK__ST_WAITS,
+  HILOCK__ST_ERRORS,
+  HILOCK__ST_LOST,
+  HILOCK__ST_RENEWALS,
+  HILOCK__ST_RENEWAL_FAILURES,
+  HILOCK__ST_RECONNECTS,
+  HILOCK__ST_REDIRECTIONS,
+  HILOCK__ST_FAILOVERS,
+  HILOCK__ST_N
+};
+
+typedef struct hilock__hist {
+  _Atomic uint64_t sum_us;
+  _Atomic uint64_t b[HILOCK_STATS_BUCKETS];
+} hilock__hist;
+
+typedef struct hilock__stats {
+  _Atomic uint64_t n[HILOCK__ST_N];
+  hilock__hist wait, hold;
+} hilock__stats;
+
+struct hilock__runtime;
+/* Count one event of kind HILOCK__ST_*. */
+void hilock__stat(struct hilock__runtime *rt, int kind);
+/* A time into a histogram. */
+void hilock__stat_time(hilock__hist *hist, int64_t us);
+/* The end of one acquire call with status rc: wait_ms its wait (0: one
+ * attempt), start_us when it began, waited: it slept at least once.
+ * Counts busy, timeouts, errors, waits and the wait time; returns rc. */
+int hilock__stat_acquire(struct hilock__runtime *rt, int rc, int64_t wait_ms,
+                         int64_t start_us, int waited);
+/* A one-shot attempt's status rc (a try_acquire): counted as an acquire
+ * without waiting; returns rc. */
+int hilock__stat_try(struct hilock__runtime *rt, int rc);
+/* A record for the runtime's log callback, if it has one (lock: a key, of
+ * which the name in its hash tag is reported; NULL: none). printf-style. */
+void hilock__log(struct hilock__runtime *rt, int level, const char *lock,
+                 size_t locklen, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
 /* ## Runtime (runtime.c) -------------------------------------------------
  * What every front end shares besides its connections: its options
  * (timeouts, the interrupt hook), the renewal thread and the grants it
@@ -292,6 +345,9 @@ typedef struct hilock__runtime {
   hilock__watchdog wd;
   struct hilock_client *client; /* the client it is part of; NULL: bare */
   struct hilock__runtime *reg_prev, *reg_next; /* the fork registry */
+  hilock__stats stats;
+  hilock_log_fn log_fn; /* and log_arg: guarded by mu */
+  void *log_arg;
 } hilock__runtime;
 
 /* Initialise rt (options: the defaults) and enter it in the registry;
@@ -698,7 +754,7 @@ int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
  * its wake list in wkey, wkeylen) and the file's static attempt (and, for a
  * queue family, begin and leave), each defining type_verb:
  *   HILOCK__ACQUIRE_VERB       acquire: hilock__hold_acquire on the spec;
- *   HILOCK__TRY_ACQUIRE_AND_SPEC  try_acquire (one attempt) and the file's
+ *   HILOCK__TRY_ACQUIRE_AND_SPEC  try_acquire (one counted attempt) and the file's
  *                              static acquire_spec (hilock__spec);
  *   HILOCK__ATTEMPT_VERBS      both of these;
  *   HILOCK__QUEUE_VERBS        a queue family's acquire_spec
@@ -713,7 +769,7 @@ int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
   int type##_try_acquire(type *lk) {                                          \
     int64_t pttl;                                                             \
     if (lk == NULL) return HILOCK_EINVAL;                                     \
-    return attempt(lk, &pttl);                                                \
+    return hilock__stat_try(lk->h.rt, attempt(lk, &pttl));                    \
   }                                                                           \
   static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
     type *lk = arg;                                                           \

@@ -393,7 +393,7 @@ static int acquire_side(hilock_rwlock *rw, int64_t wait_ms, int once,
   int rc;
   ctx_init(&a, rw, !once && wait_ms != 0);
   if (once)
-    rc = attempt(&a, &pttl);
+    rc = hilock__stat_try(rw->w.rt, attempt(&a, &pttl));
   else
     rc = hilock__acquire_loop_taking(rw->w.client, &a.e, wake, wakelen,
                                      wait_ms, attempt, &a);

@@ -7,7 +7,13 @@ row uses one permit (a mutex). The segmented row splits the stock over 5
 segments (the lock's own stock, sold with take() under each segment's lock),
 so up to 5 sellers work at once.
 
-    python examples/python/inventory_demo.py [--workers 8] [--stock 100]
+    python examples/python/inventory_demo.py [--workers 8] [--stock 100] [--pause]
+
+--pause: holders pause past their TTL (ttl 0.2 s, one sale in ten sleeps
+0.3 s between its read and its write, as a garbage-collection stop would),
+so a lock alone no longer keeps the count: the "lock" row oversells. The
+"lock + fenced store" row keeps the stock in hilock.FencedStore, which
+refuses the paused holder's late write (and read): it never oversells.
 
 Uses $HILOCK_URL/$REDIS_URL, or starts a private redis-server."""
 import argparse
@@ -72,6 +78,41 @@ def seller(url, kind, start, results):
     client.close()
 
 
+def seller_paused(url, kind, start, results):
+    """One seller in --pause mode: auto-renewal off, one sale in ten paused
+    past the TTL between read and write."""
+    r = redis.Redis.from_url(url)
+    client = hilock.Client(url)
+    store = client.fenced_store()
+    start.wait()
+    sold = refused = i = 0
+    while True:
+        lk = client.lock("demo:inventory", ttl=0.2, auto_renew=False)
+        lk.acquire()
+        i += 1
+        try:
+            if kind == "lock":
+                stock = int(r.get(STOCK))
+            else:
+                stock = int(store.get(STOCK, fence=lk.fence))
+            if stock <= 0:
+                break
+            if i % 10 == 0:
+                time.sleep(0.3)  # the pause: the lock expires meanwhile
+            if kind == "lock":
+                r.set(STOCK, stock - 1)
+            else:
+                store.set(STOCK, stock - 1, fence=lk.fence)
+            sold += 1
+        except hilock.StaleFence:
+            refused += 1  # the store refused this stale holder: try again
+        finally:
+            with contextlib.suppress(hilock.LockNotOwnedError):
+                lk.release()
+    results.put(sold)
+    client.close()
+
+
 def run(url, kind, workers, stock):
     r = redis.Redis.from_url(url)
     r.set(STOCK, stock)
@@ -81,7 +122,9 @@ def run(url, kind, workers, stock):
             c.segmented_lock("demo:inventory", SEGMENTS).stock_init(stock)
     ctx = mp.get_context("fork")
     start, results = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=seller, args=(url, kind, start, results)) for _ in range(workers)]
+    target = seller_paused if kind in ("lock (paused)", "fenced store") else seller
+    procs = [ctx.Process(target=target, args=(url, kind.split()[0], start, results))
+             for _ in range(workers)]
     for p in procs:
         p.start()
     t0 = time.monotonic()
@@ -100,21 +143,31 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--stock", type=int, default=100)
+    ap.add_argument("--pause", action="store_true",
+                    help="holders pause past their TTL: a lock alone oversells, "
+                         "the fenced store does not")
     args = ap.parse_args()
     with redis_url() as url:
         print(f"{args.workers} processes selling a stock of {args.stock} ({url})\n")
         print(f"| {'guard':<15} | {'sold':>5} | {'oversold':>8} | {'stock left':>10} | {'seconds':>7} |")
         print(f"|{'-' * 17}|{'-' * 7}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
         ok = True
-        for kind in ("none", "lock", "simple_lock", "lease", "rlock", "rwlock", "semaphore",
-                     "multi_lock", "sequential_lock",
-                     "fair_lock", "segmented"):
+        kinds = ("none", "lock", "simple_lock", "lease", "rlock", "rwlock", "semaphore",
+                 "multi_lock", "sequential_lock", "fair_lock", "segmented")
+        if args.pause:
+            kinds = ("lock (paused)", "fenced store")
+        for kind in kinds:
             sold, left, secs = run(url, kind, args.workers, args.stock)
             over = max(0, sold - args.stock)
             print(f"| {kind:<15} | {sold:>5} | {over:>8} | {left:>10} | {secs:>7.2f} |")
-            if kind != "none" and (sold != args.stock or left != 0):
+            if kind not in ("none", "lock (paused)") and (sold != args.stock or left != 0):
                 ok = False
-        print("\nwith every lock type exactly", args.stock, "sold" if ok else "NOT all correct")
+        if args.pause:
+            print("\nwith the fenced store exactly", args.stock,
+                  "sold" if ok else "NOT sold correctly")
+        else:
+            print("\nwith every lock type exactly", args.stock,
+                  "sold" if ok else "NOT all correct")
         return 0 if ok else 1
 
 

@@ -10,12 +10,14 @@ The C core (hilock._hilock) does the work; this package gives it the
 """
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Optional, Union
 
 from . import _hilock
 from ._base import LockBase, LostCallback
 from ._client import Client, default_client, default_url, redlock
 from ._fair import FairLock
+from ._inspect import LockInfo
 from ._lock import Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
@@ -24,6 +26,7 @@ from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
+from ._store import BoundStore, FencedStore
 from ._util import Name
 from .errors import (
     AuthenticationError,
@@ -43,12 +46,17 @@ from .errors import (
     NotEnoughReplicas,
     RedisError,
     SoldOut,
+    StaleFence,
     TLSError,
     UnsupportedError,
     WrongTypeError,
 )
 
 __version__ = _hilock.hilock_version_string().decode()
+
+# Losses, renewal failures, reconnects and failovers are logged on the
+# "hilock" logger; nothing is printed unless the application configures it.
+logging.getLogger("hilock").addHandler(logging.NullHandler())
 
 __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
@@ -66,6 +74,8 @@ __all__ = [
     "NoPermissionError", "UnsupportedError", "__version__",
     "ClusterError",
     "NotEnoughReplicas",
+    "FencedStore", "BoundStore", "StaleFence",
+    "LockInfo",
 ]
 
 

@@ -13,10 +13,18 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, T
 from . import _hilock as _h
 from . import _notify
 from ._util import Name, name_bytes, seconds_to_ms, wait_seconds
-from .errors import InvalidArgument, LockError, LockLost, LockNotOwnedError, LockTimeout
+from .errors import (
+    InvalidArgument,
+    LockError,
+    LockLost,
+    LockNotOwnedError,
+    LockTimeout,
+    UnsupportedError,
+)
 
 if TYPE_CHECKING:
     from ._client import Client
+    from ._store import BoundStore, FencedStore
 
 _L = TypeVar("_L", bound="LockBase")
 
@@ -211,6 +219,33 @@ class LockBase:
         held or lost, inf for a held simple lock."""
         ms = type(self)._c_validity(self._h)
         return math.inf if ms >= (1 << 62) else ms / 1000.0
+
+    def store(self, store: Optional[FencedStore] = None, *,
+              name: Optional[Name] = None) -> BoundStore:
+        """The fenced store (``store``, default ``client.fenced_store()``)
+        with this grant's fence bound: ``lk.store().incrby("stock", -1)``.
+        A multi-key lock names whose fence (``name``). Raises
+        LockNotOwnedError when nothing is held."""
+        if self._h is None or type(self)._c_validity(self._h) <= 0:
+            raise LockNotOwnedError(f"{self._name!r} is not held by this object: "
+                                    "no fence to bind", _h.HILOCK_ENOTOWNED)
+        fence: Any = self.fence
+        if isinstance(fence, dict):
+            if name is None:
+                raise InvalidArgument("a multi-key lock has one fence per name: "
+                                      "pass name=")
+            fence = fence.get(name)
+        if not fence:
+            raise UnsupportedError(f"a {self._kind_name} hold has no fence (shared holders "
+                                   "have no order): guard fenced data with an exclusive "
+                                   "lock", _h.HILOCK_ENOTSUP)
+        if store is None:
+            client = getattr(self, "_client", None)
+            if client is None:
+                raise InvalidArgument("this lock has no client of its own (Redlock): "
+                                      "pass store=hilock.FencedStore(url)")
+            store = client.fenced_store()
+        return store.bind(fence)
 
     # -- context manager --------------------------------------------------------
 

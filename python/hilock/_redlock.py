@@ -5,6 +5,7 @@ import math
 from typing import Any, Iterable, Optional, Tuple
 
 from . import _hilock as _h
+from . import _notify, _stats
 from ._base import ExclusiveBase, LostCallback
 from ._util import TLS_OPTIONS, Name, seconds_to_ms, tls_args
 from .errors import InvalidArgument
@@ -73,6 +74,17 @@ class Redlock(ExclusiveBase):
         self._setup(_h.py_redlock_new([u.encode() for u in url_list], self._bname, ttl_ms,
                                       connect_ms, node_ms, math.ceil(retry_delay * 1000),
                                       *tls_args(**tls)))
+        _notify.start_logging()
+        _h.py_redlock_log(self._h, 1)
+
+    def stats(self) -> _stats.Stats:
+        """This Redlock's own counters, as :meth:`hilock.Client.stats` (a
+        Redlock drives its own connections, so it counts for itself)."""
+        return _stats.from_raw(_h.py_redlock_stats(self._h))
+
+    def reset_stats(self) -> None:
+        """Set every counter of :meth:`stats` to zero."""
+        _h.hilock_redlock_stats_reset(self._h)
 
     def __repr__(self) -> str:
         return (f"<hilock.Redlock {self._name!r} on {len(self._urls)} nodes "

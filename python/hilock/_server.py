@@ -62,6 +62,41 @@ def start_sentinels(procs: List[subprocess.Popen[bytes]], binary: str, conf_dir:
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
 
+def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
+    """One command in RESP to 127.0.0.1:port on a fresh socket; the raw
+    reply (b"" if the server cannot be reached)."""
+    payload = f"*{len(args)}\r\n".encode()
+    for a in args:
+        b = a.encode()
+        payload += b"$%d\r\n%s\r\n" % (len(b), b)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(payload)
+            f = s.makefile("rb")
+            out: List[bytes] = []
+
+            def read() -> None:
+                line = f.readline()
+                out.append(line)
+                if line[:1] == b"$" and int(line[1:]) >= 0:
+                    out.append(f.read(int(line[1:]) + 2))
+                elif line[:1] == b"*":
+                    for _ in range(max(int(line[1:]), 0)):
+                        read()
+
+            read()
+            return b"".join(out)
+    except OSError:
+        return b""
+
+
+def server_binary() -> str:
+    """The server to run: $HILOCK_REDIS_SERVER (a path or a name on PATH,
+    such as valkey-server), else redis-server."""
+    want = os.environ.get("HILOCK_REDIS_SERVER") or "redis-server"
+    return shutil.which(want) or (want if os.sep in want else "/usr/bin/" + want)
+
+
 class RedisServer:
     """One redis-server process on 127.0.0.1.
 
@@ -71,7 +106,7 @@ class RedisServer:
 
     def __init__(self, port: Optional[int] = None, password: Optional[str] = None,
                  extra_args: Iterable[str] = (), binary: Optional[str] = None) -> None:
-        self.binary = binary or shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.binary = binary or server_binary()
         if not os.path.exists(self.binary):
             raise FileNotFoundError("redis-server not found; install the redis-server package")
         self.port = port or free_port()
@@ -134,7 +169,11 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()  # its directory too
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
@@ -167,33 +206,7 @@ class SentinelDeployment:
         hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
         return f"redis+sentinel://{hosts}/{self.name}"
 
-    @staticmethod
-    def _command(port: int, *args: str, timeout: float = 2.0) -> bytes:
-        """One command in RESP on a fresh socket; the raw reply (b"" if the
-        server cannot be reached)."""
-        payload = f"*{len(args)}\r\n".encode()
-        for a in args:
-            b = a.encode()
-            payload += b"$%d\r\n%s\r\n" % (len(b), b)
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-                s.sendall(payload)
-                f = s.makefile("rb")
-                out: List[bytes] = []
-
-                def read() -> None:
-                    line = f.readline()
-                    out.append(line)
-                    if line[:1] == b"$" and int(line[1:]) >= 0:
-                        out.append(f.read(int(line[1:]) + 2))
-                    elif line[:1] == b"*":
-                        for _ in range(max(int(line[1:]), 0)):
-                            read()
-
-                read()
-                return b"".join(out)
-        except OSError:
-            return b""
+    _command = staticmethod(command)
 
     def start(self, timeout: float = 20.0) -> SentinelDeployment:
         self.master.start()

@@ -146,6 +146,13 @@ class NotEnoughReplicas(LockError):
             self.acked, self.wanted = int(m.group(1)), int(m.group(2))
 
 
+class StaleFence(LockLost):
+    """A fenced store refused an access: a higher fence has touched the data
+    key since this fence was granted, so its holder lost the lock (paused
+    past its TTL, or force-released) and the next holder has been at the
+    data. Nothing was read or changed. ``code`` is HILOCK_ESTALE (-24)."""
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -169,6 +176,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_ENOQUORUM: NoQuorumError,
     _h.HILOCK_SOLDOUT: SoldOut,
     _h.HILOCK_ENOREPLICAS: NotEnoughReplicas,
+    _h.HILOCK_ESTALE: StaleFence,
 }
 
 

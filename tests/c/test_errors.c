@@ -83,6 +83,12 @@ static const reply_row replies[] = {
     {"NOPERM this user has no permissions to run the 'evalsha' command",
      HILOCK_ENOPERM},
     {"NOPERM", HILOCK_ENOPERM},
+    {"ERR The user executing the script can't run this command or subcommand "
+     "script: ba2bbbe6, on @user_script:231.",
+     HILOCK_ENOPERM},
+    {"ERR ACL failure in script: User less has no permissions to run the "
+     "'zadd' command script: 71abc016, on @user_script:240.",
+     HILOCK_ENOPERM},
     {"WRONGPASS invalid username-password pair or user is disabled.",
      HILOCK_EAUTH},
     {"NOAUTH Authentication required.", HILOCK_EAUTH},

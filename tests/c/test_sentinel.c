@@ -120,7 +120,8 @@ static int sentinel_start(deploy *d, int i, const char *dir) {
       dup2(fd, STDERR_FILENO);
       close(fd);
     }
-    execlp("redis-server", "redis-server", s->conf, "--sentinel", (char *)NULL);
+    execlp(hl_server_binary(), hl_server_binary(), s->conf, "--sentinel",
+           (char *)NULL);
     _exit(127);
   }
   for (int64_t end = hl_now_ms() + 10000; hl_now_ms() < end;) {

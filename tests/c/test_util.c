@@ -128,6 +128,11 @@ hilock_options hl_test_options(void) {
   return o;
 }
 
+const char *hl_server_binary(void) {
+  const char *b = getenv("HILOCK_REDIS_SERVER");
+  return b != NULL && b[0] != '\0' ? b : "redis-server";
+}
+
 int hl_free_port(void) {
   struct sockaddr_in sa;
   socklen_t len = sizeof(sa);
@@ -172,7 +177,7 @@ static void exec_server(const hl_server *s, char **argv, pid_t parent) {
     dup2(fd, STDIN_FILENO);
     close(fd);
   }
-  execvp("redis-server", argv);
+  execvp(argv[0], argv);
   _exit(127);
 }
 
@@ -203,7 +208,7 @@ static int spawn(hl_server *s) {
   int64_t deadline;
 
   snprintf(port, sizeof(port), "%d", s->port);
-  argv[argc++] = "redis-server";
+  argv[argc++] = (char *)hl_server_binary();
   argv[argc++] = "--port";
   argv[argc++] = port;
   argv[argc++] = "--bind";

@@ -137,6 +137,9 @@ void hl_servers_destroy(hl_server *s, int n);
 
 /* A free TCP port on 127.0.0.1 (bound, read back, closed), or -1. */
 int hl_free_port(void);
+/* The server binary: $HILOCK_REDIS_SERVER (such as valkey-server), else
+ * redis-server (looked up on PATH). */
+const char *hl_server_binary(void);
 
 /* ## Direct Redis access (hiredis, authenticated when needed) ------------- */
 

@@ -24,24 +24,23 @@ if str(HERE) not in sys.path:
 
 from helpers import RedisServer  # noqa: E402  (pure Python, needs no extension)
 
-
-def _running(srv: RedisServer) -> Iterator[RedisServer]:
-    """Start srv for a fixture, and remove it (process and directory) after."""
-    try:
-        srv.start()
-        yield srv
-    finally:
-        srv.cleanup()
+# The session server comes from hilock's own pytest plugin, as in a user's
+# project. Installed, hilock registers it under this same name (the
+# entry point is named after the module), so listing it here does not load
+# it twice; found through PYTHONPATH, this line is what loads it.
+# pytester: test_pytest_plugin.py runs pytest on small projects of its own.
+pytest_plugins = ["hilock.pytest_plugin", "pytester"]
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """One redis-server on 127.0.0.1 for the whole session.
+def redis_server(hilock_redis_server: RedisServer) -> RedisServer:
+    """One redis-server on 127.0.0.1 for the whole session (the plugin's
+    ``hilock_redis_server``).
 
     Fails (FileNotFoundError / RuntimeError) when redis-server is missing or
     does not start: a lock library tested without Redis is not tested.
     """
-    yield from _running(RedisServer())
+    return hilock_redis_server
 
 
 @pytest.fixture
@@ -82,7 +81,8 @@ def client(rds, redis_url: str):
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, for tests that stop or restart it."""
-    yield from _running(RedisServer())
+    with RedisServer() as srv:  # stopped and its directory removed after
+        yield srv
 
 
 @pytest.fixture

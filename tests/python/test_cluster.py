@@ -476,6 +476,7 @@ def test_auth_cluster_follows_moved_to_a_node_it_never_dialed(auth_cluster) -> N
         assert _conns_of(cl, b, "alice") > 0
         _grant_on(c, cl, names[1], b)
         assert _errorstat(cl, a, "MOVED") == before + 1  # routed by the re-read map
+        assert c.stats()["redirections"] == 1  # the one MOVED, counted by the client
 
 
 def test_auth_cluster_wrong_credentials_raise_authentication_error(auth_cluster) -> None:

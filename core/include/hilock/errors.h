@@ -42,7 +42,8 @@ extern "C" {
   XX(ECLUSTER, -20, "cluster topology or routing failure")                  \
   XX(ETLS, -21, "TLS handshake or protocol failure")                         \
   XX(ECERT, -22, "server certificate not accepted")                         \
-  XX(ECANCELED, -23, "operation cancelled")
+  XX(ECANCELED, -23, "operation cancelled")                                   \
+  XX(ESTALE, -24, "a higher fence has touched the data (stale holder)")
 
 typedef enum hilock_status {
 #define HILOCK_XX_ENUM(name, value, text) HILOCK_##name = value,

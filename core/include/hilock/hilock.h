@@ -7,7 +7,9 @@
  * hilock_<type>_new, a variant's hilock_<type>_new_<variant>
  * (hilock_lock_new_simple, hilock_lock_new_lease); every other call is
  * hilock_<type>_<verb or noun>, and what every type shares is
- * hilock_hold_* on its hold (hilock/hold.h). A call that asks the server
+ * hilock_hold_* on its hold (hilock/hold.h). The fenced store, which
+ * checks a grant's fence on every access to the data it guards, is
+ * hilock_store_* (hilock/store.h). A call that asks the server
  * returns a status and writes its answers through out-parameters
  * (hilock_hold_owned(h, &owned)); a local read returns its value
  * (hilock_hold_fence(h)). Counts and indices are size_t.
@@ -21,6 +23,7 @@
 #include "hilock/version.h"
 #include "hilock/errors.h"
 #include "hilock/client.h"
+#include "hilock/stats.h"
 #include "hilock/hold.h"
 #include "hilock/lock.h"
 #include "hilock/rlock.h"
@@ -32,5 +35,7 @@
 #include "hilock/redlock.h"
 #include "hilock/segmented_lock.h"
 #include "hilock/async.h"
+#include "hilock/store.h"
+#include "hilock/inspect.h"
 
 #endif /* HILOCK_H */

@@ -30,3 +30,8 @@ end
 local function wake_one(list)
   wake_up(list, 1, 5000)
 end
+-- wake_n(list, n): at least n wake-ups in a wake list (n waiters let in at
+-- once: admitted readers, every waiter of a forced release), rung.
+local function wake_n(list, n)
+  wake_up(list, n, 5000)
+end

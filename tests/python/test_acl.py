@@ -1,0 +1,143 @@
+"""Least privilege: a Redis ACL user limited to exactly the rule
+docs/security.md publishes (read from that page, so the two cannot drift)
+runs every lock type: waiting shared and not, renewal, extend, the fenced
+store (with its data pattern added) and Redlock over three nodes. Taking
+one command away makes the lock type that needs it fail loudly."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, List
+
+import pytest
+import redis
+
+import hilock
+from helpers import RedisServer
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+
+
+def acl_rule() -> List[str]:
+    """The words of the published ACL SETUSER command, without the user
+    name and the password placeholder."""
+    text = DOCS.read_text()
+    block = text.split("<!-- acl-rule:", 1)[1].split("```", 2)[1]
+    words = block.split()
+    assert words[:3] == ["ACL", "SETUSER", "locks"]
+    return [w for w in words[3:] if not w.startswith(">")]
+
+
+def make_user(r: redis.Redis, name: str, rule: List[str], extra: List[str] = ()) -> None:
+    r.execute_command("ACL", "SETUSER", name, "reset", ">pw", *rule, *extra)
+
+
+@pytest.fixture
+def acl_server() -> Iterator[RedisServer]:
+    srv = RedisServer().start()
+    try:
+        yield srv
+    finally:
+        srv.cleanup()
+
+
+def user_url(srv: RedisServer, user: str) -> str:
+    return f"redis://{user}:pw@127.0.0.1:{srv.port}"
+
+
+FACTORIES: List[Callable[[hilock.Client], Any]] = [
+    lambda c: c.lock("a", ttl=0.3),
+    lambda c: c.simple_lock("b"),
+    lambda c: c.lease("c", 0.3),
+    lambda c: c.rlock("d", ttl=0.3),
+    lambda c: c.fair_lock("e", ttl=0.3),
+    lambda c: c.sequential_lock("f", ttl=0.3),
+    lambda c: c.segmented_lock("g", 3, ttl=0.3),
+    lambda c: c.rwlock("h", ttl=0.3).write(),
+    lambda c: c.rwlock("h", ttl=0.3).read(),
+    lambda c: c.semaphore("i", 1, ttl=0.3),
+    lambda c: c.multi_lock(["j", "k"], ttl=0.3),
+]
+
+
+def exercise(c: hilock.Client, make: Callable[[hilock.Client], Any]) -> None:
+    """Hold past two renewal periods, with a second holder waiting (or, for
+    a shared read, joining at once), then release."""
+    a, b = make(c), make(c)
+    got: List[Any] = []
+
+    def wait() -> None:
+        try:
+            got.append(b.acquire(timeout=10))
+            b.release()
+        except Exception as e:  # noqa: BLE001  (reported below)
+            got.append(e)
+
+    with a:
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.5)  # the watchdog renews the 0.3 s grant meanwhile
+        assert not a.lost
+        if hasattr(a, "owned"):
+            assert a.owned()
+    t.join(15)
+    assert got == [True], got
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-waiting", "blpop"])
+def test_every_lock_type_runs_as_the_published_acl_user(acl_server: RedisServer,
+                                                        shared: bool) -> None:
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "locks", acl_rule())
+    r.execute_command("ACL", "LOG", "RESET")
+    with hilock.Client(user_url(acl_server, "locks"), shared_waiting=shared) as c:
+        for make in FACTORIES:
+            exercise(c, make)
+        lk = c.lock("x", ttl=5)
+        with lk:
+            lk.extend(5)
+            assert lk.store().incrby("hilock:data:n") == 1  # data under hilock:*
+    assert r.execute_command("ACL", "LOG") == []  # nothing was refused
+
+
+def test_the_fenced_store_with_its_data_pattern(acl_server: RedisServer) -> None:
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "locks", acl_rule(), ["~stock:*"])
+    with hilock.Client(user_url(acl_server, "locks")) as c:
+        with c.lock("inv") as lk:
+            assert lk.store().incrby("stock:sku1", 5) == 5
+        with pytest.raises(hilock.NoPermissionError):
+            c.fenced_store().get("orders:1", fence=lk.fence or 1)
+
+
+def test_redlock_runs_as_the_published_acl_user(redis_nodes: list) -> None:
+    urls = []
+    for s in redis_nodes[:3]:
+        r = redis.Redis.from_url(s.url)
+        make_user(r, "locks", acl_rule())
+        urls.append(user_url(s, "locks"))
+    try:
+        with hilock.Redlock(urls, "rl-acl", ttl=5) as rl:
+            assert rl.fence
+    finally:
+        for s in redis_nodes[:3]:
+            redis.Redis.from_url(s.url).execute_command("ACL", "DELUSER", "locks")
+
+
+@pytest.mark.parametrize("missing,make", [
+    ("+zadd", lambda c: c.fair_lock("e", ttl=0.3)),
+    ("+evalsha", lambda c: c.lock("a", ttl=0.3)),
+    ("+hset", lambda c: c.rlock("d", ttl=0.3)),
+])
+def test_one_command_less_fails_loudly(acl_server: RedisServer, missing: str,
+                                       make: Callable[[hilock.Client], Any]) -> None:
+    rule = acl_rule()
+    assert missing in rule
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "less", [w for w in rule if w != missing] +
+              (["-eval"] if missing == "+evalsha" else []))
+    with hilock.Client(user_url(acl_server, "less")) as c:
+        with pytest.raises(hilock.NoPermissionError) as e:
+            make(c).acquire(timeout=1)
+        assert "permission" in str(e.value) or "can't run" in str(e.value)
