@@ -19,7 +19,7 @@ import pytest
 import redis
 
 import hilock
-from cluster import LocalCluster, name_slot
+from cluster import LocalCluster, name_slot, running_cluster
 from helpers import FORK, NoLock, acquire_within, join_all, pass_gate, start_child
 from history import (Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_max_concurrent, check_no_overlap)
@@ -55,12 +55,8 @@ HOLD = 0.001         # sleep between GET and SET inside a critical section
 
 @pytest.fixture(scope="module")
 def cluster():
-    cl = LocalCluster(node_timeout_ms=1000)
-    try:
-        cl.start()
+    with running_cluster() as cl:
         yield cl
-    finally:
-        cl.cleanup()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import hilock
-from cluster import LocalCluster
+from cluster import LocalCluster, running_cluster
 from helpers import join_all, pop_report, start_child, wait_for, waiting_processes
 
 KEYS = {"name", "type", "held", "holder", "fence", "ttl", "waiters", "hold_count",
@@ -267,12 +267,8 @@ def test_bad_input(client: hilock.Client, rds: Any) -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    cl = LocalCluster(node_timeout_ms=1000)
-    try:
-        cl.start()
+    with running_cluster() as cl:
         yield cl
-    finally:
-        cl.cleanup()
 
 
 def test_cluster(cluster: LocalCluster) -> None:

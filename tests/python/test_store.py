@@ -20,7 +20,7 @@ import redis
 from redis.cluster import RedisCluster
 
 import hilock
-from cluster import LocalCluster, key_slot
+from cluster import LocalCluster, key_slot, running_cluster
 
 # -- basics -----------------------------------------------------------------------
 
@@ -296,12 +296,8 @@ def test_pause_past_ttl_with_redlock(redis_nodes: list, redis_url: str,
 
 @pytest.fixture(scope="module")
 def cluster() -> Any:
-    cl = LocalCluster(node_timeout_ms=1000)
-    try:
-        cl.start()
+    with running_cluster() as cl:
         yield cl
-    finally:
-        cl.cleanup()
 
 
 def test_pause_past_ttl_on_a_cluster(cluster: LocalCluster) -> None:
