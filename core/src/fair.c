@@ -178,12 +178,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   return run(fl, e, "release", fl->h.owner, fl->h.ownerlen, r);
 }
 
-int hilock_fair_lock_release(hilock_fair_lock *fl) {
-  if (fl == NULL) return HILOCK_EINVAL;
-  return hilock__hold_release_reply(&fl->h, run_release, fl, 1,
-                                    "the lock expired or another owner holds it; "
-                                    "nothing was deleted");
-}
+HILOCK__RELEASE_VERB(hilock_fair_lock, 1,
+                     "the lock expired or another owner holds it; "
+                     "nothing was deleted")
 
 HILOCK__HOLD_EXTEND_VERBS(hilock_fair_lock)
 

@@ -760,7 +760,10 @@ int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
  *   HILOCK__QUEUE_VERBS        a queue family's acquire_spec
  *                              (hilock__spec_queue), try_acquire (an
  *                              acquire that does not wait) and acquire;
- *   HILOCK__HOLD_EXTEND_VERBS  extend and renew by hilock__hold_extend. */
+ *   HILOCK__HOLD_EXTEND_VERBS  extend and renew by hilock__hold_extend;
+ *   HILOCK__RELEASE_VERB       release: the file's static run_release through
+ *                              hilock__hold_release_reply (array, and the
+ *                              message when it was not owned, as there). */
 #define HILOCK__ACQUIRE_VERB(type)                                            \
   int type##_acquire(type *lk, int64_t wait_ms) {                             \
     return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, wait_ms); \
@@ -795,6 +798,12 @@ int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
     return type##_extend(x, ms, replace);                                     \
   }                                                                           \
   static int renew_fn(void *x) { return type##_renew(x); }
+#define HILOCK__RELEASE_VERB(type, array, notowned)                           \
+  int type##_release(type *lk) {                                              \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_release_reply(&lk->h, run_release, lk, array,         \
+                                      notowned);                              \
+  }
 #define HILOCK__HOLD_EXTEND_VERBS(type)                                       \
   int type##_extend(type *lk, int64_t ms, int replace) {                      \
     if (lk == NULL) return HILOCK_EINVAL;                                     \

@@ -133,12 +133,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
                             keys, keylens, 1, args, arglens, r);
 }
 
-int hilock_lock_release(hilock_lock *l) {
-  if (l == NULL) return HILOCK_EINVAL;
-  return hilock__hold_release_reply(&l->h, run_release, l, 0,
-                                    "the lock expired or another owner holds it; "
-                                    "nothing was deleted");
-}
+HILOCK__RELEASE_VERB(hilock_lock, 0,
+                     "the lock expired or another owner holds it; "
+                     "nothing was deleted")
 
 int hilock_lock_extend(hilock_lock *l, int64_t ms, int replace) {
   if (l == NULL) return HILOCK_EINVAL;

@@ -154,12 +154,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
                             3, keys, keylens, 2, args, arglens, r);
 }
 
-int hilock_semaphore_release(hilock_semaphore *s) {
-  if (s == NULL) return HILOCK_EINVAL;
-  return hilock__hold_release_reply(&s->h, run_release, s, 0,
-                                    "the permit had expired; nothing of anyone "
-                                    "else's changed");
-}
+HILOCK__RELEASE_VERB(hilock_semaphore, 0,
+                     "the permit had expired; nothing of anyone "
+                     "else's changed")
 
 int hilock_semaphore_renew(hilock_semaphore *s) {
   const char *keys[1], *args[2];

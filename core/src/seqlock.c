@@ -201,12 +201,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   return run(sl, e, "release", sl->h.owner, sl->h.ownerlen, 0, NULL, r);
 }
 
-int hilock_sequential_lock_release(hilock_sequential_lock *sl) {
-  if (sl == NULL) return HILOCK_EINVAL;
-  return hilock__hold_release_reply(&sl->h, run_release, sl, 1,
-                                    "the session lapsed and the entry is gone; "
-                                    "nothing was removed");
-}
+HILOCK__RELEASE_VERB(hilock_sequential_lock, 1,
+                     "the session lapsed and the entry is gone; "
+                     "nothing was removed")
 
 int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms, int replace) {
   hilock__hold *h;
