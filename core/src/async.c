@@ -349,7 +349,14 @@ static void *worker(void *arg) {
       hilock__caller_set(o->caller);
       status = o->kind == OP_ACQUIRE ? step_acquire(o) : run_call(o);
       pthread_mutex_lock(&a->mu);
-      if (o->kind == OP_ACQUIRE && status != GOING_ON && o->cancelled &&
+      if (status == GOING_ON) {
+        /* Back to waiting: the op is no longer this worker's. Another
+         * worker may already run it (rung while it joined, or its timer
+         * due at once), or have finished it and the loop freed it. */
+        hilock__caller_set(0);
+        continue;
+      }
+      if (o->kind == OP_ACQUIRE && o->cancelled &&
           status != HILOCK_ECANCELED) {
         /* Cancelled as the attempt ended: checked under the lock that
          * hilock_async_cancel takes, so no cancel comes after this. */
@@ -358,11 +365,9 @@ static void *worker(void *arg) {
         pthread_mutex_lock(&a->mu);
       }
       hilock__caller_set(0);
-      if (status != GOING_ON) {
-        free(o->wkey);
-        o->wkey = NULL;
-        finish(a, o, status);
-      }
+      free(o->wkey);
+      o->wkey = NULL;
+      finish(a, o, status);
       continue;
     }
     if (a->stop) break;
