@@ -99,10 +99,25 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   int how = op[0] == 'a' || op[0] == 't' ? HILOCK__RUN_GRANT
             : op[0] == 'r' || op[0] == 'l' ? HILOCK__RUN_WAKES
                                            : 0;
-  return hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock,
-                               how, NKEYS,
-                               (const char **)fl->keys, fl->keylens, 5, args,
-                               arglens, out);
+  /* KEYS[7]: the caller's own wake list, so the script builds no key
+   * from ARGV. */
+  const char *keys[NKEYS + 1];
+  size_t keylens[NKEYS + 1];
+  char *own = malloc(fl->keylens[K_WAKE] + idlen + 1);
+  int rc;
+  if (own == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  memcpy(own, fl->keys[K_WAKE], fl->keylens[K_WAKE]);
+  memcpy(own + fl->keylens[K_WAKE], id, idlen);
+  for (int i = 0; i < NKEYS; i++) {
+    keys[i] = fl->keys[i];
+    keylens[i] = fl->keylens[i];
+  }
+  keys[NKEYS] = own;
+  keylens[NKEYS] = fl->keylens[K_WAKE] + idlen;
+  rc = hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock, how,
+                             NKEYS + 1, keys, keylens, 5, args, arglens, out);
+  free(own);
+  return rc;
 }
 
 /* One attempt: grant, or (queueing) refresh our place and heartbeat. When
