@@ -175,12 +175,13 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
                                     const char *certfile, const char *keyfile,
                                     const char *password, int cert_reqs,
                                     int check_hostname,
-                                    const char *server_name) {
+                                    const char *server_name,
+                                    const char *key_prefix) {
   hilock_options o;
   hilock_client *c = NULL;
   int rc;
   py_options(&o, connect_ms, ca_certs, ca_path, certfile, keyfile, password,
-             cert_reqs, check_hostname, server_name);
+             cert_reqs, check_hostname, server_name, key_prefix);
   o.command_timeout_ms = command_ms;
   o.reconnect_ms = reconnect_ms;
   o.shared_waiting = shared_waiting;
@@ -205,14 +206,15 @@ static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
                                       const char *certfile, const char *keyfile,
                                       const char *password, int cert_reqs,
                                       int check_hostname,
-                                      const char *server_name) {
+                                      const char *server_name,
+                                      const char *key_prefix) {
   hilock_redlock *rl = NULL;
   hilock_options o;
   py_strs u;
   int rc;
   if (py_strs_get(urls, &u, "node URL") != 0) return NULL;
   py_options(&o, connect_ms, ca_certs, ca_path, certfile, keyfile, password,
-             cert_reqs, check_hostname, server_name);
+             cert_reqs, check_hostname, server_name, key_prefix);
   Py_BEGIN_ALLOW_THREADS
   rc = hilock_redlock_new((const char *const *)u.p, u.n, name, namelen,
                           ttl_ms, &o, &rl);

@@ -108,8 +108,10 @@ static void py_options(hilock_options *o, int64_t connect_ms,
                        const char *ca_certs, const char *ca_path,
                        const char *certfile, const char *keyfile,
                        const char *password, int cert_reqs,
-                       int check_hostname, const char *server_name) {
+                       int check_hostname, const char *server_name,
+                       const char *key_prefix) {
   hilock_options_init(o);
+  o->key_prefix = key_prefix;
   o->connect_timeout_ms = connect_ms;
   o->interrupt = py_check_signals;
   o->ssl_ca_certs = ca_certs;

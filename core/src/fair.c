@@ -47,7 +47,7 @@ static int fair_lock_new(hilock_client *client, const char *name,
   *out = NULL;
   fl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*fl), &rc);
   if (fl == NULL) return rc;
-  if (hilock__keys(name, namelen, roles, NKEYS, fl->keys, fl->keylens) !=
+  if (hilock__keys(&client->rt, name, namelen, roles, NKEYS, fl->keys, fl->keylens) !=
           HILOCK_OK ||
       (fl->wkey = malloc(fl->keylens[K_WAKE] + HILOCK__TOKEN_LEN + 1)) ==
           NULL) {

@@ -37,10 +37,11 @@ static void keys_free(name_keys *nk) {
   for (int i = 0; i < NROLES; i++) free(nk->k[i]);
 }
 
-static int keys_make(name_keys *nk, const char *name, size_t len) {
+static int keys_make(const hilock_client *c, name_keys *nk, const char *name,
+                     size_t len) {
   memset(nk, 0, sizeof(*nk));
   for (int i = 0; i < NROLES; i++) {
-    nk->k[i] = hilock__key(name, len, roles[i], &nk->len[i]);
+    nk->k[i] = hilock__key(&c->rt, name, len, roles[i], &nk->len[i]);
     if (nk->k[i] == NULL) {
       keys_free(nk);
       return HILOCK_ENOMEM;
@@ -56,7 +57,7 @@ static int run_on_name(hilock_client *c, hilock__err *e,
   name_keys nk;
   int rc = hilock__check_name(e, name, len);
   if (rc != HILOCK_OK) return rc;
-  if (keys_make(&nk, name, len) != HILOCK_OK)
+  if (keys_make(c, &nk, name, len) != HILOCK_OK)
     return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
   rc = hilock__script_run(c, e, s, NROLES, (const char **)nk.k, nk.len, 0,
                           NULL, NULL, r);
@@ -253,14 +254,15 @@ static int glob(const char *p, size_t pl, const char *s, size_t sl) {
   return sl == 0;
 }
 
-/* The lock name inside a key hilock:{<name>}:<role>, or 0 if key is not
- * one of hilock's. Roles never contain '}', so the name ends at the last
- * '}' of the key. */
-static int name_of_key(const char *key, size_t len, const char **name,
-                       size_t *nlen) {
-  static const char head[] = "hilock:{";
-  size_t hl = sizeof(head) - 1, end;
-  if (len < hl + 3 || memcmp(key, head, hl) != 0) return 0;
+/* The lock name inside a key <prefix>{<name>}:<role>, or 0 if key is not
+ * one of this client's locks. Roles never contain '}', so the name ends at
+ * the last '}' of the key. */
+static int name_of_key(const hilock__runtime *rt, const char *key, size_t len,
+                       const char **name, size_t *nlen) {
+  size_t hl = rt->prefixlen + 1, end;
+  if (len < hl + 3 || memcmp(key, rt->prefix, rt->prefixlen) != 0 ||
+      key[rt->prefixlen] != '{')
+    return 0;
   for (end = len; end > hl; end--)
     if (key[end - 1] == '}') break;
   if (end <= hl + 1 || end >= len || key[end] != ':') return 0;
@@ -326,9 +328,10 @@ static int note_name(hilock_scan *sc, const char *name, size_t len) {
 
 int hilock_client_list_locks(hilock_client *c, const char *pattern,
                              size_t patternlen, hilock_scan **out) {
-  static const char head[] = "hilock:{", tail[] = "}:*";
+  static const char tail[] = "}:*";
   hilock__err *e;
   hilock_scan *sc;
+  size_t hl = 0;
   int rc;
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
@@ -344,8 +347,9 @@ int hilock_client_list_locks(hilock_client *c, const char *pattern,
   sc = calloc(1, sizeof(*sc));
   if (sc != NULL) {
     sc->pat = malloc(patternlen);
-    sc->matchlen = sizeof(head) - 1 + patternlen + sizeof(tail) - 1;
-    sc->match = malloc(sc->matchlen);
+    /* The prefix matched as it is (its glob characters escaped), then
+     * {<pattern>}:*. */
+    sc->match = malloc(2 * c->rt.prefixlen + 1 + patternlen + sizeof(tail) - 1);
   }
   if (sc == NULL || sc->pat == NULL || sc->match == NULL) {
     if (sc != NULL) {
@@ -358,9 +362,14 @@ int hilock_client_list_locks(hilock_client *c, const char *pattern,
   }
   memcpy(sc->pat, pattern, patternlen);
   sc->patlen = patternlen;
-  memcpy(sc->match, head, sizeof(head) - 1);
-  memcpy(sc->match + sizeof(head) - 1, pattern, patternlen);
-  memcpy(sc->match + sizeof(head) - 1 + patternlen, tail, sizeof(tail) - 1);
+  for (size_t i = 0; i < c->rt.prefixlen; i++) {
+    if (strchr("*?[]\\", c->rt.prefix[i]) != NULL) sc->match[hl++] = '\\';
+    sc->match[hl++] = c->rt.prefix[i];
+  }
+  sc->match[hl++] = '{';
+  memcpy(sc->match + hl, pattern, patternlen);
+  memcpy(sc->match + hl + patternlen, tail, sizeof(tail) - 1);
+  sc->matchlen = hl + patternlen + sizeof(tail) - 1;
   strcpy(sc->cursor, "0");
   sc->c = c; /* keeps the reference hilock__client_enter took */
   if (c->cl != NULL) {
@@ -432,7 +441,7 @@ static int scan_page(hilock_scan *sc, hilock__err *e) {
     const char *name;
     size_t nlen;
     if (keys->element[i]->type != REDIS_REPLY_STRING) continue;
-    if (!name_of_key(keys->element[i]->str, keys->element[i]->len, &name,
+    if (!name_of_key(&sc->c->rt, keys->element[i]->str, keys->element[i]->len, &name,
                      &nlen) ||
         !glob(sc->pat, sc->patlen, name, nlen))
       continue;

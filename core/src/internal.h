@@ -352,11 +352,17 @@ typedef struct hilock__runtime {
   hilock__stats stats;
   hilock_log_fn log_fn; /* and log_arg: guarded by mu */
   void *log_arg;
+  char prefix[HILOCK_KEY_PREFIX_MAX + 1]; /* of every key (key_prefix) */
+  size_t prefixlen;
 } hilock__runtime;
 
 /* Initialise rt (options: the defaults) and enter it in the registry;
  * client: the client it is part of, or NULL. -1 out of memory. */
 int hilock__runtime_init(hilock__runtime *rt, struct hilock_client *client);
+/* Take opts.key_prefix (NULL or "": "hilock:") as rt's key prefix, and
+ * forget the caller's pointer. HILOCK_EINVAL (in e) if it is too long or
+ * holds a brace. */
+int hilock__runtime_prefix(hilock__runtime *rt, hilock__err *e);
 /* Stop its renewal thread, leave the registry, free what it owns. */
 void hilock__runtime_destroy(hilock__runtime *rt);
 /* 1 if options are valid (timeouts >= 0, connect >= 1 ms, ...). */
@@ -1017,14 +1023,16 @@ int hilock__new_check_with(hilock_client *client, const char *name,
 void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,
                          int *rc);
-/* malloc'd key for name and role; NULL on out of memory. */
-char *hilock__key(const char *name, size_t len, const char *role,
-                  size_t *outlen);
-/* keys[i] = hilock__key(name, len, roles[i], &keylens[i]) for i < n:
+/* malloc'd key <prefix>{name}:role (the prefix is rt's); NULL on out of
+ * memory. */
+char *hilock__key(const hilock__runtime *rt, const char *name, size_t len,
+                  const char *role, size_t *outlen);
+/* keys[i] = hilock__key(rt, name, len, roles[i], &keylens[i]) for i < n:
  * HILOCK_OK, or HILOCK_ENOMEM with the keys made so far left for the
  * caller to free (the others NULL if keys came zeroed). */
-int hilock__keys(const char *name, size_t len, const char *const *roles,
-                 int n, char **keys, size_t *keylens);
+int hilock__keys(const hilock__runtime *rt, const char *name, size_t len,
+                 const char *const *roles, int n, char **keys,
+                 size_t *keylens);
 /* Decimal text of v in buf (>= 24 bytes); returns length. */
 size_t hilock__i64(char *buf, int64_t v);
 

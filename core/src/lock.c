@@ -33,9 +33,9 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;
-  l->key = hilock__key(name, namelen, "lock", &l->keylen);
-  l->fkey = hilock__key(name, namelen, "fence", &l->fkeylen);
-  l->wkey = hilock__key(name, namelen, "wake", &l->wkeylen);
+  l->key = hilock__key(&client->rt, name, namelen, "lock", &l->keylen);
+  l->fkey = hilock__key(&client->rt, name, namelen, "fence", &l->fkeylen);
+  l->wkey = hilock__key(&client->rt, name, namelen, "wake", &l->wkeylen);
   if (l->key == NULL || l->fkey == NULL || l->wkey == NULL) {
     free(l->key);
     free(l->fkey);

@@ -186,10 +186,10 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
     memcpy(m->names[i], name, len);
     m->names[i][len] = '\0';
     m->namelens[i] = len;
-    m->keys[i] = hilock__key(name, len, "lock", &m->keylens[i]);
-    m->keys[count + i] = hilock__key(name, len, "wake", &m->keylens[count + i]);
+    m->keys[i] = hilock__key(&client->rt, name, len, "lock", &m->keylens[i]);
+    m->keys[count + i] = hilock__key(&client->rt, name, len, "wake", &m->keylens[count + i]);
     m->keys[2 * count + i] =
-        hilock__key(name, len, "fence", &m->keylens[2 * count + i]);
+        hilock__key(&client->rt, name, len, "fence", &m->keylens[2 * count + i]);
     if (m->keys[i] == NULL || m->keys[count + i] == NULL ||
         m->keys[2 * count + i] == NULL)
       goto nomem;

@@ -498,6 +498,7 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
                          "connect, >= 0 otherwise)");
   else if (opts != NULL)
     rl->rt.opts = *opts;
+  if (rc == HILOCK_OK) rc = hilock__runtime_prefix(&rl->rt, &tmp);
   /* TLS options are read here, into each node's configuration: the
    * strings stay the caller's. */
   tls_opts = rl->rt.opts;
@@ -543,8 +544,8 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
       snprintf(nd->addr, sizeof(nd->addr), "%s:%d", nd->url.host,
                nd->url.port);
   }
-  rl->key = hilock__key(name, namelen, "redlock", &rl->keylen);
-  rl->fkey = hilock__key(name, namelen, "fence", &rl->fkeylen);
+  rl->key = hilock__key(&rl->rt, name, namelen, "redlock", &rl->keylen);
+  rl->fkey = hilock__key(&rl->rt, name, namelen, "fence", &rl->fkeylen);
   if (rl->key == NULL || rl->fkey == NULL)
     return fail(rl, HILOCK_ENOMEM, "out of memory");
   rl->h.rkey = rl->key;

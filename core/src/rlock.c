@@ -49,9 +49,9 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
   *out = NULL;
   rl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rl), &rc);
   if (rl == NULL) return rc;
-  rl->key = hilock__key(name, namelen, "rlock", &rl->keylen);
-  rl->fkey = hilock__key(name, namelen, "fence", &rl->fkeylen);
-  rl->wkey = hilock__key(name, namelen, "wake", &rl->wkeylen);
+  rl->key = hilock__key(&client->rt, name, namelen, "rlock", &rl->keylen);
+  rl->fkey = hilock__key(&client->rt, name, namelen, "fence", &rl->fkeylen);
+  rl->wkey = hilock__key(&client->rt, name, namelen, "wake", &rl->wkeylen);
   if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL) {
     free(rl->key);
     free(rl->fkey);

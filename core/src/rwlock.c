@@ -124,15 +124,15 @@ static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
   *out = NULL;
   rw = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rw), &rc);
   if (rw == NULL) return rc;
-  rw->wkey = hilock__key(name, namelen, "rw:writer", &rw->wkeylen);
-  rw->rkey = hilock__key(name, namelen, "rw:readers", &rw->rkeylen);
-  rw->ckey = hilock__key(name, namelen, "rw:counts", &rw->ckeylen);
-  rw->ikey = hilock__key(name, namelen, "rw:intents", &rw->ikeylen);
-  rw->qkey = hilock__key(name, namelen, "rw:waiting", &rw->qkeylen);
-  rw->akey = hilock__key(name, namelen, "rw:admitted", &rw->akeylen);
-  rw->fkey = hilock__key(name, namelen, "fence", &rw->fkeylen);
-  rw->rwake = hilock__key(name, namelen, "rw:rwake", &rw->rwakelen);
-  rw->wwake = hilock__key(name, namelen, "rw:wwake", &rw->wwakelen);
+  rw->wkey = hilock__key(&client->rt, name, namelen, "rw:writer", &rw->wkeylen);
+  rw->rkey = hilock__key(&client->rt, name, namelen, "rw:readers", &rw->rkeylen);
+  rw->ckey = hilock__key(&client->rt, name, namelen, "rw:counts", &rw->ckeylen);
+  rw->ikey = hilock__key(&client->rt, name, namelen, "rw:intents", &rw->ikeylen);
+  rw->qkey = hilock__key(&client->rt, name, namelen, "rw:waiting", &rw->qkeylen);
+  rw->akey = hilock__key(&client->rt, name, namelen, "rw:admitted", &rw->akeylen);
+  rw->fkey = hilock__key(&client->rt, name, namelen, "fence", &rw->fkeylen);
+  rw->rwake = hilock__key(&client->rt, name, namelen, "rw:rwake", &rw->rwakelen);
+  rw->wwake = hilock__key(&client->rt, name, namelen, "rw:wwake", &rw->wwakelen);
   if (rw->wkey == NULL || rw->rkey == NULL || rw->ckey == NULL ||
       rw->ikey == NULL || rw->qkey == NULL || rw->akey == NULL ||
       rw->fkey == NULL || rw->rwake == NULL ||

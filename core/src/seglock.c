@@ -69,9 +69,9 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   s->segkeylen = calloc((size_t)segments, sizeof(*s->segkeylen));
   s->akeys = calloc((size_t)segments + 3, sizeof(*s->akeys));
   s->akeylens = calloc((size_t)segments + 3, sizeof(*s->akeylens));
-  s->skey = hilock__key(name, namelen, "seg:stock", &s->skeylen);
-  s->fkey = hilock__key(name, namelen, "seg:fence", &s->fkeylen);
-  s->wkey = hilock__key(name, namelen, "seg:wake", &s->wkeylen);
+  s->skey = hilock__key(&client->rt, name, namelen, "seg:stock", &s->skeylen);
+  s->fkey = hilock__key(&client->rt, name, namelen, "seg:fence", &s->fkeylen);
+  s->wkey = hilock__key(&client->rt, name, namelen, "seg:wake", &s->wkeylen);
   if (s->segkey == NULL || s->segkeylen == NULL || s->akeys == NULL ||
       s->akeylens == NULL || s->skey == NULL || s->fkey == NULL ||
       s->wkey == NULL) {
@@ -81,7 +81,7 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   for (int i = 0; i < s->nseg; i++) {
     char role[24];
     snprintf(role, sizeof(role), "seg:%d", i);
-    s->segkey[i] = hilock__key(name, namelen, role, &s->segkeylen[i]);
+    s->segkey[i] = hilock__key(&client->rt, name, namelen, role, &s->segkeylen[i]);
     if (s->segkey[i] == NULL) {
       seglock_destroy(s);
       return HILOCK_ENOMEM;

@@ -50,9 +50,9 @@ static int semaphore_new(hilock_client *client, const char *name,
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->permits = permits;
-  s->key = hilock__key(name, namelen, "permits", &s->keylen);
-  s->lkey = hilock__key(name, namelen, "limit", &s->lkeylen);
-  s->wkey = hilock__key(name, namelen, "pwake", &s->wkeylen);
+  s->key = hilock__key(&client->rt, name, namelen, "permits", &s->keylen);
+  s->lkey = hilock__key(&client->rt, name, namelen, "limit", &s->lkeylen);
+  s->wkey = hilock__key(&client->rt, name, namelen, "pwake", &s->wkeylen);
   if (s->key == NULL || s->lkey == NULL || s->wkey == NULL) {
     free(s->key);
     free(s->lkey);

@@ -56,7 +56,7 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
   *out = NULL;
   sl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*sl), &rc);
   if (sl == NULL) return rc;
-  if (hilock__keys(name, namelen, roles, NKEYS, sl->keys, sl->keylens) !=
+  if (hilock__keys(&client->rt, name, namelen, roles, NKEYS, sl->keys, sl->keylens) !=
           HILOCK_OK ||
       (sl->wkey = malloc(sl->keylens[K_WAKE] + SEQ_DIGITS + 1)) == NULL) {
     seq_destroy(sl);

@@ -96,26 +96,27 @@ int hilock__check_ttl(hilock__err *e, int64_t ms) {
   return HILOCK_OK;
 }
 
-char *hilock__key(const char *name, size_t len, const char *role,
-                  size_t *outlen) {
-  static const char head[] = "hilock:{";
-  size_t hl = sizeof(head) - 1, rl = strlen(role);
-  size_t total = hl + len + 2 + rl;
+char *hilock__key(const hilock__runtime *rt, const char *name, size_t len,
+                  const char *role, size_t *outlen) {
+  size_t pl = rt->prefixlen, rl = strlen(role);
+  size_t total = pl + 1 + len + 2 + rl;
   char *k = malloc(total + 1);
   if (k == NULL) return NULL;
-  memcpy(k, head, hl);
-  memcpy(k + hl, name, len);
-  memcpy(k + hl + len, "}:", 2);
-  memcpy(k + hl + len + 2, role, rl);
+  memcpy(k, rt->prefix, pl);
+  k[pl] = '{';
+  memcpy(k + pl + 1, name, len);
+  memcpy(k + pl + 1 + len, "}:", 2);
+  memcpy(k + pl + 1 + len + 2, role, rl);
   k[total] = '\0';
   *outlen = total;
   return k;
 }
 
-int hilock__keys(const char *name, size_t len, const char *const *roles,
-                 int n, char **keys, size_t *keylens) {
+int hilock__keys(const hilock__runtime *rt, const char *name, size_t len,
+                 const char *const *roles, int n, char **keys,
+                 size_t *keylens) {
   for (int i = 0; i < n; i++) {
-    keys[i] = hilock__key(name, len, roles[i], &keylens[i]);
+    keys[i] = hilock__key(rt, name, len, roles[i], &keylens[i]);
     if (keys[i] == NULL) return HILOCK_ENOMEM;
   }
   return HILOCK_OK;

@@ -22,7 +22,7 @@ from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
 from ._store import LINGER_DEFAULT, FencedStore
-from ._util import Name, PathLike, name_bytes, seconds_to_ms, tls_args
+from ._util import Name, PathLike, name_bytes, prefix_bytes, seconds_to_ms, tls_args
 from .errors import ConnectionError, InvalidArgument
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -67,6 +67,12 @@ class Client:
     ``max_connections`` pooled connections (default 6; 0: no limit); with
     the subscriber and the renewal thread's, a client holds at most 8.
 
+    ``prefix`` (default ``"hilock:"``) starts every key and channel name this
+    client's locks use, so tenants sharing a server each take their own and
+    an ACL user per tenant restricted to ``~<prefix>*`` and ``&<prefix>*``
+    keeps them apart (docs/security.md). Clients that share a lock must use
+    the same prefix.
+
     ``wait_replicas=n``: every grant and renewal is confirmed by ``WAIT n``
     on the same connection; a grant fewer than ``n`` replicas acknowledged
     within ``wait_timeout`` seconds is given back and raises
@@ -85,7 +91,7 @@ class Client:
                  ssl_password: Optional[Union[str, bytes]] = None,
                  ssl_cert_reqs: Union[str, ssl.VerifyMode, None] = "required",
                  ssl_check_hostname: bool = True,
-                 ssl_server_name: Optional[str] = None) -> None:
+                 ssl_server_name: Optional[str] = None, prefix: str = "hilock:") -> None:
         self._h: Any = None
         self._calls = 0  # calls on the C client in flight (see _use)
         self._closing: Any = None  # the C handle close() left to the last call
@@ -114,7 +120,8 @@ class Client:
             raise InvalidArgument("max_connections must be an int >= 0 (0: no limit)")
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
                                    int(shared_waiting), max_connections, wait_replicas,
-                                   wait_ms, *tls)
+                                   wait_ms, *tls, prefix_bytes(prefix))
+        self.prefix = prefix
         # Losses, renewal failures, reconnects and failovers go to the
         # "hilock" logger (see docs/observability.md).
         _notify.start_logging()

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Optional, Tuple
 from . import _hilock as _h
 from . import _notify, _stats
 from ._base import ExclusiveBase, LostCallback
-from ._util import TLS_OPTIONS, Name, seconds_to_ms, tls_args
+from ._util import TLS_OPTIONS, Name, prefix_bytes, seconds_to_ms, tls_args
 from .errors import InvalidArgument
 
 
@@ -49,7 +49,7 @@ class Redlock(ExclusiveBase):
                  timeout: Optional[float] = None, *, auto_renew: bool = True,
                  max_hold: Optional[float] = None, on_lost: Optional[LostCallback[Redlock]] = None,
                  node_timeout: Optional[float] = None, retry_delay: float = 0.2,
-                 connect_timeout: float = 2.0, **tls: Any) -> None:
+                 connect_timeout: float = 2.0, prefix: str = "hilock:", **tls: Any) -> None:
         self._h = None
         if isinstance(urls, (str, bytes)):
             raise InvalidArgument("urls must be a list of node URLs, not one string")
@@ -73,7 +73,7 @@ class Redlock(ExclusiveBase):
             raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
         self._setup(_h.py_redlock_new([u.encode() for u in url_list], self._bname, ttl_ms,
                                       connect_ms, node_ms, math.ceil(retry_delay * 1000),
-                                      *tls_args(**tls)))
+                                      *tls_args(**tls), prefix_bytes(prefix)))
         _notify.start_logging()
         _h.py_redlock_log(self._h, 1)
 
