@@ -54,7 +54,8 @@ echo "== Python typing and lint"
 # files are not lint-clean yet). mypy --strict (pyproject.toml) on a built
 # tree, whose python/hilock links the package's files next to the extension
 # and the stubs bindings/gen_pyi.py generated for it.
-"$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py tests/python/test_asyncio.py
+"$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py tests/python/test_asyncio.py \
+  tests/python/test_cli.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"
