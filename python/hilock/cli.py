@@ -287,16 +287,22 @@ _Handler = Union[Callable[[int, Optional[FrameType]], Any], int, None]
 class _Signals:
     """Replace the handlers of some signals and restore them on exit. A
     signal that was ignored when hilock started stays ignored (so CMD
-    inherits that too)."""
+    inherits that too), unless ``always``: SIGCHLD must be caught even if
+    the caller ignored it (an ignored SIGCHLD reaps children unasked)."""
 
     def __init__(self, handler: Callable[[int, Optional[FrameType]], Any],
-                 signums: Sequence[int]) -> None:
+                 signums: Sequence[int], always: bool = False) -> None:
         self._old: Dict[int, _Handler] = {}
         for s in signums:
             old = signal.getsignal(s)
-            if old == signal.SIG_IGN:
+            if old == signal.SIG_IGN and not always:
                 continue
             self._old[s] = signal.signal(s, handler)
+
+    def switch(self, handler: Callable[[int, Optional[FrameType]], Any]) -> None:
+        """Another handler for the same signals (the first originals kept)."""
+        for s in self._old:
+            signal.signal(s, handler)
 
     def restore(self) -> None:
         for s, old in self._old.items():
@@ -308,15 +314,18 @@ def _raise_signalled(signum: int, frame: Optional[FrameType]) -> NoReturn:
     raise Signalled(signum)
 
 
+def _check_type(args: argparse.Namespace) -> None:
+    if args.type == "semaphore" and args.permits is None:
+        raise UsageError("--type semaphore needs --permits N")
+    if args.type != "semaphore" and args.permits is not None:
+        raise UsageError("--permits applies to --type semaphore only")
+
+
 def _make_lock(client: Client, args: argparse.Namespace,
                on_lost: Callable[[Any], object]) -> Any:
     if args.type == "semaphore":
-        if args.permits is None:
-            raise UsageError("--type semaphore needs --permits N")
         return client.semaphore(args.name, args.permits, ttl=args.ttl, timeout=args.timeout,
                                 on_lost=on_lost)
-    if args.permits is not None:
-        raise UsageError("--permits applies to --type semaphore only")
     if args.type == "fair":
         return client.fair_lock(args.name, ttl=args.ttl, timeout=args.timeout, on_lost=on_lost)
     return client.lock(args.name, ttl=args.ttl, timeout=args.timeout, on_lost=on_lost)
@@ -328,12 +337,29 @@ class _Child:
     and the forwarded signals) and the loss callback write to it, and the
     loop sleeps in poll() until one of them does (or the --grace deadline)."""
 
-    def __init__(self, args: argparse.Namespace, lost: threading.Event, wake_r: int) -> None:
+    def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.lost = lost
-        self.wake_r = wake_r
+        self.lost = threading.Event()
+        self.done = False
+        self.wake_r, self.wake_w = os.pipe()  # not inherited by CMD (PEP 446)
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
         self.pending: List[int] = []
         self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    def close(self) -> None:
+        self.done = True
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+    def on_lost(self, _lock: Any) -> None:
+        # On hilock's loss-report thread: wake the main loop.
+        self.lost.set()
+        if not self.done:
+            try:
+                os.write(self.wake_w, b"L")
+            except OSError:
+                pass  # the pipe is full: the loop is awake anyway
 
     def on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         # Runs in the main thread between the loop's steps; the loop passes
@@ -348,7 +374,27 @@ class _Child:
         except ProcessLookupError:
             pass  # ended already: waitpid reports it next
 
-    def wait(self) -> int:
+    def run(self, cmd: List[str], env: Dict[str, str]) -> int:
+        """Start CMD and wait for it; its exit status as a shell gives it."""
+        old_wakeup = signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        handlers = _Signals(self.on_signal, (signal.SIGCHLD,), always=True)
+        try:
+            try:
+                # close_fds=False: descriptors the caller gave (3>file) reach
+                # CMD; hilock's own are close-on-exec.
+                self.proc = subprocess.Popen(cmd, env=env, close_fds=False)
+            except FileNotFoundError:
+                _say(f"{cmd[0]}: command not found")
+                return EXIT_NOT_FOUND
+            except OSError as e:
+                _say(f"{cmd[0]}: {e.strerror or e}")
+                return EXIT_CANNOT_EXEC
+            return _exit_status(self._wait())
+        finally:
+            handlers.restore()
+            signal.set_wakeup_fd(old_wakeup)
+
+    def _wait(self) -> int:
         """Wait for CMD to end, passing signals on and acting on loss; its
         wait status."""
         assert self.proc is not None
@@ -393,53 +439,43 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd: Optional[List[str]] = args.cmd
     if not cmd:
         raise UsageError("run needs a command after '--': hilock run NAME -- CMD [ARGS...]")
-    wake_r, wake_w = os.pipe()  # not inherited by CMD (PEP 446)
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    lost = threading.Event()
-
-    def on_lost(_lock: Any) -> None:
-        # On hilock's loss-report thread: wake the main loop.
-        lost.set()
-        try:
-            os.write(wake_w, b"L")
-        except OSError:
-            pass  # the pipe is full: the loop is awake anyway
-
+    _check_type(args)
+    child = _Child(args)
     client = make_client(args)
     try:
-        lk = _make_lock(client, args, on_lost)
-        waiting = _Signals(_raise_signalled, FORWARDED)
+        lk = _make_lock(client, args, child.on_lost)
+        # While waiting, INT/TERM/HUP end the wait (the library's wait runs
+        # signal handlers); once granted they are recorded for CMD instead.
+        handlers = _Signals(_raise_signalled, FORWARDED)
         try:
-            got = lk.acquire()
-        except Signalled as e:
-            return 128 + e.signum
+            try:
+                if not lk.acquire():
+                    if not args.quiet:
+                        timeout = "" if args.timeout is None else f" within {args.timeout:g} s"
+                        _say(f"lock {args.name!r} is busy: not acquired{timeout}")
+                    return int(args.conflict_exit_code)
+                handlers.switch(child.on_signal)
+            except Signalled as e:
+                _release(lk)  # a grant the signal raced, if any
+                return 128 + e.signum
+            try:
+                status = child.run(cmd, _child_env(args, lk))
+            finally:
+                lost_at_release = _release(lk)
         finally:
-            waiting.restore()
-        if not got:
-            if not args.quiet:
-                timeout = "" if args.timeout is None else f" within {args.timeout:g} s"
-                _say(f"lock {args.name!r} is busy: not acquired{timeout}")
-            return int(args.conflict_exit_code)
-        try:
-            status = _run_holding(args, cmd, lk, lost, wake_r, wake_w)
-        finally:
-            lost_at_release = _release(lk)
-        if lost.is_set() or lost_at_release:
-            if not lost.is_set():
+            handlers.restore()
+        if child.lost.is_set() or lost_at_release:
+            if not child.lost.is_set():
                 _say(f"lost the lock {args.name!r} while the command ran "
                      "(found at release)")
             return int(args.lost_exit_code)
         return status
     finally:
         client.close()
-        os.close(wake_r)
-        os.close(wake_w)
+        child.close()
 
 
-def _run_holding(args: argparse.Namespace, cmd: List[str], lk: Any, lost: threading.Event,
-                 wake_r: int, wake_w: int) -> int:
-    """Run CMD while lk is held; its exit status as a shell gives it."""
+def _child_env(args: argparse.Namespace, lk: Any) -> Dict[str, str]:
     env = dict(os.environ)
     env["HILOCK_NAME"] = args.name
     fence = lk.fence
@@ -447,24 +483,7 @@ def _run_holding(args: argparse.Namespace, cmd: List[str], lk: Any, lost: thread
         env["HILOCK_FENCE"] = str(fence)
     else:
         env.pop("HILOCK_FENCE", None)
-    child = _Child(args, lost, wake_r)
-    old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    handlers = _Signals(child.on_signal, (*FORWARDED, signal.SIGCHLD))
-    try:
-        try:
-            # close_fds=False: descriptors the caller gave (3>file) reach CMD;
-            # hilock's own are close-on-exec.
-            child.proc = subprocess.Popen(cmd, env=env, close_fds=False)
-        except FileNotFoundError:
-            _say(f"{cmd[0]}: command not found")
-            return EXIT_NOT_FOUND
-        except OSError as e:
-            _say(f"{cmd[0]}: {e.strerror or e}")
-            return EXIT_CANNOT_EXEC
-        return _exit_status(child.wait())
-    finally:
-        handlers.restore()
-        signal.set_wakeup_fd(old_wakeup)
+    return env
 
 
 def _release(lk: Any) -> bool:
