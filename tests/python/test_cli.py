@@ -7,6 +7,7 @@ stopped when the lock is lost, the fair and semaphore types, and the
 status/list/release subcommands."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -85,6 +86,25 @@ def read_line(proc: subprocess.Popen) -> str:
     ready, _, _ = select.select([proc.stdout], [], [], DEADLINE)
     assert ready, "the command never reported"
     return proc.stdout.readline()
+
+
+@contextlib.contextmanager
+def holding(url: str, name: str, *opts: str, sig: int = signal.SIGTERM,
+            expect: Optional[int] = None) -> Iterator[str]:
+    """For the with block, a ``hilock run`` holding NAME whose command
+    sleeps; yields the fence it was given ("none" for a semaphore). Then
+    sig is sent to hilock, which passes it on: it must exit with expect
+    (default 128+sig, the sleep's death)."""
+    proc = start_cli(url, "run", *opts, name, "--", "sh", "-c",
+                     'echo "ready ${HILOCK_FENCE-none}"; exec sleep 60')
+    try:
+        line = read_line(proc)
+        assert line.startswith("ready "), line
+        yield line.split()[1]
+    finally:
+        proc.send_signal(sig)
+        r = finish(proc)
+    assert r.returncode == (128 + sig if expect is None else expect), r.stderr
 
 
 def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
@@ -262,9 +282,7 @@ def test_command_not_found_or_not_executable(redis_url: str, tmp_path: Path) -> 
 
 def test_busy_returns_at_once_with_timeout_0(redis_url: str, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    holder = start_cli(redis_url, "run", "busy", "--", "sh", "-c", "echo ready; exec sleep 60")
-    try:
-        assert read_line(holder) == "ready\n"
+    with holding(redis_url, "busy"):
         r = run_cli(redis_url, "run", "--timeout", "0", "busy", "--", "touch", str(marker))
         assert r.returncode == 75, r.stderr
         assert "busy" in r.stderr
@@ -274,29 +292,16 @@ def test_busy_returns_at_once_with_timeout_0(redis_url: str, tmp_path: Path) -> 
         r = run_cli(redis_url, "run", "--timeout", "0.2", "busy", "--", "touch", str(marker))
         assert r.returncode == 75
         assert not marker.exists()
-    finally:
-        holder.send_signal(signal.SIGTERM)  # passed on to sleep
-        done = finish(holder)
-    assert done.returncode == 128 + signal.SIGTERM
     # Released: the next one gets it at once.
     assert run_cli(redis_url, "run", "--timeout", "0", "busy", "--", "true").returncode == 0
 
 
 def test_waiter_runs_after_holder(redis_url: str, tmp_path: Path) -> None:
     """Without --timeout a run waits for the holder's release."""
-    holder = start_cli(redis_url, "run", "w", "--", "sh", "-c", "echo ready; exec sleep 60")
-    try:
-        assert read_line(holder) == "ready\n"
+    with holding(redis_url, "w", sig=signal.SIGHUP):
+        # It waits (blocked before its command) until the holder is gone.
         waiter = start_cli(redis_url, "run", "w", "--", "echo", "second")
-        # The waiter cannot run while the holder holds (it is blocked
-        # before its command): stop the holder, then it must run.
-        holder.send_signal(signal.SIGHUP)
-        h = finish(holder)
-        w = finish(waiter)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-    assert h.returncode == 128 + signal.SIGHUP
+    w = finish(waiter)
     assert (w.returncode, w.stdout) == (0, "second\n")
 
 
@@ -320,23 +325,26 @@ def test_signals_forwarded(redis_url: str, tmp_path: Path, sig: int) -> None:
     assert run_cli(redis_url, "run", "--timeout", "0", "sig", "--", "true").returncode == 0
 
 
-def test_signal_while_waiting_ends_the_wait(redis_url: str, tmp_path: Path) -> None:
+def test_signal_while_waiting_ends_the_wait(client, redis_url: str, tmp_path: Path) -> None:
+    """A signal while hilock waits in the (fair) queue ends the wait with
+    128+N; the command never runs and the waiter leaves the queue."""
     marker = tmp_path / "ran"
-    holder = start_cli(redis_url, "run", "sw", "--", "sh", "-c", "echo ready; exec sleep 60")
-    try:
-        assert read_line(holder) == "ready\n"
-        waiter = subprocess.Popen(hilock_argv("run", "sw", "--", "touch", str(marker)),
+    fl = client.fair_lock("sw")
+    with holding(redis_url, "sw", "--type", "fair"):
+        waiter = subprocess.Popen(hilock_argv("run", "--type", "fair", "sw", "--", "touch",
+                                              str(marker)),
                                   env=cli_env(redis_url), stderr=subprocess.PIPE, text=True)
-        # Its signal handlers are set once it waits on the lock; until
-        # then a SIGTERM also ends it (with Python's default action), so
-        # either way it must end without running the command.
-        time.sleep(0.5)
-        waiter.send_signal(signal.SIGTERM)
-        w = finish(waiter)
-    finally:
-        holder.send_signal(signal.SIGTERM)
-        finish(holder)
-    assert w.returncode in (128 + signal.SIGTERM, -signal.SIGTERM)
+        try:
+            # Queued means waiting inside acquire (handlers set before it).
+            deadline = time.monotonic() + DEADLINE
+            while fl.waiters() == 0:
+                assert time.monotonic() < deadline and waiter.poll() is None
+                time.sleep(0.05)
+            waiter.send_signal(signal.SIGTERM)
+        finally:
+            w = finish(waiter)
+        assert w.returncode == 128 + signal.SIGTERM, w.stderr
+        assert fl.waiters() == 0
     assert not marker.exists()
     no_traceback(w)
 
@@ -413,25 +421,14 @@ def test_lost_lock_on_lost_ignore(rds, client, redis_url: str, tmp_path: Path) -
 # -- fair and semaphore --------------------------------------------------------------------
 
 
-def test_semaphore_admits_permits_and_no_more(redis_url: str, tmp_path: Path) -> None:
-    holders = []
-    try:
-        for _ in range(2):
-            p = start_cli(redis_url, "run", "--type", "semaphore", "--permits", "2", "sem",
-                          "--", "sh", "-c", 'echo "ready ${HILOCK_FENCE-nofence}"; '
-                                            "exec sleep 60")
-            holders.append(p)
-            assert read_line(p) == "ready nofence\n"  # two are inside at once
-        r = run_cli(redis_url, "run", "--type", "semaphore", "--permits", "2", "--timeout",
-                    "0", "sem", "--", "true")
+def test_semaphore_admits_permits_and_no_more(redis_url: str) -> None:
+    sem = ("--type", "semaphore", "--permits", "2")
+    with contextlib.ExitStack() as stack:
+        for _ in range(2):  # two are inside at once, with no fence
+            assert stack.enter_context(holding(redis_url, "sem", *sem)) == "none"
+        r = run_cli(redis_url, "run", *sem, "--timeout", "0", "sem", "--", "true")
         assert r.returncode == 75, r.stderr  # a third is refused
-    finally:
-        for p in holders:
-            p.send_signal(signal.SIGTERM)
-        results = [finish(p) for p in holders]
-    assert [x.returncode for x in results] == [128 + signal.SIGTERM] * 2
-    r = run_cli(redis_url, "run", "--type", "semaphore", "--permits", "2", "--timeout", "0",
-                "sem", "--", "true")
+    r = run_cli(redis_url, "run", *sem, "--timeout", "0", "sem", "--", "true")
     assert r.returncode == 0
 
 
@@ -450,16 +447,10 @@ def test_semaphore_history_never_more_than_permits(redis_url: str, tmp_path: Pat
 
 
 def test_fair_lock_busy_and_release(redis_url: str) -> None:
-    holder = start_cli(redis_url, "run", "--type", "fair", "fq", "--", "sh", "-c",
-                       'echo "ready $HILOCK_FENCE"; exec sleep 60')
-    try:
-        line = read_line(holder)
-        assert line.startswith("ready ") and int(line.split()[1]) > 0
+    with holding(redis_url, "fq", "--type", "fair") as fence:
+        assert int(fence) > 0
         r = run_cli(redis_url, "run", "--type", "fair", "--timeout", "0", "fq", "--", "true")
         assert r.returncode == 75
-    finally:
-        holder.send_signal(signal.SIGTERM)
-        finish(holder)
     r = run_cli(redis_url, "run", "--type", "fair", "--timeout", "0", "fq", "--", "true")
     assert r.returncode == 0
 
@@ -467,38 +458,85 @@ def test_fair_lock_busy_and_release(redis_url: str) -> None:
 # -- status, list, release -----------------------------------------------------------------
 
 
-def test_status_list_release(rds, client, redis_url: str) -> None:
-    holder = start_cli(redis_url, "run", "--ttl", "20", "st:1", "--", "sh", "-c",
-                       'echo "ready $HILOCK_FENCE"; exec sleep 60')
-    try:
-        fence = int(read_line(holder).split()[1])
+def test_status_of_a_held_and_a_free_lock(redis_url: str) -> None:
+    with holding(redis_url, "st:1", "--ttl", "20") as fence:
         r = run_cli(redis_url, "status", "--json", "st:1")
         assert r.returncode == 0, r.stderr
         d = json.loads(r.stdout)
-        assert d["type"] == "lock" and d["held"] is True and d["fence"] == fence
-        assert 0 < d["ttl"] <= 20 and d["waiters"] == 0
+        assert (d["type"], d["held"], d["fence"], d["waiters"]) == ("lock", True, int(fence), 0)
+        assert 0 < d["ttl"] <= 20
+        assert len(d["holder"]) > 12  # the whole token in JSON
         r = run_cli(redis_url, "status", "st:1")
         assert r.returncode == 0, r.stderr
-        assert "held" in r.stdout and str(fence) in r.stdout
+        fields = dict(line.split(":", 1) for line in r.stdout.splitlines())
+        assert fields["state"].strip() == "held"
+        assert fields["fence"].strip() == fence
+        assert fields["holder"].strip() == d["holder"][:8] + "..."  # shortened
+    d = json.loads(run_cli(redis_url, "status", "--json", "st:1").stdout)
+    assert d["held"] is False
+    r = run_cli(redis_url, "status", "st:1")
+    assert r.returncode == 0 and "free" in r.stdout
 
-        with client.semaphore("st:sem", 3) as _:
-            r = run_cli(redis_url, "list", "st:*")
-            assert r.returncode == 0, r.stderr
-            lines = r.stdout.splitlines()
-            assert len(lines) == 2, r.stdout
-            assert lines[0].split()[:3] == ["st:1", "lock", "held"]
-            assert lines[1].split()[:2] == ["st:sem", "semaphore"]
-            assert "1/3" in lines[1]
 
-        r = run_cli(redis_url, "release", "st:1")  # no --force
-        assert r.returncode == 64
-        r = run_cli(redis_url, "release", "--force", "st:1")  # stdin not a terminal
+def test_status_of_a_semaphore(client, redis_url: str) -> None:
+    with client.semaphore("st:sem", 3):
+        d = json.loads(run_cli(redis_url, "status", "--json", "st:sem").stdout)
+        assert d["type"] == "semaphore"
+        assert (d["permits"], d["permits_used"], d["permits_free"]) == (3, 1, 2)
+        r = run_cli(redis_url, "status", "st:sem")
+        assert "1/3 used" in r.stdout
+
+
+def test_list(client, redis_url: str) -> None:
+    with holding(redis_url, "ls:a"), client.semaphore("ls:sem", 3), \
+            client.fair_lock("other"):
+        r = run_cli(redis_url, "list", "ls:*")
         assert r.returncode == 0, r.stderr
-        assert not rds.exists(lock_key(client, "st:1"))
-        r = run_cli(redis_url, "release", "--force", "--yes", "st:1")
+        lines = [line.split() for line in r.stdout.splitlines()]
+        assert [x[:3] for x in lines] == [["ls:a", "lock", "held"],
+                                          ["ls:sem", "semaphore", "1/3"]]
+        assert lines[0][3].endswith("s")  # a ttl
+        r = run_cli(redis_url, "list")
+        assert {x.split()[0] for x in r.stdout.splitlines()} >= {"ls:a", "ls:sem", "other"}
+    assert run_cli(redis_url, "list", "nothing:*").stdout == ""
+
+
+def test_release_force(rds, client, redis_url: str) -> None:
+    with holding(redis_url, "rf", expect=79):  # the holder sees its lock go
+        r = run_cli(redis_url, "release", "rf")  # refused without --force
+        assert r.returncode == 64 and "--force" in r.stderr
+        assert rds.exists(lock_key(client, "rf"))
+        r = run_cli(redis_url, "release", "--force", "rf")  # stdin not a terminal: no question
+        assert r.returncode == 0, r.stderr
+        assert not rds.exists(lock_key(client, "rf"))
+        r = run_cli(redis_url, "release", "--force", "--yes", "rf")
         assert r.returncode == 1  # nothing held any more
+
+
+def release_on_terminal(url: str, name: str, answer: str, *opts: str) -> Tuple[int, str]:
+    """hilock release --force with a terminal as stdin, answering answer."""
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen(hilock_argv("release", "--force", *opts, name), stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=cli_env(url))
+        os.write(master, answer.encode() + b"\n")
+        r = finish(proc)
     finally:
-        r = finish(holder)
-    assert r.returncode == 79  # the holder saw its lock go
-    r = run_cli(redis_url, "status", "--json", "st:1")
-    assert json.loads(r.stdout)["held"] is False
+        os.close(master)
+        os.close(slave)
+    return r.returncode, r.stderr
+
+
+def test_release_asks_on_a_terminal(rds, client, redis_url: str) -> None:
+    with holding(redis_url, "rt", expect=79) as fence:
+        code, err = release_on_terminal(redis_url, "rt", "n")
+        assert code == 1 and "?" in err and "not released" in err
+        assert rds.exists(lock_key(client, "rt"))
+        code, err = release_on_terminal(redis_url, "rt", "y")
+        assert code == 0, err
+        assert not rds.exists(lock_key(client, "rt"))
+    assert int(fence) > 0
+    with holding(redis_url, "rt", expect=79):
+        code, err = release_on_terminal(redis_url, "rt", "", "--yes")  # no question
+        assert code == 0 and "?" not in err
