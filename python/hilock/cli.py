@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Type, Union
 
 from ._client import Client, default_url
 from .errors import (
@@ -79,6 +79,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class _TrialParser(_Parser):
+    """A parser whose errors raise (for a trial parse that may be wrong)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
 def _seconds(least: float, what: str) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -134,8 +141,8 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
                    help="name to send (SNI) and to expect in the certificate")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+def build_parser(cls: Type[_Parser] = _Parser) -> argparse.ArgumentParser:
+    parser = cls(
         prog=PROG,
         description="Run a command under a Redis distributed lock, or inspect and "
                     "release locks.",
@@ -147,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(parser)
     from . import __version__
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=cls)
     sub.required = True
 
     run = sub.add_parser(
@@ -220,18 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The parsed command line; for ``run``, ``args.cmd`` is what follows the
     first ``--``."""
-    parser = build_parser()
     argv = list(argv)
-    cmd: Optional[List[str]] = None
     if "--" in argv:
         i = argv.index("--")
-        head = parser.parse_args(argv[:i])
-        if head.command == "run":
+        try:
+            head = build_parser(_TrialParser).parse_args(argv[:i])
+        except UsageError:
+            head = None  # not "run ... NAME --": let the full parse report it
+        if head is not None and head.command == "run":
             head.cmd = argv[i + 1:]
             return head
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command == "run":
-        args.cmd = cmd
+        args.cmd = None
     return args
 
 
