@@ -331,12 +331,13 @@ def _check_type(args: argparse.Namespace) -> None:
 
 def _make_lock(client: Client, args: argparse.Namespace,
                on_lost: Callable[[Any], object]) -> Any:
+    name = _name(args.name)
+    kw: Dict[str, Any] = {"ttl": args.ttl, "timeout": args.timeout, "on_lost": on_lost}
     if args.type == "semaphore":
-        return client.semaphore(args.name, args.permits, ttl=args.ttl, timeout=args.timeout,
-                                on_lost=on_lost)
+        return client.semaphore(name, args.permits, **kw)
     if args.type == "fair":
-        return client.fair_lock(args.name, ttl=args.ttl, timeout=args.timeout, on_lost=on_lost)
-    return client.lock(args.name, ttl=args.ttl, timeout=args.timeout, on_lost=on_lost)
+        return client.fair_lock(name, **kw)
+    return client.lock(name, **kw)
 
 
 class _Child:
@@ -509,9 +510,19 @@ def _release(lk: Any) -> bool:
 
 
 def _text(value: Any) -> str:
+    """Printable text: bytes that are not UTF-8 (also as surrogate escapes
+    in a str, as names read from the server or argv come) as \\x escapes."""
+    if isinstance(value, str):
+        value = value.encode("utf-8", "surrogateescape")
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "backslashreplace")
     return str(value)
+
+
+def _name(text: str) -> bytes:
+    """A name from the command line as the bytes given (argv is decoded
+    with surrogate escapes)."""
+    return os.fsencode(text)
 
 
 def _short(token: Any) -> str:
@@ -546,7 +557,7 @@ def _info_dict(info: Any) -> Dict[str, Any]:
 def cmd_status(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         c: Any = client  # inspect() and LockInfo: see docs/cli.md
-        info = c.inspect(args.name)
+        info = c.inspect(_name(args.name))
         if args.json:
             print(json.dumps(_info_dict(info), sort_keys=True))
             return EXIT_OK
@@ -572,7 +583,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         c: Any = client
         rows = [(_text(i.name), _text(i.type), _state(i), _ttl_text(i.ttl))
-                for i in c.list_locks(args.pattern)]
+                for i in c.list_locks(_name(args.pattern))]
     rows.sort()
     if rows:
         widths = [max(len(r[k]) for r in rows) for k in range(3)]
@@ -595,12 +606,12 @@ def cmd_release(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         c: Any = client
         if not args.yes and sys.stdin.isatty():
-            info = c.inspect(args.name)
+            info = c.inspect(_name(args.name))
             who = f" (held by {_short(info.holder)})" if info.holder else ""
             if not _confirm(f"force-release lock {args.name!r}{who}?"):
                 _say("not released")
                 return EXIT_NOT_HELD
-        if c.force_release(args.name):
+        if c.force_release(_name(args.name)):
             _say(f"released {args.name!r}")
             return EXIT_OK
     _say(f"{args.name!r} was not held")
