@@ -280,6 +280,33 @@ def test_command_not_found_or_not_executable(redis_url: str, tmp_path: Path) -> 
     assert run_cli(redis_url, "run", "--timeout", "0", "x", "--", "true").returncode == 0
 
 
+def test_descriptors_and_raw_names_reach_the_command(client, redis_url: str,
+                                                     tmp_path: Path) -> None:
+    """A descriptor the caller passes (3>file) stays open in the command,
+    and a name that is not UTF-8 is the lock's name byte for byte."""
+    out = tmp_path / "out"
+    raw = b"raw:\xff"
+    with open(out, "w") as f:
+        fd = f.fileno()
+        r = subprocess.run([os.fsencode(a) for a in hilock_argv("run")]
+                           + [raw, b"--", os.fsencode(sys.executable), b"-c",
+                              b"import os, sys; "
+                              b"os.write(int(sys.argv[1]), os.environb[b'HILOCK_NAME'])",
+                              str(fd).encode()],
+                           env=cli_env(redis_url), pass_fds=(fd,), capture_output=True,
+                           timeout=DEADLINE)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == raw
+    # It was the lock named raw (its fence counter is there now).
+    lk = client.lock(raw)
+    assert lk.acquire(timeout=0)
+    try:
+        first = lk.fence
+    finally:
+        lk.release()
+    assert first is not None and first > 1
+
+
 def test_busy_returns_at_once_with_timeout_0(redis_url: str, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     with holding(redis_url, "busy"):
@@ -378,6 +405,19 @@ def test_lost_lock_stops_command(rds, client, redis_url: str, tmp_path: Path,
     if how == "overwrite":
         assert rds.get(key) == b"someone-else"  # the other owner's lock untouched
     no_traceback(r)
+
+
+def test_lost_lock_on_lost_kill(rds, client, redis_url: str, tmp_path: Path) -> None:
+    """--on-lost kill: SIGKILL at once, even to a command that ignores TERM."""
+    proc = start_cli(redis_url, "run", "--ttl", "1", "--on-lost", "kill", "--grace", "600",
+                     "lk", "--", "sh", "-c", "trap '' TERM; echo ready; exec sleep 60")
+    try:
+        assert read_line(proc) == "ready\n"
+        rds.delete(lock_key(client, "lk"))
+    finally:
+        r = finish(proc)
+    assert r.returncode == 79, r.stderr
+    assert "killing" in r.stderr
 
 
 def test_lost_lock_kill_after_grace(rds, client, redis_url: str, tmp_path: Path) -> None:
