@@ -407,30 +407,21 @@ def test_lost_lock_stops_command(rds, client, redis_url: str, tmp_path: Path,
     no_traceback(r)
 
 
-def test_lost_lock_on_lost_kill(rds, client, redis_url: str, tmp_path: Path) -> None:
-    """--on-lost kill: SIGKILL at once, even to a command that ignores TERM."""
-    proc = start_cli(redis_url, "run", "--ttl", "1", "--on-lost", "kill", "--grace", "600",
-                     "lk", "--", "sh", "-c", "trap '' TERM; echo ready; exec sleep 60")
+@pytest.mark.parametrize("opts,says", [
+    (["--on-lost", "kill", "--grace", "600"], "killing"),  # SIGKILL at once
+    (["--grace", "0.5"], "SIGKILL"),                      # SIGTERM, SIGKILL after --grace
+])
+def test_lost_lock_kills_a_command_that_ignores_term(rds, client, redis_url: str,
+                                                     opts: List[str], says: str) -> None:
+    proc = start_cli(redis_url, "run", "--ttl", "1", *opts, "lk", "--",
+                     "sh", "-c", "trap '' TERM; echo ready; exec sleep 60")
     try:
         assert read_line(proc) == "ready\n"
         rds.delete(lock_key(client, "lk"))
     finally:
         r = finish(proc)
     assert r.returncode == 79, r.stderr
-    assert "killing" in r.stderr
-
-
-def test_lost_lock_kill_after_grace(rds, client, redis_url: str, tmp_path: Path) -> None:
-    """A command that ignores SIGTERM is killed after --grace."""
-    proc = start_cli(redis_url, "run", "--ttl", "1", "--grace", "0.5", "lg", "--",
-                     "sh", "-c", "trap '' TERM; echo ready; exec sleep 60")
-    try:
-        assert read_line(proc) == "ready\n"
-        rds.delete(lock_key(client, "lg"))
-    finally:
-        r = finish(proc)
-    assert r.returncode == 79, r.stderr
-    assert "SIGKILL" in r.stderr
+    assert says in r.stderr
 
 
 def test_lost_lock_on_lost_ignore(rds, client, redis_url: str, tmp_path: Path) -> None:
