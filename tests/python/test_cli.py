@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 import hilock
 from helpers import free_port
 from history import Interval, check_fences_increase, check_max_concurrent, check_no_overlap
+from tlsutil import TLSServer, make_pki
 
 # Safety limits for a stuck run (a failure, never a measured duration).
 DEADLINE = 60.0
@@ -221,6 +223,27 @@ def test_url_sources(redis_url: str, tmp_path: Path) -> None:
     assert run_cli(redis_url, "run", "x", "--", "true", REDIS_URL=bad).returncode == 0
     assert run_cli(None, "run", "x", "--", "true", REDIS_URL=redis_url).returncode == 0
     assert run_cli(bad, "run", "x", "--", "true", REDIS_URL=redis_url).returncode == 69
+
+
+def test_mutual_tls_options() -> None:
+    """The TLS options reach the client: a server that requires a client
+    certificate, with the CA, certificate and an encrypted key."""
+    pki = make_pki()
+    try:
+        with TLSServer(pki, auth_clients="yes") as srv:
+            tls = ["--tls-ca-certs", pki.path("ca.crt"), "--tls-cert", pki.path("client.crt"),
+                   "--tls-key", pki.path("client-enc.key")]
+            r = run_cli(None, "run", "--url", srv.url, *tls, "t", "--", "echo", "in",
+                        HILOCK_TLS_KEY_PASSWORD="s3cret")
+            assert (r.returncode, r.stdout) == (0, "in\n"), r.stderr
+            # Without the CA the server's certificate is refused: unreachable.
+            r = run_cli(None, "run", "--url", srv.url, *tls[2:], "t", "--", "true",
+                        HILOCK_TLS_KEY_PASSWORD="s3cret")
+            assert r.returncode == 69, r.stderr
+            assert "certificate" in r.stderr.lower()
+            no_traceback(r)
+    finally:
+        shutil.rmtree(pki.dir, ignore_errors=True)
 
 
 # -- run: exclusion, fences, exit status --------------------------------------------------
