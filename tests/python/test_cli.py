@@ -124,8 +124,9 @@ def no_traceback(r: subprocess.CompletedProcess) -> None:
 
 
 def lock_key(client: hilock.Client, name: str, kind: str = "lock") -> bytes:
-    lk = client.fair_lock(name) if kind == "fair" else client.lock(name)
-    return lk.key
+    if kind == "semaphore":
+        return client.semaphore(name, 1).key
+    return (client.fair_lock(name) if kind == "fair" else client.lock(name)).key
 
 
 @pytest.fixture
@@ -401,15 +402,17 @@ LOOP_UNTIL_TERM = ('trap \'echo TERM > "{got}"; kill $!; exit 5\' TERM; '
                    'sleep 60 & echo ready; wait')
 
 
-@pytest.mark.parametrize("how", ["delete", "overwrite"])
+@pytest.mark.parametrize("kind,how", [("lock", "delete"), ("lock", "overwrite"),
+                                      ("fair", "delete"), ("semaphore", "delete")])
 def test_lost_lock_stops_command(rds, client, redis_url: str, tmp_path: Path,
-                                 how: str) -> None:
+                                 kind: str, how: str) -> None:
     got = tmp_path / "got"
-    proc = start_cli(redis_url, "run", "--ttl", "1", "lost", "--", "sh", "-c",
-                     LOOP_UNTIL_TERM.format(got=got))
+    permits = ["--permits", "2"] if kind == "semaphore" else []
+    proc = start_cli(redis_url, "run", "--type", kind, *permits, "--ttl", "1", "lost", "--",
+                     "sh", "-c", LOOP_UNTIL_TERM.format(got=got))
     try:
         assert read_line(proc) == "ready\n"
-        key = lock_key(client, "lost")
+        key = lock_key(client, "lost", kind)
         assert rds.exists(key)
         if how == "delete":
             rds.delete(key)
