@@ -122,6 +122,9 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
                    help="Redis URL (redis://, rediss://, unix://, redis+cluster://, "
                         "redis+sentinel://); default $HILOCK_URL, else $REDIS_URL, "
                         "else redis://127.0.0.1:6379/0")
+    g.add_argument("--prefix", default=s, metavar="P",
+                   help="key prefix of the locks (default $HILOCK_PREFIX, else hilock:); "
+                        "the same as the services' Client(prefix=...)")
     g.add_argument("--connect-timeout", type=_seconds(1e-3, "--connect-timeout"), default=s,
                    metavar="S", help="seconds to connect to Redis (default 2)")
     g.add_argument("--tls-ca-certs", default=s, metavar="FILE",
@@ -257,6 +260,9 @@ def make_client(args: argparse.Namespace) -> Client:
             kw[key] = getattr(args, opt)
     if getattr(args, "tls_no_check_hostname", False):
         kw["ssl_check_hostname"] = False
+    prefix = getattr(args, "prefix", None) or os.environ.get("HILOCK_PREFIX")
+    if prefix:
+        kw["prefix"] = prefix
     password = os.environ.get("HILOCK_TLS_KEY_PASSWORD")
     if password:
         kw["ssl_password"] = password

@@ -592,3 +592,21 @@ def test_release_asks_on_a_terminal(rds, client, redis_url: str) -> None:
     with holding(redis_url, "rt", expect=79):
         code, err = release_on_terminal(redis_url, "rt", "", "--yes")  # no question
         assert code == 0 and "?" not in err
+
+
+def test_prefix_option_and_environment(redis_url: str) -> None:
+    """--prefix (or $HILOCK_PREFIX) names the locks of a client with that
+    prefix: a lock held under prefix app1: is busy for hilock --prefix app1:
+    and free for the default prefix."""
+    with hilock.Client(redis_url, prefix="app1:") as c, c.lock("job") as lk:
+        assert lk.fence
+        busy = run_cli(None, "--url", redis_url, "--prefix", "app1:", "run", "--timeout", "0",
+                       "job", "--", "true")
+        assert busy.returncode == 75, busy.stderr
+        env_busy = run_cli(redis_url, "run", "--timeout", "0", "job", "--", "true",
+                           HILOCK_PREFIX="app1:")
+        assert env_busy.returncode == 75, env_busy.stderr
+        free = run_cli(redis_url, "run", "--timeout", "0", "job", "--", "true")
+        assert free.returncode == 0, free.stderr
+        st = run_cli(redis_url, "--prefix", "app1:", "status", "--json", "job")
+        assert st.returncode == 0 and '"held": true' in st.stdout, st.stdout + st.stderr
