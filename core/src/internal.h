@@ -851,6 +851,26 @@ typedef struct hilock__script {
   int wakes;       /* may wake waiters ("-- @wakes"): PING goes first */
 } hilock__script;
 
+/* A reentrant lock's layout (rlock.c): hilock's own, or Redisson's
+ * (redisson.c). keys returns the lock hash's name (NULL: no memory) and
+ * gives the fence key and the wake list (or channel) as malloc'd strings;
+ * the scripts keep rlock_*.lua's keys, arguments and replies. */
+typedef struct hilock__rlock_layout {
+  char *(*keys)(const char *name, size_t namelen, char **fkey,
+                size_t *fkeylen, char **wkey, size_t *wkeylen,
+                size_t *keylen);
+  const hilock__script *acquire, *release, *drop;
+} hilock__rlock_layout;
+struct hilock_rlock;
+int hilock__rlock_new_with(hilock_client *client, const char *name,
+                           size_t namelen, int64_t ttl_ms,
+                           const hilock__rlock_layout *lay,
+                           struct hilock_rlock **out);
+/* Whether a wake channel is one of Redisson's (redisson.c): any message on
+ * it lets every waiter of this client try again, and there is no wake list
+ * to look at (a look means: try again). */
+int hilock__redisson_channel(const char *name, size_t len);
+
 /* Most keys + args of one script run (a multi-key lock of
  * HILOCK_MULTI_LOCK_MAX names passes 3 keys per name). */
 #define HILOCK__SCRIPT_ARGS_MAX 4096

@@ -16,6 +16,7 @@ struct hilock_rlock {
   pthread_mutex_t *mu; /* the client's hmu: serialises h between threads sharing the handle */
   char *key, *fkey, *wkey;
   size_t keylen, fkeylen, wkeylen;
+  const hilock__rlock_layout *lay; /* hilock's keys and scripts, or Redisson's */
 };
 
 /* The caller's owner id: client id, ':', kernel thread id (or an async
@@ -40,8 +41,22 @@ static int keep_err(hilock_rlock *rl, const hilock__err *e) {
 
 static int drop_all(void *arg, hilock__err *e, redisReply **r);
 
-static int rlock_new(hilock_client *client, const char *name, size_t namelen,
-                     int64_t ttl_ms, hilock_rlock **out) {
+/* hilock's own layout: hilock:{name}:rlock, :fence and :wake. */
+static char *own_keys(const char *name, size_t namelen, char **fkey,
+                      size_t *fkeylen, char **wkey, size_t *wkeylen,
+                      size_t *keylen) {
+  *fkey = hilock__key(name, namelen, "fence", fkeylen);
+  *wkey = hilock__key(name, namelen, "wake", wkeylen);
+  return hilock__key(name, namelen, "rlock", keylen);
+}
+
+static const hilock__rlock_layout own_layout = {
+    own_keys, &hilock__script_rlock_acquire, &hilock__script_rlock_release,
+    &hilock__script_rlock_drop};
+
+int hilock__rlock_new_with(hilock_client *client, const char *name,
+                           size_t namelen, int64_t ttl_ms,
+                           const hilock__rlock_layout *lay, hilock_rlock **out) {
   hilock_rlock *rl;
   int rc;
 
@@ -51,9 +66,9 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
   if (rc != HILOCK_OK) return rc;
   rl = calloc(1, sizeof(*rl));
   if (rl == NULL) return HILOCK_ENOMEM;
-  rl->key = hilock__key(name, namelen, "rlock", &rl->keylen);
-  rl->fkey = hilock__key(name, namelen, "fence", &rl->fkeylen);
-  rl->wkey = hilock__key(name, namelen, "wake", &rl->wkeylen);
+  rl->lay = lay;
+  rl->key = lay->keys(name, namelen, &rl->fkey, &rl->fkeylen, &rl->wkey,
+                      &rl->wkeylen, &rl->keylen);
   if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL) {
     free(rl->key);
     free(rl->fkey);
@@ -75,7 +90,8 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
 int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t ttl_ms, hilock_rlock **out) {
   HILOCK__CLIENT_CALL(client, out,
-                      rlock_new(client, name, namelen, ttl_ms, out));
+                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
+                                             &own_layout, out));
 }
 
 static void fam_free(void *arg) {
@@ -103,7 +119,7 @@ static int attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   int rc;
 
-  rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_acquire, n,
+  rc = hilock__script_run(rl->h.client, &e, rl->lay->acquire, n,
                           keys, keylens, n, args, arglens, &r);
   int replicated = rc != HILOCK_ENOREPLICAS, undo = 0;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
@@ -137,7 +153,7 @@ static int attempt(void *arg, int64_t *pttl) {
     int64_t outer = hilock__call_lift(); /* never left half done */
     hilock__clear_err(&ue);
     r = NULL;
-    urc = hilock__script_run(rl->h.client, &ue, &hilock__script_rlock_release,
+    urc = hilock__script_run(rl->h.client, &ue, rl->lay->release,
                              2, ukeys, ukeylens, 2, args, arglens, &r);
     hilock__call_end(outer);
     if (r != NULL) freeReplyObject(r);
@@ -179,7 +195,7 @@ static int drop_all(void *arg, hilock__err *e, redisReply **r) {
   size_t keylens[2] = {rl->keylen, rl->wkeylen};
   const char *args[1] = {rl->h.owner};
   size_t arglens[1] = {rl->h.ownerlen};
-  return hilock__script_run(rl->h.client, e, &hilock__script_rlock_drop, 2,
+  return hilock__script_run(rl->h.client, e, rl->lay->drop, 2,
                             keys, keylens, 1, args, arglens, r);
 }
 
@@ -213,7 +229,7 @@ int hilock_rlock_release(hilock_rlock *rl) {
   arglens[0] = ownerlen;
   args[1] = ttl;
   arglens[1] = hilock__i64(ttl, rl->h.ttl_ms);
-  rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_release, 2,
+  rc = hilock__script_run(rl->h.client, &e, rl->lay->release, 2,
                           keys, keylens, 2, args, arglens, &r);
   pthread_mutex_lock(rl->mu);
   /* Re-check under the mutex: another thread may have been granted since. */

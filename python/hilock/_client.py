@@ -22,7 +22,7 @@ from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
 from ._store import LINGER_DEFAULT, FencedStore
-from ._util import Name, PathLike, name_bytes, seconds_to_ms, tls_args
+from ._util import Compat, Name, PathLike, name_bytes, seconds_to_ms, tls_args
 from .errors import ConnectionError, InvalidArgument
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -305,10 +305,13 @@ class Client:
 
     def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
+              on_lost: Optional[LostCallback[RLock]] = None,
+              compat: Optional[Compat] = None) -> RLock:
         """A reentrant lock: reentrant per thread, like ``threading.RLock``.
-        Arguments as for :meth:`lock`."""
-        return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+        ``compat="redisson"``: Redisson's RLock of the same name, shared with
+        Java services (``ttl`` is then the lease, Redisson's 30 s by
+        default). Other arguments as for :meth:`lock`."""
+        return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat)
 
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
                   timeout: Optional[float] = None, *, auto_renew: bool = True,

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Optional
 
 from . import _hilock as _h
 from ._base import LockBase, LostCallback
-from ._util import Name, seconds_to_ms
+from ._util import Compat, Name, check_compat, seconds_to_ms
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -23,6 +23,11 @@ class RLock(LockBase):
     asyncio: tasks of one event loop share one thread, so they count as one
     owner and would re-enter each other's hold. Give each task that needs
     mutual exclusion a non-reentrant :class:`hilock.Lock` object instead.
+
+    ``compat="redisson"``: the same lock as Redisson's ``RLock`` of that
+    name (Java services; see the "Sharing locks with Java" page): the key is
+    the name as given, releases wake Redisson's waiters and Redisson's
+    releases wake this lock's; ``fence`` is None.
     """
 
     _c_acquire = _h.hilock_rlock_acquire
@@ -31,9 +36,11 @@ class RLock(LockBase):
 
     def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback[RLock]] = None) -> None:
+                 on_lost: Optional[LostCallback[RLock]] = None,
+                 compat: Optional[Compat] = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        self._setup(client._new(_h.hilock_rlock_new, self._bname, seconds_to_ms(ttl, "ttl")))
+        new = _h.hilock_rlock_new_redisson if check_compat(compat) else _h.hilock_rlock_new
+        self._setup(client._new(new, self._bname, seconds_to_ms(ttl, "ttl")))
 
     def release(self) -> None:
         """Leave once; the last release frees the lock and wakes a waiter.

@@ -31,6 +31,18 @@ HILOCK_API int hilock_rlock_new(hilock_client *client, const char *name,
                                 size_t namelen, int64_t ttl_ms,
                                 hilock_rlock **out);
 
+/* CONSTRUCTOR, Redisson compatibility (docs/redisson.md): the same lock as
+ * Redisson's RLock named name, so Java services on Redisson (tested: 3.52.0)
+ * and this handle exclude each other. The key is name as given (no prefix;
+ * on a cluster the name carries its own hash tag), releases publish
+ * Redisson's unlock message and waiters hear Redisson's; the hold has no
+ * fence (hilock_hold_fence gives 0). ttl_ms is the lease (Redisson's
+ * default: 30000, renewed every third). Every other hilock_rlock_* and
+ * hilock_hold_* call works on it. */
+HILOCK_API int hilock_rlock_new_redisson(hilock_client *client,
+                                         const char *name, size_t namelen,
+                                         int64_t ttl_ms, hilock_rlock **out);
+
 /* Acquire or re-enter: HILOCK_OK, HILOCK_BUSY (another owner holds it and
  * wait_ms passed), or an error. wait_ms as in hilock_lock_acquire. */
 HILOCK_API int hilock_rlock_try_acquire(hilock_rlock *rl);

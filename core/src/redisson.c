@@ -1,0 +1,84 @@
+/* Redisson compatibility: hilock locks that read and write the keys,
+ * fields, TTLs and unlock messages of Redisson's (Java) locks, so that
+ * Java services and hilock exclude each other on the same name.
+ *
+ * RLock: the lock is the hash <name> itself (no prefix, no hash tag
+ * added), field <owner> -> hold count, PEXPIRE = the lease; the owner is
+ * hilock's (client id:thread id), Redisson's is (uuid:thread id), so the
+ * two never collide. The final release publishes "0" on
+ * redisson_lock__channel:{<name>} (redisson_lock__channel:<name> when the
+ * name holds a '{', as Redisson names it), which Redisson's waiters hear;
+ * hilock's waiters wait on that same channel (hub.c treats it as a
+ * Redisson channel: every message lets its waiters try again, and sleeps
+ * stay bounded by the holder's TTL). The hold keeps no fence: Redisson's
+ * RLock has no token to share, so the grant's fence is 0 (None in
+ * Python). Renewal is the rlock's (a third of the lease: with the default
+ * 30 s lease, Redisson's watchdog rule). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hilock/rlock.h"
+#include "internal.h"
+#include "scripts.h"
+
+static const char lock_channel[] = "redisson_lock__channel";
+
+int hilock__redisson_channel(const char *name, size_t len) {
+  static const char head[] = "redisson_";
+  return len > sizeof(head) - 1 && memcmp(name, head, sizeof(head) - 1) == 0;
+}
+
+static char *dup_bytes(const char *s, size_t n) {
+  char *d = malloc(n + 1);
+  if (d == NULL) return NULL;
+  memcpy(d, s, n);
+  d[n] = '\0';
+  return d;
+}
+
+/* Redisson's prefixName: prefix:{name}, or prefix:name when the name
+ * already holds a '{' (it then hashes on its own tag, as the lock does). */
+static char *prefixed(const char *prefix, const char *name, size_t namelen,
+                      size_t *outlen) {
+  size_t pl = strlen(prefix);
+  int tagged = memchr(name, '{', namelen) != NULL;
+  size_t total = pl + 1 + namelen + (tagged ? 0 : 2);
+  char *k = malloc(total + 1), *p = k;
+  if (k == NULL) return NULL;
+  memcpy(p, prefix, pl);
+  p += pl;
+  *p++ = ':';
+  if (!tagged) *p++ = '{';
+  memcpy(p, name, namelen);
+  p += namelen;
+  if (!tagged) *p++ = '}';
+  *p = '\0';
+  *outlen = total;
+  return k;
+}
+
+/* The hash is the name as given; the channel is Redisson's. The fence key
+ * is never read (the acquire script keeps no fence): it names the hash
+ * again, so every key stays in the lock's slot. */
+static char *rlock_keys(const char *name, size_t namelen, char **fkey,
+                        size_t *fkeylen, char **wkey, size_t *wkeylen,
+                        size_t *keylen) {
+  *fkey = dup_bytes(name, namelen);
+  *fkeylen = namelen;
+  *wkey = prefixed(lock_channel, name, namelen, wkeylen);
+  *keylen = namelen;
+  return dup_bytes(name, namelen);
+}
+
+static const hilock__rlock_layout rlock_layout = {
+    rlock_keys, &hilock__script_redisson_rlock_acquire,
+    &hilock__script_redisson_rlock_release,
+    &hilock__script_redisson_rlock_drop};
+
+int hilock_rlock_new_redisson(hilock_client *client, const char *name,
+                              size_t namelen, int64_t ttl_ms,
+                              hilock_rlock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
+                                             &rlock_layout, out));
+}
