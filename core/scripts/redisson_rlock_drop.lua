@@ -9,5 +9,5 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 -- One owner at a time: the hash is empty, so Redis has removed it.
-redisson_unlocked(KEYS[2])
+redisson_unlocked(KEYS[2], '0')
 return 1

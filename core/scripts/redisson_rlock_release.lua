@@ -17,5 +17,5 @@ if n > 0 then
   return n
 end
 redis.call('DEL', KEYS[1])
-redisson_unlocked(KEYS[2])
+redisson_unlocked(KEYS[2], '0')
 return 0

@@ -851,15 +851,16 @@ typedef struct hilock__script {
   int wakes;       /* may wake waiters ("-- @wakes"): PING goes first */
 } hilock__script;
 
-/* A reentrant lock's layout (rlock.c): hilock's own, or Redisson's
- * (redisson.c). keys returns the lock hash's name (NULL: no memory) and
+/* A reentrant lock's layout (rlock.c): hilock's own, or one of Redisson's
+ * (redisson.c: RLock, either side of RReadWriteLock). keys returns the lock hash's name (NULL: no memory) and
  * gives the fence key and the wake list (or channel) as malloc'd strings;
  * the scripts keep rlock_*.lua's keys, arguments and replies. */
 typedef struct hilock__rlock_layout {
   char *(*keys)(const char *name, size_t namelen, char **fkey,
                 size_t *fkeylen, char **wkey, size_t *wkeylen,
                 size_t *keylen);
-  const hilock__script *acquire, *release, *drop;
+  const hilock__script *acquire, *release, *drop, *renew;
+  const char *suffix; /* appended to the owner id ("" or Redisson's ":write") */
 } hilock__rlock_layout;
 struct hilock_rlock;
 int hilock__rlock_new_with(hilock_client *client, const char *name,
@@ -1005,7 +1006,7 @@ typedef struct hilock__hold {
   const size_t *xkeylens;
   int nxkeys;
   int64_t ttl_ms;   /* 0: no expiry */
-  char owner[HILOCK__TOKEN_LEN + 24]; /* what the scripts compare: a random
+  char owner[HILOCK__TOKEN_LEN + 32]; /* what the scripts compare: a random
                                          token, or client id + thread id */
   size_t ownerlen;
   int held;

@@ -13,7 +13,13 @@
  * stay bounded by the holder's TTL). The hold keeps no fence: Redisson's
  * RLock has no token to share, so the grant's fence is 0 (None in
  * Python). Renewal is the rlock's (a third of the lease: with the default
- * 30 s lease, Redisson's watchdog rule). */
+ * 30 s lease, Redisson's watchdog rule).
+ *
+ * RReadWriteLock: one hash <name> {mode -> read|write, reader owner ->
+ * count, owner:write -> count}, and a key per read hold that expires with
+ * its lease (the hash lives as long as the longest); both sides publish on
+ * redisson_rwlock:{<name>} (a read release 0, a write release 1). Each side
+ * is a reentrant lock handle with that side's scripts. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +28,7 @@
 #include "scripts.h"
 
 static const char lock_channel[] = "redisson_lock__channel";
+static const char rwlock_channel[] = "redisson_rwlock";
 
 int hilock__redisson_channel(const char *name, size_t len) {
   static const char head[] = "redisson_";
@@ -60,20 +67,50 @@ static char *prefixed(const char *prefix, const char *name, size_t namelen,
 /* The hash is the name as given; the channel is Redisson's. The fence key
  * is never read (the acquire script keeps no fence): it names the hash
  * again, so every key stays in the lock's slot. */
+static char *keys_on(const char *channel, const char *name, size_t namelen,
+                     char **fkey, size_t *fkeylen, char **wkey,
+                     size_t *wkeylen, size_t *keylen) {
+  *fkey = dup_bytes(name, namelen);
+  *fkeylen = namelen;
+  *wkey = prefixed(channel, name, namelen, wkeylen);
+  *keylen = namelen;
+  return dup_bytes(name, namelen);
+}
+
 static char *rlock_keys(const char *name, size_t namelen, char **fkey,
                         size_t *fkeylen, char **wkey, size_t *wkeylen,
                         size_t *keylen) {
-  *fkey = dup_bytes(name, namelen);
-  *fkeylen = namelen;
-  *wkey = prefixed(lock_channel, name, namelen, wkeylen);
-  *keylen = namelen;
-  return dup_bytes(name, namelen);
+  return keys_on(lock_channel, name, namelen, fkey, fkeylen, wkey, wkeylen,
+                 keylen);
+}
+
+/* RReadWriteLock: both sides share one hash and one channel. */
+static char *rwlock_keys(const char *name, size_t namelen, char **fkey,
+                         size_t *fkeylen, char **wkey, size_t *wkeylen,
+                         size_t *keylen) {
+  return keys_on(rwlock_channel, name, namelen, fkey, fkeylen, wkey, wkeylen,
+                 keylen);
 }
 
 static const hilock__rlock_layout rlock_layout = {
     rlock_keys, &hilock__script_redisson_rlock_acquire,
     &hilock__script_redisson_rlock_release,
-    &hilock__script_redisson_rlock_drop};
+    &hilock__script_redisson_rlock_drop, &hilock__script_rlock_renew, ""};
+
+/* The read side renews every hold key of its owner too (Redisson's
+ * ReadLockTask); the write side's field is owner:write, renewed as an
+ * RLock's. */
+static const hilock__rlock_layout read_layout = {
+    rwlock_keys, &hilock__script_redisson_read_acquire,
+    &hilock__script_redisson_read_release,
+    &hilock__script_redisson_read_drop, &hilock__script_redisson_read_renew,
+    ""};
+
+static const hilock__rlock_layout write_layout = {
+    rwlock_keys, &hilock__script_redisson_write_acquire,
+    &hilock__script_redisson_write_release,
+    &hilock__script_redisson_write_drop, &hilock__script_rlock_renew,
+    ":write"};
 
 int hilock_rlock_new_redisson(hilock_client *client, const char *name,
                               size_t namelen, int64_t ttl_ms,
@@ -81,4 +118,20 @@ int hilock_rlock_new_redisson(hilock_client *client, const char *name,
   HILOCK__CLIENT_CALL(client, out,
                       hilock__rlock_new_with(client, name, namelen, ttl_ms,
                                              &rlock_layout, out));
+}
+
+int hilock_rlock_new_redisson_read(hilock_client *client, const char *name,
+                                   size_t namelen, int64_t ttl_ms,
+                                   hilock_rlock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
+                                             &read_layout, out));
+}
+
+int hilock_rlock_new_redisson_write(hilock_client *client, const char *name,
+                                    size_t namelen, int64_t ttl_ms,
+                                    hilock_rlock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
+                                             &write_layout, out));
 }

@@ -22,8 +22,8 @@ struct hilock_rlock {
 /* The caller's owner id: client id, ':', kernel thread id (or an async
  * operation's owner, see hilock__caller). */
 static size_t owner_of(const hilock_rlock *rl, char *buf, size_t n) {
-  return (size_t)snprintf(buf, n, "%s:%ld", rl->h.client->id,
-                          hilock__caller());
+  return (size_t)snprintf(buf, n, "%s:%ld%s", rl->h.client->id,
+                          hilock__caller(), rl->lay->suffix);
 }
 
 /* Whether the handle's grant belongs to this owner (call with rl->mu). */
@@ -52,7 +52,7 @@ static char *own_keys(const char *name, size_t namelen, char **fkey,
 
 static const hilock__rlock_layout own_layout = {
     own_keys, &hilock__script_rlock_acquire, &hilock__script_rlock_release,
-    &hilock__script_rlock_drop};
+    &hilock__script_rlock_drop, &hilock__script_rlock_renew, ""};
 
 int hilock__rlock_new_with(hilock_client *client, const char *name,
                            size_t namelen, int64_t ttl_ms,
@@ -78,7 +78,7 @@ int hilock__rlock_new_with(hilock_client *client, const char *name,
   }
   rl->mu = &client->rt.hmu;
   hilock__hold_init(&rl->h, client, rl->key, rl->keylen,
-                    &hilock__script_rlock_renew, ttl_ms);
+                    lay->renew, ttl_ms);
   rl->h.fam = &family;
   rl->h.guard = rl->mu;
   rl->h.close_run = drop_all; /* closing the client releases it */

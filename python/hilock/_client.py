@@ -6,7 +6,18 @@ import ssl
 import threading
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, NoReturn, Optional, Type, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    NoReturn,
+    Optional,
+    Type,
+    TypeVar,
+    Union,
+    overload,
+)
 
 from . import _hilock as _h
 from . import _notify, _stats
@@ -16,13 +27,13 @@ from ._inspect import LockInfo
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
-from ._rlock import RLock
+from ._rlock import RedissonRWLock, RLock
 from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
 from ._store import LINGER_DEFAULT, FencedStore
-from ._util import Compat, Name, PathLike, name_bytes, seconds_to_ms, tls_args
+from ._util import Compat, Name, PathLike, check_compat, name_bytes, seconds_to_ms, tls_args
 from .errors import ConnectionError, InvalidArgument
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -337,14 +348,31 @@ class Client:
         at 5 s). Other arguments as for :meth:`lock`."""
         return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
+    @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
+               on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None,
+               compat: None = None) -> RWLock: ...
+
+    @overload
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               on_lost: Optional[LostCallback[RLock]] = None,
+               compat: Compat) -> RedissonRWLock: ...
+
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               on_lost: Any = None,
+               compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
         """A read-write lock: ``.read()`` and ``.write()`` give its shared and
         exclusive sides, reentrant per thread, with writer preference.
         ``ttl`` applies to every read and write hold; ``timeout``,
         ``auto_renew``, ``max_hold`` and ``on_lost`` (called with the side
-        that lost its hold) apply to both sides, as for :meth:`lock`."""
+        that lost its hold) apply to both sides, as for :meth:`lock`.
+        ``compat="redisson"``: Redisson's RReadWriteLock of the same name,
+        shared with Java services (a :class:`RedissonRWLock`)."""
+        if check_compat(compat):
+            return RedissonRWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
         return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
     def multi_lock(self, names: Iterable[Name], ttl: float = 30.0,

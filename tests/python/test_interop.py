@@ -367,3 +367,76 @@ def test_killed_python_holder_frees_within_lease(java: Any, rds: redis.Redis,
         j.ask("unlock", "unlocking")
     finally:
         kill_child(p)
+
+
+# ## RReadWriteLock ---------------------------------------------------------
+
+def test_rwlock_readers_share_writers_exclude(java: Any, client: hilock.Client,
+                                              rds: redis.Redis) -> None:
+    name = "catalog"
+    jr, jw = java(name, "read"), java(name, "write")
+    rw = client.rwlock(name, compat="redisson")
+    r, w = rw.read(), rw.write()
+    # Readers of both languages share; writers of both stay out.
+    jr.ask("lock", "locked")
+    assert r.acquire(timeout=5) and r.acquire(timeout=5)
+    assert r.hold_count() == 2 and r.fence is None
+    assert rds.hget(name, "mode") == b"read"
+    assert not w.acquire(blocking=False)
+    jw.ask("trylock 0", "busy")
+    r.release()
+    r.release()
+    jr.ask("unlock", "unlocking")
+    jr.expect("unlocked", 10)
+    assert not rds.exists(name)
+    # A hilock writer excludes Redisson's readers and writers; its release
+    # wakes a waiting Redisson reader (Redisson's write unlock message).
+    assert w.acquire(timeout=5)
+    assert rds.hget(name, "mode") == b"write"
+    jr.ask("trylock 0", "busy")
+    jw.ask("trylock 0", "busy")
+    jr.send(f"trylock {int(WAIT * 1000)}")
+    wait_for(lambda: subscribers(rds, f"redisson_rwlock:{{{name}}}") >= 1, 10)
+    time.sleep(0.05)
+    w.release()
+    jr.expect("locked", WAIT + 5)  # "busy": Redisson missed the release
+    jw.ask("trylock 0", "busy")
+    jr.ask("unlock", "unlocking")
+    jr.expect("unlocked", 10)
+    # A Redisson writer excludes hilock's reader; its unlock wakes it.
+    jw.ask("lock", "locked")
+    assert not r.acquire(blocking=False)
+    got: List[Tuple[bool, int]] = []
+    t = threading.Thread(target=_acquire_release, args=(r, got))
+    t.start()
+    wait_for(lambda: subscribers(rds, f"redisson_rwlock:{{{name}}}") >= 1, 10)
+    jw.ask("unlock", "unlocking")
+    t.join(WAIT + 5)
+    assert got and got[0][0], "the hilock reader missed Redisson's write unlock"
+    assert not rds.exists(name)
+
+
+def test_rwlock_downgrade_and_read_renewal(java: Any, client: hilock.Client,
+                                           rds: redis.Redis) -> None:
+    name = "{shop}:prices"
+    jr, jw = java(name, "read"), java(name, "write")
+    rw = client.rwlock(name, ttl=1.5, compat="redisson")
+    r, w = rw.read(), rw.write()
+    # Downgrade: the writer takes the read side, then leaves the write side.
+    assert w.acquire(timeout=5) and r.acquire(timeout=5)
+    jr.ask("trylock 0", "busy")
+    w.release()
+    assert rds.hget(name, "mode") == b"read"
+    jw.ask("trylock 0", "busy")
+    # The watchdog renews the read hold's own key as well, so a Redisson
+    # reader that comes and goes (its release recomputes the hash's TTL
+    # from every live hold) leaves the hilock reader's hold in place.
+    time.sleep(3.0)  # two leases
+    jr.ask("lock", "locked")
+    jr.ask("unlock", "unlocking")
+    jr.expect("unlocked", 10)
+    assert r.owned() and rds.exists(name)
+    jw.ask("trylock 200", "busy")
+    r.release()
+    assert not rds.exists(name)
+    jw.ask("trylock 0", "locked")

@@ -43,6 +43,21 @@ HILOCK_API int hilock_rlock_new_redisson(hilock_client *client,
                                          const char *name, size_t namelen,
                                          int64_t ttl_ms, hilock_rlock **out);
 
+/* CONSTRUCTORS, Redisson compatibility: the read side and the write side of
+ * Redisson's RReadWriteLock named name, each as a reentrant lock handle
+ * (per thread, as above). Readers of both libraries share; a writer of
+ * either excludes every other owner. A writer may also take the read side
+ * (a downgrade); a reader asking for the write side waits for itself, as
+ * in Redisson. hilock_rlock_hold_count counts the side's own holds. */
+HILOCK_API int hilock_rlock_new_redisson_read(hilock_client *client,
+                                              const char *name,
+                                              size_t namelen, int64_t ttl_ms,
+                                              hilock_rlock **out);
+HILOCK_API int hilock_rlock_new_redisson_write(hilock_client *client,
+                                               const char *name,
+                                               size_t namelen, int64_t ttl_ms,
+                                               hilock_rlock **out);
+
 /* Acquire or re-enter: HILOCK_OK, HILOCK_BUSY (another owner holds it and
  * wait_ms passed), or an error. wait_ms as in hilock_lock_acquire. */
 HILOCK_API int hilock_rlock_try_acquire(hilock_rlock *rl);
