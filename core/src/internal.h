@@ -861,6 +861,9 @@ typedef struct hilock__rlock_layout {
                 size_t *keylen);
   const hilock__script *acquire, *release, *drop, *renew;
   const char *suffix; /* appended to the owner id ("" or Redisson's ":write") */
+  /* A queue (Redisson's fair lock): a waiter that gives up runs withdraw
+   * (KEYS lock, wake; ARGV owner, ttl), and waits on wake:<owner>. */
+  const hilock__script *withdraw;
 } hilock__rlock_layout;
 struct hilock_rlock;
 int hilock__rlock_new_with(hilock_client *client, const char *name,

@@ -15,6 +15,15 @@
  * Python). Renewal is the rlock's (a third of the lease: with the default
  * 30 s lease, Redisson's watchdog rule).
  *
+ * RFairLock: the RLock's hash, plus redisson_lock_queue:{<name>} (waiters
+ * in arrival order) and redisson_lock_timeout:{<name>} (each waiter's
+ * deadline, ms); a release publishes only to the first waiter, on
+ * redisson_lock__channel:{<name>}:<its owner>, where each hilock waiter
+ * listens. A hilock waiter moves its deadline on at every attempt (a
+ * lease past the holder's TTL), so only dead waiters are passed over, and
+ * leaves the queue when its wait runs out (as Redisson's acquireFailed).
+ * Deadlines are on the server's clock where Redisson uses its client's.
+ *
  * RReadWriteLock: one hash <name> {mode -> read|write, reader owner ->
  * count, owner:write -> count}, and a key per read hold that expires with
  * its lease (the hash lives as long as the longest); both sides publish on
@@ -95,7 +104,16 @@ static char *rwlock_keys(const char *name, size_t namelen, char **fkey,
 static const hilock__rlock_layout rlock_layout = {
     rlock_keys, &hilock__script_redisson_rlock_acquire,
     &hilock__script_redisson_rlock_release,
-    &hilock__script_redisson_rlock_drop, &hilock__script_rlock_renew, ""};
+    &hilock__script_redisson_rlock_drop, &hilock__script_rlock_renew, "",
+    NULL};
+
+/* RFairLock: the RLock's hash and channel prefix; the queue's keys are
+ * derived from the name in the scripts (lib/redisson.lua). */
+static const hilock__rlock_layout fair_layout = {
+    rlock_keys, &hilock__script_redisson_fair_acquire,
+    &hilock__script_redisson_fair_release,
+    &hilock__script_redisson_fair_drop, &hilock__script_rlock_renew, "",
+    &hilock__script_redisson_fair_withdraw};
 
 /* The read side renews every hold key of its owner too (Redisson's
  * ReadLockTask); the write side's field is owner:write, renewed as an
@@ -104,13 +122,13 @@ static const hilock__rlock_layout read_layout = {
     rwlock_keys, &hilock__script_redisson_read_acquire,
     &hilock__script_redisson_read_release,
     &hilock__script_redisson_read_drop, &hilock__script_redisson_read_renew,
-    ""};
+    "", NULL};
 
 static const hilock__rlock_layout write_layout = {
     rwlock_keys, &hilock__script_redisson_write_acquire,
     &hilock__script_redisson_write_release,
     &hilock__script_redisson_write_drop, &hilock__script_rlock_renew,
-    ":write"};
+    ":write", NULL};
 
 int hilock_rlock_new_redisson(hilock_client *client, const char *name,
                               size_t namelen, int64_t ttl_ms,
@@ -134,4 +152,12 @@ int hilock_rlock_new_redisson_write(hilock_client *client, const char *name,
   HILOCK__CLIENT_CALL(client, out,
                       hilock__rlock_new_with(client, name, namelen, ttl_ms,
                                              &write_layout, out));
+}
+
+int hilock_rlock_new_redisson_fair(hilock_client *client, const char *name,
+                                   size_t namelen, int64_t ttl_ms,
+                                   hilock_rlock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
+                                             &fair_layout, out));
 }

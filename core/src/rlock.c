@@ -52,7 +52,7 @@ static char *own_keys(const char *name, size_t namelen, char **fkey,
 
 static const hilock__rlock_layout own_layout = {
     own_keys, &hilock__script_rlock_acquire, &hilock__script_rlock_release,
-    &hilock__script_rlock_drop, &hilock__script_rlock_renew, ""};
+    &hilock__script_rlock_drop, &hilock__script_rlock_renew, "", NULL};
 
 int hilock__rlock_new_with(hilock_client *client, const char *name,
                            size_t namelen, int64_t ttl_ms,
@@ -164,10 +164,31 @@ static int attempt(void *arg, int64_t *pttl) {
   return rc;
 }
 
+/* A queued layout's waiter that did not get the lock leaves the queue. */
+static void withdraw(hilock_rlock *rl, int rc) {
+  char owner[sizeof(rl->h.owner)], ttl[24];
+  const char *keys[2] = {rl->key, rl->wkey}, *args[2] = {owner, ttl};
+  size_t keylens[2] = {rl->keylen, rl->wkeylen}, arglens[2];
+  hilock__err e;
+  redisReply *r = NULL;
+  int64_t outer;
+  if (rl->lay->withdraw == NULL || rc == HILOCK_OK) return;
+  arglens[0] = owner_of(rl, owner, sizeof(owner));
+  arglens[1] = hilock__i64(ttl, rl->h.ttl_ms);
+  outer = hilock__call_lift(); /* never left half done */
+  (void)hilock__script_run(rl->h.client, &e, rl->lay->withdraw, 2, keys,
+                           keylens, 2, args, arglens, &r);
+  hilock__call_end(outer);
+  if (r != NULL) freeReplyObject(r);
+}
+
 int hilock_rlock_try_acquire(hilock_rlock *rl) {
   int64_t pttl;
+  int rc;
   if (rl == NULL) return HILOCK_EINVAL;
-  return hilock__stat_try(rl->h.rt, attempt(rl, &pttl));
+  rc = attempt(rl, &pttl);
+  withdraw(rl, rc);
+  return hilock__stat_try(rl->h.rt, rc);
 }
 
 /* For async operations: the owner is the operation's (hilock__caller). */
@@ -178,11 +199,25 @@ static void acquire_spec(void *arg, hilock__acquire_spec *s) {
 
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
   hilock__err e;
+  char *wkey;
+  size_t wkeylen = 0;
   int rc;
   if (rl == NULL) return HILOCK_EINVAL;
   hilock__clear_err(&e);
-  rc = hilock__acquire_loop_taking(rl->h.client, &e, rl->wkey, rl->wkeylen,
-                                   wait_ms, attempt, rl);
+  wkey = rl->wkey;
+  wkeylen = rl->wkeylen;
+  if (rl->lay->withdraw != NULL) {
+    /* Each waiter of a queue is woken on a channel of its own. */
+    char owner[sizeof(rl->h.owner)];
+    size_t ownerlen = owner_of(rl, owner, sizeof(owner));
+    wkey = malloc(rl->wkeylen + ownerlen + 2);
+    if (wkey == NULL) return HILOCK_ENOMEM;
+    wkeylen = (size_t)sprintf(wkey, "%s:%s", rl->wkey, owner);
+  }
+  rc = hilock__acquire_loop_taking(rl->h.client, &e, wkey, wkeylen, wait_ms,
+                                   attempt, rl);
+  if (wkey != rl->wkey) free(wkey);
+  withdraw(rl, rc);
   if (rc < 0 && e.code != HILOCK_OK) keep_err(rl, &e);
   return rc;
 }

@@ -339,13 +339,32 @@ class Client:
         """
         return Semaphore(self, name, permits, ttl, timeout, auto_renew, max_hold, on_lost)
 
+    @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
+                  on_lost: Optional[LostCallback[FairLock]] = None,
+                  compat: None = None) -> FairLock: ...
+
+    @overload
+    def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                  auto_renew: bool = True, max_hold: Optional[float] = None,
+                  on_lost: Optional[LostCallback[RLock]] = None,
+                  compat: Compat) -> RLock: ...
+
+    def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                  auto_renew: bool = True, max_hold: Optional[float] = None,
+                  on_lost: Any = None,
+                  compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
         """A fair (FIFO) lock: granted in request order, a newcomer never
         barges past a waiter, and a crashed waiter is skipped after its
         heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
-        at 5 s). Other arguments as for :meth:`lock`."""
+        at 5 s). Other arguments as for :meth:`lock`.
+        ``compat="redisson"``: Redisson's RFairLock of the same name, shared
+        with Java services, as a reentrant :class:`RLock` (a dead hilock
+        waiter is passed over ``ttl`` after the holder's TTL)."""
+        if check_compat(compat):
+            return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
+                         _side=_h.hilock_rlock_new_redisson_fair)
         return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
     @overload

@@ -39,7 +39,8 @@ class RLock(LockBase):
                  on_lost: Optional[LostCallback[RLock]] = None,
                  compat: Optional[Compat] = None, *, _side: Any = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        # _side: a side of Redisson's read-write lock (RedissonRWLock).
+        # _side: a side of Redisson's read-write lock (RedissonRWLock), or
+        # Redisson's fair lock (client.fair_lock(name, compat="redisson")).
         new = (_side if _side is not None else
                _h.hilock_rlock_new_redisson if check_compat(compat) else _h.hilock_rlock_new)
         self._setup(client._new(new, self._bname, seconds_to_ms(ttl, "ttl")))

@@ -440,3 +440,109 @@ def test_rwlock_downgrade_and_read_renewal(java: Any, client: hilock.Client,
     r.release()
     assert not rds.exists(name)
     jw.ask("trylock 0", "locked")
+
+
+# ## RFairLock --------------------------------------------------------------
+
+def _queue(name: str) -> str:
+    return f"redisson_lock_queue:{{{name}}}"
+
+
+def _fair_waiter(lk: hilock.RLock, got: List[Tuple[bool, int]]) -> None:
+    ok = lk.acquire()
+    got.append((ok, time.monotonic_ns()))
+    if ok:
+        time.sleep(0.05)
+        lk.release()
+
+
+def test_fair_arrival_order_across_languages(java: Any, client: hilock.Client,
+                                             rds: redis.Redis) -> None:
+    name = "tickets"
+    holder = client.fair_lock(name, compat="redisson")
+    waiter = client.fair_lock(name, compat="redisson", timeout=30)
+    assert holder.acquire(timeout=5)
+    j1, j2 = java(name, "fair"), java(name, "fair")
+    py1: List[Tuple[bool, int]] = []
+    py2: List[Tuple[bool, int]] = []
+    threads = []
+    # Arrival order J1, P1, J2, P2: each queued before the next comes.
+    for k, who in enumerate((j1, py1, j2, py2)):
+        if isinstance(who, Java):
+            who.send("trylock 30000")
+        else:
+            t = threading.Thread(target=_fair_waiter, args=(waiter, who))
+            t.start()
+            threads.append(t)
+        wait_for(lambda k=k: rds.llen(_queue(name)) == k + 1, 10, what="the waiter queued")
+    holder.release()
+    grants = [("J1", int(j1.expect("locked", 20)[1]))]
+    assert not py1, "a later waiter went first"
+    j1.ask("unlock", "unlocking")
+    wait_for(lambda: py1, 20, what="P1's grant")
+    grants.append(("P1", py1[0][1]))
+    grants.append(("J2", int(j2.expect("locked", 20)[1])))
+    assert not py2, "a later waiter went first"
+    j2.ask("unlock", "unlocking")
+    for t in threads:
+        t.join(20)
+    assert py1[0][0] and py2 and py2[0][0]
+    grants.append(("P2", py2[0][1]))
+    assert [g for g, _ in sorted(grants, key=lambda g: g[1])] == ["J1", "P1", "J2", "P2"]
+    assert rds.llen(_queue(name)) == 0
+
+
+def _fair_queue_and_die(url: str, name: str, tag: str) -> None:
+    c = hilock.Client(url)
+    lk = c.fair_lock(name, ttl=1.0, compat="redisson", timeout=3600)
+    r = redis.Redis.from_url(url)
+    r.rpush(tag, "queued")  # just before its attempt queues it
+    lk.acquire()
+
+
+def test_fair_dead_waiters_are_passed_over(java: Any, client: hilock.Client, rds: redis.Redis,
+                                           server: RedisServer) -> None:
+    name = "dead-waiters"
+    holder = client.fair_lock(name, ttl=1.0, compat="redisson")
+    assert holder.acquire(timeout=5)
+    # A dead Python waiter at the head: a Java waiter behind it still gets in.
+    p = FORK.Process(target=_fair_queue_and_die, args=(server.url, name, "q"), daemon=True)
+    p.start()
+    try:
+        assert rds.blpop(["q"], 10)
+        wait_for(lambda: rds.llen(_queue(name)) == 1, 10, what="the Python waiter queued")
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(5)
+    finally:
+        kill_child(p)
+    j = java(name, "fair")
+    j.send("trylock 15000")
+    wait_for(lambda: rds.llen(_queue(name)) == 2, 10, what="the Java waiter queued")
+    holder.release()
+    j.expect("locked", 20)  # "busy": the dead waiter blocked the queue
+    j.ask("unlock", "unlocking")
+    j.expect("unlocked", 10)
+    # A dead Java waiter at the head: a Python waiter behind it gets in.
+    assert holder.acquire(timeout=5)
+    dead = java(name, "fair")
+    dead.send("trylock 2000")
+    wait_for(lambda: rds.llen(_queue(name)) == 1, 10, what="the Java waiter queued")
+    dead.proc.kill()
+    dead.proc.wait(10)
+    got: List[Tuple[bool, int]] = []
+    waiter = client.fair_lock(name, ttl=1.0, compat="redisson", timeout=15)
+    t = threading.Thread(target=_fair_waiter, args=(waiter, got))
+    t.start()
+    wait_for(lambda: rds.llen(_queue(name)) == 2, 10, what="the Python waiter queued")
+    holder.release()
+    t.join(20)
+    assert got and got[0][0], "the dead Java waiter blocked the queue"
+    # A waiter that gives up leaves the queue.
+    assert holder.acquire(timeout=5)
+    gave_up: List[bool] = []
+    t = threading.Thread(target=lambda: gave_up.append(waiter.acquire(timeout=0.3)))
+    t.start()
+    t.join(10)
+    assert gave_up == [False]
+    assert rds.llen(_queue(name)) == 0 and rds.zcard(f"redisson_lock_timeout:{{{name}}}") == 0
+    holder.release()

@@ -43,6 +43,18 @@ HILOCK_API int hilock_rlock_new_redisson(hilock_client *client,
                                          const char *name, size_t namelen,
                                          int64_t ttl_ms, hilock_rlock **out);
 
+/* CONSTRUCTOR, Redisson compatibility: Redisson's RFairLock named name, as
+ * a reentrant lock handle: waiters of both libraries are served in arrival
+ * order; a waiter that died is passed over once its deadline (ttl_ms past
+ * the holder's TTL for a hilock waiter; Redisson's wait time for a
+ * Redisson one) passes; a hilock waiter whose wait runs out leaves the
+ * queue. Blocking waits hear the release meant for them (hilock_async
+ * waits look again within the holder's TTL instead). */
+HILOCK_API int hilock_rlock_new_redisson_fair(hilock_client *client,
+                                              const char *name,
+                                              size_t namelen, int64_t ttl_ms,
+                                              hilock_rlock **out);
+
 /* CONSTRUCTORS, Redisson compatibility: the read side and the write side of
  * Redisson's RReadWriteLock named name, each as a reentrant lock handle
  * (per thread, as above). Readers of both libraries share; a writer of
