@@ -10,12 +10,8 @@
 -- @include clock.lua
 -- @include redisson.lua
 local queue = redisson_queue(KEYS[1], server_ms())
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return -1
-end
-local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if n > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local n = redisson_leave(KEYS[1], ARGV[1], ARGV[2])
+if n ~= 0 then
   return n
 end
 redis.call('DEL', KEYS[1])

@@ -8,12 +8,8 @@
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include redisson.lua
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return -1
-end
-local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if n > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local n = redisson_leave(KEYS[1], ARGV[1], ARGV[2])
+if n ~= 0 then
   return n
 end
 redis.call('DEL', KEYS[1])

@@ -8,10 +8,5 @@ if redis.call('HGET', KEYS[1], 'mode') ~= 'write' or
     redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-if redis.call('HLEN', KEYS[1]) == 1 then
-  redis.call('DEL', KEYS[1])
-else
-  redis.call('HSET', KEYS[1], 'mode', 'read')
-end
-redisson_unlocked(KEYS[2], '1')
+redisson_write_gone(KEYS[1], KEYS[2])
 return 1

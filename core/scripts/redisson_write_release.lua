@@ -8,20 +8,12 @@
 -- @once: a resend would count twice, so a broken connection is reported.
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include redisson.lua
-if redis.call('HGET', KEYS[1], 'mode') ~= 'write' or
-    redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+if redis.call('HGET', KEYS[1], 'mode') ~= 'write' then
   return -1
 end
-local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if n > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local n = redisson_leave(KEYS[1], ARGV[1], ARGV[2])
+if n ~= 0 then
   return n
 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-if redis.call('HLEN', KEYS[1]) == 1 then
-  redis.call('DEL', KEYS[1])
-else
-  redis.call('HSET', KEYS[1], 'mode', 'read')
-end
-redisson_unlocked(KEYS[2], '1')
+redisson_write_gone(KEYS[1], KEYS[2])
 return 0

@@ -130,34 +130,35 @@ static const hilock__rlock_layout write_layout = {
     &hilock__script_redisson_write_drop, &hilock__script_rlock_renew,
     ":write", NULL};
 
+/* Every constructor: a reentrant lock handle on one of the layouts. */
+static int make(hilock_client *client, const char *name, size_t namelen,
+                int64_t ttl_ms, const hilock__rlock_layout *lay,
+                hilock_rlock **out) {
+  HILOCK__CLIENT_CALL(client, out,
+                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
+                                             lay, out));
+}
+
 int hilock_rlock_new_redisson(hilock_client *client, const char *name,
                               size_t namelen, int64_t ttl_ms,
                               hilock_rlock **out) {
-  HILOCK__CLIENT_CALL(client, out,
-                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
-                                             &rlock_layout, out));
-}
-
-int hilock_rlock_new_redisson_read(hilock_client *client, const char *name,
-                                   size_t namelen, int64_t ttl_ms,
-                                   hilock_rlock **out) {
-  HILOCK__CLIENT_CALL(client, out,
-                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
-                                             &read_layout, out));
-}
-
-int hilock_rlock_new_redisson_write(hilock_client *client, const char *name,
-                                    size_t namelen, int64_t ttl_ms,
-                                    hilock_rlock **out) {
-  HILOCK__CLIENT_CALL(client, out,
-                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
-                                             &write_layout, out));
+  return make(client, name, namelen, ttl_ms, &rlock_layout, out);
 }
 
 int hilock_rlock_new_redisson_fair(hilock_client *client, const char *name,
                                    size_t namelen, int64_t ttl_ms,
                                    hilock_rlock **out) {
-  HILOCK__CLIENT_CALL(client, out,
-                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
-                                             &fair_layout, out));
+  return make(client, name, namelen, ttl_ms, &fair_layout, out);
+}
+
+int hilock_rlock_new_redisson_read(hilock_client *client, const char *name,
+                                   size_t namelen, int64_t ttl_ms,
+                                   hilock_rlock **out) {
+  return make(client, name, namelen, ttl_ms, &read_layout, out);
+}
+
+int hilock_rlock_new_redisson_write(hilock_client *client, const char *name,
+                                    size_t namelen, int64_t ttl_ms,
+                                    hilock_rlock **out) {
+  return make(client, name, namelen, ttl_ms, &write_layout, out);
 }

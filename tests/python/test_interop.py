@@ -1,6 +1,6 @@
 """Sharing locks with Java services: hilock's Redisson compatibility mode
-against real Redisson (tests/interop, Redisson 3.52.0) on a private
-redis-server.
+against real Redisson (tests/interop, Redisson 3.52.0) on the session's
+private redis-server (tests/python/conftest.py).
 
 The Java side is tests/interop's Contend program, one JVM per contender,
 driven line by line over its standard input; it reports times from
@@ -29,7 +29,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import FORK, RedisServer, join_all, kill_child, subscribers, wait_for
+from helpers import FORK, join_all, kill_child, subscribers, wait_for
 from history import Interval, check_no_overlap
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,31 +57,6 @@ def jar() -> Path:
         pytest.skip(f"no {' and '.join(missing)} on PATH: the Redisson interop suite needs "
                     "a JDK and Maven (tests/ensure_deps.sh hilock_ensure_jdk installs them)")
     return _build_jar()
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def rds(server: RedisServer) -> Iterator[redis.Redis]:
-    r = redis.Redis.from_url(server.url)
-    r.flushall()
-    try:
-        yield r
-    finally:
-        r.close()
-
-
-@pytest.fixture
-def client(rds: redis.Redis, server: RedisServer) -> Iterator[hilock.Client]:
-    c = hilock.Client(server.url, connect_timeout=2.0, command_timeout=5.0)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 class Java:
@@ -140,12 +115,12 @@ class Java:
 
 
 @pytest.fixture
-def java(jar: Path, server: RedisServer) -> Iterator[Any]:
+def java(jar: Path, redis_url: str) -> Iterator[Any]:
     """java(name, kind="rlock"): a started contender, closed after the test."""
     started: List[Java] = []
 
     def start(name: str, kind: str = "rlock") -> Java:
-        j = Java(jar, server.url, name, kind)
+        j = Java(jar, redis_url, name, kind)
         started.append(j)
         return j
 
@@ -183,12 +158,12 @@ def _python_counter(url: str, name: str, rounds: int, tag: str) -> None:
     c.close()
 
 
-def test_counter_across_languages(java: Any, rds: redis.Redis, server: RedisServer) -> None:
+def test_counter_across_languages(java: Any, rds: redis.Redis, redis_url: str) -> None:
     name = "orders:42"
     javas = [java(name) for _ in range(3)]
     for j in javas:
         j.send(f"count {ROUNDS} counter 2")
-    procs = [FORK.Process(target=_python_counter, args=(server.url, name, ROUNDS, "py"))
+    procs = [FORK.Process(target=_python_counter, args=(redis_url, name, ROUNDS, "py"))
              for _ in range(3)]
     for p in procs:
         p.start()
@@ -344,9 +319,9 @@ def _hold_forever(url: str, name: str, tag: str) -> None:
 
 
 def test_killed_python_holder_frees_within_lease(java: Any, rds: redis.Redis,
-                                                  server: RedisServer) -> None:
+                                                  redis_url: str) -> None:
     name = "{acct}:killed"  # a name with its own hash tag is used as given
-    p = FORK.Process(target=_hold_forever, args=(server.url, name, "held"), daemon=True)
+    p = FORK.Process(target=_hold_forever, args=(redis_url, name, "held"), daemon=True)
     p.start()
     try:
         assert rds.blpop(["held"], 10), "the holder did not acquire"
@@ -501,12 +476,12 @@ def _fair_queue_and_die(url: str, name: str, tag: str) -> None:
 
 
 def test_fair_dead_waiters_are_passed_over(java: Any, client: hilock.Client, rds: redis.Redis,
-                                           server: RedisServer) -> None:
+                                           redis_url: str) -> None:
     name = "dead-waiters"
     holder = client.fair_lock(name, ttl=1.0, compat="redisson")
     assert holder.acquire(timeout=5)
     # A dead Python waiter at the head: a Java waiter behind it still gets in.
-    p = FORK.Process(target=_fair_queue_and_die, args=(server.url, name, "q"), daemon=True)
+    p = FORK.Process(target=_fair_queue_and_die, args=(redis_url, name, "q"), daemon=True)
     p.start()
     try:
         assert rds.blpop(["q"], 10)

@@ -8,6 +8,32 @@ local function redisson_unlocked(channel, message)
   redis.pcall('PUBLISH', channel, message)
   redis.pcall('SPUBLISH', channel, message)
 end
+-- redisson_leave(key, field, ms): one leave of field's hold in hash key:
+-- -1 if it holds none (nothing changes), else the count left (> 0: the
+-- hash's TTL is ms again; 0: the field is gone, the rest is the caller's).
+local function redisson_leave(key, field, ms)
+  if redis.call('HEXISTS', key, field) == 0 then
+    return -1
+  end
+  local n = redis.call('HINCRBY', key, field, -1)
+  if n > 0 then
+    redis.call('PEXPIRE', key, ms)
+    return n
+  end
+  redis.call('HDEL', key, field)
+  return 0
+end
+-- redisson_write_gone(key, channel): the writer of a read-write lock left
+-- (its field is gone): the hash goes unless the writer also reads (then it
+-- is read-held: a downgrade), and everyone waiting is told (message 1).
+local function redisson_write_gone(key, channel)
+  if redis.call('HLEN', key) == 1 then
+    redis.call('DEL', key)
+  else
+    redis.call('HSET', key, 'mode', 'read')
+  end
+  redisson_unlocked(channel, '1')
+end
 -- redisson_tag(lock): the part of an auxiliary key that puts it in the
 -- lock's slot, as Redisson builds it: {lock}, or lock itself when the name
 -- has its own hash tag. redisson_hold_key(lock, owner, n): the key that
