@@ -64,14 +64,7 @@ end
 -- The queue keys live as long as the latest heartbeat deadline, so a queue
 -- whose waiters all died lapses even if nobody calls again.
 local function settle()
-  local last = redis.call('ZRANGE', beats, -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', queue)
-    return
-  end
-  local ms = math.max(1, tonumber(last[2]) - now + 1000)
-  redis.call('PEXPIRE', queue, ms)
-  redis.call('PEXPIRE', beats, ms)
+  live_with(beats, now, {queue, beats})
 end
 
 -- If the lock is free, wake the head and nobody else: one element in its
@@ -84,13 +77,8 @@ local function wake_head()
   if h == nil or h == me then
     return
   end
-  local list = wake_prefix .. h
-  if redis.call('LLEN', list) == 0 then
-    redis.call('RPUSH', list, '1')
-  end
   local deadline = tonumber(redis.call('ZSCORE', beats, h))
-  redis.call('PEXPIRE', list, math.max(1, deadline - now + 1000))
-  ring(list)
+  wake_up(wake_prefix .. h, 1, math.max(1, deadline - now + 1000))
 end
 
 local function grant(ticket)

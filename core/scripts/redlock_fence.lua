@@ -3,7 +3,7 @@
 -- KEYS[1] fence counter. ARGV[1] the grant's fence.
 -- Returns the counter afterwards; an error if it holds no integer.
 -- @include fence.lua
-local n = fence_value(KEYS[1])
+local n = stored_number(KEYS[1])
 if n == nil then
   return redis.error_reply('ERR the fence counter holds no integer')
 end

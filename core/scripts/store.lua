@@ -9,7 +9,7 @@
 -- nothing changed), else {1, result}; fence returns {1, record} (0: none).
 -- @once: an increment must not be sent twice.
 -- @include fence.lua
-local last = fence_value(KEYS[2])
+local last = stored_number(KEYS[2])
 if last == nil then
   return redis.error_reply('WRONGTYPE the fence record holds no number')
 end

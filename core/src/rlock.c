@@ -62,10 +62,8 @@ int hilock__rlock_new_with(hilock_client *client, const char *name,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  rl = calloc(1, sizeof(*rl));
-  if (rl == NULL) return HILOCK_ENOMEM;
+  rl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rl), &rc);
+  if (rl == NULL) return rc;
   rl->lay = lay;
   rl->key = lay->keys(name, namelen, &rl->fkey, &rl->fkeylen, &rl->wkey,
                       &rl->wkeylen, &rl->keylen);

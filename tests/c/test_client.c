@@ -491,8 +491,7 @@ static void null_arguments_are_einval(void **state) {
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_SUITE_MAIN("client", group_setup, group_teardown,
       T(connect_and_ping),
       T(unix_socket_connects_and_selects_db),
       T(lock_in_db3_is_invisible_in_db0),
@@ -508,8 +507,4 @@ int main(void) {
       T(lock_outliving_client_gets_eclosed),
       T(client_free_with_no_locks_is_clean),
       T(threads_sharing_a_client_exclude_each_other),
-      T(null_arguments_are_einval),
-  };
-  return cmocka_run_group_tests_name("client", tests, group_setup,
-                                     group_teardown);
-}
+      T(null_arguments_are_einval))

@@ -184,16 +184,9 @@ static void fair_try_acquire_never_stays_queued(void **state) {
   hilock_hold_free(HILOCK_HOLD(fl));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(null_and_bad_arguments_are_einval),
-      T(rlock_uses_the_name_as_given),
-      T(a_redisson_holder_excludes_and_is_not_released),
-      T(releases_publish_redisson_unlock_messages),
-      T(fair_try_acquire_never_stays_queued),
-  };
-  return cmocka_run_group_tests_name("redisson", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("redisson",
+      HL_TEST(null_and_bad_arguments_are_einval),
+      HL_TEST(rlock_uses_the_name_as_given),
+      HL_TEST(a_redisson_holder_excludes_and_is_not_released),
+      HL_TEST(releases_publish_redisson_unlock_messages),
+      HL_TEST(fair_try_acquire_never_stays_queued))

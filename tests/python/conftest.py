@@ -143,11 +143,7 @@ def redis_nodes(redis_node_servers: list) -> list:
 def cluster() -> Iterator[Any]:
     """A local Redis Cluster (3 masters, 3 replicas; tests/python/cluster.py)
     for the tests of one module: it takes a few seconds to start."""
-    from cluster import LocalCluster
+    from cluster import running_cluster
 
-    cl = LocalCluster(node_timeout_ms=1000)
-    try:
-        cl.start()
+    with running_cluster() as cl:
         yield cl
-    finally:
-        cl.cleanup()

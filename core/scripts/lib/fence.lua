@@ -22,10 +22,9 @@ local function next_fence(key, field)
   end
   return f
 end
-
--- fence_value(key): the number in counter or record `key`, 0 if it is
--- missing, nil if it holds something else.
-local function fence_value(key)
+-- stored_number(key): the number a fence counter or record `key` holds (0
+-- if none), or nil if it holds something else.
+local function stored_number(key)
   local v = redis.call('GET', key)
   if not v then
     return 0
