@@ -1041,6 +1041,8 @@ int hilock__new_check_with(hilock_client *client, const char *name,
 void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,
                          int *rc);
+/* A malloc'd copy of n bytes of s, NUL-terminated; NULL on out of memory. */
+char *hilock__dup(const char *s, size_t n);
 /* malloc'd key for name and role; NULL on out of memory. */
 char *hilock__key(const char *name, size_t len, const char *role,
                   size_t *outlen);

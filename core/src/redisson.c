@@ -44,14 +44,6 @@ int hilock__redisson_channel(const char *name, size_t len) {
   return len > sizeof(head) - 1 && memcmp(name, head, sizeof(head) - 1) == 0;
 }
 
-static char *dup_bytes(const char *s, size_t n) {
-  char *d = malloc(n + 1);
-  if (d == NULL) return NULL;
-  memcpy(d, s, n);
-  d[n] = '\0';
-  return d;
-}
-
 /* Redisson's prefixName: prefix:{name}, or prefix:name when the name
  * already holds a '{' (it then hashes on its own tag, as the lock does). */
 static char *prefixed(const char *prefix, const char *name, size_t namelen,
@@ -79,11 +71,11 @@ static char *prefixed(const char *prefix, const char *name, size_t namelen,
 static char *keys_on(const char *channel, const char *name, size_t namelen,
                      char **fkey, size_t *fkeylen, char **wkey,
                      size_t *wkeylen, size_t *keylen) {
-  *fkey = dup_bytes(name, namelen);
+  *fkey = hilock__dup(name, namelen);
   *fkeylen = namelen;
   *wkey = prefixed(channel, name, namelen, wkeylen);
   *keylen = namelen;
-  return dup_bytes(name, namelen);
+  return hilock__dup(name, namelen);
 }
 
 static char *rlock_keys(const char *name, size_t namelen, char **fkey,
