@@ -521,3 +521,62 @@ def test_fair_dead_waiters_are_passed_over(java: Any, client: hilock.Client, rds
     assert gave_up == [False]
     assert rds.llen(_queue(name)) == 0 and rds.zcard(f"redisson_lock_timeout:{{{name}}}") == 0
     holder.release()
+
+
+# ## asyncio ------------------------------------------------------------------
+
+def _unlock(j: Java) -> None:
+    j.ask("unlock", "unlocking")
+    j.expect("unlocked", 10)
+
+
+def test_asyncio_task_and_java_share_rlock_and_rwlock(java: Any, redis_url: str,
+                                                       rds: redis.Redis) -> None:
+    import asyncio
+
+    import hilock.asyncio
+
+    name, rwname = "async:rlock", "async:rw"
+    j, jw = java(name), java(rwname, "write")
+
+    async def main() -> None:
+        c = hilock.asyncio.Client(redis_url)
+        try:
+            lk = c.rlock(name, compat="redisson", timeout=WAIT)
+            rw = c.rwlock(rwname, compat="redisson", timeout=WAIT)
+
+            async def hold_twice() -> bool:
+                # The task that waited re-enters its hold; Redisson stays out.
+                if not await lk.acquire():
+                    return False
+                assert await lk.acquire() and lk.fence is None
+                assert list(rds.hgetall(name).values()) == [b"2"]
+                await lk.release()
+                await lk.release()
+                return True
+
+            async def read_once() -> bool:
+                if not await rw.read().acquire():
+                    return False
+                assert rds.hget(rwname, "mode") == b"read"
+                await rw.read().release()
+                return True
+
+            await asyncio.to_thread(j.ask, "lock", "locked")
+            assert not await lk.acquire(blocking=False)
+            task = asyncio.ensure_future(hold_twice())
+            await asyncio.sleep(0.3)
+            assert not task.done()
+            await asyncio.to_thread(_unlock, j)
+            assert await asyncio.wait_for(task, WAIT + 5), "the task missed Redisson's release"
+            await asyncio.to_thread(jw.ask, "lock", "locked")
+            read = asyncio.ensure_future(read_once())
+            await asyncio.sleep(0.3)
+            assert not read.done()
+            await asyncio.to_thread(_unlock, jw)
+            assert await asyncio.wait_for(read, WAIT + 5), "the reader missed the write unlock"
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+    assert not rds.exists(name) and not rds.exists(rwname)
