@@ -949,6 +949,11 @@ int hilock__rlock_new_with(hilock_client *client, const char *name,
  * it lets every waiter of this client try again, and there is no wake list
  * to look at (a look means: try again). */
 int hilock__redisson_channel(const char *name, size_t len);
+/* Without the shared waiting there is no list to block on behind such a
+ * channel: sleep at most 500 ms of bound_ms (so a Redisson
+ * release is noticed that soon), ending early when the client closes or
+ * its interrupt hook fires. Returns HILOCK_OK (no wake-up) or the error. */
+int hilock__redisson_nap(hilock_client *c, hilock__err *e, int64_t bound_ms);
 
 /* Most keys + args of one script run (a multi-key lock of
  * HILOCK_MULTI_LOCK_MAX names passes 3 keys per name). */

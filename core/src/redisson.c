@@ -36,12 +36,28 @@
 #include "internal.h"
 #include "scripts.h"
 
+#define NAP_MAX_MS 500 /* a wait without the shared waiting looks this often */
+#define NAP_SLICE_MS 100
+
 static const char lock_channel[] = "redisson_lock__channel";
 static const char rwlock_channel[] = "redisson_rwlock";
 
 int hilock__redisson_channel(const char *name, size_t len) {
   static const char head[] = "redisson_";
   return len > sizeof(head) - 1 && memcmp(name, head, sizeof(head) - 1) == 0;
+}
+
+int hilock__redisson_nap(hilock_client *c, hilock__err *e, int64_t bound_ms) {
+  int64_t end = hilock__now_ms() + (bound_ms < NAP_MAX_MS ? bound_ms : NAP_MAX_MS);
+  for (;;) {
+    int64_t left = end - hilock__now_ms();
+    if (__atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED))
+      return hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
+    if (c->rt.opts.interrupt && c->rt.opts.interrupt(c->rt.opts.interrupt_arg))
+      return hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
+    if (left <= 0) return HILOCK_OK;
+    hilock__sleep_ms(left < NAP_SLICE_MS ? left : NAP_SLICE_MS);
+  }
 }
 
 /* Redisson's prefixName: prefix:{name}, or prefix:name when the name

@@ -580,3 +580,23 @@ def test_asyncio_task_and_java_share_rlock_and_rwlock(java: Any, redis_url: str,
 
     asyncio.run(main())
     assert not rds.exists(name) and not rds.exists(rwname)
+
+
+def test_without_shared_waiting_a_java_release_is_noticed(java: Any, redis_url: str) -> None:
+    """With ``shared_waiting=False`` nothing subscribes to Redisson's
+    channel: the waiter looks again every half second, not once per lease."""
+    name = "no-hub"
+    j = java(name)
+    c = hilock.Client(redis_url, shared_waiting=False)
+    try:
+        lk = c.rlock(name, compat="redisson", timeout=WAIT)
+        j.ask("lock", "locked")
+        got: List[Tuple[bool, int]] = []
+        t = threading.Thread(target=_acquire_release, args=(lk, got))
+        t.start()
+        time.sleep(0.3)
+        _unlock(j)
+        t.join(WAIT + 5)
+        assert got and got[0][0], "the waiter slept through the lease"
+    finally:
+        c.close()
