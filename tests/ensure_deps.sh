@@ -59,6 +59,21 @@ hilock_ensure_valkey() {
   "${sudo[@]}" systemctl disable --now valkey-server >/dev/null 2>&1 || true
 }
 
+# hilock_ensure_jdk: a JDK and Maven for the Redisson interoperability
+# suite (tests/python/test_interop.py builds tests/interop with Maven, which
+# fetches Redisson from Maven Central into ~/.m2 once).
+hilock_ensure_jdk() {
+  command -v javac >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 && return 0
+  local sudo=() jdk=default-jdk-headless
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -q >/dev/null
+  apt-cache policy openjdk-17-jdk-headless 2>/dev/null | grep -q 'Candidate: [0-9]' &&
+    jdk=openjdk-17-jdk-headless
+  echo "installing Debian packages: $jdk maven"
+  "${sudo[@]}" apt-get install -y -q --no-install-recommends "$jdk" maven >/dev/null
+}
+
 # hilock_ensure_venv [extra pip packages...]
 hilock_ensure_venv() {
   local py=${PYTHON:-python3}

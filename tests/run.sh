@@ -9,6 +9,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 hilock_ensure_debs
 hilock_ensure_valkey
+hilock_ensure_jdk
 hilock_ensure_venv
 PY=$HILOCK_VENV/bin/python
 
@@ -67,7 +68,8 @@ echo "== Python typing and lint"
 "$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py tests/python/test_asyncio.py \
   tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py \
   tests/python/test_inspect.py tests/python/test_acl.py tests/python/test_script_safety.py tests/python/test_stats.py \
-  tests/python/test_cli.py
+  tests/python/test_cli.py \
+  tests/python/test_interop.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"

@@ -35,6 +35,7 @@
  * channel rights) turns the hub off for the client: waits block in BLPOP
  * on the list itself, one connection each, as before. */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,8 @@ static int on_push(hilock__hub *h, redisReply *r) {
              memcmp(end, " solo", 5) == 0;
     }
     ch->message_us = hilock__now_us();
+    /* Redisson's unlock messages (0, 1) carry no count: all try again. */
+    if (hilock__redisson_channel(ch->name, ch->len)) n = LLONG_MAX, solo = 1;
     ring_chan(ch, n > 0 ? n : 0, solo);
   } else if (is(r->element[0], "subscribe") && ch->state == 1) {
     ch->state = 2;
@@ -405,7 +408,10 @@ int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
   const char *argv[2] = {"LPOP", key};
   size_t lens[2] = {4, keylen};
   redisReply *r = NULL;
-  int rc = hilock__command(c, e, 2, argv, lens, &r);
+  int rc;
+  /* No wake list behind a Redisson channel: the look is a new attempt. */
+  if (hilock__redisson_channel(key, keylen)) return 1;
+  rc = hilock__command(c, e, 2, argv, lens, &r);
   if (rc != HILOCK_OK) return rc;
   rc = r->type == REDIS_REPLY_STRING;
   freeReplyObject(r);

@@ -932,6 +932,36 @@ typedef struct hilock__script {
   int wakes;       /* may wake waiters ("-- @wakes"): PING goes first */
 } hilock__script;
 
+/* A reentrant lock's layout (rlock.c): hilock's own, or one of Redisson's
+ * (redisson.c: RLock, either side of RReadWriteLock). keys returns the lock hash's name (NULL: no memory) and
+ * gives the fence key and the wake list (or channel) as malloc'd strings;
+ * the scripts keep rlock_*.lua's keys, arguments and replies. */
+typedef struct hilock__rlock_layout {
+  char *(*keys)(const hilock__runtime *rt, const char *name, size_t namelen,
+                char **fkey,
+                size_t *fkeylen, char **wkey, size_t *wkeylen,
+                size_t *keylen);
+  const hilock__script *acquire, *release, *drop, *renew;
+  const char *suffix; /* appended to the owner id ("" or Redisson's ":write") */
+  /* A queue (Redisson's fair lock): a waiter that gives up runs withdraw
+   * (KEYS lock, wake; ARGV owner, ttl), and waits on wake:<owner>. */
+  const hilock__script *withdraw;
+} hilock__rlock_layout;
+struct hilock_rlock;
+int hilock__rlock_new_with(hilock_client *client, const char *name,
+                           size_t namelen, int64_t ttl_ms,
+                           const hilock__rlock_layout *lay,
+                           struct hilock_rlock **out);
+/* Whether a wake channel is one of Redisson's (redisson.c): any message on
+ * it lets every waiter of this client try again, and there is no wake list
+ * to look at (a look means: try again). */
+int hilock__redisson_channel(const char *name, size_t len);
+/* Without the shared waiting there is no list to block on behind such a
+ * channel: sleep at most 500 ms of bound_ms (so a Redisson
+ * release is noticed that soon), ending early when the client closes or
+ * its interrupt hook fires. Returns HILOCK_OK (no wake-up) or the error. */
+int hilock__redisson_nap(hilock_client *c, hilock__err *e, int64_t bound_ms);
+
 /* Most keys + args of one script run (a multi-key lock of
  * HILOCK_MULTI_LOCK_MAX names passes 3 keys per name). */
 #define HILOCK__SCRIPT_ARGS_MAX 4096
@@ -1023,6 +1053,8 @@ int hilock__new_check_with(hilock_client *client, const char *name,
 void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,
                          int *rc);
+/* A malloc'd copy of n bytes of s, NUL-terminated; NULL on out of memory. */
+char *hilock__dup(const char *s, size_t n);
 /* malloc'd key <prefix>{name}:role (the prefix is rt's); NULL on out of
  * memory. */
 char *hilock__key(const hilock__runtime *rt, const char *name, size_t len,
@@ -1090,7 +1122,7 @@ typedef struct hilock__hold {
   const size_t *xkeylens;
   int nxkeys;
   int64_t ttl_ms;   /* 0: no expiry */
-  char owner[HILOCK__TOKEN_LEN + 24]; /* what the scripts compare: a random
+  char owner[HILOCK__TOKEN_LEN + 32]; /* what the scripts compare: a random
                                          token, or client id + thread id */
   size_t ownerlen;
   int held;

@@ -16,13 +16,14 @@ struct hilock_rlock {
   pthread_mutex_t *mu; /* the client's hmu: serialises h between threads sharing the handle */
   char *key, *fkey, *wkey;
   size_t keylen, fkeylen, wkeylen;
+  const hilock__rlock_layout *lay; /* hilock's keys and scripts, or Redisson's */
 };
 
 /* The caller's owner id: client id, ':', kernel thread id (or an async
  * operation's owner, see hilock__caller). */
 static size_t owner_of(const hilock_rlock *rl, char *buf, size_t n) {
-  return (size_t)snprintf(buf, n, "%s:%ld", rl->h.client->id,
-                          hilock__caller());
+  return (size_t)snprintf(buf, n, "%s:%ld%s", rl->h.client->id,
+                          hilock__caller(), rl->lay->suffix);
 }
 
 /* Whether the handle's grant belongs to this owner (call with rl->mu). */
@@ -40,8 +41,22 @@ static int keep_err(hilock_rlock *rl, const hilock__err *e) {
 
 static int drop_all(void *arg, hilock__err *e, redisReply **r);
 
-static int rlock_new(hilock_client *client, const char *name, size_t namelen,
-                     int64_t ttl_ms, hilock_rlock **out) {
+/* hilock's own layout: <prefix>{name}:rlock, :fence and :wake. */
+static char *own_keys(const hilock__runtime *rt, const char *name,
+                      size_t namelen, char **fkey, size_t *fkeylen,
+                      char **wkey, size_t *wkeylen, size_t *keylen) {
+  *fkey = hilock__key(rt, name, namelen, "fence", fkeylen);
+  *wkey = hilock__key(rt, name, namelen, "wake", wkeylen);
+  return hilock__key(rt, name, namelen, "rlock", keylen);
+}
+
+static const hilock__rlock_layout own_layout = {
+    own_keys, &hilock__script_rlock_acquire, &hilock__script_rlock_release,
+    &hilock__script_rlock_drop, &hilock__script_rlock_renew, "", NULL};
+
+int hilock__rlock_new_with(hilock_client *client, const char *name,
+                           size_t namelen, int64_t ttl_ms,
+                           const hilock__rlock_layout *lay, hilock_rlock **out) {
   hilock_rlock *rl;
   int rc;
 
@@ -49,9 +64,9 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
   *out = NULL;
   rl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rl), &rc);
   if (rl == NULL) return rc;
-  rl->key = hilock__key(&client->rt, name, namelen, "rlock", &rl->keylen);
-  rl->fkey = hilock__key(&client->rt, name, namelen, "fence", &rl->fkeylen);
-  rl->wkey = hilock__key(&client->rt, name, namelen, "wake", &rl->wkeylen);
+  rl->lay = lay;
+  rl->key = lay->keys(&client->rt, name, namelen, &rl->fkey, &rl->fkeylen, &rl->wkey,
+                      &rl->wkeylen, &rl->keylen);
   if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL) {
     free(rl->key);
     free(rl->fkey);
@@ -61,7 +76,7 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
   }
   rl->mu = &client->rt.hmu;
   hilock__hold_init(&rl->h, client, rl->key, rl->keylen,
-                    &hilock__script_rlock_renew, ttl_ms);
+                    lay->renew, ttl_ms);
   rl->h.fam = &family;
   rl->h.guard = rl->mu;
   rl->h.close_run = drop_all; /* closing the client releases it */
@@ -73,7 +88,8 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
 int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t ttl_ms, hilock_rlock **out) {
   HILOCK__CLIENT_CALL(client, out,
-                      rlock_new(client, name, namelen, ttl_ms, out));
+                      hilock__rlock_new_with(client, name, namelen, ttl_ms,
+                                             &own_layout, out));
 }
 
 static void fam_free(void *arg) {
@@ -101,7 +117,7 @@ static int attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   int rc;
 
-  rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_acquire, n,
+  rc = hilock__script_run(rl->h.client, &e, rl->lay->acquire, n,
                           keys, keylens, n, args, arglens, &r);
   int replicated = rc != HILOCK_ENOREPLICAS, undo = 0;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
@@ -135,7 +151,7 @@ static int attempt(void *arg, int64_t *pttl) {
     int64_t outer = hilock__call_lift(); /* never left half done */
     hilock__clear_err(&ue);
     r = NULL;
-    urc = hilock__script_run(rl->h.client, &ue, &hilock__script_rlock_release,
+    urc = hilock__script_run(rl->h.client, &ue, rl->lay->release,
                              2, ukeys, ukeylens, 2, args, arglens, &r);
     hilock__call_end(outer);
     if (r != NULL) freeReplyObject(r);
@@ -146,16 +162,60 @@ static int attempt(void *arg, int64_t *pttl) {
   return rc;
 }
 
+/* A queued layout's waiter that did not get the lock leaves the queue. */
+static void withdraw(hilock_rlock *rl, int rc) {
+  char owner[sizeof(rl->h.owner)], ttl[24];
+  const char *keys[2] = {rl->key, rl->wkey}, *args[2] = {owner, ttl};
+  size_t keylens[2] = {rl->keylen, rl->wkeylen}, arglens[2];
+  hilock__err e;
+  redisReply *r = NULL;
+  int64_t outer;
+  if (rl->lay->withdraw == NULL || rc == HILOCK_OK) return;
+  arglens[0] = owner_of(rl, owner, sizeof(owner));
+  arglens[1] = hilock__i64(ttl, rl->h.ttl_ms);
+  outer = hilock__call_lift(); /* never left half done */
+  (void)hilock__script_run(rl->h.client, &e, rl->lay->withdraw, 2, keys,
+                           keylens, 2, args, arglens, &r);
+  hilock__call_end(outer);
+  if (r != NULL) freeReplyObject(r);
+}
+
+int hilock_rlock_try_acquire(hilock_rlock *rl) {
+  int64_t pttl;
+  int rc;
+  if (rl == NULL) return HILOCK_EINVAL;
+  rc = attempt(rl, &pttl);
+  withdraw(rl, rc);
+  return hilock__stat_try(rl->h.rt, rc);
+}
+
 /* For async operations: the owner is the operation's (hilock__caller). */
-HILOCK__TRY_ACQUIRE_AND_SPEC(hilock_rlock)
+static void acquire_spec(void *arg, hilock__acquire_spec *s) {
+  hilock_rlock *rl = arg;
+  hilock__spec(s, attempt, rl, &rl->wkey, &rl->wkeylen);
+}
 
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
   hilock__err e;
+  char *wkey;
+  size_t wkeylen = 0;
   int rc;
   if (rl == NULL) return HILOCK_EINVAL;
   hilock__clear_err(&e);
-  rc = hilock__acquire_loop_taking(rl->h.client, &e, rl->wkey, rl->wkeylen,
-                                   wait_ms, attempt, rl);
+  wkey = rl->wkey;
+  wkeylen = rl->wkeylen;
+  if (rl->lay->withdraw != NULL) {
+    /* Each waiter of a queue is woken on a channel of its own. */
+    char owner[sizeof(rl->h.owner)];
+    size_t ownerlen = owner_of(rl, owner, sizeof(owner));
+    wkey = malloc(rl->wkeylen + ownerlen + 2);
+    if (wkey == NULL) return HILOCK_ENOMEM;
+    wkeylen = (size_t)sprintf(wkey, "%s:%s", rl->wkey, owner);
+  }
+  rc = hilock__acquire_loop_taking(rl->h.client, &e, wkey, wkeylen, wait_ms,
+                                   attempt, rl);
+  if (wkey != rl->wkey) free(wkey);
+  withdraw(rl, rc);
   if (rc < 0 && e.code != HILOCK_OK) keep_err(rl, &e);
   return rc;
 }
@@ -168,7 +228,7 @@ static int drop_all(void *arg, hilock__err *e, redisReply **r) {
   size_t keylens[2] = {rl->keylen, rl->wkeylen};
   const char *args[1] = {rl->h.owner};
   size_t arglens[1] = {rl->h.ownerlen};
-  return hilock__script_run(rl->h.client, e, &hilock__script_rlock_drop, 2,
+  return hilock__script_run(rl->h.client, e, rl->lay->drop, 2,
                             keys, keylens, 1, args, arglens, r);
 }
 
@@ -202,7 +262,7 @@ int hilock_rlock_release(hilock_rlock *rl) {
   arglens[0] = ownerlen;
   args[1] = ttl;
   arglens[1] = hilock__i64(ttl, rl->h.ttl_ms);
-  rc = hilock__script_run(rl->h.client, &e, &hilock__script_rlock_release, 2,
+  rc = hilock__script_run(rl->h.client, &e, rl->lay->release, 2,
                           keys, keylens, 2, args, arglens, &r);
   pthread_mutex_lock(rl->mu);
   /* Re-check under the mutex: another thread may have been granted since. */

@@ -12,13 +12,6 @@
 
 #include "internal.h"
 
-static char *dup_range(const char *s, size_t n) {
-  char *d = malloc(n + 1);
-  if (d == NULL) return NULL;
-  memcpy(d, s, n);
-  d[n] = '\0';
-  return d;
-}
 
 static int hexval(int c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -255,7 +248,7 @@ static int parse_hostport(const char *p, const char *end, char **host,
       return hilock__set_err(e, HILOCK_EINVAL, "bad %sport in URL", kind);
     *port = (int)v;
   }
-  *host = he == hs ? dup_range("127.0.0.1", 9) : dup_range(hs, (size_t)(he - hs));
+  *host = he == hs ? hilock__dup("127.0.0.1", 9) : hilock__dup(hs, (size_t)(he - hs));
   if (*host == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
   return HILOCK_OK;
 }
@@ -302,7 +295,7 @@ static int parse_cluster(const char *p, hilock__url *out, hilock__err *e) {
       p = s + 1;
     }
   }
-  out->host = dup_range(out->seeds[0].host, strlen(out->seeds[0].host));
+  out->host = hilock__dup(out->seeds[0].host, strlen(out->seeds[0].host));
   if (out->host == NULL) NOMEM();
   out->port = out->seeds[0].port;
   if (*end == '/') {
@@ -375,7 +368,7 @@ static int parse_sentinel(const char *p, hilock__url *out, hilock__err *e) {
   }
   /* host/port name the master actually dialled (set on each resolution);
    * until then, the first sentinel (for messages). */
-  out->host = dup_range(out->sentinels[0].host, strlen(out->sentinels[0].host));
+  out->host = hilock__dup(out->sentinels[0].host, strlen(out->sentinels[0].host));
   if (out->host == NULL) NOMEM();
   out->port = out->sentinels[0].port;
   if (*p == '?') return parse_query(p + 1, out, e);
@@ -421,7 +414,7 @@ static int url_parse(const char *url, hilock__url *out, hilock__err *e) {
       p = at + 1;
     }
     if (n == 0 || p[0] != '/') BAD("unix:// URL needs an absolute socket path");
-    out->path = dup_range(p, n);
+    out->path = hilock__dup(p, n);
     if (out->path == NULL) NOMEM();
     return q ? parse_query(q + 1, out, e) : HILOCK_OK;
   }

@@ -96,6 +96,14 @@ int hilock__check_ttl(hilock__err *e, int64_t ms) {
   return HILOCK_OK;
 }
 
+char *hilock__dup(const char *s, size_t n) {
+  char *d = malloc(n + 1);
+  if (d == NULL) return NULL;
+  memcpy(d, s, n);
+  d[n] = '\0';
+  return d;
+}
+
 char *hilock__key(const hilock__runtime *rt, const char *name, size_t len,
                   const char *role, size_t *outlen) {
   size_t pl = rt->prefixlen, rl = strlen(role);

@@ -41,6 +41,8 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
   rc = hilock__hub_wait(c, e, key, keylen, bound_ms, tried_us, consume,
                         woken);
   if (rc != HILOCK__HUB_OFF) return rc;
+  if (hilock__redisson_channel(key, keylen))
+    return hilock__redisson_nap(c, e, bound_ms);
   hilock__waiting_add(c, 1, 0);
   rc = blpop_wait(c, e, key, keylen, bound_ms, woken);
   hilock__waiting_add(c, -1, 0);

@@ -21,7 +21,7 @@ from ._inspect import LockInfo
 from ._lock import Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
-from ._rlock import RLock
+from ._rlock import RedissonRWLock, RLock
 from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
@@ -60,6 +60,7 @@ logging.getLogger("hilock").addHandler(logging.NullHandler())
 
 __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
+    "RedissonRWLock",
     "Semaphore", "semaphore",
     "FairLock", "fair_lock",
     "RWLock", "ReadLock", "WriteLock", "rwlock", "DeadlockError",

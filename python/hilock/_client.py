@@ -6,7 +6,18 @@ import ssl
 import threading
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, NoReturn, Optional, Type, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    NoReturn,
+    Optional,
+    Type,
+    TypeVar,
+    Union,
+    overload,
+)
 
 from . import _hilock as _h
 from . import _notify, _stats
@@ -16,13 +27,22 @@ from ._inspect import LockInfo
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
-from ._rlock import RLock
+from ._rlock import RedissonRWLock, RLock
 from ._rwlock import ReadLock, RWLock, WriteLock
 from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
 from ._store import LINGER_DEFAULT, FencedStore
-from ._util import Name, PathLike, name_bytes, prefix_bytes, seconds_to_ms, tls_args
+from ._util import (
+    Compat,
+    Name,
+    PathLike,
+    check_compat,
+    name_bytes,
+    prefix_bytes,
+    seconds_to_ms,
+    tls_args,
+)
 from .errors import ConnectionError, InvalidArgument
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -312,10 +332,13 @@ class Client:
 
     def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
+              on_lost: Optional[LostCallback[RLock]] = None,
+              compat: Optional[Compat] = None) -> RLock:
         """A reentrant lock: reentrant per thread, like ``threading.RLock``.
-        Arguments as for :meth:`lock`."""
-        return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+        ``compat="redisson"``: Redisson's RLock of the same name, shared with
+        Java services (``ttl`` is then the lease, Redisson's 30 s by
+        default). Other arguments as for :meth:`lock`."""
+        return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat)
 
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
                   timeout: Optional[float] = None, *, auto_renew: bool = True,
@@ -332,23 +355,59 @@ class Client:
         """
         return Semaphore(self, name, permits, ttl, timeout, auto_renew, max_hold, on_lost)
 
+    @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
+                  on_lost: Optional[LostCallback[FairLock]] = None,
+                  compat: None = None) -> FairLock: ...
+
+    @overload
+    def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                  auto_renew: bool = True, max_hold: Optional[float] = None,
+                  on_lost: Optional[LostCallback[RLock]] = None,
+                  compat: Compat) -> RLock: ...
+
+    def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                  auto_renew: bool = True, max_hold: Optional[float] = None,
+                  on_lost: Any = None,
+                  compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
         """A fair (FIFO) lock: granted in request order, a newcomer never
         barges past a waiter, and a crashed waiter is skipped after its
         heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
-        at 5 s). Other arguments as for :meth:`lock`."""
+        at 5 s). Other arguments as for :meth:`lock`.
+        ``compat="redisson"``: Redisson's RFairLock of the same name, shared
+        with Java services, as a reentrant :class:`RLock` (a dead hilock
+        waiter is passed over ``ttl`` after the holder's TTL)."""
+        if check_compat(compat):
+            return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
+                         _side=_h.hilock_rlock_new_redisson_fair)
         return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    @overload
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None,
+               compat: None = None) -> RWLock: ...
+
+    @overload
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               on_lost: Optional[LostCallback[RLock]] = None,
+               compat: Compat) -> RedissonRWLock: ...
 
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
+               on_lost: Any = None,
+               compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
         """A read-write lock: ``.read()`` and ``.write()`` give its shared and
         exclusive sides, reentrant per thread, with writer preference.
         ``ttl`` applies to every read and write hold; ``timeout``,
         ``auto_renew``, ``max_hold`` and ``on_lost`` (called with the side
-        that lost its hold) apply to both sides, as for :meth:`lock`."""
+        that lost its hold) apply to both sides, as for :meth:`lock`.
+        ``compat="redisson"``: Redisson's RReadWriteLock of the same name,
+        shared with Java services (a :class:`RedissonRWLock`)."""
+        if check_compat(compat):
+            return RedissonRWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
         return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
     def multi_lock(self, names: Iterable[Name], ttl: float = 30.0,

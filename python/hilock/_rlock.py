@@ -1,11 +1,11 @@
 """The reentrant lock."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from . import _hilock as _h
 from ._base import LockBase, LostCallback
-from ._util import Name, seconds_to_ms
+from ._util import Compat, Name, check_compat, seconds_to_ms
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -23,6 +23,11 @@ class RLock(LockBase):
     asyncio: tasks of one event loop share one thread, so they count as one
     owner and would re-enter each other's hold. Give each task that needs
     mutual exclusion a non-reentrant :class:`hilock.Lock` object instead.
+
+    ``compat="redisson"``: the same lock as Redisson's ``RLock`` of that
+    name (Java services; see the "Sharing locks with Java" page): the key is
+    the name as given, releases wake Redisson's waiters and Redisson's
+    releases wake this lock's; ``fence`` is None.
     """
 
     _c_acquire = _h.hilock_rlock_acquire
@@ -31,9 +36,14 @@ class RLock(LockBase):
 
     def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback[RLock]] = None) -> None:
+                 on_lost: Optional[LostCallback[RLock]] = None,
+                 compat: Optional[Compat] = None, *, _side: Any = None) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
-        self._setup(client._new(_h.hilock_rlock_new, self._bname, seconds_to_ms(ttl, "ttl")))
+        # _side: a side of Redisson's read-write lock (RedissonRWLock), or
+        # Redisson's fair lock (client.fair_lock(name, compat="redisson")).
+        new = (_side if _side is not None else
+               _h.hilock_rlock_new_redisson if check_compat(compat) else _h.hilock_rlock_new)
+        self._setup(client._new(new, self._bname, seconds_to_ms(ttl, "ttl")))
 
     def release(self) -> None:
         """Leave once; the last release frees the lock and wakes a waiter.
@@ -52,3 +62,45 @@ class RLock(LockBase):
     def locked(self) -> bool:
         """Whether anyone holds it (one round trip)."""
         return bool(_h.hilock_hold_locked(self._h))
+
+
+class RedissonRWLock:
+    """Redisson's ``RReadWriteLock`` of a name, shared with Java services
+    (``client.rwlock(name, compat="redisson")``; see the "Sharing locks with
+    Java" page).
+
+    ``rw.read()`` and ``rw.write()`` give the two sides, each a reentrant
+    :class:`RLock` (per thread; ``fence`` is None). Readers of both
+    libraries share; a writer of either excludes every other owner. As in
+    Redisson, a writer may also take the read side (a downgrade), a reader
+    asking for the write side waits for itself, and readers may starve
+    writers.
+    """
+
+    def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
+                 auto_renew: bool = True, max_hold: Optional[float] = None,
+                 on_lost: Optional[LostCallback[RLock]] = None) -> None:
+        self._name = name
+        self._read = RLock(client, name, ttl, timeout, auto_renew, max_hold, on_lost,
+                           _side=_h.hilock_rlock_new_redisson_read)
+        self._write = RLock(client, name, ttl, timeout, auto_renew, max_hold, on_lost,
+                            _side=_h.hilock_rlock_new_redisson_write)
+
+    def read(self) -> RLock:
+        """The shared side (the same object on every call)."""
+        return self._read
+
+    def write(self) -> RLock:
+        """The exclusive side (the same object on every call)."""
+        return self._write
+
+    def locked(self) -> bool:
+        """Whether anyone holds it, in either mode (one round trip)."""
+        return self._read.locked()
+
+    @property
+    def name(self) -> Name:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"<hilock.RedissonRWLock {self._name!r}>"

@@ -5,7 +5,7 @@ import math
 import os
 import ssl
 import threading
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Literal, Optional, Tuple, Union
 
 from .errors import InvalidArgument
 
@@ -37,6 +37,19 @@ def prefix_bytes(prefix: str) -> bytes:
         raise InvalidArgument(f"prefix must be 1..{PREFIX_MAX} bytes without '{{', '}}' "
                               f"or NUL, got {prefix!r}")
     return raw
+
+
+#: The key layouts of other libraries a lock can share (``compat=``).
+Compat = Literal["redisson"]
+
+
+def check_compat(compat: Optional[str]) -> bool:
+    """Whether ``compat`` asks for Redisson's layout (None: hilock's own)."""
+    if compat is None:
+        return False
+    if compat == "redisson":
+        return True
+    raise InvalidArgument(f"compat must be None or 'redisson', got {compat!r}")
 
 
 def seconds_to_ms(value: float, what: str) -> int:

@@ -35,7 +35,20 @@ import math
 import os
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple, Type, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Protocol,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    overload,
+)
 
 from . import _hilock as _h
 from ._base import ExclusiveBase, lost_error
@@ -44,12 +57,13 @@ from ._fair import FairLock as _SyncFairLock
 from ._inspect import LockInfo
 from ._multilock import MultiLock as _SyncMultiLock
 from ._redlock import Redlock as _SyncRedlock
+from ._rlock import RedissonRWLock as _SyncRedissonRWLock
 from ._rlock import RLock as _SyncRLock
 from ._rwlock import RWLock as _SyncRWLock
 from ._seglock import SegmentedLock as _SyncSegmentedLock
 from ._semaphore import Semaphore as _SyncSemaphore
 from ._seqlock import SequentialLock as _SyncSequentialLock
-from ._util import Name, seconds_to_ms, wait_seconds
+from ._util import Compat, Name, seconds_to_ms, wait_seconds
 from .errors import (
     ForkedLockError,
     InvalidArgument,
@@ -60,6 +74,7 @@ from .errors import (
 )
 
 __all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "RWLock", "ReadLock", "Redlock",
+           "RedissonRWLock",
            "SegmentedLock", "Semaphore", "SequentialLock", "WriteLock"]
 
 
@@ -277,17 +292,34 @@ class Client:
         return Lock(self, self._sync.lease(name, ttl, timeout))
 
     def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-              auto_renew: bool = True, max_hold: Optional[float] = None) -> RLock:
+              auto_renew: bool = True, max_hold: Optional[float] = None,
+              compat: Optional[Compat] = None) -> RLock:
         """A reentrant lock, as :meth:`hilock.Client.rlock`, owned by the
         current task: a task that holds it may acquire it again (and
-        releases as often); other tasks, threads and processes wait."""
+        releases as often); other tasks, threads and processes wait.
+        ``compat="redisson"``: Redisson's RLock of the same name."""
         return RLock(self, self._sync.rlock(name, ttl, timeout, auto_renew=auto_renew,
-                                            max_hold=max_hold))
+                                            max_hold=max_hold, compat=compat))
+
+    @overload
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               compat: None = None) -> RWLock: ...
+
+    @overload
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               compat: Compat) -> RedissonRWLock: ...
 
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-               auto_renew: bool = True, max_hold: Optional[float] = None) -> RWLock:
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
         """A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner
-        is the current task: ``.read()`` and ``.write()`` give its sides."""
+        is the current task: ``.read()`` and ``.write()`` give its sides.
+        ``compat="redisson"``: Redisson's RReadWriteLock of the same name."""
+        if compat is not None:
+            return RedissonRWLock(self, self._sync.rwlock(
+                name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold, compat=compat))
         return RWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
                                               max_hold=max_hold))
 
@@ -299,10 +331,27 @@ class Client:
         return Semaphore(self, self._sync.semaphore(name, permits, ttl, timeout,
                                                     auto_renew=auto_renew, max_hold=max_hold))
 
+    @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-                  auto_renew: bool = True, max_hold: Optional[float] = None) -> FairLock:
+                  auto_renew: bool = True, max_hold: Optional[float] = None,
+                  compat: None = None) -> FairLock: ...
+
+    @overload
+    def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                  auto_renew: bool = True, max_hold: Optional[float] = None,
+                  compat: Compat) -> RLock: ...
+
+    def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                  auto_renew: bool = True, max_hold: Optional[float] = None,
+                  compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
         """A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a
-        cancelled waiter leaves the queue."""
+        cancelled waiter leaves the queue. ``compat="redisson"``: Redisson's
+        RFairLock of the same name, a task-owned :class:`RLock` (its waits
+        look again within the holder's TTL; one that gives up stays queued
+        until its deadline)."""
+        if compat is not None:
+            return RLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,
+                                                    max_hold=max_hold, compat=compat))
         return FairLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,
                                                    max_hold=max_hold))
 
@@ -714,6 +763,29 @@ class RWLock:
         return self._read
 
     def write(self) -> WriteLock:
+        """The exclusive side (the same object on every call)."""
+        return self._write
+
+    @property
+    def name(self) -> Name:
+        return self._sync.name
+
+
+class RedissonRWLock:
+    """Redisson's RReadWriteLock for asyncio (see
+    :class:`hilock.RedissonRWLock`): each side is a task-owned
+    :class:`RLock`."""
+
+    def __init__(self, client: Client, sync: _SyncRedissonRWLock) -> None:
+        self._sync = sync
+        self._read = RLock(client, sync.read())
+        self._write = RLock(client, sync.write())
+
+    def read(self) -> RLock:
+        """The shared side (the same object on every call)."""
+        return self._read
+
+    def write(self) -> RLock:
         """The exclusive side (the same object on every call)."""
         return self._write
 

@@ -30,6 +30,45 @@ HILOCK_API int hilock_rlock_new(hilock_client *client, const char *name,
                                 size_t namelen, int64_t ttl_ms,
                                 hilock_rlock **out);
 
+/* CONSTRUCTOR, Redisson compatibility (docs/redisson.md): the same lock as
+ * Redisson's RLock named name, so Java services on Redisson (tested: 3.52.0)
+ * and this handle exclude each other. The key is name as given (no prefix;
+ * on a cluster the name carries its own hash tag), releases publish
+ * Redisson's unlock message and waiters hear Redisson's; the hold has no
+ * fence (hilock_hold_fence gives 0). ttl_ms is the lease (Redisson's
+ * default: 30000, renewed every third). Every other hilock_rlock_* and
+ * hilock_hold_* call works on it. */
+HILOCK_API int hilock_rlock_new_redisson(hilock_client *client,
+                                         const char *name, size_t namelen,
+                                         int64_t ttl_ms, hilock_rlock **out);
+
+/* CONSTRUCTOR, Redisson compatibility: Redisson's RFairLock named name, as
+ * a reentrant lock handle: waiters of both libraries are served in arrival
+ * order; a waiter that died is passed over once its deadline (ttl_ms past
+ * the holder's TTL for a hilock waiter; Redisson's wait time for a
+ * Redisson one) passes; a hilock waiter whose wait runs out leaves the
+ * queue. Blocking waits hear the release meant for them (hilock_async
+ * waits look again within the holder's TTL instead). */
+HILOCK_API int hilock_rlock_new_redisson_fair(hilock_client *client,
+                                              const char *name,
+                                              size_t namelen, int64_t ttl_ms,
+                                              hilock_rlock **out);
+
+/* CONSTRUCTORS, Redisson compatibility: the read side and the write side of
+ * Redisson's RReadWriteLock named name, each as a reentrant lock handle
+ * (per thread, as above). Readers of both libraries share; a writer of
+ * either excludes every other owner. A writer may also take the read side
+ * (a downgrade); a reader asking for the write side waits for itself, as
+ * in Redisson. hilock_rlock_hold_count counts the side's own holds. */
+HILOCK_API int hilock_rlock_new_redisson_read(hilock_client *client,
+                                              const char *name,
+                                              size_t namelen, int64_t ttl_ms,
+                                              hilock_rlock **out);
+HILOCK_API int hilock_rlock_new_redisson_write(hilock_client *client,
+                                               const char *name,
+                                               size_t namelen, int64_t ttl_ms,
+                                               hilock_rlock **out);
+
 /* The verbs of every family (hold.h), per calling thread: acquire and
  * try_acquire re-enter a lock the thread holds; release leaves once, and the
  * last leave frees the lock and wakes a waiter. */
