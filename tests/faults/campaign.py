@@ -1,0 +1,606 @@
+#!/usr/bin/env python3
+"""The fault campaign: workloads under injected faults, then the checker.
+
+    python3 tests/faults/campaign.py --minutes 2 --seed 1      # CI
+    python3 tests/faults/campaign.py --minutes 30 --seed 7     # a soak
+
+Runs, each a fresh deployment with its own fenced store process and
+workload processes (lock, fair_lock, semaphore, rwlock; see worker.py):
+
+- ``single``: one redis-server with AOF (appendfsync always). Faults:
+  holder SIGKILL and SIGSTOP (longer than the TTL), server SIGSTOP, DEBUG
+  SLEEP, CLIENT PAUSE, kill -9 and restart with AOF (always, or everysec),
+  and, as root where ``ip netns`` works, partitions of one client from the
+  server: each client process and the server live in network namespaces
+  of their own joined by veth links, and a link goes down for half a TTL or
+  two TTLs;
+- ``relay``: clients reach the server through a TCP relay that forwards an
+  acquire, release or renewal script call and then resets the client's
+  connection, so the reply is lost after the server ran it;
+- ``nopersist``: kill -9 and immediate restart of a server without
+  persistence while a lock is held: the documented double grant, which the
+  run must reproduce (``overlaps`` expected non-zero).
+
+The seed is printed and fixes every random choice (which fault, when,
+which process). Every process started is stopped by its PID and every
+namespace deleted, also on failure. Exit status 1 when a run shows a
+non-zero column the docs do not allow (or does not reproduce the one it
+must).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import checker  # noqa: E402
+from relay import Relay  # noqa: E402
+
+PY = sys.executable
+TTL = 1.5
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def stop_pid(p: Optional[subprocess.Popen], grace: float = 3.0) -> None:
+    """SIGCONT (it may be stopped), SIGTERM, then SIGKILL: by its PID."""
+    if p is None or p.poll() is not None:
+        return
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        try:
+            os.kill(p.pid, sig)
+        except ProcessLookupError:
+            return
+    try:
+        p.wait(grace)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(5)
+
+
+def resp(sock_path: str, *args: str, timeout: float = 5.0) -> bytes:
+    """One command over the server's unix socket (admin: never partitioned)."""
+    import socket
+    cmd = f"*{len(args)}\r\n".encode() + b"".join(
+        f"${len(a.encode())}\r\n".encode() + a.encode() + b"\r\n" for a in args)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(sock_path)
+        s.sendall(cmd)
+        return s.recv(65536)
+
+
+class Netns:
+    """A server namespace and one namespace per client slot, veth-linked."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.names: List[str] = []
+        self.srv = f"{tag}-srv"
+        self.slots: Dict[int, Tuple[str, str, str]] = {}  # slot -> (ns, srv veth, addr)
+
+    @staticmethod
+    def available() -> Tuple[bool, str]:
+        if os.geteuid() != 0:
+            return False, "not root"
+        if shutil.which("ip") is None:
+            return False, "no ip(8)"
+        name = f"hlf-probe-{os.getpid()}"
+        r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+        if r.returncode != 0:
+            return False, r.stderr.strip()
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        return True, ""
+
+    def _ip(self, *args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    def setup(self, slots: int) -> None:
+        self._ip("netns", "add", self.srv)
+        self.names.append(self.srv)
+        self._ip("-n", self.srv, "link", "set", "lo", "up")
+        for k in range(1, slots + 1):
+            ns = f"{self.tag}-c{k}"
+            a, b = f"{self.tag}s{k}", f"{self.tag}c{k}"
+            self._ip("netns", "add", ns)
+            self.names.append(ns)
+            self._ip("link", "add", a, "type", "veth", "peer", "name", b)
+            self._ip("link", "set", a, "netns", self.srv)
+            self._ip("link", "set", b, "netns", ns)
+            self._ip("-n", self.srv, "addr", "add", f"10.213.{k}.1/24", "dev", a)
+            self._ip("-n", ns, "addr", "add", f"10.213.{k}.2/24", "dev", b)
+            self._ip("-n", self.srv, "link", "set", a, "up")
+            self._ip("-n", ns, "link", "set", b, "up")
+            self._ip("-n", ns, "link", "set", "lo", "up")
+            self.slots[k] = (ns, a, f"10.213.{k}.1")
+
+    def cut(self, slot: int, down: bool) -> None:
+        self._ip("-n", self.srv, "link", "set", self.slots[slot][1], "down" if down else "up")
+
+    def cleanup(self) -> None:
+        for ns in reversed(self.names):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.names = []
+
+
+class Server:
+    """One redis-server: TCP for the clients, a unix socket for the runner."""
+
+    def __init__(self, d: str, aof: bool, netns: Optional[str]) -> None:
+        import hilock._server as hs
+        self.dir = d
+        self.sock = os.path.join(d, "redis.sock")
+        self.port = hs.free_port()
+        self.aof = aof
+        self.netns = netns
+        self.proc: Optional[subprocess.Popen] = None
+        self.binary = hs.server_binary()
+
+    def start(self) -> None:
+        args = [self.binary, "--port", str(self.port),
+                "--bind", "0.0.0.0" if self.netns else "127.0.0.1",
+                "--protected-mode", "no", "--unixsocket", self.sock, "--unixsocketperm", "700",
+                "--save", "", "--dir", self.dir, "--daemonize", "no",
+                "--logfile", os.path.join(self.dir, "redis.log"),
+                "--enable-debug-command", "local", "--maxmemory-policy", "noeviction"]
+        args += (["--appendonly", "yes", "--appendfsync", "always"] if self.aof
+                 else ["--appendonly", "no"])
+        if self.netns:
+            args = ["ip", "netns", "exec", self.netns] + args
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited; see {self.dir}/redis.log")
+            try:
+                if resp(self.sock, "PING", timeout=0.5).startswith(b"+PONG"):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not start")
+
+    def kill9(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(5)
+            self.proc = None
+
+    def stop(self) -> None:
+        stop_pid(self.proc)
+        self.proc = None
+
+
+class Run:
+    """One run: a deployment, the store, the workers, a fault schedule."""
+
+    def __init__(self, name: str, base: str, seed: int, seconds: float,
+                 netns_ok: bool) -> None:
+        self.name = name
+        self.dir = os.path.join(base, name)
+        os.makedirs(os.path.join(self.dir, "hist"), exist_ok=True)
+        self.seed = seed
+        self.rng = random.Random(f"{seed}:{name}")
+        self.seconds = seconds
+        self.ttl = TTL
+        self.procs: Dict[str, subprocess.Popen] = {}   # proc id -> process
+        self.slot_of: Dict[str, int] = {}
+        self.gen: Dict[int, int] = {}
+        self.specs: Dict[int, Dict[str, Any]] = {}
+        self.faults = open(os.path.join(self.dir, "faults.jsonl"), "a", buffering=1)
+        self.store_proc: Optional[subprocess.Popen] = None
+        self.store_sock = os.path.join(self.dir, "store.sock")
+        self.server: Optional[Server] = None
+        self.netns: Optional[Netns] = None
+        self.use_netns = netns_ok
+        self.relay: Optional[Relay] = None
+        self.locks: Dict[str, Dict[str, Any]] = {}
+        self.expected: List[str] = []
+        self.deployment = "single"
+        self.stopped: Dict[str, float] = {}
+
+    # -- processes --------------------------------------------------------------
+
+    def fault(self, kind: str, start: float, end: float, target: str = "", **kw: Any) -> None:
+        self.faults.write(json.dumps(dict(kind=kind, start=start, end=end, target=target,
+                                          wall=time.time(), **kw)) + "\n")
+
+    def url_for(self, slot: int) -> str:
+        assert self.server is not None
+        if self.relay is not None:
+            return f"redis://127.0.0.1:{self.relay.port}/0"
+        if self.netns is not None:
+            return f"redis://{self.netns.slots[slot][2]}:{self.server.port}/0"
+        return f"redis://127.0.0.1:{self.server.port}/0"
+
+    def spawn(self, slot: int) -> str:
+        spec = self.specs[slot]
+        g = self.gen.get(slot, 0) + 1
+        self.gen[slot] = g
+        proc = f"{spec['kind']}-{slot}-{g}"
+        args = [PY, os.path.join(HERE, "worker.py"), "--kind", spec["kind"],
+                "--url", self.url_for(slot), "--name", spec["lock"], "--proc", proc,
+                "--history", os.path.join(self.dir, "hist", f"{proc}.jsonl"),
+                "--ttl", str(spec.get("ttl", self.ttl)), "--seed", str(self.seed),
+                "--hold", str(spec.get("hold", 0.8)),
+                "--permits", str(spec.get("permits", 1))]
+        if spec.get("store"):
+            args += ["--store", self.store_sock]
+        if self.netns is not None:
+            args = ["ip", "netns", "exec", self.netns.slots[slot][0]] + args
+        env = dict(os.environ)
+        self.procs[proc] = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL)
+        self.slot_of[proc] = slot
+        return proc
+
+    def add(self, kind: str, lock: str, count: int, **spec: Any) -> None:
+        cap = spec.get("permits", 1) if kind == "semaphore" else 1
+        self.locks[lock] = {"kind": kind, "capacity": cap}
+        for _ in range(count):
+            slot = len(self.specs) + 1
+            self.specs[slot] = dict(spec, kind=kind, lock=lock,
+                                    store=kind in ("lock", "fair_lock", "rwlock", "redlock"))
+
+    def live(self) -> List[str]:
+        return [p for p, pr in self.procs.items() if pr.poll() is None]
+
+    def holders(self) -> List[str]:
+        """Live workers whose history shows them inside a hold now."""
+        out = []
+        for p in self.live():
+            try:
+                with open(os.path.join(self.dir, "hist", f"{p}.jsonl"), "rb") as f:
+                    f.seek(0, 2)
+                    f.seek(max(0, f.tell() - 600))
+                    last = f.read().splitlines()[-1]
+                ev = json.loads(last)
+            except (OSError, IndexError, ValueError):
+                continue
+            if ev["op"] in ("sample", "write") or (ev["op"] == "acquire" and ev["type"] == "ok"):
+                out.append(p)
+        return out
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.store_proc = subprocess.Popen(
+            [PY, os.path.join(HERE, "store.py"), self.store_sock,
+             os.path.join(self.dir, "store.jsonl")], stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.store_sock):
+            if time.monotonic() > deadline or self.store_proc.poll() is not None:
+                raise RuntimeError("the fenced store did not start")
+            time.sleep(0.02)
+        if self.use_netns:
+            self.netns = Netns(f"hlf{os.getpid() % 100000}")
+            self.netns.setup(len(self.specs))
+            self.deployment = "single, netns"
+        self.server = Server(self.dir, aof=self.aof, netns=self.netns.srv if self.netns else None)
+        self.server.start()
+
+    aof = True
+
+    def start_workers(self) -> None:
+        for slot in self.specs:
+            self.spawn(slot)
+
+    def finish(self) -> None:
+        """Stop the workers, wait out the TTLs, record the final state."""
+        if self.relay is not None:
+            self.relay.disarm()
+        if self.netns is not None:
+            for k in self.netns.slots:
+                try:
+                    self.netns.cut(k, False)
+                except subprocess.CalledProcessError:
+                    pass
+        for p in self.live():
+            os.kill(self.procs[p].pid, signal.SIGCONT)
+        for p in self.live():
+            try:
+                os.kill(self.procs[p].pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p, pr in self.procs.items():
+            try:
+                pr.wait(max(0.1, 6.0))
+            except subprocess.TimeoutExpired:
+                t = time.monotonic()
+                pr.kill()
+                pr.wait(5)
+                self.fault("holder_kill", t, t, target=p, note="did not stop at the end")
+        self.end = time.monotonic()
+        # Holders are gone; a killed one's key lapses within one TTL.
+        time.sleep(max(s.get("ttl", self.ttl) for s in self.specs.values()) + 1.0)
+        final = {"permits_free": {}, "held": {}, "queued": {}}
+        import hilock
+        assert self.server is not None
+        with hilock.Client(f"unix://{self.server.sock}") as c:
+            for lock, info in self.locks.items():
+                kind = info["kind"]
+                if kind == "semaphore":
+                    final["permits_free"][lock] = c.semaphore(lock, info["capacity"]).available()
+                elif kind == "lock":
+                    final["held"][lock] = c.lock(lock).locked()
+                elif kind == "fair_lock":
+                    fl = c.fair_lock(lock)
+                    final["held"][lock] = fl.locked()
+                    final["queued"][lock] = fl.waiters()
+                elif kind == "rwlock":
+                    final["held"][lock] = c.rwlock(lock).locked()
+        with open(os.path.join(self.dir, "final.json"), "w") as f:
+            json.dump(final, f)
+
+    def cleanup(self) -> None:
+        for pr in self.procs.values():
+            stop_pid(pr, grace=1.0)
+        if self.relay is not None:
+            self.relay.stop()
+        if self.server is not None:
+            self.server.stop()
+        stop_pid(self.store_proc)
+        if self.netns is not None:
+            self.netns.cleanup()
+        self.faults.close()
+
+    def write_meta(self, t0: float) -> None:
+        meta = {"run": self.name, "deployment": self.deployment, "seed": self.seed,
+                "ttl": max(s.get("ttl", self.ttl) for s in self.specs.values()),
+                "locks": self.locks, "expected": self.expected, "start": t0,
+                "end": getattr(self, "end", time.monotonic()),
+                "duration": getattr(self, "end", time.monotonic()) - t0,
+                "workers": len(self.specs)}
+        with open(os.path.join(self.dir, "meta.json"), "w") as f:
+            json.dump(meta, f)
+
+    def execute(self) -> checker.Result:
+        t0 = time.monotonic()
+        try:
+            self.setup()
+            self.start_workers()
+            time.sleep(1.0)
+            self.inject(t0 + self.seconds)
+            self.finish()
+        finally:
+            self.write_meta(t0)
+            self.cleanup()
+        return checker.check_run(self.dir)
+
+    def inject(self, deadline: float) -> None:
+        raise NotImplementedError
+
+    # -- faults ---------------------------------------------------------------------
+
+    def pick_holder(self) -> Optional[str]:
+        hs = self.holders()
+        if hs and self.rng.random() < 0.8:
+            return self.rng.choice(sorted(hs))
+        live = sorted(self.live())
+        return self.rng.choice(live) if live else None
+
+    def holder_kill(self) -> None:
+        p = self.pick_holder()
+        if p is None:
+            return
+        t = time.monotonic()
+        self.procs[p].kill()
+        self.procs[p].wait(5)
+        self.fault("holder_kill", t, t, target=p)
+        self.spawn(self.slot_of[p])
+
+    def holder_pause(self) -> None:
+        p = self.pick_holder()
+        if p is None:
+            return
+        d = 2 * self.ttl + self.rng.uniform(0, 0.5)
+        t = time.monotonic()
+        os.kill(self.procs[p].pid, signal.SIGSTOP)
+        time.sleep(d)
+        os.kill(self.procs[p].pid, signal.SIGCONT)
+        self.fault("holder_pause", t, time.monotonic(), target=p)
+
+    def server_pause(self) -> None:
+        assert self.server is not None and self.server.proc is not None
+        t = time.monotonic()
+        os.kill(self.server.proc.pid, signal.SIGSTOP)
+        time.sleep(2 * self.ttl)
+        os.kill(self.server.proc.pid, signal.SIGCONT)
+        self.fault("server_pause", t, time.monotonic())
+
+    def debug_sleep(self) -> None:
+        assert self.server is not None
+        d = self.rng.choice([0.5, 1.2, 2.0])
+        t = time.monotonic()
+        try:
+            resp(self.server.sock, "DEBUG", "SLEEP", str(d), timeout=d + 5)
+        except OSError:
+            pass
+        self.fault("debug_sleep", t, time.monotonic(), seconds=d)
+
+    def client_pause(self) -> None:
+        assert self.server is not None
+        ms = self.rng.choice([500, 1500, 3000])
+        t = time.monotonic()
+        resp(self.server.sock, "CLIENT", "PAUSE", str(ms), "ALL")
+        time.sleep(ms / 1000)
+        self.fault("client_pause", t, time.monotonic(), ms=ms)
+
+    def restart(self, fsync: str) -> None:
+        assert self.server is not None
+        if fsync != "none":
+            resp(self.server.sock, "CONFIG", "SET", "appendfsync", fsync)
+            time.sleep(self.rng.uniform(0.0, 1.0))
+        t = time.monotonic()
+        self.server.kill9()
+        self.server.start()
+        self.fault(f"restart_{'aof_' + fsync if fsync != 'none' else 'nopersist'}",
+                   t, time.monotonic())
+
+    def partition(self, long: bool) -> None:
+        if self.netns is None:
+            return
+        p = self.pick_holder()
+        if p is None:
+            return
+        slot = self.slot_of[p]
+        d = 2 * self.ttl if long else 0.5 * self.ttl
+        t = time.monotonic()
+        self.netns.cut(slot, True)
+        try:
+            time.sleep(d)
+        finally:
+            self.netns.cut(slot, False)
+        self.fault("partition_long" if long else "partition_short", t, time.monotonic(),
+                   target=p)
+
+
+class SingleRun(Run):
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.add("lock", "L", 2)
+        self.add("fair_lock", "F", 2)
+        self.add("semaphore", "S", 3, permits=2)
+        self.add("rwlock", "RW", 2)
+
+    def inject(self, deadline: float) -> None:
+        kinds: List[Tuple[str, Callable[[], None]]] = [
+            ("holder_kill", self.holder_kill),
+            ("holder_pause", self.holder_pause),
+            ("server_pause", self.server_pause),
+            ("debug_sleep", self.debug_sleep),
+            ("client_pause", self.client_pause),
+            ("restart_aof_always", lambda: self.restart("always")),
+            ("restart_aof_everysec", lambda: self.restart("everysec")),
+        ]
+        if self.netns is not None:
+            kinds += [("partition_short", lambda: self.partition(False)),
+                      ("partition_long", lambda: self.partition(True))]
+        while time.monotonic() < deadline - 4:
+            time.sleep(self.rng.uniform(1.0, 2.5))
+            name, fn = self.rng.choice(kinds)
+            log(f"  {self.name}: {name}")
+            fn()
+
+
+class RelayRun(Run):
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.use_netns = False
+        self.add("lock", "L", 2)
+        self.add("fair_lock", "F", 2)
+        self.add("semaphore", "S", 2, permits=1)
+
+    def setup(self) -> None:
+        super().setup()
+        assert self.server is not None
+        self.deployment = "single, via relay"
+
+        def on_reset(verb: str, script: str) -> None:
+            t = time.monotonic()
+            self.fault(f"reply_lost_{verb}", t, t, script=script)
+        self.relay = Relay(self.server.port, os.path.join(ROOT, "core", "scripts"),
+                           self.seed, on_reset).start()
+
+    def inject(self, deadline: float) -> None:
+        while time.monotonic() < deadline - 3:
+            time.sleep(self.rng.uniform(0.5, 1.5))
+            assert self.relay is not None
+            verb = self.rng.choice(["acquire", "release", "renew"])
+            self.relay.arm(0.5, (verb,))
+            time.sleep(self.rng.uniform(0.5, 1.5))
+            self.relay.disarm()
+            if self.rng.random() < 0.15:
+                self.holder_kill()
+
+
+class NoPersistRun(Run):
+    """kill -9 and at once restart a server without persistence while a
+    lock is held: another process is granted the lock its holder still
+    believes it has (the documented double grant)."""
+
+    aof = False
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.use_netns = False
+        self.ttl = 3.0
+        self.expected = ["overlaps"]
+        self.add("lock", "L", 2, ttl=3.0, hold=2.5)
+        self.add("fair_lock", "F", 2, ttl=3.0, hold=2.5)
+
+    def inject(self, deadline: float) -> None:
+        while time.monotonic() < deadline - 5:
+            time.sleep(self.rng.uniform(1.0, 2.0))
+            # Wait for a hold that has run a little, then lose the data.
+            until = time.monotonic() + 3
+            while time.monotonic() < until and len(self.holders()) < 2:
+                time.sleep(0.05)
+            log(f"  {self.name}: restart_nopersist")
+            self.restart("none")
+
+
+RUNS = {"single": (SingleRun, 0.5), "relay": (RelayRun, 0.3), "nopersist": (NoPersistRun, 0.2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=2.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--runs", default=",".join(RUNS))
+    ap.add_argument("--out", default=None, help="keep the histories here")
+    ap.add_argument("--no-netns", action="store_true")
+    a = ap.parse_args()
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 30)
+    names = [n for n in a.runs.split(",") if n]
+    log(f"fault campaign: seed {seed}, {a.minutes} minute(s), runs {', '.join(names)}")
+    ok, why = (False, "--no-netns") if a.no_netns else Netns.available()
+    if not ok:
+        log(f"network namespaces unavailable ({why}): no partition faults, "
+            "every process on loopback")
+    base = a.out or tempfile.mkdtemp(prefix="hilock-faults-")
+    os.makedirs(base, exist_ok=True)
+    # Overhead per run: start-up, the final TTL wait, the check.
+    budget = max(20.0, a.minutes * 60 - 8 * len(names))
+    weights = sum(RUNS[n][1] for n in names)
+    results = []
+    try:
+        for n in names:
+            cls, w = RUNS[n]
+            secs = max(12.0, budget * w / weights)
+            log(f"run {n}: {secs:.0f} s")
+            run = cls(n, base, seed, secs, ok)
+            results.append(run.execute())
+    finally:
+        print()
+    print(f"seed {seed}; histories in {base}")
+    print(checker.table(results))
+    for r in results:
+        if r.examples:
+            print(checker.details(r))
+    bad = [r.run for r in results if r.unexpected() or r.not_reproduced()]
+    if bad:
+        print(f"FAILED: {', '.join(bad)}")
+        return 1
+    if a.out is None:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
