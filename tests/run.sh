@@ -49,6 +49,11 @@ echo "== Python package (pip install .) and pytest"
 hilock_install_python
 (cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider)
 
+echo "== Fault campaign: workloads under injected faults, checked from their histories"
+# A short campaign with a fixed seed (printed): about two minutes; fails on
+# any non-zero column the docs do not allow. Longer soaks: --minutes N --seed S.
+"$PY" tests/faults/campaign.py --minutes 2 --seed 1
+
 echo "== Binary wheel: a fresh virtualenv, no libhiredis, one version everywhere"
 PYTHON="$PY" bash tests/wheel_check.sh
 
@@ -58,7 +63,8 @@ echo "== Python typing and lint"
 # tree, whose python/hilock links the package's files next to the extension
 # and the stubs bindings/gen_pyi.py generated for it.
 "$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py tests/python/test_asyncio.py \
-  tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py
+  tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py \
+  tests/python/test_fault_checker.py tests/faults
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"

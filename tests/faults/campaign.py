@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -210,9 +211,11 @@ class Run:
         self.use_netns = netns_ok
         self.relay: Optional[Relay] = None
         self.locks: Dict[str, Dict[str, Any]] = {}
-        self.expected: List[str] = []
+        self.expected: List[str] = []    # columns the docs allow to be non-zero here
+        self.reproduce: List[str] = []   # columns this run must show non-zero
         self.deployment = "single"
         self.stopped: Dict[str, float] = {}
+        self.sentinels: Any = None
 
     # -- processes --------------------------------------------------------------
 
@@ -221,6 +224,8 @@ class Run:
                                           wall=time.time(), **kw)) + "\n")
 
     def url_for(self, slot: int) -> str:
+        if self.sentinels is not None:
+            return self.sentinels.url
         assert self.server is not None
         if self.relay is not None:
             return f"redis://127.0.0.1:{self.relay.port}/0"
@@ -241,6 +246,8 @@ class Run:
                 "--permits", str(spec.get("permits", 1))]
         if spec.get("store"):
             args += ["--store", self.store_sock]
+        if self.wait_replicas:
+            args += ["--wait-replicas", str(self.wait_replicas)]
         if self.netns is not None:
             args = ["ip", "netns", "exec", self.netns.slots[slot][0]] + args
         env = dict(os.environ)
@@ -259,20 +266,30 @@ class Run:
     def live(self) -> List[str]:
         return [p for p, pr in self.procs.items() if pr.poll() is None]
 
-    def holders(self) -> List[str]:
-        """Live workers whose history shows them inside a hold now."""
+    def tail(self, p: str, n: int = 1) -> List[Dict[str, Any]]:
+        """The last n events of a worker's history."""
+        try:
+            with open(os.path.join(self.dir, "hist", f"{p}.jsonl"), "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 400 * n))
+                lines = f.read().splitlines()[1:][-n:]
+            return [json.loads(x) for x in lines]
+        except (OSError, ValueError):
+            return []
+
+    def holders(self, since: float = 0.0) -> List[str]:
+        """Live workers whose history shows them inside a hold now (granted
+        after ``since``)."""
         out = []
         for p in self.live():
-            try:
-                with open(os.path.join(self.dir, "hist", f"{p}.jsonl"), "rb") as f:
-                    f.seek(0, 2)
-                    f.seek(max(0, f.tell() - 600))
-                    last = f.read().splitlines()[-1]
-                ev = json.loads(last)
-            except (OSError, IndexError, ValueError):
+            evs = self.tail(p, 8)
+            if not evs:
                 continue
+            ev = evs[-1]
             if ev["op"] in ("sample", "write") or (ev["op"] == "acquire" and ev["type"] == "ok"):
-                out.append(p)
+                grants = [e["mono"] for e in evs if e["op"] == "acquire" and e["type"] == "ok"]
+                if since == 0.0 or (grants and grants[-1] > since):
+                    out.append(p)
         return out
 
     # -- lifecycle ----------------------------------------------------------------
@@ -294,6 +311,7 @@ class Run:
         self.server.start()
 
     aof = True
+    wait_replicas = 0
 
     def start_workers(self) -> None:
         for slot in self.specs:
@@ -329,8 +347,7 @@ class Run:
         time.sleep(max(s.get("ttl", self.ttl) for s in self.specs.values()) + 1.0)
         final = {"permits_free": {}, "held": {}, "queued": {}}
         import hilock
-        assert self.server is not None
-        with hilock.Client(f"unix://{self.server.sock}") as c:
+        with hilock.Client(self.admin_url()) as c:
             for lock, info in self.locks.items():
                 kind = info["kind"]
                 if kind == "semaphore":
@@ -346,9 +363,17 @@ class Run:
         with open(os.path.join(self.dir, "final.json"), "w") as f:
             json.dump(final, f)
 
+    def admin_url(self) -> str:
+        if self.sentinels is not None:
+            return str(self.sentinels.url)
+        assert self.server is not None
+        return f"unix://{self.server.sock}"
+
     def cleanup(self) -> None:
         for pr in self.procs.values():
             stop_pid(pr, grace=1.0)
+        if self.sentinels is not None:
+            self.sentinels.stop()
         if self.relay is not None:
             self.relay.stop()
         if self.server is not None:
@@ -361,7 +386,8 @@ class Run:
     def write_meta(self, t0: float) -> None:
         meta = {"run": self.name, "deployment": self.deployment, "seed": self.seed,
                 "ttl": max(s.get("ttl", self.ttl) for s in self.specs.values()),
-                "locks": self.locks, "expected": self.expected, "start": t0,
+                "locks": self.locks, "expected": self.expected,
+                "reproduce": self.reproduce, "start": t0,
                 "end": getattr(self, "end", time.monotonic()),
                 "duration": getattr(self, "end", time.monotonic()) - t0,
                 "workers": len(self.specs)}
@@ -539,7 +565,7 @@ class NoPersistRun(Run):
         super().__init__(*a, **kw)
         self.use_netns = False
         self.ttl = 3.0
-        self.expected = ["overlaps"]
+        self.expected = self.reproduce = ["overlaps"]
         self.add("lock", "L", 2, ttl=3.0, hold=2.5)
         self.add("fair_lock", "F", 2, ttl=3.0, hold=2.5)
 
@@ -554,7 +580,87 @@ class NoPersistRun(Run):
             self.restart("none")
 
 
-RUNS = {"single": (SingleRun, 0.5), "relay": (RelayRun, 0.3), "nopersist": (NoPersistRun, 0.2)}
+class SentinelRun(Run):
+    """A master, a replica and one sentinel. Fault: the replica stops
+    (SIGSTOP) so that grants and renewals stay unreplicated, the master is
+    killed, the replica resumes and is promoted; the old master comes back
+    as the new replica. Without ``wait_replicas`` the new master has lost
+    grants its holders still count on: the documented double grant. With
+    ``wait_replicas=1`` those grants and renewals were never confirmed (the
+    grant given back, the renewal failed): no overlap."""
+
+    def __init__(self, *a: Any, wait: int = 0, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.use_netns = False
+        # A TTL well beyond the failover (about 2.5 s here), so that a grant
+        # the new master lost is still valid when another holder is granted.
+        self.ttl = 6.0
+        self.wait_replicas = wait
+        if not wait:
+            # The new master lost grants and fence increments: second
+            # holders, fences that go back (refused by the store, so the
+            # new holder's writes fail although its release succeeds, or
+            # one fence twice, which the store cannot tell apart).
+            self.expected = ["overlaps", "unreported_losses", "fence_regressions",
+                             "stale_writes"]
+            self.reproduce = ["overlaps"]
+        self.add("lock", "L", 2, ttl=6.0, hold=4.0)
+        self.add("fair_lock", "F", 2, ttl=6.0, hold=4.0)
+
+    def setup(self) -> None:
+        from hilock._server import SentinelDeployment
+        self.store_proc = subprocess.Popen(
+            [PY, os.path.join(HERE, "store.py"), self.store_sock,
+             os.path.join(self.dir, "store.jsonl")], stdin=subprocess.DEVNULL)
+        self.sentinels = SentinelDeployment(sentinels=1)
+        self.sentinels.start()
+        self.deployment = "sentinel" + (f", wait_replicas={self.wait_replicas}"
+                                        if self.wait_replicas else "")
+
+    def failover(self) -> None:
+        from hilock._server import command
+        dep = self.sentinels
+        t = time.monotonic()
+        assert dep.replica.proc is not None
+        os.kill(dep.replica.proc.pid, signal.SIGSTOP)
+        time.sleep(self.rng.uniform(0.2, 0.5))
+        # Kill the master once a grant was made that the replica never saw.
+        until = time.monotonic() + 4
+        while time.monotonic() < until and not self.holders(since=t):
+            time.sleep(0.02)
+        dep.master.stop()  # SIGKILL
+        os.kill(dep.replica.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while not (dep.master_port() == dep.replica.port
+                   and b"master" in command(dep.replica.port, "ROLE")[:20]):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no failover within 30 s")
+            time.sleep(0.05)
+        end = time.monotonic()
+        # The old master comes back empty, as the new master's replica.
+        dep.master.extra_args = ["--repl-diskless-sync-delay", "0",
+                                 "--replicaof", "127.0.0.1", str(dep.replica.port)]
+        dep.master.start()
+        dep.master, dep.replica = dep.replica, dep.master
+        self.fault("failover_unreplicated", t, end)
+        while b"master_link_status:up" not in command(dep.replica.port, "INFO",
+                                                      "replication"):
+            if time.monotonic() > deadline + 30:
+                raise RuntimeError("the old master never rejoined as a replica")
+            time.sleep(0.1)
+
+    def inject(self, deadline: float) -> None:
+        while time.monotonic() < deadline - 12:
+            time.sleep(self.rng.uniform(1.5, 3.0))
+            log(f"  {self.name}: failover_unreplicated")
+            self.failover()
+
+
+RUNS: Dict[str, Tuple[Callable[..., Run], float]] = {
+    "single": (SingleRun, 0.5), "relay": (RelayRun, 0.3), "nopersist": (NoPersistRun, 0.2),
+    "sentinel": (SentinelRun, 0.3),
+    "sentinel-wait": (lambda *a, **kw: SentinelRun(*a, wait=1, **kw), 0.3)}
+CI_RUNS = "single,relay,nopersist"
 
 
 def main() -> int:
@@ -562,7 +668,8 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--runs", default=",".join(RUNS))
+    ap.add_argument("--runs", default=CI_RUNS,
+                    help=f"comma-separated, of {', '.join(RUNS)} (default {CI_RUNS})")
     ap.add_argument("--out", default=None, help="keep the histories here")
     ap.add_argument("--no-netns", action="store_true")
     a = ap.parse_args()
@@ -579,13 +686,18 @@ def main() -> int:
     budget = max(20.0, a.minutes * 60 - 8 * len(names))
     weights = sum(RUNS[n][1] for n in names)
     results = []
+    errors: List[str] = []
     try:
         for n in names:
             cls, w = RUNS[n]
             secs = max(12.0, budget * w / weights)
             log(f"run {n}: {secs:.0f} s")
             run = cls(n, base, seed, secs, ok)
-            results.append(run.execute())
+            try:
+                results.append(run.execute())
+            except Exception:
+                traceback.print_exc()
+                errors.append(n)
     finally:
         print()
     print(f"seed {seed}; histories in {base}")
@@ -593,7 +705,7 @@ def main() -> int:
     for r in results:
         if r.examples:
             print(checker.details(r))
-    bad = [r.run for r in results if r.unexpected() or r.not_reproduced()]
+    bad = [r.run for r in results if r.unexpected() or r.not_reproduced()] + errors
     if bad:
         print(f"FAILED: {', '.join(bad)}")
         return 1

@@ -3,9 +3,9 @@
 A run directory holds what the processes of one run recorded:
 
 - ``meta.json``: the run's name, deployment, seed, duration, TTL, the lock
-  names with their kind and capacity, and ``expected`` (the columns the docs
+  names with their kind and capacity, ``expected`` (the columns the docs
   allow to be non-zero in this run, e.g. ``["overlaps"]`` for a restart
-  without persistence);
+  without persistence) and ``reproduce`` (those the run must show non-zero);
 - ``hist/*.jsonl``: each workload process's history (see worker.py);
 - ``store.jsonl``: every write attempt the fenced store saw (see store.py);
 - ``faults.jsonl``: every fault injected, ``{"kind", "start", "end",
@@ -29,8 +29,11 @@ CLOCK_MONOTONIC, which every process of the machine shares):
   never heard (no on_lost, no ``lost`` flag, a release that succeeded) is an
   *unreported loss*; so is a hold whose write the store refused (someone
   with a later fence had written) while its release still succeeded;
+- a *fence regression* is a grant whose fence is not above that of a grant
+  which completed before its acquire began;
 - a *stale write* is a write the store accepted with a fence lower than one
-  it had accepted before for that resource;
+  it had accepted before for that resource, or equal to one another writer
+  had used (two holders with one fence);
 - *leaked*: permits not free, locks still held or queue entries left once
   every holder was gone and the TTLs had passed;
 - a *stranded waiter* waited while the lock was free (no occupancy, no
@@ -46,8 +49,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-COLUMNS = ("overlaps", "stale_writes", "unreported_losses", "leaked", "stranded",
-           "fifo_inversions")
+COLUMNS = ("overlaps", "stale_writes", "unreported_losses", "fence_regressions", "leaked",
+           "stranded", "fifo_inversions")
 REPORTED_ERRORS = ("LockNotOwnedError", "LockLost", "StaleFence", "ForkedLockError")
 
 
@@ -69,6 +72,7 @@ class Hold:
     refused: List[float] = field(default_factory=list)
     end: Optional[float] = None            # conservative end
     died: bool = False
+    invoke: Optional[float] = None         # its acquire's invoke
 
     @property
     def vend(self) -> float:
@@ -125,6 +129,7 @@ class Result:
     leaked: int = 0
     stranded: int = 0
     fifo_inversions: int = 0
+    fence_regressions: int = 0
     reported_losses: int = 0
     max_recovery: float = 0.0
     examples: Dict[str, List[str]] = field(default_factory=dict)
@@ -143,8 +148,8 @@ class Result:
         return [c for c in COLUMNS if getattr(self, c) and c not in self.expected]
 
     def not_reproduced(self) -> List[str]:
-        """Expected columns the run was meant to show and did not."""
-        return [c for c in self.expected if not getattr(self, c)]
+        """The columns the run was meant to show non-zero and did not."""
+        return [c for c in self.meta.get("reproduce", []) if not getattr(self, c)]
 
 
 def _read_jsonl(path: str) -> List[Dict[str, Any]]:
@@ -208,7 +213,9 @@ def build(events: Iterable[Dict[str, Any]], faults: List[Dict[str, Any]],
                 if ty == "ok":
                     cur = Hold(proc, ev["lock"], ev["kind"], ev.get("hold", 0), t,
                                mode=ev.get("mode"), fence=ev.get("fence"),
-                               ticket=ev.get("ticket"))
+                               ticket=ev.get("ticket"),
+                               invoke=attempts[-1].invoke if attempts and
+                               attempts[-1].proc == proc else None)
                     holds.append(cur)
             elif cur is None:
                 continue
@@ -319,17 +326,44 @@ def check_losses(res: Result, holds: List[Hold], meta: Dict[str, Any]) -> None:
     res.reported_losses = sum(1 for h in holds if h.reported)
 
 
+def check_fences(res: Result, holds: List[Hold]) -> None:
+    """A grant whose acquire began after another grant of the lock had
+    completed must carry a higher fence."""
+    by_lock: Dict[str, List[Hold]] = {}
+    for h in holds:
+        if h.fence is not None:
+            by_lock.setdefault(h.lock, []).append(h)
+    for lock, hs in by_lock.items():
+        hs.sort(key=lambda h: h.grant)
+        top: Optional[Hold] = None   # the highest fence among completed grants
+        i = 0
+        for g in sorted(hs, key=lambda h: h.invoke if h.invoke is not None else h.grant):
+            start = g.invoke if g.invoke is not None else g.grant
+            while i < len(hs) and hs[i].grant < start:
+                if top is None or (hs[i].fence or 0) > (top.fence or 0):
+                    top = hs[i]
+                i += 1
+            if top is not None and top is not g and (g.fence or 0) <= (top.fence or 0):
+                res.fence_regressions += 1
+                res.note("fence_regressions", f"{lock}: {g.describe()} got a fence not above "
+                         f"{top.describe()}, granted before it asked")
+
+
 def check_store(res: Result, store: List[Dict[str, Any]]) -> None:
-    top: Dict[str, int] = {}
+    """Accepted writes must not go below the highest fence accepted before,
+    nor share it with another writer (two holders with one fence: the store
+    cannot tell them apart)."""
+    top: Dict[str, Tuple[int, str]] = {}
     for w in sorted(store, key=lambda w: w["seq"]):
         res.writes += 1
-        f, r = int(w["fence"]), w["res"]
+        f, r, who = int(w["fence"]), w["res"], str(w["writer"])
         if w["accepted"]:
-            if r in top and f < top[r]:
+            if r in top and (f < top[r][0] or (f == top[r][0] and who != top[r][1])):
                 res.stale_writes += 1
-                res.note("stale_writes", f"{r}: fence {f} from {w['writer']} accepted after "
-                         f"fence {top[r]} (seq {w['seq']})")
-            top[r] = max(f, top.get(r, f))
+                res.note("stale_writes", f"{r}: fence {f} from {who} accepted after fence "
+                         f"{top[r][0]} from {top[r][1]} (seq {w['seq']})")
+            if r not in top or f > top[r][0]:
+                top[r] = (f, who)
         else:
             res.refused_writes += 1
 
@@ -466,6 +500,7 @@ def check(meta: Dict[str, Any], events: List[Dict[str, Any]], store: List[Dict[s
     res.grants = len(holds)
     check_overlaps(res, holds, meta)
     check_losses(res, holds, meta)
+    check_fences(res, holds)
     check_store(res, store)
     check_final(res, meta, final)
     check_stranded(res, holds, attempts, faults, meta)
@@ -481,21 +516,24 @@ def check_run(d: str) -> Result:
 def table(results: List[Result]) -> str:
     """One markdown table, a row per run."""
     head = ("| run | deployment | s | ops | grants | writes (refused) | faults | overlaps "
-            "| stale writes | unreported losses | reported losses | leaked | stranded "
-            "| FIFO inversions | longest recovery s | verdict |")
-    lines = [head, "|" + "---|" * 16]
+            "| stale writes | unreported losses | reported losses | fence regressions | leaked "
+            "| stranded | FIFO inversions | longest recovery s | verdict |")
+    lines = [head, "|" + "---|" * 17]
     for r in results:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(r.faults.items())) or "none"
-        ov = str(r.overlaps) + (" (expected)" if "overlaps" in r.expected else "")
+        def cell(col: str, r: Result = r) -> str:
+            v = getattr(r, col)
+            return f"{v} (expected)" if v and col in r.expected else str(v)
         bad = r.unexpected()
         verdict = "FAIL: " + ", ".join(bad) if bad else "ok"
         if r.not_reproduced():
             verdict += " (not reproduced: " + ", ".join(r.not_reproduced()) + ")"
         lines.append(f"| {r.run} | {r.meta.get('deployment', '?')} "
                      f"| {r.meta.get('duration', 0):.0f} | {r.operations} | {r.grants} "
-                     f"| {r.writes} ({r.refused_writes}) | {faults} | {ov} | {r.stale_writes} "
-                     f"| {r.unreported_losses} | {r.reported_losses} | {r.leaked} "
-                     f"| {r.stranded} | {r.fifo_inversions} | {r.max_recovery:.2f} "
+                     f"| {r.writes} ({r.refused_writes}) | {faults} | {cell('overlaps')} "
+                     f"| {cell('stale_writes')} | {cell('unreported_losses')} "
+                     f"| {r.reported_losses} | {cell('fence_regressions')} | {cell('leaked')} "
+                     f"| {cell('stranded')} | {cell('fifo_inversions')} | {r.max_recovery:.2f} "
                      f"| {verdict} |")
     return "\n".join(lines)
 

@@ -73,6 +73,7 @@ def main() -> int:
     ap.add_argument("--permits", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hold", type=float, default=0.8, help="longest hold, seconds")
+    ap.add_argument("--wait-replicas", type=int, default=0)
     ap.add_argument("--wait", type=float, default=8.0, help="acquire timeout, seconds")
     a = ap.parse_args()
 
@@ -89,9 +90,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     client: Optional[hilock.Client] = None
     try:
-        opts = dict(connect_timeout=1.0, command_timeout=1.0, reconnect=1.0)
+        opts: Dict[str, Any] = dict(connect_timeout=1.0, command_timeout=1.0, reconnect=1.0)
+        if a.wait_replicas:
+            opts.update(wait_replicas=a.wait_replicas, wait_timeout=0.5)
         if a.kind != "redlock":
-            client = hilock.Client(a.url[0], **opts)  # type: ignore[arg-type]
+            client = hilock.Client(a.url[0], **opts)
         def make() -> Tuple[Any, Any, Any]:
             c: Any = client
             if a.kind == "rwlock":

@@ -27,11 +27,13 @@ class Run:
     """A run directory being written: histories, store log, faults, final state."""
 
     def __init__(self, d: Path, locks: Dict[str, Dict[str, Any]],
-                 expected: Optional[List[str]] = None) -> None:
+                 expected: Optional[List[str]] = None,
+                 reproduce: Optional[List[str]] = None) -> None:
         self.d = d
         (d / "hist").mkdir(parents=True)
         self.locks = locks
         self.expected = expected or []
+        self.reproduce = reproduce or []
         self.events: Dict[str, List[Dict[str, Any]]] = {}
         self.store: List[Dict[str, Any]] = []
         self.faults: List[Dict[str, Any]] = []
@@ -73,7 +75,8 @@ class Run:
 
     def check(self, end: float = 100.0) -> checker.Result:
         meta = {"run": "synthetic", "deployment": "none", "seed": 0, "ttl": TTL,
-                "locks": self.locks, "expected": self.expected, "start": 0.0, "end": end,
+                "locks": self.locks, "expected": self.expected,
+                "reproduce": self.reproduce, "start": 0.0, "end": end,
                 "duration": end}
         (self.d / "meta.json").write_text(json.dumps(meta))
         for proc, evs in self.events.items():
@@ -120,12 +123,33 @@ def test_two_holders_at_once_is_an_overlap(tmp_path: Path) -> None:
     assert res.unexpected() == ["overlaps"]
     assert "overlaps" in res.examples
     # The same history where the docs allow it (a restart without persistence).
-    r2 = Run(tmp_path / "allowed", EXCL, expected=["overlaps"])
+    r2 = Run(tmp_path / "allowed", EXCL, expected=["overlaps"], reproduce=["overlaps"])
     r2.hold("a", "L", 0.0, 0.1, 2.0, fence=1, lost=1.9, outcome="LockNotOwnedError")
     r2.hold("b", "L", 0.5, 1.0, 2.5, fence=2)
     res2 = r2.check()
     assert res2.overlaps == 1 and res2.unexpected() == [] and res2.not_reproduced() == []
     assert "(expected)" in checker.table([res2])
+    # A run meant to reproduce it that shows none is reported.
+    r3 = Run(tmp_path / "missed", EXCL, expected=["overlaps"], reproduce=["overlaps"])
+    r3.hold("a", "L", 0.0, 0.1, 1.0, fence=1)
+    res3 = r3.check()
+    assert res3.not_reproduced() == ["overlaps"]
+    assert "not reproduced: overlaps" in checker.table([res3])
+
+
+def test_fence_that_goes_back_is_a_regression(tmp_path: Path) -> None:
+    r = Run(tmp_path, EXCL)
+    r.hold("a", "L", 0.0, 0.1, 1.0, fence=7)
+    r.hold("b", "L", 1.2, 1.3, 2.0, fence=7)    # asked after a's grant: needs > 7
+    r.hold("c", "L", 2.1, 2.2, 3.0, fence=5)
+    res = r.check()
+    assert res.fence_regressions == 2
+    zero(res, but="fence_regressions")
+    # Concurrent askers may be granted in either order: no regression.
+    r2 = Run(tmp_path / "ok", EXCL)
+    r2.hold("a", "L", 0.0, 0.2, 1.0, fence=8)
+    r2.hold("b", "L", 0.1, 1.1, 2.0, fence=9)
+    assert r2.check().fence_regressions == 0
 
 
 def test_an_overlap_outside_validity_is_not_one(tmp_path: Path) -> None:
@@ -170,6 +194,12 @@ def test_stale_write_accepted_is_caught(tmp_path: Path) -> None:
     assert res.stale_writes == 1
     zero(res, but="stale_writes")
     assert res.unexpected() == ["stale_writes"]
+    # Two writers with one fence (a fence handed out twice) are caught too.
+    r2 = Run(tmp_path / "shared", EXCL)
+    r2.write("L", 3, "a", True, 0.5)
+    r2.write("L", 3, "a", True, 0.6)   # the same holder again: fine
+    r2.write("L", 3, "b", True, 0.7)
+    assert r2.check().stale_writes == 1
 
 
 def test_unreported_loss_is_caught(tmp_path: Path) -> None:
