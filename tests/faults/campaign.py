@@ -30,6 +30,7 @@ must).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -51,6 +52,11 @@ from relay import Relay  # noqa: E402
 
 PY = sys.executable
 TTL = 1.5
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[Any]:
+    yield None
 
 
 def log(msg: str) -> None:
@@ -216,6 +222,7 @@ class Run:
         self.deployment = "single"
         self.stopped: Dict[str, float] = {}
         self.sentinels: Any = None
+        self.extra_urls: List[str] = []   # Redlock: the other nodes
 
     # -- processes --------------------------------------------------------------
 
@@ -240,6 +247,7 @@ class Run:
         proc = f"{spec['kind']}-{slot}-{g}"
         args = [PY, os.path.join(HERE, "worker.py"), "--kind", spec["kind"],
                 "--url", self.url_for(slot), "--name", spec["lock"], "--proc", proc,
+                *[x for u in self.extra_urls for x in ("--url", u)],
                 "--history", os.path.join(self.dir, "hist", f"{proc}.jsonl"),
                 "--ttl", str(spec.get("ttl", self.ttl)), "--seed", str(self.seed),
                 "--hold", str(spec.get("hold", 0.8)),
@@ -347,7 +355,7 @@ class Run:
         time.sleep(max(s.get("ttl", self.ttl) for s in self.specs.values()) + 1.0)
         final = {"permits_free": {}, "held": {}, "queued": {}}
         import hilock
-        with hilock.Client(self.admin_url()) as c:
+        with hilock.Client(self.admin_url()) if self.locks else _nothing() as c:
             for lock, info in self.locks.items():
                 kind = info["kind"]
                 if kind == "semaphore":
@@ -580,6 +588,117 @@ class NoPersistRun(Run):
             self.restart("none")
 
 
+class RedlockRun(Run):
+    """Redlock over three masters without persistence. Faults on one node
+    (a minority): SIGKILL and a restart delayed past the TTL (the documented
+    remedy), SIGSTOP for two TTLs, DEBUG SLEEP; and holder faults."""
+
+    aof = False
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.use_netns = False
+        self.add("redlock", "R", 3)
+        self.nodes: List[Server] = []
+
+    def setup(self) -> None:
+        super().setup()
+        assert self.server is not None
+        self.nodes = [self.server]
+        for i in (1, 2):
+            d = os.path.join(self.dir, f"node{i}")
+            os.makedirs(d, exist_ok=True)
+            srv = Server(d, aof=False, netns=None)
+            self.nodes.append(srv)
+            srv.start()
+        self.extra_urls = [f"redis://127.0.0.1:{n.port}/0" for n in self.nodes[1:]]
+        self.deployment = "Redlock, 3 masters"
+
+    def admin_url(self) -> str:
+        return ""
+
+    def finish(self) -> None:
+        # The final state: the Redlock key on no node.
+        saved = self.locks
+        self.locks = {}
+        try:
+            super().finish()
+        finally:
+            self.locks = saved
+        import hilock
+        rl = hilock.Redlock([f"redis://127.0.0.1:{n.port}/0" for n in self.nodes], "R")
+        with open(os.path.join(self.dir, "final.json")) as f:
+            final = json.load(f)
+        final["held"]["R"] = rl.locked()
+        with open(os.path.join(self.dir, "final.json"), "w") as f:
+            json.dump(final, f)
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        for n in self.nodes[1:]:
+            n.stop()
+
+    def inject(self, deadline: float) -> None:
+        while time.monotonic() < deadline - 6:
+            time.sleep(self.rng.uniform(1.0, 2.0))
+            node = self.rng.choice(self.nodes)
+            what = self.rng.choice(["node_kill_delayed", "node_pause", "node_debug_sleep",
+                                    "holder_kill", "holder_pause"])
+            log(f"  {self.name}: {what}")
+            t = time.monotonic()
+            if what == "node_kill_delayed":
+                node.kill9()
+                time.sleep(self.ttl + 0.5)   # delayed restart: past every TTL
+                node.start()
+                self.fault(what, t, time.monotonic())
+            elif what == "node_pause":
+                assert node.proc is not None
+                os.kill(node.proc.pid, signal.SIGSTOP)
+                time.sleep(2 * self.ttl)
+                os.kill(node.proc.pid, signal.SIGCONT)
+                self.fault(what, t, time.monotonic())
+            elif what == "node_debug_sleep":
+                try:
+                    resp(node.sock, "DEBUG", "SLEEP", "1.0", timeout=6)
+                except OSError:
+                    pass
+                self.fault(what, t, time.monotonic())
+            elif what == "holder_kill":
+                self.holder_kill()
+            else:
+                self.holder_pause()
+
+
+class RedlockRestartRun(RedlockRun):
+    """The documented Redlock hole: a node of the holder's majority restarts
+    at once without persistence. One node stops (SIGSTOP), so a grant lands
+    on the other two; one of those two is killed and restarted empty; the
+    stopped node resumes. The two nodes that never saw the grant make a
+    majority for the next client (``overlaps`` expected)."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.expected = ["overlaps", "unreported_losses", "fence_regressions",
+                         "stale_writes"]
+        self.reproduce = ["overlaps"]
+
+    def inject(self, deadline: float) -> None:
+        while time.monotonic() < deadline - 6:
+            time.sleep(self.rng.uniform(1.0, 2.0))
+            stopped, restarted = self.rng.sample(self.nodes, 2)
+            assert stopped.proc is not None
+            log(f"  {self.name}: restart_nopersist_quorum")
+            t = time.monotonic()
+            os.kill(stopped.proc.pid, signal.SIGSTOP)
+            until = time.monotonic() + 4
+            while time.monotonic() < until and not self.holders(since=t + 0.1):
+                time.sleep(0.02)
+            restarted.kill9()
+            restarted.start()
+            os.kill(stopped.proc.pid, signal.SIGCONT)
+            self.fault("restart_nopersist_quorum", t, time.monotonic())
+
+
 class SentinelRun(Run):
     """A master, a replica and one sentinel. Fault: the replica stops
     (SIGSTOP) so that grants and renewals stay unreplicated, the master is
@@ -658,9 +777,10 @@ class SentinelRun(Run):
 
 RUNS: Dict[str, Tuple[Callable[..., Run], float]] = {
     "single": (SingleRun, 0.5), "relay": (RelayRun, 0.3), "nopersist": (NoPersistRun, 0.2),
-    "sentinel": (SentinelRun, 0.3),
+    "sentinel": (SentinelRun, 0.3), "redlock": (RedlockRun, 0.25),
+    "redlock-restart": (RedlockRestartRun, 0.2),
     "sentinel-wait": (lambda *a, **kw: SentinelRun(*a, wait=1, **kw), 0.3)}
-CI_RUNS = "single,relay,nopersist"
+CI_RUNS = "single,relay,nopersist,redlock"
 
 
 def main() -> int:
