@@ -97,6 +97,7 @@ class Netns:
     def __init__(self, tag: str) -> None:
         self.tag = tag
         self.names: List[str] = []
+        self.links: List[str] = []
         self.srv = f"{tag}-srv"
         self.slots: Dict[int, Tuple[str, str, str]] = {}  # slot -> (ns, srv veth, addr)
 
@@ -125,6 +126,7 @@ class Netns:
             a, b = f"{self.tag}s{k}", f"{self.tag}c{k}"
             self._ip("netns", "add", ns)
             self.names.append(ns)
+            self.links.append(a)   # deleted in cleanup if still in the root namespace
             self._ip("link", "add", a, "type", "veth", "peer", "name", b)
             self._ip("link", "set", a, "netns", self.srv)
             self._ip("link", "set", b, "netns", ns)
@@ -141,7 +143,10 @@ class Netns:
     def cleanup(self) -> None:
         for ns in reversed(self.names):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for link in self.links:   # a pair left behind by a failed setup
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
         self.names = []
+        self.links = []
 
 
 class Server:
@@ -393,7 +398,8 @@ class Run:
 
     def write_meta(self, t0: float) -> None:
         meta = {"run": self.name, "deployment": self.deployment, "seed": self.seed,
-                "ttl": max(s.get("ttl", self.ttl) for s in self.specs.values()),
+                "ttl": max([s.get("ttl", self.ttl) for s in self.specs.values()],
+                           default=self.ttl),
                 "locks": self.locks, "expected": self.expected,
                 "reproduce": self.reproduce, "start": t0,
                 "end": getattr(self, "end", time.monotonic()),
@@ -775,11 +781,96 @@ class SentinelRun(Run):
             self.failover()
 
 
+class ClusterRun(Run):
+    """A Redis Cluster of three masters and three replicas (cluster.py of
+    the Python suites); TTL 6 s. Fault: the replica of the master that owns
+    both locks stops (SIGSTOP), a grant is made on the master alone, the
+    master is killed, the replica resumes and is elected; the old master
+    comes back as its replica. Without ``wait_replicas`` the documented
+    double grant (overlaps expected); with ``wait_replicas=1``, none."""
+
+    def __init__(self, *a: Any, wait: int = 0, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.use_netns = False
+        self.ttl = 6.0
+        self.wait_replicas = wait
+        if not wait:
+            self.expected = ["overlaps", "unreported_losses", "fence_regressions",
+                             "stale_writes"]
+            self.reproduce = ["overlaps"]
+        self.cluster: Any = None
+
+    def setup(self) -> None:
+        sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+        from cluster import LocalCluster, name_slot
+        self.name_slot = name_slot
+        self.store_proc = subprocess.Popen(
+            [PY, os.path.join(HERE, "store.py"), self.store_sock,
+             os.path.join(self.dir, "store.jsonl")], stdin=subprocess.DEVNULL)
+        self.cluster = LocalCluster()
+        self.cluster.start()
+        m = self.cluster.owner(name_slot("L"))
+        other = self.cluster.name_on(m, "F")
+        self.add("lock", "L", 2, ttl=6.0, hold=4.0)
+        self.add("fair_lock", other, 2, ttl=6.0, hold=4.0)
+        self.deployment = "cluster, 3+3" + (f", wait_replicas={self.wait_replicas}"
+                                            if self.wait_replicas else "")
+
+    def url_for(self, slot: int) -> str:
+        return str(self.cluster.url)
+
+    def admin_url(self) -> str:
+        return str(self.cluster.url)
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        if self.cluster is not None:
+            self.cluster.cleanup()
+
+    def failover(self) -> None:
+        c = self.cluster
+        slot = self.name_slot("L")
+        m = c.owner(slot)
+        r = c.replica_of(m)
+        if r is None:
+            raise RuntimeError("the master of the locks has no replica")
+        t = time.monotonic()
+        os.kill(c.nodes[r].proc.pid, signal.SIGSTOP)
+        time.sleep(self.rng.uniform(0.2, 0.5))
+        until = time.monotonic() + 4
+        while time.monotonic() < until and not self.holders(since=t):
+            time.sleep(0.02)
+        c.kill(m)
+        os.kill(c.nodes[r].proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if c.owner(slot) == r:
+                    break
+            except Exception:  # a node that just died, or no owner yet
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("no cluster failover within 30 s")
+            time.sleep(0.05)
+        end = time.monotonic()
+        c.nodes[m].start()   # rejoins from nodes.conf as the new master's replica
+        self.fault("failover_unreplicated", t, end)
+        c.wait_ok(60, replicas=True)
+
+    def inject(self, deadline: float) -> None:
+        while time.monotonic() < deadline - 15:
+            time.sleep(self.rng.uniform(1.5, 3.0))
+            log(f"  {self.name}: failover_unreplicated")
+            self.failover()
+
+
 RUNS: Dict[str, Tuple[Callable[..., Run], float]] = {
     "single": (SingleRun, 0.5), "relay": (RelayRun, 0.3), "nopersist": (NoPersistRun, 0.2),
     "sentinel": (SentinelRun, 0.3), "redlock": (RedlockRun, 0.25),
     "redlock-restart": (RedlockRestartRun, 0.2),
-    "sentinel-wait": (lambda *a, **kw: SentinelRun(*a, wait=1, **kw), 0.3)}
+    "sentinel-wait": (lambda *a, **kw: SentinelRun(*a, wait=1, **kw), 0.3),
+    "cluster": (ClusterRun, 0.3),
+    "cluster-wait": (lambda *a, **kw: ClusterRun(*a, wait=1, **kw), 0.3)}
 CI_RUNS = "single,relay,nopersist,redlock"
 
 
@@ -793,6 +884,10 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="keep the histories here")
     ap.add_argument("--no-netns", action="store_true")
     a = ap.parse_args()
+
+    def terminate(*_: Any) -> None:
+        raise KeyboardInterrupt()   # run every cleanup (processes, namespaces)
+    signal.signal(signal.SIGTERM, terminate)
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 30)
     names = [n for n in a.runs.split(",") if n]
     log(f"fault campaign: seed {seed}, {a.minutes} minute(s), runs {', '.join(names)}")
