@@ -308,14 +308,7 @@ class Run:
     # -- lifecycle ----------------------------------------------------------------
 
     def setup(self) -> None:
-        self.store_proc = subprocess.Popen(
-            [PY, os.path.join(HERE, "store.py"), self.store_sock,
-             os.path.join(self.dir, "store.jsonl")], stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.store_sock):
-            if time.monotonic() > deadline or self.store_proc.poll() is not None:
-                raise RuntimeError("the fenced store did not start")
-            time.sleep(0.02)
+        self.start_store()
         if self.use_netns:
             self.netns = Netns(f"hlf{os.getpid() % 100000}")
             self.netns.setup(len(self.specs))
@@ -325,6 +318,16 @@ class Run:
 
     aof = True
     wait_replicas = 0
+
+    def start_store(self) -> None:
+        self.store_proc = subprocess.Popen(
+            [PY, os.path.join(HERE, "store.py"), self.store_sock,
+             os.path.join(self.dir, "store.jsonl")], stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.store_sock):
+            if time.monotonic() > deadline or self.store_proc.poll() is not None:
+                raise RuntimeError("the fenced store did not start")
+            time.sleep(0.02)
 
     def start_workers(self) -> None:
         for slot in self.specs:
@@ -684,8 +687,7 @@ class RedlockRestartRun(RedlockRun):
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.expected = ["overlaps", "unreported_losses", "fence_regressions",
-                         "stale_writes"]
+        self.expected = DATA_LOSS
         self.reproduce = ["overlaps"]
 
     def inject(self, deadline: float) -> None:
@@ -705,7 +707,30 @@ class RedlockRestartRun(RedlockRun):
             self.fault("restart_nopersist_quorum", t, time.monotonic())
 
 
-class SentinelRun(Run):
+# What a failover or restart that loses acknowledged grants may show: second
+# holders inside validity, fences that go back (refused by the store, so the
+# new holder's writes fail although its release succeeds; or one fence twice,
+# which the store cannot tell apart).
+DATA_LOSS = ["overlaps", "unreported_losses", "fence_regressions", "stale_writes"]
+
+
+class FailoverRun(Run):
+    """Base of the failover runs: a TTL well beyond the failover (about 2.5 s
+    here), so that a grant the new master lost is still valid when another
+    holder is granted; without ``wait_replicas`` the documented double grant
+    must show."""
+
+    def __init__(self, *a: Any, wait: int = 0, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.use_netns = False
+        self.ttl = 6.0
+        self.wait_replicas = wait
+        if not wait:
+            self.expected = DATA_LOSS
+            self.reproduce = ["overlaps"]
+
+
+class SentinelRun(FailoverRun):
     """A master, a replica and one sentinel. Fault: the replica stops
     (SIGSTOP) so that grants and renewals stay unreplicated, the master is
     killed, the replica resumes and is promoted; the old master comes back
@@ -714,29 +739,14 @@ class SentinelRun(Run):
     ``wait_replicas=1`` those grants and renewals were never confirmed (the
     grant given back, the renewal failed): no overlap."""
 
-    def __init__(self, *a: Any, wait: int = 0, **kw: Any) -> None:
+    def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.use_netns = False
-        # A TTL well beyond the failover (about 2.5 s here), so that a grant
-        # the new master lost is still valid when another holder is granted.
-        self.ttl = 6.0
-        self.wait_replicas = wait
-        if not wait:
-            # The new master lost grants and fence increments: second
-            # holders, fences that go back (refused by the store, so the
-            # new holder's writes fail although its release succeeds, or
-            # one fence twice, which the store cannot tell apart).
-            self.expected = ["overlaps", "unreported_losses", "fence_regressions",
-                             "stale_writes"]
-            self.reproduce = ["overlaps"]
         self.add("lock", "L", 2, ttl=6.0, hold=4.0)
         self.add("fair_lock", "F", 2, ttl=6.0, hold=4.0)
 
     def setup(self) -> None:
         from hilock._server import SentinelDeployment
-        self.store_proc = subprocess.Popen(
-            [PY, os.path.join(HERE, "store.py"), self.store_sock,
-             os.path.join(self.dir, "store.jsonl")], stdin=subprocess.DEVNULL)
+        self.start_store()
         self.sentinels = SentinelDeployment(sentinels=1)
         self.sentinels.start()
         self.deployment = "sentinel" + (f", wait_replicas={self.wait_replicas}"
@@ -781,7 +791,7 @@ class SentinelRun(Run):
             self.failover()
 
 
-class ClusterRun(Run):
+class ClusterRun(FailoverRun):
     """A Redis Cluster of three masters and three replicas (cluster.py of
     the Python suites); TTL 6 s. Fault: the replica of the master that owns
     both locks stops (SIGSTOP), a grant is made on the master alone, the
@@ -789,24 +799,15 @@ class ClusterRun(Run):
     comes back as its replica. Without ``wait_replicas`` the documented
     double grant (overlaps expected); with ``wait_replicas=1``, none."""
 
-    def __init__(self, *a: Any, wait: int = 0, **kw: Any) -> None:
+    def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.use_netns = False
-        self.ttl = 6.0
-        self.wait_replicas = wait
-        if not wait:
-            self.expected = ["overlaps", "unreported_losses", "fence_regressions",
-                             "stale_writes"]
-            self.reproduce = ["overlaps"]
         self.cluster: Any = None
 
     def setup(self) -> None:
         sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
         from cluster import LocalCluster, name_slot
         self.name_slot = name_slot
-        self.store_proc = subprocess.Popen(
-            [PY, os.path.join(HERE, "store.py"), self.store_sock,
-             os.path.join(self.dir, "store.jsonl")], stdin=subprocess.DEVNULL)
+        self.start_store()
         self.cluster = LocalCluster()
         self.cluster.start()
         m = self.cluster.owner(name_slot("L"))
