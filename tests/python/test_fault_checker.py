@@ -15,10 +15,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
+import redis
+
+import hilock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 
 import checker  # noqa: E402
+from relay import Relay  # noqa: E402
 
 TTL = 1.5
 
@@ -300,3 +304,45 @@ def test_main_exits_non_zero_on_a_defect(tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "FAIL: overlaps" in out.stdout
+
+
+def test_relay_loses_replies_after_the_server_ran_the_command(own_server) -> None:
+    """The campaign's relay: an acquire or release whose reply it swallows
+    was run by the server (the fence counter moved; the key is gone), and
+    the client saw a connection error."""
+    scripts = Path(__file__).resolve().parents[2] / "core" / "scripts"
+    seen: List[str] = []
+    relay = Relay(own_server.port, str(scripts), seed=1,
+                  on_reset=lambda verb, script: seen.append(f"{verb}:{script}")).start()
+    r = redis.Redis(port=own_server.port)
+    try:
+        with hilock.Client(f"redis://127.0.0.1:{relay.port}/0", command_timeout=2.0) as c:
+            lk = c.lock("relayed", ttl=2, auto_renew=False)
+            assert lk.acquire(blocking=False)   # the relay learns the scripts
+            first = lk.fence
+            lk.release()
+            fence_key = [k for k in r.keys("*relayed*") if k.endswith(b":fence")]
+            assert len(fence_key) == 1
+
+            relay.arm(1.0, ("acquire",))
+            with pytest.raises(hilock.ConnectionError):
+                lk.acquire(blocking=False)
+            relay.disarm()
+            # The client resends once on a fresh connection (its own grant is
+            # recognised); the relay resets that one too.
+            assert seen and set(seen) == {"acquire:lock_acquire"}
+            assert int(r.get(fence_key[0])) == first + 1   # the server granted it
+
+            assert lk.acquire(timeout=10)   # after the lost grant is undone or lapses
+            assert lk.fence is not None and lk.fence >= first + 2
+            relay.arm(1.0, ("release",))
+            with pytest.raises(hilock.ConnectionError):
+                lk.release()
+            relay.disarm()
+            assert seen[-1] == "release:lock_release"
+            assert r.exists(lk.key) == 0   # released on the server all the same
+            with pytest.raises(hilock.LockNotOwnedError):
+                lk.release()
+    finally:
+        relay.stop()
+        r.close()
