@@ -226,6 +226,8 @@ class Relay:
             except asyncio.CancelledError:
                 pass
             finally:
+                # Let the handlers see their aborted connections and end.
+                self.loop.run_until_complete(asyncio.sleep(0.2))
                 self.loop.close()
         self.thread = threading.Thread(target=run, name="relay", daemon=True)
         self.thread.start()
@@ -237,11 +239,9 @@ class Relay:
         if self.loop is not None and self.server is not None:
             def shut() -> None:
                 assert self.server is not None
-                self.server.close()
                 for w in list(self.conns):
                     w.transport.abort()
-                for task in asyncio.all_tasks(self.loop):
-                    task.cancel()
+                self.server.close()   # serve_forever() returns
             self.loop.call_soon_threadsafe(shut)
         if self.thread is not None:
             self.thread.join(5)
