@@ -410,7 +410,7 @@ def check_stranded(res: Result, holds: List[Hold], attempts: List[Attempt],
     ttl = float(meta["ttl"])
     # A waiter wakes at the release, or at the latest when the holder's TTL
     # runs out; a dead head of a fair queue costs one heartbeat (<= TTL).
-    limit = float(meta.get("strand_after", 2 * ttl + 1.0))
+    limit = float(meta.get("strand_after", 2 * ttl + 2.0))
     busy_all = _merge([(f["start"], f["end"] + ttl + 0.5) for f in faults
                        if not f.get("target")])
     own: Dict[str, List[Tuple[float, float]]] = {}
