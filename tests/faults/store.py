@@ -48,15 +48,18 @@ class Store:
 
 
 def serve_conn(store: Store, conn: socket.socket) -> None:
-    with conn, conn.makefile("rwb") as f:
-        for line in f:
-            try:
-                req = json.loads(line)
-                ok = store.write(str(req["res"]), int(req["fence"]), str(req["writer"]))
-                f.write(b"ok\n" if ok else b"refused\n")
-            except (ValueError, KeyError, TypeError):
-                f.write(b"error\n")
-            f.flush()
+    try:
+        with conn, conn.makefile("rwb") as f:
+            for line in f:
+                try:
+                    req = json.loads(line)
+                    ok = store.write(str(req["res"]), int(req["fence"]), str(req["writer"]))
+                    f.write(b"ok\n" if ok else b"refused\n")
+                except (ValueError, KeyError, TypeError):
+                    f.write(b"error\n")
+                f.flush()
+    except OSError:
+        pass  # a writer killed while its reply was on the way
 
 
 def main() -> int:
