@@ -909,7 +909,7 @@ def main() -> int:
     base = a.out or tempfile.mkdtemp(prefix="hilock-faults-")
     os.makedirs(base, exist_ok=True)
     # Overhead per run: start-up, the final TTL wait, the check.
-    budget = max(20.0, a.minutes * 60 - 8 * len(names))
+    budget = max(20.0, a.minutes * 60 - 4 * len(names))
     weights = sum(RUNS[n][1] for n in names)
     results = []
     errors: List[str] = []
