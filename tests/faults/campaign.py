@@ -762,8 +762,10 @@ class SentinelRun(FailoverRun):
         # (SIGSTOP would not do: the stream waits in the stopped replica's
         # socket buffer and arrives when it resumes.)
         dep.break_replication()
-        # Kill the master once a grant was made that the replica never saw.
-        until = time.monotonic() + 10
+        # Kill the master once a grant was made that the replica never saw
+        # (at most 4 s: a sentinel does not promote a replica whose link has
+        # been down for over ten down-after periods).
+        until = time.monotonic() + 4
         while time.monotonic() < until and not self.holders(since=t):
             time.sleep(0.02)
         dep.master.stop()  # SIGKILL
