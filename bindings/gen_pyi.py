@@ -5,9 +5,9 @@ The stubs follow from the public headers and bindings/hilock.i by the same
 rules the interface applies (see its header comment): a constructor's
 ``**out`` and the out-parameters named in its ``%apply ... *OUT`` lines
 become the result (a list when there are several), a ``size_t *len``
-result is bytes (``(char **value, size_t *len)``: bytes or None), the
-pairs ``(name, namelen)``, ``(key, keylen)`` and ``(value, len)`` are one
-bytes argument each, and every
+result is bytes (``(char **value, size_t *len)``: bytes or None), a
+``(X, Xlen)`` pair such as ``(name, namelen)``, and ``(value, len)``, is one
+bytes argument, and every
 handle is an opaque ``Handle``. The module's constants are read from the
 built module itself, so the stubs list exactly what it has.
 
@@ -73,10 +73,6 @@ def split_param(p: str) -> Tuple[str, str]:
     return " ".join(m.group(1).split()).replace(" *", " *").strip(), m.group(2)
 
 
-# (pointer, length) parameter pairs that take one bytes argument.
-BYTES_PAIRS = {("name", "namelen"), ("key", "keylen"), ("value", "len")}
-
-
 def stub(ret: str, name: str, params: str, outs: Set[str]) -> str:
     args: List[str] = []
     results: List[str] = []
@@ -86,7 +82,7 @@ def stub(ret: str, name: str, params: str, outs: Set[str]) -> str:
         ctype, pname = split_param(plist[i])
         bare = ctype.replace("const ", "").replace(" ", "")
         after = split_param(plist[i + 1])[1] if i + 1 < len(plist) else ""
-        if bare == "char*" and (pname, after) in BYTES_PAIRS:
+        if bare == "char*" and (after == pname + "len" or (pname, after) == ("value", "len")):
             args.append(f"{pname}: bytes")
             i += 2
             continue
@@ -132,6 +128,12 @@ def functions(headers: List[str], interface: str) -> List[Tuple[str, str, str]]:
         for ret, name, params in re.findall(
                 r"^static\s+([\w\s\*]+?)\s*\b(\w+)\s*\(([^)]*)\)\s*\{", text, flags=re.M):
             found.append((ret, name, params))
+    # Helpers defined in py_helpers.h and declared in the interface body.
+    body = strip_comments(re.sub(r"%\{.*?%\}", "", interface, flags=re.S))
+    for ret, name, params in re.findall(
+            r"^((?:PyObject|hilock_\w+|int|void)\s*\*?)\s*\b(py_\w+)\s*\(([^)]*)\)\s*;",
+            body, flags=re.M):
+        found.append((ret, name, params))
     return found
 
 

@@ -12,7 +12,8 @@
  *                when a call has several); a (const char *, size_t *len)
  *                result is bytes, a (char **value, size_t *len) one bytes
  *                or None.
- *   names        (name, namelen), (key, keylen) and (value, len) take bytes.
+ *   names        (const char *name, size_t namelen) takes bytes, and so
+ *                do any (const char *X, size_t Xlen) pair and (value, len).
  *
  * The few helpers (here and in py_helpers.h) build option structs, read
  * Python sequences or route loss reports to Python;
@@ -42,6 +43,8 @@
 %nothreadallow _set_error_factory;
 %nothreadallow py_multilock_new;
 %nothreadallow py_redlock_new; /* releases the GIL itself around connecting */
+%nothreadallow py_inspect; /* these two release it around their round trips */
+%nothreadallow py_scan_next;
 
 %include "errors.i"
 
@@ -95,7 +98,7 @@ HILOCK_OUT(size_t, PyLong_FromSize_t)
 HILOCK_OUT(uint64_t, PyLong_FromUnsignedLongLong)
 %apply uint64_t *OUT { uint64_t *id };
 %apply int *OUT { int *owned, int *locked, int *deleted, int *writer,
-                  int *stored, int *n };
+                  int *stored, int *n, int *found };
 %apply int64_t *OUT { int64_t *count, int64_t *available, int64_t *readers,
                       int64_t *limit, int64_t *taken, int64_t *left,
                       int64_t *n };
@@ -109,7 +112,8 @@ HILOCK_OUT(uint64_t, PyLong_FromUnsignedLongLong)
 
 %apply (char *STRING, size_t LENGTH) { (const char *name, size_t namelen),
                                        (const char *key, size_t keylen),
-                                       (const char *value, size_t len) };
+                                       (const char *value, size_t len),
+                                       (const char *pattern, size_t patternlen) };
 
 /* A value that may be absent (the fenced store): bytes or None. */
 %typemap(in, numinputs=0) (char **value, size_t *len) (char *v = NULL, size_t n = 0) {
@@ -171,12 +175,13 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
                                     const char *certfile, const char *keyfile,
                                     const char *password, int cert_reqs,
                                     int check_hostname,
-                                    const char *server_name) {
+                                    const char *server_name,
+                                    const char *key_prefix) {
   hilock_options o;
   hilock_client *c = NULL;
   int rc;
   py_options(&o, connect_ms, ca_certs, ca_path, certfile, keyfile, password,
-             cert_reqs, check_hostname, server_name);
+             cert_reqs, check_hostname, server_name, key_prefix);
   o.command_timeout_ms = command_ms;
   o.reconnect_ms = reconnect_ms;
   o.shared_waiting = shared_waiting;
@@ -201,14 +206,15 @@ static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
                                       const char *certfile, const char *keyfile,
                                       const char *password, int cert_reqs,
                                       int check_hostname,
-                                      const char *server_name) {
+                                      const char *server_name,
+                                      const char *key_prefix) {
   hilock_redlock *rl = NULL;
   hilock_options o;
   py_strs u;
   int rc;
   if (py_strs_get(urls, &u, "node URL") != 0) return NULL;
   py_options(&o, connect_ms, ca_certs, ca_path, certfile, keyfile, password,
-             cert_reqs, check_hostname, server_name);
+             cert_reqs, check_hostname, server_name, key_prefix);
   Py_BEGIN_ALLOW_THREADS
   rc = hilock_redlock_new((const char *const *)u.p, u.n, name, namelen,
                           ttl_ms, &o, &rl);
@@ -222,16 +228,6 @@ static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
   py_ctor_failed(rc, rl ? hilock_hold_errmsg(HILOCK_HOLD(rl)) : NULL);
   hilock_hold_free(HILOCK_HOLD(rl));
   return NULL;
-}
-
-/* A fenced store (linger_ms 0 and max_value 0: the defaults). */
-static hilock_store *py_store_new(hilock_client *c, int64_t linger_ms,
-                                  size_t max_value) {
-  hilock_store_options o = {linger_ms, max_value};
-  hilock_store *s = NULL;
-  int rc = hilock_store_new(c, &o, &s);
-  if (rc != HILOCK_OK) py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
-  return s;
 }
 
 /* names: a sequence of bytes (the GIL is held: this reads Python
@@ -250,27 +246,30 @@ static hilock_multi_lock *py_multilock_new(hilock_client *c, PyObject *names,
 }
 %}
 
+/* A fenced store (linger_ms 0 and max_value 0: the defaults). */
+hilock_store *py_store_new(hilock_client *c, int64_t linger_ms, size_t max_value);
+
+/* Statistics and log records (hilock/stats.h); log records go to the pipe
+ * of python/hilock/_notify.py. */
+%nothreadallow py_client_stats;
+%nothreadallow py_redlock_stats;
+%nothreadallow py_stats_bounds;
+PyObject *py_client_stats(const hilock_client *c);
+PyObject *py_redlock_stats(const hilock_redlock *rl);
+PyObject *py_stats_bounds(void);
+int py_client_log(hilock_client *c, int on);
+int py_redlock_log(hilock_redlock *rl, int on);
+
+/* Inspection (hilock/inspect.h): a lock's state as a tuple; the walk's
+ * next (name, state) or None (py_helpers.h). */
+PyObject *py_inspect(hilock_client *c, const char *name, size_t namelen);
+PyObject *py_scan_next(hilock_scan *sc);
+
 /* Event loops (hilock/async.h): an operation's id is its result; the
  * data pointer is not for Python (the id finds the operation). */
 %typemap(in, numinputs=0) void *data { $1 = NULL; }
 %nothreadallow py_async_take;
-%inline %{
-/* Up to 64 finished operations as [(id, status, message, value), ...] (the GIL
- * is held: this makes Python objects; the caller takes until none is
- * left). */
-static PyObject *py_async_take(hilock_async *a) {
-  hilock_async_done d[64];
-  size_t n = hilock_async_take(a, d, 64);
-  PyObject *list = PyList_New(0);
-  for (size_t i = 0; list != NULL && i < n; i++) {
-    PyObject *t = Py_BuildValue("(Kiyi)", (unsigned long long)d[i].id,
-                                d[i].status, d[i].errmsg, d[i].value);
-    if (t == NULL || PyList_Append(list, t) != 0) Py_CLEAR(list);
-    Py_XDECREF(t);
-  }
-  return list;
-}
-%}
+PyObject *py_async_take(hilock_async *a); /* py_helpers.h */
 
 /* Replaced by the helpers above, or not for Python. */
 %ignore hilock_options;
@@ -285,14 +284,26 @@ static PyObject *py_async_take(hilock_async *a) {
 %ignore hilock__waiting_all;
 %ignore hilock_async_take;
 %ignore hilock_async_done;
+%ignore hilock_stats;
+%ignore hilock_histogram;
+%ignore hilock_log_fn;
+%ignore hilock_client_stats;
+%ignore hilock_redlock_stats;
+%ignore hilock_client_set_log;
+%ignore hilock_redlock_set_log;
 %ignore hilock_store_options;
 %ignore hilock_store_new;
 %ignore hilock_store_value_free;
+%ignore hilock_lock_info;
+%ignore hilock_client_inspect;
+%ignore hilock_scan_next;
+%ignore hilock_scan_client;
 
 #define HILOCK_API
 %include "hilock/errors.h"
 %include "hilock/version.h"
 %include "hilock/client.h"
+%include "hilock/stats.h"
 %include "hilock/hold.h"
 %include "hilock/lock.h"
 %include "hilock/rlock.h"
@@ -305,3 +316,4 @@ static PyObject *py_async_take(hilock_async *a) {
 %include "hilock/segmented_lock.h"
 %include "hilock/async.h"
 %include "hilock/store.h"
+%include "hilock/inspect.h"

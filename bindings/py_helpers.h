@@ -30,14 +30,88 @@ static void py_lost_notify(void *arg) {
   }
 }
 
+/* Log records (hilock/stats.h) take the same pipe: the marker -1, then
+ * the level, the lengths of the lock's name and of the message, and both,
+ * in one write of at most PIPE_BUF bytes (so records never interleave, and
+ * a full pipe drops a record whole). No GIL, no Python object: the reader
+ * thread of python/hilock/_notify.py hands them to logging. */
+#define PY_LOG_NAME_MAX 1024
+#define PY_LOG_HEAD 20 /* int64 marker, int32 level, uint32 x 2: "=qiII" */
+
+static void py_log(void *arg, int level, const char *lock, size_t locklen,
+                   const char *msg) {
+  char buf[PY_LOG_HEAD + PY_LOG_NAME_MAX + 256];
+  int64_t marker = -1;
+  int32_t lv = level;
+  uint32_t namelen, msglen;
+  size_t mlen = strlen(msg);
+  int fd = py_lost_fd;
+  (void)arg;
+  if (fd < 0) return;
+  if (locklen > PY_LOG_NAME_MAX) locklen = PY_LOG_NAME_MAX;
+  if (mlen > 255) mlen = 255;
+  namelen = (uint32_t)locklen;
+  msglen = (uint32_t)mlen;
+  memcpy(buf, &marker, 8);
+  memcpy(buf + 8, &lv, 4);
+  memcpy(buf + 12, &namelen, 4);
+  memcpy(buf + 16, &msglen, 4);
+  if (locklen > 0) memcpy(buf + PY_LOG_HEAD, lock, locklen);
+  memcpy(buf + PY_LOG_HEAD + locklen, msg, mlen);
+  while (write(fd, buf, PY_LOG_HEAD + locklen + mlen) < 0 && errno == EINTR) {
+  }
+}
+
+/* Counters as (counters..., (wait count, sum_us, [buckets]), (hold ...))
+ * for python/hilock/_stats.py (the GIL held: this makes Python objects). */
+static PyObject *py_hist(const hilock_histogram *h) {
+  PyObject *b = PyList_New(HILOCK_STATS_BUCKETS), *t;
+  if (b == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < HILOCK_STATS_BUCKETS; i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(h->buckets[i]);
+    if (v == NULL) {
+      Py_DECREF(b);
+      return NULL;
+    }
+    PyList_SET_ITEM(b, i, v);
+  }
+  t = Py_BuildValue("(KKN)", (unsigned long long)h->count,
+                    (unsigned long long)h->sum_us, b);
+  return t;
+}
+
+static PyObject *py_stats_tuple(int rc, const hilock_stats *s) {
+  PyObject *wait, *hold;
+  if (rc != HILOCK_OK) {
+    PyErr_SetString(PyExc_ValueError, "no statistics for a NULL handle");
+    return NULL;
+  }
+  wait = py_hist(&s->wait);
+  hold = wait != NULL ? py_hist(&s->hold) : NULL;
+  if (hold == NULL) {
+    Py_XDECREF(wait);
+    return NULL;
+  }
+  return Py_BuildValue(
+      "(KKKKKKKKKKKNN)", (unsigned long long)s->acquired,
+      (unsigned long long)s->busy, (unsigned long long)s->timeouts,
+      (unsigned long long)s->waits, (unsigned long long)s->errors,
+      (unsigned long long)s->lost, (unsigned long long)s->renewals,
+      (unsigned long long)s->renewal_failures,
+      (unsigned long long)s->reconnects, (unsigned long long)s->redirections,
+      (unsigned long long)s->failovers, wait, hold);
+}
+
 /* Options shared by clients and Redlocks (NULL strings and -1 ints: the
  * defaults). */
 static void py_options(hilock_options *o, int64_t connect_ms,
                        const char *ca_certs, const char *ca_path,
                        const char *certfile, const char *keyfile,
                        const char *password, int cert_reqs,
-                       int check_hostname, const char *server_name) {
+                       int check_hostname, const char *server_name,
+                       const char *key_prefix) {
   hilock_options_init(o);
+  o->key_prefix = key_prefix;
   o->connect_timeout_ms = connect_ms;
   o->interrupt = py_check_signals;
   o->ssl_ca_certs = ca_certs;
@@ -106,6 +180,110 @@ nomem:
   py_strs_free(v);
   py_ctor_failed(HILOCK_ENOMEM, NULL);
   return -1;
+}
+
+/* A fenced store (linger_ms 0 and max_value 0: the defaults). */
+static hilock_store *py_store_new(hilock_client *c, int64_t linger_ms,
+                                  size_t max_value) {
+  hilock_store_options o = {linger_ms, max_value};
+  hilock_store *s = NULL;
+  int rc = hilock_store_new(c, &o, &s);
+  if (rc != HILOCK_OK) py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
+  return s;
+}
+
+/* Inspection (hilock/inspect.h): a lock's state as a tuple (type name,
+ * held, holder, fence, ttl_ms, hold count, readers, writer, permits,
+ * permits used, permits free, waiters); the GIL is released around the
+ * round trip and held while the tuple is made. */
+static PyObject *py_info(const hilock_lock_info *i) {
+  size_t hl = i->holder_len < HILOCK_HOLDER_MAX ? i->holder_len : HILOCK_HOLDER_MAX;
+  return Py_BuildValue("(siy#KLLLiLLLL)", i->type_name, i->held, i->holder,
+                       (Py_ssize_t)hl, (unsigned long long)i->fence,
+                       (long long)i->ttl_ms, (long long)i->hold_count,
+                       (long long)i->readers, i->writer, (long long)i->permits,
+                       (long long)i->permits_used, (long long)i->permits_free,
+                       (long long)i->waiters);
+}
+
+static PyObject *py_inspect(hilock_client *c, const char *name,
+                            size_t namelen) {
+  hilock_lock_info i;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = hilock_client_inspect(c, name, namelen, &i);
+  Py_END_ALLOW_THREADS
+  if (rc != HILOCK_OK) {
+    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    return NULL;
+  }
+  return py_info(&i);
+}
+
+/* The walk's next (name, state), or None when it is over. */
+static PyObject *py_scan_next(hilock_scan *sc) {
+  hilock_lock_info i;
+  int rc, found = 0;
+  PyObject *info, *out;
+  const char *name;
+  size_t len;
+  Py_BEGIN_ALLOW_THREADS
+  rc = hilock_scan_next(sc, &i, &found);
+  Py_END_ALLOW_THREADS
+  if (rc != HILOCK_OK) {
+    hilock_client *c = hilock_scan_client(sc);
+    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    return NULL;
+  }
+  if (!found) Py_RETURN_NONE;
+  info = py_info(&i);
+  if (info == NULL) return NULL;
+  name = hilock_scan_name(sc, &len);
+  out = Py_BuildValue("(y#N)", name, (Py_ssize_t)len, info);
+  return out;
+}
+
+/* Up to 64 finished operations as [(id, status, message, value), ...] (the GIL
+ * is held: this makes Python objects; the caller takes until none is
+ * left). */
+static PyObject *py_async_take(hilock_async *a) {
+  hilock_async_done d[64];
+  size_t n = hilock_async_take(a, d, 64);
+  PyObject *list = PyList_New(0);
+  for (size_t i = 0; list != NULL && i < n; i++) {
+    PyObject *t = Py_BuildValue("(Kiyi)", (unsigned long long)d[i].id,
+                                d[i].status, d[i].errmsg, d[i].value);
+    if (t == NULL || PyList_Append(list, t) != 0) Py_CLEAR(list);
+    Py_XDECREF(t);
+  }
+  return list;
+}
+
+/* Statistics (hilock/stats.h) and the log callback's switch. */
+static PyObject *py_client_stats(const hilock_client *c) {
+  hilock_stats s;
+  return py_stats_tuple(hilock_client_stats(c, &s, sizeof(s)), &s);
+}
+static PyObject *py_redlock_stats(const hilock_redlock *rl) {
+  hilock_stats s;
+  return py_stats_tuple(hilock_redlock_stats(rl, &s, sizeof(s)), &s);
+}
+/* The buckets' upper bounds in us (the last one, open, left out). */
+static PyObject *py_stats_bounds(void) {
+  PyObject *list = PyList_New(0);
+  for (size_t i = 0; list != NULL && i + 1 < HILOCK_STATS_BUCKETS; i++) {
+    PyObject *v = PyLong_FromLongLong(hilock_stats_bucket_us(i));
+    if (v == NULL || PyList_Append(list, v) != 0) Py_CLEAR(list);
+    Py_XDECREF(v);
+  }
+  return list;
+}
+/* Log records go to the pipe of python/hilock/_notify.py. */
+static int py_client_log(hilock_client *c, int on) {
+  return hilock_client_set_log(c, on ? py_log : NULL, NULL);
+}
+static int py_redlock_log(hilock_redlock *rl, int on) {
+  return hilock_redlock_set_log(rl, on ? py_log : NULL, NULL);
 }
 
 #endif /* HILOCK_PY_HELPERS_H */

@@ -31,7 +31,8 @@ INCLUDE = ROOT / "core" / "include" / "hilock"
 # Reading order. hilock.h (the umbrella) and export.h (HILOCK_API) declare
 # nothing of their own; the index page names them.
 ORDER = ["hold", "client", "errors", "lock", "rlock", "semaphore", "fair_lock", "rwlock",
-         "multi_lock", "sequential_lock", "segmented_lock", "redlock", "async", "store", "version"]
+         "multi_lock", "sequential_lock", "segmented_lock", "redlock", "async", "inspect",
+         "store", "stats", "version"]
 NOTHING_TO_DECLARE = {"hilock", "export"}
 
 # Where the user manual covers a header's subject.
@@ -50,6 +51,8 @@ MANUAL = {
     "redlock": ("redlock.md", "Redlock"),
     "async": ("async.md", "Event loops"),
     "store": ("fencing.md", "Fenced data"),
+    "inspect": ("inspect.md", "Inspecting locks"),
+    "stats": ("observability.md", "Statistics and logging"),
 }
 
 

@@ -34,6 +34,31 @@ hilock_ensure_debs() {
   "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# hilock_ensure_valkey: valkey-server, the second server the suites run on.
+# Debian 12 has it in bookworm-backports (Valkey 8), added here if absent.
+hilock_ensure_valkey() {
+  command -v valkey-server >/dev/null 2>&1 && return 0
+  local sudo=() codename
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  if ! apt-cache policy valkey-server 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    if [ -n "$codename" ] && [ ! -e /etc/apt/sources.list.d/$codename-backports.sources ]; then
+      echo "adding $codename-backports for valkey-server"
+      printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$codename" | "${sudo[@]}" tee /etc/apt/sources.list.d/$codename-backports.sources >/dev/null
+    fi
+    "${sudo[@]}" apt-get update -q >/dev/null
+  fi
+  echo "installing Debian package: valkey-server"
+  "${sudo[@]}" apt-get install -y -q --no-install-recommends -t "$codename-backports" valkey-server \
+      >/dev/null 2>&1 ||
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends valkey-server >/dev/null
+  # The package starts a system service where systemd runs; the suites
+  # start their own servers.
+  "${sudo[@]}" systemctl disable --now valkey-server >/dev/null 2>&1 || true
+}
+
 # hilock_ensure_venv [extra pip packages...]
 hilock_ensure_venv() {
   local py=${PYTHON:-python3}
@@ -44,8 +69,9 @@ hilock_ensure_venv() {
   # mypy and ruff: the typing and lint checks; mkdocs and matplotlib: the
   # documentation site (tests/build_docs.sh).
   # uvloop: the asyncio tests run on its event loop too.
+  # prometheus_client: hilock.metrics (test_stats.py).
   local need=(pytest redis "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
-              uvloop "$@") missing=()
+              uvloop prometheus_client "$@") missing=()
   for p in "${need[@]}"; do
     # pip show takes a bare name: strip a version specifier.
     "$HILOCK_VENV/bin/python" -m pip show -q "${p%%[<>=!~]*}" >/dev/null 2>&1 || missing+=("$p")

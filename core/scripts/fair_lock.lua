@@ -8,6 +8,8 @@
 -- KEYS[5] tickets   ticket counter: request order, never reset
 -- KEYS[6] the prefix of the waiters' wake lists; a waiter's list is the
 --         prefix followed by its id (same hash tag, so the same slot)
+-- KEYS[7] the caller's own wake list (KEYS[6] followed by ARGV[2]): no key
+--         is built from ARGV here
 -- ARGV[1] op: 'acquire' (grant, or queue and heartbeat), 'try' (grant only
 --         if nobody waits), 'release', 'leave' (a waiter gives up), 'count'
 -- ARGV[2] waiter id, which becomes the owner token on a grant
@@ -26,23 +28,25 @@
 -- @include fence.lua
 -- @include wake.lua
 -- @include clock.lua
-local holder, fence_key, queue, beats, tickets, wake_prefix =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local holder, fence_key, queue, beats, tickets, wake_prefix, my_wake =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local op, me = ARGV[1], ARGV[2]
 
 local now = server_ms()
 
-local function drop(id)
-  redis.call('ZREM', queue, id)
-  redis.call('ZREM', beats, id)
-  redis.call('DEL', wake_prefix .. id)
+-- Remove a waiter and its wake list (the caller's is KEYS[7]; another's
+-- is named by its id as the queue holds it).
+local function drop(member, list)
+  redis.call('ZREM', queue, member)
+  redis.call('ZREM', beats, member)
+  redis.call('DEL', list)
 end
 
 -- Skip the dead: every waiter whose deadline has passed.
 local function purge()
   local dead = redis.call('ZRANGEBYSCORE', beats, '-inf', now)
   for _, id in ipairs(dead) do
-    drop(id)
+    drop(id, wake_prefix .. id)
   end
 end
 
@@ -57,21 +61,14 @@ local function head()
     if redis.call('ZSCORE', beats, first) then
       return first
     end
-    drop(first)
+    drop(first, wake_prefix .. first)
   end
 end
 
 -- The queue keys live as long as the latest heartbeat deadline, so a queue
 -- whose waiters all died lapses even if nobody calls again.
 local function settle()
-  local last = redis.call('ZRANGE', beats, -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', queue)
-    return
-  end
-  local ms = math.max(1, tonumber(last[2]) - now + 1000)
-  redis.call('PEXPIRE', queue, ms)
-  redis.call('PEXPIRE', beats, ms)
+  live_with(beats, now, {queue, beats})
 end
 
 -- If the lock is free, wake the head and nobody else: one element in its
@@ -84,20 +81,15 @@ local function wake_head()
   if h == nil or h == me then
     return
   end
-  local list = wake_prefix .. h
-  if redis.call('LLEN', list) == 0 then
-    redis.call('RPUSH', list, '1')
-  end
   local deadline = tonumber(redis.call('ZSCORE', beats, h))
-  redis.call('PEXPIRE', list, math.max(1, deadline - now + 1000))
-  ring(list)
+  wake_up(wake_prefix .. h, 1, math.max(1, deadline - now + 1000))
 end
 
 local function grant(ticket)
   -- INCR first: a damaged counter fails before the holder is written.
   local fence = next_fence(fence_key)
   redis.call('SET', holder, me, 'PX', ARGV[3])
-  drop(me)
+  drop(me, my_wake)
   settle()
   return {1, fence, ticket}
 end
@@ -134,7 +126,7 @@ if op == 'leave' then
     redis.call('DEL', holder)
     released = 1
   end
-  drop(me)
+  drop(me, my_wake)
   purge()
   settle()
   wake_head()

@@ -34,11 +34,7 @@ for i = 1, n do
     -- is free but of no use to us: hand the wake-up back.
     if woken > 0 and woken <= n and woken ~= i and
         redis.call('EXISTS', KEYS[woken]) == 0 then
-      if redis.call('LLEN', KEYS[n + woken]) == 0 then
-        redis.call('RPUSH', KEYS[n + woken], '1')
-      end
-      redis.call('PEXPIRE', KEYS[n + woken], 5000)
-      ring(KEYS[n + woken])
+      wake_one(KEYS[n + woken])
     end
     return {0, redis.call('PTTL', KEYS[i]), i}
   end

@@ -9,11 +9,7 @@ local out = {0}
 for i = 1, n do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
     redis.call('DEL', KEYS[i])
-    if redis.call('LLEN', KEYS[n + i]) == 0 then
-      redis.call('RPUSH', KEYS[n + i], '1')
-    end
-    redis.call('PEXPIRE', KEYS[n + i], 5000)
-    ring(KEYS[n + i])
+    wake_one(KEYS[n + i])
     out[1] = out[1] + 1
   else
     out[#out + 1] = i

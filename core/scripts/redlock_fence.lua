@@ -2,13 +2,10 @@
 -- lowers it).
 -- KEYS[1] fence counter. ARGV[1] the grant's fence.
 -- Returns the counter afterwards; an error if it holds no integer.
-local cur = redis.call('GET', KEYS[1])
-local n = 0
-if cur then
-  n = tonumber(cur)
-  if n == nil then
-    return redis.error_reply('ERR the fence counter holds no integer')
-  end
+-- @include fence.lua
+local n = stored_number(KEYS[1])
+if n == nil then
+  return redis.error_reply('ERR the fence counter holds no integer')
 end
 local want = tonumber(ARGV[1])
 if want > n then

@@ -23,9 +23,7 @@ local me = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local function refused(ms)
   if ARGV[3] == '1' then
-    redis.call('ZADD', KEYS[5], now + ttl, me)
-    local w = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', KEYS[5], tonumber(w[2]) - now)
+    wait_in(KEYS[5], me, now, ttl)
   end
   return {0, ms}
 end
@@ -44,16 +42,7 @@ if not cur and not writer and not redis.call('ZSCORE', KEYS[6], me) then
   end
 end
 local n = redis.call('HINCRBY', KEYS[2], me, 1)
-local exp = now + ttl
-if cur and tonumber(cur) > exp then
-  exp = tonumber(cur)
-end
-redis.call('ZADD', KEYS[1], exp, me)
--- Both keys live as long as the longest read hold.
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-local keep = tonumber(last[2]) - now
-redis.call('PEXPIRE', KEYS[1], keep)
-redis.call('PEXPIRE', KEYS[2], keep)
+keep_read(KEYS[1], KEYS[2], me, now, ttl)
 redis.call('ZREM', KEYS[5], me)
 redis.call('ZREM', KEYS[6], me)
 if ARGV[4] == 'woken' then

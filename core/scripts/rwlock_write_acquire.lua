@@ -52,9 +52,7 @@ if not wait and not turn then
 end
 if wait then
   if ARGV[3] == '1' then
-    redis.call('ZADD', KEYS[4], now + ttl, me)
-    local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', KEYS[4], tonumber(w[2]) - now)
+    wait_in(KEYS[4], me, now, ttl)
   end
   return {0, wait}
 end

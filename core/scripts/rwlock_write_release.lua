@@ -25,26 +25,19 @@ local now = purge_readers(KEYS[2], KEYS[3])
 for i = 4, 6 do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
 end
-local function wake(list, count)
-  for i = redis.call('LLEN', list) + 1, count do
-    redis.call('RPUSH', list, '1')
-  end
-  redis.call('PEXPIRE', list, 5000)
-  ring(list)
-end
 local writers = redis.call('ZCARD', KEYS[4]) > 0
 if redis.call('ZCARD', KEYS[5]) > 0 then
   redis.call('ZUNIONSTORE', KEYS[6], 2, KEYS[6], KEYS[5], 'AGGREGATE', 'MAX')
   redis.call('DEL', KEYS[5])
   local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
   redis.call('PEXPIRE', KEYS[6], tonumber(last[2]) - now)
-  wake(KEYS[7], redis.call('ZCARD', KEYS[6]))
+  wake_n(KEYS[7], redis.call('ZCARD', KEYS[6]))
   -- A waiting writer learns that it now waits for the admitted readers
   -- (bounded by their expiry, should one of them never come).
   if writers then
-    wake(KEYS[8], 1)
+    wake_n(KEYS[8], 1)
   end
 elseif writers and redis.call('ZCARD', KEYS[2]) == 0 then
-  wake(KEYS[8], 1)
+  wake_n(KEYS[8], 1)
 end
 return 0

@@ -26,10 +26,6 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   end
 end
 if wake then
-  for i = redis.call('LLEN', wake) + 1, count do
-    redis.call('RPUSH', wake, '1')
-  end
-  redis.call('PEXPIRE', wake, 5000)
-  ring(wake)
+  wake_n(wake, count)
 end
 return 1

@@ -87,12 +87,7 @@ local function notify_after(s)
   if id == nil then
     return
   end
-  local list = wake_key(ns)
-  if redis.call('LLEN', list) == 0 then
-    redis.call('RPUSH', list, '1')
-  end
-  redis.call('PEXPIRE', list, math.max(1, expiry(id) - now + 1000))
-  ring(list)
+  wake_up(wake_key(ns), 1, math.max(1, expiry(id) - now + 1000))
 end
 
 -- Drop every entry whose session has expired (and a grant whose entry is
@@ -118,15 +113,7 @@ end
 -- The keys live as long as the latest session, so a lock whose contenders
 -- all died lapses even if nobody calls again.
 local function settle()
-  local last = redis.call('ZRANGE', session, -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', queue, holder)
-    return
-  end
-  local ms = math.max(1, tonumber(last[2]) - now + 1000)
-  redis.call('PEXPIRE', queue, ms)
-  redis.call('PEXPIRE', session, ms)
-  redis.call('PEXPIRE', holder, ms)
+  live_with(session, now, {queue, session, holder})
 end
 
 local function grant(s)

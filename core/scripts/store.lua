@@ -8,13 +8,10 @@
 -- Returns {0, record} when a higher fence has touched the key (refused:
 -- nothing changed), else {1, result}; fence returns {1, record} (0: none).
 -- @once: an increment must not be sent twice.
-local rec = redis.call('GET', KEYS[2])
-local last = 0
-if rec then
-  last = tonumber(rec)
-  if last == nil then
-    return redis.error_reply('WRONGTYPE the fence record holds no number')
-  end
+-- @include fence.lua
+local last = stored_number(KEYS[2])
+if last == nil then
+  return redis.error_reply('WRONGTYPE the fence record holds no number')
 end
 local op = ARGV[1]
 if op == 'fence' then

@@ -58,6 +58,8 @@ typedef struct op {
   int read;            /* a read-write lock's read side */
   int queue;           /* the caller would wait (a queue family queues) */
   int begun, ended;    /* the spec's begin ran; its end (leave) ran */
+  int waited;          /* it slept at least once (statistics) */
+  int64_t wait_start_us; /* when its first refused attempt began */
   int no_hub;          /* timer only: 1 the client cannot wait on the hub,
                           2 the lock has no wake list (Redlock) */
   hilock__hub_ticket *t;
@@ -227,6 +229,8 @@ static int acquire_over(op *o, int status) {
       status = hilock__spec_end(&o->spec, o->queue, status);
     else if (o->spec.done != NULL)
       status = o->spec.done(o->spec.arg, status);
+    hilock__stat_acquire(o->h->rt, status, o->ms, o->wait_start_us,
+                         o->waited);
   }
   hilock__call_end(outer);
   return status;
@@ -300,6 +304,8 @@ static int step_acquire(op *o) {
    * with no expiry (-1) is looked at again at least every 30 s. */
   bound = pttl >= 0 ? pttl + 1 : 30000;
   if (left < bound) bound = left;
+  if (!o->waited) o->wait_start_us = tried_us;
+  o->waited = 1;
   rc = sleep_on(o, bound, tried_us);
   return rc != 0 ? acquire_over(o, rc) : GOING_ON;
 }
@@ -343,7 +349,14 @@ static void *worker(void *arg) {
       hilock__caller_set(o->caller);
       status = o->kind == OP_ACQUIRE ? step_acquire(o) : run_call(o);
       pthread_mutex_lock(&a->mu);
-      if (o->kind == OP_ACQUIRE && status != GOING_ON && o->cancelled &&
+      if (status == GOING_ON) {
+        /* Back to waiting: the op is no longer this worker's. Another
+         * worker may already run it (rung while it joined, or its timer
+         * due at once), or have finished it and the loop freed it. */
+        hilock__caller_set(0);
+        continue;
+      }
+      if (o->kind == OP_ACQUIRE && o->cancelled &&
           status != HILOCK_ECANCELED) {
         /* Cancelled as the attempt ended: checked under the lock that
          * hilock_async_cancel takes, so no cancel comes after this. */
@@ -352,11 +365,9 @@ static void *worker(void *arg) {
         pthread_mutex_lock(&a->mu);
       }
       hilock__caller_set(0);
-      if (status != GOING_ON) {
-        free(o->wkey);
-        o->wkey = NULL;
-        finish(a, o, status);
-      }
+      free(o->wkey);
+      o->wkey = NULL;
+      finish(a, o, status);
       continue;
     }
     if (a->stop) break;

@@ -26,6 +26,7 @@ void hilock_options_init(hilock_options *opts) {
   opts->ssl_check_hostname = 1;
   opts->ssl_server_name = NULL;
   opts->shared_waiting = 1;
+  opts->key_prefix = NULL;
 }
 
 int hilock_client_waiting(const hilock_client *c) {
@@ -479,7 +480,8 @@ int hilock_client_new(const char *url, const hilock_options *opts,
                              "command_timeout_ms)");
     c->rt.opts = *opts;
   }
-  rc = hilock__token(c->id, hilock__client_err(c));
+  rc = hilock__runtime_prefix(&c->rt, hilock__client_err(c));
+  if (rc == HILOCK_OK) rc = hilock__token(c->id, hilock__client_err(c));
   if (rc != HILOCK_OK) return rc;
   rc = hilock__url_parse(url, &c->url, hilock__client_err(c));
   if (rc == HILOCK_OK) rc = hilock__tls_for(&c->rt.opts, &c->url, &c->tls,
@@ -588,15 +590,9 @@ hilock__err *hilock__client_err(hilock_client *c) {
 }
 
 const char *hilock_client_errmsg(const hilock_client *c) {
-  const hilock__err *e;
-  if (c == NULL) return "client is NULL";
-  e = hilock__tl_err(c, c->serial, 0);
-  return e != NULL ? e->msg : "";
+  return c != NULL ? hilock__tl_msg(c, c->serial) : "client is NULL";
 }
 
 int hilock_client_errcode(const hilock_client *c) {
-  const hilock__err *e;
-  if (c == NULL) return HILOCK_EINVAL;
-  e = hilock__tl_err(c, c->serial, 0);
-  return e != NULL ? e->code : HILOCK_OK;
+  return c != NULL ? hilock__tl_code(c, c->serial) : HILOCK_EINVAL;
 }

@@ -83,6 +83,16 @@ hilock__err *hilock__tl_err(const void *obj, uint64_t serial, int create) {
   return &s->err;
 }
 
+const char *hilock__tl_msg(const void *obj, uint64_t serial) {
+  const hilock__err *e = hilock__tl_err(obj, serial, 0);
+  return e != NULL ? e->msg : "";
+}
+
+int hilock__tl_code(const void *obj, uint64_t serial) {
+  const hilock__err *e = hilock__tl_err(obj, serial, 0);
+  return e != NULL ? e->code : HILOCK_OK;
+}
+
 static int has_prefix(const char *text, size_t len, const char *prefix) {
   size_t n = strlen(prefix);
   return len >= n && memcmp(text, prefix, n) == 0 &&
@@ -111,10 +121,11 @@ int hilock__reply_error(hilock__err *e, const char *text, size_t len) {
                            "a redis+cluster:// URL)",
                            (int)(len > 160 ? 160 : len), text);
   } else if (len >= 4 && memcmp(text, "ERR ", 4) == 0 &&
-             memmem(text, len, "The user executing the script can't", 35) !=
-                 NULL) {
-    /* An ACL refusal inside a script (Redis 7.0 words it so; later
-     * versions say NOPERM): a command, key or channel the user lacks. */
+             (memmem(text, len, "The user executing the script can't", 35) !=
+                  NULL ||
+              memmem(text, len, "ACL failure in script", 21) != NULL)) {
+    /* An ACL refusal inside a script: a command, key or channel the user
+     * lacks (Redis 7.0 words it the first way, Valkey 8 the second). */
     code = HILOCK_ENOPERM;
   } else if (len >= 4 && memcmp(text, "ERR ", 4) == 0 &&
              memmem(text, len, "max number of clients", 21) != NULL) {

@@ -45,34 +45,26 @@ static int fair_lock_new(hilock_client *client, const char *name,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  fl = calloc(1, sizeof(*fl));
-  if (fl == NULL) return HILOCK_ENOMEM;
-  for (int i = 0; i < NKEYS; i++) {
-    fl->keys[i] = hilock__key(name, namelen, roles[i], &fl->keylens[i]);
-    if (fl->keys[i] == NULL) {
-      fair_destroy(fl);
-      return HILOCK_ENOMEM;
-    }
-  }
-  fl->wkeylen = fl->keylens[K_WAKE] + HILOCK__TOKEN_LEN;
-  fl->wkey = malloc(fl->wkeylen + 1);
-  if (fl->wkey == NULL) {
+  fl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*fl), &rc);
+  if (fl == NULL) return rc;
+  if (hilock__keys(&client->rt, name, namelen, roles, NKEYS, fl->keys, fl->keylens) !=
+          HILOCK_OK ||
+      (fl->wkey = malloc(fl->keylens[K_WAKE] + HILOCK__TOKEN_LEN + 1)) ==
+          NULL) {
     fair_destroy(fl);
     return HILOCK_ENOMEM;
   }
+  fl->wkeylen = fl->keylens[K_WAKE] + HILOCK__TOKEN_LEN;
   memcpy(fl->wkey, fl->keys[K_WAKE], fl->keylens[K_WAKE]);
   fl->wkey[fl->wkeylen] = '\0';
   fl->beat_ms = hilock__beat_default(ttl_ms, HILOCK_FAIR_HEARTBEAT_MIN_MS,
                                      HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS);
   /* Renewal and extend use the lock family's script: the holder key is a
    * string holding the owner token, as there. */
-  hilock__hold_init(&fl->h, client, fl->keys[K_HOLDER], fl->keylens[K_HOLDER],
-                    &hilock__script_lock_extend, ttl_ms);
-  fl->h.fam = &family;
-  fl->h.close_run = run_release; /* closing the client releases it */
-  fl->h.close_arg = fl;
+  hilock__hold_init_family(&fl->h, client, fl->keys[K_HOLDER],
+                           fl->keylens[K_HOLDER],
+                           &hilock__script_lock_extend, ttl_ms, &family,
+                           run_release, fl);
   *out = fl;
   return HILOCK_OK;
 }
@@ -107,10 +99,25 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   int how = op[0] == 'a' || op[0] == 't' ? HILOCK__RUN_GRANT
             : op[0] == 'r' || op[0] == 'l' ? HILOCK__RUN_WAKES
                                            : 0;
-  return hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock,
-                               how, NKEYS,
-                               (const char **)fl->keys, fl->keylens, 5, args,
-                               arglens, out);
+  /* KEYS[7]: the caller's own wake list, so the script builds no key
+   * from ARGV. */
+  const char *keys[NKEYS + 1];
+  size_t keylens[NKEYS + 1];
+  char *own = malloc(fl->keylens[K_WAKE] + idlen + 1);
+  int rc;
+  if (own == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  memcpy(own, fl->keys[K_WAKE], fl->keylens[K_WAKE]);
+  memcpy(own + fl->keylens[K_WAKE], id, idlen);
+  for (int i = 0; i < NKEYS; i++) {
+    keys[i] = fl->keys[i];
+    keylens[i] = fl->keylens[i];
+  }
+  keys[NKEYS] = own;
+  keylens[NKEYS] = fl->keylens[K_WAKE] + idlen;
+  rc = hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock, how,
+                             NKEYS + 1, keys, keylens, 5, args, arglens, out);
+  free(own);
+  return rc;
 }
 
 /* One attempt: grant, or (queueing) refresh our place and heartbeat. When
@@ -159,14 +166,7 @@ static int attempt(void *arg, int64_t *bound) {
  * waiter id (the owner token if granted). */
 static int begin(void *arg, int queue) {
   hilock_fair_lock *fl = arg;
-  hilock__hold *h = &fl->h;
-  int rc;
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
-    return hilock__set_err(&h->err, HILOCK_EINVAL,
-                           "this handle already holds the lock; release it "
-                           "first (the lock is not reentrant)");
-  hilock__hold_drop(h);
-  rc = hilock__token(fl->waiter, &h->err);
+  int rc = hilock__queue_begin(&fl->h, fl->waiter);
   if (rc != HILOCK_OK) return rc;
   memcpy(fl->wkey + fl->keylens[K_WAKE], fl->waiter, HILOCK__TOKEN_LEN);
   fl->ticket = 0;
@@ -186,40 +186,18 @@ static void leave(void *arg) {
   if (fl->h.held) hilock__hold_drop(&fl->h);
 }
 
-static void acquire_spec(void *arg, hilock__acquire_spec *s) {
-  hilock_fair_lock *fl = arg;
-  hilock__spec_queue(s, begin, attempt, leave, fl, &fl->wkey, &fl->wkeylen);
-}
-
-int hilock_fair_lock_try_acquire(hilock_fair_lock *fl) {
-  return fl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&fl->h, 0);
-}
-
-int hilock_fair_lock_acquire(hilock_fair_lock *fl, int64_t wait_ms) {
-  return fl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&fl->h, wait_ms);
-}
+HILOCK__QUEUE_VERBS(hilock_fair_lock)
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_fair_lock *fl = arg;
   return run(fl, e, "release", fl->h.owner, fl->h.ownerlen, r);
 }
 
-int hilock_fair_lock_release(hilock_fair_lock *fl) {
-  if (fl == NULL) return HILOCK_EINVAL;
-  return hilock__hold_release_reply(&fl->h, run_release, fl, 1,
-                                    "the lock expired or another owner holds it; "
-                                    "nothing was deleted");
-}
+HILOCK__RELEASE_VERB(hilock_fair_lock, 1,
+                     "the lock expired or another owner holds it; "
+                     "nothing was deleted")
 
-int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms, int replace) {
-  if (fl == NULL) return HILOCK_EINVAL;
-  return hilock__hold_extend(&fl->h, ms, replace);
-}
-
-int hilock_fair_lock_renew(hilock_fair_lock *fl) {
-  if (fl == NULL) return HILOCK_EINVAL;
-  return hilock__hold_extend(&fl->h, fl->h.ttl_ms, 1);
-}
+HILOCK__HOLD_EXTEND_VERBS(hilock_fair_lock)
 
 
 
@@ -260,10 +238,7 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
 
 static int release_fn(void *x) { return hilock_fair_lock_release(x); }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_fair_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_fair_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_fair_lock)
 
 static const hilock__family family = {
     .free = fam_free, .acquire_spec = acquire_spec, .release = release_fn,

@@ -152,6 +152,7 @@ int hilock__hold_check(hilock__hold *h, const char *verb) {
 int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   hilock__runtime *rt = h->rt;
   int closed;
+  hilock__stat(rt, HILOCK__ST_ACQUIRED);
   pthread_mutex_lock(&rt->wd.mu);
   if (!h->held || h->lost) h->since_us = start_us;
   h->held = 1;
@@ -187,12 +188,18 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
 }
 
 void hilock__hold_drop(hilock__hold *h) {
+  int lost = 1;
   hilock__renewal_cancel(h);
-  if (h->live) {
+  if (h->live || h->held) {
     pthread_mutex_lock(&h->rt->wd.mu);
-    live_unlink(&h->rt->wd, h);
+    if (h->live) live_unlink(&h->rt->wd, h);
+    lost = h->lost;
     pthread_mutex_unlock(&h->rt->wd.mu);
   }
+  /* A grant that ends here, not lost: its hold time. */
+  if (h->held && !lost && h->since_us > 0)
+    hilock__stat_time(&h->rt->stats.hold, hilock__now_us() - h->since_us);
+  h->since_us = 0;
   h->held = 0;
   h->owner[0] = '\0';
   h->ownerlen = 0;
@@ -210,10 +217,17 @@ void hilock__hold_forget_live(hilock__runtime *rt) {
 }
 
 void hilock__hold_lost(hilock__hold *h) {
+  int found;
   hilock__renewal_cancel(h);
   pthread_mutex_lock(&h->rt->wd.mu);
+  found = h->held && !h->lost;
   h->lost = 1;
   pthread_mutex_unlock(&h->rt->wd.mu);
+  if (found) {
+    hilock__stat(h->rt, HILOCK__ST_LOST);
+    hilock__log(h->rt, HILOCK_LOG_ERROR, h->rkey, h->rkeylen,
+                "lock lost: the server no longer holds it for this owner");
+  }
 }
 
 void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms) {

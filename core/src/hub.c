@@ -277,8 +277,14 @@ static void *hub_main(void *arg) {
   while (!h->stop && !h->disabled) {
     if (h->net == NULL && !h->reading) {
       hilock__net *n;
+      int again = h->connected;
       pthread_mutex_unlock(&h->mu);
       n = hub_connect(c);
+      if (n != NULL && again) {
+        hilock__stat(&c->rt, HILOCK__ST_RECONNECTS);
+        hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0,
+                    "shared waiting: subscriber connection replaced");
+      }
       pthread_mutex_lock(&h->mu);
       if (n == NULL) {
         /* Waiters sleep out their own bounds meanwhile. */

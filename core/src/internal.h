@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -36,6 +37,10 @@ uint64_t hilock__serial(void);
 /* The calling thread's error slot for obj (NULL if it has none and create
  * is 0). */
 hilock__err *hilock__tl_err(const void *obj, uint64_t serial, int create);
+/* The calling thread's last message and status on obj ("" and HILOCK_OK
+ * when it has had no failure there). */
+const char *hilock__tl_msg(const void *obj, uint64_t serial);
+int hilock__tl_code(const void *obj, uint64_t serial);
 /* Map a Redis error reply to a status, copying Redis's text into e. */
 int hilock__reply_error(hilock__err *e, const char *text, size_t len);
 
@@ -270,6 +275,58 @@ typedef struct hilock__hub {
   hilock__net *net; /* the subscriber connection */
 } hilock__hub;
 
+/* ## Statistics and log (stats.c) ----------------------------------------
+ * Counted in the shared layer (hold.c, wait.c, async.c, renewal.c,
+ * route.c, hub.c; the families' one-shot attempts) with relaxed atomic
+ * increments; the log callback is called with no mutex of the runtime or
+ * client held. */
+enum {
+  HILOCK__ST_ACQUIRED,
+  HILOCK__ST_BUSY,
+  HILOCK__ST_TIMEOUTS,
+  HILOCK__ST_WAITS,
+  HILOCK__ST_ERRORS,
+  HILOCK__ST_LOST,
+  HILOCK__ST_RENEWALS,
+  HILOCK__ST_RENEWAL_FAILURES,
+  HILOCK__ST_RECONNECTS,
+  HILOCK__ST_REDIRECTIONS,
+  HILOCK__ST_FAILOVERS,
+  HILOCK__ST_N
+};
+
+typedef struct hilock__hist {
+  _Atomic uint64_t sum_us;
+  _Atomic uint64_t b[HILOCK_STATS_BUCKETS];
+} hilock__hist;
+
+typedef struct hilock__stats {
+  _Atomic uint64_t n[HILOCK__ST_N];
+  hilock__hist wait, hold;
+} hilock__stats;
+
+struct hilock__runtime;
+/* Count one event of kind HILOCK__ST_*. */
+void hilock__stat(struct hilock__runtime *rt, int kind);
+/* A time into a histogram. */
+void hilock__stat_time(hilock__hist *hist, int64_t us);
+/* The end of one acquire call with status rc: wait_ms its wait (0: one
+ * attempt), start_us when it began, waited: it slept at least once.
+ * Counts busy, timeouts, errors, waits and the wait time; returns rc. */
+int hilock__stat_acquire(struct hilock__runtime *rt, int rc, int64_t wait_ms,
+                         int64_t start_us, int waited);
+/* A one-shot attempt's status rc (a try_acquire): counted as an acquire
+ * without waiting; returns rc. */
+int hilock__stat_try(struct hilock__runtime *rt, int rc);
+/* A record for the runtime's log callback, if it has one (lock: a key, of
+ * which the name in its hash tag is reported; NULL: none). printf-style. */
+void hilock__log(struct hilock__runtime *rt, int level, const char *lock,
+                 size_t locklen, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
 /* ## Runtime (runtime.c) -------------------------------------------------
  * What every front end shares besides its connections: its options
  * (timeouts, the interrupt hook), the renewal thread and the grants it
@@ -292,11 +349,20 @@ typedef struct hilock__runtime {
   hilock__watchdog wd;
   struct hilock_client *client; /* the client it is part of; NULL: bare */
   struct hilock__runtime *reg_prev, *reg_next; /* the fork registry */
+  hilock__stats stats;
+  hilock_log_fn log_fn; /* and log_arg: guarded by mu */
+  void *log_arg;
+  char prefix[HILOCK_KEY_PREFIX_MAX + 1]; /* of every key (key_prefix) */
+  size_t prefixlen;
 } hilock__runtime;
 
 /* Initialise rt (options: the defaults) and enter it in the registry;
  * client: the client it is part of, or NULL. -1 out of memory. */
 int hilock__runtime_init(hilock__runtime *rt, struct hilock_client *client);
+/* Take opts.key_prefix (NULL or "": "hilock:") as rt's key prefix, and
+ * forget the caller's pointer. HILOCK_EINVAL (in e) if it is too long or
+ * holds a brace. */
+int hilock__runtime_prefix(hilock__runtime *rt, hilock__err *e);
 /* Stop its renewal thread, leave the registry, free what it owns. */
 void hilock__runtime_destroy(hilock__runtime *rt);
 /* 1 if options are valid (timeouts >= 0, connect >= 1 ms, ...). */
@@ -694,6 +760,69 @@ int hilock__rwlock_spec(struct hilock_rwlock *rw, int read,
                         hilock__acquire_spec *s);
 /* The blocking acquire of a hold whose family has a spec. */
 int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
+/* The verbs a family writes alike, for its handle type (its hold h first,
+ * its wake list in wkey, wkeylen) and the file's static attempt (and, for a
+ * queue family, begin and leave), each defining type_verb:
+ *   HILOCK__ACQUIRE_VERB       acquire: hilock__hold_acquire on the spec;
+ *   HILOCK__TRY_ACQUIRE_AND_SPEC  try_acquire (one counted attempt) and the file's
+ *                              static acquire_spec (hilock__spec);
+ *   HILOCK__ATTEMPT_VERBS      both of these;
+ *   HILOCK__QUEUE_VERBS        a queue family's acquire_spec
+ *                              (hilock__spec_queue), try_acquire (an
+ *                              acquire that does not wait) and acquire;
+ *   HILOCK__HOLD_EXTEND_VERBS  extend and renew by hilock__hold_extend;
+ *   HILOCK__RELEASE_VERB       release: the file's static run_release through
+ *                              hilock__hold_release_reply (array, and the
+ *                              message when it was not owned, as there). */
+#define HILOCK__ACQUIRE_VERB(type)                                            \
+  int type##_acquire(type *lk, int64_t wait_ms) {                             \
+    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, wait_ms); \
+  }
+#define HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                    \
+  int type##_try_acquire(type *lk) {                                          \
+    int64_t pttl;                                                             \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__stat_try(lk->h.rt, attempt(lk, &pttl));                    \
+  }                                                                           \
+  static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
+    type *lk = arg;                                                           \
+    hilock__spec(sp, attempt, lk, &lk->wkey, &lk->wkeylen);                   \
+  }
+#define HILOCK__ATTEMPT_VERBS(type)                                           \
+  HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                          \
+  HILOCK__ACQUIRE_VERB(type)
+#define HILOCK__QUEUE_VERBS(type)                                             \
+  static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
+    type *lk = arg;                                                           \
+    hilock__spec_queue(sp, begin, attempt, leave, lk, &lk->wkey,              \
+                       &lk->wkeylen);                                         \
+  }                                                                           \
+  int type##_try_acquire(type *lk) {                                          \
+    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, 0);      \
+  }                                                                           \
+  HILOCK__ACQUIRE_VERB(type)
+/* The extend and renew entries of a family's table (hilock__family): static
+ * extend_fn and renew_fn, calling type_extend and type_renew. */
+#define HILOCK__EXTEND_ADAPTERS(type)                                         \
+  static int extend_fn(void *x, int64_t ms, int replace) {                    \
+    return type##_extend(x, ms, replace);                                     \
+  }                                                                           \
+  static int renew_fn(void *x) { return type##_renew(x); }
+#define HILOCK__RELEASE_VERB(type, array, notowned)                           \
+  int type##_release(type *lk) {                                              \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_release_reply(&lk->h, run_release, lk, array,         \
+                                      notowned);                              \
+  }
+#define HILOCK__HOLD_EXTEND_VERBS(type)                                       \
+  int type##_extend(type *lk, int64_t ms, int replace) {                      \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_extend(&lk->h, ms, replace);                          \
+  }                                                                           \
+  int type##_renew(type *lk) {                                                \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_extend(&lk->h, lk->h.ttl_ms, 1);                      \
+  }
 /* For the attempt in progress on this thread: 0 (first attempt, or no
  * wake-up), 1 (a wake-up was taken for it) or 2 (rung: it must take it). */
 int hilock__attempt_woken(void);
@@ -713,6 +842,18 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
  * hilock__beat_bound gives that sleep for hilock__acquire_loop. */
 int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms);
 int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms);
+/* The start of a queue family's acquire on hold h: HILOCK_EINVAL if the
+ * handle still holds its grant (these locks are not reentrant), else drop
+ * the last grant and draw the acquire's waiter id (the owner token if it is
+ * granted) into id. */
+int hilock__queue_begin(struct hilock__hold *h, char *id);
+/* After an extend or renew script whose status *rc is HILOCK_ENOREPLICAS
+ * (callers test that first, since r is valid only then) and whose reply r
+ * says it extended (done): 1 if it was extended on the master only (r is
+ * freed, the validity must not be extended, *rc is to be reported); else
+ * 0, with *rc turned into HILOCK_OK: a refusal, which the reply tells
+ * (family.c). */
+int hilock__extended_unacked(int *rc, redisReply *r, int done);
 
 /* ## Holds and renewal ---------------------------------------------------- */
 
@@ -868,9 +1009,30 @@ int hilock__check_ttl(hilock__err *e, int64_t ms);
  * error (HILOCK_EINVAL for a NULL client, without a message). */
 int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms);
-/* malloc'd key for name and role; NULL on out of memory. */
-char *hilock__key(const char *name, size_t len, const char *role,
-                  size_t *outlen);
+/* The same with the family's own check of its other arguments (check(e,
+ * arg): HILOCK_OK, or the error set in e; NULL: none), made after the
+ * name's and before the TTL's; has_ttl = 0: no TTL to check (a simple
+ * lock). */
+int hilock__new_check_with(hilock_client *client, const char *name,
+                           size_t namelen, int has_ttl, int64_t ttl_ms,
+                           int (*check)(hilock__err *e, const void *arg),
+                           const void *arg);
+/* The start of a family's constructor: hilock__new_check, then a zeroed
+ * handle of size bytes; NULL with *rc the error if either fails
+ * (family.c). */
+void *hilock__new_handle(hilock_client *client, const char *name,
+                         size_t namelen, int64_t ttl_ms, size_t size,
+                         int *rc);
+/* malloc'd key <prefix>{name}:role (the prefix is rt's); NULL on out of
+ * memory. */
+char *hilock__key(const hilock__runtime *rt, const char *name, size_t len,
+                  const char *role, size_t *outlen);
+/* keys[i] = hilock__key(rt, name, len, roles[i], &keylens[i]) for i < n:
+ * HILOCK_OK, or HILOCK_ENOMEM with the keys made so far left for the
+ * caller to free (the others NULL if keys came zeroed). */
+int hilock__keys(const hilock__runtime *rt, const char *name, size_t len,
+                 const char *const *roles, int n, char **keys,
+                 size_t *keylens);
 /* Decimal text of v in buf (>= 24 bytes); returns length. */
 size_t hilock__i64(char *buf, int64_t v);
 
@@ -903,6 +1065,9 @@ typedef struct hilock__family {
    * names its own (see hilock__caller). */
   int by_caller;
 } hilock__family;
+
+/* A family's script run on its handle (arg): the reply in *r. */
+typedef int (*hilock__run_fn)(void *arg, hilock__err *e, redisReply **r);
 
 typedef struct hilock__hold {
   hilock__err err; /* the handle's last error */
@@ -972,6 +1137,13 @@ void hilock__hold_init_rt(hilock__hold *h, hilock__runtime *rt,
                           const char *rkey, size_t rkeylen,
                           const hilock__script *renew_script, int64_t ttl_ms);
 void hilock__hold_destroy(hilock__hold *h);
+/* hilock__hold_init for a family's handle: its table fam, and the release
+ * a closing client runs, close_run(handle) (family.c). */
+void hilock__hold_init_family(hilock__hold *h, hilock_client *c,
+                              const char *rkey, size_t rkeylen,
+                              const hilock__script *renew_script,
+                              int64_t ttl_ms, const hilock__family *fam,
+                              hilock__run_fn close_run, void *handle);
 /* Where a failed call on the handle records its error for the caller: the
  * hold's err, or for a handle threads share the calling thread's slot. */
 hilock__err *hilock__hold_err(hilock__hold *h);

@@ -22,28 +22,20 @@ static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int lock_new(hilock_client *client, const char *name, size_t namelen,
                     hilock_lock_kind kind, int64_t ttl_ms, hilock_lock **out) {
-  hilock__err tmp;
   hilock_lock *l;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK && kind != HILOCK_LOCK_SIMPLE)
-    rc = hilock__check_ttl(&tmp, ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->rt.closed)
-    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check_with(client, name, namelen,
+                              kind != HILOCK_LOCK_SIMPLE, ttl_ms, NULL, NULL);
+  if (rc != HILOCK_OK) return rc;
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;
-  l->key = hilock__key(name, namelen, "lock", &l->keylen);
-  l->fkey = hilock__key(name, namelen, "fence", &l->fkeylen);
-  l->wkey = hilock__key(name, namelen, "wake", &l->wkeylen);
+  l->key = hilock__key(&client->rt, name, namelen, "lock", &l->keylen);
+  l->fkey = hilock__key(&client->rt, name, namelen, "fence", &l->fkeylen);
+  l->wkey = hilock__key(&client->rt, name, namelen, "wake", &l->wkeylen);
   if (l->key == NULL || l->fkey == NULL || l->wkey == NULL) {
     free(l->key);
     free(l->fkey);
@@ -51,12 +43,10 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
     free(l);
     return HILOCK_ENOMEM;
   }
-  hilock__hold_init(&l->h, client, l->key, l->keylen,
-                    &hilock__script_lock_extend,
-                    kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms);
-  l->h.fam = &family;
-  l->h.close_run = run_release; /* closing the client releases it */
-  l->h.close_arg = l;
+  hilock__hold_init_family(&l->h, client, l->key, l->keylen,
+                           &hilock__script_lock_extend,
+                           kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms, &family,
+                           run_release, l);
   *out = l;
   return HILOCK_OK;
 }
@@ -130,20 +120,7 @@ static int attempt(void *arg, int64_t *pttl) {
                              l, "acquire script");
 }
 
-int hilock_lock_try_acquire(hilock_lock *l) {
-  int64_t pttl;
-  if (l == NULL) return HILOCK_EINVAL;
-  return attempt(l, &pttl);
-}
-
-static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
-  hilock_lock *l = arg;
-  hilock__spec(sp, attempt, l, &l->wkey, &l->wkeylen);
-}
-
-int hilock_lock_acquire(hilock_lock *l, int64_t wait_ms) {
-  return l == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&l->h, wait_ms);
-}
+HILOCK__ATTEMPT_VERBS(hilock_lock)
 
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -156,12 +133,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
                             keys, keylens, 1, args, arglens, r);
 }
 
-int hilock_lock_release(hilock_lock *l) {
-  if (l == NULL) return HILOCK_EINVAL;
-  return hilock__hold_release_reply(&l->h, run_release, l, 0,
-                                    "the lock expired or another owner holds it; "
-                                    "nothing was deleted");
-}
+HILOCK__RELEASE_VERB(hilock_lock, 0,
+                     "the lock expired or another owner holds it; "
+                     "nothing was deleted")
 
 int hilock_lock_extend(hilock_lock *l, int64_t ms, int replace) {
   if (l == NULL) return HILOCK_EINVAL;
@@ -202,10 +176,7 @@ hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_lock)
 
 static const hilock__family family = {
     .free = fam_free, .acquire_spec = acquire_spec, .release = release_fn,

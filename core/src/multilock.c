@@ -186,10 +186,10 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
     memcpy(m->names[i], name, len);
     m->names[i][len] = '\0';
     m->namelens[i] = len;
-    m->keys[i] = hilock__key(name, len, "lock", &m->keylens[i]);
-    m->keys[count + i] = hilock__key(name, len, "wake", &m->keylens[count + i]);
+    m->keys[i] = hilock__key(&client->rt, name, len, "lock", &m->keylens[i]);
+    m->keys[count + i] = hilock__key(&client->rt, name, len, "wake", &m->keylens[count + i]);
     m->keys[2 * count + i] =
-        hilock__key(name, len, "fence", &m->keylens[2 * count + i]);
+        hilock__key(&client->rt, name, len, "fence", &m->keylens[2 * count + i]);
     if (m->keys[i] == NULL || m->keys[count + i] == NULL ||
         m->keys[2 * count + i] == NULL)
       goto nomem;
@@ -203,11 +203,9 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
   }
   m->wkey = m->keys[count];
   m->wkeylen = m->keylens[count];
-  hilock__hold_init(&m->h, client, m->keys[0], m->keylens[0],
-                    &hilock__script_multilock_extend, ttl_ms);
-  m->h.fam = &family;
-  m->h.close_run = run_release; /* closing the client releases it */
-  m->h.close_arg = m;
+  hilock__hold_init_family(&m->h, client, m->keys[0], m->keylens[0],
+                           &hilock__script_multilock_extend, ttl_ms, &family,
+                           run_release, m);
   m->h.xkeys = (const char *const *)(m->keys + 1);
   m->h.xkeylens = m->keylens + 1;
   m->h.nxkeys = (int)count - 1;
@@ -337,21 +335,8 @@ static int attempt(void *arg, int64_t *pttl) {
                              release_fn, m, "multi-key acquire script");
 }
 
-int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
-  int64_t pttl;
-  if (m == NULL) return HILOCK_EINVAL;
-  return attempt(m, &pttl);
-}
-
 /* The wake list is the one of the name that blocked the last attempt. */
-static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
-  hilock_multi_lock *m = arg;
-  hilock__spec(sp, attempt, m, &m->wkey, &m->wkeylen);
-}
-
-int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms) {
-  return m == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&m->h, wait_ms);
-}
+HILOCK__ATTEMPT_VERBS(hilock_multi_lock)
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_multi_lock *m = arg;
@@ -410,13 +395,10 @@ int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms, int replace) {
   start = hilock__now_us();
   rc = run(m, &hilock__script_multilock_extend, (int)m->n, 3, args, arglens,
            &r);
-  if (rc == HILOCK_ENOREPLICAS && r->type == REDIS_REPLY_INTEGER &&
-      r->integer > 0) {
-    /* Extended on the master only: the validity is not extended. */
-    freeReplyObject(r);
+  if (rc == HILOCK_ENOREPLICAS &&
+      hilock__extended_unacked(&rc, r, r->type == REDIS_REPLY_INTEGER &&
+                                           r->integer > 0))
     return rc;
-  }
-  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not owned: see below */
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&m->h.err, HILOCK_EPROTO,
@@ -497,14 +479,21 @@ size_t hilock_multi_lock_count(const hilock_multi_lock *m) {
   return m == NULL ? 0 : m->n;
 }
 
-const char *hilock_multi_lock_name(const hilock_multi_lock *m, size_t i,
-                                  size_t *len) {
+/* Name i (key = 0) or its lock key (key = 1), and its length; "" out of
+ * range. */
+static const char *name_or_key(const hilock_multi_lock *m, size_t i, int key,
+                               size_t *len) {
   if (m == NULL || i >= m->n) {
     if (len) *len = 0;
     return "";
   }
-  if (len) *len = m->namelens[i];
-  return m->names[i];
+  if (len) *len = key ? m->keylens[i] : m->namelens[i];
+  return key ? m->keys[i] : m->names[i];
+}
+
+const char *hilock_multi_lock_name(const hilock_multi_lock *m, size_t i,
+                                  size_t *len) {
+  return name_or_key(m, i, 0, len);
 }
 
 uint64_t hilock_multi_lock_fence(const hilock_multi_lock *m, size_t i) {
@@ -517,18 +506,10 @@ int hilock_multi_lock_missing(const hilock_multi_lock *m, size_t i) {
 
 const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
                                  size_t *len) {
-  if (m == NULL || i >= m->n) {
-    if (len) *len = 0;
-    return "";
-  }
-  if (len) *len = m->keylens[i];
-  return m->keys[i];
+  return name_or_key(m, i, 1, len);
 }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_multi_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_multi_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_multi_lock)
 
 static const hilock__family family = {
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,

@@ -120,6 +120,16 @@ static int sock_connect(hilock__net *n, int family, const struct sockaddr *sa,
   return 0;
 }
 
+/* Start a connection to the one address sa: 0, or -1 with the failure
+ * reported. */
+static int connect_one(hilock__net *n, int family, const struct sockaddr *sa,
+                       socklen_t len) {
+  if (sock_connect(n, family, sa, len) == 0) return 0;
+  if (n->err) return -1;
+  return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
+                          strerror(errno));
+}
+
 /* Start a TCP connection to the first address of host that takes it (an
  * immediate refusal tries the next; a pending one is waited for). */
 static int tcp_start(hilock__net *n, const hilock__addr *a) {
@@ -135,20 +145,12 @@ static int tcp_start(hilock__net *n, const hilock__addr *a) {
   if (inet_pton(AF_INET, a->host, &v4.sin_addr) == 1) {
     v4.sin_family = AF_INET;
     v4.sin_port = htons((uint16_t)a->port);
-    if (sock_connect(n, AF_INET, (struct sockaddr *)&v4, sizeof(v4)) == 0)
-      return 0;
-    if (n->err) return -1;
-    return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
-                            strerror(errno));
+    return connect_one(n, AF_INET, (struct sockaddr *)&v4, sizeof(v4));
   }
   if (inet_pton(AF_INET6, a->host, &v6.sin6_addr) == 1) {
     v6.sin6_family = AF_INET6;
     v6.sin6_port = htons((uint16_t)a->port);
-    if (sock_connect(n, AF_INET6, (struct sockaddr *)&v6, sizeof(v6)) == 0)
-      return 0;
-    if (n->err) return -1;
-    return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
-                            strerror(errno));
+    return connect_one(n, AF_INET6, (struct sockaddr *)&v6, sizeof(v6));
   }
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
@@ -180,11 +182,7 @@ static int unix_start(hilock__net *n, const hilock__addr *a) {
     return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: path too long",
                             n->where);
   memcpy(sa.sun_path, a->path, strlen(a->path));
-  if (sock_connect(n, AF_UNIX, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-    return 0;
-  if (n->err) return -1;
-  return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
-                          strerror(errno));
+  return connect_one(n, AF_UNIX, (struct sockaddr *)&sa, sizeof(sa));
 }
 
 hilock__net *hilock__net_start(const hilock__addr *a, const hilock__tls *tls) {

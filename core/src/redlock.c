@@ -498,6 +498,7 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
                          "connect, >= 0 otherwise)");
   else if (opts != NULL)
     rl->rt.opts = *opts;
+  if (rc == HILOCK_OK) rc = hilock__runtime_prefix(&rl->rt, &tmp);
   /* TLS options are read here, into each node's configuration: the
    * strings stay the caller's. */
   tls_opts = rl->rt.opts;
@@ -543,8 +544,8 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
       snprintf(nd->addr, sizeof(nd->addr), "%s:%d", nd->url.host,
                nd->url.port);
   }
-  rl->key = hilock__key(name, namelen, "redlock", &rl->keylen);
-  rl->fkey = hilock__key(name, namelen, "fence", &rl->fkeylen);
+  rl->key = hilock__key(&rl->rt, name, namelen, "redlock", &rl->keylen);
+  rl->fkey = hilock__key(&rl->rt, name, namelen, "fence", &rl->fkeylen);
   if (rl->key == NULL || rl->fkey == NULL)
     return fail(rl, HILOCK_ENOMEM, "out of memory");
   rl->h.rkey = rl->key;
@@ -745,7 +746,7 @@ static int attempt(hilock_redlock *rl) {
 
 int hilock_redlock_try_acquire(hilock_redlock *rl) {
   if (rl == NULL) return HILOCK_EINVAL;
-  return attempt(rl);
+  return hilock__stat_try(&rl->rt, attempt(rl));
 }
 
 /* Sleep ms, asking the interrupt hook about every 100 ms. */
@@ -814,9 +815,10 @@ static void acquire_spec(void *arg, hilock__acquire_spec *s) {
   if (hilock__redlock_spec(arg, s) != 0) s->arg = NULL;
 }
 
-int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
+/* The blocking acquire; *waited_us: when it first paused (0: never). */
+static int acquire_wait(hilock_redlock *rl, int64_t wait_ms,
+                        int64_t *waited_us) {
   int64_t deadline, noquorum_since = 0;
-  if (rl == NULL) return HILOCK_EINVAL;
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return fail(rl, HILOCK_EINVAL, "wait must be >= 0 ms or forever");
   /* In us, so that the wait is never cut short by ms rounding. */
@@ -843,9 +845,18 @@ int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
     if (left <= 0) return rc == HILOCK_ETIMEDOUT ? HILOCK_BUSY : rc;
     delay = hilock__jitter(rl->retry_delay_ms > 0 ? 1 : 0, rl->retry_delay_ms);
     if (delay > left) delay = left;
+    if (*waited_us == 0) *waited_us = hilock__now_us();
     prc = pause_ms(rl, delay);
     if (prc != HILOCK_OK) return prc;
   }
+}
+
+int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
+  int64_t waited_us = 0;
+  int rc;
+  if (rl == NULL) return HILOCK_EINVAL;
+  rc = acquire_wait(rl, wait_ms, &waited_us);
+  return hilock__stat_acquire(&rl->rt, rc, wait_ms, waited_us, waited_us != 0);
 }
 
 /* ## Release, extend, renew ----------------------------------------------- */

@@ -443,6 +443,9 @@ static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
     /* Broken, or the master moved (sentinel URL): reconnect next time. */
     hilock__conn_free(w->conn);
     w->conn = NULL;
+    hilock__stat(&c->rt, moved ? HILOCK__ST_FAILOVERS : HILOCK__ST_RECONNECTS);
+    hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0, "renewal: %s; reconnecting",
+                moved ? "the master moved" : "connection broken");
   }
 }
 
@@ -483,7 +486,23 @@ static void wait_until(hilock__watchdog *w, int64_t until_us) {
 /* Mark a hold lost: unlink; it keeps in_batch while its callback runs. */
 static void mark_lost(hilock__watchdog *w, hilock__hold *h) {
   unlink_renewal(w, &h->ren);
+  if (!h->lost) hilock__stat(h->rt, HILOCK__ST_LOST);
   h->lost = 1;
+}
+
+/* Count a batch's outcomes and log its failures (w->mu not held; every
+ * hold of the batch is kept alive by its in_batch). */
+static void batch_counted(hilock__runtime *rt, hilock__hold **batch,
+                          const int *res, int n) {
+  for (int i = 0; i < n; i++) {
+    if (res[i] == RENEWED) {
+      hilock__stat(rt, HILOCK__ST_RENEWALS);
+    } else if (res[i] == FAILED) {
+      hilock__stat(rt, HILOCK__ST_RENEWAL_FAILURES);
+      hilock__log(rt, HILOCK_LOG_WARNING, batch[i]->rkey, batch[i]->rkeylen,
+                  "renewal failed (retried while the lock is valid)");
+    }
+  }
 }
 
 static void *watchdog_main(void *arg) {
@@ -548,6 +567,7 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
     start = hilock__now_us();
     if (n > 0) renew_batch(rt->client, batch, n, res, until);
+    batch_counted(rt, batch, res, n);
     pthread_mutex_lock(&w->mu);
     now = hilock__now_us();
     for (i = 0; i < n; i++) {
@@ -583,8 +603,12 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
     /* Callbacks run outside the mutex; in_batch keeps each hold alive (a
      * canceller waits for it) until its callback has returned. */
-    for (i = 0; i < nlost; i++)
+    for (i = 0; i < nlost; i++) {
+      hilock__log(rt, HILOCK_LOG_ERROR, lost[i]->rkey, lost[i]->rkeylen,
+                  "lock lost: the renewal found it gone or taken, or could "
+                  "not renew it before its validity ended");
       if (lost[i]->lost_fn) lost[i]->lost_fn(lost[i]->lost_arg);
+    }
     pthread_mutex_lock(&w->mu);
     for (i = 0; i < nlost; i++) lost[i]->ren.in_batch = 0;
     pthread_cond_broadcast(&w->idle);

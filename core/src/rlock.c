@@ -47,13 +47,11 @@ static int rlock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  rl = calloc(1, sizeof(*rl));
-  if (rl == NULL) return HILOCK_ENOMEM;
-  rl->key = hilock__key(name, namelen, "rlock", &rl->keylen);
-  rl->fkey = hilock__key(name, namelen, "fence", &rl->fkeylen);
-  rl->wkey = hilock__key(name, namelen, "wake", &rl->wkeylen);
+  rl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rl), &rc);
+  if (rl == NULL) return rc;
+  rl->key = hilock__key(&client->rt, name, namelen, "rlock", &rl->keylen);
+  rl->fkey = hilock__key(&client->rt, name, namelen, "fence", &rl->fkeylen);
+  rl->wkey = hilock__key(&client->rt, name, namelen, "wake", &rl->wkeylen);
   if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL) {
     free(rl->key);
     free(rl->fkey);
@@ -148,17 +146,8 @@ static int attempt(void *arg, int64_t *pttl) {
   return rc;
 }
 
-int hilock_rlock_try_acquire(hilock_rlock *rl) {
-  int64_t pttl;
-  if (rl == NULL) return HILOCK_EINVAL;
-  return attempt(rl, &pttl);
-}
-
 /* For async operations: the owner is the operation's (hilock__caller). */
-static void acquire_spec(void *arg, hilock__acquire_spec *s) {
-  hilock_rlock *rl = arg;
-  hilock__spec(s, attempt, rl, &rl->wkey, &rl->wkeylen);
-}
+HILOCK__TRY_ACQUIRE_AND_SPEC(hilock_rlock)
 
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
   hilock__err e;

@@ -272,6 +272,9 @@ int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
           (c->cl == NULL && fresh) || hilock__now_ms() >= deadline)
         return rc;
       forget(c, node);
+      hilock__stat(&c->rt, HILOCK__ST_RECONNECTS);
+      hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0,
+                  "connection broken (%s); reconnecting", e->msg);
       continue;
     }
     r = q->reply;
@@ -284,6 +287,9 @@ int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
       q->reply = NULL;
       hilock__conn_free(k);
       forget(c, NULL);
+      hilock__stat(&c->rt, HILOCK__ST_FAILOVERS);
+      hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0,
+                  "the master moved (%s); asking the sentinels again", e->msg);
       hilock__sleep_ms(FAILOVER_PAUSE_MS);
       continue;
     }
@@ -299,6 +305,7 @@ int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
       freeReplyObject(r);
       q->reply = NULL;
       if (hop) {
+        hilock__stat(&c->rt, HILOCK__ST_REDIRECTIONS);
         if (++redirects > MAX_REDIRECTS)
           return hilock__set_err(e, HILOCK_ECLUSTER,
                                  "too many cluster redirections (%d) for "

@@ -76,6 +76,24 @@ int hilock__options_ok(const hilock_options *o) {
          o->reconnect_ms >= 0 && o->max_idle >= 0 && o->max_connections >= 0;
 }
 
+int hilock__runtime_prefix(hilock__runtime *rt, hilock__err *e) {
+  const char *p = rt->opts.key_prefix;
+  size_t n = p != NULL ? strlen(p) : 0;
+  rt->opts.key_prefix = NULL; /* the caller's string */
+  if (n == 0) return HILOCK_OK;
+  if (n > HILOCK_KEY_PREFIX_MAX)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "key_prefix is %zu bytes; the limit is %d", n,
+                           HILOCK_KEY_PREFIX_MAX);
+  if (strpbrk(p, "{}") != NULL)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "key_prefix may not hold '{' or '}' (the lock "
+                           "name after it is the keys' hash tag)");
+  memcpy(rt->prefix, p, n + 1);
+  rt->prefixlen = n;
+  return HILOCK_OK;
+}
+
 int hilock__runtime_init(hilock__runtime *rt, hilock_client *client) {
   memset(rt, 0, sizeof(*rt));
   if (pthread_mutex_init(&rt->mu, NULL) != 0) return -1;
@@ -83,6 +101,8 @@ int hilock__runtime_init(hilock__runtime *rt, hilock_client *client) {
   if (pthread_mutex_init(&rt->wd.mu, NULL) != 0) goto no_wd;
   if (watchdog_conds_init(&rt->wd) != 0) goto no_conds;
   hilock_options_init(&rt->opts);
+  memcpy(rt->prefix, "hilock:", 8);
+  rt->prefixlen = 7;
   rt->refs = 1;
   rt->client = client;
   pthread_once(&atfork_once, install_atfork);

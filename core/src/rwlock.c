@@ -122,19 +122,17 @@ static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  rw = calloc(1, sizeof(*rw));
-  if (rw == NULL) return HILOCK_ENOMEM;
-  rw->wkey = hilock__key(name, namelen, "rw:writer", &rw->wkeylen);
-  rw->rkey = hilock__key(name, namelen, "rw:readers", &rw->rkeylen);
-  rw->ckey = hilock__key(name, namelen, "rw:counts", &rw->ckeylen);
-  rw->ikey = hilock__key(name, namelen, "rw:intents", &rw->ikeylen);
-  rw->qkey = hilock__key(name, namelen, "rw:waiting", &rw->qkeylen);
-  rw->akey = hilock__key(name, namelen, "rw:admitted", &rw->akeylen);
-  rw->fkey = hilock__key(name, namelen, "fence", &rw->fkeylen);
-  rw->rwake = hilock__key(name, namelen, "rw:rwake", &rw->rwakelen);
-  rw->wwake = hilock__key(name, namelen, "rw:wwake", &rw->wwakelen);
+  rw = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rw), &rc);
+  if (rw == NULL) return rc;
+  rw->wkey = hilock__key(&client->rt, name, namelen, "rw:writer", &rw->wkeylen);
+  rw->rkey = hilock__key(&client->rt, name, namelen, "rw:readers", &rw->rkeylen);
+  rw->ckey = hilock__key(&client->rt, name, namelen, "rw:counts", &rw->ckeylen);
+  rw->ikey = hilock__key(&client->rt, name, namelen, "rw:intents", &rw->ikeylen);
+  rw->qkey = hilock__key(&client->rt, name, namelen, "rw:waiting", &rw->qkeylen);
+  rw->akey = hilock__key(&client->rt, name, namelen, "rw:admitted", &rw->akeylen);
+  rw->fkey = hilock__key(&client->rt, name, namelen, "fence", &rw->fkeylen);
+  rw->rwake = hilock__key(&client->rt, name, namelen, "rw:rwake", &rw->rwakelen);
+  rw->wwake = hilock__key(&client->rt, name, namelen, "rw:wwake", &rw->wwakelen);
   if (rw->wkey == NULL || rw->rkey == NULL || rw->ckey == NULL ||
       rw->ikey == NULL || rw->qkey == NULL || rw->akey == NULL ||
       rw->fkey == NULL || rw->rwake == NULL ||
@@ -430,7 +428,7 @@ static int acquire_side(hilock_rwlock *rw, int64_t wait_ms, int once,
   int rc;
   ctx_init(&a, rw, !once && wait_ms != 0);
   if (once)
-    rc = attempt(&a, &pttl);
+    rc = hilock__stat_try(rw->w.rt, attempt(&a, &pttl));
   else
     rc = hilock__acquire_loop_taking(rw->w.client, &a.e, wake, wakelen,
                                      wait_ms, attempt, &a);
@@ -612,10 +610,37 @@ int hilock_rwlock_write_acquire(hilock_rwlock *rw, int64_t wait_ms) {
 
 /* ## Releasing --------------------------------------------------------- */
 
+/* A hold whose last release stopped its renewal but did not end it (the
+ * script failed, or counted another hold) is still ours as far as we know:
+ * renew it again, so the caller may retry. */
+static void renew_again(hilock__hold *h, int last) {
+  if (last && h->auto_renew && !hilock__hold_is_lost(h))
+    hilock__renewal_register(h);
+}
+
+/* Run one side's release script (run) for owner on its hold h (NULL if the
+ * calling thread has none). A last release (last: it ends h) stops renewal
+ * first, so no renewal can run after it and report the hold lost. HILOCK_OK
+ * with the reply in *r, or the failure, kept as the handle's error. */
+static int release_side(hilock_rwlock *rw, hilock__hold *h, int last,
+                        int (*run)(hilock_rwlock *, hilock__err *,
+                                   const char *, size_t, redisReply **),
+                        const char *owner, size_t ownerlen, redisReply **r) {
+  hilock__err e;
+  int rc;
+  if (last) hilock__renewal_cancel(h);
+  hilock__clear_err(&e);
+  *r = NULL;
+  rc = run(rw, &e, owner, ownerlen, r);
+  if (rc == HILOCK_OK) return rc;
+  renew_again(h, last);
+  if (*r != NULL) freeReplyObject(*r);
+  return keep_err(rw, &e);
+}
+
 int hilock_rwlock_read_release(hilock_rwlock *rw) {
   char owner[OWNER_MAX];
   size_t ownerlen;
-  hilock__err e;
   redisReply *r = NULL;
   rw_reader *rec;
   int rc, last;
@@ -635,25 +660,15 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   }
   last = rec != NULL && rec->count <= 1;
   pthread_mutex_unlock(rw->mu);
-  /* A last release stops renewal first, so no renewal can run after it
-   * and report the hold lost. */
-  if (last) hilock__renewal_cancel(&rec->h);
-  hilock__clear_err(&e);
-  rc = run_read_release(rw, &e, owner, ownerlen, &r);
-  if (rc != HILOCK_OK) {
-    /* Still ours as far as we know: keep renewing so the caller may retry. */
-    if (last && rec->h.auto_renew && !hilock__hold_is_lost(&rec->h))
-      hilock__renewal_register(&rec->h);
-    if (r != NULL) freeReplyObject(r);
-    return keep_err(rw, &e);
-  }
+  rc = release_side(rw, rec != NULL ? &rec->h : NULL, last, run_read_release,
+                    owner, ownerlen, &r);
+  if (rc != HILOCK_OK) return rc;
   if (r->integer > 0) {
     if (rec != NULL) {
       pthread_mutex_lock(rw->mu);
       rec->count = r->integer;
       pthread_mutex_unlock(rw->mu);
-      if (last && rec->h.auto_renew && !hilock__hold_is_lost(&rec->h))
-        hilock__renewal_register(&rec->h);
+      renew_again(&rec->h, last);
     }
   } else {
     if (rec != NULL) remove_reader(rw, rec);
@@ -669,7 +684,6 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
 int hilock_rwlock_write_release(hilock_rwlock *rw) {
   char owner[OWNER_MAX];
   size_t ownerlen;
-  hilock__err e;
   redisReply *r = NULL;
   int rc, mine, last;
 
@@ -686,22 +700,14 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
          memcmp(rw->w.owner, owner, ownerlen) == 0;
   last = mine && rw->wcount <= 1;
   pthread_mutex_unlock(rw->mu);
-  if (last) hilock__renewal_cancel(&rw->w);
-  hilock__clear_err(&e);
-  rc = run_write_release(rw, &e, owner, ownerlen, &r);
-  if (rc != HILOCK_OK) {
-    if (last && rw->w.auto_renew && !hilock__hold_is_lost(&rw->w))
-      hilock__renewal_register(&rw->w);
-    if (r != NULL) freeReplyObject(r);
-    return keep_err(rw, &e);
-  }
+  rc = release_side(rw, &rw->w, last, run_write_release, owner, ownerlen, &r);
+  if (rc != HILOCK_OK) return rc;
   if (r->integer > 0) {
     if (mine) {
       pthread_mutex_lock(rw->mu);
       rw->wcount = r->integer;
       pthread_mutex_unlock(rw->mu);
-      if (last && rw->w.auto_renew && !hilock__hold_is_lost(&rw->w))
-        hilock__renewal_register(&rw->w);
+      renew_again(&rw->w, last);
     }
   } else if (r->integer == 0) {
     if (mine) hilock__hold_drop(&rw->w); /* waits for an in-flight renewal */

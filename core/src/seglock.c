@@ -43,26 +43,24 @@ static void seglock_destroy(hilock_segmented_lock *s) {
 
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
+static int check_segments(hilock__err *e, const void *arg) {
+  size_t segments = *(const size_t *)arg;
+  if (segments < 1 || segments > HILOCK_SEGMENTS_MAX)
+    return hilock__set_err(e, HILOCK_EINVAL, "segments must be 1..%d, got %zu",
+                           HILOCK_SEGMENTS_MAX, segments);
+  return HILOCK_OK;
+}
+
 static int seglock_new(hilock_client *client, const char *name, size_t namelen,
                        size_t segments, int64_t ttl_ms, hilock_segmented_lock **out) {
-  hilock__err tmp;
   hilock_segmented_lock *s;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK && (segments < 1 || segments > HILOCK_SEGMENTS_MAX))
-    rc = hilock__set_err(&tmp, HILOCK_EINVAL, "segments must be 1..%d, got %zu",
-                         HILOCK_SEGMENTS_MAX, segments);
-  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->rt.closed)
-    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
+                              check_segments, &segments);
+  if (rc != HILOCK_OK) return rc;
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->nseg = (int)segments; /* at most HILOCK_SEGMENTS_MAX */
@@ -71,9 +69,9 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   s->segkeylen = calloc((size_t)segments, sizeof(*s->segkeylen));
   s->akeys = calloc((size_t)segments + 3, sizeof(*s->akeys));
   s->akeylens = calloc((size_t)segments + 3, sizeof(*s->akeylens));
-  s->skey = hilock__key(name, namelen, "seg:stock", &s->skeylen);
-  s->fkey = hilock__key(name, namelen, "seg:fence", &s->fkeylen);
-  s->wkey = hilock__key(name, namelen, "seg:wake", &s->wkeylen);
+  s->skey = hilock__key(&client->rt, name, namelen, "seg:stock", &s->skeylen);
+  s->fkey = hilock__key(&client->rt, name, namelen, "seg:fence", &s->fkeylen);
+  s->wkey = hilock__key(&client->rt, name, namelen, "seg:wake", &s->wkeylen);
   if (s->segkey == NULL || s->segkeylen == NULL || s->akeys == NULL ||
       s->akeylens == NULL || s->skey == NULL || s->fkey == NULL ||
       s->wkey == NULL) {
@@ -83,7 +81,7 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   for (int i = 0; i < s->nseg; i++) {
     char role[24];
     snprintf(role, sizeof(role), "seg:%d", i);
-    s->segkey[i] = hilock__key(name, namelen, role, &s->segkeylen[i]);
+    s->segkey[i] = hilock__key(&client->rt, name, namelen, role, &s->segkeylen[i]);
     if (s->segkey[i] == NULL) {
       seglock_destroy(s);
       return HILOCK_ENOMEM;
@@ -99,11 +97,9 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   s->akeylens[2] = s->wkeylen;
   /* The hold's renewal key is set to the granted segment's key at each
    * grant, while no renewal is registered (see attempt). */
-  hilock__hold_init(&s->h, client, s->segkey[0], s->segkeylen[0],
-                    &hilock__script_lock_extend, ttl_ms);
-  s->h.fam = &family;
-  s->h.close_run = run_release; /* closing the client releases it */
-  s->h.close_arg = s;
+  hilock__hold_init_family(&s->h, client, s->segkey[0], s->segkeylen[0],
+                           &hilock__script_lock_extend, ttl_ms, &family,
+                           run_release, s);
   *out = s;
   return HILOCK_OK;
 }
@@ -204,20 +200,7 @@ static int attempt(void *arg, int64_t *pttl) {
       "seglock acquire script");
 }
 
-int hilock_segmented_lock_try_acquire(hilock_segmented_lock *s) {
-  int64_t pttl;
-  if (s == NULL) return HILOCK_EINVAL;
-  return attempt(s, &pttl);
-}
-
-static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
-  hilock_segmented_lock *s = arg;
-  hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
-}
-
-int hilock_segmented_lock_acquire(hilock_segmented_lock *s, int64_t wait_ms) {
-  return s == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&s->h, wait_ms);
-}
+HILOCK__ATTEMPT_VERBS(hilock_segmented_lock)
 
 /* lock_release.lua on the held segment: delete it if it holds our token,
  * wake a waiter. */
@@ -513,15 +496,7 @@ int hilock_segmented_lock_segments_held(hilock_segmented_lock *s, size_t *n) {
 }
 
 
-int hilock_segmented_lock_extend(hilock_segmented_lock *s, int64_t ms, int replace) {
-  if (s == NULL) return HILOCK_EINVAL;
-  return hilock__hold_extend(&s->h, ms, replace);
-}
-
-int hilock_segmented_lock_renew(hilock_segmented_lock *s) {
-  if (s == NULL) return HILOCK_EINVAL;
-  return hilock__hold_extend(&s->h, s->h.ttl_ms, 1);
-}
+HILOCK__HOLD_EXTEND_VERBS(hilock_segmented_lock)
 
 size_t hilock_segmented_lock_segment(const hilock_segmented_lock *s) {
   return s == NULL || s->segment < 0 ? HILOCK_SEGMENT_NONE
@@ -551,10 +526,7 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_segmented_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_segmented_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_segmented_lock)
 
 static const hilock__family family = {
     .free = fam_free, .locked = fam_locked, .acquire_spec = acquire_spec,

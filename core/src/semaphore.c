@@ -29,33 +29,30 @@ static int check_permits(hilock__err *e, const char *what, int64_t n,
   return HILOCK_OK;
 }
 
+/* The constructor's permits (arg: an int64_t). */
+static int check_new_permits(hilock__err *e, const void *arg) {
+  return check_permits(e, "permits", *(const int64_t *)arg, 1);
+}
+
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int semaphore_new(hilock_client *client, const char *name,
                          size_t namelen, int64_t permits, int64_t ttl_ms,
                          hilock_semaphore **out) {
-  hilock__err tmp;
   hilock_semaphore *s;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK) rc = check_permits(&tmp, "permits", permits, 1);
-  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
-  if (rc != HILOCK_OK) {
-    hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
-    return rc;
-  }
-  if (client->rt.closed)
-    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
+  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
+                              check_new_permits, &permits);
+  if (rc != HILOCK_OK) return rc;
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->permits = permits;
-  s->key = hilock__key(name, namelen, "permits", &s->keylen);
-  s->lkey = hilock__key(name, namelen, "limit", &s->lkeylen);
-  s->wkey = hilock__key(name, namelen, "pwake", &s->wkeylen);
+  s->key = hilock__key(&client->rt, name, namelen, "permits", &s->keylen);
+  s->lkey = hilock__key(&client->rt, name, namelen, "limit", &s->lkeylen);
+  s->wkey = hilock__key(&client->rt, name, namelen, "pwake", &s->wkeylen);
   if (s->key == NULL || s->lkey == NULL || s->wkey == NULL) {
     free(s->key);
     free(s->lkey);
@@ -63,11 +60,9 @@ static int semaphore_new(hilock_client *client, const char *name,
     free(s);
     return HILOCK_ENOMEM;
   }
-  hilock__hold_init(&s->h, client, s->key, s->keylen,
-                    &hilock__script_semaphore_renew, ttl_ms);
-  s->h.fam = &family;
-  s->h.close_run = run_release; /* closing the client releases it */
-  s->h.close_arg = s;
+  hilock__hold_init_family(&s->h, client, s->key, s->keylen,
+                           &hilock__script_semaphore_renew, ttl_ms, &family,
+                           run_release, s);
   *out = s;
   return HILOCK_OK;
 }
@@ -142,20 +137,7 @@ static int attempt(void *arg, int64_t *pttl) {
                              release_fn, s, "semaphore acquire script");
 }
 
-int hilock_semaphore_try_acquire(hilock_semaphore *s) {
-  int64_t pttl;
-  if (s == NULL) return HILOCK_EINVAL;
-  return attempt(s, &pttl);
-}
-
-static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
-  hilock_semaphore *s = arg;
-  hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
-}
-
-int hilock_semaphore_acquire(hilock_semaphore *s, int64_t wait_ms) {
-  return s == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&s->h, wait_ms);
-}
+HILOCK__ATTEMPT_VERBS(hilock_semaphore)
 
 /* semaphore_release.lua: give our permit back if it is still ours. */
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -172,12 +154,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
                             3, keys, keylens, 2, args, arglens, r);
 }
 
-int hilock_semaphore_release(hilock_semaphore *s) {
-  if (s == NULL) return HILOCK_EINVAL;
-  return hilock__hold_release_reply(&s->h, run_release, s, 0,
-                                    "the permit had expired; nothing of anyone "
-                                    "else's changed");
-}
+HILOCK__RELEASE_VERB(hilock_semaphore, 0,
+                     "the permit had expired; nothing of anyone "
+                     "else's changed")
 
 int hilock_semaphore_renew(hilock_semaphore *s) {
   const char *keys[1], *args[2];
@@ -200,13 +179,11 @@ int hilock_semaphore_renew(hilock_semaphore *s) {
   rc = hilock__script_run(s->h.client, &s->h.err,
                           &hilock__script_semaphore_renew, 1, keys, keylens, 2,
                           args, arglens, &r);
-  if (rc == HILOCK_ENOREPLICAS && r != NULL &&
-      r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
-    /* Renewed on the master only: the validity is not extended. */
-    freeReplyObject(r);
+  if (rc == HILOCK_ENOREPLICAS &&
+      hilock__extended_unacked(&rc, r, r != NULL &&
+                                           r->type == REDIS_REPLY_INTEGER &&
+                                           r->integer == 1))
     return rc;
-  }
-  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not renewed: see below */
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_INTEGER) {
     rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,

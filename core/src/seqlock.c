@@ -54,19 +54,11 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check(client, name, namelen, ttl_ms);
-  if (rc != HILOCK_OK) return rc;
-  sl = calloc(1, sizeof(*sl));
-  if (sl == NULL) return HILOCK_ENOMEM;
-  for (int i = 0; i < NKEYS; i++) {
-    sl->keys[i] = hilock__key(name, namelen, roles[i], &sl->keylens[i]);
-    if (sl->keys[i] == NULL) {
-      seq_destroy(sl);
-      return HILOCK_ENOMEM;
-    }
-  }
-  sl->wkey = malloc(sl->keylens[K_WAKE] + SEQ_DIGITS + 1);
-  if (sl->wkey == NULL) {
+  sl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*sl), &rc);
+  if (sl == NULL) return rc;
+  if (hilock__keys(&client->rt, name, namelen, roles, NKEYS, sl->keys, sl->keylens) !=
+          HILOCK_OK ||
+      (sl->wkey = malloc(sl->keylens[K_WAKE] + SEQ_DIGITS + 1)) == NULL) {
     seq_destroy(sl);
     return HILOCK_ENOMEM;
   }
@@ -76,12 +68,10 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
       hilock__beat_default(ttl_ms, HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS,
                            HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_DEFAULT_MAX_MS);
   /* The watchdog renews the holder's session entry. */
-  hilock__hold_init(&sl->h, client, sl->keys[K_SESSION],
-                    sl->keylens[K_SESSION], &hilock__script_seqlock_renew,
-                    ttl_ms);
-  sl->h.fam = &family;
-  sl->h.close_run = run_release; /* closing the client releases it */
-  sl->h.close_arg = sl;
+  hilock__hold_init_family(&sl->h, client, sl->keys[K_SESSION],
+                           sl->keylens[K_SESSION],
+                           &hilock__script_seqlock_renew, ttl_ms, &family,
+                           run_release, sl);
   sl->renew_xkeys[0] = sl->keys[K_QUEUE];
   sl->renew_xkeylens[0] = sl->keylens[K_QUEUE];
   sl->renew_xkeys[1] = sl->keys[K_HOLDER];
@@ -183,14 +173,7 @@ static int attempt(void *arg, int64_t *bound) {
  * contender id (the owner token if granted). */
 static int begin(void *arg, int queue) {
   hilock_sequential_lock *sl = arg;
-  hilock__hold *h = &sl->h;
-  int rc;
-  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
-    return hilock__set_err(&h->err, HILOCK_EINVAL,
-                           "this handle already holds the lock; release it "
-                           "first (the lock is not reentrant)");
-  hilock__hold_drop(h);
-  rc = hilock__token(sl->id, &h->err);
+  int rc = hilock__queue_begin(&sl->h, sl->id);
   if (rc != HILOCK_OK) return rc;
   set_seq(sl, 0);
   sl->queue = queue;
@@ -211,30 +194,16 @@ static void leave(void *arg) {
   if (sl->h.held) hilock__hold_drop(&sl->h);
 }
 
-static void acquire_spec(void *arg, hilock__acquire_spec *s) {
-  hilock_sequential_lock *sl = arg;
-  hilock__spec_queue(s, begin, attempt, leave, sl, &sl->wkey, &sl->wkeylen);
-}
-
-int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl) {
-  return sl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&sl->h, 0);
-}
-
-int hilock_sequential_lock_acquire(hilock_sequential_lock *sl, int64_t wait_ms) {
-  return sl == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&sl->h, wait_ms);
-}
+HILOCK__QUEUE_VERBS(hilock_sequential_lock)
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_sequential_lock *sl = arg;
   return run(sl, e, "release", sl->h.owner, sl->h.ownerlen, 0, NULL, r);
 }
 
-int hilock_sequential_lock_release(hilock_sequential_lock *sl) {
-  if (sl == NULL) return HILOCK_EINVAL;
-  return hilock__hold_release_reply(&sl->h, run_release, sl, 1,
-                                    "the session lapsed and the entry is gone; "
-                                    "nothing was removed");
-}
+HILOCK__RELEASE_VERB(hilock_sequential_lock, 1,
+                     "the session lapsed and the entry is gone; "
+                     "nothing was removed")
 
 int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms, int replace) {
   hilock__hold *h;
@@ -249,13 +218,10 @@ int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms, int re
   start = hilock__now_us();
   rc = run(sl, &h->err, "extend", h->owner, h->ownerlen, ms,
            replace ? "set" : "add", &r);
-  if (rc == HILOCK_ENOREPLICAS && hilock__int_reply(r, 1) &&
-      r->element[0]->integer > 0) {
-    /* Extended on the master only: the validity is not extended. */
-    freeReplyObject(r);
+  if (rc == HILOCK_ENOREPLICAS &&
+      hilock__extended_unacked(&rc, r, hilock__int_reply(r, 1) &&
+                                           r->element[0]->integer > 0))
     return rc;
-  }
-  if (rc == HILOCK_ENOREPLICAS) rc = HILOCK_OK; /* not owned: see below */
   if (rc != HILOCK_OK) return rc;
   if (!hilock__int_reply(r, 1)) {
     rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to extend");
@@ -361,10 +327,7 @@ static const char *fam_key(const void *arg, size_t *len) {
 
 static int release_fn(void *x) { return hilock_sequential_lock_release(x); }
 
-static int extend_fn(void *x, int64_t ms, int replace) {
-  return hilock_sequential_lock_extend(x, ms, replace);
-}
-static int renew_fn(void *x) { return hilock_sequential_lock_renew(x); }
+HILOCK__EXTEND_ADAPTERS(hilock_sequential_lock)
 
 static const hilock__family family = {
     .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,

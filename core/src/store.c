@@ -18,7 +18,7 @@ struct hilock_store {
   size_t max_value;
 };
 
-static const char record_prefix[] = "hilock:fence:";
+static const char record_role[] = "fence:";
 
 static hilock__err *err(const hilock_store *s) {
   return hilock__tl_err(s, s->serial, 1);
@@ -68,17 +68,11 @@ void hilock_store_free(hilock_store *s) {
 void hilock_store_value_free(char *value) { free(value); }
 
 const char *hilock_store_errmsg(const hilock_store *s) {
-  const hilock__err *e;
-  if (s == NULL) return "store is NULL";
-  e = hilock__tl_err(s, s->serial, 0);
-  return e != NULL ? e->msg : "";
+  return s != NULL ? hilock__tl_msg(s, s->serial) : "store is NULL";
 }
 
 int hilock_store_errcode(const hilock_store *s) {
-  const hilock__err *e;
-  if (s == NULL) return HILOCK_EINVAL;
-  e = hilock__tl_err(s, s->serial, 0);
-  return e != NULL ? e->code : HILOCK_OK;
+  return s != NULL ? hilock__tl_code(s, s->serial) : HILOCK_EINVAL;
 }
 
 /* 1 if key has a hash tag of its own (a non-empty {...}). */
@@ -93,12 +87,14 @@ static int has_tag(const char *key, size_t len) {
  * hilock:fence:{K}; both hash like K. malloc'd into *rec. */
 static int record_key(hilock_store *s, const char *key, size_t len,
                       char **rec, size_t *reclen) {
-  size_t plen = sizeof(record_prefix) - 1;
+  const hilock__runtime *rt = &s->client->rt;
+  size_t rl = sizeof(record_role) - 1;
   int tagged = has_tag(key, len) || memchr(key, '}', len) != NULL;
-  char *r = malloc(plen + len + 3), *p;
+  char *r = malloc(rt->prefixlen + rl + len + 3), *p;
   if (r == NULL) return HILOCK_ENOMEM;
-  memcpy(r, record_prefix, plen);
-  p = r + plen;
+  memcpy(r, rt->prefix, rt->prefixlen);
+  memcpy(r + rt->prefixlen, record_role, rl);
+  p = r + rt->prefixlen + rl;
   if (!tagged) *p++ = '{';
   memcpy(p, key, len);
   p += len;

@@ -96,20 +96,30 @@ int hilock__check_ttl(hilock__err *e, int64_t ms) {
   return HILOCK_OK;
 }
 
-char *hilock__key(const char *name, size_t len, const char *role,
-                  size_t *outlen) {
-  static const char head[] = "hilock:{";
-  size_t hl = sizeof(head) - 1, rl = strlen(role);
-  size_t total = hl + len + 2 + rl;
+char *hilock__key(const hilock__runtime *rt, const char *name, size_t len,
+                  const char *role, size_t *outlen) {
+  size_t pl = rt->prefixlen, rl = strlen(role);
+  size_t total = pl + 1 + len + 2 + rl;
   char *k = malloc(total + 1);
   if (k == NULL) return NULL;
-  memcpy(k, head, hl);
-  memcpy(k + hl, name, len);
-  memcpy(k + hl + len, "}:", 2);
-  memcpy(k + hl + len + 2, role, rl);
+  memcpy(k, rt->prefix, pl);
+  k[pl] = '{';
+  memcpy(k + pl + 1, name, len);
+  memcpy(k + pl + 1 + len, "}:", 2);
+  memcpy(k + pl + 1 + len + 2, role, rl);
   k[total] = '\0';
   *outlen = total;
   return k;
+}
+
+int hilock__keys(const hilock__runtime *rt, const char *name, size_t len,
+                 const char *const *roles, int n, char **keys,
+                 size_t *keylens) {
+  for (int i = 0; i < n; i++) {
+    keys[i] = hilock__key(rt, name, len, roles[i], &keylens[i]);
+    if (keys[i] == NULL) return HILOCK_ENOMEM;
+  }
+  return HILOCK_OK;
 }
 
 size_t hilock__i64(char *buf, int64_t v) {
@@ -118,11 +128,19 @@ size_t hilock__i64(char *buf, int64_t v) {
 
 int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
                       int64_t ttl_ms) {
+  return hilock__new_check_with(client, name, namelen, 1, ttl_ms, NULL, NULL);
+}
+
+int hilock__new_check_with(hilock_client *client, const char *name,
+                           size_t namelen, int has_ttl, int64_t ttl_ms,
+                           int (*check)(hilock__err *e, const void *arg),
+                           const void *arg) {
   hilock__err tmp;
   int rc;
   if (client == NULL) return HILOCK_EINVAL;
   rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK) rc = hilock__check_ttl(&tmp, ttl_ms);
+  if (rc == HILOCK_OK && check != NULL) rc = check(&tmp, arg);
+  if (rc == HILOCK_OK && has_ttl) rc = hilock__check_ttl(&tmp, ttl_ms);
   if (rc != HILOCK_OK) return hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
   if (client->rt.closed)
     return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");

@@ -187,7 +187,7 @@ int hilock__acquire(hilock_client *c, hilock__err *e,
   rc = s->begin(s->arg, wait_ms != 0);
   if (rc != HILOCK_OK) return rc;
   if (wait_ms == 0)
-    rc = s->attempt(s->arg, &bound);
+    rc = hilock__stat_try(&c->rt, s->attempt(s->arg, &bound));
   else
     rc = hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->consume,
                                   wait_ms, s->attempt, s->arg);
@@ -244,8 +244,8 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              int consume, int64_t wait_ms,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg) {
-  int64_t deadline, outer;
-  int woken = 0, rc;
+  int64_t deadline, outer, start_us = 0;
+  int woken = 0, waited = 0, rc;
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
@@ -269,13 +269,15 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
      * with no expiry (-1) is re-checked at least every 30 s. */
     bound = pttl >= 0 ? pttl + 1 : 30000;
     if (left < bound) bound = left;
+    if (!waited) start_us = tried_us; /* the wait time: from the first try */
+    waited = 1;
     rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, tried_us, consume,
                            &woken);
     if (rc != HILOCK_OK) break;
   }
   if (woken) hilock__hub_settle(c, *wkey, *wkeylen);
   hilock__call_end(outer);
-  return rc;
+  return hilock__stat_acquire(&c->rt, rc, wait_ms, start_us, waited);
 }
 
 int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms) {

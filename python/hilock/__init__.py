@@ -10,12 +10,14 @@ The C core (hilock._hilock) does the work; this package gives it the
 """
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Optional, Union
 
 from . import _hilock
 from ._base import LockBase, LostCallback
 from ._client import Client, default_client, default_url, redlock
 from ._fair import FairLock
+from ._inspect import LockInfo
 from ._lock import Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
@@ -52,6 +54,10 @@ from .errors import (
 
 __version__ = _hilock.hilock_version_string().decode()
 
+# Losses, renewal failures, reconnects and failovers are logged on the
+# "hilock" logger; nothing is printed unless the application configures it.
+logging.getLogger("hilock").addHandler(logging.NullHandler())
+
 __all__ = [
     "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
     "Semaphore", "semaphore",
@@ -69,6 +75,7 @@ __all__ = [
     "ClusterError",
     "NotEnoughReplicas",
     "FencedStore", "BoundStore", "StaleFence",
+    "LockInfo",
 ]
 
 

@@ -342,3 +342,66 @@ class ExclusiveBase(LockBase):
                 self._local.release()
             except RuntimeError:
                 pass
+
+
+_Q = TypeVar("_Q", bound="QueuedBase")
+
+
+class QueuedBase(ExclusiveBase):
+    """Base of the exclusive locks whose waiters queue and prove they are
+    alive by re-checking within a heartbeat window
+    (:class:`hilock.FairLock`, :class:`hilock.SequentialLock`)."""
+
+    # The family's C functions besides acquire and release (called on the
+    # class, as LockBase's): hilock_<_kind_name>_<verb>, set for each
+    # subclass by __init_subclass__.
+    _c_new: ClassVar[Callable[..., Any]]
+    _c_waiters: ClassVar[Callable[[Any], int]]
+    _c_extend: ClassVar[Callable[[Any, int, int], int]]
+    _c_renew: ClassVar[Callable[[Any], int]]
+    _c_heartbeat_ms: ClassVar[Callable[[Any], int]]
+    _c_set_heartbeat: ClassVar[Callable[[Any, int], int]]
+    _C_VERBS = ("acquire", "release", "new", "waiters", "extend", "renew", "heartbeat_ms",
+                "set_heartbeat")
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        for verb in cls._C_VERBS:
+            setattr(cls, "_c_" + verb, getattr(_h, f"hilock_{cls._kind_name}_{verb}"))
+
+    def __init__(self: _Q, client: Client, name: Name, ttl: float, timeout: Optional[float],
+                 auto_renew: bool = True, max_hold: Optional[float] = None,
+                 on_lost: Optional[LostCallback[_Q]] = None) -> None:
+        super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
+        self._setup(client._new(type(self)._c_new, self._bname, seconds_to_ms(ttl, "ttl")))
+
+    def owned(self) -> bool:
+        """Whether this object's grant still holds the lock (one round trip)."""
+        return bool(_h.hilock_hold_owned(self._h))
+
+    def waiters(self) -> int:
+        """How many live waiters are queued behind the holder (one round
+        trip)."""
+        return int(type(self)._c_waiters(self._h))
+
+    def extend(self, seconds: float, replace: bool = False) -> None:
+        """Add ``seconds`` to the holder's remaining TTL (the sequential
+        lock's: its session), or set it (``replace=True``), only while still
+        owned. Raises LockNotOwnedError otherwise."""
+        type(self)._c_extend(self._h, seconds_to_ms(seconds, "extension"), 1 if replace else 0)
+
+    def renew(self) -> None:
+        """Reset the holder's TTL (session) to the lock's ``ttl``."""
+        type(self)._c_renew(self._h)
+
+    @property
+    def heartbeat(self) -> float:
+        """The heartbeat window: seconds a waiter may go without a re-check
+        before it is dropped from the queue; it re-checks every third of
+        that. Defaults to ``ttl``, at most 5 s (at least 0.5 s). Settable;
+        applies from the next re-check."""
+        return type(self)._c_heartbeat_ms(self._h) / 1000.0
+
+    @heartbeat.setter
+    def heartbeat(self, seconds: float) -> None:
+        type(self)._c_set_heartbeat(self._h, seconds_to_ms(seconds, "heartbeat"))

@@ -9,8 +9,10 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, NoReturn, Optional, Type, TypeVar, Union
 
 from . import _hilock as _h
+from . import _notify, _stats
 from ._base import LostCallback
 from ._fair import FairLock
+from ._inspect import LockInfo
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
@@ -20,7 +22,7 @@ from ._seglock import SegmentedLock
 from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
 from ._store import LINGER_DEFAULT, FencedStore
-from ._util import Name, PathLike, seconds_to_ms, tls_args
+from ._util import Name, PathLike, name_bytes, prefix_bytes, seconds_to_ms, tls_args
 from .errors import ConnectionError, InvalidArgument
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -65,6 +67,12 @@ class Client:
     ``max_connections`` pooled connections (default 6; 0: no limit); with
     the subscriber and the renewal thread's, a client holds at most 8.
 
+    ``prefix`` (default ``"hilock:"``) starts every key and channel name this
+    client's locks use, so tenants sharing a server each take their own and
+    an ACL user per tenant restricted to ``~<prefix>*`` and ``&<prefix>*``
+    keeps them apart (docs/security.md). Clients that share a lock must use
+    the same prefix.
+
     ``wait_replicas=n``: every grant and renewal is confirmed by ``WAIT n``
     on the same connection; a grant fewer than ``n`` replicas acknowledged
     within ``wait_timeout`` seconds is given back and raises
@@ -83,7 +91,7 @@ class Client:
                  ssl_password: Optional[Union[str, bytes]] = None,
                  ssl_cert_reqs: Union[str, ssl.VerifyMode, None] = "required",
                  ssl_check_hostname: bool = True,
-                 ssl_server_name: Optional[str] = None) -> None:
+                 ssl_server_name: Optional[str] = None, prefix: str = "hilock:") -> None:
         self._h: Any = None
         self._calls = 0  # calls on the C client in flight (see _use)
         self._closing: Any = None  # the C handle close() left to the last call
@@ -112,7 +120,12 @@ class Client:
             raise InvalidArgument("max_connections must be an int >= 0 (0: no limit)")
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
                                    int(shared_waiting), max_connections, wait_replicas,
-                                   wait_ms, *tls)
+                                   wait_ms, *tls, prefix_bytes(prefix))
+        self.prefix = prefix
+        # Losses, renewal failures, reconnects and failovers go to the
+        # "hilock" logger (see docs/observability.md).
+        _notify.start_logging()
+        _h.py_client_log(self._h, 1)
 
     @contextmanager
     def _use(self) -> Iterator[Any]:
@@ -188,6 +201,25 @@ class Client:
         with self._use() as h:
             return int(_h.hilock_client_waiting(h))
 
+    def stats(self) -> _stats.Stats:
+        """This client's counters since it was made (or :meth:`reset_stats`),
+        for every lock made from it, blocking or asyncio: ``acquired``,
+        ``busy`` (one-shot acquires refused), ``timeouts`` (acquires that
+        waited in vain), ``waits``, ``errors``, ``lost``, ``renewals``,
+        ``renewal_failures``, ``reconnects``, ``redirections``,
+        ``failovers`` (ints), and the histograms ``wait_seconds`` (acquires
+        that waited) and ``hold_seconds`` (grant to release), each
+        ``{"buckets": [(le, cumulative count), ...], "sum": seconds,
+        "count": n}`` with ``le`` in seconds, the last ``inf``. A local read:
+        no round trip."""
+        with self._use() as h:
+            return _stats.from_raw(_h.py_client_stats(h))
+
+    def reset_stats(self) -> None:
+        """Set every counter of :meth:`stats` to zero."""
+        with self._use() as h:
+            _h.hilock_client_stats_reset(h)
+
     def ping(self) -> None:
         """One round trip (PING)."""
         with self._use() as h:
@@ -208,6 +240,47 @@ class Client:
                     store = self._default_store
             return store
         return FencedStore(self, linger=linger, max_value=max_value)
+
+    def inspect(self, name: Name) -> LockInfo:
+        """What the lock ``name`` holds now, whatever its type, in one round
+        trip: a :class:`LockInfo` (type ``"none"`` if nothing is there).
+        Reads only; safe on a name of any type."""
+        raw = name_bytes(name)
+        shown = name if isinstance(name, str) else raw
+        with self._use() as h:
+            return LockInfo._from_c(shown, _h.py_inspect(h, raw))
+
+    def force_release(self, name: Name) -> bool:
+        """Operator tool: take the lock ``name`` away from whoever holds it,
+        whatever its type, and wake its waiters so they try again at once.
+        The holder finds its lock lost at its next renewal, extend or
+        release. Fence counters stay, so fences keep increasing; so do a
+        semaphore's stored limit and a segmented lock's stock. True if
+        anything was removed. Raises :class:`WrongTypeError` (nothing changes)
+        if a key of the name holds a Redis type no lock writes."""
+        raw = name_bytes(name)
+        with self._use() as h:
+            return bool(_h.hilock_client_force_release(h, raw))
+
+    def list_locks(self, pattern: Name = "*") -> Iterator[LockInfo]:
+        """The locks present whose name matches ``pattern``, each once, with
+        its state (as :meth:`inspect`). ``pattern`` is a Redis glob over the
+        lock name, not the key (``*``, ``?``, ``[abc]``, ``[^a-z]``, backslash
+        escapes). Walks the keys with SCAN (never KEYS; on a Cluster, every
+        master) lazily, one page and one inspect per name at a time; names
+        with nothing but a fence counter are skipped. Names created or
+        removed during the walk may or may not be reported."""
+        raw = name_bytes(pattern)
+        with self._use() as h:
+            scan = _h.hilock_client_list_locks(h, raw)
+        try:
+            while True:
+                nxt = _h.py_scan_next(scan)
+                if nxt is None:
+                    return
+                yield LockInfo._from_c(nxt[0], nxt[1])
+        finally:
+            _h.hilock_scan_free(scan)
 
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,

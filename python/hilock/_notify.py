@@ -1,13 +1,17 @@
-"""Delivery of lock-loss callbacks.
+"""Delivery of lock-loss callbacks and log records.
 
 The C renewal thread reports a lost hold by writing the lock's id to a
 pipe; a daemon thread here reads it and calls the lock's callback with the
 GIL held, in Python's own thread. No Python object crosses into C, so a
-callback can never race the collection of its lock.
+callback can never race the collection of its lock. The C log callback of
+every client (bindings/py_helpers.h) writes its records to the same pipe
+(marker -1, level, name, message), and this thread hands them to the
+"hilock" logger.
 """
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import struct
 import threading
@@ -29,6 +33,19 @@ _ids = itertools.count(1)
 _locks: Dict[int, weakref.ReferenceType[Any]] = {}
 _fds: Optional[Tuple[int, int]] = None
 _ID = struct.Struct("=q")
+# A log record (bindings/py_helpers.h): -1, level, name and message lengths.
+_LOG = struct.Struct("=qiII")
+_log = logging.getLogger("hilock")
+_logging = False  # some client sends log records: restart after a fork
+
+
+def _emit(level: int, name: bytes, msg: bytes) -> None:
+    lock = name.decode("utf-8", "replace")
+    text = msg.decode("utf-8", "replace")
+    if lock:
+        _log.log(level, "%s: %s", lock, text, extra={"hilock_lock": lock})
+    else:
+        _log.log(level, "%s", text, extra={"hilock_lock": None})
 
 
 def _reader(rfd: int) -> None:
@@ -43,6 +60,21 @@ def _reader(rfd: int) -> None:
         buf += chunk
         while len(buf) >= _ID.size:
             (lock_id,) = _ID.unpack_from(buf)
+            if lock_id == -1:
+                if len(buf) < _LOG.size:
+                    break
+                _, level, namelen, msglen = _LOG.unpack_from(buf)
+                end = _LOG.size + namelen + msglen
+                if len(buf) < end:
+                    break
+                name = buf[_LOG.size:_LOG.size + namelen]
+                msg = buf[_LOG.size + namelen:end]
+                buf = buf[end:]
+                try:
+                    _emit(level, name, msg)
+                except Exception:  # a handler's error must not stop delivery
+                    traceback.print_exc()
+                continue
             buf = buf[_ID.size:]
             with _mu:
                 ref = _locks.get(lock_id)
@@ -64,6 +96,13 @@ def _start() -> None:
         _fds = (rfd, wfd)
         _h._set_lost_fd(wfd)
         threading.Thread(target=_reader, args=(rfd,), name="hilock-lost", daemon=True).start()
+
+
+def start_logging() -> None:
+    """Make sure log records sent by the C layer are read."""
+    global _logging
+    _logging = True
+    _start()
 
 
 def register(lock: Any) -> int:
@@ -96,6 +135,12 @@ def _after_fork_in_child() -> None:
                 pass
     _fds = None
     _h._set_lost_fd(-1)
+    if _logging:
+        # The child's clients still send log records: read them here too.
+        try:
+            _start()
+        except Exception:
+            traceback.print_exc()
 
 
 if hasattr(os, "register_at_fork"):

@@ -5,8 +5,9 @@ import math
 from typing import Any, Iterable, Optional, Tuple
 
 from . import _hilock as _h
+from . import _notify, _stats
 from ._base import ExclusiveBase, LostCallback
-from ._util import TLS_OPTIONS, Name, seconds_to_ms, tls_args
+from ._util import TLS_OPTIONS, Name, prefix_bytes, seconds_to_ms, tls_args
 from .errors import InvalidArgument
 
 
@@ -48,7 +49,7 @@ class Redlock(ExclusiveBase):
                  timeout: Optional[float] = None, *, auto_renew: bool = True,
                  max_hold: Optional[float] = None, on_lost: Optional[LostCallback[Redlock]] = None,
                  node_timeout: Optional[float] = None, retry_delay: float = 0.2,
-                 connect_timeout: float = 2.0, **tls: Any) -> None:
+                 connect_timeout: float = 2.0, prefix: str = "hilock:", **tls: Any) -> None:
         self._h = None
         if isinstance(urls, (str, bytes)):
             raise InvalidArgument("urls must be a list of node URLs, not one string")
@@ -72,7 +73,18 @@ class Redlock(ExclusiveBase):
             raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
         self._setup(_h.py_redlock_new([u.encode() for u in url_list], self._bname, ttl_ms,
                                       connect_ms, node_ms, math.ceil(retry_delay * 1000),
-                                      *tls_args(**tls)))
+                                      *tls_args(**tls), prefix_bytes(prefix)))
+        _notify.start_logging()
+        _h.py_redlock_log(self._h, 1)
+
+    def stats(self) -> _stats.Stats:
+        """This Redlock's own counters, as :meth:`hilock.Client.stats` (a
+        Redlock drives its own connections, so it counts for itself)."""
+        return _stats.from_raw(_h.py_redlock_stats(self._h))
+
+    def reset_stats(self) -> None:
+        """Set every counter of :meth:`stats` to zero."""
+        _h.hilock_redlock_stats_reset(self._h)
 
     def __repr__(self) -> str:
         return (f"<hilock.Redlock {self._name!r} on {len(self._urls)} nodes "

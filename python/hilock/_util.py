@@ -24,6 +24,21 @@ def name_bytes(name: Name) -> bytes:
     raise InvalidArgument(f"lock name must be str or bytes, not {type(name).__name__}")
 
 
+PREFIX_MAX = 64
+
+
+def prefix_bytes(prefix: str) -> bytes:
+    """A key prefix (``Client(prefix=...)``) as bytes, checked: 1..64 bytes,
+    no braces (the lock name after it is the keys' hash tag), no NUL."""
+    if not isinstance(prefix, str):
+        raise InvalidArgument(f"prefix must be a str, not {type(prefix).__name__}")
+    raw = prefix.encode("utf-8", "surrogatepass")
+    if not 1 <= len(raw) <= PREFIX_MAX or any(c in raw for c in b"{}\0"):
+        raise InvalidArgument(f"prefix must be 1..{PREFIX_MAX} bytes without '{{', '}}' "
+                              f"or NUL, got {prefix!r}")
+    return raw
+
+
 def seconds_to_ms(value: float, what: str) -> int:
     """Positive float seconds to whole ms (rounded up), within TTL_MAX_MS."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

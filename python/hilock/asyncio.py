@@ -41,6 +41,7 @@ from . import _hilock as _h
 from ._base import ExclusiveBase, lost_error
 from ._client import Client as _SyncClient
 from ._fair import FairLock as _SyncFairLock
+from ._inspect import LockInfo
 from ._multilock import MultiLock as _SyncMultiLock
 from ._redlock import Redlock as _SyncRedlock
 from ._rlock import RLock as _SyncRLock
@@ -176,12 +177,14 @@ class _Runner:
             raise
 
 
-    def __del__(self) -> None:
+    def __del__(self, _free: Callable[[Any], None] = _h.hilock_async_free,
+                _getpid: Callable[[], int] = os.getpid) -> None:
         # A runner nobody closed (Redlock's, which lives as long as its
-        # loop): its threads stop with it.
+        # loop): its threads stop with it. (The defaults keep what it calls
+        # alive when the interpreter tears the module down at exit.)
         a, self._a = getattr(self, "_a", None), None
-        if a is not None and self._pid == os.getpid():
-            _h.hilock_async_free(a)
+        if a is not None and self._pid == _getpid():
+            _free(a)
 
     async def close(self) -> None:
         """Cancel what is in flight and stop watching the loop's descriptor."""
@@ -248,6 +251,16 @@ class Client:
         """Operations of this client waiting for a lock now (tasks here and
         threads of the blocking API)."""
         return self._sync.waiting
+
+    def stats(self) -> Dict[str, Any]:
+        """The client's counters, as :meth:`hilock.Client.stats` (tasks here
+        and threads of the blocking API count together). A local read: no
+        round trip, so not a coroutine."""
+        return self._sync.stats()
+
+    def reset_stats(self) -> None:
+        """Set every counter of :meth:`stats` to zero."""
+        self._sync.reset_stats()
 
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None) -> Lock:
@@ -317,6 +330,19 @@ class Client:
         :class:`hilock.SoldOut` once every segment is empty."""
         return SegmentedLock(self, self._sync.segmented_lock(
             name, segments, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold))
+
+    async def inspect(self, name: Name) -> LockInfo:
+        """What the lock ``name`` holds now, as :meth:`hilock.Client.inspect`
+        (one round trip, on a thread of the loop's default executor)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._sync.inspect, name)
+
+    async def force_release(self, name: Name) -> bool:
+        """Take the lock ``name`` away from whoever holds it, as
+        :meth:`hilock.Client.force_release` (on a thread of the loop's
+        default executor)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._sync.force_release, name)
 
     async def close(self) -> None:
         """Cancel what is in flight, stop watching the loop's descriptor and
@@ -708,3 +734,7 @@ class Redlock(Lock):
     def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
                  timeout: Optional[float] = None, **options: Any) -> None:
         super().__init__(_RedlockRuns(), _SyncRedlock(urls, name, ttl, timeout, **options))
+
+    def stats(self) -> Dict[str, Any]:
+        """This Redlock's own counters, as :meth:`hilock.Redlock.stats`."""
+        return self._sync.stats()

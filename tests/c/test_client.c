@@ -93,6 +93,46 @@ static void unix_socket_connects_and_selects_db(void **state) {
   hilock_client_free(c);
 }
 
+#define K_(s) (s), strlen(s)
+
+/* key_prefix: one client's keys start with its prefix, and two prefixes
+ * hold one name at once; a bad prefix is refused at creation. */
+static void key_prefix_starts_every_key(void **state) {
+  fixture *f = *state;
+  hilock_options o;
+  hilock_client *a, *b, *bad = NULL;
+  hilock_lock *la, *lb;
+  size_t klen;
+  const char *key;
+  static const char *const refused[] = {"a{", "b}", "x123456789012345678901234567890"
+                                        "1234567890123456789012345678901234"};
+
+  hilock_options_init(&o);
+  o.key_prefix = "app1:";
+  a = hl_client(f->server.url, &o);
+  o.key_prefix = NULL; /* the default, hilock: */
+  b = hl_client(f->server.url, &o);
+  la = hl_new_lock(a, "orders:42", 5000);
+  lb = hl_new_lock(b, "orders:42", 5000);
+  assert_hl_ok(hilock_lock_try_acquire(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
+  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
+  key = hilock_hold_key(HILOCK_HOLD(la), &klen);
+  assert_int_equal(klen, strlen("app1:{orders:42}:lock"));
+  assert_memory_equal(key, "app1:{orders:42}:lock", klen);
+  assert_true(hl_redis_exists(f->redis, K_("hilock:{orders:42}:lock")));
+  hilock_hold_free(HILOCK_HOLD(la));
+  hilock_hold_free(HILOCK_HOLD(lb));
+  hilock_client_free(a);
+  hilock_client_free(b);
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+    o.key_prefix = refused[i];
+    assert_int_equal(hilock_client_new(f->server.url, &o, &bad), HILOCK_EINVAL);
+    assert_substr(hilock_client_errmsg(bad), "key_prefix");
+    hilock_client_free(bad);
+    bad = NULL;
+  }
+}
+
 static void lock_in_db3_is_invisible_in_db0(void **state) {
   fixture *f = *state;
   char url[128];
@@ -491,11 +531,11 @@ static void null_arguments_are_einval(void **state) {
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_SUITE_MAIN("client", group_setup, group_teardown,
       T(connect_and_ping),
       T(unix_socket_connects_and_selects_db),
       T(lock_in_db3_is_invisible_in_db0),
+      T(key_prefix_starts_every_key),
       T(password_url_authenticates),
       T(wrong_password_is_eauth_with_wrongpass_text),
       T(missing_password_is_eauth_at_creation),
@@ -508,8 +548,4 @@ int main(void) {
       T(lock_outliving_client_gets_eclosed),
       T(client_free_with_no_locks_is_clean),
       T(threads_sharing_a_client_exclude_each_other),
-      T(null_arguments_are_einval),
-  };
-  return cmocka_run_group_tests_name("client", tests, group_setup,
-                                     group_teardown);
-}
+      T(null_arguments_are_einval))

@@ -823,8 +823,7 @@ static void null_handles_and_negative_waits_are_einval(void **state) {
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_SUITE_MAIN("contract", group_setup, group_teardown,
       T(try_acquire_is_busy_for_others_until_released),
       T(acquire_waits_for_the_holder_and_leaves_nothing_on_busy),
       T(release_by_a_non_holder_changes_nothing),
@@ -835,8 +834,4 @@ int main(void) {
       T(consecutive_grants_carry_increasing_fences),
       cmocka_unit_test(checker_reports_overlaps),
       T(contending_processes_never_exceed_the_holders),
-      T(null_handles_and_negative_waits_are_einval),
-  };
-  return cmocka_run_group_tests_name("contract", tests, group_setup,
-                                     group_teardown);
-}
+      T(null_handles_and_negative_waits_are_einval))

@@ -86,6 +86,9 @@ static const reply_row replies[] = {
     {"ERR The user executing the script can't run this command or subcommand "
      "script: ba2bbbe6, on @user_script:231.",
      HILOCK_ENOPERM},
+    {"ERR ACL failure in script: User less has no permissions to run the "
+     "'zadd' command script: 71abc016, on @user_script:240.",
+     HILOCK_ENOPERM},
     {"WRONGPASS invalid username-password pair or user is disabled.",
      HILOCK_EAUTH},
     {"NOAUTH Authentication required.", HILOCK_EAUTH},
@@ -161,8 +164,7 @@ static void set_err_records_and_truncates(void **state) {
   assert_string_equal(e.msg, "");
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_SUITE_MAIN("errors", NULL, NULL,
       cmocka_unit_test(strerror_gives_the_map_text_for_every_code),
       cmocka_unit_test(err_name_gives_the_map_name_for_every_code),
       cmocka_unit_test(codes_names_and_texts_are_distinct),
@@ -172,7 +174,4 @@ int main(void) {
       cmocka_unit_test(reply_error_maps_prefixes_and_keeps_redis_text),
       cmocka_unit_test(reply_error_reads_only_len_bytes),
       cmocka_unit_test(reply_error_truncates_long_text),
-      cmocka_unit_test(set_err_records_and_truncates),
-  };
-  return cmocka_run_group_tests_name("errors", tests, NULL, NULL);
-}
+      cmocka_unit_test(set_err_records_and_truncates))

@@ -196,13 +196,14 @@ static void dead_entries_block_until_their_deadline_then_are_dropped(
  * position}; leave {1 if it gave a grant back}. */
 static redisReply *fair_script(fixture *f, const char *name, const char *op,
                                const char *id, int64_t ticket) {
-  static const char *const roles[6] = {"fair",           "fence",
-                                       "fair:queue",     "fair:heartbeat",
-                                       "fair:ticket",    "wake:"};
+  char own[96]; /* KEYS[7]: the caller's own wake list */
+  const char *roles[7] = {"fair",        "fence", "fair:queue", "fair:heartbeat",
+                          "fair:ticket", "wake:", own};
   char ticket_s[24];
   const char *args[5] = {op, id, "5000", "1000", ticket_s};
+  snprintf(own, sizeof(own), "wake:%s", id);
   snprintf(ticket_s, sizeof(ticket_s), "%lld", (long long)ticket);
-  return hl_run_script(f->client, &hilock__script_fair_lock, name, roles, 6,
+  return hl_run_script(f->client, &hilock__script_fair_lock, name, roles, 7,
                        args, 5);
 }
 

@@ -588,17 +588,10 @@ static void fork_during_a_loss_callback(void **state) {
   assert_true(atomic_load(&s.finished));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(child_cannot_touch_the_parents_grant),
-      T(child_runs_no_renewal_of_the_parents_holds),
-      T(parent_and_child_share_the_client_without_desync),
-      T(fork_while_other_threads_are_inside_client_calls),
-      T(fork_during_a_loss_callback),
-      T(fork_while_threads_share_an_rlock_handle),
-  };
-  return cmocka_run_group_tests_name("fork", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("fork",
+      HL_TEST(child_cannot_touch_the_parents_grant),
+      HL_TEST(child_runs_no_renewal_of_the_parents_holds),
+      HL_TEST(parent_and_child_share_the_client_without_desync),
+      HL_TEST(fork_while_other_threads_are_inside_client_calls),
+      HL_TEST(fork_during_a_loss_callback),
+      HL_TEST(fork_while_threads_share_an_rlock_handle))

@@ -202,18 +202,11 @@ static void shared_handle_tokens_are_read_safely(void **state) {
   hilock_hold_free(HILOCK_HOLD(a.rl));
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(simple_lock_refuses_renewal),
-      T(rwlock_hold_reports_the_handles_error),
-      T(null_holds_are_safe),
-      T(null_out_arguments_are_einval),
-      T(shared_handle_errors_are_read_safely),
-      T(client_errors_are_per_thread),
-      T(shared_handle_tokens_are_read_safely),
-  };
-  return cmocka_run_group_tests_name("hold", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("hold",
+      HL_TEST(simple_lock_refuses_renewal),
+      HL_TEST(rwlock_hold_reports_the_handles_error),
+      HL_TEST(null_holds_are_safe),
+      HL_TEST(null_out_arguments_are_einval),
+      HL_TEST(shared_handle_errors_are_read_safely),
+      HL_TEST(client_errors_are_per_thread),
+      HL_TEST(shared_handle_tokens_are_read_safely))

@@ -601,35 +601,28 @@ static void accessors_describe_the_handle(void **state) {
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(fencing_tokens_increase_across_holders_and_handles),
-      T(acquire_gives_busy_after_wait_ms_when_held),
-      T(acquire_succeeds_once_holder_ttl_lapses),
-      T(simple_lock_outlives_freed_holder_until_force_release),
-      T(simple_lock_extend_is_enotsup),
-      T(extend_replace_and_add_change_pttl),
-      T(renew_resets_pttl_to_ttl),
-      T(extend_on_expired_lock_is_enotowned_without_recreating),
-      T(extend_of_someone_elses_lock_leaves_it_alone),
-      T(extend_rejects_bad_durations),
-      T(validity_decreases_and_stays_below_ttl),
-      T(owned_and_locked_report_the_server_state),
-      T(token_is_32_hex_chars_and_fresh_per_grant),
-      T(acquiring_twice_on_one_handle_is_einval),
-      T(handle_whose_grant_lapsed_may_acquire_again),
-      T(invalid_names_are_einval),
-      T(name_of_1024_bytes_works),
-      T(unusual_names_work_and_keys_follow_the_layout),
-      T(ttl_out_of_range_is_einval),
-      T(ttl_limits_are_accepted),
-      T(wrong_type_lock_key_is_ewrongtype_and_writes_nothing),
-      T(damaged_fence_key_fails_before_writing_the_lock),
-      T(wrong_type_after_grant_keeps_the_grant_for_retry),
-      T(accessors_describe_the_handle),
-  };
-  return cmocka_run_group_tests_name("lock", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("lock",
+      HL_TEST(fencing_tokens_increase_across_holders_and_handles),
+      HL_TEST(acquire_gives_busy_after_wait_ms_when_held),
+      HL_TEST(acquire_succeeds_once_holder_ttl_lapses),
+      HL_TEST(simple_lock_outlives_freed_holder_until_force_release),
+      HL_TEST(simple_lock_extend_is_enotsup),
+      HL_TEST(extend_replace_and_add_change_pttl),
+      HL_TEST(renew_resets_pttl_to_ttl),
+      HL_TEST(extend_on_expired_lock_is_enotowned_without_recreating),
+      HL_TEST(extend_of_someone_elses_lock_leaves_it_alone),
+      HL_TEST(extend_rejects_bad_durations),
+      HL_TEST(validity_decreases_and_stays_below_ttl),
+      HL_TEST(owned_and_locked_report_the_server_state),
+      HL_TEST(token_is_32_hex_chars_and_fresh_per_grant),
+      HL_TEST(acquiring_twice_on_one_handle_is_einval),
+      HL_TEST(handle_whose_grant_lapsed_may_acquire_again),
+      HL_TEST(invalid_names_are_einval),
+      HL_TEST(name_of_1024_bytes_works),
+      HL_TEST(unusual_names_work_and_keys_follow_the_layout),
+      HL_TEST(ttl_out_of_range_is_einval),
+      HL_TEST(ttl_limits_are_accepted),
+      HL_TEST(wrong_type_lock_key_is_ewrongtype_and_writes_nothing),
+      HL_TEST(damaged_fence_key_fails_before_writing_the_lock),
+      HL_TEST(wrong_type_after_grant_keeps_the_grant_for_retry),
+      HL_TEST(accessors_describe_the_handle))

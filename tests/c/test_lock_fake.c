@@ -631,8 +631,7 @@ static void auth_failures_while_connecting(void **state) {
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_SUITE_MAIN("lock_fake", NULL, NULL,
       T(acquire_sends_keys_token_and_ttl),
       T(large_fence_is_read_whole),
       T(busy_reply_is_busy),
@@ -650,7 +649,4 @@ int main(void) {
       T(malformed_extend_reply_is_eproto),
       T(owned_with_unexpected_reply_is_eproto),
       T(connect_sends_auth_and_select),
-      T(auth_failures_while_connecting),
-  };
-  return cmocka_run_group_tests_name("lock_fake", tests, NULL, NULL);
-}
+      T(auth_failures_while_connecting))

@@ -701,27 +701,20 @@ static void cluster_client_refuses_names_in_different_slots(void **state) {
   hilock_hold_free(HILOCK_HOLD(m));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(grants_every_name_with_one_token_and_a_fence_per_name),
-      T(one_held_name_means_nothing_is_taken),
-      T(single_lock_and_multi_lock_exclude_each_other),
-      T(resent_acquire_returns_the_same_grant),
-      T(damaged_keys_fail_before_any_name_is_locked),
-      T(release_leaves_a_force_taken_key_alone),
-      T(extend_refreshes_every_key_or_none),
-      T(watchdog_renews_every_key_and_reports_one_stolen),
-      T(release_of_the_blocking_name_wakes_the_waiter),
-      T(wait_is_bounded_by_the_blocking_holders_ttl),
-      T(a_useless_wake_up_is_handed_back),
-      T(random_overlapping_sets_never_overlap_or_deadlock),
-      T(without_the_lock_the_same_check_fails),
-      T(killed_holder_frees_every_name_within_its_ttl),
-      T(bad_input_gives_specific_einval),
-      T(cluster_client_refuses_names_in_different_slots),
-  };
-  return cmocka_run_group_tests_name("multilock", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("multilock",
+      HL_TEST(grants_every_name_with_one_token_and_a_fence_per_name),
+      HL_TEST(one_held_name_means_nothing_is_taken),
+      HL_TEST(single_lock_and_multi_lock_exclude_each_other),
+      HL_TEST(resent_acquire_returns_the_same_grant),
+      HL_TEST(damaged_keys_fail_before_any_name_is_locked),
+      HL_TEST(release_leaves_a_force_taken_key_alone),
+      HL_TEST(extend_refreshes_every_key_or_none),
+      HL_TEST(watchdog_renews_every_key_and_reports_one_stolen),
+      HL_TEST(release_of_the_blocking_name_wakes_the_waiter),
+      HL_TEST(wait_is_bounded_by_the_blocking_holders_ttl),
+      HL_TEST(a_useless_wake_up_is_handed_back),
+      HL_TEST(random_overlapping_sets_never_overlap_or_deadlock),
+      HL_TEST(without_the_lock_the_same_check_fails),
+      HL_TEST(killed_holder_frees_every_name_within_its_ttl),
+      HL_TEST(bad_input_gives_specific_einval),
+      HL_TEST(cluster_client_refuses_names_in_different_slots))

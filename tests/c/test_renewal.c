@@ -689,8 +689,7 @@ static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
   hilock_hold_free(HILOCK_HOLD(sem));
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_FIXTURE_MAIN("renewal",
       T(renewal_keeps_a_short_lock_alive),
       T(renewal_applies_to_the_current_hold_and_can_be_stopped),
       T(release_cancels_renewal),
@@ -705,8 +704,4 @@ int main(void) {
       T(a_batch_reports_the_holds_taken_and_keeps_the_rest),
       T(free_waits_for_a_running_callback),
       T(rlock_renewal_keeps_and_loses),
-      T(validity_never_outlasts_the_key_when_extend_races_renewal),
-  };
-  return cmocka_run_group_tests_name("renewal", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+      T(validity_never_outlasts_the_key_when_extend_races_renewal))

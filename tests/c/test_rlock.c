@@ -563,23 +563,16 @@ static void rlock_outliving_its_client_gets_eclosed(void **state) {
   hilock_hold_free(HILOCK_HOLD(rl)); /* the client's last reference */
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(same_thread_reenters_without_blocking),
-      T(other_thread_blocks_until_the_final_release),
-      T(release_from_a_non_holding_thread_changes_nothing),
-      T(threads_sharing_a_handle_exclude_each_other),
-      T(another_process_blocks),
-      T(reentry_refreshes_the_ttl),
-      T(lapsed_hold_lets_another_owner_in),
-      T(fence_is_kept_on_reentry_and_grows_for_the_next_owner),
-      T(final_release_deletes_the_hash_and_leaves_one_wake_up),
-      T(names_and_ttls_are_validated),
-      T(null_arguments_are_einval),
-      T(rlock_outliving_its_client_gets_eclosed),
-  };
-  return cmocka_run_group_tests_name("rlock", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("rlock",
+      HL_TEST(same_thread_reenters_without_blocking),
+      HL_TEST(other_thread_blocks_until_the_final_release),
+      HL_TEST(release_from_a_non_holding_thread_changes_nothing),
+      HL_TEST(threads_sharing_a_handle_exclude_each_other),
+      HL_TEST(another_process_blocks),
+      HL_TEST(reentry_refreshes_the_ttl),
+      HL_TEST(lapsed_hold_lets_another_owner_in),
+      HL_TEST(fence_is_kept_on_reentry_and_grows_for_the_next_owner),
+      HL_TEST(final_release_deletes_the_hash_and_leaves_one_wake_up),
+      HL_TEST(names_and_ttls_are_validated),
+      HL_TEST(null_arguments_are_einval),
+      HL_TEST(rlock_outliving_its_client_gets_eclosed))

@@ -1132,8 +1132,7 @@ static void wrong_type_keys_fail_closed(void **state) {
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_SUITE_MAIN("rwlock", group_setup, group_teardown,
       T(readers_share_and_writer_excludes),
       T(reads_reenter_and_count_down),
       T(writes_reenter_with_the_grants_fence),
@@ -1158,8 +1157,4 @@ int main(void) {
       T(forked_child_frees_a_client_with_a_sleeping_watchdog),
       T(contending_processes_readers_overlap_writers_exclude),
       T(bad_arguments_are_einval),
-      T(wrong_type_keys_fail_closed),
-  };
-  return cmocka_run_group_tests_name("rwlock", tests, group_setup,
-                                     group_teardown);
-}
+      T(wrong_type_keys_fail_closed))

@@ -212,16 +212,11 @@ static void script_runner_rejects_too_many_arguments(void **state) {
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_FIXTURE_MAIN("script",
       T(embedded_sha1_matches_the_server),
       T(first_acquire_loads_the_script_then_evalsha_hits),
       T(acquire_works_after_script_flush),
       T(release_and_extend_work_after_script_flush),
       T(acquire_works_after_server_restart),
       T(lua_errors_are_escript_with_redis_text),
-      T(script_runner_rejects_too_many_arguments),
-  };
-  return cmocka_run_group_tests_name("script", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+      T(script_runner_rejects_too_many_arguments))

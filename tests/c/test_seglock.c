@@ -701,28 +701,21 @@ static void damaged_keys_fail_closed(void **state) {
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(grants_distinct_segments_then_busy),
-      T(acquiring_twice_on_one_handle_is_einval),
-      T(random_start_spreads_grants),
-      T(resent_acquire_finds_its_own_grant),
-      T(stock_init_splits_evenly),
-      T(empty_segments_are_skipped),
-      T(take_moves_stock_only_under_the_lock),
-      T(sold_out_is_reported_not_waited_for),
-      T(blocked_waiters_all_learn_sold_out),
-      T(release_of_any_segment_wakes_a_waiter),
-      T(killed_holders_segment_frees_within_ttl),
-      T(watchdog_keeps_the_segment_past_its_ttl),
-      T(forked_child_holds_nothing),
-      T(processes_never_share_a_segment_nor_oversell),
-      T(bad_arguments_are_einval),
-      T(keys_follow_the_layout),
-      T(damaged_keys_fail_closed),
-  };
-  return cmocka_run_group_tests_name("seglock", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("seglock",
+      HL_TEST(grants_distinct_segments_then_busy),
+      HL_TEST(acquiring_twice_on_one_handle_is_einval),
+      HL_TEST(random_start_spreads_grants),
+      HL_TEST(resent_acquire_finds_its_own_grant),
+      HL_TEST(stock_init_splits_evenly),
+      HL_TEST(empty_segments_are_skipped),
+      HL_TEST(take_moves_stock_only_under_the_lock),
+      HL_TEST(sold_out_is_reported_not_waited_for),
+      HL_TEST(blocked_waiters_all_learn_sold_out),
+      HL_TEST(release_of_any_segment_wakes_a_waiter),
+      HL_TEST(killed_holders_segment_frees_within_ttl),
+      HL_TEST(watchdog_keeps_the_segment_past_its_ttl),
+      HL_TEST(forked_child_holds_nothing),
+      HL_TEST(processes_never_share_a_segment_nor_oversell),
+      HL_TEST(bad_arguments_are_einval),
+      HL_TEST(keys_follow_the_layout),
+      HL_TEST(damaged_keys_fail_closed))

@@ -240,19 +240,13 @@ static void waiting_does_not_poll(void **state) {
   fixture *f = *state;
   hilock_semaphore *a = hl_new_semaphore(f->client, "quiet", 1, 10000);
   hilock_semaphore *b = hl_new_semaphore(f->client, "quiet", 1, 10000);
-  redisReply *r;
-  long long evals = 0, blpops = 0;
-  const char *p;
+  long long evals, blpops;
 
   SEM_OK(hilock_semaphore_try_acquire(a), a);
   SEM_RC(hilock_semaphore_try_acquire(b), HILOCK_BUSY, b); /* loads script */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   SEM_RC(hilock_semaphore_acquire(b, 1200), HILOCK_BUSY, b);
-  r = hl_redis(f->redis, "INFO commandstats");
-  assert_int_equal(r->type, REDIS_REPLY_STRING);
-  if ((p = strstr(r->str, "cmdstat_evalsha:calls=")) != NULL)
-    evals = atoll(p + strlen("cmdstat_evalsha:calls="));
-  freeReplyObject(r);
+  evals = hl_cmdstat_calls(f->redis, "evalsha");
   /* Wake-ups taken off the list: BLPOPs, or the shared waiting's LPOPs. */
   blpops = hl_cmdstat_calls(f->redis, hl_blpop_mode() ? "blpop" : "lpop");
   assert_i64_between(evals, 1, 2);
@@ -721,33 +715,26 @@ static void closed_client_is_eclosed(void **state) {
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(grants_up_to_the_limit_then_busy),
-      T(permit_ids_are_fresh_per_grant),
-      T(acquiring_twice_on_one_handle_is_einval),
-      T(release_of_unknown_or_expired_permit_changes_nothing),
-      T(each_release_wakes_one_waiter),
-      T(acquire_gives_busy_after_wait_ms),
-      T(waiting_does_not_poll),
-      T(waiter_wakes_when_the_first_permit_expires),
-      T(dead_holders_permit_lapses_at_its_ttl),
-      T(stored_limit_wins_over_constructor_permits),
-      T(raising_the_limit_wakes_waiters_at_once),
-      T(lowering_the_limit_revokes_nothing),
-      T(wake_list_is_backed_by_free_permits),
-      T(renew_moves_expiry_and_never_revives),
-      T(max_hold_lets_the_permit_lapse),
-      T(threads_never_exceed_the_limit),
-      T(forked_child_holds_nothing),
-      T(child_frees_a_client_whose_watchdog_ran_in_the_parent),
-      T(bad_arguments_are_einval),
-      T(keys_follow_the_layout),
-      T(damaged_keys_fail_closed),
-      T(closed_client_is_eclosed),
-  };
-  return cmocka_run_group_tests_name("semaphore", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("semaphore",
+      HL_TEST(grants_up_to_the_limit_then_busy),
+      HL_TEST(permit_ids_are_fresh_per_grant),
+      HL_TEST(acquiring_twice_on_one_handle_is_einval),
+      HL_TEST(release_of_unknown_or_expired_permit_changes_nothing),
+      HL_TEST(each_release_wakes_one_waiter),
+      HL_TEST(acquire_gives_busy_after_wait_ms),
+      HL_TEST(waiting_does_not_poll),
+      HL_TEST(waiter_wakes_when_the_first_permit_expires),
+      HL_TEST(dead_holders_permit_lapses_at_its_ttl),
+      HL_TEST(stored_limit_wins_over_constructor_permits),
+      HL_TEST(raising_the_limit_wakes_waiters_at_once),
+      HL_TEST(lowering_the_limit_revokes_nothing),
+      HL_TEST(wake_list_is_backed_by_free_permits),
+      HL_TEST(renew_moves_expiry_and_never_revives),
+      HL_TEST(max_hold_lets_the_permit_lapse),
+      HL_TEST(threads_never_exceed_the_limit),
+      HL_TEST(forked_child_holds_nothing),
+      HL_TEST(child_frees_a_client_whose_watchdog_ran_in_the_parent),
+      HL_TEST(bad_arguments_are_einval),
+      HL_TEST(keys_follow_the_layout),
+      HL_TEST(damaged_keys_fail_closed),
+      HL_TEST(closed_client_is_eclosed))

@@ -319,7 +319,9 @@ static hilock_client *client_for(const char *url, int wait_replicas) {
 }
 
 static char *key_of(const char *name, const char *role, size_t *len) {
-  char *k = hilock__key(name, strlen(name), role, len);
+  size_t nl = strlen(name), rl = strlen(role);
+  char *k = malloc(8 + nl + 2 + rl + 1);
+  if (k != NULL) *len = (size_t)sprintf(k, "hilock:{%s}:%s", name, role);
   assert_non_null(k);
   return k;
 }

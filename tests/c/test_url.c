@@ -467,8 +467,7 @@ static void client_rejects_bad_options(void **state) {
   hilock_client_free(c);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+HL_SUITE_MAIN("url", group_setup, group_teardown,
       cmocka_unit_test(parse_host_port_db),
       cmocka_unit_test(parse_defaults_port_db_and_host),
       cmocka_unit_test(parse_user_and_password),
@@ -495,8 +494,4 @@ int main(void) {
       cmocka_unit_test(client_rejects_bad_urls_before_connecting),
       cmocka_unit_test(client_tls_to_a_plain_port_fails_within_the_connect_timeout),
       cmocka_unit_test(client_null_url_is_einval),
-      cmocka_unit_test(client_rejects_bad_options),
-  };
-  return cmocka_run_group_tests_name("url", tests, group_setup,
-                                     group_teardown);
-}
+      cmocka_unit_test(client_rejects_bad_options))

@@ -458,4 +458,20 @@ int hl_group_teardown(void **state);
 int hl_setup(void **state);
 int hl_teardown(void **state);
 
+/* One test of a suite on that fixture. */
+#define HL_TEST(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
+
+/* The main() of a suite: runs the tests listed after the group's name and
+ * its group setup and teardown as one group. HL_FIXTURE_MAIN: a group on
+ * the shared fixture (hl_group_setup, hl_group_teardown), its tests
+ * HL_TEST(f), .... */
+#define HL_SUITE_MAIN(name, group_setup, group_teardown, ...)              \
+  int main(void) {                                                        \
+    const struct CMUnitTest tests[] = {__VA_ARGS__};                      \
+    return cmocka_run_group_tests_name(name, tests, group_setup,         \
+                                       group_teardown);                   \
+  }
+#define HL_FIXTURE_MAIN(name, ...) \
+  HL_SUITE_MAIN(name, hl_group_setup, hl_group_teardown, __VA_ARGS__)
+
 #endif /* HILOCK_TEST_UTIL_H */

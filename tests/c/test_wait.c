@@ -447,22 +447,15 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   hilock_hold_free(HILOCK_HOLD(b));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
-
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(waiter_wakes_promptly_on_release),
-      T(waiter_wakes_when_holder_key_expires),
-      T(waiter_wakes_by_ttl_after_plain_del),
-      T(waiter_wakes_by_ttl_when_holder_is_killed),
-      T(waiting_does_not_poll_the_server),
-      T(one_release_wakes_one_waiter),
-      T(fractional_waits_are_honoured),
-      T(interrupt_hook_ends_wait_with_eintr),
-      T(client_free_ends_blocked_wait_with_eclosed),
-      T(simple_lock_waiter_wakes_on_release),
-      T(rlock_waiter_wakes_on_final_release),
-  };
-  return cmocka_run_group_tests_name("wait", tests, hl_group_setup,
-                                     hl_group_teardown);
-}
+HL_FIXTURE_MAIN("wait",
+      HL_TEST(waiter_wakes_promptly_on_release),
+      HL_TEST(waiter_wakes_when_holder_key_expires),
+      HL_TEST(waiter_wakes_by_ttl_after_plain_del),
+      HL_TEST(waiter_wakes_by_ttl_when_holder_is_killed),
+      HL_TEST(waiting_does_not_poll_the_server),
+      HL_TEST(one_release_wakes_one_waiter),
+      HL_TEST(fractional_waits_are_honoured),
+      HL_TEST(interrupt_hook_ends_wait_with_eintr),
+      HL_TEST(client_free_ends_blocked_wait_with_eclosed),
+      HL_TEST(simple_lock_waiter_wakes_on_release),
+      HL_TEST(rlock_waiter_wakes_on_final_release))

@@ -6,12 +6,13 @@ RedisServer, stopped by PID); ``redis-cli --cluster create --cluster-replicas
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import time
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import redis
 
@@ -203,3 +204,14 @@ class LocalCluster:
         assert proc is not None
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[LocalCluster]:
+    """A started LocalCluster (node timeout 1 s), cleaned up on leaving."""
+    cl = LocalCluster(node_timeout_ms=1000)
+    try:
+        cl.start()
+        yield cl
+    finally:
+        cl.cleanup()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -137,3 +137,13 @@ def redis_nodes(redis_node_servers: list) -> list:
         r.flushall()
         r.close()
     return redis_node_servers
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    """A local Redis Cluster (3 masters, 3 replicas; tests/python/cluster.py)
+    for the tests of one module: it takes a few seconds to start."""
+    from cluster import running_cluster
+
+    with running_cluster() as cl:
+        yield cl

@@ -5,6 +5,7 @@ store (with its data pattern added) and Redlock over three nodes. Taking
 one command away makes the lock type that needs it fail loudly."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,18 @@ def acl_rule() -> List[str]:
     words = block.split()
     assert words[:3] == ["ACL", "SETUSER", "locks"]
     return [w for w in words[3:] if not w.startswith(">")]
+
+
+def test_the_rule_names_every_command_the_scripts_run() -> None:
+    """Every command of every embedded script is in the published rule (a
+    script runs with its caller's permissions)."""
+    from test_script_safety import embedded_scripts
+
+    rule = {w[1:].split("|")[0].lower() for w in acl_rule() if w.startswith("+")}
+    used = {c.lower() for src in embedded_scripts().values()
+            for c in re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'", src)}
+    used |= {"zrangebyscore", "zrevrangebyscore"}  # chosen at run time (seqlock)
+    assert used - rule == set()
 
 
 def make_user(r: redis.Redis, name: str, rule: List[str], extra: List[str] = ()) -> None:
@@ -141,3 +154,47 @@ def test_one_command_less_fails_loudly(acl_server: RedisServer, missing: str,
         with pytest.raises(hilock.NoPermissionError) as e:
             make(c).acquire(timeout=1)
         assert "permission" in str(e.value) or "can't run" in str(e.value)
+
+
+def tenant_rule(prefix: str) -> List[str]:
+    """The published rule with hilock:* replaced by the tenant's prefix."""
+    return [w.replace("hilock:", prefix) for w in acl_rule()]
+
+
+def test_two_tenants_with_their_own_prefix_and_acl_user(acl_server: RedisServer) -> None:
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "t1", tenant_rule("t1:"))
+    make_user(r, "t2", tenant_rule("t2:"))
+    make_user(r, "op", tenant_rule("t1:"), ["+scan"])
+    with hilock.Client(user_url(acl_server, "t1"), prefix="t1:") as one, \
+            hilock.Client(user_url(acl_server, "t2"), prefix="t2:") as two:
+        # The same names, held at once by each tenant: no key is shared.
+        for make in FACTORIES:
+            a, b = make(one), make(two)
+            with a, b:
+                assert not a.lost and not b.lost
+        exercise(one, FACTORIES[0])
+        exercise(two, FACTORIES[4])
+        with one.lock("orders:42") as lk:
+            assert lk.store().incrby("t1:data:n") == 1  # data under the prefix
+            assert one.inspect("orders:42").held
+            assert not two.inspect("orders:42").held
+            with pytest.raises(hilock.NoPermissionError):
+                list(one.list_locks())  # SCAN is an operator's command
+            with hilock.Client(user_url(acl_server, "op"), prefix="t1:") as op:
+                names = {i.name: i.held for i in op.list_locks()}
+                assert names["orders:42"] is True  # (and what t1's locks left)
+        keys = {k.decode() for k in r.keys("*")}
+        assert keys and all(k.startswith(("t1:", "t2:")) for k in keys), keys
+        assert any(k.startswith("t1:{orders:42}:") for k in keys)
+        assert "t1:fence:{t1:data:n}" in keys
+    # A tenant's user cannot touch the other tenant's locks.
+    with hilock.Client(user_url(acl_server, "t1"), prefix="t2:") as wrong:
+        with pytest.raises(hilock.NoPermissionError):
+            wrong.lock("orders:42").acquire(timeout=1)
+
+
+def test_prefix_is_checked() -> None:
+    for bad in ("", "a{", "b}", "x" * 65, "nul\0", 5):
+        with pytest.raises(hilock.InvalidArgument):
+            hilock.Client("redis://127.0.0.1:1", prefix=bad)  # type: ignore[arg-type]

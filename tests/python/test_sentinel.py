@@ -330,6 +330,7 @@ def test_pooled_connection_answered_readonly_moves_to_the_new_master(deployment)
         assert readonly_errors() > 0
         assert new.get(_key("readonly")).decode() == lk.token
         assert not pooled & client_conns()  # the client closed it
+        assert c.stats()["failovers"] == 1  # the one READONLY, counted by the client
         lk.release()
         assert new.exists(_key("readonly")) == 0
 

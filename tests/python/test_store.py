@@ -294,15 +294,6 @@ def test_pause_past_ttl_with_redlock(redis_nodes: list, redis_url: str,
     assert fenced["refused"] > 0
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    cl = LocalCluster(node_timeout_ms=1000)
-    try:
-        cl.start()
-        yield cl
-    finally:
-        cl.cleanup()
-
 
 def test_pause_past_ttl_on_a_cluster(cluster: LocalCluster) -> None:
     # Data keys on several slots, with and without their own hash tags.

@@ -85,7 +85,16 @@ typedef struct hilock_options {
    * docs/waiting.md); 0: each waiting thread blocks in BLPOP on a
    * connection of its own. */
   int shared_waiting;
+  /* The start of every key and channel name this client's locks use:
+   * "hilock:" by default (NULL or ""). 1..HILOCK_KEY_PREFIX_MAX bytes,
+   * without '{' or '}' (the lock name after it is the hash tag). Tenants
+   * sharing a server each take their own, and an ACL user per tenant
+   * restricted to ~<prefix>* and &<prefix>* keeps them apart
+   * (docs/security.md). Copied by hilock_client_new. */
+  const char *key_prefix;
 } hilock_options;
+
+#define HILOCK_KEY_PREFIX_MAX 64
 
 enum {
   HILOCK_SSL_CERT_REQUIRED = 0,

@@ -44,27 +44,17 @@ extern "C" {
 
 typedef struct hilock_fair_lock hilock_fair_lock;
 
-/* CONSTRUCTOR; nothing is sent. ttl_ms in
- * HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Returns HILOCK_OK, HILOCK_EINVAL,
- * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+/* CONSTRUCTOR, as every family's (hold.h). */
 HILOCK_API int hilock_fair_lock_new(hilock_client *client, const char *name,
                                     size_t namelen, int64_t ttl_ms,
                                     hilock_fair_lock **out);
 
-/* One attempt, without queueing: HILOCK_OK if the lock is free and nobody
- * waits for it, else HILOCK_BUSY. HILOCK_EINVAL if this handle holds it. */
+/* The verbs of every family (hold.h). try_acquire does not queue: it is
+ * HILOCK_BUSY while anybody waits. acquire queues; whatever it returns, no
+ * queue entry is left. release wakes the head of the queue. */
 HILOCK_API int hilock_fair_lock_try_acquire(hilock_fair_lock *fl);
-
-/* Queue for the lock and wait up to wait_ms (HILOCK_WAIT_FOREVER: no limit;
- * 0: as try_acquire). HILOCK_OK when granted, HILOCK_BUSY when wait_ms
- * passed first; either way, or on an error, no queue entry is left. */
 HILOCK_API int hilock_fair_lock_acquire(hilock_fair_lock *fl, int64_t wait_ms);
-
-/* Owner-checked release; wakes the head of the queue. HILOCK_ENOTOWNED if
- * the grant lapsed or was taken (nothing is deleted then). */
 HILOCK_API int hilock_fair_lock_release(hilock_fair_lock *fl);
-
-/* As hilock_lock_extend / hilock_lock_renew, while owned. */
 HILOCK_API int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms,
                                        int replace);
 HILOCK_API int hilock_fair_lock_renew(hilock_fair_lock *fl);

@@ -23,6 +23,7 @@
 #include "hilock/version.h"
 #include "hilock/errors.h"
 #include "hilock/client.h"
+#include "hilock/stats.h"
 #include "hilock/hold.h"
 #include "hilock/lock.h"
 #include "hilock/rlock.h"
@@ -35,5 +36,6 @@
 #include "hilock/segmented_lock.h"
 #include "hilock/async.h"
 #include "hilock/store.h"
+#include "hilock/inspect.h"
 
 #endif /* HILOCK_H */

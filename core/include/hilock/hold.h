@@ -16,9 +16,10 @@
  *   else
  *     fprintf(stderr, "%s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));
  *
- * Naming: hilock_<object>_<verb>. Each family's header keeps what is its
- * own: its constructor, acquire, try_acquire, release, extend and renew
- * (their rules differ per family), and its own queries. A call that asks
+ * Naming: hilock_<object>_<verb>. Each family's header declares its own
+ * constructor, try_acquire, acquire, release, extend and renew; the contract
+ * they share is stated once, at the end of this header (the verbs of every
+ * family), and a family's header adds only what is its own. A call that asks
  * the server says "Round trip" in its comment; every other read is local
  * (here: all but hilock_hold_owned and hilock_hold_locked).
  *
@@ -167,6 +168,30 @@ struct hilock_redlock;
 #else
 #define HILOCK_HOLD(lk) ((hilock_hold *)(lk))
 #endif
+
+/* ## The verbs of every family -----------------------------------------------
+ * Each family's header declares these verbs under its own prefix
+ * (hilock_lock_new, hilock_lock_try_acquire, ...). What they share is said
+ * here once; a family's header says only what differs or comes in addition.
+ *
+ * Constructor: makes a handle for the named lock; nothing is sent to Redis.
+ * ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Returns HILOCK_OK,
+ * HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED.
+ *
+ * try_acquire: one attempt. HILOCK_OK: granted (see hilock_hold_fence);
+ * HILOCK_BUSY: held by someone else. HILOCK_EINVAL if this handle already
+ * holds it (a reentrant lock re-enters instead).
+ *
+ * acquire(wait_ms): attempt until granted or wait_ms has passed (0: one
+ * attempt, as try_acquire; HILOCK_WAIT_FOREVER: no limit). Returns
+ * HILOCK_OK, HILOCK_BUSY (not granted in time), or an error.
+ *
+ * release: owner-checked, in one script. HILOCK_ENOTOWNED if the grant
+ * lapsed or belongs to someone else (nothing is deleted then).
+ *
+ * extend(ms, replace): set the remaining TTL to ms (replace != 0) or add ms
+ * to it (replace == 0), only while still owned; never re-creates an expired
+ * key. HILOCK_ENOTOWNED if not owned. renew: extend(ttl_ms, replace = 1). */
 
 #ifdef __cplusplus
 }

@@ -51,9 +51,7 @@ typedef enum hilock_lock_kind {
   HILOCK_LOCK_LEASE = 2
 } hilock_lock_kind;
 
-/* CONSTRUCTORS. Make a handle for the named lock; nothing is sent to Redis.
- * ttl_ms must be in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Returns HILOCK_OK,
- * HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED. */
+/* CONSTRUCTORS, as every family's (hold.h); a simple lock takes no TTL. */
 HILOCK_API int hilock_lock_new(hilock_client *client, const char *name,
                                size_t namelen, int64_t ttl_ms,
                                hilock_lock **out);
@@ -63,25 +61,12 @@ HILOCK_API int hilock_lock_new_lease(hilock_client *client, const char *name,
                                 size_t namelen, int64_t ttl_ms,
                                 hilock_lock **out);
 
-/* One attempt. HILOCK_OK: granted (see hilock_hold_fence); HILOCK_BUSY: held
- * by someone else. HILOCK_EINVAL if this handle already holds it. */
+/* The verbs of every family (hold.h); extend and renew are HILOCK_ENOTSUP
+ * for a simple lock. */
 HILOCK_API int hilock_lock_try_acquire(hilock_lock *lock);
-
-/* Attempt until granted or wait_ms has passed (0: one attempt;
- * HILOCK_WAIT_FOREVER: no limit). Returns HILOCK_OK or HILOCK_BUSY (not
- * granted in time), or an error. */
 HILOCK_API int hilock_lock_acquire(hilock_lock *lock, int64_t wait_ms);
-
-/* Owner-checked release in one script. HILOCK_ENOTOWNED if the lock expired
- * or belongs to someone else (nothing is deleted then). */
 HILOCK_API int hilock_lock_release(hilock_lock *lock);
-
-/* Set the remaining TTL to ms (replace != 0) or add ms to it (replace == 0),
- * only while still owned; never re-creates an expired key. HILOCK_ENOTOWNED
- * if not owned; HILOCK_ENOTSUP for a simple lock. */
 HILOCK_API int hilock_lock_extend(hilock_lock *lock, int64_t ms, int replace);
-
-/* Reset the TTL to the lock's ttl_ms (extend(ttl_ms, replace=1)). */
 HILOCK_API int hilock_lock_renew(hilock_lock *lock);
 
 /* Operator tool: delete the lock whatever its owner (for a simple lock whose

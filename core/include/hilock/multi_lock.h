@@ -68,12 +68,10 @@ HILOCK_API int hilock_multi_lock_new_len(hilock_client *client,
                                         int64_t ttl_ms,
                                         hilock_multi_lock **out);
 
-/* One attempt: HILOCK_OK (every name granted), HILOCK_BUSY (at least one
- * name held by someone else; nothing taken), or an error. HILOCK_EINVAL if
- * this handle already holds the set. */
+/* The verbs of every family (hold.h), for the whole set: a grant takes
+ * every name; HILOCK_BUSY if at least one is held by someone else, and then
+ * nothing is taken. */
 HILOCK_API int hilock_multi_lock_try_acquire(hilock_multi_lock *m);
-/* Attempt until granted or wait_ms passed (0: one attempt;
- * HILOCK_WAIT_FOREVER: no limit): HILOCK_OK, HILOCK_BUSY or an error. */
 HILOCK_API int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms);
 
 /* Delete every key this holder still holds and wake each name's waiter.
@@ -81,12 +79,11 @@ HILOCK_API int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms);
  * those are left alone (hilock_multi_lock_missing), the rest are freed. */
 HILOCK_API int hilock_multi_lock_release(hilock_multi_lock *m);
 
-/* Set every key's remaining TTL to ms (replace != 0) or add ms to each
- * (replace == 0), only if this holder still holds every key; otherwise
- * nothing changes, the hold is marked lost and HILOCK_ENOTOWNED returned. */
+/* The verbs of every family (hold.h), on every key at once: only if this
+ * holder still holds every key; otherwise nothing changes and the hold is
+ * marked lost. */
 HILOCK_API int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms,
                                        int replace);
-/* Reset every key's TTL to ttl_ms. */
 HILOCK_API int hilock_multi_lock_renew(hilock_multi_lock *m);
 
 /* hilock_hold_owned(HILOCK_HOLD(m), &owned) asks whether this handle's

@@ -72,17 +72,13 @@ HILOCK_API int hilock_redlock_new(const char *const *urls, size_t n,
                                   int64_t ttl_ms, const hilock_options *opts,
                                   hilock_redlock **out);
 
-/* One attempt: HILOCK_OK (granted on a majority in time), HILOCK_BUSY
- * (others hold a majority), HILOCK_ENOQUORUM (too few nodes answered), or
- * another error. HILOCK_EINVAL if this handle already holds it. */
+/* The verbs of every family (hold.h), on a majority: granted on a majority
+ * in time, HILOCK_BUSY when others hold a majority, HILOCK_ENOQUORUM when
+ * too few nodes answered. acquire retries after a random delay, returns the
+ * last attempt's outcome or HILOCK_EINTR, and retries attempts without a
+ * majority of answering nodes for at most opts.reconnect_ms (as a broken
+ * connection is), then returns HILOCK_ENOQUORUM even before wait_ms. */
 HILOCK_API int hilock_redlock_try_acquire(hilock_redlock *rl);
-
-/* Attempt, then retry after a random delay, until granted or wait_ms has
- * passed (0: one attempt; HILOCK_WAIT_FOREVER: no limit). Returns
- * HILOCK_OK, HILOCK_BUSY or HILOCK_ENOQUORUM (the last attempt's outcome),
- * HILOCK_EINTR, or another error. Attempts without a majority of answering
- * nodes are retried for at most opts.reconnect_ms (as a broken connection
- * is), then HILOCK_ENOQUORUM is returned even before wait_ms. */
 HILOCK_API int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms);
 
 /* Owner-checked delete on every node. HILOCK_OK if a majority deleted it;
@@ -92,15 +88,13 @@ HILOCK_API int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms);
  * TTL. */
 HILOCK_API int hilock_redlock_release(hilock_redlock *rl);
 
-/* Set (replace != 0) or add to (replace == 0) the TTL on every node that
- * still holds this holder's token. Counts only if a majority confirms
- * within the current validity; the new validity is measured from before
- * the request. HILOCK_ENOTOWNED (and the hold marked lost) if a majority
- * has lost it; HILOCK_ENOQUORUM if too few nodes answered (the old validity
- * stands). */
+/* The verbs of every family (hold.h), on every node that still holds this
+ * holder's token. They count only if a majority confirms within the current
+ * validity; the new validity is measured from before the request.
+ * HILOCK_ENOTOWNED (and the hold marked lost) if a majority has lost it;
+ * HILOCK_ENOQUORUM if too few nodes answered (the old validity stands). */
 HILOCK_API int hilock_redlock_extend(hilock_redlock *rl, int64_t ms,
                                      int replace);
-/* extend(ttl_ms, replace = 1). */
 HILOCK_API int hilock_redlock_renew(hilock_redlock *rl);
 
 /* On the hold (HILOCK_HOLD(rl), hilock/hold.h): hilock_hold_owned asks

@@ -25,19 +25,16 @@ extern "C" {
 
 typedef struct hilock_rlock hilock_rlock;
 
-/* CONSTRUCTOR; nothing is sent. ttl_ms in
- * HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. */
+/* CONSTRUCTOR, as every family's (hold.h). */
 HILOCK_API int hilock_rlock_new(hilock_client *client, const char *name,
                                 size_t namelen, int64_t ttl_ms,
                                 hilock_rlock **out);
 
-/* Acquire or re-enter: HILOCK_OK, HILOCK_BUSY (another owner holds it and
- * wait_ms passed), or an error. wait_ms as in hilock_lock_acquire. */
+/* The verbs of every family (hold.h), per calling thread: acquire and
+ * try_acquire re-enter a lock the thread holds; release leaves once, and the
+ * last leave frees the lock and wakes a waiter. */
 HILOCK_API int hilock_rlock_try_acquire(hilock_rlock *rl);
 HILOCK_API int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms);
-
-/* Leave once. HILOCK_ENOTOWNED if the calling thread does not hold it
- * (nothing changes); the last leave frees the lock and wakes a waiter. */
 HILOCK_API int hilock_rlock_release(hilock_rlock *rl);
 
 /* Round trip: the calling thread's hold count (0 if none). (Whether it

@@ -56,22 +56,19 @@ extern "C" {
 
 typedef struct hilock_rwlock hilock_rwlock;
 
-/* CONSTRUCTOR; nothing is sent. ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS
- * applies to read and write holds alike. Returns HILOCK_OK, HILOCK_EINVAL,
- * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+/* CONSTRUCTOR, as every family's (hold.h); ttl_ms applies to read and write
+ * holds alike. */
 HILOCK_API int hilock_rwlock_new(hilock_client *client, const char *name,
                                  size_t namelen, int64_t ttl_ms,
                                  hilock_rwlock **out);
 
 /* ## Read side (shared) ----------------------------------------------------
- * Acquire: HILOCK_OK, HILOCK_BUSY (a writer holds or waits and wait_ms
- * passed), or an error. wait_ms as in hilock_lock_acquire. With no writer
- * holding or waiting, a read acquire is one round trip. A waiter that
- * gives up withdraws. */
+ * The verbs of every family (hold.h), per calling thread, reentrant.
+ * Acquire is HILOCK_BUSY while a writer holds or waits; with none, it is one
+ * round trip. A waiter that gives up withdraws. */
 HILOCK_API int hilock_rwlock_read_try_acquire(hilock_rwlock *rw);
 HILOCK_API int hilock_rwlock_read_acquire(hilock_rwlock *rw, int64_t wait_ms);
-/* Leave once. HILOCK_ENOTOWNED if the calling thread holds no read (nothing
- * changes); the last reader out wakes a waiting writer. */
+/* Leave once; the last reader out wakes a waiting writer. */
 HILOCK_API int hilock_rwlock_read_release(hilock_rwlock *rw);
 /* Round trip: the calling thread's read hold count (0 if none). */
 HILOCK_API int hilock_rwlock_read_hold_count(hilock_rwlock *rw,
@@ -89,15 +86,13 @@ HILOCK_API int hilock_rwlock_read_lost(hilock_rwlock *rw);
 HILOCK_API int64_t hilock_rwlock_read_validity_ms(hilock_rwlock *rw);
 
 /* ## Write side (exclusive) ------------------------------------------------
- * Acquire: HILOCK_OK, HILOCK_BUSY (readers or another writer hold it and
- * wait_ms passed), HILOCK_EDEADLK (the calling thread holds a read: an
- * upgrade), or an error. A waiter that gives up withdraws its intent. */
+ * The verbs of every family (hold.h), per calling thread, reentrant.
+ * Acquire is HILOCK_EDEADLK if the calling thread holds a read (an upgrade).
+ * A waiter that gives up withdraws its intent. */
 HILOCK_API int hilock_rwlock_write_try_acquire(hilock_rwlock *rw);
 HILOCK_API int hilock_rwlock_write_acquire(hilock_rwlock *rw,
                                            int64_t wait_ms);
-/* Leave once. HILOCK_ENOTOWNED if the calling thread does not hold the
- * write (nothing changes). The last leave wakes the next writer, or the
- * waiting readers. */
+/* Leave once; the last leave wakes the next writer, or the waiting readers. */
 HILOCK_API int hilock_rwlock_write_release(hilock_rwlock *rw);
 /* Round trip: the calling thread's write hold count (0 if none). */
 HILOCK_API int hilock_rwlock_write_hold_count(hilock_rwlock *rw,

@@ -65,29 +65,20 @@ extern "C" {
 
 typedef struct hilock_segmented_lock hilock_segmented_lock;
 
-/* CONSTRUCTOR; nothing is sent to Redis. segments in 1..HILOCK_SEGMENTS_MAX,
- * ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Every handle on one name must
- * use the same segment count (the stock records it, and a mismatch is
- * HILOCK_EINVAL at acquire). Returns HILOCK_OK, HILOCK_EINVAL (message in
- * hilock_client_errmsg), HILOCK_ENOMEM or HILOCK_ECLOSED. */
+/* CONSTRUCTOR, as every family's (hold.h; EINVAL's message is in
+ * hilock_client_errmsg). segments in 1..HILOCK_SEGMENTS_MAX; every handle
+ * on one name must use the same segment count (the stock records it, and a
+ * mismatch is HILOCK_EINVAL at acquire). */
 HILOCK_API int hilock_segmented_lock_new(hilock_client *client, const char *name,
                                   size_t namelen, size_t segments,
                                   int64_t ttl_ms, hilock_segmented_lock **out);
 
-/* One attempt (one round trip). HILOCK_OK: a segment was granted (see
- * hilock_segmented_lock_segment, hilock_segmented_lock_fence); HILOCK_BUSY: every
- * non-empty segment is held; HILOCK_SOLDOUT: every segment is empty.
- * HILOCK_EINVAL if this handle already holds a segment. */
+/* The verbs of every family (hold.h), for one segment (see
+ * hilock_segmented_lock_segment): try_acquire is one round trip, HILOCK_BUSY
+ * when every non-empty segment is held; both acquires end with
+ * HILOCK_SOLDOUT when every segment is empty. release wakes one waiter. */
 HILOCK_API int hilock_segmented_lock_try_acquire(hilock_segmented_lock *seg);
-
-/* Attempt until granted, sold out, or wait_ms has passed (0: one attempt;
- * HILOCK_WAIT_FOREVER: no limit). HILOCK_OK, HILOCK_BUSY (not granted in
- * time), HILOCK_SOLDOUT, or an error. */
 HILOCK_API int hilock_segmented_lock_acquire(hilock_segmented_lock *seg, int64_t wait_ms);
-
-/* Owner-checked release of the held segment; wakes one waiter.
- * HILOCK_ENOTOWNED if it expired or belongs to someone else (nothing is
- * deleted then). */
 HILOCK_API int hilock_segmented_lock_release(hilock_segmented_lock *seg);
 
 /* Take n >= 1 units from the held segment's stock, in one script that
@@ -126,8 +117,7 @@ HILOCK_API int hilock_segmented_lock_stock(hilock_segmented_lock *seg, size_t se
 HILOCK_API int hilock_segmented_lock_segments_held(hilock_segmented_lock *seg,
                                                    size_t *n);
 
-/* Set (replace != 0) or add to (replace == 0) the held segment's TTL, only
- * while still owned; HILOCK_ENOTOWNED if not. renew = extend(ttl_ms, 1). */
+/* The verbs of every family (hold.h), on the held segment's TTL. */
 HILOCK_API int hilock_segmented_lock_extend(hilock_segmented_lock *seg, int64_t ms,
                                      int replace);
 HILOCK_API int hilock_segmented_lock_renew(hilock_segmented_lock *seg);

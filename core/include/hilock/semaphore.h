@@ -47,28 +47,20 @@ extern "C" {
 
 typedef struct hilock_semaphore hilock_semaphore;
 
-/* CONSTRUCTOR; nothing is sent to Redis. permits in 1..HILOCK_PERMITS_MAX
- * is the limit this handle stores if none is stored yet; ttl_ms in
- * HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS is each grant's lifetime unless
- * renewed. Returns HILOCK_OK, HILOCK_EINVAL (message in hilock_client_errmsg),
- * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+/* CONSTRUCTOR, as every family's (hold.h; EINVAL's message is in
+ * hilock_client_errmsg). permits in 1..HILOCK_PERMITS_MAX is the limit this
+ * handle stores if none is stored yet; ttl_ms is each grant's lifetime
+ * unless renewed. */
 HILOCK_API int hilock_semaphore_new(hilock_client *client, const char *name,
                                     size_t namelen, int64_t permits,
                                     int64_t ttl_ms, hilock_semaphore **out);
 
-/* One attempt. HILOCK_OK: a permit was granted (see
- * hilock_hold_token); HILOCK_BUSY: none is free. HILOCK_EINVAL if
- * this handle already holds a permit. */
+/* The verbs of every family (hold.h), for one permit: HILOCK_BUSY when
+ * none is free; a grant is named by hilock_hold_token (permits carry no
+ * fence). release gives the permit back and wakes one waiter. */
 HILOCK_API int hilock_semaphore_try_acquire(hilock_semaphore *sem);
-
-/* Attempt until a permit is granted or wait_ms has passed (0: one attempt;
- * HILOCK_WAIT_FOREVER: no limit). HILOCK_OK, HILOCK_BUSY, or an error. */
 HILOCK_API int hilock_semaphore_acquire(hilock_semaphore *sem,
                                         int64_t wait_ms);
-
-/* Give the permit back and wake one waiter. HILOCK_ENOTOWNED if this handle
- * holds no live permit (never acquired, expired, lost): nothing of anyone
- * else's changes. */
 HILOCK_API int hilock_semaphore_release(hilock_semaphore *sem);
 
 /* Move the permit's expiry to now + ttl (server clock), only while it is

@@ -47,31 +47,20 @@ extern "C" {
 
 typedef struct hilock_sequential_lock hilock_sequential_lock;
 
-/* CONSTRUCTOR; nothing is sent. ttl_ms in
- * HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Returns HILOCK_OK, HILOCK_EINVAL,
- * HILOCK_ENOMEM or HILOCK_ECLOSED. */
+/* CONSTRUCTOR, as every family's (hold.h). */
 HILOCK_API int hilock_sequential_lock_new(hilock_client *client, const char *name,
                                   size_t namelen, int64_t ttl_ms,
                                   hilock_sequential_lock **out);
 
-/* One attempt: HILOCK_OK if there is no live contender (the caller's entry
- * is then the lowest and holds), else HILOCK_BUSY and no entry is left.
- * HILOCK_EINVAL if this handle holds the lock. */
+/* The verbs of every family (hold.h). try_acquire is HILOCK_BUSY, leaving
+ * no entry, while any live contender exists. acquire creates an entry with
+ * the next sequence number and waits until it is the lowest live one; on
+ * BUSY or an error the entry is removed and the successor woken. release
+ * removes the holder's entry and wakes its successor only. extend and renew
+ * act on the holder's session. */
 HILOCK_API int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl);
-
-/* Create an entry with the next sequence number and wait up to wait_ms
- * (HILOCK_WAIT_FOREVER: no limit; 0: as try_acquire) until it is the lowest
- * live one. HILOCK_OK when granted, HILOCK_BUSY when wait_ms passed first;
- * on BUSY or an error the entry is removed and the successor woken. */
 HILOCK_API int hilock_sequential_lock_acquire(hilock_sequential_lock *sl, int64_t wait_ms);
-
-/* Owner-checked release: removes the holder's entry and wakes its
- * successor only. HILOCK_ENOTOWNED if the session lapsed (nothing is
- * removed then). */
 HILOCK_API int hilock_sequential_lock_release(hilock_sequential_lock *sl);
-
-/* Add ms to the holder's remaining session (replace = 0) or set it to ms
- * (replace = 1), only while owned; renew sets it back to the TTL. */
 HILOCK_API int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms,
                                      int replace);
 HILOCK_API int hilock_sequential_lock_renew(hilock_sequential_lock *sl);

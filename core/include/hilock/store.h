@@ -8,7 +8,8 @@
  * Each call is one script on the data key's server. Beside the data key K
  * it keeps the highest fence that has touched K (read or write) in the
  * record key hilock:fence:{K} (hilock:fence:K when K carries a hash tag of
- * its own, so that both keys share K's cluster slot), and refuses an
+ * its own, so that both keys share K's cluster slot; the client's
+ * key_prefix in place of hilock:), and refuses an
  * access with a lower fence: HILOCK_ESTALE, the data untouched. An access
  * with the same fence as the record is accepted (one holder makes many
  * calls), a higher one raises the record. Reads are fenced too: a stale

@@ -22,3 +22,12 @@ local function next_fence(key, field)
   end
   return f
 end
+-- stored_number(key): the number a fence counter or record `key` holds (0
+-- if none), or nil if it holds something else.
+local function stored_number(key)
+  local v = redis.call('GET', key)
+  if not v then
+    return 0
+  end
+  return tonumber(v)
+end

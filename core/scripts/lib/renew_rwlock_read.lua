@@ -4,18 +4,9 @@
 -- @include rw_purge.lua
 local function renew_rwlock_read(K, owner, ms)
   local now = purge_readers(K[1], K[2])
-  local cur = redis.call('ZSCORE', K[1], owner)
-  if not cur then
+  if not redis.call('ZSCORE', K[1], owner) then
     return 0
   end
-  local exp = now + tonumber(ms)
-  if tonumber(cur) > exp then
-    exp = tonumber(cur)
-  end
-  redis.call('ZADD', K[1], exp, owner)
-  local last = redis.call('ZRANGE', K[1], -1, -1, 'WITHSCORES')
-  local keep = tonumber(last[2]) - now
-  redis.call('PEXPIRE', K[1], keep)
-  redis.call('PEXPIRE', K[2], keep)
+  keep_read(K[1], K[2], owner, now, ms)
   return 1
 end

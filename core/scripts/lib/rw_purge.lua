@@ -11,3 +11,25 @@ local function purge_readers(readers, counts)
   redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
   return now
 end
+-- keep_read(readers, counts, owner, now, ms): owner's read hold lasts until
+-- now + ms, or longer if it already does; both keys live as long as the
+-- longest read hold.
+local function keep_read(readers, counts, owner, now, ms)
+  local exp = now + tonumber(ms)
+  local cur = redis.call('ZSCORE', readers, owner)
+  if cur and tonumber(cur) > exp then
+    exp = tonumber(cur)
+  end
+  redis.call('ZADD', readers, exp, owner)
+  local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+  local keep = tonumber(last[2]) - now
+  redis.call('PEXPIRE', readers, keep)
+  redis.call('PEXPIRE', counts, keep)
+end
+-- wait_in(zset, owner, now, ms): record or refresh a waiter (owner ->
+-- expiry now + ms); the zset lives as long as its latest waiter.
+local function wait_in(zset, owner, now, ms)
+  redis.call('ZADD', zset, now + ms, owner)
+  local last = redis.call('ZRANGE', zset, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', zset, tonumber(last[2]) - now)
+end

@@ -15,13 +15,23 @@ local function ring(list)
     redis.pcall('PUBLISH', list, n)
   end
 end
--- wake_one(list): one wake-up for one waiter of an exclusive lock. One
--- element wakes one waiter; an element nobody takes costs the next waiter
--- one early retry, and lapses after 5 s.
-local function wake_one(list)
-  if redis.call('LLEN', list) == 0 then
+-- wake_up(list, count, ms): top the wake list up to count elements (one
+-- element wakes one waiter), keep it ms, and ring it.
+local function wake_up(list, count, ms)
+  for _ = redis.call('LLEN', list) + 1, count do
     redis.call('RPUSH', list, '1')
   end
-  redis.call('PEXPIRE', list, 5000)
+  redis.call('PEXPIRE', list, ms)
   ring(list)
+end
+-- wake_one(list): one wake-up for one waiter of an exclusive lock. An
+-- element nobody takes costs the next waiter one early retry, and lapses
+-- after 5 s.
+local function wake_one(list)
+  wake_up(list, 1, 5000)
+end
+-- wake_n(list, n): at least n wake-ups in a wake list (n waiters let in at
+-- once: admitted readers, every waiter of a forced release), rung.
+local function wake_n(list, n)
+  wake_up(list, n, 5000)
 end

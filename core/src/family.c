@@ -1,0 +1,48 @@
+/* What the lock families share beyond the hold: the start and end of a
+ * constructor, the start of a queue family's acquire (the fair and
+ * sequential locks; their waiting is hilock__spec_queue's, wait.c), and
+ * the reading of an extension that replicas did not confirm. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+void *hilock__new_handle(hilock_client *client, const char *name,
+                         size_t namelen, int64_t ttl_ms, size_t size,
+                         int *rc) {
+  void *p;
+  *rc = hilock__new_check(client, name, namelen, ttl_ms);
+  if (*rc != HILOCK_OK) return NULL;
+  p = calloc(1, size);
+  if (p == NULL) *rc = HILOCK_ENOMEM;
+  return p;
+}
+
+void hilock__hold_init_family(hilock__hold *h, hilock_client *c,
+                              const char *rkey, size_t rkeylen,
+                              const hilock__script *renew_script,
+                              int64_t ttl_ms, const hilock__family *fam,
+                              hilock__run_fn close_run, void *handle) {
+  hilock__hold_init(h, c, rkey, rkeylen, renew_script, ttl_ms);
+  h->fam = fam;
+  h->close_run = close_run; /* closing the client releases it */
+  h->close_arg = handle;
+}
+
+int hilock__queue_begin(hilock__hold *h, char *id) {
+  if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "this handle already holds the lock; release it "
+                           "first (the lock is not reentrant)");
+  hilock__hold_drop(h);
+  return hilock__token(id, &h->err);
+}
+
+int hilock__extended_unacked(int *rc, redisReply *r, int done) {
+  if (*rc != HILOCK_ENOREPLICAS) return 0;
+  if (done) {
+    freeReplyObject(r);
+    return 1;
+  }
+  *rc = HILOCK_OK; /* not extended: the reply says why */
+  return 0;
+}
