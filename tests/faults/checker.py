@@ -132,6 +132,7 @@ class Result:
     fence_regressions: int = 0
     reported_losses: int = 0
     max_recovery: float = 0.0
+    grants_by_lock: Dict[str, int] = field(default_factory=dict)
     examples: Dict[str, List[str]] = field(default_factory=dict)
 
     def note(self, col: str, text: str) -> None:
@@ -143,9 +144,18 @@ class Result:
     def expected(self) -> List[str]:
         return list(self.meta.get("expected", []))
 
+    @property
+    def idle(self) -> List[str]:
+        """Locks of the run that were never granted (workers that could not
+        start or connect): a run that did nothing proves nothing."""
+        return [lock for lock in self.meta.get("locks", {})
+                if not self.grants_by_lock.get(lock)]
+
     def unexpected(self) -> List[str]:
-        """The columns that are non-zero although the run must keep them zero."""
-        return [c for c in COLUMNS if getattr(self, c) and c not in self.expected]
+        """The columns that are non-zero although the run must keep them
+        zero, and "idle" if a lock was never granted."""
+        bad = [c for c in COLUMNS if getattr(self, c) and c not in self.expected]
+        return bad + (["idle: " + " ".join(self.idle)] if self.idle else [])
 
     def not_reproduced(self) -> List[str]:
         """The columns the run was meant to show non-zero and did not."""
@@ -498,6 +508,8 @@ def check(meta: Dict[str, Any], events: List[Dict[str, Any]], store: List[Dict[s
     holds, attempts = build(events, faults, run_end)
     res.operations = sum(1 for e in events if e["type"] == "invoke")
     res.grants = len(holds)
+    for h in holds:
+        res.grants_by_lock[h.lock] = res.grants_by_lock.get(h.lock, 0) + 1
     check_overlaps(res, holds, meta)
     check_losses(res, holds, meta)
     check_fences(res, holds)

@@ -246,6 +246,8 @@ def test_leaked_permit_and_held_lock_are_caught(tmp_path: Path) -> None:
     r = Run(tmp_path, dict(EXCL, S={"kind": "semaphore", "capacity": 3},
                            F={"kind": "fair_lock", "capacity": 1}))
     r.hold("s1", "S", 0.0, 0.1, 1.0)
+    r.hold("a", "L", 0.0, 0.1, 1.0, fence=1)
+    r.hold("f", "F", 0.0, 0.1, 1.0, fence=1, ticket=1)
     r.final["permits_free"]["S"] = 2     # one of 3 never came back
     res = r.check()
     assert res.leaked == 1
@@ -291,6 +293,19 @@ def test_fifo_inversion_is_caught(tmp_path: Path) -> None:
     r.hold("c", "F", 0.1, 2.1, 3.0, fence=3, ticket=2)   # asked before b, served after
     res = r.check()
     assert res.fifo_inversions == 1
+
+
+def test_a_lock_never_granted_fails_the_run(tmp_path: Path) -> None:
+    """Workers that never got going (an import error, no server) leave
+    every column at zero: the run must still fail."""
+    r = Run(tmp_path, dict(EXCL, S={"kind": "semaphore", "capacity": 2}))
+    r.hold("a", "L", 0.0, 0.1, 1.0, fence=1)
+    r.final["permits_free"]["S"] = 2
+    res = r.check()
+    zero(res)
+    assert res.idle == ["S"]
+    assert res.unexpected() == ["idle: S"]
+    assert "FAIL: idle: S" in checker.table([res])
 
 
 def test_main_exits_non_zero_on_a_defect(tmp_path: Path) -> None:
