@@ -51,6 +51,11 @@ echo "== Python package (pip install .) and pytest"
 hilock_install_python
 (cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider)
 
+echo "== Fault campaign: workloads under injected faults, checked from their histories"
+# A short campaign with a fixed seed (printed): about two minutes; fails on
+# any non-zero column the docs do not allow. Longer soaks: --minutes N --seed S.
+"$PY" tests/faults/campaign.py --minutes 2 --seed 1
+
 echo "== Binary wheel: a fresh virtualenv, no libhiredis, one version everywhere"
 PYTHON="$PY" bash tests/wheel_check.sh
 
@@ -69,7 +74,8 @@ echo "== Python typing and lint"
   tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py \
   tests/python/test_inspect.py tests/python/test_acl.py tests/python/test_script_safety.py tests/python/test_stats.py \
   tests/python/test_cli.py \
-  tests/python/test_interop.py
+  tests/python/test_interop.py \
+  tests/python/test_fault_checker.py tests/faults
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"

@@ -197,14 +197,35 @@ static int run_release(hilock_rwlock *rw, hilock__err *e,
   return rc;
 }
 
+/* The KEYS of the read side's release script (6). */
+static void read_release_keys(const hilock_rwlock *rw, const char **keys,
+                              size_t *keylens) {
+  const char *k[6] = {rw->rkey, rw->ckey, rw->wkey,
+                      rw->ikey, rw->akey, rw->wwake};
+  size_t l[6] = {rw->rkeylen, rw->ckeylen, rw->wkeylen,
+                 rw->ikeylen, rw->akeylen, rw->wwakelen};
+  memcpy(keys, k, sizeof(k));
+  memcpy(keylens, l, sizeof(l));
+}
+
+/* The KEYS of the write side's release script (8). */
+static void write_release_keys(const hilock_rwlock *rw, const char **keys,
+                               size_t *keylens) {
+  const char *k[8] = {rw->wkey, rw->rkey, rw->ckey,  rw->ikey,
+                      rw->qkey, rw->akey, rw->rwake, rw->wwake};
+  size_t l[8] = {rw->wkeylen, rw->rkeylen, rw->ckeylen,  rw->ikeylen,
+                 rw->qkeylen, rw->akeylen, rw->rwakelen, rw->wwakelen};
+  memcpy(keys, k, sizeof(k));
+  memcpy(keylens, l, sizeof(l));
+}
+
 /* Leave one level of owner's read hold: the remaining count, or -1. */
 static int run_read_release(hilock_rwlock *rw, hilock__err *e,
                             const char *owner, size_t ownerlen,
                             redisReply **r) {
-  const char *keys[6] = {rw->rkey, rw->ckey, rw->wkey,
-                         rw->ikey, rw->akey, rw->wwake};
-  size_t keylens[6] = {rw->rkeylen, rw->ckeylen, rw->wkeylen,
-                       rw->ikeylen, rw->akeylen, rw->wwakelen};
+  const char *keys[6];
+  size_t keylens[6];
+  read_release_keys(rw, keys, keylens);
   return run_release(rw, e, &hilock__script_rwlock_read_release, 6, keys,
                      keylens, owner, ownerlen, r);
 }
@@ -213,10 +234,9 @@ static int run_read_release(hilock_rwlock *rw, hilock__err *e,
 static int run_write_release(hilock_rwlock *rw, hilock__err *e,
                              const char *owner, size_t ownerlen,
                              redisReply **r) {
-  const char *keys[8] = {rw->wkey, rw->rkey, rw->ckey,  rw->ikey,
-                         rw->qkey, rw->akey, rw->rwake, rw->wwake};
-  size_t keylens[8] = {rw->wkeylen, rw->rkeylen, rw->ckeylen,  rw->ikeylen,
-                       rw->qkeylen, rw->akeylen, rw->rwakelen, rw->wwakelen};
+  const char *keys[8];
+  size_t keylens[8];
+  write_release_keys(rw, keys, keylens);
   return run_release(rw, e, &hilock__script_rwlock_write_release, 8, keys,
                      keylens, owner, ownerlen, r);
 }
@@ -312,17 +332,27 @@ static void waiting(attempt_ctx *a, int64_t *pttl) {
 /* Run a side's acquire script: its six keys and then the side's wake
  * list, which goes with "woken" when a release rang this waiter (the
  * script takes the wake-up). With too few replicas acknowledging, *unacked
- * says so and the reply still tells whether it granted. */
+ * says so and the reply still tells whether it granted. If the reply does
+ * not come in time, the grant (or re-entry) is ambiguous: the same socket
+ * then carries the side's release for this owner (undo_s with its
+ * undo_nkeys keys), which leaves the one level the attempt may have added
+ * and changes nothing if it added none. */
 static int run_attempt(attempt_ctx *a, const hilock__script *s,
                        const char **keys, const size_t *keylens,
+                       const hilock__script *undo_s, int undo_nkeys,
+                       const char **undo_keys, const size_t *undo_keylens,
                        hilock__err *unacked, redisReply **r) {
   hilock_rwlock *rw = a->rw;
   char ttl[24];
   const char *args[4] = {a->owner, ttl, a->wait ? "1" : "0", "woken"};
   size_t arglens[4] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1, 5};
   int woken = hilock__attempt_woken() == 2;
+  hilock__undo undo = {undo_s, undo_nkeys, 1, undo_keys, undo_keylens,
+                       args, arglens, rw->ttl_ms};
+  const hilock__undo *outer = hilock__undo_arm(&undo);
   int rc = hilock__script_run(rw->w.client, &a->e, s, woken ? 7 : 6, keys,
                               keylens, woken ? 4 : 3, args, arglens, r);
+  hilock__undo_disarm(outer);
   *unacked = a->e;
   return rc;
 }
@@ -344,8 +374,13 @@ static int read_attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   hilock__err unacked;
   redisReply *r = NULL;
-  int rc = run_attempt(a, &hilock__script_rwlock_read_acquire, keys, keylens,
-                       &unacked, &r);
+  const char *ukeys[6];
+  size_t ukeylens[6];
+  int rc;
+  read_release_keys(rw, ukeys, ukeylens);
+  rc = run_attempt(a, &hilock__script_rwlock_read_acquire, keys, keylens,
+                       &hilock__script_rwlock_read_release, 6, ukeys,
+                       ukeylens, &unacked, &r);
   if (rc != HILOCK_OK && rc != HILOCK_ENOREPLICAS) return rc;
   if (!hilock__int_reply(r, 2) || r->element[0]->integer < 0 ||
       r->element[0]->integer > 1) {
@@ -507,8 +542,13 @@ static int write_attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   hilock__err unacked;
   redisReply *r = NULL;
-  int rc = run_attempt(a, &hilock__script_rwlock_write_acquire, keys,
-                       keylens, &unacked, &r);
+  const char *ukeys[8];
+  size_t ukeylens[8];
+  int rc;
+  write_release_keys(rw, ukeys, ukeylens);
+  rc = run_attempt(a, &hilock__script_rwlock_write_acquire, keys,
+                       keylens, &hilock__script_rwlock_write_release, 8, ukeys,
+                       ukeylens, &unacked, &r);
   if (rc != HILOCK_OK && rc != HILOCK_ENOREPLICAS) return rc;
   if (!hilock__int_reply(r, 2) ||
       (r->element[0]->integer == 1 && !hilock__int_reply(r, 3))) {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import signal
 import threading
 import time
 
@@ -619,3 +620,81 @@ def test_collecting_a_cycle_never_touches_the_freed_handle(client) -> None:
         del rw
         gc.collect()
     assert not client.rwlock("gc-cycle-0").locked()
+
+
+@pytest.mark.parametrize("side", ["write", "read"])
+def test_attempt_whose_reply_timed_out_is_undone(side, own_server) -> None:
+    """A waiting acquire whose attempt reaches a stopped server times out
+    (ConnectionError); the server runs the attempt when it resumes, after
+    the blocker lapsed, and grants. That grant must be undone: the owner's
+    next acquire is a fresh grant with a new fence, its release frees the
+    lock, and another owner gets it. Without the undo the owner re-entered
+    its unknown grant: every later acquire returned the same fence, a
+    release left one level held and renewed, and the lock stayed taken for
+    as long as the process lived."""
+    ttl = 1.5
+    opts = dict(connect_timeout=2.0, command_timeout=1.0, reconnect=2.0)
+    blocker_c = hilock.Client(own_server.url, **opts)
+    c = hilock.Client(own_server.url, **opts)
+    other = hilock.Client(own_server.url)
+    pid = own_server.pid
+    try:
+        blocker = blocker_c.rwlock("ghost", ttl=ttl).write()
+        assert blocker.acquire(blocking=False)
+        rw = c.rwlock("ghost", ttl=ttl)
+        me = rw.write() if side == "write" else rw.read()
+        # The server stops once this owner waits (registered on the server),
+        # and resumes once its acquire has failed and the blocker's TTL has
+        # run out, so that the attempt left queued grants.
+        waiting_key = "hilock:{ghost}:rw:" + ("intents" if side == "write" else "waiting")
+        failed = threading.Event()
+
+        def stop_server() -> None:
+            r = redis.Redis(port=own_server.port)
+            try:
+                deadline = time.monotonic() + 30
+                while not r.zcard(waiting_key) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            finally:
+                r.close()
+            os.kill(pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            failed.wait(60)
+            time.sleep(max(0.0, 2 * ttl - (time.monotonic() - stopped)))
+            os.kill(pid, signal.SIGCONT)
+
+        t = threading.Thread(target=stop_server, daemon=True)
+        t.start()
+        try:
+            with pytest.raises(hilock.ConnectionError):
+                me.acquire(timeout=30)   # this thread is the owner
+        finally:
+            failed.set()
+            t.join(60)
+        assert not t.is_alive()
+        time.sleep(0.3)
+
+        def acquire() -> bool:
+            for _ in range(5):   # a loaded machine may time a reply out
+                try:
+                    return me.acquire(timeout=5)
+                except hilock.ConnectionError:
+                    time.sleep(0.2)
+            return me.acquire(timeout=5)
+
+        fences = []
+        for _ in range(2):
+            assert acquire()
+            fences.append(me.fence)
+            me.release()
+            assert me.hold_count() == 0
+        if side == "write":
+            assert fences[0] is not None and fences[1] > fences[0]
+        w = other.rwlock("ghost", ttl=ttl).write()
+        assert w.acquire(timeout=4 * ttl), "the lock stayed taken after its owner released"
+        w.release()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        other.close()
+        c.close()
+        blocker_c.close()

@@ -1,0 +1,212 @@
+"""One workload process of the fault campaign.
+
+``python3 worker.py --kind lock|fair_lock|semaphore|rwlock --url URL
+--name NAME --proc ID --history FILE [--store SOCKET] [--ttl S]
+[--permits N] [--seed S] [--hold S]``
+
+It takes the lock over and over until SIGTERM, and appends every step to its
+history file, one JSON object a line::
+
+    {"proc", "pid", "kind", "lock", "hold", "op", "type", "mono", "wall", ...}
+
+``op``/``type``: ``acquire`` invoke/ok/fail (ok: fence, token, validity,
+ticket, mode), ``sample`` info (``until``: the end of the validity as the
+holder measured it: monotonic time read before ``lock.validity``),
+``write`` ok/refused (the fenced store's answer, with the fence), ``lost``
+info (the on_lost callback or the ``lost`` flag), ``release``
+invoke/ok/fail (``error``: the exception's class). ``mono`` is
+time.monotonic() (CLOCK_MONOTONIC, one clock for the whole machine),
+``wall`` time.time().
+
+Exclusive holders (lock, fair_lock, the write side of rwlock) write to the
+campaign's fenced store with their fence, and check their validity before
+each write, as a careful application does.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from typing import Any, Dict, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from store import StoreClient  # noqa: E402
+
+import hilock  # noqa: E402
+
+
+class Stop(BaseException):
+    """SIGTERM: finish up (release what is held) and exit."""
+
+
+class History:
+    def __init__(self, path: str, proc: str, kind: str, lock: str) -> None:
+        self.f = open(path, "a", buffering=1)
+        self.mu = threading.Lock()
+        self.base = {"proc": proc, "pid": os.getpid(), "kind": kind, "lock": lock}
+        self.hold = 0
+
+    def log(self, op: str, type_: str, **kw: Any) -> None:
+        ev: Dict[str, Any] = dict(self.base, hold=self.hold, op=op, type=type_,
+                                  mono=time.monotonic(), wall=time.time())
+        ev.update(kw)
+        with self.mu:
+            self.f.write(json.dumps(ev) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", required=True,
+                    choices=["lock", "fair_lock", "semaphore", "rwlock", "redlock"])
+    ap.add_argument("--url", required=True, action="append")
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--proc", required=True)
+    ap.add_argument("--history", required=True)
+    ap.add_argument("--store")
+    ap.add_argument("--ttl", type=float, default=1.5)
+    ap.add_argument("--permits", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hold", type=float, default=0.8, help="longest hold, seconds")
+    ap.add_argument("--wait-replicas", type=int, default=0)
+    ap.add_argument("--wait", type=float, default=8.0, help="acquire timeout, seconds")
+    a = ap.parse_args()
+
+    rng = random.Random(f"{a.seed}:{a.proc}")
+    h = History(a.history, a.proc, a.kind, a.name)
+    store = StoreClient(a.store, a.proc) if a.store else None
+
+    def on_lost(_lk: Any) -> None:
+        h.log("lost", "info", source="callback")
+
+    def stop(*_: Any) -> None:
+        raise Stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    client: Optional[hilock.Client] = None
+    try:
+        opts: Dict[str, Any] = dict(connect_timeout=1.0, command_timeout=1.0, reconnect=1.0)
+        if a.wait_replicas:
+            opts.update(wait_replicas=a.wait_replicas, wait_timeout=0.5)
+        if a.kind != "redlock":
+            client = hilock.Client(a.url[0], **opts)
+        def make() -> Tuple[Any, Any, Any]:
+            c: Any = client
+            if a.kind == "rwlock":
+                return None, c.rwlock(a.name, ttl=a.ttl, on_lost=on_lost), None
+            if a.kind == "semaphore":
+                return None, None, c.semaphore(a.name, a.permits, ttl=a.ttl, on_lost=on_lost)
+            if a.kind == "lock":
+                return c.lock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
+            if a.kind == "fair_lock":
+                return c.fair_lock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
+            # node_timeout: ttl/10 rather than the default 50 ms, which a
+            # loaded 2-core machine misses on every node at once.
+            return hilock.Redlock(a.url, a.name, ttl=a.ttl, on_lost=on_lost,
+                                  node_timeout=a.ttl / 10), None, None
+
+        lk, rw, sem = make()
+        h.log("start", "info", ttl=a.ttl, permits=a.permits)
+        while True:
+            mode = None
+            cur: Any = lk
+            if rw is not None:
+                mode = "write" if rng.random() < 0.35 else "read"
+                cur = rw.write() if mode == "write" else rw.read()
+            elif sem is not None:
+                cur = sem
+            h.hold += 1
+            h.log("acquire", "invoke", mode=mode)
+            try:
+                got = cur.acquire(timeout=a.wait)
+            except Stop:
+                raise
+            except hilock.LockError as e:
+                h.log("acquire", "fail", error=type(e).__name__, msg=str(e)[:200])
+                time.sleep(rng.uniform(0.05, 0.3))
+                continue
+            if not got:
+                h.log("acquire", "fail", error="timeout")
+                continue
+            fence = cur.fence if mode != "read" and a.kind != "semaphore" else None
+            token = getattr(cur, "token", None) or getattr(cur, "permit_id", None)
+            ticket = getattr(cur, "ticket", None) if a.kind == "fair_lock" else None
+            h.log("acquire", "ok", fence=fence, token=token, ticket=ticket, mode=mode,
+                  validity=cur.validity)
+            try:
+                hold(h, cur, rng, a, store, fence)
+            finally:
+                if not release(h, cur, rng):
+                    lk, rw, sem = make()  # give the stuck grant up: it lapses
+            time.sleep(rng.uniform(0.0, 0.15))
+    except Stop:
+        h.log("stop", "info")
+        return 0
+    finally:
+        if client is not None:
+            client.close()
+
+
+def release(h: History, cur: Any, rng: random.Random) -> bool:
+    """Release; an unknown outcome (the server unreachable or the reply
+    lost) keeps the grant in the object, so retry, as an application must,
+    until the server answers: released, or not the owner any more."""
+    h.log("release", "invoke")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            cur.release()
+            h.log("release", "ok")
+            return True
+        except (hilock.ConnectionError, hilock.RedisError) as e:
+            if time.monotonic() > deadline:
+                h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
+                return False
+            h.log("release", "retry", error=type(e).__name__, msg=str(e)[:200])
+            time.sleep(rng.uniform(0.05, 0.2))
+        except hilock.LockError as e:
+            h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
+            return True
+
+
+def sample(h: History, cur: Any) -> float:
+    t = time.monotonic()
+    v = cur.validity
+    if 0 < v < float("inf"):
+        h.log("sample", "info", until=t + v)
+    return v
+
+
+def hold(h: History, cur: Any, rng: random.Random, a: argparse.Namespace,
+         store: Optional[StoreClient], fence: Optional[int]) -> None:
+    sample(h, cur)
+    end = time.monotonic() + rng.uniform(0.02, a.hold)
+    while True:
+        if cur.lost:
+            h.log("lost", "info", source="flag")
+            return
+        v = sample(h, cur)
+        if v <= 0.05:
+            return  # too little validity left to act safely: give up this hold
+        if store is not None and fence is not None:
+            try:
+                ok = store.write(a.name, fence)
+            except OSError as e:
+                h.log("write", "fail", fence=fence, error=type(e).__name__)
+            else:
+                h.log("write", "ok" if ok else "refused", fence=fence)
+                if not ok:
+                    return
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, rng.uniform(0.05, 0.2)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
