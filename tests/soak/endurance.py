@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 import hilock
-from hilock._server import RedisServer
+from hilock._server import RedisServer, command
 
 MB = 1024 * 1024
 
@@ -81,6 +81,17 @@ def judge(phase: str, after_warmup: List[Sample]) -> List[str]:
     return bad
 
 
+def script_calls(port: Optional[int]) -> Optional[int]:
+    """EVALSHA calls the server has counted (while holding: the renewal
+    thread's batches), or None when the server is not ours to ask."""
+    if port is None:
+        return None
+    for line in command(port, "INFO", "commandstats").decode().splitlines():
+        if line.startswith("cmdstat_evalsha:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
 def cycles_phase(client: hilock.Client, n: int, every: float, t0: float) -> List[Sample]:
     print(f"phase 1: {n} lock cycles", flush=True)
     warmup = n // 10
@@ -107,7 +118,7 @@ def cycles_phase(client: hilock.Client, n: int, every: float, t0: float) -> List
 
 
 def hold_phase(client: hilock.Client, n: int, ttl: float, minutes: float, every: float,
-               t0: float) -> List[Sample]:
+               t0: float, port: Optional[int]) -> List[Sample]:
     print(f"phase 2: {n} locks held with auto-renewal (ttl {ttl}s) for {minutes} min",
           flush=True)
     locks = [client.lock(f"soak:held:{i}", ttl=ttl, auto_renew=True) for i in range(n)]
@@ -118,6 +129,7 @@ def hold_phase(client: hilock.Client, n: int, ttl: float, minutes: float, every:
     duration = minutes * 60
     warmup = min(60.0, duration / 10)
     start = time.monotonic()
+    calls0 = script_calls(port)
     after: List[Sample] = []
     while True:
         now = time.monotonic() - start
@@ -129,7 +141,13 @@ def hold_phase(client: hilock.Client, n: int, ttl: float, minutes: float, every:
             if not after:
                 show("warm-up done", s)
             after.append(s)
+    calls1 = script_calls(port)
     lost = [lk.name for lk in locks if lk.lost or lk.validity <= 0]
+    if calls0 is not None and calls1 is not None:
+        # The renewal thread renews up to 2,048 holds in one script call.
+        print(f"  renewal script calls while holding: {calls1 - calls0} "
+              f"({(calls1 - calls0) / duration:.1f}/s, each renewing a batch of holds)",
+              flush=True)
     if after:
         show("end of holding", after[-1])
     print(f"  locks still held at the end: {n - len(lost)} of {n}", flush=True)
@@ -163,7 +181,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             client.ping()
             bad = judge("cycles", cycles_phase(client, args.cycles, args.sample, t0))
             bad += judge("holding", hold_phase(client, args.held, args.ttl, args.minutes,
-                                               args.sample, t0))
+                                               args.sample, t0,
+                                               server.port if server else None))
     finally:
         if server is not None:
             server.cleanup()
