@@ -62,7 +62,7 @@ echo "== Python typing and lint"
 # and the stubs bindings/gen_pyi.py generated for it.
 "$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tests/python/test_typing.py tests/python/test_asyncio.py \
   tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py \
-  tests/fuzz/fuzz_python.py tests/soak/endurance.py
+  tests/fuzz/fuzz_python.py tests/soak/endurance.py tests/python/test_argument_limits.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"

@@ -129,12 +129,14 @@ def renewal(fdp: atheris.FuzzedDataProvider) -> dict[str, Any]:
 def use(fdp: atheris.FuzzedDataProvider, lk: Any) -> None:
     """One non-blocking attempt; extend and release what was granted."""
     if isinstance(lk, hilock.RWLock):
-        lk = lk.write if fdp.ConsumeBool() else lk.read
+        lk = lk.write() if fdp.ConsumeBool() else lk.read()
     if fdp.ConsumeBool():
         got = lk.acquire(blocking=False)
     else:
-        got = lk.acquire(value(fdp) if fdp.ConsumeBool() else True,
-                         short_wait(value(fdp)))
+        timeout = value(fdp)
+        if timeout is None or timeout == -1:
+            timeout = 0.01  # else: no limit, or the handle's own (any) timeout
+        got = lk.acquire(value(fdp) if fdp.ConsumeBool() else True, short_wait(timeout))
     if not got:
         return
     try:
