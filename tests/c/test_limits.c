@@ -28,8 +28,16 @@ static int group_teardown(void **state) {
 static const int64_t waits[] = {INT64_MAX, HILOCK__WAIT_CAP_MS + 1,
                                 INT64_MAX / 1000 + 1};
 
-typedef struct later {
+/* A handle's calls, so that one test body serves both kinds. */
+typedef struct kind {
+  void *(*make)(hilock_client *c);
+  int (*try_acquire)(void *h);
+  int (*acquire)(void *h, int64_t wait_ms);
   int (*release)(void *h);
+} kind;
+
+typedef struct later {
+  const kind *k;
   void *h;
   int rc;
 } later;
@@ -37,64 +45,61 @@ typedef struct later {
 static void *release_later(void *arg) {
   later *l = arg;
   hl_sleep_ms(200);
-  l->rc = l->release(l->h);
+  l->rc = l->k->release(l->h);
   return NULL;
 }
 
-static int lock_release(void *h) { return hilock_lock_release(h); }
-static int redlock_release(void *h) { return hilock_redlock_release(h); }
-
-static void a_lock_waits_past_any_clock_for_its_release(void **state) {
-  hilock_client *c = hl_client(nodes[0].url, NULL);
-  (void)state;
+/* For each wait: one handle holds, another thread releases it after a
+ * while, and a second handle's wait is granted then, not BUSY at once. */
+static void waits_past_any_clock(const kind *k, hilock_client *c) {
   for (size_t i = 0; i < sizeof(waits) / sizeof(*waits); i++) {
-    hilock_lock *holder = hl_new_lock(c, "limits", 10000);
-    hilock_lock *waiter = hl_new_lock(c, "limits", 10000);
-    later l = {lock_release, holder, -1};
+    void *holder = k->make(c), *waiter = k->make(c);
+    later l = {k, holder, -1};
     pthread_t t;
-    assert_hl_ok(hilock_lock_try_acquire(holder),
-                 hilock_hold_errmsg(HILOCK_HOLD(holder)));
+    assert_hl_ok(k->try_acquire(holder), hilock_hold_errmsg(holder));
     assert_int_equal(pthread_create(&t, NULL, release_later, &l), 0);
-    /* Granted once the holder lets go, not BUSY at once. */
-    assert_hl_ok(hilock_lock_acquire(waiter, waits[i]),
-                 hilock_hold_errmsg(HILOCK_HOLD(waiter)));
+    assert_hl_ok(k->acquire(waiter, waits[i]), hilock_hold_errmsg(waiter));
     pthread_join(t, NULL);
     assert_int_equal(l.rc, HILOCK_OK);
-    assert_hl_ok(hilock_lock_release(waiter),
-                 hilock_hold_errmsg(HILOCK_HOLD(waiter)));
-    hilock_hold_free(HILOCK_HOLD(holder));
-    hilock_hold_free(HILOCK_HOLD(waiter));
+    assert_hl_ok(k->release(waiter), hilock_hold_errmsg(waiter));
+    hilock_hold_free(holder);
+    hilock_hold_free(waiter);
   }
-  hilock_client_free(c);
 }
 
-static hilock_redlock *new_redlock(void) {
+static void *lock_make(hilock_client *c) { return hl_new_lock(c, "limits", 10000); }
+static int lock_try(void *h) { return hilock_lock_try_acquire(h); }
+static int lock_acquire(void *h, int64_t ms) { return hilock_lock_acquire(h, ms); }
+static int lock_release(void *h) { return hilock_lock_release(h); }
+
+static void *redlock_make(hilock_client *c) {
   const char *urls[N];
   hilock_redlock *rl = NULL;
+  (void)c;
   for (int i = 0; i < N; i++) urls[i] = nodes[i].url;
   assert_int_equal(
       hilock_redlock_new(urls, N, "limits", 6, 10000, NULL, &rl), HILOCK_OK);
   return rl;
 }
+static int redlock_try(void *h) { return hilock_redlock_try_acquire(h); }
+static int redlock_acquire(void *h, int64_t ms) {
+  return hilock_redlock_acquire(h, ms);
+}
+static int redlock_release(void *h) { return hilock_redlock_release(h); }
+
+static void a_lock_waits_past_any_clock_for_its_release(void **state) {
+  static const kind k = {lock_make, lock_try, lock_acquire, lock_release};
+  hilock_client *c = hl_client(nodes[0].url, NULL);
+  (void)state;
+  waits_past_any_clock(&k, c);
+  hilock_client_free(c);
+}
 
 static void a_redlock_waits_past_any_clock_for_its_release(void **state) {
+  static const kind k = {redlock_make, redlock_try, redlock_acquire,
+                         redlock_release};
   (void)state;
-  for (size_t i = 0; i < sizeof(waits) / sizeof(*waits); i++) {
-    hilock_redlock *holder = new_redlock(), *waiter = new_redlock();
-    later l = {redlock_release, holder, -1};
-    pthread_t t;
-    assert_hl_ok(hilock_redlock_try_acquire(holder),
-                 hilock_hold_errmsg(HILOCK_HOLD(holder)));
-    assert_int_equal(pthread_create(&t, NULL, release_later, &l), 0);
-    assert_hl_ok(hilock_redlock_acquire(waiter, waits[i]),
-                 hilock_hold_errmsg(HILOCK_HOLD(waiter)));
-    pthread_join(t, NULL);
-    assert_int_equal(l.rc, HILOCK_OK);
-    assert_hl_ok(hilock_redlock_release(waiter),
-                 hilock_hold_errmsg(HILOCK_HOLD(waiter)));
-    hilock_hold_free(HILOCK_HOLD(holder));
-    hilock_hold_free(HILOCK_HOLD(waiter));
-  }
+  waits_past_any_clock(&k, NULL);
 }
 
 int main(void) {
