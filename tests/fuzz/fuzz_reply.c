@@ -11,7 +11,8 @@
  * reply checks see whatever the input says.
  *
  * Input: byte 0 picks the scenario, byte 1 the client's settings
- * (SCENARIO_* and FLAG_* below), the rest is the reply stream.
+ * (SCENARIO_* and FLAG_* below), the rest is the reply stream. New
+ * scenarios go last, so that the seeds keep theirs.
  *
  * Recording seeds: with HILOCK_FUZZ_RECORD=<port of a redis-server> and
  * HILOCK_FUZZ_RECORD_OUT=<file>, the server passes each request to that
@@ -44,6 +45,9 @@ enum {
   SCENARIO_STORE,
   SCENARIO_CLUSTER, /* redis+cluster://, then the lock's calls */
   SCENARIO_SENTINEL, /* redis+sentinel://, then the lock's calls */
+  SCENARIO_MULTI,
+  SCENARIO_SEQUENTIAL,
+  SCENARIO_SEGMENTED,
   SCENARIO_COUNT
 };
 #define FLAG_WAIT 1     /* wait_replicas 1: WAIT follows each grant */
@@ -419,6 +423,45 @@ static void run(int scenario, int flags, hilock_client *c) {
         (void)hilock_rlock_release(r);
       }
       hilock_hold_free(HILOCK_HOLD(r));
+      break;
+    }
+    case SCENARIO_MULTI: {
+      static const char *const names[2] = {"fz", "fy"};
+      hilock_multi_lock *m = NULL;
+      if (hilock_multi_lock_new(c, names, 2, 10000, &m) != HILOCK_OK) break;
+      if ((waiting ? hilock_multi_lock_acquire(m, 1)
+                   : hilock_multi_lock_try_acquire(m)) == HILOCK_OK) {
+        (void)hilock_multi_lock_extend(m, 5000, 0);
+        (void)hilock_multi_lock_release(m);
+      }
+      hilock_hold_free(HILOCK_HOLD(m));
+      break;
+    }
+    case SCENARIO_SEQUENTIAL: {
+      hilock_sequential_lock *q = NULL;
+      int64_t n;
+      if (hilock_sequential_lock_new(c, NAME, 2, 10000, &q) != HILOCK_OK) break;
+      if ((waiting ? hilock_sequential_lock_acquire(q, 1)
+                   : hilock_sequential_lock_try_acquire(q)) == HILOCK_OK) {
+        (void)hilock_sequential_lock_extend(q, 5000, 1);
+        (void)hilock_sequential_lock_release(q);
+      }
+      (void)hilock_sequential_lock_waiters(q, &n);
+      hilock_hold_free(HILOCK_HOLD(q));
+      break;
+    }
+    case SCENARIO_SEGMENTED: {
+      hilock_segmented_lock *g = NULL;
+      int64_t taken, left;
+      if (hilock_segmented_lock_new(c, NAME, 2, 3, 10000, &g) != HILOCK_OK) break;
+      (void)hilock_segmented_lock_stock_init(g, 10);
+      if ((waiting ? hilock_segmented_lock_acquire(g, 1)
+                   : hilock_segmented_lock_try_acquire(g)) == HILOCK_OK) {
+        (void)hilock_segmented_lock_take(g, 2, 1, &taken, &left);
+        (void)hilock_segmented_lock_release(g);
+      }
+      (void)hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &left);
+      hilock_hold_free(HILOCK_HOLD(g));
       break;
     }
     case SCENARIO_STORE: {
