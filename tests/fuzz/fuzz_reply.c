@@ -128,6 +128,13 @@ static struct {
   size_t caplen, capcap;
 } srv = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
+/* realloc, or the end of the run (the server's own buffers). */
+static char *grow(char *p, size_t n) {
+  char *q = realloc(p, n);
+  if (q == NULL) abort();
+  return q;
+}
+
 static void put_all(int fd, const char *b, size_t n) {
   while (n > 0) {
     ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
@@ -167,7 +174,7 @@ static void relay(sconn *c, const char *req, size_t len) {
     ssize_t got;
     if (cap - n < 4096) {
       cap = cap ? cap * 2 : 8192;
-      buf = realloc(buf, cap);
+      buf = grow(buf, cap);
     }
     got = recv(c->up, buf + n, cap - n, 0);
     if (got <= 0) break;
@@ -177,7 +184,7 @@ static void relay(sconn *c, const char *req, size_t len) {
   if (whole > 0) {
     if (srv.caplen + whole > srv.capcap) {
       srv.capcap = (srv.caplen + whole) * 2;
-      srv.cap = realloc(srv.cap, srv.capcap);
+      srv.cap = grow(srv.cap, srv.capcap);
     }
     memcpy(srv.cap + srv.caplen, buf, whole);
     srv.caplen += whole;
@@ -187,9 +194,12 @@ static void relay(sconn *c, const char *req, size_t len) {
 }
 
 static void trace(const char *req, size_t len) {
-  /* A request is an array of bulk strings: print their printable bytes. */
-  for (size_t i = 0; i < len; i++)
-    fputc(req[i] == '\r' ? ' ' : req[i] == '\n' ? ' ' : req[i] >= 32 && req[i] < 127 ? req[i] : '.', stderr);
+  /* A request is an array of bulk strings: its printable bytes, line
+   * breaks as spaces. */
+  for (size_t i = 0; i < len; i++) {
+    char ch = req[i] == '\r' || req[i] == '\n' ? ' ' : req[i];
+    fputc(ch >= 32 && ch < 127 ? ch : '.', stderr);
+  }
   fputc('\n', stderr);
 }
 
@@ -261,9 +271,7 @@ static void *server_main(void *arg) {
       ssize_t got;
       if (!(p[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       if (c->incap - c->inlen < 4096) {
-        char *grown = realloc(c->in, c->incap + 8192);
-        if (grown == NULL) abort();
-        c->in = grown;
+        c->in = grow(c->in, c->incap + 8192);
         c->incap += 8192;
       }
       got = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, 0);
