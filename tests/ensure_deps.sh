@@ -21,8 +21,19 @@ hilock_ensure_debs() {
   if command -v "$py" >/dev/null 2>&1 && ! "$py" -c 'import venv, ensurepip' 2>/dev/null; then
     want+=(python3-venv)
   fi
+  hilock_apt_install "${want[@]}"
+}
+
+# The fuzz targets (tests/fuzz): clang and its libFuzzer and sanitizer
+# runtimes.
+hilock_ensure_fuzz_debs() {
+  hilock_apt_install clang libclang-rt-14-dev
+}
+
+# hilock_apt_install packages...: install those not installed yet.
+hilock_apt_install() {
   local missing=()
-  for p in "${want[@]}"; do
+  for p in "$@"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0

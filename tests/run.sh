@@ -37,6 +37,9 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" HILOCK_MISUSE_ROUNDS=3 \
   ctest --test-dir build/tsan --output-on-failure -j"$jobs" \
   -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_hold|test_async|test_store|test_stats)$'
 
+echo "== libFuzzer targets, 30 s each: URLs, names and keys, hostile replies"
+bash tests/fuzz/run.sh all 30
+
 echo "== install: find_package(hilock) and hilock.pc"
 rm -rf build/stage build/consumer
 cmake --install build/main --prefix "$PWD/build/stage" >/dev/null
@@ -75,11 +78,15 @@ echo "== Python typing and lint"
   tests/python/test_inspect.py tests/python/test_acl.py tests/python/test_script_safety.py tests/python/test_stats.py \
   tests/python/test_cli.py \
   tests/python/test_interop.py \
-  tests/python/test_fault_checker.py tests/faults
+  tests/python/test_fault_checker.py tests/faults \
+  tests/fuzz/fuzz_python.py tests/soak/endurance.py tests/python/test_argument_limits.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"
 (cd build/typing/python && "$PY" -m mypy --strict --config-file ../../../pyproject.toml -p hilock)
+
+echo "== The Python layer's arguments under atheris (30 s)"
+HILOCK_PYFUZZ_BUILD=build/typing PYTHON="$PY" bash tests/fuzz/run_python.sh 30
 
 echo "== Documentation site (mkdocs build --strict)"
 HILOCK_DOCS_BUILD=build/typing bash tests/build_docs.sh

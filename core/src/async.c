@@ -553,7 +553,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
     o->queue = wait_ms != 0;
     /* + 1: the clock reads whole milliseconds, and a wait must never end
      * before the caller's timeout. */
-    o->deadline_ms = wait_ms < 0    ? INT64_MAX
+    o->deadline_ms = wait_ms < 0 || wait_ms > HILOCK__WAIT_CAP_MS ? INT64_MAX
                      : wait_ms == 0 ? hilock__now_ms()
                                     : hilock__now_ms() + wait_ms + 1;
   }

@@ -445,15 +445,17 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
     long slot = 0, port = 0;
     hilock__node *n;
     hilock__err ignored;
+    /* Digits past a bound stop adding: an absurd number stays absurd
+     * (never wraps into range) and is refused below. */
     for (sp = p; sp < end && *sp >= '0' && *sp <= '9'; sp++)
-      slot = slot * 10 + (*sp - '0');
+      if (slot < HILOCK__SLOTS) slot = slot * 10 + (*sp - '0');
     if (sp == p || sp >= end || *sp != ' ' || slot >= HILOCK__SLOTS) return 1;
     sp++;
     for (colon = end; colon > sp && colon[-1] != ':'; colon--) {
     }
     if (colon == sp) return 1;
     for (const char *q = colon; q < end && *q >= '0' && *q <= '9'; q++)
-      port = port * 10 + (*q - '0');
+      if (port <= 65535) port = port * 10 + (*q - '0');
     if (port < 1 || port > 65535) return 1;
     const char *host = sp;
     size_t hostlen = (size_t)(colon - 1 - sp);

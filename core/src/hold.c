@@ -231,7 +231,11 @@ void hilock__hold_lost(hilock__hold *h) {
 }
 
 void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms) {
-  int64_t until = start_us + ttl_ms * 1000 - drift_us(ttl_ms);
+  int64_t until;
+  /* The TTL the server reported: no more than hilock ever sets, whatever
+   * it says (its microseconds must not overflow). */
+  if (ttl_ms > HILOCK_TTL_MAX_MS) ttl_ms = HILOCK_TTL_MAX_MS;
+  until = start_us + ttl_ms * 1000 - drift_us(ttl_ms);
   pthread_mutex_lock(&h->rt->wd.mu);
   if (h->ren_done_us > start_us && h->valid_until_us < until)
     until = h->valid_until_us; /* a renewal overlapped: either came last */

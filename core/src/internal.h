@@ -32,6 +32,9 @@ void hilock__clear_err(hilock__err *e);
 /* 1 if r is an array of at least n elements, every one an integer (the
  * shape of every family script's reply). */
 int hilock__int_reply(const struct redisReply *r, size_t n);
+/* A wait of more than this many ms (about 35,000 years) is a wait without
+ * limit: a deadline computed from it would overflow. */
+#define HILOCK__WAIT_CAP_MS ((int64_t)1 << 50)
 /* A fresh serial number for an object whose errors are kept per thread. */
 uint64_t hilock__serial(void);
 /* The calling thread's error slot for obj (NULL if it has none and create

@@ -822,7 +822,9 @@ static int acquire_wait(hilock_redlock *rl, int64_t wait_ms,
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return fail(rl, HILOCK_EINVAL, "wait must be >= 0 ms or forever");
   /* In us, so that the wait is never cut short by ms rounding. */
-  deadline = wait_ms < 0 ? INT64_MAX : hilock__now_us() + wait_ms * 1000;
+  deadline = wait_ms < 0 || wait_ms > HILOCK__WAIT_CAP_MS
+                 ? INT64_MAX
+                 : hilock__now_us() + wait_ms * 1000;
   for (;;) {
     int rc = attempt(rl), prc;
     int64_t left, delay;

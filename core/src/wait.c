@@ -251,6 +251,7 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
+  if (wait_ms > HILOCK__WAIT_CAP_MS) wait_ms = HILOCK_WAIT_FOREVER;
   /* + 1: the clock reads whole milliseconds, and a wait must never end
    * before the caller's timeout. */
   deadline = wait_ms < 0    ? INT64_MAX

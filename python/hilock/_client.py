@@ -127,8 +127,8 @@ class Client:
                                                                    "command_timeout")
         reconnect_ms = 0 if reconnect == 0 else seconds_to_ms(reconnect, "reconnect")
         if (not isinstance(wait_replicas, int) or isinstance(wait_replicas, bool)
-                or wait_replicas < 0):
-            raise InvalidArgument("wait_replicas must be an int >= 0")
+                or not 0 <= wait_replicas < 2 ** 31):
+            raise InvalidArgument("wait_replicas must be an int >= 0 (a C int)")
         self.wait_replicas = wait_replicas
         wait_ms = seconds_to_ms(wait_timeout, "wait_timeout") if wait_replicas else 0
         tls = tls_args(ssl_ca_certs, ssl_ca_path, ssl_certfile, ssl_keyfile, ssl_password,

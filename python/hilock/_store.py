@@ -93,7 +93,8 @@ class FencedStore:
         self._client = client
         self._lock = threading.Lock()
         try:
-            self._h = client._new(_h.py_store_new, linger_ms, max_value or 0)
+            # Past any size_t, it is still too large: the C check says so.
+            self._h = client._new(_h.py_store_new, linger_ms, min(max_value or 0, 1 << 63))
         except BaseException:
             if self._owned is not None:
                 self._owned.close()

@@ -56,9 +56,11 @@ def seconds_to_ms(value: float, what: str) -> int:
     """Positive float seconds to whole ms (rounded up), within TTL_MAX_MS."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if math.isnan(value) or math.isinf(value) or value <= 0:
+    # An int may be past any float (isnan would overflow), a float past
+    # any ms (value * 1000 is then infinite): compare before converting.
+    if (isinstance(value, float) and (math.isnan(value) or math.isinf(value))) or value <= 0:
         raise InvalidArgument(f"{what} must be a finite number of seconds > 0, got {value!r}")
-    ms = math.ceil(value * 1000)
+    ms = math.ceil(value * 1000) if value <= TTL_MAX_MS / 1000 else TTL_MAX_MS + 1
     if ms > TTL_MAX_MS:
         raise InvalidArgument(f"{what} of {value!r} s is above the limit of {TTL_MAX_MS // 1000} s")
     return ms
@@ -70,9 +72,9 @@ def wait_seconds(value: Optional[float], what: str = "timeout") -> Optional[floa
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"{what} must be a number of seconds or None")
-    if math.isnan(value) or value < 0:
+    if (isinstance(value, float) and math.isnan(value)) or value < 0:
         raise InvalidArgument(f"{what} must be >= 0 seconds or None, got {value!r}")
-    if math.isinf(value) or value > threading.TIMEOUT_MAX:
+    if value > threading.TIMEOUT_MAX:  # inf included
         return None  # beyond any wait a thread can make: no limit
     return float(value)
 

@@ -337,6 +337,32 @@ static int release_call(hilock_hold *h, int64_t unused) {
  * the importing node; a script whose keys are split between the two nodes
  * gets TRYAGAIN and is retried until the migration ends, then follows
  * MOVED to the new owner. */
+/* A redirection naming a slot or port past every bound (digits that would
+ * wrap a long back into range: 2^64 + 100, 2^64 + 1) is not followed: no
+ * node is made for it. Found by tests/fuzz/fuzz_reply. */
+static void a_redirect_with_an_absurd_slot_or_port_is_ignored(void **state) {
+  static const char *const texts[] = {
+      "ASK 18446744073709551716 127.0.0.1:7000",
+      "ASK 100 127.0.0.1:18446744073709551617",
+      "MOVED 18446744073709551716 127.0.0.1:7000",
+      "MOVED 100 127.0.0.1:18446744073709551617",
+  };
+  hilock_client *c = new_client();
+  (void)state;
+  for (size_t i = 0; i < sizeof(texts) / sizeof(*texts); i++) {
+    hilock__node *ask = NULL;
+    int nodes = c->cl->nnodes;
+    assert_int_equal(
+        hilock__cluster_redirected(c, NULL, texts[i], strlen(texts[i]), &ask),
+        1);
+    assert_null(ask);
+    assert_int_equal(c->cl->nnodes, nodes);
+    for (int k = 0; k < c->cl->nnodes; k++)
+      assert_true(c->cl->nodes[k]->port != 1);
+  }
+  hilock_client_free(c);
+}
+
 static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   hilock_client *c = new_client();
   hilock_lock *l = NULL, *other = NULL;
@@ -1120,6 +1146,7 @@ int main(void) {
       cmocka_unit_test(every_lock_type_runs_on_its_slot_master),
       cmocka_unit_test(a_stale_map_follows_MOVED_and_is_corrected),
       cmocka_unit_test(a_migrating_slot_follows_ASK_and_TRYAGAIN),
+      cmocka_unit_test(a_redirect_with_an_absurd_slot_or_port_is_ignored),
       cmocka_unit_test(noscript_reloads_on_each_node),
       cmocka_unit_test(a_waiter_blocks_on_its_slot_master_and_wakes),
       cmocka_unit_test(the_watchdog_renews_holds_on_every_master),

@@ -567,6 +567,22 @@ static void malformed_extend_reply_is_eproto(void **state) {
   assert_script_done();
 }
 
+/* A server that reports a TTL past any hilock sets (1.5e16 ms, whose
+ * microseconds overflow int64) extends the validity to HILOCK_TTL_MAX_MS at
+ * most: never to a wrapped one. Found by tests/fuzz/fuzz_reply. */
+static void absurd_ttl_in_extend_reply_is_capped(void **state) {
+  fixture *f = *state;
+  int64_t v;
+  grant(f, 1);
+  queue_reply(r_int(15001795712210000LL));
+  assert_hl_ok(hilock_lock_extend(f->lock, 1000, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  v = hilock_hold_validity_ms(HILOCK_HOLD(f->lock));
+  assert_true(v > 5000);
+  assert_true(v <= HILOCK_TTL_MAX_MS);
+  assert_script_done();
+}
+
 static void owned_with_unexpected_reply_is_eproto(void **state) {
   fixture *f = *state;
   int owned = -1;
@@ -647,6 +663,7 @@ HL_SUITE_MAIN("lock_fake", NULL, NULL,
       T(malformed_release_reply_is_eproto),
       T(failed_release_keeps_the_grant_for_retry),
       T(malformed_extend_reply_is_eproto),
+      T(absurd_ttl_in_extend_reply_is_capped),
       T(owned_with_unexpected_reply_is_eproto),
       T(connect_sends_auth_and_select),
       T(auth_failures_while_connecting))
