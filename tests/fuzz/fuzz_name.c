@@ -41,6 +41,9 @@ static int ref_slot(const char *key, size_t len) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char *const roles[] = {"lock", "fence", "wake", "queue",
                                       "readers", "writer", ""};
+  /* The default key prefix (hilock__key reads only prefix and prefixlen
+   * of a runtime). */
+  static hilock__runtime rt = {.prefix = "hilock:", .prefixlen = 7};
   const char *name = (const char *)data;
   hilock__err e;
   int rc, slot = -1;
@@ -56,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   for (size_t i = 0; i < sizeof(roles) / sizeof(*roles); i++) {
     size_t len = 0, rl = strlen(roles[i]);
-    char *k = hilock__key(name, size, roles[i], &len);
+    char *k = hilock__key(&rt, name, size, roles[i], &len);
     int s;
     if (k == NULL) return 0;
     check(len == 8 + size + 2 + rl && k[len] == '\0');
