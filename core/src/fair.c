@@ -103,9 +103,9 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
    * from ARGV. */
   const char *keys[NKEYS + 1];
   size_t keylens[NKEYS + 1];
-  char *own = malloc(fl->keylens[K_WAKE] + idlen + 1);
-  int rc;
-  if (own == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  char own[HILOCK_KEY_PREFIX_MAX + HILOCK_NAME_MAX + 64];
+  if (fl->keylens[K_WAKE] + idlen > sizeof(own))
+    return hilock__set_err(e, HILOCK_EINVAL, "waiter id too long");
   memcpy(own, fl->keys[K_WAKE], fl->keylens[K_WAKE]);
   memcpy(own + fl->keylens[K_WAKE], id, idlen);
   for (int i = 0; i < NKEYS; i++) {
@@ -114,10 +114,9 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   }
   keys[NKEYS] = own;
   keylens[NKEYS] = fl->keylens[K_WAKE] + idlen;
-  rc = hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock, how,
-                             NKEYS + 1, keys, keylens, 5, args, arglens, out);
-  free(own);
-  return rc;
+  return hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock,
+                               how, NKEYS + 1, keys, keylens, 5, args, arglens,
+                               out);
 }
 
 /* One attempt: grant, or (queueing) refresh our place and heartbeat. When
