@@ -5,7 +5,8 @@
     python3 tests/faults/campaign.py --minutes 30 --seed 7     # a soak
 
 Runs, each a fresh deployment with its own fenced store process and
-workload processes (lock, fair_lock, semaphore, rwlock; see worker.py):
+workload processes (lock, fair_lock, sequential_lock, semaphore, rwlock;
+see worker.py):
 
 - ``single``: one redis-server with AOF (appendfsync always). Faults:
   holder SIGKILL and SIGSTOP (longer than the TTL), server SIGSTOP, DEBUG
@@ -274,7 +275,8 @@ class Run:
         for _ in range(count):
             slot = len(self.specs) + 1
             self.specs[slot] = dict(spec, kind=kind, lock=lock,
-                                    store=kind in ("lock", "fair_lock", "rwlock", "redlock"))
+                                    store=kind in ("lock", "fair_lock", "sequential_lock", "rwlock",
+                                                "redlock"))
 
     def live(self) -> List[str]:
         return [p for p, pr in self.procs.items() if pr.poll() is None]
@@ -370,8 +372,8 @@ class Run:
                     final["permits_free"][lock] = c.semaphore(lock, info["capacity"]).available()
                 elif kind == "lock":
                     final["held"][lock] = c.lock(lock).locked()
-                elif kind == "fair_lock":
-                    fl = c.fair_lock(lock)
+                elif kind in ("fair_lock", "sequential_lock"):
+                    fl = getattr(c, kind)(lock)
                     final["held"][lock] = fl.locked()
                     final["queued"][lock] = fl.waiters()
                 elif kind == "rwlock":
@@ -517,6 +519,7 @@ class SingleRun(Run):
         super().__init__(*a, **kw)
         self.add("lock", "L", 2)
         self.add("fair_lock", "F", 2)
+        self.add("sequential_lock", "Q", 2)
         self.add("semaphore", "S", 3, permits=2)
         self.add("rwlock", "RW", 2)
 

@@ -469,7 +469,7 @@ def check_fifo(res: Result, holds: List[Hold], faults: List[Dict[str, Any]],
     ttl = float(meta["ttl"])
     spans = [(f["start"] - ttl, f["end"] + 2 * ttl + 5.0) for f in faults]
     for lock, info in meta["locks"].items():
-        if info["kind"] != "fair_lock":
+        if info["kind"] not in ("fair_lock", "sequential_lock"):
             continue
         gs = sorted((h for h in holds if h.lock == lock and h.fence is not None
                      and h.ticket is not None), key=lambda h: h.fence or 0)

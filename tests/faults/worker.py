@@ -1,6 +1,6 @@
 """One workload process of the fault campaign.
 
-``python3 worker.py --kind lock|fair_lock|semaphore|rwlock --url URL
+``python3 worker.py --kind lock|fair_lock|sequential_lock|semaphore|rwlock --url URL
 --name NAME --proc ID --history FILE [--store SOCKET] [--ttl S]
 [--permits N] [--seed S] [--hold S]``
 
@@ -63,7 +63,7 @@ class History:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kind", required=True,
-                    choices=["lock", "fair_lock", "semaphore", "rwlock", "redlock"])
+                    choices=["lock", "fair_lock", "sequential_lock", "semaphore", "rwlock", "redlock"])
     ap.add_argument("--url", required=True, action="append")
     ap.add_argument("--name", required=True)
     ap.add_argument("--proc", required=True)
@@ -105,6 +105,8 @@ def main() -> int:
                 return c.lock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
             if a.kind == "fair_lock":
                 return c.fair_lock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
+            if a.kind == "sequential_lock":
+                return c.sequential_lock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
             # node_timeout: ttl/10 rather than the default 50 ms, which a
             # loaded 2-core machine misses on every node at once.
             return hilock.Redlock(a.url, a.name, ttl=a.ttl, on_lost=on_lost,
@@ -135,7 +137,10 @@ def main() -> int:
                 continue
             fence = cur.fence if mode != "read" and a.kind != "semaphore" else None
             token = getattr(cur, "token", None) or getattr(cur, "permit_id", None)
-            ticket = getattr(cur, "ticket", None) if a.kind == "fair_lock" else None
+            # The place in the queue: the fair lock's ticket, the sequential
+            # lock's sequence number.
+            ticket = (cur.ticket if a.kind == "fair_lock" else
+                      cur.sequence if a.kind == "sequential_lock" else None)
             h.log("acquire", "ok", fence=fence, token=token, ticket=ticket, mode=mode,
                   validity=cur.validity)
             try:
