@@ -925,6 +925,9 @@ static int extend_round(hilock_redlock *rl, rl_conn *set, int leak_forked,
   for (int i = 0; i < rl->n; i++) {
     long long v;
     if (!reply_int(&set[i], &v)) continue;
+    /* A node's TTL past the longest a hold may have (a broken or hostile
+     * node) counts as that: the timing checks work in microseconds. */
+    if (v > HILOCK_TTL_MAX_MS) v = HILOCK_TTL_MAX_MS;
     if (v > 0) {
       int j = ok++;
       /* insertion sort, largest first */

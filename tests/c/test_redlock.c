@@ -644,6 +644,29 @@ static void test_extend_without_a_majority_keeps_the_old_validity(void **state) 
   hilock_hold_free(HILOCK_HOLD(a));
 }
 
+/* Nodes whose keys carry a TTL of 9e16 ms (about 2.9 million years:
+ * set by hand here, by a hostile or broken node in practice): an extend
+ * still succeeds, with the validity capped, and the microsecond arithmetic
+ * of its timing check does not overflow (UBSan in the ASan build). */
+static void test_extend_with_absurd_node_ttls_is_capped(void **state) {
+  hilock_redlock *a = make(2000);
+  int64_t v;
+  (void)state;
+  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  for (int i = 0; i < N; i++) {
+    redisContext *c = hl_redis_connect(&nodes[i]);
+    assert_int_equal(hl_redis_int(c, "PEXPIRE %s 90000000000000000", KEY), 1);
+    redisFree(c);
+  }
+  assert_hl_ok(hilock_redlock_extend(a, 1000, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  v = hilock_hold_validity_ms(HILOCK_HOLD(a));
+  assert_true(v > 2000);
+  assert_true(v <= HILOCK_TTL_MAX_MS);
+  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_int_equal(nodes_with_key(), 0);
+  hilock_hold_free(HILOCK_HOLD(a));
+}
+
 static atomic_int lost_calls;
 
 static void test_watchdog_renews_through_a_majority(void **state) {
@@ -795,6 +818,7 @@ int main(void) {
       cmocka_unit_test_setup(test_fence_from_agreeing_counters_is_consecutive,
                              setup),
       cmocka_unit_test_setup(test_extend_counts_with_a_majority, setup),
+      cmocka_unit_test_setup(test_extend_with_absurd_node_ttls_is_capped, setup),
       cmocka_unit_test_setup(
           test_extend_without_a_majority_keeps_the_old_validity, setup),
       cmocka_unit_test_setup(test_watchdog_renews_through_a_majority, setup),
