@@ -3,6 +3,7 @@
  *   bench_handoff ping    [url] [count]              (default 2000)
  *   bench_handoff handoff [url] [samples]            (default 250)
  *   bench_handoff contend [url] [workers] [seconds]  (default 8, 4)
+ *   bench_handoff wake    blpop|pubsub [url] [samples]  (default 250)
  *
  * ping     round trips of a hiredis PING on one connection (url without
  *          password: redis://host[:port][/db])
@@ -14,6 +15,14 @@
  *          returning, both on CLOCK_MONOTONIC.
  * contend  fork()s workers that loop { acquire; spin 1 ms; release } on one
  *          lock for the same window of seconds.
+ * wake     the floor under a hand-over, with raw hiredis and no lock: the
+ *          same two processes and timing as handoff, but the holder sends
+ *          PING plus a script that RPUSHes to a list (blpop) or PUBLISHes
+ *          on a channel (pubsub), and the waiter, blocked in BLPOP on that
+ *          list or reading its SUBSCRIBE connection, then makes one more
+ *          script round trip (as a woken waiter's attempt does): on the
+ *          same connection after BLPOP, on a second one after a message.
+ *          What each wake-up mechanism costs on this machine and server.
  *
  * HILOCK_BENCH_WAITING=blpop: waiters block in BLPOP on a connection of
  * their own (shared_waiting = 0) instead of the client's shared waiting.
@@ -138,24 +147,33 @@ static int reap(const pid_t *pids, int n) {
 
 /* ## ping --------------------------------------------------------------- */
 
-static int mode_ping(const char *url, long count) {
+/* A raw hiredis connection to redis://host[:port][/db] (no password, the
+ * database not selected: the benches use 0). NULL after a message. */
+static redisContext *raw_connect(const char *url) {
   char host[256] = "127.0.0.1";
-  int port = 6379, db = 0, status = 1;
+  int port = 6379, db = 0;
   struct timeval tv = {2, 0};
   redisContext *r;
-  double *us;
-
   if (strncmp(url, "redis://", 8) != 0 || strchr(url, '@') != NULL ||
       sscanf(url + 8, "%255[^:/]:%d/%d", host, &port, &db) < 1) {
-    fprintf(stderr, "ping: expected redis://host[:port][/db], no password\n");
-    return 1;
+    fprintf(stderr, "expected redis://host[:port][/db], no password\n");
+    return NULL;
   }
   r = redisConnectWithTimeout(host, port, tv);
   if (r == NULL || r->err) {
     fprintf(stderr, "connect %s: %s\n", url, r ? r->errstr : "out of memory");
     redisFree(r);
-    return 1;
+    return NULL;
   }
+  return r;
+}
+
+static int mode_ping(const char *url, long count) {
+  int status = 1;
+  redisContext *r = raw_connect(url);
+  double *us;
+
+  if (r == NULL) return 1;
   if ((us = malloc(sizeof(*us) * (size_t)count)) == NULL) goto out;
   for (long i = -200; i < count; i++) { /* 200 warm-up round trips */
     int64_t t0 = now_ns();
@@ -227,7 +245,82 @@ out:
   return status;
 }
 
-static int mode_handoff(const char *url, long samples) {
+/* ## wake: the floor ----------------------------------------------------- */
+
+#define WAKE_LIST "bench:wake:list"
+#define WAKE_CHAN "bench:wake:chan"
+
+/* One reply, checked and freed: 0 unless an error or none. */
+static int raw_reply(redisContext *r, redisReply *rep) {
+  int bad = rep == NULL || rep->type == REDIS_REPLY_ERROR;
+  if (bad) fprintf(stderr, "wake: %s\n", rep ? rep->str : r->errstr);
+  freeReplyObject(rep);
+  return bad ? -1 : 0;
+}
+
+static int raw_holder(const char *url, const char *kind, long n, int64_t *t0,
+                      int to_w, int from_w) {
+  redisContext *r = raw_connect(url);
+  int pub = strcmp(kind, "pubsub") == 0, status = 1;
+  if (r == NULL) return 1;
+  srand((unsigned)getpid());
+  for (long i = 0; i < n; i++) {
+    void *a = NULL, *b = NULL;
+    if (put_byte(to_w, 'H') != 0 || get_byte(from_w) != 'S') goto out;
+    sleep_until(now_ns() + 5000000 + (int64_t)(rand() % 15001) * 1000);
+    redisAppendCommand(r, "PING"); /* as a release does: the waiter first */
+    if (pub)
+      redisAppendCommand(r, "EVAL %s 0 %s",
+                         "return redis.call('PUBLISH', ARGV[1], '1')", WAKE_CHAN);
+    else
+      redisAppendCommand(r, "EVAL %s 1 %s",
+                         "return redis.call('RPUSH', KEYS[1], '1')", WAKE_LIST);
+    if (redisGetReply(r, &a) != REDIS_OK || raw_reply(r, a) != 0 ||
+        redisGetReply(r, &b) != REDIS_OK || raw_reply(r, b) != 0)
+      goto out;
+    t0[i] = now_ns();
+    if (get_byte(from_w) != 'R') goto out;
+  }
+  status = 0;
+out:
+  redisFree(r);
+  return status;
+}
+
+static int raw_waiter(const char *url, const char *kind, long n, int64_t *t1,
+                      int64_t *waited, int to_h, int from_h) {
+  redisContext *r = raw_connect(url), *other = raw_connect(url);
+  int pub = strcmp(kind, "pubsub") == 0, status = 1;
+  const char *attempt = "return redis.call('LLEN', KEYS[1])";
+  if (r == NULL || other == NULL) goto out;
+  if (pub && raw_reply(r, redisCommand(r, "SUBSCRIBE %s", WAKE_CHAN)) != 0) goto out;
+  if (!pub && raw_reply(r, redisCommand(r, "DEL %s", WAKE_LIST)) != 0) goto out;
+  for (long i = 0; i < n; i++) {
+    int64_t t;
+    void *m = NULL;
+    if (get_byte(from_h) != 'H' || put_byte(to_h, 'S') != 0) goto out;
+    t = now_ns();
+    if (pub) {
+      if (redisGetReply(r, &m) != REDIS_OK || raw_reply(r, m) != 0 ||
+          raw_reply(other, redisCommand(other, "EVAL %s 1 %s", attempt, WAKE_LIST)) != 0)
+        goto out;
+    } else if (raw_reply(r, redisCommand(r, "BLPOP %s 0", WAKE_LIST)) != 0 ||
+               raw_reply(r, redisCommand(r, "EVAL %s 1 %s", attempt, WAKE_LIST)) != 0) {
+      goto out;
+    }
+    t1[i] = now_ns();
+    waited[i] = t1[i] - t;
+    if (put_byte(to_h, 'R') != 0) goto out;
+  }
+  status = 0;
+out:
+  if (r != NULL) redisFree(r);
+  if (other != NULL) redisFree(other);
+  return status;
+}
+
+/* kind: NULL for hilock's lock, else the wake floor's "blpop" or "pubsub". */
+static int mode_handoff(const char *url, long samples, const char *kind) {
   long n = samples + WARMUP;
   int64_t *t0 = shared(sizeof(int64_t) * (size_t)n), *t1, *waited, min_wait = INT64_MAX;
   int h2w[2], w2h[2];
@@ -243,7 +336,8 @@ static int mode_handoff(const char *url, long samples) {
   if ((pids[0] = fork()) == 0) {
     close(h2w[0]);
     close(w2h[1]);
-    _exit(holder(url, n, t0, h2w[1], w2h[0]));
+    _exit(kind ? raw_holder(url, kind, n, t0, h2w[1], w2h[0])
+               : holder(url, n, t0, h2w[1], w2h[0]));
   }
   if (pids[0] < 0) {
     perror("fork");
@@ -252,7 +346,8 @@ static int mode_handoff(const char *url, long samples) {
   if ((pids[1] = fork()) == 0) {
     close(h2w[1]);
     close(w2h[0]);
-    _exit(waiter(url, n, t1, waited, w2h[1], h2w[0]));
+    _exit(kind ? raw_waiter(url, kind, n, t1, waited, w2h[1], h2w[0])
+               : waiter(url, n, t1, waited, w2h[1], h2w[0]));
   }
   /* Only the children keep the pipes: one exiting ends the other's read. */
   close(h2w[0]);
@@ -264,7 +359,7 @@ static int mode_handoff(const char *url, long samples) {
     fprintf(stderr, "handoff: a child failed\n");
     return 1;
   }
-  printf("{\"mode\": \"handoff\", \"us\": [");
+  printf("{\"mode\": \"%s\", \"us\": [", kind ? kind : "handoff");
   for (long i = WARMUP; i < n; i++)
     printf("%s%.2f", i > WARMUP ? ", " : "", (double)(t1[i] - t0[i]) / 1e3);
   for (long i = WARMUP; i < n; i++)
@@ -356,8 +451,9 @@ static int usage(const char *prog) {
   fprintf(stderr,
           "usage: %s ping [url] [count]\n"
           "       %s handoff [url] [samples]\n"
-          "       %s contend [url] [workers] [seconds]\n",
-          prog, prog, prog);
+          "       %s contend [url] [workers] [seconds]\n"
+          "       %s wake blpop|pubsub [url] [samples]\n",
+          prog, prog, prog, prog);
   return 2;
 }
 
@@ -370,7 +466,13 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "handoff") == 0) {
     long samples = argc > 3 ? atol(argv[3]) : 250;
-    return samples > 0 ? mode_handoff(url, samples) : usage(argv[0]);
+    return samples > 0 ? mode_handoff(url, samples, NULL) : usage(argv[0]);
+  }
+  if (strcmp(argv[1], "wake") == 0 && argc > 2 &&
+      (strcmp(argv[2], "blpop") == 0 || strcmp(argv[2], "pubsub") == 0)) {
+    long samples = argc > 4 ? atol(argv[4]) : 250;
+    url = argc > 3 ? argv[3] : EXAMPLE_DEFAULT_URL;
+    return samples > 0 ? mode_handoff(url, samples, argv[2]) : usage(argv[0]);
   }
   if (strcmp(argv[1], "contend") == 0) {
     int workers = argc > 3 ? atoi(argv[3]) : 8;

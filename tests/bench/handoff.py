@@ -20,7 +20,14 @@ Against one private redis-server on loopback:
               monotonic clock); release } on one lock for 4 s. fairness is
               the fewest acquisitions of a worker / the mean.
 
-Contestants: hilock C (bench_handoff, fork()ed processes), hilock Python,
+Floors, same processes and timing with raw hiredis and no lock
+(bench_handoff wake): the holder sends PING plus a script that RPUSHes
+(BLPOP) or PUBLISHes (pub/sub); the waiter, blocked in BLPOP or reading its
+subscription, makes one more script round trip, as a woken waiter's attempt
+does. They are what each wake-up mechanism costs on this server and machine.
+
+Contestants: hilock C (bench_handoff, fork()ed processes; also with one BLPOP
+per waiter, shared_waiting=0), hilock Python,
 redis-py Lock (retries every 0.1 s, its default sleep, so its handoff is
 about 0.1 s less the holder's sleep), python-redis-lock (BLPOP wake-ups),
 and hilock Python's fair lock and 1-permit semaphore.
@@ -261,13 +268,14 @@ def py_contend(make: Callable[[str, str], Pair], url: str, name: str, workers: i
 
 
 def run_c(binary: Optional[Path], *args: Any, timeout: float = 120,
-          cpu: Optional[int] = None) -> Dict[str, Any]:
+          cpu: Optional[int] = None, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     if binary is None:
         raise Skip("skipped (bench_handoff not built: cmake --build <dir> --target "
                    "bench_handoff, or pass --bench-binary)")
     pin = None if cpu is None else lambda: os.sched_setaffinity(0, {cpu})
     proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=pin)
+                          timeout=timeout, preexec_fn=pin,
+                          env={**os.environ, **env} if env else None)
     if proc.returncode != 0:
         raise RuntimeError(f"bench_handoff {args[0]} exited {proc.returncode}: "
                            f"{proc.stderr.strip()}")
@@ -278,11 +286,14 @@ def run_c(binary: Optional[Path], *args: Any, timeout: float = 120,
 
 class Contestant:
     def __init__(self, key: str, label: str, make: Optional[Callable[[str, str], Pair]],
-                 modules: Tuple[str, ...] = ()) -> None:
+                 modules: Tuple[str, ...] = (), wake: Optional[str] = None,
+                 env: Optional[Dict[str, str]] = None) -> None:
         self.key = key
         self.label = label
         self.make = make
         self.modules = modules
+        self.wake = wake  # a floor (bench_handoff wake): no lock, no contention run
+        self.env = env
         self.handoff_us: List[float] = []
         self.min_wait_us = 0.0
         self.counts: List[int] = []
@@ -291,7 +302,8 @@ class Contestant:
 
     def handoff(self, url: str, binary: Optional[Path], samples: int) -> None:
         if self.make is None:
-            out = run_c(binary, "handoff", url, samples)
+            how = ("wake", self.wake) if self.wake else ("handoff",)
+            out = run_c(binary, *how, url, samples, env=self.env)
             self.handoff_us, self.min_wait_us = out["us"], out["min_wait_us"]
         else:
             require(*self.modules)
@@ -299,9 +311,11 @@ class Contestant:
                                          timeout=samples * 0.3 + 30)
 
     def contend(self, url: str, binary: Optional[Path], workers: int, seconds: float) -> None:
+        if self.wake:
+            return
         if self.make is None:
             self.counts = run_c(binary, "contend", url, workers, seconds,
-                                timeout=seconds + 60)["counts"]
+                                timeout=seconds + 60, env=self.env)["counts"]
         else:
             require(*self.modules)
             self.counts = py_contend(self.make, url, f"contend:{self.key}", workers, seconds)
@@ -347,6 +361,8 @@ def contend_table(cs: List[Contestant]) -> str:
     rows = ["| contestant | acquisitions/s | lock busy | per worker | fairness |",
             "|---|---:|---:|---|---:|"]
     for c in cs:
+        if c.wake:
+            continue  # a floor has no lock to contend for
         if c.rate is None:
             rows.append(f"| {c.label} | {c.skipped or 'no result'} | | | |")
             continue
@@ -412,7 +428,13 @@ def main() -> int:
 
     binary = find_binary("bench_handoff", args.bench_binary)
     cs = [
+        Contestant("wake_blpop", "floor: raw hiredis, BLPOP wake-up + 1 round trip", None,
+                   wake="blpop"),
+        Contestant("wake_pubsub", "floor: raw hiredis, pub/sub wake-up + 1 round trip", None,
+                   wake="pubsub"),
         Contestant("hilock_c", "hilock C", None),
+        Contestant("hilock_c_blpop", "hilock C, one BLPOP per waiter (shared_waiting=0)", None,
+                   env={"HILOCK_BENCH_WAITING": "blpop"}),
         Contestant("hilock_py", "hilock Python", make_hilock, ("hilock",)),
         Contestant("hilock_py_fair", "hilock Python fair lock", make_hilock_fair, ("hilock",)),
         Contestant("hilock_py_seq", "hilock Python sequential lock", make_hilock_seqlock,
@@ -450,7 +472,7 @@ def main() -> int:
                 c.skipped = str(e) if isinstance(e, Skip) else f"failed: {e}"
                 print(f"handoff {c.label}: {c.skipped}", file=sys.stderr)
         for c in cs:
-            if c.skipped:
+            if c.skipped or c.wake:
                 continue
             try:
                 c.contend(url, binary, args.workers, seconds)
@@ -500,8 +522,15 @@ def main() -> int:
              f"PING ({placed[1]:.1f} µs)" if placed and hc.p50 and hp.p50 else "") + ".")
     print(f"- hilock handoff p99: C {f(summary['hilock_c_p99_ms'], '.2f')} ms, Python "
           f"{f(summary['hilock_py_p99_ms'], '.2f')} ms.")
+    fb, fp, hb = by["wake_blpop"], by["wake_pubsub"], by["hilock_c_blpop"]
+    for mine, floor in ((hc, fp), (hb, fb)):
+        if mine.p50 and floor.p50 and mine.p99 and floor.p99:
+            summary[f"{mine.key}_over_{floor.key}_p50"] = mine.p50 / floor.p50
+            summary[f"{mine.key}_over_{floor.key}_p99"] = mine.p99 / floor.p99
+            print(f"- {mine.label} over its floor ({floor.label}): p50 "
+                  f"{mine.p50 / floor.p50:.2f}x, p99 {mine.p99 / floor.p99:.2f}x.")
     print("- fairness (fewest / mean): " + ", ".join(
-        f"{c.label} {f(c.fairness, '.2f')}" for c in cs) + ".")
+        f"{c.label} {f(c.fairness, '.2f')}" for c in cs if not c.wake) + ".")
     versions = versions_of("hilock", "redis", "python-redis-lock")
 
     if args.json:
