@@ -117,8 +117,29 @@ static int attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   int rc;
 
+  /* A reply that does not come in time leaves a first grant ambiguous:
+   * the same socket then carries this owner's release, which gives back
+   * the level the attempt may have added and changes nothing if it added
+   * none (else the owner's next acquire re-enters a level nobody counts,
+   * and its last release leaves the lock held). Not for a re-entry: had
+   * the attempt failed without running (NOSCRIPT after a restart or a
+   * script flush; the undo goes with its source), the undo would leave the
+   * level this thread holds. A lost re-entry reply leaves one level more,
+   * which lapses with the hold. */
+  const char *ukeys[2] = {rl->key, rl->wkey};
+  size_t ukeylens[2] = {rl->keylen, rl->wkeylen};
+  hilock__undo u = {rl->lay->release, 2, 2, ukeys, ukeylens, args, arglens,
+                    rl->h.ttl_ms};
+  int reentry;
+  const hilock__undo *armed;
+  pthread_mutex_lock(rl->mu);
+  reentry = rl->h.held && rl->h.ownerlen == ownerlen &&
+            memcmp(rl->h.owner, owner, ownerlen) == 0;
+  pthread_mutex_unlock(rl->mu);
+  armed = hilock__undo_arm(reentry ? NULL : &u);
   rc = hilock__script_run(rl->h.client, &e, rl->lay->acquire, n,
                           keys, keylens, n, args, arglens, &r);
+  hilock__undo_disarm(armed);
   int replicated = rc != HILOCK_ENOREPLICAS, undo = 0;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   pthread_mutex_lock(rl->mu);
@@ -144,8 +165,6 @@ static int attempt(void *arg, int64_t *pttl) {
   pthread_mutex_unlock(rl->mu);
   if (r != NULL) freeReplyObject(r);
   if (undo) {
-    const char *ukeys[2] = {rl->key, rl->wkey};
-    size_t ukeylens[2] = {rl->keylen, rl->wkeylen};
     hilock__err ue;
     int urc;
     int64_t outer = hilock__call_lift(); /* never left half done */

@@ -249,6 +249,7 @@ typedef struct attempt_ctx {
   size_t ownerlen;
   int wait;   /* the caller will wait: a refusal records it as waiting */
   int intent; /* an attempt recorded it as a waiting reader or writer */
+  int reentry; /* this thread holds a level of the side being acquired */
   hilock__err e;
 } attempt_ctx;
 
@@ -349,7 +350,13 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
   int woken = hilock__attempt_woken() == 2;
   hilock__undo undo = {undo_s, undo_nkeys, 1, undo_keys, undo_keylens,
                        args, arglens, rw->ttl_ms};
-  const hilock__undo *outer = hilock__undo_arm(&undo);
+  /* No undo for a re-entry (this thread holds a level of the side): had
+   * the attempt failed without running (NOSCRIPT after a restart or a
+   * script flush: the undo is sent with its source), the undo would leave
+   * the level this thread holds, and the lock would be free while it
+   * believes it holds it. A lost re-entry reply leaves one level more,
+   * which lapses with the hold. */
+  const hilock__undo *outer = hilock__undo_arm(a->reentry ? NULL : &undo);
   int rc = hilock__script_run(rw->w.client, &a->e, s, woken ? 7 : 6, keys,
                               keylens, woken ? 4 : 3, args, arglens, r);
   hilock__undo_disarm(outer);
@@ -378,6 +385,12 @@ static int read_attempt(void *arg, int64_t *pttl) {
   size_t ukeylens[6];
   int rc;
   read_release_keys(rw, ukeys, ukeylens);
+  pthread_mutex_lock(rw->mu);
+  {
+    rw_reader *rec = find_reader(rw);
+    a->reentry = rec != NULL && rec->h.held && rec->count > 0;
+  }
+  pthread_mutex_unlock(rw->mu);
   rc = run_attempt(a, &hilock__script_rwlock_read_acquire, keys, keylens,
                        &hilock__script_rwlock_read_release, 6, ukeys,
                        ukeylens, &unacked, &r);
@@ -546,6 +559,10 @@ static int write_attempt(void *arg, int64_t *pttl) {
   size_t ukeylens[8];
   int rc;
   write_release_keys(rw, ukeys, ukeylens);
+  pthread_mutex_lock(rw->mu);
+  a->reentry = rw->w.held && rw->w.ownerlen == a->ownerlen &&
+               memcmp(rw->w.owner, a->owner, a->ownerlen) == 0;
+  pthread_mutex_unlock(rw->mu);
   rc = run_attempt(a, &hilock__script_rwlock_write_acquire, keys,
                        keylens, &hilock__script_rwlock_write_release, 8, ukeys,
                        ukeylens, &unacked, &r);

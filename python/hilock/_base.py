@@ -149,12 +149,17 @@ class LockBase:
 
     def _c_call_acquire(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
+        held_before = type(self)._c_validity(self._h) > 0
         try:
             return type(self)._c_acquire(self._h, wait_ms) == _h.HILOCK_OK
+        except LockError:
+            raise  # the C call failed closed: nothing was granted
         except BaseException:
-            # Ctrl-C (or any exception) racing the grant: never leave the
-            # lock held behind the caller's back.
-            if type(self)._c_validity(self._h) > 0:
+            # Ctrl-C racing a first grant: never leave it held behind the
+            # caller's back. Not when this object held the lock before the
+            # call (a re-entry, granted at once, never waits): releasing
+            # would leave the level the caller already holds.
+            if not held_before and type(self)._c_validity(self._h) > 0:
                 try:
                     type(self)._c_release(self._h)
                 except LockError:

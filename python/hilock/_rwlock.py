@@ -1,14 +1,12 @@
 """The read-write lock."""
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, Union
 
 from . import _hilock as _h
 from . import _notify
 from ._base import LockBase, LostCallback
 from ._util import Name, name_bytes, seconds_to_ms
-from .errors import LockError
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -68,23 +66,6 @@ class _Side(LockBase):
                 _notify.unregister(self._notify_id)
             return
         super().__del__()
-
-    def _c_call_acquire(self, wait: Optional[float]) -> bool:
-        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
-        held_before = type(self)._c_validity(self._h) > 0
-        try:
-            return type(self)._c_acquire(self._h, wait_ms) == _h.HILOCK_OK
-        except LockError:
-            raise  # the C call failed closed: nothing was granted
-        except BaseException:
-            # Ctrl-C racing a first grant: never leave it held behind the
-            # caller's back. (A re-entry is granted at once, never waits.)
-            if not held_before and type(self)._c_validity(self._h) > 0:
-                try:
-                    type(self)._c_release(self._h)
-                except LockError:
-                    pass
-            raise
 
     def release(self) -> None:
         """Leave once. Raises LockNotOwnedError if the calling thread does

@@ -5,8 +5,8 @@
     python3 tests/faults/campaign.py --minutes 30 --seed 7     # a soak
 
 Runs, each a fresh deployment with its own fenced store process and
-workload processes (lock, fair_lock, sequential_lock, semaphore, rwlock;
-see worker.py):
+workload processes (lock, multi_lock, fair_lock, sequential_lock, semaphore,
+rwlock; see worker.py, which also runs rlock):
 
 - ``single``: one redis-server with AOF (appendfsync always). Faults:
   holder SIGKILL and SIGSTOP (longer than the TTL), server SIGSTOP, DEBUG
@@ -49,6 +49,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import checker  # noqa: E402
+import worker  # noqa: E402
 from relay import Relay  # noqa: E402
 
 PY = sys.executable
@@ -275,8 +276,8 @@ class Run:
         for _ in range(count):
             slot = len(self.specs) + 1
             self.specs[slot] = dict(spec, kind=kind, lock=lock,
-                                    store=kind in ("lock", "fair_lock", "sequential_lock", "rwlock",
-                                                "redlock"))
+                                    store=kind in ("lock", "rlock", "multi_lock", "fair_lock",
+                                                   "sequential_lock", "rwlock", "redlock"))
 
     def live(self) -> List[str]:
         return [p for p, pr in self.procs.items() if pr.poll() is None]
@@ -372,6 +373,10 @@ class Run:
                     final["permits_free"][lock] = c.semaphore(lock, info["capacity"]).available()
                 elif kind == "lock":
                     final["held"][lock] = c.lock(lock).locked()
+                elif kind == "rlock":
+                    final["held"][lock] = c.rlock(lock).locked()
+                elif kind == "multi_lock":
+                    final["held"][lock] = c.multi_lock(worker.multi_names(lock)).locked()
                 elif kind in ("fair_lock", "sequential_lock"):
                     fl = getattr(c, kind)(lock)
                     final["held"][lock] = fl.locked()
@@ -520,6 +525,7 @@ class SingleRun(Run):
         self.add("lock", "L", 2)
         self.add("fair_lock", "F", 2)
         self.add("sequential_lock", "Q", 2)
+        self.add("multi_lock", "M", 2)
         self.add("semaphore", "S", 3, permits=2)
         self.add("rwlock", "RW", 2)
 
@@ -531,7 +537,6 @@ class SingleRun(Run):
             ("debug_sleep", self.debug_sleep),
             ("client_pause", self.client_pause),
             ("restart_aof_always", lambda: self.restart("always")),
-            ("restart_aof_everysec", lambda: self.restart("everysec")),
         ]
         if self.netns is not None:
             kinds += [("partition_short", lambda: self.partition(False)),
@@ -541,6 +546,26 @@ class SingleRun(Run):
             name, fn = self.rng.choice(kinds)
             log(f"  {self.name}: {name}")
             fn()
+
+
+class EverysecRun(SingleRun):
+    """kill -9 and restart of a server whose AOF is switched to
+    ``appendfsync everysec`` first: Redis answers before the write reaches
+    the file whenever a background fsync is still running (it postpones
+    the write for up to 2 s), so a grant made shortly before the kill can
+    be lost and given again. Overlaps are allowed (the documented case);
+    every other column must stay zero."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.use_netns = False
+        self.expected = ["overlaps"]
+
+    def inject(self, deadline: float) -> None:
+        while time.monotonic() < deadline - 4:
+            time.sleep(self.rng.uniform(1.0, 2.5))
+            log(f"  {self.name}: restart_aof_everysec")
+            self.restart("everysec")
 
 
 class RelayRun(Run):
@@ -882,12 +907,13 @@ class ClusterRun(FailoverRun):
 
 RUNS: Dict[str, Tuple[Callable[..., Run], float]] = {
     "single": (SingleRun, 0.5), "relay": (RelayRun, 0.3), "nopersist": (NoPersistRun, 0.2),
+    "everysec": (EverysecRun, 0.2),
     "sentinel": (SentinelRun, 0.3), "redlock": (RedlockRun, 0.25),
     "redlock-restart": (RedlockRestartRun, 0.2),
     "sentinel-wait": (lambda *a, **kw: SentinelRun(*a, wait=1, **kw), 0.3),
     "cluster": (ClusterRun, 0.3),
     "cluster-wait": (lambda *a, **kw: ClusterRun(*a, wait=1, **kw), 0.3)}
-CI_RUNS = "single,relay,nopersist,redlock"
+CI_RUNS = "single,relay,nopersist,everysec,redlock"
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,7 +63,8 @@ class History:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kind", required=True,
-                    choices=["lock", "fair_lock", "sequential_lock", "semaphore", "rwlock", "redlock"])
+                    choices=["lock", "rlock", "multi_lock", "fair_lock", "sequential_lock",
+                             "semaphore", "rwlock", "redlock"])
     ap.add_argument("--url", required=True, action="append")
     ap.add_argument("--name", required=True)
     ap.add_argument("--proc", required=True)
@@ -107,6 +108,13 @@ def main() -> int:
                 return c.fair_lock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
             if a.kind == "sequential_lock":
                 return c.sequential_lock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
+            if a.kind == "rlock":
+                return c.rlock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
+            if a.kind == "multi_lock":
+                # Every worker of the run locks the same names: one
+                # exclusive resource for the checker, written under the
+                # first name's fence.
+                return c.multi_lock(multi_names(a.name), ttl=a.ttl, on_lost=on_lost), None, None
             # node_timeout: ttl/10 rather than the default 50 ms, which a
             # loaded 2-core machine misses on every node at once.
             return hilock.Redlock(a.url, a.name, ttl=a.ttl, on_lost=on_lost,
@@ -136,6 +144,8 @@ def main() -> int:
                 h.log("acquire", "fail", error="timeout")
                 continue
             fence = cur.fence if mode != "read" and a.kind != "semaphore" else None
+            if isinstance(fence, dict):  # the multi-key lock: one per name
+                fence = fence[multi_names(a.name)[0]]
             token = getattr(cur, "token", None) or getattr(cur, "permit_id", None)
             # The place in the queue: the fair lock's ticket, the sequential
             # lock's sequence number.
@@ -155,6 +165,26 @@ def main() -> int:
     finally:
         if client is not None:
             client.close()
+
+
+def multi_names(name: str) -> List[str]:
+    return [f"{name}:a", f"{name}:b", f"{name}:c"]
+
+
+def reenter(h: History, cur: Any) -> None:
+    """The reentrant lock, held: take it again and give the inner level
+    back, as nested code would. A lost lock is not re-entered."""
+    try:
+        got = cur.acquire(blocking=False)
+    except hilock.LockError as e:
+        h.log("reenter", "fail", error=type(e).__name__, msg=str(e)[:200])
+        return
+    h.log("reenter", "ok" if got else "fail")
+    if got:
+        try:
+            cur.release()
+        except hilock.LockError as e:
+            h.log("reenter_release", "fail", error=type(e).__name__, msg=str(e)[:200])
 
 
 def release(h: History, cur: Any, rng: random.Random) -> bool:
@@ -198,6 +228,8 @@ def hold(h: History, cur: Any, rng: random.Random, a: argparse.Namespace,
         v = sample(h, cur)
         if v <= 0.05:
             return  # too little validity left to act safely: give up this hold
+        if a.kind == "rlock" and rng.random() < 0.3:
+            reenter(h, cur)
         if store is not None and fence is not None:
             try:
                 ok = store.write(a.name, fence)

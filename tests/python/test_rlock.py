@@ -358,3 +358,121 @@ def test_max_hold_counts_from_the_first_grant(client, rds) -> None:
     wait_for(lambda: rl.lost, 3.0, interval=0.005, what="the rlock to be lost")
     lost_after = time.monotonic() - t0
     assert lost_after <= 0.6 + TTL + TTL / 3 + 0.2, f"lost only after {lost_after:.3f} s"
+
+
+def test_attempt_whose_reply_timed_out_is_undone(own_server) -> None:
+    """An acquire sent to a stopped server times out (ConnectionError); the
+    server runs it when it resumes, and grants. That grant must be undone
+    (the owner's release goes out behind it on the same connection): the
+    owner's next acquires are fresh grants with new fences, and once it has
+    released, another client gets the lock at once. Without the undo the
+    owner re-entered its unknown grant: the same fence every time, and each
+    release left one level held."""
+    import os
+    import signal
+
+    ttl = 3.0
+    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
+                      reconnect=2.0)
+    other = hilock.Client(own_server.url)
+    pid = own_server.pid
+    try:
+        me = c.rlock("ghost", ttl=ttl)
+        # A pooled connection and the scripts loaded, before the stop (an
+        # EVALSHA the server does not know grants nothing).
+        assert me.acquire(blocking=False)
+        me.release()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(hilock.ConnectionError):
+                me.acquire(timeout=30)   # this thread is the owner
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)   # the attempt, then its undo, run on the server
+
+        def acquire() -> bool:
+            for _ in range(5):   # a loaded machine may time a reply out
+                try:
+                    return me.acquire(timeout=5)
+                except hilock.ConnectionError:
+                    time.sleep(0.2)
+            return me.acquire(timeout=5)
+
+        fences = []
+        for _ in range(2):
+            assert acquire()
+            fences.append(me.fence)
+            me.release()
+            assert me.hold_count() == 0
+        assert fences[1] > fences[0], fences
+        assert other.rlock("ghost", ttl=ttl).acquire(blocking=False), \
+            "a level stayed held after its owner released"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        other.close()
+        c.close()
+
+
+def test_reentry_whose_reply_timed_out_keeps_the_hold(own_server) -> None:
+    """A re-entry whose reply times out is not undone: after a restart or a
+    script flush its EVALSHA fails without running (NOSCRIPT), and an undo
+    behind it would leave the level the thread already held (the lock free
+    while its holder believes it holds it)."""
+    import os
+    import signal
+
+    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
+                      reconnect=2.0)
+    other = hilock.Client(own_server.url)
+    r = redis.Redis(port=own_server.port)
+    pid = own_server.pid
+    try:
+        me = c.rlock("reenter", ttl=30)
+        assert me.acquire(blocking=False)
+        r.script_flush()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(hilock.ConnectionError):
+                me.acquire(blocking=False)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)   # the re-entry (NOSCRIPT) has run on the server
+        assert me.hold_count() >= 1
+        assert not other.rlock("reenter", ttl=30).acquire(blocking=False), \
+            "the holder's level was given back by an undo of a re-entry that never ran"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        r.close()
+        other.close()
+        c.close()
+
+
+def test_reentry_on_a_broken_connection_keeps_the_outer_level(own_server) -> None:
+    """A re-entry that fails (its pooled connection was closed by the
+    server: the reply is unknown and the script is not resent) raises
+    ConnectionError and leaves the level the thread already held: nothing
+    may release it behind the caller's back, which is still inside its
+    outer ``with``."""
+    c = hilock.Client(own_server.url)
+    r = redis.Redis(port=own_server.port)
+    other = None
+    try:
+        me = c.rlock("broken", ttl=30)
+        assert me.acquire(blocking=False)
+        assert me.acquire(blocking=False)
+        me.release()
+        r.client_kill_filter(_type="normal", skipme=True)
+        try:
+            assert me.acquire(blocking=False)   # a fresh connection may serve it
+            me.release()
+        except hilock.ConnectionError:
+            pass
+        assert me.hold_count() == 1
+        other = hilock.Client(own_server.url)
+        assert not other.rlock("broken", ttl=30).acquire(blocking=False), \
+            "the outer level was released after a failed re-entry"
+    finally:
+        r.close()
+        if other is not None:
+            other.close()
+        c.close()

@@ -698,3 +698,40 @@ def test_attempt_whose_reply_timed_out_is_undone(side, own_server) -> None:
         other.close()
         c.close()
         blocker_c.close()
+
+
+@pytest.mark.parametrize("side", ["write", "read"])
+def test_reentry_whose_reply_timed_out_keeps_the_hold(side, own_server) -> None:
+    """A re-entry whose reply times out is not undone: after a restart or a
+    script flush its EVALSHA fails without running (NOSCRIPT), and an undo
+    behind it (sent with its source) would leave the level the thread
+    already held: the lock free while its holder believes it holds it.
+    Here the scripts are flushed and the server stopped before the
+    re-entry; after it resumes, the thread still holds its level and
+    another client cannot take the write side."""
+    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
+                      reconnect=2.0)
+    other = hilock.Client(own_server.url)
+    r = redis.Redis(port=own_server.port)
+    pid = own_server.pid
+    try:
+        rw = c.rwlock("reenter", ttl=30)
+        me = rw.write() if side == "write" else rw.read()
+        assert me.acquire(blocking=False)
+        r.script_flush()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(hilock.ConnectionError):
+                me.acquire(blocking=False)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)   # the re-entry (NOSCRIPT) has run on the server
+        assert me.hold_count() >= 1
+        assert not me.lost
+        assert not other.rwlock("reenter", ttl=30).write().acquire(blocking=False), \
+            "the holder's level was given back by an undo of a re-entry that never ran"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        r.close()
+        other.close()
+        c.close()
