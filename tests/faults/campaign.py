@@ -742,6 +742,49 @@ class RedlockRestartRun(RedlockRun):
 DATA_LOSS = ["overlaps", "unreported_losses", "fence_regressions", "stale_writes"]
 
 
+class RedlockRelayRun(RedlockRun):
+    """Redlock over three masters, each reached through a relay that, while
+    armed, forwards an acquire, release or extend script call, swallows the
+    reply and resets the connection: the node ran it, the client never
+    learns the outcome on that node. Everything must stay zero."""
+
+    def setup(self) -> None:
+        super().setup()
+
+        def on_reset(verb: str, script: str) -> None:
+            t = time.monotonic()
+            self.fault(f"reply_lost_{verb}", t, t, script=script)
+        self.relays = [Relay(n.port, os.path.join(ROOT, "core", "scripts"), self.seed + i,
+                             on_reset).start() for i, n in enumerate(self.nodes)]
+        self.extra_urls = [f"redis://127.0.0.1:{r.port}/0" for r in self.relays[1:]]
+        self.deployment = "Redlock, 3 masters, via relays"
+
+    def url_for(self, slot: int) -> str:
+        return f"redis://127.0.0.1:{self.relays[0].port}/0"
+
+    def finish(self) -> None:
+        for r in self.relays:
+            r.disarm()
+        super().finish()
+
+    def cleanup(self) -> None:
+        for r in getattr(self, "relays", []):
+            r.stop()
+        super().cleanup()
+
+    def inject(self, deadline: float) -> None:
+        while time.monotonic() < deadline - 3:
+            time.sleep(self.rng.uniform(0.5, 1.5))
+            relay = self.rng.choice(self.relays)
+            verb = self.rng.choice(["acquire", "release", "renew"])
+            log(f"  {self.name}: replies lost ({verb}) on one node")
+            relay.arm(0.5, (verb,))
+            time.sleep(self.rng.uniform(0.5, 1.5))
+            relay.disarm()
+            if self.rng.random() < 0.15:
+                self.holder_kill()
+
+
 class FailoverRun(Run):
     """Base of the failover runs: a TTL (10 s) and holds (up to 8 s) well
     beyond the failover (2.5 to 5 s here), so that a grant the new master
@@ -910,6 +953,7 @@ RUNS: Dict[str, Tuple[Callable[..., Run], float]] = {
     "everysec": (EverysecRun, 0.2),
     "sentinel": (SentinelRun, 0.3), "redlock": (RedlockRun, 0.25),
     "redlock-restart": (RedlockRestartRun, 0.2),
+    "redlock-relay": (RedlockRelayRun, 0.25),
     "sentinel-wait": (lambda *a, **kw: SentinelRun(*a, wait=1, **kw), 0.3),
     "cluster": (ClusterRun, 0.3),
     "cluster-wait": (lambda *a, **kw: ClusterRun(*a, wait=1, **kw), 0.3)}

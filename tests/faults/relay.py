@@ -120,6 +120,9 @@ class Relay:
         if len(args) < 3:
             return None
         cmd = args[0].upper()
+        if cmd == b"SCRIPT" and args[1].upper() == b"LOAD":
+            self._learn(args[2])  # Redlock loads its scripts so after NOSCRIPT
+            return None
         if cmd == b"EVAL":
             self._learn(args[1])
             name = self.shas.get(hashlib.sha1(args[1]).hexdigest().encode())
