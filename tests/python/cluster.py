@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from typing import Iterator, List, Optional
@@ -41,13 +42,23 @@ def name_slot(name: str) -> int:
     return key_slot(f"hilock:{{{name}}}:lock".encode())
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _cluster_port() -> int:
-    # The cluster bus listens on port + 10000.
+    # The cluster bus listens on port + 10000: free as well, or the node
+    # exits at start (another cluster on the machine may hold it).
     for _ in range(1000):
         p = free_port()
-        if p <= 55535:
+        if p <= 55535 and _bindable(p + 10000):
             return p
-    raise RuntimeError("no free port below 55536")
+    raise RuntimeError("no free port pair below 55536")
 
 
 class LocalCluster:
