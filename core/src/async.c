@@ -26,6 +26,9 @@
  * this often at most, within the holder's TTL. */
 #define NO_HUB_RETRY_MS 100
 #define CALL_SLACK_MS 1000
+/* Once none of the runner's operations waits, its workers give the shared
+ * waiting socket back to the hub's thread after this long. */
+#define UNWANT_MS 50
 /* A step that leaves its operation asleep or queued (not a status). */
 #define GOING_ON 1000
 
@@ -76,11 +79,14 @@ struct hilock_async {
   pid_t pid;
   pthread_mutex_t mu;
   pthread_cond_t cv; /* work for the workers (run queue, timers, stop) */
+  pthread_cond_t quiet; /* the free waits on it for the last operation */
   int efd;
   int stop;
   int reader;  /* a worker reads the client's shared waiting socket */
   int wanting; /* the runner told the hub its workers read (hub_want) */
+  int64_t unwant_ms; /* none of ours waits: give the socket back by then */
   int nthreads;
+  int idle;    /* workers asleep on cv */
   pthread_t threads[HILOCK_ASYNC_WORKERS_MAX];
   op *run, *run_tail;
   op *done, *done_tail;
@@ -108,10 +114,29 @@ static void wake(hilock_async *a) {
   if (a->reader) hilock__hub_kick(a->c);
 }
 
+/* The runner whose worker this thread is while it reads the shared
+ * waiting socket: it runs the run queue as soon as its turn ends. */
+static __thread hilock_async *tl_turn;
+
+/* Queue o for a worker, and wake one: an asleep worker, else the one
+ * reading the shared waiting socket. Nobody when the caller is that reader
+ * (a release rang one of ours in its turn): it runs the attempt itself
+ * next, and on a small machine another thread woken now only costs the
+ * hand-over a CPU. */
 static void run_push(hilock_async *a, op *o) {
   o->state = ST_RUN;
   enqueue(&a->run, &a->run_tail, o);
-  wake(a);
+  if (tl_turn == a) return;
+  if (a->idle > 0)
+    pthread_cond_signal(&a->cv);
+  else if (a->reader)
+    hilock__hub_kick(a->c);
+}
+
+/* The same, by a worker that looks at the run queue next itself. */
+static void run_own(hilock_async *a, op *o) {
+  o->state = ST_RUN;
+  enqueue(&a->run, &a->run_tail, o);
 }
 
 static op *run_pop(hilock_async *a) {
@@ -125,6 +150,7 @@ static op *run_pop(hilock_async *a) {
 
 static void finish(hilock_async *a, op *o, int status) {
   uint64_t one = 1;
+  int was_empty = a->done == NULL;
   o->state = ST_DONE;
   o->status = status;
   /* On the worker that ran it: a shared handle's message is this
@@ -138,7 +164,9 @@ static void finish(hilock_async *a, op *o, int status) {
     o->all_prev = NULL;
   }
   enqueue(&a->done, &a->done_tail, o);
-  (void)!write(a->efd, &one, sizeof(one));
+  /* Readable already while the queue was not empty (take keeps it so). */
+  if (was_empty) (void)!write(a->efd, &one, sizeof(one));
+  if (a->all == NULL) pthread_cond_broadcast(&a->quiet);
 }
 
 /* The hub moved an asleep operation on (called with the hub's lock). */
@@ -279,7 +307,7 @@ static int step_acquire(op *o) {
       /* Nothing for it yet: back to sleep, the timer unchanged. */
       pthread_mutex_lock(&a->mu);
       o->state = ST_WAIT;
-      if (o->notified || o->cancelled) run_push(a, o);
+      if (o->notified || o->cancelled) run_own(a, o);
       pthread_mutex_unlock(&a->mu);
       return GOING_ON;
     }
@@ -379,7 +407,7 @@ static void *worker(void *arg) {
         if (w->state == ST_WAIT) {
           on_hub += w->t != NULL;
           if (w->wake_ms <= now) {
-            run_push(a, w);
+            run_own(a, w);
           } else if (w->wake_ms < next) {
             next = w->wake_ms;
           }
@@ -395,22 +423,46 @@ static void *worker(void *arg) {
         a->reader = 1;
         pthread_mutex_unlock(&a->mu);
         if (want) hilock__hub_want(a->c, 1);
+        tl_turn = a;
         took = hilock__hub_turn(a->c, next - now < 100 ? next - now : 100);
+        tl_turn = NULL;
         pthread_mutex_lock(&a->mu);
         a->reader = 0;
+        /* Rung in the turn: this worker runs the attempt, an asleep one
+         * (if others of ours still wait) takes over the socket. */
+        if (a->run != NULL && on_hub > 1 && a->idle > 0)
+          pthread_cond_signal(&a->cv);
         /* Another reads (a waiting thread, or the hub's thread before it
          * stands by): look again shortly. */
-        if (!took) hilock__cond_wait_ms(&a->cv, &a->mu, 5);
+        if (!took && a->run == NULL) {
+          a->idle++;
+          hilock__cond_wait_ms(&a->cv, &a->mu, 5);
+          a->idle--;
+        }
         continue;
       }
-      if (on_hub == 0 && a->wanting) {
+      if (on_hub > 0) a->unwant_ms = 0;
+      if (on_hub == 0 && a->wanting && a->unwant_ms == 0) {
+        /* The last waiter's attempt went out: the hub's thread reads the
+         * socket again, but not at once. Woken now, it would take a CPU
+         * just as the loop wakes for the grant, and the next wait would
+         * want the socket back. */
+        a->unwant_ms = now + UNWANT_MS;
+      }
+      if (on_hub == 0 && a->wanting && a->unwant_ms > now &&
+          a->unwant_ms < next)
+        next = a->unwant_ms;
+      if (on_hub == 0 && a->wanting && a->unwant_ms <= now) {
         a->wanting = 0;
+        a->unwant_ms = 0;
         pthread_mutex_unlock(&a->mu);
         hilock__hub_want(a->c, 0);
         pthread_mutex_lock(&a->mu);
         continue;
       }
+      a->idle++;
       hilock__cond_wait_ms(&a->cv, &a->mu, next - now);
+      a->idle--;
     }
   }
   pthread_mutex_unlock(&a->mu);
@@ -440,12 +492,18 @@ int hilock_async_new(hilock_client *c, int workers, hilock_async **out) {
     pthread_mutex_destroy(&a->mu);
     goto nomem_fd;
   }
+  if (hilock__cond_init(&a->quiet) != 0) {
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    goto nomem_fd;
+  }
   if (workers == 0) workers = WORKERS_DEFAULT;
   for (int i = 0; i < workers; i++) {
     if (pthread_create(&a->threads[i], NULL, worker, a) != 0) break;
     a->nthreads++;
   }
   if (a->nthreads == 0) {
+    pthread_cond_destroy(&a->quiet);
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->mu);
     goto nomem_fd;
@@ -679,7 +737,7 @@ void hilock_async_free(hilock_async *a) {
     if (o->kind == OP_ACQUIRE) o->cancelled = 1;
     if (o->state == ST_WAIT) run_push(a, o);
   }
-  while (a->all != NULL) hilock__cond_wait_ms(&a->cv, &a->mu, 10);
+  while (a->all != NULL) hilock__cond_wait_ms(&a->quiet, &a->mu, 10);
   a->stop = 1;
   wake(a);
   pthread_mutex_unlock(&a->mu);
@@ -687,6 +745,7 @@ void hilock_async_free(hilock_async *a) {
   if (a->wanting) hilock__hub_want(a->c, 0);
   while (hilock_async_take(a, d, 32) > 0) {
   }
+  pthread_cond_destroy(&a->quiet);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
   close(a->efd);
