@@ -372,6 +372,8 @@ static void *worker(void *arg) {
     op *o = run_pop(a);
     if (o != NULL) {
       int status;
+      /* More queued: the next asleep worker takes the next one. */
+      if (a->run != NULL && a->idle > 0) pthread_cond_signal(&a->cv);
       o->state = ST_BUSY;
       pthread_mutex_unlock(&a->mu);
       hilock__caller_set(o->caller);
@@ -412,6 +414,7 @@ static void *worker(void *arg) {
             next = w->wake_ms;
           }
         }
+      if (on_hub > 0) a->unwant_ms = 0;
       if (a->run != NULL) continue;
       if (on_hub > 0 && !a->reader) {
         /* Sleep at the shared waiting socket itself, as a waiting thread
@@ -428,9 +431,11 @@ static void *worker(void *arg) {
         tl_turn = NULL;
         pthread_mutex_lock(&a->mu);
         a->reader = 0;
-        /* Rung in the turn: this worker runs the attempt, an asleep one
-         * (if others of ours still wait) takes over the socket. */
-        if (a->run != NULL && on_hub > 1 && a->idle > 0)
+        /* Rung in the turn: this worker runs the attempt; an asleep one
+         * takes the next (woken as it is popped) or, if others of ours
+         * still wait, the socket. */
+        if (a->run != NULL && a->run->next == NULL && on_hub > 1 &&
+            a->idle > 0)
           pthread_cond_signal(&a->cv);
         /* Another reads (a waiting thread, or the hub's thread before it
          * stands by): look again shortly. */
@@ -441,7 +446,6 @@ static void *worker(void *arg) {
         }
         continue;
       }
-      if (on_hub > 0) a->unwant_ms = 0;
       if (on_hub == 0 && a->wanting && a->unwant_ms == 0) {
         /* The last waiter's attempt went out: the hub's thread reads the
          * socket again, but not at once. Woken now, it would take a CPU
