@@ -316,6 +316,16 @@ static int step_acquire(op *o) {
     pthread_mutex_lock(&a->mu);
     o->notified = 0;
     pthread_mutex_unlock(&a->mu);
+    if (woken) {
+      /* A release rang it: the grant is likely one round trip away. Wake
+       * the loop now (it finds nothing to take yet), so that it is awake,
+       * not in a long sleep, when the attempt finishes: a thread asleep
+       * for milliseconds takes several times longer to wake (measured on
+       * a 2-CPU VM: 11-15 us after 0.1-1 ms asleep, 45-50 us after 10 ms,
+       * 120 us after 50 ms). */
+      uint64_t one = 1;
+      (void)!write(a->efd, &one, sizeof(one));
+    }
   }
   tried_us = hilock__now_us();
   outer = hilock__call_begin(o->deadline_ms == INT64_MAX
