@@ -249,8 +249,9 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
              the thread, then an eventfd write (the loop's add_reader
              callback resolves the task's future; hilock.asyncio's path) or
              call_soon_threadsafe, until the task runs again; the loop was
-             asleep 1 ms, or 10 ms (as the handoff's waiter: on a virtual
-             machine a long sleep makes the wake-up several times longer).
+             asleep 0.1 ms (as between the operations of a cycle), 1 ms, or
+             10 ms (as the handoff's waiter: on a virtual machine a long
+             sleep makes the wake-up several times longer).
     ping     redis-py's PING round trip: redis.asyncio against the sync
              client (median of 200 per round).
     pubsub   PUBLISH called -> the subscriber has the message: a task
@@ -264,6 +265,7 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
     import redis.asyncio as aredis
 
     k = max(1, samples // rounds)
+    efd01_us: List[float] = []
     efd_us: List[float] = []
     efd10_us: List[float] = []
     cst_us: List[float] = []
@@ -287,7 +289,7 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
                 if how is None:
                     return
                 # The loop is asleep in epoll by now.
-                time.sleep(0.01 if how.endswith("10") else 0.001)
+                time.sleep({"10": 0.01, "01": 0.0001}.get(how[-2:], 0.001))
                 t0.append(time.monotonic())
                 if how.startswith("efd"):
                     os.eventfd_write(efd, 1)
@@ -297,7 +299,8 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
         th = threading.Thread(target=thread)
         th.start()
         for _ in range(rounds):
-            for how, out in (("efd", efd_us), ("efd10", efd10_us), ("cst10", cst_us)):
+            for how, out in (("efd01", efd01_us), ("efd", efd_us), ("efd10", efd10_us),
+                             ("cst10", cst_us)):
                 got = []
                 for _ in range(k):
                     box[:] = [loop.create_future()]
@@ -400,6 +403,7 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
     sync.close()
     out: Dict[str, Any] = {
         "rounds": rounds,
+        "wake_eventfd_0.1ms_asleep_us": spread(efd01_us),
         "wake_eventfd_1ms_asleep_us": spread(efd_us),
         "wake_eventfd_10ms_asleep_us": spread(efd10_us),
         "wake_call_soon_threadsafe_10ms_asleep_us": spread(cst_us),
