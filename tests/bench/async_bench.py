@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import load_redis_server, machine, write_json  # noqa: E402
@@ -140,6 +140,21 @@ def ratio(a: List[float], b: List[float]) -> Dict[str, float]:
             "max": round(max(r), 2)}
 
 
+def alternate(rounds: int, sync_round: Callable[[], float],
+              async_round: Callable[[], float]) -> Tuple[List[float], List[float]]:
+    """rounds of each side, the first one first in even rounds and second
+    in odd ones: the sync and the async rounds' figures."""
+    s: List[float] = []
+    a: List[float] = []
+    for r in range(rounds):
+        if r % 2:
+            a.append(async_round())
+        s.append(sync_round())
+        if not r % 2:
+            a.append(async_round())
+    return s, a
+
+
 def cycle(url: str, rounds: int, n: int = 1000) -> Dict[str, Any]:
     """Rounds of n cycles, the sync API and hilock.asyncio interleaved (the
     sync rounds run on the loop's thread, between async rounds)."""
@@ -226,14 +241,7 @@ def handoff(url: str, rounds: int, samples: int) -> Dict[str, Any]:
         asyncio.run(main())
 
     k = max(1, samples // rounds)
-    s: List[float] = []
-    a: List[float] = []
-    for r in range(rounds):
-        if r % 2:
-            a.append(measure(async_waiter, k))
-        s.append(measure(sync_waiter, k))
-        if not r % 2:
-            a.append(measure(async_waiter, k))
+    s, a = alternate(rounds, lambda: measure(sync_waiter, k), lambda: measure(async_waiter, k))
     sync_c.close()
     holder_c.close()
     out = {"rounds": rounds, "samples_per_round": k, "thread_us": spread(s),
@@ -392,14 +400,7 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
             await ar.aclose()
         asyncio.run(main())
 
-    ss_us: List[float] = []
-    sa_us: List[float] = []
-    for r in range(rounds):
-        if r % 2:
-            sa_us.append(deliver(async_sub, k))
-        ss_us.append(deliver(sync_sub, k))
-        if not r % 2:
-            sa_us.append(deliver(async_sub, k))
+    ss_us, sa_us = alternate(rounds, lambda: deliver(sync_sub, k), lambda: deliver(async_sub, k))
     sync.close()
     out: Dict[str, Any] = {
         "rounds": rounds,
