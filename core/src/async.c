@@ -181,6 +181,13 @@ static void notify(void *arg) {
 
 /* ## One step of an operation (a worker, a.mu not held) -------------------- */
 
+/* Wake the loop early (see step_acquire). */
+static void prewake(void *arg) {
+  hilock_async *a = arg;
+  uint64_t one = 1;
+  (void)!write(a->efd, &one, sizeof(one));
+}
+
 /* Leave the hub, if on it. */
 static void unwait(op *o, int woken) {
   if (o->t != NULL) hilock__hub_quit(o->a->c, o->t, woken);
@@ -316,22 +323,21 @@ static int step_acquire(op *o) {
     pthread_mutex_lock(&a->mu);
     o->notified = 0;
     pthread_mutex_unlock(&a->mu);
-    if (woken) {
-      /* A release rang it: the grant is likely one round trip away. Wake
-       * the loop now (it finds nothing to take yet), so that it is awake,
-       * not in a long sleep, when the attempt finishes: a thread asleep
-       * for milliseconds takes several times longer to wake (measured on
-       * a 2-CPU VM: 11-15 us after 0.1-1 ms asleep, 45-50 us after 10 ms,
-       * 120 us after 50 ms). */
-      uint64_t one = 1;
-      (void)!write(a->efd, &one, sizeof(one));
-    }
   }
+  /* Rung by a release: the grant is likely one round trip away. Once the
+   * attempt is on the wire, wake the loop (it finds nothing to take yet),
+   * so that it is awake, not in a long sleep, when the attempt finishes:
+   * a thread asleep for milliseconds takes several times longer to wake
+   * (measured on a 2-CPU VM: 11-15 us after 0.1-1 ms asleep, 45-50 us
+   * after 10 ms, 120 us after 50 ms). Not before the send: the loop's
+   * thread, woken, may take this worker's CPU. */
+  if (woken) hilock__net_on_sent(prewake, a);
   tried_us = hilock__now_us();
   outer = hilock__call_begin(o->deadline_ms == INT64_MAX
                                  ? INT64_MAX
                                  : o->deadline_ms + CALL_SLACK_MS);
   rc = hilock__acquire_step(&o->spec, woken, &pttl);
+  hilock__net_on_sent(NULL, NULL);
   hilock__call_end(outer);
   if (woken) hilock__hub_settle(a->c, o->wkey, o->wkeylen);
   if (rc != HILOCK_BUSY) return acquire_over(o, rc);
