@@ -266,6 +266,44 @@ static void rings_reach_every_runner_and_thread(void **state) {
   hilock_client_free(hc);
 }
 
+/* A release rings a waiting acquire: the fd may turn readable early (the
+ * loop is woken while the attempt is on the wire), and a take then finds
+ * nothing; but it never stays readable with nothing to take (a loop would
+ * spin), and the acquire is granted. */
+static void an_early_wake_up_finds_nothing_and_clears(void **state) {
+  fixture *f = *state;
+  hilock_client *hc = NULL;
+  hilock_lock *holder, *w = make_lock(f->client, "early");
+  hilock_async *a = make_async(f->client);
+  hilock_async_done d;
+  int empty = 0;
+  assert_hl_ok(hilock_client_new(f->server.url, NULL, &hc), "holder");
+  holder = make_lock(hc, "early");
+  for (int round = 0; round < 5; round++) {
+    assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 20000, NULL,
+                                      NULL),
+                 "");
+    while (hilock_client_waiting(f->client) < 1) hl_sleep_ms(1);
+    assert_hl_ok(hilock_lock_release(holder), "release");
+    for (;;) {
+      struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
+      assert_int_equal(poll(&p, 1, 20000), 1);
+      if (hilock_async_take(a, &d, 1) == 1) break;
+      empty++;
+      /* Each rung attempt wakes the loop early once. */
+      assert_true(empty <= 3 * (round + 1));
+    }
+    assert_hl_ok(d.status, d.errmsg);
+    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
+    assert_hl_ok(next_done(a, 10000).status, "release");
+  }
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(w));
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_client_free(hc);
+}
+
 /* Cancelling a waiting acquire ends it with HILOCK_ECANCELED, and it does
  * not take the lock when the holder lets go. */
 static void cancel_withdraws_a_waiting_acquire(void **state) {
@@ -741,6 +779,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_release_wakes_the_waiting_acquire,
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(rings_reach_every_runner_and_thread,
+                                      hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(an_early_wake_up_finds_nothing_and_clears,
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(cancel_withdraws_a_waiting_acquire,
                                       hl_setup, hl_teardown),
