@@ -118,20 +118,31 @@ static void wake(hilock_async *a) {
  * waiting socket: it runs the run queue as soon as its turn ends. */
 static __thread hilock_async *tl_turn;
 
-/* Queue o for a worker, and wake one: an asleep worker, else the one
- * reading the shared waiting socket. Nobody when the caller is that reader
- * (a release rang one of ours in its turn): it runs the attempt itself
- * next, and on a small machine another thread woken now only costs the
- * hand-over a CPU. */
-static void run_push(hilock_async *a, op *o) {
+enum { POKE_NONE, POKE_WORKER, POKE_READER };
+
+/* Queue o for a worker (a.mu held), and say whom to wake once a.mu is
+ * released (poke): an asleep worker, else the one reading the shared
+ * waiting socket. Nobody when the caller is that reader (a release rang
+ * one of ours in its turn): it runs the attempt itself next, and on a
+ * small machine another thread woken now only costs the hand-over a CPU.
+ * Woken under a.mu, a worker would only block on it. */
+static int queue_run(hilock_async *a, op *o) {
   o->state = ST_RUN;
   enqueue(&a->run, &a->run_tail, o);
-  if (tl_turn == a) return;
-  if (a->idle > 0)
+  if (tl_turn == a) return POKE_NONE;
+  if (a->idle > 0) return POKE_WORKER;
+  return a->reader ? POKE_READER : POKE_NONE;
+}
+
+static void poke(hilock_async *a, int how) {
+  if (how == POKE_WORKER)
     pthread_cond_signal(&a->cv);
-  else if (a->reader)
+  else if (how == POKE_READER)
     hilock__hub_kick(a->c);
 }
+
+/* queue_run and poke at once (a.mu held). */
+static void run_push(hilock_async *a, op *o) { poke(a, queue_run(a, o)); }
 
 /* The same, by a worker that looks at the run queue next itself. */
 static void run_own(hilock_async *a, op *o) {
@@ -148,8 +159,10 @@ static op *run_pop(hilock_async *a) {
   return o;
 }
 
-static void finish(hilock_async *a, op *o, int status) {
-  uint64_t one = 1;
+/* Move o to the done queue (a.mu held). Returns 1 if the event fd must be
+ * made readable (done_ready, once a.mu is released): the queue was empty
+ * (while it is not, take keeps the fd readable). */
+static int finish(hilock_async *a, op *o, int status) {
   int was_empty = a->done == NULL;
   o->state = ST_DONE;
   o->status = status;
@@ -164,29 +177,31 @@ static void finish(hilock_async *a, op *o, int status) {
     o->all_prev = NULL;
   }
   enqueue(&a->done, &a->done_tail, o);
-  /* Readable already while the queue was not empty (take keeps it so). */
-  if (was_empty) (void)!write(a->efd, &one, sizeof(one));
   if (a->all == NULL) pthread_cond_broadcast(&a->quiet);
+  return was_empty;
+}
+
+static void done_ready(hilock_async *a) {
+  uint64_t one = 1;
+  (void)!write(a->efd, &one, sizeof(one));
 }
 
 /* The hub moved an asleep operation on (called with the hub's lock). */
 static void notify(void *arg) {
   op *o = arg;
   hilock_async *a = o->a;
+  int how = POKE_NONE;
   pthread_mutex_lock(&a->mu);
   o->notified = 1;
-  if (o->state == ST_WAIT) run_push(a, o);
+  if (o->state == ST_WAIT) how = queue_run(a, o);
   pthread_mutex_unlock(&a->mu);
+  poke(a, how);
 }
 
 /* ## One step of an operation (a worker, a.mu not held) -------------------- */
 
 /* Wake the loop early (see step_acquire). */
-static void prewake(void *arg) {
-  hilock_async *a = arg;
-  uint64_t one = 1;
-  (void)!write(a->efd, &one, sizeof(one));
-}
+static void prewake(void *arg) { done_ready(arg); }
 
 /* Leave the hub, if on it. */
 static void unwait(op *o, int woken) {
@@ -413,7 +428,12 @@ static void *worker(void *arg) {
       hilock__caller_set(0);
       free(o->wkey);
       o->wkey = NULL;
-      finish(a, o, status);
+      if (finish(a, o, status)) {
+        /* Not under a.mu: the loop, woken, takes it at once. */
+        pthread_mutex_unlock(&a->mu);
+        done_ready(a);
+        pthread_mutex_lock(&a->mu);
+      }
       continue;
     }
     if (a->stop) break;
@@ -587,6 +607,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
                  uint64_t *id) {
   hilock__hold *h = (hilock__hold *)hold;
   op *o;
+  int how;
   if (id != NULL) *id = 0;
   if (a == NULL || h == NULL) return HILOCK_EINVAL;
   if (a->pid != hilock__pid())
@@ -661,8 +682,9 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
   a->all = o;
   a->live++;
   if (id != NULL) *id = o->id;
-  run_push(a, o);
+  how = queue_run(a, o);
   pthread_mutex_unlock(&a->mu);
+  poke(a, how);
   hilock__clear_err(&a->err);
   return HILOCK_OK;
 }
@@ -714,7 +736,7 @@ const char *hilock_async_errmsg(const hilock_async *a) {
 }
 
 int hilock_async_cancel(hilock_async *a, uint64_t id) {
-  int rc;
+  int rc, how = POKE_NONE;
   if (a == NULL) return HILOCK_EINVAL;
   rc = fail(a, HILOCK_EINVAL, "no acquire of id %llu is in flight",
             (unsigned long long)id);
@@ -724,12 +746,13 @@ int hilock_async_cancel(hilock_async *a, uint64_t id) {
       o->cancelled = 1;
       /* Asleep: a worker withdraws it now; queued or on the wire: it
        * sees the flag when its step ends. */
-      if (o->state == ST_WAIT) run_push(a, o);
+      if (o->state == ST_WAIT) how = queue_run(a, o);
       hilock__clear_err(&a->err);
       rc = HILOCK_OK;
       break;
     }
   pthread_mutex_unlock(&a->mu);
+  poke(a, how);
   return rc;
 }
 
