@@ -189,6 +189,11 @@ int hilock__net_buffered(const hilock__net *n);
 int hilock__net_get_reply(hilock__net *n, void **reply);
 /* Write out everything queued, bounded by ->timeout_ms. */
 int hilock__net_flush(hilock__net *n);
+/* Have the calling thread call fn(arg) once, when its next reply wait
+ * (hilock__net_get_reply) has written its request and is about to wait
+ * (NULL: none). The async runner wakes its loop then, while a rung
+ * attempt is on the wire. */
+void hilock__net_on_sent(void (*fn)(void *), void *arg);
 /* Append + get_reply; NULL on failure (->err). */
 redisReply *hilock__net_command(hilock__net *n, int argc, const char **argv,
                                 const size_t *lens);

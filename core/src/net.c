@@ -435,6 +435,14 @@ static int recv_reply(hilock__net *n, void **reply) {
   }
 }
 
+static __thread void (*sent_fn)(void *);
+static __thread void *sent_arg;
+
+void hilock__net_on_sent(void (*fn)(void *), void *arg) {
+  sent_fn = fn;
+  sent_arg = arg;
+}
+
 int hilock__net_get_reply(hilock__net *n, void **reply) {
   int64_t deadline;
   *reply = NULL;
@@ -444,6 +452,11 @@ int hilock__net_get_reply(hilock__net *n, void **reply) {
   /* Write at once: the socket almost always takes it all, which saves a
    * poll before the request leaves. */
   if (n->state == 0 && n->olen > 0 && write_some(n) != 0) return -1;
+  if (sent_fn != NULL) {
+    void (*fn)(void *) = sent_fn;
+    sent_fn = NULL;
+    fn(sent_arg);
+  }
   if (n->blocking && n->state == 0 && n->olen == 0 && n->stop == NULL)
     return recv_reply(n, reply);
   deadline = deadline_of(n->timeout_ms);

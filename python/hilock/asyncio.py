@@ -113,6 +113,10 @@ async def _settle(fut: asyncio.Future[Done]) -> None:
             continue
 
 
+# What one py_async_take returns at most (bindings/py_helpers.h).
+_TAKE_MAX = 64
+
+
 class _Runner:
     """The C runner (hilock/async.h) of one event loop: the loop watches its
     descriptor, and each finished operation completes its future."""
@@ -141,19 +145,22 @@ class _Runner:
         return self._a
 
     def _drain(self) -> None:
+        futures = self._futures
         while self._a is not None:
             done = _h.py_async_take(self._a)
-            if not done:
-                return
             for op_id, status, message, value in done:
-                fut = self._futures.pop(op_id, None)
-                result = (status, message.decode(errors="replace"), value)
-                if fut is not None and fut.cancelled():
+                fut = futures.pop(op_id, None)
+                result = (status, message.decode(errors="replace") if message else "", value)
+                if fut is None:
+                    continue
+                if fut.cancelled():
                     # Its task was cancelled and has not run yet: run()
                     # takes the result from here.
                     self._late[op_id] = result
-                elif fut is not None and not fut.done():
+                elif not fut.done():
                     fut.set_result(result)
+            if len(done) < _TAKE_MAX:
+                return  # all taken (one call, one wake-up of the loop)
 
     async def run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
         """Start an operation and wait for its status. A cancelled caller
@@ -162,7 +169,8 @@ class _Runner:
         left running on a lock object the caller may reuse."""
         a = self.get()
         op_id = start(a, handle, *args)
-        fut: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
+        assert self._loop is not None
+        fut: asyncio.Future[Done] = self._loop.create_future()
         self._futures[op_id] = fut
         try:
             return await fut

@@ -8,16 +8,26 @@
              another connection stalls the server (DEBUG SLEEP 0.4) and 50
              tasks acquire and release: the longest gap between ticks (the
              loop must not wait on the network).
+  floors     what asyncio itself costs on this machine (see floors()): a
+             wake-up of the loop from another thread, redis.asyncio's PING
+             round trip and pub/sub delivery against redis-py's sync ones.
   cycle      the uncontended acquire + release of one lock: async
-             (await both) against the thread API, median of rounds.
+             (await both) against the thread API, rounds of the two sides
+             interleaved.
   handoff    a holder thread releases while one waiter is blocked in
              acquire: from release() returning to acquire() returning, for
-             an asyncio task and for a thread of the blocking API.
+             an asyncio task and for a thread of the blocking API, rounds
+             of the two sides interleaved.
+
+Each timed figure is the median of the per-round medians, with the range
+of the round medians (min, max): the spread on a shared machine. A ratio
+is taken round by round (both sides of a round ran back to back), then
+its median and range.
 
 This is a benchmark, not a test: nothing here asserts on timing.
 
     python3 tests/bench/async_bench.py [--tasks 2000] [--rounds 5] [--samples 100]
-        [--only crowd,stall,cycle,handoff] [--json out.json]
+        [--only crowd,stall,floors,cycle,handoff] [--json out.json]
 """
 from __future__ import annotations
 
@@ -29,7 +39,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import load_redis_server, machine, write_json  # noqa: E402
@@ -116,7 +126,38 @@ def stall(url: str) -> Dict[str, Any]:
     return out
 
 
-def cycle(url: str, rounds: int, n: int = 2000) -> Dict[str, Any]:
+def spread(rounds: List[float]) -> Dict[str, float]:
+    """The median of per-round medians, and their range."""
+    return {"p50": round(statistics.median(rounds), 1), "min": round(min(rounds), 1),
+            "max": round(max(rounds), 1)}
+
+
+def ratio(a: List[float], b: List[float]) -> Dict[str, float]:
+    """a / b round by round (the two sides of one round ran back to back,
+    under the same load), as the median and range of those ratios."""
+    r = [x / y for x, y in zip(a, b)]
+    return {"p50": round(statistics.median(r), 2), "min": round(min(r), 2),
+            "max": round(max(r), 2)}
+
+
+def alternate(rounds: int, sync_round: Callable[[], float],
+              async_round: Callable[[], float]) -> Tuple[List[float], List[float]]:
+    """rounds of each side, the first one first in even rounds and second
+    in odd ones: the sync and the async rounds' figures."""
+    s: List[float] = []
+    a: List[float] = []
+    for r in range(rounds):
+        if r % 2:
+            a.append(async_round())
+        s.append(sync_round())
+        if not r % 2:
+            a.append(async_round())
+    return s, a
+
+
+def cycle(url: str, rounds: int, n: int = 1000) -> Dict[str, Any]:
+    """Rounds of n cycles, the sync API and hilock.asyncio interleaved (the
+    sync rounds run on the loop's thread, between async rounds)."""
     sync = hilock.Client(url)
     slk = sync.lock("bench:cycle:sync", ttl=10, auto_renew=False)
 
@@ -127,33 +168,44 @@ def cycle(url: str, rounds: int, n: int = 2000) -> Dict[str, Any]:
             slk.release()
         return (time.perf_counter() - t0) / n * 1e6
 
-    async def async_rounds() -> List[float]:
+    s: List[float] = []
+    a: List[float] = []
+
+    async def main() -> None:
         c = hla.Client(url)
         lk = c.lock("bench:cycle:async", ttl=10, auto_renew=False)
-        out = []
-        for _ in range(rounds):
+        await lk.acquire(blocking=False)  # binds the loop, starts the workers
+        await lk.release()
+        for r in range(rounds):
+            if r % 2:
+                s.append(sync_round())
             t0 = time.perf_counter()
             for _ in range(n):
                 await lk.acquire(blocking=False)
                 await lk.release()
-            out.append((time.perf_counter() - t0) / n * 1e6)
+            a.append((time.perf_counter() - t0) / n * 1e6)
+            if not r % 2:
+                s.append(sync_round())
         await c.close()
-        return out
 
-    s = [sync_round() for _ in range(rounds)]
-    a = asyncio.run(async_rounds())
+    asyncio.run(main())
     sync.close()
-    return {"sync_us": round(statistics.median(s), 1), "async_us": round(statistics.median(a), 1),
-            "async_over_sync": round(statistics.median(a) / statistics.median(s), 2)}
+    out = {"rounds": rounds, "sync_us": spread(s), "async_us": spread(a)}
+    out["async_over_sync"] = ratio(a, s)
+    return out
 
 
-def handoff(url: str, samples: int) -> Dict[str, Any]:
+def handoff(url: str, rounds: int, samples: int) -> Dict[str, Any]:
+    """samples per side in all, in rounds that alternate the two sides."""
     holder_c = hilock.Client(url)
 
-    def measure(waiter_acquire: Any) -> List[float]:
+    def measure(waiter_acquire: Any, k: int) -> float:
+        # One lock per side: the other side's client, still subscribed to
+        # its wake list for a while (shared waiting lingers), hears nothing.
+        name = "bench:handoff:" + waiter_acquire.__name__
         out = []
-        for i in range(samples):
-            h = holder_c.lock("bench:handoff", ttl=10, auto_renew=False)
+        for _ in range(k):
+            h = holder_c.lock(name, ttl=10, auto_renew=False)
             assert h.acquire(blocking=False)
             ready = threading.Event()
             t1: List[float] = []
@@ -165,12 +217,12 @@ def handoff(url: str, samples: int) -> Dict[str, Any]:
             t0 = time.monotonic()
             t.join()
             out.append((t1[0] - t0) * 1e6)
-        return out
+        return statistics.median(out)
 
     sync_c = hilock.Client(url)
 
     def sync_waiter(ready: threading.Event, t1: List[float]) -> None:
-        lk = sync_c.lock("bench:handoff", ttl=10, auto_renew=False)
+        lk = sync_c.lock("bench:handoff:sync_waiter", ttl=10, auto_renew=False)
         ready.set()
         assert lk.acquire(timeout=10)
         t1.append(time.monotonic())
@@ -179,7 +231,7 @@ def handoff(url: str, samples: int) -> Dict[str, Any]:
     def async_waiter(ready: threading.Event, t1: List[float]) -> None:
         async def main() -> None:
             c = hla.Client(url)
-            lk = c.lock("bench:handoff", ttl=10, auto_renew=False)
+            lk = c.lock("bench:handoff:async_waiter", ttl=10, auto_renew=False)
             assert not await lk.acquire(blocking=False)  # binds the loop
             ready.set()
             assert await lk.acquire(timeout=10)
@@ -188,23 +240,190 @@ def handoff(url: str, samples: int) -> Dict[str, Any]:
             await c.close()
         asyncio.run(main())
 
-    s = measure(sync_waiter)
-    a = measure(async_waiter)
+    k = max(1, samples // rounds)
+    s, a = alternate(rounds, lambda: measure(sync_waiter, k), lambda: measure(async_waiter, k))
     sync_c.close()
     holder_c.close()
-    p50s, p50a = statistics.median(s), statistics.median(a)
-    return {"samples": samples, "thread_p50_us": round(p50s, 1), "async_p50_us": round(p50a, 1),
-            "async_over_thread": round(p50a / p50s, 2)}
+    out = {"rounds": rounds, "samples_per_round": k, "thread_us": spread(s),
+           "async_us": spread(a)}
+    out["async_over_thread"] = ratio(a, s)
+    return out
+
+
+def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
+    """What asyncio itself costs here, measured as the hilock figures are.
+
+    wake     another thread wakes a task of the loop: time.monotonic() in
+             the thread, then an eventfd write (the loop's add_reader
+             callback resolves the task's future; hilock.asyncio's path) or
+             call_soon_threadsafe, until the task runs again; the loop was
+             asleep 0.1 ms (as between the operations of a cycle), 1 ms, or
+             10 ms (as the handoff's waiter: on a virtual machine a long
+             sleep makes the wake-up several times longer).
+    ping     redis-py's PING round trip: redis.asyncio against the sync
+             client (median of 200 per round).
+    pubsub   PUBLISH called -> the subscriber has the message: a task
+             awaiting redis.asyncio's get_message against a thread in the
+             sync client's (the handoff's release publishes; its wake-up
+             reaches the waiter before the release's reply).
+    """
+    import queue
+
+    import redis
+    import redis.asyncio as aredis
+
+    k = max(1, samples // rounds)
+    efd01_us: List[float] = []
+    efd_us: List[float] = []
+    efd10_us: List[float] = []
+    cst_us: List[float] = []
+
+    async def wake_rounds() -> None:
+        loop = asyncio.get_running_loop()
+        efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        box: List[asyncio.Future[None]] = []
+
+        def readable() -> None:
+            os.eventfd_read(efd)
+            box[0].set_result(None)
+
+        loop.add_reader(efd, readable)
+        todo: queue.Queue[Any] = queue.Queue()
+        t0: List[float] = []
+
+        def thread() -> None:
+            while True:
+                how = todo.get()
+                if how is None:
+                    return
+                # The loop is asleep in epoll by now.
+                time.sleep({"10": 0.01, "01": 0.0001}.get(how[-2:], 0.001))
+                t0.append(time.monotonic())
+                if how.startswith("efd"):
+                    os.eventfd_write(efd, 1)
+                else:
+                    loop.call_soon_threadsafe(box[0].set_result, None)
+
+        th = threading.Thread(target=thread)
+        th.start()
+        for _ in range(rounds):
+            for how, out in (("efd01", efd01_us), ("efd", efd_us), ("efd10", efd10_us),
+                             ("cst10", cst_us)):
+                got = []
+                for _ in range(k):
+                    box[:] = [loop.create_future()]
+                    t0.clear()
+                    todo.put(how)
+                    await box[0]
+                    got.append((time.monotonic() - t0[0]) * 1e6)
+                out.append(statistics.median(got))
+        todo.put(None)
+        th.join()
+        loop.remove_reader(efd)
+        os.close(efd)
+
+    asyncio.run(wake_rounds())
+
+    sync = redis.Redis.from_url(url)
+    ps_us: List[float] = []
+    pa_us: List[float] = []
+
+    def sync_pings(n: int = 200) -> float:
+        got = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            sync.ping()
+            got.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(got)
+
+    async def ping_rounds() -> None:
+        ar = aredis.Redis.from_url(url)
+        await ar.ping()
+        for _ in range(rounds):
+            ps_us.append(sync_pings())
+            got = []
+            for _ in range(200):
+                t0 = time.perf_counter()
+                await ar.ping()
+                got.append((time.perf_counter() - t0) * 1e6)
+            pa_us.append(statistics.median(got))
+        await ar.aclose()
+
+    asyncio.run(ping_rounds())
+
+    def deliver(subscriber: Any, n: int) -> float:
+        """n messages on channel bench:floor, each published once the
+        subscriber (in its thread) is waiting for it."""
+        got = []
+        for _ in range(n):
+            ready = threading.Event()
+            t1: List[float] = []
+            th = threading.Thread(target=subscriber, args=(ready, t1))
+            th.start()
+            ready.wait()
+            time.sleep(0.01)  # the subscriber is asleep on its socket
+            # From the call: the server may send the message before the
+            # PUBLISH's own reply, so its return can come after delivery.
+            t0 = time.monotonic()
+            sync.publish("bench:floor", "1")
+            th.join()
+            got.append((t1[0] - t0) * 1e6)
+        return statistics.median(got)
+
+    def sync_sub(ready: threading.Event, t1: List[float]) -> None:
+        ps = redis.Redis.from_url(url).pubsub()
+        ps.subscribe("bench:floor")
+        while ps.get_message(timeout=1) is None:  # the confirmation
+            pass
+        ready.set()
+        while True:
+            m = ps.get_message(timeout=10)
+            if m is not None and m["type"] == "message":
+                break
+        t1.append(time.monotonic())
+        ps.close()
+
+    def async_sub(ready: threading.Event, t1: List[float]) -> None:
+        async def main() -> None:
+            ar = aredis.Redis.from_url(url)
+            ps = ar.pubsub()
+            await ps.subscribe("bench:floor")
+            while await ps.get_message(timeout=1) is None:
+                pass
+            ready.set()
+            while True:
+                m = await ps.get_message(timeout=10)
+                if m is not None and m["type"] == "message":
+                    break
+            t1.append(time.monotonic())
+            await ps.aclose()
+            await ar.aclose()
+        asyncio.run(main())
+
+    ss_us, sa_us = alternate(rounds, lambda: deliver(sync_sub, k), lambda: deliver(async_sub, k))
+    sync.close()
+    out: Dict[str, Any] = {
+        "rounds": rounds,
+        "wake_eventfd_0.1ms_asleep_us": spread(efd01_us),
+        "wake_eventfd_1ms_asleep_us": spread(efd_us),
+        "wake_eventfd_10ms_asleep_us": spread(efd10_us),
+        "wake_call_soon_threadsafe_10ms_asleep_us": spread(cst_us),
+        "ping_sync_us": spread(ps_us), "ping_async_us": spread(pa_us),
+        "pubsub_sync_us": spread(ss_us), "pubsub_async_us": spread(sa_us)}
+    out["ping_async_over_sync"] = ratio(pa_us, ps_us)
+    out["pubsub_async_over_sync"] = ratio(sa_us, ss_us)
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--samples", type=int, default=100)
+    ap.add_argument("--samples", type=int, default=100,
+                    help="handoff and floor samples per side, across the rounds")
     ap.add_argument("--json", metavar="OUT")
-    ap.add_argument("--only", metavar="PARTS", default="crowd,stall,cycle,handoff",
-                    help="comma-separated parts to run (default: all four)")
+    ap.add_argument("--only", metavar="PARTS", default="crowd,stall,floors,cycle,handoff",
+                    help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
     import redis
     RedisServer = load_redis_server()
@@ -216,8 +435,9 @@ def main() -> int:
         parts = {
             "crowd": lambda: crowd(srv.url, rds, args.tasks),
             "stall": lambda: stall(srv.url),
+            "floors": lambda: floors(srv.url, args.rounds, args.samples),
             "cycle": lambda: cycle(srv.url, args.rounds),
-            "handoff": lambda: handoff(srv.url, args.samples),
+            "handoff": lambda: handoff(srv.url, args.rounds, args.samples),
         }
         for name in args.only.split(","):
             result[name] = parts[name]()

@@ -198,6 +198,112 @@ static void a_release_wakes_the_waiting_acquire(void **state) {
   hilock_client_free(hc);
 }
 
+/* Whoever reads the shared waiting socket rings the right operation: two
+ * runners of one client (one worker each) wait on four locks, which are
+ * released in one burst (several rings in one turn at the socket, some for
+ * the other runner); every acquire is granted. Then, just after the last
+ * grant (the runners still hold the socket), a thread of the same client
+ * waits on a fifth lock and is woken by its release. Every bound is far
+ * below the holders' 30 s TTL: a missed ring fails the wait. */
+static void rings_reach_every_runner_and_thread(void **state) {
+  fixture *f = *state;
+  hilock_client *hc = NULL;
+  enum { N = 4 };
+  const char *names[N] = {"ring:a", "ring:b", "ring:c", "ring:d"};
+  hilock_lock *holders[N], *ws[N], *h5, *w5;
+  hilock_async *r[2];
+  hl_waiter tw;
+  int granted = 0;
+  assert_hl_ok(hilock_client_new(f->server.url, NULL, &hc), "holder");
+  for (int i = 0; i < 2; i++)
+    assert_hl_ok(hilock_async_new(f->client, 1, &r[i]), "runner");
+  for (int i = 0; i < N; i++) {
+    holders[i] = make_lock(hc, names[i]);
+    ws[i] = make_lock(f->client, names[i]);
+    assert_hl_ok(hilock_lock_try_acquire(holders[i]), "holder");
+    assert_hl_ok(hilock_async_acquire(r[i % 2], HILOCK_HOLD(ws[i]), 0, 20000,
+                                      ws[i], NULL),
+                 "");
+  }
+  while (hilock_client_waiting(f->client) < N) hl_sleep_ms(5);
+  for (int i = 0; i < N; i++)
+    assert_hl_ok(hilock_lock_release(holders[i]), "release");
+  while (granted < N) {
+    hilock_async_done d;
+    struct pollfd p[2] = {{hilock_async_fd(r[0]), POLLIN, 0},
+                          {hilock_async_fd(r[1]), POLLIN, 0}};
+    (void)poll(p, 2, 1000);
+    for (int i = 0; i < 2; i++)
+      while (hilock_async_take(r[i], &d, 1) == 1) {
+        assert_hl_ok(d.status, d.errmsg); /* not HILOCK_BUSY */
+        assert_true(hilock_hold_held((hilock_hold *)d.data));
+        granted++;
+      }
+  }
+  /* The runners read the socket a while after their last wait: a thread
+   * that waits now is woken all the same. */
+  h5 = make_lock(hc, "ring:e");
+  w5 = make_lock(f->client, "ring:e");
+  assert_hl_ok(hilock_lock_try_acquire(h5), "holder");
+  hl_waiter_run(&tw, HILOCK_HOLD(w5), &hl_lock_verbs, 20000, 1);
+  while (hilock_client_waiting(f->client) < 1) hl_sleep_ms(1);
+  assert_hl_ok(hilock_lock_release(h5), "release");
+  hl_waiter_join(&tw);
+  assert_hl_ok(tw.rc, "the thread's acquire");
+  for (int i = 0; i < N; i++) {
+    assert_hl_ok(hilock_async_release(r[i % 2], HILOCK_HOLD(ws[i]), 0, NULL,
+                                      NULL),
+                 "");
+    assert_hl_ok(next_done(r[i % 2], 10000).status, "release");
+  }
+  for (int i = 0; i < 2; i++) hilock_async_free(r[i]);
+  for (int i = 0; i < N; i++) {
+    hilock_hold_free(HILOCK_HOLD(ws[i]));
+    hilock_hold_free(HILOCK_HOLD(holders[i]));
+  }
+  hilock_hold_free(HILOCK_HOLD(w5));
+  hilock_hold_free(HILOCK_HOLD(h5));
+  hilock_client_free(hc);
+}
+
+/* A release rings a waiting acquire: the fd may turn readable early (the
+ * loop is woken while the attempt is on the wire), and a take then finds
+ * nothing; but it never stays readable with nothing to take (a loop would
+ * spin), and the acquire is granted. */
+static void an_early_wake_up_finds_nothing_and_clears(void **state) {
+  fixture *f = *state;
+  hilock_client *hc = NULL;
+  hilock_lock *holder, *w = make_lock(f->client, "early");
+  hilock_async *a = make_async(f->client);
+  hilock_async_done d;
+  int empty = 0;
+  assert_hl_ok(hilock_client_new(f->server.url, NULL, &hc), "holder");
+  holder = make_lock(hc, "early");
+  for (int round = 0; round < 5; round++) {
+    assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 20000, NULL,
+                                      NULL),
+                 "");
+    while (hilock_client_waiting(f->client) < 1) hl_sleep_ms(1);
+    assert_hl_ok(hilock_lock_release(holder), "release");
+    for (;;) {
+      struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
+      assert_int_equal(poll(&p, 1, 20000), 1);
+      if (hilock_async_take(a, &d, 1) == 1) break;
+      empty++;
+      /* Each rung attempt wakes the loop early once. */
+      assert_true(empty <= 3 * (round + 1));
+    }
+    assert_hl_ok(d.status, d.errmsg);
+    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
+    assert_hl_ok(next_done(a, 10000).status, "release");
+  }
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(w));
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_client_free(hc);
+}
+
 /* Cancelling a waiting acquire ends it with HILOCK_ECANCELED, and it does
  * not take the lock when the holder lets go. */
 static void cancel_withdraws_a_waiting_acquire(void **state) {
@@ -671,6 +777,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_wait_ends_at_its_timeout, hl_setup,
                                       hl_teardown),
       cmocka_unit_test_setup_teardown(a_release_wakes_the_waiting_acquire,
+                                      hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(rings_reach_every_runner_and_thread,
+                                      hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(an_early_wake_up_finds_nothing_and_clears,
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(cancel_withdraws_a_waiting_acquire,
                                       hl_setup, hl_teardown),

@@ -617,3 +617,39 @@ def test_tasks_and_threads_of_one_client_share_the_waiting(rds, redis_url) -> No
     run(redis_url, main)
     assert len(spans) == 6
     check_no_overlap(spans)
+
+
+def test_a_burst_of_releases_wakes_every_task_and_a_thread_after(rds, redis_url) -> None:
+    """Four tasks wait on four locks that another client releases in one
+    burst (several rings in one read of the shared waiting socket, run by
+    the workers in turn): every task is granted. A thread of the same
+    client that waits just after (while the runner still reads that socket)
+    is woken by its lock's release too. The holders' TTL (30 s) is far
+    beyond the waits' bounds: a missed ring fails the test."""
+    other = hilock.Client(redis_url)
+    holders = [other.lock(f"aio:burst:{i}", ttl=30, auto_renew=False) for i in range(5)]
+    for h in holders:
+        assert h.acquire(blocking=False)
+
+    async def main(c: hla.Client) -> None:
+        locks = [c.lock(f"aio:burst:{i}", ttl=30, auto_renew=False) for i in range(4)]
+        tasks = [asyncio.ensure_future(lk.acquire(timeout=20)) for lk in locks]
+        while c.waiting < 4:
+            await asyncio.sleep(0.005)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, lambda: [h.release() for h in holders[:4]])
+        assert await asyncio.gather(*tasks) == [True] * 4
+        thread_lock = c._sync.lock("aio:burst:4", ttl=30, auto_renew=False)
+        waiter = loop.run_in_executor(None, lambda: thread_lock.acquire(timeout=20))
+        while c.waiting < 1:
+            await asyncio.sleep(0.001)
+        await loop.run_in_executor(None, holders[4].release)
+        assert await waiter
+        thread_lock.release()
+        for lk in locks:
+            await lk.release()
+
+    try:
+        run(redis_url, main)
+    finally:
+        other.close()

@@ -396,3 +396,43 @@ def test_a_tls_cluster_routes_every_slot_over_tls(pki) -> None:
                 pass
         finally:
             c.close()
+
+
+def test_asyncio_tasks_are_woken_and_granted_over_tls(tls, pki) -> None:
+    """hilock.asyncio over rediss://: tasks waiting on a lock another client
+    holds are rung by its releases over TLS (the shared waiting connection
+    and the woken attempts, which wake the loop once written) and granted
+    one at a time, with increasing fences. The holder's TTL (30 s) is far
+    beyond the waits' bound: a missed ring fails the test."""
+    import asyncio
+
+    import hilock.asyncio as hla
+
+    holder_c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+    holder = holder_c.lock("tls:aio", ttl=30, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    fences = []
+
+    async def main() -> None:
+        c = hla.Client(tls.url, ssl_ca_certs=ca(pki))
+        try:
+            async def one() -> None:
+                lk = c.lock("tls:aio", ttl=30, auto_renew=False)
+                assert await lk.acquire(timeout=20)
+                fences.append(lk.fence)
+                await asyncio.sleep(0.002)
+                await lk.release()
+
+            tasks = [asyncio.ensure_future(one()) for _ in range(5)]
+            while c.waiting < 5:
+                await asyncio.sleep(0.005)
+            await asyncio.get_running_loop().run_in_executor(None, holder.release)
+            await asyncio.gather(*tasks)
+        finally:
+            await c.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        holder_c.close()
+    assert len(fences) == 5 and fences == sorted(fences)

@@ -85,7 +85,10 @@ typedef struct hilock_async_done {
 HILOCK_API int hilock_async_new(hilock_client *client, int workers,
                                 hilock_async **out);
 
-/* Readable while finished operations wait to be taken. */
+/* Readable while finished operations wait to be taken. It may also turn
+ * readable a round trip before an acquire that a release woke finishes (so
+ * that the loop is awake, not in a long sleep, when it does): a take then
+ * returns 0 and the fd is quiet again. */
 HILOCK_API int hilock_async_fd(const hilock_async *a);
 
 /* Move up to max finished operations into out; returns how many. */
