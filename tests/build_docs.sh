@@ -19,8 +19,14 @@ if ! "$py" -c 'import mkdocs, matplotlib' 2>/dev/null; then
   exit 1
 fi
 
-cmake -S . -B "$build" -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
-  -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$py" >/dev/null
+if [ -f "$build/CMakeCache.txt" ]; then
+  # An existing build (build/main, say) keeps its other options: only the
+  # Python module is switched on.
+  cmake -S . -B "$build" -DHILOCK_BUILD_PYTHON=ON >/dev/null
+else
+  cmake -S . -B "$build" -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
+    -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$py" >/dev/null
+fi
 cmake --build "$build" -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
 
 PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" \
