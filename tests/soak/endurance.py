@@ -18,7 +18,8 @@ memory (VmRSS of /proc/self/status), open file descriptors (/proc/self/fd)
 and threads (/proc/self/task). Each phase has a warm-up (the first 10% of
 the cycles; the first minute of holding, or a tenth of it if shorter); the
 run fails (exit 1) if, after warm-up, resident memory grows by 1 MB or more
-or the counts of descriptors or threads change. Not part of CI: it takes
+or the counts of descriptors or threads grow (a connection replaced after
+a timed-out reply may dip the count meanwhile). Not part of CI: it takes
 over an hour by default.
 """
 from __future__ import annotations
@@ -74,10 +75,12 @@ def judge(phase: str, after_warmup: List[Sample]) -> List[str]:
     bad = []
     if growth >= MB:
         bad.append(f"{phase}: resident memory grew by {growth / MB:.2f} MB after warm-up")
-    if len({s.fds for s in after_warmup}) != 1:
-        bad.append(f"{phase}: open file descriptors changed after warm-up")
-    if len({s.threads for s in after_warmup}) != 1:
-        bad.append(f"{phase}: threads changed after warm-up")
+    # A leak grows. A connection replaced after a timed-out reply (a loaded
+    # machine) may dip the count while it is reopened; that is not a leak.
+    if last.fds > first.fds or max(s.fds for s in after_warmup) > first.fds + 1:
+        bad.append(f"{phase}: open file descriptors grew after warm-up")
+    if last.threads > first.threads or max(s.threads for s in after_warmup) > first.threads + 1:
+        bad.append(f"{phase}: threads grew after warm-up")
     return bad
 
 
@@ -183,6 +186,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             bad += judge("holding", hold_phase(client, args.held, args.ttl, args.minutes,
                                                args.sample, t0,
                                                server.port if server else None))
+            st = client.stats()
+            print(f"client: {st['reconnects']} reconnects, {st['renewals']} renewals, "
+                  f"{st['renewal_failures']} renewal failures", flush=True)
     finally:
         if server is not None:
             server.cleanup()
