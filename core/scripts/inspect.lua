@@ -19,6 +19,11 @@ local readers, writer, permits, used, free, waiters = 0, 0, -1, -1, -1, 0
 local function num(v)
   return tonumber(v) or 0
 end
+-- Field '<owner>:op' of the reentrant and read-write locks' hashes holds
+-- the owner's last call's nonce (resend.lua), not a holder.
+local function is_op(f)
+  return string.sub(f, -3) == ':op'
+end
 -- The counter every family but the semaphore and segmented lock draws from.
 if t.fence then
   fence = num(redis.call('GET', K.fence))
@@ -36,9 +41,11 @@ if ty == 'lock' or ty == 'redlock' then
   ttl = redis.call('PTTL', k)
 elseif ty == 'rlock' then
   local h = redis.call('HGETALL', K.rlock)
-  if #h >= 2 then
-    held, holder, count = 1, h[1], num(h[2])
-    ttl = redis.call('PTTL', K.rlock)
+  for i = 1, #h, 2 do
+    if not is_op(h[i]) then
+      held, holder, count = 1, h[i], num(h[i + 1])
+      ttl = redis.call('PTTL', K.rlock)
+    end
   end
 elseif ty == 'semaphore' then
   fence = 0
@@ -65,7 +72,7 @@ elseif ty == 'rwlock' then
   for i = 1, #w, 2 do
     if w[i] == 'fence' then
       fence = num(w[i + 1])
-    else
+    elseif not is_op(w[i]) then
       holder, count = w[i], num(w[i + 1])
     end
   end

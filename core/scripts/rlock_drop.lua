@@ -7,6 +7,7 @@
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
--- One owner at a time: the hash is gone now.
+-- One owner at a time: with its last call's nonce the hash is gone now.
+redis.call('HDEL', KEYS[1], ARGV[1] .. ':op')
 wake_one(KEYS[2])
 return 1

@@ -1,19 +1,31 @@
 -- Leave a reentrant lock once; the last leave deletes it and wakes one
 -- waiter.
--- KEYS[1] owners hash, KEYS[2] wake list. ARGV[1] owner, ARGV[2] ttl in ms.
+-- KEYS[1] owners hash, KEYS[2] wake list, KEYS[3] the owner's done marker.
+-- ARGV[1] owner, ARGV[2] ttl in ms, ARGV[3] the call's nonce, ARGV[4] how
+-- long the done marker lives in ms (the client's resend window).
 -- Returns the remaining hold count (0: released), or -1 if not held by
 -- this owner (nothing changed).
--- @once: a resend would count twice, so a broken connection is reported.
+-- Safe to resend: a release that leaves levels records its nonce in field
+-- '<owner>:op'; the last one deletes the hash and writes its nonce to the
+-- done marker, so a resend of either answers as the first run did.
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
+-- @include resend.lua
+local op = ARGV[1] .. ':op'
+local again = resent_release(KEYS[1], KEYS[3], ARGV[1], ARGV[3])
+if again then
+  return again
+end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1
 end
 local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if n > 0 then
+  redis.call('HSET', KEYS[1], op, ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return n
 end
 redis.call('DEL', KEYS[1])
+released(KEYS[3], ARGV[3], ARGV[4])
 wake_one(KEYS[2])
 return 0

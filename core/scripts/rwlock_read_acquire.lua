@@ -4,15 +4,17 @@
 -- writers zset {owner -> intent expiry}, KEYS[5] waiting readers zset
 -- {owner -> expiry}, KEYS[6] admitted readers zset {owner -> expiry}: the
 -- readers a write release let in ahead of the waiting writers, KEYS[7]
--- readers' wake list (only with ARGV[4]).
+-- readers' wake list (only with ARGV[5]).
 -- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms, ARGV[3] '1' if
 -- the caller will wait (a refusal then records or refreshes it as a
--- waiting reader, admitted at the next write release), ARGV[4] "woken"
--- (optional): a reader rung by a release takes one of its wake-ups when
--- it is granted (a refused one leaves them to the readers let in).
+-- waiting reader, admitted at the next write release), ARGV[4] the call's
+-- nonce, ARGV[5] "woken" (optional): a reader rung by a release takes one
+-- of its wake-ups when it is granted (a refused one leaves them to the
+-- readers let in).
 -- Returns {1, hold count} when granted, {0, ms until the blocker lapses}
 -- when a writer holds it or waits (and this reader was not admitted).
--- @once: a resend would count twice, so a broken connection is reported.
+-- Safe to resend: a grant records its nonce in KEYS[2] field '<owner>:op',
+-- and a resend that finds it there answers as the first run did.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include rw_purge.lua
 local now = purge_readers(KEYS[1], KEYS[2])
@@ -21,6 +23,9 @@ for i = 4, 6 do
 end
 local me = ARGV[1]
 local ttl = tonumber(ARGV[2])
+if redis.call('HGET', KEYS[2], me .. ':op') == ARGV[4] then
+  return {1, tonumber(redis.call('HGET', KEYS[2], me))}
+end
 local function refused(ms)
   if ARGV[3] == '1' then
     wait_in(KEYS[5], me, now, ttl)
@@ -42,10 +47,11 @@ if not cur and not writer and not redis.call('ZSCORE', KEYS[6], me) then
   end
 end
 local n = redis.call('HINCRBY', KEYS[2], me, 1)
+redis.call('HSET', KEYS[2], me .. ':op', ARGV[4])
 keep_read(KEYS[1], KEYS[2], me, now, ttl)
 redis.call('ZREM', KEYS[5], me)
 redis.call('ZREM', KEYS[6], me)
-if ARGV[4] == 'woken' then
+if ARGV[5] == 'woken' then
   redis.call('LPOP', KEYS[7])
 end
 return {1, n}

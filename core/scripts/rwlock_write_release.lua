@@ -6,21 +6,29 @@
 -- KEYS[1] writer hash, KEYS[2] readers zset, KEYS[3] read hold counts,
 -- KEYS[4] waiting writers zset, KEYS[5] waiting readers zset, KEYS[6]
 -- admitted readers zset, KEYS[7] readers' wake list, KEYS[8] writers' wake
--- list. ARGV[1] owner.
+-- list, KEYS[9] the owner's done marker. ARGV[1] owner, ARGV[2] the call's
+-- nonce, ARGV[3] how long the done marker lives in ms.
 -- Returns the remaining hold count (0: released), or -1 if this owner does
 -- not hold it (nothing changes).
--- @once: a resend would count twice, so a broken connection is reported.
+-- Safe to resend (see resend.lua): a resend answers as the first run did.
 -- @include rw_purge.lua
+-- @include resend.lua
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
+local again = resent_release(KEYS[1], KEYS[9], ARGV[1], ARGV[2])
+if again then
+  return again
+end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return -1
 end
 local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if n > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1] .. ':op', ARGV[2])
   return n
 end
 redis.call('DEL', KEYS[1])
+released(KEYS[9], ARGV[2], ARGV[3])
 local now = purge_readers(KEYS[2], KEYS[3])
 for i = 4, 6 do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)

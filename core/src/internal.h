@@ -954,6 +954,11 @@ typedef struct hilock__rlock_layout {
   /* A queue (Redisson's fair lock): a waiter that gives up runs withdraw
    * (KEYS lock, wake; ARGV owner, ttl), and waits on wake:<owner>. */
   const hilock__script *withdraw;
+  /* hilock's own scripts: safe to resend (rlock_*.lua; Redisson's are sent
+   * once). Acquire takes the call's nonce as ARGV[3] ("woken" moves to
+   * ARGV[4]); release the nonce and the done marker's lifetime as ARGV[3]
+   * and ARGV[4], the owner's done marker as KEYS[3]. */
+  int resend;
 } hilock__rlock_layout;
 struct hilock_rlock;
 int hilock__rlock_new_with(hilock_client *client, const char *name,
@@ -985,6 +990,29 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
                        const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, redisReply **out);
+
+/* What a resendable release of the reentrant or read-write lock carries
+ * besides its owner (core/scripts/lib/resend.lua): the call's nonce, the
+ * owner's done marker key (<side key>:done:<owner>) and how long the marker
+ * lives. The nonce is 128 bits from getrandom(2), as owner tokens are: the
+ * owner id is shared by every handle of the name on the thread (and by
+ * async operations' owners), so a per-hold counter would need state shared
+ * between them; a random nonce is unique with none, across handles, forks
+ * and processes. */
+typedef struct hilock__resend {
+  char nonce[HILOCK__TOKEN_LEN + 1];
+  char keep[24];
+  size_t keeplen;
+  char *done; /* malloc'd (NULL for an acquire's, which needs no marker) */
+  size_t donelen;
+} hilock__resend;
+/* Draw x's nonce; with key != NULL also its done marker key for owner and
+ * its lifetime: the client's resend window (reconnect_ms and one
+ * command_timeout_ms) and a second more. HILOCK_OK, or the error in e. */
+int hilock__resend_init(hilock__resend *x, const hilock_client *c,
+                        hilock__err *e, const char *key, size_t keylen,
+                        const char *owner, size_t ownerlen);
+void hilock__resend_free(hilock__resend *x);
 
 /* The same for a script that serves several operations: how this call
  * runs, whatever the file says: HILOCK__RUN_GRANT as @grant (WAIT

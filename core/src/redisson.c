@@ -117,7 +117,7 @@ static const hilock__rlock_layout rlock_layout = {
     rlock_keys, &hilock__script_redisson_rlock_acquire,
     &hilock__script_redisson_rlock_release,
     &hilock__script_redisson_rlock_drop, &hilock__script_rlock_renew, "",
-    NULL};
+    NULL, 0};
 
 /* RFairLock: the RLock's hash and channel prefix; the queue's keys are
  * derived from the name in the scripts (lib/redisson.lua). */
@@ -125,7 +125,7 @@ static const hilock__rlock_layout fair_layout = {
     rlock_keys, &hilock__script_redisson_fair_acquire,
     &hilock__script_redisson_fair_release,
     &hilock__script_redisson_fair_drop, &hilock__script_rlock_renew, "",
-    &hilock__script_redisson_fair_withdraw};
+    &hilock__script_redisson_fair_withdraw, 0};
 
 /* The read side renews every hold key of its owner too (Redisson's
  * ReadLockTask); the write side's field is owner:write, renewed as an
@@ -134,13 +134,13 @@ static const hilock__rlock_layout read_layout = {
     rwlock_keys, &hilock__script_redisson_read_acquire,
     &hilock__script_redisson_read_release,
     &hilock__script_redisson_read_drop, &hilock__script_redisson_read_renew,
-    "", NULL};
+    "", NULL, 0};
 
 static const hilock__rlock_layout write_layout = {
     rwlock_keys, &hilock__script_redisson_write_acquire,
     &hilock__script_redisson_write_release,
     &hilock__script_redisson_write_drop, &hilock__script_rlock_renew,
-    ":write", NULL};
+    ":write", NULL, 0};
 
 /* Every constructor: a reentrant lock handle on one of the layouts. */
 static int make(hilock_client *client, const char *name, size_t namelen,

@@ -52,7 +52,7 @@ static char *own_keys(const hilock__runtime *rt, const char *name,
 
 static const hilock__rlock_layout own_layout = {
     own_keys, &hilock__script_rlock_acquire, &hilock__script_rlock_release,
-    &hilock__script_rlock_drop, &hilock__script_rlock_renew, "", NULL};
+    &hilock__script_rlock_drop, &hilock__script_rlock_renew, "", NULL, 1};
 
 int hilock__rlock_new_with(hilock_client *client, const char *name,
                            size_t namelen, int64_t ttl_ms,
@@ -108,14 +108,36 @@ static int attempt(void *arg, int64_t *pttl) {
   size_t ownerlen = owner_of(rl, owner, sizeof(owner));
   const char *keys[3] = {rl->key, rl->fkey, rl->wkey};
   size_t keylens[3] = {rl->keylen, rl->fkeylen, rl->wkeylen};
-  const char *args[3] = {owner, ttl, "woken"};
-  size_t arglens[3] = {ownerlen, hilock__i64(ttl, rl->h.ttl_ms), 5};
+  const char *args[4] = {owner, ttl, "woken", "woken"};
+  size_t arglens[4] = {ownerlen, hilock__i64(ttl, rl->h.ttl_ms), 5, 5};
   /* Rung by a release: this attempt takes the wake-up (same round trip). */
-  int n = hilock__attempt_woken() == 2 ? 3 : 2;
+  int woken = hilock__attempt_woken() == 2;
+  int n = woken ? 3 : 2, nargs = n;
   hilock__err e;
   redisReply *r = NULL;
   int64_t start = hilock__now_us();
   int rc;
+  /* Own scripts: the acquire's nonce (ARGV[3]), and the undo's own nonce
+   * and done marker (a release with the acquire's nonce would be taken
+   * for a resend of it). */
+  hilock__resend acq, und;
+  const char *uargs[4] = {owner, ttl, und.nonce, und.keep};
+  size_t uarglens[4] = {ownerlen, arglens[1], HILOCK__TOKEN_LEN, 0};
+  hilock__clear_err(&e);
+  und.done = NULL;
+  if (rl->lay->resend) {
+    if (hilock__resend_init(&acq, rl->h.client, &e, NULL, 0, NULL, 0) !=
+            HILOCK_OK ||
+        hilock__resend_init(&und, rl->h.client, &e, rl->key, rl->keylen,
+                            owner, ownerlen) != HILOCK_OK) {
+      hilock__resend_free(&und);
+      return keep_err(rl, &e);
+    }
+    args[2] = acq.nonce;
+    arglens[2] = HILOCK__TOKEN_LEN;
+    nargs = woken ? 4 : 3;
+    uarglens[3] = und.keeplen;
+  }
 
   /* A reply that does not come in time leaves a first grant ambiguous:
    * the same socket then carries this owner's release, which gives back
@@ -126,10 +148,11 @@ static int attempt(void *arg, int64_t *pttl) {
    * script flush; the undo goes with its source), the undo would leave the
    * level this thread holds. A lost re-entry reply leaves one level more,
    * which lapses with the hold. */
-  const char *ukeys[2] = {rl->key, rl->wkey};
-  size_t ukeylens[2] = {rl->keylen, rl->wkeylen};
-  hilock__undo u = {rl->lay->release, 2, 2, ukeys, ukeylens, args, arglens,
-                    rl->h.ttl_ms};
+  const char *ukeys[3] = {rl->key, rl->wkey, und.done};
+  size_t ukeylens[3] = {rl->keylen, rl->wkeylen, und.donelen};
+  int un = rl->lay->resend ? 3 : 2, uargn = rl->lay->resend ? 4 : 2;
+  hilock__undo u = {rl->lay->release, un, uargn, ukeys, ukeylens, uargs,
+                    uarglens, rl->h.ttl_ms};
   int reentry;
   const hilock__undo *armed;
   pthread_mutex_lock(rl->mu);
@@ -138,7 +161,7 @@ static int attempt(void *arg, int64_t *pttl) {
   pthread_mutex_unlock(rl->mu);
   armed = hilock__undo_arm(reentry ? NULL : &u);
   rc = hilock__script_run(rl->h.client, &e, rl->lay->acquire, n,
-                          keys, keylens, n, args, arglens, &r);
+                          keys, keylens, nargs, args, arglens, &r);
   hilock__undo_disarm(armed);
   int replicated = rc != HILOCK_ENOREPLICAS, undo = 0;
   if (!replicated) rc = HILOCK_OK; /* the reply says whether it granted */
@@ -171,13 +194,14 @@ static int attempt(void *arg, int64_t *pttl) {
     hilock__clear_err(&ue);
     r = NULL;
     urc = hilock__script_run(rl->h.client, &ue, rl->lay->release,
-                             2, ukeys, ukeylens, 2, args, arglens, &r);
+                             un, ukeys, ukeylens, uargn, uargs, uarglens, &r);
     hilock__call_end(outer);
     if (r != NULL) freeReplyObject(r);
     pthread_mutex_lock(rl->mu);
     rc = hilock__grant_unacked(hilock__hold_err(&rl->h), &e, urc, &ue);
     pthread_mutex_unlock(rl->mu);
   }
+  if (rl->lay->resend) hilock__resend_free(&und);
   return rc;
 }
 
@@ -254,11 +278,12 @@ static int drop_all(void *arg, hilock__err *e, redisReply **r) {
 int hilock_rlock_release(hilock_rlock *rl) {
   char owner[sizeof(rl->h.owner)], ttl[24];
   size_t ownerlen;
-  const char *keys[2], *args[2];
-  size_t keylens[2], arglens[2];
+  const char *keys[3], *args[4];
+  size_t keylens[3], arglens[4];
   hilock__err e;
   redisReply *r = NULL;
-  int rc, mine;
+  hilock__resend x;
+  int rc, mine, nk = 2, na = 2;
 
   if (rl == NULL) return HILOCK_EINVAL;
   ownerlen = owner_of(rl, owner, sizeof(owner));
@@ -268,6 +293,16 @@ int hilock_rlock_release(hilock_rlock *rl) {
     pthread_mutex_unlock(rl->mu);
     return keep_err(rl, &rl->h.err);
   }
+  pthread_mutex_unlock(rl->mu);
+  x.done = NULL;
+  hilock__clear_err(&e);
+  if (rl->lay->resend &&
+      hilock__resend_init(&x, rl->h.client, &e, rl->key, rl->keylen, owner,
+                          ownerlen) != HILOCK_OK) {
+    hilock__resend_free(&x);
+    return keep_err(rl, &e);
+  }
+  pthread_mutex_lock(rl->mu);
   mine = is_mine(rl, owner, ownerlen);
   pthread_mutex_unlock(rl->mu);
   /* As for exclusive locks: no renewal may run between the final release
@@ -281,8 +316,19 @@ int hilock_rlock_release(hilock_rlock *rl) {
   arglens[0] = ownerlen;
   args[1] = ttl;
   arglens[1] = hilock__i64(ttl, rl->h.ttl_ms);
-  rc = hilock__script_run(rl->h.client, &e, rl->lay->release, 2,
-                          keys, keylens, 2, args, arglens, &r);
+  if (rl->lay->resend) {
+    keys[2] = x.done;
+    keylens[2] = x.donelen;
+    args[2] = x.nonce;
+    arglens[2] = HILOCK__TOKEN_LEN;
+    args[3] = x.keep;
+    arglens[3] = x.keeplen;
+    nk = 3;
+    na = 4;
+  }
+  rc = hilock__script_run(rl->h.client, &e, rl->lay->release, nk,
+                          keys, keylens, na, args, arglens, &r);
+  hilock__resend_free(&x);
   pthread_mutex_lock(rl->mu);
   /* Re-check under the mutex: another thread may have been granted since. */
   mine = mine && is_mine(rl, owner, ownerlen);

@@ -179,16 +179,28 @@ static void fam_free(void *arg) {
 
 /* ## The release scripts, for an owner ------------------------------------ */
 
-/* Run a release script of one side for owner; *r gets its integer
- * reply. */
+/* Run a release script of one side for owner (nkeys keys, then the owner's
+ * done marker of that side, named after keys[mark]); *r gets its integer
+ * reply. Safe to resend: the call carries a nonce (lib/resend.lua). */
 static int run_release(hilock_rwlock *rw, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
-                       const size_t *keylens, const char *owner,
+                       size_t *keylens, int mark, const char *owner,
                        size_t ownerlen, redisReply **r) {
-  const char *args[1] = {owner};
-  size_t arglens[1] = {ownerlen};
-  int rc = hilock__script_run(rw->w.client, e, s, nkeys, keys, keylens, 1,
-                              args, arglens, r);
+  hilock__resend x;
+  const char *args[3] = {owner, x.nonce, x.keep};
+  size_t arglens[3] = {ownerlen, HILOCK__TOKEN_LEN, 0};
+  int rc = hilock__resend_init(&x, rw->w.client, e, keys[mark],
+                               keylens[mark], owner, ownerlen);
+  if (rc != HILOCK_OK) {
+    hilock__resend_free(&x);
+    return rc;
+  }
+  arglens[2] = x.keeplen;
+  keys[nkeys] = x.done;
+  keylens[nkeys] = x.donelen;
+  rc = hilock__script_run(rw->w.client, e, s, nkeys + 1, keys, keylens, 3,
+                          args, arglens, r);
+  hilock__resend_free(&x);
   if (rc == HILOCK_OK && (*r)->type != REDIS_REPLY_INTEGER) {
     freeReplyObject(*r);
     *r = NULL;
@@ -223,22 +235,22 @@ static void write_release_keys(const hilock_rwlock *rw, const char **keys,
 static int run_read_release(hilock_rwlock *rw, hilock__err *e,
                             const char *owner, size_t ownerlen,
                             redisReply **r) {
-  const char *keys[6];
-  size_t keylens[6];
+  const char *keys[7];
+  size_t keylens[7];
   read_release_keys(rw, keys, keylens);
   return run_release(rw, e, &hilock__script_rwlock_read_release, 6, keys,
-                     keylens, owner, ownerlen, r);
+                     keylens, 1, owner, ownerlen, r);
 }
 
 /* Leave one level of owner's write hold: the remaining count, or -1. */
 static int run_write_release(hilock_rwlock *rw, hilock__err *e,
                              const char *owner, size_t ownerlen,
                              redisReply **r) {
-  const char *keys[8];
-  size_t keylens[8];
+  const char *keys[9];
+  size_t keylens[9];
   write_release_keys(rw, keys, keylens);
   return run_release(rw, e, &hilock__script_rwlock_write_release, 8, keys,
-                     keylens, owner, ownerlen, r);
+                     keylens, 0, owner, ownerlen, r);
 }
 
 /* ## Acquiring --------------------------------------------------------- */
@@ -336,20 +348,40 @@ static void waiting(attempt_ctx *a, int64_t *pttl) {
  * says so and the reply still tells whether it granted. If the reply does
  * not come in time, the grant (or re-entry) is ambiguous: the same socket
  * then carries the side's release for this owner (undo_s with its
- * undo_nkeys keys), which leaves the one level the attempt may have added
- * and changes nothing if it added none. */
+ * undo_nkeys keys, room for one more: the done marker named after
+ * undo_keys[mark]), which leaves the one level the attempt may have added
+ * and changes nothing if it added none. Each carries a nonce of its own
+ * (the undo must not pass for a resend of the acquire). */
 static int run_attempt(attempt_ctx *a, const hilock__script *s,
                        const char **keys, const size_t *keylens,
                        const hilock__script *undo_s, int undo_nkeys,
-                       const char **undo_keys, const size_t *undo_keylens,
+                       const char **undo_keys, size_t *undo_keylens, int mark,
                        hilock__err *unacked, redisReply **r) {
   hilock_rwlock *rw = a->rw;
   char ttl[24];
-  const char *args[4] = {a->owner, ttl, a->wait ? "1" : "0", "woken"};
-  size_t arglens[4] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1, 5};
+  hilock__resend acq, und;
+  const char *args[5] = {a->owner, ttl, a->wait ? "1" : "0", acq.nonce,
+                         "woken"};
+  size_t arglens[5] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1,
+                       HILOCK__TOKEN_LEN, 5};
+  const char *uargs[3] = {a->owner, und.nonce, und.keep};
+  size_t uarglens[3] = {a->ownerlen, HILOCK__TOKEN_LEN, 0};
   int woken = hilock__attempt_woken() == 2;
-  hilock__undo undo = {undo_s, undo_nkeys, 1, undo_keys, undo_keylens,
-                       args, arglens, rw->ttl_ms};
+  hilock__undo undo = {undo_s, undo_nkeys + 1, 3, undo_keys, undo_keylens,
+                       uargs, uarglens, rw->ttl_ms};
+  und.done = NULL;
+  if (hilock__resend_init(&acq, rw->w.client, &a->e, NULL, 0, NULL, 0) !=
+          HILOCK_OK ||
+      hilock__resend_init(&und, rw->w.client, &a->e, undo_keys[mark],
+                          undo_keylens[mark], a->owner,
+                          a->ownerlen) != HILOCK_OK) {
+    hilock__resend_free(&und);
+    *r = NULL;
+    return a->e.code;
+  }
+  uarglens[2] = und.keeplen;
+  undo_keys[undo_nkeys] = und.done;
+  undo_keylens[undo_nkeys] = und.donelen;
   /* No undo for a re-entry (this thread holds a level of the side): had
    * the attempt failed without running (NOSCRIPT after a restart or a
    * script flush: the undo is sent with its source), the undo would leave
@@ -358,8 +390,9 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
    * which lapses with the hold. */
   const hilock__undo *outer = hilock__undo_arm(a->reentry ? NULL : &undo);
   int rc = hilock__script_run(rw->w.client, &a->e, s, woken ? 7 : 6, keys,
-                              keylens, woken ? 4 : 3, args, arglens, r);
+                              keylens, woken ? 5 : 4, args, arglens, r);
   hilock__undo_disarm(outer);
+  hilock__resend_free(&und);
   *unacked = a->e;
   return rc;
 }
@@ -381,8 +414,8 @@ static int read_attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   hilock__err unacked;
   redisReply *r = NULL;
-  const char *ukeys[6];
-  size_t ukeylens[6];
+  const char *ukeys[7];
+  size_t ukeylens[7];
   int rc;
   read_release_keys(rw, ukeys, ukeylens);
   pthread_mutex_lock(rw->mu);
@@ -393,7 +426,7 @@ static int read_attempt(void *arg, int64_t *pttl) {
   pthread_mutex_unlock(rw->mu);
   rc = run_attempt(a, &hilock__script_rwlock_read_acquire, keys, keylens,
                        &hilock__script_rwlock_read_release, 6, ukeys,
-                       ukeylens, &unacked, &r);
+                       ukeylens, 1, &unacked, &r);
   if (rc != HILOCK_OK && rc != HILOCK_ENOREPLICAS) return rc;
   if (!hilock__int_reply(r, 2) || r->element[0]->integer < 0 ||
       r->element[0]->integer > 1) {
@@ -555,8 +588,8 @@ static int write_attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   hilock__err unacked;
   redisReply *r = NULL;
-  const char *ukeys[8];
-  size_t ukeylens[8];
+  const char *ukeys[9];
+  size_t ukeylens[9];
   int rc;
   write_release_keys(rw, ukeys, ukeylens);
   pthread_mutex_lock(rw->mu);
@@ -565,7 +598,7 @@ static int write_attempt(void *arg, int64_t *pttl) {
   pthread_mutex_unlock(rw->mu);
   rc = run_attempt(a, &hilock__script_rwlock_write_acquire, keys,
                        keylens, &hilock__script_rwlock_write_release, 8, ukeys,
-                       ukeylens, &unacked, &r);
+                       ukeylens, 0, &unacked, &r);
   if (rc != HILOCK_OK && rc != HILOCK_ENOREPLICAS) return rc;
   if (!hilock__int_reply(r, 2) ||
       (r->element[0]->integer == 1 && !hilock__int_reply(r, 3))) {

@@ -99,3 +99,28 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
   }
   return rc;
 }
+
+int hilock__resend_init(hilock__resend *x, const hilock_client *c,
+                        hilock__err *e, const char *key, size_t keylen,
+                        const char *owner, size_t ownerlen) {
+  static const char mid[] = ":done:";
+  int rc;
+  memset(x, 0, sizeof(*x));
+  rc = hilock__token(x->nonce, e);
+  if (rc != HILOCK_OK || key == NULL) return rc;
+  x->keeplen = hilock__i64(x->keep, c->rt.opts.reconnect_ms +
+                                        c->rt.opts.command_timeout_ms + 1000);
+  x->donelen = keylen + sizeof(mid) - 1 + ownerlen;
+  x->done = malloc(x->donelen + 1);
+  if (x->done == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  memcpy(x->done, key, keylen);
+  memcpy(x->done + keylen, mid, sizeof(mid) - 1);
+  memcpy(x->done + keylen + sizeof(mid) - 1, owner, ownerlen);
+  x->done[x->donelen] = 0;
+  return HILOCK_OK;
+}
+
+void hilock__resend_free(hilock__resend *x) {
+  free(x->done);
+  x->done = NULL;
+}
