@@ -1,0 +1,322 @@
+/* A reply lost to a broken connection after the server ran the script: the
+ * reentrant and read-write locks' acquire and release are resent once on a
+ * fresh connection and count once. Against a real server; the test links
+ * with -Wl,--wrap= for hilock__net_append and hilock__net_get_reply: once
+ * armed for a script, the reply to its next call is read from the server
+ * (so the script ran) and then reported as a connection reset. */
+#include "test_util.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "scripts.h"
+
+typedef hl_fixture fixture;
+
+/* ## The reply-swallowing transport ---------------------------------------- */
+
+int __real_hilock__net_append(hilock__net *c, int argc, const char **argv,
+                              const size_t *lens);
+int __real_hilock__net_get_reply(hilock__net *c, void **reply);
+int __wrap_hilock__net_append(hilock__net *c, int argc, const char **argv,
+                              const size_t *lens);
+int __wrap_hilock__net_get_reply(hilock__net *c, void **reply);
+
+static const hilock__script *_Atomic target; /* swallow its next reply */
+static atomic_int pending;                     /* its call was written */
+static atomic_int swallowed;                   /* replies swallowed */
+
+static int is_target(int argc, const char **argv, const size_t *lens) {
+  const hilock__script *s = atomic_load(&target);
+  if (s == NULL || argc < 2) return 0;
+  if (lens[0] == 7 && memcmp(argv[0], "EVALSHA", 7) == 0)
+    return lens[1] == 40 && memcmp(argv[1], s->sha, 40) == 0;
+  if (lens[0] == 4 && memcmp(argv[0], "EVAL", 4) == 0)
+    return lens[1] == s->len && memcmp(argv[1], s->src, s->len) == 0;
+  return 0;
+}
+
+int __wrap_hilock__net_append(hilock__net *c, int argc, const char **argv,
+                              const size_t *lens) {
+  if (is_target(argc, argv, lens)) atomic_store(&pending, 1);
+  return __real_hilock__net_append(c, argc, argv, lens);
+}
+
+int __wrap_hilock__net_get_reply(hilock__net *c, void **reply) {
+  int rc = __real_hilock__net_get_reply(c, reply);
+  redisReply *r = rc == 0 ? *reply : NULL;
+  /* PING's PONG and NOSCRIPT come before the script's own reply. */
+  if (r == NULL || !atomic_load(&pending) ||
+      (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0) ||
+      r->type == REDIS_REPLY_ERROR)
+    return rc;
+  atomic_store(&pending, 0);
+  atomic_store(&target, NULL);
+  atomic_fetch_add(&swallowed, 1);
+  freeReplyObject(r);
+  *reply = NULL;
+  errno = ECONNRESET;
+  return -1;
+}
+
+/* The next call of s loses its reply after the server ran it. */
+static void lose_next_reply(const hilock__script *s) {
+  atomic_store(&pending, 0);
+  atomic_store(&target, s);
+}
+
+/* The reply of the armed script was swallowed (so the call was resent). */
+static void assert_swallowed(int n) {
+  assert_null(atomic_load(&target));
+  assert_int_equal(atomic_load(&swallowed), n);
+}
+
+/* ## Reading the server's state --------------------------------------------- */
+
+/* Hash key's owner fields (neither 'fence' nor '<owner>:op'): their count,
+ * the last one's value in *count; *ops gets the number of ':op' fields. */
+static int owners_of(fixture *f, const char *key, long long *count,
+                     int *ops) {
+  redisReply *r = hl_redis(f->redis, "HGETALL %s", key);
+  int owners = 0;
+  *count = 0;
+  *ops = 0;
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  for (size_t i = 0; i + 1 < r->elements; i += 2) {
+    const redisReply *k = r->element[i];
+    if (strcmp(k->str, "fence") == 0) continue;
+    if (k->len > 3 && strcmp(k->str + k->len - 3, ":op") == 0) {
+      (*ops)++;
+      continue;
+    }
+    owners++;
+    *count = atoll(r->element[i + 1]->str);
+  }
+  freeReplyObject(r);
+  return owners;
+}
+
+/* Exactly one owner in hash key, holding n levels, with its op field. */
+static void assert_levels(fixture *f, const char *key, long long n) {
+  long long count;
+  int ops;
+  assert_int_equal(owners_of(f, key, &count, &ops), 1);
+  assert_int_equal(count, n);
+  assert_int_equal(ops, 1);
+}
+
+/* Pool a connection, so that the next call's break is resent (a fresh
+ * connection that breaks means the server is gone). */
+static void warm(fixture *f, hilock_rlock *rl) {
+  int64_t n;
+  assert_hl_ok(hilock_rlock_hold_count(rl, &n),
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  (void)f;
+}
+
+/* ## Reentrant lock ------------------------------------------------------- */
+
+static void rlock_lost_replies_count_once(void **state) {
+  fixture *f = *state;
+  const char *key = "hilock:{rs}:rlock";
+  hilock_rlock *rl = hl_new_rlock(f->client, "rs", 10000);
+  hilock_lock_info info;
+  int base = atomic_load(&swallowed);
+  uint64_t fence;
+
+  warm(f, rl);
+  lose_next_reply(&hilock__script_rlock_acquire);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_swallowed(base + 1);
+  assert_levels(f, key, 1);
+  fence = hilock_hold_fence(HILOCK_HOLD(rl));
+  assert_int_equal(fence, hl_redis_get_int(f->redis, "hilock:{rs}:fence"));
+  /* The op field is no holder for inspection. */
+  assert_hl_ok(hilock_client_inspect(f->client, "rs", 2, &info),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(info.hold_count, 1);
+  assert_int_equal(strchr(info.holder, ':') != NULL, 1);
+  assert_null(strstr(info.holder, ":op"));
+
+  lose_next_reply(&hilock__script_rlock_acquire);
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_swallowed(base + 2);
+  assert_levels(f, key, 2);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), fence);
+
+  lose_next_reply(&hilock__script_rlock_release);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_swallowed(base + 3);
+  assert_levels(f, key, 1);
+
+  /* The last release deleted the hash: its resend still reports success. */
+  lose_next_reply(&hilock__script_rlock_release);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_swallowed(base + 4);
+  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+  assert_false(hilock_hold_held(HILOCK_HOLD(rl)));
+
+  /* A real "not owner" stays one. */
+  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  /* And the lock works as before: a new grant, a new fence. */
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), fence + 1);
+  assert_levels(f, key, 1);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+  hilock_hold_free(HILOCK_HOLD(rl));
+}
+
+/* ## Read-write lock ------------------------------------------------------ */
+
+static void rwlock_lost_write_replies_count_once(void **state) {
+  fixture *f = *state;
+  const char *key = "hilock:{rw}:rw:writer";
+  hilock_rwlock *rw = hl_new_rwlock(f->client, "rw", 10000);
+  hilock_lock_info info;
+  int base = atomic_load(&swallowed);
+  int64_t n;
+  uint64_t fence;
+
+  assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  lose_next_reply(&hilock__script_rwlock_write_acquire);
+  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 1);
+  assert_levels(f, key, 1);
+  fence = hilock_hold_fence(HILOCK_HOLD(rw));
+  assert_int_equal(fence, hl_redis_get_int(f->redis, "hilock:{rw}:fence"));
+  assert_hl_ok(hilock_client_inspect(f->client, "rw", 2, &info),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(info.hold_count, 1);
+  assert_int_equal(info.fence, fence);
+  assert_null(strstr(info.holder, ":op"));
+
+  lose_next_reply(&hilock__script_rwlock_write_acquire);
+  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 2);
+  assert_levels(f, key, 2);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rw)), fence);
+
+  lose_next_reply(&hilock__script_rwlock_write_release);
+  assert_hl_ok(hilock_rwlock_write_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 3);
+  assert_levels(f, key, 1);
+
+  lose_next_reply(&hilock__script_rwlock_write_release);
+  assert_hl_ok(hilock_rwlock_write_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 4);
+  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+
+  assert_hl_rc(hilock_rwlock_write_release(rw), HILOCK_ENOTOWNED,
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rw)), fence + 1);
+  assert_hl_ok(hilock_rwlock_write_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+  hilock_hold_free(HILOCK_HOLD(rw));
+}
+
+static void rwlock_lost_read_replies_count_once(void **state) {
+  fixture *f = *state;
+  const char *counts = "hilock:{rd}:rw:counts";
+  const char *readers = "hilock:{rd}:rw:readers";
+  hilock_rwlock *rw = hl_new_rwlock(f->client, "rd", 10000);
+  hilock_lock_info info;
+  int base = atomic_load(&swallowed);
+  int64_t n;
+
+  assert_hl_ok(hilock_rwlock_read_hold_count(rw, &n),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  lose_next_reply(&hilock__script_rwlock_read_acquire);
+  assert_hl_ok(hilock_rwlock_read_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 1);
+  assert_levels(f, counts, 1);
+  assert_int_equal(hl_redis_int(f->redis, "ZCARD %s", readers), 1);
+  assert_hl_ok(hilock_client_inspect(f->client, "rd", 2, &info),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(info.readers, 1);
+  assert_int_equal(info.hold_count, 1);
+
+  lose_next_reply(&hilock__script_rwlock_read_acquire);
+  assert_hl_ok(hilock_rwlock_read_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 2);
+  assert_levels(f, counts, 2);
+  assert_hl_ok(hilock_rwlock_read_hold_count(rw, &n),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_int_equal(n, 2);
+
+  lose_next_reply(&hilock__script_rwlock_read_release);
+  assert_hl_ok(hilock_rwlock_read_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 3);
+  assert_levels(f, counts, 1);
+
+  lose_next_reply(&hilock__script_rwlock_read_release);
+  assert_hl_ok(hilock_rwlock_read_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 4);
+  /* No level and no op field left: both keys are gone. */
+  assert_false(hl_redis_exists(f->redis, counts, strlen(counts)));
+  assert_false(hl_redis_exists(f->redis, readers, strlen(readers)));
+
+  assert_hl_rc(hilock_rwlock_read_release(rw), HILOCK_ENOTOWNED,
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  /* A writer gets in: no read level was left behind. */
+  assert_hl_ok(hilock_rwlock_write_try_acquire(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_hl_ok(hilock_rwlock_write_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  hilock_hold_free(HILOCK_HOLD(rw));
+}
+
+/* A reader whose hold lapsed is purged with its op field. */
+static void lapsed_reader_leaves_no_op_field(void **state) {
+  fixture *f = *state;
+  hilock_rwlock *a = hl_new_rwlock(f->client, "lapse", 300);
+  hilock_client *c2 = hl_client(f->server.url, NULL);
+  hilock_rwlock *b = hl_new_rwlock(c2, "lapse", 10000);
+  long long count;
+  int ops;
+
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 0, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_rwlock_read_set_auto_renew(a, 0, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_rwlock_read_acquire(a, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_rwlock_read_acquire(b, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hl_sleep_ms(400);
+  /* b's release purges a's lapsed hold: one owner, one op field left. */
+  assert_hl_ok(hilock_rwlock_read_acquire(b, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_int_equal(owners_of(f, "hilock:{lapse}:rw:counts", &count, &ops), 1);
+  assert_int_equal(count, 2);
+  assert_int_equal(ops, 1);
+  assert_hl_ok(hilock_rwlock_read_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_rwlock_read_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_false(hl_redis_exists(f->redis, "hilock:{lapse}:rw:counts", 24));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
+  hilock_client_free(c2);
+}
+
+HL_FIXTURE_MAIN("resend",
+      HL_TEST(rlock_lost_replies_count_once),
+      HL_TEST(rwlock_lost_write_replies_count_once),
+      HL_TEST(rwlock_lost_read_replies_count_once),
+      HL_TEST(lapsed_reader_leaves_no_op_field))
