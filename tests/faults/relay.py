@@ -9,7 +9,8 @@ call of each script on a fresh server is EVAL with the source (EVALSHA got
 NOSCRIPT), whose SHA1 the relay then maps to a file of core/scripts.
 
 Runs in a thread of the campaign process: ``Relay(target_port, scripts_dir)``,
-``start()``, ``arm(p, verbs)``, ``disarm()``, ``stop()``.
+``start()``, ``arm(p, verbs, times=None)`` (disarmed again after ``times``
+resets), ``disarm()``, ``stop()``.
 """
 from __future__ import annotations
 
@@ -94,6 +95,7 @@ class Relay:
         self.rng = random.Random(seed)
         self.p = 0.0
         self.verbs: Set[str] = set()
+        self.left: Optional[int] = None
         self.on_reset = on_reset
         self.resets: Dict[str, int] = {}
         self.port = 0
@@ -103,8 +105,9 @@ class Relay:
         self.server: Optional[asyncio.base_events.Server] = None
         self.conns: Set[asyncio.StreamWriter] = set()
 
-    def arm(self, p: float, verbs: Tuple[str, ...] = VERBS) -> None:
-        self.p, self.verbs = p, set(verbs)
+    def arm(self, p: float, verbs: Tuple[str, ...] = VERBS,
+            times: Optional[int] = None) -> None:
+        self.p, self.verbs, self.left = p, set(verbs), times
 
     def disarm(self) -> None:
         self.p = 0.0
@@ -181,6 +184,10 @@ class Relay:
                         # every reply, and reset the client once the server
                         # has had the time to run it.
                         state["drop"] = True
+                        if self.left is not None:
+                            self.left -= 1
+                            if self.left <= 0:
+                                self.disarm()
                         sw.write(buf[:end])
                         await sw.drain()
                         await asyncio.sleep(0.1)

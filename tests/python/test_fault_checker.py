@@ -361,3 +361,126 @@ def test_relay_loses_replies_after_the_server_ran_the_command(own_server) -> Non
     finally:
         relay.stop()
         r.close()
+
+
+def _owner_fields(r: "redis.Redis[bytes]", key: bytes) -> Dict[bytes, int]:
+    """A hash's owner fields and counts: not 'fence', not '<owner>:op'."""
+    return {k: int(v) for k, v in r.hgetall(key).items()
+            if k != b"fence" and not k.endswith(b":op")}
+
+
+def _op_fields(r: "redis.Redis[bytes]", key: bytes) -> int:
+    return sum(1 for k in r.hkeys(key) if k.endswith(b":op"))
+
+
+@pytest.fixture
+def relayed(own_server) -> Any:
+    """A relay in front of a server of the test's own, the reset replies
+    seen, a raw connection to the server, and a client through the relay."""
+    scripts = Path(__file__).resolve().parents[2] / "core" / "scripts"
+    seen: List[str] = []
+    relay = Relay(own_server.port, str(scripts), seed=1,
+                  on_reset=lambda verb, script: seen.append(f"{verb}:{script}")).start()
+    r = redis.Redis(port=own_server.port)
+    c = hilock.Client(f"redis://127.0.0.1:{relay.port}/0", command_timeout=2.0)
+    try:
+        yield relay, seen, r, c
+    finally:
+        c.close()
+        relay.stop()
+        r.close()
+
+
+def _lose_one(relay: Relay, seen: List[str], verb: str, script: str, call: Any) -> Any:
+    """call() with the reply of its first script call lost after the server
+    ran it; the client resends once on a fresh connection."""
+    n = len(seen)
+    relay.arm(1.0, (verb,), times=1)
+    try:
+        return call()
+    finally:
+        relay.disarm()
+        assert seen[n:] == [f"{verb}:{script}"]
+
+
+def test_relay_lost_rwlock_replies_count_once(relayed: Any) -> None:
+    """A read or write acquire or release whose reply is lost is resent and
+    counts once: the server's hold counts are exact, the fence is the first
+    run's, the last release reports success and leaves nothing behind."""
+    relay, seen, r, c = relayed
+    warm = c.rwlock("warm", ttl=10)   # the relay learns the four scripts
+    for side in (warm.write(), warm.read()):
+        assert side.acquire(blocking=False)
+        side.release()
+    rw = c.rwlock("rwr", ttl=10)
+    w, rd = rw.write(), rw.read()
+    wkey, ckey = b"hilock:{rwr}:rw:writer", b"hilock:{rwr}:rw:counts"
+
+    assert _lose_one(relay, seen, "acquire", "rwlock_write_acquire",
+                     lambda: w.acquire(blocking=False))
+    assert list(_owner_fields(r, wkey).values()) == [1]
+    fence = w.fence
+    assert fence is not None and fence == int(r.get(b"hilock:{rwr}:fence"))
+    assert _lose_one(relay, seen, "acquire", "rwlock_write_acquire",
+                     lambda: w.acquire(blocking=False))
+    assert list(_owner_fields(r, wkey).values()) == [2] and w.fence == fence
+    assert c.inspect("rwr").hold_count == 2
+    _lose_one(relay, seen, "release", "rwlock_write_release", w.release)
+    assert list(_owner_fields(r, wkey).values()) == [1]
+    _lose_one(relay, seen, "release", "rwlock_write_release", w.release)
+    assert r.exists(wkey) == 0
+    with pytest.raises(hilock.LockNotOwnedError):
+        w.release()
+
+    assert _lose_one(relay, seen, "acquire", "rwlock_read_acquire",
+                     lambda: rd.acquire(blocking=False))
+    assert list(_owner_fields(r, ckey).values()) == [1]
+    assert _lose_one(relay, seen, "acquire", "rwlock_read_acquire",
+                     lambda: rd.acquire(blocking=False))
+    assert list(_owner_fields(r, ckey).values()) == [2] and rd.hold_count() == 2
+    assert _op_fields(r, ckey) == 1
+    _lose_one(relay, seen, "release", "rwlock_read_release", rd.release)
+    assert list(_owner_fields(r, ckey).values()) == [1]
+    _lose_one(relay, seen, "release", "rwlock_read_release", rd.release)
+    assert r.exists(ckey) == 0 and r.exists(b"hilock:{rwr}:rw:readers") == 0
+    with pytest.raises(hilock.LockNotOwnedError):
+        rd.release()
+
+    # No orphan level: the next acquire of either side is a first grant.
+    assert w.acquire(blocking=False) and w.fence == fence + 1
+    assert list(_owner_fields(r, wkey).values()) == [1]
+    w.release()
+    assert rd.acquire(blocking=False) and rd.hold_count() == 1
+    rd.release()
+    assert r.exists(wkey) == 0 and r.exists(ckey) == 0
+
+
+def test_relay_lost_rlock_replies_count_once(relayed: Any) -> None:
+    """The same for the reentrant lock."""
+    relay, seen, r, c = relayed
+    warm = c.rlock("warm", ttl=10)
+    assert warm.acquire(blocking=False)
+    warm.release()
+    rl = c.rlock("rlr", ttl=10)
+    key = b"hilock:{rlr}:rlock"
+
+    assert _lose_one(relay, seen, "acquire", "rlock_acquire",
+                     lambda: rl.acquire(blocking=False))
+    assert list(_owner_fields(r, key).values()) == [1]
+    fence = rl.fence
+    assert fence is not None and fence == int(r.get(b"hilock:{rlr}:fence"))
+    info = c.inspect("rlr")
+    assert info.hold_count == 1 and not info.holder.endswith(":op")
+    assert _lose_one(relay, seen, "acquire", "rlock_acquire",
+                     lambda: rl.acquire(blocking=False))
+    assert list(_owner_fields(r, key).values()) == [2] and rl.fence == fence
+    _lose_one(relay, seen, "release", "rlock_release", rl.release)
+    assert list(_owner_fields(r, key).values()) == [1] and rl.hold_count() == 1
+    _lose_one(relay, seen, "release", "rlock_release", rl.release)
+    assert r.exists(key) == 0
+    with pytest.raises(hilock.LockNotOwnedError):
+        rl.release()
+    assert rl.acquire(blocking=False) and rl.fence == fence + 1
+    assert list(_owner_fields(r, key).values()) == [1]
+    rl.release()
+    assert r.exists(key) == 0
