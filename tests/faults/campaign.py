@@ -575,6 +575,9 @@ class RelayRun(Run):
         self.add("lock", "L", 2)
         self.add("fair_lock", "F", 2)
         self.add("semaphore", "S", 2, permits=1)
+        # Their acquire and release are resent with the call's nonce.
+        self.add("rwlock", "RW", 2)
+        self.add("rlock", "R", 2)
 
     def setup(self) -> None:
         super().setup()
