@@ -2,9 +2,11 @@
 -- waiter.
 -- KEYS[1] owners hash, KEYS[2] wake list, KEYS[3] the owner's done marker.
 -- ARGV[1] owner, ARGV[2] ttl in ms, ARGV[3] the call's nonce, ARGV[4] how
--- long the done marker lives in ms (the client's resend window).
+-- long the done marker lives in ms (the client's resend window), ARGV[5]
+-- (optional) the nonce of an acquire whose outcome the caller does not
+-- know: leave the level only if that acquire was the owner's last call.
 -- Returns the remaining hold count (0: released), or -1 if not held by
--- this owner (nothing changed).
+-- this owner, -2 if the acquire to undo did not apply (nothing changed).
 -- Safe to resend: a release that leaves levels records its nonce in field
 -- '<owner>:op'; the last one deletes the hash and writes its nonce to the
 -- done marker, so a resend of either answers as the first run did.
@@ -12,7 +14,7 @@
 -- @include wake.lua
 -- @include resend.lua
 local op = ARGV[1] .. ':op'
-local again = resent_release(KEYS[1], KEYS[3], ARGV[1], ARGV[3])
+local again = resent_release(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[5])
 if again then
   return again
 end

@@ -2,9 +2,11 @@
 -- KEYS[1] readers zset, KEYS[2] read hold counts, KEYS[3] writer hash,
 -- KEYS[4] waiting writers zset, KEYS[5] admitted readers zset, KEYS[6] the
 -- writers' wake list, KEYS[7] the owner's done marker. ARGV[1] owner,
--- ARGV[2] the call's nonce, ARGV[3] how long the done marker lives in ms.
+-- ARGV[2] the call's nonce, ARGV[3] how long the done marker lives in ms,
+-- ARGV[4] (optional) the nonce of an acquire to undo (see resend.lua).
 -- Returns the remaining hold count (0: released), or -1 if this owner holds
--- no read (never did, or it expired); nothing changes then.
+-- no read (never did, or it expired), -2 if the acquire to undo did not
+-- apply; nothing changes then.
 -- Safe to resend (see resend.lua): a resend answers as the first run did.
 -- @include rw_purge.lua
 -- @include resend.lua
@@ -14,7 +16,7 @@ local now = purge_readers(KEYS[1], KEYS[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 local me = ARGV[1]
-local again = resent_release(KEYS[2], KEYS[7], me, ARGV[2])
+local again = resent_release(KEYS[2], KEYS[7], me, ARGV[2], ARGV[4])
 if again then
   return again
 end

@@ -7,15 +7,16 @@
 -- KEYS[4] waiting writers zset, KEYS[5] waiting readers zset, KEYS[6]
 -- admitted readers zset, KEYS[7] readers' wake list, KEYS[8] writers' wake
 -- list, KEYS[9] the owner's done marker. ARGV[1] owner, ARGV[2] the call's
--- nonce, ARGV[3] how long the done marker lives in ms.
+-- nonce, ARGV[3] how long the done marker lives in ms, ARGV[4] (optional)
+-- the nonce of an acquire to undo (see resend.lua).
 -- Returns the remaining hold count (0: released), or -1 if this owner does
--- not hold it (nothing changes).
+-- not hold it, -2 if the acquire to undo did not apply (nothing changes).
 -- Safe to resend (see resend.lua): a resend answers as the first run did.
 -- @include rw_purge.lua
 -- @include resend.lua
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
-local again = resent_release(KEYS[1], KEYS[9], ARGV[1], ARGV[2])
+local again = resent_release(KEYS[1], KEYS[9], ARGV[1], ARGV[2], ARGV[4])
 if again then
   return again
 end

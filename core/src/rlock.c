@@ -17,6 +17,10 @@ struct hilock_rlock {
   char *key, *fkey, *wkey;
   size_t keylen, fkeylen, wkeylen;
   const hilock__rlock_layout *lay; /* hilock's keys and scripts, or Redisson's */
+  /* The nonce of the grant owner's release whose outcome is unknown (a
+   * broken connection or a timeout), "" if none: its next release is that
+   * release's retry and goes with the same nonce (own layout). */
+  char rel[HILOCK__TOKEN_LEN + 1];
 };
 
 /* The caller's owner id: client id, ':', kernel thread id (or an async
@@ -119,10 +123,12 @@ static int attempt(void *arg, int64_t *pttl) {
   int rc;
   /* Own scripts: the acquire's nonce (ARGV[3]), and the undo's own nonce
    * and done marker (a release with the acquire's nonce would be taken
-   * for a resend of it). */
+   * for a resend of it); the undo leaves a level only if the acquire was
+   * the owner's last call (its nonce in ARGV[5]). */
   hilock__resend acq, und;
-  const char *uargs[4] = {owner, ttl, und.nonce, und.keep};
-  size_t uarglens[4] = {ownerlen, arglens[1], HILOCK__TOKEN_LEN, 0};
+  const char *uargs[5] = {owner, ttl, und.nonce, und.keep, acq.nonce};
+  size_t uarglens[5] = {ownerlen, arglens[1], HILOCK__TOKEN_LEN, 0,
+                        HILOCK__TOKEN_LEN};
   hilock__clear_err(&e);
   und.done = NULL;
   if (rl->lay->resend) {
@@ -150,7 +156,7 @@ static int attempt(void *arg, int64_t *pttl) {
    * which lapses with the hold. */
   const char *ukeys[3] = {rl->key, rl->wkey, und.done};
   size_t ukeylens[3] = {rl->keylen, rl->wkeylen, und.donelen};
-  int un = rl->lay->resend ? 3 : 2, uargn = rl->lay->resend ? 4 : 2;
+  int un = rl->lay->resend ? 3 : 2, uargn = rl->lay->resend ? 5 : 2;
   hilock__undo u = {rl->lay->release, un, uargn, ukeys, ukeylens, uargs,
                     uarglens, rl->h.ttl_ms};
   int reentry;
@@ -168,6 +174,10 @@ static int attempt(void *arg, int64_t *pttl) {
   pthread_mutex_lock(rl->mu);
   if (rc != HILOCK_OK) {
     *hilock__hold_err(&rl->h) = e;
+    /* The connection broke with the attempt possibly run, and its resend
+     * failed too: leave the level it may have added, if it was this
+     * owner's last call (a re-entry included: the check is the nonce). */
+    undo = rc == HILOCK_EIO && rl->lay->resend ? 2 : 0;
   } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
              r->element[0]->type != REDIS_REPLY_INTEGER ||
              r->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -177,6 +187,7 @@ static int attempt(void *arg, int64_t *pttl) {
     undo = 1; /* too few replicas saw this (re-)entry: leave it again */
     rc = HILOCK_ENOREPLICAS;
   } else if (r->element[0]->integer == 1) {
+    if (!is_mine(rl, owner, ownerlen)) rl->rel[0] = 0;
     memcpy(rl->h.owner, owner, ownerlen + 1);
     rl->h.ownerlen = ownerlen;
     rc = hilock__hold_granted(&rl->h, start, (uint64_t)r->element[1]->integer);
@@ -197,9 +208,11 @@ static int attempt(void *arg, int64_t *pttl) {
                              un, ukeys, ukeylens, uargn, uargs, uarglens, &r);
     hilock__call_end(outer);
     if (r != NULL) freeReplyObject(r);
-    pthread_mutex_lock(rl->mu);
-    rc = hilock__grant_unacked(hilock__hold_err(&rl->h), &e, urc, &ue);
-    pthread_mutex_unlock(rl->mu);
+    if (undo == 1) {
+      pthread_mutex_lock(rl->mu);
+      rc = hilock__grant_unacked(hilock__hold_err(&rl->h), &e, urc, &ue);
+      pthread_mutex_unlock(rl->mu);
+    }
   }
   if (rl->lay->resend) hilock__resend_free(&und);
   return rc;
@@ -304,6 +317,7 @@ int hilock_rlock_release(hilock_rlock *rl) {
   }
   pthread_mutex_lock(rl->mu);
   mine = is_mine(rl, owner, ownerlen);
+  if (mine && rl->rel[0] != 0) memcpy(x.nonce, rl->rel, sizeof(x.nonce));
   pthread_mutex_unlock(rl->mu);
   /* As for exclusive locks: no renewal may run between the final release
    * and forgetting the grant (it would report a false loss). */
@@ -332,6 +346,12 @@ int hilock_rlock_release(hilock_rlock *rl) {
   pthread_mutex_lock(rl->mu);
   /* Re-check under the mutex: another thread may have been granted since. */
   mine = mine && is_mine(rl, owner, ownerlen);
+  if (mine && rl->lay->resend) {
+    if (rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT)
+      memcpy(rl->rel, x.nonce, sizeof(rl->rel));
+    else
+      rl->rel[0] = 0;
+  }
   if (rc != HILOCK_OK) {
     *hilock__hold_err(&rl->h) = e;
   } else if (r->type != REDIS_REPLY_INTEGER) {

@@ -22,12 +22,17 @@ typedef struct rw_reader {
   hilock__hold h; /* owner: client id:thread id */
   long tid;
   int64_t count; /* the owner's hold count as of the last reply */
+  char rel[HILOCK__TOKEN_LEN + 1]; /* see hilock_rwlock.wrel */
   struct rw_reader *next;
 } rw_reader;
 
 struct hilock_rwlock {
   hilock__hold w;     /* the write grant (one owner at a time) */
   int64_t wcount;     /* its owner's hold count as of the last reply */
+  /* The nonce of the write grant owner's release whose outcome is unknown
+   * (a broken connection or a timeout), "" if none: its next release is
+   * that release's retry and goes with the same nonce. */
+  char wrel[HILOCK__TOKEN_LEN + 1];
   /* The client's hmu: guards w, wcount, readers, read settings. The
    * handle's errors are kept per thread (hilock__hold_err(&w)). */
   pthread_mutex_t *mu;
@@ -181,11 +186,13 @@ static void fam_free(void *arg) {
 
 /* Run a release script of one side for owner (nkeys keys, then the owner's
  * done marker of that side, named after keys[mark]); *r gets its integer
- * reply. Safe to resend: the call carries a nonce (lib/resend.lua). */
+ * reply. Safe to resend: the call carries a nonce (lib/resend.lua): nonce
+ * if it is set (the retry of a release whose outcome is unknown), else a
+ * new one, written to nonce unless it is NULL. */
 static int run_release(hilock_rwlock *rw, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
                        size_t *keylens, int mark, const char *owner,
-                       size_t ownerlen, redisReply **r) {
+                       size_t ownerlen, char *nonce, redisReply **r) {
   hilock__resend x;
   const char *args[3] = {owner, x.nonce, x.keep};
   size_t arglens[3] = {ownerlen, HILOCK__TOKEN_LEN, 0};
@@ -195,6 +202,10 @@ static int run_release(hilock_rwlock *rw, hilock__err *e,
     hilock__resend_free(&x);
     return rc;
   }
+  if (nonce != NULL && nonce[0] != 0)
+    memcpy(x.nonce, nonce, sizeof(x.nonce));
+  else if (nonce != NULL)
+    memcpy(nonce, x.nonce, sizeof(x.nonce));
   arglens[2] = x.keeplen;
   keys[nkeys] = x.done;
   keylens[nkeys] = x.donelen;
@@ -233,24 +244,24 @@ static void write_release_keys(const hilock_rwlock *rw, const char **keys,
 
 /* Leave one level of owner's read hold: the remaining count, or -1. */
 static int run_read_release(hilock_rwlock *rw, hilock__err *e,
-                            const char *owner, size_t ownerlen,
+                            const char *owner, size_t ownerlen, char *nonce,
                             redisReply **r) {
   const char *keys[7];
   size_t keylens[7];
   read_release_keys(rw, keys, keylens);
   return run_release(rw, e, &hilock__script_rwlock_read_release, 6, keys,
-                     keylens, 1, owner, ownerlen, r);
+                     keylens, 1, owner, ownerlen, nonce, r);
 }
 
 /* Leave one level of owner's write hold: the remaining count, or -1. */
 static int run_write_release(hilock_rwlock *rw, hilock__err *e,
-                             const char *owner, size_t ownerlen,
+                             const char *owner, size_t ownerlen, char *nonce,
                              redisReply **r) {
   const char *keys[9];
   size_t keylens[9];
   write_release_keys(rw, keys, keylens);
   return run_release(rw, e, &hilock__script_rwlock_write_release, 8, keys,
-                     keylens, 0, owner, ownerlen, r);
+                     keylens, 0, owner, ownerlen, nonce, r);
 }
 
 /* ## Acquiring --------------------------------------------------------- */
@@ -279,13 +290,14 @@ static void ctx_init(attempt_ctx *a, hilock_rwlock *rw, int wait) {
  * Returns HILOCK_ENOREPLICAS. */
 static int give_back(attempt_ctx *a, const hilock__err *unacked,
                      int (*release)(hilock_rwlock *, hilock__err *,
-                                    const char *, size_t, redisReply **)) {
+                                    const char *, size_t, char *,
+                                    redisReply **)) {
   hilock__err ue;
   redisReply *r = NULL;
   int urc;
   int64_t outer = hilock__call_lift(); /* never left half done */
   hilock__clear_err(&ue);
-  urc = release(a->rw, &ue, a->owner, a->ownerlen, &r);
+  urc = release(a->rw, &ue, a->owner, a->ownerlen, NULL, &r);
   hilock__call_end(outer);
   if (r != NULL) freeReplyObject(r);
   return hilock__grant_unacked(&a->e, unacked, urc, &ue);
@@ -364,10 +376,10 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
                          "woken"};
   size_t arglens[5] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1,
                        HILOCK__TOKEN_LEN, 5};
-  const char *uargs[3] = {a->owner, und.nonce, und.keep};
-  size_t uarglens[3] = {a->ownerlen, HILOCK__TOKEN_LEN, 0};
+  const char *uargs[4] = {a->owner, und.nonce, und.keep, acq.nonce};
+  size_t uarglens[4] = {a->ownerlen, HILOCK__TOKEN_LEN, 0, HILOCK__TOKEN_LEN};
   int woken = hilock__attempt_woken() == 2;
-  hilock__undo undo = {undo_s, undo_nkeys + 1, 3, undo_keys, undo_keylens,
+  hilock__undo undo = {undo_s, undo_nkeys + 1, 4, undo_keys, undo_keylens,
                        uargs, uarglens, rw->ttl_ms};
   und.done = NULL;
   if (hilock__resend_init(&acq, rw->w.client, &a->e, NULL, 0, NULL, 0) !=
@@ -392,8 +404,23 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
   int rc = hilock__script_run(rw->w.client, &a->e, s, woken ? 7 : 6, keys,
                               keylens, woken ? 5 : 4, args, arglens, r);
   hilock__undo_disarm(outer);
-  hilock__resend_free(&und);
   *unacked = a->e;
+  if (rc == HILOCK_EIO) {
+    /* The connection broke with the attempt possibly run, and its resend
+     * failed too: leave the level it may have added if it was this
+     * owner's last call (the undo carries the attempt's nonce, so a
+     * re-entry is safe too; best effort, the caller sees the error). */
+    hilock__err ue;
+    redisReply *ur = NULL;
+    int64_t lift = hilock__call_lift(); /* never left half done */
+    hilock__clear_err(&ue);
+    (void)hilock__script_run(rw->w.client, &ue, undo_s, undo_nkeys + 1,
+                             undo_keys, undo_keylens, 4, uargs, uarglens,
+                             &ur);
+    if (ur != NULL) freeReplyObject(ur);
+    hilock__call_end(lift);
+  }
+  hilock__resend_free(&und);
   return rc;
 }
 
@@ -566,6 +593,7 @@ static int write_granted(attempt_ctx *a, int64_t start_us, uint64_t fence,
   if (stale) hilock__renewal_cancel(w);
   pthread_mutex_lock(rw->mu);
   rw->wcount = count;
+  if (!same) rw->wrel[0] = 0;
   if (same && count > 1 && !hilock__hold_is_lost(w)) {
     hilock__hold_extended(w, start_us, rw->ttl_ms);
   } else {
@@ -671,17 +699,37 @@ static void renew_again(hilock__hold *h, int last) {
 /* Run one side's release script (run) for owner on its hold h (NULL if the
  * calling thread has none). A last release (last: it ends h) stops renewal
  * first, so no renewal can run after it and report the hold lost. HILOCK_OK
- * with the reply in *r, or the failure, kept as the handle's error. */
+ * with the reply in *r, or the failure, kept as the handle's error.
+ * pending (NULL: none kept) is the nonce of the hold's release whose
+ * outcome is unknown: this one is its retry and reuses it; it is kept for
+ * the next if this one's outcome is unknown too, else cleared. Call with
+ * rw->mu unlocked. */
 static int release_side(hilock_rwlock *rw, hilock__hold *h, int last,
                         int (*run)(hilock_rwlock *, hilock__err *,
-                                   const char *, size_t, redisReply **),
-                        const char *owner, size_t ownerlen, redisReply **r) {
+                                   const char *, size_t, char *,
+                                   redisReply **),
+                        const char *owner, size_t ownerlen, char *pending,
+                        redisReply **r) {
   hilock__err e;
+  char nonce[HILOCK__TOKEN_LEN + 1] = "";
   int rc;
   if (last) hilock__renewal_cancel(h);
   hilock__clear_err(&e);
   *r = NULL;
-  rc = run(rw, &e, owner, ownerlen, r);
+  if (pending != NULL) {
+    pthread_mutex_lock(rw->mu);
+    memcpy(nonce, pending, sizeof(nonce));
+    pthread_mutex_unlock(rw->mu);
+  }
+  rc = run(rw, &e, owner, ownerlen, nonce, r);
+  if (pending != NULL) {
+    pthread_mutex_lock(rw->mu);
+    if (rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT)
+      memcpy(pending, nonce, sizeof(nonce));
+    else
+      pending[0] = 0;
+    pthread_mutex_unlock(rw->mu);
+  }
   if (rc == HILOCK_OK) return rc;
   renew_again(h, last);
   if (*r != NULL) freeReplyObject(*r);
@@ -711,7 +759,7 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   last = rec != NULL && rec->count <= 1;
   pthread_mutex_unlock(rw->mu);
   rc = release_side(rw, rec != NULL ? &rec->h : NULL, last, run_read_release,
-                    owner, ownerlen, &r);
+                    owner, ownerlen, rec != NULL ? rec->rel : NULL, &r);
   if (rc != HILOCK_OK) return rc;
   if (r->integer > 0) {
     if (rec != NULL) {
@@ -750,7 +798,8 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
          memcmp(rw->w.owner, owner, ownerlen) == 0;
   last = mine && rw->wcount <= 1;
   pthread_mutex_unlock(rw->mu);
-  rc = release_side(rw, &rw->w, last, run_write_release, owner, ownerlen, &r);
+  rc = release_side(rw, &rw->w, last, run_write_release, owner, ownerlen,
+                    mine ? rw->wrel : NULL, &r);
   if (rc != HILOCK_OK) return rc;
   if (r->integer > 0) {
     if (mine) {

@@ -104,12 +104,15 @@ int hilock__resend_init(hilock__resend *x, const hilock_client *c,
                         hilock__err *e, const char *key, size_t keylen,
                         const char *owner, size_t ownerlen) {
   static const char mid[] = ":done:";
+  const int64_t cap = 86400000; /* a day: no sum overflows */
+  int64_t rec = c->rt.opts.reconnect_ms, cmd = c->rt.opts.command_timeout_ms;
   int rc;
   memset(x, 0, sizeof(*x));
   rc = hilock__token(x->nonce, e);
   if (rc != HILOCK_OK || key == NULL) return rc;
-  x->keeplen = hilock__i64(x->keep, c->rt.opts.reconnect_ms +
-                                        c->rt.opts.command_timeout_ms + 1000);
+  rec = rec < 0 ? 0 : rec > cap ? cap : rec;
+  cmd = cmd < 0 ? 0 : cmd > cap ? cap : cmd;
+  x->keeplen = hilock__i64(x->keep, rec + cmd + 1000);
   x->donelen = keylen + sizeof(mid) - 1 + ownerlen;
   x->done = malloc(x->donelen + 1);
   if (x->done == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");

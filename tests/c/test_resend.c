@@ -28,6 +28,7 @@ int __wrap_hilock__net_get_reply(hilock__net *c, void **reply);
 
 static const hilock__script *_Atomic target; /* swallow its next reply */
 static atomic_int pending;                     /* its call was written */
+static atomic_int left;                        /* replies still to swallow */
 static atomic_int swallowed;                   /* replies swallowed */
 
 static int is_target(int argc, const char **argv, const size_t *lens) {
@@ -55,7 +56,7 @@ int __wrap_hilock__net_get_reply(hilock__net *c, void **reply) {
       r->type == REDIS_REPLY_ERROR)
     return rc;
   atomic_store(&pending, 0);
-  atomic_store(&target, NULL);
+  if (atomic_fetch_sub(&left, 1) <= 1) atomic_store(&target, NULL);
   atomic_fetch_add(&swallowed, 1);
   freeReplyObject(r);
   *reply = NULL;
@@ -63,11 +64,14 @@ int __wrap_hilock__net_get_reply(hilock__net *c, void **reply) {
   return -1;
 }
 
-/* The next call of s loses its reply after the server ran it. */
-static void lose_next_reply(const hilock__script *s) {
+/* The next n calls of s lose their reply after the server ran them. */
+static void lose_next_replies(const hilock__script *s, int n) {
   atomic_store(&pending, 0);
+  atomic_store(&left, n);
   atomic_store(&target, s);
 }
+
+static void lose_next_reply(const hilock__script *s) { lose_next_replies(s, 1); }
 
 /* The reply of the armed script was swallowed (so the call was resent). */
 static void assert_swallowed(int n) {
@@ -315,8 +319,102 @@ static void lapsed_reader_leaves_no_op_field(void **state) {
   hilock_client_free(c2);
 }
 
+/* ## Both the call and its resend lost ------------------------------------ */
+
+/* The acquire fails (EIO); the level it added is given back, a re-entry's
+ * too. A release fails; its retry counts once. */
+static void rlock_call_and_resend_lost(void **state) {
+  fixture *f = *state;
+  const char *key = "hilock:{rs2}:rlock";
+  hilock_rlock *rl = hl_new_rlock(f->client, "rs2", 10000);
+  int base = atomic_load(&swallowed);
+
+  warm(f, rl);
+  lose_next_replies(&hilock__script_rlock_acquire, 2);
+  assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_EIO,
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_swallowed(base + 2);
+  assert_false(hl_redis_exists(f->redis, key, strlen(key))); /* undone */
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)),
+                   hl_redis_get_int(f->redis, "hilock:{rs2}:fence"));
+  lose_next_replies(&hilock__script_rlock_acquire, 2);
+  assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_EIO,
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_swallowed(base + 4);
+  assert_levels(f, key, 1); /* the re-entry was given back */
+  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_levels(f, key, 2);
+
+  lose_next_replies(&hilock__script_rlock_release, 2);
+  assert_hl_rc(hilock_rlock_release(rl), HILOCK_EIO,
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_swallowed(base + 6);
+  assert_levels(f, key, 1);
+  /* The retry is the same release: it does not leave a second level. */
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_levels(f, key, 1);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+  hilock_hold_free(HILOCK_HOLD(rl));
+}
+
+static void rwlock_call_and_resend_lost(void **state) {
+  fixture *f = *state;
+  const char *wkey = "hilock:{rw2}:rw:writer";
+  const char *counts = "hilock:{rw2}:rw:counts";
+  hilock_rwlock *rw = hl_new_rwlock(f->client, "rw2", 10000);
+  int base = atomic_load(&swallowed);
+  int64_t n;
+
+  assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  lose_next_replies(&hilock__script_rwlock_write_acquire, 2);
+  assert_hl_rc(hilock_rwlock_write_acquire(rw, 0), HILOCK_EIO,
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_swallowed(base + 2);
+  assert_false(hl_redis_exists(f->redis, wkey, strlen(wkey)));
+  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  lose_next_replies(&hilock__script_rwlock_write_release, 2);
+  assert_hl_rc(hilock_rwlock_write_release(rw), HILOCK_EIO,
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_levels(f, wkey, 1);
+  assert_hl_ok(hilock_rwlock_write_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_levels(f, wkey, 1);
+  assert_hl_ok(hilock_rwlock_write_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_false(hl_redis_exists(f->redis, wkey, strlen(wkey)));
+
+  lose_next_replies(&hilock__script_rwlock_read_acquire, 2);
+  assert_hl_rc(hilock_rwlock_read_acquire(rw, 0), HILOCK_EIO,
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_false(hl_redis_exists(f->redis, counts, strlen(counts)));
+  assert_hl_ok(hilock_rwlock_read_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_hl_ok(hilock_rwlock_read_acquire(rw, 0),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  lose_next_replies(&hilock__script_rwlock_read_release, 2);
+  assert_hl_rc(hilock_rwlock_read_release(rw), HILOCK_EIO,
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_levels(f, counts, 1);
+  assert_hl_ok(hilock_rwlock_read_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_levels(f, counts, 1);
+  assert_hl_ok(hilock_rwlock_read_release(rw),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_false(hl_redis_exists(f->redis, counts, strlen(counts)));
+  assert_swallowed(base + 8);
+  hilock_hold_free(HILOCK_HOLD(rw));
+}
+
 HL_FIXTURE_MAIN("resend",
       HL_TEST(rlock_lost_replies_count_once),
       HL_TEST(rwlock_lost_write_replies_count_once),
       HL_TEST(rwlock_lost_read_replies_count_once),
-      HL_TEST(lapsed_reader_leaves_no_op_field))
+      HL_TEST(lapsed_reader_leaves_no_op_field),
+      HL_TEST(rlock_call_and_resend_lost),
+      HL_TEST(rwlock_call_and_resend_lost))

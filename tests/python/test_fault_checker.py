@@ -363,13 +363,13 @@ def test_relay_loses_replies_after_the_server_ran_the_command(own_server) -> Non
         r.close()
 
 
-def _owner_fields(r: "redis.Redis[bytes]", key: bytes) -> Dict[bytes, int]:
+def _owner_fields(r: redis.Redis[bytes], key: bytes) -> Dict[bytes, int]:
     """A hash's owner fields and counts: not 'fence', not '<owner>:op'."""
     return {k: int(v) for k, v in r.hgetall(key).items()
             if k != b"fence" and not k.endswith(b":op")}
 
 
-def _op_fields(r: "redis.Redis[bytes]", key: bytes) -> int:
+def _op_fields(r: redis.Redis[bytes], key: bytes) -> int:
     return sum(1 for k in r.hkeys(key) if k.endswith(b":op"))
 
 

@@ -4,14 +4,20 @@
 -- nonce of the last call applied for owner while the owner holds levels,
 -- and a string done marker (a key of its own per owner) the nonce of the
 -- release that removed the owner's last level, for a short while.
--- resent_release(hash, done, owner, nonce): the first run's answer if this
--- release already ran (the remaining count, or 0), else nil.
-local function resent_release(hash, done, owner, nonce)
-  if redis.call('HGET', hash, owner .. ':op') == nonce then
+-- resent_release(hash, done, owner, nonce, undoes): the first run's answer
+-- if this release already ran (the remaining count, or 0), else nil; -2 if
+-- it undoes an acquire (undoes: that call's nonce, or nil) that did not
+-- apply, or is no longer the owner's last call (nothing to undo).
+local function resent_release(hash, done, owner, nonce, undoes)
+  local last = redis.call('HGET', hash, owner .. ':op')
+  if last == nonce then
     return tonumber(redis.call('HGET', hash, owner) or '0')
   end
   if redis.call('GET', done) == nonce then
     return 0
+  end
+  if undoes and last ~= undoes then
+    return -2
   end
   return nil
 end
