@@ -44,6 +44,7 @@ static int keep_err(hilock_rlock *rl, const hilock__err *e) {
 }
 
 static int drop_all(void *arg, hilock__err *e, redisReply **r);
+static int settle(hilock_rlock *rl);
 
 /* hilock's own layout: <prefix>{name}:rlock, :fence and :wake. */
 static char *own_keys(const hilock__runtime *rt, const char *name,
@@ -131,6 +132,8 @@ static int attempt(void *arg, int64_t *pttl) {
                         HILOCK__TOKEN_LEN};
   hilock__clear_err(&e);
   und.done = NULL;
+  rc = settle(rl);
+  if (rc != HILOCK_OK) return rc;
   if (rl->lay->resend) {
     if (hilock__resend_init(&acq, rl->h.client, &e, NULL, 0, NULL, 0) !=
             HILOCK_OK ||
@@ -288,7 +291,10 @@ static int drop_all(void *arg, hilock__err *e, redisReply **r) {
                             keys, keylens, 1, args, arglens, r);
 }
 
-int hilock_rlock_release(hilock_rlock *rl) {
+/* One release call of the calling thread; with settle, the retry of the
+ * grant owner's release whose outcome is unknown (its nonce kept in
+ * rl->rel), if there is one (else HILOCK_OK at once). */
+static int release_call(hilock_rlock *rl, int retry) {
   char owner[sizeof(rl->h.owner)], ttl[24];
   size_t ownerlen;
   const char *keys[3], *args[4];
@@ -300,6 +306,12 @@ int hilock_rlock_release(hilock_rlock *rl) {
 
   if (rl == NULL) return HILOCK_EINVAL;
   ownerlen = owner_of(rl, owner, sizeof(owner));
+  if (retry) {
+    pthread_mutex_lock(rl->mu);
+    mine = rl->lay->resend && is_mine(rl, owner, ownerlen) && rl->rel[0] != 0;
+    pthread_mutex_unlock(rl->mu);
+    if (!mine) return HILOCK_OK;
+  }
   pthread_mutex_lock(rl->mu);
   if (rl->h.held && rl->h.pid != hilock__pid()) {
     rc = hilock__hold_check(&rl->h, "release");
@@ -317,7 +329,12 @@ int hilock_rlock_release(hilock_rlock *rl) {
   }
   pthread_mutex_lock(rl->mu);
   mine = is_mine(rl, owner, ownerlen);
-  if (mine && rl->rel[0] != 0) memcpy(x.nonce, rl->rel, sizeof(x.nonce));
+  if (retry && !(mine && rl->rel[0] != 0)) { /* settled meanwhile */
+    pthread_mutex_unlock(rl->mu);
+    hilock__resend_free(&x);
+    return HILOCK_OK;
+  }
+  if (retry) memcpy(x.nonce, rl->rel, sizeof(x.nonce));
   pthread_mutex_unlock(rl->mu);
   /* As for exclusive locks: no renewal may run between the final release
    * and forgetting the grant (it would report a false loss). */
@@ -378,6 +395,24 @@ int hilock_rlock_release(hilock_rlock *rl) {
   pthread_mutex_unlock(rl->mu);
   if (r != NULL) freeReplyObject(r);
   return rc;
+}
+
+/* A release whose outcome is unknown (its connection broke, and its resend
+ * too, or its reply timed out) is completed before the owner's next call
+ * on the handle: the retry goes with its nonce, so it counts once whether
+ * or not the first one ran; a nested release that failed is then not
+ * left behind when the outer level is released. HILOCK_OK (or the hold
+ * turned out gone), or the error that keeps it unknown. */
+static int settle(hilock_rlock *rl) {
+  int rc = release_call(rl, 1);
+  return rc == HILOCK_ENOTOWNED ? HILOCK_OK : rc;
+}
+
+int hilock_rlock_release(hilock_rlock *rl) {
+  int rc;
+  if (rl == NULL) return HILOCK_EINVAL;
+  rc = settle(rl);
+  return rc != HILOCK_OK ? rc : release_call(rl, 0);
 }
 
 int hilock_rlock_hold_count(hilock_rlock *rl, int64_t *count) {

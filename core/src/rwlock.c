@@ -57,6 +57,7 @@ struct hilock_rwlock {
 #define OWNER_MAX (sizeof(((hilock__hold *)0)->owner))
 
 static long this_tid(void) { return hilock__caller(); }
+static int settle(hilock_rwlock *rw, int read);
 
 /* This thread's owner id: client id, ':', kernel thread id. */
 static size_t owner_of(const hilock_rwlock *rw, char *buf) {
@@ -443,7 +444,11 @@ static int read_attempt(void *arg, int64_t *pttl) {
   redisReply *r = NULL;
   const char *ukeys[7];
   size_t ukeylens[7];
-  int rc;
+  int rc = settle(rw, 1);
+  if (rc != HILOCK_OK) {
+    a->e = *hilock__hold_err(&rw->w);
+    return rc;
+  }
   read_release_keys(rw, ukeys, ukeylens);
   pthread_mutex_lock(rw->mu);
   {
@@ -618,7 +623,11 @@ static int write_attempt(void *arg, int64_t *pttl) {
   redisReply *r = NULL;
   const char *ukeys[9];
   size_t ukeylens[9];
-  int rc;
+  int rc = settle(rw, 0);
+  if (rc != HILOCK_OK) {
+    a->e = *hilock__hold_err(&rw->w);
+    return rc;
+  }
   write_release_keys(rw, ukeys, ukeylens);
   pthread_mutex_lock(rw->mu);
   a->reentry = rw->w.held && rw->w.ownerlen == a->ownerlen &&
@@ -700,23 +709,23 @@ static void renew_again(hilock__hold *h, int last) {
  * calling thread has none). A last release (last: it ends h) stops renewal
  * first, so no renewal can run after it and report the hold lost. HILOCK_OK
  * with the reply in *r, or the failure, kept as the handle's error.
- * pending (NULL: none kept) is the nonce of the hold's release whose
- * outcome is unknown: this one is its retry and reuses it; it is kept for
- * the next if this one's outcome is unknown too, else cleared. Call with
- * rw->mu unlocked. */
+ * pending (NULL: none kept) keeps the nonce of the hold's release whose
+ * outcome is unknown (a broken connection and its resend, or a timeout),
+ * else "": with retry, this call is that release's retry and reuses it.
+ * Call with rw->mu unlocked. */
 static int release_side(hilock_rwlock *rw, hilock__hold *h, int last,
                         int (*run)(hilock_rwlock *, hilock__err *,
                                    const char *, size_t, char *,
                                    redisReply **),
                         const char *owner, size_t ownerlen, char *pending,
-                        redisReply **r) {
+                        int retry, redisReply **r) {
   hilock__err e;
   char nonce[HILOCK__TOKEN_LEN + 1] = "";
   int rc;
   if (last) hilock__renewal_cancel(h);
   hilock__clear_err(&e);
   *r = NULL;
-  if (pending != NULL) {
+  if (pending != NULL && retry) {
     pthread_mutex_lock(rw->mu);
     memcpy(nonce, pending, sizeof(nonce));
     pthread_mutex_unlock(rw->mu);
@@ -736,17 +745,23 @@ static int release_side(hilock_rwlock *rw, hilock__hold *h, int last,
   return keep_err(rw, &e);
 }
 
-int hilock_rwlock_read_release(hilock_rwlock *rw) {
+/* One read release call of the calling thread; with retry, the retry of
+ * its release whose outcome is unknown, if there is one (else HILOCK_OK
+ * at once). */
+static int read_release_call(hilock_rwlock *rw, int retry) {
   char owner[OWNER_MAX];
   size_t ownerlen;
   redisReply *r = NULL;
   rw_reader *rec;
   int rc, last;
 
-  if (rw == NULL) return HILOCK_EINVAL;
   ownerlen = owner_of(rw, owner);
   pthread_mutex_lock(rw->mu);
   rec = find_reader(rw);
+  if (retry && (rec == NULL || rec->rel[0] == 0)) {
+    pthread_mutex_unlock(rw->mu);
+    return HILOCK_OK;
+  }
   if (rec == NULL) {
     rw_reader *parent = parents_reader(rw);
     if (parent != NULL) {
@@ -759,7 +774,8 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   last = rec != NULL && rec->count <= 1;
   pthread_mutex_unlock(rw->mu);
   rc = release_side(rw, rec != NULL ? &rec->h : NULL, last, run_read_release,
-                    owner, ownerlen, rec != NULL ? rec->rel : NULL, &r);
+                    owner, ownerlen, rec != NULL ? rec->rel : NULL, retry,
+                    &r);
   if (rc != HILOCK_OK) return rc;
   if (r->integer > 0) {
     if (rec != NULL) {
@@ -779,15 +795,21 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   return rc;
 }
 
-int hilock_rwlock_write_release(hilock_rwlock *rw) {
+/* The same for the write side. */
+static int write_release_call(hilock_rwlock *rw, int retry) {
   char owner[OWNER_MAX];
   size_t ownerlen;
   redisReply *r = NULL;
   int rc, mine, last;
 
-  if (rw == NULL) return HILOCK_EINVAL;
   ownerlen = owner_of(rw, owner);
   pthread_mutex_lock(rw->mu);
+  mine = rw->w.held && rw->w.ownerlen == ownerlen &&
+         memcmp(rw->w.owner, owner, ownerlen) == 0;
+  if (retry && (!mine || rw->wrel[0] == 0)) {
+    pthread_mutex_unlock(rw->mu);
+    return HILOCK_OK;
+  }
   if (rw->w.held && rw->w.pid != hilock__pid()) {
     rc = hilock__hold_check(&rw->w, "release");
     *hilock__hold_err(&rw->w) = rw->w.err;
@@ -799,7 +821,7 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
   last = mine && rw->wcount <= 1;
   pthread_mutex_unlock(rw->mu);
   rc = release_side(rw, &rw->w, last, run_write_release, owner, ownerlen,
-                    mine ? rw->wrel : NULL, &r);
+                    mine ? rw->wrel : NULL, retry, &r);
   if (rc != HILOCK_OK) return rc;
   if (r->integer > 0) {
     if (mine) {
@@ -823,6 +845,31 @@ int hilock_rwlock_write_release(hilock_rwlock *rw) {
   }
   freeReplyObject(r);
   return rc;
+}
+
+/* A side's release whose outcome is unknown (its connection broke, and its
+ * resend too, or its reply timed out) is completed before the owner's next
+ * call on that side: the retry goes with its nonce, so it counts once
+ * whether or not the first one ran, and a nested release that failed is
+ * not left behind when the outer level is released. HILOCK_OK (or the
+ * hold turned out gone), or the error that keeps it unknown. */
+static int settle(hilock_rwlock *rw, int read) {
+  int rc = read ? read_release_call(rw, 1) : write_release_call(rw, 1);
+  return rc == HILOCK_ENOTOWNED ? HILOCK_OK : rc;
+}
+
+int hilock_rwlock_read_release(hilock_rwlock *rw) {
+  int rc;
+  if (rw == NULL) return HILOCK_EINVAL;
+  rc = settle(rw, 1);
+  return rc != HILOCK_OK ? rc : read_release_call(rw, 0);
+}
+
+int hilock_rwlock_write_release(hilock_rwlock *rw) {
+  int rc;
+  if (rw == NULL) return HILOCK_EINVAL;
+  rc = settle(rw, 0);
+  return rc != HILOCK_OK ? rc : write_release_call(rw, 0);
 }
 
 /* ## Queries ------------------------------------------------------------ */
