@@ -425,6 +425,14 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
   return rc;
 }
 
+/* Before an attempt: the side's release whose outcome is unknown is
+ * completed (see settle); its failure is the attempt's. */
+static int settle_attempt(attempt_ctx *a, int read) {
+  int rc = settle(a->rw, read);
+  if (rc != HILOCK_OK) a->e = *hilock__hold_err(&a->rw->w);
+  return rc;
+}
+
 /* Refused: wait up to ms (the blocker's remaining time). */
 static int refused(attempt_ctx *a, int64_t ms, int64_t *pttl) {
   *pttl = ms;
@@ -444,11 +452,8 @@ static int read_attempt(void *arg, int64_t *pttl) {
   redisReply *r = NULL;
   const char *ukeys[7];
   size_t ukeylens[7];
-  int rc = settle(rw, 1);
-  if (rc != HILOCK_OK) {
-    a->e = *hilock__hold_err(&rw->w);
-    return rc;
-  }
+  int rc = settle_attempt(a, 1);
+  if (rc != HILOCK_OK) return rc;
   read_release_keys(rw, ukeys, ukeylens);
   pthread_mutex_lock(rw->mu);
   {
@@ -623,11 +628,8 @@ static int write_attempt(void *arg, int64_t *pttl) {
   redisReply *r = NULL;
   const char *ukeys[9];
   size_t ukeylens[9];
-  int rc = settle(rw, 0);
-  if (rc != HILOCK_OK) {
-    a->e = *hilock__hold_err(&rw->w);
-    return rc;
-  }
+  int rc = settle_attempt(a, 0);
+  if (rc != HILOCK_OK) return rc;
   write_release_keys(rw, ukeys, ukeylens);
   pthread_mutex_lock(rw->mu);
   a->reentry = rw->w.held && rw->w.ownerlen == a->ownerlen &&
