@@ -484,3 +484,46 @@ def test_relay_lost_rlock_replies_count_once(relayed: Any) -> None:
     assert list(_owner_fields(r, key).values()) == [1]
     rl.release()
     assert r.exists(key) == 0
+
+
+def test_relay_lost_call_and_resend_leave_no_level(relayed: Any) -> None:
+    """Both the call's reply and its resend's lost: a failed acquire is
+    given back (a re-entry's too), and a failed nested release is completed,
+    once, before the outer release, which then frees the lock."""
+    relay, seen, r, c = relayed
+    warm = c.rwlock("warm", ttl=10)
+    assert warm.write().acquire(blocking=False)
+    warm.write().release()
+    wl = c.rlock("warm-r", ttl=10)
+    assert wl.acquire(blocking=False)
+    wl.release()
+    for make, key, acq, rel in (
+            (lambda: c.rlock("rl2", ttl=10), b"hilock:{rl2}:rlock",
+             "rlock_acquire", "rlock_release"),
+            (lambda: c.rwlock("rw2", ttl=10).write(), b"hilock:{rw2}:rw:writer",
+             "rwlock_write_acquire", "rwlock_write_release")):
+        lk = make()
+        n = len(seen)
+        relay.arm(1.0, ("acquire",), times=2)
+        with pytest.raises(hilock.ConnectionError):
+            lk.acquire(blocking=False)
+        relay.disarm()
+        assert seen[n:] == [f"acquire:{acq}"] * 2
+        assert r.exists(key) == 0   # the grant was given back
+        assert lk.acquire(blocking=False)
+        relay.arm(1.0, ("acquire",), times=2)
+        with pytest.raises(hilock.ConnectionError):
+            lk.acquire(blocking=False)   # a re-entry
+        relay.disarm()
+        assert list(_owner_fields(r, key).values()) == [1]
+        assert lk.acquire(blocking=False)
+        relay.arm(1.0, ("release",), times=2)
+        with pytest.raises(hilock.ConnectionError):
+            lk.release()
+        relay.disarm()
+        assert seen[-2:] == [f"release:{rel}"] * 2
+        assert list(_owner_fields(r, key).values()) == [1]   # it ran
+        lk.release()   # completes the failed one, then leaves the last level
+        assert r.exists(key) == 0
+        with pytest.raises(hilock.LockNotOwnedError):
+            lk.release()
