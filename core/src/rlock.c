@@ -148,15 +148,17 @@ static int attempt(void *arg, int64_t *pttl) {
     uarglens[3] = und.keeplen;
   }
 
-  /* A reply that does not come in time leaves a first grant ambiguous:
-   * the same socket then carries this owner's release, which gives back
-   * the level the attempt may have added and changes nothing if it added
-   * none (else the owner's next acquire re-enters a level nobody counts,
-   * and its last release leaves the lock held). Not for a re-entry: had
-   * the attempt failed without running (NOSCRIPT after a restart or a
-   * script flush; the undo goes with its source), the undo would leave the
-   * level this thread holds. A lost re-entry reply leaves one level more,
-   * which lapses with the hold. */
+  /* A reply that does not come in time leaves a grant ambiguous: the same
+   * socket then carries this owner's release, which gives back the level
+   * the attempt may have added and changes nothing if it added none (else
+   * the owner's next acquire re-enters a level nobody counts, and its last
+   * release leaves the lock held). With hilock's own scripts the undo
+   * carries the attempt's nonce and leaves a level only if the attempt ran
+   * (it is the owner's last call), so a re-entry is undone too. Redisson's
+   * scripts have no nonce: not for a re-entry there, since had the attempt
+   * failed without running (NOSCRIPT after a restart or a script flush;
+   * the undo goes with its source), the undo would leave the level this
+   * thread holds. */
   const char *ukeys[3] = {rl->key, rl->wkey, und.done};
   size_t ukeylens[3] = {rl->keylen, rl->wkeylen, und.donelen};
   int un = rl->lay->resend ? 3 : 2, uargn = rl->lay->resend ? 5 : 2;
@@ -168,7 +170,7 @@ static int attempt(void *arg, int64_t *pttl) {
   reentry = rl->h.held && rl->h.ownerlen == ownerlen &&
             memcmp(rl->h.owner, owner, ownerlen) == 0;
   pthread_mutex_unlock(rl->mu);
-  armed = hilock__undo_arm(reentry ? NULL : &u);
+  armed = hilock__undo_arm(reentry && !rl->lay->resend ? NULL : &u);
   rc = hilock__script_run(rl->h.client, &e, rl->lay->acquire, n,
                           keys, keylens, nargs, args, arglens, &r);
   hilock__undo_disarm(armed);

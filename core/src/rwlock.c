@@ -273,7 +273,6 @@ typedef struct attempt_ctx {
   size_t ownerlen;
   int wait;   /* the caller will wait: a refusal records it as waiting */
   int intent; /* an attempt recorded it as a waiting reader or writer */
-  int reentry; /* this thread holds a level of the side being acquired */
   hilock__err e;
 } attempt_ctx;
 
@@ -395,13 +394,12 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
   uarglens[2] = und.keeplen;
   undo_keys[undo_nkeys] = und.done;
   undo_keylens[undo_nkeys] = und.donelen;
-  /* No undo for a re-entry (this thread holds a level of the side): had
-   * the attempt failed without running (NOSCRIPT after a restart or a
-   * script flush: the undo is sent with its source), the undo would leave
-   * the level this thread holds, and the lock would be free while it
-   * believes it holds it. A lost re-entry reply leaves one level more,
-   * which lapses with the hold. */
-  const hilock__undo *outer = hilock__undo_arm(a->reentry ? NULL : &undo);
+  /* A re-entry is undone too: the undo carries the attempt's nonce and
+   * leaves a level only if the attempt ran (after a restart or a script
+   * flush the attempt's EVALSHA fails without running, NOSCRIPT, while the
+   * undo goes with its source: it then finds another last call and keeps
+   * the level this thread holds). */
+  const hilock__undo *outer = hilock__undo_arm(&undo);
   int rc = hilock__script_run(rw->w.client, &a->e, s, woken ? 7 : 6, keys,
                               keylens, woken ? 5 : 4, args, arglens, r);
   hilock__undo_disarm(outer);
@@ -455,12 +453,6 @@ static int read_attempt(void *arg, int64_t *pttl) {
   int rc = settle_attempt(a, 1);
   if (rc != HILOCK_OK) return rc;
   read_release_keys(rw, ukeys, ukeylens);
-  pthread_mutex_lock(rw->mu);
-  {
-    rw_reader *rec = find_reader(rw);
-    a->reentry = rec != NULL && rec->h.held && rec->count > 0;
-  }
-  pthread_mutex_unlock(rw->mu);
   rc = run_attempt(a, &hilock__script_rwlock_read_acquire, keys, keylens,
                        &hilock__script_rwlock_read_release, 6, ukeys,
                        ukeylens, 1, &unacked, &r);
@@ -631,10 +623,6 @@ static int write_attempt(void *arg, int64_t *pttl) {
   int rc = settle_attempt(a, 0);
   if (rc != HILOCK_OK) return rc;
   write_release_keys(rw, ukeys, ukeylens);
-  pthread_mutex_lock(rw->mu);
-  a->reentry = rw->w.held && rw->w.ownerlen == a->ownerlen &&
-               memcmp(rw->w.owner, a->owner, a->ownerlen) == 0;
-  pthread_mutex_unlock(rw->mu);
   rc = run_attempt(a, &hilock__script_rwlock_write_acquire, keys,
                        keylens, &hilock__script_rwlock_write_release, 8, ukeys,
                        ukeylens, 0, &unacked, &r);

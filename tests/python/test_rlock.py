@@ -453,9 +453,41 @@ def test_reentry_whose_reply_timed_out_keeps_the_hold(own_server) -> None:
         c.close()
 
 
+def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(own_server) -> None:
+    """A re-entry that ran on the server but whose reply timed out is
+    given back by the undo behind it (it carries the re-entry's nonce, so
+    it leaves a level only if the re-entry ran): the hold count stays 1,
+    and the owner's release frees the lock."""
+    import os
+    import signal
+
+    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
+                      reconnect=2.0)
+    other = hilock.Client(own_server.url)
+    pid = own_server.pid
+    try:
+        me = c.rlock("reenter-ran", ttl=30)
+        assert me.acquire(blocking=False)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(hilock.ConnectionError):
+                me.acquire(blocking=False)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)   # the re-entry and its undo have run
+        assert me.hold_count() == 1, "the re-entry whose reply was lost stayed counted"
+        me.release()
+        assert other.rlock("reenter-ran", ttl=30).acquire(blocking=False), \
+            "a level stayed held after its owner released"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        other.close()
+        c.close()
+
+
 def test_reentry_on_a_broken_connection_keeps_the_outer_level(own_server) -> None:
     """A re-entry that fails (its pooled connection was closed by the
-    server: the reply is unknown and the script is not resent) raises
+    server, and its resend failed too) raises
     ConnectionError and leaves the level the thread already held: nothing
     may release it behind the caller's back, which is still inside its
     outer ``with``."""

@@ -701,6 +701,37 @@ def test_attempt_whose_reply_timed_out_is_undone(side, own_server) -> None:
 
 
 @pytest.mark.parametrize("side", ["write", "read"])
+def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(side, own_server) -> None:
+    """A re-entry that ran on the server but whose reply timed out is
+    given back by the undo behind it (it carries the re-entry's nonce, so
+    it leaves a level only if the re-entry ran): the hold count stays 1,
+    and the owner's release frees the side."""
+    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
+                      reconnect=2.0)
+    other = hilock.Client(own_server.url)
+    pid = own_server.pid
+    try:
+        rw = c.rwlock("reenter-ran", ttl=30)
+        me = rw.write() if side == "write" else rw.read()
+        assert me.acquire(blocking=False)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(hilock.ConnectionError):
+                me.acquire(blocking=False)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)   # the re-entry and its undo have run
+        assert me.hold_count() == 1, "the re-entry whose reply was lost stayed counted"
+        me.release()
+        assert other.rwlock("reenter-ran", ttl=30).write().acquire(blocking=False), \
+            "a level stayed held after its owner released"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        other.close()
+        c.close()
+
+
+@pytest.mark.parametrize("side", ["write", "read"])
 def test_reentry_whose_reply_timed_out_keeps_the_hold(side, own_server) -> None:
     """A re-entry whose reply times out is not undone: after a restart or a
     script flush its EVALSHA fails without running (NOSCRIPT), and an undo
