@@ -750,3 +750,17 @@ def check_queue_contention(r, url: str, tag: str, make: MakeLock, order: OrderOf
     # Strict FIFO with every process re-queueing at once is a round robin;
     # the margin is for processes descheduled on a busy machine.
     assert fairness >= 0.7, f"fewest/mean = {fairness:.3f}: {counts}"
+
+
+def times_out_while_stopped(pid: int, call: Callable[[], Any]) -> None:
+    """call() with the server process pid stopped (SIGSTOP) raises
+    hilock.ConnectionError (its reply timed out); the server is resumed
+    (SIGCONT) whatever happens."""
+    import hilock
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(hilock.ConnectionError):
+            call()
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -25,7 +25,7 @@ import redis
 import hilock
 from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, counts_by_pid, lapsed,
                      open_gate, pass_gate, retry_stalled, sell_out, start_child_collected,
-                     wait_blocked, wait_for, within)
+                     times_out_while_stopped, wait_blocked, wait_for, within)
 from history import RedisHistory, check_fences_increase, check_no_overlap
 
 TTL = 0.3
@@ -436,12 +436,7 @@ def test_reentry_whose_reply_timed_out_keeps_the_hold(own_server) -> None:
         me = c.rlock("reenter", ttl=30)
         assert me.acquire(blocking=False)
         r.script_flush()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            with pytest.raises(hilock.ConnectionError):
-                me.acquire(blocking=False)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
         time.sleep(0.3)   # the re-entry (NOSCRIPT) has run on the server
         assert me.hold_count() >= 1
         assert not other.rlock("reenter", ttl=30).acquire(blocking=False), \
@@ -468,12 +463,7 @@ def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(own_server) -> None:
     try:
         me = c.rlock("reenter-ran", ttl=30)
         assert me.acquire(blocking=False)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            with pytest.raises(hilock.ConnectionError):
-                me.acquire(blocking=False)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
         time.sleep(0.3)   # the re-entry and its undo have run
         assert me.hold_count() == 1, "the re-entry whose reply was lost stayed counted"
         me.release()

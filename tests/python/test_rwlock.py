@@ -20,7 +20,7 @@ import redis
 
 import hilock
 from helpers import (FORK, acquire_within, join_all, kill_child, open_gate, pass_gate, pop_json,
-                     start_child, wait_for)
+                     start_child, times_out_while_stopped, wait_for)
 from history import (FenceError, Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_rw_exclusion)
 
@@ -714,12 +714,7 @@ def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(side, own_server) -> 
         rw = c.rwlock("reenter-ran", ttl=30)
         me = rw.write() if side == "write" else rw.read()
         assert me.acquire(blocking=False)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            with pytest.raises(hilock.ConnectionError):
-                me.acquire(blocking=False)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
         time.sleep(0.3)   # the re-entry and its undo have run
         assert me.hold_count() == 1, "the re-entry whose reply was lost stayed counted"
         me.release()
@@ -750,12 +745,7 @@ def test_reentry_whose_reply_timed_out_keeps_the_hold(side, own_server) -> None:
         me = rw.write() if side == "write" else rw.read()
         assert me.acquire(blocking=False)
         r.script_flush()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            with pytest.raises(hilock.ConnectionError):
-                me.acquire(blocking=False)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
         time.sleep(0.3)   # the re-entry (NOSCRIPT) has run on the server
         assert me.hold_count() >= 1
         assert not me.lost
