@@ -5,8 +5,8 @@
     python3 tests/faults/campaign.py --minutes 30 --seed 7     # a soak
 
 Runs, each a fresh deployment with its own fenced store process and
-workload processes (lock, multi_lock, fair_lock, sequential_lock, semaphore,
-rwlock; see worker.py, which also runs rlock):
+workload processes (lock, rlock, multi_lock, fair_lock, sequential_lock,
+semaphore, rwlock; see worker.py):
 
 - ``single``: one redis-server with AOF (appendfsync always). Faults:
   holder SIGKILL and SIGSTOP (longer than the TTL), server SIGSTOP, DEBUG
@@ -525,6 +525,7 @@ class SingleRun(Run):
         self.add("lock", "L", 2)
         self.add("fair_lock", "F", 2)
         self.add("sequential_lock", "Q", 2)
+        self.add("rlock", "R", 2)
         self.add("multi_lock", "M", 2)
         self.add("semaphore", "S", 3, permits=2)
         self.add("rwlock", "RW", 2)
