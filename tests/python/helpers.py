@@ -764,3 +764,26 @@ def times_out_while_stopped(pid: int, call: Callable[[], Any]) -> None:
             call()
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def fresh_grants(lk, n: int = 2) -> List[Any]:
+    """Acquire and release lk n times (each acquire retried while a loaded
+    machine times its reply out), checking the thread holds nothing after
+    each release; the fences of the n grants."""
+    import hilock
+
+    def acquire() -> bool:
+        for _ in range(5):
+            try:
+                return bool(lk.acquire(timeout=5))
+            except hilock.ConnectionError:
+                time.sleep(0.2)
+        return bool(lk.acquire(timeout=5))
+
+    fences = []
+    for _ in range(n):
+        assert acquire()
+        fences.append(lk.fence)
+        lk.release()
+        assert lk.hold_count() == 0
+    return fences

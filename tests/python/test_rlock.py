@@ -23,7 +23,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, counts_by_pid, lapsed,
+from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, counts_by_pid,
+                     fresh_grants, lapsed,
                      open_gate, pass_gate, retry_stalled, sell_out, start_child_collected,
                      times_out_while_stopped, wait_blocked, wait_for, within)
 from history import RedisHistory, check_fences_increase, check_no_overlap
@@ -396,20 +397,7 @@ def test_attempt_whose_reply_timed_out_is_undone(own_server) -> None:
             os.kill(pid, signal.SIGCONT)
         time.sleep(0.3)   # the attempt, then its undo, run on the server
 
-        def acquire() -> bool:
-            for _ in range(5):   # a loaded machine may time a reply out
-                try:
-                    return me.acquire(timeout=5)
-                except hilock.ConnectionError:
-                    time.sleep(0.2)
-            return me.acquire(timeout=5)
-
-        fences = []
-        for _ in range(2):
-            assert acquire()
-            fences.append(me.fence)
-            me.release()
-            assert me.hold_count() == 0
+        fences = fresh_grants(me)
         assert fences[1] > fences[0], fences
         assert other.rlock("ghost", ttl=ttl).acquire(blocking=False), \
             "a level stayed held after its owner released"
@@ -419,11 +407,29 @@ def test_attempt_whose_reply_timed_out_is_undone(own_server) -> None:
         c.close()
 
 
-def test_reentry_whose_reply_timed_out_keeps_the_hold(own_server) -> None:
-    """A re-entry whose reply times out is not undone: after a restart or a
-    script flush its EVALSHA fails without running (NOSCRIPT), and an undo
-    behind it would leave the level the thread already held (the lock free
-    while its holder believes it holds it)."""
+REENTRANT = ["rlock", "rwlock-read", "rwlock-write"]
+
+
+def _reentrant(c, kind: str, name: str):
+    """The reentrant lock, or a read-write lock's read or write side."""
+    if kind == "rlock":
+        return c.rlock(name, ttl=30)
+    rw = c.rwlock(name, ttl=30)
+    return rw.read() if kind == "rwlock-read" else rw.write()
+
+
+def _exclusive(c, kind: str, name: str):
+    """What excludes every holder of _reentrant(kind, name)."""
+    return c.rlock(name, ttl=30) if kind == "rlock" else c.rwlock(name, ttl=30).write()
+
+
+@pytest.mark.parametrize("kind", REENTRANT)
+def test_reentry_whose_reply_timed_out_keeps_the_hold(kind, own_server) -> None:
+    """A re-entry whose reply times out and that never ran (after a restart
+    or a script flush its EVALSHA fails: NOSCRIPT) is not undone: an undo
+    would leave the level the thread already held, the lock free while its
+    holder believes it holds it. The undo carries the re-entry's nonce and
+    leaves a level only if the re-entry ran."""
     import os
     import signal
 
@@ -433,13 +439,14 @@ def test_reentry_whose_reply_timed_out_keeps_the_hold(own_server) -> None:
     r = redis.Redis(port=own_server.port)
     pid = own_server.pid
     try:
-        me = c.rlock("reenter", ttl=30)
+        me = _reentrant(c, kind, "reenter")
         assert me.acquire(blocking=False)
         r.script_flush()
         times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
         time.sleep(0.3)   # the re-entry (NOSCRIPT) has run on the server
         assert me.hold_count() >= 1
-        assert not other.rlock("reenter", ttl=30).acquire(blocking=False), \
+        assert not me.lost
+        assert not _exclusive(other, kind, "reenter").acquire(blocking=False), \
             "the holder's level was given back by an undo of a re-entry that never ran"
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -448,7 +455,8 @@ def test_reentry_whose_reply_timed_out_keeps_the_hold(own_server) -> None:
         c.close()
 
 
-def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(own_server) -> None:
+@pytest.mark.parametrize("kind", REENTRANT)
+def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(kind, own_server) -> None:
     """A re-entry that ran on the server but whose reply timed out is
     given back by the undo behind it (it carries the re-entry's nonce, so
     it leaves a level only if the re-entry ran): the hold count stays 1,
@@ -461,13 +469,13 @@ def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(own_server) -> None:
     other = hilock.Client(own_server.url)
     pid = own_server.pid
     try:
-        me = c.rlock("reenter-ran", ttl=30)
+        me = _reentrant(c, kind, "reenter-ran")
         assert me.acquire(blocking=False)
         times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
         time.sleep(0.3)   # the re-entry and its undo have run
         assert me.hold_count() == 1, "the re-entry whose reply was lost stayed counted"
         me.release()
-        assert other.rlock("reenter-ran", ttl=30).acquire(blocking=False), \
+        assert _exclusive(other, kind, "reenter-ran").acquire(blocking=False), \
             "a level stayed held after its owner released"
     finally:
         os.kill(pid, signal.SIGCONT)

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, acquire_within, join_all, kill_child, open_gate, pass_gate, pop_json,
-                     start_child, times_out_while_stopped, wait_for)
+from helpers import (FORK, acquire_within, fresh_grants, join_all, kill_child, open_gate,
+                     pass_gate, pop_json, start_child, wait_for)
 from history import (FenceError, Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_rw_exclusion)
 
@@ -674,20 +674,7 @@ def test_attempt_whose_reply_timed_out_is_undone(side, own_server) -> None:
         assert not t.is_alive()
         time.sleep(0.3)
 
-        def acquire() -> bool:
-            for _ in range(5):   # a loaded machine may time a reply out
-                try:
-                    return me.acquire(timeout=5)
-                except hilock.ConnectionError:
-                    time.sleep(0.2)
-            return me.acquire(timeout=5)
-
-        fences = []
-        for _ in range(2):
-            assert acquire()
-            fences.append(me.fence)
-            me.release()
-            assert me.hold_count() == 0
+        fences = fresh_grants(me)
         if side == "write":
             assert fences[0] is not None and fences[1] > fences[0]
         w = other.rwlock("ghost", ttl=ttl).write()
@@ -698,61 +685,3 @@ def test_attempt_whose_reply_timed_out_is_undone(side, own_server) -> None:
         other.close()
         c.close()
         blocker_c.close()
-
-
-@pytest.mark.parametrize("side", ["write", "read"])
-def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(side, own_server) -> None:
-    """A re-entry that ran on the server but whose reply timed out is
-    given back by the undo behind it (it carries the re-entry's nonce, so
-    it leaves a level only if the re-entry ran): the hold count stays 1,
-    and the owner's release frees the side."""
-    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
-                      reconnect=2.0)
-    other = hilock.Client(own_server.url)
-    pid = own_server.pid
-    try:
-        rw = c.rwlock("reenter-ran", ttl=30)
-        me = rw.write() if side == "write" else rw.read()
-        assert me.acquire(blocking=False)
-        times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
-        time.sleep(0.3)   # the re-entry and its undo have run
-        assert me.hold_count() == 1, "the re-entry whose reply was lost stayed counted"
-        me.release()
-        assert other.rwlock("reenter-ran", ttl=30).write().acquire(blocking=False), \
-            "a level stayed held after its owner released"
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        other.close()
-        c.close()
-
-
-@pytest.mark.parametrize("side", ["write", "read"])
-def test_reentry_whose_reply_timed_out_keeps_the_hold(side, own_server) -> None:
-    """A re-entry whose reply times out is not undone: after a restart or a
-    script flush its EVALSHA fails without running (NOSCRIPT), and an undo
-    behind it (sent with its source) would leave the level the thread
-    already held: the lock free while its holder believes it holds it.
-    Here the scripts are flushed and the server stopped before the
-    re-entry; after it resumes, the thread still holds its level and
-    another client cannot take the write side."""
-    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
-                      reconnect=2.0)
-    other = hilock.Client(own_server.url)
-    r = redis.Redis(port=own_server.port)
-    pid = own_server.pid
-    try:
-        rw = c.rwlock("reenter", ttl=30)
-        me = rw.write() if side == "write" else rw.read()
-        assert me.acquire(blocking=False)
-        r.script_flush()
-        times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
-        time.sleep(0.3)   # the re-entry (NOSCRIPT) has run on the server
-        assert me.hold_count() >= 1
-        assert not me.lost
-        assert not other.rwlock("reenter", ttl=30).write().acquire(blocking=False), \
-            "the holder's level was given back by an undo of a re-entry that never ran"
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        r.close()
-        other.close()
-        c.close()
