@@ -70,9 +70,12 @@ def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
         b = a.encode()
         payload += b"$%d\r\n%s\r\n" % (len(b), b)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        # The file closes with the block: left to the garbage collector (the
+        # recursive reader below is a reference cycle), it kept the socket's
+        # descriptor open until a collection ran.
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s, \
+                s.makefile("rb") as f:
             s.sendall(payload)
-            f = s.makefile("rb")
             out: List[bytes] = []
 
             def read() -> None:

@@ -125,3 +125,23 @@ def test_redis_server_is_the_plugins(redis_server: RedisServer,
     """hilock's own suite runs on the plugin's server."""
     assert redis_server is hilock_redis_server
     assert hilock_redis_url == redis_server.url
+
+
+def test_command_closes_its_socket_at_once() -> None:
+    """hilock._server.command (the fixtures' one-shot RESP call) closes its
+    socket before it returns, not when the garbage collector runs: its
+    reader is a reference cycle, which kept one descriptor per call open."""
+    import gc
+    import os
+
+    from hilock._server import RedisServer, command
+
+    with RedisServer() as srv:
+        gc.disable()
+        try:
+            before = len(os.listdir("/proc/self/fd"))
+            for _ in range(5):
+                assert command(srv.port, "PING").startswith(b"+PONG")
+            assert len(os.listdir("/proc/self/fd")) == before
+        finally:
+            gc.enable()
