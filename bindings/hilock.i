@@ -169,7 +169,8 @@ static int py_rwlock_read_set_auto_renew(hilock_rwlock *rw, int enable,
 /* wait_replicas > 0: WAIT after every grant and renewal. */
 static hilock_client *py_client_new(const char *url, int64_t connect_ms,
                                     int64_t command_ms, int64_t reconnect_ms,
-                                    int shared_waiting, int max_connections,
+                                    int shared_waiting, int direct_waiters,
+                                    int max_connections,
                                     int wait_replicas, int64_t wait_timeout_ms,
                                     const char *ca_certs, const char *ca_path,
                                     const char *certfile, const char *keyfile,
@@ -185,6 +186,7 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
   o.command_timeout_ms = command_ms;
   o.reconnect_ms = reconnect_ms;
   o.shared_waiting = shared_waiting;
+  o.direct_waiters = direct_waiters;
   o.max_connections = max_connections;
   o.wait_replicas = wait_replicas;
   if (wait_replicas > 0) o.wait_timeout_ms = wait_timeout_ms;

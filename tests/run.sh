@@ -35,7 +35,7 @@ cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="$tsan" \
 cmake --build build/tsan -j"$jobs" --target test_misuse test_client test_renewal test_wait test_hold test_async test_store test_stats
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" HILOCK_MISUSE_ROUNDS=3 \
   ctest --test-dir build/tsan --output-on-failure -j"$jobs" \
-  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_hold|test_async|test_store|test_stats)$'
+  -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_wait_hub|test_hold|test_async|test_store|test_stats)$'
 
 echo "== libFuzzer targets, 30 s each: URLs, names and keys, hostile replies"
 bash tests/fuzz/run.sh all 30

@@ -26,6 +26,7 @@ void hilock_options_init(hilock_options *opts) {
   opts->ssl_check_hostname = 1;
   opts->ssl_server_name = NULL;
   opts->shared_waiting = 1;
+  opts->direct_waiters = 1;
   opts->key_prefix = NULL;
 }
 
@@ -386,6 +387,7 @@ pthread_mutex_t *hilock__client_fork_mutex(hilock_client *c) {
 void hilock__client_after_fork(hilock_client *c) {
   if (hilock__token(c->id, NULL) != HILOCK_OK) c->id[0] ^= 1;
   hilock__hub_forget(&c->hub);
+  c->direct = 0; /* those were the parent's threads */
   /* The parent's connections are not this process's to count. */
   c->nopen = 0;
   if (c->cl != NULL)

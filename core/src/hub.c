@@ -610,6 +610,17 @@ out:
   return rc;
 }
 
+int hilock__hub_waited(hilock_client *c, const char *key, size_t keylen) {
+  hilock__hub *h = &c->hub;
+  hub_chan *ch;
+  int any;
+  pthread_mutex_lock(&h->mu);
+  ch = find(h, key, keylen);
+  any = ch != NULL && ch->waiters != NULL;
+  pthread_mutex_unlock(&h->mu);
+  return any;
+}
+
 /* ## Waiting without a thread (async.c) ----------------------------------- */
 
 struct hilock__hub_ticket {

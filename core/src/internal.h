@@ -396,6 +396,8 @@ struct hilock_client {
   pthread_cond_t pool_cv; /* a pooled connection closed or came back */
   hilock__hub hub;
   int waiting; /* threads asleep in a wait (atomic) */
+  int direct;     /* threads in a direct wait (wait.c; atomic) */
+  int direct_off; /* the server refused BLPOP: no direct waits (atomic) */
 };
 
 void hilock__client_ref(hilock_client *c);
@@ -634,6 +636,9 @@ int hilock__failover_reply(const hilock_client *c, const redisReply *r);
  * bound_ms passes; HILOCK__HUB_OFF if the client cannot wait that way (the
  * server refused SUBSCRIBE): the caller blocks in BLPOP instead. */
 #define HILOCK__HUB_OFF 900
+/* Whether any of c's waits (threads or async) is in the shared waiting on
+ * key's channel. */
+int hilock__hub_waited(hilock_client *c, const char *key, size_t keylen);
 /* Count a thread into (d = 1) or out of (-1) c's waiting threads;
  * shared: it waits in the shared waiting (not in a BLPOP of its own). */
 void hilock__waiting_add(hilock_client *c, int d, int shared);

@@ -19,7 +19,7 @@
 #define CALL_SLACK_MS 250
 
 static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
-                      size_t keylen, int64_t bound_ms, int *woken);
+                      size_t keylen, int64_t bound_ms, int outside, int *woken);
 
 static int waiting_all; /* every client's threads in the shared waiting */
 
@@ -32,19 +32,69 @@ int hilock__waiting_all(void) {
   return __atomic_load_n(&waiting_all, __ATOMIC_ACQUIRE);
 }
 
+/* A place among the client's direct waits, if one is free. */
+static int direct_claim(hilock_client *c) {
+  int n = __atomic_load_n(&c->direct, __ATOMIC_ACQUIRE);
+  /* Its connection counts in the pool, which keeps one for commands. */
+  if (c->rt.opts.max_connections > 0 &&
+      c->rt.opts.max_connections <= c->rt.opts.direct_waiters)
+    return 0;
+  while (n < c->rt.opts.direct_waiters)
+    if (__atomic_compare_exchange_n(&c->direct, &n, n + 1, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      return 1;
+  return 0;
+}
+
+/* A direct wait: BLPOP on the wake list, on a connection of its own, as
+ * with shared_waiting off; the server hands the release's wake-up to this
+ * thread itself. A server that refuses BLPOP (an ACL without it) turns
+ * direct waits off for the client: the wait goes on in the shared
+ * waiting. */
+static int direct_wait(hilock_client *c, hilock__err *e, const char *key,
+                       size_t keylen, int64_t end_ms, int *woken) {
+  int64_t left = end_ms - hilock__now_ms();
+  int rc;
+  hilock__waiting_add(c, 1, 0);
+  rc = blpop_wait(c, e, key, keylen, left < 1 ? 1 : left, 0, woken);
+  hilock__waiting_add(c, -1, 0);
+  __atomic_sub_fetch(&c->direct, 1, __ATOMIC_ACQ_REL);
+  if (rc == HILOCK_ENOPERM) {
+    __atomic_store_n(&c->direct_off, 1, __ATOMIC_RELEASE);
+    hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0,
+                "BLPOP refused: waits share the subscriber connection");
+    return HILOCK__HUB_OFF;
+  }
+  return rc;
+}
+
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int64_t tried_us,
                       int consume, int *woken) {
   int rc;
+  int64_t end;
   *woken = 0;
   if (bound_ms < 1) bound_ms = 1;
+  end = hilock__now_ms() + bound_ms;
+  /* Direct when a place is free and no waiter of this client on the same
+   * lock is in the shared waiting (it is ahead: a release rings it, and it
+   * comes back to a free place), else shared. */
+  rc = HILOCK__HUB_OFF;
+  if (c->rt.opts.shared_waiting && c->rt.opts.direct_waiters > 0 &&
+      !__atomic_load_n(&c->direct_off, __ATOMIC_ACQUIRE) &&
+      !hilock__redisson_channel(key, keylen) &&
+      !hilock__hub_waited(c, key, keylen) && direct_claim(c))
+    rc = direct_wait(c, e, key, keylen, end, woken);
+  if (rc != HILOCK__HUB_OFF) return rc;
+  if (end - hilock__now_ms() < bound_ms)
+    bound_ms = end - hilock__now_ms() < 1 ? 1 : end - hilock__now_ms();
   rc = hilock__hub_wait(c, e, key, keylen, bound_ms, tried_us, consume,
                         woken);
   if (rc != HILOCK__HUB_OFF) return rc;
   if (hilock__redisson_channel(key, keylen))
     return hilock__redisson_nap(c, e, bound_ms);
   hilock__waiting_add(c, 1, 0);
-  rc = blpop_wait(c, e, key, keylen, bound_ms, woken);
+  rc = blpop_wait(c, e, key, keylen, bound_ms, 1, woken);
   hilock__waiting_add(c, -1, 0);
   return rc;
 }
@@ -57,11 +107,13 @@ static int wait_stop(void *arg) {
 }
 
 /* The wait on a connection of its own: BLPOP on the wake list, sent with
- * hilock__conn_batch on a connection held outside the pool's bound (so
- * waiters never starve the commands, a release among them), with the
- * client's interrupt hook asked every 100 ms. */
+ * hilock__conn_batch, with the client's interrupt hook asked every 100 ms.
+ * outside: the connection is held outside the pool's bound (so any number
+ * of waiters never starve the commands, a release among them); else it
+ * counts in the pool (a direct wait: direct_claim keeps a place for the
+ * commands). */
 static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
-                      size_t keylen, int64_t bound_ms, int *woken) {
+                      size_t keylen, int64_t bound_ms, int outside, int *woken) {
   char secs[32];
   const char *argv[3] = {"BLPOP", key, secs};
   size_t lens[3] = {5, keylen, 0};
@@ -84,7 +136,7 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
     else
       rc = hilock__pool_get_key(c, e, key, keylen, &k, &fresh);
     if (rc != HILOCK_OK) return rc;
-    hilock__pool_uncount(k);
+    if (outside) hilock__pool_uncount(k);
     node = k->node;
     slack = c->rt.opts.command_timeout_ms > 0 ? c->rt.opts.command_timeout_ms : 5000;
     own = hilock__now_ms() + bound_ms + slack;

@@ -80,12 +80,14 @@ class Client:
     names work as URL query parameters, which win. A refused certificate
     raises :class:`CertificateError`, another TLS failure :class:`TLSError`.
 
-    Waiting: threads blocked in ``acquire`` sleep in the client, and one
-    subscriber connection per client hears the releases (``shared_waiting``,
-    the default); ``shared_waiting=False`` gives each waiting thread a
-    connection of its own, blocked in BLPOP. Commands share at most
-    ``max_connections`` pooled connections (default 6; 0: no limit); with
-    the subscriber and the renewal thread's, a client holds at most 8.
+    Waiting: a client's first waiting thread blocks in BLPOP on a pooled
+    connection (up to ``direct_waiters`` threads at once, default 1: the
+    server hands it the release's wake-up itself); the others sleep in the
+    client, and one subscriber connection per client hears the releases
+    (``shared_waiting``, the default). ``shared_waiting=False`` gives each
+    waiting thread a connection of its own, blocked in BLPOP. Commands share
+    at most ``max_connections`` pooled connections (default 6; 0: no limit);
+    with the subscriber and the renewal thread's, a client holds at most 8.
 
     ``prefix`` (default ``"hilock:"``) starts every key and channel name this
     client's locks use, so tenants sharing a server each take their own and
@@ -103,7 +105,8 @@ class Client:
     def __init__(self, url: Optional[str] = None, *, connect_timeout: float = 2.0,
                  command_timeout: float = 5.0, reconnect: float = 3.0,
                  wait_replicas: int = 0, wait_timeout: float = 1.0,
-                 shared_waiting: bool = True, max_connections: int = 6,
+                 shared_waiting: bool = True, direct_waiters: int = 1,
+                 max_connections: int = 6,
                  ssl_ca_certs: Optional[PathLike] = None,
                  ssl_ca_path: Optional[PathLike] = None,
                  ssl_certfile: Optional[PathLike] = None,
@@ -135,11 +138,15 @@ class Client:
                        ssl_cert_reqs, ssl_check_hostname, ssl_server_name)
         if not isinstance(shared_waiting, bool):
             raise InvalidArgument("shared_waiting must be a bool")
+        if (not isinstance(direct_waiters, int) or isinstance(direct_waiters, bool)
+                or not 0 <= direct_waiters <= 100000):
+            raise InvalidArgument("direct_waiters must be an int >= 0")
         if (not isinstance(max_connections, int) or isinstance(max_connections, bool)
                 or not 0 <= max_connections <= 100000):
             raise InvalidArgument("max_connections must be an int >= 0 (0: no limit)")
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
-                                   int(shared_waiting), max_connections, wait_replicas,
+                                   int(shared_waiting), direct_waiters, max_connections,
+                                   wait_replicas,
                                    wait_ms, *tls, prefix_bytes(prefix))
         self.prefix = prefix
         # Losses, renewal failures, reconnects and failovers go to the

@@ -24,8 +24,10 @@
  *          same connection after BLPOP, on a second one after a message.
  *          What each wake-up mechanism costs on this machine and server.
  *
- * HILOCK_BENCH_WAITING=blpop: waiters block in BLPOP on a connection of
- * their own (shared_waiting = 0) instead of the client's shared waiting.
+ * HILOCK_BENCH_WAITING=blpop: every waiter blocks in BLPOP on a connection
+ * of its own (shared_waiting = 0); =shared: every waiter waits in the
+ * client's shared waiting (direct_waiters = 0). By default the lone waiter
+ * waits direct (BLPOP), as a client's first waiter does.
  *
  * Warm-up rounds are dropped. Prints one JSON object on stdout; handoff
  * also reports the shortest time the waiter spent in acquire (min_wait_us),
@@ -95,6 +97,7 @@ static int open_lock(const char *url, const char *name, hilock_client **c,
   int rc;
   hilock_options_init(&o);
   o.shared_waiting = !(waiting != NULL && strcmp(waiting, "blpop") == 0);
+  if (waiting != NULL && strcmp(waiting, "shared") == 0) o.direct_waiters = 0;
   lk->lock = NULL;
   lk->sem = NULL;
   if (hilock_client_new(url, &o, c) != HILOCK_OK) {

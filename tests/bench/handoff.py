@@ -26,8 +26,10 @@ Floors, same processes and timing with raw hiredis and no lock
 subscription, makes one more script round trip, as a woken waiter's attempt
 does. They are what each wake-up mechanism costs on this server and machine.
 
-Contestants: hilock C (bench_handoff, fork()ed processes; also with one BLPOP
-per waiter, shared_waiting=0), hilock Python,
+Contestants: hilock C (bench_handoff, fork()ed processes: as configured by
+default, where the lone waiter waits direct in BLPOP; with every waiter in the
+shared waiting, direct_waiters=0; with one BLPOP per waiter, shared_waiting=0),
+hilock Python,
 redis-py Lock (retries every 0.1 s, its default sleep, so its handoff is
 about 0.1 s less the holder's sleep), python-redis-lock (BLPOP wake-ups),
 and hilock Python's fair lock and 1-permit semaphore.
@@ -433,6 +435,8 @@ def main() -> int:
         Contestant("wake_pubsub", "floor: raw hiredis, pub/sub wake-up + 1 round trip", None,
                    wake="pubsub"),
         Contestant("hilock_c", "hilock C", None),
+        Contestant("hilock_c_shared", "hilock C, shared waiting only (direct_waiters=0)", None,
+                   env={"HILOCK_BENCH_WAITING": "shared"}),
         Contestant("hilock_c_blpop", "hilock C, one BLPOP per waiter (shared_waiting=0)", None,
                    env={"HILOCK_BENCH_WAITING": "blpop"}),
         Contestant("hilock_py", "hilock Python", make_hilock, ("hilock",)),
@@ -442,7 +446,6 @@ def main() -> int:
         Contestant("redis_py", "redis-py Lock (sleep 0.1 s)", make_redis_py, ("redis",)),
         Contestant("python_redis_lock", "python-redis-lock", make_python_redis_lock,
                    ("redis", "redis_lock")),
-        Contestant("hilock_fair_py", "hilock Python fair lock", make_hilock_fair, ("hilock",)),
         Contestant("hilock_sem_py", "hilock Python semaphore, 1 permit", make_hilock_semaphore,
                    ("hilock",)),
     ]
@@ -523,7 +526,9 @@ def main() -> int:
     print(f"- hilock handoff p99: C {f(summary['hilock_c_p99_ms'], '.2f')} ms, Python "
           f"{f(summary['hilock_py_p99_ms'], '.2f')} ms.")
     fb, fp, hb = by["wake_blpop"], by["wake_pubsub"], by["hilock_c_blpop"]
-    for mine, floor in ((hc, fp), (hb, fb)):
+    # The lone waiter of the default waits in BLPOP; shared waiting reads
+    # pub/sub.
+    for mine, floor in ((hc, fb), (by["hilock_c_shared"], fp), (hb, fb)):
         if mine.p50 and floor.p50 and mine.p99 and floor.p99:
             summary[f"{mine.key}_over_{floor.key}_p50"] = mine.p50 / floor.p50
             summary[f"{mine.key}_over_{floor.key}_p99"] = mine.p99 / floor.p99

@@ -248,7 +248,7 @@ static void waiting_does_not_poll(void **state) {
   SEM_RC(hilock_semaphore_acquire(b, 1200), HILOCK_BUSY, b);
   evals = hl_cmdstat_calls(f->redis, "evalsha");
   /* Wake-ups taken off the list: BLPOPs, or the shared waiting's LPOPs. */
-  blpops = hl_cmdstat_calls(f->redis, hl_blpop_mode() ? "blpop" : "lpop");
+  blpops = hl_cmdstat_calls(f->redis, hl_wake_cmd());
   assert_i64_between(evals, 1, 2);
   assert_i64_between(blpops, 1, 2);
   hilock_hold_free(HILOCK_HOLD(a));

@@ -85,9 +85,19 @@ int hl_blpop_mode(void) {
   return m != NULL && strcmp(m, "blpop") == 0;
 }
 
+const char *hl_wake_cmd(void) { return hl_hub_mode() ? "lpop" : "blpop"; }
+
+int hl_hub_mode(void) {
+  const char *m = getenv("HILOCK_TEST_WAIT");
+  return m != NULL && strcmp(m, "hub") == 0;
+}
+
+/* Threads in the shared waiting, and those blocked in BLPOP on the server
+ * (a direct wait, or every wait in blpop mode). */
 long long hl_waiters(redisContext *c) {
-  if (hl_blpop_mode()) return hl_info_field(c, "clients", "blocked_clients");
-  return hilock__waiting_all();
+  long long blocked = hl_info_field(c, "clients", "blocked_clients");
+  if (hl_blpop_mode()) return blocked;
+  return hilock__waiting_all() + blocked;
 }
 
 int hl_wait_waiters(redisContext *c, long long n, int64_t timeout_ms) {
@@ -111,6 +121,9 @@ int hl_wait_subscribed(redisContext *c, const char *channel, long long n,
         r->element[1]->type == REDIS_REPLY_INTEGER)
       got = r->element[1]->integer;
     freeReplyObject(r);
+    /* Subscribed, or blocked in BLPOP (a direct wait). */
+    if (got >= 0 && !hl_hub_mode())
+      got += hl_info_field(c, "clients", "blocked_clients");
     if (got == n) return 1;
     if (hl_now_ms() > end) return 0;
     hl_sleep_ms(5);
@@ -121,6 +134,7 @@ hilock_options hl_test_options(void) {
   hilock_options o;
   hilock_options_init(&o);
   o.shared_waiting = !hl_blpop_mode();
+  if (hl_hub_mode()) o.direct_waiters = 0;
   o.connect_timeout_ms = 1000;
   o.command_timeout_ms = 3000;
   o.reconnect_ms = 1000;

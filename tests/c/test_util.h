@@ -252,6 +252,11 @@ void hl_sleep_ms(int64_t ms);
 hilock_options hl_test_options(void);
 /* 1 if this run waits in BLPOP (HILOCK_TEST_WAIT=blpop). */
 int hl_blpop_mode(void);
+/* HILOCK_TEST_WAIT=hub: no direct waits (every waiter in the shared waiting). */
+int hl_hub_mode(void);
+/* The command that takes a lone waiter's wake-up off the list: BLPOP (a
+ * direct wait, or blpop mode), or LPOP in the shared waiting (hub mode). */
+const char *hl_wake_cmd(void);
 /* Threads of this process asleep in a wait for a lock now: blocked
  * clients on the server in BLPOP mode, the clients' own count otherwise. */
 long long hl_waiters(redisContext *c);

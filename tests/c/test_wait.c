@@ -26,7 +26,7 @@ static void wait_blocked(fixture *f, long long n) {
 /* Commands that took a wake-up off a list: BLPOPs, or the shared waiting's
  * LPOPs (one when a wait starts, one per ring). */
 static long long wake_calls(fixture *f) {
-  return hl_cmdstat_calls(f->redis, hl_blpop_mode() ? "blpop" : "lpop");
+  return hl_cmdstat_calls(f->redis, hl_wake_cmd());
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -447,6 +447,91 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   hilock_hold_free(HILOCK_HOLD(b));
 }
 
+/* ## Direct waits ------------------------------------------------------------ */
+
+/* Until the server shows b clients blocked (in BLPOP) and the shared
+ * waiting holds s threads. */
+static void wait_split(fixture *f, long long b, long long s) {
+  int64_t end = hl_now_ms() + 3000;
+  long long nb, ns;
+  for (;;) {
+    nb = hl_info_field(f->redis, "clients", "blocked_clients");
+    ns = hl_waiters(f->redis) - nb; /* in the shared waiting */
+    if ((nb == b && ns == s) || hl_now_ms() > end) break;
+    hl_sleep_ms(5);
+  }
+  if (nb != b || ns != s) {
+    print_error("%lld blocked and %lld in the shared waiting, expected "
+                "%lld and %lld\n", nb, ns, b, s);
+    fail();
+  }
+}
+
+/* A client's first waiter on a lock blocks in BLPOP on a connection of its
+ * own; the next joins the shared waiting. The release that wakes the first
+ * rings the second too, whose attempt finds no wake-up: it comes back to
+ * the free place, in BLPOP, and is granted next. */
+static void a_lone_waiter_waits_direct_the_next_shares(void **state) {
+  fixture *f = *state;
+  hilock_lock *a, *b, *c;
+  hl_waiter wb, wc;
+
+  if (hl_blpop_mode() || hl_hub_mode()) skip(); /* no direct waits */
+  a = hl_new_lock(f->client, "direct", 10000);
+  b = hl_new_lock(f->client, "direct", 10000);
+  c = hl_new_lock(f->client, "direct", 10000);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  hl_waiter_run(&wb, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
+  wait_split(f, 1, 0);
+  hl_waiter_run(&wc, HILOCK_HOLD(c), &hl_lock_verbs, 8000, 0);
+  wait_split(f, 1, 1);
+  assert_i64_between(hl_release_and_join(&wb, HILOCK_HOLD(a), &hl_lock_verbs),
+                     0, 300);
+  assert_hl_ok(wb.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  /* c came back to the free place: BLPOP, not the shared waiting. */
+  wait_split(f, 1, 0);
+  assert_int_equal(hl_waiter_done_at(&wc), 0);
+  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hl_waiter_join(&wc);
+  assert_hl_ok(wc.rc, hilock_hold_errmsg(HILOCK_HOLD(c)));
+  hl_assert_holder(f->redis, HILOCK_HOLD(c));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
+  hilock_hold_free(HILOCK_HOLD(c));
+}
+
+/* A user the server refuses BLPOP: the wait goes on in the shared waiting
+ * (a release still wakes it), and the client's later waits go there at
+ * once. */
+static void without_blpop_rights_waits_share_the_subscriber(void **state) {
+  fixture *f = *state;
+  char url[128];
+  hilock_options o = hl_test_options();
+  hilock_client *nb;
+  hilock_lock *a, *b;
+  hl_waiter w;
+
+  if (hl_blpop_mode() || hl_hub_mode()) skip(); /* no direct waits */
+  a = hl_new_lock(f->client, "refused", 10000);
+  hl_redis_ok(f->redis, "ACL SETUSER noblpop on >pw ~* &* +@all -blpop");
+  snprintf(url, sizeof(url), "redis://noblpop:pw@127.0.0.1:%d", f->server.port);
+  assert_hl_ok(hilock_client_new(url, &o, &nb), "client");
+  b = hl_new_lock(nb, "refused", 10000);
+  for (int round = 0; round < 2; round++) {
+    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
+    wait_split(f, 0, 1);
+    assert_i64_between(hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs),
+                       0, 300);
+    assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+    assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  }
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
+  hilock_client_free(nb);
+  hl_redis_ok(f->redis, "ACL DELUSER noblpop");
+}
+
 HL_FIXTURE_MAIN("wait",
       HL_TEST(waiter_wakes_promptly_on_release),
       HL_TEST(waiter_wakes_when_holder_key_expires),
@@ -458,4 +543,6 @@ HL_FIXTURE_MAIN("wait",
       HL_TEST(interrupt_hook_ends_wait_with_eintr),
       HL_TEST(client_free_ends_blocked_wait_with_eclosed),
       HL_TEST(simple_lock_waiter_wakes_on_release),
-      HL_TEST(rlock_waiter_wakes_on_final_release))
+      HL_TEST(rlock_waiter_wakes_on_final_release),
+      HL_TEST(a_lone_waiter_waits_direct_the_next_shares),
+      HL_TEST(without_blpop_rights_waits_share_the_subscriber))

@@ -136,9 +136,13 @@ def test_max_connections_is_checked(redis_url, bad) -> None:
         hilock.Client(redis_url, max_connections=bad)
 
 
-def test_a_restart_that_loses_the_holder_lets_the_waiter_in(own_server) -> None:
+@pytest.mark.parametrize("direct", [1, 0])
+def test_a_restart_that_loses_the_holder_lets_the_waiter_in(own_server, direct) -> None:
+    """direct 1: the waiter blocks in BLPOP (a direct wait), whose broken
+    connection sends it to try again; 0: in the shared waiting, whose
+    subscriber's reconnect does."""
     holder = hilock.Client(own_server.url)
-    waiter = hilock.Client(own_server.url, reconnect=10)
+    waiter = hilock.Client(own_server.url, reconnect=10, direct_waiters=direct)
     lk = holder.lock("restart", ttl=30, auto_renew=False)
     assert lk.acquire(blocking=False)
     result: List[float] = []
@@ -155,25 +159,26 @@ def test_a_restart_that_loses_the_holder_lets_the_waiter_in(own_server) -> None:
     own_server.start()
     t.join(20)
     assert result, "the waiter never got in"
-    # Well before the holder's 30 s TTL: the subscriber's reconnect made the
-    # waiter try again.
+    # Well before the holder's 30 s TTL: the broken BLPOP, or the
+    # subscriber's reconnect, made the waiter try again.
     assert result[0] < 10, result
     holder.close()
     waiter.close()
 
 
 @contextmanager
-def _user_with_a_held_lock(rds, port: int, name: str,
-                           *rules: str) -> Iterator[Tuple[Any, Any, List[float]]]:
+def _user_with_a_held_lock(rds, port: int, name: str, *rules: str,
+                           direct: int = 0) -> Iterator[Tuple[Any, Any, List[float]]]:
     """A user with these ACL rules; a lock called name held by one of its
     clients; the wait() that another of its clients runs on it (the time of
-    each grant is appended to the list)."""
+    each grant is appended to the list). The waiting client waits in the
+    shared waiting unless direct."""
     rds.execute_command("ACL", "SETUSER", name, "on", ">pw", *rules)
     url = f"redis://{name}:pw@127.0.0.1:{port}/0"
     holder = waiter = None
     try:
         holder = hilock.Client(url)
-        waiter = hilock.Client(url)
+        waiter = hilock.Client(url, direct_waiters=direct)
         lk = holder.lock(name, ttl=30, auto_renew=False)
         assert lk.acquire(blocking=False)
         granted: List[float] = []
@@ -207,17 +212,20 @@ def test_without_channel_rights_waits_fall_back_to_blpop(rds, redis_server) -> N
         assert granted[0] - released < 2.0
 
 
+@pytest.mark.parametrize("direct", [0, 1])
 @pytest.mark.parametrize("kind,grant,writes", [
     ("lock", "set", 1), ("semaphore", "zadd", 1), ("rlock", "hset", 1),
     ("write", "hset", 1), ("segmented_lock", "set", 1), ("multi_lock", "set", 2)])
 def test_a_waiter_in_each_of_several_clients_one_release_one_grant(
-        rds, redis_url, kind, grant, writes) -> None:
-    """Each client rings its one waiter, whose acquire script takes the
-    release's one wake-up first ("woken": the acquire scripts of the lock,
-    semaphore, reentrant lock, read-write lock's write side, segmented lock
-    and multi-key lock) or, finding none, grants nothing: one release, one
-    grant (writes: the grant's writes of that command), and the other
-    waiters sleep on."""
+        rds, redis_url, kind, grant, writes, direct) -> None:
+    """In the shared waiting (direct 0), each client rings its one waiter,
+    whose acquire script takes the release's one wake-up first ("woken": the
+    acquire scripts of the lock, semaphore, reentrant lock, read-write
+    lock's write side, segmented lock and multi-key lock) or, finding none,
+    grants nothing. Waiting direct (1), each blocks in BLPOP and the server
+    hands the one wake-up to one of them: one script more than the release.
+    Either way one release, one grant (writes: the grant's writes of that
+    command), and the other waiters sleep on."""
     def make(c: hilock.Client) -> Any:
         if kind == "semaphore":
             return c.semaphore("several", 1, ttl=30, auto_renew=False)
@@ -232,7 +240,7 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(
     holder = hilock.Client(redis_url)
     lk = make(holder)
     assert lk.acquire(blocking=False)
-    clients = [hilock.Client(redis_url) for _ in range(4)]
+    clients = [hilock.Client(redis_url, direct_waiters=direct) for _ in range(4)]
     granted: List[int] = []
     go = threading.Event()
 
@@ -257,8 +265,12 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(
     # 1 ms later: at most one more attempt and one more pop each); no LPOP
     # of its own before an attempt.
     scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
-    assert 1 + 4 <= scripts <= 1 + 4 + 3, calls
-    assert calls.get("lpop", 0) <= 4 + 3, calls
+    if direct:
+        assert scripts == 2, calls
+        assert calls.get("lpop", 0) == 0, calls
+    else:
+        assert 1 + 4 <= scripts <= 1 + 4 + 3, calls
+        assert calls.get("lpop", 0) <= 4 + 3, calls
     assert calls.get(grant, 0) == writes, calls
     assert len(granted) == 1
     assert sum(x.waiting for x in clients) == 3
@@ -275,9 +287,9 @@ def test_a_lone_listener_is_rung_solo(rds, redis_url) -> None:
     """One process waits: a release rings its waiter, whose attempt takes
     the wake-up itself (no LPOP of its own between the release and the
     grant: the release and one script); the channel is given up after the
-    grant."""
+    grant. (Shared waiting: a lone waiter would otherwise wait direct.)"""
     holder = hilock.Client(redis_url)
-    c = hilock.Client(redis_url)
+    c = hilock.Client(redis_url, direct_waiters=0)
     h = holder.lock("lone", ttl=30, auto_renew=False)
     w = c.lock("lone", ttl=30, auto_renew=False)
     for _ in range(5):
@@ -359,3 +371,57 @@ def test_a_release_sends_ping_first_an_acquire_does_not(rds, redis_url, kind) ->
     finally:
         c.close()
 
+
+
+def test_a_lone_waiter_waits_direct_the_next_shares(rds, redis_url) -> None:
+    """A client's first waiter blocks in BLPOP (the server hands it the
+    wake-up itself); a second waiter of the same client on the same lock
+    joins the shared waiting; grants follow the order of arrival."""
+    holder = hilock.Client(redis_url)
+    c = hilock.Client(redis_url)
+    h = holder.lock("direct", ttl=30, auto_renew=False)
+    assert h.acquire(blocking=False)
+    order: List[int] = []
+    locks = [c.lock("direct", ttl=30, auto_renew=False) for _ in range(2)]
+
+    def wait(i: int) -> None:
+        if locks[i].acquire(timeout=20):
+            order.append(i)
+            time.sleep(0.05)
+            locks[i].release()
+
+    def split() -> Tuple[int, int]:
+        blocked = int(rds.info("clients")["blocked_clients"])
+        return blocked, int(rds.pubsub_numsub("hilock:{direct}:wake")[0][1])
+
+    t0 = threading.Thread(target=wait, args=(0,))
+    t0.start()
+    wait_for(lambda: split() == (1, 0), 5, what="the first waiter in BLPOP")
+    t1 = threading.Thread(target=wait, args=(1,))
+    t1.start()
+    wait_for(lambda: c.waiting == 2 and split() == (1, 1), 5,
+             what="the second in the shared waiting")
+    h.release()
+    t0.join(10)
+    t1.join(10)
+    assert order == [0, 1]
+    c.close()
+    holder.close()
+
+
+def test_without_blpop_rights_a_lone_waiter_shares_the_subscriber(rds, redis_server) -> None:
+    with _user_with_a_held_lock(rds, redis_server.port, "noblpop", "~*", "&*", "+@all",
+                                "-blpop", direct=1) as (lk, waiter, granted):
+        wait_for(lambda: waiter.waiting == 1 and
+                 rds.pubsub_numsub("hilock:{noblpop}:wake")[0][1] == 1, 10,
+                 what="the waiter in the shared waiting")
+        released = time.monotonic()
+        lk.release()
+        wait_for(lambda: granted, 5, what="the grant")
+        assert granted[0] - released < 2.0
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "1", None])
+def test_direct_waiters_is_checked(redis_url, bad) -> None:
+    with pytest.raises(hilock.InvalidArgument):
+        hilock.Client(redis_url, direct_waiters=bad)

@@ -85,6 +85,13 @@ typedef struct hilock_options {
    * docs/waiting.md); 0: each waiting thread blocks in BLPOP on a
    * connection of its own. */
   int shared_waiting;
+  /* With shared_waiting: how many of the client's waiting threads block in
+   * BLPOP on the wake list, on a connection of their own, before the rest
+   * share the subscriber connection (default 1; 0: all share it). A lone
+   * waiter is woken by the server itself, a pub/sub message's scheduling
+   * cost less (docs/waiting.md); while another thread of the client waits
+   * on the same lock in the shared waiting, a new one joins it there. */
+  int direct_waiters;
   /* The start of every key and channel name this client's locks use:
    * "hilock:" by default (NULL or ""). 1..HILOCK_KEY_PREFIX_MAX bytes,
    * without '{' or '}' (the lock name after it is the hash tag). Tenants
