@@ -465,6 +465,11 @@ static void client_rejects_bad_options(void **state) {
   o.max_connections = -1;
   assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
   hilock_client_free(c);
+
+  hilock_options_init(&o);
+  o.direct_waiters = -1;
+  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
+  hilock_client_free(c);
 }
 
 HL_SUITE_MAIN("url", group_setup, group_teardown,

@@ -97,8 +97,8 @@ def url(fdp: atheris.FuzzedDataProvider) -> str:
 
 
 OPTIONS = ["connect_timeout", "command_timeout", "reconnect", "wait_replicas", "wait_timeout",
-           "shared_waiting", "max_connections", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile",
-           "ssl_keyfile", "ssl_password", "ssl_cert_reqs", "ssl_check_hostname",
+           "shared_waiting", "direct_waiters", "max_connections", "ssl_ca_certs", "ssl_ca_path",
+           "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_cert_reqs", "ssl_check_hostname",
            "ssl_server_name"]
 
 
