@@ -314,6 +314,15 @@ int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
   return hilock__pool_get(c, e, out, fresh);
 }
 
+int hilock__pool_room(hilock_client *c) {
+  int room;
+  if (c->cl != NULL || c->rt.opts.max_connections <= 0) return 1;
+  pthread_mutex_lock(&c->rt.mu);
+  room = c->nidle > 0 || c->nopen < c->rt.opts.max_connections;
+  pthread_mutex_unlock(&c->rt.mu);
+  return room;
+}
+
 void hilock__pool_put(hilock_client *c, hilock__conn *k) {
   hilock__conn **idle = k->node ? &k->node->idle : &c->idle;
   int *nidle = k->node ? &k->node->nidle : &c->nidle;

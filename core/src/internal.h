@@ -505,6 +505,9 @@ int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
 int hilock__pool_get_until(hilock_client *c, hilock__err *e,
                            int64_t deadline_ms, hilock__conn **out,
                            int *fresh);
+/* Whether a connection of the pool is free now, or may be opened (always
+ * 1 on a cluster, whose pools are per node). */
+int hilock__pool_room(hilock_client *c);
 void hilock__pool_put(hilock_client *c, hilock__conn *k);
 /* From a pool (c->mu held): an idle connection (*k), or a place to open
  * one (*k = NULL, counted in *open), waiting while opts.max_connections

@@ -35,9 +35,11 @@ int hilock__waiting_all(void) {
 /* A place among the client's direct waits, if one is free. */
 static int direct_claim(hilock_client *c) {
   int n = __atomic_load_n(&c->direct, __ATOMIC_ACQUIRE);
-  /* Its connection counts in the pool, which keeps one for commands. */
-  if (c->rt.opts.max_connections > 0 &&
-      c->rt.opts.max_connections <= c->rt.opts.direct_waiters)
+  /* Its connection counts in the pool, which keeps one for commands; a
+   * pool busy to its bound leaves the wait to the shared waiting. */
+  if ((c->rt.opts.max_connections > 0 &&
+       c->rt.opts.max_connections <= c->rt.opts.direct_waiters) ||
+      !hilock__pool_room(c))
     return 0;
   while (n < c->rt.opts.direct_waiters)
     if (__atomic_compare_exchange_n(&c->direct, &n, n + 1, 0, __ATOMIC_ACQ_REL,
