@@ -232,8 +232,8 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
     pthread_mutex_lock(&a->mu);
     o->notified = 0;
     pthread_mutex_unlock(&a->mu);
-    rc = hilock__hub_join(a->c, &e, o->wkey, o->wkeylen, tried_us, notify, o,
-                          &o->t);
+    rc = hilock__hub_join(a->c, &e, o->wkey, o->wkeylen, o->spec.wake,
+                          tried_us, notify, o, &o->t);
     if (rc != HILOCK_OK && rc != HILOCK__HUB_OFF) {
       *hilock__hold_err(o->h) = e;
       return rc;
@@ -310,11 +310,15 @@ static int step_acquire(op *o) {
     }
   }
   if (o->t != NULL) {
-    int got = hilock__hub_check(a->c, o->t, o->spec.consume, &woken);
+    int got = hilock__hub_check(a->c, o->t, o->spec.wake, &woken);
     if (got == HILOCK__HUB_LOOK) {
       hilock__err e;
       hilock__clear_err(&e);
-      rc = hilock__hub_pop(a->c, &e, o->wkey, o->wkeylen);
+      /* No wake list behind a Redisson channel: the look is a new
+       * attempt. */
+      rc = o->spec.wake & HILOCK__WAKE_CHANNEL
+               ? 1
+               : hilock__hub_pop(a->c, &e, o->wkey, o->wkeylen);
       if (rc < 0) {
         unwait(o, 0);
         *hilock__hold_err(o->h) = e;

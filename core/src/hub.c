@@ -12,7 +12,7 @@
  * listens on the server ("<n> solo"), nobody else competes for the
  * wake-up: the rung waiter tries the lock at once, a round trip sooner
  * (the wake-up it left in the list costs the next arrival one early
- * retry). A caller whose attempt takes the wake-up itself (consume: the
+ * retry). A caller whose attempt takes the wake-up itself (WAKE_TAKES: the
  * plain lock's script pops the list before it tries) is rung straight
  * into that attempt (solo or not), saving the round trip as well. The
  * waiter subscribes before it looks at the list, so no release between its
@@ -73,6 +73,7 @@ typedef struct hub_chan {
   int64_t confirmed_us; /* when the confirmation was read */
   int64_t message_us;   /* when the last message was read */
   int64_t idle_ms;      /* refs 0: since when (it lingers, then goes) */
+  int channel;          /* HILOCK__WAKE_CHANNEL: Redisson's, no list */
   hub_waiter *waiters; /* oldest first */
 } hub_chan;
 
@@ -141,7 +142,7 @@ static int on_push(hilock__hub *h, redisReply *r) {
     }
     ch->message_us = hilock__now_us();
     /* Redisson's unlock messages (0, 1) carry no count: all try again. */
-    if (hilock__redisson_channel(ch->name, ch->len)) n = LLONG_MAX, solo = 1;
+    if (ch->channel) n = LLONG_MAX, solo = 1;
     ring_chan(ch, n > 0 ? n : 0, solo);
   } else if (is(r->element[0], "subscribe") && ch->state == 1) {
     ch->state = 2;
@@ -409,8 +410,6 @@ int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
   size_t lens[2] = {4, keylen};
   redisReply *r = NULL;
   int rc;
-  /* No wake list behind a Redisson channel: the look is a new attempt. */
-  if (hilock__redisson_channel(key, keylen)) return 1;
   rc = hilock__command(c, e, 2, argv, lens, &r);
   if (rc != HILOCK_OK) return rc;
   rc = r->type == REDIS_REPLY_STRING;
@@ -458,10 +457,11 @@ static void rest(hilock__hub *h, hub_waiter *w, int64_t ms) {
   w->sleeping = 0;
 }
 
-/* Register w on key's channel (subscribing if new). HILOCK_OK with h->mu
- * held, HILOCK__HUB_OFF or an error without it. */
+/* Register w on key's channel (subscribing if new; wake: the waiter's
+ * HILOCK__WAKE_* flags). HILOCK_OK with h->mu held, HILOCK__HUB_OFF or an
+ * error without it. */
 static int enter(hilock_client *c, hilock__err *e, const char *key,
-                 size_t keylen, hub_chan **chp, hub_waiter *w) {
+                 size_t keylen, int wake, hub_chan **chp, hub_waiter *w) {
   hilock__hub *h = &c->hub;
   hub_chan *ch;
   if (__atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED))
@@ -483,6 +483,7 @@ static int enter(hilock_client *c, hilock__err *e, const char *key,
     }
     memcpy(ch->name, key, keylen);
     ch->len = keylen;
+    ch->channel = (wake & HILOCK__WAKE_CHANNEL) != 0;
     ch->next = h->chans;
     h->chans = ch;
     kick(h);
@@ -511,7 +512,7 @@ static int must_look(const hub_chan *ch, int64_t tried_us) {
 
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
                      size_t keylen, int64_t bound_ms, int64_t tried_us,
-                     int consume, int *woken) {
+                     int wake, int *woken) {
   hilock__hub *h = &c->hub;
   hub_chan *ch;
   hub_waiter w;
@@ -522,7 +523,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
 
   *woken = 0;
   memset(&w, 0, sizeof(w));
-  rc = enter(c, e, key, keylen, &ch, &w);
+  rc = enter(c, e, key, keylen, wake, &ch, &w);
   if (rc != HILOCK_OK) return rc;
   hilock__cond_init(&w.cv);
   /* Subscribed first, then look at the list: a release in between is in
@@ -550,7 +551,7 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
   for (;;) {
     int64_t left;
     if (w.retry) break; /* no wake-up: the caller tries again */
-    if (w.rings >= 2 && consume) {
+    if (w.rings >= 2 && (wake & HILOCK__WAKE_TAKES)) {
       /* Rung: the caller's attempt takes the wake-up itself (solo or not:
        * then no wake-up is left behind in the list). */
       w.rings = 0;
@@ -567,7 +568,9 @@ int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
       int got;
       w.rings = 0;
       pthread_mutex_unlock(&h->mu);
-      got = hilock__hub_pop(c, e, key, keylen);
+      /* No wake list behind a Redisson channel: the look is a new
+       * attempt. */
+      got = ch->channel ? 1 : hilock__hub_pop(c, e, key, keylen);
       pthread_mutex_lock(&h->mu);
       if (got < 0) {
         rc = got;
@@ -631,8 +634,9 @@ struct hilock__hub_ticket {
 };
 
 int hilock__hub_join(hilock_client *c, hilock__err *e, const char *key,
-                     size_t keylen, int64_t tried_us, void (*notify)(void *),
-                     void *arg, hilock__hub_ticket **out) {
+                     size_t keylen, int wake, int64_t tried_us,
+                     void (*notify)(void *), void *arg,
+                     hilock__hub_ticket **out) {
   hilock__hub_ticket *t = calloc(1, sizeof(*t));
   int rc;
   *out = NULL;
@@ -640,7 +644,7 @@ int hilock__hub_join(hilock_client *c, hilock__err *e, const char *key,
   t->tried_us = tried_us;
   t->w.notify = notify;
   t->w.notify_arg = arg;
-  rc = enter(c, e, key, keylen, &t->ch, &t->w);
+  rc = enter(c, e, key, keylen, wake, &t->ch, &t->w);
   if (rc != HILOCK_OK) {
     free(t);
     return rc;
@@ -652,7 +656,7 @@ int hilock__hub_join(hilock_client *c, hilock__err *e, const char *key,
   return HILOCK_OK;
 }
 
-int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int consume,
+int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int wake,
                       int *woken) {
   hilock__hub *h = &c->hub;
   hub_waiter *w = &t->w;
@@ -668,7 +672,7 @@ int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int consume,
   } else if (w->retry) {
     w->retry = 0;
     rc = HILOCK__HUB_RETRY;
-  } else if (w->rings >= 2 && consume) {
+  } else if (w->rings >= 2 && (wake & HILOCK__WAKE_TAKES)) {
     w->rings = 0;
     *woken = 2;
     rc = HILOCK__HUB_WOKEN;

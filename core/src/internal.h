@@ -639,6 +639,15 @@ int hilock__failover_reply(const hilock_client *c, const redisReply *r);
  * bound_ms passes; HILOCK__HUB_OFF if the client cannot wait that way (the
  * server refused SUBSCRIBE): the caller blocks in BLPOP instead. */
 #define HILOCK__HUB_OFF 900
+/* How a family's waiters are woken (the wake argument of the waits below):
+ * HILOCK__WAKE_TAKES: the caller's next attempt takes a rung wake-up
+ * itself (its script pops the wake list); HILOCK__WAKE_CHANNEL: the wake
+ * key is a pub/sub channel with no list behind it (Redisson's): any
+ * message on it lets every waiter of the client try again, a look at the
+ * list means another attempt, and there is nothing to block on in BLPOP
+ * (without the shared waiting the wait naps, hilock__redisson_nap). */
+#define HILOCK__WAKE_TAKES 1
+#define HILOCK__WAKE_CHANNEL 2
 /* Whether any of c's waits (threads or async) is in the shared waiting on
  * key's channel. */
 int hilock__hub_waited(hilock_client *c, const char *key, size_t keylen);
@@ -650,12 +659,11 @@ int hilock__waiting_all(void);
 int hilock__hub_init(hilock__hub *h);
 /* tried_us: when the caller's last attempt began (hilock__now_us; 0 if
  * unknown): a subscription confirmed before it needs no first look.
- * consume: the caller's next attempt can take the wake-up itself (its
- * script pops the list): a rung waiter then returns *woken = 2 at once
- * instead of popping first. */
+ * wake: HILOCK__WAKE_* flags. With WAKE_TAKES a rung waiter returns
+ * *woken = 2 at once instead of popping first. */
 int hilock__hub_wait(hilock_client *c, hilock__err *e, const char *key,
                      size_t keylen, int64_t bound_ms, int64_t tried_us,
-                     int consume, int *woken);
+                     int wake, int *woken);
 /* A wait without a thread (async.c). hilock__hub_join registers on key's
  * channel and returns at once (HILOCK__HUB_OFF as above); notify(arg) is
  * then called, with the hub's lock held (it must only take locks of its
@@ -670,9 +678,10 @@ typedef struct hilock__hub_ticket hilock__hub_ticket;
 #define HILOCK__HUB_LOOK 2
 #define HILOCK__HUB_RETRY 3
 int hilock__hub_join(hilock_client *c, hilock__err *e, const char *key,
-                     size_t keylen, int64_t tried_us, void (*notify)(void *),
-                     void *arg, hilock__hub_ticket **out);
-int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int consume,
+                     size_t keylen, int wake, int64_t tried_us,
+                     void (*notify)(void *), void *arg,
+                     hilock__hub_ticket **out);
+int hilock__hub_check(hilock_client *c, hilock__hub_ticket *t, int wake,
                       int *woken);
 int hilock__hub_pop(hilock_client *c, hilock__err *e, const char *key,
                     size_t keylen);
@@ -707,7 +716,7 @@ void hilock__hub_forget(hilock__hub *h);
  * HILOCK_EINTR or an error. */
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int64_t tried_us,
-                      int consume, int *woken);
+                      int wake, int *woken);
 
 /* Run attempt() until it grants (0), fails (< 0) or wait_ms passes
  * (HILOCK_BUSY). Between attempts, sleep on the wake list until a releaser
@@ -728,13 +737,13 @@ int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
                                 void *arg);
 /* A family's acquire, as hilock__acquire_loop_var runs it: attempt(arg)
  * until it grants, sleeping on the wake list *wkey between attempts;
- * consume as hilock__acquire_loop_taking. */
+ * wake: HILOCK__WAKE_* flags. */
 typedef struct hilock__acquire_spec {
   int (*attempt)(void *arg, int64_t *pttl);
   void *arg;
   const char *const *wkey;
   const size_t *wkeylen;
-  int consume;
+  int wake; /* HILOCK__WAKE_* flags */
   /* A family whose waiters queue (fair, sequential): begin (refuse a
    * second grant, draw a waiter id; queueing when the caller will wait)
    * comes first, and every end but a grant leaves the queue (a one-shot
@@ -754,10 +763,10 @@ int hilock__acquire_step(const hilock__acquire_spec *s, int woken,
 /* hilock__acquire_loop_var for s. */
 int hilock__acquire(hilock_client *c, hilock__err *e,
                     const hilock__acquire_spec *s, int64_t wait_ms);
-/* A spec whose attempt takes a rung wake-up itself (consume). */
+/* A spec whose attempt takes a rung wake-up itself (HILOCK__WAKE_TAKES). */
 void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
                   void *arg, const void *wkey, const size_t *wkeylen);
-/* A queue family's spec (no consume; begin and leave). */
+/* A queue family's spec (wake 0; begin and leave). */
 void hilock__spec_queue(hilock__acquire_spec *s,
                         int (*begin)(void *, int),
                         int (*attempt)(void *, int64_t *),
@@ -844,10 +853,10 @@ int hilock__hold_acquire(struct hilock__hold *h, int64_t wait_ms);
 int hilock__attempt_woken(void);
 /* The same for an attempt that chooses the wake list to sleep on (a
  * multi-key lock waits on the key that blocked it): *wkey and *wkeylen are
- * read after every attempt. consume: as hilock__acquire_loop_taking. */
+ * read after every attempt. wake: HILOCK__WAKE_* flags. */
 int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              const char *const *wkey, const size_t *wkeylen,
-                             int consume, int64_t wait_ms,
+                             int wake, int64_t wait_ms,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg);
 
@@ -967,16 +976,14 @@ typedef struct hilock__rlock_layout {
    * ARGV[4]); release the nonce and the done marker's lifetime as ARGV[3]
    * and ARGV[4], the owner's done marker as KEYS[3]. */
   int resend;
+  /* The wake key is Redisson's pub/sub channel (HILOCK__WAKE_CHANNEL). */
+  int channel;
 } hilock__rlock_layout;
 struct hilock_rlock;
 int hilock__rlock_new_with(hilock_client *client, const char *name,
                            size_t namelen, int64_t ttl_ms,
                            const hilock__rlock_layout *lay,
                            struct hilock_rlock **out);
-/* Whether a wake channel is one of Redisson's (redisson.c): any message on
- * it lets every waiter of this client try again, and there is no wake list
- * to look at (a look means: try again). */
-int hilock__redisson_channel(const char *name, size_t len);
 /* Without the shared waiting there is no list to block on behind such a
  * channel: sleep at most 500 ms of bound_ms (so a Redisson
  * release is noticed that soon), ending early when the client closes or

@@ -42,11 +42,6 @@
 static const char lock_channel[] = "redisson_lock__channel";
 static const char rwlock_channel[] = "redisson_rwlock";
 
-int hilock__redisson_channel(const char *name, size_t len) {
-  static const char head[] = "redisson_";
-  return len > sizeof(head) - 1 && memcmp(name, head, sizeof(head) - 1) == 0;
-}
-
 int hilock__redisson_nap(hilock_client *c, hilock__err *e, int64_t bound_ms) {
   int64_t end = hilock__now_ms() + (bound_ms < NAP_MAX_MS ? bound_ms : NAP_MAX_MS);
   for (;;) {
@@ -117,7 +112,7 @@ static const hilock__rlock_layout rlock_layout = {
     rlock_keys, &hilock__script_redisson_rlock_acquire,
     &hilock__script_redisson_rlock_release,
     &hilock__script_redisson_rlock_drop, &hilock__script_rlock_renew, "",
-    NULL, 0};
+    NULL, 0, 1};
 
 /* RFairLock: the RLock's hash and channel prefix; the queue's keys are
  * derived from the name in the scripts (lib/redisson.lua). */
@@ -125,7 +120,7 @@ static const hilock__rlock_layout fair_layout = {
     rlock_keys, &hilock__script_redisson_fair_acquire,
     &hilock__script_redisson_fair_release,
     &hilock__script_redisson_fair_drop, &hilock__script_rlock_renew, "",
-    &hilock__script_redisson_fair_withdraw, 0};
+    &hilock__script_redisson_fair_withdraw, 0, 1};
 
 /* The read side renews every hold key of its owner too (Redisson's
  * ReadLockTask); the write side's field is owner:write, renewed as an
@@ -134,13 +129,13 @@ static const hilock__rlock_layout read_layout = {
     rwlock_keys, &hilock__script_redisson_read_acquire,
     &hilock__script_redisson_read_release,
     &hilock__script_redisson_read_drop, &hilock__script_redisson_read_renew,
-    "", NULL, 0};
+    "", NULL, 0, 1};
 
 static const hilock__rlock_layout write_layout = {
     rwlock_keys, &hilock__script_redisson_write_acquire,
     &hilock__script_redisson_write_release,
     &hilock__script_redisson_write_drop, &hilock__script_rlock_renew,
-    ":write", NULL, 0};
+    ":write", NULL, 0, 1};
 
 /* Every constructor: a reentrant lock handle on one of the layouts. */
 static int make(hilock_client *client, const char *name, size_t namelen,

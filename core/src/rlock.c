@@ -57,7 +57,7 @@ static char *own_keys(const hilock__runtime *rt, const char *name,
 
 static const hilock__rlock_layout own_layout = {
     own_keys, &hilock__script_rlock_acquire, &hilock__script_rlock_release,
-    &hilock__script_rlock_drop, &hilock__script_rlock_renew, "", NULL, 1};
+    &hilock__script_rlock_drop, &hilock__script_rlock_renew, "", NULL, 1, 0};
 
 int hilock__rlock_new_with(hilock_client *client, const char *name,
                            size_t namelen, int64_t ttl_ms,
@@ -254,6 +254,7 @@ int hilock_rlock_try_acquire(hilock_rlock *rl) {
 static void acquire_spec(void *arg, hilock__acquire_spec *s) {
   hilock_rlock *rl = arg;
   hilock__spec(s, attempt, rl, &rl->wkey, &rl->wkeylen);
+  if (rl->lay->channel) s->wake |= HILOCK__WAKE_CHANNEL;
 }
 
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
@@ -273,8 +274,10 @@ int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
     if (wkey == NULL) return HILOCK_ENOMEM;
     wkeylen = (size_t)sprintf(wkey, "%s:%s", rl->wkey, owner);
   }
-  rc = hilock__acquire_loop_taking(rl->h.client, &e, wkey, wkeylen, wait_ms,
-                                   attempt, rl);
+  rc = hilock__acquire_loop_var(
+      rl->h.client, &e, (const char *const *)&wkey, &wkeylen,
+      HILOCK__WAKE_TAKES | (rl->lay->channel ? HILOCK__WAKE_CHANNEL : 0),
+      wait_ms, attempt, rl);
   if (wkey != rl->wkey) free(wkey);
   withdraw(rl, rc);
   if (rc < 0 && e.code != HILOCK_OK) keep_err(rl, &e);

@@ -558,7 +558,7 @@ int hilock__rwlock_spec(hilock_rwlock *rw, int read, hilock__acquire_spec *s) {
   else
     hilock__spec_queue(s, spec_begin, spec_attempt, spec_leave, x, &rw->wwake,
                        &rw->wwakelen);
-  s->consume = 1; /* both sides' scripts take a rung wake-up */
+  s->wake = HILOCK__WAKE_TAKES; /* both sides' scripts take a rung wake-up */
   s->done = spec_done;
   return 0;
 }

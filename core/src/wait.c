@@ -72,7 +72,7 @@ static int direct_wait(hilock_client *c, hilock__err *e, const char *key,
 
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int64_t tried_us,
-                      int consume, int *woken) {
+                      int wake, int *woken) {
   int rc;
   int64_t end;
   *woken = 0;
@@ -84,16 +84,15 @@ int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
   rc = HILOCK__HUB_OFF;
   if (c->rt.opts.shared_waiting && c->rt.opts.direct_waiters > 0 &&
       !__atomic_load_n(&c->direct_off, __ATOMIC_ACQUIRE) &&
-      !hilock__redisson_channel(key, keylen) &&
+      !(wake & HILOCK__WAKE_CHANNEL) &&
       !hilock__hub_waited(c, key, keylen) && direct_claim(c))
     rc = direct_wait(c, e, key, keylen, end, woken);
   if (rc != HILOCK__HUB_OFF) return rc;
   if (end - hilock__now_ms() < bound_ms)
     bound_ms = end - hilock__now_ms() < 1 ? 1 : end - hilock__now_ms();
-  rc = hilock__hub_wait(c, e, key, keylen, bound_ms, tried_us, consume,
-                        woken);
+  rc = hilock__hub_wait(c, e, key, keylen, bound_ms, tried_us, wake, woken);
   if (rc != HILOCK__HUB_OFF) return rc;
-  if (hilock__redisson_channel(key, keylen))
+  if (wake & HILOCK__WAKE_CHANNEL)
     return hilock__redisson_nap(c, e, bound_ms);
   hilock__waiting_add(c, 1, 0);
   rc = blpop_wait(c, e, key, keylen, bound_ms, 1, woken);
@@ -106,6 +105,39 @@ static int wait_stop(void *arg) {
   hilock_client *c = arg;
   return __atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED) ||
          (c->rt.opts.interrupt && c->rt.opts.interrupt(c->rt.opts.interrupt_arg));
+}
+
+/* A wait's connection broke (a restart, a failover, an idle kill): the
+ * server may be going down, and a connection opened to it now may be
+ * accepted and then reset, which would fail the next attempt. So look until
+ * a fresh connection answers PING (through the client's routing: Sentinel
+ * is asked again after a failover), pausing 20 ms and more between looks,
+ * until end_ms (the wait's bound) at the latest. HILOCK_OK: no wake-up;
+ * HILOCK_EINTR or HILOCK_ECLOSED. */
+static int back_up(hilock_client *c, hilock__err *e, int64_t end_ms) {
+  const char *argv[1] = {"PING"};
+  size_t lens[1] = {4};
+  int64_t pause = 20;
+  for (;;) {
+    hilock__err ignored;
+    redisReply *r = NULL;
+    int64_t left;
+    int rc;
+    if (wait_stop(c))
+      return __atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED)
+                 ? hilock__set_err(e, HILOCK_ECLOSED,
+                                   "client closed while waiting")
+                 : hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
+    hilock__clear_err(&ignored);
+    rc = hilock__command(c, &ignored, 1, argv, lens, &r);
+    if (r != NULL) freeReplyObject(r);
+    /* Any answer (an ACL without PING too) is a server up. */
+    if (rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT) return HILOCK_OK;
+    left = end_ms - hilock__now_ms();
+    if (left <= 0) return HILOCK_OK;
+    hilock__sleep_ms(pause < left ? pause : left);
+    pause = pause * 2 > 500 ? 500 : pause * 2;
+  }
 }
 
 /* The wait on a connection of its own: BLPOP on the wake list, sent with
@@ -181,8 +213,10 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
         return HILOCK_OK;
       }
       /* A broken pooled connection is not the lock's business: report "no
-       * wake-up" and let the next attempt reconnect within its budget. */
-      return fresh ? rc : HILOCK_OK;
+       * wake-up", once the server answers again (below), and let the next
+       * attempt go. */
+      if (fresh) return rc;
+      return back_up(c, e, deadline < own ? deadline : own - slack);
     }
     k->ctx->stop = NULL;
     hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
@@ -235,7 +269,7 @@ int hilock__acquire(hilock_client *c, hilock__err *e,
   int64_t bound;
   int rc;
   if (s->begin == NULL)
-    return hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->consume,
+    return hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->wake,
                                     wait_ms, s->attempt, s->arg);
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(e, HILOCK_EINVAL,
@@ -245,7 +279,7 @@ int hilock__acquire(hilock_client *c, hilock__err *e,
   if (wait_ms == 0)
     rc = hilock__stat_try(&c->rt, s->attempt(s->arg, &bound));
   else
-    rc = hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->consume,
+    rc = hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->wake,
                                   wait_ms, s->attempt, s->arg);
   return hilock__spec_end(s, wait_ms != 0, rc);
 }
@@ -256,7 +290,7 @@ void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
   s->arg = arg;
   s->wkey = (const char *const *)wkey; /* a char * or const char * field */
   s->wkeylen = wkeylen;
-  s->consume = 1;
+  s->wake = HILOCK__WAKE_TAKES;
   s->begin = NULL;
   s->leave = NULL;
   s->done = NULL;
@@ -268,7 +302,7 @@ void hilock__spec_queue(hilock__acquire_spec *s,
                         void (*leave)(void *), void *arg, const void *wkey,
                         const size_t *wkeylen) {
   hilock__spec(s, attempt, arg, wkey, wkeylen);
-  s->consume = 0;
+  s->wake = 0;
   s->begin = begin;
   s->leave = leave;
 }
@@ -291,13 +325,14 @@ int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
                                 int64_t wait_ms,
                                 int (*attempt)(void *arg, int64_t *pttl),
                                 void *arg) {
-  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, 1, wait_ms, attempt,
+  return hilock__acquire_loop_var(c, e, &wkey, &wkeylen, HILOCK__WAKE_TAKES,
+                                  wait_ms, attempt,
                                   arg);
 }
 
 int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              const char *const *wkey, const size_t *wkeylen,
-                             int consume, int64_t wait_ms,
+                             int wake, int64_t wait_ms,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg) {
   int64_t deadline, outer, start_us = 0;
@@ -328,7 +363,7 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
     if (left < bound) bound = left;
     if (!waited) start_us = tried_us; /* the wait time: from the first try */
     waited = 1;
-    rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, tried_us, consume,
+    rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, tried_us, wake,
                            &woken);
     if (rc != HILOCK_OK) break;
   }

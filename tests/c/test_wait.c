@@ -532,6 +532,32 @@ static void without_blpop_rights_waits_share_the_subscriber(void **state) {
   hl_redis_ok(f->redis, "ACL DELUSER noblpop");
 }
 
+/* A key prefix that starts like Redisson's names ("redisson_") changes
+ * nothing: whether a wake key is Redisson's channel is the lock type's to
+ * say, not the name's. A lone waiter waits direct, and is woken. */
+static void a_prefix_like_redissons_is_still_a_wake_list(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *rc;
+  hilock_lock *a, *b;
+  hl_waiter w;
+
+  if (hl_blpop_mode() || hl_hub_mode()) skip(); /* no direct waits */
+  o.key_prefix = "redisson_t:";
+  assert_hl_ok(hilock_client_new(f->server.url, &o, &rc), "client");
+  a = hl_new_lock(rc, "named", 10000);
+  b = hl_new_lock(rc, "named", 10000);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
+  wait_split(f, 1, 0);
+  assert_i64_between(hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs),
+                     0, 300);
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
+  hilock_client_free(rc);
+}
+
 HL_FIXTURE_MAIN("wait",
       HL_TEST(waiter_wakes_promptly_on_release),
       HL_TEST(waiter_wakes_when_holder_key_expires),
@@ -545,4 +571,5 @@ HL_FIXTURE_MAIN("wait",
       HL_TEST(simple_lock_waiter_wakes_on_release),
       HL_TEST(rlock_waiter_wakes_on_final_release),
       HL_TEST(a_lone_waiter_waits_direct_the_next_shares),
-      HL_TEST(without_blpop_rights_waits_share_the_subscriber))
+      HL_TEST(without_blpop_rights_waits_share_the_subscriber),
+      HL_TEST(a_prefix_like_redissons_is_still_a_wake_list))
