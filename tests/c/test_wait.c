@@ -467,6 +467,20 @@ static void wait_split(fixture *f, long long b, long long s) {
   }
 }
 
+/* a holds (taken here), b waits (seen as blocked BLPOPs and threads in the
+ * shared waiting), a releases: b is granted promptly, and releases. */
+static void handed_over(fixture *f, hilock_lock *a, hilock_lock *b,
+                        long long blocked, long long shared) {
+  hl_waiter w;
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
+  wait_split(f, blocked, shared);
+  assert_i64_between(hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs),
+                     0, 300);
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+}
+
 /* A client's first waiter on a lock blocks in BLPOP on a connection of its
  * own; the next joins the shared waiting. The release that wakes the first
  * rings the second too, whose attempt finds no wake-up: it comes back to
@@ -509,7 +523,6 @@ static void without_blpop_rights_waits_share_the_subscriber(void **state) {
   hilock_options o = hl_test_options();
   hilock_client *nb;
   hilock_lock *a, *b;
-  hl_waiter w;
 
   if (hl_blpop_mode() || hl_hub_mode()) skip(); /* no direct waits */
   a = hl_new_lock(f->client, "refused", 10000);
@@ -517,15 +530,7 @@ static void without_blpop_rights_waits_share_the_subscriber(void **state) {
   snprintf(url, sizeof(url), "redis://noblpop:pw@127.0.0.1:%d", f->server.port);
   assert_hl_ok(hilock_client_new(url, &o, &nb), "client");
   b = hl_new_lock(nb, "refused", 10000);
-  for (int round = 0; round < 2; round++) {
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
-    wait_split(f, 0, 1);
-    assert_i64_between(hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs),
-                       0, 300);
-    assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-    assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  }
+  for (int round = 0; round < 2; round++) handed_over(f, a, b, 0, 1);
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
   hilock_client_free(nb);
@@ -540,19 +545,13 @@ static void a_prefix_like_redissons_is_still_a_wake_list(void **state) {
   hilock_options o = hl_test_options();
   hilock_client *rc;
   hilock_lock *a, *b;
-  hl_waiter w;
 
   if (hl_blpop_mode() || hl_hub_mode()) skip(); /* no direct waits */
   o.key_prefix = "redisson_t:";
   assert_hl_ok(hilock_client_new(f->server.url, &o, &rc), "client");
   a = hl_new_lock(rc, "named", 10000);
   b = hl_new_lock(rc, "named", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
-  wait_split(f, 1, 0);
-  assert_i64_between(hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs),
-                     0, 300);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  handed_over(f, a, b, 1, 0);
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
   hilock_client_free(rc);
