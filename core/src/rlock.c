@@ -164,13 +164,15 @@ static int attempt(void *arg, int64_t *pttl) {
   int un = rl->lay->resend ? 3 : 2, uargn = rl->lay->resend ? 5 : 2;
   hilock__undo u = {rl->lay->release, un, uargn, ukeys, ukeylens, uargs,
                     uarglens, rl->h.ttl_ms};
-  int reentry;
+  int reentry = 0;
   const hilock__undo *armed;
-  pthread_mutex_lock(rl->mu);
-  reentry = rl->h.held && rl->h.ownerlen == ownerlen &&
-            memcmp(rl->h.owner, owner, ownerlen) == 0;
-  pthread_mutex_unlock(rl->mu);
-  armed = hilock__undo_arm(reentry && !rl->lay->resend ? NULL : &u);
+  if (!rl->lay->resend) { /* the undo's nonce settles a re-entry otherwise */
+    pthread_mutex_lock(rl->mu);
+    reentry = rl->h.held && rl->h.ownerlen == ownerlen &&
+              memcmp(rl->h.owner, owner, ownerlen) == 0;
+    pthread_mutex_unlock(rl->mu);
+  }
+  armed = hilock__undo_arm(reentry ? NULL : &u);
   rc = hilock__script_run(rl->h.client, &e, rl->lay->acquire, n,
                           keys, keylens, nargs, args, arglens, &r);
   hilock__undo_disarm(armed);

@@ -113,66 +113,80 @@ static void assert_levels(fixture *f, const char *key, long long n) {
   assert_int_equal(ops, 1);
 }
 
+/* One call (acquire with no wait, or release) of v on h whose reply is
+ * lost once: it succeeds through its resend, the n-th reply swallowed,
+ * and leaves levels holds in hash key (0: the key is gone). */
+static void lost_once(fixture *f, hilock_hold *h, const hl_verbs *v,
+                      int acquire, const hilock__script *s, int n,
+                      const char *key, long long levels) {
+  lose_next_reply(s);
+  assert_hl_ok(acquire ? v->acquire(h, 0) : v->release(h),
+               hilock_hold_errmsg(h));
+  assert_swallowed(n);
+  if (levels > 0)
+    assert_levels(f, key, levels);
+  else
+    assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+}
+
 /* Pool a connection, so that the next call's break is resent (a fresh
  * connection that breaks means the server is gone). */
-static void warm(fixture *f, hilock_rlock *rl) {
+static void warm(hilock_rlock *rl) {
   int64_t n;
   assert_hl_ok(hilock_rlock_hold_count(rl, &n),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  (void)f;
 }
 
-/* ## Reentrant lock ------------------------------------------------------- */
+/* ## Reentrant lock and the write side ------------------------------------ */
 
-static void rlock_lost_replies_count_once(void **state) {
-  fixture *f = *state;
-  const char *key = "hilock:{rs}:rlock";
-  hilock_rlock *rl = hl_new_rlock(f->client, "rs", 10000);
+/* h (of v, its scripts, on lock name whose holds live in hash key and whose
+ * fences in fkey): two acquires and two releases, each reply lost once,
+ * count once each; the fence is drawn once; the op field is no holder for
+ * inspection; a real "not owner" stays one, and the next grant draws the
+ * next fence. */
+static void lost_replies_count_once(fixture *f, hilock_hold *h,
+                                    const hl_verbs *v,
+                                    const hilock__script *acquire,
+                                    const hilock__script *release,
+                                    const char *name, const char *key,
+                                    const char *fkey) {
   hilock_lock_info info;
   int base = atomic_load(&swallowed);
   uint64_t fence;
 
-  warm(f, rl);
-  lose_next_reply(&hilock__script_rlock_acquire);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_swallowed(base + 1);
-  assert_levels(f, key, 1);
-  fence = hilock_hold_fence(HILOCK_HOLD(rl));
-  assert_int_equal(fence, hl_redis_get_int(f->redis, "hilock:{rs}:fence"));
-  /* The op field is no holder for inspection. */
-  assert_hl_ok(hilock_client_inspect(f->client, "rs", 2, &info),
+  lost_once(f, h, v, 1, acquire, base + 1, key, 1);
+  fence = hilock_hold_fence(h);
+  assert_int_equal(fence, hl_redis_get_int(f->redis, fkey));
+  assert_hl_ok(hilock_client_inspect(f->client, name, strlen(name), &info),
                hilock_client_errmsg(f->client));
   assert_int_equal(info.hold_count, 1);
-  assert_int_equal(strchr(info.holder, ':') != NULL, 1);
+  assert_int_equal(info.fence, fence);
+  assert_non_null(strchr(info.holder, ':'));
   assert_null(strstr(info.holder, ":op"));
 
-  lose_next_reply(&hilock__script_rlock_acquire);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_swallowed(base + 2);
-  assert_levels(f, key, 2);
-  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), fence);
-
-  lose_next_reply(&hilock__script_rlock_release);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_swallowed(base + 3);
-  assert_levels(f, key, 1);
-
+  lost_once(f, h, v, 1, acquire, base + 2, key, 2);
+  assert_int_equal(hilock_hold_fence(h), fence);
+  lost_once(f, h, v, 0, release, base + 3, key, 1);
   /* The last release deleted the hash: its resend still reports success. */
-  lose_next_reply(&hilock__script_rlock_release);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_swallowed(base + 4);
-  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
-  assert_false(hilock_hold_held(HILOCK_HOLD(rl)));
+  lost_once(f, h, v, 0, release, base + 4, key, 0);
+  assert_false(hilock_hold_held(h));
 
-  /* A real "not owner" stays one. */
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
-               hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  /* And the lock works as before: a new grant, a new fence. */
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), fence + 1);
+  assert_hl_rc(v->release(h), HILOCK_ENOTOWNED, hilock_hold_errmsg(h));
+  assert_hl_ok(v->acquire(h, 0), hilock_hold_errmsg(h));
+  assert_int_equal(hilock_hold_fence(h), fence + 1);
   assert_levels(f, key, 1);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(v->release(h), hilock_hold_errmsg(h));
   assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+}
+
+static void rlock_lost_replies_count_once(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = hl_new_rlock(f->client, "rs", 10000);
+  warm(rl);
+  lost_replies_count_once(f, HILOCK_HOLD(rl), &hl_rlock_verbs,
+                          &hilock__script_rlock_acquire,
+                          &hilock__script_rlock_release, "rs",
+                          "hilock:{rs}:rlock", "hilock:{rs}:fence");
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
@@ -180,55 +194,14 @@ static void rlock_lost_replies_count_once(void **state) {
 
 static void rwlock_lost_write_replies_count_once(void **state) {
   fixture *f = *state;
-  const char *key = "hilock:{rw}:rw:writer";
   hilock_rwlock *rw = hl_new_rwlock(f->client, "rw", 10000);
-  hilock_lock_info info;
-  int base = atomic_load(&swallowed);
   int64_t n;
-  uint64_t fence;
-
-  assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n),
+  assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n), /* pools one */
                hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  lose_next_reply(&hilock__script_rwlock_write_acquire);
-  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_swallowed(base + 1);
-  assert_levels(f, key, 1);
-  fence = hilock_hold_fence(HILOCK_HOLD(rw));
-  assert_int_equal(fence, hl_redis_get_int(f->redis, "hilock:{rw}:fence"));
-  assert_hl_ok(hilock_client_inspect(f->client, "rw", 2, &info),
-               hilock_client_errmsg(f->client));
-  assert_int_equal(info.hold_count, 1);
-  assert_int_equal(info.fence, fence);
-  assert_null(strstr(info.holder, ":op"));
-
-  lose_next_reply(&hilock__script_rwlock_write_acquire);
-  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_swallowed(base + 2);
-  assert_levels(f, key, 2);
-  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rw)), fence);
-
-  lose_next_reply(&hilock__script_rwlock_write_release);
-  assert_hl_ok(hilock_rwlock_write_release(rw),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_swallowed(base + 3);
-  assert_levels(f, key, 1);
-
-  lose_next_reply(&hilock__script_rwlock_write_release);
-  assert_hl_ok(hilock_rwlock_write_release(rw),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_swallowed(base + 4);
-  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
-
-  assert_hl_rc(hilock_rwlock_write_release(rw), HILOCK_ENOTOWNED,
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rw)), fence + 1);
-  assert_hl_ok(hilock_rwlock_write_release(rw),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+  lost_replies_count_once(f, HILOCK_HOLD(rw), &hl_write_verbs,
+                          &hilock__script_rwlock_write_acquire,
+                          &hilock__script_rwlock_write_release, "rw",
+                          "hilock:{rw}:rw:writer", "hilock:{rw}:fence");
   hilock_hold_free(HILOCK_HOLD(rw));
 }
 
@@ -243,31 +216,22 @@ static void rwlock_lost_read_replies_count_once(void **state) {
 
   assert_hl_ok(hilock_rwlock_read_hold_count(rw, &n),
                hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  lose_next_reply(&hilock__script_rwlock_read_acquire);
-  assert_hl_ok(hilock_rwlock_read_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_swallowed(base + 1);
-  assert_levels(f, counts, 1);
+  lost_once(f, HILOCK_HOLD(rw), &hl_read_verbs, 1,
+            &hilock__script_rwlock_read_acquire, base + 1, counts, 1);
   assert_int_equal(hl_redis_int(f->redis, "ZCARD %s", readers), 1);
   assert_hl_ok(hilock_client_inspect(f->client, "rd", 2, &info),
                hilock_client_errmsg(f->client));
   assert_int_equal(info.readers, 1);
   assert_int_equal(info.hold_count, 1);
 
-  lose_next_reply(&hilock__script_rwlock_read_acquire);
-  assert_hl_ok(hilock_rwlock_read_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_swallowed(base + 2);
-  assert_levels(f, counts, 2);
+  lost_once(f, HILOCK_HOLD(rw), &hl_read_verbs, 1,
+            &hilock__script_rwlock_read_acquire, base + 2, counts, 2);
   assert_hl_ok(hilock_rwlock_read_hold_count(rw, &n),
                hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_int_equal(n, 2);
 
-  lose_next_reply(&hilock__script_rwlock_read_release);
-  assert_hl_ok(hilock_rwlock_read_release(rw),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_swallowed(base + 3);
-  assert_levels(f, counts, 1);
+  lost_once(f, HILOCK_HOLD(rw), &hl_read_verbs, 0,
+            &hilock__script_rwlock_read_release, base + 3, counts, 1);
 
   lose_next_reply(&hilock__script_rwlock_read_release);
   assert_hl_ok(hilock_rwlock_read_release(rw),
@@ -330,7 +294,7 @@ static void rlock_call_and_resend_lost(void **state) {
   hilock_rlock *rl = hl_new_rlock(f->client, "rs2", 10000);
   int base = atomic_load(&swallowed);
 
-  warm(f, rl);
+  warm(rl);
   lose_next_replies(&hilock__script_rlock_acquire, 2);
   assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_EIO,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
@@ -362,48 +326,44 @@ static void rlock_call_and_resend_lost(void **state) {
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
+/* One side of a read-write lock (v, its scripts, the key its holds live
+ * in): an acquire whose call and resend are both lost fails and leaves no
+ * hold; a nested release that fails is completed before the outer one. */
+static void side_call_and_resend_lost(fixture *f, hilock_rwlock *rw,
+                                      const hl_verbs *v,
+                                      const hilock__script *acquire,
+                                      const hilock__script *release,
+                                      const char *key) {
+  hilock_hold *h = HILOCK_HOLD(rw);
+  lose_next_replies(acquire, 2);
+  assert_hl_rc(v->acquire(h, 0), HILOCK_EIO, hilock_hold_errmsg(h));
+  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+  assert_hl_ok(v->acquire(h, 0), hilock_hold_errmsg(h));
+  assert_hl_ok(v->acquire(h, 0), hilock_hold_errmsg(h));
+  lose_next_replies(release, 2);
+  assert_hl_rc(v->release(h), HILOCK_EIO, hilock_hold_errmsg(h));
+  assert_levels(f, key, 1);
+  assert_hl_ok(v->release(h), hilock_hold_errmsg(h));
+  assert_false(hl_redis_exists(f->redis, key, strlen(key)));
+}
+
 static void rwlock_call_and_resend_lost(void **state) {
   fixture *f = *state;
-  const char *wkey = "hilock:{rw2}:rw:writer";
-  const char *counts = "hilock:{rw2}:rw:counts";
   hilock_rwlock *rw = hl_new_rwlock(f->client, "rw2", 10000);
   int base = atomic_load(&swallowed);
   int64_t n;
 
   assert_hl_ok(hilock_rwlock_write_hold_count(rw, &n),
                hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  lose_next_replies(&hilock__script_rwlock_write_acquire, 2);
-  assert_hl_rc(hilock_rwlock_write_acquire(rw, 0), HILOCK_EIO,
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_swallowed(base + 2);
-  assert_false(hl_redis_exists(f->redis, wkey, strlen(wkey)));
-  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_hl_ok(hilock_rwlock_write_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  lose_next_replies(&hilock__script_rwlock_write_release, 2);
-  assert_hl_rc(hilock_rwlock_write_release(rw), HILOCK_EIO,
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_levels(f, wkey, 1);
-  assert_hl_ok(hilock_rwlock_write_release(rw),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_false(hl_redis_exists(f->redis, wkey, strlen(wkey)));
-
-  lose_next_replies(&hilock__script_rwlock_read_acquire, 2);
-  assert_hl_rc(hilock_rwlock_read_acquire(rw, 0), HILOCK_EIO,
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_false(hl_redis_exists(f->redis, counts, strlen(counts)));
-  assert_hl_ok(hilock_rwlock_read_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_hl_ok(hilock_rwlock_read_acquire(rw, 0),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  lose_next_replies(&hilock__script_rwlock_read_release, 2);
-  assert_hl_rc(hilock_rwlock_read_release(rw), HILOCK_EIO,
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_levels(f, counts, 1);
-  assert_hl_ok(hilock_rwlock_read_release(rw),
-               hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_false(hl_redis_exists(f->redis, counts, strlen(counts)));
+  side_call_and_resend_lost(f, rw, &hl_write_verbs,
+                            &hilock__script_rwlock_write_acquire,
+                            &hilock__script_rwlock_write_release,
+                            "hilock:{rw2}:rw:writer");
+  assert_swallowed(base + 4);
+  side_call_and_resend_lost(f, rw, &hl_read_verbs,
+                            &hilock__script_rwlock_read_acquire,
+                            &hilock__script_rwlock_read_release,
+                            "hilock:{rw2}:rw:counts");
   assert_hl_rc(hilock_rwlock_read_release(rw), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_swallowed(base + 8);
