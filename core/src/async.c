@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "hilock/async.h"
@@ -31,6 +34,12 @@
 #define UNWANT_MS 50
 /* A step that leaves its operation asleep or queued (not a status). */
 #define GOING_ON 1000
+/* At most this many operations run on the loop's thread at once (each on
+ * a fiber with a stack of its own, and a pooled connection while on the
+ * wire); more go to the workers. Two keep the uncontended path on the
+ * loop's thread without adding to the connections a crowd of waiters
+ * uses (the workers' and the shared waiting's). */
+#define FIBERS_MAX 2
 
 enum { OP_ACQUIRE, OP_RELEASE, OP_OWNED, OP_LOCKED, OP_EXTEND, OP_RENEW };
 enum {
@@ -66,6 +75,12 @@ typedef struct op {
   int no_hub;          /* timer only: 1 the client cannot wait on the hub,
                           2 the lock has no wake list (Redlock) */
   hilock__hub_ticket *t;
+  hilock__fiber *fib;  /* it runs on the loop's thread, on this fiber */
+  int direct;          /* handed to a worker to wait direct (pttl, tried_us:
+                          its refused attempt's) */
+  int direct_here;     /* it has the runner's place for a direct wait */
+  int64_t pttl, tried_us;
+  int stopfd;          /* its direct wait's stop (a cancel writes it) */
   char errmsg[256];    /* the failure's message, read where it happened */
   char *wkey;          /* the wake list the ticket is on */
   size_t wkeylen;
@@ -81,6 +96,15 @@ struct hilock_async {
   pthread_cond_t cv; /* work for the workers (run queue, timers, stop) */
   pthread_cond_t quiet; /* the free waits on it for the last operation */
   int efd;
+  /* The loop's thread runs operations on fibers (fiber.c) when the runner
+   * has a client: epfd (the loop's fd) holds efd, tfd (a timer for their
+   * waits' deadlines) and the sockets they wait on. The driving thread
+   * alone touches these. */
+  int epfd, tfd;
+  hilock__fiber **susp; /* the suspended fibers */
+  int nsusp, capsusp, nfibers;
+  int64_t armed_ms;     /* tfd's expiry (INT64_MAX: disarmed) */
+  int direct_ops;       /* operations with the place for a direct wait */
   int stop;
   int reader;  /* a worker reads the client's shared waiting socket */
   int wanting; /* the runner told the hub its workers read (hub_want) */
@@ -253,6 +277,55 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
   return 0;
 }
 
+/* The client's direct wait (a BLPOP on the wake list: the server hands a
+ * release's wake-up to that socket) on a worker, one of the runner's at a
+ * time, so that the wake-up and the attempt after it need neither the
+ * loop's thread nor its interpreter. On the loop's thread (fiber): hand
+ * the operation to the workers (GOING_ON). On a worker: wait, stopped by a
+ * cancel through o->stopfd; HILOCK_OK (*woken says whether a wake-up
+ * came), HILOCK__HUB_OFF (no place after all), or a status to end with. */
+static int direct_sleep(op *o, hilock__fiber *fiber, int64_t bound_ms,
+                        int64_t tried_us, int64_t pttl, int *woken) {
+  hilock_async *a = o->a;
+  hilock__err e;
+  int rc, cancelled;
+  pthread_mutex_lock(&a->mu);
+  if (a->direct_ops > 0 && !o->direct_here) {
+    pthread_mutex_unlock(&a->mu);
+    return HILOCK__HUB_OFF;
+  }
+  if (fiber != NULL) {
+    a->direct_ops++;
+    o->direct_here = 1;
+    o->direct = 1;
+    o->pttl = pttl;
+    o->tried_us = tried_us;
+    run_push(a, o);
+    pthread_mutex_unlock(&a->mu);
+    return GOING_ON;
+  }
+  if (o->stopfd < 0) o->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (o->cancelled || o->stopfd < 0) {
+    pthread_mutex_unlock(&a->mu);
+    return o->cancelled ? HILOCK_BUSY : HILOCK__HUB_OFF;
+  }
+  a->direct_ops += !o->direct_here;
+  o->direct_here = 1;
+  pthread_mutex_unlock(&a->mu);
+  hilock__clear_err(&e);
+  hilock__tl.stop_fd = o->stopfd;
+  rc = hilock__wait_direct(a->c, &e, *o->spec.wkey, *o->spec.wkeylen,
+                           bound_ms, o->spec.wake, woken);
+  hilock__tl.stop_fd = -1;
+  pthread_mutex_lock(&a->mu);
+  cancelled = o->cancelled;
+  pthread_mutex_unlock(&a->mu);
+  if (cancelled) return HILOCK_BUSY; /* acquire_over reports the cancel */
+  if (rc != HILOCK_OK && rc != HILOCK__HUB_OFF)
+    *hilock__hold_err(o->h) = e;
+  return rc;
+}
+
 /* Release what the operation's acquire got (its side, for a read-write
  * lock). */
 static int release_of(op *o) {
@@ -291,6 +364,7 @@ static int step_acquire(op *o) {
   hilock_async *a = o->a;
   int64_t pttl = -1, tried_us, left, bound, outer;
   int woken = 0, rc, cancelled, timer;
+  hilock__fiber *fiber = hilock__fiber_self();
 
   pthread_mutex_lock(&a->mu);
   cancelled = o->cancelled;
@@ -350,27 +424,56 @@ static int step_acquire(op *o) {
    * (measured on a 2-CPU VM: 11-15 us after 0.1-1 ms asleep, 45-50 us
    * after 10 ms, 120 us after 50 ms). Not before the send: the loop's
    * thread, woken, may take this worker's CPU. */
-  if (woken) hilock__net_on_sent(prewake, a);
-  tried_us = hilock__now_us();
-  outer = hilock__call_begin(o->deadline_ms == INT64_MAX
-                                 ? INT64_MAX
-                                 : o->deadline_ms + CALL_SLACK_MS);
-  rc = hilock__acquire_step(&o->spec, woken, &pttl);
-  hilock__net_on_sent(NULL, NULL);
-  hilock__call_end(outer);
-  if (woken) hilock__hub_settle(a->c, o->wkey, o->wkeylen);
-  if (rc != HILOCK_BUSY) return acquire_over(o, rc);
-  left = o->deadline_ms == INT64_MAX ? INT64_MAX
-                                     : o->deadline_ms - hilock__now_ms();
-  if (left <= 0) return acquire_over(o, HILOCK_BUSY);
-  /* Sleep until woken, the holder's expiry, or the deadline. A holder
-   * with no expiry (-1) is looked at again at least every 30 s. */
-  bound = pttl >= 0 ? pttl + 1 : 30000;
-  if (left < bound) bound = left;
-  if (!o->waited) o->wait_start_us = tried_us;
-  o->waited = 1;
-  rc = sleep_on(o, bound, tried_us);
-  return rc != 0 ? acquire_over(o, rc) : GOING_ON;
+  for (int skip = o->direct;; skip = 0) {
+    if (skip) {
+      /* Handed over by the loop's thread to wait here: its attempt was
+       * refused there. */
+      o->direct = 0;
+      pttl = o->pttl;
+      tried_us = o->tried_us;
+    } else {
+      if (woken && fiber == NULL) hilock__net_on_sent(prewake, a);
+      tried_us = hilock__now_us();
+      outer = hilock__call_begin(o->deadline_ms == INT64_MAX
+                                     ? INT64_MAX
+                                     : o->deadline_ms + CALL_SLACK_MS);
+      rc = hilock__acquire_step(&o->spec, woken, &pttl);
+      hilock__net_on_sent(NULL, NULL);
+      hilock__call_end(outer);
+      if (woken && o->wkey != NULL)
+        hilock__hub_settle(a->c, o->wkey, o->wkeylen);
+      else if (woken)
+        hilock__hub_settle(a->c, *o->spec.wkey, *o->spec.wkeylen);
+      if (rc != HILOCK_BUSY) return acquire_over(o, rc);
+    }
+    left = o->deadline_ms == INT64_MAX ? INT64_MAX
+                                       : o->deadline_ms - hilock__now_ms();
+    if (left <= 0) return acquire_over(o, HILOCK_BUSY);
+    /* Sleep until woken, the holder's expiry, or the deadline. A holder
+     * with no expiry (-1) is looked at again at least every 30 s. */
+    bound = pttl >= 0 ? pttl + 1 : 30000;
+    if (left < bound) bound = left;
+    if (!o->waited) o->wait_start_us = tried_us;
+    o->waited = 1;
+    if (o->spec.wkey != NULL && a->nthreads > 1 &&
+        hilock__direct_free(a->c, *o->spec.wkey, *o->spec.wkeylen,
+                            o->spec.wake)) {
+      rc = direct_sleep(o, fiber, bound, tried_us, pttl, &woken);
+      if (rc == GOING_ON) return GOING_ON;
+      if (rc != HILOCK__HUB_OFF) {
+        if (rc != HILOCK_OK) return acquire_over(o, rc);
+        continue; /* woken, or the bound passed: the next attempt */
+      }
+    }
+    if (o->direct_here) { /* the place goes to the next one */
+      pthread_mutex_lock(&a->mu);
+      a->direct_ops--;
+      o->direct_here = 0;
+      pthread_mutex_unlock(&a->mu);
+    }
+    rc = sleep_on(o, bound, tried_us);
+    return rc != 0 ? acquire_over(o, rc) : GOING_ON;
+  }
 }
 
 /* One round trip of a call that is not an acquire. */
@@ -400,6 +503,189 @@ static int run_call(op *o) {
   return rc;
 }
 
+/* A step of o ended with status (a.mu held; released and taken again
+ * around the calls it makes). */
+static void step_over(hilock_async *a, op *o, int status) {
+  /* GOING_ON: back to waiting; the op is no longer this thread's.
+   * Another worker may already run it (rung while it joined, or its timer
+   * due at once), or have finished it and the loop freed it. */
+  if (status == GOING_ON) return;
+  if (o->kind == OP_ACQUIRE && o->cancelled && status != HILOCK_ECANCELED) {
+    /* Cancelled as the attempt ended: checked under the lock that
+     * hilock_async_cancel takes, so no cancel comes after this. */
+    pthread_mutex_unlock(&a->mu);
+    status = acquire_over(o, status);
+    pthread_mutex_lock(&a->mu);
+  }
+  free(o->wkey);
+  o->wkey = NULL;
+  if (o->direct_here) {
+    a->direct_ops--;
+    o->direct_here = 0;
+  }
+  if (o->stopfd >= 0) {
+    close(o->stopfd);
+    o->stopfd = -1;
+  }
+  if (finish(a, o, status)) {
+    /* Not under a.mu: the loop, woken, takes it at once. */
+    pthread_mutex_unlock(&a->mu);
+    done_ready(a);
+    pthread_mutex_lock(&a->mu);
+  }
+}
+
+/* ## Operations on the loop's thread (fibers; the driving thread only) ---- */
+
+/* A fiber's operation, from its first step to its end or its sleep on the
+ * hub (whose later steps run on a worker). */
+static void fiber_main(void *arg) {
+  op *o = arg;
+  hilock_async *a = o->a;
+  int status;
+  hilock__caller_set(o->caller);
+  status = o->kind == OP_ACQUIRE ? step_acquire(o) : run_call(o);
+
+  pthread_mutex_lock(&a->mu);
+  o->fib = NULL; /* before o may be finished, taken and freed */
+  step_over(a, o, status);
+  pthread_mutex_unlock(&a->mu);
+}
+
+static void arm(hilock_async *a, int64_t at_ms) {
+  struct itimerspec t;
+  memset(&t, 0, sizeof(t));
+  if (at_ms != INT64_MAX) {
+    /* CLOCK_MONOTONIC, as hilock__now_ms; 0 would disarm. */
+    int64_t us = at_ms * 1000;
+    if (us <= 0) us = 1;
+    t.it_value.tv_sec = (time_t)(us / 1000000);
+    t.it_value.tv_nsec = (long)(us % 1000000) * 1000;
+  }
+  (void)timerfd_settime(a->tfd, TFD_TIMER_ABSTIME, &t, NULL);
+  a->armed_ms = at_ms;
+}
+
+/* Run f until it waits again or ends (revents: what its wait got). */
+static void resume(hilock_async *a, hilock__fiber *f, int revents) {
+  int fd, stoppable;
+  short events;
+  int64_t deadline;
+  if (hilock__fiber_resume(f, revents)) {
+    hilock__fiber_free(f);
+    a->nfibers--;
+    return;
+  }
+  hilock__fiber_waits(f, &fd, &events, &deadline, &stoppable);
+  if (fd >= 0) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = (uint32_t)events;
+    ev.data.ptr = f;
+    if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
+        (errno != EEXIST || epoll_ctl(a->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)) {
+      /* Not watchable: let it look at the socket itself at once. */
+      deadline = 0;
+    }
+  }
+  if (a->nsusp == a->capsusp) {
+    int cap = a->capsusp ? a->capsusp * 2 : 16;
+    hilock__fiber **grown = realloc(a->susp, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) {
+      /* Keep it running: its next wait comes round again. */
+      if (fd >= 0) (void)epoll_ctl(a->epfd, EPOLL_CTL_DEL, fd, NULL);
+      resume(a, f, 0);
+      return;
+    }
+    a->susp = grown;
+    a->capsusp = cap;
+  }
+  a->susp[a->nsusp++] = f;
+  if (deadline < a->armed_ms) arm(a, deadline);
+}
+
+/* Take f off the suspended list (and its socket off epfd), then resume. */
+static void wake_fiber(hilock_async *a, int i, int revents) {
+  hilock__fiber *f = a->susp[i];
+
+
+
+  int fd, stoppable;
+  short events;
+  int64_t deadline;
+  a->susp[i] = a->susp[--a->nsusp];
+  hilock__fiber_waits(f, &fd, &events, &deadline, &stoppable);
+  if (fd >= 0) (void)epoll_ctl(a->epfd, EPOLL_CTL_DEL, fd, NULL);
+  resume(a, f, revents);
+}
+
+/* Resume every fiber whose socket is ready, whose time is up, or whose
+ * stoppable wait belongs to a cancelled operation. */
+static void run_fibers(hilock_async *a) {
+  struct epoll_event ev[32];
+  int n;
+  if (a->epfd < 0) return;
+  n = epoll_wait(a->epfd, ev, 32, 0);
+  for (int i = 0; i < n; i++) {
+    void *p = ev[i].data.ptr;
+    if (p == &a->tfd) {
+      uint64_t v;
+      (void)!read(a->tfd, &v, sizeof(v));
+      continue;
+    }
+    if (p == &a->efd) continue; /* hilock_async_take reads it */
+    for (int j = 0; j < a->nsusp; j++)
+      if (a->susp[j] == p) {
+        wake_fiber(a, j, (int)(ev[i].events & 0xffff));
+        break;
+      }
+  }
+  for (int again = 1; again;) {
+    int64_t now = hilock__now_ms(), next = INT64_MAX;
+    again = 0;
+    for (int j = 0; j < a->nsusp; j++) {
+      hilock__fiber *f = a->susp[j];
+      op *o = hilock__fiber_tag(f);
+      int fd, stoppable, cancelled;
+      short events;
+      int64_t deadline;
+      hilock__fiber_waits(f, &fd, &events, &deadline, &stoppable);
+      pthread_mutex_lock(&a->mu);
+      cancelled = o->cancelled;
+      pthread_mutex_unlock(&a->mu);
+      if (deadline <= now || (stoppable && cancelled)) {
+        wake_fiber(a, j, deadline <= now ? 0 : -1);
+        again = 1; /* the list changed */
+        break;
+      }
+      if (deadline < next) next = deadline;
+    }
+    if (!again && next != a->armed_ms) arm(a, next);
+  }
+}
+
+/* Run o on a fiber of the loop's thread from its first step, if the runner
+ * can (a.mu not held): 1 if it did. */
+static int run_here(hilock_async *a, op *o) {
+  hilock__fiber *f;
+  int most = FIBERS_MAX, pool = a->c->rt.opts.max_connections;
+  /* A fiber's connection comes back only while the loop turns: two of
+   * the pool's are kept for others, so that a blocking call made on the
+   * loop's thread itself (with the same client) finds one. */
+  if (pool > 0 && pool - 2 < most) most = pool - 2;
+  if (a->epfd < 0 || a->nfibers >= most || !hilock__pool_room(a->c))
+    return 0;
+  f = hilock__fiber_new(fiber_main, o);
+  if (f == NULL) return 0;
+  hilock__fiber_set_tag(f, o);
+  a->nfibers++;
+  pthread_mutex_lock(&a->mu);
+  o->fib = f;
+  pthread_mutex_unlock(&a->mu);
+  resume(a, f, 0);
+  return 1;
+}
+
 static void *worker(void *arg) {
   hilock_async *a = arg;
   pthread_mutex_lock(&a->mu);
@@ -414,30 +700,8 @@ static void *worker(void *arg) {
       hilock__caller_set(o->caller);
       status = o->kind == OP_ACQUIRE ? step_acquire(o) : run_call(o);
       pthread_mutex_lock(&a->mu);
-      if (status == GOING_ON) {
-        /* Back to waiting: the op is no longer this worker's. Another
-         * worker may already run it (rung while it joined, or its timer
-         * due at once), or have finished it and the loop freed it. */
-        hilock__caller_set(0);
-        continue;
-      }
-      if (o->kind == OP_ACQUIRE && o->cancelled &&
-          status != HILOCK_ECANCELED) {
-        /* Cancelled as the attempt ended: checked under the lock that
-         * hilock_async_cancel takes, so no cancel comes after this. */
-        pthread_mutex_unlock(&a->mu);
-        status = acquire_over(o, status);
-        pthread_mutex_lock(&a->mu);
-      }
+      step_over(a, o, status);
       hilock__caller_set(0);
-      free(o->wkey);
-      o->wkey = NULL;
-      if (finish(a, o, status)) {
-        /* Not under a.mu: the loop, woken, takes it at once. */
-        pthread_mutex_unlock(&a->mu);
-        done_ready(a);
-        pthread_mutex_lock(&a->mu);
-      }
       continue;
     }
     if (a->stop) break;
@@ -515,6 +779,32 @@ static void *worker(void *arg) {
 
 /* ## The public calls -------------------------------------------------------- */
 
+/* The loop's fd and the fibers' timer: 0, or -1 (out of descriptors). */
+static int fibers_setup(hilock_async *a) {
+  struct epoll_event ev;
+  a->epfd = epoll_create1(EPOLL_CLOEXEC);
+  a->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (a->epfd < 0 || a->tfd < 0) goto fail;
+  memset(&ev, 0, sizeof(ev));
+  ev.events = EPOLLIN;
+  ev.data.ptr = &a->efd;
+  if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, a->efd, &ev) != 0) goto fail;
+  ev.data.ptr = &a->tfd;
+  if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, a->tfd, &ev) != 0) goto fail;
+  return 0;
+fail:
+  if (a->epfd >= 0) close(a->epfd);
+  if (a->tfd >= 0) close(a->tfd);
+  a->epfd = a->tfd = -1;
+  return -1;
+}
+
+static void fibers_close(hilock_async *a) {
+  if (a->epfd >= 0) close(a->epfd);
+  if (a->tfd >= 0) close(a->tfd);
+  free(a->susp);
+}
+
 int hilock_async_new(hilock_client *c, int workers, hilock_async **out) {
   hilock_async *a;
   hilock__err scratch, *e = &scratch;
@@ -541,12 +831,21 @@ int hilock_async_new(hilock_client *c, int workers, hilock_async **out) {
     pthread_mutex_destroy(&a->mu);
     goto nomem_fd;
   }
+  a->epfd = a->tfd = -1;
+  a->armed_ms = INT64_MAX;
+  if (c != NULL && fibers_setup(a) != 0) {
+    pthread_cond_destroy(&a->quiet);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    goto nomem_fd;
+  }
   if (workers == 0) workers = WORKERS_DEFAULT;
   for (int i = 0; i < workers; i++) {
     if (pthread_create(&a->threads[i], NULL, worker, a) != 0) break;
     a->nthreads++;
   }
   if (a->nthreads == 0) {
+    fibers_close(a);
     pthread_cond_destroy(&a->quiet);
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->mu);
@@ -564,12 +863,16 @@ nomem:
   return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
 }
 
-int hilock_async_fd(const hilock_async *a) { return a == NULL ? -1 : a->efd; }
+int hilock_async_fd(const hilock_async *a) {
+  return a == NULL ? -1 : a->epfd >= 0 ? a->epfd : a->efd;
+}
 
 size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
   size_t n = 0;
   uint64_t v;
   if (a == NULL || out == NULL) return 0;
+
+  if (a->pid == hilock__pid()) run_fibers(a);
   pthread_mutex_lock(&a->mu);
   while (n < max && a->done != NULL) {
     op *o = a->done;
@@ -645,6 +948,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
     return fail(a, HILOCK_ENOMEM,
                            "out of memory");
   o->a = a;
+  o->stopfd = -1;
   o->data = data;
   o->kind = kind;
   o->h = h;
@@ -686,10 +990,18 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
   a->all = o;
   a->live++;
   if (id != NULL) *id = o->id;
+  hilock__clear_err(&a->err);
+  if (a->epfd >= 0) {
+    /* On the loop's thread, at once: the request is on the wire when
+     * this returns, and no thread is woken for it. */
+    o->state = ST_BUSY;
+    pthread_mutex_unlock(&a->mu);
+    if (run_here(a, o)) return HILOCK_OK;
+    pthread_mutex_lock(&a->mu);
+  }
   how = queue_run(a, o);
   pthread_mutex_unlock(&a->mu);
   poke(a, how);
-  hilock__clear_err(&a->err);
   return HILOCK_OK;
 }
 
@@ -740,7 +1052,7 @@ const char *hilock_async_errmsg(const hilock_async *a) {
 }
 
 int hilock_async_cancel(hilock_async *a, uint64_t id) {
-  int rc, how = POKE_NONE;
+  int rc, how = POKE_NONE, kick = 0;
   if (a == NULL) return HILOCK_EINVAL;
   rc = fail(a, HILOCK_EINVAL, "no acquire of id %llu is in flight",
             (unsigned long long)id);
@@ -749,14 +1061,21 @@ int hilock_async_cancel(hilock_async *a, uint64_t id) {
     if (o->id == id && o->kind == OP_ACQUIRE) {
       o->cancelled = 1;
       /* Asleep: a worker withdraws it now; queued or on the wire: it
-       * sees the flag when its step ends. */
+       * sees the flag when its step ends; in a direct wait on the loop's
+       * thread: the loop stops that wait when it looks next. */
       if (o->state == ST_WAIT) how = queue_run(a, o);
+      if (o->fib != NULL) kick = 1;
+      if (o->stopfd >= 0) {
+        uint64_t one = 1;
+        (void)!write(o->stopfd, &one, sizeof(one));
+      }
       hilock__clear_err(&a->err);
       rc = HILOCK_OK;
       break;
     }
   pthread_mutex_unlock(&a->mu);
   poke(a, how);
+  if (kick) done_ready(a);
   return rc;
 }
 
@@ -782,7 +1101,20 @@ void hilock_async_free(hilock_async *a) {
   pthread_mutex_lock(&a->mu);
   for (op *o = a->all; o != NULL; o = o->all_next) {
     if (o->kind == OP_ACQUIRE) o->cancelled = 1;
+    if (o->stopfd >= 0) {
+      uint64_t one = 1;
+      (void)!write(o->stopfd, &one, sizeof(one));
+    }
     if (o->state == ST_WAIT) run_push(a, o);
+  }
+  /* Operations on the loop's thread: this thread runs them to their end
+   * (a direct wait stops; an attempt on the wire finishes). */
+  while (a->nsusp > 0) {
+    struct pollfd p = {a->epfd, POLLIN, 0};
+    pthread_mutex_unlock(&a->mu);
+    (void)poll(&p, 1, 10);
+    run_fibers(a);
+    pthread_mutex_lock(&a->mu);
   }
   while (a->all != NULL) hilock__cond_wait_ms(&a->quiet, &a->mu, 10);
   a->stop = 1;
@@ -795,6 +1127,7 @@ void hilock_async_free(hilock_async *a) {
   pthread_cond_destroy(&a->quiet);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
+  fibers_close(a);
   close(a->efd);
   if (a->c != NULL) hilock__client_leave(a->c);
   free(a);

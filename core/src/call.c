@@ -17,9 +17,9 @@
 
 #include "internal.h"
 
-static __thread int64_t tl_deadline_ms = INT64_MAX;
-static __thread const hilock__undo *tl_undo;
-static __thread const hilock_client *tl_closer;
+#define tl_deadline_ms hilock__tl.deadline_ms
+#define tl_undo hilock__tl.undo
+#define tl_closer hilock__tl.closer
 
 int64_t hilock__call_deadline(void) { return tl_deadline_ms; }
 

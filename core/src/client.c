@@ -206,6 +206,16 @@ int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
                              "all %d connections of the pool stayed busy",
                              c->rt.opts.max_connections);
     if (left > 100) left = 100; /* and look at closed again */
+    if (hilock__fiber_self() != NULL) {
+      /* An event loop's operation: its loop's thread must not sleep here,
+       * so it looks again shortly (rare: the runner starts operations on
+       * its loop only while the pool has room). */
+      pthread_mutex_unlock(&c->rt.mu);
+      (void)hilock__fiber_wait(-1, 0, hilock__now_ms() + (left < 2 ? left : 2),
+                               0);
+      pthread_mutex_lock(&c->rt.mu);
+      continue;
+    }
     hilock__cond_wait_ms(&c->pool_cv, &c->rt.mu, left);
   }
 }

@@ -717,6 +717,15 @@ void hilock__hub_forget(hilock__hub *h);
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int64_t tried_us,
                       int wake, int *woken);
+/* Its first part: a direct wait (BLPOP on a pooled connection) when the
+ * client has a place free for one; HILOCK__HUB_OFF when it has none (or
+ * refuses BLPOP), else as hilock__wait_wake. */
+int hilock__wait_direct(hilock_client *c, hilock__err *e, const char *key,
+                        size_t keylen, int64_t bound_ms, int wake,
+                        int *woken);
+/* Whether hilock__wait_direct would find a place now (none is taken). */
+int hilock__direct_free(hilock_client *c, const char *key, size_t keylen,
+                        int wake);
 
 /* Run attempt() until it grants (0), fails (< 0) or wait_ms passes
  * (HILOCK_BUSY). Between attempts, sleep on the wake list until a releaser
@@ -1074,6 +1083,53 @@ void hilock__cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu,
 void hilock__sleep_ms(int64_t ms);
 /* Uniform random in [lo, hi] (not for secrets). */
 int64_t hilock__jitter(int64_t lo, int64_t hi);
+
+/* ## What one call carries, per thread (and per fiber) -------------------
+ * The state a public call keeps while it runs (call.c, net.c, wait.c): a
+ * fiber that gives its thread back (fiber.c) takes it along and brings it
+ * back when it resumes. */
+typedef struct hilock__callstate {
+  int64_t deadline_ms;              /* the caller's (INT64_MAX: none) */
+  const struct hilock__undo *undo;  /* the undo of an ambiguous grant */
+  const struct hilock_client *closer; /* the client closing here */
+  void (*sent_fn)(void *);          /* hilock__net_on_sent */
+  void *sent_arg;
+  long caller;                      /* hilock__caller_set */
+  int woken;                        /* hilock__attempt_woken */
+  int stop_fd; /* >= 0: a wait that can be stopped also ends once it is
+                  readable (an event loop's cancel) */
+} hilock__callstate;
+extern __thread hilock__callstate hilock__tl;
+
+/* ## Fibers (fiber.c) ----------------------------------------------------
+ * An operation of an event loop's runner (async.c) runs on the loop's own
+ * thread, on a stack of its own. Where the blocking code would wait (a
+ * socket in net.c, a pause, a pooled connection), it calls
+ * hilock__fiber_wait instead, which gives the thread back to whoever
+ * resumed the fiber; the runner resumes it when the socket is ready, the
+ * time is up, or (a stoppable wait) the operation is cancelled. Only the
+ * thread that made a fiber resumes it. */
+typedef struct hilock__fiber hilock__fiber;
+/* The fiber running on this thread, or NULL. */
+hilock__fiber *hilock__fiber_self(void);
+/* A fiber that will run fn(arg) when first resumed; NULL: out of memory. */
+hilock__fiber *hilock__fiber_new(void (*fn)(void *), void *arg);
+/* Run f until it waits or ends; revents: what its wait got (a poll
+ * revents mask; 0 the time ran out; -1 it was stopped). 1 if it ended
+ * (then free it), else 0. */
+int hilock__fiber_resume(hilock__fiber *f, int revents);
+void hilock__fiber_free(hilock__fiber *f);
+/* In a fiber: wait for events on fd (-1: none, a pause) until deadline_ms
+ * (INT64_MAX: none). stoppable: a stop ends it. Returns the revents, 0 when
+ * the time ran out, -1 when stopped. */
+int hilock__fiber_wait(int fd, short events, int64_t deadline_ms,
+                       int stoppable);
+/* What f waits for (valid while it is suspended). */
+void hilock__fiber_waits(const hilock__fiber *f, int *fd, short *events,
+                         int64_t *deadline_ms, int *stoppable);
+/* The runner's word on f (what it is for). */
+void hilock__fiber_set_tag(hilock__fiber *f, void *tag);
+void *hilock__fiber_tag(const hilock__fiber *f);
 
 /* ## Names and keys ------------------------------------------------------
  * Key layout: hilock:{<name>}:<role>. Every key of one lock shares the hash

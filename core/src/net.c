@@ -348,7 +348,27 @@ static int wait_io(hilock__net *n, int64_t deadline_ms, const char *what) {
                               what, n->where);
     if (n->stop != NULL && (left < 0 || left > STOP_SLICE_MS))
       left = STOP_SLICE_MS;
-    rc = poll(&p, 1, left < 0 || left > INT32_MAX ? -1 : (int)left);
+    if (hilock__fiber_self() != NULL) {
+      /* An event loop's operation: its loop waits (a stop: cancelled). */
+      rc = hilock__fiber_wait(p.fd, p.events,
+                              left < 0 ? INT64_MAX : hilock__now_ms() + left,
+                              n->stop != NULL);
+      if (rc < 0)
+        return hilock__net_fail(n, HILOCK__NET_ESTOPPED, "%s %s: stopped",
+                                what, n->where);
+      p.revents = (short)rc;
+      rc = rc > 0;
+    } else if (n->stop != NULL && hilock__tl.stop_fd >= 0) {
+      /* A wait its caller can stop: a readable stop fd ends it. */
+      struct pollfd two[2] = {p, {hilock__tl.stop_fd, POLLIN, 0}};
+      rc = poll(two, 2, left < 0 || left > INT32_MAX ? -1 : (int)left);
+      if (rc > 0 && two[1].revents != 0)
+        return hilock__net_fail(n, HILOCK__NET_ESTOPPED, "%s %s: stopped",
+                                what, n->where);
+      p.revents = two[0].revents;
+    } else {
+      rc = poll(&p, 1, left < 0 || left > INT32_MAX ? -1 : (int)left);
+    }
     if (rc > 0) break;
     if (rc == 0 && n->stop != NULL && n->stop(n->stop_arg))
       return hilock__net_fail(n, HILOCK__NET_ESTOPPED, "%s %s: stopped",
@@ -435,8 +455,8 @@ static int recv_reply(hilock__net *n, void **reply) {
   }
 }
 
-static __thread void (*sent_fn)(void *);
-static __thread void *sent_arg;
+#define sent_fn hilock__tl.sent_fn
+#define sent_arg hilock__tl.sent_arg
 
 void hilock__net_on_sent(void (*fn)(void *), void *arg) {
   sent_fn = fn;
@@ -457,7 +477,8 @@ int hilock__net_get_reply(hilock__net *n, void **reply) {
     sent_fn = NULL;
     fn(sent_arg);
   }
-  if (n->blocking && n->state == 0 && n->olen == 0 && n->stop == NULL)
+  if (n->blocking && n->state == 0 && n->olen == 0 && n->stop == NULL &&
+      hilock__fiber_self() == NULL)
     return recv_reply(n, reply);
   deadline = deadline_of(n->timeout_ms);
   for (;;) {

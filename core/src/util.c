@@ -43,6 +43,10 @@ int64_t hilock__now_ms(void) { return hilock__now_us() / 1000; }
 void hilock__sleep_ms(int64_t ms) {
   struct timespec ts;
   if (ms <= 0) return;
+  if (hilock__fiber_self() != NULL) { /* an event loop's: its loop waits */
+    (void)hilock__fiber_wait(-1, 0, hilock__now_ms() + ms, 0);
+    return;
+  }
   ts.tv_sec = (time_t)(ms / 1000);
   ts.tv_nsec = (long)(ms % 1000) * 1000000L;
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -190,7 +194,9 @@ static void pid_forked(void) {
 
 static void pid_install(void) { pthread_atfork(NULL, NULL, pid_forked); }
 
-static __thread long tl_caller;
+__thread hilock__callstate hilock__tl = {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1};
+
+#define tl_caller hilock__tl.caller
 
 long hilock__caller(void) {
   return tl_caller != 0 ? tl_caller : (long)syscall(SYS_gettid);

@@ -70,23 +70,40 @@ static int direct_wait(hilock_client *c, hilock__err *e, const char *key,
   return rc;
 }
 
+int hilock__direct_free(hilock_client *c, const char *key, size_t keylen,
+                        int wake) {
+  return c->rt.opts.shared_waiting && c->rt.opts.direct_waiters > 0 &&
+         !__atomic_load_n(&c->direct_off, __ATOMIC_ACQUIRE) &&
+         !(wake & HILOCK__WAKE_CHANNEL) &&
+         __atomic_load_n(&c->direct, __ATOMIC_ACQUIRE) <
+             c->rt.opts.direct_waiters &&
+         !hilock__hub_waited(c, key, keylen) && hilock__pool_room(c);
+}
+
+int hilock__wait_direct(hilock_client *c, hilock__err *e, const char *key,
+                        size_t keylen, int64_t bound_ms, int wake,
+                        int *woken) {
+  *woken = 0;
+  if (bound_ms < 1) bound_ms = 1;
+  /* Direct when a place is free and no waiter of this client on the same
+   * lock is in the shared waiting (it is ahead: a release rings it, and it
+   * comes back to a free place), else shared. */
+  if (c->rt.opts.shared_waiting && c->rt.opts.direct_waiters > 0 &&
+      !__atomic_load_n(&c->direct_off, __ATOMIC_ACQUIRE) &&
+      !(wake & HILOCK__WAKE_CHANNEL) &&
+      !hilock__hub_waited(c, key, keylen) && direct_claim(c))
+    return direct_wait(c, e, key, keylen, hilock__now_ms() + bound_ms, woken);
+  return HILOCK__HUB_OFF;
+}
+
 int hilock__wait_wake(hilock_client *c, hilock__err *e, const char *key,
                       size_t keylen, int64_t bound_ms, int64_t tried_us,
                       int wake, int *woken) {
   int rc;
   int64_t end;
-  *woken = 0;
   if (bound_ms < 1) bound_ms = 1;
   end = hilock__now_ms() + bound_ms;
-  /* Direct when a place is free and no waiter of this client on the same
-   * lock is in the shared waiting (it is ahead: a release rings it, and it
-   * comes back to a free place), else shared. */
-  rc = HILOCK__HUB_OFF;
-  if (c->rt.opts.shared_waiting && c->rt.opts.direct_waiters > 0 &&
-      !__atomic_load_n(&c->direct_off, __ATOMIC_ACQUIRE) &&
-      !(wake & HILOCK__WAKE_CHANNEL) &&
-      !hilock__hub_waited(c, key, keylen) && direct_claim(c))
-    rc = direct_wait(c, e, key, keylen, end, woken);
+  rc = hilock__wait_direct(c, e, key, keylen, bound_ms, wake, woken);
   if (rc != HILOCK__HUB_OFF) return rc;
   if (end - hilock__now_ms() < bound_ms)
     bound_ms = end - hilock__now_ms() < 1 ? 1 : end - hilock__now_ms();
@@ -245,7 +262,7 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
 
 /* Whether a wake-up ended this thread's last sleep, for the attempt in
  * progress (see hilock__attempt_woken). */
-static __thread int tl_woken;
+#define tl_woken hilock__tl.woken
 
 int hilock__attempt_woken(void) { return tl_woken; }
 

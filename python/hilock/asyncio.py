@@ -129,6 +129,7 @@ class _Runner:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._futures: Dict[int, asyncio.Future[Done]] = {}
         self._late: Dict[int, Done] = {}
+        self._closing = False
 
     def get(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -136,6 +137,7 @@ class _Runner:
             raise ForkedLockError(f"this {self._what}'s operations run in the parent "
                                   "process; make a new one in the child", _h.HILOCK_EFORKED)
         if self._a is None:
+            self._closing = False
             self._a = self._make()
             self._loop = loop
             self._pid = os.getpid()
@@ -152,6 +154,9 @@ class _Runner:
                 fut = futures.pop(op_id, None)
                 result = (status, message.decode(errors="replace") if message else "", value)
                 if fut is None:
+                    continue
+                if self._closing:
+                    futures[op_id] = fut  # close() tells it
                     continue
                 if fut.cancelled():
                     # Its task was cancelled and has not run yet: run()
@@ -211,6 +216,22 @@ class _Runner:
 
     async def close(self) -> None:
         """Cancel what is in flight and stop watching the loop's descriptor."""
+        a = self._a
+        if a is None:
+            return
+        if self._loop is asyncio.get_running_loop():
+            # Operations run on this loop's thread (on fibers of the C
+            # core): end them here, while the loop turns (a wait is
+            # withdrawn, an attempt on the wire finishes, a release
+            # completes); their callers are told the client closed.
+            self._closing = True
+            while _h.hilock_async_pending(a) > 0 and self._a is a:
+                for op_id in list(self._futures):
+                    try:
+                        _h.hilock_async_cancel(a, op_id)
+                    except LockError:
+                        pass  # not an acquire, or it finished
+                await asyncio.sleep(0.001)
         a, self._a = self._a, None
         if a is None:
             return

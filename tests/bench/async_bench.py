@@ -18,6 +18,7 @@
              acquire: from release() returning to acquire() returning, for
              an asyncio task and for a thread of the blocking API, rounds
              of the two sides interleaved.
+  handoff_process  the same with the holder in another process.
 
 Each timed figure is the median of the per-round medians, with the range
 of the round medians (min, max): the spread on a shared machine. A ratio
@@ -27,7 +28,7 @@ its median and range.
 This is a benchmark, not a test: nothing here asserts on timing.
 
     python3 tests/bench/async_bench.py [--tasks 2000] [--rounds 5] [--samples 100]
-        [--only crowd,stall,floors,cycle,handoff] [--json out.json]
+        [--only crowd,stall,floors,cycle,handoff,handoff_process] [--json out.json]
 """
 from __future__ import annotations
 
@@ -195,43 +196,101 @@ def cycle(url: str, rounds: int, n: int = 1000) -> Dict[str, Any]:
     return out
 
 
-def handoff(url: str, rounds: int, samples: int) -> Dict[str, Any]:
-    """samples per side in all, in rounds that alternate the two sides."""
-    holder_c = hilock.Client(url)
+class ThreadHolder:
+    """The holder of a hand-over as a thread of this process."""
 
-    def measure(waiter_acquire: Any, k: int) -> float:
+    def __init__(self, url: str) -> None:
+        self.c = hilock.Client(url)
+        self.h: Any = None
+
+    def hold(self, name: str) -> None:
+        self.h = self.c.lock(name, ttl=10, auto_renew=False)
+        assert self.h.acquire(blocking=False)
+
+    def release(self) -> float:
+        """Release; when release() returned."""
+        self.h.release()
+        return time.monotonic()
+
+    def close(self) -> None:
+        self.c.close()
+
+
+# ProcessHolder's process: holds the lock named on stdin, and on the next
+# line releases it and prints when release() returned.
+_HOLDER = r'''
+import sys, time, hilock
+c = hilock.Client(sys.argv[1])
+for name in sys.stdin:
+    h = c.lock(name.strip(), ttl=10, auto_renew=False)
+    assert h.acquire(blocking=False)
+    print("held", flush=True)
+    sys.stdin.readline()
+    h.release()
+    print(time.monotonic(), flush=True)
+'''
+
+
+class ProcessHolder:
+    """The holder in another process (a distributed lock's usual case): no
+    interpreter lock shared with the waiter. time.monotonic() is the
+    system's monotonic clock in both processes."""
+
+    def __init__(self, url: str) -> None:
+        import subprocess
+        self.p = subprocess.Popen([sys.executable, "-c", _HOLDER, url], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+
+    def _say(self, line: str) -> str:
+        assert self.p.stdin is not None and self.p.stdout is not None
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def hold(self, name: str) -> None:
+        assert self._say(name) == "held"
+
+    def release(self) -> float:
+        return float(self._say("go"))
+
+    def close(self) -> None:
+        self.p.kill()
+        self.p.wait()
+
+
+def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
+    """samples per side in all, in rounds that alternate the two sides."""
+    sync_c = hilock.Client(url)
+
+    def measure(waiter: Any, k: int) -> float:
         # One lock per side: the other side's client, still subscribed to
         # its wake list for a while (shared waiting lingers), hears nothing.
-        name = "bench:handoff:" + waiter_acquire.__name__
+        name = "bench:handoff:" + waiter.__name__
         out = []
         for _ in range(k):
-            h = holder_c.lock(name, ttl=10, auto_renew=False)
-            assert h.acquire(blocking=False)
+            holder.hold(name)
             ready = threading.Event()
             t1: List[float] = []
-            t = threading.Thread(target=waiter_acquire, args=(ready, t1))
+            t = threading.Thread(target=waiter, args=(name, ready, t1))
             t.start()
             ready.wait()
             time.sleep(0.01)  # the waiter is asleep in acquire
-            h.release()
-            t0 = time.monotonic()
+            t0 = holder.release()
             t.join()
             out.append((t1[0] - t0) * 1e6)
         return statistics.median(out)
 
-    sync_c = hilock.Client(url)
-
-    def sync_waiter(ready: threading.Event, t1: List[float]) -> None:
-        lk = sync_c.lock("bench:handoff:sync_waiter", ttl=10, auto_renew=False)
+    def sync_waiter(name: str, ready: threading.Event, t1: List[float]) -> None:
+        lk = sync_c.lock(name, ttl=10, auto_renew=False)
         ready.set()
         assert lk.acquire(timeout=10)
         t1.append(time.monotonic())
         lk.release()
 
-    def async_waiter(ready: threading.Event, t1: List[float]) -> None:
+    def async_waiter(name: str, ready: threading.Event, t1: List[float]) -> None:
         async def main() -> None:
             c = hla.Client(url)
-            lk = c.lock("bench:handoff:async_waiter", ttl=10, auto_renew=False)
+            lk = c.lock(name, ttl=10, auto_renew=False)
             assert not await lk.acquire(blocking=False)  # binds the loop
             ready.set()
             assert await lk.acquire(timeout=10)
@@ -241,9 +300,12 @@ def handoff(url: str, rounds: int, samples: int) -> Dict[str, Any]:
         asyncio.run(main())
 
     k = max(1, samples // rounds)
-    s, a = alternate(rounds, lambda: measure(sync_waiter, k), lambda: measure(async_waiter, k))
-    sync_c.close()
-    holder_c.close()
+    try:
+        s, a = alternate(rounds, lambda: measure(sync_waiter, k),
+                         lambda: measure(async_waiter, k))
+    finally:
+        holder.close()
+        sync_c.close()
     out = {"rounds": rounds, "samples_per_round": k, "thread_us": spread(s),
            "async_us": spread(a)}
     out["async_over_thread"] = ratio(a, s)
@@ -422,7 +484,8 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=100,
                     help="handoff and floor samples per side, across the rounds")
     ap.add_argument("--json", metavar="OUT")
-    ap.add_argument("--only", metavar="PARTS", default="crowd,stall,floors,cycle,handoff",
+    ap.add_argument("--only", metavar="PARTS",
+                    default="crowd,stall,floors,cycle,handoff,handoff_process",
                     help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
     import redis
@@ -437,7 +500,10 @@ def main() -> int:
             "stall": lambda: stall(srv.url),
             "floors": lambda: floors(srv.url, args.rounds, args.samples),
             "cycle": lambda: cycle(srv.url, args.rounds),
-            "handoff": lambda: handoff(srv.url, args.rounds, args.samples),
+            "handoff": lambda: handoff(srv.url, args.rounds, args.samples,
+                                       ThreadHolder(srv.url)),
+            "handoff_process": lambda: handoff(srv.url, args.rounds, args.samples,
+                                               ProcessHolder(srv.url)),
         }
         for name in args.only.split(","):
             result[name] = parts[name]()

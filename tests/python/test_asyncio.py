@@ -159,7 +159,8 @@ def test_waiting_tasks_share_connections_and_threads(rds, redis_url) -> None:
         run(redis_url, main)
     finally:
         holder.close()
-    # rds, the holder's pool, the subscriber and the workers' connections.
+    # rds, the holder's pool, the subscriber and the pooled connections
+    # of the operations in flight (on the loop's thread and the workers).
     assert seen["clients"] <= 8, seen
     assert seen["threads"] <= 4, seen
     assert seen["done"] == 300
@@ -653,3 +654,55 @@ def test_a_burst_of_releases_wakes_every_task_and_a_thread_after(rds, redis_url)
         run(redis_url, main)
     finally:
         other.close()
+
+
+def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> None:
+    """Acquires and releases whose round trips are on the wire (run on the
+    loop's own thread) while the server sleeps: the loop keeps turning,
+    close() ends them all (each task learns the client closed, or has its
+    result), and nothing is left held once the server answers again."""
+    import redis
+
+    node = redis_nodes[0]
+    rds = redis.Redis.from_url(node.url)
+    ticks: List[float] = []
+    stalled: List[float] = []  # the operations started; the server answered
+
+    async def main() -> None:
+        c = hla.Client(node.url, command_timeout=5.0)
+        held = c.lock("aio:stalled:held", ttl=30)
+        assert await held.acquire(blocking=False)
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+
+        tick = asyncio.ensure_future(ticker())
+        sleeper = threading.Thread(target=lambda: redis.Redis.from_url(node.url).execute_command(
+            "DEBUG", "SLEEP", "0.4"))
+        sleeper.start()
+        await asyncio.sleep(0.05)  # the server sleeps now
+        ops = [asyncio.ensure_future(c.lock(f"aio:stalled:{i}", ttl=30).acquire(blocking=False))
+               for i in range(4)]
+        ops.append(asyncio.ensure_future(held.release()))
+        stalled.append(time.monotonic())
+        await asyncio.sleep(0.05)
+        await c.close()
+        for op in ops:
+            try:
+                await op
+            except hilock.ConnectionError:
+                pass  # told the client closed
+        sleeper.join()
+        stalled.append(time.monotonic())
+        stop.set()
+        await tick
+
+    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        runner.run(main())
+    # The ticker ran while the operations waited on the sleeping server.
+    assert sum(1 for t in ticks if stalled[0] < t < stalled[1]) >= 3, (stalled, ticks)
+    # Every grant was given back (a cancelled one) or released: nothing held.
+    assert [k for k in rds.keys("hilock:{aio:stalled*") if k.endswith(b":lock")] == []

@@ -8,11 +8,22 @@
  *
  * Nothing here holds a thread or a connection per waiting operation: an
  * acquire that finds the lock held sleeps on the client's shared waiting
- * connection (see docs/waiting.md) and is tried again when a release rings
- * it, when the holder's TTL runs out or when its wait ends. The round
- * trips themselves (one attempt, one release) run on a small fixed pool of
- * threads, each bounded by the client's command timeout, so the loop's
- * own thread never waits on the network.
+ * connection (see docs/waiting.md), or the first one in its client's
+ * direct wait, and is tried again when a release rings it, when the
+ * holder's TTL runs out or when its wait ends.
+ *
+ * Round trips run on the loop's own thread without blocking it: a started
+ * operation runs at once on a fiber (a small stack of its own) until its
+ * request is written, and resumes when hilock_async_take finds its reply
+ * on the socket; the fd is an epoll fd that turns readable for that. So
+ * the operations of a runner move on only while its loop watches the fd
+ * and takes. A few run this way at once (those beyond, and an acquire's
+ * wait and the attempts a release rings, run on a small fixed pool of
+ * threads), each round trip bounded by the client's command timeout: the
+ * loop's thread never waits on the network. A blocking call of the same
+ * client made on the loop's thread still finds a pooled connection (the
+ * fibers leave two of the pool's to others), but it stalls the loop's
+ * fibers while it runs.
  *
  * A minimal loop (see examples/async_poll.c):
  *
@@ -41,7 +52,10 @@
  * lock held. A release is not cancelled: it finishes.
  *
  * Threads: one thread drives a hilock_async (start, take, cancel, free);
- * its fd may be watched from any. A hold has at most one operation in
+ * its fd may be watched from any. The operations it runs itself run on
+ * that thread, and only there: free it on that thread while some are
+ * still running (hilock_async_pending says), since the free runs them to
+ * their end. A hold has at most one operation in
  * flight (the reentrant and read-write locks: one per owner), and no other
  * call uses it meanwhile. Free the hilock_async before its client; freeing
  * it cancels what is still running (and waits for the attempts on the
@@ -85,13 +99,16 @@ typedef struct hilock_async_done {
 HILOCK_API int hilock_async_new(hilock_client *client, int workers,
                                 hilock_async **out);
 
-/* Readable while finished operations wait to be taken. It may also turn
- * readable a round trip before an acquire that a release woke finishes (so
- * that the loop is awake, not in a long sleep, when it does): a take then
- * returns 0 and the fd is quiet again. */
+/* Readable while finished operations wait to be taken, or while an
+ * operation running on the loop's thread has something to go on with (its
+ * reply came, its time is up). It may also turn readable a round trip
+ * before an acquire that a release woke finishes (so that the loop is
+ * awake, not in a long sleep, when it does). Call hilock_async_take each
+ * time it is readable: it moves those operations on, and may return 0. */
 HILOCK_API int hilock_async_fd(const hilock_async *a);
 
-/* Move up to max finished operations into out; returns how many. */
+/* Move the operations running on the loop's thread on (see above), then
+ * up to max finished operations into out; returns how many. */
 HILOCK_API size_t hilock_async_take(hilock_async *a, hilock_async_done *out,
                                     size_t max);
 
