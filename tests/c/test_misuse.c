@@ -5,6 +5,9 @@
  * eviction, TTLs too short to be valid, empty passwords and maxclients. */
 #include "test_util.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,8 +41,27 @@ typedef struct racer {
   hilock_lock *lock;
   int op;
   atomic_int started;
+  atomic_long tid;
   int rc;
 } racer;
+
+/* Wait (up to 5 s) until thread tid sleeps in a system call that waits for
+ * the network (poll, recvfrom, read): inside its call on the client, past
+ * the point where the call takes its reference. Freeing the client before
+ * that would be a call started after the free, which the API forbids. */
+static void wait_inside(long tid) {
+  char path[64], buf[64];
+  snprintf(path, sizeof(path), "/proc/self/task/%ld/syscall", tid);
+  for (int64_t end = hl_now_ms() + 5000; hl_now_ms() < end; hl_sleep_ms(1)) {
+    FILE *fp = fopen(path, "r");
+    long nr = -1;
+    if (fp == NULL) return;
+    if (fgets(buf, sizeof(buf), fp) != NULL) nr = atol(buf);
+    fclose(fp);
+    if (nr == SYS_poll || nr == SYS_ppoll || nr == SYS_recvfrom || nr == SYS_read)
+      return;
+  }
+}
 
 typedef struct sleeper {
   const hl_server *server;
@@ -57,6 +79,7 @@ static void *server_sleep(void *arg) {
 
 static void *race(void *arg) {
   racer *r = arg;
+  atomic_store(&r->tid, (long)syscall(SYS_gettid));
   atomic_store(&r->started, 1);
   switch (r->op) {
     case OP_PING:
@@ -90,7 +113,7 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
       /* A lock handle keeps the client's memory alive: ping has none. */
       l = op == OP_PING ? NULL
                         : hl_new_lock(c, name, op == OP_RENEWAL ? 90 : 5000);
-      racer r = {c, l, op, 0, 0};
+      racer r = {c, l, op, 0, 0, 0};
       sleeper s = {&f->server, 120};
       pthread_t t, st;
       if (op == OP_WAIT) {
@@ -107,6 +130,7 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
       hl_sleep_ms(20); /* the server is asleep now */
       assert_int_equal(pthread_create(&t, NULL, race, &r), 0);
       while (!atomic_load(&r.started)) hl_sleep_ms(1);
+      if (op != OP_RENEWAL) wait_inside(atomic_load(&r.tid));
       hl_sleep_ms(10 + 10 * (i % 4)); /* inside the call */
       hilock_client_free(c);
       pthread_join(t, NULL);

@@ -368,3 +368,39 @@ def test_a_waiter_hears_a_release_after_a_failover(deployment):
         t.join(25)
         assert got, "the waiter never got the lock"
         assert got[0] - released < 3.0, f"woken {got[0] - released:.2f} s after the release"
+
+
+def test_asyncio_through_sentinel_with_a_dead_sentinel_first(deployment):
+    """hilock.asyncio resolves the master through Sentinel on the loop's
+    thread (the first sentinel refuses the connection) and a task waiting
+    on a held lock is woken by its release."""
+    import asyncio
+
+    import hilock.asyncio as hla
+
+    dead = hilock._server.free_port()
+    hosts = deployment.url[len("redis+sentinel://"):]
+    url = f"redis+sentinel://127.0.0.1:{dead},{hosts}"
+    m = _master_redis(deployment.master.port)
+    holder = hilock.Client(url)
+
+    async def main() -> None:
+        c = hla.Client(url)
+        try:
+            async with c.lock("aio-sentinel", ttl=10, timeout=5) as lk:
+                assert m.get(_key("aio-sentinel")).decode() == lk.token
+            held = holder.lock("aio-sentinel-held", ttl=30, auto_renew=False)
+            assert held.acquire(blocking=False)
+            waiter = asyncio.ensure_future(c.lock("aio-sentinel-held", ttl=10).acquire(timeout=10))
+            await asyncio.sleep(0.1)
+            assert not waiter.done()
+            await asyncio.get_running_loop().run_in_executor(None, held.release)
+            assert await waiter
+        finally:
+            await c.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        holder.close()
+    assert m.exists(_key("aio-sentinel")) == 0
