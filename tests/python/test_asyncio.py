@@ -702,7 +702,48 @@ def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> 
 
     with asyncio.Runner(loop_factory=_loop_factory) as runner:
         runner.run(main())
-    # The ticker ran while the operations waited on the sleeping server.
-    assert sum(1 for t in ticks if stalled[0] < t < stalled[1]) >= 3, (stalled, ticks)
+    # The ticker ran while the operations waited on the sleeping server
+    # (about 0.35 s: some 30 ticks; 2 when the waits held the loop).
+    assert sum(1 for t in ticks if stalled[0] < t < stalled[1]) >= 8, (stalled, ticks)
     # Every grant was given back (a cancelled one) or released: nothing held.
     assert [k for k in rds.keys("hilock:{aio:stalled*") if k.endswith(b":lock")] == []
+
+
+def test_an_operation_retrying_a_dead_server_keeps_the_loop_turning(redis_nodes) -> None:
+    """The server is gone: an acquire retries its connection within the
+    client's reconnect budget, pausing between tries on the loop's own
+    thread; the loop keeps turning meanwhile, and the acquire fails with
+    ConnectionError once the budget is spent."""
+    node = redis_nodes[0]
+    ticks: List[float] = []
+    tried: List[float] = []
+
+    async def main() -> None:
+        c = hla.Client(node.url, connect_timeout=0.2, reconnect=0.6)
+        try:
+            lk = c.lock("aio:dead", ttl=10)
+            assert await lk.acquire(blocking=False)  # connected, bound
+            await lk.release()
+            node.stop()
+            stop = asyncio.Event()
+
+            async def ticker() -> None:
+                while not stop.is_set():
+                    ticks.append(time.monotonic())
+                    await asyncio.sleep(0.01)
+
+            tick = asyncio.ensure_future(ticker())
+            tried.append(time.monotonic())
+            with pytest.raises(hilock.ConnectionError):
+                await lk.acquire(blocking=False)
+            tried.append(time.monotonic())
+            stop.set()
+            await tick
+        finally:
+            await c.close()
+
+    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        runner.run(main())
+    # The ticker ran while the acquire retried (0.6 s of budget): about 60
+    # times; pauses that held the loop's thread left it 3 to 6.
+    assert sum(1 for t in ticks if tried[0] < t < tried[1]) >= 15, (tried, ticks)
