@@ -431,6 +431,44 @@ static int settle_attempt(attempt_ctx *a, int read) {
   return rc;
 }
 
+/* One attempt of a side (read: the read side): the side's release whose
+ * outcome is unknown is completed first, then its acquire script runs on
+ * keys, with the side's release as the undo of an ambiguous grant. */
+static int side_attempt(attempt_ctx *a, int read, const char **keys,
+                        const size_t *keylens, hilock__err *unacked,
+                        redisReply **r) {
+  const char *ukeys[9];
+  size_t ukeylens[9];
+  int rc = settle_attempt(a, read);
+  if (rc != HILOCK_OK) return rc;
+  if (read)
+    read_release_keys(a->rw, ukeys, ukeylens);
+  else
+    write_release_keys(a->rw, ukeys, ukeylens);
+  return run_attempt(
+      a, read ? &hilock__script_rwlock_read_acquire
+              : &hilock__script_rwlock_write_acquire,
+      keys, keylens,
+      read ? &hilock__script_rwlock_read_release
+           : &hilock__script_rwlock_write_release,
+      read ? 6 : 8, ukeys, ukeylens, read, unacked, r);
+}
+
+/* A waiter that stops waiting leaves its place with script s on keys
+ * (best effort: a failure leaves it to expire one ttl after its last
+ * attempt). */
+static void side_withdraw(attempt_ctx *a, const hilock__script *s, int nkeys,
+                          const char **keys, const size_t *keylens) {
+  const char *args[1] = {a->owner};
+  size_t arglens[1] = {a->ownerlen};
+  hilock__err e;
+  redisReply *r = NULL;
+  hilock__clear_err(&e);
+  if (hilock__script_run(a->rw->w.client, &e, s, nkeys, keys, keylens, 1,
+                         args, arglens, &r) == HILOCK_OK)
+    freeReplyObject(r);
+}
+
 /* Refused: wait up to ms (the blocker's remaining time). */
 static int refused(attempt_ctx *a, int64_t ms, int64_t *pttl) {
   *pttl = ms;
@@ -448,14 +486,7 @@ static int read_attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   hilock__err unacked;
   redisReply *r = NULL;
-  const char *ukeys[7];
-  size_t ukeylens[7];
-  int rc = settle_attempt(a, 1);
-  if (rc != HILOCK_OK) return rc;
-  read_release_keys(rw, ukeys, ukeylens);
-  rc = run_attempt(a, &hilock__script_rwlock_read_acquire, keys, keylens,
-                       &hilock__script_rwlock_read_release, 6, ukeys,
-                       ukeylens, 1, &unacked, &r);
+  int rc = side_attempt(a, 1, keys, keylens, &unacked, &r);
   if (rc != HILOCK_OK && rc != HILOCK_ENOREPLICAS) return rc;
   if (!hilock__int_reply(r, 2) || r->element[0]->integer < 0 ||
       r->element[0]->integer > 1) {
@@ -473,24 +504,14 @@ static int read_attempt(void *arg, int64_t *pttl) {
   return rc;
 }
 
-/* A reader that stops waiting leaves the waiting and admitted readers
- * (best effort: a failure leaves them to expire one ttl after its last
- * attempt). */
+/* A reader that stops waiting leaves the waiting and admitted readers. */
 static void read_withdraw(attempt_ctx *a) {
   hilock_rwlock *rw = a->rw;
   const char *keys[6] = {rw->qkey, rw->akey, rw->rkey,
                          rw->wkey, rw->ikey, rw->wwake};
   size_t keylens[6] = {rw->qkeylen, rw->akeylen, rw->rkeylen,
                        rw->wkeylen, rw->ikeylen, rw->wwakelen};
-  const char *args[1] = {a->owner};
-  size_t arglens[1] = {a->ownerlen};
-  hilock__err e;
-  redisReply *r = NULL;
-  hilock__clear_err(&e);
-  if (hilock__script_run(rw->w.client, &e,
-                         &hilock__script_rwlock_read_withdraw, 6, keys,
-                         keylens, 1, args, arglens, &r) == HILOCK_OK)
-    freeReplyObject(r);
+  side_withdraw(a, &hilock__script_rwlock_read_withdraw, 6, keys, keylens);
 }
 
 /* Acquire one side: one attempt (once), or attempts and waits on the
@@ -618,14 +639,7 @@ static int write_attempt(void *arg, int64_t *pttl) {
   int64_t start = hilock__now_us();
   hilock__err unacked;
   redisReply *r = NULL;
-  const char *ukeys[9];
-  size_t ukeylens[9];
-  int rc = settle_attempt(a, 0);
-  if (rc != HILOCK_OK) return rc;
-  write_release_keys(rw, ukeys, ukeylens);
-  rc = run_attempt(a, &hilock__script_rwlock_write_acquire, keys,
-                       keylens, &hilock__script_rwlock_write_release, 8, ukeys,
-                       ukeylens, 0, &unacked, &r);
+  int rc = side_attempt(a, 0, keys, keylens, &unacked, &r);
   if (rc != HILOCK_OK && rc != HILOCK_ENOREPLICAS) return rc;
   if (!hilock__int_reply(r, 2) ||
       (r->element[0]->integer == 1 && !hilock__int_reply(r, 3))) {
@@ -651,23 +665,14 @@ static int write_attempt(void *arg, int64_t *pttl) {
   return rc;
 }
 
-/* A writer that stops waiting drops its intent (best effort: a failure
- * leaves it to expire one ttl after the last attempt). */
+/* A writer that stops waiting drops its intent. */
 static void withdraw(attempt_ctx *a) {
   hilock_rwlock *rw = a->rw;
   const char *keys[7] = {rw->ikey, rw->wkey,  rw->rkey, rw->qkey,
                          rw->akey, rw->rwake, rw->wwake};
   size_t keylens[7] = {rw->ikeylen, rw->wkeylen,  rw->rkeylen, rw->qkeylen,
                        rw->akeylen, rw->rwakelen, rw->wwakelen};
-  const char *args[1] = {a->owner};
-  size_t arglens[1] = {a->ownerlen};
-  hilock__err e;
-  redisReply *r = NULL;
-  hilock__clear_err(&e);
-  if (hilock__script_run(rw->w.client, &e,
-                         &hilock__script_rwlock_write_withdraw, 7, keys,
-                         keylens, 1, args, arglens, &r) == HILOCK_OK)
-    freeReplyObject(r);
+  side_withdraw(a, &hilock__script_rwlock_write_withdraw, 7, keys, keylens);
 }
 
 static int write_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {

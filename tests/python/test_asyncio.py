@@ -656,6 +656,25 @@ def test_a_burst_of_releases_wakes_every_task_and_a_thread_after(rds, redis_url)
         other.close()
 
 
+class Ticker:
+    """A task of the running loop that notes the time every 10 ms into
+    ticks, until stop(): while the loop's thread is held, it cannot."""
+
+    def __init__(self, ticks: List[float]) -> None:
+        self._stop = asyncio.Event()
+
+        async def tick() -> None:
+            while not self._stop.is_set():
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+
+        self._task = asyncio.ensure_future(tick())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._task
+
+
 def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> None:
     """Acquires and releases whose round trips are on the wire (run on the
     loop's own thread) while the server sleeps: the loop keeps turning,
@@ -672,14 +691,7 @@ def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> 
         c = hla.Client(node.url, command_timeout=5.0)
         held = c.lock("aio:stalled:held", ttl=30)
         assert await held.acquire(blocking=False)
-        stop = asyncio.Event()
-
-        async def ticker() -> None:
-            while not stop.is_set():
-                ticks.append(time.monotonic())
-                await asyncio.sleep(0.01)
-
-        tick = asyncio.ensure_future(ticker())
+        ticker = Ticker(ticks)
         sleeper = threading.Thread(target=lambda: redis.Redis.from_url(node.url).execute_command(
             "DEBUG", "SLEEP", "0.4"))
         sleeper.start()
@@ -697,8 +709,7 @@ def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> 
                 pass  # told the client closed
         sleeper.join()
         stalled.append(time.monotonic())
-        stop.set()
-        await tick
+        await ticker.stop()
 
     with asyncio.Runner(loop_factory=_loop_factory) as runner:
         runner.run(main())
@@ -725,20 +736,12 @@ def test_an_operation_retrying_a_dead_server_keeps_the_loop_turning(redis_nodes)
             assert await lk.acquire(blocking=False)  # connected, bound
             await lk.release()
             node.stop()
-            stop = asyncio.Event()
-
-            async def ticker() -> None:
-                while not stop.is_set():
-                    ticks.append(time.monotonic())
-                    await asyncio.sleep(0.01)
-
-            tick = asyncio.ensure_future(ticker())
+            ticker = Ticker(ticks)
             tried.append(time.monotonic())
             with pytest.raises(hilock.ConnectionError):
                 await lk.acquire(blocking=False)
             tried.append(time.monotonic())
-            stop.set()
-            await tick
+            await ticker.stop()
         finally:
             await c.close()
 
