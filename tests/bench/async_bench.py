@@ -28,7 +28,8 @@ its median and range.
 This is a benchmark, not a test: nothing here asserts on timing.
 
     python3 tests/bench/async_bench.py [--tasks 2000] [--rounds 5] [--samples 100]
-        [--only crowd,stall,floors,cycle,handoff,handoff_process] [--json out.json]
+        [--only crowd,stall,floors,cycle,handoff,handoff_process] [--loop uvloop]
+        [--json out.json]
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def crowd(url: str, rds: Any, n: int) -> Dict[str, Any]:
         out["seconds_to_serve_all"] = round(time.monotonic() - t0, 3)
         await c.close()
 
-    asyncio.run(main())
+    run_loop(main())
     holder.close()
     return out
 
@@ -123,8 +124,20 @@ def stall(url: str) -> Dict[str, Any]:
         out["ticks"] = len(gaps)
         await c.close()
 
-    asyncio.run(main())
+    run_loop(main())
     return out
+
+
+def run_loop(main: Any) -> Any:
+    """main() on a new event loop: asyncio's default, or uvloop's with
+    --loop uvloop."""
+    if LOOP == "uvloop":
+        import uvloop
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
+LOOP = "asyncio"
 
 
 def spread(rounds: List[float]) -> Dict[str, float]:
@@ -189,7 +202,7 @@ def cycle(url: str, rounds: int, n: int = 1000) -> Dict[str, Any]:
                 s.append(sync_round())
         await c.close()
 
-    asyncio.run(main())
+    run_loop(main())
     sync.close()
     out = {"rounds": rounds, "sync_us": spread(s), "async_us": spread(a)}
     out["async_over_sync"] = ratio(a, s)
@@ -297,7 +310,7 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
             t1.append(time.monotonic())
             await lk.release()
             await c.close()
-        asyncio.run(main())
+        run_loop(main())
 
     k = max(1, samples // rounds)
     try:
@@ -384,7 +397,7 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
         loop.remove_reader(efd)
         os.close(efd)
 
-    asyncio.run(wake_rounds())
+    run_loop(wake_rounds())
 
     sync = redis.Redis.from_url(url)
     ps_us: List[float] = []
@@ -411,7 +424,7 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
             pa_us.append(statistics.median(got))
         await ar.aclose()
 
-    asyncio.run(ping_rounds())
+    run_loop(ping_rounds())
 
     def deliver(subscriber: Any, n: int) -> float:
         """n messages on channel bench:floor, each published once the
@@ -460,7 +473,7 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
             t1.append(time.monotonic())
             await ps.aclose()
             await ar.aclose()
-        asyncio.run(main())
+        run_loop(main())
 
     ss_us, sa_us = alternate(rounds, lambda: deliver(sync_sub, k), lambda: deliver(async_sub, k))
     sync.close()
@@ -484,17 +497,21 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=100,
                     help="handoff and floor samples per side, across the rounds")
     ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
+                    help="the event loop of the asyncio side (uvloop: if installed)")
     ap.add_argument("--only", metavar="PARTS",
                     default="crowd,stall,floors,cycle,handoff,handoff_process",
                     help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
+    global LOOP
+    LOOP = args.loop
     import redis
     RedisServer = load_redis_server()
     # DEBUG SLEEP stalls the server for the stall measurement.
     with RedisServer(extra_args=["--enable-debug-command", "yes"]) as srv:
         rds = redis.Redis.from_url(srv.url)
         version = rds.info("server")["redis_version"]
-        result: Dict[str, Any] = {"machine": machine(version)}
+        result: Dict[str, Any] = {"machine": machine(version), "loop": args.loop}
         parts = {
             "crowd": lambda: crowd(srv.url, rds, args.tasks),
             "stall": lambda: stall(srv.url),
