@@ -75,10 +75,8 @@ typedef struct op {
   int no_hub;          /* timer only: 1 the client cannot wait on the hub,
                           2 the lock has no wake list (Redlock) */
   hilock__hub_ticket *t;
-  hilock__fiber *fib;  /* it runs on the loop's thread, on this fiber */
   int direct;          /* handed to a worker to wait direct (pttl, tried_us:
                           its refused attempt's) */
-  int direct_here;     /* it has the runner's place for a direct wait */
   int64_t pttl, tried_us;
   int stopfd;          /* its direct wait's stop (a cancel writes it) */
   char errmsg[256];    /* the failure's message, read where it happened */
@@ -101,10 +99,12 @@ struct hilock_async {
    * waits' deadlines) and the sockets they wait on. The driving thread
    * alone touches these. */
   int epfd, tfd;
-  hilock__fiber **susp; /* the suspended fibers */
-  int nsusp, capsusp, nfibers;
+  hilock__fiber *susp[FIBERS_MAX]; /* the fibers (each suspended while
+                                      the driving thread is not in one) */
+  int nsusp;
   int64_t armed_ms;     /* tfd's expiry (INT64_MAX: disarmed) */
-  int direct_ops;       /* operations with the place for a direct wait */
+  op *direct_op;        /* the operation with the runner's place for a
+                           direct wait (one at a time) */
   int stop;
   int reader;  /* a worker reads the client's shared waiting socket */
   int wanting; /* the runner told the hub its workers read (hub_want) */
@@ -290,13 +290,12 @@ static int direct_sleep(op *o, hilock__fiber *fiber, int64_t bound_ms,
   hilock__err e;
   int rc, cancelled;
   pthread_mutex_lock(&a->mu);
-  if (a->direct_ops > 0 && !o->direct_here) {
+  if (a->direct_op != NULL && a->direct_op != o) {
     pthread_mutex_unlock(&a->mu);
     return HILOCK__HUB_OFF;
   }
+  a->direct_op = o;
   if (fiber != NULL) {
-    a->direct_ops++;
-    o->direct_here = 1;
     o->direct = 1;
     o->pttl = pttl;
     o->tried_us = tried_us;
@@ -309,8 +308,6 @@ static int direct_sleep(op *o, hilock__fiber *fiber, int64_t bound_ms,
     pthread_mutex_unlock(&a->mu);
     return o->cancelled ? HILOCK_BUSY : HILOCK__HUB_OFF;
   }
-  a->direct_ops += !o->direct_here;
-  o->direct_here = 1;
   pthread_mutex_unlock(&a->mu);
   hilock__clear_err(&e);
   hilock__tl.stop_fd = o->stopfd;
@@ -465,12 +462,9 @@ static int step_acquire(op *o) {
         continue; /* woken, or the bound passed: the next attempt */
       }
     }
-    if (o->direct_here) { /* the place goes to the next one */
-      pthread_mutex_lock(&a->mu);
-      a->direct_ops--;
-      o->direct_here = 0;
-      pthread_mutex_unlock(&a->mu);
-    }
+    pthread_mutex_lock(&a->mu);
+    if (a->direct_op == o) a->direct_op = NULL; /* for the next one */
+    pthread_mutex_unlock(&a->mu);
     rc = sleep_on(o, bound, tried_us);
     return rc != 0 ? acquire_over(o, rc) : GOING_ON;
   }
@@ -519,10 +513,7 @@ static void step_over(hilock_async *a, op *o, int status) {
   }
   free(o->wkey);
   o->wkey = NULL;
-  if (o->direct_here) {
-    a->direct_ops--;
-    o->direct_here = 0;
-  }
+  if (a->direct_op == o) a->direct_op = NULL;
   if (o->stopfd >= 0) {
     close(o->stopfd);
     o->stopfd = -1;
@@ -545,9 +536,7 @@ static void fiber_main(void *arg) {
   int status;
   hilock__caller_set(o->caller);
   status = o->kind == OP_ACQUIRE ? step_acquire(o) : run_call(o);
-
   pthread_mutex_lock(&a->mu);
-  o->fib = NULL; /* before o may be finished, taken and freed */
   step_over(a, o, status);
   pthread_mutex_unlock(&a->mu);
 }
@@ -568,15 +557,14 @@ static void arm(hilock_async *a, int64_t at_ms) {
 
 /* Run f until it waits again or ends (revents: what its wait got). */
 static void resume(hilock_async *a, hilock__fiber *f, int revents) {
-  int fd, stoppable;
+  int fd;
   short events;
   int64_t deadline;
   if (hilock__fiber_resume(f, revents)) {
     hilock__fiber_free(f);
-    a->nfibers--;
     return;
   }
-  hilock__fiber_waits(f, &fd, &events, &deadline, &stoppable);
+  hilock__fiber_waits(f, &fd, &events, &deadline);
   if (fd >= 0) {
     struct epoll_event ev;
     memset(&ev, 0, sizeof(ev));
@@ -588,44 +576,28 @@ static void resume(hilock_async *a, hilock__fiber *f, int revents) {
       deadline = 0;
     }
   }
-  if (a->nsusp == a->capsusp) {
-    int cap = a->capsusp ? a->capsusp * 2 : 16;
-    hilock__fiber **grown = realloc(a->susp, (size_t)cap * sizeof(*grown));
-    if (grown == NULL) {
-      /* Keep it running: its next wait comes round again. */
-      if (fd >= 0) (void)epoll_ctl(a->epfd, EPOLL_CTL_DEL, fd, NULL);
-      resume(a, f, 0);
-      return;
-    }
-    a->susp = grown;
-    a->capsusp = cap;
-  }
-  a->susp[a->nsusp++] = f;
+  a->susp[a->nsusp++] = f; /* run_here keeps them at most FIBERS_MAX */
   if (deadline < a->armed_ms) arm(a, deadline);
 }
 
 /* Take f off the suspended list (and its socket off epfd), then resume. */
 static void wake_fiber(hilock_async *a, int i, int revents) {
   hilock__fiber *f = a->susp[i];
-
-
-
-  int fd, stoppable;
+  int fd;
   short events;
   int64_t deadline;
   a->susp[i] = a->susp[--a->nsusp];
-  hilock__fiber_waits(f, &fd, &events, &deadline, &stoppable);
+  hilock__fiber_waits(f, &fd, &events, &deadline);
   if (fd >= 0) (void)epoll_ctl(a->epfd, EPOLL_CTL_DEL, fd, NULL);
   resume(a, f, revents);
 }
 
-/* Resume every fiber whose socket is ready, whose time is up, or whose
- * stoppable wait belongs to a cancelled operation. */
+/* Resume every fiber whose socket is ready or whose time is up. */
 static void run_fibers(hilock_async *a) {
-  struct epoll_event ev[32];
+  struct epoll_event ev[FIBERS_MAX + 2]; /* the fibers, efd, tfd */
   int n;
   if (a->epfd < 0) return;
-  n = epoll_wait(a->epfd, ev, 32, 0);
+  n = epoll_wait(a->epfd, ev, FIBERS_MAX + 2, 0);
   for (int i = 0; i < n; i++) {
     void *p = ev[i].data.ptr;
     if (p == &a->tfd) {
@@ -644,17 +616,12 @@ static void run_fibers(hilock_async *a) {
     int64_t now = hilock__now_ms(), next = INT64_MAX;
     again = 0;
     for (int j = 0; j < a->nsusp; j++) {
-      hilock__fiber *f = a->susp[j];
-      op *o = hilock__fiber_tag(f);
-      int fd, stoppable, cancelled;
+      int fd;
       short events;
       int64_t deadline;
-      hilock__fiber_waits(f, &fd, &events, &deadline, &stoppable);
-      pthread_mutex_lock(&a->mu);
-      cancelled = o->cancelled;
-      pthread_mutex_unlock(&a->mu);
-      if (deadline <= now || (stoppable && cancelled)) {
-        wake_fiber(a, j, deadline <= now ? 0 : -1);
+      hilock__fiber_waits(a->susp[j], &fd, &events, &deadline);
+      if (deadline <= now) {
+        wake_fiber(a, j, 0);
         again = 1; /* the list changed */
         break;
       }
@@ -673,15 +640,10 @@ static int run_here(hilock_async *a, op *o) {
    * the pool's are kept for others, so that a blocking call made on the
    * loop's thread itself (with the same client) finds one. */
   if (pool > 0 && pool - 2 < most) most = pool - 2;
-  if (a->epfd < 0 || a->nfibers >= most || !hilock__pool_room(a->c))
+  if (a->epfd < 0 || a->nsusp >= most || !hilock__pool_room(a->c))
     return 0;
   f = hilock__fiber_new(fiber_main, o);
   if (f == NULL) return 0;
-  hilock__fiber_set_tag(f, o);
-  a->nfibers++;
-  pthread_mutex_lock(&a->mu);
-  o->fib = f;
-  pthread_mutex_unlock(&a->mu);
   resume(a, f, 0);
   return 1;
 }
@@ -802,7 +764,6 @@ fail:
 static void fibers_close(hilock_async *a) {
   if (a->epfd >= 0) close(a->epfd);
   if (a->tfd >= 0) close(a->tfd);
-  free(a->susp);
 }
 
 int hilock_async_new(hilock_client *c, int workers, hilock_async **out) {
@@ -871,7 +832,6 @@ size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
   size_t n = 0;
   uint64_t v;
   if (a == NULL || out == NULL) return 0;
-
   if (a->pid == hilock__pid()) run_fibers(a);
   pthread_mutex_lock(&a->mu);
   while (n < max && a->done != NULL) {
@@ -1052,7 +1012,7 @@ const char *hilock_async_errmsg(const hilock_async *a) {
 }
 
 int hilock_async_cancel(hilock_async *a, uint64_t id) {
-  int rc, how = POKE_NONE, kick = 0;
+  int rc, how = POKE_NONE;
   if (a == NULL) return HILOCK_EINVAL;
   rc = fail(a, HILOCK_EINVAL, "no acquire of id %llu is in flight",
             (unsigned long long)id);
@@ -1060,11 +1020,10 @@ int hilock_async_cancel(hilock_async *a, uint64_t id) {
   for (op *o = a->all; o != NULL; o = o->all_next)
     if (o->id == id && o->kind == OP_ACQUIRE) {
       o->cancelled = 1;
-      /* Asleep: a worker withdraws it now; queued or on the wire: it
-       * sees the flag when its step ends; in a direct wait on the loop's
-       * thread: the loop stops that wait when it looks next. */
+      /* Asleep: a worker withdraws it now; in a direct wait: the stop fd
+       * ends it; queued or on the wire: it sees the flag when its step
+       * ends. */
       if (o->state == ST_WAIT) how = queue_run(a, o);
-      if (o->fib != NULL) kick = 1;
       if (o->stopfd >= 0) {
         uint64_t one = 1;
         (void)!write(o->stopfd, &one, sizeof(one));
@@ -1075,7 +1034,6 @@ int hilock_async_cancel(hilock_async *a, uint64_t id) {
     }
   pthread_mutex_unlock(&a->mu);
   poke(a, how);
-  if (kick) done_ready(a);
   return rc;
 }
 

@@ -211,8 +211,8 @@ int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
        * so it looks again shortly (rare: the runner starts operations on
        * its loop only while the pool has room). */
       pthread_mutex_unlock(&c->rt.mu);
-      (void)hilock__fiber_wait(-1, 0, hilock__now_ms() + (left < 2 ? left : 2),
-                               0);
+      (void)hilock__fiber_wait(-1, 0,
+                               hilock__now_ms() + (left < 2 ? left : 2));
       pthread_mutex_lock(&c->rt.mu);
       continue;
     }

@@ -42,10 +42,9 @@ struct hilock__fiber {
   size_t maplen;
   void (*fn)(void *);
   void *arg;
-  void *tag;
   int ended;
   /* Its wait, while suspended. */
-  int fd, stoppable, revents;
+  int fd, revents;
   short events;
   int64_t deadline_ms;
   hilock__callstate tls; /* its per-call state while suspended */
@@ -156,11 +155,10 @@ hilock__fiber *hilock__fiber_new(void (*fn)(void *), void *arg) {
   }
   f->fn = fn;
   f->arg = arg;
-  f->tag = NULL;
   f->ended = 0;
   f->fd = -1;
   f->spare_next = NULL;
-  f->tls = (hilock__callstate){INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1};
+  f->tls = (hilock__callstate)HILOCK__CALLSTATE_INIT;
   /* A spare's context is where its trampoline left it (its loop goes on
    * with the new fn); a fresh one starts the trampoline. */
   if (fresh && prepare(f) != 0) {
@@ -211,25 +209,19 @@ void hilock__fiber_free(hilock__fiber *f) {
   munmap(f->map, f->maplen); /* f with it */
 }
 
-int hilock__fiber_wait(int fd, short events, int64_t deadline_ms,
-                       int stoppable) {
+int hilock__fiber_wait(int fd, short events, int64_t deadline_ms) {
   hilock__fiber *f = tl_fiber;
   f->fd = fd;
   f->events = events;
   f->deadline_ms = deadline_ms;
-  f->stoppable = stoppable;
   to_resumer(f, 0);
   f->fd = -1;
   return f->revents;
 }
 
 void hilock__fiber_waits(const hilock__fiber *f, int *fd, short *events,
-                         int64_t *deadline_ms, int *stoppable) {
+                         int64_t *deadline_ms) {
   *fd = f->fd;
   *events = f->events;
   *deadline_ms = f->deadline_ms;
-  *stoppable = f->stoppable;
 }
-
-void hilock__fiber_set_tag(hilock__fiber *f, void *tag) { f->tag = tag; }
-void *hilock__fiber_tag(const hilock__fiber *f) { return f->tag; }

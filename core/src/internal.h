@@ -1099,6 +1099,7 @@ typedef struct hilock__callstate {
   int stop_fd; /* >= 0: a wait that can be stopped also ends once it is
                   readable (an event loop's cancel) */
 } hilock__callstate;
+#define HILOCK__CALLSTATE_INIT {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1}
 extern __thread hilock__callstate hilock__tl;
 
 /* ## Fibers (fiber.c) ----------------------------------------------------
@@ -1106,30 +1107,24 @@ extern __thread hilock__callstate hilock__tl;
  * thread, on a stack of its own. Where the blocking code would wait (a
  * socket in net.c, a pause, a pooled connection), it calls
  * hilock__fiber_wait instead, which gives the thread back to whoever
- * resumed the fiber; the runner resumes it when the socket is ready, the
- * time is up, or (a stoppable wait) the operation is cancelled. Only the
- * thread that made a fiber resumes it. */
+ * resumed the fiber; the runner resumes it when the socket is ready or the
+ * time is up. Only the thread that made a fiber resumes it. */
 typedef struct hilock__fiber hilock__fiber;
 /* The fiber running on this thread, or NULL. */
 hilock__fiber *hilock__fiber_self(void);
 /* A fiber that will run fn(arg) when first resumed; NULL: out of memory. */
 hilock__fiber *hilock__fiber_new(void (*fn)(void *), void *arg);
 /* Run f until it waits or ends; revents: what its wait got (a poll
- * revents mask; 0 the time ran out; -1 it was stopped). 1 if it ended
- * (then free it), else 0. */
+ * revents mask; 0 the time ran out). 1 if it ended (then free it), else
+ * 0. */
 int hilock__fiber_resume(hilock__fiber *f, int revents);
 void hilock__fiber_free(hilock__fiber *f);
 /* In a fiber: wait for events on fd (-1: none, a pause) until deadline_ms
- * (INT64_MAX: none). stoppable: a stop ends it. Returns the revents, 0 when
- * the time ran out, -1 when stopped. */
-int hilock__fiber_wait(int fd, short events, int64_t deadline_ms,
-                       int stoppable);
+ * (INT64_MAX: none). Returns the revents, 0 when the time ran out. */
+int hilock__fiber_wait(int fd, short events, int64_t deadline_ms);
 /* What f waits for (valid while it is suspended). */
 void hilock__fiber_waits(const hilock__fiber *f, int *fd, short *events,
-                         int64_t *deadline_ms, int *stoppable);
-/* The runner's word on f (what it is for). */
-void hilock__fiber_set_tag(hilock__fiber *f, void *tag);
-void *hilock__fiber_tag(const hilock__fiber *f);
+                         int64_t *deadline_ms);
 
 /* ## Names and keys ------------------------------------------------------
  * Key layout: hilock:{<name>}:<role>. Every key of one lock shares the hash

@@ -349,15 +349,10 @@ static int wait_io(hilock__net *n, int64_t deadline_ms, const char *what) {
     if (n->stop != NULL && (left < 0 || left > STOP_SLICE_MS))
       left = STOP_SLICE_MS;
     if (hilock__fiber_self() != NULL) {
-      /* An event loop's operation: its loop waits (a stop: cancelled). */
-      rc = hilock__fiber_wait(p.fd, p.events,
-                              left < 0 ? INT64_MAX : hilock__now_ms() + left,
-                              n->stop != NULL);
-      if (rc < 0)
-        return hilock__net_fail(n, HILOCK__NET_ESTOPPED, "%s %s: stopped",
-                                what, n->where);
-      p.revents = (short)rc;
-      rc = rc > 0;
+      /* An event loop's operation: its loop waits. */
+      p.revents = (short)hilock__fiber_wait(
+          p.fd, p.events, left < 0 ? INT64_MAX : hilock__now_ms() + left);
+      rc = p.revents != 0;
     } else if (n->stop != NULL && hilock__tl.stop_fd >= 0) {
       /* A wait its caller can stop: a readable stop fd ends it. */
       struct pollfd two[2] = {p, {hilock__tl.stop_fd, POLLIN, 0}};

@@ -44,7 +44,7 @@ void hilock__sleep_ms(int64_t ms) {
   struct timespec ts;
   if (ms <= 0) return;
   if (hilock__fiber_self() != NULL) { /* an event loop's: its loop waits */
-    (void)hilock__fiber_wait(-1, 0, hilock__now_ms() + ms, 0);
+    (void)hilock__fiber_wait(-1, 0, hilock__now_ms() + ms);
     return;
   }
   ts.tv_sec = (time_t)(ms / 1000);
@@ -194,7 +194,7 @@ static void pid_forked(void) {
 
 static void pid_install(void) { pthread_atfork(NULL, NULL, pid_forked); }
 
-__thread hilock__callstate hilock__tl = {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1};
+__thread hilock__callstate hilock__tl = HILOCK__CALLSTATE_INIT;
 
 #define tl_caller hilock__tl.caller
 

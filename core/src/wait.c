@@ -32,15 +32,10 @@ int hilock__waiting_all(void) {
   return __atomic_load_n(&waiting_all, __ATOMIC_ACQUIRE);
 }
 
-/* A place among the client's direct waits, if one is free. */
+/* A place among the client's direct waits, if one is free (after
+ * hilock__direct_free). */
 static int direct_claim(hilock_client *c) {
   int n = __atomic_load_n(&c->direct, __ATOMIC_ACQUIRE);
-  /* Its connection counts in the pool, which keeps one for commands; a
-   * pool busy to its bound leaves the wait to the shared waiting. */
-  if ((c->rt.opts.max_connections > 0 &&
-       c->rt.opts.max_connections <= c->rt.opts.direct_waiters) ||
-      !hilock__pool_room(c))
-    return 0;
   while (n < c->rt.opts.direct_waiters)
     if (__atomic_compare_exchange_n(&c->direct, &n, n + 1, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
@@ -72,11 +67,17 @@ static int direct_wait(hilock_client *c, hilock__err *e, const char *key,
 
 int hilock__direct_free(hilock_client *c, const char *key, size_t keylen,
                         int wake) {
-  return c->rt.opts.shared_waiting && c->rt.opts.direct_waiters > 0 &&
+  const hilock_options *o = &c->rt.opts;
+  /* Direct when a place is free and no waiter of this client on the same
+   * lock is in the shared waiting (it is ahead: a release rings it, and it
+   * comes back to a free place), else shared. The wait's connection counts
+   * in the pool, which keeps one for commands; a pool busy to its bound
+   * leaves the wait to the shared waiting. */
+  return o->shared_waiting && o->direct_waiters > 0 &&
          !__atomic_load_n(&c->direct_off, __ATOMIC_ACQUIRE) &&
          !(wake & HILOCK__WAKE_CHANNEL) &&
-         __atomic_load_n(&c->direct, __ATOMIC_ACQUIRE) <
-             c->rt.opts.direct_waiters &&
+         __atomic_load_n(&c->direct, __ATOMIC_ACQUIRE) < o->direct_waiters &&
+         (o->max_connections <= 0 || o->max_connections > o->direct_waiters) &&
          !hilock__hub_waited(c, key, keylen) && hilock__pool_room(c);
 }
 
@@ -85,13 +86,7 @@ int hilock__wait_direct(hilock_client *c, hilock__err *e, const char *key,
                         int *woken) {
   *woken = 0;
   if (bound_ms < 1) bound_ms = 1;
-  /* Direct when a place is free and no waiter of this client on the same
-   * lock is in the shared waiting (it is ahead: a release rings it, and it
-   * comes back to a free place), else shared. */
-  if (c->rt.opts.shared_waiting && c->rt.opts.direct_waiters > 0 &&
-      !__atomic_load_n(&c->direct_off, __ATOMIC_ACQUIRE) &&
-      !(wake & HILOCK__WAKE_CHANNEL) &&
-      !hilock__hub_waited(c, key, keylen) && direct_claim(c))
+  if (hilock__direct_free(c, key, keylen, wake) && direct_claim(c))
     return direct_wait(c, e, key, keylen, hilock__now_ms() + bound_ms, woken);
   return HILOCK__HUB_OFF;
 }
