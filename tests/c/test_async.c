@@ -163,9 +163,11 @@ static void many_waiters_share_connections_and_go_in_turn(void **state) {
     int i = (int)(intptr_t)d.data;
     assert_true(i >= 0 && i < N_WAITERS);
     if (d.id == ids[i]) {
-      /* An acquire: granted, and the key is this grant's (a release's
-       * completion may be taken after the next grant's: the two ran on
-       * different threads). */
+      /* An acquire: granted, and the key is this grant's, so the grant
+       * before it was released on the server first. (Completions come
+       * from the loop's thread and the workers, so a release's may be
+       * taken after later grants: on a slow machine, valgrind's, several
+       * later. The count of held grants says nothing about the lock.) */
       assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(lk[i])));
       assert_true(key_holds(f, "crowd", HILOCK_HOLD(lk[i])));
       held++;
@@ -178,7 +180,7 @@ static void many_waiters_share_connections_and_go_in_turn(void **state) {
       assert_hl_ok(d.status, "release");
       held--;
     }
-    assert_true(held >= 0 && held <= 2);
+    assert_true(held >= 0);
   }
   while (held-- > 0) /* the releases still in flight */
     assert_hl_ok(next_done(a, 20000).status, "release");
