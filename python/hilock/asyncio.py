@@ -39,8 +39,10 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Generic,
     Iterable,
     List,
+    NoReturn,
     Optional,
     Protocol,
     Tuple,
@@ -104,13 +106,24 @@ def _task_owner() -> int:
     return n
 
 
-async def _settle(fut: asyncio.Future[Done]) -> None:
+async def _settle(fut: asyncio.Future[Any]) -> None:
     """Wait for fut to finish, whatever cancellations come meanwhile."""
     while not fut.done():
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
             continue
+
+
+async def _through(fut: asyncio.Future[Any]) -> Any:
+    """fut's result; a cancelled caller waits for fut to finish all the
+    same, then goes on with its cancellation (a close that is cancelled
+    still closes)."""
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await _settle(fut)
+        raise
 
 
 # What one py_async_take returns at most (bindings/py_helpers.h).
@@ -130,6 +143,7 @@ class _Runner:
         self._futures: Dict[int, asyncio.Future[Done]] = {}
         self._late: Dict[int, Done] = {}
         self._closing = False
+        self._closer: Optional[asyncio.Future[None]] = None  # close() under way
 
     def get(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -215,10 +229,18 @@ class _Runner:
             _free(a)
 
     async def close(self) -> None:
-        """Cancel what is in flight and stop watching the loop's descriptor."""
+        """Cancel what is in flight and stop watching the loop's descriptor.
+        Runs to its end once begun: a cancelled caller still waits for it
+        (every waiting task is told), and concurrent calls share one."""
+        if self._closer is None or (self._closer.done() and self._a is not None):
+            self._closer = asyncio.ensure_future(self._close())
+        await _through(self._closer)
+
+    async def _close(self) -> None:
         a = self._a
         if a is None:
             return
+        cancelled = False
         if self._loop is asyncio.get_running_loop():
             # Operations run on this loop's thread (on fibers of the C
             # core): end them here, while the loop turns (a wait is
@@ -231,7 +253,10 @@ class _Runner:
                         _h.hilock_async_cancel(a, op_id)
                     except LockError:
                         pass  # not an acquire, or it finished
-                await asyncio.sleep(0.001)
+                try:
+                    await asyncio.sleep(0.001)
+                except asyncio.CancelledError:
+                    cancelled = True  # the loop shuts down: finish first
         a, self._a = self._a, None
         if a is None:
             return
@@ -239,11 +264,18 @@ class _Runner:
             self._loop.remove_reader(_h.hilock_async_fd(a))
         # Waits for attempts on the wire (each bounded by the command
         # timeout) without holding the loop's thread.
-        await asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
+        freed = asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
+        try:
+            await freed
+        except asyncio.CancelledError:
+            cancelled = True
+            await _settle(freed)
         for fut in self._futures.values():
             if not fut.done():
                 fut.set_result((_h.HILOCK_ECLOSED, "client closed while waiting", 0))
         self._futures.clear()
+        if cancelled:
+            raise asyncio.CancelledError()
 
 
 class _Runs(Protocol):
@@ -424,9 +456,23 @@ class Client:
 
     async def close(self) -> None:
         """Cancel what is in flight, stop watching the loop's descriptor and
-        close the pool (as :meth:`hilock.Client.close`)."""
-        await self._runner.close()
-        self._sync.close()
+        close the pool (as :meth:`hilock.Client.close`). Once begun it runs
+        to its end: a caller cancelled meanwhile still waits for it, and
+        every task waiting on the client learns it closed."""
+        try:
+            await self._runner.close()
+        finally:
+            self._sync.close()
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError("hilock.asyncio.Client cannot be copied: share the one client "
+                        "(within its event loop) or make a new one")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("hilock.asyncio.Client cannot be pickled: make a new one from its url")
 
     async def __aenter__(self) -> Client:
         return self
@@ -540,6 +586,9 @@ class _Hold:
             raise
         if lost and exc_type is None:
             raise lost_error(self._sync.name, None)
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
 
     def __repr__(self) -> str:
         return (f"<hilock.asyncio.{type(self).__name__} {self._sync.name!r} "
@@ -777,50 +826,50 @@ class WriteLock(_TaskOwned):
     """The exclusive side of a read-write lock (see :class:`hilock.RWLock`)."""
 
 
-class RWLock:
+_R = TypeVar("_R", bound=_Hold)
+_W = TypeVar("_W", bound=_Hold)
+
+
+class _Sides(Generic[_R, _W]):
+    """A read-write lock's two sides, made once."""
+
+    def __init__(self, sync: Any, read: _R, write: _W) -> None:
+        self._sync = sync
+        self._read = read
+        self._write = write
+
+    def read(self) -> _R:
+        """The shared side (the same object on every call)."""
+        return self._read
+
+    def write(self) -> _W:
+        """The exclusive side (the same object on every call)."""
+        return self._write
+
+    @property
+    def name(self) -> Name:
+        return self._sync.name  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
+
+
+class RWLock(_Sides[ReadLock, WriteLock]):
     """A read-write lock for asyncio (see :class:`hilock.RWLock`): the
     owner of each side is the current task, and both sides are
     reentrant."""
 
     def __init__(self, client: Client, sync: _SyncRWLock) -> None:
-        self._sync = sync
-        self._read = ReadLock(client, sync.read())
-        self._write = WriteLock(client, sync.write())
-
-    def read(self) -> ReadLock:
-        """The shared side (the same object on every call)."""
-        return self._read
-
-    def write(self) -> WriteLock:
-        """The exclusive side (the same object on every call)."""
-        return self._write
-
-    @property
-    def name(self) -> Name:
-        return self._sync.name
+        super().__init__(sync, ReadLock(client, sync.read()), WriteLock(client, sync.write()))
 
 
-class RedissonRWLock:
+class RedissonRWLock(_Sides[RLock, RLock]):
     """Redisson's RReadWriteLock for asyncio (see
     :class:`hilock.RedissonRWLock`): each side is a task-owned
     :class:`RLock`."""
 
     def __init__(self, client: Client, sync: _SyncRedissonRWLock) -> None:
-        self._sync = sync
-        self._read = RLock(client, sync.read())
-        self._write = RLock(client, sync.write())
-
-    def read(self) -> RLock:
-        """The shared side (the same object on every call)."""
-        return self._read
-
-    def write(self) -> RLock:
-        """The exclusive side (the same object on every call)."""
-        return self._write
-
-    @property
-    def name(self) -> Name:
-        return self._sync.name
+        super().__init__(sync, RLock(client, sync.read()), RLock(client, sync.write()))
 
 
 class Redlock(Lock):

@@ -284,6 +284,25 @@ def test_bad_input(rds, redis_url) -> None:
     run(redis_url, main)
 
 
+def test_clients_and_locks_refuse_copies(redis_url) -> None:
+    """As in the blocking API: a copy of a client or a lock would be a
+    second handle on one pool or one holder, so copies and pickles raise
+    TypeError."""
+    import copy
+    import pickle
+
+    async def main(c: hla.Client) -> None:
+        objects = [c, c.lock("aio:copy"), c.rlock("aio:copy"), c.semaphore("aio:copy", 2),
+                   c.rwlock("aio:copy"), c.rwlock("aio:copy").read(),
+                   c.rwlock("aio:copy", compat="redisson")]
+        for obj in objects:
+            for how in (copy.copy, copy.deepcopy, pickle.dumps):
+                with pytest.raises(TypeError, match="cannot be"):
+                    how(obj)
+
+    run(redis_url, main)
+
+
 @pytest.mark.parametrize("kind", ["fair_lock", "sequential_lock"])
 def test_cancelled_queue_waiters_leave_and_the_next_is_served(rds, redis_url, kind) -> None:
     """50 waiters cancelled on a queue lock leave the queue; the next waiter
@@ -539,6 +558,60 @@ def test_closing_the_client_ends_waits_with_connection_error(rds, redis_url) -> 
             runner.run(main())
         holder.release()
         assert rds.exists("hilock:{aio:close}:lock") == 0
+    finally:
+        sync.close()
+
+
+def test_a_cancelled_close_still_closes(rds, redis_url) -> None:
+    """close() cancelled while it ends the waits (a shutdown cancelling the
+    task that runs it) still runs to its end: the waiting tasks learn that
+    the client closed instead of waiting forever, concurrent closes share
+    it, and nothing is left held or queued."""
+    sync = hilock.Client(redis_url)
+    holder = sync.fair_lock("aio:cclose:fair", ttl=30, auto_renew=False)
+    plain = sync.lock("aio:cclose", ttl=30, auto_renew=False)
+    assert holder.acquire(blocking=False) and plain.acquire(blocking=False)
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        waiters = [c.fair_lock("aio:cclose:fair", ttl=30) for _ in range(3)]
+        waiters += [c.lock("aio:cclose", ttl=30) for _ in range(3)]
+        tasks = [asyncio.ensure_future(w.acquire()) for w in waiters]
+        while c.waiting < len(waiters):
+            await asyncio.sleep(0.01)
+        closing = asyncio.ensure_future(c.close())
+        await asyncio.sleep(0)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        for t in tasks:
+            with pytest.raises(hilock.ConnectionError):
+                await asyncio.wait_for(t, 10)
+        await asyncio.wait_for(asyncio.gather(c.close(), c.close()), 10)
+
+    def loop() -> None:
+        try:
+            with asyncio.Runner(loop_factory=_loop_factory) as runner:
+                runner.run(main())
+            done.append(None)
+        except BaseException as e:
+            done.append(e)
+
+    # On a thread of its own: waits that nobody ends would hang the loop
+    # for good (a cancelled task's wait too), and the test with it.
+    done: List[Optional[BaseException]] = []
+    t = threading.Thread(target=loop, daemon=True)
+    try:
+        t.start()
+        t.join(60)
+        assert done, "the waits did not end"
+        if done[0] is not None:
+            raise done[0]
+        holder.release()
+        plain.release()
+        # Nothing queued or held is left (fence and ticket counters stay).
+        assert rds.exists("hilock:{aio:cclose}:lock", "hilock:{aio:cclose:fair}:lock") == 0
+        assert rds.exists("hilock:{aio:cclose:fair}:fair:queue") == 0
     finally:
         sync.close()
 
