@@ -177,7 +177,8 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
                                     const char *password, int cert_reqs,
                                     int check_hostname,
                                     const char *server_name,
-                                    const char *key_prefix) {
+                                    const char *key_prefix,
+                                    int connect_later) {
   hilock_options o;
   hilock_client *c = NULL;
   int rc;
@@ -190,6 +191,7 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
   o.max_connections = max_connections;
   o.wait_replicas = wait_replicas;
   if (wait_replicas > 0) o.wait_timeout_ms = wait_timeout_ms;
+  o.connect_later = connect_later;
   rc = hilock_client_new(url, &o, &c);
   if (rc == HILOCK_OK) return c;
   py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);
@@ -209,7 +211,8 @@ static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
                                       const char *password, int cert_reqs,
                                       int check_hostname,
                                       const char *server_name,
-                                      const char *key_prefix) {
+                                      const char *key_prefix,
+                                      int connect_later) {
   hilock_redlock *rl = NULL;
   hilock_options o;
   py_strs u;
@@ -217,6 +220,7 @@ static hilock_redlock *py_redlock_new(PyObject *urls, const char *name,
   if (py_strs_get(urls, &u, "node URL") != 0) return NULL;
   py_options(&o, connect_ms, ca_certs, ca_path, certfile, keyfile, password,
              cert_reqs, check_hostname, server_name, key_prefix);
+  o.connect_later = connect_later;
   Py_BEGIN_ALLOW_THREADS
   rc = hilock_redlock_new((const char *const *)u.p, u.n, name, namelen,
                           ttl_ms, &o, &rl);

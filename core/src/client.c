@@ -28,6 +28,7 @@ void hilock_options_init(hilock_options *opts) {
   opts->shared_waiting = 1;
   opts->direct_waiters = 1;
   opts->key_prefix = NULL;
+  opts->connect_later = 0;
 }
 
 int hilock_client_waiting(const hilock_client *c) {
@@ -512,9 +513,10 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   c->rt.opts.ssl_keyfile = c->rt.opts.ssl_password = NULL;
   c->rt.opts.ssl_server_name = NULL;
   if (rc != HILOCK_OK) return rc;
-  if (c->url.cluster) {
-    return hilock__cluster_init(c, hilock__client_err(c));
-  }
+  if (c->url.cluster)
+    return hilock__cluster_init(c, hilock__client_err(c),
+                                !c->rt.opts.connect_later);
+  if (c->rt.opts.connect_later) return HILOCK_OK;
   rc = connect_once(c, hilock__client_err(c), &k);
   if (rc == HILOCK_OK && c->url.password == NULL && c->url.db == 0 &&
       !c->url.sentinel)

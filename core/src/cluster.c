@@ -340,7 +340,7 @@ int hilock__cluster_refresh(hilock_client *c, hilock__err *e,
   return rc;
 }
 
-int hilock__cluster_init(hilock_client *c, hilock__err *e) {
+int hilock__cluster_init(hilock_client *c, hilock__err *e, int read_now) {
   hilock__cluster *cl = calloc(1, sizeof(*cl));
   if (cl == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
   for (int i = 0; i < HILOCK__SLOTS; i++) cl->slot[i] = -1;
@@ -354,7 +354,35 @@ int hilock__cluster_init(hilock_client *c, hilock__err *e) {
     }
   }
   unlock_client(c);
-  return read_map(c, e, NULL);
+  return read_now ? read_map(c, e, NULL) : HILOCK_OK;
+}
+
+static int ever_mapped(hilock_client *c) {
+  int mapped;
+  lock_client(c);
+  mapped = c->cl->refreshed_ms != 0;
+  unlock_client(c);
+  return mapped;
+}
+
+int hilock__cluster_mapped(hilock_client *c, hilock__err *e) {
+  int64_t deadline = hilock__budget(c->rt.opts.reconnect_ms);
+  int64_t pause = PAUSE_MIN_MS;
+  while (!ever_mapped(c)) {
+    int64_t left;
+    int rc = hilock__cluster_refresh(c, e, NULL);
+    if (ever_mapped(c)) break;
+    if (rc == HILOCK_OK) /* another thread of ours is reading it */
+      rc = hilock__set_err(e, HILOCK_ECLUSTER,
+                           "the cluster's slot map is not read yet");
+    left = deadline - hilock__now_ms();
+    if ((rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT && rc != HILOCK_ECLUSTER) ||
+        left <= 0)
+      return rc;
+    hilock__sleep_ms(pause < left ? pause : left);
+    pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
+  }
+  return HILOCK_OK;
 }
 
 void hilock__cluster_free(hilock_client *c) {
@@ -374,12 +402,13 @@ int hilock__cluster_pool_get(hilock_client *c, hilock__err *e, int slot,
                              int64_t deadline, hilock__conn **out,
                              int *fresh) {
   int64_t pause = PAUSE_MIN_MS;
+  int rc = hilock__cluster_mapped(c, e);
+  if (rc != HILOCK_OK) return rc;
   for (;;) {
     hilock__node *node = slot >= 0 ? hilock__cluster_owner(c, slot)
                                    : any_master(c);
     hilock__err ignored;
     int64_t left;
-    int rc;
     if (node == NULL) {
       rc = slot >= 0 ? hilock__set_err(e, HILOCK_ECLUSTER,
                                        "no cluster node serves hash slot %d",
@@ -491,6 +520,8 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
 int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
   int64_t deadline = hilock__budget(c->rt.opts.reconnect_ms);
   int64_t pause = PAUSE_MIN_MS;
+  int mapped = hilock__cluster_mapped(c, e);
+  if (mapped != HILOCK_OK) return mapped;
   for (;;) {
     hilock__node *masters[64];
     int n = 0, rc = HILOCK_OK;

@@ -83,8 +83,11 @@ typedef struct hilock__url {
 
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e);
 void hilock__url_clear(hilock__url *u);
-/* 1 if x and y name one server and database (see url.c). */
-int hilock__url_same_server(const hilock__url *x, const hilock__url *y);
+/* 1 if x and y name one server and database (see url.c); host names are
+ * resolved and compared by address when resolve_names (each resolution
+ * bounded by deadline_ms), else compared as written. */
+int hilock__url_same_server(const hilock__url *x, const hilock__url *y,
+                            int resolve_names, int64_t deadline_ms);
 
 /* ## Transport (net.c, tls.c) ---------------------------------------------
  * hilock owns its sockets: TCP (IPv4, IPv6), unix sockets and TLS through
@@ -161,9 +164,18 @@ typedef struct hilock__net {
 } hilock__net;
 
 /* Start connecting to a (non-blocking; tls NULL: plain). NULL only when out
- * of memory; a failure to start is in ->err. Drive it with
+ * of memory; a failure to start is in ->err. A host name is resolved on a
+ * thread of its own, waited for until deadline_ms (INT64_MAX: no limit; a
+ * fiber's event loop turns meanwhile). Drive it with
  * hilock__net_events/hilock__net_handle until hilock__net_ready. */
-hilock__net *hilock__net_start(const hilock__addr *a, const hilock__tls *tls);
+hilock__net *hilock__net_start(const hilock__addr *a, const hilock__tls *tls,
+                               int64_t deadline_ms);
+/* getaddrinfo(host, port) for TCP, on a thread of its own, waited for
+ * until deadline_ms at most: its return code (0: *res is the caller's to
+ * freeaddrinfo; *err: errno for EAI_SYSTEM), or 1 once the time ran out. */
+struct addrinfo;
+int hilock__resolve(const char *host, const char *port, int64_t deadline_ms,
+                    struct addrinfo **res, int *err);
 /* The same, waiting up to timeout_ms (<= 0: none) for it to be ready. */
 hilock__net *hilock__net_connect(const hilock__addr *a, const hilock__tls *tls,
                                  int64_t timeout_ms);
@@ -584,8 +596,13 @@ typedef struct hilock__cluster {
   unsigned rr;                 /* round robin for keyless commands */
 } hilock__cluster;
 
-/* Read the slot map from the URL's seeds (hilock_client_new). */
-int hilock__cluster_init(hilock_client *c, hilock__err *e);
+/* The URL's seeds, and the slot map read from them now (read_now) or by
+ * the first call that needs it (hilock__cluster_mapped). */
+int hilock__cluster_init(hilock_client *c, hilock__err *e, int read_now);
+/* Read the slot map if it was never read (a client made with
+ * connect_later), retrying within the reconnect budget: HILOCK_OK once
+ * there is one, else why not. */
+int hilock__cluster_mapped(hilock_client *c, hilock__err *e);
 void hilock__cluster_free(hilock_client *c);
 /* The slot a command is routed by: its first key's (EVAL/EVALSHA/FCALL:
  * the first of KEYS; otherwise argv[1]), or -1 for keyless commands (PING,

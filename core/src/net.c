@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -130,14 +133,124 @@ static int connect_one(hilock__net *n, int family, const struct sockaddr *sa,
                           strerror(errno));
 }
 
+/* ## Name resolution, bounded ------------------------------------------------ */
+
+/* getaddrinfo may wait on DNS for seconds and takes no deadline, so it runs
+ * on a thread of its own (detached: one that outlives its caller's
+ * deadline frees what it got). The caller waits on an eventfd: a fiber
+ * gives its event loop's thread back meanwhile, a thread polls it. */
+typedef struct resolve_job {
+  int refs; /* the caller's and the resolver's */
+  int done; /* set (release) once rc, err and res are */
+  int efd;
+  int rc, err;
+  struct addrinfo *res;
+  char port[16];
+  char host[];
+} resolve_job;
+
+static void job_unref(resolve_job *j) {
+  if (__atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  if (j->res != NULL) freeaddrinfo(j->res);
+  close(j->efd);
+  free(j);
+}
+
+static void *resolver_main(void *arg) {
+  resolve_job *j = arg;
+  struct addrinfo hints;
+  uint64_t one = 1;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  j->rc = getaddrinfo(j->host, j->port, &hints, &j->res);
+  j->err = errno;
+  __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+  (void)!write(j->efd, &one, sizeof(one));
+  job_unref(j);
+  return NULL;
+}
+
+/* Start the resolution of host:port; NULL if no thread could be made. */
+static resolve_job *resolve_start(const char *host, const char *port) {
+  size_t len = strlen(host);
+  resolve_job *j = calloc(1, sizeof(*j) + len + 1);
+  pthread_attr_t attr;
+  sigset_t all, old;
+  pthread_t t;
+  int rc;
+  if (j == NULL) return NULL;
+  j->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (j->efd < 0) {
+    free(j);
+    return NULL;
+  }
+  j->refs = 2;
+  memcpy(j->host, host, len + 1);
+  snprintf(j->port, sizeof(j->port), "%s", port);
+  /* Signals are for the application's threads, not this one. */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  rc = pthread_create(&t, &attr, resolver_main, j);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    close(j->efd);
+    free(j);
+    return NULL;
+  }
+  return j;
+}
+
+int hilock__resolve(const char *host, const char *port, int64_t deadline_ms,
+                    struct addrinfo **res, int *err) {
+  resolve_job *j = resolve_start(host, port);
+  int rc;
+  *res = NULL;
+  *err = 0;
+  if (j == NULL) {
+    /* No thread to be had: resolve here, unbounded. */
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    rc = getaddrinfo(host, port, &hints, res);
+    *err = errno;
+    return rc;
+  }
+  while (!__atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) {
+    int64_t left = deadline_ms == INT64_MAX ? -1 : deadline_ms - hilock__now_ms();
+    if (deadline_ms != INT64_MAX && left <= 0) break;
+    if (hilock__fiber_self() != NULL) {
+      (void)hilock__fiber_wait(j->efd, POLLIN, deadline_ms);
+    } else {
+      struct pollfd p = {j->efd, POLLIN, 0};
+      (void)poll(&p, 1, left < 0 || left > INT32_MAX ? -1 : (int)left);
+    }
+  }
+  if (!__atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) {
+    job_unref(j); /* the resolver frees it when it is done */
+    return 1;
+  }
+  rc = j->rc;
+  *err = j->err;
+  *res = j->res;
+  j->res = NULL;
+  job_unref(j);
+  return rc;
+}
+
 /* Start a TCP connection to the first address of host that takes it (an
- * immediate refusal tries the next; a pending one is waited for). */
-static int tcp_start(hilock__net *n, const hilock__addr *a) {
-  struct addrinfo hints, *res = NULL, *ai;
+ * immediate refusal tries the next; a pending one is waited for), resolving
+ * a name until deadline_ms. */
+static int tcp_start(hilock__net *n, const hilock__addr *a, int64_t deadline_ms) {
+  struct addrinfo *res = NULL, *ai;
   struct sockaddr_in v4;
   struct sockaddr_in6 v6;
   char port[16];
-  int rc, saved = 0;
+  int rc, saved = 0, gai_errno;
   /* An address literal needs no resolver (which takes locks of its own: a
    * forked child of a threaded parent must not need them). */
   memset(&v4, 0, sizeof(v4));
@@ -152,14 +265,15 @@ static int tcp_start(hilock__net *n, const hilock__addr *a) {
     v6.sin6_port = htons((uint16_t)a->port);
     return connect_one(n, AF_INET6, (struct sockaddr *)&v6, sizeof(v6));
   }
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
   snprintf(port, sizeof(port), "%d", a->port);
-  rc = getaddrinfo(a->host, port, &hints, &res);
+  rc = hilock__resolve(a->host, port, deadline_ms, &res, &gai_errno);
+  if (rc == 1)
+    return hilock__net_fail(n, HILOCK__NET_ETIMEDOUT,
+                            "connect to %s: resolving the name timed out",
+                            n->where);
   if (rc != 0)
     return hilock__net_fail(n, HILOCK__NET_EIO, "connect to %s: %s", n->where,
-                            rc == EAI_SYSTEM ? strerror(errno)
+                            rc == EAI_SYSTEM ? strerror(gai_errno)
                                              : gai_strerror(rc));
   for (ai = res; ai != NULL; ai = ai->ai_next) {
     if (sock_connect(n, ai->ai_family, ai->ai_addr, ai->ai_addrlen) == 0)
@@ -185,7 +299,8 @@ static int unix_start(hilock__net *n, const hilock__addr *a) {
   return connect_one(n, AF_UNIX, (struct sockaddr *)&sa, sizeof(sa));
 }
 
-hilock__net *hilock__net_start(const hilock__addr *a, const hilock__tls *tls) {
+hilock__net *hilock__net_start(const hilock__addr *a, const hilock__tls *tls,
+                               int64_t deadline_ms) {
   hilock__net *n = calloc(1, sizeof(*n));
   if (n == NULL) return NULL;
   n->fd = -1;
@@ -199,7 +314,8 @@ hilock__net *hilock__net_start(const hilock__addr *a, const hilock__tls *tls) {
     hilock__net_fail(n, HILOCK__NET_ENOMEM, "out of memory");
     return n;
   }
-  if ((a->path != NULL ? unix_start(n, a) : tcp_start(n, a)) != 0) return n;
+  if ((a->path != NULL ? unix_start(n, a) : tcp_start(n, a, deadline_ms)) != 0)
+    return n;
   if (tls != NULL && hilock__tls_attach(n, tls, a->host) != 0) return n;
   return n;
 }
@@ -380,8 +496,8 @@ static int64_t deadline_of(int64_t ms) {
 
 hilock__net *hilock__net_connect(const hilock__addr *a, const hilock__tls *tls,
                                  int64_t timeout_ms) {
-  hilock__net *n = hilock__net_start(a, tls);
   int64_t deadline = deadline_of(timeout_ms);
+  hilock__net *n = hilock__net_start(a, tls, deadline);
   if (n == NULL) return NULL;
   while (n->err == HILOCK__NET_OK && n->state != 0)
     if (wait_io(n, deadline,

@@ -46,6 +46,7 @@ typedef struct rl_conn {
   int fresh;      /* opened in this round */
   int resent;     /* reconnected and resent in this round */
   int rc;         /* HILOCK_OK, or this node's failure in the round */
+  int64_t deadline; /* the round's end (a host name's resolution too) */
   redisReply *reply;
   char err[240];
 } rl_conn;
@@ -176,7 +177,7 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   a.path = u->unix_socket ? u->path : NULL;
   a.host = u->host;
   a.port = u->port;
-  ctx = hilock__net_start(&a, rl->node[i].tls);
+  ctx = hilock__net_start(&a, rl->node[i].tls, k->deadline);
   if (ctx == NULL) {
     node_fail(k, HILOCK_ENOMEM, "out of memory");
     return k->rc;
@@ -345,6 +346,7 @@ static void round_run(hilock_redlock *rl, rl_conn *set, int leak_forked,
     k->rc = HILOCK_OK;
     k->err[0] = '\0';
     k->fresh = k->resent = 0;
+    k->deadline = deadline;
     k->q = *q;
     if (k->reply != NULL) freeReplyObject(k->reply);
     k->reply = NULL;
@@ -528,7 +530,9 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
       return fail(rl, rc, "node %zu: %s", i, tmp.msg);
     }
     for (size_t j = 0; j < i; j++)
-      if (hilock__url_same_server(&rl->node[j].url, &nd->url)) {
+      if (hilock__url_same_server(
+              &rl->node[j].url, &nd->url, !rl->rt.opts.connect_later,
+              hilock__now_ms() + rl->rt.opts.connect_timeout_ms)) {
         rl->n = (int)i + 1;
         return fail(rl, HILOCK_EINVAL,
                     "nodes %zu and %zu name the same server and database: a "
@@ -556,6 +560,11 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
   rl->node_timeout_ms = default_node_timeout(ttl_ms);
   rl->retry_delay_ms = RETRY_DELAY_DEFAULT_MS;
 
+  if (rl->rt.opts.connect_later) {
+    rl->h.err.code = HILOCK_OK;
+    rl->msg[0] = rl->h.err.msg[0] = '\0';
+    return HILOCK_OK;
+  }
   /* Connect to every node at once; a minority may be down. */
   {
     const char *argv[1] = {"PING"};

@@ -501,13 +501,11 @@ typedef struct addr_set {
   int n;
 } addr_set;
 
-static void resolve(const char *host, addr_set *out) {
-  struct addrinfo hints, *res = NULL, *p;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
+static void resolve(const char *host, addr_set *out, int64_t deadline_ms) {
+  struct addrinfo *res = NULL, *p;
+  int err;
   out->n = 0;
-  if (getaddrinfo(host, NULL, &hints, &res) != 0) return;
+  if (hilock__resolve(host, "0", deadline_ms, &res, &err) != 0) return;
   for (p = res; p != NULL && out->n < 16; p = p->ai_next) {
     unsigned char *a = out->a[out->n];
     memset(a, 0, 16);
@@ -525,7 +523,8 @@ static void resolve(const char *host, addr_set *out) {
   freeaddrinfo(res);
 }
 
-int hilock__url_same_server(const hilock__url *x, const hilock__url *y) {
+int hilock__url_same_server(const hilock__url *x, const hilock__url *y,
+                            int resolve_names, int64_t deadline_ms) {
   if (x->db != y->db || x->unix_socket != y->unix_socket ||
       x->cluster || y->cluster || x->sentinel || y->sentinel)
     return 0;
@@ -539,12 +538,13 @@ int hilock__url_same_server(const hilock__url *x, const hilock__url *y) {
   }
   if (x->port != y->port) return 0;
   if (strcasecmp(x->host, y->host) == 0) return 1;
+  if (!resolve_names) return 0;
   {
     addr_set *ax = malloc(sizeof(*ax)), *ay = malloc(sizeof(*ay));
     int same = 0;
     if (ax != NULL && ay != NULL) {
-      resolve(x->host, ax);
-      resolve(y->host, ay);
+      resolve(x->host, ax, deadline_ms);
+      resolve(y->host, ay, deadline_ms);
       for (int i = 0; i < ax->n && !same; i++)
         for (int j = 0; j < ay->n && !same; j++)
           same = memcmp(ax->a[i], ay->a[j], 16) == 0;

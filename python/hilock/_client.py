@@ -68,7 +68,9 @@ class Client:
     [?sentinel_password=P&sentinel_user=U&db=N]`` (the master the sentinels
     name, followed through failovers); default :func:`default_url`. Times
     are float seconds. One connection is opened (and authenticated) here, so
-    a bad URL or password fails at once.
+    a bad URL or password fails at once; ``connect=False`` opens none (the
+    URL and options are still checked): the first call connects, and raises
+    what the connection met.
 
     TLS: ``rediss://``, ``rediss+cluster://`` and ``rediss+sentinel://``
     are the same over TLS (to every node and sentinel). The server's
@@ -114,7 +116,8 @@ class Client:
                  ssl_password: Optional[Union[str, bytes]] = None,
                  ssl_cert_reqs: Union[str, ssl.VerifyMode, None] = "required",
                  ssl_check_hostname: bool = True,
-                 ssl_server_name: Optional[str] = None, prefix: str = "hilock:") -> None:
+                 ssl_server_name: Optional[str] = None, prefix: str = "hilock:",
+                 connect: bool = True) -> None:
         self._h: Any = None
         self._calls = 0  # calls on the C client in flight (see _use)
         self._closing: Any = None  # the C handle close() left to the last call
@@ -144,10 +147,12 @@ class Client:
         if (not isinstance(max_connections, int) or isinstance(max_connections, bool)
                 or not 0 <= max_connections <= 100000):
             raise InvalidArgument("max_connections must be an int >= 0 (0: no limit)")
+        if not isinstance(connect, bool):
+            raise InvalidArgument("connect must be a bool")
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
                                    int(shared_waiting), direct_waiters, max_connections,
                                    wait_replicas,
-                                   wait_ms, *tls, prefix_bytes(prefix))
+                                   wait_ms, *tls, prefix_bytes(prefix), int(not connect))
         self.prefix = prefix
         # Losses, renewal failures, reconnects and failovers go to the
         # "hilock" logger (see docs/observability.md).

@@ -31,6 +31,9 @@ class Redlock(ExclusiveBase):
     calls raise :class:`hilock.NoQuorumError` (a ``hilock.ConnectionError``)
     whose message lists ``address: error`` for each failed node.
 
+    Making one pings every node (a majority must answer, and none may refuse
+    the credentials); ``connect=False`` skips that: the first call finds out.
+
     ``rediss://`` node URLs talk TLS; the ``ssl_*`` keyword arguments of
     :class:`hilock.Client` apply to every TLS node (each URL's own ``ssl_*``
     query parameters win).
@@ -49,7 +52,8 @@ class Redlock(ExclusiveBase):
                  timeout: Optional[float] = None, *, auto_renew: bool = True,
                  max_hold: Optional[float] = None, on_lost: Optional[LostCallback[Redlock]] = None,
                  node_timeout: Optional[float] = None, retry_delay: float = 0.2,
-                 connect_timeout: float = 2.0, prefix: str = "hilock:", **tls: Any) -> None:
+                 connect_timeout: float = 2.0, prefix: str = "hilock:", connect: bool = True,
+                 **tls: Any) -> None:
         self._h = None
         if isinstance(urls, (str, bytes)):
             raise InvalidArgument("urls must be a list of node URLs, not one string")
@@ -67,13 +71,16 @@ class Redlock(ExclusiveBase):
                 or math.isnan(retry_delay) or retry_delay < 0 or retry_delay > 60):
             raise InvalidArgument(f"retry_delay must be 0 .. 60 seconds, got {retry_delay!r}")
         connect_ms = seconds_to_ms(connect_timeout, "connect_timeout")
+        if not isinstance(connect, bool):
+            raise InvalidArgument("connect must be a bool")
         self._urls: Tuple[str, ...] = tuple(url_list)
         unknown = [k for k in tls if k not in TLS_OPTIONS]
         if unknown:
             raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
         self._setup(_h.py_redlock_new([u.encode() for u in url_list], self._bname, ttl_ms,
                                       connect_ms, node_ms, math.ceil(retry_delay * 1000),
-                                      *tls_args(**tls), prefix_bytes(prefix)))
+                                      *tls_args(**tls), prefix_bytes(prefix),
+                                      int(not connect)))
         _notify.start_logging()
         _h.py_redlock_log(self._h, 1)
 

@@ -303,11 +303,16 @@ class _RedlockRuns:
 class Client:
     """A pool of connections to one Redis deployment, for asyncio.
 
-    Takes the arguments of :class:`hilock.Client`. The first operation binds
-    it to the running event loop; use it from that loop only.
+    Takes the arguments of :class:`hilock.Client`. Making one opens no
+    connection (``connect=False`` by default here: the loop does not wait
+    on the network): the first operation connects, on the loop, and raises
+    what the connection met (a refused connection, a wrong password). The
+    first operation also binds it to the running event loop; use it from
+    that loop only.
     """
 
     def __init__(self, url: Optional[str] = None, **options: Any) -> None:
+        options.setdefault("connect", False)
         self._sync = _SyncClient(url, **options)
         self._runner = _Runner(self._new_runner, "hilock.asyncio.Client")
 
@@ -875,14 +880,16 @@ class RedissonRWLock(_Sides[RLock, RLock]):
 class Redlock(Lock):
     """Redlock for asyncio (see :class:`hilock.Redlock`): a lock held on a
     majority of N independent masters. Takes the arguments of
-    :class:`hilock.Redlock`; a waiting acquire tries again after the retry
-    delay, as the blocking one does, on a runner its event loop's Redlocks
-    share."""
+    :class:`hilock.Redlock` (``connect=False`` by default here: making one
+    sends nothing, the first operation reaches the nodes); a waiting acquire
+    tries again after the retry delay, as the blocking one does, on a runner
+    its event loop's Redlocks share."""
 
     _sync: _SyncRedlock
 
     def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
                  timeout: Optional[float] = None, **options: Any) -> None:
+        options.setdefault("connect", False)  # the first operation connects
         super().__init__(_RedlockRuns(), _SyncRedlock(urls, name, ttl, timeout, **options))
 
     def stats(self) -> Dict[str, Any]:

@@ -274,6 +274,33 @@ static void uncontended_operations_run_on_the_loops_thread(void **state) {
   hilock_hold_free(HILOCK_HOLD(lk));
 }
 
+/* A client made with connect_later on a host name: its first operation
+ * runs on the loop's thread, resolves the name (on a thread of its own,
+ * the loop polling meanwhile), connects and is granted. */
+static void the_first_operation_resolves_and_connects(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_async *a;
+  hilock_lock *lk;
+  char url[64];
+  o.connect_later = 1;
+  snprintf(url, sizeof(url), "redis://localhost:%d", f->server.port);
+  assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
+  lk = make_lock(c, "later");
+  a = make_async(c);
+  for (int i = 0; i < 3; i++) {
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL), "");
+    assert_hl_ok(next_done(a, 10000).status, "acquire");
+    assert_true(key_holds(f, "later", HILOCK_HOLD(lk)));
+    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk), 0, NULL, NULL), "");
+    assert_hl_ok(next_done(a, 10000).status, "release");
+  }
+  hilock_async_free(a);
+  hilock_hold_free(HILOCK_HOLD(lk));
+  hilock_client_free(c);
+}
+
 /* A release rings one waiter: the waiting acquire is granted right after
  * it, long before the holder's TTL. */
 static void a_release_wakes_the_waiting_acquire(void **state) {
@@ -887,6 +914,8 @@ int main(void) {
           hl_teardown),
       cmocka_unit_test_setup_teardown(a_wait_ends_at_its_timeout, hl_setup,
                                       hl_teardown),
+      cmocka_unit_test_setup_teardown(the_first_operation_resolves_and_connects,
+                                      hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(a_release_wakes_the_waiting_acquire,
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(rings_reach_every_runner_and_thread,

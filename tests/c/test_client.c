@@ -234,6 +234,93 @@ static void acl_user_without_script_rights_gets_enoperm(void **state) {
   hl_redis_ok(f->redis, "ACL DELUSER limited");
 }
 
+/* Clients connected to the server now (CLIENT LIST lines). */
+static int clients_now(redisContext *r) {
+  redisReply *rep = redisCommand(r, "CLIENT LIST");
+  int n = 0;
+  assert_non_null(rep);
+  assert_int_equal(rep->type, REDIS_REPLY_STRING);
+  for (size_t i = 0; i < rep->len; i++) n += rep->str[i] == '\n';
+  freeReplyObject(rep);
+  return n;
+}
+
+static void connect_later_opens_nothing_until_the_first_call(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  hilock_lock *l;
+  char url[128];
+  int before = clients_now(f->redis);
+  o.connect_later = 1;
+  /* Made, with a lock, and nothing connected; the first call connects. */
+  assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
+  l = hl_new_lock(c, "later", 5000);
+  assert_int_equal(clients_now(f->redis), before);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_int_equal(clients_now(f->redis), before + 1);
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_client_free(c);
+
+  /* What the connection meets comes from the first call: a closed port,
+   * a wrong password. The URL is still checked at once. */
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d", hl_free_port());
+  c = NULL;
+  assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
+  l = hl_new_lock(c, "later", 5000);
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EIO, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "connect to 127.0.0.1");
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_client_free(c);
+  snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", f->pw_server.port);
+  c = NULL;
+  assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
+  assert_hl_rc(hilock_client_ping(c), HILOCK_EAUTH, hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), "WRONGPASS");
+  hilock_client_free(c);
+  c = NULL;
+  assert_int_equal(hilock_client_new("redis://127.0.0.1:notaport", &o, &c), HILOCK_EINVAL);
+  hilock_client_free(c);
+}
+
+/* A host name is resolved on a thread of its own (waited for within the
+ * connect timeout): "localhost" from /etc/hosts, from several threads at
+ * once; a name nobody knows fails the call. */
+static void *ping_localhost(void *arg) {
+  hilock_client *c = NULL;
+  char url[64];
+  hilock_options o = hl_test_options();
+  snprintf(url, sizeof(url), "redis://localhost:%d", *(int *)arg);
+  if (hilock_client_new(url, &o, &c) != HILOCK_OK || hilock_client_ping(c) != HILOCK_OK) {
+    hilock_client_free(c);
+    return (void *)1;
+  }
+  hilock_client_free(c);
+  return NULL;
+}
+
+static void host_names_resolve_off_the_calling_thread(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c = NULL;
+  pthread_t t[4];
+  void *bad;
+  int rc;
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, ping_localhost, &f->server.port), 0);
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(pthread_join(t[i], &bad), 0);
+    assert_null(bad);
+  }
+  /* Unknown (or, without a reachable name server, not resolved in time). */
+  o.connect_timeout_ms = 500;
+  rc = hilock_client_new("redis://no-such-host.invalid:6379", &o, &c);
+  assert_true(rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT);
+  assert_substr(hilock_client_errmsg(c), "connect to no-such-host.invalid:6379");
+  hilock_client_free(c);
+}
+
 /* ## Failures, timeouts and reconnects ------------------------------------- */
 
 static void closed_port_fails_fast_with_eio(void **state) {
@@ -539,6 +626,8 @@ HL_SUITE_MAIN("client", group_setup, group_teardown,
       T(password_url_authenticates),
       T(wrong_password_is_eauth_with_wrongpass_text),
       T(missing_password_is_eauth_at_creation),
+      T(connect_later_opens_nothing_until_the_first_call),
+      T(host_names_resolve_off_the_calling_thread),
       T(acl_user_without_script_rights_gets_enoperm),
       T(closed_port_fails_fast_with_eio),
       T(command_timeout_gives_etimedout),

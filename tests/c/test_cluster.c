@@ -176,6 +176,43 @@ static void seeds_that_are_down_are_skipped(void **state) {
   hilock_client_free(c);
 }
 
+/* connect_later: the map is read by the first call that needs it (a lock
+ * on each master, a PING of every master); seeds all down fail that call,
+ * not hilock_client_new. */
+static void connect_later_reads_the_map_at_the_first_call(void **state) {
+  hilock_options o = cluster_options();
+  hilock_client *c = NULL;
+  char url[300], name[64];
+  int m[3];
+  (void)state;
+  o.connect_later = 1;
+  assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
+  assert_null(hilock__cluster_owner(c, 0));
+  masters(m);
+  for (int i = 0; i < 3; i++) {
+    hilock_lock *l;
+    name_on(m[i], "later", name, sizeof(name));
+    l = hl_new_lock(c, name, 5000);
+    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    hilock_hold_free(HILOCK_HOLD(l));
+  }
+  hilock_client_free(c);
+  c = NULL;
+  assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  assert_non_null(hilock__cluster_owner(c, 0));
+  hilock_client_free(c);
+
+  o.reconnect_ms = 300;
+  snprintf(url, sizeof(url), "redis+cluster://127.0.0.1:%d", hl_free_port());
+  c = NULL;
+  assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
+  assert_hl_rc(hilock_client_ping(c), HILOCK_EIO, hilock_client_errmsg(c));
+  assert_substr(hilock_client_errmsg(c), "connect");
+  hilock_client_free(c);
+}
+
 static void cluster_url_on_a_plain_server_is_ECLUSTER(void **state) {
   hilock_options o = cluster_options();
   hilock_client *c = NULL;
@@ -1141,6 +1178,7 @@ int main(void) {
       cmocka_unit_test(commands_route_by_their_first_key),
       cmocka_unit_test(client_reads_the_slot_map),
       cmocka_unit_test(seeds_that_are_down_are_skipped),
+      cmocka_unit_test(connect_later_reads_the_map_at_the_first_call),
       cmocka_unit_test(cluster_url_on_a_plain_server_is_ECLUSTER),
       cmocka_unit_test(plain_url_on_a_cluster_node_says_so),
       cmocka_unit_test(every_lock_type_runs_on_its_slot_master),

@@ -823,3 +823,136 @@ def test_an_operation_retrying_a_dead_server_keeps_the_loop_turning(redis_nodes)
     # The ticker ran while the acquire retried (0.6 s of budget): about 60
     # times; pauses that held the loop's thread left it 3 to 6.
     assert sum(1 for t in ticks if tried[0] < t < tried[1]) >= 15, (tried, ticks)
+
+
+def test_making_a_client_sends_nothing_and_its_first_call_connects_on_the_loop() -> None:
+    """The loop never waits on the network, constructors included: making
+    a client, its locks or a Redlock opens no connection; the first
+    operation connects (on the loop, which keeps turning while it waits
+    for a server that never answers) and raises what it met."""
+    import socket
+
+    from helpers import free_port
+
+    silent = socket.socket()  # accepts (the kernel does) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    silent.setblocking(False)
+    port = silent.getsockname()[1]
+    url = f"redis://127.0.0.1:{port}/0"
+    ticks: List[float] = []
+    tried: List[float] = []
+
+    async def main() -> None:
+        opts = dict(connect_timeout=0.3, command_timeout=0.3, reconnect=0.3)
+        c = hla.Client(url, **opts)
+        made = [c.lock("aio:later"), c.rlock("aio:later"), c.fair_lock("aio:later"),
+                c.sequential_lock("aio:later"), c.semaphore("aio:later", 2),
+                c.rwlock("aio:later"), c.multi_lock(["aio:a", "aio:b"]),
+                c.segmented_lock("aio:later", 3), c.simple_lock("aio:later"),
+                c.lease("aio:later", 5)]
+        cluster = hla.Client(f"redis+cluster://127.0.0.1:{port}", **opts)
+        red = hla.Redlock([url, f"redis://127.0.0.1:{free_port()}/0",
+                           f"redis://127.0.0.1:{free_port()}/0"], "aio:later", ttl=5)
+        with pytest.raises(BlockingIOError):
+            silent.accept()  # nobody connected
+        assert len(made) == 10
+        ticker = Ticker(ticks)
+        tried.append(time.monotonic())
+        with pytest.raises(hilock.ConnectionError):
+            await c.lock("aio:later").acquire(blocking=False)
+        tried.append(time.monotonic())
+        await ticker.stop()
+        with pytest.raises(hilock.ConnectionError):
+            await cluster.lock("aio:later").acquire(blocking=False)
+        with pytest.raises(hilock.ConnectionError):
+            await red.acquire(blocking=False)
+        refused = hla.Client(f"redis://127.0.0.1:{free_port()}/0", **opts)
+        with pytest.raises(hilock.ConnectionError, match="onnect"):
+            await refused.lock("aio:later").acquire(blocking=False)
+        for client in (c, cluster, refused):
+            await client.close()
+
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory) as runner:
+            runner.run(main())
+    finally:
+        silent.close()
+    # The first acquire waited 0.3 s for a reply on the loop's thread: about
+    # 30 ticks meanwhile (none if it had blocked the loop).
+    assert sum(1 for t in ticks if tried[0] < t < tried[1]) >= 8, (tried, ticks)
+
+
+_SLOW_DNS_CHILD = r'''
+import asyncio, json, sys, time
+import hilock, hilock.asyncio as hla
+url = "redis://locks.hilock-test.example:6379/0"
+out = {}
+try:
+    hilock.Client(url, connect_timeout=0.4)
+except hilock.LockError as e:
+    out["sync"] = str(e)
+ticks, tried = [], []
+async def main():
+    async def tick():
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.01)
+    ticker = asyncio.ensure_future(tick())
+    c = hla.Client(url, connect_timeout=0.4, reconnect=0.0)
+    tried.append(time.monotonic())
+    try:
+        await c.lock("x").acquire(blocking=False)
+    except hilock.LockError as e:
+        out["async"] = str(e)
+    tried.append(time.monotonic())
+    ticker.cancel()
+    await c.close()
+asyncio.run(main())
+out["ticks"] = sum(1 for t in ticks if tried[0] < t < tried[1])
+print(json.dumps(out))
+'''
+
+
+def _mount_namespaces() -> bool:
+    import subprocess
+    if os.geteuid() != 0:
+        return False
+    try:
+        return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _mount_namespaces(), reason="needs root and unshare -m")
+def test_a_slow_name_server_neither_holds_the_loop_nor_outlasts_the_connect_timeout(
+        tmp_path) -> None:
+    """Resolving a host name may wait on DNS for seconds: it runs off the
+    calling thread and is bounded by connect_timeout. The name server here
+    never answers (a process in a mount namespace of its own, whose
+    resolv.conf names a silent UDP socket): the blocking constructor fails
+    with the resolution timed out, and an asyncio acquire does too while
+    its loop keeps turning."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.53.53.53", 53))
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("nameserver 127.53.53.53\noptions timeout:5 attempts:1\n")
+    try:
+        script = (f"mount --bind {conf} /etc/resolv.conf && "
+                  f'exec "{sys.executable}" -c "$HILOCK_CHILD"')
+        r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                           text=True, timeout=60,
+                           env={**os.environ, "HILOCK_CHILD": _SLOW_DNS_CHILD})
+    finally:
+        silent.close()
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert "resolving the name timed out" in out["sync"], out
+    assert "resolving the name timed out" in out["async"], out
+    # 0.4 s of resolving: some 40 ticks of the loop (none if it was held).
+    assert out["ticks"] >= 8, out

@@ -214,6 +214,26 @@ def test_closed_port_is_connection_error_quickly() -> None:
     assert str(port) in str(info.value)
 
 
+def test_connect_false_defers_the_connection_to_the_first_call(redis_url) -> None:
+    """connect=False: the constructor checks its arguments and opens no
+    connection; the first call connects and raises what it met."""
+    with pytest.raises(hilock.InvalidArgument):
+        hilock.Client(redis_url, connect="no")  # type: ignore[arg-type]
+    with pytest.raises(hilock.InvalidArgument):
+        hilock.Client("redis://127.0.0.1:notaport", connect=False)
+    c = hilock.Client(f"redis://127.0.0.1:{free_port()}/0", connect=False)
+    try:
+        with pytest.raises(hilock.ConnectionError, match="refused"):
+            c.lock("x").acquire(blocking=False)
+    finally:
+        c.close()
+    r = hilock.Redlock([f"redis://127.0.0.1:{free_port()}/0"], "x", connect=False)
+    with pytest.raises(hilock.ConnectionError):
+        r.acquire(blocking=False)
+    with hilock.Client(redis_url, connect=False) as c, c.lock("connect-later"):
+        pass
+
+
 def test_missing_unix_socket_is_connection_error(tmp_path) -> None:
     with pytest.raises(hilock.ConnectionError):
         hilock.Client(f"unix://{tmp_path}/no-such.sock")

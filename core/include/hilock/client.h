@@ -99,6 +99,12 @@ typedef struct hilock_options {
    * restricted to ~<prefix>* and &<prefix>* keeps them apart
    * (docs/security.md). Copied by hilock_client_new. */
   const char *key_prefix;
+  /* 1: hilock_client_new only checks the URL and the options and opens no
+   * connection (on a cluster, the slot map is read later too): the first
+   * call that needs the server connects, and reports an unreachable server
+   * or a wrong password. For an event loop's thread, which never waits on
+   * the network (hilock/async.h). Default 0: connect before returning. */
+  int connect_later;
 } hilock_options;
 
 #define HILOCK_KEY_PREFIX_MAX 64
@@ -131,7 +137,8 @@ HILOCK_API void hilock_options_init(hilock_options *opts);
  * Percent-escapes are decoded in user, password and query values. An
  * unknown query parameter is HILOCK_EINVAL. opts may be NULL.
  * One connection is opened (and authenticated, and SELECTs db) before this
- * returns, so a wrong password or unreachable host is reported here.
+ * returns, so a wrong password or unreachable host is reported here (not
+ * with opts->connect_later).
  * On failure *out may still be set: read hilock_client_errmsg, then free it.
  * Returns HILOCK_OK, HILOCK_EINVAL (also: unreadable certificate files,
  * a key that does not match its certificate), HILOCK_EIO,

@@ -65,7 +65,8 @@ typedef struct hilock_redlock hilock_redlock;
  * interrupt hook ends waits). Connects to every node at once and fails with
  * HILOCK_ENOQUORUM if fewer than a majority answer, or HILOCK_EAUTH /
  * HILOCK_ENOPERM if a node refuses the credentials; a minority down is fine (it
- * is retried on every call). On failure *out may still be set: read
+ * is retried on every call). With opts->connect_later it connects to none:
+ * the first call finds out. On failure *out may still be set: read
  * hilock_hold_errmsg(HILOCK_HOLD(rl)), then free it. */
 HILOCK_API int hilock_redlock_new(const char *const *urls, size_t n,
                                   const char *name, size_t namelen,
