@@ -8,11 +8,11 @@ import threading
 import time
 import warnings
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Type, TypeVar
 
 from . import _hilock as _h
 from . import _notify
-from ._util import Name, name_bytes, seconds_to_ms, wait_seconds
+from ._util import Name, Uncopyable, name_bytes, seconds_to_ms, wait_seconds
 from .errors import (
     InvalidArgument,
     LockError,
@@ -52,7 +52,7 @@ def lost_error(name: Name, e: Optional[LockError]) -> LockLost:
     return LockLost(f"lock {name!r} was lost while the block ran: {e}", getattr(e, "code", 0))
 
 
-class LockBase:
+class LockBase(Uncopyable):
     """Base of the lock classes; see :class:`hilock.Lock`."""
 
     # The C functions of the family: acquire and release are each family's
@@ -116,9 +116,6 @@ class LockBase:
         if t is None:
             t = self.__dict__.setdefault("_release_tls", threading.local())
         return t
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
 
     def __repr__(self) -> str:
         return f"<hilock.{type(self).__name__} {self._name!r} validity={self.validity:.3f}s>"

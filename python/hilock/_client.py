@@ -11,7 +11,6 @@ from typing import (
     Callable,
     Iterable,
     Iterator,
-    NoReturn,
     Optional,
     Type,
     TypeVar,
@@ -37,6 +36,7 @@ from ._util import (
     Compat,
     Name,
     PathLike,
+    Uncopyable,
     check_compat,
     name_bytes,
     prefix_bytes,
@@ -56,7 +56,7 @@ def default_url() -> str:
     return os.environ.get("HILOCK_URL") or os.environ.get("REDIS_URL") or DEFAULT_URL
 
 
-class Client:
+class Client(Uncopyable):
     """A connection pool to one Redis server, shared by all threads.
 
     ``url``: ``redis://[[user]:password@]host[:port][/db]``,
@@ -103,6 +103,10 @@ class Client:
     :class:`NotEnoughReplicas`, and such a renewal counts as failed. On a
     cluster, WAIT runs on the master that owns the lock's slot.
     """
+
+    _copy_refusal = ("hilock.Client cannot be copied: share the one client "
+                     "(it is thread-safe) or make a new one")
+    _pickle_refusal = "hilock.Client cannot be pickled: make a new one from its url"
 
     def __init__(self, url: Optional[str] = None, *, connect_timeout: float = 2.0,
                  command_timeout: float = 5.0, reconnect: float = 3.0,
@@ -196,15 +200,6 @@ class Client:
         if h is not None:
             _h.hilock_client_free(h)
 
-    def __copy__(self) -> NoReturn:
-        raise TypeError("hilock.Client cannot be copied: share the one client "
-                        "(it is thread-safe) or make a new one")
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        self.__copy__()
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("hilock.Client cannot be pickled: make a new one from its url")
 
     def __del__(self) -> None:
         if getattr(self, "_h", None) is not None:

@@ -1,12 +1,12 @@
 """The read-write lock."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Union
 
 from . import _hilock as _h
 from . import _notify
 from ._base import LockBase, LostCallback
-from ._util import Name, name_bytes, seconds_to_ms
+from ._util import Name, Uncopyable, name_bytes, seconds_to_ms
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -129,7 +129,7 @@ class WriteLock(_Side):
         return bool(writer)
 
 
-class RWLock:
+class RWLock(Uncopyable):
     """A Redis read-write lock: many readers or one writer.
 
     ``rw.read()`` and ``rw.write()`` return the two sides, each with the
@@ -189,9 +189,6 @@ class RWLock:
     def timeout(self) -> Optional[float]:
         """The default wait of ``acquire()`` and ``with`` (None: no limit)."""
         return self._read.timeout
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
 
     def __repr__(self) -> str:
         return f"<hilock.RWLock {self._name!r}>"

@@ -5,7 +5,7 @@ import math
 import os
 import ssl
 import threading
-from typing import Any, Literal, Optional, Tuple, Union
+from typing import Any, Literal, NoReturn, Optional, Tuple, Union
 
 from .errors import InvalidArgument
 
@@ -137,3 +137,23 @@ def tls_args(ssl_ca_certs: Any = None, ssl_ca_path: Any = None, ssl_certfile: An
     return (_tls_path(ssl_ca_certs, "ssl_ca_certs"), _tls_path(ssl_ca_path, "ssl_ca_path"),
             _tls_path(ssl_certfile, "ssl_certfile"), _tls_path(ssl_keyfile, "ssl_keyfile"),
             password, reqs, int(ssl_check_hostname), server_name)
+
+
+LOCK_COPY = "hilock locks cannot be pickled: a lock object stands for its holder"
+
+
+class Uncopyable:
+    """Refuses copy.copy, copy.deepcopy and pickling, saying why: a copy of
+    a client or a lock would be a second handle on one pool or one holder."""
+
+    _copy_refusal = LOCK_COPY
+    _pickle_refusal = LOCK_COPY
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError(self._copy_refusal)
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        raise TypeError(self._copy_refusal)
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(self._pickle_refusal)

@@ -42,7 +42,6 @@ from typing import (
     Generic,
     Iterable,
     List,
-    NoReturn,
     Optional,
     Protocol,
     Tuple,
@@ -65,7 +64,7 @@ from ._rwlock import RWLock as _SyncRWLock
 from ._seglock import SegmentedLock as _SyncSegmentedLock
 from ._semaphore import Semaphore as _SyncSemaphore
 from ._seqlock import SequentialLock as _SyncSequentialLock
-from ._util import Compat, Name, seconds_to_ms, wait_seconds
+from ._util import Compat, Name, Uncopyable, seconds_to_ms, wait_seconds
 from .errors import (
     ForkedLockError,
     InvalidArgument,
@@ -300,7 +299,7 @@ class _RedlockRuns:
         return await runner.run(start, handle, *args, cancel=cancel)
 
 
-class Client:
+class Client(Uncopyable):
     """A pool of connections to one Redis deployment, for asyncio.
 
     Takes the arguments of :class:`hilock.Client`. Making one opens no
@@ -310,6 +309,10 @@ class Client:
     first operation also binds it to the running event loop; use it from
     that loop only.
     """
+
+    _copy_refusal = ("hilock.asyncio.Client cannot be copied: share the one client "
+                     "(within its event loop) or make a new one")
+    _pickle_refusal = "hilock.asyncio.Client cannot be pickled: make a new one from its url"
 
     def __init__(self, url: Optional[str] = None, **options: Any) -> None:
         options.setdefault("connect", False)
@@ -469,16 +472,6 @@ class Client:
         finally:
             self._sync.close()
 
-    def __copy__(self) -> NoReturn:
-        raise TypeError("hilock.asyncio.Client cannot be copied: share the one client "
-                        "(within its event loop) or make a new one")
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        self.__copy__()
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("hilock.asyncio.Client cannot be pickled: make a new one from its url")
-
     async def __aenter__(self) -> Client:
         return self
 
@@ -509,7 +502,7 @@ def _outcome(status: int, message: str) -> bool:
     raise error_for(status, message or f"status {status}")
 
 
-class _Hold:
+class _Hold(Uncopyable):
     """What every asyncio lock shares: the blocking object it wraps (its
     keys, options and grant state), ``async with``, and the properties."""
 
@@ -591,9 +584,6 @@ class _Hold:
             raise
         if lost and exc_type is None:
             raise lost_error(self._sync.name, None)
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
 
     def __repr__(self) -> str:
         return (f"<hilock.asyncio.{type(self).__name__} {self._sync.name!r} "
@@ -835,7 +825,7 @@ _R = TypeVar("_R", bound=_Hold)
 _W = TypeVar("_W", bound=_Hold)
 
 
-class _Sides(Generic[_R, _W]):
+class _Sides(Uncopyable, Generic[_R, _W]):
     """A read-write lock's two sides, made once."""
 
     def __init__(self, sync: Any, read: _R, write: _W) -> None:
@@ -854,9 +844,6 @@ class _Sides(Generic[_R, _W]):
     @property
     def name(self) -> Name:
         return self._sync.name  # type: ignore[no-any-return]
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("hilock locks cannot be pickled: a lock object stands for its holder")
 
 
 class RWLock(_Sides[ReadLock, WriteLock]):

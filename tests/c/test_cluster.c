@@ -54,6 +54,18 @@ static void name_on(int owner, const char *prefix, char *buf, size_t n) {
   fail_msg("no name maps to node %d", owner);
 }
 
+/* Acquire and release a lock named on the node at index owner (the name
+ * in buf). */
+static void cycle_on(hilock_client *c, int owner, const char *prefix, char *buf,
+                     size_t n) {
+  hilock_lock *l;
+  name_on(owner, prefix, buf, n);
+  l = hl_new_lock(c, buf, 5000);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
+}
+
 /* The indexes of the three current masters. */
 static void masters(int m[3]) {
   m[0] = hl_cluster_owner(&cl, 0);
@@ -189,14 +201,7 @@ static void connect_later_reads_the_map_at_the_first_call(void **state) {
   assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
   assert_null(hilock__cluster_owner(c, 0));
   masters(m);
-  for (int i = 0; i < 3; i++) {
-    hilock_lock *l;
-    name_on(m[i], "later", name, sizeof(name));
-    l = hl_new_lock(c, name, 5000);
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    hilock_hold_free(HILOCK_HOLD(l));
-  }
+  for (int i = 0; i < 3; i++) cycle_on(c, m[i], "later", name, sizeof(name));
   hilock_client_free(c);
   c = NULL;
   assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
@@ -486,14 +491,9 @@ static void noscript_reloads_on_each_node(void **state) {
   }
   for (int i = 0; i < 3; i++) {
     char name[32];
-    hilock_lock *l = NULL;
     redisContext *r;
     redisReply *rep;
-    name_on(m[i], "noscript", name, sizeof(name));
-    l = hl_new_lock(c, name, 5000);
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    hilock_hold_free(HILOCK_HOLD(l));
+    cycle_on(c, m[i], "noscript", name, sizeof(name));
     /* The EVAL fallback loaded the script on that node. */
     r = hl_cluster_connect(&cl, m[i]);
     rep = hl_redis(r, "SCRIPT EXISTS %s", hilock__script_lock_acquire.sha);
