@@ -261,6 +261,8 @@ class Run:
                 "--permits", str(spec.get("permits", 1))]
         if spec.get("store"):
             args += ["--store", self.store_sock]
+        if spec.get("asyncio"):
+            args += ["--asyncio"]
         if self.wait_replicas:
             args += ["--wait-replicas", str(self.wait_replicas)]
         if self.netns is not None:
@@ -529,6 +531,10 @@ class SingleRun(Run):
         self.add("multi_lock", "M", 2)
         self.add("semaphore", "S", 3, permits=2)
         self.add("rwlock", "RW", 2)
+        # A task of hilock.asyncio beside the threads on three of them.
+        self.add("lock", "L", 1, asyncio=True)
+        self.add("fair_lock", "F", 1, asyncio=True)
+        self.add("rwlock", "RW", 1, asyncio=True)
 
     def inject(self, deadline: float) -> None:
         kinds: List[Tuple[str, Callable[[], None]]] = [

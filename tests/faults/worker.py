@@ -21,10 +21,15 @@ time.monotonic() (CLOCK_MONOTONIC, one clock for the whole machine),
 Exclusive holders (lock, fair_lock, the write side of rwlock) write to the
 campaign's fenced store with their fence, and check their validity before
 each write, as a careful application does.
+
+``--asyncio``: the same loop as one task of ``hilock.asyncio`` (the lock,
+fair lock, sequential lock, reentrant lock, semaphore and read-write lock),
+so that tasks and threads of other workers contend under the same faults.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -76,11 +81,14 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=0.8, help="longest hold, seconds")
     ap.add_argument("--wait-replicas", type=int, default=0)
     ap.add_argument("--wait", type=float, default=8.0, help="acquire timeout, seconds")
+    ap.add_argument("--asyncio", action="store_true", help="one task of hilock.asyncio")
     a = ap.parse_args()
 
     rng = random.Random(f"{a.seed}:{a.proc}")
     h = History(a.history, a.proc, a.kind, a.name)
     store = StoreClient(a.store, a.proc) if a.store else None
+    if a.asyncio:
+        return asyncio.run(amain(a, rng, h, store))
 
     def on_lost(_lk: Any) -> None:
         h.log("lost", "info", source="callback")
@@ -165,6 +173,124 @@ def main() -> int:
     finally:
         if client is not None:
             client.close()
+
+
+async def amain(a: argparse.Namespace, rng: random.Random, h: History,
+                store: Optional[StoreClient]) -> int:
+    """main() as one task of hilock.asyncio; SIGTERM cancels it, and what
+    it holds is released on the way out."""
+    import hilock.asyncio as hla
+
+    me = asyncio.current_task()
+    assert me is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, me.cancel)
+    opts: Dict[str, Any] = dict(connect_timeout=1.0, command_timeout=1.0, reconnect=1.0)
+    if a.wait_replicas:
+        opts.update(wait_replicas=a.wait_replicas, wait_timeout=0.5)
+    client = hla.Client(a.url[0], **opts)
+
+    def make() -> Any:
+        if a.kind == "semaphore":
+            return client.semaphore(a.name, a.permits, ttl=a.ttl)
+        return getattr(client, a.kind)(a.name, ttl=a.ttl)
+
+    lk = make()
+    h.log("start", "info", ttl=a.ttl, permits=a.permits, asyncio=True)
+    try:
+        while True:
+            mode = None
+            cur = lk
+            if a.kind == "rwlock":
+                mode = "write" if rng.random() < 0.35 else "read"
+                cur = lk.write() if mode == "write" else lk.read()
+            h.hold += 1
+            h.log("acquire", "invoke", mode=mode)
+            try:
+                got = await cur.acquire(timeout=a.wait)
+            except hilock.LockError as e:
+                h.log("acquire", "fail", error=type(e).__name__, msg=str(e)[:200])
+                await asyncio.sleep(rng.uniform(0.05, 0.3))
+                continue
+            if not got:
+                h.log("acquire", "fail", error="timeout")
+                continue
+            fence = cur.fence if mode != "read" and a.kind != "semaphore" else None
+            ticket = (cur.ticket if a.kind == "fair_lock" else
+                      cur.sequence if a.kind == "sequential_lock" else None)
+            h.log("acquire", "ok", fence=fence, token=getattr(cur, "token", None),
+                  ticket=ticket, mode=mode, validity=cur.validity)
+            try:
+                await ahold(h, cur, rng, a, store, fence)
+            finally:
+                if not await arelease(h, cur, rng):
+                    lk = make()  # give the stuck grant up: it lapses
+            await asyncio.sleep(rng.uniform(0.0, 0.15))
+    except asyncio.CancelledError:
+        h.log("stop", "info")
+        return 0
+    finally:
+        await client.close()
+
+
+async def arelease(h: History, cur: Any, rng: random.Random) -> bool:
+    """release(), awaited."""
+    h.log("release", "invoke")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await cur.release()
+            h.log("release", "ok")
+            return True
+        except (hilock.ConnectionError, hilock.RedisError) as e:
+            if time.monotonic() > deadline:
+                h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
+                return False
+            h.log("release", "retry", error=type(e).__name__, msg=str(e)[:200])
+            await asyncio.sleep(rng.uniform(0.05, 0.2))
+        except hilock.LockError as e:
+            h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
+            return True
+
+
+async def ahold(h: History, cur: Any, rng: random.Random, a: argparse.Namespace,
+                store: Optional[StoreClient], fence: Optional[int]) -> None:
+    """hold(), on the loop: the store is written from a thread of its
+    executor (its client blocks)."""
+    sample(h, cur)
+    end = time.monotonic() + rng.uniform(0.02, a.hold)
+    while True:
+        if cur.lost:
+            h.log("lost", "info", source="flag")
+            return
+        v = sample(h, cur)
+        if v <= 0.05:
+            return
+        if a.kind == "rlock" and rng.random() < 0.3:
+            try:
+                got = await cur.acquire(blocking=False)
+            except hilock.LockError as e:
+                h.log("reenter", "fail", error=type(e).__name__, msg=str(e)[:200])
+            else:
+                h.log("reenter", "ok" if got else "fail")
+                if got:
+                    try:
+                        await cur.release()
+                    except hilock.LockError as e:
+                        h.log("reenter_release", "fail", error=type(e).__name__,
+                              msg=str(e)[:200])
+        if store is not None and fence is not None:
+            try:
+                ok = await asyncio.to_thread(store.write, a.name, fence)
+            except OSError as e:
+                h.log("write", "fail", fence=fence, error=type(e).__name__)
+            else:
+                h.log("write", "ok" if ok else "refused", fence=fence)
+                if not ok:
+                    return
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, rng.uniform(0.05, 0.2)))
 
 
 def multi_names(name: str) -> List[str]:

@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* A URL names the same server as itself (no resolving: a host that
      * is not a literal address compares by name first). */
     if (!u.cluster && !u.sentinel && !u.unix_socket)
-      check(hilock__url_same_server(&u, &u));
+      check(hilock__url_same_server(&u, &u, 0, 0));
   } else {
     check(rc == HILOCK_EINVAL || rc == HILOCK_ENOMEM);
     check(e.code == rc && e.msg[0] != '\0');
