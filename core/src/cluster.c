@@ -367,12 +367,27 @@ static int ever_mapped(hilock_client *c) {
 
 int hilock__cluster_mapped(hilock_client *c, hilock__err *e) {
   int64_t deadline = hilock__budget(c->rt.opts.reconnect_ms);
-  int64_t pause = PAUSE_MIN_MS;
+  int64_t pause = PAUSE_MIN_MS, theirs;
+  int nodes;
+  lock_client(c);
+  nodes = c->cl->nnodes;
+  unlock_client(c);
+  /* Another thread's read dials each node once at most. */
+  theirs = hilock__now_ms() + (int64_t)nodes * (c->rt.opts.connect_timeout_ms +
+                                               c->rt.opts.command_timeout_ms);
+  if (theirs > hilock__call_deadline()) theirs = hilock__call_deadline();
   while (!ever_mapped(c)) {
     int64_t left;
     int rc = hilock__cluster_refresh(c, e, NULL);
     if (ever_mapped(c)) break;
-    if (rc == HILOCK_OK) /* another thread of ours is reading it */
+    if (rc == HILOCK_OK && hilock__now_ms() < theirs) {
+      /* Another thread of ours is reading it: wait for its answer (a
+       * first call of many threads at once), then read it again if that
+       * read failed. */
+      hilock__sleep_ms(2);
+      continue;
+    }
+    if (rc == HILOCK_OK)
       rc = hilock__set_err(e, HILOCK_ECLUSTER,
                            "the cluster's slot map is not read yet");
     left = deadline - hilock__now_ms();

@@ -188,6 +188,26 @@ static void seeds_that_are_down_are_skipped(void **state) {
   hilock_client_free(c);
 }
 
+typedef struct first_call {
+  hilock_client *c;
+  int i, rc;
+  pthread_barrier_t *go;
+} first_call;
+
+static void *first_call_main(void *arg) {
+  first_call *f = arg;
+  char name[32];
+  hilock_lock *l;
+  snprintf(name, sizeof(name), "first%d", f->i);
+  l = hl_new_lock(f->c, name, 5000);
+  pthread_barrier_wait(f->go);
+  f->rc = hilock_lock_try_acquire(l);
+  if (f->rc == HILOCK_OK) f->rc = hilock_lock_release(l);
+  if (f->rc != HILOCK_OK) print_error("%s\n", hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
+  return NULL;
+}
+
 /* connect_later: the map is read by the first call that needs it (a lock
  * on each master, a PING of every master); seeds all down fail that call,
  * not hilock_client_new. */
@@ -208,6 +228,30 @@ static void connect_later_reads_the_map_at_the_first_call(void **state) {
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   assert_non_null(hilock__cluster_owner(c, 0));
   hilock_client_free(c);
+
+  /* Many threads' first calls at once, with no reconnect budget: those
+   * that find another thread reading the map wait for its answer. */
+  {
+    enum { N = 8 };
+    pthread_t t[N];
+    first_call fc[N];
+    pthread_barrier_t go;
+    hilock_options once = o;
+    once.reconnect_ms = 0;
+    c = NULL;
+    assert_hl_ok(hilock_client_new(cl.url, &once, &c), hilock_client_errmsg(c));
+    pthread_barrier_init(&go, NULL, N);
+    for (int i = 0; i < N; i++) {
+      fc[i] = (first_call){c, i, -1, &go};
+      assert_int_equal(pthread_create(&t[i], NULL, first_call_main, &fc[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+      pthread_join(t[i], NULL);
+      assert_int_equal(fc[i].rc, HILOCK_OK);
+    }
+    pthread_barrier_destroy(&go);
+    hilock_client_free(c);
+  }
 
   o.reconnect_ms = 300;
   snprintf(url, sizeof(url), "redis+cluster://127.0.0.1:%d", hl_free_port());
