@@ -241,52 +241,37 @@ async def arelease(h: History, cur: Any, rng: random.Random) -> bool:
             await cur.release()
             h.log("release", "ok")
             return True
-        except (hilock.ConnectionError, hilock.RedisError) as e:
-            if time.monotonic() > deadline:
-                h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
-                return False
-            h.log("release", "retry", error=type(e).__name__, msg=str(e)[:200])
-            await asyncio.sleep(rng.uniform(0.05, 0.2))
         except hilock.LockError as e:
-            h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
-            return True
+            done = release_failed(h, e, deadline)
+            if done is not None:
+                return done
+        await asyncio.sleep(rng.uniform(0.05, 0.2))
 
 
 async def ahold(h: History, cur: Any, rng: random.Random, a: argparse.Namespace,
                 store: Optional[StoreClient], fence: Optional[int]) -> None:
     """hold(), on the loop: the store is written from a thread of its
     executor (its client blocks)."""
-    sample(h, cur)
-    end = time.monotonic() + rng.uniform(0.02, a.hold)
-    while True:
-        if cur.lost:
-            h.log("lost", "info", source="flag")
-            return
-        v = sample(h, cur)
-        if v <= 0.05:
-            return
+    end = hold_begin(h, cur, rng, a)
+    while hold_on(h, cur):
         if a.kind == "rlock" and rng.random() < 0.3:
             try:
                 got = await cur.acquire(blocking=False)
             except hilock.LockError as e:
-                h.log("reenter", "fail", error=type(e).__name__, msg=str(e)[:200])
+                got = reentered(h, e)
             else:
-                h.log("reenter", "ok" if got else "fail")
-                if got:
+                if reentered(h, got):
                     try:
                         await cur.release()
                     except hilock.LockError as e:
-                        h.log("reenter_release", "fail", error=type(e).__name__,
-                              msg=str(e)[:200])
+                        reentered_release(h, e)
         if store is not None and fence is not None:
             try:
                 ok = await asyncio.to_thread(store.write, a.name, fence)
             except OSError as e:
-                h.log("write", "fail", fence=fence, error=type(e).__name__)
-            else:
-                h.log("write", "ok" if ok else "refused", fence=fence)
-                if not ok:
-                    return
+                ok = e
+            if not written(h, fence, ok):
+                return
         left = end - time.monotonic()
         if left <= 0:
             return
@@ -297,20 +282,46 @@ def multi_names(name: str) -> List[str]:
     return [f"{name}:a", f"{name}:b", f"{name}:c"]
 
 
+def reentered(h: History, got: Any) -> bool:
+    """Log a re-entry's outcome (True, False or the exception): True when
+    it is held once more (to be released)."""
+    if isinstance(got, BaseException):
+        h.log("reenter", "fail", error=type(got).__name__, msg=str(got)[:200])
+        return False
+    h.log("reenter", "ok" if got else "fail")
+    return bool(got)
+
+
+def reentered_release(h: History, e: BaseException) -> None:
+    h.log("reenter_release", "fail", error=type(e).__name__, msg=str(e)[:200])
+
+
 def reenter(h: History, cur: Any) -> None:
     """The reentrant lock, held: take it again and give the inner level
     back, as nested code would. A lost lock is not re-entered."""
     try:
         got = cur.acquire(blocking=False)
     except hilock.LockError as e:
-        h.log("reenter", "fail", error=type(e).__name__, msg=str(e)[:200])
-        return
-    h.log("reenter", "ok" if got else "fail")
-    if got:
+        got = e
+    if reentered(h, got):
         try:
             cur.release()
         except hilock.LockError as e:
-            h.log("reenter_release", "fail", error=type(e).__name__, msg=str(e)[:200])
+            reentered_release(h, e)
+
+
+def release_failed(h: History, e: BaseException, deadline: float) -> Optional[bool]:
+    """A release that raised: None to try again (the outcome is unknown: the
+    server unreachable or the reply lost, and the deadline not passed),
+    else what release() returns."""
+    if isinstance(e, (hilock.ConnectionError, hilock.RedisError)):
+        if time.monotonic() > deadline:
+            h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
+            return False
+        h.log("release", "retry", error=type(e).__name__, msg=str(e)[:200])
+        return None
+    h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
+    return True
 
 
 def release(h: History, cur: Any, rng: random.Random) -> bool:
@@ -324,15 +335,11 @@ def release(h: History, cur: Any, rng: random.Random) -> bool:
             cur.release()
             h.log("release", "ok")
             return True
-        except (hilock.ConnectionError, hilock.RedisError) as e:
-            if time.monotonic() > deadline:
-                h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
-                return False
-            h.log("release", "retry", error=type(e).__name__, msg=str(e)[:200])
-            time.sleep(rng.uniform(0.05, 0.2))
         except hilock.LockError as e:
-            h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
-            return True
+            done = release_failed(h, e, deadline)
+            if done is not None:
+                return done
+        time.sleep(rng.uniform(0.05, 0.2))
 
 
 def sample(h: History, cur: Any) -> float:
@@ -343,28 +350,44 @@ def sample(h: History, cur: Any) -> float:
     return v
 
 
+def hold_begin(h: History, cur: Any, rng: random.Random, a: argparse.Namespace) -> float:
+    """A hold begins: its first sample; returns when it is to end."""
+    sample(h, cur)
+    return time.monotonic() + rng.uniform(0.02, a.hold)
+
+
+def hold_on(h: History, cur: Any) -> bool:
+    """Whether to act on the hold now: not lost, and enough validity left
+    to act safely."""
+    if cur.lost:
+        h.log("lost", "info", source="flag")
+        return False
+    return sample(h, cur) > 0.05
+
+
+def written(h: History, fence: int, ok: Any) -> bool:
+    """Log a store write's outcome (True, False or the OSError): False when
+    the store refused the fence (the hold is over)."""
+    if isinstance(ok, OSError):
+        h.log("write", "fail", fence=fence, error=type(ok).__name__)
+        return True
+    h.log("write", "ok" if ok else "refused", fence=fence)
+    return bool(ok)
+
+
 def hold(h: History, cur: Any, rng: random.Random, a: argparse.Namespace,
          store: Optional[StoreClient], fence: Optional[int]) -> None:
-    sample(h, cur)
-    end = time.monotonic() + rng.uniform(0.02, a.hold)
-    while True:
-        if cur.lost:
-            h.log("lost", "info", source="flag")
-            return
-        v = sample(h, cur)
-        if v <= 0.05:
-            return  # too little validity left to act safely: give up this hold
+    end = hold_begin(h, cur, rng, a)
+    while hold_on(h, cur):
         if a.kind == "rlock" and rng.random() < 0.3:
             reenter(h, cur)
         if store is not None and fence is not None:
             try:
-                ok = store.write(a.name, fence)
+                ok: Any = store.write(a.name, fence)
             except OSError as e:
-                h.log("write", "fail", fence=fence, error=type(e).__name__)
-            else:
-                h.log("write", "ok" if ok else "refused", fence=fence)
-                if not ok:
-                    return
+                ok = e
+            if not written(h, fence, ok):
+                return
         left = end - time.monotonic()
         if left <= 0:
             return
