@@ -372,11 +372,11 @@ int hilock_client_list_locks(hilock_client *c, const char *pattern,
   sc->matchlen = hl + patternlen + sizeof(tail) - 1;
   strcpy(sc->cursor, "0");
   sc->c = c; /* keeps the reference hilock__client_enter took */
-  if (c->cl != NULL && (rc = hilock__cluster_mapped(c, e)) != HILOCK_OK) {
-    hilock_scan_free(sc);
-    return rc;
-  }
   if (c->cl != NULL) {
+    if ((rc = hilock__cluster_mapped(c, e)) != HILOCK_OK) {
+      hilock_scan_free(sc);
+      return rc;
+    }
     pthread_mutex_lock(&c->rt.mu);
     sc->nodes = calloc((size_t)c->cl->nnodes + 1, sizeof(*sc->nodes));
     for (int i = 0; sc->nodes != NULL && i < c->cl->nnodes; i++)

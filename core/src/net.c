@@ -156,15 +156,25 @@ static void job_unref(resolve_job *j) {
   free(j);
 }
 
-static void *resolver_main(void *arg) {
-  resolve_job *j = arg;
+/* getaddrinfo for TCP; flags: AI_NUMERICHOST (an address literal, which
+ * needs no resolver) or 0. */
+static int lookup(const char *host, const char *port, int flags,
+                  struct addrinfo **res, int *err) {
   struct addrinfo hints;
-  uint64_t one = 1;
+  int rc;
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  j->rc = getaddrinfo(j->host, j->port, &hints, &j->res);
-  j->err = errno;
+  hints.ai_flags = flags;
+  rc = getaddrinfo(host, port, &hints, res);
+  *err = errno;
+  return rc;
+}
+
+static void *resolver_main(void *arg) {
+  resolve_job *j = arg;
+  uint64_t one = 1;
+  j->rc = lookup(j->host, j->port, 0, &j->res, &j->err);
   __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
   (void)!write(j->efd, &one, sizeof(one));
   job_unref(j);
@@ -206,20 +216,14 @@ static resolve_job *resolve_start(const char *host, const char *port) {
 
 int hilock__resolve(const char *host, const char *port, int64_t deadline_ms,
                     struct addrinfo **res, int *err) {
-  resolve_job *j = resolve_start(host, port);
+  resolve_job *j;
   int rc;
   *res = NULL;
   *err = 0;
-  if (j == NULL) {
-    /* No thread to be had: resolve here, unbounded. */
-    struct addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    rc = getaddrinfo(host, port, &hints, res);
-    *err = errno;
-    return rc;
-  }
+  if (lookup(host, port, AI_NUMERICHOST, res, err) == 0) return 0;
+  j = resolve_start(host, port);
+  if (j == NULL) /* no thread to be had: resolve here, unbounded */
+    return lookup(host, port, 0, res, err);
   while (!__atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) {
     int64_t left = deadline_ms == INT64_MAX ? -1 : deadline_ms - hilock__now_ms();
     if (deadline_ms != INT64_MAX && left <= 0) break;

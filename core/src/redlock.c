@@ -472,13 +472,47 @@ static int64_t default_node_timeout(int64_t ttl_ms) {
   return t < 1 ? 1 : t;
 }
 
+/* Every node at once answers PING (a minority may be down): HILOCK_OK, or
+ * the constructor's failure (a node refused the credentials or TLS; fewer
+ * than a majority answered), set on rl. */
+static int nodes_answer(hilock_redlock *rl) {
+  const char *argv[1] = {"PING"};
+  size_t lens[1] = {4};
+  hilock__req q = {1, argv, lens, NULL, NULL, 0};
+  int ok = 0, refused = 0;
+  round_run(rl, rl->conn, 0, &q, rl->rt.opts.connect_timeout_ms, NULL);
+  for (int i = 0; i < rl->n; i++) {
+    if (rl->conn[i].rc == HILOCK_OK) ok++;
+    else if (rl->conn[i].rc == HILOCK_EAUTH ||
+             rl->conn[i].rc == HILOCK_ENOPERM ||
+             rl->conn[i].rc == HILOCK_ECERT || rl->conn[i].rc == HILOCK_ETLS)
+      refused = rl->conn[i].rc;
+  }
+  conns_clear(rl->conn, rl->n);
+  if (refused) {
+    fail(rl, refused, "redlock: %s",
+         refused == HILOCK_ECERT || refused == HILOCK_ETLS
+             ? "TLS failed on a node"
+             : "a node refused the credentials");
+    append_node_errors(rl, rl->conn);
+    return refused;
+  }
+  if (ok < rl->quorum) {
+    fail(rl, HILOCK_ENOQUORUM, "redlock: %d of %d nodes answered, %d needed",
+         ok, rl->n, rl->quorum);
+    append_node_errors(rl, rl->conn);
+    return HILOCK_ENOQUORUM;
+  }
+  return HILOCK_OK;
+}
+
 int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
                        size_t namelen, int64_t ttl_ms,
                        const hilock_options *opts, hilock_redlock **out) {
   hilock_redlock *rl;
   hilock_options tls_opts;
   hilock__err tmp;
-  int rc, ok = 0, refused = 0;
+  int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
@@ -560,40 +594,9 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
   rl->node_timeout_ms = default_node_timeout(ttl_ms);
   rl->retry_delay_ms = RETRY_DELAY_DEFAULT_MS;
 
-  if (rl->rt.opts.connect_later) {
-    rl->h.err.code = HILOCK_OK;
-    rl->msg[0] = rl->h.err.msg[0] = '\0';
-    return HILOCK_OK;
-  }
-  /* Connect to every node at once; a minority may be down. */
-  {
-    const char *argv[1] = {"PING"};
-    size_t lens[1] = {4};
-    hilock__req q = {1, argv, lens, NULL, NULL, 0};
-    round_run(rl, rl->conn, 0, &q, rl->rt.opts.connect_timeout_ms, NULL);
-  }
-  for (int i = 0; i < rl->n; i++) {
-    if (rl->conn[i].rc == HILOCK_OK) ok++;
-    else if (rl->conn[i].rc == HILOCK_EAUTH ||
-             rl->conn[i].rc == HILOCK_ENOPERM ||
-             rl->conn[i].rc == HILOCK_ECERT || rl->conn[i].rc == HILOCK_ETLS)
-      refused = rl->conn[i].rc;
-  }
-  conns_clear(rl->conn, rl->n);
-  if (refused) {
-    fail(rl, refused, "redlock: %s",
-         refused == HILOCK_ECERT || refused == HILOCK_ETLS
-             ? "TLS failed on a node"
-             : "a node refused the credentials");
-    append_node_errors(rl, rl->conn);
-    return refused;
-  }
-  if (ok < rl->quorum) {
-    fail(rl, HILOCK_ENOQUORUM, "redlock: %d of %d nodes answered, %d needed",
-         ok, rl->n, rl->quorum);
-    append_node_errors(rl, rl->conn);
-    return HILOCK_ENOQUORUM;
-  }
+  /* With connect_later, the first call finds out. */
+  if (!rl->rt.opts.connect_later && (rc = nodes_answer(rl)) != HILOCK_OK)
+    return rc;
   rl->h.err.code = HILOCK_OK;
   rl->msg[0] = rl->h.err.msg[0] = '\0';
   return HILOCK_OK;

@@ -200,7 +200,6 @@ class Client(Uncopyable):
         if h is not None:
             _h.hilock_client_free(h)
 
-
     def __del__(self) -> None:
         if getattr(self, "_h", None) is not None:
             self.close()

@@ -231,7 +231,7 @@ class _Runner:
         """Cancel what is in flight and stop watching the loop's descriptor.
         Runs to its end once begun: a cancelled caller still waits for it
         (every waiting task is told), and concurrent calls share one."""
-        if self._closer is None or (self._closer.done() and self._a is not None):
+        if self._closer is None or self._closer.done():
             self._closer = asyncio.ensure_future(self._close())
         await _through(self._closer)
 
