@@ -29,6 +29,11 @@
  * this often at most, within the holder's TTL. */
 #define NO_HUB_RETRY_MS 100
 #define CALL_SLACK_MS 1000
+/* A cancelled acquire whose attempt is on the wire waits this long more for
+ * the reply (one round trip, normally): then it leaves the attempt to the
+ * undo of an ambiguous grant (call.c), and a stalled server holds it no
+ * longer than that. */
+#define CANCEL_GRACE_MS 100
 /* Once none of the runner's operations waits, its workers give the shared
  * waiting socket back to the hub's thread after this long. */
 #define UNWANT_MS 50
@@ -79,6 +84,8 @@ typedef struct op {
                           its refused attempt's) */
   int64_t pttl, tried_us;
   int stopfd;          /* its direct wait's stop (a cancel writes it) */
+  int64_t cut_ms;      /* its attempt's waits end by then (a cancel sets
+                          it; INT64_MAX: none) */
   char errmsg[256];    /* the failure's message, read where it happened */
   char *wkey;          /* the wake list the ticket is on */
   size_t wkeylen;
@@ -434,7 +441,9 @@ static int step_acquire(op *o) {
       outer = hilock__call_begin(o->deadline_ms == INT64_MAX
                                      ? INT64_MAX
                                      : o->deadline_ms + CALL_SLACK_MS);
+      hilock__tl.cut_ms = &o->cut_ms;
       rc = hilock__acquire_step(&o->spec, woken, &pttl);
+      hilock__tl.cut_ms = NULL;
       hilock__net_on_sent(NULL, NULL);
       hilock__call_end(outer);
       if (woken && o->wkey != NULL)
@@ -909,6 +918,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
                            "out of memory");
   o->a = a;
   o->stopfd = -1;
+  o->cut_ms = INT64_MAX;
   o->data = data;
   o->kind = kind;
   o->h = h;
@@ -1011,6 +1021,23 @@ const char *hilock_async_errmsg(const hilock_async *a) {
   return a == NULL ? "" : a->err.msg;
 }
 
+/* A cancelled acquire's attempt on the wire waits CANCEL_GRACE_MS more at
+ * most (a.mu held; the driving thread): a worker looks at o->cut_ms every
+ * 100 ms, and o's fiber, if suspended on this thread, is woken by then. */
+static void cut(hilock_async *a, op *o) {
+  int64_t at = hilock__now_ms() + CANCEL_GRACE_MS;
+  if (o->kind != OP_ACQUIRE ||
+      at >= __atomic_load_n(&o->cut_ms, __ATOMIC_ACQUIRE))
+    return;
+  __atomic_store_n(&o->cut_ms, at, __ATOMIC_RELEASE);
+  if (a->pid != hilock__pid()) return; /* the parent's fibers */
+  for (int i = 0; i < a->nsusp; i++)
+    if (hilock__fiber_arg(a->susp[i]) == o) {
+      hilock__fiber_cut(a->susp[i], at);
+      if (at < a->armed_ms) arm(a, at);
+    }
+}
+
 int hilock_async_cancel(hilock_async *a, uint64_t id) {
   int rc, how = POKE_NONE;
   if (a == NULL) return HILOCK_EINVAL;
@@ -1022,7 +1049,9 @@ int hilock_async_cancel(hilock_async *a, uint64_t id) {
       o->cancelled = 1;
       /* Asleep: a worker withdraws it now; in a direct wait: the stop fd
        * ends it; queued or on the wire: it sees the flag when its step
-       * ends. */
+       * ends, and an attempt waits no longer than the grace for its
+       * reply. */
+      cut(a, o);
       if (o->state == ST_WAIT) how = queue_run(a, o);
       if (o->stopfd >= 0) {
         uint64_t one = 1;
@@ -1058,7 +1087,10 @@ void hilock_async_free(hilock_async *a) {
    * acquire is withdrawn, a release finishes), then stop them. */
   pthread_mutex_lock(&a->mu);
   for (op *o = a->all; o != NULL; o = o->all_next) {
-    if (o->kind == OP_ACQUIRE) o->cancelled = 1;
+    if (o->kind == OP_ACQUIRE) {
+      o->cancelled = 1;
+      cut(a, o);
+    }
     if (o->stopfd >= 0) {
       uint64_t one = 1;
       (void)!write(o->stopfd, &one, sizeof(one));

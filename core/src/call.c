@@ -42,6 +42,13 @@ int64_t hilock__budget(int64_t ms) {
   return d < tl_deadline_ms ? d : tl_deadline_ms;
 }
 
+int64_t hilock__call_cut(int64_t deadline_ms) {
+  int64_t cut;
+  if (hilock__tl.cut_ms == NULL) return deadline_ms;
+  cut = __atomic_load_n(hilock__tl.cut_ms, __ATOMIC_ACQUIRE);
+  return cut < deadline_ms ? cut : deadline_ms;
+}
+
 int64_t hilock__io_ms(int64_t ms) {
   int64_t left;
   if (tl_deadline_ms == INT64_MAX) return ms;

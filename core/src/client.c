@@ -168,7 +168,7 @@ int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline,
   for (;;) {
     int rc = connect_once(c, e, out);
     if (rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT) return rc;
-    int64_t left = deadline - hilock__now_ms();
+    int64_t left = hilock__call_cut(deadline) - hilock__now_ms();
     if (left <= 0) return rc;
     hilock__sleep_ms(pause < left ? pause : left);
     pause = pause * 2 > 500 ? 500 : pause * 2;
@@ -201,7 +201,7 @@ int hilock__pool_take(hilock_client *c, hilock__err *e, hilock__conn **idle,
       (*open)++;
       return HILOCK_OK;
     }
-    left = deadline_ms - hilock__now_ms();
+    left = hilock__call_cut(deadline_ms) - hilock__now_ms();
     if (left <= 0)
       return hilock__set_err(e, HILOCK_ETIMEDOUT,
                              "all %d connections of the pool stayed busy",

@@ -219,6 +219,12 @@ int hilock__fiber_wait(int fd, short events, int64_t deadline_ms) {
   return f->revents;
 }
 
+void *hilock__fiber_arg(const hilock__fiber *f) { return f->arg; }
+
+void hilock__fiber_cut(hilock__fiber *f, int64_t deadline_ms) {
+  if (deadline_ms < f->deadline_ms) f->deadline_ms = deadline_ms;
+}
+
 void hilock__fiber_waits(const hilock__fiber *f, int *fd, short *events,
                          int64_t *deadline_ms) {
   *fd = f->fd;

@@ -936,6 +936,9 @@ int64_t hilock__call_deadline(void);
 int64_t hilock__call_lift(void);
 /* now + ms, or the call's deadline if sooner. */
 int64_t hilock__budget(int64_t ms);
+/* deadline_ms, or the cut of a cancelled attempt (callstate.cut_ms) if
+ * sooner: every wait of the call ends by then. */
+int64_t hilock__call_cut(int64_t deadline_ms);
 /* A wait of ms (<= 0: none) shortened to what is left of the call (>= 1). */
 int64_t hilock__io_ms(int64_t ms);
 
@@ -1115,8 +1118,11 @@ typedef struct hilock__callstate {
   int woken;                        /* hilock__attempt_woken */
   int stop_fd; /* >= 0: a wait that can be stopped also ends once it is
                   readable (an event loop's cancel) */
+  /* An event loop's acquire: its attempt's waits end by *cut_ms (another
+   * thread may move it: an attempt cancelled on the wire). NULL: none. */
+  const int64_t *cut_ms;
 } hilock__callstate;
-#define HILOCK__CALLSTATE_INIT {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1}
+#define HILOCK__CALLSTATE_INIT {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1, NULL}
 extern __thread hilock__callstate hilock__tl;
 
 /* ## Fibers (fiber.c) ----------------------------------------------------
@@ -1142,6 +1148,10 @@ int hilock__fiber_wait(int fd, short events, int64_t deadline_ms);
 /* What f waits for (valid while it is suspended). */
 void hilock__fiber_waits(const hilock__fiber *f, int *fd, short *events,
                          int64_t *deadline_ms);
+/* The argument f runs with; bring f's wait to an end by deadline_ms (while
+ * it is suspended: its resumer wakes it then, with no events). */
+void *hilock__fiber_arg(const hilock__fiber *f);
+void hilock__fiber_cut(hilock__fiber *f, int64_t deadline_ms);
 
 /* ## Names and keys ------------------------------------------------------
  * Key layout: hilock:{<name>}:<role>. Every key of one lock shares the hash

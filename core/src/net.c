@@ -225,11 +225,14 @@ int hilock__resolve(const char *host, const char *port, int64_t deadline_ms,
   if (j == NULL) /* no thread to be had: resolve here, unbounded */
     return lookup(host, port, 0, res, err);
   while (!__atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) {
-    int64_t left = deadline_ms == INT64_MAX ? -1 : deadline_ms - hilock__now_ms();
-    if (deadline_ms != INT64_MAX && left <= 0) break;
+    int64_t end = hilock__call_cut(deadline_ms);
+    int64_t left = end == INT64_MAX ? -1 : end - hilock__now_ms();
+    if (end != INT64_MAX && left <= 0) break;
     if (hilock__fiber_self() != NULL) {
-      (void)hilock__fiber_wait(j->efd, POLLIN, deadline_ms);
+      (void)hilock__fiber_wait(j->efd, POLLIN, end);
     } else {
+      if (hilock__tl.cut_ms != NULL && (left < 0 || left > STOP_SLICE_MS))
+        left = STOP_SLICE_MS;
       struct pollfd p = {j->efd, POLLIN, 0};
       (void)poll(&p, 1, left < 0 || left > INT32_MAX ? -1 : (int)left);
     }
@@ -462,12 +465,16 @@ static int wait_io(hilock__net *n, int64_t deadline_ms, const char *what) {
   p.events = hilock__net_events(n);
   p.revents = 0;
   for (;;) {
-    left = deadline_ms == INT64_MAX ? -1 : deadline_ms - hilock__now_ms();
-    if (deadline_ms != INT64_MAX && left <= 0)
+    /* A cancel may bring the end closer while this waits: a fiber is woken
+     * for it, a thread looks at it every slice. */
+    int64_t end = hilock__call_cut(deadline_ms);
+    int sliced = n->stop != NULL ||
+                 (hilock__tl.cut_ms != NULL && hilock__fiber_self() == NULL);
+    left = end == INT64_MAX ? -1 : end - hilock__now_ms();
+    if (end != INT64_MAX && left <= 0)
       return hilock__net_fail(n, HILOCK__NET_ETIMEDOUT, "%s %s: timed out",
                               what, n->where);
-    if (n->stop != NULL && (left < 0 || left > STOP_SLICE_MS))
-      left = STOP_SLICE_MS;
+    if (sliced && (left < 0 || left > STOP_SLICE_MS)) left = STOP_SLICE_MS;
     if (hilock__fiber_self() != NULL) {
       /* An event loop's operation: its loop waits. */
       p.revents = (short)hilock__fiber_wait(
@@ -592,8 +599,10 @@ int hilock__net_get_reply(hilock__net *n, void **reply) {
     sent_fn = NULL;
     fn(sent_arg);
   }
+  /* Not an event loop's attempt: a cancel must be able to end its wait
+   * (wait_io looks at the cut). */
   if (n->blocking && n->state == 0 && n->olen == 0 && n->stop == NULL &&
-      hilock__fiber_self() == NULL)
+      hilock__fiber_self() == NULL && hilock__tl.cut_ms == NULL)
     return recv_reply(n, reply);
   deadline = deadline_of(n->timeout_ms);
   for (;;) {

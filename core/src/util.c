@@ -40,17 +40,29 @@ int64_t hilock__now_us(void) {
 
 int64_t hilock__now_ms(void) { return hilock__now_us() / 1000; }
 
-void hilock__sleep_ms(int64_t ms) {
+static void nap_ms(int64_t ms) {
   struct timespec ts;
-  if (ms <= 0) return;
-  if (hilock__fiber_self() != NULL) { /* an event loop's: its loop waits */
-    (void)hilock__fiber_wait(-1, 0, hilock__now_ms() + ms);
-    return;
-  }
   ts.tv_sec = (time_t)(ms / 1000);
   ts.tv_nsec = (long)(ms % 1000) * 1000000L;
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
+}
+
+void hilock__sleep_ms(int64_t ms) {
+  int64_t end;
+  if (ms <= 0) return;
+  end = hilock__now_ms() + ms;
+  if (hilock__fiber_self() != NULL) { /* an event loop's: its loop waits */
+    (void)hilock__fiber_wait(-1, 0, hilock__call_cut(end));
+    return;
+  }
+  if (hilock__tl.cut_ms == NULL) {
+    nap_ms(ms);
+    return;
+  }
+  /* An event loop's attempt on a worker: a cancel may end the pause. */
+  while ((ms = hilock__call_cut(end) - hilock__now_ms()) > 0)
+    nap_ms(ms < 100 ? ms : 100);
 }
 
 int64_t hilock__jitter(int64_t lo, int64_t hi) {

@@ -243,8 +243,9 @@ class _Runner:
         if self._loop is asyncio.get_running_loop():
             # Operations run on this loop's thread (on fibers of the C
             # core): end them here, while the loop turns (a wait is
-            # withdrawn, an attempt on the wire finishes, a release
-            # completes); their callers are told the client closed.
+            # withdrawn, an attempt on the wire finishes or, unanswered
+            # for 100 ms, is left to its undo; a release completes); their
+            # callers are told the client closed.
             self._closing = True
             while _h.hilock_async_pending(a) > 0 and self._a is a:
                 for op_id in list(self._futures):

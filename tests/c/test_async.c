@@ -471,6 +471,51 @@ static void cancel_withdraws_a_waiting_acquire(void **state) {
   hilock_hold_free(HILOCK_HOLD(holder));
 }
 
+/* Cancelling acquires whose attempts are on the wire of a paused server:
+ * each ends shortly with HILOCK_ECANCELED, not when the server answers (the
+ * command timeout is 30 s, the pause 3 s), whether the loop's thread or a
+ * worker runs it; once the server runs the attempts, their undo follows:
+ * nothing is held. */
+static void cancel_ends_an_attempt_a_paused_server_holds(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+  enum { N = 6 }; /* more than the loop's thread runs at once */
+  hilock_lock *w[N];
+  uint64_t ids[N];
+  hilock_async *a;
+  char name[32];
+  int64_t paused;
+  o.command_timeout_ms = 30000;
+  c = hl_client(f->server.url, &o);
+  a = make_async(c);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hl_redis_ok(f->redis, "CLIENT PAUSE 3000 WRITE");
+  paused = hl_now_ms();
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof(name), "cut%d", i);
+    w[i] = make_lock(c, name);
+    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]), 0,
+                                      HILOCK_WAIT_FOREVER, NULL, &ids[i]),
+                 "");
+  }
+  pump(a, 200);
+  for (int i = 0; i < N; i++) assert_hl_ok(hilock_async_cancel(a, ids[i]), "");
+  /* Within the pause: next_done fails the test past 1.5 s. */
+  for (int i = 0; i < N; i++)
+    assert_int_equal(next_done(a, 1500).status, HILOCK_ECANCELED);
+  assert_true(hl_now_ms() - paused < 3000);
+  for (int i = 0; i < N; i++) assert_false(hilock_hold_held(HILOCK_HOLD(w[i])));
+  hl_sleep_ms(3000 - (hl_now_ms() - paused) + 300);
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof(name), "cut%d", i);
+    assert_false(lock_key_exists(f, name));
+    hilock_hold_free(HILOCK_HOLD(w[i]));
+  }
+  hilock_async_free(a);
+  hilock_client_free(c);
+}
+
 /* A cancel that races the grant: either the acquire finished first (the
  * cancel is refused and the caller holds the lock) or it ends cancelled
  * and nothing is held. Never cancelled with the key left behind. */
@@ -923,6 +968,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(an_early_wake_up_finds_nothing_and_clears,
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(cancel_withdraws_a_waiting_acquire,
+                                      hl_setup, hl_teardown),
+      cmocka_unit_test_setup_teardown(cancel_ends_an_attempt_a_paused_server_holds,
                                       hl_setup, hl_teardown),
       cmocka_unit_test_setup_teardown(a_cancelled_grant_is_given_back,
                                       hl_setup, hl_teardown),

@@ -793,6 +793,51 @@ def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> 
     assert [k for k in rds.keys("hilock:{aio:stalled*") if k.endswith(b":lock")] == []
 
 
+def test_a_cancel_does_not_wait_for_a_stalled_servers_reply(redis_nodes) -> None:
+    """wait_for(acquire(), 0.2) while the server sleeps: the cancel ends
+    each attempt on the wire shortly (it does not wait for the reply, up to
+    the command timeout), those on the loop's thread and those the workers
+    run alike; the server runs the attempts once it wakes, and each is
+    undone then: nobody holds any of the locks."""
+    import redis
+
+    node = redis_nodes[0]
+    rds = redis.Redis.from_url(node.url)
+    stall_over: List[bool] = []
+    n = 6  # more than the loop's thread runs at once: some on the workers
+
+    async def main() -> None:
+        c = hla.Client(node.url, command_timeout=30.0)
+        locks = [c.lock(f"aio:cut:{i}", ttl=30) for i in range(n)]
+        assert await locks[0].acquire(blocking=False)  # connected, bound
+        await locks[0].release()
+        sleeper = threading.Thread(target=lambda: redis.Redis.from_url(node.url).execute_command(
+            "DEBUG", "SLEEP", "3"))
+        sleeper.start()
+        await asyncio.sleep(0.1)  # the server sleeps now
+
+        async def one(lk: hla.Lock) -> None:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(lk.acquire(), 0.2)
+
+        await asyncio.gather(*(one(lk) for lk in locks))
+        # Every cancel ended before the server woke (without the cut, each
+        # waited for its reply: after the 3 s sleep).
+        stall_over.append(not sleeper.is_alive())
+        sleeper.join()
+        await c.close()
+
+    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        runner.run(main())
+    assert stall_over == [False]
+    # The attempts ran when the server woke, and their undo right after.
+    for _ in range(200):
+        if not [k for k in rds.keys("hilock:{aio:cut*") if k.endswith(b":lock")]:
+            break
+        time.sleep(0.025)
+    assert [k for k in rds.keys("hilock:{aio:cut*") if k.endswith(b":lock")] == []
+
+
 def test_an_operation_retrying_a_dead_server_keeps_the_loop_turning(redis_nodes) -> None:
     """The server is gone: an acquire retries its connection within the
     client's reconnect budget, pausing between tries on the loop's own

@@ -47,9 +47,13 @@
  *
  * Cancel: hilock_async_cancel ends an acquire with HILOCK_ECANCELED. A
  * waiting acquire leaves its wait at once; one whose attempt is on the
- * wire finishes that attempt first, and a grant it got is released before
- * the cancellation is reported, so a cancelled acquire never leaves the
- * lock held. A release is not cancelled: it finishes.
+ * wire waits at most 100 ms more for that attempt's reply, and a grant it
+ * got is released before the cancellation is reported. An attempt still
+ * unanswered then (a stalled server) is left to the undo of an ambiguous
+ * grant: the owner-checked release is queued behind it on its connection,
+ * so the server gives back what the attempt may grant right after running
+ * it. Either way a cancelled acquire never leaves the lock held. A release
+ * is not cancelled: it finishes.
  *
  * Threads: one thread drives a hilock_async (start, take, cancel, free);
  * its fd may be watched from any. The operations it runs itself run on
@@ -173,8 +177,8 @@ HILOCK_API const char *hilock_async_errmsg(const hilock_async *a);
 /* Operations in flight (started, not yet taken). */
 HILOCK_API size_t hilock_async_pending(const hilock_async *a);
 
-/* Cancel everything in flight, wait for attempts on the wire, stop the
- * threads and free. NULL is a no-op. */
+/* Cancel everything in flight, wait for attempts on the wire (as long as a
+ * cancel waits for them), stop the threads and free. NULL is a no-op. */
 HILOCK_API void hilock_async_free(hilock_async *a);
 
 #ifdef __cplusplus
