@@ -17,7 +17,8 @@
   handoff    a holder thread releases while one waiter is blocked in
              acquire: from release() returning to acquire() returning, for
              an asyncio task and for a thread of the blocking API, rounds
-             of the two sides interleaved.
+             of the two sides interleaved; and from release() called
+             ("from_call": the release's round trip included).
   handoff_process  the same with the holder in another process.
 
 Each timed figure is the median of the per-round medians, with the range
@@ -220,17 +221,18 @@ class ThreadHolder:
         self.h = self.c.lock(name, ttl=10, auto_renew=False)
         assert self.h.acquire(blocking=False)
 
-    def release(self) -> float:
-        """Release; when release() returned."""
+    def release(self) -> Tuple[float, float]:
+        """Release; when release() was called and when it returned."""
+        t = time.monotonic()
         self.h.release()
-        return time.monotonic()
+        return t, time.monotonic()
 
     def close(self) -> None:
         self.c.close()
 
 
 # ProcessHolder's process: holds the lock named on stdin, and on the next
-# line releases it and prints when release() returned.
+# line releases it and prints when release() was called and returned.
 _HOLDER = r'''
 import sys, time, hilock
 c = hilock.Client(sys.argv[1])
@@ -239,8 +241,9 @@ for name in sys.stdin:
     assert h.acquire(blocking=False)
     print("held", flush=True)
     sys.stdin.readline()
+    t = time.monotonic()
     h.release()
-    print(time.monotonic(), flush=True)
+    print(t, time.monotonic(), flush=True)
 '''
 
 
@@ -263,8 +266,9 @@ class ProcessHolder:
     def hold(self, name: str) -> None:
         assert self._say(name) == "held"
 
-    def release(self) -> float:
-        return float(self._say("go"))
+    def release(self) -> Tuple[float, float]:
+        called, returned = self._say("go").split()
+        return float(called), float(returned)
 
     def close(self) -> None:
         self.p.kill()
@@ -275,11 +279,12 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
     """samples per side in all, in rounds that alternate the two sides."""
     sync_c = hilock.Client(url)
 
-    def measure(waiter: Any, k: int) -> float:
+    def measure(waiter: Any, k: int) -> Tuple[float, float]:
         # One lock per side: the other side's client, still subscribed to
         # its wake list for a while (shared waiting lingers), hears nothing.
         name = "bench:handoff:" + waiter.__name__
-        out = []
+        out: List[float] = []
+        out_call: List[float] = []
         for _ in range(k):
             holder.hold(name)
             ready = threading.Event()
@@ -288,10 +293,11 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
             t.start()
             ready.wait()
             time.sleep(0.01)  # the waiter is asleep in acquire
-            t0 = holder.release()
+            called, returned = holder.release()
             t.join()
-            out.append((t1[0] - t0) * 1e6)
-        return statistics.median(out)
+            out.append((t1[0] - returned) * 1e6)
+            out_call.append((t1[0] - called) * 1e6)
+        return statistics.median(out), statistics.median(out_call)
 
     def sync_waiter(name: str, ready: threading.Event, t1: List[float]) -> None:
         lk = sync_c.lock(name, ttl=10, auto_renew=False)
@@ -313,15 +319,26 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
         run_loop(main())
 
     k = max(1, samples // rounds)
+    both: Dict[str, List[Tuple[float, float]]] = {"s": [], "a": []}
     try:
-        s, a = alternate(rounds, lambda: measure(sync_waiter, k),
-                         lambda: measure(async_waiter, k))
+        alternate(rounds, lambda: both["s"].append(measure(sync_waiter, k)) or 0.0,
+                  lambda: both["a"].append(measure(async_waiter, k)) or 0.0)
     finally:
         holder.close()
         sync_c.close()
-    out = {"rounds": rounds, "samples_per_round": k, "thread_us": spread(s),
-           "async_us": spread(a)}
+    s = [x[0] for x in both["s"]]
+    a = [x[0] for x in both["a"]]
+    out: Dict[str, Any] = {"rounds": rounds, "samples_per_round": k, "thread_us": spread(s),
+                           "async_us": spread(a)}
     out["async_over_thread"] = ratio(a, s)
+    # From the release call: the release's own round trip included on both
+    # sides. "From release() returning" can come out negative: the waiter
+    # may hold the lock before the holder's thread is back from its release
+    # (it waits for the interpreter lock, or to be scheduled).
+    s = [x[1] for x in both["s"]]
+    a = [x[1] for x in both["a"]]
+    out["from_call"] = {"thread_us": spread(s), "async_us": spread(a),
+                        "async_over_thread": ratio(a, s)}
     return out
 
 
