@@ -101,6 +101,9 @@ struct hilock_async {
   pthread_cond_t cv; /* work for the workers (run queue, timers, stop) */
   pthread_cond_t quiet; /* the free waits on it for the last operation */
   int efd;
+  int signalled; /* efd was written and not read since (atomic) */
+  int taking;    /* the driving thread runs fibers inside a take: one that
+                    ends there is taken at once, without efd */
   /* The loop's thread runs operations on fibers (fiber.c) when the runner
    * has a client: epfd (the loop's fd) holds efd, tfd (a timer for their
    * waits' deadlines) and the sockets they wait on. The driving thread
@@ -215,6 +218,9 @@ static int finish(hilock_async *a, op *o, int status) {
 static void done_ready(hilock_async *a) {
   uint64_t one = 1;
   (void)!write(a->efd, &one, sizeof(one));
+  /* After the write: a take that saw the flag clear leaves efd readable,
+   * and the next one reads it. */
+  __atomic_store_n(&a->signalled, 1, __ATOMIC_RELEASE);
 }
 
 /* The hub moved an asleep operation on (called with the hub's lock). */
@@ -527,8 +533,10 @@ static void step_over(hilock_async *a, op *o, int status) {
     close(o->stopfd);
     o->stopfd = -1;
   }
-  if (finish(a, o, status)) {
-    /* Not under a.mu: the loop, woken, takes it at once. */
+  if (finish(a, o, status) &&
+      !(hilock__fiber_self() != NULL && a->taking)) {
+    /* Not under a.mu: the loop, woken, takes it at once. (A fiber that
+     * ends inside a take is taken by that take.) */
     pthread_mutex_unlock(&a->mu);
     done_ready(a);
     pthread_mutex_lock(&a->mu);
@@ -577,10 +585,13 @@ static void resume(hilock_async *a, hilock__fiber *f, int revents) {
   if (fd >= 0) {
     struct epoll_event ev;
     memset(&ev, 0, sizeof(ev));
-    ev.events = (uint32_t)events;
+    /* One-shot, and left in epfd after it fired: the next wait on the
+     * same socket re-arms it with a MOD (an ADD costs more: epfd is in the
+     * loop's own epoll set). A closed socket leaves epfd by itself. */
+    ev.events = (uint32_t)events | EPOLLONESHOT;
     ev.data.ptr = f;
-    if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
-        (errno != EEXIST || epoll_ctl(a->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)) {
+    if (epoll_ctl(a->epfd, EPOLL_CTL_MOD, fd, &ev) != 0 &&
+        (errno != ENOENT || epoll_ctl(a->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)) {
       /* Not watchable: let it look at the socket itself at once. */
       deadline = 0;
     }
@@ -589,7 +600,8 @@ static void resume(hilock_async *a, hilock__fiber *f, int revents) {
   if (deadline < a->armed_ms) arm(a, deadline);
 }
 
-/* Take f off the suspended list (and its socket off epfd), then resume. */
+/* Take f off the suspended list, then resume (its socket's registration,
+ * if it did not fire, off epfd). */
 static void wake_fiber(hilock_async *a, int i, int revents) {
   hilock__fiber *f = a->susp[i];
   int fd;
@@ -597,7 +609,7 @@ static void wake_fiber(hilock_async *a, int i, int revents) {
   int64_t deadline;
   a->susp[i] = a->susp[--a->nsusp];
   hilock__fiber_waits(f, &fd, &events, &deadline);
-  if (fd >= 0) (void)epoll_ctl(a->epfd, EPOLL_CTL_DEL, fd, NULL);
+  if (fd >= 0 && revents == 0) (void)epoll_ctl(a->epfd, EPOLL_CTL_DEL, fd, NULL);
   resume(a, f, revents);
 }
 
@@ -612,6 +624,7 @@ static void run_fibers(hilock_async *a) {
     if (p == &a->tfd) {
       uint64_t v;
       (void)!read(a->tfd, &v, sizeof(v));
+      a->armed_ms = INT64_MAX; /* it fired: disarmed */
       continue;
     }
     if (p == &a->efd) continue; /* hilock_async_take reads it */
@@ -636,7 +649,10 @@ static void run_fibers(hilock_async *a) {
       }
       if (deadline < next) next = deadline;
     }
-    if (!again && next != a->armed_ms) arm(a, next);
+    /* Armed early is enough: a timer that fires with nothing due
+     * leaves it disarmed, and the next pass arms it again if a fiber
+     * waits. Never disarmed here (a syscall per operation). */
+    if (!again && next < a->armed_ms) arm(a, next);
   }
 }
 
@@ -841,7 +857,11 @@ size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
   size_t n = 0;
   uint64_t v;
   if (a == NULL || out == NULL) return 0;
-  if (a->pid == hilock__pid()) run_fibers(a);
+  if (a->pid == hilock__pid()) {
+    a->taking = 1;
+    run_fibers(a);
+    a->taking = 0;
+  }
   pthread_mutex_lock(&a->mu);
   while (n < max && a->done != NULL) {
     op *o = a->done;
@@ -857,11 +877,9 @@ size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
     free(o);
   }
   /* Readable again only while some remain. */
-  (void)!read(a->efd, &v, sizeof(v));
-  if (a->done != NULL) {
-    v = 1;
-    (void)!write(a->efd, &v, sizeof(v));
-  }
+  if (__atomic_exchange_n(&a->signalled, 0, __ATOMIC_ACQ_REL))
+    (void)!read(a->efd, &v, sizeof(v));
+  if (a->done != NULL) done_ready(a);
   pthread_mutex_unlock(&a->mu);
   return n;
 }
