@@ -156,7 +156,17 @@ class _Runner:
             self._pid = os.getpid()
             loop.add_reader(_h.hilock_async_fd(self._a), self._drain)
         elif loop is not self._loop:
-            raise RuntimeError(f"this {self._what} is bound to another event loop")
+            assert self._loop is not None
+            if not self._loop.is_closed() or _h.hilock_async_pending(self._a) > 0:
+                raise RuntimeError(f"this {self._what} is bound to another event loop "
+                                   "(one that is still open, or has operations in flight)")
+            # Its loop is closed with nothing in flight (asyncio.run called
+            # again, a test framework's loop per test): bind to this one.
+            # The old runner's threads are idle; freeing it touches no
+            # connection.
+            a, self._a = self._a, None
+            _h.hilock_async_free(a)
+            return self.get()
         return self._a
 
     def _drain(self) -> None:
@@ -308,7 +318,9 @@ class Client(Uncopyable):
     on the network): the first operation connects, on the loop, and raises
     what the connection met (a refused connection, a wrong password). The
     first operation also binds it to the running event loop; use it from
-    that loop only.
+    that loop only. Once that loop is closed (``asyncio.run`` returned, a
+    test's loop ended) with nothing in flight, the next operation binds it
+    to the loop running then.
     """
 
     _copy_refusal = ("hilock.asyncio.Client cannot be copied: share the one client "

@@ -284,6 +284,45 @@ def test_bad_input(rds, redis_url) -> None:
     run(redis_url, main)
 
 
+def test_a_client_moves_to_the_next_loop_once_its_loop_is_closed(rds, redis_url) -> None:
+    """One client (and its lock objects) over successive loops, as
+    successive asyncio.run calls or a test framework's loop per test use
+    it: each loop's first operation binds it anew once the loop before is
+    closed, and the runner of the closed loop is freed (no thread is left
+    behind per loop). A second loop while the first is open is refused."""
+    c = hla.Client(redis_url)
+    lk = c.lock("aio:loops", ttl=10)
+    fences: List[int] = []
+
+    async def cycle() -> None:
+        async with lk:
+            assert lk.fence is not None
+            fences.append(lk.fence)
+
+    threads: List[int] = []
+    for _ in range(4):
+        with asyncio.Runner(loop_factory=_loop_factory) as runner:
+            runner.run(cycle())
+        threads.append(threads_now())
+    assert len(fences) == 4 and fences == sorted(set(fences))
+    assert threads[3] <= threads[0], threads  # the closed loops' runners went
+
+    first = asyncio.Runner(loop_factory=_loop_factory)
+    second = asyncio.Runner(loop_factory=_loop_factory)
+    try:
+        first.run(cycle())
+        with pytest.raises(RuntimeError, match="another event loop"):
+            second.run(cycle())
+        first.close()
+        second.run(cycle())  # the first loop is closed now
+        second.run(c.close())
+    finally:
+        first.close()
+        second.close()
+    assert len(fences) == 6
+    assert not rds.exists("hilock:{aio:loops}:lock")
+
+
 def test_clients_and_locks_refuse_copies(redis_url) -> None:
     """As in the blocking API: a copy of a client or a lock would be a
     second handle on one pool or one holder, so copies and pickles raise
