@@ -37,6 +37,7 @@ import weakref
 from types import TracebackType
 from typing import (
     Any,
+    AsyncIterator,
     Callable,
     Dict,
     Generic,
@@ -461,6 +462,27 @@ class Client(Uncopyable):
         :class:`hilock.SoldOut` once every segment is empty."""
         return SegmentedLock(self, self._sync.segmented_lock(
             name, segments, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold))
+
+    async def ping(self) -> None:
+        """One round trip (PING), as :meth:`hilock.Client.ping` (on a
+        thread of the loop's default executor)."""
+        await asyncio.get_running_loop().run_in_executor(None, self._sync.ping)
+
+    async def list_locks(self, pattern: Name = "*") -> AsyncIterator[LockInfo]:
+        """The locks present whose name matches ``pattern``, as
+        :meth:`hilock.Client.list_locks`: ``async for info in
+        client.list_locks("orders:*")``. Each step (a SCAN page, an inspect)
+        runs on a thread of the loop's default executor."""
+        loop = asyncio.get_running_loop()
+        walk = self._sync.list_locks(pattern)
+        try:
+            while True:
+                info: Optional[LockInfo] = await loop.run_in_executor(None, next, walk, None)
+                if info is None:
+                    return
+                yield info
+        finally:
+            walk.close()  # type: ignore[attr-defined]
 
     async def inspect(self, name: Name) -> LockInfo:
         """What the lock ``name`` holds now, as :meth:`hilock.Client.inspect`

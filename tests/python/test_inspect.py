@@ -303,3 +303,32 @@ def test_asyncio_inspect_and_force_release(redis_url: str, rds: Any) -> None:
                 await lk.release()
 
     asyncio.run(main())
+
+
+def test_asyncio_ping_and_list_locks(redis_url: str, rds: Any) -> None:
+    """The asyncio client's ping() and list_locks() (an async iterator);
+    a bad pattern raises from the first step, and leaving the walk early
+    frees it."""
+    import asyncio
+
+    import hilock.asyncio as hio
+
+    async def main() -> None:
+        async with hio.Client(redis_url) as c:
+            assert await c.ping() is None
+            locks = [c.lock(f"aio-list-{i}", ttl=9) for i in range(5)]
+            for lk in locks:
+                assert await lk.acquire()
+            names = sorted([info.name async for info in c.list_locks("aio-list-*")])
+            assert names == [f"aio-list-{i}" for i in range(5)]
+            async for info in c.list_locks("aio-list-*"):
+                assert info.held and info.type == "lock"
+                break  # the walk is closed, not left open
+            assert [i async for i in c.list_locks("aio-none-*")] == []
+            with pytest.raises(hilock.InvalidArgument):
+                async for _ in c.list_locks("x" * 100_000):
+                    pass
+            for lk in locks:
+                await lk.release()
+
+    asyncio.run(main())
