@@ -10,49 +10,91 @@ The C core (hilock._hilock) does the work; this package gives it the
 """
 from __future__ import annotations
 
+import importlib
 import logging
-from typing import Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Union
 
-from . import _hilock
-from ._base import LockBase, LostCallback
-from ._client import Client, default_client, default_url, redlock
-from ._fair import FairLock
-from ._inspect import LockInfo
-from ._lock import Lock
-from ._multilock import MultiLock
-from ._redlock import Redlock
-from ._rlock import RedissonRWLock, RLock
-from ._rwlock import ReadLock, RWLock, WriteLock
-from ._seglock import SegmentedLock
-from ._semaphore import Semaphore
-from ._seqlock import SequentialLock
-from ._store import BoundStore, FencedStore
-from ._util import Name
-from .errors import (
-    AuthenticationError,
-    CertificateError,
-    ClusterError,
-    ConnectionError,
-    CrossSlotError,
-    DeadlockError,
-    ForkedLockError,
-    InvalidArgument,
-    LockError,
-    LockLost,
-    LockNotOwnedError,
-    LockTimeout,
-    NoPermissionError,
-    NoQuorumError,
-    NotEnoughReplicas,
-    RedisError,
-    SoldOut,
-    StaleFence,
-    TLSError,
-    UnsupportedError,
-    WrongTypeError,
-)
+if TYPE_CHECKING:
+    from ._base import LockBase, LostCallback
+    from ._client import Client, default_client, default_url, redlock
+    from ._fair import FairLock
+    from ._inspect import LockInfo
+    from ._lock import Lock
+    from ._multilock import MultiLock
+    from ._redlock import Redlock
+    from ._rlock import RedissonRWLock, RLock
+    from ._rwlock import ReadLock, RWLock, WriteLock
+    from ._seglock import SegmentedLock
+    from ._semaphore import Semaphore
+    from ._seqlock import SequentialLock
+    from ._store import BoundStore, FencedStore
+    from ._util import Name
+    from .errors import (
+        AuthenticationError,
+        CertificateError,
+        ClusterError,
+        ConnectionError,
+        CrossSlotError,
+        DeadlockError,
+        ForkedLockError,
+        InvalidArgument,
+        LockError,
+        LockLost,
+        LockNotOwnedError,
+        LockTimeout,
+        NoPermissionError,
+        NoQuorumError,
+        NotEnoughReplicas,
+        RedisError,
+        SoldOut,
+        StaleFence,
+        TLSError,
+        UnsupportedError,
+        WrongTypeError,
+    )
 
-__version__ = _hilock.hilock_version_string().decode()
+    __version__: str
+
+# Where each public name lives. They are imported on first use (PEP 562),
+# so that a submodule which needs none of them (the pytest plugin, loaded
+# into every pytest run where hilock is installed) does not load the C core.
+_WHERE = {
+    "LockBase": "_base", "LostCallback": "_base",
+    "Client": "_client", "default_client": "_client", "default_url": "_client",
+    "redlock": "_client",
+    "FairLock": "_fair", "LockInfo": "_inspect", "Lock": "_lock", "MultiLock": "_multilock",
+    "Redlock": "_redlock", "RedissonRWLock": "_rlock", "RLock": "_rlock",
+    "ReadLock": "_rwlock", "RWLock": "_rwlock", "WriteLock": "_rwlock",
+    "SegmentedLock": "_seglock", "Semaphore": "_semaphore", "SequentialLock": "_seqlock",
+    "BoundStore": "_store", "FencedStore": "_store", "Name": "_util",
+}
+_WHERE.update(dict.fromkeys([
+    "AuthenticationError", "CertificateError", "ClusterError", "ConnectionError",
+    "CrossSlotError", "DeadlockError", "ForkedLockError", "InvalidArgument", "LockError",
+    "LockLost", "LockNotOwnedError", "LockTimeout", "NoPermissionError", "NoQuorumError",
+    "NotEnoughReplicas", "RedisError", "SoldOut", "StaleFence", "TLSError",
+    "UnsupportedError", "WrongTypeError"], "errors"))
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+    def __getattr__(name: str) -> Any:
+        if name == "__version__":
+            value = importlib.import_module("._hilock", __name__).hilock_version_string().decode()
+        elif name in _WHERE:
+            value = getattr(importlib.import_module("." + _WHERE[name], __name__), name)
+        elif name.startswith("__"):
+            raise AttributeError(f"module 'hilock' has no attribute {name!r}")
+        else:
+            try:  # a submodule (hilock._hilock, hilock.errors, ...)
+                return importlib.import_module("." + name, __name__)
+            except ModuleNotFoundError:
+                raise AttributeError(f"module 'hilock' has no attribute {name!r}") from None
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_WHERE) | {"__version__"})
+
 
 # Losses, renewal failures, reconnects and failovers are logged on the
 # "hilock" logger; nothing is printed unless the application configures it.
@@ -80,24 +122,29 @@ __all__ = [
 ]
 
 
+def _default() -> Client:
+    from ._client import default_client
+    return default_client()
+
+
 def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
          auto_renew: bool = True, max_hold: Optional[float] = None,
          on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
     """An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``)."""
-    return default_client().lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+    return _default().lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
                                  max_hold=max_hold, on_lost=on_lost)
 
 
 def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
     """A simple (non-expiring) lock on the default client."""
-    return default_client().simple_lock(name, timeout=timeout)
+    return _default().simple_lock(name, timeout=timeout)
 
 
 def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
           auto_renew: bool = True, max_hold: Optional[float] = None,
           on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
     """A lease on the default client."""
-    return default_client().lease(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+    return _default().lease(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
                                   max_hold=max_hold, on_lost=on_lost)
 
 
@@ -105,7 +152,7 @@ def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
           auto_renew: bool = True, max_hold: Optional[float] = None,
           on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
     """A reentrant lock on the default client."""
-    return default_client().rlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+    return _default().rlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
                                   max_hold=max_hold, on_lost=on_lost)
 
 
@@ -113,7 +160,7 @@ def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[flo
               auto_renew: bool = True, max_hold: Optional[float] = None,
               on_lost: Optional[LostCallback[Semaphore]] = None) -> Semaphore:
     """A counting semaphore on the default client."""
-    return default_client().semaphore(name, permits, ttl=ttl, timeout=timeout,
+    return _default().semaphore(name, permits, ttl=ttl, timeout=timeout,
                                       auto_renew=auto_renew, max_hold=max_hold,
                                       on_lost=on_lost)
 
@@ -122,7 +169,7 @@ def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
               on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
     """A fair (FIFO) lock on the default client."""
-    return default_client().fair_lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+    return _default().fair_lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
                                       max_hold=max_hold, on_lost=on_lost)
 
 
@@ -130,7 +177,7 @@ def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
            auto_renew: bool = True, max_hold: Optional[float] = None,
            on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
     """A read-write lock on the default client."""
-    return default_client().rwlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+    return _default().rwlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
                                    max_hold=max_hold, on_lost=on_lost)
 
 
@@ -138,7 +185,7 @@ def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float
                auto_renew: bool = True, max_hold: Optional[float] = None,
                on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
     """A multi-key lock (all names or none) on the default client."""
-    return default_client().multi_lock(names, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+    return _default().multi_lock(names, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
                                        max_hold=max_hold, on_lost=on_lost)
 
 
@@ -146,7 +193,7 @@ def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = No
                     auto_renew: bool = True, max_hold: Optional[float] = None,
                     on_lost: Optional[LostCallback[SequentialLock]] = None) -> SequentialLock:
     """A sequential (ZooKeeper-style) lock on the default client."""
-    return default_client().sequential_lock(name, ttl=ttl, timeout=timeout,
+    return _default().sequential_lock(name, ttl=ttl, timeout=timeout,
                                             auto_renew=auto_renew, max_hold=max_hold,
                                             on_lost=on_lost)
 
@@ -156,6 +203,6 @@ def segmented_lock(name: Name, segments: int, ttl: float = 30.0,
                    max_hold: Optional[float] = None,
                    on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
     """A segmented lock on the default client."""
-    return default_client().segmented_lock(name, segments, ttl=ttl, timeout=timeout,
+    return _default().segmented_lock(name, segments, ttl=ttl, timeout=timeout,
                                            auto_renew=auto_renew, max_hold=max_hold,
                                            on_lost=on_lost)

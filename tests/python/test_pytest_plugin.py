@@ -145,3 +145,23 @@ def test_command_closes_its_socket_at_once() -> None:
             assert len(os.listdir("/proc/self/fd")) == before
         finally:
             gc.enable()
+
+
+def test_loading_the_plugin_leaves_the_c_core_unloaded() -> None:
+    """The plugin is loaded into every pytest run where hilock is
+    installed, whether its tests use hilock or not: importing it (and so
+    the hilock package) must not load the C core and the lock classes.
+    The package's names still resolve on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hilock.pytest_plugin\n"
+            "print(sorted(m for m in sys.modules if m.startswith('hilock')))\n"
+            "import hilock\n"
+            "assert hilock.Client.__name__ == 'Client' and hilock.__version__\n"
+            "assert issubclass(hilock.LockTimeout, hilock.LockError)\n"
+            "assert 'lock' in dir(hilock) and hilock._hilock.HILOCK_OK == 0\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=os.environ)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['hilock', 'hilock._server', 'hilock.pytest_plugin']"
