@@ -12,11 +12,24 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, List
 
 if TYPE_CHECKING:
-    from ._base import LockBase, LostCallback
+    from ._base import LockBase
+    from ._base import LostCallback as LostCallback
     from ._client import Client, default_client, default_url, redlock
+    from ._default import (
+        fair_lock,
+        lease,
+        lock,
+        multi_lock,
+        rlock,
+        rwlock,
+        segmented_lock,
+        semaphore,
+        sequential_lock,
+        simple_lock,
+    )
     from ._fair import FairLock
     from ._inspect import LockInfo
     from ._lock import Lock
@@ -28,7 +41,7 @@ if TYPE_CHECKING:
     from ._semaphore import Semaphore
     from ._seqlock import SequentialLock
     from ._store import BoundStore, FencedStore
-    from ._util import Name
+    from ._util import Name as Name
     from .errors import (
         AuthenticationError,
         CertificateError,
@@ -68,6 +81,9 @@ _WHERE = {
     "SegmentedLock": "_seglock", "Semaphore": "_semaphore", "SequentialLock": "_seqlock",
     "BoundStore": "_store", "FencedStore": "_store", "Name": "_util",
 }
+_WHERE.update(dict.fromkeys([
+    "lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock", "multi_lock",
+    "sequential_lock", "segmented_lock"], "_default"))
 _WHERE.update(dict.fromkeys([
     "AuthenticationError", "CertificateError", "ClusterError", "ConnectionError",
     "CrossSlotError", "DeadlockError", "ForkedLockError", "InvalidArgument", "LockError",
@@ -120,89 +136,3 @@ __all__ = [
     "FencedStore", "BoundStore", "StaleFence",
     "LockInfo",
 ]
-
-
-def _default() -> Client:
-    from ._client import default_client
-    return default_client()
-
-
-def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-         auto_renew: bool = True, max_hold: Optional[float] = None,
-         on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
-    """An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``)."""
-    return _default().lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                 max_hold=max_hold, on_lost=on_lost)
-
-
-def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
-    """A simple (non-expiring) lock on the default client."""
-    return _default().simple_lock(name, timeout=timeout)
-
-
-def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-          auto_renew: bool = True, max_hold: Optional[float] = None,
-          on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
-    """A lease on the default client."""
-    return _default().lease(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                  max_hold=max_hold, on_lost=on_lost)
-
-
-def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-          auto_renew: bool = True, max_hold: Optional[float] = None,
-          on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
-    """A reentrant lock on the default client."""
-    return _default().rlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                  max_hold=max_hold, on_lost=on_lost)
-
-
-def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
-              auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback[Semaphore]] = None) -> Semaphore:
-    """A counting semaphore on the default client."""
-    return _default().semaphore(name, permits, ttl=ttl, timeout=timeout,
-                                      auto_renew=auto_renew, max_hold=max_hold,
-                                      on_lost=on_lost)
-
-
-def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-              auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
-    """A fair (FIFO) lock on the default client."""
-    return _default().fair_lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                      max_hold=max_hold, on_lost=on_lost)
-
-
-def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-           auto_renew: bool = True, max_hold: Optional[float] = None,
-           on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
-    """A read-write lock on the default client."""
-    return _default().rwlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                   max_hold=max_hold, on_lost=on_lost)
-
-
-def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None, *,
-               auto_renew: bool = True, max_hold: Optional[float] = None,
-               on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
-    """A multi-key lock (all names or none) on the default client."""
-    return _default().multi_lock(names, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                       max_hold=max_hold, on_lost=on_lost)
-
-
-def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-                    auto_renew: bool = True, max_hold: Optional[float] = None,
-                    on_lost: Optional[LostCallback[SequentialLock]] = None) -> SequentialLock:
-    """A sequential (ZooKeeper-style) lock on the default client."""
-    return _default().sequential_lock(name, ttl=ttl, timeout=timeout,
-                                            auto_renew=auto_renew, max_hold=max_hold,
-                                            on_lost=on_lost)
-
-
-def segmented_lock(name: Name, segments: int, ttl: float = 30.0,
-                   timeout: Optional[float] = None, *, auto_renew: bool = True,
-                   max_hold: Optional[float] = None,
-                   on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
-    """A segmented lock on the default client."""
-    return _default().segmented_lock(name, segments, ttl=ttl, timeout=timeout,
-                                           auto_renew=auto_renew, max_hold=max_hold,
-                                           on_lost=on_lost)

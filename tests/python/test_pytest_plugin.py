@@ -160,7 +160,9 @@ def test_loading_the_plugin_leaves_the_c_core_unloaded() -> None:
             "import hilock\n"
             "assert hilock.Client.__name__ == 'Client' and hilock.__version__\n"
             "assert issubclass(hilock.LockTimeout, hilock.LockError)\n"
-            "assert 'lock' in dir(hilock) and hilock._hilock.HILOCK_OK == 0\n")
+            "assert 'lock' in dir(hilock) and hilock._hilock.HILOCK_OK == 0\n"
+            "import typing\n"
+            "assert typing.get_type_hints(hilock.lock)['return'] is hilock.Lock\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=os.environ)
     assert out.returncode == 0, out.stderr

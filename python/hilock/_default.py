@@ -1,0 +1,112 @@
+"""The module-level constructors (``hilock.lock`` and the others) on the
+default client. A module of its own so that ``import hilock`` loads
+nothing until a name is used, while these keep real globals for their
+annotations (``typing.get_type_hints(hilock.lock)``)."""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Union
+
+from ._base import LostCallback
+from ._client import Client, default_client
+from ._fair import FairLock
+from ._lock import Lock
+from ._multilock import MultiLock
+from ._rlock import RLock
+from ._rwlock import ReadLock, RWLock, WriteLock
+from ._seglock import SegmentedLock
+from ._semaphore import Semaphore
+from ._seqlock import SequentialLock
+from ._util import Name
+
+__all__ = ["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock",
+           "multi_lock", "sequential_lock", "segmented_lock"]
+
+
+def _default() -> Client:
+    return default_client()
+
+
+def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+         auto_renew: bool = True, max_hold: Optional[float] = None,
+         on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
+    """An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``)."""
+    return _default().lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                 max_hold=max_hold, on_lost=on_lost)
+
+
+def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
+    """A simple (non-expiring) lock on the default client."""
+    return _default().simple_lock(name, timeout=timeout)
+
+
+def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+          auto_renew: bool = True, max_hold: Optional[float] = None,
+          on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
+    """A lease on the default client."""
+    return _default().lease(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                  max_hold=max_hold, on_lost=on_lost)
+
+
+def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+          auto_renew: bool = True, max_hold: Optional[float] = None,
+          on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
+    """A reentrant lock on the default client."""
+    return _default().rlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                  max_hold=max_hold, on_lost=on_lost)
+
+
+def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
+              auto_renew: bool = True, max_hold: Optional[float] = None,
+              on_lost: Optional[LostCallback[Semaphore]] = None) -> Semaphore:
+    """A counting semaphore on the default client."""
+    return _default().semaphore(name, permits, ttl=ttl, timeout=timeout,
+                                      auto_renew=auto_renew, max_hold=max_hold,
+                                      on_lost=on_lost)
+
+
+def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+              auto_renew: bool = True, max_hold: Optional[float] = None,
+              on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
+    """A fair (FIFO) lock on the default client."""
+    return _default().fair_lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                      max_hold=max_hold, on_lost=on_lost)
+
+
+def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+           auto_renew: bool = True, max_hold: Optional[float] = None,
+           on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
+    """A read-write lock on the default client."""
+    return _default().rwlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                   max_hold=max_hold, on_lost=on_lost)
+
+
+def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
+    """A multi-key lock (all names or none) on the default client."""
+    return _default().multi_lock(names, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
+                                       max_hold=max_hold, on_lost=on_lost)
+
+
+def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                    auto_renew: bool = True, max_hold: Optional[float] = None,
+                    on_lost: Optional[LostCallback[SequentialLock]] = None) -> SequentialLock:
+    """A sequential (ZooKeeper-style) lock on the default client."""
+    return _default().sequential_lock(name, ttl=ttl, timeout=timeout,
+                                            auto_renew=auto_renew, max_hold=max_hold,
+                                            on_lost=on_lost)
+
+
+def segmented_lock(name: Name, segments: int, ttl: float = 30.0,
+                   timeout: Optional[float] = None, *, auto_renew: bool = True,
+                   max_hold: Optional[float] = None,
+                   on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
+    """A segmented lock on the default client."""
+    return _default().segmented_lock(name, segments, ttl=ttl, timeout=timeout,
+                                           auto_renew=auto_renew, max_hold=max_hold,
+                                           on_lost=on_lost)
+
+
+for _f in (lock, simple_lock, lease, rlock, semaphore, fair_lock, rwlock, multi_lock,
+           sequential_lock, segmented_lock):
+    _f.__module__ = "hilock"  # where users find them
