@@ -60,8 +60,11 @@ int64_t hilock__io_ms(int64_t ms) {
 const hilock__undo *hilock__undo_arm(const hilock__undo *u) {
   const hilock__undo *outer = tl_undo;
   tl_undo = u;
+  hilock__tl.undone = 0;
   return outer;
 }
+
+int hilock__undo_queued(void) { return hilock__tl.undone; }
 
 void hilock__undo_disarm(const hilock__undo *outer) { tl_undo = outer; }
 
@@ -151,7 +154,8 @@ int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
   if (ok) ok = hilock__net_flush(k->ctx) == 0;
   if (!ok) return 0;
   r = malloc(sizeof(*r));
-  if (r == NULL) return 1; /* written: the server runs it in order anyway */
+  hilock__tl.undone = 1; /* written: the server runs it in order anyway */
+  if (r == NULL) return 1;
   r->ctx = k->ctx;
   r->owed = owed + 1;
   r->wait_ms = u->wait_ms > 0 ? u->wait_ms : 30000;

@@ -957,6 +957,9 @@ typedef struct hilock__undo {
  * undo, to give back to hilock__undo_disarm. */
 const hilock__undo *hilock__undo_arm(const hilock__undo *u);
 void hilock__undo_disarm(const hilock__undo *outer);
+/* 1 if the undo armed last on this thread went out behind its unanswered
+ * script (the caller's own clean-up would only wait on the same server). */
+int hilock__undo_queued(void);
 /* A reply timed out on k with `owed` replies unread: queue the armed undo
  * behind them on k and hand its socket to a reaper thread (k->ctx becomes
  * NULL). Returns 1 if the undo was sent, 0 if none was armed or it failed. */
@@ -1121,8 +1124,9 @@ typedef struct hilock__callstate {
   /* An event loop's acquire: its attempt's waits end by *cut_ms (another
    * thread may move it: an attempt cancelled on the wire). NULL: none. */
   const int64_t *cut_ms;
+  int undone; /* the armed undo was queued (hilock__undo_queued) */
 } hilock__callstate;
-#define HILOCK__CALLSTATE_INIT {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1, NULL}
+#define HILOCK__CALLSTATE_INIT {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1, NULL, 0}
 extern __thread hilock__callstate hilock__tl;
 
 /* ## Fibers (fiber.c) ----------------------------------------------------

@@ -32,6 +32,7 @@ struct hilock_sequential_lock {
   size_t wkeylen;
   char id[HILOCK__TOKEN_LEN + 1]; /* contender id of the acquire in progress */
   int queue;                      /* the acquire in progress may enqueue */
+  int left; /* its leave went out behind an unanswered attempt */
   int64_t seq;      /* sequence of the entry (atomic: read by other threads) */
   int64_t session_ms; /* a waiter's session window (atomic) */
   /* The renewal's KEYS[2..3]: queue and holder. */
@@ -118,9 +119,24 @@ static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
             : strcmp(op, "release") == 0 || strcmp(op, "leave") == 0
                 ? HILOCK__RUN_WAKES
                 : 0;
-  return hilock__script_run_as(sl->h.client, e, &hilock__script_seqlock, how,
-                               NKEYS, (const char **)sl->keys, sl->keylens, 6,
-                               args, arglens, out);
+  /* An attempt goes with its undo, the contender's leave (see fair.c's
+   * run): sl->left says the acquire's own leave is done. */
+  int attempt = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0;
+  const char *uargs[6] = {"leave", id, ttl, win, msb, ""};
+  size_t uarglens[6] = {5, arglens[1], arglens[2], arglens[3], arglens[4], 0};
+  hilock__undo u = {&hilock__script_seqlock, NKEYS, 6,
+                    (const char *const *)sl->keys, sl->keylens, uargs,
+                    uarglens, sl->h.ttl_ms};
+  const hilock__undo *outer = NULL;
+  if (attempt) outer = hilock__undo_arm(&u);
+  int rc = hilock__script_run_as(sl->h.client, e, &hilock__script_seqlock,
+                                 how, NKEYS, (const char **)sl->keys,
+                                 sl->keylens, 6, args, arglens, out);
+  if (attempt) {
+    if (hilock__undo_queued()) sl->left = 1;
+    hilock__undo_disarm(outer);
+  }
+  return rc;
 }
 
 /* Point the wake key at the entry with sequence seq. */
@@ -177,6 +193,7 @@ static int begin(void *arg, int queue) {
   if (rc != HILOCK_OK) return rc;
   set_seq(sl, 0);
   sl->queue = queue;
+  sl->left = 0;
   return HILOCK_OK;
 }
 
@@ -188,8 +205,9 @@ static void leave(void *arg) {
   hilock__err e;
   redisReply *r;
   hilock__clear_err(&e);
-  if (run(sl, &e, "leave", sl->id, HILOCK__TOKEN_LEN, 0, NULL, &r) ==
-      HILOCK_OK)
+  if (!sl->left &&
+      run(sl, &e, "leave", sl->id, HILOCK__TOKEN_LEN, 0, NULL, &r) ==
+          HILOCK_OK)
     freeReplyObject(r);
   if (sl->h.held) hilock__hold_drop(&sl->h);
 }

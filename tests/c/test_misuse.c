@@ -292,6 +292,48 @@ static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
   hilock_client_free(c);
 }
 
+/* The same for the queue locks: the attempt that times out takes its
+ * leave with it, queued behind it on its connection, instead of a leave
+ * that would wait on the same paused server past the caller's timeout
+ * (until the pause ended). Once the server runs both, nobody holds the
+ * lock and nobody is queued. */
+static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
+    void **state) {
+  fixture *f = *state;
+  hilock_client *c = hl_client(f->server.url, NULL);
+  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  for (int kind = 0; kind < 2; kind++) {
+    hilock_fair_lock *fl = kind == 0 ? hl_new_fair(c, "paused-q", 10000) : NULL;
+    hilock_sequential_lock *sl = kind == 1 ? hl_new_seq(c, "paused-q", 10000) : NULL;
+    hilock_hold *h = fl != NULL ? HILOCK_HOLD(fl) : HILOCK_HOLD(sl);
+    int64_t t0, took, waiters = -1;
+    int rc;
+    hl_redis_ok(f->redis, "CLIENT PAUSE 2500 WRITE");
+    t0 = hl_now_ms();
+    rc = fl != NULL ? hilock_fair_lock_acquire(fl, 800)
+                    : hilock_sequential_lock_acquire(sl, 800);
+    took = hl_now_ms() - t0;
+    assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(h));
+    assert_substr(hilock_hold_errmsg(h), "undone");
+    /* 800 ms and the 250 ms slack: before the pause ends. */
+    assert_i64_between(took, 700, 1700);
+    assert_false(hilock_hold_held(h));
+    hl_sleep_ms(2500 - took + 300);
+    assert_hl_ok(fl != NULL ? hilock_fair_lock_waiters(fl, &waiters)
+                            : hilock_sequential_lock_waiters(sl, &waiters),
+                 hilock_hold_errmsg(h));
+    assert_int_equal(waiters, 0);
+    rc = fl != NULL ? hilock_fair_lock_try_acquire(fl)
+                    : hilock_sequential_lock_try_acquire(sl);
+    assert_hl_ok(rc, hilock_hold_errmsg(h));
+    assert_hl_ok(fl != NULL ? hilock_fair_lock_release(fl)
+                            : hilock_sequential_lock_release(sl),
+                 hilock_hold_errmsg(h));
+    hilock_hold_free(h);
+  }
+  hilock_client_free(c);
+}
+
 /* ## An ambiguous reply never leaves a grant nobody owns --------------------- */
 
 static void late_reply_grant_is_undone(void **state) {
@@ -529,6 +571,7 @@ int main(void) {
       T(redlock_refuses_a_repeated_node),
       T(timeout_bounds_reconnect_to_a_dead_server),
       T(timeout_bounds_a_paused_server_and_undoes_the_attempt),
+      T(queue_locks_bound_a_paused_server_and_leave_behind_the_attempt),
       T(late_reply_grant_is_undone),
       T(late_reply_undo_covers_semaphore_and_multilock),
       T(late_reply_undo_covers_the_segmented_lock),
