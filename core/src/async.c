@@ -101,7 +101,7 @@ struct hilock_async {
   pthread_cond_t cv; /* work for the workers (run queue, timers, stop) */
   pthread_cond_t quiet; /* the free waits on it for the last operation */
   int efd;
-  int signalled; /* efd was written and not read since (atomic) */
+  int signalled; /* efd was written and not read since (a.mu) */
   int taking;    /* the driving thread runs fibers inside a take: one that
                     ends there is taken at once, without efd */
   /* The loop's thread runs operations on fibers (fiber.c) when the runner
@@ -193,11 +193,9 @@ static op *run_pop(hilock_async *a) {
   return o;
 }
 
-/* Move o to the done queue (a.mu held). Returns 1 if the event fd must be
- * made readable (done_ready, once a.mu is released): the queue was empty
- * (while it is not, take keeps the fd readable). */
-static int finish(hilock_async *a, op *o, int status) {
-  int was_empty = a->done == NULL;
+/* Move o to the done queue (a.mu held); the caller makes the event fd
+ * readable (signal_loop). */
+static void finish(hilock_async *a, op *o, int status) {
   o->state = ST_DONE;
   o->status = status;
   /* On the worker that ran it: a shared handle's message is this
@@ -212,15 +210,17 @@ static int finish(hilock_async *a, op *o, int status) {
   }
   enqueue(&a->done, &a->done_tail, o);
   if (a->all == NULL) pthread_cond_broadcast(&a->quiet);
-  return was_empty;
 }
 
-static void done_ready(hilock_async *a) {
+/* Make the event fd readable (a.mu held), once until a take reads it. The
+ * write and the flag change together under a.mu: a take never sees one
+ * without the other (it would leave the fd readable with nothing to take,
+ * and the loop would spin until the flag came). */
+static void signal_loop(hilock_async *a) {
   uint64_t one = 1;
+  if (a->signalled) return;
+  a->signalled = 1;
   (void)!write(a->efd, &one, sizeof(one));
-  /* After the write: a take that saw the flag clear leaves efd readable,
-   * and the next one reads it. */
-  __atomic_store_n(&a->signalled, 1, __ATOMIC_RELEASE);
 }
 
 /* The hub moved an asleep operation on (called with the hub's lock). */
@@ -238,7 +238,12 @@ static void notify(void *arg) {
 /* ## One step of an operation (a worker, a.mu not held) -------------------- */
 
 /* Wake the loop early (see step_acquire). */
-static void prewake(void *arg) { done_ready(arg); }
+static void prewake(void *arg) {
+  hilock_async *a = arg;
+  pthread_mutex_lock(&a->mu);
+  signal_loop(a);
+  pthread_mutex_unlock(&a->mu);
+}
 
 /* Leave the hub, if on it. */
 static void unwait(op *o, int woken) {
@@ -533,14 +538,9 @@ static void step_over(hilock_async *a, op *o, int status) {
     close(o->stopfd);
     o->stopfd = -1;
   }
-  if (finish(a, o, status) &&
-      !(hilock__fiber_self() != NULL && a->taking)) {
-    /* Not under a.mu: the loop, woken, takes it at once. (A fiber that
-     * ends inside a take is taken by that take.) */
-    pthread_mutex_unlock(&a->mu);
-    done_ready(a);
-    pthread_mutex_lock(&a->mu);
-  }
+  finish(a, o, status);
+  /* A fiber that ends inside a take is taken by that take. */
+  if (!(hilock__fiber_self() != NULL && a->taking)) signal_loop(a);
 }
 
 /* ## Operations on the loop's thread (fibers; the driving thread only) ---- */
@@ -877,9 +877,11 @@ size_t hilock_async_take(hilock_async *a, hilock_async_done *out, size_t max) {
     free(o);
   }
   /* Readable again only while some remain. */
-  if (__atomic_exchange_n(&a->signalled, 0, __ATOMIC_ACQ_REL))
+  if (a->signalled) {
+    a->signalled = 0;
     (void)!read(a->efd, &v, sizeof(v));
-  if (a->done != NULL) done_ready(a);
+  }
+  if (a->done != NULL) signal_loop(a);
   pthread_mutex_unlock(&a->mu);
   return n;
 }
