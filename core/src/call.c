@@ -106,17 +106,12 @@ static void *reap_main(void *arg) {
   return NULL;
 }
 
-int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
-  const hilock__undo *u = tl_undo;
+/* Queue u's script behind the unanswered ones on k (1 if written). */
+static int undo_append(hilock__conn *k, const hilock__undo *u) {
   const char *sargv[3 + 16], **argv = sargv;
   size_t slens[3 + 16], *lens = slens;
   char nk[24];
   int argc = 0, ok;
-  reap *r;
-  pthread_t t;
-  pthread_attr_t attr;
-
-  if (u == NULL || owed < 1) return 0;
   if (u->nkeys + u->nargs > 16) { /* a multi-key lock's many names */
     argv = malloc((size_t)(3 + u->nkeys + u->nargs) * sizeof(*argv));
     lens = malloc((size_t)(3 + u->nkeys + u->nargs) * sizeof(*lens));
@@ -126,10 +121,6 @@ int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
       return 0;
     }
   }
-  /* A reply wait that timed out leaves the connection flagged, not
-   * broken: the socket and the reader are intact. */
-  hilock__net_clear_timeout(k->ctx);
-  if (k->ctx->err != HILOCK__NET_OK) return 0;
   /* EVAL with the source: a flushed script cache must not fail the undo. */
   argv[argc] = "EVAL";
   lens[argc++] = 4;
@@ -150,6 +141,23 @@ int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
     free(argv);
     free(lens);
   }
+  return ok;
+}
+
+int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
+  const hilock__undo *u = tl_undo;
+  int n = 0, ok = 1;
+  reap *r;
+  pthread_t t;
+  pthread_attr_t attr;
+
+  if (u == NULL || owed < 1) return 0;
+  /* A reply wait that timed out leaves the connection flagged, not
+   * broken: the socket and the reader are intact. */
+  hilock__net_clear_timeout(k->ctx);
+  if (k->ctx->err != HILOCK__NET_OK) return 0;
+  for (const hilock__undo *x = u; ok && x != NULL; x = x->then, n++)
+    ok = undo_append(k, x);
   /* Write it now: the socket is still open and in order. */
   if (ok) ok = hilock__net_flush(k->ctx) == 0;
   if (!ok) return 0;
@@ -157,7 +165,7 @@ int hilock__undo_queue(hilock_client *c, hilock__conn *k, int owed) {
   hilock__tl.undone = 1; /* written: the server runs it in order anyway */
   if (r == NULL) return 1;
   r->ctx = k->ctx;
-  r->owed = owed + 1;
+  r->owed = owed + n;
   r->wait_ms = u->wait_ms > 0 ? u->wait_ms : 30000;
   if (c->rt.opts.command_timeout_ms > 0) r->wait_ms += c->rt.opts.command_timeout_ms;
   pthread_attr_init(&attr);

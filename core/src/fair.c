@@ -122,7 +122,7 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   const char *uargs[5] = {"leave", id, ttl, beat, ticket};
   size_t uarglens[5] = {5, arglens[1], arglens[2], arglens[3], arglens[4]};
   hilock__undo u = {&hilock__script_fair_lock, NKEYS + 1, 5, keys, keylens,
-                    uargs, uarglens, fl->h.ttl_ms};
+                    uargs, uarglens, fl->h.ttl_ms, NULL};
   const hilock__undo *outer = NULL;
   if (how == HILOCK__RUN_GRANT) outer = hilock__undo_arm(&u);
   int rc = hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock,

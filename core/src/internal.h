@@ -952,6 +952,7 @@ typedef struct hilock__undo {
   const char *const *args;
   const size_t *arglens;
   int64_t wait_ms; /* how long the reaper waits for the replies (the TTL) */
+  const struct hilock__undo *then; /* a second script queued after it */
 } hilock__undo;
 /* Arm u for the grant script this thread sends next; returns the outer
  * undo, to give back to hilock__undo_disarm. */

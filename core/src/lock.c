@@ -100,7 +100,7 @@ static int attempt(void *arg, int64_t *pttl) {
   const char *ukeys[2] = {l->key, l->wkey};
   size_t ukeylens[2] = {l->keylen, l->wkeylen};
   hilock__undo undo = {&hilock__script_lock_release, 2, 1, ukeys, ukeylens,
-                       args, arglens, h->ttl_ms};
+                       args, arglens, h->ttl_ms, NULL};
   hilock__attempt a;
   redisReply *r;
   int rc, ok;

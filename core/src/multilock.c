@@ -306,7 +306,7 @@ static int attempt(void *arg, int64_t *pttl) {
   /* A late reply: this attempt's names are released behind it. */
   hilock__undo undo = {&hilock__script_multilock_release, (int)(2 * m->n), 1,
                        (const char *const *)m->keys, m->keylens, args,
-                       arglens, h->ttl_ms};
+                       arglens, h->ttl_ms, NULL};
   rc = hilock__attempt_run(h, &a, &undo, &hilock__script_multilock_acquire,
                            (int)(3 * m->n), (const char **)m->keys,
                            m->keylens, nargs, args, arglens, &r);

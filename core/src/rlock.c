@@ -163,7 +163,16 @@ static int attempt(void *arg, int64_t *pttl) {
   size_t ukeylens[3] = {rl->keylen, rl->wkeylen, und.donelen};
   int un = rl->lay->resend ? 3 : 2, uargn = rl->lay->resend ? 5 : 2;
   hilock__undo u = {rl->lay->release, un, uargn, ukeys, ukeylens, uargs,
-                    uarglens, rl->h.ttl_ms};
+                    uarglens, rl->h.ttl_ms, NULL};
+  /* A queued layout (Redisson's fair lock): the waiter's withdraw goes out
+   * behind the release, so that withdraw() need not wait on the same
+   * server (see there). */
+  const char *wkeys[2] = {rl->key, rl->wkey}, *wargs[2] = {owner, ttl};
+  size_t wkeylens[2] = {rl->keylen, rl->wkeylen},
+         warglens[2] = {ownerlen, arglens[1]};
+  hilock__undo w = {rl->lay->withdraw, 2, 2, wkeys, wkeylens, wargs, warglens,
+                    rl->h.ttl_ms, NULL};
+  if (rl->lay->withdraw != NULL) u.then = &w;
   int reentry = 0;
   const hilock__undo *armed;
   if (!rl->lay->resend) { /* the undo's nonce settles a re-entry otherwise */
@@ -233,7 +242,11 @@ static void withdraw(hilock_rlock *rl, int rc) {
   hilock__err e;
   redisReply *r = NULL;
   int64_t outer;
-  if (rl->lay->withdraw == NULL || rc == HILOCK_OK) return;
+  /* Already queued behind the last attempt, whose reply did not come in
+   * time: one here would wait on the same server past the caller's
+   * timeout. */
+  if (rl->lay->withdraw == NULL || rc == HILOCK_OK || hilock__undo_queued())
+    return;
   arglens[0] = owner_of(rl, owner, sizeof(owner));
   arglens[1] = hilock__i64(ttl, rl->h.ttl_ms);
   outer = hilock__call_lift(); /* never left half done */

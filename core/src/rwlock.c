@@ -380,7 +380,7 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
   size_t uarglens[4] = {a->ownerlen, HILOCK__TOKEN_LEN, 0, HILOCK__TOKEN_LEN};
   int woken = hilock__attempt_woken() == 2;
   hilock__undo undo = {undo_s, undo_nkeys + 1, 4, undo_keys, undo_keylens,
-                       uargs, uarglens, rw->ttl_ms};
+                       uargs, uarglens, rw->ttl_ms, NULL};
   und.done = NULL;
   if (hilock__resend_init(&acq, rw->w.client, &a->e, NULL, 0, NULL, 0) !=
           HILOCK_OK ||

@@ -169,7 +169,7 @@ static int attempt(void *arg, int64_t *pttl) {
    * fence keys in akeys). */
   hilock__undo undo = {&hilock__script_seglock_drop, s->nseg + 1, 1,
                        (const char *const *)s->akeys + 2, s->akeylens + 2,
-                       args, arglens, h->ttl_ms};
+                       args, arglens, h->ttl_ms, NULL};
   rc = hilock__attempt_run(h, &a, &undo, &hilock__script_seglock_acquire,
                            s->nseg + 3, (const char **)s->akeys, s->akeylens,
                            nargs, args, arglens, &r);

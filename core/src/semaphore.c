@@ -127,7 +127,7 @@ static int attempt(void *arg, int64_t *pttl) {
   const char *uargs[2] = {h->owner, permits};
   size_t uarglens[2] = {h->ownerlen, arglens[2]};
   hilock__undo undo = {&hilock__script_semaphore_release, 3, 2, keys, keylens,
-                       uargs, uarglens, h->ttl_ms};
+                       uargs, uarglens, h->ttl_ms, NULL};
   rc = hilock__attempt_run(h, &a, &undo, &hilock__script_semaphore_acquire, 3,
                            keys, keylens, nargs, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;

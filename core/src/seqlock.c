@@ -126,7 +126,7 @@ static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
   size_t uarglens[6] = {5, arglens[1], arglens[2], arglens[3], arglens[4], 0};
   hilock__undo u = {&hilock__script_seqlock, NKEYS, 6,
                     (const char *const *)sl->keys, sl->keylens, uargs,
-                    uarglens, sl->h.ttl_ms};
+                    uarglens, sl->h.ttl_ms, NULL};
   const hilock__undo *outer = NULL;
   if (attempt) outer = hilock__undo_arm(&u);
   int rc = hilock__script_run_as(sl->h.client, e, &hilock__script_seqlock,

@@ -292,8 +292,8 @@ static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
   hilock_client_free(c);
 }
 
-/* The same for the queue locks: the attempt that times out takes its
- * leave with it, queued behind it on its connection, instead of a leave
+/* The same for the queue locks (and Redisson's fair lock): the attempt
+ * that times out takes its leave with it, queued behind it on its connection, instead of a leave
  * that would wait on the same paused server past the caller's timeout
  * (until the pause ended). Once the server runs both, nobody holds the
  * lock and nobody is queued. */
@@ -330,6 +330,27 @@ static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
                             : hilock_sequential_lock_release(sl),
                  hilock_hold_errmsg(h));
     hilock_hold_free(h);
+  }
+  {
+    /* Redisson's fair lock: its withdraw goes out behind the release. */
+    hilock_rlock *rl = NULL;
+    int64_t t0, took;
+    int rc;
+    assert_hl_ok(hilock_rlock_new_redisson_fair(c, "paused-r", 8, 10000, &rl),
+                 hilock_client_errmsg(c));
+    hl_redis_ok(f->redis, "CLIENT PAUSE 2500 WRITE");
+    t0 = hl_now_ms();
+    rc = hilock_rlock_acquire(rl, 800);
+    took = hl_now_ms() - t0;
+    assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_i64_between(took, 700, 1700);
+    hl_sleep_ms(2500 - took + 300);
+    assert_false(hl_redis_exists(f->redis, "paused-r", 8));
+    assert_false(hl_redis_exists(f->redis, "redisson_lock_queue:{paused-r}", 30));
+    assert_false(hl_redis_exists(f->redis, "redisson_lock_timeout:{paused-r}", 32));
+    assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    hilock_hold_free(HILOCK_HOLD(rl));
   }
   hilock_client_free(c);
 }
