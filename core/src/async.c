@@ -363,7 +363,9 @@ static int acquire_over(op *o, int status) {
                              "acquire cancelled");
   if (!o->ended) {
     o->ended = 1;
-    if (o->begun)
+    /* A queue family that drew its place, or one that queues in its
+     * attempt (Redisson's fair lock): leave on the way out. */
+    if (o->begun || (o->spec.begin == NULL && o->spec.leave != NULL))
       status = hilock__spec_end(&o->spec, o->queue, status);
     else if (o->spec.done != NULL)
       status = o->spec.done(o->spec.arg, status);
@@ -381,6 +383,7 @@ static int step_acquire(op *o) {
   int woken = 0, rc, cancelled, timer;
   hilock__fiber *fiber = hilock__fiber_self();
 
+  hilock__tl.undone = 0; /* this step's attempt says, not another op's */
   pthread_mutex_lock(&a->mu);
   cancelled = o->cancelled;
   timer = o->t == NULL || hilock__now_ms() >= o->wake_ms;

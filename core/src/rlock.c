@@ -265,11 +265,16 @@ int hilock_rlock_try_acquire(hilock_rlock *rl) {
   return hilock__stat_try(rl->h.rt, rc);
 }
 
+/* An event loop's acquire of a queued layout that ends without the lock
+ * (cancelled, timed out, failed) leaves the queue, as a blocking one does. */
+static void leave_queue(void *arg) { withdraw(arg, HILOCK_BUSY); }
+
 /* For async operations: the owner is the operation's (hilock__caller). */
 static void acquire_spec(void *arg, hilock__acquire_spec *s) {
   hilock_rlock *rl = arg;
   hilock__spec(s, attempt, rl, &rl->wkey, &rl->wkeylen);
   if (rl->lay->channel) s->wake |= HILOCK__WAKE_CHANNEL;
+  if (rl->lay->withdraw != NULL) s->leave = leave_queue;
 }
 
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {

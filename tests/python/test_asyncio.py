@@ -369,6 +369,53 @@ def test_cancelled_queue_waiters_leave_and_the_next_is_served(rds, redis_url, ki
         sync.close()
 
 
+def test_cancelled_redisson_fair_waiters_leave_its_queue(rds, redis_url) -> None:
+    """Redisson's fair lock (compat="redisson") from tasks: waiters that are
+    cancelled or time out leave Redisson's queue, so the waiter behind them
+    is served once the holder lets go (a waiter left queued would hold the
+    line until its own deadline, its lock's 30 s)."""
+    name = "aio:rfair"
+    queue = f"redisson_lock_queue:{{{name}}}"
+
+    async def body(c: hla.Client) -> None:
+        holder = hilock.Client(redis_url)
+        try:
+            # A 1 s TTL: a task's wait looks again within the holder's TTL.
+            held = holder.fair_lock(name, ttl=1, compat="redisson")
+            assert held.acquire(blocking=False)
+            gone = [c.fair_lock(name, ttl=30, compat="redisson") for _ in range(3)]
+            tasks = [asyncio.ensure_future(lk.acquire()) for lk in gone]
+            timed = c.fair_lock(name, ttl=30, compat="redisson")
+            late = asyncio.ensure_future(timed.acquire(timeout=0.3))
+            for _ in range(200):
+                if rds.llen(queue) == 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert rds.llen(queue) == 4
+            last = c.fair_lock(name, ttl=30, compat="redisson")
+
+            async def serve() -> bool:  # one task: the owner
+                ok = await last.acquire(timeout=10)
+                if ok:
+                    await last.release()
+                return bool(ok)
+
+            served = asyncio.ensure_future(serve())
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with pytest.raises(asyncio.CancelledError):
+                    await t
+            assert await late is False  # timed out
+            assert rds.llen(queue) == 1  # only the last waiter is left
+            held.release()  # owned by this thread (a blocking call, one round trip)
+            assert await asyncio.wait_for(served, 5)
+        finally:
+            holder.close()
+
+    run(redis_url, body)
+
+
 def test_multi_and_segmented_locks(rds, redis_url) -> None:
     async def main(c: hla.Client) -> None:
         m = c.multi_lock(["aio:a", "aio:b"], ttl=10)
