@@ -34,6 +34,9 @@
  * undo of an ambiguous grant (call.c), and a stalled server holds it no
  * longer than that. */
 #define CANCEL_GRACE_MS 100
+/* Room for an owner after the spec's wait key (hilock__acquire_spec
+ * wkey_for): a client id, a caller number, a suffix. */
+#define OWNER_KEY_EXTRA 128
 /* Once none of the runner's operations waits, its workers give the shared
  * waiting socket back to the hub's thread after this long. */
 #define UNWANT_MS 50
@@ -261,12 +264,18 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
     o->no_hub = 2; /* waits by its own delay (Redlock): the bound as is */
   } else if (!o->no_hub) {
     const char *k = *o->spec.wkey;
-    size_t len = *o->spec.wkeylen;
+    size_t len = *o->spec.wkeylen, cap = len + OWNER_KEY_EXTRA;
     /* The list may change between attempts (a multi-key lock waits on
-     * the name that blocked it): keep a copy for the ticket's lifetime. */
-    char *copy = malloc(len ? len : 1);
+     * the name that blocked it): keep a copy for the ticket's lifetime.
+     * A key of the owner's own is made here, on the operation's step. */
+    char *copy = malloc(cap);
     if (copy == NULL) return HILOCK_ENOMEM;
-    memcpy(copy, k, len);
+    if (o->spec.wkey_for != NULL) {
+      len = o->spec.wkey_for(o->spec.arg, copy, cap);
+      if (len >= cap) len = cap - 1;
+    } else {
+      memcpy(copy, k, len);
+    }
     free(o->wkey);
     o->wkey = copy;
     o->wkeylen = len;

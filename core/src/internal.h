@@ -781,6 +781,10 @@ typedef struct hilock__acquire_spec {
    * where the wait ran out). A family whose arg is the context of one
    * acquire frees it here. */
   int (*done)(void *arg, int status);
+  /* An event loop's wait key when it depends on the owner (Redisson's fair
+   * lock: a channel per waiter): written into buf (cap bytes) by the
+   * operation's own step, its length returned. NULL: *wkey. */
+  size_t (*wkey_for)(void *arg, char *buf, size_t cap);
 } hilock__acquire_spec;
 /* One attempt of s, as the loop makes it after a wait that ended with
  * woken (see hilock__attempt_woken). */

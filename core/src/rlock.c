@@ -269,12 +269,24 @@ int hilock_rlock_try_acquire(hilock_rlock *rl) {
  * (cancelled, timed out, failed) leaves the queue, as a blocking one does. */
 static void leave_queue(void *arg) { withdraw(arg, HILOCK_BUSY); }
 
+/* A queued layout's waiter hears the release on a channel of its own (the
+ * wait key and the owner), as hilock_rlock_acquire's blocking waiters do. */
+static size_t owner_wkey(void *arg, char *buf, size_t cap) {
+  hilock_rlock *rl = arg;
+  char owner[sizeof(rl->h.owner)];
+  owner_of(rl, owner, sizeof(owner));
+  return (size_t)snprintf(buf, cap, "%s:%s", rl->wkey, owner);
+}
+
 /* For async operations: the owner is the operation's (hilock__caller). */
 static void acquire_spec(void *arg, hilock__acquire_spec *s) {
   hilock_rlock *rl = arg;
   hilock__spec(s, attempt, rl, &rl->wkey, &rl->wkeylen);
   if (rl->lay->channel) s->wake |= HILOCK__WAKE_CHANNEL;
-  if (rl->lay->withdraw != NULL) s->leave = leave_queue;
+  if (rl->lay->withdraw != NULL) {
+    s->leave = leave_queue;
+    s->wkey_for = owner_wkey;
+  }
 }
 
 int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {

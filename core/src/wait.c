@@ -306,6 +306,7 @@ void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),
   s->begin = NULL;
   s->leave = NULL;
   s->done = NULL;
+  s->wkey_for = NULL;
 }
 
 void hilock__spec_queue(hilock__acquire_spec *s,

@@ -429,8 +429,8 @@ class Client(Uncopyable):
                   compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
         """A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a
         cancelled waiter leaves the queue. ``compat="redisson"``: Redisson's
-        RFairLock of the same name, a task-owned :class:`RLock` (its waits
-        look again within the holder's TTL; one that gives up, cancelled or
+        RFairLock of the same name, a task-owned :class:`RLock` (a waiting
+        task hears the release meant for it; one that gives up, cancelled or
         timed out, leaves the queue)."""
         if compat is not None:
             return RLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,

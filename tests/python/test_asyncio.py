@@ -416,6 +416,41 @@ def test_cancelled_redisson_fair_waiters_leave_its_queue(rds, redis_url) -> None
     run(redis_url, body)
 
 
+def test_a_redisson_fair_waiter_hears_the_release_meant_for_it(rds, redis_url) -> None:
+    """A task waiting on Redisson's fair lock hears the message Redisson's
+    release sends on that waiter's own channel: it is served at once, not
+    when its look again comes due (the holder's 30 s TTL)."""
+    name = "aio:rfair-hear"
+    queue = f"redisson_lock_queue:{{{name}}}"
+
+    async def body(c: hla.Client) -> None:
+        holder = hilock.Client(redis_url)
+        try:
+            held = holder.fair_lock(name, ttl=30, compat="redisson")
+            assert held.acquire(blocking=False)
+            waiter = c.fair_lock(name, ttl=30, compat="redisson")
+
+            async def serve() -> bool:
+                ok = await waiter.acquire(timeout=25)
+                if ok:
+                    await waiter.release()
+                return bool(ok)
+
+            served = asyncio.ensure_future(serve())
+            for _ in range(200):
+                if rds.llen(queue) == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert rds.llen(queue) == 1
+            await asyncio.sleep(0.2)  # asleep in its wait by now
+            held.release()  # owned by this thread (a blocking call)
+            assert await asyncio.wait_for(served, 5)
+        finally:
+            holder.close()
+
+    run(redis_url, body)
+
+
 def test_multi_and_segmented_locks(rds, redis_url) -> None:
     async def main(c: hla.Client) -> None:
         m = c.multi_lock(["aio:a", "aio:b"], ttl=10)

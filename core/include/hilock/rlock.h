@@ -47,8 +47,8 @@ HILOCK_API int hilock_rlock_new_redisson(hilock_client *client,
  * order; a waiter that died is passed over once its deadline (ttl_ms past
  * the holder's TTL for a hilock waiter; Redisson's wait time for a
  * Redisson one) passes; a hilock waiter whose wait runs out leaves the
- * queue. Blocking waits hear the release meant for them (hilock_async
- * waits look again within the holder's TTL instead). */
+ * queue. Waits, blocking and hilock_async ones, hear the release meant for
+ * them on their own channel. */
 HILOCK_API int hilock_rlock_new_redisson_fair(hilock_client *client,
                                               const char *name,
                                               size_t namelen, int64_t ttl_ms,
