@@ -369,6 +369,23 @@ def test_cancelled_queue_waiters_leave_and_the_next_is_served(rds, redis_url, ki
         sync.close()
 
 
+async def _held_once(lk: Any, timeout: float) -> bool:
+    """Acquire and release lk in one task (its owner): whether it was granted."""
+    ok = await lk.acquire(timeout=timeout)
+    if ok:
+        await lk.release()
+    return bool(ok)
+
+
+async def _queued(rds: Any, queue: str, n: int) -> None:
+    """Wait (2 s at most) until Redisson's queue holds n waiters."""
+    for _ in range(200):
+        if rds.llen(queue) == n:
+            break
+        await asyncio.sleep(0.01)
+    assert rds.llen(queue) == n
+
+
 def test_cancelled_redisson_fair_waiters_leave_its_queue(rds, redis_url) -> None:
     """Redisson's fair lock (compat="redisson") from tasks: waiters that are
     cancelled or time out leave Redisson's queue, so the waiter behind them
@@ -378,29 +395,16 @@ def test_cancelled_redisson_fair_waiters_leave_its_queue(rds, redis_url) -> None
     queue = f"redisson_lock_queue:{{{name}}}"
 
     async def body(c: hla.Client) -> None:
-        holder = hilock.Client(redis_url)
-        try:
-            # A 1 s TTL: a task's wait looks again within the holder's TTL.
-            held = holder.fair_lock(name, ttl=1, compat="redisson")
+        with hilock.Client(redis_url) as holder:
+            held = holder.fair_lock(name, ttl=30, compat="redisson")
             assert held.acquire(blocking=False)
             gone = [c.fair_lock(name, ttl=30, compat="redisson") for _ in range(3)]
             tasks = [asyncio.ensure_future(lk.acquire()) for lk in gone]
             timed = c.fair_lock(name, ttl=30, compat="redisson")
             late = asyncio.ensure_future(timed.acquire(timeout=0.3))
-            for _ in range(200):
-                if rds.llen(queue) == 4:
-                    break
-                await asyncio.sleep(0.01)
-            assert rds.llen(queue) == 4
+            await _queued(rds, queue, 4)
             last = c.fair_lock(name, ttl=30, compat="redisson")
-
-            async def serve() -> bool:  # one task: the owner
-                ok = await last.acquire(timeout=10)
-                if ok:
-                    await last.release()
-                return bool(ok)
-
-            served = asyncio.ensure_future(serve())
+            served = asyncio.ensure_future(_held_once(last, 10))
             for t in tasks:
                 t.cancel()
             for t in tasks:
@@ -410,8 +414,6 @@ def test_cancelled_redisson_fair_waiters_leave_its_queue(rds, redis_url) -> None
             assert rds.llen(queue) == 1  # only the last waiter is left
             held.release()  # owned by this thread (a blocking call, one round trip)
             assert await asyncio.wait_for(served, 5)
-        finally:
-            holder.close()
 
     run(redis_url, body)
 
@@ -421,32 +423,17 @@ def test_a_redisson_fair_waiter_hears_the_release_meant_for_it(rds, redis_url) -
     release sends on that waiter's own channel: it is served at once, not
     when its look again comes due (the holder's 30 s TTL)."""
     name = "aio:rfair-hear"
-    queue = f"redisson_lock_queue:{{{name}}}"
 
     async def body(c: hla.Client) -> None:
-        holder = hilock.Client(redis_url)
-        try:
+        with hilock.Client(redis_url) as holder:
             held = holder.fair_lock(name, ttl=30, compat="redisson")
             assert held.acquire(blocking=False)
             waiter = c.fair_lock(name, ttl=30, compat="redisson")
-
-            async def serve() -> bool:
-                ok = await waiter.acquire(timeout=25)
-                if ok:
-                    await waiter.release()
-                return bool(ok)
-
-            served = asyncio.ensure_future(serve())
-            for _ in range(200):
-                if rds.llen(queue) == 1:
-                    break
-                await asyncio.sleep(0.01)
-            assert rds.llen(queue) == 1
+            served = asyncio.ensure_future(_held_once(waiter, 25))
+            await _queued(rds, f"redisson_lock_queue:{{{name}}}", 1)
             await asyncio.sleep(0.2)  # asleep in its wait by now
-            held.release()  # owned by this thread (a blocking call)
+            held.release()
             assert await asyncio.wait_for(served, 5)
-        finally:
-            holder.close()
 
     run(redis_url, body)
 
