@@ -264,7 +264,8 @@ static int sleep_on(op *o, int64_t bound_ms, int64_t tried_us) {
     o->no_hub = 2; /* waits by its own delay (Redlock): the bound as is */
   } else if (!o->no_hub) {
     const char *k = *o->spec.wkey;
-    size_t len = *o->spec.wkeylen, cap = len + OWNER_KEY_EXTRA;
+    size_t len = *o->spec.wkeylen;
+    size_t cap = o->spec.wkey_for != NULL ? len + OWNER_KEY_EXTRA : len + 1;
     /* The list may change between attempts (a multi-key lock waits on
      * the name that blocked it): keep a copy for the ticket's lifetime.
      * A key of the owner's own is made here, on the operation's step. */

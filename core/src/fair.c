@@ -24,7 +24,6 @@ struct hilock_fair_lock {
   size_t wkeylen;
   char waiter[HILOCK__TOKEN_LEN + 1]; /* id of the acquire in progress */
   int queue;                          /* the acquire in progress may queue */
-  int left; /* its leave went out behind an unanswered attempt */
   int64_t ticket;       /* the acquire in progress's ticket (0: none) */
   uint64_t last_ticket; /* of the current or last grant */
   int64_t beat_ms;      /* heartbeat window; read by a waiting thread */
@@ -87,8 +86,8 @@ static void fam_free(void *arg) {
 /* Run one op of the script for waiter id. An attempt (acquire, try) goes
  * with its undo, the waiter's leave: if its reply does not come in time,
  * the leave is queued behind it on the same connection, so the server gives
- * back what the attempt may grant right after running it, and fl->left
- * says the acquire's own leave is done. */
+ * back what the attempt may grant right after running it (and leave()
+ * sends none of its own). */
 static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
                const char *id, size_t idlen, redisReply **out) {
   char ttl[24], beat[24], ticket[24];
@@ -128,10 +127,7 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   int rc = hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock,
                                  how, NKEYS + 1, keys, keylens, 5, args,
                                  arglens, out);
-  if (how == HILOCK__RUN_GRANT) {
-    if (hilock__undo_queued()) fl->left = 1;
-    hilock__undo_disarm(outer);
-  }
+  if (how == HILOCK__RUN_GRANT) hilock__undo_disarm(outer);
   return rc;
 }
 
@@ -186,7 +182,6 @@ static int begin(void *arg, int queue) {
   memcpy(fl->wkey + fl->keylens[K_WAKE], fl->waiter, HILOCK__TOKEN_LEN);
   fl->ticket = 0;
   fl->queue = queue;
-  fl->left = 0;
   return HILOCK_OK;
 }
 
@@ -197,7 +192,9 @@ static void leave(void *arg) {
   hilock__err e;
   redisReply *r;
   hilock__clear_err(&e);
-  if (!fl->left &&
+  /* Already queued behind the last attempt, unanswered: one here would
+   * wait on the same server past the caller's timeout. */
+  if (!hilock__undo_queued() &&
       run(fl, &e, "leave", fl->waiter, HILOCK__TOKEN_LEN, &r) == HILOCK_OK)
     freeReplyObject(r);
   if (fl->h.held) hilock__hold_drop(&fl->h);

@@ -963,7 +963,8 @@ typedef struct hilock__undo {
 const hilock__undo *hilock__undo_arm(const hilock__undo *u);
 void hilock__undo_disarm(const hilock__undo *outer);
 /* 1 if the undo armed last on this thread went out behind its unanswered
- * script (the caller's own clean-up would only wait on the same server). */
+ * script (the caller's own clean-up would only wait on the same server). An
+ * event loop's step starts at 0, so a leave in a later step sends its own. */
 int hilock__undo_queued(void);
 /* A reply timed out on k with `owed` replies unread: queue the armed undo
  * behind them on k and hand its socket to a reaper thread (k->ctx becomes

@@ -32,7 +32,6 @@ struct hilock_sequential_lock {
   size_t wkeylen;
   char id[HILOCK__TOKEN_LEN + 1]; /* contender id of the acquire in progress */
   int queue;                      /* the acquire in progress may enqueue */
-  int left; /* its leave went out behind an unanswered attempt */
   int64_t seq;      /* sequence of the entry (atomic: read by other threads) */
   int64_t session_ms; /* a waiter's session window (atomic) */
   /* The renewal's KEYS[2..3]: queue and holder. */
@@ -120,7 +119,7 @@ static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
                 ? HILOCK__RUN_WAKES
                 : 0;
   /* An attempt goes with its undo, the contender's leave (see fair.c's
-   * run): sl->left says the acquire's own leave is done. */
+   * run). */
   int attempt = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0;
   const char *uargs[6] = {"leave", id, ttl, win, msb, ""};
   size_t uarglens[6] = {5, arglens[1], arglens[2], arglens[3], arglens[4], 0};
@@ -132,10 +131,7 @@ static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
   int rc = hilock__script_run_as(sl->h.client, e, &hilock__script_seqlock,
                                  how, NKEYS, (const char **)sl->keys,
                                  sl->keylens, 6, args, arglens, out);
-  if (attempt) {
-    if (hilock__undo_queued()) sl->left = 1;
-    hilock__undo_disarm(outer);
-  }
+  if (attempt) hilock__undo_disarm(outer);
   return rc;
 }
 
@@ -193,7 +189,6 @@ static int begin(void *arg, int queue) {
   if (rc != HILOCK_OK) return rc;
   set_seq(sl, 0);
   sl->queue = queue;
-  sl->left = 0;
   return HILOCK_OK;
 }
 
@@ -205,7 +200,7 @@ static void leave(void *arg) {
   hilock__err e;
   redisReply *r;
   hilock__clear_err(&e);
-  if (!sl->left &&
+  if (!hilock__undo_queued() && /* see fair.c's leave */
       run(sl, &e, "leave", sl->id, HILOCK__TOKEN_LEN, 0, NULL, &r) ==
           HILOCK_OK)
     freeReplyObject(r);

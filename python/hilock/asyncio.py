@@ -126,6 +126,15 @@ async def _through(fut: asyncio.Future[Any]) -> Any:
         raise
 
 
+_T = TypeVar("_T")
+
+
+def _off_loop(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """fn(*args) on a thread of the running loop's default executor: the
+    blocking calls that have no operation of their own in the C runner."""
+    return asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
 # What one py_async_take returns at most (bindings/py_helpers.h).
 _TAKE_MAX = 64
 
@@ -275,7 +284,7 @@ class _Runner:
             self._loop.remove_reader(_h.hilock_async_fd(a))
         # Waits for attempts on the wire (each bounded by the command
         # timeout) without holding the loop's thread.
-        freed = asyncio.get_running_loop().run_in_executor(None, _h.hilock_async_free, a)
+        freed = _off_loop(_h.hilock_async_free, a)
         try:
             await freed
         except asyncio.CancelledError:
@@ -466,18 +475,17 @@ class Client(Uncopyable):
     async def ping(self) -> None:
         """One round trip (PING), as :meth:`hilock.Client.ping` (on a
         thread of the loop's default executor)."""
-        await asyncio.get_running_loop().run_in_executor(None, self._sync.ping)
+        await _off_loop(self._sync.ping)
 
     async def list_locks(self, pattern: Name = "*") -> AsyncIterator[LockInfo]:
         """The locks present whose name matches ``pattern``, as
         :meth:`hilock.Client.list_locks`: ``async for info in
         client.list_locks("orders:*")``. Each step (a SCAN page, an inspect)
         runs on a thread of the loop's default executor."""
-        loop = asyncio.get_running_loop()
         walk = self._sync.list_locks(pattern)
         try:
             while True:
-                info: Optional[LockInfo] = await loop.run_in_executor(None, next, walk, None)
+                info: Optional[LockInfo] = await _off_loop(next, walk, None)
                 if info is None:
                     return
                 yield info
@@ -487,15 +495,13 @@ class Client(Uncopyable):
     async def inspect(self, name: Name) -> LockInfo:
         """What the lock ``name`` holds now, as :meth:`hilock.Client.inspect`
         (one round trip, on a thread of the loop's default executor)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self._sync.inspect, name)
+        return await _off_loop(self._sync.inspect, name)
 
     async def force_release(self, name: Name) -> bool:
         """Take the lock ``name`` away from whoever holds it, as
         :meth:`hilock.Client.force_release` (on a thread of the loop's
         default executor)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self._sync.force_release, name)
+        return await _off_loop(self._sync.force_release, name)
 
     async def close(self) -> None:
         """Cancel what is in flight, stop watching the loop's descriptor and
