@@ -30,15 +30,19 @@ Every lock type of the blocking API: :meth:`Client.lock`,
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import math
 import os
+import time
 import weakref
 from types import TracebackType
 from typing import (
     Any,
     AsyncIterator,
+    Awaitable,
     Callable,
+    Deque,
     Dict,
     Generic,
     Iterable,
@@ -205,10 +209,13 @@ class _Runner:
         cancels an acquire (cancel=True) and in every case waits for the
         operation to finish before the cancellation goes on: nothing is
         left running on a lock object the caller may reuse."""
-        a = self.get()
+        loop = asyncio.get_running_loop()
+        a = self._a
+        if a is None or loop is not self._loop:
+            a = self.get()
+        # (A forked child's call is refused by the C runner itself.)
         op_id = start(a, handle, *args)
-        assert self._loop is not None
-        fut: asyncio.Future[Done] = self._loop.create_future()
+        fut: asyncio.Future[Done] = loop.create_future()
         self._futures[op_id] = fut
         try:
             return await fut
@@ -301,7 +308,7 @@ class _Runner:
 class _Runs(Protocol):
     """What runs a lock's operations: a client, or Redlock's runner."""
 
-    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done: ...
+    def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Awaitable[Done]: ...
 
 
 # Redlocks drive their own connections: one runner without a client per
@@ -346,8 +353,9 @@ class Client(Uncopyable):
         with self._sync._use() as h:
             return _h.hilock_async_new(h, 0)
 
-    async def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
-        return await self._runner.run(start, handle, *args, cancel=cancel)
+    def _run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Awaitable[Done]:
+        # The runner's coroutine itself: no frame of its own on every call.
+        return self._runner.run(start, handle, *args, cancel=cancel)
 
     @property
     def url(self) -> str:
@@ -543,6 +551,54 @@ def _outcome(status: int, message: str) -> bool:
     raise error_for(status, message or f"status {status}")
 
 
+class _Turns:
+    """The tasks that share one lock object take turns at it, first come
+    first served; one at a time goes on to the server. (An asyncio.Lock
+    would do, but under a timeout its acquire costs a task of its own on
+    every call.)"""
+
+    __slots__ = ("held", "_queue")
+
+    def __init__(self) -> None:
+        self.held = False  # a task has the turn
+        self._queue: Deque[asyncio.Future[None]] = collections.deque()
+
+    async def take(self, timeout_ms: int) -> bool:
+        """Take the turn: at once (timeout_ms 0), within timeout_ms, or
+        with no limit (-1). False if it did not come in time."""
+        if not self.held:
+            self.held = True
+            return True
+        if timeout_ms == 0:
+            return False
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append(fut)
+        try:
+            if timeout_ms < 0:
+                await fut
+            else:
+                await asyncio.wait_for(fut, timeout_ms / 1000)
+        except BaseException as e:
+            if fut.done() and not fut.cancelled():
+                self.give()  # it came as this one left: pass it on
+            else:
+                fut.cancel()  # give() skips it
+            if isinstance(e, asyncio.TimeoutError):
+                return False
+            raise
+        return True
+
+    def give(self) -> None:
+        """End the turn: the next waiting task has it."""
+        queue = self._queue
+        while queue:
+            fut = queue.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self.held = False
+
+
 class _Hold(Uncopyable):
     """What every asyncio lock shares: the blocking object it wraps (its
     keys, options and grant state), ``async with``, and the properties."""
@@ -643,42 +699,42 @@ class Lock(_Hold):
 
     def __init__(self, client: _Runs, sync: ExclusiveBase) -> None:
         super().__init__(client, sync)
-        self._local = asyncio.Lock()
+        self._turns = _Turns()
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """As :meth:`hilock.Lock.acquire`, without blocking the loop: True
         once granted, False when ``timeout`` passed."""
         wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
-        if wait_ms == 0:
-            if self._local.locked():
+        turns = self._turns
+        if turns.held and wait_ms > 0:
+            # Another task of this object's has it: its turn comes out of
+            # the same timeout (the timeout bounds the whole call).
+            start = time.monotonic()
+            if not await turns.take(wait_ms):
                 return False
-            await self._local.acquire()
-        else:
-            try:
-                await asyncio.wait_for(self._local.acquire(),
-                                       None if wait_ms < 0 else wait_ms / 1000)
-            except asyncio.TimeoutError:
-                return False
+            wait_ms = max(0, wait_ms - int((time.monotonic() - start) * 1000))
+        elif not await turns.take(wait_ms):
+            return False
         try:
             status, message, _ = await self._client._run(_h.hilock_async_acquire,
                                                       self._sync._h, 0, wait_ms, cancel=True)
         except BaseException:
-            self._local.release()
+            turns.give()
             raise
         if status != _h.HILOCK_OK:
-            self._local.release()
+            turns.give()
         return _outcome(status, message)
 
     async def release(self) -> None:
         """As :meth:`hilock.Lock.release`; a cancelled caller still lets it
         finish."""
-        if not self._sync.token or not self._local.locked():
+        if not self._turns.held or not self._sync.token:
             raise LockNotOwnedError("release: this lock object does not hold the lock",
                                     _h.HILOCK_ENOTOWNED)
         status, message, _ = await self._client._run(_h.hilock_async_release, self._sync._h, 0,
                                                   cancel=False)
         if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
-            self._local.release()
+            self._turns.give()
         if status < 0:
             raise error_for(status, message)
 

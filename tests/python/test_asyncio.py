@@ -128,6 +128,72 @@ def test_4_processes_of_20_tasks_share_one_counter(rds, redis_url) -> None:
     check_fences_increase(spans)
 
 
+def test_tasks_sharing_one_lock_object_take_turns(rds, redis_url) -> None:
+    """One lock object is one holder: the tasks that share it go one at a
+    time, in the order they came; a non-blocking acquire while another
+    task has it says False; a task cancelled in the line passes its turn
+    on; nothing is left held."""
+    async def main(c: hla.Client) -> None:
+        lk = c.lock("aio:turns", ttl=10, timeout=30)
+        order: List[int] = []
+        inside = 0
+
+        async def one(i: int) -> None:
+            nonlocal inside
+            async with lk:
+                inside += 1
+                assert inside == 1
+                order.append(i)
+                await asyncio.sleep(0.02)
+                inside -= 1
+
+        assert await lk.acquire()
+        tasks = [asyncio.ensure_future(one(i)) for i in range(6)]
+        await asyncio.sleep(0.05)  # all six in the line, in order
+        assert not await lk.acquire(blocking=False)
+        tasks[2].cancel()
+        await lk.release()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert tasks[2].cancelled()
+        assert order == [0, 1, 3, 4, 5]
+        assert not await lk.locked()
+        assert await lk.acquire(blocking=False)  # the turn is free
+        await lk.release()
+
+    run(redis_url, main)
+    assert rds.exists("hilock:{aio:turns}") == 0
+
+
+def test_one_timeout_bounds_the_wait_for_the_turn_and_the_server(rds, redis_url) -> None:
+    """A task that waits for its turn at a shared lock object, then for the
+    server, has one timeout for both: the second wait gets what the first
+    left (as the blocking API's threads)."""
+    other = hilock.Client(redis_url)
+    taker = other.lock("aio:turn-timeout", ttl=30, auto_renew=False)
+
+    async def main(c: hla.Client) -> None:
+        lk = c.lock("aio:turn-timeout", ttl=30, auto_renew=False)
+        assert await lk.acquire()
+        start = time.monotonic()
+        waiter = asyncio.ensure_future(lk.acquire(timeout=1.0))
+        await asyncio.sleep(0.6)
+        await lk.release()
+        # The waiter has the turn but has not run yet: the lock goes to
+        # another client first, and the waiter meets it on the server.
+        assert taker.acquire(blocking=False)
+        assert await waiter is False
+        took = time.monotonic() - start
+        # 1.0 s in all; 1.6 s if the server's wait were given the whole
+        # timeout again.
+        assert 0.95 <= took < 1.45, took
+
+    try:
+        run(redis_url, main)
+    finally:
+        taker.release()
+        other.close()
+
+
 def test_waiting_tasks_share_connections_and_threads(rds, redis_url) -> None:
     """300 tasks wait on a held lock: at most 8 server connections in all
     and at most 4 more threads; then all are served in turn."""
