@@ -96,7 +96,8 @@ hilock_ensure_venv() {
   # documentation site (tests/build_docs.sh).
   # uvloop: the asyncio tests run on its event loop too.
   # prometheus_client: hilock.metrics (test_stats.py).
-  local need=(pytest redis "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
+  # pytest-xdist: tests/run.sh runs the Python suites on two workers.
+  local need=(pytest pytest-xdist redis "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
               uvloop prometheus_client "$@") missing=()
   for p in "${need[@]}"; do
     # pip show takes a bare name: strip a version specifier.

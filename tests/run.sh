@@ -37,6 +37,13 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" HILOCK_MISUSE_ROUNDS=3 \
   ctest --test-dir build/tsan --output-on-failure -j"$jobs" \
   -R '^(test_misuse|test_client|test_renewal|test_wait|test_wait_blpop|test_wait_hub|test_hold|test_async|test_store|test_stats)$'
 
+echo "== fibers on swapcontext (other machines' switch), fiber and asyncio suites"
+cmake -S . -B build/ucontext -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-DHILOCK_FIBER_UCONTEXT \
+  -DHILOCK_BUILD_TESTS=ON -DHILOCK_BUILD_PYTHON=OFF -DHILOCK_BUILD_EXAMPLES=OFF \
+  -DHILOCK_BUILD_BENCH=OFF >/dev/null
+cmake --build build/ucontext -j"$jobs" --target test_fiber test_async
+ctest --test-dir build/ucontext --output-on-failure -j"$jobs" -R '^(test_fiber|test_async)$'
+
 echo "== libFuzzer targets, 30 s each: URLs, names and keys, hostile replies"
 bash tests/fuzz/run.sh all 30
 
@@ -52,7 +59,9 @@ LD_LIBRARY_PATH="$PWD/build/stage/lib:$PWD/build/stage/lib/x86_64-linux-gnu" bui
 
 echo "== Python package (pip install .) and pytest"
 hilock_install_python
-(cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider)
+# Two workers, each taking whole files (a file's servers and fixtures stay
+# on one worker): most tests wait on the server, TTLs or other processes.
+(cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider -n 2 --dist loadfile)
 
 echo "== Fault campaign: workloads under injected faults, checked from their histories"
 # A short campaign with a fixed seed (printed): about two minutes; fails on
@@ -101,7 +110,7 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
 # fails the run even if the crash was caught.
 (cd build && ASAN_OPTIONS="detect_leaks=0:log_path=$PWD/pyasan/logs/asan" \
   LD_PRELOAD="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)" \
-  PYTHONPATH="$PWD/pyasan/python" "$PY" -m pytest -q -p no:cacheprovider \
+  PYTHONPATH="$PWD/pyasan/python" "$PY" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
   ../tests/python/test_api.py ../tests/python/test_errors.py ../tests/python/test_rlock.py \
   ../tests/python/test_rwlock.py ../tests/python/test_fair.py ../tests/python/test_semaphore.py \
   ../tests/python/test_misuse.py ../tests/python/test_tls.py \

@@ -10,6 +10,7 @@ session fixture raises (every test errors out): it never skips.
 """
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,6 +24,12 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from helpers import RedisServer  # noqa: E402  (pure Python, needs no extension)
+
+# pytest-xdist's workers start with SIGINT ignored, and an ignored signal
+# stays ignored in the processes a test starts (the CLI keeps it so, as
+# nohup asks): give them Python's own handler, reset at their exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The session server comes from hilock's own pytest plugin, as in a user's
 # project. Installed, hilock registers it under this same name (the
