@@ -213,7 +213,8 @@ class _Runner:
         a = self._a
         if a is None or loop is not self._loop:
             a = self.get()
-        # (A forked child's call is refused by the C runner itself.)
+        # (A forked child has no running loop: asyncio refuses it above;
+        # the C runner refuses a call from another process too.)
         op_id = start(a, handle, *args)
         fut: asyncio.Future[Done] = loop.create_future()
         self._futures[op_id] = fut
@@ -692,8 +693,9 @@ _H = TypeVar("_H", bound=_Hold)
 
 class Lock(_Hold):
     """An exclusive lock for asyncio (see :class:`hilock.Lock`). One object
-    is one holder: tasks that acquire the same object queue on a local
-    ``asyncio.Lock`` first; other objects contend through Redis."""
+    is one holder: tasks that acquire the same object take turns at it
+    first, in the order they came, within their timeout; other objects
+    contend through Redis."""
 
     _sync: ExclusiveBase
 

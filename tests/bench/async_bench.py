@@ -342,6 +342,64 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
     return out
 
 
+def raw_pings(url: str, rounds: int, n: int = 1000) -> Tuple[List[float], List[float]]:
+    """Per round, µs per pair of PING round trips on a bare socket: blocking
+    recv, then an asyncio future resolved from the loop's add_reader
+    callback (floors' "raw")."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+
+    def connect() -> socket.socket:
+        s = socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if u.password:
+            s.sendall(f"AUTH {u.password}\r\n".encode())
+            assert s.recv(64).startswith(b"+OK")
+        return s
+
+    blocking, nonblocking = connect(), connect()
+    nonblocking.setblocking(False)
+
+    def sync_round() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n * 2):
+            blocking.sendall(b"PING\r\n")
+            assert blocking.recv(64) == b"+PONG\r\n"
+        return (time.perf_counter() - t0) / n * 1e6
+
+    async def async_round() -> float:
+        loop = asyncio.get_running_loop()
+        box: List[asyncio.Future[bytes]] = []
+
+        def readable() -> None:
+            box.pop().set_result(nonblocking.recv(64))
+
+        loop.add_reader(nonblocking.fileno(), readable)
+        t0 = time.perf_counter()
+        for _ in range(n * 2):
+            nonblocking.send(b"PING\r\n")
+            box.append(loop.create_future())
+            assert await box[0] == b"+PONG\r\n"
+        took = (time.perf_counter() - t0) / n * 1e6
+        loop.remove_reader(nonblocking.fileno())
+        return took
+
+    s: List[float] = []
+    a: List[float] = []
+
+    async def main() -> None:
+        for _ in range(rounds):
+            s.append(sync_round())
+            a.append(await async_round())
+
+    run_loop(main())
+    blocking.close()
+    nonblocking.close()
+    return s, a
+
+
 def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
     """What asyncio itself costs here, measured as the hilock figures are.
 
@@ -352,6 +410,10 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
              asleep 0.1 ms (as between the operations of a cycle), 1 ms, or
              10 ms (as the handoff's waiter: on a virtual machine a long
              sleep makes the wake-up several times longer).
+    raw      two PING round trips on a bare socket, no client library:
+             an asyncio future resolved by the loop's add_reader callback
+             against a blocking recv (per pair, 1,000 pairs per round):
+             the least any asyncio client pays over a blocking one.
     ping     redis-py's PING round trip: redis.asyncio against the sync
              client (median of 200 per round).
     pubsub   PUBLISH called -> the subscriber has the message: a task
@@ -416,6 +478,7 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
 
     run_loop(wake_rounds())
 
+    rs_us, ra_us = raw_pings(url, rounds)
     sync = redis.Redis.from_url(url)
     ps_us: List[float] = []
     pa_us: List[float] = []
@@ -500,8 +563,10 @@ def floors(url: str, rounds: int, samples: int) -> Dict[str, Any]:
         "wake_eventfd_1ms_asleep_us": spread(efd_us),
         "wake_eventfd_10ms_asleep_us": spread(efd10_us),
         "wake_call_soon_threadsafe_10ms_asleep_us": spread(cst_us),
+        "raw_2pings_sync_us": spread(rs_us), "raw_2pings_async_us": spread(ra_us),
         "ping_sync_us": spread(ps_us), "ping_async_us": spread(pa_us),
         "pubsub_sync_us": spread(ss_us), "pubsub_async_us": spread(sa_us)}
+    out["raw_async_over_sync"] = ratio(ra_us, rs_us)
     out["ping_async_over_sync"] = ratio(pa_us, ps_us)
     out["pubsub_async_over_sync"] = ratio(sa_us, ss_us)
     return out
