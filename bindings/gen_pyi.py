@@ -31,7 +31,7 @@ Handle = Any
 def _set_error_factory(factory: Callable[[int, str], BaseException]) -> None: ...
 '''
 
-INT_TYPES = {"int", "int64_t", "uint64_t", "size_t", "unsigned", "hilock_lock_kind"}
+INT_TYPES = {"int", "long", "int64_t", "uint64_t", "size_t", "unsigned", "hilock_lock_kind"}
 
 
 def strip_comments(text: str) -> str:
@@ -131,7 +131,7 @@ def functions(headers: List[str], interface: str) -> List[Tuple[str, str, str]]:
     # Helpers defined in py_helpers.h and declared in the interface body.
     body = strip_comments(re.sub(r"%\{.*?%\}", "", interface, flags=re.S))
     for ret, name, params in re.findall(
-            r"^((?:PyObject|hilock_\w+|int|void)\s*\*?)\s*\b(py_\w+)\s*\(([^)]*)\)\s*;",
+            r"^((?:PyObject|hilock_\w+|int|long|void)\s*\*?)\s*\b(py_\w+)\s*\(([^)]*)\)\s*;",
             body, flags=re.M):
         found.append((ret, name, params))
     return found

@@ -274,8 +274,13 @@ PyObject *py_scan_next(hilock_scan *sc);
 /* Event loops (hilock/async.h): an operation's id is its result; the
  * data pointer is not for Python (the id finds the operation). */
 %typemap(in, numinputs=0) void *data { $1 = NULL; }
-%nothreadallow py_async_take;
-PyObject *py_async_take(hilock_async *a); /* py_helpers.h */
+%nothreadallow py_async_complete; /* py_helpers.h */
+%exception py_async_complete {
+  $action
+  if (result < 0) SWIG_fail;
+}
+long py_async_complete(hilock_async *a, PyObject *futures,
+                       PyObject *late, int closing);
 
 /* Replaced by the helpers above, or not for Python. */
 %ignore hilock_options;

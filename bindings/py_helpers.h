@@ -243,20 +243,75 @@ static PyObject *py_scan_next(hilock_scan *sc) {
   return out;
 }
 
-/* Up to 64 finished operations as [(id, status, message, value), ...] (the GIL
- * is held: this makes Python objects; the caller takes until none is
- * left). */
-static PyObject *py_async_take(hilock_async *a) {
+/* Take finished operations and complete their futures (asyncio.py's
+ * reader callback): each id's future is popped from futures and gets
+ * (status, message, value) as its result; a cancelled one's result goes to
+ * late under its id (its task takes it from there); closing: the future is
+ * put back (close() tells it). Up to 64 at a time, with the GIL held.
+ * Returns how many were taken (the callback calls again while a full batch
+ * came), or -1 with an exception set. */
+static long py_async_complete(hilock_async *a, PyObject *futures,
+                              PyObject *late, int closing) {
   hilock_async_done d[64];
-  size_t n = hilock_async_take(a, d, 64);
-  PyObject *list = PyList_New(0);
-  for (size_t i = 0; list != NULL && i < n; i++) {
-    PyObject *t = Py_BuildValue("(Kiyi)", (unsigned long long)d[i].id,
-                                d[i].status, d[i].errmsg, d[i].value);
-    if (t == NULL || PyList_Append(list, t) != 0) Py_CLEAR(list);
-    Py_XDECREF(t);
+  size_t n;
+  if (!PyDict_Check(futures) || !PyDict_Check(late)) {
+    PyErr_SetString(PyExc_TypeError, "futures and late must be dicts");
+    return -1;
   }
-  return list;
+  n = hilock_async_take(a, d, 64);
+  for (size_t i = 0; i < n; i++) {
+    PyObject *key = PyLong_FromUnsignedLongLong((unsigned long long)d[i].id);
+    PyObject *fut, *res = NULL, *r = NULL;
+    int failed = key == NULL;
+    fut = key != NULL ? PyDict_GetItemWithError(futures, key) : NULL;
+    if (fut != NULL) {
+      Py_INCREF(fut);
+      if (closing) {
+        Py_CLEAR(fut); /* stays in futures */
+      } else if (PyDict_DelItem(futures, key) != 0) {
+        failed = 1;
+      }
+    } else if (PyErr_Occurred()) {
+      failed = 1;
+    }
+    if (fut != NULL && !failed) {
+      PyObject *msg = PyUnicode_DecodeUTF8(d[i].errmsg, strlen(d[i].errmsg),
+                                           "replace");
+      res = msg != NULL ? Py_BuildValue("(iNi)", d[i].status, msg, d[i].value)
+                        : NULL;
+      if (res == NULL) {
+        failed = 1;
+      } else {
+        r = PyObject_CallMethod(fut, "cancelled", NULL);
+        if (r == NULL) {
+          failed = 1;
+        } else if (PyObject_IsTrue(r)) {
+          failed = PyDict_SetItem(late, key, res) != 0;
+        } else {
+          Py_DECREF(r);
+          r = PyObject_CallMethod(fut, "done", NULL);
+          if (r == NULL) {
+            failed = 1;
+          } else if (!PyObject_IsTrue(r)) {
+            PyObject *set = PyObject_CallMethod(fut, "set_result", "(O)", res);
+            failed = set == NULL;
+            Py_XDECREF(set);
+          }
+        }
+      }
+    }
+    Py_XDECREF(r);
+    Py_XDECREF(res);
+    Py_XDECREF(fut);
+    Py_XDECREF(key);
+    if (failed) {
+      /* The rest are lost to their futures only if Python itself fails
+       * (out of memory); say so rather than go on. */
+      if (!PyErr_Occurred()) PyErr_NoMemory();
+      return -1;
+    }
+  }
+  return (long)n;
 }
 
 /* Statistics (hilock/stats.h) and the log callback's switch. */

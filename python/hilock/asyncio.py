@@ -139,7 +139,7 @@ def _off_loop(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
     return asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
-# What one py_async_take returns at most (bindings/py_helpers.h).
+# What one py_async_complete takes at most (bindings/py_helpers.h).
 _TAKE_MAX = 64
 
 
@@ -184,24 +184,13 @@ class _Runner:
         return self._a
 
     def _drain(self) -> None:
-        futures = self._futures
+        # Each finished operation's future gets (status, message, value);
+        # one whose task was cancelled and has not run yet leaves it in
+        # _late (run() takes it from there); while closing, they stay for
+        # close() to tell. In C: no Python frame per operation.
         while self._a is not None:
-            done = _h.py_async_take(self._a)
-            for op_id, status, message, value in done:
-                fut = futures.pop(op_id, None)
-                result = (status, message.decode(errors="replace") if message else "", value)
-                if fut is None:
-                    continue
-                if self._closing:
-                    futures[op_id] = fut  # close() tells it
-                    continue
-                if fut.cancelled():
-                    # Its task was cancelled and has not run yet: run()
-                    # takes the result from here.
-                    self._late[op_id] = result
-                elif not fut.done():
-                    fut.set_result(result)
-            if len(done) < _TAKE_MAX:
+            if _h.py_async_complete(self._a, self._futures, self._late,
+                                    int(self._closing)) < _TAKE_MAX:
                 return  # all taken (one call, one wake-up of the loop)
 
     async def run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:

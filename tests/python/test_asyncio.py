@@ -10,6 +10,7 @@ once on uvloop's."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing as mp
 import os
 import threading
@@ -192,6 +193,30 @@ def test_one_timeout_bounds_the_wait_for_the_turn_and_the_server(rds, redis_url)
     finally:
         taker.release()
         other.close()
+
+
+def test_finished_operations_leave_nothing_behind(redis_url) -> None:
+    """Each finished operation completes its future and lets go of it and
+    of its result (the reader callback is C): 1,000 more operations leave
+    no more futures alive, and the runner's tables empty."""
+    def alive() -> int:
+        gc.collect()
+        return sum(isinstance(o, asyncio.Future) for o in gc.get_objects())
+
+    async def main(c: hla.Client) -> None:
+        lk = c.lock("aio:leftovers", ttl=10)
+        for _ in range(20):
+            assert await lk.acquire()
+            await lk.release()
+        before = alive()
+        for _ in range(500):
+            assert await lk.acquire()
+            assert await lk.owned()
+            await lk.release()
+        assert alive() - before < 20
+        assert not c._runner._futures and not c._runner._late
+
+    run(redis_url, main)
 
 
 def test_waiting_tasks_share_connections_and_threads(rds, redis_url) -> None:
