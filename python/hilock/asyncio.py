@@ -697,15 +697,13 @@ class Lock(_Hold):
         once granted, False when ``timeout`` passed."""
         wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
         turns = self._turns
-        if turns.held and wait_ms > 0:
-            # Another task of this object's has it: its turn comes out of
-            # the same timeout (the timeout bounds the whole call).
-            start = time.monotonic()
-            if not await turns.take(wait_ms):
-                return False
-            wait_ms = max(0, wait_ms - int((time.monotonic() - start) * 1000))
-        elif not await turns.take(wait_ms):
+        start = time.monotonic()
+        if not await turns.take(wait_ms):
             return False
+        if wait_ms > 0:
+            # A wait for the turn (another task of this object's had it)
+            # comes out of the same timeout: it bounds the whole call.
+            wait_ms = max(0, wait_ms - int((time.monotonic() - start) * 1000))
         try:
             status, message, _ = await self._client._run(_h.hilock_async_acquire,
                                                       self._sync._h, 0, wait_ms, cancel=True)
