@@ -20,6 +20,10 @@
              of the two sides interleaved; and from release() called
              ("from_call": the release's round trip included).
   handoff_process  the same with the holder in another process.
+  raw_handoff, raw_handoff_process  the hand-over's floor: the same two
+             measures with no lock library, a waiter blocked in BLPOP on a
+             bare socket that then takes the lock with SET NX: a thread's
+             blocking recv against an asyncio task's add_reader future.
 
 Each timed figure is the median of the per-round medians, with the range
 of the round medians (min, max): the spread on a shared machine. A ratio
@@ -29,8 +33,8 @@ its median and range.
 This is a benchmark, not a test: nothing here asserts on timing.
 
     python3 tests/bench/async_bench.py [--tasks 2000] [--rounds 5] [--samples 100]
-        [--only crowd,stall,floors,cycle,handoff,handoff_process] [--loop uvloop]
-        [--json out.json]
+        [--only crowd,stall,floors,cycle,handoff,handoff_process,raw_handoff,
+        raw_handoff_process] [--loop uvloop] [--json out.json]
 """
 from __future__ import annotations
 
@@ -279,26 +283,6 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
     """samples per side in all, in rounds that alternate the two sides."""
     sync_c = hilock.Client(url)
 
-    def measure(waiter: Any, k: int) -> Tuple[float, float]:
-        # One lock per side: the other side's client, still subscribed to
-        # its wake list for a while (shared waiting lingers), hears nothing.
-        name = "bench:handoff:" + waiter.__name__
-        out: List[float] = []
-        out_call: List[float] = []
-        for _ in range(k):
-            holder.hold(name)
-            ready = threading.Event()
-            t1: List[float] = []
-            t = threading.Thread(target=waiter, args=(name, ready, t1))
-            t.start()
-            ready.wait()
-            time.sleep(0.01)  # the waiter is asleep in acquire
-            called, returned = holder.release()
-            t.join()
-            out.append((t1[0] - returned) * 1e6)
-            out_call.append((t1[0] - called) * 1e6)
-        return statistics.median(out), statistics.median(out_call)
-
     def sync_waiter(name: str, ready: threading.Event, t1: List[float]) -> None:
         lk = sync_c.lock(name, ttl=10, auto_renew=False)
         ready.set()
@@ -318,6 +302,38 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
             await c.close()
         run_loop(main())
 
+    try:
+        return handoffs(rounds, samples, holder, sync_waiter, async_waiter, "bench:handoff:")
+    finally:
+        sync_c.close()
+
+
+def handoffs(rounds: int, samples: int, holder: Any, sync_waiter: Any, async_waiter: Any,
+             prefix: str) -> Dict[str, Any]:
+    """samples hand-overs per side in all, in rounds that alternate the
+    sides: from the holder's release returning (and from its call) to the
+    waiter, started in a thread of its own, having the lock."""
+
+    def measure(waiter: Any, k: int) -> Tuple[float, float]:
+        # One lock per side: the other side's client, still subscribed to
+        # its wake list for a while (shared waiting lingers), hears nothing.
+        name = prefix + ("sync" if waiter is sync_waiter else "async")
+        out: List[float] = []
+        out_call: List[float] = []
+        for _ in range(k):
+            holder.hold(name)
+            ready = threading.Event()
+            t1: List[float] = []
+            t = threading.Thread(target=waiter, args=(name, ready, t1))
+            t.start()
+            ready.wait()
+            time.sleep(0.01)  # the waiter is asleep in acquire
+            called, returned = holder.release()
+            t.join()
+            out.append((t1[0] - returned) * 1e6)
+            out_call.append((t1[0] - called) * 1e6)
+        return statistics.median(out), statistics.median(out_call)
+
     k = max(1, samples // rounds)
     both: Dict[str, List[Tuple[float, float]]] = {"s": [], "a": []}
     try:
@@ -325,7 +341,6 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
                   lambda: both["a"].append(measure(async_waiter, k)) or 0.0)
     finally:
         holder.close()
-        sync_c.close()
     s = [x[0] for x in both["s"]]
     a = [x[0] for x in both["a"]]
     out: Dict[str, Any] = {"rounds": rounds, "samples_per_round": k, "thread_us": spread(s),
@@ -340,6 +355,151 @@ def handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
     out["from_call"] = {"thread_us": spread(s), "async_us": spread(a),
                         "async_over_thread": ratio(a, s)}
     return out
+
+
+# The bare-socket hand-over (floors' "handoff"): the holder's "release" is
+# LPUSH on the wake list; the waiter, blocked in BLPOP on it, then takes
+# the lock with SET NX, as hilock's lone waiter does (BLPOP, then its
+# attempt). RESP by hand, no client library.
+def resp(*args: str) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+_RAW_HOLDER = r'''
+import socket, sys, time
+from urllib.parse import urlsplit
+u = urlsplit(sys.argv[1])
+s = socket.create_connection((u.hostname, u.port))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for name in sys.stdin:
+    push = b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s:wake\r\n$1\r\n1\r\n" % (
+        len(name.strip()) + 5, name.strip().encode())
+    print("held", flush=True)
+    sys.stdin.readline()
+    t = time.monotonic()
+    s.sendall(push)
+    got = b""
+    while not got.endswith(b"\r\n"):
+        got += s.recv(64)
+    print(t, time.monotonic(), flush=True)
+'''
+
+
+class RawHolder:
+    """The bare-socket hand-over's holder: a thread of this process (a
+    blocking socket) or another process."""
+
+    def __init__(self, url: str, process: bool) -> None:
+        import socket
+        from urllib.parse import urlsplit
+        self.p: Any = None
+        self.s: Any = None
+        if process:
+            import subprocess
+            self.p = subprocess.Popen([sys.executable, "-c", _RAW_HOLDER, url],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        else:
+            u = urlsplit(url)
+            self.s = socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379))
+            self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _say(self, line: str) -> str:
+        assert self.p.stdin is not None and self.p.stdout is not None
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return str(self.p.stdout.readline().strip())
+
+    def hold(self, name: str) -> None:
+        self.name = name
+        if self.p is not None:
+            assert self._say(name) == "held"
+
+    def release(self) -> Tuple[float, float]:
+        if self.p is not None:
+            called, returned = self._say("go").split()
+            return float(called), float(returned)
+        t = time.monotonic()
+        self.s.sendall(resp("LPUSH", self.name + ":wake", "1"))
+        assert self.s.recv(64) == b":1\r\n"
+        return t, time.monotonic()
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.kill()
+            self.p.wait()
+        else:
+            self.s.close()
+
+
+def raw_handoff(url: str, rounds: int, samples: int, process: bool) -> Dict[str, Any]:
+    """The hand-over with no lock library: the waiter blocked in BLPOP then
+    taking the lock with SET NX, a thread on blocking sockets against an
+    asyncio task on the loop's add_reader, measured as handoff() is."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+
+    def connect() -> socket.socket:
+        s = socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def popped(name: str) -> int:
+        """The length of BLPOP's reply: [list name, "1"]."""
+        return len(resp(name + ":wake", "1"))
+
+    def sync_waiter(name: str, ready: threading.Event, t1: List[float]) -> None:
+        s = connect()
+        s.sendall(resp("BLPOP", name + ":wake", "10"))
+        ready.set()
+        got = b""
+        while len(got) < popped(name):
+            got += s.recv(256)
+        s.sendall(resp("SET", name, "tok", "NX", "PX", "10000"))
+        got = b""
+        while len(got) < 5:
+            got += s.recv(64)
+        assert got == b"+OK\r\n", got
+        t1.append(time.monotonic())
+        s.sendall(resp("DEL", name))
+        s.recv(64)
+        s.close()
+
+    def async_waiter(name: str, ready: threading.Event, t1: List[float]) -> None:
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            s = connect()
+            s.setblocking(False)
+            box: List[Any] = []  # [future, bytes wanted, bytes so far]
+
+            def readable() -> None:
+                box[2] += s.recv(256)
+                if len(box[2]) >= box[1]:
+                    box[0].set_result(box[2])
+
+            loop.add_reader(s.fileno(), readable)
+            box[:] = [loop.create_future(), popped(name), b""]
+            s.send(resp("BLPOP", name + ":wake", "10"))
+            ready.set()
+            await box[0]
+            box[:] = [loop.create_future(), 5, b""]
+            s.send(resp("SET", name, "tok", "NX", "PX", "10000"))
+            assert await box[0] == b"+OK\r\n"
+            t1.append(time.monotonic())
+            loop.remove_reader(s.fileno())
+            s.setblocking(True)
+            s.sendall(resp("DEL", name))
+            s.recv(64)
+            s.close()
+        run_loop(main())
+
+    return handoffs(rounds, samples, RawHolder(url, process), sync_waiter, async_waiter,
+                    "bench:rawhandoff:")
 
 
 def raw_pings(url: str, rounds: int, n: int = 1000) -> Tuple[List[float], List[float]]:
@@ -582,7 +742,8 @@ def main() -> int:
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
                     help="the event loop of the asyncio side (uvloop: if installed)")
     ap.add_argument("--only", metavar="PARTS",
-                    default="crowd,stall,floors,cycle,handoff,handoff_process",
+                    default="crowd,stall,floors,cycle,handoff,handoff_process,raw_handoff,"
+                    "raw_handoff_process",
                     help="comma-separated parts to run (default: all)")
     args = ap.parse_args()
     global LOOP
@@ -603,6 +764,9 @@ def main() -> int:
                                        ThreadHolder(srv.url)),
             "handoff_process": lambda: handoff(srv.url, args.rounds, args.samples,
                                                ProcessHolder(srv.url)),
+            "raw_handoff": lambda: raw_handoff(srv.url, args.rounds, args.samples, False),
+            "raw_handoff_process": lambda: raw_handoff(srv.url, args.rounds, args.samples,
+                                                       True),
         }
         for name in args.only.split(","):
             result[name] = parts[name]()
