@@ -23,6 +23,14 @@ def free_port() -> int:
         return port
 
 
+# Ports a server of ours tries when the ones it picked were taken meanwhile.
+PORT_TRIES = 5
+
+
+class PortTaken(Exception):
+    """The server could not bind the port picked for it."""
+
+
 def kill(proc: Optional[subprocess.Popen[bytes]]) -> None:
     """SIGKILL proc if it still runs, and reap it."""
     if proc is None or proc.poll() is not None:
@@ -108,11 +116,15 @@ class RedisServer:
     """
 
     def __init__(self, port: Optional[int] = None, password: Optional[str] = None,
-                 extra_args: Iterable[str] = (), binary: Optional[str] = None) -> None:
+                 extra_args: Iterable[str] = (), binary: Optional[str] = None,
+                 pick_port: Callable[[], int] = free_port) -> None:
         self.binary = binary or server_binary()
         if not os.path.exists(self.binary):
             raise FileNotFoundError("redis-server not found; install the redis-server package")
-        self.port = port or free_port()
+        # A port of our choosing may be taken by another process before the
+        # server binds it: start() then picks another (pick_port).
+        self._pick_port = None if port else pick_port
+        self.port = port or pick_port()
         self.password = password
         self.extra_args = list(extra_args)
         self.dir = tempfile.mkdtemp(prefix="hilock-redis-")
@@ -143,6 +155,15 @@ class RedisServer:
             return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
 
     def start(self, timeout: float = 10.0) -> RedisServer:
+        for _ in range(PORT_TRIES - 1):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                assert self._pick_port is not None
+                self.port = self._pick_port()
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> RedisServer:
         args = [self.binary, *self.listen_args(), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
                 "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log"),
@@ -152,6 +173,8 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if self._pick_port is not None and self._port_taken():
+                    raise PortTaken(self.port)
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}; "
                                    f"see {self.dir}/redis.log")
             try:
@@ -162,6 +185,15 @@ class RedisServer:
             time.sleep(0.02)
         self.stop()
         raise RuntimeError("redis-server did not start in time")
+
+    def _port_taken(self) -> bool:
+        """Whether the server that just exited said its port (or its
+        cluster bus port) was in use."""
+        try:
+            with open(os.path.join(self.dir, "redis.log"), errors="replace") as f:
+                return "Address already in use" in f.read()
+        except OSError:
+            return False
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None

@@ -51,9 +51,10 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _cluster_port() -> int:
-    # The cluster bus listens on port + 10000: free as well, or the node
-    # exits at start (another cluster on the machine may hold it).
+def cluster_port() -> int:
+    """A free port for a cluster node. The cluster bus listens on port +
+    10000: free as well, or the node exits at start (another cluster on the
+    machine may hold it)."""
     for _ in range(1000):
         p = free_port()
         if p <= 55535 and _bindable(p + 10000):
@@ -79,7 +80,7 @@ class LocalCluster:
         self.password = password
         if password is not None:
             args += ["--masterauth", password]
-        self.nodes: List[RedisServer] = [RedisServer(port=_cluster_port(), password=password,
+        self.nodes: List[RedisServer] = [RedisServer(pick_port=cluster_port, password=password,
                                                      extra_args=args)
                                          for _ in range(nodes)]
 

@@ -147,6 +147,32 @@ def test_command_closes_its_socket_at_once() -> None:
             gc.enable()
 
 
+def test_a_port_taken_before_the_server_binds_it_is_replaced() -> None:
+    """A port picked free can be taken by another process before the server
+    binds it (parallel tests start servers all the time): the launcher
+    picks another instead of failing. A port the caller chose is kept,
+    and its refusal is the caller's to see."""
+    import socket
+
+    from hilock._server import RedisServer, free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        picks = [port]
+
+        def pick() -> int:
+            return picks.pop() if picks else free_port()
+
+        with RedisServer(pick_port=pick) as srv:
+            assert not picks and srv.port != port
+            assert srv.answers()
+        with pytest.raises(RuntimeError, match="exited"):
+            with RedisServer(port=port):
+                pass
+
+
 def test_loading_the_plugin_leaves_the_c_core_unloaded() -> None:
     """The plugin is loaded into every pytest run where hilock is
     installed, whether its tests use hilock or not: importing it (and so

@@ -16,8 +16,9 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from typing import Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
+from cluster import cluster_port
 from helpers import _load_server_module
 
 _server = _load_server_module()
@@ -99,8 +100,9 @@ class TLSServer(_server.RedisServer):
     launcher of hilock._server with TLS arguments and a TLS readiness probe."""
 
     def __init__(self, pki: Pki, cert: str = "server", auth_clients: str = "no",
-                 extra_args: Iterable[str] = (), port: Optional[int] = None) -> None:
-        super().__init__(port=port, extra_args=extra_args)
+                 extra_args: Iterable[str] = (), port: Optional[int] = None,
+                 pick_port: Callable[[], int] = _server.free_port) -> None:
+        super().__init__(port=port, extra_args=extra_args, pick_port=pick_port)
         self.pki = pki
         self.cert = cert
         self.auth_clients = auth_clients
@@ -252,14 +254,6 @@ def _cluster_ok(pki: Pki, port: int) -> bool:
     return b"cluster_state:ok" in (v if isinstance(v, bytes) else str(v).encode())
 
 
-def _cluster_port() -> int:
-    for _ in range(1000):  # the bus listens on port + 10000
-        p = free_port()
-        if p <= 55535:
-            return p
-    raise RuntimeError("no free port below 55536")
-
-
 class TLSCluster(_Deployment):
     """Three masters and three replicas that listen only on TLS, with the
     cluster bus and replication over TLS (tls-cluster yes)."""
@@ -269,7 +263,7 @@ class TLSCluster(_Deployment):
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", "1000", "--tls-cluster", "yes",
                 "--tls-replication", "yes", "--repl-diskless-sync-delay", "0"]
-        self.nodes = [TLSServer(pki, extra_args=args, port=_cluster_port()) for _ in range(6)]
+        self.nodes = [TLSServer(pki, extra_args=args, pick_port=cluster_port) for _ in range(6)]
 
     def url(self, **params: str) -> str:
         return _tls_url("rediss+cluster", [n.port for n in self.nodes[:3]], "", params)
