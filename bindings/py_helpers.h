@@ -252,11 +252,22 @@ static PyObject *py_scan_next(hilock_scan *sc) {
  * came), or -1 with an exception set. */
 static long py_async_complete(hilock_async *a, PyObject *futures,
                               PyObject *late, int closing) {
+  /* The futures' methods, by interned name: no format string to parse and
+   * no name to make on every call. */
+  static PyObject *s_done, *s_cancelled, *s_set_result;
   hilock_async_done d[64];
   size_t n;
   if (!PyDict_Check(futures) || !PyDict_Check(late)) {
     PyErr_SetString(PyExc_TypeError, "futures and late must be dicts");
     return -1;
+  }
+  if (s_set_result == NULL) {
+    s_done = PyUnicode_InternFromString("done");
+    s_cancelled = PyUnicode_InternFromString("cancelled");
+    s_set_result = s_done != NULL && s_cancelled != NULL
+                       ? PyUnicode_InternFromString("set_result")
+                       : NULL;
+    if (s_set_result == NULL) return -1;
   }
   n = hilock_async_take(a, d, 64);
   for (size_t i = 0; i < n; i++) {
@@ -279,25 +290,22 @@ static long py_async_complete(hilock_async *a, PyObject *futures,
                                            "replace");
       res = msg != NULL ? Py_BuildValue("(iNi)", d[i].status, msg, d[i].value)
                         : NULL;
-      if (res == NULL) {
+      /* Not done yet: the result is its own. Done: a cancelled one's task
+       * takes the result from late; one that has a result keeps it. */
+      r = res != NULL ? PyObject_CallMethodObjArgs(fut, s_done, NULL) : NULL;
+      if (r == NULL) {
         failed = 1;
+      } else if (!PyObject_IsTrue(r)) {
+        PyObject *set = PyObject_CallMethodObjArgs(fut, s_set_result, res, NULL);
+        failed = set == NULL;
+        Py_XDECREF(set);
       } else {
-        r = PyObject_CallMethod(fut, "cancelled", NULL);
-        if (r == NULL) {
+        Py_DECREF(r);
+        r = PyObject_CallMethodObjArgs(fut, s_cancelled, NULL);
+        if (r == NULL)
           failed = 1;
-        } else if (PyObject_IsTrue(r)) {
+        else if (PyObject_IsTrue(r))
           failed = PyDict_SetItem(late, key, res) != 0;
-        } else {
-          Py_DECREF(r);
-          r = PyObject_CallMethod(fut, "done", NULL);
-          if (r == NULL) {
-            failed = 1;
-          } else if (!PyObject_IsTrue(r)) {
-            PyObject *set = PyObject_CallMethod(fut, "set_result", "(O)", res);
-            failed = set == NULL;
-            Py_XDECREF(set);
-          }
-        }
       }
     }
     Py_XDECREF(r);

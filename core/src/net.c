@@ -519,26 +519,57 @@ hilock__net *hilock__net_connect(const hilock__addr *a, const hilock__tls *tls,
   return n;
 }
 
+/* Decimal digits of v. */
+static size_t digits(size_t v) {
+  size_t d = 1;
+  while (v >= 10) {
+    v /= 10;
+    d++;
+  }
+  return d;
+}
+
+/* A RESP header, c then v then CRLF, at p; returns the end. */
+static char *put_header(char *p, char c, size_t v) {
+  char *end;
+  *p++ = c;
+  end = p + digits(v);
+  for (char *q = end; q > p; v /= 10) *--q = (char)('0' + v % 10);
+  end[0] = '\r';
+  end[1] = '\n';
+  return end + 2;
+}
+
 int hilock__net_append(hilock__net *n, int argc, const char **argv,
                        const size_t *lens) {
-  char *cmd = NULL;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
-  if (len < 0) return -1;
-  if (n->olen + (size_t)len > n->ocap) {
+  /* RESP written straight into the output buffer: an array of bulk
+   * strings, as the server reads commands. */
+  size_t need;
+  char *p;
+  if (argc < 0) return -1;
+  need = 3 + digits((size_t)argc);
+  for (int i = 0; i < argc; i++) {
+    if (lens[i] > SIZE_MAX / 4 || need > SIZE_MAX / 4) return -1;
+    need += 5 + digits(lens[i]) + lens[i];
+  }
+  if (n->olen + need > n->ocap) {
     size_t cap = n->ocap ? n->ocap : 256;
     char *grown;
-    while (cap < n->olen + (size_t)len) cap *= 2;
+    while (cap < n->olen + need) cap *= 2;
     grown = realloc(n->obuf, cap);
-    if (grown == NULL) {
-      redisFreeCommand(cmd);
-      return -1;
-    }
+    if (grown == NULL) return -1;
     n->obuf = grown;
     n->ocap = cap;
   }
-  memcpy(n->obuf + n->olen, cmd, (size_t)len);
-  n->olen += (size_t)len;
-  redisFreeCommand(cmd);
+  p = put_header(n->obuf + n->olen, '*', (size_t)argc);
+  for (int i = 0; i < argc; i++) {
+    p = put_header(p, '$', lens[i]);
+    if (lens[i] > 0) memcpy(p, argv[i], lens[i]);
+    p += lens[i];
+    *p++ = '\r';
+    *p++ = '\n';
+  }
+  n->olen = (size_t)(p - n->obuf);
   return 0;
 }
 

@@ -147,7 +147,18 @@ int hilock__keys(const hilock__runtime *rt, const char *name, size_t len,
 }
 
 size_t hilock__i64(char *buf, int64_t v) {
-  return (size_t)snprintf(buf, 24, "%" PRId64, v);
+  /* Not snprintf: this is on every command's path. */
+  char tmp[20];
+  size_t k = 0, len = 0;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do {
+    tmp[k++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  if (v < 0) buf[len++] = '-';
+  while (k > 0) buf[len++] = tmp[--k];
+  buf[len] = '\0';
+  return len;
 }
 
 int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
