@@ -48,10 +48,10 @@ static void append_and_compare(hilock__net *n, int argc, const char **argv,
   int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
   assert_non_null(old);
   assert_true(len >= 0);
-  memcpy(old, n->obuf, before);
+  if (before > 0) memcpy(old, n->obuf, before); /* obuf: NULL at first */
   assert_int_equal(hilock__net_append(n, argc, argv, lens), 0);
   assert_int_equal(n->olen, before + (size_t)len);
-  assert_memory_equal(n->obuf, old, before);
+  if (before > 0) assert_memory_equal(n->obuf, old, before);
   assert_memory_equal(n->obuf + before, cmd, (size_t)len);
   redisFreeCommand(cmd);
   free(old);
