@@ -1206,6 +1206,10 @@ int hilock__keys(const hilock__runtime *rt, const char *name, size_t len,
                  size_t *keylens);
 /* Decimal text of v in buf (>= 24 bytes); returns length. */
 size_t hilock__i64(char *buf, int64_t v);
+/* How many decimal digits v has; its digits at buf (no NUL), returning
+ * that many. */
+size_t hilock__digits(uint64_t v);
+size_t hilock__u64_text(char *buf, uint64_t v);
 
 /* Outcome of one renewal: the watchdog's own, or a hold's renew_fn. */
 enum { HILOCK__RENEWED = 0, HILOCK__NOT_OWNED = 1, HILOCK__RENEW_FAILED = 2 };

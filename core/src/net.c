@@ -519,25 +519,13 @@ hilock__net *hilock__net_connect(const hilock__addr *a, const hilock__tls *tls,
   return n;
 }
 
-/* Decimal digits of v. */
-static size_t digits(size_t v) {
-  size_t d = 1;
-  while (v >= 10) {
-    v /= 10;
-    d++;
-  }
-  return d;
-}
-
 /* A RESP header, c then v then CRLF, at p; returns the end. */
 static char *put_header(char *p, char c, size_t v) {
-  char *end;
   *p++ = c;
-  end = p + digits(v);
-  for (char *q = end; q > p; v /= 10) *--q = (char)('0' + v % 10);
-  end[0] = '\r';
-  end[1] = '\n';
-  return end + 2;
+  p += hilock__u64_text(p, v);
+  *p++ = '\r';
+  *p++ = '\n';
+  return p;
 }
 
 int hilock__net_append(hilock__net *n, int argc, const char **argv,
@@ -547,10 +535,10 @@ int hilock__net_append(hilock__net *n, int argc, const char **argv,
   size_t need;
   char *p;
   if (argc < 0) return -1;
-  need = 3 + digits((size_t)argc);
+  need = 3 + hilock__digits((size_t)argc);
   for (int i = 0; i < argc; i++) {
     if (lens[i] > SIZE_MAX / 4 || need > SIZE_MAX / 4) return -1;
-    need += 5 + digits(lens[i]) + lens[i];
+    need += 5 + hilock__digits(lens[i]) + lens[i];
   }
   if (n->olen + need > n->ocap) {
     size_t cap = n->ocap ? n->ocap : 256;

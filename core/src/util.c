@@ -146,17 +146,27 @@ int hilock__keys(const hilock__runtime *rt, const char *name, size_t len,
   return HILOCK_OK;
 }
 
-size_t hilock__i64(char *buf, int64_t v) {
+size_t hilock__digits(uint64_t v) {
+  size_t d = 1;
+  while (v >= 10) {
+    v /= 10;
+    d++;
+  }
+  return d;
+}
+
+size_t hilock__u64_text(char *buf, uint64_t v) {
   /* Not snprintf: this is on every command's path. */
-  char tmp[20];
-  size_t k = 0, len = 0;
-  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-  do {
-    tmp[k++] = (char)('0' + u % 10);
-    u /= 10;
-  } while (u != 0);
+  size_t n = hilock__digits(v);
+  for (char *q = buf + n; q > buf; v /= 10) *--q = (char)('0' + v % 10);
+  return n;
+}
+
+size_t hilock__i64(char *buf, int64_t v) {
+  size_t len = 0;
   if (v < 0) buf[len++] = '-';
-  while (k > 0) buf[len++] = tmp[--k];
+  len += hilock__u64_text(buf + len,
+                          v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
   buf[len] = '\0';
   return len;
 }

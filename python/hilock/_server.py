@@ -27,8 +27,9 @@ def free_port() -> int:
 PORT_TRIES = 5
 
 
-class PortTaken(Exception):
-    """The server could not bind the port picked for it."""
+class PortTaken(RuntimeError):
+    """The server could not bind the port picked for it (after its last
+    try, the launcher's caller sees this)."""
 
 
 def kill(proc: Optional[subprocess.Popen[bytes]]) -> None:
@@ -174,7 +175,8 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 if self._pick_port is not None and self._port_taken():
-                    raise PortTaken(self.port)
+                    raise PortTaken(f"redis-server could not bind port {self.port} (in use); "
+                                    f"see {self.dir}/redis.log")
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}; "
                                    f"see {self.dir}/redis.log")
             try:

@@ -41,12 +41,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import statistics
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import load_redis_server, machine, write_json  # noqa: E402
@@ -256,9 +258,9 @@ class ProcessHolder:
     interpreter lock shared with the waiter. time.monotonic() is the
     system's monotonic clock in both processes."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, script: str = _HOLDER) -> None:
         import subprocess
-        self.p = subprocess.Popen([sys.executable, "-c", _HOLDER, url], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([sys.executable, "-c", script, url], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
 
     def _say(self, line: str) -> str:
@@ -369,15 +371,28 @@ def resp(*args: str) -> bytes:
     return b"".join(out)
 
 
+def raw_connect(url: str) -> socket.socket:
+    """A bare blocking socket to the server of url, logged in if it asks."""
+    u = urlsplit(url)
+    s = socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if u.password:
+        s.sendall(resp("AUTH", u.password))
+        assert s.recv(64).startswith(b"+OK")
+    return s
+
+
+# RawProcessHolder's process: its "hold" line is the release command (RESP,
+# in hex); on the next line it sends it and prints when it was sent and
+# when its reply came.
 _RAW_HOLDER = r'''
 import socket, sys, time
 from urllib.parse import urlsplit
 u = urlsplit(sys.argv[1])
 s = socket.create_connection((u.hostname, u.port))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-for name in sys.stdin:
-    push = b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s:wake\r\n$1\r\n1\r\n" % (
-        len(name.strip()) + 5, name.strip().encode())
+for line in sys.stdin:
+    push = bytes.fromhex(line.strip())
     print("held", flush=True)
     sys.stdin.readline()
     t = time.monotonic()
@@ -389,72 +404,51 @@ for name in sys.stdin:
 '''
 
 
-class RawHolder:
-    """The bare-socket hand-over's holder: a thread of this process (a
-    blocking socket) or another process."""
+def raw_release(name: str) -> bytes:
+    return resp("LPUSH", name + ":wake", "1")
 
-    def __init__(self, url: str, process: bool) -> None:
-        import socket
-        from urllib.parse import urlsplit
-        self.p: Any = None
-        self.s: Any = None
-        if process:
-            import subprocess
-            self.p = subprocess.Popen([sys.executable, "-c", _RAW_HOLDER, url],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        else:
-            u = urlsplit(url)
-            self.s = socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379))
-            self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def _say(self, line: str) -> str:
-        assert self.p.stdin is not None and self.p.stdout is not None
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        return str(self.p.stdout.readline().strip())
+class RawThreadHolder:
+    """The bare-socket hand-over's holder as a thread of this process."""
+
+    def __init__(self, url: str) -> None:
+        self.s = raw_connect(url)
+        self.push = b""
 
     def hold(self, name: str) -> None:
-        self.name = name
-        if self.p is not None:
-            assert self._say(name) == "held"
+        self.push = raw_release(name)
 
     def release(self) -> Tuple[float, float]:
-        if self.p is not None:
-            called, returned = self._say("go").split()
-            return float(called), float(returned)
         t = time.monotonic()
-        self.s.sendall(resp("LPUSH", self.name + ":wake", "1"))
+        self.s.sendall(self.push)
         assert self.s.recv(64) == b":1\r\n"
         return t, time.monotonic()
 
     def close(self) -> None:
-        if self.p is not None:
-            self.p.kill()
-            self.p.wait()
-        else:
-            self.s.close()
+        self.s.close()
 
 
-def raw_handoff(url: str, rounds: int, samples: int, process: bool) -> Dict[str, Any]:
+class RawProcessHolder(ProcessHolder):
+    """The bare-socket hand-over's holder in another process."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, _RAW_HOLDER)
+
+    def hold(self, name: str) -> None:
+        assert self._say(raw_release(name).hex()) == "held"
+
+
+def raw_handoff(url: str, rounds: int, samples: int, holder: Any) -> Dict[str, Any]:
     """The hand-over with no lock library: the waiter blocked in BLPOP then
     taking the lock with SET NX, a thread on blocking sockets against an
     asyncio task on the loop's add_reader, measured as handoff() is."""
-    import socket
-    from urllib.parse import urlsplit
-
-    u = urlsplit(url)
-
-    def connect() -> socket.socket:
-        s = socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return s
 
     def popped(name: str) -> int:
         """The length of BLPOP's reply: [list name, "1"]."""
         return len(resp(name + ":wake", "1"))
 
     def sync_waiter(name: str, ready: threading.Event, t1: List[float]) -> None:
-        s = connect()
+        s = raw_connect(url)
         s.sendall(resp("BLPOP", name + ":wake", "10"))
         ready.set()
         got = b""
@@ -473,7 +467,7 @@ def raw_handoff(url: str, rounds: int, samples: int, process: bool) -> Dict[str,
     def async_waiter(name: str, ready: threading.Event, t1: List[float]) -> None:
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            s = connect()
+            s = raw_connect(url)
             s.setblocking(False)
             box: List[Any] = []  # [future, bytes wanted, bytes so far]
 
@@ -498,28 +492,14 @@ def raw_handoff(url: str, rounds: int, samples: int, process: bool) -> Dict[str,
             s.close()
         run_loop(main())
 
-    return handoffs(rounds, samples, RawHolder(url, process), sync_waiter, async_waiter,
-                    "bench:rawhandoff:")
+    return handoffs(rounds, samples, holder, sync_waiter, async_waiter, "bench:rawhandoff:")
 
 
 def raw_pings(url: str, rounds: int, n: int = 1000) -> Tuple[List[float], List[float]]:
     """Per round, µs per pair of PING round trips on a bare socket: blocking
     recv, then an asyncio future resolved from the loop's add_reader
     callback (floors' "raw")."""
-    import socket
-    from urllib.parse import urlsplit
-
-    u = urlsplit(url)
-
-    def connect() -> socket.socket:
-        s = socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if u.password:
-            s.sendall(f"AUTH {u.password}\r\n".encode())
-            assert s.recv(64).startswith(b"+OK")
-        return s
-
-    blocking, nonblocking = connect(), connect()
+    blocking, nonblocking = raw_connect(url), raw_connect(url)
     nonblocking.setblocking(False)
 
     def sync_round() -> float:
@@ -764,9 +744,10 @@ def main() -> int:
                                        ThreadHolder(srv.url)),
             "handoff_process": lambda: handoff(srv.url, args.rounds, args.samples,
                                                ProcessHolder(srv.url)),
-            "raw_handoff": lambda: raw_handoff(srv.url, args.rounds, args.samples, False),
+            "raw_handoff": lambda: raw_handoff(srv.url, args.rounds, args.samples,
+                                               RawThreadHolder(srv.url)),
             "raw_handoff_process": lambda: raw_handoff(srv.url, args.rounds, args.samples,
-                                                       True),
+                                                       RawProcessHolder(srv.url)),
         }
         for name in args.only.split(","):
             result[name] = parts[name]()
