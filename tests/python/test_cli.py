@@ -119,6 +119,15 @@ def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def trap_and_wait(got: Path, sig: str, code: int) -> str:
+    """A sh script that prints "ready" and waits; on SIG it writes SIG to
+    got and exits with code. Its sleep dies by KILL and holds no pipe: a
+    TERM reaching sh's background child between its fork and its exec is
+    lost, and the sleep would then keep our pipe open for its minute."""
+    return (f'trap \'echo {sig} > "{got}"; kill -KILL $!; exit {code}\' {sig}; '
+            'sleep 60 </dev/null >/dev/null 2>&1 & echo ready; wait')
+
+
 def no_traceback(r: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in (r.stderr or ""), r.stderr
 
@@ -358,8 +367,7 @@ def test_waiter_runs_after_holder(redis_url: str, tmp_path: Path) -> None:
 def test_signals_forwarded(redis_url: str, tmp_path: Path, sig: int) -> None:
     got = tmp_path / "got"
     name = signal.Signals(sig).name[3:]
-    script = (f'trap \'echo {name} > "{got}"; kill $!; exit 7\' {name}; '
-              'sleep 60 & echo ready; wait')
+    script = trap_and_wait(got, name, 7)
     proc = start_cli(redis_url, "run", "sig", "--", "sh", "-c", script)
     try:
         assert read_line(proc) == "ready\n"
@@ -398,8 +406,6 @@ def test_signal_while_waiting_ends_the_wait(client, redis_url: str, tmp_path: Pa
 # -- loss ---------------------------------------------------------------------------------
 
 
-LOOP_UNTIL_TERM = ('trap \'echo TERM > "{got}"; kill $!; exit 5\' TERM; '
-                   'sleep 60 & echo ready; wait')
 
 
 @pytest.mark.parametrize("kind,how", [("lock", "delete"), ("lock", "overwrite"),
@@ -409,7 +415,7 @@ def test_lost_lock_stops_command(rds, client, redis_url: str, tmp_path: Path,
     got = tmp_path / "got"
     permits = ["--permits", "2"] if kind == "semaphore" else []
     proc = start_cli(redis_url, "run", "--type", kind, *permits, "--ttl", "1", "lost", "--",
-                     "sh", "-c", LOOP_UNTIL_TERM.format(got=got))
+                     "sh", "-c", trap_and_wait(got, "TERM", 5))
     try:
         assert read_line(proc) == "ready\n"
         key = lock_key(client, "lost", kind)
