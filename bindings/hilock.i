@@ -274,13 +274,12 @@ PyObject *py_scan_next(hilock_scan *sc);
 /* Event loops (hilock/async.h): an operation's id is its result; the
  * data pointer is not for Python (the id finds the operation). */
 %typemap(in, numinputs=0) void *data { $1 = NULL; }
-%nothreadallow py_async_complete; /* py_helpers.h */
-%exception py_async_complete {
-  $action
-  if (result < 0) SWIG_fail;
-}
-long py_async_complete(hilock_async *a, PyObject *futures,
-                       PyObject *late, int closing);
+/* The loop's reader callback for runner a (py_helpers.h): it completes
+ * the futures in futures (by operation id); state is a bytearray(2),
+ * [closing, freed]. */
+%nothreadallow py_async_drainer;
+PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
+                           PyObject *late, PyObject *state);
 
 /* Replaced by the helpers above, or not for Python. */
 %ignore hilock_options;

@@ -322,6 +322,58 @@ static long py_async_complete(hilock_async *a, PyObject *futures,
   return (long)n;
 }
 
+/* The loop's reader callback for one runner, in C: no Python frame and no
+ * argument to convert on each wake-up. It holds (runner, futures, late,
+ * state); state is a bytearray whose byte 0 says the runner is closing
+ * (py_async_complete's closing) and byte 1 that the runner is freed (the
+ * callback then does nothing: a loop may call it once more). */
+enum { PY_DRAIN_CLOSING, PY_DRAIN_FREED, PY_DRAIN_STATE_LEN };
+
+static PyObject *py_drain(PyObject *self, PyObject *unused) {
+  PyObject *futures = PyTuple_GET_ITEM(self, 1);
+  PyObject *late = PyTuple_GET_ITEM(self, 2);
+  PyObject *state = PyTuple_GET_ITEM(self, 3);
+  (void)unused;
+  for (;;) {
+    /* Read again on each pass: completing a future runs no Python code,
+     * but nothing here relies on that. */
+    const char *st = PyByteArray_AS_STRING(state);
+    hilock_async *a;
+    long n;
+    if (st[PY_DRAIN_FREED]) Py_RETURN_NONE;
+    a = (hilock_async *)PyCapsule_GetPointer(PyTuple_GET_ITEM(self, 0), NULL);
+    if (a == NULL) return NULL;
+    n = py_async_complete(a, futures, late, st[PY_DRAIN_CLOSING] != 0);
+    if (n < 0) return NULL;
+    if (n < 64) Py_RETURN_NONE; /* all taken */
+  }
+}
+
+static PyMethodDef py_drain_def = {"drain", py_drain, METH_NOARGS,
+                                   "Complete the runner's finished operations."};
+
+static PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
+                                  PyObject *late, PyObject *state) {
+  PyObject *cap, *self, *fn;
+  if (a == NULL) {
+    PyErr_SetString(PyExc_ValueError, "no runner");
+    return NULL;
+  }
+  if (!PyDict_Check(futures) || !PyDict_Check(late) ||
+      !PyByteArray_Check(state) ||
+      PyByteArray_GET_SIZE(state) != PY_DRAIN_STATE_LEN) {
+    PyErr_SetString(PyExc_TypeError,
+                    "futures and late must be dicts, state a bytearray(2)");
+    return NULL;
+  }
+  cap = PyCapsule_New(a, NULL, NULL);
+  self = cap != NULL ? PyTuple_Pack(4, cap, futures, late, state) : NULL;
+  fn = self != NULL ? PyCFunction_New(&py_drain_def, self) : NULL;
+  Py_XDECREF(self);
+  Py_XDECREF(cap);
+  return fn;
+}
+
 /* Statistics (hilock/stats.h) and the log callback's switch. */
 static PyObject *py_client_stats(const hilock_client *c) {
   hilock_stats s;

@@ -139,10 +139,6 @@ def _off_loop(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
     return asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
-# What one py_async_complete takes at most (bindings/py_helpers.h).
-_TAKE_MAX = 64
-
-
 class _Runner:
     """The C runner (hilock/async.h) of one event loop: the loop watches its
     descriptor, and each finished operation completes its future."""
@@ -155,7 +151,8 @@ class _Runner:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._futures: Dict[int, asyncio.Future[Done]] = {}
         self._late: Dict[int, Done] = {}
-        self._closing = False
+        # The drainer's state (bindings/py_helpers.h): [closing, freed].
+        self._state = bytearray(2)
         self._closer: Optional[asyncio.Future[None]] = None  # close() under way
 
     def get(self) -> Any:
@@ -164,11 +161,18 @@ class _Runner:
             raise ForkedLockError(f"this {self._what}'s operations run in the parent "
                                   "process; make a new one in the child", _h.HILOCK_EFORKED)
         if self._a is None:
-            self._closing = False
             self._a = self._make()
+            self._state = bytearray(2)
             self._loop = loop
             self._pid = os.getpid()
-            loop.add_reader(_h.hilock_async_fd(self._a), self._drain)
+            # Each finished operation's future gets (status, message,
+            # value); one whose task was cancelled and has not run yet
+            # leaves it in _late (run() takes it from there); while
+            # closing, they stay for close() to tell. In C, all of it: no
+            # Python frame per wake-up.
+            loop.add_reader(_h.hilock_async_fd(self._a),
+                            _h.py_async_drainer(self._a, self._futures, self._late,
+                                                self._state))
         elif loop is not self._loop:
             assert self._loop is not None
             if not self._loop.is_closed() or _h.hilock_async_pending(self._a) > 0:
@@ -179,19 +183,10 @@ class _Runner:
             # The old runner's threads are idle; freeing it touches no
             # connection.
             a, self._a = self._a, None
+            self._state[1] = 1
             _h.hilock_async_free(a)
             return self.get()
         return self._a
-
-    def _drain(self) -> None:
-        # Each finished operation's future gets (status, message, value);
-        # one whose task was cancelled and has not run yet leaves it in
-        # _late (run() takes it from there); while closing, they stay for
-        # close() to tell. In C: no Python frame per operation.
-        while self._a is not None:
-            if _h.py_async_complete(self._a, self._futures, self._late,
-                                    int(self._closing)) < _TAKE_MAX:
-                return  # all taken (one call, one wake-up of the loop)
 
     async def run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
         """Start an operation and wait for its status. A cancelled caller
@@ -212,7 +207,7 @@ class _Runner:
         except asyncio.CancelledError:
             if fut.cancelled():
                 # The cancellation cancelled fut too: wait on a new one (or
-                # take the result that came meanwhile, see _drain). A fut
+                # take the result that came meanwhile, see get). A fut
                 # that had its result before the cancellation keeps it.
                 fut = asyncio.get_running_loop().create_future()
                 late = self._late.pop(op_id, None)
@@ -242,6 +237,7 @@ class _Runner:
         # alive when the interpreter tears the module down at exit.)
         a, self._a = getattr(self, "_a", None), None
         if a is not None and self._pid == _getpid():
+            self._state[1] = 1
             _free(a)
 
     async def close(self) -> None:
@@ -263,7 +259,7 @@ class _Runner:
             # withdrawn, an attempt on the wire finishes or, unanswered
             # for 100 ms, is left to its undo; a release completes); their
             # callers are told the client closed.
-            self._closing = True
+            self._state[0] = 1
             while _h.hilock_async_pending(a) > 0 and self._a is a:
                 for op_id in list(self._futures):
                     try:
@@ -277,6 +273,7 @@ class _Runner:
         a, self._a = self._a, None
         if a is None:
             return
+        self._state[1] = 1
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(_h.hilock_async_fd(a))
         # Waits for attempts on the wire (each bounded by the command
@@ -697,13 +694,17 @@ class Lock(_Hold):
         once granted, False when ``timeout`` passed."""
         wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
         turns = self._turns
-        start = time.monotonic()
-        if not await turns.take(wait_ms):
-            return False
-        if wait_ms > 0:
-            # A wait for the turn (another task of this object's had it)
-            # comes out of the same timeout: it bounds the whole call.
-            wait_ms = max(0, wait_ms - int((time.monotonic() - start) * 1000))
+        if not turns.held:
+            turns.held = True  # take()'s first case, with no coroutine
+        else:
+            start = time.monotonic()
+            if not await turns.take(wait_ms):
+                return False
+            if wait_ms > 0:
+                # A wait for the turn (another task of this object's had
+                # it) comes out of the same timeout: it bounds the whole
+                # call.
+                wait_ms = max(0, wait_ms - int((time.monotonic() - start) * 1000))
         try:
             status, message, _ = await self._client._run(_h.hilock_async_acquire,
                                                       self._sync._h, 0, wait_ms, cancel=True)

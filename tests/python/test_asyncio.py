@@ -761,6 +761,41 @@ def test_closing_the_client_ends_waits_with_connection_error(rds, redis_url) -> 
         sync.close()
 
 
+def test_the_loops_callback_outlives_its_runner_safely(redis_url) -> None:
+    """The callback the loop calls when the runner's descriptor is readable
+    (in C) does nothing once the runner is freed (a loop may call it once
+    more), and refuses arguments of the wrong kind."""
+    seen: List[Callable[[], Any]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        add = loop.add_reader
+
+        def spy(fd: int, cb: Callable[..., Any], *args: Any) -> None:
+            seen.append(cb)
+            add(fd, cb, *args)
+
+        loop.add_reader = spy  # type: ignore[method-assign]
+        c = hla.Client(redis_url)
+        async with c.lock("aio:drainer", ttl=5):
+            pass
+        assert len(seen) == 1
+        seen[0]()  # nothing finished: nothing to do
+        await c.close()
+        assert seen[0]() is None  # the runner is freed: still nothing
+
+    asyncio.run(main())
+    from hilock import _hilock as _h
+    a = _h.hilock_async_new(None, 0)
+    try:
+        for futures, late, state in [([], {}, bytearray(2)), ({}, None, bytearray(2)),
+                                     ({}, {}, b"\0\0"), ({}, {}, bytearray(1))]:
+            with pytest.raises(TypeError):
+                _h.py_async_drainer(a, futures, late, state)
+    finally:
+        _h.hilock_async_free(a)
+
+
 def test_a_cancelled_close_still_closes(rds, redis_url) -> None:
     """close() cancelled while it ends the waits (a shutdown cancelling the
     task that runs it) still runs to its end: the waiting tasks learn that
