@@ -243,11 +243,15 @@ static PyObject *py_scan_next(hilock_scan *sc) {
   return out;
 }
 
-/* Take finished operations and complete their futures (asyncio.py's
- * reader callback): each id's future is popped from futures and gets
+/* What one py_async_complete takes at most. */
+enum { PY_TAKE_MAX = 64 };
+
+/* Take finished operations and complete their futures (py_drain, the
+ * loop's reader callback): each id's future is popped from futures and gets
  * (status, message, value) as its result; a cancelled one's result goes to
  * late under its id (its task takes it from there); closing: the future is
- * put back (close() tells it). Up to 64 at a time, with the GIL held.
+ * put back (close() tells it). Up to PY_TAKE_MAX at a time, with the GIL
+ * held; futures and late are dicts (py_async_drainer checked them once).
  * Returns how many were taken (the callback calls again while a full batch
  * came), or -1 with an exception set. */
 static long py_async_complete(hilock_async *a, PyObject *futures,
@@ -255,12 +259,8 @@ static long py_async_complete(hilock_async *a, PyObject *futures,
   /* The futures' methods, by interned name: no format string to parse and
    * no name to make on every call. */
   static PyObject *s_done, *s_cancelled, *s_set_result;
-  hilock_async_done d[64];
+  hilock_async_done d[PY_TAKE_MAX];
   size_t n;
-  if (!PyDict_Check(futures) || !PyDict_Check(late)) {
-    PyErr_SetString(PyExc_TypeError, "futures and late must be dicts");
-    return -1;
-  }
   if (s_set_result == NULL) {
     s_done = PyUnicode_InternFromString("done");
     s_cancelled = PyUnicode_InternFromString("cancelled");
@@ -269,7 +269,7 @@ static long py_async_complete(hilock_async *a, PyObject *futures,
                        : NULL;
     if (s_set_result == NULL) return -1;
   }
-  n = hilock_async_take(a, d, 64);
+  n = hilock_async_take(a, d, PY_TAKE_MAX);
   for (size_t i = 0; i < n; i++) {
     PyObject *key = PyLong_FromUnsignedLongLong((unsigned long long)d[i].id);
     PyObject *fut, *res = NULL, *r = NULL;
@@ -345,7 +345,7 @@ static PyObject *py_drain(PyObject *self, PyObject *unused) {
     if (a == NULL) return NULL;
     n = py_async_complete(a, futures, late, st[PY_DRAIN_CLOSING] != 0);
     if (n < 0) return NULL;
-    if (n < 64) Py_RETURN_NONE; /* all taken */
+    if (n < PY_TAKE_MAX) Py_RETURN_NONE; /* all taken */
   }
 }
 
