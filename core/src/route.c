@@ -1,7 +1,9 @@
-/* Routing: the one way a command reaches a server.
+/* Routing: how the scripts and plain commands reach a server.
  *
- * Two layers, used by every path (the script runner, plain commands, the
- * watchdog's batches):
+ * Two layers. The script runner and plain commands use both; the
+ * watchdog's batches (renewal.c) and the direct BLPOP wait (wait.c) use
+ * hilock__conn_batch and follow redirects themselves, and inspect.c and
+ * cluster.c send some commands on a node's connection directly:
  *
  * hilock__conn_batch  sends requests on one connection as one write,
  *                     [PING] [ASKING] requests... [WAIT n ms], reads every

@@ -11,8 +11,10 @@
  * call must not start after hilock_client_free has returned.
  *
  * Renewal: the first lock held with auto-renewal starts one background
- * thread per client, with its own connection, that renews every renewable
- * hold of the client at a third of its TTL (pipelined in one batch).
+ * thread per client that renews every renewable hold of the client at a
+ * third of its TTL (pipelined in one batch): on one server (directly or
+ * through Sentinel) on a connection of its own, on a cluster on the pool's
+ * connections to each master, one batch per hash slot.
  *
  * Fork: after fork() the child's client keeps nothing of the parent's: it
  * never uses the parent's sockets, runs no renewal, and has a new client id;
