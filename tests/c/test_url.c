@@ -567,6 +567,47 @@ static void redact_masks_every_password(void **state) {
   assert_string_equal(out, "");
 }
 
+/* A TLS option with a URL that is not a TLS one is an error naming it. */
+static void client_refuses_tls_options_on_a_plain_url(void **state) {
+  static const char *const names[] = {
+      "ssl_ca_certs",    "ssl_ca_path",   "ssl_certfile",
+      "ssl_keyfile",     "ssl_password",  "ssl_server_name",
+      "ssl_cert_reqs",   "ssl_check_hostname"};
+  const char *urls[] = {server.url, "unix:///tmp/none.sock",
+                        "redis+cluster://127.0.0.1:1",
+                        "redis+sentinel://127.0.0.1:1/m"};
+  hilock_options o;
+  hilock_client *c = NULL;
+  (void)state;
+  for (size_t i = 0; i < sizeof(urls) / sizeof(*urls); i++) {
+    for (int which = 0; which < 8; which++) {
+      hilock_options_init(&o);
+      o.connect_later = 1;
+      switch (which) {
+        case 0: o.ssl_ca_certs = "/ca.pem"; break;
+        case 1: o.ssl_ca_path = "/etc/ca"; break;
+        case 2: o.ssl_certfile = "/c.pem"; break;
+        case 3: o.ssl_keyfile = "/k.pem"; break;
+        case 4: o.ssl_password = "pw"; break;
+        case 5: o.ssl_server_name = "redis.test"; break;
+        case 6: o.ssl_cert_reqs = HILOCK_SSL_CERT_NONE; break;
+        default: o.ssl_check_hostname = 0; break;
+      }
+      c = NULL;
+      assert_hl_rc(hilock_client_new(urls[i], &o, &c), HILOCK_EINVAL,
+                   hilock_client_errmsg(c));
+      assert_substr(hilock_client_errmsg(c), names[which]);
+      assert_substr(hilock_client_errmsg(c), "use rediss://");
+      hilock_client_free(c);
+    }
+  }
+  /* The defaults are no TLS option. */
+  hilock_options_init(&o);
+  c = NULL;
+  assert_hl_ok(hilock_client_new(server.url, &o, &c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
 HL_SUITE_MAIN("url", group_setup, group_teardown,
       cmocka_unit_test(parse_host_port_db),
       cmocka_unit_test(parse_defaults_port_db_and_host),
@@ -597,4 +638,5 @@ HL_SUITE_MAIN("url", group_setup, group_teardown,
       cmocka_unit_test(client_rejects_bad_options),
       cmocka_unit_test(parse_accepts_schemes_in_any_case),
       cmocka_unit_test(parse_errors_show_no_password),
-      cmocka_unit_test(redact_masks_every_password))
+      cmocka_unit_test(redact_masks_every_password),
+      cmocka_unit_test(client_refuses_tls_options_on_a_plain_url))
