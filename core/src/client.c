@@ -443,11 +443,9 @@ static int first_round_trip(hilock_client *c, hilock__conn *k) {
   r = hilock__net_command(k->ctx, 1, (const char **)argv, lens);
   hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
   if (r == NULL) {
-    rc = hilock__set_err(hilock__client_err(c), hilock__net_status(k->ctx), "%s%s",
-                         k->ctx->errstr,
-                         c->tls == NULL && k->ctx->err == HILOCK__NET_EIO
-                             ? " (a TLS port? use rediss://)"
-                             : "");
+    /* (a plain connection closed before any reply says "a TLS port?") */
+    rc = hilock__set_err(hilock__client_err(c), hilock__net_status(k->ctx), "%s",
+                         k->ctx->errstr);
     return rc;
   }
   if (r->type == REDIS_REPLY_ERROR) {

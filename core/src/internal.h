@@ -152,6 +152,7 @@ typedef struct hilock__net {
   redisReader *reader;
   size_t inbytes;     /* bytes fed since the last complete reply */
   int unread;         /* bytes fed since the reader last had no reply */
+  int heard;          /* 1 once any byte came from the peer */
   char *obuf;         /* output not written yet */
   size_t olen, ocap;
   struct ssl_st *ssl; /* NULL: plain */
