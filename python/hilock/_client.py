@@ -40,6 +40,7 @@ from ._util import (
     check_compat,
     name_bytes,
     prefix_bytes,
+    redact_url,
     seconds_to_ms,
     tls_args,
 )
@@ -130,7 +131,8 @@ class Client(Uncopyable):
         url = default_url() if url is None else url
         if not isinstance(url, str) or "\0" in url:
             raise InvalidArgument("url must be a str without NUL characters")
-        self.url = url
+        #: The URL with its passwords masked (``redis://:***@host/0``).
+        self.url = redact_url(url)
         connect_ms = seconds_to_ms(connect_timeout, "connect_timeout")
         # command_timeout=0: wait for replies without limit.
         command_ms = 0 if command_timeout == 0 else seconds_to_ms(command_timeout,
