@@ -123,8 +123,9 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
                         "redis+sentinel://); default $HILOCK_URL, else $REDIS_URL, "
                         "else redis://127.0.0.1:6379/0")
     g.add_argument("--prefix", default=s, metavar="P",
-                   help="key prefix of the locks (default $HILOCK_PREFIX, else hilock:); "
-                        "the same as the services' Client(prefix=...)")
+                   help="key prefix of the locks, 1..64 bytes (default $HILOCK_PREFIX if "
+                        "not empty, else hilock:); the same as the services' "
+                        "Client(prefix=...)")
     g.add_argument("--connect-timeout", type=_seconds(1e-3, "--connect-timeout"), default=s,
                    metavar="S", help="seconds to connect to Redis (default 2)")
     g.add_argument("--tls-ca-certs", default=s, metavar="FILE",
@@ -249,22 +250,38 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 # -- the client ------------------------------------------------------------------
 
 
+TLS_SCHEMES = ("rediss", "rediss+cluster", "rediss+sentinel")
+
+
+def _is_tls_url(url: str) -> bool:
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and scheme.lower() in TLS_SCHEMES
+
+
 def make_client(args: argparse.Namespace) -> Client:
     url = getattr(args, "url", None) or default_url()
+    tls = _is_tls_url(url)
     kw: Dict[str, Any] = {}
     for opt, key in (("tls_ca_certs", "ssl_ca_certs"), ("tls_ca_path", "ssl_ca_path"),
                      ("tls_cert", "ssl_certfile"), ("tls_key", "ssl_keyfile"),
                      ("tls_verify", "ssl_cert_reqs"), ("tls_server_name", "ssl_server_name"),
+                     ("tls_no_check_hostname", "ssl_check_hostname"),
                      ("connect_timeout", "connect_timeout")):
         if hasattr(args, opt):
-            kw[key] = getattr(args, opt)
-    if getattr(args, "tls_no_check_hostname", False):
-        kw["ssl_check_hostname"] = False
-    prefix = getattr(args, "prefix", None) or os.environ.get("HILOCK_PREFIX")
-    if prefix:
+            if key.startswith("ssl_") and not tls:
+                raise UsageError(f"--{opt.replace('_', '-')} is a TLS option, but the URL "
+                                 "is not a TLS one: use rediss:// (or rediss+cluster://, "
+                                 "rediss+sentinel://)")
+            kw[key] = False if opt == "tls_no_check_hostname" else getattr(args, opt)
+    # --prefix as given ('' is refused, as Client(prefix='') is); an empty
+    # $HILOCK_PREFIX counts as unset.
+    prefix = getattr(args, "prefix", None)
+    if prefix is None:
+        prefix = os.environ.get("HILOCK_PREFIX") or None
+    if prefix is not None:
         kw["prefix"] = prefix
     password = os.environ.get("HILOCK_TLS_KEY_PASSWORD")
-    if password:
+    if password and tls:
         kw["ssl_password"] = password
     return Client(url, **kw)
 
@@ -490,8 +507,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         child.close()
 
 
+# Secrets hilock reads for itself, never passed on to CMD.
+CHILD_ENV_DROPPED = ("HILOCK_TLS_KEY_PASSWORD",)
+
+
 def _child_env(args: argparse.Namespace, lk: Any) -> Dict[str, str]:
     env = dict(os.environ)
+    for var in CHILD_ENV_DROPPED:
+        env.pop(var, None)
     env["HILOCK_NAME"] = args.name
     fence = lk.fence
     if fence is not None:

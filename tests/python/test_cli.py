@@ -616,3 +616,86 @@ def test_prefix_option_and_environment(redis_url: str) -> None:
         assert free.returncode == 0, free.stderr
         st = run_cli(redis_url, "--prefix", "app1:", "status", "--json", "job")
         assert st.returncode == 0 and '"held": true' in st.stdout, st.stdout + st.stderr
+
+
+# -- secrets, TLS options, prefix, schemes, parent death, release without a terminal --
+
+
+SECRET = "TopSecret1"
+
+
+def no_secret(r: subprocess.CompletedProcess) -> None:
+    assert SECRET not in (r.stdout or "") + (r.stderr or ""), (r.stdout, r.stderr)
+
+
+def test_passwords_are_never_printed(redis_url: str) -> None:
+    port = redis_url.rsplit(":", 1)[1].split("/")[0]
+    for url, code in [(f"reddis://:{SECRET}@h/0", 64),          # mistyped scheme
+                      (f"reddis://me:{SECRET}@h/0", 64),
+                      (f"redis+sentinal://:{SECRET}@s1,s2/m", 64),
+                      (f"redis+sentinal://s/m?sentinel_password={SECRET}", 64),
+                      (f"redis+clustr://h?password={SECRET}", 64),
+                      (f"redis://:{SECRET}@127.0.0.1:{free_port()}/0", 69),  # refused
+                      (f"redis://:{SECRET}@127.0.0.1:{port}/0", 77)]:     # AUTH refused
+        r = run_cli(None, "--url", url, "status", "x")
+        assert r.returncode == code, (url, r.stderr)
+        no_secret(r)
+        no_traceback(r)
+    r = run_cli(f"reddis://:{SECRET}@h/0", "status", "x")  # from $HILOCK_URL
+    assert r.returncode == 64 and ":***@h/0" in r.stderr, r.stderr
+    no_secret(r)
+
+
+def test_run_passes_no_secret_to_the_command() -> None:
+    """$HILOCK_TLS_KEY_PASSWORD is hilock's: it decrypts --tls-key and is
+    not in the command's environment."""
+    pki = make_pki()
+    try:
+        with TLSServer(pki, auth_clients="yes") as srv:
+            tls = ["--tls-ca-certs", pki.path("ca.crt"), "--tls-cert", pki.path("client.crt"),
+                   "--tls-key", pki.path("client-enc.key")]
+            r = run_cli(None, "run", "--url", srv.url, *tls, "t", "--", "env",
+                        HILOCK_TLS_KEY_PASSWORD="s3cret")
+            assert r.returncode == 0, r.stderr
+            assert "HILOCK_NAME=t\n" in r.stdout
+            assert "s3cret" not in r.stdout
+            assert "HILOCK_TLS_KEY_PASSWORD" not in r.stdout
+    finally:
+        shutil.rmtree(pki.dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("opt", [["--tls-ca-certs", "/ca.pem"], ["--tls-ca-path", "/etc/ca"],
+                                 ["--tls-cert", "/c.pem"], ["--tls-key", "/k.pem"],
+                                 ["--tls-verify", "none"], ["--tls-no-check-hostname"],
+                                 ["--tls-server-name", "redis.test"]])
+def test_tls_options_with_a_plain_url_are_refused(redis_url: str, tmp_path: Path,
+                                                  opt: List[str]) -> None:
+    marker = tmp_path / "ran"
+    for where in (["--url", redis_url], []):  # given, or from $HILOCK_URL
+        r = run_cli(redis_url, "run", *where, *opt, "x", "--", "touch", str(marker))
+        assert r.returncode == 64, r.stderr
+        assert opt[0] in r.stderr and "rediss://" in r.stderr, r.stderr
+        no_traceback(r)
+    assert not marker.exists()
+
+
+def test_an_empty_prefix_is_refused(redis_url: str, tmp_path: Path) -> None:
+    """--prefix '' is an error, as Client(prefix='') is; an empty
+    $HILOCK_PREFIX counts as unset."""
+    marker = tmp_path / "ran"
+    r = run_cli(redis_url, "--prefix", "", "run", "x", "--", "touch", str(marker))
+    assert r.returncode == 64, r.stderr
+    assert "prefix" in r.stderr
+    no_traceback(r)
+    assert not marker.exists()
+    with hilock.Client(redis_url) as c, c.lock("pfx") as lk:
+        assert lk.fence
+        r = run_cli(redis_url, "run", "--timeout", "0", "pfx", "--", "true", HILOCK_PREFIX="")
+        assert r.returncode == 75, r.stderr  # the default prefix's lock: busy
+
+
+def test_url_schemes_in_any_case(redis_url: str) -> None:
+    scheme, rest = redis_url.split("://", 1)
+    for s in (scheme.upper(), "Redis"):
+        r = run_cli(None, "--url", f"{s}://{rest}", "run", "x", "--", "true")
+        assert r.returncode == 0, r.stderr
