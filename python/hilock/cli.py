@@ -219,11 +219,14 @@ def build_parser(cls: Type[_Parser] = _Parser) -> argparse.ArgumentParser:
     rel = sub.add_parser("release", help="force-release a lock held by anyone",
                          description="Delete the lock NAME whoever holds it (an operator's "
                                      "tool for a holder that is gone), waking a waiter. "
-                                     "Asks for confirmation when stdin is a terminal.")
+                                     "Asks for confirmation on stdin, a terminal; "
+                                     "without one, refuses unless --yes.")
     rel.add_argument("name", metavar="NAME")
     rel.add_argument("--force", action="store_true",
                      help="required: releasing a lock someone holds breaks their exclusion")
-    rel.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    rel.add_argument("-y", "--yes", action="store_true",
+                     help="do not ask for confirmation (required when stdin is not a "
+                          "terminal)")
     _connection_options(rel)
     return parser
 
@@ -632,6 +635,9 @@ def cmd_release(args: argparse.Namespace) -> int:
     if not args.force:
         raise UsageError("release deletes the lock whoever holds it: pass --force "
                          "to confirm that this is what you want")
+    if not args.yes and not sys.stdin.isatty():
+        raise UsageError("release asks for confirmation on a terminal, and stdin is not "
+                         "one: pass --yes to release without asking")
     with make_client(args) as client:
         c: Any = client
         if not args.yes and sys.stdin.isatty():

@@ -564,7 +564,7 @@ def test_release_force(rds, client, redis_url: str) -> None:
         r = run_cli(redis_url, "release", "rf")  # refused without --force
         assert r.returncode == 64 and "--force" in r.stderr
         assert rds.exists(lock_key(client, "rf"))
-        r = run_cli(redis_url, "release", "--force", "rf")  # stdin not a terminal: no question
+        r = run_cli(redis_url, "release", "--force", "--yes", "rf")  # no question
         assert r.returncode == 0, r.stderr
         assert not rds.exists(lock_key(client, "rf"))
         r = run_cli(redis_url, "release", "--force", "--yes", "rf")
@@ -699,3 +699,19 @@ def test_url_schemes_in_any_case(redis_url: str) -> None:
     for s in (scheme.upper(), "Redis"):
         r = run_cli(None, "--url", f"{s}://{rest}", "run", "x", "--", "true")
         assert r.returncode == 0, r.stderr
+
+
+def test_release_without_a_terminal_needs_yes(rds, client, redis_url: str) -> None:
+    """With no terminal to ask on, release --force refuses (64, saying to
+    pass --yes), whatever stdin holds; --yes releases."""
+    lk = client.lock("rny", auto_renew=False)
+    assert lk.acquire(blocking=False)
+    for stdin in (None, "y\n"):
+        r = run_cli(redis_url, "release", "--force", "rny", input=stdin)
+        assert r.returncode == 64, r.stderr
+        assert "--yes" in r.stderr
+        no_traceback(r)
+        assert rds.exists(lock_key(client, "rny"))
+    r = run_cli(redis_url, "release", "--force", "--yes", "rny")
+    assert r.returncode == 0, r.stderr
+    assert not rds.exists(lock_key(client, "rny"))
