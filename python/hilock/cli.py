@@ -113,6 +113,22 @@ def _int_in(low: int, high: int, what: str) -> Callable[[str], int]:
     return parse
 
 
+def _signal_or_none(text: str) -> int:
+    """A signal by name (TERM, SIGKILL, hup) or number; none: 0."""
+    word = text.strip().upper()
+    if word == "NONE":
+        return 0
+    try:
+        signum = int(word) if word.isdigit() else int(
+            signal.Signals[word if word.startswith("SIG") else "SIG" + word])
+    except KeyError:
+        signum = 0
+    if signum not in signal.valid_signals() or signum == 0:
+        raise argparse.ArgumentTypeError(f"--on-parent-death must be a signal (TERM, KILL, "
+                                         f"HUP, ... or a number) or none, got {text!r}")
+    return signum
+
+
 def _connection_options(p: argparse.ArgumentParser) -> None:
     """Options every subcommand takes (also accepted before the subcommand).
     Their defaults are SUPPRESS so that one given at either place counts."""
@@ -196,6 +212,11 @@ def build_parser(cls: Type[_Parser] = _Parser) -> argparse.ArgumentParser:
     run.add_argument("--grace", type=_seconds(0, "--grace"), default=10.0, metavar="S",
                      help="seconds between SIGTERM and SIGKILL with --on-lost term "
                           "(default 10)")
+    run.add_argument("--on-parent-death", type=_signal_or_none, default=None,
+                     metavar="SIGNAL|none",
+                     help="the signal CMD gets if hilock itself dies (killed with SIGKILL, "
+                          "say), so that it never runs on without the lock; none lets it "
+                          "run on (default TERM; Linux only)")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="print nothing when the lock is busy")
     _connection_options(run)
@@ -366,6 +387,53 @@ def _make_lock(client: Client, args: argparse.Namespace,
     return client.lock(name, **kw)
 
 
+# What the command's process runs first when it must not outlive hilock: a
+# tiny exec wrapper (nothing runs between fork and exec in hilock, whose
+# threads might hold a lock there) that asks Linux to send it the signal when
+# hilock dies (PR_SET_PDEATHSIG, kept across exec), stops at once if hilock
+# died before that request took effect, and execs CMD in the same process.
+_GUARD = r"""
+import signal, sys
+sig, parent, cmd = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+for s in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess leaves them to CMD
+    signal.signal(s, signal.SIG_DFL)
+import ctypes, os
+if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) != 0:
+    sys.stderr.write("hilock: prctl(PR_SET_PDEATHSIG): %s\n"
+                     % os.strerror(ctypes.get_errno()))
+    os._exit(70)
+if os.getppid() != parent:
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+try:
+    os.execvp(cmd[0], cmd)
+except FileNotFoundError:
+    sys.stderr.write("hilock: %s: command not found\n" % cmd[0])
+    os._exit(127)
+except OSError as e:
+    sys.stderr.write("hilock: %s: %s\n" % (cmd[0], e.strerror or e))
+    os._exit(126)
+"""
+
+
+def _guarded(cmd: List[str], signum: int) -> List[str]:
+    """The argv that runs cmd so that it gets signum when hilock dies."""
+    return [sys.executable, "-I", "-S", "-c", _GUARD, str(signum), str(os.getpid()), *cmd]
+
+
+def _parent_death_signal(args: argparse.Namespace) -> int:
+    """The signal CMD gets when hilock dies; 0: none."""
+    signum: Optional[int] = args.on_parent_death
+    if not sys.platform.startswith("linux"):
+        if signum:
+            raise UsageError("--on-parent-death needs Linux (PR_SET_PDEATHSIG); pass "
+                             "--on-parent-death none")
+        return 0
+    return signal.SIGTERM if signum is None else signum
+
+
 class _Child:
     """CMD, and the loop that waits for it to end, for signals to pass on,
     and for the lock's loss, all on one pipe: the signal wakeup fd (SIGCHLD
@@ -417,7 +485,9 @@ class _Child:
             try:
                 # close_fds=False: descriptors the caller gave (3>file) reach
                 # CMD; hilock's own are close-on-exec.
-                self.proc = subprocess.Popen(cmd, env=env, close_fds=False)
+                signum = _parent_death_signal(self.args)
+                argv = _guarded(cmd, signum) if signum else cmd
+                self.proc = subprocess.Popen(argv, env=env, close_fds=False)
             except FileNotFoundError:
                 _say(f"{cmd[0]}: command not found")
                 return EXIT_NOT_FOUND
@@ -475,6 +545,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("run needs a command after '--': hilock run NAME -- CMD [ARGS...]")
     _check_type(args)
+    _parent_death_signal(args)
     child = _Child(args)
     client = make_client(args)
     try:

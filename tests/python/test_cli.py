@@ -701,6 +701,72 @@ def test_url_schemes_in_any_case(redis_url: str) -> None:
         assert r.returncode == 0, r.stderr
 
 
+def pid_gone(pid: int) -> bool:
+    """pid has ended (a zombie nobody reaped yet counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+@pytest.mark.parametrize("opts", [[], ["--on-parent-death", "hup"]])
+def test_command_dies_with_a_killed_hilock(rds, client, redis_url: str,
+                                           opts: List[str]) -> None:
+    """hilock killed with SIGKILL: its command gets --on-parent-death's
+    signal (default TERM) instead of running on without the lock, and the
+    lock is not renewed any more: it lapses at its TTL."""
+    proc = start_cli(redis_url, "run", "--ttl", "1", *opts, "pd", "--", "sh", "-c",
+                     'echo "ready $$"; exec sleep 60')
+    pid = 0
+    try:
+        line = read_line(proc)
+        assert line.startswith("ready "), line
+        pid = int(line.split()[1])
+        assert rds.exists(lock_key(client, "pd"))
+        proc.kill()
+        proc.wait(timeout=DEADLINE)
+        # Bounded: a failure, never a measured duration.
+        deadline = time.monotonic() + DEADLINE / 2
+        while not pid_gone(pid):
+            assert time.monotonic() < deadline, "the command outlived hilock"
+            time.sleep(0.02)
+        while rds.exists(lock_key(client, "pd")):
+            assert time.monotonic() < deadline + DEADLINE / 2, "the lock is still renewed"
+            time.sleep(0.05)
+    finally:
+        if pid and not pid_gone(pid):
+            os.kill(pid, signal.SIGKILL)
+        finish(proc)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+def test_on_parent_death_none_lets_the_command_run_on(redis_url: str,
+                                                      tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    proc = start_cli(redis_url, "run", "--on-parent-death", "none", "pn", "--", "sh", "-c",
+                     f'echo ready; read x; echo "$x" > "{done}"', stdin=subprocess.PIPE)
+    try:
+        assert read_line(proc) == "ready\n"
+        proc.kill()
+        proc.wait(timeout=DEADLINE)
+        assert proc.stdin is not None
+        proc.stdin.write("on\n")  # read by the command, which outlived hilock
+        proc.stdin.flush()
+        deadline = time.monotonic() + DEADLINE
+        while not (done.exists() and done.read_text() == "on\n"):
+            assert time.monotonic() < deadline, "the command did not run on"
+            time.sleep(0.02)
+    finally:
+        finish(proc)
+
+
+def test_on_parent_death_bad_value_is_a_usage_error(redis_url: str) -> None:
+    r = run_cli(redis_url, "run", "--on-parent-death", "bogus", "x", "--", "true")
+    assert r.returncode == 64 and "--on-parent-death" in r.stderr, r.stderr
+
+
 def test_release_without_a_terminal_needs_yes(rds, client, redis_url: str) -> None:
     """With no terminal to ask on, release --force refuses (64, saying to
     pass --yes), whatever stdin holds; --yes releases."""
