@@ -177,7 +177,8 @@ static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
     size_t n = amp ? (size_t)(amp - q) : strlen(q);
     const char *eq = memchr(q, '=', n);
     int bad = 0;
-    if (eq == NULL) BAD("bad URL query parameter '%.*s'", (int)n, q);
+    /* (not shown: a "password" whose '=' was forgotten is a password) */
+    if (eq == NULL) BAD("bad URL query parameter: name=value expected");
     size_t kl = (size_t)(eq - q), vl = n - kl - 1;
     if (kl == 2 && memcmp(q, "db", 2) == 0) {
       long db;

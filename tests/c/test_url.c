@@ -522,6 +522,8 @@ static void parse_errors_show_no_password(void **state) {
        "?db=1&sentinel_password=***&x=1"},
       {"rediss+x://h?ssl_password=TopSecret1", "?ssl_password=***"},
       {"REDIS:/:TopSecret1@h", "got 'REDIS:/:***@h'"},
+      {"redis://h?passwordTopSecret1", "name=value expected"},
+      {"unix:///s?db=1&TopSecret1", "name=value expected"},
   };
   (void)state;
   for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
