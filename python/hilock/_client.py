@@ -80,8 +80,12 @@ class Client(Uncopyable):
     (``ssl_check_hostname``) or ``ssl_server_name``. ``ssl_certfile`` and
     ``ssl_keyfile`` (with ``ssl_password``) give a client certificate for
     mutual TLS; ``ssl_cert_reqs="none"`` turns verification off. The same
-    names work as URL query parameters, which win. A refused certificate
-    raises :class:`CertificateError`, another TLS failure :class:`TLSError`.
+    names work as URL query parameters, which win. With a URL that is not a
+    TLS one, any of them set (other than to its default) raises
+    :class:`InvalidArgument`. A refused certificate raises
+    :class:`CertificateError`, another TLS failure :class:`TLSError`.
+    ``client.url`` and ``repr(client)`` show the URL with its passwords
+    masked (``redis://user:***@host/0``).
 
     Waiting: a client's first waiting thread blocks in BLPOP on a pooled
     connection (up to ``direct_waiters`` threads at once, default 1: the
