@@ -443,11 +443,9 @@ static int first_round_trip(hilock_client *c, hilock__conn *k) {
   r = hilock__net_command(k->ctx, 1, (const char **)argv, lens);
   hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
   if (r == NULL) {
-    rc = hilock__set_err(hilock__client_err(c), hilock__net_status(k->ctx), "%s%s",
-                         k->ctx->errstr,
-                         c->tls == NULL && k->ctx->err == HILOCK__NET_EIO
-                             ? " (a TLS port? use rediss://)"
-                             : "");
+    /* (a plain connection closed before any reply says "a TLS port?") */
+    rc = hilock__set_err(hilock__client_err(c), hilock__net_status(k->ctx), "%s",
+                         k->ctx->errstr);
     return rc;
   }
   if (r->type == REDIS_REPLY_ERROR) {
@@ -456,6 +454,21 @@ static int first_round_trip(hilock_client *c, hilock__conn *k) {
   }
   freeReplyObject(r);
   return rc;
+}
+
+/* The first TLS option of o set to other than its default, or NULL: on a
+ * URL that is not a TLS one, it would mean nothing, so it is refused
+ * rather than ignored. */
+static const char *tls_option_given(const hilock_options *o) {
+  if (o->ssl_ca_certs != NULL) return "ssl_ca_certs";
+  if (o->ssl_ca_path != NULL) return "ssl_ca_path";
+  if (o->ssl_certfile != NULL) return "ssl_certfile";
+  if (o->ssl_keyfile != NULL) return "ssl_keyfile";
+  if (o->ssl_password != NULL) return "ssl_password";
+  if (o->ssl_server_name != NULL) return "ssl_server_name";
+  if (o->ssl_cert_reqs != HILOCK_SSL_CERT_REQUIRED) return "ssl_cert_reqs";
+  if (o->ssl_check_hostname == 0) return "ssl_check_hostname";
+  return NULL;
 }
 
 int hilock_client_new(const char *url, const hilock_options *opts,
@@ -506,6 +519,12 @@ int hilock_client_new(const char *url, const hilock_options *opts,
   if (rc == HILOCK_OK) rc = hilock__token(c->id, hilock__client_err(c));
   if (rc != HILOCK_OK) return rc;
   rc = hilock__url_parse(url, &c->url, hilock__client_err(c));
+  if (rc == HILOCK_OK && !c->url.tls && tls_option_given(&c->rt.opts) != NULL)
+    rc = hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
+                         "%s is a TLS option, but the URL is not a TLS one: "
+                         "use rediss:// (or rediss+cluster://, "
+                         "rediss+sentinel://)",
+                         tls_option_given(&c->rt.opts));
   if (rc == HILOCK_OK) rc = hilock__tls_for(&c->rt.opts, &c->url, &c->tls,
                                             hilock__client_err(c));
   /* The strings were the caller's: what they said is in c->tls now. */

@@ -83,6 +83,9 @@ typedef struct hilock__url {
 
 int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e);
 void hilock__url_clear(hilock__url *u);
+/* url for a message, in out[0..n) (truncated to fit): its passwords (the
+ * userinfo's, password= and the like) shown as "***". */
+void hilock__url_redact(const char *url, char *out, size_t n);
 /* 1 if x and y name one server and database (see url.c); host names are
  * resolved and compared by address when resolve_names (each resolution
  * bounded by deadline_ms), else compared as written. */
@@ -149,6 +152,7 @@ typedef struct hilock__net {
   redisReader *reader;
   size_t inbytes;     /* bytes fed since the last complete reply */
   int unread;         /* bytes fed since the reader last had no reply */
+  int heard;          /* 1 once any byte came from the peer */
   char *obuf;         /* output not written yet */
   size_t olen, ocap;
   struct ssl_st *ssl; /* NULL: plain */

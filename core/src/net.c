@@ -363,6 +363,15 @@ static int connected(hilock__net *n) {
   return 0;
 }
 
+/* A plain TCP connection the server dropped before a byte came back: most
+ * likely a TLS port (a TLS server drops a client that does not speak it).
+ * Every path that reads or writes meets here, so each says so. */
+static const char *tls_hint(const hilock__net *n) {
+  return n->ssl == NULL && n->host != NULL && !n->heard
+             ? " (a TLS port? use rediss://)"
+             : "";
+}
+
 /* Write as much of the queue as the socket takes. */
 static int write_some(hilock__net *n) {
   size_t off = 0;
@@ -378,8 +387,8 @@ static int write_some(hilock__net *n) {
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return hilock__net_fail(n, HILOCK__NET_EIO, "write to %s: %s",
-                                n->where, strerror(errno));
+        return hilock__net_fail(n, HILOCK__NET_EIO, "write to %s: %s%s",
+                                n->where, strerror(errno), tls_hint(n));
       }
     }
     off += (size_t)w;
@@ -392,6 +401,7 @@ static int write_some(hilock__net *n) {
 }
 
 static int feed(hilock__net *n, const char *buf, size_t len) {
+  n->heard = 1;
   n->inbytes += len;
   if (n->inbytes > READ_MAX_BYTES)
     return hilock__net_fail(n, HILOCK__NET_EPROTO,
@@ -414,12 +424,12 @@ static int plain_recv(hilock__net *n, int flags) {
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (r < 0)
-      return hilock__net_fail(n, HILOCK__NET_EIO, "read from %s: %s",
-                              n->where, strerror(errno));
+      return hilock__net_fail(n, HILOCK__NET_EIO, "read from %s: %s%s",
+                              n->where, strerror(errno), tls_hint(n));
     if (r == 0)
       return hilock__net_fail(n, HILOCK__NET_EIO,
-                              "connection to %s closed by the server",
-                              n->where);
+                              "connection to %s closed by the server%s",
+                              n->where, tls_hint(n));
     return feed(n, buf, (size_t)r) != 0 ? -1 : 1;
   }
 }

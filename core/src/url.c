@@ -177,7 +177,8 @@ static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
     size_t n = amp ? (size_t)(amp - q) : strlen(q);
     const char *eq = memchr(q, '=', n);
     int bad = 0;
-    if (eq == NULL) BAD("bad URL query parameter '%.*s'", (int)n, q);
+    /* (not shown: a "password" whose '=' was forgotten is a password) */
+    if (eq == NULL) BAD("bad URL query parameter: name=value expected");
     size_t kl = (size_t)(eq - q), vl = n - kl - 1;
     if (kl == 2 && memcmp(q, "db", 2) == 0) {
       long db;
@@ -378,31 +379,36 @@ static int parse_sentinel(const char *p, hilock__url *out, hilock__err *e) {
 
 static int parse_server(const char *p, hilock__url *out, hilock__err *e);
 
+/* 1 if s starts with the scheme (and "://") lit, in any case: schemes are
+ * case-insensitive (RFC 3986). */
+static int scheme_is(const char *s, const char *lit) {
+  return strncasecmp(s, lit, strlen(lit)) == 0;
+}
+
 static int url_parse(const char *url, hilock__url *out, hilock__err *e) {
   memset(out, 0, sizeof(*out));
   out->port = 6379;
   out->ssl_cert_reqs = -1;
   out->ssl_check_hostname = -1;
   if (url == NULL) return hilock__set_err(e, HILOCK_EINVAL, "URL is NULL");
-  if (strncmp(url, "rediss", 6) == 0 &&
-      (url[6] == ':' || url[6] == '+')) {
+  if (scheme_is(url, "rediss") && (url[6] == ':' || url[6] == '+')) {
     /* The TLS forms: the same URL after "rediss". */
     static const char *const forms[] = {"://", "+cluster://", "+sentinel://"};
     const char *rest = url + 6;
     int known = 0;
     for (size_t i = 0; i < sizeof(forms) / sizeof(*forms); i++)
-      known |= strncmp(rest, forms[i], strlen(forms[i])) == 0;
+      known |= scheme_is(rest, forms[i]);
     if (known) {
       out->tls = 1;
-      if (strncmp(rest, "+cluster://", 11) == 0)
+      if (scheme_is(rest, "+cluster://"))
         return parse_cluster(rest + 11, out, e);
-      if (strncmp(rest, "+sentinel://", 12) == 0)
+      if (scheme_is(rest, "+sentinel://"))
         return parse_sentinel(rest + 12, out, e);
       return parse_server(rest + 3, out, e);
     }
   }
 
-  if (strncmp(url, "unix://", 7) == 0) {
+  if (scheme_is(url, "unix://")) {
     const char *p = url + 7, *q = strchr(p, '?');
     size_t n = q ? (size_t)(q - p) : strlen(p);
     const char *at = memchr(p, '@', n);
@@ -419,14 +425,17 @@ static int url_parse(const char *url, hilock__url *out, hilock__err *e) {
     return q ? parse_query(q + 1, out, e) : HILOCK_OK;
   }
 
-  if (strncmp(url, "redis+cluster://", 16) == 0)
+  if (scheme_is(url, "redis+cluster://"))
     return parse_cluster(url + 16, out, e);
-  if (strncmp(url, "redis+sentinel://", 17) == 0)
+  if (scheme_is(url, "redis+sentinel://"))
     return parse_sentinel(url + 17, out, e);
-  if (strncmp(url, "redis://", 8) != 0)
+  if (!scheme_is(url, "redis://")) {
+    char shown[64];
+    hilock__url_redact(url, shown, sizeof(shown));
     BAD("URL must start with redis://, rediss://, redis+cluster://, "
-        "redis+sentinel:// (or their rediss+ forms) or unix:// (got '%.40s')",
-        url);
+        "redis+sentinel:// (or their rediss+ forms) or unix:// (got '%s')",
+        shown);
+  }
   return parse_server(url + 8, out, e);
 }
 
@@ -488,6 +497,65 @@ int hilock__url_parse(const char *url, hilock__url *out, hilock__err *e) {
   no_empty_password(&out->user, &out->password);
   no_empty_password(&out->sentinel_user, &out->sentinel_password);
   return HILOCK_OK;
+}
+
+/* ## Secrets in messages ---------------------------------------------------
+ * A URL as messages may show it: the password of its userinfo and the value
+ * of every query parameter whose name ends in "password" (password=,
+ * sentinel_password=, ssl_password=) become "***", whatever the scheme (a
+ * mistyped one included), as redis-py shows them. */
+
+static void put(char *out, size_t n, size_t *len, const char *s, size_t k) {
+  if (*len + 1 >= n) return;
+  if (k > n - 1 - *len) k = n - 1 - *len;
+  memcpy(out + *len, s, k);
+  *len += k;
+  out[*len] = '\0';
+}
+
+void hilock__url_redact(const char *url, char *out, size_t n) {
+  const char *q, *at = NULL, *start = NULL;
+  size_t len = 0;
+  if (n == 0) return;
+  out[0] = '\0';
+  if (url == NULL) return;
+  q = url + strcspn(url, "?");
+  for (const char *s = url; s < q; s++)
+    if (*s == '@') at = s; /* the last '@': a password may hold one */
+  if (at != NULL) {
+    /* The userinfo starts after the first "//" (or, the scheme mistyped,
+     * the first '/'), else at the start. */
+    for (const char *s = url; s < at && start == NULL; s++)
+      if (*s == '/') start = s[1] == '/' && s + 1 < at ? s + 2 : s + 1;
+    if (start == NULL) start = url;
+    put(out, n, &len, url, (size_t)(start - url));
+    const char *colon = memchr(start, ':', (size_t)(at - start));
+    if (colon != NULL) {
+      put(out, n, &len, start, (size_t)(colon + 1 - start));
+      if (colon + 1 < at) put(out, n, &len, "***", 3);
+    } else if (at > start) {
+      put(out, n, &len, "***", 3); /* "secret@host": a password alone */
+    }
+    start = at;
+  } else {
+    start = url;
+  }
+  q = strchr(start, '?');
+  put(out, n, &len, start, q != NULL ? (size_t)(q - start) : strlen(start));
+  while (q != NULL && *q != '\0') {
+    const char *p = q + 1, *amp = strchr(p, '&');
+    size_t k = amp != NULL ? (size_t)(amp - p) : strlen(p);
+    const char *eq = memchr(p, '=', k);
+    put(out, n, &len, q, 1); /* '?' or '&' */
+    if (eq != NULL && (size_t)(eq - p) >= 8 &&
+        strncasecmp(eq - 8, "password", 8) == 0) {
+      put(out, n, &len, p, (size_t)(eq + 1 - p));
+      put(out, n, &len, "***", 3);
+    } else {
+      put(out, n, &len, p, k);
+    }
+    q = amp;
+  }
 }
 
 /* ## Same server ----------------------------------------------------------

@@ -40,6 +40,7 @@ from ._util import (
     check_compat,
     name_bytes,
     prefix_bytes,
+    redact_url,
     seconds_to_ms,
     tls_args,
 )
@@ -79,8 +80,12 @@ class Client(Uncopyable):
     (``ssl_check_hostname``) or ``ssl_server_name``. ``ssl_certfile`` and
     ``ssl_keyfile`` (with ``ssl_password``) give a client certificate for
     mutual TLS; ``ssl_cert_reqs="none"`` turns verification off. The same
-    names work as URL query parameters, which win. A refused certificate
-    raises :class:`CertificateError`, another TLS failure :class:`TLSError`.
+    names work as URL query parameters, which win. With a URL that is not a
+    TLS one, any of them set (other than to its default) raises
+    :class:`InvalidArgument`. A refused certificate raises
+    :class:`CertificateError`, another TLS failure :class:`TLSError`.
+    ``client.url`` and ``repr(client)`` show the URL with its passwords
+    masked (``redis://user:***@host/0``).
 
     Waiting: a client's first waiting thread blocks in BLPOP on a pooled
     connection (up to ``direct_waiters`` threads at once, default 1: the
@@ -130,7 +135,8 @@ class Client(Uncopyable):
         url = default_url() if url is None else url
         if not isinstance(url, str) or "\0" in url:
             raise InvalidArgument("url must be a str without NUL characters")
-        self.url = url
+        #: The URL with its passwords masked (``redis://:***@host/0``).
+        self.url = redact_url(url)
         connect_ms = seconds_to_ms(connect_timeout, "connect_timeout")
         # command_timeout=0: wait for replies without limit.
         command_ms = 0 if command_timeout == 0 else seconds_to_ms(command_timeout,

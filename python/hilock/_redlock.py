@@ -7,7 +7,7 @@ from typing import Any, Iterable, Optional, Tuple
 from . import _hilock as _h
 from . import _notify, _stats
 from ._base import ExclusiveBase, LostCallback
-from ._util import TLS_OPTIONS, Name, prefix_bytes, seconds_to_ms, tls_args
+from ._util import TLS_OPTIONS, Name, prefix_bytes, redact_url, seconds_to_ms, tls_args
 from .errors import InvalidArgument
 
 
@@ -62,7 +62,8 @@ class Redlock(ExclusiveBase):
             raise InvalidArgument("a Redlock needs at least one node URL")
         for u in url_list:
             if not isinstance(u, str) or "\0" in u or "\n" in u or not u:
-                raise InvalidArgument(f"bad node URL {u!r}: a non-empty str without "
+                shown = redact_url(u) if isinstance(u, str) else u
+                raise InvalidArgument(f"bad node URL {shown!r}: a non-empty str without "
                                       "NUL or newline characters")
         super().__init__(None, name, timeout, auto_renew, max_hold, on_lost)  # type: ignore[arg-type]
         ttl_ms = seconds_to_ms(ttl, "ttl")
@@ -73,7 +74,7 @@ class Redlock(ExclusiveBase):
         connect_ms = seconds_to_ms(connect_timeout, "connect_timeout")
         if not isinstance(connect, bool):
             raise InvalidArgument("connect must be a bool")
-        self._urls: Tuple[str, ...] = tuple(url_list)
+        self._urls: Tuple[str, ...] = tuple(redact_url(u) for u in url_list)
         unknown = [k for k in tls if k not in TLS_OPTIONS]
         if unknown:
             raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
@@ -99,7 +100,7 @@ class Redlock(ExclusiveBase):
 
     @property
     def nodes(self) -> Tuple[str, ...]:
-        """The node URLs, in the order given."""
+        """The node URLs, in the order given (passwords masked)."""
         return self._urls
 
     @property

@@ -24,6 +24,37 @@ def name_bytes(name: Name) -> bytes:
     raise InvalidArgument(f"lock name must be str or bytes, not {type(name).__name__}")
 
 
+def redact_url(url: str) -> str:
+    """``url`` as messages, reprs and attributes show it: the password of its
+    userinfo and the value of every query parameter whose name ends in
+    ``password`` as ``***`` (``redis://user:***@host/0``), whatever the
+    scheme; the C library masks the URLs of its messages alike."""
+    q = url.find("?")
+    at = url.rfind("@", 0, len(url) if q < 0 else q)  # a password may hold '@'
+    shown = ""
+    if at >= 0:
+        # The userinfo starts after the first "//" (or, the scheme mistyped,
+        # the first '/'), else at the start.
+        slash = url.find("/", 0, at)
+        start = (0 if slash < 0 else
+                 slash + 2 if url.startswith("/", slash + 1) and slash + 1 < at else
+                 slash + 1)
+        user, colon, password = url[start:at].partition(":")
+        shown = url[:start] + (user + ":" + ("***" if password else "") if colon else
+                               "***" if user else "")
+        url = url[at:]
+    head, question, query = url.partition("?")
+    shown += head
+    if question:
+        params = []
+        for param in query.split("&"):
+            key, eq, _ = param.partition("=")
+            params.append(key + "=***" if eq and key.lower().endswith("password")
+                          else param)
+        shown += "?" + "&".join(params)
+    return shown
+
+
 PREFIX_MAX = 64
 
 

@@ -113,6 +113,22 @@ def _int_in(low: int, high: int, what: str) -> Callable[[str], int]:
     return parse
 
 
+def _signal_or_none(text: str) -> int:
+    """A signal by name (TERM, SIGKILL, hup) or number; none: 0."""
+    word = text.strip().upper()
+    if word == "NONE":
+        return 0
+    try:
+        signum = int(word) if word.isdigit() else int(
+            signal.Signals[word if word.startswith("SIG") else "SIG" + word])
+    except KeyError:
+        signum = 0
+    if signum not in signal.valid_signals() or signum == 0:
+        raise argparse.ArgumentTypeError(f"--on-parent-death must be a signal (TERM, KILL, "
+                                         f"HUP, ... or a number) or none, got {text!r}")
+    return signum
+
+
 def _connection_options(p: argparse.ArgumentParser) -> None:
     """Options every subcommand takes (also accepted before the subcommand).
     Their defaults are SUPPRESS so that one given at either place counts."""
@@ -123,8 +139,9 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
                         "redis+sentinel://); default $HILOCK_URL, else $REDIS_URL, "
                         "else redis://127.0.0.1:6379/0")
     g.add_argument("--prefix", default=s, metavar="P",
-                   help="key prefix of the locks (default $HILOCK_PREFIX, else hilock:); "
-                        "the same as the services' Client(prefix=...)")
+                   help="key prefix of the locks, 1..64 bytes (default $HILOCK_PREFIX if "
+                        "not empty, else hilock:); the same as the services' "
+                        "Client(prefix=...)")
     g.add_argument("--connect-timeout", type=_seconds(1e-3, "--connect-timeout"), default=s,
                    metavar="S", help="seconds to connect to Redis (default 2)")
     g.add_argument("--tls-ca-certs", default=s, metavar="FILE",
@@ -195,6 +212,11 @@ def build_parser(cls: Type[_Parser] = _Parser) -> argparse.ArgumentParser:
     run.add_argument("--grace", type=_seconds(0, "--grace"), default=10.0, metavar="S",
                      help="seconds between SIGTERM and SIGKILL with --on-lost term "
                           "(default 10)")
+    run.add_argument("--on-parent-death", type=_signal_or_none, default=None,
+                     metavar="SIGNAL|none",
+                     help="the signal CMD gets if hilock itself dies (killed with SIGKILL, "
+                          "say), so that it never runs on without the lock; none lets it "
+                          "run on (default TERM; Linux only)")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="print nothing when the lock is busy")
     _connection_options(run)
@@ -218,11 +240,14 @@ def build_parser(cls: Type[_Parser] = _Parser) -> argparse.ArgumentParser:
     rel = sub.add_parser("release", help="force-release a lock held by anyone",
                          description="Delete the lock NAME whoever holds it (an operator's "
                                      "tool for a holder that is gone), waking a waiter. "
-                                     "Asks for confirmation when stdin is a terminal.")
+                                     "Asks for confirmation on stdin, a terminal; "
+                                     "without one, refuses unless --yes.")
     rel.add_argument("name", metavar="NAME")
     rel.add_argument("--force", action="store_true",
                      help="required: releasing a lock someone holds breaks their exclusion")
-    rel.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    rel.add_argument("-y", "--yes", action="store_true",
+                     help="do not ask for confirmation (required when stdin is not a "
+                          "terminal)")
     _connection_options(rel)
     return parser
 
@@ -249,22 +274,38 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 # -- the client ------------------------------------------------------------------
 
 
+TLS_SCHEMES = ("rediss", "rediss+cluster", "rediss+sentinel")
+
+
+def _is_tls_url(url: str) -> bool:
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and scheme.lower() in TLS_SCHEMES
+
+
 def make_client(args: argparse.Namespace) -> Client:
     url = getattr(args, "url", None) or default_url()
+    tls = _is_tls_url(url)
     kw: Dict[str, Any] = {}
     for opt, key in (("tls_ca_certs", "ssl_ca_certs"), ("tls_ca_path", "ssl_ca_path"),
                      ("tls_cert", "ssl_certfile"), ("tls_key", "ssl_keyfile"),
                      ("tls_verify", "ssl_cert_reqs"), ("tls_server_name", "ssl_server_name"),
+                     ("tls_no_check_hostname", "ssl_check_hostname"),
                      ("connect_timeout", "connect_timeout")):
         if hasattr(args, opt):
-            kw[key] = getattr(args, opt)
-    if getattr(args, "tls_no_check_hostname", False):
-        kw["ssl_check_hostname"] = False
-    prefix = getattr(args, "prefix", None) or os.environ.get("HILOCK_PREFIX")
-    if prefix:
+            if key.startswith("ssl_") and not tls:
+                raise UsageError(f"--{opt.replace('_', '-')} is a TLS option, but the URL "
+                                 "is not a TLS one: use rediss:// (or rediss+cluster://, "
+                                 "rediss+sentinel://)")
+            kw[key] = False if opt == "tls_no_check_hostname" else getattr(args, opt)
+    # --prefix as given ('' is refused, as Client(prefix='') is); an empty
+    # $HILOCK_PREFIX counts as unset.
+    prefix = getattr(args, "prefix", None)
+    if prefix is None:
+        prefix = os.environ.get("HILOCK_PREFIX") or None
+    if prefix is not None:
         kw["prefix"] = prefix
     password = os.environ.get("HILOCK_TLS_KEY_PASSWORD")
-    if password:
+    if password and tls:
         kw["ssl_password"] = password
     return Client(url, **kw)
 
@@ -346,6 +387,53 @@ def _make_lock(client: Client, args: argparse.Namespace,
     return client.lock(name, **kw)
 
 
+# What the command's process runs first when it must not outlive hilock: a
+# tiny exec wrapper (nothing runs between fork and exec in hilock, whose
+# threads might hold a lock there) that asks Linux to send it the signal when
+# hilock dies (PR_SET_PDEATHSIG, kept across exec), stops at once if hilock
+# died before that request took effect, and execs CMD in the same process.
+_GUARD = r"""
+import signal, sys
+sig, parent, cmd = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+for s in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess leaves them to CMD
+    signal.signal(s, signal.SIG_DFL)
+import ctypes, os
+if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) != 0:
+    sys.stderr.write("hilock: prctl(PR_SET_PDEATHSIG): %s\n"
+                     % os.strerror(ctypes.get_errno()))
+    os._exit(70)
+if os.getppid() != parent:
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+try:
+    os.execvp(cmd[0], cmd)
+except FileNotFoundError:
+    sys.stderr.write("hilock: %s: command not found\n" % cmd[0])
+    os._exit(127)
+except OSError as e:
+    sys.stderr.write("hilock: %s: %s\n" % (cmd[0], e.strerror or e))
+    os._exit(126)
+"""
+
+
+def _guarded(cmd: List[str], signum: int) -> List[str]:
+    """The argv that runs cmd so that it gets signum when hilock dies."""
+    return [sys.executable, "-I", "-S", "-c", _GUARD, str(signum), str(os.getpid()), *cmd]
+
+
+def _parent_death_signal(args: argparse.Namespace) -> int:
+    """The signal CMD gets when hilock dies; 0: none."""
+    signum: Optional[int] = args.on_parent_death
+    if not sys.platform.startswith("linux"):
+        if signum:
+            raise UsageError("--on-parent-death needs Linux (PR_SET_PDEATHSIG); pass "
+                             "--on-parent-death none")
+        return 0
+    return signal.SIGTERM if signum is None else signum
+
+
 class _Child:
     """CMD, and the loop that waits for it to end, for signals to pass on,
     and for the lock's loss, all on one pipe: the signal wakeup fd (SIGCHLD
@@ -397,7 +485,9 @@ class _Child:
             try:
                 # close_fds=False: descriptors the caller gave (3>file) reach
                 # CMD; hilock's own are close-on-exec.
-                self.proc = subprocess.Popen(cmd, env=env, close_fds=False)
+                signum = _parent_death_signal(self.args)
+                argv = _guarded(cmd, signum) if signum else cmd
+                self.proc = subprocess.Popen(argv, env=env, close_fds=False)
             except FileNotFoundError:
                 _say(f"{cmd[0]}: command not found")
                 return EXIT_NOT_FOUND
@@ -455,6 +545,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("run needs a command after '--': hilock run NAME -- CMD [ARGS...]")
     _check_type(args)
+    _parent_death_signal(args)
     child = _Child(args)
     client = make_client(args)
     try:
@@ -490,8 +581,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         child.close()
 
 
+# Secrets hilock reads for itself, never passed on to CMD.
+CHILD_ENV_DROPPED = ("HILOCK_TLS_KEY_PASSWORD",)
+
+
 def _child_env(args: argparse.Namespace, lk: Any) -> Dict[str, str]:
     env = dict(os.environ)
+    for var in CHILD_ENV_DROPPED:
+        env.pop(var, None)
     env["HILOCK_NAME"] = args.name
     fence = lk.fence
     if fence is not None:
@@ -609,6 +706,9 @@ def cmd_release(args: argparse.Namespace) -> int:
     if not args.force:
         raise UsageError("release deletes the lock whoever holds it: pass --force "
                          "to confirm that this is what you want")
+    if not args.yes and not sys.stdin.isatty():
+        raise UsageError("release asks for confirmation on a terminal, and stdin is not "
+                         "one: pass --yes to release without asking")
     with make_client(args) as client:
         c: Any = client
         if not args.yes and sys.stdin.isatty():

@@ -225,6 +225,39 @@ static void a_plain_client_on_the_tls_port_fails_at_creation(void **state) {
   hilock_client_free(c);
 }
 
+/* A plain client on the TLS port hears the hint on every path, not only
+ * the constructor's: the first call of a client made with connect_later,
+ * the AUTH of a client with a password, and a reconnect. */
+static void a_plain_client_on_the_tls_port_is_told_on_every_path(
+    void **state) {
+  static const char *const forms[] = {"redis://127.0.0.1:%d",
+                                      "redis://:pw@127.0.0.1:%d/3"};
+  (void)state;
+  for (size_t i = 0; i < sizeof(forms) / sizeof(*forms); i++) {
+    char url[128];
+    hilock_options o = hl_test_options();
+    hilock_client *c = NULL;
+    snprintf(url, sizeof(url), forms[i], g.tls_port);
+    o.connect_later = 1;
+    o.reconnect_ms = 0;
+    assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
+    for (int call = 0; call < 2; call++) { /* the first, then once more */
+      assert_hl_rc(hilock_client_ping(c), HILOCK_EIO, hilock_client_errmsg(c));
+      assert_substr(hilock_client_errmsg(c), "(a TLS port? use rediss://)");
+    }
+    hilock_client_free(c);
+    /* The constructor's own connection says it once. */
+    o.connect_later = 0;
+    c = NULL;
+    assert_hl_rc(hilock_client_new(url, &o, &c), HILOCK_EIO,
+                 hilock_client_errmsg(c));
+    assert_non_null(strstr(hilock_client_errmsg(c), "rediss://"));
+    assert_null(strstr(strstr(hilock_client_errmsg(c), "rediss://") + 1,
+                       "rediss://"));
+    hilock_client_free(c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_trusted_ca_connects_and_a_lock_works),
@@ -233,6 +266,7 @@ int main(void) {
       cmocka_unit_test(mutual_tls_needs_a_client_certificate),
       cmocka_unit_test(bad_files_are_einval_at_creation),
       cmocka_unit_test(a_plain_client_on_the_tls_port_fails_at_creation),
+      cmocka_unit_test(a_plain_client_on_the_tls_port_is_told_on_every_path),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -246,7 +246,6 @@ static void parse_rejects_other_schemes(void **state) {
   (void)state;
   expect_bad("http://h:6379", "must start with");
   expect_bad("", "must start with");
-  expect_bad("REDIS://h", "must start with");
   expect_bad("127.0.0.1:6379", "must start with");
 }
 
@@ -472,6 +471,145 @@ static void client_rejects_bad_options(void **state) {
   hilock_client_free(c);
 }
 
+/* Schemes are case-insensitive (RFC 3986): every form hilock knows, in
+ * any case. */
+static void parse_accepts_schemes_in_any_case(void **state) {
+  hilock__err e;
+  hilock__url u;
+  (void)state;
+  u = parse("REDIS://h:6380/2", HILOCK_OK, &e);
+  assert_false(u.tls);
+  assert_host_port(u, "h", 6380);
+  assert_int_equal(u.db, 2);
+  hilock__url_clear(&u);
+  u = parse("Rediss://h:6380", HILOCK_OK, &e);
+  assert_true(u.tls);
+  assert_host_port(u, "h", 6380);
+  hilock__url_clear(&u);
+  u = parse("REDISS+CLUSTER://a:1,b:2", HILOCK_OK, &e);
+  assert_true(u.tls && u.cluster);
+  assert_int_equal(u.nseeds, 2);
+  hilock__url_clear(&u);
+  u = parse("Redis+Cluster://a:1", HILOCK_OK, &e);
+  assert_true(!u.tls && u.cluster);
+  hilock__url_clear(&u);
+  u = parse("rEdIs+SeNtInEl://s1,s2/m", HILOCK_OK, &e);
+  assert_true(!u.tls && u.sentinel);
+  assert_string_equal(u.master_name, "m");
+  hilock__url_clear(&u);
+  u = parse("REDISS+SENTINEL://s1/m", HILOCK_OK, &e);
+  assert_true(u.tls && u.sentinel);
+  hilock__url_clear(&u);
+  u = parse("UNIX:///tmp/x.sock?db=1", HILOCK_OK, &e);
+  assert_true(u.unix_socket);
+  assert_string_equal(u.path, "/tmp/x.sock");
+  hilock__url_clear(&u);
+  expect_bad("REDISS+OTHER://h", "URL must start with");
+}
+
+/* A message that shows the URL shows no password. */
+static void parse_errors_show_no_password(void **state) {
+  static const struct {
+    const char *url, *shown;
+  } cases[] = {
+      {"reddis://:TopSecret1@h/0", "got 'reddis://:***@h/0'"},
+      {"reddis://me:TopSecret1@h/0", "got 'reddis://me:***@h/0'"},
+      {"reddis://TopSecret1@h", "got 'reddis://***@h'"},
+      {"reddis://:p@ss:TopSecret1@h", "got 'reddis://:***@h'"},
+      {"redis+sentinal://:TopSecret1@s1,s2/m", "got 'redis+sentinal://:***@s1"},
+      {"redis+clustr://h?password=TopSecret1", "?password=***"},
+      {"redis+sentinal://s/m?db=1&sentinel_password=TopSecret1&x=1",
+       "?db=1&sentinel_password=***&x=1"},
+      {"rediss+x://h?ssl_password=TopSecret1", "?ssl_password=***"},
+      {"REDIS:/:TopSecret1@h", "got 'REDIS:/:***@h'"},
+      {"redis://h?passwordTopSecret1", "name=value expected"},
+      {"unix:///s?db=1&TopSecret1", "name=value expected"},
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+    hilock__err e;
+    (void)parse(cases[i].url, HILOCK_EINVAL, &e);
+    assert_substr(e.msg, cases[i].shown);
+    if (strstr(e.msg, "TopSecret1") != NULL)
+      fail_msg("'%s': the message shows the password: %s", cases[i].url,
+               e.msg);
+  }
+}
+
+static void redact_masks_every_password(void **state) {
+  static const struct {
+    const char *url, *shown;
+  } cases[] = {
+      {"redis://:s3@h:1/0", "redis://:***@h:1/0"},
+      {"redis://u:s3@h", "redis://u:***@h"},
+      {"redis://u:@h", "redis://u:@h"}, /* no password: nothing to hide */
+      {"redis://h:1/0", "redis://h:1/0"},
+      {"unix://:s3@/tmp/s?db=2&password=s3",
+       "unix://:***@/tmp/s?db=2&password=***"},
+      {"rediss+sentinel://u:s3@a,b/m?sentinel_password=s3&sentinel_user=x",
+       "rediss+sentinel://u:***@a,b/m?sentinel_password=***&sentinel_user=x"},
+      {"rediss://h?ssl_password=s3&ssl_ca_certs=/ca",
+       "rediss://h?ssl_password=***&ssl_ca_certs=/ca"},
+      {"REDIS://U:s3@h?PASSWORD=s3", "REDIS://U:***@h?PASSWORD=***"},
+      {":s3@h", ":***@h"},
+      {"redis://:a/b@h/0", "redis://:***@h/0"}, /* an unescaped '/' */
+      {"unix:///tmp/x.sock", "unix:///tmp/x.sock"},
+      {"", ""},
+  };
+  char out[128], tiny[12];
+  (void)state;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+    hilock__url_redact(cases[i].url, out, sizeof(out));
+    assert_string_equal(out, cases[i].shown);
+  }
+  /* Truncated to the buffer, never half a secret. */
+  hilock__url_redact("redis://:s3cr3t@host", tiny, sizeof(tiny));
+  assert_string_equal(tiny, "redis://:**");
+  hilock__url_redact(NULL, out, sizeof(out));
+  assert_string_equal(out, "");
+}
+
+/* A TLS option with a URL that is not a TLS one is an error naming it. */
+static void client_refuses_tls_options_on_a_plain_url(void **state) {
+  static const char *const names[] = {
+      "ssl_ca_certs",    "ssl_ca_path",   "ssl_certfile",
+      "ssl_keyfile",     "ssl_password",  "ssl_server_name",
+      "ssl_cert_reqs",   "ssl_check_hostname"};
+  const char *urls[] = {server.url, "unix:///tmp/none.sock",
+                        "redis+cluster://127.0.0.1:1",
+                        "redis+sentinel://127.0.0.1:1/m"};
+  hilock_options o;
+  hilock_client *c = NULL;
+  (void)state;
+  for (size_t i = 0; i < sizeof(urls) / sizeof(*urls); i++) {
+    for (int which = 0; which < 8; which++) {
+      hilock_options_init(&o);
+      o.connect_later = 1;
+      switch (which) {
+        case 0: o.ssl_ca_certs = "/ca.pem"; break;
+        case 1: o.ssl_ca_path = "/etc/ca"; break;
+        case 2: o.ssl_certfile = "/c.pem"; break;
+        case 3: o.ssl_keyfile = "/k.pem"; break;
+        case 4: o.ssl_password = "pw"; break;
+        case 5: o.ssl_server_name = "redis.test"; break;
+        case 6: o.ssl_cert_reqs = HILOCK_SSL_CERT_NONE; break;
+        default: o.ssl_check_hostname = 0; break;
+      }
+      c = NULL;
+      assert_hl_rc(hilock_client_new(urls[i], &o, &c), HILOCK_EINVAL,
+                   hilock_client_errmsg(c));
+      assert_substr(hilock_client_errmsg(c), names[which]);
+      assert_substr(hilock_client_errmsg(c), "use rediss://");
+      hilock_client_free(c);
+    }
+  }
+  /* The defaults are no TLS option. */
+  hilock_options_init(&o);
+  c = NULL;
+  assert_hl_ok(hilock_client_new(server.url, &o, &c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
 HL_SUITE_MAIN("url", group_setup, group_teardown,
       cmocka_unit_test(parse_host_port_db),
       cmocka_unit_test(parse_defaults_port_db_and_host),
@@ -499,4 +637,8 @@ HL_SUITE_MAIN("url", group_setup, group_teardown,
       cmocka_unit_test(client_rejects_bad_urls_before_connecting),
       cmocka_unit_test(client_tls_to_a_plain_port_fails_within_the_connect_timeout),
       cmocka_unit_test(client_null_url_is_einval),
-      cmocka_unit_test(client_rejects_bad_options))
+      cmocka_unit_test(client_rejects_bad_options),
+      cmocka_unit_test(parse_accepts_schemes_in_any_case),
+      cmocka_unit_test(parse_errors_show_no_password),
+      cmocka_unit_test(redact_masks_every_password),
+      cmocka_unit_test(client_refuses_tls_options_on_a_plain_url))

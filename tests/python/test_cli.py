@@ -564,7 +564,7 @@ def test_release_force(rds, client, redis_url: str) -> None:
         r = run_cli(redis_url, "release", "rf")  # refused without --force
         assert r.returncode == 64 and "--force" in r.stderr
         assert rds.exists(lock_key(client, "rf"))
-        r = run_cli(redis_url, "release", "--force", "rf")  # stdin not a terminal: no question
+        r = run_cli(redis_url, "release", "--force", "--yes", "rf")  # no question
         assert r.returncode == 0, r.stderr
         assert not rds.exists(lock_key(client, "rf"))
         r = run_cli(redis_url, "release", "--force", "--yes", "rf")
@@ -616,3 +616,168 @@ def test_prefix_option_and_environment(redis_url: str) -> None:
         assert free.returncode == 0, free.stderr
         st = run_cli(redis_url, "--prefix", "app1:", "status", "--json", "job")
         assert st.returncode == 0 and '"held": true' in st.stdout, st.stdout + st.stderr
+
+
+# -- secrets, TLS options, prefix, schemes, parent death, release without a terminal --
+
+
+SECRET = "TopSecret1"
+
+
+def no_secret(r: subprocess.CompletedProcess) -> None:
+    assert SECRET not in (r.stdout or "") + (r.stderr or ""), (r.stdout, r.stderr)
+
+
+def test_passwords_are_never_printed(redis_url: str) -> None:
+    port = redis_url.rsplit(":", 1)[1].split("/")[0]
+    for url, code in [(f"reddis://:{SECRET}@h/0", 64),          # mistyped scheme
+                      (f"reddis://me:{SECRET}@h/0", 64),
+                      (f"redis+sentinal://:{SECRET}@s1,s2/m", 64),
+                      (f"redis+sentinal://s/m?sentinel_password={SECRET}", 64),
+                      (f"redis+clustr://h?password={SECRET}", 64),
+                      (f"redis://:{SECRET}@127.0.0.1:{free_port()}/0", 69),  # refused
+                      (f"redis://:{SECRET}@127.0.0.1:{port}/0", 77)]:     # AUTH refused
+        r = run_cli(None, "--url", url, "status", "x")
+        assert r.returncode == code, (url, r.stderr)
+        no_secret(r)
+        no_traceback(r)
+    r = run_cli(f"reddis://:{SECRET}@h/0", "status", "x")  # from $HILOCK_URL
+    assert r.returncode == 64 and ":***@h/0" in r.stderr, r.stderr
+    no_secret(r)
+
+
+def test_run_passes_no_secret_to_the_command() -> None:
+    """$HILOCK_TLS_KEY_PASSWORD is hilock's: it decrypts --tls-key and is
+    not in the command's environment."""
+    pki = make_pki()
+    try:
+        with TLSServer(pki, auth_clients="yes") as srv:
+            tls = ["--tls-ca-certs", pki.path("ca.crt"), "--tls-cert", pki.path("client.crt"),
+                   "--tls-key", pki.path("client-enc.key")]
+            r = run_cli(None, "run", "--url", srv.url, *tls, "t", "--", "env",
+                        HILOCK_TLS_KEY_PASSWORD="s3cret")
+            assert r.returncode == 0, r.stderr
+            assert "HILOCK_NAME=t\n" in r.stdout
+            assert "s3cret" not in r.stdout
+            assert "HILOCK_TLS_KEY_PASSWORD" not in r.stdout
+    finally:
+        shutil.rmtree(pki.dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("opt", [["--tls-ca-certs", "/ca.pem"], ["--tls-ca-path", "/etc/ca"],
+                                 ["--tls-cert", "/c.pem"], ["--tls-key", "/k.pem"],
+                                 ["--tls-verify", "none"], ["--tls-no-check-hostname"],
+                                 ["--tls-server-name", "redis.test"]])
+def test_tls_options_with_a_plain_url_are_refused(redis_url: str, tmp_path: Path,
+                                                  opt: List[str]) -> None:
+    marker = tmp_path / "ran"
+    for where in (["--url", redis_url], []):  # given, or from $HILOCK_URL
+        r = run_cli(redis_url, "run", *where, *opt, "x", "--", "touch", str(marker))
+        assert r.returncode == 64, r.stderr
+        assert opt[0] in r.stderr and "rediss://" in r.stderr, r.stderr
+        no_traceback(r)
+    assert not marker.exists()
+
+
+def test_an_empty_prefix_is_refused(redis_url: str, tmp_path: Path) -> None:
+    """--prefix '' is an error, as Client(prefix='') is; an empty
+    $HILOCK_PREFIX counts as unset."""
+    marker = tmp_path / "ran"
+    r = run_cli(redis_url, "--prefix", "", "run", "x", "--", "touch", str(marker))
+    assert r.returncode == 64, r.stderr
+    assert "prefix" in r.stderr
+    no_traceback(r)
+    assert not marker.exists()
+    with hilock.Client(redis_url) as c, c.lock("pfx") as lk:
+        assert lk.fence
+        r = run_cli(redis_url, "run", "--timeout", "0", "pfx", "--", "true", HILOCK_PREFIX="")
+        assert r.returncode == 75, r.stderr  # the default prefix's lock: busy
+
+
+def test_url_schemes_in_any_case(redis_url: str) -> None:
+    scheme, rest = redis_url.split("://", 1)
+    for s in (scheme.upper(), "Redis"):
+        r = run_cli(None, "--url", f"{s}://{rest}", "run", "x", "--", "true")
+        assert r.returncode == 0, r.stderr
+
+
+def pid_gone(pid: int) -> bool:
+    """pid has ended (a zombie nobody reaped yet counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+@pytest.mark.parametrize("opts", [[], ["--on-parent-death", "hup"]])
+def test_command_dies_with_a_killed_hilock(rds, client, redis_url: str,
+                                           opts: List[str]) -> None:
+    """hilock killed with SIGKILL: its command gets --on-parent-death's
+    signal (default TERM) instead of running on without the lock, and the
+    lock is not renewed any more: it lapses at its TTL."""
+    proc = start_cli(redis_url, "run", "--ttl", "1", *opts, "pd", "--", "sh", "-c",
+                     'echo "ready $$"; exec sleep 60')
+    pid = 0
+    try:
+        line = read_line(proc)
+        assert line.startswith("ready "), line
+        pid = int(line.split()[1])
+        assert rds.exists(lock_key(client, "pd"))
+        proc.kill()
+        proc.wait(timeout=DEADLINE)
+        # Bounded: a failure, never a measured duration.
+        deadline = time.monotonic() + DEADLINE / 2
+        while not pid_gone(pid):
+            assert time.monotonic() < deadline, "the command outlived hilock"
+            time.sleep(0.02)
+        while rds.exists(lock_key(client, "pd")):
+            assert time.monotonic() < deadline + DEADLINE / 2, "the lock is still renewed"
+            time.sleep(0.05)
+    finally:
+        if pid and not pid_gone(pid):
+            os.kill(pid, signal.SIGKILL)
+        finish(proc)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+def test_on_parent_death_none_lets_the_command_run_on(redis_url: str,
+                                                      tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    proc = start_cli(redis_url, "run", "--on-parent-death", "none", "pn", "--", "sh", "-c",
+                     f'echo ready; read x; echo "$x" > "{done}"', stdin=subprocess.PIPE)
+    try:
+        assert read_line(proc) == "ready\n"
+        proc.kill()
+        proc.wait(timeout=DEADLINE)
+        assert proc.stdin is not None
+        proc.stdin.write("on\n")  # read by the command, which outlived hilock
+        proc.stdin.flush()
+        deadline = time.monotonic() + DEADLINE
+        while not (done.exists() and done.read_text() == "on\n"):
+            assert time.monotonic() < deadline, "the command did not run on"
+            time.sleep(0.02)
+    finally:
+        finish(proc)
+
+
+def test_on_parent_death_bad_value_is_a_usage_error(redis_url: str) -> None:
+    r = run_cli(redis_url, "run", "--on-parent-death", "bogus", "x", "--", "true")
+    assert r.returncode == 64 and "--on-parent-death" in r.stderr, r.stderr
+
+
+def test_release_without_a_terminal_needs_yes(rds, client, redis_url: str) -> None:
+    """With no terminal to ask on, release --force refuses (64, saying to
+    pass --yes), whatever stdin holds; --yes releases."""
+    lk = client.lock("rny", auto_renew=False)
+    assert lk.acquire(blocking=False)
+    for stdin in (None, "y\n"):
+        r = run_cli(redis_url, "release", "--force", "rny", input=stdin)
+        assert r.returncode == 64, r.stderr
+        assert "--yes" in r.stderr
+        no_traceback(r)
+        assert rds.exists(lock_key(client, "rny"))
+    r = run_cli(redis_url, "release", "--force", "--yes", "rny")
+    assert r.returncode == 0, r.stderr
+    assert not rds.exists(lock_key(client, "rny"))

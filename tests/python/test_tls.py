@@ -436,3 +436,50 @@ def test_asyncio_tasks_are_woken_and_granted_over_tls(tls, pki) -> None:
     finally:
         holder_c.close()
     assert len(fences) == 5 and fences == sorted(fences)
+
+
+def test_a_plain_client_on_a_tls_port_is_told_on_every_path(tls) -> None:
+    """The "a TLS port? use rediss://" hint is not the constructor's alone:
+    a client made with connect=False hears it at its first call and at
+    each reconnect, with or without AUTH and SELECT to send first; so does
+    the asyncio client's runner."""
+    import asyncio
+
+    import hilock.asyncio as hla
+
+    for url in (f"redis://127.0.0.1:{tls.port}", f"redis://:pw@127.0.0.1:{tls.port}/3"):
+        c = hilock.Client(url, connect=False, reconnect=0)
+        try:
+            for _ in range(2):
+                with pytest.raises(hilock.ConnectionError, match=r"a TLS port\? use rediss://"):
+                    c.ping()
+            with pytest.raises(hilock.ConnectionError, match=r"a TLS port\? use rediss://"):
+                c.lock("tls:plain").acquire(blocking=False)
+        finally:
+            c.close()
+
+        async def main(url: str = url) -> None:
+            ac = hla.Client(url, reconnect=0)
+            try:
+                with pytest.raises(hilock.ConnectionError,
+                                   match=r"a TLS port\? use rediss://"):
+                    await ac.lock("tls:plain").acquire(blocking=False)
+            finally:
+                await ac.close()
+
+        asyncio.run(main())
+
+
+def test_tls_options_with_a_plain_url_are_an_error(tls, pki) -> None:
+    """docs/tls.md: TLS options with a redis:// URL are an error, not a
+    plain connection (here to the TLS port, where it would fail later)."""
+    for opts in ({"ssl_ca_certs": ca(pki)}, {"ssl_certfile": pki.path("client.crt")},
+                 {"ssl_cert_reqs": "none"}):
+        name = next(iter(opts))
+        with pytest.raises(hilock.InvalidArgument, match=f"{name}.*use rediss://"):
+            hilock.Client(f"redis://127.0.0.1:{tls.port}", **opts)
+    c = hilock.Client(f"rediss://127.0.0.1:{tls.port}", ssl_ca_certs=ca(pki))
+    try:
+        c.ping()
+    finally:
+        c.close()

@@ -64,8 +64,9 @@ typedef struct hilock_options {
   int wait_replicas;
   int64_t wait_timeout_ms;
   /* TLS, for rediss:// URLs (redis-py's names; each may also be given as a
-   * URL query parameter of the same name, which takes precedence). The
-   * strings are copied by hilock_client_new. */
+   * URL query parameter of the same name, which takes precedence; with
+   * another URL, one set is HILOCK_EINVAL). The strings are copied by
+   * hilock_client_new. */
   const char *ssl_ca_certs;    /* PEM file of CAs to trust besides the
                                   system's store; default NULL */
   const char *ssl_ca_path;     /* directory of hashed CA certificates */
@@ -136,6 +137,10 @@ HILOCK_API void hilock_options_init(hilock_options *opts);
  * rediss://, rediss+cluster:// and rediss+sentinel:// are the same over
  * TLS (to every node and every sentinel), configured by the ssl_* options
  * or query parameters (?ssl_ca_certs=/path/ca.pem&ssl_cert_reqs=none...).
+ * An ssl_* option set to other than its default with a URL that is not a
+ * TLS one is HILOCK_EINVAL (naming it), never ignored. Schemes match in
+ * any case (REDIS:// is redis://). Error messages show a URL with its
+ * passwords as "***".
  * Percent-escapes are decoded in user, password and query values. An
  * unknown query parameter is HILOCK_EINVAL. opts may be NULL.
  * One connection is opened (and authenticated, and SELECTs db) before this
