@@ -1,0 +1,228 @@
+"""hilock under gevent or eventlet, in a process of its own (test_green.py
+runs it with a timeout: the patching must not reach pytest's process, and
+a thread the hub cannot leave must fail the test, not hang it).
+
+    python green_scenario.py LIBRARY ORDER URL SCENARIO
+
+LIBRARY: gevent or eventlet; ORDER: before or after (hilock imported
+before or after the patching); SCENARIO: one of the functions below. The
+last line printed is the JSON report.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+LIBRARY, ORDER, URL, SCENARIO = sys.argv[1:5]
+
+if ORDER == "before":
+    import hilock  # noqa: F401  (imported before the patching)
+
+if LIBRARY == "gevent":
+    from gevent import monkey
+    monkey.patch_all()
+    import gevent
+    import gevent.event
+
+    spawn = gevent.spawn
+    sleep = gevent.sleep
+    Event = gevent.event.Event
+
+    def join(greenlets: List[Any]) -> None:
+        gevent.joinall(greenlets, raise_error=True)
+else:
+    import eventlet
+    eventlet.monkey_patch()
+    import eventlet.event
+
+    spawn = eventlet.spawn
+    sleep = eventlet.sleep
+
+    class Event:  # type: ignore[no-redef]
+        def __init__(self) -> None:
+            self._e = eventlet.event.Event()
+
+        def set(self) -> None:
+            if not self._e.ready():
+                self._e.send(True)
+
+        def wait(self) -> None:
+            self._e.wait()
+
+    def join(greenlets: List[Any]) -> None:
+        for g in greenlets:
+            g.wait()
+
+import hilock  # noqa: E402
+
+Events = List[Tuple[str, int]]
+
+
+def overlaps(events: Events) -> int:
+    """How often the enter/exit record shows two holders inside at once
+    (an enter while someone is inside, or an exit of someone not inside)."""
+    bad = 0
+    inside = None
+    for kind, i in events:
+        if kind == "enter":
+            bad += inside is not None
+            inside = i
+        else:
+            bad += inside != i
+            inside = None
+    return bad
+
+
+class Ticker:
+    """A greenlet that sleeps 5 ms at a time and keeps the longest time it
+    went without running: how long the hub was kept from its greenlets."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.stop = False
+        self.g = spawn(self._run)
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self.stop:
+            sleep(0.005)
+            now = time.monotonic()
+            self.worst = max(self.worst, now - last)
+            last = now
+
+    def end(self) -> float:
+        self.stop = True
+        join([self.g])
+        return self.worst
+
+
+def run_contenders(n: int, make: Callable[[int], Any]) -> Events:
+    """n greenlets, each taking make(i) in a with block that yields while
+    inside; the enter/exit record."""
+    events: Events = []
+
+    def worker(i: int) -> None:
+        with make(i):
+            events.append(("enter", i))
+            sleep(0.002)  # inside: let the others run into the lock
+            events.append(("exit", i))
+
+    join([spawn(worker, i) for i in range(n)])
+    return events
+
+
+class NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def contention(client: hilock.Client) -> Dict[str, Any]:
+    """50 greenlets on one lock name, each with an object of its own, then
+    50 on one shared object; a ticker runs meanwhile."""
+    n = 50
+    report: Dict[str, Any] = {"n": n}
+    control = run_contenders(n, lambda i: NoLock())
+    report["control_overlaps"] = overlaps(control)
+    ticker = Ticker()
+    own = run_contenders(n, lambda i: client.lock("green", ttl=30, timeout=60))
+    report["waits"] = client.stats()["waits"]
+    shared_lock = client.lock("green-shared", ttl=30, timeout=60)
+    shared = run_contenders(n, lambda i: shared_lock)
+    report["worst_gap"] = ticker.end()
+    report["own_overlaps"], report["own_entered"] = overlaps(own), len(own) // 2
+    report["shared_overlaps"], report["shared_entered"] = overlaps(shared), len(shared) // 2
+    return report
+
+
+def owners(client: hilock.Client) -> Dict[str, Any]:
+    """Two greenlets of one thread on one reentrant lock object and one
+    read-write lock: each greenlet is an owner."""
+    report: Dict[str, Any] = {}
+    rl = client.rlock("green-r", ttl=30)
+    rw = client.rwlock("green-rw", ttl=30)
+    a_holds, b_tried = Event(), Event()
+
+    def a() -> None:
+        rl.acquire()
+        rl.acquire()  # re-entry: at once
+        rw.read().acquire()
+        report["a_count"] = rl.hold_count()
+        a_holds.set()
+        b_tried.wait()
+        rw.read().release()
+        rl.release()
+        rl.release()
+
+    def b() -> None:
+        a_holds.wait()
+        report["b_reenters"] = rl.acquire(blocking=False)
+        report["b_count"] = rl.hold_count()
+        report["b_writes"] = rw.write().acquire(blocking=False)
+        report["b_times_out"] = not rl.acquire(timeout=0.2)
+        b_tried.set()
+        report["b_waited"] = rl.acquire(timeout=20)
+        report["b_count_after"] = rl.hold_count()
+        rl.release()
+
+    join([spawn(a), spawn(b)])
+    report["locked_after"] = rl.locked()
+    return report
+
+
+def interrupted(client: hilock.Client) -> Dict[str, Any]:
+    """A waiting greenlet interrupted by gevent.Timeout: the call raises,
+    and the grant its wait gets later is given back."""
+    report: Dict[str, Any] = {}
+    holder = client.lock("green-t", ttl=30)
+    holder.acquire()
+    waiter = client.lock("green-t", ttl=30)
+    try:
+        with gevent.Timeout(0.2):
+            waiter.acquire()
+        report["raised"] = False
+    except gevent.Timeout:
+        report["raised"] = True
+    holder.release()
+    third = client.lock("green-t", ttl=30)
+    report["third_acquired"] = third.acquire(timeout=20)
+    report["waiter_holds"] = waiter.validity > 0
+    third.release()
+    return report
+
+
+def lost(client: hilock.Client) -> Dict[str, Any]:
+    """on_lost and log records under the patching: hilock's reader is a
+    real OS thread."""
+    report: Dict[str, Any] = {}
+    calls: List[int] = []
+    lk = client.lock("green-lost", ttl=1.5, on_lost=lambda lock: calls.append(
+        threading.get_native_id()))
+    lk.acquire()
+    with hilock.Client(URL) as other:
+        other.force_release("green-lost")
+    deadline = time.monotonic() + 20
+    while not calls and time.monotonic() < deadline:
+        sleep(0.01)
+    report["called"] = len(calls)
+    report["real_thread"] = bool(calls) and calls[0] != threading.get_native_id()
+    report["lost"] = lk.lost
+    return report
+
+
+def main() -> None:
+    client = hilock.Client(URL)
+    report: Dict[str, Any] = {"constructed": True}
+    report.update(globals()[SCENARIO](client))
+    client.close()
+    report["closed"] = True
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
