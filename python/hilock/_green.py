@@ -142,8 +142,11 @@ def _gevent_run(task: Callable[[], bool]) -> Optional[bool]:
         return None
     pool = getattr(hub, "_hilock_pool", None)
     if pool is None:
-        pool = _module("gevent.threadpool").ThreadPool(POOL_MAX, hub,
-                                                       idle_task_timeout=_POOL_IDLE)
+        pool_class = _module("gevent.threadpool").ThreadPool
+        try:
+            pool = pool_class(POOL_MAX, hub, idle_task_timeout=_POOL_IDLE)
+        except TypeError:  # gevent before 22.08: its threads stay
+            pool = pool_class(POOL_MAX, hub)
         hub._hilock_pool = pool
     return bool(pool.spawn(task).get())
 
