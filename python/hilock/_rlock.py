@@ -21,6 +21,9 @@ class RLock(LockBase):
     in a Redis hash, so re-entry refreshes the TTL and operators can read
     them. One object may be shared by threads.
 
+    gevent and eventlet: once they have patched ``threading``, the owner is
+    the calling greenlet (docs: "Threads and fork").
+
     asyncio: tasks of one event loop share one thread, so they count as one
     owner and would re-enter each other's hold. Give each task that needs
     mutual exclusion a non-reentrant :class:`hilock.Lock` object instead.

@@ -150,9 +150,9 @@ class RWLock(Uncopyable):
     waits, new readers queue behind it; readers that waited are admitted
     together at the next write release, so neither side starves the other.
 
-    One object may be shared by threads; each thread is a separate owner.
-    asyncio tasks of one event loop share a thread and so count as one
-    owner.
+    One object may be shared by threads; each thread is a separate owner
+    (under gevent's or eventlet's patching, each greenlet). asyncio tasks
+    of one event loop share a thread and so count as one owner.
     """
 
     def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
