@@ -46,6 +46,7 @@
 %nothreadallow py_inspect; /* these two release it around their round trips */
 %nothreadallow py_scan_next;
 %nothreadallow py_set_caller;
+%nothreadallow py_set_stop;
 
 %include "errors.i"
 
@@ -156,6 +157,14 @@ static int py_waiting_all(void) { return hilock__waiting_all(); }
  * (python/hilock/_green.py); 0: the thread again. */
 void hilock__caller_set(long id);
 static void py_set_caller(long id) { hilock__caller_set(id); }
+
+/* This thread's waits end once stop is true (None: never). */
+static void py_set_stop(PyObject *stop) {
+  PyObject *old = py_stop;
+  py_stop = stop == Py_None ? NULL : stop;
+  Py_XINCREF(py_stop);
+  Py_XDECREF(old);
+}
 
 /* Auto-renewal; a loss is reported as notify_id on the lost pipe (0: no
  * notification). */

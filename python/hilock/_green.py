@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from . import _hilock as _h
 
@@ -130,8 +130,71 @@ POOL_MAX = 1024
 _POOL_IDLE = 10.0
 
 
-def _gevent_run(task: Callable[[], bool]) -> Optional[bool]:
-    """task() on a thread of this hub's hilock pool; None if this thread
+class _Job:
+    """One acquire that may wait, run on a pool thread for a greenlet."""
+
+    def __init__(self, attempt: Callable[[Optional[float]], bool],
+                 undo: Callable[[bool], None], deadline: Optional[float], owner: int) -> None:
+        self.attempt, self.undo = attempt, undo
+        self.deadline, self.owner = deadline, owner
+        self.mu = allocate_lock()
+        # True once the greenlet is gone: the C layer's interrupt hook then
+        # ends the wait (py_set_stop) within about 100 ms.
+        self.stop: List[bool] = []
+        self.state = "queued"  # then running, returned or raised; or dropped
+        self.granted = False
+
+    def __call__(self) -> bool:
+        """On the pool thread."""
+        with self.mu:
+            self.state = "dropped" if self.stop else "running"
+        if self.state == "dropped":
+            self.undo(False)  # nobody waits: give back what the attempt took
+            return False
+        _acting.n = self.owner
+        _h.py_set_stop(self.stop)
+        state = "raised"
+        try:
+            left = None if self.deadline is None else max(0.0,
+                                                          self.deadline - time.monotonic())
+            self.granted = self.attempt(left)
+            state = "returned"
+            return self.granted
+        except BaseException:
+            if self.stop:
+                return False  # the greenlet is gone: nobody is told
+            raise
+        finally:
+            _h.py_set_stop(None)
+            _acting.n = 0
+            self.state = state
+
+    def drop(self) -> None:
+        """The job never reaches a pool thread."""
+        with self.mu:
+            self.stop.append(True)
+            self.state = "dropped"
+        self.undo(False)
+
+    def abandon(self, sleep: Callable[[float], object]) -> None:
+        """The greenlet was interrupted: end the wait, and once it has
+        ended give back what it got (in this greenlet, so that the
+        attempt's handle is free again when the interruption is raised)."""
+        with self.mu:
+            self.stop.append(True)
+            if self.state in ("queued", "dropped"):
+                return  # the pool thread drops it, if it ever runs it
+        while self.state == "running":
+            try:
+                sleep(0.005)  # a short, bounded end: the hook's 100 ms
+            except BaseException:  # a second interruption: the first is raised
+                pass
+        if self.state == "returned":
+            self.undo(self.granted)
+
+
+def _gevent_run(job: _Job) -> Optional[bool]:
+    """job() on a thread of this hub's hilock pool; None if this thread
     has no running hub (nothing to keep running: block here)."""
     gevent = _module("gevent")
     try:
@@ -148,11 +211,16 @@ def _gevent_run(task: Callable[[], bool]) -> Optional[bool]:
         except TypeError:  # gevent before 22.08: its threads stay
             pool = pool_class(POOL_MAX, hub)
         hub._hilock_pool = pool
-    return bool(pool.spawn(task).get())
+    try:
+        result = pool.spawn(job)  # may wait for a free thread
+    except BaseException:
+        job.drop()
+        raise
+    return bool(result.get())
 
 
-def _eventlet_run(task: Callable[[], bool]) -> Optional[bool]:
-    return bool(_module("eventlet.tpool").execute(task))
+def _eventlet_run(job: _Job) -> Optional[bool]:
+    return bool(_module("eventlet.tpool").execute(job))
 
 
 def wait(attempt: Callable[[Optional[float]], bool], undo: Callable[[bool], None],
@@ -162,38 +230,18 @@ def wait(attempt: Callable[[Optional[float]], bool], undo: Callable[[bool], None
     thread, for the calling greenlet, while the greenlet waits
     cooperatively; ``seconds`` bounds the whole call, the wait for a pool
     thread included. If the greenlet is interrupted meanwhile (a
-    ``gevent.Timeout``, a kill), ``undo(granted)`` runs once the attempt
-    has returned: it gives back the grant nobody takes, and what the
-    attempt used."""
+    ``gevent.Timeout``, a kill), the wait is ended and ``undo(granted)``
+    gives back what the attempt got (a grant, and what the attempt used)
+    before the interruption is raised; an attempt that has not started
+    yet never starts, and ``undo(False)`` runs on the pool thread."""
     kind = patched()
     if not kind or seconds == 0:
         return attempt(seconds)
     deadline = None if seconds is None else time.monotonic() + seconds
-    n = owner()
-    mu = allocate_lock()
-    state = {"done": False, "cancelled": False, "granted": False}
-
-    def task() -> bool:
-        _acting.n = n
-        try:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            granted = attempt(left)
-            with mu:
-                cancelled = state["cancelled"]
-                state["done"], state["granted"] = True, granted
-            if cancelled:
-                undo(granted)  # nobody waits for it any more
-            return granted
-        finally:
-            _acting.n = 0
-
+    job = _Job(attempt, undo, deadline, owner())
     try:
-        got = _gevent_run(task) if kind == "gevent" else _eventlet_run(task)
+        got = _gevent_run(job) if kind == "gevent" else _eventlet_run(job)
     except BaseException:
-        with mu:
-            state["cancelled"] = True
-            done = state["done"]
-        if done:
-            undo(state["granted"])  # returned as the greenlet was interrupted
+        job.abandon(_module(kind).sleep)
         raise
     return attempt(seconds) if got is None else got

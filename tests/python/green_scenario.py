@@ -30,6 +30,7 @@ if LIBRARY == "gevent":
     spawn = gevent.spawn
     sleep = gevent.sleep
     Event = gevent.event.Event
+    Timeout = gevent.Timeout
 
     def join(greenlets: List[Any]) -> None:
         gevent.joinall(greenlets, raise_error=True)
@@ -40,6 +41,7 @@ else:
 
     spawn = eventlet.spawn
     sleep = eventlet.sleep
+    Timeout = eventlet.Timeout  # type: ignore[misc]
 
     class Event:  # type: ignore[no-redef]
         def __init__(self) -> None:
@@ -176,23 +178,31 @@ def owners(client: hilock.Client) -> Dict[str, Any]:
 
 
 def interrupted(client: hilock.Client) -> Dict[str, Any]:
-    """A waiting greenlet interrupted by gevent.Timeout: the call raises,
-    and the grant its wait gets later is given back."""
+    """Greenlets waiting for a lock and for a semaphore, interrupted by the
+    library's Timeout: the call raises once the wait has ended (the client
+    has no waiter left), and the holder's release then goes to a new
+    object (nothing was granted behind the interrupted call)."""
     report: Dict[str, Any] = {}
-    holder = client.lock("green-t", ttl=30)
-    holder.acquire()
-    waiter = client.lock("green-t", ttl=30)
-    try:
-        with gevent.Timeout(0.2):
-            waiter.acquire()
-        report["raised"] = False
-    except gevent.Timeout:
-        report["raised"] = True
-    holder.release()
-    third = client.lock("green-t", ttl=30)
-    report["third_acquired"] = third.acquire(timeout=20)
-    report["waiter_holds"] = waiter.validity > 0
-    third.release()
+    for kind in ("lock", "semaphore"):
+        def make(kind: str = kind) -> Any:
+            if kind == "lock":
+                return client.lock("green-t", ttl=30)
+            return client.semaphore("green-s", 1, ttl=30)
+        holder, waiter = make(), make()
+        holder.acquire()
+        try:
+            with Timeout(0.2):
+                waiter.acquire()
+            report[kind + "_raised"] = False
+        except Timeout:
+            report[kind + "_raised"] = True
+        report[kind + "_waiting_after"] = client.waiting
+        holder.release()
+        third = make()
+        report[kind + "_third_acquired"] = third.acquire(timeout=20)
+        third.release()
+        report[kind + "_waiter_acquires_again"] = waiter.acquire(timeout=20)
+        waiter.release()
     return report
 
 

@@ -86,14 +86,19 @@ def test_a_greenlet_owns_reentrant_and_rw_locks(redis_url: str, library: str,
     assert report["locked_after"] is False, report
 
 
-def test_gevent_timeout_gives_the_late_grant_back(redis_url: str) -> None:
-    """A greenlet waiting for a lock, interrupted by gevent.Timeout: the
-    acquire raises, and the grant its wait gets once the holder releases
-    is given back, so a third object gets the lock."""
-    report = run("gevent", "after", redis_url, "interrupted")
-    assert report["raised"] is True, report
-    assert report["third_acquired"] is True, report
-    assert report["waiter_holds"] is False, report
+@pytest.mark.parametrize("library", ["gevent", "eventlet"])
+def test_an_interrupted_wait_ends_and_takes_nothing(redis_url: str, library: str) -> None:
+    """A greenlet waiting for a lock, and one waiting for a semaphore,
+    interrupted by the library's Timeout: the acquire raises once its wait
+    has ended (the client has no waiter left), nothing is granted behind
+    it (the holder's release goes to a new object), and the interrupted
+    object acquires again afterwards."""
+    report = run(library, "after", redis_url, "interrupted")
+    for kind in ("lock", "semaphore"):
+        assert report[kind + "_raised"] is True, report
+        assert report[kind + "_waiting_after"] == 0, report
+        assert report[kind + "_third_acquired"] is True, report
+        assert report[kind + "_waiter_acquires_again"] is True, report
 
 
 @pytest.mark.parametrize("library", ["gevent", "eventlet"])
