@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import os
 import sys
 import threading
 import time
@@ -203,14 +204,15 @@ def _gevent_run(job: _Job) -> Optional[bool]:
         hub = gevent.get_hub()
     if hub is None or gevent.getcurrent() is hub:
         return None
-    pool = getattr(hub, "_hilock_pool", None)
-    if pool is None:
+    pool: Any
+    pid, pool = getattr(hub, "_hilock_pool", (0, None))
+    if pid != os.getpid():  # none yet, or the parent's (its threads are gone)
         pool_class = _module("gevent.threadpool").ThreadPool
         try:
             pool = pool_class(POOL_MAX, hub, idle_task_timeout=_POOL_IDLE)
         except TypeError:  # gevent before 22.08: its threads stay
             pool = pool_class(POOL_MAX, hub)
-        hub._hilock_pool = pool
+        hub._hilock_pool = (os.getpid(), pool)
     try:
         result = pool.spawn(job)  # may wait for a free thread
     except BaseException:
@@ -220,7 +222,40 @@ def _gevent_run(job: _Job) -> Optional[bool]:
 
 
 def _eventlet_run(job: _Job) -> Optional[bool]:
-    return bool(_module("eventlet.tpool").execute(job))
+    """job() on a real thread of its own, while the greenthread waits for
+    the byte the thread writes to a pipe when done (eventlet's tpool has 20
+    threads: waits beyond would queue behind holders' own waits; and it
+    has none in a forked child)."""
+    rfd, wfd = os.pipe()
+    out: List[Any] = []
+
+    def run() -> None:
+        try:
+            out.append((True, job()))
+        except BaseException as e:  # raised in the greenthread
+            out.append((False, e))
+        finally:
+            try:
+                os.write(wfd, b"x")
+            except OSError:  # the greenthread is gone (interrupted)
+                pass
+            os.close(wfd)
+
+    try:
+        _start_new_thread(run, ())
+    except BaseException:
+        os.close(rfd)
+        os.close(wfd)
+        job.drop()
+        raise
+    try:
+        _module("eventlet.hubs").trampoline(rfd, read=True)
+    finally:
+        os.close(rfd)
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return bool(value)
 
 
 def wait(attempt: Callable[[Optional[float]], bool], undo: Callable[[bool], None],

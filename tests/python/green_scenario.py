@@ -11,6 +11,8 @@ last line printed is the JSON report.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -203,6 +205,50 @@ def interrupted(client: hilock.Client) -> Dict[str, Any]:
         third.release()
         report[kind + "_waiter_acquires_again"] = waiter.acquire(timeout=20)
         waiter.release()
+    return report
+
+
+def contended_wait(client: hilock.Client, name: str) -> bool:
+    """One greenlet waits for a lock another object holds, until its
+    release: whether it got it."""
+    holder, waiter = client.lock(name, ttl=30), client.lock(name, ttl=30)
+    holder.acquire()
+    got: List[bool] = []
+    g = spawn(lambda: got.append(waiter.acquire(timeout=20)))
+    deadline = time.monotonic() + 20
+    while client.waiting < 1 and time.monotonic() < deadline:
+        sleep(0.005)  # until the waiter waits in hilock
+    holder.release()
+    join([g])
+    if got and got[0]:
+        waiter.release()
+    return bool(got and got[0])
+
+
+def forked(client: hilock.Client) -> Dict[str, Any]:
+    """A wait in the parent, then fork(): a wait in the child works too
+    (the parent's pool threads did not survive the fork)."""
+    report: Dict[str, Any] = {"parent": contended_wait(client, "green-f")}
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            with hilock.Client(URL) as child_client:
+                code = 0 if contended_wait(child_client, "green-f-child") else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20  # bounds a hung child, not a timing
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            status = -1
+            break
+        sleep(0.01)
+    report["child_status"] = status
     return report
 
 

@@ -102,6 +102,16 @@ def test_an_interrupted_wait_ends_and_takes_nothing(redis_url: str, library: str
 
 
 @pytest.mark.parametrize("library", ["gevent", "eventlet"])
+def test_waits_work_in_a_forked_child(redis_url: str, library: str) -> None:
+    """A wait in the parent, then fork(): a greenlet of the child waits for
+    a lock and gets it at its release (the child has none of the parent's
+    pool threads)."""
+    report = run(library, "after", redis_url, "forked")
+    assert report["parent"] is True, report
+    assert report["child_status"] == 0, report
+
+
+@pytest.mark.parametrize("library", ["gevent", "eventlet"])
 def test_on_lost_runs_on_a_real_thread(redis_url: str, library: str) -> None:
     """A lock taken away from its holder: on_lost is called, on hilock's
     reader, a real OS thread (not the patched main thread)."""
