@@ -8,10 +8,11 @@ calls give it none. So once gevent or eventlet has patched ``threading``
 - hilock's own thread (the loss and log reader of _notify.py) is a real
   OS thread, started through the unpatched ``_thread``, and its locks are
   real ones;
-- an acquire that may wait runs on a real thread of a pool while the
-  calling greenlet waits cooperatively, so the hub keeps running the
-  thread's other greenlets; releases, one-shot acquires and queries are
-  single round trips and run in place;
+- an acquire that may wait runs on a real thread (gevent: of a pool per
+  hub; eventlet: one per wait) while the calling greenlet waits
+  cooperatively, so the hub keeps running the thread's other greenlets;
+  releases, one-shot acquires and queries are single round trips and run
+  in place;
 - the owner of a reentrant or read-write lock is the calling greenlet (a
   caller number of its own, passed to the C layer for each call), as a
   thread is without patching.
