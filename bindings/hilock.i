@@ -45,6 +45,8 @@
 %nothreadallow py_redlock_new; /* releases the GIL itself around connecting */
 %nothreadallow py_inspect; /* these two release it around their round trips */
 %nothreadallow py_scan_next;
+%nothreadallow py_set_caller;
+%nothreadallow py_set_stop;
 
 %include "errors.i"
 
@@ -149,6 +151,20 @@ static void _set_lost_fd(int fd) { py_lost_fd = fd; }
 /* Threads in the shared waiting of every client of the process (tests). */
 int hilock__waiting_all(void);
 static int py_waiting_all(void) { return hilock__waiting_all(); }
+
+/* The owner of this thread's next calls on the locks owned by their caller
+ * (reentrant, read-write): a greenlet's number under gevent or eventlet
+ * (python/hilock/_green.py); 0: the thread again. */
+void hilock__caller_set(long id);
+static void py_set_caller(long id) { hilock__caller_set(id); }
+
+/* This thread's waits end once stop is true (None: never). */
+static void py_set_stop(PyObject *stop) {
+  PyObject *old = py_stop;
+  py_stop = stop == Py_None ? NULL : stop;
+  Py_XINCREF(py_stop);
+  Py_XDECREF(old);
+}
 
 /* Auto-renewal; a loss is reported as notify_id on the lost pipe (0: no
  * notification). */
@@ -292,6 +308,7 @@ PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
 %ignore hilock_hold_set_auto_renew;
 %ignore hilock_rwlock_read_set_auto_renew;
 %ignore hilock__waiting_all;
+%ignore hilock__caller_set;
 %ignore hilock_async_take;
 %ignore hilock_async_done;
 %ignore hilock_stats;

@@ -5,6 +5,10 @@
 #ifndef HILOCK_PY_HELPERS_H
 #define HILOCK_PY_HELPERS_H
 
+/* This thread's wait ends (HILOCK_EINTR) once this object is true: a pool
+ * thread waiting for a greenlet that is gone (python/hilock/_green.py). */
+static __thread PyObject *py_stop;
+
 /* The client's interrupt hook: runs pending signal handlers (Ctrl-C) about
  * every 100 ms of a wait. A raised exception stays set for the caller. */
 static int py_check_signals(void *arg) {
@@ -13,6 +17,7 @@ static int py_check_signals(void *arg) {
   (void)arg;
   g = PyGILState_Ensure();
   interrupted = PyErr_CheckSignals() != 0;
+  if (!interrupted && py_stop != NULL) interrupted = PyObject_IsTrue(py_stop) == 1;
   PyGILState_Release(g);
   return interrupted;
 }

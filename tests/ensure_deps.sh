@@ -97,8 +97,9 @@ hilock_ensure_venv() {
   # uvloop: the asyncio tests run on its event loop too.
   # prometheus_client: hilock.metrics (test_stats.py).
   # pytest-xdist: tests/run.sh runs the Python suites on two workers.
+  # gevent, eventlet: test_green.py runs locks under their monkey-patching.
   local need=(pytest pytest-xdist redis "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
-              uvloop prometheus_client "$@") missing=()
+              uvloop prometheus_client gevent eventlet "$@") missing=()
   for p in "${need[@]}"; do
     # pip show takes a bare name: strip a version specifier.
     "$HILOCK_VENV/bin/python" -m pip show -q "${p%%[<>=!~]*}" >/dev/null 2>&1 || missing+=("$p")

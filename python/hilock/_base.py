@@ -10,8 +10,8 @@ import warnings
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Type, TypeVar
 
+from . import _green, _notify
 from . import _hilock as _h
-from . import _notify
 from ._util import Name, Uncopyable, name_bytes, seconds_to_ms, wait_seconds
 from .errors import (
     InvalidArgument,
@@ -145,6 +145,18 @@ class LockBase(Uncopyable):
         return self._c_call_acquire(wait)
 
     def _c_call_acquire(self, wait: Optional[float]) -> bool:
+        # Under gevent or eventlet a wait runs on a pool thread (_green.py).
+        return _green.wait(self._c_attempt, self._c_undo, wait)
+
+    def _c_undo(self, granted: bool) -> None:
+        """Give back a grant the caller did not wait for."""
+        if granted:
+            try:
+                type(self)._c_release(self._h)
+            except LockError:
+                pass
+
+    def _c_attempt(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
         held_before = type(self)._c_validity(self._h) > 0
         try:

@@ -19,16 +19,19 @@ import traceback
 import weakref
 from typing import Any, Dict, Optional, Tuple
 
+from . import _green
 from . import _hilock as _h
 
+# Real locks and a real thread whatever gevent or eventlet patched (the
+# reader blocks in os.read: a greenlet there would stop its whole thread).
 # Reentrant: a lock collected while this thread holds _mu (the garbage
 # collector can run __del__ -> unregister() at any allocation, e.g. inside
 # register()) must not deadlock on it.
-_mu = threading.RLock()
+_mu = _green.RLock()
 # Serialises starting the reader thread. Thread.start() waits for the new
 # thread, which may itself collect a lock (-> unregister() -> _mu): so the
 # thread is never started while _mu is held.
-_start_mu = threading.Lock()
+_start_mu = _green.allocate_lock()
 _ids = itertools.count(1)
 _locks: Dict[int, weakref.ReferenceType[Any]] = {}
 _fds: Optional[Tuple[int, int]] = None
@@ -95,7 +98,11 @@ def _start() -> None:
         os.set_blocking(wfd, False)  # never stall the renewal thread
         _fds = (rfd, wfd)
         _h._set_lost_fd(wfd)
-        threading.Thread(target=_reader, args=(rfd,), name="hilock-lost", daemon=True).start()
+        if _green.patched():
+            _green.start_thread(_reader, (rfd,), "hilock-lost")
+        else:
+            threading.Thread(target=_reader, args=(rfd,), name="hilock-lost",
+                             daemon=True).start()
 
 
 def start_logging() -> None:
@@ -125,8 +132,8 @@ def unregister(lock_id: int) -> None:
 def _after_fork_in_child() -> None:
     # The reader thread did not survive the fork: start afresh on first use.
     global _fds, _mu, _start_mu
-    _mu = threading.RLock()
-    _start_mu = threading.Lock()
+    _mu = _green.RLock()
+    _start_mu = _green.allocate_lock()
     if _fds is not None:
         for fd in _fds:
             try:

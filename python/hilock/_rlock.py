@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+from . import _green
 from . import _hilock as _h
 from ._base import LockBase, LostCallback
 from ._util import Compat, Name, check_compat, seconds_to_ms
@@ -20,6 +21,9 @@ class RLock(LockBase):
     in a Redis hash, so re-entry refreshes the TTL and operators can read
     them. One object may be shared by threads.
 
+    gevent and eventlet: once they have patched ``threading``, the owner is
+    the calling greenlet (docs: "Threads and fork").
+
     asyncio: tasks of one event loop share one thread, so they count as one
     owner and would re-enter each other's hold. Give each task that needs
     mutual exclusion a non-reentrant :class:`hilock.Lock` object instead.
@@ -30,8 +34,10 @@ class RLock(LockBase):
     releases wake this lock's; ``fence`` is None.
     """
 
-    _c_acquire = _h.hilock_rlock_acquire
-    _c_release = _h.hilock_rlock_release
+    # The owner is the caller: under gevent or eventlet, the greenlet.
+    _c_acquire = _green.as_caller(_h.hilock_rlock_acquire)
+    _c_release = _green.as_caller(_h.hilock_rlock_release)
+    _c_hold_count = _green.as_caller(_h.hilock_rlock_hold_count)
     _kind_name = "rlock"
 
     def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
@@ -49,11 +55,11 @@ class RLock(LockBase):
         """Leave once; the last release frees the lock and wakes a waiter.
         Raises LockNotOwnedError if the calling thread does not hold it
         (nothing changes)."""
-        _h.hilock_rlock_release(self._h)
+        type(self)._c_release(self._h)
 
     def hold_count(self) -> int:
         """How many times the calling thread holds it (one round trip)."""
-        return int(_h.hilock_rlock_hold_count(self._h))
+        return int(type(self)._c_hold_count(self._h))
 
     def owned(self) -> bool:
         """Whether the calling thread holds it (one round trip)."""

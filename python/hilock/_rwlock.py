@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Union
 
+from . import _green, _notify
 from . import _hilock as _h
-from . import _notify
 from ._base import LockBase, LostCallback
 from ._util import Name, Uncopyable, name_bytes, seconds_to_ms
 
@@ -92,12 +92,13 @@ class ReadLock(_Side):
     crashed reader frees its share within one TTL. Reads carry no fence.
     """
 
-    _c_acquire = _h.hilock_rwlock_read_acquire
-    _c_release = _h.hilock_rwlock_read_release
+    # The owner is the caller: under gevent or eventlet, the greenlet.
+    _c_acquire = _green.as_caller(_h.hilock_rwlock_read_acquire)
+    _c_release = _green.as_caller(_h.hilock_rwlock_read_release)
     _c_set_renew = _h.py_rwlock_read_set_auto_renew
-    _c_lost = _h.hilock_rwlock_read_lost
-    _c_validity = _h.hilock_rwlock_read_validity_ms
-    _c_hold_count = _h.hilock_rwlock_read_hold_count
+    _c_lost = _green.as_caller(_h.hilock_rwlock_read_lost)
+    _c_validity = _green.as_caller(_h.hilock_rwlock_read_validity_ms)
+    _c_hold_count = _green.as_caller(_h.hilock_rwlock_read_hold_count)
     _c_fence = _no_fence
     _c_key = _read_key
     _kind_name = "rwlock read side"
@@ -117,9 +118,9 @@ class WriteLock(_Side):
     :class:`hilock.DeadlockError` at once. Every grant carries ``fence``.
     """
 
-    _c_acquire = _h.hilock_rwlock_write_acquire
-    _c_release = _h.hilock_rwlock_write_release
-    _c_hold_count = _h.hilock_rwlock_write_hold_count
+    _c_acquire = _green.as_caller(_h.hilock_rwlock_write_acquire)
+    _c_release = _green.as_caller(_h.hilock_rwlock_write_release)
+    _c_hold_count = _green.as_caller(_h.hilock_rwlock_write_hold_count)
     _c_key = _write_key
     _kind_name = "rwlock write side"
 
@@ -149,9 +150,9 @@ class RWLock(Uncopyable):
     waits, new readers queue behind it; readers that waited are admitted
     together at the next write release, so neither side starves the other.
 
-    One object may be shared by threads; each thread is a separate owner.
-    asyncio tasks of one event loop share a thread and so count as one
-    owner.
+    One object may be shared by threads; each thread is a separate owner
+    (under gevent's or eventlet's patching, each greenlet). asyncio tasks
+    of one event loop share a thread and so count as one owner.
     """
 
     def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],

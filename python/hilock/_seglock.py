@@ -66,7 +66,7 @@ class SegmentedLock(ExclusiveBase):
         self._setup(client._new(_h.hilock_segmented_lock_new, self._bname, segments,
                                       seconds_to_ms(ttl, "ttl")))
 
-    def _c_call_acquire(self, wait: Optional[float]) -> bool:
+    def _c_attempt(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
         try:
             rc = _h.hilock_segmented_lock_acquire(self._h, wait_ms)

@@ -1,6 +1,7 @@
 """The counting semaphore."""
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -8,8 +9,8 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, List, Optional
 
+from . import _green, _notify
 from . import _hilock as _h
-from . import _notify
 from ._base import LockBase, LostCallback
 from ._util import Name, seconds_to_ms
 from .errors import InvalidArgument, LockError, LockNotOwnedError
@@ -107,7 +108,7 @@ class Semaphore(LockBase):
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._permits = _count(permits, "permits", 1)
         self._ttl_ms = seconds_to_ms(ttl, "ttl")
-        self._mu = threading.RLock()
+        self._mu = _green.RLock()  # real: a pool thread may give a handle back
         _live.add(self)
         self._tls = threading.local()
         self._handles: List[Any] = []  # every C handle, for __del__
@@ -175,25 +176,34 @@ class Semaphore(LockBase):
     # -- acquire / release ------------------------------------------------------------
 
     def _acquire(self, wait: Optional[float]) -> bool:
-        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
         h = self._take_handle()
-        try:
-            granted = _h.hilock_semaphore_acquire(h, wait_ms) == _h.HILOCK_OK
-        except BaseException:
-            # Ctrl-C (or any exception) racing the grant: never keep a
-            # permit behind the caller's back.
-            if _h.hilock_hold_validity_ms(h) > 0:
-                try:
-                    _h.hilock_semaphore_release(h)
-                except LockError:
-                    pass
-            self._put_handle(h)
-            raise
+        # Under gevent or eventlet a wait runs on a pool thread (_green.py).
+        granted = _green.wait(functools.partial(self._attempt, h),
+                              functools.partial(self._undo, h), wait)
         if granted:
             self._held().append(h)
         else:
             self._put_handle(h)
         return granted
+
+    def _attempt(self, h: Any, wait: Optional[float]) -> bool:
+        wait_ms = -1 if wait is None else math.ceil(wait * 1000)
+        try:
+            return bool(_h.hilock_semaphore_acquire(h, wait_ms) == _h.HILOCK_OK)
+        except BaseException:
+            # Ctrl-C (or any exception) racing the grant: never keep a
+            # permit behind the caller's back.
+            self._undo(h, _h.hilock_hold_validity_ms(h) > 0)
+            raise
+
+    def _undo(self, h: Any, granted: bool) -> None:
+        """Give back the permit of a grant nobody takes, and the handle."""
+        if granted:
+            try:
+                _h.hilock_semaphore_release(h)
+            except LockError:
+                pass
+        self._put_handle(h)
 
     def release(self) -> None:
         """Give the calling thread's latest permit back and wake one waiter.
@@ -309,7 +319,7 @@ class Semaphore(LockBase):
 
 def _after_fork_in_child() -> None:
     for sem in list(_live):
-        sem._mu = threading.RLock()
+        sem._mu = _green.RLock()
 
 
 if hasattr(os, "register_at_fork"):
