@@ -139,6 +139,28 @@ def _off_loop(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
     return asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
+def _unwatch_and_free(loop: Optional[asyncio.AbstractEventLoop], a: Any,
+                      _free: Callable[[Any], None] = _h.hilock_async_free,
+                      _fd: Callable[[Any], int] = _h.hilock_async_fd,
+                      _running: Callable[[], Optional[asyncio.AbstractEventLoop]] = (
+                          asyncio._get_running_loop)) -> None:
+    """Free a runner that was not closed. Its descriptor leaves its loop
+    first: a loop that still lists a closed descriptor's number does not
+    watch the next descriptor given that number (the next client's runner,
+    a socket), since add_reader finds the entry and only swaps its
+    callback. From a thread other than the running loop's (a collection
+    there), the loop does both on its own thread."""
+    try:
+        if loop is not None and not loop.is_closed():
+            if loop.is_running() and _running() is not loop:
+                loop.call_soon_threadsafe(_unwatch_and_free, loop, a)
+                return
+            loop.remove_reader(_fd(a))
+    except Exception:
+        pass  # the loop closed meanwhile: nothing watches the descriptor
+    _free(a)
+
+
 class _Runner:
     """The C runner (hilock/async.h) of one event loop: the loop watches its
     descriptor, and each finished operation completes its future."""
@@ -170,9 +192,19 @@ class _Runner:
             # leaves it in _late (run() takes it from there); while
             # closing, they stay for close() to tell. In C, all of it: no
             # Python frame per wake-up.
-            loop.add_reader(_h.hilock_async_fd(self._a),
-                            _h.py_async_drainer(self._a, self._futures, self._late,
-                                                self._state))
+            fd = _h.hilock_async_fd(self._a)
+            try:
+                # A number the loop still lists is stale (its descriptor
+                # was closed while watched): add_reader alone would only
+                # swap the callback of that entry and never watch this one.
+                loop.remove_reader(fd)
+                loop.add_reader(fd, _h.py_async_drainer(self._a, self._futures, self._late,
+                                                        self._state))
+            except BaseException:
+                a, self._a, self._loop = self._a, None, None
+                self._state[1] = 1
+                _h.hilock_async_free(a)
+                raise
         elif loop is not self._loop:
             assert self._loop is not None
             if not self._loop.is_closed() or _h.hilock_async_pending(self._a) > 0:
@@ -230,15 +262,17 @@ class _Runner:
             raise
 
 
-    def __del__(self, _free: Callable[[Any], None] = _h.hilock_async_free,
-                _getpid: Callable[[], int] = os.getpid) -> None:
-        # A runner nobody closed (Redlock's, which lives as long as its
-        # loop): its threads stop with it. (The defaults keep what it calls
-        # alive when the interpreter tears the module down at exit.)
+    def __del__(self, _getpid: Callable[[], int] = os.getpid,
+                _unwatch_and_free: Callable[[Any, Any], None] = _unwatch_and_free) -> None:
+        # A runner nobody closed (a client dropped without close(), one
+        # whose first connection failed, Redlock's, which lives as long as
+        # its loop): its descriptor leaves the loop and its threads stop
+        # with it. (The defaults keep what it calls alive when the
+        # interpreter tears the module down at exit.)
         a, self._a = getattr(self, "_a", None), None
         if a is not None and self._pid == _getpid():
             self._state[1] = 1
-            _free(a)
+            _unwatch_and_free(self._loop, a)
 
     async def close(self) -> None:
         """Cancel what is in flight and stop watching the loop's descriptor.

@@ -1242,3 +1242,140 @@ def test_a_slow_name_server_neither_holds_the_loop_nor_outlasts_the_connect_time
     assert "resolving the name timed out" in out["async"], out
     # 0.4 s of resolving: some 40 ticks of the loop (none if it was held).
     assert out["ticks"] >= 8, out
+
+
+def run_bounded(main: Callable[[], Awaitable[None]], bound: float = 60) -> None:
+    """main() on a new loop on a thread of its own, joined within bound
+    seconds: a wait nobody ends (one no cancellation reaches) fails the test
+    instead of hanging it."""
+    done: List[Optional[BaseException]] = []
+
+    def loop() -> None:
+        try:
+            with asyncio.Runner(loop_factory=_loop_factory) as runner:
+                runner.run(main())
+            done.append(None)
+        except BaseException as e:
+            done.append(e)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    t.join(bound)
+    assert done, f"still waiting after {bound} s"
+    if done[0] is not None:
+        raise done[0]
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+async def watched_again(fd: int) -> None:
+    """The runner's descriptor number fd, closed, is watched again when a
+    new descriptor (a pipe, here) takes it: the loop calls a reader added on
+    it once it has a byte. A loop that still lists the closed descriptor
+    never does (add_reader finds that entry and only swaps its callback)."""
+    while _is_open(fd):  # a collection on another thread frees it on the loop
+        await asyncio.sleep(0.01)
+    loop = asyncio.get_running_loop()
+    r, w = os.pipe()
+    if w == fd:
+        w, _ = os.dup(w), os.close(w)
+    if r != fd:
+        os.dup2(r, fd)
+        os.close(r)
+    fut = loop.create_future()
+    loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+    try:
+        os.write(w, b"x")
+        await asyncio.wait_for(fut, 10)  # 10 s: at once unless the entry is stale
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+        os.close(w)
+
+
+async def used(c: hla.Client, name: str) -> int:
+    """c's runner's descriptor, once c made a round trip (or met its error)."""
+    try:
+        async with c.lock(name, ttl=5):
+            pass
+    except hilock.ConnectionError:
+        pass
+    return int(hla._h.hilock_async_fd(c._runner._a))
+
+
+@pytest.mark.parametrize("path", ["close", "collected", "collected_on_a_thread",
+                                  "refused", "tls_error"])
+def test_a_runners_descriptor_leaves_the_loop_before_it_closes(rds, redis_url, path) -> None:
+    """However a client's runner ends (close(), a client collected without
+    close(), on the loop's thread or another, one whose connection failed),
+    its descriptor leaves the loop first: the next client of the loop, whose
+    runner gets the same descriptor number, is served and its timeout
+    bounds its acquire."""
+    from helpers import free_port
+
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    first = {"refused": f"redis://127.0.0.1:{free_port()}/0",
+             "tls_error": f"rediss://127.0.0.1:{port}/0"}.get(path, redis_url)
+
+    async def main() -> None:
+        c = hla.Client(first, connect_timeout=1, reconnect=0)
+        fd = await used(c, "aio:fd")
+        if path == "close":
+            await c.close()
+        elif path == "collected_on_a_thread":
+            box = [c]
+            del c
+
+            def drop() -> None:
+                box.clear()
+                gc.collect()
+
+            await asyncio.get_running_loop().run_in_executor(None, drop)
+        else:
+            del c
+            gc.collect()
+        await watched_again(fd)
+        c2 = hla.Client(redis_url)
+        try:
+            lk = c2.lock("aio:fd", ttl=5)
+            assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
+            await lk.release()
+        finally:
+            await c2.close()
+
+    run_bounded(main)
+    assert rds.exists("hilock:{aio:fd}:lock") == 0
+
+
+def test_a_client_collected_after_its_loop_closed_leaves_the_next_loop_served(
+        rds, redis_url) -> None:
+    """A client used on a loop that is closed since, then collected without
+    close(), frees its runner quietly; a client of the next loop is served,
+    and so is one that moves on to it."""
+    moving = hla.Client(redis_url)
+    dropped = [hla.Client(redis_url)]
+
+    async def first() -> None:
+        await used(moving, "aio:fd:a")
+        await used(dropped[0], "aio:fd:b")
+
+    async def second() -> None:
+        for c in (hla.Client(redis_url), moving):
+            try:
+                lk = c.lock("aio:fd:a", ttl=5)
+                assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
+                await lk.release()
+            finally:
+                await c.close()
+
+    run_bounded(first)
+    dropped.clear()
+    gc.collect()
+    run_bounded(second)
+    assert rds.exists("hilock:{aio:fd:a}:lock", "hilock:{aio:fd:b}:lock") == 0
