@@ -34,6 +34,7 @@ import collections
 import itertools
 import math
 import os
+import threading
 import time
 import weakref
 from types import TracebackType
@@ -176,35 +177,45 @@ class _Runner:
         # The drainer's state (bindings/py_helpers.h): [closing, freed].
         self._state = bytearray(2)
         self._closer: Optional[asyncio.Future[None]] = None  # close() under way
+        self._binding = threading.Lock()  # get() binds to one loop at a time
 
     def get(self) -> Any:
         loop = asyncio.get_running_loop()
         if self._a is not None and self._pid != os.getpid():
             raise ForkedLockError(f"this {self._what}'s operations run in the parent "
                                   "process; make a new one in the child", _h.HILOCK_EFORKED)
+        # One binding at a time: the first operations of two loops (two
+        # threads) must not both make a runner; the second learns that the
+        # first bound it, before it starts anything.
+        with self._binding:
+            return self._bind(loop)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> Any:
         if self._a is None:
-            self._a = self._make()
-            self._state = bytearray(2)
-            self._loop = loop
-            self._pid = os.getpid()
+            a = self._make()
+            state = bytearray(2)
             # Each finished operation's future gets (status, message,
             # value); one whose task was cancelled and has not run yet
             # leaves it in _late (run() takes it from there); while
             # closing, they stay for close() to tell. In C, all of it: no
             # Python frame per wake-up.
-            fd = _h.hilock_async_fd(self._a)
+            fd = _h.hilock_async_fd(a)
             try:
                 # A number the loop still lists is stale (its descriptor
                 # was closed while watched): add_reader alone would only
                 # swap the callback of that entry and never watch this one.
                 loop.remove_reader(fd)
-                loop.add_reader(fd, _h.py_async_drainer(self._a, self._futures, self._late,
-                                                        self._state))
+                loop.add_reader(fd, _h.py_async_drainer(a, self._futures, self._late, state))
             except BaseException:
-                a, self._a, self._loop = self._a, None, None
-                self._state[1] = 1
+                state[1] = 1
                 _h.hilock_async_free(a)
                 raise
+            # Published once watched, the runner last: run() takes it
+            # without the lock when it belongs to its loop.
+            self._state = state
+            self._pid = os.getpid()
+            self._loop = loop
+            self._a = a
         elif loop is not self._loop:
             assert self._loop is not None
             if not self._loop.is_closed() or _h.hilock_async_pending(self._a) > 0:
@@ -217,7 +228,7 @@ class _Runner:
             a, self._a = self._a, None
             self._state[1] = 1
             _h.hilock_async_free(a)
-            return self.get()
+            return self._bind(loop)
         return self._a
 
     async def run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:

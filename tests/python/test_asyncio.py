@@ -1379,3 +1379,73 @@ def test_a_client_collected_after_its_loop_closed_leaves_the_next_loop_served(
     gc.collect()
     run_bounded(second)
     assert rds.exists("hilock:{aio:fd:a}:lock", "hilock:{aio:fd:b}:lock") == 0
+
+
+_TWO_LOOPS_CHILD = r'''
+import asyncio, json, sys, threading
+import hilock.asyncio as hla
+url, kind, trials = sys.argv[1], sys.argv[2], int(sys.argv[3])
+factory = None
+if kind == "uvloop":
+    import uvloop
+    factory = uvloop.new_event_loop
+results = []
+for trial in range(trials):
+    c = hla.Client(url)
+    out = [None, None]
+    start, end = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
+
+    async def main(i):
+        start.wait()
+        try:
+            async with c.lock("aio:two-loops", ttl=5, timeout=2):
+                pass
+            out[i] = "ok"
+        except Exception as e:
+            out[i] = type(e).__name__ + ": " + str(e)
+        end.wait()  # both loops stay open until both tried
+
+    def thread(i):
+        try:
+            with asyncio.Runner(loop_factory=factory) as runner:
+                runner.run(main(i))
+        except BaseException as e:
+            out[i] = out[i] or type(e).__name__
+
+    ts = [threading.Thread(target=thread, args=(i,), daemon=True) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    hung = sum(t.is_alive() for t in ts)
+    results.append({"out": out, "hung": hung})
+    if hung:
+        break
+    asyncio.run(c.close())
+print(json.dumps(results), flush=True)
+'''
+
+
+def test_the_first_operations_of_two_loops_bind_the_client_to_one(rds, redis_url,
+                                                                   event_loop_kind) -> None:
+    """A new client's first operation started from two loops at once (two
+    threads, each its own loop): the client binds to one of them, whose
+    task gets the lock; the other task gets RuntimeError before anything is
+    sent, and nothing is left held. 30 trials, in a process of their own
+    (each thread joined within 20 s, the process within 120 s): a client
+    bound twice hung a thread or corrupted the heap."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _TWO_LOOPS_CHILD, redis_url, event_loop_kind,
+                        "30"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = json.loads(r.stdout)
+    assert len(results) == 30 and not any(t["hung"] for t in results), results
+    for t in results:
+        lost, won = sorted(t["out"])
+        assert won == "ok", results
+        assert lost.startswith("RuntimeError: ") and "bound to another event loop" in lost, \
+            results
+    assert rds.exists("hilock:{aio:two-loops}:lock") == 0
