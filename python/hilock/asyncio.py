@@ -636,10 +636,24 @@ class _Hold(Uncopyable):
     keys, options and grant state), ``async with``, and the properties."""
 
     _sync: Any
+    # Per task inside ``async with`` on this object: [releases that
+    # succeeded meanwhile, then the count at each enter], so that leaving a
+    # block can tell its body released the lock on purpose. Made by the
+    # first ``async with``.
+    _withs: Optional[weakref.WeakKeyDictionary[asyncio.Task[Any], List[int]]] = None
 
     def __init__(self, client: _Runs, sync: Any) -> None:
         self._client = client
         self._sync = sync
+
+    def _released(self) -> None:
+        """Count a release that succeeded, for the ``async with`` blocks
+        of the current task (no task in one: nothing to count)."""
+        withs = self._withs
+        if withs:
+            entry = withs.get(_task())
+            if entry is not None:
+                entry[0] += 1
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         raise NotImplementedError
@@ -698,16 +712,30 @@ class _Hold(Uncopyable):
         if not await self.acquire():
             raise LockTimeout(f"could not acquire {self._sync.name!r} within "
                               f"{self._sync.timeout} s")
+        if self._withs is None:
+            self._withs = weakref.WeakKeyDictionary()
+        entry = self._withs.setdefault(_task(), [0])
+        entry.append(entry[0])
         return self
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        withs, task = self._withs, _task()
+        entry = withs.get(task) if withs is not None else None
+        released_in_body = False
+        if withs is not None and entry is not None:
+            # The body released the lock itself (a release() in it succeeded).
+            released_in_body = entry[0] > entry.pop()
+            if len(entry) == 1:
+                del withs[task]  # the task's outermost block
         lost = self.lost
         try:
             await self.release()
         except LockError as e:
             if exc_type is not None:
                 return
+            if released_in_body and not lost and isinstance(e, LockNotOwnedError):
+                return  # released on purpose: nothing is left to release
             if lost or isinstance(e, LockNotOwnedError):
                 raise lost_error(self._sync.name, e) from e
             raise
@@ -772,6 +800,7 @@ class Lock(_Hold):
             self._turns.give()
         if status < 0:
             raise error_for(status, message)
+        self._released()
 
     @property
     def fence(self) -> Optional[int]:
@@ -880,6 +909,7 @@ class Semaphore(_Hold):
             self._sync._put_handle(h)
         if status < 0:
             raise error_for(status, message)
+        self._released()
 
     def _call_target(self) -> Tuple[Any, int]:
         held = self._held.get(_task())
@@ -925,6 +955,7 @@ class _TaskOwned(_Hold):
                                                      cancel=False)
         if status < 0:
             raise error_for(status, message)
+        self._released()
 
     def _call_target(self) -> Tuple[Any, int]:
         return self._sync._h, _task_owner()

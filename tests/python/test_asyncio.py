@@ -1449,3 +1449,44 @@ def test_the_first_operations_of_two_loops_bind_the_client_to_one(rds, redis_url
         assert lost.startswith("RuntimeError: ") and "bound to another event loop" in lost, \
             results
     assert rds.exists("hilock:{aio:two-loops}:lock") == 0
+
+
+def test_async_with_whose_body_released_ends_quietly(rds, redis_url, redis_nodes) -> None:
+    """A body that releases the lock itself ends its ``async with``
+    quietly, as ``with`` does, on every lock type; the lock is free after.
+    A reentrant lock entered twice by its task and released once in the
+    inner body ends both blocks quietly (as with: the inner block's end
+    releases the other entry); a loss in the body still raises LockLost."""
+    urls = [s.url for s in redis_nodes]
+
+    async def main(c: hla.Client) -> None:
+        rw = c.rwlock("aio:q:rw")
+        redisson = c.rwlock("aio:q:rrw", compat="redisson")
+        locks = [c.lock("aio:q"), c.simple_lock("aio:q:simple"), c.lease("aio:q:lease", 10),
+                 c.rlock("aio:q:r"), c.fair_lock("aio:q:fair"),
+                 c.fair_lock("aio:q:rfair", compat="redisson"),
+                 c.sequential_lock("aio:q:seq"), c.multi_lock(["aio:q:m1", "aio:q:m2"]),
+                 c.segmented_lock("aio:q:seg", 3), c.semaphore("aio:q:sem", 1),
+                 rw.read(), rw.write(), redisson.read(), redisson.write(),
+                 hla.Redlock(urls, "aio:q:red", ttl=10)]
+        for lk in locks:
+            if isinstance(lk, hla.SegmentedLock):
+                lk._sync.stock_init(3)
+            async with lk:
+                await lk.release()
+            assert await lk.acquire(blocking=False), lk  # free (one permit: released)
+            await lk.release()
+        rl = c.rlock("aio:q:r2")
+        async with rl:
+            async with rl:
+                await rl.release()
+            # As with: the inner block's end released the second entry.
+            assert not await rl.locked()
+        assert not await rl.locked()
+        with pytest.raises(hilock.LockLost):
+            async with c.lock("aio:q:lost", ttl=5) as lk:
+                rds.delete("hilock:{aio:q:lost}:lock")
+                with pytest.raises(hilock.LockNotOwnedError):
+                    await lk.release()
+
+    run(redis_url, main)
