@@ -1490,3 +1490,72 @@ def test_async_with_whose_body_released_ends_quietly(rds, redis_url, redis_nodes
                     await lk.release()
 
     run(redis_url, main)
+
+
+def test_waiters_ride_out_server_restarts(event_loop_kind) -> None:
+    """100 tasks take turns at one lock while the server is killed (by PID)
+    and restarted on its port, six times: a connection broken under an
+    attempt, a release or the shared waiting is replaced within the
+    caller's timeout, the resend going on a connection that answered (a
+    server going down still accepts connections, then resets them), so
+    every acquire gets the lock or times out; none raises ConnectionError.
+    A release of a grant the restart took reports it (LockNotOwnedError)."""
+    import collections
+
+    from helpers import RedisServer, free_port
+
+    srv = RedisServer(port=free_port())
+    srv.start()
+    outcomes: collections.Counter[str] = collections.Counter()
+
+    async def main() -> None:
+        c = hla.Client(srv.url)
+        done = asyncio.Event()
+
+        async def one() -> None:
+            while not done.is_set():
+                lk = c.lock("aio:restart", ttl=5, timeout=25)
+                try:
+                    got = await lk.acquire()
+                except hilock.LockError as e:
+                    outcomes[f"acquire raised {e!r}"] += 1
+                    return
+                if not got:
+                    outcomes["timed out"] += 1
+                    continue
+                await asyncio.sleep(0.002)
+                try:
+                    await lk.release()
+                    outcomes["released"] += 1
+                except hilock.LockNotOwnedError:
+                    outcomes["lost to a restart"] += 1
+                except hilock.LockError as e:
+                    outcomes[f"release raised {e!r}"] += 1
+
+        loop = asyncio.get_running_loop()
+        tasks = [asyncio.ensure_future(one()) for _ in range(100)]
+        try:
+            for _ in range(6):
+                # Contending (most of them waiting) when the server dies,
+                # on connections that served before (the request on a new
+                # connection that breaks is not resent: the server is
+                # taken for gone).
+                since = outcomes["released"]
+                for _ in range(3000):
+                    if c.waiting >= 50 and outcomes["released"] >= since + 30:
+                        break
+                    await asyncio.sleep(0.01)
+                assert c.waiting >= 50 and outcomes["released"] >= since + 30, \
+                    (c.waiting, outcomes)
+                await loop.run_in_executor(None, srv.stop)
+                await loop.run_in_executor(None, srv.start)
+        finally:
+            done.set()
+            await asyncio.wait_for(asyncio.gather(*tasks), 60)
+            await c.close()
+
+    try:
+        run_bounded(main, 120)
+    finally:
+        srv.cleanup()
+    assert not [k for k in outcomes if " raised " in k], outcomes
