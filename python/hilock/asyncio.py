@@ -166,9 +166,13 @@ class _Runner:
     """The C runner (hilock/async.h) of one event loop: the loop watches its
     descriptor, and each finished operation completes its future."""
 
-    def __init__(self, make: Callable[[], Any], what: str) -> None:
+    def __init__(self, make: Callable[[], Any], what: str, hint: str = "") -> None:
         self._make = make      # creates the C runner (on first use)
         self._what = what      # for messages
+        # Said after a connection that broke without an answer while no
+        # operation has been answered yet (a plain URL on a TLS port: the
+        # server takes the connection and drops it at the first command).
+        self._hint = hint
         self._a: Any = None
         self._pid = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -246,7 +250,7 @@ class _Runner:
         fut: asyncio.Future[Done] = loop.create_future()
         self._futures[op_id] = fut
         try:
-            return await fut
+            done = await fut
         except asyncio.CancelledError:
             if fut.cancelled():
                 # The cancellation cancelled fut too: wait on a new one (or
@@ -271,6 +275,18 @@ class _Runner:
                 self._futures[op_id] = rel
                 await _settle(rel)
             raise
+        return self._hinted(done) if self._hint else done
+
+    def _hinted(self, done: Done) -> Done:
+        """done, with the hint added to a connection that broke before the
+        server ever answered (not one refused: the hint is for a server
+        that took the connection)."""
+        status, message, value = done
+        if status == _h.HILOCK_EIO and not message.startswith("connect to "):
+            return status, message + self._hint, value
+        if status >= 0:
+            self._hint = ""  # the server answered: a break now is something else
+        return done
 
 
     def __del__(self, _getpid: Callable[[], int] = os.getpid,
@@ -379,7 +395,11 @@ class Client(Uncopyable):
     def __init__(self, url: Optional[str] = None, **options: Any) -> None:
         options.setdefault("connect", False)
         self._sync = _SyncClient(url, **options)
-        self._runner = _Runner(self._new_runner, "hilock.asyncio.Client")
+        # As the blocking constructor says when its first PING breaks.
+        plain = self._sync.url.split("://", 1)[0] in ("redis", "redis+cluster",
+                                                       "redis+sentinel")
+        self._runner = _Runner(self._new_runner, "hilock.asyncio.Client",
+                               " (a TLS port? use rediss://)" if plain else "")
 
     def _new_runner(self) -> Any:
         with self._sync._use() as h:
