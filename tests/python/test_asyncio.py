@@ -1559,3 +1559,37 @@ def test_waiters_ride_out_server_restarts(event_loop_kind) -> None:
     finally:
         srv.cleanup()
     assert not [k for k in outcomes if " raised " in k], outcomes
+
+
+def test_a_runner_whose_watch_failed_is_freed_and_the_next_operation_binds(
+        rds, redis_url) -> None:
+    """The loop refuses to watch a new runner's descriptor (add_reader
+    raises, as a loop out of resources would): the operation raises that,
+    the runner is freed there (its descriptor closed, not left in the
+    loop), and the next operation makes a runner that is watched."""
+    seen: List[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        add = loop.add_reader
+
+        def refuse_once(fd: int, cb: Callable[..., Any], *args: Any) -> None:
+            seen.append(fd)
+            if len(seen) == 1:
+                raise OSError("no room to watch it")
+            add(fd, cb, *args)
+
+        loop.add_reader = refuse_once  # type: ignore[method-assign]
+        c = hla.Client(redis_url)
+        try:
+            with pytest.raises(OSError, match="no room"):
+                await c.lock("aio:watch").acquire()
+            assert c._runner._a is None and not _is_open(seen[0])  # freed
+            lk = c.lock("aio:watch", ttl=5)
+            assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
+            await lk.release()
+        finally:
+            await c.close()
+
+    run_bounded(main)
+    assert len(seen) == 2 and rds.exists("hilock:{aio:watch}:lock") == 0
