@@ -198,9 +198,23 @@ static hilock__net *hub_connect(hilock_client *c) {
   hilock__conn *k = NULL;
   hilock__err e;
   hilock__net *n;
+  const char *argv[1] = {"PING"};
+  size_t lens[1] = {4};
+  hilock__req q = {1, argv, lens, NULL, NULL, 0};
+  int sent;
   if (hilock__connect(c, &e, hilock__now_ms() + c->rt.opts.reconnect_ms, &k) !=
       HILOCK_OK)
     return NULL;
+  /* A server going down may still accept a connection and then reset it:
+   * the waiters are told to try again (a reconnect rings them all) only
+   * once the new connection answered, or their attempts would meet the
+   * same reset. Any answer (an ACL without PING too) is a server up. */
+  sent = hilock__conn_batch(c, k, 0, &q, 1, NULL);
+  if (q.reply != NULL) freeReplyObject(q.reply);
+  if (sent != 0) {
+    hilock__conn_free(k);
+    return NULL;
+  }
   n = k->ctx;
   k->ctx = NULL;
   hilock__conn_free(k);

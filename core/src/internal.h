@@ -414,6 +414,8 @@ struct hilock_client {
   int waiting; /* threads asleep in a wait (atomic) */
   int direct;     /* threads in a direct wait (wait.c; atomic) */
   int direct_off; /* the server refused BLPOP: no direct waits (atomic) */
+  int shaken; /* a pooled connection broke: a new one carries a request
+                 once one answered (route.c; atomic) */
 };
 
 void hilock__client_ref(hilock_client *c);

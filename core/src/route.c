@@ -219,10 +219,26 @@ static void forget(hilock_client *c, hilock__node *node) {
     hilock__cluster_refresh(c, &ignored, node);
     return;
   }
+  __atomic_store_n(&c->shaken, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&c->rt.mu);
   hilock__conn *stale = hilock__pool_detach(c);
   pthread_mutex_unlock(&c->rt.mu);
   hilock__conn_free_list(stale);
+}
+
+/* Whether the fresh connection k answers a PING (any answer: an ACL
+ * without PING too is a server up): HILOCK_OK, or why not (in e; k is
+ * freed). */
+static int answers(hilock_client *c, hilock__err *e, hilock__conn *k) {
+  const char *argv[1] = {"PING"};
+  size_t lens[1] = {4};
+  hilock__req p = {1, argv, lens, NULL, NULL, 0};
+  int sent = hilock__conn_batch(c, k, 0, &p, 1, NULL), rc = HILOCK_OK;
+  if (p.reply != NULL) freeReplyObject(p.reply);
+  if (sent == 0) return HILOCK_OK;
+  rc = hilock__conn_timeout(c, e, k, "PING", errno);
+  hilock__conn_free(k);
+  return rc;
 }
 
 int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
@@ -234,6 +250,7 @@ int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
                            : -1;
   hilock__node *ask = NULL;
   hilock__err before = *e;
+  int64_t look = PAUSE_MIN_MS;
 
   q->reply = NULL;
   for (;;) {
@@ -256,6 +273,27 @@ int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
       rc = conn_for(c, e, slot, deadline, &k, &fresh);
     }
     if (rc != HILOCK_OK) return rc;
+    if (fresh && c->cl == NULL &&
+        __atomic_load_n(&c->shaken, __ATOMIC_RELAXED)) {
+      /* A pooled connection broke (a restart, a failover): the server may
+       * be going down, and a connection opened to it now can be accepted
+       * and then reset, which would fail the request on it (a fresh
+       * connection that breaks means the server is gone). So, as a broken
+       * wait does (wait.c), a new connection carries the request once one
+       * answered a PING; until then it looks again, pausing, within the
+       * budget. */
+      int64_t left;
+      rc = answers(c, e, k);
+      if (rc == HILOCK_OK) {
+        __atomic_store_n(&c->shaken, 0, __ATOMIC_RELAXED);
+      } else {
+        left = deadline - hilock__now_ms();
+        if (rc == HILOCK_ETIMEDOUT || left <= 0) return rc;
+        hilock__sleep_ms(look < left ? look : left);
+        look = look * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : look * 2;
+        continue;
+      }
+    }
     node = k->node;
     sent = hilock__conn_batch(
         c, k, flags | (ask != NULL ? HILOCK__SEND_ASKING : 0), q, 1, acked);

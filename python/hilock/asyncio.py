@@ -34,6 +34,7 @@ import collections
 import itertools
 import math
 import os
+import threading
 import time
 import weakref
 from types import TracebackType
@@ -139,6 +140,28 @@ def _off_loop(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
     return asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
+def _unwatch_and_free(loop: Optional[asyncio.AbstractEventLoop], a: Any,
+                      _free: Callable[[Any], None] = _h.hilock_async_free,
+                      _fd: Callable[[Any], int] = _h.hilock_async_fd,
+                      _running: Callable[[], Optional[asyncio.AbstractEventLoop]] = (
+                          asyncio._get_running_loop)) -> None:
+    """Free a runner that was not closed. Its descriptor leaves its loop
+    first: a loop that still lists a closed descriptor's number does not
+    watch the next descriptor given that number (the next client's runner,
+    a socket), since add_reader finds the entry and only swaps its
+    callback. From a thread other than the running loop's (a collection
+    there), the loop does both on its own thread."""
+    try:
+        if loop is not None and not loop.is_closed():
+            if loop.is_running() and _running() is not loop:
+                loop.call_soon_threadsafe(_unwatch_and_free, loop, a)
+                return
+            loop.remove_reader(_fd(a))
+    except Exception:
+        pass  # the loop closed meanwhile: nothing watches the descriptor
+    _free(a)
+
+
 class _Runner:
     """The C runner (hilock/async.h) of one event loop: the loop watches its
     descriptor, and each finished operation completes its future."""
@@ -154,25 +177,45 @@ class _Runner:
         # The drainer's state (bindings/py_helpers.h): [closing, freed].
         self._state = bytearray(2)
         self._closer: Optional[asyncio.Future[None]] = None  # close() under way
+        self._binding = threading.Lock()  # get() binds to one loop at a time
 
     def get(self) -> Any:
         loop = asyncio.get_running_loop()
         if self._a is not None and self._pid != os.getpid():
             raise ForkedLockError(f"this {self._what}'s operations run in the parent "
                                   "process; make a new one in the child", _h.HILOCK_EFORKED)
+        # One binding at a time: the first operations of two loops (two
+        # threads) must not both make a runner; the second learns that the
+        # first bound it, before it starts anything.
+        with self._binding:
+            return self._bind(loop)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> Any:
         if self._a is None:
-            self._a = self._make()
-            self._state = bytearray(2)
-            self._loop = loop
-            self._pid = os.getpid()
+            a = self._make()
+            state = bytearray(2)
             # Each finished operation's future gets (status, message,
             # value); one whose task was cancelled and has not run yet
             # leaves it in _late (run() takes it from there); while
             # closing, they stay for close() to tell. In C, all of it: no
             # Python frame per wake-up.
-            loop.add_reader(_h.hilock_async_fd(self._a),
-                            _h.py_async_drainer(self._a, self._futures, self._late,
-                                                self._state))
+            fd = _h.hilock_async_fd(a)
+            try:
+                # A number the loop still lists is stale (its descriptor
+                # was closed while watched): add_reader alone would only
+                # swap the callback of that entry and never watch this one.
+                loop.remove_reader(fd)
+                loop.add_reader(fd, _h.py_async_drainer(a, self._futures, self._late, state))
+            except BaseException:
+                state[1] = 1
+                _h.hilock_async_free(a)
+                raise
+            # Published once watched, the runner last: run() takes it
+            # without the lock when it belongs to its loop.
+            self._state = state
+            self._pid = os.getpid()
+            self._loop = loop
+            self._a = a
         elif loop is not self._loop:
             assert self._loop is not None
             if not self._loop.is_closed() or _h.hilock_async_pending(self._a) > 0:
@@ -185,7 +228,7 @@ class _Runner:
             a, self._a = self._a, None
             self._state[1] = 1
             _h.hilock_async_free(a)
-            return self.get()
+            return self._bind(loop)
         return self._a
 
     async def run(self, start: Any, handle: Any, *args: Any, cancel: bool) -> Done:
@@ -203,7 +246,7 @@ class _Runner:
         fut: asyncio.Future[Done] = loop.create_future()
         self._futures[op_id] = fut
         try:
-            return await fut
+            done = await fut
         except asyncio.CancelledError:
             if fut.cancelled():
                 # The cancellation cancelled fut too: wait on a new one (or
@@ -228,17 +271,20 @@ class _Runner:
                 self._futures[op_id] = rel
                 await _settle(rel)
             raise
+        return done
 
 
-    def __del__(self, _free: Callable[[Any], None] = _h.hilock_async_free,
-                _getpid: Callable[[], int] = os.getpid) -> None:
-        # A runner nobody closed (Redlock's, which lives as long as its
-        # loop): its threads stop with it. (The defaults keep what it calls
-        # alive when the interpreter tears the module down at exit.)
+    def __del__(self, _getpid: Callable[[], int] = os.getpid,
+                _unwatch_and_free: Callable[[Any, Any], None] = _unwatch_and_free) -> None:
+        # A runner nobody closed (a client dropped without close(), one
+        # whose first connection failed, Redlock's, which lives as long as
+        # its loop): its descriptor leaves the loop and its threads stop
+        # with it. (The defaults keep what it calls alive when the
+        # interpreter tears the module down at exit.)
         a, self._a = getattr(self, "_a", None), None
         if a is not None and self._pid == _getpid():
             self._state[1] = 1
-            _free(a)
+            _unwatch_and_free(self._loop, a)
 
     async def close(self) -> None:
         """Cancel what is in flight and stop watching the loop's descriptor.
@@ -334,6 +380,7 @@ class Client(Uncopyable):
     def __init__(self, url: Optional[str] = None, **options: Any) -> None:
         options.setdefault("connect", False)
         self._sync = _SyncClient(url, **options)
+        # A plain URL on a TLS port: the connection's error says so (net.c).
         self._runner = _Runner(self._new_runner, "hilock.asyncio.Client")
 
     def _new_runner(self) -> Any:
@@ -591,10 +638,24 @@ class _Hold(Uncopyable):
     keys, options and grant state), ``async with``, and the properties."""
 
     _sync: Any
+    # Per task inside ``async with`` on this object: [releases that
+    # succeeded meanwhile, then the count at each enter], so that leaving a
+    # block can tell its body released the lock on purpose. Made by the
+    # first ``async with``.
+    _withs: Optional[weakref.WeakKeyDictionary[asyncio.Task[Any], List[int]]] = None
 
     def __init__(self, client: _Runs, sync: Any) -> None:
         self._client = client
         self._sync = sync
+
+    def _released(self) -> None:
+        """Count a release that succeeded, for the ``async with`` blocks
+        of the current task (no task in one: nothing to count)."""
+        withs = self._withs
+        if withs:
+            entry = withs.get(_task())
+            if entry is not None:
+                entry[0] += 1
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         raise NotImplementedError
@@ -653,16 +714,30 @@ class _Hold(Uncopyable):
         if not await self.acquire():
             raise LockTimeout(f"could not acquire {self._sync.name!r} within "
                               f"{self._sync.timeout} s")
+        if self._withs is None:
+            self._withs = weakref.WeakKeyDictionary()
+        entry = self._withs.setdefault(_task(), [0])
+        entry.append(entry[0])
         return self
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        withs, task = self._withs, _task()
+        entry = withs.get(task) if withs is not None else None
+        released_in_body = False
+        if withs is not None and entry is not None:
+            # The body released the lock itself (a release() in it succeeded).
+            released_in_body = entry[0] > entry.pop()
+            if len(entry) == 1:
+                del withs[task]  # the task's outermost block
         lost = self.lost
         try:
             await self.release()
         except LockError as e:
             if exc_type is not None:
                 return
+            if released_in_body and not lost and isinstance(e, LockNotOwnedError):
+                return  # released on purpose: nothing is left to release
             if lost or isinstance(e, LockNotOwnedError):
                 raise lost_error(self._sync.name, e) from e
             raise
@@ -727,6 +802,7 @@ class Lock(_Hold):
             self._turns.give()
         if status < 0:
             raise error_for(status, message)
+        self._released()
 
     @property
     def fence(self) -> Optional[int]:
@@ -835,6 +911,7 @@ class Semaphore(_Hold):
             self._sync._put_handle(h)
         if status < 0:
             raise error_for(status, message)
+        self._released()
 
     def _call_target(self) -> Tuple[Any, int]:
         held = self._held.get(_task())
@@ -880,6 +957,7 @@ class _TaskOwned(_Hold):
                                                      cancel=False)
         if status < 0:
             raise error_for(status, message)
+        self._released()
 
     def _call_target(self) -> Tuple[Any, int]:
         return self._sync._h, _task_owner()

@@ -1242,3 +1242,354 @@ def test_a_slow_name_server_neither_holds_the_loop_nor_outlasts_the_connect_time
     assert "resolving the name timed out" in out["async"], out
     # 0.4 s of resolving: some 40 ticks of the loop (none if it was held).
     assert out["ticks"] >= 8, out
+
+
+def run_bounded(main: Callable[[], Awaitable[None]], bound: float = 60) -> None:
+    """main() on a new loop on a thread of its own, joined within bound
+    seconds: a wait nobody ends (one no cancellation reaches) fails the test
+    instead of hanging it."""
+    done: List[Optional[BaseException]] = []
+
+    def loop() -> None:
+        try:
+            with asyncio.Runner(loop_factory=_loop_factory) as runner:
+                runner.run(main())
+            done.append(None)
+        except BaseException as e:
+            done.append(e)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    t.join(bound)
+    assert done, f"still waiting after {bound} s"
+    if done[0] is not None:
+        raise done[0]
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+async def watched_again(fd: int) -> None:
+    """The runner's descriptor number fd, closed, is watched again when a
+    new descriptor (a pipe, here) takes it: the loop calls a reader added on
+    it once it has a byte. A loop that still lists the closed descriptor
+    never does (add_reader finds that entry and only swaps its callback)."""
+    while _is_open(fd):  # a collection on another thread frees it on the loop
+        await asyncio.sleep(0.01)
+    loop = asyncio.get_running_loop()
+    r, w = os.pipe()
+    if w == fd:
+        w, _ = os.dup(w), os.close(w)
+    if r != fd:
+        os.dup2(r, fd)
+        os.close(r)
+    fut = loop.create_future()
+    loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+    try:
+        os.write(w, b"x")
+        await asyncio.wait_for(fut, 10)  # 10 s: at once unless the entry is stale
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+        os.close(w)
+
+
+async def used(c: hla.Client, name: str) -> int:
+    """c's runner's descriptor, once c made a round trip (or met its error)."""
+    try:
+        async with c.lock(name, ttl=5):
+            pass
+    except hilock.ConnectionError:
+        pass
+    return int(hla._h.hilock_async_fd(c._runner._a))
+
+
+@pytest.mark.parametrize("path", ["close", "collected", "collected_on_a_thread",
+                                  "refused", "tls_error"])
+def test_a_runners_descriptor_leaves_the_loop_before_it_closes(rds, redis_url, path) -> None:
+    """However a client's runner ends (close(), a client collected without
+    close(), on the loop's thread or another, one whose connection failed),
+    its descriptor leaves the loop first: the next client of the loop, whose
+    runner gets the same descriptor number, is served and its timeout
+    bounds its acquire."""
+    from helpers import free_port
+
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    first = {"refused": f"redis://127.0.0.1:{free_port()}/0",
+             "tls_error": f"rediss://127.0.0.1:{port}/0"}.get(path, redis_url)
+
+    async def main() -> None:
+        c = hla.Client(first, connect_timeout=1, reconnect=0)
+        fd = await used(c, "aio:fd")
+        if path == "close":
+            await c.close()
+        elif path == "collected_on_a_thread":
+            box = [c]
+            del c
+
+            def drop() -> None:
+                box.clear()
+                gc.collect()
+
+            await asyncio.get_running_loop().run_in_executor(None, drop)
+        else:
+            del c
+            gc.collect()
+        await watched_again(fd)
+        c2 = hla.Client(redis_url)
+        try:
+            lk = c2.lock("aio:fd", ttl=5)
+            assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
+            await lk.release()
+        finally:
+            await c2.close()
+
+    run_bounded(main)
+    assert rds.exists("hilock:{aio:fd}:lock") == 0
+
+
+def test_a_client_collected_after_its_loop_closed_leaves_the_next_loop_served(
+        rds, redis_url) -> None:
+    """A client used on a loop that is closed since, then collected without
+    close(), frees its runner quietly; a client of the next loop is served,
+    and so is one that moves on to it."""
+    moving = hla.Client(redis_url)
+    dropped = [hla.Client(redis_url)]
+
+    async def first() -> None:
+        await used(moving, "aio:fd:a")
+        await used(dropped[0], "aio:fd:b")
+
+    async def second() -> None:
+        for c in (hla.Client(redis_url), moving):
+            try:
+                lk = c.lock("aio:fd:a", ttl=5)
+                assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
+                await lk.release()
+            finally:
+                await c.close()
+
+    run_bounded(first)
+    dropped.clear()
+    gc.collect()
+    run_bounded(second)
+    assert rds.exists("hilock:{aio:fd:a}:lock", "hilock:{aio:fd:b}:lock") == 0
+
+
+_TWO_LOOPS_CHILD = r'''
+import asyncio, json, sys, threading
+import hilock.asyncio as hla
+url, kind, trials = sys.argv[1], sys.argv[2], int(sys.argv[3])
+factory = None
+if kind == "uvloop":
+    import uvloop
+    factory = uvloop.new_event_loop
+results = []
+for trial in range(trials):
+    c = hla.Client(url)
+    out = [None, None]
+    start, end = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
+
+    async def main(i):
+        start.wait()
+        try:
+            async with c.lock("aio:two-loops", ttl=5, timeout=2):
+                pass
+            out[i] = "ok"
+        except Exception as e:
+            out[i] = type(e).__name__ + ": " + str(e)
+        end.wait()  # both loops stay open until both tried
+
+    def thread(i):
+        try:
+            with asyncio.Runner(loop_factory=factory) as runner:
+                runner.run(main(i))
+        except BaseException as e:
+            out[i] = out[i] or type(e).__name__
+
+    ts = [threading.Thread(target=thread, args=(i,), daemon=True) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    hung = sum(t.is_alive() for t in ts)
+    results.append({"out": out, "hung": hung})
+    if hung:
+        break
+    asyncio.run(c.close())
+print(json.dumps(results), flush=True)
+'''
+
+
+def test_the_first_operations_of_two_loops_bind_the_client_to_one(rds, redis_url,
+                                                                   event_loop_kind) -> None:
+    """A new client's first operation started from two loops at once (two
+    threads, each its own loop): the client binds to one of them, whose
+    task gets the lock; the other task gets RuntimeError before anything is
+    sent, and nothing is left held. 30 trials, in a process of their own
+    (each thread joined within 20 s, the process within 120 s): a client
+    bound twice hung a thread or corrupted the heap."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _TWO_LOOPS_CHILD, redis_url, event_loop_kind,
+                        "30"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = json.loads(r.stdout)
+    assert len(results) == 30 and not any(t["hung"] for t in results), results
+    for t in results:
+        lost, won = sorted(t["out"])
+        assert won == "ok", results
+        assert lost.startswith("RuntimeError: ") and "bound to another event loop" in lost, \
+            results
+    assert rds.exists("hilock:{aio:two-loops}:lock") == 0
+
+
+def test_async_with_whose_body_released_ends_quietly(rds, redis_url, redis_nodes) -> None:
+    """A body that releases the lock itself ends its ``async with``
+    quietly, as ``with`` does, on every lock type; the lock is free after.
+    A reentrant lock entered twice by its task and released once in the
+    inner body ends both blocks quietly (as with: the inner block's end
+    releases the other entry); a loss in the body still raises LockLost."""
+    urls = [s.url for s in redis_nodes]
+
+    async def main(c: hla.Client) -> None:
+        rw = c.rwlock("aio:q:rw")
+        redisson = c.rwlock("aio:q:rrw", compat="redisson")
+        locks = [c.lock("aio:q"), c.simple_lock("aio:q:simple"), c.lease("aio:q:lease", 10),
+                 c.rlock("aio:q:r"), c.fair_lock("aio:q:fair"),
+                 c.fair_lock("aio:q:rfair", compat="redisson"),
+                 c.sequential_lock("aio:q:seq"), c.multi_lock(["aio:q:m1", "aio:q:m2"]),
+                 c.segmented_lock("aio:q:seg", 3), c.semaphore("aio:q:sem", 1),
+                 rw.read(), rw.write(), redisson.read(), redisson.write(),
+                 hla.Redlock(urls, "aio:q:red", ttl=10)]
+        for lk in locks:
+            if isinstance(lk, hla.SegmentedLock):
+                lk._sync.stock_init(3)
+            async with lk:
+                await lk.release()
+            assert await lk.acquire(blocking=False), lk  # free (one permit: released)
+            await lk.release()
+        rl = c.rlock("aio:q:r2")
+        async with rl:
+            async with rl:
+                await rl.release()
+            # As with: the inner block's end released the second entry.
+            assert not await rl.locked()
+        assert not await rl.locked()
+        with pytest.raises(hilock.LockLost):
+            async with c.lock("aio:q:lost", ttl=5) as lk:
+                rds.delete("hilock:{aio:q:lost}:lock")
+                with pytest.raises(hilock.LockNotOwnedError):
+                    await lk.release()
+
+    run(redis_url, main)
+
+
+def test_waiters_ride_out_server_restarts(event_loop_kind) -> None:
+    """100 tasks take turns at one lock while the server is killed (by PID)
+    and restarted on its port, six times: a connection broken under an
+    attempt, a release or the shared waiting is replaced within the
+    caller's timeout, the resend going on a connection that answered (a
+    server going down still accepts connections, then resets them), so
+    every acquire gets the lock or times out; none raises ConnectionError.
+    A release of a grant the restart took reports it (LockNotOwnedError)."""
+    import collections
+
+    from helpers import RedisServer, free_port
+
+    srv = RedisServer(port=free_port())
+    srv.start()
+    outcomes: collections.Counter[str] = collections.Counter()
+
+    async def main() -> None:
+        c = hla.Client(srv.url)
+        done = asyncio.Event()
+
+        async def one() -> None:
+            while not done.is_set():
+                lk = c.lock("aio:restart", ttl=5, timeout=25)
+                try:
+                    got = await lk.acquire()
+                except hilock.LockError as e:
+                    outcomes[f"acquire raised {e!r}"] += 1
+                    return
+                if not got:
+                    outcomes["timed out"] += 1
+                    continue
+                await asyncio.sleep(0.002)
+                try:
+                    await lk.release()
+                    outcomes["released"] += 1
+                except hilock.LockNotOwnedError:
+                    outcomes["lost to a restart"] += 1
+                except hilock.LockError as e:
+                    outcomes[f"release raised {e!r}"] += 1
+
+        loop = asyncio.get_running_loop()
+        tasks = [asyncio.ensure_future(one()) for _ in range(100)]
+        try:
+            for _ in range(6):
+                # Contending (most of them waiting) when the server dies,
+                # on connections that served before (the request on a new
+                # connection that breaks is not resent: the server is
+                # taken for gone).
+                since = outcomes["released"]
+                for _ in range(3000):
+                    if c.waiting >= 50 and outcomes["released"] >= since + 30:
+                        break
+                    await asyncio.sleep(0.01)
+                assert c.waiting >= 50 and outcomes["released"] >= since + 30, \
+                    (c.waiting, outcomes)
+                await loop.run_in_executor(None, srv.stop)
+                await loop.run_in_executor(None, srv.start)
+        finally:
+            done.set()
+            await asyncio.wait_for(asyncio.gather(*tasks), 60)
+            await c.close()
+
+    try:
+        run_bounded(main, 120)
+    finally:
+        srv.cleanup()
+    assert not [k for k in outcomes if " raised " in k], outcomes
+
+
+def test_a_runner_whose_watch_failed_is_freed_and_the_next_operation_binds(
+        rds, redis_url) -> None:
+    """The loop refuses to watch a new runner's descriptor (add_reader
+    raises, as a loop out of resources would): the operation raises that,
+    the runner is freed there (its descriptor closed, not left in the
+    loop), and the next operation makes a runner that is watched."""
+    seen: List[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        add = loop.add_reader
+
+        def refuse_once(fd: int, cb: Callable[..., Any], *args: Any) -> None:
+            seen.append(fd)
+            if len(seen) == 1:
+                raise OSError("no room to watch it")
+            add(fd, cb, *args)
+
+        loop.add_reader = refuse_once  # type: ignore[method-assign]
+        c = hla.Client(redis_url)
+        try:
+            with pytest.raises(OSError, match="no room"):
+                await c.lock("aio:watch").acquire()
+            assert c._runner._a is None and not _is_open(seen[0])  # freed
+            lk = c.lock("aio:watch", ttl=5)
+            assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
+            await lk.release()
+        finally:
+            await c.close()
+
+    run_bounded(main)
+    assert len(seen) == 2 and rds.exists("hilock:{aio:watch}:lock") == 0

@@ -17,7 +17,7 @@ import pytest
 import hilock
 from helpers import FORK, join_all, open_gate, pass_gate, sell_out, start_child
 from history import RedisHistory, check_fences_increase, check_no_overlap
-from tlsutil import TLSServer, make_pki
+from tlsutil import TLSServer, free_port, make_pki
 
 KINDS = ["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "read", "write",
          "multi_lock", "sequential_lock", "segmented_lock"]
@@ -483,3 +483,30 @@ def test_tls_options_with_a_plain_url_are_an_error(tls, pki) -> None:
         c.ping()
     finally:
         c.close()
+
+
+def test_an_asyncio_client_on_a_tls_port_says_use_rediss(tls) -> None:
+    """The asyncio client connects at its first operation: a plain URL on a
+    TLS port fails there with the blocking constructor's hint; a refused
+    connection does not get it."""
+    import asyncio
+
+    import hilock.asyncio as hla
+
+    async def main() -> None:
+        c = hla.Client(f"redis://127.0.0.1:{tls.port}", connect_timeout=0.5)
+        try:
+            with pytest.raises(hilock.ConnectionError, match=r"\(a TLS port\? use rediss://\)"):
+                await c.lock("aio:tls-hint").acquire(blocking=False)
+        finally:
+            await c.close()
+        refused = hla.Client(f"redis://127.0.0.1:{free_port()}", connect_timeout=0.5,
+                             reconnect=0)
+        try:
+            with pytest.raises(hilock.ConnectionError) as info:
+                await refused.lock("aio:tls-hint").acquire(blocking=False)
+            assert "rediss://" not in str(info.value)
+        finally:
+            await refused.close()
+
+    asyncio.run(main())
