@@ -6,12 +6,14 @@ with WrongTypeError naming that key, never with the raw error of the
 command or of the script's arithmetic that met it."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import redis
 
 import hilock
+from helpers import wait_for
 
 Make = Callable[[hilock.Client], Any]
 
@@ -192,3 +194,57 @@ def test_damaged_redlock_fence_counter(redis_url: str, rds: redis.Redis) -> None
         assert "WRONGTYPE" in text and "hilock:{rdk}:fence" in text, text
         assert "user_script" not in text, text
         assert not rds.exists("hilock:{rdk}:redlock")
+
+
+def fair_wake(rds: redis.Redis) -> str:
+    return "hilock:{dk}:wake:" + rds.zrange("hilock:{dk}:fair:queue", 0, 0)[0].decode()
+
+
+def seq_wake(rds: redis.Redis) -> str:
+    (_, s), = rds.zrange("hilock:{dk}:seq:queue", -1, -1, withscores=True)
+    return f"hilock:{{dk}}:seq:wake:{int(s):020d}"
+
+
+# (holder, waiter, what shows the waiter queued, its wake list).
+WAITERS = {
+    "fair": (FAMILIES["fair"], FAMILIES["fair"],
+             lambda r: r.zcard("hilock:{dk}:fair:queue") == 1, fair_wake),
+    "sequential": (FAMILIES["sequential"], FAMILIES["sequential"],
+                   lambda r: r.zcard("hilock:{dk}:seq:queue") == 2, seq_wake),
+    "read-behind-write": (FAMILIES["write"], FAMILIES["read"],
+                          lambda r: r.zcard("hilock:{dk}:rw:waiting") == 1,
+                          lambda r: "hilock:{dk}:rw:rwake"),
+    "write-behind-write": (FAMILIES["write"], FAMILIES["write"],
+                           lambda r: r.zcard("hilock:{dk}:rw:intents") == 1,
+                           lambda r: "hilock:{dk}:rw:wwake"),
+}
+
+
+@pytest.mark.parametrize("case", list(WAITERS))
+def test_damaged_wake_list_of_a_waiter(client: hilock.Client, rds: redis.Redis,
+                                       redis_url: str, case: str) -> None:
+    """A release wakes the next waiter by its wake list (its own, for the
+    fair and sequential locks): a damaged one is named."""
+    make_holder, make_waiter, queued, wake_of = WAITERS[case]
+    holder = make_holder(client)
+    assert holder.acquire(blocking=False)
+    other = hilock.Client(redis_url, shared_waiting=False)
+    t = threading.Thread(target=lambda: _try(make_waiter(other)))
+    try:
+        t.start()
+        wait_for(lambda: queued(rds), 10, what="the waiter to queue")
+        key = wake_of(rds)
+        plant(rds, key, "set")
+        with pytest.raises(hilock.WrongTypeError) as info:
+            holder.release()
+        assert_names(info.value, key)
+    finally:
+        other.close()  # ends the waiter's wait
+        t.join()
+
+
+def _try(lk: Any) -> None:
+    try:
+        lk.acquire(timeout=30)
+    except hilock.LockError:
+        pass  # the client closed under the wait

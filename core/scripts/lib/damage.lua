@@ -67,6 +67,33 @@ local function hilock_damage_of(key)
   return nil
 end
 
+-- The waiters' wake lists behind a prefix key of the fair lock ('wake:',
+-- each waiter's id from the queue) or the sequential lock ('seq:wake:',
+-- each entry's sequence number, its score): the first damaged one and
+-- what is wrong with it.
+local function hilock_damaged_wake_list(key)
+  local base, role = string.match(key, '^([^{}]*{[^}]*}:)(.+)$')
+  local queue, seq
+  if role == 'wake:' then
+    queue = base .. 'fair:queue'
+  elseif role == 'seq:wake:' then
+    queue, seq = base .. 'seq:queue', true
+  else
+    return nil
+  end
+  local entries = redis.pcall('ZRANGE', queue, 0, 999, 'WITHSCORES')
+  if type(entries) ~= 'table' or entries['err'] then return nil end
+  for i = 1, #entries, 2 do
+    local list = key .. entries[i]
+    if seq then
+      list = key .. string.format('%020d', tonumber(entries[i + 1]))
+    end
+    local what = hilock_damage_of(list)
+    if what then return list, what end
+  end
+  return nil
+end
+
 local hilock_ok, hilock_result = pcall(hilock_body)
 if hilock_ok then
   return hilock_result
@@ -82,12 +109,21 @@ if string.find(hilock_text, '^WRONGTYPE') or
     string.find(hilock_text, 'not a float', 1, true) or
     string.find(hilock_text, 'would overflow', 1, true) or
     string.find(hilock_text, 'attempt to ', 1, true) then
-  for _, key in ipairs(KEYS) do
-    local what = hilock_damage_of(key)
+  for _, k in ipairs(KEYS) do
+    local key, what = k, hilock_damage_of(k)
+    if not what then
+      key, what = hilock_damaged_wake_list(k)
+    end
     if what then
       return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
                                'the wrong kind of value: ' .. key .. ' ' .. what)
     end
   end
+end
+-- Not a damaged key of the name (or not one known by its role): the
+-- error as it was. A command's error keeps its code (WRONGTYPE, NOPERM,
+-- OOM...); raised again as a string it would read "ERR <code> ...".
+if type(hilock_result) == 'string' and string.find(hilock_result, '^%u+ ') then
+  return redis.error_reply(hilock_result)
 end
 error(hilock_result, 0)
