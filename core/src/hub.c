@@ -467,7 +467,8 @@ static void rest(hilock__hub *h, hub_waiter *w, int64_t ms) {
  * shared waiting, whose waiters would sleep until the holder's TTL ran
  * out. Asked once per client, by the first waiter on a wake list, with a
  * message of 0 (it rings nobody); refused, the hub is turned off, loudly,
- * and the waits block in BLPOP on the list, which the release fills. */
+ * and the waits block in BLPOP on the list, which the release fills (an
+ * async wait looks again every NO_HUB_RETRY_MS of async.c instead). */
 static int publish_refused(hilock_client *c, const char *key, size_t keylen) {
   hilock__hub *h = &c->hub;
   const char *argv[3] = {"PUBLISH", key, "0"};
@@ -491,8 +492,8 @@ static int publish_refused(hilock_client *c, const char *key, size_t keylen) {
   __atomic_store_n(&h->publish, 2, __ATOMIC_RELEASE);
   hilock__log(&c->rt, HILOCK_LOG_ERROR, key, keylen,
               "PUBLISH refused on the wake lists' channels (%s): releases "
-              "cannot ring waiters; waits block in BLPOP, one connection "
-              "each (grant +publish and the channels)",
+              "cannot ring waiters; shared waiting off, waits block in "
+              "BLPOP (grant +publish and the channels)",
               e.msg);
   pthread_mutex_lock(&h->mu);
   h->disabled = 1;

@@ -292,3 +292,39 @@ def test_a_user_without_a_wake_list_right_fails_loudly(acl_server: RedisServer,
             with pytest.raises(hilock.NoPermissionError):
                 c.lock("nl", ttl=30).acquire(timeout=20)
             holder.release()
+
+
+def test_asyncio_waiters_of_a_user_without_publish_are_still_woken(
+        acl_server: RedisServer, error_records: ErrorRecords) -> None:
+    """As above, for the asyncio client's waits (which hold no connection:
+    without the shared waiting they look again every 100 ms). The 20 s
+    bound is no measurement: without a wake-up the waiters are granted
+    only at their 40 s timeout, under the holder's renewed 60 s TTL."""
+    import asyncio
+
+    import hilock.asyncio
+
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "nopub", [w for w in acl_rule() if w != "+publish"])
+
+    async def main() -> List[bool]:
+        async with hilock.asyncio.Client(user_url(acl_server, "nopub")) as c:
+            holder = c.lock("anp", ttl=60)
+            assert await holder.acquire()
+            waiters = [c.lock("anp", ttl=60) for _ in range(2)]
+
+            async def wait(lk: Any) -> bool:
+                got = bool(await lk.acquire(timeout=40))
+                if got:
+                    await lk.release()
+                return got
+
+            tasks = [asyncio.ensure_future(wait(w)) for w in waiters]
+            while not blocked_or_subscribed(r) and not error_records.messages:
+                await asyncio.sleep(0.01)  # until the waits began
+            await holder.release()
+            return list(await asyncio.wait_for(asyncio.gather(*tasks), 20))
+
+    assert asyncio.run(main()) == [True, True]
+    refused = [m for m in error_records.messages if "PUBLISH refused" in m]
+    assert len(refused) == 1, error_records.messages
