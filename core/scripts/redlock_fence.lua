@@ -5,7 +5,9 @@
 -- @include fence.lua
 local n = stored_number(KEYS[1])
 if n == nil then
-  return redis.error_reply('ERR the fence counter holds no integer')
+  return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
+                           'the wrong kind of value: ' .. KEYS[1] ..
+                           ' holds no integer')
 end
 local want = tonumber(ARGV[1])
 if want > n then

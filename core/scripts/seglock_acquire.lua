@@ -39,7 +39,8 @@ for j = 0, k - 1 do
   local units = stock[i] and tonumber(stock[i])
   -- No stock entry: not tracked, never empty. Damaged entry: fail closed.
   if stock[i] and units == nil then
-    return redis.error_reply('ERR hilock seglock script: ' .. KEYS[1] ..
+    return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
+                             'the wrong kind of value: ' .. KEYS[1] ..
                              ' field ' .. fields[i] .. ' holds no count')
   end
   if not units or units > 0 then

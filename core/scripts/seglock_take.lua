@@ -16,7 +16,8 @@ if not raw then
 end
 local units = tonumber(raw)
 if units == nil then
-  return redis.error_reply('ERR hilock seglock script: ' .. KEYS[2] ..
+  return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
+                           'the wrong kind of value: ' .. KEYS[2] ..
                            ' field ' .. ARGV[2] .. ' holds no count')
 end
 local n = tonumber(ARGV[3])

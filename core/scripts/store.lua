@@ -11,7 +11,9 @@
 -- @include fence.lua
 local last = stored_number(KEYS[2])
 if last == nil then
-  return redis.error_reply('WRONGTYPE the fence record holds no number')
+  return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
+                           'the wrong kind of value: ' .. KEYS[2] ..
+                           ' (the fence record) holds no number')
 end
 local op = ARGV[1]
 if op == 'fence' then

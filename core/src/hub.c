@@ -33,7 +33,11 @@
  * On a cluster PUBLISH reaches every node, so one connection to any master
  * serves all slots. A server that refuses SUBSCRIBE (an ACL without
  * channel rights) turns the hub off for the client: waits block in BLPOP
- * on the list itself, one connection each, as before. */
+ * on the list itself, one connection each, as before. So does one that
+ * refuses this client's user PUBLISH on a wake list (checked once, by the
+ * first waiter on a list, logged at ERROR): the releases of that user
+ * could not ring anyone, and the shared waiting would sleep out every
+ * holder's TTL. */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -471,6 +475,49 @@ static void rest(hilock__hub *h, hub_waiter *w, int64_t ms) {
   w->sleeping = 0;
 }
 
+/* Whether the server refuses this client's user PUBLISH on the channel of
+ * wake list key: a release by that user (lib/wake.lua, where a refused
+ * PUBLISH is ignored so that the release itself stands) could not ring the
+ * shared waiting, whose waiters would sleep until the holder's TTL ran
+ * out. Asked once per client, by the first waiter on a wake list, with a
+ * message of 0 (it rings nobody); refused, the hub is turned off, loudly,
+ * and the waits block in BLPOP on the list, which the release fills (an
+ * async wait looks again every NO_HUB_RETRY_MS of async.c instead). */
+static int publish_refused(hilock_client *c, const char *key, size_t keylen) {
+  hilock__hub *h = &c->hub;
+  const char *argv[3] = {"PUBLISH", key, "0"};
+  size_t lens[3] = {7, keylen, 1};
+  redisReply *r = NULL;
+  hilock__err e;
+  int s = __atomic_load_n(&h->publish, __ATOMIC_ACQUIRE), rc;
+  if (s != 0)
+    return s == 2;
+  if (!__atomic_compare_exchange_n(&h->publish, &s, 3, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
+    return s == 2;
+  hilock__clear_err(&e);
+  rc = hilock__command(c, &e, 3, argv, lens, &r);
+  if (r != NULL) freeReplyObject(r);
+  if (rc != HILOCK_ENOPERM) {
+    /* Allowed, or not known (a broken connection): the next waiter asks. */
+    __atomic_store_n(&h->publish, rc == HILOCK_OK ? 1 : 0, __ATOMIC_RELEASE);
+    return 0;
+  }
+  __atomic_store_n(&h->publish, 2, __ATOMIC_RELEASE);
+  hilock__log(&c->rt, HILOCK_LOG_ERROR, key, keylen,
+              "PUBLISH refused on the wake lists' channels (%s): releases "
+              "cannot ring waiters; shared waiting off, waits block in "
+              "BLPOP (grant +publish and the channels)",
+              e.msg);
+  pthread_mutex_lock(&h->mu);
+  h->disabled = 1;
+  ring_all(h);
+  kick(h);
+  pthread_cond_broadcast(&h->idle);
+  pthread_mutex_unlock(&h->mu);
+  return 1;
+}
+
 /* Register w on key's channel (subscribing if new; wake: the waiter's
  * HILOCK__WAKE_* flags). HILOCK_OK with h->mu held, HILOCK__HUB_OFF or an
  * error without it. */
@@ -481,6 +528,8 @@ static int enter(hilock_client *c, hilock__err *e, const char *key,
   if (__atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED))
     return hilock__set_err(e, HILOCK_ECLOSED, "client closed while waiting");
   if (!c->rt.opts.shared_waiting) return HILOCK__HUB_OFF;
+  if (!(wake & HILOCK__WAKE_CHANNEL) && publish_refused(c, key, keylen))
+    return HILOCK__HUB_OFF;
   pthread_mutex_lock(&h->mu);
   if (h->disabled || h->stop || (!h->running && hub_start(c) != 0)) {
     pthread_mutex_unlock(&h->mu);

@@ -285,7 +285,9 @@ typedef struct hilock__hub {
   pthread_cond_t idle; /* the thread's backoff and turns; its exit */
   pthread_t thread;
   int running, stop;
-  int disabled; /* SUBSCRIBE refused: waits block in BLPOP */
+  int disabled; /* SUBSCRIBE or PUBLISH refused: waits block in BLPOP */
+  int publish;  /* PUBLISH on a wake list: 0 unchecked, 1 allowed,
+                 * 2 refused, 3 being checked (see hub.c) */
   int connected; /* has been connected once (later ones are reconnects) */
   int efd;      /* eventfd that wakes whoever reads the socket */
   int reading;  /* who reads the socket now: 0 none, 1 the thread, 2 a waiter */

@@ -557,7 +557,8 @@ void hl_q_damaged_keys_fail_closed(void **state) {
 
   hl_redis_ok(f->redis, "DEL %s", queue);
   hl_redis_ok(f->redis, "SET hilock:{damaged}:fence not-a-number");
-  assert_hl_rc(Q->verbs->acquire(l, 100), HILOCK_ESCRIPT, E(l));
+  assert_hl_rc(Q->verbs->acquire(l, 100), HILOCK_EWRONGTYPE, E(l));
+  assert_substr(E(l), "hilock:{damaged}:fence holds no integer");
   assert_false(hilock_hold_held(l));
   assert_null(hl_q_holder(f, "damaged"));
   /* The failed acquire left the queue too. */

@@ -556,9 +556,10 @@ static void damaged_fence_key_fails_before_writing_the_lock(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{f}:lock", 15));
 
   hl_redis_ok(f->redis, "SET hilock:{f}:fence not-a-number");
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ESCRIPT,
+  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "not an integer");
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)),
+                "hilock:{f}:fence holds no integer");
   assert_false(hl_redis_exists(f->redis, "hilock:{f}:lock", 15));
   assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));

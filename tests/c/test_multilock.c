@@ -210,7 +210,7 @@ static void damaged_keys_fail_before_any_name_is_locked(void **state) {
   /* A counter that is not a number: the script stops at its INCR, before
    * any lock key is set (g1's counter may have moved on: a gap). */
   hl_redis_ok(f->redis, "SET hilock:{g2}:fence not-a-number");
-  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_ESCRIPT,
+  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "g1"));
   assert_false(lock_exists(f, "g2"));

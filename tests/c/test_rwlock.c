@@ -1125,7 +1125,8 @@ static void wrong_type_keys_fail_closed(void **state) {
   assert_false(exists(f, "wt", "readers"));
   hl_redis_ok(f->redis, "FLUSHALL");
   hl_redis_ok(f->redis, "SET hilock:{wt}:fence not-a-number");
-  assert_hl_rc(hilock_rwlock_write_try_acquire(rw), HILOCK_ESCRIPT, E(rw));
+  assert_hl_rc(hilock_rwlock_write_try_acquire(rw), HILOCK_EWRONGTYPE, E(rw));
+  assert_substr(E(rw), "hilock:{wt}:fence holds no integer");
   assert_false(exists(f, "wt", "writer"));
   hilock_hold_free(HILOCK_HOLD(rw));
 }

@@ -688,18 +688,18 @@ static void damaged_keys_fail_closed(void **state) {
   hl_redis_ok(f->redis, "SET hilock:{dmg}:limit lots");
   {
     hilock_semaphore *o = hl_new_semaphore(f->client, "dmg", 2, 5000);
-    SEM_RC(hilock_semaphore_try_acquire(o), HILOCK_ESCRIPT, o);
+    SEM_RC(hilock_semaphore_try_acquire(o), HILOCK_EWRONGTYPE, o);
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(o)), "no permit count");
     assert_false(hilock_hold_held(HILOCK_HOLD(o)));
-    SEM_RC(hilock_semaphore_limit(o, &n, NULL), HILOCK_ESCRIPT, o);
+    SEM_RC(hilock_semaphore_limit(o, &n, NULL), HILOCK_EWRONGTYPE, o);
     hilock_hold_free(HILOCK_HOLD(o));
   }
   SEM_OK(hilock_semaphore_release(s), s);
   assert_int_equal(zcard(f, "dmg"), 0);
   hl_redis_ok(f->redis, "SET hilock:{dmg}:limit -1");
-  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ESCRIPT, s);
+  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EWRONGTYPE, s);
   hl_redis_ok(f->redis, "SET hilock:{dmg}:limit 1.5");
-  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ESCRIPT, s);
+  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EWRONGTYPE, s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 

@@ -5,6 +5,7 @@ store (with its data pattern added) and Redlock over three nodes. Taking
 one command away makes the lock type that needs it fail loudly."""
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -15,7 +16,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import RedisServer
+from helpers import RedisServer, wait_for
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
@@ -198,3 +199,132 @@ def test_prefix_is_checked() -> None:
     for bad in ("", "a{", "b}", "x" * 65, "nul\0", 5):
         with pytest.raises(hilock.InvalidArgument):
             hilock.Client("redis://127.0.0.1:1", prefix=bad)  # type: ignore[arg-type]
+
+
+class ErrorRecords(logging.Handler):
+    """The ERROR records of the "hilock" logger."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def error_records() -> Iterator[ErrorRecords]:
+    log = logging.getLogger("hilock")
+    h = ErrorRecords()
+    log.addHandler(h)
+    try:
+        yield h
+    finally:
+        log.removeHandler(h)
+
+
+def blocked_or_subscribed(r: redis.Redis) -> bool:
+    """Some connection waits: blocked in BLPOP, or subscribed."""
+    return any(cl.get("cmd") == "blpop" and "b" in cl.get("flags", "")
+               or int(cl.get("sub", 0)) > 0 for cl in r.client_list())
+
+
+def test_a_user_without_publish_is_told_and_its_waiters_still_woken(
+        acl_server: RedisServer, error_records: ErrorRecords) -> None:
+    """Without +publish a release cannot ring the shared waiting (its
+    PUBLISH is refused inside the script, which still releases), and a
+    waiter there slept until its bound ran out. The client finds out at
+    its first shared wait, logs it once at ERROR and waits in BLPOP on the
+    wake list, which the release fills. The bound below is no measurement:
+    the wake-up takes milliseconds, and without it the waiter is granted
+    only when its 40 s timeout (under the holder's renewed 60 s TTL) runs
+    out, so 20 s leaves a loaded machine a wide margin either way."""
+    r = redis.Redis.from_url(acl_server.url)
+    rule = acl_rule()
+    assert "+publish" in rule
+    make_user(r, "nopub", [w for w in rule if w != "+publish"])
+    with hilock.Client(user_url(acl_server, "nopub"), direct_waiters=0) as c:
+        for round_ in range(2):
+            holder = c.lock("np", ttl=60)
+            assert holder.acquire()
+            waiter = c.lock("np", ttl=60)
+            got: List[Any] = []
+            t = threading.Thread(target=lambda w=waiter, g=got: g.append(w.acquire(timeout=40)))
+            t.start()
+            wait_for(lambda: blocked_or_subscribed(r), 10, what="the waiter to wait")
+            holder.release()
+            wait_for(lambda g=got: g, 20, what=f"the grant to the waiter (round {round_})")
+            t.join()
+            assert got == [True]
+            waiter.release()
+    refused = [m for m in error_records.messages if "PUBLISH refused" in m]
+    assert len(refused) == 1, error_records.messages  # once per client
+
+
+def test_a_user_without_publish_or_blpop_fails_loudly(acl_server: RedisServer) -> None:
+    """Neither wake-up works: the wait raises NoPermissionError instead of
+    sleeping out its timeout."""
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "nowake", [w for w in acl_rule() if w not in ("+publish", "+blpop")])
+    with hilock.Client(user_url(acl_server, "nowake")) as c:
+        holder = c.lock("nw", ttl=30)
+        assert holder.acquire()
+        with pytest.raises(hilock.NoPermissionError):
+            c.lock("nw", ttl=30).acquire(timeout=20)
+        holder.release()
+
+
+@pytest.mark.parametrize("missing", ["+rpush", "+lpop"])
+def test_a_user_without_a_wake_list_right_fails_loudly(acl_server: RedisServer,
+                                                       missing: str) -> None:
+    """The release pushes the wake-up (RPUSH), a shared waiter takes it
+    (LPOP): without either, the call that needs it raises."""
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "nolist", [w for w in acl_rule() if w != missing])
+    with hilock.Client(user_url(acl_server, "nolist"), direct_waiters=0) as c:
+        holder = c.lock("nl", ttl=30)
+        assert holder.acquire()
+        if missing == "+rpush":
+            with pytest.raises(hilock.NoPermissionError):
+                holder.release()
+            assert not holder.locked()  # given up; only the wake-up failed
+        else:
+            with pytest.raises(hilock.NoPermissionError):
+                c.lock("nl", ttl=30).acquire(timeout=20)
+            holder.release()
+
+
+def test_asyncio_waiters_of_a_user_without_publish_are_still_woken(
+        acl_server: RedisServer, error_records: ErrorRecords) -> None:
+    """As above, for the asyncio client's waits (which hold no connection:
+    without the shared waiting they look again every 100 ms). The 20 s
+    bound is no measurement: without a wake-up the waiters are granted
+    only at their 40 s timeout, under the holder's renewed 60 s TTL."""
+    import asyncio
+
+    import hilock.asyncio
+
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "nopub", [w for w in acl_rule() if w != "+publish"])
+
+    async def main() -> List[bool]:
+        async with hilock.asyncio.Client(user_url(acl_server, "nopub")) as c:
+            holder = c.lock("anp", ttl=60)
+            assert await holder.acquire()
+            waiters = [c.lock("anp", ttl=60) for _ in range(2)]
+
+            async def wait(lk: Any) -> bool:
+                got = bool(await lk.acquire(timeout=40))
+                if got:
+                    await lk.release()
+                return got
+
+            tasks = [asyncio.ensure_future(wait(w)) for w in waiters]
+            while not blocked_or_subscribed(r) and not error_records.messages:
+                await asyncio.sleep(0.01)  # until the waits began
+            await holder.release()
+            return list(await asyncio.wait_for(asyncio.gather(*tasks), 20))
+
+    assert asyncio.run(main()) == [True, True]
+    refused = [m for m in error_records.messages if "PUBLISH refused" in m]
+    assert len(refused) == 1, error_records.messages

@@ -271,3 +271,76 @@ def test_metrics_without_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with pytest.raises(ImportError, match="pip install prometheus_client"):
         import hilock.metrics  # noqa: F401
+
+
+def test_prometheus_scrape_after_close(redis_url: str, rds: Any) -> None:
+    """A closed client's series end; the other collectors of the registry
+    are still scraped, through prometheus_client's HTTP exposition."""
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+
+    import hilock.metrics
+
+    registry = CollectorRegistry()
+    a = hilock.Client(redis_url)
+    b = hilock.Client(redis_url)
+    try:
+        hilock.metrics.register(a, registry, name="a")
+        hilock.metrics.register(b, registry, name="b")
+        with a.lock("py:prom-a", ttl=10), b.lock("py:prom-b", ttl=10):
+            pass
+        a.close()
+        text = generate_latest(registry).decode()
+        assert 'client="a"' not in text
+        assert 'hilock_acquired_total{client="b"} 1.0' in text
+        server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+        try:
+            url = f"http://127.0.0.1:{server.server_port}/metrics"
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                assert resp.status == 200
+                body = resp.read().decode()
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
+        assert 'hilock_acquired_total{client="b"} 1.0' in body
+        assert 'client="a"' not in body
+        # The closed client's collector gives way to a new client of that name.
+        c = hilock.Client(redis_url)
+        try:
+            hilock.metrics.register(c, registry, name="a")
+            assert 'hilock_acquired_total{client="a"} 0.0' in generate_latest(registry).decode()
+        finally:
+            c.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_prometheus_two_clients_need_names(redis_url: str, rds: Any) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    import hilock.metrics
+
+    registry = CollectorRegistry()
+    with hilock.Client(redis_url) as a, hilock.Client(redis_url) as b:
+        first = hilock.metrics.register(a, registry)
+        with pytest.raises(ValueError, match="already has a collector without a name"):
+            hilock.metrics.register(b, registry)
+        named = hilock.metrics.register(a, registry, name="orders")
+        with pytest.raises(ValueError, match="named 'orders'"):
+            hilock.metrics.register(b, registry, name="orders")
+        hilock.metrics.register(b, registry, name="billing")
+        hilock.metrics.register(b, registry, prefix="other")  # other metric names
+        text = generate_latest(registry).decode()
+        assert text.count("\nhilock_acquired_total ") == 1
+        assert text.count('hilock_acquired_total{client="orders"}') == 1
+        assert text.count('hilock_acquired_total{client="billing"}') == 1
+        # Unregistered, a collector no longer stands in the way.
+        registry.unregister(first)
+        registry.unregister(named)
+        hilock.metrics.register(b, registry)
+        hilock.metrics.register(a, registry, name="orders")
+        # Another registry is another scrape: the same name is fine there.
+        hilock.metrics.register(a, CollectorRegistry())

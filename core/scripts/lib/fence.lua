@@ -23,9 +23,15 @@ local function next_fence(key, field)
   return f
 end
 -- stored_number(key): the number a fence counter or record `key` holds (0
--- if none), or nil if it holds something else.
+-- if none), or nil if it holds something else (another type included).
 local function stored_number(key)
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    if string.find(v['err'] or '', '^WRONGTYPE') then
+      return nil
+    end
+    return error(v, 0)  -- not the key's type (an ACL refusal): as is
+  end
   if not v then
     return 0
   end

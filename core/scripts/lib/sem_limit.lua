@@ -6,8 +6,9 @@ local function sem_limit(key, default)
   if not raw then return tonumber(default), false end
   local limit = tonumber(raw)
   if limit == nil or limit < 0 or limit % 1 ~= 0 then
-    return nil, redis.error_reply('ERR hilock semaphore script: ' .. key ..
-                                  ' holds no permit count')
+    return nil, redis.error_reply('WRONGTYPE Operation against a key ' ..
+                                  'holding the wrong kind of value: ' ..
+                                  key .. ' holds no permit count')
   end
   return limit, true
 end
