@@ -157,6 +157,7 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   if (!h->held || h->lost) h->since_us = start_us;
   h->held = 1;
   h->lost = 0;
+  h->gone = 0;
   h->close_lost = 0;
   h->pid = hilock__pid();
   h->fence = fence;
@@ -230,6 +231,25 @@ void hilock__hold_lost(hilock__hold *h) {
   }
 }
 
+void hilock__hold_lapse(hilock__hold *h) {
+  int lapsed;
+  if (!h->held || h->ttl_ms == 0 || h->pid != hilock__pid()) return;
+  pthread_mutex_lock(&h->rt->wd.mu);
+  lapsed = !h->lost && h->valid_until_us <= hilock__now_us();
+  pthread_mutex_unlock(&h->rt->wd.mu);
+  if (lapsed) hilock__hold_lost(h);
+}
+
+void hilock__hold_ended(hilock__hold *h, int gone) {
+  if (gone) {
+    hilock__hold_lost(h); /* counted once: not again if already reported */
+    pthread_mutex_lock(&h->rt->wd.mu);
+    h->gone = 1;
+    pthread_mutex_unlock(&h->rt->wd.mu);
+  }
+  hilock__hold_drop(h);
+}
+
 void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms) {
   int64_t until;
   /* The TTL the server reported: no more than hilock ever sets, whatever
@@ -262,6 +282,14 @@ int hilock__hold_is_lost(const hilock__hold *h) {
   int lost;
   pthread_mutex_lock(&h->rt->wd.mu);
   lost = h->lost;
+  pthread_mutex_unlock(&h->rt->wd.mu);
+  return lost;
+}
+
+int hilock__hold_reports_lost(const hilock__hold *h) {
+  int lost;
+  pthread_mutex_lock(&h->rt->wd.mu);
+  lost = h->gone || (h->held && h->lost);
   pthread_mutex_unlock(&h->rt->wd.mu);
   return lost;
 }
@@ -356,13 +384,20 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
 int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
                            int (*release)(void *arg), void *arg) {
   hilock__err why = *unacked;
-  int rc;
+  int rc, gone;
   int64_t outer = hilock__call_lift(); /* never left half done */
+  pthread_mutex_lock(&h->rt->wd.mu);
+  gone = h->gone;
   h->held = 1;
+  h->lost = 1; /* never a grant to the caller: nor a loss if it was gone */
+  pthread_mutex_unlock(&h->rt->wd.mu);
   h->pid = hilock__pid();
   rc = release(arg);
   hilock__call_end(outer);
   hilock__hold_drop(h);
+  pthread_mutex_lock(&h->rt->wd.mu);
+  h->gone = gone;
+  pthread_mutex_unlock(&h->rt->wd.mu);
   return hilock__grant_unacked(&h->err, &why, rc, &h->err);
 }
 
@@ -372,7 +407,7 @@ int hilock__hold_released_by_close(hilock__hold *h, const char *verb) {
   closed = h->close_lost && h->held;
   pthread_mutex_unlock(&h->rt->wd.mu);
   if (!closed) return HILOCK_OK;
-  hilock__hold_drop(h);
+  hilock__hold_ended(h, 1);
   return hilock__set_err(&h->err, HILOCK_ECLOSED,
                          "%s: the client was closed while the lock was held; "
                          "closing released it (or it lapses at its TTL)",
@@ -395,7 +430,6 @@ int hilock__hold_release(hilock__hold *h,
       hilock__renewal_register(h);
     return rc;
   }
-  hilock__hold_drop(h);
   return HILOCK_OK;
 }
 
@@ -419,6 +453,7 @@ int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
     rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to release");
   else if (v->integer != 1)
     rc = hilock__set_err(&h->err, HILOCK_ENOTOWNED, "release: %s", notowned);
+  hilock__hold_ended(h, rc == HILOCK_ENOTOWNED);
   freeReplyObject(r);
   return rc;
 }
@@ -429,6 +464,7 @@ int hilock__attempt_begin(hilock__hold *h, const char *held_msg) {
   int rc;
   if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EINVAL, "%s", held_msg);
+  hilock__hold_lapse(h);
   hilock__hold_drop(h);
   rc = hilock__token(h->owner, &h->err);
   if (rc != HILOCK_OK) return rc;
@@ -586,7 +622,7 @@ int hilock_hold_lost(const hilock_hold *hh) {
   int lost;
   if (h == NULL) return 0;
   guard(h);
-  lost = h->held && hilock__hold_is_lost(h);
+  lost = hilock__hold_reports_lost(h);
   unguard(h);
   return lost;
 }
