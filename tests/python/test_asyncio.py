@@ -1242,3 +1242,22 @@ def test_a_slow_name_server_neither_holds_the_loop_nor_outlasts_the_connect_time
     assert "resolving the name timed out" in out["async"], out
     # 0.4 s of resolving: some 40 ticks of the loop (none if it was held).
     assert out["ticks"] >= 8, out
+
+
+def test_a_lapsed_grant_leaves_the_object_free_to_acquire_again(rds, redis_url) -> None:
+    """Not renewed, a grant lapses at its TTL: the same object acquires again
+    at once (the lapse is reported lost), as another object could."""
+    async def main(c: hla.Client) -> None:
+        lk = c.lock("aio:lapse", ttl=0.2, auto_renew=False)
+        rival = c.lock("aio:lapse", ttl=10)
+        assert await lk.acquire(blocking=False)
+        # The rival is granted once the grant lapsed on the server.
+        assert await rival.acquire(timeout=10.0)
+        await rival.release()
+        # Bounded so that the test fails rather than waits: the lock is free.
+        assert await asyncio.wait_for(lk.acquire(timeout=5.0), 30.0)
+        assert lk.lost is False and await lk.owned()
+        await lk.release()
+        assert c.stats()["lost"] == 1
+
+    run(redis_url, main)
