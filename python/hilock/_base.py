@@ -100,8 +100,10 @@ class LockBase(Uncopyable):
         if self._notify_id:
             _notify.unregister(self._notify_id)
         if type(self)._c_validity(h) > 0:
+            after = ("it lapses at its TTL" if type(self)._c_ttl(h) else
+                     "it has no TTL: it stays held until force_release()")
             warnings.warn(f"hilock {self._kind_name} {self._name!r} collected while held; "
-                          "it is not released (it lapses at its TTL)",
+                          f"it is not released ({after})",
                           ResourceWarning, stacklevel=2)
         type(self)._c_free(h)
 

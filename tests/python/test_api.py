@@ -575,3 +575,27 @@ def test_interrupt_at_grant_time_leaves_nothing_held(client) -> None:
             assert waiter.acquire(blocking=False) is True
     finally:
         waiter.force_release()
+
+
+def test_collected_held_lock_warns_what_becomes_of_it(client) -> None:
+    """A held lock that is garbage-collected is not released: the
+    ResourceWarning says what happens to it, by type (a simple lock has no
+    TTL to lapse at)."""
+    import gc
+    import warnings
+
+    def collected(lk) -> str:
+        assert lk.acquire(blocking=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del lk
+            gc.collect()
+        texts = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+        assert len(texts) == 1, texts
+        return texts[0]
+
+    text = collected(client.simple_lock("collected-simple"))
+    assert "no TTL" in text and "force_release()" in text and "lapses" not in text
+    client.simple_lock("collected-simple").force_release()
+    text = collected(client.lock("collected-lock", ttl=10, auto_renew=False))
+    assert "lapses at its TTL" in text
