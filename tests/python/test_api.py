@@ -599,3 +599,33 @@ def test_collected_held_lock_warns_what_becomes_of_it(client) -> None:
     client.simple_lock("collected-simple").force_release()
     text = collected(client.lock("collected-lock", ttl=10, auto_renew=False))
     assert "lapses at its TTL" in text
+
+
+def test_release_after_a_force_release_reports_the_loss_once(client) -> None:
+    """A release that finds the grant gone raises LockNotOwnedError and is a
+    loss: counted once per grant (not again after owned() found it), never
+    as a hold, and ``lost`` stays set after the failed release."""
+    lk = client.lock("forced", ttl=10, auto_renew=False)
+    other = client.lock("forced", ttl=10)
+    before = client.stats()
+
+    def grew() -> tuple:
+        s = client.stats()
+        return (s["lost"] - before["lost"],
+                s["hold_seconds"]["count"] - before["hold_seconds"]["count"])
+
+    assert lk.acquire(blocking=False)
+    assert other.force_release()
+    assert lk.owned() is False and lk.lost is True
+    with pytest.raises(hilock.LockNotOwnedError):
+        lk.release()
+    assert lk.lost is True and grew() == (1, 0)
+
+    assert lk.acquire(blocking=False) and lk.lost is False
+    assert other.force_release()
+    with pytest.raises(hilock.LockNotOwnedError):
+        lk.release()
+    assert lk.lost is True and grew() == (2, 0)
+    with pytest.raises(hilock.LockNotOwnedError):
+        lk.release()
+    assert lk.lost is True and grew() == (2, 0)
