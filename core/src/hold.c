@@ -365,8 +365,12 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
                                 int64_t max_hold_ms, hilock_lost_fn on_lost,
                                 void *arg) {
   int rc = HILOCK_OK;
+  /* Errors go where the caller reads them: threads sharing the handle may
+   * fail here at once, and the shared scratch is written under the mutex
+   * only. */
   if (max_hold_ms < 0)
-    return hilock__set_err(&h->err, HILOCK_EINVAL, "max hold must be >= 0 ms");
+    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+                           "max hold must be >= 0 ms");
   hilock__renewal_cancel(h);
   /* The client's handle mutex: threads sharing a handle (rlock) may be
    * granting or releasing at the same time. */
@@ -377,6 +381,7 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
   h->lost_arg = arg;
   if (enable && h->held && h->pid == hilock__pid() && !hilock__hold_is_lost(h))
     rc = hilock__renewal_register(h);
+  if (rc < 0 && h->guard != NULL) *hilock__hold_err(h) = h->err;
   pthread_mutex_unlock(&h->rt->hmu);
   return rc;
 }
@@ -540,9 +545,14 @@ static const hilock__err *last_err(const hilock__hold *h) {
   return h->guard != NULL ? hilock__tl_err(h, h->serial, 0) : &h->err;
 }
 
-/* A failure the shared layer recorded in h->err, where the caller reads it. */
+/* A failure the shared layer recorded in h->err, where the caller reads it
+ * (copied under the guard, under which threads sharing it write h->err). */
 static int keep(hilock__hold *h, int rc) {
-  if (rc < 0 && h->guard != NULL) *hilock__hold_err(h) = h->err;
+  if (rc < 0 && h->guard != NULL) {
+    guard(h);
+    *hilock__hold_err(h) = h->err;
+    unguard(h);
+  }
   return rc;
 }
 
@@ -633,11 +643,11 @@ int hilock_hold_set_auto_renew(hilock_hold *hh, int enable,
   hilock__hold *h = hold_of(hh);
   if (h == NULL) return HILOCK_EINVAL;
   if (h->ttl_ms == 0 && enable)
-    return keep(h, hilock__set_err(&h->err, HILOCK_ENOTSUP,
-                                   "a simple lock has no TTL to renew"));
-  /* Takes the client's handle mutex itself (the guard of shared handles). */
-  return keep(h, hilock__hold_set_auto_renew(h, enable, max_hold_ms, on_lost,
-                                             arg));
+    return hilock__set_err(hilock__hold_err(h), HILOCK_ENOTSUP,
+                           "a simple lock has no TTL to renew");
+  /* Takes the client's handle mutex itself (the guard of shared handles),
+   * and records its error where the caller reads it. */
+  return hilock__hold_set_auto_renew(h, enable, max_hold_ms, on_lost, arg);
 }
 
 int hilock_hold_owned(hilock_hold *hh, int *owned) {

@@ -354,8 +354,9 @@ static int release_call(hilock_rlock *rl, int retry) {
   pthread_mutex_lock(rl->mu);
   if (rl->h.held && rl->h.pid != hilock__pid()) {
     rc = hilock__hold_check(&rl->h, "release");
+    keep_err(rl, &rl->h.err); /* the scratch is read under the mutex too */
     pthread_mutex_unlock(rl->mu);
-    return keep_err(rl, &rl->h.err);
+    return rc;
   }
   pthread_mutex_unlock(rl->mu);
   x.done = NULL;
