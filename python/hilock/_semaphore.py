@@ -218,7 +218,7 @@ class Semaphore(LockBase):
             # Expired, lost, or the parent's (ForkedLockError): gone either way.
             held.pop()
             self._put_handle(h)
-            mine.gone = True
+            self._tls.permits.gone = True
             raise
         # Any other error leaves the permit held (and renewed) for a retry.
         held.pop()
