@@ -629,3 +629,17 @@ def test_release_after_a_force_release_reports_the_loss_once(client) -> None:
     with pytest.raises(hilock.LockNotOwnedError):
         lk.release()
     assert lk.lost is True and grew() == (2, 0)
+
+
+def test_a_thread_waiting_on_the_object_gets_it_when_the_grant_lapses(client) -> None:
+    """One object is one holder across threads: when its grant lapses
+    unrenewed, a thread waiting on the object is granted, as a waiter on
+    another object would be."""
+    lk = client.lock("lapse-waiter", ttl=0.3, auto_renew=False)
+    assert lk.acquire()
+    # The bound is generous: the grant lapses 0.3 s after it was made.
+    w = Worker(lambda: lk.acquire(timeout=20.0), name="waiter")
+    assert w.outcome(30.0) is True
+    assert lk.owned()
+    assert client.stats()["lost"] == 1
+    lk.release()
