@@ -346,6 +346,20 @@ class ExclusiveBase(LockBase):
         left = max(0.0, wait - (time.monotonic() - start))
         return left if turn < 0 else min(turn, left)
 
+    def _hold_turn(self) -> bool:
+        """Before a call that may end the grant (its validity reads 0 from
+        then on): no waiting thread may take the local turn meanwhile, and
+        the call's thread gives it up after. Whether a grant had the turn,
+        for _turn_back."""
+        with self._turn:
+            granted, self._granted = self._granted, False
+        return granted
+
+    def _turn_back(self, granted: bool) -> None:
+        """The call after _hold_turn failed and the grant is still held."""
+        with self._turn:
+            self._granted = granted
+
     def _end_turn(self) -> None:
         """The object's grant ended: free the local turn (call with _turn)."""
         self._granted = False
@@ -366,12 +380,16 @@ class ExclusiveBase(LockBase):
             # waiting in acquire() on it.
             raise LockNotOwnedError("release: this lock object does not hold the lock",
                                     _h.HILOCK_ENOTOWNED)
+        granted = self._hold_turn()
         try:
             type(self)._c_release(self._h)
         except LockNotOwnedError:
             self._drop_local()
             raise
-        # Any other error (Redis unreachable) keeps the grant: retry later.
+        except BaseException:
+            # Any other error (Redis unreachable) keeps the grant: retry later.
+            self._turn_back(granted)
+            raise
         self._drop_local()
 
     @property
