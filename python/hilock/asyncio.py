@@ -728,11 +728,19 @@ class Lock(_Hold):
         if not self._turns.held or not self._sync.token:
             raise LockNotOwnedError("release: this lock object does not hold the lock",
                                     _h.HILOCK_ENOTOWNED)
-        status, message, _ = await self._client._run(_h.hilock_async_release, self._sync._h, 0,
-                                                  cancel=False)
+        # No task takes the turn while the release runs (the validity reads
+        # 0 meanwhile): this one gives it up after.
+        granted, self._granted = self._granted, False
+        try:
+            status, message, _ = await self._client._run(_h.hilock_async_release,
+                                                      self._sync._h, 0, cancel=False)
+        except BaseException:
+            self._granted = granted
+            raise
         if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
-            self._granted = False
             self._turns.give()
+        else:
+            self._granted = granted
         if status < 0:
             raise error_for(status, message)
 
