@@ -33,6 +33,7 @@ int hilock__queue_begin(hilock__hold *h, char *id) {
     return hilock__set_err(&h->err, HILOCK_EINVAL,
                            "this handle already holds the lock; release it "
                            "first (the lock is not reentrant)");
+  hilock__hold_lapse(h);
   hilock__hold_drop(h);
   return hilock__token(id, &h->err);
 }

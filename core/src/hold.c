@@ -157,6 +157,7 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   if (!h->held || h->lost) h->since_us = start_us;
   h->held = 1;
   h->lost = 0;
+  h->gone = 0;
   h->close_lost = 0;
   h->pid = hilock__pid();
   h->fence = fence;
@@ -230,6 +231,25 @@ void hilock__hold_lost(hilock__hold *h) {
   }
 }
 
+void hilock__hold_lapse(hilock__hold *h) {
+  int lapsed;
+  if (!h->held || h->ttl_ms == 0 || h->pid != hilock__pid()) return;
+  pthread_mutex_lock(&h->rt->wd.mu);
+  lapsed = !h->lost && h->valid_until_us <= hilock__now_us();
+  pthread_mutex_unlock(&h->rt->wd.mu);
+  if (lapsed) hilock__hold_lost(h);
+}
+
+void hilock__hold_ended(hilock__hold *h, int gone) {
+  if (gone) {
+    hilock__hold_lost(h); /* counted once: not again if already reported */
+    pthread_mutex_lock(&h->rt->wd.mu);
+    h->gone = 1;
+    pthread_mutex_unlock(&h->rt->wd.mu);
+  }
+  hilock__hold_drop(h);
+}
+
 void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms) {
   int64_t until;
   /* The TTL the server reported: no more than hilock ever sets, whatever
@@ -262,6 +282,14 @@ int hilock__hold_is_lost(const hilock__hold *h) {
   int lost;
   pthread_mutex_lock(&h->rt->wd.mu);
   lost = h->lost;
+  pthread_mutex_unlock(&h->rt->wd.mu);
+  return lost;
+}
+
+int hilock__hold_reports_lost(const hilock__hold *h) {
+  int lost;
+  pthread_mutex_lock(&h->rt->wd.mu);
+  lost = h->gone || (h->held && h->lost);
   pthread_mutex_unlock(&h->rt->wd.mu);
   return lost;
 }
@@ -337,8 +365,12 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
                                 int64_t max_hold_ms, hilock_lost_fn on_lost,
                                 void *arg) {
   int rc = HILOCK_OK;
+  /* Errors go where the caller reads them: threads sharing the handle may
+   * fail here at once, and the shared scratch is written under the mutex
+   * only. */
   if (max_hold_ms < 0)
-    return hilock__set_err(&h->err, HILOCK_EINVAL, "max hold must be >= 0 ms");
+    return hilock__set_err(hilock__hold_err(h), HILOCK_EINVAL,
+                           "max hold must be >= 0 ms");
   hilock__renewal_cancel(h);
   /* The client's handle mutex: threads sharing a handle (rlock) may be
    * granting or releasing at the same time. */
@@ -349,6 +381,7 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
   h->lost_arg = arg;
   if (enable && h->held && h->pid == hilock__pid() && !hilock__hold_is_lost(h))
     rc = hilock__renewal_register(h);
+  if (rc < 0 && h->guard != NULL) *hilock__hold_err(h) = h->err;
   pthread_mutex_unlock(&h->rt->hmu);
   return rc;
 }
@@ -356,13 +389,20 @@ int hilock__hold_set_auto_renew(hilock__hold *h, int enable,
 int hilock__hold_give_back(hilock__hold *h, const hilock__err *unacked,
                            int (*release)(void *arg), void *arg) {
   hilock__err why = *unacked;
-  int rc;
+  int rc, gone;
   int64_t outer = hilock__call_lift(); /* never left half done */
+  pthread_mutex_lock(&h->rt->wd.mu);
+  gone = h->gone;
   h->held = 1;
+  h->lost = 1; /* never a grant to the caller: nor a loss if it was gone */
+  pthread_mutex_unlock(&h->rt->wd.mu);
   h->pid = hilock__pid();
   rc = release(arg);
   hilock__call_end(outer);
   hilock__hold_drop(h);
+  pthread_mutex_lock(&h->rt->wd.mu);
+  h->gone = gone;
+  pthread_mutex_unlock(&h->rt->wd.mu);
   return hilock__grant_unacked(&h->err, &why, rc, &h->err);
 }
 
@@ -372,7 +412,7 @@ int hilock__hold_released_by_close(hilock__hold *h, const char *verb) {
   closed = h->close_lost && h->held;
   pthread_mutex_unlock(&h->rt->wd.mu);
   if (!closed) return HILOCK_OK;
-  hilock__hold_drop(h);
+  hilock__hold_ended(h, 1);
   return hilock__set_err(&h->err, HILOCK_ECLOSED,
                          "%s: the client was closed while the lock was held; "
                          "closing released it (or it lapses at its TTL)",
@@ -395,7 +435,6 @@ int hilock__hold_release(hilock__hold *h,
       hilock__renewal_register(h);
     return rc;
   }
-  hilock__hold_drop(h);
   return HILOCK_OK;
 }
 
@@ -419,6 +458,7 @@ int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
     rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to release");
   else if (v->integer != 1)
     rc = hilock__set_err(&h->err, HILOCK_ENOTOWNED, "release: %s", notowned);
+  hilock__hold_ended(h, rc == HILOCK_ENOTOWNED);
   freeReplyObject(r);
   return rc;
 }
@@ -429,6 +469,7 @@ int hilock__attempt_begin(hilock__hold *h, const char *held_msg) {
   int rc;
   if (h->held && hilock__hold_validity_ms(h) > 0 && h->pid == hilock__pid())
     return hilock__set_err(&h->err, HILOCK_EINVAL, "%s", held_msg);
+  hilock__hold_lapse(h);
   hilock__hold_drop(h);
   rc = hilock__token(h->owner, &h->err);
   if (rc != HILOCK_OK) return rc;
@@ -504,9 +545,14 @@ static const hilock__err *last_err(const hilock__hold *h) {
   return h->guard != NULL ? hilock__tl_err(h, h->serial, 0) : &h->err;
 }
 
-/* A failure the shared layer recorded in h->err, where the caller reads it. */
+/* A failure the shared layer recorded in h->err, where the caller reads it
+ * (copied under the guard, under which threads sharing it write h->err). */
 static int keep(hilock__hold *h, int rc) {
-  if (rc < 0 && h->guard != NULL) *hilock__hold_err(h) = h->err;
+  if (rc < 0 && h->guard != NULL) {
+    guard(h);
+    *hilock__hold_err(h) = h->err;
+    unguard(h);
+  }
   return rc;
 }
 
@@ -586,7 +632,7 @@ int hilock_hold_lost(const hilock_hold *hh) {
   int lost;
   if (h == NULL) return 0;
   guard(h);
-  lost = h->held && hilock__hold_is_lost(h);
+  lost = hilock__hold_reports_lost(h);
   unguard(h);
   return lost;
 }
@@ -597,11 +643,11 @@ int hilock_hold_set_auto_renew(hilock_hold *hh, int enable,
   hilock__hold *h = hold_of(hh);
   if (h == NULL) return HILOCK_EINVAL;
   if (h->ttl_ms == 0 && enable)
-    return keep(h, hilock__set_err(&h->err, HILOCK_ENOTSUP,
-                                   "a simple lock has no TTL to renew"));
-  /* Takes the client's handle mutex itself (the guard of shared handles). */
-  return keep(h, hilock__hold_set_auto_renew(h, enable, max_hold_ms, on_lost,
-                                             arg));
+    return hilock__set_err(hilock__hold_err(h), HILOCK_ENOTSUP,
+                           "a simple lock has no TTL to renew");
+  /* Takes the client's handle mutex itself (the guard of shared handles),
+   * and records its error where the caller reads it. */
+  return hilock__hold_set_auto_renew(h, enable, max_hold_ms, on_lost, arg);
 }
 
 int hilock_hold_owned(hilock_hold *hh, int *owned) {

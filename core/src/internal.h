@@ -1287,6 +1287,9 @@ typedef struct hilock__hold {
   int64_t ext_done_us, ren_done_us;
   int64_t since_us; /* start of the grant (not of a re-entry): max hold */
   int lost;
+  /* The last grant ended lost (its release found it gone, or the client
+   * was closed): reported lost until the next grant. */
+  int gone;
   int close_lost; /* lost because the client was closed */
   int closing;    /* the closing thread is releasing it: cancellers wait */
   struct hilock__hold *live_prev, *live_next; /* the client's grants */
@@ -1340,12 +1343,22 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence);
 void hilock__hold_drop(hilock__hold *h);
 /* Mark the grant lost (not owned any more) and cancel renewal. */
 void hilock__hold_lost(hilock__hold *h);
+/* Before a new grant: a grant of this process whose validity ran out
+ * unrenewed is lost, reported as renewal reports one (once per grant). */
+void hilock__hold_lapse(hilock__hold *h);
+/* The release of the grant ran and it ends; gone: the server no longer
+ * held it, a loss (reported once per grant) that hilock_hold_lost shows
+ * until the next grant. */
+void hilock__hold_ended(hilock__hold *h, int gone);
 /* A successful extension to ttl_ms measured from start_us. If a renewal
  * was recorded since start_us, the server may have run it after this
  * extension: the validity becomes the smaller of the two. */
 void hilock__hold_extended(hilock__hold *h, int64_t start_us, int64_t ttl_ms);
 int64_t hilock__hold_validity_ms(const hilock__hold *h);
 int hilock__hold_is_lost(const hilock__hold *h);
+/* What hilock_hold_lost says: the grant was found lost, or the last one's
+ * release found it gone. */
+int hilock__hold_reports_lost(const hilock__hold *h);
 /* Clock-drift allowance for a TTL: 1% + 2 ms, in us. */
 int64_t hilock__hold_drift_us(int64_t ttl_ms);
 
@@ -1360,14 +1373,15 @@ int hilock__hold_owned(hilock__hold *h, int *owned);
 /* The release every family shares: check the hold, stop its renewal and
  * run(arg, &h->err, out), the family's owner-checked release script. If it
  * could not run, renewal resumes (still ours as far as we know: the caller
- * may retry) and its status is returned; else the hold is dropped and *out
- * holds the script's reply. */
+ * may retry) and its status is returned; else *out holds the script's
+ * reply and the caller ends the grant (hilock__hold_ended). */
 int hilock__hold_release(hilock__hold *h,
                          int (*run)(void *arg, hilock__err *e, redisReply **r),
                          void *arg, redisReply **out);
-/* Read and free a release reply: 1 (an integer; with array, an array's
- * first element) released; another number is HILOCK_ENOTOWNED ("release: "
- * notowned); any other shape HILOCK_EPROTO. */
+/* Read and free a release reply and end the grant: 1 (an integer; with
+ * array, an array's first element) released; another number is
+ * HILOCK_ENOTOWNED ("release: " notowned), the grant lost; any other shape
+ * HILOCK_EPROTO. */
 int hilock__hold_released(hilock__hold *h, redisReply *r, int array,
                           const char *notowned);
 /* The two above: run the family's release and read its reply. */

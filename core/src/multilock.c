@@ -357,11 +357,13 @@ int hilock_multi_lock_release(hilock_multi_lock *m) {
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || !hilock__int_reply(r, 0)) {
     freeReplyObject(r);
+    hilock__hold_ended(&m->h, 0);
     return hilock__set_err(&m->h.err, HILOCK_EPROTO,
                            "unexpected reply to the multi-key release script");
   }
   nmiss = mark_missing(m, r, 1, &first);
   freeReplyObject(r);
+  hilock__hold_ended(&m->h, nmiss > 0);
   if (nmiss > 0) {
     char a[48];
     show(a, sizeof(a), m->names[first], m->namelens[first]);

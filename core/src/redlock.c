@@ -670,6 +670,7 @@ static int attempt(hilock_redlock *rl) {
     return fail(rl, HILOCK_EINVAL,
                 "this handle already holds the lock; release it first (the "
                 "lock is not reentrant)");
+  hilock__hold_lapse(h);
   hilock__hold_drop(h);
   rc = hilock__token(h->owner, &h->err);
   if (rc != HILOCK_OK) return sync_err(rl, rc);
@@ -892,7 +893,6 @@ int hilock_redlock_release(hilock_redlock *rl) {
     }
   }
   lost = hilock__hold_is_lost(&rl->h);
-  hilock__hold_drop(&rl->h);
   if (deleted >= rl->quorum) {
     rc = HILOCK_OK;
   } else if (gone > rl->n - rl->quorum) {
@@ -915,6 +915,7 @@ int hilock_redlock_release(hilock_redlock *rl) {
     append_node_errors(rl, rl->conn);
     rc = HILOCK_ENOQUORUM;
   }
+  hilock__hold_ended(&rl->h, rc == HILOCK_ENOTOWNED);
   conns_clear(rl->conn, rl->n);
   return rc;
 }

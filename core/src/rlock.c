@@ -203,6 +203,8 @@ static int attempt(void *arg, int64_t *pttl) {
     undo = 1; /* too few replicas saw this (re-)entry: leave it again */
     rc = HILOCK_ENOREPLICAS;
   } else if (r->element[0]->integer == 1) {
+    /* A grant before this one that lapsed unrenewed was lost. */
+    hilock__hold_lapse(&rl->h);
     if (!is_mine(rl, owner, ownerlen)) rl->rel[0] = 0;
     memcpy(rl->h.owner, owner, ownerlen + 1);
     rl->h.ownerlen = ownerlen;
@@ -352,8 +354,9 @@ static int release_call(hilock_rlock *rl, int retry) {
   pthread_mutex_lock(rl->mu);
   if (rl->h.held && rl->h.pid != hilock__pid()) {
     rc = hilock__hold_check(&rl->h, "release");
+    keep_err(rl, &rl->h.err); /* the scratch is read under the mutex too */
     pthread_mutex_unlock(rl->mu);
-    return keep_err(rl, &rl->h.err);
+    return rc;
   }
   pthread_mutex_unlock(rl->mu);
   x.done = NULL;
@@ -417,10 +420,7 @@ static int release_call(hilock_rlock *rl, int retry) {
                          "lock (or it expired); nothing changed");
     /* The grant is gone: the release that found out ends it, as every
      * family's does. */
-    if (mine) {
-      hilock__hold_lost(&rl->h);
-      hilock__hold_drop(&rl->h);
-    }
+    if (mine) hilock__hold_ended(&rl->h, 1);
     mine = 0;
   } else if (r->integer == 0 && mine) {
     hilock__hold_drop(&rl->h);

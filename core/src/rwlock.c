@@ -336,6 +336,7 @@ static int read_granted(attempt_ctx *a, int64_t start_us, int64_t count) {
     /* Re-entry: the expiry moved to ttl after this grant. */
     hilock__hold_extended(&rec->h, start_us, rw->ttl_ms);
   } else {
+    hilock__hold_lapse(&rec->h); /* the last grant lapsed unrenewed: lost */
     memcpy(rec->h.owner, a->owner, a->ownerlen + 1);
     rec->h.ownerlen = a->ownerlen;
     rc = hilock__hold_granted(&rec->h, start_us, 0);
@@ -620,6 +621,7 @@ static int write_granted(attempt_ctx *a, int64_t start_us, uint64_t fence,
   if (same && count > 1 && !hilock__hold_is_lost(w)) {
     hilock__hold_extended(w, start_us, rw->ttl_ms);
   } else {
+    hilock__hold_lapse(w); /* the last grant lapsed unrenewed: lost */
     memcpy(w->owner, a->owner, a->ownerlen + 1);
     w->ownerlen = a->ownerlen;
     rc = hilock__hold_granted(w, start_us, fence);
@@ -779,10 +781,17 @@ static int read_release_call(hilock_rwlock *rw, int retry) {
       pthread_mutex_unlock(rw->mu);
       renew_again(&rec->h, last);
     }
-  } else {
+  } else if (r->integer == 0) {
     if (rec != NULL) remove_reader(rw, rec);
-    if (r->integer < 0)
-      rc = set_err(rw, HILOCK_ENOTOWNED,
+  } else {
+    /* The grant is gone: a loss, reported until the thread's next read
+     * grant (its record stays, holding nothing). */
+    if (rec != NULL) {
+      pthread_mutex_lock(rw->mu);
+      hilock__hold_ended(&rec->h, 1);
+      pthread_mutex_unlock(rw->mu);
+    }
+    rc = set_err(rw, HILOCK_ENOTOWNED,
                    "read release: the calling thread holds no read lock (or "
                    "it expired); nothing changed");
   }
@@ -829,10 +838,11 @@ static int write_release_call(hilock_rwlock *rw, int retry) {
     if (mine) hilock__hold_drop(&rw->w); /* waits for an in-flight renewal */
   } else {
     /* The grant is gone: the release that found out ends it, as every
-     * family's does (the loss was reported when it was found). */
+     * family's does, and reports the loss if nothing did before. */
     if (mine) {
-      hilock__hold_lost(&rw->w);
-      hilock__hold_drop(&rw->w);
+      pthread_mutex_lock(rw->mu);
+      hilock__hold_ended(&rw->w, 1);
+      pthread_mutex_unlock(rw->mu);
     }
     rc = set_err(rw, HILOCK_ENOTOWNED,
                  "write release: the calling thread does not hold the write "
@@ -964,7 +974,7 @@ int hilock_rwlock_read_lost(hilock_rwlock *rw) {
   if (rw == NULL) return 0;
   pthread_mutex_lock(rw->mu);
   rec = find_reader(rw);
-  lost = rec != NULL && rec->h.held && hilock__hold_is_lost(&rec->h);
+  lost = rec != NULL && hilock__hold_reports_lost(&rec->h);
   pthread_mutex_unlock(rw->mu);
   return lost;
 }

@@ -100,8 +100,10 @@ class LockBase(Uncopyable):
         if self._notify_id:
             _notify.unregister(self._notify_id)
         if type(self)._c_validity(h) > 0:
+            after = ("it lapses at its TTL" if type(self)._c_ttl(h) else
+                     "it has no TTL: it stays held until force_release()")
             warnings.warn(f"hilock {self._kind_name} {self._name!r} collected while held; "
-                          "it is not released (it lapses at its TTL)",
+                          f"it is not released ({after})",
                           ResourceWarning, stacklevel=2)
         type(self)._c_free(h)
 
@@ -187,7 +189,10 @@ class LockBase(Uncopyable):
     @property
     def lost(self) -> bool:
         """True once renewal found the hold lost (taken by another owner, or
-        not renewable before its validity ran out)."""
+        not renewable before its validity ran out), or ``owned()`` or
+        ``extend()`` found it gone; also when the last grant's ``release()``
+        found it gone (it lapsed, or another owner holds it). False again
+        from the next grant on."""
         return bool(type(self)._c_lost(self._h))
 
     def _notify_lost(self) -> None:
@@ -310,20 +315,71 @@ class ExclusiveBase(LockBase):
                  on_lost: Optional[LostCallback[Any]]) -> None:
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._local = threading.Lock()
+        # Whether the thread that has the local turn got a grant; set and
+        # read under _turn.
+        self._granted = False
+        self._turn = threading.Lock()
 
     def _acquire(self, wait: Optional[float]) -> bool:
         start = time.monotonic()
-        if not self._local.acquire(True, -1 if wait is None else wait):
-            return False
+        while not self._local.acquire(True, self._turn_wait(wait, start)):
+            if wait is not None and time.monotonic() - start >= wait:
+                return False
         try:
             left = None if wait is None else max(0.0, wait - (time.monotonic() - start))
             if self._c_call_acquire(left):
+                with self._turn:
+                    self._granted = True
                 return True
         except BaseException:
             self._local.release()
             raise
         self._local.release()
         return False
+
+    def _turn_wait(self, wait: Optional[float], start: float) -> float:
+        """Free the local turn of a grant that lapsed or was lost (the object
+        holds nothing any more: any thread may acquire through it, the one
+        that held it too); then how long to wait for the turn: no longer than
+        the current grant may last (it may lapse too), nor than what is left
+        of wait (-1: no limit)."""
+        with self._turn:
+            if self._granted and type(self)._c_validity(self._h) <= 0:
+                self._end_turn()
+            ms = type(self)._c_validity(self._h) if self._granted else -1
+        if ms >= (1 << 62):
+            turn = -1.0  # a simple lock's grant never lapses
+        elif ms >= 0:
+            turn = ms / 1000.0 + 0.01
+        else:
+            turn = 0.2  # another thread's acquire is under way: it may be granted
+        if wait is None:
+            return turn
+        left = max(0.0, wait - (time.monotonic() - start))
+        return left if turn < 0 else min(turn, left)
+
+    def _hold_turn(self) -> bool:
+        """Before a call that may end the grant (its validity reads 0 from
+        then on): no waiting thread may take the local turn meanwhile, and
+        the call's thread gives it up after. Whether a grant had the turn,
+        for _turn_back."""
+        with self._turn:
+            granted, self._granted = self._granted, False
+        return granted
+
+    def _turn_back(self, granted: bool) -> None:
+        """The call after _hold_turn failed and the grant is still held."""
+        with self._turn:
+            self._granted = granted
+
+    def _end_turn(self) -> None:
+        """The object's grant ended: free the local turn (call with _turn)."""
+        self._granted = False
+        if self._local.locked():
+            try:
+                self._local.release()
+            except RuntimeError:
+                pass
 
     def release(self) -> None:
         """Release the lock (owner-checked in one script).
@@ -336,12 +392,16 @@ class ExclusiveBase(LockBase):
             # waiting in acquire() on it.
             raise LockNotOwnedError("release: this lock object does not hold the lock",
                                     _h.HILOCK_ENOTOWNED)
+        granted = self._hold_turn()
         try:
             type(self)._c_release(self._h)
         except LockNotOwnedError:
             self._drop_local()
             raise
-        # Any other error (Redis unreachable) keeps the grant: retry later.
+        except BaseException:
+            # Any other error (Redis unreachable) keeps the grant: retry later.
+            self._turn_back(granted)
+            raise
         self._drop_local()
 
     @property
@@ -351,11 +411,8 @@ class ExclusiveBase(LockBase):
         return t.decode() if t else None
 
     def _drop_local(self) -> None:
-        if self._local.locked():
-            try:
-                self._local.release()
-            except RuntimeError:
-                pass
+        with self._turn:
+            self._end_turn()
 
 
 _Q = TypeVar("_Q", bound="QueuedBase")

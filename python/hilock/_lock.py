@@ -65,7 +65,14 @@ class Lock(ExclusiveBase):
         """Operator tool: delete the lock whoever holds it, waking a waiter.
         True if it was held."""
         had_grant = bool(_h.hilock_hold_token(self._h))
-        deleted = bool(_h.hilock_lock_force_release(self._h))
+        granted = self._hold_turn()
+        try:
+            deleted = bool(_h.hilock_lock_force_release(self._h))
+        except BaseException:
+            self._turn_back(granted)
+            raise
         if had_grant:
             self._drop_local()
+        else:
+            self._turn_back(granted)
         return deleted

@@ -39,10 +39,13 @@ class _ThreadPermits:
     at their TTL (as a collected lock's would) instead of being renewed for
     as long as the Semaphore lives."""
 
-    __slots__ = ("held", "sem", "pid")
+    __slots__ = ("held", "gone", "sem", "pid")
 
     def __init__(self, sem: Semaphore) -> None:
         self.held: List[Any] = []
+        # The last release found its permit gone (a loss): ``lost`` says so
+        # until the thread's next grant.
+        self.gone = False
         self.sem = weakref.ref(sem)
         self.pid = os.getpid()
 
@@ -176,12 +179,14 @@ class Semaphore(LockBase):
     # -- acquire / release ------------------------------------------------------------
 
     def _acquire(self, wait: Optional[float]) -> bool:
+        self._report_lapsed()
         h = self._take_handle()
         # Under gevent or eventlet a wait runs on a pool thread (_green.py).
         granted = _green.wait(functools.partial(self._attempt, h),
                               functools.partial(self._undo, h), wait)
         if granted:
             self._held().append(h)
+            self._tls.permits.gone = False
         else:
             self._put_handle(h)
         return granted
@@ -223,10 +228,24 @@ class Semaphore(LockBase):
             # Expired, lost, or the parent's (ForkedLockError): gone either way.
             held.pop()
             self._put_handle(h)
+            self._tls.permits.gone = True
             raise
         # Any other error leaves the permit held (and renewed) for a retry.
         held.pop()
         self._put_handle(h)
+
+    def _report_lapsed(self) -> None:
+        """Before a new grant: the calling thread's permits whose validity ran
+        out unrenewed are asked for on the server (one round trip each), so
+        that one gone is reported lost (``lost``, stats, the log) as renewal
+        would report it. They count in held_count until released."""
+        mine = getattr(self._tls, "permits", None)
+        for h in mine.held if mine is not None else ():
+            if _h.hilock_hold_validity_ms(h) <= 0 and not _h.hilock_hold_lost(h):
+                try:
+                    _h.hilock_hold_owned(h)
+                except LockError:
+                    pass  # unknown: the next acquire asks again
 
     def renew(self) -> None:
         """Move the calling thread's permit expiry to now + ``ttl`` (server
@@ -265,9 +284,13 @@ class Semaphore(LockBase):
 
     @property
     def lost(self) -> bool:
-        """True once renewal found the calling thread's permit lost."""
+        """True once renewal found the calling thread's permit lost, or its
+        last release found its permit gone (until its next grant)."""
         h = self._mine()
-        return h is not None and bool(_h.hilock_hold_lost(h))
+        if h is not None and _h.hilock_hold_lost(h):
+            return True
+        mine = getattr(self._tls, "permits", None)
+        return mine is not None and mine.gone
 
     @property
     def validity(self) -> float:

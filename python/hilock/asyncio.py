@@ -763,12 +763,17 @@ class Lock(_Hold):
     def __init__(self, client: _Runs, sync: ExclusiveBase) -> None:
         super().__init__(client, sync)
         self._turns = _Turns()
+        self._granted = False  # the task that has the turn was granted
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """As :meth:`hilock.Lock.acquire`, without blocking the loop: True
         once granted, False when ``timeout`` passed."""
         wait_ms = _wait_ms(blocking, timeout, self._sync.timeout)
         turns = self._turns
+        if self._granted and self._sync.validity <= 0:
+            # The grant lapsed or was lost: the object holds nothing.
+            self._granted = False
+            turns.give()
         if not turns.held:
             turns.held = True  # take()'s first case, with no coroutine
         else:
@@ -788,6 +793,8 @@ class Lock(_Hold):
             raise
         if status != _h.HILOCK_OK:
             turns.give()
+        else:
+            self._granted = True
         return _outcome(status, message)
 
     async def release(self) -> None:
@@ -796,10 +803,19 @@ class Lock(_Hold):
         if not self._turns.held or not self._sync.token:
             raise LockNotOwnedError("release: this lock object does not hold the lock",
                                     _h.HILOCK_ENOTOWNED)
-        status, message, _ = await self._client._run(_h.hilock_async_release, self._sync._h, 0,
-                                                  cancel=False)
+        # No task takes the turn while the release runs (the validity reads
+        # 0 meanwhile): this one gives it up after.
+        granted, self._granted = self._granted, False
+        try:
+            status, message, _ = await self._client._run(_h.hilock_async_release,
+                                                      self._sync._h, 0, cancel=False)
+        except BaseException:
+            self._granted = granted
+            raise
         if status == _h.HILOCK_OK or status == _h.HILOCK_ENOTOWNED:
             self._turns.give()
+        else:
+            self._granted = granted
         if status < 0:
             raise error_for(status, message)
         self._released()

@@ -585,8 +585,9 @@ static void grant_taken_away_is_reported_lost(void **state) {
     assert_int_equal(owned(fam->own, a), 0);
     assert_int_equal(locked(a), 0); /* renewal did not re-create it */
     assert_hl_rc(fam->own->release(a), fam->not_owned, E(a));
-    /* The release that found the grant gone ends it, in every family. */
-    assert_false(lost(fam->own, a));
+    /* The release that found the grant gone ends it, in every family, and
+     * the loss is still reported. */
+    assert_true(lost(fam->own, a));
     assert_int_equal(validity(fam->own, a), 0);
     /* The next grant is clean. */
     assert_hl_ok(fam->own->try_acquire(a), E(a));
@@ -595,6 +596,76 @@ static void grant_taken_away_is_reported_lost(void **state) {
     assert_hl_ok(fam->own->release(a), E(a));
     assert_int_equal(atomic_load(&lost_calls), 1);
     hilock_hold_free(a);
+  }
+}
+
+/* ## 4b. A lapsed grant is a loss, and the handle acquires again ----------------- */
+
+/* The counters where handle h of client 0 counts: (lost, hold count). */
+static void counts(fixture *f, const family *fam, hilock_hold *h,
+                   uint64_t *lost_n, uint64_t *holds) {
+  hilock_stats st;
+  if (fam->make == redlock1_make || fam->make == redlock3_make)
+    assert_hl_ok(hilock_redlock_stats((hilock_redlock *)h, &st, sizeof(st)),
+                 E(h));
+  else
+    assert_hl_ok(hilock_client_stats(f->c[0], &st, sizeof(st)),
+                 hilock_client_errmsg(f->c[0]));
+  *lost_n = st.lost;
+  *holds = st.hold.count;
+}
+
+/* a's grant (not renewed) lapses: the rival r gets the lock and gives it
+ * back. */
+static void lapse(const family *fam, hilock_hold *a, hilock_hold *r) {
+  assert_hl_ok(fam->own->try_acquire(a), E(a));
+  assert_hl_ok(fam->rival->acquire(r, 5000), E(r));
+  assert_hl_ok(fam->rival->release(r), E(r));
+}
+
+static void lapsed_grant_is_a_loss_and_the_handle_acquires_again(
+    void **state) {
+  fixture *f = *state;
+  for (size_t k = 0; k < NFAMILIES; k++) {
+    const family *fam = &families[k];
+    const side *own = fam->own;
+    hilock_hold *a, *r;
+    uint64_t lost0, holds0, n, holds;
+    if (!fam->expires || fam->holders > 1) continue;
+    begin(f, fam);
+    a = make(f, fam, 0, SHORT_TTL_MS);
+    r = make(f, fam, NCLIENTS - 1, LONG_TTL_MS);
+    counts(f, fam, a, &lost0, &holds0);
+
+    /* The same handle is granted again at once; the lapse was a loss,
+     * counted once and never as a hold. */
+    lapse(fam, a, r);
+    assert_hl_ok(own->acquire(a, 5000), E(a));
+    counts(f, fam, a, &n, &holds);
+    assert_int_equal(n, lost0 + 1);
+    assert_int_equal(holds, holds0);
+    assert_false(lost(own, a));
+    assert_int_equal(owned(own, a), 1);
+    assert_hl_ok(own->release(a), E(a));
+
+    /* A release after the lapse reports not-owned, counts the loss once,
+     * and leaves it reported until the next grant. */
+    lapse(fam, a, r);
+    for (int i = 0; i < 2; i++) {
+      assert_hl_rc(own->release(a), fam->not_owned, E(a));
+      assert_true(lost(own, a));
+      counts(f, fam, a, &n, &holds);
+      assert_int_equal(n, lost0 + 2);
+      assert_int_equal(holds, holds0 + 1);
+    }
+    assert_hl_ok(own->try_acquire(a), E(a));
+    assert_false(lost(own, a));
+    assert_hl_ok(own->release(a), E(a));
+    counts(f, fam, a, &n, &holds);
+    assert_int_equal(n, lost0 + 2);
+    assert_int_equal(holds, holds0 + 2);
+    hilock_hold_free(a);
+    hilock_hold_free(r);
   }
 }
 
@@ -834,4 +905,5 @@ HL_SUITE_MAIN("contract", group_setup, group_teardown,
       T(consecutive_grants_carry_increasing_fences),
       cmocka_unit_test(checker_reports_overlaps),
       T(contending_processes_never_exceed_the_holders),
-      T(null_handles_and_negative_waits_are_einval))
+      T(null_handles_and_negative_waits_are_einval),
+      T(lapsed_grant_is_a_loss_and_the_handle_acquires_again))

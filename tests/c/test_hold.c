@@ -202,6 +202,59 @@ static void shared_handle_tokens_are_read_safely(void **state) {
   hilock_hold_free(HILOCK_HOLD(a.rl));
 }
 
+/* Threads that share a reentrant lock handle fail on it at once: half of
+ * them in the shared layer (a negative max hold to hilock_hold_set_auto_
+ * renew), half in the family (a release without a grant). Each reads its
+ * own last error, and nothing writes the handle's shared scratch error
+ * outside its mutex (TSan reports a race otherwise). */
+#define FAILERS 4
+
+typedef struct shared_fail_arg {
+  hilock_rlock *rl;
+  int which;
+  atomic_int *go;
+  int bad;
+} shared_fail_arg;
+
+static void *fail_on_shared(void *p) {
+  shared_fail_arg *a = p;
+  hilock_hold *h = HILOCK_HOLD(a->rl);
+  while (!atomic_load(a->go)) {
+  }
+  for (int i = 0; i < 500; i++) {
+    int rc = a->which ? hilock_hold_set_auto_renew(h, 1, -1, NULL, NULL)
+                      : hilock_rlock_release(a->rl);
+    const char *want = a->which ? "max hold" : "does not hold";
+    if (rc != (a->which ? HILOCK_EINVAL : HILOCK_ENOTOWNED) ||
+        hilock_hold_errcode(h) != rc ||
+        strstr(hilock_hold_errmsg(h), want) == NULL)
+      a->bad++;
+  }
+  return NULL;
+}
+
+static void shared_handle_errors_are_written_per_thread(void **state) {
+  hl_fixture *f = *state;
+  hilock_rlock *rl = NULL;
+  shared_fail_arg a[FAILERS];
+  pthread_t t[FAILERS];
+  atomic_int go = 0;
+  assert_hl_ok(hilock_rlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rl),
+               hilock_client_errmsg(f->client));
+  for (int i = 0; i < FAILERS; i++) {
+    a[i] = (shared_fail_arg){rl, i % 2, &go, 0};
+    assert_int_equal(pthread_create(&t[i], NULL, fail_on_shared, &a[i]), 0);
+  }
+  atomic_store(&go, 1);
+  for (int i = 0; i < FAILERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(a[i].bad, 0);
+  }
+  /* None of theirs is this thread's. */
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_OK);
+  hilock_hold_free(HILOCK_HOLD(rl));
+}
+
 HL_FIXTURE_MAIN("hold",
       HL_TEST(simple_lock_refuses_renewal),
       HL_TEST(rwlock_hold_reports_the_handles_error),
@@ -209,4 +262,5 @@ HL_FIXTURE_MAIN("hold",
       HL_TEST(null_out_arguments_are_einval),
       HL_TEST(shared_handle_errors_are_read_safely),
       HL_TEST(client_errors_are_per_thread),
-      HL_TEST(shared_handle_tokens_are_read_safely))
+      HL_TEST(shared_handle_tokens_are_read_safely),
+      HL_TEST(shared_handle_errors_are_written_per_thread))

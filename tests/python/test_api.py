@@ -575,3 +575,71 @@ def test_interrupt_at_grant_time_leaves_nothing_held(client) -> None:
             assert waiter.acquire(blocking=False) is True
     finally:
         waiter.force_release()
+
+
+def test_collected_held_lock_warns_what_becomes_of_it(client) -> None:
+    """A held lock that is garbage-collected is not released: the
+    ResourceWarning says what happens to it, by type (a simple lock has no
+    TTL to lapse at)."""
+    import gc
+    import warnings
+
+    def collected(lk) -> str:
+        assert lk.acquire(blocking=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del lk
+            gc.collect()
+        texts = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+        assert len(texts) == 1, texts
+        return texts[0]
+
+    text = collected(client.simple_lock("collected-simple"))
+    assert "no TTL" in text and "force_release()" in text and "lapses" not in text
+    client.simple_lock("collected-simple").force_release()
+    text = collected(client.lock("collected-lock", ttl=10, auto_renew=False))
+    assert "lapses at its TTL" in text
+
+
+def test_release_after_a_force_release_reports_the_loss_once(client) -> None:
+    """A release that finds the grant gone raises LockNotOwnedError and is a
+    loss: counted once per grant (not again after owned() found it), never
+    as a hold, and ``lost`` stays set after the failed release."""
+    lk = client.lock("forced", ttl=10, auto_renew=False)
+    other = client.lock("forced", ttl=10)
+    before = client.stats()
+
+    def grew() -> tuple:
+        s = client.stats()
+        return (s["lost"] - before["lost"],
+                s["hold_seconds"]["count"] - before["hold_seconds"]["count"])
+
+    assert lk.acquire(blocking=False)
+    assert other.force_release()
+    assert lk.owned() is False and lk.lost is True
+    with pytest.raises(hilock.LockNotOwnedError):
+        lk.release()
+    assert lk.lost is True and grew() == (1, 0)
+
+    assert lk.acquire(blocking=False) and lk.lost is False
+    assert other.force_release()
+    with pytest.raises(hilock.LockNotOwnedError):
+        lk.release()
+    assert lk.lost is True and grew() == (2, 0)
+    with pytest.raises(hilock.LockNotOwnedError):
+        lk.release()
+    assert lk.lost is True and grew() == (2, 0)
+
+
+def test_a_thread_waiting_on_the_object_gets_it_when_the_grant_lapses(client) -> None:
+    """One object is one holder across threads: when its grant lapses
+    unrenewed, a thread waiting on the object is granted, as a waiter on
+    another object would be."""
+    lk = client.lock("lapse-waiter", ttl=0.3, auto_renew=False)
+    assert lk.acquire()
+    # The bound is generous: the grant lapses 0.3 s after it was made.
+    w = Worker(lambda: lk.acquire(timeout=20.0), name="waiter")
+    assert w.outcome(30.0) is True
+    assert lk.owned()
+    assert client.stats()["lost"] == 1
+    lk.release()

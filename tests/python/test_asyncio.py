@@ -1593,3 +1593,22 @@ def test_a_runner_whose_watch_failed_is_freed_and_the_next_operation_binds(
 
     run_bounded(main)
     assert len(seen) == 2 and rds.exists("hilock:{aio:watch}:lock") == 0
+
+
+def test_a_lapsed_grant_leaves_the_object_free_to_acquire_again(rds, redis_url) -> None:
+    """Not renewed, a grant lapses at its TTL: the same object acquires again
+    at once (the lapse is reported lost), as another object could."""
+    async def main(c: hla.Client) -> None:
+        lk = c.lock("aio:lapse", ttl=0.2, auto_renew=False)
+        rival = c.lock("aio:lapse", ttl=10)
+        assert await lk.acquire(blocking=False)
+        # The rival is granted once the grant lapsed on the server.
+        assert await rival.acquire(timeout=10.0)
+        await rival.release()
+        # Bounded so that the test fails rather than waits: the lock is free.
+        assert await asyncio.wait_for(lk.acquire(timeout=5.0), 30.0)
+        assert lk.lost is False and await lk.owned()
+        await lk.release()
+        assert c.stats()["lost"] == 1
+
+    run(redis_url, main)

@@ -54,8 +54,11 @@ Nothing here asserts how fast anything happens; every wait is bounded.
 """
 from __future__ import annotations
 
+import logging
 import pickle
+import queue
 import random
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -660,3 +663,130 @@ def test_the_exclusion_harness_fails_without_a_lock(fam: Family, env: Env) -> No
     with pytest.raises(ConcurrencyError) as info:
         check_max_concurrent(hist, 1)
     assert info.value.crowds
+
+
+# -- 4b. a lapsed grant is a loss, and its object acquires again ---------------------
+
+class OwnThread:
+    """Calls on one daemon thread of its own (a grant the calling thread owns
+    stays with it), each bounded: a call that hangs fails the test, and the
+    thread it hangs on does not keep the interpreter from exiting."""
+
+    def __init__(self) -> None:
+        self._q: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._run, name="own-thread", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._q.get()
+            if job is None:
+                return
+            fn, box, done = job
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+        box: List[Tuple[bool, Any]] = []
+        done = threading.Event()
+        self._q.put((fn, box, done))
+        if not done.wait(timeout):
+            raise AssertionError(f"the call did not return within {timeout} s")
+        ok, v = box[0]
+        if ok:
+            return v
+        raise v
+
+    def close(self) -> None:
+        self._q.put(None)
+
+
+class LossRecords(logging.Handler):
+    """The "hilock" logger's loss records (they come from a reader thread)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.n = 0
+        self.mu = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno == logging.ERROR and "lock lost" in record.getMessage():
+            with self.mu:
+                self.n += 1
+
+
+@pytest.fixture
+def loss_records():
+    log = logging.getLogger("hilock")
+    h = LossRecords()
+    old = log.level
+    log.addHandler(h)
+    log.setLevel(logging.DEBUG)
+    try:
+        yield h
+    finally:
+        log.removeHandler(h)
+        log.setLevel(old)
+
+
+@pytest.mark.parametrize("fam", EXPIRING)
+def test_lapsed_grant_is_a_loss_and_its_object_acquires_again(
+        fam: Family, env: Env, loss_records: LossRecords) -> None:
+    """Not renewed, a grant lapses at its TTL. The object that held it is
+    free to acquire again (timed, untimed, at once), as another object is;
+    a release after the lapse raises LockNotOwnedError. Either way the lapse
+    is reported once as a loss (``lost``, stats, the "hilock" logger), never
+    as a hold, and a failed release leaves ``lost`` set."""
+    lk = env.make(ttl=fam.short_ttl, auto_renew=False)
+    rival = env.other(env.rival(ttl=LONG_TTL, auto_renew=False))
+    stats = getattr(lk, "stats", env.client.stats)  # a Redlock counts for itself
+    me = OwnThread()
+    lost0 = stats()["lost"]
+    holds = [stats()["hold_seconds"]["count"]]  # grants that ended in a release
+
+    def release(obj: Any, call: Callable[[Callable[[], Any]], Any]) -> None:
+        call(obj.release)
+        if obj is lk or not hasattr(obj, "stats"):  # counted where lk counts
+            holds[0] += 1
+
+    def lapse() -> None:
+        """lk is granted, and its grant lapses: a rival gets it meanwhile."""
+        assert me.call(lambda: lk.acquire(blocking=False))
+        assert rival.call(lambda o: o.acquire(timeout=fam.short_ttl + 10.0)), \
+            "the lapsed grant never went to a waiting object"
+        release(rival.obj, lambda fn: rival.call(lambda _: fn()))
+
+    def losses(n: int) -> None:
+        assert stats()["lost"] == lost0 + n
+        assert stats()["hold_seconds"]["count"] == holds[0]  # a lapse is no hold
+        wait_for(lambda: loss_records.n >= n, 5.0, what=f"loss record {n}")
+        assert loss_records.n == n
+
+    try:
+        lapse()
+        # Bounded so that the test fails rather than waits: the grant is
+        # free at once.
+        assert me.call(lambda: lk.acquire(timeout=5.0)), "a timed acquire was refused"
+        losses(1)
+        assert me.call(lambda: lk.lost) is False and me.call(lk.owned) is True
+        release(lk, me.call)
+
+        lapse()
+        assert me.call(lambda: lk.acquire()), "an untimed acquire was refused"
+        losses(2)
+        release(lk, me.call)
+
+        lapse()
+        for _ in range(2):
+            with pytest.raises(hilock.LockNotOwnedError):
+                me.call(lambda: lk.release())
+            assert me.call(lambda: lk.lost) is True
+            losses(3)  # once per grant
+        assert me.call(lambda: lk.acquire(blocking=False))
+        assert me.call(lambda: lk.lost) is False
+        release(lk, me.call)
+        losses(3)
+    finally:
+        me.close()

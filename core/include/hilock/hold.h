@@ -102,7 +102,8 @@ HILOCK_API int64_t hilock_hold_validity_ms(const hilock_hold *h);
 HILOCK_API int hilock_hold_held(const hilock_hold *h);
 
 /* 1 if the current grant was found lost (renewal failed, or owned or an
- * extension found another owner); cleared by the next grant. */
+ * extension found another owner), or the last one's release found it gone
+ * (it lapsed, or another owner holds it); cleared by the next grant. */
 HILOCK_API int hilock_hold_lost(const hilock_hold *h);
 
 /* Auto-renewal: while held, the client's renewal thread resets the TTL
