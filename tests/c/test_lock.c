@@ -95,11 +95,13 @@ static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_acquire(b, 300), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(hl_now_ms() - t0, 290, 650);
+  /* Bounded by the wait, not the holder's 10 s TTL; 2 s leaves room for a
+   * stalled, loaded machine. */
+  assert_i64_between(hl_now_ms() - t0, 290, 2000);
 
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_acquire(b, 0), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(hl_now_ms() - t0, 0, 200);
+  assert_i64_between(hl_now_ms() - t0, 0, 2000); /* one try, no wait */
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(a));

@@ -88,8 +88,10 @@ static int nodes_with_key(void) {
  * gets the reply when the sleep ends. */
 static redisContext *node_sleep(int i, double seconds) {
   redisContext *c = hl_redis_connect(&nodes[i]);
+  struct timeval tv = {(time_t)seconds + 5, 0}; /* the reply ends the sleep */
   int done = 0;
   char s[32];
+  redisSetTimeout(c, tv);
   snprintf(s, sizeof(s), "%.3f", seconds);
   redisAppendCommand(c, "DEBUG SLEEP %s", s);
   while (!done) assert_int_equal(redisBufferWrite(c, &done), REDIS_OK);
@@ -352,16 +354,17 @@ static void test_minority_slowed_still_acquires_fast(void **state) {
   redisContext *s3, *s4;
   int64_t t0, took;
   (void)state;
-  s3 = node_sleep(3, 1.0);
-  s4 = node_sleep(4, 1.0);
+  s3 = node_sleep(3, 3.0);
+  s4 = node_sleep(4, 3.0);
   t0 = hl_now_ms();
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   took = hl_now_ms() - t0;
-  /* Bounded by the node timeout (50 ms), not by the 1 s sleep. */
-  assert_i64_between(took, 0, 600);
-  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 9000);
+  /* Bounded by the node timeout (50 ms), not by the 3 s sleep: 1.5 s tells
+   * the two apart with room for a stalled, loaded machine. */
+  assert_i64_between(took, 0, 1500);
+  assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 10000 - took - 200);
   assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_true(hl_now_ms() - t0 < 900);
+  assert_true(hl_now_ms() - t0 < 2500);
   sleep_done(s3);
   sleep_done(s4);
   /* The slow nodes ran the grant and then the release, in order, on the
@@ -422,11 +425,12 @@ static void test_slowed_majority_leaves_nothing_behind(void **state) {
   redisContext *s[3];
   int64_t t0;
   (void)state;
-  for (int i = 0; i < 3; i++) s[i] = node_sleep(i, 0.5);
+  for (int i = 0; i < 3; i++) s[i] = node_sleep(i, 2.0);
   t0 = hl_now_ms();
   assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_ENOQUORUM,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_i64_between(hl_now_ms() - t0, 0, 450);
+  /* Not the 2 s sleep: 1.2 s leaves room for a stalled, loaded machine. */
+  assert_i64_between(hl_now_ms() - t0, 0, 1200);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "no reply within 50 ms");
   for (int i = 0; i < 3; i++) sleep_done(s[i]);
   hl_sleep_ms(50);
