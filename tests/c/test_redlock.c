@@ -203,13 +203,14 @@ static void test_auth_and_db_from_each_url(void **state) {
 
 static void test_grant_sets_one_token_on_every_node(void **state) {
   hilock_redlock *a = make(10000), *b = make(10000);
-  int64_t t0 = hl_now_ms();
+  int64_t t0 = hl_now_ms(), validity;
   int owned = 0, locked = 0;
   (void)state;
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(a)), 10000 - 102 - 1000,
-                     10000 - 102);
-  assert_true(hl_now_ms() - t0 < 1000);
+  /* The TTL less the drift allowance and, at most, the time the round
+   * took (however long a loaded machine makes it). */
+  validity = hilock_hold_validity_ms(HILOCK_HOLD(a));
+  assert_i64_between(validity, 10000 - 102 - (hl_now_ms() - t0), 10000 - 102);
   /* A new name's first fence is the servers' clock in microseconds. */
   assert_true(hilock_hold_fence(HILOCK_HOLD(a)) > 1000000000000000ULL);
   for (int i = 0; i < N; i++) {
@@ -708,7 +709,8 @@ static void test_watchdog_renews_through_a_majority(void **state) {
   t0 = hl_now_ms();
   while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
   assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
-  assert_i64_between(hl_now_ms() - t0, 0, 600 + 300);
+  /* Within the validity and a renewal, with room for a loaded machine. */
+  assert_i64_between(hl_now_ms() - t0, 0, 600 + 300 + 1500);
   wait_lost_calls(1);
   assert_int_equal(lost_calls, 1);
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
@@ -728,7 +730,9 @@ static void test_max_hold_stops_renewing(void **state) {
   t0 = hl_now_ms();
   while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
   assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
-  assert_i64_between(hl_now_ms() - t0, 700, 700 + 400 + 400);
+  /* max_hold and one TTL, with room for a loaded machine; a hold renewed on
+   * would never be lost. */
+  assert_i64_between(hl_now_ms() - t0, 700, 700 + 400 + 1500);
   wait_lost_calls(1);
   assert_int_equal(lost_calls, 1);
   hilock_hold_free(HILOCK_HOLD(a));
