@@ -353,7 +353,9 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   took = hl_release_and_join(&w, HILOCK_HOLD(h[1]), &hl_seg_verbs);
   SEG_OK(w.rc, ws);
   SEG_OK(w.release_rc, ws);
-  assert_true(took < 1500);
+  /* Woken by the release, not the 30 s TTLs: 3 s leaves room for a loaded
+   * machine. */
+  assert_true(took < 3000);
   assert_int_equal(hilock_segmented_lock_segment(ws),
                    hilock_segmented_lock_segment(h[1]));
   SEG_OK(hilock_segmented_lock_release(h[0]), h[0]);
