@@ -369,8 +369,9 @@ static void test_minority_slowed_still_acquires_fast(void **state) {
   sleep_done(s3);
   sleep_done(s4);
   /* The slow nodes ran the grant and then the release, in order, on the
-   * same connection: nothing is left behind. */
-  hl_sleep_ms(50);
+   * same connection: nothing is left behind (a left key lives 10 s). */
+  for (int64_t end = hl_now_ms() + 5000; nodes_with_key() && hl_now_ms() < end;)
+    hl_sleep_ms(5);
   assert_int_equal(nodes_with_key(), 0);
   hilock_hold_free(HILOCK_HOLD(a));
 }
@@ -434,9 +435,10 @@ static void test_slowed_majority_leaves_nothing_behind(void **state) {
   assert_i64_between(hl_now_ms() - t0, 0, 1200);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "no reply within 50 ms");
   for (int i = 0; i < 3; i++) sleep_done(s[i]);
-  hl_sleep_ms(50);
   /* The slow nodes set the token after all, then ran the release that
-   * followed it on the same connection. */
+   * followed it on the same connection (a left key lives 10 s). */
+  for (int64_t end = hl_now_ms() + 5000; nodes_with_key() && hl_now_ms() < end;)
+    hl_sleep_ms(5);
   assert_int_equal(nodes_with_key(), 0);
   hilock_hold_free(HILOCK_HOLD(a));
 }
