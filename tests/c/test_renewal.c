@@ -239,7 +239,8 @@ static void stolen_lock_is_reported_lost_once(void **state) {
   hl_redis_ok(f->redis, "SET %b thief PX 5000", key, klen);
 
   t_lost = wait_lost(&rec, 2000);
-  assert_i64_between(t_lost - t_steal, 0, 300);
+  /* At the next renewal, with room for a loaded machine. */
+  assert_i64_between(t_lost - t_steal, 0, 1500);
   assert_false(atomic_load(&rec.on_caller)); /* the renewal thread's call */
   assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
@@ -280,7 +281,7 @@ static void force_release_and_new_holder_is_detected(void **state) {
   assert_true(deleted);
   assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
-  assert_i64_between(wait_lost(&rec, 2000) - t_steal, 0, 300);
+  assert_i64_between(wait_lost(&rec, 2000) - t_steal, 0, 1500);
   assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
   assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED,
@@ -590,7 +591,7 @@ static void rlock_renewal_keeps_and_loses(void **state) {
   assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
   t_del = hl_now_ms();
   hl_redis_ok(f->redis, "DEL %b", key, klen);
-  assert_i64_between(wait_lost_after(&rec, seen, 2000) - t_del, 0, 300);
+  assert_i64_between(wait_lost_after(&rec, seen, 2000) - t_del, 0, 1500);
   assert_true(hilock_hold_lost(HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 0);
   assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,

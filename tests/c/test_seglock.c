@@ -288,7 +288,8 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_SOLDOUT, s);
   t0 = hl_now_ms();
   SEG_RC(hilock_segmented_lock_acquire(s, HILOCK_WAIT_FOREVER), HILOCK_SOLDOUT, s);
-  assert_true(hl_now_ms() - t0 < 1000);
+  /* At once, not a wait for ever (room for a loaded machine). */
+  assert_true(hl_now_ms() - t0 < 2500);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(segments_held(s), 0);
   assert_string_equal(hilock_err_name(HILOCK_SOLDOUT), "SOLDOUT");
