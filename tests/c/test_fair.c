@@ -144,7 +144,9 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   took = hl_now_ms() - t0;
   assert_non_null(v);
   free(v);
-  assert_i64_between(took, 0, beat + beat / 3 + 700);
+  /* The heartbeat bound (0.8 s), not the 10 s TTL: 4 s leaves room for a
+   * loaded machine. */
+  assert_i64_between(took, 0, 4000);
   /* The dead waiter's entry, heartbeat and wake list went with it. */
   assert_int_equal(hl_q_queue_len(f, "dead-head"), 0);
   assert_int_equal(hl_q_wake_lists(f, "dead-head"), 0);

@@ -205,7 +205,8 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   t0 = hl_now_ms();
   while (hl_hold_exists(f->redis, HILOCK_HOLD(lapsing))) {
-    assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
+    /* Room for a loaded machine: a hold the child renewed never lapses. */
+    assert_i64_between(hl_now_ms() - t0, 0, 300 + 2000);
     hl_sleep_ms(10);
   }
   /* ... and both stay gone while the child lives on. */
@@ -451,7 +452,9 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   assert_int_equal(hl_waiters(f->redis), 1);
   took = hl_release_and_join(&b, HILOCK_HOLD(holder), &hl_lock_verbs);
   assert_hl_ok(b.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
-  assert_i64_between(took, 0, 300);
+  /* Woken by the release, not the 10 s TTL: 2 s leaves room for a loaded
+   * machine. */
+  assert_i64_between(took, 0, 2000);
   hl_assert_holder(f->redis, HILOCK_HOLD(waiting));
   assert_hl_ok(hilock_lock_release(waiting),
                hilock_hold_errmsg(HILOCK_HOLD(waiting)));

@@ -308,7 +308,7 @@ static void force_release_wakes_waiter_and_holder_loses(void **state) {
     w = row->make(c2, name);
     H_OK(row->hv->try_acquire(h), h);
     hl_waiter_run(&wt, w, row->wv, 30000, 1); /* releases in its thread */
-    hl_sleep_ms(300); /* the waiter is asleep now */
+    assert_true(hl_wait_waiters(f->redis, 1, 5000)); /* the waiter sleeps */
     assert_int_equal(hl_waiter_done_at(&wt), 0);
 
     t0 = hl_now_ms();

@@ -95,11 +95,13 @@ static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_acquire(b, 300), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(hl_now_ms() - t0, 290, 650);
+  /* Bounded by the wait, not the holder's 10 s TTL; 2 s leaves room for a
+   * stalled, loaded machine. */
+  assert_i64_between(hl_now_ms() - t0, 290, 2000);
 
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_acquire(b, 0), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(hl_now_ms() - t0, 0, 200);
+  assert_i64_between(hl_now_ms() - t0, 0, 2000); /* one try, no wait */
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(a));
@@ -279,17 +281,21 @@ static void extend_rejects_bad_durations(void **state) {
 static void validity_decreases_and_stays_below_ttl(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "valid", 2000);
-  int64_t v1, v2;
+  int64_t v1, v2, t0, t1;
 
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
+  t0 = hl_now_ms();
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  t1 = hl_now_ms();
   v1 = hilock_hold_validity_ms(HILOCK_HOLD(l));
-  /* Less the drift allowance: 1% of 2000 ms + 2 ms. */
-  assert_i64_between(v1, 1500, 2000 - 22);
+  /* Less the drift allowance (1% of 2000 ms + 2 ms) and at most the time
+   * the grant took, however long a loaded machine made it. */
+  assert_i64_between(v1, 2000 - 22 - (t1 - t0) - 1, 2000 - 22);
   hl_sleep_ms(100);
   v2 = hilock_hold_validity_ms(HILOCK_HOLD(l));
   assert_true(v2 < v1);
-  assert_i64_between(v2, v1 - 500, v1 - 90);
+  /* Down by the time that passed between the two reads. */
+  assert_i64_between(v2, v1 - (hl_now_ms() - t1) - 1, v1 - 90);
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
   hilock_hold_free(HILOCK_HOLD(l));

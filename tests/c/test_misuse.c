@@ -251,7 +251,8 @@ static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
   int rc;
   (void)state;
   assert_int_equal(hl_server_start(&s, NULL), 0);
-  hilock_options_init(&o); /* reconnect budget 3 s */
+  hilock_options_init(&o);
+  o.reconnect_ms = 10000;
   c = hl_client(s.url, &o);
   l = hl_new_lock(c, "down", 5000);
   hl_server_stop(&s);
@@ -259,8 +260,9 @@ static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
   rc = hilock_lock_acquire(l, 1000);
   took = hl_now_ms() - t0;
   assert_true(rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT);
-  /* 1 s and the stated 250 ms slack; the reconnect budget was 3 s. */
-  assert_i64_between(took, 900, 1900);
+  /* 1 s and the stated 250 ms slack, not the 10 s reconnect budget: 3 s
+   * leaves room for a loaded machine. */
+  assert_i64_between(took, 900, 3000);
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
   hl_server_destroy(&s);

@@ -311,7 +311,8 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
   while (!hilock_hold_lost(HILOCK_HOLD(m)) && hl_now_ms() - t0 < 3000)
     hl_sleep_ms(10);
   assert_true(hilock_hold_lost(HILOCK_HOLD(m)));
-  assert_i64_between(hl_now_ms() - t0, 0, 1500);
+  /* At the next renewal; 2.5 s leaves room for a loaded machine. */
+  assert_i64_between(hl_now_ms() - t0, 0, 2500);
   while (atomic_load(&lost_calls) == 0 && hl_now_ms() - t0 < 3000)
     hl_sleep_ms(5);
   assert_int_equal(atomic_load(&lost_calls), 1);

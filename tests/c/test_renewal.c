@@ -11,6 +11,12 @@
 
 typedef hl_fixture fixture;
 
+/* Room for a loaded machine in a bound on when a lapse or a loss shows: two
+ * cores shared with other suites (or sanitizers) can stall a thread for a
+ * second or more. A defect these bounds catch (a hold renewed on) would
+ * never end at all. */
+#define LOADED_MS 2000
+
 static int teardown(void **state) {
   fixture *f = *state;
   hl_redis_ok(f->redis, "CLIENT UNPAUSE"); /* after a failed pause test */
@@ -131,7 +137,7 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 0, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   while (hl_hold_exists(f->redis, HILOCK_HOLD(l))) {
-    assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
+    assert_i64_between(hl_now_ms() - t0, 0, 300 + LOADED_MS);
     hl_sleep_ms(10);
   }
   assert_false(hilock_hold_held(HILOCK_HOLD(l)));
@@ -204,7 +210,7 @@ static void free_with_renewal_registered_is_clean(void **state) {
   t0 = hl_now_ms();
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   while (hl_redis_exists(f->redis, "hilock:{freed}:lock", 19)) {
-    assert_i64_between(hl_now_ms() - t0, 0, 300 + 150);
+    assert_i64_between(hl_now_ms() - t0, 0, 300 + LOADED_MS);
     hl_sleep_ms(10);
   }
   hl_sleep_ms(200);
@@ -233,7 +239,8 @@ static void stolen_lock_is_reported_lost_once(void **state) {
   hl_redis_ok(f->redis, "SET %b thief PX 5000", key, klen);
 
   t_lost = wait_lost(&rec, 2000);
-  assert_i64_between(t_lost - t_steal, 0, 300);
+  /* At the next renewal, with room for a loaded machine. */
+  assert_i64_between(t_lost - t_steal, 0, 1500);
   assert_false(atomic_load(&rec.on_caller)); /* the renewal thread's call */
   assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
@@ -274,7 +281,7 @@ static void force_release_and_new_holder_is_detected(void **state) {
   assert_true(deleted);
   assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
-  assert_i64_between(wait_lost(&rec, 2000) - t_steal, 0, 300);
+  assert_i64_between(wait_lost(&rec, 2000) - t_steal, 0, 1500);
   assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
   assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED,
@@ -325,7 +332,7 @@ static void stopped_server_makes_the_hold_lost(void **state) {
   /* No renewal can succeed: the local validity runs out about one TTL
    * after the last renewal, and the loss is reported. */
   while (hilock_hold_validity_ms(HILOCK_HOLD(l)) > 0) {
-    assert_i64_between(hl_now_ms() - t_stop, 0, 300 + 50);
+    assert_i64_between(hl_now_ms() - t_stop, 0, 300 + LOADED_MS);
     hl_sleep_ms(5);
   }
   t_lost = wait_lost(&rec, 3000);
@@ -363,8 +370,8 @@ static void paused_server_makes_the_hold_lost(void **state) {
   hl_redis_ok(f->redis, "CLIENT UNPAUSE");
   /* The next renewal (<= 100 ms) hangs; the loss is reported when the
    * hold's validity (< 300 ms after the last renewal) ends, not after the
-   * command timeout. */
-  assert_i64_between(t_lost - t_pause, 150, 450);
+   * command timeout (5 s) or the end of the pause (2 s). */
+  assert_i64_between(t_lost - t_pause, 150, 1500);
   assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
 
@@ -444,7 +451,7 @@ static void max_hold_bounds_renewal(void **state) {
   assert_true(hl_hold_exists(f->redis, HILOCK_HOLD(l))); /* renewed past its first TTL */
   assert_int_equal(atomic_load(&rec.calls), 0);
   while (hl_hold_exists(f->redis, HILOCK_HOLD(l))) {
-    assert_i64_between(hl_now_ms() - t0, 0, 600 + 300 + 100 + 300);
+    assert_i64_between(hl_now_ms() - t0, 0, 600 + 300 + 100 + LOADED_MS);
     hl_sleep_ms(5);
   }
   t_gone = hl_now_ms() - t0;
@@ -584,7 +591,7 @@ static void rlock_renewal_keeps_and_loses(void **state) {
   assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
   t_del = hl_now_ms();
   hl_redis_ok(f->redis, "DEL %b", key, klen);
-  assert_i64_between(wait_lost_after(&rec, seen, 2000) - t_del, 0, 300);
+  assert_i64_between(wait_lost_after(&rec, seen, 2000) - t_del, 0, 1500);
   assert_true(hilock_hold_lost(HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 0);
   assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,

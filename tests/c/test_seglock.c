@@ -288,7 +288,8 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_SOLDOUT, s);
   t0 = hl_now_ms();
   SEG_RC(hilock_segmented_lock_acquire(s, HILOCK_WAIT_FOREVER), HILOCK_SOLDOUT, s);
-  assert_true(hl_now_ms() - t0 < 1000);
+  /* At once, not a wait for ever (room for a loaded machine). */
+  assert_true(hl_now_ms() - t0 < 2500);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(segments_held(s), 0);
   assert_string_equal(hilock_err_name(HILOCK_SOLDOUT), "SOLDOUT");
@@ -353,7 +354,9 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   took = hl_release_and_join(&w, HILOCK_HOLD(h[1]), &hl_seg_verbs);
   SEG_OK(w.rc, ws);
   SEG_OK(w.release_rc, ws);
-  assert_true(took < 1500);
+  /* Woken by the release, not the 30 s TTLs: 3 s leaves room for a loaded
+   * machine. */
+  assert_true(took < 3000);
   assert_int_equal(hilock_segmented_lock_segment(ws),
                    hilock_segmented_lock_segment(h[1]));
   SEG_OK(hilock_segmented_lock_release(h[0]), h[0]);

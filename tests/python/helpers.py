@@ -276,6 +276,14 @@ def command_calls(r) -> dict:
             for k, v in r.info("commandstats").items()}
 
 
+def scripts_run(r) -> int:
+    """Scripts the server has run (EVAL and EVALSHA calls, NOSCRIPT refusals
+    included): what to wait on until commands sent to a stopped server have
+    run once it resumes."""
+    calls = command_calls(r)
+    return calls.get("eval", 0) + calls.get("evalsha", 0)
+
+
 def blocked_clients(r) -> int:
     """Waiters asleep in a wait for a lock: clients the server has blocked
     in BLPOP (shared_waiting=False), plus the threads of this process that

@@ -9,7 +9,8 @@ import time
 import pytest
 
 import hilock
-from helpers import KINDS, NOT_RETURNED, Worker, interrupt_acquire, make_lock, run_in_threads
+from helpers import (KINDS, NOT_RETURNED, Worker, interrupt_acquire, make_lock, run_in_threads,
+                     wait_for)
 
 
 # -- acquire / release / locked / owned ------------------------------------
@@ -18,11 +19,14 @@ def test_non_blocking_on_held_lock_returns_false_at_once(client) -> None:
     holder = client.lock("nb", ttl=5)
     assert holder.acquire()
     lk = client.lock("nb", ttl=5)
-    t0 = time.monotonic()
+    before = client.stats()
     assert lk.acquire(blocking=False) is False
     assert lk.acquire(False) is False
-    assert time.monotonic() - t0 < 0.1
     assert lk.acquire(timeout=0) is False
+    # At once: refused as busy, without a wait (what the client counted).
+    after = client.stats()
+    assert after["busy"] - before["busy"] == 3
+    assert after["waits"] == before["waits"]
     assert holder.owned()
     holder.release()
 
@@ -35,7 +39,9 @@ def test_timeout_returns_false_after_timeout(kind, client) -> None:
     t0 = time.monotonic()
     assert lk.acquire(timeout=0.2) is False
     took = time.monotonic() - t0
-    assert 0.19 <= took < 0.45, f"acquire(timeout=0.2) took {took:.3f} s"
+    # The holder renews, so a wait that ignored the timeout would never end;
+    # 2 s bounds it with room for a stalled, loaded machine.
+    assert 0.19 <= took < 2.0, f"acquire(timeout=0.2) took {took:.3f} s"
     holder.release()
 
 
@@ -47,11 +53,14 @@ def test_default_timeout_of_the_lock(client) -> None:
     for call in (lk.acquire, lambda: lk.acquire(True, -1)):
         t0 = time.monotonic()
         assert call() is False
-        assert 0.19 <= time.monotonic() - t0 < 0.45
-    # An explicit timeout overrides the default.
+        # Bounded by the 0.2 s default, not the renewed holder's endless
+        # hold; 2 s leaves room for a stalled, loaded machine.
+        assert 0.19 <= time.monotonic() - t0 < 2.0
+    # An explicit timeout overrides the default: well under a 10 s default.
+    patient = client.lock("deft", ttl=10, timeout=10.0)
     t0 = time.monotonic()
-    assert lk.acquire(timeout=0.05) is False
-    assert time.monotonic() - t0 < 0.15
+    assert patient.acquire(timeout=0.05) is False
+    assert time.monotonic() - t0 < 3.0
     holder.release()
     assert client.lock("x").timeout is None
 
@@ -62,18 +71,20 @@ def test_waiter_gets_lock_soon_after_release(client) -> None:
     released = []
 
     def release_later():
-        released.append(time.monotonic())
+        wait_for(lambda: client.waiting == 1, 5, what="the waiter to wait")
+        released.append(True)
         holder.release()
 
-    t = threading.Timer(0.15, release_later)
+    t = threading.Thread(target=release_later)
     t.start()
     try:
         lk = client.lock("handover", ttl=10)
+        # The holder renews its 10 s TTL: only the release's wake-up can end
+        # this wait in time (how quickly is for tests/bench).
         assert lk.acquire(timeout=3.0) is True
-        latency = time.monotonic() - released[0]
     finally:
         t.join(5)
-    assert latency < 0.25, f"handover took {latency:.3f} s"
+    assert released == [True]
     lk.release()
 
 
@@ -82,9 +93,11 @@ def test_waiter_gets_expiring_lock_when_ttl_runs_out(client) -> None:
     assert holder.acquire()
     t0 = time.monotonic()
     lk = client.lock("lapse", ttl=5)
-    assert lk.acquire(timeout=3.0)
+    assert lk.acquire(timeout=10.0)
     took = time.monotonic() - t0
-    assert 0.2 <= took < 0.6, f"took {took:.3f} s for a 0.3 s TTL"
+    # Woken when the TTL it was told runs out, not at its 10 s deadline:
+    # 3 s tells the two apart with room for a stalled, loaded machine.
+    assert 0.2 <= took < 3.0, f"took {took:.3f} s for a 0.3 s TTL"
     assert lk.fence == holder.fence + 1
     lk.release()
 
@@ -116,7 +129,9 @@ def test_context_manager_timeout_never_runs_body(client) -> None:
     assert ran == []
     assert isinstance(info.value, TimeoutError)
     assert isinstance(info.value, hilock.LockError)
-    assert 0.19 <= took < 0.5
+    # Bounded by the 0.2 s timeout, not the renewed holder's endless hold;
+    # 2 s leaves room for a stalled, loaded machine.
+    assert 0.19 <= took < 2.0
     assert holder.owned()  # the failed attempt did not disturb the holder
     holder.release()
 
@@ -182,13 +197,13 @@ def test_same_object_second_thread_blocks_until_release(client) -> None:
 
     def other():
         ok = lk.acquire(timeout=5.0)
-        result.append((ok, time.monotonic()))
+        result.append(ok)
         if ok:
             lk.release()
 
     t = threading.Thread(target=other)
     t.start()
-    time.sleep(0.3)
+    time.sleep(0.3)  # room for a wrong grant to show (the object's own wait counts nowhere)
     assert result == [], "a second thread acquired a held Lock object"
     # Non-blocking attempts from other threads fail meanwhile.
     probe = []
@@ -196,12 +211,12 @@ def test_same_object_second_thread_blocks_until_release(client) -> None:
     p.start()
     p.join(5)
     assert probe == [False]
-    released = time.monotonic()
     lk.release()
     t.join(5)
     assert not t.is_alive()
-    assert result and result[0][0] is True
-    assert result[0][1] - released < 0.3
+    # Granted within its 5 s although the lock renews a 10 s TTL: woken by
+    # the release.
+    assert result == [True]
     assert lk.locked() is False
 
 
@@ -273,10 +288,14 @@ def test_extend_renew_validity(kind, client, rds) -> None:
 
     lk.renew()  # back to the lock's ttl
     assert 900 <= rds.pttl(key) <= 1000
+    t0 = time.monotonic()
     v1 = lk.validity
     time.sleep(0.2)
     v2 = lk.validity
-    assert 0.15 <= v1 - v2 <= 0.35, (v1, v2)
+    slept = time.monotonic() - t0
+    # Validity counts down with the clock: by what passed between the reads
+    # (measured, as a loaded machine may stretch the sleep).
+    assert 0.15 <= v1 - v2 <= slept + 0.05, (v1, v2, slept)
 
     lk.release()
     assert lk.validity == 0.0
@@ -460,13 +479,15 @@ def test_close_wakes_a_blocked_acquire(rds, redis_url) -> None:
 
     t = threading.Thread(target=wait)
     t.start()
-    time.sleep(0.2)
+    wait_for(lambda: c.waiting == 1, 5, what="the waiter to wait")
     closed = time.monotonic()
     c.close()
     t.join(6)
     assert not t.is_alive()
     assert isinstance(out[0], hilock.ConnectionError), out
-    assert out[1] - closed < 0.5, f"woke {out[1] - closed:.3f} s after close()"
+    # Woken by close(), not by its 5 s timeout: 2.5 s tells the two apart
+    # with room for a stalled, loaded machine.
+    assert out[1] - closed < 2.5, f"woke {out[1] - closed:.3f} s after close()"
     # Closing released the holder's grant too.
     assert rds.exists(b"hilock:{wake}:lock") == 0
     assert holder.lost
@@ -510,7 +531,7 @@ def test_gil_released_while_blocked_in_acquire(client) -> None:
 
     during = _count_while(blocked)
     assert results[0] is False
-    assert 0.95 <= results[1] < 1.5
+    assert results[1] >= 0.95  # the whole timeout passed (the ratio below is the point)
     assert baseline > 0
     ratio = during / baseline
     # Holding the GIL through the waits would starve the counter to a few
@@ -529,7 +550,9 @@ def test_keyboard_interrupt_stops_blocked_acquire(client) -> None:
     assert intr.caught is not None, f"no KeyboardInterrupt; acquire returned {intr.returned!r}"
     assert intr.returned == NOT_RETURNED, "acquire finished before the interrupt"
     latency = intr.caught - intr.sent
-    assert latency < 0.3, f"KeyboardInterrupt took {latency * 1000:.0f} ms"
+    # Raised from inside the wait, not when its 5 s timeout ends it: 2.5 s
+    # tells the two apart with room for a stalled, loaded machine.
+    assert latency < 2.5, f"KeyboardInterrupt took {latency * 1000:.0f} ms"
 
     # The interrupted waiter holds nothing and remains usable.
     assert waiter.owned() is False
@@ -548,7 +571,7 @@ def test_failed_release_does_not_disturb_a_waiting_thread(client) -> None:
     t = threading.Thread(target=lambda: got.append(lk.acquire(timeout=5.0)))
     t.start()
     try:
-        time.sleep(0.2)  # t now waits inside lk.acquire()
+        wait_for(lambda: client.waiting == 1, 5, what="t to wait inside lk.acquire()")
         with pytest.raises(hilock.LockNotOwnedError):
             lk.release()
     finally:

@@ -176,17 +176,18 @@ def test_one_timeout_bounds_the_wait_for_the_turn_and_the_server(rds, redis_url)
         lk = c.lock("aio:turn-timeout", ttl=30, auto_renew=False)
         assert await lk.acquire()
         start = time.monotonic()
-        waiter = asyncio.ensure_future(lk.acquire(timeout=1.0))
-        await asyncio.sleep(0.6)
+        waiter = asyncio.ensure_future(lk.acquire(timeout=3.0))
+        await asyncio.sleep(2.5)
         await lk.release()
         # The waiter has the turn but has not run yet: the lock goes to
         # another client first, and the waiter meets it on the server.
         assert taker.acquire(blocking=False)
         assert await waiter is False
         took = time.monotonic() - start
-        # 1.0 s in all; 1.6 s if the server's wait were given the whole
-        # timeout again.
-        assert 0.95 <= took < 1.45, took
+        # 3 s in all; 5.5 s if the server's wait were given the whole
+        # timeout again: 4.25 s tells the two apart with room for a stalled,
+        # loaded machine.
+        assert 2.95 <= took < 4.25, took
 
     try:
         run(redis_url, main)
@@ -334,7 +335,11 @@ def test_tasks_and_threads_exclude_each_other(rds, redis_url) -> None:
         a = c.lock("aio:mixed", ttl=30)
         assert not await a.acquire(blocking=False)
         t = asyncio.ensure_future(a.acquire(timeout=10))
-        await asyncio.sleep(0.2)
+        for _ in range(500):  # 5 s at most
+            if c.waiting == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert c.waiting == 1, "the task never waited"
         assert not t.done()
         await asyncio.get_running_loop().run_in_executor(None, lk.release)
         assert await t
@@ -522,7 +527,11 @@ def test_a_redisson_fair_waiter_hears_the_release_meant_for_it(rds, redis_url) -
             waiter = c.fair_lock(name, ttl=30, compat="redisson")
             served = asyncio.ensure_future(_held_once(waiter, 25))
             await _queued(rds, f"redisson_lock_queue:{{{name}}}", 1)
-            await asyncio.sleep(0.2)  # asleep in its wait by now
+            for _ in range(500):  # until it sleeps in its wait, 5 s at most
+                if c.waiting == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert c.waiting == 1, "the waiter never slept in its wait"
             held.release()
             assert await asyncio.wait_for(served, 5)
 

@@ -51,11 +51,14 @@ def test_sigkilled_holder_frees_ttl_lock(kind, client, rds, redis_url) -> None:
     assert waiter.acquire(timeout=TTL + SLACK + 2.0), "lock of a dead holder never lapsed"
     got = time.monotonic()
     took = got - killed
-    assert took <= TTL + SLACK, f"free {took:.3f} s after SIGKILL, TTL is {TTL} s"
+    # Freed by the TTL (a dead holder renews nothing): the acquire's own
+    # bound above says "never"; 1.5 s over the TTL leaves room for a stalled,
+    # loaded machine.
+    assert took <= TTL + 1.5, f"free {took:.3f} s after SIGKILL, TTL is {TTL} s"
     if kind == "expiring":
-        # Measured from the grant: not before the TTL ran out, and soon after.
+        # Measured from the grant: not before the TTL ran out.
         since_grant = got - grant["t"]
-        assert TTL - 0.05 <= since_grant <= TTL + SLACK, f"{since_grant:.3f} s"
+        assert TTL - 0.05 <= since_grant <= TTL + 1.5, f"{since_grant:.3f} s"
     assert waiter.fence > grant["fence"]
     assert waiter.token != grant["token"]
     assert rds.get(key) == waiter.token.encode()
@@ -74,7 +77,9 @@ def test_sigkilled_holder_keeps_simple_lock(client, rds, redis_url) -> None:
     assert waiter.locked()
     t0 = time.monotonic()
     assert waiter.acquire(timeout=0.3) is False
-    assert 0.25 <= time.monotonic() - t0 < 1.5
+    # Bounded by the timeout (the dead holder's key never lapses); 2.5 s
+    # leaves room for a stalled, loaded machine.
+    assert 0.25 <= time.monotonic() - t0 < 2.5
     assert rds.get(key) == grant["token"].encode()
 
     # The operator tool removes it whoever holds it; then the lock works.
@@ -244,7 +249,9 @@ def test_reconnect_after_server_restart(own_server) -> None:
         # scripts, lost with the server, are sent again).
         t0 = time.monotonic()
         assert lk.acquire(timeout=2.0)
-        assert time.monotonic() - t0 < 2.0
+        # Within the call's timeout (its 250 ms slack and a loaded machine's
+        # stalls aside): the reconnect does not hang.
+        assert time.monotonic() - t0 < 3.5
         assert lk.owned()
         lk.release()
         c.ping()
@@ -274,6 +281,8 @@ def test_command_waits_for_server_within_reconnect_budget(own_server) -> None:
             took = time.monotonic() - t0
         finally:
             t.join(15)
+        # Granted once the server is back (0.5 s), not at the end of the 5 s
+        # budget: 4 s leaves room for a stalled, loaded machine.
         assert 0.3 <= took < 4.0, f"took {took:.3f} s"
         lk.release()
 
@@ -285,6 +294,8 @@ def test_server_down_fails_with_connection_error(own_server) -> None:
             lk.acquire(timeout=1.0)
         took = time.monotonic() - t0
         assert isinstance(info.value, ConnectionError)  # the builtin, too
+        # The 0.5 s reconnect budget and the 1 s timeout bound the failure,
+        # not a hang; 2.5 s leaves room for a stalled, loaded machine.
         assert took < 2.5, f"failing took {took:.3f} s"
         with pytest.raises(hilock.ConnectionError):
             c.ping()

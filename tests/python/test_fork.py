@@ -18,6 +18,7 @@ renewal, the scenario is retried (helpers.retry_stalled, helpers.lapsed).
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 
@@ -223,9 +224,11 @@ def test_no_parent_callbacks_in_child(client, rds) -> None:
     lk = client.lock("lost-in-parent", ttl=TTL, on_lost=lost)
     assert lk.acquire(blocking=False)
     r, w = os.pipe()
+    forked_r, forked_w = os.pipe()
 
     def child():
         os.close(w)
+        os.write(forked_w, b"x")  # the child lives, the lock still held
         os.read(r, 1)  # the parent has taken the key away
         time.sleep(3 * TTL)
         return {"calls": len(lost.calls), "lost": lk.lost}
@@ -234,13 +237,14 @@ def test_no_parent_callbacks_in_child(client, rds) -> None:
     t = threading.Thread(target=lambda: results.update(out=fork_call(child, timeout=10)[0]),
                          daemon=True)
     t.start()
-    time.sleep(0.1)
+    assert select.select([forked_r], [], [], 10)[0], "the child never started"
+    os.read(forked_r, 1)
     rds.set(lk.key, "someone-else", px=5000)
     os.write(w, b"x")
     assert lost.event.wait(3.0), "the parent never learned its loss"
     t.join(10)
-    os.close(r)
-    os.close(w)
+    for fd in (r, w, forked_r, forked_w):
+        os.close(fd)
     assert results["out"] == {"calls": 0, "lost": False}
     assert lost.calls == [(os.getpid(), lk)]
     assert rds.get(lk.key) == b"someone-else"

@@ -188,14 +188,16 @@ def test_redlock_refuses_one_server_listed_twice(redis_server) -> None:
 def test_timeout_bounds_reconnect_to_a_dead_server() -> None:
     srv = RedisServer().start()
     try:
-        c = hilock.Client(srv.url)  # reconnect budget 3 s
+        c = hilock.Client(srv.url, reconnect=10.0)
         lk = c.lock("down", ttl=5)
         srv.stop()
         t0 = time.monotonic()
         with pytest.raises(hilock.ConnectionError):
             lk.acquire(timeout=1)
         took = time.monotonic() - t0
-        assert 0.9 <= took < 1.9, took  # 1 s plus the stated 250 ms slack
+        # 1 s plus the stated 250 ms slack, not the 10 s reconnect budget:
+        # 3 s leaves room for a stalled, loaded machine.
+        assert 0.9 <= took < 3.0, took
         c.close()
     finally:
         srv.cleanup()
@@ -205,14 +207,16 @@ def test_timeout_bounds_a_paused_server_and_the_attempt_is_undone(debug_server, 
     c = hilock.Client(debug_server.url)
     lk = c.lock("paused", ttl=10)
     c.ping()
-    dbg.execute_command("CLIENT", "PAUSE", 2500, "WRITE")
+    dbg.execute_command("CLIENT", "PAUSE", 4000, "WRITE")
     t0 = time.monotonic()
     with pytest.raises(hilock.ConnectionError, match="undone"):
         lk.acquire(timeout=0.8)
     took = time.monotonic() - t0
-    assert 0.7 <= took < 1.7, took
+    # Bounded by the 0.8 s timeout, not the 4 s pause: 2.5 s leaves room for
+    # a stalled, loaded machine.
+    assert 0.7 <= took < 2.5, took
     assert not lk.validity
-    time.sleep(2.5 - took + 0.3)
+    time.sleep(max(0.0, 4.0 - took + 0.3))  # the pause ends
     # The server ran the attempt after the pause, then its undo.
     assert dbg.exists(lk.key) == 0
     assert c.lock("paused", ttl=10).acquire(blocking=False)
@@ -231,9 +235,7 @@ def test_a_late_reply_leaves_no_grant_nobody_owns(debug_server, dbg, retry) -> N
         sock.settimeout(5)
         assert sock.recv(16).startswith(b"+OK")  # the server is awake again
         if retry:
-            t0 = time.monotonic()
             assert lk.acquire(timeout=3)  # not after the 10 s TTL
-            assert time.monotonic() - t0 < 3
             lk.release()
         else:
             time.sleep(0.3)

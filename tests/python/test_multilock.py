@@ -70,6 +70,8 @@ def test_one_busy_name_takes_nothing_and_times_out(client: hilock.Client,
     assert not rds.exists("hilock:{x}:fence")
     t0 = time.monotonic()
     assert m.acquire(timeout=0.3) is False
+    # Bounded by the timeout, not the 10 s hold; 3 s leaves room for a
+    # stalled, loaded machine.
     assert 0.25 <= time.monotonic() - t0 < 3.0
     with pytest.raises(hilock.LockTimeout):
         with m:
@@ -211,7 +213,6 @@ def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Cli
     w = Worker(m.acquire, True, 8.0)
     w.start()
     wait_blocked(rds, 1)
-    time.sleep(0.2)
     t0 = time.monotonic()
     single.release()
     assert w.outcome(5.0) is True
@@ -223,6 +224,7 @@ def test_ctrl_c_interrupts_a_blocked_multi_acquire(client: hilock.Client,
                                                    rds: redis.Redis) -> None:
     holder, m = _one_name_held(client, "i2", ["i1", "i2"])
     intr = acquire_interrupted(m)
+    # Raised inside the wait, not when its 8 s timeout ends it.
     assert intr.caught - intr.began < 3.0
     assert m.token is None and m.validity == 0.0
     assert not rds.exists(lock_key("i1"))
@@ -338,5 +340,7 @@ def test_killed_holder_frees_every_name_within_its_ttl(client: hilock.Client,
     t0 = time.monotonic()
     m = client.multi_lock(["d3", "d1", "d2"], ttl=5.0)
     assert m.acquire(timeout=5.0)
-    assert time.monotonic() - t0 < 0.8 + 1.0
+    # Freed by the 0.8 s TTL, well before the 5 s timeout; 2 s over the TTL
+    # leaves room for a stalled, loaded machine.
+    assert time.monotonic() - t0 < 0.8 + 2.0
     m.release()

@@ -90,10 +90,12 @@ def test_timeout_returns_false_after_timeout(client) -> None:
     sem = client.semaphore("full", 1, ttl=10, timeout=0.3)
     t0 = time.monotonic()
     assert sem.acquire(timeout=0.3) is False
-    assert 0.28 <= time.monotonic() - t0 < 1.0
+    # Bounded by the timeout, not the renewed holder's endless hold; 2.5 s
+    # leaves room for a stalled, loaded machine.
+    assert 0.28 <= time.monotonic() - t0 < 2.5
     t0 = time.monotonic()
     assert sem.acquire() is False  # the object's default timeout
-    assert 0.28 <= time.monotonic() - t0 < 1.0
+    assert 0.28 <= time.monotonic() - t0 < 2.5
     with pytest.raises(hilock.InvalidArgument):
         sem.acquire(blocking=False, timeout=1)
     holder.release()
@@ -125,14 +127,14 @@ def test_release_wakes_a_waiter_soon(client) -> None:
     t = threading.Thread(target=lambda: got.append(time.monotonic())
                          if waiter.acquire(timeout=8) else None)
     t.start()
-    time.sleep(0.3)
+    wait_for(lambda: client.waiting == 1, 5, what="the waiter to wait")
     assert got == []
-    released = time.monotonic()
     holders[0].release()
     t.join(5)
+    # Woken by the release: the holders renew their 10 s TTL and the waiter
+    # gives up after 8 s, so only the release grants it within the join's
+    # 5 s (how quickly is for the benchmarks).
     assert got, "the waiter was not granted"
-    # Woken by the release, far sooner than the holders' 10 s TTL.
-    assert got[0] - released < 0.5
     holders[1].release()
 
 
@@ -191,7 +193,9 @@ def test_keyboard_interrupt_stops_a_blocked_acquire(client) -> None:
     assert holder.acquire()
     sem = client.semaphore("ctrl-c", 1, ttl=30)
     intr = interrupt_acquire(sem)
-    assert intr.caught is not None and intr.caught - intr.began < 0.8
+    # Raised inside the wait, not when its 5 s timeout ends it: 3 s tells
+    # the two apart with room for a stalled, loaded machine.
+    assert intr.caught is not None and intr.caught - intr.began < 3.0
     # The interrupted waiter holds nothing and stays usable.
     assert sem.held_count() == 0 and sem.owned() is False
     holder.release()
@@ -239,12 +243,14 @@ def test_set_limit_wakes_waiters_and_revokes_nothing(client, rds) -> None:
     threads = [threading.Thread(target=wait_then_hold) for _ in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.3)
+    wait_for(lambda: client.waiting == 2, 5, what="both threads to wait")
     assert got == []
     raised = time.monotonic()
     holder.set_limit(3)
     wait_for(lambda: len(got) == 2, 5.0, what="both waiters granted")
-    assert max(got) - raised < 1.0
+    # Woken by set_limit, not by the 10 s TTL or their 8 s timeout: 4 s
+    # tells the two apart with room for a stalled, loaded machine.
+    assert max(got) - raised < 4.0
 
     holder.set_limit(0)  # closes the gate; nobody loses a permit
     assert holder.owned() and rds.zcard(holder.key) == 3
@@ -349,8 +355,10 @@ def test_max_hold_lets_the_permit_lapse(client) -> None:
     other = client.semaphore("capped", 1, ttl=0.3)
     assert sem.acquire()
     t0 = time.monotonic()
+    # Granted at all proves the cap (a renewed permit would hold for ever);
+    # not before the capped hold's TTL.
     assert other.acquire(timeout=3.0)
-    assert 0.25 <= time.monotonic() - t0 <= 1.5
+    assert 0.25 <= time.monotonic() - t0
     wait_for(lambda: sem.lost, 1.0, what="the capped permit reported lost")
     other.release()
 
@@ -369,7 +377,9 @@ def test_sigkilled_holder_frees_its_permit_within_ttl(client, rds, redis_url) ->
     assert waiter.acquire(blocking=False) is False   # killing frees nothing itself
     assert waiter.acquire(timeout=ttl + 2.0)
     took = time.monotonic() - killed
-    assert took <= ttl + 0.6, f"free {took:.3f} s after SIGKILL; TTL {ttl} s"
+    # Freed by the permit's TTL (a dead holder renews nothing); 1.5 s over it
+    # leaves room for a stalled, loaded machine.
+    assert took <= ttl + 1.5, f"free {took:.3f} s after SIGKILL; TTL {ttl} s"
     assert permits_of(rds, "victim").keys() == {waiter.permit_id}
     waiter.release()
 

@@ -75,7 +75,9 @@ def test_acquire_release_and_properties(client, rds) -> None:
     assert b.sequence is None  # a refused try draws no number
     t0 = time.monotonic()
     assert b.acquire() is False  # the object's default timeout, 0.2 s
-    assert 0.15 < time.monotonic() - t0 < 1.0
+    # Bounded by the timeout, not a's renewed hold; 2.5 s leaves room for a
+    # stalled, loaded machine.
+    assert 0.15 < time.monotonic() - t0 < 2.5
     assert b.sequence == 2  # it was enqueued, then left
     assert not b.owned() and b.locked() and a.waiters() == 0
     assert rds.zcard(QUEUE) == 1
@@ -296,7 +298,10 @@ def test_sigkilled_holder_passes_the_turn_within_its_session(client, rds, redis_
         t.join(10)
         assert result and result[0], "never granted"
         took = result[0] - killed
-        assert took <= ttl + 0.6, f"granted {took:.3f} s after the kill"
+        # Within the dead holder's 1 s session, not at the waiter's own 10 s
+        # re-check: 3 s tells the two apart with room for a stalled, loaded
+        # machine.
+        assert took <= 3.0, f"granted {took:.3f} s after the kill"
         assert (waiter.sequence, waiter.fence) == (2, got["fence"] + 1)
         waiter.release()
     finally:
@@ -313,7 +318,10 @@ def test_sigkilled_waiter_passes_the_turn_within_its_session(client, rds, redis_
     with dead_head(rds, holder, lambda: _start(redis_url, session=session),
                    lambda: _start(redis_url, session=30.0)) as (got, took):
         assert got["ok"] and got["order"] == 3 and got["fence"] == 1002
-        assert took <= session + 0.7, f"successor got it {took:.3f} s after the kill"
+        # Within the dead waiter's 1 s session, not at the successor's own
+        # 10 s re-check: 3 s tells the two apart with room for a stalled,
+        # loaded machine.
+        assert took <= 3.0, f"successor got it {took:.3f} s after the kill"
     assert_no_residue(rds)
 
 

@@ -67,8 +67,7 @@ def test_release_wakes_blocked_waiter_promptly(family, client, rds, redis_url) -
 
         w = Worker(wait_then_release)
         w.start()
-        wait_blocked(rds, 1)
-        time.sleep(0.2)  # the waiter sits in its BLPOP, told ~10 s
+        wait_blocked(rds, 1)  # the waiter sits in its BLPOP, told ~10 s
         assert w.is_alive()
         released = time.monotonic()
         holder.release()
@@ -157,7 +156,6 @@ def test_vanished_key_does_not_strand_waiters(how, client, rds) -> None:
         wait_blocked(rds, 2)
         deleted = None
         if how == "plain-del":
-            time.sleep(0.2)
             assert rds.delete(holder.key) == 1  # no push to the wake list
             deleted = time.monotonic()
         got = [w.outcome(ttl + SLACK + 5.0) for w in ws]
@@ -188,6 +186,8 @@ def test_blocked_waiter_does_not_poll(client, rds) -> None:
     assert waiter.acquire(timeout=1.5) is False
     took = time.monotonic() - t0
     calls = command_calls(rds)
+    # Bounded by the timeout, not the holder's 10 s TTL; 2 s over it leaves
+    # room for a stalled, loaded machine.
     assert 1.5 <= took < 1.5 + 2.0, f"took {took:.3f} s"
     scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
     assert 1 <= scripts <= 2, f"waiter ran the acquire script {scripts} times in 1.5 s: {calls}"
@@ -296,13 +296,11 @@ def test_zero_timeout_tries_once(contended, rds) -> None:
     holder, waiter = contended
     for call in (lambda: waiter.acquire(timeout=0.0), lambda: waiter.acquire(blocking=False)):
         rds.config_resetstat()
-        t0 = time.monotonic()
         assert call() is False
-        took = time.monotonic() - t0
+        # One try and no wait, as the server counted them.
         calls = command_calls(rds)
         assert calls.get("evalsha", 0) + calls.get("eval", 0) == 1, calls
         assert calls.get("blpop", 0) == 0, calls
-        assert took < 1.0, f"a single try took {took * 1000:.1f} ms"
     # Free, the single try grants.
     holder.release()
     assert waiter.acquire(timeout=0.0) is True
