@@ -26,6 +26,8 @@ import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 VERBS = ("acquire", "release", "renew")
+# The line the build puts before every script's text (cmake/EmbedScripts.cmake).
+BODY_HEAD = "local function hilock_body()\n"
 
 
 def script_prefixes(scripts_dir: str) -> List[Tuple[str, str]]:
@@ -114,6 +116,10 @@ class Relay:
 
     def _learn(self, source: bytes) -> None:
         text = source.decode(errors="replace")
+        # The build runs each script's text inside this function (and ends
+        # it with lib/damage.lua): the file's own text follows the line.
+        if text.startswith(BODY_HEAD):
+            text = text[len(BODY_HEAD):]
         for name, prefix in self.prefixes:
             if text.startswith(prefix):
                 self.shas[hashlib.sha1(source).hexdigest().encode()] = name
