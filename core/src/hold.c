@@ -90,8 +90,7 @@ void hilock__holds_close(hilock_client *c) {
     hilock__clear_err(&e);
     /* Best effort and bounded: past the deadline the rest lapse at TTL. */
     (void)close_release(all[i], &e, deadline);
-    if (all[i]->auto_renew && all[i]->lost_fn != NULL)
-      all[i]->lost_fn(all[i]->lost_arg);
+    if (all[i]->auto_renew) hilock__hold_tell_lost(all[i]);
   }
   hilock__closer_set(NULL);
   pthread_mutex_lock(&w->mu);
@@ -159,6 +158,7 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   h->lost = 0;
   h->gone = 0;
   h->close_lost = 0;
+  h->told = 0;
   h->pid = hilock__pid();
   h->fence = fence;
   h->valid_until_us =
@@ -228,7 +228,19 @@ void hilock__hold_lost(hilock__hold *h) {
     hilock__stat(h->rt, HILOCK__ST_LOST);
     hilock__log(h->rt, HILOCK_LOG_ERROR, h->rkey, h->rkeylen,
                 "lock lost: the server no longer holds it for this owner");
+    hilock__hold_tell_lost(h);
   }
+}
+
+void hilock__hold_tell_lost(hilock__hold *h) {
+  void (*fn)(void *arg);
+  void *arg;
+  pthread_mutex_lock(&h->rt->wd.mu);
+  fn = h->told ? NULL : h->lost_fn;
+  arg = h->lost_arg;
+  if (fn != NULL) h->told = 1;
+  pthread_mutex_unlock(&h->rt->wd.mu);
+  if (fn != NULL) fn(arg);
 }
 
 void hilock__hold_lapse(hilock__hold *h) {

@@ -1291,6 +1291,7 @@ typedef struct hilock__hold {
    * was closed): reported lost until the next grant. */
   int gone;
   int close_lost; /* lost because the client was closed */
+  int told;       /* lost_fn has run for this grant's loss */
   int closing;    /* the closing thread is releasing it: cancellers wait */
   struct hilock__hold *live_prev, *live_next; /* the client's grants */
   int live;
@@ -1350,6 +1351,9 @@ void hilock__hold_lapse(hilock__hold *h);
  * held it, a loss (reported once per grant) that hilock_hold_lost shows
  * until the next grant. */
 void hilock__hold_ended(hilock__hold *h, int gone);
+/* Run h's lost_fn, once per grant, whoever found the loss (the watchdog, a
+ * call that met it, closing the client); never with rt->wd.mu held. */
+void hilock__hold_tell_lost(hilock__hold *h);
 /* A successful extension to ttl_ms measured from start_us. If a renewal
  * was recorded since start_us, the server may have run it after this
  * extension: the validity becomes the smaller of the two. */

@@ -608,7 +608,7 @@ static void *watchdog_main(void *arg) {
       hilock__log(rt, HILOCK_LOG_ERROR, lost[i]->rkey, lost[i]->rkeylen,
                   "lock lost: the renewal found it gone or taken, or could "
                   "not renew it before its validity ended");
-      if (lost[i]->lost_fn) lost[i]->lost_fn(lost[i]->lost_arg);
+      hilock__hold_tell_lost(lost[i]);
     }
     pthread_mutex_lock(&w->mu);
     for (i = 0; i < nlost; i++) lost[i]->ren.in_batch = 0;

@@ -89,9 +89,13 @@ class LockBase(Uncopyable):
     def _setup(self, handle: Any) -> None:
         """Adopt the C handle and configure renewal."""
         self._h = handle
-        if self._auto_renew:
+        # on_lost runs for a lost grant whoever finds the loss: renewal, or
+        # (auto_renew=False too) owned(), extend(), release() or the next
+        # acquire after an unrenewed grant lapsed.
+        if self._auto_renew or self._on_lost is not None:
             self._notify_id = _notify.register(self)
-            type(self)._c_set_renew(handle, 1, self._max_hold_ms, self._notify_id)
+            type(self)._c_set_renew(handle, int(self._auto_renew), self._max_hold_ms,
+                                    self._notify_id)
 
     def __del__(self) -> None:
         h, self._h = getattr(self, "_h", None), None

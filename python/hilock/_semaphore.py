@@ -126,8 +126,9 @@ class Semaphore(LockBase):
         h = self._client._new(_h.hilock_semaphore_new, self._bname, self._permits,
                                 self._ttl_ms)
         self._handles.append(h)
-        if configure and self._auto_renew:
-            _h.py_set_auto_renew(h, 1, self._max_hold_ms, self._notify_id)
+        if configure and (self._auto_renew or self._on_lost is not None):
+            _h.py_set_auto_renew(h, int(self._auto_renew), self._max_hold_ms,
+                                 self._notify_id)
         return h
 
     def _setup(self, handle: Any) -> None:

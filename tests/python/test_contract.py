@@ -737,9 +737,11 @@ def test_lapsed_grant_is_a_loss_and_its_object_acquires_again(
     """Not renewed, a grant lapses at its TTL. The object that held it is
     free to acquire again (timed, untimed, at once), as another object is;
     a release after the lapse raises LockNotOwnedError. Either way the lapse
-    is reported once as a loss (``lost``, stats, the "hilock" logger), never
-    as a hold, and a failed release leaves ``lost`` set."""
-    lk = env.make(ttl=fam.short_ttl, auto_renew=False)
+    is reported once as a loss (``lost``, stats, the "hilock" logger, the
+    ``on_lost`` callback, which runs without renewal too), never as a hold,
+    and a failed release leaves ``lost`` set."""
+    told: List[Any] = []
+    lk = env.make(ttl=fam.short_ttl, auto_renew=False, on_lost=told.append)
     rival = env.other(env.rival(ttl=LONG_TTL, auto_renew=False))
     stats = getattr(lk, "stats", env.client.stats)  # a Redlock counts for itself
     me = OwnThread()
@@ -763,6 +765,9 @@ def test_lapsed_grant_is_a_loss_and_its_object_acquires_again(
         assert stats()["hold_seconds"]["count"] == holds[0]  # a lapse is no hold
         wait_for(lambda: loss_records.n >= n, 5.0, what=f"loss record {n}")
         assert loss_records.n == n
+        # The callback runs on hilock's notifier thread: wait for it.
+        wait_for(lambda: len(told) >= n, 5.0, what=f"on_lost call {n}")
+        assert len(told) == n and all(t is lk for t in told)
 
     try:
         lapse()

@@ -113,7 +113,12 @@ HILOCK_API int hilock_hold_lost(const hilock_hold *h);
  * its validity runs out, the hold is marked lost and on_lost(arg) runs.
  * max_hold_ms > 0 stops renewing that long after the grant (it then lapses
  * at its TTL and is reported lost). Applies to the current grant too.
- * HILOCK_ENOTSUP for a simple lock (no TTL); HILOCK_EINVAL for
+ * on_lost runs once per lost grant, whoever finds the loss: on the renewal
+ * thread, or, when a call finds it (owned, extend, a release that finds
+ * the grant gone, the next acquire after an unrenewed grant lapsed), in
+ * that call before it returns, where it must not call into this lock.
+ * enable = 0 with on_lost set asks for that callback without renewal.
+ * HILOCK_ENOTSUP for a simple lock (no TTL) with enable; HILOCK_EINVAL for
  * max_hold_ms < 0. */
 HILOCK_API int hilock_hold_set_auto_renew(hilock_hold *h, int enable,
                                           int64_t max_hold_ms,
