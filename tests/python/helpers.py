@@ -172,6 +172,22 @@ def start_holder(r, url: str, make: Callable[[Any], Any],
         raise
 
 
+@contextlib.contextmanager
+def hilock_log(handler: Any) -> Iterator[Any]:
+    """handler on the "hilock" logger, at DEBUG, for the with block."""
+    import logging
+
+    log = logging.getLogger("hilock")
+    old = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old)
+
+
 def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.01,
              what: str = "condition") -> Any:
     """Poll pred until it returns a true value; fail after timeout seconds."""

@@ -1308,6 +1308,14 @@ async def watched_again(fd: int) -> None:
         os.close(w)
 
 
+async def served(c: hla.Client, name: str) -> None:
+    """c takes and gives back the lock name (free), within bounds: a runner
+    its loop no longer watches fails this instead of hanging."""
+    lk = c.lock(name, ttl=5)
+    assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
+    await lk.release()
+
+
 async def used(c: hla.Client, name: str) -> int:
     """c's runner's descriptor, once c made a round trip (or met its error)."""
     try:
@@ -1352,9 +1360,7 @@ def test_a_runners_descriptor_leaves_the_loop_before_it_closes(rds, redis_url, p
         await watched_again(fd)
         c2 = hla.Client(redis_url)
         try:
-            lk = c2.lock("aio:fd", ttl=5)
-            assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
-            await lk.release()
+            await served(c2, "aio:fd")
         finally:
             await c2.close()
 
@@ -1377,9 +1383,7 @@ def test_a_client_collected_after_its_loop_closed_leaves_the_next_loop_served(
     async def second() -> None:
         for c in (hla.Client(redis_url), moving):
             try:
-                lk = c.lock("aio:fd:a", ttl=5)
-                assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
-                await lk.release()
+                await served(c, "aio:fd:a")
             finally:
                 await c.close()
 
@@ -1594,9 +1598,7 @@ def test_a_runner_whose_watch_failed_is_freed_and_the_next_operation_binds(
             with pytest.raises(OSError, match="no room"):
                 await c.lock("aio:watch").acquire()
             assert c._runner._a is None and not _is_open(seen[0])  # freed
-            lk = c.lock("aio:watch", ttl=5)
-            assert await asyncio.wait_for(lk.acquire(timeout=2), 10)
-            await lk.release()
+            await served(c, "aio:watch")
         finally:
             await c.close()
 

@@ -69,8 +69,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, NoLock, Worker, acquire_within, fork_call, lapsed, open_gate, pass_gate,
-                     retry_stalled, start_child_collected, wait_for)
+from helpers import (FORK, NoLock, Worker, acquire_within, fork_call, hilock_log, lapsed,
+                     open_gate, pass_gate, retry_stalled, start_child_collected, wait_for)
 from history import (ConcurrencyError, FenceError, Interval, RedisHistory,
                      check_fences_increase, check_max_concurrent)
 
@@ -719,16 +719,8 @@ class LossRecords(logging.Handler):
 
 @pytest.fixture
 def loss_records():
-    log = logging.getLogger("hilock")
-    h = LossRecords()
-    old = log.level
-    log.addHandler(h)
-    log.setLevel(logging.DEBUG)
-    try:
+    with hilock_log(LossRecords()) as h:
         yield h
-    finally:
-        log.removeHandler(h)
-        log.setLevel(old)
 
 
 @pytest.mark.parametrize("fam", EXPIRING)

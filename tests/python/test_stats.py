@@ -13,7 +13,7 @@ import pytest
 
 import hilock
 import hilock.asyncio
-from helpers import fork_call, wait_for
+from helpers import fork_call, hilock_log, wait_for
 
 COUNTERS = ("acquired", "busy", "timeouts", "waits", "errors", "lost", "renewals",
             "renewal_failures", "reconnects", "redirections", "failovers")
@@ -41,16 +41,8 @@ class Records(logging.Handler):
 
 @pytest.fixture
 def records() -> Iterator[Records]:
-    log = logging.getLogger("hilock")
-    h = Records()
-    old = log.level
-    log.addHandler(h)
-    log.setLevel(logging.DEBUG)
-    try:
+    with hilock_log(Records()) as h:
         yield h
-    finally:
-        log.removeHandler(h)
-        log.setLevel(old)
 
 
 def check_histogram(h: Dict[str, Any]) -> None:
