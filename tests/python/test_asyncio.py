@@ -832,24 +832,10 @@ def test_a_cancelled_close_still_closes(rds, redis_url) -> None:
                 await asyncio.wait_for(t, 10)
         await asyncio.wait_for(asyncio.gather(c.close(), c.close()), 10)
 
-    def loop() -> None:
-        try:
-            with asyncio.Runner(loop_factory=_loop_factory) as runner:
-                runner.run(main())
-            done.append(None)
-        except BaseException as e:
-            done.append(e)
-
-    # On a thread of its own: waits that nobody ends would hang the loop
-    # for good (a cancelled task's wait too), and the test with it.
-    done: List[Optional[BaseException]] = []
-    t = threading.Thread(target=loop, daemon=True)
     try:
-        t.start()
-        t.join(60)
-        assert done, "the waits did not end"
-        if done[0] is not None:
-            raise done[0]
+        # On a thread of its own: waits that nobody ends would hang the loop
+        # for good (a cancelled task's wait too), and the test with it.
+        run_bounded(main)
         holder.release()
         plain.release()
         # Nothing queued or held is left (fence and ticket counters stay).
