@@ -314,6 +314,9 @@ class Client(Uncopyable):
         finally:
             _h.hilock_scan_free(scan)
 
+    # BEGIN generated factories
+    # Written by tools/gen_factories.py from its table of factories: edit
+    # the table and run the script, not the code between these lines.
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,
              on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
@@ -376,12 +379,10 @@ class Client(Uncopyable):
     @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  on_lost: Optional[LostCallback[RLock]] = None,
-                  compat: Compat) -> RLock: ...
+                  on_lost: Optional[LostCallback[RLock]] = None, compat: Compat) -> RLock: ...
 
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-                  auto_renew: bool = True, max_hold: Optional[float] = None,
-                  on_lost: Any = None,
+                  auto_renew: bool = True, max_hold: Optional[float] = None, on_lost: Any = None,
                   compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
         """A fair (FIFO) lock: granted in request order, a newcomer never
         barges past a waiter, and a crashed waiter is skipped after its
@@ -404,12 +405,10 @@ class Client(Uncopyable):
     @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               on_lost: Optional[LostCallback[RLock]] = None,
-               compat: Compat) -> RedissonRWLock: ...
+               on_lost: Optional[LostCallback[RLock]] = None, compat: Compat) -> RedissonRWLock: ...
 
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-               auto_renew: bool = True, max_hold: Optional[float] = None,
-               on_lost: Any = None,
+               auto_renew: bool = True, max_hold: Optional[float] = None, on_lost: Any = None,
                compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
         """A read-write lock: ``.read()`` and ``.write()`` give its shared and
         exclusive sides, reentrant per thread, with writer preference.
@@ -422,9 +421,8 @@ class Client(Uncopyable):
             return RedissonRWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
         return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
-    def multi_lock(self, names: Iterable[Name], ttl: float = 30.0,
-                   timeout: Optional[float] = None, *, auto_renew: bool = True,
-                   max_hold: Optional[float] = None,
+    def multi_lock(self, names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None,
+                   *, auto_renew: bool = True, max_hold: Optional[float] = None,
                    on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
         """A lock on every name of ``names`` at once, or none of them.
 
@@ -460,6 +458,7 @@ class Client(Uncopyable):
         ``segments``. Other arguments as for :meth:`lock`."""
         return SegmentedLock(self, name, segments, ttl, timeout, auto_renew, max_hold,
                              on_lost)
+    # END generated factories
 
 
 def redlock(urls: Iterable[str], name: Name, ttl: float = 30.0,

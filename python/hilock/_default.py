@@ -18,6 +18,10 @@ from ._semaphore import Semaphore
 from ._seqlock import SequentialLock
 from ._util import Name
 
+# BEGIN generated factories
+# Written by tools/gen_factories.py from its table of factories: edit
+# the table and run the script, not the code between these lines.
+
 __all__ = ["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock",
            "multi_lock", "sequential_lock", "segmented_lock"]
 
@@ -26,87 +30,83 @@ def _default() -> Client:
     return default_client()
 
 
-def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-         auto_renew: bool = True, max_hold: Optional[float] = None,
-         on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
+def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *, auto_renew: bool = True,
+         max_hold: Optional[float] = None, on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
     """An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``)."""
-    return _default().lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                 max_hold=max_hold, on_lost=on_lost)
+    return _default().lock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                           on_lost=on_lost)
 
 
 def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
     """A simple (non-expiring) lock on the default client."""
-    return _default().simple_lock(name, timeout=timeout)
+    return _default().simple_lock(name, timeout)
 
 
 def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
           auto_renew: bool = True, max_hold: Optional[float] = None,
           on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
     """A lease on the default client."""
-    return _default().lease(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                  max_hold=max_hold, on_lost=on_lost)
+    return _default().lease(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                            on_lost=on_lost)
 
 
 def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
           auto_renew: bool = True, max_hold: Optional[float] = None,
           on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
     """A reentrant lock on the default client."""
-    return _default().rlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                  max_hold=max_hold, on_lost=on_lost)
+    return _default().rlock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                            on_lost=on_lost)
 
 
 def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
               on_lost: Optional[LostCallback[Semaphore]] = None) -> Semaphore:
     """A counting semaphore on the default client."""
-    return _default().semaphore(name, permits, ttl=ttl, timeout=timeout,
-                                      auto_renew=auto_renew, max_hold=max_hold,
-                                      on_lost=on_lost)
+    return _default().semaphore(name, permits, ttl, timeout, auto_renew=auto_renew,
+                                max_hold=max_hold, on_lost=on_lost)
 
 
 def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
               on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
     """A fair (FIFO) lock on the default client."""
-    return _default().fair_lock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                      max_hold=max_hold, on_lost=on_lost)
+    return _default().fair_lock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                                on_lost=on_lost)
 
 
 def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
            auto_renew: bool = True, max_hold: Optional[float] = None,
            on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
     """A read-write lock on the default client."""
-    return _default().rwlock(name, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                   max_hold=max_hold, on_lost=on_lost)
+    return _default().rwlock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                             on_lost=on_lost)
 
 
 def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
                on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
     """A multi-key lock (all names or none) on the default client."""
-    return _default().multi_lock(names, ttl=ttl, timeout=timeout, auto_renew=auto_renew,
-                                       max_hold=max_hold, on_lost=on_lost)
+    return _default().multi_lock(names, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                                 on_lost=on_lost)
 
 
 def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                     auto_renew: bool = True, max_hold: Optional[float] = None,
                     on_lost: Optional[LostCallback[SequentialLock]] = None) -> SequentialLock:
     """A sequential (ZooKeeper-style) lock on the default client."""
-    return _default().sequential_lock(name, ttl=ttl, timeout=timeout,
-                                            auto_renew=auto_renew, max_hold=max_hold,
-                                            on_lost=on_lost)
+    return _default().sequential_lock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                                      on_lost=on_lost)
 
 
-def segmented_lock(name: Name, segments: int, ttl: float = 30.0,
-                   timeout: Optional[float] = None, *, auto_renew: bool = True,
-                   max_hold: Optional[float] = None,
+def segmented_lock(name: Name, segments: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                   auto_renew: bool = True, max_hold: Optional[float] = None,
                    on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
     """A segmented lock on the default client."""
-    return _default().segmented_lock(name, segments, ttl=ttl, timeout=timeout,
-                                           auto_renew=auto_renew, max_hold=max_hold,
-                                           on_lost=on_lost)
+    return _default().segmented_lock(name, segments, ttl, timeout, auto_renew=auto_renew,
+                                     max_hold=max_hold, on_lost=on_lost)
 
 
 for _f in (lock, simple_lock, lease, rlock, semaphore, fair_lock, rwlock, multi_lock,
            sequential_lock, segmented_lock):
     _f.__module__ = "hilock"  # where users find them
+# END generated factories

@@ -411,6 +411,9 @@ class Client(Uncopyable):
         """Set every counter of :meth:`stats` to zero."""
         self._sync.reset_stats()
 
+    # BEGIN generated factories
+    # Written by tools/gen_factories.py from its table of factories: edit
+    # the table and run the script, not the code between these lines.
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None) -> Lock:
         """An expiring lock, as :meth:`hilock.Client.lock`."""
@@ -434,28 +437,6 @@ class Client(Uncopyable):
         ``compat="redisson"``: Redisson's RLock of the same name."""
         return RLock(self, self._sync.rlock(name, ttl, timeout, auto_renew=auto_renew,
                                             max_hold=max_hold, compat=compat))
-
-    @overload
-    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-               auto_renew: bool = True, max_hold: Optional[float] = None,
-               compat: None = None) -> RWLock: ...
-
-    @overload
-    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-               auto_renew: bool = True, max_hold: Optional[float] = None,
-               compat: Compat) -> RedissonRWLock: ...
-
-    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-               auto_renew: bool = True, max_hold: Optional[float] = None,
-               compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
-        """A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner
-        is the current task: ``.read()`` and ``.write()`` give its sides.
-        ``compat="redisson"``: Redisson's RReadWriteLock of the same name."""
-        if compat is not None:
-            return RedissonRWLock(self, self._sync.rwlock(
-                name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold, compat=compat))
-        return RWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
-                                              max_hold=max_hold))
 
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
                   timeout: Optional[float] = None, *, auto_renew: bool = True,
@@ -489,21 +470,43 @@ class Client(Uncopyable):
         return FairLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,
                                                    max_hold=max_hold))
 
-    def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None,
-                        *, auto_renew: bool = True,
-                        max_hold: Optional[float] = None) -> SequentialLock:
-        """A sequential lock, as :meth:`hilock.Client.sequential_lock`: a
-        cancelled waiter leaves the queue."""
-        return SequentialLock(self, self._sync.sequential_lock(
-            name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold))
+    @overload
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               compat: None = None) -> RWLock: ...
 
-    def multi_lock(self, names: Iterable[Name], ttl: float = 30.0,
-                   timeout: Optional[float] = None, *, auto_renew: bool = True,
-                   max_hold: Optional[float] = None) -> MultiLock:
+    @overload
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               compat: Compat) -> RedissonRWLock: ...
+
+    def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+               auto_renew: bool = True, max_hold: Optional[float] = None,
+               compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
+        """A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner
+        is the current task: ``.read()`` and ``.write()`` give its sides.
+        ``compat="redisson"``: Redisson's RReadWriteLock of the same name."""
+        if compat is not None:
+            return RedissonRWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
+                                                          max_hold=max_hold, compat=compat))
+        return RWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
+                                              max_hold=max_hold))
+
+    def multi_lock(self, names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None,
+                   *, auto_renew: bool = True, max_hold: Optional[float] = None) -> MultiLock:
         """A lock on every name at once or none, as
         :meth:`hilock.Client.multi_lock`."""
         return MultiLock(self, self._sync.multi_lock(names, ttl, timeout, auto_renew=auto_renew,
                                                      max_hold=max_hold))
+
+    def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                        auto_renew: bool = True,
+                        max_hold: Optional[float] = None) -> SequentialLock:
+        """A sequential lock, as :meth:`hilock.Client.sequential_lock`: a
+        cancelled waiter leaves the queue."""
+        return SequentialLock(self, self._sync.sequential_lock(name, ttl, timeout,
+                                                               auto_renew=auto_renew,
+                                                               max_hold=max_hold))
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,
@@ -511,8 +514,10 @@ class Client(Uncopyable):
         """A segmented lock, as :meth:`hilock.Client.segmented_lock`:
         ``acquire()`` takes a free segment that has stock and raises
         :class:`hilock.SoldOut` once every segment is empty."""
-        return SegmentedLock(self, self._sync.segmented_lock(
-            name, segments, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold))
+        return SegmentedLock(self, self._sync.segmented_lock(name, segments, ttl, timeout,
+                                                             auto_renew=auto_renew,
+                                                             max_hold=max_hold))
+    # END generated factories
 
     async def ping(self) -> None:
         """One round trip (PING), as :meth:`hilock.Client.ping` (on a

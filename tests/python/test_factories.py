@@ -1,0 +1,158 @@
+"""The lock constructors come from one table: tools/gen_factories.py.
+
+``hilock.Client``'s methods, the module-level functions on the default
+client and ``hilock.asyncio.Client``'s methods are written by that script
+between the ``# BEGIN generated factories`` and ``# END generated
+factories`` lines of their files. These tests fail when a file differs
+from what the script writes (an edit by hand, or a table changed without
+running it), and when the imported package's constructors differ from the
+table: names, parameters and their kinds, defaults, type hints, overloads
+and docstrings. No server needed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import typing
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Tuple
+
+import pytest
+
+import hilock
+import hilock._client
+import hilock._default
+import hilock.asyncio
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _load_generator() -> ModuleType:
+    path = ROOT / "tools" / "gen_factories.py"
+    spec = importlib.util.spec_from_file_location("gen_factories", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+SURFACES: Dict[str, Tuple[ModuleType, Any]] = {
+    gen.CLIENT: (hilock._client, hilock.Client),
+    gen.DEFAULT: (hilock._default, hilock._default),
+    gen.ASYNCIO: (hilock.asyncio, hilock.asyncio.Client),
+}
+CASES = [(s, f) for s in gen.SURFACES for f in gen.FACTORIES]
+
+
+def _ids(case: Tuple[str, Any]) -> str:
+    return f"{case[0]}-{case[1].name}"
+
+
+@pytest.mark.parametrize("surface", gen.SURFACES)
+def test_generated_code_is_current(surface: str) -> None:
+    """The file holds what tools/gen_factories.py writes from its table."""
+    path = ROOT / "python" / "hilock" / gen.FILES[surface]
+    text = path.read_text()
+    assert text.count(gen.BEGIN) == 1 and text.count(gen.END) == 1
+    assert gen.render(surface, text) == text, (
+        f"python/hilock/{gen.FILES[surface]} differs from its table: edit FACTORIES in "
+        "tools/gen_factories.py and run it (--check shows the difference)")
+
+
+def test_check_mode_reports_stale_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``--check`` exits 1 and shows the difference when a file is stale."""
+    package = tmp_path / "hilock"
+    package.mkdir()
+    for surface, name in gen.FILES.items():
+        text = (ROOT / "python" / "hilock" / name).read_text()
+        (package / name).write_text(gen.render(surface, text))
+    monkeypatch.setattr(gen, "PACKAGE", package)
+    assert gen.main(["gen_factories.py", "--check"]) == 0
+    stale = (package / "_default.py").read_text().replace(
+        "ttl: float = 30.0", "ttl: float = 10.0", 1)
+    (package / "_default.py").write_text(stale)
+    assert gen.main(["gen_factories.py", "--check"]) == 1
+    assert "+def lock(name: Name, ttl: float = 30.0" in capsys.readouterr().out
+    assert gen.main(["gen_factories.py"]) == 0
+    assert gen.main(["gen_factories.py", "--check"]) == 0
+
+
+def _expected(module: ModuleType, factory: Any, surface: str, overload: Any
+              ) -> List[Tuple[str, Any, Any, Any]]:
+    """(name, kind, default, type hint) of each parameter, from the table."""
+    namespace = vars(module)
+    rows = []
+    for p, item in zip(factory.params_of(surface),
+                       [i for i in gen._signature(factory, surface, False, overload)
+                        if i != "*"]):
+        annotation, _, default = item.partition(": ")[2].partition(" = ")
+        assert item.startswith(p.name + ": ")
+        kind = (inspect.Parameter.KEYWORD_ONLY if p.keyword_only
+                else inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        hint = eval(annotation, namespace)
+        hint = type(None) if hint is None else hint
+        value = inspect.Parameter.empty if not default else eval(default, namespace)
+        if value is None and hint is not Any and hint is not type(None):
+            hint = typing.Optional[hint]  # what get_type_hints gives on Python 3.8-3.10
+        rows.append((p.name, kind, value, hint))
+    return rows
+
+
+def _actual(fn: Callable[..., Any], method: bool) -> List[Tuple[str, Any, Any, Any]]:
+    hints = typing.get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters.values())[1 if method else 0:]
+    rows = []
+    for p in params:
+        hint = hints[p.name]
+        if p.default is None and hint is not Any and hint is not type(None):
+            hint = typing.Optional[hint]
+        rows.append((p.name, p.kind, p.default, hint))
+    return rows
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_constructor_matches_table(case: Tuple[str, Any]) -> None:
+    """Each constructor the package has is the table's: its parameters
+    (name, kind, default, type hint), its result and its docstring."""
+    surface, factory = case
+    module, owner = SURFACES[surface]
+    fn = getattr(owner, factory.name)
+    method = surface != gen.DEFAULT
+    assert _actual(fn, method) == _expected(module, factory, surface, None)
+    returns = eval(gen._returns(factory, surface, None), vars(module))
+    assert typing.get_type_hints(fn)["return"] == returns
+    doc = {gen.CLIENT: factory.doc, gen.DEFAULT: factory.default_doc,
+           gen.ASYNCIO: factory.async_doc}[surface]
+    assert inspect.getdoc(fn) == inspect.cleandoc(doc)
+    if surface == gen.DEFAULT:
+        assert fn.__module__ == "hilock"
+        assert fn is getattr(hilock, factory.name)
+
+
+@pytest.mark.skipif(not hasattr(typing, "get_overloads"), reason="Python 3.11+")
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_overloads_match_table(case: Tuple[str, Any]) -> None:
+    """Where ``compat`` makes another type, two overloads, one per type."""
+    surface, factory = case
+    module, owner = SURFACES[surface]
+    overloads = typing.get_overloads(getattr(owner, factory.name))
+    kinds = ("plain", "compat") if factory.compat and surface != gen.DEFAULT else ()
+    assert len(overloads) == len(kinds)
+    for fn, kind in zip(overloads, kinds):
+        returns = eval(gen._returns(factory, surface, kind), vars(module))
+        assert typing.get_type_hints(fn)["return"] == returns
+        assert _actual(fn, True) == _expected(module, factory, surface, kind)
+
+
+def test_every_factory_is_exported() -> None:
+    """The module-level functions are hilock's, in its ``__all__``."""
+    names = [f.name for f in gen.FACTORIES]
+    assert hilock._default.__all__ == names
+    assert set(names) <= set(hilock.__all__)
+    assert all(hilock._WHERE[n] == "_default" for n in names)

@@ -1,0 +1,439 @@
+#!/usr/bin/env python3
+"""Write the lock constructors of the Python package from one table.
+
+Each lock type is made three ways: a method of :class:`hilock.Client`
+(``python/hilock/_client.py``), a module-level function on the default
+client (``python/hilock/_default.py``) and a method of
+:class:`hilock.asyncio.Client` (``python/hilock/asyncio.py``). Their
+parameters, defaults, annotations, overloads and docstrings are described
+once, in ``FACTORIES`` below; this script writes the three sets between the
+``# BEGIN generated factories`` and ``# END generated factories`` lines of
+those files. A new parameter or lock type goes into the table, then:
+
+    python3 tools/gen_factories.py          # rewrite the three files
+    python3 tools/gen_factories.py --check  # exit 1 if any is stale
+
+tests/python/test_factories.py fails while a file differs from what this
+script writes, and checks the built package's signatures against the table.
+
+The surfaces differ only where the table says so: ``on_lost`` is not on
+the asyncio client (its callback would get a blocking lock), ``compat`` is
+not on the module-level functions, and the asyncio lease takes a ``ttl``
+and no renewal options. Names in annotations are the module's own (the
+asyncio module has lock classes of the same names), so each file imports
+what its set uses.
+"""
+from __future__ import annotations
+
+import difflib
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "python" / "hilock"
+
+CLIENT = "client"  # hilock.Client's methods
+DEFAULT = "default"  # the module-level functions on the default client
+ASYNCIO = "asyncio"  # hilock.asyncio.Client's methods
+SURFACES = (CLIENT, DEFAULT, ASYNCIO)
+FILES = {CLIENT: "_client.py", DEFAULT: "_default.py", ASYNCIO: "asyncio.py"}
+
+BEGIN = "# BEGIN generated factories"
+END = "# END generated factories"
+NOTE = ("# Written by tools/gen_factories.py from its table of factories: edit\n"
+        "# the table and run the script, not the code between these lines.")
+LINE = 100  # ruff's line-length (pyproject.toml)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: ``annotation`` is source text, in which ``{lost}``
+    stands for the type ``on_lost`` is called with; ``default`` is source
+    text too (None: required)."""
+    name: str
+    annotation: str
+    default: Optional[str] = None
+    keyword_only: bool = False
+    surfaces: FrozenSet[str] = frozenset(SURFACES)
+
+
+NAME = Param("name", "Name")
+NAMES = Param("names", "Iterable[Name]")
+PERMITS = Param("permits", "int")
+SEGMENTS = Param("segments", "int")
+TTL = Param("ttl", "float", "30.0")
+TIMEOUT = Param("timeout", "Optional[float]", "None")
+AUTO_RENEW = Param("auto_renew", "bool", "True", keyword_only=True)
+MAX_HOLD = Param("max_hold", "Optional[float]", "None", keyword_only=True)
+ON_LOST = Param("on_lost", "Optional[LostCallback[{lost}]]", "None", keyword_only=True,
+                surfaces=frozenset({CLIENT, DEFAULT}))
+COMPAT = Param("compat", "Optional[Compat]", "None", keyword_only=True,
+               surfaces=frozenset({CLIENT, ASYNCIO}))
+# What every lock with a TTL takes after its own arguments.
+HOLD = (TTL, TIMEOUT, AUTO_RENEW, MAX_HOLD, ON_LOST)
+
+
+@dataclass(frozen=True)
+class Factory:
+    """One lock constructor on the three surfaces.
+
+    ``returns`` is the lock type made, ``lost`` the type ``on_lost`` is
+    called with. ``compat``: (type made, type ``on_lost`` is called with)
+    when ``compat="redisson"`` makes another type, which gives the blocking
+    and asyncio methods two overloads. ``body``: the blocking method's
+    code; the module-level function calls that method on the default
+    client, and the asyncio method wraps its result (``async_params``: the
+    asyncio method's parameters where they are not ``params``)."""
+    name: str
+    params: Tuple[Param, ...]
+    returns: str
+    lost: str
+    doc: str
+    body: str
+    default_doc: str
+    async_doc: str
+    compat: Optional[Tuple[str, str]] = None
+    async_params: Optional[Tuple[Param, ...]] = None
+
+    def params_of(self, surface: str) -> Tuple[Param, ...]:
+        params = self.async_params if surface == ASYNCIO and self.async_params else self.params
+        return tuple(p for p in params if surface in p.surfaces)
+
+
+FACTORIES = (
+    Factory(
+        "lock", (NAME, *HOLD), "Lock", "Lock",
+        doc="""\
+An expiring lock (SET NX PX).
+
+``ttl``: seconds until the grant lapses unless released or renewed.
+``timeout``: default wait of ``acquire()`` and ``with`` (None: no
+limit). ``auto_renew``: the client's renewal thread resets the TTL
+every ttl/3 while held, so a live holder keeps it and a dead one
+loses it within ``ttl``; pass False for a plain expiring lock.
+``max_hold``: stop renewing this many seconds after the grant.
+``on_lost(lock)``: called (on a hilock thread) if the hold is lost.
+""",
+        body="return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost)",
+        default_doc="An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``).",
+        async_doc="An expiring lock, as :meth:`hilock.Client.lock`."),
+    Factory(
+        "simple_lock", (NAME, TIMEOUT), "Lock", "Lock",
+        doc="""\
+A simple lock (SETNX) with no expiry: if its holder dies it stays
+held until :meth:`Lock.force_release`. Prefer :meth:`lock`.""",
+        body="return Lock(self, name, SIMPLE, None, timeout)",
+        default_doc="A simple (non-expiring) lock on the default client.",
+        async_doc="A lock without expiry, as :meth:`hilock.Client.simple_lock`."),
+    Factory(
+        "lease", (NAME, *HOLD), "Lock", "Lock",
+        doc="""\
+A lease: an expiring lock held by renewing it before ``ttl`` runs
+out, by the renewal thread (default) or by ``renew()``/``extend()``
+(``auto_renew=False``). Other arguments as for :meth:`lock`.""",
+        body="return Lock(self, name, LEASE, ttl, timeout, auto_renew, max_hold, on_lost)",
+        default_doc="A lease on the default client.",
+        async_doc="A lease (expires, never renewed), as :meth:`hilock.Client.lease`.",
+        async_params=(NAME, Param("ttl", "float"), TIMEOUT)),
+    Factory(
+        "rlock", (NAME, *HOLD, COMPAT), "RLock", "RLock",
+        doc="""\
+A reentrant lock: reentrant per thread, like ``threading.RLock``.
+``compat="redisson"``: Redisson's RLock of the same name, shared with
+Java services (``ttl`` is then the lease, Redisson's 30 s by
+default). Other arguments as for :meth:`lock`.""",
+        body="return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat)",
+        default_doc="A reentrant lock on the default client.",
+        async_doc="""\
+A reentrant lock, as :meth:`hilock.Client.rlock`, owned by the
+current task: a task that holds it may acquire it again (and
+releases as often); other tasks, threads and processes wait.
+``compat="redisson"``: Redisson's RLock of the same name."""),
+    Factory(
+        "semaphore", (NAME, PERMITS, *HOLD), "Semaphore", "Semaphore",
+        doc="""\
+A counting semaphore: at most ``limit`` holders at once.
+
+``permits``: the limit stored on first use if none is stored yet
+(the stored limit wins afterwards; see :meth:`Semaphore.set_limit`).
+Each ``acquire()`` takes one permit, which lapses ``ttl`` seconds
+after the grant or last renewal; ``auto_renew`` (default) keeps it
+alive while held, so a dead holder's permit is free within ``ttl``.
+Other arguments as for :meth:`lock`.
+""",
+        body="return Semaphore(self, name, permits, ttl, timeout, auto_renew, max_hold, on_lost)",
+        default_doc="A counting semaphore on the default client.",
+        async_doc="""\
+A counting semaphore, as :meth:`hilock.Client.semaphore`; a
+permit belongs to the task that acquired it."""),
+    Factory(
+        "fair_lock", (NAME, *HOLD, COMPAT), "FairLock", "FairLock", compat=("RLock", "RLock"),
+        doc="""\
+A fair (FIFO) lock: granted in request order, a newcomer never
+barges past a waiter, and a crashed waiter is skipped after its
+heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
+at 5 s). Other arguments as for :meth:`lock`.
+``compat="redisson"``: Redisson's RFairLock of the same name, shared
+with Java services, as a reentrant :class:`RLock` (a dead hilock
+waiter is passed over ``ttl`` after the holder's TTL).""",
+        body="""\
+if check_compat(compat):
+    return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
+                 _side=_h.hilock_rlock_new_redisson_fair)
+return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""",
+        default_doc="A fair (FIFO) lock on the default client.",
+        async_doc="""\
+A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a
+cancelled waiter leaves the queue. ``compat="redisson"``: Redisson's
+RFairLock of the same name, a task-owned :class:`RLock` (a waiting
+task hears the release meant for it; one that gives up, cancelled or
+timed out, leaves the queue)."""),
+    Factory(
+        "rwlock", (NAME, *HOLD, COMPAT), "RWLock", "Union[ReadLock, WriteLock]",
+        compat=("RedissonRWLock", "RLock"),
+        doc="""\
+A read-write lock: ``.read()`` and ``.write()`` give its shared and
+exclusive sides, reentrant per thread, with writer preference.
+``ttl`` applies to every read and write hold; ``timeout``,
+``auto_renew``, ``max_hold`` and ``on_lost`` (called with the side
+that lost its hold) apply to both sides, as for :meth:`lock`.
+``compat="redisson"``: Redisson's RReadWriteLock of the same name,
+shared with Java services (a :class:`RedissonRWLock`).""",
+        body="""\
+if check_compat(compat):
+    return RedissonRWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""",
+        default_doc="A read-write lock on the default client.",
+        async_doc="""\
+A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner
+is the current task: ``.read()`` and ``.write()`` give its sides.
+``compat="redisson"``: Redisson's RReadWriteLock of the same name."""),
+    Factory(
+        "multi_lock", (NAMES, *HOLD), "MultiLock", "MultiLock",
+        doc="""\
+A lock on every name of ``names`` at once, or none of them.
+
+``names``: an iterable of names (str or bytes; duplicates ignored),
+at most 1024. Each name is locked with the keys of :meth:`lock`, so
+the two exclude each other; ``fence`` is a dict of one token per
+name. On a Redis Cluster the names must share a hash tag
+(``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError. Other
+arguments as for :meth:`lock`.
+""",
+        body="return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost)",
+        default_doc="A multi-key lock (all names or none) on the default client.",
+        async_doc="""\
+A lock on every name at once or none, as
+:meth:`hilock.Client.multi_lock`."""),
+    Factory(
+        "sequential_lock", (NAME, *HOLD), "SequentialLock", "SequentialLock",
+        doc="""\
+A sequential lock (ZooKeeper's recipe): each contender gets the
+next sequence number (``SequentialLock.sequence``) and the lowest
+live one holds; each waiter watches its predecessor only, so a
+release wakes exactly one process, and a dead predecessor passes the
+turn within its heartbeat window (``SequentialLock.heartbeat``, by default
+``ttl`` capped at 5 s). Other arguments as for :meth:`lock`.""",
+        body="return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)",
+        default_doc="A sequential (ZooKeeper-style) lock on the default client.",
+        async_doc="""\
+A sequential lock, as :meth:`hilock.Client.sequential_lock`: a
+cancelled waiter leaves the queue."""),
+    Factory(
+        "segmented_lock", (NAME, SEGMENTS, *HOLD), "SegmentedLock", "SegmentedLock",
+        doc="""\
+A segmented lock for hot inventory: ``segments`` exclusive locks,
+each with its own share of the stock. ``acquire()`` takes any free
+segment that still has stock (random start), ``take(n)`` sells from
+it under the lock, and :class:`hilock.SoldOut` is raised once every
+segment is empty. Every object on one name must use the same
+``segments``. Other arguments as for :meth:`lock`.""",
+        body="""\
+return SegmentedLock(self, name, segments, ttl, timeout, auto_renew, max_hold,
+                     on_lost)""",
+        default_doc="A segmented lock on the default client.",
+        async_doc="""\
+A segmented lock, as :meth:`hilock.Client.segmented_lock`:
+``acquire()`` takes a free segment that has stock and raises
+:class:`hilock.SoldOut` once every segment is empty."""),
+)
+
+
+# -- Writing the code ----------------------------------------------------
+
+def _wrap(head: str, items: List[str], tail: str, indent: str,
+          brackets: Tuple[str, str] = ("(", ")")) -> List[str]:
+    """``head(item, item, ...)tail`` in lines of at most LINE columns, the
+    continuation lines aligned after the bracket (or, if that is too far
+    right, the items on lines of their own, indented once more)."""
+    opening, closing = brackets
+    lines: List[str] = []
+    line = indent + head + opening
+    hang = " " * len(line)
+    for i, item in enumerate(items):
+        piece = item + (", " if i < len(items) - 1 else closing + tail)
+        if len(line + piece.rstrip()) > LINE and line.strip() and line != indent + head + opening:
+            lines.append(line.rstrip())
+            line = hang
+        line += piece
+    if not items:
+        line += closing + tail
+    lines.append(line.rstrip())
+    if opening and max(map(len, lines)) > LINE:
+        return [indent + head + opening] + _wrap("", items, tail, indent + "    ", ("", closing))
+    return lines
+
+
+def _signature(f: Factory, surface: str, method: bool, overload: Optional[str]) -> List[str]:
+    """The parameters written out. ``overload``: None for the function
+    itself, "plain" or "compat" for the overload of that ``compat``."""
+    items = ["self"] if method else []
+    star = False
+    lost = f.lost
+    if overload == "compat" and f.compat:
+        lost = f.compat[1]
+    for p in f.params_of(surface):
+        if p.keyword_only and not star:
+            items.append("*")
+            star = True
+        annotation = p.annotation.format(lost=lost)
+        default = p.default
+        if f.compat and p is ON_LOST and overload is None and surface != DEFAULT:
+            annotation = "Any"
+        if f.compat and p is COMPAT and overload == "plain":
+            annotation = "None"
+        if f.compat and p is COMPAT and overload == "compat":
+            annotation, default = "Compat", None
+        items.append(f"{p.name}: {annotation}" + ("" if default is None else f" = {default}"))
+    return items
+
+
+def _returns(f: Factory, surface: str, overload: Optional[str]) -> str:
+    if not f.compat or surface == DEFAULT or overload == "plain":
+        return f.returns
+    if overload == "compat":
+        return f.compat[0]
+    return f"Union[{f.returns}, {f.compat[0]}]"
+
+
+def _docstring(doc: str, indent: str) -> List[str]:
+    lines = doc.split("\n")
+    out = [indent + '"""' + lines[0]]
+    out += [(indent + line) if line else "" for line in lines[1:]]
+    if doc.endswith("\n"):
+        out[-1] = indent + '"""'
+    else:
+        out[-1] += '"""'
+    return out
+
+
+def _call(head: str, f: Factory, surface: str, tail: str, indent: str,
+          compat: bool = True) -> List[str]:
+    """A call of the blocking method with the surface's own parameters:
+    the positional ones by position, the keyword-only ones by keyword."""
+    args = [p.name if not p.keyword_only else f"{p.name}={p.name}"
+            for p in f.params_of(surface) if compat or p is not COMPAT]
+    return _wrap(head, args, tail, indent)
+
+
+def _def(f: Factory, surface: str, method: bool, doc: Optional[str], body: List[str],
+         overload: Optional[str] = None) -> List[str]:
+    indent = "    " if method else ""
+    out = [indent + "@overload"] if overload else []
+    out += _wrap(f"def {f.name}", _signature(f, surface, method, overload),
+                 f" -> {_returns(f, surface, overload)}:" + (" ..." if overload else ""), indent)
+    if overload:
+        return out
+    assert doc is not None
+    return out + _docstring(doc, indent + "    ") + body
+
+
+def _overloads(f: Factory, surface: str) -> List[str]:
+    if not f.compat:
+        return []
+    return (_def(f, surface, True, None, [], "plain") + [""]
+            + _def(f, surface, True, None, [], "compat") + [""])
+
+
+def _client(f: Factory) -> List[str]:
+    body = [("        " + line) if line else "" for line in f.body.split("\n")]
+    return _overloads(f, CLIENT) + _def(f, CLIENT, True, f.doc, body)
+
+
+def _default(f: Factory) -> List[str]:
+    body = _call(f"return _default().{f.name}", f, DEFAULT, "", "    ")
+    return _def(f, DEFAULT, False, f.default_doc, body)
+
+
+def _asyncio(f: Factory) -> List[str]:
+    sync = f"self._sync.{f.name}"
+    if f.compat:
+        body = ["        if compat is not None:"]
+        body += _call(f"return {f.compat[0]}(self, {sync}", f, ASYNCIO, ")", " " * 12)
+        body += _call(f"return {f.returns}(self, {sync}", f, ASYNCIO, ")", " " * 8,
+                      compat=False)
+    else:
+        body = _call(f"return {f.returns}(self, {sync}", f, ASYNCIO, ")", " " * 8)
+    return _overloads(f, ASYNCIO) + _def(f, ASYNCIO, True, f.async_doc, body)
+
+
+def generate(surface: str) -> str:
+    """The text between the BEGIN and END lines of the surface's file."""
+    indent = "" if surface == DEFAULT else "    "
+    blocks: List[List[str]] = []
+    if surface == DEFAULT:
+        names = [f.name for f in FACTORIES]
+        blocks.append(_wrap("__all__ = ", [f'"{n}"' for n in names], "", "", ("[", "]")))
+        blocks.append(["def _default() -> Client:", "    return default_client()"])
+    make = {CLIENT: _client, DEFAULT: _default, ASYNCIO: _asyncio}[surface]
+    blocks += [make(f) for f in FACTORIES]
+    if surface == DEFAULT:
+        blocks.append(_wrap("for _f in ", [f.name for f in FACTORIES], ":", "")
+                      + ['    _f.__module__ = "hilock"  # where users find them'])
+    gap = "\n\n\n" if surface == DEFAULT else "\n\n"
+    text = gap.join("\n".join(block) for block in blocks)
+    note = textwrap.indent(NOTE, indent)
+    sep = "\n\n" if surface == DEFAULT else "\n"
+    return f"{indent}{BEGIN}\n{note}{sep}{text}\n{indent}{END}\n"
+
+
+def render(surface: str, text: str) -> str:
+    """``text`` (the surface's file) with its generated part rewritten."""
+    begin = text.find(BEGIN)
+    end = text.find(END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"{FILES[surface]}: no '{BEGIN}' ... '{END}' lines")
+    start = text.rfind("\n", 0, begin) + 1
+    stop = text.index("\n", end) + 1
+    return text[:start] + generate(surface) + text[stop:]
+
+
+def main(argv: List[str]) -> int:
+    check = argv[1:] == ["--check"]
+    if argv[1:] and not check:
+        print(__doc__, file=sys.stderr)
+        return 2
+    stale: Dict[str, Tuple[str, str]] = {}
+    for surface in SURFACES:
+        path = PACKAGE / FILES[surface]
+        old = path.read_text()
+        new = render(surface, old)
+        if new != old:
+            stale[surface] = (old, new)
+            if not check:
+                path.write_text(new)
+    for surface, (old, new) in stale.items():
+        name = f"python/hilock/{FILES[surface]}"
+        if check:
+            sys.stdout.writelines(difflib.unified_diff(
+                old.splitlines(True), new.splitlines(True), name, name + " (generated)"))
+        else:
+            print(f"wrote {name}")
+    return 1 if check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
