@@ -11,6 +11,7 @@ import os
 import random
 import select
 import signal
+import socket
 import statistics
 import threading
 import time
@@ -199,6 +200,28 @@ def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.01,
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def debug_sleep(port: int, seconds: float) -> socket.socket:
+    """Send DEBUG SLEEP without waiting for it; returns once the server
+    sleeps. The socket gets +OK when the sleep ends. A sleeping server runs
+    nothing, so no command (CLIENT LIST, INFO) can show the sleep in
+    progress. What shows it is a PING from another connection going
+    unanswered for a third of the sleep; one answered sooner ran before the
+    sleep, and another is sent."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"DEBUG SLEEP {seconds}\r\n".encode())
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as probe:
+            probe.sendall(b"PING\r\n")
+            probe.settimeout(seconds / 3)
+            try:
+                probe.recv(16)
+            except socket.timeout:
+                return s
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"DEBUG SLEEP {seconds} not seen within 10 s")
 
 
 def pop_json(r, key: str, timeout: float) -> Optional[bytes]:
