@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import importlib.util
 import json
+import linecache
 import multiprocessing
 import os
 import random
@@ -13,6 +14,7 @@ import select
 import signal
 import socket
 import statistics
+import sys
 import threading
 import time
 import traceback
@@ -383,6 +385,19 @@ class Worker(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+def wait_turn_waiter(lk, t: threading.Thread, timeout: float = 5.0) -> None:
+    """Until thread t waits in acquire() for lock object lk's own turn. A
+    second thread of one object waits on the object's local mutex, which
+    neither client.waiting nor the server counts: the thread's frame, blocked
+    on that mutex, shows it."""
+    def waiting() -> bool:
+        f = sys._current_frames().get(t.ident) if t.ident is not None else None
+        return (f is not None and f.f_locals.get("self") is lk
+                and "_local.acquire(" in linecache.getline(f.f_code.co_filename, f.f_lineno))
+
+    wait_for(waiting, timeout, what="the thread to wait for the object's turn")
 
 
 def run_in_threads(fn: Callable[[int], Any], n: int, timeout: float) -> List[Any]:
