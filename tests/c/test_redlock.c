@@ -84,9 +84,27 @@ static int nodes_with_key(void) {
   return n;
 }
 
+/* Until node i sleeps (DEBUG SLEEP sent). A sleeping server runs nothing,
+ * so no command can show the sleep: a PING from another connection left
+ * unanswered for 250 ms does (one answered ran before the sleep, and
+ * another is sent). */
+static void node_wait_asleep(int i) {
+  for (int64_t end = hl_now_ms() + 10000;;) {
+    redisContext *probe = hl_redis_connect(&nodes[i]);
+    struct timeval ptv = {0, 250000};
+    redisReply *r;
+    redisSetTimeout(probe, ptv);
+    r = redisCommand(probe, "PING");
+    redisFree(probe);
+    if (r == NULL) return; /* unanswered: asleep */
+    freeReplyObject(r);
+    assert_true(hl_now_ms() < end);
+  }
+}
+
 /* DEBUG SLEEP on node i, without waiting for it: the returned connection
  * gets the reply when the sleep ends. */
-static redisContext *node_sleep(int i, double seconds) {
+static redisContext *node_sleep_send(int i, double seconds) {
   redisContext *c = hl_redis_connect(&nodes[i]);
   struct timeval tv = {(time_t)seconds + 5, 0}; /* the reply ends the sleep */
   int done = 0;
@@ -95,7 +113,13 @@ static redisContext *node_sleep(int i, double seconds) {
   snprintf(s, sizeof(s), "%.3f", seconds);
   redisAppendCommand(c, "DEBUG SLEEP %s", s);
   while (!done) assert_int_equal(redisBufferWrite(c, &done), REDIS_OK);
-  hl_sleep_ms(30); /* let the server start sleeping */
+  return c;
+}
+
+/* The same, returning once the node sleeps. */
+static redisContext *node_sleep(int i, double seconds) {
+  redisContext *c = node_sleep_send(i, seconds);
+  node_wait_asleep(i);
   return c;
 }
 
@@ -438,12 +462,14 @@ static void test_slowed_majority_leaves_nothing_behind(void **state) {
   redisContext *s[3];
   int64_t t0;
   (void)state;
-  for (int i = 0; i < 3; i++) s[i] = node_sleep(i, 2.0);
+  for (int i = 0; i < 3; i++) s[i] = node_sleep_send(i, 4.0);
+  for (int i = 0; i < 3; i++) node_wait_asleep(i);
   t0 = hl_now_ms();
   assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_ENOQUORUM,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
-  /* Not the 2 s sleep: 1.2 s leaves room for a stalled, loaded machine. */
-  assert_i64_between(hl_now_ms() - t0, 0, 1200);
+  /* The node timeout (50 ms), not the 4 s sleep: 2 s leaves room for a
+   * stalled, loaded machine. */
+  assert_i64_between(hl_now_ms() - t0, 0, 2000);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "no reply within 50 ms");
   for (int i = 0; i < 3; i++) sleep_done(s[i]);
   /* The slow nodes set the token after all, then ran the release that
