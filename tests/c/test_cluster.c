@@ -1136,7 +1136,9 @@ static void auth_cluster_wrong_credentials_are_EAUTH(void **state) {
     pw_url(url, sizeof(url), bad[i][0]);
     assert_hl_rc(hilock_client_new(url, &o, &c), HILOCK_EAUTH,
                  hilock_client_errmsg(c));
-    assert_i64_between(hl_now_ms() - t0, 0, 2000);
+    /* Refused at once, not retried through the 15 s reconnect budget; 5 s
+     * leaves room for a loaded machine. */
+    assert_i64_between(hl_now_ms() - t0, 0, 5000);
     assert_int_equal(hilock_client_errcode(c), HILOCK_EAUTH);
     assert_substr(hilock_client_errmsg(c), bad[i][1]);
     hilock_client_free(c);
@@ -1180,7 +1182,8 @@ static void auth_cluster_revoked_user_is_EAUTH_on_next_use(void **state) {
   assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EAUTH, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGPASS");
   assert_hl_rc(hilock_client_ping(c), HILOCK_EAUTH, hilock_client_errmsg(c));
-  assert_i64_between(hl_now_ms() - t0, 0, 2000);
+  /* Likewise: at once, not after the 15 s reconnect budget. */
+  assert_i64_between(hl_now_ms() - t0, 0, 5000);
   assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);

@@ -425,7 +425,9 @@ static void refused_reconnects_end_in_eio_within_budget(void **state) {
   t0 = hl_now_ms();
   assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_EIO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
-  assert_i64_between(hl_now_ms() - t0, 90, 1000); /* reconnect_ms = 100 */
+  /* The 100 ms reconnect budget (setup), not the 3 s command timeout nor
+   * the 1000 refusals queued; 2 s leaves room for a loaded machine. */
+  assert_i64_between(hl_now_ms() - t0, 90, 2000);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(f->lock)), "Connection refused");
   assert_true(fake.connects >= 3);
   assert_int_equal(fake.nsent, 1);

@@ -242,6 +242,27 @@ static void redlock_refuses_a_repeated_node(void **state) {
 
 /* ## Timeouts bound the whole call ------------------------------------------- */
 
+/* The server's pause for the paused-server tests: a timeout that waited it
+ * out would take 5 s, the fix takes the 800 ms timeout and its 250 ms
+ * slack; 3 s between them leaves room for a loaded machine. */
+#define PAUSE_MS 5000
+#define PAUSED_MAX_MS 3000
+
+/* Scripts the server has run (EVALSHA and EVAL). */
+static long long scripts_run(fixture *f) {
+  return hl_cmdstat_calls(f->redis, "evalsha") +
+         hl_cmdstat_calls(f->redis, "eval");
+}
+
+/* End the pause early, then wait until the server has run the attempt and
+ * what the client queued behind it: n scripts since before. */
+static void unpause_and_wait_scripts(fixture *f, long long before, int n) {
+  int64_t end = hl_now_ms() + 10000;
+  hl_redis_ok(f->redis, "CLIENT UNPAUSE");
+  while (scripts_run(f) - before < n && hl_now_ms() < end) hl_sleep_ms(5);
+  assert_true(scripts_run(f) - before >= n);
+}
+
 static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
   hl_server s;
   hilock_options o;
@@ -274,18 +295,21 @@ static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
   hilock_client *c = hl_client(f->server.url, NULL);
   hilock_lock *l = hl_new_lock(c, "paused", 10000), *other;
   int64_t t0, took;
+  long long before;
   int rc;
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  hl_redis_ok(f->redis, "CLIENT PAUSE 2500 WRITE");
+  before = scripts_run(f);
+  hl_redis_ok(f->redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
   t0 = hl_now_ms();
   rc = hilock_lock_acquire(l, 800);
   took = hl_now_ms() - t0;
   assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "undone");
-  assert_i64_between(took, 700, 1700);
+  /* 800 ms and the 250 ms slack, not the pause (PAUSE_MS). */
+  assert_i64_between(took, 700, PAUSED_MAX_MS);
   assert_false(hilock_hold_held(HILOCK_HOLD(l)));
-  /* After the pause the server ran the attempt, then its undo: free. */
-  hl_sleep_ms(2500 - took + 300);
+  /* Once unpaused the server runs the attempt, then its undo: free. */
+  unpause_and_wait_scripts(f, before, 2);
   assert_false(hl_redis_exists(f->redis, "hilock:{paused}:lock", 20));
   other = hl_new_lock(c, "paused", 10000);
   assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
@@ -309,18 +333,20 @@ static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
     hilock_sequential_lock *sl = kind == 1 ? hl_new_seq(c, "paused-q", 10000) : NULL;
     hilock_hold *h = fl != NULL ? HILOCK_HOLD(fl) : HILOCK_HOLD(sl);
     int64_t t0, took, waiters = -1;
+    long long before;
     int rc;
-    hl_redis_ok(f->redis, "CLIENT PAUSE 2500 WRITE");
+    before = scripts_run(f);
+    hl_redis_ok(f->redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
     t0 = hl_now_ms();
     rc = fl != NULL ? hilock_fair_lock_acquire(fl, 800)
                     : hilock_sequential_lock_acquire(sl, 800);
     took = hl_now_ms() - t0;
     assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(h));
     assert_substr(hilock_hold_errmsg(h), "undone");
-    /* 800 ms and the 250 ms slack: before the pause ends. */
-    assert_i64_between(took, 700, 1700);
+    /* 800 ms and the 250 ms slack, not the pause (PAUSE_MS). */
+    assert_i64_between(took, 700, PAUSED_MAX_MS);
     assert_false(hilock_hold_held(h));
-    hl_sleep_ms(2500 - took + 300);
+    unpause_and_wait_scripts(f, before, 2);
     assert_hl_ok(fl != NULL ? hilock_fair_lock_waiters(fl, &waiters)
                             : hilock_sequential_lock_waiters(sl, &waiters),
                  hilock_hold_errmsg(h));
@@ -337,16 +363,19 @@ static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
     /* Redisson's fair lock: its withdraw goes out behind the release. */
     hilock_rlock *rl = NULL;
     int64_t t0, took;
+    long long before;
     int rc;
     assert_hl_ok(hilock_rlock_new_redisson_fair(c, "paused-r", 8, 10000, &rl),
                  hilock_client_errmsg(c));
-    hl_redis_ok(f->redis, "CLIENT PAUSE 2500 WRITE");
+    before = scripts_run(f);
+    hl_redis_ok(f->redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
     t0 = hl_now_ms();
     rc = hilock_rlock_acquire(rl, 800);
     took = hl_now_ms() - t0;
     assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(HILOCK_HOLD(rl)));
-    assert_i64_between(took, 700, 1700);
-    hl_sleep_ms(2500 - took + 300);
+    /* 800 ms and the 250 ms slack, not the pause (PAUSE_MS). */
+    assert_i64_between(took, 700, PAUSED_MAX_MS);
+    unpause_and_wait_scripts(f, before, 2);
     assert_false(hl_redis_exists(f->redis, "paused-r", 8));
     assert_false(hl_redis_exists(f->redis, "redisson_lock_queue:{paused-r}", 30));
     assert_false(hl_redis_exists(f->redis, "redisson_lock_timeout:{paused-r}", 32));

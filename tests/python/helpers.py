@@ -6,12 +6,15 @@ import dataclasses
 import gc
 import importlib.util
 import json
+import linecache
 import multiprocessing
 import os
 import random
 import select
 import signal
+import socket
 import statistics
+import sys
 import threading
 import time
 import traceback
@@ -201,6 +204,28 @@ def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.01,
         time.sleep(interval)
 
 
+def debug_sleep(port: int, seconds: float) -> socket.socket:
+    """Send DEBUG SLEEP without waiting for it; returns once the server
+    sleeps. The socket gets +OK when the sleep ends. A sleeping server runs
+    nothing, so no command (CLIENT LIST, INFO) can show the sleep in
+    progress. What shows it is a PING from another connection going
+    unanswered for a third of the sleep; one answered sooner ran before the
+    sleep, and another is sent."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"DEBUG SLEEP {seconds}\r\n".encode())
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as probe:
+            probe.sendall(b"PING\r\n")
+            probe.settimeout(seconds / 3)
+            try:
+                probe.recv(16)
+            except socket.timeout:
+                return s
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"DEBUG SLEEP {seconds} not seen within 10 s")
+
+
 def pop_json(r, key: str, timeout: float) -> Optional[bytes]:
     """BLPOP one element from key within timeout seconds (None if none)."""
     got = r.blpop([key], timeout=timeout)
@@ -360,6 +385,19 @@ class Worker(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+def wait_turn_waiter(lk, t: threading.Thread, timeout: float = 5.0) -> None:
+    """Until thread t waits in acquire() for lock object lk's own turn. A
+    second thread of one object waits on the object's local mutex, which
+    neither client.waiting nor the server counts: the thread's frame, blocked
+    on that mutex, shows it."""
+    def waiting() -> bool:
+        f = sys._current_frames().get(t.ident) if t.ident is not None else None
+        return (f is not None and f.f_locals.get("self") is lk
+                and "_local.acquire(" in linecache.getline(f.f_code.co_filename, f.f_lineno))
+
+    wait_for(waiting, timeout, what="the thread to wait for the object's turn")
 
 
 def run_in_threads(fn: Callable[[int], Any], n: int, timeout: float) -> List[Any]:

@@ -10,7 +10,7 @@ import pytest
 
 import hilock
 from helpers import (KINDS, NOT_RETURNED, Worker, interrupt_acquire, make_lock, run_in_threads,
-                     wait_for)
+                     wait_for, wait_turn_waiter)
 
 
 # -- acquire / release / locked / owned ------------------------------------
@@ -203,7 +203,10 @@ def test_same_object_second_thread_blocks_until_release(client) -> None:
 
     t = threading.Thread(target=other)
     t.start()
-    time.sleep(0.3)  # room for a wrong grant to show (the object's own wait counts nowhere)
+    wait_turn_waiter(lk, t)
+    # Room for a wrong grant to show: the turn's wait wakes every 0.2 s to
+    # look again.
+    time.sleep(0.3)
     assert result == [], "a second thread acquired a held Lock object"
     # Non-blocking attempts from other threads fail meanwhile.
     probe = []

@@ -13,6 +13,8 @@ import asyncio
 import gc
 import multiprocessing as mp
 import os
+import select
+import socket
 import threading
 import time
 from typing import Any, Awaitable, Callable, Iterator, List, Optional
@@ -21,6 +23,7 @@ import pytest
 
 import hilock
 import hilock.asyncio as hla
+from helpers import debug_sleep
 from history import Interval, RedisHistory, check_fences_increase, check_no_overlap
 
 FORK = mp.get_context("fork")
@@ -977,6 +980,14 @@ class Ticker:
         await self._task
 
 
+def _woken(sleeper: socket.socket) -> None:
+    """Wait for the +OK of a DEBUG SLEEP (helpers.debug_sleep): the server
+    is awake again."""
+    sleeper.settimeout(10)
+    assert sleeper.recv(16).startswith(b"+OK")
+    sleeper.close()
+
+
 def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> None:
     """Acquires and releases whose round trips are on the wire (run on the
     loop's own thread) while the server sleeps: the loop keeps turning,
@@ -994,14 +1005,15 @@ def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> 
         held = c.lock("aio:stalled:held", ttl=30)
         assert await held.acquire(blocking=False)
         ticker = Ticker(ticks)
-        sleeper = threading.Thread(target=lambda: redis.Redis.from_url(node.url).execute_command(
-            "DEBUG", "SLEEP", "0.4"))
-        sleeper.start()
-        await asyncio.sleep(0.05)  # the server sleeps now
+        # Off the loop's thread, which the ticker watches.
+        sleeper = await asyncio.to_thread(debug_sleep, node.port, 0.6)
         ops = [asyncio.ensure_future(c.lock(f"aio:stalled:{i}", ttl=30).acquire(blocking=False))
                for i in range(4)]
         ops.append(asyncio.ensure_future(held.release()))
         stalled.append(time.monotonic())
+        # A grace for the round trips to go out: none can be seen on a
+        # sleeping server, and one still on the loop is ended by close() all
+        # the same, which the test accepts as well.
         await asyncio.sleep(0.05)
         await c.close()
         for op in ops:
@@ -1009,14 +1021,14 @@ def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> 
                 await op
             except hilock.ConnectionError:
                 pass  # told the client closed
-        sleeper.join()
+        await asyncio.to_thread(_woken, sleeper)
         stalled.append(time.monotonic())
         await ticker.stop()
 
     with asyncio.Runner(loop_factory=_loop_factory) as runner:
         runner.run(main())
     # The ticker ran while the operations waited on the sleeping server
-    # (about 0.35 s: some 30 ticks; 2 when the waits held the loop).
+    # (about 0.4 s: some 30 ticks; 2 when the waits held the loop).
     assert sum(1 for t in ticks if stalled[0] < t < stalled[1]) >= 8, (stalled, ticks)
     # Every grant was given back (a cancelled one) or released: nothing held.
     assert [k for k in rds.keys("hilock:{aio:stalled*") if k.endswith(b":lock")] == []
@@ -1029,8 +1041,6 @@ def test_a_cancel_does_not_wait_for_a_stalled_servers_reply(redis_nodes) -> None
     run alike, and for the queue locks too (their leave goes out behind the
     attempt instead of waiting on the same server); the server runs the
     attempts once it wakes, and each is undone then: every lock is free."""
-    import redis
-
     node = redis_nodes[0]
     stall_over: List[bool] = []
     kinds = ["lock", "lock", "fair_lock", "fair_lock", "sequential_lock", "sequential_lock"]
@@ -1040,10 +1050,7 @@ def test_a_cancel_does_not_wait_for_a_stalled_servers_reply(redis_nodes) -> None
         locks = [getattr(c, kind)(f"aio:cut:{i}", ttl=30) for i, kind in enumerate(kinds)]
         assert await locks[0].acquire(blocking=False)  # connected, bound
         await locks[0].release()
-        sleeper = threading.Thread(target=lambda: redis.Redis.from_url(node.url).execute_command(
-            "DEBUG", "SLEEP", "3"))
-        sleeper.start()
-        await asyncio.sleep(0.1)  # the server sleeps now
+        sleeper = await asyncio.to_thread(debug_sleep, node.port, 3.0)
 
         async def one(lk: Any) -> None:
             with pytest.raises(asyncio.TimeoutError):
@@ -1052,8 +1059,8 @@ def test_a_cancel_does_not_wait_for_a_stalled_servers_reply(redis_nodes) -> None
         await asyncio.gather(*(one(lk) for lk in locks))
         # Every cancel ended before the server woke (without the cut, each
         # waited for its reply, or its queue leave: after the 3 s sleep).
-        stall_over.append(not sleeper.is_alive())
-        sleeper.join()
+        stall_over.append(bool(select.select([sleeper], [], [], 0)[0]))  # its +OK came
+        await asyncio.to_thread(_woken, sleeper)
         await c.close()
 
     with asyncio.Runner(loop_factory=_loop_factory) as runner:

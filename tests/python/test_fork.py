@@ -298,6 +298,10 @@ def test_child_takes_auto_renewed_locks_repeatedly(client, rds) -> None:
     # condition variable (renewal every 10 s), as it does most of the time.
     lk = client.lock("renewed-in-parent", ttl=30.0)
     assert lk.acquire(blocking=False)
+    # A grace for the watchdog, woken by the grant, to go back to sleep. Its
+    # thread is unnamed and its wait shows nowhere (no server command, no
+    # count), so nothing can be waited on; at worst a stalled machine forks
+    # it awake, a case that must work too.
     time.sleep(0.2)
 
     def child():
@@ -323,7 +327,10 @@ def test_child_can_free_inherited_client(rds, redis_url) -> None:
     lk = c.lock("freed-in-child", ttl=30.0)
     assert lk.acquire(blocking=False)
     lk.release()
-    time.sleep(0.2)  # the watchdog, started by the grant, sleeps on its wake-up
+    # A grace for the watchdog, started by the grant, to sleep on its
+    # wake-up: nothing shows that wait (see above), and a fork that caught
+    # it awake must work as well.
+    time.sleep(0.2)
 
     def child():
         nonlocal lk

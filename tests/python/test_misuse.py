@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-import socket
 import threading
 import time
 from typing import Any, Iterator, List
@@ -16,7 +15,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import RedisServer
+from helpers import RedisServer, debug_sleep, scripts_run, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +37,6 @@ def dbg(debug_server: RedisServer) -> Iterator[redis.Redis]:
     finally:
         r.execute_command("CLIENT", "UNPAUSE")
         r.close()
-
-
-def _sleep_server(srv: RedisServer, seconds: float) -> socket.socket:
-    """DEBUG SLEEP without waiting for it; close the socket afterwards."""
-    s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(f"DEBUG SLEEP {seconds}\r\n".encode())
-    time.sleep(0.03)  # the server is asleep now
-    return s
 
 
 # -- copies ---------------------------------------------------------------------
@@ -97,7 +88,7 @@ def test_close_while_another_thread_is_inside_a_call(debug_server, dbg, op) -> N
             except BaseException as e:  # noqa: BLE001
                 out.append(e)
 
-        sock = _sleep_server(debug_server, 0.12)
+        sock = debug_sleep(debug_server.port, 0.3)
         t = threading.Thread(target=call)
         t.start()
         time.sleep(0.01 + 0.01 * i)
@@ -228,7 +219,8 @@ def test_a_late_reply_leaves_no_grant_nobody_owns(debug_server, dbg, retry) -> N
     c = hilock.Client(debug_server.url, command_timeout=0.4)
     lk = c.lock("late", ttl=10)
     c.ping()
-    sock = _sleep_server(debug_server, 1.0)
+    before = scripts_run(dbg)
+    sock = debug_sleep(debug_server.port, 1.0)
     try:
         with pytest.raises(hilock.ConnectionError, match="no reply in time"):
             lk.acquire()
@@ -238,7 +230,8 @@ def test_a_late_reply_leaves_no_grant_nobody_owns(debug_server, dbg, retry) -> N
             assert lk.acquire(timeout=3)  # not after the 10 s TTL
             lk.release()
         else:
-            time.sleep(0.3)
+            # The late attempt and its undo have run.
+            wait_for(lambda: scripts_run(dbg) >= before + 2, 5, what="the attempt and its undo")
             assert dbg.exists(lk.key) == 0
     finally:
         sock.close()

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, NoLock, acquire_interrupted, acquire_within, join_all, pass_gate,
-                     start_child, wait_for)
+from helpers import (FORK, NoLock, acquire_interrupted, acquire_within, debug_sleep, join_all,
+                     pass_gate, start_child, wait_for)
 from history import OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 KEY = "hilock:{rl}:redlock"
@@ -36,14 +36,6 @@ def with_key(nodes) -> int:
             n += r.exists(KEY)
             r.close()
     return n
-
-
-def debug_sleep(node, seconds: float) -> socket.socket:
-    """Send DEBUG SLEEP without waiting; the socket gets +OK when it ends."""
-    s = socket.create_connection(("127.0.0.1", node.port))
-    s.sendall(f"DEBUG SLEEP {seconds}\r\n".encode())
-    time.sleep(0.03)
-    return s
 
 
 def sleep_done(s: socket.socket) -> None:
@@ -128,14 +120,14 @@ def test_minority_down_still_acquires_and_releases(redis_nodes) -> None:
 
 def test_minority_slowed_still_acquires_within_the_node_timeout(redis_nodes) -> None:
     lk = hilock.Redlock(urls_of(redis_nodes), "rl", ttl=10)
-    socks = [debug_sleep(redis_nodes[i], 3.0) for i in (1, 3)]
+    socks = [debug_sleep(redis_nodes[i].port, 5.0) for i in (1, 3)]
     t0 = time.monotonic()
     assert lk.acquire(blocking=False)
     took = time.monotonic() - t0
     lk.release()
-    # The slow nodes cost one node timeout (0.05 s), not their 3 s sleep:
-    # 1.5 s tells the two apart with room for a stalled, loaded machine.
-    assert took < 1.5, took
+    # The slow nodes cost one node timeout (0.05 s), not their 5 s sleep:
+    # 2.5 s tells the two apart with room for a stalled, loaded machine.
+    assert took < 2.5, took
     for s in socks:
         sleep_done(s)
     # The slow nodes ran the grant, then the release behind it (a key left

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import RedisServer, wait_for
+from helpers import RedisServer, command_calls, wait_for
 
 N_SHARED = 100  # threads waiting on one lock
 N_OWN = 100     # threads waiting on locks of their own
@@ -294,6 +294,8 @@ def test_a_lone_listener_is_rung_solo(rds, redis_url) -> None:
     c = hilock.Client(redis_url, direct_waiters=0)
     h = holder.lock("lone", ttl=30, auto_renew=False)
     w = c.lock("lone", ttl=30, auto_renew=False)
+    assert h.acquire(blocking=False)  # the scripts are loaded: no NOSCRIPT
+    h.release()                       # fallback counts twice below
     for _ in range(5):
         assert h.acquire(blocking=False)
         got = threading.Event()
@@ -302,16 +304,18 @@ def test_a_lone_listener_is_rung_solo(rds, redis_url) -> None:
             if w.acquire(timeout=10):
                 got.set()
 
+        rds.config_resetstat()
         t = threading.Thread(target=wait)
         t.start()
-        wait_for(lambda: c.waiting == 1, 5, what="the waiter")
-        time.sleep(0.1)  # past its first look at the list
-        rds.config_resetstat()
+        # Waiting, past its first look at the list (the one LPOP so far: its
+        # attempt, not rung, pops nothing).
+        wait_for(lambda: c.waiting == 1 and command_calls(rds).get("lpop", 0) == 1, 5,
+                 what="the waiter's first look at the list")
+        before = command_calls(rds)
         h.release()
         assert got.wait(5), "the waiter was not woken"
         t.join(5)
-        calls = {k[len("cmdstat_"):]: v["calls"]
-                 for k, v in rds.info("commandstats").items()}
+        calls = {k: v - before.get(k, 0) for k, v in command_calls(rds).items()}
         assert calls.get("lpop", 0) <= 1, calls  # inside the attempt's script
         assert calls.get("evalsha", 0) + calls.get("eval", 0) == 2, calls
         w.release()
@@ -325,15 +329,16 @@ def test_without_pubsub_numsub_a_release_still_rings(rds, redis_server) -> None:
     """A user that may publish and subscribe but not ask PUBSUB NUMSUB: the
     release script's question fails quietly, the message is not "solo", and
     the waiter pops its wake-up as with several listeners."""
+    rds.config_resetstat()
     with _user_with_a_held_lock(rds, redis_server.port, "nonumsub", "~*", "&*", "+@all",
                                 "-pubsub") as (lk, waiter, granted):
-        wait_for(lambda: waiter.waiting == 1, 10, what="the waiter")
-        time.sleep(0.1)
-        rds.config_resetstat()
+        # Waiting, past its first look at the list (the one LPOP so far).
+        wait_for(lambda: waiter.waiting == 1 and command_calls(rds).get("lpop", 0) == 1, 10,
+                 what="the waiter's first look at the list")
         lk.release()
         wait_for(lambda: granted, 5, what="the grant")
-        calls = {k[len("cmdstat_"):]: v["calls"] for k, v in rds.info("commandstats").items()}
-        assert calls.get("lpop", 0) >= 1, calls
+        calls = command_calls(rds)
+        assert calls.get("lpop", 0) >= 2, calls  # the rung waiter popped its wake-up
 
 
 def _pings(rds) -> int:
