@@ -4,7 +4,11 @@
  * the reading of an extension that replicas did not confirm. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "holds.h"
+#include "script.h"
+#include "wait.h"
 
 void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,

@@ -23,7 +23,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "fiber.h"
+#include "net.h"
 
 /* The reader refuses replies larger than this (a hostile or broken server
  * must not make the client buffer without end), and arrays longer than
