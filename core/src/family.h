@@ -147,10 +147,5 @@ int hilock__rlock_new_with(hilock_client *client, const char *name,
                            size_t namelen, int64_t ttl_ms,
                            const hilock__rlock_layout *lay,
                            struct hilock_rlock **out);
-/* Without the shared waiting there is no list to block on behind such a
- * channel: sleep at most 500 ms of bound_ms (so a Redisson
- * release is noticed that soon), ending early when the client closes or
- * its interrupt hook fires. Returns HILOCK_OK (no wake-up) or the error. */
-int hilock__redisson_nap(hilock_client *c, hilock__err *e, int64_t bound_ms);
 
 #endif /* HILOCK_FAMILY_H */

@@ -1,4 +1,4 @@
-/* The transport: hilock's own sockets below every path (see internal.h).
+/* The transport: hilock's own sockets below every path (see net.h).
  *
  * A connection is a non-blocking socket, an output buffer, a hiredis reply
  * reader and, for TLS, an OpenSSL session (tls.c). Blocking calls are

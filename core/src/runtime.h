@@ -229,6 +229,15 @@ hilock__err *hilock__client_err(hilock_client *c);
 int hilock__client_is_cluster(const hilock_client *c);
 void hilock__client_unref(hilock_client *c);
 
+/* The shared waiting's lifetime (hub.c), as the client makes, closes and
+ * forks it (its waits: wait.h). */
+int hilock__hub_init(hilock__hub *h);
+/* Stop the thread for good (the client closes). */
+void hilock__hub_stop(hilock_client *c);
+void hilock__hub_destroy(hilock__hub *h);
+/* Fork (h->mu held): forget the parent's thread, waiters and socket. */
+void hilock__hub_forget(hilock__hub *h);
+
 /* ## The renewal thread and the grants it renews (renewal.c, hold.c) ----- */
 
 void hilock__watchdog_stop(hilock__runtime *rt);

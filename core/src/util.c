@@ -10,7 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "fiber.h"
 
 int hilock__token(char out[HILOCK__TOKEN_LEN + 1], hilock__err *e) {
   static const char hex[] = "0123456789abcdef";

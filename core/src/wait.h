@@ -35,7 +35,6 @@ int hilock__hub_waited(hilock_client *c, const char *key, size_t keylen);
 void hilock__waiting_add(hilock_client *c, int d, int shared);
 /* Threads in the shared waiting of every client of the process. */
 int hilock__waiting_all(void);
-int hilock__hub_init(hilock__hub *h);
 /* tried_us: when the caller's last attempt began (hilock__now_us; 0 if
  * unknown): a subscription confirmed before it needs no first look.
  * wake: HILOCK__WAKE_* flags. With WAKE_TAKES a rung waiter returns
@@ -82,11 +81,6 @@ void hilock__hub_settle(hilock_client *c, const char *key, size_t keylen);
  * that is due (one atomic load when none is), so that the release's own
  * wake-up does not come back to this process. */
 void hilock__hub_flush(hilock_client *c);
-/* Stop the thread for good (the client closes). */
-void hilock__hub_stop(hilock_client *c);
-void hilock__hub_destroy(hilock__hub *h);
-/* Fork (h->mu held): forget the parent's thread, waiters and socket. */
-void hilock__hub_forget(hilock__hub *h);
 
 /* Sleep until a release of the lock's wake list wakes us (shared waiting,
  * or BLPOP) for up to bound_ms, checking the client's interrupt hook every
@@ -191,5 +185,13 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
  * hilock__beat_bound gives that sleep for hilock__acquire_loop. */
 int64_t hilock__beat_default(int64_t ttl_ms, int64_t min_ms, int64_t max_ms);
 int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms);
+
+/* Without the shared waiting there is no list to block on behind a
+ * Redisson channel (HILOCK__WAKE_CHANNEL): sleep at most 500 ms of
+ * bound_ms (so a Redisson
+ * release is noticed that soon), ending early when the client closes or
+ * its interrupt hook fires. Returns HILOCK_OK (no wake-up) or the error
+ * (redisson.c). */
+int hilock__redisson_nap(hilock_client *c, hilock__err *e, int64_t bound_ms);
 
 #endif /* HILOCK_WAIT_H */
