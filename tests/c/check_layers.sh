@@ -83,7 +83,8 @@ bad() {
 }
 # The internal headers a file includes (#include "x.h" of core/src).
 includes() {
-  sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$1" |
+  sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' \
+    "$1" |
     while read -r h; do
       [ -f "$src/$h" ] && echo "$h"
     done
@@ -94,7 +95,7 @@ for path in "$src"/*.h; do
   h=$(basename "$path")
   r=$(rank "$h")
   if [ "$r" -lt 0 ]; then
-    bad "$h: a header without a layer (add it to check_layers.sh and docs/design.md)"
+    bad "$h: a header without a layer (give it one here and in design.md)"
     continue
   fi
   [ "$h" = internal.h ] && continue
@@ -104,7 +105,8 @@ for path in "$src"/*.h; do
   done
 done
 
-listed=" $(echo "$converted" | awk 'NF { print $1 }' | tr '\n' ' ') $(echo $pending) "
+listed=" $(echo "$converted" | awk 'NF { print $1 }' | tr '\n' ' ')"
+listed="$listed $(echo $pending) "
 for path in "$src"/*.c; do
   f=$(basename "$path")
   case $listed in
@@ -130,7 +132,8 @@ while read -r f layer; do
         *" $i "*) ;;
         *) bad "$f, a lock family, includes $i" ;;
       esac
-    elif [ "$(rank "$i")" -lt 0 ] || [ "$(rank "$i")" -gt "$(rank "$layer")" ]; then
+    elif [ "$(rank "$i")" -lt 0 ] ||
+      [ "$(rank "$i")" -gt "$(rank "$layer")" ]; then
       bad "$f (layer $layer) includes $i, a higher layer"
     fi
   done
