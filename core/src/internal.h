@@ -1,7 +1,6 @@
-/* hilock internals: shared by the lock families, never installed. Each
- * layer has a header of its own (docs/design.md draws them); this one
- * includes them all, for the sources not yet moved to the headers they
- * need. */
+/* hilock internals, never installed. Each layer has a header of its own
+ * (docs/design.md draws them), which the sources of core/src include; this
+ * one includes them all, for the tests and the fuzz targets. */
 #ifndef HILOCK_INTERNAL_H
 #define HILOCK_INTERNAL_H
 

@@ -2,8 +2,9 @@
  * server (route.c: pipelined batches, redirections, failovers, resends and
  * WAIT; client.c: pooled connections; cluster.c: the slot map; sentinel.c;
  * call.c: the undo of an ambiguous grant). Uses the base, net and runtime
- * layers. The lock families reach it through script.h (rlock.c, seglock.c,
- * redlock.c and inspect.c still call it directly). */
+ * layers and script.h (it carries scripts, and hilock__command is declared
+ * there). The lock families reach it through script.h (redlock.c and
+ * inspect.c still drive connections themselves). */
 #ifndef HILOCK_ROUTE_H
 #define HILOCK_ROUTE_H
 
@@ -15,6 +16,7 @@
 #include "base.h"
 #include "net.h"
 #include "runtime.h"
+#include "script.h"
 
 /* ## Routing (route.c) ---------------------------------------------------
  * Every command reaches its server through hilock__route (one request:
@@ -78,10 +80,7 @@ int hilock__conn_batch(hilock_client *c, hilock__conn *k, unsigned flags,
  * q->reply for the caller to freeReplyObject. */
 int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
                   hilock__req *q, long long *acked);
-/* A plain command through hilock__route, resent after a broken connection;
- * the reply in *out. */
-int hilock__command(hilock_client *c, hilock__err *e, int argc,
-                    const char **argv, const size_t *lens, redisReply **out);
+/* A plain command through hilock__route: hilock__command (script.h). */
 
 /* EXISTS key: *exists = 1 if it is there (HILOCK_EPROTO on an odd reply). */
 int hilock__exists(hilock_client *c, hilock__err *e, const char *key,

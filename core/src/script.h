@@ -64,6 +64,11 @@ int hilock__script_run(hilock_client *c, hilock__err *e,
                        const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, redisReply **out);
 
+/* A plain command through the dispatcher (hilock__route in route.c), resent
+ * after a broken connection; the reply in *out. */
+int hilock__command(hilock_client *c, hilock__err *e, int argc,
+                    const char **argv, const size_t *lens, redisReply **out);
+
 /* What a resendable release of the reentrant or read-write lock carries
  * besides its owner (core/scripts/lib/resend.lua): the call's nonce, the
  * owner's done marker key (<side key>:done:<owner>) and how long the marker
