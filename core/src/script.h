@@ -1,7 +1,8 @@
 /* hilock internals, scripts as the lock families run them (script.c,
- * call.c, family.c): a script and its run through the dispatcher, WAIT's
- * verdict, the resend marker and the undo of an ambiguous grant. Uses the
- * base layer only; what it runs on goes through route.h in script.c. */
+ * call.c, family.c): a script and its run through the dispatcher, a plain
+ * command (route.c), WAIT's verdict, the resend marker and the undo of an
+ * ambiguous grant. Uses the base layer only; what it runs on goes through
+ * route.h in script.c. */
 #ifndef HILOCK_SCRIPT_H
 #define HILOCK_SCRIPT_H
 

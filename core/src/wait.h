@@ -188,10 +188,9 @@ int64_t hilock__beat_bound(int64_t beat_ms, int64_t watch_ms);
 
 /* Without the shared waiting there is no list to block on behind a
  * Redisson channel (HILOCK__WAKE_CHANNEL): sleep at most 500 ms of
- * bound_ms (so a Redisson
- * release is noticed that soon), ending early when the client closes or
- * its interrupt hook fires. Returns HILOCK_OK (no wake-up) or the error
- * (redisson.c). */
+ * bound_ms (so a Redisson release is noticed that soon), ending early when
+ * the client closes or its interrupt hook fires. Returns HILOCK_OK (no
+ * wake-up) or the error (redisson.c). */
 int hilock__redisson_nap(hilock_client *c, hilock__err *e, int64_t bound_ms);
 
 #endif /* HILOCK_WAIT_H */
