@@ -1,5 +1,5 @@
-/* hilock internals, what a lock family's file writes alike (family.c,
- * util.c): constructor checks, the verb macros, the reentrant lock's
+/* hilock internals, what a lock family's file writes alike (family.c):
+ * constructor checks, the verb macros, the reentrant lock's
  * layouts and the specs async.c runs. Uses holds.h, script.h and wait.h
  * (and the layers below them). */
 #ifndef HILOCK_FAMILY_H

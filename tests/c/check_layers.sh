@@ -35,10 +35,9 @@ rank() {
 family_ok=" base.h script.h wait.h holds.h family.h "
 
 # Converted sources and their layer (the highest header they may include;
-# "family": a lock family's file). util.c keeps the constructor checks of
-# family.h beside its helpers; async.c runs every family's spec. Two front
-# ends still drive connections themselves, and may include any header:
-# redlock.c (its own nodes) and inspect.c (SCAN on each cluster node).
+# "family": a lock family's file). async.c runs every family's spec. Two
+# front ends still drive connections themselves, and may include any
+# header: redlock.c (its own nodes) and inspect.c (SCAN on each node).
 converted="
 errors.c base.h
 slot.c base.h
@@ -47,6 +46,7 @@ net.c net.h
 tls.c net.h
 fiber.c fiber.h
 runtime.c runtime.h
+util.c runtime.h
 call.c route.h
 client.c route.h
 route.c route.h
@@ -58,7 +58,6 @@ stats.c holds.h
 wait.c holds.h
 renewal.c holds.h
 hold.c holds.h
-util.c family.h
 async.c family.h
 lock.c family
 rwlock.c family
