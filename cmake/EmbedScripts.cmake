@@ -2,7 +2,7 @@
 #   -DOUT_C=... -DOUT_H=... -DSCRIPT_DIR=dir (every dir/*.lua)
 file(GLOB SCRIPTS "${SCRIPT_DIR}/*.lua")
 list(SORT SCRIPTS)
-set(h "/* Generated from the Lua files in core/scripts; do not edit. */\n#ifndef HILOCK_SCRIPTS_H\n#define HILOCK_SCRIPTS_H\n#include \"internal.h\"\n")
+set(h "/* Generated from the Lua files in core/scripts; do not edit. */\n#ifndef HILOCK_SCRIPTS_H\n#define HILOCK_SCRIPTS_H\n#include \"script.h\"\n")
 set(c "/* Generated from the Lua files in core/scripts; do not edit. */\n#include \"scripts.h\"\n")
 file(READ "${SCRIPT_DIR}/lib/damage.lua" damage)
 foreach(path IN LISTS SCRIPTS)

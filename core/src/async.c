@@ -22,7 +22,10 @@
 #include <unistd.h>
 
 #include "hilock/async.h"
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "fiber.h"
+#include "route.h"
 
 #define WORKERS_DEFAULT 2
 /* Waiting without the hub (a server that refuses SUBSCRIBE): look again

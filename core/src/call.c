@@ -15,7 +15,9 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "internal.h"
+#include "base.h"
+#include "route.h"
+#include "script.h"
 
 #define tl_deadline_ms hilock__tl.deadline_ms
 #define tl_undo hilock__tl.undo

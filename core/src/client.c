@@ -7,7 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "fiber.h"
+#include "route.h"
 
 void hilock_options_init(hilock_options *opts) {
   if (opts == NULL) return;

@@ -14,7 +14,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "route.h"
 
 #define REFRESH_MIN_MS 20  /* a map read this recently is not read again */
 #define PAUSE_MIN_MS 10    /* first back-off while the cluster recovers */

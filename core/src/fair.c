@@ -6,7 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "holds.h"
+#include "script.h"
+#include "wait.h"
 #include "scripts.h"
 
 static const hilock__family family;

@@ -1,10 +1,35 @@
-/* What the lock families share beyond the hold: the start and end of a
- * constructor, the start of a queue family's acquire (the fair and
+/* What the lock families share beyond the hold: the checks, start and end
+ * of a constructor, the start of a queue family's acquire (the fair and
  * sequential locks; their waiting is hilock__spec_queue's, wait.c), and
  * the reading of an extension that replicas did not confirm. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "holds.h"
+#include "script.h"
+#include "wait.h"
+
+int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
+                      int64_t ttl_ms) {
+  return hilock__new_check_with(client, name, namelen, 1, ttl_ms, NULL, NULL);
+}
+
+int hilock__new_check_with(hilock_client *client, const char *name,
+                           size_t namelen, int has_ttl, int64_t ttl_ms,
+                           int (*check)(hilock__err *e, const void *arg),
+                           const void *arg) {
+  hilock__err tmp;
+  int rc;
+  if (client == NULL) return HILOCK_EINVAL;
+  rc = hilock__check_name(&tmp, name, namelen);
+  if (rc == HILOCK_OK && check != NULL) rc = check(&tmp, arg);
+  if (rc == HILOCK_OK && has_ttl) rc = hilock__check_ttl(&tmp, ttl_ms);
+  if (rc != HILOCK_OK) return hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
+  if (client->rt.closed)
+    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
+  return HILOCK_OK;
+}
 
 void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,

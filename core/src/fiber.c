@@ -25,7 +25,8 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "fiber.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <dlfcn.h>

@@ -4,7 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "holds.h"
+#include "route.h"
 #include "scripts.h"
 
 static int64_t drift_us(int64_t ttl_ms) { return ttl_ms * 10 + 2000; }

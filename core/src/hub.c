@@ -46,7 +46,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "route.h"
+#include "wait.h"
 
 #define SLICE_MS 100        /* how often a waiter checks interrupt and close */
 #define CONFIRM_MAX_MS 2000 /* a subscription not confirmed by then: sleep on */

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
+#include "route.h"
 #include "scripts.h"
 
 /* The roles of lib/lock_keys.lua, in its order, then its three prefixes. */

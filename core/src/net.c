@@ -1,4 +1,4 @@
-/* The transport: hilock's own sockets below every path (see internal.h).
+/* The transport: hilock's own sockets below every path (see net.h).
  *
  * A connection is a non-blocking socket, an output buffer, a hiredis reply
  * reader and, for TLS, an OpenSSL session (tls.c). Blocking calls are
@@ -23,7 +23,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "fiber.h"
+#include "net.h"
 
 /* The reader refuses replies larger than this (a hostile or broken server
  * must not make the client buffer without end), and arrays longer than

@@ -33,7 +33,11 @@
 #include <string.h>
 
 #include "hilock/rlock.h"
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "holds.h"
+#include "script.h"
+#include "wait.h"
 #include "scripts.h"
 
 #define NAP_MAX_MS 500 /* a wait without the shared waiting looks this often */

@@ -14,7 +14,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "net.h"
+#include "route.h"
 #include "scripts.h"
 
 static const hilock__family family;

@@ -12,7 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "holds.h"
+#include "route.h"
 #include "scripts.h"
 
 #define BATCH_MAX 2048

@@ -28,7 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
+#include "route.h"
+#include "script.h"
 
 #define MAX_REDIRECTS 16 /* MOVED/ASK hops for one request */
 #define PAUSE_MIN_MS 10  /* first back-off while a cluster recovers */

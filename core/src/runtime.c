@@ -1,4 +1,4 @@
-/* The runtime every front end shares (see internal.h): options, the
+/* The runtime every front end shares (see runtime.h): options, the
  * renewal thread, the lock of shared handles, a lifetime, and fork
  * handling.
  *
@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
+#include "runtime.h"
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static hilock__runtime *registry;

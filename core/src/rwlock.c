@@ -10,7 +10,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "holds.h"
+#include "script.h"
+#include "wait.h"
 #include "scripts.h"
 
 static const hilock__family family;

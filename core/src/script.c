@@ -4,7 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
+#include "route.h"
+#include "script.h"
+#include "wait.h"
 
 #define MAX_ARGS 32 /* on the stack; more go on the heap */
 

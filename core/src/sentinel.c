@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
+#include "route.h"
 
 /* Parse a decimal port; -1 if bad. */
 static int port_of(const char *s, size_t n) {

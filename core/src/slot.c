@@ -1,6 +1,6 @@
 /* Redis Cluster hash slots: CRC16 (XMODEM) of the key's hash tag, mod
  * 16384, as the cluster specification defines it. */
-#include "internal.h"
+#include "base.h"
 
 static uint16_t crc16(const char *buf, size_t len) {
   uint16_t crc = 0;

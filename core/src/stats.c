@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
+#include "holds.h"
 
 /* Upper bounds (us) of the histogram buckets but the last: 1-2-5 steps
  * from 100 us to 100 s. */

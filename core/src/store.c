@@ -8,7 +8,11 @@
 #include <hiredis/hiredis.h>
 
 #include "hilock/store.h"
-#include "internal.h"
+#include "base.h"
+#include "family.h"
+#include "holds.h"
+#include "script.h"
+#include "wait.h"
 #include "scripts.h"
 
 struct hilock_store {

@@ -19,7 +19,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "internal.h"
+#include "base.h"
+#include "net.h"
 
 struct hilock__tls {
   SSL_CTX *ctx;

@@ -10,7 +10,8 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include "internal.h"
+#include "base.h"
+#include "net.h"
 
 
 static int hexval(int c) {

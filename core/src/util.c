@@ -10,7 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "fiber.h"
+#include "runtime.h"
 
 int hilock__token(char out[HILOCK__TOKEN_LEN + 1], hilock__err *e) {
   static const char hex[] = "0123456789abcdef";
@@ -169,27 +171,6 @@ size_t hilock__i64(char *buf, int64_t v) {
                           v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
   buf[len] = '\0';
   return len;
-}
-
-int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
-                      int64_t ttl_ms) {
-  return hilock__new_check_with(client, name, namelen, 1, ttl_ms, NULL, NULL);
-}
-
-int hilock__new_check_with(hilock_client *client, const char *name,
-                           size_t namelen, int has_ttl, int64_t ttl_ms,
-                           int (*check)(hilock__err *e, const void *arg),
-                           const void *arg) {
-  hilock__err tmp;
-  int rc;
-  if (client == NULL) return HILOCK_EINVAL;
-  rc = hilock__check_name(&tmp, name, namelen);
-  if (rc == HILOCK_OK && check != NULL) rc = check(&tmp, arg);
-  if (rc == HILOCK_OK && has_ttl) rc = hilock__check_ttl(&tmp, ttl_ms);
-  if (rc != HILOCK_OK) return hilock__set_err(hilock__client_err(client), rc, "%s", tmp.msg);
-  if (client->rt.closed)
-    return hilock__set_err(hilock__client_err(client), HILOCK_ECLOSED, "client is closed");
-  return HILOCK_OK;
 }
 
 int hilock__cond_init(pthread_cond_t *cv) {

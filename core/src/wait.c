@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
+#include "holds.h"
+#include "route.h"
+#include "wait.h"
 
 /* A caller's timeout bounds the whole acquire: connecting, reconnecting,
  * each attempt's reply and each wait. One round trip may overrun it by at

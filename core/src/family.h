@@ -1,0 +1,151 @@
+/* hilock internals, what a lock family's file writes alike (family.c):
+ * constructor checks, the verb macros, the reentrant lock's
+ * layouts and the specs async.c runs. Uses holds.h, script.h and wait.h
+ * (and the layers below them). */
+#ifndef HILOCK_FAMILY_H
+#define HILOCK_FAMILY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base.h"
+#include "holds.h"
+#include "runtime.h"
+#include "script.h"
+#include "wait.h"
+
+/* What every lock constructor checks first: a client, a valid name and
+ * TTL, and that the client is open. Failures are recorded in the client's
+ * error (HILOCK_EINVAL for a NULL client, without a message). */
+int hilock__new_check(hilock_client *client, const char *name, size_t namelen,
+                      int64_t ttl_ms);
+/* The same with the family's own check of its other arguments (check(e,
+ * arg): HILOCK_OK, or the error set in e; NULL: none), made after the
+ * name's and before the TTL's; has_ttl = 0: no TTL to check (a simple
+ * lock). */
+int hilock__new_check_with(hilock_client *client, const char *name,
+                           size_t namelen, int has_ttl, int64_t ttl_ms,
+                           int (*check)(hilock__err *e, const void *arg),
+                           const void *arg);
+/* The start of a family's constructor: hilock__new_check, then a zeroed
+ * handle of size bytes; NULL with *rc the error if either fails
+ * (family.c). */
+void *hilock__new_handle(hilock_client *client, const char *name,
+                         size_t namelen, int64_t ttl_ms, size_t size,
+                         int *rc);
+
+/* hilock__hold_init for a family's handle: its table fam, and the release
+ * a closing client runs, close_run(handle) (family.c). */
+void hilock__hold_init_family(hilock__hold *h, hilock_client *c,
+                              const char *rkey, size_t rkeylen,
+                              const hilock__script *renew_script,
+                              int64_t ttl_ms, const hilock__family *fam,
+                              hilock__run_fn close_run, void *handle);
+
+/* The start of a queue family's acquire on hold h: HILOCK_EINVAL if the
+ * handle still holds its grant (these locks are not reentrant), else drop
+ * the last grant and draw the acquire's waiter id (the owner token if it is
+ * granted) into id. */
+int hilock__queue_begin(struct hilock__hold *h, char *id);
+
+/* Redlock's acquire as a spec, for async.c (its arg: one acquire's
+ * context, freed by done). -1 when out of memory. */
+int hilock__redlock_spec(struct hilock_redlock *rl, hilock__acquire_spec *s);
+/* A read-write lock's side as a spec, for async.c: its arg is the context
+ * of one acquire, freed by done. -1 when out of memory. */
+int hilock__rwlock_spec(struct hilock_rwlock *rw, int read,
+                        hilock__acquire_spec *s);
+
+/* The verbs a family writes alike, for its handle type (its hold h first,
+ * its wake list in wkey, wkeylen) and the file's static attempt (and, for a
+ * queue family, begin and leave), each defining type_verb:
+ *   HILOCK__ACQUIRE_VERB       acquire: hilock__hold_acquire on the spec;
+ *   HILOCK__TRY_ACQUIRE_AND_SPEC  try_acquire (one counted attempt) and the file's
+ *                              static acquire_spec (hilock__spec);
+ *   HILOCK__ATTEMPT_VERBS      both of these;
+ *   HILOCK__QUEUE_VERBS        a queue family's acquire_spec
+ *                              (hilock__spec_queue), try_acquire (an
+ *                              acquire that does not wait) and acquire;
+ *   HILOCK__HOLD_EXTEND_VERBS  extend and renew by hilock__hold_extend;
+ *   HILOCK__RELEASE_VERB       release: the file's static run_release through
+ *                              hilock__hold_release_reply (array, and the
+ *                              message when it was not owned, as there). */
+#define HILOCK__ACQUIRE_VERB(type)                                            \
+  int type##_acquire(type *lk, int64_t wait_ms) {                             \
+    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, wait_ms); \
+  }
+#define HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                    \
+  int type##_try_acquire(type *lk) {                                          \
+    int64_t pttl;                                                             \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__stat_try(lk->h.rt, attempt(lk, &pttl));                    \
+  }                                                                           \
+  static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
+    type *lk = arg;                                                           \
+    hilock__spec(sp, attempt, lk, &lk->wkey, &lk->wkeylen);                   \
+  }
+#define HILOCK__ATTEMPT_VERBS(type)                                           \
+  HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                          \
+  HILOCK__ACQUIRE_VERB(type)
+#define HILOCK__QUEUE_VERBS(type)                                             \
+  static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
+    type *lk = arg;                                                           \
+    hilock__spec_queue(sp, begin, attempt, leave, lk, &lk->wkey,              \
+                       &lk->wkeylen);                                         \
+  }                                                                           \
+  int type##_try_acquire(type *lk) {                                          \
+    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, 0);      \
+  }                                                                           \
+  HILOCK__ACQUIRE_VERB(type)
+/* The extend and renew entries of a family's table (hilock__family): static
+ * extend_fn and renew_fn, calling type_extend and type_renew. */
+#define HILOCK__EXTEND_ADAPTERS(type)                                         \
+  static int extend_fn(void *x, int64_t ms, int replace) {                    \
+    return type##_extend(x, ms, replace);                                     \
+  }                                                                           \
+  static int renew_fn(void *x) { return type##_renew(x); }
+#define HILOCK__RELEASE_VERB(type, array, notowned)                           \
+  int type##_release(type *lk) {                                              \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_release_reply(&lk->h, run_release, lk, array,         \
+                                      notowned);                              \
+  }
+#define HILOCK__HOLD_EXTEND_VERBS(type)                                       \
+  int type##_extend(type *lk, int64_t ms, int replace) {                      \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_extend(&lk->h, ms, replace);                          \
+  }                                                                           \
+  int type##_renew(type *lk) {                                                \
+    if (lk == NULL) return HILOCK_EINVAL;                                     \
+    return hilock__hold_extend(&lk->h, lk->h.ttl_ms, 1);                      \
+  }
+
+/* A reentrant lock's layout (rlock.c): hilock's own, or one of Redisson's
+ * (redisson.c: RLock, either side of RReadWriteLock). keys returns the lock hash's name (NULL: no memory) and
+ * gives the fence key and the wake list (or channel) as malloc'd strings;
+ * the scripts keep rlock_*.lua's keys, arguments and replies. */
+typedef struct hilock__rlock_layout {
+  char *(*keys)(const hilock__runtime *rt, const char *name, size_t namelen,
+                char **fkey,
+                size_t *fkeylen, char **wkey, size_t *wkeylen,
+                size_t *keylen);
+  const hilock__script *acquire, *release, *drop, *renew;
+  const char *suffix; /* appended to the owner id ("" or Redisson's ":write") */
+  /* A queue (Redisson's fair lock): a waiter that gives up runs withdraw
+   * (KEYS lock, wake; ARGV owner, ttl), and waits on wake:<owner>. */
+  const hilock__script *withdraw;
+  /* hilock's own scripts: safe to resend (rlock_*.lua; Redisson's are sent
+   * once). Acquire takes the call's nonce as ARGV[3] ("woken" moves to
+   * ARGV[4]); release the nonce and the done marker's lifetime as ARGV[3]
+   * and ARGV[4], the owner's done marker as KEYS[3]. */
+  int resend;
+  /* The wake key is Redisson's pub/sub channel (HILOCK__WAKE_CHANNEL). */
+  int channel;
+} hilock__rlock_layout;
+struct hilock_rlock;
+int hilock__rlock_new_with(hilock_client *client, const char *name,
+                           size_t namelen, int64_t ttl_ms,
+                           const hilock__rlock_layout *lay,
+                           struct hilock_rlock **out);
+
+#endif /* HILOCK_FAMILY_H */
