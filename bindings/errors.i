@@ -36,10 +36,10 @@ static const char *py_src_msg(int code) {
   const void *src = py_src;
   py_src = NULL;
   if (src == NULL) return hilock_strerror(code);
-  if (py_src_client == 2) { /* an async runner: its start was refused */
-    const char *m = hilock_async_errmsg((const hilock_async *)src);
-    return m[0] ? m : hilock_strerror(code);
-  }
+  if (py_src_client == 2) /* an async runner: its start was refused */
+    return hilock_async_errcode((const hilock_async *)src) == code
+               ? hilock_async_errmsg((const hilock_async *)src)
+               : hilock_strerror(code);
   if (py_src_client == 3)
     return hilock_store_errcode((const hilock_store *)src) == code
                ? hilock_store_errmsg((const hilock_store *)src)

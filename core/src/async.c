@@ -1057,6 +1057,10 @@ const char *hilock_async_errmsg(const hilock_async *a) {
   return a == NULL ? "" : a->err.msg;
 }
 
+int hilock_async_errcode(const hilock_async *a) {
+  return a == NULL ? HILOCK_EINVAL : a->err.code;
+}
+
 /* A cancelled acquire's attempt on the wire waits CANCEL_GRACE_MS more at
  * most (a.mu held; the driving thread): a worker looks at o->cut_ms every
  * 100 ms, and o's fiber, if suspended on this thread, is woken by then. */

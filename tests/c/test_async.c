@@ -886,6 +886,8 @@ static void misuse_is_refused(void **state) {
   assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL),
                    HILOCK_EINVAL);
   assert_non_null(strstr(hilock_async_errmsg(a), "another client"));
+  assert_int_equal(hilock_async_errcode(a), HILOCK_EINVAL);
+  assert_int_equal(hilock_async_errcode(NULL), HILOCK_EINVAL);
   hilock_async_free(a);
   a = NULL;
   assert_int_equal(hilock_async_new(f->client, 0, NULL), HILOCK_EINVAL);
@@ -917,6 +919,7 @@ static void misuse_is_refused(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 5000, NULL, &id), "");
   assert_string_equal(hilock_async_errmsg(a), "");
+  assert_int_equal(hilock_async_errcode(a), HILOCK_OK);
   assert_int_equal(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL),
                    HILOCK_EINVAL);
   assert_non_null(strstr(hilock_async_errmsg(a), "in flight"));

@@ -174,6 +174,10 @@ HILOCK_API int hilock_async_cancel(hilock_async *a, uint64_t id);
  * the message of a finished operation is in its hilock_async_done. */
 HILOCK_API const char *hilock_async_errmsg(const hilock_async *a);
 
+/* The status of that refusal (HILOCK_OK if it was not); HILOCK_EINVAL for
+ * a NULL runner. */
+HILOCK_API int hilock_async_errcode(const hilock_async *a);
+
 /* Operations in flight (started, not yet taken). */
 HILOCK_API size_t hilock_async_pending(const hilock_async *a);
 
