@@ -56,20 +56,54 @@ static int master_addr(hilock_client *c, hilock__err *e, hilock__addr *a,
   return HILOCK_OK;
 }
 
-/* Run one setup command (AUTH, SELECT) on a fresh connection. */
-static int setup_command(hilock__err *e, hilock__net *ctx, int argc,
-                         const char **argv, const size_t *lens) {
-  redisReply *r = hilock__net_command(ctx, argc, argv, lens);
-  int rc = HILOCK_OK;
-  if (r == NULL)
-    return hilock__set_err(e, hilock__net_status(ctx), "%s: %s", argv[0],
-                           ctx->errstr);
-  if (r->type == REDIS_REPLY_ERROR) {
-    rc = hilock__reply_error(e, r->str, r->len);
-    if (rc == HILOCK__NOSCRIPT) rc = HILOCK_EREDIS;
-    e->code = rc;
+void hilock__hello_init(hilock__hello *h, const char *user,
+                        const char *password, int64_t db) {
+  int argc = 0;
+  memset(h->q, 0, sizeof(h->q));
+  h->n = 0;
+  if (password != NULL) {
+    h->q[h->n].argv = h->argv;
+    h->q[h->n].lens = h->lens;
+    h->argv[argc] = "AUTH";
+    h->lens[argc++] = 4;
+    if (user != NULL) {
+      h->argv[argc] = user;
+      h->lens[argc++] = strlen(user);
+    }
+    h->argv[argc] = password;
+    h->lens[argc++] = strlen(password);
+    h->q[h->n++].argc = argc;
   }
-  freeReplyObject(r);
+  if (db != 0) {
+    h->q[h->n].argv = h->argv + argc;
+    h->q[h->n].lens = h->lens + argc;
+    h->argv[argc] = "SELECT";
+    h->lens[argc++] = 6;
+    h->argv[argc] = h->db;
+    h->lens[argc++] = hilock__i64(h->db, db);
+    h->q[h->n++].argc = 2;
+  }
+}
+
+int hilock__hello_run(hilock__err *e, hilock__net *ctx, hilock__hello *h) {
+  int rc = HILOCK_OK;
+  for (int i = 0; i < h->n; i++)
+    if (hilock__req_append(ctx, &h->q[i]) != 0)
+      return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
+  for (int i = 0; i < h->n; i++) {
+    redisReply *r = NULL;
+    const char *what = h->q[i].argv[0];
+    if (hilock__net_get_reply(ctx, (void **)&r) != 0 || r == NULL)
+      return hilock__set_err(e, hilock__net_status(ctx), "%s: %s", what,
+                             ctx->errstr);
+    if (r->type == REDIS_REPLY_ERROR && rc == HILOCK_OK) {
+      rc = hilock__reply_error(e, r->str, r->len);
+      if (rc == HILOCK__NOSCRIPT) rc = HILOCK_EREDIS;
+      if (rc == HILOCK_EREDIS && what[0] == 'A') rc = HILOCK_EAUTH;
+      e->code = rc;
+    }
+    freeReplyObject(r);
+  }
   return rc;
 }
 
@@ -96,38 +130,18 @@ int hilock__connect_addr(hilock_client *c, hilock__err *e,
                          const hilock__addr *a, hilock__conn **out) {
   /* Every wait is also bounded by what is left of the caller's call. */
   hilock__net *ctx;
+  hilock__hello hello;
   int rc = hilock__net_open(e, a, c->tls,
                             hilock__io_ms(c->rt.opts.connect_timeout_ms), &ctx);
   if (rc != HILOCK_OK) return rc;
   /* AUTH and SELECT wait within the call's bound too. */
   hilock__net_set_timeout(ctx, hilock__io_ms(c->rt.opts.command_timeout_ms));
   hilock__net_keepalive(ctx);
-  if (c->url.password != NULL) {
-    const char *argv[3] = {"AUTH", NULL, NULL};
-    size_t lens[3] = {4, 0, 0};
-    int argc = 1;
-    if (c->url.user != NULL) {
-      argv[argc] = c->url.user;
-      lens[argc++] = strlen(c->url.user);
-    }
-    argv[argc] = c->url.password;
-    lens[argc++] = strlen(c->url.password);
-    rc = setup_command(e, ctx, argc, argv, lens);
-    if (rc != HILOCK_OK) {
-      if (rc == HILOCK_EREDIS) rc = e->code = HILOCK_EAUTH;
-      hilock__net_free(ctx);
-      return rc;
-    }
-  }
-  if (c->url.db != 0) {
-    char db[24];
-    const char *argv[2] = {"SELECT", db};
-    size_t lens[2] = {6, hilock__i64(db, c->url.db)};
-    rc = setup_command(e, ctx, 2, argv, lens);
-    if (rc != HILOCK_OK) {
-      hilock__net_free(ctx);
-      return rc;
-    }
+  hilock__hello_init(&hello, c->url.user, c->url.password, c->url.db);
+  rc = hilock__hello_run(e, ctx, &hello);
+  if (rc != HILOCK_OK) {
+    hilock__net_free(ctx);
+    return rc;
   }
   /* The pooled connection's own reply timeout (a call's bound is set per
    * command). */
@@ -316,15 +330,6 @@ int hilock__pool_get_until(hilock_client *c, hilock__err *e,
   }
   pthread_mutex_unlock(&c->rt.mu);
   return rc;
-}
-
-int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
-                         size_t keylen, hilock__conn **out, int *fresh) {
-  if (c->cl != NULL)
-    return hilock__cluster_pool_get(c, e, hilock__key_slot(key, keylen),
-                                    hilock__budget(c->rt.opts.reconnect_ms),
-                                    out, fresh);
-  return hilock__pool_get(c, e, out, fresh);
 }
 
 int hilock__pool_room(hilock_client *c) {

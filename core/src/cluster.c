@@ -1,5 +1,6 @@
-/* Redis Cluster: the slot map, a connection pool per node, routing by the
- * first key's slot, MOVED/ASK redirections and map refreshes.
+/* Redis Cluster: the slot map, a connection pool per node, and the slot
+ * of a command's first key. The dispatcher (route.c) reads the
+ * redirections and tells this file what they teach (hilock__cluster_learn).
  *
  * Every key of one lock carries the hash tag {name}, so each script touches
  * one slot and runs on that slot's master. The map is read with CLUSTER
@@ -473,64 +474,22 @@ int hilock__command_key_slot(int argc, const char **argv, const size_t *lens) {
   return hilock__key_slot(argv[1], lens[1]);
 }
 
-static int has_prefix(const char *s, size_t n, const char *p) {
-  size_t pl = strlen(p);
-  return n >= pl && memcmp(s, p, pl) == 0;
-}
-
-int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
-                               const char *text, size_t len,
-                               hilock__node **ask) {
-  int moved = has_prefix(text, len, "MOVED ");
-  if (ask != NULL) *ask = NULL;
-  if (moved || has_prefix(text, len, "ASK ")) {
-    /* "MOVED <slot> <host>:<port>"; the host may be empty (the same host)
-     * or an IPv6 address (split at the last ':'). */
-    const char *p = text + (moved ? 6 : 4), *end = text + len, *sp, *colon;
-    long slot = 0, port = 0;
-    hilock__node *n;
-    hilock__err ignored;
-    /* Digits past a bound stop adding: an absurd number stays absurd
-     * (never wraps into range) and is refused below. */
-    for (sp = p; sp < end && *sp >= '0' && *sp <= '9'; sp++)
-      if (slot < HILOCK__SLOTS) slot = slot * 10 + (*sp - '0');
-    if (sp == p || sp >= end || *sp != ' ' || slot >= HILOCK__SLOTS) return 1;
-    sp++;
-    for (colon = end; colon > sp && colon[-1] != ':'; colon--) {
-    }
-    if (colon == sp) return 1;
-    for (const char *q = colon; q < end && *q >= '0' && *q <= '9'; q++)
-      if (port <= 65535) port = port * 10 + (*q - '0');
-    if (port < 1 || port > 65535) return 1;
-    const char *host = sp;
-    size_t hostlen = (size_t)(colon - 1 - sp);
-    if (hostlen >= 2 && host[0] == '[') {
-      host++;
-      hostlen -= 2;
-    }
-    if (hostlen == 0 && from != NULL) {
-      host = from->host;
-      hostlen = strlen(from->host);
-    }
-    /* Read the whole map first (a failover moves many slots), then trust
-     * the redirection for this slot over a possibly older map. */
-    if (moved) hilock__cluster_refresh(c, &ignored, NULL);
-    lock_client(c);
-    n = node_at(c->cl, host, hostlen, (int)port);
-    if (n != NULL && moved) {
-      c->cl->slot[slot] = (int16_t)node_index(c->cl, n);
-      n->master = 1;
-    }
-    unlock_client(c);
-    if (!moved && ask != NULL) *ask = n;
-    return 1;
+hilock__node *hilock__cluster_learn(hilock_client *c, int slot,
+                                    const char *host, size_t hostlen,
+                                    int port, int moved) {
+  hilock__node *n;
+  hilock__err ignored;
+  /* Read the whole map first (a failover moves many slots), then trust
+   * the redirection for this slot over a possibly older map. */
+  if (moved) hilock__cluster_refresh(c, &ignored, NULL);
+  lock_client(c);
+  n = node_at(c->cl, host, hostlen, port);
+  if (n != NULL && moved) {
+    c->cl->slot[slot] = (int16_t)node_index(c->cl, n);
+    n->master = 1;
   }
-  if (has_prefix(text, len, "CLUSTERDOWN")) {
-    hilock__err ignored;
-    hilock__cluster_refresh(c, &ignored, NULL);
-    return 1;
-  }
-  return has_prefix(text, len, "TRYAGAIN");
+  unlock_client(c);
+  return n;
 }
 
 int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
@@ -539,47 +498,36 @@ int hilock__cluster_ping(hilock_client *c, hilock__err *e) {
   int mapped = hilock__cluster_mapped(c, e);
   if (mapped != HILOCK_OK) return mapped;
   for (;;) {
-    hilock__node *masters[64];
+    static const char *argv[1] = {"PING"};
+    static const size_t lens[1] = {4};
+    hilock__req q[64];
+    hilock__send s = {0};
     int n = 0, rc = HILOCK_OK;
     hilock__err ignored;
-    hilock__node *failed = NULL;
     lock_client(c);
     for (int i = 0; i < c->cl->nnodes && n < 64; i++)
-      if (c->cl->nodes[i]->master) masters[n++] = c->cl->nodes[i];
+      if (c->cl->nodes[i]->master) {
+        memset(&q[n], 0, sizeof(q[n]));
+        q[n].argc = 1;
+        q[n].argv = argv;
+        q[n].lens = lens;
+        q[n++].node = c->cl->nodes[i];
+      }
     unlock_client(c);
-    if (n == 0) rc = hilock__set_err(e, HILOCK_ECLUSTER, "no cluster master is known");
-    for (int i = 0; i < n && rc == HILOCK_OK; i++) {
-      static const char *const argv[1] = {"PING"};
-      static const size_t lens[1] = {4};
-      hilock__conn *k;
-      redisReply *r;
-      int fresh;
-      rc = hilock__cluster_node_conn(c, e, masters[i], &k, &fresh);
-      if (rc != HILOCK_OK) {
-        failed = masters[i];
-        break;
-      }
-      r = hilock__net_command(k->ctx, 1, (const char **)argv, lens);
-      if (r == NULL) {
-        rc = hilock__conn_error(c, e, k, "PING", errno);
-        hilock__conn_free(k);
-        failed = masters[i];
-        break;
-      }
-      hilock__pool_put(c, k);
-      if (r->type == REDIS_REPLY_ERROR) {
-        rc = hilock__reply_error(e, r->str, r->len);
-        if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_EREDIS;
-      }
-      freeReplyObject(r);
-    }
+    if (n == 0)
+      rc = hilock__set_err(e, HILOCK_ECLUSTER, "no cluster master is known");
+    else
+      rc = hilock__dispatch(c, e, &s, q, n);
+    for (int i = 0; i < n; i++)
+      if (q[i].reply != NULL) freeReplyObject(q[i].reply);
+    if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_EREDIS;
     if (rc == HILOCK_OK || (rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT &&
                             rc != HILOCK_ECLUSTER))
       return rc;
     int64_t left = deadline - hilock__now_ms();
     if (left <= 0) return rc;
-    if (failed != NULL) hilock__cluster_drop_idle(c, failed);
-    hilock__cluster_refresh(c, &ignored, failed);
+    /* The dispatcher read the map again after a node failed. */
+    hilock__cluster_refresh(c, &ignored, NULL);
     hilock__sleep_ms(pause < left ? pause : left);
     pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
   }

@@ -206,7 +206,7 @@ static hilock__net *hub_connect(hilock_client *c) {
   hilock__net *n;
   const char *argv[1] = {"PING"};
   size_t lens[1] = {4};
-  hilock__req q = {1, argv, lens, NULL, NULL, 0};
+  hilock__req q = {.argc = 1, .argv = argv, .lens = lens};
   int sent;
   if (hilock__connect(c, &e, hilock__now_ms() + c->rt.opts.reconnect_ms, &k) !=
       HILOCK_OK)

@@ -396,29 +396,16 @@ int hilock_client_list_locks(hilock_client *c, const char *pattern,
   return HILOCK_OK;
 }
 
-/* SCAN on one cluster node (nothing is routed by key: the node is given). */
+/* SCAN on one cluster node (nothing is routed by key: the node is given),
+ * through the dispatcher. */
 static int node_scan(hilock_client *c, hilock__err *e, hilock__node *node,
                      int argc, const char **argv, const size_t *lens,
                      redisReply **out) {
-  hilock__conn *k;
-  int fresh, rc;
-  *out = NULL;
-  rc = hilock__cluster_node_conn(c, e, node, &k, &fresh);
-  if (rc != HILOCK_OK) return rc;
-  *out = hilock__net_command(k->ctx, argc, argv, lens);
-  if (*out == NULL) {
-    rc = hilock__conn_error(c, e, k, "SCAN", errno);
-    hilock__conn_free(k);
-    hilock__cluster_drop_idle(c, node);
-    return rc;
-  }
-  hilock__pool_put(c, k);
-  if ((*out)->type == REDIS_REPLY_ERROR) {
-    rc = hilock__reply_error(e, (*out)->str, (*out)->len);
-    if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_EREDIS;
-    freeReplyObject(*out);
-    *out = NULL;
-  }
+  hilock__req q = {.argc = argc, .argv = argv, .lens = lens, .node = node};
+  hilock__send s = {0};
+  int rc = hilock__dispatch(c, e, &s, &q, 1);
+  if (rc == HILOCK__NOSCRIPT) rc = e->code = HILOCK_EREDIS;
+  *out = q.reply;
   return rc;
 }
 

@@ -174,6 +174,7 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   const hilock__url *u = &rl->node[i].url;
   hilock__net *ctx;
   hilock__addr a;
+  hilock__hello hello;
   if (k->ctx != NULL && k->pid != hilock__pid()) conn_drop(k, !leak_forked);
   if (k->ctx != NULL && k->ctx->err) conn_drop(k, 1);
   if (k->ctx != NULL) return HILOCK_OK;
@@ -195,25 +196,9 @@ static int conn_open(hilock_redlock *rl, int i, rl_conn *k, int leak_forked) {
   k->fresh = 1;
   k->connecting = !hilock__net_ready(ctx);
   k->expect = k->skip = k->stale = 0;
-  if (u->password != NULL) {
-    const char *argv[3] = {"AUTH", NULL, NULL};
-    size_t lens[3] = {4, 0, 0};
-    int argc = 1;
-    if (u->user != NULL) {
-      argv[argc] = u->user;
-      lens[argc++] = strlen(u->user);
-    }
-    argv[argc] = u->password;
-    lens[argc++] = strlen(u->password);
-    if (hilock__net_append(ctx, argc, argv, lens) != 0) goto nomem;
-    k->expect++;
-    k->skip++;
-  }
-  if (u->db != 0) {
-    char db[24];
-    const char *argv[2] = {"SELECT", db};
-    size_t lens[2] = {6, hilock__i64(db, u->db)};
-    if (hilock__net_append(ctx, 2, argv, lens) != 0) goto nomem;
+  hilock__hello_init(&hello, u->user, u->password, u->db);
+  for (int j = 0; j < hello.n; j++) {
+    if (hilock__req_append(ctx, &hello.q[j]) != 0) goto nomem;
     k->expect++;
     k->skip++;
   }
@@ -481,7 +466,7 @@ static int64_t default_node_timeout(int64_t ttl_ms) {
 static int nodes_answer(hilock_redlock *rl) {
   const char *argv[1] = {"PING"};
   size_t lens[1] = {4};
-  hilock__req q = {1, argv, lens, NULL, NULL, 0};
+  hilock__req q = {.argc = 1, .argv = argv, .lens = lens};
   int ok = 0, refused = 0;
   round_run(rl, rl->conn, 0, &q, rl->rt.opts.connect_timeout_ms, NULL);
   for (int i = 0; i < rl->n; i++) {
@@ -1035,7 +1020,7 @@ static int fam_owned(void *arg, int *owned) {
   {
     const char *argv[2] = {"GET", rl->key};
     size_t lens[2] = {3, rl->keylen};
-    hilock__req q = {2, argv, lens, NULL, NULL, 0};
+    hilock__req q = {.argc = 2, .argv = argv, .lens = lens};
     round_run(rl, rl->conn, 0, &q, rl->node_timeout_ms, NULL);
   }
   for (int i = 0; i < rl->n; i++) {
@@ -1073,7 +1058,7 @@ static int fam_locked(void *arg, int *locked) {
   {
     const char *argv[2] = {"EXISTS", rl->key};
     size_t lens[2] = {6, rl->keylen};
-    hilock__req q = {2, argv, lens, NULL, NULL, 0};
+    hilock__req q = {.argc = 2, .argv = argv, .lens = lens};
     round_run(rl, rl->conn, 0, &q, rl->node_timeout_ms, NULL);
   }
   for (int i = 0; i < rl->n; i++) {

@@ -45,132 +45,15 @@ static int on_watchdog(const hilock__watchdog *w) {
   return w->running && pthread_equal(pthread_self(), w->thread);
 }
 
-#define CMD_STACK 8
-
-/* The request running h's renew script: EVALSHA, KEYS rkey and the hold's
- * extra keys, ARGV owner and ttl. The arrays are sargv/slens (CMD_STACK
- * long) unless the hold has more keys, then malloc'd (free_req frees
- * them). Returns 0, or -1 out of memory. */
-static int renew_req(const hilock__hold *h, char nk[24], char ttl[24],
-                     const char **sargv, size_t *slens, hilock__req *q) {
-  int argc = 6 + h->nxkeys, i;
-  const char **a = sargv;
-  size_t *l = slens;
-  if (argc > CMD_STACK) {
-    a = malloc((size_t)argc * sizeof(*a));
-    l = malloc((size_t)argc * sizeof(*l));
-    if (a == NULL || l == NULL) {
-      free(a);
-      free(l);
-      return -1;
-    }
-  }
-  /* Keys and args in place behind the 3-word EVALSHA head, which
-   * hilock__req_script then writes in front of them. */
-  i = 3;
-  a[i] = h->rkey;
-  l[i++] = h->rkeylen;
-  for (int k = 0; k < h->nxkeys; k++, i++) {
-    a[i] = h->xkeys[k];
-    l[i] = h->xkeylens[k];
-  }
-  a[i] = h->owner;
-  l[i++] = h->ownerlen;
-  a[i] = ttl;
-  l[i++] = hilock__i64(ttl, h->ttl_ms);
-  hilock__req_script(q, h->renew_script, 1 + h->nxkeys, a + 3, l + 3, 2,
-                     a + 4 + h->nxkeys, l + 4 + h->nxkeys, nk, a, l);
-  return 0;
-}
-
-static void free_req(hilock__req *q, const char **sargv) {
-  if (q->argv != sargv) {
-    free((void *)q->argv);
-    free((void *)q->lens);
-  }
-  if (q->reply != NULL) freeReplyObject(q->reply);
-  q->reply = NULL;
-}
-
-/* Bound the wait for replies on ctx by until_us (at least MIN_WAIT_US from
- * now, at most the command timeout): a renewal that cannot answer before a
- * hold lapses is of no use. */
-static void bound_wait(const hilock_client *c, hilock__net *ctx,
-                       int64_t until_us) {
-  int64_t wait_us = until_us - hilock__now_us();
-  if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
-  if (c->rt.opts.command_timeout_ms > 0 &&
-      wait_us > c->rt.opts.command_timeout_ms * 1000)
-    wait_us = c->rt.opts.command_timeout_ms * 1000;
-  hilock__net_set_timeout(ctx, (wait_us + 999) / 1000);
-}
-
-/* Give a pooled connection its usual command timeout back. */
-static void restore_wait(const hilock_client *c, hilock__net *ctx) {
-  hilock__net_set_timeout(ctx, c->rt.opts.command_timeout_ms);
-}
-
-/* Renewals too few replicas acknowledged do not count: a failover could
- * lose them (the validity is not extended; retried, and lost when the
- * validity runs out). ix: the holds' indexes (NULL: 0..n-1). */
-static void unconfirmed(hilock__hold **holds, const int *ix, int n,
-                        int *res) {
-  for (int i = 0; i < n; i++) {
-    int x = ix != NULL ? ix[i] : i;
-    if (res[x] == RENEWED && holds[x]->renew_script->grant) res[x] = FAILED;
-  }
-}
-
-/* One renewal's outcome from its reply (an integer, or an error). */
-static int renew_result(const redisReply *r, hilock__err *e) {
+/* One renewal's outcome from its call's result (an integer, or an
+ * error: a damaged key means this grant is gone). */
+static int renew_result(const redisReply *r) {
+  hilock__err e;
   if (r->type == REDIS_REPLY_INTEGER) return r->integer > 0 ? RENEWED : NOT_OWNED;
   if (r->type == REDIS_REPLY_ERROR &&
-      hilock__reply_error(e, r->str, r->len) == HILOCK_EWRONGTYPE)
+      hilock__reply_error(&e, r->str, r->len) == HILOCK_EWRONGTYPE)
     return NOT_OWNED;
   return FAILED;
-}
-
-/* One hold renewed on node (with ASKING first for an ASK redirection).
- * Bounded by one connection attempt and the command timeout: the watchdog
- * never spends a command's reconnect budget on one node while holds on the
- * others wait. */
-static int renew_on(hilock_client *c, hilock__node *node, hilock__hold *h,
-                    int asking, hilock__err *e, int64_t until_us, int wait) {
-  hilock__conn *k;
-  hilock__req q;
-  char nk[24], ttl[24];
-  const char *sargv[CMD_STACK];
-  size_t slens[CMD_STACK];
-  long long acked = -1;
-  int fresh, res = FAILED, sent;
-  if (hilock__cluster_node_conn(c, e, node, &k, &fresh) != HILOCK_OK)
-    return FAILED;
-  if (renew_req(h, nk, ttl, sargv, slens, &q) != 0) {
-    hilock__pool_put(c, k);
-    return FAILED;
-  }
-  bound_wait(c, k->ctx, until_us);
-  sent = hilock__conn_batch(c, k,
-                            (asking ? HILOCK__SEND_ASKING : 0) |
-                                (wait ? HILOCK__SEND_WAIT : 0),
-                            &q, 1, &acked);
-  if (sent != 0) { /* broken, or WAIT's reply never came */
-    free_req(&q, sargv);
-    hilock__conn_error(c, e, k, "EVALSHA", errno);
-    hilock__conn_free(k);
-    return FAILED;
-  }
-  res = renew_result(q.reply, e);
-  if (res == RENEWED && wait && acked < c->rt.opts.wait_replicas &&
-      h->renew_script->grant)
-    res = FAILED; /* renewed on the master only: no count */
-  if (q.reply->type == REDIS_REPLY_ERROR && res != NOT_OWNED)
-    (void)hilock__cluster_redirected(c, node, q.reply->str, q.reply->len,
-                                     NULL);
-  free_req(&q, sargv);
-  restore_wait(c, k->ctx);
-  hilock__pool_put(c, k);
-  return res;
 }
 
 /* ## Batches: one script call renews many holds ---------------------------
@@ -243,66 +126,8 @@ static int batch_req(hilock__hold *const *holds, int n, hilock__req *q,
   return 0;
 }
 
-/* Calls renewing holds[run[j]..run[j + 1]) for j < ncalls, one write on k
- * (WAIT behind them if wait: one replica count covers every renewal of
- * the connection), results into res[run[j]..]. A call's reply other than
- * its array of results is left in q[j].reply (an error: NOSCRIPT after
- * EVAL, MOVED, ...) for the caller. Returns hilock__conn_batch's result
- * (-1: k broke, nothing counts). */
-static int renew_calls(hilock_client *c, hilock__conn *k, hilock__hold **holds,
-                       const int *run, int ncalls, hilock__req *q,
-                       int *res, int wait) {
-  hilock__err e;
-  char **nums = calloc((size_t)ncalls, sizeof(*nums));
-  long long acked = -1;
-  int sent = -1, nq = 0, *at = calloc((size_t)ncalls, sizeof(*at));
-  hilock__req *sq = calloc((size_t)ncalls, sizeof(*sq));
-  for (int i = run[0]; i < run[ncalls]; i++) res[i] = FAILED;
-  if (nums == NULL || at == NULL || sq == NULL) goto out;
-  for (int j = 0; j < ncalls; j++) {
-    q[j].reply = NULL;
-    /* Out of memory: that call's holds fail this round (retried soon). */
-    if (batch_req(holds + run[j], run[j + 1] - run[j], &sq[nq], &nums[nq]) == 0)
-      at[nq++] = j;
-  }
-  if (nq == 0) goto out;
-  sent = hilock__conn_batch(c, k, wait ? HILOCK__SEND_WAIT : 0, sq, nq, &acked);
-  for (int x = 0; x < nq; x++) {
-    int j = at[x], from = run[j], cnt = run[j + 1] - run[j];
-    redisReply *r = sq[x].reply;
-    if (sent >= 0 && r != NULL && r->type == REDIS_REPLY_ARRAY &&
-        r->elements == (size_t)cnt) {
-      for (int i = 0; i < cnt; i++)
-        res[from + i] = renew_result(r->element[i], &e);
-      freeReplyObject(r);
-    } else if (sent >= 0) {
-      q[j].reply = r; /* the caller looks at why */
-    } else if (r != NULL) {
-      freeReplyObject(r);
-    }
-    free((void *)sq[x].argv);
-    free((void *)sq[x].lens);
-    free(nums[x]);
-  }
-  /* A replica count (or none: WAIT's reply never came) covers every write
-   * of the connection so far. */
-  if (sent >= 0 && wait && acked < c->rt.opts.wait_replicas)
-    unconfirmed(holds + run[0], NULL, run[ncalls] - run[0], res + run[0]);
-  if (sent < 0)
-    for (int i = run[0]; i < run[ncalls]; i++) res[i] = FAILED;
-out:
-  free(nums);
-  free(at);
-  free(sq);
-  return sent;
-}
-
-/* A cluster: holds grouped by their slot's master, and on each master by
- * hash slot: one renew_batch.lua call per slot (every script must stay in
- * one slot), pipelined on a pooled connection to the master. The holds of
- * a call answered MOVED or ASK are renewed on their own on the right node;
- * those whose master cannot be reached fail this round (the map is read
- * again) and are retried shortly, within their validity. */
+/* A cluster's calls keep to one hash slot each (every script must): holds
+ * by slot, the order of their calls. */
 static int slot_of(const hilock__hold *h) {
   return hilock__key_slot(h->rkey, h->rkeylen);
 }
@@ -317,139 +142,118 @@ static int by_slot(const void *a, const void *b) {
   return x->ix < y->ix ? -1 : x->ix > y->ix;
 }
 
-static void renew_batch_cluster(hilock_client *c, hilock__hold **holds, int n,
-                                int *res, int64_t until_us, int wait) {
-  hilock__node *owner[BATCH_MAX], *redo[BATCH_MAX];
-  int done[BATCH_MAX], asking[BATCH_MAX];
-  int run[BATCH_MAX + 1]; /* calls: the group's holds of one slot */
-  slot_ix g[BATCH_MAX];        /* the group: slot and place in holds */
-  hilock__hold *gh[BATCH_MAX]; /* the group's holds, by slot */
-  hilock__err e;
-  int i, j, refresh = 0;
-  hilock__node *failed = NULL;
-
-  hilock__clear_err(&e);
-  for (i = 0; i < n; i++) {
-    res[i] = FAILED;
-    done[i] = 0;
-    redo[i] = NULL;
-    asking[i] = 0;
-    owner[i] = hilock__cluster_owner(c, slot_of(holds[i]));
-    if (owner[i] == NULL) refresh = 1;
-  }
-  for (i = 0; i < n; i++) {
-    hilock__conn *k;
-    hilock__req *q;
-    int ng = 0, nrun = 0, fresh, sent, gres[BATCH_MAX];
-    if (done[i] || owner[i] == NULL) continue;
-    for (j = i; j < n; j++)
-      if (!done[j] && owner[j] == owner[i]) {
-        done[j] = 1;
-        g[ng].slot = slot_of(holds[j]);
-        g[ng++].ix = j;
-      }
-    qsort(g, (size_t)ng, sizeof(g[0]), by_slot);
-    for (j = 0; j < ng; j++) { /* runs of one slot, at most CHUNK long */
-      gh[j] = holds[g[j].ix];
-      if (j == 0 || g[j].slot != g[j - 1].slot || j - run[nrun - 1] == CHUNK)
-        run[nrun++] = j;
-    }
-    run[nrun] = ng;
-    if (hilock__cluster_node_conn(c, &e, owner[i], &k, &fresh) != HILOCK_OK) {
-      refresh = 1;
-      failed = owner[i];
-      continue;
-    }
-    q = calloc((size_t)nrun, sizeof(*q));
-    if (q == NULL) {
-      hilock__pool_put(c, k);
-      continue;
-    }
-    bound_wait(c, k->ctx, until_us);
-    sent = renew_calls(c, k, gh, run, nrun, q, gres, wait);
-    for (j = 0; j < ng; j++) res[g[j].ix] = gres[j];
-    for (j = 0; j < nrun; j++) {
-      redisReply *r = q[j].reply;
-      hilock__node *to = NULL, *dest = NULL;
-      int ask = 0;
-      if (r == NULL) continue;
-      if (r->type == REDIS_REPLY_ERROR &&
-          hilock__cluster_redirected(c, owner[i], r->str, r->len, &to)) {
-        /* MOVED: the map now names the new owner; ASK: one-shot. */
-        dest = to != NULL ? to : hilock__cluster_owner(c, g[run[j]].slot);
-        ask = to != NULL;
-        if (dest == owner[i] && !ask) dest = NULL;
-      }
-      for (int y = run[j]; y < run[j + 1]; y++) {
-        redo[g[y].ix] = dest;
-        asking[g[y].ix] = ask;
-      }
-      freeReplyObject(r);
-    }
-    free(q);
-    if (sent == 0) {
-      restore_wait(c, k->ctx);
-      hilock__pool_put(c, k);
-    } else {
-      hilock__conn_free(k); /* the node broke the connection */
-      refresh = 1;
-      failed = owner[i];
-    }
-  }
-  for (i = 0; i < n; i++) {
-    if (redo[i] == NULL) continue;
-    res[i] = renew_on(c, redo[i], holds[i], asking[i], &e, until_us, wait);
-  }
-  if (refresh) hilock__cluster_refresh(c, &e, failed);
-}
-
-/* Renew holds[0..n) on the watchdog connection; results into res. The
- * wait for the server is bounded by until_us, the earliest end of validity
- * in the batch (at least MIN_WAIT_US from now): a renewal that cannot
- * answer before a hold lapses is of no use, and the loss must be reported
- * on time even when the server hangs. On one server every due hold goes in
- * renew_batch.lua calls of up to CHUNK holds, pipelined. */
-static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
-                           int *res, int64_t until_us) {
+/* Send the calls renewing the runs of holds[order[run[j]..run[j + 1])],
+ * j < ncalls, through the dispatcher (one write per connection, WAIT behind
+ * them if wait), results into res[order[...]]. With split, a call of
+ * several holds answered TRYAGAIN (a slot half migrated) is sent again as
+ * one call per hold. */
+static void renew_calls(hilock_client *c, hilock__hold **holds,
+                        const int *order, const int *run, int ncalls,
+                        int *res, int64_t until_us, int wait, int split) {
   hilock__watchdog *w = &c->rt.wd;
-  hilock__req q[BATCH_MAX / CHUNK + 1];
-  int run[BATCH_MAX / CHUNK + 2];
+  hilock__req *q = calloc((size_t)ncalls, sizeof(*q));
+  char **nums = calloc((size_t)ncalls, sizeof(*nums));
+  hilock__send s = {0};
   hilock__err e;
-  int i, ncalls = 0, moved = 0, sent;
   int64_t now_us = hilock__now_us(), wait_us = until_us - now_us;
-  /* wait_replicas: one WAIT after the batch covers every renewal in it. */
-  int wait = 0;
-
-  if (c->rt.opts.wait_replicas > 0)
-    for (i = 0; i < n; i++) wait |= holds[i]->renew_script->grant;
-  if (hilock__client_is_cluster(c)) {
-    renew_batch_cluster(c, holds, n, res, until_us, wait);
-    return;
+  int nq = 0, *at = calloc((size_t)ncalls, sizeof(*at)), *redo = NULL,
+      *each = NULL, nredo = 0;
+  if (q == NULL || nums == NULL || at == NULL) goto out;
+  for (int j = 0; j < ncalls; j++) {
+    int from = run[j], cnt = run[j + 1] - run[j];
+    hilock__hold *gh[CHUNK];
+    for (int i = 0; i < cnt; i++) gh[i] = holds[order[from + i]];
+    /* Out of memory: that call's holds fail this round (retried soon). */
+    if (batch_req(gh, cnt, &q[nq], &nums[nq]) == 0) at[nq++] = j;
   }
   if (wait_us < MIN_WAIT_US) wait_us = MIN_WAIT_US;
-  if (wait_us > CONNECT_MAX_US) wait_us = CONNECT_MAX_US;
-  for (i = 0; i < n; i++) res[i] = FAILED;
-  if (w->conn == NULL &&
-      hilock__connect(c, &e, (now_us + wait_us) / 1000, &w->conn) !=
-          HILOCK_OK)
-    return;
-  for (i = 0; i < n; i += CHUNK) run[ncalls++] = i;
+  /* The wait for the server is bounded by the earliest end of validity in
+   * the batch; reconnecting (a broken connection, a master that moved) by
+   * that too, and by CONNECT_MAX_US. One connection attempt per cluster
+   * node: holds on the others must not wait. */
+  s.flags = (wait ? HILOCK__SEND_WAIT : 0) | HILOCK__SEND_ONCE |
+            (split ? HILOCK__SEND_TRYAGAIN : 0);
+  s.reply_by_ms = (now_us + wait_us) / 1000;
+  s.deadline_ms =
+      (now_us + (wait_us < CONNECT_MAX_US ? wait_us : CONNECT_MAX_US)) / 1000;
+  if (!hilock__client_is_cluster(c)) s.own = &w->conn;
+  hilock__clear_err(&e);
+  (void)hilock__dispatch(c, &e, &s, q, nq);
+  if (s.broke_status != HILOCK_OK && s.own != NULL) {
+    hilock__stat(&c->rt, HILOCK__ST_RECONNECTS);
+    hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0,
+                "renewal: connection broken; reconnecting");
+  }
+  for (int x = 0; x < nq; x++) {
+    int j = at[x], from = run[j], cnt = run[j + 1] - run[j];
+    redisReply *r = q[x].reply;
+    if (q[x].rc == HILOCK_OK && r->type == REDIS_REPLY_ARRAY &&
+        r->elements == (size_t)cnt) {
+      for (int i = 0; i < cnt; i++) {
+        int h = order[from + i];
+        res[h] = renew_result(r->element[i]);
+        /* Renewals too few replicas acknowledged do not count: a failover
+         * could lose them (retried, and lost when the validity runs out). */
+        if (res[h] == RENEWED && wait && q[x].acked < c->rt.opts.wait_replicas &&
+            holds[h]->renew_script->grant)
+          res[h] = FAILED;
+      }
+    } else if (q[x].rc == HILOCK_EWRONGTYPE && cnt == 1) {
+      res[order[from]] = NOT_OWNED;
+    } else if ((q[x].rc == HILOCK__TRYAGAIN || q[x].rc == HILOCK_EWRONGTYPE) &&
+               cnt > 1 && split) {
+      /* A slot half migrated, or one damaged key among the call's: each
+       * hold on its own. */
+      if (redo == NULL) redo = malloc((size_t)run[ncalls] * sizeof(*redo));
+      for (int i = 0; redo != NULL && i < cnt; i++)
+        redo[nredo++] = order[from + i];
+    }
+    if (r != NULL) freeReplyObject(r);
+    free((void *)q[x].argv);
+    free((void *)q[x].lens);
+    free(nums[x]);
+  }
+  if (nredo > 0 && (each = malloc((size_t)(nredo + 1) * sizeof(int))) != NULL) {
+    for (int i = 0; i <= nredo; i++) each[i] = i;
+    renew_calls(c, holds, redo, each, nredo, res, until_us, wait, 0);
+  }
+out:
+  free(each);
+  free(redo);
+  free(q);
+  free(nums);
+  free(at);
+}
+
+/* Renew holds[0..n) (results into res, FAILED unless renewed or found not
+ * owned): renew_batch.lua calls of up to CHUNK holds (on a cluster, of one
+ * hash slot each), pipelined through the dispatcher. The wait for the
+ * server is bounded by until_us, the earliest end of validity in the batch
+ * (at least MIN_WAIT_US from now): a renewal that cannot answer before a
+ * hold lapses is of no use, and the loss must be reported on time even
+ * when the server hangs. */
+static void renew_pipeline(hilock_client *c, hilock__hold **holds, int n,
+                           int *res, int64_t until_us) {
+  slot_ix g[BATCH_MAX];
+  int order[BATCH_MAX], run[BATCH_MAX + 1], ncalls = 0, wait = 0;
+  int cluster = hilock__client_is_cluster(c);
+  /* wait_replicas: one WAIT after the calls on a connection covers every
+   * renewal in them. */
+  if (c->rt.opts.wait_replicas > 0)
+    for (int i = 0; i < n; i++) wait |= holds[i]->renew_script->grant;
+  for (int i = 0; i < n; i++) {
+    res[i] = FAILED;
+    g[i].slot = cluster ? slot_of(holds[i]) : 0;
+    g[i].ix = i;
+  }
+  if (cluster) qsort(g, (size_t)n, sizeof(g[0]), by_slot);
+  for (int i = 0; i < n; i++) {
+    order[i] = g[i].ix;
+    if (i == 0 || g[i].slot != g[i - 1].slot || i - run[ncalls - 1] == CHUNK)
+      run[ncalls++] = i;
+  }
   run[ncalls] = n;
-  bound_wait(c, w->conn->ctx, until_us);
-  sent = renew_calls(c, w->conn, holds, run, ncalls, q, res, wait);
-  for (i = 0; i < ncalls; i++) {
-    if (q[i].reply == NULL) continue;
-    moved |= hilock__failover_reply(c, q[i].reply);
-    freeReplyObject(q[i].reply);
-  }
-  if (sent != 0 || moved) {
-    /* Broken, or the master moved (sentinel URL): reconnect next time. */
-    hilock__conn_free(w->conn);
-    w->conn = NULL;
-    hilock__stat(&c->rt, moved ? HILOCK__ST_FAILOVERS : HILOCK__ST_RECONNECTS);
-    hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0, "renewal: %s; reconnecting",
-                moved ? "the master moved" : "connection broken");
-  }
+  renew_calls(c, holds, order, run, ncalls, res, until_us, wait, 1);
 }
 
 /* Holds with their own renew_fn renew themselves; the rest share one

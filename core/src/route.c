@@ -1,22 +1,26 @@
-/* Routing: how the scripts and plain commands reach a server.
- *
- * Two layers. The script runner and plain commands use both; the
- * watchdog's batches (renewal.c) and the direct BLPOP wait (wait.c) use
- * hilock__conn_batch and follow redirects themselves, and inspect.c and
- * cluster.c send some commands on a node's connection directly:
+/* The dispatcher: the one way a request reaches a server.
  *
  * hilock__conn_batch  sends requests on one connection as one write,
  *                     [PING] [ASKING] requests... [WAIT n ms], reads every
  *                     reply, and answers a script's NOSCRIPT with EVAL of
  *                     its source on the same connection.
- * hilock__route       picks the connection for one request (the server, or
- *                     the master of its slot on a cluster) and follows what
- *                     the reply says: MOVED and ASK (the map is read
- *                     again), TRYAGAIN and CLUSTERDOWN (a pause within the
- *                     reconnect budget), a master that moved under a
- *                     Sentinel URL (a new connection to the new one), a
- *                     broken pooled connection (replaced; the request sent
- *                     again if it is safe to resend).
+ * hilock__dispatch    takes one request or a batch, groups the requests by
+ *                     the connection they go to (the one server, a caller's
+ *                     own connection, or on a cluster the master of each
+ *                     request's slot, or a given node), sends each group
+ *                     with hilock__conn_batch, and follows what each reply
+ *                     says: MOVED and ASK (the map is read again; one hop
+ *                     limit), TRYAGAIN and CLUSTERDOWN (a pause within the
+ *                     budget), a master that moved under a Sentinel URL (a
+ *                     new connection to the new one), a broken pooled
+ *                     connection (replaced; the requests sent again if it is
+ *                     safe to resend). Every caller comes through here: the
+ *                     script runner and plain commands (hilock__route), the
+ *                     watchdog's batches, the BLPOP waits, inspection's
+ *                     SCAN and the cluster's PINGs. The subscriber
+ *                     connection of the shared waiting (hub.c) and
+ *                     Redlock's node rounds keep connections of their own
+ *                     and use hilock__conn_batch and hilock__req_append.
  *
  * Why PING first: Redis writes the replies of one event-loop turn to the
  * clients it queued last first. A release's reply is queued when its script
@@ -114,6 +118,7 @@ void hilock__req_script(hilock__req *q, const hilock__script *s, int nkeys,
   q->script = s;
   q->reply = NULL;
   q->eval = 0;
+  q->node = NULL;
 }
 
 int hilock__req_append(hilock__net *n, const hilock__req *q) {
@@ -137,7 +142,8 @@ int hilock__req_noscript(hilock__req *q, const redisReply *r) {
 /* One write of the requests whose reply is still to get (all of them in
  * the first round; those answered NOSCRIPT, as EVAL, in the second). */
 static int batch_round(hilock_client *c, hilock__conn *k, unsigned flags,
-                       hilock__req *q, int n, int round, long long *acked) {
+                       hilock__req *const *q, int n, int round,
+                       long long *acked) {
   static const char *const ask[1] = {"ASKING"}, *const ping[1] = {"PING"};
   static const size_t asklen[1] = {6}, pinglen[1] = {4};
   /* ASKING holds for the very next command only. */
@@ -148,8 +154,8 @@ static int batch_round(hilock_client *c, hilock__conn *k, unsigned flags,
       append(k, 1, (const char **)ask, asklen) != 0)
     return -1;
   for (int i = 0; i < n; i++) {
-    if (round == 1 && !resent(&q[i])) continue;
-    if (hilock__req_append(k->ctx, &q[i]) != 0) return -1;
+    if (round == 1 && !resent(q[i])) continue;
+    if (hilock__req_append(k->ctx, q[i]) != 0) return -1;
     k->owed++;
   }
   if ((flags & HILOCK__SEND_WAIT) && !hilock__wait_append(c, k->ctx))
@@ -159,11 +165,11 @@ static int batch_round(hilock_client *c, hilock__conn *k, unsigned flags,
   if (flags & HILOCK__SEND_ASKING) discard(k);
   for (int i = 0; i < n; i++) {
     redisReply *r;
-    if (round == 1 && !resent(&q[i])) continue;
+    if (round == 1 && !resent(q[i])) continue;
     r = take(k);
     if (r == NULL) return -1;
-    if (q[i].reply != NULL) freeReplyObject(q[i].reply);
-    q[i].reply = r;
+    if (q[i]->reply != NULL) freeReplyObject(q[i]->reply);
+    q[i]->reply = r;
   }
   if (flags & HILOCK__SEND_WAIT) {
     if (hilock__wait_read(k->ctx, acked) != 0) return 1;
@@ -172,45 +178,140 @@ static int batch_round(hilock_client *c, hilock__conn *k, unsigned flags,
   return 0;
 }
 
+/* hilock__conn_batch on an array of requests' addresses. */
 static int batch(hilock_client *c, hilock__conn *k, unsigned flags,
-                 hilock__req *q, int n, long long *acked) {
-  int rc, again = 0;
-  k->owed = 0;
-  for (int i = 0; i < n; i++) q[i].reply = NULL;
-  rc = batch_round(c, k, flags, q, n, 0, acked);
-  if (rc != 0) return rc;
-  for (int i = 0; i < n; i++) again |= hilock__req_noscript(&q[i], q[i].reply);
-  /* A flushed cache or a restarted server: EVAL sends the source (and
-   * loads it, so the next EVALSHA hits); WAIT again behind it. */
-  if (again) rc = batch_round(c, k, flags, q, n, 1, acked);
-  return rc;
-}
-
-int hilock__conn_batch(hilock_client *c, hilock__conn *k, unsigned flags,
-                       hilock__req *q, int n, long long *acked) {
+                 hilock__req *const *q, int n, long long *acked) {
   /* A caller's deadline shorter than the command timeout bounds these
    * reply waits; the connection gets its own timeout back after them. */
   int64_t io = hilock__io_ms(c->rt.opts.command_timeout_ms);
   int bounded = io != c->rt.opts.command_timeout_ms &&
                 !(flags & HILOCK__SEND_BLOCKING),
-      rc;
+      rc, again = 0;
   if (acked != NULL) *acked = -1;
   if (bounded) hilock__net_set_timeout(k->ctx, io);
-  rc = batch(c, k, flags, q, n, acked);
+  k->owed = 0;
+  for (int i = 0; i < n; i++) q[i]->reply = NULL;
+  rc = batch_round(c, k, flags, q, n, 0, acked);
+  if (rc == 0) {
+    for (int i = 0; i < n; i++)
+      again |= hilock__req_noscript(q[i], q[i]->reply);
+    /* A flushed cache or a restarted server: EVAL sends the source (and
+     * loads it, so the next EVALSHA hits); WAIT again behind it. */
+    if (again) rc = batch_round(c, k, flags, q, n, 1, acked);
+  }
   if (bounded && k->ctx != NULL)
     hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
   return rc;
 }
 
-/* ## Routing one request ------------------------------------------------------ */
+int hilock__conn_batch(hilock_client *c, hilock__conn *k, unsigned flags,
+                       hilock__req *q, int n, long long *acked) {
+  hilock__req *one[8] = {NULL}, **p = one;
+  int rc;
+  if (n > 8 && (p = malloc((size_t)n * sizeof(*p))) == NULL) return -1;
+  for (int i = 0; i < n; i++) p[i] = &q[i];
+  rc = batch(c, k, flags, p, n, acked);
+  if (p != one) free(p);
+  return rc;
+}
 
-/* A connection for the request: the one server's pool, or the pool of the
- * master of slot on a cluster. */
-static int conn_for(hilock_client *c, hilock__err *e, int slot,
-                    int64_t deadline, hilock__conn **k, int *fresh) {
-  if (c->cl != NULL)
-    return hilock__cluster_pool_get(c, e, slot, deadline, k, fresh);
-  return hilock__pool_get_until(c, e, deadline, k, fresh);
+/* ## What a reply says about where its request goes ------------------------- */
+
+static int has_prefix(const char *s, size_t n, const char *p) {
+  size_t pl = strlen(p);
+  return n >= pl && memcmp(s, p, pl) == 0;
+}
+
+int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
+                               const char *text, size_t len,
+                               hilock__node **ask) {
+  int moved = has_prefix(text, len, "MOVED ");
+  if (ask != NULL) *ask = NULL;
+  if (moved || has_prefix(text, len, "ASK ")) {
+    /* "MOVED <slot> <host>:<port>"; the host may be empty (the same host)
+     * or an IPv6 address (split at the last ':'). */
+    const char *p = text + (moved ? 6 : 4), *end = text + len, *sp, *colon;
+    long slot = 0, port = 0;
+    hilock__node *n;
+    /* Digits past a bound stop adding: an absurd number stays absurd
+     * (never wraps into range) and is refused below. */
+    for (sp = p; sp < end && *sp >= '0' && *sp <= '9'; sp++)
+      if (slot < HILOCK__SLOTS) slot = slot * 10 + (*sp - '0');
+    if (sp == p || sp >= end || *sp != ' ' || slot >= HILOCK__SLOTS) return 1;
+    sp++;
+    for (colon = end; colon > sp && colon[-1] != ':'; colon--) {
+    }
+    if (colon == sp) return 1;
+    for (const char *q = colon; q < end && *q >= '0' && *q <= '9'; q++)
+      if (port <= 65535) port = port * 10 + (*q - '0');
+    if (port < 1 || port > 65535) return 1;
+    const char *host = sp;
+    size_t hostlen = (size_t)(colon - 1 - sp);
+    if (hostlen >= 2 && host[0] == '[') {
+      host++;
+      hostlen -= 2;
+    }
+    if (hostlen == 0 && from != NULL) {
+      host = from->host;
+      hostlen = strlen(from->host);
+    }
+    n = hilock__cluster_learn(c, (int)slot, host, hostlen, (int)port, moved);
+    if (!moved && ask != NULL) *ask = n;
+    return 1;
+  }
+  if (has_prefix(text, len, "CLUSTERDOWN")) {
+    hilock__err ignored;
+    hilock__cluster_refresh(c, &ignored, NULL);
+    return 1;
+  }
+  return has_prefix(text, len, "TRYAGAIN");
+}
+
+int hilock__failover_reply(const hilock_client *c, const redisReply *r) {
+  if (!c->url.sentinel || r == NULL || r->type != REDIS_REPLY_ERROR ||
+      r->str == NULL)
+    return 0;
+  /* READONLY: we talk to a demoted master; LOADING: a restarted master is
+   * reading its data; MASTERDOWN: a replica lost its master. Inside a
+   * script, Redis keeps the code after "ERR ... script: ", so look for it
+   * anywhere in the text. */
+  return strncmp(r->str, "READONLY", 8) == 0 ||
+         strncmp(r->str, "LOADING", 7) == 0 ||
+         strncmp(r->str, "MASTERDOWN", 10) == 0 ||
+         strstr(r->str, "READONLY You can't write") != NULL;
+}
+
+/* ## The dispatcher ------------------------------------------------------------ */
+
+/* One dispatch's state. */
+typedef struct trip {
+  hilock_client *c;
+  hilock__send *s;
+  hilock__err *e, tmp;
+  int64_t deadline;
+  int failed;      /* the first failure's status, 0 if none yet */
+  int pause;       /* a request waits for a recovering cluster */
+  int moved;       /* the master moved (Sentinel) */
+} trip;
+
+/* q ends with rc (its message in t->tmp, copied to the caller's e if it is
+ * the first failure). */
+static void finish(trip *t, hilock__req *q, int rc) {
+  q->pending = 0;
+  q->rc = rc;
+  if (rc == HILOCK_OK || t->failed != 0) return;
+  t->failed = rc;
+  *t->e = t->tmp;
+  t->e->code = rc;
+}
+
+/* The node q goes to now on a cluster (NULL: not known yet). */
+static hilock__node *target(hilock_client *c, const hilock__req *q) {
+  int slot;
+  if (q->ask != NULL) return q->ask;
+  if (q->node != NULL) return q->node;
+  slot = hilock__command_key_slot(q->argc, q->argv, q->lens);
+  return slot >= 0 ? hilock__cluster_owner(c, slot) : NULL;
 }
 
 /* A connection to node broke: its idle ones most likely did too. */
@@ -234,7 +335,7 @@ static void forget(hilock_client *c, hilock__node *node) {
 static int answers(hilock_client *c, hilock__err *e, hilock__conn *k) {
   const char *argv[1] = {"PING"};
   size_t lens[1] = {4};
-  hilock__req p = {1, argv, lens, NULL, NULL, 0};
+  hilock__req p = {.argc = 1, .argv = argv, .lens = lens};
   int sent = hilock__conn_batch(c, k, 0, &p, 1, NULL), rc = HILOCK_OK;
   if (p.reply != NULL) freeReplyObject(p.reply);
   if (sent == 0) return HILOCK_OK;
@@ -243,144 +344,313 @@ static int answers(hilock_client *c, hilock__err *e, hilock__conn *k) {
   return rc;
 }
 
-int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
-                  hilock__req *q, long long *acked) {
-  int64_t deadline = hilock__budget(c->rt.opts.reconnect_ms);
-  int64_t pause = PAUSE_MIN_MS;
-  int redirects = 0;
-  int slot = c->cl != NULL ? hilock__command_key_slot(q->argc, q->argv, q->lens)
-                           : -1;
-  hilock__node *ask = NULL;
-  hilock__err before = *e;
-  int64_t look = PAUSE_MIN_MS;
+/* A connection for the group led by q (to node on a cluster; NULL: by q's
+ * slot, or any master): HILOCK_OK with *k, AGAIN to look again
+ * (an unreachable ASK target, a shaken server not answering yet), or why
+ * not (in t->tmp). */
+#define AGAIN (-903)
+static int conn_for(trip *t, hilock__req *q, hilock__node *node,
+                    hilock__conn **k, int *fresh, int64_t *look) {
+  hilock_client *c = t->c;
+  const hilock__send *s = t->s;
+  int rc;
+  if (c->cl != NULL && q->ask != NULL) {
+    rc = hilock__cluster_node_conn(c, &t->tmp, q->ask, k, fresh);
+    if ((rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT) &&
+        hilock__now_ms() < t->deadline) {
+      /* The importing node is unreachable: ask the slot's owner again
+       * (it answers ASK, MOVED, or runs the request itself). */
+      hilock__cluster_refresh(c, &t->tmp, q->ask);
+      q->ask = NULL;
+      return AGAIN;
+    }
+    return rc;
+  }
+  if (c->cl != NULL) {
+    if (node == NULL && q->node == NULL && (s->flags & HILOCK__SEND_ONCE)) {
+      /* No known owner, and no time to look for one now. */
+      hilock__cluster_refresh(c, &t->tmp, NULL);
+      return hilock__set_err(&t->tmp, HILOCK_ECLUSTER,
+                             "no cluster node is known to serve hash slot %d",
+                             hilock__command_key_slot(q->argc, q->argv,
+                                                      q->lens));
+    }
+    if (node != NULL && (q->node != NULL || (s->flags & HILOCK__SEND_ONCE))) {
+      rc = hilock__cluster_node_conn(c, &t->tmp, node, k, fresh);
+      if (rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT) forget(c, node);
+      return rc;
+    }
+    return hilock__cluster_pool_get(
+        c, &t->tmp, hilock__command_key_slot(q->argc, q->argv, q->lens),
+        t->deadline, k, fresh);
+  }
+  if (s->own != NULL) {
+    *fresh = *s->own == NULL;
+    if (*fresh) {
+      rc = hilock__connect(c, &t->tmp, t->deadline, s->own);
+      if (rc != HILOCK_OK) return rc;
+    }
+    *k = *s->own;
+    return HILOCK_OK;
+  }
+  rc = hilock__pool_get_until(c, &t->tmp, t->deadline, k, fresh);
+  if (rc != HILOCK_OK || !*fresh ||
+      !__atomic_load_n(&c->shaken, __ATOMIC_RELAXED))
+    return rc;
+  /* A pooled connection broke (a restart, a failover): the server may be
+   * going down, and a connection opened to it now can be accepted and then
+   * reset, which would fail the request on it (a fresh connection that
+   * breaks means the server is gone). So, as a broken wait does (wait.c), a
+   * new connection carries the request once one answered a PING; until
+   * then it looks again, pausing, within the budget. */
+  rc = answers(c, &t->tmp, *k);
+  if (rc == HILOCK_OK) {
+    __atomic_store_n(&c->shaken, 0, __ATOMIC_RELAXED);
+  } else {
+    int64_t left = t->deadline - hilock__now_ms();
+    if (rc == HILOCK_ETIMEDOUT || left <= 0) return rc;
+    hilock__sleep_ms(*look < left ? *look : left);
+    *look = *look * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : *look * 2;
+    return AGAIN;
+  }
+  return HILOCK_OK;
+}
 
+/* Bound k's reply waits by the send's reply_by_ms, and its stop hook. */
+static void arm(const trip *t, hilock__conn *k) {
+  const hilock__send *s = t->s;
+  int64_t ms, cmd = t->c->rt.opts.command_timeout_ms;
+  if (s->reply_by_ms > 0) {
+    ms = s->reply_by_ms - hilock__now_ms();
+    if (ms < 1) ms = 1;
+    if (!(s->flags & HILOCK__SEND_BLOCKING) && cmd > 0 && ms > cmd) ms = cmd;
+    hilock__net_set_timeout(k->ctx, ms);
+  }
+  k->ctx->stop = s->stop;
+  k->ctx->stop_arg = s->stop_arg;
+}
+
+static void disarm(const trip *t, hilock__conn *k) {
+  if (k->ctx == NULL) return;
+  k->ctx->stop = NULL;
+  k->ctx->stop_arg = NULL;
+  if (t->s->reply_by_ms > 0)
+    hilock__net_set_timeout(k->ctx, t->c->rt.opts.command_timeout_ms);
+}
+
+/* Give k back: to the caller that keeps it, to the pool, or away (broken,
+ * or a WAIT reply still owed: gone != 0). */
+static void give_back(trip *t, hilock__conn *k, int gone) {
+  if (t->s->own != NULL && t->c->cl == NULL) {
+    if (gone) {
+      hilock__conn_free(k);
+      *t->s->own = NULL;
+    }
+    return;
+  }
+  if (gone) hilock__conn_free(k);
+  else hilock__pool_put(t->c, k);
+}
+
+/* What q's reply, from node, means: it ends q, or q stays pending (a
+ * redirection to follow, a cluster or master to wait for). */
+static void settle(trip *t, hilock__req *q, hilock__node *node,
+                   long long acked) {
+  hilock_client *c = t->c;
+  redisReply *r = q->reply;
+  hilock__node *to = NULL;
+  int rc;
+  q->acked = acked;
+  if (r->type != REDIS_REPLY_ERROR) {
+    finish(t, q, HILOCK_OK);
+    return;
+  }
   q->reply = NULL;
+  if (c->cl == NULL && hilock__failover_reply(c, r) &&
+      hilock__now_ms() < t->deadline) {
+    /* The master moved (Sentinel URL): the request did not run. */
+    hilock__reply_error(&t->tmp, r->str, r->len);
+    freeReplyObject(r);
+    t->moved = 1;
+    if (t->s->flags & HILOCK__SEND_BLOCKING) finish(t, q, HILOCK__FAILOVER);
+    return;
+  }
+  if (c->cl != NULL &&
+      hilock__cluster_redirected(c, node, r->str, r->len, &to)) {
+    /* The request did not run: following or retrying it is safe. */
+    int hop = r->str[0] == 'M' || r->str[0] == 'A'; /* MOVED, ASK */
+    int tryagain = has_prefix(r->str, r->len, "TRYAGAIN");
+    int slot = hilock__command_key_slot(q->argc, q->argv, q->lens);
+    rc = hilock__set_err(&t->tmp, HILOCK_ECLUSTER, "redis: %.*s",
+                         (int)(r->len > 200 ? 200 : r->len), r->str);
+    freeReplyObject(r);
+    if (hop) {
+      hilock__stat(&c->rt, HILOCK__ST_REDIRECTIONS);
+      q->ask = to;
+      if (++q->hops > MAX_REDIRECTS)
+        finish(t, q,
+               hilock__set_err(&t->tmp, HILOCK_ECLUSTER,
+                               "too many cluster redirections (%d) for "
+                               "hash slot %d",
+                               q->hops - 1, slot));
+      return;
+    }
+    /* CLUSTERDOWN, TRYAGAIN: wait within the budget (which bounds these;
+     * the hop count catches redirection loops). */
+    q->hops = 0;
+    if (tryagain && (t->s->flags & HILOCK__SEND_TRYAGAIN))
+      finish(t, q, HILOCK__TRYAGAIN);
+    else if (hilock__now_ms() >= t->deadline)
+      finish(t, q, rc);
+    else
+      t->pause = 1;
+    return;
+  }
+  rc = hilock__reply_error(&t->tmp, r->str, r->len);
+  if (rc == HILOCK__NOSCRIPT && q->script != NULL)
+    rc = HILOCK_ESCRIPT; /* EVAL was refused too */
+  freeReplyObject(r);
+  finish(t, q, rc);
+}
+
+/* Send the group g[0..n) on one connection and settle every reply. */
+static void send_group(trip *t, hilock__req **g, int n, hilock__node *node,
+                       int64_t *look) {
+  hilock_client *c = t->c;
+  hilock__send *s = t->s;
+  hilock__conn *k;
+  long long acked = -1;
+  unsigned flags = s->flags & (HILOCK__SEND_PING | HILOCK__SEND_WAIT |
+                               HILOCK__SEND_BLOCKING);
+  int fresh = 0, sent, rc;
+  rc = conn_for(t, g[0], node, &k, &fresh, look);
+  if (rc == AGAIN) return;
+  if (rc != HILOCK_OK) {
+    for (int i = 0; i < n; i++) finish(t, g[i], rc);
+    return;
+  }
+  if (s->outside) hilock__pool_uncount(k);
+  node = k->node;
+  if (g[0]->ask != NULL) flags |= HILOCK__SEND_ASKING;
+  g[0]->ask = NULL;
+  arm(t, k);
+  sent = batch(c, k, flags, g, n, &acked);
+  disarm(t, k);
+  if (sent < 0) {
+    /* A reply that timed out may still come: never resend (the armed undo
+     * of an ambiguous grant goes out behind it). A broken pooled connection
+     * (a restart, an idle timeout, a failover) is replaced and the requests
+     * sent once more if that is safe; a fresh one that broke on one server
+     * means the server is gone. */
+    s->broke_fresh = fresh;
+    s->broke_status = k->ctx != NULL ? hilock__net_status(k->ctx) : HILOCK_EIO;
+    for (int i = 0; i < n; i++)
+      if (g[i]->reply != NULL) {
+        freeReplyObject(g[i]->reply);
+        g[i]->reply = NULL;
+      }
+    rc = hilock__conn_timeout(c, &t->tmp, k, g[0]->argv[0], errno);
+    give_back(t, k, 1);
+    if (rc == HILOCK_ETIMEDOUT || rc == HILOCK_EINTR ||
+        !(s->flags & HILOCK__ROUTE_RESEND) || (c->cl == NULL && fresh) ||
+        s->own != NULL || hilock__now_ms() >= t->deadline) {
+      for (int i = 0; i < n; i++) finish(t, g[i], rc);
+      if (c->cl != NULL) forget(c, node);
+      return;
+    }
+    forget(c, node);
+    hilock__stat(&c->rt, HILOCK__ST_RECONNECTS);
+    hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0,
+                "connection broken (%s); reconnecting", t->tmp.msg);
+    return;
+  }
+  for (int i = 0; i < n; i++) settle(t, g[i], node, sent == 0 ? acked : -1);
+  /* sent > 0: WAIT's reply is still owed; a moved master's connection goes
+   * with it. */
+  give_back(t, k, sent > 0 || (t->moved && c->cl == NULL));
+}
+
+int hilock__dispatch(hilock_client *c, hilock__err *e, hilock__send *s,
+                     hilock__req *q, int n) {
+  trip t;
+  hilock__req *one[1] = {NULL}, **g = one;
+  int64_t pause = PAUSE_MIN_MS, look = PAUSE_MIN_MS;
+  t.c = c;
+  t.s = s;
+  t.e = e;
+  t.deadline = s->deadline_ms > 0 ? hilock__call_cut(s->deadline_ms)
+                                   : hilock__budget(c->rt.opts.reconnect_ms);
+  t.failed = 0;
+  hilock__clear_err(&t.tmp);
+  s->broke_fresh = 0;
+  s->broke_status = HILOCK_OK;
+  for (int i = 0; i < n; i++) {
+    q[i].reply = NULL;
+    q[i].ask = NULL;
+    q[i].rc = HILOCK_OK;
+    q[i].acked = -1;
+    q[i].hops = 0;
+    q[i].pending = 1;
+  }
+  if (n > 1 && (g = malloc((size_t)n * sizeof(*g))) == NULL) {
+    hilock__set_err(&t.tmp, HILOCK_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) finish(&t, &q[i], HILOCK_ENOMEM);
+    return t.failed;
+  }
+  if (c->cl != NULL) {
+    int rc = hilock__cluster_mapped(c, &t.tmp);
+    if (rc != HILOCK_OK)
+      for (int i = 0; i < n; i++) finish(&t, &q[i], rc);
+  }
   for (;;) {
-    hilock__conn *k;
-    hilock__node *node, *to = NULL;
-    redisReply *r;
-    int fresh, rc, sent;
-    if (ask != NULL) {
-      rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
-      if ((rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT) &&
-          hilock__now_ms() < deadline) {
-        /* The importing node is unreachable: ask the slot's owner again
-         * (it answers ASK, MOVED, or runs the request itself). */
-        hilock__err ignored;
-        hilock__cluster_refresh(c, &ignored, ask);
-        ask = NULL;
-        continue;
-      }
-    } else {
-      rc = conn_for(c, e, slot, deadline, &k, &fresh);
-    }
-    if (rc != HILOCK_OK) return rc;
-    if (fresh && c->cl == NULL &&
-        __atomic_load_n(&c->shaken, __ATOMIC_RELAXED)) {
-      /* A pooled connection broke (a restart, a failover): the server may
-       * be going down, and a connection opened to it now can be accepted
-       * and then reset, which would fail the request on it (a fresh
-       * connection that breaks means the server is gone). So, as a broken
-       * wait does (wait.c), a new connection carries the request once one
-       * answered a PING; until then it looks again, pausing, within the
-       * budget. */
-      int64_t left;
-      rc = answers(c, e, k);
-      if (rc == HILOCK_OK) {
-        __atomic_store_n(&c->shaken, 0, __ATOMIC_RELAXED);
-      } else {
-        left = deadline - hilock__now_ms();
-        if (rc == HILOCK_ETIMEDOUT || left <= 0) return rc;
-        hilock__sleep_ms(look < left ? look : left);
-        look = look * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : look * 2;
-        continue;
-      }
-    }
-    node = k->node;
-    sent = hilock__conn_batch(
-        c, k, flags | (ask != NULL ? HILOCK__SEND_ASKING : 0), q, 1, acked);
-    ask = NULL;
-    if (sent < 0) {
-      /* A reply that timed out may still come: never resend (the armed
-       * undo of an ambiguous grant goes out behind it). A broken pooled
-       * connection (a restart, an idle timeout, a failover) is replaced and
-       * the request sent once more if it is safe to resend; a fresh one
-       * that broke on one server means the server is gone. */
-      if (q->reply != NULL) freeReplyObject(q->reply);
-      q->reply = NULL;
-      rc = hilock__conn_timeout(c, e, k, q->argv[0], errno);
-      hilock__conn_free(k);
-      if (rc == HILOCK_ETIMEDOUT || !(flags & HILOCK__ROUTE_RESEND) ||
-          (c->cl == NULL && fresh) || hilock__now_ms() >= deadline)
-        return rc;
-      forget(c, node);
-      hilock__stat(&c->rt, HILOCK__ST_RECONNECTS);
-      hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0,
-                  "connection broken (%s); reconnecting", e->msg);
-      continue;
-    }
-    r = q->reply;
-    if (r->type == REDIS_REPLY_ERROR && c->cl == NULL &&
-        hilock__failover_reply(c, r) && hilock__now_ms() < deadline) {
-      /* The master moved (Sentinel URL): the request did not run. Drop
-       * the connections to the old one and ask the sentinels again. */
-      hilock__reply_error(e, r->str, r->len);
-      freeReplyObject(r);
-      q->reply = NULL;
-      hilock__conn_free(k);
+    int lead = -1, ng = 0;
+    hilock__node *node = NULL;
+    t.pause = t.moved = 0;
+    for (int i = 0; i < n && lead < 0; i++)
+      if (q[i].pending) lead = i;
+    if (lead < 0) break;
+    /* The group: the pending requests that go where the first goes (on a
+     * cluster, one node; an ASK goes alone, with ASKING before it). */
+    if (c->cl != NULL) node = target(c, &q[lead]);
+    g[ng++] = &q[lead];
+    if (q[lead].ask == NULL && (c->cl == NULL || node != NULL))
+      for (int i = lead + 1; i < n; i++)
+        if (q[i].pending && q[i].ask == NULL &&
+            (c->cl == NULL || target(c, &q[i]) == node))
+          g[ng++] = &q[i];
+    send_group(&t, g, ng, node, &look);
+    if (t.moved) {
+      /* Drop the connections to the old master and ask the sentinels
+       * again. */
       forget(c, NULL);
       hilock__stat(&c->rt, HILOCK__ST_FAILOVERS);
       hilock__log(&c->rt, HILOCK_LOG_INFO, NULL, 0,
-                  "the master moved (%s); asking the sentinels again", e->msg);
+                  "the master moved (%s); asking the sentinels again",
+                  t.tmp.msg);
       hilock__sleep_ms(FAILOVER_PAUSE_MS);
-      continue;
-    }
-    if (sent > 0) hilock__conn_free(k); /* WAIT's reply is still owed */
-    else hilock__pool_put(c, k);
-    if (r->type == REDIS_REPLY_ERROR && c->cl != NULL &&
-        hilock__cluster_redirected(c, node, r->str, r->len, &to)) {
-      /* The request did not run: following or retrying it is safe. */
-      int64_t left;
-      int hop = r->str[0] == 'M' || r->str[0] == 'A'; /* MOVED, ASK */
-      rc = hilock__set_err(e, HILOCK_ECLUSTER, "redis: %.*s",
-                           (int)(r->len > 200 ? 200 : r->len), r->str);
-      freeReplyObject(r);
-      q->reply = NULL;
-      if (hop) {
-        hilock__stat(&c->rt, HILOCK__ST_REDIRECTIONS);
-        if (++redirects > MAX_REDIRECTS)
-          return hilock__set_err(e, HILOCK_ECLUSTER,
-                                 "too many cluster redirections (%d) for "
-                                 "hash slot %d",
-                                 redirects - 1, slot);
-        ask = to;
-        continue;
-      }
-      /* CLUSTERDOWN, TRYAGAIN: wait within the budget (which bounds these;
-       * the hop count catches redirection loops). */
-      redirects = 0;
-      left = deadline - hilock__now_ms();
-      if (left <= 0) return rc;
-      hilock__sleep_ms(pause < left ? pause : left);
+    } else if (t.pause) {
+      int64_t left = t.deadline - hilock__now_ms();
+      if (left > 0) hilock__sleep_ms(pause < left ? pause : left);
       pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
-      continue;
     }
-    *e = before; /* recovered (if it had to): no failure to report */
-    if (r->type == REDIS_REPLY_ERROR) {
-      rc = hilock__reply_error(e, r->str, r->len);
-      if (rc == HILOCK__NOSCRIPT && q->script != NULL)
-        rc = e->code = HILOCK_ESCRIPT; /* EVAL was refused too */
-      freeReplyObject(r);
-      q->reply = NULL;
-      return rc;
-    }
-    return HILOCK_OK;
   }
+  if (g != one) free(g);
+  return t.failed;
+}
+
+int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
+                  hilock__req *q, long long *acked) {
+  hilock__send s = {0};
+  int rc;
+  s.flags = flags;
+  rc = hilock__dispatch(c, e, &s, q, 1);
+  if (acked != NULL) *acked = q->acked;
+  return rc;
 }
 
 int hilock__command(hilock_client *c, hilock__err *e, int argc,
                     const char **argv, const size_t *lens, redisReply **out) {
-  hilock__req q = {argc, argv, lens, NULL, NULL, 0};
+  hilock__req q = {.argc = argc, .argv = argv, .lens = lens};
   int rc = hilock__route(c, e, HILOCK__ROUTE_RESEND, &q, NULL);
   *out = q.reply;
   return rc;

@@ -18,13 +18,22 @@
 #include "runtime.h"
 #include "script.h"
 
-/* ## Routing (route.c) ---------------------------------------------------
- * Every command reaches its server through hilock__route (one request:
- * the server, or its slot's master, following redirections, failovers and
- * broken connections), built on hilock__conn_batch (requests pipelined on
- * one connection). */
+/* ## The dispatcher (route.c) ---------------------------------------------
+ * Every request reaches its server through hilock__dispatch: one request
+ * or a batch, each to its target (the slot of its first key, a given node,
+ * any master; the one server otherwise), pipelined per connection, owning
+ * MOVED and ASK (one hop limit), TRYAGAIN and CLUSTERDOWN, Sentinel
+ * failover replies (a new connection to the new master), broken
+ * connections and the resend rule, NOSCRIPT (EVAL with the source), WAIT,
+ * and the time: the caller's budget bounds all of it. hilock__conn_batch
+ * is its one-connection layer (requests pipelined on one connection). */
 
-/* One command; for a script, argv is EVALSHA sha numkeys keys... args... */
+struct hilock__node;
+
+/* One command; for a script, argv is EVALSHA sha numkeys keys... args...
+ * The fields after eval are the dispatcher's: node is the target (NULL: by
+ * the first key's slot; a keyless command: the one server, or any cluster
+ * master); rc and acked are the outcome. */
 typedef struct hilock__req {
   int argc;
   const char **argv;
@@ -32,6 +41,11 @@ typedef struct hilock__req {
   const struct hilock__script *script; /* NOSCRIPT: sent again as EVAL */
   redisReply *reply;            /* the reply (the caller frees it) */
   int eval; /* the server said NOSCRIPT: goes as EVAL with the source */
+  struct hilock__node *node;    /* a given cluster node */
+  int rc;          /* HILOCK_OK with reply, else the status (no reply) */
+  long long acked; /* WAIT's count for the write that carried it, or -1 */
+  struct hilock__node *ask; /* the dispatcher's: a one-shot ASK target */
+  int hops, pending;        /* the dispatcher's */
 } hilock__req;
 
 /* q as EVALSHA of script s with keys and args, in argv/lens (room for
@@ -50,21 +64,60 @@ int hilock__req_noscript(hilock__req *q, const redisReply *r);
 
 /* What goes out with the requests, in the same write:
  * [PING] [ASKING] requests... [WAIT opts.wait_replicas opts.wait_timeout_ms]
- * ASKING: a cluster's one-shot ASK redirection (one request).
+ * ASKING: a cluster's one-shot ASK redirection (set by the dispatcher).
  * PING: the request may wake waiters; their messages go out before its
  *       reply (see route.c).
- * WAIT: replica acknowledgement of the writes, into *acked.
- * ROUTE_RESEND (hilock__route): safe to send again after a connection
- *       broke (the request may have run). */
+ * WAIT: replica acknowledgement of the writes, into acked.
+ * ROUTE_RESEND: safe to send again after a pooled connection broke (the
+ *       request may have run).
+ * BLOCKING: a blocking command (BLPOP): its reply may take until the
+ *       send's reply_by_ms (not the command timeout).
+ * ONCE: one connection attempt per node, no waiting for a cluster to
+ *       recover (the watchdog: holds on other nodes must not wait).
+ * TRYAGAIN: a request answered TRYAGAIN ends with HILOCK__TRYAGAIN at
+ *       once (its caller splits it) instead of waiting for the migration. */
 #define HILOCK__SEND_ASKING 1u
 #define HILOCK__SEND_PING 2u
 #define HILOCK__SEND_WAIT 4u
 #define HILOCK__ROUTE_RESEND 8u
-/* A blocking command (BLPOP): its reply may take as long as the
- * connection's own timeout, which the caller set (not the command
- * timeout). */
 #define HILOCK__SEND_BLOCKING 16u
+#define HILOCK__SEND_ONCE 32u
+#define HILOCK__SEND_TRYAGAIN 64u
+#define HILOCK__TRYAGAIN (-901) /* a request's rc with HILOCK__SEND_TRYAGAIN */
+/* A BLOCKING request's rc when the master moved (Sentinel): it is not
+ * sent again (its caller's next attempt goes to the new master). */
+#define HILOCK__FAILOVER (-902)
 
+/* How a dispatch goes. Zero is the default for every field. */
+typedef struct hilock__send {
+  unsigned flags;
+  /* Redirections, failovers, reconnects and resends end here (monotonic
+   * ms; 0: opts.reconnect_ms, within the caller's deadline). */
+  int64_t deadline_ms;
+  /* Every reply wait ends here (0: the command timeout, within the
+   * caller's deadline); with BLOCKING, the blocking command's own bound. */
+  int64_t reply_by_ms;
+  /* One server: a connection the caller keeps (the watchdog's): used,
+   * opened here when NULL, freed and set NULL when it breaks or the
+   * master moved. */
+  struct hilock__conn **own;
+  /* BLOCKING: the connection leaves the pool's count while it waits. */
+  int outside;
+  /* BLOCKING: ends the wait early when it returns non-zero. */
+  int (*stop)(void *);
+  void *stop_arg;
+  /* Out, when a connection broke: whether it was fresh, and its status
+   * (HILOCK_EINTR: stopped; HILOCK_ETIMEDOUT; HILOCK_EIO). */
+  int broke_fresh, broke_status;
+} hilock__send;
+
+/* Send q[0..n) where each goes (see hilock__req) and read every reply: per
+ * request, rc (HILOCK_OK: q[i].reply holds a reply that is not an error,
+ * for the caller to free; else no reply, and an error reply's text and
+ * status went to e if it was the first failure) and acked. Returns
+ * HILOCK_OK, or the first failure's status (its message in e). */
+int hilock__dispatch(hilock_client *c, hilock__err *e, hilock__send *s,
+                     hilock__req *q, int n);
 /* Send q[0..n) on k and read every reply into q[i].reply (a script's
  * NOSCRIPT is answered with EVAL on k first). 0: all read (*acked: WAIT's
  * reply, -1 if it failed); 1: all but WAIT's reply, which never came (k
@@ -73,14 +126,25 @@ int hilock__req_noscript(hilock__req *q, const redisReply *r);
  * command timeout and the caller's deadline. */
 int hilock__conn_batch(hilock_client *c, hilock__conn *k, unsigned flags,
                        hilock__req *q, int n, long long *acked);
-/* Run q on the server that holds its first key (flags: HILOCK__SEND_PING,
- * HILOCK__SEND_WAIT, HILOCK__ROUTE_RESEND), within opts.reconnect_ms and
- * the caller's deadline. Error replies become status codes (a script that
- * EVAL could not load either: HILOCK_ESCRIPT); any other reply is left in
- * q->reply for the caller to freeReplyObject. */
+/* One request through hilock__dispatch with flags (HILOCK__SEND_PING,
+ * HILOCK__SEND_WAIT, HILOCK__ROUTE_RESEND): error replies become status
+ * codes (a script that EVAL could not load either: HILOCK_ESCRIPT); any
+ * other reply is left in q->reply for the caller to freeReplyObject. */
 int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
                   hilock__req *q, long long *acked);
 /* A plain command through hilock__route: hilock__command (script.h). */
+
+/* What an error reply means for where its request goes: a cluster's
+ * MOVED (the map records the new owner and is read again), ASK (*ask: the
+ * one-shot target), CLUSTERDOWN (the map is read again) or TRYAGAIN: 1;
+ * else 0. from: the node that answered (an empty host in the reply means
+ * its host). */
+int hilock__cluster_redirected(hilock_client *c, struct hilock__node *from,
+                               const char *text, size_t len,
+                               struct hilock__node **ask);
+/* 1 if r is an error that means the master moved (READONLY, LOADING,
+ * MASTERDOWN) on a sentinel client: reconnect to the current master. */
+int hilock__failover_reply(const hilock_client *c, const redisReply *r);
 
 /* EXISTS key: *exists = 1 if it is there (HILOCK_EPROTO on an odd reply). */
 int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
@@ -117,13 +181,24 @@ int hilock__connect(hilock_client *c, hilock__err *e, int64_t deadline_ms,
 int hilock__net_open(hilock__err *e, const hilock__addr *a,
                      const hilock__tls *tls, int64_t timeout_ms,
                      hilock__net **out);
+/* The one set-up of a fresh connection (client, sentinel and Redlock
+ * connections): AUTH [user] password when a password is given, SELECT db
+ * when db is not 0; n requests in q. */
+typedef struct hilock__hello {
+  const char *argv[5];
+  size_t lens[5];
+  char db[24];
+  hilock__req q[2];
+  int n;
+} hilock__hello;
+void hilock__hello_init(hilock__hello *h, const char *user,
+                        const char *password, int64_t db);
+/* Run h's requests on ctx, in one write: HILOCK_OK, or why not in e (a
+ * refused AUTH: HILOCK_EAUTH). */
+int hilock__hello_run(hilock__err *e, hilock__net *ctx, hilock__hello *h);
 /* One attempt to open, authenticate and select on one address. */
 int hilock__connect_addr(hilock_client *c, hilock__err *e,
                          const hilock__addr *a, hilock__conn **out);
-/* A pooled connection to the server that holds key: the slot's owner on a
- * cluster, the one server otherwise. */
-int hilock__pool_get_key(hilock_client *c, hilock__err *e, const char *key,
-                         size_t keylen, hilock__conn **out, int *fresh);
 /* Detach every idle connection of every node (c->mu held); free the list
  * with hilock__conn_free_list after unlocking. */
 hilock__conn *hilock__pool_detach(hilock_client *c);
@@ -199,12 +274,11 @@ hilock__node *hilock__cluster_owner(hilock_client *c, int slot);
 int hilock__cluster_node_conn(hilock_client *c, hilock__err *e,
                               hilock__node *node, hilock__conn **out,
                               int *fresh);
-/* A MOVED/ASK/CLUSTERDOWN/TRYAGAIN error reply seen on a connection to
- * from: record a MOVED owner and read the map again. Returns 1 if text was
- * such a reply. *ask (may be NULL) gets an ASK's target node. */
-int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
-                               const char *text, size_t len,
-                               hilock__node **ask);
+/* Record that slot is served by host:port (MOVED; moved = 0: only find
+ * or add the node, for ASK): the node, or NULL (out of memory). */
+hilock__node *hilock__cluster_learn(hilock_client *c, int slot,
+                                    const char *host, size_t hostlen,
+                                    int port, int moved);
 /* Read the slot map again unless another thread is at it or it was read
  * in the last few ms. avoid: a node that just failed, asked last. */
 int hilock__cluster_refresh(hilock_client *c, hilock__err *e,
@@ -223,10 +297,6 @@ int hilock__sentinel_master(hilock_client *c, hilock__err *e, char **host,
 /* ROLE on a fresh connection: HILOCK_OK if master, HILOCK_EIO if not. */
 int hilock__sentinel_check_role(hilock_client *c, hilock__err *e,
                                 hilock__net *ctx, const char *host, int port);
-/* 1 if r is an error that means the master moved (READONLY, LOADING,
- * MASTERDOWN) on a sentinel client: reconnect to the current master. */
-int hilock__failover_reply(const hilock_client *c, const redisReply *r);
-
 /* ## The undo of an ambiguous grant (call.c) -----------------------------
  * Armed by the grant script's caller (script.h); sent by the dispatcher. */
 

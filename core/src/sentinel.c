@@ -29,6 +29,7 @@ static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
   hilock__net *ctx;
   redisReply *r;
   hilock__addr at;
+  hilock__hello hello;
   int rc;
 
   at.path = NULL;
@@ -40,26 +41,14 @@ static int ask(hilock_client *c, hilock__err *e, const hilock__seed *a,
     return hilock__set_err(e, rc, "sentinel: %s", was.msg);
   }
   hilock__net_set_timeout(ctx, ms);
-  if (c->url.sentinel_password != NULL) {
-    const char *argv[3] = {"AUTH", NULL, NULL};
-    size_t lens[3] = {4, 0, 0};
-    int argc = 1;
-    if (c->url.sentinel_user != NULL) {
-      argv[argc] = c->url.sentinel_user;
-      lens[argc++] = strlen(c->url.sentinel_user);
-    }
-    argv[argc] = c->url.sentinel_password;
-    lens[argc++] = strlen(c->url.sentinel_password);
-    r = hilock__net_command(ctx, argc, argv, lens);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-      rc = hilock__set_err(e, r ? HILOCK_EAUTH : hilock__net_status(ctx),
-                           "sentinel %s:%d: AUTH: %s", a->host, a->port,
-                           r ? r->str : ctx->errstr);
-      if (r) freeReplyObject(r);
-      hilock__net_free(ctx);
-      return rc;
-    }
-    freeReplyObject(r);
+  hilock__hello_init(&hello, c->url.sentinel_user, c->url.sentinel_password,
+                     0);
+  rc = hilock__hello_run(e, ctx, &hello);
+  if (rc != HILOCK_OK) {
+    hilock__err was = *e;
+    hilock__net_free(ctx);
+    return hilock__set_err(e, rc, "sentinel %s:%d: %s", a->host, a->port,
+                           was.msg);
   }
   {
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name",
@@ -165,18 +154,4 @@ int hilock__sentinel_check_role(hilock_client *c, hilock__err *e,
   }
   freeReplyObject(r);
   return rc;
-}
-
-int hilock__failover_reply(const hilock_client *c, const redisReply *r) {
-  if (!c->url.sentinel || r == NULL || r->type != REDIS_REPLY_ERROR ||
-      r->str == NULL)
-    return 0;
-  /* READONLY: we talk to a demoted master; LOADING: a restarted master is
-   * reading its data; MASTERDOWN: a replica lost its master. Inside a
-   * script, Redis keeps the code after "ERR ... script: ", so look for it
-   * anywhere in the text. */
-  return strncmp(r->str, "READONLY", 8) == 0 ||
-         strncmp(r->str, "LOADING", 7) == 0 ||
-         strncmp(r->str, "MASTERDOWN", 10) == 0 ||
-         strstr(r->str, "READONLY You can't write") != NULL;
 }

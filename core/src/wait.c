@@ -166,96 +166,81 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
   char secs[32];
   const char *argv[3] = {"BLPOP", key, secs};
   size_t lens[3] = {5, keylen, 0};
-  hilock__req q = {3, argv, lens, NULL, NULL, 0};
-  hilock__node *ask = NULL;
+  hilock__req q = {.argc = 3, .argv = argv, .lens = lens};
+  hilock__send s = {0};
+  hilock__err before = *e;
+  int64_t slack, own;
+  int rc;
 
   /* BLPOP takes fractional seconds (Redis >= 6); 0 would mean forever. */
   lens[2] = (size_t)snprintf(secs, sizeof(secs), "%" PRId64 ".%03" PRId64,
                              bound_ms / 1000, bound_ms % 1000);
-  for (int hops = 0;; hops++) {
-    hilock__conn *k;
-    hilock__node *node;
-    redisReply *r;
-    int fresh, rc, sent;
-    int64_t slack, own, deadline;
-    /* On a cluster the list lives on its slot's master (the hash tag puts
-     * it next to the lock); ask: a one-shot ASK redirection. */
-    if (ask != NULL)
-      rc = hilock__cluster_node_conn(c, e, ask, &k, &fresh);
-    else
-      rc = hilock__pool_get_key(c, e, key, keylen, &k, &fresh);
-    if (rc != HILOCK_OK) return rc;
-    if (outside) hilock__pool_uncount(k);
-    node = k->node;
-    slack = c->rt.opts.command_timeout_ms > 0 ? c->rt.opts.command_timeout_ms : 5000;
-    own = hilock__now_ms() + bound_ms + slack;
-    deadline = own < hilock__call_deadline() ? own : hilock__call_deadline();
-    hilock__net_set_timeout(k->ctx, deadline - hilock__now_ms() > 0
-                                        ? deadline - hilock__now_ms()
-                                        : 1);
-    k->ctx->stop = wait_stop;
-    k->ctx->stop_arg = c;
-    sent = hilock__conn_batch(
-        c, k, HILOCK__SEND_BLOCKING | (ask != NULL ? HILOCK__SEND_ASKING : 0),
-        &q, 1, NULL);
-    ask = NULL;
-    if (sent != 0) {
-      /* The BLPOP may still be pending on this socket: the connection goes
-       * (the server unblocks the client; nothing is popped). */
-      int status = hilock__net_status(k->ctx);
-      rc = hilock__conn_error(c, e, k, "BLPOP", errno);
-      hilock__conn_free(k);
-      if (status == HILOCK_EINTR)
-        return __atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED)
-                   ? hilock__set_err(e, HILOCK_ECLOSED,
-                                     "client closed while waiting")
-                   : hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
-      if (status == HILOCK_ETIMEDOUT)
-        /* The caller's time is up: no wake-up came, which is no error;
-         * else the server did not answer a bounded BLPOP. */
-        return deadline < own
-                   ? HILOCK_OK
-                   : hilock__set_err(e, HILOCK_ETIMEDOUT,
-                                     "BLPOP: no reply %" PRId64
-                                     " ms past its timeout",
-                                     slack);
-      if (c->cl != NULL) {
-        /* A cluster node went away under the wait (killed, failed over):
-         * no wake-up; the next attempt finds the slot's new master within
-         * the reconnect budget, or reports why it cannot. */
-        hilock__err ignored;
-        hilock__cluster_refresh(c, &ignored, node);
-        return HILOCK_OK;
-      }
-      /* A broken pooled connection is not the lock's business: report "no
-       * wake-up", once the server answers again (below), and let the next
-       * attempt go. */
-      if (fresh) return rc;
-      return back_up(c, e, deadline < own ? deadline : own - slack);
-    }
-    k->ctx->stop = NULL;
-    hilock__net_set_timeout(k->ctx, c->rt.opts.command_timeout_ms);
-    r = q.reply;
-    rc = HILOCK_OK;
-    if (r->type == REDIS_REPLY_ARRAY) {
-      *woken = 1;
-    } else if (r->type == REDIS_REPLY_ERROR && c->cl != NULL &&
-               hilock__cluster_redirected(c, node, r->str, r->len, &ask)) {
-      /* The slot moved (the map is read again) or the cluster is
-       * recovering: no wake-up; the next attempt routes afresh. */
-      freeReplyObject(r);
-      hilock__pool_put(c, k);
-      if (ask != NULL && hops < 4) continue;
-      return HILOCK_OK;
-    } else if (r->type == REDIS_REPLY_ERROR) {
-      rc = hilock__reply_error(e, r->str, r->len);
-    } else if (r->type != REDIS_REPLY_NIL) {
+  /* The reply may take the wait's bound, and the server that long again
+   * to answer; the caller's deadline ends it sooner (no wake-up). On a
+   * cluster the list lives on its slot's master (the hash tag puts it next
+   * to the lock); the dispatcher follows the slot (MOVED, ASK) and a master
+   * that moved (Sentinel) within the wait's bound. */
+  slack = c->rt.opts.command_timeout_ms > 0 ? c->rt.opts.command_timeout_ms : 5000;
+  own = hilock__now_ms() + bound_ms + slack;
+  s.flags = HILOCK__SEND_BLOCKING;
+  /* A BLPOP sent again (a cluster recovering) goes within the slack, and
+   * keeps its bound: its reply may take one more slack. */
+  s.deadline_ms = hilock__now_ms() + (bound_ms < slack ? bound_ms : slack);
+  s.reply_by_ms = hilock__call_cut(own + slack);
+  s.outside = outside;
+  s.stop = wait_stop;
+  s.stop_arg = c;
+  rc = hilock__dispatch(c, e, &s, &q, 1);
+  if (rc == HILOCK_OK) {
+    if (q.reply->type == REDIS_REPLY_ARRAY) *woken = 1;
+    else if (q.reply->type != REDIS_REPLY_NIL)
       rc = hilock__set_err(e, HILOCK_EPROTO, "unexpected reply to BLPOP");
-    }
-    freeReplyObject(r);
-    hilock__pool_put(c, k);
-    return rc == HILOCK__NOSCRIPT ? HILOCK_EREDIS : rc;
+    freeReplyObject(q.reply);
+    return rc;
   }
+  if (s.broke_status == HILOCK_OK) {
+    /* An error reply. The master moved (the next attempt goes to the new
+     * one), a slot still moving or a cluster still recovering: no wake-up;
+     * the next attempt routes afresh. */
+    if (rc == HILOCK__FAILOVER || rc == HILOCK_ECLUSTER) {
+      *e = before;
+      return HILOCK_OK;
+    }
+    return rc == HILOCK__NOSCRIPT ? (e->code = HILOCK_EREDIS) : rc;
+  }
+  /* The connection broke or timed out: the BLPOP may still be pending on
+   * its socket, which went (the server unblocks the client; nothing is
+   * popped). */
+  if (s.broke_status == HILOCK_EINTR)
+    return __atomic_load_n(&c->rt.closed, __ATOMIC_RELAXED)
+               ? hilock__set_err(e, HILOCK_ECLOSED,
+                                 "client closed while waiting")
+               : hilock__set_err(e, HILOCK_EINTR, "wait interrupted");
+  if (s.broke_status == HILOCK_ETIMEDOUT) {
+    /* The caller's time is up: no wake-up came, which is no error; else
+     * the server did not answer a bounded BLPOP. */
+    if (s.reply_by_ms < own + slack) {
+      *e = before;
+      return HILOCK_OK;
+    }
+    return hilock__set_err(e, HILOCK_ETIMEDOUT,
+                           "BLPOP: no reply %" PRId64 " ms past its timeout",
+                           slack);
+  }
+  /* A cluster node went away under the wait (killed, failed over): no
+   * wake-up; the next attempt finds the slot's new master within the
+   * reconnect budget, or reports why it cannot (the dispatcher read the
+   * map again). */
+  if (c->cl != NULL) {
+    *e = before;
+    return HILOCK_OK;
+  }
+  /* A broken pooled connection is not the lock's business: report "no
+   * wake-up", once the server answers again (below), and let the next
+   * attempt go. */
+  if (s.broke_fresh) return rc;
+  *e = before;
+  return back_up(c, e, s.reply_by_ms < own + slack ? s.reply_by_ms : own - slack);
 }
 
 /* Whether a wake-up ended this thread's last sleep, for the attempt in
