@@ -259,7 +259,9 @@ int hilock__cluster_redirected(hilock_client *c, hilock__node *from,
     if (!moved && ask != NULL) *ask = n;
     return 1;
   }
-  if (has_prefix(text, len, "CLUSTERDOWN")) {
+  if (has_prefix(text, len, "CLUSTERDOWN") ||
+      has_prefix(text, len, "UNBLOCKED")) {
+    /* UNBLOCKED: a master turned replica (a failover) ended a BLPOP. */
     hilock__err ignored;
     hilock__cluster_refresh(c, &ignored, NULL);
     return 1;
@@ -272,10 +274,12 @@ int hilock__failover_reply(const hilock_client *c, const redisReply *r) {
       r->str == NULL)
     return 0;
   /* READONLY: we talk to a demoted master; LOADING: a restarted master is
-   * reading its data; MASTERDOWN: a replica lost its master. Inside a
-   * script, Redis keeps the code after "ERR ... script: ", so look for it
-   * anywhere in the text. */
+   * reading its data; MASTERDOWN: a replica lost its master; UNBLOCKED: a
+   * master turned replica ended a blocked BLPOP. Inside a script, Redis
+   * keeps the code after "ERR ... script: ", so look for it anywhere in
+   * the text. */
   return strncmp(r->str, "READONLY", 8) == 0 ||
+         strncmp(r->str, "UNBLOCKED", 9) == 0 ||
          strncmp(r->str, "LOADING", 7) == 0 ||
          strncmp(r->str, "MASTERDOWN", 10) == 0 ||
          strstr(r->str, "READONLY You can't write") != NULL;

@@ -523,6 +523,91 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   hilock_client_free(c);
 }
 
+/* A slot half migrated: one lock's key already on the importing node, the
+ * other's still on the source. A renewal call carrying both is answered
+ * TRYAGAIN for as long as the migration lasts; the watchdog splits it, so
+ * each hold is renewed where its key is (the moved one through ASK), and
+ * neither is lost however long the slot stays half-way. */
+static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
+    void **state) {
+  hilock_client *c = new_client();
+  hilock_lock *a, *b;
+  char an[32], bn[32], fence_key[64];
+  int m[3], slot, owned = 0;
+  atomic_int lost = 0;
+  redisContext *src, *dst;
+  char *src_id, *dst_id;
+  const char *key;
+  size_t klen;
+  (void)state;
+  masters(m);
+  name_on(m[2], "half", an, sizeof(an));
+  slot = name_slot(an);
+  for (int i = 0;; i++) { /* another name in the same slot */
+    assert_true(i < 1000000);
+    snprintf(bn, sizeof(bn), "half-b%d", i);
+    if (name_slot(bn) == slot) break;
+  }
+  src_id = node_id(m[2]);
+  dst_id = node_id(m[1]);
+  src = hl_cluster_connect(&cl, m[2]);
+  dst = hl_cluster_connect(&cl, m[1]);
+  a = hl_new_lock(c, an, 900);
+  b = hl_new_lock(c, bn, 900);
+  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, hl_count_call,
+                                          (void *)&lost),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(b), 1, 0, hl_count_call,
+                                          (void *)&lost),
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  key = hilock_hold_key(HILOCK_HOLD(b), &klen);
+  snprintf(fence_key, sizeof(fence_key), "hilock:{%s}:fence", bn);
+  hl_redis_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id);
+  hl_redis_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id);
+  hl_redis_ok(src, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %b %s",
+              cl.node[m[1]].port, "", key, klen, fence_key);
+  /* The scenario is time passing with the slot half-way: five TTLs, about
+   * fifteen rounds of renewal (before the split, the holds were lost after
+   * one TTL). */
+  hl_sleep_ms(4500);
+  assert_int_equal(atomic_load(&lost), 0);
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned),
+               hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_true(owned);
+  assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(b), &owned),
+               hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_true(owned);
+  /* Hand the slot over (the rest of its keys with it) and release. */
+  for (int moved = 1; moved > 0;) {
+    redisReply *r = redisCommand(src, "CLUSTER GETKEYSINSLOT %d 100", slot);
+    assert_non_null(r);
+    moved = (int)r->elements;
+    for (size_t i = 0; i < r->elements; i++)
+      hl_redis_ok(src, "MIGRATE 127.0.0.1 %d %b 0 5000", cl.node[m[1]].port,
+                  r->element[i]->str, r->element[i]->len);
+    freeReplyObject(r);
+  }
+  for (int i = 0; i < 3; i++) {
+    redisContext *r = hl_cluster_connect(&cl, m[i]);
+    hl_redis_ok(r, "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
+    redisFree(r);
+  }
+  assert_true(hl_cluster_wait_ok(&cl, 10000));
+  assert_true(key_on(m[1], key, klen));
+  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_int_equal(atomic_load(&lost), 0);
+  hilock_hold_free(HILOCK_HOLD(a));
+  hilock_hold_free(HILOCK_HOLD(b));
+  redisFree(src);
+  redisFree(dst);
+  free(src_id);
+  free(dst_id);
+  hilock_client_free(c);
+}
+
 static void noscript_reloads_on_each_node(void **state) {
   hilock_client *c = new_client();
   int m[3];
@@ -1231,6 +1316,7 @@ int main(void) {
       cmocka_unit_test(every_lock_type_runs_on_its_slot_master),
       cmocka_unit_test(a_stale_map_follows_MOVED_and_is_corrected),
       cmocka_unit_test(a_migrating_slot_follows_ASK_and_TRYAGAIN),
+      cmocka_unit_test(the_watchdog_renews_the_holds_of_a_half_migrated_slot),
       cmocka_unit_test(a_redirect_with_an_absurd_slot_or_port_is_ignored),
       cmocka_unit_test(noscript_reloads_on_each_node),
       cmocka_unit_test(a_waiter_blocks_on_its_slot_master_and_wakes),
