@@ -582,8 +582,12 @@ int hilock__dispatch(hilock_client *c, hilock__err *e, hilock__send *s,
   t.c = c;
   t.s = s;
   t.e = e;
-  t.deadline = s->deadline_ms > 0 ? hilock__call_cut(s->deadline_ms)
-                                   : hilock__budget(c->rt.opts.reconnect_ms);
+  t.deadline = hilock__budget(c->rt.opts.reconnect_ms);
+  if (s->deadline_ms > 0) {
+    /* The caller's own bound, within its call's deadline. */
+    t.deadline = hilock__call_cut(s->deadline_ms);
+    if (hilock__call_deadline() < t.deadline) t.deadline = hilock__call_deadline();
+  }
   t.failed = 0;
   hilock__clear_err(&t.tmp);
   s->broke_fresh = 0;

@@ -187,6 +187,8 @@ static int blpop_wait(hilock_client *c, hilock__err *e, const char *key,
    * keeps its bound: its reply may take one more slack. */
   s.deadline_ms = hilock__now_ms() + (bound_ms < slack ? bound_ms : slack);
   s.reply_by_ms = hilock__call_cut(own + slack);
+  if (hilock__call_deadline() < s.reply_by_ms)
+    s.reply_by_ms = hilock__call_deadline();
   s.outside = outside;
   s.stop = wait_stop;
   s.stop_arg = c;
