@@ -449,6 +449,60 @@ static void a_redirect_with_an_absurd_slot_or_port_is_ignored(void **state) {
   hilock_client_free(c);
 }
 
+/* A slot migrating from master index `from` to `to`, as redis-cli
+ * --cluster reshard does it: IMPORTING and MIGRATING, then keys moved one
+ * call at a time (migration_move), then the slot handed over on every
+ * master (migration_end, which frees the rest). */
+typedef struct migration {
+  int slot, to;
+  redisContext *src, *dst;
+  char *src_id, *dst_id;
+} migration;
+
+static void migration_begin(migration *g, int slot, int from, int to) {
+  g->slot = slot;
+  g->to = to;
+  g->src_id = node_id(from);
+  g->dst_id = node_id(to);
+  g->src = hl_cluster_connect(&cl, from);
+  g->dst = hl_cluster_connect(&cl, to);
+  hl_redis_ok(g->dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, g->src_id);
+  hl_redis_ok(g->src, "CLUSTER SETSLOT %d MIGRATING %s", slot, g->dst_id);
+}
+
+/* Move a lock's key and its name's fence counter to the importing node. */
+static void migration_move(migration *g, const char *key, size_t klen,
+                           const char *name) {
+  char fence_key[64];
+  snprintf(fence_key, sizeof(fence_key), "hilock:{%s}:fence", name);
+  hl_redis_ok(g->src, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %b %s",
+              cl.node[g->to].port, "", key, klen, fence_key);
+}
+
+/* Hand the slot over; with rest, after moving its other keys first. */
+static void migration_end(migration *g, int rest) {
+  int m[3];
+  masters(m);
+  while (rest) {
+    redisReply *r = redisCommand(g->src, "CLUSTER GETKEYSINSLOT %d 100", g->slot);
+    assert_non_null(r);
+    rest = r->elements > 0;
+    for (size_t i = 0; i < r->elements; i++)
+      hl_redis_ok(g->src, "MIGRATE 127.0.0.1 %d %b 0 5000", cl.node[g->to].port,
+                  r->element[i]->str, r->element[i]->len);
+    freeReplyObject(r);
+  }
+  for (int i = 0; i < 3; i++) {
+    redisContext *r = hl_cluster_connect(&cl, m[i]);
+    hl_redis_ok(r, "CLUSTER SETSLOT %d NODE %s", g->slot, g->dst_id);
+    redisFree(r);
+  }
+  redisFree(g->src);
+  redisFree(g->dst);
+  free(g->src_id);
+  free(g->dst_id);
+}
+
 static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   hilock_client *c = new_client();
   hilock_lock *l = NULL, *other = NULL;
@@ -457,31 +511,22 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   int m[3], slot, owned = 0;
   long long before;
   int64_t finished;
-  redisContext *src, *dst;
-  char *src_id, *dst_id;
-  char fence_key[64];
+  migration g;
   const char *key;
   size_t klen;
   (void)state;
   masters(m);
   name_on(m[2], "ask", name, sizeof(name));
   slot = name_slot(name);
-  src_id = node_id(m[2]);
-  dst_id = node_id(m[1]);
-  src = hl_cluster_connect(&cl, m[2]);
-  dst = hl_cluster_connect(&cl, m[1]);
   l = hl_new_lock(c, name, 20000);
   other = hl_new_lock(c, name, 20000);
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   key = hilock_hold_key(HILOCK_HOLD(l), &klen);
-  snprintf(fence_key, sizeof(fence_key), "hilock:{%s}:fence", name);
 
-  /* Move the lock's keys to the importing node, as redis-cli --cluster
-   * reshard does, and leave the slot half-way. */
-  hl_redis_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id);
-  hl_redis_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id);
-  hl_redis_ok(src, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %b %s",
-              cl.node[m[1]].port, "", key, klen, fence_key);
+  /* Move the lock's keys to the importing node and leave the slot
+   * half-way. */
+  migration_begin(&g, slot, m[2], m[1]);
+  migration_move(&g, key, klen, name);
   before = errorstat(m[2], "errorstat_ASK");
 
   /* One key, or all of a script's keys, on the importing node: ASK. */
@@ -500,11 +545,7 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   hl_sleep_ms(300);
   assert_int_equal(hl_waiter_done_at(&rel), 0);
   finished = hl_now_ms();
-  for (int i = 0; i < 3; i++) {
-    redisContext *r = hl_cluster_connect(&cl, m[i]);
-    hl_redis_ok(r, "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
-    redisFree(r);
-  }
+  migration_end(&g, 0);
   hl_waiter_join(&rel);
   assert_hl_ok(rel.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(rel.t_end >= finished);
@@ -516,10 +557,6 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
 
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(other));
-  redisFree(src);
-  redisFree(dst);
-  free(src_id);
-  free(dst_id);
   hilock_client_free(c);
 }
 
@@ -532,11 +569,10 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
     void **state) {
   hilock_client *c = new_client();
   hilock_lock *a, *b;
-  char an[32], bn[32], fence_key[64];
+  char an[32], bn[32];
   int m[3], slot, owned = 0;
   atomic_int lost = 0;
-  redisContext *src, *dst;
-  char *src_id, *dst_id;
+  migration g;
   const char *key;
   size_t klen;
   (void)state;
@@ -548,10 +584,6 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
     snprintf(bn, sizeof(bn), "half-b%d", i);
     if (name_slot(bn) == slot) break;
   }
-  src_id = node_id(m[2]);
-  dst_id = node_id(m[1]);
-  src = hl_cluster_connect(&cl, m[2]);
-  dst = hl_cluster_connect(&cl, m[1]);
   a = hl_new_lock(c, an, 900);
   b = hl_new_lock(c, bn, 900);
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -563,11 +595,8 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
                                           (void *)&lost),
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   key = hilock_hold_key(HILOCK_HOLD(b), &klen);
-  snprintf(fence_key, sizeof(fence_key), "hilock:{%s}:fence", bn);
-  hl_redis_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id);
-  hl_redis_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id);
-  hl_redis_ok(src, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %b %s",
-              cl.node[m[1]].port, "", key, klen, fence_key);
+  migration_begin(&g, slot, m[2], m[1]);
+  migration_move(&g, key, klen, bn);
   /* The scenario is time passing with the slot half-way: five TTLs, about
    * fifteen rounds of renewal (before the split, the holds were lost after
    * one TTL). */
@@ -580,20 +609,7 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(owned);
   /* Hand the slot over (the rest of its keys with it) and release. */
-  for (int moved = 1; moved > 0;) {
-    redisReply *r = redisCommand(src, "CLUSTER GETKEYSINSLOT %d 100", slot);
-    assert_non_null(r);
-    moved = (int)r->elements;
-    for (size_t i = 0; i < r->elements; i++)
-      hl_redis_ok(src, "MIGRATE 127.0.0.1 %d %b 0 5000", cl.node[m[1]].port,
-                  r->element[i]->str, r->element[i]->len);
-    freeReplyObject(r);
-  }
-  for (int i = 0; i < 3; i++) {
-    redisContext *r = hl_cluster_connect(&cl, m[i]);
-    hl_redis_ok(r, "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
-    redisFree(r);
-  }
+  migration_end(&g, 1);
   assert_true(hl_cluster_wait_ok(&cl, 10000));
   assert_true(key_on(m[1], key, klen));
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -601,10 +617,6 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
   assert_int_equal(atomic_load(&lost), 0);
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
-  redisFree(src);
-  redisFree(dst);
-  free(src_id);
-  free(dst_id);
   hilock_client_free(c);
 }
 
