@@ -574,7 +574,6 @@ const char *hilock_hold_errmsg(const hilock_hold *hh) {
   const hilock__hold *h = chold_of(hh);
   const hilock__err *e;
   if (h == NULL) return "handle is NULL";
-  if (h->fam != NULL && h->fam->errmsg != NULL) return h->fam->errmsg(h);
   e = last_err(h);
   return e != NULL ? e->msg : "";
 }
