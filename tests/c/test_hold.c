@@ -446,6 +446,61 @@ static void redlock_message_names_every_failed_node(void **state) {
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
+/* Threads sharing a reentrant and a read-write lock handle fail in the
+ * family's attempt at once, on the server's refusal (their keys hold a
+ * string): each reads its own EWRONGTYPE with Redis's text, written where
+ * the handle's guard or the thread's own slot keeps it (TSan). */
+typedef struct damaged_arg {
+  hilock_rlock *rl;
+  hilock_rwlock *rw;
+  atomic_int *go;
+  int bad;
+} damaged_arg;
+
+static void *fail_on_damaged(void *p) {
+  damaged_arg *a = p;
+  while (!atomic_load(a->go)) {
+  }
+  for (int i = 0; i < 100; i++) {
+    hilock_hold *h = i % 3 == 0 ? HILOCK_HOLD(a->rl) : HILOCK_HOLD(a->rw);
+    int rc = i % 3 == 0   ? hilock_rlock_try_acquire(a->rl)
+             : i % 3 == 1 ? hilock_rwlock_read_try_acquire(a->rw)
+                          : hilock_rwlock_write_try_acquire(a->rw);
+    if (rc != HILOCK_EWRONGTYPE || hilock_hold_errcode(h) != rc ||
+        strstr(hilock_hold_errmsg(h), "WRONGTYPE") == NULL)
+      a->bad++;
+  }
+  return NULL;
+}
+
+static void shared_handles_fail_on_damaged_keys_per_thread(void **state) {
+  hl_fixture *f = *state;
+  damaged_arg a[FAILERS];
+  pthread_t t[FAILERS];
+  atomic_int go = 0;
+  hilock_rlock *rl = NULL;
+  hilock_rwlock *rw = NULL;
+  assert_hl_ok(hilock_rlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rl),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_rwlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rw),
+               hilock_client_errmsg(f->client));
+  hl_redis_ok(f->redis, "SET hilock:{" NAME "}:rlock oops");
+  hl_redis_ok(f->redis, "SET hilock:{" NAME "}:rw:writer oops");
+  for (int i = 0; i < FAILERS; i++) {
+    a[i] = (damaged_arg){rl, rw, &go, 0};
+    assert_int_equal(pthread_create(&t[i], NULL, fail_on_damaged, &a[i]), 0);
+  }
+  atomic_store(&go, 1);
+  for (int i = 0; i < FAILERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(a[i].bad, 0);
+  }
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_OK);
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rw)), HILOCK_OK);
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(rw));
+}
+
 HL_FIXTURE_MAIN("hold",
       HL_TEST(simple_lock_refuses_renewal),
       HL_TEST(rwlock_hold_reports_the_handles_error),
@@ -458,4 +513,5 @@ HL_FIXTURE_MAIN("hold",
       HL_TEST(client_errors_from_threads_are_each_their_own),
       HL_TEST(shared_rwlock_errors_are_written_per_thread),
       HL_TEST(redlock_errors_against_renewal),
-      HL_TEST(redlock_message_names_every_failed_node))
+      HL_TEST(redlock_message_names_every_failed_node),
+      HL_TEST(shared_handles_fail_on_damaged_keys_per_thread))
