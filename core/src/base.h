@@ -15,9 +15,15 @@
 
 /* ## Errors ------------------------------------------------------------- */
 
+/* The one way an error is kept: a status and its message, in one slot per
+ * object (docs/design.md, "Where an error is kept"). The message holds
+ * the longest one made (Redlock naming each failed node); longer text is
+ * cut, always NUL-terminated. */
+#define HILOCK__ERR_MSG 1536
+
 typedef struct hilock__err {
   int code;
-  char msg[256];
+  char msg[HILOCK__ERR_MSG];
 } hilock__err;
 
 /* Internal status: the server does not know a script's SHA1 yet. */
@@ -27,6 +33,13 @@ typedef struct hilock__err {
 int hilock__set_err(hilock__err *e, int code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+int hilock__vset_err(hilock__err *e, int code, const char *fmt, va_list ap);
+/* Append printf-style text to e's message, as much as fits. */
+void hilock__err_append(hilock__err *e, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
 #endif
     ;
 void hilock__clear_err(hilock__err *e);

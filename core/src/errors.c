@@ -31,15 +31,29 @@ const char *hilock_err_name(int status) {
 unsigned hilock_version(void) { return HILOCK_VERSION_HEX; }
 const char *hilock_version_string(void) { return HILOCK_VERSION_STRING; }
 
-int hilock__set_err(hilock__err *e, int code, const char *fmt, ...) {
+int hilock__vset_err(hilock__err *e, int code, const char *fmt, va_list ap) {
   if (e != NULL) {
-    va_list ap;
     e->code = code;
-    va_start(ap, fmt);
     vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-    va_end(ap);
   }
   return code;
+}
+
+int hilock__set_err(hilock__err *e, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  hilock__vset_err(e, code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void hilock__err_append(hilock__err *e, const char *fmt, ...) {
+  size_t len = strlen(e->msg);
+  va_list ap;
+  if (len + 1 >= sizeof(e->msg)) return;
+  va_start(ap, fmt);
+  vsnprintf(e->msg + len, sizeof(e->msg) - len, fmt, ap);
+  va_end(ap);
 }
 
 void hilock__clear_err(hilock__err *e) {
@@ -48,11 +62,13 @@ void hilock__clear_err(hilock__err *e) {
 }
 
 /* ## Errors per thread -------------------------------------------------------
- * A client, and a handle that threads share, keep the error of a failed call
- * in a slot of the calling thread, as errno: another thread's failure never
- * overwrites what this thread is reading. A thread keeps slots for the few
- * objects it used last; a slot names its object by address and serial, so
- * an object made at a freed one's address starts with no error. */
+ * A client, a store, and a handle that threads share, keep the error of a
+ * failed call in a slot of the calling thread, as errno: another thread's
+ * failure never overwrites what this thread is reading, and no guard is
+ * needed. (A shared handle's own slot, hilock__hold.err, is written under
+ * its guard and copied here.) A thread keeps slots for the few objects it
+ * used last; a slot names its object by address and serial, so an object
+ * made at a freed one's address starts with no error. */
 
 #define TL_SLOTS 4
 

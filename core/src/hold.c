@@ -502,8 +502,8 @@ int hilock__attempt_run(hilock__hold *h, hilock__attempt *a,
   rc = hilock__script_run(h->client, &h->err, s, nkeys, keys, keylens, nargs,
                           args, arglens, r);
   if (undo != NULL) hilock__undo_disarm(outer);
-  a->unacked = h->err;
   a->replicated = rc != HILOCK_ENOREPLICAS;
+  if (!a->replicated) a->unacked = h->err; /* read only then (1.5 KB) */
   if (!a->replicated) rc = HILOCK_OK; /* the reply says whether it granted */
   if (rc != HILOCK_OK) hilock__hold_drop(h);
   return rc;
@@ -574,7 +574,6 @@ const char *hilock_hold_errmsg(const hilock_hold *hh) {
   const hilock__hold *h = chold_of(hh);
   const hilock__err *e;
   if (h == NULL) return "handle is NULL";
-  if (h->fam != NULL && h->fam->errmsg != NULL) return h->fam->errmsg(h);
   e = last_err(h);
   return e != NULL ? e->msg : "";
 }

@@ -34,8 +34,6 @@ typedef struct hilock__family {
   int (*locked)(void *handle, int *locked);
   /* The key reported by hilock_hold_key (NULL: the hold's rkey). */
   const char *(*key)(const void *handle, size_t *len);
-  /* The message, when a family keeps a longer one (Redlock's node list). */
-  const char *(*errmsg)(const void *handle);
   /* How the family acquires and releases, for callers that drive the
    * waiting themselves (async.c); NULL: not served there. */
   void (*acquire_spec)(void *handle, struct hilock__acquire_spec *s);
@@ -51,7 +49,7 @@ typedef struct hilock__family {
 typedef int (*hilock__run_fn)(void *arg, hilock__err *e, redisReply **r);
 
 typedef struct hilock__hold {
-  hilock__err err; /* the handle's last error */
+  hilock__err err; /* the handle's one error slot (Redlock's too) */
   const hilock__family *fam; /* set for a public handle's hold */
   /* Threads may share the handle (rlock, rwlock): this guards the hold's
    * grant fields, and its calls' errors are kept per thread (err is then

@@ -23,7 +23,6 @@
 static const hilock__family family;
 
 #define NODE_MAX HILOCK_REDLOCK_MAX_NODES
-#define MSG_MAX 1536
 #define ROUND_ARGS 12
 #define RETRY_DELAY_DEFAULT_MS 200
 #define RETRY_DELAY_MAX_MS 60000
@@ -65,7 +64,6 @@ struct hilock_redlock {
   size_t keylen, fkeylen;
   int64_t node_timeout_ms;
   int64_t retry_delay_ms;
-  char msg[MSG_MAX];
 };
 
 /* ## Messages ------------------------------------------------------------ */
@@ -84,34 +82,22 @@ static int fail(hilock_redlock *rl, int code, const char *fmt, ...)
 #endif
     ;
 
+/* Record the failure in the handle's one error slot (its hold's). */
 static int fail(hilock_redlock *rl, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(rl->msg, sizeof(rl->msg), fmt, ap);
+  hilock__vset_err(&rl->h.err, code, fmt, ap);
   va_end(ap);
-  rl->h.err.code = code;
-  copy_text(rl->h.err.msg, sizeof(rl->h.err.msg), rl->msg);
   return code;
 }
 
-/* A failure recorded by the shared layer in h.err: copy it into msg. */
-static int sync_err(hilock_redlock *rl, int rc) {
-  if (rc < 0) copy_text(rl->msg, sizeof(rl->msg), rl->h.err.msg);
-  return rc;
-}
-
-/* Append "; addr: error" for every node that failed the round. */
+/* Append "; addr: error" to the slot's message for every node that failed
+ * the round (as many as fit). */
 static void append_node_errors(hilock_redlock *rl, const rl_conn *set) {
-  size_t len = strlen(rl->msg);
-  for (int i = 0; i < rl->n && len + 1 < sizeof(rl->msg); i++) {
-    if (set[i].rc >= 0) continue;
-    int w = snprintf(rl->msg + len, sizeof(rl->msg) - len, "; %s: %s",
-                     rl->node[i].addr, set[i].err);
-    if (w < 0) break;
-    len += (size_t)w;
-    if (len >= sizeof(rl->msg)) len = sizeof(rl->msg) - 1;
-  }
-  copy_text(rl->h.err.msg, sizeof(rl->h.err.msg), rl->msg);
+  for (int i = 0; i < rl->n; i++)
+    if (set[i].rc < 0)
+      hilock__err_append(&rl->h.err, "; %s: %s", rl->node[i].addr,
+                         set[i].err);
 }
 
 static void node_fail(rl_conn *k, int code, const char *fmt, ...)
@@ -585,8 +571,7 @@ int hilock_redlock_new(const char *const *urls, size_t n, const char *name,
   /* With connect_later, the first call finds out. */
   if (!rl->rt.opts.connect_later && (rc = nodes_answer(rl)) != HILOCK_OK)
     return rc;
-  rl->h.err.code = HILOCK_OK;
-  rl->msg[0] = rl->h.err.msg[0] = '\0';
+  hilock__clear_err(&rl->h.err);
   return HILOCK_OK;
 }
 
@@ -661,7 +646,7 @@ static int attempt(hilock_redlock *rl) {
   hilock__hold_lapse(h);
   hilock__hold_drop(h);
   rc = hilock__token(h->owner, &h->err);
-  if (rc != HILOCK_OK) return sync_err(rl, rc);
+  if (rc != HILOCK_OK) return rc;
   h->ownerlen = HILOCK__TOKEN_LEN;
   args[0] = h->owner;
   arglens[0] = HILOCK__TOKEN_LEN;
@@ -713,7 +698,6 @@ static int attempt(hilock_redlock *rl) {
       conns_clear(rl->conn, rl->n);
       rc = hilock__hold_granted(h, start, fmax);
       if (rc != HILOCK_OK) {
-        sync_err(rl, rc);
         release_round(rl, 0);
         conns_clear(rl->conn, rl->n);
         hilock__hold_drop(h);
@@ -868,7 +852,7 @@ int hilock_redlock_release(hilock_redlock *rl) {
   int deleted = 0, gone = 0, failed = 0, lost, rc;
   if (rl == NULL) return HILOCK_EINVAL;
   rc = hilock__hold_check(&rl->h, "release");
-  if (rc != HILOCK_OK) return sync_err(rl, rc);
+  if (rc != HILOCK_OK) return rc;
   hilock__renewal_cancel(&rl->h);
   release_round(rl, rl->h.fence);
   for (int i = 0; i < rl->n; i++) {
@@ -950,7 +934,7 @@ int hilock_redlock_extend(hilock_redlock *rl, int64_t ms, int replace) {
   if (rl == NULL) return HILOCK_EINVAL;
   rc = hilock__check_ms(&rl->h.err, "extension", ms);
   if (rc == HILOCK_OK) rc = hilock__hold_check(&rl->h, "extend");
-  if (rc != HILOCK_OK) return sync_err(rl, rc);
+  if (rc != HILOCK_OK) return rc;
   start = hilock__now_us();
   ok = extend_round(rl, rl->conn, 0, ms, replace, ttls, &gone);
   if (ok >= rl->quorum) {
@@ -1124,14 +1108,6 @@ static const char *fam_key(const void *arg, size_t *len) {
   return rl->key != NULL ? rl->key : "";
 }
 
-/* The last error with every failed node's reason, when the hold's (a
- * truncated copy) is the start of it. */
-static const char *fam_errmsg(const void *arg) {
-  const hilock_redlock *rl = arg;
-  size_t n = strlen(rl->h.err.msg);
-  return strncmp(rl->msg, rl->h.err.msg, n) == 0 ? rl->msg : rl->h.err.msg;
-}
-
 static int release_fn(void *x) { return hilock_redlock_release(x); }
 static int extend_fn(void *x, int64_t ms, int r) {
   return hilock_redlock_extend(x, ms, r);
@@ -1140,5 +1116,5 @@ static int renew_fn2(void *x) { return hilock_redlock_renew(x); }
 
 static const hilock__family family = {
     .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,
-    .errmsg = fam_errmsg, .acquire_spec = acquire_spec,
+    .acquire_spec = acquire_spec,
     .release = release_fn, .extend = extend_fn, .renew = renew_fn2};

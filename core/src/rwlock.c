@@ -949,7 +949,9 @@ int hilock_rwlock_read_set_auto_renew(hilock_rwlock *rw, int enable,
                                       hilock_lost_fn on_lost, void *arg) {
   int rc = HILOCK_OK;
   pid_t pid = hilock__pid();
-  if (rw == NULL || max_hold_ms < 0) return HILOCK_EINVAL;
+  if (rw == NULL) return HILOCK_EINVAL;
+  if (max_hold_ms < 0)
+    return set_err(rw, HILOCK_EINVAL, "max hold must be >= 0 ms");
   pthread_mutex_lock(rw->mu);
   rw->r_auto_renew = enable != 0;
   rw->r_max_hold_ms = max_hold_ms;

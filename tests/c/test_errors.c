@@ -147,7 +147,7 @@ static void reply_error_truncates_long_text(void **state) {
 }
 
 static void set_err_records_and_truncates(void **state) {
-  char big[600];
+  char big[HILOCK__ERR_MSG + 64];
   hilock__err e;
   (void)state;
   assert_int_equal(hilock__set_err(&e, HILOCK_EIO, "x=%d", 42), HILOCK_EIO);
@@ -164,6 +164,23 @@ static void set_err_records_and_truncates(void **state) {
   assert_string_equal(e.msg, "");
 }
 
+/* Appending to a message (Redlock's failed nodes) stops cleanly at the
+ * slot's end: the text is cut, NUL-terminated, and a full slot takes no
+ * more. */
+static void err_append_truncates_cleanly(void **state) {
+  hilock__err e;
+  (void)state;
+  hilock__set_err(&e, HILOCK_ENOQUORUM, "head");
+  hilock__err_append(&e, "; %s", "node");
+  assert_string_equal(e.msg, "head; node");
+  for (int i = 0; i < 400; i++) hilock__err_append(&e, "; n%d", i);
+  assert_int_equal(strlen(e.msg), sizeof(e.msg) - 1);
+  assert_int_equal(e.code, HILOCK_ENOQUORUM);
+  hilock__err_append(&e, "more");
+  assert_int_equal(strlen(e.msg), sizeof(e.msg) - 1);
+  assert_memory_equal(e.msg, "head; node; n0; n1", 18);
+}
+
 HL_SUITE_MAIN("errors", NULL, NULL,
       cmocka_unit_test(strerror_gives_the_map_text_for_every_code),
       cmocka_unit_test(err_name_gives_the_map_name_for_every_code),
@@ -174,4 +191,5 @@ HL_SUITE_MAIN("errors", NULL, NULL,
       cmocka_unit_test(reply_error_maps_prefixes_and_keeps_redis_text),
       cmocka_unit_test(reply_error_reads_only_len_bytes),
       cmocka_unit_test(reply_error_truncates_long_text),
-      cmocka_unit_test(set_err_records_and_truncates))
+      cmocka_unit_test(set_err_records_and_truncates),
+      cmocka_unit_test(err_append_truncates_cleanly))

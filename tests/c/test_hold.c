@@ -255,6 +255,252 @@ static void shared_handle_errors_are_written_per_thread(void **state) {
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
+/* ## Every object threads share, failing from several threads ------------
+ * Threads sharing a client fail on it at once, each with a TTL of its own:
+ * each reads its own last failure (the value it passed), never another
+ * thread's, and no message is written outside what guards it (TSan). */
+typedef struct client_fail_arg {
+  hilock_client *c;
+  int64_t ttl;
+  atomic_int *go;
+  int bad;
+} client_fail_arg;
+
+static void *fail_on_client(void *p) {
+  client_fail_arg *a = p;
+  char want[48];
+  snprintf(want, sizeof(want), "got %lld (", (long long)a->ttl);
+  while (!atomic_load(a->go)) {
+  }
+  for (int i = 0; i < 300; i++) {
+    hilock_lock *lk = NULL;
+    int rc = hilock_lock_new(a->c, NAME, strlen(NAME), a->ttl, &lk);
+    if (rc != HILOCK_EINVAL || lk != NULL ||
+        hilock_client_errcode(a->c) != HILOCK_EINVAL ||
+        strstr(hilock_client_errmsg(a->c), want) == NULL)
+      a->bad++;
+    /* A call that succeeds leaves the last failure's message alone. */
+    if (i % 50 == 0 && (hilock_client_ping(a->c) != HILOCK_OK ||
+                        strstr(hilock_client_errmsg(a->c), want) == NULL))
+      a->bad++;
+  }
+  return NULL;
+}
+
+static void client_errors_from_threads_are_each_their_own(void **state) {
+  hl_fixture *f = *state;
+  client_fail_arg a[FAILERS];
+  pthread_t t[FAILERS];
+  atomic_int go = 0;
+  for (int i = 0; i < FAILERS; i++) {
+    a[i] = (client_fail_arg){f->client, -1000 - i, &go, 0};
+    assert_int_equal(pthread_create(&t[i], NULL, fail_on_client, &a[i]), 0);
+  }
+  atomic_store(&go, 1);
+  for (int i = 0; i < FAILERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(a[i].bad, 0);
+  }
+  assert_int_equal(hilock_client_errcode(f->client), HILOCK_OK);
+  assert_string_equal(hilock_client_errmsg(f->client), "");
+}
+
+/* Threads sharing a read-write lock handle fail on it at once, on both
+ * sides and in the shared layer: each reads its own last error. */
+static void *fail_on_rwlock(void *p) {
+  shared_fail_arg *a = p;
+  hilock_rwlock *rw = (hilock_rwlock *)a->rl;
+  hilock_hold *h = HILOCK_HOLD(rw);
+  while (!atomic_load(a->go)) {
+  }
+  for (int i = 0; i < 300; i++) {
+    int rc, want_rc = HILOCK_ENOTOWNED;
+    const char *want = "read";
+    switch ((a->which + i) % 4) {
+      case 0:
+        rc = hilock_rwlock_read_release(rw);
+        break;
+      case 1:
+        rc = hilock_rwlock_write_release(rw);
+        want = "release";
+        break;
+      case 2:
+        rc = hilock_hold_set_auto_renew(h, 1, -1, NULL, NULL);
+        want_rc = HILOCK_EINVAL;
+        want = "max hold";
+        break;
+      default:
+        rc = hilock_rwlock_read_set_auto_renew(rw, 1, -1, NULL, NULL);
+        want_rc = HILOCK_EINVAL;
+        want = "max hold";
+        break;
+    }
+    if (rc != want_rc || hilock_hold_errcode(h) != rc ||
+        strstr(hilock_hold_errmsg(h), want) == NULL)
+      a->bad++;
+  }
+  return NULL;
+}
+
+static void shared_rwlock_errors_are_written_per_thread(void **state) {
+  hl_fixture *f = *state;
+  hilock_rwlock *rw = NULL;
+  shared_fail_arg a[FAILERS];
+  pthread_t t[FAILERS];
+  atomic_int go = 0;
+  assert_hl_ok(hilock_rwlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rw),
+               hilock_client_errmsg(f->client));
+  for (int i = 0; i < FAILERS; i++) {
+    a[i] = (shared_fail_arg){(hilock_rlock *)rw, i, &go, 0};
+    assert_int_equal(pthread_create(&t[i], NULL, fail_on_rwlock, &a[i]), 0);
+  }
+  atomic_store(&go, 1);
+  for (int i = 0; i < FAILERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(a[i].bad, 0);
+  }
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rw)), HILOCK_OK);
+  hilock_hold_free(HILOCK_HOLD(rw));
+}
+
+/* A Redlock is shared by its caller and the client's renewal thread: with
+ * one node down, every renewal round fails on that node while the caller's
+ * calls fail on the handle and read its message (TSan reports a race if
+ * renewal wrote the handle's message). */
+static void redlock_errors_against_renewal(void **state) {
+  hl_fixture *f = *state;
+  char u[3][64];
+  const char *urls[3] = {u[0], u[1], u[2]};
+  hilock_options o = hl_test_options();
+  hilock_redlock *rl = NULL;
+  hilock_hold *h;
+  int renewals = 0, bad = 0;
+  int64_t last, until;
+  snprintf(u[0], sizeof(u[0]), "redis://127.0.0.1:%d/0", f->server.port);
+  snprintf(u[1], sizeof(u[1]), "redis://127.0.0.1:%d/1", f->server.port);
+  snprintf(u[2], sizeof(u[2]), "redis://127.0.0.1:%d/0", hl_free_port());
+  o.connect_later = 1;
+  /* 300 ms: renewed about every 100 ms, while its validity (300 ms less
+   * the drift allowance) outlasts a slow round on a loaded machine. */
+  assert_int_equal(hilock_redlock_new(urls, 3, NAME, strlen(NAME), 300, &o,
+                                      &rl),
+                   HILOCK_OK);
+  h = HILOCK_HOLD(rl);
+  assert_hl_ok(hilock_hold_set_auto_renew(h, 1, 0, NULL, NULL),
+               hilock_hold_errmsg(h));
+  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_hold_errmsg(h));
+  last = hilock_hold_validity_ms(h);
+  /* Until renewal has run a few times (a validity that grows back), at
+   * most 20 s (a generous bound, only against a hang). */
+  until = hl_now_ms() + 20000;
+  while (renewals < 3 && hl_now_ms() < until) {
+    int64_t v;
+    int locked = 0;
+    if (hilock_redlock_extend(rl, 0, 1) != HILOCK_EINVAL ||
+        hilock_hold_errcode(h) != HILOCK_EINVAL ||
+        strstr(hilock_hold_errmsg(h), "extension") == NULL)
+      bad++;
+    if (hilock_redlock_set_node_timeout(rl, 0) != HILOCK_EINVAL ||
+        strstr(hilock_hold_errmsg(h), "node timeout") == NULL)
+      bad++;
+    /* A round on the caller's connections, failing on the down node. */
+    if (hilock_hold_locked(h, &locked) != HILOCK_OK || !locked) bad++;
+    v = hilock_hold_validity_ms(h);
+    if (v > last) renewals++;
+    last = v;
+  }
+  assert_int_equal(bad, 0);
+  assert_true(renewals >= 3);
+  assert_false(hilock_hold_lost(h));
+  assert_hl_ok(hilock_redlock_release(rl), hilock_hold_errmsg(h));
+  hilock_hold_free(h);
+}
+
+/* Redlock names every failed node in its one message: 32 nodes down make a
+ * message far longer than a plain error's, kept whole up to 1535 bytes and
+ * always NUL-terminated; its status agrees with it. */
+static void redlock_message_names_every_failed_node(void **state) {
+  char u[HILOCK_REDLOCK_MAX_NODES][80];
+  const char *urls[HILOCK_REDLOCK_MAX_NODES];
+  hilock_options o = hl_test_options();
+  hilock_redlock *rl = NULL;
+  const char *m;
+  (void)state;
+  for (int i = 0; i < HILOCK_REDLOCK_MAX_NODES; i++) {
+    snprintf(u[i], sizeof(u[i]), "unix:///nonexistent/hilock-errslot-%d.sock",
+             i);
+    urls[i] = u[i];
+  }
+  o.connect_later = 1;
+  assert_int_equal(hilock_redlock_new(urls, HILOCK_REDLOCK_MAX_NODES, NAME,
+                                      strlen(NAME), TTL_MS, &o, &rl),
+                   HILOCK_OK);
+  assert_int_equal(hilock_redlock_try_acquire(rl), HILOCK_ENOQUORUM);
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_ENOQUORUM);
+  m = hilock_hold_errmsg(HILOCK_HOLD(rl));
+  assert_substr(m, "failed on 32 of 32 nodes");
+  assert_true(strlen(m) > 1000);
+  assert_true(strlen(m) <= 1535);
+  /* Every node that fits is named. */
+  assert_substr(m, u[5] + strlen("unix://"));
+  hilock_hold_free(HILOCK_HOLD(rl));
+}
+
+/* Threads sharing a reentrant and a read-write lock handle fail in the
+ * family's attempt at once, on the server's refusal (their keys hold a
+ * string): each reads its own EWRONGTYPE with Redis's text, written where
+ * the handle's guard or the thread's own slot keeps it (TSan). */
+typedef struct damaged_arg {
+  hilock_rlock *rl;
+  hilock_rwlock *rw;
+  atomic_int *go;
+  int bad;
+} damaged_arg;
+
+static void *fail_on_damaged(void *p) {
+  damaged_arg *a = p;
+  while (!atomic_load(a->go)) {
+  }
+  for (int i = 0; i < 100; i++) {
+    hilock_hold *h = i % 3 == 0 ? HILOCK_HOLD(a->rl) : HILOCK_HOLD(a->rw);
+    int rc = i % 3 == 0   ? hilock_rlock_try_acquire(a->rl)
+             : i % 3 == 1 ? hilock_rwlock_read_try_acquire(a->rw)
+                          : hilock_rwlock_write_try_acquire(a->rw);
+    if (rc != HILOCK_EWRONGTYPE || hilock_hold_errcode(h) != rc ||
+        strstr(hilock_hold_errmsg(h), "WRONGTYPE") == NULL)
+      a->bad++;
+  }
+  return NULL;
+}
+
+static void shared_handles_fail_on_damaged_keys_per_thread(void **state) {
+  hl_fixture *f = *state;
+  damaged_arg a[FAILERS];
+  pthread_t t[FAILERS];
+  atomic_int go = 0;
+  hilock_rlock *rl = NULL;
+  hilock_rwlock *rw = NULL;
+  assert_hl_ok(hilock_rlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rl),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_rwlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rw),
+               hilock_client_errmsg(f->client));
+  hl_redis_ok(f->redis, "SET hilock:{" NAME "}:rlock oops");
+  hl_redis_ok(f->redis, "SET hilock:{" NAME "}:rw:writer oops");
+  for (int i = 0; i < FAILERS; i++) {
+    a[i] = (damaged_arg){rl, rw, &go, 0};
+    assert_int_equal(pthread_create(&t[i], NULL, fail_on_damaged, &a[i]), 0);
+  }
+  atomic_store(&go, 1);
+  for (int i = 0; i < FAILERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(a[i].bad, 0);
+  }
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_OK);
+  assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rw)), HILOCK_OK);
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(rw));
+}
+
 HL_FIXTURE_MAIN("hold",
       HL_TEST(simple_lock_refuses_renewal),
       HL_TEST(rwlock_hold_reports_the_handles_error),
@@ -263,4 +509,9 @@ HL_FIXTURE_MAIN("hold",
       HL_TEST(shared_handle_errors_are_read_safely),
       HL_TEST(client_errors_are_per_thread),
       HL_TEST(shared_handle_tokens_are_read_safely),
-      HL_TEST(shared_handle_errors_are_written_per_thread))
+      HL_TEST(shared_handle_errors_are_written_per_thread),
+      HL_TEST(client_errors_from_threads_are_each_their_own),
+      HL_TEST(shared_rwlock_errors_are_written_per_thread),
+      HL_TEST(redlock_errors_against_renewal),
+      HL_TEST(redlock_message_names_every_failed_node),
+      HL_TEST(shared_handles_fail_on_damaged_keys_per_thread))
