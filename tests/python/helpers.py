@@ -828,6 +828,28 @@ def times_out_while_stopped(pid: int, call: Callable[[], Any]) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
+@contextlib.contextmanager
+def stoppable_clients(server) -> Iterator[Tuple[Any, Any, Any]]:
+    """(c, other, r) on server, a test's own server that it may stop
+    (SIGSTOP): c a client whose replies time out after 0.5 s, other a
+    client with the default options, r a redis-py connection. At the end
+    the server is resumed (SIGCONT) and the three are closed."""
+    import hilock
+    import redis
+
+    c = hilock.Client(server.url, connect_timeout=2.0, command_timeout=0.5,
+                      reconnect=2.0)
+    other = hilock.Client(server.url)
+    r = redis.Redis(port=server.port)
+    try:
+        yield c, other, r
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        r.close()
+        other.close()
+        c.close()
+
+
 def fresh_grants(lk, n: int = 2) -> List[Any]:
     """Acquire and release lk n times (each acquire retried while a loaded
     machine times its reply out), checking the thread holds nothing after
