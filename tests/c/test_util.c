@@ -1162,6 +1162,17 @@ int64_t hl_waiter_done_at(hl_waiter *w) {
   return __atomic_load_n(&w->t_end, __ATOMIC_ACQUIRE);
 }
 
+hilock_async_done hl_async_next(hilock_async *a, int64_t timeout_ms) {
+  hilock_async_done d;
+  for (int64_t end = hl_now_ms() + timeout_ms; hl_now_ms() < end;) {
+    struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
+    if (hilock_async_take(a, &d, 1) == 1) return d;
+    (void)poll(&p, 1, 100);
+  }
+  fail_msg("no operation finished in %lld ms", (long long)timeout_ms);
+  return d;
+}
+
 typedef struct contender {
   hl_make_fn make;
   void *arg;

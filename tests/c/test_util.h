@@ -436,6 +436,10 @@ int64_t hl_release_and_join(hl_waiter *w, hilock_hold *holder,
 /* When the acquire returned (its t_end), or 0 while it has not. */
 int64_t hl_waiter_done_at(hl_waiter *w);
 
+/* The next finished operation of runner a (hilock/async.h), polling its fd;
+ * fails the test when none finishes within timeout_ms. */
+hilock_async_done hl_async_next(hilock_async *a, int64_t timeout_ms);
+
 /* A contending process with its own client on url: make(c, arg, &h) builds
  * its handle (and sets it up), then it acquires (waiting up to 20 s), holds
  * hold_ms (until it is killed if hold_ms < 0) and releases. It exits 0 if
