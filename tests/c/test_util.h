@@ -448,6 +448,10 @@ typedef int (*hl_make_fn)(hilock_client *c, void *arg, hilock_hold **h);
 pid_t hl_fork_contender(const char *url, hl_make_fn make, void *arg,
                         int (*acquire)(hilock_hold *h, int64_t wait_ms),
                         int (*release)(hilock_hold *h), int64_t hold_ms);
+/* A process with its own client on url in which take(c, arg, &h) builds a
+ * hold and takes it; it then says so and holds until it is killed. Returns
+ * once it holds (fails the test if it does not). */
+pid_t hl_fork_holder(const char *url, hl_make_fn take, void *arg);
 
 /* n clients on url (hl_test_options()), for a setup: 0, or -1 after
  * printing why. hl_clients_free frees them and sets them to NULL. */
