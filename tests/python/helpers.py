@@ -387,6 +387,15 @@ class Worker(threading.Thread):
         return self.result
 
 
+def blocked_worker(r, fn: Callable[..., Any], *args: Any) -> Worker:
+    """A Worker running fn(*args), started, once it is asleep in its wait
+    (one client blocked on the server r)."""
+    w = Worker(fn, *args)
+    w.start()
+    wait_blocked(r, 1)
+    return w
+
+
 def wait_turn_waiter(lk, t: threading.Thread, timeout: float = 5.0) -> None:
     """Until thread t waits in acquire() for lock object lk's own turn. A
     second thread of one object waits on the object's local mutex, which

@@ -23,11 +23,10 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, counts_by_pid,
-                     fresh_grants, lapsed,
+from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, blocked_worker,
+                     counts_by_pid, fresh_grants, lapsed,
                      open_gate, pass_gate, retry_stalled, sell_out, start_child_collected,
-                     scripts_run, stoppable_clients, times_out_while_stopped, wait_blocked,
-                     wait_for, within)
+                     scripts_run, stoppable_clients, times_out_while_stopped, wait_for, within)
 from history import RedisHistory, check_fences_increase, check_no_overlap
 
 TTL = 0.3
@@ -90,9 +89,7 @@ def test_other_thread_waits_for_final_release(client, rds) -> None:
             rl.release()
             return got, count
 
-        w = Worker(other)
-        w.start()
-        wait_blocked(rds, 1)
+        w = blocked_worker(rds, other)
         rl.release()  # count 2 -> 1: still held, nobody is woken
         time.sleep(0.3)
         assert w.is_alive(), "another thread got the lock while this thread still held it"
@@ -260,9 +257,7 @@ def test_ctrl_c_interrupts_waiting_for_rlock(client, rds) -> None:
                 rl.release()
                 return got
 
-            w = Worker(wait_and_leave)
-            w.start()
-            wait_blocked(rds, 1)
+            w = blocked_worker(rds, wait_and_leave)
             released_from = time.monotonic()
         finally:
             go.set()
