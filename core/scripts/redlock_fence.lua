@@ -3,11 +3,10 @@
 -- KEYS[1] fence counter. ARGV[1] the grant's fence.
 -- Returns the counter afterwards; an error if it holds no integer.
 -- @include fence.lua
+-- @include wrong_kind.lua
 local n = stored_number(KEYS[1])
 if n == nil then
-  return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
-                           'the wrong kind of value: ' .. KEYS[1] ..
-                           ' holds no integer')
+  return wrong_kind(KEYS[1], 'holds no integer')
 end
 local want = tonumber(ARGV[1])
 if want > n then

@@ -13,21 +13,9 @@
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 -- @include resend.lua
-local op = ARGV[1] .. ':op'
-local again = resent_release(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[5])
-if again then
-  return again
+local n, last = leave_level(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4], ARGV[5],
+                            ARGV[2])
+if last then
+  wake_one(KEYS[2])
 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return -1
-end
-local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if n > 0 then
-  redis.call('HSET', KEYS[1], op, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return n
-end
-redis.call('DEL', KEYS[1])
-released(KEYS[3], ARGV[3], ARGV[4])
-wake_one(KEYS[2])
-return 0
+return n

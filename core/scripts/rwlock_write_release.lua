@@ -16,20 +16,10 @@
 -- @include resend.lua
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
-local again = resent_release(KEYS[1], KEYS[9], ARGV[1], ARGV[2], ARGV[4])
-if again then
-  return again
-end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return -1
-end
-local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if n > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1] .. ':op', ARGV[2])
+local n, last = leave_level(KEYS[1], KEYS[9], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if not last then
   return n
 end
-redis.call('DEL', KEYS[1])
-released(KEYS[9], ARGV[2], ARGV[3])
 local now = purge_readers(KEYS[2], KEYS[3])
 for i = 4, 6 do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)

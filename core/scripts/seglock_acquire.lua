@@ -15,6 +15,7 @@
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
 -- @include wake.lua
+-- @include wrong_kind.lua
 local k = tonumber(ARGV[4])
 local stored = redis.call('HGET', KEYS[1], 'segments')
 if stored and tonumber(stored) ~= k then
@@ -39,9 +40,7 @@ for j = 0, k - 1 do
   local units = stock[i] and tonumber(stock[i])
   -- No stock entry: not tracked, never empty. Damaged entry: fail closed.
   if stock[i] and units == nil then
-    return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
-                             'the wrong kind of value: ' .. KEYS[1] ..
-                             ' field ' .. fields[i] .. ' holds no count')
+    return wrong_kind(KEYS[1], 'field ' .. fields[i] .. ' holds no count')
   end
   if not units or units > 0 then
     live = live + 1

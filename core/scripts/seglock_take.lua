@@ -7,6 +7,7 @@
 -- units back instead (a take the replicas did not confirm, wait_replicas).
 -- Returns {1, taken, left}; {-1} if the caller does not hold the segment;
 -- {-2} if the segment has no stock entry.
+-- @include wrong_kind.lua
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {-1}
 end
@@ -16,9 +17,7 @@ if not raw then
 end
 local units = tonumber(raw)
 if units == nil then
-  return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
-                           'the wrong kind of value: ' .. KEYS[2] ..
-                           ' field ' .. ARGV[2] .. ' holds no count')
+  return wrong_kind(KEYS[2], 'field ' .. ARGV[2] .. ' holds no count')
 end
 local n = tonumber(ARGV[3])
 if ARGV[4] == 'back' then

@@ -9,11 +9,10 @@
 -- nothing changed), else {1, result}; fence returns {1, record} (0: none).
 -- @once: an increment must not be sent twice.
 -- @include fence.lua
+-- @include wrong_kind.lua
 local last = stored_number(KEYS[2])
 if last == nil then
-  return redis.error_reply('WRONGTYPE Operation against a key holding ' ..
-                           'the wrong kind of value: ' .. KEYS[2] ..
-                           ' (the fence record) holds no number')
+  return wrong_kind(KEYS[2], '(the fence record) holds no number')
 end
 local op = ARGV[1]
 if op == 'fence' then

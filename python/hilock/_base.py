@@ -52,6 +52,27 @@ def lost_error(name: Name, e: Optional[LockError]) -> LockLost:
     return LockLost(f"lock {name!r} was lost while the block ran: {e}", getattr(e, "code", 0))
 
 
+def raise_on_leaving(name: Name, e: Optional[LockError], body_raised: bool, lost: bool,
+                     released_in_body: bool) -> None:
+    """Leaving a with-block: raise what its release calls for. e is the
+    release's error (called in its except clause) or None (it succeeded);
+    lost whether the lock was lost while the block ran; released_in_body
+    whether the body released the lock itself."""
+    # Losing the lock matters when the body succeeded; when it is
+    # already raising, its own exception is the one to see.
+    if body_raised:
+        return
+    if e is None:
+        if lost:
+            raise lost_error(name, None)
+        return
+    if released_in_body and not lost and isinstance(e, LockNotOwnedError):
+        return  # released on purpose: nothing is left to release
+    if lost or isinstance(e, LockNotOwnedError):
+        raise lost_error(name, e) from e
+    raise e
+
+
 class LockBase(Uncopyable):
     """Base of the lock classes; see :class:`hilock.Lock`."""
 
@@ -291,17 +312,9 @@ class LockBase(Uncopyable):
         try:
             self.release()
         except LockError as e:
-            # Losing the lock matters when the body succeeded; when it is
-            # already raising, its own exception is the one to see.
-            if exc_type is not None:
-                return
-            if released_in_body and not lost and isinstance(e, LockNotOwnedError):
-                return  # released on purpose: nothing is left to release
-            if lost or isinstance(e, LockNotOwnedError):
-                raise lost_error(self._name, e) from e
-            raise
-        if lost and exc_type is None:
-            raise lost_error(self._name, None)
+            raise_on_leaving(self._name, e, exc_type is not None, lost, released_in_body)
+        else:
+            raise_on_leaving(self._name, None, exc_type is not None, lost, released_in_body)
 
 
 class ExclusiveBase(LockBase):

@@ -58,7 +58,7 @@ from typing import (
 )
 
 from . import _hilock as _h
-from ._base import ExclusiveBase, lost_error
+from ._base import ExclusiveBase, raise_on_leaving
 from ._client import Client as _SyncClient
 from ._fair import FairLock as _SyncFairLock
 from ._inspect import LockInfo
@@ -739,15 +739,9 @@ class _Hold(Uncopyable):
         try:
             await self.release()
         except LockError as e:
-            if exc_type is not None:
-                return
-            if released_in_body and not lost and isinstance(e, LockNotOwnedError):
-                return  # released on purpose: nothing is left to release
-            if lost or isinstance(e, LockNotOwnedError):
-                raise lost_error(self._sync.name, e) from e
-            raise
-        if lost and exc_type is None:
-            raise lost_error(self._sync.name, None)
+            raise_on_leaving(self._sync.name, e, exc_type is not None, lost, released_in_body)
+        else:
+            raise_on_leaving(self._sync.name, None, exc_type is not None, lost, released_in_body)
 
     def __repr__(self) -> str:
         return (f"<hilock.asyncio.{type(self).__name__} {self._sync.name!r} "

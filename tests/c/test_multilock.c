@@ -564,17 +564,17 @@ static void without_the_lock_the_same_check_fails(void **state) {
   free(spans);
 }
 
-static int child_holds_until_killed(hilock_client *c, void *fd) {
+/* For a child to hold until it is killed (hl_fork_holder): d1, d2 and
+ * d3, renewed. */
+static int take_d123_renewed(hilock_client *c, void *arg, hilock_hold **h) {
   hilock_multi_lock *m = NULL;
   const char *names[] = {"d1", "d2", "d3"};
-  char byte = 1;
-  HL_CHILD_CHECK(hilock_multi_lock_new(c, names, 3, 800, &m) == HILOCK_OK);
-  HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL) ==
-              HILOCK_OK);
-  HL_CHILD_CHECK(hilock_multi_lock_acquire(m, 0) == HILOCK_OK);
-  HL_CHILD_CHECK(write(*(int *)fd, &byte, 1) == 1);
-  for (;;) hl_sleep_ms(1000);
-  return 0;
+  int rc = hilock_multi_lock_new(c, names, 3, 800, &m);
+  (void)arg;
+  *h = HILOCK_HOLD(m);
+  if (rc == HILOCK_OK)
+    rc = hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL);
+  return rc == HILOCK_OK ? hilock_multi_lock_acquire(m, 0) : rc;
 }
 
 static void killed_holder_frees_every_name_within_its_ttl(void **state) {
@@ -582,13 +582,10 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   const char *names[] = {"d3", "d1"};
   hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 5000);
   hilock_lock *l = hl_new_lock(f->client, "d2", 5000);
-  int fd = -1;
-  hl_with_client w = {f->server.url, child_holds_until_killed, &fd};
-  char byte;
   pid_t pid;
   int64_t t0;
 
-  pid = hl_fork_ready(hl_run_with_client, &w, &fd, &byte, 1);
+  pid = hl_fork_holder(f->server.url, take_d123_renewed, NULL);
   hl_sleep_ms(1000); /* renewed past its TTL while alive */
   assert_true(lock_exists(f, "d1") && lock_exists(f, "d2") &&
               lock_exists(f, "d3"));

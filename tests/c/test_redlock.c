@@ -11,7 +11,6 @@
 
 #include "test_util.h"
 
-#include <poll.h>
 
 #define N 5
 #define BASE_EXTRA 2 /* --enable-debug-command yes */
@@ -779,18 +778,6 @@ static void test_max_hold_stops_renewing(void **state) {
 
 /* ## Event loops (hilock/async.h) --------------------------------------- */
 
-/* The next finished operation of a (polling its fd). */
-static hilock_async_done async_next(hilock_async *a) {
-  hilock_async_done d;
-  for (int64_t end = hl_now_ms() + 20000; hl_now_ms() < end;) {
-    struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
-    if (hilock_async_take(a, &d, 1) == 1) return d;
-    (void)poll(&p, 1, 100);
-  }
-  fail_msg("no operation finished in 20 s");
-  return d;
-}
-
 /* A runner without a client serves Redlock: a grant on a majority; a
  * second handle waits by the retry delay and gets it when the first is
  * released; a cancelled wait leaves no key on any node; with a majority of
@@ -806,7 +793,7 @@ static void test_async_runner_serves_redlock(void **state) {
   assert_hl_ok(hilock_async_new(NULL, 0, &a), "runner");
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(a1), 0, 0, NULL, NULL),
                hilock_async_errmsg(a));
-  d = async_next(a);
+  d = hl_async_next(a, 20000);
   assert_hl_ok(d.status, d.errmsg);
   assert_true(hilock_hold_fence(HILOCK_HOLD(a1)) > 0);
   /* The second waits; the release lets it in. */
@@ -816,7 +803,7 @@ static void test_async_runner_serves_redlock(void **state) {
   assert_int_equal(hilock_async_pending(a), 1);
   assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(a1), 0, NULL, NULL), "");
   for (int i = 0; i < 2; i++) {
-    d = async_next(a);
+    d = hl_async_next(a, 20000);
     assert_hl_ok(d.status, d.errmsg);
   }
   assert_true(hilock_hold_held(HILOCK_HOLD(a2)));
@@ -826,9 +813,9 @@ static void test_async_runner_serves_redlock(void **state) {
                "");
   hl_sleep_ms(200);
   assert_hl_ok(hilock_async_cancel(a, id), "");
-  assert_int_equal(async_next(a).status, HILOCK_ECANCELED);
+  assert_int_equal(hl_async_next(a, 20000).status, HILOCK_ECANCELED);
   assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(a2), 0, NULL, NULL), "");
-  assert_hl_ok(async_next(a).status, "release");
+  assert_hl_ok(hl_async_next(a, 20000).status, "release");
   for (int i = 0; i < N; i++) {
     char *v = node_get(i, KEY);
     assert_null(v);
@@ -837,7 +824,7 @@ static void test_async_runner_serves_redlock(void **state) {
   for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(a1), 0, 500, NULL, NULL),
                "");
-  d = async_next(a);
+  d = hl_async_next(a, 20000);
   assert_int_equal(d.status, HILOCK_ENOQUORUM);
   assert_true(d.errmsg[0] != '\0');
   hilock_async_free(a);

@@ -4,7 +4,6 @@
  * counters, and NULL arguments. */
 #include "test_util.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -91,17 +90,6 @@ static int sink_await(log_sink *s, int level, const char *name,
 
 /* ## A scripted run ------------------------------------------------------ */
 
-static hilock_async_done async_next(hilock_async *a) {
-  hilock_async_done d;
-  for (int i = 0; i < 500; i++) {
-    struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
-    if (hilock_async_take(a, &d, 1) == 1) return d;
-    (void)poll(&p, 1, 20);
-  }
-  fail_msg("no async operation finished");
-  return d;
-}
-
 /* Another client holds what a waiter of this one waits for: 5 grants, 2
  * one-shot refusals, 1 timeout after a wait, 3 waits, 1 loss, 4 releases;
  * the wait and hold histograms count the waits and the releases. */
@@ -151,11 +139,11 @@ static void scripted_run_counts_exactly(void **state) {
   assert_hl_ok(hilock_async_new(f->client, 1, &run), "");
   assert_hl_ok(hilock_async_acquire(run, HILOCK_HOLD(al), 0, 0, NULL, &id),
                hilock_async_errmsg(run));
-  d = async_next(run);
+  d = hl_async_next(run, 10000);
   assert_hl_ok(d.status, d.errmsg);
   assert_hl_ok(hilock_async_release(run, HILOCK_HOLD(al), 0, NULL, &id),
                hilock_async_errmsg(run));
-  d = async_next(run);
+  d = hl_async_next(run, 10000);
   assert_hl_ok(d.status, d.errmsg);
   hilock_async_free(run);
   /* One auto-renewed grant, renewed, then lost: its key is deleted. */

@@ -1162,6 +1162,43 @@ int64_t hl_waiter_done_at(hl_waiter *w) {
   return __atomic_load_n(&w->t_end, __ATOMIC_ACQUIRE);
 }
 
+hilock_async_done hl_async_next(hilock_async *a, int64_t timeout_ms) {
+  hilock_async_done d;
+  for (int64_t end = hl_now_ms() + timeout_ms; hl_now_ms() < end;) {
+    struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
+    if (hilock_async_take(a, &d, 1) == 1) return d;
+    (void)poll(&p, 1, 100);
+  }
+  fail_msg("no operation finished in %lld ms", (long long)timeout_ms);
+  return d;
+}
+
+typedef struct holder {
+  hl_make_fn take;
+  void *arg;
+  int fd; /* write end: a byte once it holds */
+} holder;
+
+static int hold_until_killed(hilock_client *c, void *p) {
+  holder *k = p;
+  hilock_hold *h = NULL;
+  int rc = k->take(c, k->arg, &h);
+  if (rc != HILOCK_OK) {
+    fprintf(stderr, "holder %d: %s: %s\n", (int)getpid(), hilock_err_name(rc),
+            h ? hilock_hold_errmsg(h) : "");
+    return 2;
+  }
+  if (write(k->fd, "h", 1) != 1) return 3;
+  for (;;) pause();
+}
+
+pid_t hl_fork_holder(const char *url, hl_make_fn take, void *arg) {
+  holder k = {take, arg, -1};
+  hl_with_client w = {url, hold_until_killed, &k};
+  char byte;
+  return hl_fork_ready(hl_run_with_client, &w, &k.fd, &byte, 1);
+}
+
 typedef struct contender {
   hl_make_fn make;
   void *arg;

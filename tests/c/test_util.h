@@ -436,6 +436,10 @@ int64_t hl_release_and_join(hl_waiter *w, hilock_hold *holder,
 /* When the acquire returned (its t_end), or 0 while it has not. */
 int64_t hl_waiter_done_at(hl_waiter *w);
 
+/* The next finished operation of runner a (hilock/async.h), polling its fd;
+ * fails the test when none finishes within timeout_ms. */
+hilock_async_done hl_async_next(hilock_async *a, int64_t timeout_ms);
+
 /* A contending process with its own client on url: make(c, arg, &h) builds
  * its handle (and sets it up), then it acquires (waiting up to 20 s), holds
  * hold_ms (until it is killed if hold_ms < 0) and releases. It exits 0 if
@@ -444,6 +448,10 @@ typedef int (*hl_make_fn)(hilock_client *c, void *arg, hilock_hold **h);
 pid_t hl_fork_contender(const char *url, hl_make_fn make, void *arg,
                         int (*acquire)(hilock_hold *h, int64_t wait_ms),
                         int (*release)(hilock_hold *h), int64_t hold_ms);
+/* A process with its own client on url in which take(c, arg, &h) builds a
+ * hold and takes it; it then says so and holds until it is killed. Returns
+ * once it holds (fails the test if it does not). */
+pid_t hl_fork_holder(const char *url, hl_make_fn take, void *arg);
 
 /* n clients on url (hl_test_options()), for a setup: 0, or -1 after
  * printing why. hl_clients_free frees them and sets them to NULL. */

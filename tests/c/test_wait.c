@@ -119,28 +119,25 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   hilock_hold_free(HILOCK_HOLD(b));
 }
 
-/* A child holds the lock "killed", says so on *fd, and waits to be
- * killed. */
-static int hold_until_killed(hilock_client *c, void *fd) {
+/* For a child to hold until it is killed (hl_fork_holder): the lock
+ * "killed". */
+static int take_killed(hilock_client *c, void *arg, hilock_hold **h) {
   hilock_lock *l = NULL;
-  if (hilock_lock_new(c, "killed", 6, 2500, &l) != HILOCK_OK) return 2;
-  if (hilock_lock_try_acquire(l) != HILOCK_OK) return 3;
-  if (write(*(int *)fd, "x", 1) != 1) return 4;
-  for (;;) pause();
+  int rc = hilock_lock_new(c, "killed", 6, 2500, &l);
+  (void)arg;
+  *h = HILOCK_HOLD(l);
+  return rc == HILOCK_OK ? hilock_lock_try_acquire(l) : rc;
 }
 
 static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
   fixture *f = *state;
   hilock_lock *b = hl_new_lock(f->client, "killed", 10000);
-  int fd = -1;
-  hl_with_client k = {f->server.url, hold_until_killed, &fd};
-  char byte;
   hl_waiter w;
   pid_t pid;
   long long pttl;
   int64_t t0;
 
-  pid = hl_fork_ready(hl_run_with_client, &k, &fd, &byte, 1);
+  pid = hl_fork_holder(f->server.url, take_killed, NULL);
   t0 = hl_now_ms();
   pttl = hl_redis_pttl(f->redis, "hilock:{killed}:lock", 20);
   /* 2.5 s: still held when the parent looks, even on a loaded machine. */

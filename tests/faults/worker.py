@@ -37,7 +37,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -237,14 +237,9 @@ async def arelease(h: History, cur: Any, rng: random.Random) -> bool:
     h.log("release", "invoke")
     deadline = time.monotonic() + 30
     while True:
-        try:
-            await cur.release()
-            h.log("release", "ok")
-            return True
-        except hilock.LockError as e:
-            done = release_failed(h, e, deadline)
-            if done is not None:
-                return done
+        done = released(h, await afailure(cur.release), deadline)
+        if done is not None:
+            return done
         await asyncio.sleep(rng.uniform(0.05, 0.2))
 
 
@@ -266,16 +261,12 @@ async def ahold(h: History, cur: Any, rng: random.Random, a: argparse.Namespace,
                     except hilock.LockError as e:
                         reentered_release(h, e)
         if store is not None and fence is not None:
-            try:
-                ok = await asyncio.to_thread(store.write, a.name, fence)
-            except OSError as e:
-                ok = e
-            if not written(h, fence, ok):
+            if not written(h, fence, await asyncio.to_thread(store_write, store, a.name, fence)):
                 return
-        left = end - time.monotonic()
-        if left <= 0:
+        wait = pause(end, rng)
+        if wait <= 0:
             return
-        await asyncio.sleep(min(left, rng.uniform(0.05, 0.2)))
+        await asyncio.sleep(wait)
 
 
 def multi_names(name: str) -> List[str]:
@@ -310,10 +301,32 @@ def reenter(h: History, cur: Any) -> None:
             reentered_release(h, e)
 
 
-def release_failed(h: History, e: BaseException, deadline: float) -> Optional[bool]:
-    """A release that raised: None to try again (the outcome is unknown: the
-    server unreachable or the reply lost, and the deadline not passed),
-    else what release() returns."""
+def failure(call: Callable[[], Any]) -> Optional[hilock.LockError]:
+    """What call() raised (a hilock error), or None when it returned."""
+    try:
+        call()
+    except hilock.LockError as e:
+        return e
+    return None
+
+
+async def afailure(call: Callable[[], Awaitable[Any]]) -> Optional[hilock.LockError]:
+    """failure(), awaited."""
+    try:
+        await call()
+    except hilock.LockError as e:
+        return e
+    return None
+
+
+def released(h: History, e: Optional[BaseException], deadline: float) -> Optional[bool]:
+    """A release attempt's outcome (e: what it raised, None when it
+    returned): None to try again (the outcome is unknown: the server
+    unreachable or the reply lost, and the deadline not passed), else what
+    release() returns."""
+    if e is None:
+        h.log("release", "ok")
+        return True
     if isinstance(e, (hilock.ConnectionError, hilock.RedisError)):
         if time.monotonic() > deadline:
             h.log("release", "fail", error=type(e).__name__, msg=str(e)[:200])
@@ -331,14 +344,9 @@ def release(h: History, cur: Any, rng: random.Random) -> bool:
     h.log("release", "invoke")
     deadline = time.monotonic() + 30
     while True:
-        try:
-            cur.release()
-            h.log("release", "ok")
-            return True
-        except hilock.LockError as e:
-            done = release_failed(h, e, deadline)
-            if done is not None:
-                return done
+        done = released(h, failure(cur.release), deadline)
+        if done is not None:
+            return done
         time.sleep(rng.uniform(0.05, 0.2))
 
 
@@ -365,6 +373,22 @@ def hold_on(h: History, cur: Any) -> bool:
     return sample(h, cur) > 0.05
 
 
+def store_write(store: StoreClient, name: str, fence: int) -> Any:
+    """store.write(name, fence): the store's answer, or the OSError it
+    raised."""
+    try:
+        return store.write(name, fence)
+    except OSError as e:
+        return e
+
+
+def pause(end: float, rng: random.Random) -> float:
+    """How long to wait before acting on the hold again; 0 when the hold is
+    to end."""
+    left = end - time.monotonic()
+    return min(left, rng.uniform(0.05, 0.2)) if left > 0 else 0.0
+
+
 def written(h: History, fence: int, ok: Any) -> bool:
     """Log a store write's outcome (True, False or the OSError): False when
     the store refused the fence (the hold is over)."""
@@ -382,16 +406,12 @@ def hold(h: History, cur: Any, rng: random.Random, a: argparse.Namespace,
         if a.kind == "rlock" and rng.random() < 0.3:
             reenter(h, cur)
         if store is not None and fence is not None:
-            try:
-                ok: Any = store.write(a.name, fence)
-            except OSError as e:
-                ok = e
-            if not written(h, fence, ok):
+            if not written(h, fence, store_write(store, a.name, fence)):
                 return
-        left = end - time.monotonic()
-        if left <= 0:
+        wait = pause(end, rng)
+        if wait <= 0:
             return
-        time.sleep(min(left, rng.uniform(0.05, 0.2)))
+        time.sleep(wait)
 
 
 if __name__ == "__main__":

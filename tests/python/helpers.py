@@ -387,6 +387,15 @@ class Worker(threading.Thread):
         return self.result
 
 
+def blocked_worker(r, fn: Callable[..., Any], *args: Any) -> Worker:
+    """A Worker running fn(*args), started, once it is asleep in its wait
+    (one client blocked on the server r)."""
+    w = Worker(fn, *args)
+    w.start()
+    wait_blocked(r, 1)
+    return w
+
+
 def wait_turn_waiter(lk, t: threading.Thread, timeout: float = 5.0) -> None:
     """Until thread t waits in acquire() for lock object lk's own turn. A
     second thread of one object waits on the object's local mutex, which
@@ -826,6 +835,28 @@ def times_out_while_stopped(pid: int, call: Callable[[], Any]) -> None:
             call()
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def stoppable_clients(server) -> Iterator[Tuple[Any, Any, Any]]:
+    """(c, other, r) on server, a test's own server that it may stop
+    (SIGSTOP): c a client whose replies time out after 0.5 s, other a
+    client with the default options, r a redis-py connection. At the end
+    the server is resumed (SIGCONT) and the three are closed."""
+    import hilock
+    import redis
+
+    c = hilock.Client(server.url, connect_timeout=2.0, command_timeout=0.5,
+                      reconnect=2.0)
+    other = hilock.Client(server.url)
+    r = redis.Redis(port=server.port)
+    try:
+        yield c, other, r
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        r.close()
+        other.close()
+        c.close()
 
 
 def fresh_grants(lk, n: int = 2) -> List[Any]:

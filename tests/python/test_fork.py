@@ -25,7 +25,7 @@ import time
 import pytest
 
 import hilock
-from helpers import (Stalled, Worker, assert_held, fork_call, lapsed, retry_stalled, wait_blocked,
+from helpers import (Stalled, assert_held, blocked_worker, fork_call, lapsed, retry_stalled,
                      wait_for, within)
 
 TTL = 0.3
@@ -256,9 +256,7 @@ def test_fork_while_a_thread_waits_in_acquire(client, rds) -> None:
         holder = client.lock(name, ttl=10.0)  # renewed by the watchdog
         waiter = client.lock(name, ttl=10.0)
         assert holder.acquire(blocking=False)
-        w = Worker(waiter.acquire, True, 10.0)
-        w.start()
-        wait_blocked(rds, 1)
+        w = blocked_worker(rds, waiter.acquire, True, 10.0)
         time.sleep(0.15)  # inside the BLPOP, past an interrupt-hook slice
 
         def child():

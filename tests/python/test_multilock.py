@@ -16,8 +16,8 @@ import redis
 
 import hilock
 from hilock import _hilock as _h
-from helpers import (FORK, Worker, acquire_interrupted, acquire_within, blocked_clients, open_gate,
-                     pass_gate, start_child, wait_blocked, wait_for)
+from helpers import (FORK, acquire_interrupted, acquire_within, blocked_clients, blocked_worker,
+                     open_gate, pass_gate, start_child, wait_for)
 from history import FenceError, OverlapError, RedisHistory, check_fences_increase, check_no_overlap
 
 POOL = ["n0", "n1", "n2", "n3", "n4"]
@@ -210,9 +210,7 @@ def test_max_hold_stops_renewal_and_every_name_lapses(client: hilock.Client,
 def test_waiter_sleeps_on_the_blocking_name_until_its_release(client: hilock.Client,
                                                                rds: redis.Redis) -> None:
     single, m = _one_name_held(client, "k2", ["k1", "k2"])
-    w = Worker(m.acquire, True, 8.0)
-    w.start()
-    wait_blocked(rds, 1)
+    w = blocked_worker(rds, m.acquire, True, 8.0)
     t0 = time.monotonic()
     single.release()
     assert w.outcome(5.0) is True

@@ -23,10 +23,10 @@ import pytest
 import redis
 
 import hilock
-from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, counts_by_pid,
-                     fresh_grants, lapsed,
+from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, blocked_worker,
+                     counts_by_pid, fresh_grants, lapsed,
                      open_gate, pass_gate, retry_stalled, sell_out, start_child_collected,
-                     scripts_run, times_out_while_stopped, wait_blocked, wait_for, within)
+                     scripts_run, stoppable_clients, times_out_while_stopped, wait_for, within)
 from history import RedisHistory, check_fences_increase, check_no_overlap
 
 TTL = 0.3
@@ -89,9 +89,7 @@ def test_other_thread_waits_for_final_release(client, rds) -> None:
             rl.release()
             return got, count
 
-        w = Worker(other)
-        w.start()
-        wait_blocked(rds, 1)
+        w = blocked_worker(rds, other)
         rl.release()  # count 2 -> 1: still held, nobody is woken
         time.sleep(0.3)
         assert w.is_alive(), "another thread got the lock while this thread still held it"
@@ -259,9 +257,7 @@ def test_ctrl_c_interrupts_waiting_for_rlock(client, rds) -> None:
                 rl.release()
                 return got
 
-            w = Worker(wait_and_leave)
-            w.start()
-            wait_blocked(rds, 1)
+            w = blocked_worker(rds, wait_and_leave)
             released_from = time.monotonic()
         finally:
             go.set()
@@ -390,12 +386,8 @@ def test_attempt_whose_reply_timed_out_is_undone(own_server) -> None:
     import signal
 
     ttl = 3.0
-    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
-                      reconnect=2.0)
-    other = hilock.Client(own_server.url)
-    r = redis.Redis(port=own_server.port)
     pid = own_server.pid
-    try:
+    with stoppable_clients(own_server) as (c, other, r):
         me = c.rlock("ghost", ttl=ttl)
         # A pooled connection and the scripts loaded, before the stop (an
         # EVALSHA the server does not know grants nothing).
@@ -415,11 +407,6 @@ def test_attempt_whose_reply_timed_out_is_undone(own_server) -> None:
         assert fences[1] > fences[0], fences
         assert other.rlock("ghost", ttl=ttl).acquire(blocking=False), \
             "a level stayed held after its owner released"
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        r.close()
-        other.close()
-        c.close()
 
 
 REENTRANT = ["rlock", "rwlock-read", "rwlock-write"]
@@ -445,31 +432,18 @@ def test_reentry_whose_reply_timed_out_keeps_the_hold(kind, own_server) -> None:
     would leave the level the thread already held, the lock free while its
     holder believes it holds it. The undo carries the re-entry's nonce and
     leaves a level only if the re-entry ran."""
-    import os
-    import signal
-
-    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
-                      reconnect=2.0)
-    other = hilock.Client(own_server.url)
-    r = redis.Redis(port=own_server.port)
-    pid = own_server.pid
-    try:
+    with stoppable_clients(own_server) as (c, other, r):
         me = _reentrant(c, kind, "reenter")
         assert me.acquire(blocking=False)
         r.script_flush()
         before = scripts_run(r)
-        times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
+        times_out_while_stopped(own_server.pid, lambda: me.acquire(blocking=False))
         wait_for(lambda: scripts_run(r) >= before + 2, 5,
                  what="the re-entry (NOSCRIPT) and its undo to run on the server")
         assert me.hold_count() >= 1
         assert not me.lost
         assert not _exclusive(other, kind, "reenter").acquire(blocking=False), \
             "the holder's level was given back by an undo of a re-entry that never ran"
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        r.close()
-        other.close()
-        c.close()
 
 
 @pytest.mark.parametrize("kind", REENTRANT)
@@ -478,30 +452,17 @@ def test_reentry_whose_reply_timed_out_is_undone_if_it_ran(kind, own_server) -> 
     given back by the undo behind it (it carries the re-entry's nonce, so
     it leaves a level only if the re-entry ran): the hold count stays 1,
     and the owner's release frees the lock."""
-    import os
-    import signal
-
-    c = hilock.Client(own_server.url, connect_timeout=2.0, command_timeout=0.5,
-                      reconnect=2.0)
-    other = hilock.Client(own_server.url)
-    r = redis.Redis(port=own_server.port)
-    pid = own_server.pid
-    try:
+    with stoppable_clients(own_server) as (c, other, r):
         me = _reentrant(c, kind, "reenter-ran")
         assert me.acquire(blocking=False)
         before = scripts_run(r)
-        times_out_while_stopped(pid, lambda: me.acquire(blocking=False))
+        times_out_while_stopped(own_server.pid, lambda: me.acquire(blocking=False))
         wait_for(lambda: scripts_run(r) >= before + 2, 5,
                  what="the re-entry and its undo to run on the server")
         assert me.hold_count() == 1, "the re-entry whose reply was lost stayed counted"
         me.release()
         assert _exclusive(other, kind, "reenter-ran").acquire(blocking=False), \
             "a level stayed held after its owner released"
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        r.close()
-        other.close()
-        c.close()
 
 
 def test_reentry_on_a_broken_connection_keeps_the_outer_level(own_server) -> None:

@@ -43,6 +43,15 @@ def mtls(pki):
         yield srv
 
 
+@pytest.fixture
+def tls_client(tls, pki):
+    """A client of the TLS server that trusts the test CA; closed after the
+    test."""
+    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+    yield c
+    c.close()
+
+
 def q(url: str, **params: str) -> str:
     return url + "?" + urllib.parse.urlencode(params)
 
@@ -51,27 +60,29 @@ def ca(pki) -> str:
     return pki.path("ca.crt")
 
 
+def ping_once(url: str, **opts) -> None:
+    """A client on url with opts connects and answers a ping; then it is
+    closed."""
+    c = hilock.Client(url, **opts)
+    try:
+        c.ping()
+    finally:
+        c.close()
+
+
 # -- verification -----------------------------------------------------------------
 
 
-def test_a_trusted_ca_connects_and_every_lock_works(tls, pki) -> None:
-    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+def test_a_trusted_ca_connects_and_every_lock_works(tls, tls_client) -> None:
     r = tls.redis()
-    try:
-        c.ping()
-        with c.lock("tls:one") as lk:
-            assert r.get("hilock:{tls:one}:lock") == lk.token.encode()
-        assert not r.exists("hilock:{tls:one}:lock")
-    finally:
-        c.close()
+    tls_client.ping()
+    with tls_client.lock("tls:one") as lk:
+        assert r.get("hilock:{tls:one}:lock") == lk.token.encode()
+    assert not r.exists("hilock:{tls:one}:lock")
 
 
 def test_the_ca_can_be_given_in_the_url(tls, pki) -> None:
-    c = hilock.Client(q(tls.url, ssl_ca_certs=ca(pki)))
-    try:
-        c.ping()
-    finally:
-        c.close()
+    ping_once(q(tls.url, ssl_ca_certs=ca(pki)))
 
 
 def test_an_untrusted_ca_is_a_certificate_error(tls) -> None:
@@ -107,11 +118,7 @@ def test_a_host_name_mismatch_then_without_the_check_then_with_a_server_name(pki
 
 
 def test_a_dns_name_in_the_url_is_checked_against_the_certificate(tls, pki) -> None:
-    c = hilock.Client(f"rediss://localhost:{tls.port}", ssl_ca_certs=ca(pki))
-    try:
-        c.ping()
-    finally:
-        c.close()
+    ping_once(f"rediss://localhost:{tls.port}", ssl_ca_certs=ca(pki))
 
 
 def test_an_expired_certificate_is_refused(pki) -> None:
@@ -141,9 +148,7 @@ def test_mutual_tls_with_a_client_certificate(mtls, pki) -> None:
     # The same through the URL, and an encrypted key with its passphrase.
     url = q(mtls.url, ssl_ca_certs=ca(pki), ssl_certfile=pki.path("client.crt"),
             ssl_keyfile=pki.path("client-enc.key"), ssl_password="s3cret")
-    c = hilock.Client(url)
-    c.ping()
-    c.close()
+    ping_once(url)
 
 
 # -- bad input: each a specific error at creation ------------------------------------
@@ -237,39 +242,31 @@ def test_every_lock_type_over_tls(kind: str, tls, pki) -> None:
         c.close()
 
 
-def test_a_blocked_waiter_is_woken_over_tls(tls, pki) -> None:
-    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
-    try:
-        holder = c.lock("tls:wake", ttl=30)
-        holder.acquire()
-        got = []
+def test_a_blocked_waiter_is_woken_over_tls(tls_client) -> None:
+    holder = tls_client.lock("tls:wake", ttl=30)
+    holder.acquire()
+    got = []
 
-        def wait() -> None:
-            t0 = time.monotonic()
-            with c.lock("tls:wake", ttl=30, timeout=10):
-                got.append(time.monotonic() - t0)
+    def wait() -> None:
+        t0 = time.monotonic()
+        with tls_client.lock("tls:wake", ttl=30, timeout=10):
+            got.append(time.monotonic() - t0)
 
-        import threading
-        t = threading.Thread(target=wait)
-        t.start()
-        wait_for(lambda: c.waiting == 1, 5, what="the waiter to wait")
-        holder.release()
-        t.join(10)
-        assert got and got[0] < 5, got  # woken by the release, not the 30 s TTL
-    finally:
-        c.close()
+    import threading
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_for(lambda: tls_client.waiting == 1, 5, what="the waiter to wait")
+    holder.release()
+    t.join(10)
+    assert got and got[0] < 5, got  # woken by the release, not the 30 s TTL
 
 
-def test_auto_renewal_keeps_a_hold_over_tls(tls, pki) -> None:
-    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
+def test_auto_renewal_keeps_a_hold_over_tls(tls, tls_client) -> None:
     r = tls.redis()
-    try:
-        with c.lock("tls:renew", ttl=1.0) as lk:
-            time.sleep(2.5)
-            assert not lk.lost
-            assert r.get("hilock:{tls:renew}:lock") == lk.token.encode()
-    finally:
-        c.close()
+    with tls_client.lock("tls:renew", ttl=1.0) as lk:
+        time.sleep(2.5)
+        assert not lk.lost
+        assert r.get("hilock:{tls:renew}:lock") == lk.token.encode()
 
 
 def _child_uses_the_inherited_client(c) -> None:
@@ -277,20 +274,16 @@ def _child_uses_the_inherited_client(c) -> None:
         pass
 
 
-def test_a_forked_child_opens_its_own_tls_connections(tls, pki) -> None:
-    c = hilock.Client(tls.url, ssl_ca_certs=ca(pki))
-    try:
-        held = c.lock("tls:parent", ttl=10)
-        held.acquire()
-        p = start_child(_child_uses_the_inherited_client, c)
-        join_all([p], 20)  # fails unless the child exited 0
-        # The parent's TLS sessions were not disturbed by the child.
-        c.ping()
-        held.release()
-        with c.lock("tls:parent", ttl=5):
-            pass
-    finally:
-        c.close()
+def test_a_forked_child_opens_its_own_tls_connections(tls_client) -> None:
+    held = tls_client.lock("tls:parent", ttl=10)
+    held.acquire()
+    p = start_child(_child_uses_the_inherited_client, tls_client)
+    join_all([p], 20)  # fails unless the child exited 0
+    # The parent's TLS sessions were not disturbed by the child.
+    tls_client.ping()
+    held.release()
+    with tls_client.lock("tls:parent", ttl=5):
+        pass
 
 
 def test_redlock_over_tls_nodes(pki) -> None:
@@ -481,11 +474,7 @@ def test_tls_options_with_a_plain_url_are_an_error(tls, pki) -> None:
         name = next(iter(opts))
         with pytest.raises(hilock.InvalidArgument, match=f"{name}.*use rediss://"):
             hilock.Client(f"redis://127.0.0.1:{tls.port}", **opts)
-    c = hilock.Client(f"rediss://127.0.0.1:{tls.port}", ssl_ca_certs=ca(pki))
-    try:
-        c.ping()
-    finally:
-        c.close()
+    ping_once(f"rediss://127.0.0.1:{tls.port}", ssl_ca_certs=ca(pki))
 
 
 def test_an_asyncio_client_on_a_tls_port_says_use_rediss(tls) -> None:

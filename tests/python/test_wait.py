@@ -24,7 +24,8 @@ import pytest
 import redis
 
 import hilock
-from helpers import (Stalled, Worker, acquire_interrupted, blocked_clients, command_calls, join_all,
+from helpers import (Stalled, Worker, acquire_interrupted, blocked_clients, blocked_worker,
+                     command_calls, join_all,
                      kill_child, pop_json, retry_stalled, start_child_collected, start_holder,
                      wait_blocked, wait_for, waiting_processes, within)
 
@@ -65,9 +66,7 @@ def test_release_wakes_blocked_waiter_promptly(family, client, rds, redis_url) -
             waiter.release()
             return got, seen
 
-        w = Worker(wait_then_release)
-        w.start()
-        wait_blocked(rds, 1)  # the waiter sits in its BLPOP, told ~10 s
+        w = blocked_worker(rds, wait_then_release)  # the waiter sits in its BLPOP, told ~10 s
         assert w.is_alive()
         released = time.monotonic()
         holder.release()
@@ -99,9 +98,7 @@ def test_sigkilled_holder_wakes_blocked_waiter_at_ttl(client, rds, redis_url) ->
                                 start=start_child_collected)
         try:
             waiter = client.lock(name, ttl=5.0, auto_renew=False)
-            w = Worker(waiter.acquire, True, 10.0)
-            w.start()
-            wait_blocked(rds, 1)
+            w = blocked_worker(rds, waiter.acquire, True, 10.0)
             # The holder renews: the waiter stays blocked well past one TTL.
             time.sleep(1.6 * ttl)
             if not w.is_alive():
@@ -360,9 +357,7 @@ def test_ctrl_c_interrupts_blocked_acquire(client, rds) -> None:
             with pytest.raises(hilock.LockNotOwnedError):
                 waiter.release()
             # The object still works: the holder's release hands it over.
-            w = Worker(waiter.acquire, True, 5.0)
-            w.start()
-            wait_blocked(rds, 1)
+            w = blocked_worker(rds, waiter.acquire, True, 5.0)
             released = time.monotonic()
             holder.release()
             assert w.outcome(5.0) is True
@@ -386,9 +381,7 @@ def test_close_wakes_blocked_acquire(client, rds, redis_url) -> None:
     def scenario(i):
         mine = hilock.Client(redis_url)
         waiter = mine.lock("closing", ttl=10.0, auto_renew=False)
-        w = Worker(waiter.acquire, True, 8.0)
-        w.start()
-        wait_blocked(rds, 1)
+        w = blocked_worker(rds, waiter.acquire, True, 8.0)
         closed = time.monotonic()
         mine.close()
         with pytest.raises(hilock.ConnectionError) as info:

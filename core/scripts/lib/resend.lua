@@ -27,3 +27,31 @@ end
 local function released(done, nonce, ms)
   redis.call('SET', done, nonce, 'PX', ms)
 end
+-- leave_level(hash, done, owner, nonce, ms, undoes, ttl): leave one of
+-- owner's levels of a lock kept in hash alone (field owner: its count),
+-- safe to resend. Returns the levels left, and true when this run removed
+-- the last one: it deleted the hash and wrote the done marker (see
+-- released), and the caller hands the lock on. -1 when owner holds no
+-- level, -2 as resent_release says, and a resend's first answer change
+-- nothing. While levels are left the call's nonce is in '<owner>:op', and
+-- the hash lives ttl ms more (if given).
+local function leave_level(hash, done, owner, nonce, ms, undoes, ttl)
+  local again = resent_release(hash, done, owner, nonce, undoes)
+  if again then
+    return again, false
+  end
+  if redis.call('HEXISTS', hash, owner) == 0 then
+    return -1, false
+  end
+  local n = redis.call('HINCRBY', hash, owner, -1)
+  if n > 0 then
+    redis.call('HSET', hash, owner .. ':op', nonce)
+    if ttl then
+      redis.call('PEXPIRE', hash, ttl)
+    end
+    return n, false
+  end
+  redis.call('DEL', hash)
+  released(done, nonce, ms)
+  return 0, true
+end
