@@ -172,6 +172,9 @@ static int extend_fn(void *x, int64_t ms, int replace) {
 
 static int renew_fn(void *x) {
   hilock_lock *l = x;
+  if (l->kind == HILOCK_LOCK_SIMPLE)
+    return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
+                           "a simple lock has no TTL to renew");
   return extend_fn(l, l->h.ttl_ms, 1);
 }
 
