@@ -31,7 +31,8 @@ Handle = Any
 def _set_error_factory(factory: Callable[[int, str], BaseException]) -> None: ...
 '''
 
-INT_TYPES = {"int", "long", "int64_t", "uint64_t", "size_t", "unsigned", "hilock_lock_kind"}
+INT_TYPES = {"int", "long", "int64_t", "uint64_t", "size_t", "unsigned", "hilock_lock_kind",
+             "hilock_redisson_kind"}
 
 
 def strip_comments(text: str) -> str:
@@ -122,6 +123,11 @@ def functions(headers: List[str], interface: str) -> List[Tuple[str, str, str]]:
         text = strip_comments(Path(h).read_text())
         for ret, name, params in re.findall(
                 r"HILOCK_API\s+([\w\s\*]+?)\s*\b(\w+)\s*\(([^)]*)\)\s*;", text):
+            found.append((ret, name, params))
+        # The typed wrappers over the library's calls (a family's verbs).
+        for ret, name, params in re.findall(
+                r"^static\s+inline\s+([\w\s\*]+?)\s*\b(\w+)\s*\(([^)]*)\)\s*\{", text,
+                flags=re.M):
             found.append((ret, name, params))
     for block in re.findall(r"%inline\s*%\{(.*?)%\}", interface, flags=re.S):
         text = strip_comments(block)

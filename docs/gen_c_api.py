@@ -3,8 +3,9 @@
 
 Each header core/include/hilock/<name>.h becomes one page, api/c/<name>.md.
 The header's top comment is the page's introduction. Then come, in header
-order, its declarations: every `HILOCK_API ...;` function, type and
-constant, each with the comment right above it. Declarations that follow
+order, its declarations: every `HILOCK_API ...;` function (and every
+static inline wrapper, as its prototype), type and constant, each with the
+comment right above it. Declarations that follow
 one another with no comment or blank line between them share the comment
 above the first. A comment that starts with "## " opens a section.
 api/c/index.md lists the pages: hold.h (the base handle every lock shares)
@@ -203,8 +204,8 @@ def decl_names(decl: List[str]) -> Tuple[str, List[str]]:
     """The kind of a declaration and the names it defines."""
     text = "\n".join(decl)
     flat = " ".join(l.strip() for l in decl)
-    if flat.startswith("HILOCK_API"):
-        head = flat[len("HILOCK_API"):]
+    if flat.startswith(("HILOCK_API", "static inline")):
+        head = flat.split(None, 2)[2] if flat.startswith("static") else flat[len("HILOCK_API"):]
         m = FUNC_NAME.search(head)
         return "function", [m.group(1)] if m else []
     names: List[str] = []
@@ -237,8 +238,13 @@ def decl_names(decl: List[str]) -> Tuple[str, List[str]]:
     return "type", names
 
 
+# A family's typed wrapper: static inline, its one-line body on its own
+# lines. The page shows its prototype, as for a HILOCK_API function.
+INLINE_DEF = re.compile(r"^(static inline [^;{]*?\))\s*\{\n(?:[^\n]*\n)*?\}$", re.M)
+
+
 def parse(path: Path) -> Header:
-    src = path.read_text()
+    src = INLINE_DEF.sub(lambda m: m.group(1) + ";", path.read_text())
     toks = list(tokens(src))
     # The top comment: the first comment of the file.
     first = next(i for i, (k, _) in enumerate(toks) if k != "blank")
@@ -337,11 +343,14 @@ def dedent(lines: List[str]) -> List[str]:
 
 
 def format_functions(lines: List[str], width: int = 78) -> List[str]:
-    """One prototype a declaration, without HILOCK_API, wrapped at width
-    with the parameters aligned after the '('."""
+    """One prototype a declaration, without HILOCK_API (a typed wrapper
+    keeps its "static inline"), wrapped at width with the parameters
+    aligned after the '('."""
     text = " ".join(l.strip() for l in lines)
     out: List[str] = []
-    for proto in re.findall(r"HILOCK_API\s+(.*?;)", text):
+    for api, proto in re.findall(r"(HILOCK_API|static inline)\s+(.*?;)", text):
+        if api != "HILOCK_API":
+            proto = api + " " + proto
         proto = re.sub(r"\s+", " ", proto).replace("( ", "(").replace(" )", ")")
         if len(proto) <= width:
             out.append(proto)

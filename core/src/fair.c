@@ -204,18 +204,32 @@ static void leave(void *arg) {
   if (fl->h.held) hilock__hold_drop(&fl->h);
 }
 
-HILOCK__QUEUE_VERBS(hilock_fair_lock)
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
+  hilock_fair_lock *fl = arg;
+  hilock__spec_queue(sp, begin, attempt, leave, fl, &fl->wkey, &fl->wkeylen);
+}
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_fair_lock *fl = arg;
   return run(fl, e, "release", fl->h.owner, fl->h.ownerlen, r);
 }
 
-HILOCK__RELEASE_VERB(hilock_fair_lock, 1,
-                     "the lock expired or another owner holds it; "
-                     "nothing was deleted")
+static int release_fn(void *x) {
+  hilock_fair_lock *fl = x;
+  return hilock__hold_release_reply(&fl->h, run_release, fl, 1,
+                                    "the lock expired or another owner "
+                                    "holds it; nothing was deleted");
+}
 
-HILOCK__HOLD_EXTEND_VERBS(hilock_fair_lock)
+static int extend_fn(void *x, int64_t ms, int replace) {
+  hilock_fair_lock *fl = x;
+  return hilock__hold_extend(&fl->h, ms, replace);
+}
+
+static int renew_fn(void *x) {
+  hilock_fair_lock *fl = x;
+  return hilock__hold_extend(&fl->h, fl->h.ttl_ms, 1);
+}
 
 
 
@@ -254,10 +268,6 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
   return fl == NULL ? 0 : fl->last_ticket;
 }
 
-static int release_fn(void *x) { return hilock_fair_lock_release(x); }
-
-HILOCK__EXTEND_ADAPTERS(hilock_fair_lock)
-
 static const hilock__family family = {
-    .free = fam_free, .acquire_spec = acquire_spec, .release = release_fn,
-    .extend = extend_fn, .renew = renew_fn};
+    .name = "fair lock", .free = fam_free, .acquire_spec = acquire_spec,
+    .release = release_fn, .extend = extend_fn, .renew = renew_fn};

@@ -72,3 +72,48 @@ int hilock__extended_unacked(int *rc, redisReply *r, int done) {
   *rc = HILOCK_OK; /* not extended: the reply says why */
   return 0;
 }
+
+/* ## The verbs of every family (hilock/hold.h) -------------------------------
+ * Each runs the family's own through its table; a verb the family lacks is
+ * HILOCK_ENOTSUP, its message naming the family and the verb. */
+
+static int lacks(hilock__hold *h, const char *verb) {
+  return hilock__set_err(hilock__hold_err(h), HILOCK_ENOTSUP,
+                         "this %s has no %s", h->fam->name, verb);
+}
+
+int hilock_hold_acquire(hilock_hold *hh, int64_t wait_ms) {
+  hilock__hold *h = (hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
+  if (h->fam->acquire != NULL) return h->fam->acquire(h, wait_ms);
+  if (h->fam->acquire_spec == NULL) return lacks(h, "acquire");
+  return hilock__hold_acquire(h, wait_ms);
+}
+
+int hilock_hold_try_acquire(hilock_hold *hh) {
+  hilock__hold *h = (hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
+  if (h->fam->try_acquire != NULL) return h->fam->try_acquire(h);
+  return hilock_hold_acquire(hh, 0);
+}
+
+int hilock_hold_release(hilock_hold *hh) {
+  hilock__hold *h = (hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
+  if (h->fam->release == NULL) return lacks(h, "release");
+  return h->fam->release(h);
+}
+
+int hilock_hold_extend(hilock_hold *hh, int64_t ms, int replace) {
+  hilock__hold *h = (hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
+  if (h->fam->extend == NULL) return lacks(h, "extend");
+  return h->fam->extend(h, ms, replace);
+}
+
+int hilock_hold_renew(hilock_hold *hh) {
+  hilock__hold *h = (hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
+  if (h->fam->renew == NULL) return lacks(h, "renew");
+  return h->fam->renew(h);
+}

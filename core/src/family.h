@@ -1,7 +1,8 @@
 /* hilock internals, what a lock family's file writes alike (family.c):
- * constructor checks, the verb macros, the reentrant lock's
- * layouts and the specs async.c runs. Uses holds.h, script.h and wait.h
- * (and the layers below them). */
+ * constructor checks, the reentrant lock's layouts and the specs async.c
+ * runs. family.c also runs the public verbs (hilock_hold_acquire and the
+ * others) through each family's table (hilock__family, holds.h). Uses
+ * holds.h, script.h and wait.h (and the layers below them). */
 #ifndef HILOCK_FAMILY_H
 #define HILOCK_FAMILY_H
 
@@ -55,70 +56,6 @@ int hilock__redlock_spec(struct hilock_redlock *rl, hilock__acquire_spec *s);
  * of one acquire, freed by done. -1 when out of memory. */
 int hilock__rwlock_spec(struct hilock_rwlock *rw, int read,
                         hilock__acquire_spec *s);
-
-/* The verbs a family writes alike, for its handle type (its hold h first,
- * its wake list in wkey, wkeylen) and the file's static attempt (and, for a
- * queue family, begin and leave), each defining type_verb:
- *   HILOCK__ACQUIRE_VERB       acquire: hilock__hold_acquire on the spec;
- *   HILOCK__TRY_ACQUIRE_AND_SPEC  try_acquire (one counted attempt) and the file's
- *                              static acquire_spec (hilock__spec);
- *   HILOCK__ATTEMPT_VERBS      both of these;
- *   HILOCK__QUEUE_VERBS        a queue family's acquire_spec
- *                              (hilock__spec_queue), try_acquire (an
- *                              acquire that does not wait) and acquire;
- *   HILOCK__HOLD_EXTEND_VERBS  extend and renew by hilock__hold_extend;
- *   HILOCK__RELEASE_VERB       release: the file's static run_release through
- *                              hilock__hold_release_reply (array, and the
- *                              message when it was not owned, as there). */
-#define HILOCK__ACQUIRE_VERB(type)                                            \
-  int type##_acquire(type *lk, int64_t wait_ms) {                             \
-    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, wait_ms); \
-  }
-#define HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                    \
-  int type##_try_acquire(type *lk) {                                          \
-    int64_t pttl;                                                             \
-    if (lk == NULL) return HILOCK_EINVAL;                                     \
-    return hilock__stat_try(lk->h.rt, attempt(lk, &pttl));                    \
-  }                                                                           \
-  static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
-    type *lk = arg;                                                           \
-    hilock__spec(sp, attempt, lk, &lk->wkey, &lk->wkeylen);                   \
-  }
-#define HILOCK__ATTEMPT_VERBS(type)                                           \
-  HILOCK__TRY_ACQUIRE_AND_SPEC(type)                                          \
-  HILOCK__ACQUIRE_VERB(type)
-#define HILOCK__QUEUE_VERBS(type)                                             \
-  static void acquire_spec(void *arg, hilock__acquire_spec *sp) {             \
-    type *lk = arg;                                                           \
-    hilock__spec_queue(sp, begin, attempt, leave, lk, &lk->wkey,              \
-                       &lk->wkeylen);                                         \
-  }                                                                           \
-  int type##_try_acquire(type *lk) {                                          \
-    return lk == NULL ? HILOCK_EINVAL : hilock__hold_acquire(&lk->h, 0);      \
-  }                                                                           \
-  HILOCK__ACQUIRE_VERB(type)
-/* The extend and renew entries of a family's table (hilock__family): static
- * extend_fn and renew_fn, calling type_extend and type_renew. */
-#define HILOCK__EXTEND_ADAPTERS(type)                                         \
-  static int extend_fn(void *x, int64_t ms, int replace) {                    \
-    return type##_extend(x, ms, replace);                                     \
-  }                                                                           \
-  static int renew_fn(void *x) { return type##_renew(x); }
-#define HILOCK__RELEASE_VERB(type, array, notowned)                           \
-  int type##_release(type *lk) {                                              \
-    if (lk == NULL) return HILOCK_EINVAL;                                     \
-    return hilock__hold_release_reply(&lk->h, run_release, lk, array,         \
-                                      notowned);                              \
-  }
-#define HILOCK__HOLD_EXTEND_VERBS(type)                                       \
-  int type##_extend(type *lk, int64_t ms, int replace) {                      \
-    if (lk == NULL) return HILOCK_EINVAL;                                     \
-    return hilock__hold_extend(&lk->h, ms, replace);                          \
-  }                                                                           \
-  int type##_renew(type *lk) {                                                \
-    if (lk == NULL) return HILOCK_EINVAL;                                     \
-    return hilock__hold_extend(&lk->h, lk->h.ttl_ms, 1);                      \
-  }
 
 /* A reentrant lock's layout (rlock.c): hilock's own, or one of Redisson's
  * (redisson.c: RLock, either side of RReadWriteLock). keys returns the lock hash's name (NULL: no memory) and

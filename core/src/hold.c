@@ -636,10 +636,6 @@ int64_t hilock_hold_validity_ms(const hilock_hold *hh) {
   return left;
 }
 
-int hilock_hold_held(const hilock_hold *h) {
-  return hilock_hold_validity_ms(h) > 0;
-}
-
 int hilock_hold_lost(const hilock_hold *hh) {
   const hilock__hold *h = chold_of(hh);
   int lost;

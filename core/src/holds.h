@@ -29,6 +29,7 @@ struct hilock__acquire_spec;
 /* What the public base handle (hilock/hold.h) asks of a family. NULL
  * members take the shared behaviour. */
 typedef struct hilock__family {
+  const char *name; /* in messages: "a reentrant lock has no extend" */
   void (*free)(void *handle);
   int (*owned)(void *handle, int *owned);
   int (*locked)(void *handle, int *locked);
@@ -37,8 +38,16 @@ typedef struct hilock__family {
   /* How the family acquires and releases, for callers that drive the
    * waiting themselves (async.c); NULL: not served there. */
   void (*acquire_spec)(void *handle, struct hilock__acquire_spec *s);
+  /* The verbs, behind hilock_hold_acquire and the others (family.c), on a
+   * handle that is not NULL. acquire NULL: hilock__hold_acquire (the
+   * waiting of acquire_spec); try_acquire NULL: acquire with wait 0 (a
+   * queue family's one attempt that does not wait); extend or renew
+   * NULL: the family has none (HILOCK_ENOTSUP). async.c runs release,
+   * extend and renew too. */
+  int (*acquire)(void *handle, int64_t wait_ms);
+  int (*try_acquire)(void *handle);
   int (*release)(void *handle);
-  int (*extend)(void *handle, int64_t ms, int replace); /* NULL: none */
+  int (*extend)(void *handle, int64_t ms, int replace);
   int (*renew)(void *handle);
   /* The owner is the caller (reentrant, read-write): an async operation
    * names its own (see hilock__caller). */

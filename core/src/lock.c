@@ -24,15 +24,38 @@ struct hilock_lock {
 
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
+/* A constructor's kind and TTL: a simple lock takes none (0). */
+typedef struct kind_ttl {
+  hilock_lock_kind kind;
+  int64_t ttl_ms;
+} kind_ttl;
+
+static int check_kind(hilock__err *e, const void *arg) {
+  const kind_ttl *k = arg;
+  if (k->kind != HILOCK_LOCK_SIMPLE && k->kind != HILOCK_LOCK_EXPIRING &&
+      k->kind != HILOCK_LOCK_LEASE)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "lock kind must be HILOCK_LOCK_SIMPLE, "
+                           "HILOCK_LOCK_EXPIRING or HILOCK_LOCK_LEASE, got %d",
+                           (int)k->kind);
+  if (k->kind == HILOCK_LOCK_SIMPLE && k->ttl_ms != 0)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "a simple lock takes no TTL (ttl_ms 0), got %lld",
+                           (long long)k->ttl_ms);
+  return HILOCK_OK;
+}
+
 static int lock_new(hilock_client *client, const char *name, size_t namelen,
                     hilock_lock_kind kind, int64_t ttl_ms, hilock_lock **out) {
+  kind_ttl k = {kind, ttl_ms};
   hilock_lock *l;
   int rc;
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
   rc = hilock__new_check_with(client, name, namelen,
-                              kind != HILOCK_LOCK_SIMPLE, ttl_ms, NULL, NULL);
+                              kind != HILOCK_LOCK_SIMPLE, ttl_ms, check_kind,
+                              &k);
   if (rc != HILOCK_OK) return rc;
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
@@ -55,25 +78,11 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   return HILOCK_OK;
 }
 
-int hilock_lock_new(hilock_client *client, const char *name, size_t namelen,
-                    int64_t ttl_ms, hilock_lock **out) {
+int hilock_lock_new_kind(hilock_client *client, const char *name,
+                         size_t namelen, hilock_lock_kind kind, int64_t ttl_ms,
+                         hilock_lock **out) {
   HILOCK__CLIENT_CALL(client, out,
-                     lock_new(client, name, namelen, HILOCK_LOCK_EXPIRING,
-                              ttl_ms, out));
-}
-
-int hilock_lock_new_simple(hilock_client *client, const char *name,
-                           size_t namelen, hilock_lock **out) {
-  HILOCK__CLIENT_CALL(client, out,
-                     lock_new(client, name, namelen, HILOCK_LOCK_SIMPLE,
-                              0, out));
-}
-
-int hilock_lock_new_lease(hilock_client *client, const char *name, size_t namelen,
-                     int64_t ttl_ms, hilock_lock **out) {
-  HILOCK__CLIENT_CALL(client, out,
-                     lock_new(client, name, namelen, HILOCK_LOCK_LEASE,
-                              ttl_ms, out));
+                     lock_new(client, name, namelen, kind, ttl_ms, out));
 }
 
 static void fam_free(void *arg) {
@@ -86,7 +95,7 @@ static void fam_free(void *arg) {
   free(l);
 }
 
-static int release_fn(void *l) { return hilock_lock_release(l); }
+static int release_fn(void *x);
 
 /* One grant attempt; *pttl gets the holder's remaining TTL when busy. */
 static int attempt(void *arg, int64_t *pttl) {
@@ -124,7 +133,16 @@ static int attempt(void *arg, int64_t *pttl) {
                              l, "acquire script");
 }
 
-HILOCK__ATTEMPT_VERBS(hilock_lock)
+static int try_acquire_fn(void *x) {
+  hilock_lock *l = x;
+  int64_t pttl;
+  return hilock__stat_try(l->h.rt, attempt(l, &pttl));
+}
+
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
+  hilock_lock *l = arg;
+  hilock__spec(sp, attempt, l, &l->wkey, &l->wkeylen);
+}
 
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -137,21 +155,27 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
                             keys, keylens, 1, args, arglens, r);
 }
 
-HILOCK__RELEASE_VERB(hilock_lock, 0,
-                     "the lock expired or another owner holds it; "
-                     "nothing was deleted")
+static int release_fn(void *x) {
+  hilock_lock *l = x;
+  return hilock__hold_release_reply(&l->h, run_release, l, 0,
+                                    "the lock expired or another owner "
+                                    "holds it; nothing was deleted");
+}
 
-int hilock_lock_extend(hilock_lock *l, int64_t ms, int replace) {
-  if (l == NULL) return HILOCK_EINVAL;
+static int extend_fn(void *x, int64_t ms, int replace) {
+  hilock_lock *l = x;
   if (l->kind == HILOCK_LOCK_SIMPLE)
     return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
                            "a simple lock has no TTL to extend");
   return hilock__hold_extend(&l->h, ms, replace);
 }
 
-int hilock_lock_renew(hilock_lock *l) {
-  if (l == NULL) return HILOCK_EINVAL;
-  return hilock_lock_extend(l, l->h.ttl_ms, 1);
+static int renew_fn(void *x) {
+  hilock_lock *l = x;
+  if (l->kind == HILOCK_LOCK_SIMPLE)
+    return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
+                           "a simple lock has no TTL to renew");
+  return extend_fn(l, l->h.ttl_ms, 1);
 }
 
 
@@ -180,8 +204,7 @@ hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
-HILOCK__EXTEND_ADAPTERS(hilock_lock)
-
 static const hilock__family family = {
-    .free = fam_free, .acquire_spec = acquire_spec, .release = release_fn,
-    .extend = extend_fn, .renew = renew_fn};
+    .name = "lock", .free = fam_free, .acquire_spec = acquire_spec,
+    .try_acquire = try_acquire_fn, .release = release_fn, .extend = extend_fn,
+    .renew = renew_fn};

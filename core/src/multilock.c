@@ -282,7 +282,7 @@ static size_t mark_missing(hilock_multi_lock *m, const redisReply *r,
   return k;
 }
 
-static int release_fn(void *m) { return hilock_multi_lock_release(m); }
+static int release_fn(void *x);
 
 /* One grant attempt; *pttl gets the blocking holder's remaining TTL. */
 static int attempt(void *arg, int64_t *pttl) {
@@ -339,8 +339,17 @@ static int attempt(void *arg, int64_t *pttl) {
                              release_fn, m, "multi-key acquire script");
 }
 
+static int try_acquire_fn(void *x) {
+  hilock_multi_lock *m = x;
+  int64_t pttl;
+  return hilock__stat_try(m->h.rt, attempt(m, &pttl));
+}
+
 /* The wake list is the one of the name that blocked the last attempt. */
-HILOCK__ATTEMPT_VERBS(hilock_multi_lock)
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
+  hilock_multi_lock *m = arg;
+  hilock__spec(sp, attempt, m, &m->wkey, &m->wkeylen);
+}
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_multi_lock *m = arg;
@@ -351,12 +360,12 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
              arglens, r);
 }
 
-int hilock_multi_lock_release(hilock_multi_lock *m) {
+static int release_fn(void *x) {
+  hilock_multi_lock *m = x;
   size_t first = 0, nmiss;
   redisReply *r;
   int rc;
 
-  if (m == NULL) return HILOCK_EINVAL;
   rc = hilock__hold_release(&m->h, run_release, m, &r);
   if (rc != HILOCK_OK) return rc;
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || !hilock__int_reply(r, 0)) {
@@ -380,7 +389,8 @@ int hilock_multi_lock_release(hilock_multi_lock *m) {
   return HILOCK_OK;
 }
 
-int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms, int replace) {
+static int extend_fn(void *x, int64_t ms, int replace) {
+  hilock_multi_lock *m = x;
   char buf[24];
   const char *args[3];
   size_t arglens[3];
@@ -388,7 +398,6 @@ int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms, int replace) {
   int64_t start;
   int rc;
 
-  if (m == NULL) return HILOCK_EINVAL;
   rc = hilock__check_ms(&m->h.err, "extension", ms);
   if (rc == HILOCK_OK) rc = hilock__hold_check(&m->h, "extend");
   if (rc != HILOCK_OK) return rc;
@@ -429,9 +438,9 @@ int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms, int replace) {
   return rc;
 }
 
-int hilock_multi_lock_renew(hilock_multi_lock *m) {
-  if (m == NULL) return HILOCK_EINVAL;
-  return hilock_multi_lock_extend(m, m->h.ttl_ms, 1);
+static int renew_fn(void *x) {
+  hilock_multi_lock *m = x;
+  return extend_fn(m, m->h.ttl_ms, 1);
 }
 
 /* The info script with token ("" asks only who holds). */
@@ -515,9 +524,8 @@ const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
   return name_or_key(m, i, 1, len);
 }
 
-HILOCK__EXTEND_ADAPTERS(hilock_multi_lock)
-
 static const hilock__family family = {
+    .name = "multi-key lock", .try_acquire = try_acquire_fn,
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
     .acquire_spec = acquire_spec, .release = release_fn, .extend = extend_fn,
     .renew = renew_fn};

@@ -150,26 +150,18 @@ static int make(hilock_client *client, const char *name, size_t namelen,
                                              lay, out));
 }
 
-int hilock_rlock_new_redisson(hilock_client *client, const char *name,
-                              size_t namelen, int64_t ttl_ms,
-                              hilock_rlock **out) {
-  return make(client, name, namelen, ttl_ms, &rlock_layout, out);
-}
-
-int hilock_rlock_new_redisson_fair(hilock_client *client, const char *name,
-                                   size_t namelen, int64_t ttl_ms,
-                                   hilock_rlock **out) {
-  return make(client, name, namelen, ttl_ms, &fair_layout, out);
-}
-
-int hilock_rlock_new_redisson_read(hilock_client *client, const char *name,
-                                   size_t namelen, int64_t ttl_ms,
-                                   hilock_rlock **out) {
-  return make(client, name, namelen, ttl_ms, &read_layout, out);
-}
-
-int hilock_rlock_new_redisson_write(hilock_client *client, const char *name,
-                                    size_t namelen, int64_t ttl_ms,
-                                    hilock_rlock **out) {
-  return make(client, name, namelen, ttl_ms, &write_layout, out);
+int hilock_rlock_new_redisson_kind(hilock_client *client, const char *name,
+                                   size_t namelen, hilock_redisson_kind kind,
+                                   int64_t ttl_ms, hilock_rlock **out) {
+  static const hilock__rlock_layout *const layouts[] = {
+      &rlock_layout, &fair_layout, &read_layout, &write_layout};
+  if ((unsigned)kind >= sizeof(layouts) / sizeof(layouts[0])) {
+    if (out != NULL) *out = NULL;
+    if (client == NULL || out == NULL) return HILOCK_EINVAL;
+    return hilock__set_err(hilock__client_err(client), HILOCK_EINVAL,
+                           "Redisson kind must be HILOCK_REDISSON_LOCK, "
+                           "_FAIR_LOCK, _READ_LOCK or _WRITE_LOCK, got %d",
+                           (int)kind);
+  }
+  return make(client, name, namelen, ttl_ms, layouts[kind], out);
 }

@@ -729,8 +729,8 @@ static int attempt(hilock_redlock *rl) {
   return rc;
 }
 
-int hilock_redlock_try_acquire(hilock_redlock *rl) {
-  if (rl == NULL) return HILOCK_EINVAL;
+static int try_acquire_fn(void *x) {
+  hilock_redlock *rl = x;
   return hilock__stat_try(&rl->rt, attempt(rl));
 }
 
@@ -755,7 +755,7 @@ typedef struct spec_ctx {
   int last; /* the last round's own result */
 } spec_ctx;
 
-/* One round, with hilock_redlock_acquire's rules: a refusal, a round
+/* One round, with acquire_fn's rules: a refusal, a round
  * granted too late and a missing quorum (within the reconnect budget) are
  * tried again after the retry delay, which goes out as the bound. */
 static int spec_attempt(void *arg, int64_t *bound) {
@@ -838,19 +838,19 @@ static int acquire_wait(hilock_redlock *rl, int64_t wait_ms,
   }
 }
 
-int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
+static int acquire_fn(void *x, int64_t wait_ms) {
+  hilock_redlock *rl = x;
   int64_t waited_us = 0;
   int rc;
-  if (rl == NULL) return HILOCK_EINVAL;
   rc = acquire_wait(rl, wait_ms, &waited_us);
   return hilock__stat_acquire(&rl->rt, rc, wait_ms, waited_us, waited_us != 0);
 }
 
 /* ## Release, extend, renew ----------------------------------------------- */
 
-int hilock_redlock_release(hilock_redlock *rl) {
+static int release_fn(void *x) {
+  hilock_redlock *rl = x;
   int deleted = 0, gone = 0, failed = 0, lost, rc;
-  if (rl == NULL) return HILOCK_EINVAL;
   rc = hilock__hold_check(&rl->h, "release");
   if (rc != HILOCK_OK) return rc;
   hilock__renewal_cancel(&rl->h);
@@ -928,10 +928,10 @@ static int extend_round(hilock_redlock *rl, rl_conn *set, int leak_forked,
   return ok;
 }
 
-int hilock_redlock_extend(hilock_redlock *rl, int64_t ms, int replace) {
+static int extend_fn(void *x, int64_t ms, int replace) {
+  hilock_redlock *rl = x;
   int64_t ttls[NODE_MAX], start, t;
   int ok, gone, rc;
-  if (rl == NULL) return HILOCK_EINVAL;
   rc = hilock__check_ms(&rl->h.err, "extension", ms);
   if (rc == HILOCK_OK) rc = hilock__hold_check(&rl->h, "extend");
   if (rc != HILOCK_OK) return rc;
@@ -970,9 +970,9 @@ int hilock_redlock_extend(hilock_redlock *rl, int64_t ms, int replace) {
   return rc;
 }
 
-int hilock_redlock_renew(hilock_redlock *rl) {
-  if (rl == NULL) return HILOCK_EINVAL;
-  return hilock_redlock_extend(rl, rl->h.ttl_ms, 1);
+static int renew_fn2(void *x) {
+  hilock_redlock *rl = x;
+  return extend_fn(rl, rl->h.ttl_ms, 1);
 }
 
 /* The renewal thread's renew_fn: reset the TTL on every node through the
@@ -1108,13 +1108,8 @@ static const char *fam_key(const void *arg, size_t *len) {
   return rl->key != NULL ? rl->key : "";
 }
 
-static int release_fn(void *x) { return hilock_redlock_release(x); }
-static int extend_fn(void *x, int64_t ms, int r) {
-  return hilock_redlock_extend(x, ms, r);
-}
-static int renew_fn2(void *x) { return hilock_redlock_renew(x); }
-
 static const hilock__family family = {
+    .name = "Redlock", .acquire = acquire_fn, .try_acquire = try_acquire_fn,
     .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,
     .acquire_spec = acquire_spec,
     .release = release_fn, .extend = extend_fn, .renew = renew_fn2};

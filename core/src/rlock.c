@@ -262,10 +262,10 @@ static void withdraw(hilock_rlock *rl, int rc) {
   if (r != NULL) freeReplyObject(r);
 }
 
-int hilock_rlock_try_acquire(hilock_rlock *rl) {
+static int try_acquire_fn(void *x) {
+  hilock_rlock *rl = x;
   int64_t pttl;
   int rc;
-  if (rl == NULL) return HILOCK_EINVAL;
   rc = attempt(rl, &pttl);
   withdraw(rl, rc);
   return hilock__stat_try(rl->h.rt, rc);
@@ -276,7 +276,7 @@ int hilock_rlock_try_acquire(hilock_rlock *rl) {
 static void leave_queue(void *arg) { withdraw(arg, HILOCK_BUSY); }
 
 /* A queued layout's waiter hears the release on a channel of its own (the
- * wait key and the owner), as hilock_rlock_acquire's blocking waiters do. */
+ * wait key and the owner), as acquire_fn's blocking waiters do. */
 static size_t owner_wkey(void *arg, char *buf, size_t cap) {
   hilock_rlock *rl = arg;
   char owner[sizeof(rl->h.owner)];
@@ -295,12 +295,12 @@ static void acquire_spec(void *arg, hilock__acquire_spec *s) {
   }
 }
 
-int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
+static int acquire_fn(void *x, int64_t wait_ms) {
+  hilock_rlock *rl = x;
   hilock__err e;
   char *wkey;
   size_t wkeylen = 0;
   int rc;
-  if (rl == NULL) return HILOCK_EINVAL;
   hilock__clear_err(&e);
   wkey = rl->wkey;
   wkeylen = rl->wkeylen;
@@ -449,10 +449,9 @@ static int settle(hilock_rlock *rl) {
   return rc == HILOCK_ENOTOWNED ? HILOCK_OK : rc;
 }
 
-int hilock_rlock_release(hilock_rlock *rl) {
-  int rc;
-  if (rl == NULL) return HILOCK_EINVAL;
-  rc = settle(rl);
+static int release_fn(void *x) {
+  hilock_rlock *rl = x;
+  int rc = settle(rl);
   return rc != HILOCK_OK ? rc : release_call(rl, 0);
 }
 
@@ -490,8 +489,7 @@ static int fam_owned(void *arg, int *owned) {
 }
 
 
-static int release_fn(void *x) { return hilock_rlock_release(x); }
-
 static const hilock__family family = {
-    .free = fam_free, .owned = fam_owned, .acquire_spec = acquire_spec,
-    .release = release_fn, .by_caller = 1};
+    .name = "reentrant lock", .acquire = acquire_fn,
+    .try_acquire = try_acquire_fn, .free = fam_free, .owned = fam_owned,
+    .acquire_spec = acquire_spec, .release = release_fn, .by_caller = 1};

@@ -594,11 +594,6 @@ static int read_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
                       rw->rwakelen, read_withdraw);
 }
 
-int hilock_rwlock_read_try_acquire(hilock_rwlock *rw) {
-  if (rw == NULL) return HILOCK_EINVAL;
-  return read_acquire(rw, 0, 1);
-}
-
 int hilock_rwlock_read_acquire(hilock_rwlock *rw, int64_t wait_ms) {
   if (rw == NULL) return HILOCK_EINVAL;
   return read_acquire(rw, wait_ms, 0);
@@ -686,14 +681,10 @@ static int write_acquire(hilock_rwlock *rw, int64_t wait_ms, int once) {
                       rw->wwakelen, withdraw);
 }
 
-int hilock_rwlock_write_try_acquire(hilock_rwlock *rw) {
-  if (rw == NULL) return HILOCK_EINVAL;
-  return write_acquire(rw, 0, 1);
-}
+static int try_acquire_fn(void *x) { return write_acquire(x, 0, 1); }
 
-int hilock_rwlock_write_acquire(hilock_rwlock *rw, int64_t wait_ms) {
-  if (rw == NULL) return HILOCK_EINVAL;
-  return write_acquire(rw, wait_ms, 0);
+static int acquire_fn(void *x, int64_t wait_ms) {
+  return write_acquire(x, wait_ms, 0);
 }
 
 /* ## Releasing --------------------------------------------------------- */
@@ -874,10 +865,9 @@ int hilock_rwlock_read_release(hilock_rwlock *rw) {
   return rc != HILOCK_OK ? rc : read_release_call(rw, 0);
 }
 
-int hilock_rwlock_write_release(hilock_rwlock *rw) {
-  int rc;
-  if (rw == NULL) return HILOCK_EINVAL;
-  rc = settle(rw, 0);
+static int release_fn(void *x) {
+  hilock_rwlock *rw = x;
+  int rc = settle(rw, 0);
   return rc != HILOCK_OK ? rc : write_release_call(rw, 0);
 }
 
@@ -1029,8 +1019,8 @@ static void write_spec(void *arg, hilock__acquire_spec *s) {
   if (hilock__rwlock_spec(arg, 0, s) != 0) s->arg = NULL;
 }
 
-static int release_fn(void *x) { return hilock_rwlock_write_release(x); }
-
 static const hilock__family family = {
+    .name = "read-write lock", .acquire = acquire_fn,
+    .try_acquire = try_acquire_fn,
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
     .acquire_spec = write_spec, .release = release_fn, .by_caller = 1};

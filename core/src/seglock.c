@@ -128,7 +128,7 @@ static int segcount_mismatch(hilock_segmented_lock *s, long long stored) {
                          stored, s->nseg);
 }
 
-static int release_fn(void *s) { return hilock_segmented_lock_release(s); }
+static int release_fn(void *x);
 
 /* One grant attempt; *pttl gets the shortest remaining TTL among the held
  * non-empty segments when busy. */
@@ -204,7 +204,16 @@ static int attempt(void *arg, int64_t *pttl) {
       "seglock acquire script");
 }
 
-HILOCK__ATTEMPT_VERBS(hilock_segmented_lock)
+static int try_acquire_fn(void *x) {
+  hilock_segmented_lock *s = x;
+  int64_t pttl;
+  return hilock__stat_try(s->h.rt, attempt(s, &pttl));
+}
+
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
+  hilock_segmented_lock *s = arg;
+  hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
+}
 
 /* lock_release.lua on the held segment: delete it if it holds our token,
  * wake a waiter. */
@@ -218,9 +227,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
                             keys, keylens, 1, args, arglens, r);
 }
 
-int hilock_segmented_lock_release(hilock_segmented_lock *s) {
+static int release_fn(void *x) {
+  hilock_segmented_lock *s = x;
   char why[96];
-  if (s == NULL) return HILOCK_EINVAL;
   snprintf(why, sizeof(why),
            "segment %d expired or another owner holds it; nothing was "
            "deleted",
@@ -500,7 +509,15 @@ int hilock_segmented_lock_segments_held(hilock_segmented_lock *s, size_t *n) {
 }
 
 
-HILOCK__HOLD_EXTEND_VERBS(hilock_segmented_lock)
+static int extend_fn(void *x, int64_t ms, int replace) {
+  hilock_segmented_lock *s = x;
+  return hilock__hold_extend(&s->h, ms, replace);
+}
+
+static int renew_fn(void *x) {
+  hilock_segmented_lock *s = x;
+  return hilock__hold_extend(&s->h, s->h.ttl_ms, 1);
+}
 
 size_t hilock_segmented_lock_segment(const hilock_segmented_lock *s) {
   return s == NULL || s->segment < 0 ? HILOCK_SEGMENT_NONE
@@ -530,8 +547,7 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-HILOCK__EXTEND_ADAPTERS(hilock_segmented_lock)
-
 static const hilock__family family = {
+    .name = "segmented lock", .try_acquire = try_acquire_fn,
     .free = fam_free, .locked = fam_locked, .acquire_spec = acquire_spec,
     .release = release_fn, .extend = extend_fn, .renew = renew_fn};

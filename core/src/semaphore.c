@@ -99,7 +99,7 @@ static void three_keys(const hilock_semaphore *s, const char **keys,
   lens[2] = s->wkeylen;
 }
 
-static int release_fn(void *s) { return hilock_semaphore_release(s); }
+static int release_fn(void *x);
 
 /* One grant attempt; *pttl gets the time until the first permit expires
  * when none is free. */
@@ -141,7 +141,16 @@ static int attempt(void *arg, int64_t *pttl) {
                              release_fn, s, "semaphore acquire script");
 }
 
-HILOCK__ATTEMPT_VERBS(hilock_semaphore)
+static int try_acquire_fn(void *x) {
+  hilock_semaphore *s = x;
+  int64_t pttl;
+  return hilock__stat_try(s->h.rt, attempt(s, &pttl));
+}
+
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
+  hilock_semaphore *s = arg;
+  hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
+}
 
 /* semaphore_release.lua: give our permit back if it is still ours. */
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
@@ -158,11 +167,15 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
                             3, keys, keylens, 2, args, arglens, r);
 }
 
-HILOCK__RELEASE_VERB(hilock_semaphore, 0,
-                     "the permit had expired; nothing of anyone "
-                     "else's changed")
+static int release_fn(void *x) {
+  hilock_semaphore *s = x;
+  return hilock__hold_release_reply(&s->h, run_release, s, 0,
+                                    "the permit had expired; nothing of "
+                                    "anyone else's changed");
+}
 
-int hilock_semaphore_renew(hilock_semaphore *s) {
+static int renew_fn(void *x) {
+  hilock_semaphore *s = x;
   const char *keys[1], *args[2];
   size_t keylens[1], arglens[2];
   char ttl[24];
@@ -170,7 +183,6 @@ int hilock_semaphore_renew(hilock_semaphore *s) {
   int64_t start;
   int rc;
 
-  if (s == NULL) return HILOCK_EINVAL;
   rc = hilock__hold_check(&s->h, "renew");
   if (rc != HILOCK_OK) return rc;
   keys[0] = s->key;
@@ -309,8 +321,7 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
-static int renew_fn(void *x) { return hilock_semaphore_renew(x); }
-
 static const hilock__family family = {
+    .name = "semaphore", .try_acquire = try_acquire_fn,
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
     .acquire_spec = acquire_spec, .release = release_fn, .renew = renew_fn};

@@ -211,24 +211,29 @@ static void leave(void *arg) {
   if (sl->h.held) hilock__hold_drop(&sl->h);
 }
 
-HILOCK__QUEUE_VERBS(hilock_sequential_lock)
+static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
+  hilock_sequential_lock *sl = arg;
+  hilock__spec_queue(sp, begin, attempt, leave, sl, &sl->wkey, &sl->wkeylen);
+}
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_sequential_lock *sl = arg;
   return run(sl, e, "release", sl->h.owner, sl->h.ownerlen, 0, NULL, r);
 }
 
-HILOCK__RELEASE_VERB(hilock_sequential_lock, 1,
-                     "the session lapsed and the entry is gone; "
-                     "nothing was removed")
+static int release_fn(void *x) {
+  hilock_sequential_lock *sl = x;
+  return hilock__hold_release_reply(&sl->h, run_release, sl, 1,
+                                    "the session lapsed and the entry is "
+                                    "gone; nothing was removed");
+}
 
-int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms, int replace) {
-  hilock__hold *h;
+static int extend_fn(void *x, int64_t ms, int replace) {
+  hilock_sequential_lock *sl = x;
+  hilock__hold *h = &sl->h;
   redisReply *r;
   int64_t start;
   int rc;
-  if (sl == NULL) return HILOCK_EINVAL;
-  h = &sl->h;
   rc = hilock__check_ms(&h->err, "extension", ms);
   if (rc == HILOCK_OK) rc = hilock__hold_check(h, "extend");
   if (rc != HILOCK_OK) return rc;
@@ -253,9 +258,9 @@ int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms, int re
   return rc;
 }
 
-int hilock_sequential_lock_renew(hilock_sequential_lock *sl) {
-  if (sl == NULL) return HILOCK_EINVAL;
-  return hilock_sequential_lock_extend(sl, sl->h.ttl_ms, 1);
+static int renew_fn(void *x) {
+  hilock_sequential_lock *sl = x;
+  return extend_fn(sl, sl->h.ttl_ms, 1);
 }
 
 static int fam_owned(void *arg, int *owned) {
@@ -342,11 +347,8 @@ static const char *fam_key(const void *arg, size_t *len) {
   return sl->keys[K_QUEUE];
 }
 
-static int release_fn(void *x) { return hilock_sequential_lock_release(x); }
-
-HILOCK__EXTEND_ADAPTERS(hilock_sequential_lock)
-
 static const hilock__family family = {
+    .name = "sequential lock",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,
     .acquire_spec = acquire_spec, .release = release_fn, .extend = extend_fn,
     .renew = renew_fn};

@@ -905,6 +905,104 @@ static void null_handles_and_negative_waits_are_einval(void **state) {
   }
 }
 
+/* ## 11. The verbs on the hold ------------------------------------------------
+ * hilock_hold_try_acquire, _acquire, _release, _extend and _renew on every
+ * family's hold do what the family's typed verbs do (the read-write lock's
+ * hold is its write side: the read side's row is the write side's). A verb
+ * the family lacks is HILOCK_ENOTSUP from both, with a message naming the
+ * family and the verb, and leaves the grant as it was. */
+
+/* "semaphore" of "semaphore, 1 permit": the family's name in messages. */
+static void family_name(const family *fam, char *buf, size_t cap) {
+  size_t n = strcspn(fam->what, ",");
+  snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), fam->what);
+}
+
+/* Call a verb the family lacks: HILOCK_ENOTSUP naming it, grant intact. */
+static void lacks(const family *fam, hilock_hold *h, int rc,
+                  const char *verb) {
+  char name[64];
+  family_name(fam, name, sizeof(name));
+  assert_hl_rc(rc, HILOCK_ENOTSUP, E(h));
+  assert_int_equal(hilock_hold_errcode(h), HILOCK_ENOTSUP);
+  if (strstr(E(h), name) == NULL || strstr(E(h), verb) == NULL)
+    fail_msg("%s: \"%s\" names neither \"%s\" nor \"%s\"", fam->what, E(h),
+             name, verb);
+  assert_int_equal(owned(fam->own, h), 1);
+  assert_true(hilock_hold_validity_ms(h) > 0);
+}
+
+static void every_verb_runs_on_the_hold_and_a_missing_one_is_enotsup(
+    void **state) {
+  fixture *f = *state;
+  for (size_t k = 0; k < NFAMILIES; k++) {
+    const family *fam = &families[k];
+    hilock_hold *a[NCLIENTS], *h, *r;
+    if (fam->own == &hl_read_verbs) continue; /* the hold is the write side */
+    begin(f, fam);
+    for (int i = 1; i < fill(fam); i++) {
+      a[i] = make(f, fam, i, LONG_TTL_MS);
+      assert_hl_ok(fam->own->try_acquire(a[i]), E(a[i]));
+    }
+    h = a[0] = make(f, fam, 0, LONG_TTL_MS);
+    r = make(f, fam, NCLIENTS - 1, LONG_TTL_MS);
+
+    /* A grant through the hold; the rival is busy either way. */
+    assert_hl_ok(hilock_hold_try_acquire(h), E(h));
+    assert_int_equal(owned(fam->own, h), 1);
+    assert_hl_rc(hilock_hold_try_acquire(r), HILOCK_BUSY, E(r));
+    assert_hl_rc(fam->rival->try_acquire(r), HILOCK_BUSY, E(r));
+    assert_hl_rc(hilock_hold_acquire(r, 0), HILOCK_BUSY, E(r));
+    assert_hl_rc(fam->rival->acquire(r, 0), HILOCK_BUSY, E(r));
+    assert_hl_rc(hilock_hold_acquire(r, -5), HILOCK_EINVAL, E(r));
+
+    /* extend: moves the validity past the TTL, or is not there at all. */
+    if (fam->own->extend != NULL && fam->expires == TTL) {
+      assert_hl_ok(hilock_hold_extend(h, 2 * LONG_TTL_MS, 1), E(h));
+      assert_true(hilock_hold_validity_ms(h) > LONG_TTL_MS);
+      assert_hl_ok(fam->own->extend(h, 1000, 0), E(h));
+      assert_true(hilock_hold_validity_ms(h) > 2 * LONG_TTL_MS);
+      assert_hl_rc(hilock_hold_extend(h, -1, 1), HILOCK_EINVAL, E(h));
+    } else {
+      lacks(fam, h, hilock_hold_extend(h, 2 * LONG_TTL_MS, 1), "extend");
+      if (fam->own->extend != NULL)
+        lacks(fam, h, fam->own->extend(h, 2 * LONG_TTL_MS, 1), "extend");
+    }
+    /* renew: back to the TTL, or not there. */
+    if (fam->own->renew != NULL && fam->expires == TTL) {
+      assert_hl_ok(hilock_hold_renew(h), E(h));
+      assert_true(hilock_hold_validity_ms(h) <= LONG_TTL_MS);
+      assert_true(hilock_hold_validity_ms(h) > 0);
+      assert_hl_ok(fam->own->renew(h), E(h));
+    } else {
+      lacks(fam, h, hilock_hold_renew(h), "renew");
+      if (fam->own->renew != NULL)
+        lacks(fam, h, fam->own->renew(h), "renew");
+    }
+
+    /* release through the hold: the rival gets in; a second release finds
+     * no grant, through the hold as through the typed verb. */
+    assert_hl_ok(hilock_hold_release(h), E(h));
+    assert_int_equal(owned(fam->own, h), 0);
+    assert_hl_rc(hilock_hold_release(h), fam->not_owned, E(h));
+    assert_hl_rc(fam->own->release(h), fam->not_owned, E(h));
+    assert_hl_ok(hilock_hold_acquire(r, 0), E(r));
+    assert_hl_rc(hilock_hold_try_acquire(h), HILOCK_BUSY, E(h));
+    assert_hl_ok(fam->rival->release(r), E(r));
+    assert_hl_ok(hilock_hold_acquire(h, 1000), E(h));
+    assert_hl_ok(fam->own->release(h), E(h));
+    release_all(fam, a, 1);
+    assert_int_equal(locked(r), 0);
+    free_all(fam, a);
+    hilock_hold_free(r);
+  }
+  assert_int_equal(hilock_hold_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_acquire(NULL, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_extend(NULL, 1000, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_renew(NULL), HILOCK_EINVAL);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 HL_SUITE_MAIN("contract", group_setup, group_teardown,
@@ -919,4 +1017,5 @@ HL_SUITE_MAIN("contract", group_setup, group_teardown,
       cmocka_unit_test(checker_reports_overlaps),
       T(contending_processes_never_exceed_the_holders),
       T(null_handles_and_negative_waits_are_einval),
-      T(lapsed_grant_is_a_loss_and_the_handle_acquires_again))
+      T(lapsed_grant_is_a_loss_and_the_handle_acquires_again),
+      T(every_verb_runs_on_the_hold_and_a_missing_one_is_enotsup))

@@ -611,6 +611,46 @@ static void accessors_describe_the_handle(void **state) {
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
+/* hilock_lock_new_kind, under the three named constructors: a kind that is
+ * none of the three, or a simple lock given a TTL, is HILOCK_EINVAL with a
+ * message on the client, and no handle. */
+static void new_kind_checks_the_kind_and_a_simple_locks_ttl(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = (hilock_lock *)1;
+  assert_hl_rc(hilock_lock_new_kind(f->client, "k", 1, (hilock_lock_kind)3,
+                                    1000, &l),
+               HILOCK_EINVAL, hilock_client_errmsg(f->client));
+  assert_null(l);
+  assert_non_null(strstr(hilock_client_errmsg(f->client), "kind"));
+  assert_hl_rc(hilock_lock_new_kind(f->client, "k", 1, (hilock_lock_kind)-1,
+                                    1000, &l),
+               HILOCK_EINVAL, hilock_client_errmsg(f->client));
+  assert_hl_rc(hilock_lock_new_kind(f->client, "k", 1, HILOCK_LOCK_SIMPLE,
+                                    1000, &l),
+               HILOCK_EINVAL, hilock_client_errmsg(f->client));
+  assert_non_null(strstr(hilock_client_errmsg(f->client), "no TTL"));
+  assert_null(l);
+  assert_hl_rc(hilock_lock_new_kind(f->client, "k", 1, HILOCK_LOCK_LEASE, 5,
+                                    &l),
+               HILOCK_EINVAL, hilock_client_errmsg(f->client));
+  assert_int_equal(hilock_lock_new_kind(NULL, "k", 1, HILOCK_LOCK_LEASE, 1000,
+                                        &l),
+                   HILOCK_EINVAL);
+  assert_null(l);
+  assert_hl_ok(hilock_lock_new_kind(f->client, "k", 1, HILOCK_LOCK_SIMPLE, 0,
+                                    &l),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(hilock_lock_kind_of(l), HILOCK_LOCK_SIMPLE);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), 0);
+  hilock_hold_free(HILOCK_HOLD(l));
+  assert_hl_ok(hilock_lock_new_kind(f->client, "k", 1, HILOCK_LOCK_LEASE, 1000,
+                                    &l),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(hilock_lock_kind_of(l), HILOCK_LOCK_LEASE);
+  assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), 1000);
+  hilock_hold_free(HILOCK_HOLD(l));
+}
+
 HL_FIXTURE_MAIN("lock",
       HL_TEST(fencing_tokens_increase_across_holders_and_handles),
       HL_TEST(acquire_gives_busy_after_wait_ms_when_held),
@@ -635,4 +675,5 @@ HL_FIXTURE_MAIN("lock",
       HL_TEST(wrong_type_lock_key_is_ewrongtype_and_writes_nothing),
       HL_TEST(damaged_fence_key_fails_before_writing_the_lock),
       HL_TEST(wrong_type_after_grant_keeps_the_grant_for_retry),
-      HL_TEST(accessors_describe_the_handle))
+      HL_TEST(accessors_describe_the_handle),
+      HL_TEST(new_kind_checks_the_kind_and_a_simple_locks_ttl))

@@ -184,9 +184,40 @@ static void fair_try_acquire_never_stays_queued(void **state) {
   hilock_hold_free(HILOCK_HOLD(fl));
 }
 
+/* hilock_rlock_new_redisson_kind, under the four constructors: a kind that
+ * is none of Redisson's is HILOCK_EINVAL with a message, and no handle. */
+static void new_redisson_kind_checks_the_kind(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = (hilock_rlock *)1;
+  assert_hl_rc(hilock_rlock_new_redisson_kind(f->client, "n", 1,
+                                              (hilock_redisson_kind)4, 1000,
+                                              &rl),
+               HILOCK_EINVAL, hilock_client_errmsg(f->client));
+  assert_null(rl);
+  assert_non_null(strstr(hilock_client_errmsg(f->client), "Redisson kind"));
+  assert_hl_rc(hilock_rlock_new_redisson_kind(f->client, "n", 1,
+                                              (hilock_redisson_kind)-1, 1000,
+                                              &rl),
+               HILOCK_EINVAL, hilock_client_errmsg(f->client));
+  assert_int_equal(hilock_rlock_new_redisson_kind(NULL, "n", 1,
+                                                  (hilock_redisson_kind)9,
+                                                  1000, &rl),
+                   HILOCK_EINVAL);
+  assert_null(rl);
+  assert_hl_ok(hilock_rlock_new_redisson_kind(f->client, "n", 1,
+                                              HILOCK_REDISSON_WRITE_LOCK, 1000,
+                                              &rl),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hl_redis_int(f->redis, "HEXISTS n mode"), 1);
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  hilock_hold_free(HILOCK_HOLD(rl));
+}
+
 HL_FIXTURE_MAIN("redisson",
       HL_TEST(null_and_bad_arguments_are_einval),
       HL_TEST(rlock_uses_the_name_as_given),
       HL_TEST(a_redisson_holder_excludes_and_is_not_released),
       HL_TEST(releases_publish_redisson_unlock_messages),
-      HL_TEST(fair_try_acquire_never_stays_queued))
+      HL_TEST(fair_try_acquire_never_stays_queued),
+      HL_TEST(new_redisson_kind_checks_the_kind))

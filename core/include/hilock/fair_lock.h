@@ -52,12 +52,23 @@ HILOCK_API int hilock_fair_lock_new(hilock_client *client, const char *name,
 /* The verbs of every family (hold.h). try_acquire does not queue: it is
  * HILOCK_BUSY while anybody waits. acquire queues; whatever it returns, no
  * queue entry is left. release wakes the head of the queue. */
-HILOCK_API int hilock_fair_lock_try_acquire(hilock_fair_lock *fl);
-HILOCK_API int hilock_fair_lock_acquire(hilock_fair_lock *fl, int64_t wait_ms);
-HILOCK_API int hilock_fair_lock_release(hilock_fair_lock *fl);
-HILOCK_API int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms,
-                                       int replace);
-HILOCK_API int hilock_fair_lock_renew(hilock_fair_lock *fl);
+static inline int hilock_fair_lock_try_acquire(hilock_fair_lock *fl) {
+  return hilock_hold_try_acquire(HILOCK_HOLD(fl));
+}
+static inline int hilock_fair_lock_acquire(hilock_fair_lock *fl,
+                                           int64_t wait_ms) {
+  return hilock_hold_acquire(HILOCK_HOLD(fl), wait_ms);
+}
+static inline int hilock_fair_lock_release(hilock_fair_lock *fl) {
+  return hilock_hold_release(HILOCK_HOLD(fl));
+}
+static inline int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms,
+                                          int replace) {
+  return hilock_hold_extend(HILOCK_HOLD(fl), ms, replace);
+}
+static inline int hilock_fair_lock_renew(hilock_fair_lock *fl) {
+  return hilock_hold_renew(HILOCK_HOLD(fl));
+}
 
 /* Round trip: how many waiters are queued with a live heartbeat. (Whether
  * this handle's grant still holds it, or anyone does: hilock_hold_owned,

@@ -16,12 +16,18 @@
  *   else
  *     fprintf(stderr, "%s\n", hilock_hold_errmsg(HILOCK_HOLD(lk)));
  *
- * Naming: hilock_<object>_<verb>. Each family's header declares its own
- * constructor, try_acquire, acquire, release, extend and renew; the contract
- * they share is stated once, at the end of this header (the verbs of every
- * family), and a family's header adds only what is its own. A call that asks
- * the server says "Round trip" in its comment; every other read is local
- * (here: all but hilock_hold_owned and hilock_hold_locked).
+ * Naming: hilock_<object>_<verb>. The verbs every family shares
+ * (try_acquire, acquire, release, extend, renew) are declared once, at the
+ * end of this header, as hilock_hold_<verb>, with their contract; each runs
+ * the family's own, and a verb the family lacks returns HILOCK_ENOTSUP
+ * (the reentrant and read-write locks have no extend or renew, the
+ * semaphore no extend). Each family's header declares its constructor and
+ * what is its own, and typed wrappers for exactly the verbs it has:
+ * static inline functions over hilock_hold_<verb> (hilock_lock_acquire(lk,
+ * ms) is hilock_hold_acquire(HILOCK_HOLD(lk), ms)), not symbols of the
+ * library. A call that asks the server says "Round trip" in its comment;
+ * every other read is local (here: all but hilock_hold_owned,
+ * hilock_hold_locked and the verbs).
  *
  * A read-write lock's hold is its write side: read-side state has its own
  * calls in rwlock.h. A Redlock's hold is the grant on a majority of its
@@ -99,7 +105,9 @@ HILOCK_API int64_t hilock_hold_ttl_ms(const hilock_hold *h);
 HILOCK_API int64_t hilock_hold_validity_ms(const hilock_hold *h);
 
 /* 1 if this handle believes it holds the grant (validity left > 0). */
-HILOCK_API int hilock_hold_held(const hilock_hold *h);
+static inline int hilock_hold_held(const hilock_hold *h) {
+  return hilock_hold_validity_ms(h) > 0;
+}
 
 /* 1 if the current grant was found lost (renewal failed, or owned or an
  * extension found another owner), or the last one's release found it gone
@@ -176,28 +184,42 @@ struct hilock_redlock;
 #endif
 
 /* ## The verbs of every family -----------------------------------------------
- * Each family's header declares these verbs under its own prefix
- * (hilock_lock_new, hilock_lock_try_acquire, ...). What they share is said
- * here once; a family's header says only what differs or comes in addition.
+ * Declared here once, for every family's handle (HILOCK_HOLD(lk)); each
+ * family's header wraps the ones it has under its own prefix (static
+ * inline: hilock_lock_try_acquire(lk) is
+ * hilock_hold_try_acquire(HILOCK_HOLD(lk))), and says only what differs or
+ * comes in addition. Every verb returns HILOCK_EINVAL for a NULL handle,
+ * and HILOCK_ENOTSUP, with a message naming the family and the verb, where
+ * the family lacks it: extend and renew on a reentrant or read-write lock,
+ * extend on a semaphore (its renew remains), and both on a simple lock (no
+ * TTL). A read-write lock's verbs are its write side's (the read side's are
+ * in rwlock.h).
  *
- * Constructor: makes a handle for the named lock; nothing is sent to Redis.
- * ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS. Returns HILOCK_OK,
- * HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED.
- *
- * try_acquire: one attempt. HILOCK_OK: granted (see hilock_hold_fence);
- * HILOCK_BUSY: held by someone else. HILOCK_EINVAL if this handle already
- * holds it (a reentrant lock re-enters instead).
- *
- * acquire(wait_ms): attempt until granted or wait_ms has passed (0: one
- * attempt, as try_acquire; HILOCK_WAIT_FOREVER: no limit). Returns
- * HILOCK_OK, HILOCK_BUSY (not granted in time), or an error.
- *
- * release: owner-checked, in one script. HILOCK_ENOTOWNED if the grant
- * lapsed or belongs to someone else (nothing is deleted then).
- *
- * extend(ms, replace): set the remaining TTL to ms (replace != 0) or add ms
- * to it (replace == 0), only while still owned; never re-creates an expired
- * key. HILOCK_ENOTOWNED if not owned. renew: extend(ttl_ms, replace = 1). */
+ * Constructor (each family's own): makes a handle for the named lock;
+ * nothing is sent to Redis. ttl_ms in HILOCK_TTL_MIN_MS..HILOCK_TTL_MAX_MS.
+ * Returns HILOCK_OK, HILOCK_EINVAL, HILOCK_ENOMEM or HILOCK_ECLOSED. */
+
+/* One attempt. HILOCK_OK: granted (see hilock_hold_fence); HILOCK_BUSY:
+ * held by someone else. HILOCK_EINVAL if this handle already holds it (a
+ * reentrant lock re-enters instead). */
+HILOCK_API int hilock_hold_try_acquire(hilock_hold *h);
+
+/* Attempt until granted or wait_ms has passed (0: one attempt, as
+ * try_acquire; HILOCK_WAIT_FOREVER: no limit). Returns HILOCK_OK,
+ * HILOCK_BUSY (not granted in time), or an error. */
+HILOCK_API int hilock_hold_acquire(hilock_hold *h, int64_t wait_ms);
+
+/* Owner-checked, in one script. HILOCK_ENOTOWNED if the grant lapsed or
+ * belongs to someone else (nothing is deleted then). */
+HILOCK_API int hilock_hold_release(hilock_hold *h);
+
+/* Set the remaining TTL to ms (replace != 0) or add ms to it (replace ==
+ * 0), only while still owned; never re-creates an expired key.
+ * HILOCK_ENOTOWNED if not owned. */
+HILOCK_API int hilock_hold_extend(hilock_hold *h, int64_t ms, int replace);
+
+/* extend(ttl_ms, replace = 1); a semaphore's moves its permit's expiry. */
+HILOCK_API int hilock_hold_renew(hilock_hold *h);
 
 #ifdef __cplusplus
 }

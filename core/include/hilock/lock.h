@@ -51,23 +51,50 @@ typedef enum hilock_lock_kind {
   HILOCK_LOCK_LEASE = 2
 } hilock_lock_kind;
 
-/* CONSTRUCTORS, as every family's (hold.h); a simple lock takes no TTL. */
-HILOCK_API int hilock_lock_new(hilock_client *client, const char *name,
-                               size_t namelen, int64_t ttl_ms,
-                               hilock_lock **out);
-HILOCK_API int hilock_lock_new_simple(hilock_client *client, const char *name,
-                                      size_t namelen, hilock_lock **out);
-HILOCK_API int hilock_lock_new_lease(hilock_client *client, const char *name,
-                                size_t namelen, int64_t ttl_ms,
-                                hilock_lock **out);
+/* CONSTRUCTOR, as every family's (hold.h), for a lock of kind; a simple
+ * lock takes no TTL (ttl_ms 0, else HILOCK_EINVAL), as does a kind that is
+ * none of the three. */
+HILOCK_API int hilock_lock_new_kind(hilock_client *client, const char *name,
+                                    size_t namelen, hilock_lock_kind kind,
+                                    int64_t ttl_ms, hilock_lock **out);
+/* The same for each kind: an expiring lock, a simple one, a lease. */
+static inline int hilock_lock_new(hilock_client *client, const char *name,
+                                  size_t namelen, int64_t ttl_ms,
+                                  hilock_lock **out) {
+  return hilock_lock_new_kind(client, name, namelen, HILOCK_LOCK_EXPIRING,
+                              ttl_ms, out);
+}
+static inline int hilock_lock_new_simple(hilock_client *client,
+                                         const char *name, size_t namelen,
+                                         hilock_lock **out) {
+  return hilock_lock_new_kind(client, name, namelen, HILOCK_LOCK_SIMPLE, 0,
+                              out);
+}
+static inline int hilock_lock_new_lease(hilock_client *client,
+                                        const char *name, size_t namelen,
+                                        int64_t ttl_ms, hilock_lock **out) {
+  return hilock_lock_new_kind(client, name, namelen, HILOCK_LOCK_LEASE,
+                              ttl_ms, out);
+}
 
 /* The verbs of every family (hold.h); extend and renew are HILOCK_ENOTSUP
  * for a simple lock. */
-HILOCK_API int hilock_lock_try_acquire(hilock_lock *lock);
-HILOCK_API int hilock_lock_acquire(hilock_lock *lock, int64_t wait_ms);
-HILOCK_API int hilock_lock_release(hilock_lock *lock);
-HILOCK_API int hilock_lock_extend(hilock_lock *lock, int64_t ms, int replace);
-HILOCK_API int hilock_lock_renew(hilock_lock *lock);
+static inline int hilock_lock_try_acquire(hilock_lock *lock) {
+  return hilock_hold_try_acquire(HILOCK_HOLD(lock));
+}
+static inline int hilock_lock_acquire(hilock_lock *lock, int64_t wait_ms) {
+  return hilock_hold_acquire(HILOCK_HOLD(lock), wait_ms);
+}
+static inline int hilock_lock_release(hilock_lock *lock) {
+  return hilock_hold_release(HILOCK_HOLD(lock));
+}
+static inline int hilock_lock_extend(hilock_lock *lock, int64_t ms,
+                                     int replace) {
+  return hilock_hold_extend(HILOCK_HOLD(lock), ms, replace);
+}
+static inline int hilock_lock_renew(hilock_lock *lock) {
+  return hilock_hold_renew(HILOCK_HOLD(lock));
+}
 
 /* Operator tool: delete the lock whatever its owner (for a simple lock whose
  * holder died). *deleted = 1 if a lock was there; deleted may be NULL. */

@@ -71,20 +71,31 @@ HILOCK_API int hilock_multi_lock_new_len(hilock_client *client,
 /* The verbs of every family (hold.h), for the whole set: a grant takes
  * every name; HILOCK_BUSY if at least one is held by someone else, and then
  * nothing is taken. */
-HILOCK_API int hilock_multi_lock_try_acquire(hilock_multi_lock *m);
-HILOCK_API int hilock_multi_lock_acquire(hilock_multi_lock *m, int64_t wait_ms);
+static inline int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
+  return hilock_hold_try_acquire(HILOCK_HOLD(m));
+}
+static inline int hilock_multi_lock_acquire(hilock_multi_lock *m,
+                                            int64_t wait_ms) {
+  return hilock_hold_acquire(HILOCK_HOLD(m), wait_ms);
+}
 
 /* Delete every key this holder still holds and wake each name's waiter.
  * HILOCK_ENOTOWNED if any key had expired or belonged to someone else:
  * those are left alone (hilock_multi_lock_missing), the rest are freed. */
-HILOCK_API int hilock_multi_lock_release(hilock_multi_lock *m);
+static inline int hilock_multi_lock_release(hilock_multi_lock *m) {
+  return hilock_hold_release(HILOCK_HOLD(m));
+}
 
 /* The verbs of every family (hold.h), on every key at once: only if this
  * holder still holds every key; otherwise nothing changes and the hold is
  * marked lost. */
-HILOCK_API int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms,
-                                       int replace);
-HILOCK_API int hilock_multi_lock_renew(hilock_multi_lock *m);
+static inline int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms,
+                                           int replace) {
+  return hilock_hold_extend(HILOCK_HOLD(m), ms, replace);
+}
+static inline int hilock_multi_lock_renew(hilock_multi_lock *m) {
+  return hilock_hold_renew(HILOCK_HOLD(m));
+}
 
 /* hilock_hold_owned(HILOCK_HOLD(m), &owned) asks whether this handle's
  * grant still holds every key (a missing key marks the hold lost);

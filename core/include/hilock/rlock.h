@@ -30,6 +30,25 @@ HILOCK_API int hilock_rlock_new(hilock_client *client, const char *name,
                                 size_t namelen, int64_t ttl_ms,
                                 hilock_rlock **out);
 
+/* Redisson's lock objects a reentrant lock handle can stand for
+ * (docs/redisson.md; each is described at its constructor below). */
+typedef enum hilock_redisson_kind {
+  HILOCK_REDISSON_LOCK = 0,       /* RLock */
+  HILOCK_REDISSON_FAIR_LOCK = 1,  /* RFairLock */
+  HILOCK_REDISSON_READ_LOCK = 2,  /* RReadWriteLock's read side */
+  HILOCK_REDISSON_WRITE_LOCK = 3  /* RReadWriteLock's write side */
+} hilock_redisson_kind;
+
+/* CONSTRUCTOR, Redisson compatibility: a handle on Redisson's object of
+ * kind named name (HILOCK_EINVAL for another kind); the four below are
+ * this for each kind. */
+HILOCK_API int hilock_rlock_new_redisson_kind(hilock_client *client,
+                                              const char *name,
+                                              size_t namelen,
+                                              hilock_redisson_kind kind,
+                                              int64_t ttl_ms,
+                                              hilock_rlock **out);
+
 /* CONSTRUCTOR, Redisson compatibility (docs/redisson.md): the same lock as
  * Redisson's RLock named name, so Java services on Redisson (tested: 3.52.0)
  * and this handle exclude each other. The key is name as given (no prefix;
@@ -38,9 +57,13 @@ HILOCK_API int hilock_rlock_new(hilock_client *client, const char *name,
  * fence (hilock_hold_fence gives 0). ttl_ms is the lease (Redisson's
  * default: 30000, renewed every third). Every other hilock_rlock_* and
  * hilock_hold_* call works on it. */
-HILOCK_API int hilock_rlock_new_redisson(hilock_client *client,
-                                         const char *name, size_t namelen,
-                                         int64_t ttl_ms, hilock_rlock **out);
+static inline int hilock_rlock_new_redisson(hilock_client *client,
+                                            const char *name, size_t namelen,
+                                            int64_t ttl_ms,
+                                            hilock_rlock **out) {
+  return hilock_rlock_new_redisson_kind(client, name, namelen,
+                                        HILOCK_REDISSON_LOCK, ttl_ms, out);
+}
 
 /* CONSTRUCTOR, Redisson compatibility: Redisson's RFairLock named name, as
  * a reentrant lock handle: waiters of both libraries are served in arrival
@@ -49,10 +72,15 @@ HILOCK_API int hilock_rlock_new_redisson(hilock_client *client,
  * Redisson one) passes; a hilock waiter whose wait runs out leaves the
  * queue. Waits, blocking and hilock_async ones, hear the release meant for
  * them on their own channel. */
-HILOCK_API int hilock_rlock_new_redisson_fair(hilock_client *client,
-                                              const char *name,
-                                              size_t namelen, int64_t ttl_ms,
-                                              hilock_rlock **out);
+static inline int hilock_rlock_new_redisson_fair(hilock_client *client,
+                                                 const char *name,
+                                                 size_t namelen,
+                                                 int64_t ttl_ms,
+                                                 hilock_rlock **out) {
+  return hilock_rlock_new_redisson_kind(client, name, namelen,
+                                        HILOCK_REDISSON_FAIR_LOCK, ttl_ms,
+                                        out);
+}
 
 /* CONSTRUCTORS, Redisson compatibility: the read side and the write side of
  * Redisson's RReadWriteLock named name, each as a reentrant lock handle
@@ -60,21 +88,37 @@ HILOCK_API int hilock_rlock_new_redisson_fair(hilock_client *client,
  * either excludes every other owner. A writer may also take the read side
  * (a downgrade); a reader asking for the write side waits for itself, as
  * in Redisson. hilock_rlock_hold_count counts the side's own holds. */
-HILOCK_API int hilock_rlock_new_redisson_read(hilock_client *client,
-                                              const char *name,
-                                              size_t namelen, int64_t ttl_ms,
-                                              hilock_rlock **out);
-HILOCK_API int hilock_rlock_new_redisson_write(hilock_client *client,
-                                               const char *name,
-                                               size_t namelen, int64_t ttl_ms,
-                                               hilock_rlock **out);
+static inline int hilock_rlock_new_redisson_read(hilock_client *client,
+                                                 const char *name,
+                                                 size_t namelen,
+                                                 int64_t ttl_ms,
+                                                 hilock_rlock **out) {
+  return hilock_rlock_new_redisson_kind(client, name, namelen,
+                                        HILOCK_REDISSON_READ_LOCK, ttl_ms,
+                                        out);
+}
+static inline int hilock_rlock_new_redisson_write(hilock_client *client,
+                                                  const char *name,
+                                                  size_t namelen,
+                                                  int64_t ttl_ms,
+                                                  hilock_rlock **out) {
+  return hilock_rlock_new_redisson_kind(client, name, namelen,
+                                        HILOCK_REDISSON_WRITE_LOCK, ttl_ms,
+                                        out);
+}
 
 /* The verbs of every family (hold.h), per calling thread: acquire and
  * try_acquire re-enter a lock the thread holds; release leaves once, and the
  * last leave frees the lock and wakes a waiter. */
-HILOCK_API int hilock_rlock_try_acquire(hilock_rlock *rl);
-HILOCK_API int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms);
-HILOCK_API int hilock_rlock_release(hilock_rlock *rl);
+static inline int hilock_rlock_try_acquire(hilock_rlock *rl) {
+  return hilock_hold_try_acquire(HILOCK_HOLD(rl));
+}
+static inline int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
+  return hilock_hold_acquire(HILOCK_HOLD(rl), wait_ms);
+}
+static inline int hilock_rlock_release(hilock_rlock *rl) {
+  return hilock_hold_release(HILOCK_HOLD(rl));
+}
 
 /* Round trip: the calling thread's hold count (0 if none). (Whether it
  * holds the lock, or anyone does: hilock_hold_owned, hilock_hold_locked.) */

@@ -66,8 +66,10 @@ HILOCK_API int hilock_rwlock_new(hilock_client *client, const char *name,
  * The verbs of every family (hold.h), per calling thread, reentrant.
  * Acquire is HILOCK_BUSY while a writer holds or waits; with none, it is one
  * round trip. A waiter that gives up withdraws. */
-HILOCK_API int hilock_rwlock_read_try_acquire(hilock_rwlock *rw);
 HILOCK_API int hilock_rwlock_read_acquire(hilock_rwlock *rw, int64_t wait_ms);
+static inline int hilock_rwlock_read_try_acquire(hilock_rwlock *rw) {
+  return hilock_rwlock_read_acquire(rw, 0);
+}
 /* Leave once; the last reader out wakes a waiting writer. */
 HILOCK_API int hilock_rwlock_read_release(hilock_rwlock *rw);
 /* Round trip: the calling thread's read hold count (0 if none). */
@@ -89,11 +91,17 @@ HILOCK_API int64_t hilock_rwlock_read_validity_ms(hilock_rwlock *rw);
  * The verbs of every family (hold.h), per calling thread, reentrant.
  * Acquire is HILOCK_EDEADLK if the calling thread holds a read (an upgrade).
  * A waiter that gives up withdraws its intent. */
-HILOCK_API int hilock_rwlock_write_try_acquire(hilock_rwlock *rw);
-HILOCK_API int hilock_rwlock_write_acquire(hilock_rwlock *rw,
-                                           int64_t wait_ms);
+static inline int hilock_rwlock_write_try_acquire(hilock_rwlock *rw) {
+  return hilock_hold_try_acquire(HILOCK_HOLD(rw));
+}
+static inline int hilock_rwlock_write_acquire(hilock_rwlock *rw,
+                                              int64_t wait_ms) {
+  return hilock_hold_acquire(HILOCK_HOLD(rw), wait_ms);
+}
 /* Leave once; the last leave wakes the next writer, or the waiting readers. */
-HILOCK_API int hilock_rwlock_write_release(hilock_rwlock *rw);
+static inline int hilock_rwlock_write_release(hilock_rwlock *rw) {
+  return hilock_hold_release(HILOCK_HOLD(rw));
+}
 /* Round trip: the calling thread's write hold count (0 if none). */
 HILOCK_API int hilock_rwlock_write_hold_count(hilock_rwlock *rw,
                                               int64_t *count);

@@ -77,9 +77,16 @@ HILOCK_API int hilock_segmented_lock_new(hilock_client *client, const char *name
  * hilock_segmented_lock_segment): try_acquire is one round trip, HILOCK_BUSY
  * when every non-empty segment is held; both acquires end with
  * HILOCK_SOLDOUT when every segment is empty. release wakes one waiter. */
-HILOCK_API int hilock_segmented_lock_try_acquire(hilock_segmented_lock *seg);
-HILOCK_API int hilock_segmented_lock_acquire(hilock_segmented_lock *seg, int64_t wait_ms);
-HILOCK_API int hilock_segmented_lock_release(hilock_segmented_lock *seg);
+static inline int hilock_segmented_lock_try_acquire(hilock_segmented_lock *seg) {
+  return hilock_hold_try_acquire(HILOCK_HOLD(seg));
+}
+static inline int hilock_segmented_lock_acquire(hilock_segmented_lock *seg,
+                                                int64_t wait_ms) {
+  return hilock_hold_acquire(HILOCK_HOLD(seg), wait_ms);
+}
+static inline int hilock_segmented_lock_release(hilock_segmented_lock *seg) {
+  return hilock_hold_release(HILOCK_HOLD(seg));
+}
 
 /* Take n >= 1 units from the held segment's stock, in one script that
  * checks this handle still holds the segment. If the segment has fewer
@@ -118,9 +125,13 @@ HILOCK_API int hilock_segmented_lock_segments_held(hilock_segmented_lock *seg,
                                                    size_t *n);
 
 /* The verbs of every family (hold.h), on the held segment's TTL. */
-HILOCK_API int hilock_segmented_lock_extend(hilock_segmented_lock *seg, int64_t ms,
-                                     int replace);
-HILOCK_API int hilock_segmented_lock_renew(hilock_segmented_lock *seg);
+static inline int hilock_segmented_lock_extend(hilock_segmented_lock *seg,
+                                               int64_t ms, int replace) {
+  return hilock_hold_extend(HILOCK_HOLD(seg), ms, replace);
+}
+static inline int hilock_segmented_lock_renew(hilock_segmented_lock *seg) {
+  return hilock_hold_renew(HILOCK_HOLD(seg));
+}
 
 /* The segment of the current or last grant (0..K-1), or HILOCK_SEGMENT_NONE
  * before the first grant. */

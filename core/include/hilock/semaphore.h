@@ -58,14 +58,22 @@ HILOCK_API int hilock_semaphore_new(hilock_client *client, const char *name,
 /* The verbs of every family (hold.h), for one permit: HILOCK_BUSY when
  * none is free; a grant is named by hilock_hold_token (permits carry no
  * fence). release gives the permit back and wakes one waiter. */
-HILOCK_API int hilock_semaphore_try_acquire(hilock_semaphore *sem);
-HILOCK_API int hilock_semaphore_acquire(hilock_semaphore *sem,
-                                        int64_t wait_ms);
-HILOCK_API int hilock_semaphore_release(hilock_semaphore *sem);
+static inline int hilock_semaphore_try_acquire(hilock_semaphore *sem) {
+  return hilock_hold_try_acquire(HILOCK_HOLD(sem));
+}
+static inline int hilock_semaphore_acquire(hilock_semaphore *sem,
+                                           int64_t wait_ms) {
+  return hilock_hold_acquire(HILOCK_HOLD(sem), wait_ms);
+}
+static inline int hilock_semaphore_release(hilock_semaphore *sem) {
+  return hilock_hold_release(HILOCK_HOLD(sem));
+}
 
 /* Move the permit's expiry to now + ttl (server clock), only while it is
  * live; an expired permit is never revived (HILOCK_ENOTOWNED). */
-HILOCK_API int hilock_semaphore_renew(hilock_semaphore *sem);
+static inline int hilock_semaphore_renew(hilock_semaphore *sem) {
+  return hilock_hold_renew(HILOCK_HOLD(sem));
+}
 
 /* Round trip: free permits now, max(0, limit - live permits). */
 HILOCK_API int hilock_semaphore_available(hilock_semaphore *sem,

@@ -58,12 +58,23 @@ HILOCK_API int hilock_sequential_lock_new(hilock_client *client, const char *nam
  * BUSY or an error the entry is removed and the successor woken. release
  * removes the holder's entry and wakes its successor only. extend and renew
  * act on the holder's session. */
-HILOCK_API int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl);
-HILOCK_API int hilock_sequential_lock_acquire(hilock_sequential_lock *sl, int64_t wait_ms);
-HILOCK_API int hilock_sequential_lock_release(hilock_sequential_lock *sl);
-HILOCK_API int hilock_sequential_lock_extend(hilock_sequential_lock *sl, int64_t ms,
-                                     int replace);
-HILOCK_API int hilock_sequential_lock_renew(hilock_sequential_lock *sl);
+static inline int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl) {
+  return hilock_hold_try_acquire(HILOCK_HOLD(sl));
+}
+static inline int hilock_sequential_lock_acquire(hilock_sequential_lock *sl,
+                                                 int64_t wait_ms) {
+  return hilock_hold_acquire(HILOCK_HOLD(sl), wait_ms);
+}
+static inline int hilock_sequential_lock_release(hilock_sequential_lock *sl) {
+  return hilock_hold_release(HILOCK_HOLD(sl));
+}
+static inline int hilock_sequential_lock_extend(hilock_sequential_lock *sl,
+                                                int64_t ms, int replace) {
+  return hilock_hold_extend(HILOCK_HOLD(sl), ms, replace);
+}
+static inline int hilock_sequential_lock_renew(hilock_sequential_lock *sl) {
+  return hilock_hold_renew(HILOCK_HOLD(sl));
+}
 
 /* Round trip: how many live contenders wait behind the holder. (Whether
  * this handle's grant still holds, or anyone does: hilock_hold_owned,
