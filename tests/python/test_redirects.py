@@ -681,3 +681,69 @@ def test_direct_waiter_across_a_sentinel_failover(deployment, failover: str, end
             t.join(TIMEOUT + 15)
         assert not errors, errors
         assert len(got) == 1
+
+
+# -- a cluster failover during a wait ------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["shared"])
+def test_waiter_across_a_cluster_manual_failover(mode: str, cluster) -> None:
+    """A waiter blocks on a held lock (in BLPOP on the slot's master, or in
+    the shared waiting); the master's replica takes over (CLUSTER FAILOVER:
+    the old master, still running, becomes its replica); the holder
+    releases on the new master. The waiter gets the lock, woken, within its
+    timeout: no error, no hang."""
+    cluster.wait_ok(20, replicas=True)  # every replica in sync: it can take over
+    name = fresh_name(f"h-{mode}")
+    key = f"hilock:{{{name}}}:lock"
+    slot = name_slot(name)
+    master = cluster.owner(slot)
+    replica = cluster.replica_of(master)
+    assert replica is not None
+    rec = Recorder()
+    got: List[float] = []
+    opts = {"direct_waiters": 0} if mode == "shared" else {}
+    with cclient(cluster) as hc, cclient(cluster, **opts) as wc:
+        holder = hc.lock(name, ttl=30.0, on_lost=rec.on_lost)
+        assert holder.acquire(timeout=5)
+        start = time.monotonic()
+        rr = cluster.conn(replica)
+        rr.execute_command("READONLY")
+        wait_for(lambda: rr.exists(key), 5, interval=0.005,
+                 what="the grant to reach the replica")
+        waiter = wc.lock(name, ttl=30.0, on_lost=rec.on_lost)
+
+        def wait() -> None:
+            try:
+                if waiter.acquire(timeout=TIMEOUT + 10):
+                    got.append(time.monotonic())
+                    end = time.monotonic()
+                    waiter.release()
+                    rec.interval("x", 2, got[0], end)
+                else:
+                    rec.error("the waiter timed out")
+            except Exception as e:
+                rec.error(f"waiter: {type(e).__name__}: {e}")
+
+        t = threading.Thread(target=wait)
+        t.start()
+        try:
+            wait_for(lambda: wc.waiting == 1 or rec.errors, 10, what="the waiter to wait")
+            if mode == "direct":
+                wait_for(lambda: blocked_blpops(cluster, master) >= 1 or rec.errors, 10,
+                         what="the waiter's BLPOP on the slot's master")
+            rr.execute_command("CLUSTER FAILOVER")
+            wait_for(lambda: cluster.owner(slot) == replica, 20, what="the failover")
+            cluster.wait_ok(20)
+            end = time.monotonic()
+            holder.release()
+            rec.interval("x", 1, start, end)
+            # Woken by the release, not by the 30 s TTL or timeout: see
+            # WOKEN_WITHIN.
+            t.join(WOKEN_WITHIN)
+            assert not rec.errors, "\n".join(rec.errors)
+            assert not t.is_alive(), (f"the waiter was not woken within {WOKEN_WITHIN} s of "
+                                      f"the release on the new master")
+        finally:
+            t.join(TIMEOUT + 15)
+            rr.close()
+    rec.check(KINDS["lock"])
