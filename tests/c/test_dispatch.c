@@ -143,6 +143,12 @@ static void mig_finish(migration *g) {
   assert_true(hl_cluster_wait_owner(&cl, g->slot, g->dst, 10000));
 }
 
+/* TRYAGAIN replies the two masters sent so far. */
+static long long mig_tryagains(migration *g) {
+  return hl_errorstat(g->r[g->src], "errorstat_TRYAGAIN") +
+         hl_errorstat(g->r[g->dst], "errorstat_TRYAGAIN");
+}
+
 /* ## Lock types -------------------------------------------------------------- */
 
 typedef hilock_hold *(*make_fn)(hilock_client *c, const char *name,
@@ -345,10 +351,161 @@ static void the_watchdog_renews_every_type_through_a_slot_migration(
   hilock_client_free(c);
 }
 
+/* ## TRYAGAIN within the caller's time ------------------------------------------ */
+
+static const family *family_named(const char *what) {
+  for (size_t i = 0; i < NFAMILIES; i++)
+    if (strcmp(families[i].what, what) == 0) return &families[i];
+  fail_msg("no family %s", what);
+  return NULL;
+}
+
+/* A slot left half-moved (every key on the importing node, not handed
+ * over) longer than the client's reconnect budget (0.5 s): an acquire with
+ * 20 s to wait keeps retrying TRYAGAIN and is granted once the slot is
+ * handed over, instead of failing on a state the caller's time covers. */
+static void an_ASK_phase_longer_than_the_reconnect_budget_is_waited_out(
+    void **state) {
+  static const char *const which[] = {"lock", "multi-key lock", "fair lock"};
+  (void)state;
+  for (size_t i = 0; i < sizeof(which) / sizeof(which[0]); i++) {
+    const family *f = family_named(which[i]);
+    hilock_client *c = new_client(500);
+    hilock_hold *h;
+    hl_waiter w;
+    migration g;
+    char name[64];
+    long long before;
+    int64_t end;
+    fresh_name("lp-", name, sizeof(name));
+    print_message("  %s: %s\n", f->what, name);
+    h = f->make(c, name, 10000);
+    /* A grant and a release leave the name's counters behind. */
+    assert_hl_ok(f->own->try_acquire(h), hilock_hold_errmsg(h));
+    assert_hl_ok(f->own->release(h), hilock_hold_errmsg(h));
+    mig_open(&g, name);
+    mig_begin(&g);
+    assert_true(mig_move(&g, -1) > 0);
+    before = mig_tryagains(&g);
+    hl_waiter_run(&w, h, f->own, 20000, 1);
+    /* 12 TRYAGAIN replies: over 1.5 s of the router's back-off (10 ms
+     * doubling to 250 ms), three times the reconnect budget. */
+    end = hl_now_ms() + 20000;
+    while (mig_tryagains(&g) < before + 12 && hl_waiter_done_at(&w) == 0 &&
+           hl_now_ms() < end)
+      hl_sleep_ms(10);
+    mig_finish(&g);
+    hl_waiter_join(&w);
+    assert_hl_ok(w.rc, hilock_hold_errmsg(h));
+    hilock_hold_free(h);
+    mig_close(&g);
+    hilock_client_free(c);
+  }
+}
+
+/* With the slot's keys split between two masters, an acquire with 1 s to
+ * wait (reconnect budget 15 s) ends when its time does and reports
+ * HILOCK_BUSY (not acquired in time), not the cluster's TRYAGAIN. */
+static void an_acquire_whose_time_ends_with_keys_split_is_BUSY(void **state) {
+  static const char *const which[] = {"lock", "multi-key lock", "semaphore",
+                                      "fair lock"};
+  (void)state;
+  for (size_t i = 0; i < sizeof(which) / sizeof(which[0]); i++) {
+    const family *f = family_named(which[i]);
+    hilock_client *hc = new_client(15000), *c = new_client(15000);
+    hilock_hold *holder, *h;
+    migration g;
+    char name[64];
+    int64_t t0, took;
+    int rc;
+    fresh_name("sp-", name, sizeof(name));
+    print_message("  %s: %s\n", f->what, name);
+    holder = f->make(hc, name, 30000);
+    h = f->make(c, name, 10000);
+    assert_hl_ok(f->holder->try_acquire(holder), hilock_hold_errmsg(holder));
+    mig_open(&g, name);
+    mig_begin(&g);
+    assert_int_equal(mig_move(&g, 1), 1);
+    assert_true(mig_left(&g) > 0);
+    t0 = hl_now_ms();
+    rc = f->own->acquire(h, 1000);
+    took = hl_now_ms() - t0;
+    mig_finish(&g);
+    assert_hl_ok(f->holder->release(holder), hilock_hold_errmsg(holder));
+    if (rc != HILOCK_BUSY)
+      fail_msg("%s: acquire gave %d (%s) after %lld ms, not HILOCK_BUSY",
+               f->what, rc, hilock_hold_errmsg(h), (long long)took);
+    /* Bounded by the 1 s wait, not the 15 s budget: 5 s leaves room for
+     * a stalled, loaded machine. */
+    assert_i64_between(took, 900, 6000);
+    hilock_hold_free(holder);
+    hilock_hold_free(h);
+    mig_close(&g);
+    hilock_client_free(hc);
+    hilock_client_free(c);
+  }
+}
+
+/* ## A failover during a direct wait ------------------------------------------- */
+
+/* A direct waiter blocked in BLPOP on a held lock's slot master; the
+ * master's replica takes over (CLUSTER FAILOVER: the old master, still
+ * running, turns replica and unblocks its blocked clients with an
+ * UNBLOCKED error); the holder releases on the new master. The waiter
+ * gets the lock, woken, with no error. */
+static void a_direct_waiter_rides_a_manual_failover(void **state) {
+  hilock_client *hc = new_client(15000), *wc = new_client(15000);
+  hilock_lock *holder, *waiting;
+  redisContext *m, *rep;
+  hl_waiter w;
+  char name[64], key[96];
+  int master, replica;
+  int64_t took, end;
+  (void)state;
+  assert_true(hl_cluster_wait_ok(&cl, 20000));
+  fresh_name("fo-", name, sizeof(name));
+  snprintf(key, sizeof(key), "hilock:{%s}:lock", name);
+  master = hl_cluster_owner(&cl, name_slot(name));
+  replica = hl_cluster_replica_of(&cl, master);
+  assert_true(master >= 0 && replica >= 0);
+  holder = hl_new_lock(hc, name, 30000);
+  waiting = hl_new_lock(wc, name, 30000);
+  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  rep = hl_cluster_connect(&cl, replica);
+  hl_redis_ok(rep, "READONLY");
+  end = hl_now_ms() + 5000;
+  while (!hl_redis_exists(rep, key, strlen(key))) {
+    if (hl_now_ms() > end) fail_msg("the grant did not reach the replica");
+    hl_sleep_ms(5);
+  }
+  hl_waiter_run(&w, HILOCK_HOLD(waiting), &hl_lock_verbs, 20000, 1);
+  wait_waiting(wc, 1);
+  m = hl_cluster_connect(&cl, master);
+  if (!hl_hub_mode())
+    assert_true(hl_wait_info_field(m, "clients", "blocked_clients", 1, 10000));
+  hl_redis_ok(rep, "CLUSTER FAILOVER");
+  assert_true(hl_cluster_wait_owner(&cl, name_slot(name), replica, 20000));
+  took = hl_release_and_join(&w, HILOCK_HOLD(holder), &hl_lock_verbs);
+  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
+  /* Woken by the release, not by the 30 s TTL or the 20 s wait: 10 s
+   * leaves room for a stalled, loaded machine. */
+  assert_i64_between(took, 0, 10000);
+  redisFree(m);
+  redisFree(rep);
+  hilock_hold_free(HILOCK_HOLD(holder));
+  hilock_hold_free(HILOCK_HOLD(waiting));
+  hilock_client_free(hc);
+  hilock_client_free(wc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_direct_waiter_rides_a_slot_migration),
       cmocka_unit_test(the_watchdog_renews_every_type_through_a_slot_migration),
+      cmocka_unit_test(
+          an_ASK_phase_longer_than_the_reconnect_budget_is_waited_out),
+      cmocka_unit_test(an_acquire_whose_time_ends_with_keys_split_is_BUSY),
+      cmocka_unit_test(a_direct_waiter_rides_a_manual_failover),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

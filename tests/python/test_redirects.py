@@ -16,6 +16,11 @@ What every case asserts: each call succeeds within the caller's timeout
 (no error reaches the caller, no hang), never more holders at once than the
 type allows (history.py's checkers), and the watchdog reports no loss.
 
+Then a waiter across a cluster manual failover (CLUSTER FAILOVER), and a
+slot left half-moved past the client's reconnect budget or past the
+caller's timeout: the caller's timeout, not the budget, bounds the retries
+of TRYAGAIN, and a timeout is reported as one.
+
 One local cluster (tests/python/cluster.py) serves the module; the Sentinel
 cases start a deployment of their own each.
 """
@@ -685,7 +690,7 @@ def test_direct_waiter_across_a_sentinel_failover(deployment, failover: str, end
 
 # -- a cluster failover during a wait ------------------------------------------------
 
-@pytest.mark.parametrize("mode", ["shared"])
+@pytest.mark.parametrize("mode", ["direct", "shared"])
 def test_waiter_across_a_cluster_manual_failover(mode: str, cluster) -> None:
     """A waiter blocks on a held lock (in BLPOP on the slot's master, or in
     the shared waiting); the master's replica takes over (CLUSTER FAILOVER:
@@ -747,3 +752,142 @@ def test_waiter_across_a_cluster_manual_failover(mode: str, cluster) -> None:
             t.join(TIMEOUT + 15)
             rr.close()
     rec.check(KINDS["lock"])
+
+
+# -- a long ASK phase ------------------------------------------------------------
+
+@pytest.mark.parametrize("kind_name", ["lock", "multi_lock", "semaphore", "fair_lock"])
+def test_an_ask_phase_longer_than_the_reconnect_budget(kind_name: str, cluster, mig) -> None:
+    """A slot that stays half-moved longer than the client's reconnect
+    budget (0.5 s here): an acquire with 20 s to wait keeps answering
+    TRYAGAIN with retries and is granted once the slot is handed over,
+    instead of failing on a cluster state the caller's timeout covers."""
+    kind = KINDS[kind_name]
+    name = fresh_name(f"e-{kind_name}")
+    out: List[Any] = []
+    with cclient(cluster, reconnect=0.5) as c:
+        lk = kind.waiter(c, name, 10.0, None)
+        assert lk.acquire(timeout=5)  # the keys exist: counters, fences
+        lk.release()
+        m = mig(name)
+        m.begin()
+        assert m.move_all() > 0
+
+        def take() -> None:
+            try:
+                out.append(lk.acquire(timeout=TIMEOUT))
+            except Exception as e:
+                out.append(f"{type(e).__name__}: {e}")
+
+        t = threading.Thread(target=take)
+        before = m.tryagains()
+        t.start()
+        # 12 TRYAGAIN replies: over 1.5 s of the router's back-off (10 ms
+        # doubling to 250 ms), three times the reconnect budget.
+        wait_for(lambda: m.tryagains() >= before + 12 or not t.is_alive(), 20,
+                 what="the acquire to retry TRYAGAIN")
+        m.finish()
+        _join([t], TIMEOUT + 5, "the acquire")
+        assert out == [True], out
+        lk.release()
+
+
+def _split(m: Migration) -> None:
+    """Begin m and move one key of several: the slot's keys on both sides."""
+    m.begin()
+    keys = m.src_keys()
+    assert len(keys) > 1, keys
+    m.move(keys[0])
+
+
+@pytest.mark.parametrize("kind_name", ["lock", "multi_lock", "semaphore", "fair_lock"])
+def test_a_timeout_that_ends_in_the_ask_phase_is_a_timeout(kind_name: str, cluster,
+                                                           mig) -> None:
+    """With the slot's keys split between two masters, an acquire with 1 s
+    to wait (and a reconnect budget of 15 s) ends when its timeout does and
+    says "not acquired" (False): the caller's timeout bounds the TRYAGAIN
+    retries, and a cluster in the middle of a reshard is not an error."""
+    kind = KINDS[kind_name]
+    name = fresh_name(f"f-{kind_name}")
+    with cclient(cluster) as hc, cclient(cluster) as c:
+        holders = [kind.holder(hc, name, 30.0, None) for _ in range(kind.limit)]
+        for h in holders:
+            assert h.acquire(timeout=5)
+        m = mig(name)
+        _split(m)
+        lk = kind.waiter(c, name, 10.0, None)
+        t0 = time.monotonic()
+        try:
+            got: Any = lk.acquire(timeout=1.0)
+        except Exception as e:
+            got = f"{type(e).__name__}: {e}"
+        took = time.monotonic() - t0
+        m.finish()
+        for h in holders:
+            h.release()
+        assert got is False, f"{got} (after {took:.2f} s)"
+        # Bounded by the 1 s timeout, not the 15 s budget: 5 s leaves room
+        # for a stalled, loaded machine.
+        assert took < 6.0, took
+
+
+@pytest.mark.parametrize("kind_name", ["fair_lock", "sequential_lock", "rwlock_write"])
+def test_a_queued_waiter_that_times_out_in_the_ask_phase_leaves_the_line(
+        kind_name: str, cluster, mig) -> None:
+    """A waiter registered on the server (in a fair or sequential lock's
+    line, or a read-write lock's waiting writers) whose timeout ends while
+    the slot's keys are split: its acquire returns False within its
+    timeout, and once the slot is handed over and the holder releases, the
+    line is empty (inspect reports no waiters) and a newcomer is granted at
+    once, not after the gone waiter's registration lapses."""
+    kind = KINDS[kind_name]
+    name = fresh_name(f"g-{kind_name}")
+    out: List[Any] = []
+    # The waiter's reconnect budget (8 s) is well past its timeout.
+    with cclient(cluster) as hc, cclient(cluster, reconnect=8.0) as wc, \
+            cclient(cluster) as nc:
+        holder = kind.holder(hc, name, 30.0, None)
+        assert holder.acquire(timeout=5)
+        waiter = kind.waiter(wc, name, 30.0, None)
+        m = mig(name)
+
+        def wait() -> None:
+            t0 = time.monotonic()
+            try:
+                out.append(waiter.acquire(timeout=1.5))
+            except Exception as e:
+                out.append(f"{type(e).__name__}: {e}")
+            out.append(time.monotonic() - t0)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        wait_for(lambda: hc.inspect(name).waiters == 1 or not t.is_alive(), 10,
+                 what="the waiter to join the line")
+        _split(m)
+        _join([t], TIMEOUT, "the timed-out waiter")
+        m.finish()
+        holder.release()
+        # The line empties (at once, or as soon as a leave put off by the
+        # split slot has run): 10 s for a loaded machine, short of the gone
+        # waiter's 30 s registration.
+        try:
+            wait_for(lambda: nc.inspect(name).waiters == 0, 10, what="the line to empty")
+        except AssertionError:
+            pass
+        info = nc.inspect(name)
+        newcomer = kind.holder(nc, name, 30.0, None)
+        granted = newcomer.acquire(blocking=False)
+        if granted:
+            newcomer.release()
+        problems = []
+        if out[0] is not False:
+            problems.append(f"the timed-out acquire gave {out[0]!r}")
+        # Bounded by its 1.5 s timeout: 4 s more leaves room for a stalled,
+        # loaded machine, and is short of the reconnect budget.
+        if out[1] > 5.5:
+            problems.append(f"the acquire with a 1.5 s timeout took {out[1]:.1f} s")
+        if info.waiters != 0:
+            problems.append(f"{info.waiters} waiter(s) left in the line: {info}")
+        if not granted:
+            problems.append("a newcomer was refused after the hand-over and the release")
+        assert not problems, "; ".join(problems)
