@@ -105,8 +105,9 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   /* Only acquire and try grant: WAIT follows those (wait_replicas).
    * Release and leave may wake the next in line. */
   int how = op[0] == 'a' || op[0] == 't' ? HILOCK__RUN_GRANT
-            : op[0] == 'r' || op[0] == 'l' ? HILOCK__RUN_WAKES
-                                           : 0;
+            : op[0] == 'r'                 ? HILOCK__RUN_WAKES
+            : op[0] == 'l' ? HILOCK__RUN_WAKES | HILOCK__RUN_LATER
+                           : 0;
   /* KEYS[7]: the caller's own wake list, so the script builds no key
    * from ARGV. */
   const char *keys[NKEYS + 1];

@@ -23,6 +23,7 @@
 #define CONNECT_MAX_US 1000000 /* longest wait to reconnect */
 #define IDLE_TICK_US 1000000   /* with no holds, the thread looks this often */
 #define IDLE_TICKS 60          /* for at most this many looks in a row */
+#define LATER_US 200000        /* between tries of the requests left to it */
 
 #define HOLD_OF(r) \
   ((hilock__hold *)((char *)(r) - offsetof(hilock__hold, ren)))
@@ -172,7 +173,7 @@ static void renew_calls(hilock_client *c, hilock__hold **holds,
    * that too, and by CONNECT_MAX_US. One connection attempt per cluster
    * node: holds on the others must not wait. */
   s.flags = (wait ? HILOCK__SEND_WAIT : 0) | HILOCK__SEND_ONCE |
-            (split ? HILOCK__SEND_TRYAGAIN : 0);
+            HILOCK__SEND_TRYAGAIN;
   s.reply_by_ms = (now_us + wait_us) / 1000;
   s.deadline_ms =
       (now_us + (wait_us < CONNECT_MAX_US ? wait_us : CONNECT_MAX_US)) / 1000;
@@ -324,6 +325,24 @@ static void *watchdog_main(void *arg) {
     int64_t until = INT64_MAX; /* earliest validity end in the batch */
     int n = 0, nlost = 0, i, any_due = 0;
     hilock__renewal *r, *rn;
+
+    if (w->later != NULL && w->later_us <= now && rt->client != NULL) {
+      /* Requests left to this thread (a waiter's leave): one try each. */
+      hilock__later *list = w->later, *keep, *x;
+      w->later = NULL;
+      pthread_mutex_unlock(&w->mu);
+      keep = hilock__later_run(rt->client, list);
+      pthread_mutex_lock(&w->mu);
+      for (x = keep; x != NULL && x->next != NULL; x = x->next) {
+      }
+      if (x != NULL) {
+        x->next = w->later;
+        w->later = keep;
+      }
+      w->later_us = hilock__now_us() + LATER_US;
+      continue;
+    }
+    if (w->later != NULL) next = w->later_us;
 
     /* Holds due within a sixth of their TTL join a batch only when some
      * hold is due now: renewing them a little early lets one call carry
@@ -500,12 +519,45 @@ void hilock__watchdog_stop(hilock__runtime *rt) {
   w->conn = NULL;
 }
 
+static void free_later(hilock__later *x) {
+  while (x != NULL) {
+    hilock__later *next = x->next;
+    free(x);
+    x = next;
+  }
+}
+
 void hilock__watchdog_close(hilock__runtime *rt) {
   hilock__watchdog *w = &rt->wd;
   hilock__watchdog_stop(rt);
   pthread_mutex_lock(&w->mu);
   while (w->head != NULL) unlink_renewal(w, w->head);
+  free_later(w->later);
+  w->later = NULL;
   pthread_mutex_unlock(&w->mu);
+}
+
+void hilock__watchdog_later(hilock__runtime *rt, hilock__later *x) {
+  hilock__watchdog *w = &rt->wd;
+  int64_t due = hilock__now_us() + LATER_US;
+  pthread_mutex_lock(&w->mu);
+  if (!hilock__runtime_usable(rt)) goto drop;
+  if (!w->running) {
+    w->stop = 0;
+    if (pthread_create(&w->thread, NULL, watchdog_main, rt) != 0) goto drop;
+    w->running = 1;
+  }
+  if (w->later == NULL || due < w->later_us) w->later_us = due;
+  x->next = w->later;
+  w->later = x;
+  /* A thread asleep past the first try is woken (0: it is awake). */
+  if (w->wake_at_us != 0 && w->later_us < w->wake_at_us)
+    pthread_cond_signal(&w->wake);
+  pthread_mutex_unlock(&w->mu);
+  return;
+drop:
+  pthread_mutex_unlock(&w->mu);
+  free(x);
 }
 
 void hilock__watchdog_forget(hilock__runtime *rt) {
@@ -519,6 +571,9 @@ void hilock__watchdog_forget(hilock__runtime *rt) {
     r = next;
   }
   w->head = NULL;
+  /* The child's copy of the parent's requests: the parent sends them. */
+  free_later(w->later);
+  w->later = NULL;
   hilock__hold_forget_live(rt);
   w->running = 0;
   w->wake_at_us = 0;

@@ -295,6 +295,12 @@ typedef struct trip {
   int64_t deadline;
   int failed;      /* the first failure's status, 0 if none yet */
   int pause;       /* a request waits for a recovering cluster */
+  int64_t pause_until;
+  /* A slot half migrated (TRYAGAIN) is waited out until the caller's
+   * deadline when the caller has one (an acquire), and then ends as
+   * HILOCK_BUSY: not granted in time; else as other pauses. */
+  int64_t resharding;
+  int reshard_busy;
   int moved;       /* the master moved (Sentinel) */
 } trip;
 
@@ -484,6 +490,7 @@ static void settle(trip *t, hilock__req *q, hilock__node *node,
     /* The request did not run: following or retrying it is safe. */
     int hop = r->str[0] == 'M' || r->str[0] == 'A'; /* MOVED, ASK */
     int tryagain = has_prefix(r->str, r->len, "TRYAGAIN");
+    int64_t until;
     int slot = hilock__command_key_slot(q->argc, q->argv, q->lens);
     rc = hilock__set_err(&t->tmp, HILOCK_ECLUSTER, "redis: %.*s",
                          (int)(r->len > 200 ? 200 : r->len), r->str);
@@ -502,12 +509,23 @@ static void settle(trip *t, hilock__req *q, hilock__node *node,
     /* CLUSTERDOWN, TRYAGAIN: wait within the budget (which bounds these;
      * the hop count catches redirection loops). */
     q->hops = 0;
-    if (tryagain && (t->s->flags & HILOCK__SEND_TRYAGAIN))
+    until = tryagain ? t->resharding : t->deadline;
+    if (tryagain && (t->s->flags & HILOCK__SEND_TRYAGAIN)) {
       finish(t, q, HILOCK__TRYAGAIN);
-    else if (hilock__now_ms() >= t->deadline)
-      finish(t, q, rc);
-    else
+    } else if (t->s->flags & HILOCK__SEND_ONCE) {
+      finish(t, q, rc); /* no time to wait: tried again next round */
+    } else if (hilock__now_ms() < until) {
       t->pause = 1;
+      if (until > t->pause_until) t->pause_until = until;
+    } else if (tryagain && t->reshard_busy) {
+      finish(t, q,
+             hilock__set_err(&t->tmp, HILOCK_BUSY,
+                             "hash slot %d was still being migrated "
+                             "(TRYAGAIN) when the time ran out",
+                             slot));
+    } else {
+      finish(t, q, rc);
+    }
     return;
   }
   rc = hilock__reply_error(&t->tmp, r->str, r->len);
@@ -588,6 +606,9 @@ int hilock__dispatch(hilock_client *c, hilock__err *e, hilock__send *s,
     t.deadline = hilock__call_cut(s->deadline_ms);
     if (hilock__call_deadline() < t.deadline) t.deadline = hilock__call_deadline();
   }
+  t.resharding = t.deadline;
+  t.reshard_busy = s->deadline_ms == 0 && hilock__call_deadline() != INT64_MAX;
+  if (t.reshard_busy) t.resharding = hilock__call_cut(hilock__call_deadline());
   t.failed = 0;
   hilock__clear_err(&t.tmp);
   s->broke_fresh = 0;
@@ -614,6 +635,7 @@ int hilock__dispatch(hilock_client *c, hilock__err *e, hilock__send *s,
     int lead = -1, ng = 0;
     hilock__node *node = NULL;
     t.pause = t.moved = 0;
+    t.pause_until = 0;
     for (int i = 0; i < n && lead < 0; i++)
       if (q[i].pending) lead = i;
     if (lead < 0) break;
@@ -637,13 +659,75 @@ int hilock__dispatch(hilock_client *c, hilock__err *e, hilock__send *s,
                   t.tmp.msg);
       hilock__sleep_ms(FAILOVER_PAUSE_MS);
     } else if (t.pause) {
-      int64_t left = t.deadline - hilock__now_ms();
+      int64_t left = t.pause_until - hilock__now_ms();
       if (left > 0) hilock__sleep_ms(pause < left ? pause : left);
       pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
     }
   }
   if (g != one) free(g);
   return t.failed;
+}
+
+/* ## Requests sent again later -------------------------------------------- */
+
+/* A failure that may pass: worth sending again later. */
+static int may_pass(int rc) {
+  return rc == HILOCK_ECLUSTER || rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT ||
+         rc == HILOCK_BUSY;
+}
+
+void hilock__send_later(hilock_client *c, const hilock__req *q, int rc,
+                        int64_t for_ms) {
+  size_t size = sizeof(hilock__later) +
+                (size_t)q->argc * (sizeof(char *) + sizeof(size_t));
+  hilock__later *x;
+  char *text;
+  if (!may_pass(rc)) return;
+  for (int i = 0; i < q->argc; i++) size += q->lens[i];
+  if ((x = malloc(size)) == NULL) return; /* it lapses on its own */
+  x->next = NULL;
+  x->pid = hilock__pid();
+  x->until_ms = hilock__now_ms() + for_ms;
+  x->argc = q->argc;
+  x->script = q->script;
+  x->lens = (size_t *)(x + 1);
+  x->argv = (const char **)(x->lens + q->argc);
+  text = (char *)(x->argv + q->argc);
+  for (int i = 0; i < q->argc; i++) {
+    memcpy(text, q->argv[i], q->lens[i]);
+    x->argv[i] = text;
+    x->lens[i] = q->lens[i];
+    text += q->lens[i];
+  }
+  hilock__watchdog_later(&c->rt, x);
+}
+
+hilock__later *hilock__later_run(hilock_client *c, hilock__later *list) {
+  hilock__later *keep = NULL;
+  while (list != NULL) {
+    hilock__later *x = list;
+    hilock__req q = {.argc = x->argc, .argv = x->argv, .lens = x->lens,
+                     .script = x->script};
+    hilock__send s = {0};
+    hilock__err e;
+    int rc = HILOCK_ECLOSED;
+    list = x->next;
+    if (x->pid == hilock__pid() && hilock__now_ms() < x->until_ms &&
+        hilock__client_usable(c)) {
+      s.flags = HILOCK__ROUTE_RESEND;
+      s.deadline_ms = hilock__now_ms() + 1000;
+      hilock__clear_err(&e);
+      rc = hilock__dispatch(c, &e, &s, &q, 1);
+      if (q.reply != NULL) freeReplyObject(q.reply);
+    }
+    if (may_pass(rc)) {
+      x->next = keep;
+      keep = x;
+    } else {
+      free(x);
+    }
+  }
+  return keep;
 }
 
 int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,

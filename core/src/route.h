@@ -73,7 +73,8 @@ int hilock__req_noscript(hilock__req *q, const redisReply *r);
  * BLOCKING: a blocking command (BLPOP): its reply may take until the
  *       send's reply_by_ms (not the command timeout).
  * ONCE: one connection attempt per node, no waiting for a cluster to
- *       recover (the watchdog: holds on other nodes must not wait).
+ *       recover or a migration to end (the watchdog: holds on other nodes
+ *       must not wait; it tries again in its next round).
  * TRYAGAIN: a request answered TRYAGAIN ends with HILOCK__TRYAGAIN at
  *       once (its caller splits it) instead of waiting for the migration. */
 #define HILOCK__SEND_ASKING 1u
@@ -133,6 +134,16 @@ int hilock__conn_batch(hilock_client *c, hilock__conn *k, unsigned flags,
 int hilock__route(hilock_client *c, hilock__err *e, unsigned flags,
                   hilock__req *q, long long *acked);
 /* A plain command through hilock__route: hilock__command (script.h). */
+
+/* If rc (q's outcome) is a failure that may pass (a cluster state, a
+ * server out of reach, no reply in time, a slot half migrated past the
+ * call's time), leave q to the renewal thread for up to for_ms
+ * (HILOCK__RUN_LATER). */
+void hilock__send_later(hilock_client *c, const hilock__req *q, int rc,
+                        int64_t for_ms);
+/* Send each request of list again (the renewal thread): the list of those
+ * to try again later; the rest are freed. */
+hilock__later *hilock__later_run(hilock_client *c, hilock__later *list);
 
 /* What an error reply means for where its request goes: a cluster's
  * MOVED (the map records the new owner and is read again), ASK (*ask: the

@@ -32,6 +32,19 @@ typedef struct hilock__conn {
 
 struct hilock__renewal;
 
+/* A request left for the renewal thread to send again (route.c: a waiter
+ * leaving its line while the server could not take it); argv and lens
+ * live in the same allocation. */
+typedef struct hilock__later {
+  struct hilock__later *next;
+  pid_t pid;
+  int64_t until_ms; /* given up after this */
+  int argc;
+  const struct hilock__script *script;
+  const char **argv;
+  size_t *lens;
+} hilock__later;
+
 /* The client's renewal thread and the holds it renews (see renewal.c). */
 typedef struct hilock__watchdog {
   pthread_mutex_t mu;
@@ -47,6 +60,8 @@ typedef struct hilock__watchdog {
   struct hilock__renewal *head;
   hilock__conn *conn;
   struct hilock__hold *live; /* every grant of this process (see hold.c) */
+  hilock__later *later;      /* requests to send again, when later_us */
+  int64_t later_us;
 } hilock__watchdog;
 
 /* Shared waiting (hub.c): one subscriber connection per client, its
@@ -250,6 +265,10 @@ void hilock__hold_forget_live(hilock__runtime *rt);
 void hilock__holds_close(hilock_client *c);
 /* Fork: forget the parent's renewal thread and registrations. */
 void hilock__watchdog_forget(hilock__runtime *rt);
+/* Hand x to the renewal thread (started if need be), which sends it again
+ * until it is answered or x->until_ms (x is freed then, or now if the
+ * client is closed). */
+void hilock__watchdog_later(hilock__runtime *rt, hilock__later *x);
 
 /* ## Closing, and keys (call.c, util.c) ---------------------------------- */
 

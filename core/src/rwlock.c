@@ -459,9 +459,9 @@ static int side_attempt(attempt_ctx *a, int read, const char **keys,
       read ? 6 : 8, ukeys, ukeylens, read, unacked, r);
 }
 
-/* A waiter that stops waiting leaves its place with script s on keys
- * (best effort: a failure leaves it to expire one ttl after its last
- * attempt). */
+/* A waiter that stops waiting leaves its place with script s on keys (a
+ * failure that may pass leaves it to the renewal thread; else it expires
+ * one ttl after its last attempt). */
 static void side_withdraw(attempt_ctx *a, const hilock__script *s, int nkeys,
                           const char **keys, const size_t *keylens) {
   const char *args[1] = {a->owner};
@@ -469,8 +469,9 @@ static void side_withdraw(attempt_ctx *a, const hilock__script *s, int nkeys,
   hilock__err e;
   redisReply *r = NULL;
   hilock__clear_err(&e);
-  if (hilock__script_run(a->rw->w.client, &e, s, nkeys, keys, keylens, 1,
-                         args, arglens, &r) == HILOCK_OK)
+  if (hilock__script_run_as(a->rw->w.client, &e, s,
+                            HILOCK__RUN_WAKES | HILOCK__RUN_LATER, nkeys, keys,
+                            keylens, 1, args, arglens, &r) == HILOCK_OK)
     freeReplyObject(r);
 }
 
@@ -525,15 +526,18 @@ static int acquire_side(hilock_rwlock *rw, int64_t wait_ms, int once,
                         int (*attempt)(void *, int64_t *), const char *wake,
                         size_t wakelen, void (*give_up)(attempt_ctx *)) {
   attempt_ctx a;
-  int64_t pttl;
+  int64_t pttl, outer;
   int rc;
   ctx_init(&a, rw, !once && wait_ms != 0);
+  /* The caller's timeout bounds giving up the place too. */
+  outer = hilock__acquire_begin(once ? 0 : wait_ms);
   if (once)
     rc = hilock__stat_try(rw->w.rt, attempt(&a, &pttl));
   else
     rc = hilock__acquire_loop_taking(rw->w.client, &a.e, wake, wakelen,
                                      wait_ms, attempt, &a);
   if (rc != HILOCK_OK && a.intent) give_up(&a);
+  hilock__call_end(outer);
   if (rc < 0) keep_err(rw, &a.e);
   return rc;
 }

@@ -10,6 +10,7 @@
 #include "wait.h"
 
 #define MAX_ARGS 32 /* on the stack; more go on the heap */
+#define LATER_MS 60000 /* HILOCK__RUN_LATER: sent again for this long */
 
 int hilock__script_run(hilock_client *c, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
@@ -83,6 +84,7 @@ int hilock__script_run_as(hilock_client *c, hilock__err *e,
   if (how & HILOCK__RUN_WAKES) hilock__hub_flush(c);
   rc = hilock__route(c, e, flags, &q, &acked);
   *out = q.reply;
+  if (how & HILOCK__RUN_LATER) hilock__send_later(c, &q, rc, LATER_MS);
   if (argv != sargv) {
     free(argv);
     free(lens);

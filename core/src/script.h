@@ -98,6 +98,11 @@ void hilock__resend_free(hilock__resend *x);
  * follows), HILOCK__RUN_WAKES as @wakes (PING goes first). */
 #define HILOCK__RUN_GRANT 1
 #define HILOCK__RUN_WAKES 2
+/* HILOCK__RUN_LATER: a failure that may pass (a slot half migrated past
+ * the call's time, a server out of reach, no reply in time) leaves the
+ * request to the renewal thread, which sends it again for up to a minute:
+ * for a waiter leaving its line (scripts safe to run twice). */
+#define HILOCK__RUN_LATER 4
 int hilock__script_run_as(hilock_client *c, hilock__err *e,
                           const hilock__script *s, int how, int nkeys,
                           const char **keys, const size_t *keylens, int nargs,

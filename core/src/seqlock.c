@@ -119,9 +119,9 @@ static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
   int how = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0 ||
                     strcmp(op, "extend") == 0
                 ? HILOCK__RUN_GRANT
-            : strcmp(op, "release") == 0 || strcmp(op, "leave") == 0
-                ? HILOCK__RUN_WAKES
-                : 0;
+            : strcmp(op, "release") == 0 ? HILOCK__RUN_WAKES
+            : strcmp(op, "leave") == 0 ? HILOCK__RUN_WAKES | HILOCK__RUN_LATER
+                                       : 0;
   /* An attempt goes with its undo, the contender's leave (see fair.c's
    * run). */
   int attempt = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0;

@@ -266,9 +266,15 @@ int hilock__spec_end(const hilock__acquire_spec *s, int queue, int status) {
   return s->done != NULL ? s->done(s->arg, status) : status;
 }
 
+int64_t hilock__acquire_begin(int64_t wait_ms) {
+  return hilock__call_begin(wait_ms > 0 && wait_ms <= HILOCK__WAIT_CAP_MS
+                                ? hilock__now_ms() + wait_ms + 1 + CALL_SLACK_MS
+                                : INT64_MAX);
+}
+
 int hilock__acquire(hilock_client *c, hilock__err *e,
                     const hilock__acquire_spec *s, int64_t wait_ms) {
-  int64_t bound;
+  int64_t bound, outer;
   int rc;
   if (s->begin == NULL)
     return hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->wake,
@@ -276,14 +282,20 @@ int hilock__acquire(hilock_client *c, hilock__err *e,
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
+  /* The caller's timeout bounds joining the line and leaving it too (a
+   * slot half migrated answers both TRYAGAIN for as long as it lasts). */
+  outer = hilock__acquire_begin(wait_ms);
   rc = s->begin(s->arg, wait_ms != 0);
-  if (rc != HILOCK_OK) return rc;
-  if (wait_ms == 0)
-    rc = hilock__stat_try(&c->rt, s->attempt(s->arg, &bound));
-  else
-    rc = hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->wake,
-                                  wait_ms, s->attempt, s->arg);
-  return hilock__spec_end(s, wait_ms != 0, rc);
+  if (rc == HILOCK_OK) {
+    if (wait_ms == 0)
+      rc = hilock__stat_try(&c->rt, s->attempt(s->arg, &bound));
+    else
+      rc = hilock__acquire_loop_var(c, e, s->wkey, s->wkeylen, s->wake,
+                                    wait_ms, s->attempt, s->arg);
+    rc = hilock__spec_end(s, wait_ms != 0, rc);
+  }
+  hilock__call_end(outer);
+  return rc;
 }
 
 void hilock__spec(hilock__acquire_spec *s, int (*attempt)(void *, int64_t *),

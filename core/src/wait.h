@@ -117,6 +117,10 @@ int hilock__acquire_loop_taking(hilock_client *c, hilock__err *e,
                                 int64_t wait_ms,
                                 int (*attempt)(void *arg, int64_t *pttl),
                                 void *arg);
+/* An acquire's whole call (joining a line, the loop, leaving the line)
+ * within the caller's timeout wait_ms: hilock__call_begin with its bound
+ * (none for 0 or forever); give the result to hilock__call_end. */
+int64_t hilock__acquire_begin(int64_t wait_ms);
 /* A family's acquire, as hilock__acquire_loop_var runs it: attempt(arg)
  * until it grants, sleeping on the wake list *wkey between attempts;
  * wake: HILOCK__WAKE_* flags. */

@@ -775,7 +775,10 @@ def test_an_ask_phase_longer_than_the_reconnect_budget(kind_name: str, cluster, 
 
         def take() -> None:
             try:
-                out.append(lk.acquire(timeout=TIMEOUT))
+                got = lk.acquire(timeout=TIMEOUT)
+                out.append(got)
+                if got is True:
+                    lk.release()  # on the thread that holds it (a permit)
             except Exception as e:
                 out.append(f"{type(e).__name__}: {e}")
 
@@ -789,7 +792,6 @@ def test_an_ask_phase_longer_than_the_reconnect_budget(kind_name: str, cluster, 
         m.finish()
         _join([t], TIMEOUT + 5, "the acquire")
         assert out == [True], out
-        lk.release()
 
 
 def _split(m: Migration) -> None:
