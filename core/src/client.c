@@ -290,13 +290,6 @@ static void free_list(hilock__conn *k) {
 
 void hilock__conn_free_list(hilock__conn *k) { free_list(k); }
 
-/* Check out an idle connection (*fresh = 0) or open one (*fresh = 1). */
-int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
-                     int *fresh) {
-  return hilock__pool_get_until(c, e, hilock__budget(c->rt.opts.reconnect_ms),
-                                out, fresh);
-}
-
 int hilock__pool_get_until(hilock_client *c, hilock__err *e,
                            int64_t deadline, hilock__conn **out, int *fresh) {
   hilock__conn *k = NULL, *stale = NULL;

@@ -1,10 +1,10 @@
 /* hilock internals, the dispatcher: the one way a request reaches a
- * server (route.c: pipelined batches, redirections, failovers, resends and
- * WAIT; client.c: pooled connections; cluster.c: the slot map; sentinel.c;
- * call.c: the undo of an ambiguous grant). Uses the base, net and runtime
- * layers and script.h (it carries scripts, and hilock__command is declared
- * there). The lock families reach it through script.h (redlock.c and
- * inspect.c still drive connections themselves). */
+ * server (route.c; client.c: pooled connections and their set-up;
+ * cluster.c: the slot map; sentinel.c; call.c: the undo of an ambiguous
+ * grant). Uses the base, net and runtime layers and script.h (it carries
+ * scripts; hilock__command is declared there). The lock families reach it
+ * through script.h; redlock.c (its nodes) and inspect.c (SCAN on a node)
+ * include it. */
 #ifndef HILOCK_ROUTE_H
 #define HILOCK_ROUTE_H
 
@@ -19,14 +19,9 @@
 #include "script.h"
 
 /* ## The dispatcher (route.c) ---------------------------------------------
- * Every request reaches its server through hilock__dispatch: one request
- * or a batch, each to its target (the slot of its first key, a given node,
- * any master; the one server otherwise), pipelined per connection, owning
- * MOVED and ASK (one hop limit), TRYAGAIN and CLUSTERDOWN, Sentinel
- * failover replies (a new connection to the new master), broken
- * connections and the resend rule, NOSCRIPT (EVAL with the source), WAIT,
- * and the time: the caller's budget bounds all of it. hilock__conn_batch
- * is its one-connection layer (requests pipelined on one connection). */
+ * hilock__dispatch: one request or a batch, each to its target, pipelined
+ * per connection; it alone follows redirections and failovers (see
+ * route.c). hilock__conn_batch is its one-connection layer. */
 
 struct hilock__node;
 
@@ -161,11 +156,8 @@ int hilock__failover_reply(const hilock_client *c, const redisReply *r);
 int hilock__exists(hilock_client *c, hilock__err *e, const char *key,
                    size_t keylen, int *exists);
 
-/* Connection pool, for callers that drive a connection themselves. */
-int hilock__pool_get(hilock_client *c, hilock__err *e, hilock__conn **out,
-                     int *fresh);
-/* The same, waiting for a place in the pool or a connection until
- * deadline_ms. */
+/* Connection pool: an idle connection (*fresh = 0) or a new one, waiting
+ * for a place in the pool or a connection until deadline_ms. */
 int hilock__pool_get_until(hilock_client *c, hilock__err *e,
                            int64_t deadline_ms, hilock__conn **out,
                            int *fresh);
@@ -229,14 +221,10 @@ int hilock__conn_error(hilock_client *c, hilock__err *e, hilock__conn *k,
                        const char *what, int saved_errno);
 
 /* ## Redis Cluster (cluster.c) --------------------------------------------
- * A cluster client keeps a map of the 16384 hash slots to their masters
- * (read with CLUSTER SLOTS), an idle-connection pool per node, and routes
- * every command that carries keys by the slot of its first key. MOVED and
- * ASK are followed (ASKING before the retried command); the map is read
- * again after MOVED, after a connection to a node fails, and while
- * CLUSTERDOWN lasts, within opts.reconnect_ms. All fields are guarded by
- * c->mu; nodes are never freed before the client, so a connection may keep
- * a pointer to its node. */
+ * The map of the 16384 hash slots to their masters (CLUSTER SLOTS) and an
+ * idle-connection pool per node. All fields are guarded by c->mu; nodes
+ * are never freed before the client, so a connection may keep a pointer
+ * to its node. */
 
 typedef struct hilock__node {
   char *host;

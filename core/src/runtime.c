@@ -6,7 +6,7 @@
  * take all their mutexes (so the child never inherits one mid-update), and
  * in the child they drop the parent's renewal thread state; a client also
  * draws a new id and forgets its subscriber (client.c). Pooled sockets are
- * dropped lazily by the PID check in hilock__pool_get. */
+ * dropped lazily by the PID check in hilock__pool_get_until. */
 #include <stdlib.h>
 #include <string.h>
 
