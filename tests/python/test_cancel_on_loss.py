@@ -384,14 +384,16 @@ def test_a_loss_after_the_block_or_of_another_task_cancels_nothing(rds, redis_ur
 def test_an_unrenewed_grant_ends_the_block_when_its_validity_runs_out(rds,
                                                                      redis_url) -> None:
     """auto_renew=False: no renewal finds a loss; the end of the grant's
-    validity cancels the body. extend() moves that end."""
+    validity cancels the body. extend() moves that end. (A TTL of 1 s: the
+    acquire and the extend must come before it runs out, also on a loaded
+    machine.)"""
     async def main(c: hla.Client) -> None:
-        lk = c.lock("col:lapse", 0.3, auto_renew=False, cancel_on_loss=True)
+        lk = c.lock("col:lapse", 1.0, auto_renew=False, cancel_on_loss=True)
         extended = []
         with pytest.raises(hilock.LockLost):
             async with lk:
-                await lk.extend(0.2)
-                extended.append(lk.validity > 0.3)
+                await lk.extend(0.5)
+                extended.append(lk.validity > 1.0)
                 await not_cancelled()
         assert extended == [True]
 
@@ -402,12 +404,74 @@ def test_a_body_that_released_the_lock_is_not_cancelled(rds, redis_url) -> None:
     """A body that released the lock itself has nothing left to lose: the end
     of the grant's validity does not cancel it."""
     async def main(c: hla.Client) -> None:
-        lk = c.lock("col:rel", 0.3, auto_renew=False, cancel_on_loss=True)
+        # A TTL of 1 s: the release must come before it runs out, also on a
+        # loaded machine.
+        lk = c.lock("col:rel", 1.0, auto_renew=False, cancel_on_loss=True)
         async with lk:
             await lk.release()
             # Past the grant's validity: the loop runs a timer due at its
             # end before this sleep's.
-            await asyncio.sleep(0.6)
+            await asyncio.sleep(1.2)
         assert lk.validity == 0
 
     run(redis_url, main)
+
+
+def test_nested_blocks_of_a_reentrant_lock_cancel_once(rds, redis_url) -> None:
+    """A task inside two blocks of one reentrant lock is cancelled once; the
+    outer block raises LockLost."""
+    async def main(c: hla.Client) -> None:
+        rl = c.rlock("col:nested", TTL, cancel_on_loss=True)
+        inner_saw = []
+        with pytest.raises(hilock.LockLost):
+            async with rl:
+                try:
+                    async with rl:
+                        rds.flushall()
+                        await not_cancelled()
+                except asyncio.CancelledError:
+                    inner_saw.append("cancelled")
+                    raise
+        assert inner_saw == ["cancelled"]
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+
+    run(redis_url, main)
+
+
+def test_without_counted_cancels_a_flag_tells_the_loss_cancellation(
+        rds, redis_url, monkeypatch) -> None:
+    """The path of Pythons before 3.11 (no Task.cancelling): the block's
+    flag alone turns its cancellation into LockLost, also when the body
+    caught it and went on."""
+    monkeypatch.setattr(hla, "_COUNTED_CANCELS", False)
+
+    async def main(c: hla.Client) -> None:
+        with pytest.raises(hilock.LockLost):
+            async with c.lock("col:flag", TTL, cancel_on_loss=True):
+                rds.flushall()
+                await not_cancelled()
+        with pytest.raises(hilock.LockLost):
+            async with c.lock("col:flag2", TTL, cancel_on_loss=True):
+                rds.flushall()
+                try:
+                    await not_cancelled()
+                except asyncio.CancelledError:
+                    pass
+
+    async def outside(c: hla.Client) -> None:
+        inside = asyncio.Event()
+
+        async def work() -> None:
+            async with c.lock("col:flag3", TTL, cancel_on_loss=True):
+                inside.set()
+                await not_cancelled()
+
+        t = asyncio.ensure_future(work())
+        await reached(inside, t)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+
+    run(redis_url, main)
+    run(redis_url, outside)
