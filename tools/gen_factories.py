@@ -17,7 +17,8 @@ tests/python/test_factories.py fails while a file differs from what this
 script writes, and checks the built package's signatures against the table.
 
 The surfaces differ only where the table says so: ``on_lost`` is not on
-the asyncio client (its callback would get a blocking lock), ``compat`` is
+the asyncio client (its callback would get a blocking lock) and
+``cancel_on_loss`` is on the asyncio client only, ``compat`` is
 not on the module-level functions, and the asyncio lease takes a ``ttl``
 and no renewal options. Names in annotations are the module's own (the
 asyncio module has lock classes of the same names), so each file imports
@@ -72,8 +73,12 @@ ON_LOST = Param("on_lost", "Optional[LostCallback[{lost}]]", "None", keyword_onl
                 surfaces=frozenset({CLIENT, DEFAULT}))
 COMPAT = Param("compat", "Optional[Compat]", "None", keyword_only=True,
                surfaces=frozenset({CLIENT, ASYNCIO}))
+# The asyncio lock's own option (its ``async with`` block), not the blocking
+# lock's: the asyncio method passes it to the lock it wraps, not to the call.
+CANCEL_ON_LOSS = Param("cancel_on_loss", "bool", "False", keyword_only=True,
+                       surfaces=frozenset({ASYNCIO}))
 # What every lock with a TTL takes after its own arguments.
-HOLD = (TTL, TIMEOUT, AUTO_RENEW, MAX_HOLD, ON_LOST)
+HOLD = (TTL, TIMEOUT, AUTO_RENEW, MAX_HOLD, ON_LOST, CANCEL_ON_LOSS)
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,11 @@ loses it within ``ttl``; pass False for a plain expiring lock.
 """,
         body="return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost)",
         default_doc="An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``).",
-        async_doc="An expiring lock, as :meth:`hilock.Client.lock`."),
+        async_doc="""\
+An expiring lock, as :meth:`hilock.Client.lock`.
+``cancel_on_loss``: a loss of the hold cancels the task inside
+``async with`` on it, and the block raises :class:`hilock.LockLost`
+(every lock that can be lost takes it; see :mod:`hilock.asyncio`)."""),
     Factory(
         "simple_lock", (NAME, TIMEOUT), "Lock", "Lock",
         doc="""\
@@ -137,7 +146,7 @@ out, by the renewal thread (default) or by ``renew()``/``extend()``
         body="return Lock(self, name, LEASE, ttl, timeout, auto_renew, max_hold, on_lost)",
         default_doc="A lease on the default client.",
         async_doc="A lease (expires, never renewed), as :meth:`hilock.Client.lease`.",
-        async_params=(NAME, Param("ttl", "float"), TIMEOUT)),
+        async_params=(NAME, Param("ttl", "float"), TIMEOUT, CANCEL_ON_LOSS)),
     Factory(
         "rlock", (NAME, *HOLD, COMPAT), "RLock", "RLock",
         doc="""\
@@ -333,9 +342,11 @@ def _docstring(doc: str, indent: str) -> List[str]:
 def _call(head: str, f: Factory, surface: str, tail: str, indent: str,
           compat: bool = True) -> List[str]:
     """A call of the blocking method with the surface's own parameters:
-    the positional ones by position, the keyword-only ones by keyword."""
+    the positional ones by position, the keyword-only ones by keyword
+    (``cancel_on_loss`` is the asyncio lock's, see _asyncio)."""
     args = [p.name if not p.keyword_only else f"{p.name}={p.name}"
-            for p in f.params_of(surface) if compat or p is not COMPAT]
+            for p in f.params_of(surface)
+            if (compat or p is not COMPAT) and p is not CANCEL_ON_LOSS]
     return _wrap(head, args, tail, indent)
 
 
@@ -370,13 +381,15 @@ def _default(f: Factory) -> List[str]:
 
 def _asyncio(f: Factory) -> List[str]:
     sync = f"self._sync.{f.name}"
+    # The asyncio lock takes cancel_on_loss itself: Lock(self, sync, cancel_on_loss).
+    tail = ", cancel_on_loss)" if CANCEL_ON_LOSS in f.params_of(ASYNCIO) else ")"
     if f.compat:
         body = ["        if compat is not None:"]
-        body += _call(f"return {f.compat[0]}(self, {sync}", f, ASYNCIO, ")", " " * 12)
-        body += _call(f"return {f.returns}(self, {sync}", f, ASYNCIO, ")", " " * 8,
+        body += _call(f"return {f.compat[0]}(self, {sync}", f, ASYNCIO, tail, " " * 12)
+        body += _call(f"return {f.returns}(self, {sync}", f, ASYNCIO, tail, " " * 8,
                       compat=False)
     else:
-        body = _call(f"return {f.returns}(self, {sync}", f, ASYNCIO, ")", " " * 8)
+        body = _call(f"return {f.returns}(self, {sync}", f, ASYNCIO, tail, " " * 8)
     return _overloads(f, ASYNCIO) + _def(f, ASYNCIO, True, f.async_doc, body)
 
 

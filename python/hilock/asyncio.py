@@ -20,6 +20,31 @@ Same keys and exceptions as the thread API: a task here and a thread of
 raced the cancellation is released; a cancelled ``release()`` still
 finishes.
 
+``cancel_on_loss=True`` (every lock that can be lost: all but
+:meth:`Client.simple_lock`) makes a loss stop the work it protected. The
+blocking API calls ``on_lost`` on a thread of its own; here a loss of the
+hold while a task is inside ``async with`` on it cancels that task, where
+it waits (``asyncio.sleep``, a socket read, another lock's acquire), and
+the block then raises :class:`hilock.LockLost`, not ``CancelledError``::
+
+    async with client.lock("orders:42", ttl=10, cancel_on_loss=True):
+        await work()                 # cancelled at once if the lock is lost
+
+A loss is renewal finding the grant gone, or unable to renew it before its
+validity ran out; without renewal (``auto_renew=False``) the end of the
+grant's validity. Only the cancellation of the loss becomes LockLost: a
+``task.cancel()`` of the application, ``asyncio.timeout`` or ``wait_for``
+still ends the block with ``CancelledError`` (and ``TimeoutError``), also
+when it comes with a loss (Python 3.11+, which counts a task's cancel
+requests; before 3.11 one that reaches the task together with the loss's
+ends it with LockLost). A body that catches the cancellation and goes on
+still ends with LockLost; one that raises another exception ends with that
+one. A loss after the block ended (or after its body released the lock
+itself), or of another task's block, cancels nothing; the option concerns
+the block only, not ``acquire()`` (a cancelled acquire withdraws its wait,
+as always) nor a lock held by ``acquire()`` and ``release()`` calls.
+Without the option, a loss surfaces as LockLost when the block ends.
+
 Every lock type of the blocking API: :meth:`Client.lock`,
 :meth:`Client.simple_lock`, :meth:`Client.lease`, :meth:`Client.rlock` and
 :meth:`Client.rwlock` (owned by the current task), :meth:`Client.semaphore`
@@ -34,6 +59,7 @@ import collections
 import itertools
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -87,6 +113,12 @@ __all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "RWLock", "ReadLo
 
 # A finished operation: its status, why it failed, and a query's answer.
 Done = Tuple[int, str, int]
+
+# Tasks count their cancellation requests (Task.cancelling, uncancel) from
+# Python 3.11 on: a block with cancel_on_loss then tells its own
+# cancellation from the application's or a timeout's. Before, a flag says
+# it cancelled the task, and nothing tells a cancellation that came with it.
+_COUNTED_CANCELS = sys.version_info >= (3, 11)
 
 
 # The owner numbers of tasks, for the locks owned by their caller (the
@@ -415,49 +447,56 @@ class Client(Uncopyable):
     # Written by tools/gen_factories.py from its table of factories: edit
     # the table and run the script, not the code between these lines.
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-             auto_renew: bool = True, max_hold: Optional[float] = None) -> Lock:
-        """An expiring lock, as :meth:`hilock.Client.lock`."""
+             auto_renew: bool = True, max_hold: Optional[float] = None,
+             cancel_on_loss: bool = False) -> Lock:
+        """An expiring lock, as :meth:`hilock.Client.lock`.
+        ``cancel_on_loss``: a loss of the hold cancels the task inside
+        ``async with`` on it, and the block raises :class:`hilock.LockLost`
+        (every lock that can be lost takes it; see :mod:`hilock.asyncio`)."""
         return Lock(self, self._sync.lock(name, ttl, timeout, auto_renew=auto_renew,
-                                          max_hold=max_hold))
+                                          max_hold=max_hold), cancel_on_loss)
 
     def simple_lock(self, name: Name, timeout: Optional[float] = None) -> Lock:
         """A lock without expiry, as :meth:`hilock.Client.simple_lock`."""
         return Lock(self, self._sync.simple_lock(name, timeout))
 
-    def lease(self, name: Name, ttl: float, timeout: Optional[float] = None) -> Lock:
+    def lease(self, name: Name, ttl: float, timeout: Optional[float] = None, *,
+              cancel_on_loss: bool = False) -> Lock:
         """A lease (expires, never renewed), as :meth:`hilock.Client.lease`."""
-        return Lock(self, self._sync.lease(name, ttl, timeout))
+        return Lock(self, self._sync.lease(name, ttl, timeout), cancel_on_loss)
 
     def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              compat: Optional[Compat] = None) -> RLock:
+              cancel_on_loss: bool = False, compat: Optional[Compat] = None) -> RLock:
         """A reentrant lock, as :meth:`hilock.Client.rlock`, owned by the
         current task: a task that holds it may acquire it again (and
         releases as often); other tasks, threads and processes wait.
         ``compat="redisson"``: Redisson's RLock of the same name."""
         return RLock(self, self._sync.rlock(name, ttl, timeout, auto_renew=auto_renew,
-                                            max_hold=max_hold, compat=compat))
+                                            max_hold=max_hold, compat=compat), cancel_on_loss)
 
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
                   timeout: Optional[float] = None, *, auto_renew: bool = True,
-                  max_hold: Optional[float] = None) -> Semaphore:
+                  max_hold: Optional[float] = None, cancel_on_loss: bool = False) -> Semaphore:
         """A counting semaphore, as :meth:`hilock.Client.semaphore`; a
         permit belongs to the task that acquired it."""
         return Semaphore(self, self._sync.semaphore(name, permits, ttl, timeout,
-                                                    auto_renew=auto_renew, max_hold=max_hold))
+                                                    auto_renew=auto_renew,
+                                                    max_hold=max_hold), cancel_on_loss)
 
     @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  compat: None = None) -> FairLock: ...
+                  cancel_on_loss: bool = False, compat: None = None) -> FairLock: ...
 
     @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  compat: Compat) -> RLock: ...
+                  cancel_on_loss: bool = False, compat: Compat) -> RLock: ...
 
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
+                  cancel_on_loss: bool = False,
                   compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
         """A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a
         cancelled waiter leaves the queue. ``compat="redisson"``: Redisson's
@@ -466,57 +505,62 @@ class Client(Uncopyable):
         timed out, leaves the queue)."""
         if compat is not None:
             return RLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,
-                                                    max_hold=max_hold, compat=compat))
+                                                    max_hold=max_hold,
+                                                    compat=compat), cancel_on_loss)
         return FairLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,
-                                                   max_hold=max_hold))
+                                                   max_hold=max_hold), cancel_on_loss)
 
     @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               compat: None = None) -> RWLock: ...
+               cancel_on_loss: bool = False, compat: None = None) -> RWLock: ...
 
     @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               compat: Compat) -> RedissonRWLock: ...
+               cancel_on_loss: bool = False, compat: Compat) -> RedissonRWLock: ...
 
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
+               cancel_on_loss: bool = False,
                compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
         """A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner
         is the current task: ``.read()`` and ``.write()`` give its sides.
         ``compat="redisson"``: Redisson's RReadWriteLock of the same name."""
         if compat is not None:
             return RedissonRWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
-                                                          max_hold=max_hold, compat=compat))
+                                                          max_hold=max_hold,
+                                                          compat=compat), cancel_on_loss)
         return RWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
-                                              max_hold=max_hold))
+                                              max_hold=max_hold), cancel_on_loss)
 
     def multi_lock(self, names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None,
-                   *, auto_renew: bool = True, max_hold: Optional[float] = None) -> MultiLock:
+                   *, auto_renew: bool = True, max_hold: Optional[float] = None,
+                   cancel_on_loss: bool = False) -> MultiLock:
         """A lock on every name at once or none, as
         :meth:`hilock.Client.multi_lock`."""
         return MultiLock(self, self._sync.multi_lock(names, ttl, timeout, auto_renew=auto_renew,
-                                                     max_hold=max_hold))
+                                                     max_hold=max_hold), cancel_on_loss)
 
     def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
-                        auto_renew: bool = True,
-                        max_hold: Optional[float] = None) -> SequentialLock:
+                        auto_renew: bool = True, max_hold: Optional[float] = None,
+                        cancel_on_loss: bool = False) -> SequentialLock:
         """A sequential lock, as :meth:`hilock.Client.sequential_lock`: a
         cancelled waiter leaves the queue."""
         return SequentialLock(self, self._sync.sequential_lock(name, ttl, timeout,
                                                                auto_renew=auto_renew,
-                                                               max_hold=max_hold))
+                                                               max_hold=max_hold), cancel_on_loss)
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,
-                       max_hold: Optional[float] = None) -> SegmentedLock:
+                       max_hold: Optional[float] = None,
+                       cancel_on_loss: bool = False) -> SegmentedLock:
         """A segmented lock, as :meth:`hilock.Client.segmented_lock`:
         ``acquire()`` takes a free segment that has stock and raises
         :class:`hilock.SoldOut` once every segment is empty."""
         return SegmentedLock(self, self._sync.segmented_lock(name, segments, ttl, timeout,
                                                              auto_renew=auto_renew,
-                                                             max_hold=max_hold))
+                                                             max_hold=max_hold), cancel_on_loss)
     # END generated factories
 
     async def ping(self) -> None:
@@ -638,9 +682,45 @@ class _Turns:
         self.held = False
 
 
+class _Watch:
+    """An ``async with`` block of a lock made with ``cancel_on_loss``: the
+    task that entered it, its loop, the hold it protects (``what``: see
+    _Hold._held_by), whether a loss cancelled the task, and whether the
+    body released the lock itself (nothing is left to watch then)."""
+
+    __slots__ = ("task", "loop", "what", "cancelled", "released", "timer")
+
+    def __init__(self, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop,
+                 what: Any) -> None:
+        self.task = task
+        self.loop = loop
+        self.what = what
+        self.cancelled = False
+        self.released = False
+        self.timer: Optional[asyncio.TimerHandle] = None
+
+
+def _cancel_was_ours(task: asyncio.Task[Any], exc_type: Optional[Type[BaseException]]) -> bool:
+    """Whether a block whose loss cancelled its task ends with LockLost:
+    its body ended by that cancellation or went on after it. Withdraws the
+    block's own cancellation request (Python 3.11+), so that a timeout or
+    the application's cancel, which the task also got, goes on as
+    CancelledError."""
+    cancelled = exc_type is not None and issubclass(exc_type, asyncio.CancelledError)
+    if _COUNTED_CANCELS:
+        task.uncancel()
+        if cancelled and task.cancelling() > 0:
+            return False  # cancelled from outside too: that one goes on
+    return exc_type is None or cancelled
+
+
 class _Hold(Uncopyable):
     """What every asyncio lock shares: the blocking object it wraps (its
-    keys, options and grant state), ``async with``, and the properties."""
+    keys, options and grant state), ``async with``, and the properties.
+
+    ``cancel_on_loss``: a loss of the hold while a task is inside ``async
+    with`` on it cancels that task, and the block then raises LockLost
+    (module docstring)."""
 
     _sync: Any
     # Per task inside ``async with`` on this object: [releases that
@@ -649,9 +729,106 @@ class _Hold(Uncopyable):
     # first ``async with``.
     _withs: Optional[weakref.WeakKeyDictionary[asyncio.Task[Any], List[int]]] = None
 
-    def __init__(self, client: _Runs, sync: Any) -> None:
+    def __init__(self, client: _Runs, sync: Any, cancel_on_loss: bool = False) -> None:
         self._client = client
         self._sync = sync
+        self._cancel_on_loss = bool(cancel_on_loss)
+        # The blocks open on this object, with cancel_on_loss. A plain list:
+        # the thread that delivers losses copies it (list() of a list holds
+        # the interpreter lock throughout).
+        self._watches: List[_Watch] = []
+        if self._cancel_on_loss:
+            self._hear_losses()
+
+    # -- cancel_on_loss ----------------------------------------------------
+
+    def _hear_losses(self) -> None:
+        """Have the blocking lock's loss callback (called on the thread
+        that delivers losses, hilock/_notify.py) reach this object."""
+        ref = weakref.ref(self)
+        previous = self._sync._on_lost  # Redlock's on_lost option
+
+        def on_lost(sync: Any) -> None:
+            hold = ref()
+            if hold is not None:
+                hold._heard_loss()
+            if previous is not None:
+                previous(sync)
+
+        self._sync._on_lost = on_lost
+
+    def _heard_loss(self) -> None:
+        """A loss was reported (on the delivering thread): each loop with a
+        block open on this object checks its blocks on its own thread."""
+        for loop in {w.loop for w in list(self._watches)}:
+            try:
+                loop.call_soon_threadsafe(self._check_watches)
+            except RuntimeError:
+                pass  # the loop closed: its blocks are gone with it
+
+    def _held_by(self, task: asyncio.Task[Any]) -> Any:
+        """What a block of task protects, for _lost_now and _validity_ms
+        (the object's grant; a semaphore's: the task's latest permit)."""
+        return None
+
+    def _lost_now(self, what: Any) -> bool:
+        return bool(self._sync.lost)
+
+    def _validity_ms(self, what: Any) -> float:
+        return float(self._sync.validity) * 1000
+
+    def _watch(self, task: asyncio.Task[Any]) -> None:
+        """Watch the block task entered: its loss cancels task."""
+        loop = asyncio.get_running_loop()
+        w = _Watch(task, loop, self._held_by(task))
+        self._watches.append(w)
+        if not self._sync.auto_renew:
+            # No renewal watches the grant: its end is its validity's.
+            self._arm(w)
+        if self._lost_now(w.what):
+            # Lost before the block was watched: the body is cancelled at
+            # its first wait, from the loop, as for a later loss.
+            loop.call_soon(self._check_watches)
+
+    def _arm(self, w: _Watch) -> None:
+        ms = self._validity_ms(w.what)
+        if ms < math.inf:
+            w.timer = w.loop.call_later(max(0.0, ms) / 1000, self._lapse, w)
+
+    def _lapse(self, w: _Watch) -> None:
+        """An unrenewed grant's validity should have run out: cancel the
+        block, or wait for the rest (extend() moved it)."""
+        w.timer = None
+        if w.released or w not in self._watches:
+            return
+        if self._validity_ms(w.what) > 0 and not self._lost_now(w.what):
+            self._arm(w)
+        else:
+            self._cancel(w)
+
+    def _check_watches(self) -> None:
+        """On the loop's thread: cancel each block of this loop whose hold
+        is lost."""
+        loop = asyncio.get_running_loop()
+        for w in list(self._watches):
+            if w.loop is loop and not w.released and self._lost_now(w.what):
+                self._cancel(w)
+
+    def _cancel(self, w: _Watch) -> None:
+        if w.cancelled or any(o.cancelled and o.task is w.task for o in self._watches):
+            return  # one cancellation per task (a reentrant lock's nested blocks)
+        w.cancelled = w.task.cancel()
+
+    def _unwatch(self, task: asyncio.Task[Any]) -> Optional[_Watch]:
+        """Stop watching task's innermost block on this object."""
+        for i in range(len(self._watches) - 1, -1, -1):
+            w = self._watches[i]
+            if w.task is task:
+                del self._watches[i]
+                if w.timer is not None:
+                    w.timer.cancel()
+                return w
+        return None
 
     def _released(self) -> None:
         """Count a release that succeeded, for the ``async with`` blocks
@@ -661,6 +838,17 @@ class _Hold(Uncopyable):
             entry = withs.get(_task())
             if entry is not None:
                 entry[0] += 1
+        if self._watches:
+            # The innermost block of the task that released: its grant is
+            # over, and the next one (another task's) is not its own.
+            task = _task()
+            for w in reversed(self._watches):
+                if w.task is task and not w.released:
+                    w.released = True
+                    if w.timer is not None:
+                        w.timer.cancel()
+                        w.timer = None
+                    break
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         raise NotImplementedError
@@ -721,13 +909,24 @@ class _Hold(Uncopyable):
                               f"{self._sync.timeout} s")
         if self._withs is None:
             self._withs = weakref.WeakKeyDictionary()
-        entry = self._withs.setdefault(_task(), [0])
+        task = _task()
+        entry = self._withs.setdefault(task, [0])
         entry.append(entry[0])
+        if self._cancel_on_loss:
+            self._watch(task)
         return self
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         withs, task = self._withs, _task()
+        # First, before any wait: a loss from now on cancels nothing.
+        watch = self._unwatch(task) if self._watches else None
+        lost_cancel = (watch is not None and watch.cancelled
+                       and _cancel_was_ours(task, exc_type))
+        if lost_cancel:
+            # The loss's own cancellation ended (or interrupted) the body:
+            # the block ends with LockLost, as a loss found at its end does.
+            exc_type = None
         entry = withs.get(task) if withs is not None else None
         released_in_body = False
         if withs is not None and entry is not None:
@@ -735,7 +934,7 @@ class _Hold(Uncopyable):
             released_in_body = entry[0] > entry.pop()
             if len(entry) == 1:
                 del withs[task]  # the task's outermost block
-        lost = self.lost
+        lost = self.lost or lost_cancel  # (a lapse is not reported lost)
         try:
             await self.release()
         except LockError as e:
@@ -759,8 +958,8 @@ class Lock(_Hold):
 
     _sync: ExclusiveBase
 
-    def __init__(self, client: _Runs, sync: ExclusiveBase) -> None:
-        super().__init__(client, sync)
+    def __init__(self, client: _Runs, sync: ExclusiveBase, cancel_on_loss: bool = False) -> None:
+        super().__init__(client, sync, cancel_on_loss)
         self._turns = _Turns()
         self._granted = False  # the task that has the turn was granted
 
@@ -887,10 +1086,19 @@ class Semaphore(_Hold):
 
     _sync: _SyncSemaphore
 
-    def __init__(self, client: Client, sync: _SyncSemaphore) -> None:
-        super().__init__(client, sync)
+    def __init__(self, client: Client, sync: _SyncSemaphore, cancel_on_loss: bool = False) -> None:
+        super().__init__(client, sync, cancel_on_loss)
         self._held: weakref.WeakKeyDictionary[asyncio.Task[Any], List[Any]] = (
             weakref.WeakKeyDictionary())
+
+    def _held_by(self, task: asyncio.Task[Any]) -> Any:
+        return self._held[task][-1]  # the permit the block took
+
+    def _lost_now(self, what: Any) -> bool:
+        return bool(_h.hilock_hold_lost(what))
+
+    def _validity_ms(self, what: Any) -> float:
+        return float(_h.hilock_hold_validity_ms(what))
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Take one permit: True once granted, False when ``timeout``
@@ -996,6 +1204,25 @@ class ReadLock(_TaskOwned):
     _acquire_start = _h.hilock_async_read_acquire
     _release_start = _h.hilock_async_read_release
 
+    # Each owner has a read hold of its own: a block watches its task's.
+    def _held_by(self, task: asyncio.Task[Any]) -> Any:
+        return _owners[task]
+
+    def _lost_now(self, what: Any) -> bool:
+        return bool(self._as_owner(what, _h.hilock_rwlock_read_lost))
+
+    def _validity_ms(self, what: Any) -> float:
+        return float(self._as_owner(what, _h.hilock_rwlock_read_validity_ms))
+
+    def _as_owner(self, owner: int, fn: Callable[[Any], Any]) -> Any:
+        """fn(handle) for the read hold of the task whose owner number is
+        owner (the C layer takes task owners as negative callers)."""
+        _h.py_set_caller(-owner)
+        try:
+            return fn(self._sync._h)
+        finally:
+            _h.py_set_caller(0)
+
 
 class WriteLock(_TaskOwned):
     """The exclusive side of a read-write lock (see :class:`hilock.RWLock`)."""
@@ -1031,8 +1258,9 @@ class RWLock(_Sides[ReadLock, WriteLock]):
     owner of each side is the current task, and both sides are
     reentrant."""
 
-    def __init__(self, client: Client, sync: _SyncRWLock) -> None:
-        super().__init__(sync, ReadLock(client, sync.read()), WriteLock(client, sync.write()))
+    def __init__(self, client: Client, sync: _SyncRWLock, cancel_on_loss: bool = False) -> None:
+        super().__init__(sync, ReadLock(client, sync.read(), cancel_on_loss),
+                         WriteLock(client, sync.write(), cancel_on_loss))
 
 
 class RedissonRWLock(_Sides[RLock, RLock]):
@@ -1040,8 +1268,10 @@ class RedissonRWLock(_Sides[RLock, RLock]):
     :class:`hilock.RedissonRWLock`): each side is a task-owned
     :class:`RLock`."""
 
-    def __init__(self, client: Client, sync: _SyncRedissonRWLock) -> None:
-        super().__init__(sync, RLock(client, sync.read()), RLock(client, sync.write()))
+    def __init__(self, client: Client, sync: _SyncRedissonRWLock,
+                 cancel_on_loss: bool = False) -> None:
+        super().__init__(sync, RLock(client, sync.read(), cancel_on_loss),
+                         RLock(client, sync.write(), cancel_on_loss))
 
 
 class Redlock(Lock):
@@ -1050,14 +1280,17 @@ class Redlock(Lock):
     :class:`hilock.Redlock` (``connect=False`` by default here: making one
     sends nothing, the first operation reaches the nodes); a waiting acquire
     tries again after the retry delay, as the blocking one does, on a runner
-    its event loop's Redlocks share."""
+    its event loop's Redlocks share. ``cancel_on_loss``: as for
+    :meth:`Client.lock`."""
 
     _sync: _SyncRedlock
 
     def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
-                 timeout: Optional[float] = None, **options: Any) -> None:
+                 timeout: Optional[float] = None, *, cancel_on_loss: bool = False,
+                 **options: Any) -> None:
         options.setdefault("connect", False)  # the first operation connects
-        super().__init__(_RedlockRuns(), _SyncRedlock(urls, name, ttl, timeout, **options))
+        super().__init__(_RedlockRuns(), _SyncRedlock(urls, name, ttl, timeout, **options),
+                         cancel_on_loss)
 
     def stats(self) -> Dict[str, Any]:
         """This Redlock's own counters, as :meth:`hilock.Redlock.stats`."""
