@@ -128,14 +128,6 @@ int hilock__reply_error(hilock__err *e, const char *text, size_t len) {
   } else if (has_prefix(text, len, "WRONGPASS") ||
              has_prefix(text, len, "NOAUTH")) {
     code = HILOCK_EAUTH;
-  } else if (has_prefix(text, len, "MOVED") || has_prefix(text, len, "ASK") ||
-             has_prefix(text, len, "CLUSTERDOWN") ||
-             has_prefix(text, len, "TRYAGAIN")) {
-    /* A cluster node answering a client that does not route by slot. */
-    return hilock__set_err(e, HILOCK_ECLUSTER,
-                           "redis: %.*s (a Redis Cluster node: connect with "
-                           "a redis+cluster:// URL)",
-                           (int)(len > 160 ? 160 : len), text);
   } else if (len >= 4 && memcmp(text, "ERR ", 4) == 0 &&
              (memmem(text, len, "The user executing the script can't", 35) !=
                   NULL ||

@@ -528,6 +528,19 @@ static void settle(trip *t, hilock__req *q, hilock__node *node,
     }
     return;
   }
+  if (c->cl == NULL && (has_prefix(r->str, r->len, "MOVED ") ||
+                        has_prefix(r->str, r->len, "ASK ") ||
+                        has_prefix(r->str, r->len, "CLUSTERDOWN") ||
+                        has_prefix(r->str, r->len, "TRYAGAIN"))) {
+    /* A cluster node answering a client that does not route by slot. */
+    finish(t, q,
+           hilock__set_err(&t->tmp, HILOCK_ECLUSTER,
+                           "redis: %.*s (a Redis Cluster node: connect with "
+                           "a redis+cluster:// URL)",
+                           (int)(r->len > 160 ? 160 : r->len), r->str));
+    freeReplyObject(r);
+    return;
+  }
   rc = hilock__reply_error(&t->tmp, r->str, r->len);
   if (rc == HILOCK__NOSCRIPT && q->script != NULL)
     rc = HILOCK_ESCRIPT; /* EVAL was refused too */
