@@ -13,7 +13,6 @@ counter) repeats the lost fences in each of the first three tests.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Dict
 
 import pytest
