@@ -19,7 +19,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import RedisServer, wait_for
+from helpers import FENCE_AHEAD, RedisServer, wait_for
 from hilock._server import SentinelDeployment
 
 # Each family that draws fences: a handle on a name, and where its counter
@@ -53,6 +53,13 @@ def _counter(r: redis.Redis, family: str, name: str) -> int:
     else:
         v = r.get(f"hilock:{{{name}}}:fence")
     return int(v or 0)
+
+
+def _set_counter(r: redis.Redis, family: str, name: str, value: int) -> None:
+    if family == "segmented_lock":
+        r.hset(f"hilock:{{{name}}}:seg:fence", "n", value)
+    else:
+        r.set(f"hilock:{{{name}}}:fence", value)
 
 
 def _replicated(master: redis.Redis, marker: str) -> None:
@@ -96,6 +103,22 @@ def _assert_above(c: hilock.Client, names: Dict[str, str], top: Dict[str, int]) 
         if f <= top[fam]:
             below[fam] = (f, top[fam])
     assert not below, f"fences not above the lost ones (new, lost): {below}"
+
+
+def test_a_counter_behind_the_clock_jumps_to_the_clock(client, rds) -> None:
+    """The draw itself, in every family: max(last + 1, TIME in us), stored
+    as the counter. A counter behind the clock (a promoted replica's stale
+    copy) gives the clock; one ahead of it counts by one."""
+    for fam in FAMILIES:
+        name = f"draw-{fam}"
+        _set_counter(rds, fam, name, 5)
+        sec, usec = rds.time()
+        f = _grant(client, fam, name)
+        assert f >= sec * 10**6 + usec, fam
+        assert _counter(rds, fam, name) == f, fam
+        _set_counter(rds, fam, name, FENCE_AHEAD)
+        assert _grant(client, fam, name) == FENCE_AHEAD + 1, fam
+        assert _counter(rds, fam, name) == FENCE_AHEAD + 1, fam
 
 
 def _pair(replica_extra=()):
@@ -150,12 +173,8 @@ def test_promoted_replica_behind_the_old_clock_repeats_fences() -> None:
     from its own clock and the counter it has: below the lost fences."""
     def clock_ahead(m: redis.Redis, names: Dict[str, str]) -> None:
         sec, usec = m.time()
-        ahead = str((sec + 3600) * 10**6 + usec)
         for fam, name in names.items():
-            if fam == "segmented_lock":
-                m.hset(f"hilock:{{{name}}}:seg:fence", "n", ahead)
-            else:
-                m.set(f"hilock:{{{name}}}:fence", ahead)
+            _set_counter(m, fam, name, (sec + 3600) * 10**6 + usec)
 
     top, after = _promote_after_loss(clock_ahead)
     for fam in FAMILIES:
