@@ -86,7 +86,7 @@ local function wake_head()
 end
 
 local function grant(ticket)
-  -- INCR first: a damaged counter fails before the holder is written.
+  -- The fence first: a damaged counter fails before the holder is written.
   local fence = next_fence(fence_key)
   redis.call('SET', holder, me, 'PX', ARGV[3])
   drop(me, my_wake)

@@ -18,7 +18,7 @@ if cur ~= ARGV[1] and ARGV[3] == 'woken' and
   return {0, pttl == -2 and 0 or pttl}
 end
 if cur == false then
-  -- INCR first: if the counter key is damaged, fail before writing the lock.
+  -- The fence first: a damaged counter fails before the lock is written.
   local fence = next_fence(KEYS[2])
   local ttl = tonumber(ARGV[2])
   if ttl > 0 then

@@ -63,7 +63,7 @@ if wait then
   end
   return {0, wait}
 end
--- INCR first: if the counter key is damaged, fail before writing the lock.
+-- The fence first: a damaged counter fails before the lock is written.
 local fence = next_fence(KEYS[6])
 redis.call('HSET', KEYS[1], me, 1, 'fence', fence, me .. ':op', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ttl)

@@ -48,7 +48,7 @@ for j = 0, k - 1 do
       if not turn then
         return {0, 0}
       end
-      -- HINCRBY first: a damaged fence hash fails before the grant.
+      -- The fence first: a damaged fence hash fails before the grant.
       local fence = next_fence(KEYS[2], 'n')
       redis.call('HSET', KEYS[2], fields[i], fence)
       redis.call('SET', KEYS[i + 3], ARGV[1], 'PX', ARGV[2])

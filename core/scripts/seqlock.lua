@@ -122,7 +122,7 @@ local function grant(s)
     -- A resend of our own grant (reply lost to a broken connection).
     return {1, tonumber(cur[2]), s}
   end
-  -- INCR first: a damaged counter fails before the grant is written.
+  -- The fence first: a damaged counter fails before the grant is written.
   local fence = next_fence(fence_key)
   redis.call('DEL', holder)
   redis.call('HSET', holder, 'owner', me, 'fence', fence, 'seq', s)

@@ -559,12 +559,14 @@ static void threads_sharing_a_client_exclude_each_other(void **state) {
   memset(&w, 0, sizeof(w));
   w.client = hl_client(f->server.url, NULL);
   /* The first grant on a name draws its fence from the server's clock;
-   * every later one is one more. */
+   * past a counter ahead of the clock, every later one is one more. */
   first = hl_new_lock(w.client, "contended", 10000);
   assert_hl_ok(hilock_lock_try_acquire(first), hilock_hold_errmsg(HILOCK_HOLD(first)));
-  first_fence = hilock_hold_fence(HILOCK_HOLD(first));
+  assert_true(hilock_hold_fence(HILOCK_HOLD(first)) > 1000000000000000ULL);
   assert_hl_ok(hilock_lock_release(first), hilock_hold_errmsg(HILOCK_HOLD(first)));
   hilock_hold_free(HILOCK_HOLD(first));
+  hl_redis_ok(f->redis, "SET hilock:{contended}:fence %lld", HL_FENCE_AHEAD);
+  first_fence = (uint64_t)HL_FENCE_AHEAD;
   for (int i = 0; i < NTHREADS; i++)
     assert_int_equal(pthread_create(&t[i], NULL, contend, &w), 0);
   for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);

@@ -50,7 +50,7 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(a)));
 
   assert_hl_ok(hilock_fair_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(b)), first + 1);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > first);
   assert_int_equal(hilock_fair_lock_ticket(b), 2);
   /* Holder, fence and ticket counters: nothing of the queue remains. */
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 3);
@@ -76,6 +76,8 @@ static void newcomer_never_barges_past_a_queued_waiter(void **state) {
   int64_t count = -1;
   pid_t child;
 
+  /* Ahead of the clock, the counter counts the grants. */
+  hl_redis_ok(f->redis, "SET hilock:{barge}:fence %lld", HL_FENCE_AHEAD);
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   child = fork_waiter(f, "barge", 3000, 50);
@@ -123,6 +125,8 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   int64_t t0, took;
   char *v;
 
+  /* Ahead of the clock, the counter counts the grants. */
+  hl_redis_ok(f->redis, "SET hilock:{dead-head}:fence %lld", HL_FENCE_AHEAD);
   assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   head = fork_waiter(f, "dead-head", beat, 0);

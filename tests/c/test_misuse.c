@@ -444,6 +444,8 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
   assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  /* Ahead of the clock, the counter counts the grants. */
+  hl_redis_ok(f->redis, "SET hilock:{{acct}:1}:fence %lld", HL_FENCE_AHEAD);
   fence = hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0");
   assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
   hl_sleep_ms(50);
@@ -526,7 +528,7 @@ static void fences_survive_flushall_restart_and_eviction(void **state) {
 
   a = grant_fence(f->client, "flushed");
   b = grant_fence(f->client, "flushed");
-  assert_true(b == a + 1);
+  assert_true(b > a);
   hl_redis_ok(f->redis, "FLUSHALL");
   assert_true(grant_fence(f->client, "flushed") > b);
 

@@ -589,19 +589,22 @@ static void test_fence_increases_across_diverged_counters(void **state) {
   (void)state;
   for (int i = 0; i < 3; i++) {
     redisContext *c = hl_redis_connect(&nodes[i]);
-    hl_redis_ok(c, "SET %s %d", FKEY, i == 0 ? 100 : 10 * i);
+    /* Ahead of the clocks: each grant adds one to its node's counter. */
+    hl_redis_ok(c, "SET %s %lld", FKEY,
+                HL_FENCE_AHEAD + (i == 0 ? 100 : 10 * i));
     redisFree(c);
   }
-  /* The majority is nodes 0..2, whose counters disagree (100, 10, 20). */
+  /* The majority is nodes 0..2, whose counters disagree (ahead of the
+   * clock by 100, 10, 20). */
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), 101);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), HL_FENCE_AHEAD + 101);
   /* The largest was written back before the grant returned. */
   for (int i = 1; i < 3; i++) {
     char *v = node_get(i, FKEY);
     assert_non_null(v);
-    assert_string_equal(v, "101");
+    assert_int_equal(strtoll(v, NULL, 10), HL_FENCE_AHEAD + 101);
     free(v);
   }
   assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -612,7 +615,7 @@ static void test_fence_increases_across_diverged_counters(void **state) {
   hl_server_stop(&nodes[0]);
   hl_server_stop(&nodes[1]);
   assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > 101);
+  assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > HL_FENCE_AHEAD + 101);
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hilock_hold_free(HILOCK_HOLD(a));
   hilock_hold_free(HILOCK_HOLD(b));
@@ -624,12 +627,12 @@ static void test_fence_from_agreeing_counters_is_consecutive(void **state) {
   (void)state;
   for (int i = 0; i < N; i++) { /* every node's counter agrees */
     redisContext *c = hl_redis_connect(&nodes[i]);
-    hl_redis_ok(c, "SET %s 1000", FKEY);
+    hl_redis_ok(c, "SET %s %lld", FKEY, HL_FENCE_AHEAD); /* ahead of the clocks */
     redisFree(c);
   }
   for (uint64_t k = 1; k <= 5; k++) {
     assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), 1000 + k);
+    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), HL_FENCE_AHEAD + k);
     assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   }
   hilock_hold_free(HILOCK_HOLD(a));

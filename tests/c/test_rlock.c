@@ -297,8 +297,9 @@ static void threads_sharing_a_handle_exclude_each_other(void **state) {
   sharer s[NSHARERS];
   pthread_t t[NSHARERS];
 
-  /* A counter already at 1000: every grant adds exactly one. */
-  hl_redis_ok(f->redis, "SET hilock:{shared-handle}:fence 1000");
+  /* A counter ahead of the clock: every grant adds exactly one. */
+  hl_redis_ok(f->redis, "SET hilock:{shared-handle}:fence %lld",
+              HL_FENCE_AHEAD);
   atomic_init(&inside, 0);
   atomic_init(&overlaps, 0);
   atomic_init(&errors, 0);
@@ -315,7 +316,7 @@ static void threads_sharing_a_handle_exclude_each_other(void **state) {
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   /* One fence per grant; re-entries draw none. */
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{shared-handle}:fence 0"),
-                   1000 + NSHARERS * SHARE_ROUNDS);
+                   HL_FENCE_AHEAD + NSHARERS * SHARE_ROUNDS);
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
@@ -366,7 +367,7 @@ static void another_process_blocks(void **state) {
   char byte;
   pid_t pid;
 
-  hl_redis_ok(f->redis, "SET hilock:{process}:fence 1000");
+  hl_redis_ok(f->redis, "SET hilock:{process}:fence %lld", HL_FENCE_AHEAD);
   assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   pid = hl_fork_ready(child_contends, &p, &p.fd, &byte, 1);
   assert_true(hl_wait_subscribed(f->redis, "hilock:{process}:wake", 1, 3000));
@@ -379,7 +380,7 @@ static void another_process_blocks(void **state) {
   }
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{process}:fence 0"),
-                   1002);
+                   HL_FENCE_AHEAD + 2);
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 

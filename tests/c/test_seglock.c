@@ -89,7 +89,7 @@ static void grants_distinct_segments_then_busy(void **state) {
     assert_int_equal(segments_held(s[4]), 3);
     SEG_OK(hilock_segmented_lock_try_acquire(s[4]), s[4]);
     assert_int_equal(hilock_segmented_lock_segment(s[4]), freed);
-    assert_int_equal(hilock_hold_fence(HILOCK_HOLD(s[4])), last_fence + 1);
+    assert_true(hilock_hold_fence(HILOCK_HOLD(s[4])) > last_fence);
   }
   for (int i = 0; i < 5; i++) {
     if (i != 2) SEG_OK(hilock_segmented_lock_release(s[i]), s[i]);

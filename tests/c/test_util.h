@@ -472,6 +472,11 @@ int hl_setup(void **state);
 int hl_teardown(void **state);
 
 /* One test of a suite on that fixture. */
+/* A fence counter ahead of every server's clock (the year 2223, still
+ * exact in a Lua double): a grant draws max(last + 1, clock), so from here
+ * each grant adds exactly one and a test counts grants by the counter. */
+#define HL_FENCE_AHEAD 8000000000000000LL
+
 #define HL_TEST(f) cmocka_unit_test_setup_teardown(f, hl_setup, hl_teardown)
 
 /* The main() of a suite: runs the tests listed after the group's name and

@@ -810,6 +810,7 @@ def check_queue_contention(r, url: str, tag: str, make: MakeLock, order: OrderOf
     it must show that every process took part and the budget was spent
     exactly, mutual exclusion, one fence per grant with none missing, grant
     k to queue place k, and a share for everyone."""
+    r.set(f"hilock:{{shop:{tag}}}:fence", FENCE_AHEAD)  # counts the grants
     counts, hist, _, fairness = contend_for_budget(r, url, tag, make, order, procs_n, budget)
     assert len(counts) == procs_n and sum(counts.values()) == budget
     assert len(hist) == budget + procs_n  # one last look each at the spent budget
@@ -880,3 +881,9 @@ def fresh_grants(lk, n: int = 2) -> List[Any]:
         lk.release()
         assert lk.hold_count() == 0
     return fences
+
+
+# A fence counter ahead of every server's clock (the year 2223, still exact
+# in a Lua double): a grant draws max(last + 1, clock), so from here each
+# grant adds exactly one and a test counts grants by the counter.
+FENCE_AHEAD = 8 * 10**15

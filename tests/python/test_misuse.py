@@ -251,7 +251,7 @@ def _fence(c: hilock.Client, name: str) -> int:
 
 def test_fences_survive_flushall_and_restart(client, rds) -> None:
     a = _fence(client, "fenced")
-    assert _fence(client, "fenced") == a + 1
+    assert _fence(client, "fenced") > a
     rds.flushall()
     assert _fence(client, "fenced") > a + 1
     srv = RedisServer().start()

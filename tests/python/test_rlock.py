@@ -28,6 +28,7 @@ from helpers import (FORK, Worker, acquire_interrupted, blocked_clients, blocked
                      open_gate, pass_gate, retry_stalled, sell_out, start_child_collected,
                      scripts_run, stoppable_clients, times_out_while_stopped, wait_for, within)
 from history import RedisHistory, check_fences_increase, check_no_overlap
+from helpers import FENCE_AHEAD
 
 TTL = 0.3
 WAKE_MAX = 0.1
@@ -170,6 +171,7 @@ def test_reentry_refreshes_ttl_and_keeps_fence(client, rds) -> None:
 
 def test_fence_grows_for_next_owner(client, rds, redis_url) -> None:
     rl = client.rlock("fenced-r", ttl=10.0)
+    rds.set("hilock:{fenced-r}:fence", FENCE_AHEAD)  # counts the grants
     with rl:
         first = rl.fence
         with rl:
@@ -308,6 +310,7 @@ def _nested_seller(url: str, name: str, gate, tag: str) -> None:
 def test_processes_contend_through_nested_acquisitions(rds, redis_url) -> None:
     tag = "rshop"
     rds.set(f"{tag}:stock", STOCK)
+    rds.set("hilock:{shop:r}:fence", FENCE_AHEAD)  # counts the grants
     gate = FORK.Event()
     procs = [start_child_collected(_nested_seller, redis_url, "shop:r", gate, tag)
              for _ in range(N_PROCS)]

@@ -21,6 +21,7 @@ import redis
 import hilock
 from helpers import (FORK, acquire_within, fresh_grants, join_all, kill_child, open_gate,
                      pass_gate, pop_json, start_child, wait_for)
+from helpers import FENCE_AHEAD
 from history import (FenceError, Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_rw_exclusion)
 
@@ -126,6 +127,7 @@ def _rw_worker(url: str, role: str, name: str, gate, tag: str, seconds: float) -
 def run_rw(url: str, r: redis.Redis, tag: str, readers: int = 3, writers: int = 2,
            seconds: float = 1.5):
     r.set(f"{tag}:data", 0)
+    r.set(f"hilock:{{doc:{tag}}}:fence", FENCE_AHEAD)  # counts the grants
     gate = FORK.Event()
     procs = [start_child(_rw_worker, url, "read", f"doc:{tag}", gate, tag, seconds)
              for _ in range(readers)]

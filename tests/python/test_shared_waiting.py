@@ -216,8 +216,8 @@ def test_without_channel_rights_waits_fall_back_to_blpop(rds, redis_server) -> N
 
 @pytest.mark.parametrize("direct", [0, 1])
 @pytest.mark.parametrize("kind,grant,writes", [
-    ("lock", "set", 1), ("semaphore", "zadd", 1), ("rlock", "hset", 1),
-    ("write", "hset", 1), ("segmented_lock", "set", 1), ("multi_lock", "set", 2)])
+    ("lock", "set", 2), ("semaphore", "zadd", 1), ("rlock", "hset", 1),
+    ("write", "hset", 1), ("segmented_lock", "set", 1), ("multi_lock", "set", 4)])
 def test_a_waiter_in_each_of_several_clients_one_release_one_grant(
         rds, redis_url, kind, grant, writes, direct) -> None:
     """In the shared waiting (direct 0), each client rings its one waiter,
@@ -227,7 +227,8 @@ def test_a_waiter_in_each_of_several_clients_one_release_one_grant(
     grants nothing. Waiting direct (1), each blocks in BLPOP and the server
     hands the one wake-up to one of them: one script more than the release.
     Either way one release, one grant (writes: the grant's writes of that
-    command), and the other waiters sleep on."""
+    command; a lock's SET comes with its fence counter's), and the other
+    waiters sleep on."""
     def make(c: hilock.Client) -> Any:
         if kind == "semaphore":
             return c.semaphore("several", 1, ttl=30, auto_renew=False)

@@ -16,6 +16,7 @@ import pytest
 
 import hilock
 from helpers import FORK, join_all, open_gate, pass_gate, sell_out, start_child, wait_for
+from helpers import FENCE_AHEAD
 from history import RedisHistory, check_fences_increase, check_no_overlap
 from tlsutil import TLSServer, free_port, make_pki
 
@@ -344,6 +345,7 @@ def test_eight_processes_never_overlap_over_tls(tls, pki) -> None:
     r = tls.redis()
     tag = f"tlsfire{os.getpid()}"
     r.set(f"{tag}:stock", STOCK)
+    r.set(f"hilock:{{shop:{tag}}}:fence", FENCE_AHEAD)  # counts the grants
     gate = FORK.Event()
     procs = [start_child(_seller, url, f"shop:{tag}", gate, tag) for _ in range(N_PROCS)]
     open_gate(gate, procs, 60)

@@ -229,10 +229,12 @@ def test_one_release_wakes_one_waiter(client, rds, redis_url) -> None:
         time.sleep(0.4)  # room for a herd to show itself
         calls = command_calls(rds)
         scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
-        # The release, then one grant (one SET): nobody else got in. With
+        # The release, then one grant (one INCRBY of its fence counter, two
+        # SETs: the counter and the lock): nobody else got in. With
         # the shared waiting each process's rung waiter runs its attempt,
         # which pops the wake-up first and goes no further without it.
-        assert calls.get("set", 0) == 1, f"after one release: {calls}"
+        assert calls.get("incrby", 0) == 1, f"after one release: {calls}"
+        assert calls.get("set", 0) == 2, f"after one release: {calls}"
         assert scripts <= 1 + n, f"{scripts} scripts after one release: a herd woke ({calls})"
         assert rds.llen("got") == 0, "more than one waiter got the lock"
         # At least: a waiter of an earlier test may still be blocked on the
