@@ -358,7 +358,7 @@ static int direct_sleep(op *o, hilock__fiber *fiber, int64_t bound_ms,
  * lock). */
 static int release_of(op *o) {
   return o->read ? hilock_rwlock_read_release((hilock_rwlock *)o->h)
-                 : o->h->fam->release(o->h);
+                 : hilock__family_release(o->h);
 }
 
 /* The acquire is over with status: a grant of a cancelled operation is
@@ -930,7 +930,7 @@ static int start(hilock_async *a, hilock_hold *hold, int kind, int read,
     return fail(a, HILOCK_EINVAL,
                            "the lock belongs to another client");
   if (h->fam == NULL || h->fam->acquire_spec == NULL ||
-      h->fam->release == NULL)
+      (h->fam->release == NULL && h->fam->notowned == NULL))
     return fail(a, HILOCK_ENOTSUP,
                            "this lock type has no async operations yet");
   if (h->fam->by_caller && (owner == 0 || owner > HILOCK_ASYNC_OWNER_MAX))

@@ -215,13 +215,6 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   return run(fl, e, "release", fl->h.owner, fl->h.ownerlen, r);
 }
 
-static int release_fn(void *x) {
-  hilock_fair_lock *fl = x;
-  return hilock__hold_release_reply(&fl->h, run_release, fl, 1,
-                                    "the lock expired or another owner "
-                                    "holds it; nothing was deleted");
-}
-
 static int extend_fn(void *x, int64_t ms, int replace) {
   hilock_fair_lock *fl = x;
   return hilock__hold_extend(&fl->h, ms, replace);
@@ -271,4 +264,7 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
 
 static const hilock__family family = {
     .name = "fair lock", .free = fam_free, .acquire_spec = acquire_spec,
-    .release = release_fn, .extend = extend_fn, .renew = renew_fn};
+    .release_array = 1,
+    .notowned = "the lock expired or another owner holds it; nothing was "
+                "deleted",
+    .extend = extend_fn, .renew = renew_fn};

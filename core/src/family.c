@@ -3,6 +3,7 @@
  * sequential locks; their waiting is hilock__spec_queue's, wait.c), and
  * the reading of an extension that replicas did not confirm. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base.h"
 #include "family.h"
@@ -92,16 +93,34 @@ int hilock_hold_acquire(hilock_hold *hh, int64_t wait_ms) {
 
 int hilock_hold_try_acquire(hilock_hold *hh) {
   hilock__hold *h = (hilock__hold *)hh;
+  hilock__acquire_spec s;
+  int64_t pttl;
   if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
   if (h->fam->try_acquire != NULL) return h->fam->try_acquire(h);
+  if (h->fam->acquire_spec != NULL) {
+    memset(&s, 0, sizeof(s));
+    h->fam->acquire_spec(h, &s);
+    /* One attempt, counted as a try (a queue family's is an acquire that
+     * does not wait: it joins and leaves the line). */
+    if (s.begin == NULL && s.done == NULL)
+      return hilock__stat_try(h->rt, s.attempt(s.arg, &pttl));
+  }
   return hilock_hold_acquire(hh, 0);
+}
+
+int hilock__family_release(void *handle) {
+  hilock__hold *h = handle;
+  if (h->fam->release != NULL) return h->fam->release(h);
+  if (h->fam->notowned == NULL || h->close_run == NULL)
+    return lacks(h, "release");
+  return hilock__hold_release_reply(h, h->close_run, h->close_arg,
+                                    h->fam->release_array, h->fam->notowned);
 }
 
 int hilock_hold_release(hilock_hold *hh) {
   hilock__hold *h = (hilock__hold *)hh;
   if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
-  if (h->fam->release == NULL) return lacks(h, "release");
-  return h->fam->release(h);
+  return hilock__family_release(h);
 }
 
 int hilock_hold_extend(hilock_hold *hh, int64_t ms, int replace) {

@@ -40,19 +40,27 @@ typedef struct hilock__family {
   void (*acquire_spec)(void *handle, struct hilock__acquire_spec *s);
   /* The verbs, behind hilock_hold_acquire and the others (family.c), on a
    * handle that is not NULL. acquire NULL: hilock__hold_acquire (the
-   * waiting of acquire_spec); try_acquire NULL: acquire with wait 0 (a
-   * queue family's one attempt that does not wait); extend or renew
-   * NULL: the family has none (HILOCK_ENOTSUP). async.c runs release,
-   * extend and renew too. */
+   * waiting of acquire_spec); try_acquire NULL: one counted attempt of
+   * acquire_spec (a queue family's, or one with a done step: acquire with
+   * wait 0); release NULL: the hold's release script (its close_run), its
+   * reply read by hilock__hold_released with release_array and notowned;
+   * extend or renew NULL: the family has none (HILOCK_ENOTSUP). async.c
+   * runs release, extend and renew too. */
   int (*acquire)(void *handle, int64_t wait_ms);
   int (*try_acquire)(void *handle);
   int (*release)(void *handle);
+  int release_array;
+  const char *notowned;
   int (*extend)(void *handle, int64_t ms, int replace);
   int (*renew)(void *handle);
   /* The owner is the caller (reentrant, read-write): an async operation
    * names its own (see hilock__caller). */
   int by_caller;
 } hilock__family;
+
+/* A family's release (the table's, or the shared one), on a handle that
+ * begins with its hold: hilock_hold_release without the checks. */
+int hilock__family_release(void *handle);
 
 /* A family's script run on its handle (arg): the reply in *r. */
 typedef int (*hilock__run_fn)(void *arg, hilock__err *e, redisReply **r);

@@ -95,7 +95,6 @@ static void fam_free(void *arg) {
   free(l);
 }
 
-static int release_fn(void *x);
 
 /* One grant attempt; *pttl gets the holder's remaining TTL when busy. */
 static int attempt(void *arg, int64_t *pttl) {
@@ -129,14 +128,8 @@ static int attempt(void *arg, int64_t *pttl) {
        r->element[1]->type == REDIS_REPLY_INTEGER;
   return hilock__attempt_end(h, &a, r, ok ? r->element[0]->integer == 1 : -1,
                              ok ? (uint64_t)r->element[1]->integer : 0,
-                             ok ? r->element[1]->integer : 0, pttl, release_fn,
+                             ok ? r->element[1]->integer : 0, pttl, hilock__family_release,
                              l, "acquire script");
-}
-
-static int try_acquire_fn(void *x) {
-  hilock_lock *l = x;
-  int64_t pttl;
-  return hilock__stat_try(l->h.rt, attempt(l, &pttl));
 }
 
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
@@ -153,13 +146,6 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   size_t arglens[1] = {l->h.ownerlen};
   return hilock__script_run(l->h.client, e, &hilock__script_lock_release, 2,
                             keys, keylens, 1, args, arglens, r);
-}
-
-static int release_fn(void *x) {
-  hilock_lock *l = x;
-  return hilock__hold_release_reply(&l->h, run_release, l, 0,
-                                    "the lock expired or another owner "
-                                    "holds it; nothing was deleted");
 }
 
 static int extend_fn(void *x, int64_t ms, int replace) {
@@ -206,5 +192,7 @@ hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
 
 static const hilock__family family = {
     .name = "lock", .free = fam_free, .acquire_spec = acquire_spec,
-    .try_acquire = try_acquire_fn, .release = release_fn, .extend = extend_fn,
+    .notowned = "the lock expired or another owner holds it; nothing was "
+                "deleted",
+    .extend = extend_fn,
     .renew = renew_fn};

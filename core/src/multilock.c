@@ -339,12 +339,6 @@ static int attempt(void *arg, int64_t *pttl) {
                              release_fn, m, "multi-key acquire script");
 }
 
-static int try_acquire_fn(void *x) {
-  hilock_multi_lock *m = x;
-  int64_t pttl;
-  return hilock__stat_try(m->h.rt, attempt(m, &pttl));
-}
-
 /* The wake list is the one of the name that blocked the last attempt. */
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
   hilock_multi_lock *m = arg;
@@ -525,7 +519,7 @@ const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
 }
 
 static const hilock__family family = {
-    .name = "multi-key lock", .try_acquire = try_acquire_fn,
+    .name = "multi-key lock",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
     .acquire_spec = acquire_spec, .release = release_fn, .extend = extend_fn,
     .renew = renew_fn};

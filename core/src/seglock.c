@@ -204,12 +204,6 @@ static int attempt(void *arg, int64_t *pttl) {
       "seglock acquire script");
 }
 
-static int try_acquire_fn(void *x) {
-  hilock_segmented_lock *s = x;
-  int64_t pttl;
-  return hilock__stat_try(s->h.rt, attempt(s, &pttl));
-}
-
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
   hilock_segmented_lock *s = arg;
   hilock__spec(sp, attempt, s, &s->wkey, &s->wkeylen);
@@ -548,6 +542,6 @@ static int fam_locked(void *arg, int *locked) {
 }
 
 static const hilock__family family = {
-    .name = "segmented lock", .try_acquire = try_acquire_fn,
+    .name = "segmented lock",
     .free = fam_free, .locked = fam_locked, .acquire_spec = acquire_spec,
     .release = release_fn, .extend = extend_fn, .renew = renew_fn};

@@ -99,7 +99,6 @@ static void three_keys(const hilock_semaphore *s, const char **keys,
   lens[2] = s->wkeylen;
 }
 
-static int release_fn(void *x);
 
 /* One grant attempt; *pttl gets the time until the first permit expires
  * when none is free. */
@@ -138,13 +137,8 @@ static int attempt(void *arg, int64_t *pttl) {
   ok = hilock__int_reply(r, 2);
   return hilock__attempt_end(h, &a, r, ok ? r->element[0]->integer == 1 : -1,
                              0, ok ? r->element[1]->integer : 0, pttl,
-                             release_fn, s, "semaphore acquire script");
-}
-
-static int try_acquire_fn(void *x) {
-  hilock_semaphore *s = x;
-  int64_t pttl;
-  return hilock__stat_try(s->h.rt, attempt(s, &pttl));
+                             hilock__family_release, s,
+                             "semaphore acquire script");
 }
 
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
@@ -165,13 +159,6 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   arglens[1] = hilock__i64(permits, s->permits);
   return hilock__script_run(s->h.client, e, &hilock__script_semaphore_release,
                             3, keys, keylens, 2, args, arglens, r);
-}
-
-static int release_fn(void *x) {
-  hilock_semaphore *s = x;
-  return hilock__hold_release_reply(&s->h, run_release, s, 0,
-                                    "the permit had expired; nothing of "
-                                    "anyone else's changed");
 }
 
 static int renew_fn(void *x) {
@@ -322,6 +309,8 @@ static int fam_locked(void *arg, int *locked) {
 }
 
 static const hilock__family family = {
-    .name = "semaphore", .try_acquire = try_acquire_fn,
+    .name = "semaphore",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
-    .acquire_spec = acquire_spec, .release = release_fn, .renew = renew_fn};
+    .acquire_spec = acquire_spec,
+    .notowned = "the permit had expired; nothing of anyone else's changed",
+    .renew = renew_fn};

@@ -221,13 +221,6 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   return run(sl, e, "release", sl->h.owner, sl->h.ownerlen, 0, NULL, r);
 }
 
-static int release_fn(void *x) {
-  hilock_sequential_lock *sl = x;
-  return hilock__hold_release_reply(&sl->h, run_release, sl, 1,
-                                    "the session lapsed and the entry is "
-                                    "gone; nothing was removed");
-}
-
 static int extend_fn(void *x, int64_t ms, int replace) {
   hilock_sequential_lock *sl = x;
   hilock__hold *h = &sl->h;
@@ -350,5 +343,8 @@ static const char *fam_key(const void *arg, size_t *len) {
 static const hilock__family family = {
     .name = "sequential lock",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,
-    .acquire_spec = acquire_spec, .release = release_fn, .extend = extend_fn,
+    .acquire_spec = acquire_spec, .release_array = 1,
+    .notowned = "the session lapsed and the entry is gone; nothing was "
+                "removed",
+    .extend = extend_fn,
     .renew = renew_fn};
