@@ -20,7 +20,7 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -887,3 +887,42 @@ def fresh_grants(lk, n: int = 2) -> List[Any]:
 # in a Lua double): a grant draws max(last + 1, clock), so from here each
 # grant adds exactly one and a test counts grants by the counter.
 FENCE_AHEAD = 8 * 10**15
+
+
+# ## Event loops: each asyncio test on asyncio's own loop and on uvloop's --------
+
+
+class Loops:
+    """The loop factory of the test that runs now: None for asyncio's own
+    loop, uvloop's for the uvloop run (see each_loop)."""
+    factory: Optional[Callable[[], Any]] = None
+
+
+def each_loop(request: Any) -> Iterator[str]:
+    """The body of a module's autouse fixture parametrised over
+    ["asyncio", "uvloop"]: sets Loops.factory for the test."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        Loops.factory = uvloop.new_event_loop
+    else:
+        Loops.factory = None
+    yield request.param
+    Loops.factory = None
+
+
+def run_with_client(redis_url: str, body: Callable[[Any], Awaitable[None]]) -> None:
+    """body(client) on a new event loop of the test's kind, with a
+    hilock.asyncio client it closes after."""
+    import asyncio
+
+    import hilock.asyncio as hla
+
+    async def main() -> None:
+        c = hla.Client(redis_url)
+        try:
+            await body(c)
+        finally:
+            await c.close()
+
+    with asyncio.Runner(loop_factory=Loops.factory) as runner:
+        runner.run(main())

@@ -23,7 +23,7 @@ import pytest
 
 import hilock
 import hilock.asyncio as hla
-from helpers import debug_sleep
+from helpers import Loops, debug_sleep, each_loop, run_with_client
 from history import Interval, RedisHistory, check_fences_increase, check_no_overlap
 
 FORK = mp.get_context("fork")
@@ -31,32 +31,14 @@ FORK = mp.get_context("fork")
 
 # The event loop the tests run on: asyncio's own, and uvloop's (the
 # library watches one descriptor with add_reader, which both provide).
-_loop_factory: Optional[Callable[[], asyncio.AbstractEventLoop]] = None
 
 
 @pytest.fixture(autouse=True, params=["asyncio", "uvloop"])
 def event_loop_kind(request: Any) -> Iterator[str]:
-    global _loop_factory
-    if request.param == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        _loop_factory = uvloop.new_event_loop
-    else:
-        _loop_factory = None
-    yield request.param
-    _loop_factory = None
+    yield from each_loop(request)
 
 
-def run(redis_url: str, body: Callable[[hla.Client], Awaitable[None]]) -> None:
-    """body(client) on a new event loop, with a client it closes after."""
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            await body(c)
-        finally:
-            await c.close()
-
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
-        runner.run(main())
+run = run_with_client
 
 
 async def cancel_waiting(locks: List[Any], waiting: Callable[[], int]) -> None:
@@ -400,14 +382,14 @@ def test_a_client_moves_to_the_next_loop_once_its_loop_is_closed(rds, redis_url)
 
     threads: List[int] = []
     for _ in range(4):
-        with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        with asyncio.Runner(loop_factory=Loops.factory) as runner:
             runner.run(cycle())
         threads.append(threads_now())
     assert len(fences) == 4 and fences == sorted(set(fences))
     assert threads[3] <= threads[0], threads  # the closed loops' runners went
 
-    first = asyncio.Runner(loop_factory=_loop_factory)
-    second = asyncio.Runner(loop_factory=_loop_factory)
+    first = asyncio.Runner(loop_factory=Loops.factory)
+    second = asyncio.Runner(loop_factory=Loops.factory)
     try:
         first.run(cycle())
         with pytest.raises(RuntimeError, match="another event loop"):
@@ -765,7 +747,7 @@ def test_closing_the_client_ends_waits_with_connection_error(rds, redis_url) -> 
                 await t
 
     try:
-        with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        with asyncio.Runner(loop_factory=Loops.factory) as runner:
             runner.run(main())
         holder.release()
         assert rds.exists("hilock:{aio:close}:lock") == 0
@@ -876,7 +858,7 @@ def test_redlock_under_async_with(redis_nodes) -> None:
         for s in redis_nodes:
             assert redis.Redis.from_url(s.url).exists("hilock:{aio:red}:redlock") == 0
 
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+    with asyncio.Runner(loop_factory=Loops.factory) as runner:
         runner.run(main())
     assert len(spans) == 6
     check_no_overlap(spans)
@@ -1025,7 +1007,7 @@ def test_close_with_round_trips_on_the_wire_of_a_stalled_server(redis_nodes) -> 
         stalled.append(time.monotonic())
         await ticker.stop()
 
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+    with asyncio.Runner(loop_factory=Loops.factory) as runner:
         runner.run(main())
     # The ticker ran while the operations waited on the sleeping server
     # (about 0.4 s: some 30 ticks; 2 when the waits held the loop).
@@ -1063,7 +1045,7 @@ def test_a_cancel_does_not_wait_for_a_stalled_servers_reply(redis_nodes) -> None
         await asyncio.to_thread(_woken, sleeper)
         await c.close()
 
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+    with asyncio.Runner(loop_factory=Loops.factory) as runner:
         runner.run(main())
     assert stall_over == [False]
     # The attempts ran when the server woke, and their undo right after:
@@ -1106,7 +1088,7 @@ def test_an_operation_retrying_a_dead_server_keeps_the_loop_turning(redis_nodes)
         finally:
             await c.close()
 
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+    with asyncio.Runner(loop_factory=Loops.factory) as runner:
         runner.run(main())
     # The ticker ran while the acquire retried (0.6 s of budget): about 60
     # times; pauses that held the loop's thread left it 3 to 6.
@@ -1162,7 +1144,7 @@ def test_making_a_client_sends_nothing_and_its_first_call_connects_on_the_loop()
             await client.close()
 
     try:
-        with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        with asyncio.Runner(loop_factory=Loops.factory) as runner:
             runner.run(main())
     finally:
         silent.close()
@@ -1254,7 +1236,7 @@ def run_bounded(main: Callable[[], Awaitable[None]], bound: float = 60) -> None:
 
     def loop() -> None:
         try:
-            with asyncio.Runner(loop_factory=_loop_factory) as runner:
+            with asyncio.Runner(loop_factory=Loops.factory) as runner:
                 runner.run(main())
             done.append(None)
         except BaseException as e:

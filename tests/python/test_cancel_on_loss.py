@@ -15,46 +15,29 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
 import hilock
 import hilock.asyncio as hla
+from helpers import Loops, each_loop, run_with_client
 
 # What a body waits at most for its cancellation: renewal finds a loss
 # within ttl/3 (0.2 s here); 30 s leaves room for a loaded machine.
 BOUND = 30.0
 TTL = 0.6
 
-_loop_factory: Optional[Callable[[], asyncio.AbstractEventLoop]] = None
 
 
 @pytest.fixture(autouse=True, params=["asyncio", "uvloop"])
 def event_loop_kind(request: Any) -> Iterator[str]:
     """asyncio's own loop and uvloop's (a loss reaches the loop with
     call_soon_threadsafe, which both provide)."""
-    global _loop_factory
-    if request.param == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        _loop_factory = uvloop.new_event_loop
-    else:
-        _loop_factory = None
-    yield request.param
-    _loop_factory = None
+    yield from each_loop(request)
 
 
-def run(redis_url: str, body: Callable[[hla.Client], Awaitable[None]]) -> None:
-    """body(client) on a new event loop, with a client it closes after."""
-    async def main() -> None:
-        c = hla.Client(redis_url)
-        try:
-            await body(c)
-        finally:
-            await c.close()
-
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
-        runner.run(main())
+run = run_with_client
 
 
 async def not_cancelled() -> None:
@@ -154,7 +137,7 @@ def test_a_redlock_loss_cancels_the_body(redis_nodes) -> None:
                     redis.Redis.from_url(s.url).flushall()
                 await not_cancelled()
 
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+    with asyncio.Runner(loop_factory=Loops.factory) as runner:
         runner.run(main())
 
 
