@@ -154,3 +154,16 @@ def cluster() -> Iterator[Any]:
 
     with running_cluster() as cl:
         yield cl
+
+
+@pytest.fixture
+def deployment() -> Iterator[Any]:
+    """A master, a replica and sentinels watching them (stopped after the
+    test): hilock._server.SentinelDeployment."""
+    from hilock._server import SentinelDeployment
+    d = SentinelDeployment()
+    try:
+        d.start()
+        yield d
+    finally:
+        d.stop()

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict
 
-import pytest
 import redis
 
 import hilock
 from helpers import FENCE_AHEAD, RedisServer, wait_for
-from hilock._server import SentinelDeployment
 
 # Each family that draws fences: a handle on a name, and where its counter
 # lives (key, hash field or None).
@@ -179,16 +177,6 @@ def test_promoted_replica_behind_the_old_clock_repeats_fences() -> None:
     top, after = _promote_after_loss(clock_ahead)
     for fam in FAMILIES:
         assert after[fam] < top[fam], (fam, after[fam], top[fam])
-
-
-@pytest.fixture
-def deployment():
-    d = SentinelDeployment()
-    try:
-        d.start()
-        yield d
-    finally:
-        d.stop()
 
 
 def test_sentinel_failover_draws_above_the_lost_fences(deployment) -> None:

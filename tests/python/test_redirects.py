@@ -37,7 +37,6 @@ import hilock
 import hilock.cli
 from cluster import name_slot
 from helpers import wait_for
-from hilock._server import SentinelDeployment
 from history import Interval, check_max_concurrent, check_no_overlap, check_rw_exclusion
 
 # A caller's timeout in these tests: far beyond what a migration step takes,
@@ -599,16 +598,6 @@ def test_inspect_and_list_through_ask_and_moved(kind_name: str, cluster, mig,
 
 
 # -- (2) a direct BLPOP wait across a Sentinel failover ---------------------------
-
-@pytest.fixture
-def deployment():
-    d = SentinelDeployment()
-    try:
-        d.start()
-        yield d
-    finally:
-        d.stop()
-
 
 def _node(port: int) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=port, socket_timeout=3)

@@ -19,17 +19,6 @@ import pytest
 import hilock
 from helpers import FORK
 from history import OverlapError, RedisHistory, check_no_overlap
-from hilock._server import SentinelDeployment
-
-
-@pytest.fixture
-def deployment():
-    d = SentinelDeployment()
-    try:
-        d.start()
-        yield d
-    finally:
-        d.stop()
 
 
 def _key(name: str, role: str = "lock") -> str:
