@@ -1204,9 +1204,26 @@ class ReadLock(_TaskOwned):
     _acquire_start = _h.hilock_async_read_acquire
     _release_start = _h.hilock_async_read_release
 
-    # Each owner has a read hold of its own: a block watches its task's.
+    # Each owner has a read hold of its own: a block watches its task's,
+    # and lost and validity read the current task's.
     def _held_by(self, task: asyncio.Task[Any]) -> Any:
         return _owners[task]
+
+    def _own(self) -> Optional[int]:
+        task = asyncio.current_task()
+        return _owners.get(task) if task is not None else None
+
+    @property
+    def lost(self) -> bool:
+        """Whether the current task's read hold was found lost."""
+        owner = self._own()
+        return owner is not None and self._lost_now(owner)
+
+    @property
+    def validity(self) -> float:
+        """Seconds of validity left for the current task's read hold."""
+        owner = self._own()
+        return 0.0 if owner is None else self._validity_ms(owner) / 1000.0
 
     def _lost_now(self, what: Any) -> bool:
         return bool(self._as_owner(what, _h.hilock_rwlock_read_lost))

@@ -1598,3 +1598,24 @@ def test_a_lapsed_grant_leaves_the_object_free_to_acquire_again(rds, redis_url) 
         assert c.stats()["lost"] == 1
 
     run(redis_url, main)
+
+
+def test_a_read_side_reports_the_current_tasks_loss_and_validity(rds, redis_url) -> None:
+    """lost and validity of an asyncio read side are the current task's read
+    hold's (a task's hold is its own, as a thread's is in the blocking API):
+    held, it has validity; its keys taken away, the renewal finds it lost."""
+    async def main(c: hla.Client) -> None:
+        side = c.rwlock("aio:read:lost", ttl=0.6).read()
+        assert not side.lost and side.validity == 0.0
+        async with side:
+            assert side.validity > 0.0 and not side.lost
+            rds.flushall()  # taken away behind its back
+            for _ in range(300):  # the renewal looks every 0.2 s
+                if side.lost:
+                    break
+                await asyncio.sleep(0.05)
+            assert side.lost, "the task's read hold was not reported lost"
+            assert side.validity == 0.0
+
+    with pytest.raises(hilock.LockLost):
+        run(redis_url, main)
