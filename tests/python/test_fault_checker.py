@@ -22,8 +22,9 @@ import hilock
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 
 import checker  # noqa: E402
-from helpers import FENCE_AHEAD  # noqa: E402
 from relay import Relay  # noqa: E402
+
+from helpers import FENCE_AHEAD  # noqa: E402
 
 TTL = 1.5
 

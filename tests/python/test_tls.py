@@ -15,8 +15,16 @@ import urllib.parse
 import pytest
 
 import hilock
-from helpers import FORK, join_all, open_gate, pass_gate, sell_out, start_child, wait_for
-from helpers import FENCE_AHEAD
+from helpers import (
+    FENCE_AHEAD,
+    FORK,
+    join_all,
+    open_gate,
+    pass_gate,
+    sell_out,
+    start_child,
+    wait_for,
+)
 from history import RedisHistory, check_fences_increase, check_no_overlap
 from tlsutil import TLSServer, free_port, make_pki
 
