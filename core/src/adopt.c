@@ -404,3 +404,26 @@ int hilock_client_adopt(hilock_client *client, const char *text, size_t len,
                         hilock_hold **out) {
   HILOCK__CLIENT_CALL(client, out, adopt(client, text, len, out));
 }
+
+const char *hilock__hold_family(const hilock_hold *hh) {
+  const hilock__hold *h = (const hilock__hold *)hh;
+  return h != NULL && h->fam != NULL ? h->fam->name : "";
+}
+
+size_t hilock__hold_grant_name(const hilock_hold *hh, size_t i,
+                               const char **name, size_t *len, int64_t *a) {
+  const hilock__hold *h = (const hilock__hold *)hh;
+  hilock__grant g;
+  *name = "";
+  *len = 0;
+  *a = 0;
+  if (h == NULL || h->fam == NULL || h->fam->grant == NULL) return 0;
+  memset(&g, 0, sizeof(g));
+  h->fam->grant(h, &g);
+  if (i < g.n) {
+    *name = g.names[i];
+    *len = g.namelens[i];
+  }
+  *a = g.a;
+  return g.n;
+}

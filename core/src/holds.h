@@ -114,6 +114,12 @@ int hilock__seg_adopt(hilock_client *c, const hilock__grant *g,
                       struct hilock__hold **out);
 int hilock__sem_adopt(hilock_client *c, const hilock__grant *g,
                       struct hilock__hold **out);
+/* The family name of a hold ("" for none): for the Python binding. */
+const char *hilock__hold_family(const hilock_hold *h);
+/* Its i-th name (*name, *len), and the family's own a (see hilock__grant):
+ * returns how many names it has (0: its grants cannot be handed over). */
+size_t hilock__hold_grant_name(const hilock_hold *h, size_t i,
+                               const char **name, size_t *len, int64_t *a);
 /* Decode text (len bytes) into g; *mem (free it) holds what g points to.
  * HILOCK_EINVAL with e saying why if it is not a well-formed grant. */
 int hilock__grant_decode(const char *text, size_t len, hilock__grant *g,
