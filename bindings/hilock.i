@@ -290,9 +290,9 @@ PyObject *py_inspect(hilock_client *c, const char *name, size_t namelen);
  * bytes; adopting it gives (family name, handle of that family). */
 %nothreadallow py_hold_export;
 %nothreadallow py_client_adopt;
-%apply (char *STRING, size_t LENGTH) { (const char *text, size_t len) };
+%apply (char *STRING, size_t LENGTH) { (const char *text, size_t textlen) };
 PyObject *py_hold_export(hilock_hold *h);
-PyObject *py_client_adopt(hilock_client *c, const char *text, size_t len);
+PyObject *py_client_adopt(hilock_client *c, const char *text, size_t textlen);
 PyObject *py_scan_next(hilock_scan *sc);
 
 /* Event loops (hilock/async.h): an operation's id is its result; the

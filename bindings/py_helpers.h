@@ -444,13 +444,13 @@ size_t hilock__hold_grant_name(const hilock_hold *h, size_t i,
  * ...), names a list of bytes, a the family's number (a segmented lock's
  * segment count, a semaphore's permits). */
 static PyObject *py_client_adopt(hilock_client *c, const char *text,
-                                 size_t len) {
+                                 size_t textlen) {
   hilock_hold *h = NULL;
   swig_type_info *t;
   const char *fam;
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = hilock_client_adopt(c, text, len, &h);
+  rc = hilock_client_adopt(c, text, textlen, &h);
   Py_END_ALLOW_THREADS
   if (rc != HILOCK_OK) {
     hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));

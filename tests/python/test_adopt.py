@@ -266,3 +266,54 @@ def test_export_without_a_grant_is_not_owned(client) -> None:
     sem = client.semaphore("adopt-none-sem", 1, ttl=10.0)
     with pytest.raises(hilock.LockNotOwnedError):
         sem.export()
+
+
+ASYNC_FAMILIES = {
+    "lock": lambda c, n: c.lock(n, ttl=10.0),
+    "fair": lambda c, n: c.fair_lock(n, ttl=10.0),
+    "sequential": lambda c, n: c.sequential_lock(n, ttl=10.0),
+    "multi": lambda c, n: c.multi_lock([f"{n}-a", f"{n}-b"], ttl=10.0),
+    "segmented": lambda c, n: c.segmented_lock(n, 2, ttl=10.0),
+    "semaphore": lambda c, n: c.semaphore(n, 1, ttl=10.0),
+}
+
+
+@pytest.mark.parametrize("family", sorted(ASYNC_FAMILIES))
+def test_another_task_adopts_with_asyncio(rds, redis_url, family) -> None:
+    import asyncio
+
+    import hilock.asyncio as ha
+
+    async def main() -> None:
+        c = ha.Client(redis_url)
+        try:
+            lk = ASYNC_FAMILIES[family](c, f"adopt-aio-{family}")
+            assert await lk.acquire(blocking=False)
+            text = lk.export()
+            with pytest.raises(hilock.LockNotOwnedError):
+                await lk.release()
+
+            async def other() -> None:
+                a = await c.adopt(text)
+                assert type(a) is type(lk)
+                if family == "semaphore":
+                    assert a.held_count() == 1  # the permit is this task's
+                else:
+                    assert a.validity > 0
+                await a.release()
+
+            await asyncio.create_task(other())
+            # Free again: this object (which exported) is granted at once.
+            assert await lk.acquire(blocking=False)
+            await lk.release()
+            with pytest.raises(hilock.LockLost):
+                await c.adopt(text)
+            r = c.rlock(f"adopt-aio-r-{family}")
+            assert await r.acquire(blocking=False)
+            with pytest.raises(hilock.NotTransferable):
+                r.export()
+            await r.release()
+        finally:
+            await c.close()
+
+    asyncio.run(main())
