@@ -184,6 +184,8 @@ HILOCK_API const char *hilock_client_errmsg(const hilock_client *client);
  * (HILOCK_OK if none). */
 HILOCK_API int hilock_client_errcode(const hilock_client *client);
 
+struct hilock_hold;
+
 /* Round trip: take over a grant another handle handed over with
  * hilock_hold_export (text, len bytes, in this or another thread or
  * process): *out is a new handle of the exported family (free it with
@@ -200,7 +202,6 @@ HILOCK_API int hilock_client_errcode(const hilock_client *client);
  * NULL on failure, and nothing on the server changes (a failure other
  * than HILOCK_ENOTOWNED leaves the grant as it was: the text can be
  * adopted again). The message is in hilock_client_errmsg. */
-struct hilock_hold;
 HILOCK_API int hilock_client_adopt(hilock_client *client, const char *text,
                                    size_t len, struct hilock_hold **out);
 
