@@ -346,7 +346,9 @@ static void reentrant_and_read_write_locks_refuse(void **state) {
 
 static void an_adopted_grant_auto_renews(void **state) {
   fixture *f = *state;
-  hilock_lock *l = hl_new_lock(f->client, "adopt-renew", 300);
+  /* 500 ms: renewed every ~170 ms, so a renewal may be late by 300 ms on
+   * a loaded machine and still keep it. */
+  hilock_lock *l = hl_new_lock(f->client, "adopt-renew", 500);
   hilock_hold *a = NULL;
   char text[TEXT_MAX];
   size_t len;
@@ -358,7 +360,7 @@ static void an_adopted_grant_auto_renews(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(a, 1, 0, NULL, NULL),
                hilock_hold_errmsg(a));
   /* Four TTLs: held only if renewed. */
-  hl_sleep_ms(1200);
+  hl_sleep_ms(2000);
   assert_hl_ok(hilock_hold_owned(a, &owned), hilock_hold_errmsg(a));
   assert_int_equal(owned, 1);
   assert_hl_ok(hilock_hold_release(a), hilock_hold_errmsg(a));
