@@ -285,6 +285,14 @@ int py_redlock_log(hilock_redlock *rl, int on);
 /* Inspection (hilock/inspect.h): a lock's state as a tuple; the walk's
  * next (name, state) or None (py_helpers.h). */
 PyObject *py_inspect(hilock_client *c, const char *name, size_t namelen);
+
+/* Handing a grant over (hilock/hold.h, hilock/client.h): the grant as
+ * bytes; adopting it gives (family name, handle of that family). */
+%nothreadallow py_hold_export;
+%nothreadallow py_client_adopt;
+%apply (char *STRING, size_t LENGTH) { (const char *text, size_t textlen) };
+PyObject *py_hold_export(hilock_hold *h);
+PyObject *py_client_adopt(hilock_client *c, const char *text, size_t textlen);
 PyObject *py_scan_next(hilock_scan *sc);
 
 /* Event loops (hilock/async.h): an operation's id is its result; the
@@ -325,6 +333,8 @@ PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
 %ignore hilock_client_inspect;
 %ignore hilock_scan_next;
 %ignore hilock_scan_client;
+%ignore hilock_hold_export;
+%ignore hilock_client_adopt;
 
 #define HILOCK_API
 %include "hilock/errors.h"

@@ -406,4 +406,91 @@ static int py_redlock_log(hilock_redlock *rl, int on) {
   return hilock_redlock_set_log(rl, on ? py_log : NULL, NULL);
 }
 
+/* ## Handing a grant over (hilock_hold_export, hilock_client_adopt) ------- */
+
+/* The grant of h as bytes; the handle forgets it. */
+static PyObject *py_hold_export(hilock_hold *h) {
+  char stack[512], *buf = stack;
+  size_t len = 0;
+  int rc = hilock_hold_export(h, NULL, 0, &len);
+  PyObject *out;
+  if (rc == HILOCK_EINVAL && len > 0) {
+    if (len + 1 > sizeof(stack) && (buf = malloc(len + 1)) == NULL)
+      return PyErr_NoMemory();
+    rc = hilock_hold_export(h, buf, len + 1, &len);
+  }
+  if (rc != HILOCK_OK) {
+    hilock_py_raise(rc, h != NULL && hilock_hold_errcode(h) == rc
+                            ? hilock_hold_errmsg(h)
+                            : hilock_strerror(rc));
+    if (buf != stack) free(buf);
+    return NULL;
+  }
+  out = PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
+  if (buf != stack) free(buf);
+  return out;
+}
+
+/* The family name of a hold (hold.c). */
+const char *hilock__hold_family(const hilock_hold *h);
+static const char *py_hold_family(const hilock_hold *h) {
+  return hilock__hold_family(h);
+}
+size_t hilock__hold_grant_name(const hilock_hold *h, size_t i,
+                               const char **name, size_t *len, int64_t *a);
+
+/* Adopt the grant in text: (family, handle, names, a), the handle typed as
+ * its family's; family is the hold's family name ("lock", "fair lock",
+ * ...), names a list of bytes, a the family's number (a segmented lock's
+ * segment count, a semaphore's permits). */
+static PyObject *py_client_adopt(hilock_client *c, const char *text,
+                                 size_t textlen) {
+  hilock_hold *h = NULL;
+  swig_type_info *t;
+  const char *fam;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = hilock_client_adopt(c, text, textlen, &h);
+  Py_END_ALLOW_THREADS
+  if (rc != HILOCK_OK) {
+    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
+    return NULL;
+  }
+  fam = py_hold_family(h);
+  t = strcmp(fam, "lock") == 0              ? SWIGTYPE_p_hilock_lock
+      : strcmp(fam, "fair lock") == 0       ? SWIGTYPE_p_hilock_fair_lock
+      : strcmp(fam, "sequential lock") == 0 ? SWIGTYPE_p_hilock_sequential_lock
+      : strcmp(fam, "multi-key lock") == 0  ? SWIGTYPE_p_hilock_multi_lock
+      : strcmp(fam, "segmented lock") == 0  ? SWIGTYPE_p_hilock_segmented_lock
+                                            : SWIGTYPE_p_hilock_semaphore;
+  {
+    const char *name;
+    size_t nlen, n;
+    int64_t a;
+    PyObject *names, *handle = SWIG_NewPointerObj(h, t, 0);
+    n = hilock__hold_grant_name(h, 0, &name, &nlen, &a);
+    names = PyList_New(0);
+    if (handle == NULL || names == NULL) {
+      Py_XDECREF(handle);
+      Py_XDECREF(names);
+      hilock_hold_free(h);
+      return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+      PyObject *b;
+      hilock__hold_grant_name(h, i, &name, &nlen, &a);
+      b = PyBytes_FromStringAndSize(name, (Py_ssize_t)nlen);
+      if (b == NULL || PyList_Append(names, b) != 0) {
+        Py_XDECREF(b);
+        Py_DECREF(names);
+        Py_DECREF(handle);
+        hilock_hold_free(h);
+        return NULL;
+      }
+      Py_DECREF(b);
+    }
+    return Py_BuildValue("(sNNL)", fam, handle, names, (long long)a);
+  }
+}
+
 #endif /* HILOCK_PY_HELPERS_H */

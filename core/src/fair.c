@@ -262,9 +262,38 @@ uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
   return fl == NULL ? 0 : fl->last_ticket;
 }
 
+/* Handing the grant over (adopt.c): its ticket goes with it. */
+static void grant_fn(const void *x, hilock__grant *g) {
+  const hilock_fair_lock *fl = x;
+  g->family = HILOCK__GRANT_FAIR;
+  g->a = (int64_t)fl->last_ticket;
+  g->one = hilock__key_name(fl->h.rt, fl->keys[K_HOLDER],
+                            fl->keylens[K_HOLDER], roles[K_HOLDER], &g->onelen);
+  g->n = 1;
+  g->names = &g->one;
+  g->namelens = &g->onelen;
+}
+
+int hilock__fair_adopt(hilock_client *c, const hilock__grant *g,
+                       hilock__hold **out) {
+  hilock_fair_lock *fl = NULL;
+  int rc = g->kind != 0 || g->a < 0 || g->b != 0
+               ? hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
+                                 "the exported grant is malformed")
+               : fair_lock_new(c, g->names[0], g->namelens[0], g->ttl_ms, &fl);
+  if (rc != HILOCK_OK) return rc;
+  fl->ticket = g->a;
+  fl->last_ticket = (uint64_t)g->a;
+  memcpy(fl->waiter, g->owner, HILOCK__TOKEN_LEN);
+  fl->waiter[HILOCK__TOKEN_LEN] = '\0';
+  memcpy(fl->wkey + fl->keylens[K_WAKE], fl->waiter, HILOCK__TOKEN_LEN);
+  *out = &fl->h;
+  return HILOCK_OK;
+}
+
 static const hilock__family family = {
     .name = "fair lock", .free = fam_free, .acquire_spec = acquire_spec,
     .release_array = 1,
     .notowned = "the lock expired or another owner holds it; nothing was "
                 "deleted",
-    .extend = extend_fn, .renew = renew_fn};
+    .extend = extend_fn, .renew = renew_fn, .grant = grant_fn};

@@ -190,6 +190,23 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   return HILOCK_OK;
 }
 
+int hilock__hold_adopted(hilock__hold *h, uint64_t fence) {
+  hilock__runtime *rt = h->rt;
+  int64_t start = hilock__now_us();
+  pthread_mutex_lock(&rt->wd.mu);
+  h->since_us = start;
+  h->held = 1;
+  h->lost = h->gone = h->close_lost = h->told = 0;
+  h->pid = hilock__pid();
+  h->fence = fence;
+  h->valid_until_us =
+      h->ttl_ms > 0 ? start + h->ttl_ms * 1000 - drift_us(h->ttl_ms) : 0;
+  live_link(&rt->wd, h);
+  pthread_mutex_unlock(&rt->wd.mu);
+  if (h->auto_renew && h->ttl_ms > 0) return hilock__renewal_register(h);
+  return HILOCK_OK;
+}
+
 void hilock__hold_drop(hilock__hold *h) {
   int lost = 1;
   hilock__renewal_cancel(h);

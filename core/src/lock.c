@@ -190,9 +190,32 @@ hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
   return l == NULL ? HILOCK_LOCK_SIMPLE : l->kind;
 }
 
+/* Handing the grant over (adopt.c). */
+static void grant_fn(const void *x, hilock__grant *g) {
+  const hilock_lock *l = x;
+  g->family = HILOCK__GRANT_LOCK;
+  g->kind = (int)l->kind;
+  g->one = hilock__key_name(l->h.rt, l->key, l->keylen, "lock", &g->onelen);
+  g->n = 1;
+  g->names = &g->one;
+  g->namelens = &g->onelen;
+}
+
+int hilock__lock_adopt(hilock_client *c, const hilock__grant *g,
+                       hilock__hold **out) {
+  hilock_lock *l = NULL;
+  int rc = g->a != 0 || g->b != 0
+               ? hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
+                                 "the exported grant is malformed")
+               : lock_new(c, g->names[0], g->namelens[0],
+                          (hilock_lock_kind)g->kind, g->ttl_ms, &l);
+  if (rc == HILOCK_OK) *out = &l->h;
+  return rc;
+}
+
 static const hilock__family family = {
     .name = "lock", .free = fam_free, .acquire_spec = acquire_spec,
     .notowned = "the lock expired or another owner holds it; nothing was "
                 "deleted",
     .extend = extend_fn,
-    .renew = renew_fn};
+    .renew = renew_fn, .grant = grant_fn};

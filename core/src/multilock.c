@@ -518,8 +518,43 @@ const char *hilock_multi_lock_key(const hilock_multi_lock *m, size_t i,
   return name_or_key(m, i, 1, len);
 }
 
+/* Handing the grant over (adopt.c): every name, with its fence. */
+static void grant_fn(const void *x, hilock__grant *g) {
+  const hilock_multi_lock *m = x;
+  g->family = HILOCK__GRANT_MULTI;
+  g->n = m->n;
+  g->names = (const char *const *)m->names;
+  g->namelens = m->namelens;
+  g->fences = m->fences;
+}
+
+int hilock__multi_adopt(hilock_client *c, const hilock__grant *g,
+                        hilock__hold **out) {
+  hilock_multi_lock *m = NULL;
+  size_t i;
+  int rc = g->kind != 0 || g->a != 0 || g->b != 0
+               ? hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
+                                 "the exported grant is malformed")
+               : multilock_new_len(c, g->names, g->namelens, g->n, g->ttl_ms,
+                                   &m);
+  if (rc != HILOCK_OK) return rc;
+  /* The names come in the handle's order: any other is not an export. */
+  for (i = 0; i < m->n; i++)
+    if (m->n != g->n || m->namelens[i] != g->namelens[i] ||
+        memcmp(m->names[i], g->names[i], g->namelens[i]) != 0)
+      break;
+  if (m->n != g->n || i < m->n) {
+    fam_free(m);
+    return hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
+                           "the exported grant is malformed");
+  }
+  memcpy(m->fences, g->fences, m->n * sizeof(*m->fences));
+  *out = &m->h;
+  return HILOCK_OK;
+}
+
 static const hilock__family family = {
     .name = "multi-key lock",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
     .acquire_spec = acquire_spec, .release = release_fn, .extend = extend_fn,
-    .renew = renew_fn};
+    .renew = renew_fn, .grant = grant_fn};

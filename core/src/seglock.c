@@ -541,7 +541,39 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
+/* Handing the grant over (adopt.c): the segment count and the held
+ * segment go with it. */
+static void grant_fn(const void *x, hilock__grant *g) {
+  const hilock_segmented_lock *s = x;
+  g->family = HILOCK__GRANT_SEG;
+  g->a = s->nseg;
+  g->b = s->segment;
+  g->one = hilock__key_name(s->h.rt, s->skey, s->skeylen, "seg:stock",
+                            &g->onelen);
+  g->n = 1;
+  g->names = &g->one;
+  g->namelens = &g->onelen;
+}
+
+int hilock__seg_adopt(hilock_client *c, const hilock__grant *g,
+                      hilock__hold **out) {
+  hilock_segmented_lock *s = NULL;
+  int rc = g->kind != 0 || g->a < 1 || g->a > HILOCK_SEGMENTS_MAX ||
+                   g->b < 0 || g->b >= g->a
+               ? hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
+                                 "the exported grant is malformed")
+               : seglock_new(c, g->names[0], g->namelens[0], (size_t)g->a,
+                             g->ttl_ms, &s);
+  if (rc != HILOCK_OK) return rc;
+  s->segment = (int)g->b;
+  s->h.rkey = s->segkey[s->segment];
+  s->h.rkeylen = s->segkeylen[s->segment];
+  *out = &s->h;
+  return HILOCK_OK;
+}
+
 static const hilock__family family = {
     .name = "segmented lock",
     .free = fam_free, .locked = fam_locked, .acquire_spec = acquire_spec,
-    .release = release_fn, .extend = extend_fn, .renew = renew_fn};
+    .release = release_fn, .extend = extend_fn, .renew = renew_fn,
+    .grant = grant_fn};

@@ -308,9 +308,33 @@ static int fam_locked(void *arg, int *locked) {
   return rc;
 }
 
+/* Handing the permit over (adopt.c): the permit count goes with it. */
+static void grant_fn(const void *x, hilock__grant *g) {
+  const hilock_semaphore *s = x;
+  g->family = HILOCK__GRANT_SEM;
+  g->a = s->permits;
+  g->one = hilock__key_name(s->h.rt, s->key, s->keylen, "permits", &g->onelen);
+  g->n = 1;
+  g->names = &g->one;
+  g->namelens = &g->onelen;
+}
+
+int hilock__sem_adopt(hilock_client *c, const hilock__grant *g,
+                      hilock__hold **out) {
+  hilock_semaphore *s = NULL;
+  int rc = g->kind != 0 || g->b != 0 || g->fence != 0
+               ? hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
+                                 "the exported grant is malformed")
+               : semaphore_new(c, g->names[0], g->namelens[0], g->a, g->ttl_ms,
+                               &s);
+  if (rc != HILOCK_OK) return rc;
+  *out = &s->h;
+  return HILOCK_OK;
+}
+
 static const hilock__family family = {
     .name = "semaphore",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
     .acquire_spec = acquire_spec,
     .notowned = "the permit had expired; nothing of anyone else's changed",
-    .renew = renew_fn};
+    .renew = renew_fn, .grant = grant_fn};

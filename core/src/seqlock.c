@@ -340,6 +340,33 @@ static const char *fam_key(const void *arg, size_t *len) {
   return sl->keys[K_QUEUE];
 }
 
+/* Handing the grant over (adopt.c): its entry's sequence goes with it. */
+static void grant_fn(const void *x, hilock__grant *g) {
+  const hilock_sequential_lock *sl = x;
+  g->family = HILOCK__GRANT_SEQ;
+  g->a = __atomic_load_n(&sl->seq, __ATOMIC_RELAXED);
+  g->one = hilock__key_name(sl->h.rt, sl->keys[K_QUEUE], sl->keylens[K_QUEUE],
+                            roles[K_QUEUE], &g->onelen);
+  g->n = 1;
+  g->names = &g->one;
+  g->namelens = &g->onelen;
+}
+
+int hilock__seq_adopt(hilock_client *c, const hilock__grant *g,
+                      hilock__hold **out) {
+  hilock_sequential_lock *sl = NULL;
+  int rc = g->kind != 0 || g->a <= 0 || g->b != 0
+               ? hilock__set_err(hilock__client_err(c), HILOCK_EINVAL,
+                                 "the exported grant is malformed")
+               : seqlock_new(c, g->names[0], g->namelens[0], g->ttl_ms, &sl);
+  if (rc != HILOCK_OK) return rc;
+  set_seq(sl, g->a);
+  memcpy(sl->id, g->owner, HILOCK__TOKEN_LEN);
+  sl->id[HILOCK__TOKEN_LEN] = '\0';
+  *out = &sl->h;
+  return HILOCK_OK;
+}
+
 static const hilock__family family = {
     .name = "sequential lock",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked, .key = fam_key,
@@ -347,4 +374,4 @@ static const hilock__family family = {
     .notowned = "the session lapsed and the entry is gone; nothing was "
                 "removed",
     .extend = extend_fn,
-    .renew = renew_fn};
+    .renew = renew_fn, .grant = grant_fn};

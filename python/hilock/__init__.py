@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         NoPermissionError,
         NoQuorumError,
         NotEnoughReplicas,
+        NotTransferable,
         RedisError,
         SoldOut,
         StaleFence,
@@ -89,7 +90,7 @@ _WHERE.update(dict.fromkeys([
     "CrossSlotError", "DeadlockError", "ForkedLockError", "InvalidArgument", "LockError",
     "LockLost", "LockNotOwnedError", "LockTimeout", "NoPermissionError", "NoQuorumError",
     "NotEnoughReplicas", "RedisError", "SoldOut", "StaleFence", "TLSError",
-    "UnsupportedError", "WrongTypeError"], "errors"))
+    "UnsupportedError", "WrongTypeError", "NotTransferable"], "errors"))
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
     def __getattr__(name: str) -> Any:
@@ -133,6 +134,7 @@ __all__ = [
     "NoPermissionError", "UnsupportedError", "__version__",
     "ClusterError",
     "NotEnoughReplicas",
+    "NotTransferable",
     "FencedStore", "BoundStore", "StaleFence",
     "LockInfo",
 ]

@@ -19,6 +19,7 @@ from .errors import (
     LockLost,
     LockNotOwnedError,
     LockTimeout,
+    NotTransferable,
     UnsupportedError,
 )
 
@@ -291,6 +292,36 @@ class LockBase(Uncopyable):
             store = client.fenced_store()
         return store.bind(fence)
 
+    # -- handing the grant over ------------------------------------------------
+
+    def export(self) -> str:
+        """Hand the grant over: an opaque text that :meth:`Client.adopt`, in
+        another thread, process or asyncio task, turns into an object of
+        this class holding the grant (same owner token and fence). This
+        object stops renewing and forgets the grant (``validity`` 0, its
+        ``release()`` raises LockNotOwnedError). The text is a capability:
+        whoever has it can release the lock. Keep it secret (never log it).
+        Raises LockNotOwnedError if nothing is held, and
+        :class:`hilock.errors.NotTransferable` (a ValueError) for a
+        reentrant or read-write lock, whose owner is the thread."""
+        return self._c_export(self._h)
+
+    def _c_export(self, handle: Any) -> str:
+        try:
+            data: bytes = _h.py_hold_export(handle)
+        except UnsupportedError as e:
+            raise NotTransferable(str(e), e.code) from None
+        return data.decode("ascii")
+
+    def _adopted(self, handle: Any) -> None:
+        """Hold handle's adopted grant in place of this new object's handle."""
+        old, self._h = self._h, handle
+        if old is not None:
+            type(self)._c_free(old)
+        if self._auto_renew or self._on_lost is not None:
+            type(self)._c_set_renew(handle, int(self._auto_renew), self._max_hold_ms,
+                                    self._notify_id)
+
     # -- context manager --------------------------------------------------------
 
     def __enter__(self: _L) -> _L:
@@ -420,6 +451,27 @@ class ExclusiveBase(LockBase):
             self._turn_back(granted)
             raise
         self._drop_local()
+
+    def export(self) -> str:
+        if self._h is None or not type(self)._c_token(self._h):
+            raise LockNotOwnedError("export: this lock object does not hold the lock",
+                                    _h.HILOCK_ENOTOWNED)
+        granted = self._hold_turn()
+        try:
+            text = self._c_export(self._h)
+        except BaseException:
+            self._turn_back(granted)
+            raise
+        self._drop_local()
+        return text
+
+    export.__doc__ = LockBase.export.__doc__
+
+    def _adopted(self, handle: Any) -> None:
+        super()._adopted(handle)
+        self._local.acquire()  # a new object: nobody has the turn
+        with self._turn:
+            self._granted = True
 
     @property
     def token(self) -> Optional[str]:

@@ -11,6 +11,7 @@ from typing import (
     Callable,
     Iterable,
     Iterator,
+    List,
     Optional,
     Type,
     TypeVar,
@@ -44,7 +45,7 @@ from ._util import (
     seconds_to_ms,
     tls_args,
 )
-from .errors import ConnectionError, InvalidArgument
+from .errors import ConnectionError, InvalidArgument, LockLost, LockNotOwnedError
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -313,6 +314,81 @@ class Client(Uncopyable):
                 yield LockInfo._from_c(nxt[0], nxt[1])
         finally:
             _h.hilock_scan_free(scan)
+
+    def adopt(self, text: Union[str, bytes], timeout: Optional[float] = None, *,
+              auto_renew: bool = True, max_hold: Optional[float] = None,
+              on_lost: Optional[LostCallback[Any]] = None) -> Any:
+        """Take over a grant handed over with ``lk.export()`` (in this or
+        another thread or process): an object of the exported lock's class
+        (:class:`Lock`, :class:`FairLock`, :class:`SequentialLock`,
+        :class:`MultiLock`, :class:`SegmentedLock`, or a :class:`Semaphore`
+        whose calling thread holds the permit) that holds the grant, with
+        its owner token and fence, and extends, renews, releases and
+        auto-renews it like any. One round trip confirms the grant (the
+        family's renewal) and sets ``validity``. Its name is a str when it
+        is valid UTF-8, else bytes. Other arguments as for :meth:`lock`.
+
+        Raises :class:`InvalidArgument` for text that is not an unchanged
+        export (malformed, truncated, edited, or made by a client with
+        another ``prefix``; nothing is sent), and :class:`LockLost` if the
+        grant is gone (lapsed, released or force-released). The text is a
+        secret: whoever has it can release the lock."""
+        if isinstance(text, str):
+            try:
+                data = text.encode("ascii")
+            except UnicodeEncodeError:
+                raise InvalidArgument("adopt: not an exported hilock grant") from None
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            data = bytes(text)
+        else:
+            raise InvalidArgument(f"adopt: text must be str or bytes, not {type(text).__name__}")
+        try:
+            with self._use() as h:
+                family, handle, names, a = _h.py_client_adopt(h, data)
+        except LockLost:
+            raise
+        except LockNotOwnedError as e:
+            raise LockLost(str(e), e.code) from None
+        try:
+            lk = self._adopted(family, handle, names, a, timeout, auto_renew, max_hold,
+                               on_lost)
+        except BaseException:
+            _h.hilock_hold_free(handle)  # not released: it lapses at its TTL
+            raise
+        return lk
+
+    def _adopted(self, family: str, handle: Any, names: List[bytes], a: int,
+                 timeout: Optional[float], auto_renew: bool, max_hold: Optional[float],
+                 on_lost: Any) -> Any:
+        """A new object of the family's class, given handle's grant."""
+        def name(b: bytes) -> Name:
+            try:
+                return b.decode()
+            except UnicodeDecodeError:
+                return b
+        ttl_ms = _h.hilock_hold_ttl_ms(handle)
+        ttl = ttl_ms / 1000.0
+        lk: Any
+        if family == "lock":
+            kind = _h.hilock_lock_kind_of(handle)
+            lk = Lock(self, name(names[0]), kind, None if kind == SIMPLE else ttl, timeout,
+                      auto_renew, max_hold, on_lost)
+        elif family == "fair lock":
+            lk = FairLock(self, name(names[0]), ttl, timeout, auto_renew, max_hold, on_lost)
+        elif family == "sequential lock":
+            lk = SequentialLock(self, name(names[0]), ttl, timeout, auto_renew, max_hold,
+                                on_lost)
+        elif family == "multi-key lock":
+            lk = MultiLock(self, [name(n) for n in names], ttl, timeout, auto_renew, max_hold,
+                           on_lost)
+        elif family == "segmented lock":
+            lk = SegmentedLock(self, name(names[0]), a, ttl, timeout, auto_renew, max_hold,
+                               on_lost)
+        else:
+            lk = Semaphore(self, name(names[0]), a, ttl, timeout, auto_renew, max_hold,
+                           on_lost)
+        lk._adopted(handle)
+        return lk
 
     # BEGIN generated factories
     # Written by tools/gen_factories.py from its table of factories: edit

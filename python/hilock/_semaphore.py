@@ -235,6 +235,30 @@ class Semaphore(LockBase):
         held.pop()
         self._put_handle(h)
 
+    def export(self) -> str:
+        """Hand the calling thread's latest permit over (see
+        :meth:`LockBase.export`): the thread holds it no more."""
+        mine = getattr(self._tls, "permits", None)
+        held = mine.held if mine is not None else None
+        if not held:
+            raise LockNotOwnedError("export: the calling thread holds no permit of "
+                                    f"semaphore {self._name!r}", _h.HILOCK_ENOTOWNED)
+        h = held[-1]
+        text = self._c_export(h)
+        held.pop()
+        self._put_handle(h)
+        return text
+
+    def _adopted(self, handle: Any) -> None:
+        """The adopted permit, held by the calling thread."""
+        with self._mu:
+            self._handles.append(handle)
+        if self._auto_renew or self._on_lost is not None:
+            _h.py_set_auto_renew(handle, int(self._auto_renew), self._max_hold_ms,
+                                 self._notify_id)
+        self._held().append(handle)
+        self._tls.permits.gone = False
+
     def _report_lapsed(self) -> None:
         """Before a new grant: the calling thread's permits whose validity ran
         out unrenewed are asked for on the server (one round trip each), so

@@ -563,6 +563,41 @@ class Client(Uncopyable):
                                                              max_hold=max_hold), cancel_on_loss)
     # END generated factories
 
+    async def adopt(self, text: Union[str, bytes], timeout: Optional[float] = None, *,
+                    auto_renew: bool = True, max_hold: Optional[float] = None,
+                    cancel_on_loss: bool = False) -> Any:
+        """Take over a grant handed over with ``lk.export()``, as
+        :meth:`hilock.Client.adopt` (its round trip on a thread of the
+        loop's default executor): the asyncio lock of the exported family
+        (:class:`Lock`, :class:`FairLock`, ..., or a :class:`Semaphore`
+        whose permit the current task holds). A caller cancelled meanwhile
+        gets nothing: the adopted grant is released."""
+        sync_adopt = self._sync.adopt
+
+        def adopt() -> Tuple[Any, Any]:
+            s = sync_adopt(text, timeout, auto_renew=auto_renew, max_hold=max_hold)
+            if isinstance(s, _SyncSemaphore):
+                return s, s._held().pop()  # the task holds it, not this thread
+            s._drop_local()  # the asyncio object takes turns of its own
+            return s, None
+
+        fut = _off_loop(adopt)
+        try:
+            sync, permit = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            fut.add_done_callback(_give_back_adopted)
+            raise
+        if permit is not None:
+            sem = Semaphore(self, sync, cancel_on_loss)
+            sem._held.setdefault(_task(), []).append(permit)
+            return sem
+        cls = {_SyncFairLock: FairLock, _SyncSequentialLock: SequentialLock,
+               _SyncMultiLock: MultiLock, _SyncSegmentedLock: SegmentedLock}.get(type(sync), Lock)
+        lk = cls(self, sync, cancel_on_loss)
+        lk._turns.held = True
+        lk._granted = True
+        return lk
+
     async def ping(self) -> None:
         """One round trip (PING), as :meth:`hilock.Client.ping` (on a
         thread of the loop's default executor)."""
@@ -610,6 +645,25 @@ class Client(Uncopyable):
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         await self.close()
+
+
+def _give_back_adopted(fut: asyncio.Future[Tuple[Any, Any]]) -> None:
+    """An adoption whose caller was cancelled: release what it adopted (on
+    a thread of the default executor: a round trip)."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    sync, permit = fut.result()
+
+    def give_back() -> None:
+        try:
+            if permit is not None:
+                _h.hilock_semaphore_release(permit)
+            else:
+                sync.release()
+        except LockError:
+            pass
+
+    threading.Thread(target=give_back, daemon=True).start()
 
 
 def _wait_ms(blocking: bool, timeout: float, default: Optional[float]) -> int:
@@ -1018,6 +1072,18 @@ class Lock(_Hold):
             raise error_for(status, message)
         self._released()
 
+    def export(self) -> str:
+        """Hand the grant over, as :meth:`hilock.Lock.export` (local: no
+        round trip): :meth:`Client.adopt` elsewhere takes it, and this
+        object holds nothing any more. The text is a secret."""
+        if not self._turns.held or not self._sync.token:
+            raise LockNotOwnedError("export: this lock object does not hold the lock",
+                                    _h.HILOCK_ENOTOWNED)
+        text = self._sync._c_export(self._sync._h)
+        self._granted = False
+        self._turns.give()
+        return text
+
     @property
     def fence(self) -> Optional[int]:
         return self._sync.fence
@@ -1143,6 +1209,19 @@ class Semaphore(_Hold):
                                     f"{self._sync.name!r}", _h.HILOCK_ENOTOWNED)
         return held[-1], 0
 
+    def export(self) -> str:
+        """Hand the current task's latest permit over (see
+        :meth:`Lock.export`)."""
+        held = self._held.get(_task())
+        if not held:
+            raise LockNotOwnedError("export: the current task holds no permit of "
+                                    f"semaphore {self._sync.name!r}", _h.HILOCK_ENOTOWNED)
+        h = held[-1]
+        text = self._sync._c_export(h)
+        held.pop()
+        self._sync._put_handle(h)
+        return text
+
     def held_count(self) -> int:
         """Permits the current task holds on this object (no round trip)."""
         return len(self._held.get(_task(), []))
@@ -1162,6 +1241,11 @@ class _TaskOwned(_Hold):
 
     _acquire_start: Any = _h.hilock_async_acquire
     _release_start: Any = _h.hilock_async_release
+
+    def export(self) -> str:
+        """Refused: the owner is the task (the thread, in the blocking API),
+        not a token. Raises :class:`hilock.NotTransferable` (a ValueError)."""
+        return str(self._sync.export())
 
     async def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """True once the current task holds it (again), False when

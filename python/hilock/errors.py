@@ -105,6 +105,12 @@ class UnsupportedError(LockError):
     """The operation is not supported by this lock type or build."""
 
 
+class NotTransferable(UnsupportedError, ValueError):
+    """``export()`` on a lock whose owner is the calling thread (a reentrant
+    or read-write lock), not a token: its grant cannot be handed over.
+    Release it, and acquire it where it is needed."""
+
+
 class DeadlockError(LockError, RuntimeError):
     """The request could only deadlock, so it was refused at once: a thread
     holding a read lock asked for the write lock of the same read-write lock

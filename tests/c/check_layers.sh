@@ -59,6 +59,7 @@ wait.c holds.h
 renewal.c holds.h
 hold.c holds.h
 async.c family.h
+adopt.c family.h
 lock.c family
 rwlock.c family
 semaphore.c family

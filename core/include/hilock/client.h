@@ -184,6 +184,27 @@ HILOCK_API const char *hilock_client_errmsg(const hilock_client *client);
  * (HILOCK_OK if none). */
 HILOCK_API int hilock_client_errcode(const hilock_client *client);
 
+struct hilock_hold;
+
+/* Round trip: take over a grant another handle handed over with
+ * hilock_hold_export (text, len bytes, in this or another thread or
+ * process): *out is a new handle of the exported family (free it with
+ * hilock_hold_free; cast it to the family's type, e.g.
+ * (hilock_lock *)hold), holding the grant with the same owner token and
+ * fence. The grant is confirmed by the family's renewal (a simple lock: its
+ * owner check) in one round trip, which sets the handle's validity; the
+ * handle then extends, renews, releases and auto-renews
+ * (hilock_hold_set_auto_renew) like any. The client must use the key
+ * prefix of the exporting one. Returns HILOCK_EINVAL for text that is not
+ * an unchanged export (malformed, truncated, edited, another version or
+ * key prefix; nothing is sent), HILOCK_ENOTOWNED if the grant is gone (it
+ * lapsed, was released or force-released), or a connection error; *out is
+ * NULL on failure, and nothing on the server changes (a failure other
+ * than HILOCK_ENOTOWNED leaves the grant as it was: the text can be
+ * adopted again). The message is in hilock_client_errmsg. */
+HILOCK_API int hilock_client_adopt(hilock_client *client, const char *text,
+                                   size_t len, struct hilock_hold **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -141,6 +141,25 @@ HILOCK_API int hilock_hold_owned(hilock_hold *h, int *owned);
  * is taken; a read-write lock: a reader or a writer). */
 HILOCK_API int hilock_hold_locked(hilock_hold *h, int *locked);
 
+/* Hand the grant over: write it into buf as text (NUL-terminated; its
+ * length, without the NUL, in *len) that hilock_client_adopt turns into a
+ * handle holding it, in another thread or process. The text names the lock
+ * and its family (with the TTL, and what the family's release needs: a
+ * multi-key lock's names, a segmented lock's segment count and segment, a
+ * semaphore's permit count, a fair lock's ticket, a sequential lock's
+ * sequence) and carries the owner token and fence: it is a capability
+ * (whoever has it can release the lock) and a secret, to pass over a
+ * trusted channel and never log. Local, no round trip. On success this
+ * handle stops renewing and forgets the grant, as after a release: it
+ * reads as not held, and releasing it is HILOCK_ENOTOWNED. HILOCK_EINVAL
+ * (nothing changes, *len says the length needed) if buf is NULL or size is
+ * not more than the text; HILOCK_ENOTOWNED if there is no grant (or it was
+ * lost or lapsed); HILOCK_EFORKED in a forked child; HILOCK_ENOTSUP for a
+ * reentrant or read-write lock (their owner is "client id:thread id", not
+ * a token: release it and acquire it where it is needed) and a Redlock. */
+HILOCK_API int hilock_hold_export(hilock_hold *h, char *buf, size_t size,
+                                  size_t *len);
+
 /* Destructor of any handle: stops its renewal and frees it; does not
  * release a grant (it lapses at its TTL). NULL is a no-op. */
 HILOCK_API void hilock_hold_free(hilock_hold *h);
