@@ -25,7 +25,8 @@ end
 
 local removed = 0
 if ty == 'lock' then
-  removed = redis.call('DEL', K.lock)
+  -- A lock delay's marker goes too: the operator frees the name at once.
+  removed = math.min(1, redis.call('DEL', K.lock, K.delay))
   wake(K.wake, 1)
 elseif ty == 'redlock' then
   removed = redis.call('DEL', K.redlock)
