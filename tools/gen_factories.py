@@ -243,12 +243,13 @@ A lock on every name of ``names`` at once, or none of them.
 at most 1024. Each name is locked with the keys of :meth:`lock`, so
 the two exclude each other; ``fence`` is a dict of one token per
 name. On a Redis Cluster the names must share a hash tag
-(``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError. Other
-arguments as for :meth:`lock`.
+(``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError.
+``lock_delay``: as for :meth:`lock`, for each name. Other arguments as
+for :meth:`lock`.
 """,
         body="""\
-no_lock_delay(lock_delay, "multi_lock")
-return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost)""",
+return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost,
+                 lock_delay)""",
         default_doc="A multi-key lock (all names or none) on the default client.",
         async_doc="""\
 A lock on every name at once or none, as

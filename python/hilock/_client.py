@@ -443,11 +443,12 @@ class Client(Uncopyable):
         at most 1024. Each name is locked with the keys of :meth:`lock`, so
         the two exclude each other; ``fence`` is a dict of one token per
         name. On a Redis Cluster the names must share a hash tag
-        (``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError. Other
-        arguments as for :meth:`lock`.
+        (``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError.
+        ``lock_delay``: as for :meth:`lock`, for each name. Other arguments as
+        for :meth:`lock`.
         """
-        no_lock_delay(lock_delay, "multi_lock")
-        return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost)
+        return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost,
+                         lock_delay)
 
     def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                         auto_renew: bool = True, max_hold: Optional[float] = None,

@@ -218,9 +218,8 @@ def test_no_delay_writes_and_reads_no_marker(rds, client: hilock.Client) -> None
     lambda c: c.rlock("dl:x", lock_delay=1),
     lambda c: c.fair_lock("dl:x", lock_delay=1),
     lambda c: c.rwlock("dl:x", lock_delay=1),
-    lambda c: c.multi_lock(["dl:x", "dl:y"], lock_delay=1),
     lambda c: c.sequential_lock("dl:x", lock_delay=1),
-], ids=["rlock", "fair_lock", "rwlock", "multi_lock", "sequential_lock"])
+], ids=["rlock", "fair_lock", "rwlock", "sequential_lock"])
 def test_types_without_a_delay_refuse_one(client: hilock.Client, make: Any) -> None:
     with pytest.raises(ValueError, match="lock_delay"):
         make(client)
@@ -239,3 +238,70 @@ def test_bad_delays_are_refused(client: hilock.Client) -> None:
     with pytest.raises(ValueError):
         _h.hilock_lock_set_delay(lk._h, 1000)
     lk.release()
+
+
+MULTI = ["{dl}a", "{dl}b"]
+
+
+def _hold_multi_auto_renewed(url: str) -> None:
+    """A multi-key holder renewed by the client's renewal thread, until killed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    m = hilock.Client(url).multi_lock(MULTI, ttl=TTL, lock_delay=DELAY)
+    if not m.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": m.token, "t": time.monotonic()}))
+    time.sleep(3600)
+
+
+def test_killed_multi_key_holder_passes_each_name_after_the_delay(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_multi_auto_renewed, redis_url)
+    try:
+        report = pop_report(rds, "ready")
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert rds.get(lock_key("{dl}b")) == report["token"].encode()
+    finally:
+        kill_child(p, signal.SIGKILL)
+    # Either name alone, by a lock with the delay, waits the delay out too.
+    successor = client.lock("{dl}b", ttl=5, lock_delay=DELAY)
+    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
+    granted = time.monotonic()
+    assert granted - checked >= DELAY - SLACK, granted - checked
+    successor.release()
+    m = client.multi_lock(MULTI, ttl=5, lock_delay=DELAY)
+    assert m.acquire(blocking=False)
+    m.release()
+
+
+def test_multi_key_delay_extend_release_and_no_delay(rds, client: hilock.Client) -> None:
+    m = client.multi_lock(MULTI, ttl=2, auto_renew=False, lock_delay=20)
+    assert m.lock_delay == 20
+    assert m.acquire(blocking=False)
+    for name in MULTI:
+        assert 20_000 < rds.pttl(delay_key(name)) <= 22_000
+    m.extend(30, replace=True)
+    for name in MULTI:
+        assert 48_000 < rds.pttl(delay_key(name)) <= 50_000  # 30 s + the delay
+    m.release()
+    assert rds.keys("*delay*") == []
+    # A release frees the names at once, to either kind of lock.
+    lk = client.lock("{dl}a", ttl=5, lock_delay=20)
+    assert lk.acquire(blocking=False)
+    lk.release()
+    # A lapsed multi-key grant holds each name back from a lock with a delay.
+    m = client.multi_lock(MULTI, ttl=0.2, auto_renew=False, lock_delay=20)
+    assert m.acquire(blocking=False)
+    wait_for(lambda: not rds.exists(lock_key("{dl}a")), 10, what="the grant to lapse")
+    assert not client.lock("{dl}a", ttl=5, lock_delay=20).acquire(blocking=False)
+    assert not client.multi_lock(MULTI, ttl=5, lock_delay=20).acquire(blocking=False)
+    assert client.force_release("{dl}a") and client.force_release("{dl}b")
+    # Without a delay: no marker.
+    m = client.multi_lock(MULTI, ttl=5, auto_renew=False)
+    assert m.lock_delay == 0
+    assert m.acquire(blocking=False)
+    m.renew()
+    assert rds.keys("*delay*") == []
+    m.release()
