@@ -196,16 +196,17 @@ permit belongs to the task that acquired it."""),
 A fair (FIFO) lock: granted in request order, a newcomer never
 barges past a waiter, and a crashed waiter is skipped after its
 heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
-at 5 s). Other arguments as for :meth:`lock`.
+at 5 s). ``lock_delay``: as for :meth:`lock` (not with ``compat``).
+Other arguments as for :meth:`lock`.
 ``compat="redisson"``: Redisson's RFairLock of the same name, shared
 with Java services, as a reentrant :class:`RLock` (a dead hilock
 waiter is passed over ``ttl`` after the holder's TTL).""",
         body="""\
-no_lock_delay(lock_delay, "fair_lock")
 if check_compat(compat):
+    no_lock_delay(lock_delay, "fair_lock(compat='redisson')")
     return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
                  _side=_h.hilock_rlock_new_redisson_fair)
-return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""",
+return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, lock_delay)""",
         default_doc="A fair (FIFO) lock on the default client.",
         async_doc="""\
 A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a

@@ -395,15 +395,16 @@ class Client(Uncopyable):
         """A fair (FIFO) lock: granted in request order, a newcomer never
         barges past a waiter, and a crashed waiter is skipped after its
         heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
-        at 5 s). Other arguments as for :meth:`lock`.
+        at 5 s). ``lock_delay``: as for :meth:`lock` (not with ``compat``).
+        Other arguments as for :meth:`lock`.
         ``compat="redisson"``: Redisson's RFairLock of the same name, shared
         with Java services, as a reentrant :class:`RLock` (a dead hilock
         waiter is passed over ``ttl`` after the holder's TTL)."""
-        no_lock_delay(lock_delay, "fair_lock")
         if check_compat(compat):
+            no_lock_delay(lock_delay, "fair_lock(compat='redisson')")
             return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
                          _side=_h.hilock_rlock_new_redisson_fair)
-        return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+        return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, lock_delay)
 
     @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,

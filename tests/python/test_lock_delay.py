@@ -216,10 +216,10 @@ def test_no_delay_writes_and_reads_no_marker(rds, client: hilock.Client) -> None
 
 @pytest.mark.parametrize("make", [
     lambda c: c.rlock("dl:x", lock_delay=1),
-    lambda c: c.fair_lock("dl:x", lock_delay=1),
+    lambda c: c.fair_lock("dl:x", lock_delay=1, compat="redisson"),
     lambda c: c.rwlock("dl:x", lock_delay=1),
     lambda c: c.sequential_lock("dl:x", lock_delay=1),
-], ids=["rlock", "fair_lock", "rwlock", "sequential_lock"])
+], ids=["rlock", "redisson_fair_lock", "rwlock", "sequential_lock"])
 def test_types_without_a_delay_refuse_one(client: hilock.Client, make: Any) -> None:
     with pytest.raises(ValueError, match="lock_delay"):
         make(client)
@@ -305,3 +305,51 @@ def test_multi_key_delay_extend_release_and_no_delay(rds, client: hilock.Client)
     m.renew()
     assert rds.keys("*delay*") == []
     m.release()
+
+
+def _hold_fair_auto_renewed(url: str) -> None:
+    """A fair lock holder renewed by the client's renewal thread, until killed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    lk = hilock.Client(url).fair_lock("dl:fair", ttl=TTL, lock_delay=DELAY)
+    if not lk.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": lk.token, "t": time.monotonic()}))
+    time.sleep(3600)
+
+
+def test_killed_fair_lock_holder_passes_the_lock_after_the_delay(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_fair_auto_renewed, redis_url)
+    try:
+        report = pop_report(rds, "ready")
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert rds.get("hilock:{dl:fair}:fair") == report["token"].encode()
+    finally:
+        kill_child(p, signal.SIGKILL)
+    successor = client.fair_lock("dl:fair", ttl=5, lock_delay=DELAY)
+    assert successor.lock_delay == DELAY
+    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
+    granted = time.monotonic()
+    assert granted - checked >= DELAY - SLACK, granted - checked
+    successor.release()
+    assert not rds.exists(delay_key("dl:fair"))
+
+
+def test_fair_lock_release_frees_at_once_and_no_delay_writes_no_marker(
+        rds, client: hilock.Client) -> None:
+    a = client.fair_lock("dl:fair", ttl=30, lock_delay=30)
+    b = client.fair_lock("dl:fair", ttl=30, lock_delay=30)
+    assert a.acquire(blocking=False)
+    assert 30_000 < rds.pttl(delay_key("dl:fair")) <= 60_000
+    a.renew()
+    assert 30_000 < rds.pttl(delay_key("dl:fair")) <= 60_000
+    a.release()
+    assert b.acquire(blocking=False)  # a release: no delay
+    b.release()
+    plain = client.fair_lock("dl:fair", ttl=5)
+    assert plain.lock_delay == 0
+    with plain:
+        assert rds.keys("*delay*") == []
