@@ -44,7 +44,8 @@ elseif ty == 'semaphore' then
 elseif ty == 'fair_lock' then
   -- Every waiter in line tries again and queues anew with its ticket.
   local ids = redis.call('ZRANGE', K.fair_queue, 0, -1)
-  removed = math.min(1, redis.call('DEL', K.fair, K.fair_queue, K.fair_beats))
+  removed = math.min(1, redis.call('DEL', K.fair, K.fair_queue, K.fair_beats,
+                                   K.delay))
   for _, id in ipairs(ids) do
     wake(FAIR_WAKE_PREFIX .. id, 1)
   end

@@ -349,6 +349,19 @@ def test_fair_lock_release_frees_at_once_and_no_delay_writes_no_marker(
     a.release()
     assert b.acquire(blocking=False)  # a release: no delay
     b.release()
+    # A lapsed grant's delay holds the line back; an operator's forced
+    # release ends it.
+    lapsing = client.fair_lock("dl:fair", ttl=0.2, auto_renew=False, lock_delay=30)
+    assert lapsing.acquire(blocking=False)
+    assert not b.acquire(blocking=False)
+    waiter = client.fair_lock("dl:fair", ttl=5, lock_delay=30)
+    wait_for(lambda: not rds.exists("hilock:{dl:fair}:fair"), 10, what="the grant to lapse")
+    assert not waiter.acquire(timeout=0.3)  # far shorter than the delay
+    info = client.inspect("dl:fair")
+    assert not info.held and info.lock_delay == 30
+    assert client.force_release("dl:fair")
+    assert waiter.acquire(blocking=False)
+    waiter.release()
     plain = client.fair_lock("dl:fair", ttl=5)
     assert plain.lock_delay == 0
     with plain:
