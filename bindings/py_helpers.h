@@ -199,16 +199,17 @@ static hilock_store *py_store_new(hilock_client *c, int64_t linger_ms,
 
 /* Inspection (hilock/inspect.h): a lock's state as a tuple (type name,
  * held, holder, fence, ttl_ms, hold count, readers, writer, permits,
- * permits used, permits free, waiters); the GIL is released around the
+ * permits used, permits free, waiters, lock delay ms, delay left ms); the GIL is released around the
  * round trip and held while the tuple is made. */
 static PyObject *py_info(const hilock_lock_info *i) {
   size_t hl = i->holder_len < HILOCK_HOLDER_MAX ? i->holder_len : HILOCK_HOLDER_MAX;
-  return Py_BuildValue("(siy#KLLLiLLLL)", i->type_name, i->held, i->holder,
+  return Py_BuildValue("(siy#KLLLiLLLLLL)", i->type_name, i->held, i->holder,
                        (Py_ssize_t)hl, (unsigned long long)i->fence,
                        (long long)i->ttl_ms, (long long)i->hold_count,
                        (long long)i->readers, i->writer, (long long)i->permits,
                        (long long)i->permits_used, (long long)i->permits_free,
-                       (long long)i->waiters);
+                       (long long)i->waiters, (long long)i->delay_ms,
+                       (long long)i->delay_left_ms);
 }
 
 static PyObject *py_inspect(hilock_client *c, const char *name,

@@ -77,6 +77,8 @@ COMPAT = Param("compat", "Optional[Compat]", "None", keyword_only=True,
 # lock's: the asyncio method passes it to the lock it wraps, not to the call.
 CANCEL_ON_LOSS = Param("cancel_on_loss", "bool", "False", keyword_only=True,
                        surfaces=frozenset({ASYNCIO}))
+# Lock delay (Chubby's, Consul's): a type that has none refuses a nonzero one.
+LOCK_DELAY = Param("lock_delay", "float", "0", keyword_only=True)
 # What every lock with a TTL takes after its own arguments.
 HOLD = (TTL, TIMEOUT, AUTO_RENEW, MAX_HOLD, ON_LOST, CANCEL_ON_LOSS)
 
@@ -110,7 +112,7 @@ class Factory:
 
 FACTORIES = (
     Factory(
-        "lock", (NAME, *HOLD), "Lock", "Lock",
+        "lock", (NAME, *HOLD, LOCK_DELAY), "Lock", "Lock",
         doc="""\
 An expiring lock (SET NX PX).
 
@@ -121,8 +123,13 @@ every ttl/3 while held, so a live holder keeps it and a dead one
 loses it within ``ttl``; pass False for a plain expiring lock.
 ``max_hold``: stop renewing this many seconds after the grant.
 ``on_lost(lock)``: called (on a hilock thread) if the hold is lost.
+``lock_delay``: seconds after a grant ends without its holder's
+release (the TTL ran out, the holder was lost or killed) in which the
+name is granted to no one; a release frees it at once (0: none).
 """,
-        body="return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost)",
+        body="""\
+return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost,
+            lock_delay)""",
         default_doc="An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``).",
         async_doc="""\
 An expiring lock, as :meth:`hilock.Client.lock`.
@@ -138,23 +145,27 @@ held until :meth:`Lock.force_release`. Prefer :meth:`lock`.""",
         default_doc="A simple (non-expiring) lock on the default client.",
         async_doc="A lock without expiry, as :meth:`hilock.Client.simple_lock`."),
     Factory(
-        "lease", (NAME, *HOLD), "Lock", "Lock",
+        "lease", (NAME, *HOLD, LOCK_DELAY), "Lock", "Lock",
         doc="""\
 A lease: an expiring lock held by renewing it before ``ttl`` runs
 out, by the renewal thread (default) or by ``renew()``/``extend()``
 (``auto_renew=False``). Other arguments as for :meth:`lock`.""",
-        body="return Lock(self, name, LEASE, ttl, timeout, auto_renew, max_hold, on_lost)",
+        body="""\
+return Lock(self, name, LEASE, ttl, timeout, auto_renew, max_hold, on_lost,
+            lock_delay)""",
         default_doc="A lease on the default client.",
         async_doc="A lease (expires, never renewed), as :meth:`hilock.Client.lease`.",
-        async_params=(NAME, Param("ttl", "float"), TIMEOUT, CANCEL_ON_LOSS)),
+        async_params=(NAME, Param("ttl", "float"), TIMEOUT, CANCEL_ON_LOSS, LOCK_DELAY)),
     Factory(
-        "rlock", (NAME, *HOLD, COMPAT), "RLock", "RLock",
+        "rlock", (NAME, *HOLD, LOCK_DELAY, COMPAT), "RLock", "RLock",
         doc="""\
 A reentrant lock: reentrant per thread, like ``threading.RLock``.
 ``compat="redisson"``: Redisson's RLock of the same name, shared with
 Java services (``ttl`` is then the lease, Redisson's 30 s by
 default). Other arguments as for :meth:`lock`.""",
-        body="return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat)",
+        body="""\
+no_lock_delay(lock_delay, "rlock")
+return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat)""",
         default_doc="A reentrant lock on the default client.",
         async_doc="""\
 A reentrant lock, as :meth:`hilock.Client.rlock`, owned by the
@@ -179,20 +190,23 @@ Other arguments as for :meth:`lock`.
 A counting semaphore, as :meth:`hilock.Client.semaphore`; a
 permit belongs to the task that acquired it."""),
     Factory(
-        "fair_lock", (NAME, *HOLD, COMPAT), "FairLock", "FairLock", compat=("RLock", "RLock"),
+        "fair_lock", (NAME, *HOLD, LOCK_DELAY, COMPAT), "FairLock", "FairLock",
+        compat=("RLock", "RLock"),
         doc="""\
 A fair (FIFO) lock: granted in request order, a newcomer never
 barges past a waiter, and a crashed waiter is skipped after its
 heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
-at 5 s). Other arguments as for :meth:`lock`.
+at 5 s). ``lock_delay``: as for :meth:`lock` (not with ``compat``).
+Other arguments as for :meth:`lock`.
 ``compat="redisson"``: Redisson's RFairLock of the same name, shared
 with Java services, as a reentrant :class:`RLock` (a dead hilock
 waiter is passed over ``ttl`` after the holder's TTL).""",
         body="""\
 if check_compat(compat):
+    no_lock_delay(lock_delay, "fair_lock(compat='redisson')")
     return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
                  _side=_h.hilock_rlock_new_redisson_fair)
-return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""",
+return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, lock_delay)""",
         default_doc="A fair (FIFO) lock on the default client.",
         async_doc="""\
 A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a
@@ -201,7 +215,7 @@ RFairLock of the same name, a task-owned :class:`RLock` (a waiting
 task hears the release meant for it; one that gives up, cancelled or
 timed out, leaves the queue)."""),
     Factory(
-        "rwlock", (NAME, *HOLD, COMPAT), "RWLock", "Union[ReadLock, WriteLock]",
+        "rwlock", (NAME, *HOLD, LOCK_DELAY, COMPAT), "RWLock", "Union[ReadLock, WriteLock]",
         compat=("RedissonRWLock", "RLock"),
         doc="""\
 A read-write lock: ``.read()`` and ``.write()`` give its shared and
@@ -212,6 +226,7 @@ that lost its hold) apply to both sides, as for :meth:`lock`.
 ``compat="redisson"``: Redisson's RReadWriteLock of the same name,
 shared with Java services (a :class:`RedissonRWLock`).""",
         body="""\
+no_lock_delay(lock_delay, "rwlock")
 if check_compat(compat):
     return RedissonRWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""",
@@ -221,7 +236,7 @@ A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner
 is the current task: ``.read()`` and ``.write()`` give its sides.
 ``compat="redisson"``: Redisson's RReadWriteLock of the same name."""),
     Factory(
-        "multi_lock", (NAMES, *HOLD), "MultiLock", "MultiLock",
+        "multi_lock", (NAMES, *HOLD, LOCK_DELAY), "MultiLock", "MultiLock",
         doc="""\
 A lock on every name of ``names`` at once, or none of them.
 
@@ -229,16 +244,19 @@ A lock on every name of ``names`` at once, or none of them.
 at most 1024. Each name is locked with the keys of :meth:`lock`, so
 the two exclude each other; ``fence`` is a dict of one token per
 name. On a Redis Cluster the names must share a hash tag
-(``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError. Other
-arguments as for :meth:`lock`.
+(``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError.
+``lock_delay``: as for :meth:`lock`, for each name. Other arguments as
+for :meth:`lock`.
 """,
-        body="return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost)",
+        body="""\
+return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost,
+                 lock_delay)""",
         default_doc="A multi-key lock (all names or none) on the default client.",
         async_doc="""\
 A lock on every name at once or none, as
 :meth:`hilock.Client.multi_lock`."""),
     Factory(
-        "sequential_lock", (NAME, *HOLD), "SequentialLock", "SequentialLock",
+        "sequential_lock", (NAME, *HOLD, LOCK_DELAY), "SequentialLock", "SequentialLock",
         doc="""\
 A sequential lock (ZooKeeper's recipe): each contender gets the
 next sequence number (``SequentialLock.sequence``) and the lowest
@@ -246,7 +264,9 @@ live one holds; each waiter watches its predecessor only, so a
 release wakes exactly one process, and a dead predecessor passes the
 turn within its heartbeat window (``SequentialLock.heartbeat``, by default
 ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`.""",
-        body="return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)",
+        body="""\
+no_lock_delay(lock_delay, "sequential_lock")
+return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""",
         default_doc="A sequential (ZooKeeper-style) lock on the default client.",
         async_doc="""\
 A sequential lock, as :meth:`hilock.Client.sequential_lock`: a

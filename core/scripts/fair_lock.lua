@@ -10,11 +10,15 @@
 --         prefix followed by its id (same hash tag, so the same slot)
 -- KEYS[7] the caller's own wake list (KEYS[6] followed by ARGV[2]): no key
 --         is built from ARGV here
+-- KEYS[8] the lock-delay marker (only with ARGV[6])
 -- ARGV[1] op: 'acquire' (grant, or queue and heartbeat), 'try' (grant only
 --         if nobody waits), 'release', 'leave' (a waiter gives up), 'count'
 -- ARGV[2] waiter id, which becomes the owner token on a grant
 -- ARGV[3] ttl ms, ARGV[4] heartbeat window ms, ARGV[5] the waiter's ticket
---         from an earlier call (0: none yet)
+--         from an earlier call (0: none yet), ARGV[6] lock delay ms
+--         (optional, > 0): a grant sets the marker to ttl + the delay, a
+--         release deletes it, and no grant comes while it lives without a
+--         holder (busy answers its pttl)
 --
 -- Replies: acquire/try {1, fence, ticket} granted, or {0, holder's pttl
 -- (0 if free), ticket, position (0 = head, -1 = not queued)};
@@ -31,6 +35,7 @@
 local holder, fence_key, queue, beats, tickets, wake_prefix, my_wake =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local op, me = ARGV[1], ARGV[2]
+local marker, delay = KEYS[8], tonumber(ARGV[6])
 
 local now = server_ms()
 
@@ -65,6 +70,15 @@ local function head()
   end
 end
 
+-- A grant that ended without its holder's release: the time left on its
+-- lock-delay marker (0: none, or no delay asked for).
+local function delay_left()
+  if not delay then
+    return 0
+  end
+  return math.max(0, redis.call('PTTL', marker))
+end
+
 -- The queue keys live as long as the latest heartbeat deadline, so a queue
 -- whose waiters all died lapses even if nobody calls again.
 local function settle()
@@ -74,7 +88,7 @@ end
 -- If the lock is free, wake the head and nobody else: one element in its
 -- own list, kept while its heartbeat could still be live.
 local function wake_head()
-  if redis.call('EXISTS', holder) == 1 then
+  if redis.call('EXISTS', holder) == 1 or delay_left() > 0 then
     return
   end
   local h = head()
@@ -89,6 +103,9 @@ local function grant(ticket)
   -- The fence first: a damaged counter fails before the holder is written.
   local fence = next_fence(fence_key)
   redis.call('SET', holder, me, 'PX', ARGV[3])
+  if delay then
+    redis.call('SET', marker, ARGV[6], 'PX', tonumber(ARGV[3]) + delay)
+  end
   drop(me, my_wake)
   settle()
   return {1, fence, ticket}
@@ -97,7 +114,7 @@ end
 local function busy(ticket, pos)
   settle()
   wake_head()
-  local pttl = 0
+  local pttl = delay_left()
   if redis.call('EXISTS', holder) == 1 then
     pttl = redis.call('PTTL', holder)
   end
@@ -113,6 +130,9 @@ if op == 'release' then
     return {0}
   end
   redis.call('DEL', holder)
+  if delay then
+    redis.call('DEL', marker)
+  end
   purge()
   settle()
   wake_head()
@@ -124,6 +144,9 @@ if op == 'leave' then
   local released = 0
   if redis.call('GET', holder) == me then
     redis.call('DEL', holder)
+    if delay then
+      redis.call('DEL', marker)
+    end
     released = 1
   end
   drop(me, my_wake)
@@ -143,7 +166,7 @@ if cur == me then
 end
 
 if op == 'try' then
-  if cur == false and head() == nil then
+  if cur == false and head() == nil and delay_left() == 0 then
     return grant(redis.call('INCR', tickets))
   end
   return busy(0, -1)
@@ -169,7 +192,7 @@ else
   redis.call('ZADD', queue, ticket, me)
 end
 redis.call('ZADD', beats, now + tonumber(ARGV[4]), me)
-if cur == false and head() == me then
+if cur == false and head() == me and delay_left() == 0 then
   return grant(ticket)
 end
 return busy(ticket, redis.call('ZRANK', queue, me))

@@ -25,7 +25,8 @@ end
 
 local removed = 0
 if ty == 'lock' then
-  removed = redis.call('DEL', K.lock)
+  -- A lock delay's marker goes too: the operator frees the name at once.
+  removed = math.min(1, redis.call('DEL', K.lock, K.delay))
   wake(K.wake, 1)
 elseif ty == 'redlock' then
   removed = redis.call('DEL', K.redlock)
@@ -43,7 +44,8 @@ elseif ty == 'semaphore' then
 elseif ty == 'fair_lock' then
   -- Every waiter in line tries again and queues anew with its ticket.
   local ids = redis.call('ZRANGE', K.fair_queue, 0, -1)
-  removed = math.min(1, redis.call('DEL', K.fair, K.fair_queue, K.fair_beats))
+  removed = math.min(1, redis.call('DEL', K.fair, K.fair_queue, K.fair_beats,
+                                   K.delay))
   for _, id in ipairs(ids) do
     wake(FAIR_WAKE_PREFIX .. id, 1)
   end

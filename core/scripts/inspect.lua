@@ -3,7 +3,8 @@
 -- Returns {type, held 0|1, holder token ('' if none or several), fence (0:
 -- none), ttl ms (-1 no expiry, -2 nothing held), hold count, readers,
 -- writer 0|1, permits, permits used, permits free (-1: not applicable),
--- waiters}; type 'unknown' and {..., key, its type} if a key of the name
+-- waiters, lock delay ms (0: no delay marker), the delay marker's pttl (-2:
+-- none; the earliest a new grant may come)}; type 'unknown' and {..., key, its type} if a key of the name
 -- holds a type no hilock family writes.
 -- @include clock.lua
 -- @include lock_keys.lua
@@ -36,9 +37,13 @@ end
 
 if ty == 'lock' or ty == 'redlock' then
   local k = ty == 'lock' and K.lock or K.redlock
-  held, count = 1, 1
   holder = redis.call('GET', k)
-  ttl = redis.call('PTTL', k)
+  if holder then
+    held, count = 1, 1
+    ttl = redis.call('PTTL', k)
+  else
+    holder = '' -- only a lock delay's marker is there
+  end
 elseif ty == 'rlock' then
   local h = redis.call('HGETALL', K.rlock)
   for i = 1, #h, 2 do
@@ -120,5 +125,12 @@ elseif ty == 'segmented_lock' then
   end
 end
 if held == 0 then ttl = -2 end
+-- A lock delay's marker: its value is the delay, its pttl how long no new
+-- grant may come (while held: if the holder were lost now).
+local delay, delay_left = 0, -2
+if t.delay then
+  delay = num(redis.call('GET', K.delay))
+  delay_left = redis.call('PTTL', K.delay)
+end
 return {ty, held, holder, fence, ttl, count, readers, writer, permits, used,
-        free, waiters}
+        free, waiters, delay, delay_left}

@@ -1,9 +1,11 @@
 -- Grant an exclusive lock with a fencing token.
 -- KEYS[1] lock key, KEYS[2] fence counter (same hash tag), KEYS[3] wake list
--- (only with ARGV[3])
+-- (only with ARGV[3]), KEYS[4] lock-delay marker (only with ARGV[4])
 -- ARGV[1] owner token, ARGV[2] ttl in ms ("0": no expiry), ARGV[3]
--- "woken" (optional)
--- Returns {1, fence} when granted, {0, holder's pttl} when held.
+-- "woken" (optional; any other value: not woken), ARGV[4] lock delay in ms
+-- (optional, > 0)
+-- Returns {1, fence} when granted, {0, holder's pttl} when held, {0, the
+-- marker's pttl} while a lost grant's lock delay runs.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
 local cur = redis.call('GET', KEYS[1])
@@ -18,11 +20,24 @@ if cur ~= ARGV[1] and ARGV[3] == 'woken' and
   return {0, pttl == -2 and 0 or pttl}
 end
 if cur == false then
+  -- A grant that ended without its holder's release (expired, holder lost)
+  -- leaves its delay marker: no grant until it expires.
+  if KEYS[4] then
+    local delay = redis.call('PTTL', KEYS[4])
+    if delay > 0 then
+      return {0, delay}
+    end
+  end
   -- The fence first: a damaged counter fails before the lock is written.
   local fence = next_fence(KEYS[2])
   local ttl = tonumber(ARGV[2])
   if ttl > 0 then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+    if ARGV[4] then
+      -- The marker outlives the grant by the delay; its value is the delay,
+      -- which renewals add to the TTL they set.
+      redis.call('SET', KEYS[4], ARGV[4], 'PX', ttl + tonumber(ARGV[4]))
+    end
   else
     redis.call('SET', KEYS[1], ARGV[1])
   end

@@ -2,10 +2,14 @@
 -- name. The keys are those of the expiring lock of each name, so a single
 -- lock and a multi-key lock on a shared name exclude each other.
 -- KEYS[1..n] lock keys, KEYS[n+1..2n] wake lists, KEYS[2n+1..3n] fence
--- counters, names in sorted order (one hash slot).
+-- counters, KEYS[3n+1..4n] lock-delay markers (only with ARGV[5]), names in
+-- sorted order (one hash slot).
 -- ARGV[1] owner token, ARGV[2] ttl in ms, ARGV[3] index of the wake list
 -- whose wake-up started this attempt ("0": none), ARGV[4] "woken"
--- (optional): rung by a release of that name, the attempt takes the
+-- (optional; any other value: not woken), ARGV[5] lock delay in ms
+-- (optional, > 0): a name whose marker is there while its lock key is not
+-- is busy for the marker's pttl, and each grant sets the markers to ttl +
+-- the delay. Woken: rung by a release of that name, the attempt takes the
 -- release's wake-up itself, in its round trip; none left (a waiter of
 -- another process took it) and it is not its turn: it is told that name's
 -- pttl, 0 if it is free (it looks again in 1 ms).
@@ -14,7 +18,8 @@
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
 -- @include wake.lua
-local n = #KEYS / 3
+local delay = tonumber(ARGV[5])
+local n = #KEYS / (delay and 4 or 3)
 local token = ARGV[1]
 local woken = tonumber(ARGV[3]) or 0
 if ARGV[4] == 'woken' and woken >= 1 and woken <= n and
@@ -27,7 +32,10 @@ local free = {}
 -- Check every name before writing anything: all or nothing.
 for i = 1, n do
   local cur = redis.call('GET', KEYS[i])
-  if cur == false then
+  -- A grant of name i ended without its holder's release: its lock delay
+  -- runs while its marker lives.
+  local wait = cur == false and delay and redis.call('PTTL', KEYS[3 * n + i])
+  if cur == false and not (wait and wait > 0) then
     free[i] = true
   elseif cur ~= token then
     -- We took a wake-up meant for whoever gets name `woken`, and that name
@@ -36,7 +44,7 @@ for i = 1, n do
         redis.call('EXISTS', KEYS[woken]) == 0 then
       wake_one(KEYS[n + woken])
     end
-    return {0, redis.call('PTTL', KEYS[i]), i}
+    return {0, wait or redis.call('PTTL', KEYS[i]), i}
   end
   -- cur == token: a resend of our own grant (reply lost to a broken
   -- connection); that name is still ours.
@@ -54,6 +62,9 @@ end
 for i = 1, n do
   if free[i] then
     redis.call('SET', KEYS[i], token, 'PX', ARGV[2])
+    if delay then
+      redis.call('SET', KEYS[3 * n + i], ARGV[5], 'PX', tonumber(ARGV[2]) + delay)
+    end
   end
 end
 return out

@@ -31,11 +31,19 @@ struct hilock_fair_lock {
   int64_t ticket;       /* the acquire in progress's ticket (0: none) */
   uint64_t last_ticket; /* of the current or last grant */
   int64_t beat_ms;      /* heartbeat window; read by a waiting thread */
+  /* Lock delay (hilock_fair_lock_set_delay): 0 or its ms; dkey, the
+   * marker, is KEYS[8] and the renewal's extra key while it is > 0. */
+  int64_t delay_ms;
+  char *dkey;
+  size_t dkeylen;
+  const char *renew_xkeys[1];
+  size_t renew_xkeylens[1];
 };
 
 static void fair_destroy(hilock_fair_lock *fl) {
   for (int i = 0; i < NKEYS; i++) free(fl->keys[i]);
   free(fl->wkey);
+  free(fl->dkey);
   free(fl);
 }
 
@@ -54,7 +62,9 @@ static int fair_lock_new(hilock_client *client, const char *name,
   if (hilock__keys(&client->rt, name, namelen, roles, NKEYS, fl->keys, fl->keylens) !=
           HILOCK_OK ||
       (fl->wkey = malloc(fl->keylens[K_WAKE] + HILOCK__TOKEN_LEN + 1)) ==
-          NULL) {
+          NULL ||
+      (fl->dkey = hilock__key(&client->rt, name, namelen, "delay",
+                              &fl->dkeylen)) == NULL) {
     fair_destroy(fl);
     return HILOCK_ENOMEM;
   }
@@ -94,14 +104,18 @@ static void fam_free(void *arg) {
  * sends none of its own). */
 static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
                const char *id, size_t idlen, redisReply **out) {
-  char ttl[24], beat[24], ticket[24];
-  const char *args[5] = {op, id, ttl, beat, ticket};
-  size_t arglens[5];
+  char ttl[24], beat[24], ticket[24], delay[24];
+  const char *args[6] = {op, id, ttl, beat, ticket, delay};
+  size_t arglens[6];
+  /* A lock delay: the marker (KEYS[8]) and the delay (ARGV[6]). */
+  int nkeys = fl->delay_ms > 0 ? NKEYS + 2 : NKEYS + 1;
+  int nargs = fl->delay_ms > 0 ? 6 : 5;
   arglens[0] = strlen(op);
   arglens[1] = idlen;
   arglens[2] = hilock__i64(ttl, fl->h.ttl_ms);
   arglens[3] = hilock__i64(beat, __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED));
   arglens[4] = hilock__i64(ticket, fl->ticket);
+  arglens[5] = hilock__i64(delay, fl->delay_ms);
   /* Only acquire and try grant: WAIT follows those (wait_replicas).
    * Release and leave may wake the next in line. */
   int how = op[0] == 'a' || op[0] == 't' ? HILOCK__RUN_GRANT
@@ -110,8 +124,8 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
                            : 0;
   /* KEYS[7]: the caller's own wake list, so the script builds no key
    * from ARGV. */
-  const char *keys[NKEYS + 1];
-  size_t keylens[NKEYS + 1];
+  const char *keys[NKEYS + 2];
+  size_t keylens[NKEYS + 2];
   char own[HILOCK_KEY_PREFIX_MAX + HILOCK_NAME_MAX + 64];
   if (fl->keylens[K_WAKE] + idlen > sizeof(own))
     return hilock__set_err(e, HILOCK_EINVAL, "waiter id too long");
@@ -123,14 +137,17 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   }
   keys[NKEYS] = own;
   keylens[NKEYS] = fl->keylens[K_WAKE] + idlen;
-  const char *uargs[5] = {"leave", id, ttl, beat, ticket};
-  size_t uarglens[5] = {5, arglens[1], arglens[2], arglens[3], arglens[4]};
-  hilock__undo u = {&hilock__script_fair_lock, NKEYS + 1, 5, keys, keylens,
+  keys[NKEYS + 1] = fl->dkey;
+  keylens[NKEYS + 1] = fl->dkeylen;
+  const char *uargs[6] = {"leave", id, ttl, beat, ticket, delay};
+  size_t uarglens[6] = {5, arglens[1], arglens[2], arglens[3], arglens[4],
+                        arglens[5]};
+  hilock__undo u = {&hilock__script_fair_lock, nkeys, nargs, keys, keylens,
                     uargs, uarglens, fl->h.ttl_ms, NULL};
   const hilock__undo *outer = NULL;
   if (how == HILOCK__RUN_GRANT) outer = hilock__undo_arm(&u);
   int rc = hilock__script_run_as(fl->h.client, e, &hilock__script_fair_lock,
-                                 how, NKEYS + 1, keys, keylens, 5, args,
+                                 how, nkeys, keys, keylens, nargs, args,
                                  arglens, out);
   if (how == HILOCK__RUN_GRANT) hilock__undo_disarm(outer);
   return rc;
@@ -256,6 +273,30 @@ int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl, int64_t window_ms) {
 
 int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl) {
   return fl == NULL ? 0 : __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED);
+}
+
+int hilock_fair_lock_set_delay(hilock_fair_lock *fl, int64_t delay_ms) {
+  if (fl == NULL) return HILOCK_EINVAL;
+  if (delay_ms < 0 || delay_ms > HILOCK_TTL_MAX_MS)
+    return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
+                           "lock delay must be 0..%lld ms, got %lld",
+                           (long long)HILOCK_TTL_MAX_MS, (long long)delay_ms);
+  if (fl->h.held)
+    return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
+                           "set the lock delay before acquiring, not while "
+                           "the handle holds the lock");
+  fl->delay_ms = delay_ms;
+  /* Renewals and extensions (lock_extend.lua) push the marker along. */
+  fl->renew_xkeys[0] = fl->dkey;
+  fl->renew_xkeylens[0] = fl->dkeylen;
+  fl->h.xkeys = delay_ms > 0 ? fl->renew_xkeys : NULL;
+  fl->h.xkeylens = delay_ms > 0 ? fl->renew_xkeylens : NULL;
+  fl->h.nxkeys = delay_ms > 0 ? 1 : 0;
+  return HILOCK_OK;
+}
+
+int64_t hilock_fair_lock_delay_ms(const hilock_fair_lock *fl) {
+  return fl == NULL ? 0 : fl->delay_ms;
 }
 
 uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {

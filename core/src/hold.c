@@ -330,8 +330,9 @@ int64_t hilock__hold_drift_us(int64_t ttl_ms) { return drift_us(ttl_ms); }
 /* ## Holds on a string key holding the owner token (lock, fair lock) ------ */
 
 int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace) {
-  const char *keys[1], *args[3];
-  size_t keylens[1], arglens[3];
+  const char *keys[2], *args[3];
+  size_t keylens[2], arglens[3];
+  int nkeys = 1;
   char buf[24];
   redisReply *r;
   int64_t start;
@@ -340,6 +341,10 @@ int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace) {
   if (rc != HILOCK_OK) return rc;
   keys[0] = h->rkey;
   keylens[0] = h->rkeylen;
+  if (h->nxkeys == 1) { /* a lock's delay marker, pushed along */
+    keys[nkeys] = h->xkeys[0];
+    keylens[nkeys++] = h->xkeylens[0];
+  }
   args[0] = h->owner;
   arglens[0] = h->ownerlen;
   args[1] = buf;
@@ -347,8 +352,8 @@ int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace) {
   args[2] = replace ? "set" : "add";
   arglens[2] = 3;
   start = hilock__now_us();
-  rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_extend, 1,
-                          keys, keylens, 3, args, arglens, &r);
+  rc = hilock__script_run(h->client, &h->err, &hilock__script_lock_extend,
+                          nkeys, keys, keylens, 3, args, arglens, &r);
   if (rc == HILOCK_ENOREPLICAS && r != NULL &&
       r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
     /* Extended on the master only: the validity is not extended. */

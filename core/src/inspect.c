@@ -19,7 +19,7 @@ static const char *const roles[] = {
     "rw:writer",   "rw:readers",     "rw:counts",   "rw:intents",
     "rw:waiting",  "rw:admitted",    "rw:rwake",    "rw:wwake",
     "seq:queue",   "seq:session",    "seq:holder",  "seq:counter",
-    "seg:stock",   "seg:fence",      "seg:wake",
+    "seg:stock",   "seg:fence",      "seg:wake",    "delay",
     "seg:",        "wake:",          "seq:wake:"};
 #define NROLES ((int)(sizeof(roles) / sizeof(roles[0])))
 
@@ -107,6 +107,11 @@ static int read_info(hilock__err *e, const redisReply *r,
   info->permits_used = int_at(r, 9);
   info->permits_free = int_at(r, 10);
   info->waiters = int_at(r, 11);
+  info->delay_left_ms = -2;
+  if (info->type != HILOCK_TYPE_UNKNOWN && r->elements >= 14) {
+    info->delay_ms = int_at(r, 12);
+    info->delay_left_ms = int_at(r, 13);
+  }
   return HILOCK_OK;
 }
 

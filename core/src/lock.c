@@ -20,6 +20,14 @@ struct hilock_lock {
   hilock_lock_kind kind;
   char *key, *fkey, *wkey; /* lock, fence counter, wake list */
   size_t keylen, fkeylen, wkeylen;
+  /* Lock delay (hilock_lock_set_delay): 0, or the ms after a lost grant in
+   * which the name is granted to no one; dkey is the marker key, the
+   * renewal's extra key (h.xkeys) while delay_ms > 0. */
+  int64_t delay_ms;
+  char *dkey;
+  size_t dkeylen;
+  const char *renew_xkeys[1];
+  size_t renew_xkeylens[1];
 };
 
 static int run_release(void *arg, hilock__err *e, redisReply **r);
@@ -63,10 +71,13 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   l->key = hilock__key(&client->rt, name, namelen, "lock", &l->keylen);
   l->fkey = hilock__key(&client->rt, name, namelen, "fence", &l->fkeylen);
   l->wkey = hilock__key(&client->rt, name, namelen, "wake", &l->wkeylen);
-  if (l->key == NULL || l->fkey == NULL || l->wkey == NULL) {
+  l->dkey = hilock__key(&client->rt, name, namelen, "delay", &l->dkeylen);
+  if (l->key == NULL || l->fkey == NULL || l->wkey == NULL ||
+      l->dkey == NULL) {
     free(l->key);
     free(l->fkey);
     free(l->wkey);
+    free(l->dkey);
     free(l);
     return HILOCK_ENOMEM;
   }
@@ -92,6 +103,7 @@ static void fam_free(void *arg) {
   free(l->key);
   free(l->fkey);
   free(l->wkey);
+  free(l->dkey);
   free(l);
 }
 
@@ -100,23 +112,31 @@ static void fam_free(void *arg) {
 static int attempt(void *arg, int64_t *pttl) {
   hilock_lock *l = arg;
   hilock__hold *h = &l->h;
-  const char *keys[3] = {l->key, l->fkey, l->wkey};
-  size_t keylens[3] = {l->keylen, l->fkeylen, l->wkeylen};
-  char ttl[24];
-  const char *args[3] = {h->owner, ttl, "woken"};
-  size_t arglens[3] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, h->ttl_ms), 5};
+  const char *keys[4] = {l->key, l->fkey, l->wkey, l->dkey};
+  size_t keylens[4] = {l->keylen, l->fkeylen, l->wkeylen, l->dkeylen};
+  char ttl[24], delay[24];
+  const char *args[4] = {h->owner, ttl, "woken", delay};
+  size_t arglens[4] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, h->ttl_ms), 5,
+                       hilock__i64(delay, l->delay_ms)};
   /* Rung by a release: this attempt takes the wake-up (same round trip). */
   int n = hilock__attempt_woken() == 2 ? 3 : 2;
   /* If the reply does not come in time, the grant is ambiguous: the same
    * socket then carries this attempt's owner-checked release. */
-  const char *ukeys[2] = {l->key, l->wkey};
-  size_t ukeylens[2] = {l->keylen, l->wkeylen};
+  const char *ukeys[3] = {l->key, l->wkey, l->dkey};
+  size_t ukeylens[3] = {l->keylen, l->wkeylen, l->dkeylen};
   hilock__undo undo = {&hilock__script_lock_release, 2, 1, ukeys, ukeylens,
                        args, arglens, h->ttl_ms, NULL};
   hilock__attempt a;
   redisReply *r;
   int rc, ok;
 
+  /* A lock delay: the wake list and the marker are always passed (ARGV[3]
+   * other than "woken" when not rung), and the release clears the marker. */
+  if (l->delay_ms > 0) {
+    if (n == 2) arglens[2] = 1; /* "w": not woken */
+    n = 4;
+    undo.nkeys = 3;
+  }
   rc = hilock__attempt_begin(h, "this handle already holds the lock; release "
                                 "it first (the lock is not reentrant)");
   if (rc == HILOCK_OK)
@@ -140,12 +160,13 @@ static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_lock *l = arg;
-  const char *keys[2] = {l->key, l->wkey};
-  size_t keylens[2] = {l->keylen, l->wkeylen};
+  const char *keys[3] = {l->key, l->wkey, l->dkey};
+  size_t keylens[3] = {l->keylen, l->wkeylen, l->dkeylen};
   const char *args[1] = {l->h.owner};
   size_t arglens[1] = {l->h.ownerlen};
-  return hilock__script_run(l->h.client, e, &hilock__script_lock_release, 2,
-                            keys, keylens, 1, args, arglens, r);
+  return hilock__script_run(l->h.client, e, &hilock__script_lock_release,
+                            l->delay_ms > 0 ? 3 : 2, keys, keylens, 1, args,
+                            arglens, r);
 }
 
 static int extend_fn(void *x, int64_t ms, int replace) {
@@ -167,23 +188,53 @@ static int renew_fn(void *x) {
 
 
 int hilock_lock_force_release(hilock_lock *l, int *deleted) {
-  const char *keys[2];
-  size_t keylens[2];
+  const char *keys[3];
+  size_t keylens[3];
   redisReply *r;
   int rc;
   if (l == NULL) return HILOCK_EINVAL;
+  keys[2] = l->dkey;
+  keylens[2] = l->dkeylen;
   keys[0] = l->key;
   keylens[0] = l->keylen;
   keys[1] = l->wkey;
   keylens[1] = l->wkeylen;
   rc = hilock__script_run(l->h.client, &l->h.err, &hilock__script_lock_force,
-                          2, keys, keylens, 0, NULL, NULL, &r);
+                          3, keys, keylens, 0, NULL, NULL, &r);
   if (rc != HILOCK_OK) return rc;
   if (deleted != NULL)
     *deleted = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
   freeReplyObject(r);
   if (l->h.pid == hilock__pid()) hilock__hold_drop(&l->h);
   return HILOCK_OK;
+}
+
+int hilock_lock_set_delay(hilock_lock *l, int64_t delay_ms) {
+  if (l == NULL) return HILOCK_EINVAL;
+  if (delay_ms < 0 || delay_ms > HILOCK_TTL_MAX_MS)
+    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
+                           "lock delay must be 0..%lld ms, got %lld",
+                           (long long)HILOCK_TTL_MAX_MS, (long long)delay_ms);
+  if (delay_ms > 0 && l->kind == HILOCK_LOCK_SIMPLE)
+    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
+                           "a simple lock never lapses, so it takes no lock "
+                           "delay");
+  if (l->h.held)
+    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
+                           "set the lock delay before acquiring, not while "
+                           "the handle holds the lock");
+  l->delay_ms = delay_ms;
+  /* Renewals and extensions push the marker's TTL along with the lock's. */
+  l->renew_xkeys[0] = l->dkey;
+  l->renew_xkeylens[0] = l->dkeylen;
+  l->h.xkeys = delay_ms > 0 ? l->renew_xkeys : NULL;
+  l->h.xkeylens = delay_ms > 0 ? l->renew_xkeylens : NULL;
+  l->h.nxkeys = delay_ms > 0 ? 1 : 0;
+  return HILOCK_OK;
+}
+
+int64_t hilock_lock_delay_ms(const hilock_lock *l) {
+  return l == NULL ? 0 : l->delay_ms;
 }
 
 hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {

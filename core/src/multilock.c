@@ -24,10 +24,18 @@ struct hilock_multi_lock {
   size_t n;
   char **names; /* sorted, distinct */
   size_t *namelens;
-  /* 3n keys: [0, n) lock keys, [n, 2n) wake lists, [2n, 3n) fence
-   * counters, each in name order (the scripts rely on this layout). */
+  /* 4n keys: [0, n) lock keys, [n, 2n) wake lists, [2n, 3n) fence
+   * counters, [3n, 4n) lock-delay markers, each in name order (the scripts
+   * rely on this layout). */
   char **keys;
   size_t *keylens;
+  /* Lock delay (hilock_multi_lock_set_delay): 0 or its ms. dkeys: the 3n
+   * keys of the release (lock keys, wake lists, markers) then the 2n of
+   * the renewal (lock keys, markers; h.xkeys while delay_ms > 0); NULL
+   * while no delay was set. */
+  int64_t delay_ms;
+  const char **dkeys;
+  size_t *dkeylens;
   uint64_t *fences;
   unsigned char *missing;
   /* Waiting: the wake list of the name that blocked the last attempt. */
@@ -59,7 +67,9 @@ static int cmp_name(const char *a, size_t al, const char *b, size_t bl) {
 
 static void free_parts(hilock_multi_lock *m) {
   if (m->keys != NULL)
-    for (size_t i = 0; i < 3 * m->n; i++) free(m->keys[i]);
+    for (size_t i = 0; i < 4 * m->n; i++) free(m->keys[i]);
+  free(m->dkeys);
+  free(m->dkeylens);
   if (m->names != NULL)
     for (size_t i = 0; i < m->n; i++) free(m->names[i]);
   free(m->keys);
@@ -175,8 +185,8 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
   m->n = count;
   m->names = calloc(count, sizeof(*m->names));
   m->namelens = calloc(count, sizeof(*m->namelens));
-  m->keys = calloc(3 * count, sizeof(*m->keys));
-  m->keylens = calloc(3 * count, sizeof(*m->keylens));
+  m->keys = calloc(4 * count, sizeof(*m->keys));
+  m->keylens = calloc(4 * count, sizeof(*m->keylens));
   m->fences = calloc(count, sizeof(*m->fences));
   m->missing = calloc(count, 1);
   if (m->names == NULL || m->namelens == NULL || m->keys == NULL ||
@@ -194,8 +204,10 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
     m->keys[count + i] = hilock__key(&client->rt, name, len, "wake", &m->keylens[count + i]);
     m->keys[2 * count + i] =
         hilock__key(&client->rt, name, len, "fence", &m->keylens[2 * count + i]);
+    m->keys[3 * count + i] =
+        hilock__key(&client->rt, name, len, "delay", &m->keylens[3 * count + i]);
     if (m->keys[i] == NULL || m->keys[count + i] == NULL ||
-        m->keys[2 * count + i] == NULL)
+        m->keys[2 * count + i] == NULL || m->keys[3 * count + i] == NULL)
       goto nomem;
   }
   free(order);
@@ -288,11 +300,14 @@ static int release_fn(void *x);
 static int attempt(void *arg, int64_t *pttl) {
   hilock_multi_lock *m = arg;
   hilock__hold *h = &m->h;
-  char ttl[24], woken[24];
-  const char *args[4] = {h->owner, ttl, woken, "woken"};
-  size_t arglens[4];
+  char ttl[24], woken[24], delay[24];
+  const char *args[5] = {h->owner, ttl, woken, "woken", delay};
+  size_t arglens[5];
   /* Rung by a release: the script takes the wake-up (ARGV[4]). */
   int nargs = hilock__attempt_woken() == 2 ? 4 : 3;
+  /* A lock delay: the markers and ARGV[5] (ARGV[4] other than "woken"
+   * when not rung), and the undo deletes the markers with the locks. */
+  int delayed = m->delay_ms > 0;
   hilock__attempt a;
   redisReply *r;
   uint64_t top = 0;
@@ -306,14 +321,22 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[1] = hilock__i64(ttl, h->ttl_ms);
   arglens[2] = hilock__i64(
       woken, hilock__attempt_woken() ? (int64_t)m->wait_idx + 1 : 0);
-  arglens[3] = 5;
+  arglens[3] = nargs == 4 ? 5 : 1; /* "w": not woken */
+  arglens[4] = hilock__i64(delay, m->delay_ms);
   /* A late reply: this attempt's names are released behind it. */
-  hilock__undo undo = {&hilock__script_multilock_release, (int)(2 * m->n), 1,
-                       (const char *const *)m->keys, m->keylens, args,
-                       arglens, h->ttl_ms, NULL};
+  const char *uargs[2] = {h->owner, "delay"};
+  size_t uarglens[2] = {HILOCK__TOKEN_LEN, 5};
+  hilock__undo undo = {&hilock__script_multilock_release,
+                       (int)((delayed ? 3 : 2) * m->n), delayed ? 2 : 1,
+                       delayed ? (const char *const *)m->dkeys
+                               : (const char *const *)m->keys,
+                       delayed ? m->dkeylens : m->keylens, uargs, uarglens,
+                       h->ttl_ms, NULL};
+  if (delayed) nargs = 5;
   rc = hilock__attempt_run(h, &a, &undo, &hilock__script_multilock_acquire,
-                           (int)(3 * m->n), (const char **)m->keys,
-                           m->keylens, nargs, args, arglens, &r);
+                           (int)((delayed ? 4 : 3) * m->n),
+                           (const char **)m->keys, m->keylens, nargs, args,
+                           arglens, &r);
   if (rc == HILOCK_ECROSSSLOT) return crossslot_hint(m);
   if (rc != HILOCK_OK) return rc;
   if (r->type == REDIS_REPLY_ARRAY && r->elements == m->n + 1 &&
@@ -347,11 +370,17 @@ static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
 
 static int run_release(void *arg, hilock__err *e, redisReply **r) {
   hilock_multi_lock *m = arg;
-  const char *args[1] = {m->h.owner};
-  size_t arglens[1] = {m->h.ownerlen};
+  const char *args[2] = {m->h.owner, "delay"};
+  size_t arglens[2] = {m->h.ownerlen, 5};
+  int rc;
   (void)e; /* run() reports into m->h.err, which is e */
-  return run(m, &hilock__script_multilock_release, (int)(2 * m->n), 1, args,
-             arglens, r);
+  if (m->delay_ms <= 0)
+    return run(m, &hilock__script_multilock_release, (int)(2 * m->n), 1, args,
+               arglens, r);
+  rc = hilock__script_run(m->h.client, &m->h.err,
+                          &hilock__script_multilock_release, (int)(3 * m->n),
+                          m->dkeys, m->dkeylens, 2, args, arglens, r);
+  return rc == HILOCK_ECROSSSLOT ? crossslot_hint(m) : rc;
 }
 
 static int release_fn(void *x) {
@@ -402,8 +431,16 @@ static int extend_fn(void *x, int64_t ms, int replace) {
   args[2] = replace ? "set" : "add";
   arglens[2] = 3;
   start = hilock__now_us();
-  rc = run(m, &hilock__script_multilock_extend, (int)m->n, 3, args, arglens,
-           &r);
+  if (m->delay_ms > 0) {
+    rc = hilock__script_run(m->h.client, &m->h.err,
+                            &hilock__script_multilock_extend_delay,
+                            (int)(2 * m->n), m->dkeys + 3 * m->n,
+                            m->dkeylens + 3 * m->n, 3, args, arglens, &r);
+    if (rc == HILOCK_ECROSSSLOT) rc = crossslot_hint(m);
+  } else {
+    rc = run(m, &hilock__script_multilock_extend, (int)m->n, 3, args, arglens,
+             &r);
+  }
   if (rc == HILOCK_ENOREPLICAS &&
       hilock__extended_unacked(&rc, r, r->type == REDIS_REPLY_INTEGER &&
                                            r->integer > 0))
@@ -551,6 +588,58 @@ int hilock__multi_adopt(hilock_client *c, const hilock__grant *g,
   memcpy(m->fences, g->fences, m->n * sizeof(*m->fences));
   *out = &m->h;
   return HILOCK_OK;
+}
+
+int hilock_multi_lock_set_delay(hilock_multi_lock *m, int64_t delay_ms) {
+  size_t n;
+  if (m == NULL) return HILOCK_EINVAL;
+  n = m->n;
+  if (delay_ms < 0 || delay_ms > HILOCK_TTL_MAX_MS)
+    return hilock__set_err(&m->h.err, HILOCK_EINVAL,
+                           "lock delay must be 0..%lld ms, got %lld",
+                           (long long)HILOCK_TTL_MAX_MS, (long long)delay_ms);
+  if (m->h.held)
+    return hilock__set_err(&m->h.err, HILOCK_EINVAL,
+                           "set the lock delay before acquiring, not while "
+                           "the handle holds the names");
+  if (delay_ms > 0 && m->dkeys == NULL) {
+    m->dkeys = malloc(5 * n * sizeof(*m->dkeys));
+    m->dkeylens = malloc(5 * n * sizeof(*m->dkeylens));
+    if (m->dkeys == NULL || m->dkeylens == NULL) {
+      free(m->dkeys);
+      free(m->dkeylens);
+      m->dkeys = NULL;
+      m->dkeylens = NULL;
+      return hilock__set_err(&m->h.err, HILOCK_ENOMEM, "out of memory");
+    }
+    /* The release's: lock keys, wake lists, markers; the renewal's: lock
+     * keys, markers (k: the index of each in keys). */
+    for (size_t j = 0; j < 5 * n; j++) {
+      static const size_t part[5] = {0, 1, 3, 0, 3};
+      size_t k = part[j / n] * n + j % n;
+      m->dkeys[j] = m->keys[k];
+      m->dkeylens[j] = m->keylens[k];
+    }
+  }
+  m->delay_ms = delay_ms;
+  /* The renewal thread's batches run the renew script of the hold's kind
+   * on rkey and h.xkeys: with a delay, the lock keys and the markers. */
+  if (delay_ms > 0) {
+    m->h.renew_script = &hilock__script_multilock_extend_delay;
+    m->h.xkeys = m->dkeys + 3 * n + 1;
+    m->h.xkeylens = m->dkeylens + 3 * n + 1;
+    m->h.nxkeys = (int)(2 * n) - 1;
+  } else {
+    m->h.renew_script = &hilock__script_multilock_extend;
+    m->h.xkeys = (const char *const *)(m->keys + 1);
+    m->h.xkeylens = m->keylens + 1;
+    m->h.nxkeys = (int)n - 1;
+  }
+  return HILOCK_OK;
+}
+
+int64_t hilock_multi_lock_delay_ms(const hilock_multi_lock *m) {
+  return m == NULL ? 0 : m->delay_ms;
 }
 
 static const hilock__family family = {

@@ -40,6 +40,7 @@ from ._util import (
     Uncopyable,
     check_compat,
     name_bytes,
+    no_lock_delay,
     prefix_bytes,
     redact_url,
     seconds_to_ms,
@@ -395,7 +396,7 @@ class Client(Uncopyable):
     # the table and run the script, not the code between these lines.
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,
-             on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
+             on_lost: Optional[LostCallback[Lock]] = None, lock_delay: float = 0) -> Lock:
         """An expiring lock (SET NX PX).
 
         ``ttl``: seconds until the grant lapses unless released or renewed.
@@ -405,8 +406,12 @@ class Client(Uncopyable):
         loses it within ``ttl``; pass False for a plain expiring lock.
         ``max_hold``: stop renewing this many seconds after the grant.
         ``on_lost(lock)``: called (on a hilock thread) if the hold is lost.
+        ``lock_delay``: seconds after a grant ends without its holder's
+        release (the TTL ran out, the holder was lost or killed) in which the
+        name is granted to no one; a release frees it at once (0: none).
         """
-        return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost)
+        return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost,
+                    lock_delay)
 
     def simple_lock(self, name: Name, timeout: Optional[float] = None) -> Lock:
         """A simple lock (SETNX) with no expiry: if its holder dies it stays
@@ -415,20 +420,22 @@ class Client(Uncopyable):
 
     def lease(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
+              on_lost: Optional[LostCallback[Lock]] = None, lock_delay: float = 0) -> Lock:
         """A lease: an expiring lock held by renewing it before ``ttl`` runs
         out, by the renewal thread (default) or by ``renew()``/``extend()``
         (``auto_renew=False``). Other arguments as for :meth:`lock`."""
-        return Lock(self, name, LEASE, ttl, timeout, auto_renew, max_hold, on_lost)
+        return Lock(self, name, LEASE, ttl, timeout, auto_renew, max_hold, on_lost,
+                    lock_delay)
 
     def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback[RLock]] = None,
+              on_lost: Optional[LostCallback[RLock]] = None, lock_delay: float = 0,
               compat: Optional[Compat] = None) -> RLock:
         """A reentrant lock: reentrant per thread, like ``threading.RLock``.
         ``compat="redisson"``: Redisson's RLock of the same name, shared with
         Java services (``ttl`` is then the lease, Redisson's 30 s by
         default). Other arguments as for :meth:`lock`."""
+        no_lock_delay(lock_delay, "rlock")
         return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat)
 
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
@@ -449,42 +456,47 @@ class Client(Uncopyable):
     @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  on_lost: Optional[LostCallback[FairLock]] = None,
+                  on_lost: Optional[LostCallback[FairLock]] = None, lock_delay: float = 0,
                   compat: None = None) -> FairLock: ...
 
     @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  on_lost: Optional[LostCallback[RLock]] = None, compat: Compat) -> RLock: ...
+                  on_lost: Optional[LostCallback[RLock]] = None, lock_delay: float = 0,
+                  compat: Compat) -> RLock: ...
 
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None, on_lost: Any = None,
-                  compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
+                  lock_delay: float = 0, compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
         """A fair (FIFO) lock: granted in request order, a newcomer never
         barges past a waiter, and a crashed waiter is skipped after its
         heartbeat window (``FairLock.heartbeat``, by default ``ttl`` capped
-        at 5 s). Other arguments as for :meth:`lock`.
+        at 5 s). ``lock_delay``: as for :meth:`lock` (not with ``compat``).
+        Other arguments as for :meth:`lock`.
         ``compat="redisson"``: Redisson's RFairLock of the same name, shared
         with Java services, as a reentrant :class:`RLock` (a dead hilock
         waiter is passed over ``ttl`` after the holder's TTL)."""
         if check_compat(compat):
+            no_lock_delay(lock_delay, "fair_lock(compat='redisson')")
             return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
                          _side=_h.hilock_rlock_new_redisson_fair)
-        return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+        return FairLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, lock_delay)
 
     @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
                on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None,
-               compat: None = None) -> RWLock: ...
+               lock_delay: float = 0, compat: None = None) -> RWLock: ...
 
     @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               on_lost: Optional[LostCallback[RLock]] = None, compat: Compat) -> RedissonRWLock: ...
+               on_lost: Optional[LostCallback[RLock]] = None, lock_delay: float = 0,
+               compat: Compat) -> RedissonRWLock: ...
 
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None, on_lost: Any = None,
+               lock_delay: float = 0,
                compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
         """A read-write lock: ``.read()`` and ``.write()`` give its shared and
         exclusive sides, reentrant per thread, with writer preference.
@@ -493,33 +505,39 @@ class Client(Uncopyable):
         that lost its hold) apply to both sides, as for :meth:`lock`.
         ``compat="redisson"``: Redisson's RReadWriteLock of the same name,
         shared with Java services (a :class:`RedissonRWLock`)."""
+        no_lock_delay(lock_delay, "rwlock")
         if check_compat(compat):
             return RedissonRWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
         return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
     def multi_lock(self, names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None,
                    *, auto_renew: bool = True, max_hold: Optional[float] = None,
-                   on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
+                   on_lost: Optional[LostCallback[MultiLock]] = None,
+                   lock_delay: float = 0) -> MultiLock:
         """A lock on every name of ``names`` at once, or none of them.
 
         ``names``: an iterable of names (str or bytes; duplicates ignored),
         at most 1024. Each name is locked with the keys of :meth:`lock`, so
         the two exclude each other; ``fence`` is a dict of one token per
         name. On a Redis Cluster the names must share a hash tag
-        (``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError. Other
-        arguments as for :meth:`lock`.
+        (``"{acct}:1"``, ``"{acct}:2"``), else CrossSlotError.
+        ``lock_delay``: as for :meth:`lock`, for each name. Other arguments as
+        for :meth:`lock`.
         """
-        return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost)
+        return MultiLock(self, names, ttl, timeout, auto_renew, max_hold, on_lost,
+                         lock_delay)
 
     def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                         auto_renew: bool = True, max_hold: Optional[float] = None,
-                        on_lost: Optional[LostCallback[SequentialLock]] = None) -> SequentialLock:
+                        on_lost: Optional[LostCallback[SequentialLock]] = None,
+                        lock_delay: float = 0) -> SequentialLock:
         """A sequential lock (ZooKeeper's recipe): each contender gets the
         next sequence number (``SequentialLock.sequence``) and the lowest
         live one holds; each waiter watches its predecessor only, so a
         release wakes exactly one process, and a dead predecessor passes the
         turn within its heartbeat window (``SequentialLock.heartbeat``, by default
         ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`."""
+        no_lock_delay(lock_delay, "sequential_lock")
         return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,

@@ -31,10 +31,11 @@ def _default() -> Client:
 
 
 def lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *, auto_renew: bool = True,
-         max_hold: Optional[float] = None, on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
+         max_hold: Optional[float] = None, on_lost: Optional[LostCallback[Lock]] = None,
+         lock_delay: float = 0) -> Lock:
     """An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``)."""
     return _default().lock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
-                           on_lost=on_lost)
+                           on_lost=on_lost, lock_delay=lock_delay)
 
 
 def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
@@ -44,18 +45,18 @@ def simple_lock(name: Name, timeout: Optional[float] = None) -> Lock:
 
 def lease(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
           auto_renew: bool = True, max_hold: Optional[float] = None,
-          on_lost: Optional[LostCallback[Lock]] = None) -> Lock:
+          on_lost: Optional[LostCallback[Lock]] = None, lock_delay: float = 0) -> Lock:
     """A lease on the default client."""
     return _default().lease(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
-                            on_lost=on_lost)
+                            on_lost=on_lost, lock_delay=lock_delay)
 
 
 def rlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
           auto_renew: bool = True, max_hold: Optional[float] = None,
-          on_lost: Optional[LostCallback[RLock]] = None) -> RLock:
+          on_lost: Optional[LostCallback[RLock]] = None, lock_delay: float = 0) -> RLock:
     """A reentrant lock on the default client."""
     return _default().rlock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
-                            on_lost=on_lost)
+                            on_lost=on_lost, lock_delay=lock_delay)
 
 
 def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
@@ -68,34 +69,37 @@ def semaphore(name: Name, permits: int, ttl: float = 30.0, timeout: Optional[flo
 
 def fair_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              on_lost: Optional[LostCallback[FairLock]] = None) -> FairLock:
+              on_lost: Optional[LostCallback[FairLock]] = None, lock_delay: float = 0) -> FairLock:
     """A fair (FIFO) lock on the default client."""
     return _default().fair_lock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
-                                on_lost=on_lost)
+                                on_lost=on_lost, lock_delay=lock_delay)
 
 
 def rwlock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
            auto_renew: bool = True, max_hold: Optional[float] = None,
-           on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> RWLock:
+           on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None,
+           lock_delay: float = 0) -> RWLock:
     """A read-write lock on the default client."""
     return _default().rwlock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
-                             on_lost=on_lost)
+                             on_lost=on_lost, lock_delay=lock_delay)
 
 
 def multi_lock(names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               on_lost: Optional[LostCallback[MultiLock]] = None) -> MultiLock:
+               on_lost: Optional[LostCallback[MultiLock]] = None,
+               lock_delay: float = 0) -> MultiLock:
     """A multi-key lock (all names or none) on the default client."""
     return _default().multi_lock(names, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
-                                 on_lost=on_lost)
+                                 on_lost=on_lost, lock_delay=lock_delay)
 
 
 def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                     auto_renew: bool = True, max_hold: Optional[float] = None,
-                    on_lost: Optional[LostCallback[SequentialLock]] = None) -> SequentialLock:
+                    on_lost: Optional[LostCallback[SequentialLock]] = None,
+                    lock_delay: float = 0) -> SequentialLock:
     """A sequential (ZooKeeper-style) lock on the default client."""
     return _default().sequential_lock(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
-                                      on_lost=on_lost)
+                                      on_lost=on_lost, lock_delay=lock_delay)
 
 
 def segmented_lock(name: Name, segments: int, ttl: float = 30.0, timeout: Optional[float] = None, *,

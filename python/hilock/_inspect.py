@@ -9,7 +9,8 @@ TYPES = ("none", "lock", "rlock", "semaphore", "fair_lock", "rwlock",
          "sequential_lock", "segmented_lock", "redlock", "unknown")
 
 FIELDS = ("name", "type", "held", "holder", "fence", "ttl", "waiters", "hold_count",
-          "readers", "writer", "permits", "permits_used", "permits_free")
+          "readers", "writer", "permits", "permits_used", "permits_free", "lock_delay",
+          "delay_left")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,11 @@ class LockInfo:
     ``permits``, ``permits_used``, ``permits_free``: semaphore (limit, live
     permits, free; ``permits`` None if no limit is stored) and segmented
     lock (segments known, held, free); None elsewhere.
+    ``lock_delay``: the lock delay of the name's last grant that had one
+    (seconds), None when no delay marker is there; ``delay_left``: seconds
+    until the marker expires, the earliest another grant may come (while
+    held: if the holder were lost now), None without a marker. A name with
+    nothing but the marker is a ``"lock"`` that is not held.
     ``name``: the lock name as str (bytes that are not UTF-8 are kept as
     ``surrogateescape`` characters).
     """
@@ -54,12 +60,14 @@ class LockInfo:
     permits: Optional[int]
     permits_used: Optional[int]
     permits_free: Optional[int]
+    lock_delay: Optional[float] = None
+    delay_left: Optional[float] = None
 
     @classmethod
     def _from_c(cls, name: Union[str, bytes], t: Tuple[Any, ...]) -> LockInfo:
         """From py_inspect's tuple (see bindings/hilock.i)."""
         (tname, held, holder, fence, ttl_ms, count, readers, writer, permits, used,
-         free, waiters) = t
+         free, waiters, delay_ms, delay_left_ms) = t
         if isinstance(tname, bytes):
             tname = tname.decode()
         if isinstance(name, bytes):
@@ -76,7 +84,9 @@ class LockInfo:
             writer=bool(writer) if rw else None,
             permits=int(permits) if counted and permits >= 0 else None,
             permits_used=int(used) if counted and used >= 0 else None,
-            permits_free=int(free) if counted and free >= 0 else None)
+            permits_free=int(free) if counted and free >= 0 else None,
+            lock_delay=delay_ms / 1000.0 if delay_ms > 0 else None,
+            delay_left=delay_left_ms / 1000.0 if delay_ms > 0 and delay_left_ms >= 0 else None)
 
     def as_dict(self) -> Dict[str, Any]:
         """A JSON-serialisable dict with exactly the keys of :data:`FIELDS`."""

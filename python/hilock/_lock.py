@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Optional
 
 from . import _hilock as _h
 from ._base import ExclusiveBase, LostCallback
-from ._util import Name, seconds_to_ms
+from ._util import Name, delay_to_ms, seconds_to_ms
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -31,17 +31,28 @@ class Lock(ExclusiveBase):
     def __init__(self, client: Client, name: Name, kind: int, ttl: Optional[float],
                  timeout: Optional[float], auto_renew: bool = False,
                  max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback[Lock]] = None) -> None:
+                 on_lost: Optional[LostCallback[Lock]] = None,
+                 lock_delay: float = 0) -> None:
         super().__init__(client, name, timeout, auto_renew and kind != SIMPLE,
                          max_hold, on_lost)
         self._kind = kind
         self._kind_name = {EXPIRING: "lock", SIMPLE: "simple_lock", LEASE: "lease"}[kind]
         ttl_ms = 0 if kind == SIMPLE else seconds_to_ms(ttl, "ttl")  # type: ignore[arg-type]
+        delay_ms = delay_to_ms(lock_delay)
         if kind == SIMPLE:
             self._setup(client._new(_h.hilock_lock_new_simple, self._bname))
         else:
             new = _h.hilock_lock_new_lease if kind == LEASE else _h.hilock_lock_new
             self._setup(client._new(new, self._bname, ttl_ms))
+        if delay_ms:
+            _h.hilock_lock_set_delay(self._h, delay_ms)
+
+    @property
+    def lock_delay(self) -> float:
+        """Seconds after a grant ends without its holder's release (expiry,
+        a lost or killed holder) in which the name is granted to no one; 0:
+        none (see ``lock_delay`` of :meth:`Client.lock`)."""
+        return float(_h.hilock_lock_delay_ms(self._h)) / 1000
 
     def locked(self) -> bool:
         """Whether anyone holds the lock (one round trip)."""

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
 
 from . import _hilock as _h
 from ._base import ExclusiveBase, LostCallback
-from ._util import Name, name_bytes, seconds_to_ms
+from ._util import Name, delay_to_ms, name_bytes, seconds_to_ms
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -52,8 +52,10 @@ class MultiLock(ExclusiveBase):
     def __init__(self, client: Client, names: Iterable[Name], ttl: float,
                  timeout: Optional[float], auto_renew: bool = True,
                  max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback[MultiLock]] = None) -> None:
+                 on_lost: Optional[LostCallback[MultiLock]] = None,
+                 lock_delay: float = 0) -> None:
         given = _names_list(names)
+        delay_ms = delay_to_ms(lock_delay)
         encoded = [name_bytes(n) for n in given]
         # The first spelling of each name, for fence/missing/names.
         self._by_bytes: Dict[bytes, Name] = {}
@@ -66,6 +68,15 @@ class MultiLock(ExclusiveBase):
         self._names: Tuple[Name, ...] = tuple(
             self._by_bytes[_h.hilock_multi_lock_name(handle, i)] for i in range(count))
         self._setup(handle)
+        if delay_ms:
+            _h.hilock_multi_lock_set_delay(self._h, delay_ms)
+
+    @property
+    def lock_delay(self) -> float:
+        """Seconds after a grant of a name ends without its holder's release
+        in which that name is granted to no one; 0: none (see
+        :meth:`Client.multi_lock`)."""
+        return float(_h.hilock_multi_lock_delay_ms(self._h)) / 1000
 
     def __repr__(self) -> str:
         return (f"<hilock.MultiLock {list(self._names)!r} "

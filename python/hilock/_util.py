@@ -83,6 +83,20 @@ def check_compat(compat: Optional[str]) -> bool:
     raise InvalidArgument(f"compat must be None or 'redisson', got {compat!r}")
 
 
+def delay_to_ms(value: float) -> int:
+    """A lock delay in seconds (0: none) to whole ms (rounded up)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        return 0
+    return seconds_to_ms(value, "lock_delay")
+
+
+def no_lock_delay(value: float, kind: str) -> None:
+    """Refuse a lock delay on a lock type that has none (0 passes)."""
+    if delay_to_ms(value) != 0:
+        raise InvalidArgument(f"{kind} has no lock delay (lock_delay must be 0, got {value!r}); "
+                              "lock(), lease(), fair_lock() and multi_lock() have it")
+
+
 def seconds_to_ms(value: float, what: str) -> int:
     """Positive float seconds to whole ms (rounded up), within TTL_MAX_MS."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -448,32 +448,35 @@ class Client(Uncopyable):
     # the table and run the script, not the code between these lines.
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,
-             cancel_on_loss: bool = False) -> Lock:
+             cancel_on_loss: bool = False, lock_delay: float = 0) -> Lock:
         """An expiring lock, as :meth:`hilock.Client.lock`.
         ``cancel_on_loss``: a loss of the hold cancels the task inside
         ``async with`` on it, and the block raises :class:`hilock.LockLost`
         (every lock that can be lost takes it; see :mod:`hilock.asyncio`)."""
         return Lock(self, self._sync.lock(name, ttl, timeout, auto_renew=auto_renew,
-                                          max_hold=max_hold), cancel_on_loss)
+                                          max_hold=max_hold, lock_delay=lock_delay), cancel_on_loss)
 
     def simple_lock(self, name: Name, timeout: Optional[float] = None) -> Lock:
         """A lock without expiry, as :meth:`hilock.Client.simple_lock`."""
         return Lock(self, self._sync.simple_lock(name, timeout))
 
     def lease(self, name: Name, ttl: float, timeout: Optional[float] = None, *,
-              cancel_on_loss: bool = False) -> Lock:
+              cancel_on_loss: bool = False, lock_delay: float = 0) -> Lock:
         """A lease (expires, never renewed), as :meth:`hilock.Client.lease`."""
-        return Lock(self, self._sync.lease(name, ttl, timeout), cancel_on_loss)
+        return Lock(self, self._sync.lease(name, ttl, timeout,
+                                           lock_delay=lock_delay), cancel_on_loss)
 
     def rlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
               auto_renew: bool = True, max_hold: Optional[float] = None,
-              cancel_on_loss: bool = False, compat: Optional[Compat] = None) -> RLock:
+              cancel_on_loss: bool = False, lock_delay: float = 0,
+              compat: Optional[Compat] = None) -> RLock:
         """A reentrant lock, as :meth:`hilock.Client.rlock`, owned by the
         current task: a task that holds it may acquire it again (and
         releases as often); other tasks, threads and processes wait.
         ``compat="redisson"``: Redisson's RLock of the same name."""
         return RLock(self, self._sync.rlock(name, ttl, timeout, auto_renew=auto_renew,
-                                            max_hold=max_hold, compat=compat), cancel_on_loss)
+                                            max_hold=max_hold, lock_delay=lock_delay,
+                                            compat=compat), cancel_on_loss)
 
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
                   timeout: Optional[float] = None, *, auto_renew: bool = True,
@@ -487,16 +490,17 @@ class Client(Uncopyable):
     @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  cancel_on_loss: bool = False, compat: None = None) -> FairLock: ...
+                  cancel_on_loss: bool = False, lock_delay: float = 0,
+                  compat: None = None) -> FairLock: ...
 
     @overload
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  cancel_on_loss: bool = False, compat: Compat) -> RLock: ...
+                  cancel_on_loss: bool = False, lock_delay: float = 0, compat: Compat) -> RLock: ...
 
     def fair_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                   auto_renew: bool = True, max_hold: Optional[float] = None,
-                  cancel_on_loss: bool = False,
+                  cancel_on_loss: bool = False, lock_delay: float = 0,
                   compat: Optional[Compat] = None) -> Union[FairLock, RLock]:
         """A fair (FIFO) lock, as :meth:`hilock.Client.fair_lock`: a
         cancelled waiter leaves the queue. ``compat="redisson"``: Redisson's
@@ -505,51 +509,56 @@ class Client(Uncopyable):
         timed out, leaves the queue)."""
         if compat is not None:
             return RLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,
-                                                    max_hold=max_hold,
+                                                    max_hold=max_hold, lock_delay=lock_delay,
                                                     compat=compat), cancel_on_loss)
         return FairLock(self, self._sync.fair_lock(name, ttl, timeout, auto_renew=auto_renew,
-                                                   max_hold=max_hold), cancel_on_loss)
+                                                   max_hold=max_hold,
+                                                   lock_delay=lock_delay), cancel_on_loss)
 
     @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               cancel_on_loss: bool = False, compat: None = None) -> RWLock: ...
+               cancel_on_loss: bool = False, lock_delay: float = 0,
+               compat: None = None) -> RWLock: ...
 
     @overload
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               cancel_on_loss: bool = False, compat: Compat) -> RedissonRWLock: ...
+               cancel_on_loss: bool = False, lock_delay: float = 0,
+               compat: Compat) -> RedissonRWLock: ...
 
     def rwlock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                auto_renew: bool = True, max_hold: Optional[float] = None,
-               cancel_on_loss: bool = False,
+               cancel_on_loss: bool = False, lock_delay: float = 0,
                compat: Optional[Compat] = None) -> Union[RWLock, RedissonRWLock]:
         """A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner
         is the current task: ``.read()`` and ``.write()`` give its sides.
         ``compat="redisson"``: Redisson's RReadWriteLock of the same name."""
         if compat is not None:
             return RedissonRWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
-                                                          max_hold=max_hold,
+                                                          max_hold=max_hold, lock_delay=lock_delay,
                                                           compat=compat), cancel_on_loss)
         return RWLock(self, self._sync.rwlock(name, ttl, timeout, auto_renew=auto_renew,
-                                              max_hold=max_hold), cancel_on_loss)
+                                              max_hold=max_hold,
+                                              lock_delay=lock_delay), cancel_on_loss)
 
     def multi_lock(self, names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None,
                    *, auto_renew: bool = True, max_hold: Optional[float] = None,
-                   cancel_on_loss: bool = False) -> MultiLock:
+                   cancel_on_loss: bool = False, lock_delay: float = 0) -> MultiLock:
         """A lock on every name at once or none, as
         :meth:`hilock.Client.multi_lock`."""
         return MultiLock(self, self._sync.multi_lock(names, ttl, timeout, auto_renew=auto_renew,
-                                                     max_hold=max_hold), cancel_on_loss)
+                                                     max_hold=max_hold,
+                                                     lock_delay=lock_delay), cancel_on_loss)
 
     def sequential_lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                         auto_renew: bool = True, max_hold: Optional[float] = None,
-                        cancel_on_loss: bool = False) -> SequentialLock:
+                        cancel_on_loss: bool = False, lock_delay: float = 0) -> SequentialLock:
         """A sequential lock, as :meth:`hilock.Client.sequential_lock`: a
         cancelled waiter leaves the queue."""
-        return SequentialLock(self, self._sync.sequential_lock(name, ttl, timeout,
-                                                               auto_renew=auto_renew,
-                                                               max_hold=max_hold), cancel_on_loss)
+        return SequentialLock(self, self._sync.sequential_lock(
+            name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+            lock_delay=lock_delay), cancel_on_loss)
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,

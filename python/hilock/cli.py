@@ -676,6 +676,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             value = getattr(info, attr, None)
             if value is not None and not (attr == "hold_count" and not info.held):
                 rows.append((attr.replace("_", " "), str(value)))
+        delay = getattr(info, "lock_delay", None)
+        if delay is not None:
+            left = getattr(info, "delay_left", None)
+            # While held: when the delay would end if the holder were lost now.
+            rows.append(("lock delay", f"{delay:g}s, ends in {_ttl_text(left)}"
+                         + (" if the holder is lost" if info.held else "")))
         width = max(len(k) for k, _ in rows) + 1
         for k, v in rows:
             print(f"{k + ':':<{width}} {v}")

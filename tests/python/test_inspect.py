@@ -16,7 +16,8 @@ from cluster import LocalCluster
 from helpers import join_all, pop_report, start_child, wait_for, waiting_processes
 
 KEYS = {"name", "type", "held", "holder", "fence", "ttl", "waiters", "hold_count",
-        "readers", "writer", "permits", "permits_used", "permits_free"}
+        "readers", "writer", "permits", "permits_used", "permits_free", "lock_delay",
+        "delay_left"}
 
 
 def test_nothing_there(client: hilock.Client) -> None:

@@ -82,6 +82,13 @@ HILOCK_API int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count);
 HILOCK_API int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl,
                                               int64_t window_ms);
 HILOCK_API int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl);
+/* Lock delay, as hilock_lock_set_delay (lock.h): after a grant that ended
+ * without its holder's release, the head of the line is granted no earlier
+ * than the delay after the grant's last TTL. Set it before acquiring;
+ * delay_ms in 0..HILOCK_TTL_MAX_MS, 0: none. */
+HILOCK_API int hilock_fair_lock_set_delay(hilock_fair_lock *fl,
+                                          int64_t delay_ms);
+HILOCK_API int64_t hilock_fair_lock_delay_ms(const hilock_fair_lock *fl);
 
 /* The ticket of the current or last grant: its place in the request order
  * (strictly increasing per lock name); 0 before the first grant. */

@@ -80,6 +80,12 @@ typedef struct hilock_lock_info {
    * live waiters in line; read-write lock, the waiting writers and
    * readers. 0 for the other types, whose waiters register nowhere. */
   int64_t waiters;
+  /* Lock delay (hilock_lock_set_delay): the delay of the name's last grant
+   * that had one (0: no delay marker), and the marker's remaining time (-2:
+   * none): while held, how long no one else may be granted the name if the
+   * holder were lost now; while not held, until the delay ends. A name with
+   * nothing but the marker is HILOCK_TYPE_LOCK, not held. */
+  int64_t delay_ms, delay_left_ms;
 } hilock_lock_info;
 
 /* Round trip: fill *info for the lock name (1..HILOCK_NAME_MAX bytes, not

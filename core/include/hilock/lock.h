@@ -100,6 +100,20 @@ static inline int hilock_lock_renew(hilock_lock *lock) {
  * holder died). *deleted = 1 if a lock was there; deleted may be NULL. */
 HILOCK_API int hilock_lock_force_release(hilock_lock *lock, int *deleted);
 
+/* Lock delay (Chubby's, Consul's): when a grant ends without its holder's
+ * release (the TTL ran out, the holder was lost or killed, an operator's
+ * force release), the name is granted to no one for delay_ms after that; a
+ * release frees it at once. Each grant and renewal writes the marker key
+ * hilock:{name}:delay with a TTL of the lock's TTL plus delay_ms, the
+ * release deletes it, and an acquire refuses while only the marker is
+ * there (a waiter sleeps its remaining TTL). Only handles with a delay look
+ * for the marker: give every handle on a name the same delay. 0 (the
+ * default): none, no marker written or read. Set it before acquiring
+ * (HILOCK_EINVAL while held); a simple lock takes none (HILOCK_EINVAL).
+ * delay_ms in 0..HILOCK_TTL_MAX_MS. */
+HILOCK_API int hilock_lock_set_delay(hilock_lock *lock, int64_t delay_ms);
+HILOCK_API int64_t hilock_lock_delay_ms(const hilock_lock *lock);
+
 HILOCK_API hilock_lock_kind hilock_lock_kind_of(const hilock_lock *lock);
 
 #ifdef __cplusplus

@@ -102,6 +102,14 @@ static inline int hilock_multi_lock_renew(hilock_multi_lock *m) {
  * hilock_hold_fence is the highest of the names' fences. */
 
 /* Number of distinct names, and name i (sorted) with its length. */
+/* Lock delay, as hilock_lock_set_delay (lock.h), for every name: a name
+ * whose grant ended without the holder's release is granted to no one
+ * (lock or multi-key lock with a delay) for delay_ms after that. Set it
+ * before acquiring; delay_ms in 0..HILOCK_TTL_MAX_MS, 0: none. */
+HILOCK_API int hilock_multi_lock_set_delay(hilock_multi_lock *m,
+                                           int64_t delay_ms);
+HILOCK_API int64_t hilock_multi_lock_delay_ms(const hilock_multi_lock *m);
+
 HILOCK_API size_t hilock_multi_lock_count(const hilock_multi_lock *m);
 HILOCK_API const char *hilock_multi_lock_name(const hilock_multi_lock *m,
                                              size_t i, size_t *len);

@@ -16,7 +16,8 @@ local LOCK_ROLES = {
   {'rw_rwake', 'list'}, {'rw_wwake', 'list'},
   {'seq_queue', 'zset'}, {'seq_session', 'zset'}, {'seq_holder', 'hash'},
   {'seq_counter', 'string'},
-  {'seg_stock', 'hash'}, {'seg_fence', 'hash'}, {'seg_wake', 'list'}}
+  {'seg_stock', 'hash'}, {'seg_fence', 'hash'}, {'seg_wake', 'list'},
+  {'delay', 'string'}}
 local K = {}
 for i, r in ipairs(LOCK_ROLES) do K[r[1]] = KEYS[i] end
 local SEG_PREFIX = KEYS[#LOCK_ROLES + 1]
@@ -99,5 +100,7 @@ local function lock_type(t)
       end
     end
   end
+  -- A lock's delay marker alone: a lost grant's lock delay still runs.
+  if t.delay then return 'lock' end
   return 'none'
 end

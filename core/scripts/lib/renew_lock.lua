@@ -1,6 +1,8 @@
 -- renew_lock(K, owner, ms, mode): reset (mode 'set' or nil) or add to
 -- (mode 'add') the TTL of lock key K[1] while owner holds it; an expired
--- key stays expired. Returns the new TTL in ms, or 0 if not owned.
+-- key stays expired. K[2] (optional): the lock-delay marker, whose value is
+-- the delay in ms; its TTL is set to the lock's new TTL plus the delay.
+-- Returns the new TTL in ms, or 0 if not owned.
 local function renew_lock(K, owner, ms, mode)
   if redis.call('GET', K[1]) ~= owner then
     return 0
@@ -13,5 +15,11 @@ local function renew_lock(K, owner, ms, mode)
     end
   end
   redis.call('PEXPIRE', K[1], ms)
+  if K[2] then
+    local delay = tonumber(redis.call('GET', K[2]))
+    if delay then
+      redis.call('PEXPIRE', K[2], ms + delay)
+    end
+  end
   return ms
 end

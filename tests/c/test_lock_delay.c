@@ -1,0 +1,129 @@
+/* Lock delay on the C API (hilock_lock_set_delay,
+ * hilock_multi_lock_set_delay): the marker's lifetime through grant,
+ * renewal, extension and release, a lapsed grant's delay, the inspect
+ * fields, and the arguments refused. The timing against killed holder
+ * processes is in tests/python/test_lock_delay.py. */
+#include "test_util.h"
+
+#include <stdlib.h>
+
+typedef hl_fixture fixture;
+
+#define DKEY(n) "hilock:{" n "}:delay"
+#define LKEY(n) "hilock:{" n "}:lock"
+
+static long long pttl(fixture *f, const char *key) {
+  return hl_redis_pttl(f->redis, key, strlen(key));
+}
+
+static void marker_follows_grant_renewal_extension_and_release(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = hl_new_lock(f->client, "d", 2000);
+  assert_int_equal(hilock_lock_delay_ms(l), 0);
+  assert_hl_ok(hilock_lock_set_delay(l, 10000), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_int_equal(hilock_lock_delay_ms(l), 10000);
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(pttl(f, DKEY("d")) > 11000 && pttl(f, DKEY("d")) <= 12000);
+  /* Set while held: refused, the delay stays. */
+  assert_int_equal(hilock_lock_set_delay(l, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_delay_ms(l), 10000);
+  assert_hl_ok(hilock_lock_extend(l, 30000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(pttl(f, DKEY("d")) > 39000); /* 30 s + the delay */
+  assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_true(pttl(f, DKEY("d")) > 11000 && pttl(f, DKEY("d")) <= 12000);
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_false(hl_redis_exists(f->redis, DKEY("d"), strlen(DKEY("d"))));
+  hilock_hold_free(HILOCK_HOLD(l));
+}
+
+static void lapsed_grant_keeps_the_name_for_the_delay(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = hl_new_lock(f->client, "d", 20);
+  hilock_lock *next = hl_new_lock(f->client, "d", 5000);
+  hilock_lock_info info;
+  assert_hl_ok(hilock_lock_set_delay(l, 20000), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_set_delay(next, 20000), hilock_hold_errmsg(HILOCK_HOLD(next)));
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  while (hl_redis_exists(f->redis, LKEY("d"), strlen(LKEY("d")))) hl_sleep_ms(5);
+  assert_int_equal(hilock_lock_try_acquire(next), HILOCK_BUSY);
+  assert_hl_ok(hilock_client_inspect(f->client, "d", 1, &info),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(info.type, HILOCK_TYPE_LOCK);
+  assert_int_equal(info.held, 0);
+  assert_int_equal(info.delay_ms, 20000);
+  assert_true(info.delay_left_ms > 0 && info.delay_left_ms <= 20020);
+  /* A handle without a delay does not look for the marker. */
+  hilock_lock *plain = hl_new_lock(f->client, "d", 5000);
+  assert_hl_ok(hilock_lock_try_acquire(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  assert_hl_ok(hilock_lock_release(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  /* The handle's force release ends the delay. */
+  assert_hl_ok(hilock_lock_force_release(next, NULL), hilock_hold_errmsg(HILOCK_HOLD(next)));
+  assert_hl_ok(hilock_lock_try_acquire(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
+  assert_hl_ok(hilock_lock_release(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(next));
+  hilock_hold_free(HILOCK_HOLD(plain));
+}
+
+static void no_delay_writes_no_marker_and_inspect_shows_none(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = hl_new_lock(f->client, "d", 5000);
+  hilock_lock_info info;
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_false(hl_redis_exists(f->redis, DKEY("d"), strlen(DKEY("d"))));
+  assert_hl_ok(hilock_client_inspect(f->client, "d", 1, &info),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(info.delay_ms, 0);
+  assert_int_equal(info.delay_left_ms, -2);
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(l));
+}
+
+static void bad_delays_are_einval(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = hl_new_lock(f->client, "d", 5000);
+  hilock_lock *s = hl_new_simple(f->client, "s");
+  const char *names[2] = {"{m}a", "{m}b"};
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 5000);
+  assert_int_equal(hilock_lock_set_delay(NULL, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_set_delay(l, -1), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_set_delay(l, HILOCK_TTL_MAX_MS + 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_set_delay(s, 1000), HILOCK_EINVAL);
+  assert_hl_ok(hilock_lock_set_delay(s, 0), hilock_hold_errmsg(HILOCK_HOLD(s)));
+  assert_int_equal(hilock_multi_lock_set_delay(NULL, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_multi_lock_set_delay(m, -1), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_delay_ms(NULL), 0);
+  assert_int_equal(hilock_multi_lock_delay_ms(NULL), 0);
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(s));
+  hilock_hold_free(HILOCK_HOLD(m));
+}
+
+static void multi_key_markers_follow_grant_extension_and_release(void **state) {
+  fixture *f = *state;
+  const char *names[2] = {"{m}a", "{m}b"};
+  hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 2000);
+  hilock_lock *l = hl_new_lock(f->client, "{m}b", 5000);
+  assert_hl_ok(hilock_multi_lock_set_delay(m, 10000), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_lock_set_delay(l, 10000), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_true(pttl(f, DKEY("{m}a")) > 11000 && pttl(f, DKEY("{m}b")) > 11000);
+  assert_hl_ok(hilock_multi_lock_extend(m, 30000, 1), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_true(pttl(f, DKEY("{m}a")) > 39000 && pttl(f, DKEY("{m}b")) > 39000);
+  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_false(hl_redis_exists(f->redis, DKEY("{m}a"), strlen(DKEY("{m}a"))));
+  assert_false(hl_redis_exists(f->redis, DKEY("{m}b"), strlen(DKEY("{m}b"))));
+  /* Released: the lock of either name is granted at once. */
+  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  hilock_hold_free(HILOCK_HOLD(m));
+  hilock_hold_free(HILOCK_HOLD(l));
+}
+
+HL_FIXTURE_MAIN("lock_delay",
+      HL_TEST(marker_follows_grant_renewal_extension_and_release),
+      HL_TEST(lapsed_grant_keeps_the_name_for_the_delay),
+      HL_TEST(no_delay_writes_no_marker_and_inspect_shows_none),
+      HL_TEST(bad_delays_are_einval),
+      HL_TEST(multi_key_markers_follow_grant_extension_and_release))

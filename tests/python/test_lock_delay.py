@@ -1,0 +1,368 @@
+"""Lock delay (Chubby's, Consul's): a grant that ends without its holder's
+release (its TTL ran out, its holder was killed) keeps the name from
+everyone for lock_delay after that; a release frees it at once. The
+holders here are real processes killed with SIGKILL; every timing check is
+a lower bound (a grant must not come early), which a loaded machine only
+makes easier to meet."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict
+
+import pytest
+
+import hilock
+from helpers import command_calls, kill_child, pop_report, start_child, wait_for
+from hilock import _hilock as _h
+
+TTL = 1.0
+DELAY = 2.5
+# Redis keeps key expiry in whole ms; what a lower bound forgives for it.
+SLACK = 0.05
+
+
+def delay_key(name: str) -> str:
+    return f"hilock:{{{name}}}:delay"
+
+
+def lock_key(name: str) -> str:
+    return f"hilock:{{{name}}}:lock"
+
+
+def _hold_auto_renewed(url: str, name: str) -> None:
+    """A holder renewed by the client's renewal thread, until killed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    lk = hilock.Client(url).lock(name, ttl=TTL, lock_delay=DELAY)
+    if not lk.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": lk.token, "t": time.monotonic()}))
+    time.sleep(3600)
+
+
+def _hold_renewing_by_hand(url: str, name: str) -> None:
+    """A lease holder that renews every 0.2 s itself and pushes, after
+    each renewal, the monotonic time taken just before it was sent."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    lk = hilock.Client(url).lease(name, ttl=TTL, auto_renew=False, lock_delay=DELAY)
+    if not lk.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": lk.token, "t": time.monotonic()}))
+    while True:
+        time.sleep(0.2)
+        before = time.monotonic()
+        lk.renew()
+        r.rpush("renewed", before)
+
+
+def _hold_until_told(url: str, name: str) -> None:
+    """A holder that releases when "go" is pushed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    lk = hilock.Client(url).lock(name, ttl=30, lock_delay=30)
+    if not lk.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": lk.token}))
+    if r.blpop(["go"], timeout=30) is None:
+        raise RuntimeError("never told to release")
+    lk.release()
+
+
+def test_killed_holder_renewed_by_the_thread_passes_the_name_after_the_delay(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_auto_renewed, redis_url, "dl:auto")
+    try:
+        report = pop_report(rds, "ready")
+        # Held past ttl + lock_delay since the grant: only renewals that push
+        # the delay marker keep it alive until the kill.
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert rds.get(lock_key("dl:auto")) == report["token"].encode()
+    finally:
+        kill_child(p, signal.SIGKILL)
+    # The lock was there after `checked`, so it expires after it, and its
+    # marker lock_delay later: no grant before checked + DELAY.
+    successor = client.lock("dl:auto", ttl=5, lock_delay=DELAY)
+    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
+    granted = time.monotonic()
+    assert granted - checked >= DELAY - SLACK, granted - checked
+    successor.release()
+
+
+def test_killed_holder_passes_the_name_ttl_plus_delay_after_its_last_renewal(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_renewing_by_hand, redis_url, "dl:hand")
+    try:
+        report = pop_report(rds, "ready")
+        # Renewed for longer than ttl + lock_delay, then killed.
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        assert rds.get(lock_key("dl:hand")) == report["token"].encode()
+    finally:
+        kill_child(p, signal.SIGKILL)
+    # The last renewal the holder reported (one sent after it, its report
+    # cut off by the kill, only ends the delay later).
+    last = float(rds.lindex("renewed", -1))
+    successor = client.lease("dl:hand", ttl=5, auto_renew=False, lock_delay=DELAY)
+    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
+    granted = time.monotonic()
+    assert granted - last >= TTL + DELAY - SLACK, granted - last
+    successor.release()
+
+
+def test_a_release_frees_the_name_at_once(rds, client: hilock.Client,
+                                          redis_url: str) -> None:
+    p = start_child(_hold_until_told, redis_url, "dl:rel")
+    try:
+        pop_report(rds, "ready")
+        assert rds.pttl(delay_key("dl:rel")) > 30_000  # ttl + lock_delay
+        waiter = client.lock("dl:rel", ttl=30, lock_delay=30)
+        assert not waiter.acquire(blocking=False)
+        rds.rpush("go", 1)
+        # Far below the 30 s delay: a release's successor does not wait it out.
+        assert waiter.acquire(timeout=10)
+        p.join(10)
+        assert p.exitcode == 0
+    finally:
+        kill_child(p, signal.SIGKILL)
+    waiter.release()
+    assert not rds.exists(delay_key("dl:rel"))
+    again = client.lock("dl:rel", ttl=30, lock_delay=30)
+    assert again.acquire(blocking=False)
+    again.release()
+
+
+def _lapsed_with_delay(rds, client: hilock.Client, name: str) -> None:
+    """A lease of 0.2 s with a 20 s delay, left to expire."""
+    lease = client.lease(name, ttl=0.2, auto_renew=False, lock_delay=20)
+    assert lease.acquire(blocking=False)
+    wait_for(lambda: not rds.exists(lock_key(name)), 10, what="the lease to expire")
+
+
+def test_inspect_shows_the_delay_and_when_it_ends(rds, client: hilock.Client) -> None:
+    lk = client.lock("dl:insp", ttl=10, auto_renew=False, lock_delay=20)
+    assert lk.lock_delay == 20
+    assert lk.acquire(blocking=False)
+    info = client.inspect("dl:insp")
+    assert info.held and info.lock_delay == 20
+    assert info.delay_left is not None and 20 < info.delay_left <= 30  # ttl + delay
+    assert set(info.as_dict()) >= {"lock_delay", "delay_left"}
+    lk.release()
+    info = client.inspect("dl:insp")
+    assert info.lock_delay is None and info.delay_left is None
+
+    _lapsed_with_delay(rds, client, "dl:insp")
+    info = client.inspect("dl:insp")
+    assert info.type == "lock" and not info.held and info.holder is None
+    assert info.lock_delay == 20
+    assert info.delay_left is not None and 0 < info.delay_left <= 20
+    assert not client.lock("dl:insp", ttl=5, lock_delay=20).acquire(blocking=False)
+    # The walk over names reports a name in its delay.
+    assert [i.name for i in client.list_locks("dl:*")] == ["dl:insp"]
+    # An operator's forced release ends the delay.
+    assert client.force_release("dl:insp")
+    assert not rds.exists(delay_key("dl:insp"))
+    assert client.lock("dl:insp", ttl=5, lock_delay=20).acquire(blocking=False)
+
+
+def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
+    env: Dict[str, Any] = dict(os.environ)
+    env.pop("REDIS_URL", None)
+    env["HILOCK_URL"] = url
+    return subprocess.run([sys.executable, "-m", "hilock", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_status_shows_the_delay(rds, client: hilock.Client, redis_url: str) -> None:
+    _lapsed_with_delay(rds, client, "dl:cli")
+    r = _cli(redis_url, "status", "--json", "dl:cli")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["type"], d["held"], d["lock_delay"]) == ("lock", False, 20)
+    assert 0 < d["delay_left"] <= 20
+    r = _cli(redis_url, "status", "dl:cli")
+    assert r.returncode == 0, r.stderr
+    fields = dict(line.split(":", 1) for line in r.stdout.splitlines())
+    assert fields["state"].strip() == "free"
+    assert fields["lock delay"].strip().startswith("20s, ends in ")
+
+
+def test_no_delay_writes_and_reads_no_marker(rds, client: hilock.Client) -> None:
+    before = command_calls(rds)
+    lk = client.lock("dl:none", ttl=5, auto_renew=False)
+    assert lk.lock_delay == 0
+    assert lk.acquire(blocking=False)
+    lk.renew()
+    assert not rds.exists(delay_key("dl:none"))
+    lk.release()
+    after = command_calls(rds)
+    # The grant of a free lock without a delay asks for no marker's PTTL
+    # (and the renewal sets the TTL without reading one).
+    assert after.get("pttl", 0) == before.get("pttl", 0)
+    lease = client.lease("dl:none", ttl=5, lock_delay=0)
+    with lease:
+        lease.extend(1)
+        assert not rds.exists(delay_key("dl:none"))
+    assert rds.keys("*delay*") == []
+
+
+@pytest.mark.parametrize("make", [
+    lambda c: c.rlock("dl:x", lock_delay=1),
+    lambda c: c.fair_lock("dl:x", lock_delay=1, compat="redisson"),
+    lambda c: c.rwlock("dl:x", lock_delay=1),
+    lambda c: c.sequential_lock("dl:x", lock_delay=1),
+], ids=["rlock", "redisson_fair_lock", "rwlock", "sequential_lock"])
+def test_types_without_a_delay_refuse_one(client: hilock.Client, make: Any) -> None:
+    with pytest.raises(ValueError, match="lock_delay"):
+        make(client)
+
+
+def test_bad_delays_are_refused(client: hilock.Client) -> None:
+    for bad in (-1, float("nan"), float("inf"), "1", True):
+        with pytest.raises(ValueError):
+            client.lock("dl:bad", lock_delay=bad)  # type: ignore[arg-type]
+    # The C core: a simple lock never lapses, and a delay is set before a grant.
+    simple = client.simple_lock("dl:simple")
+    with pytest.raises(ValueError):
+        _h.hilock_lock_set_delay(simple._h, 1000)
+    lk = client.lock("dl:bad", ttl=5, auto_renew=False)
+    assert lk.acquire(blocking=False)
+    with pytest.raises(ValueError):
+        _h.hilock_lock_set_delay(lk._h, 1000)
+    lk.release()
+
+
+MULTI = ["{dl}a", "{dl}b"]
+
+
+def _hold_multi_auto_renewed(url: str) -> None:
+    """A multi-key holder renewed by the client's renewal thread, until killed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    m = hilock.Client(url).multi_lock(MULTI, ttl=TTL, lock_delay=DELAY)
+    if not m.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": m.token, "t": time.monotonic()}))
+    time.sleep(3600)
+
+
+def test_killed_multi_key_holder_passes_each_name_after_the_delay(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_multi_auto_renewed, redis_url)
+    try:
+        report = pop_report(rds, "ready")
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert rds.get(lock_key("{dl}b")) == report["token"].encode()
+    finally:
+        kill_child(p, signal.SIGKILL)
+    # Either name alone, by a lock with the delay, waits the delay out too.
+    successor = client.lock("{dl}b", ttl=5, lock_delay=DELAY)
+    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
+    granted = time.monotonic()
+    assert granted - checked >= DELAY - SLACK, granted - checked
+    successor.release()
+    m = client.multi_lock(MULTI, ttl=5, lock_delay=DELAY)
+    assert m.acquire(blocking=False)
+    m.release()
+
+
+def test_multi_key_delay_extend_release_and_no_delay(rds, client: hilock.Client) -> None:
+    m = client.multi_lock(MULTI, ttl=2, auto_renew=False, lock_delay=20)
+    assert m.lock_delay == 20
+    assert m.acquire(blocking=False)
+    for name in MULTI:
+        assert 20_000 < rds.pttl(delay_key(name)) <= 22_000
+    m.extend(30, replace=True)
+    for name in MULTI:
+        assert 48_000 < rds.pttl(delay_key(name)) <= 50_000  # 30 s + the delay
+    m.release()
+    assert rds.keys("*delay*") == []
+    # A release frees the names at once, to either kind of lock.
+    lk = client.lock("{dl}a", ttl=5, lock_delay=20)
+    assert lk.acquire(blocking=False)
+    lk.release()
+    # A lapsed multi-key grant holds each name back from a lock with a delay.
+    m = client.multi_lock(MULTI, ttl=0.2, auto_renew=False, lock_delay=20)
+    assert m.acquire(blocking=False)
+    wait_for(lambda: not rds.exists(lock_key("{dl}a")), 10, what="the grant to lapse")
+    assert not client.lock("{dl}a", ttl=5, lock_delay=20).acquire(blocking=False)
+    assert not client.multi_lock(MULTI, ttl=5, lock_delay=20).acquire(blocking=False)
+    assert client.force_release("{dl}a") and client.force_release("{dl}b")
+    # Without a delay: no marker.
+    m = client.multi_lock(MULTI, ttl=5, auto_renew=False)
+    assert m.lock_delay == 0
+    assert m.acquire(blocking=False)
+    m.renew()
+    assert rds.keys("*delay*") == []
+    m.release()
+
+
+def _hold_fair_auto_renewed(url: str) -> None:
+    """A fair lock holder renewed by the client's renewal thread, until killed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    lk = hilock.Client(url).fair_lock("dl:fair", ttl=TTL, lock_delay=DELAY)
+    if not lk.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": lk.token, "t": time.monotonic()}))
+    time.sleep(3600)
+
+
+def test_killed_fair_lock_holder_passes_the_lock_after_the_delay(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_fair_auto_renewed, redis_url)
+    try:
+        report = pop_report(rds, "ready")
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert rds.get("hilock:{dl:fair}:fair") == report["token"].encode()
+    finally:
+        kill_child(p, signal.SIGKILL)
+    successor = client.fair_lock("dl:fair", ttl=5, lock_delay=DELAY)
+    assert successor.lock_delay == DELAY
+    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
+    granted = time.monotonic()
+    assert granted - checked >= DELAY - SLACK, granted - checked
+    successor.release()
+    assert not rds.exists(delay_key("dl:fair"))
+
+
+def test_fair_lock_release_frees_at_once_and_no_delay_writes_no_marker(
+        rds, client: hilock.Client) -> None:
+    a = client.fair_lock("dl:fair", ttl=30, lock_delay=30)
+    b = client.fair_lock("dl:fair", ttl=30, lock_delay=30)
+    assert a.acquire(blocking=False)
+    assert 30_000 < rds.pttl(delay_key("dl:fair")) <= 60_000
+    a.renew()
+    assert 30_000 < rds.pttl(delay_key("dl:fair")) <= 60_000
+    a.release()
+    assert b.acquire(blocking=False)  # a release: no delay
+    b.release()
+    # A lapsed grant's delay holds the line back; an operator's forced
+    # release ends it.
+    lapsing = client.fair_lock("dl:fair", ttl=0.2, auto_renew=False, lock_delay=30)
+    assert lapsing.acquire(blocking=False)
+    assert not b.acquire(blocking=False)
+    waiter = client.fair_lock("dl:fair", ttl=5, lock_delay=30)
+    wait_for(lambda: not rds.exists("hilock:{dl:fair}:fair"), 10, what="the grant to lapse")
+    assert not waiter.acquire(timeout=0.3)  # far shorter than the delay
+    info = client.inspect("dl:fair")
+    assert not info.held and info.lock_delay == 30
+    assert client.force_release("dl:fair")
+    assert waiter.acquire(blocking=False)
+    waiter.release()
+    plain = client.fair_lock("dl:fair", ttl=5)
+    assert plain.lock_delay == 0
+    with plain:
+        assert rds.keys("*delay*") == []
