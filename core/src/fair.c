@@ -260,7 +260,8 @@ int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count) {
   return rc;
 }
 
-int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl, int64_t window_ms) {
+static int set_heartbeat_fn(void *x, int64_t window_ms) {
+  hilock_fair_lock *fl = x;
   if (fl == NULL) return HILOCK_EINVAL;
   if (window_ms < HILOCK_FAIR_HEARTBEAT_MIN_MS || window_ms > HILOCK_TTL_MAX_MS)
     return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
@@ -271,11 +272,13 @@ int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl, int64_t window_ms) {
   return HILOCK_OK;
 }
 
-int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl) {
+static int64_t heartbeat_ms_fn(const void *x) {
+  const hilock_fair_lock *fl = x;
   return fl == NULL ? 0 : __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED);
 }
 
-int hilock_fair_lock_set_delay(hilock_fair_lock *fl, int64_t delay_ms) {
+static int set_delay_fn(void *x, int64_t delay_ms) {
+  hilock_fair_lock *fl = x;
   if (fl == NULL) return HILOCK_EINVAL;
   if (delay_ms < 0 || delay_ms > HILOCK_TTL_MAX_MS)
     return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
@@ -295,7 +298,8 @@ int hilock_fair_lock_set_delay(hilock_fair_lock *fl, int64_t delay_ms) {
   return HILOCK_OK;
 }
 
-int64_t hilock_fair_lock_delay_ms(const hilock_fair_lock *fl) {
+static int64_t delay_ms_fn(const void *x) {
+  const hilock_fair_lock *fl = x;
   return fl == NULL ? 0 : fl->delay_ms;
 }
 
@@ -337,4 +341,6 @@ static const hilock__family family = {
     .release_array = 1,
     .notowned = "the lock expired or another owner holds it; nothing was "
                 "deleted",
-    .extend = extend_fn, .renew = renew_fn, .grant = grant_fn};
+    .extend = extend_fn, .renew = renew_fn, .grant = grant_fn,
+    .set_delay = set_delay_fn, .delay_ms = delay_ms_fn,
+    .set_heartbeat = set_heartbeat_fn, .heartbeat_ms = heartbeat_ms_fn};

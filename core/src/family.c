@@ -130,6 +130,32 @@ int hilock_hold_extend(hilock_hold *hh, int64_t ms, int replace) {
   return h->fam->extend(h, ms, replace);
 }
 
+int hilock_hold_set_lock_delay(hilock_hold *hh, int64_t delay_ms) {
+  hilock__hold *h = (hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
+  if (h->fam->set_delay == NULL) return lacks(h, "lock delay");
+  return h->fam->set_delay(h, delay_ms);
+}
+
+int64_t hilock_hold_lock_delay_ms(const hilock_hold *hh) {
+  const hilock__hold *h = (const hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL || h->fam->delay_ms == NULL) return 0;
+  return h->fam->delay_ms(h);
+}
+
+int hilock_hold_set_heartbeat(hilock_hold *hh, int64_t window_ms) {
+  hilock__hold *h = (hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
+  if (h->fam->set_heartbeat == NULL) return lacks(h, "heartbeat window");
+  return h->fam->set_heartbeat(h, window_ms);
+}
+
+int64_t hilock_hold_heartbeat_ms(const hilock_hold *hh) {
+  const hilock__hold *h = (const hilock__hold *)hh;
+  if (h == NULL || h->fam == NULL || h->fam->heartbeat_ms == NULL) return 0;
+  return h->fam->heartbeat_ms(h);
+}
+
 int hilock_hold_renew(hilock_hold *hh) {
   hilock__hold *h = (hilock__hold *)hh;
   if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;

@@ -54,6 +54,12 @@ typedef struct hilock__family {
   const char *notowned;
   int (*extend)(void *handle, int64_t ms, int replace);
   int (*renew)(void *handle);
+  /* Settings some families have (NULL: HILOCK_ENOTSUP, and 0 read):
+   * the lock delay and a line's heartbeat window. */
+  int (*set_delay)(void *handle, int64_t ms);
+  int64_t (*delay_ms)(const void *handle);
+  int (*set_heartbeat)(void *handle, int64_t ms);
+  int64_t (*heartbeat_ms)(const void *handle);
   /* The owner is the caller (reentrant, read-write): an async operation
    * names its own (see hilock__caller). */
   int by_caller;

@@ -209,7 +209,8 @@ int hilock_lock_force_release(hilock_lock *l, int *deleted) {
   return HILOCK_OK;
 }
 
-int hilock_lock_set_delay(hilock_lock *l, int64_t delay_ms) {
+static int set_delay_fn(void *x, int64_t delay_ms) {
+  hilock_lock *l = x;
   if (l == NULL) return HILOCK_EINVAL;
   if (delay_ms < 0 || delay_ms > HILOCK_TTL_MAX_MS)
     return hilock__set_err(&l->h.err, HILOCK_EINVAL,
@@ -233,7 +234,8 @@ int hilock_lock_set_delay(hilock_lock *l, int64_t delay_ms) {
   return HILOCK_OK;
 }
 
-int64_t hilock_lock_delay_ms(const hilock_lock *l) {
+static int64_t delay_ms_fn(const void *x) {
+  const hilock_lock *l = x;
   return l == NULL ? 0 : l->delay_ms;
 }
 
@@ -269,4 +271,5 @@ static const hilock__family family = {
     .notowned = "the lock expired or another owner holds it; nothing was "
                 "deleted",
     .extend = extend_fn,
-    .renew = renew_fn, .grant = grant_fn};
+    .renew = renew_fn, .grant = grant_fn, .set_delay = set_delay_fn,
+    .delay_ms = delay_ms_fn};

@@ -590,7 +590,8 @@ int hilock__multi_adopt(hilock_client *c, const hilock__grant *g,
   return HILOCK_OK;
 }
 
-int hilock_multi_lock_set_delay(hilock_multi_lock *m, int64_t delay_ms) {
+static int set_delay_fn(void *x, int64_t delay_ms) {
+  hilock_multi_lock *m = x;
   size_t n;
   if (m == NULL) return HILOCK_EINVAL;
   n = m->n;
@@ -638,7 +639,8 @@ int hilock_multi_lock_set_delay(hilock_multi_lock *m, int64_t delay_ms) {
   return HILOCK_OK;
 }
 
-int64_t hilock_multi_lock_delay_ms(const hilock_multi_lock *m) {
+static int64_t delay_ms_fn(const void *x) {
+  const hilock_multi_lock *m = x;
   return m == NULL ? 0 : m->delay_ms;
 }
 
@@ -646,4 +648,5 @@ static const hilock__family family = {
     .name = "multi-key lock",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
     .acquire_spec = acquire_spec, .release = release_fn, .extend = extend_fn,
-    .renew = renew_fn, .grant = grant_fn};
+    .renew = renew_fn, .grant = grant_fn, .set_delay = set_delay_fn,
+    .delay_ms = delay_ms_fn};

@@ -317,7 +317,8 @@ uint64_t hilock_sequential_lock_sequence(const hilock_sequential_lock *sl) {
   return sl == NULL ? 0 : (uint64_t)__atomic_load_n(&sl->seq, __ATOMIC_RELAXED);
 }
 
-int hilock_sequential_lock_set_heartbeat(hilock_sequential_lock *sl, int64_t window_ms) {
+static int set_heartbeat_fn(void *x, int64_t window_ms) {
+  hilock_sequential_lock *sl = x;
   if (sl == NULL) return HILOCK_EINVAL;
   if (window_ms < HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS || window_ms > HILOCK_TTL_MAX_MS)
     return hilock__set_err(&sl->h.err, HILOCK_EINVAL,
@@ -328,7 +329,8 @@ int hilock_sequential_lock_set_heartbeat(hilock_sequential_lock *sl, int64_t win
   return HILOCK_OK;
 }
 
-int64_t hilock_sequential_lock_heartbeat_ms(const hilock_sequential_lock *sl) {
+static int64_t heartbeat_ms_fn(const void *x) {
+  const hilock_sequential_lock *sl = x;
   return sl == NULL ? 0 : __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED);
 }
 
@@ -374,4 +376,5 @@ static const hilock__family family = {
     .notowned = "the session lapsed and the entry is gone; nothing was "
                 "removed",
     .extend = extend_fn,
-    .renew = renew_fn, .grant = grant_fn};
+    .renew = renew_fn, .grant = grant_fn,
+    .set_heartbeat = set_heartbeat_fn, .heartbeat_ms = heartbeat_ms_fn};

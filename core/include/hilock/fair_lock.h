@@ -79,16 +79,24 @@ HILOCK_API int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count);
  * HILOCK_TTL_MAX_MS): a waiter re-checks at least every window/3 and is
  * dropped once it has not for a whole window. Default: the TTL, at most
  * HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS. Applies from the next re-check. */
-HILOCK_API int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl,
-                                              int64_t window_ms);
-HILOCK_API int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl);
+static inline int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl,
+                                                 int64_t window_ms) {
+  return hilock_hold_set_heartbeat(HILOCK_HOLD(fl), window_ms);
+}
+static inline int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl) {
+  return hilock_hold_heartbeat_ms(HILOCK_HOLD((hilock_fair_lock *)fl));
+}
 /* Lock delay, as hilock_lock_set_delay (lock.h): after a grant that ended
  * without its holder's release, the head of the line is granted no earlier
  * than the delay after the grant's last TTL. Set it before acquiring;
  * delay_ms in 0..HILOCK_TTL_MAX_MS, 0: none. */
-HILOCK_API int hilock_fair_lock_set_delay(hilock_fair_lock *fl,
-                                          int64_t delay_ms);
-HILOCK_API int64_t hilock_fair_lock_delay_ms(const hilock_fair_lock *fl);
+static inline int hilock_fair_lock_set_delay(hilock_fair_lock *fl,
+                                             int64_t delay_ms) {
+  return hilock_hold_set_lock_delay(HILOCK_HOLD(fl), delay_ms);
+}
+static inline int64_t hilock_fair_lock_delay_ms(const hilock_fair_lock *fl) {
+  return hilock_hold_lock_delay_ms(HILOCK_HOLD((hilock_fair_lock *)fl));
+}
 
 /* The ticket of the current or last grant: its place in the request order
  * (strictly increasing per lock name); 0 before the first grant. */

@@ -111,8 +111,12 @@ HILOCK_API int hilock_lock_force_release(hilock_lock *lock, int *deleted);
  * default): none, no marker written or read. Set it before acquiring
  * (HILOCK_EINVAL while held); a simple lock takes none (HILOCK_EINVAL).
  * delay_ms in 0..HILOCK_TTL_MAX_MS. */
-HILOCK_API int hilock_lock_set_delay(hilock_lock *lock, int64_t delay_ms);
-HILOCK_API int64_t hilock_lock_delay_ms(const hilock_lock *lock);
+static inline int hilock_lock_set_delay(hilock_lock *lock, int64_t delay_ms) {
+  return hilock_hold_set_lock_delay(HILOCK_HOLD(lock), delay_ms);
+}
+static inline int64_t hilock_lock_delay_ms(const hilock_lock *lock) {
+  return hilock_hold_lock_delay_ms(HILOCK_HOLD((hilock_lock *)lock));
+}
 
 HILOCK_API hilock_lock_kind hilock_lock_kind_of(const hilock_lock *lock);
 

@@ -106,9 +106,13 @@ static inline int hilock_multi_lock_renew(hilock_multi_lock *m) {
  * whose grant ended without the holder's release is granted to no one
  * (lock or multi-key lock with a delay) for delay_ms after that. Set it
  * before acquiring; delay_ms in 0..HILOCK_TTL_MAX_MS, 0: none. */
-HILOCK_API int hilock_multi_lock_set_delay(hilock_multi_lock *m,
-                                           int64_t delay_ms);
-HILOCK_API int64_t hilock_multi_lock_delay_ms(const hilock_multi_lock *m);
+static inline int hilock_multi_lock_set_delay(hilock_multi_lock *m,
+                                              int64_t delay_ms) {
+  return hilock_hold_set_lock_delay(HILOCK_HOLD(m), delay_ms);
+}
+static inline int64_t hilock_multi_lock_delay_ms(const hilock_multi_lock *m) {
+  return hilock_hold_lock_delay_ms(HILOCK_HOLD((hilock_multi_lock *)m));
+}
 
 HILOCK_API size_t hilock_multi_lock_count(const hilock_multi_lock *m);
 HILOCK_API const char *hilock_multi_lock_name(const hilock_multi_lock *m,

@@ -91,9 +91,14 @@ HILOCK_API uint64_t hilock_sequential_lock_sequence(const hilock_sequential_lock
  * at least every window/3 and its entry is purged once it has not for a
  * whole window. Default: the TTL, at most
  * HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_DEFAULT_MAX_MS. Applies from the next re-check. */
-HILOCK_API int hilock_sequential_lock_set_heartbeat(hilock_sequential_lock *sl,
-                                          int64_t window_ms);
-HILOCK_API int64_t hilock_sequential_lock_heartbeat_ms(const hilock_sequential_lock *sl);
+static inline int hilock_sequential_lock_set_heartbeat(
+    hilock_sequential_lock *sl, int64_t window_ms) {
+  return hilock_hold_set_heartbeat(HILOCK_HOLD(sl), window_ms);
+}
+static inline int64_t hilock_sequential_lock_heartbeat_ms(
+    const hilock_sequential_lock *sl) {
+  return hilock_hold_heartbeat_ms(HILOCK_HOLD((hilock_sequential_lock *)sl));
+}
 
 #ifdef __cplusplus
 }
