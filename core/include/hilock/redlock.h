@@ -21,8 +21,10 @@
  * reports a loss through the lost callback, as for the other locks.
  *
  * Fencing: every node keeps its own counter (hilock:{name}:fence) and the
- * acquire script INCRs it on the nodes that grant; the grant's fence is the
- * largest value among them. When those values differ, the largest is
+ * acquire script draws from it on the nodes that grant (the larger of the
+ * counter + 1 and the node's clock in microseconds, as every family does:
+ * see docs/locks.md); the grant's fence is the largest value among them.
+ * When those values differ (nearly always: the nodes' clocks), the largest is
  * written back to every node (a majority must confirm) before the grant is
  * returned, so that any later majority, which shares a node with this one,
  * counts past it. The fence is strictly increasing only under Redlock's own
