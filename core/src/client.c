@@ -293,6 +293,7 @@ void hilock__conn_free_list(hilock__conn *k) { free_list(k); }
 int hilock__pool_get_until(hilock_client *c, hilock__err *e,
                            int64_t deadline, hilock__conn **out, int *fresh) {
   hilock__conn *k = NULL, *stale = NULL;
+  int64_t place_by;
   int rc;
   if (c->cl != NULL)
     return hilock__cluster_pool_get(c, e, -1, deadline, out, fresh);
@@ -303,7 +304,12 @@ int hilock__pool_get_until(hilock_client *c, hilock__err *e,
     stale = take_idle(c);
     c->pid = hilock__pid();
   }
-  rc = hilock__pool_take(c, e, &c->idle, &c->nidle, &c->nopen, deadline, &k);
+  /* A pool busy to its bound is no failure of the server: a call with a
+   * deadline of its own (an acquire's timeout) waits for a place until
+   * then, not only for the reconnect budget. */
+  place_by = hilock__call_deadline();
+  if (place_by == INT64_MAX || place_by < deadline) place_by = deadline;
+  rc = hilock__pool_take(c, e, &c->idle, &c->nidle, &c->nopen, place_by, &k);
   pthread_mutex_unlock(&c->rt.mu);
   free_list(stale);
   if (rc != HILOCK_OK) return rc;
