@@ -10,15 +10,16 @@
 --         prefix followed by its id (same hash tag, so the same slot)
 -- KEYS[7] the caller's own wake list (KEYS[6] followed by ARGV[2]): no key
 --         is built from ARGV here
--- KEYS[8] the lock-delay marker (only with ARGV[6])
+-- KEYS[8] the lock-delay marker (optional): every grant checks it, whatever
+--         its own delay
 -- ARGV[1] op: 'acquire' (grant, or queue and heartbeat), 'try' (grant only
 --         if nobody waits), 'release', 'leave' (a waiter gives up), 'count'
 -- ARGV[2] waiter id, which becomes the owner token on a grant
 -- ARGV[3] ttl ms, ARGV[4] heartbeat window ms, ARGV[5] the waiter's ticket
 --         from an earlier call (0: none yet), ARGV[6] lock delay ms
 --         (optional, > 0): a grant sets the marker to ttl + the delay, a
---         release deletes it, and no grant comes while it lives without a
---         holder (busy answers its pttl)
+--         release deletes it; no grant comes while a marker lives without
+--         a holder (busy answers its pttl)
 --
 -- Replies: acquire/try {1, fence, ticket} granted, or {0, holder's pttl
 -- (0 if free), ticket, position (0 = head, -1 = not queued)};
@@ -71,9 +72,9 @@ local function head()
 end
 
 -- A grant that ended without its holder's release: the time left on its
--- lock-delay marker (0: none, or no delay asked for).
+-- lock-delay marker (0: none, or no marker passed).
 local function delay_left()
-  if not delay then
+  if not marker then
     return 0
   end
   return math.max(0, redis.call('PTTL', marker))

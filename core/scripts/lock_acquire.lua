@@ -1,9 +1,10 @@
 -- Grant an exclusive lock with a fencing token.
 -- KEYS[1] lock key, KEYS[2] fence counter (same hash tag), KEYS[3] wake list
--- (only with ARGV[3]), KEYS[4] lock-delay marker (only with ARGV[4])
+-- (optional, with ARGV[3]), KEYS[4] lock-delay marker (optional: every
+-- grant of hilock's checks it, whatever its own delay; set with ARGV[4])
 -- ARGV[1] owner token, ARGV[2] ttl in ms ("0": no expiry), ARGV[3]
--- "woken" (optional; any other value: not woken), ARGV[4] lock delay in ms
--- (optional, > 0)
+-- "woken" (optional; any other value: not woken), ARGV[4] this grant's lock
+-- delay in ms (optional, > 0)
 -- Returns {1, fence} when granted, {0, holder's pttl} when held, {0, the
 -- marker's pttl} while a lost grant's lock delay runs.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).

@@ -2,14 +2,14 @@
 -- name. The keys are those of the expiring lock of each name, so a single
 -- lock and a multi-key lock on a shared name exclude each other.
 -- KEYS[1..n] lock keys, KEYS[n+1..2n] wake lists, KEYS[2n+1..3n] fence
--- counters, KEYS[3n+1..4n] lock-delay markers (only with ARGV[5]), names in
--- sorted order (one hash slot).
+-- counters, KEYS[3n+1..4n] lock-delay markers (every grant checks them,
+-- whatever its own delay), names in sorted order (one hash slot).
 -- ARGV[1] owner token, ARGV[2] ttl in ms, ARGV[3] index of the wake list
 -- whose wake-up started this attempt ("0": none), ARGV[4] "woken"
--- (optional; any other value: not woken), ARGV[5] lock delay in ms
--- (optional, > 0): a name whose marker is there while its lock key is not
--- is busy for the marker's pttl, and each grant sets the markers to ttl +
--- the delay. Woken: rung by a release of that name, the attempt takes the
+-- (optional; any other value: not woken), ARGV[5] this grant's lock delay
+-- in ms (optional, > 0): each grant sets the markers to ttl + the delay. A
+-- name whose marker is there while its lock key is not is busy for the
+-- marker's pttl. Woken: rung by a release of that name, the attempt takes the
 -- release's wake-up itself, in its round trip; none left (a waiter of
 -- another process took it) and it is not its turn: it is told that name's
 -- pttl, 0 if it is free (it looks again in 1 ms).
@@ -19,7 +19,7 @@
 -- @include fence.lua
 -- @include wake.lua
 local delay = tonumber(ARGV[5])
-local n = #KEYS / (delay and 4 or 3)
+local n = #KEYS / 4
 local token = ARGV[1]
 local woken = tonumber(ARGV[3]) or 0
 if ARGV[4] == 'woken' and woken >= 1 and woken <= n and
@@ -34,7 +34,7 @@ for i = 1, n do
   local cur = redis.call('GET', KEYS[i])
   -- A grant of name i ended without its holder's release: its lock delay
   -- runs while its marker lives.
-  local wait = cur == false and delay and redis.call('PTTL', KEYS[3 * n + i])
+  local wait = cur == false and redis.call('PTTL', KEYS[3 * n + i])
   if cur == false and not (wait and wait > 0) then
     free[i] = true
   elseif cur ~= token then

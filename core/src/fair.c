@@ -31,13 +31,9 @@ struct hilock_fair_lock {
   int64_t ticket;       /* the acquire in progress's ticket (0: none) */
   uint64_t last_ticket; /* of the current or last grant */
   int64_t beat_ms;      /* heartbeat window; read by a waiting thread */
-  /* Lock delay (hilock_fair_lock_set_delay): 0 or its ms; dkey, the
-   * marker, is KEYS[8] and the renewal's extra key while it is > 0. */
-  int64_t delay_ms;
+  /* The lock-delay marker, KEYS[8] (the delay is the hold's). */
   char *dkey;
   size_t dkeylen;
-  const char *renew_xkeys[1];
-  size_t renew_xkeylens[1];
 };
 
 static void fair_destroy(hilock_fair_lock *fl) {
@@ -107,15 +103,16 @@ static int run(hilock_fair_lock *fl, hilock__err *e, const char *op,
   char ttl[24], beat[24], ticket[24], delay[24];
   const char *args[6] = {op, id, ttl, beat, ticket, delay};
   size_t arglens[6];
-  /* A lock delay: the marker (KEYS[8]) and the delay (ARGV[6]). */
-  int nkeys = fl->delay_ms > 0 ? NKEYS + 2 : NKEYS + 1;
-  int nargs = fl->delay_ms > 0 ? 6 : 5;
+  /* The lock-delay marker (KEYS[8]) every grant checks, and this handle's
+   * delay (ARGV[6]) if it has one. */
+  int nkeys = NKEYS + 2;
+  int nargs = fl->h.delay_ms > 0 ? 6 : 5;
   arglens[0] = strlen(op);
   arglens[1] = idlen;
   arglens[2] = hilock__i64(ttl, fl->h.ttl_ms);
   arglens[3] = hilock__i64(beat, __atomic_load_n(&fl->beat_ms, __ATOMIC_RELAXED));
   arglens[4] = hilock__i64(ticket, fl->ticket);
-  arglens[5] = hilock__i64(delay, fl->delay_ms);
+  arglens[5] = hilock__i64(delay, fl->h.delay_ms);
   /* Only acquire and try grant: WAIT follows those (wait_replicas).
    * Release and leave may wake the next in line. */
   int how = op[0] == 'a' || op[0] == 't' ? HILOCK__RUN_GRANT
@@ -279,28 +276,8 @@ static int64_t heartbeat_ms_fn(const void *x) {
 
 static int set_delay_fn(void *x, int64_t delay_ms) {
   hilock_fair_lock *fl = x;
-  if (fl == NULL) return HILOCK_EINVAL;
-  if (delay_ms < 0 || delay_ms > HILOCK_TTL_MAX_MS)
-    return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
-                           "lock delay must be 0..%lld ms, got %lld",
-                           (long long)HILOCK_TTL_MAX_MS, (long long)delay_ms);
-  if (fl->h.held)
-    return hilock__set_err(&fl->h.err, HILOCK_EINVAL,
-                           "set the lock delay before acquiring, not while "
-                           "the handle holds the lock");
-  fl->delay_ms = delay_ms;
   /* Renewals and extensions (lock_extend.lua) push the marker along. */
-  fl->renew_xkeys[0] = fl->dkey;
-  fl->renew_xkeylens[0] = fl->dkeylen;
-  fl->h.xkeys = delay_ms > 0 ? fl->renew_xkeys : NULL;
-  fl->h.xkeylens = delay_ms > 0 ? fl->renew_xkeylens : NULL;
-  fl->h.nxkeys = delay_ms > 0 ? 1 : 0;
-  return HILOCK_OK;
-}
-
-static int64_t delay_ms_fn(const void *x) {
-  const hilock_fair_lock *fl = x;
-  return fl == NULL ? 0 : fl->delay_ms;
+  return hilock__hold_set_delay(&fl->h, delay_ms, fl->dkey, fl->dkeylen);
 }
 
 uint64_t hilock_fair_lock_ticket(const hilock_fair_lock *fl) {
@@ -342,5 +319,5 @@ static const hilock__family family = {
     .notowned = "the lock expired or another owner holds it; nothing was "
                 "deleted",
     .extend = extend_fn, .renew = renew_fn, .grant = grant_fn,
-    .set_delay = set_delay_fn, .delay_ms = delay_ms_fn,
+    .set_delay = set_delay_fn,
     .set_heartbeat = set_heartbeat_fn, .heartbeat_ms = heartbeat_ms_fn};

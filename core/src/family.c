@@ -139,8 +139,7 @@ int hilock_hold_set_lock_delay(hilock_hold *hh, int64_t delay_ms) {
 
 int64_t hilock_hold_lock_delay_ms(const hilock_hold *hh) {
   const hilock__hold *h = (const hilock__hold *)hh;
-  if (h == NULL || h->fam == NULL || h->fam->delay_ms == NULL) return 0;
-  return h->fam->delay_ms(h);
+  return h == NULL ? 0 : h->delay_ms;
 }
 
 int hilock_hold_set_heartbeat(hilock_hold *hh, int64_t window_ms) {

@@ -375,6 +375,27 @@ int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace) {
   return rc;
 }
 
+int hilock__hold_set_delay(hilock__hold *h, int64_t ms, const char *mark,
+                           size_t marklen) {
+  if (ms < 0 || ms > HILOCK_TTL_MAX_MS)
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "lock delay must be 0..%lld ms, got %lld",
+                           (long long)HILOCK_TTL_MAX_MS, (long long)ms);
+  if (h->held)
+    return hilock__set_err(&h->err, HILOCK_EINVAL,
+                           "set the lock delay before acquiring, not while "
+                           "the handle holds the lock");
+  h->delay_ms = ms;
+  if (mark != NULL) {
+    h->mark = mark;
+    h->marklen = marklen;
+    h->xkeys = ms > 0 ? &h->mark : NULL;
+    h->xkeylens = ms > 0 ? &h->marklen : NULL;
+    h->nxkeys = ms > 0 ? 1 : 0;
+  }
+  return HILOCK_OK;
+}
+
 int hilock__hold_owned(hilock__hold *h, int *owned) {
   const char *argv[2] = {"GET", h->rkey};
   size_t lens[2] = {3, h->rkeylen};

@@ -55,9 +55,9 @@ typedef struct hilock__family {
   int (*extend)(void *handle, int64_t ms, int replace);
   int (*renew)(void *handle);
   /* Settings some families have (NULL: HILOCK_ENOTSUP, and 0 read):
-   * the lock delay and a line's heartbeat window. */
+   * the lock delay (its ms kept in the hold: hilock__hold_set_delay) and a
+   * line's heartbeat window. */
   int (*set_delay)(void *handle, int64_t ms);
-  int64_t (*delay_ms)(const void *handle);
   int (*set_heartbeat)(void *handle, int64_t ms);
   int64_t (*heartbeat_ms)(const void *handle);
   /* The owner is the caller (reentrant, read-write): an async operation
@@ -158,6 +158,11 @@ typedef struct hilock__hold {
   const char *const *xkeys;
   const size_t *xkeylens;
   int nxkeys;
+  /* The lock delay (0: none) and, for a family with one marker, the
+   * marker as the renewal's extra key (xkeys while delay_ms > 0). */
+  int64_t delay_ms;
+  const char *mark;
+  size_t marklen;
   int64_t ttl_ms;   /* 0: no expiry */
   char owner[HILOCK__TOKEN_LEN + 32]; /* what the scripts compare: a random
                                          token, or client id + thread id */
@@ -258,6 +263,11 @@ int64_t hilock__hold_drift_us(int64_t ttl_ms);
  * Both act only on a grant of this process. */
 int hilock__hold_extend(hilock__hold *h, int64_t ms, int replace);
 int hilock__hold_owned(hilock__hold *h, int *owned);
+/* A family's set_delay: ms in 0..HILOCK_TTL_MAX_MS, set before a grant,
+ * kept in h->delay_ms. With a marker key (mark not NULL), renewals and
+ * extensions push it along while ms > 0 (h's xkeys). */
+int hilock__hold_set_delay(hilock__hold *h, int64_t ms, const char *mark,
+                           size_t marklen);
 /* The release every family shares: check the hold, stop its renewal and
  * run(arg, &h->err, out), the family's owner-checked release script. If it
  * could not run, renewal resumes (still ours as far as we know: the caller

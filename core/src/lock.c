@@ -20,14 +20,10 @@ struct hilock_lock {
   hilock_lock_kind kind;
   char *key, *fkey, *wkey; /* lock, fence counter, wake list */
   size_t keylen, fkeylen, wkeylen;
-  /* Lock delay (hilock_lock_set_delay): 0, or the ms after a lost grant in
-   * which the name is granted to no one; dkey is the marker key, the
-   * renewal's extra key (h.xkeys) while delay_ms > 0. */
-  int64_t delay_ms;
+  /* The lock-delay marker (hilock_lock_set_delay; the delay is the
+   * hold's): every grant checks it, a grant with a delay sets it. */
   char *dkey;
   size_t dkeylen;
-  const char *renew_xkeys[1];
-  size_t renew_xkeylens[1];
 };
 
 static int run_release(void *arg, hilock__err *e, redisReply **r);
@@ -117,31 +113,28 @@ static int attempt(void *arg, int64_t *pttl) {
   char ttl[24], delay[24];
   const char *args[4] = {h->owner, ttl, "woken", delay};
   size_t arglens[4] = {HILOCK__TOKEN_LEN, hilock__i64(ttl, h->ttl_ms), 5,
-                       hilock__i64(delay, l->delay_ms)};
-  /* Rung by a release: this attempt takes the wake-up (same round trip). */
-  int n = hilock__attempt_woken() == 2 ? 3 : 2;
+                       hilock__i64(delay, h->delay_ms)};
+  /* Rung by a release, this attempt takes the wake-up in its round trip
+   * (ARGV[3] "woken"; "w": not rung). Every attempt checks the delay
+   * marker, whatever its own delay; one with a delay sets it (ARGV[4]). */
+  int nargs = h->delay_ms > 0 ? 4 : 3;
   /* If the reply does not come in time, the grant is ambiguous: the same
    * socket then carries this attempt's owner-checked release. */
   const char *ukeys[3] = {l->key, l->wkey, l->dkey};
   size_t ukeylens[3] = {l->keylen, l->wkeylen, l->dkeylen};
-  hilock__undo undo = {&hilock__script_lock_release, 2, 1, ukeys, ukeylens,
+  hilock__undo undo = {&hilock__script_lock_release,
+                       h->delay_ms > 0 ? 3 : 2, 1, ukeys, ukeylens,
                        args, arglens, h->ttl_ms, NULL};
   hilock__attempt a;
   redisReply *r;
   int rc, ok;
 
-  /* A lock delay: the wake list and the marker are always passed (ARGV[3]
-   * other than "woken" when not rung), and the release clears the marker. */
-  if (l->delay_ms > 0) {
-    if (n == 2) arglens[2] = 1; /* "w": not woken */
-    n = 4;
-    undo.nkeys = 3;
-  }
+  if (hilock__attempt_woken() != 2) arglens[2] = 1; /* "w" */
   rc = hilock__attempt_begin(h, "this handle already holds the lock; release "
                                 "it first (the lock is not reentrant)");
   if (rc == HILOCK_OK)
-    rc = hilock__attempt_run(h, &a, &undo, &hilock__script_lock_acquire, n,
-                             keys, keylens, n, args, arglens, &r);
+    rc = hilock__attempt_run(h, &a, &undo, &hilock__script_lock_acquire, 4,
+                             keys, keylens, nargs, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
   ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
        r->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -165,7 +158,7 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   const char *args[1] = {l->h.owner};
   size_t arglens[1] = {l->h.ownerlen};
   return hilock__script_run(l->h.client, e, &hilock__script_lock_release,
-                            l->delay_ms > 0 ? 3 : 2, keys, keylens, 1, args,
+                            l->h.delay_ms > 0 ? 3 : 2, keys, keylens, 1, args,
                             arglens, r);
 }
 
@@ -211,32 +204,11 @@ int hilock_lock_force_release(hilock_lock *l, int *deleted) {
 
 static int set_delay_fn(void *x, int64_t delay_ms) {
   hilock_lock *l = x;
-  if (l == NULL) return HILOCK_EINVAL;
-  if (delay_ms < 0 || delay_ms > HILOCK_TTL_MAX_MS)
-    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
-                           "lock delay must be 0..%lld ms, got %lld",
-                           (long long)HILOCK_TTL_MAX_MS, (long long)delay_ms);
   if (delay_ms > 0 && l->kind == HILOCK_LOCK_SIMPLE)
     return hilock__set_err(&l->h.err, HILOCK_EINVAL,
                            "a simple lock never lapses, so it takes no lock "
                            "delay");
-  if (l->h.held)
-    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
-                           "set the lock delay before acquiring, not while "
-                           "the handle holds the lock");
-  l->delay_ms = delay_ms;
-  /* Renewals and extensions push the marker's TTL along with the lock's. */
-  l->renew_xkeys[0] = l->dkey;
-  l->renew_xkeylens[0] = l->dkeylen;
-  l->h.xkeys = delay_ms > 0 ? l->renew_xkeys : NULL;
-  l->h.xkeylens = delay_ms > 0 ? l->renew_xkeylens : NULL;
-  l->h.nxkeys = delay_ms > 0 ? 1 : 0;
-  return HILOCK_OK;
-}
-
-static int64_t delay_ms_fn(const void *x) {
-  const hilock_lock *l = x;
-  return l == NULL ? 0 : l->delay_ms;
+  return hilock__hold_set_delay(&l->h, delay_ms, l->dkey, l->dkeylen);
 }
 
 hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {
@@ -271,5 +243,4 @@ static const hilock__family family = {
     .notowned = "the lock expired or another owner holds it; nothing was "
                 "deleted",
     .extend = extend_fn,
-    .renew = renew_fn, .grant = grant_fn, .set_delay = set_delay_fn,
-    .delay_ms = delay_ms_fn};
+    .renew = renew_fn, .grant = grant_fn, .set_delay = set_delay_fn};

@@ -29,11 +29,10 @@ struct hilock_multi_lock {
    * rely on this layout). */
   char **keys;
   size_t *keylens;
-  /* Lock delay (hilock_multi_lock_set_delay): 0 or its ms. dkeys: the 3n
-   * keys of the release (lock keys, wake lists, markers) then the 2n of
-   * the renewal (lock keys, markers; h.xkeys while delay_ms > 0); NULL
-   * while no delay was set. */
-  int64_t delay_ms;
+  /* With a lock delay (the hold's delay_ms): the 3n keys of the release
+   * (lock keys, wake lists, markers) then the 2n of the renewal (lock
+   * keys, markers; h.xkeys while delay_ms > 0); NULL while no delay was
+   * set. */
   const char **dkeys;
   size_t *dkeylens;
   uint64_t *fences;
@@ -305,9 +304,10 @@ static int attempt(void *arg, int64_t *pttl) {
   size_t arglens[5];
   /* Rung by a release: the script takes the wake-up (ARGV[4]). */
   int nargs = hilock__attempt_woken() == 2 ? 4 : 3;
-  /* A lock delay: the markers and ARGV[5] (ARGV[4] other than "woken"
-   * when not rung), and the undo deletes the markers with the locks. */
-  int delayed = m->delay_ms > 0;
+  /* The markers every grant checks; a lock delay: ARGV[5] (ARGV[4] other
+   * than "woken" when not rung), and the undo deletes the markers with the
+   * locks. */
+  int delayed = m->h.delay_ms > 0;
   hilock__attempt a;
   redisReply *r;
   uint64_t top = 0;
@@ -322,7 +322,7 @@ static int attempt(void *arg, int64_t *pttl) {
   arglens[2] = hilock__i64(
       woken, hilock__attempt_woken() ? (int64_t)m->wait_idx + 1 : 0);
   arglens[3] = nargs == 4 ? 5 : 1; /* "w": not woken */
-  arglens[4] = hilock__i64(delay, m->delay_ms);
+  arglens[4] = hilock__i64(delay, m->h.delay_ms);
   /* A late reply: this attempt's names are released behind it. */
   const char *uargs[2] = {h->owner, "delay"};
   size_t uarglens[2] = {HILOCK__TOKEN_LEN, 5};
@@ -334,7 +334,7 @@ static int attempt(void *arg, int64_t *pttl) {
                        h->ttl_ms, NULL};
   if (delayed) nargs = 5;
   rc = hilock__attempt_run(h, &a, &undo, &hilock__script_multilock_acquire,
-                           (int)((delayed ? 4 : 3) * m->n),
+                           (int)(4 * m->n),
                            (const char **)m->keys, m->keylens, nargs, args,
                            arglens, &r);
   if (rc == HILOCK_ECROSSSLOT) return crossslot_hint(m);
@@ -374,7 +374,7 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   size_t arglens[2] = {m->h.ownerlen, 5};
   int rc;
   (void)e; /* run() reports into m->h.err, which is e */
-  if (m->delay_ms <= 0)
+  if (m->h.delay_ms <= 0)
     return run(m, &hilock__script_multilock_release, (int)(2 * m->n), 1, args,
                arglens, r);
   rc = hilock__script_run(m->h.client, &m->h.err,
@@ -431,7 +431,7 @@ static int extend_fn(void *x, int64_t ms, int replace) {
   args[2] = replace ? "set" : "add";
   arglens[2] = 3;
   start = hilock__now_us();
-  if (m->delay_ms > 0) {
+  if (m->h.delay_ms > 0) {
     rc = hilock__script_run(m->h.client, &m->h.err,
                             &hilock__script_multilock_extend_delay,
                             (int)(2 * m->n), m->dkeys + 3 * m->n,
@@ -593,16 +593,9 @@ int hilock__multi_adopt(hilock_client *c, const hilock__grant *g,
 static int set_delay_fn(void *x, int64_t delay_ms) {
   hilock_multi_lock *m = x;
   size_t n;
-  if (m == NULL) return HILOCK_EINVAL;
+  int rc = hilock__hold_set_delay(&m->h, delay_ms, NULL, 0);
+  if (rc != HILOCK_OK) return rc;
   n = m->n;
-  if (delay_ms < 0 || delay_ms > HILOCK_TTL_MAX_MS)
-    return hilock__set_err(&m->h.err, HILOCK_EINVAL,
-                           "lock delay must be 0..%lld ms, got %lld",
-                           (long long)HILOCK_TTL_MAX_MS, (long long)delay_ms);
-  if (m->h.held)
-    return hilock__set_err(&m->h.err, HILOCK_EINVAL,
-                           "set the lock delay before acquiring, not while "
-                           "the handle holds the names");
   if (delay_ms > 0 && m->dkeys == NULL) {
     m->dkeys = malloc(5 * n * sizeof(*m->dkeys));
     m->dkeylens = malloc(5 * n * sizeof(*m->dkeylens));
@@ -611,6 +604,7 @@ static int set_delay_fn(void *x, int64_t delay_ms) {
       free(m->dkeylens);
       m->dkeys = NULL;
       m->dkeylens = NULL;
+      m->h.delay_ms = 0;
       return hilock__set_err(&m->h.err, HILOCK_ENOMEM, "out of memory");
     }
     /* The release's: lock keys, wake lists, markers; the renewal's: lock
@@ -622,7 +616,6 @@ static int set_delay_fn(void *x, int64_t delay_ms) {
       m->dkeylens[j] = m->keylens[k];
     }
   }
-  m->delay_ms = delay_ms;
   /* The renewal thread's batches run the renew script of the hold's kind
    * on rkey and h.xkeys: with a delay, the lock keys and the markers. */
   if (delay_ms > 0) {
@@ -639,14 +632,8 @@ static int set_delay_fn(void *x, int64_t delay_ms) {
   return HILOCK_OK;
 }
 
-static int64_t delay_ms_fn(const void *x) {
-  const hilock_multi_lock *m = x;
-  return m == NULL ? 0 : m->delay_ms;
-}
-
 static const hilock__family family = {
     .name = "multi-key lock",
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
     .acquire_spec = acquire_spec, .release = release_fn, .extend = extend_fn,
-    .renew = renew_fn, .grant = grant_fn, .set_delay = set_delay_fn,
-    .delay_ms = delay_ms_fn};
+    .renew = renew_fn, .grant = grant_fn, .set_delay = set_delay_fn};

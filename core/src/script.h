@@ -49,9 +49,9 @@ void hilock__undo_disarm(const hilock__undo *outer);
  * event loop's step starts at 0, so a leave in a later step sends its own. */
 int hilock__undo_queued(void);
 
-/* Most keys + args of one script run (a multi-key lock of
- * HILOCK_MULTI_LOCK_MAX names passes 3 keys per name). */
-#define HILOCK__SCRIPT_ARGS_MAX 4096
+/* Most keys + args of one script run (a multi-key lock's grant of
+ * HILOCK_MULTI_LOCK_MAX = 1024 names passes 4 keys per name and 5 args). */
+#define HILOCK__SCRIPT_ARGS_MAX 4200
 
 /* EVALSHA the script; on NOSCRIPT, EVAL it (which also loads it). Keys only
  * through keys[], values only through args[]; at most

@@ -52,12 +52,14 @@ static void lapsed_grant_keeps_the_name_for_the_delay(void **state) {
   assert_int_equal(info.held, 0);
   assert_int_equal(info.delay_ms, 20000);
   assert_true(info.delay_left_ms > 0 && info.delay_left_ms <= 20020);
-  /* A handle without a delay does not look for the marker. */
+  /* A handle without a delay of its own waits the delay out too: the name
+   * is granted to no one. */
   hilock_lock *plain = hl_new_lock(f->client, "d", 5000);
+  assert_int_equal(hilock_lock_try_acquire(plain), HILOCK_BUSY);
+  /* The handle's force release ends the delay, for every handle. */
+  assert_hl_ok(hilock_lock_force_release(next, NULL), hilock_hold_errmsg(HILOCK_HOLD(next)));
   assert_hl_ok(hilock_lock_try_acquire(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
   assert_hl_ok(hilock_lock_release(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
-  /* The handle's force release ends the delay. */
-  assert_hl_ok(hilock_lock_force_release(next, NULL), hilock_hold_errmsg(HILOCK_HOLD(next)));
   assert_hl_ok(hilock_lock_try_acquire(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
   assert_hl_ok(hilock_lock_release(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
   hilock_hold_free(HILOCK_HOLD(l));

@@ -176,8 +176,9 @@ static void resent_acquire_returns_the_same_grant(void **state) {
   for (int round = 0; round < 2; round++) {
     redisReply *r = hl_redis(
         f->redis,
-        "EVAL %s 6 hilock:{p}:lock hilock:{q}:lock hilock:{p}:wake "
-        "hilock:{q}:wake hilock:{p}:fence hilock:{q}:fence tok 10000 0",
+        "EVAL %s 8 hilock:{p}:lock hilock:{q}:lock hilock:{p}:wake "
+        "hilock:{q}:wake hilock:{p}:fence hilock:{q}:fence "
+        "hilock:{p}:delay hilock:{q}:delay tok 10000 0",
         s->src);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 3);

@@ -90,8 +90,9 @@ def test_killed_holder_renewed_by_the_thread_passes_the_name_after_the_delay(
     finally:
         kill_child(p, signal.SIGKILL)
     # The lock was there after `checked`, so it expires after it, and its
-    # marker lock_delay later: no grant before checked + DELAY.
-    successor = client.lock("dl:auto", ttl=5, lock_delay=DELAY)
+    # marker lock_delay later: no grant before checked + DELAY, to anyone (the
+    # successor has no delay of its own).
+    successor = client.lock("dl:auto", ttl=5)
     assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
     granted = time.monotonic()
     assert granted - checked >= DELAY - SLACK, granted - checked
@@ -204,9 +205,10 @@ def test_no_delay_writes_and_reads_no_marker(rds, client: hilock.Client) -> None
     assert not rds.exists(delay_key("dl:none"))
     lk.release()
     after = command_calls(rds)
-    # The grant of a free lock without a delay asks for no marker's PTTL
-    # (and the renewal sets the TTL without reading one).
-    assert after.get("pttl", 0) == before.get("pttl", 0)
+    # The grant of a free lock reads the marker's PTTL (every grant honours
+    # another holder's delay) once: the renewal sets the TTL without
+    # reading one, and nothing writes a marker (checked above and below).
+    assert after.get("pttl", 0) == before.get("pttl", 0) + 1
     lease = client.lease("dl:none", ttl=5, lock_delay=0)
     with lease:
         lease.extend(1)
@@ -291,12 +293,15 @@ def test_multi_key_delay_extend_release_and_no_delay(rds, client: hilock.Client)
     lk = client.lock("{dl}a", ttl=5, lock_delay=20)
     assert lk.acquire(blocking=False)
     lk.release()
-    # A lapsed multi-key grant holds each name back from a lock with a delay.
+    # A lapsed multi-key grant holds each name back from every lock, with a
+    # delay of its own or without.
     m = client.multi_lock(MULTI, ttl=0.2, auto_renew=False, lock_delay=20)
     assert m.acquire(blocking=False)
     wait_for(lambda: not rds.exists(lock_key("{dl}a")), 10, what="the grant to lapse")
     assert not client.lock("{dl}a", ttl=5, lock_delay=20).acquire(blocking=False)
+    assert not client.lock("{dl}a", ttl=5).acquire(blocking=False)
     assert not client.multi_lock(MULTI, ttl=5, lock_delay=20).acquire(blocking=False)
+    assert not client.multi_lock(MULTI, ttl=5).acquire(blocking=False)
     assert client.force_release("{dl}a") and client.force_release("{dl}b")
     # Without a delay: no marker.
     m = client.multi_lock(MULTI, ttl=5, auto_renew=False)
@@ -355,8 +360,10 @@ def test_fair_lock_release_frees_at_once_and_no_delay_writes_no_marker(
     assert lapsing.acquire(blocking=False)
     assert not b.acquire(blocking=False)
     waiter = client.fair_lock("dl:fair", ttl=5, lock_delay=30)
+    no_delay = client.fair_lock("dl:fair", ttl=5)
     wait_for(lambda: not rds.exists("hilock:{dl:fair}:fair"), 10, what="the grant to lapse")
     assert not waiter.acquire(timeout=0.3)  # far shorter than the delay
+    assert not no_delay.acquire(blocking=False)  # the delay holds for everyone
     info = client.inspect("dl:fair")
     assert not info.held and info.lock_delay == 30
     assert client.force_release("dl:fair")
