@@ -69,68 +69,6 @@ typedef struct hilock__family {
   void (*grant)(const void *handle, struct hilock__grant *g);
 } hilock__family;
 
-/* ## A grant handed over (adopt.c) ------------------------------------------
- * What hilock_hold_export writes and hilock_client_adopt reads. */
-enum {
-  HILOCK__GRANT_LOCK = 1,
-  HILOCK__GRANT_FAIR = 2,
-  HILOCK__GRANT_SEQ = 3,
-  HILOCK__GRANT_MULTI = 4,
-  HILOCK__GRANT_SEG = 5,
-  HILOCK__GRANT_SEM = 6
-};
-typedef struct hilock__grant {
-  int family; /* HILOCK__GRANT_* */
-  int kind;   /* a lock's kind (hilock_lock_kind) */
-  int64_t ttl_ms;
-  uint64_t fence;
-  /* The family's own: a fair lock's ticket; a sequential lock's sequence;
-   * a segmented lock's segment count (a) and held segment (b); a
-   * semaphore's permit count. */
-  int64_t a, b;
-  const char *owner;
-  size_t ownerlen;
-  const char *prefix; /* the key prefix of the exporting client */
-  size_t prefixlen;
-  size_t n; /* names (a multi-key lock's, in its order; else one) */
-  const char *const *names;
-  const size_t *namelens;
-  const uint64_t *fences; /* a multi-key lock's, one per name; else NULL */
-  /* Room for one name (a family with one). */
-  const char *one;
-  size_t onelen;
-} hilock__grant;
-/* The name in key, a key hilock__key made for role with rt's prefix; its
- * length in *len. */
-const char *hilock__key_name(const hilock__runtime *rt, const char *key,
-                             size_t keylen, const char *role, size_t *len);
-/* The family's handle for grant g on client c, before it is confirmed:
- * its own state set from g; owner, fence and holding are set by adopt.c.
- * Each family with a grant hook has one. */
-struct hilock__hold;
-int hilock__lock_adopt(hilock_client *c, const hilock__grant *g,
-                       struct hilock__hold **out);
-int hilock__fair_adopt(hilock_client *c, const hilock__grant *g,
-                       struct hilock__hold **out);
-int hilock__seq_adopt(hilock_client *c, const hilock__grant *g,
-                      struct hilock__hold **out);
-int hilock__multi_adopt(hilock_client *c, const hilock__grant *g,
-                        struct hilock__hold **out);
-int hilock__seg_adopt(hilock_client *c, const hilock__grant *g,
-                      struct hilock__hold **out);
-int hilock__sem_adopt(hilock_client *c, const hilock__grant *g,
-                      struct hilock__hold **out);
-/* The family name of a hold ("" for none): for the Python binding. */
-const char *hilock__hold_family(const hilock_hold *h);
-/* Its i-th name (*name, *len), and the family's own a (see hilock__grant):
- * returns how many names it has (0: its grants cannot be handed over). */
-size_t hilock__hold_grant_name(const hilock_hold *h, size_t i,
-                               const char **name, size_t *len, int64_t *a);
-/* Decode text (len bytes) into g; *mem (free it) holds what g points to.
- * HILOCK_EINVAL with e saying why if it is not a well-formed grant. */
-int hilock__grant_decode(const char *text, size_t len, hilock__grant *g,
-                         void **mem, hilock__err *e);
-
 /* A family's release (the table's, or the shared one), on a handle that
  * begins with its hold: hilock_hold_release without the checks. */
 int hilock__family_release(void *handle);
