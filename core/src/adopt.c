@@ -2,14 +2,15 @@
  * and hilock_client_adopt makes a handle that holds it, in another thread
  * or process, confirmed on the server in one round trip.
  *
- * The text is "hilock1:" and the base64url (no padding) of:
- *   u8 family, u8 kind, u64 ttl_ms, u64 fence, u64 a, u64 b,
+ * The text is "hilock2:" and the base64url (no padding) of:
+ *   u8 family, u8 kind, u64 ttl_ms, u64 fence, u64 a, u64 b, u64 delay_ms,
  *   u8 ownerlen, owner, u16 prefixlen, prefix, u16 n,
  *   n times (u16 namelen, name, u64 fence),
  *   u32 FNV-1a of all the bytes before it,
  * integers big-endian. Every length is checked against what remains and
  * against the limits of a name, a key prefix and a multi-key lock; the
- * checksum turns a changed byte into HILOCK_EINVAL, never another grant. */
+ * checksum turns a changed byte into HILOCK_EINVAL, never another grant.
+ * ("hilock1:", without delay_ms, is refused as an older layout.) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +22,9 @@
 #include "hilock/client.h"
 #include "hilock/multi_lock.h"
 
-#define MAGIC "hilock1:"
+#define MAGIC "hilock2:"
 #define MAGIC_LEN 8
-#define FIXED 35 /* the bytes before the owner: 1 + 1 + 4 * 8 + 1 */
+#define FIXED 43 /* the bytes before the owner: 1 + 1 + 5 * 8 + 1 */
 
 static uint32_t fnv1a(const unsigned char *p, size_t n) {
   uint32_t h = 2166136261u;
@@ -139,6 +140,10 @@ int hilock__grant_decode(const char *text, size_t len, hilock__grant *g,
 
   memset(g, 0, sizeof(*g));
   *mem = NULL;
+  if (text != NULL && len >= MAGIC_LEN && memcmp(text, "hilock1:", 8) == 0)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "adopt: a grant exported by an older hilock "
+                           "(\"hilock1:\"); export it again with this one");
   if (text == NULL || len <= MAGIC_LEN || memcmp(text, MAGIC, MAGIC_LEN) != 0)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "adopt: not an exported hilock grant (it must "
@@ -172,6 +177,7 @@ int hilock__grant_decode(const char *text, size_t len, hilock__grant *g,
   g->fence = get(&r, 8);
   g->a = (int64_t)get(&r, 8);
   g->b = (int64_t)get(&r, 8);
+  g->delay_ms = (int64_t)get(&r, 8);
   g->ownerlen = (size_t)get(&r, 1);
   g->owner = take(&r, g->ownerlen);
   g->prefixlen = (size_t)get(&r, 2);
@@ -203,7 +209,8 @@ int hilock__grant_decode(const char *text, size_t len, hilock__grant *g,
   }
   if (r.bad || r.left != 0 || g->family < HILOCK__GRANT_LOCK ||
       g->family > HILOCK__GRANT_SEM || g->ttl_ms < 0 ||
-      g->ttl_ms > HILOCK_TTL_MAX_MS || g->ownerlen != HILOCK__TOKEN_LEN ||
+      g->ttl_ms > HILOCK_TTL_MAX_MS || g->delay_ms < 0 ||
+      g->delay_ms > HILOCK_TTL_MAX_MS || g->ownerlen != HILOCK__TOKEN_LEN ||
       g->prefixlen < 1 || g->prefixlen > HILOCK_KEY_PREFIX_MAX) {
     free(names);
     free(namelens);
@@ -262,6 +269,7 @@ static char *encode(const hilock__grant *g, size_t *textlen) {
   p = put(p, g->fence, 8);
   p = put(p, (uint64_t)g->a, 8);
   p = put(p, (uint64_t)g->b, 8);
+  p = put(p, (uint64_t)g->delay_ms, 8);
   p = put(p, g->ownerlen, 1);
   memcpy(p, g->owner, g->ownerlen);
   p += g->ownerlen;
@@ -312,6 +320,7 @@ int hilock_hold_export(hilock_hold *hh, char *buf, size_t size, size_t *len) {
                            "export: the grant was lost or lapsed");
   memset(&g, 0, sizeof(g));
   g.ttl_ms = h->ttl_ms;
+  g.delay_ms = h->delay_ms;
   g.fence = h->fence;
   g.owner = h->owner;
   g.ownerlen = h->ownerlen;
@@ -373,6 +382,21 @@ static int adopt(hilock_client *c, const char *text, size_t len,
     }
     grant_free(&g, mem);
     return rc;
+  }
+  /* The exporter's lock delay goes with the grant: the adopter's renewals
+   * push its marker, and its release clears it. */
+  if (g.delay_ms > 0) {
+    rc = h->fam->set_delay != NULL
+             ? h->fam->set_delay(h, g.delay_ms)
+             : hilock__set_err(&h->err, HILOCK_EINVAL,
+                               "the exported grant is malformed (a lock "
+                               "delay on a %s)", h->fam->name);
+    if (rc != HILOCK_OK) {
+      hilock__set_err(ce, rc, "adopt: %.900s", h->err.msg);
+      hilock_hold_free((hilock_hold *)h);
+      grant_free(&g, mem);
+      return rc;
+    }
   }
   memcpy(h->owner, g.owner, g.ownerlen);
   h->owner[g.ownerlen] = '\0';

@@ -29,6 +29,7 @@ typedef struct hilock__grant {
   int family; /* HILOCK__GRANT_* */
   int kind;   /* a lock's kind (hilock_lock_kind) */
   int64_t ttl_ms;
+  int64_t delay_ms; /* the exporter's lock delay (0: none) */
   uint64_t fence;
   /* The family's own: a fair lock's ticket; a sequential lock's sequence;
    * a segmented lock's segment count (a) and held segment (b); a

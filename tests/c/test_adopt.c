@@ -65,7 +65,7 @@ static void export_ok(hilock_hold *h, char *text, size_t *len) {
   assert_hl_ok(hilock_hold_export(h, text, TEXT_MAX, len),
                hilock_hold_errmsg(h));
   assert_int_equal(strlen(text), *len);
-  assert_memory_equal(text, "hilock1:", 8);
+  assert_memory_equal(text, "hilock2:", 8);
 }
 
 /* Another handle on the same lock is granted at once: nobody holds it. */
@@ -257,9 +257,10 @@ static void damaged_or_foreign_text_is_invalid(void **state) {
   }
   assert_refused(f->client, NULL, 0);
   assert_refused(f->client, "", 0);
-  assert_refused(f->client, "hilock1:", 8);
+  assert_refused(f->client, "hilock2:", 8);
   assert_refused(f->client, "garbage", 7);
-  assert_refused(f->client, "hilock2:AAAA", 12);
+  assert_refused(f->client, "hilock3:AAAA", 12);
+  assert_refused(f->client, "hilock1:AAAA", 12);
   /* Every truncation. */
   for (i = 0; i < len; i++) assert_refused(f->client, text, i);
   /* One character changed anywhere after the version. */

@@ -45,7 +45,7 @@ def test_another_thread_adopts_every_family(client, family) -> None:
     assert lk.acquire(blocking=False)
     fence = lk.fence
     text = lk.export()
-    assert text.startswith("hilock1:")
+    assert text.startswith("hilock2:")
     # The exporter forgot the grant: not held, nothing to release.
     assert lk.validity == 0.0 and lk.lost is False
     with pytest.raises(hilock.LockNotOwnedError):
@@ -185,8 +185,9 @@ def test_damaged_or_foreign_text_is_invalid(client, rds, redis_url) -> None:
     spare = client.lock("adopt-bad2", ttl=10.0)
     assert spare.acquire(blocking=False)
     text = spare.export()
-    bad = ["", "hilock1:", "garbage", "hilock2:" + text[8:], text + "=",
-           text[:-1] + "+", text.replace("hilock1:", "HILOCK1:"), "hilock1:" + "A" * 200]
+    bad = ["", "hilock2:", "garbage", "hilock3:" + text[8:], text + "=",
+           text[:-1] + "+", text.replace("hilock2:", "HILOCK2:"), "hilock2:" + "A" * 200,
+           "hilock1:" + text[8:]]
     bad += [text[:i] for i in range(0, len(text), 7)]
     # One character changed anywhere after the version: the name, the
     # family, the owner, the fence.
@@ -195,7 +196,7 @@ def test_damaged_or_foreign_text_is_invalid(client, rds, redis_url) -> None:
     for b in bad:
         with pytest.raises(hilock.InvalidArgument):
             client.adopt(b)
-    for b in ("hilock1:\u00e9", 42, None):
+    for b in ("hilock2:\u00e9", 42, None):
         with pytest.raises(hilock.InvalidArgument):
             client.adopt(b)  # type: ignore[arg-type]
     # Another deployment's grant (another key prefix).
@@ -317,3 +318,27 @@ def test_another_task_adopts_with_asyncio(rds, redis_url, family) -> None:
             await c.close()
 
     asyncio.run(main())
+
+
+def test_a_lock_delay_goes_with_the_grant(client, rds) -> None:
+    """The exporter's lock delay is part of the grant: the adopter's
+    renewals push the marker along with the lock, and its release clears
+    it; an export of the older layout (without the delay) is refused by
+    name."""
+    for make in (lambda: client.lock("adopt-delay", ttl=2.0, auto_renew=False, lock_delay=20),
+                 lambda: client.fair_lock("adopt-delay", ttl=2.0, auto_renew=False, lock_delay=20),
+                 lambda: client.multi_lock(["adopt-delay"], ttl=2.0, auto_renew=False,
+                                           lock_delay=20)):
+        lk = make()
+        assert lk.acquire(blocking=False)
+        text = lk.export()
+        a = client.adopt(text, auto_renew=False)
+        assert a.lock_delay == 20
+        a.extend(30, replace=True)
+        # 30 s of TTL and the 20 s delay: without the delay in the grant the
+        # marker would keep the 2 s + 20 s of the exporter's grant.
+        assert rds.pttl("hilock:{adopt-delay}:delay") > 40_000
+        a.release()
+        assert not rds.exists("hilock:{adopt-delay}:delay")
+    with pytest.raises(hilock.InvalidArgument, match="older hilock"):
+        client.adopt("hilock1:" + text[8:])
