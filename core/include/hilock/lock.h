@@ -106,9 +106,9 @@ HILOCK_API int hilock_lock_force_release(hilock_lock *lock, int *deleted);
  * release frees it at once. Each grant and renewal writes the marker key
  * hilock:{name}:delay with a TTL of the lock's TTL plus delay_ms, the
  * release deletes it, and an acquire refuses while only the marker is
- * there (a waiter sleeps its remaining TTL). Only handles with a delay look
- * for the marker: give every handle on a name the same delay. 0 (the
- * default): none, no marker written or read. Set it before acquiring
+ * there (a waiter sleeps its remaining TTL). Every acquire honours the
+ * marker, whether its own handle has a delay or not. 0 (the default): this
+ * handle's grants write no marker. Set it before acquiring
  * (HILOCK_EINVAL while held); a simple lock takes none (HILOCK_EINVAL).
  * delay_ms in 0..HILOCK_TTL_MAX_MS. */
 static inline int hilock_lock_set_delay(hilock_lock *lock, int64_t delay_ms) {
