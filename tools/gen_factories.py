@@ -272,6 +272,21 @@ return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""
 A sequential lock, as :meth:`hilock.Client.sequential_lock`: a
 cancelled waiter leaves the queue."""),
     Factory(
+        "election", (NAME, *HOLD), "Election", "Election",
+        doc="""\
+A leader election on ``name``: :meth:`Election.campaign` waits until
+the caller leads and returns the :class:`Leadership`;
+:meth:`Election.leader` and :meth:`Election.observe` read and watch
+whoever leads. ``ttl``: a leader that stops renewing (dead, hung, cut
+off) loses the lead within it; the renewal thread keeps a live one
+(``auto_renew``). Other arguments as for :meth:`lock`.""",
+        body="return Election(self, name, ttl, timeout, auto_renew, max_hold, on_lost)",
+        default_doc="A leader election on the default client.",
+        async_doc="""\
+A leader election, as :meth:`hilock.Client.election`:
+``await campaign()``, ``async with`` the leadership, ``async for``
+over ``observe()``."""),
+    Factory(
         "segmented_lock", (NAME, SEGMENTS, *HOLD), "SegmentedLock", "SegmentedLock",
         doc="""\
 A segmented lock for hot inventory: ``segments`` exclusive locks,

@@ -74,6 +74,46 @@ int hilock__extended_unacked(int *rc, redisReply *r, int done) {
   return 0;
 }
 
+int hilock__hold_renew(hilock__hold *h, const char *notowned) {
+  const char *keys[4], *args[2];
+  size_t keylens[4], arglens[2];
+  char ttl[24];
+  redisReply *r;
+  int64_t start;
+  int rc = hilock__hold_check(h, "renew"), nkeys = 1;
+  if (rc != HILOCK_OK) return rc;
+  if (h->nxkeys > 3)
+    return hilock__set_err(&h->err, HILOCK_EINVAL, "renew: too many keys");
+  keys[0] = h->rkey;
+  keylens[0] = h->rkeylen;
+  for (int i = 0; i < h->nxkeys; i++, nkeys++) {
+    keys[nkeys] = h->xkeys[i];
+    keylens[nkeys] = h->xkeylens[i];
+  }
+  args[0] = h->owner;
+  arglens[0] = h->ownerlen;
+  args[1] = ttl;
+  arglens[1] = hilock__i64(ttl, h->ttl_ms);
+  start = hilock__now_us();
+  rc = hilock__script_run(h->client, &h->err, h->renew_script, nkeys, keys,
+                          keylens, 2, args, arglens, &r);
+  if (hilock__extended_unacked(&rc, r, r != NULL &&
+                                           r->type == REDIS_REPLY_INTEGER &&
+                                           r->integer > 0))
+    return rc;
+  if (rc != HILOCK_OK) return rc;
+  if (r->type != REDIS_REPLY_INTEGER) {
+    rc = hilock__set_err(&h->err, HILOCK_EPROTO, "unexpected reply to renew");
+  } else if (r->integer <= 0) {
+    hilock__hold_lost(h);
+    rc = hilock__set_err(&h->err, HILOCK_ENOTOWNED, "renew: %s", notowned);
+  } else {
+    hilock__hold_extended(h, start, h->ttl_ms);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
 /* ## The verbs of every family (hilock/hold.h) -------------------------------
  * Each runs the family's own through its table; a verb the family lacks is
  * HILOCK_ENOTSUP, its message naming the family and the verb. */

@@ -148,4 +148,10 @@ int hilock__rlock_new_with(hilock_client *client, const char *name,
                            const hilock__rlock_layout *lay,
                            struct hilock_rlock **out);
 
+/* A renewal as the watchdog makes it, for a family's renew verb: the
+ * hold's renew_script on rkey and its xkeys (at most 3) with the owner and
+ * TTL; > 0 renewed (validity set), else HILOCK_ENOTOWNED ("renew: "
+ * notowned) and the hold marked lost. */
+int hilock__hold_renew(hilock__hold *h, const char *notowned);
+
 #endif /* HILOCK_FAMILY_H */

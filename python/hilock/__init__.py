@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ._base import LostCallback as LostCallback
     from ._client import Client, default_client, default_url, redlock
     from ._default import (
+        election,
         fair_lock,
         lease,
         lock,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         sequential_lock,
         simple_lock,
     )
+    from ._election import Election, Leadership
     from ._fair import FairLock
     from ._inspect import LockInfo
     from ._lock import Lock
@@ -76,6 +78,7 @@ _WHERE = {
     "LockBase": "_base", "LostCallback": "_base",
     "Client": "_client", "default_client": "_client", "default_url": "_client",
     "redlock": "_client",
+    "Election": "_election", "Leadership": "_election",
     "FairLock": "_fair", "LockInfo": "_inspect", "Lock": "_lock", "MultiLock": "_multilock",
     "Redlock": "_redlock", "RedissonRWLock": "_rlock", "RLock": "_rlock",
     "ReadLock": "_rwlock", "RWLock": "_rwlock", "WriteLock": "_rwlock",
@@ -84,7 +87,7 @@ _WHERE = {
 }
 _WHERE.update(dict.fromkeys([
     "lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock", "multi_lock",
-    "sequential_lock", "segmented_lock"], "_default"))
+    "sequential_lock", "segmented_lock", "election"], "_default"))
 _WHERE.update(dict.fromkeys([
     "AuthenticationError", "CertificateError", "ClusterError", "ConnectionError",
     "CrossSlotError", "DeadlockError", "ForkedLockError", "InvalidArgument", "LockError",
@@ -127,6 +130,7 @@ __all__ = [
     "SequentialLock", "sequential_lock",
     "Redlock", "redlock", "NoQuorumError",
     "SegmentedLock", "segmented_lock", "SoldOut",
+    "Election", "Leadership", "election",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError", "TLSError", "CertificateError",

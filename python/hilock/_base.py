@@ -327,10 +327,15 @@ class LockBase(Uncopyable):
     def __enter__(self: _L) -> _L:
         if not self.acquire():
             raise LockTimeout(f"could not acquire {self._name!r} within {self._timeout} s")
+        self._entered()
+        return self
+
+    def _entered(self) -> None:
+        """A ``with`` block begins on this thread's grant: __exit__ tells a
+        release made in the body from one it makes itself."""
         t = self._releases()
         t.marks = getattr(t, "marks", [])
         t.marks.append(getattr(t, "n", 0))
-        return self
 
     def __exit__(self, exc_type: Optional[Type[BaseException]],
                  exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:

@@ -22,6 +22,7 @@ from typing import (
 from . import _hilock as _h
 from . import _notify, _stats
 from ._base import LostCallback
+from ._election import Election
 from ._fair import FairLock
 from ._inspect import LockInfo
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
@@ -539,6 +540,17 @@ class Client(Uncopyable):
         ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`."""
         no_lock_delay(lock_delay, "sequential_lock")
         return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def election(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                 auto_renew: bool = True, max_hold: Optional[float] = None,
+                 on_lost: Optional[LostCallback[Election]] = None) -> Election:
+        """A leader election on ``name``: :meth:`Election.campaign` waits until
+        the caller leads and returns the :class:`Leadership`;
+        :meth:`Election.leader` and :meth:`Election.observe` read and watch
+        whoever leads. ``ttl``: a leader that stops renewing (dead, hung, cut
+        off) loses the lead within it; the renewal thread keeps a live one
+        (``auto_renew``). Other arguments as for :meth:`lock`."""
+        return Election(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,

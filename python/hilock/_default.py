@@ -8,6 +8,7 @@ from typing import Iterable, Optional, Union
 
 from ._base import LostCallback
 from ._client import Client, default_client
+from ._election import Election
 from ._fair import FairLock
 from ._lock import Lock
 from ._multilock import MultiLock
@@ -23,7 +24,7 @@ from ._util import Name
 # the table and run the script, not the code between these lines.
 
 __all__ = ["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock",
-           "multi_lock", "sequential_lock", "segmented_lock"]
+           "multi_lock", "sequential_lock", "election", "segmented_lock"]
 
 
 def _default() -> Client:
@@ -102,6 +103,14 @@ def sequential_lock(name: Name, ttl: float = 30.0, timeout: Optional[float] = No
                                       on_lost=on_lost, lock_delay=lock_delay)
 
 
+def election(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+             auto_renew: bool = True, max_hold: Optional[float] = None,
+             on_lost: Optional[LostCallback[Election]] = None) -> Election:
+    """A leader election on the default client."""
+    return _default().election(name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
+                               on_lost=on_lost)
+
+
 def segmented_lock(name: Name, segments: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
                    auto_renew: bool = True, max_hold: Optional[float] = None,
                    on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
@@ -111,6 +120,6 @@ def segmented_lock(name: Name, segments: int, ttl: float = 30.0, timeout: Option
 
 
 for _f in (lock, simple_lock, lease, rlock, semaphore, fair_lock, rwlock, multi_lock,
-           sequential_lock, segmented_lock):
+           sequential_lock, election, segmented_lock):
     _f.__module__ = "hilock"  # where users find them
 # END generated factories

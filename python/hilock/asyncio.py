@@ -86,6 +86,8 @@ from typing import (
 from . import _hilock as _h
 from ._base import ExclusiveBase, raise_on_leaving
 from ._client import Client as _SyncClient
+from ._election import Election as _SyncElection
+from ._election import Value, value_bytes, value_of
 from ._fair import FairLock as _SyncFairLock
 from ._inspect import LockInfo
 from ._multilock import MultiLock as _SyncMultiLock
@@ -106,8 +108,8 @@ from .errors import (
     error_for,
 )
 
-__all__ = ["Client", "FairLock", "Lock", "MultiLock", "RLock", "RWLock", "ReadLock", "Redlock",
-           "RedissonRWLock",
+__all__ = ["Client", "Election", "FairLock", "Leadership", "Lock", "MultiLock", "RLock", "RWLock",
+           "ReadLock", "Redlock", "RedissonRWLock",
            "SegmentedLock", "Semaphore", "SequentialLock", "WriteLock"]
 
 
@@ -560,6 +562,15 @@ class Client(Uncopyable):
             name, ttl, timeout, auto_renew=auto_renew, max_hold=max_hold,
             lock_delay=lock_delay), cancel_on_loss)
 
+    def election(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
+                 auto_renew: bool = True, max_hold: Optional[float] = None,
+                 cancel_on_loss: bool = False) -> Election:
+        """A leader election, as :meth:`hilock.Client.election`:
+        ``await campaign()``, ``async with`` the leadership, ``async for``
+        over ``observe()``."""
+        return Election(self, self._sync.election(name, ttl, timeout, auto_renew=auto_renew,
+                                                  max_hold=max_hold), cancel_on_loss)
+
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,
                        max_hold: Optional[float] = None,
@@ -970,6 +981,11 @@ class _Hold(Uncopyable):
         if not await self.acquire():
             raise LockTimeout(f"could not acquire {self._sync.name!r} within "
                               f"{self._sync.timeout} s")
+        self._entered()
+        return self
+
+    def _entered(self) -> None:
+        """An ``async with`` block begins on the current task's grant."""
         if self._withs is None:
             self._withs = weakref.WeakKeyDictionary()
         task = _task()
@@ -977,7 +993,6 @@ class _Hold(Uncopyable):
         entry.append(entry[0])
         if self._cancel_on_loss:
             self._watch(task)
-        return self
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
@@ -1047,6 +1062,7 @@ class Lock(_Hold):
                 # call.
                 wait_ms = max(0, wait_ms - int((time.monotonic() - start) * 1000))
         try:
+            self._before_run()
             status, message, _ = await self._client._run(_h.hilock_async_acquire,
                                                       self._sync._h, 0, wait_ms, cancel=True)
         except BaseException:
@@ -1057,6 +1073,10 @@ class Lock(_Hold):
         else:
             self._granted = True
         return _outcome(status, message)
+
+    def _before_run(self) -> None:
+        """With the object's turn, before its acquire runs (a family's
+        setting for the attempt)."""
 
     async def release(self) -> None:
         """As :meth:`hilock.Lock.release`; a cancelled caller still lets it
@@ -1382,6 +1402,114 @@ class RedissonRWLock(_Sides[RLock, RLock]):
                  cancel_on_loss: bool = False) -> None:
         super().__init__(sync, RLock(client, sync.read(), cancel_on_loss),
                          RLock(client, sync.write(), cancel_on_loss))
+
+
+class Election(Lock):
+    """A leader election for asyncio (see :class:`hilock.Election`): a
+    campaign is owned by the task that awaits it; a cancelled campaign
+    leaves nothing behind (its attempt's grant, if any, is given back)."""
+
+    _sync: _SyncElection
+
+    def __init__(self, client: _Runs, sync: _SyncElection, cancel_on_loss: bool = False) -> None:
+        super().__init__(client, sync, cancel_on_loss)
+        self._values: weakref.WeakKeyDictionary[asyncio.Task[Any], bytes] = (
+            weakref.WeakKeyDictionary())
+
+    def _before_run(self) -> None:
+        # With the object's turn: this task's campaign is the one that runs.
+        _h.hilock_election_set_value(self._sync._h, self._values.get(_task(), b""))
+
+    async def campaign(self, value: Union[str, bytes] = b"",
+                       timeout: Optional[float] = None) -> Leadership:
+        """As :meth:`hilock.Election.campaign`, without blocking the loop:
+        the :class:`Leadership` once this task leads; raises
+        :class:`hilock.LockTimeout` when ``timeout`` runs out."""
+        data = value_bytes(value)
+        if len(data) > _h.HILOCK_ELECTION_VALUE_MAX:
+            raise InvalidArgument(f"the value has {len(data)} bytes; the limit is "
+                                  f"{_h.HILOCK_ELECTION_VALUE_MAX}")
+        wait = self._sync.timeout if timeout is None else wait_seconds(timeout)
+        self._values[_task()] = data
+        if not await self.acquire(timeout=-1 if wait is None else wait):
+            raise LockTimeout(f"did not lead {self._sync.name!r} within {wait} s")
+        return Leadership(self, value_of(data))
+
+    async def leader(self) -> Optional[Tuple[Value, int]]:
+        """As :meth:`hilock.Election.leader`, on the loop's default executor."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._sync.leader)
+
+    async def observe(self, timeout: Optional[float] = None) -> AsyncIterator[Tuple[Value, int]]:
+        """As :meth:`hilock.Election.observe`, for ``async for``: each wait
+        runs on the loop's default executor in steps of at most a second,
+        so a cancelled iteration leaves no thread waiting long."""
+        wait = wait_seconds(timeout)
+        loop = asyncio.get_running_loop()
+        h = self._sync._reader()
+        try:
+            while True:
+                start = time.monotonic()
+                fence = 0
+                while not fence:
+                    left = None if wait is None else wait - (time.monotonic() - start)
+                    if left is not None and left <= 0:
+                        return
+                    step = 1000 if left is None else max(1, min(1000, int(left * 1000)))
+                    fence = await loop.run_in_executor(None, _h.hilock_election_observe, h,
+                                                       step)
+                yield value_of(_h.hilock_election_value(h)), fence
+        finally:
+            _h.hilock_hold_free(h)
+
+
+class Leadership:
+    """The lead of one :meth:`Election.campaign` for asyncio: ``async with``
+    resigns at the block's end and raises :class:`hilock.LockLost` there
+    if the lead was lost (see :class:`hilock.Leadership`)."""
+
+    def __init__(self, election: Election, value: Value) -> None:
+        self._election = election
+        self._value = value
+
+    @property
+    def election(self) -> Election:
+        return self._election
+
+    @property
+    def fence(self) -> int:
+        return self._election._sync.fence or 0
+
+    @property
+    def value(self) -> Value:
+        return self._value
+
+    @property
+    def lost(self) -> bool:
+        return self._election.lost
+
+    @property
+    def validity(self) -> float:
+        return self._election.validity
+
+    async def proclaim(self, value: Union[str, bytes]) -> None:
+        """As :meth:`hilock.Leadership.proclaim`, on the loop's default
+        executor."""
+        data = value_bytes(value)
+        await asyncio.get_running_loop().run_in_executor(
+            None, _h.hilock_election_proclaim, self._election._sync._h, data)
+        self._value = value_of(data)
+
+    async def resign(self) -> None:
+        """Give the lead up (the election's release)."""
+        await self._election.release()
+
+    async def __aenter__(self) -> Leadership:
+        self._election._entered()
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        await self._election.__aexit__(exc_type, exc, tb)
 
 
 class Redlock(Lock):

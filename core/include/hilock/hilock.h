@@ -34,6 +34,7 @@
 #include "hilock/sequential_lock.h"
 #include "hilock/redlock.h"
 #include "hilock/segmented_lock.h"
+#include "hilock/election.h"
 #include "hilock/async.h"
 #include "hilock/store.h"
 #include "hilock/inspect.h"

@@ -174,6 +174,7 @@ struct hilock_multi_lock;
 struct hilock_sequential_lock;
 struct hilock_segmented_lock;
 struct hilock_redlock;
+struct hilock_election;
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && \
     __STDC_VERSION__ >= 201112L
 #define HILOCK_HOLD(lk)                                                   \
@@ -188,6 +189,7 @@ struct hilock_redlock;
       struct hilock_sequential_lock *: (hilock_hold *)(lk),                       \
       struct hilock_segmented_lock *: (hilock_hold *)(lk),                       \
       struct hilock_redlock *: (hilock_hold *)(lk),                       \
+      struct hilock_election *: (hilock_hold *)(lk),                      \
       const struct hilock_hold *: (const hilock_hold *)(lk),              \
       const struct hilock_lock *: (const hilock_hold *)(lk),              \
       const struct hilock_rlock *: (const hilock_hold *)(lk),             \
@@ -197,7 +199,8 @@ struct hilock_redlock;
       const struct hilock_multi_lock *: (const hilock_hold *)(lk),         \
       const struct hilock_sequential_lock *: (const hilock_hold *)(lk),           \
       const struct hilock_segmented_lock *: (const hilock_hold *)(lk),           \
-      const struct hilock_redlock *: (const hilock_hold *)(lk))
+      const struct hilock_redlock *: (const hilock_hold *)(lk),           \
+      const struct hilock_election *: (const hilock_hold *)(lk))
 #else
 #define HILOCK_HOLD(lk) ((hilock_hold *)(lk))
 #endif
