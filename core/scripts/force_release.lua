@@ -28,6 +28,11 @@ if ty == 'lock' then
   -- A lock delay's marker goes too: the operator frees the name at once.
   removed = math.min(1, redis.call('DEL', K.lock, K.delay))
   wake(K.wake, 1)
+elseif ty == 'election' then
+  -- The lead goes: a standby is woken, observers hear of it.
+  removed = redis.call('DEL', K.elect)
+  wake(K.ewake, 1)
+  redis.pcall('PUBLISH', K.elect, 'resign')
 elseif ty == 'redlock' then
   removed = redis.call('DEL', K.redlock)
 elseif ty == 'rlock' then

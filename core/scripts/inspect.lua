@@ -108,6 +108,19 @@ elseif ty == 'sequential_lock' then
     ttl = exp - now
   end
   waiters = redis.call('ZCOUNT', K.seq_session, '(' .. now, '+inf') - held
+elseif ty == 'election' then
+  -- The leader's token is the hash's one field besides 'fence'.
+  local h = redis.call('HGETALL', K.elect)
+  for i = 1, #h, 2 do
+    if h[i] == 'fence' then
+      fence = num(h[i + 1])
+    else
+      held, holder, count = 1, h[i], 1
+    end
+  end
+  if held == 1 then
+    ttl = redis.call('PTTL', K.elect)
+  end
 elseif ty == 'segmented_lock' then
   local idx, total = seg_indices(t)
   fence = num(redis.call('HGET', K.seg_fence, 'n'))

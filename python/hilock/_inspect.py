@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 # The lock types, as inspect() reports them.
 TYPES = ("none", "lock", "rlock", "semaphore", "fair_lock", "rwlock",
-         "sequential_lock", "segmented_lock", "redlock", "unknown")
+         "sequential_lock", "segmented_lock", "redlock", "unknown", "election")
 
 FIELDS = ("name", "type", "held", "holder", "fence", "ttl", "waiters", "hold_count",
           "readers", "writer", "permits", "permits_used", "permits_free", "lock_delay",
@@ -21,8 +21,9 @@ class LockInfo:
     ``"lock"`` (a plain, expiring, lease or simple lock, or one name of a
     multi-key lock), ``"rlock"``, ``"semaphore"``, ``"fair_lock"``,
     ``"rwlock"``, ``"sequential_lock"``, ``"segmented_lock"``,
-    ``"redlock"`` (one Redlock node's view) or ``"unknown"`` (a key of the
-    name holds a Redis type no lock writes).
+    ``"redlock"`` (one Redlock node's view), ``"election"`` (a leader
+    election: held while someone leads, ``holder`` the leader's token) or
+    ``"unknown"`` (a key of the name holds a Redis type no lock writes).
     ``held``: anyone holds it (a reader counts). ``holder``: the holder's
     owner token, whole (None when nobody or several hold it).
     ``fence``: the last fencing token handed out on the name (None: none;

@@ -29,6 +29,7 @@ from .errors import (
     InvalidArgument,
     LockError,
     LockNotOwnedError,
+    LockTimeout,
     NoPermissionError,
     UnsupportedError,
     WrongTypeError,
@@ -191,35 +192,24 @@ def build_parser(cls: Type[_Parser] = _Parser) -> argparse.ArgumentParser:
                           "granted in request order; semaphore: at most --permits holders")
     run.add_argument("--permits", type=_int_in(1, 1 << 31, "--permits"), metavar="N",
                      help="the semaphore's limit (with --type semaphore; required there)")
-    run.add_argument("--ttl", type=_seconds(1e-3, "--ttl"), default=30.0, metavar="S",
-                     help="seconds the grant lasts unless renewed; renewed every ttl/3 "
-                          "while CMD runs (default 30)")
-    run.add_argument("--timeout", type=_seconds(0, "--timeout"), default=None, metavar="S",
-                     help="seconds to wait for the lock; 0 tries once (default: wait "
-                          "without limit)")
-    run.add_argument("--conflict-exit-code", type=_int_in(0, 255, "--conflict-exit-code"),
-                     default=EXIT_BUSY, metavar="N",
-                     help=f"exit status when the lock is not acquired in time "
-                          f"(default {EXIT_BUSY})")
-    run.add_argument("--lost-exit-code", type=_int_in(0, 255, "--lost-exit-code"),
-                     default=EXIT_LOST, metavar="N",
-                     help=f"exit status when the lock was lost while CMD ran "
-                          f"(default {EXIT_LOST})")
-    run.add_argument("--on-lost", choices=("term", "kill", "ignore"), default="term",
-                     help="what to do to CMD if the lock is lost: term sends SIGTERM, then "
-                          "SIGKILL after --grace (default); kill sends SIGKILL; ignore lets "
-                          "it run on")
-    run.add_argument("--grace", type=_seconds(0, "--grace"), default=10.0, metavar="S",
-                     help="seconds between SIGTERM and SIGKILL with --on-lost term "
-                          "(default 10)")
-    run.add_argument("--on-parent-death", type=_signal_or_none, default=None,
-                     metavar="SIGNAL|none",
-                     help="the signal CMD gets if hilock itself dies (killed with SIGKILL, "
-                          "say), so that it never runs on without the lock; none lets it "
-                          "run on (default TERM; Linux only)")
-    run.add_argument("-q", "--quiet", action="store_true",
-                     help="print nothing when the lock is busy")
+    _hold_options(run)
     _connection_options(run)
+
+    elect = sub.add_parser(
+        "elect", help="run a command only while leading an election",
+        usage=f"{PROG} elect [OPTIONS] NAME -- CMD [ARGS...]",
+        description="Campaign in the election NAME (standbys wait, without polling), run "
+                    "CMD while leading (the lead is renewed in the background), resign "
+                    "when CMD ends and exit with CMD's status. CMD gets $HILOCK_NAME and "
+                    "$HILOCK_FENCE (the lead's fencing token). A lost lead is handled as "
+                    "a lost lock is by 'run' (--on-lost). 'hilock status NAME' shows the "
+                    "leader.")
+    elect.add_argument("name", metavar="NAME", help="the election's name")
+    elect.add_argument("--value", default="", metavar="V",
+                       help="the value observers of the election see while this "
+                            "process leads (default: empty)")
+    _hold_options(elect)
+    _connection_options(elect)
 
     status = sub.add_parser("status", help="show one lock",
                             description="Show who holds the lock NAME, its fence, TTL and "
@@ -252,6 +242,38 @@ def build_parser(cls: Type[_Parser] = _Parser) -> argparse.ArgumentParser:
     return parser
 
 
+def _hold_options(p: argparse.ArgumentParser) -> None:
+    """The options of a command that runs CMD while it holds (run, elect)."""
+    p.add_argument("--ttl", type=_seconds(1e-3, "--ttl"), default=30.0, metavar="S",
+                   help="seconds the grant lasts unless renewed; renewed every ttl/3 "
+                        "while CMD runs (default 30)")
+    p.add_argument("--timeout", type=_seconds(0, "--timeout"), default=None, metavar="S",
+                   help="seconds to wait for the lock; 0 tries once (default: wait "
+                        "without limit)")
+    p.add_argument("--conflict-exit-code", type=_int_in(0, 255, "--conflict-exit-code"),
+                   default=EXIT_BUSY, metavar="N",
+                   help=f"exit status when the lock is not acquired in time "
+                        f"(default {EXIT_BUSY})")
+    p.add_argument("--lost-exit-code", type=_int_in(0, 255, "--lost-exit-code"),
+                   default=EXIT_LOST, metavar="N",
+                   help=f"exit status when the lock was lost while CMD ran "
+                        f"(default {EXIT_LOST})")
+    p.add_argument("--on-lost", choices=("term", "kill", "ignore"), default="term",
+                   help="what to do to CMD if the lock is lost: term sends SIGTERM, then "
+                        "SIGKILL after --grace (default); kill sends SIGKILL; ignore lets "
+                        "it run on")
+    p.add_argument("--grace", type=_seconds(0, "--grace"), default=10.0, metavar="S",
+                   help="seconds between SIGTERM and SIGKILL with --on-lost term "
+                        "(default 10)")
+    p.add_argument("--on-parent-death", type=_signal_or_none, default=None,
+                   metavar="SIGNAL|none",
+                   help="the signal CMD gets if hilock itself dies (killed with SIGKILL, "
+                        "say), so that it never runs on without the lock; none lets it "
+                        "run on (default TERM; Linux only)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing when the lock is busy")
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The parsed command line; for ``run``, ``args.cmd`` is what follows the
     first ``--``."""
@@ -262,11 +284,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
             head = build_parser(_TrialParser).parse_args(argv[:i])
         except UsageError:
             head = None  # not "run ... NAME --": let the full parse report it
-        if head is not None and head.command == "run":
+        if head is not None and head.command in ("run", "elect"):
             head.cmd = argv[i + 1:]
             return head
     args = build_parser().parse_args(argv)
-    if args.command == "run":
+    if args.command in ("run", "elect"):
         args.cmd = None
     return args
 
@@ -370,6 +392,8 @@ def _raise_signalled(signum: int, frame: Optional[FrameType]) -> NoReturn:
 
 
 def _check_type(args: argparse.Namespace) -> None:
+    if args.command == "elect":
+        return
     if args.type == "semaphore" and args.permits is None:
         raise UsageError("--type semaphore needs --permits N")
     if args.type != "semaphore" and args.permits is not None:
@@ -380,11 +404,35 @@ def _make_lock(client: Client, args: argparse.Namespace,
                on_lost: Callable[[Any], object]) -> Any:
     name = _name(args.name)
     kw: Dict[str, Any] = {"ttl": args.ttl, "timeout": args.timeout, "on_lost": on_lost}
+    if args.command == "elect":
+        return _Campaign(client.election(name, **kw), os.fsencode(args.value))
     if args.type == "semaphore":
         return client.semaphore(name, args.permits, **kw)
     if args.type == "fair":
         return client.fair_lock(name, **kw)
     return client.lock(name, **kw)
+
+
+class _Campaign:
+    """An election's campaign with the lock verbs 'run' uses."""
+
+    def __init__(self, election: Any, value: bytes) -> None:
+        self.election = election
+        self.value = value
+
+    def acquire(self) -> bool:
+        try:
+            self.election.campaign(self.value)
+        except LockTimeout:
+            return False
+        return True
+
+    def release(self) -> None:
+        self.election.release()
+
+    @property
+    def fence(self) -> Optional[int]:
+        return self.election.fence  # type: ignore[no-any-return]
 
 
 # What the command's process runs first when it must not outlive hilock: a
@@ -558,7 +606,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if not lk.acquire():
                     if not args.quiet:
                         timeout = "" if args.timeout is None else f" within {args.timeout:g} s"
-                        _say(f"lock {args.name!r} is busy: not acquired{timeout}")
+                        what = ("election {!r}: another leads, not led{}" if args.command ==
+                                "elect" else "lock {!r} is busy: not acquired{}")
+                        _say(what.format(args.name, timeout))
                     return int(args.conflict_exit_code)
                 handlers.switch(child.on_signal)
             except Signalled as e:
@@ -661,11 +711,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         c: Any = client  # inspect() and LockInfo: see docs/cli.md
         info = c.inspect(_name(args.name))
+        # An election's leader: its value too (a second round trip).
+        lead = c.election(_name(args.name)).leader() if info.type == "election" else None
         if args.json:
-            print(json.dumps(_info_dict(info), sort_keys=True))
+            d = _info_dict(info)
+            if info.type == "election":
+                d["leader"] = None if lead is None else _text(lead[0])
+            print(json.dumps(d, sort_keys=True))
             return EXIT_OK
         rows = [("name", _text(info.name)), ("type", _text(info.type)),
-                ("state", _state(info))]
+                ("state", "led" if lead is not None else _state(info))]
+        if lead is not None:
+            rows.append(("leader", _text(lead[0])))
         if info.holder:
             rows.append(("holder", _short(info.holder)))
         if info.fence is not None:
@@ -731,7 +788,8 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": cmd_run, "status": cmd_status, "list": cmd_list, "release": cmd_release,
+    "run": cmd_run, "elect": cmd_run, "status": cmd_status, "list": cmd_list,
+    "release": cmd_release,
 }
 
 

@@ -91,7 +91,7 @@ def observe_latency(url: str, n: int) -> List[float]:
     p.start()
     r.blpop(["observing"], timeout=30)
     lead = client.election("bench:obs", ttl=30).campaign("start")
-    for i in range(n):
+    for _ in range(n):
         before = r.llen("lat")
         lead.proclaim(f"t={time.monotonic()!r}")
         while r.llen("lat") == before:  # one change at a time: none coalesced

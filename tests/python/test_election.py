@@ -9,6 +9,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, List
@@ -253,3 +255,68 @@ def test_asyncio_campaign_leader_observe_and_cancel(rds, redis_url: str) -> None
 
     asyncio.run(main())
     assert rds.keys("*el:async*elect*") == []
+
+
+def _cli(url: str, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, HILOCK_URL=url)
+    env.pop("REDIS_URL", None)
+    return subprocess.Popen([sys.executable, "-m", "hilock", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_cli_elect_runs_the_command_only_while_leading(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    # The first leader's command waits for "go"; a second hilock elect waits
+    # to lead, then runs its own command with the higher fence.
+    script = ('import os, redis, sys; r = redis.Redis.from_url(os.environ["HILOCK_URL"]); '
+              'r.rpush("running", os.environ["HILOCK_FENCE"] + " " + sys.argv[1]); '
+              'r.blpop(["go"], 30) if sys.argv[1] == "first" else None')
+    first = _cli(redis_url, "elect", "el:cli", "--value", "host-1", "--ttl", "5", "--",
+                 sys.executable, "-c", script, "first")
+    try:
+        fence1, who = rds.blpop(["running"], timeout=30)[1].decode().split()
+        assert who == "first"
+        assert client.election("el:cli").leader() == ("host-1", int(fence1))
+        status = _cli(redis_url, "status", "el:cli")
+        out, _ = status.communicate(timeout=30)
+        assert "type:       election" in out and "leader:     host-1" in out, out
+        second = _cli(redis_url, "elect", "el:cli", "--value", "host-2", "--ttl", "5", "--",
+                      sys.executable, "-c", script, "second")
+        wait_for(lambda: client.election("el:cli").leader() is not None, 10)
+        assert rds.blpop(["running"], timeout=0.5) is None  # a standby runs nothing
+        rds.rpush("go", 1)
+        fence2, who = rds.blpop(["running"], timeout=30)[1].decode().split()
+        assert who == "second" and int(fence2) > int(fence1)
+        assert first.wait(30) == 0 and second.wait(30) == 0
+        # Both resigned: nobody leads, and a busy election is exit 75.
+        assert client.election("el:cli").leader() is None
+        holder = client.election("el:cli", ttl=5).campaign("x")
+        busy = _cli(redis_url, "elect", "el:cli", "--timeout", "0.2", "--", "true")
+        _, err = busy.communicate(timeout=30)
+        assert busy.returncode == 75 and "another leads" in err
+        holder.resign()
+    finally:
+        for p in (first,):
+            if p.poll() is None:
+                p.kill()
+
+
+def test_inspect_and_force_release_of_an_election(rds, client: hilock.Client) -> None:
+    election = client.election("el:ops", ttl=5)
+    standby = client.election("el:ops", ttl=5)
+    lead = election.campaign("v")
+    info = client.inspect("el:ops")
+    assert (info.type, info.held, info.holder, info.fence) == (
+        "election", True, election.token, lead.fence)
+    assert 0 < info.ttl <= 5
+    got: List[int] = []
+    t = threading.Thread(target=lambda: got.append(standby.campaign("w", timeout=30).fence))
+    t.start()
+    wait_for(lambda: client.waiting == 1, 10, what="the standby to wait")
+    # The operator's release ends the lead and wakes the standby at once.
+    assert client.force_release("el:ops")
+    t.join(10)
+    assert got and got[0] > lead.fence
+    assert standby.leader() == ("w", got[0])
+    standby.release()
+    assert client.inspect("el:ops").type == "none"

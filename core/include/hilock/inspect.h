@@ -16,8 +16,10 @@
  * HILOCK_TYPE_REDLOCK ("redlock"), that node's view. A name whose keys
  * hold Redis types no family writes (a user's key in hilock's namespace)
  * is HILOCK_TYPE_UNKNOWN ("unknown") and force release refuses it with
- * HILOCK_EWRONGTYPE. A name with nothing but its fence counter (every name
- * once granted keeps it) is HILOCK_TYPE_NONE ("none"). */
+ * HILOCK_EWRONGTYPE. A leader election (hilock/election.h) is
+ * HILOCK_TYPE_ELECTION ("election"): held while someone leads, its holder
+ * the leader's token. A name with nothing but its fence counter (every
+ * name once granted keeps it) is HILOCK_TYPE_NONE ("none"). */
 #ifndef HILOCK_INSPECT_H
 #define HILOCK_INSPECT_H
 
@@ -41,7 +43,8 @@ typedef enum hilock_lock_type {
   HILOCK_TYPE_SEQUENTIAL_LOCK = 6,
   HILOCK_TYPE_SEGMENTED_LOCK = 7,
   HILOCK_TYPE_REDLOCK = 8,
-  HILOCK_TYPE_UNKNOWN = 9
+  HILOCK_TYPE_UNKNOWN = 9,
+  HILOCK_TYPE_ELECTION = 10
 } hilock_lock_type;
 
 /* Longest holder token kept whole in hilock_lock_info (hilock's own are
