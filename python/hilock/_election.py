@@ -83,6 +83,20 @@ class Election(ExclusiveBase):
         _h.hilock_election_set_value(self._h, getattr(self._campaigner, "value", b""))
         return super()._c_call_acquire(wait)
 
+    def owned(self) -> bool:
+        """Whether this object's lead is still the election's (one round
+        trip)."""
+        return bool(_h.hilock_hold_owned(self._h))
+
+    def locked(self) -> bool:
+        """Whether anyone leads (one round trip)."""
+        return bool(_h.hilock_hold_locked(self._h))
+
+    def renew(self) -> None:
+        """Reset the lead's TTL to ``ttl`` (the renewal thread does this by
+        itself with ``auto_renew``). Raises LockNotOwnedError if lost."""
+        _h.hilock_hold_renew(self._h)
+
     # -- watching ---------------------------------------------------------------
 
     def _reader(self) -> Any:

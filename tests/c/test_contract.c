@@ -95,6 +95,14 @@ MAKE(seg1, hilock_segmented_lock,
      hilock_segmented_lock_new(c, NAME, strlen(NAME), 1, ttl_ms, &x))
 MAKE(seg3, hilock_segmented_lock,
      hilock_segmented_lock_new(c, NAME, strlen(NAME), 3, ttl_ms, &x))
+MAKE(election, hilock_election,
+     hilock_election_new(c, NAME, strlen(NAME), ttl_ms, &x))
+
+/* A family with no typed wrappers of its own: the hold's verbs. */
+static const side hold_verbs = {.try_acquire = hilock_hold_try_acquire,
+                                .acquire = hilock_hold_acquire,
+                                .release = hilock_hold_release,
+                                .renew = hilock_hold_renew};
 
 static int redlock_make_n(size_t n, int64_t ttl_ms, hilock_hold **h) {
   hilock_options o = hl_test_options();
@@ -200,6 +208,8 @@ static const family families[] = {
      TTL, HILOCK_ENOTOWNED, NULL, take_hold_key},
     {"segmented lock, 3 segments", seg3_make, &hl_seg_verbs, &hl_seg_verbs, 3, FENCED,
      TTL, HILOCK_ENOTOWNED, NULL, take_hold_key},
+    {"election", election_make, &hold_verbs, &hold_verbs, 1, FENCED, TTL,
+     HILOCK_ENOTOWNED, "nothing was deleted", take_hold_key},
     {"redlock, 1 node", redlock1_make, &hl_redlock_verbs, &hl_redlock_verbs, 1,
      FENCED, TTL, HILOCK_ENOTOWNED, NULL, take_on_every_node},
     {"redlock, 3 nodes", redlock3_make, &hl_redlock_verbs, &hl_redlock_verbs, 1,

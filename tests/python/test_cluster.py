@@ -40,6 +40,7 @@ FACTORIES: Dict[str, Family] = {
     "rlock": Family(lambda c, n: c.rlock(n, ttl=10.0), 1, True),
     "semaphore": Family(lambda c, n: c.semaphore(n, 2, ttl=10.0), 2, False),
     "fair_lock": Family(lambda c, n: c.fair_lock(n, ttl=10.0), 1, True),
+    "election": Family(lambda c, n: c.election(n, ttl=10.0), 1, True),
     "rwlock_write": Family(lambda c, n: c.rwlock(n, ttl=10.0).write(), 1, True),
     "sequential_lock": Family(lambda c, n: c.sequential_lock(n, ttl=10.0), 1, True),
     # Two names in the slot of n: the hash tag of hilock:{n}b}:lock is "n".

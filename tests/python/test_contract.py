@@ -190,6 +190,7 @@ FAMILIES = [
     Family("sequential_lock", lambda env, name, **o: env.client.sequential_lock(name, **o),
            hold_keys=_seq_keys),
     Family("segmented_lock", lambda env, name, **o: env.client.segmented_lock(name, 1, **o)),
+    Family("election", lambda env, name, **o: env.client.election(name, **o), extends=False),
     Family("redlock-1", _redlock(1), nodes=1, short_ttl=0.6),
     Family("redlock-3", _redlock(3), nodes=3, short_ttl=0.6),
 ]
