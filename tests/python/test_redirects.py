@@ -291,6 +291,28 @@ def _join(threads: List[threading.Thread], timeout: float, what: str) -> None:
     assert not hung, f"{what}: {hung} still running {timeout} s later (a hang)"
 
 
+def _waiter(waiter: Any, got: List[float], error: Callable[[str], None],
+            released: Optional[Callable[[float], None]] = None) -> threading.Thread:
+    """A thread (not started) in which waiter acquires, waiting up to
+    TIMEOUT + 10 s: the time of the grant in got, then a release, after
+    which released(the time just before the release) runs; a timeout or an
+    error goes to error."""
+    def wait() -> None:
+        try:
+            if not waiter.acquire(timeout=TIMEOUT + 10):
+                error("the waiter timed out")
+                return
+            got.append(time.monotonic())
+            end = time.monotonic()
+            waiter.release()
+            if released is not None:
+                released(end)
+        except Exception as e:
+            error(f"waiter: {type(e).__name__}: {e}")
+
+    return threading.Thread(target=wait, name="waiter")
+
+
 # -- (a) acquired: contenders race while the slot moves --------------------------
 
 @pytest.mark.parametrize("kind_name", KIND_NAMES)
@@ -408,20 +430,8 @@ def test_waiter_through_ask_and_moved(kind_name: str, mode: str, phases: str,
         waiter = kind.waiter(wc, name, 30.0, rec.on_lost)
         m = mig(name)
         got: List[float] = []
-
-        def wait() -> None:
-            try:
-                if not waiter.acquire(timeout=TIMEOUT + 10):
-                    rec.error("the waiter timed out")
-                    return
-                got.append(time.monotonic())
-                end = time.monotonic()
-                waiter.release()
-                rec.interval(_side(kind, kind.waiter), 99, got[0], end)
-            except Exception as e:
-                rec.error(f"waiter: {type(e).__name__}: {e}")
-
-        t = threading.Thread(target=wait, name="waiter")
+        t = _waiter(waiter, got, rec.error,
+                    lambda end: rec.interval(_side(kind, kind.waiter), 99, got[0], end))
         if wait_from == "before":
             t.start()
             wait_for(lambda: wc.waiting == 1 or rec.errors, 10, what="the waiter to wait")
@@ -632,18 +642,7 @@ def test_direct_waiter_across_a_sentinel_failover(deployment, failover: str, end
         wait_for(lambda: replica.exists(key), 5, interval=0.005,
                  what="the grant to reach the replica")
         waiter = wc.lock("failover-wait", ttl=10.0)
-
-        def wait() -> None:
-            try:
-                if waiter.acquire(timeout=TIMEOUT + 10):
-                    got.append(time.monotonic())
-                    waiter.release()
-                else:
-                    errors.append("the waiter timed out")
-            except Exception as e:
-                errors.append(f"waiter: {type(e).__name__}: {e}")
-
-        t = threading.Thread(target=wait)
+        t = _waiter(waiter, got, errors.append)
         t.start()
         try:
             wait_for(lambda: _blpops(deployment.master.port) >= 1 or errors, 10,
@@ -705,20 +704,8 @@ def test_waiter_across_a_cluster_manual_failover(mode: str, cluster) -> None:
         wait_for(lambda: rr.exists(key), 5, interval=0.005,
                  what="the grant to reach the replica")
         waiter = wc.lock(name, ttl=30.0, on_lost=rec.on_lost)
-
-        def wait() -> None:
-            try:
-                if waiter.acquire(timeout=TIMEOUT + 10):
-                    got.append(time.monotonic())
-                    end = time.monotonic()
-                    waiter.release()
-                    rec.interval("x", 2, got[0], end)
-                else:
-                    rec.error("the waiter timed out")
-            except Exception as e:
-                rec.error(f"waiter: {type(e).__name__}: {e}")
-
-        t = threading.Thread(target=wait)
+        t = _waiter(waiter, got, rec.error,
+                    lambda end: rec.interval("x", 2, got[0], end))
         t.start()
         try:
             wait_for(lambda: wc.waiting == 1 or rec.errors, 10, what="the waiter to wait")
