@@ -156,8 +156,7 @@ static void segmented_lock_hands_over_its_segment(void **state) {
   assert_int_equal(
       hilock_segmented_lock_segments((hilock_segmented_lock *)a), 4);
   assert_hl_ok(hilock_hold_release(a), hilock_hold_errmsg(a));
-  hilock_hold_free(a);
-  hilock_hold_free(HILOCK_HOLD(s));
+  hl_holds_free(a, HILOCK_HOLD(s));
 }
 
 /* ## A forked child adopts ------------------------------------------------ */
@@ -229,8 +228,7 @@ static void an_adopted_grant_deleted_later_is_reported_lost(void **state) {
   assert_int_equal(owned, 0);
   assert_true(hilock_hold_lost(a));
   assert_int_equal(hilock_hold_validity_ms(a), 0);
-  hilock_hold_free(a);
-  hilock_hold_free(HILOCK_HOLD(l));
+  hl_holds_free(a, HILOCK_HOLD(l));
 }
 
 static void assert_refused(hilock_client *c, const char *text, size_t len) {
@@ -343,8 +341,7 @@ static void reentrant_and_read_write_locks_refuse(void **state) {
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(r)) > 0);
   assert_hl_ok(hilock_rlock_release(r), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_hl_ok(hilock_rwlock_write_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
-  hilock_hold_free(HILOCK_HOLD(r));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(r), HILOCK_HOLD(w));
 }
 
 static void an_adopted_grant_auto_renews(void **state) {
@@ -361,8 +358,7 @@ static void an_adopted_grant_auto_renews(void **state) {
   assert_hl_ok(hilock_hold_owned(a, &owned), hilock_hold_errmsg(a));
   assert_int_equal(owned, 1);
   assert_hl_ok(hilock_hold_release(a), hilock_hold_errmsg(a));
-  hilock_hold_free(a);
-  hilock_hold_free(HILOCK_HOLD(l));
+  hl_holds_free(a, HILOCK_HOLD(l));
 }
 
 HL_FIXTURE_MAIN("adopt",

@@ -216,8 +216,7 @@ static void a_wait_ends_at_its_timeout(void **state) {
   assert_true(hilock_hold_fence(HILOCK_HOLD(w)) > 0);
   assert_hl_ok(hilock_lock_release(w), "release");
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(holder));
 }
 
 /* The context switches of every thread of the process but the calling
@@ -326,8 +325,7 @@ static void a_release_wakes_the_waiting_acquire(void **state) {
   assert_hl_ok(next_done(a, 10000).status, "release");
   assert_false(lock_key_exists(f, "wake"));
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(holder));
   hilock_client_free(hc);
 }
 
@@ -394,11 +392,9 @@ static void rings_reach_every_runner_and_thread(void **state) {
   }
   for (int i = 0; i < 2; i++) hilock_async_free(r[i]);
   for (int i = 0; i < N; i++) {
-    hilock_hold_free(HILOCK_HOLD(ws[i]));
-    hilock_hold_free(HILOCK_HOLD(holders[i]));
+    hl_holds_free(HILOCK_HOLD(ws[i]), HILOCK_HOLD(holders[i]));
   }
-  hilock_hold_free(HILOCK_HOLD(w5));
-  hilock_hold_free(HILOCK_HOLD(h5));
+  hl_holds_free(HILOCK_HOLD(w5), HILOCK_HOLD(h5));
   hilock_client_free(hc);
 }
 
@@ -435,8 +431,7 @@ static void an_early_wake_up_finds_nothing_and_clears(void **state) {
     assert_hl_ok(next_done(a, 10000).status, "release");
   }
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(holder));
   hilock_client_free(hc);
 }
 
@@ -623,12 +618,8 @@ static void other_families(void **state) {
     hilock_hold_free(HILOCK_HOLD(rw));
   }
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(r));
-  hilock_hold_free(HILOCK_HOLD(g));
-  hilock_hold_free(HILOCK_HOLD(m));
-  hilock_hold_free(HILOCK_HOLD(s3));
-  hilock_hold_free(HILOCK_HOLD(s2));
-  hilock_hold_free(HILOCK_HOLD(s1));
+  hl_holds_free(HILOCK_HOLD(r), HILOCK_HOLD(g), HILOCK_HOLD(m), HILOCK_HOLD(s3),
+                HILOCK_HOLD(s2), HILOCK_HOLD(s1));
 }
 
 /* The fair lock in an event loop: waiters are served in the order they
@@ -695,8 +686,7 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
   hilock_async_free(a);
   for (int i = 0; i < IN_LINE; i++) hilock_hold_free(HILOCK_HOLD(w[i]));
   for (int i = 0; i < CANCELLED; i++) hilock_hold_free(HILOCK_HOLD(gone[i]));
-  hilock_hold_free(HILOCK_HOLD(last));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(last), HILOCK_HOLD(holder));
 }
 
 /* The reentrant lock's owner is the number given (a task's): an owner
@@ -785,9 +775,7 @@ static void queries_and_extensions(void **state) {
                                        NULL),
                    HILOCK_ENOTSUP);
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(other));
-  hilock_hold_free(HILOCK_HOLD(lk));
+  hl_holds_free(HILOCK_HOLD(s), HILOCK_HOLD(other), HILOCK_HOLD(lk));
 }
 
 /* The read-write lock with owners: two readers share it, a writer waits
@@ -947,9 +935,7 @@ static void misuse_is_refused(void **state) {
     hilock_hold_free(HILOCK_HOLD(more[i]));
   }
   assert_true(key_holds(f, "misuse", HILOCK_HOLD(holder)));
-  hilock_hold_free(HILOCK_HOLD(foreign));
-  hilock_hold_free(HILOCK_HOLD(lk));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(foreign), HILOCK_HOLD(lk), HILOCK_HOLD(holder));
   hilock_client_free(other);
 }
 

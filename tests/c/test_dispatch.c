@@ -477,8 +477,7 @@ static void a_direct_waiter_rides_a_manual_failover(void **state) {
   assert_i64_between(took, 0, 10000);
   redisFree(m);
   redisFree(rep);
-  hilock_hold_free(HILOCK_HOLD(holder));
-  hilock_hold_free(HILOCK_HOLD(waiting));
+  hl_holds_free(HILOCK_HOLD(holder), HILOCK_HOLD(waiting));
   hilock_client_free(hc);
   hilock_client_free(wc);
 }

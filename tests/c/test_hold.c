@@ -497,8 +497,7 @@ static void shared_handles_fail_on_damaged_keys_per_thread(void **state) {
   }
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_OK);
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rw)), HILOCK_OK);
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(rw));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(rw));
 }
 
 HL_FIXTURE_MAIN("hold",

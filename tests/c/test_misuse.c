@@ -156,8 +156,7 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
         fail_msg("op %d round %d: %d (%s)", op, i, r.rc,
                  op == OP_PING ? "ping" : hilock_hold_errmsg(HILOCK_HOLD(l)));
       if (op == OP_RENEWAL) assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
-      hilock_hold_free(HILOCK_HOLD(holder));
-      hilock_hold_free(HILOCK_HOLD(l));
+      hl_holds_free(HILOCK_HOLD(holder), HILOCK_HOLD(l));
     }
   }
 }
@@ -220,10 +219,8 @@ static void close_stops_renewal_and_releases_holds(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(s)));
   hilock_hold_free(HILOCK_HOLD(next));
   hilock_client_free(other);
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(fl));
-  hilock_hold_free(HILOCK_HOLD(rl));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(s), HILOCK_HOLD(fl),
+                HILOCK_HOLD(rl));
 }
 
 /* ## Redlock ------------------------------------------------------------------ */
@@ -338,8 +335,7 @@ static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
   assert_false(hl_redis_exists(f->redis, "hilock:{paused}:lock", 20));
   other = hl_new_lock(c, "paused", 10000);
   assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
-  hilock_hold_free(HILOCK_HOLD(other));
-  hilock_hold_free(HILOCK_HOLD(l));
+  hl_holds_free(HILOCK_HOLD(other), HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -462,8 +458,7 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{{acct}:2}:lock", 22));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0"),
                    fence + 1);
-  hilock_hold_free(HILOCK_HOLD(sem));
-  hilock_hold_free(HILOCK_HOLD(m));
+  hl_holds_free(HILOCK_HOLD(sem), HILOCK_HOLD(m));
   hilock_client_free(c);
 }
 
@@ -497,8 +492,7 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(other)));
   assert_hl_ok(hilock_segmented_lock_try_acquire(seg),
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
-  hilock_hold_free(HILOCK_HOLD(other));
-  hilock_hold_free(HILOCK_HOLD(seg));
+  hl_holds_free(HILOCK_HOLD(other), HILOCK_HOLD(seg));
   hilock_client_free(c);
 }
 

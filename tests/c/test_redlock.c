@@ -264,8 +264,7 @@ static void test_grant_sets_one_token_on_every_node(void **state) {
   /* Each node's new counter started at its own clock: larger, not +1. */
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
@@ -332,8 +331,7 @@ static void test_blocked_acquire_waits_its_bound_then_gets_it(void **state) {
   assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Node failures --------------------------------------------------------------- */
@@ -523,8 +521,7 @@ static void test_restart_without_persistence_grants_twice(void **state) {
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(b)) > 0);
   assert_true(hilock_hold_held(HILOCK_HOLD(a)) && hilock_hold_held(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void test_delayed_restart_prevents_the_second_grant(void **state) {
@@ -546,8 +543,7 @@ static void test_delayed_restart_prevents_the_second_grant(void **state) {
   assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
@@ -573,8 +569,7 @@ static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
   assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hl_server_stop(&nodes[2]);
   nodes[2].nextra = BASE_EXTRA;
   snprintf(cmd, sizeof(cmd), "rm -rf '%s/appendonlydir'", nodes[2].dir);
@@ -617,8 +612,7 @@ static void test_fence_increases_across_diverged_counters(void **state) {
   assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > HL_FENCE_AHEAD + 101);
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* Agreeing counters need no write-back: the majority already holds them. */
@@ -831,8 +825,7 @@ static void test_async_runner_serves_redlock(void **state) {
   assert_int_equal(d.status, HILOCK_ENOQUORUM);
   assert_true(d.errmsg[0] != '\0');
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(a1));
-  hilock_hold_free(HILOCK_HOLD(a2));
+  hl_holds_free(HILOCK_HOLD(a1), HILOCK_HOLD(a2));
 }
 
 int main(void) {

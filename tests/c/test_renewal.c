@@ -153,8 +153,7 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
                hilock_client_errmsg(f->client));
   assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(simple), 1, 0, NULL, NULL),
                HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(simple)));
-  hilock_hold_free(HILOCK_HOLD(simple));
-  hilock_hold_free(HILOCK_HOLD(l));
+  hl_holds_free(HILOCK_HOLD(simple), HILOCK_HOLD(l));
 }
 
 /* ## Cancellation ------------------------------------------------------------ */
@@ -191,8 +190,7 @@ static void release_cancels_renewal(void **state) {
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(a)));
   assert_int_equal(script_calls(f), 0);
   assert_int_equal(atomic_load(&rec.calls), 0);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void free_with_renewal_registered_is_clean(void **state) {
@@ -302,8 +300,7 @@ static void force_release_and_new_holder_is_detected(void **state) {
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(a)), 1, 300);
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(atomic_load(&rec.calls), 1);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(other);
 }
 
@@ -706,8 +703,7 @@ static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
   assert_false(hilock_hold_lost(HILOCK_HOLD(sem)));
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(sem)) > 0);
   for (int i = 0; i < NB; i++) hilock_hold_free(HILOCK_HOLD(l[i]));
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(sem));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(sem));
 }
 
 HL_FIXTURE_MAIN("renewal",

@@ -255,8 +255,7 @@ static void release_from_a_non_holding_thread_changes_nothing(void **state) {
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   free(before);
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(other_client));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(other_client));
   hilock_client_free(c2);
 }
 
@@ -459,8 +458,7 @@ static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{fenced}:fence 0"),
                    (long long)hilock_hold_fence(HILOCK_HOLD(rl2)));
   assert_hl_ok(hilock_rlock_release(rl2), hilock_hold_errmsg(HILOCK_HOLD(rl2)));
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(rl2));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(rl2));
 }
 
 static void final_release_deletes_the_hash_and_leaves_one_wake_up(

@@ -218,9 +218,7 @@ static void readers_share_and_writer_excludes(void **state) {
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(w)), 0);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(r2));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(r2), HILOCK_HOLD(w));
 }
 
 static void reads_reenter_and_count_down(void **state) {
@@ -256,8 +254,7 @@ static void reads_reenter_and_count_down(void **state) {
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(r)), HILOCK_ENOTOWNED);
   assert_hl_ok(hilock_rwlock_read_hold_count(r, &n), E(r));
   assert_int_equal(n, 0);
-  hilock_hold_free(HILOCK_HOLD(r));
-  hilock_hold_free(HILOCK_HOLD(same));
+  hl_holds_free(HILOCK_HOLD(r), HILOCK_HOLD(same));
 }
 
 static void writes_reenter_with_the_grants_fence(void **state) {
@@ -294,8 +291,7 @@ static void writes_reenter_with_the_grants_fence(void **state) {
                      hilock_hold_fence(HILOCK_HOLD(other)));
     free(v);
   }
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(other));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(other));
 }
 
 /* Count the commands the server receives from clients (not from scripts)
@@ -349,8 +345,7 @@ static void read_acquire_is_one_round_trip(void **state) {
   assert_int_equal(top_level_commands(f, try_read, rw, first, sizeof(first)),
                    1);
   assert_int_equal(zcard(f, "rt", "readers"), 2);
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(other));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(other));
 }
 
 /* ## Upgrade and downgrade ----------------------------------------------- */
@@ -382,8 +377,7 @@ static void upgrade_fails_at_once_with_edeadlk(void **state) {
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
   assert_hl_ok(hilock_rwlock_write_release(rw), E(rw));
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(same));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(same));
 }
 
 static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
@@ -434,9 +428,7 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   assert_int_equal(zcard(f, "down", "readers"), 2);
   assert_hl_ok(hilock_rwlock_read_release(r3), E(r3));
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(w2));
-  hilock_hold_free(HILOCK_HOLD(r3));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(w2), HILOCK_HOLD(r3));
 }
 
 /* ## Writer preference and wake-ups --------------------------------------- */
@@ -470,9 +462,7 @@ static void waiting_writer_holds_new_readers_back(void **state) {
   assert_true(rj->t_granted >= wj->t_released);
   assert_i64_between(rj->t_granted - wj->t_released, 0, 500);
   assert_false(exists(f, "pref", "intents"));
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(r3));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(w), HILOCK_HOLD(r3));
 }
 
 static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
@@ -496,9 +486,7 @@ static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
   assert_i64_between(rj->t_granted - wj->t_granted, -50, 500);
   assert_false(exists(f, "quit", "intents"));
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(r3));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(w), HILOCK_HOLD(r3));
 }
 
 static void write_release_wakes_every_waiting_reader(void **state) {
@@ -560,9 +548,7 @@ static void last_reader_out_wakes_the_writer(void **state) {
   /* Woken by the release: its own bound was 10/3 s (intent refresh); 2 s
    * leaves room for a loaded machine. */
   assert_i64_between(wj->t_granted - t_last, 0, 2000);
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(r2));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(r2), HILOCK_HOLD(w));
 }
 
 /* Readers in a continuous stream: every moment some reader holds. A writer
@@ -805,8 +791,7 @@ static void dead_waiting_writer_holds_readers_back_for_one_ttl(void **state) {
   /* Refreshed every ttl/3 (200 ms), it lapses 400..600 ms after the kill. */
   assert_i64_between(waited, 250, 600 + 300);
   assert_int_equal(zcard(f, "ghost", "readers"), 2);
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(r2));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(r2));
 }
 
 static void crashed_writer_frees_within_ttl(void **state) {
@@ -842,8 +827,7 @@ static void reader_that_gives_up_withdraws(void **state) {
   assert_false(exists(f, "rquit", "waiting"));
   assert_hl_ok(hilock_rwlock_write_release(w), E(w));
   assert_false(exists(f, "rquit", "admitted"));
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(r));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(r));
 }
 
 static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
@@ -876,8 +860,7 @@ static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
   assert_hl_ok(wj->rc, E(w2));
   assert_i64_between(wj->t_granted - t_release, 250, 600 + 1500);
   assert_false(exists(f, "rghost", "admitted"));
-  hilock_hold_free(HILOCK_HOLD(w1));
-  hilock_hold_free(HILOCK_HOLD(w2));
+  hl_holds_free(HILOCK_HOLD(w1), HILOCK_HOLD(w2));
 }
 
 /* ## Renewal and loss ------------------------------------------------------ */

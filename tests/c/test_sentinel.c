@@ -555,8 +555,7 @@ static void failover_double_grant_without_wait(void **state) {
   /* The fence counter was not replicated either, yet the fence did not go
    * back: the new master's missing counter starts at its clock. */
   assert_true(hilock_hold_fence(HILOCK_HOLD(lb)) > hilock_hold_fence(HILOCK_HOLD(la)));
-  hilock_hold_free(HILOCK_HOLD(la));
-  hilock_hold_free(HILOCK_HOLD(lb));
+  hl_holds_free(HILOCK_HOLD(la), HILOCK_HOLD(lb));
   hilock_client_free(a);
   hilock_client_free(b);
   deploy_stop(&d);
@@ -599,8 +598,7 @@ static void wait_replicas_detects_the_lost_grant(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
   assert_false(hilock_hold_held(HILOCK_HOLD(la))); /* one holder only */
   assert_hl_ok(hilock_lock_release(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
-  hilock_hold_free(HILOCK_HOLD(la));
-  hilock_hold_free(HILOCK_HOLD(lb));
+  hl_holds_free(HILOCK_HOLD(la), HILOCK_HOLD(lb));
   hilock_client_free(a);
   hilock_client_free(b);
   free(key);
@@ -708,9 +706,7 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   free(key);
   assert_false(hilock_hold_held(HILOCK_HOLD(fl)));
 
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(fl));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(s), HILOCK_HOLD(fl));
   hilock_client_free(c);
   deploy_stop(&d);
 }
@@ -834,10 +830,8 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   assert_hl_ok(hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
 
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(m));
-  hilock_hold_free(HILOCK_HOLD(q));
-  hilock_hold_free(HILOCK_HOLD(g));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(m), HILOCK_HOLD(q),
+                HILOCK_HOLD(g));
   hilock_client_free(c);
   deploy_stop(&d);
 }

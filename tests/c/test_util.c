@@ -611,6 +611,10 @@ void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn) {
   }
 }
 
+void hl_holds_free_n(hilock_hold *const *h, size_t n) {
+  for (size_t i = 0; i < n; i++) hilock_hold_free(h[i]);
+}
+
 void hl_count_call(void *counter) {
   atomic_fetch_add((atomic_int *)counter, 1);
 }

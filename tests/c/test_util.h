@@ -210,6 +210,14 @@ typedef hilock_hold *hl_hold_maker(hilock_client *c, const char *name,
 hl_hold_maker hl_make_lock, hl_make_simple, hl_make_rlock, hl_make_rwlock,
     hl_make_fair, hl_make_seq;
 
+/* hilock_hold_free of each hold given, in order (NULL is fine):
+ * hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b)). */
+#define hl_holds_free(...)                                                  \
+  hl_holds_free_n((hilock_hold *const[]){__VA_ARGS__},                      \
+                  sizeof((hilock_hold *const[]){__VA_ARGS__}) /             \
+                      sizeof(hilock_hold *))
+void hl_holds_free_n(hilock_hold *const *h, size_t n);
+
 /* A loss callback (hilock_lost_fn) that counts its calls in the atomic_int
  * at counter. */
 void hl_count_call(void *counter);

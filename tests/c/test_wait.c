@@ -65,8 +65,7 @@ static void waiter_wakes_promptly_on_release(void **state) {
     /* Far below the holder's 10 s TTL, whatever the load. */
     assert_i64_between(lat[i], 0, LOADED_MS);
     assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-    hilock_hold_free(HILOCK_HOLD(a));
-    hilock_hold_free(HILOCK_HOLD(b));
+    hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   }
   qsort(lat, ROUNDS, sizeof(lat[0]), cmp_i64);
   /* A figure, not a bound: how fast is for the benchmarks. */
@@ -88,8 +87,7 @@ static void waiter_wakes_when_holder_key_expires(void **state) {
   assert_i64_between(took, 390, 400 + LOADED_MS);
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void waiter_wakes_by_ttl_after_plain_del(void **state) {
@@ -115,8 +113,7 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   assert_true(w.t_end >= t_del);
   assert_i64_between(w.t_end - t0, 150, 1000 + LOADED_MS);
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* For a child to hold until it is killed (hl_fork_holder): the lock
@@ -186,8 +183,7 @@ static void waiting_does_not_poll_the_server(void **state) {
   assert_i64_between(hl_cmdstat_calls(f->redis, "evalsha"), 2, 3);
   assert_i64_between(wake_calls(f), 1, 2);
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## One release, one waiter ----------------------------------------------- */
@@ -321,8 +317,7 @@ static void fractional_waits_are_honoured(void **state) {
   assert_i64_between(busy_wait_took(b, 1, 800), 0, 800);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Interruption and shutdown ---------------------------------------------- */
@@ -382,8 +377,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   assert_hl_ok(hilock_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(c);
 }
 
@@ -430,8 +424,7 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(took, 0, LOADED_MS);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void rlock_waiter_wakes_on_final_release(void **state) {
@@ -459,8 +452,7 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(took, 0, LOADED_MS);
   assert_false(hl_redis_exists(f->redis, "hilock:{reentrant}:rlock", 24));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Direct waits ------------------------------------------------------------ */
@@ -525,9 +517,7 @@ static void a_lone_waiter_waits_direct_the_next_shares(void **state) {
   hl_waiter_join(&wc);
   assert_hl_ok(wc.rc, hilock_hold_errmsg(HILOCK_HOLD(c)));
   hl_assert_holder(f->redis, HILOCK_HOLD(c));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(c));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b), HILOCK_HOLD(c));
 }
 
 /* A user the server refuses BLPOP: the wait goes on in the shared waiting
@@ -547,8 +537,7 @@ static void without_blpop_rights_waits_share_the_subscriber(void **state) {
   assert_hl_ok(hilock_client_new(url, &o, &nb), "client");
   b = hl_new_lock(nb, "refused", 10000);
   for (int round = 0; round < 2; round++) handed_over(f, a, b, 0, 1);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(nb);
   hl_redis_ok(f->redis, "ACL DELUSER noblpop");
 }
@@ -568,8 +557,7 @@ static void a_prefix_like_redissons_is_still_a_wake_list(void **state) {
   a = hl_new_lock(rc, "named", 10000);
   b = hl_new_lock(rc, "named", 10000);
   handed_over(f, a, b, 1, 0);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(rc);
 }
 
