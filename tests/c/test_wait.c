@@ -35,6 +35,15 @@ static long long wake_calls(fixture *f) {
   return hl_cmdstat_calls(f->redis, hl_wake_cmd());
 }
 
+/* The holder a releases (through v): w, waiting on b, is granted and
+ * releases, woken by the release (within LOADED_MS of it). */
+static void release_wakes(hl_waiter *w, hilock_hold *a, hilock_hold *b,
+                          const hl_verbs *v) {
+  assert_i64_between(hl_release_and_join(w, a, v), 0, LOADED_MS);
+  assert_hl_ok(w->rc, hilock_hold_errmsg(b));
+  assert_hl_ok(w->release_rc, hilock_hold_errmsg(b));
+}
+
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;
@@ -414,16 +423,12 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
   hilock_lock *a = hl_new_simple(f->client, "simple");
   hilock_lock *b = hl_new_simple(f->client, "simple");
   hl_waiter w;
-  int64_t took;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_blocked(f, 1);
-  took = hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs);
   /* The holder has no TTL to bound the wait: only the wake-up helps. */
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(took, 0, LOADED_MS);
+  release_wakes(&w, HILOCK_HOLD(a), HILOCK_HOLD(b), &hl_lock_verbs);
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
@@ -432,7 +437,6 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   hilock_rlock *a = hl_new_rlock(f->client, "reentrant", 10000);
   hilock_rlock *b = hl_new_rlock(f->client, "reentrant", 10000);
   hl_waiter w;
-  int64_t took;
 
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -447,10 +451,7 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   assert_int_equal(wake_calls(f), 0);
   assert_int_equal(hl_waiters(f->redis), 1);
 
-  took = hl_release_and_join(&w, HILOCK_HOLD(a), &hl_rlock_verbs);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(took, 0, LOADED_MS);
+  release_wakes(&w, HILOCK_HOLD(a), HILOCK_HOLD(b), &hl_rlock_verbs);
   assert_false(hl_redis_exists(f->redis, "hilock:{reentrant}:rlock", 24));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
@@ -483,10 +484,7 @@ static void handed_over(fixture *f, hilock_lock *a, hilock_lock *b,
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_split(f, blocked, shared);
-  assert_i64_between(hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs),
-                     0, LOADED_MS);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  release_wakes(&w, HILOCK_HOLD(a), HILOCK_HOLD(b), &hl_lock_verbs);
 }
 
 /* A client's first waiter on a lock blocks in BLPOP on a connection of its
