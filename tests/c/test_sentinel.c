@@ -318,6 +318,15 @@ static hilock_client *client_for(const char *url, int wait_replicas) {
   return hl_client(url, &o);
 }
 
+/* A client on d's master whose grants wait for one replica's
+ * acknowledgement, 1 s at most (every refused step waits this long). */
+static hilock_client *replicated_client(const deploy *d) {
+  hilock_options o = hl_test_options();
+  o.wait_replicas = 1;
+  o.wait_timeout_ms = 1000;
+  return hl_client(d->master.url, &o);
+}
+
 static char *key_of(const char *name, const char *role, size_t *len) {
   size_t nl = strlen(name), rl = strlen(role);
   char *k = malloc(8 + nl + 2 + rl + 1);
@@ -610,13 +619,10 @@ static void wait_replicas_detects_the_lost_grant(void **state) {
 static void unacknowledged_renewals_lose_the_hold(void **state) {
   deploy d;
   int lost = 0;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   (void)state;
   deploy_start(&d, 0);
-  o.wait_replicas = 1;
-  o.wait_timeout_ms = 1000;
-  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  c = replicated_client(&d);
   hilock_lock *l = hl_new_lock(c, "renew", 1500);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_flag, &lost), "renew");
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -649,15 +655,12 @@ static void unacknowledged_renewals_lose_the_hold(void **state) {
 
 static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   deploy d;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   size_t klen;
   char *key;
   (void)state;
   deploy_start(&d, 0);
-  o.wait_replicas = 1;
-  o.wait_timeout_ms = 1000;
-  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  c = replicated_client(&d);
   hilock_rlock *rl = NULL;
   hilock_semaphore *s = NULL;
   hilock_fair_lock *fl = NULL;
@@ -716,8 +719,7 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
  * held before stays), an unacknowledged extension does not count. */
 static void coordination_types_give_back_unacknowledged_grants(void **state) {
   deploy d;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   const char *names[2] = {"fam-m:a", "fam-m:b"};
   int64_t n = 0, readers = -1;
   int writer = -1, locked = -1;
@@ -725,9 +727,7 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   char *key;
   (void)state;
   deploy_start(&d, 0);
-  o.wait_replicas = 1;
-  o.wait_timeout_ms = 1000; /* every refused step below waits this long */
-  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  c = replicated_client(&d);
   hilock_rwlock *rw = NULL;
   hilock_multi_lock *m = NULL;
   hilock_sequential_lock *q = NULL;
