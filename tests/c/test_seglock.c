@@ -674,23 +674,24 @@ static void keys_follow_the_layout(void **state) {
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
+/* A try on damaged keys fails, and s holds no segment. */
+static void try_fails_closed(hilock_segmented_lock *s) {
+  assert_true(hilock_segmented_lock_try_acquire(s) < 0);
+  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
+  assert_int_equal(segments_held(s), 0);
+}
+
 static void damaged_keys_fail_closed(void **state) {
   fixture *f = *state;
   hilock_segmented_lock *s = hl_new_seg(f->client, "bad", 2, 1000);
   int rc;
 
   hl_redis_ok(f->redis, "HSET hilock:{bad}:seg:stock segments 2 0 abc 1 xyz");
-  rc = hilock_segmented_lock_try_acquire(s);
-  assert_true(rc < 0);
-  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
-  assert_int_equal(segments_held(s), 0);
+  try_fails_closed(s);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:stock");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:fence 7");
-  rc = hilock_segmented_lock_try_acquire(s);
-  assert_true(rc < 0);
-  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
-  assert_int_equal(segments_held(s), 0);
+  try_fails_closed(s);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:fence");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:stock 1");
