@@ -283,6 +283,14 @@ def _side(kind: Kind, make: Maker) -> str:
     return "r" if kind.rw and make is _read else "x"
 
 
+def _hold_all(kind: Kind, c: hilock.Client, name: str) -> List[Any]:
+    """kind.limit holders of name on c, each granted (30 s TTL)."""
+    holders = [kind.holder(c, name, 30.0, None) for _ in range(kind.limit)]
+    for h in holders:
+        assert h.acquire(timeout=5)
+    return holders
+
+
 def _join(threads: List[threading.Thread], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     for t in threads:
@@ -561,9 +569,7 @@ def test_inspect_and_list_through_ask_and_moved(kind_name: str, cluster, mig,
     kind = KINDS[kind_name]
     name = fresh_name(f"d-{kind_name}")
     with cclient(cluster) as c, cclient(cluster) as hc:
-        holders = [kind.holder(hc, name, 30.0, None) for _ in range(kind.limit)]
-        for h in holders:
-            assert h.acquire(timeout=5)
+        holders = _hold_all(kind, hc, name)
         want = _view(c.inspect(name))
         assert want["held"]
         m = mig(name)
@@ -788,9 +794,7 @@ def test_a_timeout_that_ends_in_the_ask_phase_is_a_timeout(kind_name: str, clust
     kind = KINDS[kind_name]
     name = fresh_name(f"f-{kind_name}")
     with cclient(cluster) as hc, cclient(cluster) as c:
-        holders = [kind.holder(hc, name, 30.0, None) for _ in range(kind.limit)]
-        for h in holders:
-            assert h.acquire(timeout=5)
+        holders = _hold_all(kind, hc, name)
         m = mig(name)
         _split(m)
         lk = kind.waiter(c, name, 10.0, None)
