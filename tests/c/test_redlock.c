@@ -61,6 +61,13 @@ static hilock_redlock *make(int64_t ttl_ms) {
   return rl;
 }
 
+/* A new Redlock of ttl_ms, taken (try_acquire). */
+static hilock_redlock *taken(int64_t ttl_ms) {
+  hilock_redlock *rl = make(ttl_ms);
+  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  return rl;
+}
+
 /* GET of the lock key on node i (malloc'd, NULL if absent). */
 static char *node_get(int i, const char *key) {
   redisContext *c = hl_redis_connect(&nodes[i]);
@@ -359,10 +366,9 @@ static void test_minority_down_still_acquires_and_releases(void **state) {
  * release still ends the grant everywhere it can reach, and that is a
  * majority: it succeeds. */
 static void test_release_after_the_majority_changed_succeeds(void **state) {
-  hilock_redlock *a = make(10000);
+  hilock_redlock *a = taken(10000);
   redisContext *c;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   c = hl_redis_connect(&nodes[2]); /* node 2 never had it */
   hl_redis_ok(c, "DEL %s", KEY);
   redisFree(c);
@@ -635,10 +641,9 @@ static void test_fence_from_agreeing_counters_is_consecutive(void **state) {
 /* ## Extension and renewal ----------------------------------------------------- */
 
 static void test_extend_counts_with_a_majority(void **state) {
-  hilock_redlock *a = make(2000);
+  hilock_redlock *a = taken(2000);
   int owned = 1;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_extend(a, 6000, 1), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(a)), 5000, 6000);
   assert_hl_ok(hilock_redlock_extend(a, 1000, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -668,10 +673,9 @@ static void test_extend_counts_with_a_majority(void **state) {
 }
 
 static void test_extend_without_a_majority_keeps_the_old_validity(void **state) {
-  hilock_redlock *a = make(3000);
+  hilock_redlock *a = taken(3000);
   int64_t before;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
   before = hilock_hold_validity_ms(HILOCK_HOLD(a));
   assert_hl_rc(hilock_redlock_extend(a, 20000, 1), HILOCK_ENOQUORUM,
@@ -689,10 +693,9 @@ static void test_extend_without_a_majority_keeps_the_old_validity(void **state) 
  * still succeeds, with the validity capped, and the microsecond arithmetic
  * of its timing check does not overflow (UBSan in the ASan build). */
 static void test_extend_with_absurd_node_ttls_is_capped(void **state) {
-  hilock_redlock *a = make(2000);
+  hilock_redlock *a = taken(2000);
   int64_t v;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   for (int i = 0; i < N; i++) {
     redisContext *c = hl_redis_connect(&nodes[i]);
     assert_int_equal(hl_redis_int(c, "PEXPIRE %s 90000000000000000", KEY), 1);
@@ -717,15 +720,28 @@ static void wait_lost_calls(int want) {
     hl_sleep_ms(5);
 }
 
-static void test_watchdog_renews_through_a_majority(void **state) {
-  hilock_redlock *a = make(600);
-  int64_t t0;
-  (void)state;
+/* A new Redlock of ttl_ms, renewed automatically (for max_hold_ms, 0:
+ * without end; its losses counted in lost_calls, reset here) and taken. */
+static hilock_redlock *renewed(int64_t ttl_ms, int64_t max_hold_ms) {
+  hilock_redlock *a = make(ttl_ms);
   lost_calls = 0;
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, hl_count_call,
-                                          &lost_calls),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, max_hold_ms,
+                                          hl_count_call, &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  return a;
+}
+
+/* Wait (3 s at most) until a is lost; the time it took from t0. */
+static int64_t lost_after(hilock_redlock *a, int64_t t0) {
+  while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
+  return hl_now_ms() - t0;
+}
+
+static void test_watchdog_renews_through_a_majority(void **state) {
+  hilock_redlock *a = renewed(600, 0);
+  (void)state;
   hl_sleep_ms(1500); /* two and a half TTLs */
   assert_int_equal(nodes_with_key(), 5);
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
@@ -741,11 +757,8 @@ static void test_watchdog_renews_through_a_majority(void **state) {
     hl_redis_ok(c, "DEL %s", KEY);
     redisFree(c);
   }
-  t0 = hl_now_ms();
-  while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
-  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   /* Within the validity and a renewal, with room for a loaded machine. */
-  assert_i64_between(hl_now_ms() - t0, 0, 600 + 300 + 1500);
+  assert_i64_between(lost_after(a, hl_now_ms()), 0, 600 + 300 + 1500);
   wait_lost_calls(1);
   assert_int_equal(lost_calls, 1);
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
@@ -754,20 +767,11 @@ static void test_watchdog_renews_through_a_majority(void **state) {
 }
 
 static void test_max_hold_stops_renewing(void **state) {
-  hilock_redlock *a = make(400);
-  int64_t t0;
+  hilock_redlock *a = renewed(400, 700);
   (void)state;
-  lost_calls = 0;
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 700, hl_count_call,
-                                          &lost_calls),
-               hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  t0 = hl_now_ms();
-  while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
-  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   /* max_hold and one TTL, with room for a loaded machine; a hold renewed on
    * would never be lost. */
-  assert_i64_between(hl_now_ms() - t0, 700, 700 + 400 + 1500);
+  assert_i64_between(lost_after(a, hl_now_ms()), 700, 700 + 400 + 1500);
   wait_lost_calls(1);
   assert_int_equal(lost_calls, 1);
   hilock_hold_free(HILOCK_HOLD(a));
