@@ -69,6 +69,14 @@ static int exists(fixture *f, const char *name, const char *role) {
   return hl_redis_int(f->redis, "EXISTS hilock:{%s}:rw:%s", name, role) > 0;
 }
 
+/* A handle on name (TTL 10 s) on each of the first three clients. */
+static void three_handles(fixture *f, const char *name, hilock_rwlock **a,
+                          hilock_rwlock **b, hilock_rwlock **c) {
+  *a = hl_new_rwlock(f->c[0], name, 10000);
+  *b = hl_new_rwlock(f->c[1], name, 10000);
+  *c = hl_new_rwlock(f->c[2], name, 10000);
+}
+
 static long long read_count(fixture *f, const char *name, hilock_client *c) {
   redisReply *r = hl_redis(f->redis, "HGET hilock:{%s}:rw:counts %s:%ld",
                            name, c->id, (long)gettid());
@@ -183,11 +191,10 @@ static void join_leftovers(void) {
 
 static void readers_share_and_writer_excludes(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "doc", 10000);
-  hilock_rwlock *r2 = hl_new_rwlock(f->c[1], "doc", 10000);
-  hilock_rwlock *w = hl_new_rwlock(f->c[2], "doc", 10000);
+  hilock_rwlock *r1, *r2, *w;
   int writer = -1;
 
+  three_handles(f, "doc", &r1, &r2, &w);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_try_acquire(r2), E(r2));
   assert_int_equal(zcard(f, "doc", "readers"), 2);
@@ -382,13 +389,12 @@ static void upgrade_fails_at_once_with_edeadlk(void **state) {
 
 static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "down", 10000);
-  hilock_rwlock *w2 = hl_new_rwlock(f->c[1], "down", 10000);
-  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "down", 10000);
+  hilock_rwlock *rw, *w2, *r3;
   int64_t t0, n = -1;
   int writer = -1;
   job *j;
 
+  three_handles(f, "down", &rw, &w2, &r3);
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
   j = start_job(w2, 1, 5000, 0);
   wait_intents(f, "down", 1);
@@ -435,11 +441,10 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
 
 static void waiting_writer_holds_new_readers_back(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "pref", 10000);
-  hilock_rwlock *w = hl_new_rwlock(f->c[1], "pref", 10000);
-  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "pref", 10000);
+  hilock_rwlock *r1, *w, *r3;
   job *wj, *rj;
 
+  three_handles(f, "pref", &r1, &w, &r3);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   wj = start_job(w, 1, 5000, 100);
   wait_intents(f, "pref", 1);
@@ -467,11 +472,10 @@ static void waiting_writer_holds_new_readers_back(void **state) {
 
 static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "quit", 10000);
-  hilock_rwlock *w = hl_new_rwlock(f->c[1], "quit", 10000);
-  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "quit", 10000);
+  hilock_rwlock *r1, *w, *r3;
   job *wj, *rj;
 
+  three_handles(f, "quit", &r1, &w, &r3);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   wj = start_job(w, 1, 400, -1);
   wait_intents(f, "quit", 1);
@@ -528,12 +532,11 @@ static void write_release_wakes_every_waiting_reader(void **state) {
 
 static void last_reader_out_wakes_the_writer(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "lastout", 10000);
-  hilock_rwlock *r2 = hl_new_rwlock(f->c[1], "lastout", 10000);
-  hilock_rwlock *w = hl_new_rwlock(f->c[2], "lastout", 10000);
+  hilock_rwlock *r1, *r2, *w;
   int64_t t_last;
   job *wj;
 
+  three_handles(f, "lastout", &r1, &r2, &w);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_try_acquire(r2), E(r2));
   wj = start_job(w, 1, 5000, 0);
