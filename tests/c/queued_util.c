@@ -495,8 +495,7 @@ void hl_q_timed_out_waiter_leaves_its_place_to_the_next(void **state) {
   assert_true(next.fence > hilock_hold_fence(holder));
   hl_q_assert_no_residue(f, "timeout");
   hilock_hold_free(next.lock);
-  hilock_hold_free(holder);
-  hilock_hold_free(w);
+  hl_holds_free(holder, w);
 }
 
 void hl_q_live_waiter_keeps_its_place_however_long_it_waits(void **state) {

@@ -20,24 +20,11 @@ typedef struct family {
   int has_ttl;
 } family;
 
-static hilock_hold *make_lock(hilock_client *c, const char *n, int64_t ttl) {
-  return HILOCK_HOLD(hl_new_lock(c, n, ttl));
-}
 static hilock_hold *make_lease(hilock_client *c, const char *n, int64_t ttl) {
   hilock_lock *l = NULL;
   assert_hl_ok(hilock_lock_new_lease(c, n, strlen(n), ttl, &l),
                hilock_client_errmsg(c));
   return HILOCK_HOLD(l);
-}
-static hilock_hold *make_simple(hilock_client *c, const char *n, int64_t ttl) {
-  (void)ttl;
-  return HILOCK_HOLD(hl_new_simple(c, n));
-}
-static hilock_hold *make_fair(hilock_client *c, const char *n, int64_t ttl) {
-  return HILOCK_HOLD(hl_new_fair(c, n, ttl));
-}
-static hilock_hold *make_seq(hilock_client *c, const char *n, int64_t ttl) {
-  return HILOCK_HOLD(hl_new_seq(c, n, ttl));
 }
 static hilock_hold *make_multi(hilock_client *c, const char *n, int64_t ttl) {
   char a[64], b[64];
@@ -54,9 +41,9 @@ static hilock_hold *make_sem(hilock_client *c, const char *n, int64_t ttl) {
 }
 
 static const family families[] = {
-    {"lock", make_lock, 1},         {"lease", make_lease, 1},
-    {"simple", make_simple, 0},     {"fair", make_fair, 1},
-    {"sequential", make_seq, 1},    {"multi", make_multi, 1},
+    {"lock", hl_make_lock, 1},      {"lease", make_lease, 1},
+    {"simple", hl_make_simple, 0},  {"fair", hl_make_fair, 1},
+    {"sequential", hl_make_seq, 1}, {"multi", make_multi, 1},
     {"segmented", make_seg, 1},     {"semaphore", make_sem, 1},
 };
 #define NFAMILIES (sizeof(families) / sizeof(families[0]))
@@ -66,6 +53,33 @@ static void export_ok(hilock_hold *h, char *text, size_t *len) {
                hilock_hold_errmsg(h));
   assert_int_equal(strlen(text), *len);
   assert_memory_equal(text, "hilock2:", 8);
+}
+
+/* A new lock on name, acquired, its grant exported into text. */
+static hilock_lock *exported_lock(hilock_client *c, const char *name,
+                                  int64_t ttl_ms, char *text, size_t *len) {
+  hilock_lock *l = hl_new_lock(c, name, ttl_ms);
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  export_ok(HILOCK_HOLD(l), text, len);
+  return l;
+}
+
+/* The grant that text names, adopted by c. */
+static hilock_hold *adopt_ok(hilock_client *c, const char *text, size_t len) {
+  hilock_hold *a = NULL;
+  assert_hl_ok(hilock_client_adopt(c, text, len, &a),
+               hilock_client_errmsg(c));
+  return a;
+}
+
+/* A new lock on name, acquired and handed over to c itself: the adopted
+ * hold; *l is the exporter. */
+static hilock_hold *adopted_lock(hilock_client *c, const char *name,
+                                 int64_t ttl_ms, hilock_lock **l) {
+  char text[TEXT_MAX];
+  size_t len;
+  *l = exported_lock(c, name, ttl_ms, text, &len);
+  return adopt_ok(c, text, len);
 }
 
 /* Another handle on the same lock is granted at once: nobody holds it. */
@@ -85,7 +99,7 @@ static void every_family_hands_its_grant_over(void **state) {
     const family *fm = &families[i];
     char name[64], text[TEXT_MAX];
     size_t len = 0;
-    hilock_hold *h, *a = NULL;
+    hilock_hold *h, *a;
     uint64_t fence;
     int owned = -1;
 
@@ -101,8 +115,7 @@ static void every_family_hands_its_grant_over(void **state) {
     assert_hl_rc(hilock_hold_release(h), HILOCK_ENOTOWNED,
                  hilock_hold_errmsg(h));
 
-    assert_hl_ok(hilock_client_adopt(f->client, text, len, &a),
-                 hilock_client_errmsg(f->client));
+    a = adopt_ok(f->client, text, len);
     assert_non_null(a);
     assert_int_equal(hilock_hold_fence(a), fence);
     assert_true(hilock_hold_validity_ms(a) > 0);
@@ -130,22 +143,20 @@ static void every_family_hands_its_grant_over(void **state) {
 static void segmented_lock_hands_over_its_segment(void **state) {
   fixture *f = *state;
   hilock_segmented_lock *s = hl_new_seg(f->client, "adopt-seg2", 4, 5000);
-  hilock_hold *a = NULL;
+  hilock_hold *a;
   char text[TEXT_MAX];
   size_t len, seg;
   assert_hl_ok(hilock_segmented_lock_acquire(s, 0),
                hilock_hold_errmsg(HILOCK_HOLD(s)));
   seg = hilock_segmented_lock_segment(s);
   export_ok(HILOCK_HOLD(s), text, &len);
-  assert_hl_ok(hilock_client_adopt(f->client, text, len, &a),
-               hilock_client_errmsg(f->client));
+  a = adopt_ok(f->client, text, len);
   assert_int_equal(hilock_segmented_lock_segment((hilock_segmented_lock *)a),
                    seg);
   assert_int_equal(
       hilock_segmented_lock_segments((hilock_segmented_lock *)a), 4);
   assert_hl_ok(hilock_hold_release(a), hilock_hold_errmsg(a));
-  hilock_hold_free(a);
-  hilock_hold_free(HILOCK_HOLD(s));
+  hl_holds_free(a, HILOCK_HOLD(s));
 }
 
 /* ## A forked child adopts ------------------------------------------------ */
@@ -169,12 +180,11 @@ static int child_adopts_and_releases(void *arg) {
 
 static void forked_child_adopts_the_parents_grant(void **state) {
   fixture *f = *state;
-  hilock_lock *l = hl_new_lock(f->client, "adopt-fork", 5000);
   handed hd;
+  hilock_lock *l = exported_lock(f->client, "adopt-fork", 5000, hd.text,
+                                 &hd.len);
   int status;
   hd.client = f->client;
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  export_ok(HILOCK_HOLD(l), hd.text, &hd.len);
   status = hl_wait_child(hl_fork_run(child_adopts_and_releases, &hd), 5000);
   assert_int_equal(status, 0);
   assert_false(hl_redis_exists(f->redis, "hilock:{adopt-fork}:lock", 24));
@@ -187,13 +197,11 @@ static void forked_child_adopts_the_parents_grant(void **state) {
 
 static void a_grant_gone_before_adoption_is_not_owned(void **state) {
   fixture *f = *state;
-  hilock_lock *l = hl_new_lock(f->client, "adopt-gone", 5000);
   hilock_hold *a = NULL;
   char text[TEXT_MAX];
   size_t len;
+  hilock_lock *l = exported_lock(f->client, "adopt-gone", 5000, text, &len);
   int deleted = 0;
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  export_ok(HILOCK_HOLD(l), text, &len);
   assert_hl_ok(hilock_lock_force_release(l, &deleted),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(deleted);
@@ -212,22 +220,15 @@ static void a_grant_gone_before_adoption_is_not_owned(void **state) {
 
 static void an_adopted_grant_deleted_later_is_reported_lost(void **state) {
   fixture *f = *state;
-  hilock_lock *l = hl_new_lock(f->client, "adopt-later", 5000);
-  hilock_hold *a = NULL;
-  char text[TEXT_MAX];
-  size_t len;
+  hilock_lock *l;
+  hilock_hold *a = adopted_lock(f->client, "adopt-later", 5000, &l);
   int owned = -1;
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  export_ok(HILOCK_HOLD(l), text, &len);
-  assert_hl_ok(hilock_client_adopt(f->client, text, len, &a),
-               hilock_client_errmsg(f->client));
   hl_redis_ok(f->redis, "DEL hilock:{adopt-later}:lock");
   assert_hl_ok(hilock_hold_owned(a, &owned), hilock_hold_errmsg(a));
   assert_int_equal(owned, 0);
   assert_true(hilock_hold_lost(a));
   assert_int_equal(hilock_hold_validity_ms(a), 0);
-  hilock_hold_free(a);
-  hilock_hold_free(HILOCK_HOLD(l));
+  hl_holds_free(a, HILOCK_HOLD(l));
 }
 
 static void assert_refused(hilock_client *c, const char *text, size_t len) {
@@ -341,23 +342,16 @@ static void reentrant_and_read_write_locks_refuse(void **state) {
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(r)) > 0);
   assert_hl_ok(hilock_rlock_release(r), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_hl_ok(hilock_rwlock_write_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
-  hilock_hold_free(HILOCK_HOLD(r));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(r), HILOCK_HOLD(w));
 }
 
 static void an_adopted_grant_auto_renews(void **state) {
   fixture *f = *state;
   /* 500 ms: renewed every ~170 ms, so a renewal may be late by 300 ms on
    * a loaded machine and still keep it. */
-  hilock_lock *l = hl_new_lock(f->client, "adopt-renew", 500);
-  hilock_hold *a = NULL;
-  char text[TEXT_MAX];
-  size_t len;
+  hilock_lock *l;
+  hilock_hold *a = adopted_lock(f->client, "adopt-renew", 500, &l);
   int owned = 0;
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  export_ok(HILOCK_HOLD(l), text, &len);
-  assert_hl_ok(hilock_client_adopt(f->client, text, len, &a),
-               hilock_client_errmsg(f->client));
   assert_hl_ok(hilock_hold_set_auto_renew(a, 1, 0, NULL, NULL),
                hilock_hold_errmsg(a));
   /* Four TTLs: held only if renewed. */
@@ -365,8 +359,7 @@ static void an_adopted_grant_auto_renews(void **state) {
   assert_hl_ok(hilock_hold_owned(a, &owned), hilock_hold_errmsg(a));
   assert_int_equal(owned, 1);
   assert_hl_ok(hilock_hold_release(a), hilock_hold_errmsg(a));
-  hilock_hold_free(a);
-  hilock_hold_free(HILOCK_HOLD(l));
+  hl_holds_free(a, HILOCK_HOLD(l));
 }
 
 HL_FIXTURE_MAIN("adopt",

@@ -102,6 +102,18 @@ static hilock_async_done next_done(hilock_async *a, int64_t timeout_ms) {
   }
 }
 
+/* Through runner a: an acquire of h without waiting, or a release of h,
+ * started and finished with HILOCK_OK. */
+static void async_acquire_ok(hilock_async *a, hilock_hold *h) {
+  assert_hl_ok(hilock_async_acquire(a, h, 0, 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "acquire");
+}
+
+static void async_release_ok(hilock_async *a, hilock_hold *h) {
+  assert_hl_ok(hilock_async_release(a, h, 0, NULL, NULL), "");
+  assert_hl_ok(next_done(a, 10000).status, "release");
+}
+
 static int threads_now(void) {
   int n = 0;
   DIR *d = opendir("/proc/self/task");
@@ -216,8 +228,7 @@ static void a_wait_ends_at_its_timeout(void **state) {
   assert_true(hilock_hold_fence(HILOCK_HOLD(w)) > 0);
   assert_hl_ok(hilock_lock_release(w), "release");
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(holder));
 }
 
 /* The context switches of every thread of the process but the calling
@@ -253,18 +264,13 @@ static void uncontended_operations_run_on_the_loops_thread(void **state) {
   hilock_async *a = make_async(f->client);
   long long before;
   /* Warm: the pool's connection and the script cache. */
-  assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL), "");
-  assert_hl_ok(next_done(a, 10000).status, "acquire");
-  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk), 0, NULL, NULL), "");
-  assert_hl_ok(next_done(a, 10000).status, "release");
+  async_acquire_ok(a, HILOCK_HOLD(lk));
+  async_release_ok(a, HILOCK_HOLD(lk));
   before = others_switches();
   for (int i = 0; i < 200; i++) {
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL),
-                 "");
-    assert_hl_ok(next_done(a, 10000).status, "acquire");
+    async_acquire_ok(a, HILOCK_HOLD(lk));
     assert_true(lock_key_exists(f, "here"));
-    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk), 0, NULL, NULL), "");
-    assert_hl_ok(next_done(a, 10000).status, "release");
+    async_release_ok(a, HILOCK_HOLD(lk));
   }
   /* The client's own threads (renewal, shared waiting) may tick a few
    * times meanwhile; 400 operations handed to workers switch 400 times
@@ -291,11 +297,9 @@ static void the_first_operation_resolves_and_connects(void **state) {
   lk = make_lock(c, "later");
   a = make_async(c);
   for (int i = 0; i < 3; i++) {
-    assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 0, NULL, NULL), "");
-    assert_hl_ok(next_done(a, 10000).status, "acquire");
+    async_acquire_ok(a, HILOCK_HOLD(lk));
     assert_true(key_holds(f, "later", HILOCK_HOLD(lk)));
-    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(lk), 0, NULL, NULL), "");
-    assert_hl_ok(next_done(a, 10000).status, "release");
+    async_release_ok(a, HILOCK_HOLD(lk));
   }
   hilock_async_free(a);
   hilock_hold_free(HILOCK_HOLD(lk));
@@ -322,12 +326,10 @@ static void a_release_wakes_the_waiting_acquire(void **state) {
   d = next_done(a, 10000); /* the holder's TTL is 30 s */
   assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_true(hilock_hold_held(HILOCK_HOLD(w)));
-  assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
-  assert_hl_ok(next_done(a, 10000).status, "release");
+  async_release_ok(a, HILOCK_HOLD(w));
   assert_false(lock_key_exists(f, "wake"));
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(holder));
   hilock_client_free(hc);
 }
 
@@ -387,18 +389,13 @@ static void rings_reach_every_runner_and_thread(void **state) {
   hl_waiter_join(&tw);
   assert_hl_ok(tw.rc, "the thread's acquire");
   for (int i = 0; i < N; i++) {
-    assert_hl_ok(hilock_async_release(r[i % 2], HILOCK_HOLD(ws[i]), 0, NULL,
-                                      NULL),
-                 "");
-    assert_hl_ok(next_done(r[i % 2], 10000).status, "release");
+    async_release_ok(r[i % 2], HILOCK_HOLD(ws[i]));
   }
   for (int i = 0; i < 2; i++) hilock_async_free(r[i]);
   for (int i = 0; i < N; i++) {
-    hilock_hold_free(HILOCK_HOLD(ws[i]));
-    hilock_hold_free(HILOCK_HOLD(holders[i]));
+    hl_holds_free(HILOCK_HOLD(ws[i]), HILOCK_HOLD(holders[i]));
   }
-  hilock_hold_free(HILOCK_HOLD(w5));
-  hilock_hold_free(HILOCK_HOLD(h5));
+  hl_holds_free(HILOCK_HOLD(w5), HILOCK_HOLD(h5));
   hilock_client_free(hc);
 }
 
@@ -431,12 +428,10 @@ static void an_early_wake_up_finds_nothing_and_clears(void **state) {
       assert_true(empty <= 3 * (round + 1));
     }
     assert_hl_ok(d.status, d.errmsg);
-    assert_hl_ok(hilock_async_release(a, HILOCK_HOLD(w), 0, NULL, NULL), "");
-    assert_hl_ok(next_done(a, 10000).status, "release");
+    async_release_ok(a, HILOCK_HOLD(w));
   }
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(holder));
   hilock_client_free(hc);
 }
 
@@ -623,12 +618,8 @@ static void other_families(void **state) {
     hilock_hold_free(HILOCK_HOLD(rw));
   }
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(r));
-  hilock_hold_free(HILOCK_HOLD(g));
-  hilock_hold_free(HILOCK_HOLD(m));
-  hilock_hold_free(HILOCK_HOLD(s3));
-  hilock_hold_free(HILOCK_HOLD(s2));
-  hilock_hold_free(HILOCK_HOLD(s1));
+  hl_holds_free(HILOCK_HOLD(r), HILOCK_HOLD(g), HILOCK_HOLD(m), HILOCK_HOLD(s3),
+                HILOCK_HOLD(s2), HILOCK_HOLD(s1));
 }
 
 /* The fair lock in an event loop: waiters are served in the order they
@@ -695,8 +686,7 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
   hilock_async_free(a);
   for (int i = 0; i < IN_LINE; i++) hilock_hold_free(HILOCK_HOLD(w[i]));
   for (int i = 0; i < CANCELLED; i++) hilock_hold_free(HILOCK_HOLD(gone[i]));
-  hilock_hold_free(HILOCK_HOLD(last));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(last), HILOCK_HOLD(holder));
 }
 
 /* The reentrant lock's owner is the number given (a task's): an owner
@@ -785,9 +775,7 @@ static void queries_and_extensions(void **state) {
                                        NULL),
                    HILOCK_ENOTSUP);
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(other));
-  hilock_hold_free(HILOCK_HOLD(lk));
+  hl_holds_free(HILOCK_HOLD(s), HILOCK_HOLD(other), HILOCK_HOLD(lk));
 }
 
 /* The read-write lock with owners: two readers share it, a writer waits
@@ -947,9 +935,7 @@ static void misuse_is_refused(void **state) {
     hilock_hold_free(HILOCK_HOLD(more[i]));
   }
   assert_true(key_holds(f, "misuse", HILOCK_HOLD(holder)));
-  hilock_hold_free(HILOCK_HOLD(foreign));
-  hilock_hold_free(HILOCK_HOLD(lk));
-  hilock_hold_free(HILOCK_HOLD(holder));
+  hl_holds_free(HILOCK_HOLD(foreign), HILOCK_HOLD(lk), HILOCK_HOLD(holder));
   hilock_client_free(other);
 }
 

@@ -120,8 +120,7 @@ static void key_prefix_starts_every_key(void **state) {
   assert_int_equal(klen, strlen("app1:{orders:42}:lock"));
   assert_memory_equal(key, "app1:{orders:42}:lock", klen);
   assert_true(hl_redis_exists(f->redis, K_("hilock:{orders:42}:lock")));
-  hilock_hold_free(HILOCK_HOLD(la));
-  hilock_hold_free(HILOCK_HOLD(lb));
+  hl_holds_free(HILOCK_HOLD(la), HILOCK_HOLD(lb));
   hilock_client_free(a);
   hilock_client_free(b);
   for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
@@ -159,8 +158,7 @@ static void lock_in_db3_is_invisible_in_db0(void **state) {
   assert_true(hl_redis_exists(f->redis, key, klen));
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2); /* lock + fence */
 
-  hilock_hold_free(HILOCK_HOLD(l3));
-  hilock_hold_free(HILOCK_HOLD(l0));
+  hl_holds_free(HILOCK_HOLD(l3), HILOCK_HOLD(l0));
   hilock_client_free(c3);
   hilock_client_free(c0);
 }
@@ -408,8 +406,7 @@ static void reconnects_transparently_after_server_restart(void **state) {
   assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   f->redis = hl_redis_connect(&f->server);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(c);
 }
 
@@ -498,8 +495,7 @@ static void lock_outliving_client_gets_eclosed(void **state) {
 
   key = hilock_hold_key(HILOCK_HOLD(held), &klen);
   assert_false(hl_redis_exists(f->redis, key, klen));
-  hilock_hold_free(HILOCK_HOLD(held));
-  hilock_hold_free(HILOCK_HOLD(idle));
+  hl_holds_free(HILOCK_HOLD(held), HILOCK_HOLD(idle));
 }
 
 static void client_free_with_no_locks_is_clean(void **state) {

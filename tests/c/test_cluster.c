@@ -332,8 +332,7 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
     assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
     assert_true(hilock_hold_fence(HILOCK_HOLD(other)) > fence);
     assert_hl_ok(hilock_lock_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
-    hilock_hold_free(HILOCK_HOLD(l));
-    hilock_hold_free(HILOCK_HOLD(other));
+    hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(other));
 
     /* simple */
     s = hl_new_simple(c, name);
@@ -555,8 +554,7 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   assert_true(key_on(m[1], key, klen));
   assert_hl_ok(hilock_lock_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
 
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(other));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(other));
   hilock_client_free(c);
 }
 
@@ -615,8 +613,7 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(atomic_load(&lost), 0);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(c);
 }
 
@@ -671,8 +668,7 @@ static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   /* Woken by the release, long before the holder's 20 s TTL. */
   assert_i64_between(took, 0, 2000);
   assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
-  hilock_hold_free(HILOCK_HOLD(holder));
-  hilock_hold_free(HILOCK_HOLD(waiting));
+  hl_holds_free(HILOCK_HOLD(holder), HILOCK_HOLD(waiting));
   hilock_client_free(c);
 }
 
@@ -725,8 +721,7 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(sem)));
   assert_true(owned);
   assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(sem));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(sem));
   hilock_client_free(c);
 }
 
@@ -852,8 +847,7 @@ static int child_main(void *arg) {
        hilock_lock_acquire(b, 1000) != HILOCK_OK ||
        hilock_lock_release(b) != HILOCK_OK))
     rc = 2;
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   return rc;
 }
 
@@ -992,9 +986,7 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_true(hilock_hold_fence(HILOCK_HOLD(waiting)) > hilock_hold_fence(HILOCK_HOLD(held)));
   assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
 
-  hilock_hold_free(HILOCK_HOLD(held));
-  hilock_hold_free(HILOCK_HOLD(fresh));
-  hilock_hold_free(HILOCK_HOLD(waiting));
+  hl_holds_free(HILOCK_HOLD(held), HILOCK_HOLD(fresh), HILOCK_HOLD(waiting));
   hilock_client_free(c);
 }
 

@@ -482,8 +482,7 @@ static void release_by_a_non_holder_changes_nothing(void **state) {
     release_all(fam, a, 0);
     assert_int_equal(locked(loser), 0);
     free_all(fam, a);
-    hilock_hold_free(never);
-    hilock_hold_free(loser);
+    hl_holds_free(never, loser);
   }
 }
 
@@ -687,8 +686,7 @@ static void lapsed_grant_is_a_loss_and_the_handle_acquires_again(
     counts(f, fam, a, &n, &holds);
     assert_int_equal(n, lost0 + 2);
     assert_int_equal(holds, holds0 + 2);
-    hilock_hold_free(a);
-    hilock_hold_free(r);
+    hl_holds_free(a, r);
   }
 }
 
@@ -746,8 +744,7 @@ static void forked_child_cannot_touch_the_parents_grant(void **state) {
       assert_hl_rc(fam->rival->try_acquire(r), HILOCK_BUSY, E(r));
     assert_hl_ok(fam->own->release(a), E(a));
     assert_int_equal(locked(r), 0);
-    hilock_hold_free(a);
-    hilock_hold_free(r);
+    hl_holds_free(a, r);
   }
 }
 

@@ -151,30 +151,8 @@ static long long mig_tryagains(migration *g) {
 
 /* ## Lock types -------------------------------------------------------------- */
 
-typedef hilock_hold *(*make_fn)(hilock_client *c, const char *name,
-                                int64_t ttl_ms);
-
-static hilock_hold *mk_lock(hilock_client *c, const char *n, int64_t ttl) {
-  return HILOCK_HOLD(hl_new_lock(c, n, ttl));
-}
-static hilock_hold *mk_simple(hilock_client *c, const char *n, int64_t ttl) {
-  (void)ttl;
-  return HILOCK_HOLD(hl_new_simple(c, n));
-}
-static hilock_hold *mk_rlock(hilock_client *c, const char *n, int64_t ttl) {
-  return HILOCK_HOLD(hl_new_rlock(c, n, ttl));
-}
-static hilock_hold *mk_rw(hilock_client *c, const char *n, int64_t ttl) {
-  return HILOCK_HOLD(hl_new_rwlock(c, n, ttl));
-}
 static hilock_hold *mk_sem(hilock_client *c, const char *n, int64_t ttl) {
   return HILOCK_HOLD(hl_new_semaphore(c, n, 1, ttl));
-}
-static hilock_hold *mk_fair(hilock_client *c, const char *n, int64_t ttl) {
-  return HILOCK_HOLD(hl_new_fair(c, n, ttl));
-}
-static hilock_hold *mk_seq(hilock_client *c, const char *n, int64_t ttl) {
-  return HILOCK_HOLD(hl_new_seq(c, n, ttl));
 }
 static hilock_hold *mk_seg(hilock_client *c, const char *n, int64_t ttl) {
   return HILOCK_HOLD(hl_new_seg(c, n, 1, ttl));
@@ -189,21 +167,21 @@ static hilock_hold *mk_multi(hilock_client *c, const char *n, int64_t ttl) {
 
 typedef struct family {
   const char *what;
-  make_fn make;
+  hl_hold_maker *make;
   const hl_verbs *own;    /* the side under test: it waits, or renews */
   const hl_verbs *holder; /* the side that holds while it waits */
   int renews;
 } family;
 
 static const family families[] = {
-    {"lock", mk_lock, &hl_lock_verbs, &hl_lock_verbs, 1},
-    {"simple lock", mk_simple, &hl_simple_verbs, &hl_simple_verbs, 0},
-    {"reentrant lock", mk_rlock, &hl_rlock_verbs, &hl_rlock_verbs, 1},
-    {"read side", mk_rw, &hl_read_verbs, &hl_write_verbs, 1},
-    {"write side", mk_rw, &hl_write_verbs, &hl_read_verbs, 1},
+    {"lock", hl_make_lock, &hl_lock_verbs, &hl_lock_verbs, 1},
+    {"simple lock", hl_make_simple, &hl_simple_verbs, &hl_simple_verbs, 0},
+    {"reentrant lock", hl_make_rlock, &hl_rlock_verbs, &hl_rlock_verbs, 1},
+    {"read side", hl_make_rwlock, &hl_read_verbs, &hl_write_verbs, 1},
+    {"write side", hl_make_rwlock, &hl_write_verbs, &hl_read_verbs, 1},
     {"semaphore", mk_sem, &hl_sem_verbs, &hl_sem_verbs, 1},
-    {"fair lock", mk_fair, &hl_fair_verbs, &hl_fair_verbs, 1},
-    {"sequential lock", mk_seq, &hl_seq_verbs, &hl_seq_verbs, 1},
+    {"fair lock", hl_make_fair, &hl_fair_verbs, &hl_fair_verbs, 1},
+    {"sequential lock", hl_make_seq, &hl_seq_verbs, &hl_seq_verbs, 1},
     {"segmented lock", mk_seg, &hl_seg_verbs, &hl_seg_verbs, 1},
     {"multi-key lock", mk_multi, &hl_multi_verbs, &hl_multi_verbs, 1},
 };
@@ -249,6 +227,37 @@ static void wait_waiting(hilock_client *c, int n) {
   }
 }
 
+/* A holder of its own client holding a fresh name (prefix), and a second
+ * handle h on it of another client, with the name's slot opened for a
+ * migration. */
+typedef struct held {
+  hilock_client *hc, *c;
+  hilock_hold *holder, *h;
+  migration g;
+  char name[64];
+} held;
+
+static void held_open(held *s, const family *f, const char *prefix,
+                      int64_t h_ttl_ms) {
+  s->hc = new_client(15000);
+  s->c = new_client(15000);
+  fresh_name(prefix, s->name, sizeof(s->name));
+  print_message("  %s: %s\n", f->what, s->name);
+  s->holder = f->make(s->hc, s->name, 30000);
+  s->h = f->make(s->c, s->name, h_ttl_ms);
+  assert_hl_ok(f->holder->try_acquire(s->holder),
+               hilock_hold_errmsg(s->holder));
+  mig_open(&s->g, s->name);
+}
+
+static void held_close(held *s) {
+  hilock_hold_free(s->holder);
+  hilock_hold_free(s->h);
+  mig_close(&s->g);
+  hilock_client_free(s->hc);
+  hilock_client_free(s->c);
+}
+
 /* ## A direct BLPOP wait across the migration --------------------------------- */
 
 /* For each type: a holder holds; a waiter of another client blocks in
@@ -259,37 +268,25 @@ static void a_direct_waiter_rides_a_slot_migration(void **state) {
   (void)state;
   for (size_t i = 0; i < NFAMILIES; i++) {
     const family *f = &families[i];
-    hilock_client *hc = new_client(15000), *wc = new_client(15000);
-    hilock_hold *holder, *waiting;
+    held s;
     hl_waiter w;
-    migration g;
-    char name[64];
     int64_t took;
-    fresh_name("dw-", name, sizeof(name));
-    print_message("  %s: %s\n", f->what, name);
-    holder = f->make(hc, name, 30000);
-    waiting = f->make(wc, name, 30000);
-    assert_hl_ok(f->holder->try_acquire(holder), hilock_hold_errmsg(holder));
-    mig_open(&g, name);
-    hl_waiter_run(&w, waiting, f->own, 20000, 1);
-    wait_waiting(wc, 1);
+    held_open(&s, f, "dw-", 30000);
+    hl_waiter_run(&w, s.h, f->own, 20000, 1);
+    wait_waiting(s.c, 1);
     if (!hl_hub_mode())
-      assert_true(hl_wait_info_field(g.r[g.src], "clients", "blocked_clients",
-                                     1, 10000));
-    mig_begin(&g);
-    assert_true(mig_move(&g, -1) > 0);
-    mig_finish(&g);
-    took = hl_release_and_join(&w, holder, f->holder);
-    assert_hl_ok(w.rc, hilock_hold_errmsg(waiting));
-    assert_hl_ok(w.release_rc, hilock_hold_errmsg(waiting));
+      assert_true(hl_wait_info_field(s.g.r[s.g.src], "clients",
+                                     "blocked_clients", 1, 10000));
+    mig_begin(&s.g);
+    assert_true(mig_move(&s.g, -1) > 0);
+    mig_finish(&s.g);
+    took = hl_release_and_join(&w, s.holder, f->holder);
+    assert_hl_ok(w.rc, hilock_hold_errmsg(s.h));
+    assert_hl_ok(w.release_rc, hilock_hold_errmsg(s.h));
     /* Woken by the release, not by the holder's 30 s TTL or the 20 s
      * wait: 10 s leaves room for a stalled, loaded machine. */
     assert_i64_between(took, 0, 10000);
-    hilock_hold_free(holder);
-    hilock_hold_free(waiting);
-    mig_close(&g);
-    hilock_client_free(hc);
-    hilock_client_free(wc);
+    held_close(&s);
   }
 }
 
@@ -412,37 +409,25 @@ static void an_acquire_whose_time_ends_with_keys_split_is_BUSY(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof(which) / sizeof(which[0]); i++) {
     const family *f = family_named(which[i]);
-    hilock_client *hc = new_client(15000), *c = new_client(15000);
-    hilock_hold *holder, *h;
-    migration g;
-    char name[64];
+    held s;
     int64_t t0, took;
     int rc;
-    fresh_name("sp-", name, sizeof(name));
-    print_message("  %s: %s\n", f->what, name);
-    holder = f->make(hc, name, 30000);
-    h = f->make(c, name, 10000);
-    assert_hl_ok(f->holder->try_acquire(holder), hilock_hold_errmsg(holder));
-    mig_open(&g, name);
-    mig_begin(&g);
-    assert_int_equal(mig_move(&g, 1), 1);
-    assert_true(mig_left(&g) > 0);
+    held_open(&s, f, "sp-", 10000);
+    mig_begin(&s.g);
+    assert_int_equal(mig_move(&s.g, 1), 1);
+    assert_true(mig_left(&s.g) > 0);
     t0 = hl_now_ms();
-    rc = f->own->acquire(h, 1000);
+    rc = f->own->acquire(s.h, 1000);
     took = hl_now_ms() - t0;
-    mig_finish(&g);
-    assert_hl_ok(f->holder->release(holder), hilock_hold_errmsg(holder));
+    mig_finish(&s.g);
+    assert_hl_ok(f->holder->release(s.holder), hilock_hold_errmsg(s.holder));
     if (rc != HILOCK_BUSY)
       fail_msg("%s: acquire gave %d (%s) after %lld ms, not HILOCK_BUSY",
-               f->what, rc, hilock_hold_errmsg(h), (long long)took);
+               f->what, rc, hilock_hold_errmsg(s.h), (long long)took);
     /* Bounded by the 1 s wait, not the 15 s budget: 5 s leaves room for
      * a stalled, loaded machine. */
     assert_i64_between(took, 900, 6000);
-    hilock_hold_free(holder);
-    hilock_hold_free(h);
-    mig_close(&g);
-    hilock_client_free(hc);
-    hilock_client_free(c);
+    held_close(&s);
   }
 }
 
@@ -492,8 +477,7 @@ static void a_direct_waiter_rides_a_manual_failover(void **state) {
   assert_i64_between(took, 0, 10000);
   redisFree(m);
   redisFree(rep);
-  hilock_hold_free(HILOCK_HOLD(holder));
-  hilock_hold_free(HILOCK_HOLD(waiting));
+  hl_holds_free(HILOCK_HOLD(holder), HILOCK_HOLD(waiting));
   hilock_client_free(hc);
   hilock_client_free(wc);
 }

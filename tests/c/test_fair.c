@@ -56,8 +56,7 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 3);
   assert_int_equal(hl_redis_get_int(f->redis, "hilock:{basic}:fair:ticket"), 2);
   assert_hl_ok(hilock_fair_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Processes ---------------------------------------------------------------- */
@@ -112,8 +111,7 @@ static void newcomer_never_barges_past_a_queued_waiter(void **state) {
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(newcomer)),
                    hilock_hold_fence(HILOCK_HOLD(holder)) + 2);
   hl_q_assert_no_waiters(f, "barge", 0);
-  hilock_hold_free(HILOCK_HOLD(holder));
-  hilock_hold_free(HILOCK_HOLD(newcomer));
+  hl_holds_free(HILOCK_HOLD(holder), HILOCK_HOLD(newcomer));
 }
 
 static void sigkilled_head_is_skipped_within_the_heartbeat_window(

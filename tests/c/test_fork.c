@@ -147,8 +147,7 @@ static void child_cannot_touch_the_parents_grant(void **state) {
   assert_hl_ok(hilock_lock_release(p), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_hl_ok(hilock_rlock_release(r), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(p)));
-  hilock_hold_free(HILOCK_HOLD(p));
-  hilock_hold_free(HILOCK_HOLD(r));
+  hl_holds_free(HILOCK_HOLD(p), HILOCK_HOLD(r));
 }
 
 /* ## Renewal belongs to the parent ------------------------------------------- */
@@ -220,8 +219,7 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{childs-renewed}:lock", 28));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(released)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(lapsing)));
-  hilock_hold_free(HILOCK_HOLD(released));
-  hilock_hold_free(HILOCK_HOLD(lapsing));
+  hl_holds_free(HILOCK_HOLD(released), HILOCK_HOLD(lapsing));
 }
 
 /* ## One client, two processes ------------------------------------------------ */
@@ -256,8 +254,7 @@ static int child_uses_the_client(void *arg) {
     rounds++;
   }
   HL_CHILD_CHECK(rounds >= 10);
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(r));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(r));
   return 0;
 }
 
@@ -337,8 +334,7 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
   assert_hl_ok(hilock_lock_release(p), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(p)));
   assert_int_equal(atomic_load(&lost_calls), 0);
-  hilock_hold_free(HILOCK_HOLD(p));
-  hilock_hold_free(HILOCK_HOLD(side));
+  hl_holds_free(HILOCK_HOLD(p), HILOCK_HOLD(side));
 }
 
 /* ## Fork in the middle of calls --------------------------------------------- */
@@ -439,9 +435,7 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   if (!ok) {
     (void)hilock_lock_release(holder);
     hl_waiter_join(&b);
-    hilock_hold_free(HILOCK_HOLD(waiting));
-    hilock_hold_free(HILOCK_HOLD(holder));
-    hilock_hold_free(HILOCK_HOLD(fast));
+    hl_holds_free(HILOCK_HOLD(waiting), HILOCK_HOLD(holder), HILOCK_HOLD(fast));
     fail();
   }
   assert_int_equal(s.errors, 0);
@@ -462,9 +456,7 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   assert_true(owned);
   assert_int_equal(atomic_load(&lost_calls), 0);
   assert_hl_ok(hilock_lock_release(fast), hilock_hold_errmsg(HILOCK_HOLD(fast)));
-  hilock_hold_free(HILOCK_HOLD(waiting));
-  hilock_hold_free(HILOCK_HOLD(holder));
-  hilock_hold_free(HILOCK_HOLD(fast));
+  hl_holds_free(HILOCK_HOLD(waiting), HILOCK_HOLD(holder), HILOCK_HOLD(fast));
 }
 
 /* ## Fork while threads share a handle ---------------------------------------- */

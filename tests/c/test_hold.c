@@ -37,8 +37,7 @@ static void rwlock_hold_reports_the_handles_error(void **state) {
   hl_fixture *f = *state;
   hilock_rwlock *rw = NULL;
   hilock_hold *h;
-  assert_hl_ok(hilock_rwlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rw),
-               hilock_client_errmsg(f->client));
+  rw = hl_new_rwlock(f->client, NAME, TTL_MS);
   h = HILOCK_HOLD(rw);
   assert_hl_rc(hilock_rwlock_read_release(rw), HILOCK_ENOTOWNED, "");
   assert_int_equal(hilock_hold_errcode(h), HILOCK_ENOTOWNED);
@@ -79,8 +78,7 @@ static void null_holds_are_safe(void **state) {
 static void null_out_arguments_are_einval(void **state) {
   hl_fixture *f = *state;
   hilock_lock *lk = NULL;
-  assert_hl_ok(hilock_lock_new(f->client, NAME, strlen(NAME), TTL_MS, &lk),
-               hilock_client_errmsg(f->client));
+  lk = hl_new_lock(f->client, NAME, TTL_MS);
   assert_int_equal(hilock_hold_owned(HILOCK_HOLD(lk), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_locked(HILOCK_HOLD(lk), NULL), HILOCK_EINVAL);
   hilock_hold_free(HILOCK_HOLD(lk));
@@ -112,8 +110,7 @@ static void shared_handle_errors_are_read_safely(void **state) {
   hl_fixture *f = *state;
   reader_arg a = {0};
   pthread_t t;
-  assert_hl_ok(hilock_rlock_new(f->client, NAME, strlen(NAME), TTL_MS, &a.rl),
-               hilock_client_errmsg(f->client));
+  a.rl = hl_new_rlock(f->client, NAME, TTL_MS);
   assert_int_equal(pthread_create(&t, NULL, failer, &a), 0);
   while (!atomic_load(&a.stop)) {
     const char *m = hilock_hold_errmsg(HILOCK_HOLD(a.rl));
@@ -188,8 +185,7 @@ static void shared_handle_tokens_are_read_safely(void **state) {
   reader_arg a = {0};
   pthread_t t;
   size_t reads = 0;
-  assert_hl_ok(hilock_rlock_new(f->client, NAME, strlen(NAME), TTL_MS, &a.rl),
-               hilock_client_errmsg(f->client));
+  a.rl = hl_new_rlock(f->client, NAME, TTL_MS);
   assert_int_equal(pthread_create(&t, NULL, cycler, &a), 0);
   while (!atomic_load(&a.stop)) {
     const char *tok = hilock_hold_token(HILOCK_HOLD(a.rl));
@@ -209,26 +205,64 @@ static void shared_handle_tokens_are_read_safely(void **state) {
  * outside its mutex (TSan reports a race otherwise). */
 #define FAILERS 4
 
-typedef struct shared_fail_arg {
-  hilock_rlock *rl;
-  int which;
+/* What each failing thread begins with: the flag that lets them all go at
+ * once, and its count of results other than the one expected. */
+typedef struct fail_start {
   atomic_int *go;
   int bad;
+} fail_start;
+
+/* Start FAILERS threads of fn, the i-th on the argument at args + i * size
+ * (a struct that begins with a fail_start), let them go at once and join
+ * them: none may count a bad result. */
+static void run_failers(void *(*fn)(void *), void *args, size_t size) {
+  char *base = args;
+  pthread_t t[FAILERS];
+  atomic_int go = 0;
+  for (int i = 0; i < FAILERS; i++) {
+    fail_start *fs = (fail_start *)(base + (size_t)i * size);
+    fs->go = &go;
+    fs->bad = 0;
+    assert_int_equal(pthread_create(&t[i], NULL, fn, fs), 0);
+  }
+  atomic_store(&go, 1);
+  for (int i = 0; i < FAILERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(((fail_start *)(base + (size_t)i * size))->bad, 0);
+  }
+}
+
+/* Spin until the threads are let go. */
+static void wait_go(const fail_start *fs) {
+  while (!atomic_load(fs->go)) {
+  }
+}
+
+/* Count a bad result in fs unless rc is want_rc and h's last error is rc,
+ * its message saying want. */
+static void check_failure(fail_start *fs, hilock_hold *h, int rc, int want_rc,
+                          const char *want) {
+  if (rc != want_rc || hilock_hold_errcode(h) != rc ||
+      strstr(hilock_hold_errmsg(h), want) == NULL)
+    fs->bad++;
+}
+
+typedef struct shared_fail_arg {
+  fail_start f;
+  hilock_rlock *rl;
+  int which;
 } shared_fail_arg;
 
 static void *fail_on_shared(void *p) {
   shared_fail_arg *a = p;
   hilock_hold *h = HILOCK_HOLD(a->rl);
-  while (!atomic_load(a->go)) {
-  }
+  wait_go(&a->f);
   for (int i = 0; i < 500; i++) {
     int rc = a->which ? hilock_hold_set_auto_renew(h, 1, -1, NULL, NULL)
                       : hilock_rlock_release(a->rl);
     const char *want = a->which ? "max hold" : "does not hold";
-    if (rc != (a->which ? HILOCK_EINVAL : HILOCK_ENOTOWNED) ||
-        hilock_hold_errcode(h) != rc ||
-        strstr(hilock_hold_errmsg(h), want) == NULL)
-      a->bad++;
+    check_failure(&a->f, h, rc, a->which ? HILOCK_EINVAL : HILOCK_ENOTOWNED,
+                  want);
   }
   return NULL;
 }
@@ -237,19 +271,9 @@ static void shared_handle_errors_are_written_per_thread(void **state) {
   hl_fixture *f = *state;
   hilock_rlock *rl = NULL;
   shared_fail_arg a[FAILERS];
-  pthread_t t[FAILERS];
-  atomic_int go = 0;
-  assert_hl_ok(hilock_rlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rl),
-               hilock_client_errmsg(f->client));
-  for (int i = 0; i < FAILERS; i++) {
-    a[i] = (shared_fail_arg){rl, i % 2, &go, 0};
-    assert_int_equal(pthread_create(&t[i], NULL, fail_on_shared, &a[i]), 0);
-  }
-  atomic_store(&go, 1);
-  for (int i = 0; i < FAILERS; i++) {
-    pthread_join(t[i], NULL);
-    assert_int_equal(a[i].bad, 0);
-  }
+  rl = hl_new_rlock(f->client, NAME, TTL_MS);
+  for (int i = 0; i < FAILERS; i++) a[i] = (shared_fail_arg){{0}, rl, i % 2};
+  run_failers(fail_on_shared, a, sizeof(a[0]));
   /* None of theirs is this thread's. */
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(rl));
@@ -260,29 +284,27 @@ static void shared_handle_errors_are_written_per_thread(void **state) {
  * each reads its own last failure (the value it passed), never another
  * thread's, and no message is written outside what guards it (TSan). */
 typedef struct client_fail_arg {
+  fail_start f;
   hilock_client *c;
   int64_t ttl;
-  atomic_int *go;
-  int bad;
 } client_fail_arg;
 
 static void *fail_on_client(void *p) {
   client_fail_arg *a = p;
   char want[48];
   snprintf(want, sizeof(want), "got %lld (", (long long)a->ttl);
-  while (!atomic_load(a->go)) {
-  }
+  wait_go(&a->f);
   for (int i = 0; i < 300; i++) {
     hilock_lock *lk = NULL;
     int rc = hilock_lock_new(a->c, NAME, strlen(NAME), a->ttl, &lk);
     if (rc != HILOCK_EINVAL || lk != NULL ||
         hilock_client_errcode(a->c) != HILOCK_EINVAL ||
         strstr(hilock_client_errmsg(a->c), want) == NULL)
-      a->bad++;
+      a->f.bad++;
     /* A call that succeeds leaves the last failure's message alone. */
     if (i % 50 == 0 && (hilock_client_ping(a->c) != HILOCK_OK ||
                         strstr(hilock_client_errmsg(a->c), want) == NULL))
-      a->bad++;
+      a->f.bad++;
   }
   return NULL;
 }
@@ -290,17 +312,9 @@ static void *fail_on_client(void *p) {
 static void client_errors_from_threads_are_each_their_own(void **state) {
   hl_fixture *f = *state;
   client_fail_arg a[FAILERS];
-  pthread_t t[FAILERS];
-  atomic_int go = 0;
-  for (int i = 0; i < FAILERS; i++) {
-    a[i] = (client_fail_arg){f->client, -1000 - i, &go, 0};
-    assert_int_equal(pthread_create(&t[i], NULL, fail_on_client, &a[i]), 0);
-  }
-  atomic_store(&go, 1);
-  for (int i = 0; i < FAILERS; i++) {
-    pthread_join(t[i], NULL);
-    assert_int_equal(a[i].bad, 0);
-  }
+  for (int i = 0; i < FAILERS; i++)
+    a[i] = (client_fail_arg){{0}, f->client, -1000 - i};
+  run_failers(fail_on_client, a, sizeof(a[0]));
   assert_int_equal(hilock_client_errcode(f->client), HILOCK_OK);
   assert_string_equal(hilock_client_errmsg(f->client), "");
 }
@@ -311,8 +325,7 @@ static void *fail_on_rwlock(void *p) {
   shared_fail_arg *a = p;
   hilock_rwlock *rw = (hilock_rwlock *)a->rl;
   hilock_hold *h = HILOCK_HOLD(rw);
-  while (!atomic_load(a->go)) {
-  }
+  wait_go(&a->f);
   for (int i = 0; i < 300; i++) {
     int rc, want_rc = HILOCK_ENOTOWNED;
     const char *want = "read";
@@ -335,9 +348,7 @@ static void *fail_on_rwlock(void *p) {
         want = "max hold";
         break;
     }
-    if (rc != want_rc || hilock_hold_errcode(h) != rc ||
-        strstr(hilock_hold_errmsg(h), want) == NULL)
-      a->bad++;
+    check_failure(&a->f, h, rc, want_rc, want);
   }
   return NULL;
 }
@@ -346,19 +357,10 @@ static void shared_rwlock_errors_are_written_per_thread(void **state) {
   hl_fixture *f = *state;
   hilock_rwlock *rw = NULL;
   shared_fail_arg a[FAILERS];
-  pthread_t t[FAILERS];
-  atomic_int go = 0;
-  assert_hl_ok(hilock_rwlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rw),
-               hilock_client_errmsg(f->client));
-  for (int i = 0; i < FAILERS; i++) {
-    a[i] = (shared_fail_arg){(hilock_rlock *)rw, i, &go, 0};
-    assert_int_equal(pthread_create(&t[i], NULL, fail_on_rwlock, &a[i]), 0);
-  }
-  atomic_store(&go, 1);
-  for (int i = 0; i < FAILERS; i++) {
-    pthread_join(t[i], NULL);
-    assert_int_equal(a[i].bad, 0);
-  }
+  rw = hl_new_rwlock(f->client, NAME, TTL_MS);
+  for (int i = 0; i < FAILERS; i++)
+    a[i] = (shared_fail_arg){{0}, (hilock_rlock *)rw, i};
+  run_failers(fail_on_rwlock, a, sizeof(a[0]));
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rw)), HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(rw));
 }
@@ -451,24 +453,20 @@ static void redlock_message_names_every_failed_node(void **state) {
  * string): each reads its own EWRONGTYPE with Redis's text, written where
  * the handle's guard or the thread's own slot keeps it (TSan). */
 typedef struct damaged_arg {
+  fail_start f;
   hilock_rlock *rl;
   hilock_rwlock *rw;
-  atomic_int *go;
-  int bad;
 } damaged_arg;
 
 static void *fail_on_damaged(void *p) {
   damaged_arg *a = p;
-  while (!atomic_load(a->go)) {
-  }
+  wait_go(&a->f);
   for (int i = 0; i < 100; i++) {
     hilock_hold *h = i % 3 == 0 ? HILOCK_HOLD(a->rl) : HILOCK_HOLD(a->rw);
     int rc = i % 3 == 0   ? hilock_rlock_try_acquire(a->rl)
              : i % 3 == 1 ? hilock_rwlock_read_try_acquire(a->rw)
                           : hilock_rwlock_write_try_acquire(a->rw);
-    if (rc != HILOCK_EWRONGTYPE || hilock_hold_errcode(h) != rc ||
-        strstr(hilock_hold_errmsg(h), "WRONGTYPE") == NULL)
-      a->bad++;
+    check_failure(&a->f, h, rc, HILOCK_EWRONGTYPE, "WRONGTYPE");
   }
   return NULL;
 }
@@ -476,29 +474,17 @@ static void *fail_on_damaged(void *p) {
 static void shared_handles_fail_on_damaged_keys_per_thread(void **state) {
   hl_fixture *f = *state;
   damaged_arg a[FAILERS];
-  pthread_t t[FAILERS];
-  atomic_int go = 0;
   hilock_rlock *rl = NULL;
   hilock_rwlock *rw = NULL;
-  assert_hl_ok(hilock_rlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rl),
-               hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_rwlock_new(f->client, NAME, strlen(NAME), TTL_MS, &rw),
-               hilock_client_errmsg(f->client));
+  rl = hl_new_rlock(f->client, NAME, TTL_MS);
+  rw = hl_new_rwlock(f->client, NAME, TTL_MS);
   hl_redis_ok(f->redis, "SET hilock:{" NAME "}:rlock oops");
   hl_redis_ok(f->redis, "SET hilock:{" NAME "}:rw:writer oops");
-  for (int i = 0; i < FAILERS; i++) {
-    a[i] = (damaged_arg){rl, rw, &go, 0};
-    assert_int_equal(pthread_create(&t[i], NULL, fail_on_damaged, &a[i]), 0);
-  }
-  atomic_store(&go, 1);
-  for (int i = 0; i < FAILERS; i++) {
-    pthread_join(t[i], NULL);
-    assert_int_equal(a[i].bad, 0);
-  }
+  for (int i = 0; i < FAILERS; i++) a[i] = (damaged_arg){{0}, rl, rw};
+  run_failers(fail_on_damaged, a, sizeof(a[0]));
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_OK);
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rw)), HILOCK_OK);
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(rw));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(rw));
 }
 
 HL_FIXTURE_MAIN("hold",

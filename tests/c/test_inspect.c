@@ -87,8 +87,7 @@ static void lock_free_held_and_released(void **state) {
   assert_type(&i, HILOCK_TYPE_LOCK, "lock");
   assert_int_equal(i.ttl_ms, -1);
   H_OK(hilock_lock_release(s), HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(s));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(s));
 }
 
 static void rlock_reentered(void **state) {
@@ -207,10 +206,8 @@ static void waiters_in_line(void **state) {
   hl_waiter_join(&w[1]);
   assert_hl_ok(w[0].rc, "fair waiter");
   assert_hl_ok(w[1].rc, "sequential waiter");
-  hilock_hold_free(HILOCK_HOLD(fh));
-  hilock_hold_free(HILOCK_HOLD(fw));
-  hilock_hold_free(HILOCK_HOLD(sh));
-  hilock_hold_free(HILOCK_HOLD(sw));
+  hl_holds_free(HILOCK_HOLD(fh), HILOCK_HOLD(fw), HILOCK_HOLD(sh),
+                HILOCK_HOLD(sw));
   hilock_client_free(c2);
 }
 
@@ -248,9 +245,7 @@ static void segmented_and_multi_and_redlock(void **state) {
   H_OK(hilock_redlock_release(rl), HILOCK_HOLD(rl));
   H_OK(hilock_multi_lock_release(m), HILOCK_HOLD(m));
   H_OK(hilock_segmented_lock_release(g), HILOCK_HOLD(g));
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(m));
-  hilock_hold_free(HILOCK_HOLD(g));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(m), HILOCK_HOLD(g));
 }
 
 /* ## Force release ----------------------------------------------------------
@@ -334,8 +329,7 @@ static void force_release_wakes_waiter_and_holder_loses(void **state) {
                  row->what);
     assert_int_equal(owned, 0);
     assert_hl_rc(row->hv->release(h), HILOCK_ENOTOWNED, hilock_hold_errmsg(h));
-    hilock_hold_free(h);
-    hilock_hold_free(w);
+    hl_holds_free(h, w);
   }
   hilock_client_free(c2);
 }
@@ -387,8 +381,7 @@ static void fences_keep_increasing_after_force(void **state) {
   C_OK(hilock_client_force_release(f->client, "mono", 4, &deleted), f->client);
   assert_int_equal(deleted, 0);
   C_OK(hilock_client_force_release(f->client, "nothing", 7, NULL), f->client);
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(rw));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(rw));
 }
 
 /* ## Listing --------------------------------------------------------------- */
@@ -468,11 +461,8 @@ static void list_with_patterns(void **state) {
   got = walk(f->client, "a?:b", &n);
   assert_string_equal(got, "a}:b=lock ");
   free(got);
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(odd));
-  hilock_hold_free(HILOCK_HOLD(gone));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(rw), HILOCK_HOLD(s),
+                HILOCK_HOLD(odd), HILOCK_HOLD(gone));
 }
 
 static void list_many_names_each_once(void **state) {
@@ -668,8 +658,7 @@ static void cluster_inspect_force_and_list(void **state) {
   assert_int_equal(n, 0);
   free(got);
   for (int k = 0; k < 40; k++) hilock_hold_free(HILOCK_HOLD(l[k]));
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(fl));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(fl));
   hilock_client_free(c);
 }
 

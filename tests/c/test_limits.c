@@ -62,8 +62,7 @@ static void waits_past_any_clock(const kind *k, hilock_client *c) {
     pthread_join(t, NULL);
     assert_int_equal(l.rc, HILOCK_OK);
     assert_hl_ok(k->release(waiter), hilock_hold_errmsg(waiter));
-    hilock_hold_free(holder);
-    hilock_hold_free(waiter);
+    hl_holds_free(holder, waiter);
   }
 }
 

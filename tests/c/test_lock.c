@@ -109,8 +109,7 @@ static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
   assert_i64_between(hl_now_ms() - t0, 0, 2000); /* one try, no wait */
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void acquire_succeeds_once_holder_ttl_lapses(void **state) {
@@ -135,8 +134,7 @@ static void acquire_succeeds_once_holder_ttl_lapses(void **state) {
   /* When b's 200 ms TTL ends, not never; 2 s of room. */
   assert_i64_between(hl_now_ms() - t0, 100, 200 + 2000);
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Simple locks ---------------------------------------------------------- */
@@ -263,8 +261,7 @@ static void extend_of_someone_elses_lock_leaves_it_alone(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(b)), 1000, 2000);
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void extend_rejects_bad_durations(void **state) {
@@ -346,8 +343,7 @@ static void owned_and_locked_report_the_server_state(void **state) {
     assert_false(hilock_hold_held(HILOCK_HOLD(a)));
     assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(a), &locked), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_false(locked);
-    hilock_hold_free(HILOCK_HOLD(a));
-    hilock_hold_free(HILOCK_HOLD(b));
+    hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   }
 }
 
@@ -372,8 +368,7 @@ static void token_is_32_hex_chars_and_fresh_per_grant(void **state) {
   assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), hilock_hold_token(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void acquiring_twice_on_one_handle_is_einval(void **state) {

@@ -77,6 +77,23 @@ static void *server_sleep(void *arg) {
   return NULL;
 }
 
+/* Put the server to sleep for s->ms from a thread of its own (join it),
+ * and give it after_ms to fall asleep. */
+static pthread_t put_to_sleep(sleeper *s, int64_t after_ms) {
+  pthread_t st;
+  assert_int_equal(pthread_create(&st, NULL, server_sleep, s), 0);
+  hl_sleep_ms(after_ms);
+  return st;
+}
+
+/* A client on server whose commands time out after timeout_ms. */
+static hilock_client *client_timing_out(const hl_server *server,
+                                        int64_t timeout_ms) {
+  hilock_options o = hl_test_options();
+  o.command_timeout_ms = timeout_ms;
+  return hl_client(server->url, &o);
+}
+
 static void *race(void *arg) {
   racer *r = arg;
   atomic_store(&r->tid, (long)syscall(SYS_gettid));
@@ -126,8 +143,7 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
       if (op == OP_RENEWAL)
         assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                      hilock_hold_errmsg(HILOCK_HOLD(l)));
-      assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
-      hl_sleep_ms(20); /* the server is asleep now */
+      st = put_to_sleep(&s, 20); /* the server is asleep now */
       assert_int_equal(pthread_create(&t, NULL, race, &r), 0);
       while (!atomic_load(&r.started)) hl_sleep_ms(1);
       if (op != OP_RENEWAL) wait_inside(atomic_load(&r.tid));
@@ -140,8 +156,7 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
         fail_msg("op %d round %d: %d (%s)", op, i, r.rc,
                  op == OP_PING ? "ping" : hilock_hold_errmsg(HILOCK_HOLD(l)));
       if (op == OP_RENEWAL) assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
-      hilock_hold_free(HILOCK_HOLD(holder));
-      hilock_hold_free(HILOCK_HOLD(l));
+      hl_holds_free(HILOCK_HOLD(holder), HILOCK_HOLD(l));
     }
   }
 }
@@ -204,10 +219,8 @@ static void close_stops_renewal_and_releases_holds(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(s)));
   hilock_hold_free(HILOCK_HOLD(next));
   hilock_client_free(other);
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(fl));
-  hilock_hold_free(HILOCK_HOLD(rl));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(s), HILOCK_HOLD(fl),
+                HILOCK_HOLD(rl));
 }
 
 /* ## Redlock ------------------------------------------------------------------ */
@@ -263,6 +276,24 @@ static void unpause_and_wait_scripts(fixture *f, long long before, int n) {
   assert_true(scripts_run(f) - before >= n);
 }
 
+/* With the server's writes paused for PAUSE_MS, h's acquire with 800 ms to
+ * wait (v's) ends in HILOCK_ETIMEDOUT after 800 ms and the 250 ms slack,
+ * not the pause. The pause goes on; returns the scripts run before it (for
+ * unpause_and_wait_scripts). */
+static long long acquire_times_out_on_a_pause(fixture *f, hilock_hold *h,
+                                              const hl_verbs *v) {
+  long long before = scripts_run(f);
+  int64_t t0, took;
+  int rc;
+  hl_redis_ok(f->redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
+  t0 = hl_now_ms();
+  rc = v->acquire(h, 800);
+  took = hl_now_ms() - t0;
+  assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(h));
+  assert_i64_between(took, 700, PAUSED_MAX_MS);
+  return before;
+}
+
 static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
   hl_server s;
   hilock_options o;
@@ -294,27 +325,17 @@ static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
   fixture *f = *state;
   hilock_client *c = hl_client(f->server.url, NULL);
   hilock_lock *l = hl_new_lock(c, "paused", 10000), *other;
-  int64_t t0, took;
   long long before;
-  int rc;
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  before = scripts_run(f);
-  hl_redis_ok(f->redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
-  t0 = hl_now_ms();
-  rc = hilock_lock_acquire(l, 800);
-  took = hl_now_ms() - t0;
-  assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  before = acquire_times_out_on_a_pause(f, HILOCK_HOLD(l), &hl_lock_verbs);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "undone");
-  /* 800 ms and the 250 ms slack, not the pause (PAUSE_MS). */
-  assert_i64_between(took, 700, PAUSED_MAX_MS);
   assert_false(hilock_hold_held(HILOCK_HOLD(l)));
   /* Once unpaused the server runs the attempt, then its undo: free. */
   unpause_and_wait_scripts(f, before, 2);
   assert_false(hl_redis_exists(f->redis, "hilock:{paused}:lock", 20));
   other = hl_new_lock(c, "paused", 10000);
   assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
-  hilock_hold_free(HILOCK_HOLD(other));
-  hilock_hold_free(HILOCK_HOLD(l));
+  hl_holds_free(HILOCK_HOLD(other), HILOCK_HOLD(l));
   hilock_client_free(c);
 }
 
@@ -332,19 +353,12 @@ static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
     hilock_fair_lock *fl = kind == 0 ? hl_new_fair(c, "paused-q", 10000) : NULL;
     hilock_sequential_lock *sl = kind == 1 ? hl_new_seq(c, "paused-q", 10000) : NULL;
     hilock_hold *h = fl != NULL ? HILOCK_HOLD(fl) : HILOCK_HOLD(sl);
-    int64_t t0, took, waiters = -1;
+    int64_t waiters = -1;
     long long before;
     int rc;
-    before = scripts_run(f);
-    hl_redis_ok(f->redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
-    t0 = hl_now_ms();
-    rc = fl != NULL ? hilock_fair_lock_acquire(fl, 800)
-                    : hilock_sequential_lock_acquire(sl, 800);
-    took = hl_now_ms() - t0;
-    assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(h));
+    before = acquire_times_out_on_a_pause(
+        f, h, fl != NULL ? &hl_fair_verbs : &hl_seq_verbs);
     assert_substr(hilock_hold_errmsg(h), "undone");
-    /* 800 ms and the 250 ms slack, not the pause (PAUSE_MS). */
-    assert_i64_between(took, 700, PAUSED_MAX_MS);
     assert_false(hilock_hold_held(h));
     unpause_and_wait_scripts(f, before, 2);
     assert_hl_ok(fl != NULL ? hilock_fair_lock_waiters(fl, &waiters)
@@ -362,19 +376,10 @@ static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
   {
     /* Redisson's fair lock: its withdraw goes out behind the release. */
     hilock_rlock *rl = NULL;
-    int64_t t0, took;
     long long before;
-    int rc;
     assert_hl_ok(hilock_rlock_new_redisson_fair(c, "paused-r", 8, 10000, &rl),
                  hilock_client_errmsg(c));
-    before = scripts_run(f);
-    hl_redis_ok(f->redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
-    t0 = hl_now_ms();
-    rc = hilock_rlock_acquire(rl, 800);
-    took = hl_now_ms() - t0;
-    assert_hl_rc(rc, HILOCK_ETIMEDOUT, hilock_hold_errmsg(HILOCK_HOLD(rl)));
-    /* 800 ms and the 250 ms slack, not the pause (PAUSE_MS). */
-    assert_i64_between(took, 700, PAUSED_MAX_MS);
+    before = acquire_times_out_on_a_pause(f, HILOCK_HOLD(rl), &hl_rlock_verbs);
     unpause_and_wait_scripts(f, before, 2);
     assert_false(hl_redis_exists(f->redis, "paused-r", 8));
     assert_false(hl_redis_exists(f->redis, "redisson_lock_queue:{paused-r}", 30));
@@ -390,19 +395,14 @@ static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
 
 static void late_reply_grant_is_undone(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
   for (int retry = 0; retry < 2; retry++) {
-    hilock_client *c;
-    hilock_lock *l;
+    hilock_client *c = client_timing_out(&f->server, 400);
+    hilock_lock *l = hl_new_lock(c, retry ? "retry" : "gave-up", 10000);
     sleeper s = {&f->server, 1000};
     pthread_t st;
     int64_t t0;
-    o.command_timeout_ms = 400;
-    c = hl_client(f->server.url, &o);
-    l = hl_new_lock(c, retry ? "retry" : "gave-up", 10000);
     assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-    assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
-    hl_sleep_ms(50);
+    st = put_to_sleep(&s, 50);
     t0 = hl_now_ms();
     assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ETIMEDOUT,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -425,16 +425,13 @@ static void late_reply_grant_is_undone(void **state) {
 
 static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
-  hilock_client *c;
+  hilock_client *c = client_timing_out(&f->server, 300);
   hilock_semaphore *sem = NULL;
   hilock_multi_lock *m = NULL;
   const char *names[2] = {"{acct}:1", "{acct}:2"};
   sleeper s = {&f->server, 800};
   pthread_t st;
   long long fence;
-  o.command_timeout_ms = 300;
-  c = hl_client(f->server.url, &o);
   assert_hl_ok(hilock_semaphore_new(c, "late-sem", 8, 1, 10000, &sem),
                hilock_client_errmsg(c));
   assert_hl_ok(hilock_multi_lock_new(c, names, 2, 10000, &m),
@@ -447,8 +444,7 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   /* Ahead of the clock, the counter counts the grants. */
   hl_redis_ok(f->redis, "SET hilock:{{acct}:1}:fence %lld", HL_FENCE_AHEAD);
   fence = hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0");
-  assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
-  hl_sleep_ms(50);
+  st = put_to_sleep(&s, 50);
   assert_hl_rc(hilock_semaphore_try_acquire(sem), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(sem)));
   assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_ETIMEDOUT,
@@ -462,8 +458,7 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   assert_false(hl_redis_exists(f->redis, "hilock:{{acct}:2}:lock", 22));
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0"),
                    fence + 1);
-  hilock_hold_free(HILOCK_HOLD(sem));
-  hilock_hold_free(HILOCK_HOLD(m));
+  hl_holds_free(HILOCK_HOLD(sem), HILOCK_HOLD(m));
   hilock_client_free(c);
 }
 
@@ -471,21 +466,17 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
  * drops whichever segment holds the attempt's token. */
 static void late_reply_undo_covers_the_segmented_lock(void **state) {
   fixture *f = *state;
-  hilock_options o = hl_test_options();
-  hilock_client *c;
+  hilock_client *c = client_timing_out(&f->server, 300);
   hilock_segmented_lock *seg = NULL, *other = NULL;
   sleeper s = {&f->server, 800};
   pthread_t st;
-  o.command_timeout_ms = 300;
-  c = hl_client(f->server.url, &o);
   assert_hl_ok(hilock_segmented_lock_new(c, "late-seg", 8, 2, 10000, &seg),
                hilock_client_errmsg(c));
   /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
   assert_hl_ok(hilock_segmented_lock_try_acquire(seg),
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
   assert_hl_ok(hilock_segmented_lock_release(seg), hilock_hold_errmsg(HILOCK_HOLD(seg)));
-  assert_int_equal(pthread_create(&st, NULL, server_sleep, &s), 0);
-  hl_sleep_ms(50);
+  st = put_to_sleep(&s, 50);
   assert_hl_rc(hilock_segmented_lock_try_acquire(seg), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(seg)), "undone");
@@ -501,8 +492,7 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(other)));
   assert_hl_ok(hilock_segmented_lock_try_acquire(seg),
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
-  hilock_hold_free(HILOCK_HOLD(other));
-  hilock_hold_free(HILOCK_HOLD(seg));
+  hl_holds_free(HILOCK_HOLD(other), HILOCK_HOLD(seg));
   hilock_client_free(c);
 }
 

@@ -138,8 +138,7 @@ static void one_held_name_means_nothing_is_taken(void **state) {
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(m), &locked), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(locked);
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(m));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
 }
 
 static void single_lock_and_multi_lock_exclude_each_other(void **state) {
@@ -163,8 +162,7 @@ static void single_lock_and_multi_lock_exclude_each_other(void **state) {
   assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(hilock_multi_lock_fence(m, 1) > hilock_hold_fence(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(m));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
 }
 
 /* The acquire script, resent with the same token (a reply lost to a broken
@@ -346,8 +344,7 @@ static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
   /* Woken by the release, long before the holder's 10 s TTL. */
   assert_i64_between(w.t_end - w.t_start, 200, 3000);
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(m));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
 }
 
 static void wait_is_bounded_by_the_blocking_holders_ttl(void **state) {
@@ -372,8 +369,7 @@ static void wait_is_bounded_by_the_blocking_holders_ttl(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* At the 300 ms deadline, not the 10 s TTL; 1.7 s of room. */
   assert_i64_between(hl_now_ms() - t0, 250, 2000);
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(m));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
 }
 
 /* A multi-key waiter woken on a name it cannot use (another of its names is
@@ -406,10 +402,7 @@ static void a_useless_wake_up_is_handed_back(void **state) {
   hl_waiter_join(&wm);
   assert_hl_ok(wm.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  hilock_hold_free(HILOCK_HOLD(x));
-  hilock_hold_free(HILOCK_HOLD(y));
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(m));
+  hl_holds_free(HILOCK_HOLD(x), HILOCK_HOLD(y), HILOCK_HOLD(l), HILOCK_HOLD(m));
   hilock_client_free(c2);
 }
 
@@ -601,8 +594,7 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   assert_i64_between(hl_now_ms() - t0, 0, 800 + 2000);
   assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  hilock_hold_free(HILOCK_HOLD(l));
-  hilock_hold_free(HILOCK_HOLD(m));
+  hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
 }
 
 /* ## Limits, bad input, cluster ------------------------------------------- */

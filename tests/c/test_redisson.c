@@ -165,9 +165,7 @@ static void releases_publish_redisson_unlock_messages(void **state) {
   assert_hl_ok(hilock_rlock_release(wr), hilock_hold_errmsg(HILOCK_HOLD(wr)));
   expect_message(rw_sub, "redisson_rwlock:{rw}", "1");
   assert_false(hl_redis_exists(f->redis, "rw", 2));
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(rd));
-  hilock_hold_free(HILOCK_HOLD(wr));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(rd), HILOCK_HOLD(wr));
   redisFree(lock_sub);
   redisFree(rw_sub);
 }

@@ -61,6 +61,13 @@ static hilock_redlock *make(int64_t ttl_ms) {
   return rl;
 }
 
+/* A new Redlock of ttl_ms, taken (try_acquire). */
+static hilock_redlock *taken(int64_t ttl_ms) {
+  hilock_redlock *rl = make(ttl_ms);
+  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  return rl;
+}
+
 /* GET of the lock key on node i (malloc'd, NULL if absent). */
 static char *node_get(int i, const char *key) {
   redisContext *c = hl_redis_connect(&nodes[i]);
@@ -264,8 +271,7 @@ static void test_grant_sets_one_token_on_every_node(void **state) {
   /* Each node's new counter started at its own clock: larger, not +1. */
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
@@ -332,8 +338,7 @@ static void test_blocked_acquire_waits_its_bound_then_gets_it(void **state) {
   assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Node failures --------------------------------------------------------------- */
@@ -361,10 +366,9 @@ static void test_minority_down_still_acquires_and_releases(void **state) {
  * release still ends the grant everywhere it can reach, and that is a
  * majority: it succeeds. */
 static void test_release_after_the_majority_changed_succeeds(void **state) {
-  hilock_redlock *a = make(10000);
+  hilock_redlock *a = taken(10000);
   redisContext *c;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   c = hl_redis_connect(&nodes[2]); /* node 2 never had it */
   hl_redis_ok(c, "DEL %s", KEY);
   redisFree(c);
@@ -523,8 +527,7 @@ static void test_restart_without_persistence_grants_twice(void **state) {
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(b)) > 0);
   assert_true(hilock_hold_held(HILOCK_HOLD(a)) && hilock_hold_held(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void test_delayed_restart_prevents_the_second_grant(void **state) {
@@ -546,8 +549,7 @@ static void test_delayed_restart_prevents_the_second_grant(void **state) {
   assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
@@ -573,8 +575,7 @@ static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
   assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hl_server_stop(&nodes[2]);
   nodes[2].nextra = BASE_EXTRA;
   snprintf(cmd, sizeof(cmd), "rm -rf '%s/appendonlydir'", nodes[2].dir);
@@ -617,8 +618,7 @@ static void test_fence_increases_across_diverged_counters(void **state) {
   assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > HL_FENCE_AHEAD + 101);
   assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* Agreeing counters need no write-back: the majority already holds them. */
@@ -641,10 +641,9 @@ static void test_fence_from_agreeing_counters_is_consecutive(void **state) {
 /* ## Extension and renewal ----------------------------------------------------- */
 
 static void test_extend_counts_with_a_majority(void **state) {
-  hilock_redlock *a = make(2000);
+  hilock_redlock *a = taken(2000);
   int owned = 1;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_extend(a, 6000, 1), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(a)), 5000, 6000);
   assert_hl_ok(hilock_redlock_extend(a, 1000, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -674,10 +673,9 @@ static void test_extend_counts_with_a_majority(void **state) {
 }
 
 static void test_extend_without_a_majority_keeps_the_old_validity(void **state) {
-  hilock_redlock *a = make(3000);
+  hilock_redlock *a = taken(3000);
   int64_t before;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
   before = hilock_hold_validity_ms(HILOCK_HOLD(a));
   assert_hl_rc(hilock_redlock_extend(a, 20000, 1), HILOCK_ENOQUORUM,
@@ -695,10 +693,9 @@ static void test_extend_without_a_majority_keeps_the_old_validity(void **state) 
  * still succeeds, with the validity capped, and the microsecond arithmetic
  * of its timing check does not overflow (UBSan in the ASan build). */
 static void test_extend_with_absurd_node_ttls_is_capped(void **state) {
-  hilock_redlock *a = make(2000);
+  hilock_redlock *a = taken(2000);
   int64_t v;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   for (int i = 0; i < N; i++) {
     redisContext *c = hl_redis_connect(&nodes[i]);
     assert_int_equal(hl_redis_int(c, "PEXPIRE %s 90000000000000000", KEY), 1);
@@ -723,15 +720,28 @@ static void wait_lost_calls(int want) {
     hl_sleep_ms(5);
 }
 
-static void test_watchdog_renews_through_a_majority(void **state) {
-  hilock_redlock *a = make(600);
-  int64_t t0;
-  (void)state;
+/* A new Redlock of ttl_ms, renewed automatically (for max_hold_ms, 0:
+ * without end; its losses counted in lost_calls, reset here) and taken. */
+static hilock_redlock *renewed(int64_t ttl_ms, int64_t max_hold_ms) {
+  hilock_redlock *a = make(ttl_ms);
   lost_calls = 0;
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, hl_count_call,
-                                          &lost_calls),
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, max_hold_ms,
+                                          hl_count_call, &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  return a;
+}
+
+/* Wait (3 s at most) until a is lost; the time it took from t0. */
+static int64_t lost_after(hilock_redlock *a, int64_t t0) {
+  while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
+  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
+  return hl_now_ms() - t0;
+}
+
+static void test_watchdog_renews_through_a_majority(void **state) {
+  hilock_redlock *a = renewed(600, 0);
+  (void)state;
   hl_sleep_ms(1500); /* two and a half TTLs */
   assert_int_equal(nodes_with_key(), 5);
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
@@ -747,11 +757,8 @@ static void test_watchdog_renews_through_a_majority(void **state) {
     hl_redis_ok(c, "DEL %s", KEY);
     redisFree(c);
   }
-  t0 = hl_now_ms();
-  while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
-  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   /* Within the validity and a renewal, with room for a loaded machine. */
-  assert_i64_between(hl_now_ms() - t0, 0, 600 + 300 + 1500);
+  assert_i64_between(lost_after(a, hl_now_ms()), 0, 600 + 300 + 1500);
   wait_lost_calls(1);
   assert_int_equal(lost_calls, 1);
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
@@ -760,20 +767,11 @@ static void test_watchdog_renews_through_a_majority(void **state) {
 }
 
 static void test_max_hold_stops_renewing(void **state) {
-  hilock_redlock *a = make(400);
-  int64_t t0;
+  hilock_redlock *a = renewed(400, 700);
   (void)state;
-  lost_calls = 0;
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 700, hl_count_call,
-                                          &lost_calls),
-               hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  t0 = hl_now_ms();
-  while (!hilock_hold_lost(HILOCK_HOLD(a)) && hl_now_ms() - t0 < 3000) hl_sleep_ms(10);
-  assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   /* max_hold and one TTL, with room for a loaded machine; a hold renewed on
    * would never be lost. */
-  assert_i64_between(hl_now_ms() - t0, 700, 700 + 400 + 1500);
+  assert_i64_between(lost_after(a, hl_now_ms()), 700, 700 + 400 + 1500);
   wait_lost_calls(1);
   assert_int_equal(lost_calls, 1);
   hilock_hold_free(HILOCK_HOLD(a));
@@ -831,8 +829,7 @@ static void test_async_runner_serves_redlock(void **state) {
   assert_int_equal(d.status, HILOCK_ENOQUORUM);
   assert_true(d.errmsg[0] != '\0');
   hilock_async_free(a);
-  hilock_hold_free(HILOCK_HOLD(a1));
-  hilock_hold_free(HILOCK_HOLD(a2));
+  hl_holds_free(HILOCK_HOLD(a1), HILOCK_HOLD(a2));
 }
 
 int main(void) {

@@ -61,6 +61,13 @@ static void on_lost(void *arg) {
   }
 }
 
+/* l renewed automatically (its losses recorded in r) and acquired. */
+static void acquire_renewed(hilock_lock *l, lost_rec *r) {
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, r),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+}
+
 /* Wait up to timeout_ms for more than `seen` callbacks; returns the time of
  * the latest, or fails. */
 static int64_t wait_lost_after(lost_rec *r, int seen, int64_t timeout_ms) {
@@ -93,9 +100,7 @@ static void renewal_keeps_a_short_lock_alive(void **state) {
   int64_t t0;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
-               hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  acquire_renewed(l, &rec);
   t0 = hl_now_ms();
   /* The holder just sleeps, looking at the key every 50 ms for 3 TTLs. */
   while (hl_now_ms() - t0 < 4500) {
@@ -153,8 +158,7 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
                hilock_client_errmsg(f->client));
   assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(simple), 1, 0, NULL, NULL),
                HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(simple)));
-  hilock_hold_free(HILOCK_HOLD(simple));
-  hilock_hold_free(HILOCK_HOLD(l));
+  hl_holds_free(HILOCK_HOLD(simple), HILOCK_HOLD(l));
 }
 
 /* ## Cancellation ------------------------------------------------------------ */
@@ -167,9 +171,7 @@ static void release_cancels_renewal(void **state) {
   long long p1, p2;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, on_lost, &rec),
-               hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_lock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  acquire_renewed(a, &rec);
   hl_sleep_ms(250); /* renewals under way */
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(a)));
@@ -191,8 +193,7 @@ static void release_cancels_renewal(void **state) {
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(a)));
   assert_int_equal(script_calls(f), 0);
   assert_int_equal(atomic_load(&rec.calls), 0);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void free_with_renewal_registered_is_clean(void **state) {
@@ -202,9 +203,7 @@ static void free_with_renewal_registered_is_clean(void **state) {
   int64_t t0;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
-               hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  acquire_renewed(l, &rec);
   hl_sleep_ms(150);
   assert_true(hl_hold_exists(f->redis, HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l)); /* not released: renewal stops, the key lapses */
@@ -231,9 +230,7 @@ static void stolen_lock_is_reported_lost_once(void **state) {
   int owned = 1;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
-               hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  acquire_renewed(l, &rec);
   hl_sleep_ms(120);
   t_steal = hl_now_ms();
   hl_redis_ok(f->redis, "DEL %b", key, klen);
@@ -273,9 +270,7 @@ static void force_release_and_new_holder_is_detected(void **state) {
   int deleted = 0, owned = 0;
 
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, on_lost, &rec),
-               hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_lock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  acquire_renewed(a, &rec);
   hl_sleep_ms(50);
   t_steal = hl_now_ms();
   assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_hold_errmsg(HILOCK_HOLD(b)));
@@ -302,8 +297,7 @@ static void force_release_and_new_holder_is_detected(void **state) {
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(a)), 1, 300);
   assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(atomic_load(&rec.calls), 1);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(other);
 }
 
@@ -366,9 +360,7 @@ static void paused_server_makes_the_hold_lost(void **state) {
   c = hl_client(f->server.url, &o);
   l = hl_new_lock(c, "paused", 300);
   lost_rec_init(&rec);
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
-               hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  acquire_renewed(l, &rec);
   hl_sleep_ms(50);
   t_pause = hl_now_ms();
   hl_redis_ok(f->redis, "CLIENT PAUSE 6000 WRITE");
@@ -497,9 +489,7 @@ static void many_holds_are_all_kept_alive(void **state) {
                    hilock_client_errmsg(f->client));
     else
       l[i] = hl_new_lock(f->client, name, 300);
-    assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, on_lost, &rec),
-                 hilock_hold_errmsg(HILOCK_HOLD(l[i])));
-    assert_hl_ok(hilock_lock_acquire(l[i], 0), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    acquire_renewed(l[i], &rec);
   }
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(1000);
@@ -538,9 +528,7 @@ static void free_waits_for_a_running_callback(void **state) {
 
   lost_rec_init(&rec);
   rec.sleep_ms = 1000;
-  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
-               hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  acquire_renewed(l, &rec);
   hl_redis_ok(f->redis, "DEL %b", key, klen);
   deadline = hl_now_ms() + 300 + LOADED_MS; /* the next renewal finds it */
   while (!atomic_load(&rec.inside)) {
@@ -706,8 +694,7 @@ static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
   assert_false(hilock_hold_lost(HILOCK_HOLD(sem)));
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(sem)) > 0);
   for (int i = 0; i < NB; i++) hilock_hold_free(HILOCK_HOLD(l[i]));
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(sem));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(sem));
 }
 
 HL_FIXTURE_MAIN("renewal",

@@ -281,8 +281,7 @@ static void lapsed_reader_leaves_no_op_field(void **state) {
   assert_hl_ok(hilock_rwlock_read_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_rwlock_read_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(hl_redis_exists(f->redis, "hilock:{lapse}:rw:counts", 24));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(c2);
 }
 

@@ -154,20 +154,23 @@ static void start_other(other *o, hilock_rlock *rl, int no_try) {
   assert_int_equal(pthread_create(&o->thread, NULL, other_waits, o), 0);
 }
 
-/* This thread enters rl twice (a hold count of 2). */
-static void enter_twice(hilock_rlock *rl) {
+/* A new handle on name that this thread entered twice (a hold count of
+ * 2). */
+static hilock_rlock *entered_twice(hilock_client *c, const char *name,
+                                   int64_t ttl_ms) {
+  hilock_rlock *rl = hl_new_rlock(c, name, ttl_ms);
   for (int i = 0; i < 2; i++)
     assert_hl_ok(hilock_rlock_acquire(rl, 0),
                  hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  return rl;
 }
 
 static void other_thread_blocks_until_the_final_release(void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = hl_new_rlock(f->client, "blocking", 10000);
+  hilock_rlock *rl = entered_twice(f->client, "blocking", 10000);
   other o;
   int64_t t_rel;
 
-  enter_twice(rl);
   start_other(&o, rl, 0); /* the same handle: threads are separate owners */
   assert_true(hl_wait_waiters(f->redis, 1,
                                  3000));
@@ -209,13 +212,12 @@ static void *stranger_releases(void *arg) {
 static void release_from_a_non_holding_thread_changes_nothing(void **state) {
   fixture *f = *state;
   hilock_client *c2 = hl_client(f->server.url, NULL);
-  hilock_rlock *rl = hl_new_rlock(f->client, "strangers", 10000);
+  hilock_rlock *rl = entered_twice(f->client, "strangers", 10000);
   hilock_rlock *other_client = hl_new_rlock(c2, "strangers", 10000);
   hilock_rlock *handles[2] = {rl, other_client};
   char *before, *after;
   uint64_t fence;
 
-  enter_twice(rl);
   fence = hilock_hold_fence(HILOCK_HOLD(rl));
   assert_int_equal(only_owner(f, rl, &before), 2);
 
@@ -255,8 +257,7 @@ static void release_from_a_non_holding_thread_changes_nothing(void **state) {
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   free(before);
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(other_client));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(other_client));
   hilock_client_free(c2);
 }
 
@@ -407,11 +408,10 @@ static void reentry_refreshes_the_ttl(void **state) {
 
 static void lapsed_hold_lets_another_owner_in(void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = hl_new_rlock(f->client, "lapsed", 300);
+  hilock_rlock *rl = entered_twice(f->client, "lapsed", 300);
   other o;
   int64_t t0;
 
-  enter_twice(rl);
   t0 = hl_now_ms();
   start_other(&o, rl, 0);
   pthread_join(o.thread, NULL);
@@ -459,16 +459,14 @@ static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{fenced}:fence 0"),
                    (long long)hilock_hold_fence(HILOCK_HOLD(rl2)));
   assert_hl_ok(hilock_rlock_release(rl2), hilock_hold_errmsg(HILOCK_HOLD(rl2)));
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(rl2));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(rl2));
 }
 
 static void final_release_deletes_the_hash_and_leaves_one_wake_up(
     void **state) {
   fixture *f = *state;
-  hilock_rlock *rl = hl_new_rlock(f->client, "final", 10000);
+  hilock_rlock *rl = entered_twice(f->client, "final", 10000);
 
-  enter_twice(rl);
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{final}:wake"), 0);

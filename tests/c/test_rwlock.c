@@ -69,6 +69,14 @@ static int exists(fixture *f, const char *name, const char *role) {
   return hl_redis_int(f->redis, "EXISTS hilock:{%s}:rw:%s", name, role) > 0;
 }
 
+/* A handle on name (TTL 10 s) on each of the first three clients. */
+static void three_handles(fixture *f, const char *name, hilock_rwlock **a,
+                          hilock_rwlock **b, hilock_rwlock **c) {
+  *a = hl_new_rwlock(f->c[0], name, 10000);
+  *b = hl_new_rwlock(f->c[1], name, 10000);
+  *c = hl_new_rwlock(f->c[2], name, 10000);
+}
+
 static long long read_count(fixture *f, const char *name, hilock_client *c) {
   redisReply *r = hl_redis(f->redis, "HGET hilock:{%s}:rw:counts %s:%ld",
                            name, c->id, (long)gettid());
@@ -183,11 +191,10 @@ static void join_leftovers(void) {
 
 static void readers_share_and_writer_excludes(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "doc", 10000);
-  hilock_rwlock *r2 = hl_new_rwlock(f->c[1], "doc", 10000);
-  hilock_rwlock *w = hl_new_rwlock(f->c[2], "doc", 10000);
+  hilock_rwlock *r1, *r2, *w;
   int writer = -1;
 
+  three_handles(f, "doc", &r1, &r2, &w);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_try_acquire(r2), E(r2));
   assert_int_equal(zcard(f, "doc", "readers"), 2);
@@ -218,9 +225,7 @@ static void readers_share_and_writer_excludes(void **state) {
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(w)), 0);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(r2));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(r2), HILOCK_HOLD(w));
 }
 
 static void reads_reenter_and_count_down(void **state) {
@@ -256,8 +261,7 @@ static void reads_reenter_and_count_down(void **state) {
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(r)), HILOCK_ENOTOWNED);
   assert_hl_ok(hilock_rwlock_read_hold_count(r, &n), E(r));
   assert_int_equal(n, 0);
-  hilock_hold_free(HILOCK_HOLD(r));
-  hilock_hold_free(HILOCK_HOLD(same));
+  hl_holds_free(HILOCK_HOLD(r), HILOCK_HOLD(same));
 }
 
 static void writes_reenter_with_the_grants_fence(void **state) {
@@ -294,8 +298,7 @@ static void writes_reenter_with_the_grants_fence(void **state) {
                      hilock_hold_fence(HILOCK_HOLD(other)));
     free(v);
   }
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(other));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(other));
 }
 
 /* Count the commands the server receives from clients (not from scripts)
@@ -349,8 +352,7 @@ static void read_acquire_is_one_round_trip(void **state) {
   assert_int_equal(top_level_commands(f, try_read, rw, first, sizeof(first)),
                    1);
   assert_int_equal(zcard(f, "rt", "readers"), 2);
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(other));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(other));
 }
 
 /* ## Upgrade and downgrade ----------------------------------------------- */
@@ -382,19 +384,17 @@ static void upgrade_fails_at_once_with_edeadlk(void **state) {
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
   assert_hl_ok(hilock_rwlock_write_release(rw), E(rw));
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(same));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(same));
 }
 
 static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   fixture *f = *state;
-  hilock_rwlock *rw = hl_new_rwlock(f->c[0], "down", 10000);
-  hilock_rwlock *w2 = hl_new_rwlock(f->c[1], "down", 10000);
-  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "down", 10000);
+  hilock_rwlock *rw, *w2, *r3;
   int64_t t0, n = -1;
   int writer = -1;
   job *j;
 
+  three_handles(f, "down", &rw, &w2, &r3);
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), E(rw));
   j = start_job(w2, 1, 5000, 0);
   wait_intents(f, "down", 1);
@@ -434,20 +434,17 @@ static void downgrade_leaves_no_gap_for_a_waiting_writer(void **state) {
   assert_int_equal(zcard(f, "down", "readers"), 2);
   assert_hl_ok(hilock_rwlock_read_release(r3), E(r3));
   assert_hl_ok(hilock_rwlock_read_release(rw), E(rw));
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(w2));
-  hilock_hold_free(HILOCK_HOLD(r3));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(w2), HILOCK_HOLD(r3));
 }
 
 /* ## Writer preference and wake-ups --------------------------------------- */
 
 static void waiting_writer_holds_new_readers_back(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "pref", 10000);
-  hilock_rwlock *w = hl_new_rwlock(f->c[1], "pref", 10000);
-  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "pref", 10000);
+  hilock_rwlock *r1, *w, *r3;
   job *wj, *rj;
 
+  three_handles(f, "pref", &r1, &w, &r3);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   wj = start_job(w, 1, 5000, 100);
   wait_intents(f, "pref", 1);
@@ -470,18 +467,15 @@ static void waiting_writer_holds_new_readers_back(void **state) {
   assert_true(rj->t_granted >= wj->t_released);
   assert_i64_between(rj->t_granted - wj->t_released, 0, 500);
   assert_false(exists(f, "pref", "intents"));
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(r3));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(w), HILOCK_HOLD(r3));
 }
 
 static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "quit", 10000);
-  hilock_rwlock *w = hl_new_rwlock(f->c[1], "quit", 10000);
-  hilock_rwlock *r3 = hl_new_rwlock(f->c[2], "quit", 10000);
+  hilock_rwlock *r1, *w, *r3;
   job *wj, *rj;
 
+  three_handles(f, "quit", &r1, &w, &r3);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   wj = start_job(w, 1, 400, -1);
   wait_intents(f, "quit", 1);
@@ -496,9 +490,7 @@ static void writer_that_gives_up_withdraws_and_wakes_readers(void **state) {
   assert_i64_between(rj->t_granted - wj->t_granted, -50, 500);
   assert_false(exists(f, "quit", "intents"));
   assert_hl_ok(hilock_rwlock_read_release(r1), E(r1));
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(r3));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(w), HILOCK_HOLD(r3));
 }
 
 static void write_release_wakes_every_waiting_reader(void **state) {
@@ -540,12 +532,11 @@ static void write_release_wakes_every_waiting_reader(void **state) {
 
 static void last_reader_out_wakes_the_writer(void **state) {
   fixture *f = *state;
-  hilock_rwlock *r1 = hl_new_rwlock(f->c[0], "lastout", 10000);
-  hilock_rwlock *r2 = hl_new_rwlock(f->c[1], "lastout", 10000);
-  hilock_rwlock *w = hl_new_rwlock(f->c[2], "lastout", 10000);
+  hilock_rwlock *r1, *r2, *w;
   int64_t t_last;
   job *wj;
 
+  three_handles(f, "lastout", &r1, &r2, &w);
   assert_hl_ok(hilock_rwlock_read_try_acquire(r1), E(r1));
   assert_hl_ok(hilock_rwlock_read_try_acquire(r2), E(r2));
   wj = start_job(w, 1, 5000, 0);
@@ -560,9 +551,7 @@ static void last_reader_out_wakes_the_writer(void **state) {
   /* Woken by the release: its own bound was 10/3 s (intent refresh); 2 s
    * leaves room for a loaded machine. */
   assert_i64_between(wj->t_granted - t_last, 0, 2000);
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(r2));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(r2), HILOCK_HOLD(w));
 }
 
 /* Readers in a continuous stream: every moment some reader holds. A writer
@@ -805,8 +794,7 @@ static void dead_waiting_writer_holds_readers_back_for_one_ttl(void **state) {
   /* Refreshed every ttl/3 (200 ms), it lapses 400..600 ms after the kill. */
   assert_i64_between(waited, 250, 600 + 300);
   assert_int_equal(zcard(f, "ghost", "readers"), 2);
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(r2));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(r2));
 }
 
 static void crashed_writer_frees_within_ttl(void **state) {
@@ -842,8 +830,7 @@ static void reader_that_gives_up_withdraws(void **state) {
   assert_false(exists(f, "rquit", "waiting"));
   assert_hl_ok(hilock_rwlock_write_release(w), E(w));
   assert_false(exists(f, "rquit", "admitted"));
-  hilock_hold_free(HILOCK_HOLD(w));
-  hilock_hold_free(HILOCK_HOLD(r));
+  hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(r));
 }
 
 static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
@@ -876,8 +863,7 @@ static void dead_waiting_reader_delays_the_next_writer_one_ttl(void **state) {
   assert_hl_ok(wj->rc, E(w2));
   assert_i64_between(wj->t_granted - t_release, 250, 600 + 1500);
   assert_false(exists(f, "rghost", "admitted"));
-  hilock_hold_free(HILOCK_HOLD(w1));
-  hilock_hold_free(HILOCK_HOLD(w2));
+  hl_holds_free(HILOCK_HOLD(w1), HILOCK_HOLD(w2));
 }
 
 /* ## Renewal and loss ------------------------------------------------------ */

@@ -109,9 +109,7 @@ static void acquire_works_after_script_flush(void **state) {
   assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
   /* The held lock is still seen as held through the reloaded script. */
   assert_hl_rc(hilock_lock_try_acquire(a2), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(a2)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(a2));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(a2), HILOCK_HOLD(b));
 }
 
 static void release_and_extend_work_after_script_flush(void **state) {
@@ -147,8 +145,7 @@ static void acquire_works_after_server_restart(void **state) {
   f->redis = hl_redis_connect(&f->server);
   assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
   assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* Run a throwaway script through the internal runner. */

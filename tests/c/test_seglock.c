@@ -195,8 +195,7 @@ static void stock_init_splits_evenly(void **state) {
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(other)), "split into 3 segments");
   SEG_RC(hilock_segmented_lock_stock_set(other, 0, 1), HILOCK_EINVAL, other);
   assert_int_equal(segments_held(s), 0);
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(other));
+  hl_holds_free(HILOCK_HOLD(s), HILOCK_HOLD(other));
 }
 
 static void empty_segments_are_skipped(void **state) {
@@ -214,8 +213,7 @@ static void empty_segments_are_skipped(void **state) {
     SEG_RC(hilock_segmented_lock_try_acquire(b), HILOCK_BUSY, b);
     SEG_OK(hilock_segmented_lock_release(a), a);
   }
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void take_moves_stock_only_under_the_lock(void **state) {
@@ -273,8 +271,7 @@ static void take_moves_stock_only_under_the_lock(void **state) {
   SEG_RC(hilock_segmented_lock_take(t, 1, 0, &taken, &left), HILOCK_EINVAL, t);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(t)), "no stock");
   SEG_OK(hilock_segmented_lock_release(t), t);
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(t));
+  hl_holds_free(HILOCK_HOLD(s), HILOCK_HOLD(t));
 }
 
 /* ## Sold out ---------------------------------------------------------------- */
@@ -454,8 +451,7 @@ static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   SEG_OK(hilock_segmented_lock_try_acquire(o), o);
   SEG_RC(hilock_segmented_lock_release(s), HILOCK_ENOTOWNED, s);
   SEG_OK(hilock_segmented_lock_release(o), o);
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(o));
+  hl_holds_free(HILOCK_HOLD(s), HILOCK_HOLD(o));
 }
 
 /* ## Fork ------------------------------------------------------------------------ */
@@ -678,23 +674,24 @@ static void keys_follow_the_layout(void **state) {
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
+/* A try on damaged keys fails, and s holds no segment. */
+static void try_fails_closed(hilock_segmented_lock *s) {
+  assert_true(hilock_segmented_lock_try_acquire(s) < 0);
+  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
+  assert_int_equal(segments_held(s), 0);
+}
+
 static void damaged_keys_fail_closed(void **state) {
   fixture *f = *state;
   hilock_segmented_lock *s = hl_new_seg(f->client, "bad", 2, 1000);
   int rc;
 
   hl_redis_ok(f->redis, "HSET hilock:{bad}:seg:stock segments 2 0 abc 1 xyz");
-  rc = hilock_segmented_lock_try_acquire(s);
-  assert_true(rc < 0);
-  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
-  assert_int_equal(segments_held(s), 0);
+  try_fails_closed(s);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:stock");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:fence 7");
-  rc = hilock_segmented_lock_try_acquire(s);
-  assert_true(rc < 0);
-  assert_false(hilock_hold_held(HILOCK_HOLD(s)));
-  assert_int_equal(segments_held(s), 0);
+  try_fails_closed(s);
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:fence");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:stock 1");

@@ -119,8 +119,7 @@ static void permit_ids_are_fresh_per_grant(void **state) {
                           hilock_hold_token(HILOCK_HOLD(b)));
   assert_true(permit_score(f, "ids", hilock_hold_token(HILOCK_HOLD(a))) > 0);
   assert_int_equal(permit_score(f, "ids", first), -1);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void acquiring_twice_on_one_handle_is_einval(void **state) {
@@ -167,9 +166,7 @@ static void release_of_unknown_or_expired_permit_changes_nothing(void **state) {
   assert_true(wake_len(f, "rel") <= 1);
   SEM_OK(hilock_semaphore_release(other), other);
   SEM_RC(hilock_semaphore_release(other), HILOCK_ENOTOWNED, other);
-  hilock_hold_free(HILOCK_HOLD(never));
-  hilock_hold_free(HILOCK_HOLD(old));
-  hilock_hold_free(HILOCK_HOLD(other));
+  hl_holds_free(HILOCK_HOLD(never), HILOCK_HOLD(old), HILOCK_HOLD(other));
 }
 
 /* ## Waiting --------------------------------------------------------------- */
@@ -232,8 +229,7 @@ static void acquire_gives_busy_after_wait_ms(void **state) {
   /* Bounded by the wait, not the 10 s TTL (room for a loaded machine). */
   assert_i64_between(hl_now_ms() - t0, 290, 2000);
   SEM_RC(hilock_semaphore_acquire(b, -5), HILOCK_EINVAL, b);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* A waiter sleeps until the first permit expires, not in a polling loop:
@@ -254,8 +250,7 @@ static void waiting_does_not_poll(void **state) {
   blpops = hl_cmdstat_calls(f->redis, hl_wake_cmd());
   assert_i64_between(evals, 1, 2);
   assert_i64_between(blpops, 1, 2);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void waiter_wakes_when_the_first_permit_expires(void **state) {
@@ -275,9 +270,7 @@ static void waiter_wakes_when_the_first_permit_expires(void **state) {
   assert_true(owned(longp));
   assert_false(owned(shortp));
   assert_int_equal(zcard(f, "expiry"), 2);
-  hilock_hold_free(HILOCK_HOLD(shortp));
-  hilock_hold_free(HILOCK_HOLD(longp));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(shortp), HILOCK_HOLD(longp), HILOCK_HOLD(w));
 }
 
 /* ## Dead holders ------------------------------------------------------------ */
@@ -507,8 +500,7 @@ static void max_hold_lets_the_permit_lapse(void **state) {
   hl_sleep_ms(50);
   assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
   assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(s), HILOCK_HOLD(w));
 }
 
 /* ## Threads: never more than the limit inside --------------------------- */

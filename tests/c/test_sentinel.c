@@ -318,6 +318,15 @@ static hilock_client *client_for(const char *url, int wait_replicas) {
   return hl_client(url, &o);
 }
 
+/* A client on d's master whose grants wait for one replica's
+ * acknowledgement, 1 s at most (every refused step waits this long). */
+static hilock_client *replicated_client(const deploy *d) {
+  hilock_options o = hl_test_options();
+  o.wait_replicas = 1;
+  o.wait_timeout_ms = 1000;
+  return hl_client(d->master.url, &o);
+}
+
 static char *key_of(const char *name, const char *role, size_t *len) {
   size_t nl = strlen(name), rl = strlen(role);
   char *k = malloc(8 + nl + 2 + rl + 1);
@@ -555,8 +564,7 @@ static void failover_double_grant_without_wait(void **state) {
   /* The fence counter was not replicated either, yet the fence did not go
    * back: the new master's missing counter starts at its clock. */
   assert_true(hilock_hold_fence(HILOCK_HOLD(lb)) > hilock_hold_fence(HILOCK_HOLD(la)));
-  hilock_hold_free(HILOCK_HOLD(la));
-  hilock_hold_free(HILOCK_HOLD(lb));
+  hl_holds_free(HILOCK_HOLD(la), HILOCK_HOLD(lb));
   hilock_client_free(a);
   hilock_client_free(b);
   deploy_stop(&d);
@@ -599,8 +607,7 @@ static void wait_replicas_detects_the_lost_grant(void **state) {
   assert_hl_ok(hilock_lock_try_acquire(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
   assert_false(hilock_hold_held(HILOCK_HOLD(la))); /* one holder only */
   assert_hl_ok(hilock_lock_release(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
-  hilock_hold_free(HILOCK_HOLD(la));
-  hilock_hold_free(HILOCK_HOLD(lb));
+  hl_holds_free(HILOCK_HOLD(la), HILOCK_HOLD(lb));
   hilock_client_free(a);
   hilock_client_free(b);
   free(key);
@@ -612,13 +619,10 @@ static void wait_replicas_detects_the_lost_grant(void **state) {
 static void unacknowledged_renewals_lose_the_hold(void **state) {
   deploy d;
   int lost = 0;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   (void)state;
   deploy_start(&d, 0);
-  o.wait_replicas = 1;
-  o.wait_timeout_ms = 1000;
-  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  c = replicated_client(&d);
   hilock_lock *l = hl_new_lock(c, "renew", 1500);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_flag, &lost), "renew");
   assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -651,15 +655,12 @@ static void unacknowledged_renewals_lose_the_hold(void **state) {
 
 static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   deploy d;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   size_t klen;
   char *key;
   (void)state;
   deploy_start(&d, 0);
-  o.wait_replicas = 1;
-  o.wait_timeout_ms = 1000;
-  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  c = replicated_client(&d);
   hilock_rlock *rl = NULL;
   hilock_semaphore *s = NULL;
   hilock_fair_lock *fl = NULL;
@@ -708,9 +709,7 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   free(key);
   assert_false(hilock_hold_held(HILOCK_HOLD(fl)));
 
-  hilock_hold_free(HILOCK_HOLD(rl));
-  hilock_hold_free(HILOCK_HOLD(s));
-  hilock_hold_free(HILOCK_HOLD(fl));
+  hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(s), HILOCK_HOLD(fl));
   hilock_client_free(c);
   deploy_stop(&d);
 }
@@ -720,8 +719,7 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
  * held before stays), an unacknowledged extension does not count. */
 static void coordination_types_give_back_unacknowledged_grants(void **state) {
   deploy d;
-  hilock_options o = hl_test_options();
-  hilock_client *c = NULL;
+  hilock_client *c;
   const char *names[2] = {"fam-m:a", "fam-m:b"};
   int64_t n = 0, readers = -1;
   int writer = -1, locked = -1;
@@ -729,9 +727,7 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   char *key;
   (void)state;
   deploy_start(&d, 0);
-  o.wait_replicas = 1;
-  o.wait_timeout_ms = 1000; /* every refused step below waits this long */
-  assert_hl_ok(hilock_client_new(d.master.url, &o, &c), hilock_client_errmsg(c));
+  c = replicated_client(&d);
   hilock_rwlock *rw = NULL;
   hilock_multi_lock *m = NULL;
   hilock_sequential_lock *q = NULL;
@@ -834,10 +830,8 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   assert_hl_ok(hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
 
-  hilock_hold_free(HILOCK_HOLD(rw));
-  hilock_hold_free(HILOCK_HOLD(m));
-  hilock_hold_free(HILOCK_HOLD(q));
-  hilock_hold_free(HILOCK_HOLD(g));
+  hl_holds_free(HILOCK_HOLD(rw), HILOCK_HOLD(m), HILOCK_HOLD(q),
+                HILOCK_HOLD(g));
   hilock_client_free(c);
   deploy_stop(&d);
 }

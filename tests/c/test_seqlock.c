@@ -85,8 +85,7 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   /* Only the two counters remain: sequence and fence. */
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2);
   assert_int_equal(hl_redis_get_int(f->redis, "hilock:{basic}:seq:counter"), 2);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Processes ---------------------------------------------------------------- */
@@ -160,8 +159,7 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
   /* Nothing was granted to the dead one. */
   assert_int_equal(me.fence, HL_FENCE_AHEAD + 2);
   hl_q_assert_no_residue(f, "dead-pred");
-  hilock_hold_free(HILOCK_HOLD(holder));
-  hilock_hold_free(HILOCK_HOLD(w));
+  hl_holds_free(HILOCK_HOLD(holder), HILOCK_HOLD(w));
 }
 
 /* ## The script's own guarantees ------------------------------------------------ */

@@ -188,13 +188,9 @@ static void scripted_run_counts_exactly(void **state) {
                        s.hold.count + s.wait.sum_us,
                    0);
   assert_hl_ok(hilock_client_set_log(f->client, NULL, NULL), "");
-  hilock_hold_free(HILOCK_HOLD(a1));
-  hilock_hold_free(HILOCK_HOLD(a2));
-  hilock_hold_free(HILOCK_HOLD(b2));
-  hilock_hold_free(HILOCK_HOLD(as));
-  hilock_hold_free(HILOCK_HOLD(bs));
-  hilock_hold_free(HILOCK_HOLD(lost));
-  hilock_hold_free(HILOCK_HOLD(al));
+  hl_holds_free(HILOCK_HOLD(a1), HILOCK_HOLD(a2), HILOCK_HOLD(b2),
+                HILOCK_HOLD(as), HILOCK_HOLD(bs), HILOCK_HOLD(lost),
+                HILOCK_HOLD(al));
   hilock_client_free(other);
   pthread_mutex_destroy(&sink.mu);
 }
@@ -270,8 +266,7 @@ static void *hammer_main(void *arg) {
       }
     }
   }
-  hilock_hold_free(HILOCK_HOLD(lk));
-  hilock_hold_free(HILOCK_HOLD(rl));
+  hl_holds_free(HILOCK_HOLD(lk), HILOCK_HOLD(rl));
   return NULL;
 }
 
@@ -367,8 +362,7 @@ static void redlock_counts_on_its_handle(void **state) {
   assert_hl_ok(hilock_redlock_set_log(r2, NULL, NULL), "");
   /* The client's counters saw none of it. */
   assert_int_equal(stats_of(f->client).acquired, 0);
-  hilock_hold_free(HILOCK_HOLD(r1));
-  hilock_hold_free(HILOCK_HOLD(r2));
+  hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(r2));
 }
 
 /* ## Arguments ------------------------------------------------------------- */

@@ -113,6 +113,25 @@ static hilock_options with_ca(void) {
   return o;
 }
 
+/* A client on 127.0.0.1:port with o is refused with rc, and says msg
+ * (NULL: not checked). */
+static void refused(int port, hilock_options *o, int rc, const char *msg) {
+  hilock_client *c;
+  assert_hl_rc(tls_client("127.0.0.1", port, o, &c), rc,
+               hilock_client_errmsg(c));
+  if (msg != NULL) assert_substr(hilock_client_errmsg(c), msg);
+  hilock_client_free(c);
+}
+
+/* A client on host:port with o connects (and answers a PING if ping). */
+static void accepted(const char *host, int port, hilock_options *o,
+                     int ping) {
+  hilock_client *c;
+  assert_hl_ok(tls_client(host, port, o, &c), hilock_client_errmsg(c));
+  if (ping) assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
+  hilock_client_free(c);
+}
+
 static void a_trusted_ca_connects_and_a_lock_works(void **state) {
   hilock_options o = with_ca();
   hilock_client *c;
@@ -138,40 +157,25 @@ static void a_trusted_ca_connects_and_a_lock_works(void **state) {
   hilock_hold_free(HILOCK_HOLD(l));
   /* The DNS name in the certificate matches too. */
   hilock_client_free(c);
-  assert_hl_ok(tls_client("localhost", g.tls_port, &o, &c),
-               hilock_client_errmsg(c));
-  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  hilock_client_free(c);
+  accepted("localhost", g.tls_port, &o, 1);
 }
 
 static void an_untrusted_ca_is_ecert(void **state) {
   hilock_options o = hl_test_options();
-  hilock_client *c;
   (void)state;
-  assert_hl_rc(tls_client("127.0.0.1", g.tls_port, &o, &c), HILOCK_ECERT,
-               hilock_client_errmsg(c));
-  assert_substr(hilock_client_errmsg(c), "not accepted");
-  hilock_client_free(c);
+  refused(g.tls_port, &o, HILOCK_ECERT, "not accepted");
   /* Verification off: the caller's choice. */
   o.ssl_cert_reqs = HILOCK_SSL_CERT_NONE;
-  assert_hl_ok(tls_client("127.0.0.1", g.tls_port, &o, &c),
-               hilock_client_errmsg(c));
-  hilock_client_free(c);
+  accepted("127.0.0.1", g.tls_port, &o, 0);
 }
 
 static void a_name_mismatch_is_ecert_unless_the_check_is_off(void **state) {
   hilock_options o = with_ca();
-  hilock_client *c;
   (void)state;
   o.ssl_server_name = "other.example";
-  assert_hl_rc(tls_client("127.0.0.1", g.tls_port, &o, &c), HILOCK_ECERT,
-               hilock_client_errmsg(c));
-  assert_substr(hilock_client_errmsg(c), "mismatch");
-  hilock_client_free(c);
+  refused(g.tls_port, &o, HILOCK_ECERT, "mismatch");
   o.ssl_check_hostname = 0;
-  assert_hl_ok(tls_client("127.0.0.1", g.tls_port, &o, &c),
-               hilock_client_errmsg(c));
-  hilock_client_free(c);
+  accepted("127.0.0.1", g.tls_port, &o, 0);
 }
 
 static void mutual_tls_needs_a_client_certificate(void **state) {
@@ -184,33 +188,21 @@ static void mutual_tls_needs_a_client_certificate(void **state) {
   hilock_client_free(c);
   o.ssl_certfile = pki("client.crt");
   o.ssl_keyfile = pki("client.key");
-  assert_hl_ok(tls_client("127.0.0.1", g.mtls_port, &o, &c),
-               hilock_client_errmsg(c));
-  assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  hilock_client_free(c);
+  accepted("127.0.0.1", g.mtls_port, &o, 1);
 }
 
 static void bad_files_are_einval_at_creation(void **state) {
   hilock_options o = with_ca();
-  hilock_client *c;
   (void)state;
   o.ssl_ca_certs = "/nonexistent/ca.pem";
-  assert_hl_rc(tls_client("127.0.0.1", g.tls_port, &o, &c), HILOCK_EINVAL,
-               hilock_client_errmsg(c));
-  assert_substr(hilock_client_errmsg(c), "No such file");
-  hilock_client_free(c);
+  refused(g.tls_port, &o, HILOCK_EINVAL, "No such file");
   o = with_ca();
   o.ssl_certfile = pki("client.crt");
   o.ssl_keyfile = pki("ca.key"); /* not the certificate's key */
-  assert_hl_rc(tls_client("127.0.0.1", g.tls_port, &o, &c), HILOCK_EINVAL,
-               hilock_client_errmsg(c));
-  assert_substr(hilock_client_errmsg(c), "does not match");
-  hilock_client_free(c);
+  refused(g.tls_port, &o, HILOCK_EINVAL, "does not match");
   o = with_ca();
   o.ssl_cert_reqs = 7;
-  assert_hl_rc(tls_client("127.0.0.1", g.tls_port, &o, &c), HILOCK_EINVAL,
-               hilock_client_errmsg(c));
-  hilock_client_free(c);
+  refused(g.tls_port, &o, HILOCK_EINVAL, NULL);
 }
 
 static void a_plain_client_on_the_tls_port_fails_at_creation(void **state) {

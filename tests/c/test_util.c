@@ -575,6 +575,18 @@ HL_NEW_HOLD(hl_seq_new_hold, hilock_sequential_lock,
             hilock_sequential_lock_new(c, name, len, ttl_ms, X_OUT))
 #undef X_OUT
 
+#define HL_MAKE(fn, new_call)                                               \
+  hilock_hold *fn(hilock_client *c, const char *name, int64_t ttl_ms) {     \
+    return HILOCK_HOLD(new_call);                                           \
+  }
+HL_MAKE(hl_make_lock, hl_new_lock(c, name, ttl_ms))
+HL_MAKE(hl_make_simple, ((void)ttl_ms, hl_new_simple(c, name)))
+HL_MAKE(hl_make_rlock, hl_new_rlock(c, name, ttl_ms))
+HL_MAKE(hl_make_rwlock, hl_new_rwlock(c, name, ttl_ms))
+HL_MAKE(hl_make_fair, hl_new_fair(c, name, ttl_ms))
+HL_MAKE(hl_make_seq, hl_new_seq(c, name, ttl_ms))
+#undef HL_MAKE
+
 void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn) {
   static char big[HILOCK_NAME_MAX + 1];
   char sentinel, too_long[16];
@@ -597,6 +609,10 @@ void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn) {
     assert_substr(hilock_client_errmsg(c), bad[i].why);
     assert_null(h);
   }
+}
+
+void hl_holds_free_n(hilock_hold *const *h, size_t n) {
+  for (size_t i = 0; i < n; i++) hilock_hold_free(h[i]);
 }
 
 void hl_count_call(void *counter) {

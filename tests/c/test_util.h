@@ -203,6 +203,21 @@ hl_new_hold_fn hl_lock_new_hold, hl_lease_new_hold, hl_simple_new_hold,
  * one of HILOCK_NAME_MAX + 1 bytes, one that begins with '}'. */
 void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn);
 
+/* The hl_new_* above on the hold, for tables over families: a new handle
+ * on name, made or the test fails. The simple lock ignores ttl_ms. */
+typedef hilock_hold *hl_hold_maker(hilock_client *c, const char *name,
+                                   int64_t ttl_ms);
+hl_hold_maker hl_make_lock, hl_make_simple, hl_make_rlock, hl_make_rwlock,
+    hl_make_fair, hl_make_seq;
+
+/* hilock_hold_free of each hold given, in order (NULL is fine):
+ * hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b)). */
+#define hl_holds_free(...)                                                  \
+  hl_holds_free_n((hilock_hold *const[]){__VA_ARGS__},                      \
+                  sizeof((hilock_hold *const[]){__VA_ARGS__}) /             \
+                      sizeof(hilock_hold *))
+void hl_holds_free_n(hilock_hold *const *h, size_t n);
+
 /* A loss callback (hilock_lost_fn) that counts its calls in the atomic_int
  * at counter. */
 void hl_count_call(void *counter);

@@ -35,6 +35,15 @@ static long long wake_calls(fixture *f) {
   return hl_cmdstat_calls(f->redis, hl_wake_cmd());
 }
 
+/* The holder a releases (through v): w, waiting on b, is granted and
+ * releases, woken by the release (within LOADED_MS of it). */
+static void release_wakes(hl_waiter *w, hilock_hold *a, hilock_hold *b,
+                          const hl_verbs *v) {
+  assert_i64_between(hl_release_and_join(w, a, v), 0, LOADED_MS);
+  assert_hl_ok(w->rc, hilock_hold_errmsg(b));
+  assert_hl_ok(w->release_rc, hilock_hold_errmsg(b));
+}
+
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;
@@ -65,8 +74,7 @@ static void waiter_wakes_promptly_on_release(void **state) {
     /* Far below the holder's 10 s TTL, whatever the load. */
     assert_i64_between(lat[i], 0, LOADED_MS);
     assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-    hilock_hold_free(HILOCK_HOLD(a));
-    hilock_hold_free(HILOCK_HOLD(b));
+    hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   }
   qsort(lat, ROUNDS, sizeof(lat[0]), cmp_i64);
   /* A figure, not a bound: how fast is for the benchmarks. */
@@ -88,8 +96,7 @@ static void waiter_wakes_when_holder_key_expires(void **state) {
   assert_i64_between(took, 390, 400 + LOADED_MS);
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void waiter_wakes_by_ttl_after_plain_del(void **state) {
@@ -115,8 +122,7 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   assert_true(w.t_end >= t_del);
   assert_i64_between(w.t_end - t0, 150, 1000 + LOADED_MS);
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* For a child to hold until it is killed (hl_fork_holder): the lock
@@ -186,8 +192,7 @@ static void waiting_does_not_poll_the_server(void **state) {
   assert_i64_between(hl_cmdstat_calls(f->redis, "evalsha"), 2, 3);
   assert_i64_between(wake_calls(f), 1, 2);
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## One release, one waiter ----------------------------------------------- */
@@ -321,8 +326,7 @@ static void fractional_waits_are_honoured(void **state) {
   assert_i64_between(busy_wait_took(b, 1, 800), 0, 800);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Interruption and shutdown ---------------------------------------------- */
@@ -382,8 +386,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   assert_hl_ok(hilock_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
   assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(c);
 }
 
@@ -420,18 +423,13 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
   hilock_lock *a = hl_new_simple(f->client, "simple");
   hilock_lock *b = hl_new_simple(f->client, "simple");
   hl_waiter w;
-  int64_t took;
 
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_blocked(f, 1);
-  took = hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs);
   /* The holder has no TTL to bound the wait: only the wake-up helps. */
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(took, 0, LOADED_MS);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  release_wakes(&w, HILOCK_HOLD(a), HILOCK_HOLD(b), &hl_lock_verbs);
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void rlock_waiter_wakes_on_final_release(void **state) {
@@ -439,7 +437,6 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   hilock_rlock *a = hl_new_rlock(f->client, "reentrant", 10000);
   hilock_rlock *b = hl_new_rlock(f->client, "reentrant", 10000);
   hl_waiter w;
-  int64_t took;
 
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -454,13 +451,9 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   assert_int_equal(wake_calls(f), 0);
   assert_int_equal(hl_waiters(f->redis), 1);
 
-  took = hl_release_and_join(&w, HILOCK_HOLD(a), &hl_rlock_verbs);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_i64_between(took, 0, LOADED_MS);
+  release_wakes(&w, HILOCK_HOLD(a), HILOCK_HOLD(b), &hl_rlock_verbs);
   assert_false(hl_redis_exists(f->redis, "hilock:{reentrant}:rlock", 24));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* ## Direct waits ------------------------------------------------------------ */
@@ -491,10 +484,7 @@ static void handed_over(fixture *f, hilock_lock *a, hilock_lock *b,
   assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_split(f, blocked, shared);
-  assert_i64_between(hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs),
-                     0, LOADED_MS);
-  assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(w.release_rc, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  release_wakes(&w, HILOCK_HOLD(a), HILOCK_HOLD(b), &hl_lock_verbs);
 }
 
 /* A client's first waiter on a lock blocks in BLPOP on a connection of its
@@ -525,9 +515,7 @@ static void a_lone_waiter_waits_direct_the_next_shares(void **state) {
   hl_waiter_join(&wc);
   assert_hl_ok(wc.rc, hilock_hold_errmsg(HILOCK_HOLD(c)));
   hl_assert_holder(f->redis, HILOCK_HOLD(c));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(c));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b), HILOCK_HOLD(c));
 }
 
 /* A user the server refuses BLPOP: the wait goes on in the shared waiting
@@ -547,8 +535,7 @@ static void without_blpop_rights_waits_share_the_subscriber(void **state) {
   assert_hl_ok(hilock_client_new(url, &o, &nb), "client");
   b = hl_new_lock(nb, "refused", 10000);
   for (int round = 0; round < 2; round++) handed_over(f, a, b, 0, 1);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(nb);
   hl_redis_ok(f->redis, "ACL DELUSER noblpop");
 }
@@ -568,8 +555,7 @@ static void a_prefix_like_redissons_is_still_a_wake_list(void **state) {
   a = hl_new_lock(rc, "named", 10000);
   b = hl_new_lock(rc, "named", 10000);
   handed_over(f, a, b, 1, 0);
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(rc);
 }
 

@@ -703,15 +703,30 @@ def interrupted_queued_waiter(make: Callable[[str], Any], name: str) -> Tuple[An
     return holder, waiter
 
 
-def check_new_queue_lock(lk, cls: type, place: str) -> None:
-    """A queue lock as made with a TTL of 10 s: a cls (and a LockBase), the
-    heartbeat 5 s, renewed automatically, and no grant yet: no fence, no
-    place in the queue (the attribute named place) and no token."""
+def new_queue_locks(make: Callable[..., Any], name: str, cls: type,
+                    place: str) -> Tuple[Any, Any]:
+    """Two handles on the queue lock name, make(name, ttl=10.0, ...): a, as
+    made a cls (and a LockBase), the heartbeat 5 s, renewed automatically,
+    and no grant yet: no fence, no place in the queue (the attribute named
+    place) and no token; and b, whose acquire waits 0.2 s by default."""
     import hilock
 
+    lk = make(name, ttl=10.0)
+    other = make(name, ttl=10.0, timeout=0.2)
     assert isinstance(lk, cls) and isinstance(lk, hilock.LockBase)
     assert lk.ttl == 10.0 and lk.heartbeat == 5.0 and lk.auto_renew is True
     assert lk.fence is None and getattr(lk, place) is None and lk.token is None
+    return lk, other
+
+
+def check_default_timeout(lk) -> None:
+    """lk (made with a timeout of 0.2 s) on a lock another holds and renews:
+    acquire() gives up after that timeout."""
+    t0 = time.monotonic()
+    assert lk.acquire() is False  # the object's default timeout, 0.2 s
+    # Bounded by the timeout, not the holder's renewed hold; 2.5 s leaves
+    # room for a stalled, loaded machine.
+    assert 0.15 < time.monotonic() - t0 < 2.5
 
 
 def check_heartbeat(make: Callable[..., Any]) -> None:

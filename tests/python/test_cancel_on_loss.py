@@ -57,6 +57,23 @@ async def reached(event: asyncio.Event, task: asyncio.Future[Any]) -> None:
         raise AssertionError("the task ended before it got there")
 
 
+async def cancel_inside(c: hla.Client, name: str) -> None:
+    """task.cancel() of a body inside a block with the option on name: the
+    task ends with CancelledError."""
+    inside = asyncio.Event()
+
+    async def work() -> None:
+        async with c.lock(name, TTL, cancel_on_loss=True):
+            inside.set()
+            await not_cancelled()
+
+    t = asyncio.ensure_future(work())
+    await reached(inside, t)
+    t.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await t
+
+
 def chain(e: Optional[BaseException]) -> Iterator[BaseException]:
     """e and the exceptions it was raised from or while handling."""
     while e is not None:
@@ -211,18 +228,7 @@ def test_an_outside_cancel_stays_cancelled_error(rds, redis_url) -> None:
     """The application's task.cancel() of a body in a block with the option
     ends it with CancelledError, and the lock is released."""
     async def main(c: hla.Client) -> None:
-        inside = asyncio.Event()
-
-        async def work() -> None:
-            async with c.lock("col:out", TTL, cancel_on_loss=True):
-                inside.set()
-                await not_cancelled()
-
-        t = asyncio.ensure_future(work())
-        await reached(inside, t)
-        t.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await t
+        await cancel_inside(c, "col:out")
         assert rds.exists("hilock:{col:out}:lock") == 0
 
     run(redis_url, main)
@@ -443,18 +449,7 @@ def test_without_counted_cancels_a_flag_tells_the_loss_cancellation(
                     pass
 
     async def outside(c: hla.Client) -> None:
-        inside = asyncio.Event()
-
-        async def work() -> None:
-            async with c.lock("col:flag3", TTL, cancel_on_loss=True):
-                inside.set()
-                await not_cancelled()
-
-        t = asyncio.ensure_future(work())
-        await reached(inside, t)
-        t.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await t
+        await cancel_inside(c, "col:flag3")
 
     run(redis_url, main)
     run(redis_url, outside)

@@ -406,11 +406,32 @@ def _lose_one(relay: Relay, seen: List[str], verb: str, script: str, call: Any) 
         assert seen[n:] == [f"{verb}:{script}"]
 
 
+def _lost_acquire(relayed: Any, key: bytes, script: str, lk: Any, count: int) -> None:
+    """A non-blocking acquire of lk whose reply is lost, resent: granted,
+    and the hash at key counts count holds of one owner."""
+    relay, seen, r, _ = relayed
+    assert _lose_one(relay, seen, "acquire", script, lambda: lk.acquire(blocking=False))
+    assert list(_owner_fields(r, key).values()) == [count]
+
+
+def _lost_release(relayed: Any, key: bytes, script: str, lk: Any, count: int) -> None:
+    """A release of lk whose reply is lost, resent: count holds are left,
+    or with none left the key is gone and a further release is refused."""
+    relay, seen, r, _ = relayed
+    _lose_one(relay, seen, "release", script, lk.release)
+    if count:
+        assert list(_owner_fields(r, key).values()) == [count]
+        return
+    assert r.exists(key) == 0
+    with pytest.raises(hilock.LockNotOwnedError):
+        lk.release()
+
+
 def test_relay_lost_rwlock_replies_count_once(relayed: Any) -> None:
     """A read or write acquire or release whose reply is lost is resent and
     counts once: the server's hold counts are exact, the fence is the first
     run's, the last release reports success and leaves nothing behind."""
-    relay, seen, r, c = relayed
+    _, _, r, c = relayed
     warm = c.rwlock("warm", ttl=10)   # the relay learns the four scripts
     for side in (warm.write(), warm.read()):
         assert side.acquire(blocking=False)
@@ -420,35 +441,22 @@ def test_relay_lost_rwlock_replies_count_once(relayed: Any) -> None:
     wkey, ckey = b"hilock:{rwr}:rw:writer", b"hilock:{rwr}:rw:counts"
     r.set(b"hilock:{rwr}:fence", FENCE_AHEAD)   # counts the grants
 
-    assert _lose_one(relay, seen, "acquire", "rwlock_write_acquire",
-                     lambda: w.acquire(blocking=False))
-    assert list(_owner_fields(r, wkey).values()) == [1]
+    _lost_acquire(relayed, wkey, "rwlock_write_acquire", w, 1)
     fence = w.fence
     assert fence is not None and fence == int(r.get(b"hilock:{rwr}:fence"))
-    assert _lose_one(relay, seen, "acquire", "rwlock_write_acquire",
-                     lambda: w.acquire(blocking=False))
-    assert list(_owner_fields(r, wkey).values()) == [2] and w.fence == fence
+    _lost_acquire(relayed, wkey, "rwlock_write_acquire", w, 2)
+    assert w.fence == fence
     assert c.inspect("rwr").hold_count == 2
-    _lose_one(relay, seen, "release", "rwlock_write_release", w.release)
-    assert list(_owner_fields(r, wkey).values()) == [1]
-    _lose_one(relay, seen, "release", "rwlock_write_release", w.release)
-    assert r.exists(wkey) == 0
-    with pytest.raises(hilock.LockNotOwnedError):
-        w.release()
+    _lost_release(relayed, wkey, "rwlock_write_release", w, 1)
+    _lost_release(relayed, wkey, "rwlock_write_release", w, 0)
 
-    assert _lose_one(relay, seen, "acquire", "rwlock_read_acquire",
-                     lambda: rd.acquire(blocking=False))
-    assert list(_owner_fields(r, ckey).values()) == [1]
-    assert _lose_one(relay, seen, "acquire", "rwlock_read_acquire",
-                     lambda: rd.acquire(blocking=False))
-    assert list(_owner_fields(r, ckey).values()) == [2] and rd.hold_count() == 2
+    _lost_acquire(relayed, ckey, "rwlock_read_acquire", rd, 1)
+    _lost_acquire(relayed, ckey, "rwlock_read_acquire", rd, 2)
+    assert rd.hold_count() == 2
     assert _op_fields(r, ckey) == 1
-    _lose_one(relay, seen, "release", "rwlock_read_release", rd.release)
-    assert list(_owner_fields(r, ckey).values()) == [1]
-    _lose_one(relay, seen, "release", "rwlock_read_release", rd.release)
-    assert r.exists(ckey) == 0 and r.exists(b"hilock:{rwr}:rw:readers") == 0
-    with pytest.raises(hilock.LockNotOwnedError):
-        rd.release()
+    _lost_release(relayed, ckey, "rwlock_read_release", rd, 1)
+    _lost_release(relayed, ckey, "rwlock_read_release", rd, 0)
+    assert r.exists(b"hilock:{rwr}:rw:readers") == 0
 
     # No orphan level: the next acquire of either side is a first grant.
     assert w.acquire(blocking=False) and w.fence == fence + 1
@@ -461,7 +469,7 @@ def test_relay_lost_rwlock_replies_count_once(relayed: Any) -> None:
 
 def test_relay_lost_rlock_replies_count_once(relayed: Any) -> None:
     """The same for the reentrant lock."""
-    relay, seen, r, c = relayed
+    _, _, r, c = relayed
     warm = c.rlock("warm", ttl=10)
     assert warm.acquire(blocking=False)
     warm.release()
@@ -469,22 +477,16 @@ def test_relay_lost_rlock_replies_count_once(relayed: Any) -> None:
     key = b"hilock:{rlr}:rlock"
     r.set(b"hilock:{rlr}:fence", FENCE_AHEAD)   # counts the grants
 
-    assert _lose_one(relay, seen, "acquire", "rlock_acquire",
-                     lambda: rl.acquire(blocking=False))
-    assert list(_owner_fields(r, key).values()) == [1]
+    _lost_acquire(relayed, key, "rlock_acquire", rl, 1)
     fence = rl.fence
     assert fence is not None and fence == int(r.get(b"hilock:{rlr}:fence"))
     info = c.inspect("rlr")
     assert info.hold_count == 1 and not info.holder.endswith(":op")
-    assert _lose_one(relay, seen, "acquire", "rlock_acquire",
-                     lambda: rl.acquire(blocking=False))
-    assert list(_owner_fields(r, key).values()) == [2] and rl.fence == fence
-    _lose_one(relay, seen, "release", "rlock_release", rl.release)
-    assert list(_owner_fields(r, key).values()) == [1] and rl.hold_count() == 1
-    _lose_one(relay, seen, "release", "rlock_release", rl.release)
-    assert r.exists(key) == 0
-    with pytest.raises(hilock.LockNotOwnedError):
-        rl.release()
+    _lost_acquire(relayed, key, "rlock_acquire", rl, 2)
+    assert rl.fence == fence
+    _lost_release(relayed, key, "rlock_release", rl, 1)
+    assert rl.hold_count() == 1
+    _lost_release(relayed, key, "rlock_release", rl, 0)
     assert rl.acquire(blocking=False) and rl.fence == fence + 1
     assert list(_owner_fields(r, key).values()) == [1]
     rl.release()

@@ -283,12 +283,42 @@ def _side(kind: Kind, make: Maker) -> str:
     return "r" if kind.rw and make is _read else "x"
 
 
+def _hold_all(kind: Kind, c: hilock.Client, name: str) -> List[Any]:
+    """kind.limit holders of name on c, each granted (30 s TTL)."""
+    holders = [kind.holder(c, name, 30.0, None) for _ in range(kind.limit)]
+    for h in holders:
+        assert h.acquire(timeout=5)
+    return holders
+
+
 def _join(threads: List[threading.Thread], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     hung = [t.name for t in threads if t.is_alive()]
     assert not hung, f"{what}: {hung} still running {timeout} s later (a hang)"
+
+
+def _waiter(waiter: Any, got: List[float], error: Callable[[str], None],
+            released: Optional[Callable[[float], None]] = None) -> threading.Thread:
+    """A thread (not started) in which waiter acquires, waiting up to
+    TIMEOUT + 10 s: the time of the grant in got, then a release, after
+    which released(the time just before the release) runs; a timeout or an
+    error goes to error."""
+    def wait() -> None:
+        try:
+            if not waiter.acquire(timeout=TIMEOUT + 10):
+                error("the waiter timed out")
+                return
+            got.append(time.monotonic())
+            end = time.monotonic()
+            waiter.release()
+            if released is not None:
+                released(end)
+        except Exception as e:
+            error(f"waiter: {type(e).__name__}: {e}")
+
+    return threading.Thread(target=wait, name="waiter")
 
 
 # -- (a) acquired: contenders race while the slot moves --------------------------
@@ -408,20 +438,8 @@ def test_waiter_through_ask_and_moved(kind_name: str, mode: str, phases: str,
         waiter = kind.waiter(wc, name, 30.0, rec.on_lost)
         m = mig(name)
         got: List[float] = []
-
-        def wait() -> None:
-            try:
-                if not waiter.acquire(timeout=TIMEOUT + 10):
-                    rec.error("the waiter timed out")
-                    return
-                got.append(time.monotonic())
-                end = time.monotonic()
-                waiter.release()
-                rec.interval(_side(kind, kind.waiter), 99, got[0], end)
-            except Exception as e:
-                rec.error(f"waiter: {type(e).__name__}: {e}")
-
-        t = threading.Thread(target=wait, name="waiter")
+        t = _waiter(waiter, got, rec.error,
+                    lambda end: rec.interval(_side(kind, kind.waiter), 99, got[0], end))
         if wait_from == "before":
             t.start()
             wait_for(lambda: wc.waiting == 1 or rec.errors, 10, what="the waiter to wait")
@@ -551,9 +569,7 @@ def test_inspect_and_list_through_ask_and_moved(kind_name: str, cluster, mig,
     kind = KINDS[kind_name]
     name = fresh_name(f"d-{kind_name}")
     with cclient(cluster) as c, cclient(cluster) as hc:
-        holders = [kind.holder(hc, name, 30.0, None) for _ in range(kind.limit)]
-        for h in holders:
-            assert h.acquire(timeout=5)
+        holders = _hold_all(kind, hc, name)
         want = _view(c.inspect(name))
         assert want["held"]
         m = mig(name)
@@ -632,18 +648,7 @@ def test_direct_waiter_across_a_sentinel_failover(deployment, failover: str, end
         wait_for(lambda: replica.exists(key), 5, interval=0.005,
                  what="the grant to reach the replica")
         waiter = wc.lock("failover-wait", ttl=10.0)
-
-        def wait() -> None:
-            try:
-                if waiter.acquire(timeout=TIMEOUT + 10):
-                    got.append(time.monotonic())
-                    waiter.release()
-                else:
-                    errors.append("the waiter timed out")
-            except Exception as e:
-                errors.append(f"waiter: {type(e).__name__}: {e}")
-
-        t = threading.Thread(target=wait)
+        t = _waiter(waiter, got, errors.append)
         t.start()
         try:
             wait_for(lambda: _blpops(deployment.master.port) >= 1 or errors, 10,
@@ -705,20 +710,8 @@ def test_waiter_across_a_cluster_manual_failover(mode: str, cluster) -> None:
         wait_for(lambda: rr.exists(key), 5, interval=0.005,
                  what="the grant to reach the replica")
         waiter = wc.lock(name, ttl=30.0, on_lost=rec.on_lost)
-
-        def wait() -> None:
-            try:
-                if waiter.acquire(timeout=TIMEOUT + 10):
-                    got.append(time.monotonic())
-                    end = time.monotonic()
-                    waiter.release()
-                    rec.interval("x", 2, got[0], end)
-                else:
-                    rec.error("the waiter timed out")
-            except Exception as e:
-                rec.error(f"waiter: {type(e).__name__}: {e}")
-
-        t = threading.Thread(target=wait)
+        t = _waiter(waiter, got, rec.error,
+                    lambda end: rec.interval("x", 2, got[0], end))
         t.start()
         try:
             wait_for(lambda: wc.waiting == 1 or rec.errors, 10, what="the waiter to wait")
@@ -801,9 +794,7 @@ def test_a_timeout_that_ends_in_the_ask_phase_is_a_timeout(kind_name: str, clust
     kind = KINDS[kind_name]
     name = fresh_name(f"f-{kind_name}")
     with cclient(cluster) as hc, cclient(cluster) as c:
-        holders = [kind.holder(hc, name, 30.0, None) for _ in range(kind.limit)]
-        for h in holders:
-            assert h.acquire(timeout=5)
+        holders = _hold_all(kind, hc, name)
         m = mig(name)
         _split(m)
         lk = kind.waiter(c, name, 10.0, None)
