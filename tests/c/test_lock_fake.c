@@ -305,12 +305,17 @@ static void acquire_sends_keys_token_and_ttl(void **state) {
   assert_int_equal(fake.nsent, 1);
   assert_sent(0, "EVALSHA");
   assert_string_equal(fake.sent[0].argv[1], hilock__script_lock_acquire.sha);
-  assert_int_equal(fake.sent[0].argc, 7);
-  assert_string_equal(fake.sent[0].argv[2], "2");
+  /* Keys: the lock, its fence counter, its wake list and the lock-delay
+   * marker every grant checks; args: token, TTL, "w" (not woken). */
+  assert_int_equal(fake.sent[0].argc, 10);
+  assert_string_equal(fake.sent[0].argv[2], "4");
   assert_string_equal(fake.sent[0].argv[3], "hilock:{fake}:lock");
   assert_string_equal(fake.sent[0].argv[4], "hilock:{fake}:fence");
-  assert_string_equal(fake.sent[0].argv[5], hilock_hold_token(HILOCK_HOLD(f->lock)));
-  assert_string_equal(fake.sent[0].argv[6], "5000");
+  assert_string_equal(fake.sent[0].argv[5], "hilock:{fake}:wake");
+  assert_string_equal(fake.sent[0].argv[6], "hilock:{fake}:delay");
+  assert_string_equal(fake.sent[0].argv[7], hilock_hold_token(HILOCK_HOLD(f->lock)));
+  assert_string_equal(fake.sent[0].argv[8], "5000");
+  assert_string_equal(fake.sent[0].argv[9], "w");
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(f->lock)), 7);
   assert_true(hilock_hold_held(HILOCK_HOLD(f->lock)));
   assert_script_done();
