@@ -11,8 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
@@ -533,7 +534,6 @@ def test_killed_writer_keeps_writers_and_readers_out_for_the_delay(
             granted[what] = time.monotonic()
             side.release()
 
-    import threading
     threads = [threading.Thread(target=take, args=(rw.read(), "reader")),
                threading.Thread(target=take, args=(rw.write(), "writer"))]
     for t in threads:
@@ -613,3 +613,49 @@ def test_rwlock_lapsed_write_blocks_readers_and_writers_until_force_release(
         o.read().release()
     finally:
         other.close()
+
+
+def _delays_on_master(c: hilock.Client, cluster: Any, m: int) -> None:
+    node = cluster.conn(m)
+    try:
+        rl_name = cluster.name_on(m, "dl-rl-")
+        rw_name = cluster.name_on(m, "dl-rw-")
+        rl = c.rlock(rl_name, ttl=1, lock_delay=20)
+        rw = c.rwlock(rw_name, ttl=1, lock_delay=20)
+        assert rl.acquire(blocking=False) and rw.write().acquire(blocking=False)
+        t0 = time.monotonic()
+        # Held past the first TTL by renewals: the markers were pushed.
+        wait_for(lambda: time.monotonic() > t0 + 1.5, 5)
+        assert rl.owned() and rw.write().owned()
+        assert node.pttl(delay_key(rl_name)) > 20_000
+        assert node.pttl(delay_key(rw_name)) > 20_000
+        rl.release()
+        rw.write().release()
+        assert not node.exists(delay_key(rl_name))
+        assert not node.exists(delay_key(rw_name))
+        # A lapsed grant's marker holds the name back there too (another
+        # thread: another owner).
+        lapsing = c.rlock(rl_name, ttl=0.2, auto_renew=False, lock_delay=20)
+        assert lapsing.acquire(blocking=False)
+        wait_for(lambda: not node.exists(rlock_key(rl_name)), 10)
+        got: List[bool] = []
+        t = threading.Thread(target=lambda: got.append(
+            c.rlock(rl_name, ttl=5).acquire(blocking=False)))
+        t.start()
+        t.join(10)
+        assert got == [False]
+        assert c.force_release(rl_name)
+    finally:
+        node.close()
+
+
+def test_rlock_and_write_delays_on_a_cluster(cluster) -> None:
+    """The marker shares the lock's hash tag, so on a cluster it lives on the
+    slot's master with the lock: set there, pushed by the renewal thread's
+    per-slot batches, honoured and deleted there."""
+    c = hilock.Client(cluster.url, connect_timeout=1.0, command_timeout=5.0, reconnect=15.0)
+    try:
+        for m in cluster.masters():
+            _delays_on_master(c, cluster, m)
+    finally:
+        c.close()
