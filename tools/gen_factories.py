@@ -160,12 +160,16 @@ return Lock(self, name, LEASE, ttl, timeout, auto_renew, max_hold, on_lost,
         "rlock", (NAME, *HOLD, LOCK_DELAY, COMPAT), "RLock", "RLock",
         doc="""\
 A reentrant lock: reentrant per thread, like ``threading.RLock``.
+``lock_delay``: as for :meth:`lock`; the first entry's grant has it,
+and only the final release frees the lock at once.
 ``compat="redisson"``: Redisson's RLock of the same name, shared with
 Java services (``ttl`` is then the lease, Redisson's 30 s by
-default). Other arguments as for :meth:`lock`.""",
+default; no ``lock_delay``). Other arguments as for :meth:`lock`.""",
         body="""\
-no_lock_delay(lock_delay, "rlock")
-return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat)""",
+if check_compat(compat):
+    no_lock_delay(lock_delay, "rlock(compat='redisson')")
+return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat,
+             lock_delay=lock_delay)""",
         default_doc="A reentrant lock on the default client.",
         async_doc="""\
 A reentrant lock, as :meth:`hilock.Client.rlock`, owned by the
@@ -223,13 +227,17 @@ exclusive sides, reentrant per thread, with writer preference.
 ``ttl`` applies to every read and write hold; ``timeout``,
 ``auto_renew``, ``max_hold`` and ``on_lost`` (called with the side
 that lost its hold) apply to both sides, as for :meth:`lock`.
+``lock_delay``: as for :meth:`lock`, for write grants: after one ends
+without its release, neither writers nor readers are granted for that
+long (read holds take no delay).
 ``compat="redisson"``: Redisson's RReadWriteLock of the same name,
-shared with Java services (a :class:`RedissonRWLock`).""",
+shared with Java services (a :class:`RedissonRWLock`; no
+``lock_delay``).""",
         body="""\
-no_lock_delay(lock_delay, "rwlock")
 if check_compat(compat):
+    no_lock_delay(lock_delay, "rwlock(compat='redisson')")
     return RedissonRWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
-return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""",
+return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, lock_delay)""",
         default_doc="A read-write lock on the default client.",
         async_doc="""\
 A read-write lock, as :meth:`hilock.Client.rwlock`, whose owner

@@ -36,7 +36,7 @@ elseif ty == 'election' then
 elseif ty == 'redlock' then
   removed = redis.call('DEL', K.redlock)
 elseif ty == 'rlock' then
-  removed = redis.call('DEL', K.rlock)
+  removed = math.min(1, redis.call('DEL', K.rlock, K.delay))
   wake(K.wake, 1)
 elseif ty == 'semaphore' then
   local n = redis.call('ZCARD', K.permits)
@@ -60,7 +60,7 @@ elseif ty == 'rwlock' then
   local nw = redis.call('ZCARD', K.rw_intents)
   removed = math.min(1, redis.call('DEL', K.rw_writer, K.rw_readers,
                                    K.rw_counts, K.rw_intents, K.rw_waiting,
-                                   K.rw_admitted))
+                                   K.rw_admitted, K.delay))
   wake(K.rw_rwake, nr)
   wake(K.rw_wwake, nw)
 elseif ty == 'sequential_lock' then

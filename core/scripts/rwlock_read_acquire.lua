@@ -4,7 +4,8 @@
 -- writers zset {owner -> intent expiry}, KEYS[5] waiting readers zset
 -- {owner -> expiry}, KEYS[6] admitted readers zset {owner -> expiry}: the
 -- readers a write release let in ahead of the waiting writers, KEYS[7]
--- readers' wake list (only with ARGV[5]).
+-- readers' wake list (only with ARGV[5]), KEYS[8] the write side's
+-- lock-delay marker (optional).
 -- ARGV[1] owner (client id:thread id), ARGV[2] ttl in ms, ARGV[3] '1' if
 -- the caller will wait (a refusal then records or refreshes it as a
 -- waiting reader, admitted at the next write release), ARGV[4] the call's
@@ -12,7 +13,9 @@
 -- of its wake-ups when it is granted (a refused one leaves them to the
 -- readers let in).
 -- Returns {1, hold count} when granted, {0, ms until the blocker lapses}
--- when a writer holds it or waits (and this reader was not admitted).
+-- when a writer holds it or waits (and this reader was not admitted), or
+-- while a lost write grant's lock delay runs (a new reader only: a zombie
+-- writer may still be writing).
 -- Safe to resend: a grant records its nonce in KEYS[2] field '<owner>:op',
 -- and a resend that finds it there answers as the first run did.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
@@ -37,6 +40,12 @@ if writer and redis.call('HEXISTS', KEYS[3], me) == 0 then
   return refused(redis.call('PTTL', KEYS[3]))
 end
 local cur = redis.call('ZSCORE', KEYS[1], me)
+if not cur and not writer and KEYS[8] then
+  local delay = redis.call('PTTL', KEYS[8])
+  if delay > 0 then
+    return refused(delay)
+  end
+end
 -- A new reader queues behind a waiting writer unless a write release
 -- admitted it; a re-entry or the writer's own read (a downgrade) does not
 -- queue, or it would wait for itself.

@@ -6,9 +6,11 @@
 -- KEYS[1] writer hash, KEYS[2] readers zset, KEYS[3] read hold counts,
 -- KEYS[4] waiting writers zset, KEYS[5] waiting readers zset, KEYS[6]
 -- admitted readers zset, KEYS[7] readers' wake list, KEYS[8] writers' wake
--- list, KEYS[9] the owner's done marker. ARGV[1] owner, ARGV[2] the call's
--- nonce, ARGV[3] how long the done marker lives in ms, ARGV[4] (optional)
--- the nonce of an acquire to undo (see resend.lua).
+-- list, KEYS[9] the owner's done marker, KEYS[10] lock-delay marker
+-- (optional: the last leave deletes it, a release frees the name at once).
+-- ARGV[1] owner, ARGV[2] the call's nonce, ARGV[3] how long the done marker
+-- lives in ms, ARGV[4] (optional) the nonce of an acquire to undo (see
+-- resend.lua).
 -- Returns the remaining hold count (0: released), or -1 if this owner does
 -- not hold it, -2 if the acquire to undo did not apply (nothing changes).
 -- Safe to resend (see resend.lua): a resend answers as the first run did.
@@ -19,6 +21,9 @@
 local n, last = leave_level(KEYS[1], KEYS[9], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 if not last then
   return n
+end
+if KEYS[10] then
+  redis.call('DEL', KEYS[10])
 end
 local now = purge_readers(KEYS[2], KEYS[3])
 for i = 4, 6 do

@@ -21,6 +21,11 @@ struct hilock_rlock {
   char *key, *fkey, *wkey;
   size_t keylen, fkeylen, wkeylen;
   const hilock__rlock_layout *lay; /* hilock's keys and scripts, or Redisson's */
+  /* The lock-delay marker (hilock's own layout only, else NULL): every
+   * grant checks it, a first entry with a delay (the hold's) sets it, the
+   * last release deletes it. */
+  char *dkey;
+  size_t dkeylen;
   /* The nonce of the grant owner's release whose outcome is unknown (a
    * broken connection or a timeout), "" if none: its next release is that
    * release's retry and goes with the same nonce (own layout). */
@@ -76,10 +81,14 @@ int hilock__rlock_new_with(hilock_client *client, const char *name,
   rl->lay = lay;
   rl->key = lay->keys(&client->rt, name, namelen, &rl->fkey, &rl->fkeylen, &rl->wkey,
                       &rl->wkeylen, &rl->keylen);
-  if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL) {
+  if (lay == &own_layout)
+    rl->dkey = hilock__key(&client->rt, name, namelen, "delay", &rl->dkeylen);
+  if (rl->key == NULL || rl->fkey == NULL || rl->wkey == NULL ||
+      (lay == &own_layout && rl->dkey == NULL)) {
     free(rl->key);
     free(rl->fkey);
     free(rl->wkey);
+    free(rl->dkey);
     free(rl);
     return HILOCK_ENOMEM;
   }
@@ -108,17 +117,19 @@ static void fam_free(void *arg) {
   free(rl->key);
   free(rl->fkey);
   free(rl->wkey);
+  free(rl->dkey);
   free(rl);
 }
 
 static int attempt(void *arg, int64_t *pttl) {
   hilock_rlock *rl = arg;
-  char owner[sizeof(rl->h.owner)], ttl[24];
+  char owner[sizeof(rl->h.owner)], ttl[24], delay[24];
   size_t ownerlen = owner_of(rl, owner, sizeof(owner));
-  const char *keys[3] = {rl->key, rl->fkey, rl->wkey};
-  size_t keylens[3] = {rl->keylen, rl->fkeylen, rl->wkeylen};
-  const char *args[4] = {owner, ttl, "woken", "woken"};
-  size_t arglens[4] = {ownerlen, hilock__i64(ttl, rl->h.ttl_ms), 5, 5};
+  const char *keys[4] = {rl->key, rl->fkey, rl->wkey, rl->dkey};
+  size_t keylens[4] = {rl->keylen, rl->fkeylen, rl->wkeylen, rl->dkeylen};
+  const char *args[5] = {owner, ttl, "woken", "woken", delay};
+  size_t arglens[5] = {ownerlen, hilock__i64(ttl, rl->h.ttl_ms), 5, 5,
+                       hilock__i64(delay, rl->h.delay_ms)};
   /* Rung by a release: this attempt takes the wake-up (same round trip). */
   int woken = hilock__attempt_woken() == 2;
   int n = woken ? 3 : 2, nargs = n;
@@ -151,6 +162,13 @@ static int attempt(void *arg, int64_t *pttl) {
     nargs = woken ? 4 : 3;
     uarglens[3] = und.keeplen;
   }
+  if (rl->dkey != NULL) {
+    /* Every attempt checks the lock-delay marker (KEYS[4]), whatever its
+     * own delay; one with a delay sets it at a first entry (ARGV[5]). */
+    if (!woken) arglens[3] = 1; /* "w": not rung */
+    n = 4;
+    nargs = rl->h.delay_ms > 0 ? 5 : 4;
+  }
 
   /* A reply that does not come in time leaves a grant ambiguous: the same
    * socket then carries this owner's release, which gives back the level
@@ -163,9 +181,10 @@ static int attempt(void *arg, int64_t *pttl) {
    * failed without running (NOSCRIPT after a restart or a script flush;
    * the undo goes with its source), the undo would leave the level this
    * thread holds. */
-  const char *ukeys[3] = {rl->key, rl->wkey, und.done};
-  size_t ukeylens[3] = {rl->keylen, rl->wkeylen, und.donelen};
-  int un = rl->lay->resend ? 3 : 2, uargn = rl->lay->resend ? 5 : 2;
+  const char *ukeys[4] = {rl->key, rl->wkey, und.done, rl->dkey};
+  size_t ukeylens[4] = {rl->keylen, rl->wkeylen, und.donelen, rl->dkeylen};
+  int un = rl->dkey != NULL ? 4 : rl->lay->resend ? 3 : 2,
+      uargn = rl->lay->resend ? 5 : 2;
   hilock__undo u = {rl->lay->release, un, uargn, ukeys, ukeylens, uargs,
                     uarglens, rl->h.ttl_ms, NULL};
   /* A queued layout (Redisson's fair lock): the waiter's withdraw goes out
@@ -326,12 +345,13 @@ static int acquire_fn(void *x, int64_t wait_ms) {
  * client is closing; the owner's thread is not the caller). */
 static int drop_all(void *arg, hilock__err *e, redisReply **r) {
   hilock_rlock *rl = arg;
-  const char *keys[2] = {rl->key, rl->wkey};
-  size_t keylens[2] = {rl->keylen, rl->wkeylen};
+  const char *keys[3] = {rl->key, rl->wkey, rl->dkey};
+  size_t keylens[3] = {rl->keylen, rl->wkeylen, rl->dkeylen};
   const char *args[1] = {rl->h.owner};
   size_t arglens[1] = {rl->h.ownerlen};
-  return hilock__script_run(rl->h.client, e, rl->lay->drop, 2,
-                            keys, keylens, 1, args, arglens, r);
+  return hilock__script_run(rl->h.client, e, rl->lay->drop,
+                            rl->dkey != NULL ? 3 : 2, keys, keylens, 1, args,
+                            arglens, r);
 }
 
 /* One release call of the calling thread; with settle, the retry of the
@@ -340,8 +360,8 @@ static int drop_all(void *arg, hilock__err *e, redisReply **r) {
 static int release_call(hilock_rlock *rl, int retry) {
   char owner[sizeof(rl->h.owner)], ttl[24];
   size_t ownerlen;
-  const char *keys[3], *args[4];
-  size_t keylens[3], arglens[4];
+  const char *keys[4], *args[4];
+  size_t keylens[4], arglens[4];
   hilock__err e;
   redisReply *r = NULL;
   hilock__resend x;
@@ -400,6 +420,11 @@ static int release_call(hilock_rlock *rl, int retry) {
     arglens[3] = x.keeplen;
     nk = 3;
     na = 4;
+  }
+  if (rl->dkey != NULL) { /* the last release deletes a delay marker */
+    keys[3] = rl->dkey;
+    keylens[3] = rl->dkeylen;
+    nk = 4;
   }
   rc = hilock__script_run(rl->h.client, &e, rl->lay->release, nk,
                           keys, keylens, na, args, arglens, &r);
@@ -489,7 +514,23 @@ static int fam_owned(void *arg, int *owned) {
 }
 
 
+/* Lock delay: hilock's own layout; the hold's renewals push the marker. */
+static int set_delay_fn(void *x, int64_t delay_ms) {
+  hilock_rlock *rl = x;
+  int rc;
+  pthread_mutex_lock(rl->mu);
+  if (rl->dkey == NULL)
+    rc = hilock__set_err(&rl->h.err, HILOCK_ENOTSUP,
+                         "a Redisson-compatible lock has no lock delay");
+  else
+    rc = hilock__hold_set_delay(&rl->h, delay_ms, rl->dkey, rl->dkeylen);
+  if (rc != HILOCK_OK) keep_err(rl, &rl->h.err);
+  pthread_mutex_unlock(rl->mu);
+  return rc;
+}
+
 static const hilock__family family = {
     .name = "reentrant lock", .acquire = acquire_fn,
     .try_acquire = try_acquire_fn, .free = fam_free, .owned = fam_owned,
-    .acquire_spec = acquire_spec, .release = release_fn, .by_caller = 1};
+    .acquire_spec = acquire_spec, .release = release_fn,
+    .set_delay = set_delay_fn, .by_caller = 1};

@@ -53,6 +53,11 @@ struct hilock_rwlock {
   char *wkey, *rkey, *ckey, *ikey, *qkey, *akey, *fkey, *rwake, *wwake;
   size_t wkeylen, rkeylen, ckeylen, ikeylen, qkeylen, akeylen, fkeylen,
       rwakelen, wwakelen;
+  /* The write side's lock-delay marker (the delay is w's): every grant,
+   * read or write, checks it; a write grant with a delay sets it, write
+   * renewals push it, the last write release deletes it. */
+  char *dkey;
+  size_t dkeylen;
   /* A read hold renews the counts hash with the readers zset. */
   const char *renew_xkeys[1];
   size_t renew_xkeylens[1];
@@ -123,6 +128,7 @@ static void free_keys(hilock_rwlock *rw) {
   free(rw->fkey);
   free(rw->rwake);
   free(rw->wwake);
+  free(rw->dkey);
 }
 
 static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
@@ -143,10 +149,11 @@ static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
   rw->fkey = hilock__key(&client->rt, name, namelen, "fence", &rw->fkeylen);
   rw->rwake = hilock__key(&client->rt, name, namelen, "rw:rwake", &rw->rwakelen);
   rw->wwake = hilock__key(&client->rt, name, namelen, "rw:wwake", &rw->wwakelen);
+  rw->dkey = hilock__key(&client->rt, name, namelen, "delay", &rw->dkeylen);
   if (rw->wkey == NULL || rw->rkey == NULL || rw->ckey == NULL ||
       rw->ikey == NULL || rw->qkey == NULL || rw->akey == NULL ||
       rw->fkey == NULL || rw->rwake == NULL ||
-      rw->wwake == NULL) {
+      rw->wwake == NULL || rw->dkey == NULL) {
     free_keys(rw);
     free(rw);
     return HILOCK_ENOMEM;
@@ -190,14 +197,15 @@ static void fam_free(void *arg) {
 /* ## The release scripts, for an owner ------------------------------------ */
 
 /* Run a release script of one side for owner (nkeys keys, then the owner's
- * done marker of that side, named after keys[mark]); *r gets its integer
- * reply. Safe to resend: the call carries a nonce (lib/resend.lua): nonce
+ * done marker of that side, named after keys[mark], then tail unless it is
+ * NULL); *r gets its integer reply. Safe to resend: the call carries a nonce (lib/resend.lua): nonce
  * if it is set (the retry of a release whose outcome is unknown), else a
  * new one, written to nonce unless it is NULL. */
 static int run_release(hilock_rwlock *rw, hilock__err *e,
                        const hilock__script *s, int nkeys, const char **keys,
-                       size_t *keylens, int mark, const char *owner,
-                       size_t ownerlen, char *nonce, redisReply **r) {
+                       size_t *keylens, int mark, const char *tail,
+                       size_t taillen, const char *owner, size_t ownerlen,
+                       char *nonce, redisReply **r) {
   hilock__resend x;
   const char *args[3] = {owner, x.nonce, x.keep};
   size_t arglens[3] = {ownerlen, HILOCK__TOKEN_LEN, 0};
@@ -214,8 +222,12 @@ static int run_release(hilock_rwlock *rw, hilock__err *e,
   arglens[2] = x.keeplen;
   keys[nkeys] = x.done;
   keylens[nkeys] = x.donelen;
-  rc = hilock__script_run(rw->w.client, e, s, nkeys + 1, keys, keylens, 3,
-                          args, arglens, r);
+  if (tail != NULL) {
+    keys[nkeys + 1] = tail;
+    keylens[nkeys + 1] = taillen;
+  }
+  rc = hilock__script_run(rw->w.client, e, s, nkeys + (tail != NULL ? 2 : 1),
+                          keys, keylens, 3, args, arglens, r);
   hilock__resend_free(&x);
   if (rc == HILOCK_OK && (*r)->type != REDIS_REPLY_INTEGER) {
     freeReplyObject(*r);
@@ -255,18 +267,20 @@ static int run_read_release(hilock_rwlock *rw, hilock__err *e,
   size_t keylens[7];
   read_release_keys(rw, keys, keylens);
   return run_release(rw, e, &hilock__script_rwlock_read_release, 6, keys,
-                     keylens, 1, owner, ownerlen, nonce, r);
+                     keylens, 1, NULL, 0, owner, ownerlen, nonce, r);
 }
 
-/* Leave one level of owner's write hold: the remaining count, or -1. */
+/* Leave one level of owner's write hold: the remaining count, or -1. The
+ * last deletes the lock-delay marker. */
 static int run_write_release(hilock_rwlock *rw, hilock__err *e,
                              const char *owner, size_t ownerlen, char *nonce,
                              redisReply **r) {
-  const char *keys[9];
-  size_t keylens[9];
+  const char *keys[10];
+  size_t keylens[10];
   write_release_keys(rw, keys, keylens);
   return run_release(rw, e, &hilock__script_rwlock_write_release, 8, keys,
-                     keylens, 0, owner, ownerlen, nonce, r);
+                     keylens, 0, rw->dkey, rw->dkeylen, owner, ownerlen,
+                     nonce, r);
 }
 
 /* ## Acquiring --------------------------------------------------------- */
@@ -359,32 +373,36 @@ static void waiting(attempt_ctx *a, int64_t *pttl) {
   if (*pttl < 0 || *pttl > refresh) *pttl = refresh;
 }
 
-/* Run a side's acquire script: its six keys and then the side's wake
- * list, which goes with "woken" when a release rang this waiter (the
- * script takes the wake-up). With too few replicas acknowledging, *unacked
- * says so and the reply still tells whether it granted. If the reply does
- * not come in time, the grant (or re-entry) is ambiguous: the same socket
- * then carries the side's release for this owner (undo_s with its
- * undo_nkeys keys, room for one more: the done marker named after
- * undo_keys[mark]), which leaves the one level the attempt may have added
- * and changes nothing if it added none. Each carries a nonce of its own
- * (the undo must not pass for a resend of the acquire). */
+/* Run a side's acquire script: its six keys, the side's wake list, which
+ * goes with "woken" when a release rang this waiter (the script takes the
+ * wake-up), and the lock-delay marker, which every attempt checks (a write
+ * attempt, write, sets it if the handle has a delay: ARGV[6]). With too
+ * few replicas acknowledging, *unacked says so and the reply still tells
+ * whether it granted. If the reply does not come in time, the grant (or
+ * re-entry) is ambiguous: the same socket then carries the side's release
+ * for this owner (undo_s with its undo_nkeys keys, room for two more: the
+ * done marker named after undo_keys[mark], and for a write the lock-delay
+ * marker, which the last write release deletes), which leaves the one
+ * level the attempt may have added and changes nothing if it added none.
+ * Each carries a nonce of its own (the undo must not pass for a resend of
+ * the acquire). */
 static int run_attempt(attempt_ctx *a, const hilock__script *s,
                        const char **keys, const size_t *keylens,
                        const hilock__script *undo_s, int undo_nkeys,
                        const char **undo_keys, size_t *undo_keylens, int mark,
-                       hilock__err *unacked, redisReply **r) {
+                       int write, hilock__err *unacked, redisReply **r) {
   hilock_rwlock *rw = a->rw;
-  char ttl[24];
+  char ttl[24], delay[24];
   hilock__resend acq, und;
-  const char *args[5] = {a->owner, ttl, a->wait ? "1" : "0", acq.nonce,
-                         "woken"};
-  size_t arglens[5] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1,
-                       HILOCK__TOKEN_LEN, 5};
+  const char *args[6] = {a->owner, ttl, a->wait ? "1" : "0", acq.nonce,
+                         "woken", delay};
+  size_t arglens[6] = {a->ownerlen, hilock__i64(ttl, rw->ttl_ms), 1,
+                       HILOCK__TOKEN_LEN, 5, hilock__i64(delay, rw->w.delay_ms)};
   const char *uargs[4] = {a->owner, und.nonce, und.keep, acq.nonce};
   size_t uarglens[4] = {a->ownerlen, HILOCK__TOKEN_LEN, 0, HILOCK__TOKEN_LEN};
   int woken = hilock__attempt_woken() == 2;
-  hilock__undo undo = {undo_s, undo_nkeys + 1, 4, undo_keys, undo_keylens,
+  int nargs = write && rw->w.delay_ms > 0 ? 6 : 5, unkeys = undo_nkeys + 1;
+  hilock__undo undo = {undo_s, 0, 4, undo_keys, undo_keylens,
                        uargs, uarglens, rw->ttl_ms, NULL};
   und.done = NULL;
   if (hilock__resend_init(&acq, rw->w.client, &a->e, NULL, 0, NULL, 0) !=
@@ -399,14 +417,20 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
   uarglens[2] = und.keeplen;
   undo_keys[undo_nkeys] = und.done;
   undo_keylens[undo_nkeys] = und.donelen;
+  if (write) {
+    undo_keys[unkeys] = rw->dkey;
+    undo_keylens[unkeys++] = rw->dkeylen;
+  }
+  undo.nkeys = unkeys;
+  if (!woken) arglens[4] = 1; /* "w": not rung */
   /* A re-entry is undone too: the undo carries the attempt's nonce and
    * leaves a level only if the attempt ran (after a restart or a script
    * flush the attempt's EVALSHA fails without running, NOSCRIPT, while the
    * undo goes with its source: it then finds another last call and keeps
    * the level this thread holds). */
   const hilock__undo *outer = hilock__undo_arm(&undo);
-  int rc = hilock__script_run(rw->w.client, &a->e, s, woken ? 7 : 6, keys,
-                              keylens, woken ? 5 : 4, args, arglens, r);
+  int rc = hilock__script_run(rw->w.client, &a->e, s, 8, keys, keylens,
+                              nargs, args, arglens, r);
   hilock__undo_disarm(outer);
   *unacked = a->e;
   if (rc == HILOCK_EIO) {
@@ -418,9 +442,8 @@ static int run_attempt(attempt_ctx *a, const hilock__script *s,
     redisReply *ur = NULL;
     int64_t lift = hilock__call_lift(); /* never left half done */
     hilock__clear_err(&ue);
-    (void)hilock__script_run(rw->w.client, &ue, undo_s, undo_nkeys + 1,
-                             undo_keys, undo_keylens, 4, uargs, uarglens,
-                             &ur);
+    (void)hilock__script_run(rw->w.client, &ue, undo_s, unkeys, undo_keys,
+                             undo_keylens, 4, uargs, uarglens, &ur);
     if (ur != NULL) freeReplyObject(ur);
     hilock__call_end(lift);
   }
@@ -442,8 +465,8 @@ static int settle_attempt(attempt_ctx *a, int read) {
 static int side_attempt(attempt_ctx *a, int read, const char **keys,
                         const size_t *keylens, hilock__err *unacked,
                         redisReply **r) {
-  const char *ukeys[9];
-  size_t ukeylens[9];
+  const char *ukeys[10];
+  size_t ukeylens[10];
   int rc = settle_attempt(a, read);
   if (rc != HILOCK_OK) return rc;
   if (read)
@@ -456,7 +479,7 @@ static int side_attempt(attempt_ctx *a, int read, const char **keys,
       keys, keylens,
       read ? &hilock__script_rwlock_read_release
            : &hilock__script_rwlock_write_release,
-      read ? 6 : 8, ukeys, ukeylens, read, unacked, r);
+      read ? 6 : 8, ukeys, ukeylens, read, !read, unacked, r);
 }
 
 /* A waiter that stops waiting leaves its place with script s on keys (a
@@ -485,10 +508,10 @@ static int refused(attempt_ctx *a, int64_t ms, int64_t *pttl) {
 static int read_attempt(void *arg, int64_t *pttl) {
   attempt_ctx *a = arg;
   hilock_rwlock *rw = a->rw;
-  const char *keys[7] = {rw->rkey, rw->ckey, rw->wkey, rw->ikey,
-                         rw->qkey, rw->akey, rw->rwake};
-  size_t keylens[7] = {rw->rkeylen, rw->ckeylen, rw->wkeylen, rw->ikeylen,
-                       rw->qkeylen, rw->akeylen, rw->rwakelen};
+  const char *keys[8] = {rw->rkey, rw->ckey, rw->wkey, rw->ikey,
+                         rw->qkey, rw->akey, rw->rwake, rw->dkey};
+  size_t keylens[8] = {rw->rkeylen, rw->ckeylen, rw->wkeylen, rw->ikeylen,
+                       rw->qkeylen, rw->akeylen, rw->rwakelen, rw->dkeylen};
   int64_t start = hilock__now_us();
   hilock__err unacked;
   redisReply *r = NULL;
@@ -637,10 +660,10 @@ static int write_granted(attempt_ctx *a, int64_t start_us, uint64_t fence,
 static int write_attempt(void *arg, int64_t *pttl) {
   attempt_ctx *a = arg;
   hilock_rwlock *rw = a->rw;
-  const char *keys[7] = {rw->wkey, rw->rkey, rw->ckey, rw->ikey,
-                         rw->akey, rw->fkey, rw->wwake};
-  size_t keylens[7] = {rw->wkeylen, rw->rkeylen, rw->ckeylen, rw->ikeylen,
-                       rw->akeylen, rw->fkeylen, rw->wwakelen};
+  const char *keys[8] = {rw->wkey, rw->rkey, rw->ckey, rw->ikey,
+                         rw->akey, rw->fkey, rw->wwake, rw->dkey};
+  size_t keylens[8] = {rw->wkeylen, rw->rkeylen, rw->ckeylen, rw->ikeylen,
+                       rw->akeylen, rw->fkeylen, rw->wwakelen, rw->dkeylen};
   int64_t start = hilock__now_us();
   hilock__err unacked;
   redisReply *r = NULL;
@@ -1023,8 +1046,21 @@ static void write_spec(void *arg, hilock__acquire_spec *s) {
   if (hilock__rwlock_spec(arg, 0, s) != 0) s->arg = NULL;
 }
 
+/* Lock delay: a setting of the handle for its write grants (read holds
+ * take none); write renewals (the write hold's) push the marker. */
+static int set_delay_fn(void *x, int64_t delay_ms) {
+  hilock_rwlock *rw = x;
+  int rc;
+  pthread_mutex_lock(rw->mu);
+  rc = hilock__hold_set_delay(&rw->w, delay_ms, rw->dkey, rw->dkeylen);
+  if (rc != HILOCK_OK) keep_err(rw, &rw->w.err);
+  pthread_mutex_unlock(rw->mu);
+  return rc;
+}
+
 static const hilock__family family = {
     .name = "read-write lock", .acquire = acquire_fn,
     .try_acquire = try_acquire_fn,
     .free = fam_free, .owned = fam_owned, .locked = fam_locked,
-    .acquire_spec = write_spec, .release = release_fn, .by_caller = 1};
+    .acquire_spec = write_spec, .release = release_fn,
+    .set_delay = set_delay_fn, .by_caller = 1};

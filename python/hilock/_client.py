@@ -433,11 +433,15 @@ class Client(Uncopyable):
               on_lost: Optional[LostCallback[RLock]] = None, lock_delay: float = 0,
               compat: Optional[Compat] = None) -> RLock:
         """A reentrant lock: reentrant per thread, like ``threading.RLock``.
+        ``lock_delay``: as for :meth:`lock`; the first entry's grant has it,
+        and only the final release frees the lock at once.
         ``compat="redisson"``: Redisson's RLock of the same name, shared with
         Java services (``ttl`` is then the lease, Redisson's 30 s by
-        default). Other arguments as for :meth:`lock`."""
-        no_lock_delay(lock_delay, "rlock")
-        return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat)
+        default; no ``lock_delay``). Other arguments as for :meth:`lock`."""
+        if check_compat(compat):
+            no_lock_delay(lock_delay, "rlock(compat='redisson')")
+        return RLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, compat,
+                     lock_delay=lock_delay)
 
     def semaphore(self, name: Name, permits: int, ttl: float = 30.0,
                   timeout: Optional[float] = None, *, auto_renew: bool = True,
@@ -504,12 +508,16 @@ class Client(Uncopyable):
         ``ttl`` applies to every read and write hold; ``timeout``,
         ``auto_renew``, ``max_hold`` and ``on_lost`` (called with the side
         that lost its hold) apply to both sides, as for :meth:`lock`.
+        ``lock_delay``: as for :meth:`lock`, for write grants: after one ends
+        without its release, neither writers nor readers are granted for that
+        long (read holds take no delay).
         ``compat="redisson"``: Redisson's RReadWriteLock of the same name,
-        shared with Java services (a :class:`RedissonRWLock`)."""
-        no_lock_delay(lock_delay, "rwlock")
+        shared with Java services (a :class:`RedissonRWLock`; no
+        ``lock_delay``)."""
         if check_compat(compat):
+            no_lock_delay(lock_delay, "rwlock(compat='redisson')")
             return RedissonRWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
-        return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+        return RWLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost, lock_delay)
 
     def multi_lock(self, names: Iterable[Name], ttl: float = 30.0, timeout: Optional[float] = None,
                    *, auto_renew: bool = True, max_hold: Optional[float] = None,

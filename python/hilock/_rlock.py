@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from . import _green
 from . import _hilock as _h
 from ._base import LockBase, LostCallback
-from ._util import Compat, Name, check_compat, seconds_to_ms
+from ._util import Compat, Name, check_compat, delay_to_ms, seconds_to_ms
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -32,6 +32,10 @@ class RLock(LockBase):
     name (Java services; see the "Sharing locks with Java" page): the key is
     the name as given, releases wake Redisson's waiters and Redisson's
     releases wake this lock's; ``fence`` is None.
+
+    ``lock_delay``: after a grant ends without its final release (the
+    holder was killed or lost), the lock is granted to no one for that long
+    (see :meth:`Client.rlock`).
     """
 
     # The owner is the caller: under gevent or eventlet, the greenlet.
@@ -43,13 +47,23 @@ class RLock(LockBase):
     def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback[RLock]] = None,
-                 compat: Optional[Compat] = None, *, _side: Any = None) -> None:
+                 compat: Optional[Compat] = None, *, lock_delay: float = 0,
+                 _side: Any = None) -> None:
+        delay_ms = delay_to_ms(lock_delay)
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         # _side: a side of Redisson's read-write lock (RedissonRWLock), or
         # Redisson's fair lock (client.fair_lock(name, compat="redisson")).
         new = (_side if _side is not None else
                _h.hilock_rlock_new_redisson if check_compat(compat) else _h.hilock_rlock_new)
         self._setup(client._new(new, self._bname, seconds_to_ms(ttl, "ttl")))
+        if delay_ms:
+            _h.hilock_hold_set_lock_delay(self._h, delay_ms)
+
+    @property
+    def lock_delay(self) -> float:
+        """Seconds after a grant ends without its final release in which
+        the lock is granted to no one; 0: none (see :meth:`Client.rlock`)."""
+        return float(_h.hilock_hold_lock_delay_ms(self._h)) / 1000
 
     def release(self) -> None:
         """Leave once; the last release frees the lock and wakes a waiter.

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Union
 from . import _green, _notify
 from . import _hilock as _h
 from ._base import LockBase, LostCallback
-from ._util import Name, Uncopyable, name_bytes, seconds_to_ms
+from ._util import Name, Uncopyable, delay_to_ms, name_bytes, seconds_to_ms
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -153,14 +153,23 @@ class RWLock(Uncopyable):
     One object may be shared by threads; each thread is a separate owner
     (under gevent's or eventlet's patching, each greenlet). asyncio tasks
     of one event loop share a thread and so count as one owner.
+
+    ``lock_delay`` applies to write grants: after one ends without its
+    final release (the writer was killed or lost), neither writers nor
+    readers are granted for that long, since the lost writer may still be
+    writing. Read holds take no delay.
     """
 
     def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None) -> None:
+                 on_lost: Optional[LostCallback[Union[ReadLock, WriteLock]]] = None,
+                 lock_delay: float = 0) -> None:
         self._name = name
+        delay_ms = delay_to_ms(lock_delay)
         owner = _Handle(client._new(_h.hilock_rwlock_new, name_bytes(name),
                                          seconds_to_ms(ttl, "ttl")))
+        if delay_ms:
+            _h.hilock_hold_set_lock_delay(owner.h, delay_ms)
         self._read = ReadLock(owner, client, name, timeout, auto_renew, max_hold, on_lost)
         self._write = WriteLock(owner, client, name, timeout, auto_renew, max_hold, on_lost)
         self._owner = owner
@@ -180,6 +189,12 @@ class RWLock(Uncopyable):
     @property
     def name(self) -> Name:
         return self._name
+
+    @property
+    def lock_delay(self) -> float:
+        """Seconds after a write grant ends without its final release in
+        which the lock is granted to no one, reader or writer; 0: none."""
+        return float(_h.hilock_hold_lock_delay_ms(self._owner.h)) / 1000
 
     @property
     def ttl(self) -> float:

@@ -123,9 +123,161 @@ static void multi_key_markers_follow_grant_extension_and_release(void **state) {
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
+/* ## Reentrant lock and read-write lock (the write side) ----------------- */
+
+#define RKEY(n) "hilock:{" n "}:rlock"
+#define WKEY(n) "hilock:{" n "}:rw:writer"
+#define RDKEY(n) "hilock:{" n "}:rw:readers"
+
+static int set_delay(void *handle, int64_t ms) {
+  return hilock_hold_set_lock_delay((hilock_hold *)handle, ms);
+}
+
+static void rlock_marker_follows_first_entry_renewal_and_final_release(
+    void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = hl_new_rlock(f->client, "r", 1000);
+  hilock_client *c2 = hl_client(f->server.url, NULL);
+  hilock_rlock *other = hl_new_rlock(c2, "r", 5000);
+  int64_t t0;
+  assert_int_equal(hilock_hold_lock_delay_ms(HILOCK_HOLD(rl)), 0);
+  assert_hl_ok(set_delay(rl, 10000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_int_equal(hilock_hold_lock_delay_ms(HILOCK_HOLD(rl)), 10000);
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_true(pttl(f, DKEY("r")) > 10000 && pttl(f, DKEY("r")) <= 11000);
+  /* Set while held: refused, the delay stays. */
+  assert_int_equal(set_delay(rl, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_lock_delay_ms(HILOCK_HOLD(rl)), 10000);
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  /* Held past its first TTL by the renewal thread (every 1/3 s): a marker
+   * not pushed along would have less than 10 s left now. */
+  while (hl_now_ms() < t0 + 1500) hl_sleep_ms(20);
+  assert_true(hl_redis_exists(f->redis, RKEY("r"), strlen(RKEY("r"))));
+  assert_true(pttl(f, DKEY("r")) > 10000);
+  /* One release of two: still held, the marker stays. */
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_true(pttl(f, DKEY("r")) > 10000);
+  assert_int_equal(hilock_rlock_try_acquire(other), HILOCK_BUSY);
+  /* The final release frees the name at once. */
+  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_false(hl_redis_exists(f->redis, DKEY("r"), strlen(DKEY("r"))));
+  assert_hl_ok(hilock_rlock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  assert_false(hl_redis_exists(f->redis, DKEY("r"), strlen(DKEY("r"))));
+  assert_hl_ok(hilock_rlock_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(other));
+  hilock_client_free(c2);
+}
+
+static void rlock_lapsed_grant_keeps_the_name_for_the_delay(void **state) {
+  fixture *f = *state;
+  hilock_rlock *rl = hl_new_rlock(f->client, "r", 20);
+  hilock_client *c2 = hl_client(f->server.url, NULL);
+  hilock_rlock *plain = hl_new_rlock(c2, "r", 5000);
+  hilock_rlock *redisson = NULL;
+  hilock_lock_info info;
+  assert_hl_ok(set_delay(rl, 20000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  while (hl_redis_exists(f->redis, RKEY("r"), strlen(RKEY("r")))) hl_sleep_ms(5);
+  /* Another owner without a delay of its own: refused. */
+  assert_int_equal(hilock_rlock_try_acquire(plain), HILOCK_BUSY);
+  assert_hl_ok(hilock_client_inspect(f->client, "r", 1, &info),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(info.held, 0);
+  assert_int_equal(info.delay_ms, 20000);
+  assert_true(info.delay_left_ms > 0 && info.delay_left_ms <= 20020);
+  /* An operator's forced release ends the delay. */
+  assert_hl_ok(hilock_client_force_release(f->client, "r", 1, NULL),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_rlock_try_acquire(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  assert_hl_ok(hilock_rlock_release(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  /* A Redisson-compatible lock has none. */
+  assert_hl_ok(hilock_rlock_new_redisson(f->client, "r", 1, 5000, &redisson),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(set_delay(redisson, 1000), HILOCK_ENOTSUP);
+  assert_int_equal(set_delay(rl, -1), HILOCK_EINVAL);
+  hilock_hold_free(HILOCK_HOLD(redisson));
+  hilock_hold_free(HILOCK_HOLD(rl));
+  hilock_hold_free(HILOCK_HOLD(plain));
+  hilock_client_free(c2);
+}
+
+static void rwlock_write_marker_follows_grant_renewal_and_release(
+    void **state) {
+  fixture *f = *state;
+  hilock_rwlock *rw = hl_new_rwlock(f->client, "w", 1000);
+  hilock_client *c2 = hl_client(f->server.url, NULL);
+  hilock_rwlock *other = hl_new_rwlock(c2, "w", 5000);
+  int64_t t0;
+  assert_hl_ok(set_delay(rw, 10000), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_int_equal(hilock_hold_lock_delay_ms(HILOCK_HOLD(rw)), 10000);
+  /* A read hold takes no delay: no marker. */
+  assert_hl_ok(hilock_rwlock_read_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_false(hl_redis_exists(f->redis, DKEY("w"), strlen(DKEY("w"))));
+  assert_hl_ok(hilock_rwlock_read_release(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rw), 1, 0, NULL, NULL),
+               hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  t0 = hl_now_ms();
+  assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_true(pttl(f, DKEY("w")) > 10000 && pttl(f, DKEY("w")) <= 11000);
+  assert_int_equal(set_delay(rw, 0), HILOCK_EINVAL);
+  assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  /* Renewed past its first TTL: the marker was pushed along. */
+  while (hl_now_ms() < t0 + 1500) hl_sleep_ms(20);
+  assert_true(hl_redis_exists(f->redis, WKEY("w"), strlen(WKEY("w"))));
+  assert_true(pttl(f, DKEY("w")) > 10000);
+  assert_hl_ok(hilock_rwlock_write_release(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_true(pttl(f, DKEY("w")) > 10000);
+  assert_hl_ok(hilock_rwlock_write_release(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  assert_false(hl_redis_exists(f->redis, DKEY("w"), strlen(DKEY("w"))));
+  /* Released: the next writer and reader are granted at once. */
+  assert_hl_ok(hilock_rwlock_write_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  assert_hl_ok(hilock_rwlock_write_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  assert_hl_ok(hilock_rwlock_read_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  assert_hl_ok(hilock_rwlock_read_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  hilock_hold_free(HILOCK_HOLD(rw));
+  hilock_hold_free(HILOCK_HOLD(other));
+  hilock_client_free(c2);
+}
+
+static void rwlock_lapsed_write_keeps_writers_and_readers_out(void **state) {
+  fixture *f = *state;
+  hilock_rwlock *rw = hl_new_rwlock(f->client, "w", 20);
+  hilock_client *c2 = hl_client(f->server.url, NULL);
+  hilock_rwlock *plain = hl_new_rwlock(c2, "w", 5000);
+  assert_hl_ok(set_delay(rw, 20000), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  /* A lapsed read grant leaves no marker. */
+  assert_hl_ok(hilock_rwlock_read_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  while (hl_redis_exists(f->redis, RDKEY("w"), strlen(RDKEY("w")))) hl_sleep_ms(5);
+  assert_false(hl_redis_exists(f->redis, DKEY("w"), strlen(DKEY("w"))));
+  assert_hl_ok(hilock_rwlock_write_try_acquire(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  assert_hl_ok(hilock_rwlock_write_release(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  /* A lapsed write grant: neither a writer nor a reader without a delay
+   * of its own is granted. */
+  assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
+  while (hl_redis_exists(f->redis, WKEY("w"), strlen(WKEY("w")))) hl_sleep_ms(5);
+  assert_int_equal(hilock_rwlock_write_try_acquire(plain), HILOCK_BUSY);
+  assert_int_equal(hilock_rwlock_read_try_acquire(plain), HILOCK_BUSY);
+  assert_true(pttl(f, DKEY("w")) > 0);
+  assert_hl_ok(hilock_client_force_release(f->client, "w", 1, NULL),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_rwlock_read_try_acquire(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  assert_hl_ok(hilock_rwlock_read_release(plain), hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  hilock_hold_free(HILOCK_HOLD(rw));
+  hilock_hold_free(HILOCK_HOLD(plain));
+  hilock_client_free(c2);
+}
+
 HL_FIXTURE_MAIN("lock_delay",
       HL_TEST(marker_follows_grant_renewal_extension_and_release),
       HL_TEST(lapsed_grant_keeps_the_name_for_the_delay),
       HL_TEST(no_delay_writes_no_marker_and_inspect_shows_none),
       HL_TEST(bad_delays_are_einval),
-      HL_TEST(multi_key_markers_follow_grant_extension_and_release))
+      HL_TEST(multi_key_markers_follow_grant_extension_and_release),
+      HL_TEST(rlock_marker_follows_first_entry_renewal_and_final_release),
+      HL_TEST(rlock_lapsed_grant_keeps_the_name_for_the_delay),
+      HL_TEST(rwlock_write_marker_follows_grant_renewal_and_release),
+      HL_TEST(rwlock_lapsed_write_keeps_writers_and_readers_out))

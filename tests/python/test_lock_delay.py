@@ -11,8 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
@@ -217,11 +218,11 @@ def test_no_delay_writes_and_reads_no_marker(rds, client: hilock.Client) -> None
 
 
 @pytest.mark.parametrize("make", [
-    lambda c: c.rlock("dl:x", lock_delay=1),
+    lambda c: c.rlock("dl:x", lock_delay=1, compat="redisson"),
     lambda c: c.fair_lock("dl:x", lock_delay=1, compat="redisson"),
-    lambda c: c.rwlock("dl:x", lock_delay=1),
+    lambda c: c.rwlock("dl:x", lock_delay=1, compat="redisson"),
     lambda c: c.sequential_lock("dl:x", lock_delay=1),
-], ids=["rlock", "redisson_fair_lock", "rwlock", "sequential_lock"])
+], ids=["redisson_rlock", "redisson_fair_lock", "redisson_rwlock", "sequential_lock"])
 def test_types_without_a_delay_refuse_one(client: hilock.Client, make: Any) -> None:
     with pytest.raises(ValueError, match="lock_delay"):
         make(client)
@@ -373,3 +374,288 @@ def test_fair_lock_release_frees_at_once_and_no_delay_writes_no_marker(
     assert plain.lock_delay == 0
     with plain:
         assert rds.keys("*delay*") == []
+
+
+# -- Reentrant lock and read-write lock (its write side) ----------------------
+
+def rlock_key(name: str) -> str:
+    return f"hilock:{{{name}}}:rlock"
+
+
+def writer_key(name: str) -> str:
+    return f"hilock:{{{name}}}:rw:writer"
+
+
+def _hold_rlock_auto_renewed(url: str, name: str) -> None:
+    """A reentrant holder (entered twice) renewed by the client's renewal
+    thread, until killed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    lk = hilock.Client(url).rlock(name, ttl=TTL, lock_delay=DELAY)
+    if not (lk.acquire(timeout=5) and lk.acquire(timeout=5)):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"t": time.monotonic()}))
+    time.sleep(3600)
+
+
+def test_killed_rlock_holder_renewed_by_the_thread_passes_the_name_after_the_delay(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_rlock_auto_renewed, redis_url, "dl:rl")
+    try:
+        report = pop_report(rds, "ready")
+        # Held past ttl + lock_delay since the grant: only renewals (the
+        # renewal thread's batch) that push the marker keep it alive.
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert list(rds.hvals(rlock_key("dl:rl"))).count(b"2") == 1
+    finally:
+        kill_child(p, signal.SIGKILL)
+    successor = client.rlock("dl:rl", ttl=5)
+    assert successor.lock_delay == 0
+    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
+    granted = time.monotonic()
+    assert granted - checked >= DELAY - SLACK, granted - checked
+    successor.release()
+
+
+def test_rlock_delay_from_first_entry_to_final_release(rds, client: hilock.Client,
+                                                       redis_url: str) -> None:
+    other = hilock.Client(redis_url)  # another owner
+    try:
+        rl = client.rlock("dl:rl", ttl=30, lock_delay=30)
+        assert rl.lock_delay == 30
+        assert rl.acquire(blocking=False) and rl.acquire(blocking=False)
+        assert 30_000 < rds.pttl(delay_key("dl:rl")) <= 60_000  # ttl + lock_delay
+        rl.release()  # a re-entry's release: still held, the marker stays
+        assert rds.pttl(delay_key("dl:rl")) > 30_000
+        assert not other.rlock("dl:rl", ttl=5).acquire(blocking=False)
+        rl.release()
+        assert not rds.exists(delay_key("dl:rl"))
+        # A final release frees the name at once, to a lock with or without a delay.
+        nxt = other.rlock("dl:rl", ttl=5, lock_delay=30)
+        assert nxt.acquire(blocking=False)
+        nxt.release()
+        plain = other.rlock("dl:rl", ttl=5)
+        with plain:
+            assert not rds.exists(delay_key("dl:rl"))
+        # Renewal by the renewal thread pushes the marker: held past its
+        # first TTL, a marker not pushed would have less than the delay left.
+        renewed = client.rlock("dl:rl", ttl=1, lock_delay=20)
+        assert renewed.acquire(blocking=False)
+        t0 = time.monotonic()
+        wait_for(lambda: time.monotonic() > t0 + 1.5, 5)
+        assert renewed.owned()
+        assert rds.pttl(delay_key("dl:rl")) > 20_000
+        renewed.release()
+        assert rds.keys("*delay*") == []
+    finally:
+        other.close()
+
+
+def test_rlock_lapsed_grant_blocks_every_owner_until_force_release(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    other = hilock.Client(redis_url)
+    try:
+        lapsing = client.rlock("dl:rl", ttl=0.2, auto_renew=False, lock_delay=20)
+        assert lapsing.acquire(blocking=False)
+        wait_for(lambda: not rds.exists(rlock_key("dl:rl")), 10, what="the grant to lapse")
+        assert not other.rlock("dl:rl", ttl=5).acquire(blocking=False)
+        assert not other.rlock("dl:rl", ttl=5, lock_delay=20).acquire(blocking=False)
+        # A waiter sleeps until the marker ends (its pttl), not in a loop of attempts.
+        before = command_calls(rds).get("evalsha", 0)
+        assert not other.rlock("dl:rl", ttl=5).acquire(timeout=0.5)
+        assert command_calls(rds).get("evalsha", 0) - before < 10
+        info = client.inspect("dl:rl")
+        assert not info.held and info.lock_delay == 20
+        assert info.delay_left is not None and 0 < info.delay_left <= 20
+        assert client.force_release("dl:rl")
+        late = other.rlock("dl:rl", ttl=5)
+        assert late.acquire(blocking=False)
+        late.release()
+    finally:
+        other.close()
+
+
+def test_rlock_bad_delays_and_redisson_refuse(client: hilock.Client) -> None:
+    for bad in (-1, float("nan"), "1", True):
+        with pytest.raises(ValueError):
+            client.rlock("dl:bad", lock_delay=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lock_delay"):
+        client.rlock("dl:bad", lock_delay=1, compat="redisson")
+    with pytest.raises(ValueError, match="lock_delay"):
+        client.rwlock("dl:bad", lock_delay=1, compat="redisson")
+    rl = client.rlock("dl:bad", ttl=5, auto_renew=False)
+    assert rl.acquire(blocking=False)
+    with pytest.raises(ValueError):  # set while held
+        _h.hilock_hold_set_lock_delay(rl._h, 1000)
+    rl.release()
+    rw = client.rwlock("dl:bad", ttl=5, auto_renew=False)
+    with pytest.raises(ValueError):
+        client.rwlock("dl:bad", lock_delay=-1)
+    with rw.write():
+        with pytest.raises(ValueError):
+            _h.hilock_hold_set_lock_delay(rw.write()._h, 1000)
+    redisson = client.rlock("dl:bad", compat="redisson")
+    with pytest.raises(hilock.UnsupportedError):
+        _h.hilock_hold_set_lock_delay(redisson._h, 1000)
+
+
+def _hold_write_auto_renewed(url: str, name: str) -> None:
+    """A writer renewed by the client's renewal thread, until killed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    rw = hilock.Client(url).rwlock(name, ttl=TTL, lock_delay=DELAY)
+    if not rw.write().acquire(timeout=5):
+        raise RuntimeError("writer could not acquire")
+    r.rpush("ready", json.dumps({"fence": rw.write().fence, "t": time.monotonic()}))
+    time.sleep(3600)
+
+
+def test_killed_writer_keeps_writers_and_readers_out_for_the_delay(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_write_auto_renewed, redis_url, "dl:rw")
+    try:
+        report = pop_report(rds, "ready")
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert rds.hget(writer_key("dl:rw"), "fence") == str(report["fence"]).encode()
+    finally:
+        kill_child(p, signal.SIGKILL)
+    # A reader and a writer, neither with a delay of its own, wait (in
+    # threads of their own: separate owners) until the delay ends.
+    rw = client.rwlock("dl:rw", ttl=5)
+    assert rw.lock_delay == 0
+    granted: Dict[str, float] = {}
+
+    def take(side: Any, what: str) -> None:
+        if side.acquire(timeout=30):  # generous: the delay is 2.5 s
+            granted[what] = time.monotonic()
+            side.release()
+
+    threads = [threading.Thread(target=take, args=(rw.read(), "reader")),
+               threading.Thread(target=take, args=(rw.write(), "writer"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert set(granted) == {"reader", "writer"}, granted
+    for what, t in granted.items():
+        assert t - checked >= DELAY - SLACK, (what, t - checked)
+
+
+def test_rwlock_write_delay_release_renewal_and_no_read_marker(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    other = hilock.Client(redis_url)
+    try:
+        rw = client.rwlock("dl:rw", ttl=30, lock_delay=30)
+        assert rw.lock_delay == 30
+        # A read hold takes no delay.
+        with rw.read():
+            assert not rds.exists(delay_key("dl:rw"))
+        w = rw.write()
+        assert w.acquire(blocking=False) and w.acquire(blocking=False)
+        assert 30_000 < rds.pttl(delay_key("dl:rw")) <= 60_000
+        w.release()
+        assert rds.pttl(delay_key("dl:rw")) > 30_000
+        w.release()
+        assert not rds.exists(delay_key("dl:rw"))
+        # Released: the next writer and reader go at once.
+        o = other.rwlock("dl:rw", ttl=5)
+        assert o.write().acquire(blocking=False)
+        o.write().release()
+        assert o.read().acquire(blocking=False)
+        o.read().release()
+        # The renewal thread pushes the marker along with the write hold.
+        renewed = client.rwlock("dl:rw", ttl=1, lock_delay=20)
+        assert renewed.write().acquire(blocking=False)
+        t0 = time.monotonic()
+        wait_for(lambda: time.monotonic() > t0 + 1.5, 5)
+        assert renewed.write().owned()
+        assert rds.pttl(delay_key("dl:rw")) > 20_000
+        renewed.write().release()
+        # A reader's own lapsed grant leaves no marker (shared holds take no delay).
+        reader = client.rwlock("dl:rw", ttl=0.2, auto_renew=False, lock_delay=20)
+        assert reader.read().acquire(blocking=False)
+        wait_for(lambda: not rds.exists("hilock:{dl:rw}:rw:readers"), 10,
+                 what="the read grant to lapse")
+        assert rds.keys("*delay*") == []
+        assert o.write().acquire(blocking=False)
+        o.write().release()
+    finally:
+        other.close()
+
+
+def test_rwlock_lapsed_write_blocks_readers_and_writers_until_force_release(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    other = hilock.Client(redis_url)
+    try:
+        lapsing = client.rwlock("dl:rw", ttl=0.2, auto_renew=False, lock_delay=20)
+        assert lapsing.write().acquire(blocking=False)
+        wait_for(lambda: not rds.exists(writer_key("dl:rw")), 10, what="the grant to lapse")
+        o = other.rwlock("dl:rw", ttl=5)
+        assert not o.write().acquire(blocking=False)
+        assert not o.read().acquire(blocking=False)
+        assert not other.rwlock("dl:rw", ttl=5, lock_delay=20).write().acquire(blocking=False)
+        # Waiters sleep until the marker ends, or their own refresh (ttl/3),
+        # not in a loop of attempts.
+        before = command_calls(rds).get("evalsha", 0)
+        assert not o.read().acquire(timeout=0.5)
+        assert not o.write().acquire(timeout=0.5)
+        assert command_calls(rds).get("evalsha", 0) - before < 20
+        info = client.inspect("dl:rw")
+        assert not info.held and info.lock_delay == 20
+        assert info.delay_left is not None and 0 < info.delay_left <= 20
+        assert client.force_release("dl:rw")
+        assert not rds.exists(delay_key("dl:rw"))
+        assert o.read().acquire(blocking=False)
+        o.read().release()
+    finally:
+        other.close()
+
+
+def _delays_on_master(c: hilock.Client, cluster: Any, m: int) -> None:
+    node = cluster.conn(m)
+    try:
+        rl_name = cluster.name_on(m, "dl-rl-")
+        rw_name = cluster.name_on(m, "dl-rw-")
+        rl = c.rlock(rl_name, ttl=1, lock_delay=20)
+        rw = c.rwlock(rw_name, ttl=1, lock_delay=20)
+        assert rl.acquire(blocking=False) and rw.write().acquire(blocking=False)
+        t0 = time.monotonic()
+        # Held past the first TTL by renewals: the markers were pushed.
+        wait_for(lambda: time.monotonic() > t0 + 1.5, 5)
+        assert rl.owned() and rw.write().owned()
+        assert node.pttl(delay_key(rl_name)) > 20_000
+        assert node.pttl(delay_key(rw_name)) > 20_000
+        rl.release()
+        rw.write().release()
+        assert not node.exists(delay_key(rl_name))
+        assert not node.exists(delay_key(rw_name))
+        # A lapsed grant's marker holds the name back there too (another
+        # thread: another owner).
+        lapsing = c.rlock(rl_name, ttl=0.2, auto_renew=False, lock_delay=20)
+        assert lapsing.acquire(blocking=False)
+        wait_for(lambda: not node.exists(rlock_key(rl_name)), 10)
+        got: List[bool] = []
+        t = threading.Thread(target=lambda: got.append(
+            c.rlock(rl_name, ttl=5).acquire(blocking=False)))
+        t.start()
+        t.join(10)
+        assert got == [False]
+        assert c.force_release(rl_name)
+    finally:
+        node.close()
+
+
+def test_rlock_and_write_delays_on_a_cluster(cluster) -> None:
+    """The marker shares the lock's hash tag, so on a cluster it lives on the
+    slot's master with the lock: set there, pushed by the renewal thread's
+    per-slot batches, honoured and deleted there."""
+    c = hilock.Client(cluster.url, connect_timeout=1.0, command_timeout=5.0, reconnect=15.0)
+    try:
+        for m in cluster.masters():
+            _delays_on_master(c, cluster, m)
+    finally:
+        c.close()

@@ -8,7 +8,18 @@
  * who holds it how often. The final release deletes it and wakes a waiter.
  *
  * Threads: one handle may be shared by threads; each thread is a separate
- * owner and the handle serialises its local state. */
+ * owner and the handle serialises its local state.
+ *
+ * Lock delay: hilock_hold_set_lock_delay(HILOCK_HOLD(rl), ms) before the
+ * handle acquires (hilock_hold_lock_delay_ms reads it back; HILOCK_EINVAL
+ * while held, HILOCK_ENOTSUP on a Redisson-compatible handle). A first
+ * entry by the handle then sets hilock:{name}:delay with PX = TTL + delay;
+ * re-entries, releases that leave levels and renewals keep it the delay
+ * past the hash's TTL, and the final release (or the closing client's
+ * drop) deletes it. While it outlives a grant that ended without its final
+ * release (expired, holder lost or killed), no owner is granted the lock,
+ * whatever its handle's delay: an acquire is HILOCK_BUSY and a waiter
+ * sleeps the marker's remaining time. See lock.h. */
 #ifndef HILOCK_RLOCK_H
 #define HILOCK_RLOCK_H
 

@@ -39,7 +39,19 @@
  *
  * Threads: one handle may be shared by threads; each thread is a separate
  * owner. An on_lost callback must not call into its rwlock handle. Fork:
- * holds taken in the parent refuse to act in a child (HILOCK_EFORKED). */
+ * holds taken in the parent refuse to act in a child (HILOCK_EFORKED).
+ *
+ * Lock delay: hilock_hold_set_lock_delay(HILOCK_HOLD(rw), ms) before the
+ * handle acquires (hilock_hold_lock_delay_ms reads it back; HILOCK_EINVAL
+ * while its write side is held) is a setting of the handle for its write
+ * grants. A write grant sets hilock:{name}:delay with PX = TTL + delay,
+ * write re-entries and renewals push it, the last write release deletes
+ * it. After a write grant ends without its release (expired, writer lost
+ * or killed) neither writers nor new readers are granted until the marker
+ * expires, whatever their handle's delay (the lost writer may still be
+ * writing): HILOCK_BUSY, and waiters sleep its remaining time (or their
+ * ttl/3 refresh). Read holds take no delay: a reader's lapsed grant leaves
+ * no marker. See lock.h. */
 #ifndef HILOCK_RWLOCK_H
 #define HILOCK_RWLOCK_H
 
