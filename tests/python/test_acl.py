@@ -72,6 +72,7 @@ FACTORIES: List[Callable[[hilock.Client], Any]] = [
     lambda c: c.rwlock("h", ttl=0.3).read(),
     lambda c: c.semaphore("i", 1, ttl=0.3),
     lambda c: c.multi_lock(["j", "k"], ttl=0.3),
+    lambda c: c.election("l", ttl=0.3),
 ]
 
 
@@ -112,6 +113,12 @@ def test_every_lock_type_runs_as_the_published_acl_user(acl_server: RedisServer,
         with lk:
             lk.extend(5)
             assert lk.store().incrby("hilock:data:n") == 1  # data under hilock:*
+        # An election's observer hears a change on its hilock:* channel.
+        watch = c.election("obs").observe(timeout=10)
+        with c.election("obs", ttl=5).campaign("v1") as lead:
+            assert next(watch) == ("v1", lead.fence)
+            lead.proclaim("v2")
+            assert next(watch) == ("v2", lead.fence)
     assert r.execute_command("ACL", "LOG") == []  # nothing was refused
 
 

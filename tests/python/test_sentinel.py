@@ -395,3 +395,22 @@ def test_asyncio_through_sentinel_with_a_dead_sentinel_first(deployment):
     finally:
         holder.close()
     assert m.exists(_key("aio-sentinel")) == 0
+
+
+def test_an_election_and_its_observer_follow_a_graceful_failover(deployment):
+    """The lead is renewed on the promoted replica, a proclaim after the
+    failover reaches an observer that listened before it, and the next
+    leader's fence is higher."""
+    with hilock.Client(deployment.url, reconnect=15.0) as c:
+        watch = c.election("sent-el").observe(timeout=30)
+        lead = c.election("sent-el", ttl=10.0).campaign("before")
+        assert next(watch) == ("before", lead.fence)
+        _wait_replicated(deployment, _key("sent-el", "elect"))
+        deployment.graceful_failover()
+        lead.proclaim("after")
+        assert next(watch) == ("after", lead.fence)
+        assert c.election("sent-el").leader() == ("after", lead.fence)
+        lead.resign()
+        with c.election("sent-el", ttl=10.0).campaign("next") as again:
+            assert again.fence > lead.fence
+            assert next(watch) == ("next", again.fence)
