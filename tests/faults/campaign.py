@@ -279,7 +279,8 @@ class Run:
             slot = len(self.specs) + 1
             self.specs[slot] = dict(spec, kind=kind, lock=lock,
                                     store=kind in ("lock", "rlock", "multi_lock", "fair_lock",
-                                                   "sequential_lock", "rwlock", "redlock"))
+                                                   "sequential_lock", "rwlock", "redlock",
+                                                   "election"))
 
     def live(self) -> List[str]:
         return [p for p, pr in self.procs.items() if pr.poll() is None]
@@ -531,6 +532,7 @@ class SingleRun(Run):
         self.add("multi_lock", "M", 2)
         self.add("semaphore", "S", 3, permits=2)
         self.add("rwlock", "RW", 2)
+        self.add("election", "E", 2)
         # A task of hilock.asyncio beside the threads on three of them.
         self.add("lock", "L", 1, asyncio=True)
         self.add("fair_lock", "F", 1, asyncio=True)

@@ -1,6 +1,6 @@
 """One workload process of the fault campaign.
 
-``python3 worker.py --kind lock|fair_lock|sequential_lock|semaphore|rwlock --url URL
+``python3 worker.py --kind lock|fair_lock|sequential_lock|semaphore|rwlock|election --url URL
 --name NAME --proc ID --history FILE [--store SOCKET] [--ttl S]
 [--permits N] [--seed S] [--hold S]``
 
@@ -18,7 +18,8 @@ invoke/ok/fail (``error``: the exception's class). ``mono`` is
 time.monotonic() (CLOCK_MONOTONIC, one clock for the whole machine),
 ``wall`` time.time().
 
-Exclusive holders (lock, fair_lock, the write side of rwlock) write to the
+Exclusive holders (lock, fair_lock, the write side of rwlock, an election's
+leader) write to the
 campaign's fenced store with their fence, and check their validity before
 each write, as a careful application does.
 
@@ -69,7 +70,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kind", required=True,
                     choices=["lock", "rlock", "multi_lock", "fair_lock", "sequential_lock",
-                             "semaphore", "rwlock", "redlock"])
+                             "semaphore", "rwlock", "redlock", "election"])
     ap.add_argument("--url", required=True, action="append")
     ap.add_argument("--name", required=True)
     ap.add_argument("--proc", required=True)
@@ -118,6 +119,9 @@ def main() -> int:
                 return c.sequential_lock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
             if a.kind == "rlock":
                 return c.rlock(a.name, ttl=a.ttl, on_lost=on_lost), None, None
+            if a.kind == "election":
+                # A campaign with an empty value: the lead is the hold.
+                return c.election(a.name, ttl=a.ttl, on_lost=on_lost), None, None
             if a.kind == "multi_lock":
                 # Every worker of the run locks the same names: one
                 # exclusive resource for the checker, written under the
