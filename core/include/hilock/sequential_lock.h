@@ -111,7 +111,9 @@ static inline int64_t hilock_sequential_lock_heartbeat_ms(
  * line keeps its place and sleeps the marker's remaining time (bounded by
  * its own re-checks), then is granted; a release frees the lock at once,
  * and so does hilock_client_force_release. An adopted grant
- * (hilock_client_adopt) has no delay of its own until one is set. */
+ * (hilock_client_adopt) carries no delay: its renewals leave the marker to
+ * lapse one TTL and one delay after the exporter's last renewal, its
+ * release deletes it, and its next acquire honours another's. */
 
 #ifdef __cplusplus
 }
