@@ -271,10 +271,12 @@ next sequence number (``SequentialLock.sequence``) and the lowest
 live one holds; each waiter watches its predecessor only, so a
 release wakes exactly one process, and a dead predecessor passes the
 turn within its heartbeat window (``SequentialLock.heartbeat``, by default
-``ttl`` capped at 5 s). Other arguments as for :meth:`lock`.""",
+``ttl`` capped at 5 s). ``lock_delay``: as for :meth:`lock` (the head
+of the line keeps its place and waits the delay out). Other arguments
+as for :meth:`lock`.""",
         body="""\
-no_lock_delay(lock_delay, "sequential_lock")
-return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)""",
+return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
+                      lock_delay)""",
         default_doc="A sequential (ZooKeeper-style) lock on the default client.",
         async_doc="""\
 A sequential lock, as :meth:`hilock.Client.sequential_lock`: a

@@ -64,10 +64,11 @@ elseif ty == 'rwlock' then
   wake(K.rw_rwake, nr)
   wake(K.rw_wwake, nw)
 elseif ty == 'sequential_lock' then
-  -- Every entry's watch fires: each contender enqueues anew.
+  -- Every entry's watch fires: each contender enqueues anew (a lock
+  -- delay's marker goes too).
   local e = redis.call('ZRANGE', K.seq_queue, 0, -1, 'WITHSCORES')
   removed = math.min(1, redis.call('DEL', K.seq_queue, K.seq_session,
-                                   K.seq_holder))
+                                   K.seq_holder, K.delay))
   for i = 2, #e, 2 do
     wake(SEQ_WAKE_PREFIX .. string.format('%020d', tonumber(e[i])), 1)
   end

@@ -9,15 +9,22 @@
 -- KEYS[6] the prefix of the contenders' wake lists; a contender's list is
 --         the prefix followed by its sequence number in 20 digits (same
 --         hash tag, so the same slot)
+-- KEYS[7] the lock-delay marker (optional): every grant checks it, whatever
+--         its own delay
 -- ARGV[1] op: 'acquire' (enqueue or re-check), 'try' (take it only if no
 --         live contender exists), 'release', 'leave' (a waiter gives up),
 --         'extend', 'owned', 'info'
 -- ARGV[2] contender id, which is the owner token of a grant
 -- ARGV[3] ttl ms (the holder's session), ARGV[4] session window ms of a
---         waiter, ARGV[5] extend: ms, ARGV[6] extend: 'add' or 'set'
+--         waiter, ARGV[5] extend: ms, ARGV[6] extend: 'add' or 'set',
+--         ARGV[7] lock delay ms (optional, > 0): a grant sets the marker to
+--         ttl + the delay and an extension pushes it along; the holder's
+--         release (or leave) deletes it. No grant comes while a marker lives
+--         without a holder: the head of the line is busy for its pttl
 --
 -- Replies: acquire/try {1, fence, seq} granted, or {0, ms left on the
--- predecessor's session, seq, live entries ahead (-1: not enqueued)};
+-- predecessor's session (on the lock delay's marker when none is ahead),
+-- seq, live entries ahead (-1: not enqueued)};
 -- release {1} released / {0} not the holder; leave {1 if it released a
 -- grant, else 0}; extend {new session ms} / {0}; owned {0|1};
 -- info {locked 0|1, waiters, holder's seq or 0}.
@@ -32,6 +39,7 @@
 local queue, session, holder, counter, fence_key, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
+local marker, delay = KEYS[7], tonumber(ARGV[7])
 
 -- The wake list of the entry with sequence s.
 local function wake_key(s)
@@ -39,6 +47,22 @@ local function wake_key(s)
 end
 
 local now = server_ms()
+
+-- A grant that ended without its holder's release: the time left on its
+-- lock-delay marker (0: none, or no marker passed).
+local function delay_left()
+  if not marker then
+    return 0
+  end
+  return math.max(0, redis.call('PTTL', marker))
+end
+
+-- The holder's grant ends with its release: the name is free at once.
+local function end_delay()
+  if marker then
+    redis.call('DEL', marker)
+  end
+end
 
 -- The session expiry of a live entry, or nil.
 local function expiry(id)
@@ -127,6 +151,11 @@ local function grant(s)
   redis.call('DEL', holder)
   redis.call('HSET', holder, 'owner', me, 'fence', fence, 'seq', s)
   redis.call('ZADD', session, now + tonumber(ARGV[3]), me)
+  if delay then
+    -- The marker outlives the session by the delay; its value is the
+    -- delay, which renewals add to the TTL they set.
+    redis.call('SET', marker, ARGV[7], 'PX', tonumber(ARGV[3]) + delay)
+  end
   redis.call('DEL', wake_key(s))
   settle()
   return {1, fence, s}
@@ -157,6 +186,7 @@ if op == 'release' then
     return {0}
   end
   local s = drop(me)
+  end_delay()
   if s then
     notify_after(s)
   end
@@ -167,6 +197,10 @@ end
 if op == 'leave' then
   local released = holds() and 1 or 0
   local s = drop(me)
+  if released == 1 then
+    -- A grant whose reply never reached the contender, given back.
+    end_delay()
+  end
   purge()
   if s then
     notify_after(s)
@@ -186,6 +220,10 @@ if op == 'extend' then
     ms = ms + (expiry(me) - now)
   end
   redis.call('ZADD', session, 'XX', now + ms, me)
+  local d = delay and tonumber(redis.call('GET', marker))
+  if d then
+    redis.call('PEXPIRE', marker, ms + d)
+  end
   settle()
   return {ms}
 end
@@ -205,6 +243,11 @@ else
       settle()
       return {0, expiry(first) - now, 0, -1}
     end
+    local wait = delay_left()
+    if wait > 0 then
+      settle()
+      return {0, wait, 0, -1}
+    end
   end
   -- A new entry, or a waiter whose session lapsed while it stalled: the
   -- next sequence number, at the tail.
@@ -221,8 +264,19 @@ else
 end
 
 local pred = nearest('(' .. s, '-inf', true)
+-- The head of the line: granted, unless a grant ended without its holder's
+-- release and its lock delay still runs (then it waits the marker's pttl,
+-- keeping its place). A resend of our own grant is recognised in grant().
+local wait = 0
 if pred == nil then
-  return grant(s)
+  if redis.call('HGET', holder, 'owner') ~= me then
+    wait = delay_left()
+  end
+  if wait == 0 then
+    return grant(s)
+  end
+else
+  wait = expiry(pred) - now
 end
 if op == 'try' then
   local gone = drop(me)
@@ -230,9 +284,9 @@ if op == 'try' then
     notify_after(gone)
   end
   settle()
-  return {0, expiry(pred) - now, 0, -1}
+  return {0, wait, 0, -1}
 end
 -- A re-check is the waiter's heartbeat.
 redis.call('ZADD', session, now + tonumber(ARGV[4]), me)
 settle()
-return {0, expiry(pred) - now, s, redis.call('ZRANK', queue, me)}
+return {0, wait, s, redis.call('ZRANK', queue, me)}

@@ -1,6 +1,7 @@
 -- The watchdog's renewal of a sequential lock holder's session.
 -- KEYS[1] hilock:{name}:seq:session, KEYS[2] :seq:queue, KEYS[3]
--- :seq:holder. ARGV[1] owner, ARGV[2] ttl ms.
+-- :seq:holder, KEYS[4] (optional, with a lock delay) :delay, the marker
+-- pushed to ttl + its delay. ARGV[1] owner, ARGV[2] ttl ms.
 -- Returns 1 renewed, 0 not owned (the session lapsed or the grant is
 -- another's); an expired session is never revived.
 -- The queue's and holder's expiry is kept at least as long as the

@@ -17,11 +17,14 @@
 
 static const hilock__family family;
 
-/* The script's KEYS, in order. */
-enum { K_QUEUE, K_SESSION, K_HOLDER, K_COUNTER, K_FENCE, K_WAKE, NKEYS };
+/* The script's KEYS, in order (K_DELAY: the lock-delay marker, which
+ * every grant checks, whatever its own delay). */
+enum { K_QUEUE, K_SESSION, K_HOLDER, K_COUNTER, K_FENCE, K_WAKE, K_DELAY,
+       NKEYS };
 static const char *const roles[NKEYS] = {"seq:queue",   "seq:session",
                                          "seq:holder",  "seq:counter",
-                                         "fence",       "seq:wake:"};
+                                         "fence",       "seq:wake:",
+                                         "delay"};
 
 /* A wake list is named by its entry's sequence number in fixed-width
  * decimal, so the key keeps its length while acquire_loop waits on it. */
@@ -38,9 +41,10 @@ struct hilock_sequential_lock {
   int queue;                      /* the acquire in progress may enqueue */
   int64_t seq;      /* sequence of the entry (atomic: read by other threads) */
   int64_t session_ms; /* a waiter's session window (atomic) */
-  /* The renewal's KEYS[2..3]: queue and holder. */
-  const char *renew_xkeys[2];
-  size_t renew_xkeylens[2];
+  /* The renewal's KEYS[2..4]: queue, holder and, with a lock delay (the
+   * hold's delay_ms), the marker. */
+  const char *renew_xkeys[3];
+  size_t renew_xkeylens[3];
 };
 
 static void seq_destroy(hilock_sequential_lock *sl) {
@@ -80,6 +84,8 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
   sl->renew_xkeylens[0] = sl->keylens[K_QUEUE];
   sl->renew_xkeys[1] = sl->keys[K_HOLDER];
   sl->renew_xkeylens[1] = sl->keylens[K_HOLDER];
+  sl->renew_xkeys[2] = sl->keys[K_DELAY];
+  sl->renew_xkeylens[2] = sl->keylens[K_DELAY];
   sl->h.xkeys = sl->renew_xkeys;
   sl->h.xkeylens = sl->renew_xkeylens;
   sl->h.nxkeys = 2;
@@ -104,9 +110,12 @@ static void fam_free(void *arg) {
 static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
                const char *id, size_t idlen, int64_t ms, const char *mode,
                redisReply **out) {
-  char ttl[24], win[24], msb[24];
-  const char *args[6] = {op, id, ttl, win, msb, mode ? mode : ""};
-  size_t arglens[6];
+  char ttl[24], win[24], msb[24], delay[24];
+  const char *args[7] = {op, id, ttl, win, msb, mode ? mode : "", delay};
+  size_t arglens[7];
+  /* This handle's lock delay (ARGV[7]) if it has one: its grants set the
+   * marker and its extensions push it. */
+  int nargs = sl->h.delay_ms > 0 ? 7 : 6;
   arglens[0] = strlen(op);
   arglens[1] = idlen;
   arglens[2] = hilock__i64(ttl, sl->h.ttl_ms);
@@ -114,6 +123,7 @@ static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
       hilock__i64(win, __atomic_load_n(&sl->session_ms, __ATOMIC_RELAXED));
   arglens[4] = hilock__i64(msb, ms);
   arglens[5] = strlen(args[5]);
+  arglens[6] = hilock__i64(delay, sl->h.delay_ms);
   /* Grants and extensions are confirmed by WAIT (wait_replicas); release
    * and leave may wake the next contender. */
   int how = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0 ||
@@ -123,7 +133,7 @@ static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
             : strcmp(op, "leave") == 0 ? HILOCK__RUN_WAKES | HILOCK__RUN_LATER
                                        : 0;
   /* An attempt goes with its undo, the contender's leave (see fair.c's
-   * run). */
+   * run), which deletes the marker with a grant it gives back. */
   int attempt = strcmp(op, "acquire") == 0 || strcmp(op, "try") == 0;
   const char *uargs[6] = {"leave", id, ttl, win, msb, ""};
   size_t uarglens[6] = {5, arglens[1], arglens[2], arglens[3], arglens[4], 0};
@@ -134,7 +144,7 @@ static int run(hilock_sequential_lock *sl, hilock__err *e, const char *op,
   if (attempt) outer = hilock__undo_arm(&u);
   int rc = hilock__script_run_as(sl->h.client, e, &hilock__script_seqlock,
                                  how, NKEYS, (const char **)sl->keys,
-                                 sl->keylens, 6, args, arglens, out);
+                                 sl->keylens, nargs, args, arglens, out);
   if (attempt) hilock__undo_disarm(outer);
   return rc;
 }
@@ -335,6 +345,15 @@ static int64_t heartbeat_ms_fn(const void *x) {
 }
 
 
+static int set_delay_fn(void *x, int64_t delay_ms) {
+  hilock_sequential_lock *sl = x;
+  int rc = hilock__hold_set_delay(&sl->h, delay_ms, NULL, 0);
+  /* The renewal thread's batches push the marker along (KEYS[4] of
+   * seqlock_renew.lua) while the handle has a delay. */
+  if (rc == HILOCK_OK) sl->h.nxkeys = delay_ms > 0 ? 3 : 2;
+  return rc;
+}
+
 /* The queue key (for operators). */
 static const char *fam_key(const void *arg, size_t *len) {
   const hilock_sequential_lock *sl = arg;
@@ -376,5 +395,5 @@ static const hilock__family family = {
     .notowned = "the session lapsed and the entry is gone; nothing was "
                 "removed",
     .extend = extend_fn,
-    .renew = renew_fn, .grant = grant_fn,
+    .renew = renew_fn, .grant = grant_fn, .set_delay = set_delay_fn,
     .set_heartbeat = set_heartbeat_fn, .heartbeat_ms = heartbeat_ms_fn};

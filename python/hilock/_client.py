@@ -545,9 +545,11 @@ class Client(Uncopyable):
         live one holds; each waiter watches its predecessor only, so a
         release wakes exactly one process, and a dead predecessor passes the
         turn within its heartbeat window (``SequentialLock.heartbeat``, by default
-        ``ttl`` capped at 5 s). Other arguments as for :meth:`lock`."""
-        no_lock_delay(lock_delay, "sequential_lock")
-        return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+        ``ttl`` capped at 5 s). ``lock_delay``: as for :meth:`lock` (the head
+        of the line keeps its place and waits the delay out). Other arguments
+        as for :meth:`lock`."""
+        return SequentialLock(self, name, ttl, timeout, auto_renew, max_hold, on_lost,
+                              lock_delay)
 
     def election(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                  auto_renew: bool = True, max_hold: Optional[float] = None,

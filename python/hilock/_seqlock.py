@@ -1,10 +1,14 @@
 """The sequential lock (ZooKeeper's lock recipe on Redis)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from . import _hilock as _h
-from ._base import QueuedBase
+from ._base import LostCallback, QueuedBase
+from ._util import Name, delay_to_ms
+
+if TYPE_CHECKING:
+    from ._client import Client
 
 
 class SequentialLock(QueuedBase):
@@ -31,6 +35,22 @@ class SequentialLock(QueuedBase):
     """
 
     _kind_name = "sequential_lock"  # the C functions: hilock_sequential_lock_*
+
+    def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
+                 auto_renew: bool = True, max_hold: Optional[float] = None,
+                 on_lost: Optional[LostCallback[SequentialLock]] = None,
+                 lock_delay: float = 0) -> None:
+        delay_ms = delay_to_ms(lock_delay)
+        super().__init__(client, name, ttl, timeout, auto_renew, max_hold, on_lost)
+        if delay_ms:
+            _h.hilock_hold_set_lock_delay(self._h, delay_ms)
+
+    @property
+    def lock_delay(self) -> float:
+        """Seconds after a grant ends without its holder's release in which
+        the lock is granted to no one (the head of the line keeps its place
+        and waits it out); 0: none (see :meth:`Client.lock`)."""
+        return float(_h.hilock_hold_lock_delay_ms(self._h)) / 1000
 
     def locked(self) -> bool:
         """Whether a live contender holds the lock (one round trip). False

@@ -94,8 +94,8 @@ def no_lock_delay(value: float, kind: str) -> None:
     """Refuse a lock delay on a lock type that has none (0 passes)."""
     if delay_to_ms(value) != 0:
         raise InvalidArgument(f"{kind} has no lock delay (lock_delay must be 0, got {value!r}); "
-                              "lock(), lease(), fair_lock(), multi_lock(), rlock() and rwlock() "
-                              "have it")
+                              "lock(), lease(), fair_lock(), multi_lock(), sequential_lock(), "
+                              "rlock() and rwlock() have it")
 
 
 def seconds_to_ms(value: float, what: str) -> int:

@@ -271,6 +271,99 @@ static void rwlock_lapsed_write_keeps_writers_and_readers_out(void **state) {
   hilock_client_free(c2);
 }
 
+/* ## Sequential lock --------------------------------------------------- */
+
+#define SEQ_HOLDER "hilock:{q}:seq:holder"
+
+static void sequential_marker_follows_grant_renewal_extension_and_release(
+    void **state) {
+  fixture *f = *state;
+  hilock_sequential_lock *sl = hl_new_seq(f->client, "q", 2000);
+  hilock_sequential_lock *next = hl_new_seq(f->client, "q", 5000);
+  hilock_hold *h = HILOCK_HOLD(sl);
+  assert_int_equal(hilock_hold_lock_delay_ms(h), 0);
+  assert_hl_ok(hilock_hold_set_lock_delay(h, 10000), hilock_hold_errmsg(h));
+  assert_int_equal(hilock_hold_lock_delay_ms(h), 10000);
+  assert_hl_ok(hilock_sequential_lock_try_acquire(sl), hilock_hold_errmsg(h));
+  assert_true(pttl(f, DKEY("q")) > 11000 && pttl(f, DKEY("q")) <= 12000);
+  /* Set while held: refused, the delay stays. */
+  assert_int_equal(hilock_hold_set_lock_delay(h, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_lock_delay_ms(h), 10000);
+  assert_hl_ok(hilock_sequential_lock_extend(sl, 30000, 1), hilock_hold_errmsg(h));
+  assert_true(pttl(f, DKEY("q")) > 39000); /* 30 s + the delay */
+  assert_hl_ok(hilock_sequential_lock_renew(sl), hilock_hold_errmsg(h));
+  assert_true(pttl(f, DKEY("q")) > 11000 && pttl(f, DKEY("q")) <= 12000);
+  assert_hl_ok(hilock_sequential_lock_release(sl), hilock_hold_errmsg(h));
+  assert_false(hl_redis_exists(f->redis, DKEY("q"), strlen(DKEY("q"))));
+  /* Released: granted at once, to a handle without a delay. */
+  assert_hl_ok(hilock_sequential_lock_try_acquire(next),
+               hilock_hold_errmsg(HILOCK_HOLD(next)));
+  assert_false(hl_redis_exists(f->redis, DKEY("q"), strlen(DKEY("q"))));
+  assert_hl_ok(hilock_sequential_lock_release(next),
+               hilock_hold_errmsg(HILOCK_HOLD(next)));
+  hilock_hold_free(h);
+  hilock_hold_free(HILOCK_HOLD(next));
+}
+
+static void sequential_watchdog_pushes_the_marker(void **state) {
+  fixture *f = *state;
+  hilock_sequential_lock *sl = hl_new_seq(f->client, "q", 1500);
+  hilock_hold *h = HILOCK_HOLD(sl);
+  int owned = 0;
+  assert_hl_ok(hilock_hold_set_lock_delay(h, 10000), hilock_hold_errmsg(h));
+  assert_hl_ok(hilock_hold_set_auto_renew(h, 1, 0, NULL, NULL), hilock_hold_errmsg(h));
+  assert_hl_ok(hilock_sequential_lock_try_acquire(sl), hilock_hold_errmsg(h));
+  /* Past the session's TTL and then some: without the renewal thread's
+   * pushes the marker would have under 10 s left (11.5 s from the grant,
+   * 2 s ago). */
+  hl_sleep_ms(2000);
+  assert_hl_ok(hilock_hold_owned(h, &owned), hilock_hold_errmsg(h));
+  assert_int_equal(owned, 1);
+  assert_true(pttl(f, DKEY("q")) > 10000);
+  assert_hl_ok(hilock_sequential_lock_release(sl), hilock_hold_errmsg(h));
+  assert_false(hl_redis_exists(f->redis, DKEY("q"), strlen(DKEY("q"))));
+  hilock_hold_free(h);
+}
+
+static void sequential_lapsed_grant_keeps_the_line_for_the_delay(void **state) {
+  fixture *f = *state;
+  hilock_sequential_lock *l = hl_new_seq(f->client, "q", 20);
+  hilock_sequential_lock *plain = hl_new_seq(f->client, "q", 5000);
+  hilock_lock_info info;
+  int owned = 1, deleted = 0;
+  assert_hl_ok(hilock_hold_set_lock_delay(HILOCK_HOLD(l), 20000),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_sequential_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  while (owned) {
+    hl_sleep_ms(5);
+    assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned),
+                 hilock_hold_errmsg(HILOCK_HOLD(l)));
+  }
+  assert_false(hl_redis_exists(f->redis, SEQ_HOLDER, strlen(SEQ_HOLDER)));
+  /* No holder, and a handle without a delay of its own is refused, try or
+   * wait (far shorter than the delay), and leaves no entry behind. */
+  assert_int_equal(hilock_sequential_lock_try_acquire(plain), HILOCK_BUSY);
+  assert_int_equal(hilock_sequential_lock_acquire(plain, 300), HILOCK_BUSY);
+  assert_int_equal(hl_redis_int(f->redis, "ZCARD hilock:{q}:seq:queue"), 0);
+  assert_hl_ok(hilock_client_inspect(f->client, "q", 1, &info),
+               hilock_client_errmsg(f->client));
+  assert_int_equal(info.held, 0);
+  assert_int_equal(info.delay_ms, 20000);
+  assert_true(info.delay_left_ms > 0 && info.delay_left_ms <= 20020);
+  /* The operator's forced release ends the delay. */
+  assert_hl_ok(hilock_client_force_release(f->client, "q", 1, &deleted),
+               hilock_client_errmsg(f->client));
+  assert_false(hl_redis_exists(f->redis, DKEY("q"), strlen(DKEY("q"))));
+  assert_hl_ok(hilock_sequential_lock_try_acquire(plain),
+               hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  assert_hl_ok(hilock_sequential_lock_release(plain),
+               hilock_hold_errmsg(HILOCK_HOLD(plain)));
+  assert_int_equal(hilock_hold_set_lock_delay(HILOCK_HOLD(plain), -1), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_lock_delay_ms(HILOCK_HOLD(plain)), 0);
+  hilock_hold_free(HILOCK_HOLD(l));
+  hilock_hold_free(HILOCK_HOLD(plain));
+}
+
 HL_FIXTURE_MAIN("lock_delay",
       HL_TEST(marker_follows_grant_renewal_extension_and_release),
       HL_TEST(lapsed_grant_keeps_the_name_for_the_delay),
@@ -280,4 +373,7 @@ HL_FIXTURE_MAIN("lock_delay",
       HL_TEST(rlock_marker_follows_first_entry_renewal_and_final_release),
       HL_TEST(rlock_lapsed_grant_keeps_the_name_for_the_delay),
       HL_TEST(rwlock_write_marker_follows_grant_renewal_and_release),
-      HL_TEST(rwlock_lapsed_write_keeps_writers_and_readers_out))
+      HL_TEST(rwlock_lapsed_write_keeps_writers_and_readers_out),
+      HL_TEST(sequential_marker_follows_grant_renewal_extension_and_release),
+      HL_TEST(sequential_watchdog_pushes_the_marker),
+      HL_TEST(sequential_lapsed_grant_keeps_the_line_for_the_delay))

@@ -221,8 +221,7 @@ def test_no_delay_writes_and_reads_no_marker(rds, client: hilock.Client) -> None
     lambda c: c.rlock("dl:x", lock_delay=1, compat="redisson"),
     lambda c: c.fair_lock("dl:x", lock_delay=1, compat="redisson"),
     lambda c: c.rwlock("dl:x", lock_delay=1, compat="redisson"),
-    lambda c: c.sequential_lock("dl:x", lock_delay=1),
-], ids=["redisson_rlock", "redisson_fair_lock", "redisson_rwlock", "sequential_lock"])
+], ids=["redisson_rlock", "redisson_fair_lock", "redisson_rwlock"])
 def test_types_without_a_delay_refuse_one(client: hilock.Client, make: Any) -> None:
     with pytest.raises(ValueError, match="lock_delay"):
         make(client)
@@ -659,3 +658,205 @@ def test_rlock_and_write_delays_on_a_cluster(cluster) -> None:
             _delays_on_master(c, cluster, m)
     finally:
         c.close()
+
+
+# -- Sequential lock --------------------------------------------------------
+
+SEQ = "dl:seq"
+
+
+def seq_key(name: str, role: str) -> str:
+    return f"hilock:{{{name}}}:seq:{role}"
+
+
+def _hold_seq_auto_renewed(url: str) -> None:
+    """A sequential lock holder renewed by the client's renewal thread,
+    until killed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    lk = hilock.Client(url).sequential_lock(SEQ, ttl=TTL, lock_delay=DELAY)
+    if not lk.acquire(timeout=5):
+        raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": lk.token, "t": time.monotonic()}))
+    time.sleep(3600)
+
+
+def _seq_held_by(rds, name: str, token: str) -> bool:
+    """Whether token's grant holds the sequential lock now (its session on
+    the server's clock)."""
+    now_s, now_us = rds.time()
+    expiry = rds.zscore(seq_key(name, "session"), token)
+    return (rds.hget(seq_key(name, "holder"), "owner") == token.encode() and
+            expiry is not None and expiry > now_s * 1000 + now_us // 1000)
+
+
+def _acquire_in_thread(lk: Any, timeout: float, log: List[Any]) -> threading.Thread:
+    """lk.acquire(timeout) in a thread that appends (lk, granted, monotonic
+    time of the return) to log."""
+    def run() -> None:
+        ok = lk.acquire(timeout=timeout)
+        log.append((lk, ok, time.monotonic()))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_killed_sequential_lock_holder_passes_the_turn_after_the_delay_in_order(
+        rds, client: hilock.Client, redis_url: str) -> None:
+    p = start_child(_hold_seq_auto_renewed, redis_url)
+    other = hilock.Client(redis_url)
+    log: List[Any] = []
+    threads = []
+    try:
+        report = pop_report(rds, "ready")
+        # Two successors already waiting in line (without a delay of their
+        # own), in another client and in this one.
+        first = other.sequential_lock(SEQ, ttl=5)
+        threads.append(_acquire_in_thread(first, 30, log))
+        wait_for(lambda: first.sequence is not None, 10, what="the first to enqueue")
+        second = client.sequential_lock(SEQ, ttl=5)
+        threads.append(_acquire_in_thread(second, 30, log))
+        wait_for(lambda: second.sequence is not None, 10, what="the second to enqueue")
+        assert first.sequence < second.sequence
+        # Held past ttl + lock_delay since the grant: only the renewal
+        # thread's batches, pushing the marker, keep it alive until the kill.
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert _seq_held_by(rds, SEQ, report["token"])
+        assert rds.pttl(delay_key(SEQ)) > DELAY * 1000
+        kill_child(p, signal.SIGKILL)
+        # The grant was there after `checked`: its session ends after it and
+        # the marker lock_delay later; nobody is granted before, and then
+        # the head of the line is.
+        wait_for(lambda: log, 30, what="the first in line to be granted")  # generous: 2.5 s delay
+        lk, ok, granted = log[0]
+        assert lk is first and ok
+        assert granted - checked >= DELAY - SLACK, granted - checked
+        assert len(log) == 1
+        assert first.waiters() == 1  # the second still waits, in its place
+        first.release()  # a release: the second goes on at once
+        threads[1].join(20)
+        assert [(x is second, ok) for x, ok, _ in log[1:]] == [(True, True)]
+        second.release()
+        assert not rds.exists(delay_key(SEQ))
+    finally:
+        kill_child(p, signal.SIGKILL)
+        other.close()  # ends a wait still in progress after a failure
+        for t in threads:
+            t.join(30)
+
+
+def test_sequential_lock_release_frees_at_once_and_renewal_pushes_the_marker(
+        rds, client: hilock.Client) -> None:
+    lk = client.sequential_lock(SEQ, ttl=2, auto_renew=False, lock_delay=20)
+    assert lk.lock_delay == 20
+    assert lk.acquire(blocking=False)
+    assert 20_000 < rds.pttl(delay_key(SEQ)) <= 22_000  # ttl + the delay
+    info = client.inspect(SEQ)
+    assert info.type == "sequential_lock" and info.held and info.lock_delay == 20
+    assert info.delay_left is not None and 20 < info.delay_left <= 22
+    lk.extend(30, replace=True)
+    assert 48_000 < rds.pttl(delay_key(SEQ)) <= 50_000  # 30 s + the delay
+    lk.renew()
+    assert 20_000 < rds.pttl(delay_key(SEQ)) <= 22_000
+    # A waiter in line (no delay of its own) gets the lock on the release,
+    # far sooner than the delay.
+    log: List[Any] = []
+    waiter = client.sequential_lock(SEQ, ttl=5)
+    t = _acquire_in_thread(waiter, 15, log)
+    wait_for(lambda: lk.waiters() == 1, 10, what="the waiter to enqueue")
+    lk.release()
+    assert not rds.exists(delay_key(SEQ))
+    t.join(15)
+    assert [ok for _, ok, _ in log] == [True]
+    waiter.release()
+    # A handle without a delay writes no marker.
+    plain = client.sequential_lock(SEQ, ttl=5, auto_renew=False)
+    assert plain.lock_delay == 0
+    with plain:
+        plain.renew()
+        plain.extend(1)
+        assert rds.keys("*delay*") == []
+
+
+def test_lapsed_sequential_grant_holds_the_line_until_the_delay_ends_or_force_release(
+        rds, client: hilock.Client) -> None:
+    lapsing = client.sequential_lock(SEQ, ttl=0.2, auto_renew=False, lock_delay=30)
+    assert lapsing.acquire(blocking=False)
+    token = lapsing.token
+    wait_for(lambda: not _seq_held_by(rds, SEQ, token), 10, what="the grant to lapse")
+    assert not lapsing.owned()
+    # Granted to no one, with a delay of its own or without, try or wait.
+    plain = client.sequential_lock(SEQ, ttl=5)
+    assert not plain.acquire(blocking=False)
+    assert not client.sequential_lock(SEQ, ttl=5, lock_delay=30).acquire(blocking=False)
+    assert not plain.acquire(timeout=0.3)  # far shorter than the delay
+    assert rds.zcard(seq_key(SEQ, "queue")) == 0  # each left the line
+    # A waiter in line sleeps (the delay's end or its heartbeat bound its
+    # sleep: one re-check per third of its 5 s window at most).
+    log: List[Any] = []
+    before = command_calls(rds).get("evalsha", 0)
+    t = _acquire_in_thread(plain, 60, log)
+    wait_for(lambda: client.waiting == 1, 10, what="the waiter to sleep")
+    time.sleep(1.0)
+    # Generous: a waiter that spun would have run the script hundreds of
+    # times in that second; a sleeping one runs it a few times.
+    assert command_calls(rds).get("evalsha", 0) - before < 20
+    info = client.inspect(SEQ)
+    assert info.type == "sequential_lock" and not info.held and info.waiters == 1
+    assert info.lock_delay == 30
+    assert info.delay_left is not None and 0 < info.delay_left <= 30
+    # An operator's forced release ends the delay: the waiter is granted.
+    assert client.force_release(SEQ)
+    assert not rds.exists(delay_key(SEQ))
+    t.join(20)  # generous, and far shorter than the 30 s delay
+    assert [ok for _, ok, _ in log] == [True]
+    plain.release()
+
+
+def test_adopted_sequential_grant_honours_another_grants_delay(
+        rds, client: hilock.Client) -> None:
+    lk = client.sequential_lock(SEQ, ttl=5, auto_renew=False, lock_delay=20)
+    assert lk.acquire(blocking=False)
+    adopted = client.adopt(lk.export())
+    assert adopted.lock_delay == 20  # the delay goes with the export
+    adopted.release()  # the grant's release frees the name at once
+    assert not rds.exists(delay_key(SEQ))
+    lapsing = client.sequential_lock(SEQ, ttl=0.2, auto_renew=False, lock_delay=20)
+    assert lapsing.acquire(blocking=False)
+    wait_for(lambda: not _seq_held_by(rds, SEQ, lapsing.token), 10, what="the grant to lapse")
+    assert not adopted.acquire(blocking=False)
+    assert client.force_release(SEQ)
+    assert adopted.acquire(blocking=False)
+    adopted.release()
+
+
+def test_sequential_lock_bad_delays_and_the_other_factories(
+        rds, client: hilock.Client, redis_url: str, default_client_env: None) -> None:
+    for bad in (-1, float("nan"), float("inf"), "1", True):
+        with pytest.raises(ValueError):
+            client.sequential_lock(SEQ, lock_delay=bad)  # type: ignore[arg-type]
+    lk = client.sequential_lock(SEQ, ttl=5, auto_renew=False)
+    assert lk.acquire(blocking=False)
+    with pytest.raises(ValueError):  # set before a grant, not while held
+        _h.hilock_hold_set_lock_delay(lk._h, 1000)
+    lk.release()
+    # The module-level factory.
+    mod = hilock.sequential_lock(SEQ, ttl=0.2, auto_renew=False, lock_delay=20)
+    assert mod.lock_delay == 20
+    assert mod.acquire(blocking=False)
+    assert 0 < rds.pttl(delay_key(SEQ)) <= 20_200
+    wait_for(lambda: not _seq_held_by(rds, SEQ, mod.token), 10, what="the grant to lapse")
+
+    # The asyncio client's: its handle waits the delay out as well.
+    async def body(c: Any) -> None:
+        a = c.sequential_lock(SEQ, ttl=5, lock_delay=20)
+        assert not await a.acquire(blocking=False)
+        assert client.force_release(SEQ)
+        assert await a.acquire(blocking=False)
+        assert 20_000 < rds.pttl(delay_key(SEQ)) <= 25_000
+        await a.release()
+        assert not rds.exists(delay_key(SEQ))
+
+    run_with_client(redis_url, body)

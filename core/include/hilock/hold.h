@@ -245,10 +245,10 @@ HILOCK_API int hilock_hold_renew(hilock_hold *h);
 
 /* Settings some families have; HILOCK_ENOTSUP (naming the family) where a
  * family has none, and 0 read. The lock delay (lock.h: the lock, the lease,
- * the multi-key, the fair and the reentrant lock, and the read-write lock's
- * write grants) and a line's heartbeat window (the fair and the sequential
- * lock); each family's header says what they mean for it (and may wrap
- * them for its handle). */
+ * the multi-key, the fair, the sequential and the reentrant lock, and the
+ * read-write lock's write grants) and a line's heartbeat window (the fair
+ * and the sequential lock); each family's header says what they mean for
+ * it (and may wrap them for its handle). */
 HILOCK_API int hilock_hold_set_lock_delay(hilock_hold *h, int64_t delay_ms);
 HILOCK_API int64_t hilock_hold_lock_delay_ms(const hilock_hold *h);
 HILOCK_API int hilock_hold_set_heartbeat(hilock_hold *h, int64_t window_ms);

@@ -100,6 +100,20 @@ static inline int64_t hilock_sequential_lock_heartbeat_ms(
   return hilock_hold_heartbeat_ms(HILOCK_HOLD((hilock_sequential_lock *)sl));
 }
 
+/* Lock delay: hilock_hold_set_lock_delay(HILOCK_HOLD(sl), delay_ms) before
+ * acquiring (0..HILOCK_TTL_MAX_MS, 0: none; HILOCK_EINVAL while held),
+ * read back with hilock_hold_lock_delay_ms. A grant of a handle with a
+ * delay sets the marker hilock:{name}:delay to the session's TTL plus the
+ * delay, renewals and extensions push it along, and the holder's release
+ * deletes it. When a grant ends without its release (the session ran out:
+ * the holder was killed, stalled or cut off), no entry is granted until
+ * the marker expires, whatever that entry's own delay: the head of the
+ * line keeps its place and sleeps the marker's remaining time (bounded by
+ * its own re-checks), then is granted; a release frees the lock at once,
+ * and so does hilock_client_force_release. An adopted grant
+ * (hilock_client_adopt) carries the exporter's delay: its renewals push
+ * the marker, its release deletes it. */
+
 #ifdef __cplusplus
 }
 #endif

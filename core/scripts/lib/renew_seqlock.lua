@@ -2,8 +2,9 @@
 -- session zset, K[2] queue, K[3] holder hash) lasts ms more while owner
 -- holds the grant; an expired session is never revived. The queue's and
 -- holder's expiry is kept at least as long as the session's, so the
--- entry's place and grant never lapse before it. Returns 1 renewed, 0 not
--- owned.
+-- entry's place and grant never lapse before it. K[4] (optional): the
+-- lock-delay marker, whose value is the delay in ms; its TTL is set to ms
+-- plus the delay. Returns 1 renewed, 0 not owned.
 -- @include clock.lua
 local function renew_seqlock(K, owner, ms)
   local now = server_ms()
@@ -16,6 +17,12 @@ local function renew_seqlock(K, owner, ms)
   end
   local ttl = tonumber(ms)
   redis.call('ZADD', K[1], 'XX', now + ttl, owner)
+  if K[4] then
+    local delay = tonumber(redis.call('GET', K[4]))
+    if delay then
+      redis.call('PEXPIRE', K[4], ttl + delay)
+    end
+  end
   local keep = ttl + 1000
   for i = 1, 3 do
     local left = redis.call('PTTL', K[i])
