@@ -18,7 +18,7 @@ from typing import Any, Dict, List
 import pytest
 
 import hilock
-from helpers import command_calls, kill_child, pop_report, start_child, wait_for
+from helpers import command_calls, kill_child, pop_report, run_with_client, start_child, wait_for
 from hilock import _hilock as _h
 
 TTL = 1.0
