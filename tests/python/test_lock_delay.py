@@ -35,16 +35,58 @@ def lock_key(name: str) -> str:
     return f"hilock:{{{name}}}:lock"
 
 
-def _hold_auto_renewed(url: str, name: str) -> None:
-    """A holder renewed by the client's renewal thread, until killed."""
+# The holders killed below, each renewed by its client's renewal thread
+# (the reentrant lock entered twice; the multi-key lock on MULTI).
+HOLDERS: Dict[str, Any] = {
+    "lock": lambda c, name: c.lock(name, ttl=TTL, lock_delay=DELAY),
+    "multi": lambda c, name: c.multi_lock(MULTI, ttl=TTL, lock_delay=DELAY),
+    "fair": lambda c, name: c.fair_lock(name, ttl=TTL, lock_delay=DELAY),
+    "rlock": lambda c, name: c.rlock(name, ttl=TTL, lock_delay=DELAY),
+    "write": lambda c, name: c.rwlock(name, ttl=TTL, lock_delay=DELAY).write(),
+    "seq": lambda c, name: c.sequential_lock(name, ttl=TTL, lock_delay=DELAY),
+}
+MULTI = ["{dl}a", "{dl}b"]
+
+
+def _hold_auto_renewed(url: str, kind: str, name: str) -> None:
+    """A holder of HOLDERS[kind] renewed by the renewal thread, until killed:
+    it reports its token, fence and the time of its grant."""
     import redis
 
     r = redis.Redis.from_url(url)
-    lk = hilock.Client(url).lock(name, ttl=TTL, lock_delay=DELAY)
-    if not lk.acquire(timeout=5):
-        raise RuntimeError("holder could not acquire")
-    r.rpush("ready", json.dumps({"token": lk.token, "t": time.monotonic()}))
+    lk = HOLDERS[kind](hilock.Client(url), name)
+    for _ in range(2 if kind == "rlock" else 1):
+        if not lk.acquire(timeout=5):
+            raise RuntimeError("holder could not acquire")
+    r.rpush("ready", json.dumps({"token": getattr(lk, "token", None), "fence": lk.fence,
+                                 "t": time.monotonic()}))
     time.sleep(3600)
+
+
+def _killed_past_the_delay(rds, redis_url: str, kind: str, name: str,
+                           held: Any) -> float:
+    """Start a holder of kind on name, keep it past ttl + lock_delay since
+    its grant (only renewals that push the delay marker keep the marker
+    alive that long), check held(report) and kill it with SIGKILL. Returns
+    the monotonic time it was last seen holding: its grant expires after
+    it, and its marker lock_delay later."""
+    p = start_child(_hold_auto_renewed, redis_url, kind, name)
+    try:
+        report = pop_report(rds, "ready")
+        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
+        checked = time.monotonic()
+        assert held(report)
+    finally:
+        kill_child(p, signal.SIGKILL)
+    return checked
+
+
+def _granted_after_the_delay(lk: Any, checked: float) -> None:
+    """lk is granted, and no earlier than the delay after checked."""
+    assert lk.acquire(timeout=30)  # generous: the delay is 2.5 s
+    granted = time.monotonic()
+    assert granted - checked >= DELAY - SLACK, granted - checked
+    lk.release()
 
 
 def _hold_renewing_by_hand(url: str, name: str) -> None:
@@ -80,24 +122,12 @@ def _hold_until_told(url: str, name: str) -> None:
 
 def test_killed_holder_renewed_by_the_thread_passes_the_name_after_the_delay(
         rds, client: hilock.Client, redis_url: str) -> None:
-    p = start_child(_hold_auto_renewed, redis_url, "dl:auto")
-    try:
-        report = pop_report(rds, "ready")
-        # Held past ttl + lock_delay since the grant: only renewals that push
-        # the delay marker keep it alive until the kill.
-        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
-        checked = time.monotonic()
-        assert rds.get(lock_key("dl:auto")) == report["token"].encode()
-    finally:
-        kill_child(p, signal.SIGKILL)
-    # The lock was there after `checked`, so it expires after it, and its
-    # marker lock_delay later: no grant before checked + DELAY, to anyone (the
-    # successor has no delay of its own).
-    successor = client.lock("dl:auto", ttl=5)
-    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
-    granted = time.monotonic()
-    assert granted - checked >= DELAY - SLACK, granted - checked
-    successor.release()
+    checked = _killed_past_the_delay(
+        rds, redis_url, "lock", "dl:auto",
+        lambda rep: rds.get(lock_key("dl:auto")) == rep["token"].encode())
+    # No grant before checked + DELAY, to anyone: the successor has no delay
+    # of its own.
+    _granted_after_the_delay(client.lock("dl:auto", ttl=5), checked)
 
 
 def test_killed_holder_passes_the_name_ttl_plus_delay_after_its_last_renewal(
@@ -242,37 +272,13 @@ def test_bad_delays_are_refused(client: hilock.Client) -> None:
     lk.release()
 
 
-MULTI = ["{dl}a", "{dl}b"]
-
-
-def _hold_multi_auto_renewed(url: str) -> None:
-    """A multi-key holder renewed by the client's renewal thread, until killed."""
-    import redis
-
-    r = redis.Redis.from_url(url)
-    m = hilock.Client(url).multi_lock(MULTI, ttl=TTL, lock_delay=DELAY)
-    if not m.acquire(timeout=5):
-        raise RuntimeError("holder could not acquire")
-    r.rpush("ready", json.dumps({"token": m.token, "t": time.monotonic()}))
-    time.sleep(3600)
-
-
 def test_killed_multi_key_holder_passes_each_name_after_the_delay(
         rds, client: hilock.Client, redis_url: str) -> None:
-    p = start_child(_hold_multi_auto_renewed, redis_url)
-    try:
-        report = pop_report(rds, "ready")
-        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
-        checked = time.monotonic()
-        assert rds.get(lock_key("{dl}b")) == report["token"].encode()
-    finally:
-        kill_child(p, signal.SIGKILL)
+    checked = _killed_past_the_delay(
+        rds, redis_url, "multi", "",
+        lambda rep: rds.get(lock_key("{dl}b")) == rep["token"].encode())
     # Either name alone, by a lock with the delay, waits the delay out too.
-    successor = client.lock("{dl}b", ttl=5, lock_delay=DELAY)
-    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
-    granted = time.monotonic()
-    assert granted - checked >= DELAY - SLACK, granted - checked
-    successor.release()
+    _granted_after_the_delay(client.lock("{dl}b", ttl=5, lock_delay=DELAY), checked)
     m = client.multi_lock(MULTI, ttl=5, lock_delay=DELAY)
     assert m.acquire(blocking=False)
     m.release()
@@ -312,34 +318,14 @@ def test_multi_key_delay_extend_release_and_no_delay(rds, client: hilock.Client)
     m.release()
 
 
-def _hold_fair_auto_renewed(url: str) -> None:
-    """A fair lock holder renewed by the client's renewal thread, until killed."""
-    import redis
-
-    r = redis.Redis.from_url(url)
-    lk = hilock.Client(url).fair_lock("dl:fair", ttl=TTL, lock_delay=DELAY)
-    if not lk.acquire(timeout=5):
-        raise RuntimeError("holder could not acquire")
-    r.rpush("ready", json.dumps({"token": lk.token, "t": time.monotonic()}))
-    time.sleep(3600)
-
-
 def test_killed_fair_lock_holder_passes_the_lock_after_the_delay(
         rds, client: hilock.Client, redis_url: str) -> None:
-    p = start_child(_hold_fair_auto_renewed, redis_url)
-    try:
-        report = pop_report(rds, "ready")
-        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
-        checked = time.monotonic()
-        assert rds.get("hilock:{dl:fair}:fair") == report["token"].encode()
-    finally:
-        kill_child(p, signal.SIGKILL)
+    checked = _killed_past_the_delay(
+        rds, redis_url, "fair", "dl:fair",
+        lambda rep: rds.get("hilock:{dl:fair}:fair") == rep["token"].encode())
     successor = client.fair_lock("dl:fair", ttl=5, lock_delay=DELAY)
     assert successor.lock_delay == DELAY
-    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
-    granted = time.monotonic()
-    assert granted - checked >= DELAY - SLACK, granted - checked
-    successor.release()
+    _granted_after_the_delay(successor, checked)
     assert not rds.exists(delay_key("dl:fair"))
 
 
@@ -385,38 +371,15 @@ def writer_key(name: str) -> str:
     return f"hilock:{{{name}}}:rw:writer"
 
 
-def _hold_rlock_auto_renewed(url: str, name: str) -> None:
-    """A reentrant holder (entered twice) renewed by the client's renewal
-    thread, until killed."""
-    import redis
-
-    r = redis.Redis.from_url(url)
-    lk = hilock.Client(url).rlock(name, ttl=TTL, lock_delay=DELAY)
-    if not (lk.acquire(timeout=5) and lk.acquire(timeout=5)):
-        raise RuntimeError("holder could not acquire")
-    r.rpush("ready", json.dumps({"t": time.monotonic()}))
-    time.sleep(3600)
-
-
 def test_killed_rlock_holder_renewed_by_the_thread_passes_the_name_after_the_delay(
         rds, client: hilock.Client, redis_url: str) -> None:
-    p = start_child(_hold_rlock_auto_renewed, redis_url, "dl:rl")
-    try:
-        report = pop_report(rds, "ready")
-        # Held past ttl + lock_delay since the grant: only renewals (the
-        # renewal thread's batch) that push the marker keep it alive.
-        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
-        checked = time.monotonic()
-        assert list(rds.hvals(rlock_key("dl:rl"))).count(b"2") == 1
-    finally:
-        kill_child(p, signal.SIGKILL)
+    # Entered twice, renewed by the renewal thread's batch.
+    checked = _killed_past_the_delay(
+        rds, redis_url, "rlock", "dl:rl",
+        lambda rep: list(rds.hvals(rlock_key("dl:rl"))).count(b"2") == 1)
     successor = client.rlock("dl:rl", ttl=5)
     assert successor.lock_delay == 0
-    assert successor.acquire(timeout=30)  # generous: the delay is 2.5 s
-    granted = time.monotonic()
-    assert granted - checked >= DELAY - SLACK, granted - checked
-    successor.release()
-
+    _granted_after_the_delay(successor, checked)
 
 def test_rlock_delay_from_first_entry_to_final_release(rds, client: hilock.Client,
                                                        redis_url: str) -> None:
@@ -500,28 +463,11 @@ def test_rlock_bad_delays_and_redisson_refuse(client: hilock.Client) -> None:
         _h.hilock_hold_set_lock_delay(redisson._h, 1000)
 
 
-def _hold_write_auto_renewed(url: str, name: str) -> None:
-    """A writer renewed by the client's renewal thread, until killed."""
-    import redis
-
-    r = redis.Redis.from_url(url)
-    rw = hilock.Client(url).rwlock(name, ttl=TTL, lock_delay=DELAY)
-    if not rw.write().acquire(timeout=5):
-        raise RuntimeError("writer could not acquire")
-    r.rpush("ready", json.dumps({"fence": rw.write().fence, "t": time.monotonic()}))
-    time.sleep(3600)
-
-
 def test_killed_writer_keeps_writers_and_readers_out_for_the_delay(
         rds, client: hilock.Client, redis_url: str) -> None:
-    p = start_child(_hold_write_auto_renewed, redis_url, "dl:rw")
-    try:
-        report = pop_report(rds, "ready")
-        wait_for(lambda: time.monotonic() > report["t"] + TTL + DELAY + 0.3, 10)
-        checked = time.monotonic()
-        assert rds.hget(writer_key("dl:rw"), "fence") == str(report["fence"]).encode()
-    finally:
-        kill_child(p, signal.SIGKILL)
+    checked = _killed_past_the_delay(
+        rds, redis_url, "write", "dl:rw",
+        lambda rep: rds.hget(writer_key("dl:rw"), "fence") == str(rep["fence"]).encode())
     # A reader and a writer, neither with a delay of its own, wait (in
     # threads of their own: separate owners) until the delay ends.
     rw = client.rwlock("dl:rw", ttl=5)
@@ -669,19 +615,6 @@ def seq_key(name: str, role: str) -> str:
     return f"hilock:{{{name}}}:seq:{role}"
 
 
-def _hold_seq_auto_renewed(url: str) -> None:
-    """A sequential lock holder renewed by the client's renewal thread,
-    until killed."""
-    import redis
-
-    r = redis.Redis.from_url(url)
-    lk = hilock.Client(url).sequential_lock(SEQ, ttl=TTL, lock_delay=DELAY)
-    if not lk.acquire(timeout=5):
-        raise RuntimeError("holder could not acquire")
-    r.rpush("ready", json.dumps({"token": lk.token, "t": time.monotonic()}))
-    time.sleep(3600)
-
-
 def _seq_held_by(rds, name: str, token: str) -> bool:
     """Whether token's grant holds the sequential lock now (its session on
     the server's clock)."""
@@ -704,7 +637,7 @@ def _acquire_in_thread(lk: Any, timeout: float, log: List[Any]) -> threading.Thr
 
 def test_killed_sequential_lock_holder_passes_the_turn_after_the_delay_in_order(
         rds, client: hilock.Client, redis_url: str) -> None:
-    p = start_child(_hold_seq_auto_renewed, redis_url)
+    p = start_child(_hold_auto_renewed, redis_url, "seq", SEQ)
     other = hilock.Client(redis_url)
     log: List[Any] = []
     threads = []
