@@ -251,6 +251,19 @@ class LockBase(Uncopyable):
     def auto_renew(self) -> bool:
         return self._auto_renew
 
+    def _set_delay(self, delay_ms: int) -> None:
+        """After _setup: the handle's lock delay (0: none)."""
+        if delay_ms:
+            _h.hilock_hold_set_lock_delay(self._h, delay_ms)
+
+    @property
+    def lock_delay(self) -> float:
+        """Seconds after a grant ends without its holder's release (expiry,
+        a lost or killed holder) in which the name is granted to no one; 0:
+        none, or a type without a delay (see ``lock_delay`` of
+        :meth:`Client.lock`)."""
+        return float(_h.hilock_hold_lock_delay_ms(self._h)) / 1000
+
     @property
     def fence(self) -> Optional[int]:
         """The fencing token of the current or last grant (strictly increasing

@@ -134,23 +134,20 @@ class Election(ExclusiveBase):
             _h.hilock_hold_free(h)
 
 
-class Leadership:
-    """The lead of one :meth:`Election.campaign`: a context manager whose
-    block resigns when it ends and raises :class:`hilock.LockLost` there if
-    the lead was lost meanwhile (as a lock's ``with`` block does)."""
+class _Lead:
+    """What a lead shows, for the blocking and the asyncio leadership."""
 
-    def __init__(self, election: Election, value: Value) -> None:
+    def __init__(self, election: Any, value: Value) -> None:
         self._election = election
         self._value = value
 
-    @property
-    def election(self) -> Election:
-        return self._election
+    def _sync(self) -> Election:
+        return self._election  # type: ignore[no-any-return]
 
     @property
     def fence(self) -> int:
         """The lead's fencing token: strictly increasing across leaders."""
-        return self._election.fence or 0
+        return self._sync().fence or 0
 
     @property
     def value(self) -> Value:
@@ -160,12 +157,28 @@ class Leadership:
     @property
     def lost(self) -> bool:
         """True once the lead was found lost (see :attr:`hilock.Lock.lost`)."""
-        return self._election.lost
+        return self._sync().lost
 
     @property
     def validity(self) -> float:
         """Seconds the lead is known to last (see :attr:`hilock.Lock.validity`)."""
-        return self._election.validity
+        return self._sync().validity
+
+    def __repr__(self) -> str:
+        return (f"<hilock.{type(self).__name__} {self._sync().name!r} fence={self.fence} "
+                f"validity={self.validity:.3f}s>")
+
+
+class Leadership(_Lead):
+    """The lead of one :meth:`Election.campaign`: a context manager whose
+    block resigns when it ends and raises :class:`hilock.LockLost` there if
+    the lead was lost meanwhile (as a lock's ``with`` block does)."""
+
+    _election: Election
+
+    @property
+    def election(self) -> Election:
+        return self._election
 
     def proclaim(self, value: Union[str, bytes]) -> None:
         """Change the value observers see, keeping the lead and its fence.
@@ -185,7 +198,3 @@ class Leadership:
     def __exit__(self, exc_type: Optional[Type[BaseException]],
                  exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         self._election.__exit__(exc_type, exc, tb)
-
-    def __repr__(self) -> str:
-        return (f"<hilock.Leadership {self._election.name!r} fence={self.fence} "
-                f"validity={self.validity:.3f}s>")

@@ -39,14 +39,7 @@ class FairLock(QueuedBase):
                  lock_delay: float = 0) -> None:
         delay_ms = delay_to_ms(lock_delay)
         super().__init__(client, name, ttl, timeout, auto_renew, max_hold, on_lost)
-        if delay_ms:
-            _h.hilock_fair_lock_set_delay(self._h, delay_ms)
-
-    @property
-    def lock_delay(self) -> float:
-        """Seconds after a grant ends without its holder's release in which
-        the lock is granted to no one; 0: none (see :meth:`Client.lock`)."""
-        return float(_h.hilock_fair_lock_delay_ms(self._h)) / 1000
+        self._set_delay(delay_ms)
 
     def locked(self) -> bool:
         """Whether anyone holds the lock (one round trip). False while the

@@ -44,15 +44,7 @@ class Lock(ExclusiveBase):
         else:
             new = _h.hilock_lock_new_lease if kind == LEASE else _h.hilock_lock_new
             self._setup(client._new(new, self._bname, ttl_ms))
-        if delay_ms:
-            _h.hilock_lock_set_delay(self._h, delay_ms)
-
-    @property
-    def lock_delay(self) -> float:
-        """Seconds after a grant ends without its holder's release (expiry,
-        a lost or killed holder) in which the name is granted to no one; 0:
-        none (see ``lock_delay`` of :meth:`Client.lock`)."""
-        return float(_h.hilock_lock_delay_ms(self._h)) / 1000
+        self._set_delay(delay_ms)
 
     def locked(self) -> bool:
         """Whether anyone holds the lock (one round trip)."""

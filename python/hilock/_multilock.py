@@ -68,15 +68,7 @@ class MultiLock(ExclusiveBase):
         self._names: Tuple[Name, ...] = tuple(
             self._by_bytes[_h.hilock_multi_lock_name(handle, i)] for i in range(count))
         self._setup(handle)
-        if delay_ms:
-            _h.hilock_multi_lock_set_delay(self._h, delay_ms)
-
-    @property
-    def lock_delay(self) -> float:
-        """Seconds after a grant of a name ends without its holder's release
-        in which that name is granted to no one; 0: none (see
-        :meth:`Client.multi_lock`)."""
-        return float(_h.hilock_multi_lock_delay_ms(self._h)) / 1000
+        self._set_delay(delay_ms)
 
     def __repr__(self) -> str:
         return (f"<hilock.MultiLock {list(self._names)!r} "

@@ -56,14 +56,7 @@ class RLock(LockBase):
         new = (_side if _side is not None else
                _h.hilock_rlock_new_redisson if check_compat(compat) else _h.hilock_rlock_new)
         self._setup(client._new(new, self._bname, seconds_to_ms(ttl, "ttl")))
-        if delay_ms:
-            _h.hilock_hold_set_lock_delay(self._h, delay_ms)
-
-    @property
-    def lock_delay(self) -> float:
-        """Seconds after a grant ends without its final release in which
-        the lock is granted to no one; 0: none (see :meth:`Client.rlock`)."""
-        return float(_h.hilock_hold_lock_delay_ms(self._h)) / 1000
+        self._set_delay(delay_ms)
 
     def release(self) -> None:
         """Leave once; the last release frees the lock and wakes a waiter.

@@ -87,7 +87,7 @@ from . import _hilock as _h
 from ._base import ExclusiveBase, raise_on_leaving
 from ._client import Client as _SyncClient
 from ._election import Election as _SyncElection
-from ._election import Value, value_bytes, value_of
+from ._election import Value, _Lead, value_bytes, value_of
 from ._fair import FairLock as _SyncFairLock
 from ._inspect import LockInfo
 from ._multilock import MultiLock as _SyncMultiLock
@@ -1462,34 +1462,19 @@ class Election(Lock):
             _h.hilock_hold_free(h)
 
 
-class Leadership:
+class Leadership(_Lead):
     """The lead of one :meth:`Election.campaign` for asyncio: ``async with``
     resigns at the block's end and raises :class:`hilock.LockLost` there
     if the lead was lost (see :class:`hilock.Leadership`)."""
 
-    def __init__(self, election: Election, value: Value) -> None:
-        self._election = election
-        self._value = value
+    _election: Election
+
+    def _sync(self) -> _SyncElection:
+        return self._election._sync
 
     @property
     def election(self) -> Election:
         return self._election
-
-    @property
-    def fence(self) -> int:
-        return self._election._sync.fence or 0
-
-    @property
-    def value(self) -> Value:
-        return self._value
-
-    @property
-    def lost(self) -> bool:
-        return self._election.lost
-
-    @property
-    def validity(self) -> float:
-        return self._election.validity
 
     async def proclaim(self, value: Union[str, bytes]) -> None:
         """As :meth:`hilock.Leadership.proclaim`, on the loop's default
