@@ -33,6 +33,7 @@
 -- @include fence.lua
 -- @include wake.lua
 -- @include clock.lua
+-- @include delay.lua
 local holder, fence_key, queue, beats, tickets, wake_prefix, my_wake =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local op, me = ARGV[1], ARGV[2]
@@ -71,15 +72,6 @@ local function head()
   end
 end
 
--- A grant that ended without its holder's release: the time left on its
--- lock-delay marker (0: none, or no marker passed).
-local function delay_left()
-  if not marker then
-    return 0
-  end
-  return math.max(0, redis.call('PTTL', marker))
-end
-
 -- The queue keys live as long as the latest heartbeat deadline, so a queue
 -- whose waiters all died lapses even if nobody calls again.
 local function settle()
@@ -89,7 +81,7 @@ end
 -- If the lock is free, wake the head and nobody else: one element in its
 -- own list, kept while its heartbeat could still be live.
 local function wake_head()
-  if redis.call('EXISTS', holder) == 1 or delay_left() > 0 then
+  if redis.call('EXISTS', holder) == 1 or delay_left(marker) > 0 then
     return
   end
   local h = head()
@@ -104,9 +96,7 @@ local function grant(ticket)
   -- The fence first: a damaged counter fails before the holder is written.
   local fence = next_fence(fence_key)
   redis.call('SET', holder, me, 'PX', ARGV[3])
-  if delay then
-    redis.call('SET', marker, ARGV[6], 'PX', tonumber(ARGV[3]) + delay)
-  end
+  set_delay(marker, ARGV[6], ARGV[3])
   drop(me, my_wake)
   settle()
   return {1, fence, ticket}
@@ -115,7 +105,7 @@ end
 local function busy(ticket, pos)
   settle()
   wake_head()
-  local pttl = delay_left()
+  local pttl = delay_left(marker)
   if redis.call('EXISTS', holder) == 1 then
     pttl = redis.call('PTTL', holder)
   end
@@ -167,7 +157,7 @@ if cur == me then
 end
 
 if op == 'try' then
-  if cur == false and head() == nil and delay_left() == 0 then
+  if cur == false and head() == nil and delay_left(marker) == 0 then
     return grant(redis.call('INCR', tickets))
   end
   return busy(0, -1)
@@ -193,7 +183,7 @@ else
   redis.call('ZADD', queue, ticket, me)
 end
 redis.call('ZADD', beats, now + tonumber(ARGV[4]), me)
-if cur == false and head() == me and delay_left() == 0 then
+if cur == false and head() == me and delay_left(marker) == 0 then
   return grant(ticket)
 end
 return busy(ticket, redis.call('ZRANK', queue, me))

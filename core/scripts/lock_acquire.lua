@@ -9,6 +9,7 @@
 -- marker's pttl} while a lost grant's lock delay runs.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
+-- @include delay.lua
 local cur = redis.call('GET', KEYS[1])
 -- A waiter rung by a release passes the wake list (KEYS[3]) and ARGV[3]
 -- "woken": it takes the release's wake-up here, in its attempt's round
@@ -23,22 +24,16 @@ end
 if cur == false then
   -- A grant that ended without its holder's release (expired, holder lost)
   -- leaves its delay marker: no grant until it expires.
-  if KEYS[4] then
-    local delay = redis.call('PTTL', KEYS[4])
-    if delay > 0 then
-      return {0, delay}
-    end
+  local delay = delay_left(KEYS[4])
+  if delay > 0 then
+    return {0, delay}
   end
   -- The fence first: a damaged counter fails before the lock is written.
   local fence = next_fence(KEYS[2])
   local ttl = tonumber(ARGV[2])
   if ttl > 0 then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-    if ARGV[4] then
-      -- The marker outlives the grant by the delay; its value is the delay,
-      -- which renewals add to the TTL they set.
-      redis.call('SET', KEYS[4], ARGV[4], 'PX', ttl + tonumber(ARGV[4]))
-    end
+    set_delay(KEYS[4], ARGV[4], ttl)
   else
     redis.call('SET', KEYS[1], ARGV[1])
   end

@@ -18,7 +18,7 @@
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
 -- @include wake.lua
-local delay = tonumber(ARGV[5])
+-- @include delay.lua
 local n = #KEYS / 4
 local token = ARGV[1]
 local woken = tonumber(ARGV[3]) or 0
@@ -34,8 +34,8 @@ for i = 1, n do
   local cur = redis.call('GET', KEYS[i])
   -- A grant of name i ended without its holder's release: its lock delay
   -- runs while its marker lives.
-  local wait = cur == false and redis.call('PTTL', KEYS[3 * n + i])
-  if cur == false and not (wait and wait > 0) then
+  local wait = cur == false and delay_left(KEYS[3 * n + i])
+  if cur == false and wait == 0 then
     free[i] = true
   elseif cur ~= token then
     -- We took a wake-up meant for whoever gets name `woken`, and that name
@@ -62,9 +62,7 @@ end
 for i = 1, n do
   if free[i] then
     redis.call('SET', KEYS[i], token, 'PX', ARGV[2])
-    if delay then
-      redis.call('SET', KEYS[3 * n + i], ARGV[5], 'PX', tonumber(ARGV[2]) + delay)
-    end
+    set_delay(KEYS[3 * n + i], ARGV[5], ARGV[2])
   end
 end
 return out

@@ -16,7 +16,7 @@
 -- answers as the first run did without counting again.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
--- @include push_delay.lua
+-- @include delay.lua
 local op = ARGV[1] .. ':op'
 if redis.call('HGET', KEYS[1], op) == ARGV[3] then
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0'),
@@ -30,20 +30,14 @@ end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   -- A grant that ended without its holder's release (expired, holder lost)
   -- leaves its delay marker: no grant until it expires.
-  if KEYS[4] then
-    local delay = redis.call('PTTL', KEYS[4])
-    if delay > 0 then
-      return {0, delay}
-    end
+  local delay = delay_left(KEYS[4])
+  if delay > 0 then
+    return {0, delay}
   end
   local fence = next_fence(KEYS[2])
   redis.call('HSET', KEYS[1], ARGV[1], 1, op, ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if ARGV[5] then
-    -- The marker outlives the grant by the delay; its value is the delay,
-    -- which renewals add to the TTL they set.
-    redis.call('SET', KEYS[4], ARGV[5], 'PX', tonumber(ARGV[2]) + tonumber(ARGV[5]))
-  end
+  set_delay(KEYS[4], ARGV[5], ARGV[2])
   return {1, fence, 1}
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then

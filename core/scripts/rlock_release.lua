@@ -15,7 +15,7 @@
 -- @wakes: PING goes first, so the woken hear before the caller does.
 -- @include wake.lua
 -- @include resend.lua
--- @include push_delay.lua
+-- @include delay.lua
 local n, last = leave_level(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4], ARGV[5],
                             ARGV[2])
 if last then

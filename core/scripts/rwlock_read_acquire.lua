@@ -20,6 +20,7 @@
 -- and a resend that finds it there answers as the first run did.
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include rw_purge.lua
+-- @include delay.lua
 local now = purge_readers(KEYS[1], KEYS[2])
 for i = 4, 6 do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
@@ -40,11 +41,9 @@ if writer and redis.call('HEXISTS', KEYS[3], me) == 0 then
   return refused(redis.call('PTTL', KEYS[3]))
 end
 local cur = redis.call('ZSCORE', KEYS[1], me)
-if not cur and not writer and KEYS[8] then
-  local delay = redis.call('PTTL', KEYS[8])
-  if delay > 0 then
-    return refused(delay)
-  end
+local held_back = not cur and not writer and delay_left(KEYS[8]) or 0
+if held_back > 0 then
+  return refused(held_back)
 end
 -- A new reader queues behind a waiting writer unless a write release
 -- admitted it; a re-entry or the writer's own read (a downgrade) does not

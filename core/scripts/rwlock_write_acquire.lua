@@ -23,7 +23,7 @@
 -- @grant: grants or renews a hold (WAIT follows when wait_replicas is set).
 -- @include fence.lua
 -- @include rw_purge.lua
--- @include push_delay.lua
+-- @include delay.lua
 local now = purge_readers(KEYS[2], KEYS[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
@@ -61,7 +61,7 @@ else
   end
   -- A write grant that ended without its holder's release (expired,
   -- holder lost) leaves its delay marker: no grant until it expires.
-  local delay = KEYS[8] and redis.call('PTTL', KEYS[8]) or 0
+  local delay = delay_left(KEYS[8])
   if delay > 0 and (not wait or delay > wait) then
     wait = delay
   end
@@ -79,10 +79,6 @@ end
 local fence = next_fence(KEYS[6])
 redis.call('HSET', KEYS[1], me, 1, 'fence', fence, me .. ':op', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ttl)
-if ARGV[6] then
-  -- The marker outlives the grant by the delay; its value is the delay,
-  -- which renewals add to the TTL they set.
-  redis.call('SET', KEYS[8], ARGV[6], 'PX', ttl + tonumber(ARGV[6]))
-end
+set_delay(KEYS[8], ARGV[6], ttl)
 redis.call('ZREM', KEYS[4], me)
 return {1, fence, 1}

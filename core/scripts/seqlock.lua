@@ -36,6 +36,7 @@
 -- @include fence.lua
 -- @include wake.lua
 -- @include clock.lua
+-- @include delay.lua
 local queue, session, holder, counter, fence_key, wake_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, me = ARGV[1], ARGV[2]
@@ -47,15 +48,6 @@ local function wake_key(s)
 end
 
 local now = server_ms()
-
--- A grant that ended without its holder's release: the time left on its
--- lock-delay marker (0: none, or no marker passed).
-local function delay_left()
-  if not marker then
-    return 0
-  end
-  return math.max(0, redis.call('PTTL', marker))
-end
 
 -- The holder's grant ends with its release: the name is free at once.
 local function end_delay()
@@ -151,11 +143,7 @@ local function grant(s)
   redis.call('DEL', holder)
   redis.call('HSET', holder, 'owner', me, 'fence', fence, 'seq', s)
   redis.call('ZADD', session, now + tonumber(ARGV[3]), me)
-  if delay then
-    -- The marker outlives the session by the delay; its value is the
-    -- delay, which renewals add to the TTL they set.
-    redis.call('SET', marker, ARGV[7], 'PX', tonumber(ARGV[3]) + delay)
-  end
+  set_delay(marker, ARGV[7], ARGV[3])
   redis.call('DEL', wake_key(s))
   settle()
   return {1, fence, s}
@@ -243,7 +231,7 @@ else
       settle()
       return {0, expiry(first) - now, 0, -1}
     end
-    local wait = delay_left()
+    local wait = delay_left(marker)
     if wait > 0 then
       settle()
       return {0, wait, 0, -1}
@@ -270,7 +258,7 @@ local pred = nearest('(' .. s, '-inf', true)
 local wait = 0
 if pred == nil then
   if redis.call('HGET', holder, 'owner') ~= me then
-    wait = delay_left()
+    wait = delay_left(marker)
   end
   if wait == 0 then
     return grant(s)

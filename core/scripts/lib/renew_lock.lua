@@ -3,6 +3,7 @@
 -- key stays expired. K[2] (optional): the lock-delay marker, whose value is
 -- the delay in ms; its TTL is set to the lock's new TTL plus the delay.
 -- Returns the new TTL in ms, or 0 if not owned.
+-- @include delay.lua
 local function renew_lock(K, owner, ms, mode)
   if redis.call('GET', K[1]) ~= owner then
     return 0
@@ -16,10 +17,7 @@ local function renew_lock(K, owner, ms, mode)
   end
   redis.call('PEXPIRE', K[1], ms)
   if K[2] then
-    local delay = tonumber(redis.call('GET', K[2]))
-    if delay then
-      redis.call('PEXPIRE', K[2], ms + delay)
-    end
+    push_delay(K[2], ms)
   end
   return ms
 end

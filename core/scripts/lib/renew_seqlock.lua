@@ -6,6 +6,7 @@
 -- lock-delay marker, whose value is the delay in ms; its TTL is set to ms
 -- plus the delay. Returns 1 renewed, 0 not owned.
 -- @include clock.lua
+-- @include delay.lua
 local function renew_seqlock(K, owner, ms)
   local now = server_ms()
   local e = redis.call('ZSCORE', K[1], owner)
@@ -18,10 +19,7 @@ local function renew_seqlock(K, owner, ms)
   local ttl = tonumber(ms)
   redis.call('ZADD', K[1], 'XX', now + ttl, owner)
   if K[4] then
-    local delay = tonumber(redis.call('GET', K[4]))
-    if delay then
-      redis.call('PEXPIRE', K[4], ttl + delay)
-    end
+    push_delay(K[4], ttl)
   end
   local keep = ttl + 1000
   for i = 1, 3 do
