@@ -233,9 +233,21 @@ def _script_shas() -> list:
     damage = (root / "lib" / "damage.lua").read_bytes()
 
     def embedded(n: str) -> bytes:
-        body = re.sub(rb"-- @include ([a-z_]+\.lua)\n",
-                      lambda m: (root / "lib" / m.group(1).decode()).read_bytes(),
-                      (root / n).read_bytes())
+        # As EmbedScripts.cmake does it: in up to five passes, each include
+        # line takes lib/NAME's text at its first place (a library may
+        # include another), and every later line naming it goes.
+        body = (root / n).read_bytes()
+        seen: list = []
+        for _ in range(5):
+            for inc in re.findall(rb"-- @include [a-z_]+\.lua", body):
+                line, name = inc + b"\n", inc[len(b"-- @include "):].decode()
+                at = body.find(line)
+                if name in seen or at < 0:
+                    body = body.replace(line, b"")
+                    continue
+                seen.append(name)
+                rest = body[at + len(line):].replace(line, b"")
+                body = body[:at] + (root / "lib" / name).read_bytes() + rest
         return b"local function hilock_body()\n" + body + b"end\n" + damage
 
     shas = [hashlib.sha1(embedded(n)).hexdigest() for n in used]
