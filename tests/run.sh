@@ -117,7 +117,7 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
   ../tests/python/test_shared_waiting.py ../tests/python/test_wait.py \
   ../tests/python/test_asyncio.py ../tests/python/test_store.py ../tests/python/test_contract.py \
   ../tests/python/test_url.py ../tests/python/test_damaged_keys.py ../tests/python/test_acl.py \
-  ../tests/python/test_restart.py -k "not pause_past_ttl and not inventory")
+  ../tests/python/test_restart.py ../tests/python/test_election.py -k "not pause_past_ttl and not inventory")
 if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
   cat build/pyasan/logs/asan*
   exit 1

@@ -1445,7 +1445,7 @@ class Election(Lock):
         so a cancelled iteration leaves no thread waiting long."""
         wait = wait_seconds(timeout)
         loop = asyncio.get_running_loop()
-        h = self._sync._reader()
+        reader = _Observer(self._sync._reader())
         try:
             while True:
                 start = time.monotonic()
@@ -1455,10 +1455,48 @@ class Election(Lock):
                     if left is not None and left <= 0:
                         return
                     step = 1000 if left is None else max(1, min(1000, int(left * 1000)))
-                    fence = await loop.run_in_executor(None, _h.hilock_election_observe, h,
-                                                       step)
-                yield value_of(_h.hilock_election_value(h)), fence
+                    fence = await loop.run_in_executor(None, reader.step, step)
+                yield value_of(_h.hilock_election_value(reader.h)), fence
         finally:
+            reader.close()
+
+
+class _Observer:
+    """An observing C handle whose steps run on executor threads: a step
+    that outlives a cancelled iteration (an executor thread cannot be
+    interrupted) frees the handle when it returns, never under it."""
+
+    def __init__(self, h: Any) -> None:
+        self.h = h
+        self._lock = threading.Lock()
+        self._running = False
+        self._closed = False
+
+    def step(self, ms: int) -> int:
+        with self._lock:
+            if self._closed:
+                return 0
+            self._running = True
+        try:
+            return int(_h.hilock_election_observe(self.h, ms))
+        finally:
+            self._stepped()
+
+    def _stepped(self) -> None:
+        with self._lock:
+            self._running = False
+            if self._closed:  # the iteration ended meanwhile
+                self._free()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if not self._running:
+                self._free()
+
+    def _free(self) -> None:
+        h, self.h = self.h, None
+        if h is not None:
             _h.hilock_hold_free(h)
 
 

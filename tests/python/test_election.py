@@ -321,3 +321,34 @@ def test_inspect_and_force_release_of_an_election(rds, client: hilock.Client) ->
     assert standby.leader() == ("w", got[0])
     standby.release()
     assert client.inspect("el:ops").type == "none"
+
+
+def test_a_cancelled_async_observe_frees_its_handle_after_the_step(
+        client: hilock.Client, redis_url: str) -> None:
+    """An executor thread cannot be interrupted: an async iteration
+    cancelled while its step waits leaves the C handle to that step, which
+    frees it when it returns (freed under it before: a use after free that
+    the suite under AddressSanitizer reports)."""
+    import hilock.asyncio as ha
+
+    async def main() -> None:
+        async with ha.Client(redis_url) as c:
+            async def watch() -> None:
+                async for _ in c.election("el:cancel").observe():
+                    pass
+
+            task = asyncio.ensure_future(watch())
+            await asyncio.sleep(0.3)  # the step waits on an executor thread
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # The step ends within its second; then a change is observed
+            # again by a new iteration, and nothing was freed twice.
+            await asyncio.sleep(1.2)
+            seen = c.election("el:cancel").observe(timeout=5)
+            lead = client.election("el:cancel", ttl=5).campaign("v")
+            assert await seen.__anext__() == ("v", lead.fence)
+            await seen.aclose()
+            lead.resign()
+
+    asyncio.run(main())
