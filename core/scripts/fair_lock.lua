@@ -79,9 +79,12 @@ local function settle()
 end
 
 -- If the lock is free, wake the head and nobody else: one element in its
--- own list, kept while its heartbeat could still be live.
-local function wake_head()
-  if redis.call('EXISTS', holder) == 1 or delay_left(marker) > 0 then
+-- own list, kept while its heartbeat could still be live. released: the
+-- holder's release just freed it (no other grant's delay marker can be
+-- there: this grant came after any such marker ended).
+local function wake_head(released)
+  if not released and (redis.call('EXISTS', holder) == 1 or
+                       delay_left(marker) > 0) then
     return
   end
   local h = head()
@@ -126,7 +129,7 @@ if op == 'release' then
   end
   purge()
   settle()
-  wake_head()
+  wake_head(true)
   return {1}
 end
 
