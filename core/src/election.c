@@ -76,16 +76,23 @@ int hilock_election_new(hilock_client *client, const char *name,
                      election_new(client, name, namelen, ttl_ms, out));
 }
 
-/* Keep a copy of value (len bytes) in *dst and *dstlen. */
-static int keep_value(hilock__err *e, char **dst, size_t *dstlen,
-                      const char *value, size_t len) {
-  char *copy;
+/* A value the caller gives: len bytes, not NULL unless empty. */
+static int check_value(hilock__err *e, const char *value, size_t len) {
   if (value == NULL && len > 0)
     return hilock__set_err(e, HILOCK_EINVAL, "value is NULL");
   if (len > HILOCK_ELECTION_VALUE_MAX)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "the value has %zu bytes; the limit is %d", len,
                            HILOCK_ELECTION_VALUE_MAX);
+  return HILOCK_OK;
+}
+
+/* Keep a copy of value (len bytes) in *dst and *dstlen. */
+static int keep_value(hilock__err *e, char **dst, size_t *dstlen,
+                      const char *value, size_t len) {
+  char *copy;
+  int rc = check_value(e, value, len);
+  if (rc != HILOCK_OK) return rc;
   copy = malloc(len + 1);
   if (copy == NULL) return hilock__set_err(e, HILOCK_ENOMEM, "out of memory");
   if (len > 0) memcpy(copy, value, len);
@@ -161,13 +168,8 @@ int hilock_election_proclaim(hilock_election *el, const char *value,
   redisReply *r;
   int rc;
   if (el == NULL) return HILOCK_EINVAL;
-  if (value == NULL && len > 0)
-    return hilock__set_err(&el->h.err, HILOCK_EINVAL, "value is NULL");
-  if (len > HILOCK_ELECTION_VALUE_MAX)
-    return hilock__set_err(&el->h.err, HILOCK_EINVAL,
-                           "the value has %zu bytes; the limit is %d", len,
-                           HILOCK_ELECTION_VALUE_MAX);
-  rc = hilock__hold_check(&el->h, "proclaim");
+  rc = check_value(&el->h.err, value, len);
+  if (rc == HILOCK_OK) rc = hilock__hold_check(&el->h, "proclaim");
   if (rc != HILOCK_OK) return rc;
   args[0] = el->h.owner;
   arglens[0] = el->h.ownerlen;

@@ -163,43 +163,7 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
 
 static int renew_fn(void *x) {
   hilock_semaphore *s = x;
-  const char *keys[1], *args[2];
-  size_t keylens[1], arglens[2];
-  char ttl[24];
-  redisReply *r;
-  int64_t start;
-  int rc;
-
-  rc = hilock__hold_check(&s->h, "renew");
-  if (rc != HILOCK_OK) return rc;
-  keys[0] = s->key;
-  keylens[0] = s->keylen;
-  args[0] = s->h.owner;
-  arglens[0] = s->h.ownerlen;
-  args[1] = ttl;
-  arglens[1] = hilock__i64(ttl, s->h.ttl_ms);
-  start = hilock__now_us();
-  rc = hilock__script_run(s->h.client, &s->h.err,
-                          &hilock__script_semaphore_renew, 1, keys, keylens, 2,
-                          args, arglens, &r);
-  if (rc == HILOCK_ENOREPLICAS &&
-      hilock__extended_unacked(&rc, r, r != NULL &&
-                                           r->type == REDIS_REPLY_INTEGER &&
-                                           r->integer == 1))
-    return rc;
-  if (rc != HILOCK_OK) return rc;
-  if (r->type != REDIS_REPLY_INTEGER) {
-    rc = hilock__set_err(&s->h.err, HILOCK_EPROTO,
-                         "unexpected reply to the semaphore renew script");
-  } else if (r->integer != 1) {
-    hilock__hold_lost(&s->h);
-    rc = hilock__set_err(&s->h.err, HILOCK_ENOTOWNED,
-                         "renew: the permit had expired");
-  } else {
-    hilock__hold_extended(&s->h, start, s->h.ttl_ms);
-  }
-  freeReplyObject(r);
-  return rc;
+  return hilock__hold_renew(&s->h, "the permit had expired");
 }
 
 /* The info script: {limit, live permits, stored, ms left on id (-1)}. */

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ import pytest
 import hilock
 from helpers import join_all, kill_child, pop_report, start_child, wait_for
 from history import RedisHistory, check_fences_increase, check_no_overlap
+from test_cli import start_cli
 
 TTL = 1.0
 
@@ -258,13 +258,6 @@ def test_asyncio_campaign_leader_observe_and_cancel(rds, redis_url: str) -> None
     assert rds.keys("*el:async*elect*") == []
 
 
-def _cli(url: str, *args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, HILOCK_URL=url)
-    env.pop("REDIS_URL", None)
-    return subprocess.Popen([sys.executable, "-m", "hilock", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 def test_cli_elect_runs_the_command_only_while_leading(
         rds, client: hilock.Client, redis_url: str) -> None:
     # The first leader's command waits for "go"; a second hilock elect waits
@@ -272,16 +265,16 @@ def test_cli_elect_runs_the_command_only_while_leading(
     script = ('import os, redis, sys; r = redis.Redis.from_url(os.environ["HILOCK_URL"]); '
               'r.rpush("running", os.environ["HILOCK_FENCE"] + " " + sys.argv[1]); '
               'r.blpop(["go"], 30) if sys.argv[1] == "first" else None')
-    first = _cli(redis_url, "elect", "el:cli", "--value", "host-1", "--ttl", "5", "--",
+    first = start_cli(redis_url, "elect", "el:cli", "--value", "host-1", "--ttl", "5", "--",
                  sys.executable, "-c", script, "first")
     try:
         fence1, who = rds.blpop(["running"], timeout=30)[1].decode().split()
         assert who == "first"
         assert client.election("el:cli").leader() == ("host-1", int(fence1))
-        status = _cli(redis_url, "status", "el:cli")
+        status = start_cli(redis_url, "status", "el:cli")
         out, _ = status.communicate(timeout=30)
         assert "type:       election" in out and "leader:     host-1" in out, out
-        second = _cli(redis_url, "elect", "el:cli", "--value", "host-2", "--ttl", "5", "--",
+        second = start_cli(redis_url, "elect", "el:cli", "--value", "host-2", "--ttl", "5", "--",
                       sys.executable, "-c", script, "second")
         wait_for(lambda: client.election("el:cli").leader() is not None, 10)
         assert rds.blpop(["running"], timeout=0.5) is None  # a standby runs nothing
@@ -292,7 +285,7 @@ def test_cli_elect_runs_the_command_only_while_leading(
         # Both resigned: nobody leads, and a busy election is exit 75.
         assert client.election("el:cli").leader() is None
         holder = client.election("el:cli", ttl=5).campaign("x")
-        busy = _cli(redis_url, "elect", "el:cli", "--timeout", "0.2", "--", "true")
+        busy = start_cli(redis_url, "elect", "el:cli", "--timeout", "0.2", "--", "true")
         _, err = busy.communicate(timeout=30)
         assert busy.returncode == 75 and "another leads" in err
         holder.resign()

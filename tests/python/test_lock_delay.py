@@ -7,10 +7,7 @@ makes easier to meet."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from typing import Any, Dict, List
@@ -20,6 +17,7 @@ import pytest
 import hilock
 from helpers import command_calls, kill_child, pop_report, run_with_client, start_child, wait_for
 from hilock import _hilock as _h
+from test_cli import run_cli
 
 TTL = 1.0
 DELAY = 2.5
@@ -205,22 +203,14 @@ def test_inspect_shows_the_delay_and_when_it_ends(rds, client: hilock.Client) ->
     assert client.lock("dl:insp", ttl=5, lock_delay=20).acquire(blocking=False)
 
 
-def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
-    env: Dict[str, Any] = dict(os.environ)
-    env.pop("REDIS_URL", None)
-    env["HILOCK_URL"] = url
-    return subprocess.run([sys.executable, "-m", "hilock", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
-
-
 def test_cli_status_shows_the_delay(rds, client: hilock.Client, redis_url: str) -> None:
     _lapsed_with_delay(rds, client, "dl:cli")
-    r = _cli(redis_url, "status", "--json", "dl:cli")
+    r = run_cli(redis_url, "status", "--json", "dl:cli")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert (d["type"], d["held"], d["lock_delay"]) == ("lock", False, 20)
     assert 0 < d["delay_left"] <= 20
-    r = _cli(redis_url, "status", "dl:cli")
+    r = run_cli(redis_url, "status", "dl:cli")
     assert r.returncode == 0, r.stderr
     fields = dict(line.split(":", 1) for line in r.stdout.splitlines())
     assert fields["state"].strip() == "free"
