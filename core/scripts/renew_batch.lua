@@ -2,7 +2,8 @@
 -- one hash slot of a cluster. Hold i takes four ARGV values: its kind (1
 -- lock, 2 multi-key lock, 3 reentrant lock, 4 read hold, 5 semaphore
 -- permit, 6 sequential lock, 7 Redisson read hold, 8 multi-key lock with a
--- lock delay), how many KEYS are its own (taken in order),
+-- lock delay, 9 latch or barrier party), how many KEYS are its own (taken
+-- in order),
 -- its owner and its ttl in ms. Each kind renews as its own script does.
 -- Returns one element per hold: an integer (> 0 renewed, <= 0 not owned),
 -- or the error of a hold whose renewal failed (WRONGTYPE: a key of another
@@ -15,9 +16,10 @@
 -- @include renew_semaphore.lua
 -- @include renew_seqlock.lua
 -- @include renew_redisson_read.lua
+-- @include renew_party.lua
 local renew = {renew_lock, renew_multilock, renew_rlock, renew_rwlock_read,
                renew_semaphore, renew_seqlock, renew_redisson_read,
-               renew_multilock_delay}
+               renew_multilock_delay, renew_party}
 local out, k = {}, 1
 for a = 1, #ARGV, 4 do
   local f = renew[tonumber(ARGV[a])]

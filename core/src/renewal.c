@@ -67,7 +67,8 @@ static const hilock__script *const kinds[] = {
     &hilock__script_lock_extend,    &hilock__script_multilock_extend,
     &hilock__script_rlock_renew,    &hilock__script_rwlock_read_renew,
     &hilock__script_semaphore_renew, &hilock__script_seqlock_renew,
-    &hilock__script_redisson_read_renew, &hilock__script_multilock_extend_delay};
+    &hilock__script_redisson_read_renew, &hilock__script_multilock_extend_delay,
+    &hilock__script_party_renew};
 
 /* The kind of h's renew script in renew_batch.lua (1..), 0 if none. */
 static int kind_of(const hilock__hold *h) {
@@ -81,7 +82,7 @@ static int kind_of(const hilock__hold *h) {
 static int batch_req(hilock__hold *const *holds, int n, hilock__req *q,
                      char **nums) {
   static const char *const kind_text[] = {"0", "1", "2", "3", "4",
-                                          "5", "6", "7", "8"};
+                                          "5", "6", "7", "8", "9"};
   const hilock__script *s = &hilock__script_renew_batch;
   const char **argv;
   size_t *lens;

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ._util import Name as Name
     from .errors import (
         AuthenticationError,
+        BrokenBarrier,
         CertificateError,
         ClusterError,
         ConnectionError,
@@ -89,7 +90,7 @@ _WHERE.update(dict.fromkeys([
     "lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock", "multi_lock",
     "sequential_lock", "segmented_lock", "election"], "_default"))
 _WHERE.update(dict.fromkeys([
-    "AuthenticationError", "CertificateError", "ClusterError", "ConnectionError",
+    "AuthenticationError", "BrokenBarrier", "CertificateError", "ClusterError", "ConnectionError",
     "CrossSlotError", "DeadlockError", "ForkedLockError", "InvalidArgument", "LockError",
     "LockLost", "LockNotOwnedError", "LockTimeout", "NoPermissionError", "NoQuorumError",
     "NotEnoughReplicas", "RedisError", "SoldOut", "StaleFence", "TLSError",
@@ -140,5 +141,6 @@ __all__ = [
     "NotEnoughReplicas",
     "NotTransferable",
     "FencedStore", "BoundStore", "StaleFence",
+    "BrokenBarrier",
     "LockInfo",
 ]

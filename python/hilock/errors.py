@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import threading
 from typing import Dict, Optional, Type
 
 from . import _hilock as _h
@@ -27,6 +28,7 @@ __all__ = [
     "NoQuorumError",
     "SoldOut",
     "NotEnoughReplicas",
+    "BrokenBarrier",
 ]
 
 
@@ -159,6 +161,14 @@ class StaleFence(LockLost):
     data. Nothing was read or changed. ``code`` is HILOCK_ESTALE (-24)."""
 
 
+class BrokenBarrier(LockError, threading.BrokenBarrierError):
+    """A latch or barrier is broken: a registered party died (its lease ran
+    out before it counted down or while others waited), a wait timed out,
+    or somebody called ``reset()``. Every waiter of that generation gets
+    it. Also a ``threading.BrokenBarrierError``. ``code`` is
+    HILOCK_EBROKEN (-25)."""
+
+
 _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_EINVAL: InvalidArgument,
     _h.HILOCK_ENOMEM: MemoryError,
@@ -183,6 +193,7 @@ _BY_CODE: Dict[int, Type[BaseException]] = {
     _h.HILOCK_SOLDOUT: SoldOut,
     _h.HILOCK_ENOREPLICAS: NotEnoughReplicas,
     _h.HILOCK_ESTALE: StaleFence,
+    _h.HILOCK_EBROKEN: BrokenBarrier,
 }
 
 

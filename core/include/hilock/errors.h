@@ -43,7 +43,8 @@ extern "C" {
   XX(ETLS, -21, "TLS handshake or protocol failure")                         \
   XX(ECERT, -22, "server certificate not accepted")                         \
   XX(ECANCELED, -23, "operation cancelled")                                   \
-  XX(ESTALE, -24, "a higher fence has touched the data (stale holder)")
+  XX(ESTALE, -24, "a higher fence has touched the data (stale holder)")      \
+  XX(EBROKEN, -25, "a party died or gave up: the latch or barrier is broken")
 
 typedef enum hilock_status {
 #define HILOCK_XX_ENUM(name, value, text) HILOCK_##name = value,
