@@ -31,13 +31,17 @@
 %include "stdint.i"
 
 /* Every lock family's handle type. */
-#define HILOCK_HANDLES                                                      \
-  hilock_lock *, hilock_rlock *, hilock_semaphore *, hilock_fair_lock *,    \
-  hilock_rwlock *, hilock_multi_lock *, hilock_sequential_lock *, hilock_segmented_lock *, \
-  hilock_redlock *, hilock_election *, const hilock_lock *, const hilock_rlock *,              \
-  const hilock_semaphore *, const hilock_fair_lock *, const hilock_rwlock *, \
-  const hilock_multi_lock *, const hilock_sequential_lock *, const hilock_segmented_lock *, \
-  const hilock_redlock *, const hilock_election *
+/* BEGIN generated families: handles */
+#define HILOCK_HANDLES                                                     \
+  hilock_lock *, hilock_rlock *, hilock_semaphore *, hilock_fair_lock *,   \
+  hilock_rwlock *, hilock_multi_lock *, hilock_sequential_lock *,          \
+  hilock_segmented_lock *, hilock_redlock *, hilock_election *,            \
+  const hilock_lock *, const hilock_rlock *, const hilock_semaphore *,     \
+  const hilock_fair_lock *, const hilock_rwlock *,                         \
+  const hilock_multi_lock *, const hilock_sequential_lock *,               \
+  const hilock_segmented_lock *, const hilock_redlock *,                   \
+  const hilock_election *
+/* END generated families */
 
 %threadallow;
 %nothreadallow _set_error_factory;
@@ -58,6 +62,7 @@
 %enddef
 %typemap(in) hilock_hold *, const hilock_hold * {
   void *p = NULL;
+/* BEGIN generated families: as hold */
   HILOCK_AS_HOLD(hilock_lock)
   HILOCK_AS_HOLD(hilock_rlock)
   HILOCK_AS_HOLD(hilock_semaphore)
@@ -68,6 +73,7 @@
   HILOCK_AS_HOLD(hilock_segmented_lock)
   HILOCK_AS_HOLD(hilock_redlock)
   HILOCK_AS_HOLD(hilock_election)
+/* END generated families */
   if (p == NULL)
     SWIG_exception_fail(SWIG_TypeError, "in '$symname': expected a lock handle");
   $1 = ($1_ltype)p;
@@ -343,6 +349,7 @@ PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
 %include "hilock/client.h"
 %include "hilock/stats.h"
 %include "hilock/hold.h"
+/* BEGIN generated families: headers */
 %include "hilock/lock.h"
 %include "hilock/rlock.h"
 %include "hilock/semaphore.h"
@@ -350,9 +357,10 @@ PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
 %include "hilock/rwlock.h"
 %include "hilock/multi_lock.h"
 %include "hilock/sequential_lock.h"
-%include "hilock/redlock.h"
 %include "hilock/segmented_lock.h"
+%include "hilock/redlock.h"
 %include "hilock/election.h"
+/* END generated families */
 %include "hilock/async.h"
 %include "hilock/store.h"
 %include "hilock/inspect.h"

@@ -29,11 +29,24 @@ from typing import Dict, Iterator, List, Optional, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 INCLUDE = ROOT / "core" / "include" / "hilock"
 
+
+def _families() -> List[Tuple[str, Tuple[str, str]]]:
+    """(header, (page, title)) of every lock family, from the table of
+    tools/gen_factories.py (the one list of the families)."""
+    import importlib.util
+    path = ROOT / "tools" / "gen_factories.py"
+    spec = importlib.util.spec_from_file_location("gen_factories", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return [(f.header, f.page) for f in module.FAMILIES]
+
+
 # Reading order. hilock.h (the umbrella) and export.h (HILOCK_API) declare
 # nothing of their own; the index page names them.
-ORDER = ["hold", "client", "errors", "lock", "rlock", "semaphore", "fair_lock", "rwlock",
-         "multi_lock", "sequential_lock", "segmented_lock", "redlock", "election", "async", "inspect",
-         "store", "stats", "version"]
+ORDER = (["hold", "client", "errors"] + [h for h, _ in _families()]
+         + ["async", "inspect", "store", "stats", "version"])
 NOTHING_TO_DECLARE = {"hilock", "export"}
 
 # Where the user manual covers a header's subject.
@@ -41,16 +54,7 @@ MANUAL = {
     "hold": ("locks.md#verbs-c-and-python", "Lock types: verbs"),
     "client": ("client.md", "The client"),
     "errors": ("errors.md", "Errors"),
-    "lock": ("locks.md", "Lock types"),
-    "rlock": ("locks.md", "Lock types"),
-    "semaphore": ("semaphore.md", "Counting semaphore"),
-    "fair_lock": ("fair-lock.md", "Fair lock"),
-    "rwlock": ("rwlock.md", "Read-write lock"),
-    "multi_lock": ("multilock.md", "Multi-key lock"),
-    "sequential_lock": ("seqlock.md", "Sequential lock"),
-    "segmented_lock": ("seglock.md", "Segmented lock"),
-    "redlock": ("redlock.md", "Redlock"),
-    "election": ("election.md", "Leader election"),
+    **dict(_families()),
     "async": ("async.md", "Event loops"),
     "store": ("fencing.md", "Fenced data"),
     "inspect": ("inspect.md", "Inspecting locks"),
@@ -246,6 +250,8 @@ INLINE_DEF = re.compile(r"^(static inline [^;{]*?\))\s*\{\n(?:[^\n]*\n)*?\}$", r
 
 def parse(path: Path) -> Header:
     src = INLINE_DEF.sub(lambda m: m.group(1) + ";", path.read_text())
+    # tools/gen_factories.py's markers are not documentation.
+    src = re.sub(r"^/\* (BEGIN|END) generated families.*\*/\n", "", src, flags=re.M)
     toks = list(tokens(src))
     # The top comment: the first comment of the file.
     first = next(i for i, (k, _) in enumerate(toks) if k != "blank")

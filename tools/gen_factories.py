@@ -10,7 +10,7 @@ once, in ``FACTORIES`` below; this script writes the three sets between the
 ``# BEGIN generated factories`` and ``# END generated factories`` lines of
 those files. A new parameter or lock type goes into the table, then:
 
-    python3 tools/gen_factories.py          # rewrite the three files
+    python3 tools/gen_factories.py          # rewrite the files
     python3 tools/gen_factories.py --check  # exit 1 if any is stale
 
 tests/python/test_factories.py fails while a file differs from what this
@@ -23,6 +23,14 @@ not on the module-level functions, and the asyncio lease takes a ``ttl``
 and no renewal options. Names in annotations are the module's own (the
 asyncio module has lock classes of the same names), so each file imports
 what its set uses.
+
+The same run writes the registrations of each lock family from its row
+of ``FAMILIES``: the family headers included by ``hilock/hilock.h``, the
+handle types of ``HILOCK_HOLD`` in ``hilock/hold.h``, the SWIG interface's
+``%include`` lines and handle lists (``bindings/hilock.i``), and the
+package's lazy imports and ``__all__`` (``python/hilock/__init__.py``),
+each between ``BEGIN generated families`` and ``END generated families``
+lines; ``docs/gen_c_api.py`` reads the table for the reference's order.
 """
 from __future__ import annotations
 
@@ -316,6 +324,42 @@ A segmented lock, as :meth:`hilock.Client.segmented_lock`:
 )
 
 
+@dataclass(frozen=True)
+class Family:
+    """One lock family: ``header`` is core/include/hilock/<header>.h,
+    ``handles`` its C handle types (each begins with a ``hilock_hold``),
+    ``module`` the Python module (python/hilock/<module>.py) that defines
+    ``classes``, its public types, and ``page`` the user manual's page on
+    it and that page's title (the C reference links to it)."""
+    header: str
+    handles: Tuple[str, ...]
+    module: str
+    classes: Tuple[str, ...]
+    page: Tuple[str, str]
+
+
+FAMILIES = (
+    Family("lock", ("hilock_lock",), "_lock", ("Lock",), ("locks.md", "Lock types")),
+    Family("rlock", ("hilock_rlock",), "_rlock", ("RLock", "RedissonRWLock"),
+           ("locks.md", "Lock types")),
+    Family("semaphore", ("hilock_semaphore",), "_semaphore", ("Semaphore",),
+           ("semaphore.md", "Counting semaphore")),
+    Family("fair_lock", ("hilock_fair_lock",), "_fair", ("FairLock",),
+           ("fair-lock.md", "Fair lock")),
+    Family("rwlock", ("hilock_rwlock",), "_rwlock", ("RWLock", "ReadLock", "WriteLock"),
+           ("rwlock.md", "Read-write lock")),
+    Family("multi_lock", ("hilock_multi_lock",), "_multilock", ("MultiLock",),
+           ("multilock.md", "Multi-key lock")),
+    Family("sequential_lock", ("hilock_sequential_lock",), "_seqlock", ("SequentialLock",),
+           ("seqlock.md", "Sequential lock")),
+    Family("segmented_lock", ("hilock_segmented_lock",), "_seglock", ("SegmentedLock",),
+           ("seglock.md", "Segmented lock")),
+    Family("redlock", ("hilock_redlock",), "_redlock", ("Redlock",), ("redlock.md", "Redlock")),
+    Family("election", ("hilock_election",), "_election", ("Election", "Leadership"),
+           ("election.md", "Leader election")),
+)
+
+
 # -- Writing the code ----------------------------------------------------
 
 def _wrap(head: str, items: List[str], tail: str, indent: str,
@@ -469,22 +513,130 @@ def render(surface: str, text: str) -> str:
     return text[:start] + generate(surface) + text[stop:]
 
 
+# ## The families' registrations ---------------------------------------------
+
+FBEGIN = "BEGIN generated families"
+FEND = "END generated families"
+
+
+def _continued(lines: List[str]) -> List[str]:
+    """A C macro's lines with their backslashes aligned (the last has none)."""
+    width = max(75, max(len(x) for x in lines[:-1]) + 1) if len(lines) > 1 else 0
+    return [x.ljust(width) + "\\" for x in lines[:-1]] + lines[-1:]
+
+
+def _c_headers(prefix: str) -> List[str]:
+    return [f'{prefix} "hilock/{f.header}.h"' for f in FAMILIES]
+
+
+def _hold_h() -> List[str]:
+    handles = [h for f in FAMILIES for h in f.handles]
+    rows = ["struct hilock_hold"] + [f"struct {h}" for h in handles]
+    generic = ["#define HILOCK_HOLD(lk)", "  _Generic((lk),"]
+    generic += [f"      {r} *: (hilock_hold *)(lk)," for r in rows]
+    generic += [f"      const {r} *: (const hilock_hold *)(lk)," for r in rows]
+    generic[-1] = generic[-1][:-1] + ")"
+    return ([f"struct {h};" for h in handles]
+            + ["#if !defined(__cplusplus) && defined(__STDC_VERSION__) && \\",
+               "    __STDC_VERSION__ >= 201112L"]
+            + _continued(generic)
+            + ["#else", "#define HILOCK_HOLD(lk) ((hilock_hold *)(lk))", "#endif"])
+
+
+def _swig_handles() -> List[str]:
+    handles = [h for f in FAMILIES for h in f.handles]
+    items = [f"{h} *" for h in handles] + [f"const {h} *" for h in handles]
+    lines, line = [], " "
+    for i, item in enumerate(items):
+        piece = " " + item + ("," if i < len(items) - 1 else "")
+        if len(line + piece) > 74:
+            lines.append(line)
+            line = " "
+        line += piece
+    return _continued(["#define HILOCK_HANDLES"] + lines + [line])
+
+
+def _swig_as_hold() -> List[str]:
+    return [f"  HILOCK_AS_HOLD({h})" for f in FAMILIES for h in f.handles]
+
+
+def _import(module: str, names: List[str]) -> List[str]:
+    names = sorted(names, key=lambda n: (not n[:1].isupper(), n.lower()))
+    line = f"    from .{module} import {', '.join(names)}"
+    if len(line) <= LINE:
+        return [line]
+    return [f"    from .{module} import ("] + [f"        {n}," for n in names] + ["    )"]
+
+
+def _py_imports() -> List[str]:
+    modules = {f.module: list(f.classes) for f in FAMILIES}
+    modules["_default"] = [f.name for f in FACTORIES]
+    out = ["if TYPE_CHECKING:"]
+    for module in sorted(modules):
+        out += _import(module, modules[module])
+    return out
+
+
+def _py_where() -> List[str]:
+    items = [f'"{c}": "{f.module}"' for f in FAMILIES for c in f.classes]
+    out = _wrap("_WHERE.update(", items, ")", "", ("{", "}"))
+    return out + _wrap("_WHERE.update(dict.fromkeys(", [f'"{f.name}"' for f in FACTORIES],
+                       ', "_default"))', "", ("[", "]"))
+
+
+def _py_all() -> List[str]:
+    names = [n for f in FAMILIES for n in f.classes] + [f.name for f in FACTORIES]
+    return _wrap("__all__ += ", [f'"{n}"' for n in names], "", "", ("[", "]"))
+
+
+# (file under the root, part, comment leader, writer of its lines)
+REGISTRY = (
+    ("core/include/hilock/hilock.h", "headers", "/*", lambda: _c_headers("#include")),
+    ("core/include/hilock/hold.h", "handles", "/*", _hold_h),
+    ("bindings/hilock.i", "handles", "/*", _swig_handles),
+    ("bindings/hilock.i", "as hold", "/*", _swig_as_hold),
+    ("bindings/hilock.i", "headers", "/*", lambda: _c_headers("%include")),
+    ("python/hilock/__init__.py", "imports", "#", _py_imports),
+    ("python/hilock/__init__.py", "where", "#", _py_where),
+    ("python/hilock/__init__.py", "all", "#", _py_all),
+)
+
+
+def render_registry(path: str, text: str) -> str:
+    """``text`` (the file at ``path``) with its generated parts rewritten."""
+    for where, part, leader, lines in REGISTRY:
+        if where != path:
+            continue
+        close = " */" if leader == "/*" else ""
+        begin = f"{leader} {FBEGIN}: {part}{close}\n"
+        end = f"{leader} {FEND}{close}\n"
+        start = text.find(begin)
+        stop = text.find(end, start + 1) if start >= 0 else -1
+        if start < 0 or stop < 0:
+            raise SystemExit(f"{path}: no '{begin.strip()}' ... '{end.strip()}' lines")
+        start += len(begin)
+        text = text[:start] + "\n".join(lines()) + "\n" + text[stop:]
+    return text
+
+
 def main(argv: List[str]) -> int:
     check = argv[1:] == ["--check"]
     if argv[1:] and not check:
         print(__doc__, file=sys.stderr)
         return 2
     stale: Dict[str, Tuple[str, str]] = {}
-    for surface in SURFACES:
-        path = PACKAGE / FILES[surface]
+    jobs = [(PACKAGE / FILES[surface], f"python/hilock/{FILES[surface]}",
+             lambda text, surface=surface: render(surface, text)) for surface in SURFACES]
+    jobs += [(ROOT / name, name, lambda text, name=name: render_registry(name, text))
+             for name in dict.fromkeys(r[0] for r in REGISTRY)]
+    for path, name, rewrite in jobs:
         old = path.read_text()
-        new = render(surface, old)
+        new = rewrite(old)
         if new != old:
-            stale[surface] = (old, new)
+            stale[name] = (old, new)
             if not check:
                 path.write_text(new)
-    for surface, (old, new) in stale.items():
-        name = f"python/hilock/{FILES[surface]}"
+    for name, (old, new) in stale.items():
         if check:
             sys.stdout.writelines(difflib.unified_diff(
                 old.splitlines(True), new.splitlines(True), name, name + " (generated)"))

@@ -18,30 +18,7 @@ if TYPE_CHECKING:
     from ._base import LockBase
     from ._base import LostCallback as LostCallback
     from ._client import Client, default_client, default_url, redlock
-    from ._default import (
-        election,
-        fair_lock,
-        lease,
-        lock,
-        multi_lock,
-        rlock,
-        rwlock,
-        segmented_lock,
-        semaphore,
-        sequential_lock,
-        simple_lock,
-    )
-    from ._election import Election, Leadership
-    from ._fair import FairLock
     from ._inspect import LockInfo
-    from ._lock import Lock
-    from ._multilock import MultiLock
-    from ._redlock import Redlock
-    from ._rlock import RedissonRWLock, RLock
-    from ._rwlock import ReadLock, RWLock, WriteLock
-    from ._seglock import SegmentedLock
-    from ._semaphore import Semaphore
-    from ._seqlock import SequentialLock
     from ._store import BoundStore, FencedStore
     from ._util import Name as Name
     from .errors import (
@@ -72,23 +49,52 @@ if TYPE_CHECKING:
 
     __version__: str
 
+# BEGIN generated families: imports
+if TYPE_CHECKING:
+    from ._default import (
+        election,
+        fair_lock,
+        lease,
+        lock,
+        multi_lock,
+        rlock,
+        rwlock,
+        segmented_lock,
+        semaphore,
+        sequential_lock,
+        simple_lock,
+    )
+    from ._election import Election, Leadership
+    from ._fair import FairLock
+    from ._lock import Lock
+    from ._multilock import MultiLock
+    from ._redlock import Redlock
+    from ._rlock import RedissonRWLock, RLock
+    from ._rwlock import ReadLock, RWLock, WriteLock
+    from ._seglock import SegmentedLock
+    from ._semaphore import Semaphore
+    from ._seqlock import SequentialLock
+# END generated families
+
 # Where each public name lives. They are imported on first use (PEP 562),
 # so that a submodule which needs none of them (the pytest plugin, loaded
 # into every pytest run where hilock is installed) does not load the C core.
 _WHERE = {
     "LockBase": "_base", "LostCallback": "_base",
     "Client": "_client", "default_client": "_client", "default_url": "_client",
-    "redlock": "_client",
-    "Election": "_election", "Leadership": "_election",
-    "FairLock": "_fair", "LockInfo": "_inspect", "Lock": "_lock", "MultiLock": "_multilock",
-    "Redlock": "_redlock", "RedissonRWLock": "_rlock", "RLock": "_rlock",
-    "ReadLock": "_rwlock", "RWLock": "_rwlock", "WriteLock": "_rwlock",
-    "SegmentedLock": "_seglock", "Semaphore": "_semaphore", "SequentialLock": "_seqlock",
+    "redlock": "_client", "LockInfo": "_inspect",
     "BoundStore": "_store", "FencedStore": "_store", "Name": "_util",
 }
-_WHERE.update(dict.fromkeys([
-    "lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock", "multi_lock",
-    "sequential_lock", "segmented_lock", "election"], "_default"))
+# BEGIN generated families: where
+_WHERE.update({"Lock": "_lock", "RLock": "_rlock", "RedissonRWLock": "_rlock",
+               "Semaphore": "_semaphore", "FairLock": "_fair", "RWLock": "_rwlock",
+               "ReadLock": "_rwlock", "WriteLock": "_rwlock", "MultiLock": "_multilock",
+               "SequentialLock": "_seqlock", "SegmentedLock": "_seglock", "Redlock": "_redlock",
+               "Election": "_election", "Leadership": "_election"})
+_WHERE.update(dict.fromkeys(["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock",
+                             "rwlock", "multi_lock", "sequential_lock", "election",
+                             "segmented_lock"], "_default"))
+# END generated families
 _WHERE.update(dict.fromkeys([
     "AuthenticationError", "BrokenBarrier", "CertificateError", "ClusterError", "ConnectionError",
     "CrossSlotError", "DeadlockError", "ForkedLockError", "InvalidArgument", "LockError",
@@ -122,17 +128,8 @@ def __dir__() -> List[str]:
 logging.getLogger("hilock").addHandler(logging.NullHandler())
 
 __all__ = [
-    "Client", "Lock", "RLock", "LockBase", "lock", "simple_lock", "lease", "rlock",
-    "RedissonRWLock",
-    "Semaphore", "semaphore",
-    "FairLock", "fair_lock",
-    "RWLock", "ReadLock", "WriteLock", "rwlock", "DeadlockError",
-    "MultiLock", "multi_lock", "CrossSlotError",
-    "SequentialLock", "sequential_lock",
-    "Redlock", "redlock", "NoQuorumError",
-    "SegmentedLock", "segmented_lock", "SoldOut",
-    "Election", "Leadership", "election",
-    "default_client", "default_url",
+    "Client", "LockBase", "redlock", "default_client", "default_url",
+    "DeadlockError", "CrossSlotError", "NoQuorumError", "SoldOut",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError", "TLSError", "CertificateError",
     "AuthenticationError", "InvalidArgument", "RedisError", "WrongTypeError",
@@ -144,3 +141,9 @@ __all__ = [
     "BrokenBarrier",
     "LockInfo",
 ]
+# BEGIN generated families: all
+__all__ += ["Lock", "RLock", "RedissonRWLock", "Semaphore", "FairLock", "RWLock", "ReadLock",
+            "WriteLock", "MultiLock", "SequentialLock", "SegmentedLock", "Redlock", "Election",
+            "Leadership", "lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock",
+            "rwlock", "multi_lock", "sequential_lock", "election", "segmented_lock"]
+# END generated families

@@ -25,6 +25,7 @@
 #include "hilock/client.h"
 #include "hilock/stats.h"
 #include "hilock/hold.h"
+/* BEGIN generated families: headers */
 #include "hilock/lock.h"
 #include "hilock/rlock.h"
 #include "hilock/semaphore.h"
@@ -32,9 +33,10 @@
 #include "hilock/rwlock.h"
 #include "hilock/multi_lock.h"
 #include "hilock/sequential_lock.h"
-#include "hilock/redlock.h"
 #include "hilock/segmented_lock.h"
+#include "hilock/redlock.h"
 #include "hilock/election.h"
+/* END generated families */
 #include "hilock/async.h"
 #include "hilock/store.h"
 #include "hilock/inspect.h"

@@ -165,6 +165,7 @@ HILOCK_API int hilock_hold_export(hilock_hold *h, char *buf, size_t size,
 HILOCK_API void hilock_hold_free(hilock_hold *h);
 
 /* The hold of a family handle. */
+/* BEGIN generated families: handles */
 struct hilock_lock;
 struct hilock_rlock;
 struct hilock_semaphore;
@@ -177,33 +178,34 @@ struct hilock_redlock;
 struct hilock_election;
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && \
     __STDC_VERSION__ >= 201112L
-#define HILOCK_HOLD(lk)                                                   \
-  _Generic((lk),                                                          \
-      struct hilock_hold *: (hilock_hold *)(lk),                          \
-      struct hilock_lock *: (hilock_hold *)(lk),                          \
-      struct hilock_rlock *: (hilock_hold *)(lk),                         \
-      struct hilock_semaphore *: (hilock_hold *)(lk),                     \
-      struct hilock_fair_lock *: (hilock_hold *)(lk),                     \
-      struct hilock_rwlock *: (hilock_hold *)(lk),                        \
+#define HILOCK_HOLD(lk)                                                    \
+  _Generic((lk),                                                           \
+      struct hilock_hold *: (hilock_hold *)(lk),                           \
+      struct hilock_lock *: (hilock_hold *)(lk),                           \
+      struct hilock_rlock *: (hilock_hold *)(lk),                          \
+      struct hilock_semaphore *: (hilock_hold *)(lk),                      \
+      struct hilock_fair_lock *: (hilock_hold *)(lk),                      \
+      struct hilock_rwlock *: (hilock_hold *)(lk),                         \
       struct hilock_multi_lock *: (hilock_hold *)(lk),                     \
-      struct hilock_sequential_lock *: (hilock_hold *)(lk),                       \
-      struct hilock_segmented_lock *: (hilock_hold *)(lk),                       \
-      struct hilock_redlock *: (hilock_hold *)(lk),                       \
-      struct hilock_election *: (hilock_hold *)(lk),                      \
-      const struct hilock_hold *: (const hilock_hold *)(lk),              \
-      const struct hilock_lock *: (const hilock_hold *)(lk),              \
-      const struct hilock_rlock *: (const hilock_hold *)(lk),             \
-      const struct hilock_semaphore *: (const hilock_hold *)(lk),         \
-      const struct hilock_fair_lock *: (const hilock_hold *)(lk),         \
-      const struct hilock_rwlock *: (const hilock_hold *)(lk),            \
+      struct hilock_sequential_lock *: (hilock_hold *)(lk),                \
+      struct hilock_segmented_lock *: (hilock_hold *)(lk),                 \
+      struct hilock_redlock *: (hilock_hold *)(lk),                        \
+      struct hilock_election *: (hilock_hold *)(lk),                       \
+      const struct hilock_hold *: (const hilock_hold *)(lk),               \
+      const struct hilock_lock *: (const hilock_hold *)(lk),               \
+      const struct hilock_rlock *: (const hilock_hold *)(lk),              \
+      const struct hilock_semaphore *: (const hilock_hold *)(lk),          \
+      const struct hilock_fair_lock *: (const hilock_hold *)(lk),          \
+      const struct hilock_rwlock *: (const hilock_hold *)(lk),             \
       const struct hilock_multi_lock *: (const hilock_hold *)(lk),         \
-      const struct hilock_sequential_lock *: (const hilock_hold *)(lk),           \
-      const struct hilock_segmented_lock *: (const hilock_hold *)(lk),           \
-      const struct hilock_redlock *: (const hilock_hold *)(lk),           \
+      const struct hilock_sequential_lock *: (const hilock_hold *)(lk),    \
+      const struct hilock_segmented_lock *: (const hilock_hold *)(lk),     \
+      const struct hilock_redlock *: (const hilock_hold *)(lk),            \
       const struct hilock_election *: (const hilock_hold *)(lk))
 #else
 #define HILOCK_HOLD(lk) ((hilock_hold *)(lk))
 #endif
+/* END generated families */
 
 /* ## The verbs of every family -----------------------------------------------
  * Declared here once, for every family's handle (HILOCK_HOLD(lk)); each
