@@ -76,14 +76,15 @@ static void copy_text(char *dst, size_t size, const char *src) {
   dst[n] = '\0';
 }
 
-static int fail(hilock_redlock *rl, int code, const char *fmt, ...)
+/* printf-style checking of fail's and node_fail's messages. */
 #if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
+#define RL_PRINTF __attribute__((format(printf, 3, 4)))
+#else
+#define RL_PRINTF
 #endif
-    ;
 
 /* Record the failure in the handle's one error slot (its hold's). */
-static int fail(hilock_redlock *rl, int code, const char *fmt, ...) {
+static RL_PRINTF int fail(hilock_redlock *rl, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   hilock__vset_err(&rl->h.err, code, fmt, ap);
@@ -100,14 +101,8 @@ static void append_node_errors(hilock_redlock *rl, const rl_conn *set) {
                          set[i].err);
 }
 
-static void node_fail(rl_conn *k, int code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
 /* Record the first failure of a node in this round. */
-static void node_fail(rl_conn *k, int code, const char *fmt, ...) {
+static RL_PRINTF void node_fail(rl_conn *k, int code, const char *fmt, ...) {
   va_list ap;
   if (k->rc < 0) return;
   k->rc = code;
