@@ -149,6 +149,16 @@ static int set_delay(void *handle, int64_t ms) {
   return hilock_hold_set_lock_delay((hilock_hold *)handle, ms);
 }
 
+/* A grant of TTL 1 s and delay 10 s, made at t0 and renewed by the renewal
+ * thread (every 1/3 s), held past its first TTL: its key is there and the
+ * marker, pushed along, has more than the delay left (less if not). */
+static void assert_marker_pushed(fixture *f, int64_t t0, const char *key,
+                                 const char *dkey) {
+  while (hl_now_ms() < t0 + 1500) hl_sleep_ms(20);
+  assert_true(exists(f, key));
+  assert_true(pttl(f, dkey) > 10000);
+}
+
 static void rlock_marker_follows_first_entry_renewal_and_final_release(
     void **state) {
   fixture *f = *state;
@@ -168,11 +178,7 @@ static void rlock_marker_follows_first_entry_renewal_and_final_release(
   assert_int_equal(set_delay(rl, 0), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_lock_delay_ms(HILOCK_HOLD(rl)), 10000);
   assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  /* Held past its first TTL by the renewal thread (every 1/3 s): a marker
-   * not pushed along would have less than 10 s left now. */
-  while (hl_now_ms() < t0 + 1500) hl_sleep_ms(20);
-  assert_true(exists(f, RKEY("r")));
-  assert_true(pttl(f, DKEY("r")) > 10000);
+  assert_marker_pushed(f, t0, RKEY("r"), DKEY("r"));
   /* One release of two: still held, the marker stays. */
   assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(pttl(f, DKEY("r")) > 10000);
@@ -236,10 +242,7 @@ static void rwlock_write_marker_follows_grant_renewal_and_release(
   assert_true(pttl(f, DKEY("w")) > 10000 && pttl(f, DKEY("w")) <= 11000);
   assert_int_equal(set_delay(rw, 0), HILOCK_EINVAL);
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  /* Renewed past its first TTL: the marker was pushed along. */
-  while (hl_now_ms() < t0 + 1500) hl_sleep_ms(20);
-  assert_true(exists(f, WKEY("w")));
-  assert_true(pttl(f, DKEY("w")) > 10000);
+  assert_marker_pushed(f, t0, WKEY("w"), DKEY("w"));
   assert_hl_ok(hilock_rwlock_write_release(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
   assert_true(pttl(f, DKEY("w")) > 10000);
   assert_hl_ok(hilock_rwlock_write_release(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
