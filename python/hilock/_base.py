@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Type, TypeV
 
 from . import _green, _notify
 from . import _hilock as _h
-from ._util import Name, Uncopyable, name_bytes, seconds_to_ms, wait_seconds
+from ._util import Name, Uncopyable, delay_to_ms, name_bytes, seconds_to_ms, wait_seconds
 from .errors import (
     InvalidArgument,
     LockError,
@@ -529,9 +529,12 @@ class QueuedBase(ExclusiveBase):
 
     def __init__(self: _Q, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback[_Q]] = None) -> None:
+                 on_lost: Optional[LostCallback[_Q]] = None,
+                 lock_delay: float = 0) -> None:
+        delay_ms = delay_to_ms(lock_delay)
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._setup(client._new(type(self)._c_new, self._bname, seconds_to_ms(ttl, "ttl")))
+        self._set_delay(delay_ms)
 
     def owned(self) -> bool:
         """Whether this object's grant still holds the lock (one round trip)."""

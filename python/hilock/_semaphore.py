@@ -7,7 +7,7 @@ import os
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from . import _green, _notify
 from . import _hilock as _h
@@ -151,6 +151,16 @@ class Semaphore(LockBase):
             mine = self._tls.permits = _ThreadPermits(self)
         return mine.held
 
+    def _latest(self, verb: str) -> Tuple[List[Any], Any]:
+        """The calling thread's permits and its latest one; LockNotOwnedError
+        (the message starts with verb) if it holds none here."""
+        mine = getattr(self._tls, "permits", None)
+        held = mine.held if mine is not None else None
+        if not held:
+            raise LockNotOwnedError(f"{verb}: the calling thread holds no permit of "
+                                    f"semaphore {self._name!r}", _h.HILOCK_ENOTOWNED)
+        return held, held[-1]
+
     def _mine(self) -> Optional[Any]:
         mine = getattr(self._tls, "permits", None)
         return mine.held[-1] if mine is not None and mine.held else None
@@ -217,12 +227,7 @@ class Semaphore(LockBase):
         Raises LockNotOwnedError if the thread holds no permit here, or if
         its permit expired or was lost (nothing of anyone else's changes).
         """
-        mine = getattr(self._tls, "permits", None)
-        held = mine.held if mine is not None else None
-        if not held:
-            raise LockNotOwnedError("release: the calling thread holds no permit of "
-                                    f"semaphore {self._name!r}", _h.HILOCK_ENOTOWNED)
-        h = held[-1]
+        held, h = self._latest("release")
         try:
             _h.hilock_semaphore_release(h)
         except LockNotOwnedError:
@@ -238,12 +243,7 @@ class Semaphore(LockBase):
     def export(self) -> str:
         """Hand the calling thread's latest permit over (see
         :meth:`LockBase.export`): the thread holds it no more."""
-        mine = getattr(self._tls, "permits", None)
-        held = mine.held if mine is not None else None
-        if not held:
-            raise LockNotOwnedError("export: the calling thread holds no permit of "
-                                    f"semaphore {self._name!r}", _h.HILOCK_ENOTOWNED)
-        h = held[-1]
+        held, h = self._latest("export")
         text = self._c_export(h)
         held.pop()
         self._put_handle(h)

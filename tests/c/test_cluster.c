@@ -66,14 +66,15 @@ static void cycle_on(hilock_client *c, int owner, const char *prefix, char *buf,
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
-/* The indexes of the three current masters. */
-static void masters(int m[3]) {
-  m[0] = hl_cluster_owner(&cl, 0);
-  m[1] = hl_cluster_owner(&cl, 8000);
-  m[2] = hl_cluster_owner(&cl, 16383);
+/* The indexes of k's three current masters. */
+static void masters(hl_cluster *k, int m[3]) {
+  m[0] = hl_cluster_owner(k, 0);
+  m[1] = hl_cluster_owner(k, 8000);
+  m[2] = hl_cluster_owner(k, 16383);
   assert_true(m[0] >= 0 && m[1] >= 0 && m[2] >= 0);
   assert_int_not_equal(m[0], m[1]);
   assert_int_not_equal(m[1], m[2]);
+  assert_int_not_equal(m[0], m[2]);
 }
 
 static int key_on(int node, const char *key, size_t len) {
@@ -154,7 +155,7 @@ static void client_reads_the_slot_map(void **state) {
   (void)state;
   assert_true(hilock__client_is_cluster(c));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  masters(m);
+  masters(&cl, m);
   /* The client's map agrees with the cluster's on sample slots. */
   static const int probe[] = {0, 1, 5460, 5461, 10922, 10923, 16383};
   for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++) {
@@ -220,7 +221,7 @@ static void connect_later_reads_the_map_at_the_first_call(void **state) {
   o.connect_later = 1;
   assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
   assert_null(hilock__cluster_owner(c, 0));
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 3; i++) cycle_on(c, m[i], "later", name, sizeof(name));
   hilock_client_free(c);
   c = NULL;
@@ -280,7 +281,7 @@ static void plain_url_on_a_cluster_node_says_so(void **state) {
   char url[64], name[32];
   int m[3];
   (void)state;
-  masters(m);
+  masters(&cl, m);
   /* redis:// to the first master, a name the second master serves. */
   snprintf(url, sizeof(url), "redis://127.0.0.1:%d", cl.node[m[0]].port);
   assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
@@ -300,7 +301,7 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
   hilock_client *c = new_client();
   int m[3];
   (void)state;
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 3; i++) {
     char name[32];
     hilock_lock *l = NULL, *s = NULL, *other = NULL;
@@ -386,7 +387,7 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
   int m[3], slot, wrong;
   long long before;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[0], "moved", name, sizeof(name));
   slot = name_slot(name);
   /* Point the slot at the wrong master, as after a failover or reshard. */
@@ -481,7 +482,7 @@ static void migration_move(migration *g, const char *key, size_t klen,
 /* Hand the slot over; with rest, after moving its other keys first. */
 static void migration_end(migration *g, int rest) {
   int m[3];
-  masters(m);
+  masters(&cl, m);
   while (rest) {
     redisReply *r = redisCommand(g->src, "CLUSTER GETKEYSINSLOT %d 100", g->slot);
     assert_non_null(r);
@@ -514,7 +515,7 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   const char *key;
   size_t klen;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[2], "ask", name, sizeof(name));
   slot = name_slot(name);
   l = hl_new_lock(c, name, 20000);
@@ -579,7 +580,7 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
   const char *key;
   size_t klen;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[2], "half", an, sizeof(an));
   slot = name_slot(an);
   for (int i = 0;; i++) { /* another name in the same slot */
@@ -626,7 +627,7 @@ static void noscript_reloads_on_each_node(void **state) {
   hilock_client *c = new_client();
   int m[3];
   (void)state;
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 3; i++) {
     redisContext *r = hl_cluster_connect(&cl, m[i]);
     hl_redis_ok(r, "SCRIPT FLUSH");
@@ -659,7 +660,7 @@ static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   int64_t took;
   redisContext *r;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[1], "wait", name, sizeof(name));
   holder = hl_new_lock(c, name, 20000);
   waiting = hl_new_lock(c, name, 20000);
@@ -685,7 +686,7 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
   char name[32];
   int m[3];
   (void)state;
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 6; i++) {
     char prefix[16];
     snprintf(prefix, sizeof(prefix), "renew%d-", i);
@@ -766,7 +767,7 @@ static void wait_replicas_confirms_on_each_master(void **state) {
    * for a reply that came too late. */
   o.wait_timeout_ms = 300;
   assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 3; i++) wait_replica_acks(m[i]);
   for (int i = 0; i < 3; i++) {
     name_on(m[i], "acked-", name, sizeof(name));
@@ -864,7 +865,7 @@ static void a_forked_child_routes_on_its_own_connections(void **state) {
   fork_ctx f;
   pid_t pid;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[0], "fork-held", held, sizeof(held));
   name_on(m[1], "fork-other", other, sizeof(other));
   l = hl_new_lock(c, held, 10000);
@@ -901,7 +902,7 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   size_t klen;
   int64_t killed;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[0], "failover", name, sizeof(name));
   name_on(m[0], "failover-new", name2, sizeof(name2));
   replica = hl_cluster_replica_of(&cl, m[0]);
@@ -1037,16 +1038,6 @@ static hilock_client *pw_client(const char *url) {
   return c;
 }
 
-static void pw_masters(int m[3]) {
-  m[0] = hl_cluster_owner(&pw, 0);
-  m[1] = hl_cluster_owner(&pw, 8000);
-  m[2] = hl_cluster_owner(&pw, 16383);
-  assert_true(m[0] >= 0 && m[1] >= 0 && m[2] >= 0);
-  assert_int_not_equal(m[0], m[1]);
-  assert_int_not_equal(m[1], m[2]);
-  assert_int_not_equal(m[0], m[2]);
-}
-
 /* A name whose slot node owner masters, avoiding the slots in avoid[0..n). */
 static void pw_name_on(int owner, const char *prefix, char *buf, size_t n,
                        const int *avoid, int navoid) {
@@ -1138,7 +1129,7 @@ static void auth_cluster_grants_on_every_master(void **state) {
   int m[3];
   char url[300], name[32];
   (void)state;
-  pw_masters(m);
+  masters(&pw, m);
   for (size_t w = 0; w < 2; w++) {
     pw_url(url, sizeof(url), who[w]);
     hilock_client *c = pw_client(url);
@@ -1167,7 +1158,7 @@ static void auth_cluster_follows_MOVED_to_an_undialed_node(void **state) {
   long long before;
   int64_t read_at;
   (void)state;
-  pw_masters(m);
+  masters(&pw, m);
   a = m[0];
   b = m[1];
   replica = hl_cluster_replica_of(&pw, m[2]);
@@ -1260,7 +1251,7 @@ static void auth_cluster_revoked_user_is_EAUTH_on_next_use(void **state) {
   hilock_lock *l = NULL;
   int64_t t0;
   (void)state;
-  pw_masters(m);
+  masters(&pw, m);
   pw_url(url, sizeof(url), "revoked:revoked-pw");
   hilock_client *c = pw_client(url);
   pw_name_on(m[2], "revoked", name, sizeof(name), NULL, 0);
@@ -1289,7 +1280,7 @@ static void auth_cluster_user_without_EVAL_is_ENOPERM(void **state) {
   int m[3];
   char url[300];
   (void)state;
-  pw_masters(m);
+  masters(&pw, m);
   pw_url(url, sizeof(url), "noeval:noeval-pw");
   hilock_client *c = pw_client(url);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));

@@ -593,21 +593,10 @@ static void closed_client_is_eclosed(void **state) {
 
 /* ## Cluster --------------------------------------------------------------- */
 
-static hl_cluster cl;
-
-static int cluster_setup(void **state) {
-  (void)state;
-  return hl_cluster_start(&cl, 1000);
-}
-
-static int cluster_teardown(void **state) {
-  (void)state;
-  hl_cluster_destroy(&cl);
-  return 0;
-}
+static hl_cluster *const cl = &hl_group_cluster;
 
 static void cluster_inspect_force_and_list(void **state) {
-  hilock_client *c = hl_client(cl.url, NULL);
+  hilock_client *c = hl_client(cl->url, NULL);
   hilock_lock *l[40];
   hilock_rwlock *rw = hl_new_rwlock(c, "cl-rw", 9000);
   hilock_fair_lock *fl = hl_new_fair(c, "cl-fair", 9000);
@@ -628,7 +617,7 @@ static void cluster_inspect_force_and_list(void **state) {
   for (int k = 0; k < 40; k++) {
     char key[32];
     int len = snprintf(key, sizeof(key), "hilock:{cl-%02d}:lock", k);
-    int owner = hl_cluster_owner(&cl, hilock__key_slot(key, (size_t)len));
+    int owner = hl_cluster_owner(cl, hilock__key_slot(key, (size_t)len));
     assert_true(owner >= 0 && owner < HL_CLUSTER_NODES);
     on[owner] = 1;
   }
@@ -688,6 +677,7 @@ int main(void) {
   int rc = cmocka_run_group_tests_name("inspect", tests, hl_group_setup,
                                        hl_group_teardown);
   rc |= cmocka_run_group_tests_name("inspect on a cluster", cluster_tests,
-                                    cluster_setup, cluster_teardown);
+                                    hl_cluster_group_setup,
+                                    hl_cluster_group_teardown);
   return rc;
 }

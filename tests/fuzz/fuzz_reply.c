@@ -367,6 +367,27 @@ static void lock_calls(hilock_client *c, int waiting) {
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
+/* The two families with a line of waiters: a grant, its extension and
+ * release, and the length of the line. */
+static void queue_calls(hilock_client *c, int fair, int waiting) {
+  hilock_fair_lock *f = NULL;
+  hilock_sequential_lock *q = NULL;
+  hilock_hold *h;
+  int64_t n;
+  if ((fair ? hilock_fair_lock_new(c, NAME, 2, 10000, &f)
+            : hilock_sequential_lock_new(c, NAME, 2, 10000, &q)) != HILOCK_OK)
+    return;
+  h = fair ? HILOCK_HOLD(f) : HILOCK_HOLD(q);
+  if ((waiting ? hilock_hold_acquire(h, 1) : hilock_hold_try_acquire(h)) ==
+      HILOCK_OK) {
+    (void)hilock_hold_extend(h, 5000, 1);
+    (void)hilock_hold_release(h);
+  }
+  (void)(fair ? hilock_fair_lock_waiters(f, &n)
+              : hilock_sequential_lock_waiters(q, &n));
+  hilock_hold_free(h);
+}
+
 static void run(int scenario, int flags, hilock_client *c) {
   int waiting = (flags & FLAG_WAITING) != 0;
   switch (scenario) {
@@ -391,19 +412,10 @@ static void run(int scenario, int flags, hilock_client *c) {
       hilock_hold_free(HILOCK_HOLD(s));
       break;
     }
-    case SCENARIO_FAIR: {
-      hilock_fair_lock *f = NULL;
-      int64_t n;
-      if (hilock_fair_lock_new(c, NAME, 2, 10000, &f) != HILOCK_OK) break;
-      if ((waiting ? hilock_fair_lock_acquire(f, 1)
-                   : hilock_fair_lock_try_acquire(f)) == HILOCK_OK) {
-        (void)hilock_fair_lock_extend(f, 5000, 1);
-        (void)hilock_fair_lock_release(f);
-      }
-      (void)hilock_fair_lock_waiters(f, &n);
-      hilock_hold_free(HILOCK_HOLD(f));
+    case SCENARIO_FAIR:
+    case SCENARIO_SEQUENTIAL:
+      queue_calls(c, scenario == SCENARIO_FAIR, waiting);
       break;
-    }
     case SCENARIO_RWLOCK: {
       hilock_rwlock *rw = NULL;
       int64_t readers;
@@ -443,19 +455,6 @@ static void run(int scenario, int flags, hilock_client *c) {
         (void)hilock_multi_lock_release(m);
       }
       hilock_hold_free(HILOCK_HOLD(m));
-      break;
-    }
-    case SCENARIO_SEQUENTIAL: {
-      hilock_sequential_lock *q = NULL;
-      int64_t n;
-      if (hilock_sequential_lock_new(c, NAME, 2, 10000, &q) != HILOCK_OK) break;
-      if ((waiting ? hilock_sequential_lock_acquire(q, 1)
-                   : hilock_sequential_lock_try_acquire(q)) == HILOCK_OK) {
-        (void)hilock_sequential_lock_extend(q, 5000, 1);
-        (void)hilock_sequential_lock_release(q);
-      }
-      (void)hilock_sequential_lock_waiters(q, &n);
-      hilock_hold_free(HILOCK_HOLD(q));
       break;
     }
     case SCENARIO_SEGMENTED: {
