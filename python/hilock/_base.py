@@ -519,13 +519,16 @@ class QueuedBase(ExclusiveBase):
     _c_renew: ClassVar[Callable[[Any], int]]
     _c_heartbeat_ms: ClassVar[Callable[[Any], int]]
     _c_set_heartbeat: ClassVar[Callable[[Any, int], int]]
-    _C_VERBS = ("acquire", "release", "new", "waiters", "extend", "renew", "heartbeat_ms",
-                "set_heartbeat")
+    # The family's own calls; its verbs are the hold's (one set for every family).
+    _C_OWN = ("new", "waiters")
+    _C_HOLD = ("acquire", "release", "extend", "renew", "heartbeat_ms", "set_heartbeat")
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        for verb in cls._C_VERBS:
+        for verb in cls._C_OWN:
             setattr(cls, "_c_" + verb, getattr(_h, f"hilock_{cls._kind_name}_{verb}"))
+        for verb in cls._C_HOLD:
+            setattr(cls, "_c_" + verb, getattr(_h, f"hilock_hold_{verb}"))
 
     def __init__(self: _Q, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,

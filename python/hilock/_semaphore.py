@@ -100,8 +100,8 @@ class Semaphore(LockBase):
     several holders, so there is no exclusive grant to fence.
     """
 
-    _c_acquire = _h.hilock_semaphore_acquire
-    _c_release = _h.hilock_semaphore_release
+    _c_acquire = _h.hilock_hold_acquire
+    _c_release = _h.hilock_hold_release
     _kind_name = "semaphore"
 
     def __init__(self, client: Client, name: Name, permits: int, ttl: float,
@@ -205,7 +205,7 @@ class Semaphore(LockBase):
     def _attempt(self, h: Any, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
         try:
-            return bool(_h.hilock_semaphore_acquire(h, wait_ms) == _h.HILOCK_OK)
+            return bool(_h.hilock_hold_acquire(h, wait_ms) == _h.HILOCK_OK)
         except BaseException:
             # Ctrl-C (or any exception) racing the grant: never keep a
             # permit behind the caller's back.
@@ -216,7 +216,7 @@ class Semaphore(LockBase):
         """Give back the permit of a grant nobody takes, and the handle."""
         if granted:
             try:
-                _h.hilock_semaphore_release(h)
+                _h.hilock_hold_release(h)
             except LockError:
                 pass
         self._put_handle(h)
@@ -229,7 +229,7 @@ class Semaphore(LockBase):
         """
         held, h = self._latest("release")
         try:
-            _h.hilock_semaphore_release(h)
+            _h.hilock_hold_release(h)
         except LockNotOwnedError:
             # Expired, lost, or the parent's (ForkedLockError): gone either way.
             held.pop()
@@ -279,7 +279,7 @@ class Semaphore(LockBase):
         if h is None:
             raise LockNotOwnedError("renew: the calling thread holds no permit",
                                     _h.HILOCK_ENOTOWNED)
-        _h.hilock_semaphore_renew(h)
+        _h.hilock_hold_renew(h)
 
     # -- the calling thread's permit --------------------------------------------------
 

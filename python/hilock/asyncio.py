@@ -677,7 +677,7 @@ def _give_back_adopted(fut: asyncio.Future[Tuple[Any, Any]]) -> None:
     def give_back() -> None:
         try:
             if permit is not None:
-                _h.hilock_semaphore_release(permit)
+                _h.hilock_hold_release(permit)
             else:
                 sync.release()
         except LockError:

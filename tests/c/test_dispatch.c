@@ -444,7 +444,7 @@ static void a_direct_waiter_rides_a_manual_failover(void **state) {
   assert_true(master >= 0 && replica >= 0);
   holder = hl_new_lock(hc, name, 30000);
   waiting = hl_new_lock(wc, name, 30000);
-  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   rep = hl_cluster_connect(cl, replica);
   hl_redis_ok(rep, "READONLY");
   end = hl_now_ms() + 5000;

@@ -357,12 +357,12 @@ static void lock_calls(hilock_client *c, int waiting) {
   hilock_lock *l = NULL;
   int owned;
   if (hilock_lock_new(c, NAME, 2, 10000, &l) != HILOCK_OK) return;
-  if ((waiting ? hilock_lock_acquire(l, 1) : hilock_lock_try_acquire(l)) ==
+  if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(l), 1) : hilock_hold_try_acquire(HILOCK_HOLD(l))) ==
       HILOCK_OK) {
-    (void)hilock_lock_extend(l, 5000, 0);
+    (void)hilock_hold_extend(HILOCK_HOLD(l), 5000, 0);
     (void)hilock_hold_owned(HILOCK_HOLD(l), &owned);
-    (void)hilock_lock_renew(l);
-    (void)hilock_lock_release(l);
+    (void)hilock_hold_renew(HILOCK_HOLD(l));
+    (void)hilock_hold_release(HILOCK_HOLD(l));
   }
   hilock_hold_free(HILOCK_HOLD(l));
 }
@@ -403,10 +403,10 @@ static void run(int scenario, int flags, hilock_client *c) {
       hilock_semaphore *s = NULL;
       int64_t n;
       if (hilock_semaphore_new(c, NAME, 2, 3, 10000, &s) != HILOCK_OK) break;
-      if ((waiting ? hilock_semaphore_acquire(s, 1)
-                   : hilock_semaphore_try_acquire(s)) == HILOCK_OK) {
-        (void)hilock_semaphore_renew(s);
-        (void)hilock_semaphore_release(s);
+      if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(s), 1)
+                   : hilock_hold_try_acquire(HILOCK_HOLD(s))) == HILOCK_OK) {
+        (void)hilock_hold_renew(HILOCK_HOLD(s));
+        (void)hilock_hold_release(HILOCK_HOLD(s));
       }
       (void)hilock_semaphore_available(s, &n);
       hilock_hold_free(HILOCK_HOLD(s));
@@ -435,12 +435,12 @@ static void run(int scenario, int flags, hilock_client *c) {
       hilock_rlock *r = NULL;
       int64_t count;
       if (hilock_rlock_new(c, NAME, 2, 10000, &r) != HILOCK_OK) break;
-      if ((waiting ? hilock_rlock_acquire(r, 1) : hilock_rlock_try_acquire(r)) ==
+      if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(r), 1) : hilock_hold_try_acquire(HILOCK_HOLD(r))) ==
           HILOCK_OK) {
-        if (hilock_rlock_try_acquire(r) == HILOCK_OK)
-          (void)hilock_rlock_release(r);
+        if (hilock_hold_try_acquire(HILOCK_HOLD(r)) == HILOCK_OK)
+          (void)hilock_hold_release(HILOCK_HOLD(r));
         (void)hilock_rlock_hold_count(r, &count);
-        (void)hilock_rlock_release(r);
+        (void)hilock_hold_release(HILOCK_HOLD(r));
       }
       hilock_hold_free(HILOCK_HOLD(r));
       break;
@@ -449,10 +449,10 @@ static void run(int scenario, int flags, hilock_client *c) {
       static const char *const names[2] = {"fz", "fy"};
       hilock_multi_lock *m = NULL;
       if (hilock_multi_lock_new(c, names, 2, 10000, &m) != HILOCK_OK) break;
-      if ((waiting ? hilock_multi_lock_acquire(m, 1)
-                   : hilock_multi_lock_try_acquire(m)) == HILOCK_OK) {
-        (void)hilock_multi_lock_extend(m, 5000, 0);
-        (void)hilock_multi_lock_release(m);
+      if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(m), 1)
+                   : hilock_hold_try_acquire(HILOCK_HOLD(m))) == HILOCK_OK) {
+        (void)hilock_hold_extend(HILOCK_HOLD(m), 5000, 0);
+        (void)hilock_hold_release(HILOCK_HOLD(m));
       }
       hilock_hold_free(HILOCK_HOLD(m));
       break;
@@ -462,10 +462,10 @@ static void run(int scenario, int flags, hilock_client *c) {
       int64_t taken, left;
       if (hilock_segmented_lock_new(c, NAME, 2, 3, 10000, &g) != HILOCK_OK) break;
       (void)hilock_segmented_lock_stock_init(g, 10);
-      if ((waiting ? hilock_segmented_lock_acquire(g, 1)
-                   : hilock_segmented_lock_try_acquire(g)) == HILOCK_OK) {
+      if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(g), 1)
+                   : hilock_hold_try_acquire(HILOCK_HOLD(g))) == HILOCK_OK) {
         (void)hilock_segmented_lock_take(g, 2, 1, &taken, &left);
-        (void)hilock_segmented_lock_release(g);
+        (void)hilock_hold_release(HILOCK_HOLD(g));
       }
       (void)hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &left);
       hilock_hold_free(HILOCK_HOLD(g));

@@ -254,11 +254,11 @@ def test_bad_delays_are_refused(client: hilock.Client) -> None:
     # The C core: a simple lock never lapses, and a delay is set before a grant.
     simple = client.simple_lock("dl:simple")
     with pytest.raises(ValueError):
-        _h.hilock_lock_set_delay(simple._h, 1000)
+        _h.hilock_hold_set_lock_delay(simple._h, 1000)
     lk = client.lock("dl:bad", ttl=5, auto_renew=False)
     assert lk.acquire(blocking=False)
     with pytest.raises(ValueError):
-        _h.hilock_lock_set_delay(lk._h, 1000)
+        _h.hilock_hold_set_lock_delay(lk._h, 1000)
     lk.release()
 
 
