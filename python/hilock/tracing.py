@@ -23,6 +23,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple
 from urllib.parse import urlsplit
 
@@ -68,11 +69,12 @@ class _Hold:
 
     __slots__ = ("span", "handle", "key", "lock")
 
-    def __init__(self, span: trace.Span, handle: Any, key: bytes, lock: Any) -> None:
+    def __init__(self, span: trace.Span, handle: Any, key: bytes,
+                 lock: weakref.ReferenceType[Any]) -> None:
         self.span = span
         self.handle = handle
         self.key = key
-        self.lock = lock
+        self.lock = lock  # weak: tracing never keeps a lock object alive
 
 
 class _Tracer:
@@ -204,7 +206,7 @@ class _Tracer:
             ended = True
             hold = self.tracer.start_span(HOLD_SPAN, context=parent, kind=SpanKind.INTERNAL,
                                           attributes=attrs, links=links)
-            rec = _Hold(hold, handle, lock._bname, lock)
+            rec = _Hold(hold, handle, lock._bname, weakref.ref(lock, self._collected))
             with self._mu:
                 stack.append(rec)
                 self._open[id(rec)] = rec
@@ -440,6 +442,14 @@ class _Tracer:
                 rec.span.add_event("hilock.renewal_failed",
                                    {"hilock.renewal.message": msg.decode("utf-8", "replace")})
 
+    def _collected(self, ref: weakref.ReferenceType[Any]) -> None:
+        """A lock object was collected while holding (it is not released:
+        its grant lapses at its TTL): its holds end. Called by the garbage
+        collector, maybe while this thread holds _mu: takes no lock."""
+        for rec in [r for r in list(self._open.values()) if r.lock is ref]:
+            if self._open.pop(id(rec), None) is not None:
+                self._end(rec, "collected", None)
+
     def hold_span(self, lock: Any, owner: Any) -> Optional[trace.Span]:
         rec = self._peek(lock, owner)
         return None if rec is None else rec.span
@@ -449,7 +459,8 @@ class _Tracer:
             recs = list(self._open.values())
             self._open.clear()
             for rec in recs:
-                holds = rec.lock.__dict__.get("_trace_holds")
+                lock = rec.lock()
+                holds = lock.__dict__.get("_trace_holds") if lock is not None else None
                 if holds:
                     holds.clear()
         for rec in recs:

@@ -123,7 +123,8 @@ def test_hold_ended_lost_by_the_renewal(provider: TracerProvider, client: hilock
 def test_hold_ended_lost_when_the_release_finds_it_gone(provider: TracerProvider,
                                                         client: hilock.Client,
                                                         rds: Any) -> None:
-    lk = client.lock("lost:2", ttl=10)
+    # No renewal and no on_lost: nothing else reports the loss first.
+    lk = client.lock("lost:2", ttl=10, auto_renew=False)
     assert lk.acquire()
     rds.delete(lk.key)
     with pytest.raises(hilock.LockNotOwnedError):
@@ -426,3 +427,20 @@ def test_cli_command_runs_in_the_hold_span(redis_url: str, rds: Any, tmp_path: P
         assert hold["attrs"]["hilock.lock.type"] == ("lock" if command == "run" else "election")
         assert str(hold["attrs"]["hilock.lock.fence"]) == seen["HILOCK_FENCE"]
         assert seen["TRACEPARENT"] == f"00-{TRACE_ID}-{hold['span']}-01"
+
+
+def test_tracing_keeps_no_lock_alive(provider: TracerProvider, client: hilock.Client) -> None:
+    import gc
+    import warnings
+    import weakref
+
+    lk = client.lock("dropped", ttl=10)
+    assert lk.acquire()
+    ref = weakref.ref(lk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # collected while held
+        del lk
+        gc.collect()
+    assert ref() is None
+    (hold,) = spans(provider, "hilock.hold")
+    assert attrs(hold)["hilock.hold.end"] == "collected"
