@@ -151,16 +151,16 @@ class _Tracer:
     # -- acquire ----------------------------------------------------------------
 
     def _start_acquire(self, lock: Any, wait: Optional[float]) -> trace.Span:
-        span = self.tracer.start_span(ACQUIRE_SPAN, kind=SpanKind.CLIENT,
-                                      attributes=self._attrs(lock))
-        if wait is not None and span.is_recording():
-            span.set_attribute("hilock.acquire.timeout", float(wait))
-        return span
+        attrs = self._attrs(lock)
+        if wait is not None:
+            attrs = dict(attrs)
+            attrs["hilock.acquire.timeout"] = float(wait)
+        return self.tracer.start_span(ACQUIRE_SPAN, kind=SpanKind.CLIENT, attributes=attrs)
 
     def _failed(self, span: trace.Span, e: BaseException) -> None:
         if span.is_recording():
-            span.set_attribute("hilock.acquire.outcome", "error")
-            span.set_attribute("error.type", type(e).__qualname__)
+            span.set_attributes({"hilock.acquire.outcome": "error",
+                                 "error.type": type(e).__qualname__})
             span.record_exception(e)
             span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))
         span.end()
@@ -172,6 +172,11 @@ class _Tracer:
     def _granted(self, lock: Any, span: trace.Span, start: float, owner: Any,
                  handle: Any, parent: Optional[otel_context.Context]) -> None:
         """The acquire behind span was granted: end it, start the hold."""
+        if not span.is_recording():
+            # A no-op tracer (no SDK), or a trace sampled out: no hold span
+            # either (its context would be the caller's: see hold_span).
+            span.end()
+            return
         ended = False
         try:
             attrs = dict(self._attrs(lock))
@@ -195,15 +200,15 @@ class _Tracer:
                 self._end(old, "lapsed", None)
             if reentry:
                 attrs["hilock.acquire.reentry"] = True
-            if span.is_recording():
-                span.set_attribute("hilock.acquire.outcome", "granted")
-                for k in ("hilock.lock.fence", "hilock.acquire.reentry"):
-                    if k in attrs:
-                        span.set_attribute(k, attrs[k])
-                for link in links:
-                    span.add_link(link.context, link.attributes)
+            attrs["hilock.acquire.outcome"] = "granted"
+            span.set_attributes({k: attrs[k] for k in (
+                "hilock.acquire.outcome", "hilock.lock.fence", "hilock.acquire.reentry")
+                if k in attrs})
+            for link in links:
+                span.add_link(link.context, link.attributes)
             span.end()
             ended = True
+            del attrs["hilock.acquire.outcome"]
             hold = self.tracer.start_span(HOLD_SPAN, context=parent, kind=SpanKind.INTERNAL,
                                           attributes=attrs, links=links)
             rec = _Hold(hold, handle, lock._bname, weakref.ref(lock, self._collected))
@@ -505,7 +510,9 @@ def hold_span(lock: Any) -> Optional[trace.Span]:
     """The ``hilock.hold`` span of ``lock``'s current grant (blocking or
     asyncio lock object): of the object for an exclusive lock, of the
     calling thread (or task) for a reentrant lock, a read-write lock's side
-    and a semaphore; None when not instrumented or nothing traced is held.
+    and a semaphore; None when not instrumented, nothing traced is held, or
+    the trace is not recorded (no SDK, or sampled out: then the caller's
+    span stands for it).
     ``with trace.use_span(hilock.tracing.hold_span(lk)):`` makes the work
     under the lock its child."""
     hook = _base._tracer_hook

@@ -444,3 +444,25 @@ def test_tracing_keeps_no_lock_alive(provider: TracerProvider, client: hilock.Cl
     assert ref() is None
     (hold,) = spans(provider, "hilock.hold")
     assert attrs(hold)["hilock.hold.end"] == "collected"
+
+
+def test_unrecorded_traces_cost_no_hold(client: hilock.Client) -> None:
+    """A trace sampled out (or a no-op tracer) records nothing: the locks
+    work as ever and no hold is kept for them."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    tp = TracerProvider(sampler=ALWAYS_OFF)
+    exporter = InMemorySpanExporter()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    hilock.tracing.instrument(tp)
+    try:
+        lk = client.lock("unsampled", ttl=10)
+        assert lk.acquire()
+        assert hilock.tracing.hold_span(lk) is None
+        assert "_trace_holds" not in lk.__dict__
+        lk.release()
+        assert lk.acquire(blocking=False)
+        lk.release()
+    finally:
+        hilock.tracing.uninstrument()
+    assert exporter.get_finished_spans() == ()
