@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 import weakref
@@ -473,6 +474,19 @@ class _Tracer:
 
 
 _mu = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held a mutex at the fork.
+    global _mu
+    _mu = threading.Lock()
+    hook = _base._tracer_hook
+    if isinstance(hook, _Tracer):
+        hook._mu = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def instrument(tracer_provider: Optional[trace.TracerProvider] = None) -> None:

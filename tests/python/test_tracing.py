@@ -466,3 +466,27 @@ def test_unrecorded_traces_cost_no_hold(client: hilock.Client) -> None:
     finally:
         hilock.tracing.uninstrument()
     assert exporter.get_finished_spans() == ()
+
+
+def test_forked_child_traces_while_the_parent_held_the_tracer(provider: TracerProvider,
+                                                              client: hilock.Client,
+                                                              redis_url: str) -> None:
+    import hilock._base
+    from helpers import fork_call
+
+    hook = hilock._base._tracer_hook
+    hook._mu.acquire()  # as another thread's grant holds it at the fork
+    try:
+        def child() -> List[str]:
+            c = hilock.Client(redis_url)
+            try:
+                with c.lock("forked", ttl=10):
+                    pass
+            finally:
+                c.close()
+            return [s.name for s in spans(provider)]
+
+        names, _ = fork_call(child, DEADLINE)
+    finally:
+        hook._mu.release()
+    assert names == ["hilock.acquire", "hilock.hold"]
