@@ -490,3 +490,68 @@ def test_forked_child_traces_while_the_parent_held_the_tracer(provider: TracerPr
     finally:
         hook._mu.release()
     assert names == ["hilock.acquire", "hilock.hold"]
+
+
+def test_asyncio_outcomes_and_election(provider: TracerProvider, redis_url: str,
+                                       rds: Any) -> None:
+    async def main() -> None:
+        async with hilock.asyncio.Client(redis_url) as c:
+            holder = c.lock("ao", ttl=10)
+            assert await holder.acquire()
+            other = c.lock("ao", ttl=10)
+            assert not await other.acquire(blocking=False)
+            waiting = asyncio.ensure_future(other.acquire())
+            while c.waiting == 0:  # the waiter is in the shared waiting
+                await asyncio.sleep(0.001)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await holder.release()
+            async with (await c.election("ae", ttl=10).campaign("me")):
+                pass
+
+    asyncio.run(main())
+    acq = spans(provider, "hilock.acquire")
+    assert [(attrs(s)["hilock.lock.type"], attrs(s)["hilock.acquire.outcome"]) for s in acq] == [
+        ("lock", "granted"), ("lock", "busy"), ("lock", "error"), ("election", "granted")]
+    assert attrs(acq[2])["error.type"] == "CancelledError"
+    holds = spans(provider, "hilock.hold")
+    assert [attrs(s)["hilock.lock.type"] for s in holds] == ["lock", "election"]
+    assert all(attrs(s)["hilock.hold.end"] == "released" for s in holds)
+
+
+def test_semaphore_loss_ends_only_the_lost_permits_hold(provider: TracerProvider,
+                                                         client: hilock.Client,
+                                                         rds: Any) -> None:
+    heard = threading.Event()
+    sem = client.semaphore("sl", 2, ttl=1.5, on_lost=lambda _: heard.set())
+    assert sem.acquire()
+    mine = sem.permit_id
+    taken = threading.Event()
+    done = threading.Event()
+    theirs: List[Any] = []
+
+    def other() -> None:
+        assert sem.acquire()
+        theirs.append(sem.permit_id)
+        taken.set()
+        done.wait(DEADLINE)
+        try:
+            sem.release()
+        except hilock.LockNotOwnedError:
+            theirs.append("gone")  # as it should: its permit was taken away
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert taken.wait(DEADLINE)
+    rds.zrem(sem.key, theirs[0])  # the other thread's permit is gone
+    assert heard.wait(DEADLINE)
+    (lost,) = spans(provider, "hilock.hold")
+    assert attrs(lost)["hilock.hold.end"] == "lost"
+    assert mine is not None and mine != theirs[0]
+    sem.release()  # this thread's permit was not lost
+    done.set()
+    t.join(DEADLINE)
+    assert theirs[1:] == ["gone"]
+    ends = sorted(attrs(s)["hilock.hold.end"] for s in spans(provider, "hilock.hold"))
+    assert ends == ["lost", "released"]
