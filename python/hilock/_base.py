@@ -33,13 +33,21 @@ _L = TypeVar("_L", bound="LockBase")
 # returns is ignored. LostCallback[Lock] for a Lock, and so on.
 LostCallback = Callable[[_L], object]
 
+# hilock.tracing's hook while it is instrumented (None: not traced). Each
+# acquire and release reads it once; nothing else is done without it.
+_tracer_hook: Any = None
+
 
 def _counted(release: Callable[[_L], None]) -> Callable[[_L], None]:
     """Count a lock object's successful releases per thread, so a ``with``
     block can tell that its body released the lock on purpose."""
     @functools.wraps(release)
     def counted(self: _L) -> None:
-        release(self)
+        hook = _tracer_hook
+        if hook is None:
+            release(self)
+        else:
+            hook.release(self, release)
         t = self._releases()
         t.n = getattr(t, "n", 0) + 1
     return counted
@@ -167,7 +175,10 @@ class LockBase(Uncopyable):
             wait = self._timeout
         else:
             wait = wait_seconds(timeout)
-        return self._acquire(wait)
+        hook = _tracer_hook
+        if hook is None:
+            return self._acquire(wait)
+        return hook.acquire(self, wait)  # type: ignore[no-any-return]
 
     def _acquire(self, wait: Optional[float]) -> bool:
         return self._c_call_acquire(wait)
@@ -222,6 +233,9 @@ class LockBase(Uncopyable):
         return bool(type(self)._c_lost(self._h))
 
     def _notify_lost(self) -> None:
+        hook = _tracer_hook
+        if hook is not None:
+            hook.lost(self)
         if self._on_lost is not None:
             self._on_lost(self)
 
@@ -324,6 +338,9 @@ class LockBase(Uncopyable):
             data: bytes = _h.py_hold_export(handle)
         except UnsupportedError as e:
             raise NotTransferable(str(e), e.code) from None
+        hook = _tracer_hook
+        if hook is not None:
+            hook.exported(self, handle)
         return data.decode("ascii")
 
     def _adopted(self, handle: Any) -> None:
