@@ -34,10 +34,10 @@
 #define HILOCK_HANDLES                                                      \
   hilock_lock *, hilock_rlock *, hilock_semaphore *, hilock_fair_lock *,    \
   hilock_rwlock *, hilock_multi_lock *, hilock_sequential_lock *, hilock_segmented_lock *, \
-  hilock_redlock *, hilock_election *, const hilock_lock *, const hilock_rlock *,              \
+  hilock_redlock *, hilock_election *, hilock_latch *, const hilock_lock *, const hilock_rlock *,              \
   const hilock_semaphore *, const hilock_fair_lock *, const hilock_rwlock *, \
   const hilock_multi_lock *, const hilock_sequential_lock *, const hilock_segmented_lock *, \
-  const hilock_redlock *, const hilock_election *
+  const hilock_redlock *, const hilock_election *, const hilock_latch *
 
 %threadallow;
 %nothreadallow _set_error_factory;
@@ -68,6 +68,7 @@
   HILOCK_AS_HOLD(hilock_segmented_lock)
   HILOCK_AS_HOLD(hilock_redlock)
   HILOCK_AS_HOLD(hilock_election)
+  HILOCK_AS_HOLD(hilock_latch)
   if (p == NULL)
     SWIG_exception_fail(SWIG_TypeError, "in '$symname': expected a lock handle");
   $1 = ($1_ltype)p;
@@ -353,6 +354,7 @@ PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
 %include "hilock/redlock.h"
 %include "hilock/segmented_lock.h"
 %include "hilock/election.h"
+%include "hilock/latch.h"
 %include "hilock/async.h"
 %include "hilock/store.h"
 %include "hilock/inspect.h"
