@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._default import (
         election,
         fair_lock,
+        latch,
         lease,
         lock,
         multi_lock,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ._election import Election, Leadership
     from ._fair import FairLock
     from ._inspect import LockInfo
+    from ._latch import Latch, LatchParty
     from ._lock import Lock
     from ._multilock import MultiLock
     from ._redlock import Redlock
@@ -80,6 +82,7 @@ _WHERE = {
     "Client": "_client", "default_client": "_client", "default_url": "_client",
     "redlock": "_client",
     "Election": "_election", "Leadership": "_election",
+    "Latch": "_latch", "LatchParty": "_latch",
     "FairLock": "_fair", "LockInfo": "_inspect", "Lock": "_lock", "MultiLock": "_multilock",
     "Redlock": "_redlock", "RedissonRWLock": "_rlock", "RLock": "_rlock",
     "ReadLock": "_rwlock", "RWLock": "_rwlock", "WriteLock": "_rwlock",
@@ -88,7 +91,7 @@ _WHERE = {
 }
 _WHERE.update(dict.fromkeys([
     "lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock", "multi_lock",
-    "sequential_lock", "segmented_lock", "election"], "_default"))
+    "sequential_lock", "segmented_lock", "election", "latch"], "_default"))
 _WHERE.update(dict.fromkeys([
     "AuthenticationError", "BrokenBarrier", "CertificateError", "ClusterError", "ConnectionError",
     "CrossSlotError", "DeadlockError", "ForkedLockError", "InvalidArgument", "LockError",
@@ -132,6 +135,7 @@ __all__ = [
     "Redlock", "redlock", "NoQuorumError",
     "SegmentedLock", "segmented_lock", "SoldOut",
     "Election", "Leadership", "election",
+    "Latch", "LatchParty", "latch",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError", "TLSError", "CertificateError",
