@@ -158,6 +158,25 @@ class LatchParty(ExclusiveBase):
     def _join(self) -> None:
         self._acquire(0.0)
 
+    def _c_undo(self, granted: bool) -> None:
+        """A join the caller did not wait for (a green thread killed): the
+        party gives up (a count down would count for work never done)."""
+        if granted:
+            try:
+                _h.hilock_latch_abort(self._h)
+            except LockError:
+                pass
+
+    def _c_attempt(self, wait: Optional[float]) -> bool:
+        try:
+            return bool(type(self)._c_acquire(self._h, 0) == _h.HILOCK_OK)
+        except LockError:
+            raise  # refused or failed closed: no party
+        except BaseException:
+            # Ctrl-C racing the join: never leave a party behind the caller.
+            self._c_undo(type(self)._c_validity(self._h) > 0)
+            raise
+
     def count_down(self) -> None:
         """Count down as this party, which leaves the parties in the same
         step (its lease ends). Raises :class:`hilock.LockNotOwnedError` if
