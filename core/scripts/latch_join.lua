@@ -1,7 +1,8 @@
 -- Register a party of a countdown latch: its lease ends ttl from now on the
 -- server's clock, and the watchdog renews it (party_renew.lua); a party
--- whose lease ends before it counts down breaks the latch. Safe to resend
--- (a live party joins once).
+-- whose lease ends before it counts down breaks the latch. The waiters are
+-- told (a message on the channel named as the hash). Safe to resend (a
+-- live party joins once).
 -- KEYS[1] latch hash, KEYS[2] parties zset (same hash tag).
 -- ARGV[1] the count a latch that does not exist yet starts with, ARGV[2]
 -- the party's id, ARGV[3] ttl in ms.
@@ -20,5 +21,8 @@ end
 if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then
   redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[3])),
              ARGV[2])
+  -- Waiters look again: a waiter asleep since before this join learns
+  -- when its lease ends (and looks then).
+  redis.pcall('PUBLISH', KEYS[1], 'join')
 end
 return {1, left}

@@ -31,11 +31,14 @@ typedef struct waited {
   hilock_latch *l;
   int64_t wait_ms;
   int rc;
+  int64_t took_ms;
 } waited;
 
 static void *wait_thread(void *arg) {
   waited *w = arg;
+  int64_t start = hl_now_ms();
   w->rc = hilock_latch_wait(w->l, w->wait_ms);
+  w->took_ms = hl_now_ms() - start;
   return NULL;
 }
 
@@ -51,7 +54,7 @@ static void count_down_and_wait(void **state) {
   fixture *f = *state;
   hilock_latch *a = new_latch(f->client, "c", 3, 5000);
   hilock_latch *b = new_latch(f->client, "c", 7, 5000);
-  waited w = {new_latch(f->client, "c", 3, 5000), HILOCK_WAIT_FOREVER, -100};
+  waited w = {new_latch(f->client, "c", 3, 5000), HILOCK_WAIT_FOREVER, -100, 0};
   pthread_t t;
 
   assert_int_equal(count_of(a), 3);
@@ -129,7 +132,7 @@ static void a_lapsed_party_breaks_the_latch(void **state) {
   hilock_latch *a = new_latch(f->client, "b", 2, 300);
   /* 20 s: far beyond the 300 ms lease (a loaded machine), short of the
    * test's timeout, so a latch that never breaks fails here. */
-  waited w = {new_latch(f->client, "b", 2, 300), 20000, -100};
+  waited w = {new_latch(f->client, "b", 2, 300), 20000, -100, 0};
   int64_t n = -1;
   pthread_t t;
 
@@ -156,6 +159,27 @@ static void a_lapsed_party_breaks_the_latch(void **state) {
   hilock_latch_free(w.l);
 }
 
+static void a_waiter_learns_of_a_party_that_joins_later(void **state) {
+  fixture *f = *state;
+  hilock_latch *p = new_latch(f->client, "j", 1, 300);
+  /* 20 s: far beyond the 300 ms lease, short of the test's timeout. */
+  waited w = {new_latch(f->client, "j", 1, 300), 20000, -100, 0};
+  pthread_t t;
+
+  /* The waiter looks first (no party yet) and sleeps; the party joins
+   * after it and lapses unrenewed: the join's message makes the waiter
+   * look again and learn the lease's end. */
+  start_waiting(f, &t, &w, LKEY("j"));
+  assert_hl_ok(hilock_latch_join(p), hilock_latch_errmsg(p));
+  pthread_join(t, NULL);
+  assert_int_equal(w.rc, HILOCK_EBROKEN);
+  /* Generous (a loaded machine): about 300 ms; a waiter that never heard
+   * of the party would only find it at the end of its 20 s wait. */
+  assert_true(w.took_ms < 10000);
+  hilock_latch_free(p);
+  hilock_latch_free(w.l);
+}
+
 static void renewal_keeps_a_party(void **state) {
   fixture *f = *state;
   hilock_latch *p = new_latch(f->client, "k", 1, 200);
@@ -176,7 +200,7 @@ static void abort_breaks_it_at_once(void **state) {
   fixture *f = *state;
   hilock_latch *p = new_latch(f->client, "a", 1, 60000);
   hilock_latch *z = new_latch(f->client, "z", 1, 60000);
-  waited w = {new_latch(f->client, "a", 1, 60000), HILOCK_WAIT_FOREVER, -100};
+  waited w = {new_latch(f->client, "a", 1, 60000), HILOCK_WAIT_FOREVER, -100, 0};
   pthread_t t;
 
   assert_hl_ok(hilock_latch_join(p), hilock_latch_errmsg(p));
@@ -261,6 +285,7 @@ HL_FIXTURE_MAIN("latch",
       HL_TEST(count_down_and_wait),
       HL_TEST(a_party_counts_down_once),
       HL_TEST(a_lapsed_party_breaks_the_latch),
+      HL_TEST(a_waiter_learns_of_a_party_that_joins_later),
       HL_TEST(renewal_keeps_a_party),
       HL_TEST(abort_breaks_it_at_once),
       HL_TEST(bad_arguments_are_refused))

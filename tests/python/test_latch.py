@@ -96,13 +96,13 @@ def test_the_checker_catches_an_early_waiter() -> None:
         check_none_early([1.0, 2.0], [{"outcome": "true", "at": 1.5}])
 
 
-def _party(url: str, name: str, count: int, count_down: bool) -> None:
+def _party(url: str, name: str, count: int, count_down: bool, ttl: float = TTL) -> None:
     """Join name as a registered party (renewed by the thread), report,
     optionally count down, then sleep until killed."""
     import redis
 
     r = redis.Redis.from_url(url)
-    party = hilock.Client(url).latch(name, count, ttl=TTL).join()
+    party = hilock.Client(url).latch(name, count, ttl=ttl).join()
     if count_down:
         party.count_down()
     r.rpush("joined", json.dumps({"pid": os.getpid()}))
@@ -163,12 +163,15 @@ def test_a_party_that_counted_down_may_die(rds, redis_url: str,
 def test_live_parties_are_kept_past_many_ttls(rds, redis_url: str,
                                               client: hilock.Client) -> None:
     name = "latch:alive"
-    party = start_child(_party, redis_url, name, 1, False)
+    # 2 s: renewed every 0.67 s, a live party's renewal thread may stall
+    # 1.3 s on a loaded machine before its lease ends.
+    ttl = 2.0
+    party = start_child(_party, redis_url, name, 1, False, ttl)
     try:
         pop_report(rds, "joined")
-        mine = client.latch(name, 1, ttl=TTL).join()
+        mine = client.latch(name, 1, ttl=ttl).join()
         # Both leases (one in another process) renewed for 3 TTLs.
-        assert client.latch(name, 1).wait(timeout=3 * TTL) is False
+        assert client.latch(name, 1).wait(timeout=3 * ttl) is False
         assert not mine.lost
         mine.count_down()
         assert client.latch(name, 1).wait(timeout=0) is True

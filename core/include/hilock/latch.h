@@ -25,9 +25,9 @@
  * a party has not counted down breaks the latch.
  *
  * Waiting sleeps until a message on the latch's channel (the count reached
- * 0, the latch broke or was deleted) or the earliest party's lease end,
- * never polling (without the shared waiting's subscriber: a look every
- * 500 ms).
+ * 0, the latch broke or was deleted, a party joined) or the earliest
+ * party's lease end, never polling (without the shared waiting's
+ * subscriber: a look every 500 ms).
  *
  * Keys: hilock:{name}:latch, a hash {count: n, broken: reason} (its name
  * is also the pub/sub channel), and hilock:{name}:latch:parties, a zset of
