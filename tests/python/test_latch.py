@@ -335,3 +335,36 @@ def test_asyncio_wait_count_down_join_and_cancel(rds, redis_url: str) -> None:
             assert await other.wait(0) is True
 
     asyncio.run(main())
+
+
+def test_inspect_and_force_release_of_a_latch(rds, client: hilock.Client) -> None:
+    latch = client.latch("latch:ops", 3, ttl=30)
+    party = latch.join()
+    latch.count_down()
+    info = client.inspect("latch:ops")
+    assert (info.type, info.held, info.hold_count, info.waiters, info.ttl) == (
+        "latch", True, 2, 1, None)
+    assert [i.name for i in client.list_locks("latch:o*")] == ["latch:ops"]
+    got: List[Any] = []
+    t = threading.Thread(target=lambda: got.append(latch.wait(timeout=30)))
+    t.start()
+    wait_for(lambda: client.waiting == 1, 10, what="the waiter to wait")
+    # The operator's release deletes it; the waiter looks again (and makes
+    # it anew with its count).
+    assert client.force_release("latch:ops")
+    wait_for(lambda: rds.hget("hilock:{latch:ops}:latch", "count") == b"3", 10,
+             what="the waiter's look")
+    assert client.inspect("latch:ops").hold_count == 3
+    for _ in range(3):
+        latch.count_down()
+    t.join(10)
+    assert got == [True]
+    info = client.inspect("latch:ops")
+    assert (info.type, info.held, info.hold_count) == ("latch", False, 0)
+    # A broken latch is not held, its count above 0.
+    broken = client.latch("latch:ops2", 2, ttl=30)
+    broken.abort()
+    info = client.inspect("latch:ops2")
+    assert (info.type, info.held, info.hold_count) == ("latch", False, 2)
+    with pytest.raises(hilock.LockNotOwnedError):
+        party.count_down()  # its registration went with the force release
