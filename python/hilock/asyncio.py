@@ -1607,12 +1607,9 @@ class Latch(Uncopyable):
         await self._off_loop(self._sync.delete)
 
 
-def _abort_joined(fut: asyncio.Future[_SyncLatchParty]) -> None:
-    """A join whose caller was cancelled: the party gives up once it is
-    through (on a thread of its own: a round trip)."""
-    if fut.cancelled() or fut.exception() is not None:
-        return
-    party = fut.result()
+def _give_up(party: _SyncLatchParty) -> None:
+    """A party whose join's caller was cancelled gives up (on a thread of
+    its own: a round trip)."""
 
     def give_up() -> None:
         try:
@@ -1642,13 +1639,32 @@ class LatchParty(Uncopyable):
 
     async def _join(self) -> LatchParty:
         if self._sync is None:
-            sync = self._latch._sync
-            fut = asyncio.get_running_loop().run_in_executor(
-                None, lambda: sync.join(auto_renew=self._auto_renew))
+            sync, auto_renew = self._latch._sync, self._auto_renew
+            # Whether the caller was cancelled, and the party once joined:
+            # whichever comes second gives the party up (on the executor's
+            # thread or the caller's, not through the loop, which may be
+            # closing or blocked by then).
+            lock = threading.Lock()
+            state: Dict[str, Any] = {"cancelled": False, "party": None}
+
+            def join() -> _SyncLatchParty:
+                party = sync.join(auto_renew=auto_renew)
+                with lock:
+                    state["party"] = party
+                    cancelled = state["cancelled"]
+                if cancelled:
+                    _give_up(party)
+                return party
+
+            fut = asyncio.get_running_loop().run_in_executor(None, join)
             try:
                 self._sync = await asyncio.shield(fut)
             except asyncio.CancelledError:
-                fut.add_done_callback(_abort_joined)
+                with lock:
+                    state["cancelled"] = True
+                    party = state["party"]
+                if party is not None:
+                    _give_up(party)
                 raise
         return self
 

@@ -368,3 +368,34 @@ def test_inspect_and_force_release_of_a_latch(rds, client: hilock.Client) -> Non
     assert (info.type, info.held, info.hold_count) == ("latch", False, 2)
     with pytest.raises(hilock.LockNotOwnedError):
         party.count_down()  # its registration went with the force release
+
+
+def test_a_cancelled_async_join_gives_up_once_through() -> None:
+    """A join cancelled while its round trip is held back (DEBUG SLEEP):
+    the party registered behind the caller's back gives up once through,
+    so the latch is broken at once rather than kept by a party nobody
+    holds (or left to its 30 s lease)."""
+    import hilock.asyncio as ha
+    from helpers import RedisServer, debug_sleep
+
+    srv = RedisServer(extra_args=["--enable-debug-command", "yes"]).start()
+    try:
+        async def main() -> None:
+            async with ha.Client(srv.url) as c:
+                latch = c.latch("latch:cancel", 1, ttl=30)
+                assert await latch.count() == 1
+                sock = debug_sleep(srv.port, 0.5)
+                task = asyncio.ensure_future(latch.join().__aenter__())
+                await asyncio.sleep(0.1)  # the join is on its way, held back
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                sock.close()
+                deadline = time.monotonic() + 10  # generous: it takes a round trip
+                while not await latch.broken():
+                    assert time.monotonic() < deadline, "the cancelled party did not give up"
+                    await asyncio.sleep(0.05)
+
+        asyncio.run(main())
+    finally:
+        srv.cleanup()
