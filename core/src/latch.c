@@ -295,9 +295,13 @@ int hilock_latch_wait(hilock_latch *l, int64_t wait_ms) {
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(&l->h.err, HILOCK_EINVAL,
                            "wait_ms must be >= 0 or HILOCK_WAIT_FOREVER");
+  if (wait_ms > HILOCK__WAIT_CAP_MS) wait_ms = HILOCK_WAIT_FOREVER;
   end = wait_ms == HILOCK_WAIT_FOREVER ? INT64_MAX
                                        : hilock__now_ms() + wait_ms;
-  outer = hilock__call_begin(end);
+  /* The look after the end has its round trip (as an acquire's last
+   * attempt): 250 ms past the end, not cut short by it. */
+  outer = hilock__call_begin(end == INT64_MAX || wait_ms == 0 ? INT64_MAX
+                                                              : end + 250);
   for (;;) {
     /* Read after listening: a message after this read rings the wait
      * below (a subscription made after tried makes it look again). */

@@ -219,6 +219,25 @@ static void abort_breaks_it_at_once(void **state) {
   hilock_latch_free(w.l);
 }
 
+static void a_timed_out_wait_is_busy(void **state) {
+  fixture *f = *state;
+  hilock_latch *l = new_latch(f->client, "t", 1, 5000);
+  waited w = {new_latch(f->client, "t", 1, 5000), INT64_MAX, -100, 0};
+  pthread_t t;
+  /* The look after the wait's end is not cut short by it (it was, now and
+   * then: "no reply in time" instead of HILOCK_BUSY). */
+  for (int i = 0; i < 100; i++)
+    assert_hl_rc(hilock_latch_wait(l, 5 + i % 7), HILOCK_BUSY,
+                 hilock_latch_errmsg(l));
+  /* The longest wait is no wait at all (it overflowed the deadline). */
+  start_waiting(f, &t, &w, LKEY("t"));
+  assert_hl_ok(hilock_latch_count_down(l), hilock_latch_errmsg(l));
+  pthread_join(t, NULL);
+  assert_hl_ok(w.rc, hilock_latch_errmsg(w.l));
+  hilock_latch_free(l);
+  hilock_latch_free(w.l);
+}
+
 static void bad_arguments_are_refused(void **state) {
   fixture *f = *state;
   hilock_latch *l = NULL;
@@ -288,4 +307,5 @@ HL_FIXTURE_MAIN("latch",
       HL_TEST(a_waiter_learns_of_a_party_that_joins_later),
       HL_TEST(renewal_keeps_a_party),
       HL_TEST(abort_breaks_it_at_once),
+      HL_TEST(a_timed_out_wait_is_busy),
       HL_TEST(bad_arguments_are_refused))

@@ -82,7 +82,8 @@ HILOCK_API int hilock_latch_count_down(hilock_latch *l);
  * wait_ms (0: one look; HILOCK_WAIT_FOREVER: no limit), HILOCK_EBROKEN if
  * the latch is or becomes broken (a party's lease ended before it counted
  * down, or a party gave up). Ends early with HILOCK_EINTR (the client's
- * interrupt hook) or HILOCK_ECLOSED. */
+ * interrupt hook) or HILOCK_ECLOSED. The look at the end of wait_ms has
+ * its round trip (at most 250 ms more), as an acquire's last attempt. */
 HILOCK_API int hilock_latch_wait(hilock_latch *l, int64_t wait_ms);
 
 /* The count left in *count, in one round trip; HILOCK_EBROKEN (with the
