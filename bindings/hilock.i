@@ -36,11 +36,11 @@
   hilock_lock *, hilock_rlock *, hilock_semaphore *, hilock_fair_lock *,   \
   hilock_rwlock *, hilock_multi_lock *, hilock_sequential_lock *,          \
   hilock_segmented_lock *, hilock_redlock *, hilock_election *,            \
-  const hilock_lock *, const hilock_rlock *, const hilock_semaphore *,     \
-  const hilock_fair_lock *, const hilock_rwlock *,                         \
-  const hilock_multi_lock *, const hilock_sequential_lock *,               \
-  const hilock_segmented_lock *, const hilock_redlock *,                   \
-  const hilock_election *
+  hilock_latch *, const hilock_lock *, const hilock_rlock *,               \
+  const hilock_semaphore *, const hilock_fair_lock *,                      \
+  const hilock_rwlock *, const hilock_multi_lock *,                        \
+  const hilock_sequential_lock *, const hilock_segmented_lock *,           \
+  const hilock_redlock *, const hilock_election *, const hilock_latch *
 /* END generated families */
 
 %threadallow;
@@ -73,6 +73,7 @@
   HILOCK_AS_HOLD(hilock_segmented_lock)
   HILOCK_AS_HOLD(hilock_redlock)
   HILOCK_AS_HOLD(hilock_election)
+  HILOCK_AS_HOLD(hilock_latch)
 /* END generated families */
   if (p == NULL)
     SWIG_exception_fail(SWIG_TypeError, "in '$symname': expected a lock handle");
@@ -360,6 +361,7 @@ PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
 %include "hilock/segmented_lock.h"
 %include "hilock/redlock.h"
 %include "hilock/election.h"
+%include "hilock/latch.h"
 /* END generated families */
 %include "hilock/async.h"
 %include "hilock/store.h"

@@ -73,6 +73,7 @@ NAME = Param("name", "Name")
 NAMES = Param("names", "Iterable[Name]")
 PERMITS = Param("permits", "int")
 SEGMENTS = Param("segments", "int")
+COUNT = Param("count", "int")
 TTL = Param("ttl", "float", "30.0")
 TIMEOUT = Param("timeout", "Optional[float]", "None")
 AUTO_RENEW = Param("auto_renew", "bool", "True", keyword_only=True)
@@ -305,6 +306,21 @@ A leader election, as :meth:`hilock.Client.election`:
 ``await campaign()``, ``async with`` the leadership, ``async for``
 over ``observe()``."""),
     Factory(
+        "latch", (NAME, COUNT, TTL), "Latch", "LatchParty",
+        doc="""\
+A countdown latch on ``name``: :meth:`Latch.wait` returns True once
+:meth:`Latch.count_down` was called ``count`` times (the first call
+on a latch that does not exist makes it with ``count``; it stays until
+:meth:`Latch.delete`). :meth:`Latch.join` registers a party whose
+lease (``ttl``) the renewal thread keeps: if it dies before it counts
+down, every waiter raises :class:`hilock.BrokenBarrier` within about
+``ttl`` instead of waiting forever.""",
+        body="return Latch(self, name, count, ttl)",
+        default_doc="A countdown latch on the default client.",
+        async_doc="""\
+A countdown latch, as :meth:`hilock.Client.latch`: ``await wait()``,
+``await count_down()``, ``async with latch.join()``."""),
+    Factory(
         "segmented_lock", (NAME, SEGMENTS, *HOLD), "SegmentedLock", "SegmentedLock",
         doc="""\
 A segmented lock for hot inventory: ``segments`` exclusive locks,
@@ -357,6 +373,8 @@ FAMILIES = (
     Family("redlock", ("hilock_redlock",), "_redlock", ("Redlock",), ("redlock.md", "Redlock")),
     Family("election", ("hilock_election",), "_election", ("Election", "Leadership"),
            ("election.md", "Leader election")),
+    Family("latch", ("hilock_latch",), "_latch", ("Latch", "LatchParty"),
+           ("latch.md", "Countdown latch")),
 )
 
 

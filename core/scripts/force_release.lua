@@ -33,6 +33,10 @@ elseif ty == 'election' then
   removed = redis.call('DEL', K.elect)
   wake(K.ewake, 1)
   redis.pcall('PUBLISH', K.elect, 'resign')
+elseif ty == 'latch' then
+  -- As hilock_latch_delete: its waiters hear of it and look again.
+  removed = math.min(1, redis.call('DEL', K.latch, K.latch_parties))
+  redis.pcall('PUBLISH', K.latch, 'deleted')
 elseif ty == 'redlock' then
   removed = redis.call('DEL', K.redlock)
 elseif ty == 'rlock' then

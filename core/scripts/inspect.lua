@@ -121,6 +121,15 @@ elseif ty == 'election' then
   if held == 1 then
     ttl = redis.call('PTTL', K.elect)
   end
+elseif ty == 'latch' then
+  -- Held while its count is above 0 and it is not broken (no expiry); its
+  -- waiters are its live registered parties.
+  local h = redis.call('HMGET', K.latch, 'count', 'broken')
+  count = num(h[1])
+  if count > 0 and not h[2] then
+    held, ttl = 1, -1
+  end
+  waiters = redis.call('ZCOUNT', K.latch_parties, '(' .. now, '+inf')
 elseif ty == 'segmented_lock' then
   local idx, total = seg_indices(t)
   fence = num(redis.call('HGET', K.seg_fence, 'n'))

@@ -20,14 +20,14 @@ static const char *const roles[] = {
     "rw:waiting",  "rw:admitted",    "rw:rwake",    "rw:wwake",
     "seq:queue",   "seq:session",    "seq:holder",  "seq:counter",
     "seg:stock",   "seg:fence",      "seg:wake",    "delay",
-    "elect",       "ewake",
+    "elect",       "ewake",          "latch",       "latch:parties",
     "seg:",        "wake:",          "seq:wake:"};
 #define NROLES ((int)(sizeof(roles) / sizeof(roles[0])))
 
 static const char *const type_names[] = {
     "none",   "lock",            "rlock",          "semaphore", "fair_lock",
     "rwlock", "sequential_lock", "segmented_lock", "redlock",   "unknown",
-    "election"};
+    "election", "latch"};
 
 #define PATTERN_MAX (4 * HILOCK_NAME_MAX)
 

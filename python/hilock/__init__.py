@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from ._default import (
         election,
         fair_lock,
+        latch,
         lease,
         lock,
         multi_lock,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     )
     from ._election import Election, Leadership
     from ._fair import FairLock
+    from ._latch import Latch, LatchParty
     from ._lock import Lock
     from ._multilock import MultiLock
     from ._redlock import Redlock
@@ -90,9 +92,10 @@ _WHERE.update({"Lock": "_lock", "RLock": "_rlock", "RedissonRWLock": "_rlock",
                "Semaphore": "_semaphore", "FairLock": "_fair", "RWLock": "_rwlock",
                "ReadLock": "_rwlock", "WriteLock": "_rwlock", "MultiLock": "_multilock",
                "SequentialLock": "_seqlock", "SegmentedLock": "_seglock", "Redlock": "_redlock",
-               "Election": "_election", "Leadership": "_election"})
+               "Election": "_election", "Leadership": "_election", "Latch": "_latch",
+               "LatchParty": "_latch"})
 _WHERE.update(dict.fromkeys(["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock",
-                             "rwlock", "multi_lock", "sequential_lock", "election",
+                             "rwlock", "multi_lock", "sequential_lock", "election", "latch",
                              "segmented_lock"], "_default"))
 # END generated families
 _WHERE.update(dict.fromkeys([
@@ -144,6 +147,7 @@ __all__ = [
 # BEGIN generated families: all
 __all__ += ["Lock", "RLock", "RedissonRWLock", "Semaphore", "FairLock", "RWLock", "ReadLock",
             "WriteLock", "MultiLock", "SequentialLock", "SegmentedLock", "Redlock", "Election",
-            "Leadership", "lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock",
-            "rwlock", "multi_lock", "sequential_lock", "election", "segmented_lock"]
+            "Leadership", "Latch", "LatchParty", "lock", "simple_lock", "lease", "rlock",
+            "semaphore", "fair_lock", "rwlock", "multi_lock", "sequential_lock", "election",
+            "latch", "segmented_lock"]
 # END generated families

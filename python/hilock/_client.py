@@ -25,6 +25,7 @@ from ._base import LostCallback
 from ._election import Election
 from ._fair import FairLock
 from ._inspect import LockInfo
+from ._latch import Latch
 from ._lock import EXPIRING, LEASE, SIMPLE, Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
@@ -562,6 +563,16 @@ class Client(Uncopyable):
         off) loses the lead within it; the renewal thread keeps a live one
         (``auto_renew``). Other arguments as for :meth:`lock`."""
         return Election(self, name, ttl, timeout, auto_renew, max_hold, on_lost)
+
+    def latch(self, name: Name, count: int, ttl: float = 30.0) -> Latch:
+        """A countdown latch on ``name``: :meth:`Latch.wait` returns True once
+        :meth:`Latch.count_down` was called ``count`` times (the first call
+        on a latch that does not exist makes it with ``count``; it stays until
+        :meth:`Latch.delete`). :meth:`Latch.join` registers a party whose
+        lease (``ttl``) the renewal thread keeps: if it dies before it counts
+        down, every waiter raises :class:`hilock.BrokenBarrier` within about
+        ``ttl`` instead of waiting forever."""
+        return Latch(self, name, count, ttl)
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,

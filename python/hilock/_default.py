@@ -10,6 +10,7 @@ from ._base import LostCallback
 from ._client import Client, default_client
 from ._election import Election
 from ._fair import FairLock
+from ._latch import Latch
 from ._lock import Lock
 from ._multilock import MultiLock
 from ._rlock import RLock
@@ -24,7 +25,7 @@ from ._util import Name
 # the table and run the script, not the code between these lines.
 
 __all__ = ["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock",
-           "multi_lock", "sequential_lock", "election", "segmented_lock"]
+           "multi_lock", "sequential_lock", "election", "latch", "segmented_lock"]
 
 
 def _default() -> Client:
@@ -111,6 +112,11 @@ def election(name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
                                on_lost=on_lost)
 
 
+def latch(name: Name, count: int, ttl: float = 30.0) -> Latch:
+    """A countdown latch on the default client."""
+    return _default().latch(name, count, ttl)
+
+
 def segmented_lock(name: Name, segments: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
                    auto_renew: bool = True, max_hold: Optional[float] = None,
                    on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
@@ -120,6 +126,6 @@ def segmented_lock(name: Name, segments: int, ttl: float = 30.0, timeout: Option
 
 
 for _f in (lock, simple_lock, lease, rlock, semaphore, fair_lock, rwlock, multi_lock,
-           sequential_lock, election, segmented_lock):
+           sequential_lock, election, latch, segmented_lock):
     _f.__module__ = "hilock"  # where users find them
 # END generated factories

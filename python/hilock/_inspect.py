@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 # The lock types, as inspect() reports them.
 TYPES = ("none", "lock", "rlock", "semaphore", "fair_lock", "rwlock",
-         "sequential_lock", "segmented_lock", "redlock", "unknown", "election")
+         "sequential_lock", "segmented_lock", "redlock", "unknown", "election", "latch")
 
 FIELDS = ("name", "type", "held", "holder", "fence", "ttl", "waiters", "hold_count",
           "readers", "writer", "permits", "permits_used", "permits_free", "lock_delay",
@@ -22,7 +22,10 @@ class LockInfo:
     multi-key lock), ``"rlock"``, ``"semaphore"``, ``"fair_lock"``,
     ``"rwlock"``, ``"sequential_lock"``, ``"segmented_lock"``,
     ``"redlock"`` (one Redlock node's view), ``"election"`` (a leader
-    election: held while someone leads, ``holder`` the leader's token) or
+    election: held while someone leads, ``holder`` the leader's token),
+    ``"latch"`` (a countdown latch: held while its count is above 0 and it
+    is not broken, ``hold_count`` the count left, ``waiters`` its live
+    registered parties) or
     ``"unknown"`` (a key of the name holds a Redis type no lock writes).
     ``held``: anyone holds it (a reader counts). ``holder``: the holder's
     owner token, whole (None when nobody or several hold it).

@@ -72,6 +72,7 @@ from typing import (
     Callable,
     Deque,
     Dict,
+    Generator,
     Generic,
     Iterable,
     List,
@@ -92,6 +93,8 @@ from ._election import Election as _SyncElection
 from ._election import Value, _Lead, value_bytes, value_of
 from ._fair import FairLock as _SyncFairLock
 from ._inspect import LockInfo
+from ._latch import Latch as _SyncLatch
+from ._latch import LatchParty as _SyncLatchParty
 from ._multilock import MultiLock as _SyncMultiLock
 from ._redlock import Redlock as _SyncRedlock
 from ._rlock import RedissonRWLock as _SyncRedissonRWLock
@@ -110,8 +113,8 @@ from .errors import (
     error_for,
 )
 
-__all__ = ["Client", "Election", "FairLock", "Leadership", "Lock", "MultiLock", "RLock", "RWLock",
-           "ReadLock", "Redlock", "RedissonRWLock",
+__all__ = ["Client", "Election", "FairLock", "Latch", "LatchParty", "Leadership", "Lock",
+           "MultiLock", "RLock", "RWLock", "ReadLock", "Redlock", "RedissonRWLock",
            "SegmentedLock", "Semaphore", "SequentialLock", "WriteLock"]
 
 
@@ -572,6 +575,11 @@ class Client(Uncopyable):
         over ``observe()``."""
         return Election(self, self._sync.election(name, ttl, timeout, auto_renew=auto_renew,
                                                   max_hold=max_hold), cancel_on_loss)
+
+    def latch(self, name: Name, count: int, ttl: float = 30.0) -> Latch:
+        """A countdown latch, as :meth:`hilock.Client.latch`: ``await wait()``,
+        ``await count_down()``, ``async with latch.join()``."""
+        return Latch(self, self._sync.latch(name, count, ttl))
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,
@@ -1566,6 +1574,165 @@ class Leadership(_Lead):
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         await self._election.__aexit__(exc_type, exc, tb)
+
+
+class Latch(Uncopyable):
+    """A countdown latch for asyncio (see :class:`hilock.Latch`): each call
+    runs on the loop's default executor; a wait in steps of at most a
+    second, so a cancelled wait leaves no thread waiting long."""
+
+    def __init__(self, client: Client, sync: _SyncLatch) -> None:
+        self._client = client
+        self._sync = sync
+
+    def __repr__(self) -> str:
+        return f"<hilock.asyncio.Latch {self._sync.name!r}>"
+
+    @property
+    def name(self) -> Name:
+        return self._sync.name
+
+    async def _off_loop(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def count(self) -> int:
+        """The count left (:attr:`hilock.Latch.count`)."""
+        return await self._off_loop(lambda: self._sync.count)
+
+    async def broken(self) -> bool:
+        """Whether the latch is broken (:attr:`hilock.Latch.broken`)."""
+        return await self._off_loop(lambda: self._sync.broken)
+
+    async def count_down(self) -> None:
+        """As :meth:`hilock.Latch.count_down`."""
+        await self._off_loop(self._sync.count_down)
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        """As :meth:`hilock.Latch.wait`, without blocking the loop: True
+        once the count is 0, False when ``timeout`` passed first; raises
+        :class:`hilock.BrokenBarrier` if the latch is or becomes broken.
+        Each step looks at the latch once and sleeps until a message (or
+        the earliest party's lease end) for at most a second."""
+        wait = wait_seconds(timeout)
+        start = time.monotonic()
+        while True:
+            left_ms = None if wait is None else math.ceil(
+                (wait - (time.monotonic() - start)) * 1000)
+            step = 1000 if left_ms is None else max(0, min(1000, left_ms))
+            if await self._off_loop(self._sync.wait, step / 1000):
+                return True
+            if left_ms is not None and left_ms <= step:
+                return False
+
+    def join(self, *, auto_renew: bool = True) -> LatchParty:
+        """Register a party (:meth:`hilock.Latch.join`): ``await
+        latch.join()`` or ``async with latch.join() as party``. A join
+        cancelled while it runs breaks the latch once it is through (a
+        party that will not do its part)."""
+        return LatchParty(self, auto_renew)
+
+    async def abort(self) -> None:
+        """As :meth:`hilock.Latch.abort`."""
+        await self._off_loop(self._sync.abort)
+
+    async def delete(self) -> None:
+        """As :meth:`hilock.Latch.delete`."""
+        await self._off_loop(self._sync.delete)
+
+
+def _give_up(party: _SyncLatchParty) -> None:
+    """A party whose join's caller was cancelled gives up (on a thread of
+    its own: a round trip)."""
+
+    def give_up() -> None:
+        try:
+            party.abort()
+        except LockError:
+            pass
+
+    threading.Thread(target=give_up, daemon=True).start()
+
+
+class LatchParty(Uncopyable):
+    """A registered party of an asyncio :class:`Latch`: ``async with``
+    counts down when the block ends normally and breaks the latch when it
+    ends with an exception, cancellation included (see
+    :class:`hilock.LatchParty`)."""
+
+    def __init__(self, latch: Latch, auto_renew: bool = True) -> None:
+        self._latch = latch
+        self._auto_renew = auto_renew
+        self._sync: Optional[_SyncLatchParty] = None
+
+    def _party(self) -> _SyncLatchParty:
+        if self._sync is None:
+            raise LockNotOwnedError("this party has not joined: await it or use async with",
+                                    _h.HILOCK_ENOTOWNED)
+        return self._sync
+
+    async def _join(self) -> LatchParty:
+        if self._sync is None:
+            sync, auto_renew = self._latch._sync, self._auto_renew
+            # Whether the caller was cancelled, and the party once joined:
+            # whichever comes second gives the party up (on the executor's
+            # thread or the caller's, not through the loop, which may be
+            # closing or blocked by then).
+            lock = threading.Lock()
+            state: Dict[str, Any] = {"cancelled": False, "party": None}
+
+            def join() -> _SyncLatchParty:
+                party = sync.join(auto_renew=auto_renew)
+                with lock:
+                    state["party"] = party
+                    cancelled = state["cancelled"]
+                if cancelled:
+                    _give_up(party)
+                return party
+
+            fut = asyncio.get_running_loop().run_in_executor(None, join)
+            try:
+                self._sync = await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                with lock:
+                    state["cancelled"] = True
+                    party = state["party"]
+                if party is not None:
+                    _give_up(party)
+                raise
+        return self
+
+    def __await__(self) -> Generator[Any, None, LatchParty]:
+        return self._join().__await__()
+
+    @property
+    def latch(self) -> Latch:
+        return self._latch
+
+    @property
+    def lost(self) -> bool:
+        """As :attr:`hilock.LatchParty.lost`."""
+        return self._party().lost
+
+    @property
+    def validity(self) -> float:
+        """As :attr:`hilock.LatchParty.validity`."""
+        return self._party().validity
+
+    async def count_down(self) -> None:
+        """As :meth:`hilock.LatchParty.count_down`."""
+        await self._latch._off_loop(self._party().count_down)
+
+    async def abort(self) -> None:
+        """As :meth:`hilock.LatchParty.abort`."""
+        await self._latch._off_loop(self._party().abort)
+
+    async def __aenter__(self) -> LatchParty:
+        return await self._join()
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        party = self._party()
+        await self._latch._off_loop(party.__exit__, exc_type, exc, tb)
 
 
 class Redlock(Lock):

@@ -119,6 +119,17 @@ def test_every_lock_type_runs_as_the_published_acl_user(acl_server: RedisServer,
             assert next(watch) == ("v1", lead.fence)
             lead.proclaim("v2")
             assert next(watch) == ("v2", lead.fence)
+        # A latch: its party renewed past its 0.3 s lease, its waiter told
+        # on its hilock:* channel (or looking every 500 ms without it).
+        latch = c.latch("m", 2, ttl=0.3)
+        done: List[Any] = []
+        t = threading.Thread(target=lambda: done.append(latch.wait(timeout=10)))
+        t.start()
+        with latch.join():
+            time.sleep(0.5)
+        latch.count_down()
+        t.join(15)
+        assert done == [True]
     assert r.execute_command("ACL", "LOG") == []  # nothing was refused
 
 

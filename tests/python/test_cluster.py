@@ -541,3 +541,25 @@ def test_asyncio_tasks_on_a_cluster(cluster, cclient) -> None:
 
     asyncio.run(main())
     assert sum(counts.values()) == 40
+
+
+def test_a_latch_on_the_cluster(cluster, cclient) -> None:
+    """A latch's keys share its name's slot: counted down by a party and by
+    anyone, its waiter told on its channel; a party whose lease ends breaks
+    it."""
+    latch = cclient.latch("c-latch", 2, ttl=1.0)
+    party = latch.join()
+    got: List[object] = []
+    t = threading.Thread(target=lambda: got.append(latch.wait(timeout=30)))
+    t.start()
+    wait_for(lambda: cclient.waiting == 1, 10, what="the waiter to wait")
+    party.count_down()
+    latch.count_down()
+    t.join(30)
+    assert got == [True]
+    assert len([m for m in cluster.masters() if _key_exists_on(cluster, m, "c-latch")]) == 1
+    lapsing = cclient.latch("c-latch2", 1, ttl=0.5)
+    unrenewed = lapsing.join(auto_renew=False)
+    with pytest.raises(hilock.BrokenBarrier):
+        lapsing.wait(timeout=30)
+    assert unrenewed.validity == 0

@@ -414,3 +414,34 @@ def test_an_election_and_its_observer_follow_a_graceful_failover(deployment):
         with c.election("sent-el", ttl=10.0).campaign("next") as again:
             assert again.fence > lead.fence
             assert next(watch) == ("next", again.fence)
+
+
+def test_a_latch_follows_a_graceful_failover(deployment):
+    """A party that joined before the failover is renewed on the promoted
+    replica (the latch is not broken after it), and a waiter that listened
+    before it is told when the count reaches 0 after it. The TTL is longer
+    than the failover (about 10 s here), during which the old master still
+    takes writes while the renewals go to the new one: a waiter looking at
+    the old master then would see the lease end (docs/latch.md, Limits)."""
+    import threading
+
+    with hilock.Client(deployment.url, reconnect=15.0) as c:
+        latch = c.latch("sent-latch", 2, ttl=30.0)
+        party = latch.join()
+        got = []
+
+        def wait() -> None:
+            try:
+                got.append(latch.wait(timeout=60))
+            except Exception as e:  # noqa: BLE001  (reported below)
+                got.append(e)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        _wait_replicated(deployment, _key("sent-latch", "latch:parties"))
+        deployment.graceful_failover()
+        assert latch.wait(timeout=1.0) is False
+        party.count_down()
+        latch.count_down()
+        t.join(60)
+        assert got == [True], got

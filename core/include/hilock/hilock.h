@@ -36,6 +36,7 @@
 #include "hilock/segmented_lock.h"
 #include "hilock/redlock.h"
 #include "hilock/election.h"
+#include "hilock/latch.h"
 /* END generated families */
 #include "hilock/async.h"
 #include "hilock/store.h"

@@ -18,8 +18,13 @@
  * is HILOCK_TYPE_UNKNOWN ("unknown") and force release refuses it with
  * HILOCK_EWRONGTYPE. A leader election (hilock/election.h) is
  * HILOCK_TYPE_ELECTION ("election"): held while someone leads, its holder
- * the leader's token. A name with nothing but its fence counter (every
- * name once granted keeps it) is HILOCK_TYPE_NONE ("none"). */
+ * the leader's token. A countdown latch (hilock/latch.h) is
+ * HILOCK_TYPE_LATCH ("latch"): held while its count is above 0 and it is
+ * not broken, hold_count the count left (a broken latch: not held, its
+ * count above 0), waiters its live registered parties, ttl_ms -1 while
+ * held (no expiry); force release deletes it as hilock_latch_delete. A
+ * name with nothing but its fence counter (every name once granted keeps
+ * it) is HILOCK_TYPE_NONE ("none"). */
 #ifndef HILOCK_INSPECT_H
 #define HILOCK_INSPECT_H
 
@@ -44,7 +49,8 @@ typedef enum hilock_lock_type {
   HILOCK_TYPE_SEGMENTED_LOCK = 7,
   HILOCK_TYPE_REDLOCK = 8,
   HILOCK_TYPE_UNKNOWN = 9,
-  HILOCK_TYPE_ELECTION = 10
+  HILOCK_TYPE_ELECTION = 10,
+  HILOCK_TYPE_LATCH = 11
 } hilock_lock_type;
 
 /* Longest holder token kept whole in hilock_lock_info (hilock's own are
@@ -57,7 +63,8 @@ typedef struct hilock_lock_info {
   hilock_lock_type type;
   const char *type_name; /* "none", "lock", "rlock", "semaphore",
                             "fair_lock", "rwlock", "sequential_lock",
-                            "segmented_lock", "redlock", "unknown" */
+                            "segmented_lock", "redlock", "unknown",
+                            "election", "latch" */
   int held;              /* 1 if anyone holds it (a reader counts) */
   /* The holder's owner token, whole (NUL-terminated; "" when nobody or
    * several hold it: semaphore, segmented lock, several readers). A longer

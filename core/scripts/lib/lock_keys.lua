@@ -17,7 +17,8 @@ local LOCK_ROLES = {
   {'seq_queue', 'zset'}, {'seq_session', 'zset'}, {'seq_holder', 'hash'},
   {'seq_counter', 'string'},
   {'seg_stock', 'hash'}, {'seg_fence', 'hash'}, {'seg_wake', 'list'},
-  {'delay', 'string'}, {'elect', 'hash'}, {'ewake', 'list'}}
+  {'delay', 'string'}, {'elect', 'hash'}, {'ewake', 'list'},
+  {'latch', 'hash'}, {'latch_parties', 'zset'}}
 local K = {}
 for i, r in ipairs(LOCK_ROLES) do K[r[1]] = KEYS[i] end
 local SEG_PREFIX = KEYS[#LOCK_ROLES + 1]
@@ -101,6 +102,7 @@ local function lock_type(t)
     end
   end
   if t.elect then return 'election' end
+  if t.latch or t.latch_parties then return 'latch' end
   -- A lock's delay marker alone: a lost grant's lock delay still runs.
   if t.delay then return 'lock' end
   return 'none'
