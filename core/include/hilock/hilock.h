@@ -35,6 +35,7 @@
 #include "hilock/redlock.h"
 #include "hilock/segmented_lock.h"
 #include "hilock/election.h"
+#include "hilock/barrier.h"
 #include "hilock/async.h"
 #include "hilock/store.h"
 #include "hilock/inspect.h"

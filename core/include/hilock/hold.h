@@ -175,6 +175,8 @@ struct hilock_sequential_lock;
 struct hilock_segmented_lock;
 struct hilock_redlock;
 struct hilock_election;
+struct hilock_barrier;
+struct hilock_double_barrier;
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && \
     __STDC_VERSION__ >= 201112L
 #define HILOCK_HOLD(lk)                                                   \
@@ -190,6 +192,8 @@ struct hilock_election;
       struct hilock_segmented_lock *: (hilock_hold *)(lk),                       \
       struct hilock_redlock *: (hilock_hold *)(lk),                       \
       struct hilock_election *: (hilock_hold *)(lk),                      \
+      struct hilock_barrier *: (hilock_hold *)(lk),                       \
+      struct hilock_double_barrier *: (hilock_hold *)(lk),                \
       const struct hilock_hold *: (const hilock_hold *)(lk),              \
       const struct hilock_lock *: (const hilock_hold *)(lk),              \
       const struct hilock_rlock *: (const hilock_hold *)(lk),             \
@@ -200,7 +204,9 @@ struct hilock_election;
       const struct hilock_sequential_lock *: (const hilock_hold *)(lk),           \
       const struct hilock_segmented_lock *: (const hilock_hold *)(lk),           \
       const struct hilock_redlock *: (const hilock_hold *)(lk),           \
-      const struct hilock_election *: (const hilock_hold *)(lk))
+      const struct hilock_election *: (const hilock_hold *)(lk),          \
+      const struct hilock_barrier *: (const hilock_hold *)(lk),           \
+      const struct hilock_double_barrier *: (const hilock_hold *)(lk))
 #else
 #define HILOCK_HOLD(lk) ((hilock_hold *)(lk))
 #endif
