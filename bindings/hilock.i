@@ -34,10 +34,12 @@
 #define HILOCK_HANDLES                                                      \
   hilock_lock *, hilock_rlock *, hilock_semaphore *, hilock_fair_lock *,    \
   hilock_rwlock *, hilock_multi_lock *, hilock_sequential_lock *, hilock_segmented_lock *, \
-  hilock_redlock *, hilock_election *, const hilock_lock *, const hilock_rlock *,              \
+  hilock_redlock *, hilock_election *, hilock_barrier *,                   \
+  hilock_double_barrier *, const hilock_lock *, const hilock_rlock *,              \
   const hilock_semaphore *, const hilock_fair_lock *, const hilock_rwlock *, \
   const hilock_multi_lock *, const hilock_sequential_lock *, const hilock_segmented_lock *, \
-  const hilock_redlock *, const hilock_election *
+  const hilock_redlock *, const hilock_election *, const hilock_barrier *,  \
+  const hilock_double_barrier *
 
 %threadallow;
 %nothreadallow _set_error_factory;
@@ -68,6 +70,8 @@
   HILOCK_AS_HOLD(hilock_segmented_lock)
   HILOCK_AS_HOLD(hilock_redlock)
   HILOCK_AS_HOLD(hilock_election)
+  HILOCK_AS_HOLD(hilock_barrier)
+  HILOCK_AS_HOLD(hilock_double_barrier)
   if (p == NULL)
     SWIG_exception_fail(SWIG_TypeError, "in '$symname': expected a lock handle");
   $1 = ($1_ltype)p;
@@ -135,6 +139,8 @@ HILOCK_OUT(uint64_t, PyLong_FromUnsignedLongLong)
 %typemap(freearg) (char **value, size_t *len) { hilock_store_value_free(*$1); }
 %apply int64_t *OUT { int64_t *result };
 %apply uint64_t *OUT { uint64_t *fence };
+%apply int *OUT { int *broken };
+%apply int64_t *OUT { int64_t *index, int64_t *waiting, int64_t *inside };
 
 /* size_t sentinels, which SWIG's preprocessor cannot evaluate. */
 %constant size_t HILOCK_SEGMENT_ALL = HILOCK_SEGMENT_ALL;
@@ -353,6 +359,7 @@ PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
 %include "hilock/redlock.h"
 %include "hilock/segmented_lock.h"
 %include "hilock/election.h"
+%include "hilock/barrier.h"
 %include "hilock/async.h"
 %include "hilock/store.h"
 %include "hilock/inspect.h"

@@ -65,6 +65,7 @@ NAME = Param("name", "Name")
 NAMES = Param("names", "Iterable[Name]")
 PERMITS = Param("permits", "int")
 SEGMENTS = Param("segments", "int")
+PARTIES = Param("parties", "int")
 TTL = Param("ttl", "float", "30.0")
 TIMEOUT = Param("timeout", "Optional[float]", "None")
 AUTO_RENEW = Param("auto_renew", "bool", "True", keyword_only=True)
@@ -296,6 +297,35 @@ off) loses the lead within it; the renewal thread keeps a live one
 A leader election, as :meth:`hilock.Client.election`:
 ``await campaign()``, ``async with`` the leadership, ``async for``
 over ``observe()``."""),
+    Factory(
+        "barrier", (NAME, PARTIES, TTL, TIMEOUT), "Barrier", "Barrier",
+        doc="""\
+A barrier of ``parties`` across processes (as ``threading.Barrier``):
+:meth:`Barrier.wait` returns each caller's arrival index once
+``parties`` have arrived, generation after generation. ``ttl``: a party
+that dies or hangs while others wait breaks the barrier for them
+(:class:`hilock.BrokenBarrier`) within about that long; the renewal
+thread keeps a live one. ``timeout``: the default wait (None: no limit);
+a wait that runs out breaks the barrier, as threading's.""",
+        body="return Barrier(self, name, parties, ttl, timeout)",
+        default_doc="A barrier on the default client.",
+        async_doc="""\
+A barrier, as :meth:`hilock.Client.barrier`: ``await wait()``; a
+cancelled wait breaks the barrier, as an interrupted one does."""),
+    Factory(
+        "double_barrier", (NAME, PARTIES, TTL, TIMEOUT), "DoubleBarrier", "DoubleBarrier",
+        doc="""\
+A double barrier of ``parties`` (Curator's DistributedDoubleBarrier):
+:meth:`DoubleBarrier.enter` returns once ``parties`` have entered
+(``with db.enter():`` leaves at the block's end), and leaving returns
+once all of them have left. ``ttl``: a party that dies inside breaks the
+round for the others (:class:`hilock.BrokenBarrier`) within about that
+long. ``timeout``: the default wait (None: no limit).""",
+        body="return DoubleBarrier(self, name, parties, ttl, timeout)",
+        default_doc="A double barrier on the default client.",
+        async_doc="""\
+A double barrier, as :meth:`hilock.Client.double_barrier`:
+``async with await db.enter():``."""),
     Factory(
         "segmented_lock", (NAME, SEGMENTS, *HOLD), "SegmentedLock", "SegmentedLock",
         doc="""\

@@ -15,10 +15,13 @@ import logging
 from typing import TYPE_CHECKING, Any, List
 
 if TYPE_CHECKING:
+    from ._barrier import Barrier, DoubleBarrier, Inside
     from ._base import LockBase
     from ._base import LostCallback as LostCallback
     from ._client import Client, default_client, default_url, redlock
     from ._default import (
+        barrier,
+        double_barrier,
         election,
         fair_lock,
         lease,
@@ -80,6 +83,7 @@ _WHERE = {
     "Client": "_client", "default_client": "_client", "default_url": "_client",
     "redlock": "_client",
     "Election": "_election", "Leadership": "_election",
+    "Barrier": "_barrier", "DoubleBarrier": "_barrier", "Inside": "_barrier",
     "FairLock": "_fair", "LockInfo": "_inspect", "Lock": "_lock", "MultiLock": "_multilock",
     "Redlock": "_redlock", "RedissonRWLock": "_rlock", "RLock": "_rlock",
     "ReadLock": "_rwlock", "RWLock": "_rwlock", "WriteLock": "_rwlock",
@@ -88,7 +92,7 @@ _WHERE = {
 }
 _WHERE.update(dict.fromkeys([
     "lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock", "multi_lock",
-    "sequential_lock", "segmented_lock", "election"], "_default"))
+    "sequential_lock", "segmented_lock", "election", "barrier", "double_barrier"], "_default"))
 _WHERE.update(dict.fromkeys([
     "AuthenticationError", "BrokenBarrier", "CertificateError", "ClusterError", "ConnectionError",
     "CrossSlotError", "DeadlockError", "ForkedLockError", "InvalidArgument", "LockError",
@@ -132,6 +136,7 @@ __all__ = [
     "Redlock", "redlock", "NoQuorumError",
     "SegmentedLock", "segmented_lock", "SoldOut",
     "Election", "Leadership", "election",
+    "Barrier", "barrier", "DoubleBarrier", "double_barrier", "Inside",
     "default_client", "default_url",
     "LockError", "LockNotOwnedError", "LockLost", "ForkedLockError", "LockTimeout",
     "ConnectionError", "TLSError", "CertificateError",
