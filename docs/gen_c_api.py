@@ -32,7 +32,7 @@ INCLUDE = ROOT / "core" / "include" / "hilock"
 # Reading order. hilock.h (the umbrella) and export.h (HILOCK_API) declare
 # nothing of their own; the index page names them.
 ORDER = ["hold", "client", "errors", "lock", "rlock", "semaphore", "fair_lock", "rwlock",
-         "multi_lock", "sequential_lock", "segmented_lock", "redlock", "election", "async", "inspect",
+         "multi_lock", "sequential_lock", "segmented_lock", "redlock", "election", "barrier", "async", "inspect",
          "store", "stats", "version"]
 NOTHING_TO_DECLARE = {"hilock", "export"}
 
@@ -51,6 +51,7 @@ MANUAL = {
     "segmented_lock": ("seglock.md", "Segmented lock"),
     "redlock": ("redlock.md", "Redlock"),
     "election": ("election.md", "Leader election"),
+    "barrier": ("barrier.md", "Barriers"),
     "async": ("async.md", "Event loops"),
     "store": ("fencing.md", "Fenced data"),
     "inspect": ("inspect.md", "Inspecting locks"),
