@@ -87,7 +87,7 @@ echo "== Python typing and lint"
   tests/python/test_inspect.py tests/python/test_acl.py tests/python/test_script_safety.py tests/python/test_stats.py \
   tests/python/test_cli.py tests/python/test_tls.py tests/bench/async_bench.py \
   tests/python/test_interop.py tests/python/test_factories.py tests/python/test_election.py tests/bench/election.py \
-  tests/python/test_barrier.py \
+  tests/python/test_barrier.py tests/bench/barrier.py \
   tests/python/test_fault_checker.py tests/faults \
   tests/fuzz/fuzz_python.py tests/soak/endurance.py tests/python/test_argument_limits.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
