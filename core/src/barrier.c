@@ -147,15 +147,16 @@ static int outcome(hilock_barrier *b, long long code, const redisReply *why) {
                          (int)why->len, why->str);
 }
 
-/* One look at generation g for this party: *code PASSED, BROKEN (the
- * error set) or WAITING with *ms to the earliest lease end of another
- * party (-1: none). */
-static int look(hilock_barrier *b, int64_t g, long long *code, int64_t *ms) {
+/* One look at generation g for this party (inside: its arrival must be
+ * there): *code PASSED, BROKEN (the error set) or WAITING with *ms to the
+ * earliest lease end of another party (-1: none). */
+static int look(hilock_barrier *b, int64_t g, int inside, long long *code,
+                int64_t *ms) {
   char gs[24];
-  const char *args[2] = {b->member, gs};
-  size_t arglens[2] = {HILOCK__TOKEN_LEN, hilock__i64(gs, g)};
+  const char *args[3] = {b->member, gs, inside ? "1" : "0"};
+  size_t arglens[3] = {HILOCK__TOKEN_LEN, hilock__i64(gs, g), 1};
   redisReply *r;
-  int rc = run(b, &hilock__script_barrier_check, 2, args, arglens, 3, &r);
+  int rc = run(b, &hilock__script_barrier_check, 3, args, arglens, 3, &r);
   if (rc != HILOCK_OK) return rc;
   *code = r->element[0]->integer;
   *ms = r->element[1]->integer;
@@ -166,15 +167,16 @@ static int look(hilock_barrier *b, int64_t g, long long *code, int64_t *ms) {
 
 /* Wait in generation g until it ends (HILOCK_OK passed, HILOCK_EBROKEN) or
  * end_ms (HILOCK_BUSY), sleeping on the hash's channel until a message or
- * the earliest lease end of another party. */
-static int await_gen(hilock_barrier *b, int64_t g, int64_t end_ms) {
+ * the earliest lease end of another party; inside as look's. */
+static int await_gen(hilock_barrier *b, int64_t g, int inside,
+                     int64_t end_ms) {
   long long code;
   int64_t ms, bound, tried, now;
   int rc, woken = 0;
   for (;;) {
     /* Look after listening: a change after this look rings the wait. */
     tried = hilock__now_us();
-    rc = look(b, g, &code, &ms);
+    rc = look(b, g, inside, &code, &ms);
     if (rc != HILOCK_OK || code != WAITING) return rc;
     now = hilock__now_ms();
     if (end_ms != INT64_MAX && now >= end_ms) return HILOCK_BUSY;
@@ -277,7 +279,7 @@ int hilock_barrier_wait(hilock_barrier *b, int64_t wait_ms, int64_t *index) {
   rc = arrive(b, "b", &code, &g, &n, &start);
   if (rc == HILOCK_OK && code == WAITING) {
     rc = party_waits(b, start, g);
-    if (rc == HILOCK_OK) rc = await_gen(b, g, end);
+    if (rc == HILOCK_OK) rc = await_gen(b, g, 1, end);
   }
   hilock__call_end(outer);
   ended = rc == HILOCK_OK || rc == HILOCK_EBROKEN;
@@ -399,13 +401,13 @@ int hilock_double_barrier_enter(hilock_double_barrier *db, int64_t wait_ms) {
     rc = arrive(b, "e", &code, &g, &n, &start);
     if (rc != HILOCK_OK || code != INSIDE) break;
     /* A round's parties are inside: wait until it ends, then enter. */
-    rc = await_gen(b, g, end);
+    rc = await_gen(b, g, 0, end);
     if (rc == HILOCK_EBROKEN) rc = HILOCK_OK; /* ended: a reset or deletion */
     if (rc != HILOCK_OK) break;
   }
   if (rc == HILOCK_OK && code == WAITING) {
     rc = party_waits(b, start, g);
-    if (rc == HILOCK_OK) rc = await_gen(b, g, end);
+    if (rc == HILOCK_OK) rc = await_gen(b, g, 1, end);
   } else if (rc == HILOCK_OK && code == PASSED) {
     rc = party_waits(b, start, g);
   }
@@ -458,7 +460,7 @@ int hilock_double_barrier_leave(hilock_double_barrier *db, int64_t wait_ms) {
    * again after HILOCK_BUSY finds it out already). */
   hilock__hold_drop(&b->h);
   rc = leave_run(b, b->gen, &code, &ms);
-  if (rc == HILOCK_OK && code != PASSED) rc = await_gen(b, b->gen, end);
+  if (rc == HILOCK_OK && code != PASSED) rc = await_gen(b, b->gen, 0, end);
   hilock__call_end(outer);
   if (rc == HILOCK_BUSY)
     return hilock__set_err(&b->h.err, HILOCK_BUSY,

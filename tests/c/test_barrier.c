@@ -418,7 +418,27 @@ static void double_barrier_dead_party_inside_breaks_leave(void **state) {
   hilock_hold_free(HILOCK_HOLD(live.d));
 }
 
+/* A waiter whose arrival is gone from the server (a failover or restart
+ * that lost the last writes) breaks the generation at its next look
+ * rather than wait uncounted. */
+static void a_lost_arrival_breaks_the_generation(void **state) {
+  fixture *f = *state;
+  hilock_barrier *probe = new_barrier(f->client, "lost", 2, 5000);
+  party p = {new_barrier(f->client, "lost", 2, 5000), 60000, 1, -100, {0},
+             ""};
+  pthread_t t;
+  start_waiter(&t, &p, probe, 0);
+  hl_redis_ok(f->redis, "DEL %s", ZKEY("lost"));
+  hl_redis_int(f->redis, "PUBLISH %s x", BKEY("lost")); /* any event */
+  pthread_join(t, NULL);
+  assert_int_equal(p.rc, HILOCK_EBROKEN);
+  assert_substr(p.msg, "arrival was lost");
+  hilock_hold_free(HILOCK_HOLD(probe));
+  hilock_hold_free(HILOCK_HOLD(p.b));
+}
+
 HL_FIXTURE_MAIN("barrier",
+      HL_TEST(a_lost_arrival_breaks_the_generation),
       HL_TEST(three_parties_get_every_index_each_generation),
       HL_TEST(one_party_passes_at_once),
       HL_TEST(a_lapsed_party_breaks_the_others),

@@ -47,11 +47,12 @@ local function barrier_fresh(H, fields)
   redis.call('HSET', H, unpack(fields))
 end
 
--- barrier_outcome(H, Z, g, me, now) for party me waiting in generation
--- g: {1, 0, ''} it passed; {-1, 0, why} it broke (a lapsed lease found
--- now breaks it); {0, ms, ''} still waiting, ms to the earliest lease end
--- of another party (-1: none).
-local function barrier_outcome(H, Z, g, me, now)
+-- barrier_outcome(H, Z, g, me, now, inside) for party me waiting in
+-- generation g (inside: its arrival must be in Z): {1, 0, ''} it passed;
+-- {-1, 0, why} it broke (a lapsed lease found now breaks it, and so does
+-- the party's own arrival missing, lost with a server's data); {0, ms, ''}
+-- still waiting, ms to the earliest lease end of another party (-1: none).
+local function barrier_outcome(H, Z, g, me, now, inside)
   local s = redis.call('HMGET', H, 'gen', 'broken', 'bgen', 'bwhy')
   if not s[1] then
     return {-1, 0, 'the barrier was deleted'}
@@ -72,6 +73,11 @@ local function barrier_outcome(H, Z, g, me, now)
   if barrier_lapsed(Z, now) then
     barrier_break(H, LAPSED)
     return {-1, 0, LAPSED}
+  end
+  if inside and not redis.call('ZSCORE', Z, me) then
+    local why = "a party's arrival was lost (the server lost data)"
+    barrier_break(H, why)
+    return {-1, 0, why}
   end
   local first = redis.call('ZRANGE', Z, 0, 1, 'WITHSCORES')
   for i = 1, #first, 2 do
