@@ -46,9 +46,9 @@ if idx + 1 < P then
   redis.call('HSET', H, 'i:' .. me, idx)
   return {0, gen, idx, ''}
 end
+barrier_end(H, Z, gen, me, idx)
 if ARGV[4] == 'b' then
   redis.call('DEL', Z)
 end
-barrier_fresh(H, {'gen', gen + 1, 't', me, 'ti', idx})
 redis.pcall('PUBLISH', H, 'trip')
 return {1, gen, idx, ''}

@@ -2,7 +2,8 @@
 -- parties inside); the last one out ends the round (the next, g + 1,
 -- takes entries) and tells the others. A party that leaves before the
 -- round began (its enter gave up) withdraws.
--- KEYS[1] hash, KEYS[2] parties zset. ARGV[1] party id, ARGV[2] g.
+-- KEYS[1] hash, KEYS[2] parties zset (a party that left is scored -1
+-- until the round ends). ARGV[1] party id, ARGV[2] g.
 -- Returns {1, 0, ''} all left, {-1, 0, why} broken, {0, ms, ''} others
 -- are inside (as barrier_check.lua), {2, 0, ''} withdrawn.
 -- @include barrier.lua
@@ -20,9 +21,11 @@ end
 if gen ~= g or redis.call('HEXISTS', H, 'broken') == 1 then
   return barrier_outcome(H, Z, g, me, now)
 end
-redis.call('ZREM', Z, me)
-if redis.call('ZCARD', Z) == 0 then
-  barrier_fresh(H, {'gen', gen + 1})
+-- Out (scored -1: its lease ends here), waiting for the others to leave.
+redis.call('ZADD', Z, 'XX', -1, me)
+if redis.call('ZCOUNT', Z, 0, '+inf') == 0 then
+  barrier_end(H, Z, gen, me, 0)
+  redis.call('DEL', Z)
   redis.pcall('PUBLISH', H, 'left')
   return {1, 0, ''}
 end

@@ -16,8 +16,12 @@ local nxt = gen + 1
 if ARGV[1] == 'd' and nxt % 2 == 1 then
   nxt = nxt + 1
 end
+for _, m in ipairs(redis.call('ZRANGE', Z, 0, -1)) do
+  redis.call('HDEL', H, 'i:' .. m)
+end
 redis.call('DEL', Z)
-redis.call('HSET', H, 'bgen', gen, 'bwhy', s[2] or 'the barrier was reset')
-barrier_fresh(H, {'gen', nxt})
+redis.call('HDEL', H, 'broken', 't', 'ti')
+redis.call('HSET', H, 'gen', nxt, 'bgen', gen, 'bwhy',
+           s[2] or 'the barrier was reset')
 redis.pcall('PUBLISH', H, 'reset')
 return nxt

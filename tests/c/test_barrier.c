@@ -437,7 +437,28 @@ static void a_lost_arrival_breaks_the_generation(void **state) {
   hilock_hold_free(HILOCK_HOLD(p.b));
 }
 
+/* A waiter that looks only after two resets (its generation g reset, and
+ * g + 1 reset too: the state two resets leave, written as they write it)
+ * ends broken: a generation it cannot account for never passes (it did,
+ * when only the last broken generation was kept). */
+static void a_waiter_that_missed_two_resets_ends_broken(void **state) {
+  fixture *f = *state;
+  hilock_barrier *probe = new_barrier(f->client, "two", 2, 5000);
+  party p = {new_barrier(f->client, "two", 2, 5000), 60000, 1, -100, {0}, ""};
+  pthread_t t;
+  start_waiter(&t, &p, probe, 0); /* generation 0 */
+  hl_redis_ok(f->redis, "DEL %s", ZKEY("two"));
+  hl_redis_int(f->redis, "HSET %s gen 2 bgen 1 bwhy x", BKEY("two"));
+  hl_redis_int(f->redis, "PUBLISH %s reset", BKEY("two"));
+  pthread_join(t, NULL);
+  assert_int_equal(p.rc, HILOCK_EBROKEN);
+  assert_substr(p.msg, "reset");
+  hilock_hold_free(HILOCK_HOLD(probe));
+  hilock_hold_free(HILOCK_HOLD(p.b));
+}
+
 HL_FIXTURE_MAIN("barrier",
+      HL_TEST(a_waiter_that_missed_two_resets_ends_broken),
       HL_TEST(a_lost_arrival_breaks_the_generation),
       HL_TEST(three_parties_get_every_index_each_generation),
       HL_TEST(one_party_passes_at_once),
