@@ -2,7 +2,9 @@
 -- aborted: the generation breaks, unless the party's generation already
 -- passed (then it has passed: its wait succeeds).
 -- KEYS[1] hash, KEYS[2] parties zset. ARGV[1] party id, ARGV[2] its
--- generation (-1: the current one, an abort), ARGV[3] why.
+-- generation (-1: the current one, an abort; -2: the current one if the
+-- party's arrival is in it, for an arrival whose reply was lost), ARGV[3]
+-- why.
 -- Returns barrier_check.lua's {1, 0, ''} or {-1, 0, why}.
 -- @include barrier.lua
 local H, Z, g = KEYS[1], KEYS[2], tonumber(ARGV[2])
@@ -11,6 +13,9 @@ if bad then return bad end
 local gen = redis.call('HGET', H, 'gen')
 if not gen then
   return {-1, 0, 'the barrier was deleted'}
+end
+if g == -2 and not redis.call('ZSCORE', Z, ARGV[1]) then
+  return {-1, 0, ARGV[3]} -- it did not arrive (or its generation ended)
 end
 if g < 0 then
   g = tonumber(gen)

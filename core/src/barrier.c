@@ -204,6 +204,26 @@ static int give_up(hilock_barrier *b, int64_t g, const char *why) {
   return rc;
 }
 
+/* give_up until it reaches the server (a failure of the connection or of
+ * the server: retried every 50 ms) or this party's lease has surely ended
+ * on the server (then the others' next look finds it lapsed): a party that
+ * stopped waiting is never counted as arrived by a later trip. g -2: an
+ * arrival whose reply was lost (it may stand). */
+static int give_up_surely(hilock_barrier *b, int64_t g, const char *why) {
+  int64_t left = b->h.held ? hilock_hold_validity_ms(HILOCK_HOLD(b))
+                           : b->h.ttl_ms;
+  int64_t until = hilock__now_ms() + left + b->h.ttl_ms / 50 + 50;
+  int rc;
+  for (;;) {
+    rc = give_up(b, g, why);
+    if (rc != HILOCK_EIO && rc != HILOCK_ETIMEDOUT && rc != HILOCK_EREDIS &&
+        rc != HILOCK_ECLUSTER)
+      return rc;
+    if (hilock__now_ms() >= until) return rc;
+    hilock__sleep_ms(50);
+  }
+}
+
 /* Arrive (mode "b") or enter ("e"): draw a party id, run the arrival.
  * *code as barrier_arrive.lua's, *g its generation, *n its index (or the
  * barrier's party count with PARTIES). */
@@ -267,8 +287,8 @@ static int party_waits(hilock_barrier *b, int64_t start, int64_t g) {
 }
 
 int hilock_barrier_wait(hilock_barrier *b, int64_t wait_ms, int64_t *index) {
-  int64_t end, outer, g = 0, n = 0, start;
-  long long code = 0;
+  int64_t end, outer, g = -2, n = 0, start;
+  long long code = WAITING; /* until the arrival's reply says otherwise */
   int rc, ended;
   if (index != NULL) *index = -1;
   if (b == NULL || index == NULL || b->dbl) return HILOCK_EINVAL;
@@ -282,13 +302,16 @@ int hilock_barrier_wait(hilock_barrier *b, int64_t wait_ms, int64_t *index) {
     if (rc == HILOCK_OK) rc = await_gen(b, g, 1, end);
   }
   hilock__call_end(outer);
-  ended = rc == HILOCK_OK || rc == HILOCK_EBROKEN;
+  ended = rc == HILOCK_OK || rc == HILOCK_EBROKEN || rc == HILOCK_EINVAL ||
+          rc == HILOCK_EWRONGTYPE || rc == HILOCK_EPROTO;
   if (code == WAITING && !ended) {
-    /* Timed out, interrupted or failed: the generation breaks for all
-     * (unless it passed meanwhile: then this wait passed). */
+    /* Timed out, interrupted or failed (the arrival too, its reply lost:
+     * g -2): the generation breaks for all (unless it passed meanwhile:
+     * then this wait passed). */
     hilock__err keep = b->h.err;
-    int grc = give_up(b, g, rc == HILOCK_BUSY ? "a wait timed out"
-                                              : "a party gave up its wait");
+    int grc = give_up_surely(b, g, rc == HILOCK_BUSY
+                                       ? "a wait timed out"
+                                       : "a party gave up its wait");
     if (grc == HILOCK_OK) {
       rc = HILOCK_OK;
     } else if (rc == HILOCK_BUSY) {

@@ -457,7 +457,40 @@ static void a_waiter_that_missed_two_resets_ends_broken(void **state) {
   hilock_hold_free(HILOCK_HOLD(p.b));
 }
 
+/* A party whose wait times out while the server does not answer (CLIENT
+ * PAUSE, past its 100 ms command timeout) keeps giving up until the
+ * give-up lands: its arrival never counts for a later trip (it did when
+ * the give-up was tried once: the next arrival tripped the generation
+ * with it, an early release the fault campaign saw after restarts). */
+static void a_give_up_that_fails_is_retried_until_it_lands(void **state) {
+  fixture *f = *state;
+  hilock_options o = hl_test_options();
+  hilock_client *c;
+  hilock_barrier *probe = new_barrier(f->client, "ghost", 2, 5000);
+  hilock_barrier *b = new_barrier(f->client, "ghost", 2, 5000);
+  party a = {NULL, 300, 1, -100, {0}, ""};
+  pthread_t t;
+  int64_t index = -1;
+  o.command_timeout_ms = 100;
+  c = hl_client(f->server.url, &o);
+  a.b = new_barrier(c, "ghost", 2, 5000);
+  start_waiter(&t, &a, probe, 0); /* a arrived; its wait ends at 300 ms */
+  /* The pause outlasts a's wait and its first give-ups. */
+  hl_redis_ok(f->redis, "CLIENT PAUSE 800 ALL");
+  pthread_join(t, NULL);
+  assert_int_not_equal(a.rc, HILOCK_OK);
+  /* a's give-up landed: b finds the generation broken (else b would trip
+   * it with a's arrival). */
+  assert_int_equal(hilock_barrier_wait(b, 5000, &index), HILOCK_EBROKEN);
+  assert_substr(hilock_hold_errmsg(HILOCK_HOLD(b)), "is broken: a ");
+  hilock_hold_free(HILOCK_HOLD(probe));
+  hilock_hold_free(HILOCK_HOLD(b));
+  hilock_hold_free(HILOCK_HOLD(a.b));
+  hilock_client_free(c);
+}
+
 HL_FIXTURE_MAIN("barrier",
+      HL_TEST(a_give_up_that_fails_is_retried_until_it_lands),
       HL_TEST(a_waiter_that_missed_two_resets_ends_broken),
       HL_TEST(a_lost_arrival_breaks_the_generation),
       HL_TEST(three_parties_get_every_index_each_generation),

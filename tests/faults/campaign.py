@@ -273,7 +273,7 @@ class Run:
         return proc
 
     def add(self, kind: str, lock: str, count: int, **spec: Any) -> None:
-        cap = spec.get("permits", 1) if kind == "semaphore" else 1
+        cap = spec.get("permits", 1) if kind in ("semaphore", "barrier") else 1
         self.locks[lock] = {"kind": kind, "capacity": cap}
         for _ in range(count):
             slot = len(self.specs) + 1
@@ -533,6 +533,8 @@ class SingleRun(Run):
         self.add("semaphore", "S", 3, permits=2)
         self.add("rwlock", "RW", 2)
         self.add("election", "E", 2)
+        # Three parties that wait at a barrier of three, over and over.
+        self.add("barrier", "B", 3, permits=3)
         # A task of hilock.asyncio beside the threads on three of them.
         self.add("lock", "L", 1, asyncio=True)
         self.add("fair_lock", "F", 1, asyncio=True)
