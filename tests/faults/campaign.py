@@ -755,7 +755,10 @@ class RedlockRestartRun(RedlockRun):
 # holders inside validity, fences that go back (refused by the store, so the
 # new holder's writes fail although its release succeeds; or one fence twice,
 # which the store cannot tell apart).
-DATA_LOSS = ["overlaps", "unreported_losses", "fence_regressions", "stale_writes"]
+# A barrier's early release is a lost write's too: the arrivals of a
+# generation whose trip was lost stand again, and count for the next one.
+DATA_LOSS = ["overlaps", "unreported_losses", "fence_regressions", "stale_writes",
+             "early_releases"]
 # An unreplicated failover between machines whose clocks agree: lost grants
 # (second holders inside validity) but fences that keep going up.
 FAILOVER_LOSS = ["overlaps", "unreported_losses"]
