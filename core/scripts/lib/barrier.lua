@@ -29,7 +29,8 @@ end
 -- barrier_break(H, why): the current generation is broken (the first
 -- reason stays); its waiters hear of it.
 local function barrier_break(H, why)
-  if redis.call('HSETNX', H, 'broken', why) == 1 then
+  if redis.call('HEXISTS', H, 'broken') == 0 then
+    redis.call('HSET', H, 'broken', why)
     redis.pcall('PUBLISH', H, 'broken')
   end
 end
