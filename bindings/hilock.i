@@ -36,11 +36,13 @@
   hilock_lock *, hilock_rlock *, hilock_semaphore *, hilock_fair_lock *,   \
   hilock_rwlock *, hilock_multi_lock *, hilock_sequential_lock *,          \
   hilock_segmented_lock *, hilock_redlock *, hilock_election *,            \
-  hilock_latch *, const hilock_lock *, const hilock_rlock *,               \
-  const hilock_semaphore *, const hilock_fair_lock *,                      \
-  const hilock_rwlock *, const hilock_multi_lock *,                        \
-  const hilock_sequential_lock *, const hilock_segmented_lock *,           \
-  const hilock_redlock *, const hilock_election *, const hilock_latch *
+  hilock_latch *, hilock_barrier *, hilock_double_barrier *,               \
+  const hilock_lock *, const hilock_rlock *, const hilock_semaphore *,     \
+  const hilock_fair_lock *, const hilock_rwlock *,                         \
+  const hilock_multi_lock *, const hilock_sequential_lock *,               \
+  const hilock_segmented_lock *, const hilock_redlock *,                   \
+  const hilock_election *, const hilock_latch *, const hilock_barrier *,   \
+  const hilock_double_barrier *
 /* END generated families */
 
 %threadallow;
@@ -74,6 +76,8 @@
   HILOCK_AS_HOLD(hilock_redlock)
   HILOCK_AS_HOLD(hilock_election)
   HILOCK_AS_HOLD(hilock_latch)
+  HILOCK_AS_HOLD(hilock_barrier)
+  HILOCK_AS_HOLD(hilock_double_barrier)
 /* END generated families */
   if (p == NULL)
     SWIG_exception_fail(SWIG_TypeError, "in '$symname': expected a lock handle");
@@ -142,6 +146,8 @@ HILOCK_OUT(uint64_t, PyLong_FromUnsignedLongLong)
 %typemap(freearg) (char **value, size_t *len) { hilock_store_value_free(*$1); }
 %apply int64_t *OUT { int64_t *result };
 %apply uint64_t *OUT { uint64_t *fence };
+%apply int *OUT { int *broken };
+%apply int64_t *OUT { int64_t *index, int64_t *waiting, int64_t *inside };
 
 /* size_t sentinels, which SWIG's preprocessor cannot evaluate. */
 %constant size_t HILOCK_SEGMENT_ALL = HILOCK_SEGMENT_ALL;
@@ -362,6 +368,7 @@ PyObject *py_async_drainer(hilock_async *a, PyObject *futures,
 %include "hilock/redlock.h"
 %include "hilock/election.h"
 %include "hilock/latch.h"
+%include "hilock/barrier.h"
 /* END generated families */
 %include "hilock/async.h"
 %include "hilock/store.h"

@@ -88,6 +88,7 @@ echo "== Python typing and lint"
   tests/python/test_cli.py tests/python/test_tls.py tests/bench/async_bench.py \
   tests/python/test_interop.py tests/python/test_factories.py tests/python/test_election.py tests/bench/election.py \
   tests/python/test_latch.py tests/bench/latch.py \
+  tests/python/test_barrier.py tests/bench/barrier.py \
   tests/python/test_fault_checker.py tests/faults \
   tests/fuzz/fuzz_python.py tests/soak/endurance.py tests/python/test_argument_limits.py \
   tests/python/test_tracing.py
@@ -120,7 +121,7 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
   ../tests/python/test_asyncio.py ../tests/python/test_store.py ../tests/python/test_contract.py \
   ../tests/python/test_url.py ../tests/python/test_damaged_keys.py ../tests/python/test_acl.py \
   ../tests/python/test_restart.py ../tests/python/test_election.py ../tests/python/test_tracing.py \
-  ../tests/python/test_latch.py \
+  ../tests/python/test_latch.py ../tests/python/test_barrier.py \
   -k "not pause_past_ttl and not inventory")
 if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
   cat build/pyasan/logs/asan*

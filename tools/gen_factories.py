@@ -74,6 +74,7 @@ NAMES = Param("names", "Iterable[Name]")
 PERMITS = Param("permits", "int")
 SEGMENTS = Param("segments", "int")
 COUNT = Param("count", "int")
+PARTIES = Param("parties", "int")
 TTL = Param("ttl", "float", "30.0")
 TIMEOUT = Param("timeout", "Optional[float]", "None")
 AUTO_RENEW = Param("auto_renew", "bool", "True", keyword_only=True)
@@ -321,6 +322,35 @@ down, every waiter raises :class:`hilock.BrokenBarrier` within about
 A countdown latch, as :meth:`hilock.Client.latch`: ``await wait()``,
 ``await count_down()``, ``async with latch.join()``."""),
     Factory(
+        "barrier", (NAME, PARTIES, TTL, TIMEOUT), "Barrier", "Barrier",
+        doc="""\
+A barrier of ``parties`` across processes (as ``threading.Barrier``):
+:meth:`Barrier.wait` returns each caller's arrival index once
+``parties`` have arrived, generation after generation. ``ttl``: a party
+that dies or hangs while others wait breaks the barrier for them
+(:class:`hilock.BrokenBarrier`) within about that long; the renewal
+thread keeps a live one. ``timeout``: the default wait (None: no limit);
+a wait that runs out breaks the barrier, as threading's.""",
+        body="return Barrier(self, name, parties, ttl, timeout)",
+        default_doc="A barrier on the default client.",
+        async_doc="""\
+A barrier, as :meth:`hilock.Client.barrier`: ``await wait()``; a
+cancelled wait breaks the barrier, as an interrupted one does."""),
+    Factory(
+        "double_barrier", (NAME, PARTIES, TTL, TIMEOUT), "DoubleBarrier", "DoubleBarrier",
+        doc="""\
+A double barrier of ``parties`` (Curator's DistributedDoubleBarrier):
+:meth:`DoubleBarrier.enter` returns once ``parties`` have entered
+(``with db.enter():`` leaves at the block's end), and leaving returns
+once all of them have left. ``ttl``: a party that dies inside breaks the
+round for the others (:class:`hilock.BrokenBarrier`) within about that
+long. ``timeout``: the default wait (None: no limit).""",
+        body="return DoubleBarrier(self, name, parties, ttl, timeout)",
+        default_doc="A double barrier on the default client.",
+        async_doc="""\
+A double barrier, as :meth:`hilock.Client.double_barrier`:
+``async with await db.enter():``."""),
+    Factory(
         "segmented_lock", (NAME, SEGMENTS, *HOLD), "SegmentedLock", "SegmentedLock",
         doc="""\
 A segmented lock for hot inventory: ``segments`` exclusive locks,
@@ -375,6 +405,8 @@ FAMILIES = (
            ("election.md", "Leader election")),
     Family("latch", ("hilock_latch",), "_latch", ("Latch", "LatchParty"),
            ("latch.md", "Countdown latch")),
+    Family("barrier", ("hilock_barrier", "hilock_double_barrier"), "_barrier",
+           ("Barrier", "DoubleBarrier", "Inside"), ("barrier.md", "Barriers")),
 )
 
 

@@ -51,7 +51,10 @@ if TYPE_CHECKING:
 
 # BEGIN generated families: imports
 if TYPE_CHECKING:
+    from ._barrier import Barrier, DoubleBarrier, Inside
     from ._default import (
+        barrier,
+        double_barrier,
         election,
         fair_lock,
         latch,
@@ -93,10 +96,11 @@ _WHERE.update({"Lock": "_lock", "RLock": "_rlock", "RedissonRWLock": "_rlock",
                "ReadLock": "_rwlock", "WriteLock": "_rwlock", "MultiLock": "_multilock",
                "SequentialLock": "_seqlock", "SegmentedLock": "_seglock", "Redlock": "_redlock",
                "Election": "_election", "Leadership": "_election", "Latch": "_latch",
-               "LatchParty": "_latch"})
+               "LatchParty": "_latch", "Barrier": "_barrier", "DoubleBarrier": "_barrier",
+               "Inside": "_barrier"})
 _WHERE.update(dict.fromkeys(["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock",
                              "rwlock", "multi_lock", "sequential_lock", "election", "latch",
-                             "segmented_lock"], "_default"))
+                             "barrier", "double_barrier", "segmented_lock"], "_default"))
 # END generated families
 _WHERE.update(dict.fromkeys([
     "AuthenticationError", "BrokenBarrier", "CertificateError", "ClusterError", "ConnectionError",
@@ -147,7 +151,7 @@ __all__ = [
 # BEGIN generated families: all
 __all__ += ["Lock", "RLock", "RedissonRWLock", "Semaphore", "FairLock", "RWLock", "ReadLock",
             "WriteLock", "MultiLock", "SequentialLock", "SegmentedLock", "Redlock", "Election",
-            "Leadership", "Latch", "LatchParty", "lock", "simple_lock", "lease", "rlock",
-            "semaphore", "fair_lock", "rwlock", "multi_lock", "sequential_lock", "election",
-            "latch", "segmented_lock"]
+            "Leadership", "Latch", "LatchParty", "Barrier", "DoubleBarrier", "Inside", "lock",
+            "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock", "multi_lock",
+            "sequential_lock", "election", "latch", "barrier", "double_barrier", "segmented_lock"]
 # END generated families

@@ -21,6 +21,7 @@ from typing import (
 
 from . import _hilock as _h
 from . import _notify, _stats
+from ._barrier import Barrier, DoubleBarrier
 from ._base import LostCallback
 from ._election import Election
 from ._fair import FairLock
@@ -573,6 +574,27 @@ class Client(Uncopyable):
         down, every waiter raises :class:`hilock.BrokenBarrier` within about
         ``ttl`` instead of waiting forever."""
         return Latch(self, name, count, ttl)
+
+    def barrier(self, name: Name, parties: int, ttl: float = 30.0,
+                timeout: Optional[float] = None) -> Barrier:
+        """A barrier of ``parties`` across processes (as ``threading.Barrier``):
+        :meth:`Barrier.wait` returns each caller's arrival index once
+        ``parties`` have arrived, generation after generation. ``ttl``: a party
+        that dies or hangs while others wait breaks the barrier for them
+        (:class:`hilock.BrokenBarrier`) within about that long; the renewal
+        thread keeps a live one. ``timeout``: the default wait (None: no limit);
+        a wait that runs out breaks the barrier, as threading's."""
+        return Barrier(self, name, parties, ttl, timeout)
+
+    def double_barrier(self, name: Name, parties: int, ttl: float = 30.0,
+                       timeout: Optional[float] = None) -> DoubleBarrier:
+        """A double barrier of ``parties`` (Curator's DistributedDoubleBarrier):
+        :meth:`DoubleBarrier.enter` returns once ``parties`` have entered
+        (``with db.enter():`` leaves at the block's end), and leaving returns
+        once all of them have left. ``ttl``: a party that dies inside breaks the
+        round for the others (:class:`hilock.BrokenBarrier`) within about that
+        long. ``timeout``: the default wait (None: no limit)."""
+        return DoubleBarrier(self, name, parties, ttl, timeout)
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,

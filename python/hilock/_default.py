@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Union
 
+from ._barrier import Barrier, DoubleBarrier
 from ._base import LostCallback
 from ._client import Client, default_client
 from ._election import Election
@@ -25,7 +26,8 @@ from ._util import Name
 # the table and run the script, not the code between these lines.
 
 __all__ = ["lock", "simple_lock", "lease", "rlock", "semaphore", "fair_lock", "rwlock",
-           "multi_lock", "sequential_lock", "election", "latch", "segmented_lock"]
+           "multi_lock", "sequential_lock", "election", "latch", "barrier", "double_barrier",
+           "segmented_lock"]
 
 
 def _default() -> Client:
@@ -117,6 +119,18 @@ def latch(name: Name, count: int, ttl: float = 30.0) -> Latch:
     return _default().latch(name, count, ttl)
 
 
+def barrier(name: Name, parties: int, ttl: float = 30.0,
+            timeout: Optional[float] = None) -> Barrier:
+    """A barrier on the default client."""
+    return _default().barrier(name, parties, ttl, timeout)
+
+
+def double_barrier(name: Name, parties: int, ttl: float = 30.0,
+                   timeout: Optional[float] = None) -> DoubleBarrier:
+    """A double barrier on the default client."""
+    return _default().double_barrier(name, parties, ttl, timeout)
+
+
 def segmented_lock(name: Name, segments: int, ttl: float = 30.0, timeout: Optional[float] = None, *,
                    auto_renew: bool = True, max_hold: Optional[float] = None,
                    on_lost: Optional[LostCallback[SegmentedLock]] = None) -> SegmentedLock:
@@ -126,6 +140,6 @@ def segmented_lock(name: Name, segments: int, ttl: float = 30.0, timeout: Option
 
 
 for _f in (lock, simple_lock, lease, rlock, semaphore, fair_lock, rwlock, multi_lock,
-           sequential_lock, election, latch, segmented_lock):
+           sequential_lock, election, latch, barrier, double_barrier, segmented_lock):
     _f.__module__ = "hilock"  # where users find them
 # END generated factories

@@ -87,6 +87,10 @@ from typing import (
 
 from . import _base
 from . import _hilock as _h
+from ._barrier import Barrier as _SyncBarrier
+from ._barrier import DoubleBarrier as _SyncDoubleBarrier
+from ._barrier import Inside as _SyncInside
+from ._barrier import wait_ms as _barrier_wait_ms
 from ._base import ExclusiveBase, raise_on_leaving
 from ._client import Client as _SyncClient
 from ._election import Election as _SyncElection
@@ -113,9 +117,10 @@ from .errors import (
     error_for,
 )
 
-__all__ = ["Client", "Election", "FairLock", "Latch", "LatchParty", "Leadership", "Lock",
-           "MultiLock", "RLock", "RWLock", "ReadLock", "Redlock", "RedissonRWLock",
-           "SegmentedLock", "Semaphore", "SequentialLock", "WriteLock"]
+__all__ = ["Barrier", "Client", "DoubleBarrier", "Election", "FairLock", "Inside", "Latch",
+           "LatchParty", "Leadership", "Lock", "MultiLock", "RLock", "RWLock", "ReadLock",
+           "Redlock", "RedissonRWLock", "SegmentedLock", "Semaphore", "SequentialLock",
+           "WriteLock"]
 
 
 # A finished operation: its status, why it failed, and a query's answer.
@@ -580,6 +585,18 @@ class Client(Uncopyable):
         """A countdown latch, as :meth:`hilock.Client.latch`: ``await wait()``,
         ``await count_down()``, ``async with latch.join()``."""
         return Latch(self, self._sync.latch(name, count, ttl))
+
+    def barrier(self, name: Name, parties: int, ttl: float = 30.0,
+                timeout: Optional[float] = None) -> Barrier:
+        """A barrier, as :meth:`hilock.Client.barrier`: ``await wait()``; a
+        cancelled wait breaks the barrier, as an interrupted one does."""
+        return Barrier(self, self._sync.barrier(name, parties, ttl, timeout))
+
+    def double_barrier(self, name: Name, parties: int, ttl: float = 30.0,
+                       timeout: Optional[float] = None) -> DoubleBarrier:
+        """A double barrier, as :meth:`hilock.Client.double_barrier`:
+        ``async with await db.enter():``."""
+        return DoubleBarrier(self, self._sync.double_barrier(name, parties, ttl, timeout))
 
     def segmented_lock(self, name: Name, segments: int, ttl: float = 30.0,
                        timeout: Optional[float] = None, *, auto_renew: bool = True,
@@ -1756,3 +1773,140 @@ class Redlock(Lock):
     def stats(self) -> Dict[str, Any]:
         """This Redlock's own counters, as :meth:`hilock.Redlock.stats`."""
         return self._sync.stats()
+
+
+async def _stoppable(fn: Callable[[], _T]) -> _T:
+    """fn() on an executor thread whose waits end (HILOCK_EINTR) within
+    about 100 ms once the awaiting task is cancelled: the cancellation
+    waits for the thread to return (a barrier's wait breaks the barrier on
+    its way out, as an interrupted wait does), then goes on."""
+    stop: List[int] = []
+
+    def run() -> _T:
+        _h.py_set_stop(stop)
+        try:
+            return fn()
+        finally:
+            _h.py_set_stop(None)
+
+    fut = _off_loop(run)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        stop.append(1)
+        try:
+            await _settle(fut)
+        except Exception:  # noqa: BLE001 - the wait's end (interrupted) is not news
+            pass
+        raise
+
+
+class _Party(Uncopyable):
+    """What the asyncio barriers share: the blocking object's reads and
+    verbs on the loop's default executor."""
+
+    def __init__(self, client: Client, sync: Any) -> None:
+        self._client = client
+        self._sync = sync
+
+    @property
+    def name(self) -> Name:
+        return self._sync.name  # type: ignore[no-any-return]
+
+    @property
+    def parties(self) -> int:
+        return self._sync.parties  # type: ignore[no-any-return]
+
+    async def broken(self) -> bool:
+        """Whether the barrier is broken (one round trip)."""
+        return bool(await _off_loop(lambda: self._sync.broken))
+
+    async def abort(self) -> None:
+        """As :meth:`hilock.Barrier.abort`."""
+        await _off_loop(self._sync.abort)
+
+    async def reset(self) -> None:
+        """As :meth:`hilock.Barrier.reset`."""
+        await _off_loop(self._sync.reset)
+
+    async def delete(self) -> bool:
+        """As :meth:`hilock.Barrier.delete`."""
+        return bool(await _off_loop(self._sync.delete))
+
+    def __repr__(self) -> str:
+        return f"<hilock.asyncio.{type(self).__name__} {self.name!r} parties={self.parties}>"
+
+
+class Barrier(_Party):
+    """A barrier for asyncio (see :class:`hilock.Barrier`): ``await
+    wait()`` runs the blocking wait on the loop's default executor; a
+    cancelled wait ends that thread's wait within about 100 ms and breaks
+    the barrier for the other parties (as an interrupted wait does)."""
+
+    _sync: _SyncBarrier
+
+    async def wait(self, timeout: Optional[float] = None) -> int:
+        """As :meth:`hilock.Barrier.wait`, without blocking the loop."""
+        ms = _barrier_wait_ms(self._sync._wait(timeout))
+        sync = self._sync
+        return int(await _stoppable(
+            lambda: sync._with_handle(lambda h: _h.hilock_barrier_wait(h, ms))))
+
+    async def n_waiting(self) -> int:
+        """As :attr:`hilock.Barrier.n_waiting`."""
+        return await _off_loop(lambda: self._sync.n_waiting)
+
+
+class DoubleBarrier(_Party):
+    """A double barrier for asyncio (see :class:`hilock.DoubleBarrier`):
+    ``async with await db.enter():``. A party is one :meth:`enter`'s
+    :class:`Inside`; a cancelled enter withdraws its entry."""
+
+    _sync: _SyncDoubleBarrier
+
+    async def enter(self, timeout: Optional[float] = None) -> Inside:
+        """As :meth:`hilock.DoubleBarrier.enter`, without blocking the loop."""
+        sync = self._sync
+        wait = sync._wait(timeout)
+
+        def enter() -> _SyncInside:
+            h = sync._handle()
+            try:
+                if _h.hilock_double_barrier_enter(h, _barrier_wait_ms(wait)) == _h.HILOCK_BUSY:
+                    raise LockTimeout(_h.hilock_hold_errmsg(h).decode())
+            except BaseException:
+                _h.hilock_hold_free(h)
+                raise
+            return _SyncInside(sync, h)
+
+        return Inside(self, await _stoppable(enter))
+
+    async def n_inside(self) -> int:
+        """As :attr:`hilock.DoubleBarrier.n_inside`."""
+        return await _off_loop(lambda: self._sync.n_inside)
+
+
+class Inside:
+    """One party inside an asyncio :class:`DoubleBarrier` round: ``async
+    with`` leaves at the block's end."""
+
+    def __init__(self, barrier: DoubleBarrier, sync: _SyncInside) -> None:
+        self._barrier = barrier
+        self._sync = sync
+
+    @property
+    def barrier(self) -> DoubleBarrier:
+        return self._barrier
+
+    async def leave(self, timeout: Optional[float] = None) -> None:
+        """As :meth:`hilock.DoubleBarrier.leave`, without blocking the loop."""
+        sync = self._sync
+        await _stoppable(lambda: sync.leave(timeout))
+
+    async def __aenter__(self) -> Inside:
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        if self._sync._h is not None:
+            await self.leave()

@@ -273,7 +273,7 @@ class Run:
         return proc
 
     def add(self, kind: str, lock: str, count: int, **spec: Any) -> None:
-        cap = spec.get("permits", 1) if kind == "semaphore" else 1
+        cap = spec.get("permits", 1) if kind in ("semaphore", "barrier") else 1
         self.locks[lock] = {"kind": kind, "capacity": cap}
         for _ in range(count):
             slot = len(self.specs) + 1
@@ -533,6 +533,8 @@ class SingleRun(Run):
         self.add("semaphore", "S", 3, permits=2)
         self.add("rwlock", "RW", 2)
         self.add("election", "E", 2)
+        # Three parties that wait at a barrier of three, over and over.
+        self.add("barrier", "B", 3, permits=3)
         # A task of hilock.asyncio beside the threads on three of them.
         self.add("lock", "L", 1, asyncio=True)
         self.add("fair_lock", "F", 1, asyncio=True)
@@ -753,7 +755,10 @@ class RedlockRestartRun(RedlockRun):
 # holders inside validity, fences that go back (refused by the store, so the
 # new holder's writes fail although its release succeeds; or one fence twice,
 # which the store cannot tell apart).
-DATA_LOSS = ["overlaps", "unreported_losses", "fence_regressions", "stale_writes"]
+# A barrier's early release is a lost write's too: the arrivals of a
+# generation whose trip was lost stand again, and count for the next one.
+DATA_LOSS = ["overlaps", "unreported_losses", "fence_regressions", "stale_writes",
+             "early_releases"]
 # An unreplicated failover between machines whose clocks agree: lost grants
 # (second holders inside validity) but fences that keep going up.
 FAILOVER_LOSS = ["overlaps", "unreported_losses"]

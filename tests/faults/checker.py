@@ -38,6 +38,11 @@ CLOCK_MONOTONIC, which every process of the machine shares):
   every holder was gone and the TTLs had passed;
 - a *stranded waiter* waited while the lock was free (no occupancy, no
   fault in progress) for longer than ``strand_after`` seconds;
+- an *early release* (a barrier's): a wait that returned an index
+  although at no instant between its invoke and its return were
+  ``capacity`` (the barrier's parties) waits in progress, its own included
+  (a wait is in progress from its invoke to its return, break or failure,
+  or its process's death): it passed before every party had arrived;
 - *recovery*: for each fault, the time from its end to the next grant of
   each lock; the longest is reported.
 """
@@ -50,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 COLUMNS = ("overlaps", "stale_writes", "unreported_losses", "fence_regressions", "leaked",
-           "stranded", "fifo_inversions")
+           "stranded", "fifo_inversions", "early_releases")
 REPORTED_ERRORS = ("LockNotOwnedError", "LockLost", "StaleFence", "ForkedLockError")
 
 
@@ -130,6 +135,7 @@ class Result:
     stranded: int = 0
     fifo_inversions: int = 0
     fence_regressions: int = 0
+    early_releases: int = 0
     reported_losses: int = 0
     max_recovery: float = 0.0
     grants_by_lock: Dict[str, int] = field(default_factory=dict)
@@ -499,6 +505,47 @@ def check_recovery(res: Result, holds: List[Hold], faults: List[Dict[str, Any]],
             res.max_recovery = max(res.max_recovery, rec)
 
 
+def check_barriers(res: Result, events: List[Dict[str, Any]], faults: List[Dict[str, Any]],
+                   meta: Dict[str, Any], run_end: float) -> None:
+    """Early releases of the barriers (see the module's docstring); a
+    barrier's returned waits count as its grants."""
+    deaths = {f["target"]: f["start"] for f in faults
+              if f.get("kind") == "holder_kill" and f.get("target")}
+    for lock, info in meta.get("locks", {}).items():
+        if info.get("kind") != "barrier":
+            continue
+        parties = _capacity(meta, lock)
+        by_proc: Dict[str, List[Dict[str, Any]]] = {}
+        for ev in events:
+            if ev.get("lock") == lock and ev.get("op") == "wait":
+                by_proc.setdefault(ev["proc"], []).append(ev)
+        waits: List[Tuple[float, float]] = []
+        passed: List[Tuple[str, float, float]] = []
+        for proc, evs in by_proc.items():
+            evs.sort(key=lambda e: e["mono"])
+            start: Optional[float] = None
+            for ev in evs:
+                if ev["type"] == "invoke":
+                    start = ev["mono"]
+                elif start is not None:
+                    waits.append((start, ev["mono"]))
+                    if ev["type"] == "ok":
+                        passed.append((proc, start, ev["mono"]))
+                    start = None
+            if start is not None:  # died or stopped while waiting
+                waits.append((start, deaths.get(proc, run_end)))
+        res.grants_by_lock[lock] = res.grants_by_lock.get(lock, 0) + len(passed)
+        res.grants += len(passed)
+        for proc, s, e in passed:
+            # Waits in progress peak at one of their starts within [s, e].
+            points = [s] + [a for a, _ in waits if s <= a <= e]
+            most = max(sum(1 for a, b in waits if a <= t <= b) for t in points)
+            if most < parties:
+                res.early_releases += 1
+                res.note("early_releases", f"{lock}: {proc} passed at {e:.3f} with at most "
+                                           f"{most} of {parties} parties waiting since {s:.3f}")
+
+
 def check(meta: Dict[str, Any], events: List[Dict[str, Any]], store: List[Dict[str, Any]],
           faults: List[Dict[str, Any]], final: Dict[str, Any]) -> Result:
     res = Result(meta.get("run", "?"), meta)
@@ -518,6 +565,7 @@ def check(meta: Dict[str, Any], events: List[Dict[str, Any]], store: List[Dict[s
     check_stranded(res, holds, attempts, faults, meta)
     check_fifo(res, holds, faults, meta)
     check_recovery(res, holds, faults, meta, run_end)
+    check_barriers(res, events, faults, meta, run_end)
     return res
 
 
@@ -529,8 +577,8 @@ def table(results: List[Result]) -> str:
     """One markdown table, a row per run."""
     head = ("| run | deployment | s | ops | grants | writes (refused) | faults | overlaps "
             "| stale writes | unreported losses | reported losses | fence regressions | leaked "
-            "| stranded | FIFO inversions | longest recovery s | verdict |")
-    lines = [head, "|" + "---|" * 17]
+            "| stranded | FIFO inversions | early releases | longest recovery s | verdict |")
+    lines = [head, "|" + "---|" * 18]
     for r in results:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(r.faults.items())) or "none"
         def cell(col: str, r: Result = r) -> str:
@@ -545,7 +593,8 @@ def table(results: List[Result]) -> str:
                      f"| {r.writes} ({r.refused_writes}) | {faults} | {cell('overlaps')} "
                      f"| {cell('stale_writes')} | {cell('unreported_losses')} "
                      f"| {r.reported_losses} | {cell('fence_regressions')} | {cell('leaked')} "
-                     f"| {cell('stranded')} | {cell('fifo_inversions')} | {r.max_recovery:.2f} "
+                     f"| {cell('stranded')} | {cell('fifo_inversions')} "
+                     f"| {cell('early_releases')} | {r.max_recovery:.2f} "
                      f"| {verdict} |")
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 """One workload process of the fault campaign.
 
-``python3 worker.py --kind lock|fair_lock|sequential_lock|semaphore|rwlock|election --url URL
---name NAME --proc ID --history FILE [--store SOCKET] [--ttl S]
+``python3 worker.py --kind lock|fair_lock|sequential_lock|semaphore|rwlock|election|barrier
+--url URL --name NAME --proc ID --history FILE [--store SOCKET] [--ttl S]
 [--permits N] [--seed S] [--hold S]``
 
 It takes the lock over and over until SIGTERM, and appends every step to its
@@ -22,6 +22,11 @@ Exclusive holders (lock, fair_lock, the write side of rwlock, an election's
 leader) write to the
 campaign's fenced store with their fence, and check their validity before
 each write, as a careful application does.
+
+A barrier's workers (``--permits``: its parties) wait at it over and over
+instead: ``wait`` invoke, then ok (``index``), ``broken`` (the
+BrokenBarrier's message; the worker then resets the barrier if it is
+still broken) or fail (another error).
 
 ``--asyncio``: the same loop as one task of ``hilock.asyncio`` (the lock,
 fair lock, sequential lock, reentrant lock, semaphore and read-write lock),
@@ -70,7 +75,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kind", required=True,
                     choices=["lock", "rlock", "multi_lock", "fair_lock", "sequential_lock",
-                             "semaphore", "rwlock", "redlock", "election"])
+                             "semaphore", "rwlock", "redlock", "election", "barrier"])
     ap.add_argument("--url", required=True, action="append")
     ap.add_argument("--name", required=True)
     ap.add_argument("--proc", required=True)
@@ -105,6 +110,8 @@ def main() -> int:
             opts.update(wait_replicas=a.wait_replicas, wait_timeout=0.5)
         if a.kind != "redlock":
             client = hilock.Client(a.url[0], **opts)
+        if a.kind == "barrier":
+            return barrier_loop(a, h, client, rng)
         def make() -> Tuple[Any, Any, Any]:
             c: Any = client
             if a.kind == "rwlock":
@@ -271,6 +278,32 @@ async def ahold(h: History, cur: Any, rng: random.Random, a: argparse.Namespace,
         if wait <= 0:
             return
         await asyncio.sleep(wait)
+
+
+def barrier_loop(a: argparse.Namespace, h: History, client: Any, rng: random.Random) -> int:
+    """Wait at the barrier until SIGTERM (Stop, raised by main's caller)."""
+    barrier = client.barrier(a.name, a.permits, ttl=a.ttl)
+    h.log("start", "info", ttl=a.ttl, permits=a.permits)
+    while True:
+        h.hold += 1
+        h.log("wait", "invoke")
+        try:
+            index = barrier.wait(timeout=a.wait)
+        except hilock.BrokenBarrier as e:
+            h.log("wait", "broken", msg=str(e)[:200])
+            time.sleep(rng.uniform(0.05, 0.3))
+            try:
+                if barrier.broken:
+                    barrier.reset()
+            except hilock.LockError as e2:
+                h.log("reset", "fail", error=type(e2).__name__, msg=str(e2)[:200])
+            continue
+        except hilock.LockError as e:
+            h.log("wait", "fail", error=type(e).__name__, msg=str(e)[:200])
+            time.sleep(rng.uniform(0.05, 0.3))
+            continue
+        h.log("wait", "ok", index=index)
+        time.sleep(rng.uniform(0.0, 0.1))
 
 
 def multi_names(name: str) -> List[str]:

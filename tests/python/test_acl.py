@@ -346,3 +346,57 @@ def test_asyncio_waiters_of_a_user_without_publish_are_still_woken(
     assert asyncio.run(main()) == [True, True]
     refused = [m for m in error_records.messages if "PUBLISH refused" in m]
     assert len(refused) == 1, error_records.messages
+
+
+def wait_for_waiting(barrier: Any) -> None:
+    deadline = time.monotonic() + 10
+    while barrier.n_waiting < 1:
+        assert time.monotonic() < deadline, "no waiter"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-waiting", "blpop"])
+def test_barriers_run_as_the_published_acl_user(acl_server: RedisServer, shared: bool) -> None:
+    """Waiters renewed past their 0.3 s TTL (the party renewal), woken on
+    the barrier's hilock:* channel, and a double barrier round."""
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "locks", acl_rule())
+    r.execute_command("ACL", "LOG", "RESET")
+    with hilock.Client(user_url(acl_server, "locks"), shared_waiting=shared) as c:
+        barrier = c.barrier("bar", 2, ttl=0.3)
+        got: List[Any] = []
+        t = threading.Thread(target=lambda: got.append(barrier.wait(timeout=10)))
+        t.start()
+        time.sleep(0.5)  # the watchdog renews the waiter's 0.3 s lease meanwhile
+        assert not barrier.broken
+        assert barrier.wait(timeout=10) == 1
+        t.join(15)
+        assert got == [0]
+        assert barrier.delete()
+        # A wait that times out breaks a barrier of 3 for the other waiter.
+        three = c.barrier("bar3", 3, ttl=0.3)
+        broken: List[Any] = []
+
+        def wait() -> None:
+            try:
+                three.wait(timeout=10)
+            except hilock.BrokenBarrier as e:
+                broken.append(e)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        wait_for_waiting(three)
+        with pytest.raises(hilock.BrokenBarrier):
+            three.wait(timeout=0.1)
+        t.join(15)
+        assert len(broken) == 1 and three.broken
+        three.reset()
+        assert three.delete()
+        db = c.double_barrier("dbar", 2, ttl=0.3)
+        t = threading.Thread(target=lambda: db.enter(timeout=10).leave(timeout=10))
+        t.start()
+        with db.enter(timeout=10):
+            time.sleep(0.5)
+        t.join(15)
+        assert not db.broken
+    assert r.execute_command("ACL", "LOG") == []  # nothing was refused

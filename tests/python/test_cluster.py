@@ -563,3 +563,55 @@ def test_a_latch_on_the_cluster(cluster, cclient) -> None:
     with pytest.raises(hilock.BrokenBarrier):
         lapsing.wait(timeout=30)
     assert unrenewed.validity == 0
+
+
+def test_barriers_on_every_master(cluster, cclient) -> None:
+    """A barrier's and a double barrier's keys are in one slot: on each
+    master, three parties pass two generations, a wait that times out
+    breaks it for the other waiter, and a double barrier round runs."""
+    for m in cluster.masters():
+        name = cluster.name_on(m, "barrier-")
+        barrier = cclient.barrier(name, 3, ttl=5.0)
+        got: List[int] = []
+        for _ in range(2):
+            threads = [threading.Thread(target=lambda: got.append(barrier.wait(timeout=30)))
+                       for _ in range(2)]
+            for t in threads:
+                t.start()
+            wait_for(lambda: barrier.n_waiting == 2, 10, what="two waiters")
+            got.append(barrier.wait(timeout=30))
+            for t in threads:
+                t.join(30)
+        assert sorted(got) == [0, 0, 1, 1, 2, 2]
+        assert _key_exists_on(cluster, m, name)
+        errors: List[BaseException] = []
+
+        def wait() -> None:
+            try:
+                barrier.wait(timeout=30)
+            except hilock.BrokenBarrier as e:
+                errors.append(e)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        wait_for(lambda: barrier.n_waiting == 1, 10, what="a waiter")
+        with pytest.raises(hilock.BrokenBarrier):
+            barrier.wait(timeout=0.1)
+        t.join(30)
+        assert len(errors) == 1
+        assert barrier.delete()
+        db = cclient.double_barrier(name, 2, ttl=5.0)
+        inside: List[int] = []
+
+        def party() -> None:
+            with db.enter(timeout=30):
+                inside.append(1)
+
+        threads = [threading.Thread(target=party) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert inside == [1, 1] and db.n_inside == 0
+        assert db.delete()
+        assert not _key_exists_on(cluster, m, name)

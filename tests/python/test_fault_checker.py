@@ -534,3 +534,32 @@ def test_relay_lost_call_and_resend_leave_no_level(relayed: Any) -> None:
         assert r.exists(key) == 0
         with pytest.raises(hilock.LockNotOwnedError):
             lk.release()
+
+
+def test_a_barrier_released_early_is_caught(tmp_path: Path) -> None:
+    """Three parties: a generation all three waited in passes clean (so
+    does one whose third party was killed after the release, while still
+    counted waiting up to its death); a wait that returned while only two
+    were waiting is an early release."""
+    r = Run(tmp_path, {"B": {"kind": "barrier", "capacity": 3}})
+    for p, start in (("a", 0.0), ("b", 0.1), ("c", 0.2)):
+        r.ev(p, "B", "wait", "invoke", start)
+        r.ev(p, "B", "wait", "ok", 0.3, index=int(start * 10))
+    r.ev("a", "B", "wait", "invoke", 1.0)
+    r.ev("b", "B", "wait", "invoke", 1.1)
+    r.ev("c", "B", "wait", "invoke", 1.2)       # killed at 1.5, after the release
+    r.ev("a", "B", "wait", "ok", 1.3, index=0)
+    r.ev("b", "B", "wait", "ok", 1.3, index=1)
+    r.faults.append({"kind": "holder_kill", "start": 1.5, "end": 1.5, "target": "c"})
+    res = r.check(end=4.0)
+    zero(res)
+    assert res.grants_by_lock == {"B": 5} and res.unexpected() == []
+    r2 = Run(tmp_path / "early", {"B": {"kind": "barrier", "capacity": 3}})
+    r2.ev("a", "B", "wait", "invoke", 0.0)
+    r2.ev("b", "B", "wait", "invoke", 0.1)
+    r2.ev("a", "B", "wait", "ok", 0.2, index=0)  # c never arrived
+    r2.ev("b", "B", "wait", "broken", 0.3)
+    res2 = r2.check(end=4.0)
+    zero(res2, but="early_releases")
+    assert res2.early_releases == 1
+    assert "FAIL: early_releases" in checker.table([res2])

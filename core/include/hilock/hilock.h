@@ -37,6 +37,7 @@
 #include "hilock/redlock.h"
 #include "hilock/election.h"
 #include "hilock/latch.h"
+#include "hilock/barrier.h"
 /* END generated families */
 #include "hilock/async.h"
 #include "hilock/store.h"

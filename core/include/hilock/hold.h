@@ -178,6 +178,8 @@ struct hilock_segmented_lock;
 struct hilock_redlock;
 struct hilock_election;
 struct hilock_latch;
+struct hilock_barrier;
+struct hilock_double_barrier;
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && \
     __STDC_VERSION__ >= 201112L
 #define HILOCK_HOLD(lk)                                                    \
@@ -194,6 +196,8 @@ struct hilock_latch;
       struct hilock_redlock *: (hilock_hold *)(lk),                        \
       struct hilock_election *: (hilock_hold *)(lk),                       \
       struct hilock_latch *: (hilock_hold *)(lk),                          \
+      struct hilock_barrier *: (hilock_hold *)(lk),                        \
+      struct hilock_double_barrier *: (hilock_hold *)(lk),                 \
       const struct hilock_hold *: (const hilock_hold *)(lk),               \
       const struct hilock_lock *: (const hilock_hold *)(lk),               \
       const struct hilock_rlock *: (const hilock_hold *)(lk),              \
@@ -205,7 +209,9 @@ struct hilock_latch;
       const struct hilock_segmented_lock *: (const hilock_hold *)(lk),     \
       const struct hilock_redlock *: (const hilock_hold *)(lk),            \
       const struct hilock_election *: (const hilock_hold *)(lk),           \
-      const struct hilock_latch *: (const hilock_hold *)(lk))
+      const struct hilock_latch *: (const hilock_hold *)(lk),              \
+      const struct hilock_barrier *: (const hilock_hold *)(lk),            \
+      const struct hilock_double_barrier *: (const hilock_hold *)(lk))
 #else
 #define HILOCK_HOLD(lk) ((hilock_hold *)(lk))
 #endif
