@@ -42,11 +42,7 @@ enum { PASSED = 1, WAITING = 0, BROKEN = -1, INSIDE = -3, PARTIES = -4,
 
 static void fam_free(void *arg) {
   hilock_barrier *b = arg;
-  if (b == NULL) return;
-  hilock__hold_destroy(&b->h);
-  free(b->key);
-  free(b->zkey);
-  free(b);
+  if (b != NULL) hilock__family_free(&b->h, b, 2, b->key, b->zkey);
 }
 
 static int check_parties(hilock__err *e, const void *arg) {
@@ -72,13 +68,10 @@ static int barrier_new(hilock_client *client, const char *name,
                          dbl ? sizeof(hilock_double_barrier) : sizeof(*b),
                          &rc);
   if (b == NULL) return rc;
-  b->key = hilock__key(&client->rt, name, namelen,
-                       dbl ? "dbarrier" : "barrier", &b->keylen);
-  b->zkey = hilock__key(&client->rt, name, namelen, dbl ? "inside" : "arrived",
-                        &b->zkeylen);
-  if (b->key == NULL || b->zkey == NULL) {
-    free(b->key);
-    free(b->zkey);
+  if (hilock__family_keys(client, name, namelen, 2,
+                          dbl ? "dbarrier" : "barrier", &b->key, &b->keylen,
+                          dbl ? "inside" : "arrived", &b->zkey,
+                          &b->zkeylen) != HILOCK_OK) {
     free(b);
     return HILOCK_ENOMEM;
   }

@@ -35,14 +35,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static void fam_free(void *arg) {
   hilock_election *el = arg;
-  if (el == NULL) return;
-  hilock__hold_destroy(&el->h);
-  free(el->key);
-  free(el->fkey);
-  free(el->wkey);
-  free(el->value);
-  free(el->seen);
-  free(el);
+  if (el != NULL)
+    hilock__family_free(&el->h, el, 5, el->key, el->fkey, el->wkey, el->value,
+                        el->seen);
 }
 
 static int election_new(hilock_client *client, const char *name,
@@ -53,13 +48,10 @@ static int election_new(hilock_client *client, const char *name,
   *out = NULL;
   el = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*el), &rc);
   if (el == NULL) return rc;
-  el->key = hilock__key(&client->rt, name, namelen, "elect", &el->keylen);
-  el->fkey = hilock__key(&client->rt, name, namelen, "fence", &el->fkeylen);
-  el->wkey = hilock__key(&client->rt, name, namelen, "ewake", &el->wkeylen);
-  if (el->key == NULL || el->fkey == NULL || el->wkey == NULL) {
-    free(el->key);
-    free(el->fkey);
-    free(el->wkey);
+  if (hilock__family_keys(client, name, namelen, 3,
+                          "elect", &el->key, &el->keylen,
+                          "fence", &el->fkey, &el->fkeylen,
+                          "ewake", &el->wkey, &el->wkeylen) != HILOCK_OK) {
     free(el);
     return HILOCK_ENOMEM;
   }

@@ -2,6 +2,7 @@
  * of a constructor, the start of a queue family's acquire (the fair and
  * sequential locks; their waiting is hilock__spec_queue's, wait.c), and
  * the reading of an extension that replicas did not confirm. */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,42 @@ void *hilock__new_handle(hilock_client *client, const char *name,
   p = calloc(1, size);
   if (p == NULL) *rc = HILOCK_ENOMEM;
   return p;
+}
+
+int hilock__family_keys(hilock_client *client, const char *name,
+                        size_t namelen, int n, ...) {
+  va_list ap;
+  int ok = 1;
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) {
+    const char *role = va_arg(ap, const char *);
+    char **key = va_arg(ap, char **);
+    size_t *keylen = va_arg(ap, size_t *);
+    *key = ok ? hilock__key(&client->rt, name, namelen, role, keylen) : NULL;
+    ok = ok && *key != NULL;
+  }
+  va_end(ap);
+  if (ok) return HILOCK_OK;
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) {
+    char **key;
+    (void)va_arg(ap, const char *);
+    key = va_arg(ap, char **);
+    (void)va_arg(ap, size_t *);
+    free(*key);
+    *key = NULL;
+  }
+  va_end(ap);
+  return HILOCK_ENOMEM;
+}
+
+void hilock__family_free(hilock__hold *h, void *handle, int n, ...) {
+  va_list ap;
+  hilock__hold_destroy(h);
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) free(va_arg(ap, void *));
+  va_end(ap);
+  free(handle);
 }
 
 void hilock__hold_init_family(hilock__hold *h, hilock_client *c,

@@ -98,6 +98,16 @@ void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,
                          int *rc);
 
+/* A handle's keys: for each of the n (const char *role, char **key,
+ * size_t *keylen) triples that follow n, *key = <prefix>{name}:<role>.
+ * All or none: HILOCK_ENOMEM leaves every *key NULL (family.c). */
+int hilock__family_keys(hilock_client *client, const char *name,
+                        size_t namelen, int n, ...);
+/* The end of a family's free: hilock__hold_destroy(h), free() each of the
+ * n pointers that follow n (its keys and buffers; NULL ones too), then
+ * free(handle) (family.c). */
+void hilock__family_free(hilock__hold *h, void *handle, int n, ...);
+
 /* hilock__hold_init for a family's handle: its table fam, and the release
  * a closing client runs, close_run(handle) (family.c). */
 void hilock__hold_init_family(hilock__hold *h, hilock_client *c,

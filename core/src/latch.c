@@ -33,11 +33,7 @@ static int run_abort(void *arg, hilock__err *e, redisReply **r);
 
 static void fam_free(void *arg) {
   hilock_latch *l = arg;
-  if (l == NULL) return;
-  hilock__hold_destroy(&l->h);
-  free(l->key);
-  free(l->pkey);
-  free(l);
+  if (l != NULL) hilock__family_free(&l->h, l, 2, l->key, l->pkey);
 }
 
 static int check_count(hilock__err *e, const void *arg) {
@@ -61,12 +57,9 @@ static int latch_new(hilock_client *client, const char *name, size_t namelen,
   if (rc != HILOCK_OK) return rc;
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
-  l->key = hilock__key(&client->rt, name, namelen, "latch", &l->keylen);
-  l->pkey = hilock__key(&client->rt, name, namelen, "latch:parties",
-                        &l->pkeylen);
-  if (l->key == NULL || l->pkey == NULL) {
-    free(l->key);
-    free(l->pkey);
+  if (hilock__family_keys(client, name, namelen, 2,
+                          "latch", &l->key, &l->keylen,
+                          "latch:parties", &l->pkey, &l->pkeylen) != HILOCK_OK) {
     free(l);
     return HILOCK_ENOMEM;
   }

@@ -64,16 +64,11 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;
-  l->key = hilock__key(&client->rt, name, namelen, "lock", &l->keylen);
-  l->fkey = hilock__key(&client->rt, name, namelen, "fence", &l->fkeylen);
-  l->wkey = hilock__key(&client->rt, name, namelen, "wake", &l->wkeylen);
-  l->dkey = hilock__key(&client->rt, name, namelen, "delay", &l->dkeylen);
-  if (l->key == NULL || l->fkey == NULL || l->wkey == NULL ||
-      l->dkey == NULL) {
-    free(l->key);
-    free(l->fkey);
-    free(l->wkey);
-    free(l->dkey);
+  if (hilock__family_keys(client, name, namelen, 4,
+                          "lock", &l->key, &l->keylen,
+                          "fence", &l->fkey, &l->fkeylen,
+                          "wake", &l->wkey, &l->wkeylen,
+                          "delay", &l->dkey, &l->dkeylen) != HILOCK_OK) {
     free(l);
     return HILOCK_ENOMEM;
   }
@@ -94,13 +89,8 @@ int hilock_lock_new_kind(hilock_client *client, const char *name,
 
 static void fam_free(void *arg) {
   hilock_lock *l = arg;
-  if (l == NULL) return;
-  hilock__hold_destroy(&l->h);
-  free(l->key);
-  free(l->fkey);
-  free(l->wkey);
-  free(l->dkey);
-  free(l);
+  if (l != NULL)
+    hilock__family_free(&l->h, l, 4, l->key, l->fkey, l->wkey, l->dkey);
 }
 
 

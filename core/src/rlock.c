@@ -112,13 +112,8 @@ int hilock_rlock_new(hilock_client *client, const char *name, size_t namelen,
 
 static void fam_free(void *arg) {
   hilock_rlock *rl = arg;
-  if (rl == NULL) return;
-  hilock__hold_destroy(&rl->h);
-  free(rl->key);
-  free(rl->fkey);
-  free(rl->wkey);
-  free(rl->dkey);
-  free(rl);
+  if (rl != NULL)
+    hilock__family_free(&rl->h, rl, 4, rl->key, rl->fkey, rl->wkey, rl->dkey);
 }
 
 static int attempt(void *arg, int64_t *pttl) {

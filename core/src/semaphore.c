@@ -54,13 +54,10 @@ static int semaphore_new(hilock_client *client, const char *name,
   s = calloc(1, sizeof(*s));
   if (s == NULL) return HILOCK_ENOMEM;
   s->permits = permits;
-  s->key = hilock__key(&client->rt, name, namelen, "permits", &s->keylen);
-  s->lkey = hilock__key(&client->rt, name, namelen, "limit", &s->lkeylen);
-  s->wkey = hilock__key(&client->rt, name, namelen, "pwake", &s->wkeylen);
-  if (s->key == NULL || s->lkey == NULL || s->wkey == NULL) {
-    free(s->key);
-    free(s->lkey);
-    free(s->wkey);
+  if (hilock__family_keys(client, name, namelen, 3,
+                          "permits", &s->key, &s->keylen,
+                          "limit", &s->lkey, &s->lkeylen,
+                          "pwake", &s->wkey, &s->wkeylen) != HILOCK_OK) {
     free(s);
     return HILOCK_ENOMEM;
   }
@@ -80,12 +77,7 @@ int hilock_semaphore_new(hilock_client *client, const char *name,
 
 static void fam_free(void *arg) {
   hilock_semaphore *s = arg;
-  if (s == NULL) return;
-  hilock__hold_destroy(&s->h);
-  free(s->key);
-  free(s->lkey);
-  free(s->wkey);
-  free(s);
+  if (s != NULL) hilock__family_free(&s->h, s, 3, s->key, s->lkey, s->wkey);
 }
 
 /* Keys of the scripts that change the set: permits, limit, wake list. */
