@@ -30,6 +30,13 @@ hilock_ensure_fuzz_debs() {
   hilock_apt_install clang libclang-rt-14-dev
 }
 
+# The portable wheels (tools/build_manylinux.sh, tests/wheel_debian11.sh):
+# dpkg-source unpacks Debian's source packages of hiredis and OpenSSL,
+# debootstrap makes the Debian 11 root, qemu-user-static runs an arm64 one.
+hilock_ensure_wheel_debs() {
+  hilock_apt_install dpkg-dev debootstrap redis-tools openssl qemu-user-static binfmt-support
+}
+
 # hilock_apt_install packages...: install those not installed yet.
 hilock_apt_install() {
   local missing=()
