@@ -2,14 +2,16 @@
 # Build the portable binary wheels of hilock on a Debian machine:
 #   bash tools/build_manylinux.sh [OUTDIR] [ARCH...]   (default: dist/ x86_64)
 # ARCH: x86_64, aarch64. One wheel per architecture, tagged
-# cp39-abi3-manylinux_2_17_<arch> (manylinux2014): the extension is built
-# against Python's limited API (3.9), so one wheel serves CPython 3.9 and
-# every later version, and it is compiled by `zig cc` (the ziglang package
-# from PyPI) for glibc 2.17, so it loads on any Linux with glibc 2.17 or
-# later (CentOS 7, Debian 8, Ubuntu 14.04 and later).
+# cp39-abi3-manylinux_2_28_<arch>: the extension is built against Python's
+# limited API (3.9), so one wheel serves CPython 3.9 and every later
+# version, and it is compiled by `zig cc` (the ziglang package from PyPI)
+# for glibc 2.28, so it loads on any Linux with glibc 2.28 or later (RHEL 8,
+# Debian 10, Ubuntu 20.04 and later). Not 2.17 (manylinux2014): hilock
+# calls getrandom(), glibc 2.25.
 #
 # hiredis and OpenSSL are linked into the extension statically, with their
-# symbols hidden (--exclude-libs): both are built here from Debian 12's
+# symbols hidden (compiled with -fvisibility=hidden; the module exports
+# PyInit__hilock alone, tools/wheel_exports.map): both are built here from Debian 12's
 # source packages (the versions Debian ships, with Debian's patches), with
 # the same compiler, and kept in $HILOCK_CACHE (default ~/.cache/hilock),
 # keyed by target and version, so only the first build compiles them.
