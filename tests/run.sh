@@ -68,7 +68,7 @@ echo "== Fault campaign: workloads under injected faults, checked from their his
 # any non-zero column the docs do not allow. Longer soaks: --minutes N --seed S.
 "$PY" tests/faults/campaign.py --minutes 2 --seed 1
 
-echo "== Binary wheel: a fresh virtualenv, no libhiredis, one version everywhere"
+echo "== Portable wheel (manylinux x86_64): a fresh virtualenv, no libhiredis, one version everywhere; a Debian 11 root"
 PYTHON="$PY" bash tests/wheel_check.sh
 
 echo "== The lock-type contract, inspection and least privilege on Valkey"
