@@ -160,6 +160,17 @@ build_wheel() { # ARCH
   build_openssl "$a" "$prefix/openssl-$openssl_ver"
   tmp=$(mktemp -d)
   say "$a: the wheel"
+  # A module for another architecture cannot be imported here to write
+  # its type stubs: it gets those of this machine's build (the same
+  # sources), kept from its last wheel.
+  local stubs=$root/build/manylinux-stubs/_hilock.pyi cross=()
+  if [ "$a" != "$(uname -m)" ]; then
+    if [ ! -f "$stubs" ]; then
+      echo "build_manylinux: build $(uname -m) first (its stubs serve $a): $0 $out $(uname -m) $a" >&2
+      exit 2
+    fi
+    cross=(-C cmake.define.HILOCK_PYTHON_STUBS="$stubs")
+  fi
   # The limited API's extension (hilock/_hilock.abi3.so) does not name the
   # interpreter's architecture, so the machine's Python configures the
   # aarch64 build too; the wheel is then tagged for the target.
@@ -173,18 +184,26 @@ build_wheel() { # ARCH
     -C cmake.define.OPENSSL_ROOT_DIR="$prefix/openssl-$openssl_ver" \
     -C cmake.define.HILOCK_PYTHON_LIMITED_API=ON -C cmake.define.HILOCK_WERROR=OFF \
     -C cmake.define.CMAKE_MODULE_LINKER_FLAGS="-Wl,--version-script=$root/tools/wheel_exports.map" \
-    -C cmake.define.SWIG_EXECUTABLE="$tv/bin/swig" .
+    -C cmake.define.SWIG_EXECUTABLE="$tv/bin/swig" ${cross[@]+"${cross[@]}"} .
   whl=$(ls "$tmp"/hilock-*.whl)
   if [ "$a" != "$(uname -m)" ]; then
     "$tv/bin/python" -m wheel tags --remove --platform-tag "linux_$a" "$whl" >/dev/null
     whl=$(ls "$tmp"/hilock-*.whl)
   fi
   rm -f "$out"/hilock-*-"manylinux_${glibc/./_}_$a".whl
-  auditwheel repair --plat "manylinux_${glibc/./_}_$a" --only-plat -w "$out" "$whl" >"$tmp/repair.log" 2>&1 ||
+  # auditwheel's --plat names only this machine's architecture; "auto"
+  # takes the wheel's (and the lowest policy it meets, checked below).
+  local plat="manylinux_${glibc/./_}_$a"
+  [ "$a" = "$(uname -m)" ] || plat=auto
+  auditwheel repair --plat "$plat" --only-plat -w "$out" "$whl" >"$tmp/repair.log" 2>&1 ||
     { cat "$tmp/repair.log" >&2; exit 1; }
   whl=$(ls "$out"/hilock-*-"manylinux_${glibc/./_}_$a".whl)
   # What the module exports: PyInit__hilock alone (tools/wheel_exports.map).
   (cd "$tmp" && "$tv/bin/python" -m zipfile -e "$whl" x)
+  if [ "$a" = "$(uname -m)" ]; then
+    mkdir -p "$(dirname "$stubs")"
+    cp "$tmp/x/hilock/_hilock.pyi" "$stubs"
+  fi
   local exported
   exported=$(nm -D --defined-only "$tmp"/x/hilock/_hilock*.so | awk '{print $3}' | tr '\n' ' ')
   rm -rf "$tmp"
@@ -196,7 +215,12 @@ build_wheel() { # ARCH
   auditwheel show "$whl"
 }
 
+# This machine's architecture first: its stubs serve the others.
+ordered=()
 for a in "${arches[@]}"; do
+  if [ "$a" = "$(uname -m)" ]; then ordered=("$a" ${ordered[@]+"${ordered[@]}"}); else ordered+=("$a"); fi
+done
+for a in "${ordered[@]}"; do
   case $a in
     x86_64|aarch64) build_wheel "$a" ;;
     *) echo "build_manylinux: unknown architecture $a (x86_64, aarch64)" >&2; exit 2 ;;
