@@ -212,6 +212,13 @@ static PyObject *py_info(const hilock_lock_info *i) {
                        (long long)i->delay_left_ms);
 }
 
+/* Raise the error of a failed client call (the client's message, or rc's
+ * when there is no client); returns NULL. */
+static PyObject *py_client_raise(hilock_client *c, int rc) {
+  hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
+  return NULL;
+}
+
 static PyObject *py_inspect(hilock_client *c, const char *name,
                             size_t namelen) {
   hilock_lock_info i;
@@ -219,10 +226,7 @@ static PyObject *py_inspect(hilock_client *c, const char *name,
   Py_BEGIN_ALLOW_THREADS
   rc = hilock_client_inspect(c, name, namelen, &i);
   Py_END_ALLOW_THREADS
-  if (rc != HILOCK_OK) {
-    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    return NULL;
-  }
+  if (rc != HILOCK_OK) return py_client_raise(c, rc);
   return py_info(&i);
 }
 
@@ -236,11 +240,7 @@ static PyObject *py_scan_next(hilock_scan *sc) {
   Py_BEGIN_ALLOW_THREADS
   rc = hilock_scan_next(sc, &i, &found);
   Py_END_ALLOW_THREADS
-  if (rc != HILOCK_OK) {
-    hilock_client *c = hilock_scan_client(sc);
-    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    return NULL;
-  }
+  if (rc != HILOCK_OK) return py_client_raise(hilock_scan_client(sc), rc);
   if (!found) Py_RETURN_NONE;
   info = py_info(&i);
   if (info == NULL) return NULL;
@@ -453,10 +453,7 @@ static PyObject *py_client_adopt(hilock_client *c, const char *text,
   Py_BEGIN_ALLOW_THREADS
   rc = hilock_client_adopt(c, text, textlen, &h);
   Py_END_ALLOW_THREADS
-  if (rc != HILOCK_OK) {
-    hilock_py_raise(rc, c != NULL ? hilock_client_errmsg(c) : hilock_strerror(rc));
-    return NULL;
-  }
+  if (rc != HILOCK_OK) return py_client_raise(c, rc);
   fam = py_hold_family(h);
   t = strcmp(fam, "lock") == 0              ? SWIGTYPE_p_hilock_lock
       : strcmp(fam, "fair lock") == 0       ? SWIGTYPE_p_hilock_fair_lock

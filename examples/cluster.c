@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < N && !failed; i++) {
     size_t klen;
     rc = hilock_lock_new(c, names[i], strlen(names[i]), 10000, &locks[i]);
-    if (rc == HILOCK_OK) rc = hilock_lock_acquire(locks[i], 5000);
+    if (rc == HILOCK_OK) rc = hilock_hold_acquire(HILOCK_HOLD(locks[i]), 5000);
     if (rc != HILOCK_OK) {
       report(names[i], locks[i], rc);
       failed = 1;
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < N; i++) {
     if (locks[i] != NULL && hilock_hold_held(HILOCK_HOLD(locks[i])) &&
-        (rc = hilock_lock_release(locks[i])) != HILOCK_OK) {
+        (rc = hilock_hold_release(HILOCK_HOLD(locks[i]))) != HILOCK_OK) {
       report("release", locks[i], rc);
       failed = 1;
     }

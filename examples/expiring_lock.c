@@ -28,32 +28,32 @@ int main(int argc, char **argv) {
   }
 
   /* The usual pattern: wait up to 2 s for the lock, work, release. */
-  if ((rc = hilock_lock_acquire(order, 2000)) != HILOCK_OK) {
+  if ((rc = hilock_hold_acquire(HILOCK_HOLD(order), 2000)) != HILOCK_OK) {
     report("acquire orders:42", order, rc);
     goto out;
   }
   printf("holding orders:42: fence=%" PRIu64 " validity=%" PRId64 " ms\n",
          hilock_hold_fence(HILOCK_HOLD(order)), hilock_hold_validity_ms(HILOCK_HOLD(order)));
-  if ((rc = hilock_lock_release(order)) != HILOCK_OK) {
+  if ((rc = hilock_hold_release(HILOCK_HOLD(order))) != HILOCK_OK) {
     report("release orders:42", order, rc);
     goto out;
   }
 
   /* A holder that outlives its 200 ms TTL. */
-  if ((rc = hilock_lock_try_acquire(slow)) != HILOCK_OK) {
+  if ((rc = hilock_hold_try_acquire(HILOCK_HOLD(slow))) != HILOCK_OK) {
     report("try_acquire report", slow, rc);
     goto out;
   }
   sleep_ms(300);
   printf("after 300 ms the slow holder's validity is %" PRId64 " ms\n",
          hilock_hold_validity_ms(HILOCK_HOLD(slow)));
-  if ((rc = hilock_lock_try_acquire(other)) != HILOCK_OK) {
+  if ((rc = hilock_hold_try_acquire(HILOCK_HOLD(other))) != HILOCK_OK) {
     report("try_acquire report (other)", other, rc);
     goto out;
   }
   printf("another holder got it after expiry: fence %" PRIu64 "\n",
          hilock_hold_fence(HILOCK_HOLD(other)));
-  rc = hilock_lock_release(slow);
+  rc = hilock_hold_release(HILOCK_HOLD(slow));
   if (rc != HILOCK_ENOTOWNED) {
     report("stale release (expected ENOTOWNED)", slow, rc);
     goto out;
@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   printf("the new holder still owns it: %s\n", owned ? "yes" : "no");
-  if ((rc = hilock_lock_release(other)) != HILOCK_OK) {
+  if ((rc = hilock_hold_release(HILOCK_HOLD(other))) != HILOCK_OK) {
     report("release report", other, rc);
     goto out;
   }

@@ -21,7 +21,7 @@ typedef struct worker {
 
 static void *work(void *arg) {
   worker *w = arg;
-  int rc = hilock_fair_lock_acquire(w->lock, 10000);
+  int rc = hilock_hold_acquire(HILOCK_HOLD(w->lock), 10000);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "worker %d: %s\n", w->id, hilock_hold_errmsg(HILOCK_HOLD(w->lock)));
     return NULL;
@@ -29,7 +29,7 @@ static void *work(void *arg) {
   printf("worker %d prints (ticket %" PRIu64 ", fence %" PRIu64 ")\n", w->id,
          hilock_fair_lock_ticket(w->lock), hilock_hold_fence(HILOCK_HOLD(w->lock)));
   sleep_ms(50);
-  hilock_fair_lock_release(w->lock); /* wakes the next in line, only it */
+  hilock_hold_release(HILOCK_HOLD(w->lock)); /* wakes the next in line, only it */
   return NULL;
 }
 
@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fair lock: %s\n", hilock_client_errmsg(c));
     goto out;
   }
-  if (hilock_fair_lock_acquire(busy, 2000) != HILOCK_OK) {
+  if (hilock_hold_acquire(HILOCK_HOLD(busy), 2000) != HILOCK_OK) {
     fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(busy)));
     goto out;
   }
@@ -65,12 +65,12 @@ int main(int argc, char **argv) {
   hilock_fair_lock_waiters(busy, &waiting);
   printf("%" PRId64 " waiting\n", waiting);
 
-  hilock_fair_lock_release(busy);
+  hilock_hold_release(HILOCK_HOLD(busy));
   /* Free for a moment, but reserved for worker 0: no barging. */
-  rc = hilock_fair_lock_try_acquire(latecomer);
+  rc = hilock_hold_try_acquire(HILOCK_HOLD(latecomer));
   printf("latecomer's try right after the release: %s\n",
          rc == HILOCK_BUSY ? "refused (others are queued)" : hilock_strerror(rc));
-  if (rc == HILOCK_OK) hilock_fair_lock_release(latecomer);
+  if (rc == HILOCK_OK) hilock_hold_release(HILOCK_HOLD(latecomer));
   status = 0;
 join:
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     goto out;
   }
 
-  if ((rc = hilock_lock_acquire(a, 2000)) != HILOCK_OK) {
+  if ((rc = hilock_hold_acquire(HILOCK_HOLD(a), 2000)) != HILOCK_OK) {
     report("a: acquire", a, rc);
     goto out;
   }
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   printf("a pauses for 300 ms, past its TTL\n");
   sleep_ms(300);
 
-  if ((rc = hilock_lock_acquire(b, 2000)) != HILOCK_OK) {
+  if ((rc = hilock_hold_acquire(HILOCK_HOLD(b), 2000)) != HILOCK_OK) {
     report("b: acquire", b, rc);
     goto out;
   }
@@ -70,13 +70,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "the stale write was accepted\n");
     goto out;
   }
-  rc = hilock_lock_release(a);
+  rc = hilock_hold_release(HILOCK_HOLD(a));
   if (rc != HILOCK_ENOTOWNED) {
     report("a: release (expected ENOTOWNED)", a, rc);
     goto out;
   }
   printf("a: release refused (%s)\n", hilock_err_name(rc));
-  if ((rc = hilock_lock_release(b)) != HILOCK_OK) {
+  if ((rc = hilock_hold_release(HILOCK_HOLD(b))) != HILOCK_OK) {
     report("b: release", b, rc);
     goto out;
   }

@@ -28,23 +28,10 @@
 #define STOCK 100
 #define SEGMENTS 5
 
-/* One lock type behind a constructor and its two verbs. Each adapter calls
- * the type's own function with its own handle type (no call through a
- * mismatched function pointer type); what every type shares (held, the
- * last error, free) is on the hold, hilock/hold.h. The guards table below
- * makes a type one line. */
-typedef struct family {
-  int (*make)(hilock_client *c, hilock_hold **h);
-  int (*acquire)(hilock_hold *h, int64_t wait_ms);
-  int (*release)(hilock_hold *h);
-} family;
-
-#define VERBS(T, type, acquire_fn, release_fn)             \
-  static int T##_acquire(hilock_hold *h, int64_t w) {      \
-    return acquire_fn((type *)h, w);                       \
-  }                                                        \
-  static int T##_release(hilock_hold *h) { return release_fn((type *)h); }
-#define FAMILY(make, T) {make, T##_acquire, T##_release}
+/* One lock type behind its constructor: the verbs (acquire, release) are
+ * every type's, on its hold (hilock/hold.h), as are held, the last error
+ * and free. The guards table below makes a type one line. */
+typedef int (*make_fn)(hilock_client *c, hilock_hold **h);
 
 /* The lock's name and its length, as the constructors take them. */
 #define NAME LOCK_NAME, strlen(LOCK_NAME)
@@ -76,39 +63,24 @@ MAKE(seq, hilock_sequential_lock, hilock_sequential_lock_new(c, NAME, TTL_MS, &x
 MAKE(fair, hilock_fair_lock, hilock_fair_lock_new(c, NAME, TTL_MS, &x))
 MAKE(seg, hilock_segmented_lock, hilock_segmented_lock_new(c, NAME, SEGMENTS, TTL_MS, &x))
 
-/* The verbs; a sale writes, so the read-write lock's are its write side's
- * (which is also its hold). */
-VERBS(lock, hilock_lock, hilock_lock_acquire, hilock_lock_release)
-VERBS(rlock, hilock_rlock, hilock_rlock_acquire, hilock_rlock_release)
-VERBS(rwlock, hilock_rwlock, hilock_rwlock_write_acquire,
-      hilock_rwlock_write_release)
-VERBS(semaphore, hilock_semaphore, hilock_semaphore_acquire,
-      hilock_semaphore_release)
-VERBS(multi, hilock_multi_lock, hilock_multi_lock_acquire,
-      hilock_multi_lock_release)
-VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_acquire, hilock_sequential_lock_release)
-VERBS(fair, hilock_fair_lock, hilock_fair_lock_acquire,
-      hilock_fair_lock_release)
-VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_acquire, hilock_segmented_lock_release)
-
 typedef struct guard {
   const char *label;
-  family f; /* f.make == NULL: no lock at all */
+  make_fn make; /* NULL: no lock at all */
   int segmented; /* sells the lock's own stock with hilock_segmented_lock_take */
 } guard;
 
 static const guard guards[] = {
-    {"none", {0}, 0},
-    {"lock", FAMILY(lock_make, lock), 0},
-    {"simple_lock", FAMILY(simple_make, lock), 0},
-    {"lease", FAMILY(lease_make, lock), 0},
-    {"rlock", FAMILY(rlock_make, rlock), 0},
-    {"rwlock", FAMILY(rwlock_make, rwlock), 0},
-    {"semaphore", FAMILY(semaphore_make, semaphore), 0},
-    {"multi_lock", FAMILY(multi_make, multi), 0},
-    {"sequential_lock", FAMILY(seq_make, seq), 0},
-    {"fair_lock", FAMILY(fair_make, fair), 0},
-    {"segmented", FAMILY(seg_make, seg), 1},
+    {"none", NULL, 0},
+    {"lock", lock_make, 0},
+    {"simple_lock", simple_make, 0},
+    {"lease", lease_make, 0},
+    {"rlock", rlock_make, 0},
+    {"rwlock", rwlock_make, 0},
+    {"semaphore", semaphore_make, 0},
+    {"multi_lock", multi_make, 0},
+    {"sequential_lock", seq_make, 0},
+    {"fair_lock", fair_make, 0},
+    {"segmented", seg_make, 1},
 };
 
 /* ## The stock key, with plain hiredis ---------------------------------- */
@@ -152,9 +124,9 @@ static int sell(const char *url, const guard *g, int start_fd) {
   char ch;
 
   if (r == NULL) return -1;
-  if (g->f.make != NULL) {
+  if (g->make != NULL) {
     if (client_connect(url, &c) != HILOCK_OK) goto out;
-    if ((rc = g->f.make(c, &h)) != HILOCK_OK) {
+    if ((rc = g->make(c, &h)) != HILOCK_OK) {
       fprintf(stderr, "%s: %s\n", g->label, hilock_client_errmsg(c));
       goto out;
     }
@@ -162,7 +134,7 @@ static int sell(const char *url, const guard *g, int start_fd) {
   while (read(start_fd, &ch, 1) < 0 && errno == EINTR) {
   }
   for (;;) {
-    if (h != NULL && (rc = g->f.acquire(h, 30000)) == HILOCK_SOLDOUT) break;
+    if (h != NULL && (rc = hilock_hold_acquire(h, 30000)) == HILOCK_SOLDOUT) break;
     if (rc != HILOCK_OK) {
       fprintf(stderr, "acquire: %s\n",
               rc == HILOCK_BUSY ? "busy for 30 s" : why(h, rc));
@@ -182,14 +154,14 @@ static int sell(const char *url, const guard *g, int start_fd) {
       if (set_stock(r, stock - 1) != 0) goto out;
       n++;
     }
-    if (h != NULL && (rc = g->f.release(h)) != HILOCK_OK) {
+    if (h != NULL && (rc = hilock_hold_release(h)) != HILOCK_OK) {
       fprintf(stderr, "release: %s\n", why(h, rc));
       goto out;
     }
   }
   sold = n;
 out: /* the loop can end holding the lock (stock ran out, or an error) */
-  if (h != NULL && hilock_hold_held(h) && (rc = g->f.release(h)) != HILOCK_OK) {
+  if (h != NULL && hilock_hold_held(h) && (rc = hilock_hold_release(h)) != HILOCK_OK) {
     fprintf(stderr, "release: %s\n", why(h, rc));
     sold = -1;
   }
@@ -316,7 +288,7 @@ int main(int argc, char **argv) {
     }
     printf("| %-15s | %5ld | %8ld | %10ld | %7.2f |\n", guards[i].label, sold,
            sold > STOCK ? sold - STOCK : 0, left, secs);
-    if (guards[i].f.make != NULL && (sold != STOCK || left != 0)) status = 1;
+    if (guards[i].make != NULL && (sold != STOCK || left != 0)) status = 1;
   }
   printf("\nwith every lock type exactly %d sold: %s\n", STOCK,
          status == 0 ? "yes" : "NO");

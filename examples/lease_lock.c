@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
     goto out;
   }
 
-  if ((rc = hilock_lock_acquire(leader, 2000)) != HILOCK_OK) {
+  if ((rc = hilock_hold_acquire(HILOCK_HOLD(leader), 2000)) != HILOCK_OK) {
     report("acquire leader", leader, rc);
     goto out;
   }
@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
          hilock_hold_validity_ms(HILOCK_HOLD(leader)));
   for (int step = 0; step < 3; step++) {
     sleep_ms(400); /* one step of work, shorter than the lease */
-    if ((rc = hilock_lock_renew(leader)) != HILOCK_OK) {
+    if ((rc = hilock_hold_renew(HILOCK_HOLD(leader))) != HILOCK_OK) {
       report("renew", leader, rc);
       goto out;
     }
@@ -45,24 +45,24 @@ int main(int argc, char **argv) {
     printf("step %d: renewed, validity %" PRId64 " ms, owned=%d\n", step,
            hilock_hold_validity_ms(HILOCK_HOLD(leader)), owned);
   }
-  if ((rc = hilock_lock_extend(leader, 2000, 0)) != HILOCK_OK) {
+  if ((rc = hilock_hold_extend(HILOCK_HOLD(leader), 2000, 0)) != HILOCK_OK) {
     report("extend", leader, rc);
     goto out;
   }
   printf("extended by 2000 ms: validity %" PRId64 " ms\n",
          hilock_hold_validity_ms(HILOCK_HOLD(leader)));
-  if ((rc = hilock_lock_release(leader)) != HILOCK_OK) {
+  if ((rc = hilock_hold_release(HILOCK_HOLD(leader))) != HILOCK_OK) {
     report("release leader", leader, rc);
     goto out;
   }
 
   /* Renewing too late: the 100 ms lease lapsed while we slept. */
-  if ((rc = hilock_lock_acquire(late, 2000)) != HILOCK_OK) {
+  if ((rc = hilock_hold_acquire(HILOCK_HOLD(late), 2000)) != HILOCK_OK) {
     report("acquire cleanup", late, rc);
     goto out;
   }
   sleep_ms(200);
-  rc = hilock_lock_renew(late);
+  rc = hilock_hold_renew(HILOCK_HOLD(late));
   if (rc != HILOCK_ENOTOWNED) {
     report("late renew (expected ENOTOWNED)", late, rc);
     goto out;

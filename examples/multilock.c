@@ -35,7 +35,7 @@ static void *run_transfer(void *arg) {
     return NULL;
   }
   for (int i = 0; i < 3; i++) {
-    rc = hilock_multi_lock_acquire(m, 5000);
+    rc = hilock_hold_acquire(HILOCK_HOLD(m), 5000);
     if (rc != HILOCK_OK) {
       fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(m)));
       break;
@@ -46,7 +46,7 @@ static void *run_transfer(void *arg) {
            hilock_multi_lock_fence(m, 0), hilock_multi_lock_name(m, 1, NULL),
            hilock_multi_lock_fence(m, 1));
     sleep_ms(20); /* debit one, credit the other */
-    if (hilock_multi_lock_release(m) != HILOCK_OK)
+    if (hilock_hold_release(HILOCK_HOLD(m)) != HILOCK_OK)
       fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(m)));
   }
   t->status = 0;
@@ -73,13 +73,13 @@ int main(int argc, char **argv) {
   if (hilock_lock_new(client, "acct:2", 6, 5000, &auditor) != HILOCK_OK ||
       hilock_multi_lock_new(client, names, 2, 5000, &both) != HILOCK_OK)
     goto out;
-  if (hilock_lock_acquire(auditor, 1000) != HILOCK_OK) goto out;
-  rc = hilock_multi_lock_try_acquire(both);
+  if (hilock_hold_acquire(HILOCK_HOLD(auditor), 1000) != HILOCK_OK) goto out;
+  rc = hilock_hold_try_acquire(HILOCK_HOLD(both));
   printf("auditor holds acct:2; transfer try -> %s\n", hilock_strerror(rc));
-  hilock_lock_release(auditor);
-  rc = hilock_multi_lock_acquire(both, 1000);
+  hilock_hold_release(HILOCK_HOLD(auditor));
+  rc = hilock_hold_acquire(HILOCK_HOLD(both), 1000);
   printf("auditor done; transfer -> %s\n", hilock_strerror(rc));
-  if (rc == HILOCK_OK) hilock_multi_lock_release(both);
+  if (rc == HILOCK_OK) hilock_hold_release(HILOCK_HOLD(both));
   status = a.status || b.status;
 out:
   hilock_hold_free(HILOCK_HOLD(both));

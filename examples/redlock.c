@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
          hilock_redlock_nodes(a), hilock_redlock_quorum(a),
          hilock_redlock_node_timeout_ms(a));
 
-  rc = hilock_redlock_acquire(a, 5000);
+  rc = hilock_hold_acquire(HILOCK_HOLD(a), 5000);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "acquire: %s\n",
             rc < 0 ? hilock_hold_errmsg(HILOCK_HOLD(a)) : hilock_strerror(rc));
@@ -50,22 +50,22 @@ int main(int argc, char **argv) {
   printf("a holds it: fence %" PRIu64 ", %" PRId64 " ms of validity left\n",
          hilock_hold_fence(HILOCK_HOLD(a)), hilock_hold_validity_ms(HILOCK_HOLD(a)));
 
-  rc = hilock_redlock_try_acquire(b);
+  rc = hilock_hold_try_acquire(HILOCK_HOLD(b));
   printf("b tries too: %s (%s)\n", hilock_err_name(rc),
          hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   /* Work that runs long asks for more time; it counts only if a majority
    * confirms before the current validity runs out. */
-  rc = hilock_redlock_extend(a, 20000, 1);
+  rc = hilock_hold_extend(HILOCK_HOLD(a), 20000, 1);
   printf("a extends to 20 s: %s, validity %" PRId64 " ms\n",
          hilock_err_name(rc), hilock_hold_validity_ms(HILOCK_HOLD(a)));
 
-  rc = hilock_redlock_release(a);
+  rc = hilock_hold_release(HILOCK_HOLD(a));
   printf("a releases: %s\n", hilock_err_name(rc));
-  rc = hilock_redlock_try_acquire(b);
+  rc = hilock_hold_try_acquire(HILOCK_HOLD(b));
   printf("b tries again: %s, fence %" PRIu64 "\n", hilock_err_name(rc),
          hilock_hold_fence(HILOCK_HOLD(b)));
-  if (rc == HILOCK_OK) rc = hilock_redlock_release(b);
+  if (rc == HILOCK_OK) rc = hilock_hold_release(HILOCK_HOLD(b));
   status = rc == HILOCK_OK ? 0 : 1;
 out:
   hilock_hold_free(HILOCK_HOLD(a));

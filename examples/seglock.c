@@ -35,7 +35,7 @@ static void *buy(void *arg) {
   unsigned seed = (unsigned)b->id * 7919u + 1;
   for (;;) {
     int64_t taken = 0;
-    int rc = hilock_segmented_lock_acquire(b->seg, 10000);
+    int rc = hilock_hold_acquire(HILOCK_HOLD(b->seg), 10000);
     if (rc == HILOCK_SOLDOUT) return NULL;
     if (rc != HILOCK_OK) {
       fprintf(stderr, "buyer %d: %s\n", b->id,
@@ -51,7 +51,7 @@ static void *buy(void *arg) {
     }
     b->units += taken;
     b->orders[hilock_segmented_lock_segment(b->seg)]++;
-    if (hilock_segmented_lock_release(b->seg) != HILOCK_OK) {
+    if (hilock_hold_release(HILOCK_HOLD(b->seg)) != HILOCK_OK) {
       fprintf(stderr, "release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(b->seg)));
       b->failed = 1;
     }
@@ -118,15 +118,15 @@ join:
 
   /* Restock one segment: the empty ones are skipped. */
   hilock_segmented_lock_stock_set(sale, 3, 2);
-  if (hilock_segmented_lock_acquire(sale, 1000) == HILOCK_OK) {
+  if (hilock_hold_acquire(HILOCK_HOLD(sale), 1000) == HILOCK_OK) {
     hilock_segmented_lock_take(sale, 5, 1, &taken, NULL);
     printf("after restocking segment 3: granted segment %zu (fence %" PRIu64
            "), took %" PRId64 "\n",
            hilock_segmented_lock_segment(sale), hilock_hold_fence(HILOCK_HOLD(sale)), taken);
-    hilock_segmented_lock_release(sale);
+    hilock_hold_release(HILOCK_HOLD(sale));
   }
   printf("next acquire: %s\n",
-         hilock_err_name(hilock_segmented_lock_acquire(sale, 1000)));
+         hilock_err_name(hilock_hold_acquire(HILOCK_HOLD(sale), 1000)));
 out:
   for (int i = 0; i < BUYERS; i++) hilock_hold_free(HILOCK_HOLD(b[i].seg));
   hilock_hold_free(HILOCK_HOLD(sale));

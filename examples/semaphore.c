@@ -31,14 +31,14 @@ static void *worker(void *arg) {
       HILOCK_OK)
     return NULL;
   hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL);
-  if (hilock_semaphore_acquire(s, 10000) == HILOCK_OK) {
+  if (hilock_hold_acquire(HILOCK_HOLD(s), 10000) == HILOCK_OK) {
     now = atomic_fetch_add(&inside, 1) + 1;
     if (now > atomic_load(&most_inside)) atomic_store(&most_inside, now);
     printf("worker %d: building (%d inside), permit %.8s...\n", id, now,
            hilock_hold_token(HILOCK_HOLD(s)));
     sleep_ms(300);
     atomic_fetch_sub(&inside, 1);
-    hilock_semaphore_release(s); /* wakes one waiter */
+    hilock_hold_release(HILOCK_HOLD(s)); /* wakes one waiter */
   } else {
     fprintf(stderr, "worker %d: %s\n", id, hilock_hold_errmsg(HILOCK_HOLD(s)));
   }
@@ -74,16 +74,16 @@ int main(int argc, char **argv) {
   hilock_semaphore_new(client, NAME, strlen(NAME), 3, 1000, &crashed);
   hilock_semaphore_new(client, NAME, strlen(NAME), 3, 1000, &waiter);
   hilock_semaphore_set_limit(op, 1);
-  if (hilock_semaphore_try_acquire(crashed) != HILOCK_OK) goto out;
+  if (hilock_hold_try_acquire(HILOCK_HOLD(crashed)) != HILOCK_OK) goto out;
   hilock_hold_free(HILOCK_HOLD(crashed)); /* "crashes" without releasing */
   crashed = NULL;
   hilock_semaphore_available(op, &free_now);
   printf("limit 1, its holder crashed: %" PRId64 " free\n", free_now);
   t0 = now_ms();
-  rc = hilock_semaphore_acquire(waiter, 5000);
+  rc = hilock_hold_acquire(HILOCK_HOLD(waiter), 5000);
   printf("a waiter got the permit after %" PRId64 " ms (%s)\n\n",
          now_ms() - t0, hilock_strerror(rc));
-  hilock_semaphore_release(waiter);
+  hilock_hold_release(HILOCK_HOLD(waiter));
 
   /* An operator changes the limit; holders keep their permits. */
   hilock_semaphore_set_limit(op, 5);

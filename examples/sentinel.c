@@ -44,14 +44,14 @@ int main(int argc, char **argv) {
   }
   hilock_hold_set_auto_renew(HILOCK_HOLD(lk), 1, 0, NULL, NULL);
   for (int i = 1; i <= rounds; i++) {
-    rc = hilock_lock_acquire(lk, 2000);
+    rc = hilock_hold_acquire(HILOCK_HOLD(lk), 2000);
     if (rc == HILOCK_OK) {
       granted++;
       printf("round %d: granted, fence %llu (acknowledged by %d replica%s)\n",
              i, (unsigned long long)hilock_hold_fence(HILOCK_HOLD(lk)), replicas,
              replicas == 1 ? "" : "s");
       sleep_ms(300); /* the critical section */
-      rc = hilock_lock_release(lk);
+      rc = hilock_hold_release(HILOCK_HOLD(lk));
       if (rc != HILOCK_OK) report("release", lk, rc);
     } else if (rc == HILOCK_ENOREPLICAS) {
       /* Not a grant: a failover now could hand the lock to someone else. */

@@ -29,7 +29,7 @@ typedef struct worker {
 
 static void *work(void *arg) {
   worker *w = arg;
-  int rc = hilock_sequential_lock_acquire(w->lock, 10000);
+  int rc = hilock_hold_acquire(HILOCK_HOLD(w->lock), 10000);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "worker %d: %s\n", w->id, hilock_hold_errmsg(HILOCK_HOLD(w->lock)));
     return NULL;
@@ -38,7 +38,7 @@ static void *work(void *arg) {
          w->id, hilock_sequential_lock_sequence(w->lock),
          hilock_hold_fence(HILOCK_HOLD(w->lock)));
   sleep_ms(30);
-  hilock_sequential_lock_release(w->lock); /* wakes the next in line, only it */
+  hilock_hold_release(HILOCK_HOLD(w->lock)); /* wakes the next in line, only it */
   return NULL;
 }
 
@@ -48,7 +48,7 @@ static int crashing_holder(const char *url) {
   hilock_sequential_lock *sl = NULL;
   if (client_connect(url, &c) != HILOCK_OK ||
       hilock_sequential_lock_new(c, NAME, strlen(NAME), 800, &sl) != HILOCK_OK ||
-      hilock_sequential_lock_acquire(sl, 5000) != HILOCK_OK)
+      hilock_hold_acquire(HILOCK_HOLD(sl), 5000) != HILOCK_OK)
     _exit(1);
   printf("process %d holds it (sequence %" PRIu64 ") and crashes\n",
          (int)getpid(), hilock_sequential_lock_sequence(sl));
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sequential lock: %s\n", hilock_client_errmsg(c));
     goto out;
   }
-  if (hilock_sequential_lock_acquire(busy, 2000) != HILOCK_OK) {
+  if (hilock_hold_acquire(HILOCK_HOLD(busy), 2000) != HILOCK_OK) {
     fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(busy)));
     goto out;
   }
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
   }
   hilock_sequential_lock_waiters(busy, &waiting);
   printf("%" PRId64 " waiting\n", waiting);
-  hilock_sequential_lock_release(busy);
+  hilock_hold_release(HILOCK_HOLD(busy));
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
   started = 0;
 
@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   t0 = now_s();
-  rc = hilock_sequential_lock_acquire(next, 5000);
+  rc = hilock_hold_acquire(HILOCK_HOLD(next), 5000);
   if (rc != HILOCK_OK) {
     fprintf(stderr, "after the crash: %s\n", hilock_hold_errmsg(HILOCK_HOLD(next)));
     goto out;
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
          ", fence %" PRIu64 ")\n",
          now_s() - t0, hilock_sequential_lock_sequence(next),
          hilock_hold_fence(HILOCK_HOLD(next)));
-  hilock_sequential_lock_release(next);
+  hilock_hold_release(HILOCK_HOLD(next));
   status = 0;
 join:
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);

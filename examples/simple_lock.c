@@ -32,10 +32,10 @@ int main(int argc, char **argv) {
   }
 
   /* The usual pattern: try once, do the work, release. */
-  rc = hilock_lock_try_acquire(job);
+  rc = hilock_hold_try_acquire(HILOCK_HOLD(job));
   if (rc == HILOCK_OK) {
     printf("running the job, fence %" PRIu64 "\n", hilock_hold_fence(HILOCK_HOLD(job)));
-    if ((rc = hilock_lock_release(job)) != HILOCK_OK) {
+    if ((rc = hilock_hold_release(HILOCK_HOLD(job))) != HILOCK_OK) {
       report("release", job, rc);
       goto out;
     }
@@ -47,13 +47,13 @@ int main(int argc, char **argv) {
   }
 
   /* A holder that dies: its handle goes away, the lock stays. */
-  if ((rc = hilock_lock_try_acquire(dead)) != HILOCK_OK) {
+  if ((rc = hilock_hold_try_acquire(HILOCK_HOLD(dead))) != HILOCK_OK) {
     report("try_acquire", dead, rc);
     goto out;
   }
   hilock_hold_free(HILOCK_HOLD(dead));
   dead = NULL;
-  rc = hilock_lock_acquire(waiter, 200);
+  rc = hilock_hold_acquire(HILOCK_HOLD(waiter), 200);
   if (rc != HILOCK_BUSY) {
     report("acquire (expected busy)", waiter, rc);
     goto out;
@@ -69,13 +69,13 @@ int main(int argc, char **argv) {
   printf("operator force_release of %.*s: deleted=%d\n", (int)keylen, key,
          deleted);
 
-  if ((rc = hilock_lock_acquire(waiter, 200)) != HILOCK_OK) {
+  if ((rc = hilock_hold_acquire(HILOCK_HOLD(waiter), 200)) != HILOCK_OK) {
     report("acquire", waiter, rc);
     goto out;
   }
   printf("acquire now: granted, fence %" PRIu64 "\n",
          hilock_hold_fence(HILOCK_HOLD(waiter)));
-  if ((rc = hilock_lock_release(waiter)) != HILOCK_OK) {
+  if ((rc = hilock_hold_release(HILOCK_HOLD(waiter))) != HILOCK_OK) {
     report("release", waiter, rc);
     goto out;
   }

@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
       hilock_lock_new(c, "report:daily", 12, 5000, &thief) != HILOCK_OK)
     goto out;
   hilock_hold_set_auto_renew(HILOCK_HOLD(job), 1, 0, on_lost, NULL);
-  if ((rc = hilock_lock_acquire(job, 1000)) != HILOCK_OK) {
+  if ((rc = hilock_hold_acquire(HILOCK_HOLD(job), 1000)) != HILOCK_OK) {
     fprintf(stderr, "acquire: %s\n", hilock_hold_errmsg(HILOCK_HOLD(job)));
     goto out;
   }
@@ -44,13 +44,13 @@ int main(int argc, char **argv) {
          owned, hilock_hold_validity_ms(HILOCK_HOLD(job)));
 
   hilock_lock_force_release(thief, NULL); /* an operator steps in */
-  hilock_lock_try_acquire(thief);
+  hilock_hold_try_acquire(HILOCK_HOLD(thief));
   for (int i = 0; i < 40 && !atomic_load(&lost_signalled); i++) usleep(25000);
   printf("renewal noticed: lost=%d callback=%d\n", hilock_hold_lost(HILOCK_HOLD(job)),
          atomic_load(&lost_signalled));
-  rc = hilock_lock_release(job);
+  rc = hilock_hold_release(HILOCK_HOLD(job));
   printf("holder's release: %s\n", hilock_hold_errmsg(HILOCK_HOLD(job)));
-  hilock_lock_release(thief);
+  hilock_hold_release(HILOCK_HOLD(thief));
   status = rc == HILOCK_ENOTOWNED && atomic_load(&lost_signalled) ? 0 : 1;
 out:
   hilock_hold_free(HILOCK_HOLD(job));

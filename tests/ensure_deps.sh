@@ -109,8 +109,11 @@ hilock_ensure_venv() {
   # prometheus_client: hilock.metrics (test_stats.py).
   # pytest-xdist: tests/run.sh runs the Python suites on two workers.
   # gevent, eventlet: test_green.py runs locks under their monkey-patching.
+  # opentelemetry-api and -sdk: hilock.tracing (test_tracing.py, with the
+  # SDK's in-memory exporter), at the versions the suite was written for.
   local need=(pytest pytest-xdist redis "mypy>=1.8" "ruff>=0.4" "mkdocs>=1.6,<2" matplotlib
-              uvloop prometheus_client gevent eventlet "$@") missing=()
+              uvloop prometheus_client gevent eventlet "opentelemetry-api==1.45.2"
+              "opentelemetry-sdk==1.45.2" "$@") missing=()
   for p in "${need[@]}"; do
     # pip show takes a bare name: strip a version specifier.
     "$HILOCK_VENV/bin/python" -m pip show -q "${p%%[<>=!~]*}" >/dev/null 2>&1 || missing+=("$p")

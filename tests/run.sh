@@ -88,7 +88,8 @@ echo "== Python typing and lint"
   tests/python/test_cli.py tests/python/test_tls.py tests/bench/async_bench.py \
   tests/python/test_interop.py tests/python/test_factories.py tests/python/test_election.py tests/bench/election.py \
   tests/python/test_fault_checker.py tests/faults \
-  tests/fuzz/fuzz_python.py tests/soak/endurance.py tests/python/test_argument_limits.py
+  tests/fuzz/fuzz_python.py tests/soak/endurance.py tests/python/test_argument_limits.py \
+  tests/python/test_tracing.py
 cmake -S . -B build/typing -DHILOCK_BUILD_TESTS=OFF -DHILOCK_BUILD_PYTHON=ON \
   -DHILOCK_BUILD_EXAMPLES=OFF -DHILOCK_BUILD_BENCH=OFF -DPython_EXECUTABLE="$PY" >/dev/null
 cmake --build build/typing -j"$jobs"
@@ -117,7 +118,8 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
   ../tests/python/test_shared_waiting.py ../tests/python/test_wait.py \
   ../tests/python/test_asyncio.py ../tests/python/test_store.py ../tests/python/test_contract.py \
   ../tests/python/test_url.py ../tests/python/test_damaged_keys.py ../tests/python/test_acl.py \
-  ../tests/python/test_restart.py ../tests/python/test_election.py -k "not pause_past_ttl and not inventory")
+  ../tests/python/test_restart.py ../tests/python/test_election.py ../tests/python/test_tracing.py \
+  -k "not pause_past_ttl and not inventory")
 if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
   cat build/pyasan/logs/asan*
   exit 1

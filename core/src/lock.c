@@ -20,7 +20,7 @@ struct hilock_lock {
   hilock_lock_kind kind;
   char *key, *fkey, *wkey; /* lock, fence counter, wake list */
   size_t keylen, fkeylen, wkeylen;
-  /* The lock-delay marker (hilock_lock_set_delay; the delay is the
+  /* The lock-delay marker (hilock_hold_set_lock_delay; the delay is the
    * hold's): every grant checks it, a grant with a delay sets it. */
   char *dkey;
   size_t dkeylen;

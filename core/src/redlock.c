@@ -76,14 +76,15 @@ static void copy_text(char *dst, size_t size, const char *src) {
   dst[n] = '\0';
 }
 
-static int fail(hilock_redlock *rl, int code, const char *fmt, ...)
+/* printf-style checking of the error setters' messages below. */
 #if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
+#define RL_PRINTF __attribute__((format(printf, 3, 4)))
+#else
+#define RL_PRINTF
 #endif
-    ;
 
 /* Record the failure in the handle's one error slot (its hold's). */
-static int fail(hilock_redlock *rl, int code, const char *fmt, ...) {
+static RL_PRINTF int fail(hilock_redlock *rl, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   hilock__vset_err(&rl->h.err, code, fmt, ap);
@@ -91,23 +92,31 @@ static int fail(hilock_redlock *rl, int code, const char *fmt, ...) {
   return code;
 }
 
-/* Append "; addr: error" to the slot's message for every node that failed
- * the round (as many as fit). */
-static void append_node_errors(hilock_redlock *rl, const rl_conn *set) {
+/* fail, then "; addr: error" for every node that failed the round (as many
+ * as fit). */
+static RL_PRINTF int fail_nodes(hilock_redlock *rl, int code, const char *fmt,
+                                ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  hilock__vset_err(&rl->h.err, code, fmt, ap);
+  va_end(ap);
   for (int i = 0; i < rl->n; i++)
-    if (set[i].rc < 0)
+    if (rl->conn[i].rc < 0)
       hilock__err_append(&rl->h.err, "; %s: %s", rl->node[i].addr,
-                         set[i].err);
+                         rl->conn[i].err);
+  return code;
 }
 
-static void node_fail(rl_conn *k, int code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+/* HILOCK_ENOQUORUM for what: how many nodes answered, and each node's
+ * error. */
+static int no_quorum(hilock_redlock *rl, const char *what, int answered) {
+  return fail_nodes(rl, HILOCK_ENOQUORUM,
+                    "%s: %d of %d nodes answered, %d needed", what, answered,
+                    rl->n, rl->quorum);
+}
 
 /* Record the first failure of a node in this round. */
-static void node_fail(rl_conn *k, int code, const char *fmt, ...) {
+static RL_PRINTF void node_fail(rl_conn *k, int code, const char *fmt, ...) {
   va_list ap;
   if (k->rc < 0) return;
   k->rc = code;
@@ -463,20 +472,12 @@ static int nodes_answer(hilock_redlock *rl) {
       refused = rl->conn[i].rc;
   }
   conns_clear(rl->conn, rl->n);
-  if (refused) {
-    fail(rl, refused, "redlock: %s",
-         refused == HILOCK_ECERT || refused == HILOCK_ETLS
-             ? "TLS failed on a node"
-             : "a node refused the credentials");
-    append_node_errors(rl, rl->conn);
-    return refused;
-  }
-  if (ok < rl->quorum) {
-    fail(rl, HILOCK_ENOQUORUM, "redlock: %d of %d nodes answered, %d needed",
-         ok, rl->n, rl->quorum);
-    append_node_errors(rl, rl->conn);
-    return HILOCK_ENOQUORUM;
-  }
+  if (refused)
+    return fail_nodes(rl, refused, "redlock: %s",
+                      refused == HILOCK_ECERT || refused == HILOCK_ETLS
+                          ? "TLS failed on a node"
+                          : "a node refused the credentials");
+  if (ok < rl->quorum) return no_quorum(rl, "redlock", ok);
   return HILOCK_OK;
 }
 
@@ -685,12 +686,10 @@ static int attempt(hilock_redlock *rl) {
      * store the largest on a majority first, so the next grant counts
      * past it. */
     if (fmin != fmax && !fence_round(rl, fmax)) {
-      fail(rl, HILOCK_ENOQUORUM,
-           "acquire: granted on %d of %d nodes, but fewer than %d stored the "
-           "fence %llu",
-           granted, rl->n, rl->quorum, (unsigned long long)fmax);
-      append_node_errors(rl, rl->conn);
-      rc = HILOCK_ENOQUORUM;
+      rc = fail_nodes(rl, HILOCK_ENOQUORUM,
+                      "acquire: granted on %d of %d nodes, but fewer than %d "
+                      "stored the fence %llu",
+                      granted, rl->n, rl->quorum, (unsigned long long)fmax);
     } else if (hilock__now_us() - start >= h->ttl_ms * 1000 - drift) {
       rc = fail(rl, HILOCK_ETIMEDOUT,
                 "acquire: the majority answered after the validity ran out");
@@ -714,12 +713,10 @@ static int attempt(hilock_redlock *rl) {
               "acquire: held by another owner on %d of %d nodes", busy,
               rl->n);
   } else {
-    fail(rl, HILOCK_ENOQUORUM,
-         "acquire: granted on %d, held elsewhere on %d, failed on %d of %d "
-         "nodes; %d needed",
-         granted, busy, failed, rl->n, rl->quorum);
-    append_node_errors(rl, rl->conn);
-    rc = HILOCK_ENOQUORUM;
+    rc = fail_nodes(rl, HILOCK_ENOQUORUM,
+                    "acquire: granted on %d, held elsewhere on %d, failed on "
+                    "%d of %d nodes; %d needed",
+                    granted, busy, failed, rl->n, rl->quorum);
   }
   /* Not granted: take the token off every node, including those that
    * failed or were slow (they may have set it after all). */
@@ -880,12 +877,10 @@ static int release_fn(void *x) {
      * wait for every node). What is left is on a minority, until its TTL. */
     rc = HILOCK_OK;
   } else {
-    fail(rl, HILOCK_ENOQUORUM,
-         "release: deleted on %d of %d nodes, %d needed; the rest lapse at "
-         "their TTL",
-         deleted, rl->n, rl->quorum);
-    append_node_errors(rl, rl->conn);
-    rc = HILOCK_ENOQUORUM;
+    rc = fail_nodes(rl, HILOCK_ENOQUORUM,
+                    "release: deleted on %d of %d nodes, %d needed; the rest "
+                    "lapse at their TTL",
+                    deleted, rl->n, rl->quorum);
   }
   hilock__hold_ended(&rl->h, rc == HILOCK_ENOTOWNED);
   conns_clear(rl->conn, rl->n);
@@ -959,12 +954,10 @@ static int extend_fn(void *x, int64_t ms, int replace) {
               "%d nodes",
               gone, rl->n);
   } else {
-    fail(rl, HILOCK_ENOQUORUM,
-         "extend: confirmed on %d of %d nodes, %d needed; the validity is "
-         "unchanged",
-         ok, rl->n, rl->quorum);
-    append_node_errors(rl, rl->conn);
-    rc = HILOCK_ENOQUORUM;
+    rc = fail_nodes(rl, HILOCK_ENOQUORUM,
+                    "extend: confirmed on %d of %d nodes, %d needed; the "
+                    "validity is unchanged",
+                    ok, rl->n, rl->quorum);
   }
   conns_clear(rl->conn, rl->n);
   return rc;
@@ -994,6 +987,14 @@ static int renew_fn(hilock__hold *h, void *arg) {
 
 /* ## Queries ------------------------------------------------------------ */
 
+/* cmd on the key, on every node, on the caller's connections. */
+static void key_round(hilock_redlock *rl, const char *cmd) {
+  const char *argv[2] = {cmd, rl->key};
+  size_t lens[2] = {strlen(cmd), rl->keylen};
+  hilock__req q = {.argc = 2, .argv = argv, .lens = lens};
+  round_run(rl, rl->conn, 0, &q, rl->node_timeout_ms, NULL);
+}
+
 static int fam_owned(void *arg, int *owned) {
   hilock_redlock *rl = arg;
   int mine = 0, other = 0;
@@ -1001,12 +1002,7 @@ static int fam_owned(void *arg, int *owned) {
   if (rl == NULL || owned == NULL) return HILOCK_EINVAL;
   *owned = 0;
   if (!rl->h.held || rl->h.pid != hilock__pid()) return HILOCK_OK;
-  {
-    const char *argv[2] = {"GET", rl->key};
-    size_t lens[2] = {3, rl->keylen};
-    hilock__req q = {.argc = 2, .argv = argv, .lens = lens};
-    round_run(rl, rl->conn, 0, &q, rl->node_timeout_ms, NULL);
-  }
+  key_round(rl, "GET");
   for (int i = 0; i < rl->n; i++) {
     rl_conn *k = &rl->conn[i];
     if (k->rc < 0 || k->reply == NULL) continue;
@@ -1025,10 +1021,7 @@ static int fam_owned(void *arg, int *owned) {
   } else if (other > rl->n - rl->quorum) {
     hilock__hold_lost(&rl->h);
   } else {
-    fail(rl, HILOCK_ENOQUORUM, "owned: %d of %d nodes answered, %d needed",
-         mine + other, rl->n, rl->quorum);
-    append_node_errors(rl, rl->conn);
-    rc = HILOCK_ENOQUORUM;
+    rc = no_quorum(rl, "owned", mine + other);
   }
   conns_clear(rl->conn, rl->n);
   return rc;
@@ -1039,12 +1032,7 @@ static int fam_locked(void *arg, int *locked) {
   int yes = 0, no = 0, rc = HILOCK_OK;
   if (rl == NULL || locked == NULL) return HILOCK_EINVAL;
   *locked = 0;
-  {
-    const char *argv[2] = {"EXISTS", rl->key};
-    size_t lens[2] = {6, rl->keylen};
-    hilock__req q = {.argc = 2, .argv = argv, .lens = lens};
-    round_run(rl, rl->conn, 0, &q, rl->node_timeout_ms, NULL);
-  }
+  key_round(rl, "EXISTS");
   for (int i = 0; i < rl->n; i++) {
     long long v;
     if (!reply_int(&rl->conn[i], &v)) continue;
@@ -1056,10 +1044,7 @@ static int fam_locked(void *arg, int *locked) {
   } else if (no > rl->n - rl->quorum) {
     *locked = 0;
   } else {
-    fail(rl, HILOCK_ENOQUORUM, "locked: %d of %d nodes answered, %d needed",
-         yes + no, rl->n, rl->quorum);
-    append_node_errors(rl, rl->conn);
-    rc = HILOCK_ENOQUORUM;
+    rc = no_quorum(rl, "locked", yes + no);
   }
   conns_clear(rl->conn, rl->n);
   return rc;

@@ -172,12 +172,24 @@ static int parse_ssl(const char *k, size_t kl, const char *v, size_t vl,
   return rc;
 }
 
+/* A text parameter's value v[0..vl), percent-decoded, into *field (in
+ * place of what was there); name is the parameter's, for the error. */
+static int take_text(char **field, const char *name, const char *v, size_t vl,
+                     hilock__url *out, hilock__err *e) {
+  int bad = 0;
+  free(*field);
+  *field = decode(v, vl, &bad);
+  if (bad) BAD("bad percent-escape in URL %s", name);
+  if (*field == NULL) NOMEM();
+  return HILOCK_OK;
+}
+
 static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
   while (*q != '\0') {
     const char *amp = strchr(q, '&');
     size_t n = amp ? (size_t)(amp - q) : strlen(q);
     const char *eq = memchr(q, '=', n);
-    int bad = 0;
+    int rc = HILOCK_OK;
     /* (not shown: a "password" whose '=' was forgotten is a password) */
     if (eq == NULL) BAD("bad URL query parameter: name=value expected");
     size_t kl = (size_t)(eq - q), vl = n - kl - 1;
@@ -187,33 +199,22 @@ static int parse_query(const char *q, hilock__url *out, hilock__err *e) {
         BAD("bad database number in URL");
       out->db = (int)db;
     } else if (kl == 8 && memcmp(q, "password", 8) == 0) {
-      free(out->password);
-      out->password = decode(eq + 1, vl, &bad);
-      if (bad) BAD("bad percent-escape in URL password");
-      if (out->password == NULL) NOMEM();
+      rc = take_text(&out->password, "password", eq + 1, vl, out, e);
     } else if (kl == 4 && memcmp(q, "user", 4) == 0) {
-      free(out->user);
-      out->user = decode(eq + 1, vl, &bad);
-      if (bad) BAD("bad percent-escape in URL user");
-      if (out->user == NULL) NOMEM();
+      rc = take_text(&out->user, "user", eq + 1, vl, out, e);
     } else if (out->sentinel && kl == 17 &&
                memcmp(q, "sentinel_password", 17) == 0) {
-      free(out->sentinel_password);
-      out->sentinel_password = decode(eq + 1, vl, &bad);
-      if (bad) BAD("bad percent-escape in URL sentinel_password");
-      if (out->sentinel_password == NULL) NOMEM();
+      rc = take_text(&out->sentinel_password, "sentinel_password", eq + 1, vl,
+                     out, e);
     } else if (out->sentinel && kl == 13 &&
                memcmp(q, "sentinel_user", 13) == 0) {
-      free(out->sentinel_user);
-      out->sentinel_user = decode(eq + 1, vl, &bad);
-      if (bad) BAD("bad percent-escape in URL sentinel_user");
-      if (out->sentinel_user == NULL) NOMEM();
+      rc = take_text(&out->sentinel_user, "sentinel_user", eq + 1, vl, out, e);
     } else if (kl > 4 && memcmp(q, "ssl_", 4) == 0) {
-      int rc = parse_ssl(q, kl, eq + 1, vl, out, e);
-      if (rc != HILOCK_OK) return rc;
+      rc = parse_ssl(q, kl, eq + 1, vl, out, e);
     } else {
       BAD("unknown URL query parameter '%.*s'", (int)kl, q);
     }
+    if (rc != HILOCK_OK) return rc;
     q += n;
     if (*q == '&') q++;
   }

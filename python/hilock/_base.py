@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Type, TypeV
 
 from . import _green, _notify
 from . import _hilock as _h
-from ._util import Name, Uncopyable, name_bytes, seconds_to_ms, wait_seconds
+from ._util import Name, Uncopyable, delay_to_ms, name_bytes, seconds_to_ms, wait_seconds
 from .errors import (
     InvalidArgument,
     LockError,
@@ -33,13 +33,21 @@ _L = TypeVar("_L", bound="LockBase")
 # returns is ignored. LostCallback[Lock] for a Lock, and so on.
 LostCallback = Callable[[_L], object]
 
+# hilock.tracing's hook while it is instrumented (None: not traced). Each
+# acquire and release reads it once; nothing else is done without it.
+_tracer_hook: Any = None
+
 
 def _counted(release: Callable[[_L], None]) -> Callable[[_L], None]:
     """Count a lock object's successful releases per thread, so a ``with``
     block can tell that its body released the lock on purpose."""
     @functools.wraps(release)
     def counted(self: _L) -> None:
-        release(self)
+        hook = _tracer_hook
+        if hook is None:
+            release(self)
+        else:
+            hook.release(self, release)
         t = self._releases()
         t.n = getattr(t, "n", 0) + 1
     return counted
@@ -167,7 +175,10 @@ class LockBase(Uncopyable):
             wait = self._timeout
         else:
             wait = wait_seconds(timeout)
-        return self._acquire(wait)
+        hook = _tracer_hook
+        if hook is None:
+            return self._acquire(wait)
+        return hook.acquire(self, wait)  # type: ignore[no-any-return]
 
     def _acquire(self, wait: Optional[float]) -> bool:
         return self._c_call_acquire(wait)
@@ -222,6 +233,9 @@ class LockBase(Uncopyable):
         return bool(type(self)._c_lost(self._h))
 
     def _notify_lost(self) -> None:
+        hook = _tracer_hook
+        if hook is not None:
+            hook.lost(self)
         if self._on_lost is not None:
             self._on_lost(self)
 
@@ -324,6 +338,9 @@ class LockBase(Uncopyable):
             data: bytes = _h.py_hold_export(handle)
         except UnsupportedError as e:
             raise NotTransferable(str(e), e.code) from None
+        hook = _tracer_hook
+        if hook is not None:
+            hook.exported(self, handle)
         return data.decode("ascii")
 
     def _adopted(self, handle: Any) -> None:
@@ -519,19 +536,25 @@ class QueuedBase(ExclusiveBase):
     _c_renew: ClassVar[Callable[[Any], int]]
     _c_heartbeat_ms: ClassVar[Callable[[Any], int]]
     _c_set_heartbeat: ClassVar[Callable[[Any, int], int]]
-    _C_VERBS = ("acquire", "release", "new", "waiters", "extend", "renew", "heartbeat_ms",
-                "set_heartbeat")
+    # The family's own calls; its verbs are the hold's (one set for every family).
+    _C_OWN = ("new", "waiters")
+    _C_HOLD = ("acquire", "release", "extend", "renew", "heartbeat_ms", "set_heartbeat")
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        for verb in cls._C_VERBS:
+        for verb in cls._C_OWN:
             setattr(cls, "_c_" + verb, getattr(_h, f"hilock_{cls._kind_name}_{verb}"))
+        for verb in cls._C_HOLD:
+            setattr(cls, "_c_" + verb, getattr(_h, f"hilock_hold_{verb}"))
 
     def __init__(self: _Q, client: Client, name: Name, ttl: float, timeout: Optional[float],
                  auto_renew: bool = True, max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback[_Q]] = None) -> None:
+                 on_lost: Optional[LostCallback[_Q]] = None,
+                 lock_delay: float = 0) -> None:
+        delay_ms = delay_to_ms(lock_delay)
         super().__init__(client, name, timeout, auto_renew, max_hold, on_lost)
         self._setup(client._new(type(self)._c_new, self._bname, seconds_to_ms(ttl, "ttl")))
+        self._set_delay(delay_ms)
 
     def owned(self) -> bool:
         """Whether this object's grant still holds the lock (one round trip)."""

@@ -167,6 +167,7 @@ class Client(Uncopyable):
                                    wait_replicas,
                                    wait_ms, *tls, prefix_bytes(prefix), int(not connect))
         self.prefix = prefix
+        self._shared_waiting = shared_waiting  # what traces report
         # Losses, renewal failures, reconnects and failovers go to the
         # "hilock" logger (see docs/observability.md).
         _notify.start_logging()

@@ -6,6 +6,7 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple, Type, Union
 
+from . import _base
 from . import _hilock as _h
 from ._base import ExclusiveBase, LostCallback
 from ._util import Name, seconds_to_ms, wait_seconds
@@ -73,7 +74,8 @@ class Election(ExclusiveBase):
                                   f"{_h.HILOCK_ELECTION_VALUE_MAX}")
         wait = self._timeout if timeout is None else wait_seconds(timeout)
         self._campaigner.value = data
-        if not self._acquire(wait):
+        hook = _base._tracer_hook
+        if not (self._acquire(wait) if hook is None else hook.acquire(self, wait)):
             raise LockTimeout(f"did not lead {self._name!r} within {wait} s")
         return Leadership(self, value_of(data))
 

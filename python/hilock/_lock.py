@@ -25,8 +25,8 @@ class Lock(ExclusiveBase):
     through Redis.
     """
 
-    _c_acquire = _h.hilock_lock_acquire
-    _c_release = _h.hilock_lock_release
+    _c_acquire = _h.hilock_hold_acquire
+    _c_release = _h.hilock_hold_release
 
     def __init__(self, client: Client, name: Name, kind: int, ttl: Optional[float],
                  timeout: Optional[float], auto_renew: bool = False,
@@ -58,11 +58,11 @@ class Lock(ExclusiveBase):
         """Add ``seconds`` to the remaining TTL, or set it (``replace=True``),
         only while still owned; an expired lock is never re-created.
         Raises LockNotOwnedError, or UnsupportedError for a simple lock."""
-        _h.hilock_lock_extend(self._h, seconds_to_ms(seconds, "extension"), 1 if replace else 0)
+        _h.hilock_hold_extend(self._h, seconds_to_ms(seconds, "extension"), 1 if replace else 0)
 
     def renew(self) -> None:
         """Reset the TTL to the lock's ``ttl`` (a lease renewal)."""
-        _h.hilock_lock_renew(self._h)
+        _h.hilock_hold_renew(self._h)
 
     def force_release(self) -> bool:
         """Operator tool: delete the lock whoever holds it, waking a waiter.

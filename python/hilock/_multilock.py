@@ -45,8 +45,8 @@ class MultiLock(ExclusiveBase):
     :class:`hilock.Lock` (one object, one holder; not reentrant).
     """
 
-    _c_acquire = _h.hilock_multi_lock_acquire
-    _c_release = _h.hilock_multi_lock_release
+    _c_acquire = _h.hilock_hold_acquire
+    _c_release = _h.hilock_hold_release
     _kind_name = "multi_lock"
 
     def __init__(self, client: Client, names: Iterable[Name], ttl: float,
@@ -125,10 +125,10 @@ class MultiLock(ExclusiveBase):
         """Add ``seconds`` to every name's remaining TTL, or set it
         (``replace=True``), only while every name is still held; otherwise
         nothing changes and LockNotOwnedError is raised."""
-        _h.hilock_multi_lock_extend(self._h, seconds_to_ms(seconds, "extension"),
+        _h.hilock_hold_extend(self._h, seconds_to_ms(seconds, "extension"),
                                    1 if replace else 0)
 
     def renew(self) -> None:
         """Reset every name's TTL to ``ttl``."""
-        _h.hilock_multi_lock_renew(self._h)
+        _h.hilock_hold_renew(self._h)
 

@@ -17,7 +17,7 @@ import struct
 import threading
 import traceback
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _green
 from . import _hilock as _h
@@ -40,9 +40,17 @@ _ID = struct.Struct("=q")
 _LOG = struct.Struct("=qiII")
 _log = logging.getLogger("hilock")
 _logging = False  # some client sends log records: restart after a fork
+# hilock.tracing's view of the records while instrumented (renewal failures).
+_log_hook: Optional[Callable[[int, bytes, bytes], None]] = None
 
 
 def _emit(level: int, name: bytes, msg: bytes) -> None:
+    hook = _log_hook
+    if hook is not None:
+        try:
+            hook(level, name, msg)
+        except Exception:  # tracing never stops delivery
+            traceback.print_exc()
     lock = name.decode("utf-8", "replace")
     text = msg.decode("utf-8", "replace")
     if lock:

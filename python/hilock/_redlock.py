@@ -44,8 +44,8 @@ class Redlock(ExclusiveBase):
     protected resource; see the README section on Redlock.
     """
 
-    _c_acquire = _h.hilock_redlock_acquire
-    _c_release = _h.hilock_redlock_release
+    _c_acquire = _h.hilock_hold_acquire
+    _c_release = _h.hilock_hold_release
     _kind_name = "redlock"
 
     def __init__(self, urls: Iterable[str], name: Name, ttl: float = 30.0,
@@ -127,9 +127,9 @@ class Redlock(ExclusiveBase):
         or set it (``replace=True``). Counts only if a majority confirms
         within the validity; raises LockNotOwnedError if a majority lost
         it, NoQuorumError if too few nodes answered (validity unchanged)."""
-        _h.hilock_redlock_extend(self._h, seconds_to_ms(seconds, "extension"),
+        _h.hilock_hold_extend(self._h, seconds_to_ms(seconds, "extension"),
                                  1 if replace else 0)
 
     def renew(self) -> None:
         """Reset the TTL to ``ttl`` on a majority (``extend(ttl, replace=True)``)."""
-        _h.hilock_redlock_renew(self._h)
+        _h.hilock_hold_renew(self._h)

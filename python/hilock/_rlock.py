@@ -39,8 +39,8 @@ class RLock(LockBase):
     """
 
     # The owner is the caller: under gevent or eventlet, the greenlet.
-    _c_acquire = _green.as_caller(_h.hilock_rlock_acquire)
-    _c_release = _green.as_caller(_h.hilock_rlock_release)
+    _c_acquire = _green.as_caller(_h.hilock_hold_acquire)
+    _c_release = _green.as_caller(_h.hilock_hold_release)
     _c_hold_count = _green.as_caller(_h.hilock_rlock_hold_count)
     _kind_name = "rlock"
 

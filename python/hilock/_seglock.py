@@ -52,8 +52,8 @@ class SegmentedLock(ExclusiveBase):
     ``threading.Lock``; threads sharing an object queue on a local mutex.
     """
 
-    _c_acquire = _h.hilock_segmented_lock_acquire
-    _c_release = _h.hilock_segmented_lock_release
+    _c_acquire = _h.hilock_hold_acquire
+    _c_release = _h.hilock_hold_release
     _c_key = _segment_key
     _kind_name = "segmented_lock"
 
@@ -69,13 +69,13 @@ class SegmentedLock(ExclusiveBase):
     def _c_attempt(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
         try:
-            rc = _h.hilock_segmented_lock_acquire(self._h, wait_ms)
+            rc = _h.hilock_hold_acquire(self._h, wait_ms)
         except BaseException:
             # Ctrl-C (or any exception) racing the grant: never leave a
             # segment held behind the caller's back.
             if _h.hilock_hold_validity_ms(self._h) > 0:
                 try:
-                    _h.hilock_segmented_lock_release(self._h)
+                    _h.hilock_hold_release(self._h)
                 except LockError:
                     pass
             raise
@@ -127,12 +127,12 @@ class SegmentedLock(ExclusiveBase):
     def extend(self, seconds: float, replace: bool = False) -> None:
         """Add ``seconds`` to the held segment's TTL, or set it
         (``replace=True``), only while still owned."""
-        _h.hilock_segmented_lock_extend(self._h, seconds_to_ms(seconds, "extension"),
+        _h.hilock_hold_extend(self._h, seconds_to_ms(seconds, "extension"),
                                  1 if replace else 0)
 
     def renew(self) -> None:
         """Reset the held segment's TTL to ``ttl``."""
-        _h.hilock_segmented_lock_renew(self._h)
+        _h.hilock_hold_renew(self._h)
 
     # -- the whole resource ----------------------------------------------------
 

@@ -7,7 +7,7 @@ import os
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from . import _green, _notify
 from . import _hilock as _h
@@ -100,8 +100,8 @@ class Semaphore(LockBase):
     several holders, so there is no exclusive grant to fence.
     """
 
-    _c_acquire = _h.hilock_semaphore_acquire
-    _c_release = _h.hilock_semaphore_release
+    _c_acquire = _h.hilock_hold_acquire
+    _c_release = _h.hilock_hold_release
     _kind_name = "semaphore"
 
     def __init__(self, client: Client, name: Name, permits: int, ttl: float,
@@ -151,6 +151,16 @@ class Semaphore(LockBase):
             mine = self._tls.permits = _ThreadPermits(self)
         return mine.held
 
+    def _latest(self, verb: str) -> Tuple[List[Any], Any]:
+        """The calling thread's permits and its latest one; LockNotOwnedError
+        (the message starts with verb) if it holds none here."""
+        mine = getattr(self._tls, "permits", None)
+        held = mine.held if mine is not None else None
+        if not held:
+            raise LockNotOwnedError(f"{verb}: the calling thread holds no permit of "
+                                    f"semaphore {self._name!r}", _h.HILOCK_ENOTOWNED)
+        return held, held[-1]
+
     def _mine(self) -> Optional[Any]:
         mine = getattr(self._tls, "permits", None)
         return mine.held[-1] if mine is not None and mine.held else None
@@ -195,7 +205,7 @@ class Semaphore(LockBase):
     def _attempt(self, h: Any, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
         try:
-            return bool(_h.hilock_semaphore_acquire(h, wait_ms) == _h.HILOCK_OK)
+            return bool(_h.hilock_hold_acquire(h, wait_ms) == _h.HILOCK_OK)
         except BaseException:
             # Ctrl-C (or any exception) racing the grant: never keep a
             # permit behind the caller's back.
@@ -206,7 +216,7 @@ class Semaphore(LockBase):
         """Give back the permit of a grant nobody takes, and the handle."""
         if granted:
             try:
-                _h.hilock_semaphore_release(h)
+                _h.hilock_hold_release(h)
             except LockError:
                 pass
         self._put_handle(h)
@@ -217,14 +227,9 @@ class Semaphore(LockBase):
         Raises LockNotOwnedError if the thread holds no permit here, or if
         its permit expired or was lost (nothing of anyone else's changes).
         """
-        mine = getattr(self._tls, "permits", None)
-        held = mine.held if mine is not None else None
-        if not held:
-            raise LockNotOwnedError("release: the calling thread holds no permit of "
-                                    f"semaphore {self._name!r}", _h.HILOCK_ENOTOWNED)
-        h = held[-1]
+        held, h = self._latest("release")
         try:
-            _h.hilock_semaphore_release(h)
+            _h.hilock_hold_release(h)
         except LockNotOwnedError:
             # Expired, lost, or the parent's (ForkedLockError): gone either way.
             held.pop()
@@ -238,12 +243,7 @@ class Semaphore(LockBase):
     def export(self) -> str:
         """Hand the calling thread's latest permit over (see
         :meth:`LockBase.export`): the thread holds it no more."""
-        mine = getattr(self._tls, "permits", None)
-        held = mine.held if mine is not None else None
-        if not held:
-            raise LockNotOwnedError("export: the calling thread holds no permit of "
-                                    f"semaphore {self._name!r}", _h.HILOCK_ENOTOWNED)
-        h = held[-1]
+        held, h = self._latest("export")
         text = self._c_export(h)
         held.pop()
         self._put_handle(h)
@@ -279,7 +279,7 @@ class Semaphore(LockBase):
         if h is None:
             raise LockNotOwnedError("renew: the calling thread holds no permit",
                                     _h.HILOCK_ENOTOWNED)
-        _h.hilock_semaphore_renew(h)
+        _h.hilock_hold_renew(h)
 
     # -- the calling thread's permit --------------------------------------------------
 

@@ -1,14 +1,10 @@
 """The sequential lock (ZooKeeper's lock recipe on Redis)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from . import _hilock as _h
-from ._base import LostCallback, QueuedBase
-from ._util import Name, delay_to_ms
-
-if TYPE_CHECKING:
-    from ._client import Client
+from ._base import QueuedBase
 
 
 class SequentialLock(QueuedBase):
@@ -35,14 +31,6 @@ class SequentialLock(QueuedBase):
     """
 
     _kind_name = "sequential_lock"  # the C functions: hilock_sequential_lock_*
-
-    def __init__(self, client: Client, name: Name, ttl: float, timeout: Optional[float],
-                 auto_renew: bool = True, max_hold: Optional[float] = None,
-                 on_lost: Optional[LostCallback[SequentialLock]] = None,
-                 lock_delay: float = 0) -> None:
-        delay_ms = delay_to_ms(lock_delay)
-        super().__init__(client, name, ttl, timeout, auto_renew, max_hold, on_lost)
-        self._set_delay(delay_ms)
 
     def locked(self) -> bool:
         """Whether a live contender holds the lock (one round trip). False

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import itertools
 import math
 import os
@@ -83,6 +84,7 @@ from typing import (
     overload,
 )
 
+from . import _base
 from . import _hilock as _h
 from ._base import ExclusiveBase, raise_on_leaving
 from ._client import Client as _SyncClient
@@ -677,7 +679,7 @@ def _give_back_adopted(fut: asyncio.Future[Tuple[Any, Any]]) -> None:
     def give_back() -> None:
         try:
             if permit is not None:
-                _h.hilock_semaphore_release(permit)
+                _h.hilock_hold_release(permit)
             else:
                 sync.release()
         except LockError:
@@ -788,6 +790,29 @@ def _cancel_was_ours(task: asyncio.Task[Any], exc_type: Optional[Type[BaseExcept
     return exc_type is None or cancelled
 
 
+def _traced_acquire(acquire: Callable[..., Awaitable[bool]]) -> Any:
+    """An asyncio lock class's acquire, traced while hilock.tracing is
+    instrumented."""
+    @functools.wraps(acquire)
+    async def traced(self: Any, blocking: bool = True, timeout: float = -1) -> bool:
+        hook = _base._tracer_hook
+        if hook is None:
+            return await acquire(self, blocking, timeout)
+        return await hook.acquire_async(self, acquire, blocking, timeout)  # type: ignore[no-any-return]
+    return traced
+
+
+def _traced_release(release: Callable[[Any], Awaitable[None]]) -> Any:
+    @functools.wraps(release)
+    async def traced(self: Any) -> None:
+        hook = _base._tracer_hook
+        if hook is None:
+            await release(self)
+        else:
+            await hook.release_async(self, release)
+    return traced
+
+
 class _Hold(Uncopyable):
     """What every asyncio lock shares: the blocking object it wraps (its
     keys, options and grant state), ``async with``, and the properties.
@@ -802,6 +827,14 @@ class _Hold(Uncopyable):
     # block can tell its body released the lock on purpose. Made by the
     # first ``async with``.
     _withs: Optional[weakref.WeakKeyDictionary[asyncio.Task[Any], List[int]]] = None
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        # Traced while hilock.tracing is instrumented (_base._tracer_hook).
+        if "acquire" in cls.__dict__:
+            cls.acquire = _traced_acquire(cls.__dict__["acquire"])  # type: ignore[method-assign]
+        if "release" in cls.__dict__:
+            cls.release = _traced_release(cls.__dict__["release"])  # type: ignore[method-assign]
 
     def __init__(self, client: _Runs, sync: Any, cancel_on_loss: bool = False) -> None:
         self._client = client

@@ -594,6 +594,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("run needs a command after '--': hilock run NAME -- CMD [ARGS...]")
     _check_type(args)
     _parent_death_signal(args)
+    args.tracing = _tracing()
     child = _Child(args)
     client = make_client(args)
     try:
@@ -645,7 +646,35 @@ def _child_env(args: argparse.Namespace, lk: Any) -> Dict[str, str]:
         env["HILOCK_FENCE"] = str(fence)
     else:
         env.pop("HILOCK_FENCE", None)
+    tracing = getattr(args, "tracing", None)
+    if tracing is not None:
+        # The command runs in the grant's hold span (as its child).
+        span = tracing.hold_span(getattr(lk, "election", lk))
+        tracing.inject_env(env, None if span is None else tracing.trace.set_span_in_context(span))
     return env
+
+
+def _tracing() -> Any:
+    """hilock.tracing, instrumented, with the trace context of $TRACEPARENT
+    made current, when a trace context came in or OpenTelemetry was set up
+    in this process (``opentelemetry-instrument hilock run ...``); else
+    None. Without OpenTelemetry a $TRACEPARENT reaches the command as it
+    came."""
+    otel = sys.modules.get("opentelemetry.trace")
+    configured = otel is not None and not isinstance(otel.get_tracer_provider(),
+                                                      otel.ProxyTracerProvider)
+    if not os.environ.get("TRACEPARENT") and not configured:
+        return None
+    try:
+        from opentelemetry import context
+
+        from . import tracing
+    except ImportError:
+        return None
+    tracing.instrument()
+    if os.environ.get("TRACEPARENT"):
+        context.attach(tracing.extract_env(os.environ))
+    return tracing
 
 
 def _release(lk: Any) -> bool:

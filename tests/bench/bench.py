@@ -10,6 +10,9 @@ lock, in a loop, against one private redis-server:
       with the renewal thread costs
   (c) hilock Python      hilock.Client(url).lock(...) (auto-renew on)
   (c2) the same with auto_renew=False
+  (c3) the same (c) traced: hilock.tracing.instrument() with OpenTelemetry's
+      default (no-op) tracer provider, and (c4) with the SDK's provider and
+      no exporter (spans recorded, then dropped)
   (d) redis-py           redis.Redis(...).lock(...)
   (e) python-redis-lock  redis_lock.Lock(conn, ...)
   (f) pottery            pottery.Redlock with a single master
@@ -227,6 +230,35 @@ def make_hilock(url: str, auto_renew: bool = True) -> Callable[[], None]:
     return cycle_of(hilock.Client(url).lock("bench", ttl=30, auto_renew=auto_renew), "hilock")
 
 
+class TracedPyBench(PyBench):
+    """hilock Python with hilock.tracing instrumented during its rounds
+    only (tracing is global to the process): provider() gives the tracer
+    provider (None: OpenTelemetry's global one, a no-op without an SDK)."""
+
+    def __init__(self, key: str, label: str, provider: Callable[[], Any]) -> None:
+        super().__init__(key, label, make_hilock)
+        self.provider = provider
+
+    def setup(self, url: str) -> None:
+        require("opentelemetry.trace")
+        super().setup(url)
+
+    def run(self, url: str, seconds: float) -> Dict[str, float]:
+        import hilock.tracing
+        hilock.tracing.instrument(self.provider())
+        try:
+            return super().run(url, seconds)
+        finally:
+            hilock.tracing.uninstrument()
+
+
+def sdk_provider() -> Any:
+    """The SDK's tracer provider with no span processor: every span is
+    made and recorded, none is exported."""
+    sdk, = require("opentelemetry.sdk.trace")
+    return sdk.TracerProvider()
+
+
 def make_redis_py(url: str) -> Callable[[], None]:
     redis, = require("redis")
     return cycle_of(redis.Redis.from_url(url).lock("bench2", timeout=30), "redis-py")
@@ -292,6 +324,10 @@ def main() -> int:
         PyBench("hilock_py", "(c) hilock Python (auto-renew, the default)", make_hilock),
         PyBench("hilock_py_norenew", "(c2) hilock Python, auto_renew=False",
                 lambda url: make_hilock(url, auto_renew=False)),
+        TracedPyBench("hilock_py_traced", "(c3) hilock Python, traced (no-op tracer)",
+                      lambda: None),
+        TracedPyBench("hilock_py_traced_sdk", "(c4) hilock Python, traced (SDK, no exporter)",
+                      sdk_provider),
         PyBench("redis_py", "(d) redis-py Lock", make_redis_py),
         PyBench("python_redis_lock", "(e) python-redis-lock", make_python_redis_lock),
         PyBench("pottery", "(f) pottery Redlock, 1 master", make_pottery),
@@ -371,7 +407,14 @@ def main() -> int:
     print("\n| auto-renew: what it adds to a cycle | µs |\n|---|---:|")
     print(f"| C: b2 - b | {cost('hilock_c_renew', 'hilock_c')} |")
     print(f"| Python: c - c2 | {cost('hilock_py', 'hilock_py_norenew')} |")
-    versions = versions_of("hilock", "redis", "python-redis-lock", "pottery")
+    print("\n| tracing (hilock.tracing): what it adds to a cycle | µs | c / c3, c / c4 |"
+          "\n|---|---:|---:|")
+    print(f"| no-op tracer: c3 - c | {cost('hilock_py_traced', 'hilock_py')} | "
+          f"{fmt_ratio(ratio(by['hilock_py'], by['hilock_py_traced']))} |")
+    print(f"| SDK, no exporter: c4 - c | {cost('hilock_py_traced_sdk', 'hilock_py')} | "
+          f"{fmt_ratio(ratio(by['hilock_py'], by['hilock_py_traced_sdk']))} |")
+    versions = versions_of("hilock", "redis", "python-redis-lock", "pottery",
+                           "opentelemetry-api", "opentelemetry-sdk")
 
     if args.json:
         result = {

@@ -9,7 +9,7 @@
  *          password: redis://host[:port][/db])
  * handoff  fork()s a holder and a waiter, each with its own client. Per
  *          sample the holder acquires, tells the waiter, which answers and
- *          calls hilock_lock_acquire; the holder sleeps 5-20 ms (so the
+ *          calls hilock_hold_acquire; the holder sleeps 5-20 ms (so the
  *          waiter is blocked) and releases. The handoff is the time from
  *          the holder's release returning to the waiter's acquire
  *          returning, both on CLOCK_MONOTONIC.
@@ -121,8 +121,8 @@ static void close_lock(bench_lock *lk) {
 }
 
 static int acquire(bench_lock *lk) {
-  int rc = lk->sem != NULL ? hilock_semaphore_acquire(lk->sem, WAIT_MS)
-                           : hilock_lock_acquire(lk->lock, WAIT_MS);
+  int rc = lk->sem != NULL ? hilock_hold_acquire(HILOCK_HOLD(lk->sem), WAIT_MS)
+                           : hilock_hold_acquire(HILOCK_HOLD(lk->lock), WAIT_MS);
   if (rc == HILOCK_OK) return 0;
   fprintf(stderr, "acquire: %s\n",
           rc == HILOCK_BUSY ? "not granted in time" : hilock_hold_errmsg(hold_of(lk)));
@@ -130,8 +130,8 @@ static int acquire(bench_lock *lk) {
 }
 
 static int release(bench_lock *lk) {
-  int rc = lk->sem != NULL ? hilock_semaphore_release(lk->sem)
-                           : hilock_lock_release(lk->lock);
+  int rc = lk->sem != NULL ? hilock_hold_release(HILOCK_HOLD(lk->sem))
+                           : hilock_hold_release(HILOCK_HOLD(lk->lock));
   if (rc == HILOCK_OK) return 0;
   fprintf(stderr, "release: %s\n", hilock_hold_errmsg(hold_of(lk)));
   return -1;

@@ -178,6 +178,19 @@ int hl_cluster_start(hl_cluster *cl, int node_timeout_ms) {
   return hl_cluster_start_auth(cl, node_timeout_ms, NULL);
 }
 
+hl_cluster hl_group_cluster;
+
+int hl_cluster_group_setup(void **state) {
+  (void)state;
+  return hl_cluster_start(&hl_group_cluster, 1000);
+}
+
+int hl_cluster_group_teardown(void **state) {
+  (void)state;
+  hl_cluster_destroy(&hl_group_cluster);
+  return 0;
+}
+
 int hl_cluster_start_auth(hl_cluster *cl, int node_timeout_ms,
                           const char *password) {
   static char timeout[16];

@@ -24,6 +24,11 @@ int hl_cluster_start(hl_cluster *cl, int node_timeout_ms);
 int hl_cluster_start_auth(hl_cluster *cl, int node_timeout_ms,
                           const char *password);
 void hl_cluster_destroy(hl_cluster *cl);
+/* For a program whose tests share one cluster: cmocka group fixtures that
+ * start hl_group_cluster (cluster-node-timeout 1 s) and destroy it. */
+extern hl_cluster hl_group_cluster;
+int hl_cluster_group_setup(void **state);
+int hl_cluster_group_teardown(void **state);
 /* Poll until every running node reports cluster_state:ok and agrees on
  * the owner of every slot in slots[0..n); 1 if it got there in time. */
 int hl_cluster_wait_ok(hl_cluster *cl, int64_t timeout_ms);

@@ -19,15 +19,9 @@ static long long key_int(redisContext *r, const char *cmd, const char *fmt,
   return hl_redis_int(r, "%s %s", cmd, key);
 }
 
-/* The calls of a family that hl_queued takes on the hold: its heartbeat,
- * waiters and number. */
+/* The calls of a family that hl_queued takes on the hold: its waiters and
+ * number (its heartbeat is the hold's). */
 #define QUEUED_CALLS(T, type, number_fn)                                    \
-  static int T##_set_heartbeat(hilock_hold *h, int64_t ms) {               \
-    return type##_set_heartbeat((type *)h, ms);                             \
-  }                                                                         \
-  static int64_t T##_heartbeat_ms(const hilock_hold *h) {                   \
-    return type##_heartbeat_ms((const type *)h);                            \
-  }                                                                         \
   static int T##_waiters(hilock_hold *h, int64_t *count) {                  \
     return type##_waiters((type *)h, count);                                \
   }                                                                         \
@@ -73,7 +67,7 @@ static const char *const fair_all[] = {
 /* A grant is the holder's key; a waiter has a queue entry and a heartbeat
  * (a deadline) of its own. */
 const hl_queued hl_fair_queued = {
-    &hl_fair_verbs, hl_fair_new_hold, fair_set_heartbeat, fair_heartbeat_ms,
+    &hl_fair_verbs, hl_fair_new_hold, hilock_hold_set_heartbeat, hilock_hold_heartbeat_ms,
     fair_waiters, fair_number, "hilock:{%s}:fair:queue", "hilock:{%s}:wake:*",
     "hilock:{%s}:fair:ticket", fair_waiting, fair_all,
     .holder = fair_holder, .grant_left = fair_grant_left,
@@ -112,7 +106,7 @@ static const char *const seq_all[] = {
 /* Holder and waiters are entries of the queue, each with a session; a
  * waiter watches the entry before it. */
 const hl_queued hl_seq_queued = {
-    &hl_seq_verbs, hl_seq_new_hold, seq_set_heartbeat, seq_heartbeat_ms,
+    &hl_seq_verbs, hl_seq_new_hold, hilock_hold_set_heartbeat, hilock_hold_heartbeat_ms,
     seq_waiters, seq_number, "hilock:{%s}:seq:queue", "hilock:{%s}:seq:wake:*",
     "hilock:{%s}:seq:counter", seq_waiting, seq_all, 1, 1, 1,
     "hilock:{%s}:seq:holder", "hilock:{%s}:seq:wake:%020lld", seq_holder,

@@ -59,7 +59,7 @@ static void export_ok(hilock_hold *h, char *text, size_t *len) {
 static hilock_lock *exported_lock(hilock_client *c, const char *name,
                                   int64_t ttl_ms, char *text, size_t *len) {
   hilock_lock *l = hl_new_lock(c, name, ttl_ms);
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   export_ok(HILOCK_HOLD(l), text, len);
   return l;
 }
@@ -146,7 +146,7 @@ static void segmented_lock_hands_over_its_segment(void **state) {
   hilock_hold *a;
   char text[TEXT_MAX];
   size_t len, seg;
-  assert_hl_ok(hilock_segmented_lock_acquire(s, 0),
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(s), 0),
                hilock_hold_errmsg(HILOCK_HOLD(s)));
   seg = hilock_segmented_lock_segment(s);
   export_ok(HILOCK_HOLD(s), text, &len);
@@ -210,11 +210,11 @@ static void a_grant_gone_before_adoption_is_not_owned(void **state) {
   assert_null(a);
   assert_substr(hilock_client_errmsg(f->client), "gone");
   /* Taken by another owner meanwhile: not ours either. */
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_client_adopt(f->client, text, len, &a),
                HILOCK_ENOTOWNED, hilock_client_errmsg(f->client));
   assert_null(a);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
@@ -246,12 +246,12 @@ static void damaged_or_foreign_text_is_invalid(void **state) {
   char text[TEXT_MAX], copy[TEXT_MAX];
   size_t len, i;
   char *token;
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   token = strdup(hilock_hold_token(HILOCK_HOLD(l)));
   /* A copy of the text is exported: then this handle has it no more. */
   {
     hilock_lock *m = hl_new_lock(f->client, "adopt-bad2", 5000);
-    assert_hl_ok(hilock_lock_acquire(m, 0),
+    assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(m), 0),
                  hilock_hold_errmsg(HILOCK_HOLD(m)));
     export_ok(HILOCK_HOLD(m), text, &len);
     hilock_hold_free(HILOCK_HOLD(m));
@@ -295,7 +295,7 @@ static void damaged_or_foreign_text_is_invalid(void **state) {
     hilock_hold_free(a);
   }
   free(token);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
@@ -304,7 +304,7 @@ static void a_small_buffer_changes_nothing(void **state) {
   hilock_lock *l = hl_new_lock(f->client, "adopt-buf", 5000);
   char small[8], text[TEXT_MAX];
   size_t len = 0, need;
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_hold_export(HILOCK_HOLD(l), NULL, 0, &len),
                HILOCK_EINVAL, hilock_hold_errmsg(HILOCK_HOLD(l)));
   need = len;
@@ -331,7 +331,7 @@ static void reentrant_and_read_write_locks_refuse(void **state) {
   hilock_rwlock *w = hl_new_rwlock(f->client, "adopt-rw", 5000);
   char text[TEXT_MAX];
   size_t len;
-  assert_hl_ok(hilock_rlock_acquire(r, 0), hilock_hold_errmsg(HILOCK_HOLD(r)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(r), 0), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_hl_ok(hilock_rwlock_write_acquire(w, 0), hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_hl_rc(hilock_hold_export(HILOCK_HOLD(r), text, TEXT_MAX, &len),
                HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(r)));
@@ -340,7 +340,7 @@ static void reentrant_and_read_write_locks_refuse(void **state) {
                HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(w)));
   /* Still held. */
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(r)) > 0);
-  assert_hl_ok(hilock_rlock_release(r), hilock_hold_errmsg(HILOCK_HOLD(r)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(r)), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_hl_ok(hilock_rwlock_write_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
   hl_holds_free(HILOCK_HOLD(r), HILOCK_HOLD(w));
 }

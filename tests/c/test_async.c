@@ -140,7 +140,7 @@ static void many_waiters_share_connections_and_go_in_turn(void **state) {
   if (hl_blpop_mode()) skip(); /* shared waiting off: nothing to share */
   assert_hl_ok(hilock_client_new(f->server.url, NULL, &holder_c), "holder");
   holder = make_lock(holder_c, "crowd");
-  assert_hl_ok(hilock_lock_try_acquire(holder), "holder's grant");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), "holder's grant");
   threads_before = threads_now();
   a = make_async(f->client);
   for (int i = 0; i < N_WAITERS; i++) {
@@ -169,7 +169,7 @@ static void many_waiters_share_connections_and_go_in_turn(void **state) {
   assert_true(clients <= 3 + 6);
   assert_true(threads_now() - threads_before <= 4);
 
-  assert_hl_ok(hilock_lock_release(holder), "holder's release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), "holder's release");
   while (granted < N_WAITERS) {
     hilock_async_done d = next_done(a, 20000);
     int i = (int)(intptr_t)d.data;
@@ -212,7 +212,7 @@ static void a_wait_ends_at_its_timeout(void **state) {
   hilock_async *a = make_async(f->client);
   hilock_async_done d;
   int64_t t0;
-  assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), "holder");
   t0 = hl_now_ms();
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 300, NULL, NULL), "");
   d = next_done(a, 10000);
@@ -222,11 +222,11 @@ static void a_wait_ends_at_its_timeout(void **state) {
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 0, NULL, NULL), "");
   assert_int_equal(next_done(a, 10000).status, HILOCK_BUSY);
   /* Freed: the next acquire is granted. */
-  assert_hl_ok(hilock_lock_release(holder), "release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), "release");
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 0, NULL, NULL), "");
   assert_hl_ok(next_done(a, 10000).status, hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(w)) > 0);
-  assert_hl_ok(hilock_lock_release(w), "release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(w)), "release");
   hilock_async_free(a);
   hl_holds_free(HILOCK_HOLD(w), HILOCK_HOLD(holder));
 }
@@ -316,13 +316,13 @@ static void a_release_wakes_the_waiting_acquire(void **state) {
   hilock_async_done d;
   assert_hl_ok(hilock_client_new(f->server.url, NULL, &hc), "holder");
   holder = make_lock(hc, "wake");
-  assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), "holder");
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, HILOCK_WAIT_FOREVER,
                                     NULL, NULL),
                "");
   pump(a, 200);
   assert_int_equal(hilock_async_take(a, &d, 1), 0); /* still waiting */
-  assert_hl_ok(hilock_lock_release(holder), "release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), "release");
   d = next_done(a, 10000); /* the holder's TTL is 30 s */
   assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(w)));
   assert_true(hilock_hold_held(HILOCK_HOLD(w)));
@@ -355,7 +355,7 @@ static void rings_reach_every_runner_and_thread(void **state) {
   for (int i = 0; i < N; i++) {
     holders[i] = make_lock(hc, names[i]);
     ws[i] = make_lock(f->client, names[i]);
-    assert_hl_ok(hilock_lock_try_acquire(holders[i]), "holder");
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holders[i])), "holder");
     assert_hl_ok(hilock_async_acquire(r[i % 2], HILOCK_HOLD(ws[i]), 0, 20000,
                                       ws[i], NULL),
                  "");
@@ -365,7 +365,7 @@ static void rings_reach_every_runner_and_thread(void **state) {
     pump(r[1], 2);
   }
   for (int i = 0; i < N; i++)
-    assert_hl_ok(hilock_lock_release(holders[i]), "release");
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holders[i])), "release");
   while (granted < N) {
     hilock_async_done d;
     struct pollfd p[2] = {{hilock_async_fd(r[0]), POLLIN, 0},
@@ -382,10 +382,10 @@ static void rings_reach_every_runner_and_thread(void **state) {
    * that waits now is woken all the same. */
   h5 = make_lock(hc, "ring:e");
   w5 = make_lock(f->client, "ring:e");
-  assert_hl_ok(hilock_lock_try_acquire(h5), "holder");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(h5)), "holder");
   hl_waiter_run(&tw, HILOCK_HOLD(w5), &hl_lock_verbs, 20000, 1);
   while (hilock_client_waiting(f->client) < 1) hl_sleep_ms(1);
-  assert_hl_ok(hilock_lock_release(h5), "release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(h5)), "release");
   hl_waiter_join(&tw);
   assert_hl_ok(tw.rc, "the thread's acquire");
   for (int i = 0; i < N; i++) {
@@ -413,12 +413,12 @@ static void an_early_wake_up_finds_nothing_and_clears(void **state) {
   assert_hl_ok(hilock_client_new(f->server.url, NULL, &hc), "holder");
   holder = make_lock(hc, "early");
   for (int round = 0; round < 5; round++) {
-    assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), "holder");
     assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w), 0, 20000, NULL,
                                       NULL),
                  "");
     while (hilock_client_waiting(f->client) < 1) pump(a, 1);
-    assert_hl_ok(hilock_lock_release(holder), "release");
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), "release");
     for (;;) {
       struct pollfd p = {hilock_async_fd(a), POLLIN, 0};
       assert_int_equal(poll(&p, 1, 20000), 1);
@@ -443,7 +443,7 @@ static void cancel_withdraws_a_waiting_acquire(void **state) {
   hilock_lock *w[20];
   uint64_t ids[20];
   hilock_async *a = make_async(f->client);
-  assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), "holder");
   for (int i = 0; i < 20; i++) {
     w[i] = make_lock(f->client, "cancel");
     assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]), 0,
@@ -456,7 +456,7 @@ static void cancel_withdraws_a_waiting_acquire(void **state) {
     assert_int_equal(next_done(a, 10000).status, HILOCK_ECANCELED);
   /* Finished: it cannot be cancelled again. */
   assert_int_equal(hilock_async_cancel(a, ids[0]), HILOCK_EINVAL);
-  assert_hl_ok(hilock_lock_release(holder), "release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), "release");
   pump(a, 100);
   assert_false(lock_key_exists(f, "cancel"));
   for (int i = 0; i < 20; i++) {
@@ -539,7 +539,7 @@ static void a_cancelled_grant_is_given_back(void **state) {
       assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(w)));
       granted++;
       assert_true(lock_key_exists(f, "race"));
-      assert_hl_ok(hilock_lock_release(w), "release");
+      assert_hl_ok(hilock_hold_release(HILOCK_HOLD(w)), "release");
     }
   }
   assert_true(cancelled > 0);
@@ -635,7 +635,7 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
   int64_t n = 0;
 
   assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &holder), "");
-  assert_hl_ok(hilock_fair_lock_try_acquire(holder), "holder");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), "holder");
   for (int i = 0; i < IN_LINE; i++) {
     assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &w[i]), "");
     assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(w[i]), 0, 20000,
@@ -648,15 +648,15 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
     }
     assert_int_equal(n, i + 1);
   }
-  assert_hl_ok(hilock_fair_lock_release(holder), "release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), "release");
   for (int i = 0; i < IN_LINE; i++) {
     hilock_async_done d = next_done(a, 20000);
     assert_int_equal(d.id, ids[i]); /* in the order they queued */
     assert_hl_ok(d.status, hilock_hold_errmsg(HILOCK_HOLD(w[i])));
-    assert_hl_ok(hilock_fair_lock_release(w[i]), "release");
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(w[i])), "release");
   }
 
-  assert_hl_ok(hilock_fair_lock_try_acquire(holder), "holder again");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), "holder again");
   for (int i = 0; i < CANCELLED; i++) {
     assert_hl_ok(hilock_fair_lock_new(f->client, "fifo", 4, 30000, &gone[i]),
                  "");
@@ -679,9 +679,9 @@ static void fair_lock_serves_in_order_and_cancel_leaves_the_queue(
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(last), 0, 20000, NULL, NULL),
                "");
   pump(a, 100);
-  assert_hl_ok(hilock_fair_lock_release(holder), "release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), "release");
   assert_hl_ok(next_done(a, 20000).status, hilock_hold_errmsg(HILOCK_HOLD(last)));
-  assert_hl_ok(hilock_fair_lock_release(last), "release");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(last)), "release");
 
   hilock_async_free(a);
   for (int i = 0; i < IN_LINE; i++) hilock_hold_free(HILOCK_HOLD(w[i]));
@@ -708,7 +708,7 @@ static void rlock_owners_are_the_numbers_given(void **state) {
   /* Owner 2 waits; the thread (the blocking API) is not owner 1 either. */
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(r), 2, 20000, NULL, &id2),
                "");
-  assert_int_equal(hilock_rlock_try_acquire(r), HILOCK_BUSY);
+  assert_int_equal(hilock_hold_try_acquire(HILOCK_HOLD(r)), HILOCK_BUSY);
   assert_hl_ok(hilock_rlock_hold_count(r, &count), "");
   assert_int_equal(count, 0); /* the calling thread holds nothing */
   pump(a, 100);
@@ -744,7 +744,7 @@ static void queries_and_extensions(void **state) {
   hilock_async_done d;
   char key[] = "hilock:{ext}:lock";
 
-  assert_hl_ok(hilock_lock_try_acquire(lk), "");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(lk)), "");
   assert_hl_ok(hilock_async_owned(a, HILOCK_HOLD(lk), 0, NULL, NULL), "");
   d = next_done(a, 10000);
   assert_hl_ok(d.status, d.errmsg);
@@ -854,7 +854,7 @@ static void a_forked_child_cannot_use_the_runner(void **state) {
   assert_hl_ok(hilock_async_acquire(x.a, HILOCK_HOLD(x.lk), 0, 0, NULL, NULL),
                "");
   assert_hl_ok(next_done(x.a, 10000).status, "the parent's acquire");
-  assert_hl_ok(hilock_lock_release(x.lk), "");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(x.lk)), "");
   hilock_async_free(x.a);
   hilock_hold_free(HILOCK_HOLD(x.lk));
 }
@@ -904,7 +904,7 @@ static void misuse_is_refused(void **state) {
                    HILOCK_EINVAL);
   /* One operation per lock at a time; the refusal's message is the
    * runner's (the operation in flight owns the hold's). */
-  assert_hl_ok(hilock_lock_try_acquire(holder), "holder");
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), "holder");
   assert_hl_ok(hilock_async_acquire(a, HILOCK_HOLD(lk), 0, 5000, NULL, &id), "");
   assert_string_equal(hilock_async_errmsg(a), "");
   assert_int_equal(hilock_async_errcode(a), HILOCK_OK);

@@ -84,7 +84,7 @@ static void unix_socket_connects_and_selects_db(void **state) {
   c = hl_client(url, NULL);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   l = hl_new_lock(c, "via-unix", 5000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_false(hl_redis_exists(f->redis, key, klen));
   hl_redis_ok(f->redis, "SELECT 2");
@@ -114,8 +114,8 @@ static void key_prefix_starts_every_key(void **state) {
   b = hl_client(f->server.url, &o);
   la = hl_new_lock(a, "orders:42", 5000);
   lb = hl_new_lock(b, "orders:42", 5000);
-  assert_hl_ok(hilock_lock_try_acquire(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
-  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(la)), hilock_hold_errmsg(HILOCK_HOLD(la)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(lb)), hilock_hold_errmsg(HILOCK_HOLD(lb)));
   key = hilock_hold_key(HILOCK_HOLD(la), &klen);
   assert_int_equal(klen, strlen("app1:{orders:42}:lock"));
   assert_memory_equal(key, "app1:{orders:42}:lock", klen);
@@ -148,10 +148,10 @@ static void lock_in_db3_is_invisible_in_db0(void **state) {
   l3 = hl_new_lock(c3, "db-test", 5000);
   l0 = hl_new_lock(c0, "db-test", 5000);
 
-  assert_hl_ok(hilock_lock_try_acquire(l3), hilock_hold_errmsg(HILOCK_HOLD(l3)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l3)), hilock_hold_errmsg(HILOCK_HOLD(l3)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(l0), &locked), hilock_hold_errmsg(HILOCK_HOLD(l0)));
   assert_false(locked);
-  assert_hl_ok(hilock_lock_try_acquire(l0), hilock_hold_errmsg(HILOCK_HOLD(l0)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l0)), hilock_hold_errmsg(HILOCK_HOLD(l0)));
 
   key = hilock_hold_key(HILOCK_HOLD(l3), &klen);
   hl_redis_ok(f->redis, "SELECT 3");
@@ -211,7 +211,7 @@ static void acl_user_without_script_rights_gets_enoperm(void **state) {
   c = hl_client(url, NULL);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   l = hl_new_lock(c, "acl", 1000);
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ENOPERM,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_ENOPERM,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "NOPERM");
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "evalsha");
@@ -255,9 +255,9 @@ static void connect_later_opens_nothing_until_the_first_call(void **state) {
   assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
   l = hl_new_lock(c, "later", 5000);
   assert_int_equal(clients_now(f->redis), before);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(clients_now(f->redis), before + 1);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 
@@ -267,7 +267,7 @@ static void connect_later_opens_nothing_until_the_first_call(void **state) {
   c = NULL;
   assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
   l = hl_new_lock(c, "later", 5000);
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EIO, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_EIO, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "connect to 127.0.0.1");
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
@@ -363,7 +363,7 @@ static void command_timeout_gives_etimedout(void **state) {
 
   /* A timed-out acquire is not a grant. */
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ETIMEDOUT,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* Likewise. */
   assert_i64_between(hl_now_ms() - t0, 250, 2500);
@@ -392,18 +392,18 @@ static void reconnects_transparently_after_server_restart(void **state) {
   c = hl_client(f->server.url, &o);
   a = hl_new_lock(c, "restart", 10000);
   b = hl_new_lock(c, "restart-2", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
 
   redisFree(f->redis);
   f->redis = NULL;
   assert_int_equal(hl_server_restart(&f->server), 0);
 
   /* The pooled connection is dead; the call replaces it and succeeds. */
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
   /* The server lost its data: a's grant is gone. */
-  assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(a)), HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   f->redis = hl_redis_connect(&f->server);
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
@@ -468,27 +468,27 @@ static void lock_outliving_client_gets_eclosed(void **state) {
   size_t klen;
   const char *key;
 
-  assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(held)), hilock_hold_errmsg(HILOCK_HOLD(held)));
   hilock_client_free(c);
 
   /* Closing reported the hold lost and released it. */
   assert_true(hilock_hold_lost(HILOCK_HOLD(held)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(held)), 0);
   assert_false(hl_redis_exists(f->redis, "hilock:{orphan}:lock", 20));
-  assert_hl_rc(hilock_lock_release(held), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(held)), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(held)), "closed");
-  assert_hl_rc(hilock_lock_extend(held, 1000, 1), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(held), 1000, 1), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(held)));
-  assert_hl_rc(hilock_lock_renew(held), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_renew(HILOCK_HOLD(held)), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_rc(hilock_hold_owned(HILOCK_HOLD(held), &flag), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(held)));
   assert_hl_rc(hilock_lock_force_release(held, &flag), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(held)));
-  assert_hl_rc(hilock_lock_try_acquire(idle), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(idle)), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(idle)));
-  assert_hl_rc(hilock_lock_acquire(idle, 100), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(idle), 100), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(idle)));
   assert_hl_rc(hilock_hold_locked(HILOCK_HOLD(idle), &flag), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(idle)));
@@ -528,7 +528,7 @@ static void *contend(void *arg) {
     return NULL;
   }
   for (int i = 0; i < ROUNDS; i++) {
-    if (hilock_lock_acquire(l, 5000) != HILOCK_OK) {
+    if (hilock_hold_acquire(HILOCK_HOLD(l), 5000) != HILOCK_OK) {
       atomic_fetch_add(&w->errors, 1);
       continue;
     }
@@ -536,7 +536,7 @@ static void *contend(void *arg) {
     atomic_fetch_add(&w->grants, 1);
     sched_yield();
     atomic_fetch_sub(&w->inside, 1);
-    if (hilock_lock_release(l) != HILOCK_OK) atomic_fetch_add(&w->errors, 1);
+    if (hilock_hold_release(HILOCK_HOLD(l)) != HILOCK_OK) atomic_fetch_add(&w->errors, 1);
   }
   hilock_hold_free(HILOCK_HOLD(l));
   return NULL;
@@ -557,9 +557,9 @@ static void threads_sharing_a_client_exclude_each_other(void **state) {
   /* The first grant on a name draws its fence from the server's clock;
    * past a counter ahead of the clock, every later one is one more. */
   first = hl_new_lock(w.client, "contended", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(first), hilock_hold_errmsg(HILOCK_HOLD(first)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(first)), hilock_hold_errmsg(HILOCK_HOLD(first)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(first)) > 1000000000000000ULL);
-  assert_hl_ok(hilock_lock_release(first), hilock_hold_errmsg(HILOCK_HOLD(first)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(first)), hilock_hold_errmsg(HILOCK_HOLD(first)));
   hilock_hold_free(HILOCK_HOLD(first));
   hl_redis_ok(f->redis, "SET hilock:{contended}:fence %lld", HL_FENCE_AHEAD);
   first_fence = (uint64_t)HL_FENCE_AHEAD;
@@ -602,11 +602,11 @@ static void null_arguments_are_einval(void **state) {
   assert_int_equal(hilock_lock_new(c, NULL, 1, 1000, &l), HILOCK_EINVAL);
   assert_null(l);
 
-  assert_int_equal(hilock_lock_try_acquire(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_lock_acquire(NULL, 0), HILOCK_EINVAL);
-  assert_int_equal(hilock_lock_release(NULL), HILOCK_EINVAL);
-  assert_int_equal(hilock_lock_extend(NULL, 1000, 1), HILOCK_EINVAL);
-  assert_int_equal(hilock_lock_renew(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_try_acquire(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_acquire(NULL, 0), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_release(NULL), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_extend(NULL, 1000, 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_renew(NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_owned(NULL, &flag), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_locked(NULL, &flag), HILOCK_EINVAL);
   assert_int_equal(hilock_lock_force_release(NULL, &flag), HILOCK_EINVAL);
@@ -626,7 +626,7 @@ static void null_arguments_are_einval(void **state) {
   l = hl_new_lock(c, "n", 1000);
   assert_int_equal(hilock_hold_owned(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_locked(HILOCK_HOLD(l), NULL), HILOCK_EINVAL);
-  assert_hl_rc(hilock_lock_acquire(l, -5), HILOCK_EINVAL,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(l), -5), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_lock_force_release(l, NULL), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));

@@ -61,19 +61,20 @@ static void cycle_on(hilock_client *c, int owner, const char *prefix, char *buf,
   hilock_lock *l;
   name_on(owner, prefix, buf, n);
   l = hl_new_lock(c, buf, 5000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
-/* The indexes of the three current masters. */
-static void masters(int m[3]) {
-  m[0] = hl_cluster_owner(&cl, 0);
-  m[1] = hl_cluster_owner(&cl, 8000);
-  m[2] = hl_cluster_owner(&cl, 16383);
+/* The indexes of k's three current masters. */
+static void masters(hl_cluster *k, int m[3]) {
+  m[0] = hl_cluster_owner(k, 0);
+  m[1] = hl_cluster_owner(k, 8000);
+  m[2] = hl_cluster_owner(k, 16383);
   assert_true(m[0] >= 0 && m[1] >= 0 && m[2] >= 0);
   assert_int_not_equal(m[0], m[1]);
   assert_int_not_equal(m[1], m[2]);
+  assert_int_not_equal(m[0], m[2]);
 }
 
 static int key_on(int node, const char *key, size_t len) {
@@ -154,7 +155,7 @@ static void client_reads_the_slot_map(void **state) {
   (void)state;
   assert_true(hilock__client_is_cluster(c));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  masters(m);
+  masters(&cl, m);
   /* The client's map agrees with the cluster's on sample slots. */
   static const int probe[] = {0, 1, 5460, 5461, 10922, 10923, 16383};
   for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++) {
@@ -201,8 +202,8 @@ static void *first_call_main(void *arg) {
   snprintf(name, sizeof(name), "first%d", f->i);
   l = hl_new_lock(f->c, name, 5000);
   pthread_barrier_wait(f->go);
-  f->rc = hilock_lock_try_acquire(l);
-  if (f->rc == HILOCK_OK) f->rc = hilock_lock_release(l);
+  f->rc = hilock_hold_try_acquire(HILOCK_HOLD(l));
+  if (f->rc == HILOCK_OK) f->rc = hilock_hold_release(HILOCK_HOLD(l));
   if (f->rc != HILOCK_OK) print_error("%s\n", hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
   return NULL;
@@ -220,7 +221,7 @@ static void connect_later_reads_the_map_at_the_first_call(void **state) {
   o.connect_later = 1;
   assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
   assert_null(hilock__cluster_owner(c, 0));
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 3; i++) cycle_on(c, m[i], "later", name, sizeof(name));
   hilock_client_free(c);
   c = NULL;
@@ -280,14 +281,14 @@ static void plain_url_on_a_cluster_node_says_so(void **state) {
   char url[64], name[32];
   int m[3];
   (void)state;
-  masters(m);
+  masters(&cl, m);
   /* redis:// to the first master, a name the second master serves. */
   snprintf(url, sizeof(url), "redis://127.0.0.1:%d", cl.node[m[0]].port);
   assert_hl_ok(hilock_client_new(url, &o, &c), hilock_client_errmsg(c));
   assert_false(hilock__client_is_cluster(c));
   name_on(m[1], "plain", name, sizeof(name));
   l = hl_new_lock(c, name, 5000);
-  assert_int_equal(hilock_lock_try_acquire(l), HILOCK_ECLUSTER);
+  assert_int_equal(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_ECLUSTER);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "MOVED");
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "redis+cluster://");
   hilock_hold_free(HILOCK_HOLD(l));
@@ -300,7 +301,7 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
   hilock_client *c = new_client();
   int m[3];
   (void)state;
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 3; i++) {
     char name[32];
     hilock_lock *l = NULL, *s = NULL, *other = NULL;
@@ -316,62 +317,62 @@ static void every_lock_type_runs_on_its_slot_master(void **state) {
     /* expiring */
     l = hl_new_lock(c, name, 10000);
     other = hl_new_lock(c, name, 10000);
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     fence = hilock_hold_fence(HILOCK_HOLD(l));
-    assert_int_equal(hilock_lock_try_acquire(other), HILOCK_BUSY);
+    assert_int_equal(hilock_hold_try_acquire(HILOCK_HOLD(other)), HILOCK_BUSY);
     key = hilock_hold_key(HILOCK_HOLD(l), &klen);
     assert_true(key_on(m[i], key, klen));
-    assert_hl_ok(hilock_lock_extend(l, 5000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(l), 5000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
     int owned = 0, locked = 0;
     assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_true(owned);
     assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(other), &locked), hilock_hold_errmsg(HILOCK_HOLD(other)));
     assert_true(locked);
-    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_false(key_on(m[i], key, klen));
-    assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(other)), hilock_hold_errmsg(HILOCK_HOLD(other)));
     assert_true(hilock_hold_fence(HILOCK_HOLD(other)) > fence);
-    assert_hl_ok(hilock_lock_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(other)), hilock_hold_errmsg(HILOCK_HOLD(other)));
     hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(other));
 
     /* simple */
     s = hl_new_simple(c, name);
-    assert_hl_ok(hilock_lock_acquire(s, 1000), hilock_hold_errmsg(HILOCK_HOLD(s)));
-    assert_hl_ok(hilock_lock_release(s), hilock_hold_errmsg(HILOCK_HOLD(s)));
+    assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(s), 1000), hilock_hold_errmsg(HILOCK_HOLD(s)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(s)), hilock_hold_errmsg(HILOCK_HOLD(s)));
     hilock_hold_free(HILOCK_HOLD(s));
 
     /* reentrant */
     rl = hl_new_rlock(c, name, 10000);
-    assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-    assert_hl_ok(hilock_rlock_acquire(rl, 1000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 1000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 1000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_int_equal(count, 2);
     key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
     assert_true(key_on(m[i], key, klen));
-    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_false(key_on(m[i], key, klen));
     hilock_hold_free(HILOCK_HOLD(rl));
 
     /* semaphore */
     sem = hl_new_semaphore(c, name, 2, 10000);
-    assert_hl_ok(hilock_semaphore_acquire(sem, 1000),
+    assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(sem), 1000),
                  hilock_hold_errmsg(HILOCK_HOLD(sem)));
     key = hilock_hold_key(HILOCK_HOLD(sem), &klen);
     assert_true(key_on(m[i], key, klen));
     assert_hl_ok(hilock_semaphore_available(sem, &count),
                  hilock_hold_errmsg(HILOCK_HOLD(sem)));
     assert_int_equal(count, 1);
-    assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(sem)), hilock_hold_errmsg(HILOCK_HOLD(sem)));
     hilock_hold_free(HILOCK_HOLD(sem));
 
     /* fair */
     fl = hl_new_fair(c, name, 10000);
-    assert_hl_ok(hilock_fair_lock_acquire(fl, 1000),
+    assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(fl), 1000),
                  hilock_hold_errmsg(HILOCK_HOLD(fl)));
     key = hilock_hold_key(HILOCK_HOLD(fl), &klen);
     assert_true(key_on(m[i], key, klen));
-    assert_hl_ok(hilock_fair_lock_release(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(fl)), hilock_hold_errmsg(HILOCK_HOLD(fl)));
     hilock_hold_free(HILOCK_HOLD(fl));
   }
   hilock_client_free(c);
@@ -386,7 +387,7 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
   int m[3], slot, wrong;
   long long before;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[0], "moved", name, sizeof(name));
   slot = name_slot(name);
   /* Point the slot at the wrong master, as after a failover or reshard. */
@@ -400,8 +401,8 @@ static void a_stale_map_follows_MOVED_and_is_corrected(void **state) {
   before = errorstat(m[1], "errorstat_MOVED");
 
   l = hl_new_lock(c, name, 5000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The wrong master answered MOVED, and the map is right again. */
   assert_true(errorstat(m[1], "errorstat_MOVED") > before);
   assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[0]].port);
@@ -415,7 +416,7 @@ static char *node_id(int i) { return hl_cluster_node_id(&cl, i); }
  * returned; the wait is not used. */
 static int release_call(hilock_hold *h, int64_t unused) {
   (void)unused;
-  return hilock_lock_release((hilock_lock *)h);
+  return hilock_hold_release(HILOCK_HOLD((hilock_lock *)h));
 }
 
 /* A slot being resharded: keys already moved are reached with ASKING on
@@ -481,7 +482,7 @@ static void migration_move(migration *g, const char *key, size_t klen,
 /* Hand the slot over; with rest, after moving its other keys first. */
 static void migration_end(migration *g, int rest) {
   int m[3];
-  masters(m);
+  masters(&cl, m);
   while (rest) {
     redisReply *r = redisCommand(g->src, "CLUSTER GETKEYSINSLOT %d 100", g->slot);
     assert_non_null(r);
@@ -514,12 +515,12 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   const char *key;
   size_t klen;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[2], "ask", name, sizeof(name));
   slot = name_slot(name);
   l = hl_new_lock(c, name, 20000);
   other = hl_new_lock(c, name, 20000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   key = hilock_hold_key(HILOCK_HOLD(l), &klen);
 
   /* Move the lock's keys to the importing node and leave the slot
@@ -531,12 +532,12 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   /* One key, or all of a script's keys, on the importing node: ASK. */
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(owned);
-  assert_hl_ok(hilock_lock_extend(l, 20000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(l), 20000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(errorstat(m[2], "errorstat_ASK") >= before + 2);
   /* A grant attempt also names the wake list and the delay marker, which
    * exist on neither node: TRYAGAIN, waited out to the caller's deadline,
    * and never a grant. */
-  assert_int_equal(hilock_lock_acquire(other, 300), HILOCK_BUSY);
+  assert_int_equal(hilock_hold_acquire(HILOCK_HOLD(other), 300), HILOCK_BUSY);
   assert_false(hilock_hold_held(HILOCK_HOLD(other)));
   /* ASK is one-shot: the map still names the source. */
   assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[2]].port);
@@ -554,10 +555,10 @@ static void a_migrating_slot_follows_ASK_and_TRYAGAIN(void **state) {
   assert_hl_ok(rel.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(rel.t_end >= finished);
   assert_true(hl_cluster_wait_ok(&cl, 10000));
-  assert_hl_ok(hilock_lock_acquire(other, 1000), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(other), 1000), hilock_hold_errmsg(HILOCK_HOLD(other)));
   assert_int_equal(hilock__cluster_owner(c, slot)->port, cl.node[m[1]].port);
   assert_true(key_on(m[1], key, klen));
-  assert_hl_ok(hilock_lock_release(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(other)), hilock_hold_errmsg(HILOCK_HOLD(other)));
 
   hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(other));
   hilock_client_free(c);
@@ -579,7 +580,7 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
   const char *key;
   size_t klen;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[2], "half", an, sizeof(an));
   slot = name_slot(an);
   for (int i = 0;; i++) { /* another name in the same slot */
@@ -589,8 +590,8 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
   }
   a = hl_new_lock(c, an, 900);
   b = hl_new_lock(c, bn, 900);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, 0, hl_count_call,
                                           (void *)&lost),
                hilock_hold_errmsg(HILOCK_HOLD(a)));
@@ -615,8 +616,8 @@ static void the_watchdog_renews_the_holds_of_a_half_migrated_slot(
   migration_end(&g, 1);
   assert_true(hl_cluster_wait_ok(&cl, 10000));
   assert_true(key_on(m[1], key, klen));
-  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(atomic_load(&lost), 0);
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(c);
@@ -626,7 +627,7 @@ static void noscript_reloads_on_each_node(void **state) {
   hilock_client *c = new_client();
   int m[3];
   (void)state;
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 3; i++) {
     redisContext *r = hl_cluster_connect(&cl, m[i]);
     hl_redis_ok(r, "SCRIPT FLUSH");
@@ -659,11 +660,11 @@ static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   int64_t took;
   redisContext *r;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[1], "wait", name, sizeof(name));
   holder = hl_new_lock(c, name, 20000);
   waiting = hl_new_lock(c, name, 20000);
-  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   hl_waiter_run(&w, HILOCK_HOLD(waiting), &hl_lock_verbs, 10000, 0);
   r = hl_cluster_connect(&cl, m[1]);
   assert_true(hl_wait_waiters(r, 1, 3000));
@@ -672,7 +673,7 @@ static void a_waiter_blocks_on_its_slot_master_and_wakes(void **state) {
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   /* Woken by the release, long before the holder's 20 s TTL. */
   assert_i64_between(took, 0, 2000);
-  assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(waiting)), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   hl_holds_free(HILOCK_HOLD(holder), HILOCK_HOLD(waiting));
   hilock_client_free(c);
 }
@@ -685,7 +686,7 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
   char name[32];
   int m[3];
   (void)state;
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 6; i++) {
     char prefix[16];
     snprintf(prefix, sizeof(prefix), "renew%d-", i);
@@ -693,18 +694,18 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
     l[i] = hl_new_lock(c, name, 600);
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, NULL, NULL),
                  hilock_hold_errmsg(HILOCK_HOLD(l[i])));
-    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l[i])), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
   }
   name_on(m[1], "renew-rl", name, sizeof(name));
   rl = hl_new_rlock(c, name, 600);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   name_on(m[2], "renew-sem", name, sizeof(name));
   sem = hl_new_semaphore(c, name, 1, 600);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(sem), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(sem)));
-  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(sem)), hilock_hold_errmsg(HILOCK_HOLD(sem)));
 
   hl_sleep_ms(1800); /* three TTLs */
   for (int i = 0; i < 6; i++) {
@@ -712,20 +713,20 @@ static void the_watchdog_renews_holds_on_every_master(void **state) {
     assert_false(hilock_hold_lost(HILOCK_HOLD(l[i])));
     assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l[i]), &owned), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_true(owned);
-    assert_hl_ok(hilock_lock_release(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l[i])), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     hilock_hold_free(HILOCK_HOLD(l[i]));
   }
   int owned = 0;
   assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(rl), &owned), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(owned);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   owned = 0;
   assert_false(hilock_hold_lost(HILOCK_HOLD(sem)));
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(sem), &owned),
                hilock_hold_errmsg(HILOCK_HOLD(sem)));
   assert_true(owned);
-  assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(sem)), hilock_hold_errmsg(HILOCK_HOLD(sem)));
   hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(sem));
   hilock_client_free(c);
 }
@@ -766,14 +767,14 @@ static void wait_replicas_confirms_on_each_master(void **state) {
    * for a reply that came too late. */
   o.wait_timeout_ms = 300;
   assert_hl_ok(hilock_client_new(cl.url, &o, &c), hilock_client_errmsg(c));
-  masters(m);
+  masters(&cl, m);
   for (int i = 0; i < 3; i++) wait_replica_acks(m[i]);
   for (int i = 0; i < 3; i++) {
     name_on(m[i], "acked-", name, sizeof(name));
     l = hl_new_lock(c, name, 5000);
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     hilock_hold_free(HILOCK_HOLD(l));
   }
   /* A hold on m[0] renewed by the watchdog: renewals pass while the
@@ -782,7 +783,7 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   held = hl_new_lock(c, name, 3000);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(held), 1, 0, lost_flag, &lost),
                hilock_hold_errmsg(HILOCK_HOLD(held)));
-  assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(held)), hilock_hold_errmsg(HILOCK_HOLD(held)));
   hl_sleep_ms(3200);
   assert_false(__atomic_load_n(&lost, __ATOMIC_SEQ_CST));
 
@@ -792,7 +793,7 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   int64_t t0 = hl_now_ms();
   name_on(m[0], "unacked-", name, sizeof(name));
   l = hl_new_lock(c, name, 5000);
-  int rc = hilock_lock_try_acquire(l);
+  int rc = hilock_hold_try_acquire(HILOCK_HOLD(l));
   char msg[256];
   snprintf(msg, sizeof(msg), "%s", hilock_hold_errmsg(HILOCK_HOLD(l)));
   size_t klen;
@@ -802,8 +803,8 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   /* Another master's replica answers: its grants go on. */
   name_on(m[1], "acked-other-", name, sizeof(name));
   l = hl_new_lock(c, name, 5000);
-  int rc_other = hilock_lock_try_acquire(l);
-  if (rc_other == HILOCK_OK) hilock_lock_release(l);
+  int rc_other = hilock_hold_try_acquire(HILOCK_HOLD(l));
+  if (rc_other == HILOCK_OK) hilock_hold_release(HILOCK_HOLD(l));
   hilock_hold_free(HILOCK_HOLD(l));
   /* The watchdog's renewals on m[0] are no longer confirmed: the hold is
    * reported lost when its validity runs out. */
@@ -825,8 +826,8 @@ static void wait_replicas_confirms_on_each_master(void **state) {
   /* With the replica back, grants on m[0] are confirmed again. */
   name_on(m[0], "acked-again-", name, sizeof(name));
   l = hl_new_lock(c, name, 5000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
@@ -845,12 +846,12 @@ static int child_main(void *arg) {
   int rc = 0;
   /* The child's calls go through fresh connections of its own. */
   if (hilock_lock_new(f->c, f->held, strlen(f->held), 5000, &a) != HILOCK_OK ||
-      hilock_lock_try_acquire(a) != HILOCK_BUSY)
+      hilock_hold_try_acquire(HILOCK_HOLD(a)) != HILOCK_BUSY)
     rc = 1;
   if (rc == 0 &&
       (hilock_lock_new(f->c, f->other, strlen(f->other), 5000, &b) != HILOCK_OK ||
-       hilock_lock_acquire(b, 1000) != HILOCK_OK ||
-       hilock_lock_release(b) != HILOCK_OK))
+       hilock_hold_acquire(HILOCK_HOLD(b), 1000) != HILOCK_OK ||
+       hilock_hold_release(HILOCK_HOLD(b)) != HILOCK_OK))
     rc = 2;
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   return rc;
@@ -864,13 +865,13 @@ static void a_forked_child_routes_on_its_own_connections(void **state) {
   fork_ctx f;
   pid_t pid;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[0], "fork-held", held, sizeof(held));
   name_on(m[1], "fork-other", other, sizeof(other));
   l = hl_new_lock(c, held, 10000);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c)); /* pooled */
   f.c = c;
   f.held = held;
@@ -880,7 +881,7 @@ static void a_forked_child_routes_on_its_own_connections(void **state) {
   assert_int_equal(hl_wait_child(pid, 10000), 0);
   /* The parent's pooled connections were not disturbed by the child. */
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 }
@@ -901,7 +902,7 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   size_t klen;
   int64_t killed;
   (void)state;
-  masters(m);
+  masters(&cl, m);
   name_on(m[0], "failover", name, sizeof(name));
   name_on(m[0], "failover-new", name2, sizeof(name2));
   replica = hl_cluster_replica_of(&cl, m[0]);
@@ -914,7 +915,7 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(bystander), 1, 0, lost_fn,
                                           (void *)&bystander_lost),
                hilock_hold_errmsg(HILOCK_HOLD(bystander)));
-  assert_hl_ok(hilock_lock_try_acquire(bystander),
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(bystander)),
                hilock_hold_errmsg(HILOCK_HOLD(bystander)));
   /* A hold on the master that dies, with a TTL shorter than the failover:
    * its renewals fail while no master serves the slot, so it is lost. */
@@ -923,13 +924,13 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(doomed), 1, 0, lost_fn,
                                           (void *)&doomed_lost),
                hilock_hold_errmsg(HILOCK_HOLD(doomed)));
-  assert_hl_ok(hilock_lock_try_acquire(doomed), hilock_hold_errmsg(HILOCK_HOLD(doomed)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(doomed)), hilock_hold_errmsg(HILOCK_HOLD(doomed)));
 
   /* A renewed hold and a waiter blocked on the master that will die. */
   held = hl_new_lock(c, name, 8000);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(held), 1, 0, lost_fn, (void *)&lost),
                hilock_hold_errmsg(HILOCK_HOLD(held)));
-  assert_hl_ok(hilock_lock_try_acquire(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(held)), hilock_hold_errmsg(HILOCK_HOLD(held)));
   waiting = hl_new_lock(c, name, 8000);
   hl_waiter_run(&w, HILOCK_HOLD(waiting), &hl_lock_verbs, 30000, 0);
   {
@@ -959,10 +960,10 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
 
   /* New grants on the failed-over slot work through the same client. */
   fresh = hl_new_lock(c, name2, 5000);
-  assert_hl_ok(hilock_lock_acquire(fresh, 10000), hilock_hold_errmsg(HILOCK_HOLD(fresh)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(fresh), 10000), hilock_hold_errmsg(HILOCK_HOLD(fresh)));
   key = hilock_hold_key(HILOCK_HOLD(fresh), &klen);
   assert_true(key_on(promoted, key, klen));
-  assert_hl_ok(hilock_lock_release(fresh), hilock_hold_errmsg(HILOCK_HOLD(fresh)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(fresh)), hilock_hold_errmsg(HILOCK_HOLD(fresh)));
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
 
   /* The hold survived and is renewed on the new master: wait past its
@@ -975,21 +976,21 @@ static void a_killed_master_fails_over_and_locks_keep_working(void **state) {
   /* The doomed hold is lost; the bystander's renewals went on through the
    * failover (the watchdog did not wait on the dead master). */
   assert_true(doomed_lost);
-  assert_int_equal(hilock_lock_release(doomed), HILOCK_ENOTOWNED);
+  assert_int_equal(hilock_hold_release(HILOCK_HOLD(doomed)), HILOCK_ENOTOWNED);
   hilock_hold_free(HILOCK_HOLD(doomed));
   assert_false(bystander_lost);
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(bystander), &owned),
                hilock_hold_errmsg(HILOCK_HOLD(bystander)));
   assert_true(owned);
-  assert_hl_ok(hilock_lock_release(bystander), hilock_hold_errmsg(HILOCK_HOLD(bystander)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(bystander)), hilock_hold_errmsg(HILOCK_HOLD(bystander)));
   hilock_hold_free(HILOCK_HOLD(bystander));
   /* The waiter is still waiting (not failed), and gets the lock now. */
   assert_int_equal(hl_waiter_done_at(&w), 0);
-  assert_hl_ok(hilock_lock_release(held), hilock_hold_errmsg(HILOCK_HOLD(held)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(held)), hilock_hold_errmsg(HILOCK_HOLD(held)));
   hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(waiting)) > hilock_hold_fence(HILOCK_HOLD(held)));
-  assert_hl_ok(hilock_lock_release(waiting), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(waiting)), hilock_hold_errmsg(HILOCK_HOLD(waiting)));
 
   hl_holds_free(HILOCK_HOLD(held), HILOCK_HOLD(fresh), HILOCK_HOLD(waiting));
   hilock_client_free(c);
@@ -1035,16 +1036,6 @@ static hilock_client *pw_client(const char *url) {
   int rc = hilock_client_new(url, &o, &c);
   assert_hl_ok(rc, hilock_client_errmsg(c));
   return c;
-}
-
-static void pw_masters(int m[3]) {
-  m[0] = hl_cluster_owner(&pw, 0);
-  m[1] = hl_cluster_owner(&pw, 8000);
-  m[2] = hl_cluster_owner(&pw, 16383);
-  assert_true(m[0] >= 0 && m[1] >= 0 && m[2] >= 0);
-  assert_int_not_equal(m[0], m[1]);
-  assert_int_not_equal(m[1], m[2]);
-  assert_int_not_equal(m[0], m[2]);
 }
 
 /* A name whose slot node owner masters, avoiding the slots in avoid[0..n). */
@@ -1125,10 +1116,10 @@ static void pw_lock_on(hilock_client *c, const char *name, int on) {
   const char *key;
   size_t klen;
   l = hl_new_lock(c, name, 10000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   key = hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_true(pw_key_on(on, key, klen));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(pw_key_on(on, key, klen));
   hilock_hold_free(HILOCK_HOLD(l));
 }
@@ -1138,7 +1129,7 @@ static void auth_cluster_grants_on_every_master(void **state) {
   int m[3];
   char url[300], name[32];
   (void)state;
-  pw_masters(m);
+  masters(&pw, m);
   for (size_t w = 0; w < 2; w++) {
     pw_url(url, sizeof(url), who[w]);
     hilock_client *c = pw_client(url);
@@ -1167,7 +1158,7 @@ static void auth_cluster_follows_MOVED_to_an_undialed_node(void **state) {
   long long before;
   int64_t read_at;
   (void)state;
-  pw_masters(m);
+  masters(&pw, m);
   a = m[0];
   b = m[1];
   replica = hl_cluster_replica_of(&pw, m[2]);
@@ -1260,7 +1251,7 @@ static void auth_cluster_revoked_user_is_EAUTH_on_next_use(void **state) {
   hilock_lock *l = NULL;
   int64_t t0;
   (void)state;
-  pw_masters(m);
+  masters(&pw, m);
   pw_url(url, sizeof(url), "revoked:revoked-pw");
   hilock_client *c = pw_client(url);
   pw_name_on(m[2], "revoked", name, sizeof(name), NULL, 0);
@@ -1273,7 +1264,7 @@ static void auth_cluster_revoked_user_is_EAUTH_on_next_use(void **state) {
   assert_int_equal(pw_conns_of(m[2], "revoked"), 0);
   l = hl_new_lock(c, name, 10000);
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EAUTH, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_EAUTH, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGPASS");
   assert_hl_rc(hilock_client_ping(c), HILOCK_EAUTH, hilock_client_errmsg(c));
   /* Likewise: at once, not after the 15 s reconnect budget. */
@@ -1289,7 +1280,7 @@ static void auth_cluster_user_without_EVAL_is_ENOPERM(void **state) {
   int m[3];
   char url[300];
   (void)state;
-  pw_masters(m);
+  masters(&pw, m);
   pw_url(url, sizeof(url), "noeval:noeval-pw");
   hilock_client *c = pw_client(url);
   assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
@@ -1300,11 +1291,11 @@ static void auth_cluster_user_without_EVAL_is_ENOPERM(void **state) {
     size_t klen;
     pw_name_on(m[i], "noeval", name, sizeof(name), NULL, 0);
     l = hl_new_lock(c, name, 10000);
-    assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ENOPERM,
+    assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_ENOPERM,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "NOPERM");
     assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(l)), HILOCK_ENOPERM);
-    assert_hl_rc(hilock_lock_acquire(l, 500), HILOCK_ENOPERM,
+    assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(l), 500), HILOCK_ENOPERM,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     key = hilock_hold_key(HILOCK_HOLD(l), &klen);
     assert_false(pw_key_on(m[i], key, klen));

@@ -17,23 +17,12 @@
 
 #include "internal.h"
 
-static hl_cluster cl;
-
-static int group_setup(void **state) {
-  (void)state;
-  return hl_cluster_start(&cl, 1000);
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  hl_cluster_destroy(&cl);
-  return 0;
-}
+static hl_cluster *const cl = &hl_group_cluster;
 
 static hilock_client *new_client(int64_t reconnect_ms) {
   hilock_options o = hl_test_options();
   o.reconnect_ms = reconnect_ms;
-  return hl_client(cl.url, &o);
+  return hl_client(cl->url, &o);
 }
 
 static int name_slot(const char *name) {
@@ -64,11 +53,11 @@ typedef struct migration {
 static void mig_open(migration *g, const char *name) {
   memset(g, 0, sizeof(*g));
   g->slot = name_slot(name);
-  g->src = hl_cluster_owner(&cl, g->slot);
+  g->src = hl_cluster_owner(cl, g->slot);
   g->dst = -1;
   assert_true(g->src >= 0);
   for (int i = 0; i < HL_CLUSTER_NODES; i++) {
-    redisContext *r = hl_cluster_connect(&cl, i);
+    redisContext *r = hl_cluster_connect(cl, i);
     redisReply *rep = hl_redis(r, "ROLE");
     int master = rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
                  strcmp(rep->element[0]->str, "master") == 0;
@@ -79,7 +68,7 @@ static void mig_open(migration *g, const char *name) {
     }
     g->m[g->nm] = i;
     g->r[i] = r;
-    g->id[i] = hl_cluster_node_id(&cl, i);
+    g->id[i] = hl_cluster_node_id(cl, i);
     if (i != g->src && g->dst < 0) g->dst = i;
     g->nm++;
   }
@@ -119,7 +108,7 @@ static int mig_move(migration *g, int max) {
       break;
     }
     hl_redis_ok(g->r[g->src], "MIGRATE 127.0.0.1 %d %b 0 5000",
-                cl.node[g->dst].port, keys->element[0]->str,
+                cl->node[g->dst].port, keys->element[0]->str,
                 keys->element[0]->len);
     freeReplyObject(keys);
     moved++;
@@ -140,7 +129,7 @@ static void mig_finish(migration *g) {
     if (g->m[k] != g->src && g->m[k] != g->dst)
       hl_redis_ok(g->r[g->m[k]], "CLUSTER SETSLOT %d NODE %s", g->slot,
                   g->id[g->dst]);
-  assert_true(hl_cluster_wait_owner(&cl, g->slot, g->dst, 10000));
+  assert_true(hl_cluster_wait_owner(cl, g->slot, g->dst, 10000));
 }
 
 /* TRYAGAIN replies the two masters sent so far. */
@@ -447,16 +436,16 @@ static void a_direct_waiter_rides_a_manual_failover(void **state) {
   int master, replica;
   int64_t took, end;
   (void)state;
-  assert_true(hl_cluster_wait_ok(&cl, 20000));
+  assert_true(hl_cluster_wait_ok(cl, 20000));
   fresh_name("fo-", name, sizeof(name));
   snprintf(key, sizeof(key), "hilock:{%s}:lock", name);
-  master = hl_cluster_owner(&cl, name_slot(name));
-  replica = hl_cluster_replica_of(&cl, master);
+  master = hl_cluster_owner(cl, name_slot(name));
+  replica = hl_cluster_replica_of(cl, master);
   assert_true(master >= 0 && replica >= 0);
   holder = hl_new_lock(hc, name, 30000);
   waiting = hl_new_lock(wc, name, 30000);
-  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
-  rep = hl_cluster_connect(&cl, replica);
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  rep = hl_cluster_connect(cl, replica);
   hl_redis_ok(rep, "READONLY");
   end = hl_now_ms() + 5000;
   while (!hl_redis_exists(rep, key, strlen(key))) {
@@ -465,11 +454,11 @@ static void a_direct_waiter_rides_a_manual_failover(void **state) {
   }
   hl_waiter_run(&w, HILOCK_HOLD(waiting), &hl_lock_verbs, 20000, 1);
   wait_waiting(wc, 1);
-  m = hl_cluster_connect(&cl, master);
+  m = hl_cluster_connect(cl, master);
   if (!hl_hub_mode())
     assert_true(hl_wait_info_field(m, "clients", "blocked_clients", 1, 10000));
   hl_redis_ok(rep, "CLUSTER FAILOVER");
-  assert_true(hl_cluster_wait_owner(&cl, name_slot(name), replica, 20000));
+  assert_true(hl_cluster_wait_owner(cl, name_slot(name), replica, 20000));
   took = hl_release_and_join(&w, HILOCK_HOLD(holder), &hl_lock_verbs);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   /* Woken by the release, not by the 30 s TTL or the 20 s wait: 10 s
@@ -491,5 +480,6 @@ int main(void) {
       cmocka_unit_test(an_acquire_whose_time_ends_with_keys_split_is_BUSY),
       cmocka_unit_test(a_direct_waiter_rides_a_manual_failover),
   };
-  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+  return cmocka_run_group_tests(tests, hl_cluster_group_setup,
+                                hl_cluster_group_teardown);
 }

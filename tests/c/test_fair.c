@@ -28,7 +28,7 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
 
   hl_q_assert_new_handle(HILOCK_HOLD(a), "hilock:{basic}:fair", 10000, 5000);
 
-  assert_hl_ok(hilock_fair_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(hilock_hold_held(HILOCK_HOLD(a)));
   assert_int_equal(strlen(hilock_hold_token(HILOCK_HOLD(a))), 32);
   hl_q_assert_holder(f, "basic", HILOCK_HOLD(a));
@@ -43,19 +43,19 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   /* A refused try or a zero wait never queues. */
   hl_q_assert_no_waiters(f, "basic", 0);
 
-  assert_hl_ok(hilock_fair_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(hilock_hold_held(HILOCK_HOLD(a)));
   assert_null(hl_q_holder(f, "basic"));
-  assert_hl_rc(hilock_fair_lock_release(a), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(a)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
 
-  assert_hl_ok(hilock_fair_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(b), 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > first);
   assert_int_equal(hilock_fair_lock_ticket(b), 2);
   /* Holder, fence and ticket counters: nothing of the queue remains. */
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 3);
   assert_int_equal(hl_redis_get_int(f->redis, "hilock:{basic}:fair:ticket"), 2);
-  assert_hl_ok(hilock_fair_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
@@ -77,13 +77,13 @@ static void newcomer_never_barges_past_a_queued_waiter(void **state) {
 
   /* Ahead of the clock, the counter counts the grants. */
   hl_redis_ok(f->redis, "SET hilock:{barge}:fence %lld", HL_FENCE_AHEAD);
-  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(holder), 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   child = fork_waiter(f, "barge", 3000, 50);
   hl_q_wait_queue_len(f, "barge", 1, 5000);
   /* Freeze the queued waiter: its heartbeat is good for 3 s. */
   assert_int_equal(kill(child, SIGSTOP), 0);
-  assert_hl_ok(hilock_fair_lock_release(holder),
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
 
   /* The lock is free, but reserved for the head of the queue. */
@@ -93,11 +93,11 @@ static void newcomer_never_barges_past_a_queued_waiter(void **state) {
   assert_hl_ok(hilock_fair_lock_waiters(newcomer, &count),
                hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
   assert_int_equal(count, 1);
-  assert_hl_rc(hilock_fair_lock_try_acquire(newcomer), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(newcomer)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
-  assert_hl_rc(hilock_fair_lock_acquire(newcomer, 300), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(newcomer), 300), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
-  assert_hl_rc(hilock_fair_lock_try_acquire(holder), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(holder)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   assert_null(hl_q_holder(f, "barge"));
   assert_int_equal(hl_q_queue_len(f, "barge"), 1); /* the newcomer left */
@@ -105,7 +105,7 @@ static void newcomer_never_barges_past_a_queued_waiter(void **state) {
   /* Thawed, the head takes its turn; then the newcomer may have it. */
   assert_int_equal(kill(child, SIGCONT), 0);
   assert_int_equal(hl_wait_child(child, 30000), 0);
-  assert_hl_ok(hilock_fair_lock_try_acquire(newcomer),
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(newcomer)),
                hilock_hold_errmsg(HILOCK_HOLD(newcomer)));
   /* The holder's, the head's, then the newcomer's grant. */
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(newcomer)),
@@ -125,7 +125,7 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
 
   /* Ahead of the clock, the counter counts the grants. */
   hl_redis_ok(f->redis, "SET hilock:{dead-head}:fence %lld", HL_FENCE_AHEAD);
-  assert_hl_ok(hilock_fair_lock_acquire(holder, 1000),
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(holder), 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   head = fork_waiter(f, "dead-head", beat, 0);
   hl_q_wait_queue_len(f, "dead-head", 1, 5000);
@@ -137,7 +137,7 @@ static void sigkilled_head_is_skipped_within_the_heartbeat_window(
   t0 = hl_now_ms();
   /* The release wakes the dead head; the lock stays reserved for it until
    * its heartbeat lapses, never for the holder's TTL of 10 s. */
-  assert_hl_ok(hilock_fair_lock_release(holder),
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   while ((v = hl_q_holder(f, "dead-head")) == NULL) {
     if (hl_now_ms() - t0 > 5000) break;
@@ -179,7 +179,7 @@ static void dead_entries_block_until_their_deadline_then_are_dropped(
   assert_int_equal(count, 1);
 
   /* Until then it is the head: nobody barges past it. */
-  assert_hl_rc(hilock_fair_lock_try_acquire(l), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{ghost}:fair:queue"),
                    1);
@@ -188,7 +188,7 @@ static void dead_entries_block_until_their_deadline_then_are_dropped(
   hl_sleep_ms(350);
   assert_hl_ok(hilock_fair_lock_waiters(l, &count), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(count, 0);
-  assert_hl_ok(hilock_fair_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_q_assert_no_waiters(f, "ghost", 0);
   hilock_hold_free(HILOCK_HOLD(l));
 }

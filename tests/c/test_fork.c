@@ -75,30 +75,30 @@ static int child_leaves_parents_grant_alone(void *arg) {
   hilock_lock *own = NULL;
   int owned = -1;
 
-  HL_CHILD_CHECK(hilock_lock_release(in->parents) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(in->parents)) == HILOCK_EFORKED);
   HL_CHILD_CHECK(strstr(hilock_hold_errmsg(HILOCK_HOLD(in->parents)), "forked") != NULL);
-  HL_CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 1) == HILOCK_EFORKED);
-  HL_CHILD_CHECK(hilock_lock_extend(in->parents, 60000, 0) == HILOCK_EFORKED);
-  HL_CHILD_CHECK(hilock_lock_renew(in->parents) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_extend(HILOCK_HOLD(in->parents), 60000, 1) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_extend(HILOCK_HOLD(in->parents), 60000, 0) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_renew(HILOCK_HOLD(in->parents)) == HILOCK_EFORKED);
   HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(in->parents), &owned) == HILOCK_OK);
   HL_CHILD_CHECK(owned == 0);
   HL_CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(in->parents)) == 0);
   HL_CHILD_CHECK(!hilock_hold_held(HILOCK_HOLD(in->parents)));
-  HL_CHILD_CHECK(hilock_rlock_release(in->parents_r) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(in->parents_r)) == HILOCK_EFORKED);
   HL_CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(in->parents_r)) == 0);
   /* The child is another owner: the parent's locks are busy for it. */
-  HL_CHILD_CHECK(hilock_lock_try_acquire(in->parents) == HILOCK_BUSY);
-  HL_CHILD_CHECK(hilock_lock_acquire(in->parents, 150) == HILOCK_BUSY);
-  HL_CHILD_CHECK(hilock_rlock_try_acquire(in->parents_r) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_hold_try_acquire(HILOCK_HOLD(in->parents)) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_hold_acquire(HILOCK_HOLD(in->parents), 150) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_hold_try_acquire(HILOCK_HOLD(in->parents_r)) == HILOCK_BUSY);
 
   /* A lock of its own, through the inherited client. */
   HL_CHILD_CHECK(hilock_client_ping(in->client) == HILOCK_OK);
   HL_CHILD_CHECK(hilock_lock_new(in->client, "childs-own", 10, 5000, &own) ==
               HILOCK_OK);
-  HL_CHILD_CHECK(hilock_lock_try_acquire(own) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_try_acquire(HILOCK_HOLD(own)) == HILOCK_OK);
   HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(own), &owned) == HILOCK_OK && owned == 1);
-  HL_CHILD_CHECK(hilock_lock_extend(own, 8000, 1) == HILOCK_OK);
-  HL_CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_extend(HILOCK_HOLD(own), 8000, 1) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(own)) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(own));
   return 0;
 }
@@ -119,8 +119,8 @@ static void child_cannot_touch_the_parents_grant(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 1, 0, hl_count_call,
                                           &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(p)));
-  assert_hl_ok(hilock_lock_acquire(p, 0), hilock_hold_errmsg(HILOCK_HOLD(p)));
-  assert_hl_ok(hilock_rlock_acquire(r, 0), hilock_hold_errmsg(HILOCK_HOLD(r)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(p), 0), hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(r), 0), hilock_hold_errmsg(HILOCK_HOLD(r)));
   snprintf(token, sizeof(token), "%s", hilock_hold_token(HILOCK_HOLD(p)));
   fence = hilock_hold_fence(HILOCK_HOLD(p));
   hl_sleep_ms(150); /* the renewal thread is running */
@@ -144,8 +144,8 @@ static void child_cannot_touch_the_parents_grant(void **state) {
   assert_hl_ok(hilock_rlock_hold_count(r, &n), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_int_equal(n, 1);
   assert_int_equal(atomic_load(&lost_calls), 0);
-  assert_hl_ok(hilock_lock_release(p), hilock_hold_errmsg(HILOCK_HOLD(p)));
-  assert_hl_ok(hilock_rlock_release(r), hilock_hold_errmsg(HILOCK_HOLD(r)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(p)), hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(r)), hilock_hold_errmsg(HILOCK_HOLD(r)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(p)));
   hl_holds_free(HILOCK_HOLD(p), HILOCK_HOLD(r));
 }
@@ -164,12 +164,12 @@ static int child_renews_only_its_own(void *arg) {
   HL_CHILD_CHECK(hilock_lock_new(rc->client, "childs-renewed", 14, 300, &own) ==
               HILOCK_OK);
   HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(own), 1, 0, NULL, NULL) == HILOCK_OK);
-  HL_CHILD_CHECK(hilock_lock_acquire(own, 0) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_acquire(HILOCK_HOLD(own), 0) == HILOCK_OK);
   HL_CHILD_CHECK(write(rc->fd, "x", 1) == 1);
   hl_sleep_ms(1200); /* four TTLs: alive only through the child's renewal */
   HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(own), &owned) == HILOCK_OK && owned == 1);
   HL_CHILD_CHECK(!hilock_hold_lost(HILOCK_HOLD(own)));
-  HL_CHILD_CHECK(hilock_lock_release(own) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(own)) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(own));
   return 0;
 }
@@ -189,9 +189,9 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lapsing), 1, 0, hl_count_call,
                                           &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
-  assert_hl_ok(hilock_lock_acquire(released, 0),
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(released), 0),
                hilock_hold_errmsg(HILOCK_HOLD(released)));
-  assert_hl_ok(hilock_lock_acquire(lapsing, 0), hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(lapsing), 0), hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   hl_sleep_ms(120);
 
   pid = hl_fork_ready(child_renews_only_its_own, &rc, &rc.fd, &byte, 1);
@@ -199,7 +199,7 @@ static void child_runs_no_renewal_of_the_parents_holds(void **state) {
   /* The child now runs a renewal thread of its own. The parent lets go of
    * one hold and stops renewing the other: if the child renewed the
    * parent's holds, the second would stay alive. */
-  assert_hl_ok(hilock_lock_release(released), hilock_hold_errmsg(HILOCK_HOLD(released)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(released)), hilock_hold_errmsg(HILOCK_HOLD(released)));
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lapsing), 0, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(lapsing)));
   t0 = hl_now_ms();
@@ -243,14 +243,14 @@ static int child_uses_the_client(void *arg) {
     int owned = 0;
     int64_t n = 0;
     HL_CHILD_CHECK(hilock_client_ping(b->client) == HILOCK_OK);
-    HL_CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_hold_try_acquire(HILOCK_HOLD(l)) == HILOCK_OK);
     HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 1);
-    HL_CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
-    HL_CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
-    HL_CHILD_CHECK(hilock_rlock_acquire(r, 0) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(l)) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_hold_acquire(HILOCK_HOLD(r), 0) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_hold_acquire(HILOCK_HOLD(r), 0) == HILOCK_OK);
     HL_CHILD_CHECK(hilock_rlock_hold_count(r, &n) == HILOCK_OK && n == 2);
-    HL_CHILD_CHECK(hilock_rlock_release(r) == HILOCK_OK);
-    HL_CHILD_CHECK(hilock_rlock_release(r) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(r)) == HILOCK_OK);
+    HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(r)) == HILOCK_OK);
     rounds++;
   }
   HL_CHILD_CHECK(rounds >= 10);
@@ -285,7 +285,7 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 1, 0, hl_count_call,
                                           &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(p)));
-  assert_hl_ok(hilock_lock_acquire(p, 0), hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(p), 0), hilock_hold_errmsg(HILOCK_HOLD(p)));
   /* Fill the pool with idle connections for the child to inherit. */
   for (int i = 0; i < 3; i++) {
     pg[i].client = f->client;
@@ -309,8 +309,8 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
                  hilock_client_errmsg(f->client));
     assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(p), &owned), hilock_hold_errmsg(HILOCK_HOLD(p)));
     assert_true(owned);
-    assert_hl_ok(hilock_lock_try_acquire(side), hilock_hold_errmsg(HILOCK_HOLD(side)));
-    assert_hl_ok(hilock_lock_release(side), hilock_hold_errmsg(HILOCK_HOLD(side)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(side)), hilock_hold_errmsg(HILOCK_HOLD(side)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(side)), hilock_hold_errmsg(HILOCK_HOLD(side)));
     rounds++;
   }
   assert_true(rounds >= 10);
@@ -328,10 +328,10 @@ static void parent_and_child_share_the_client_without_desync(void **state) {
   /* Stop renewing first: a renewal in flight would reset the TTL. */
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(p), 0, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(p)));
-  assert_hl_ok(hilock_lock_extend(p, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(p), 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{shared}:lock", 20),
                      4000, 5000);
-  assert_hl_ok(hilock_lock_release(p), hilock_hold_errmsg(HILOCK_HOLD(p)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(p)), hilock_hold_errmsg(HILOCK_HOLD(p)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(p)));
   assert_int_equal(atomic_load(&lost_calls), 0);
   hl_holds_free(HILOCK_HOLD(p), HILOCK_HOLD(side));
@@ -360,8 +360,8 @@ static void *spin(void *arg) {
   }
   while (!atomic_load(&s->stop)) {
     if (hilock_client_ping(s->client) != HILOCK_OK) s->errors++;
-    if (hilock_lock_try_acquire(l) != HILOCK_OK) s->errors++;
-    if (hilock_lock_release(l) != HILOCK_OK) s->errors++;
+    if (hilock_hold_try_acquire(HILOCK_HOLD(l)) != HILOCK_OK) s->errors++;
+    if (hilock_hold_release(HILOCK_HOLD(l)) != HILOCK_OK) s->errors++;
     atomic_fetch_add(&s->rounds, 1);
   }
   hilock_hold_free(HILOCK_HOLD(l));
@@ -382,10 +382,10 @@ static int child_does_a_little(void *arg) {
   HL_CHILD_CHECK(hilock_lock_new(q->client, name, (size_t)n, 300, &l) ==
               HILOCK_OK);
   HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL) == HILOCK_OK);
-  HL_CHILD_CHECK(hilock_lock_acquire(l, 1000) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_acquire(HILOCK_HOLD(l), 1000) == HILOCK_OK);
   hl_sleep_ms(120); /* let the child's renewal thread run once */
   HL_CHILD_CHECK(hilock_hold_validity_ms(HILOCK_HOLD(l)) > 0);
-  HL_CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(l)) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(l));
   return 0;
 }
@@ -408,10 +408,10 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(fast), 1, 0, hl_count_call,
                                           &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(fast)));
-  assert_hl_ok(hilock_lock_acquire(fast, 0), hilock_hold_errmsg(HILOCK_HOLD(fast)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(fast), 0), hilock_hold_errmsg(HILOCK_HOLD(fast)));
   /* One thread sits in a blocked acquire (its BLPOP socket is checked
    * out), another loops over client calls. */
-  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   waiting = hl_new_lock(f->client, "held", 10000);
   hl_waiter_run(&b, HILOCK_HOLD(waiting), &hl_lock_verbs, 15000, 0);
   assert_true(hl_wait_waiters(f->redis, 1, 3000));
@@ -433,7 +433,7 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
   atomic_store(&s.stop, 1);
   pthread_join(s.thread, NULL);
   if (!ok) {
-    (void)hilock_lock_release(holder);
+    (void)hilock_hold_release(HILOCK_HOLD(holder));
     hl_waiter_join(&b);
     hl_holds_free(HILOCK_HOLD(waiting), HILOCK_HOLD(holder), HILOCK_HOLD(fast));
     fail();
@@ -450,12 +450,12 @@ static void fork_while_other_threads_are_inside_client_calls(void **state) {
    * machine. */
   assert_i64_between(took, 0, 2000);
   hl_assert_holder(f->redis, HILOCK_HOLD(waiting));
-  assert_hl_ok(hilock_lock_release(waiting),
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(waiting)),
                hilock_hold_errmsg(HILOCK_HOLD(waiting)));
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(fast), &owned), hilock_hold_errmsg(HILOCK_HOLD(fast)));
   assert_true(owned);
   assert_int_equal(atomic_load(&lost_calls), 0);
-  assert_hl_ok(hilock_lock_release(fast), hilock_hold_errmsg(HILOCK_HOLD(fast)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(fast)), hilock_hold_errmsg(HILOCK_HOLD(fast)));
   hl_holds_free(HILOCK_HOLD(waiting), HILOCK_HOLD(holder), HILOCK_HOLD(fast));
 }
 
@@ -473,11 +473,11 @@ typedef struct rl_spinner {
 static void *spin_rlock(void *arg) {
   rl_spinner *s = arg;
   while (!atomic_load(s->stop)) {
-    int rc = hilock_rlock_try_acquire(s->rl);
+    int rc = hilock_hold_try_acquire(HILOCK_HOLD(s->rl));
     if (rc == HILOCK_OK) {
-      if (hilock_rlock_try_acquire(s->rl) != HILOCK_OK) s->errors++;
-      if (hilock_rlock_release(s->rl) != HILOCK_OK) s->errors++;
-      if (hilock_rlock_release(s->rl) != HILOCK_OK) s->errors++;
+      if (hilock_hold_try_acquire(HILOCK_HOLD(s->rl)) != HILOCK_OK) s->errors++;
+      if (hilock_hold_release(HILOCK_HOLD(s->rl)) != HILOCK_OK) s->errors++;
+      if (hilock_hold_release(HILOCK_HOLD(s->rl)) != HILOCK_OK) s->errors++;
     } else if (rc != HILOCK_BUSY) {
       s->errors++;
     }
@@ -487,9 +487,9 @@ static void *spin_rlock(void *arg) {
 
 static int child_uses_the_shared_rlock(void *arg) {
   hilock_rlock *rl = arg;
-  int rc = hilock_rlock_try_acquire(rl);
+  int rc = hilock_hold_try_acquire(HILOCK_HOLD(rl));
   HL_CHILD_CHECK(rc == HILOCK_OK || rc == HILOCK_BUSY);
-  if (rc == HILOCK_OK) HL_CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
+  if (rc == HILOCK_OK) HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(rl)) == HILOCK_OK);
   return 0;
 }
 
@@ -548,11 +548,11 @@ static int child_drops_the_lost_handle(void *arg) {
   int owned = -1;
   /* The parent's renewal thread is inside this handle's callback; no such
    * thread exists here, so nothing may wait for it. */
-  HL_CHILD_CHECK(hilock_lock_release(l) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(l)) == HILOCK_EFORKED);
   HL_CHILD_CHECK(hilock_hold_owned(HILOCK_HOLD(l), &owned) == HILOCK_OK && owned == 0);
   HL_CHILD_CHECK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 0, 0, NULL, NULL) == HILOCK_OK);
-  HL_CHILD_CHECK(hilock_lock_try_acquire(l) == HILOCK_OK); /* the key is gone */
-  HL_CHILD_CHECK(hilock_lock_release(l) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_try_acquire(HILOCK_HOLD(l)) == HILOCK_OK); /* the key is gone */
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(l)) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(l));
   return 0;
 }
@@ -567,7 +567,7 @@ static void fork_during_a_loss_callback(void **state) {
   atomic_init(&s.finished, 0);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_slowly, &s),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_redis_ok(f->redis, "DEL hilock:{lost-at-fork}:lock");
   /* The next renewal (<= 100 ms) finds it; 2 s of room for a loaded
    * machine. */

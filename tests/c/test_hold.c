@@ -100,7 +100,7 @@ typedef struct reader_arg {
 
 static void *failer(void *p) {
   reader_arg *a = p;
-  for (int i = 0; i < 2000; i++) (void)hilock_rlock_release(a->rl);
+  for (int i = 0; i < 2000; i++) (void)hilock_hold_release(HILOCK_HOLD(a->rl));
   a->failer_code = hilock_hold_errcode(HILOCK_HOLD(a->rl));
   atomic_store(&a->stop, 1);
   return NULL;
@@ -124,7 +124,7 @@ static void shared_handle_errors_are_read_safely(void **state) {
   assert_string_equal(hilock_hold_errmsg(HILOCK_HOLD(a.rl)), "");
   assert_int_equal(a.failer_code, HILOCK_ENOTOWNED);
   /* This thread's own failure is its to read. */
-  assert_hl_rc(hilock_rlock_release(a.rl), HILOCK_ENOTOWNED, "");
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(a.rl)), HILOCK_ENOTOWNED, "");
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(a.rl)), HILOCK_ENOTOWNED);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a.rl)), "does not hold");
   hilock_hold_free(HILOCK_HOLD(a.rl));
@@ -173,8 +173,8 @@ static void client_errors_are_per_thread(void **state) {
 static void *cycler(void *p) {
   reader_arg *a = p;
   for (int i = 0; i < 200; i++)
-    if (hilock_rlock_acquire(a->rl, 2000) != HILOCK_OK ||
-        hilock_rlock_release(a->rl) != HILOCK_OK)
+    if (hilock_hold_acquire(HILOCK_HOLD(a->rl), 2000) != HILOCK_OK ||
+        hilock_hold_release(HILOCK_HOLD(a->rl)) != HILOCK_OK)
       a->bad++;
   atomic_store(&a->stop, 1);
   return NULL;
@@ -259,7 +259,7 @@ static void *fail_on_shared(void *p) {
   wait_go(&a->f);
   for (int i = 0; i < 500; i++) {
     int rc = a->which ? hilock_hold_set_auto_renew(h, 1, -1, NULL, NULL)
-                      : hilock_rlock_release(a->rl);
+                      : hilock_hold_release(HILOCK_HOLD(a->rl));
     const char *want = a->which ? "max hold" : "does not hold";
     check_failure(&a->f, h, rc, a->which ? HILOCK_EINVAL : HILOCK_ENOTOWNED,
                   want);
@@ -390,7 +390,7 @@ static void redlock_errors_against_renewal(void **state) {
   h = HILOCK_HOLD(rl);
   assert_hl_ok(hilock_hold_set_auto_renew(h, 1, 0, NULL, NULL),
                hilock_hold_errmsg(h));
-  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_hold_errmsg(h));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(h));
   last = hilock_hold_validity_ms(h);
   /* Until renewal has run a few times (a validity that grows back), at
    * most 20 s (a generous bound, only against a hang). */
@@ -398,7 +398,7 @@ static void redlock_errors_against_renewal(void **state) {
   while (renewals < 3 && hl_now_ms() < until) {
     int64_t v;
     int locked = 0;
-    if (hilock_redlock_extend(rl, 0, 1) != HILOCK_EINVAL ||
+    if (hilock_hold_extend(HILOCK_HOLD(rl), 0, 1) != HILOCK_EINVAL ||
         hilock_hold_errcode(h) != HILOCK_EINVAL ||
         strstr(hilock_hold_errmsg(h), "extension") == NULL)
       bad++;
@@ -414,7 +414,7 @@ static void redlock_errors_against_renewal(void **state) {
   assert_int_equal(bad, 0);
   assert_true(renewals >= 3);
   assert_false(hilock_hold_lost(h));
-  assert_hl_ok(hilock_redlock_release(rl), hilock_hold_errmsg(h));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(h));
   hilock_hold_free(h);
 }
 
@@ -437,7 +437,7 @@ static void redlock_message_names_every_failed_node(void **state) {
   assert_int_equal(hilock_redlock_new(urls, HILOCK_REDLOCK_MAX_NODES, NAME,
                                       strlen(NAME), TTL_MS, &o, &rl),
                    HILOCK_OK);
-  assert_int_equal(hilock_redlock_try_acquire(rl), HILOCK_ENOQUORUM);
+  assert_int_equal(hilock_hold_try_acquire(HILOCK_HOLD(rl)), HILOCK_ENOQUORUM);
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_ENOQUORUM);
   m = hilock_hold_errmsg(HILOCK_HOLD(rl));
   assert_substr(m, "failed on 32 of 32 nodes");
@@ -463,7 +463,7 @@ static void *fail_on_damaged(void *p) {
   wait_go(&a->f);
   for (int i = 0; i < 100; i++) {
     hilock_hold *h = i % 3 == 0 ? HILOCK_HOLD(a->rl) : HILOCK_HOLD(a->rw);
-    int rc = i % 3 == 0   ? hilock_rlock_try_acquire(a->rl)
+    int rc = i % 3 == 0   ? hilock_hold_try_acquire(HILOCK_HOLD(a->rl))
              : i % 3 == 1 ? hilock_rwlock_read_try_acquire(a->rw)
                           : hilock_rwlock_write_try_acquire(a->rw);
     check_failure(&a->f, h, rc, HILOCK_EWRONGTYPE, "WRONGTYPE");

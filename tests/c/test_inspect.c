@@ -62,7 +62,7 @@ static void lock_free_held_and_released(void **state) {
   hilock_lock_info i;
   uint64_t fence;
 
-  H_OK(hilock_lock_try_acquire(l), HILOCK_HOLD(l));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_HOLD(l));
   fence = hilock_hold_fence(HILOCK_HOLD(l));
   i = look(f->client, "job");
   assert_type(&i, HILOCK_TYPE_LOCK, "lock");
@@ -73,7 +73,7 @@ static void lock_free_held_and_released(void **state) {
   assert_int_equal(i.permits, -1);
   assert_int_equal(i.permits_used, -1);
 
-  H_OK(hilock_lock_release(l), HILOCK_HOLD(l));
+  H_OK(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_HOLD(l));
   i = look(f->client, "job");
   /* Released: only the fence counter is left, which still tells the last
    * fence handed out. */
@@ -82,11 +82,11 @@ static void lock_free_held_and_released(void **state) {
   assert_int_equal(i.fence, fence);
   assert_int_equal(i.ttl_ms, -2);
 
-  H_OK(hilock_lock_try_acquire(s), HILOCK_HOLD(s));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_HOLD(s));
   i = look(f->client, "forever");
   assert_type(&i, HILOCK_TYPE_LOCK, "lock");
   assert_int_equal(i.ttl_ms, -1);
-  H_OK(hilock_lock_release(s), HILOCK_HOLD(s));
+  H_OK(hilock_hold_release(HILOCK_HOLD(s)), HILOCK_HOLD(s));
   hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(s));
 }
 
@@ -94,13 +94,13 @@ static void rlock_reentered(void **state) {
   fixture *f = *state;
   hilock_rlock *r = hl_new_rlock(f->client, "re", 8000);
   hilock_lock_info i;
-  for (int k = 0; k < 3; k++) H_OK(hilock_rlock_try_acquire(r), HILOCK_HOLD(r));
+  for (int k = 0; k < 3; k++) H_OK(hilock_hold_try_acquire(HILOCK_HOLD(r)), HILOCK_HOLD(r));
   i = look(f->client, "re");
   assert_type(&i, HILOCK_TYPE_RLOCK, "rlock");
   assert_held_by(&i, HILOCK_HOLD(r));
   assert_int_equal(i.hold_count, 3);
   assert_i64_between(i.ttl_ms, 8000 / 2, 8000); /* set, less the time since */
-  for (int k = 0; k < 3; k++) H_OK(hilock_rlock_release(r), HILOCK_HOLD(r));
+  for (int k = 0; k < 3; k++) H_OK(hilock_hold_release(HILOCK_HOLD(r)), HILOCK_HOLD(r));
   assert_int_equal(look(f->client, "re").type, HILOCK_TYPE_NONE);
   hilock_hold_free(HILOCK_HOLD(r));
 }
@@ -111,7 +111,7 @@ static void semaphore_permits_partly_used(void **state) {
   hilock_lock_info i;
   for (int k = 0; k < 2; k++) {
     s[k] = hl_new_semaphore(f->client, "pool", 5, 6000);
-    H_OK(hilock_semaphore_try_acquire(s[k]), HILOCK_HOLD(s[k]));
+    H_OK(hilock_hold_try_acquire(HILOCK_HOLD(s[k])), HILOCK_HOLD(s[k]));
   }
   i = look(f->client, "pool");
   assert_type(&i, HILOCK_TYPE_SEMAPHORE, "semaphore");
@@ -122,7 +122,7 @@ static void semaphore_permits_partly_used(void **state) {
   assert_string_equal(i.holder, "");
   assert_i64_between(i.ttl_ms, 6000 / 2, 6000); /* set, less the time since */
   for (int k = 0; k < 2; k++) {
-    H_OK(hilock_semaphore_release(s[k]), HILOCK_HOLD(s[k]));
+    H_OK(hilock_hold_release(HILOCK_HOLD(s[k])), HILOCK_HOLD(s[k]));
     hilock_hold_free(HILOCK_HOLD(s[k]));
   }
   /* The stored limit stays: an idle semaphore. */
@@ -179,8 +179,8 @@ static void waiters_in_line(void **state) {
   hilock_lock_info i;
   int64_t t0;
 
-  H_OK(hilock_fair_lock_try_acquire(fh), HILOCK_HOLD(fh));
-  H_OK(hilock_sequential_lock_try_acquire(sh), HILOCK_HOLD(sh));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(fh)), HILOCK_HOLD(fh));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(sh)), HILOCK_HOLD(sh));
   hl_waiter_run(&w[0], HILOCK_HOLD(fw), &hl_fair_verbs, 15000, 1);
   hl_waiter_run(&w[1], HILOCK_HOLD(sw), &hl_seq_verbs, 15000, 1);
   /* Wait (bounded) for both to be in line. */
@@ -200,8 +200,8 @@ static void waiters_in_line(void **state) {
   assert_int_equal(i.waiters, 1);
   assert_i64_between(i.ttl_ms, 20000 / 2, 20000); /* set, less the time since */
 
-  H_OK(hilock_fair_lock_release(fh), HILOCK_HOLD(fh));
-  H_OK(hilock_sequential_lock_release(sh), HILOCK_HOLD(sh));
+  H_OK(hilock_hold_release(HILOCK_HOLD(fh)), HILOCK_HOLD(fh));
+  H_OK(hilock_hold_release(HILOCK_HOLD(sh)), HILOCK_HOLD(sh));
   hl_waiter_join(&w[0]);
   hl_waiter_join(&w[1]);
   assert_hl_ok(w[0].rc, "fair waiter");
@@ -222,7 +222,7 @@ static void segmented_and_multi_and_redlock(void **state) {
   hilock_lock_info i;
 
   H_OK(hilock_segmented_lock_stock_init(g, 100), HILOCK_HOLD(g));
-  H_OK(hilock_segmented_lock_try_acquire(g), HILOCK_HOLD(g));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(g)), HILOCK_HOLD(g));
   i = look(f->client, "stock");
   assert_type(&i, HILOCK_TYPE_SEGMENTED_LOCK, "segmented_lock");
   assert_true(i.held);
@@ -231,20 +231,20 @@ static void segmented_and_multi_and_redlock(void **state) {
   assert_i64_between(i.ttl_ms, 9000 / 2, 9000); /* set, less the time since */
 
   /* A multi-key lock is a plain lock per name. */
-  H_OK(hilock_multi_lock_try_acquire(m), HILOCK_HOLD(m));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(m)), HILOCK_HOLD(m));
   i = look(f->client, "b");
   assert_type(&i, HILOCK_TYPE_LOCK, "lock");
   assert_string_equal(i.holder, hilock_hold_token(HILOCK_HOLD(m)));
 
   assert_hl_ok(hilock_redlock_new(urls, 1, "rl", 2, 9000, &o, &rl), "redlock");
-  H_OK(hilock_redlock_try_acquire(rl), HILOCK_HOLD(rl));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(rl)), HILOCK_HOLD(rl));
   i = look(f->client, "rl");
   assert_type(&i, HILOCK_TYPE_REDLOCK, "redlock");
   assert_true(i.held);
   assert_string_equal(i.holder, hilock_hold_token(HILOCK_HOLD(rl)));
-  H_OK(hilock_redlock_release(rl), HILOCK_HOLD(rl));
-  H_OK(hilock_multi_lock_release(m), HILOCK_HOLD(m));
-  H_OK(hilock_segmented_lock_release(g), HILOCK_HOLD(g));
+  H_OK(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_HOLD(rl));
+  H_OK(hilock_hold_release(HILOCK_HOLD(m)), HILOCK_HOLD(m));
+  H_OK(hilock_hold_release(HILOCK_HOLD(g)), HILOCK_HOLD(g));
   hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(m), HILOCK_HOLD(g));
 }
 
@@ -341,7 +341,7 @@ static void forced_holder_renewal_reports_loss(void **state) {
   int64_t t0;
   H_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
        HILOCK_HOLD(l));
-  H_OK(hilock_lock_try_acquire(l), HILOCK_HOLD(l));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_HOLD(l));
   C_OK(hilock_client_force_release(f->client, "renewed", 7, &deleted),
        f->client);
   assert_int_equal(deleted, 1);
@@ -360,14 +360,14 @@ static void fences_keep_increasing_after_force(void **state) {
   uint64_t last = 0, lastw = 0;
   int deleted;
   for (int k = 0; k < 5; k++) {
-    H_OK(hilock_lock_try_acquire(l), HILOCK_HOLD(l));
+    H_OK(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_HOLD(l));
     assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > last);
     last = hilock_hold_fence(HILOCK_HOLD(l));
     C_OK(hilock_client_force_release(f->client, "mono", 4, &deleted), f->client);
     assert_int_equal(deleted, 1);
     assert_int_equal(look(f->client, "mono").fence, last);
     /* The handle learns of the loss at its release, which frees it. */
-    assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+    assert_hl_rc(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_ENOTOWNED,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     H_OK(hilock_rwlock_write_try_acquire(rw), HILOCK_HOLD(rw));
     assert_true(hilock_hold_fence(HILOCK_HOLD(rw)) > lastw);
@@ -436,12 +436,12 @@ static void list_with_patterns(void **state) {
   int n;
   char *got;
 
-  H_OK(hilock_lock_try_acquire(l), HILOCK_HOLD(l));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_HOLD(l));
   H_OK(hilock_rwlock_write_try_acquire(rw), HILOCK_HOLD(rw));
-  H_OK(hilock_semaphore_try_acquire(s), HILOCK_HOLD(s));
-  H_OK(hilock_lock_try_acquire(odd), HILOCK_HOLD(odd));
-  H_OK(hilock_lock_try_acquire(gone), HILOCK_HOLD(gone));
-  H_OK(hilock_lock_release(gone), HILOCK_HOLD(gone)); /* fence key only */
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_HOLD(s));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(odd)), HILOCK_HOLD(odd));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(gone)), HILOCK_HOLD(gone));
+  H_OK(hilock_hold_release(HILOCK_HOLD(gone)), HILOCK_HOLD(gone)); /* fence key only */
   hl_redis_ok(f->redis, "SET notours x");
   hl_redis_ok(f->redis, "SET hilock:{x} y"); /* no role: not a lock key */
 
@@ -593,21 +593,10 @@ static void closed_client_is_eclosed(void **state) {
 
 /* ## Cluster --------------------------------------------------------------- */
 
-static hl_cluster cl;
-
-static int cluster_setup(void **state) {
-  (void)state;
-  return hl_cluster_start(&cl, 1000);
-}
-
-static int cluster_teardown(void **state) {
-  (void)state;
-  hl_cluster_destroy(&cl);
-  return 0;
-}
+static hl_cluster *const cl = &hl_group_cluster;
 
 static void cluster_inspect_force_and_list(void **state) {
-  hilock_client *c = hl_client(cl.url, NULL);
+  hilock_client *c = hl_client(cl->url, NULL);
   hilock_lock *l[40];
   hilock_rwlock *rw = hl_new_rwlock(c, "cl-rw", 9000);
   hilock_fair_lock *fl = hl_new_fair(c, "cl-fair", 9000);
@@ -620,15 +609,15 @@ static void cluster_inspect_force_and_list(void **state) {
     char name[16];
     snprintf(name, sizeof(name), "cl-%02d", k);
     l[k] = hl_new_lock(c, name, 9000);
-    H_OK(hilock_lock_try_acquire(l[k]), HILOCK_HOLD(l[k]));
+    H_OK(hilock_hold_try_acquire(HILOCK_HOLD(l[k])), HILOCK_HOLD(l[k]));
   }
   H_OK(hilock_rwlock_read_try_acquire(rw), HILOCK_HOLD(rw));
-  H_OK(hilock_fair_lock_try_acquire(fl), HILOCK_HOLD(fl));
+  H_OK(hilock_hold_try_acquire(HILOCK_HOLD(fl)), HILOCK_HOLD(fl));
   /* The names are on more than one master, so the walk must visit each. */
   for (int k = 0; k < 40; k++) {
     char key[32];
     int len = snprintf(key, sizeof(key), "hilock:{cl-%02d}:lock", k);
-    int owner = hl_cluster_owner(&cl, hilock__key_slot(key, (size_t)len));
+    int owner = hl_cluster_owner(cl, hilock__key_slot(key, (size_t)len));
     assert_true(owner >= 0 && owner < HL_CLUSTER_NODES);
     on[owner] = 1;
   }
@@ -688,6 +677,7 @@ int main(void) {
   int rc = cmocka_run_group_tests_name("inspect", tests, hl_group_setup,
                                        hl_group_teardown);
   rc |= cmocka_run_group_tests_name("inspect on a cluster", cluster_tests,
-                                    cluster_setup, cluster_teardown);
+                                    hl_cluster_group_setup,
+                                    hl_cluster_group_teardown);
   return rc;
 }

@@ -67,9 +67,9 @@ static void waits_past_any_clock(const kind *k, hilock_client *c) {
 }
 
 static void *lock_make(hilock_client *c) { return hl_new_lock(c, "limits", 10000); }
-static int lock_try(void *h) { return hilock_lock_try_acquire(h); }
-static int lock_acquire(void *h, int64_t ms) { return hilock_lock_acquire(h, ms); }
-static int lock_release(void *h) { return hilock_lock_release(h); }
+static int lock_try(void *h) { return hilock_hold_try_acquire(h); }
+static int lock_acquire(void *h, int64_t ms) { return hilock_hold_acquire(h, ms); }
+static int lock_release(void *h) { return hilock_hold_release(h); }
 
 static void *redlock_make(hilock_client *c) {
   const char *urls[N];
@@ -80,11 +80,11 @@ static void *redlock_make(hilock_client *c) {
       hilock_redlock_new(urls, N, "limits", 6, 10000, NULL, &rl), HILOCK_OK);
   return rl;
 }
-static int redlock_try(void *h) { return hilock_redlock_try_acquire(h); }
+static int redlock_try(void *h) { return hilock_hold_try_acquire(h); }
 static int redlock_acquire(void *h, int64_t ms) {
-  return hilock_redlock_acquire(h, ms);
+  return hilock_hold_acquire(h, ms);
 }
-static int redlock_release(void *h) { return hilock_redlock_release(h); }
+static int redlock_release(void *h) { return hilock_hold_release(h); }
 
 static void a_lock_waits_past_any_clock_for_its_release(void **state) {
   static const kind k = {lock_make, lock_try, lock_acquire, lock_release};

@@ -70,7 +70,7 @@ static void fencing_tokens_increase_across_holders_and_handles(void **state) {
    * ahead of any clock, where each grant adds exactly one. */
   for (int round = 0; round < 12; round++) {
     hilock_lock *l = h[round % 3], *other = h[(round + 1) % 3];
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > last);
     last = hilock_hold_fence(HILOCK_HOLD(l));
     if (round == 0) {
@@ -79,10 +79,10 @@ static void fencing_tokens_increase_across_holders_and_handles(void **state) {
       last = first = (uint64_t)HL_FENCE_AHEAD;
     }
     /* A refused attempt draws no token. */
-    assert_hl_rc(hilock_lock_try_acquire(other), HILOCK_BUSY,
+    assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(other)), HILOCK_BUSY,
                  hilock_hold_errmsg(HILOCK_HOLD(other)));
     assert_int_equal(fence_counter(f, "fenced", 6), (long long)last);
-    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   }
   /* One more per grant past a counter ahead of the clock. */
   assert_int_equal(last, first + 11);
@@ -97,15 +97,15 @@ static void acquire_gives_busy_after_wait_ms_when_held(void **state) {
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_EXPIRING, "waited", 10000);
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_acquire(b, 300), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(b), 300), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Bounded by the wait, not the holder's 10 s TTL; 2 s leaves room for a
    * stalled, loaded machine. */
   assert_i64_between(hl_now_ms() - t0, 290, 2000);
 
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_acquire(b, 0), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(b), 0), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_i64_between(hl_now_ms() - t0, 0, 2000); /* one try, no wait */
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
@@ -118,18 +118,18 @@ static void acquire_succeeds_once_holder_ttl_lapses(void **state) {
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_LEASE, "lapsing", 5000);
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_acquire(b, 10000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(b), 10000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* When a's 250 ms TTL ends, not at the 10 s limit; 2 s of room for a
    * loaded machine. */
   assert_i64_between(hl_now_ms() - t0, 150, 250 + 2000);
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
 
   /* Waiting forever ends the same way. */
-  assert_hl_ok(hilock_lock_extend(b, 200, 1), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(b), 200, 1), hilock_hold_errmsg(HILOCK_HOLD(b)));
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_acquire(a, HILOCK_WAIT_FOREVER),
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(a), HILOCK_WAIT_FOREVER),
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* When b's 200 ms TTL ends, not never; 2 s of room. */
   assert_i64_between(hl_now_ms() - t0, 100, 200 + 2000);
@@ -146,10 +146,10 @@ static void simple_lock_outlives_freed_holder_until_force_release(
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_SIMPLE, "stuck", 0);
   int deleted = -1, locked = -1;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hilock_hold_free(HILOCK_HOLD(a)); /* the holder "dies" */
   hl_sleep_ms(100);
-  assert_hl_rc(hilock_lock_acquire(b, 100), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(b), 100), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(locked);
@@ -159,7 +159,7 @@ static void simple_lock_outlives_freed_holder_until_force_release(
   assert_true(deleted);
   assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(deleted);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
 
   /* force_release also ends the caller's own grant. */
@@ -173,17 +173,17 @@ static void simple_lock_outlives_freed_holder_until_force_release(
 static void simple_lock_extend_is_enotsup(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_SIMPLE, "no-ttl", 0);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_ENOTSUP,
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), 1000, 1), HILOCK_ENOTSUP,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_lock_extend(l, 1000, 0), HILOCK_ENOTSUP,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), 1000, 0), HILOCK_ENOTSUP,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_renew(HILOCK_HOLD(l)), HILOCK_ENOTSUP, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hilock_hold_held(HILOCK_HOLD(l)));
   assert_int_equal(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), -1);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), 0);
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), INT64_MAX);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
   hilock_hold_free(HILOCK_HOLD(l));
 }
@@ -194,23 +194,23 @@ static void extend_replace_and_add_change_pttl(void **state) {
   fixture *f = *state;
   for (size_t i = 0; i < NKINDS(ttl_kinds); i++) {
     hilock_lock *l = make_lock(f->client, ttl_kinds[i], "ext", 1000);
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 500, 1000);
 
-    assert_hl_ok(hilock_lock_extend(l, 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(l), 5000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 4500, 5000);
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 4500, 5000);
 
-    assert_hl_ok(hilock_lock_extend(l, 2000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(l), 2000, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 6500, 7000);
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 6500, 7000);
 
     /* Replace can also shorten. */
-    assert_hl_ok(hilock_lock_extend(l, 300, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(l), 300, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 1, 300);
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 1, 300);
     hl_assert_holder(f->redis, HILOCK_HOLD(l));
-    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     hilock_hold_free(HILOCK_HOLD(l));
   }
 }
@@ -218,10 +218,10 @@ static void extend_replace_and_add_change_pttl(void **state) {
 static void renew_resets_pttl_to_ttl(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "renewed", 1000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(300);
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 1, 750);
-  assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 850, 1000);
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 850, 1000);
   hl_assert_holder(f->redis, HILOCK_HOLD(l));
@@ -236,15 +236,15 @@ static void extend_on_expired_lock_is_enotowned_without_recreating(
     size_t klen;
     const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
 
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     hl_sleep_ms(150);
-    assert_hl_rc(hilock_lock_extend(l, 5000, 1), HILOCK_ENOTOWNED,
+    assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), 5000, 1), HILOCK_ENOTOWNED,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_false(hl_redis_exists(f->redis, key, klen));
     assert_false(hilock_hold_held(HILOCK_HOLD(l)));
-    assert_hl_rc(hilock_lock_extend(l, 5000, 0), HILOCK_ENOTOWNED,
+    assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), 5000, 0), HILOCK_ENOTOWNED,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_rc(hilock_hold_renew(HILOCK_HOLD(l)), HILOCK_ENOTOWNED, hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_false(hl_redis_exists(f->redis, key, klen));
     hilock_hold_free(HILOCK_HOLD(l));
   }
@@ -254,10 +254,10 @@ static void extend_of_someone_elses_lock_leaves_it_alone(void **state) {
   fixture *f = *state;
   hilock_lock *a = make_lock(f->client, HILOCK_LOCK_LEASE, "theirs", 100);
   hilock_lock *b = make_lock(f->client, HILOCK_LOCK_LEASE, "theirs", 2000);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(150);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_rc(hilock_lock_extend(a, 60000, 1), HILOCK_ENOTOWNED,
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(a), 60000, 1), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(b)), 1000, 2000);
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
@@ -267,14 +267,14 @@ static void extend_of_someone_elses_lock_leaves_it_alone(void **state) {
 static void extend_rejects_bad_durations(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "bad-ms", 1000);
-  assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), 1000, 1), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_lock_extend(l, 0, 1), HILOCK_EINVAL,
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), 0, 1), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_lock_extend(l, -5, 0), HILOCK_EINVAL,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), -5, 0), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_lock_extend(l, HILOCK_TTL_MAX_MS + 1, 1), HILOCK_EINVAL,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), HILOCK_TTL_MAX_MS + 1, 1), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hilock_hold_held(HILOCK_HOLD(l)));
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), 1, 1000);
@@ -290,7 +290,7 @@ static void validity_decreases_and_stays_below_ttl(void **state) {
 
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   t1 = hl_now_ms();
   v1 = hilock_hold_validity_ms(HILOCK_HOLD(l));
   /* Less the drift allowance (1% of 2000 ms + 2 ms) and at most the time
@@ -301,12 +301,12 @@ static void validity_decreases_and_stays_below_ttl(void **state) {
   assert_true(v2 < v1);
   /* Down by the time that passed between the two reads. */
   assert_i64_between(v2, v1 - (hl_now_ms() - t1) - 1, v1 - 90);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
   hilock_hold_free(HILOCK_HOLD(l));
 
   l = make_lock(f->client, HILOCK_LOCK_LEASE, "valid-short", 60);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0, 60);
   hl_sleep_ms(80);
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
@@ -327,7 +327,7 @@ static void owned_and_locked_report_the_server_state(void **state) {
     assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_false(owned);
 
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_true(owned);
     assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(b), &owned), hilock_hold_errmsg(HILOCK_HOLD(b)));
@@ -354,17 +354,17 @@ static void token_is_32_hex_chars_and_fresh_per_grant(void **state) {
   char first[33];
 
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(strlen(hilock_hold_token(HILOCK_HOLD(a))), 32);
   assert_true(hl_is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
   memcpy(first, hilock_hold_token(HILOCK_HOLD(a)), 33);
-  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(hl_is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
   assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), first);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), hilock_hold_token(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
@@ -378,13 +378,13 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
     char token[33];
     uint64_t fence;
 
-    assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     memcpy(token, hilock_hold_token(HILOCK_HOLD(l)), 33);
     fence = hilock_hold_fence(HILOCK_HOLD(l));
-    assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EINVAL,
+    assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_EINVAL,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "reentrant");
-    assert_hl_rc(hilock_lock_acquire(l, 200), HILOCK_EINVAL,
+    assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(l), 200), HILOCK_EINVAL,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     /* The grant is untouched. */
     assert_true(hilock_hold_held(HILOCK_HOLD(l)));
@@ -392,7 +392,7 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
     assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), fence);
     hl_assert_holder(f->redis, HILOCK_HOLD(l));
     assert_int_equal(fence_counter(f, "twice", 5), (long long)fence);
-    assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     hilock_hold_free(HILOCK_HOLD(l));
   }
 }
@@ -401,10 +401,10 @@ static void handle_whose_grant_lapsed_may_acquire_again(void **state) {
   fixture *f = *state;
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "relapse", 80);
   uint64_t fence;
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   fence = hilock_hold_fence(HILOCK_HOLD(l));
   hl_sleep_ms(120);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > fence);
   hilock_hold_free(HILOCK_HOLD(l));
 }
@@ -428,7 +428,7 @@ static void name_of_1024_bytes_works(void **state) {
   l = make_lock_n(f->client, HILOCK_LOCK_EXPIRING, big, sizeof(big), 5000);
   hilock_hold_key(HILOCK_HOLD(l), &klen);
   assert_int_equal(klen, strlen("hilock:{}:lock") + HILOCK_NAME_MAX);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_assert_holder(f->redis, HILOCK_HOLD(l));
   assert_int_equal(fence_counter(f, big, sizeof(big)),
                    (long long)hilock_hold_fence(HILOCK_HOLD(l)));
@@ -474,7 +474,7 @@ static void unusual_names_work_and_keys_follow_the_layout(void **state) {
     assert_memory_equal(key, want, wlen);
 
     /* Names differing only after a NUL byte are different locks. */
-    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l[i])), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     hl_assert_holder(f->redis, HILOCK_HOLD(l[i]));
     assert_int_equal(fence_counter(f, n->name, n->len),
                      (long long)hilock_hold_fence(HILOCK_HOLD(l[i])));
@@ -483,7 +483,7 @@ static void unusual_names_work_and_keys_follow_the_layout(void **state) {
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"),
                    2 * (long long)(sizeof(names) / sizeof(names[0])));
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-    assert_hl_ok(hilock_lock_release(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l[i])), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     hilock_hold_free(HILOCK_HOLD(l[i]));
   }
 }
@@ -510,14 +510,14 @@ static void ttl_limits_are_accepted(void **state) {
                              HILOCK_TTL_MAX_MS);
   hilock_lock *s;
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), HILOCK_TTL_MAX_MS);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(l)), HILOCK_TTL_MAX_MS - 5000,
                      HILOCK_TTL_MAX_MS);
   hilock_hold_free(HILOCK_HOLD(l));
 
   l = make_lock(f->client, HILOCK_LOCK_LEASE, "min", HILOCK_TTL_MIN_MS);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(l)), HILOCK_TTL_MIN_MS);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
 
   /* A simple lock has no TTL, whatever the constructor saw. */
@@ -537,7 +537,7 @@ static void wrong_type_lock_key_is_ewrongtype_and_writes_nothing(
 
     hl_redis_ok(f->redis, "FLUSHALL");
     hl_redis_ok(f->redis, "HSET hilock:{w}:lock field value");
-    assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EWRONGTYPE,
+    assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_EWRONGTYPE,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "WRONGTYPE");
     assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(l)), HILOCK_EWRONGTYPE);
@@ -547,7 +547,7 @@ static void wrong_type_lock_key_is_ewrongtype_and_writes_nothing(
     assert_false(hl_redis_exists(f->redis, "hilock:{w}:fence", 16));
     assert_int_equal(hl_redis_int(f->redis, "HLEN hilock:{w}:lock"), 1);
 
-    assert_hl_rc(hilock_lock_acquire(l, 100), HILOCK_EWRONGTYPE,
+    assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(l), 100), HILOCK_EWRONGTYPE,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(l), &flag), hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_true(flag);
@@ -560,12 +560,12 @@ static void damaged_fence_key_fails_before_writing_the_lock(void **state) {
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_EXPIRING, "f", 5000);
 
   hl_redis_ok(f->redis, "HSET hilock:{f}:fence field value");
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EWRONGTYPE,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(f->redis, "hilock:{f}:lock", 15));
 
   hl_redis_ok(f->redis, "SET hilock:{f}:fence not-a-number");
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_EWRONGTYPE,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)),
                 "hilock:{f}:fence holds no integer");
@@ -579,13 +579,13 @@ static void wrong_type_after_grant_keeps_the_grant_for_retry(void **state) {
   hilock_lock *l = make_lock(f->client, HILOCK_LOCK_LEASE, "swap", 5000);
   int owned = -1;
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_redis_ok(f->redis, "DEL hilock:{swap}:lock");
   hl_redis_ok(f->redis, "HSET hilock:{swap}:lock field value");
-  assert_hl_rc(hilock_lock_release(l), HILOCK_EWRONGTYPE,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hilock_hold_held(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_lock_extend(l, 1000, 1), HILOCK_EWRONGTYPE,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(l), 1000, 1), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_rc(hilock_hold_owned(HILOCK_HOLD(l), &owned), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(l)));

@@ -287,7 +287,7 @@ static int teardown(void **state) {
 
 static void grant(fixture *f, long long fence) {
   queue_reply(r_grant(fence));
-  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
 }
 
 static void assert_not_granted(const hilock_lock *l, uint64_t fence) {
@@ -331,7 +331,7 @@ static void large_fence_is_read_whole(void **state) {
 static void busy_reply_is_busy(void **state) {
   fixture *f = *state;
   queue_reply(r_arr(2, r_int(0), r_int(1234)));
-  assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_not_granted(f->lock, 0);
   assert_script_done();
@@ -357,7 +357,7 @@ static void malformed_acquire_replies_are_eproto_and_never_a_grant(
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     int before = fake.nsent;
     queue_reply(bad[i]);
-    assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_EPROTO,
+    assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), HILOCK_EPROTO,
                  hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(f->lock)), "unexpected reply");
     assert_not_granted(f->lock, 0);
@@ -365,7 +365,7 @@ static void malformed_acquire_replies_are_eproto_and_never_a_grant(
   }
   /* Waiting does not turn them into a grant either. */
   queue_reply(r_arr(1, r_int(1)));
-  assert_hl_rc(hilock_lock_acquire(f->lock, 1000), HILOCK_EPROTO,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(f->lock), 1000), HILOCK_EPROTO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_not_granted(f->lock, 0);
   assert_script_done();
@@ -376,7 +376,7 @@ static void null_reply_on_pooled_connection_is_resent_once(void **state) {
   int connects = fake.connects;
   queue_io_error();
   queue_reply(r_grant(3));
-  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_int_equal(fake.nsent, 2);
   assert_int_equal(fake.connects, connects + 1);
   /* The resend carries the same owner token: the script recognises it. */
@@ -391,7 +391,7 @@ static void null_reply_twice_is_eio_and_not_a_grant(void **state) {
   fixture *f = *state;
   queue_io_error();
   queue_io_error();
-  assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_EIO,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), HILOCK_EIO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(f->lock)), "Connection reset by peer");
   assert_not_granted(f->lock, 0);
@@ -405,7 +405,7 @@ static void timed_out_command_is_never_resent(void **state) {
   queue_timeout();
   queue_reply(r_grant(1)); /* its reply comes late: a grant */
   queue_reply(r_int(1));   /* which the undo gives back */
-  assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_ETIMEDOUT,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_not_granted(f->lock, 0);
   /* Not resent; the owner-checked release went out behind it on the same
@@ -428,7 +428,7 @@ static void refused_reconnects_end_in_eio_within_budget(void **state) {
   queue_io_error();
   fake.refuse_connect = 1000;
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_EIO,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), HILOCK_EIO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   /* The 100 ms reconnect budget (setup), not the 3 s command timeout nor
    * the 1000 refusals queued; 2 s leaves room for a loaded machine. */
@@ -446,7 +446,7 @@ static void noscript_falls_back_to_eval_with_the_source(void **state) {
   fixture *f = *state;
   queue_reply(r_err("NOSCRIPT No matching script. Please use EVAL."));
   queue_reply(r_grant(1));
-  assert_hl_ok(hilock_lock_try_acquire(f->lock), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_int_equal(fake.nsent, 2);
   assert_sent(0, "EVALSHA");
   assert_sent(1, "EVAL");
@@ -462,7 +462,7 @@ static void noscript_after_eval_is_escript(void **state) {
   fixture *f = *state;
   queue_reply(r_err("NOSCRIPT No matching script. Please use EVAL."));
   queue_reply(r_err("NOSCRIPT No matching script. Please use EVAL."));
-  assert_hl_rc(hilock_lock_try_acquire(f->lock), HILOCK_ESCRIPT,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), HILOCK_ESCRIPT,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(f->lock)), HILOCK_ESCRIPT);
   assert_not_granted(f->lock, 0);
@@ -488,7 +488,7 @@ static void error_replies_keep_redis_text(void **state) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     queue_reply(r_err(cases[i].text));
-    assert_hl_rc(hilock_lock_try_acquire(f->lock), cases[i].code,
+    assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(f->lock)), cases[i].code,
                  hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(f->lock)), cases[i].text);
     assert_not_granted(f->lock, 0);
@@ -500,9 +500,9 @@ static void error_replies_keep_redis_text(void **state) {
 
 static void release_by_non_holder_sends_nothing(void **state) {
   fixture *f = *state;
-  assert_hl_rc(hilock_lock_release(f->lock), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(f->lock)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
-  assert_hl_rc(hilock_lock_extend(f->lock, 100, 1), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(f->lock), 100, 1), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_int_equal(fake.nsent, 0);
   assert_script_done();
@@ -512,19 +512,19 @@ static void malformed_release_reply_is_eproto(void **state) {
   fixture *f = *state;
   grant(f, 1);
   queue_reply(r_str("1"));
-  assert_hl_rc(hilock_lock_release(f->lock), HILOCK_EPROTO,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(f->lock)), HILOCK_EPROTO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_sent(1, "EVALSHA");
   assert_string_equal(fake.sent[1].argv[1], hilock__script_lock_release.sha);
 
   grant(f, 2);
   queue_reply(r_arr(1, r_int(1)));
-  assert_hl_rc(hilock_lock_release(f->lock), HILOCK_EPROTO,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(f->lock)), HILOCK_EPROTO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
 
   grant(f, 3);
   queue_reply(r_int(0));
-  assert_hl_rc(hilock_lock_release(f->lock), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(f->lock)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_false(hilock_hold_held(HILOCK_HOLD(f->lock)));
   assert_script_done();
@@ -537,13 +537,13 @@ static void failed_release_keeps_the_grant_for_retry(void **state) {
   memcpy(token, hilock_hold_token(HILOCK_HOLD(f->lock)), 33);
   queue_io_error();
   queue_io_error();
-  assert_hl_rc(hilock_lock_release(f->lock), HILOCK_EIO,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(f->lock)), HILOCK_EIO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_true(hilock_hold_held(HILOCK_HOLD(f->lock)));
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(f->lock)), token);
 
   queue_reply(r_int(1));
-  assert_hl_ok(hilock_lock_release(f->lock), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(f->lock)), hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_string_equal(fake.sent[fake.nsent - 1].argv[5], token); /* after 2 keys */
   assert_false(hilock_hold_held(HILOCK_HOLD(f->lock)));
   assert_script_done();
@@ -553,10 +553,10 @@ static void malformed_extend_reply_is_eproto(void **state) {
   fixture *f = *state;
   grant(f, 1);
   queue_reply(r_arr(2, r_int(1), r_int(2)));
-  assert_hl_rc(hilock_lock_extend(f->lock, 1000, 1), HILOCK_EPROTO,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(f->lock), 1000, 1), HILOCK_EPROTO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   queue_reply(r_str("1000"));
-  assert_hl_rc(hilock_lock_extend(f->lock, 1000, 0), HILOCK_EPROTO,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(f->lock), 1000, 0), HILOCK_EPROTO,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   assert_sent(2, "EVALSHA");
   assert_string_equal(fake.sent[2].argv[1], hilock__script_lock_extend.sha);
@@ -564,7 +564,7 @@ static void malformed_extend_reply_is_eproto(void **state) {
   assert_string_equal(fake.sent[1].argv[6], "set");
 
   queue_reply(r_int(0));
-  assert_hl_rc(hilock_lock_extend(f->lock, 1000, 1), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(f->lock), 1000, 1), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   /* The hold is lost, not forgotten: release still asks the server. */
   assert_true(hilock_hold_lost(HILOCK_HOLD(f->lock)));
@@ -582,7 +582,7 @@ static void absurd_ttl_in_extend_reply_is_capped(void **state) {
   int64_t v;
   grant(f, 1);
   queue_reply(r_int(15001795712210000LL));
-  assert_hl_ok(hilock_lock_extend(f->lock, 1000, 0),
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(f->lock), 1000, 0),
                hilock_hold_errmsg(HILOCK_HOLD(f->lock)));
   v = hilock_hold_validity_ms(HILOCK_HOLD(f->lock));
   assert_true(v > 5000);

@@ -103,13 +103,13 @@ static void *race(void *arg) {
       r->rc = hilock_client_ping(r->client);
       break;
     case OP_ACQUIRE:
-      r->rc = hilock_lock_try_acquire(r->lock);
+      r->rc = hilock_hold_try_acquire(HILOCK_HOLD(r->lock));
       break;
     case OP_WAIT: /* another handle holds it: this one waits */
-      r->rc = hilock_lock_acquire(r->lock, 5000);
+      r->rc = hilock_hold_acquire(HILOCK_HOLD(r->lock), 5000);
       break;
     case OP_RELEASE:
-      r->rc = hilock_lock_release(r->lock);
+      r->rc = hilock_hold_release(HILOCK_HOLD(r->lock));
       break;
     case OP_RENEWAL: /* the renewal thread is mid-batch */
       hl_sleep_ms(150);
@@ -135,11 +135,11 @@ static void concurrent_close_never_frees_under_a_call(void **state) {
       pthread_t t, st;
       if (op == OP_WAIT) {
         holder = hl_new_lock(c, name, 5000);
-        assert_hl_ok(hilock_lock_try_acquire(holder),
+        assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)),
                      hilock_hold_errmsg(HILOCK_HOLD(holder)));
       }
       if (op == OP_RELEASE || op == OP_RENEWAL)
-        assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+        assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
       if (op == OP_RENEWAL)
         assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                      hilock_hold_errmsg(HILOCK_HOLD(l)));
@@ -188,11 +188,11 @@ static void close_stops_renewal_and_releases_holds(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, hl_count_call,
                                           &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_hold_errmsg(HILOCK_HOLD(s)));
-  assert_hl_ok(hilock_fair_lock_try_acquire(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(s)), hilock_hold_errmsg(HILOCK_HOLD(s)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(fl)), hilock_hold_errmsg(HILOCK_HOLD(fl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
 
   hilock_client_free(c);
   /* Every hold reports the loss; those renewed told their callbacks. */
@@ -211,11 +211,11 @@ static void close_stops_renewal_and_releases_holds(void **state) {
   /* Another client takes the lock at once. */
   other = hl_client(f->server.url, NULL);
   next = hl_new_lock(other, "held", 1000);
-  assert_hl_ok(hilock_lock_try_acquire(next), hilock_hold_errmsg(HILOCK_HOLD(next)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(next)), hilock_hold_errmsg(HILOCK_HOLD(next)));
   /* The old handles say why they hold nothing. */
-  assert_hl_rc(hilock_lock_release(l), HILOCK_ECLOSED, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_ECLOSED, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "client was closed");
-  assert_hl_rc(hilock_semaphore_release(s), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(s)), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(s)));
   hilock_hold_free(HILOCK_HOLD(next));
   hilock_client_free(other);
@@ -309,7 +309,7 @@ static void timeout_bounds_reconnect_to_a_dead_server(void **state) {
   l = hl_new_lock(c, "down", 5000);
   hl_server_stop(&s);
   t0 = hl_now_ms();
-  rc = hilock_lock_acquire(l, 1000);
+  rc = hilock_hold_acquire(HILOCK_HOLD(l), 1000);
   took = hl_now_ms() - t0;
   assert_true(rc == HILOCK_EIO || rc == HILOCK_ETIMEDOUT);
   /* 1 s and the stated 250 ms slack, not the 10 s reconnect budget: 3 s
@@ -334,7 +334,7 @@ static void timeout_bounds_a_paused_server_and_undoes_the_attempt(
   unpause_and_wait_scripts(f, before, 2);
   assert_false(hl_redis_exists(f->redis, "hilock:{paused}:lock", 20));
   other = hl_new_lock(c, "paused", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(other), hilock_hold_errmsg(HILOCK_HOLD(other)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(other)), hilock_hold_errmsg(HILOCK_HOLD(other)));
   hl_holds_free(HILOCK_HOLD(other), HILOCK_HOLD(l));
   hilock_client_free(c);
 }
@@ -365,11 +365,11 @@ static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
                             : hilock_sequential_lock_waiters(sl, &waiters),
                  hilock_hold_errmsg(h));
     assert_int_equal(waiters, 0);
-    rc = fl != NULL ? hilock_fair_lock_try_acquire(fl)
-                    : hilock_sequential_lock_try_acquire(sl);
+    rc = fl != NULL ? hilock_hold_try_acquire(HILOCK_HOLD(fl))
+                    : hilock_hold_try_acquire(HILOCK_HOLD(sl));
     assert_hl_ok(rc, hilock_hold_errmsg(h));
-    assert_hl_ok(fl != NULL ? hilock_fair_lock_release(fl)
-                            : hilock_sequential_lock_release(sl),
+    assert_hl_ok(fl != NULL ? hilock_hold_release(HILOCK_HOLD(fl))
+                            : hilock_hold_release(HILOCK_HOLD(sl)),
                  hilock_hold_errmsg(h));
     hilock_hold_free(h);
   }
@@ -384,8 +384,8 @@ static void queue_locks_bound_a_paused_server_and_leave_behind_the_attempt(
     assert_false(hl_redis_exists(f->redis, "paused-r", 8));
     assert_false(hl_redis_exists(f->redis, "redisson_lock_queue:{paused-r}", 30));
     assert_false(hl_redis_exists(f->redis, "redisson_lock_timeout:{paused-r}", 32));
-    assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     hilock_hold_free(HILOCK_HOLD(rl));
   }
   hilock_client_free(c);
@@ -404,15 +404,15 @@ static void late_reply_grant_is_undone(void **state) {
     assert_hl_ok(hilock_client_ping(c), hilock_client_errmsg(c));
     st = put_to_sleep(&s, 50);
     t0 = hl_now_ms();
-    assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_ETIMEDOUT,
+    assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_ETIMEDOUT,
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(l)), "undone");
     pthread_join(st, NULL);
     if (retry) {
       /* The same handle's retry gets the lock as soon as the undo ran. */
-      assert_hl_ok(hilock_lock_acquire(l, 3000), hilock_hold_errmsg(HILOCK_HOLD(l)));
+      assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 3000), hilock_hold_errmsg(HILOCK_HOLD(l)));
       assert_i64_between(hl_now_ms() - t0, 0, 3000);
-      assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+      assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
     } else {
       /* The caller gave up: the grant is gone long before its TTL. */
       hl_sleep_ms(300);
@@ -437,17 +437,17 @@ static void late_reply_undo_covers_semaphore_and_multilock(void **state) {
   assert_hl_ok(hilock_multi_lock_new(c, names, 2, 10000, &m),
                hilock_client_errmsg(c));
   /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
-  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
-  assert_hl_ok(hilock_semaphore_release(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(sem)), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(sem)), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Ahead of the clock, the counter counts the grants. */
   hl_redis_ok(f->redis, "SET hilock:{{acct}:1}:fence %lld", HL_FENCE_AHEAD);
   fence = hl_redis_int(f->redis, "INCRBY hilock:{{acct}:1}:fence 0");
   st = put_to_sleep(&s, 50);
-  assert_hl_rc(hilock_semaphore_try_acquire(sem), HILOCK_ETIMEDOUT,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(sem)), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(sem)));
-  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_ETIMEDOUT,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(m)), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   pthread_join(st, NULL);
   hl_sleep_ms(300);
@@ -473,11 +473,11 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
   assert_hl_ok(hilock_segmented_lock_new(c, "late-seg", 8, 2, 10000, &seg),
                hilock_client_errmsg(c));
   /* Load the scripts (a NOSCRIPT reply would mean nothing ran). */
-  assert_hl_ok(hilock_segmented_lock_try_acquire(seg),
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(seg)),
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
-  assert_hl_ok(hilock_segmented_lock_release(seg), hilock_hold_errmsg(HILOCK_HOLD(seg)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(seg)), hilock_hold_errmsg(HILOCK_HOLD(seg)));
   st = put_to_sleep(&s, 50);
-  assert_hl_rc(hilock_segmented_lock_try_acquire(seg), HILOCK_ETIMEDOUT,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(seg)), HILOCK_ETIMEDOUT,
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(seg)), "undone");
   pthread_join(st, NULL);
@@ -488,9 +488,9 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
   /* Both segments are free for another holder. */
   assert_hl_ok(hilock_segmented_lock_new(c, "late-seg", 8, 2, 10000, &other),
                hilock_client_errmsg(c));
-  assert_hl_ok(hilock_segmented_lock_try_acquire(other),
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(other)),
                hilock_hold_errmsg(HILOCK_HOLD(other)));
-  assert_hl_ok(hilock_segmented_lock_try_acquire(seg),
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(seg)),
                hilock_hold_errmsg(HILOCK_HOLD(seg)));
   hl_holds_free(HILOCK_HOLD(other), HILOCK_HOLD(seg));
   hilock_client_free(c);
@@ -501,9 +501,9 @@ static void late_reply_undo_covers_the_segmented_lock(void **state) {
 static uint64_t grant_fence(hilock_client *c, const char *name) {
   hilock_lock *l = hl_new_lock(c, name, 5000);
   uint64_t fence;
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   fence = hilock_hold_fence(HILOCK_HOLD(l));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
   return fence;
 }

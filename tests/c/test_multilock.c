@@ -79,7 +79,7 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
   /* "a" was granted before (as a single lock would be), its counter ahead
    * of the clock: the next fence is one more. */
   hl_redis_ok(f->redis, "SET hilock:{a}:fence %lld", HL_FENCE_AHEAD);
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   tok = hilock_hold_token(HILOCK_HOLD(m));
   assert_int_equal(strlen(tok), 32);
   assert_holds(f, "a", tok);
@@ -96,23 +96,23 @@ static void grants_every_name_with_one_token_and_a_fence_per_name(
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(m)), 9000, 10000);
 
   /* Not reentrant. */
-  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_EINVAL,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(m)), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
 
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "a") || lock_exists(f, "b") ||
                lock_exists(f, "c"));
   /* Each name's wake list got one wake-up. */
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{b}:wake"), 1);
   assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
-  assert_hl_rc(hilock_multi_lock_release(m), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(m)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
 
   /* The next grant draws the next fence of every name. */
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_int_equal(hilock_multi_lock_fence(m, 0), HL_FENCE_AHEAD + 2);
   assert_true(hilock_multi_lock_fence(m, 2) > fc);
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
 }
 
@@ -123,8 +123,8 @@ static void one_held_name_means_nothing_is_taken(void **state) {
   hilock_lock *l = hl_new_lock(f->client, "y", 10000);
   int locked = 0;
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_BUSY,
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(m)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Neither the free names nor their fence counters were touched. */
   assert_false(lock_exists(f, "x"));
@@ -135,7 +135,7 @@ static void one_held_name_means_nothing_is_taken(void **state) {
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(m), &locked), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(locked);
   assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(m), &locked), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(locked);
   hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
@@ -148,20 +148,20 @@ static void single_lock_and_multi_lock_exclude_each_other(void **state) {
   hilock_lock *l = hl_new_lock(f->client, "acct:2", 10000);
   uint64_t first;
 
-  assert_hl_ok(hilock_multi_lock_acquire(m, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(m), 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
   first = hilock_multi_lock_fence(m, 1);
-  assert_hl_rc(hilock_lock_try_acquire(l), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(l)), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The single lock's fence continues the same counter. */
   assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > first);
-  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(m)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "acct:1"));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(hilock_multi_lock_fence(m, 1) > hilock_hold_fence(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
 }
 
@@ -201,7 +201,7 @@ static void damaged_keys_fail_before_any_name_is_locked(void **state) {
   hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 10000);
 
   hl_redis_ok(f->redis, "RPUSH hilock:{g2}:lock not-a-string");
-  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_EWRONGTYPE,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(m)), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "g1"));
   assert_false(hl_redis_exists(f->redis, "hilock:{g1}:fence", 17));
@@ -210,14 +210,14 @@ static void damaged_keys_fail_before_any_name_is_locked(void **state) {
   /* A counter that is not a number: the script stops at its INCR, before
    * any lock key is set (g1's counter may have moved on: a gap). */
   hl_redis_ok(f->redis, "SET hilock:{g2}:fence not-a-number");
-  assert_hl_rc(hilock_multi_lock_try_acquire(m), HILOCK_EWRONGTYPE,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(m)), HILOCK_EWRONGTYPE,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "g1"));
   assert_false(lock_exists(f, "g2"));
   assert_int_equal(hilock_hold_held(HILOCK_HOLD(m)), 0);
   hl_redis_ok(f->redis, "DEL hilock:{g2}:fence");
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
 }
 
@@ -228,10 +228,10 @@ static void release_leaves_a_force_taken_key_alone(void **state) {
   const char *names[] = {"r1", "r2", "r3"};
   hilock_multi_lock *m = hl_new_multi(f->client, names, 3, 10000);
 
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* An operator (or an expiry and another owner) took r2. */
   hl_redis_ok(f->redis, "SET hilock:{r2}:lock someone-else PX 10000");
-  assert_hl_rc(hilock_multi_lock_release(m), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(m)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "1 of 3");
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "\"r2\"");
@@ -255,21 +255,21 @@ static void extend_refreshes_every_key_or_none(void **state) {
   hilock_multi_lock *m = hl_new_multi(f->client, names, 2, 2000);
   int owned = 0;
 
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multi_lock_extend(m, 8000, 1), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(m), 8000, 1), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e1"), 7000, 8000);
   assert_i64_between(lock_pttl(f, "e2"), 7000, 8000);
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(m)), 7000, 8000);
-  assert_hl_ok(hilock_multi_lock_extend(m, 5000, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(m), 5000, 0), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e2"), 12000, 13000);
-  assert_hl_ok(hilock_multi_lock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "e1"), 1000, 2000);
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(m), &owned), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(owned);
 
   /* e2 lapses: extend changes nothing and reports the loss. */
   hl_redis_ok(f->redis, "DEL hilock:{e2}:lock");
-  assert_hl_rc(hilock_multi_lock_extend(m, 60000, 1), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(m), 60000, 1), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(m)), "\"e2\"");
   assert_i64_between(lock_pttl(f, "e1"), 1, 2000);
@@ -294,7 +294,7 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, hl_count_call,
                                           &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hl_sleep_ms(1500); /* 2.5 TTLs: only renewal keeps the keys */
   for (int i = 0; i < 5; i++) assert_holds(f, names[i], hilock_hold_token(HILOCK_HOLD(m)));
   assert_i64_between(lock_pttl(f, "w3"), 1, 600);
@@ -320,7 +320,7 @@ static void watchdog_renews_every_key_and_reports_one_stolen(void **state) {
   hl_sleep_ms(700);
   assert_false(lock_exists(f, "w1"));
   assert_false(lock_exists(f, "w5"));
-  assert_hl_rc(hilock_multi_lock_release(m), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(m)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
 }
@@ -334,16 +334,16 @@ static void release_of_the_blocking_name_wakes_the_waiter(void **state) {
   hilock_lock *l = hl_new_lock(f->client, "k2", 10000);
   hl_waiter w;
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_waiter_run(&w, HILOCK_HOLD(m), &hl_multi_verbs, 8000, 0);
   assert_true(hl_wait_waiters(f->redis, 1, 3000));
   hl_sleep_ms(200);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_waiter_join(&w);
   assert_hl_ok(w.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* Woken by the release, long before the holder's 10 s TTL. */
   assert_i64_between(w.t_end - w.t_start, 200, 3000);
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
 }
 
@@ -354,18 +354,18 @@ static void wait_is_bounded_by_the_blocking_holders_ttl(void **state) {
   hilock_lock *l = hl_new_lock(f->client, "t1", 700);
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   t0 = hl_now_ms();
   /* The holder never releases: the waiter wakes when its TTL ends. */
-  assert_hl_ok(hilock_multi_lock_acquire(m, 5000), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(m), 5000), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* At the 700 ms TTL, not the 5 s limit; 1.8 s of room for a loaded
    * machine. */
   assert_i64_between(hl_now_ms() - t0, 500, 2500);
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* And a deadline shorter than the TTL is kept. */
   hl_redis_ok(f->redis, "SET hilock:{t2}:lock other PX 10000");
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_multi_lock_acquire(m, 300), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(m), 300), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   /* At the 300 ms deadline, not the 10 s TTL; 1.7 s of room. */
   assert_i64_between(hl_now_ms() - t0, 250, 2000);
@@ -385,23 +385,23 @@ static void a_useless_wake_up_is_handed_back(void **state) {
   hilock_lock *l = hl_new_lock(c2, "h2", 10000);        /* waits for h2 */
   hl_waiter wm, wl;
 
-  assert_hl_ok(hilock_lock_try_acquire(x), hilock_hold_errmsg(HILOCK_HOLD(x)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(x)), hilock_hold_errmsg(HILOCK_HOLD(x)));
   /* The multi-key waiter blocks first on h2's list, then the single one. */
   hl_waiter_run(&wm, HILOCK_HOLD(m), &hl_multi_verbs, 6000, 0);
   assert_true(hl_wait_waiters(f->redis, 1, 3000));
   hl_waiter_run(&wl, HILOCK_HOLD(l), &hl_lock_verbs, 6000, 0);
   assert_true(hl_wait_waiters(f->redis, 2, 3000));
-  assert_hl_ok(hilock_lock_try_acquire(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(y)), hilock_hold_errmsg(HILOCK_HOLD(y)));
   /* One wake-up; Redis serves the longest-blocked client (the multi). */
-  assert_hl_ok(hilock_lock_release(x), hilock_hold_errmsg(HILOCK_HOLD(x)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(x)), hilock_hold_errmsg(HILOCK_HOLD(x)));
   hl_waiter_join(&wl);
   assert_hl_ok(wl.rc, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(wl.t_end - wl.t_start, 0, 3000); /* not the 10 s TTL bound */
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_release(y), hilock_hold_errmsg(HILOCK_HOLD(y)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(y)), hilock_hold_errmsg(HILOCK_HOLD(y)));
   hl_waiter_join(&wm);
   assert_hl_ok(wm.rc, hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hl_holds_free(HILOCK_HOLD(x), HILOCK_HOLD(y), HILOCK_HOLD(l), HILOCK_HOLD(m));
   hilock_client_free(c2);
 }
@@ -451,11 +451,11 @@ static int child_random_sets(void *arg) {
       n++;
     }
     HL_CHILD_CHECK(hilock_multi_lock_new(c, names, n, 5000, &m) == HILOCK_OK);
-    HL_CHILD_CHECK(p->nolock || hilock_multi_lock_acquire(m, 15000) == HILOCK_OK);
+    HL_CHILD_CHECK(p->nolock || hilock_hold_acquire(HILOCK_HOLD(m), 15000) == HILOCK_OK);
     start = now_ns();
     hl_sleep_ms(1 + rand_r(&seed) % 3);
     end = now_ns();
-    HL_CHILD_CHECK(p->nolock || hilock_multi_lock_release(m) == HILOCK_OK);
+    HL_CHILD_CHECK(p->nolock || hilock_hold_release(HILOCK_HOLD(m)) == HILOCK_OK);
     for (size_t i = 0; i < hilock_multi_lock_count(m); i++) {
       redisReply *rr = redisCommand(
           r, "RPUSH %s:%s %lld:%lld:%d", p->tag,
@@ -569,7 +569,7 @@ static int take_d123_renewed(hilock_client *c, void *arg, hilock_hold **h) {
   *h = HILOCK_HOLD(m);
   if (rc == HILOCK_OK)
     rc = hilock_hold_set_auto_renew(HILOCK_HOLD(m), 1, 0, NULL, NULL);
-  return rc == HILOCK_OK ? hilock_multi_lock_acquire(m, 0) : rc;
+  return rc == HILOCK_OK ? hilock_hold_acquire(HILOCK_HOLD(m), 0) : rc;
 }
 
 static void killed_holder_frees_every_name_within_its_ttl(void **state) {
@@ -587,13 +587,13 @@ static void killed_holder_frees_every_name_within_its_ttl(void **state) {
   kill(pid, SIGKILL);
   t0 = hl_now_ms();
   assert_int_equal(hl_wait_child(pid, 5000), 128 + SIGKILL);
-  assert_hl_ok(hilock_multi_lock_acquire(m, 10000), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(m), 10000), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* Within the child's 800 ms TTL, not at the 10 s limit; 2 s of room for
    * a loaded machine. */
   assert_i64_between(hl_now_ms() - t0, 0, 800 + 2000);
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_holds_free(HILOCK_HOLD(l), HILOCK_HOLD(m));
 }
 
@@ -648,10 +648,10 @@ static void bad_input_gives_specific_einval(void **state) {
   assert_hl_ok(hilock_multi_lock_new(c, many, HILOCK_MULTI_LOCK_MAX, 5000, &m),
                hilock_client_errmsg(c));
   assert_int_equal(hilock_multi_lock_count(m), HILOCK_MULTI_LOCK_MAX);
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(lock_exists(f, "m1023"));
-  assert_hl_ok(hilock_multi_lock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(lock_exists(f, "m0"));
   hilock_hold_free(HILOCK_HOLD(m));
 
@@ -689,8 +689,8 @@ static void cluster_client_refuses_names_in_different_slots(void **state) {
   assert_hl_ok(hilock_multi_lock_new(f->client, tagged, 2, 1000, &m),
                hilock_client_errmsg(f->client));
   f->client->url.cluster = 0; /* the test server is not a cluster */
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
   hilock_hold_free(HILOCK_HOLD(m));
   /* Not a cluster: any names. */
   assert_hl_ok(hilock_multi_lock_new(f->client, spread, 2, 1000, &m),

@@ -49,8 +49,8 @@ static void rlock_uses_the_name_as_given(void **state) {
   redisReply *r;
   assert_hl_ok(hilock_rlock_new_redisson(f->client, "orders:42", 9, 30000, &rl),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_string_equal(hilock_hold_key(HILOCK_HOLD(rl), &klen), "orders:42");
   assert_int_equal(only_field(f, "orders:42", &field), 2);
   assert_non_null(strchr(field, ':'));
@@ -61,8 +61,8 @@ static void rlock_uses_the_name_as_given(void **state) {
   r = hl_redis(f->redis, "KEYS hilock:*");
   assert_int_equal(r->elements, 0);
   freeReplyObject(r);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_redis_exists(f->redis, "orders:42", 9));
   hilock_hold_free(HILOCK_HOLD(rl));
 }
@@ -76,8 +76,8 @@ static hilock_rlock *behind_a_redisson_holder(fixture *f, ctor make,
   freeReplyObject(hl_redis(f->redis, "PEXPIRE %s 30000", key));
   assert_hl_ok(make(f->client, key, strlen(key), 30000, &rl),
                hilock_client_errmsg(f->client));
-  assert_int_equal(hilock_rlock_try_acquire(rl), HILOCK_BUSY);
-  assert_hl_rc(hilock_rlock_acquire(rl, 100), HILOCK_BUSY,
+  assert_int_equal(hilock_hold_try_acquire(HILOCK_HOLD(rl)), HILOCK_BUSY);
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(rl), 100), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   return rl;
 }
@@ -85,7 +85,7 @@ static hilock_rlock *behind_a_redisson_holder(fixture *f, ctor make,
 static void a_redisson_holder_excludes_and_is_not_released(void **state) {
   fixture *f = *state;
   hilock_rlock *rl = behind_a_redisson_holder(f, hilock_rlock_new_redisson, "java");
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   {
     char *field = NULL;
@@ -129,8 +129,8 @@ static void releases_publish_redisson_unlock_messages(void **state) {
   redisContext *rw_sub = subscriber(f, "redisson_rwlock:{rw}");
   assert_hl_ok(hilock_rlock_new_redisson(f->client, "a{x}b", 5, 30000, &rl),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   expect_message(lock_sub, "redisson_lock__channel:a{x}b", "0");
   /* Read-write: mode, per-hold keys, 0 for a read release, 1 for a write
    * release. */
@@ -138,7 +138,7 @@ static void releases_publish_redisson_unlock_messages(void **state) {
                hilock_client_errmsg(f->client));
   assert_hl_ok(hilock_rlock_new_redisson_write(f->client, "rw", 2, 30000, &wr),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_rlock_try_acquire(rd), hilock_hold_errmsg(HILOCK_HOLD(rd)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rd)), hilock_hold_errmsg(HILOCK_HOLD(rd)));
   {
     redisReply *r = hl_redis(f->redis, "HGET rw mode");
     assert_string_equal(r->str, "read");
@@ -147,10 +147,10 @@ static void releases_publish_redisson_unlock_messages(void **state) {
     assert_int_equal(r->elements, 1);
     freeReplyObject(r);
   }
-  assert_int_equal(hilock_rlock_try_acquire(wr), HILOCK_BUSY);
-  assert_hl_ok(hilock_rlock_release(rd), hilock_hold_errmsg(HILOCK_HOLD(rd)));
+  assert_int_equal(hilock_hold_try_acquire(HILOCK_HOLD(wr)), HILOCK_BUSY);
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rd)), hilock_hold_errmsg(HILOCK_HOLD(rd)));
   expect_message(rw_sub, "redisson_rwlock:{rw}", "0");
-  assert_hl_ok(hilock_rlock_try_acquire(wr), hilock_hold_errmsg(HILOCK_HOLD(wr)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(wr)), hilock_hold_errmsg(HILOCK_HOLD(wr)));
   {
     char *field = NULL;
     redisReply *r = hl_redis(f->redis, "HGET rw mode");
@@ -162,7 +162,7 @@ static void releases_publish_redisson_unlock_messages(void **state) {
     free(field);
     freeReplyObject(hl_redis(f->redis, "HSET rw mode write"));
   }
-  assert_hl_ok(hilock_rlock_release(wr), hilock_hold_errmsg(HILOCK_HOLD(wr)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(wr)), hilock_hold_errmsg(HILOCK_HOLD(wr)));
   expect_message(rw_sub, "redisson_rwlock:{rw}", "1");
   assert_false(hl_redis_exists(f->redis, "rw", 2));
   hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(rd), HILOCK_HOLD(wr));
@@ -177,8 +177,8 @@ static void fair_try_acquire_never_stays_queued(void **state) {
   assert_int_equal(hl_redis_int(f->redis, "LLEN redisson_lock_queue:{fair}"), 0);
   assert_int_equal(hl_redis_int(f->redis, "ZCARD redisson_lock_timeout:{fair}"), 0);
   freeReplyObject(hl_redis(f->redis, "DEL fair"));
-  assert_hl_ok(hilock_rlock_try_acquire(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
-  assert_hl_ok(hilock_rlock_release(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(fl)), hilock_hold_errmsg(HILOCK_HOLD(fl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(fl)), hilock_hold_errmsg(HILOCK_HOLD(fl)));
   hilock_hold_free(HILOCK_HOLD(fl));
 }
 
@@ -206,9 +206,9 @@ static void new_redisson_kind_checks_the_kind(void **state) {
                                               HILOCK_REDISSON_WRITE_LOCK, 1000,
                                               &rl),
                hilock_client_errmsg(f->client));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "HEXISTS n mode"), 1);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 

@@ -64,7 +64,7 @@ static hilock_redlock *make(int64_t ttl_ms) {
 /* A new Redlock of ttl_ms, taken (try_acquire). */
 static hilock_redlock *taken(int64_t ttl_ms) {
   hilock_redlock *rl = make(ttl_ms);
-  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   return rl;
 }
 
@@ -173,9 +173,9 @@ static void test_invalid_arguments(void **state) {
   assert_int_equal(hilock_redlock_set_node_timeout(rl, 0), HILOCK_EINVAL);
   assert_int_equal(hilock_redlock_set_node_timeout(rl, 1000), HILOCK_EINVAL);
   assert_int_equal(hilock_redlock_set_retry_delay(rl, -1), HILOCK_EINVAL);
-  assert_int_equal(hilock_redlock_release(rl), HILOCK_ENOTOWNED);
-  assert_int_equal(hilock_redlock_extend(rl, 100, 0), HILOCK_ENOTOWNED);
-  assert_int_equal(hilock_redlock_acquire(rl, -5), HILOCK_EINVAL);
+  assert_int_equal(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED);
+  assert_int_equal(hilock_hold_extend(HILOCK_HOLD(rl), 100, 0), HILOCK_ENOTOWNED);
+  assert_int_equal(hilock_hold_acquire(HILOCK_HOLD(rl), -5), HILOCK_EINVAL);
   hilock_hold_free(HILOCK_HOLD(rl));
   /* A small TTL gives a node timeout of ttl/10. */
   rl = make(200);
@@ -202,7 +202,7 @@ static void test_auth_and_db_from_each_url(void **state) {
   bad[0] = bad0;
   assert_hl_ok(hilock_redlock_new(good, N, NAME, NAMELEN, 5000, &o, &rl),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_redlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   /* Node 0 took it behind its password, node 2 in db 3. */
   c = hl_redis_connect(&nodes[0]);
   hl_redis_ok(c, "AUTH s3cret");
@@ -213,7 +213,7 @@ static void test_auth_and_db_from_each_url(void **state) {
   hl_redis_ok(c, "SELECT 3");
   assert_true(hl_redis_exists(c, KEY, strlen(KEY)));
   redisFree(c);
-  assert_hl_ok(hilock_redlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
   rl = NULL;
   /* A refused password is a configuration error, not a minority down. */
@@ -236,7 +236,7 @@ static void test_grant_sets_one_token_on_every_node(void **state) {
   int64_t t0 = hl_now_ms(), validity;
   int owned = 0, locked = 0;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* The TTL less the drift allowance and, at most, the time the round
    * took (however long a loaded machine makes it), less 1 ms for the
    * rounding of the two clocks' milliseconds. */
@@ -257,20 +257,20 @@ static void test_grant_sets_one_token_on_every_node(void **state) {
   assert_true(owned);
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(locked);
-  assert_hl_rc(hilock_redlock_try_acquire(b), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(b)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(b)), "held by another owner on 5 of 5");
-  assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_EINVAL,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(a)), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 0);
   assert_false(hilock_hold_held(HILOCK_HOLD(a)));
-  assert_hl_rc(hilock_redlock_release(a), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(a)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Each node's new counter started at its own clock: larger, not +1. */
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
@@ -280,8 +280,8 @@ static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
   /* The connections are open (their SCRIPT LOADs are done); then every
    * node forgets its scripts: each answers NOSCRIPT once, and the round
    * sends EVAL with the source on that node. */
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   for (int i = 0; i < N; i++) {
     redisContext *c = hl_redis_connect(&nodes[i]);
     hl_redis_ok(c, "SCRIPT FLUSH");
@@ -289,9 +289,9 @@ static void test_flushed_scripts_are_sent_again_as_eval(void **state) {
     redisFree(c);
   }
   /* Granted once a majority answered (the rest are not waited for). */
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(nodes_with_key() >= N / 2 + 1);
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* Each node that ran a script of the cycle answered NOSCRIPT first,
    * then ran it as EVAL; a majority did (a node whose NOSCRIPT came after
    * its round was decided is not waited for, and gets no EVAL then). */
@@ -322,9 +322,9 @@ static void test_blocked_acquire_waits_its_bound_then_gets_it(void **state) {
   hilock_redlock *a = make(10000), *b = make(10000);
   int64_t t0;
   (void)state;
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_redlock_acquire(b, 400), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(b), 400), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Its 400 ms bound, not a's 10 s TTL; 1.5 s of room. */
   assert_i64_between(hl_now_ms() - t0, 400, 400 + 1500);
@@ -335,9 +335,9 @@ static void test_blocked_acquire_waits_its_bound_then_gets_it(void **state) {
     free(v);
   }
   /* A holder whose keys lapse: b gets it within the retry delay of that. */
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(b), 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
@@ -348,16 +348,16 @@ static void test_minority_down_still_acquires_and_releases(void **state) {
   (void)state;
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 3);
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 0);
   /* Back up: the next grant uses them again. */
   assert_int_equal(hl_server_restart(&nodes[3]), 0);
   assert_int_equal(hl_server_restart(&nodes[4]), 0);
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 5);
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hilock_hold_free(HILOCK_HOLD(a));
 }
 
@@ -374,7 +374,7 @@ static void test_release_after_the_majority_changed_succeeds(void **state) {
   redisFree(c);
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 0);
   hilock_hold_free(HILOCK_HOLD(a));
 }
@@ -387,13 +387,13 @@ static void test_minority_slowed_still_acquires_fast(void **state) {
   s3 = node_sleep(3, 6.0);
   s4 = node_sleep(4, 6.0);
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   took = hl_now_ms() - t0;
   /* Bounded by the node timeout (50 ms), not by the 6 s sleep: 2.5 s tells
    * the two apart with room for a stalled, loaded machine. */
   assert_i64_between(took, 0, 2500);
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 10000 - took - 200);
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* The release does not wait for the sleeping nodes either (6 s). */
   assert_true(hl_now_ms() - t0 < 4000);
   sleep_done(s3);
@@ -416,7 +416,7 @@ static void test_majority_down_fails_in_time_and_leaves_no_lock(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_ENOQUORUM,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(a)), HILOCK_ENOQUORUM,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* Refused at once, not retried through the 4 s reconnect budget; 2 s of
    * room for a loaded machine. */
@@ -432,7 +432,7 @@ static void test_majority_down_fails_in_time_and_leaves_no_lock(void **state) {
   assert_false(node_has_key(3));
   assert_false(node_has_key(4));
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_redlock_acquire(a, 500), HILOCK_ENOQUORUM,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(a), 500), HILOCK_ENOQUORUM,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* Tried until its 500 ms bound, not given up before it, and not kept on
    * to the 4 s reconnect budget; 1.5 s of room. */
@@ -443,7 +443,7 @@ static void test_majority_down_fails_in_time_and_leaves_no_lock(void **state) {
   /* Waiting forever: an outage ends the wait after the reconnect budget
    * (4 s here), not before it and not never; 2 s of room. */
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_redlock_acquire(a, HILOCK_WAIT_FOREVER),
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(a), HILOCK_WAIT_FOREVER),
                HILOCK_ENOQUORUM, hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hl_now_ms() - t0, 4000, 4000 + 2000);
   hilock_hold_free(HILOCK_HOLD(a));
@@ -468,7 +468,7 @@ static void test_slowed_majority_leaves_nothing_behind(void **state) {
   for (int i = 0; i < 3; i++) s[i] = node_sleep_send(i, 4.0);
   for (int i = 0; i < 3; i++) node_wait_asleep(i);
   t0 = hl_now_ms();
-  assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_ENOQUORUM,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(a)), HILOCK_ENOQUORUM,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* The node timeout (50 ms), not the 4 s sleep: 2 s leaves room for a
    * stalled, loaded machine. */
@@ -491,7 +491,7 @@ static void test_majority_held_elsewhere_is_busy_and_cleaned(void **state) {
     hl_redis_ok(c, "SET %s other PX 10000", KEY);
     redisFree(c);
   }
-  assert_hl_rc(hilock_redlock_try_acquire(a), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(a)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(node_has_key(3));
   assert_false(node_has_key(4));
@@ -509,7 +509,7 @@ static void test_majority_held_elsewhere_is_busy_and_cleaned(void **state) {
 static void hold_on_first_three(hilock_redlock *a) {
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(hl_server_restart(&nodes[3]), 0);
   assert_int_equal(hl_server_restart(&nodes[4]), 0);
   assert_int_equal(nodes_with_key(), 3);
@@ -521,7 +521,7 @@ static void test_restart_without_persistence_grants_twice(void **state) {
   hold_on_first_three(a);
   /* Node 2 crashes and restarts at once, with no persistence. */
   assert_int_equal(hl_server_restart(&nodes[2]), 0);
-  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Both believe they hold the lock: the safety violation the Redlock
    * description warns about. */
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
@@ -538,7 +538,7 @@ static void test_delayed_restart_prevents_the_second_grant(void **state) {
   hl_server_stop(&nodes[2]);
   /* Node 2 stays down for longer than the TTL. */
   while (hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0) {
-    int rc = hilock_redlock_try_acquire(b);
+    int rc = hilock_hold_try_acquire(HILOCK_HOLD(b));
     assert_true(rc != HILOCK_OK);
     tries++;
     hl_sleep_ms(50);
@@ -546,9 +546,9 @@ static void test_delayed_restart_prevents_the_second_grant(void **state) {
   assert_true(tries >= 5);
   hl_sleep_ms(200); /* the keys of a, with their TTL, are gone by now */
   assert_int_equal(hl_server_restart(&nodes[2]), 0);
-  assert_hl_ok(hilock_redlock_acquire(b, 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(b), 2000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
-  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
@@ -569,12 +569,12 @@ static void test_aof_fsync_always_prevents_the_second_grant(void **state) {
   hold_on_first_three(a);
   assert_int_equal(hl_server_restart(&nodes[2]), 0); /* SIGKILL, restart */
   assert_true(node_has_key(2));
-  assert_hl_rc(hilock_redlock_try_acquire(b), HILOCK_BUSY,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(b)), HILOCK_BUSY,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) > 0);
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hl_server_stop(&nodes[2]);
   nodes[2].nextra = BASE_EXTRA;
@@ -599,7 +599,7 @@ static void test_fence_increases_across_diverged_counters(void **state) {
    * clock by 100, 10, 20). */
   hl_server_stop(&nodes[3]);
   hl_server_stop(&nodes[4]);
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), HL_FENCE_AHEAD + 101);
   /* The largest was written back before the grant returned. */
   for (int i = 1; i < 3; i++) {
@@ -608,16 +608,16 @@ static void test_fence_increases_across_diverged_counters(void **state) {
     assert_int_equal(strtoll(v, NULL, 10), HL_FENCE_AHEAD + 101);
     free(v);
   }
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* A majority without node 0 (and with two empty nodes, whose counters
    * start at their clocks) counts past it. */
   assert_int_equal(hl_server_restart(&nodes[3]), 0);
   assert_int_equal(hl_server_restart(&nodes[4]), 0);
   hl_server_stop(&nodes[0]);
   hl_server_stop(&nodes[1]);
-  assert_hl_ok(hilock_redlock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > HL_FENCE_AHEAD + 101);
-  assert_hl_ok(hilock_redlock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
@@ -631,9 +631,9 @@ static void test_fence_from_agreeing_counters_is_consecutive(void **state) {
     redisFree(c);
   }
   for (uint64_t k = 1; k <= 5; k++) {
-    assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
     assert_int_equal(hilock_hold_fence(HILOCK_HOLD(a)), HL_FENCE_AHEAD + k);
-    assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   }
   hilock_hold_free(HILOCK_HOLD(a));
 }
@@ -644,9 +644,9 @@ static void test_extend_counts_with_a_majority(void **state) {
   hilock_redlock *a = taken(2000);
   int owned = 1;
   (void)state;
-  assert_hl_ok(hilock_redlock_extend(a, 6000, 1), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(a), 6000, 1), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(a)), 5000, 6000);
-  assert_hl_ok(hilock_redlock_extend(a, 1000, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(a), 1000, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(a)), 6000, 7000);
   /* Two nodes lost it: still a majority. */
   for (int i = 0; i < 2; i++) {
@@ -654,7 +654,7 @@ static void test_extend_counts_with_a_majority(void **state) {
     hl_redis_ok(c, "DEL %s", KEY);
     redisFree(c);
   }
-  assert_hl_ok(hilock_redlock_renew(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(a), &owned), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(owned);
   /* A third: the majority is gone. */
@@ -663,7 +663,7 @@ static void test_extend_counts_with_a_majority(void **state) {
     hl_redis_ok(c, "DEL %s", KEY);
     redisFree(c);
   }
-  assert_hl_rc(hilock_redlock_extend(a, 1000, 0), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(a), 1000, 0), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
@@ -678,11 +678,11 @@ static void test_extend_without_a_majority_keeps_the_old_validity(void **state) 
   (void)state;
   for (int i = 0; i < 3; i++) hl_server_stop(&nodes[i]);
   before = hilock_hold_validity_ms(HILOCK_HOLD(a));
-  assert_hl_rc(hilock_redlock_extend(a, 20000, 1), HILOCK_ENOQUORUM,
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(a), 20000, 1), HILOCK_ENOQUORUM,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(a)) <= before);
   assert_false(hilock_hold_lost(HILOCK_HOLD(a)));
-  assert_hl_rc(hilock_redlock_release(a), HILOCK_ENOQUORUM,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(a)), HILOCK_ENOQUORUM,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(a)), "deleted on 2 of 5");
   hilock_hold_free(HILOCK_HOLD(a));
@@ -701,11 +701,11 @@ static void test_extend_with_absurd_node_ttls_is_capped(void **state) {
     assert_int_equal(hl_redis_int(c, "PEXPIRE %s 90000000000000000", KEY), 1);
     redisFree(c);
   }
-  assert_hl_ok(hilock_redlock_extend(a, 1000, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(a), 1000, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   v = hilock_hold_validity_ms(HILOCK_HOLD(a));
   assert_true(v > 2000);
   assert_true(v <= HILOCK_TTL_MAX_MS);
-  assert_hl_ok(hilock_redlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(nodes_with_key(), 0);
   hilock_hold_free(HILOCK_HOLD(a));
 }
@@ -728,7 +728,7 @@ static hilock_redlock *renewed(int64_t ttl_ms, int64_t max_hold_ms) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(a), 1, max_hold_ms,
                                           hl_count_call, &lost_calls),
                hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_redlock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   return a;
 }
 
@@ -762,7 +762,7 @@ static void test_watchdog_renews_through_a_majority(void **state) {
   wait_lost_calls(1);
   assert_int_equal(lost_calls, 1);
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
-  assert_true(hilock_redlock_release(a) != HILOCK_OK);
+  assert_true(hilock_hold_release(HILOCK_HOLD(a)) != HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(a));
 }
 

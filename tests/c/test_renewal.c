@@ -65,7 +65,7 @@ static void on_lost(void *arg) {
 static void acquire_renewed(hilock_lock *l, lost_rec *r) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, r),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
 }
 
 /* Wait up to timeout_ms for more than `seen` callbacks; returns the time of
@@ -119,7 +119,7 @@ static void renewal_keeps_a_short_lock_alive(void **state) {
   hl_assert_holder(f->redis, HILOCK_HOLD(l));
   assert_false(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(atomic_load(&rec.calls), 0);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(l)));
   assert_int_equal(atomic_load(&rec.calls), 0);
   hilock_hold_free(HILOCK_HOLD(l));
@@ -132,7 +132,7 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
   hilock_lock *simple = NULL;
   int64_t t0;
 
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(600);
@@ -147,7 +147,7 @@ static void renewal_applies_to_the_current_hold_and_can_be_stopped(
     hl_sleep_ms(10);
   }
   assert_false(hilock_hold_held(HILOCK_HOLD(l)));
-  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
 
   assert_hl_rc(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, -1, NULL, NULL), HILOCK_EINVAL,
@@ -173,12 +173,12 @@ static void release_cancels_renewal(void **state) {
   lost_rec_init(&rec);
   acquire_renewed(a, &rec);
   hl_sleep_ms(250); /* renewals under way */
-  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(a)));
 
   /* A new holder with no renewal: its TTL runs down undisturbed, and no
    * script reaches the server any more. */
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   p1 = hl_hold_pttl(f->redis, HILOCK_HOLD(b));
   hl_sleep_ms(500);
@@ -186,7 +186,7 @@ static void release_cancels_renewal(void **state) {
   assert_int_equal(script_calls(f), 0);
   assert_i64_between(p1 - p2, 450, 700);
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
-  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(300);
@@ -252,7 +252,7 @@ static void stolen_lock_is_reported_lost_once(void **state) {
 
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(l), &owned), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(owned);
-  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_assert_hold_value(f->redis, HILOCK_HOLD(l), "thief");
   assert_i64_between(hl_redis_pttl(f->redis, key, klen), 4000, 5000);
@@ -275,12 +275,12 @@ static void force_release_and_new_holder_is_detected(void **state) {
   t_steal = hl_now_ms();
   assert_hl_ok(hilock_lock_force_release(b, &deleted), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(deleted);
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
 
   assert_i64_between(wait_lost(&rec, 2000) - t_steal, 0, 1500);
   assert_true(hilock_hold_lost(HILOCK_HOLD(a)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(a)), 0);
-  assert_hl_rc(hilock_lock_release(a), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(a)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* The new holder's key is untouched: neither deleted nor cut to 300. */
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
@@ -290,12 +290,12 @@ static void force_release_and_new_holder_is_detected(void **state) {
   assert_int_equal(atomic_load(&rec.calls), 1);
 
   /* The next grant clears the loss and renews again. */
-  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
-  assert_hl_ok(hilock_lock_acquire(a, 1000), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(a), 1000), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(hilock_hold_lost(HILOCK_HOLD(a)));
   hl_sleep_ms(500);
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(a)), 1, 300);
-  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(atomic_load(&rec.calls), 1);
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(other);
@@ -320,7 +320,7 @@ static void stopped_server_makes_the_hold_lost(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, on_lost, &rec),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   t_grant = hl_now_ms();
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(150); /* one renewal went through */
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l)) > 150);
   t_stop = hl_now_ms();
@@ -381,7 +381,7 @@ static void paused_server_makes_the_hold_lost(void **state) {
     assert_i64_between(hl_now_ms() - t0, 0, LOADED_MS);
     hl_sleep_ms(10);
   }
-  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(atomic_load(&rec.calls), 1);
   hilock_hold_free(HILOCK_HOLD(l));
@@ -391,7 +391,7 @@ static void paused_server_makes_the_hold_lost(void **state) {
 /* An extension to ms (replacing the TTL), made by a waiter thread
  * (hl_waiter) in place of its acquire. */
 static int extend_call(hilock_hold *h, int64_t ms) {
-  return hilock_lock_extend((hilock_lock *)h, ms, 1);
+  return hilock_hold_extend(HILOCK_HOLD((hilock_lock *)h), ms, 1);
 }
 
 /* An extension that shortens the TTL and a renewal of the watchdog in
@@ -408,7 +408,7 @@ static void validity_never_outlasts_the_key_when_extend_races_renewal(
     hl_waiter a = {0};
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                  hilock_hold_errmsg(HILOCK_HOLD(l)));
-    assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+    assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
     /* The watchdog renews at ttl/3 = 1000 ms: pause from 850 to 1350 ms,
      * so its renewal is queued at the server first, then the extension. */
     hl_sleep_ms(850);
@@ -446,7 +446,7 @@ static void max_hold_bounds_renewal(void **state) {
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 600, on_lost, &rec),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_acquire(l, 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(550 - (hl_now_ms() - t0));
   assert_true(hl_hold_exists(f->redis, HILOCK_HOLD(l))); /* renewed past its first TTL */
   assert_int_equal(atomic_load(&rec.calls), 0);
@@ -463,7 +463,7 @@ static void max_hold_bounds_renewal(void **state) {
   assert_i64_between(t_lost, 600 + 300 - 50, t_gone + 300 + LOADED_MS);
   assert_true(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(l)), 0);
-  assert_hl_rc(hilock_lock_release(l), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_sleep_ms(150);
   assert_int_equal(atomic_load(&rec.calls), 1);
@@ -509,7 +509,7 @@ static void many_holds_are_all_kept_alive(void **state) {
                      4);
   assert_int_equal(atomic_load(&rec.calls), 0);
   for (int i = 0; i < NHOLDS; i++) {
-    assert_hl_ok(hilock_lock_release(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l[i])), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
     assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(l[i])));
     hilock_hold_free(HILOCK_HOLD(l[i]));
   }
@@ -561,8 +561,8 @@ static void rlock_renewal_keeps_and_loses(void **state) {
   key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, on_lost, &rec),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   t0 = hl_now_ms();
   while (hl_now_ms() - t0 < 3000) {
     assert_i64_between(hl_redis_pttl(f->redis, key, klen), 1, 1500);
@@ -571,11 +571,11 @@ static void rlock_renewal_keeps_and_loses(void **state) {
   assert_hl_ok(hilock_rlock_hold_count(rl, &n), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(n, 2);
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(rl)) > 0);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(2000); /* still renewed while held once, past one TTL */
   assert_i64_between(hl_redis_pttl(f->redis, key, klen), 1, 1500);
   assert_int_equal(atomic_load(&rec.calls), 0);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_redis_exists(f->redis, key, klen));
   assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
@@ -586,7 +586,7 @@ static void rlock_renewal_keeps_and_loses(void **state) {
   seen = atomic_load(&rec.calls);
 
   /* Lost: the hash disappears under the holder. */
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hilock_hold_lost(HILOCK_HOLD(rl)));
   t_del = hl_now_ms();
   hl_redis_ok(f->redis, "DEL %b", key, klen);
@@ -596,7 +596,7 @@ static void rlock_renewal_keeps_and_loses(void **state) {
       500 + LOADED_MS);
   assert_true(hilock_hold_lost(HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 0);
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(150);
   assert_int_equal(atomic_load(&rec.calls), seen + 1);
@@ -626,7 +626,7 @@ static void thousands_of_holds_renew_in_few_calls(void **state) {
     l[i] = hl_new_lock(f->client, name, 3000);
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, NULL, NULL),
                  hilock_hold_errmsg(HILOCK_HOLD(l[i])));
-    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l[i])), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
   }
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_sleep_ms(3000); /* three renewal periods */
@@ -663,18 +663,18 @@ static void a_batch_reports_the_holds_taken_and_keeps_the_rest(void **state) {
     l[i] = hl_new_lock(f->client, name, 600);
     assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l[i]), 1, 0, on_lost, &rec),
                  hilock_hold_errmsg(HILOCK_HOLD(l[i])));
-    assert_hl_ok(hilock_lock_try_acquire(l[i]), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l[i])), hilock_hold_errmsg(HILOCK_HOLD(l[i])));
   }
   assert_hl_ok(hilock_rlock_new(f->client, "mixed-r", 7, 600, &rl),
                hilock_client_errmsg(f->client));
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(rl), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(hilock_semaphore_new(f->client, "mixed-s", 7, 2, 600, &sem),
                hilock_client_errmsg(f->client));
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(sem), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(sem)));
-  assert_hl_ok(hilock_semaphore_try_acquire(sem), hilock_hold_errmsg(HILOCK_HOLD(sem)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(sem)), hilock_hold_errmsg(HILOCK_HOLD(sem)));
   /* Taken by others: one by another token, one turned into a list. */
   hl_redis_ok(f->redis, "SET hilock:{mixed-3}:lock thief PX 5000");
   hl_redis_ok(f->redis, "DEL hilock:{mixed-7}:lock");

@@ -298,32 +298,32 @@ static void rlock_call_and_resend_lost(void **state) {
 
   warm(rl);
   lose_next_replies(&hilock__script_rlock_acquire, 2);
-  assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_EIO,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(rl), 0), HILOCK_EIO,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_swallowed(base + 2);
   assert_false(hl_redis_exists(f->redis, key, strlen(key))); /* undone */
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)),
                    hl_redis_get_int(f->redis, "hilock:{rs2}:fence"));
   lose_next_replies(&hilock__script_rlock_acquire, 2);
-  assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_EIO,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(rl), 0), HILOCK_EIO,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_swallowed(base + 4);
   assert_levels(f, key, 1); /* the re-entry was given back */
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_levels(f, key, 2);
 
   lose_next_replies(&hilock__script_rlock_release, 2);
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_EIO,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_EIO,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_swallowed(base + 6);
   assert_levels(f, key, 1); /* it ran */
   /* The outer release: the failed one is completed first, with its nonce
    * (it counts once), then this one leaves the last level. */
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_redis_exists(f->redis, key, strlen(key)));
   assert_false(hilock_hold_held(HILOCK_HOLD(rl)));
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
 }

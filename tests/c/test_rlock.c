@@ -80,9 +80,9 @@ static void same_thread_reenters_without_blocking(void **state) {
   int64_t t0;
 
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_acquire(rl, 5000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_acquire(rl, HILOCK_WAIT_FOREVER),
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 5000), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), HILOCK_WAIT_FOREVER),
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   /* Re-entries never wait (a wait would last 5 s, or for ever); 2 s leaves
    * room for a stalled, loaded machine. */
@@ -99,7 +99,7 @@ static void same_thread_reenters_without_blocking(void **state) {
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 9000, 10000);
 
   for (int left = 2; left >= 0; left--) {
-    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
     assert_int_equal(count_of(rl), left);
     if (left > 0) assert_int_equal(hash_count(f, rl), left);
   }
@@ -109,7 +109,7 @@ static void same_thread_reenters_without_blocking(void **state) {
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(rl), &locked), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(locked);
   assert_int_equal(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 0);
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED);
   hilock_hold_free(HILOCK_HOLD(rl));
@@ -133,14 +133,14 @@ typedef struct other {
 static void *other_waits(void *arg) {
   other *o = arg;
   o->tid = gettid_();
-  o->try_rc = o->no_try ? HILOCK_BUSY : hilock_rlock_try_acquire(o->rl);
-  o->rc = hilock_rlock_acquire(o->rl, 5000);
+  o->try_rc = o->no_try ? HILOCK_BUSY : hilock_hold_try_acquire(HILOCK_HOLD(o->rl));
+  o->rc = hilock_hold_acquire(HILOCK_HOLD(o->rl), 5000);
   o->t_end = hl_now_ms();
   o->release_rc = -100;
   if (o->rc == HILOCK_OK) {
     o->fence = hilock_hold_fence(HILOCK_HOLD(o->rl));
     if (hilock_rlock_hold_count(o->rl, &o->count) != HILOCK_OK) o->count = -1;
-    o->release_rc = hilock_rlock_release(o->rl);
+    o->release_rc = hilock_hold_release(HILOCK_HOLD(o->rl));
   }
   atomic_store(&o->done, 1);
   return NULL;
@@ -160,7 +160,7 @@ static hilock_rlock *entered_twice(hilock_client *c, const char *name,
                                    int64_t ttl_ms) {
   hilock_rlock *rl = hl_new_rlock(c, name, ttl_ms);
   for (int i = 0; i < 2; i++)
-    assert_hl_ok(hilock_rlock_acquire(rl, 0),
+    assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0),
                  hilock_hold_errmsg(HILOCK_HOLD(rl)));
   return rl;
 }
@@ -174,13 +174,13 @@ static void other_thread_blocks_until_the_final_release(void **state) {
   start_other(&o, rl, 0); /* the same handle: threads are separate owners */
   assert_true(hl_wait_waiters(f->redis, 1,
                                  3000));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(200);
   assert_int_equal(atomic_load(&o.done), 0); /* still held once */
   assert_int_equal(hash_count(f, rl), 1);
 
   t_rel = hl_now_ms();
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   pthread_join(o.thread, NULL);
   assert_hl_rc(o.try_rc, HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_ok(o.rc, hilock_hold_errmsg(HILOCK_HOLD(rl)));
@@ -201,7 +201,7 @@ typedef struct stranger {
 
 static void *stranger_releases(void *arg) {
   stranger *s = arg;
-  s->release_rc = hilock_rlock_release(s->rl);
+  s->release_rc = hilock_hold_release(HILOCK_HOLD(s->rl));
   s->errcode = hilock_hold_errcode(HILOCK_HOLD(s->rl));
   if (hilock_rlock_hold_count(s->rl, &s->count) != HILOCK_OK) s->count = -1;
   s->owned_rc = hilock_hold_owned(HILOCK_HOLD(s->rl), &s->owned);
@@ -243,7 +243,7 @@ static void release_from_a_non_holding_thread_changes_nothing(void **state) {
     free(after);
   }
   /* From this thread too, on the other client's handle. */
-  assert_hl_rc(hilock_rlock_release(other_client), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(other_client)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(other_client)));
   assert_int_equal(hash_count(f, rl), 2);
 
@@ -253,8 +253,8 @@ static void release_from_a_non_holding_thread_changes_nothing(void **state) {
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(rl)) > 0);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), fence);
   assert_int_equal(count_of(rl), 2);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   free(before);
   hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(other_client));
@@ -275,17 +275,17 @@ static void *share_rounds(void *arg) {
   sharer *s = arg;
   for (int i = 0; i < SHARE_ROUNDS; i++) {
     int64_t n = 0;
-    if (hilock_rlock_acquire(s->rl, 5000) != HILOCK_OK) {
+    if (hilock_hold_acquire(HILOCK_HOLD(s->rl), 5000) != HILOCK_OK) {
       atomic_fetch_add(s->errors, 1);
       continue;
     }
     if (atomic_fetch_add(s->inside, 1) != 0) atomic_fetch_add(s->overlaps, 1);
-    if (hilock_rlock_acquire(s->rl, 0) != HILOCK_OK ||
+    if (hilock_hold_acquire(HILOCK_HOLD(s->rl), 0) != HILOCK_OK ||
         hilock_rlock_hold_count(s->rl, &n) != HILOCK_OK || n != 2)
       atomic_fetch_add(s->errors, 1);
     atomic_fetch_sub(s->inside, 1);
-    if (hilock_rlock_release(s->rl) != HILOCK_OK ||
-        hilock_rlock_release(s->rl) != HILOCK_OK)
+    if (hilock_hold_release(HILOCK_HOLD(s->rl)) != HILOCK_OK ||
+        hilock_hold_release(HILOCK_HOLD(s->rl)) != HILOCK_OK)
       atomic_fetch_add(s->errors, 1);
   }
   return NULL;
@@ -337,24 +337,24 @@ static int child_contends(void *arg) {
   int rc;
 
   /* The parent's handle, inherited: its grant is not the child's. */
-  HL_CHILD_CHECK(hilock_rlock_release(p->inherited) == HILOCK_EFORKED);
-  HL_CHILD_CHECK(hilock_rlock_try_acquire(p->inherited) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(p->inherited)) == HILOCK_EFORKED);
+  HL_CHILD_CHECK(hilock_hold_try_acquire(HILOCK_HOLD(p->inherited)) == HILOCK_BUSY);
   HL_CHILD_CHECK(hilock_rlock_hold_count(p->inherited, &n) == HILOCK_OK &&
               n == 0);
 
   HL_CHILD_CHECK((c = hl_child_client(p->url)) != NULL);
   HL_CHILD_CHECK(hilock_rlock_new(c, "process", 7, 10000, &rl) == HILOCK_OK);
-  HL_CHILD_CHECK(hilock_rlock_try_acquire(rl) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_hold_try_acquire(HILOCK_HOLD(rl)) == HILOCK_BUSY);
   t0 = hl_now_ms();
-  HL_CHILD_CHECK(hilock_rlock_acquire(rl, 200) == HILOCK_BUSY);
+  HL_CHILD_CHECK(hilock_hold_acquire(HILOCK_HOLD(rl), 200) == HILOCK_BUSY);
   HL_CHILD_CHECK(hl_now_ms() - t0 >= 190);
   HL_CHILD_CHECK(write(p->fd, "x", 1) == 1);
   t0 = hl_now_ms();
-  rc = hilock_rlock_acquire(rl, 5000);
+  rc = hilock_hold_acquire(HILOCK_HOLD(rl), 5000);
   HL_CHILD_CHECK(rc == HILOCK_OK);
   HL_CHILD_CHECK(hl_now_ms() - t0 < 3000); /* woken, not the 10 s TTL */
   HL_CHILD_CHECK(hilock_rlock_hold_count(rl, &n) == HILOCK_OK && n == 1);
-  HL_CHILD_CHECK(hilock_rlock_release(rl) == HILOCK_OK);
+  HL_CHILD_CHECK(hilock_hold_release(HILOCK_HOLD(rl)) == HILOCK_OK);
   hilock_hold_free(HILOCK_HOLD(rl));
   hilock_client_free(c);
   return 0;
@@ -369,11 +369,11 @@ static void another_process_blocks(void **state) {
   pid_t pid;
 
   hl_redis_ok(f->redis, "SET hilock:{process}:fence %lld", HL_FENCE_AHEAD);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   pid = hl_fork_ready(child_contends, &p, &p.fd, &byte, 1);
   assert_true(hl_wait_subscribed(f->redis, "hilock:{process}:wake", 1, 3000));
   assert_int_equal(hash_count(f, rl), 1); /* still only ours */
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   status = hl_wait_child(pid, 5000);
   if (status != 0) {
     print_error("child status %d\n", status);
@@ -391,17 +391,17 @@ static void reentry_refreshes_the_ttl(void **state) {
   fixture *f = *state;
   hilock_rlock *rl = hl_new_rlock(f->client, "refresh", 1000);
 
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hl_sleep_ms(400);
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(rl)), 1, 650);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(rl)), 900, 1000);
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(rl)), 900, 1000);
   hl_sleep_ms(300);
   /* Leaving once (not the last time) refreshes it too. */
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_i64_between(hl_hold_pttl(f->redis, HILOCK_HOLD(rl)), 900, 1000);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
 }
@@ -420,7 +420,7 @@ static void lapsed_hold_lets_another_owner_in(void **state) {
   /* Not at the end of the 5 s wait (room for a loaded machine). */
   assert_i64_between(o.t_end - t0, 250, 300 + 2000);
   assert_int_equal(o.count, 1);
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
 }
@@ -434,15 +434,15 @@ static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
   other o;
 
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), 0);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   f1 = hilock_hold_fence(HILOCK_HOLD(rl));
   assert_true(f1 > 0);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), f1);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), f1);
   for (int i = 0; i < 3; i++)
-    assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(rl)), f1); /* the last grant's */
 
   /* The next owner, another thread. */
@@ -454,11 +454,11 @@ static void fence_is_kept_on_reentry_and_grows_for_the_next_owner(
   assert_true(o.fence > f1);
 
   /* And the owner after it, through another handle of this thread. */
-  assert_hl_ok(hilock_rlock_acquire(rl2, 0), hilock_hold_errmsg(HILOCK_HOLD(rl2)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl2), 0), hilock_hold_errmsg(HILOCK_HOLD(rl2)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(rl2)) > o.fence);
   assert_int_equal(hl_redis_int(f->redis, "INCRBY hilock:{fenced}:fence 0"),
                    (long long)hilock_hold_fence(HILOCK_HOLD(rl2)));
-  assert_hl_ok(hilock_rlock_release(rl2), hilock_hold_errmsg(HILOCK_HOLD(rl2)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl2)), hilock_hold_errmsg(HILOCK_HOLD(rl2)));
   hl_holds_free(HILOCK_HOLD(rl), HILOCK_HOLD(rl2));
 }
 
@@ -467,15 +467,15 @@ static void final_release_deletes_the_hash_and_leaves_one_wake_up(
   fixture *f = *state;
   hilock_rlock *rl = entered_twice(f->client, "final", 10000);
 
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{final}:wake"), 0);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{final}:wake"), 1);
   assert_i64_between(hl_redis_int(f->redis, "PTTL hilock:{final}:wake"), 1,
                      5000);
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{final}:wake"), 1);
   hilock_hold_free(HILOCK_HOLD(rl));
@@ -510,9 +510,9 @@ static void names_and_ttls_are_validated(void **state) {
                                 HILOCK_TTL_MAX_MS, &rl),
                hilock_client_errmsg(f->client));
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(rl)), HILOCK_TTL_MAX_MS);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(hl_hold_pttl(f->redis, HILOCK_HOLD(rl)) > 1000000000LL);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
   rl = hl_new_rlock(f->client, "shortest", HILOCK_TTL_MIN_MS);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(rl)), HILOCK_TTL_MIN_MS);
@@ -528,9 +528,9 @@ static void names_and_ttls_are_validated(void **state) {
   key = hilock_hold_key(HILOCK_HOLD(rl), &klen);
   assert_int_equal(klen, 18);
   assert_memory_equal(key, "hilock:{a\0b}:rlock", 18);
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_true(hl_redis_exists(f->redis, "hilock:{a\0b}:rlock", 18));
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_hold_free(HILOCK_HOLD(rl));
 }
 
@@ -551,7 +551,7 @@ static void null_arguments_are_einval(void **state) {
   assert_int_equal(hilock_rlock_hold_count(rl, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_owned(HILOCK_HOLD(rl), NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_locked(HILOCK_HOLD(rl), NULL), HILOCK_EINVAL);
-  assert_hl_rc(hilock_rlock_acquire(rl, -5), HILOCK_EINVAL,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(rl), -5), HILOCK_EINVAL,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_hold_exists(f->redis, HILOCK_HOLD(rl)));
   assert_int_equal(hilock_hold_errcode(HILOCK_HOLD(rl)), HILOCK_EINVAL);
@@ -565,14 +565,14 @@ static void rlock_outliving_its_client_gets_eclosed(void **state) {
   hilock_rlock *rl = hl_new_rlock(c, "orphan-r", 5000);
   int64_t n = 0;
 
-  assert_hl_ok(hilock_rlock_acquire(rl, 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(rl), 0), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   hilock_client_free(c);
   /* Closing released it and reported it lost. */
   assert_true(hilock_hold_lost(HILOCK_HOLD(rl)));
   assert_false(hl_redis_exists(f->redis, "hilock:{orphan-r}:rlock", 23));
-  assert_hl_rc(hilock_rlock_acquire(rl, 0), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(rl), 0), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_rc(hilock_rlock_release(rl), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(rl)), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_hl_rc(hilock_rlock_hold_count(rl, &n), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));

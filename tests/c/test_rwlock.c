@@ -163,9 +163,12 @@ static void join_job(job *j) {
   j->running = 0;
 }
 
-/* Readers in a continuous stream (see writer_gets_in_under_a_reader_stream). */
+/* Readers or writers in a continuous stream (see
+ * writer_gets_in_under_a_reader_stream and
+ * reader_gets_in_under_a_writer_stream). */
 typedef struct stream {
   hilock_rwlock *rw;
+  int write, hold_ms; /* the side it takes, and for how long */
   volatile int stop;
   int grants, errors;
   pthread_t thread;
@@ -554,23 +557,37 @@ static void last_reader_out_wakes_the_writer(void **state) {
   hl_holds_free(HILOCK_HOLD(r1), HILOCK_HOLD(r2), HILOCK_HOLD(w));
 }
 
-/* Readers in a continuous stream: every moment some reader holds. A writer
- * that only tries never gets in; a waiting writer's intent lets the
- * current readers drain and gets it promptly. */
-static void *reader_stream(void *arg) {
+/* A stream's thread: take its side, hold it, give it back, until stopped. */
+static void *stream_main(void *arg) {
   stream *s = arg;
   while (!s->stop) {
-    int rc = hilock_rwlock_read_acquire(s->rw, 5000);
+    int rc = s->write ? hilock_rwlock_write_acquire(s->rw, 5000)
+                      : hilock_rwlock_read_acquire(s->rw, 5000);
     if (rc != HILOCK_OK) {
       s->errors++;
       continue;
     }
     s->grants++;
-    hl_sleep_ms(40);
-    if (hilock_rwlock_read_release(s->rw) != HILOCK_OK) s->errors++;
+    hl_sleep_ms(s->hold_ms);
+    rc = s->write ? hilock_rwlock_write_release(s->rw)
+                  : hilock_rwlock_read_release(s->rw);
+    if (rc != HILOCK_OK) s->errors++;
   }
   return NULL;
 }
+
+static void start_stream(stream *s, hilock_rwlock *rw, int write, int hold_ms) {
+  memset(s, 0, sizeof(*s));
+  s->rw = rw;
+  s->write = write;
+  s->hold_ms = hold_ms;
+  assert_int_equal(pthread_create(&s->thread, NULL, stream_main, s), 0);
+  s->running = 1;
+}
+
+/* Readers in a continuous stream: every moment some reader holds. A writer
+ * that only tries never gets in; a waiting writer's intent lets the
+ * current readers drain and gets it promptly. */
 
 static void writer_gets_in_under_a_reader_stream(void **state) {
   fixture *f = *state;
@@ -581,11 +598,7 @@ static void writer_gets_in_under_a_reader_stream(void **state) {
   int64_t t0, waited;
 
   for (int i = 0; i < N; i++) {
-    memset(&s[i], 0, sizeof(s[i]));
-    s[i].rw = hl_new_rwlock(f->c[i], "stream", 10000);
-    assert_int_equal(pthread_create(&s[i].thread, NULL, reader_stream, &s[i]),
-                     0);
-    s[i].running = 1;
+    start_stream(&s[i], hl_new_rwlock(f->c[i], "stream", 10000), 0, 40);
     hl_sleep_ms(13); /* staggered: their holds overlap */
   }
   hl_sleep_ms(100);
@@ -625,48 +638,20 @@ static void writer_gets_in_under_a_reader_stream(void **state) {
  * there is always a writer's intent. Under plain writer preference no
  * reader would ever get in; readers that wait are admitted as a batch at
  * the next write release. */
-typedef struct wstream {
-  hilock_rwlock *rw;
-  volatile int *stop;
-  int grants, errors;
-} wstream;
-
-static void *writer_stream(void *arg) {
-  wstream *s = arg;
-  while (!*s->stop) {
-    if (hilock_rwlock_write_acquire(s->rw, 5000) != HILOCK_OK) {
-      s->errors++;
-      continue;
-    }
-    s->grants++;
-    hl_sleep_ms(30);
-    if (hilock_rwlock_write_release(s->rw) != HILOCK_OK) s->errors++;
-  }
-  return NULL;
-}
-
 static void reader_gets_in_under_a_writer_stream(void **state) {
   fixture *f = *state;
   enum { N = 2 };
-  static volatile int stop;
-  static wstream ws[N];
-  pthread_t t[N];
+  stream *ws = streams;
   hilock_rwlock *r = hl_new_rwlock(f->c[N], "wstream", 10000);
   int64_t t0, waited, total = 0;
 
-  stop = 0;
-  for (int i = 0; i < N; i++) {
-    memset(&ws[i], 0, sizeof(ws[i]));
-    ws[i].rw = hl_new_rwlock(f->c[i], "wstream", 10000);
-    ws[i].stop = &stop;
-    assert_int_equal(pthread_create(&t[i], NULL, writer_stream, &ws[i]), 0);
-  }
+  for (int i = 0; i < N; i++)
+    start_stream(&ws[i], hl_new_rwlock(f->c[i], "wstream", 10000), 1, 30);
   hl_sleep_ms(150);
   for (int round = 0; round < 5; round++) {
     t0 = hl_now_ms();
     if (hilock_rwlock_read_acquire(r, 3000) != HILOCK_OK) {
-      stop = 1;
-      for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+      for (int i = 0; i < N; i++) stop_stream(&ws[i]);
       fail_msg("round %d: the reader starved behind the writers", round);
     }
     waited = hl_now_ms() - t0;
@@ -675,19 +660,17 @@ static void reader_gets_in_under_a_writer_stream(void **state) {
     hl_sleep_ms(20);
     /* At most the write in progress and one more, plus round trips. */
     if (waited > 400) {
-      stop = 1;
-      for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+      for (int i = 0; i < N; i++) stop_stream(&ws[i]);
       fail_msg("round %d: the reader waited %" PRId64 " ms", round, waited);
     }
   }
-  stop = 1;
   {
     /* The stream ran: writes went on all along. (Which writer wins each
      * round is not promised: the plain read-write lock lets a releasing
      * writer take it straight back.) */
     int grants = 0;
     for (int i = 0; i < N; i++) {
-      pthread_join(t[i], NULL);
+      stop_stream(&ws[i]);
       assert_int_equal(ws[i].errors, 0);
       grants += ws[i].grants;
       hilock_hold_free(HILOCK_HOLD(ws[i].rw));

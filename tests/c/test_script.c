@@ -81,12 +81,12 @@ static void first_acquire_loads_the_script_then_evalsha_hits(void **state) {
   hilock_lock *l = hl_new_lock(f->client, "loads", 10000);
 
   assert_false(script_loaded(f->redis, &hilock__script_lock_acquire));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
   assert_int_equal(calls_of(f->redis, "eval"), 1);
 
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* One EVAL for each script's first use, EVALSHA hits afterwards. */
   assert_int_equal(calls_of(f->redis, "eval"), 2);
   assert_int_equal(calls_of(f->redis, "evalsha"), 1);
@@ -99,16 +99,16 @@ static void acquire_works_after_script_flush(void **state) {
   hilock_lock *b = hl_new_lock(f->client, "flush-b", 10000);
   hilock_lock *a2 = hl_new_lock(f->client, "flush-a", 10000);
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
   assert_false(script_loaded(f->redis, &hilock__script_lock_acquire));
 
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(hilock_hold_held(HILOCK_HOLD(b)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > 1000000000000000ULL); /* a new name */
   assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
   /* The held lock is still seen as held through the reloaded script. */
-  assert_hl_rc(hilock_lock_try_acquire(a2), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(a2)));
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(a2)), HILOCK_BUSY, hilock_hold_errmsg(HILOCK_HOLD(a2)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(a2), HILOCK_HOLD(b));
 }
 
@@ -118,12 +118,12 @@ static void release_and_extend_work_after_script_flush(void **state) {
   size_t klen;
   const char *key = hilock_hold_key(HILOCK_HOLD(l), &klen);
 
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
-  assert_hl_ok(hilock_lock_extend(l, 30000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_extend(HILOCK_HOLD(l), 30000, 1), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_i64_between(hl_redis_pttl(f->redis, key, klen), 20000, 30000);
   hl_redis_ok(f->redis, "SCRIPT FLUSH");
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(f->redis, key, klen));
   hilock_hold_free(HILOCK_HOLD(l));
 }
@@ -133,18 +133,18 @@ static void acquire_works_after_server_restart(void **state) {
   hilock_lock *a = hl_new_lock(f->client, "restart", 10000);
   hilock_lock *b = hl_new_lock(f->client, "restart", 10000);
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   redisFree(f->redis);
   f->redis = NULL;
   assert_int_equal(hl_server_restart(&f->server), 0);
 
   /* New process: dead pooled connection and an empty script cache. */
-  assert_hl_ok(hilock_lock_try_acquire(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(hilock_hold_held(HILOCK_HOLD(b)));
   f->redis = hl_redis_connect(&f->server);
   assert_true(script_loaded(f->redis, &hilock__script_lock_acquire));
-  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 

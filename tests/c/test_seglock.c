@@ -54,7 +54,7 @@ static void grants_distinct_segments_then_busy(void **state) {
   for (int i = 0; i < 4; i++) {
     int seg;
     char key[64], *v;
-    SEG_OK(hilock_segmented_lock_try_acquire(s[i]), s[i]);
+    SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(s[i])), s[i]);
     seg = hilock_segmented_lock_segment(s[i]);
     assert_in_range(seg, 0, 3);
     assert_int_equal(seen[seg], 0);
@@ -72,9 +72,9 @@ static void grants_distinct_segments_then_busy(void **state) {
     assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(s[i])), 9000, 10000);
   }
   assert_int_equal(segments_held(s[4]), 4);
-  SEG_RC(hilock_segmented_lock_try_acquire(s[4]), HILOCK_BUSY, s[4]);
-  SEG_RC(hilock_segmented_lock_acquire(s[4], 0), HILOCK_BUSY, s[4]);
-  SEG_RC(hilock_segmented_lock_acquire(s[4], 150), HILOCK_BUSY, s[4]);
+  SEG_RC(hilock_hold_try_acquire(HILOCK_HOLD(s[4])), HILOCK_BUSY, s[4]);
+  SEG_RC(hilock_hold_acquire(HILOCK_HOLD(s[4]), 0), HILOCK_BUSY, s[4]);
+  SEG_RC(hilock_hold_acquire(HILOCK_HOLD(s[4]), 150), HILOCK_BUSY, s[4]);
   assert_false(hilock_hold_held(HILOCK_HOLD(s[4])));
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(s[4])), "");
   /* The fence hash records the latest grant of each segment. */
@@ -84,15 +84,15 @@ static void grants_distinct_segments_then_busy(void **state) {
 
   {
     int freed = hilock_segmented_lock_segment(s[2]);
-    SEG_OK(hilock_segmented_lock_release(s[2]), s[2]);
+    SEG_OK(hilock_hold_release(HILOCK_HOLD(s[2])), s[2]);
     assert_false(hilock_hold_held(HILOCK_HOLD(s[2])));
     assert_int_equal(segments_held(s[4]), 3);
-    SEG_OK(hilock_segmented_lock_try_acquire(s[4]), s[4]);
+    SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(s[4])), s[4]);
     assert_int_equal(hilock_segmented_lock_segment(s[4]), freed);
     assert_true(hilock_hold_fence(HILOCK_HOLD(s[4])) > last_fence);
   }
   for (int i = 0; i < 5; i++) {
-    if (i != 2) SEG_OK(hilock_segmented_lock_release(s[i]), s[i]);
+    if (i != 2) SEG_OK(hilock_hold_release(HILOCK_HOLD(s[i])), s[i]);
     hilock_hold_free(HILOCK_HOLD(s[i]));
   }
   assert_int_equal(hl_redis_int(f->redis, "EXISTS hilock:{inv}:seg:0 "
@@ -104,12 +104,12 @@ static void grants_distinct_segments_then_busy(void **state) {
 static void acquiring_twice_on_one_handle_is_einval(void **state) {
   fixture *f = *state;
   hilock_segmented_lock *s = hl_new_seg(f->client, "twice", 3, 10000);
-  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
-  SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_EINVAL, s);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
+  SEG_RC(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_EINVAL, s);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "already holds");
   assert_int_equal(segments_held(s), 1);
-  SEG_OK(hilock_segmented_lock_release(s), s);
-  SEG_RC(hilock_segmented_lock_release(s), HILOCK_ENOTOWNED, s);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
+  SEG_RC(hilock_hold_release(HILOCK_HOLD(s)), HILOCK_ENOTOWNED, s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -120,9 +120,9 @@ static void random_start_spreads_grants(void **state) {
   /* A fixed start would put all 400 grants on one segment; uniform
    * starts give each about 50. */
   for (int i = 0; i < 400; i++) {
-    SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+    SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
     count[hilock_segmented_lock_segment(s)]++;
-    SEG_OK(hilock_segmented_lock_release(s), s);
+    SEG_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
   }
   for (int i = 0; i < 8; i++) assert_in_range(count[i], 15, 100);
   hilock_hold_free(HILOCK_HOLD(s));
@@ -191,7 +191,7 @@ static void stock_init_splits_evenly(void **state) {
   assert_int_equal(stock_of(s, 2), 0);
 
   /* Another segment count on the same name is refused. */
-  SEG_RC(hilock_segmented_lock_try_acquire(other), HILOCK_EINVAL, other);
+  SEG_RC(hilock_hold_try_acquire(HILOCK_HOLD(other)), HILOCK_EINVAL, other);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(other)), "split into 3 segments");
   SEG_RC(hilock_segmented_lock_stock_set(other, 0, 1), HILOCK_EINVAL, other);
   assert_int_equal(segments_held(s), 0);
@@ -206,12 +206,12 @@ static void empty_segments_are_skipped(void **state) {
   SEG_OK(hilock_segmented_lock_stock_init(a, 0), a);
   SEG_OK(hilock_segmented_lock_stock_set(a, 2, 5), a);
   for (int i = 0; i < 30; i++) {
-    SEG_OK(hilock_segmented_lock_try_acquire(a), a);
+    SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(a)), a);
     assert_int_equal(hilock_segmented_lock_segment(a), 2);
     /* The only non-empty segment is held: busy, not sold out, though
      * three segments are free. */
-    SEG_RC(hilock_segmented_lock_try_acquire(b), HILOCK_BUSY, b);
-    SEG_OK(hilock_segmented_lock_release(a), a);
+    SEG_RC(hilock_hold_try_acquire(HILOCK_HOLD(b)), HILOCK_BUSY, b);
+    SEG_OK(hilock_hold_release(HILOCK_HOLD(a)), a);
   }
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
@@ -229,7 +229,7 @@ static void take_moves_stock_only_under_the_lock(void **state) {
   SEG_RC(hilock_segmented_lock_take(s, 1, 0, &taken, &left), HILOCK_ENOTOWNED, s);
   assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), 10);
 
-  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   seg = hilock_segmented_lock_segment(s);
   SEG_OK(hilock_segmented_lock_take(s, 2, 0, &taken, &left), s);
   assert_int_equal(taken, 2);
@@ -246,31 +246,31 @@ static void take_moves_stock_only_under_the_lock(void **state) {
   assert_int_equal(stock_of(s, seg), 0);
   assert_int_equal(stock_of(s, HILOCK_SEGMENT_ALL), 5);
   SEG_RC(hilock_segmented_lock_take(s, 0, 1, NULL, NULL), HILOCK_EINVAL, s);
-  SEG_OK(hilock_segmented_lock_release(s), s);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
 
   /* The emptied segment is skipped from now on. */
   for (int i = 0; i < 10; i++) {
-    SEG_OK(hilock_segmented_lock_try_acquire(t), t);
+    SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(t)), t);
     assert_int_equal(hilock_segmented_lock_segment(t), 1 - seg);
-    SEG_OK(hilock_segmented_lock_release(t), t);
+    SEG_OK(hilock_hold_release(HILOCK_HOLD(t)), t);
   }
 
   /* A holder whose segment was taken behind its back moves nothing and
    * learns it lost the hold. */
-  SEG_OK(hilock_segmented_lock_try_acquire(t), t);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(t)), t);
   snprintf(key, sizeof(key), "hilock:{take}:seg:%d", 1 - seg);
   hl_redis_ok(f->redis, "SET %s intruder", key);
   SEG_RC(hilock_segmented_lock_take(t, 1, 0, &taken, &left), HILOCK_ENOTOWNED, t);
   assert_true(hilock_hold_lost(HILOCK_HOLD(t)));
   assert_int_equal(stock_of(t, HILOCK_SEGMENT_ALL), 5);
-  SEG_RC(hilock_segmented_lock_release(t), HILOCK_ENOTOWNED, t);
+  SEG_RC(hilock_hold_release(HILOCK_HOLD(t)), HILOCK_ENOTOWNED, t);
 
   /* A segment with no stock entry cannot sell. */
   hl_redis_ok(f->redis, "FLUSHALL");
-  SEG_OK(hilock_segmented_lock_try_acquire(t), t);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(t)), t);
   SEG_RC(hilock_segmented_lock_take(t, 1, 0, &taken, &left), HILOCK_EINVAL, t);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(t)), "no stock");
-  SEG_OK(hilock_segmented_lock_release(t), t);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(t)), t);
   hl_holds_free(HILOCK_HOLD(s), HILOCK_HOLD(t));
 }
 
@@ -282,9 +282,9 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   int64_t t0;
 
   SEG_OK(hilock_segmented_lock_stock_init(s, 0), s);
-  SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_SOLDOUT, s);
+  SEG_RC(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_SOLDOUT, s);
   t0 = hl_now_ms();
-  SEG_RC(hilock_segmented_lock_acquire(s, HILOCK_WAIT_FOREVER), HILOCK_SOLDOUT, s);
+  SEG_RC(hilock_hold_acquire(HILOCK_HOLD(s), HILOCK_WAIT_FOREVER), HILOCK_SOLDOUT, s);
   /* At once, not a wait for ever (room for a loaded machine). */
   assert_true(hl_now_ms() - t0 < 2500);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
@@ -292,9 +292,9 @@ static void sold_out_is_reported_not_waited_for(void **state) {
   assert_string_equal(hilock_err_name(HILOCK_SOLDOUT), "SOLDOUT");
   /* Restocking one segment opens it again. */
   SEG_OK(hilock_segmented_lock_stock_set(s, 1, 1), s);
-  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   assert_int_equal(hilock_segmented_lock_segment(s), 1);
-  SEG_OK(hilock_segmented_lock_release(s), s);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -307,7 +307,7 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
 
   for (int i = 0; i < 2; i++) h[i] = hl_new_seg(f->client, "last", 2, 30000);
   SEG_OK(hilock_segmented_lock_stock_init(h[0], 2), h[0]);
-  for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
+  for (int i = 0; i < 2; i++) SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(h[i])), h[i]);
   for (int i = 0; i < 3; i++)
     hl_waiter_run(&w[i], HILOCK_HOLD(hl_new_seg(f->client, "last", 2, 30000)),
                   &hl_seg_verbs, HILOCK_WAIT_FOREVER, 1);
@@ -318,7 +318,7 @@ static void blocked_waiters_all_learn_sold_out(void **state) {
     assert_int_equal(taken, 1);
   }
   released = hl_now_ms();
-  for (int i = 0; i < 2; i++) SEG_OK(hilock_segmented_lock_release(h[i]), h[i]);
+  for (int i = 0; i < 2; i++) SEG_OK(hilock_hold_release(HILOCK_HOLD(h[i])), h[i]);
   for (int i = 0; i < 3; i++) {
     hl_waiter_join(&w[i]);
     assert_hl_rc(w[i].rc, HILOCK_SOLDOUT, hilock_hold_errmsg(w[i].lock));
@@ -339,7 +339,7 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   long long evalsha_before;
 
   for (int i = 0; i < 3; i++) h[i] = hl_new_seg(f->client, "wake", 3, 30000);
-  for (int i = 0; i < 3; i++) SEG_OK(hilock_segmented_lock_try_acquire(h[i]), h[i]);
+  for (int i = 0; i < 3; i++) SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(h[i])), h[i]);
   ws = hl_new_seg(f->client, "wake", 3, 30000);
   hl_waiter_run(&w, HILOCK_HOLD(ws), &hl_seg_verbs, HILOCK_WAIT_FOREVER, 1);
   assert_true(hl_wait_waiters(f->redis, 1, 5000));
@@ -356,8 +356,8 @@ static void release_of_any_segment_wakes_a_waiter(void **state) {
   assert_true(took < 3000);
   assert_int_equal(hilock_segmented_lock_segment(ws),
                    hilock_segmented_lock_segment(h[1]));
-  SEG_OK(hilock_segmented_lock_release(h[0]), h[0]);
-  SEG_OK(hilock_segmented_lock_release(h[2]), h[2]);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(h[0])), h[0]);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(h[2])), h[2]);
   for (int i = 0; i < 3; i++) hilock_hold_free(HILOCK_HOLD(h[i]));
   hilock_hold_free(HILOCK_HOLD(ws));
 }
@@ -380,7 +380,7 @@ static int hold_and_hang(hilock_client *c, void *arg) {
     return 2;
   /* Renewed: only death frees the segment. */
   if (hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL) != HILOCK_OK) return 3;
-  if (hilock_segmented_lock_acquire(s, 5000) != HILOCK_OK) return 4;
+  if (hilock_hold_acquire(HILOCK_HOLD(s), 5000) != HILOCK_OK) return 4;
   seg = (char)hilock_segmented_lock_segment(s);
   if (write(a->fd, &seg, 1) != 1) return 5;
   for (;;) pause();
@@ -399,16 +399,16 @@ static void killed_holders_segment_frees_within_ttl(void **state) {
   assert_int_equal(seg, 0);
   /* Renewal keeps it held past its TTL while the holder lives. */
   hl_sleep_ms(1300);
-  SEG_RC(hilock_segmented_lock_try_acquire(s), HILOCK_BUSY, s);
+  SEG_RC(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_BUSY, s);
   kill(pid, SIGKILL);
   killed = hl_now_ms();
   assert_int_equal(hl_wait_child(pid, 5000), 128 + SIGKILL);
-  SEG_OK(hilock_segmented_lock_acquire(s, 5000), s);
+  SEG_OK(hilock_hold_acquire(HILOCK_HOLD(s), 5000), s);
   waited = hl_now_ms() - killed;
   /* Freed by its TTL: not before the last renewal lapses, and within one
    * TTL (plus room for a loaded machine). */
   assert_i64_between(waited, 200, 1000 + 700);
-  SEG_OK(hilock_segmented_lock_release(s), s);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -424,7 +424,7 @@ static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   SEG_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL), s);
   SEG_OK(hilock_segmented_lock_stock_init(s, 0), s);
   SEG_OK(hilock_segmented_lock_stock_set(s, 3, 1), s);
-  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   assert_int_equal(hilock_segmented_lock_segment(s), 3);
   /* Two and a half TTLs: long enough that only renewal explains it, and a
    * TTL of 600 ms leaves a loaded machine room between renewals. */
@@ -432,25 +432,25 @@ static void watchdog_keeps_the_segment_past_its_ttl(void **state) {
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(s), &owned), s);
   assert_true(owned);
   assert_false(hilock_hold_lost(HILOCK_HOLD(s)));
-  SEG_RC(hilock_segmented_lock_try_acquire(o), HILOCK_BUSY, o);
+  SEG_RC(hilock_hold_try_acquire(HILOCK_HOLD(o)), HILOCK_BUSY, o);
   snprintf(key, sizeof(key), "hilock:{renew}:seg:3");
   assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 600);
-  SEG_OK(hilock_segmented_lock_extend(s, 5000, 1), s);
+  SEG_OK(hilock_hold_extend(HILOCK_HOLD(s), 5000, 1), s);
   assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 4000, 5000);
-  SEG_OK(hilock_segmented_lock_renew(s), s);
+  SEG_OK(hilock_hold_renew(HILOCK_HOLD(s)), s);
   assert_i64_between(hl_redis_pttl(f->redis, key, strlen(key)), 1, 600);
-  SEG_OK(hilock_segmented_lock_release(s), s);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
 
   /* Without renewal the grant lapses at its TTL and owned() says so. */
   SEG_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 0, 0, NULL, NULL), s);
-  SEG_OK(hilock_segmented_lock_try_acquire(s), s);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   hl_sleep_ms(900);
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(s), &owned), s);
   assert_false(owned);
   assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
-  SEG_OK(hilock_segmented_lock_try_acquire(o), o);
-  SEG_RC(hilock_segmented_lock_release(s), HILOCK_ENOTOWNED, s);
-  SEG_OK(hilock_segmented_lock_release(o), o);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(o)), o);
+  SEG_RC(hilock_hold_release(HILOCK_HOLD(s)), HILOCK_ENOTOWNED, s);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(o)), o);
   hl_holds_free(HILOCK_HOLD(s), HILOCK_HOLD(o));
 }
 
@@ -463,8 +463,8 @@ static int child_uses_parents_grant(void *arg) {
   (void)arg;
   if (hilock_segmented_lock_take(fork_seg, 1, 0, &taken, NULL) != HILOCK_EFORKED)
     return 1;
-  if (hilock_segmented_lock_release(fork_seg) != HILOCK_EFORKED) return 2;
-  if (hilock_segmented_lock_extend(fork_seg, 1000, 1) != HILOCK_EFORKED) return 3;
+  if (hilock_hold_release(HILOCK_HOLD(fork_seg)) != HILOCK_EFORKED) return 2;
+  if (hilock_hold_extend(HILOCK_HOLD(fork_seg), 1000, 1) != HILOCK_EFORKED) return 3;
   if (hilock_hold_held(HILOCK_HOLD(fork_seg))) return 4;
   return 0;
 }
@@ -475,14 +475,14 @@ static void forked_child_holds_nothing(void **state) {
   pid_t pid;
   fork_seg = hl_new_seg(f->client, "fork", 2, 10000);
   SEG_OK(hilock_segmented_lock_stock_init(fork_seg, 4), fork_seg);
-  SEG_OK(hilock_segmented_lock_try_acquire(fork_seg), fork_seg);
+  SEG_OK(hilock_hold_try_acquire(HILOCK_HOLD(fork_seg)), fork_seg);
   pid = hl_fork_run(child_uses_parents_grant, NULL);
   assert_true(pid > 0);
   assert_int_equal(hl_wait_child(pid, 5000), 0);
   SEG_OK(hilock_hold_owned(HILOCK_HOLD(fork_seg), &owned), fork_seg);
   assert_true(owned);
   assert_int_equal(stock_of(fork_seg, HILOCK_SEGMENT_ALL), 4);
-  SEG_OK(hilock_segmented_lock_release(fork_seg), fork_seg);
+  SEG_OK(hilock_hold_release(HILOCK_HOLD(fork_seg)), fork_seg);
   hilock_hold_free(HILOCK_HOLD(fork_seg));
   fork_seg = NULL;
 }
@@ -513,7 +513,7 @@ static int seller(void *arg) {
     int64_t want = 1 + rand_r(&seed) % 3, taken = 0, left = 0;
     double t0, t1;
     redisReply *rep;
-    int rc = hilock_segmented_lock_acquire(s, 10000);
+    int rc = hilock_hold_acquire(HILOCK_HOLD(s), 10000);
     if (rc == HILOCK_SOLDOUT) break;
     if (rc != HILOCK_OK) return 3;
     t0 = mono();
@@ -521,7 +521,7 @@ static int seller(void *arg) {
     if (taken < 1 || taken > want || left < 0) return 5;
     hl_sleep_ms(1 + rand_r(&seed) % 2);
     t1 = mono();
-    if (hilock_segmented_lock_release(s) != HILOCK_OK) return 6;
+    if (hilock_hold_release(HILOCK_HOLD(s)) != HILOCK_OK) return 6;
     rep = redisCommand(r, "RPUSH history %d:%.9f:%.9f:%llu:%lld",
                        hilock_segmented_lock_segment(s), t0, t1,
                        (unsigned long long)hilock_hold_fence(HILOCK_HOLD(s)),
@@ -650,7 +650,7 @@ static void bad_arguments_are_einval(void **state) {
   SEG_RC(hilock_segmented_lock_stock(s, -2, &n), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_stock(s, 0, NULL), HILOCK_EINVAL, s);
   SEG_RC(hilock_segmented_lock_segments_held(s, NULL), HILOCK_EINVAL, s);
-  SEG_RC(hilock_segmented_lock_acquire(s, -5), HILOCK_EINVAL, s);
+  SEG_RC(hilock_hold_acquire(HILOCK_HOLD(s), -5), HILOCK_EINVAL, s);
   assert_int_equal(hilock_segmented_lock_segments(s), 3);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(s)), 1000);
   hilock_hold_free(HILOCK_HOLD(s));
@@ -676,7 +676,7 @@ static void keys_follow_the_layout(void **state) {
 
 /* A try on damaged keys fails, and s holds no segment. */
 static void try_fails_closed(hilock_segmented_lock *s) {
-  assert_true(hilock_segmented_lock_try_acquire(s) < 0);
+  assert_true(hilock_hold_try_acquire(HILOCK_HOLD(s)) < 0);
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_int_equal(segments_held(s), 0);
 }
@@ -695,7 +695,7 @@ static void damaged_keys_fail_closed(void **state) {
 
   hl_redis_ok(f->redis, "DEL hilock:{bad}:seg:fence");
   hl_redis_ok(f->redis, "SET hilock:{bad}:seg:stock 1");
-  rc = hilock_segmented_lock_try_acquire(s);
+  rc = hilock_hold_try_acquire(HILOCK_HOLD(s));
   assert_hl_rc(rc, HILOCK_EWRONGTYPE, hilock_hold_errmsg(HILOCK_HOLD(s)));
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   hilock_hold_free(HILOCK_HOLD(s));

@@ -65,14 +65,14 @@ static void grants_up_to_the_limit_then_busy(void **state) {
   for (int i = 0; i < 4; i++) s[i] = hl_new_semaphore(f->client, "pool", 3, 10000);
   assert_int_equal(available(s[0]), 3);
   for (int i = 0; i < 3; i++) {
-    SEM_OK(hilock_semaphore_try_acquire(s[i]), s[i]);
+    SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s[i])), s[i]);
     assert_true(hilock_hold_held(HILOCK_HOLD(s[i])));
     assert_int_equal(available(s[3]), 2 - i);
   }
-  SEM_RC(hilock_semaphore_try_acquire(s[3]), HILOCK_BUSY, s[3]);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(s[3])), HILOCK_BUSY, s[3]);
   assert_false(hilock_hold_held(HILOCK_HOLD(s[3])));
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(s[3])), "");
-  SEM_RC(hilock_semaphore_acquire(s[3], 0), HILOCK_BUSY, s[3]);
+  SEM_RC(hilock_hold_acquire(HILOCK_HOLD(s[3]), 0), HILOCK_BUSY, s[3]);
 
   /* One entry per holder, scored by its expiry on the server's clock. */
   assert_int_equal(zcard(f, "pool"), 3);
@@ -88,12 +88,12 @@ static void grants_up_to_the_limit_then_busy(void **state) {
     assert_string_equal(lim, "3");
     free(lim);
   }
-  SEM_OK(hilock_semaphore_release(s[1]), s[1]);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(s[1])), s[1]);
   assert_false(hilock_hold_held(HILOCK_HOLD(s[1])));
   assert_int_equal(zcard(f, "pool"), 2);
-  SEM_OK(hilock_semaphore_try_acquire(s[3]), s[3]);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s[3])), s[3]);
   for (int i = 0; i < 4; i++) {
-    if (i != 1) SEM_OK(hilock_semaphore_release(s[i]), s[i]);
+    if (i != 1) SEM_OK(hilock_hold_release(HILOCK_HOLD(s[i])), s[i]);
     hilock_hold_free(HILOCK_HOLD(s[i]));
   }
   /* The set goes with its last permit; the limit stays. */
@@ -107,13 +107,13 @@ static void permit_ids_are_fresh_per_grant(void **state) {
   hilock_semaphore *b = hl_new_semaphore(f->client, "ids", 2, 5000);
   char first[33];
 
-  SEM_OK(hilock_semaphore_try_acquire(a), a);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(a)), a);
   assert_true(hl_is_lower_hex(hilock_hold_token(HILOCK_HOLD(a)), 32));
   memcpy(first, hilock_hold_token(HILOCK_HOLD(a)), 33);
-  SEM_OK(hilock_semaphore_release(a), a);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(a)), a);
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(a)), "");
-  SEM_OK(hilock_semaphore_try_acquire(a), a);
-  SEM_OK(hilock_semaphore_try_acquire(b), b);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(a)), a);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(b)), b);
   assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)), first);
   assert_string_not_equal(hilock_hold_token(HILOCK_HOLD(a)),
                           hilock_hold_token(HILOCK_HOLD(b)));
@@ -126,15 +126,15 @@ static void acquiring_twice_on_one_handle_is_einval(void **state) {
   fixture *f = *state;
   hilock_semaphore *s = hl_new_semaphore(f->client, "twice", 5, 5000);
   char id[33];
-  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   memcpy(id, hilock_hold_token(HILOCK_HOLD(s)), 33);
-  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EINVAL, s);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_EINVAL, s);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "one handle holds one permit");
-  SEM_RC(hilock_semaphore_acquire(s, 100), HILOCK_EINVAL, s);
+  SEM_RC(hilock_hold_acquire(HILOCK_HOLD(s), 100), HILOCK_EINVAL, s);
   assert_string_equal(hilock_hold_token(HILOCK_HOLD(s)), id);
   assert_int_equal(zcard(f, "twice"), 1);
   assert_true(owned(s));
-  SEM_OK(hilock_semaphore_release(s), s);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -147,16 +147,16 @@ static void release_of_unknown_or_expired_permit_changes_nothing(void **state) {
   hilock_semaphore *other = hl_new_semaphore(f->client, "rel", 2, 5000);
   long long score;
 
-  SEM_RC(hilock_semaphore_release(never), HILOCK_ENOTOWNED, never);
-  SEM_OK(hilock_semaphore_try_acquire(other), other);
+  SEM_RC(hilock_hold_release(HILOCK_HOLD(never)), HILOCK_ENOTOWNED, never);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(other)), other);
   score = permit_score(f, "rel", hilock_hold_token(HILOCK_HOLD(other)));
-  SEM_OK(hilock_semaphore_try_acquire(old), old);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(old)), old);
   hl_sleep_ms(150);
   assert_false(hilock_hold_held(HILOCK_HOLD(old)));
   assert_false(owned(old));
-  SEM_RC(hilock_semaphore_release(old), HILOCK_ENOTOWNED, old);
+  SEM_RC(hilock_hold_release(HILOCK_HOLD(old)), HILOCK_ENOTOWNED, old);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(old)), "expired");
-  SEM_RC(hilock_semaphore_release(old), HILOCK_ENOTOWNED, old);
+  SEM_RC(hilock_hold_release(HILOCK_HOLD(old)), HILOCK_ENOTOWNED, old);
   /* The live permit is untouched, and no wake-up was invented. */
   assert_int_equal(zcard(f, "rel"), 1);
   assert_int_equal(permit_score(f, "rel", hilock_hold_token(HILOCK_HOLD(other))),
@@ -164,8 +164,8 @@ static void release_of_unknown_or_expired_permit_changes_nothing(void **state) {
   assert_true(owned(other));
   assert_int_equal(available(never), 1);
   assert_true(wake_len(f, "rel") <= 1);
-  SEM_OK(hilock_semaphore_release(other), other);
-  SEM_RC(hilock_semaphore_release(other), HILOCK_ENOTOWNED, other);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(other)), other);
+  SEM_RC(hilock_hold_release(HILOCK_HOLD(other)), HILOCK_ENOTOWNED, other);
   hl_holds_free(HILOCK_HOLD(never), HILOCK_HOLD(old), HILOCK_HOLD(other));
 }
 
@@ -180,7 +180,7 @@ static void each_release_wakes_one_waiter(void **state) {
 
   for (int i = 0; i < 2; i++) {
     h[i] = hl_new_semaphore(f->client, "wake", 2, 10000);
-    SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
+    SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(h[i])), h[i]);
     ws[i] = hl_new_semaphore(f->client, "wake", 2, 10000);
   }
   for (int i = 0; i < 2; i++)
@@ -189,7 +189,7 @@ static void each_release_wakes_one_waiter(void **state) {
   assert_int_equal(hl_waiter_done_at(&w[0]) + hl_waiter_done_at(&w[1]), 0);
 
   t0 = hl_now_ms();
-  SEM_OK(hilock_semaphore_release(h[0]), h[0]);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(h[0])), h[0]);
   /* One of them gets the permit soon; the other keeps waiting (the
    * holders' TTL is 10 s, so it is not woken by expiry). */
   while (hl_waiter_done_at(&w[0]) == 0 && hl_waiter_done_at(&w[1]) == 0 && hl_now_ms() - t0 < 3000)
@@ -205,7 +205,7 @@ static void each_release_wakes_one_waiter(void **state) {
   assert_hl_ok(w[first].rc, hilock_hold_errmsg(HILOCK_HOLD(ws[first])));
 
   t0 = hl_now_ms();
-  SEM_OK(hilock_semaphore_release(h[1]), h[1]);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(h[1])), h[1]);
   hl_waiter_join(&w[0]);
   hl_waiter_join(&w[1]);
   assert_hl_ok(w[second].rc, hilock_hold_errmsg(HILOCK_HOLD(ws[second])));
@@ -213,7 +213,7 @@ static void each_release_wakes_one_waiter(void **state) {
   assert_int_equal(zcard(f, "wake"), 2);
   for (int i = 0; i < 2; i++) {
     hilock_hold_free(HILOCK_HOLD(h[i]));
-    SEM_OK(hilock_semaphore_release(ws[i]), ws[i]);
+    SEM_OK(hilock_hold_release(HILOCK_HOLD(ws[i])), ws[i]);
     hilock_hold_free(HILOCK_HOLD(ws[i]));
   }
 }
@@ -223,12 +223,12 @@ static void acquire_gives_busy_after_wait_ms(void **state) {
   hilock_semaphore *a = hl_new_semaphore(f->client, "full", 1, 10000);
   hilock_semaphore *b = hl_new_semaphore(f->client, "full", 1, 10000);
   int64_t t0;
-  SEM_OK(hilock_semaphore_try_acquire(a), a);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(a)), a);
   t0 = hl_now_ms();
-  SEM_RC(hilock_semaphore_acquire(b, 300), HILOCK_BUSY, b);
+  SEM_RC(hilock_hold_acquire(HILOCK_HOLD(b), 300), HILOCK_BUSY, b);
   /* Bounded by the wait, not the 10 s TTL (room for a loaded machine). */
   assert_i64_between(hl_now_ms() - t0, 290, 2000);
-  SEM_RC(hilock_semaphore_acquire(b, -5), HILOCK_EINVAL, b);
+  SEM_RC(hilock_hold_acquire(HILOCK_HOLD(b), -5), HILOCK_EINVAL, b);
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
@@ -241,10 +241,10 @@ static void waiting_does_not_poll(void **state) {
   hilock_semaphore *b = hl_new_semaphore(f->client, "quiet", 1, 10000);
   long long evals, blpops;
 
-  SEM_OK(hilock_semaphore_try_acquire(a), a);
-  SEM_RC(hilock_semaphore_try_acquire(b), HILOCK_BUSY, b); /* loads script */
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(a)), a);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(b)), HILOCK_BUSY, b); /* loads script */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  SEM_RC(hilock_semaphore_acquire(b, 1200), HILOCK_BUSY, b);
+  SEM_RC(hilock_hold_acquire(HILOCK_HOLD(b), 1200), HILOCK_BUSY, b);
   evals = hl_cmdstat_calls(f->redis, "evalsha");
   /* Wake-ups taken off the list: BLPOPs, or the shared waiting's LPOPs. */
   blpops = hl_cmdstat_calls(f->redis, hl_wake_cmd());
@@ -260,11 +260,11 @@ static void waiter_wakes_when_the_first_permit_expires(void **state) {
   hilock_semaphore *w = hl_new_semaphore(f->client, "expiry", 2, 10000);
   int64_t t0;
 
-  SEM_OK(hilock_semaphore_try_acquire(longp), longp);
-  SEM_OK(hilock_semaphore_try_acquire(shortp), shortp);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(longp)), longp);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(shortp)), shortp);
   t0 = hl_now_ms();
   /* Nobody releases: the short permit's expiry bounds the sleep. */
-  SEM_OK(hilock_semaphore_acquire(w, 5000), w);
+  SEM_OK(hilock_hold_acquire(HILOCK_HOLD(w), 5000), w);
   /* Not at the end of the 5 s wait (room for a loaded machine). */
   assert_i64_between(hl_now_ms() - t0, 300, 3000);
   assert_true(owned(longp));
@@ -286,7 +286,7 @@ static int take_a_permit_and_die(hilock_client *c, void *arg) {
   hilock_semaphore *s = NULL;
   int64_t t;
   int rc = hilock_semaphore_new(c, d->name, strlen(d->name), 1, d->ttl, &s);
-  if (rc == HILOCK_OK) rc = hilock_semaphore_try_acquire(s);
+  if (rc == HILOCK_OK) rc = hilock_hold_try_acquire(HILOCK_HOLD(s));
   t = rc == HILOCK_OK ? hl_now_ms() : -1;
   if (write(d->fd, &t, sizeof(t)) != sizeof(t)) return 2;
   return 0; /* dies holding the permit: nothing released */
@@ -313,15 +313,15 @@ static void dead_holders_permit_lapses_at_its_ttl(void **state) {
   holder_that_dies(f, "dead", 600, &granted);
   /* The holder is gone, but its permit is not leaked, nor freed early. */
   assert_int_equal(available(w), 0);
-  SEM_RC(hilock_semaphore_try_acquire(w), HILOCK_BUSY, w);
-  SEM_OK(hilock_semaphore_acquire(w, 5000), w);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(w)), HILOCK_BUSY, w);
+  SEM_OK(hilock_hold_acquire(HILOCK_HOLD(w), 5000), w);
   got = hl_now_ms();
   /* At its 600 ms TTL, not early and not at the 5 s limit; 2 s of room
    * for a loaded machine. */
   assert_i64_between(got - granted, 550, 600 + 2000);
   assert_int_equal(zcard(f, "dead"), 1);
   assert_true(owned(w));
-  SEM_OK(hilock_semaphore_release(w), w);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(w)), w);
   assert_int_equal(available(w), 1);
   hilock_hold_free(HILOCK_HOLD(w));
 }
@@ -343,26 +343,26 @@ static void stored_limit_wins_over_constructor_permits(void **state) {
   assert_int_equal(available(two), 2);
   assert_false(hl_redis_exists(f->redis, "hilock:{cfg}:limit", 18));
 
-  SEM_OK(hilock_semaphore_try_acquire(two), two);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(two)), two);
   SEM_OK(hilock_semaphore_limit(five[0], &limit, &stored), five[0]);
   assert_int_equal(limit, 2);
   assert_true(stored);
   assert_int_equal(hilock_semaphore_permits(five[0]), 5);
-  SEM_OK(hilock_semaphore_try_acquire(five[0]), five[0]);
-  SEM_RC(hilock_semaphore_try_acquire(five[1]), HILOCK_BUSY, five[1]);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(five[0])), five[0]);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(five[1])), HILOCK_BUSY, five[1]);
 
   /* Until an operator changes it. */
   SEM_OK(hilock_semaphore_set_limit(five[2], 3), five[2]);
   SEM_OK(hilock_semaphore_limit(two, &limit, NULL), two);
   assert_int_equal(limit, 3);
-  SEM_OK(hilock_semaphore_try_acquire(five[1]), five[1]);
-  SEM_RC(hilock_semaphore_try_acquire(five[2]), HILOCK_BUSY, five[2]);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(five[1])), five[1]);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(five[2])), HILOCK_BUSY, five[2]);
   assert_int_equal(available(two), 0);
 
   /* Deleting the key hands the choice back to the next acquirer. */
-  SEM_OK(hilock_semaphore_release(two), two);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(two)), two);
   hl_redis_ok(f->redis, "DEL hilock:{cfg}:limit");
-  SEM_OK(hilock_semaphore_try_acquire(five[2]), five[2]);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(five[2])), five[2]);
   SEM_OK(hilock_semaphore_limit(two, &limit, &stored), two);
   assert_int_equal(limit, 5);
   assert_true(stored);
@@ -377,7 +377,7 @@ static void raising_the_limit_wakes_waiters_at_once(void **state) {
   hl_waiter w[3];
   int64_t t0;
 
-  SEM_OK(hilock_semaphore_try_acquire(holder), holder);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(holder)), holder);
   for (int i = 0; i < 3; i++) {
     ws[i] = hl_new_semaphore(f->client, "raise", 1, 10000);
     hl_waiter_run(&w[i], HILOCK_HOLD(ws[i]), &hl_sem_verbs, 8000, 0);
@@ -405,24 +405,24 @@ static void lowering_the_limit_revokes_nothing(void **state) {
 
   for (int i = 0; i < 3; i++) {
     h[i] = hl_new_semaphore(f->client, "lower", 3, 10000);
-    SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
+    SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(h[i])), h[i]);
   }
   SEM_OK(hilock_semaphore_set_limit(late, 1), late);
   for (int i = 0; i < 3; i++) assert_true(owned(h[i]));
-  SEM_OK(hilock_semaphore_release(h[0]), h[0]);
-  SEM_OK(hilock_semaphore_release(h[1]), h[1]);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(h[0])), h[0]);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(h[1])), h[1]);
   assert_int_equal(available(late), 0);
-  SEM_RC(hilock_semaphore_try_acquire(late), HILOCK_BUSY, late);
-  SEM_OK(hilock_semaphore_release(h[2]), h[2]);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(late)), HILOCK_BUSY, late);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(h[2])), h[2]);
   assert_int_equal(available(late), 1);
-  SEM_OK(hilock_semaphore_try_acquire(late), late);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(late)), late);
 
   /* A limit of 0 closes the semaphore to new holders. */
   SEM_OK(hilock_semaphore_set_limit(late, 0), late);
   assert_true(owned(late));
-  SEM_OK(hilock_semaphore_release(late), late);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(late)), late);
   assert_int_equal(available(late), 0);
-  SEM_RC(hilock_semaphore_try_acquire(h[0]), HILOCK_BUSY, h[0]);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(h[0])), HILOCK_BUSY, h[0]);
   SEM_RC(hilock_semaphore_set_limit(late, -1), HILOCK_EINVAL, late);
   SEM_RC(hilock_semaphore_set_limit(late, HILOCK_PERMITS_MAX + 1),
          HILOCK_EINVAL, late);
@@ -439,16 +439,16 @@ static void wake_list_is_backed_by_free_permits(void **state) {
   hilock_semaphore *h[4];
   for (int i = 0; i < 4; i++) h[i] = hl_new_semaphore(f->client, "backed", 4, 10000);
   for (int round = 0; round < 3; round++) {
-    for (int i = 0; i < 4; i++) SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
+    for (int i = 0; i < 4; i++) SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(h[i])), h[i]);
     assert_int_equal(wake_len(f, "backed"), 0);
     for (int i = 0; i < 4; i++) {
-      SEM_OK(hilock_semaphore_release(h[i]), h[i]);
+      SEM_OK(hilock_hold_release(HILOCK_HOLD(h[i])), h[i]);
       assert_i64_between(wake_len(f, "backed"), 0, i + 1);
     }
   }
-  for (int i = 0; i < 3; i++) SEM_OK(hilock_semaphore_try_acquire(h[i]), h[i]);
+  for (int i = 0; i < 3; i++) SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(h[i])), h[i]);
   assert_i64_between(wake_len(f, "backed"), 0, 1);
-  SEM_OK(hilock_semaphore_try_acquire(h[3]), h[3]);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(h[3])), h[3]);
   assert_int_equal(wake_len(f, "backed"), 0);
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{backed}:pwake", 21), -2,
                      5000);
@@ -461,17 +461,17 @@ static void renew_moves_expiry_and_never_revives(void **state) {
   fixture *f = *state;
   hilock_semaphore *s = hl_new_semaphore(f->client, "renew", 2, 1000);
   long long before, after;
-  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   before = permit_score(f, "renew", hilock_hold_token(HILOCK_HOLD(s)));
   hl_sleep_ms(300);
-  SEM_OK(hilock_semaphore_renew(s), s);
+  SEM_OK(hilock_hold_renew(HILOCK_HOLD(s)), s);
   after = permit_score(f, "renew", hilock_hold_token(HILOCK_HOLD(s)));
   assert_i64_between(after - before, 250, 800);
   assert_i64_between(hilock_hold_validity_ms(HILOCK_HOLD(s)), 900, 1000);
   assert_i64_between(hl_redis_pttl(f->redis, "hilock:{renew}:permits", 22),
                      800, 1000);
   hl_sleep_ms(1100);
-  SEM_RC(hilock_semaphore_renew(s), HILOCK_ENOTOWNED, s);
+  SEM_RC(hilock_hold_renew(HILOCK_HOLD(s)), HILOCK_ENOTOWNED, s);
   assert_true(hilock_hold_lost(HILOCK_HOLD(s)));
   assert_false(hl_redis_exists(f->redis, "hilock:{renew}:permits", 22));
   hilock_hold_free(HILOCK_HOLD(s));
@@ -492,8 +492,8 @@ static void max_hold_lets_the_permit_lapse(void **state) {
   lost_calls = 0;
   SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 400, count_lost, NULL), s);
   t0 = hl_now_ms();
-  SEM_OK(hilock_semaphore_try_acquire(s), s);
-  SEM_OK(hilock_semaphore_acquire(w, 3000), w);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
+  SEM_OK(hilock_hold_acquire(HILOCK_HOLD(w), 3000), w);
   /* Renewed up to 400 ms, then lapsed within one TTL (room for a loaded
    * machine; a permit renewed on would never lapse). */
   assert_i64_between(hl_now_ms() - t0, 400, 2500);
@@ -514,7 +514,7 @@ static void *contender(void *arg) {
   hilock_semaphore *s = arg;
   for (int i = 0; i < ROUNDS; i++) {
     int now;
-    if (hilock_semaphore_acquire(s, 10000) != HILOCK_OK) {
+    if (hilock_hold_acquire(HILOCK_HOLD(s), 10000) != HILOCK_OK) {
       __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
       return NULL;
     }
@@ -526,7 +526,7 @@ static void *contender(void *arg) {
         break;
     hl_sleep_ms(2);
     __atomic_sub_fetch(&inside, 1, __ATOMIC_SEQ_CST);
-    if (hilock_semaphore_release(s) != HILOCK_OK)
+    if (hilock_hold_release(HILOCK_HOLD(s)) != HILOCK_OK)
       __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
   }
   return NULL;
@@ -555,19 +555,19 @@ static void forked_child_holds_nothing(void **state) {
   hilock_semaphore *s = hl_new_semaphore(f->client, "forked", 2, 5000);
   pid_t pid;
   int status = -1;
-  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   fflush(NULL);
   pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
     int o = -1, ok;
-    ok = hilock_semaphore_release(s) == HILOCK_EFORKED &&
-         hilock_semaphore_renew(s) == HILOCK_EFORKED &&
+    ok = hilock_hold_release(HILOCK_HOLD(s)) == HILOCK_EFORKED &&
+         hilock_hold_renew(HILOCK_HOLD(s)) == HILOCK_EFORKED &&
          hilock_hold_owned(HILOCK_HOLD(s), &o) == HILOCK_OK && o == 0 &&
          hilock_hold_validity_ms(HILOCK_HOLD(s)) == 0;
     /* The child may take a permit of its own. */
-    ok = ok && hilock_semaphore_try_acquire(s) == HILOCK_OK &&
-         hilock_semaphore_release(s) == HILOCK_OK;
+    ok = ok && hilock_hold_try_acquire(HILOCK_HOLD(s)) == HILOCK_OK &&
+         hilock_hold_release(HILOCK_HOLD(s)) == HILOCK_OK;
     _exit(ok ? 0 : 1);
   }
   assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -575,7 +575,7 @@ static void forked_child_holds_nothing(void **state) {
   assert_int_equal(WEXITSTATUS(status), 0);
   assert_true(owned(s));
   assert_int_equal(zcard(f, "forked"), 1);
-  SEM_OK(hilock_semaphore_release(s), s);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -590,13 +590,13 @@ static void child_frees_a_client_whose_watchdog_ran_in_the_parent(
   hilock_semaphore *s = hl_new_semaphore(c, "fork-free", 1, 3000);
 
   SEM_OK(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, 0, NULL, NULL), s);
-  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   hl_sleep_ms(50); /* the watchdog now sleeps on its condition variable */
   /* The child's copy of the client is the last reference there: freeing
    * it destroys the client, and must not hang. */
   assert_int_equal(hl_fork_free_client(c, HILOCK_HOLD(s), 3000), 0);
   assert_true(owned(s)); /* the parent's permit is untouched */
-  SEM_OK(hilock_semaphore_release(s), s);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
   hilock_hold_free(HILOCK_HOLD(s));
   hilock_client_free(c);
 }
@@ -639,7 +639,7 @@ static void bad_arguments_are_einval(void **state) {
   assert_int_equal(hilock_semaphore_limit(s, NULL, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_hold_set_auto_renew(HILOCK_HOLD(s), 1, -1, NULL, NULL),
                    HILOCK_EINVAL);
-  SEM_RC(hilock_semaphore_renew(s), HILOCK_ENOTOWNED, s);
+  SEM_RC(hilock_hold_renew(HILOCK_HOLD(s)), HILOCK_ENOTOWNED, s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -657,8 +657,8 @@ static void keys_follow_the_layout(void **state) {
   assert_int_equal(hilock_semaphore_permits(s), 2);
   assert_int_equal(hilock_hold_ttl_ms(HILOCK_HOLD(s)), 5000);
   assert_string_equal(hilock_hold_errmsg(HILOCK_HOLD(s)), "");
-  SEM_OK(hilock_semaphore_try_acquire(s), s);
-  SEM_OK(hilock_semaphore_release(s), s);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
   /* Limit and wake list under the same hash tag; the set went with its
    * last permit. */
   assert_true(hl_redis_exists(f->redis, "hilock:{a\0b}{}:limit", 20));
@@ -674,32 +674,32 @@ static void damaged_keys_fail_closed(void **state) {
 
   /* The permits key of another type: nothing is written. */
   hl_redis_ok(f->redis, "SET hilock:{dmg}:permits x");
-  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EWRONGTYPE, s);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_EWRONGTYPE, s);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(s)), "WRONGTYPE");
   assert_false(hilock_hold_held(HILOCK_HOLD(s)));
   assert_false(hl_redis_exists(f->redis, "hilock:{dmg}:limit", 18));
-  SEM_RC(hilock_semaphore_acquire(s, 200), HILOCK_EWRONGTYPE, s);
+  SEM_RC(hilock_hold_acquire(HILOCK_HOLD(s), 200), HILOCK_EWRONGTYPE, s);
   SEM_RC(hilock_semaphore_available(s, &n), HILOCK_EWRONGTYPE, s);
   hl_redis_ok(f->redis, "DEL hilock:{dmg}:permits");
 
   /* A limit that is not a count: no grant, but a held permit still goes
    * back. */
-  SEM_OK(hilock_semaphore_try_acquire(s), s);
+  SEM_OK(hilock_hold_try_acquire(HILOCK_HOLD(s)), s);
   hl_redis_ok(f->redis, "SET hilock:{dmg}:limit lots");
   {
     hilock_semaphore *o = hl_new_semaphore(f->client, "dmg", 2, 5000);
-    SEM_RC(hilock_semaphore_try_acquire(o), HILOCK_EWRONGTYPE, o);
+    SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(o)), HILOCK_EWRONGTYPE, o);
     assert_substr(hilock_hold_errmsg(HILOCK_HOLD(o)), "no permit count");
     assert_false(hilock_hold_held(HILOCK_HOLD(o)));
     SEM_RC(hilock_semaphore_limit(o, &n, NULL), HILOCK_EWRONGTYPE, o);
     hilock_hold_free(HILOCK_HOLD(o));
   }
-  SEM_OK(hilock_semaphore_release(s), s);
+  SEM_OK(hilock_hold_release(HILOCK_HOLD(s)), s);
   assert_int_equal(zcard(f, "dmg"), 0);
   hl_redis_ok(f->redis, "SET hilock:{dmg}:limit -1");
-  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EWRONGTYPE, s);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_EWRONGTYPE, s);
   hl_redis_ok(f->redis, "SET hilock:{dmg}:limit 1.5");
-  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_EWRONGTYPE, s);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_EWRONGTYPE, s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 
@@ -711,7 +711,7 @@ static void closed_client_is_eclosed(void **state) {
   assert_hl_ok(hilock_client_new(f->server.url, &o, &c), hilock_client_errmsg(c));
   s = hl_new_semaphore(c, "closed", 1, 1000);
   hilock_client_free(c);
-  SEM_RC(hilock_semaphore_try_acquire(s), HILOCK_ECLOSED, s);
+  SEM_RC(hilock_hold_try_acquire(HILOCK_HOLD(s)), HILOCK_ECLOSED, s);
   hilock_hold_free(HILOCK_HOLD(s));
 }
 

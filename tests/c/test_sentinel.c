@@ -435,11 +435,11 @@ static void acquire_through_the_sentinels(void **state) {
            d.url + strlen("redis+sentinel://"));
   c = client_for(url, 0);
   hilock_lock *l = hl_new_lock(c, "via-sentinel", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The key is on the master, and replicated. */
   assert_true(hl_redis_exists(d.m, key, klen));
   wait_replicated(&d, key, klen);
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);
 
@@ -501,7 +501,7 @@ static void client_follows_a_failover(void **state) {
    * the replica is promoted nothing can renew the key. */
   hilock_lock *l = hl_new_lock(c, "follow", 8000);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_flag, &lost), "renew");
-  assert_hl_ok(hilock_lock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
   uint64_t fence = hilock_hold_fence(HILOCK_HOLD(l));
   wait_replicated(&d, key, klen);
 
@@ -524,12 +524,12 @@ static void client_follows_a_failover(void **state) {
   assert_i64_between(hl_redis_pttl(d.r, key, klen), 1, 8000);
 
   /* Release and a new grant go to the new master; the fence moves on. */
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(d.r, key, klen));
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(l)) > fence);
   assert_true(hl_redis_exists(d.r, key, klen));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* A new client resolves the new master directly. */
   hilock_client *c2 = client_for(d.url, 0);
   assert_hl_ok(hilock_client_ping(c2), hilock_client_errmsg(c2));
@@ -553,10 +553,10 @@ static void failover_double_grant_without_wait(void **state) {
   hilock_lock *lb = hl_new_lock(b, "double", 30000);
 
   break_replication(&d);
-  assert_hl_ok(hilock_lock_try_acquire(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(la)), hilock_hold_errmsg(HILOCK_HOLD(la)));
   kill_master_and_fail_over(&d);
 
-  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(lb)), hilock_hold_errmsg(HILOCK_HOLD(lb)));
   /* Both believe they hold it: the double grant. */
   assert_true(hilock_hold_held(HILOCK_HOLD(la)));
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(la)) > 20000);
@@ -585,13 +585,13 @@ static void wait_replicas_detects_the_lost_grant(void **state) {
   hilock_lock *lb = hl_new_lock(b, "detect", 30000);
 
   /* Control: with the replica in sync the grant is acknowledged. */
-  assert_hl_ok(hilock_lock_try_acquire(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(la)), hilock_hold_errmsg(HILOCK_HOLD(la)));
   assert_true(hl_redis_exists(d.r, key, klen));
-  assert_hl_ok(hilock_lock_release(la), hilock_hold_errmsg(HILOCK_HOLD(la)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(la)), hilock_hold_errmsg(HILOCK_HOLD(la)));
 
   break_replication(&d);
   int64_t t0 = hl_now_ms();
-  int rc = hilock_lock_try_acquire(la);
+  int rc = hilock_hold_try_acquire(HILOCK_HOLD(la));
   assert_hl_rc(rc, HILOCK_ENOREPLICAS, hilock_hold_errmsg(HILOCK_HOLD(la)));
   assert_i64_between(hl_now_ms() - t0, 950, 4000); /* WAIT's 1000 ms */
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(la)), "0 of 1 replicas acknowledged");
@@ -600,13 +600,13 @@ static void wait_replicas_detects_the_lost_grant(void **state) {
   assert_false(hilock_hold_held(HILOCK_HOLD(la)));
   assert_false(hl_redis_exists(d.m, key, klen)); /* given back */
   /* A blocking acquire reports it too (it is not a "busy" to wait out). */
-  assert_hl_rc(hilock_lock_acquire(la, 2000), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(la), 2000), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(la)));
 
   kill_master_and_fail_over(&d);
-  assert_hl_ok(hilock_lock_try_acquire(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(lb)), hilock_hold_errmsg(HILOCK_HOLD(lb)));
   assert_false(hilock_hold_held(HILOCK_HOLD(la))); /* one holder only */
-  assert_hl_ok(hilock_lock_release(lb), hilock_hold_errmsg(HILOCK_HOLD(lb)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(lb)), hilock_hold_errmsg(HILOCK_HOLD(lb)));
   hl_holds_free(HILOCK_HOLD(la), HILOCK_HOLD(lb));
   hilock_client_free(a);
   hilock_client_free(b);
@@ -625,17 +625,17 @@ static void unacknowledged_renewals_lose_the_hold(void **state) {
   c = replicated_client(&d);
   hilock_lock *l = hl_new_lock(c, "renew", 1500);
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, lost_flag, &lost), "renew");
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* Control: acknowledged renewals keep it past twice its TTL. */
   hl_sleep_ms(3200);
   assert_int_equal(__atomic_load_n(&lost, __ATOMIC_SEQ_CST), 0);
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l)) > 0);
-  assert_hl_ok(hilock_lock_renew(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
 
   break_replication(&d);
   /* An explicit renewal is refused and does not extend the validity. */
   int64_t before = hilock_hold_validity_ms(HILOCK_HOLD(l));
-  assert_hl_rc(hilock_lock_renew(l), HILOCK_ENOREPLICAS, hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_rc(hilock_hold_renew(HILOCK_HOLD(l)), HILOCK_ENOREPLICAS, hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(l)) <= before);
   /* The watchdog's renewals reach the master but are not acknowledged:
    * the hold is reported lost when its validity runs out. */
@@ -668,22 +668,22 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   assert_hl_ok(hilock_semaphore_new(c, "fam-s", 5, 2, 10000, &s), "sem");
   assert_hl_ok(hilock_fair_lock_new(c, "fam-f", 5, 10000, &fl), "fair");
   /* Control: acknowledged grants hold. */
-  assert_hl_ok(hilock_rlock_try_acquire(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
-  assert_hl_ok(hilock_semaphore_try_acquire(s), hilock_hold_errmsg(HILOCK_HOLD(s)));
-  assert_hl_ok(hilock_fair_lock_try_acquire(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(s)), hilock_hold_errmsg(HILOCK_HOLD(s)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(fl)), hilock_hold_errmsg(HILOCK_HOLD(fl)));
 
   break_replication(&d);
   /* Re-entry of the reentrant lock: undone, the first entry stays. */
-  assert_hl_rc(hilock_rlock_try_acquire(rl), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(rl)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(rl)), "0 of 1 replicas");
   int64_t count = 0;
   assert_hl_ok(hilock_rlock_hold_count(rl, &count), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_int_equal(count, 1);
-  assert_hl_ok(hilock_rlock_release(rl), hilock_hold_errmsg(HILOCK_HOLD(rl)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(rl)), hilock_hold_errmsg(HILOCK_HOLD(rl)));
   key = key_of("fam-r", "rlock", &klen);
   assert_false(hl_redis_exists(d.m, key, klen));
-  assert_hl_rc(hilock_rlock_try_acquire(rl), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(rl)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(rl)));
   assert_false(hl_redis_exists(d.m, key, klen));
   free(key);
@@ -691,18 +691,18 @@ static void every_family_gives_back_an_unacknowledged_grant(void **state) {
   /* Semaphore: the second permit is given back. */
   hilock_semaphore *s2 = NULL;
   assert_hl_ok(hilock_semaphore_new(c, "fam-s", 5, 2, 10000, &s2), "sem");
-  assert_hl_rc(hilock_semaphore_try_acquire(s2), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(s2)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(s2)));
   key = key_of("fam-s", "permits", &klen);
   assert_int_equal(hl_redis_int(d.m, "ZCARD %b", key, klen), 1);
   free(key);
-  assert_hl_rc(hilock_semaphore_renew(s), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_hold_renew(HILOCK_HOLD(s)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(s)));
   hilock_hold_free(HILOCK_HOLD(s2));
 
   /* Fair lock: released, then a new grant is given back. */
-  assert_hl_ok(hilock_fair_lock_release(fl), hilock_hold_errmsg(HILOCK_HOLD(fl)));
-  assert_hl_rc(hilock_fair_lock_try_acquire(fl), HILOCK_ENOREPLICAS,
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(fl)), hilock_hold_errmsg(HILOCK_HOLD(fl)));
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(fl)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(fl)));
   key = key_of("fam-f", "fair", &klen);
   assert_false(hl_redis_exists(d.m, key, klen));
@@ -743,11 +743,11 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   assert_hl_ok(hilock_segmented_lock_stock_init(g, 10), hilock_hold_errmsg(HILOCK_HOLD(g)));
   /* Control: acknowledged grants hold. */
   assert_hl_ok(hilock_rwlock_write_try_acquire(rw), hilock_hold_errmsg(HILOCK_HOLD(rw)));
-  assert_hl_ok(hilock_multi_lock_try_acquire(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_multi_lock_renew(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_ok(hilock_sequential_lock_try_acquire(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
-  assert_hl_ok(hilock_sequential_lock_renew(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
-  assert_hl_ok(hilock_segmented_lock_try_acquire(g), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(q)), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(q)), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(g)), hilock_hold_errmsg(HILOCK_HOLD(g)));
   int64_t taken = 0, left = 0;
   assert_hl_ok(hilock_segmented_lock_take(g, 1, 0, &taken, &left),
                hilock_hold_errmsg(HILOCK_HOLD(g)));
@@ -779,11 +779,11 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   /* Multi-key lock: an extension does not count; a new grant of every
    * name is given back whole. */
   int64_t before = hilock_hold_validity_ms(HILOCK_HOLD(m));
-  assert_hl_rc(hilock_multi_lock_renew(m), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_hold_renew(HILOCK_HOLD(m)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_true(hilock_hold_validity_ms(HILOCK_HOLD(m)) <= before);
-  assert_hl_ok(hilock_multi_lock_release(m), hilock_hold_errmsg(HILOCK_HOLD(m)));
-  assert_hl_rc(hilock_multi_lock_acquire(m, 300), HILOCK_ENOREPLICAS,
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(m)), hilock_hold_errmsg(HILOCK_HOLD(m)));
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(m), 300), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(m)));
   assert_false(hilock_hold_held(HILOCK_HOLD(m)));
   for (int i = 0; i < 2; i++) {
@@ -793,10 +793,10 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   }
 
   /* Sequential lock: likewise, and the entry leaves the queue. */
-  assert_hl_rc(hilock_sequential_lock_renew(q), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_hold_renew(HILOCK_HOLD(q)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(q)));
-  assert_hl_ok(hilock_sequential_lock_release(q), hilock_hold_errmsg(HILOCK_HOLD(q)));
-  assert_hl_rc(hilock_sequential_lock_acquire(q, 300), HILOCK_ENOREPLICAS,
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(q)), hilock_hold_errmsg(HILOCK_HOLD(q)));
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(q), 300), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(q)));
   assert_false(hilock_hold_held(HILOCK_HOLD(q)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(q), &locked), hilock_hold_errmsg(HILOCK_HOLD(q)));
@@ -814,10 +814,10 @@ static void coordination_types_give_back_unacknowledged_grants(void **state) {
   assert_int_equal(taken, 0);
   assert_hl_ok(hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &n), hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_int_equal(n, 9);
-  assert_hl_rc(hilock_segmented_lock_renew(g), HILOCK_ENOREPLICAS,
+  assert_hl_rc(hilock_hold_renew(HILOCK_HOLD(g)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(g)));
-  assert_hl_ok(hilock_segmented_lock_release(g), hilock_hold_errmsg(HILOCK_HOLD(g)));
-  assert_hl_rc(hilock_segmented_lock_try_acquire(g), HILOCK_ENOREPLICAS,
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(g)), hilock_hold_errmsg(HILOCK_HOLD(g)));
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(g)), HILOCK_ENOREPLICAS,
                hilock_hold_errmsg(HILOCK_HOLD(g)));
   assert_false(hilock_hold_held(HILOCK_HOLD(g)));
   for (int i = 0; i < 2; i++) {
@@ -905,8 +905,8 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
   hilock_client *c = client_for(d.url, 0);
   hilock_lock *l = hl_new_lock(c, "readonly", 10000);
   /* A grant and its release leave one connection to the master pooled. */
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_int_equal(c->nidle, 1);
   assert_int_equal(c->idle->ctx->port, old_port);
   pooled = local_port(c->idle->ctx);
@@ -931,7 +931,7 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
 
   /* The grant is tried on the pooled connection, refused with READONLY,
    * and made on the master the sentinels name now. */
-  assert_hl_ok(hilock_lock_try_acquire(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_true(hl_errorstat(d.m, "errorstat_READONLY") > 0);
   char *v = hl_redis_get(d.r, key, klen);
   assert_non_null(v);
@@ -940,7 +940,7 @@ static void a_pooled_connection_answered_READONLY_moves_to_the_new_master(
   assert_int_equal(c->nidle, 1);
   assert_int_equal(c->idle->ctx->port, new_port);
   assert_false(has_client_from(d.m, pooled)); /* closed by the client */
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(d.r, key, klen));
   hilock_hold_free(HILOCK_HOLD(l));
   hilock_client_free(c);

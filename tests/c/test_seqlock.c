@@ -50,7 +50,7 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
       assert_int_equal(hilock__key_slot(keys[i], strlen(keys[i])), slot);
   }
 
-  assert_hl_ok(hilock_sequential_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_true(hilock_hold_held(HILOCK_HOLD(a)));
   assert_int_equal(strlen(hilock_hold_token(HILOCK_HOLD(a))), 32);
   hl_q_assert_holder(f, "basic", HILOCK_HOLD(a));
@@ -70,18 +70,18 @@ static void try_acquire_busy_release_and_key_layout(void **state) {
   assert_int_equal(hl_q_queue_len(f, "basic"), 1);
   assert_int_equal(hl_redis_get_int(f->redis, "hilock:{basic}:seq:counter"), 1);
 
-  assert_hl_ok(hilock_sequential_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_false(hilock_hold_held(HILOCK_HOLD(a)));
   hl_q_assert_no_residue(f, "basic");
-  assert_hl_rc(hilock_sequential_lock_release(a), HILOCK_ENOTOWNED,
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(a)), HILOCK_ENOTOWNED,
                hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_hl_ok(hilock_hold_locked(HILOCK_HOLD(b), &locked), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_false(locked);
 
-  assert_hl_ok(hilock_sequential_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(b), 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_true(hilock_hold_fence(HILOCK_HOLD(b)) > hilock_hold_fence(HILOCK_HOLD(a)));
   assert_int_equal(hilock_sequential_lock_sequence(b), 2);
-  assert_hl_ok(hilock_sequential_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   /* Only the two counters remain: sequence and fence. */
   assert_int_equal(hl_redis_int(f->redis, "DBSIZE"), 2);
   assert_int_equal(hl_redis_get_int(f->redis, "hilock:{basic}:seq:counter"), 2);
@@ -109,16 +109,16 @@ static void sigkilled_holder_passes_the_turn_within_its_session(void **state) {
   assert_int_equal(hl_wait_child(holder, 30000), 128 + SIGKILL);
   /* Our session window is 30 s (a re-check every 10 s): it is the holder's
    * session that bounds the wait, not our own re-checks. */
-  assert_hl_ok(hilock_sequential_lock_set_heartbeat(w, 30000),
+  assert_hl_ok(hilock_hold_set_heartbeat(HILOCK_HOLD(w), 30000),
                hilock_hold_errmsg(HILOCK_HOLD(w)));
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_sequential_lock_acquire(w, 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(w), 5000), hilock_hold_errmsg(HILOCK_HOLD(w)));
   took = hl_now_ms() - t0;
   /* Room for a loaded machine, well under the 5 s wait. */
   assert_i64_between(took, 50, ttl + 2000);
   assert_int_equal(hilock_sequential_lock_sequence(w), 2);
   assert_int_equal(hilock_hold_fence(HILOCK_HOLD(w)), HL_FENCE_AHEAD + 2);
-  assert_hl_ok(hilock_sequential_lock_release(w), hilock_hold_errmsg(HILOCK_HOLD(w)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(w)), hilock_hold_errmsg(HILOCK_HOLD(w)));
   hl_q_assert_no_residue(f, "dead-holder");
   hilock_hold_free(HILOCK_HOLD(w));
 }
@@ -134,12 +134,12 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
   int64_t t0, took;
 
   hl_redis_ok(f->redis, "SET hilock:{dead-pred}:fence %lld", HL_FENCE_AHEAD);
-  assert_hl_ok(hilock_sequential_lock_acquire(holder, 1000),
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(holder), 1000),
                hilock_hold_errmsg(HILOCK_HOLD(holder)));
   pred = hl_q_fork(f, "dead-pred", 10000, window, 1, 0);
   hl_q_wait_queue_len(f, "dead-pred", 2, 5000);
   hl_q_waiter(&me, HILOCK_HOLD(w), &grants);
-  assert_hl_ok(hilock_sequential_lock_set_heartbeat(w, 30000),
+  assert_hl_ok(hilock_hold_set_heartbeat(HILOCK_HOLD(w), 30000),
                hilock_hold_errmsg(HILOCK_HOLD(w)));
   hl_waiter_start(&me);
   hl_q_wait_queue_len(f, "dead-pred", 3, 5000);
@@ -149,7 +149,7 @@ static void sigkilled_waiter_passes_the_turn_within_its_session(void **state) {
   /* The release pushes to the dead predecessor's list (nobody reads it);
    * we are woken when its session runs out, within its window, never by
    * our own re-check (10 s) or the holder's TTL (10 s). */
-  assert_hl_ok(hilock_sequential_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   hl_waiter_join(&me);
   took = hl_now_ms() - t0;
   assert_hl_ok(me.rc, hilock_hold_errmsg(HILOCK_HOLD(w)));

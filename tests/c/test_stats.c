@@ -116,25 +116,25 @@ static void scripted_run_counts_exactly(void **state) {
   assert_int_equal(s.hold.count, 0);
 
   /* 1 grant, released. */
-  assert_hl_ok(hilock_lock_acquire(a1, 0), "");
-  assert_hl_ok(hilock_lock_release(a1), "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(a1), 0), "");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a1)), "");
   /* Held by the other client: two one-shot refusals, then a wait that
    * runs out (the holder's TTL is renewed by hand meanwhile: no expiry). */
-  assert_hl_ok(hilock_lock_acquire(b2, 0), "");
-  assert_hl_rc(hilock_lock_try_acquire(a2), HILOCK_BUSY, "");
-  assert_hl_rc(hilock_lock_acquire(a2, 0), HILOCK_BUSY, "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(b2), 0), "");
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(a2)), HILOCK_BUSY, "");
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(a2), 0), HILOCK_BUSY, "");
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(b2), 1, 0, NULL, NULL),
                "");
-  assert_hl_rc(hilock_lock_acquire(a2, 400), HILOCK_BUSY, "");
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(a2), 400), HILOCK_BUSY, "");
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(b2), 0, 0, NULL, NULL),
                "");
   /* Two waits that end in grants when the other's TTL (300 ms) runs out. */
-  assert_hl_ok(hilock_lock_renew(b2), "");
-  assert_hl_ok(hilock_lock_acquire(a2, 5000), "");
-  assert_hl_ok(hilock_lock_release(a2), "");
-  assert_hl_ok(hilock_semaphore_acquire(bs, 0), "");
-  assert_hl_ok(hilock_semaphore_acquire(as, 5000), "");
-  assert_hl_ok(hilock_semaphore_release(as), "");
+  assert_hl_ok(hilock_hold_renew(HILOCK_HOLD(b2)), "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(a2), 5000), "");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a2)), "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(bs), 0), "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(as), 5000), "");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(as)), "");
   /* One async grant, released. */
   assert_hl_ok(hilock_async_new(f->client, 1, &run), "");
   assert_hl_ok(hilock_async_acquire(run, HILOCK_HOLD(al), 0, 0, NULL, &id),
@@ -147,7 +147,7 @@ static void scripted_run_counts_exactly(void **state) {
   assert_hl_ok(d.status, d.errmsg);
   hilock_async_free(run);
   /* One auto-renewed grant, renewed, then lost: its key is deleted. */
-  assert_hl_ok(hilock_lock_acquire(lost, 0), "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(lost), 0), "");
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lost), 1, 0, NULL, NULL),
                "");
   assert_true(await_stat(f->client, offsetof(hilock_stats, renewals), 1,
@@ -157,7 +157,7 @@ static void scripted_run_counts_exactly(void **state) {
       await_stat(f->client, offsetof(hilock_stats, lost), 1, 5000), 1);
   assert_true(hilock_hold_lost(HILOCK_HOLD(lost)));
   assert_true(sink_await(&sink, HILOCK_LOG_ERROR, "st:lost", "lost", 2000));
-  assert_hl_rc(hilock_lock_release(lost), HILOCK_ENOTOWNED, "");
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(lost)), HILOCK_ENOTOWNED, "");
 
   s = stats_of(f->client);
   assert_int_equal(s.acquired, 5);
@@ -218,12 +218,12 @@ static void loss_found_by_a_call_is_counted_once(void **state) {
   pthread_mutex_init(&t.sink.mu, NULL);
   t.caller = pthread_self();
   assert_hl_ok(hilock_client_set_log(f->client, thread_sink_fn, &t), "");
-  assert_hl_ok(hilock_lock_acquire(lk, 0), "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(lk), 0), "");
   hl_redis_ok(f->redis, "DEL %s", "hilock:{st:gone}:lock");
   assert_hl_ok(hilock_hold_owned(HILOCK_HOLD(lk), &owned), "");
   assert_int_equal(owned, 0);
-  assert_hl_rc(hilock_lock_extend(lk, 1000, 0), HILOCK_ENOTOWNED, "");
-  assert_hl_rc(hilock_lock_release(lk), HILOCK_ENOTOWNED, "");
+  assert_hl_rc(hilock_hold_extend(HILOCK_HOLD(lk), 1000, 0), HILOCK_ENOTOWNED, "");
+  assert_hl_rc(hilock_hold_release(HILOCK_HOLD(lk)), HILOCK_ENOTOWNED, "");
   assert_int_equal(stats_of(f->client).lost, 1);
   assert_int_equal(stats_of(f->client).hold.count, 0);
   assert_int_equal(sink_count(&t.sink, HILOCK_LOG_ERROR, "st:gone", "lost"), 1);
@@ -252,11 +252,11 @@ static void *hammer_main(void *arg) {
     h->bad++;
   } else {
     for (int i = 0; i < ROUNDS; i++) {
-      int rc = (i & 1) ? hilock_lock_try_acquire(lk)
-                       : hilock_rlock_try_acquire(rl);
+      int rc = (i & 1) ? hilock_hold_try_acquire(HILOCK_HOLD(lk))
+                       : hilock_hold_try_acquire(HILOCK_HOLD(rl));
       if (rc == HILOCK_OK) {
         h->ok++;
-        if (((i & 1) ? hilock_lock_release(lk) : hilock_rlock_release(rl)) !=
+        if (((i & 1) ? hilock_hold_release(HILOCK_HOLD(lk)) : hilock_hold_release(HILOCK_HOLD(rl))) !=
             HILOCK_OK)
           h->bad++;
       } else if (rc == HILOCK_BUSY) {
@@ -307,7 +307,7 @@ static void renewal_failure_and_reconnect_are_logged(void **state) {
   hilock_stats s;
   pthread_mutex_init(&sink.mu, NULL);
   assert_hl_ok(hilock_client_set_log(f->client, sink_fn, &sink), "");
-  assert_hl_ok(hilock_lock_acquire(lk, 0), "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(lk), 0), "");
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(lk), 1, 0, NULL, NULL),
                "");
   redisFree(f->redis);
@@ -341,10 +341,10 @@ static void redlock_counts_on_its_handle(void **state) {
   hilock_stats s;
   assert_hl_ok(hilock_redlock_new(urls, 1, "st:red", 6, TTL_MS, &o, &r1), "");
   assert_hl_ok(hilock_redlock_new(urls, 1, "st:red", 6, TTL_MS, &o, &r2), "");
-  assert_hl_ok(hilock_redlock_acquire(r1, 0), "");
-  assert_hl_rc(hilock_redlock_try_acquire(r2), HILOCK_BUSY, "");
-  assert_hl_rc(hilock_redlock_acquire(r2, 150), HILOCK_BUSY, "");
-  assert_hl_ok(hilock_redlock_release(r1), "");
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(r1), 0), "");
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(r2)), HILOCK_BUSY, "");
+  assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(r2), 150), HILOCK_BUSY, "");
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(r1)), "");
   assert_hl_ok(hilock_redlock_stats(r1, &s, sizeof(s)), "");
   assert_int_equal(s.acquired, 1);
   assert_int_equal(s.hold.count, 1);

@@ -142,7 +142,7 @@ static void a_trusted_ca_connects_and_a_lock_works(void **state) {
   assert_hl_ok(hilock_lock_new(c, "tls", 3, 1000, &l), hilock_client_errmsg(c));
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(l), 1, 0, NULL, NULL),
                hilock_hold_errmsg(HILOCK_HOLD(l)));
-  assert_hl_ok(hilock_lock_acquire(l, 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 1000), hilock_hold_errmsg(HILOCK_HOLD(l)));
   /* The grant is on the server, seen through its plain port. */
   char *v = hl_redis_get(g.redis, "hilock:{tls}:lock", 17);
   assert_non_null(v);
@@ -152,7 +152,7 @@ static void a_trusted_ca_connects_and_a_lock_works(void **state) {
   hl_sleep_ms(1600);
   assert_false(hilock_hold_lost(HILOCK_HOLD(l)));
   assert_true(hl_redis_exists(g.redis, "hilock:{tls}:lock", 17));
-  assert_hl_ok(hilock_lock_release(l), hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(l)), hilock_hold_errmsg(HILOCK_HOLD(l)));
   assert_false(hl_redis_exists(g.redis, "hilock:{tls}:lock", 17));
   hilock_hold_free(HILOCK_HOLD(l));
   /* The DNS name in the certificate matches too. */

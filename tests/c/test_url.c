@@ -449,34 +449,21 @@ static void client_null_url_is_einval(void **state) {
 }
 
 static void client_rejects_bad_options(void **state) {
-  hilock_options o;
-  hilock_client *c = NULL;
+  enum { N = 5 };
+  hilock_options o[N];
   (void)state;
-  hilock_options_init(&o);
-  o.connect_timeout_ms = 0;
-  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
-  assert_substr(hilock_client_errmsg(c), "options");
-  hilock_client_free(c);
-
-  hilock_options_init(&o);
-  o.reconnect_ms = -1;
-  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
-  hilock_client_free(c);
-
-  hilock_options_init(&o);
-  o.max_idle = -1;
-  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
-  hilock_client_free(c);
-
-  hilock_options_init(&o);
-  o.max_connections = -1;
-  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
-  hilock_client_free(c);
-
-  hilock_options_init(&o);
-  o.direct_waiters = -1;
-  assert_int_equal(hilock_client_new(server.url, &o, &c), HILOCK_EINVAL);
-  hilock_client_free(c);
+  for (int i = 0; i < N; i++) hilock_options_init(&o[i]);
+  o[0].connect_timeout_ms = 0;
+  o[1].reconnect_ms = -1;
+  o[2].max_idle = -1;
+  o[3].max_connections = -1;
+  o[4].direct_waiters = -1;
+  for (int i = 0; i < N; i++) {
+    hilock_client *c = NULL;
+    assert_int_equal(hilock_client_new(server.url, &o[i], &c), HILOCK_EINVAL);
+    assert_substr(hilock_client_errmsg(c), "options");
+    hilock_client_free(c);
+  }
 }
 
 /* Schemes are case-insensitive (RFC 3986): every form hilock knows, in

@@ -635,43 +635,10 @@ int hl_is_lower_hex(const char *s, size_t n) {
   }                                                                        \
   static int T##_release(hilock_hold *h) { return release_fn((type *)h); }
 
-#define EXTEND(T, type, extend_fn, renew_fn)                               \
-  static int T##_extend(hilock_hold *h, int64_t ms, int replace) {         \
-    return extend_fn((type *)h, ms, replace);                              \
-  }                                                                        \
-  static int T##_renew(hilock_hold *h) { return renew_fn((type *)h); }
-
-VERBS(lock, hilock_lock, hilock_lock_try_acquire, hilock_lock_acquire,
-      hilock_lock_release)
-EXTEND(lock, hilock_lock, hilock_lock_extend, hilock_lock_renew)
-VERBS(rlock, hilock_rlock, hilock_rlock_try_acquire, hilock_rlock_acquire,
-      hilock_rlock_release)
 VERBS(write, hilock_rwlock, hilock_rwlock_write_try_acquire,
       hilock_rwlock_write_acquire, hilock_rwlock_write_release)
 VERBS(read, hilock_rwlock, hilock_rwlock_read_try_acquire,
       hilock_rwlock_read_acquire, hilock_rwlock_read_release)
-VERBS(sem, hilock_semaphore, hilock_semaphore_try_acquire,
-      hilock_semaphore_acquire, hilock_semaphore_release)
-static int sem_renew(hilock_hold *h) {
-  return hilock_semaphore_renew((hilock_semaphore *)h);
-}
-VERBS(fair, hilock_fair_lock, hilock_fair_lock_try_acquire,
-      hilock_fair_lock_acquire, hilock_fair_lock_release)
-EXTEND(fair, hilock_fair_lock, hilock_fair_lock_extend,
-       hilock_fair_lock_renew)
-VERBS(multi, hilock_multi_lock, hilock_multi_lock_try_acquire,
-      hilock_multi_lock_acquire, hilock_multi_lock_release)
-EXTEND(multi, hilock_multi_lock, hilock_multi_lock_extend,
-       hilock_multi_lock_renew)
-VERBS(seq, hilock_sequential_lock, hilock_sequential_lock_try_acquire, hilock_sequential_lock_acquire,
-      hilock_sequential_lock_release)
-EXTEND(seq, hilock_sequential_lock, hilock_sequential_lock_extend, hilock_sequential_lock_renew)
-VERBS(seg, hilock_segmented_lock, hilock_segmented_lock_try_acquire, hilock_segmented_lock_acquire,
-      hilock_segmented_lock_release)
-EXTEND(seg, hilock_segmented_lock, hilock_segmented_lock_extend, hilock_segmented_lock_renew)
-VERBS(redlock, hilock_redlock, hilock_redlock_try_acquire,
-      hilock_redlock_acquire, hilock_redlock_release)
-EXTEND(redlock, hilock_redlock, hilock_redlock_extend, hilock_redlock_renew)
 
 /* The read side's own state: the hold is the write side's. */
 static int read_set_auto_renew(hilock_hold *h, int on, int64_t max_hold_ms,
@@ -694,29 +661,28 @@ static int64_t read_validity_ms(hilock_hold *h) {
 
 #define SIDE(T) .try_acquire = T##_try, .acquire = T##_acquire, \
                 .release = T##_release
+/* The other families' verbs are the hold's (a verb a family lacks is left
+ * out: the suites check it is HILOCK_ENOTSUP). */
+#define HOLD .try_acquire = hilock_hold_try_acquire, \
+             .acquire = hilock_hold_acquire, .release = hilock_hold_release
+#define TTL .extend = hilock_hold_extend, .renew = hilock_hold_renew
 
-const hl_verbs hl_lock_verbs = {SIDE(lock), .extend = lock_extend,
-                                .renew = lock_renew};
+const hl_verbs hl_lock_verbs = {HOLD, TTL};
 /* No TTL: extend and renew are HILOCK_ENOTSUP (test_lock). */
-const hl_verbs hl_simple_verbs = {SIDE(lock)};
-const hl_verbs hl_rlock_verbs = {SIDE(rlock)};
+const hl_verbs hl_simple_verbs = {HOLD};
+const hl_verbs hl_rlock_verbs = {HOLD};
 const hl_verbs hl_write_verbs = {SIDE(write)};
 const hl_verbs hl_read_verbs = {SIDE(read),
                                 .set_auto_renew = read_set_auto_renew,
                                 .owned = read_owned,
                                 .lost = read_lost,
                                 .validity_ms = read_validity_ms};
-const hl_verbs hl_sem_verbs = {SIDE(sem), .renew = sem_renew};
-const hl_verbs hl_fair_verbs = {SIDE(fair), .extend = fair_extend,
-                                .renew = fair_renew};
-const hl_verbs hl_multi_verbs = {SIDE(multi), .extend = multi_extend,
-                                 .renew = multi_renew};
-const hl_verbs hl_seq_verbs = {SIDE(seq), .extend = seq_extend,
-                               .renew = seq_renew};
-const hl_verbs hl_seg_verbs = {SIDE(seg), .extend = seg_extend,
-                               .renew = seg_renew};
-const hl_verbs hl_redlock_verbs = {SIDE(redlock), .extend = redlock_extend,
-                                   .renew = redlock_renew};
+const hl_verbs hl_sem_verbs = {HOLD, .renew = hilock_hold_renew};
+const hl_verbs hl_fair_verbs = {HOLD, TTL};
+const hl_verbs hl_multi_verbs = {HOLD, TTL};
+const hl_verbs hl_seq_verbs = {HOLD, TTL};
+const hl_verbs hl_seg_verbs = {HOLD, TTL};
+const hl_verbs hl_redlock_verbs = {HOLD, TTL};
 
 /* ## Server statistics ----------------------------------------------------- */
 

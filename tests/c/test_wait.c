@@ -65,7 +65,7 @@ static void waiter_wakes_promptly_on_release(void **state) {
     snprintf(name, sizeof(name), "prompt-%d", i);
     a = hl_new_lock(f->client, name, 10000);
     b = hl_new_lock(f->client, name, 10000);
-    assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+    assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
     hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
     wait_blocked(f, 1);
     lat[i] = hl_release_and_join(&w, HILOCK_HOLD(a), &hl_lock_verbs);
@@ -73,7 +73,7 @@ static void waiter_wakes_promptly_on_release(void **state) {
     hl_assert_holder(f->redis, HILOCK_HOLD(b));
     /* Far below the holder's 10 s TTL, whatever the load. */
     assert_i64_between(lat[i], 0, LOADED_MS);
-    assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+    assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
     hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   }
   qsort(lat, ROUNDS, sizeof(lat[0]), cmp_i64);
@@ -88,8 +88,8 @@ static void waiter_wakes_when_holder_key_expires(void **state) {
   hilock_lock *b = hl_new_lock(f->client, "expires", 10000);
   int64_t t0 = hl_now_ms(), took;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_lock_acquire(b, 5000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(b), 5000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   took = hl_now_ms() - t0;
   /* Not before the key expires, and about when it does: no release, no
    * wake-up, so the wait was bounded by the TTL the waiter was told. */
@@ -109,7 +109,7 @@ static void waiter_wakes_by_ttl_after_plain_del(void **state) {
   int64_t t0, t_del;
 
   t0 = hl_now_ms();
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 5000, 0);
   wait_blocked(f, 1);
   hl_sleep_ms(200 - (hl_now_ms() - t0));
@@ -132,7 +132,7 @@ static int take_killed(hilock_client *c, void *arg, hilock_hold **h) {
   int rc = hilock_lock_new(c, "killed", 6, 2500, &l);
   (void)arg;
   *h = HILOCK_HOLD(l);
-  return rc == HILOCK_OK ? hilock_lock_try_acquire(l) : rc;
+  return rc == HILOCK_OK ? hilock_hold_try_acquire(HILOCK_HOLD(l)) : rc;
 }
 
 static void waiter_wakes_by_ttl_when_holder_is_killed(void **state) {
@@ -170,7 +170,7 @@ static void waiting_does_not_poll_the_server(void **state) {
   long long scripts, blpops;
   hl_waiter w;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 2000, 0);
   wait_blocked(f, 1);
@@ -213,13 +213,13 @@ static void *relay_main(void *arg) {
   relay *r = arg;
   int64_t deadline;
   r->release_rc = -100;
-  r->rc = hilock_lock_acquire(r->lock, 8000);
+  r->rc = hilock_hold_acquire(HILOCK_HOLD(r->lock), 8000);
   if (r->rc != HILOCK_OK) return NULL;
   r->t_granted = hl_now_ms();
   atomic_fetch_add(r->granted, 1);
   deadline = hl_now_ms() + 8000;
   while (!atomic_load(r->go) && hl_now_ms() < deadline) hl_sleep_ms(1);
-  r->release_rc = hilock_lock_release(r->lock);
+  r->release_rc = hilock_hold_release(HILOCK_HOLD(r->lock));
   return NULL;
 }
 
@@ -237,7 +237,7 @@ static void one_release_wakes_one_waiter(void **state) {
   own[0] = hl_client(f->server.url, NULL);
   own[1] = hl_client(f->server.url, NULL);
   hl_redis_ok(f->redis, "SET hilock:{relay}:fence %lld", HL_FENCE_AHEAD);
-  assert_hl_ok(hilock_lock_try_acquire(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(holder)), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   for (int i = 0; i < NWAITERS; i++) {
     /* Two waiters share the fixture's client, two have clients of their
      * own. */
@@ -251,7 +251,7 @@ static void one_release_wakes_one_waiter(void **state) {
   wait_blocked(f, NWAITERS);
 
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  assert_hl_ok(hilock_lock_release(holder), hilock_hold_errmsg(HILOCK_HOLD(holder)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(holder)), hilock_hold_errmsg(HILOCK_HOLD(holder)));
   hl_sleep_ms(300);
   /* One wake-up, one grant (one SET). BLPOP: one waiter ran the acquire
    * script, the other three never woke. Shared: each of the 3 clients rang
@@ -304,7 +304,7 @@ static int64_t busy_wait_took(hilock_lock *b, int64_t wait_ms, int64_t hi) {
   int64_t took = 0;
   for (int i = 0; i < 3; i++) {
     int64_t t0 = hl_now_ms();
-    assert_hl_rc(hilock_lock_acquire(b, wait_ms), HILOCK_BUSY,
+    assert_hl_rc(hilock_hold_acquire(HILOCK_HOLD(b), wait_ms), HILOCK_BUSY,
                  hilock_hold_errmsg(HILOCK_HOLD(b)));
     took = hl_now_ms() - t0;
     if (took <= hi) break;
@@ -317,7 +317,7 @@ static void fractional_waits_are_honoured(void **state) {
   hilock_lock *a = hl_new_lock(f->client, "fraction", 10000);
   hilock_lock *b = hl_new_lock(f->client, "fraction", 10000);
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   /* A wait rounded to whole seconds would end at 0 (or never), 1 or 2 s:
    * each lower bound is the wait itself, each upper bound stays clear of
    * the next whole second. */
@@ -357,7 +357,7 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   o.interrupt_arg = &hs;
   c = hl_client(f->server.url, &o);
   b = hl_new_lock(c, "interrupted", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
 
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
   wait_blocked(f, 1);
@@ -377,15 +377,15 @@ static void interrupt_hook_ends_wait_with_eintr(void **state) {
   /* The abandoned BLPOP is gone from the server, so it cannot swallow the
    * next wake-up: the release's element stays for the next waiter. */
   wait_blocked(f, 0);
-  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(hl_redis_int(f->redis, "LLEN hilock:{interrupted}:wake"),
                    1);
 
   /* Cleared, the hook lets the handle wait and win again. */
   atomic_store(&hs.stop, 0);
-  assert_hl_ok(hilock_lock_acquire(b, 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(b), 1000), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_assert_holder(f->redis, HILOCK_HOLD(b));
-  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
   hilock_client_free(c);
 }
@@ -398,7 +398,7 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   hl_waiter w;
   int64_t t_free;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
   wait_blocked(f, 1);
   t_free = hl_now_ms();
@@ -408,11 +408,11 @@ static void client_free_ends_blocked_wait_with_eclosed(void **state) {
   assert_i64_between(w.t_end - t_free, 0, LOADED_MS);
   assert_false(hilock_hold_held(HILOCK_HOLD(b)));
   wait_blocked(f, 0);
-  assert_hl_rc(hilock_lock_try_acquire(b), HILOCK_ECLOSED,
+  assert_hl_rc(hilock_hold_try_acquire(HILOCK_HOLD(b)), HILOCK_ECLOSED,
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   hilock_hold_free(HILOCK_HOLD(b)); /* the client's last reference */
   hl_assert_holder(f->redis, HILOCK_HOLD(a));
-  assert_hl_ok(hilock_lock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hilock_hold_free(HILOCK_HOLD(a));
 }
 
@@ -424,7 +424,7 @@ static void simple_lock_waiter_wakes_on_release(void **state) {
   hilock_lock *b = hl_new_simple(f->client, "simple");
   hl_waiter w;
 
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_blocked(f, 1);
   /* The holder has no TTL to bound the wait: only the wake-up helps. */
@@ -438,14 +438,14 @@ static void rlock_waiter_wakes_on_final_release(void **state) {
   hilock_rlock *b = hl_new_rlock(f->client, "reentrant", 10000);
   hl_waiter w;
 
-  assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
-  assert_hl_ok(hilock_rlock_acquire(a, 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(a), 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(a), 0), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_rlock_verbs, 8000, 1);
   wait_blocked(f, 1);
 
   /* Leaving once of twice frees nothing and wakes nobody. */
   hl_redis_ok(f->redis, "CONFIG RESETSTAT");
-  assert_hl_ok(hilock_rlock_release(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_sleep_ms(200);
   assert_int_equal(hl_waiter_done_at(&w), 0);
   assert_int_equal(wake_calls(f), 0);
@@ -481,7 +481,7 @@ static void wait_split(fixture *f, long long b, long long s) {
 static void handed_over(fixture *f, hilock_lock *a, hilock_lock *b,
                         long long blocked, long long shared) {
   hl_waiter w;
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&w, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 1);
   wait_split(f, blocked, shared);
   release_wakes(&w, HILOCK_HOLD(a), HILOCK_HOLD(b), &hl_lock_verbs);
@@ -500,7 +500,7 @@ static void a_lone_waiter_waits_direct_the_next_shares(void **state) {
   a = hl_new_lock(f->client, "direct", 10000);
   b = hl_new_lock(f->client, "direct", 10000);
   c = hl_new_lock(f->client, "direct", 10000);
-  assert_hl_ok(hilock_lock_try_acquire(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
+  assert_hl_ok(hilock_hold_try_acquire(HILOCK_HOLD(a)), hilock_hold_errmsg(HILOCK_HOLD(a)));
   hl_waiter_run(&wb, HILOCK_HOLD(b), &hl_lock_verbs, 8000, 0);
   wait_split(f, 1, 0);
   hl_waiter_run(&wc, HILOCK_HOLD(c), &hl_lock_verbs, 8000, 0);
@@ -511,7 +511,7 @@ static void a_lone_waiter_waits_direct_the_next_shares(void **state) {
   /* c came back to the free place: BLPOP, not the shared waiting. */
   wait_split(f, 1, 0);
   assert_int_equal(hl_waiter_done_at(&wc), 0);
-  assert_hl_ok(hilock_lock_release(b), hilock_hold_errmsg(HILOCK_HOLD(b)));
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(b)), hilock_hold_errmsg(HILOCK_HOLD(b)));
   hl_waiter_join(&wc);
   assert_hl_ok(wc.rc, hilock_hold_errmsg(HILOCK_HOLD(c)));
   hl_assert_holder(f->redis, HILOCK_HOLD(c));

@@ -357,14 +357,35 @@ static void lock_calls(hilock_client *c, int waiting) {
   hilock_lock *l = NULL;
   int owned;
   if (hilock_lock_new(c, NAME, 2, 10000, &l) != HILOCK_OK) return;
-  if ((waiting ? hilock_lock_acquire(l, 1) : hilock_lock_try_acquire(l)) ==
+  if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(l), 1) : hilock_hold_try_acquire(HILOCK_HOLD(l))) ==
       HILOCK_OK) {
-    (void)hilock_lock_extend(l, 5000, 0);
+    (void)hilock_hold_extend(HILOCK_HOLD(l), 5000, 0);
     (void)hilock_hold_owned(HILOCK_HOLD(l), &owned);
-    (void)hilock_lock_renew(l);
-    (void)hilock_lock_release(l);
+    (void)hilock_hold_renew(HILOCK_HOLD(l));
+    (void)hilock_hold_release(HILOCK_HOLD(l));
   }
   hilock_hold_free(HILOCK_HOLD(l));
+}
+
+/* The two families with a line of waiters: a grant, its extension and
+ * release, and the length of the line. */
+static void queue_calls(hilock_client *c, int fair, int waiting) {
+  hilock_fair_lock *f = NULL;
+  hilock_sequential_lock *q = NULL;
+  hilock_hold *h;
+  int64_t n;
+  if ((fair ? hilock_fair_lock_new(c, NAME, 2, 10000, &f)
+            : hilock_sequential_lock_new(c, NAME, 2, 10000, &q)) != HILOCK_OK)
+    return;
+  h = fair ? HILOCK_HOLD(f) : HILOCK_HOLD(q);
+  if ((waiting ? hilock_hold_acquire(h, 1) : hilock_hold_try_acquire(h)) ==
+      HILOCK_OK) {
+    (void)hilock_hold_extend(h, 5000, 1);
+    (void)hilock_hold_release(h);
+  }
+  (void)(fair ? hilock_fair_lock_waiters(f, &n)
+              : hilock_sequential_lock_waiters(q, &n));
+  hilock_hold_free(h);
 }
 
 static void run(int scenario, int flags, hilock_client *c) {
@@ -382,28 +403,19 @@ static void run(int scenario, int flags, hilock_client *c) {
       hilock_semaphore *s = NULL;
       int64_t n;
       if (hilock_semaphore_new(c, NAME, 2, 3, 10000, &s) != HILOCK_OK) break;
-      if ((waiting ? hilock_semaphore_acquire(s, 1)
-                   : hilock_semaphore_try_acquire(s)) == HILOCK_OK) {
-        (void)hilock_semaphore_renew(s);
-        (void)hilock_semaphore_release(s);
+      if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(s), 1)
+                   : hilock_hold_try_acquire(HILOCK_HOLD(s))) == HILOCK_OK) {
+        (void)hilock_hold_renew(HILOCK_HOLD(s));
+        (void)hilock_hold_release(HILOCK_HOLD(s));
       }
       (void)hilock_semaphore_available(s, &n);
       hilock_hold_free(HILOCK_HOLD(s));
       break;
     }
-    case SCENARIO_FAIR: {
-      hilock_fair_lock *f = NULL;
-      int64_t n;
-      if (hilock_fair_lock_new(c, NAME, 2, 10000, &f) != HILOCK_OK) break;
-      if ((waiting ? hilock_fair_lock_acquire(f, 1)
-                   : hilock_fair_lock_try_acquire(f)) == HILOCK_OK) {
-        (void)hilock_fair_lock_extend(f, 5000, 1);
-        (void)hilock_fair_lock_release(f);
-      }
-      (void)hilock_fair_lock_waiters(f, &n);
-      hilock_hold_free(HILOCK_HOLD(f));
+    case SCENARIO_FAIR:
+    case SCENARIO_SEQUENTIAL:
+      queue_calls(c, scenario == SCENARIO_FAIR, waiting);
       break;
-    }
     case SCENARIO_RWLOCK: {
       hilock_rwlock *rw = NULL;
       int64_t readers;
@@ -423,12 +435,12 @@ static void run(int scenario, int flags, hilock_client *c) {
       hilock_rlock *r = NULL;
       int64_t count;
       if (hilock_rlock_new(c, NAME, 2, 10000, &r) != HILOCK_OK) break;
-      if ((waiting ? hilock_rlock_acquire(r, 1) : hilock_rlock_try_acquire(r)) ==
+      if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(r), 1) : hilock_hold_try_acquire(HILOCK_HOLD(r))) ==
           HILOCK_OK) {
-        if (hilock_rlock_try_acquire(r) == HILOCK_OK)
-          (void)hilock_rlock_release(r);
+        if (hilock_hold_try_acquire(HILOCK_HOLD(r)) == HILOCK_OK)
+          (void)hilock_hold_release(HILOCK_HOLD(r));
         (void)hilock_rlock_hold_count(r, &count);
-        (void)hilock_rlock_release(r);
+        (void)hilock_hold_release(HILOCK_HOLD(r));
       }
       hilock_hold_free(HILOCK_HOLD(r));
       break;
@@ -437,25 +449,12 @@ static void run(int scenario, int flags, hilock_client *c) {
       static const char *const names[2] = {"fz", "fy"};
       hilock_multi_lock *m = NULL;
       if (hilock_multi_lock_new(c, names, 2, 10000, &m) != HILOCK_OK) break;
-      if ((waiting ? hilock_multi_lock_acquire(m, 1)
-                   : hilock_multi_lock_try_acquire(m)) == HILOCK_OK) {
-        (void)hilock_multi_lock_extend(m, 5000, 0);
-        (void)hilock_multi_lock_release(m);
+      if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(m), 1)
+                   : hilock_hold_try_acquire(HILOCK_HOLD(m))) == HILOCK_OK) {
+        (void)hilock_hold_extend(HILOCK_HOLD(m), 5000, 0);
+        (void)hilock_hold_release(HILOCK_HOLD(m));
       }
       hilock_hold_free(HILOCK_HOLD(m));
-      break;
-    }
-    case SCENARIO_SEQUENTIAL: {
-      hilock_sequential_lock *q = NULL;
-      int64_t n;
-      if (hilock_sequential_lock_new(c, NAME, 2, 10000, &q) != HILOCK_OK) break;
-      if ((waiting ? hilock_sequential_lock_acquire(q, 1)
-                   : hilock_sequential_lock_try_acquire(q)) == HILOCK_OK) {
-        (void)hilock_sequential_lock_extend(q, 5000, 1);
-        (void)hilock_sequential_lock_release(q);
-      }
-      (void)hilock_sequential_lock_waiters(q, &n);
-      hilock_hold_free(HILOCK_HOLD(q));
       break;
     }
     case SCENARIO_SEGMENTED: {
@@ -463,10 +462,10 @@ static void run(int scenario, int flags, hilock_client *c) {
       int64_t taken, left;
       if (hilock_segmented_lock_new(c, NAME, 2, 3, 10000, &g) != HILOCK_OK) break;
       (void)hilock_segmented_lock_stock_init(g, 10);
-      if ((waiting ? hilock_segmented_lock_acquire(g, 1)
-                   : hilock_segmented_lock_try_acquire(g)) == HILOCK_OK) {
+      if ((waiting ? hilock_hold_acquire(HILOCK_HOLD(g), 1)
+                   : hilock_hold_try_acquire(HILOCK_HOLD(g))) == HILOCK_OK) {
         (void)hilock_segmented_lock_take(g, 2, 1, &taken, &left);
-        (void)hilock_segmented_lock_release(g);
+        (void)hilock_hold_release(HILOCK_HOLD(g));
       }
       (void)hilock_segmented_lock_stock(g, HILOCK_SEGMENT_ALL, &left);
       hilock_hold_free(HILOCK_HOLD(g));

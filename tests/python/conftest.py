@@ -86,6 +86,18 @@ def client(rds, redis_url: str):
 
 
 @pytest.fixture
+def other_client(redis_url: str):
+    """A second hilock.Client on the session server: another owner."""
+    import hilock
+
+    c = hilock.Client(redis_url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, for tests that stop or restart it."""
     with RedisServer() as srv:  # stopped and its directory removed after

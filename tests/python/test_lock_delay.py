@@ -254,11 +254,11 @@ def test_bad_delays_are_refused(client: hilock.Client) -> None:
     # The C core: a simple lock never lapses, and a delay is set before a grant.
     simple = client.simple_lock("dl:simple")
     with pytest.raises(ValueError):
-        _h.hilock_lock_set_delay(simple._h, 1000)
+        _h.hilock_hold_set_lock_delay(simple._h, 1000)
     lk = client.lock("dl:bad", ttl=5, auto_renew=False)
     assert lk.acquire(blocking=False)
     with pytest.raises(ValueError):
-        _h.hilock_lock_set_delay(lk._h, 1000)
+        _h.hilock_hold_set_lock_delay(lk._h, 1000)
     lk.release()
 
 
@@ -372,61 +372,55 @@ def test_killed_rlock_holder_renewed_by_the_thread_passes_the_name_after_the_del
     _granted_after_the_delay(successor, checked)
 
 def test_rlock_delay_from_first_entry_to_final_release(rds, client: hilock.Client,
-                                                       redis_url: str) -> None:
-    other = hilock.Client(redis_url)  # another owner
-    try:
-        rl = client.rlock("dl:rl", ttl=30, lock_delay=30)
-        assert rl.lock_delay == 30
-        assert rl.acquire(blocking=False) and rl.acquire(blocking=False)
-        assert 30_000 < rds.pttl(delay_key("dl:rl")) <= 60_000  # ttl + lock_delay
-        rl.release()  # a re-entry's release: still held, the marker stays
-        assert rds.pttl(delay_key("dl:rl")) > 30_000
-        assert not other.rlock("dl:rl", ttl=5).acquire(blocking=False)
-        rl.release()
+                                                       other_client: hilock.Client) -> None:
+    other = other_client  # another owner
+    rl = client.rlock("dl:rl", ttl=30, lock_delay=30)
+    assert rl.lock_delay == 30
+    assert rl.acquire(blocking=False) and rl.acquire(blocking=False)
+    assert 30_000 < rds.pttl(delay_key("dl:rl")) <= 60_000  # ttl + lock_delay
+    rl.release()  # a re-entry's release: still held, the marker stays
+    assert rds.pttl(delay_key("dl:rl")) > 30_000
+    assert not other.rlock("dl:rl", ttl=5).acquire(blocking=False)
+    rl.release()
+    assert not rds.exists(delay_key("dl:rl"))
+    # A final release frees the name at once, to a lock with or without a delay.
+    nxt = other.rlock("dl:rl", ttl=5, lock_delay=30)
+    assert nxt.acquire(blocking=False)
+    nxt.release()
+    plain = other.rlock("dl:rl", ttl=5)
+    with plain:
         assert not rds.exists(delay_key("dl:rl"))
-        # A final release frees the name at once, to a lock with or without a delay.
-        nxt = other.rlock("dl:rl", ttl=5, lock_delay=30)
-        assert nxt.acquire(blocking=False)
-        nxt.release()
-        plain = other.rlock("dl:rl", ttl=5)
-        with plain:
-            assert not rds.exists(delay_key("dl:rl"))
-        # Renewal by the renewal thread pushes the marker: held past its
-        # first TTL, a marker not pushed would have less than the delay left.
-        renewed = client.rlock("dl:rl", ttl=1, lock_delay=20)
-        assert renewed.acquire(blocking=False)
-        t0 = time.monotonic()
-        wait_for(lambda: time.monotonic() > t0 + 1.5, 5)
-        assert renewed.owned()
-        assert rds.pttl(delay_key("dl:rl")) > 20_000
-        renewed.release()
-        assert rds.keys("*delay*") == []
-    finally:
-        other.close()
+    # Renewal by the renewal thread pushes the marker: held past its
+    # first TTL, a marker not pushed would have less than the delay left.
+    renewed = client.rlock("dl:rl", ttl=1, lock_delay=20)
+    assert renewed.acquire(blocking=False)
+    t0 = time.monotonic()
+    wait_for(lambda: time.monotonic() > t0 + 1.5, 5)
+    assert renewed.owned()
+    assert rds.pttl(delay_key("dl:rl")) > 20_000
+    renewed.release()
+    assert rds.keys("*delay*") == []
 
 
 def test_rlock_lapsed_grant_blocks_every_owner_until_force_release(
-        rds, client: hilock.Client, redis_url: str) -> None:
-    other = hilock.Client(redis_url)
-    try:
-        lapsing = client.rlock("dl:rl", ttl=0.2, auto_renew=False, lock_delay=20)
-        assert lapsing.acquire(blocking=False)
-        wait_for(lambda: not rds.exists(rlock_key("dl:rl")), 10, what="the grant to lapse")
-        assert not other.rlock("dl:rl", ttl=5).acquire(blocking=False)
-        assert not other.rlock("dl:rl", ttl=5, lock_delay=20).acquire(blocking=False)
-        # A waiter sleeps until the marker ends (its pttl), not in a loop of attempts.
-        before = command_calls(rds).get("evalsha", 0)
-        assert not other.rlock("dl:rl", ttl=5).acquire(timeout=0.5)
-        assert command_calls(rds).get("evalsha", 0) - before < 10
-        info = client.inspect("dl:rl")
-        assert not info.held and info.lock_delay == 20
-        assert info.delay_left is not None and 0 < info.delay_left <= 20
-        assert client.force_release("dl:rl")
-        late = other.rlock("dl:rl", ttl=5)
-        assert late.acquire(blocking=False)
-        late.release()
-    finally:
-        other.close()
+        rds, client: hilock.Client, other_client: hilock.Client) -> None:
+    other = other_client
+    lapsing = client.rlock("dl:rl", ttl=0.2, auto_renew=False, lock_delay=20)
+    assert lapsing.acquire(blocking=False)
+    wait_for(lambda: not rds.exists(rlock_key("dl:rl")), 10, what="the grant to lapse")
+    assert not other.rlock("dl:rl", ttl=5).acquire(blocking=False)
+    assert not other.rlock("dl:rl", ttl=5, lock_delay=20).acquire(blocking=False)
+    # A waiter sleeps until the marker ends (its pttl), not in a loop of attempts.
+    before = command_calls(rds).get("evalsha", 0)
+    assert not other.rlock("dl:rl", ttl=5).acquire(timeout=0.5)
+    assert command_calls(rds).get("evalsha", 0) - before < 10
+    info = client.inspect("dl:rl")
+    assert not info.held and info.lock_delay == 20
+    assert info.delay_left is not None and 0 < info.delay_left <= 20
+    assert client.force_release("dl:rl")
+    late = other.rlock("dl:rl", ttl=5)
+    assert late.acquire(blocking=False)
+    late.release()
 
 
 def test_rlock_bad_delays_and_redisson_refuse(client: hilock.Client) -> None:
@@ -481,73 +475,67 @@ def test_killed_writer_keeps_writers_and_readers_out_for_the_delay(
 
 
 def test_rwlock_write_delay_release_renewal_and_no_read_marker(
-        rds, client: hilock.Client, redis_url: str) -> None:
-    other = hilock.Client(redis_url)
-    try:
-        rw = client.rwlock("dl:rw", ttl=30, lock_delay=30)
-        assert rw.lock_delay == 30
-        # A read hold takes no delay.
-        with rw.read():
-            assert not rds.exists(delay_key("dl:rw"))
-        w = rw.write()
-        assert w.acquire(blocking=False) and w.acquire(blocking=False)
-        assert 30_000 < rds.pttl(delay_key("dl:rw")) <= 60_000
-        w.release()
-        assert rds.pttl(delay_key("dl:rw")) > 30_000
-        w.release()
+        rds, client: hilock.Client, other_client: hilock.Client) -> None:
+    other = other_client
+    rw = client.rwlock("dl:rw", ttl=30, lock_delay=30)
+    assert rw.lock_delay == 30
+    # A read hold takes no delay.
+    with rw.read():
         assert not rds.exists(delay_key("dl:rw"))
-        # Released: the next writer and reader go at once.
-        o = other.rwlock("dl:rw", ttl=5)
-        assert o.write().acquire(blocking=False)
-        o.write().release()
-        assert o.read().acquire(blocking=False)
-        o.read().release()
-        # The renewal thread pushes the marker along with the write hold.
-        renewed = client.rwlock("dl:rw", ttl=1, lock_delay=20)
-        assert renewed.write().acquire(blocking=False)
-        t0 = time.monotonic()
-        wait_for(lambda: time.monotonic() > t0 + 1.5, 5)
-        assert renewed.write().owned()
-        assert rds.pttl(delay_key("dl:rw")) > 20_000
-        renewed.write().release()
-        # A reader's own lapsed grant leaves no marker (shared holds take no delay).
-        reader = client.rwlock("dl:rw", ttl=0.2, auto_renew=False, lock_delay=20)
-        assert reader.read().acquire(blocking=False)
-        wait_for(lambda: not rds.exists("hilock:{dl:rw}:rw:readers"), 10,
-                 what="the read grant to lapse")
-        assert rds.keys("*delay*") == []
-        assert o.write().acquire(blocking=False)
-        o.write().release()
-    finally:
-        other.close()
+    w = rw.write()
+    assert w.acquire(blocking=False) and w.acquire(blocking=False)
+    assert 30_000 < rds.pttl(delay_key("dl:rw")) <= 60_000
+    w.release()
+    assert rds.pttl(delay_key("dl:rw")) > 30_000
+    w.release()
+    assert not rds.exists(delay_key("dl:rw"))
+    # Released: the next writer and reader go at once.
+    o = other.rwlock("dl:rw", ttl=5)
+    assert o.write().acquire(blocking=False)
+    o.write().release()
+    assert o.read().acquire(blocking=False)
+    o.read().release()
+    # The renewal thread pushes the marker along with the write hold.
+    renewed = client.rwlock("dl:rw", ttl=1, lock_delay=20)
+    assert renewed.write().acquire(blocking=False)
+    t0 = time.monotonic()
+    wait_for(lambda: time.monotonic() > t0 + 1.5, 5)
+    assert renewed.write().owned()
+    assert rds.pttl(delay_key("dl:rw")) > 20_000
+    renewed.write().release()
+    # A reader's own lapsed grant leaves no marker (shared holds take no delay).
+    reader = client.rwlock("dl:rw", ttl=0.2, auto_renew=False, lock_delay=20)
+    assert reader.read().acquire(blocking=False)
+    wait_for(lambda: not rds.exists("hilock:{dl:rw}:rw:readers"), 10,
+             what="the read grant to lapse")
+    assert rds.keys("*delay*") == []
+    assert o.write().acquire(blocking=False)
+    o.write().release()
 
 
 def test_rwlock_lapsed_write_blocks_readers_and_writers_until_force_release(
-        rds, client: hilock.Client, redis_url: str) -> None:
-    other = hilock.Client(redis_url)
-    try:
-        lapsing = client.rwlock("dl:rw", ttl=0.2, auto_renew=False, lock_delay=20)
-        assert lapsing.write().acquire(blocking=False)
-        wait_for(lambda: not rds.exists(writer_key("dl:rw")), 10, what="the grant to lapse")
-        o = other.rwlock("dl:rw", ttl=5)
-        assert not o.write().acquire(blocking=False)
-        assert not o.read().acquire(blocking=False)
-        assert not other.rwlock("dl:rw", ttl=5, lock_delay=20).write().acquire(blocking=False)
-        # Waiters sleep until the marker ends, or their own refresh (ttl/3),
-        # not in a loop of attempts.
-        before = command_calls(rds).get("evalsha", 0)
-        assert not o.read().acquire(timeout=0.5)
-        assert not o.write().acquire(timeout=0.5)
-        assert command_calls(rds).get("evalsha", 0) - before < 20
-        info = client.inspect("dl:rw")
-        assert not info.held and info.lock_delay == 20
-        assert info.delay_left is not None and 0 < info.delay_left <= 20
-        assert client.force_release("dl:rw")
-        assert not rds.exists(delay_key("dl:rw"))
-        assert o.read().acquire(blocking=False)
-        o.read().release()
-    finally:
-        other.close()
+        rds, client: hilock.Client, other_client: hilock.Client) -> None:
+    other = other_client
+    lapsing = client.rwlock("dl:rw", ttl=0.2, auto_renew=False, lock_delay=20)
+    assert lapsing.write().acquire(blocking=False)
+    wait_for(lambda: not rds.exists(writer_key("dl:rw")), 10, what="the grant to lapse")
+    o = other.rwlock("dl:rw", ttl=5)
+    assert not o.write().acquire(blocking=False)
+    assert not o.read().acquire(blocking=False)
+    assert not other.rwlock("dl:rw", ttl=5, lock_delay=20).write().acquire(blocking=False)
+    # Waiters sleep until the marker ends, or their own refresh (ttl/3),
+    # not in a loop of attempts.
+    before = command_calls(rds).get("evalsha", 0)
+    assert not o.read().acquire(timeout=0.5)
+    assert not o.write().acquire(timeout=0.5)
+    assert command_calls(rds).get("evalsha", 0) - before < 20
+    info = client.inspect("dl:rw")
+    assert not info.held and info.lock_delay == 20
+    assert info.delay_left is not None and 0 < info.delay_left <= 20
+    assert client.force_release("dl:rw")
+    assert not rds.exists(delay_key("dl:rw"))
+    assert o.read().acquire(blocking=False)
+    o.read().release()
 
 
 def _delays_on_master(c: hilock.Client, cluster: Any, m: int) -> None:

@@ -8,7 +8,7 @@
  * of the queue, and only it, through the head's own wake list.
  *
  * Waiters prove they are alive: each re-check (at least every third of the
- * heartbeat window, see hilock_fair_lock_set_heartbeat) moves its deadline,
+ * heartbeat window) moves its deadline,
  * judged on the server's clock, to now + window. A waiter whose deadline
  * passes is dead and is skipped, so a crashed waiter delays the queue by at
  * most one window; a live waiter keeps its place however long it waits. A
@@ -17,6 +17,22 @@
  *
  * Grants carry a fencing token (as hilock_lock) and are renewed by the
  * client's watchdog when auto-renewal is on. The lock is not reentrant.
+ *
+ * Verbs: those of every family, on the lock's hold (hilock/hold.h:
+ * hilock_hold_acquire(HILOCK_HOLD(fl), wait_ms) and the others).
+ * try_acquire does not queue: it is HILOCK_BUSY while anybody waits.
+ * acquire queues; whatever it returns, no queue entry is left. release
+ * wakes the head of the queue.
+ *
+ * Heartbeat window (hilock_hold_set_heartbeat, in ms,
+ * HILOCK_FAIR_HEARTBEAT_MIN_MS .. HILOCK_TTL_MAX_MS): a waiter re-checks at
+ * least every window/3 and is dropped once it has not for a whole window.
+ * Default: the TTL, at most HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS. Applies
+ * from the next re-check.
+ *
+ * Lock delay (hilock_hold_set_lock_delay, as for hilock_lock): after a
+ * grant that ended without its holder's release, the head of the line is
+ * granted no earlier than the delay after the grant's last TTL.
  *
  * Threads: a handle stands for one holder; use it from one thread at a
  * time. Fork: a grant belongs to the process that acquired it; in a forked
@@ -49,54 +65,10 @@ HILOCK_API int hilock_fair_lock_new(hilock_client *client, const char *name,
                                     size_t namelen, int64_t ttl_ms,
                                     hilock_fair_lock **out);
 
-/* The verbs of every family (hold.h). try_acquire does not queue: it is
- * HILOCK_BUSY while anybody waits. acquire queues; whatever it returns, no
- * queue entry is left. release wakes the head of the queue. */
-static inline int hilock_fair_lock_try_acquire(hilock_fair_lock *fl) {
-  return hilock_hold_try_acquire(HILOCK_HOLD(fl));
-}
-static inline int hilock_fair_lock_acquire(hilock_fair_lock *fl,
-                                           int64_t wait_ms) {
-  return hilock_hold_acquire(HILOCK_HOLD(fl), wait_ms);
-}
-static inline int hilock_fair_lock_release(hilock_fair_lock *fl) {
-  return hilock_hold_release(HILOCK_HOLD(fl));
-}
-static inline int hilock_fair_lock_extend(hilock_fair_lock *fl, int64_t ms,
-                                          int replace) {
-  return hilock_hold_extend(HILOCK_HOLD(fl), ms, replace);
-}
-static inline int hilock_fair_lock_renew(hilock_fair_lock *fl) {
-  return hilock_hold_renew(HILOCK_HOLD(fl));
-}
-
 /* Round trip: how many waiters are queued with a live heartbeat. (Whether
  * this handle's grant still holds it, or anyone does: hilock_hold_owned,
  * hilock_hold_locked.) */
 HILOCK_API int hilock_fair_lock_waiters(hilock_fair_lock *fl, int64_t *count);
-
-/* The heartbeat window in ms (HILOCK_FAIR_HEARTBEAT_MIN_MS ..
- * HILOCK_TTL_MAX_MS): a waiter re-checks at least every window/3 and is
- * dropped once it has not for a whole window. Default: the TTL, at most
- * HILOCK_FAIR_HEARTBEAT_DEFAULT_MAX_MS. Applies from the next re-check. */
-static inline int hilock_fair_lock_set_heartbeat(hilock_fair_lock *fl,
-                                                 int64_t window_ms) {
-  return hilock_hold_set_heartbeat(HILOCK_HOLD(fl), window_ms);
-}
-static inline int64_t hilock_fair_lock_heartbeat_ms(const hilock_fair_lock *fl) {
-  return hilock_hold_heartbeat_ms(HILOCK_HOLD((hilock_fair_lock *)fl));
-}
-/* Lock delay, as hilock_lock_set_delay (lock.h): after a grant that ended
- * without its holder's release, the head of the line is granted no earlier
- * than the delay after the grant's last TTL. Set it before acquiring;
- * delay_ms in 0..HILOCK_TTL_MAX_MS, 0: none. */
-static inline int hilock_fair_lock_set_delay(hilock_fair_lock *fl,
-                                             int64_t delay_ms) {
-  return hilock_hold_set_lock_delay(HILOCK_HOLD(fl), delay_ms);
-}
-static inline int64_t hilock_fair_lock_delay_ms(const hilock_fair_lock *fl) {
-  return hilock_hold_lock_delay_ms(HILOCK_HOLD((hilock_fair_lock *)fl));
-}
 
 /* The ticket of the current or last grant: its place in the request order
  * (strictly increasing per lock name); 0 before the first grant. */

@@ -2,15 +2,16 @@
  *
  * Every lock handle (hilock_lock, hilock_rlock, hilock_semaphore,
  * hilock_fair_lock, hilock_rwlock, hilock_multi_lock, hilock_sequential_lock,
- * hilock_segmented_lock, hilock_redlock) begins with a hilock_hold: its current
- * grant (fence, owner token, local validity, loss), its settings (TTL,
- * auto-renewal) and the message of its last failed call. HILOCK_HOLD(lk)
+ * hilock_segmented_lock, hilock_redlock, hilock_election) begins with a
+ * hilock_hold: its current grant (fence, owner token, local validity,
+ * loss), its settings (TTL, auto-renewal) and the message of its last
+ * failed call. HILOCK_HOLD(lk)
  * gives a family handle's hold (in C11 the macro checks the type; in C++
  * and older C it is a cast), and the functions here work on every family:
  *
  *   hilock_lock *lk;
  *   ...
- *   if (hilock_lock_acquire(lk, 5000) == HILOCK_OK)
+ *   if (hilock_hold_acquire(HILOCK_HOLD(lk), 5000) == HILOCK_OK)
  *     printf("fence %llu\n",
  *            (unsigned long long)hilock_hold_fence(HILOCK_HOLD(lk)));
  *   else
@@ -22,11 +23,11 @@
  * the family's own, and a verb the family lacks returns HILOCK_ENOTSUP
  * (the reentrant and read-write locks have no extend or renew, the
  * semaphore no extend). Each family's header declares its constructor and
- * what is its own, and typed wrappers for exactly the verbs it has:
- * static inline functions over hilock_hold_<verb> (hilock_lock_acquire(lk,
- * ms) is hilock_hold_acquire(HILOCK_HOLD(lk), ms)), not symbols of the
- * library. A call that asks the server says "Round trip" in its comment;
- * every other read is local (here: all but hilock_hold_owned,
+ * what is its own, and says which of these verbs it has and what they do
+ * for it; as libuv's uv_close serves every handle, one set of verbs serves
+ * every family (the read-write lock's read side has calls of its own). A
+ * call that asks the server says "Round trip" in its comment; every other
+ * read is local (here: all but hilock_hold_owned,
  * hilock_hold_locked and the verbs).
  *
  * A read-write lock's hold is its write side: read-side state has its own
@@ -209,10 +210,8 @@ struct hilock_election;
 
 /* ## The verbs of every family -----------------------------------------------
  * Declared here once, for every family's handle (HILOCK_HOLD(lk)); each
- * family's header wraps the ones it has under its own prefix (static
- * inline: hilock_lock_try_acquire(lk) is
- * hilock_hold_try_acquire(HILOCK_HOLD(lk))), and says only what differs or
- * comes in addition. Every verb returns HILOCK_EINVAL for a NULL handle,
+ * family's header says which it has and only what differs or comes in
+ * addition. Every verb returns HILOCK_EINVAL for a NULL handle,
  * and HILOCK_ENOTSUP, with a message naming the family and the verb, where
  * the family lacks it: extend and renew on a reentrant or read-write lock,
  * extend on a semaphore (its renew remains), and both on a simple lock (no

@@ -83,7 +83,7 @@ typedef struct hilock_lock_info {
    * live waiters in line; read-write lock, the waiting writers and
    * readers. 0 for the other types, whose waiters register nowhere. */
   int64_t waiters;
-  /* Lock delay (hilock_lock_set_delay): the delay of the name's last grant
+  /* Lock delay (hilock_hold_set_lock_delay): the delay of the name's last grant
    * that had one (0: no delay marker), and the marker's remaining time (-2:
    * none): while held, how long no one else may be granted the name if the
    * holder were lost now; while not held, until the delay ends. A name with

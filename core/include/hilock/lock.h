@@ -4,15 +4,28 @@
  *   simple    SET-if-absent with no expiry. A holder that dies keeps it held
  *             until an operator calls hilock_lock_force_release: deadlock risk.
  *   expiring  SET NX PX: the key expires after ttl_ms unless released.
- *   lease     an expiring lock meant to be renewed (hilock_lock_extend).
+ *   lease     an expiring lock meant to be renewed (hilock_hold_extend).
  *
  * Every grant carries a fencing token: a strictly increasing 64-bit number per
  * lock name, drawn by INCR in the same script as the grant. Pass it to the
  * protected resource and let it reject any token lower than one it has seen.
  *
- * Release, extend and owned are checked against the holder's owner token
- * (128 random bits, fresh for every grant), so a stale holder can never
- * release or extend someone else's lock.
+ * Verbs: those of every family, on the lock's hold (hilock/hold.h):
+ * hilock_hold_try_acquire(HILOCK_HOLD(lock)), hilock_hold_acquire,
+ * _release, _extend and _renew; extend and renew are HILOCK_ENOTSUP for a
+ * simple lock. Release, extend and owned are checked against the holder's
+ * owner token (128 random bits, fresh for every grant), so a stale holder
+ * can never release or extend someone else's lock.
+ *
+ * Lock delay (Chubby's, Consul's; hilock_hold_set_lock_delay): when a grant
+ * ends without its holder's release (the TTL ran out, the holder was lost
+ * or killed, an operator's force release), the name is granted to no one
+ * for the delay after that; a release frees it at once. Each grant and
+ * renewal writes the marker key hilock:{name}:delay with a TTL of the
+ * lock's TTL plus the delay, the release deletes it, and an acquire refuses
+ * while only the marker is there (a waiter sleeps its remaining TTL). Every
+ * acquire honours the marker, whether its own handle has a delay or not. A
+ * simple lock takes none (HILOCK_EINVAL).
  *
  * Names are binary safe (pointer + length, NUL bytes allowed), 1 to
  * HILOCK_NAME_MAX bytes, and may not begin with '}' (see the key layout).
@@ -77,47 +90,11 @@ static inline int hilock_lock_new_lease(hilock_client *client,
                               ttl_ms, out);
 }
 
-/* The verbs of every family (hold.h); extend and renew are HILOCK_ENOTSUP
- * for a simple lock. */
-static inline int hilock_lock_try_acquire(hilock_lock *lock) {
-  return hilock_hold_try_acquire(HILOCK_HOLD(lock));
-}
-static inline int hilock_lock_acquire(hilock_lock *lock, int64_t wait_ms) {
-  return hilock_hold_acquire(HILOCK_HOLD(lock), wait_ms);
-}
-static inline int hilock_lock_release(hilock_lock *lock) {
-  return hilock_hold_release(HILOCK_HOLD(lock));
-}
-static inline int hilock_lock_extend(hilock_lock *lock, int64_t ms,
-                                     int replace) {
-  return hilock_hold_extend(HILOCK_HOLD(lock), ms, replace);
-}
-static inline int hilock_lock_renew(hilock_lock *lock) {
-  return hilock_hold_renew(HILOCK_HOLD(lock));
-}
-
 /* Operator tool: delete the lock whatever its owner (for a simple lock whose
  * holder died). *deleted = 1 if a lock was there; deleted may be NULL. */
 HILOCK_API int hilock_lock_force_release(hilock_lock *lock, int *deleted);
 
-/* Lock delay (Chubby's, Consul's): when a grant ends without its holder's
- * release (the TTL ran out, the holder was lost or killed, an operator's
- * force release), the name is granted to no one for delay_ms after that; a
- * release frees it at once. Each grant and renewal writes the marker key
- * hilock:{name}:delay with a TTL of the lock's TTL plus delay_ms, the
- * release deletes it, and an acquire refuses while only the marker is
- * there (a waiter sleeps its remaining TTL). Every acquire honours the
- * marker, whether its own handle has a delay or not. 0 (the default): this
- * handle's grants write no marker. Set it before acquiring
- * (HILOCK_EINVAL while held); a simple lock takes none (HILOCK_EINVAL).
- * delay_ms in 0..HILOCK_TTL_MAX_MS. */
-static inline int hilock_lock_set_delay(hilock_lock *lock, int64_t delay_ms) {
-  return hilock_hold_set_lock_delay(HILOCK_HOLD(lock), delay_ms);
-}
-static inline int64_t hilock_lock_delay_ms(const hilock_lock *lock) {
-  return hilock_hold_lock_delay_ms(HILOCK_HOLD((hilock_lock *)lock));
-}
-
+/* The lock's kind. */
 HILOCK_API hilock_lock_kind hilock_lock_kind_of(const hilock_lock *lock);
 
 #ifdef __cplusplus

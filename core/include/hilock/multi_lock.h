@@ -16,10 +16,19 @@
  * Index i in the functions below is the position of a name in the sorted,
  * de-duplicated set (hilock_multi_lock_name), not in the caller's array.
  *
- * Release frees exactly the keys this holder holds (owner-checked); a key
- * that expired or was taken by someone else is left alone and reported
- * (HILOCK_ENOTOWNED, hilock_multi_lock_missing). Extend and renewal refresh
- * every key or none: one missing key means the hold is lost.
+ * Verbs: those of every family, on the lock's hold (hilock/hold.h:
+ * hilock_hold_acquire(HILOCK_HOLD(m), wait_ms) and the others), for the
+ * whole set. A grant takes every name; HILOCK_BUSY if at least one is held
+ * by someone else, and then nothing is taken. Release deletes every key
+ * this holder still holds and wakes each name's waiter; a key that expired
+ * or was taken by someone else is left alone and reported
+ * (HILOCK_ENOTOWNED, hilock_multi_lock_missing), the rest are freed. Extend
+ * and renewal refresh every key or none: only if this holder still holds
+ * every key; otherwise nothing changes and the hold is marked lost.
+ * hilock_hold_owned asks whether the grant still holds every key (a
+ * missing key marks the hold lost); hilock_hold_fence is the highest of the
+ * names' fences. A lock delay (hilock_hold_set_lock_delay, as for
+ * hilock_lock) applies to every name.
  *
  * Waiting: a busy attempt reports the name that blocked it; the waiter
  * sleeps on that name's wake list, bounded by its holder's remaining TTL
@@ -68,52 +77,7 @@ HILOCK_API int hilock_multi_lock_new_len(hilock_client *client,
                                         int64_t ttl_ms,
                                         hilock_multi_lock **out);
 
-/* The verbs of every family (hold.h), for the whole set: a grant takes
- * every name; HILOCK_BUSY if at least one is held by someone else, and then
- * nothing is taken. */
-static inline int hilock_multi_lock_try_acquire(hilock_multi_lock *m) {
-  return hilock_hold_try_acquire(HILOCK_HOLD(m));
-}
-static inline int hilock_multi_lock_acquire(hilock_multi_lock *m,
-                                            int64_t wait_ms) {
-  return hilock_hold_acquire(HILOCK_HOLD(m), wait_ms);
-}
-
-/* Delete every key this holder still holds and wake each name's waiter.
- * HILOCK_ENOTOWNED if any key had expired or belonged to someone else:
- * those are left alone (hilock_multi_lock_missing), the rest are freed. */
-static inline int hilock_multi_lock_release(hilock_multi_lock *m) {
-  return hilock_hold_release(HILOCK_HOLD(m));
-}
-
-/* The verbs of every family (hold.h), on every key at once: only if this
- * holder still holds every key; otherwise nothing changes and the hold is
- * marked lost. */
-static inline int hilock_multi_lock_extend(hilock_multi_lock *m, int64_t ms,
-                                           int replace) {
-  return hilock_hold_extend(HILOCK_HOLD(m), ms, replace);
-}
-static inline int hilock_multi_lock_renew(hilock_multi_lock *m) {
-  return hilock_hold_renew(HILOCK_HOLD(m));
-}
-
-/* hilock_hold_owned(HILOCK_HOLD(m), &owned) asks whether this handle's
- * grant still holds every key (a missing key marks the hold lost);
- * hilock_hold_fence is the highest of the names' fences. */
-
 /* Number of distinct names, and name i (sorted) with its length. */
-/* Lock delay, as hilock_lock_set_delay (lock.h), for every name: a name
- * whose grant ended without the holder's release is granted to no one
- * (lock or multi-key lock with a delay) for delay_ms after that. Set it
- * before acquiring; delay_ms in 0..HILOCK_TTL_MAX_MS, 0: none. */
-static inline int hilock_multi_lock_set_delay(hilock_multi_lock *m,
-                                              int64_t delay_ms) {
-  return hilock_hold_set_lock_delay(HILOCK_HOLD(m), delay_ms);
-}
-static inline int64_t hilock_multi_lock_delay_ms(const hilock_multi_lock *m) {
-  return hilock_hold_lock_delay_ms(HILOCK_HOLD((hilock_multi_lock *)m));
-}
-
 HILOCK_API size_t hilock_multi_lock_count(const hilock_multi_lock *m);
 HILOCK_API const char *hilock_multi_lock_name(const hilock_multi_lock *m,
                                              size_t i, size_t *len);

@@ -31,6 +31,23 @@
  * assumptions (no node loses acknowledged writes: persistence with
  * appendfsync always, or restarts delayed by more than the TTL).
  *
+ * Verbs: those of every family, on the lock's hold (hilock/hold.h:
+ * hilock_hold_acquire(HILOCK_HOLD(rl), wait_ms) and the others), on a
+ * majority. A grant is a majority in time; HILOCK_BUSY when others hold a
+ * majority, HILOCK_ENOQUORUM when too few nodes answered. acquire retries
+ * after a random delay, returns the last attempt's outcome or HILOCK_EINTR,
+ * and retries attempts without a majority of answering nodes for at most
+ * opts.reconnect_ms (as a broken connection is), then returns
+ * HILOCK_ENOQUORUM even before wait_ms. release is an owner-checked delete
+ * on every node: HILOCK_OK if a majority deleted it, HILOCK_ENOTOWNED if a
+ * majority no longer had this holder's token (it expired); the grant is
+ * forgotten in every case, and keys left on unreachable nodes lapse at
+ * their TTL. extend and renew act on every node that still holds this
+ * holder's token and count only if a majority confirms within the current
+ * validity (the new validity is measured from before the request):
+ * HILOCK_ENOTOWNED (and the hold marked lost) if a majority has lost it,
+ * HILOCK_ENOQUORUM if too few nodes answered (the old validity stands).
+ *
  * Errors: HILOCK_ENOQUORUM when fewer than a majority of the nodes could
  * take part (down, slow, refusing); the handle's message names each failed
  * node as "address: error". HILOCK_BUSY when a majority is held by others.
@@ -74,41 +91,6 @@ HILOCK_API int hilock_redlock_new(const char *const *urls, size_t n,
                                   const char *name, size_t namelen,
                                   int64_t ttl_ms, const hilock_options *opts,
                                   hilock_redlock **out);
-
-/* The verbs of every family (hold.h), on a majority: granted on a majority
- * in time, HILOCK_BUSY when others hold a majority, HILOCK_ENOQUORUM when
- * too few nodes answered. acquire retries after a random delay, returns the
- * last attempt's outcome or HILOCK_EINTR, and retries attempts without a
- * majority of answering nodes for at most opts.reconnect_ms (as a broken
- * connection is), then returns HILOCK_ENOQUORUM even before wait_ms. */
-static inline int hilock_redlock_try_acquire(hilock_redlock *rl) {
-  return hilock_hold_try_acquire(HILOCK_HOLD(rl));
-}
-static inline int hilock_redlock_acquire(hilock_redlock *rl, int64_t wait_ms) {
-  return hilock_hold_acquire(HILOCK_HOLD(rl), wait_ms);
-}
-
-/* Owner-checked delete on every node. HILOCK_OK if a majority deleted it;
- * HILOCK_ENOTOWNED if a majority no longer had this holder's token (it
- * expired); HILOCK_ENOQUORUM if too few nodes answered. The grant is
- * forgotten in every case; keys left on unreachable nodes lapse at their
- * TTL. */
-static inline int hilock_redlock_release(hilock_redlock *rl) {
-  return hilock_hold_release(HILOCK_HOLD(rl));
-}
-
-/* The verbs of every family (hold.h), on every node that still holds this
- * holder's token. They count only if a majority confirms within the current
- * validity; the new validity is measured from before the request.
- * HILOCK_ENOTOWNED (and the hold marked lost) if a majority has lost it;
- * HILOCK_ENOQUORUM if too few nodes answered (the old validity stands). */
-static inline int hilock_redlock_extend(hilock_redlock *rl, int64_t ms,
-                                        int replace) {
-  return hilock_hold_extend(HILOCK_HOLD(rl), ms, replace);
-}
-static inline int hilock_redlock_renew(hilock_redlock *rl) {
-  return hilock_hold_renew(HILOCK_HOLD(rl));
-}
 
 /* On the hold (HILOCK_HOLD(rl), hilock/hold.h): hilock_hold_owned asks
  * every node (owned if a majority holds this handle's token and the

@@ -7,6 +7,12 @@
  * {owner -> count}, so re-entry refreshes the TTL and operators can see
  * who holds it how often. The final release deletes it and wakes a waiter.
  *
+ * Verbs: hilock_hold_try_acquire, _acquire and _release (hilock/hold.h) on
+ * HILOCK_HOLD(rl), per calling thread: acquire and try_acquire re-enter a
+ * lock the thread holds; release leaves once, and the last leave frees the
+ * lock and wakes a waiter. extend and renew are HILOCK_ENOTSUP (the
+ * watchdog renews the hash while any thread holds it).
+ *
  * Threads: one handle may be shared by threads; each thread is a separate
  * owner and the handle serialises its local state.
  *
@@ -116,19 +122,6 @@ static inline int hilock_rlock_new_redisson_write(hilock_client *client,
   return hilock_rlock_new_redisson_kind(client, name, namelen,
                                         HILOCK_REDISSON_WRITE_LOCK, ttl_ms,
                                         out);
-}
-
-/* The verbs of every family (hold.h), per calling thread: acquire and
- * try_acquire re-enter a lock the thread holds; release leaves once, and the
- * last leave frees the lock and wakes a waiter. */
-static inline int hilock_rlock_try_acquire(hilock_rlock *rl) {
-  return hilock_hold_try_acquire(HILOCK_HOLD(rl));
-}
-static inline int hilock_rlock_acquire(hilock_rlock *rl, int64_t wait_ms) {
-  return hilock_hold_acquire(HILOCK_HOLD(rl), wait_ms);
-}
-static inline int hilock_rlock_release(hilock_rlock *rl) {
-  return hilock_hold_release(HILOCK_HOLD(rl));
 }
 
 /* Round trip: the calling thread's hold count (0 if none). (Whether it

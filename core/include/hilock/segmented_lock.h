@@ -31,6 +31,13 @@
  * segments and by the caller's deadline. A waiter that finds the stock sold
  * out passes the wake-up on, so every waiter learns it promptly.
  *
+ * Verbs: those of every family, on the lock's hold (hilock/hold.h:
+ * hilock_hold_acquire(HILOCK_HOLD(seg), wait_ms) and the others), for one
+ * segment (see hilock_segmented_lock_segment): try_acquire is one round
+ * trip, HILOCK_BUSY when every non-empty segment is held; both acquires end
+ * with HILOCK_SOLDOUT when every segment is empty. release wakes one
+ * waiter; extend and renew act on the held segment's TTL.
+ *
  * Each grant carries a fencing token, strictly increasing per lock name
  * (across all segments, so also within each segment). Grants are renewed
  * by the client's watchdog when auto-renewal is on, as for hilock_lock.
@@ -73,21 +80,6 @@ HILOCK_API int hilock_segmented_lock_new(hilock_client *client, const char *name
                                   size_t namelen, size_t segments,
                                   int64_t ttl_ms, hilock_segmented_lock **out);
 
-/* The verbs of every family (hold.h), for one segment (see
- * hilock_segmented_lock_segment): try_acquire is one round trip, HILOCK_BUSY
- * when every non-empty segment is held; both acquires end with
- * HILOCK_SOLDOUT when every segment is empty. release wakes one waiter. */
-static inline int hilock_segmented_lock_try_acquire(hilock_segmented_lock *seg) {
-  return hilock_hold_try_acquire(HILOCK_HOLD(seg));
-}
-static inline int hilock_segmented_lock_acquire(hilock_segmented_lock *seg,
-                                                int64_t wait_ms) {
-  return hilock_hold_acquire(HILOCK_HOLD(seg), wait_ms);
-}
-static inline int hilock_segmented_lock_release(hilock_segmented_lock *seg) {
-  return hilock_hold_release(HILOCK_HOLD(seg));
-}
-
 /* Take n >= 1 units from the held segment's stock, in one script that
  * checks this handle still holds the segment. If the segment has fewer
  * than n: with partial != 0 take what is left, else take nothing.
@@ -123,15 +115,6 @@ HILOCK_API int hilock_segmented_lock_stock(hilock_segmented_lock *seg, size_t se
  * grant: hilock_hold_held). */
 HILOCK_API int hilock_segmented_lock_segments_held(hilock_segmented_lock *seg,
                                                    size_t *n);
-
-/* The verbs of every family (hold.h), on the held segment's TTL. */
-static inline int hilock_segmented_lock_extend(hilock_segmented_lock *seg,
-                                               int64_t ms, int replace) {
-  return hilock_hold_extend(HILOCK_HOLD(seg), ms, replace);
-}
-static inline int hilock_segmented_lock_renew(hilock_segmented_lock *seg) {
-  return hilock_hold_renew(HILOCK_HOLD(seg));
-}
 
 /* The segment of the current or last grant (0..K-1), or HILOCK_SEGMENT_NONE
  * before the first grant. */

@@ -13,6 +13,14 @@
  * wins over any handle's `permits`, until an operator changes it with
  * hilock_semaphore_set_limit (or deletes the key).
  *
+ * Verbs: hilock_hold_try_acquire, _acquire, _release and _renew
+ * (hilock/hold.h) on HILOCK_HOLD(sem), for one permit: HILOCK_BUSY when
+ * none is free; a grant is named by hilock_hold_token (permits carry no
+ * fence). release gives the permit back and wakes one waiter. renew moves
+ * the permit's expiry to now + ttl (server clock), only while it is live;
+ * an expired permit is never revived (HILOCK_ENOTOWNED). extend is
+ * HILOCK_ENOTSUP.
+ *
  * A handle stands for one holder of one permit: to hold two permits, use
  * two handles (they may share the client). Use a handle from one thread at
  * a time.
@@ -54,26 +62,6 @@ typedef struct hilock_semaphore hilock_semaphore;
 HILOCK_API int hilock_semaphore_new(hilock_client *client, const char *name,
                                     size_t namelen, int64_t permits,
                                     int64_t ttl_ms, hilock_semaphore **out);
-
-/* The verbs of every family (hold.h), for one permit: HILOCK_BUSY when
- * none is free; a grant is named by hilock_hold_token (permits carry no
- * fence). release gives the permit back and wakes one waiter. */
-static inline int hilock_semaphore_try_acquire(hilock_semaphore *sem) {
-  return hilock_hold_try_acquire(HILOCK_HOLD(sem));
-}
-static inline int hilock_semaphore_acquire(hilock_semaphore *sem,
-                                           int64_t wait_ms) {
-  return hilock_hold_acquire(HILOCK_HOLD(sem), wait_ms);
-}
-static inline int hilock_semaphore_release(hilock_semaphore *sem) {
-  return hilock_hold_release(HILOCK_HOLD(sem));
-}
-
-/* Move the permit's expiry to now + ttl (server clock), only while it is
- * live; an expired permit is never revived (HILOCK_ENOTOWNED). */
-static inline int hilock_semaphore_renew(hilock_semaphore *sem) {
-  return hilock_hold_renew(HILOCK_HOLD(sem));
-}
 
 /* Round trip: free permits now, max(0, limit - live permits). */
 HILOCK_API int hilock_semaphore_available(hilock_semaphore *sem,

@@ -12,7 +12,7 @@
  *
  * Sessions are judged on the server's clock: the holder's entry lasts ttl
  * after the grant or its last renewal; a waiter's lasts one session window
- * (hilock_sequential_lock_set_heartbeat) after its last re-check, and a waiter
+ * (hilock_hold_set_heartbeat) after its last re-check, and a waiter
  * re-checks at least every third of the window. A waiter also wakes when its
  * predecessor's session would run out, so a crashed predecessor passes the
  * turn within its session TTL even if no one else runs a script. A waiter
@@ -22,6 +22,33 @@
  * Grants carry a fencing token (the fence counter shared with the other
  * exclusive families) and are renewed by the client's watchdog when
  * auto-renewal is on. The lock is not reentrant.
+ *
+ * Verbs: those of every family, on the lock's hold (hilock/hold.h:
+ * hilock_hold_acquire(HILOCK_HOLD(sl), wait_ms) and the others).
+ * try_acquire is HILOCK_BUSY, leaving no entry, while any live contender
+ * exists. acquire creates an entry with the next sequence number and waits
+ * until it is the lowest live one; on BUSY or an error the entry is removed
+ * and the successor woken. release removes the holder's entry and wakes its
+ * successor only. extend and renew act on the holder's session.
+ *
+ * Session window (hilock_hold_set_heartbeat, in ms,
+ * HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS .. HILOCK_TTL_MAX_MS): a waiter
+ * re-checks at least every window/3 and its entry is purged once it has not
+ * for a whole window. Default: the TTL, at most
+ * HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_DEFAULT_MAX_MS. Applies from the next
+ * re-check.
+ *
+ * Lock delay (hilock_hold_set_lock_delay before acquiring): a grant of a
+ * handle with a delay sets the marker hilock:{name}:delay to the session's
+ * TTL plus the delay, renewals and extensions push it along, and the
+ * holder's release deletes it. When a grant ends without its release (the
+ * session ran out: the holder was killed, stalled or cut off), no entry is
+ * granted until the marker expires, whatever that entry's own delay: the
+ * head of the line keeps its place and sleeps the marker's remaining time
+ * (bounded by its own re-checks), then is granted; a release frees the lock
+ * at once, and so does hilock_client_force_release. An adopted grant
+ * (hilock_client_adopt) carries the exporter's delay: its renewals push the
+ * marker, its release deletes it.
  *
  * Threads: a handle stands for one contender; use it from one thread at a
  * time. Fork: a grant belongs to the process that acquired it; in a forked
@@ -52,30 +79,6 @@ HILOCK_API int hilock_sequential_lock_new(hilock_client *client, const char *nam
                                   size_t namelen, int64_t ttl_ms,
                                   hilock_sequential_lock **out);
 
-/* The verbs of every family (hold.h). try_acquire is HILOCK_BUSY, leaving
- * no entry, while any live contender exists. acquire creates an entry with
- * the next sequence number and waits until it is the lowest live one; on
- * BUSY or an error the entry is removed and the successor woken. release
- * removes the holder's entry and wakes its successor only. extend and renew
- * act on the holder's session. */
-static inline int hilock_sequential_lock_try_acquire(hilock_sequential_lock *sl) {
-  return hilock_hold_try_acquire(HILOCK_HOLD(sl));
-}
-static inline int hilock_sequential_lock_acquire(hilock_sequential_lock *sl,
-                                                 int64_t wait_ms) {
-  return hilock_hold_acquire(HILOCK_HOLD(sl), wait_ms);
-}
-static inline int hilock_sequential_lock_release(hilock_sequential_lock *sl) {
-  return hilock_hold_release(HILOCK_HOLD(sl));
-}
-static inline int hilock_sequential_lock_extend(hilock_sequential_lock *sl,
-                                                int64_t ms, int replace) {
-  return hilock_hold_extend(HILOCK_HOLD(sl), ms, replace);
-}
-static inline int hilock_sequential_lock_renew(hilock_sequential_lock *sl) {
-  return hilock_hold_renew(HILOCK_HOLD(sl));
-}
-
 /* Round trip: how many live contenders wait behind the holder. (Whether
  * this handle's grant still holds, or anyone does: hilock_hold_owned,
  * hilock_hold_locked.) */
@@ -85,34 +88,6 @@ HILOCK_API int hilock_sequential_lock_waiters(hilock_sequential_lock *sl, int64_
  * it is enqueued (readable from another thread), then of the current or
  * last grant; 0 before any. Strictly increasing per lock name. */
 HILOCK_API uint64_t hilock_sequential_lock_sequence(const hilock_sequential_lock *sl);
-
-/* The session window of a waiting entry in ms
- * (HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_MIN_MS .. HILOCK_TTL_MAX_MS): a waiter re-checks
- * at least every window/3 and its entry is purged once it has not for a
- * whole window. Default: the TTL, at most
- * HILOCK_SEQUENTIAL_LOCK_HEARTBEAT_DEFAULT_MAX_MS. Applies from the next re-check. */
-static inline int hilock_sequential_lock_set_heartbeat(
-    hilock_sequential_lock *sl, int64_t window_ms) {
-  return hilock_hold_set_heartbeat(HILOCK_HOLD(sl), window_ms);
-}
-static inline int64_t hilock_sequential_lock_heartbeat_ms(
-    const hilock_sequential_lock *sl) {
-  return hilock_hold_heartbeat_ms(HILOCK_HOLD((hilock_sequential_lock *)sl));
-}
-
-/* Lock delay: hilock_hold_set_lock_delay(HILOCK_HOLD(sl), delay_ms) before
- * acquiring (0..HILOCK_TTL_MAX_MS, 0: none; HILOCK_EINVAL while held),
- * read back with hilock_hold_lock_delay_ms. A grant of a handle with a
- * delay sets the marker hilock:{name}:delay to the session's TTL plus the
- * delay, renewals and extensions push it along, and the holder's release
- * deletes it. When a grant ends without its release (the session ran out:
- * the holder was killed, stalled or cut off), no entry is granted until
- * the marker expires, whatever that entry's own delay: the head of the
- * line keeps its place and sleeps the marker's remaining time (bounded by
- * its own re-checks), then is granted; a release frees the lock at once,
- * and so does hilock_client_force_release. An adopted grant
- * (hilock_client_adopt) carries the exporter's delay: its renewals push
- * the marker, its release deletes it. */
 
 #ifdef __cplusplus
 }
