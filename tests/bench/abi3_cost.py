@@ -2,15 +2,19 @@
 """What the limited API (abi3) costs the Python bindings: bench.py's hilock
 Python contestant, (c) acquire + release with auto-renew, in two builds of
 the extension, and a bare wrapper call (1e6 calls of hilock_version(), the
-SWIG wrapper's own cost), taking turns round after round against one redis-server:
+SWIG wrapper's own cost), taking turns round after round against one
+redis-server:
 
-    python3 tests/bench/abi3_cost.py BUILD_A BUILD_B [--rounds 7] [--seconds 2]
+    taskset -c 1 python3 tests/bench/abi3_cost.py BUILD_A BUILD_B [--rounds 7] [--seconds 2]
 
 BUILD_A and BUILD_B are build trees configured with and without
 -DHILOCK_PYTHON_LIMITED_API=ON (their python/ holds the package). Each
 round runs in a fresh interpreter; the medians of the cycles per second
-and of the nanoseconds per wrapper call
-are printed. A benchmark, not a test: nothing asserts on timing.
+and of the nanoseconds per wrapper call are printed. Pinned to one CPU
+(taskset: the server inherits it) a cycle's CPU cost is measured;
+unpinned, the scheduler's placement of client and server varies the rate
+twofold from round to round. A benchmark, not a test: nothing asserts on
+timing.
 """
 from __future__ import annotations
 
