@@ -83,9 +83,9 @@ echo "== Python typing and lint"
 # tree, whose python/hilock links the package's files next to the extension
 # and the stubs bindings/gen_pyi.py generated for it.
 "$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tools/gen_factories.py tests/python/test_typing.py tests/python/test_asyncio.py \
-  tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py \
+  tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py tests/wheel_smoke.py \
   tests/python/test_inspect.py tests/python/test_acl.py tests/python/test_script_safety.py tests/python/test_stats.py \
-  tests/python/test_cli.py tests/python/test_tls.py tests/bench/async_bench.py \
+  tests/python/test_cli.py tests/python/test_tls.py tests/bench/async_bench.py tests/bench/abi3_cost.py \
   tests/python/test_interop.py tests/python/test_factories.py tests/python/test_election.py tests/bench/election.py \
   tests/python/test_fault_checker.py tests/faults \
   tests/fuzz/fuzz_python.py tests/soak/endurance.py tests/python/test_argument_limits.py \

@@ -52,7 +52,9 @@ export PATH=$tv/bin:$PATH
 
 # Debian 12's source packages of hiredis and OpenSSL (the newest of
 # bookworm-security and bookworm; bookworm alone where the security
-# archive's pool is not reachable).
+# archive's pool is not reachable). The archive's indexes are fetched once;
+# HILOCK_REFRESH_SOURCES=1 fetches them again (a release: the newest
+# OpenSSL).
 apt_dir=$cache/apt
 apt_opts=(-o Dir::Etc::SourceList="$apt_dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
           -o Dir::State::Lists="$apt_dir/lists" -o Dir::Cache::archives="$apt_dir/archives"
@@ -68,8 +70,11 @@ EOF
   fi
   local p
   for p in hiredis openssl; do
+    # Where the archive cannot be reached, what was fetched before serves.
     (cd "$apt_dir/src" && { apt-get "${apt_opts[@]}" source -q --download-only "$p" >/dev/null 2>&1 ||
-       apt-get "${apt_opts[@]}" source -q --download-only "$p/bookworm" >/dev/null; })
+       apt-get "${apt_opts[@]}" source -q --download-only "$p/bookworm" >/dev/null 2>&1 ||
+       ls "${p}"_*.dsc >/dev/null 2>&1; }) ||
+      { echo "build_manylinux: cannot fetch Debian's source package of $p" >&2; exit 1; }
   done
 }
 # newest_dsc PACKAGE: the newest downloaded .dsc of PACKAGE.
