@@ -26,6 +26,13 @@
 #include <stdio.h>
 #include <unistd.h>
 #include "hilock/hilock.h"
+/* SWIG 4.3 gave SWIG_Python_AppendOutput an is_void argument (0: a
+ * result that is None is kept, as it is never None here). */
+#if SWIG_VERSION >= 0x040300
+#define HILOCK_APPEND_OUTPUT(r, v) SWIG_Python_AppendOutput((r), (v), 0)
+#else
+#define HILOCK_APPEND_OUTPUT(r, v) SWIG_Python_AppendOutput((r), (v))
+#endif
 %}
 
 %include "stdint.i"
@@ -102,7 +109,7 @@
     $result = v;
     py_status = NULL;
   } else {
-    $result = SWIG_Python_AppendOutput($result, v);
+    $result = HILOCK_APPEND_OUTPUT($result, v);
   }
 }
 %enddef

@@ -30,6 +30,17 @@ hilock_ensure_fuzz_debs() {
   hilock_apt_install clang libclang-rt-14-dev
 }
 
+# The portable wheels (tools/build_manylinux.sh, tests/wheel_debian11.sh):
+# dpkg-source unpacks Debian's source packages of hiredis and OpenSSL,
+# debootstrap makes the Debian 11 root; qemu-user-static runs an arm64 one
+# (with HILOCK_WHEEL_AARCH64=1).
+hilock_ensure_wheel_debs() {
+  hilock_apt_install dpkg-dev debootstrap redis-tools openssl
+  if [ "${HILOCK_WHEEL_AARCH64:-0}" = 1 ]; then
+    hilock_apt_install qemu-user-static binfmt-support
+  fi
+}
+
 # hilock_apt_install packages...: install those not installed yet.
 hilock_apt_install() {
   local missing=()

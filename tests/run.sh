@@ -68,7 +68,7 @@ echo "== Fault campaign: workloads under injected faults, checked from their his
 # any non-zero column the docs do not allow. Longer soaks: --minutes N --seed S.
 "$PY" tests/faults/campaign.py --minutes 2 --seed 1
 
-echo "== Binary wheel: a fresh virtualenv, no libhiredis, one version everywhere"
+echo "== Portable wheel (manylinux x86_64): a fresh virtualenv, no libhiredis, one version everywhere; a Debian 11 root"
 PYTHON="$PY" bash tests/wheel_check.sh
 
 echo "== The lock-type contract, inspection and least privilege on Valkey"
@@ -83,9 +83,9 @@ echo "== Python typing and lint"
 # tree, whose python/hilock links the package's files next to the extension
 # and the stubs bindings/gen_pyi.py generated for it.
 "$HILOCK_VENV/bin/ruff" check python/hilock bindings/gen_pyi.py tools/gen_factories.py tests/python/test_typing.py tests/python/test_asyncio.py \
-  tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py \
+  tests/python/test_store.py tests/python/test_pytest_plugin.py tests/wheel_check.py tests/wheel_smoke.py \
   tests/python/test_inspect.py tests/python/test_acl.py tests/python/test_script_safety.py tests/python/test_stats.py \
-  tests/python/test_cli.py tests/python/test_tls.py tests/bench/async_bench.py \
+  tests/python/test_cli.py tests/python/test_tls.py tests/bench/async_bench.py tests/bench/abi3_cost.py \
   tests/python/test_interop.py tests/python/test_factories.py tests/python/test_election.py tests/bench/election.py \
   tests/python/test_latch.py tests/bench/latch.py \
   tests/python/test_barrier.py tests/bench/barrier.py \

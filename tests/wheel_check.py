@@ -4,12 +4,12 @@ has only the hilock wheel installed:
     python -I tests/wheel_check.py CHANGELOG.md core/include/hilock/version.h
 
 Checks, printing each: hilock is imported from that virtualenv; its
-extension module needs no libhiredis (ldd) and none is mapped once a lock
-was taken and released on a private redis-server; the version of the
-wheel's metadata, hilock.__version__, the C library's hilock_version() and
-hilock_version_string(), version.h and CHANGELOG.md's newest heading are
-one; the wheel declares the pytest plugin's entry point. Exits non-zero on
-the first failed check.
+extension module needs no libhiredis, libssl or libcrypto (ldd) and no
+libhiredis is mapped once a lock was taken and released on a private
+redis-server; the version of the wheel's metadata, hilock.__version__, the
+C library's hilock_version() and hilock_version_string(), version.h and
+CHANGELOG.md's newest heading are one; the wheel declares the pytest
+plugin's entry point. Exits non-zero on the first failed check.
 """
 from __future__ import annotations
 
@@ -57,6 +57,8 @@ def main() -> None:
     for line in ldd.strip().splitlines():
         print("     " + line.strip())
     check("libhiredis" not in ldd, "the extension needs no libhiredis (ldd above)")
+    check("libssl" not in ldd and "libcrypto" not in ldd,
+          "the extension needs no libssl or libcrypto (ldd above)")
 
     with RedisServer() as srv, hilock.Client(srv.url) as client:
         lk = client.lock("wheel-check", ttl=10.0)

@@ -468,7 +468,7 @@ except OSError as e:
 
 def _guarded(cmd: List[str], signum: int) -> List[str]:
     """The argv that runs cmd so that it gets signum when hilock dies."""
-    return [sys.executable, "-I", "-S", "-c", _GUARD, str(signum), str(os.getpid()), *cmd]
+    return [sys.executable, "-I", "-S", "-c", _GUARD, str(int(signum)), str(os.getpid()), *cmd]
 
 
 def _parent_death_signal(args: argparse.Namespace) -> int:
