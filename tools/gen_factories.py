@@ -83,6 +83,9 @@ ON_LOST = Param("on_lost", "Optional[LostCallback[{lost}]]", "None", keyword_onl
                 surfaces=frozenset({CLIENT, DEFAULT}))
 COMPAT = Param("compat", "Optional[Compat]", "None", keyword_only=True,
                surfaces=frozenset({CLIENT, ASYNCIO}))
+# The expiring lock's: redis-py's layout (the lock type stays Lock).
+LOCK_COMPAT = Param("compat", "Optional[RedisPyCompat]", "None", keyword_only=True,
+                    surfaces=frozenset({CLIENT, ASYNCIO}))
 # The asyncio lock's own option (its ``async with`` block), not the blocking
 # lock's: the asyncio method passes it to the lock it wraps, not to the call.
 CANCEL_ON_LOSS = Param("cancel_on_loss", "bool", "False", keyword_only=True,
@@ -122,7 +125,7 @@ class Factory:
 
 FACTORIES = (
     Factory(
-        "lock", (NAME, *HOLD, LOCK_DELAY), "Lock", "Lock",
+        "lock", (NAME, *HOLD, LOCK_DELAY, LOCK_COMPAT), "Lock", "Lock",
         doc="""\
 An expiring lock (SET NX PX).
 
@@ -136,16 +139,22 @@ loses it within ``ttl``; pass False for a plain expiring lock.
 ``lock_delay``: seconds after a grant ends without its holder's
 release (the TTL ran out, the holder was lost or killed) in which the
 name is granted to no one; a release frees it at once (0: none).
+``compat="redis-py"``: the lock of redis-py's ``Lock`` of the same
+name (the key is the name, holding the token; no fence, no
+``lock_delay``; see the "Migrating" page).
 """,
         body="""\
-return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost,
-            lock_delay)""",
+if check_redis_py(compat):
+    no_lock_delay(lock_delay, "lock(compat='redis-py')")
+return Lock(self, name, REDIS_PY if compat else EXPIRING, ttl, timeout, auto_renew,
+            max_hold, on_lost, lock_delay)""",
         default_doc="An expiring lock on the default client (``$HILOCK_URL``, ``$REDIS_URL``).",
         async_doc="""\
 An expiring lock, as :meth:`hilock.Client.lock`.
 ``cancel_on_loss``: a loss of the hold cancels the task inside
 ``async with`` on it, and the block raises :class:`hilock.LockLost`
-(every lock that can be lost takes it; see :mod:`hilock.asyncio`)."""),
+(every lock that can be lost takes it; see :mod:`hilock.asyncio`).
+``compat="redis-py"``: redis-py's lock of the same name."""),
     Factory(
         "simple_lock", (NAME, TIMEOUT), "Lock", "Lock",
         doc="""\

@@ -1,6 +1,19 @@
 /* The exclusive lock family: simple, expiring and lease locks. Mostly the
  * scripts in core/scripts/lock_*.lua; waiting, renewal and grant state come
- * from the shared layer (wait.c, renewal.c, hold.c). */
+ * from the shared layer (wait.c, renewal.c, hold.c).
+ *
+ * redis-py's layout (HILOCK_LOCK_REDIS_PY): the lock of redis-py's
+ * redis.lock.Lock, so that Python services on redis-py and hilock exclude
+ * each other on one name. The key is the name as given (no prefix, no hash
+ * tag added), holding the owner token with its PX expiry; release is
+ * redis-py's compare-and-delete, extend adds to or replaces the PTTL as
+ * redis-py's does (lock_extend.lua reads only the key). There is no fence
+ * (the layout has no room: 0, None in Python) and no lock delay. hilock's
+ * releases publish on hilock:redis-py:{<name>} (hilock:redis-py:<name>
+ * when the name holds a '{': the channel hashes to the key's slot), where
+ * hilock's waiters listen; redis-py's releases publish nothing, so a
+ * waiter sleeps at most REDIS_PY_NAP_MS (or the holder's PTTL, if less)
+ * between attempts. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +39,41 @@ struct hilock_lock {
   size_t dkeylen;
 };
 
+/* A hilock waiter on a redis-py lock looks again at least this often: a
+ * release by redis-py publishes nothing (redis-py's own sleep is 100 ms). */
+#define REDIS_PY_NAP_MS 100
+static const char redis_py_channel[] = "hilock:redis-py:";
+
+/* redis-py's layout: the key is the name; the wake channel hashes to the
+ * name's slot (the name's own hash tag, else {name}); the fence and delay
+ * keys are never read (they name the key again). */
+static int redis_py_keys(hilock_lock *l, const char *name, size_t namelen) {
+  size_t pl = sizeof(redis_py_channel) - 1;
+  int tagged = memchr(name, '{', namelen) != NULL;
+  char *w = malloc(pl + namelen + 3), *p = w;
+  l->key = hilock__dup(name, namelen);
+  l->fkey = hilock__dup(name, namelen);
+  l->dkey = hilock__dup(name, namelen);
+  if (w == NULL || l->key == NULL || l->fkey == NULL || l->dkey == NULL) {
+    free(w);
+    free(l->key);
+    free(l->fkey);
+    free(l->dkey);
+    return HILOCK_ENOMEM;
+  }
+  memcpy(p, redis_py_channel, pl);
+  p += pl;
+  if (!tagged) *p++ = '{';
+  memcpy(p, name, namelen);
+  p += namelen;
+  if (!tagged) *p++ = '}';
+  *p = '\0';
+  l->wkey = w;
+  l->wkeylen = (size_t)(p - w);
+  l->keylen = l->fkeylen = l->dkeylen = namelen;
+  return HILOCK_OK;
+}
+
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 /* A constructor's kind and TTL: a simple lock takes none (0). */
@@ -37,10 +85,11 @@ typedef struct kind_ttl {
 static int check_kind(hilock__err *e, const void *arg) {
   const kind_ttl *k = arg;
   if (k->kind != HILOCK_LOCK_SIMPLE && k->kind != HILOCK_LOCK_EXPIRING &&
-      k->kind != HILOCK_LOCK_LEASE)
+      k->kind != HILOCK_LOCK_LEASE && k->kind != HILOCK_LOCK_REDIS_PY)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "lock kind must be HILOCK_LOCK_SIMPLE, "
-                           "HILOCK_LOCK_EXPIRING or HILOCK_LOCK_LEASE, got %d",
+                           "HILOCK_LOCK_EXPIRING, HILOCK_LOCK_LEASE or "
+                           "HILOCK_LOCK_REDIS_PY, got %d",
                            (int)k->kind);
   if (k->kind == HILOCK_LOCK_SIMPLE && k->ttl_ms != 0)
     return hilock__set_err(e, HILOCK_EINVAL,
@@ -64,7 +113,12 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;
-  if (hilock__family_keys(client, name, namelen, 4,
+  if (kind == HILOCK_LOCK_REDIS_PY) {
+    if (redis_py_keys(l, name, namelen) != HILOCK_OK) {
+      free(l);
+      return HILOCK_ENOMEM;
+    }
+  } else if (hilock__family_keys(client, name, namelen, 4,
                           "lock", &l->key, &l->keylen,
                           "fence", &l->fkey, &l->fkeylen,
                           "wake", &l->wkey, &l->wkeylen,
@@ -119,25 +173,46 @@ static int attempt(void *arg, int64_t *pttl) {
   redisReply *r;
   int rc, ok;
 
+  int py = l->kind == HILOCK_LOCK_REDIS_PY;
+  int64_t busy;
+
+  if (py) {
+    /* redis-py's layout: its scripts read the key and the channel only. */
+    keys[1] = l->wkey;
+    keylens[1] = l->wkeylen;
+    undo.script = &hilock__script_redispy_release;
+    undo.nkeys = 2;
+    ukeys[1] = l->wkey;
+    ukeylens[1] = l->wkeylen;
+    nargs = 2;
+  }
   if (hilock__attempt_woken() != 2) arglens[2] = 1; /* "w" */
   rc = hilock__attempt_begin(h, "this handle already holds the lock; release "
                                 "it first (the lock is not reentrant)");
   if (rc == HILOCK_OK)
-    rc = hilock__attempt_run(h, &a, &undo, &hilock__script_lock_acquire, 4,
-                             keys, keylens, nargs, args, arglens, &r);
+    rc = hilock__attempt_run(h, &a, &undo,
+                             py ? &hilock__script_redispy_acquire
+                                : &hilock__script_lock_acquire,
+                             py ? 1 : 4, keys, keylens, nargs, args, arglens,
+                             &r);
   if (rc != HILOCK_OK) return rc;
   ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
        r->element[0]->type == REDIS_REPLY_INTEGER &&
        r->element[1]->type == REDIS_REPLY_INTEGER;
+  busy = ok ? r->element[1]->integer : 0;
+  /* A redis-py holder's release publishes nothing, and one may hold
+   * without expiry (PTTL -1): look again at least every REDIS_PY_NAP_MS. */
+  if (py && (busy < 0 || busy > REDIS_PY_NAP_MS)) busy = REDIS_PY_NAP_MS;
   return hilock__attempt_end(h, &a, r, ok ? r->element[0]->integer == 1 : -1,
                              ok ? (uint64_t)r->element[1]->integer : 0,
-                             ok ? r->element[1]->integer : 0, pttl, hilock__family_release,
+                             busy, pttl, hilock__family_release,
                              l, "acquire script");
 }
 
 static void acquire_spec(void *arg, hilock__acquire_spec *sp) {
   hilock_lock *l = arg;
   hilock__spec(sp, attempt, l, &l->wkey, &l->wkeylen);
+  if (l->kind == HILOCK_LOCK_REDIS_PY) sp->wake |= HILOCK__WAKE_CHANNEL;
 }
 
 /* lock_release.lua: delete the key if it holds our token, wake a waiter. */
@@ -147,6 +222,9 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
   size_t keylens[3] = {l->keylen, l->wkeylen, l->dkeylen};
   const char *args[1] = {l->h.owner};
   size_t arglens[1] = {l->h.ownerlen};
+  if (l->kind == HILOCK_LOCK_REDIS_PY)
+    return hilock__script_run(l->h.client, e, &hilock__script_redispy_release,
+                              2, keys, keylens, 1, args, arglens, r);
   return hilock__script_run(l->h.client, e, &hilock__script_lock_release,
                             l->h.delay_ms > 0 ? 3 : 2, keys, keylens, 1, args,
                             arglens, r);
@@ -182,8 +260,13 @@ int hilock_lock_force_release(hilock_lock *l, int *deleted) {
   keylens[0] = l->keylen;
   keys[1] = l->wkey;
   keylens[1] = l->wkeylen;
-  rc = hilock__script_run(l->h.client, &l->h.err, &hilock__script_lock_force,
-                          3, keys, keylens, 0, NULL, NULL, &r);
+  rc = l->kind == HILOCK_LOCK_REDIS_PY
+           ? hilock__script_run(l->h.client, &l->h.err,
+                                &hilock__script_redispy_force, 2, keys,
+                                keylens, 0, NULL, NULL, &r)
+           : hilock__script_run(l->h.client, &l->h.err,
+                                &hilock__script_lock_force, 3, keys, keylens,
+                                0, NULL, NULL, &r);
   if (rc != HILOCK_OK) return rc;
   if (deleted != NULL)
     *deleted = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
@@ -198,6 +281,9 @@ static int set_delay_fn(void *x, int64_t delay_ms) {
     return hilock__set_err(&l->h.err, HILOCK_EINVAL,
                            "a simple lock never lapses, so it takes no lock "
                            "delay");
+  if (delay_ms > 0 && l->kind == HILOCK_LOCK_REDIS_PY)
+    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
+                           "redis-py's layout has no room for a lock delay");
   return hilock__hold_set_delay(&l->h, delay_ms, l->dkey, l->dkeylen);
 }
 
@@ -210,7 +296,12 @@ static void grant_fn(const void *x, hilock__grant *g) {
   const hilock_lock *l = x;
   g->family = HILOCK__GRANT_LOCK;
   g->kind = (int)l->kind;
-  g->one = hilock__key_name(l->h.rt, l->key, l->keylen, "lock", &g->onelen);
+  if (l->kind == HILOCK_LOCK_REDIS_PY) { /* the key is the name */
+    g->one = hilock__dup(l->key, l->keylen);
+    g->onelen = l->keylen;
+  } else {
+    g->one = hilock__key_name(l->h.rt, l->key, l->keylen, "lock", &g->onelen);
+  }
   g->n = 1;
   g->names = &g->one;
   g->namelens = &g->onelen;

@@ -27,7 +27,7 @@ from ._election import Election
 from ._fair import FairLock
 from ._inspect import LockInfo
 from ._latch import Latch
-from ._lock import EXPIRING, LEASE, SIMPLE, Lock
+from ._lock import EXPIRING, LEASE, REDIS_PY, SIMPLE, Lock
 from ._multilock import MultiLock
 from ._redlock import Redlock
 from ._rlock import RedissonRWLock, RLock
@@ -40,8 +40,10 @@ from ._util import (
     Compat,
     Name,
     PathLike,
+    RedisPyCompat,
     Uncopyable,
     check_compat,
+    check_redis_py,
     name_bytes,
     no_lock_delay,
     prefix_bytes,
@@ -400,7 +402,8 @@ class Client(Uncopyable):
     # the table and run the script, not the code between these lines.
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,
-             on_lost: Optional[LostCallback[Lock]] = None, lock_delay: float = 0) -> Lock:
+             on_lost: Optional[LostCallback[Lock]] = None, lock_delay: float = 0,
+             compat: Optional[RedisPyCompat] = None) -> Lock:
         """An expiring lock (SET NX PX).
 
         ``ttl``: seconds until the grant lapses unless released or renewed.
@@ -413,9 +416,14 @@ class Client(Uncopyable):
         ``lock_delay``: seconds after a grant ends without its holder's
         release (the TTL ran out, the holder was lost or killed) in which the
         name is granted to no one; a release frees it at once (0: none).
+        ``compat="redis-py"``: the lock of redis-py's ``Lock`` of the same
+        name (the key is the name, holding the token; no fence, no
+        ``lock_delay``; see the "Migrating" page).
         """
-        return Lock(self, name, EXPIRING, ttl, timeout, auto_renew, max_hold, on_lost,
-                    lock_delay)
+        if check_redis_py(compat):
+            no_lock_delay(lock_delay, "lock(compat='redis-py')")
+        return Lock(self, name, REDIS_PY if compat else EXPIRING, ttl, timeout, auto_renew,
+                    max_hold, on_lost, lock_delay)
 
     def simple_lock(self, name: Name, timeout: Optional[float] = None) -> Lock:
         """A simple lock (SETNX) with no expiry: if its holder dies it stays

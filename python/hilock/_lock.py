@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 EXPIRING = _h.HILOCK_LOCK_EXPIRING
 SIMPLE = _h.HILOCK_LOCK_SIMPLE
 LEASE = _h.HILOCK_LOCK_LEASE
+# redis-py's layout: the key is the name, holding the token (no fence).
+REDIS_PY = _h.HILOCK_LOCK_REDIS_PY
 
 
 class Lock(ExclusiveBase):
@@ -36,11 +38,14 @@ class Lock(ExclusiveBase):
         super().__init__(client, name, timeout, auto_renew and kind != SIMPLE,
                          max_hold, on_lost)
         self._kind = kind
-        self._kind_name = {EXPIRING: "lock", SIMPLE: "simple_lock", LEASE: "lease"}[kind]
+        self._kind_name = {EXPIRING: "lock", SIMPLE: "simple_lock", LEASE: "lease",
+                           REDIS_PY: "lock"}[kind]
         ttl_ms = 0 if kind == SIMPLE else seconds_to_ms(ttl, "ttl")  # type: ignore[arg-type]
         delay_ms = delay_to_ms(lock_delay)
         if kind == SIMPLE:
             self._setup(client._new(_h.hilock_lock_new_simple, self._bname))
+        elif kind == REDIS_PY:
+            self._setup(client._new(_h.hilock_lock_new_kind, self._bname, REDIS_PY, ttl_ms))
         else:
             new = _h.hilock_lock_new_lease if kind == LEASE else _h.hilock_lock_new
             self._setup(client._new(new, self._bname, ttl_ms))

@@ -72,6 +72,8 @@ def prefix_bytes(prefix: str) -> bytes:
 
 #: The key layouts of other libraries a lock can share (``compat=``).
 Compat = Literal["redisson"]
+# The expiring lock's: redis-py's layout (``client.lock(name, compat="redis-py")``).
+RedisPyCompat = Literal["redis-py"]
 
 
 def check_compat(compat: Optional[str]) -> bool:
@@ -81,6 +83,15 @@ def check_compat(compat: Optional[str]) -> bool:
     if compat == "redisson":
         return True
     raise InvalidArgument(f"compat must be None or 'redisson', got {compat!r}")
+
+
+def check_redis_py(compat: Optional[str]) -> bool:
+    """Whether ``compat`` asks for redis-py's layout (None: hilock's own)."""
+    if compat is None:
+        return False
+    if compat == "redis-py":
+        return True
+    raise InvalidArgument(f"compat must be None or 'redis-py', got {compat!r}")
 
 
 def delay_to_ms(value: float) -> int:

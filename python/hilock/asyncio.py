@@ -107,7 +107,7 @@ from ._rwlock import RWLock as _SyncRWLock
 from ._seglock import SegmentedLock as _SyncSegmentedLock
 from ._semaphore import Semaphore as _SyncSemaphore
 from ._seqlock import SequentialLock as _SyncSequentialLock
-from ._util import Compat, Name, Uncopyable, seconds_to_ms, wait_seconds
+from ._util import Compat, Name, RedisPyCompat, Uncopyable, seconds_to_ms, wait_seconds
 from .errors import (
     ForkedLockError,
     InvalidArgument,
@@ -460,13 +460,16 @@ class Client(Uncopyable):
     # the table and run the script, not the code between these lines.
     def lock(self, name: Name, ttl: float = 30.0, timeout: Optional[float] = None, *,
              auto_renew: bool = True, max_hold: Optional[float] = None,
-             cancel_on_loss: bool = False, lock_delay: float = 0) -> Lock:
+             cancel_on_loss: bool = False, lock_delay: float = 0,
+             compat: Optional[RedisPyCompat] = None) -> Lock:
         """An expiring lock, as :meth:`hilock.Client.lock`.
         ``cancel_on_loss``: a loss of the hold cancels the task inside
         ``async with`` on it, and the block raises :class:`hilock.LockLost`
-        (every lock that can be lost takes it; see :mod:`hilock.asyncio`)."""
+        (every lock that can be lost takes it; see :mod:`hilock.asyncio`).
+        ``compat="redis-py"``: redis-py's lock of the same name."""
         return Lock(self, self._sync.lock(name, ttl, timeout, auto_renew=auto_renew,
-                                          max_hold=max_hold, lock_delay=lock_delay), cancel_on_loss)
+                                          max_hold=max_hold, lock_delay=lock_delay,
+                                          compat=compat), cancel_on_loss)
 
     def simple_lock(self, name: Name, timeout: Optional[float] = None) -> Lock:
         """A lock without expiry, as :meth:`hilock.Client.simple_lock`."""

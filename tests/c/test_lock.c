@@ -611,13 +611,13 @@ static void accessors_describe_the_handle(void **state) {
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
-/* hilock_lock_new_kind, under the three named constructors: a kind that is
- * none of the three, or a simple lock given a TTL, is HILOCK_EINVAL with a
+/* hilock_lock_new_kind, under the named constructors: a kind that is
+ * none of the four, or a simple lock given a TTL, is HILOCK_EINVAL with a
  * message on the client, and no handle. */
 static void new_kind_checks_the_kind_and_a_simple_locks_ttl(void **state) {
   fixture *f = *state;
   hilock_lock *l = (hilock_lock *)1;
-  assert_hl_rc(hilock_lock_new_kind(f->client, "k", 1, (hilock_lock_kind)3,
+  assert_hl_rc(hilock_lock_new_kind(f->client, "k", 1, (hilock_lock_kind)4,
                                     1000, &l),
                HILOCK_EINVAL, hilock_client_errmsg(f->client));
   assert_null(l);

@@ -61,7 +61,15 @@ typedef struct hilock_lock hilock_lock;
 typedef enum hilock_lock_kind {
   HILOCK_LOCK_SIMPLE = 0,
   HILOCK_LOCK_EXPIRING = 1,
-  HILOCK_LOCK_LEASE = 2
+  HILOCK_LOCK_LEASE = 2,
+  /* redis-py's layout (docs/migration.md): the same lock as redis-py's
+   * redis.lock.Lock named name, so Python services on redis-py and this
+   * handle exclude each other. The key is name as given (no prefix),
+   * holding the owner token with its PX expiry; no fence (0), no lock
+   * delay; a release by redis-py is noticed by hilock's waiters within
+   * 100 ms (a release by hilock at once). Expires and renews as an
+   * expiring lock. */
+  HILOCK_LOCK_REDIS_PY = 3
 } hilock_lock_kind;
 
 /* CONSTRUCTOR, as every family's (hold.h), for a lock of kind; a simple

@@ -1,0 +1,218 @@
+"""Migrating from redis-py's Lock: ``client.lock(name, compat="redis-py")``.
+
+hilock's lock in redis-py's layout is the same lock as redis-py's
+``redis.lock.Lock`` of that name: the key is the name, holding the token
+with its PX expiry. These tests run redis-py's own Lock (the installed
+redis package) against it on a real server: each excludes the other,
+each's release frees the name for the other, and a fleet of processes
+running both on one name never overlaps (history checker).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import redis
+from redis.lock import Lock as RedisPyLock
+
+import hilock
+from helpers import FORK, counts_by_pid, kill_child, open_gate, pass_gate, sell_out, start_child
+from history import RedisHistory, check_no_overlap
+
+N_EACH = 3            # processes per library in the mixed fleet
+STOCK = 60
+LOCK_TTL = 10.0       # far longer than any critical section here
+RUN_TIMEOUT = 60.0    # the whole fleet, on a loaded 2-core machine
+
+
+def test_layout_is_redis_pys(client: hilock.Client, rds: redis.Redis) -> None:
+    """The key is the bare name (no prefix), holding the token with a PX
+    expiry; there is no fence key and no fence."""
+    lk = client.lock("orders:42", ttl=5.0, compat="redis-py", auto_renew=False)
+    assert lk.acquire(timeout=0)
+    try:
+        assert rds.get("orders:42") == lk.token.encode()
+        assert 0 < rds.pttl("orders:42") <= 5000
+        assert lk.fence is None
+        assert sorted(rds.keys("*")) == [b"orders:42"]
+        # redis-py's Lock sees the name taken, and its owner check fails.
+        peer = RedisPyLock(rds, "orders:42", timeout=5)
+        assert not peer.acquire(blocking=False)
+        assert peer.locked()
+        lk.extend(10.0, replace=True)  # redis-py's extend(replace_ttl=True)
+        assert 5000 < rds.pttl("orders:42") <= 10000
+    finally:
+        lk.release()
+    assert rds.exists("orders:42") == 0
+
+
+def test_bad_compat_and_no_lock_delay(client: hilock.Client) -> None:
+    with pytest.raises(hilock.InvalidArgument):
+        client.lock("n", compat="redisson")  # type: ignore[arg-type]
+    with pytest.raises(hilock.InvalidArgument):
+        client.rlock("n", compat="redis-py")  # type: ignore[arg-type]
+    with pytest.raises(hilock.InvalidArgument):
+        client.lock("n", compat="redis-py", lock_delay=1.0)
+
+
+def test_redis_py_holder_excludes_and_its_release_frees(client: hilock.Client,
+                                                          rds: redis.Redis) -> None:
+    """A name held by redis-py's Lock is not granted to hilock; redis-py's
+    own release (which publishes nothing) lets the waiting hilock lock in
+    (its waiters look again at least every 100 ms)."""
+    peer = RedisPyLock(rds, "jobs", timeout=30)
+    assert peer.acquire(blocking=False)
+    lk = client.lock("jobs", ttl=5.0, compat="redis-py")
+    assert not lk.acquire(timeout=0)
+    got = []
+    t = threading.Thread(target=lambda: got.append(lk.acquire(timeout=30)))
+    t.start()
+    deadline = time.monotonic() + 20
+    while client.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    peer.release()
+    t.join(30)
+    assert got == [True]
+    assert rds.get("jobs") == lk.token.encode()
+    lk.release()
+
+
+def test_hilock_release_publishes_and_redis_py_takes_over(client: hilock.Client,
+                                                          rds: redis.Redis) -> None:
+    """hilock's release deletes only its own token and tells hilock's
+    waiters on the name's channel; redis-py's Lock then takes the name."""
+    lk = client.lock("jobs", ttl=5.0, compat="redis-py")
+    assert lk.acquire(timeout=0)
+    ps = rds.pubsub()
+    ps.subscribe("hilock:redis-py:{jobs}")
+    assert ps.get_message(timeout=5)["type"] == "subscribe"
+    peer = RedisPyLock(rds, "jobs", timeout=30)
+    assert not peer.acquire(blocking=False)
+    lk.release()
+    msg = ps.get_message(timeout=5)
+    assert msg is not None and msg["channel"] == b"hilock:redis-py:{jobs}"
+    ps.close()
+    assert peer.acquire(blocking=False)
+    # hilock's release checks the owner: a second one deletes nothing.
+    with pytest.raises(hilock.LockNotOwnedError):
+        lk.release()
+    assert peer.owned()
+    peer.release()
+
+
+class _RedisPySeller:
+    """redis-py's Lock with the acquire(timeout=) and fence sell_out uses."""
+
+    fence = None
+
+    def __init__(self, r: redis.Redis, name: str) -> None:
+        self.lock = RedisPyLock(r, name, timeout=LOCK_TTL, sleep=0.01)
+
+    def acquire(self, timeout: float) -> bool:
+        return bool(self.lock.acquire(blocking_timeout=timeout))
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def _seller(url: str, lib: str, name: str, gate, tag: str) -> None:
+    r = redis.Redis.from_url(url)
+    if lib == "redis-py":
+        lk = _RedisPySeller(r, name)
+    else:
+        lk = hilock.Client(url).lock(name, ttl=LOCK_TTL, compat="redis-py")
+
+    def sell(stock: int) -> None:
+        time.sleep(0.001)  # widen the race window of the read-modify-write
+        r.set(f"{tag}:stock", stock - 1)
+
+    pass_gate(gate)
+    sell_out(r, lk, tag, sell, f"{lib}: acquire timed out")
+
+
+def test_mixed_fleet_counts_exactly(rds: redis.Redis, redis_url: str) -> None:
+    """3 processes on redis-py's Lock and 3 on hilock's, one name: every
+    unit is sold once and no two critical sections overlap."""
+    tag = "mixed"
+    rds.set(f"{tag}:stock", STOCK)
+    gate = FORK.Event()
+    procs = [start_child(_seller, redis_url, lib, "shop", gate, tag)
+             for lib in ("redis-py", "hilock") * N_EACH]
+    open_gate(gate, procs, RUN_TIMEOUT)
+    sold = counts_by_pid(rds, f"{tag}:sold")
+    hist = RedisHistory(rds, f"{tag}:history").load()
+    assert len(sold) == 2 * N_EACH
+    assert sum(sold.values()) == STOCK, sold
+    assert int(rds.get(f"{tag}:stock")) == 0
+    assert len(hist) == STOCK + 2 * N_EACH
+    assert check_no_overlap(hist) == len(hist)
+    # Both libraries held it.
+    libs = {pid: lib for pid, lib in zip((p.pid for p in procs),
+                                         ("redis-py", "hilock") * N_EACH)}
+    assert {libs[iv.pid] for iv in hist} == {"redis-py", "hilock"}
+    assert rds.exists("shop") == 0
+
+
+def _hold_forever(url: str, lib: str, name: str, ttl: float, path: str) -> None:
+    """Take the name and hold it until killed (writing path once held)."""
+    if lib == "redis-py":
+        lk = RedisPyLock(redis.Redis.from_url(url), name, timeout=ttl)
+        assert lk.acquire(blocking_timeout=20)
+    else:
+        # auto_renew=False: the lock lapses at its TTL once its holder dies,
+        # as redis-py's does (with renewal it lapses at the TTL too, since
+        # the renewal thread dies with the process).
+        lk = hilock.Client(url).lock(name, ttl=ttl, compat="redis-py", auto_renew=False)
+        assert lk.acquire(timeout=20)
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        time.sleep(1)
+
+
+def _wait_file(path: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never written"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("holder", ["redis-py", "hilock"])
+def test_killed_peer_holder_is_taken_over_at_its_ttl(holder: str, client: hilock.Client,
+                                                    rds: redis.Redis, redis_url: str,
+                                                    tmp_path) -> None:
+    """A holder of either library killed while holding: the other library
+    gets the name once the holder's TTL runs out, not before."""
+    path = str(tmp_path / "held")
+    p = start_child(_hold_forever, redis_url, holder, "killed", 3.0, path)
+    try:
+        _wait_file(path)
+        kill_child(p)
+    finally:
+        kill_child(p)
+    assert rds.exists("killed") == 1  # still held: the TTL has not run out
+    if holder == "redis-py":
+        lk = client.lock("killed", ttl=5.0, compat="redis-py")
+        assert lk.acquire(timeout=30)
+        assert rds.get("killed") == lk.token.encode()
+        lk.release()
+    else:
+        peer = RedisPyLock(rds, "killed", timeout=5, sleep=0.01)
+        assert peer.acquire(blocking_timeout=30)
+        assert peer.owned()
+        peer.release()
+
+
+def test_force_release_deletes_a_redis_py_holders_lock(client: hilock.Client,
+                                                       rds: redis.Redis) -> None:
+    """The operator tool on redis-py's layout deletes the key, whoever holds
+    it, and says whether it was held."""
+    peer = RedisPyLock(rds, "stuck", timeout=30)
+    assert peer.acquire(blocking=False)
+    lk = client.lock("stuck", ttl=5.0, compat="redis-py")
+    assert lk.force_release() is True
+    assert rds.exists("stuck") == 0
+    assert lk.force_release() is False
+    assert not peer.owned()
