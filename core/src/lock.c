@@ -37,6 +37,10 @@ struct hilock_lock {
    * hold's): every grant checks it, a grant with a delay sets it. */
   char *dkey;
   size_t dkeylen;
+  /* redis-py's layout: the caller's token for the grants to come
+   * (hilock_lock_set_token; none: a random one per grant). */
+  char *want;
+  size_t wantlen;
 };
 
 /* A hilock waiter on a redis-py lock looks again at least this often: a
@@ -91,6 +95,10 @@ static int check_kind(hilock__err *e, const void *arg) {
                            "HILOCK_LOCK_EXPIRING, HILOCK_LOCK_LEASE or "
                            "HILOCK_LOCK_REDIS_PY, got %d",
                            (int)k->kind);
+  if (k->kind == HILOCK_LOCK_REDIS_PY && k->ttl_ms < 0)
+    return hilock__set_err(e, HILOCK_EINVAL,
+                           "ttl must be 0 (no expiry) or > 0, got %lld",
+                           (long long)k->ttl_ms);
   if (k->kind == HILOCK_LOCK_SIMPLE && k->ttl_ms != 0)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "a simple lock takes no TTL (ttl_ms 0), got %lld",
@@ -106,9 +114,11 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
+  /* redis-py's layout takes 0: a lock without expiry, as its timeout=None. */
   rc = hilock__new_check_with(client, name, namelen,
-                              kind != HILOCK_LOCK_SIMPLE, ttl_ms, check_kind,
-                              &k);
+                              kind != HILOCK_LOCK_SIMPLE &&
+                                  !(kind == HILOCK_LOCK_REDIS_PY && ttl_ms == 0),
+                              ttl_ms, check_kind, &k);
   if (rc != HILOCK_OK) return rc;
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
@@ -144,7 +154,8 @@ int hilock_lock_new_kind(hilock_client *client, const char *name,
 static void fam_free(void *arg) {
   hilock_lock *l = arg;
   if (l != NULL)
-    hilock__family_free(&l->h, l, 4, l->key, l->fkey, l->wkey, l->dkey);
+    hilock__family_free(&l->h, l, 5, l->key, l->fkey, l->wkey, l->dkey,
+                        l->want);
 }
 
 
@@ -189,6 +200,12 @@ static int attempt(void *arg, int64_t *pttl) {
   if (hilock__attempt_woken() != 2) arglens[2] = 1; /* "w" */
   rc = hilock__attempt_begin(h, "this handle already holds the lock; release "
                                 "it first (the lock is not reentrant)");
+  if (rc == HILOCK_OK && l->wantlen > 0) { /* the caller's token */
+    memcpy(h->owner, l->want, l->wantlen);
+    h->owner[l->wantlen] = '\0';
+    h->ownerlen = l->wantlen;
+    arglens[0] = l->wantlen;
+  }
   if (rc == HILOCK_OK)
     rc = hilock__attempt_run(h, &a, &undo,
                              py ? &hilock__script_redispy_acquire
@@ -232,7 +249,8 @@ static int run_release(void *arg, hilock__err *e, redisReply **r) {
 
 static int extend_fn(void *x, int64_t ms, int replace) {
   hilock_lock *l = x;
-  if (l->kind == HILOCK_LOCK_SIMPLE)
+  if (l->kind == HILOCK_LOCK_SIMPLE ||
+      (l->kind == HILOCK_LOCK_REDIS_PY && l->h.ttl_ms == 0))
     return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
                            "a simple lock has no TTL to extend");
   return hilock__hold_extend(&l->h, ms, replace);
@@ -240,7 +258,8 @@ static int extend_fn(void *x, int64_t ms, int replace) {
 
 static int renew_fn(void *x) {
   hilock_lock *l = x;
-  if (l->kind == HILOCK_LOCK_SIMPLE)
+  if (l->kind == HILOCK_LOCK_SIMPLE ||
+      (l->kind == HILOCK_LOCK_REDIS_PY && l->h.ttl_ms == 0))
     return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
                            "a simple lock has no TTL to renew");
   return extend_fn(l, l->h.ttl_ms, 1);
@@ -285,6 +304,26 @@ static int set_delay_fn(void *x, int64_t delay_ms) {
     return hilock__set_err(&l->h.err, HILOCK_EINVAL,
                            "redis-py's layout has no room for a lock delay");
   return hilock__hold_set_delay(&l->h, delay_ms, l->dkey, l->dkeylen);
+}
+
+int hilock_lock_set_token(hilock_lock *l, const char *value, size_t len) {
+  char *copy = NULL;
+  if (l == NULL) return HILOCK_EINVAL;
+  if (l->kind != HILOCK_LOCK_REDIS_PY)
+    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
+                           "only a lock in redis-py's layout takes the "
+                           "caller's token");
+  if (len > 0 && (value == NULL || len >= sizeof(l->h.owner) ||
+                  memchr(value, '\0', len) != NULL))
+    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
+                           "a token is 1..%d bytes without NUL, got %zu",
+                           (int)sizeof(l->h.owner) - 1, len);
+  if (len > 0 && (copy = hilock__dup(value, len)) == NULL)
+    return hilock__set_err(&l->h.err, HILOCK_ENOMEM, "out of memory");
+  free(l->want);
+  l->want = copy;
+  l->wantlen = len;
+  return HILOCK_OK;
 }
 
 hilock_lock_kind hilock_lock_kind_of(const hilock_lock *l) {

@@ -35,12 +35,14 @@ class Lock(ExclusiveBase):
                  max_hold: Optional[float] = None,
                  on_lost: Optional[LostCallback[Lock]] = None,
                  lock_delay: float = 0) -> None:
-        super().__init__(client, name, timeout, auto_renew and kind != SIMPLE,
+        super().__init__(client, name, timeout, auto_renew and kind != SIMPLE and ttl is not None,
                          max_hold, on_lost)
         self._kind = kind
         self._kind_name = {EXPIRING: "lock", SIMPLE: "simple_lock", LEASE: "lease",
                            REDIS_PY: "lock"}[kind]
-        ttl_ms = 0 if kind == SIMPLE else seconds_to_ms(ttl, "ttl")  # type: ignore[arg-type]
+        # redis-py's layout takes None: no expiry (its timeout=None).
+        ttl_ms = (0 if kind == SIMPLE or (kind == REDIS_PY and ttl is None)
+                  else seconds_to_ms(ttl, "ttl"))  # type: ignore[arg-type]
         delay_ms = delay_to_ms(lock_delay)
         if kind == SIMPLE:
             self._setup(client._new(_h.hilock_lock_new_simple, self._bname))

@@ -216,3 +216,97 @@ def test_force_release_deletes_a_redis_py_holders_lock(client: hilock.Client,
     assert rds.exists("stuck") == 0
     assert lk.force_release() is False
     assert not peer.owned()
+
+
+# -- hilock.compat.redis.Lock: redis-py's API on hilock's core --------------
+
+
+def test_compat_lock_takes_the_callers_token_and_excludes_redis_py(rds: redis.Redis) -> None:
+    from hilock.compat.redis import Lock
+
+    lk = Lock(rds, "orders", timeout=10)
+    assert lk.acquire(blocking=False, token="caller-chosen")
+    assert rds.get("orders") == b"caller-chosen" == lk.local.token
+    peer = RedisPyLock(rds, "orders", timeout=10)
+    assert not peer.acquire(blocking=False)
+    assert lk.owned() and lk.locked() and not peer.owned()
+    lk.release()
+    assert lk.local.token is None and rds.get("orders") is None
+    # No expiry, as redis-py's timeout=None: the key has no TTL.
+    forever = Lock(rds, "orders")
+    assert forever.acquire(blocking=False)
+    assert rds.pttl("orders") == -1
+    with pytest.raises(redis.exceptions.LockError):
+        forever.extend(1)
+    forever.release()
+
+
+def test_compat_lock_is_granted_again_after_its_grant_lapsed(rds: redis.Redis) -> None:
+    """A grant that expired (the holder overran its timeout) is forgotten
+    at the next acquire, which is granted again."""
+    from hilock.compat.redis import Lock
+
+    lk = Lock(rds, "lapse", timeout=0.05)
+    assert lk.acquire(blocking=False)
+    deadline = time.monotonic() + 20
+    while rds.exists("lapse") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        lk.release()
+    assert lk.acquire(blocking=False)
+    assert rds.get("lapse") == lk.local.token
+    lk.release()
+
+
+def test_compat_lock_extend_and_reacquire_are_redis_pys(rds: redis.Redis) -> None:
+    from hilock.compat.redis import Lock
+
+    lk = Lock(rds, "ext", timeout=10)
+    assert lk.acquire(blocking=False)
+    assert lk.extend(10)
+    assert 10000 < rds.pttl("ext") <= 20000
+    assert lk.extend(5, replace_ttl=True)
+    assert rds.pttl("ext") <= 5000
+    assert lk.reacquire()
+    assert 5000 < rds.pttl("ext") <= 10000
+    rds.set("ext", "someone else")
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        lk.extend(1)
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        lk.reacquire()
+
+
+def test_compat_lock_waiter_is_woken_by_a_redis_py_release(rds: redis.Redis) -> None:
+    from hilock.compat.redis import Lock, client_for
+
+    peer = RedisPyLock(rds, "w", timeout=30)
+    assert peer.acquire(blocking=False)
+    lk = Lock(rds, "w", timeout=30)
+    got = []
+    t = threading.Thread(target=lambda: got.append(lk.acquire(blocking_timeout=30)))
+    t.start()
+    deadline = time.monotonic() + 20
+    while client_for(rds).waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    peer.release()
+    t.join(30)
+    assert got == [True]
+    # Each thread has its own token (thread_local=True, as redis-py): the
+    # grant is the waiting thread's, not this one's.
+    assert lk.local.token is None
+    with pytest.raises(redis.exceptions.LockError):
+        lk.release()
+    rds.delete("w")
+
+
+def test_set_token_is_for_redis_py_layout_only(client: hilock.Client) -> None:
+    from hilock import _hilock
+
+    lk = client.lock("plain", ttl=5.0)
+    with pytest.raises(hilock.InvalidArgument):
+        _hilock.hilock_lock_set_token(lk._h, b"mine")
+    py = client.lock("py", ttl=5.0, compat="redis-py")
+    with pytest.raises(hilock.InvalidArgument):
+        _hilock.hilock_lock_set_token(py._h, b"x" * 64)
+    with pytest.raises(hilock.InvalidArgument):
+        _hilock.hilock_lock_set_token(py._h, b"a\0b")

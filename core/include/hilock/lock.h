@@ -68,7 +68,8 @@ typedef enum hilock_lock_kind {
    * holding the owner token with its PX expiry; no fence (0), no lock
    * delay; a release by redis-py is noticed by hilock's waiters within
    * 100 ms (a release by hilock at once). Expires and renews as an
-   * expiring lock. */
+   * expiring lock; ttl_ms 0 is a lock without expiry (redis-py's
+   * timeout=None). */
   HILOCK_LOCK_REDIS_PY = 3
 } hilock_lock_kind;
 
@@ -101,6 +102,14 @@ static inline int hilock_lock_new_lease(hilock_client *client,
 /* Operator tool: delete the lock whatever its owner (for a simple lock whose
  * holder died). *deleted = 1 if a lock was there; deleted may be NULL. */
 HILOCK_API int hilock_lock_force_release(hilock_lock *lock, int *deleted);
+
+/* redis-py's layout only (else HILOCK_EINVAL): the grants to come write
+ * the caller's token (1..63 bytes, no NUL; redis-py's acquire(token=)) in
+ * place of a random one; len 0 goes back to random ones. Two handles given
+ * one token are one owner, as in redis-py (a grant finding its own token
+ * in the key is granted). Not for use while an acquire of the handle runs. */
+HILOCK_API int hilock_lock_set_token(hilock_lock *lock, const char *value,
+                                     size_t len);
 
 /* The lock's kind. */
 HILOCK_API hilock_lock_kind hilock_lock_kind_of(const hilock_lock *lock);
