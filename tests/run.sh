@@ -63,6 +63,9 @@ hilock_install_python
 # on one worker): most tests wait on the server, TTLs or other processes.
 (cd build && "$PY" -m pytest ../tests/python -q -p no:cacheprovider -n 2 --dist loadfile)
 
+echo "== redis-py's own lock tests against hilock.compat.redis (its sdist, cached in ~/.cache/hilock)"
+PY="$PY" bash tests/compat/run_redis_py_tests.sh
+
 echo "== Fault campaign: workloads under injected faults, checked from their histories"
 # A short campaign with a fixed seed (printed): about two minutes; fails on
 # any non-zero column the docs do not allow. Longer soaks: --minutes N --seed S.

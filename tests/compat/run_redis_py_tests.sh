@@ -25,9 +25,10 @@ if [ ! -f "$tests/tests/test_lock.py" ]; then
     "$PY" -m pip download -q --no-deps --no-binary :all: "redis==$version" -d "$cache"
   fi
   rm -rf "$tests.tmp" && mkdir -p "$tests.tmp"
-  # Only the tests: the sdist's redis package must not shadow the installed one.
+  # Only the tests and their pytest settings (asyncio_mode = "auto"): the
+  # sdist's redis package must not shadow the installed one.
   tar xzf "$cache/redis-$version.tar.gz" -C "$tests.tmp" --strip-components=1 \
-    "redis-$version/tests"
+    "redis-$version/tests" "redis-$version/pyproject.toml"
   mv "$tests.tmp" "$tests"
 fi
 
@@ -54,5 +55,5 @@ done
 
 cd "$tests"
 PYTHONPATH="$here:$tests${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest "${files[@]}" \
-  -p redis_py_plugin -p no:cacheprovider -q -W ignore::pytest.PytestConfigWarning \
+  -p redis_py_plugin -p no:cacheprovider -q -p no:warnings \
   --redis-url="redis://127.0.0.1:$port/0" "${deselect[@]}" "$@"

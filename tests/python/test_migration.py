@@ -310,3 +310,47 @@ def test_set_token_is_for_redis_py_layout_only(client: hilock.Client) -> None:
         _hilock.hilock_lock_set_token(py._h, b"x" * 64)
     with pytest.raises(hilock.InvalidArgument):
         _hilock.hilock_lock_set_token(py._h, b"a\0b")
+
+
+def test_asyncio_compat_lock_shares_redis_pys_lock(redis_url: str) -> None:
+    """hilock.compat.redis.asyncio.Lock against redis.asyncio's own Lock on
+    one name: the caller's token, exclusion both ways, a waiting acquire
+    (not blocking the loop) granted after the peer's release, extend."""
+    import asyncio
+
+    import redis.asyncio as aredis
+    from redis.asyncio.lock import Lock as AsyncRedisPyLock
+
+    from hilock.compat.redis.asyncio import Lock, client_for
+
+    async def main() -> None:
+        r = aredis.Redis.from_url(redis_url)
+        await r.flushall()
+        try:
+            lk = Lock(r, "a", timeout=10)
+            peer = AsyncRedisPyLock(r, "a", timeout=10)
+            assert await lk.acquire(blocking=False, token="mine")
+            assert await r.get("a") == b"mine"
+            assert not await peer.acquire(blocking=False)
+            await lk.release()
+            assert await peer.acquire(blocking=False)
+            waiter = asyncio.ensure_future(lk.acquire(blocking_timeout=30))
+            deadline = time.monotonic() + 20
+            while client_for(r).waiting == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert not waiter.done()
+            await peer.release()
+            assert await waiter
+            assert await lk.owned() and not await peer.owned()
+            assert await lk.extend(10)
+            assert 10000 < await r.pttl("a") <= 20000
+            await lk.release()
+            async with Lock(r, "a") as forever:
+                assert await r.pttl("a") == -1
+                with pytest.raises(redis.exceptions.LockError):
+                    await forever.reacquire()
+            assert not await lk.locked()
+        finally:
+            await r.aclose()
+
+    asyncio.run(main())

@@ -25,7 +25,7 @@ import threading
 import uuid
 import weakref
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 from urllib.parse import quote
 
 from redis.exceptions import LockError, LockNotOwnedError
@@ -59,35 +59,61 @@ def _url_of(kw: Dict[str, Any], tls: bool) -> str:
     return f"{'rediss' if tls else 'redis'}://{auth}{host}:{int(kw.get('port') or 6379)}/{db}"
 
 
-def client_for(redis_client: Any) -> Client:
-    """The :class:`hilock.Client` that the compat locks of ``redis_client``
-    use: one per connection pool, on the pool's host, port or socket, db,
-    credentials and TLS settings; closed when the pool goes."""
+def _pool_of(redis_client: Any) -> Any:
     pool = getattr(redis_client, "connection_pool", None)
     if pool is None:
         raise _errors.UnsupportedError(
             "hilock.compat.redis takes a redis.Redis client (a cluster client "
             "is not supported yet)")
+    return pool
+
+
+def _client_args(pool: Any) -> Tuple[str, Dict[str, Any]]:
+    """A hilock client's URL and options for a redis-py connection pool
+    (blocking or asyncio): host, port or socket, db, credentials, TLS."""
+    kw = dict(pool.connection_kwargs)
+    tls = "ssl_cert_reqs" in kw or "SSL" in getattr(pool.connection_class, "__name__", "")
+    args: Dict[str, Any] = {}
+    if tls:
+        for k in ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile",
+                  "ssl_password", "ssl_cert_reqs", "ssl_check_hostname"):
+            if kw.get(k) is not None:
+                args[k] = kw[k]
+    if kw.get("socket_connect_timeout"):
+        args["connect_timeout"] = float(kw["socket_connect_timeout"])
+    if kw.get("socket_timeout"):
+        args["command_timeout"] = float(kw["socket_timeout"])
+    return _url_of(kw, tls), args
+
+
+def client_for(redis_client: Any) -> Client:
+    """The :class:`hilock.Client` that the compat locks of ``redis_client``
+    use: one per connection pool, on the pool's host, port or socket, db,
+    credentials and TLS settings; closed when the pool goes."""
+    pool = _pool_of(redis_client)
     with _guard:
         c = _clients.get(pool)
         if c is None:
-            kw = dict(pool.connection_kwargs)
-            tls = "ssl_cert_reqs" in kw or "SSL" in getattr(pool.connection_class,
-                                                           "__name__", "")
-            args: Dict[str, Any] = {}
-            if tls:
-                for k in ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile",
-                          "ssl_password", "ssl_cert_reqs", "ssl_check_hostname"):
-                    if kw.get(k) is not None:
-                        args[k] = kw[k]
-            if kw.get("socket_connect_timeout"):
-                args["connect_timeout"] = float(kw["socket_connect_timeout"])
-            if kw.get("socket_timeout"):
-                args["command_timeout"] = float(kw["socket_timeout"])
-            c = Client(_url_of(kw, tls), **args)
+            url, args = _client_args(pool)
+            c = Client(url, **args)
             _clients[pool] = c
             weakref.finalize(pool, c.close)
     return c
+
+
+def _encode(redis_client: Any, token: Union[str, bytes]) -> bytes:
+    try:
+        encoder = redis_client.connection_pool.get_encoder()
+    except AttributeError:
+        encoder = redis_client.get_encoder()
+    return encoder.encode(token)  # type: ignore[no-any-return]
+
+
+def _set_token(lk: _HiLock, token: bytes, name: str) -> None:
+    try:
+        _h.hilock_lock_set_token(lk._h, token)
+    except _errors.InvalidArgument as e:
+        raise LockError(str(e), lock_name=name) from None
 
 
 class Lock:
@@ -161,16 +187,13 @@ class Lock:
         if token is None:
             btoken = uuid.uuid1().hex.encode()
         else:
-            btoken = self.redis.get_encoder().encode(token)
+            btoken = _encode(self.redis, token)
         if blocking is None:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
         lk = self.hilock_lock
-        try:
-            _h.hilock_lock_set_token(lk._h, btoken)
-        except _errors.InvalidArgument as e:
-            raise LockError(str(e), lock_name=self.name) from None
+        _set_token(lk, btoken, self.name)
         wait = 0.0 if not blocking else blocking_timeout
         if wait is not None and wait < 0:
             wait = 0.0
@@ -190,7 +213,7 @@ class Lock:
             return False
         stored = self.redis.get(self.name)
         if stored is not None and not isinstance(stored, bytes):
-            stored = self.redis.get_encoder().encode(stored)
+            stored = _encode(self.redis, stored)
         return bool(stored == token)
 
     def release(self) -> None:
