@@ -14,6 +14,7 @@
  * hilock's waiters listen; redis-py's releases publish nothing, so a
  * waiter sleeps at most REDIS_PY_NAP_MS (or the holder's PTTL, if less)
  * between attempts. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +39,10 @@ struct hilock_lock {
   char *dkey;
   size_t dkeylen;
   /* redis-py's layout: the caller's token for the grants to come
-   * (hilock_lock_set_token; none: a random one per grant). */
-  char *want;
+   * (hilock_lock_set_token; none: a random one per grant), under wmu: a
+   * thread may set it while another's acquire reads it. */
+  pthread_mutex_t wmu;
+  char want[sizeof(((hilock__hold *)0)->owner)];
   size_t wantlen;
 };
 
@@ -123,8 +126,10 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   l = calloc(1, sizeof(*l));
   if (l == NULL) return HILOCK_ENOMEM;
   l->kind = kind;
+  pthread_mutex_init(&l->wmu, NULL);
   if (kind == HILOCK_LOCK_REDIS_PY) {
     if (redis_py_keys(l, name, namelen) != HILOCK_OK) {
+      pthread_mutex_destroy(&l->wmu);
       free(l);
       return HILOCK_ENOMEM;
     }
@@ -133,6 +138,7 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
                           "fence", &l->fkey, &l->fkeylen,
                           "wake", &l->wkey, &l->wkeylen,
                           "delay", &l->dkey, &l->dkeylen) != HILOCK_OK) {
+    pthread_mutex_destroy(&l->wmu);
     free(l);
     return HILOCK_ENOMEM;
   }
@@ -153,9 +159,10 @@ int hilock_lock_new_kind(hilock_client *client, const char *name,
 
 static void fam_free(void *arg) {
   hilock_lock *l = arg;
-  if (l != NULL)
-    hilock__family_free(&l->h, l, 5, l->key, l->fkey, l->wkey, l->dkey,
-                        l->want);
+  if (l != NULL) {
+    pthread_mutex_destroy(&l->wmu);
+    hilock__family_free(&l->h, l, 4, l->key, l->fkey, l->wkey, l->dkey);
+  }
 }
 
 
@@ -200,11 +207,15 @@ static int attempt(void *arg, int64_t *pttl) {
   if (hilock__attempt_woken() != 2) arglens[2] = 1; /* "w" */
   rc = hilock__attempt_begin(h, "this handle already holds the lock; release "
                                 "it first (the lock is not reentrant)");
-  if (rc == HILOCK_OK && l->wantlen > 0) { /* the caller's token */
-    memcpy(h->owner, l->want, l->wantlen);
-    h->owner[l->wantlen] = '\0';
-    h->ownerlen = l->wantlen;
-    arglens[0] = l->wantlen;
+  if (rc == HILOCK_OK && py) { /* the caller's token, if one is set */
+    pthread_mutex_lock(&l->wmu);
+    if (l->wantlen > 0) {
+      memcpy(h->owner, l->want, l->wantlen);
+      h->owner[l->wantlen] = '\0';
+      h->ownerlen = l->wantlen;
+      arglens[0] = l->wantlen;
+    }
+    pthread_mutex_unlock(&l->wmu);
   }
   if (rc == HILOCK_OK)
     rc = hilock__attempt_run(h, &a, &undo,
@@ -307,22 +318,20 @@ static int set_delay_fn(void *x, int64_t delay_ms) {
 }
 
 int hilock_lock_set_token(hilock_lock *l, const char *value, size_t len) {
-  char *copy = NULL;
   if (l == NULL) return HILOCK_EINVAL;
   if (l->kind != HILOCK_LOCK_REDIS_PY)
     return hilock__set_err(&l->h.err, HILOCK_EINVAL,
                            "only a lock in redis-py's layout takes the "
                            "caller's token");
-  if (len > 0 && (value == NULL || len >= sizeof(l->h.owner) ||
+  if (len > 0 && (value == NULL || len >= sizeof(l->want) ||
                   memchr(value, '\0', len) != NULL))
     return hilock__set_err(&l->h.err, HILOCK_EINVAL,
                            "a token is 1..%d bytes without NUL, got %zu",
-                           (int)sizeof(l->h.owner) - 1, len);
-  if (len > 0 && (copy = hilock__dup(value, len)) == NULL)
-    return hilock__set_err(&l->h.err, HILOCK_ENOMEM, "out of memory");
-  free(l->want);
-  l->want = copy;
+                           (int)sizeof(l->want) - 1, len);
+  pthread_mutex_lock(&l->wmu);
+  if (len > 0) memcpy(l->want, value, len);
   l->wantlen = len;
+  pthread_mutex_unlock(&l->wmu);
   return HILOCK_OK;
 }
 

@@ -651,6 +651,59 @@ static void new_kind_checks_the_kind_and_a_simple_locks_ttl(void **state) {
   hilock_hold_free(HILOCK_HOLD(l));
 }
 
+/* redis-py's layout: the key is the bare name holding the token (the
+ * caller's, once set), with its PX expiry or none (ttl 0); no fence; the
+ * owner check of release; the caller's token only on this kind. */
+static void redis_py_layout_is_the_bare_name_holding_the_token(void **state) {
+  fixture *f = *state;
+  hilock_lock *l = NULL, *plain = NULL, *forever = NULL;
+  char *v;
+  assert_hl_ok(hilock_lock_new_kind(f->client, "py:1", 4, HILOCK_LOCK_REDIS_PY,
+                                    5000, &l),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_lock_set_token(l, "caller", 6),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(l), 0),
+               hilock_hold_errmsg(HILOCK_HOLD(l)));
+  v = hl_redis_get(f->redis, "py:1", 4);
+  assert_string_equal(v, "caller");
+  free(v);
+  assert_i64_between(hl_redis_pttl(f->redis, "py:1", 4), 1, 5000);
+  assert_int_equal(hilock_hold_fence(HILOCK_HOLD(l)), 0);
+  assert_false(hl_redis_exists(f->redis, "hilock:{py:1}:fence", 19));
+  /* The token is the owner: a value written over it is someone else's. */
+  hl_redis_ok(f->redis, "SET py:1 other");
+  assert_int_equal(hilock_hold_release(HILOCK_HOLD(l)), HILOCK_ENOTOWNED);
+  v = hl_redis_get(f->redis, "py:1", 4);
+  assert_string_equal(v, "other");
+  free(v);
+  hl_redis_ok(f->redis, "DEL py:1");
+  /* Too long, NUL inside, or another kind: refused. */
+  assert_int_equal(hilock_lock_set_token(l, "a\0b", 3), HILOCK_EINVAL);
+  {
+    char big[65];
+    memset(big, 'x', sizeof(big));
+    assert_int_equal(hilock_lock_set_token(l, big, sizeof(big)),
+                     HILOCK_EINVAL);
+  }
+  assert_hl_ok(hilock_lock_new(f->client, "py:2", 4, 5000, &plain), "new");
+  assert_int_equal(hilock_lock_set_token(plain, "t", 1), HILOCK_EINVAL);
+  assert_int_equal(hilock_lock_set_token(NULL, "t", 1), HILOCK_EINVAL);
+  /* ttl 0: no expiry (redis-py's timeout=None); nothing to extend. */
+  assert_hl_ok(hilock_lock_new_kind(f->client, "py:3", 4, HILOCK_LOCK_REDIS_PY,
+                                    0, &forever),
+               hilock_client_errmsg(f->client));
+  assert_hl_ok(hilock_hold_acquire(HILOCK_HOLD(forever), 0), "acquire");
+  assert_int_equal(hl_redis_pttl(f->redis, "py:3", 4), -1);
+  assert_int_equal(hilock_hold_extend(HILOCK_HOLD(forever), 1000, 0),
+                   HILOCK_ENOTSUP);
+  assert_hl_ok(hilock_hold_release(HILOCK_HOLD(forever)), "release");
+  assert_false(hl_redis_exists(f->redis, "py:3", 4));
+  hilock_hold_free(HILOCK_HOLD(forever));
+  hilock_hold_free(HILOCK_HOLD(plain));
+  hilock_hold_free(HILOCK_HOLD(l));
+}
+
 HL_FIXTURE_MAIN("lock",
       HL_TEST(fencing_tokens_increase_across_holders_and_handles),
       HL_TEST(acquire_gives_busy_after_wait_ms_when_held),
@@ -676,4 +729,5 @@ HL_FIXTURE_MAIN("lock",
       HL_TEST(damaged_fence_key_fails_before_writing_the_lock),
       HL_TEST(wrong_type_after_grant_keeps_the_grant_for_retry),
       HL_TEST(accessors_describe_the_handle),
-      HL_TEST(new_kind_checks_the_kind_and_a_simple_locks_ttl))
+      HL_TEST(new_kind_checks_the_kind_and_a_simple_locks_ttl),
+      HL_TEST(redis_py_layout_is_the_bare_name_holding_the_token))

@@ -354,3 +354,30 @@ def test_asyncio_compat_lock_shares_redis_pys_lock(redis_url: str) -> None:
             await r.aclose()
 
     asyncio.run(main())
+
+
+def test_redis_py_layout_on_a_cluster(cluster) -> None:
+    """On Redis Cluster the key is the bare name on the node that masters
+    its slot (the wake channel hashes to the same slot, so the scripts
+    never cross slots), with or without a hash tag in the name."""
+    from cluster import key_slot
+
+    with hilock.Client(cluster.url, connect_timeout=1.0, command_timeout=5.0,
+                       reconnect=15.0) as c:
+        for m in cluster.masters():
+            for name in (cluster.name_on(m, "py-"), "a{" + cluster.name_on(m, "t-") + "}b"):
+                assert cluster.owner(key_slot(name.encode())) == m
+                lk = c.lock(name, ttl=5.0, compat="redis-py")
+                assert lk.acquire(timeout=5)
+                node = cluster.conn(m)
+                try:
+                    assert node.get(name) == lk.token.encode()
+                    peer = RedisPyLock(node, name, timeout=5)
+                    assert not peer.acquire(blocking=False)
+                    lk.release()
+                    assert node.exists(name) == 0
+                    assert peer.acquire(blocking=False)
+                    assert not lk.acquire(timeout=0)
+                    peer.release()
+                finally:
+                    node.close()

@@ -107,7 +107,8 @@ HILOCK_API int hilock_lock_force_release(hilock_lock *lock, int *deleted);
  * the caller's token (1..63 bytes, no NUL; redis-py's acquire(token=)) in
  * place of a random one; len 0 goes back to random ones. Two handles given
  * one token are one owner, as in redis-py (a grant finding its own token
- * in the key is granted). Not for use while an acquire of the handle runs. */
+ * in the key is granted). Safe while another thread's acquire of the
+ * handle runs: its next attempt writes the new token. */
 HILOCK_API int hilock_lock_set_token(hilock_lock *lock, const char *value,
                                      size_t len);
 
