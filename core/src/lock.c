@@ -312,7 +312,7 @@ static int set_delay_fn(void *x, int64_t delay_ms) {
                            "a simple lock never lapses, so it takes no lock "
                            "delay");
   if (delay_ms > 0 && l->kind == HILOCK_LOCK_REDIS_PY)
-    return hilock__set_err(&l->h.err, HILOCK_EINVAL,
+    return hilock__set_err(&l->h.err, HILOCK_ENOTSUP,
                            "redis-py's layout has no room for a lock delay");
   return hilock__hold_set_delay(&l->h, delay_ms, l->dkey, l->dkeylen);
 }

@@ -689,6 +689,9 @@ static void redis_py_layout_is_the_bare_name_holding_the_token(void **state) {
   assert_hl_ok(hilock_lock_new(f->client, "py:2", 4, 5000, &plain), "new");
   assert_int_equal(hilock_lock_set_token(plain, "t", 1), HILOCK_EINVAL);
   assert_int_equal(hilock_lock_set_token(NULL, "t", 1), HILOCK_EINVAL);
+  /* No room for a lock delay's marker in redis-py's layout. */
+  assert_int_equal(hilock_hold_set_lock_delay(HILOCK_HOLD(l), 1000),
+                   HILOCK_ENOTSUP);
   /* ttl 0: no expiry (redis-py's timeout=None); nothing to extend. */
   assert_hl_ok(hilock_lock_new_kind(f->client, "py:3", 4, HILOCK_LOCK_REDIS_PY,
                                     0, &forever),
