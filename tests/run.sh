@@ -124,7 +124,7 @@ rm -rf build/pyasan/logs && mkdir -p build/pyasan/logs
   ../tests/python/test_asyncio.py ../tests/python/test_store.py ../tests/python/test_contract.py \
   ../tests/python/test_url.py ../tests/python/test_damaged_keys.py ../tests/python/test_acl.py \
   ../tests/python/test_restart.py ../tests/python/test_election.py ../tests/python/test_tracing.py \
-  ../tests/python/test_latch.py ../tests/python/test_barrier.py \
+  ../tests/python/test_latch.py ../tests/python/test_barrier.py ../tests/python/test_migration.py \
   -k "not pause_past_ttl and not inventory")
 if ls build/pyasan/logs/asan* >/dev/null 2>&1; then
   cat build/pyasan/logs/asan*

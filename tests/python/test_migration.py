@@ -381,3 +381,28 @@ def test_redis_py_layout_on_a_cluster(cluster) -> None:
                     peer.release()
                 finally:
                     node.close()
+
+
+def test_hilock_waiter_listens_on_the_names_channel(client: hilock.Client,
+                                                    other_client: hilock.Client,
+                                                    rds: redis.Redis) -> None:
+    """A hilock waiter on a name in redis-py's layout is subscribed to the
+    channel a hilock release publishes on (so it is woken at once, not at
+    its next 100 ms look), and gets the lock after that release."""
+    holder = client.lock("chan", ttl=30.0, compat="redis-py")
+    assert holder.acquire(timeout=0)
+    lk = other_client.lock("chan", ttl=30.0, compat="redis-py")
+    got = []
+    t = threading.Thread(target=lambda: got.append(lk.acquire(timeout=30)))
+    t.start()
+    deadline = time.monotonic() + 20
+    while other_client.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    channel = "hilock:redis-py:{chan}"
+    while dict(rds.pubsub_numsub(channel)).get(channel.encode(), 0) == 0:
+        assert time.monotonic() < deadline, "the waiter never subscribed"
+        time.sleep(0.01)
+    holder.release()
+    t.join(30)
+    assert got == [True]
+    lk.release()
