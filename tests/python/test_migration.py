@@ -406,3 +406,26 @@ def test_hilock_waiter_listens_on_the_names_channel(client: hilock.Client,
     t.join(30)
     assert got == [True]
     lk.release()
+
+
+def test_compat_lock_takes_the_clients_connection_settings(tmp_path) -> None:
+    """The compat lock connects where the redis-py client does: here a unix
+    socket, db 3, with a password (redis-py's own keys, in that db)."""
+    from helpers import RedisServer
+    from hilock.compat.redis import Lock, client_for
+
+    sock = tmp_path / "redis.sock"
+    srv = RedisServer(extra_args=["--unixsocket", str(sock), "--unixsocketperm", "700",
+                                  "--requirepass", "p@ss word"])
+    try:
+        srv.start()
+        r = redis.Redis(unix_socket_path=str(sock), db=3, password="p@ss word")
+        lk = Lock(r, "over-unix", timeout=5)
+        assert lk.acquire(blocking=False)
+        assert r.get("over-unix") == lk.local.token
+        assert RedisPyLock(r, "over-unix").acquire(blocking=False) is False
+        assert "***" in client_for(r).url  # the password is masked
+        lk.release()
+        r.close()
+    finally:
+        srv.cleanup()

@@ -52,7 +52,13 @@ def _url_of(kw: Dict[str, Any], tls: bool) -> str:
                 + "@")
     db = int(kw.get("db") or 0)
     if kw.get("path"):
-        return f"unix://{auth}{kw['path']}?db={db}"
+        # unix:///path?db=N&user=U&password=P (no userinfo on a socket URL)
+        query = f"db={db}"
+        if user:
+            query += "&user=" + quote(str(user), safe="")
+        if password:
+            query += "&password=" + quote(str(password), safe="")
+        return f"unix://{kw['path']}?{query}"
     host = str(kw.get("host") or "localhost")
     if ":" in host:
         host = f"[{host}]"
