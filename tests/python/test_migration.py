@@ -429,3 +429,29 @@ def test_compat_lock_takes_the_clients_connection_settings(tmp_path) -> None:
         r.close()
     finally:
         srv.cleanup()
+
+
+def test_compat_lock_over_mutual_tls() -> None:
+    """TLS settings come from the redis-py client: the CA it verifies the
+    server with and its client certificate (the server requires one)."""
+    import shutil
+
+    from hilock.compat.redis import Lock, client_for
+    from tlsutil import TLSServer, make_pki
+
+    pki = make_pki()
+    try:
+        with TLSServer(pki, auth_clients="yes") as srv:
+            r = redis.Redis(host="127.0.0.1", port=srv.port, ssl=True,
+                            ssl_ca_certs=pki.path("ca.crt"),
+                            ssl_certfile=pki.path("client.crt"),
+                            ssl_keyfile=pki.path("client.key"))
+            lk = Lock(r, "tls", timeout=5)
+            assert lk.acquire(blocking=False)
+            assert client_for(r).url.startswith("rediss://")
+            assert r.get("tls") == lk.local.token
+            assert not RedisPyLock(r, "tls").acquire(blocking=False)
+            lk.release()
+            r.close()
+    finally:
+        shutil.rmtree(pki.dir, ignore_errors=True)
