@@ -455,3 +455,29 @@ def test_compat_lock_over_mutual_tls() -> None:
             r.close()
     finally:
         shutil.rmtree(pki.dir, ignore_errors=True)
+
+
+def test_compat_lock_extras_renew_and_report_a_loss(rds: redis.Redis) -> None:
+    """auto_renew=True resets the TTL while held (seen as the PTTL going
+    up again); on_lost is called once another value replaces the token."""
+    from hilock.compat.redis import Lock
+
+    lost = threading.Event()
+    lk = Lock(rds, "renewed", timeout=3, auto_renew=True, on_lost=lambda _lk: lost.set())
+    assert lk.acquire(blocking=False)
+    deadline = time.monotonic() + 20
+    low = rds.pttl("renewed")
+    while True:
+        # The PTTL only falls until a renewal resets it to the full TTL.
+        now = rds.pttl("renewed")
+        if now > low:
+            break
+        low = now
+        assert time.monotonic() < deadline, "never renewed"
+        time.sleep(0.05)
+    assert lk.owned()
+    rds.set("renewed", "taken over", px=30000)
+    assert lost.wait(20), "on_lost was never called"
+    assert not lk.owned()
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        lk.release()
