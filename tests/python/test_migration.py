@@ -481,3 +481,17 @@ def test_compat_lock_extras_renew_and_report_a_loss(rds: redis.Redis) -> None:
     assert not lk.owned()
     with pytest.raises(redis.exceptions.LockNotOwnedError):
         lk.release()
+
+
+def test_a_grant_in_redis_pys_layout_is_handed_over(client: hilock.Client,
+                                                    rds: redis.Redis) -> None:
+    """export() and adopt() keep the layout: the adopted lock names the
+    bare key and releases it with the grant's token."""
+    lk = client.lock("handed", ttl=10.0, compat="redis-py")
+    assert lk.acquire(timeout=0)
+    token = lk.token
+    adopted = client.adopt(lk.export())  # the exporter gives its grant up
+    assert adopted.token == token
+    assert rds.get("handed") == adopted.token.encode()
+    adopted.release()
+    assert rds.exists("handed") == 0
