@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import RedisServer, wait_for
+from helpers import RedisServer, assert_a_timed_out_wait_breaks, wait_for
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
@@ -348,13 +348,6 @@ def test_asyncio_waiters_of_a_user_without_publish_are_still_woken(
     assert len(refused) == 1, error_records.messages
 
 
-def wait_for_waiting(barrier: Any) -> None:
-    deadline = time.monotonic() + 10
-    while barrier.n_waiting < 1:
-        assert time.monotonic() < deadline, "no waiter"
-        time.sleep(0.01)
-
-
 @pytest.mark.parametrize("shared", [True, False], ids=["shared-waiting", "blpop"])
 def test_barriers_run_as_the_published_acl_user(acl_server: RedisServer, shared: bool) -> None:
     """Waiters renewed past their 0.3 s TTL (the party renewal), woken on
@@ -375,21 +368,8 @@ def test_barriers_run_as_the_published_acl_user(acl_server: RedisServer, shared:
         assert barrier.delete()
         # A wait that times out breaks a barrier of 3 for the other waiter.
         three = c.barrier("bar3", 3, ttl=0.3)
-        broken: List[Any] = []
-
-        def wait() -> None:
-            try:
-                three.wait(timeout=10)
-            except hilock.BrokenBarrier as e:
-                broken.append(e)
-
-        t = threading.Thread(target=wait)
-        t.start()
-        wait_for_waiting(three)
-        with pytest.raises(hilock.BrokenBarrier):
-            three.wait(timeout=0.1)
-        t.join(15)
-        assert len(broken) == 1 and three.broken
+        assert_a_timed_out_wait_breaks(three, timeout=10)
+        assert three.broken
         three.reset()
         assert three.delete()
         db = c.double_barrier("dbar", 2, ttl=0.3)
