@@ -61,20 +61,16 @@ static int barrier_new(hilock_client *client, const char *name,
   int rc;
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
-                              check_parties, &parties);
-  if (rc != HILOCK_OK) return rc;
-  b = hilock__new_handle(client, name, namelen, ttl_ms,
-                         dbl ? sizeof(hilock_double_barrier) : sizeof(*b),
-                         &rc);
+  b = hilock__new_handle_with(client, name, namelen, 1, ttl_ms, check_parties,
+                              &parties,
+                              dbl ? sizeof(hilock_double_barrier) : sizeof(*b),
+                              &rc);
   if (b == NULL) return rc;
-  if (hilock__family_keys(client, name, namelen, 2,
+  if (hilock__family_keys(b, client, name, namelen, 2,
                           dbl ? "dbarrier" : "barrier", &b->key, &b->keylen,
                           dbl ? "inside" : "arrived", &b->zkey,
-                          &b->zkeylen) != HILOCK_OK) {
-    free(b);
+                          &b->zkeylen) != HILOCK_OK)
     return HILOCK_ENOMEM;
-  }
   b->parties = parties;
   b->dbl = dbl;
   hilock__hold_init_family(&b->h, client, b->zkey, b->zkeylen,

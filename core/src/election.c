@@ -48,13 +48,11 @@ static int election_new(hilock_client *client, const char *name,
   *out = NULL;
   el = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*el), &rc);
   if (el == NULL) return rc;
-  if (hilock__family_keys(client, name, namelen, 3,
+  if (hilock__family_keys(el, client, name, namelen, 3,
                           "elect", &el->key, &el->keylen,
                           "fence", &el->fkey, &el->fkeylen,
-                          "ewake", &el->wkey, &el->wkeylen) != HILOCK_OK) {
-    free(el);
+                          "ewake", &el->wkey, &el->wkeylen) != HILOCK_OK)
     return HILOCK_ENOMEM;
-  }
   hilock__hold_init_family(&el->h, client, el->key, el->keylen,
                            &hilock__script_rlock_renew, ttl_ms, &family,
                            run_release, el);

@@ -52,17 +52,13 @@ static int latch_new(hilock_client *client, const char *name, size_t namelen,
   int rc;
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms, check_count,
-                              &count);
-  if (rc != HILOCK_OK) return rc;
-  l = calloc(1, sizeof(*l));
-  if (l == NULL) return HILOCK_ENOMEM;
-  if (hilock__family_keys(client, name, namelen, 2,
+  l = hilock__new_handle_with(client, name, namelen, 1, ttl_ms, check_count,
+                              &count, sizeof(*l), &rc);
+  if (l == NULL) return rc;
+  if (hilock__family_keys(l, client, name, namelen, 2,
                           "latch", &l->key, &l->keylen,
-                          "latch:parties", &l->pkey, &l->pkeylen) != HILOCK_OK) {
-    free(l);
+                          "latch:parties", &l->pkey, &l->pkeylen) != HILOCK_OK)
     return HILOCK_ENOMEM;
-  }
   l->countlen = hilock__i64(l->count, count);
   hilock__hold_init_family(&l->h, client, l->pkey, l->pkeylen,
                            &hilock__script_party_renew, ttl_ms, &family,

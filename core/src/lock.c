@@ -57,21 +57,16 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check_with(client, name, namelen,
-                              kind != HILOCK_LOCK_SIMPLE, ttl_ms, check_kind,
-                              &k);
-  if (rc != HILOCK_OK) return rc;
-  l = calloc(1, sizeof(*l));
-  if (l == NULL) return HILOCK_ENOMEM;
+  l = hilock__new_handle_with(client, name, namelen, kind != HILOCK_LOCK_SIMPLE,
+                              ttl_ms, check_kind, &k, sizeof(*l), &rc);
+  if (l == NULL) return rc;
   l->kind = kind;
-  if (hilock__family_keys(client, name, namelen, 4,
+  if (hilock__family_keys(l, client, name, namelen, 4,
                           "lock", &l->key, &l->keylen,
                           "fence", &l->fkey, &l->fkeylen,
                           "wake", &l->wkey, &l->wkeylen,
-                          "delay", &l->dkey, &l->dkeylen) != HILOCK_OK) {
-    free(l);
+                          "delay", &l->dkey, &l->dkeylen) != HILOCK_OK)
     return HILOCK_ENOMEM;
-  }
   hilock__hold_init_family(&l->h, client, l->key, l->keylen,
                            &hilock__script_lock_extend,
                            kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms, &family,

@@ -62,11 +62,9 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
 
   if (out == NULL) return HILOCK_EINVAL;
   *out = NULL;
-  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
-                              check_segments, &segments);
-  if (rc != HILOCK_OK) return rc;
-  s = calloc(1, sizeof(*s));
-  if (s == NULL) return HILOCK_ENOMEM;
+  s = hilock__new_handle_with(client, name, namelen, 1, ttl_ms, check_segments,
+                              &segments, sizeof(*s), &rc);
+  if (s == NULL) return rc;
   s->nseg = (int)segments; /* at most HILOCK_SEGMENTS_MAX */
   s->segment = -1;
   s->segkey = calloc(segments, sizeof(*s->segkey));
