@@ -59,8 +59,6 @@ static int barrier_new(hilock_client *client, const char *name,
                        int dbl, hilock_barrier **out) {
   hilock_barrier *b;
   int rc;
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   b = hilock__new_handle_with(client, name, namelen, 1, ttl_ms, check_parties,
                               &parties,
                               dbl ? sizeof(hilock_double_barrier) : sizeof(*b),

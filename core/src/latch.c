@@ -50,8 +50,6 @@ static int latch_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t count, int64_t ttl_ms, hilock_latch **out) {
   hilock_latch *l;
   int rc;
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   l = hilock__new_handle_with(client, name, namelen, 1, ttl_ms, check_count,
                               &count, sizeof(*l), &rc);
   if (l == NULL) return rc;

@@ -55,8 +55,6 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   hilock_lock *l;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   l = hilock__new_handle_with(client, name, namelen, kind != HILOCK_LOCK_SIMPLE,
                               ttl_ms, check_kind, &k, sizeof(*l), &rc);
   if (l == NULL) return rc;
@@ -121,9 +119,7 @@ static int attempt(void *arg, int64_t *pttl) {
     rc = hilock__attempt_run(h, &a, &undo, &hilock__script_lock_acquire, 4,
                              keys, keylens, nargs, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
-  ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-       r->element[0]->type == REDIS_REPLY_INTEGER &&
-       r->element[1]->type == REDIS_REPLY_INTEGER;
+  ok = hilock__int_reply(r, 2) && r->elements == 2;
   return hilock__attempt_end(h, &a, r, ok ? r->element[0]->integer == 1 : -1,
                              ok ? (uint64_t)r->element[1]->integer : 0,
                              ok ? r->element[1]->integer : 0, pttl, hilock__family_release,

@@ -60,8 +60,6 @@ static int seglock_new(hilock_client *client, const char *name, size_t namelen,
   hilock_segmented_lock *s;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   s = hilock__new_handle_with(client, name, namelen, 1, ttl_ms, check_segments,
                               &segments, sizeof(*s), &rc);
   if (s == NULL) return rc;

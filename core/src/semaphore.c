@@ -46,8 +46,6 @@ static int semaphore_new(hilock_client *client, const char *name,
   hilock_semaphore *s;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   s = hilock__new_handle_with(client, name, namelen, 1, ttl_ms,
                               check_new_permits, &permits, sizeof(*s), &rc);
   if (s == NULL) return rc;
