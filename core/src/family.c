@@ -33,6 +33,14 @@ int hilock__new_check_with(hilock_client *client, const char *name,
   return HILOCK_OK;
 }
 
+int hilock__check_count(hilock__err *e, const void *count) {
+  const hilock__count *c = count;
+  if (c->value < 1 || c->value > c->max)
+    return hilock__set_err(e, HILOCK_EINVAL, "%s must be 1..%lld, got %lld",
+                           c->what, (long long)c->max, (long long)c->value);
+  return HILOCK_OK;
+}
+
 void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,
                          int *rc) {

@@ -91,6 +91,17 @@ int hilock__new_check_with(hilock_client *client, const char *name,
                            size_t namelen, int has_ttl, int64_t ttl_ms,
                            int (*check)(hilock__err *e, const void *arg),
                            const void *arg);
+/* A count a constructor takes (parties, permits, segments): its name, its
+ * value and the most it may be (the least is 1). */
+typedef struct hilock__count {
+  const char *what;
+  int64_t value, max;
+} hilock__count;
+/* hilock__new_check_with's check of a hilock__count: HILOCK_EINVAL
+ * "<what> must be 1..<max>, got <value>" unless 1 <= value <= max
+ * (family.c). */
+int hilock__check_count(hilock__err *e, const void *count);
+
 /* The start of a family's constructor: hilock__new_check, then a zeroed
  * handle of size bytes; NULL with *rc the error if either fails; _with:
  * after hilock__new_check_with (family.c). */

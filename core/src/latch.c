@@ -36,22 +36,13 @@ static void fam_free(void *arg) {
   if (l != NULL) hilock__family_free(&l->h, l, 2, l->key, l->pkey);
 }
 
-static int check_count(hilock__err *e, const void *arg) {
-  int64_t count = *(const int64_t *)arg;
-  if (count < 1 || count > HILOCK_LATCH_COUNT_MAX)
-    return hilock__set_err(e, HILOCK_EINVAL,
-                           "count must be 1..%lld, not %lld",
-                           (long long)HILOCK_LATCH_COUNT_MAX,
-                           (long long)count);
-  return HILOCK_OK;
-}
-
 static int latch_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t count, int64_t ttl_ms, hilock_latch **out) {
   hilock_latch *l;
   int rc;
-  l = hilock__new_handle_with(client, name, namelen, 1, ttl_ms, check_count,
-                              &count, sizeof(*l), &rc);
+  hilock__count c = {"count", count, HILOCK_LATCH_COUNT_MAX};
+  l = hilock__new_handle_with(client, name, namelen, 1, ttl_ms,
+                              hilock__check_count, &c, sizeof(*l), &rc);
   if (l == NULL) return rc;
   if (hilock__family_keys(l, client, name, namelen, 2,
                           "latch", &l->key, &l->keylen,
