@@ -33,14 +33,9 @@ INCLUDE = ROOT / "core" / "include" / "hilock"
 def _families() -> List[Tuple[str, Tuple[str, str]]]:
     """(header, (page, title)) of every lock family, from the table of
     tools/gen_factories.py (the one list of the families)."""
-    import importlib.util
-    path = ROOT / "tools" / "gen_factories.py"
-    spec = importlib.util.spec_from_file_location("gen_factories", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return [(f.header, f.page) for f in module.FAMILIES]
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gen_factories
+    return [(f.header, f.page) for f in gen_factories.FAMILIES]
 
 
 # Reading order. hilock.h (the umbrella) and export.h (HILOCK_API) declare

@@ -91,7 +91,7 @@ echo "== Python typing and lint"
   tests/python/test_cli.py tests/python/test_tls.py tests/bench/async_bench.py tests/bench/abi3_cost.py \
   tests/python/test_interop.py tests/python/test_factories.py tests/python/test_election.py tests/bench/election.py \
   tests/python/test_latch.py tests/bench/latch.py \
-  tests/python/test_barrier.py tests/bench/barrier.py \
+  tests/python/test_barrier.py tests/bench/barrier.py tests/bench/recipes.py \
   tests/python/test_fault_checker.py tests/faults \
   tests/fuzz/fuzz_python.py tests/soak/endurance.py tests/python/test_argument_limits.py \
   tests/python/test_tracing.py

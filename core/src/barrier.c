@@ -45,36 +45,22 @@ static void fam_free(void *arg) {
   if (b != NULL) hilock__family_free(&b->h, b, 2, b->key, b->zkey);
 }
 
-static int check_parties(hilock__err *e, const void *arg) {
-  int64_t n = *(const int64_t *)arg;
-  if (n < 1 || n > HILOCK_BARRIER_PARTIES_MAX)
-    return hilock__set_err(e, HILOCK_EINVAL,
-                           "parties must be 1..%d (got %lld)",
-                           HILOCK_BARRIER_PARTIES_MAX, (long long)n);
-  return HILOCK_OK;
-}
-
 static int barrier_new(hilock_client *client, const char *name,
                        size_t namelen, int64_t parties, int64_t ttl_ms,
                        int dbl, hilock_barrier **out) {
   hilock_barrier *b;
   int rc;
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
-  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
-                              check_parties, &parties);
-  if (rc != HILOCK_OK) return rc;
-  b = hilock__new_handle(client, name, namelen, ttl_ms,
-                         dbl ? sizeof(hilock_double_barrier) : sizeof(*b),
-                         &rc);
+  hilock__count c = {"parties", parties, HILOCK_BARRIER_PARTIES_MAX};
+  b = hilock__new_handle_with(client, name, namelen, 1, ttl_ms,
+                              hilock__check_count, &c,
+                              dbl ? sizeof(hilock_double_barrier) : sizeof(*b),
+                              &rc);
   if (b == NULL) return rc;
-  if (hilock__family_keys(client, name, namelen, 2,
+  if (hilock__family_keys(b, client, name, namelen, 2,
                           dbl ? "dbarrier" : "barrier", &b->key, &b->keylen,
                           dbl ? "inside" : "arrived", &b->zkey,
-                          &b->zkeylen) != HILOCK_OK) {
-    free(b);
+                          &b->zkeylen) != HILOCK_OK)
     return HILOCK_ENOMEM;
-  }
   b->parties = parties;
   b->dbl = dbl;
   hilock__hold_init_family(&b->h, client, b->zkey, b->zkeylen,

@@ -44,17 +44,13 @@ static int election_new(hilock_client *client, const char *name,
                         size_t namelen, int64_t ttl_ms, hilock_election **out) {
   hilock_election *el;
   int rc;
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   el = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*el), &rc);
   if (el == NULL) return rc;
-  if (hilock__family_keys(client, name, namelen, 3,
+  if (hilock__family_keys(el, client, name, namelen, 3,
                           "elect", &el->key, &el->keylen,
                           "fence", &el->fkey, &el->fkeylen,
-                          "ewake", &el->wkey, &el->wkeylen) != HILOCK_OK) {
-    free(el);
+                          "ewake", &el->wkey, &el->wkeylen) != HILOCK_OK)
     return HILOCK_ENOMEM;
-  }
   hilock__hold_init_family(&el->h, client, el->key, el->keylen,
                            &hilock__script_rlock_renew, ttl_ms, &family,
                            run_release, el);
@@ -122,9 +118,7 @@ static int attempt(void *arg, int64_t *pttl) {
     rc = hilock__attempt_run(h, &a, &undo, &hilock__script_election_campaign,
                              3, keys, keylens, 4, args, arglens, &r);
   if (rc != HILOCK_OK) return rc;
-  ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-       r->element[0]->type == REDIS_REPLY_INTEGER &&
-       r->element[1]->type == REDIS_REPLY_INTEGER;
+  ok = hilock__int_reply(r, 2) && r->elements == 2;
   return hilock__attempt_end(h, &a, r, ok ? r->element[0]->integer == 1 : -1,
                              ok ? (uint64_t)r->element[1]->integer : 0,
                              ok ? r->element[1]->integer : 0, pttl,

@@ -51,8 +51,6 @@ static int fair_lock_new(hilock_client *client, const char *name,
   hilock_fair_lock *fl;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   fl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*fl), &rc);
   if (fl == NULL) return rc;
   if (hilock__keys(&client->rt, name, namelen, roles, NKEYS, fl->keys, fl->keylens) !=

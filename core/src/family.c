@@ -33,19 +33,36 @@ int hilock__new_check_with(hilock_client *client, const char *name,
   return HILOCK_OK;
 }
 
+int hilock__check_count(hilock__err *e, const void *count) {
+  const hilock__count *c = count;
+  if (c->value < 1 || c->value > c->max)
+    return hilock__set_err(e, HILOCK_EINVAL, "%s must be 1..%lld, got %lld",
+                           c->what, (long long)c->max, (long long)c->value);
+  return HILOCK_OK;
+}
+
 void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,
                          int *rc) {
+  return hilock__new_handle_with(client, name, namelen, 1, ttl_ms, NULL, NULL,
+                                 size, rc);
+}
+
+void *hilock__new_handle_with(hilock_client *client, const char *name,
+                              size_t namelen, int has_ttl, int64_t ttl_ms,
+                              int (*check)(hilock__err *e, const void *arg),
+                              const void *arg, size_t size, int *rc) {
   void *p;
-  *rc = hilock__new_check(client, name, namelen, ttl_ms);
+  *rc = hilock__new_check_with(client, name, namelen, has_ttl, ttl_ms, check,
+                               arg);
   if (*rc != HILOCK_OK) return NULL;
   p = calloc(1, size);
   if (p == NULL) *rc = HILOCK_ENOMEM;
   return p;
 }
 
-int hilock__family_keys(hilock_client *client, const char *name,
-                        size_t namelen, int n, ...) {
+int hilock__family_keys(void *handle, hilock_client *client,
+                        const char *name, size_t namelen, int n, ...) {
   va_list ap;
   int ok = 1;
   va_start(ap, n);
@@ -65,9 +82,9 @@ int hilock__family_keys(hilock_client *client, const char *name,
     key = va_arg(ap, char **);
     (void)va_arg(ap, size_t *);
     free(*key);
-    *key = NULL;
   }
   va_end(ap);
+  free(handle);
   return HILOCK_ENOMEM;
 }
 

@@ -91,18 +91,34 @@ int hilock__new_check_with(hilock_client *client, const char *name,
                            size_t namelen, int has_ttl, int64_t ttl_ms,
                            int (*check)(hilock__err *e, const void *arg),
                            const void *arg);
-/* The start of a family's constructor: hilock__new_check, then a zeroed
- * handle of size bytes; NULL with *rc the error if either fails
+/* A count a constructor takes (parties, permits, segments): its name, its
+ * value and the most it may be (the least is 1). */
+typedef struct hilock__count {
+  const char *what;
+  int64_t value, max;
+} hilock__count;
+/* hilock__new_check_with's check of a hilock__count: HILOCK_EINVAL
+ * "<what> must be 1..<max>, got <value>" unless 1 <= value <= max
  * (family.c). */
+int hilock__check_count(hilock__err *e, const void *count);
+
+/* The start of a family's constructor: hilock__new_check, then a zeroed
+ * handle of size bytes; NULL with *rc the error if either fails; _with:
+ * after hilock__new_check_with (family.c). */
 void *hilock__new_handle(hilock_client *client, const char *name,
                          size_t namelen, int64_t ttl_ms, size_t size,
                          int *rc);
+void *hilock__new_handle_with(hilock_client *client, const char *name,
+                              size_t namelen, int has_ttl, int64_t ttl_ms,
+                              int (*check)(hilock__err *e, const void *arg),
+                              const void *arg, size_t size, int *rc);
 
-/* A handle's keys: for each of the n (const char *role, char **key,
+/* A new handle's keys: for each of the n (const char *role, char **key,
  * size_t *keylen) triples that follow n, *key = <prefix>{name}:<role>.
- * All or none: HILOCK_ENOMEM leaves every *key NULL (family.c). */
-int hilock__family_keys(hilock_client *client, const char *name,
-                        size_t namelen, int n, ...);
+ * All or none: HILOCK_ENOMEM frees the keys made and the handle (a fresh
+ * one, from hilock__new_handle: nothing else to free yet) (family.c). */
+int hilock__family_keys(void *handle, hilock_client *client,
+                        const char *name, size_t namelen, int n, ...);
 /* The end of a family's free: hilock__hold_destroy(h), free() each of the
  * n pointers that follow n (its keys and buffers; NULL ones too), then
  * free(handle) (family.c). */

@@ -36,33 +36,18 @@ static void fam_free(void *arg) {
   if (l != NULL) hilock__family_free(&l->h, l, 2, l->key, l->pkey);
 }
 
-static int check_count(hilock__err *e, const void *arg) {
-  int64_t count = *(const int64_t *)arg;
-  if (count < 1 || count > HILOCK_LATCH_COUNT_MAX)
-    return hilock__set_err(e, HILOCK_EINVAL,
-                           "count must be 1..%lld, not %lld",
-                           (long long)HILOCK_LATCH_COUNT_MAX,
-                           (long long)count);
-  return HILOCK_OK;
-}
-
 static int latch_new(hilock_client *client, const char *name, size_t namelen,
                      int64_t count, int64_t ttl_ms, hilock_latch **out) {
   hilock_latch *l;
   int rc;
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
-  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms, check_count,
-                              &count);
-  if (rc != HILOCK_OK) return rc;
-  l = calloc(1, sizeof(*l));
-  if (l == NULL) return HILOCK_ENOMEM;
-  if (hilock__family_keys(client, name, namelen, 2,
+  hilock__count c = {"count", count, HILOCK_LATCH_COUNT_MAX};
+  l = hilock__new_handle_with(client, name, namelen, 1, ttl_ms,
+                              hilock__check_count, &c, sizeof(*l), &rc);
+  if (l == NULL) return rc;
+  if (hilock__family_keys(l, client, name, namelen, 2,
                           "latch", &l->key, &l->keylen,
-                          "latch:parties", &l->pkey, &l->pkeylen) != HILOCK_OK) {
-    free(l);
+                          "latch:parties", &l->pkey, &l->pkeylen) != HILOCK_OK)
     return HILOCK_ENOMEM;
-  }
   l->countlen = hilock__i64(l->count, count);
   hilock__hold_init_family(&l->h, client, l->pkey, l->pkeylen,
                            &hilock__script_party_renew, ttl_ms, &family,

@@ -115,33 +115,26 @@ static int lock_new(hilock_client *client, const char *name, size_t namelen,
   hilock_lock *l;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   /* redis-py's layout takes 0: a lock without expiry, as its timeout=None. */
-  rc = hilock__new_check_with(client, name, namelen,
+  l = hilock__new_handle_with(client, name, namelen,
                               kind != HILOCK_LOCK_SIMPLE &&
                                   !(kind == HILOCK_LOCK_REDIS_PY && ttl_ms == 0),
-                              ttl_ms, check_kind, &k);
-  if (rc != HILOCK_OK) return rc;
-  l = calloc(1, sizeof(*l));
-  if (l == NULL) return HILOCK_ENOMEM;
+                              ttl_ms, check_kind, &k, sizeof(*l), &rc);
+  if (l == NULL) return rc;
   l->kind = kind;
-  pthread_mutex_init(&l->wmu, NULL);
   if (kind == HILOCK_LOCK_REDIS_PY) {
     if (redis_py_keys(l, name, namelen) != HILOCK_OK) {
-      pthread_mutex_destroy(&l->wmu);
       free(l);
       return HILOCK_ENOMEM;
     }
-  } else if (hilock__family_keys(client, name, namelen, 4,
-                          "lock", &l->key, &l->keylen,
-                          "fence", &l->fkey, &l->fkeylen,
-                          "wake", &l->wkey, &l->wkeylen,
-                          "delay", &l->dkey, &l->dkeylen) != HILOCK_OK) {
-    pthread_mutex_destroy(&l->wmu);
-    free(l);
+  } else if (hilock__family_keys(l, client, name, namelen, 4,
+                                 "lock", &l->key, &l->keylen,
+                                 "fence", &l->fkey, &l->fkeylen,
+                                 "wake", &l->wkey, &l->wkeylen,
+                                 "delay", &l->dkey, &l->dkeylen) != HILOCK_OK) {
     return HILOCK_ENOMEM;
   }
+  pthread_mutex_init(&l->wmu, NULL);
   hilock__hold_init_family(&l->h, client, l->key, l->keylen,
                            &hilock__script_lock_extend,
                            kind == HILOCK_LOCK_SIMPLE ? 0 : ttl_ms, &family,
@@ -224,9 +217,7 @@ static int attempt(void *arg, int64_t *pttl) {
                              py ? 1 : 4, keys, keylens, nargs, args, arglens,
                              &r);
   if (rc != HILOCK_OK) return rc;
-  ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-       r->element[0]->type == REDIS_REPLY_INTEGER &&
-       r->element[1]->type == REDIS_REPLY_INTEGER;
+  ok = hilock__int_reply(r, 2) && r->elements == 2;
   busy = ok ? r->element[1]->integer : 0;
   /* A redis-py holder's release publishes nothing, and one may hold
    * without expiry (PTTL -1): look again at least every REDIS_PY_NAP_MS. */

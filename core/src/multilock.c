@@ -157,8 +157,6 @@ static int multilock_new_len(hilock_client *client, const char *const *names,
   size_t *order = NULL, count = 0;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   if (client == NULL) return HILOCK_EINVAL;
   hilock__clear_err(&tmp);
   if (names != NULL && namelens == NULL)

@@ -74,8 +74,6 @@ int hilock__rlock_new_with(hilock_client *client, const char *name,
   hilock_rlock *rl;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   rl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rl), &rc);
   if (rl == NULL) return rc;
   rl->lay = lay;

@@ -226,11 +226,15 @@ int hilock__client_enter(hilock_client *c, hilock__err *e);
  * records its error: the calling thread's slot for the client. */
 hilock__err *hilock__client_err(hilock_client *c);
 #define hilock__client_leave hilock__client_unref
-/* Return expr (a constructor's work on client) run as such a call. */
+/* Return expr (a constructor's work on client) run as such a call; a
+ * NULL out or client is HILOCK_EINVAL, and *out is NULL until expr sets
+ * it, so a constructor need check neither. */
 #define HILOCK__CLIENT_CALL(client, out, expr)                 \
   do {                                                          \
     int rc_;                                                    \
-    if ((client) == NULL || (out) == NULL) return (expr);       \
+    if ((out) == NULL) return HILOCK_EINVAL;                    \
+    *(out) = NULL;                                              \
+    if ((client) == NULL) return HILOCK_EINVAL;                 \
     rc_ = hilock__client_enter((client), hilock__client_err(client)); \
     if (rc_ != HILOCK_OK) {                                     \
       *(out) = NULL;                                            \

@@ -136,8 +136,6 @@ static int rwlock_new(hilock_client *client, const char *name, size_t namelen,
   hilock_rwlock *rw;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   rw = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*rw), &rc);
   if (rw == NULL) return rc;
   rw->wkey = hilock__key(&client->rt, name, namelen, "rw:writer", &rw->wkeylen);

@@ -47,26 +47,17 @@ static void seglock_destroy(hilock_segmented_lock *s) {
 
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
-static int check_segments(hilock__err *e, const void *arg) {
-  size_t segments = *(const size_t *)arg;
-  if (segments < 1 || segments > HILOCK_SEGMENTS_MAX)
-    return hilock__set_err(e, HILOCK_EINVAL, "segments must be 1..%d, got %zu",
-                           HILOCK_SEGMENTS_MAX, segments);
-  return HILOCK_OK;
-}
-
 static int seglock_new(hilock_client *client, const char *name, size_t namelen,
                        size_t segments, int64_t ttl_ms, hilock_segmented_lock **out) {
   hilock_segmented_lock *s;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
-  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
-                              check_segments, &segments);
-  if (rc != HILOCK_OK) return rc;
-  s = calloc(1, sizeof(*s));
-  if (s == NULL) return HILOCK_ENOMEM;
+  hilock__count c = {"segments", segments > INT64_MAX ? INT64_MAX
+                                                     : (int64_t)segments,
+                     HILOCK_SEGMENTS_MAX};
+  s = hilock__new_handle_with(client, name, namelen, 1, ttl_ms,
+                              hilock__check_count, &c, sizeof(*s), &rc);
+  if (s == NULL) return rc;
   s->nseg = (int)segments; /* at most HILOCK_SEGMENTS_MAX */
   s->segment = -1;
   s->segkey = calloc(segments, sizeof(*s->segkey));

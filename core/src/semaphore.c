@@ -33,11 +33,6 @@ static int check_permits(hilock__err *e, const char *what, int64_t n,
   return HILOCK_OK;
 }
 
-/* The constructor's permits (arg: an int64_t). */
-static int check_new_permits(hilock__err *e, const void *arg) {
-  return check_permits(e, "permits", *(const int64_t *)arg, 1);
-}
-
 static int run_release(void *arg, hilock__err *e, redisReply **r);
 
 static int semaphore_new(hilock_client *client, const char *name,
@@ -46,21 +41,16 @@ static int semaphore_new(hilock_client *client, const char *name,
   hilock_semaphore *s;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
-  rc = hilock__new_check_with(client, name, namelen, 1, ttl_ms,
-                              check_new_permits, &permits);
-  if (rc != HILOCK_OK) return rc;
-  s = calloc(1, sizeof(*s));
-  if (s == NULL) return HILOCK_ENOMEM;
+  hilock__count c = {"permits", permits, HILOCK_PERMITS_MAX};
+  s = hilock__new_handle_with(client, name, namelen, 1, ttl_ms,
+                              hilock__check_count, &c, sizeof(*s), &rc);
+  if (s == NULL) return rc;
   s->permits = permits;
-  if (hilock__family_keys(client, name, namelen, 3,
+  if (hilock__family_keys(s, client, name, namelen, 3,
                           "permits", &s->key, &s->keylen,
                           "limit", &s->lkey, &s->lkeylen,
-                          "pwake", &s->wkey, &s->wkeylen) != HILOCK_OK) {
-    free(s);
+                          "pwake", &s->wkey, &s->wkeylen) != HILOCK_OK)
     return HILOCK_ENOMEM;
-  }
   hilock__hold_init_family(&s->h, client, s->key, s->keylen,
                            &hilock__script_semaphore_renew, ttl_ms, &family,
                            run_release, s);

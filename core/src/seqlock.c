@@ -60,8 +60,6 @@ static int seqlock_new(hilock_client *client, const char *name, size_t namelen,
   hilock_sequential_lock *sl;
   int rc;
 
-  if (out == NULL) return HILOCK_EINVAL;
-  *out = NULL;
   sl = hilock__new_handle(client, name, namelen, ttl_ms, sizeof(*sl), &rc);
   if (sl == NULL) return rc;
   if (hilock__keys(&client->rt, name, namelen, roles, NKEYS, sl->keys, sl->keylens) !=

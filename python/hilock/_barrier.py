@@ -183,6 +183,19 @@ class DoubleBarrier(_Party):
         super().__init__(client, name, parties, ttl, timeout)
         self._local = threading.local()
 
+    def _entered(self, wait: Optional[float]) -> Any:
+        """A new party's handle, entered (waiting up to wait seconds, None:
+        no limit); LockTimeout when the wait ran out (the entry withdrawn,
+        the handle freed)."""
+        h = self._handle()
+        try:
+            if _h.hilock_double_barrier_enter(h, wait_ms(wait)) == _h.HILOCK_BUSY:
+                raise LockTimeout(_h.hilock_hold_errmsg(h).decode())
+        except BaseException:
+            _h.hilock_hold_free(h)
+            raise
+        return h
+
     def enter(self, timeout: Optional[float] = None) -> Inside:
         """Enter, and wait until ``parties`` have entered this round.
         Returns the :class:`Inside` (a context manager whose block leaves
@@ -192,15 +205,7 @@ class DoubleBarrier(_Party):
         time; its :meth:`leave` leaves."""
         if getattr(self._local, "inside", None) is not None:
             raise InvalidArgument("this thread is inside already; leave first")
-        wait = self._wait(timeout)
-        h = self._handle()
-        try:
-            if _h.hilock_double_barrier_enter(h, wait_ms(wait)) == _h.HILOCK_BUSY:
-                raise LockTimeout(_h.hilock_hold_errmsg(h).decode())
-        except BaseException:
-            _h.hilock_hold_free(h)
-            raise
-        inside = Inside(self, h)
+        inside = Inside(self, self._entered(self._wait(timeout)))
         self._local.inside = inside
         return inside
 

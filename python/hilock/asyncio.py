@@ -1873,14 +1873,7 @@ class DoubleBarrier(_Party):
         wait = sync._wait(timeout)
 
         def enter() -> _SyncInside:
-            h = sync._handle()
-            try:
-                if _h.hilock_double_barrier_enter(h, _barrier_wait_ms(wait)) == _h.HILOCK_BUSY:
-                    raise LockTimeout(_h.hilock_hold_errmsg(h).decode())
-            except BaseException:
-                _h.hilock_hold_free(h)
-                raise
-            return _SyncInside(sync, h)
+            return _SyncInside(sync, sync._entered(wait))
 
         return Inside(self, await _stoppable(enter))
 

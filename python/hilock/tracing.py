@@ -348,6 +348,19 @@ class _Tracer:
                                {"exception.type": type(e).__qualname__,
                                 "exception.message": str(e)})
 
+    def _release_raised(self, lock: Any, owner: Any, handle: Any,
+                        pending: Optional[Tuple[Any, ...]],
+                        e: BaseException) -> None:
+        """A release that raised e: a grant it found lost ends its hold span
+        ("lost"); any other failure is an event on the span, left open."""
+        self._withdraw(pending)
+        if isinstance(e, LockNotOwnedError):
+            rec = self._pop(lock, owner, handle)
+            if rec is not None:
+                self._end(rec, "lost", e)
+        else:
+            self._release_failed(self._peek(lock, owner), e)
+
     def _peek(self, lock: Any, owner: Any) -> Optional[_Hold]:
         holds: Optional[Dict[Any, List[_Hold]]] = lock.__dict__.get("_trace_holds")
         stack = holds.get(owner) if holds else None
@@ -369,15 +382,8 @@ class _Tracer:
         pending = self._releasing(lock, owner)
         try:
             run(lock)
-        except LockNotOwnedError as e:
-            self._withdraw(pending)
-            rec = self._pop(lock, owner, handle)
-            if rec is not None:
-                self._end(rec, "lost", e)
-            raise
         except BaseException as e:
-            self._withdraw(pending)
-            self._release_failed(self._peek(lock, owner), e)
+            self._release_raised(lock, owner, handle, pending, e)
             raise
         self._released(self._pop(lock, owner, handle), lock)
 
@@ -391,15 +397,8 @@ class _Tracer:
         pending = self._releasing(lock, owner)
         try:
             await run(hold)
-        except LockNotOwnedError as e:
-            self._withdraw(pending)
-            rec = self._pop(lock, owner, handle)
-            if rec is not None:
-                self._end(rec, "lost", e)
-            raise
         except BaseException as e:
-            self._withdraw(pending)
-            self._release_failed(self._peek(lock, owner), e)
+            self._release_raised(lock, owner, handle, pending, e)
             raise
         self._released(self._pop(lock, owner, handle), lock)
 

@@ -14,34 +14,17 @@ Needs hilock importable (PYTHONPATH=build/py/python) and redis-py.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import multiprocessing as mp
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
+import sys
 import time
+from pathlib import Path
 from typing import Dict, List
 
 import redis
 
-import hilock
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import recipes  # noqa: E402
 
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def pct(xs: List[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+import hilock  # noqa: E402
 
 
 def _leader(url: str, name: str, ttl: float) -> None:
@@ -57,13 +40,10 @@ def failover(url: str, rounds: int, ttl: float) -> List[float]:
     out = []
     for i in range(rounds):
         name = f"bench:failover:{i}"
-        p = mp.get_context("fork").Process(target=_leader, args=(url, name, ttl), daemon=True)
-        p.start()
-        r.blpop(["led"], timeout=30)
-        time.sleep(ttl)  # a few renewals: the lead is mid-TTL when killed
+        p = recipes.spawn(1, _leader, url, name, ttl)[0]
+        recipes.gather(r, "led", 1, timeout=30)
         standby = client.election(name, ttl=ttl)
-        killed = time.monotonic()
-        os.kill(p.pid, signal.SIGKILL)
+        killed = recipes.kill_mid_ttl(p, ttl)
         lead = standby.campaign("new", timeout=30)
         out.append(time.monotonic() - killed)
         lead.resign()
@@ -87,8 +67,7 @@ def _observer(url: str, name: str, n: int) -> None:
 def observe_latency(url: str, n: int) -> List[float]:
     r = redis.Redis.from_url(url)
     client = hilock.Client(url)
-    p = mp.get_context("fork").Process(target=_observer, args=(url, "bench:obs", n), daemon=True)
-    p.start()
+    p = recipes.spawn(1, _observer, url, "bench:obs", n)[0]
     r.blpop(["observing"], timeout=30)
     lead = client.election("bench:obs", ttl=30).campaign("start")
     for _ in range(n):
@@ -101,73 +80,20 @@ def observe_latency(url: str, n: int) -> List[float]:
     return [float(x) for x in r.lrange("lat", 0, -1)]
 
 
-def _subscriber(url: str, n: int) -> None:
-    r = redis.Redis.from_url(url)
-    ps = r.pubsub()
-    ps.subscribe("bench:floor")
-    ps.get_message(timeout=5)  # the subscription's confirmation
-    r.rpush("subscribed", 1)
-    got = 0
-    while got < n:
-        m = ps.get_message(timeout=30)
-        if m and m["type"] == "message":
-            r.rpush("floor", time.monotonic() - float(m["data"]))
-            got += 1
-
-
-def floor_latency(url: str, n: int) -> List[float]:
-    r = redis.Redis.from_url(url)
-    p = mp.get_context("fork").Process(target=_subscriber, args=(url, n), daemon=True)
-    p.start()
-    r.blpop(["subscribed"], timeout=30)
-    for _ in range(n):
-        before = r.llen("floor")
-        r.publish("bench:floor", repr(time.monotonic()))
-        while r.llen("floor") == before:
-            time.sleep(0.0005)
-    p.join(30)
-    return [float(x) for x in r.lrange("floor", 0, -1)]
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--changes", type=int, default=200)
-    ap.add_argument("--ttl", type=float, default=1.0)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
-    port, d = free_port(), tempfile.mkdtemp()
-    srv = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(port),
-                            "--save", "", "--appendonly", "no", "--dir", d],
-                           stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                redis.Redis.from_url(url).ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
+    a = recipes.arguments(__doc__, rounds=10, changes=200, ttl=1.0)
+    with recipes.private_server() as url:
         fo = failover(url, a.rounds, a.ttl)
         obs = observe_latency(url, a.changes)
-        flo = floor_latency(url, a.changes)
-    finally:
-        srv.send_signal(signal.SIGTERM)
-        srv.wait(10)
-        shutil.rmtree(d, ignore_errors=True)
+        flo = [t for (t,) in recipes.floor_latency(url, a.changes, 1)]
     res: Dict[str, float] = {
         "ttl_s": a.ttl,
-        "failover_p50_s": pct(fo, 50), "failover_max_s": max(fo),
-        "failover_p50_over_ttl": pct(fo, 50) / a.ttl,
-        "observe_p50_ms": pct(obs, 50) * 1000, "observe_p99_ms": pct(obs, 99) * 1000,
-        "floor_p50_ms": pct(flo, 50) * 1000, "floor_p99_ms": pct(flo, 99) * 1000,
+        "failover_p50_s": recipes.pct(fo, 50), "failover_max_s": max(fo),
+        "failover_p50_over_ttl": recipes.pct(fo, 50) / a.ttl,
+        **recipes.percentiles_ms("observe", obs),
+        **recipes.percentiles_ms("floor", flo),
     }
-    res["observe_p50_over_floor"] = res["observe_p50_ms"] / res["floor_p50_ms"]
-    if a.json:
-        print(json.dumps(res, indent=1))
-    else:
-        for k, v in res.items():
-            print(f"{k:26} {v:.3f}")
+    recipes.report(res, a.json, against_floor="observe")
 
 
 if __name__ == "__main__":

@@ -14,23 +14,6 @@ typedef hl_fixture fixture;
 #define BKEY(n) "hilock:{" n "}:barrier"
 #define ZKEY(n) "hilock:{" n "}:arrived"
 
-static hilock_barrier *new_barrier(hilock_client *c, const char *name,
-                                   int64_t parties, int64_t ttl_ms) {
-  hilock_barrier *b = NULL;
-  assert_hl_ok(hilock_barrier_new(c, name, strlen(name), parties, ttl_ms, &b),
-               hilock_client_errmsg(c));
-  return b;
-}
-
-static hilock_double_barrier *new_double(hilock_client *c, const char *name,
-                                         int64_t parties, int64_t ttl_ms) {
-  hilock_double_barrier *d = NULL;
-  assert_hl_ok(
-      hilock_double_barrier_new(c, name, strlen(name), parties, ttl_ms, &d),
-      hilock_client_errmsg(c));
-  return d;
-}
-
 /* Parties waiting in the barrier's current generation. */
 static int64_t waiting(hilock_barrier *b) {
   int broken = -1;
@@ -81,7 +64,7 @@ static void three_parties_get_every_index_each_generation(void **state) {
   int seen[4][3] = {{0}};
   for (int i = 0; i < 3; i++) {
     memset(&p[i], 0, sizeof(p[i]));
-    p[i].b = new_barrier(f->client, "g", 3, 5000);
+    p[i].b = hl_new_barrier(f->client, "g", 3, 5000);
     p[i].wait_ms = 20000;
     p[i].rounds = 4;
     assert_int_equal(pthread_create(&t[i], NULL, party_run, &p[i]), 0);
@@ -104,7 +87,7 @@ static void three_parties_get_every_index_each_generation(void **state) {
 
 static void one_party_passes_at_once(void **state) {
   fixture *f = *state;
-  hilock_barrier *b = new_barrier(f->client, "one", 1, 5000);
+  hilock_barrier *b = hl_new_barrier(f->client, "one", 1, 5000);
   int64_t index = -5;
   assert_hl_ok(hilock_barrier_wait(b, 0, &index),
                hilock_hold_errmsg(HILOCK_HOLD(b)));
@@ -120,10 +103,10 @@ static void one_party_passes_at_once(void **state) {
  * nor pass. */
 static void a_lapsed_party_breaks_the_others(void **state) {
   fixture *f = *state;
-  hilock_barrier *probe = new_barrier(f->client, "dead", 3, 5000);
-  party dead = {new_barrier(f->client, "dead", 3, 300), 60000, 1, -100,
+  hilock_barrier *probe = hl_new_barrier(f->client, "dead", 3, 5000);
+  party dead = {hl_new_barrier(f->client, "dead", 3, 300), 60000, 1, -100,
                 {0}, ""};
-  party live = {new_barrier(f->client, "dead", 3, 5000), 60000, 1, -100,
+  party live = {hl_new_barrier(f->client, "dead", 3, 5000), 60000, 1, -100,
                 {0}, ""};
   pthread_t td, tl;
   int64_t index;
@@ -142,16 +125,14 @@ static void a_lapsed_party_breaks_the_others(void **state) {
   assert_int_equal(hilock_barrier_wait(probe, 60000, &index), HILOCK_EBROKEN);
   assert_hl_ok(hilock_barrier_reset(probe), hilock_hold_errmsg(HILOCK_HOLD(probe)));
   assert_int_equal(broken(probe), 0);
-  hilock_hold_free(HILOCK_HOLD(probe));
-  hilock_hold_free(HILOCK_HOLD(dead.b));
-  hilock_hold_free(HILOCK_HOLD(live.b));
+  hl_holds_free(HILOCK_HOLD(probe), HILOCK_HOLD(dead.b), HILOCK_HOLD(live.b));
 }
 
 static void a_timed_out_wait_breaks_the_barrier(void **state) {
   fixture *f = *state;
-  hilock_barrier *probe = new_barrier(f->client, "to", 3, 5000);
-  hilock_barrier *b = new_barrier(f->client, "to", 3, 5000);
-  party other = {new_barrier(f->client, "to", 3, 5000), 60000, 1, -100,
+  hilock_barrier *probe = hl_new_barrier(f->client, "to", 3, 5000);
+  hilock_barrier *b = hl_new_barrier(f->client, "to", 3, 5000);
+  party other = {hl_new_barrier(f->client, "to", 3, 5000), 60000, 1, -100,
                  {0}, ""};
   pthread_t t;
   int64_t index = 7;
@@ -166,15 +147,13 @@ static void a_timed_out_wait_breaks_the_barrier(void **state) {
   /* A reset makes it usable again. */
   assert_hl_ok(hilock_barrier_reset(probe), hilock_hold_errmsg(HILOCK_HOLD(probe)));
   assert_int_equal(broken(probe), 0);
-  hilock_hold_free(HILOCK_HOLD(probe));
-  hilock_hold_free(HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(other.b));
+  hl_holds_free(HILOCK_HOLD(probe), HILOCK_HOLD(b), HILOCK_HOLD(other.b));
 }
 
 static void reset_abort_and_delete_end_the_waiters_broken(void **state) {
   fixture *f = *state;
-  hilock_barrier *probe = new_barrier(f->client, "r", 2, 5000);
-  party p = {new_barrier(f->client, "r", 2, 5000), 60000, 1, -100, {0}, ""};
+  hilock_barrier *probe = hl_new_barrier(f->client, "r", 2, 5000);
+  party p = {hl_new_barrier(f->client, "r", 2, 5000), 60000, 1, -100, {0}, ""};
   pthread_t t;
   int64_t index;
   int deleted = 0;
@@ -209,61 +188,32 @@ static void reset_abort_and_delete_end_the_waiters_broken(void **state) {
   assert_int_equal(p.rc, HILOCK_EBROKEN);
   assert_substr(p.msg, "deleted");
   assert_false(hl_redis_exists(f->redis, BKEY("r"), strlen(BKEY("r"))));
-  hilock_hold_free(HILOCK_HOLD(probe));
-  hilock_hold_free(HILOCK_HOLD(p.b));
+  hl_holds_free(HILOCK_HOLD(probe), HILOCK_HOLD(p.b));
 }
 
 static void another_party_count_is_refused(void **state) {
   fixture *f = *state;
-  hilock_barrier *a = new_barrier(f->client, "pc", 2, 5000);
-  hilock_barrier *b = new_barrier(f->client, "pc", 3, 5000);
+  hilock_barrier *a = hl_new_barrier(f->client, "pc", 2, 5000);
+  hilock_barrier *b = hl_new_barrier(f->client, "pc", 3, 5000);
   int64_t index;
   assert_int_equal(hilock_barrier_wait(a, 0, &index), HILOCK_EBROKEN);
   assert_hl_ok(hilock_barrier_reset(a), hilock_hold_errmsg(HILOCK_HOLD(a)));
   assert_int_equal(hilock_barrier_wait(b, 0, &index), HILOCK_EINVAL);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(b)),
                 "the barrier has 2 parties; this handle was made with 3");
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 static void bad_arguments_are_refused(void **state) {
   fixture *f = *state;
-  hilock_barrier *b = NULL;
-  hilock_double_barrier *d = NULL;
-  char *huge = malloc(HILOCK_NAME_MAX + 1);
+  hilock_barrier *b;
+  hilock_double_barrier *d;
   int64_t index = 3;
   int deleted = 5, br = 5;
-  assert_non_null(huge);
-  memset(huge, 'n', HILOCK_NAME_MAX + 1);
-  assert_int_equal(hilock_barrier_new(NULL, "n", 1, 2, 1000, &b), HILOCK_EINVAL);
-  assert_int_equal(hilock_barrier_new(f->client, "n", 1, 2, 1000, NULL),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_barrier_new(f->client, "", 0, 2, 1000, &b),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_barrier_new(f->client, NULL, 1, 2, 1000, &b),
-                   HILOCK_EINVAL);
-  assert_int_equal(
-      hilock_barrier_new(f->client, huge, HILOCK_NAME_MAX + 1, 2, 1000, &b),
-      HILOCK_EINVAL);
-  assert_int_equal(hilock_barrier_new(f->client, "n", 1, 0, 1000, &b),
-                   HILOCK_EINVAL);
-  assert_substr(hilock_client_errmsg(f->client), "parties must be");
-  assert_int_equal(hilock_barrier_new(f->client, "n", 1, -3, 1000, &b),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_barrier_new(f->client, "n", 1,
-                                      HILOCK_BARRIER_PARTIES_MAX + 1, 1000, &b),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_barrier_new(f->client, "n", 1, 2, 0, &b),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_barrier_new(f->client, "n", 1, 2, -1, &b),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_double_barrier_new(f->client, "n", 1, 0, 1000, &d),
-                   HILOCK_EINVAL);
-  assert_int_equal(hilock_double_barrier_new(f->client, "n", 1, 2, 0, &d),
-                   HILOCK_EINVAL);
-  assert_null(b);
-  assert_null(d);
+  hl_assert_counted_args_refused(f->client, hl_barrier_new_hold,
+                                 HILOCK_BARRIER_PARTIES_MAX, "parties must be");
+  hl_assert_counted_args_refused(f->client, hl_double_barrier_new_hold,
+                                 HILOCK_BARRIER_PARTIES_MAX, "parties must be");
   assert_int_equal(hilock_barrier_wait(NULL, 0, &index), HILOCK_EINVAL);
   assert_int_equal(index, -1);
   assert_int_equal(hilock_barrier_abort(NULL), HILOCK_EINVAL);
@@ -274,8 +224,8 @@ static void bad_arguments_are_refused(void **state) {
   assert_int_equal(deleted, 0);
   assert_int_equal(hilock_double_barrier_enter(NULL, 0), HILOCK_EINVAL);
   assert_int_equal(hilock_double_barrier_leave(NULL, 0), HILOCK_EINVAL);
-  b = new_barrier(f->client, "n", 2, 1000);
-  d = new_double(f->client, "n", 2, 1000);
+  b = hl_new_barrier(f->client, "n", 2, 1000);
+  d = hl_new_double_barrier(f->client, "n", 2, 1000);
   assert_int_equal(hilock_barrier_wait(b, 0, NULL), HILOCK_EINVAL);
   assert_int_equal(hilock_barrier_wait(b, -5, &index), HILOCK_EINVAL);
   assert_int_equal(hilock_double_barrier_enter(d, -5), HILOCK_EINVAL);
@@ -294,10 +244,8 @@ static void bad_arguments_are_refused(void **state) {
   assert_int_equal(hilock_barrier_wait(b, 0, &index), HILOCK_EWRONGTYPE);
   hl_redis_ok(f->redis, "SET hilock:{n}:inside x");
   assert_int_equal(hilock_double_barrier_enter(d, 0), HILOCK_EWRONGTYPE);
-  hilock_hold_free(HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(d));
+  hl_holds_free(HILOCK_HOLD(b), HILOCK_HOLD(d));
   hilock_hold_free(NULL);
-  free(huge);
 }
 
 typedef struct dparty {
@@ -327,7 +275,7 @@ static void double_barrier_enters_and_leaves_together(void **state) {
   for (int round = 0; round < 2; round++) {
     for (int i = 0; i < 3; i++) {
       memset(&p[i], 0, sizeof(p[i]));
-      p[i].d = new_double(f->client, "d", 3, 5000);
+      p[i].d = hl_new_double_barrier(f->client, "d", 3, 5000);
       p[i].hold_ms = 50 * i;
       assert_int_equal(pthread_create(&t[i], NULL, dparty_run, &p[i]), 0);
       if (i < 2) hl_sleep_ms(100);
@@ -352,8 +300,8 @@ static void double_barrier_enters_and_leaves_together(void **state) {
 
 static void double_barrier_enter_times_out_and_withdraws(void **state) {
   fixture *f = *state;
-  hilock_double_barrier *a = new_double(f->client, "dt", 2, 5000);
-  hilock_double_barrier *b = new_double(f->client, "dt", 2, 5000);
+  hilock_double_barrier *a = hl_new_double_barrier(f->client, "dt", 2, 5000);
+  hilock_double_barrier *b = hl_new_double_barrier(f->client, "dt", 2, 5000);
   int br = -1;
   int64_t inside = -1;
   assert_int_equal(hilock_double_barrier_enter(a, 50), HILOCK_BUSY);
@@ -365,24 +313,24 @@ static void double_barrier_enter_times_out_and_withdraws(void **state) {
   assert_int_equal(hilock_double_barrier_leave(a, 0), HILOCK_ENOTOWNED);
   /* A lone party's leave does not wait; a party inside cannot enter. */
   hilock_hold_free(HILOCK_HOLD(a));
-  a = new_double(f->client, "dt", 1, 5000);
+  a = hl_new_double_barrier(f->client, "dt", 1, 5000);
   hilock_hold_free(HILOCK_HOLD(b));
-  b = new_double(f->client, "dt1", 1, 5000);
+  b = hl_new_double_barrier(f->client, "dt1", 1, 5000);
   assert_hl_ok(hilock_double_barrier_enter(b, 0),
                hilock_hold_errmsg(HILOCK_HOLD(b)));
   assert_int_equal(hilock_double_barrier_enter(b, 0), HILOCK_EINVAL);
   assert_hl_ok(hilock_double_barrier_leave(b, 0),
                hilock_hold_errmsg(HILOCK_HOLD(b)));
-  hilock_hold_free(HILOCK_HOLD(a));
-  hilock_hold_free(HILOCK_HOLD(b));
+  hl_holds_free(HILOCK_HOLD(a), HILOCK_HOLD(b));
 }
 
 /* A party inside whose lease is not renewed (as a dead one's) breaks the
  * others' leave instead of leaving them waiting for it. */
 static void double_barrier_dead_party_inside_breaks_leave(void **state) {
   fixture *f = *state;
-  dparty live = {new_double(f->client, "dd", 2, 5000), 0, -100, -100, 0, 0, 0};
-  hilock_double_barrier *dead = new_double(f->client, "dd", 2, 300);
+  dparty live = {hl_new_double_barrier(f->client, "dd", 2, 5000), 0, -100,
+                 -100, 0, 0, 0};
+  hilock_double_barrier *dead = hl_new_double_barrier(f->client, "dd", 2, 300);
   pthread_t t;
   int br = 0;
   assert_hl_ok(hilock_hold_set_auto_renew(HILOCK_HOLD(dead), 0, 0, NULL, NULL),
@@ -403,10 +351,10 @@ static void double_barrier_dead_party_inside_breaks_leave(void **state) {
   assert_hl_ok(hilock_double_barrier_reset(dead),
                hilock_hold_errmsg(HILOCK_HOLD(dead)));
   hilock_hold_free(HILOCK_HOLD(dead));
-  dead = new_double(f->client, "dd", 2, 5000);
+  dead = hl_new_double_barrier(f->client, "dd", 2, 5000);
   hilock_hold_free(HILOCK_HOLD(live.d));
   memset(&live, 0, sizeof(live));
-  live.d = new_double(f->client, "dd", 2, 5000);
+  live.d = hl_new_double_barrier(f->client, "dd", 2, 5000);
   assert_int_equal(pthread_create(&t, NULL, dparty_run, &live), 0);
   assert_hl_ok(hilock_double_barrier_enter(dead, 30000),
                hilock_hold_errmsg(HILOCK_HOLD(dead)));
@@ -414,8 +362,7 @@ static void double_barrier_dead_party_inside_breaks_leave(void **state) {
                hilock_hold_errmsg(HILOCK_HOLD(dead)));
   pthread_join(t, NULL);
   assert_hl_ok(live.leave_rc, hilock_hold_errmsg(HILOCK_HOLD(live.d)));
-  hilock_hold_free(HILOCK_HOLD(dead));
-  hilock_hold_free(HILOCK_HOLD(live.d));
+  hl_holds_free(HILOCK_HOLD(dead), HILOCK_HOLD(live.d));
 }
 
 /* A waiter whose arrival is gone from the server (a failover or restart
@@ -423,8 +370,8 @@ static void double_barrier_dead_party_inside_breaks_leave(void **state) {
  * rather than wait uncounted. */
 static void a_lost_arrival_breaks_the_generation(void **state) {
   fixture *f = *state;
-  hilock_barrier *probe = new_barrier(f->client, "lost", 2, 5000);
-  party p = {new_barrier(f->client, "lost", 2, 5000), 60000, 1, -100, {0},
+  hilock_barrier *probe = hl_new_barrier(f->client, "lost", 2, 5000);
+  party p = {hl_new_barrier(f->client, "lost", 2, 5000), 60000, 1, -100, {0},
              ""};
   pthread_t t;
   start_waiter(&t, &p, probe, 0);
@@ -433,8 +380,7 @@ static void a_lost_arrival_breaks_the_generation(void **state) {
   pthread_join(t, NULL);
   assert_int_equal(p.rc, HILOCK_EBROKEN);
   assert_substr(p.msg, "arrival was lost");
-  hilock_hold_free(HILOCK_HOLD(probe));
-  hilock_hold_free(HILOCK_HOLD(p.b));
+  hl_holds_free(HILOCK_HOLD(probe), HILOCK_HOLD(p.b));
 }
 
 /* A waiter that looks only after two resets (its generation g reset, and
@@ -443,8 +389,9 @@ static void a_lost_arrival_breaks_the_generation(void **state) {
  * when only the last broken generation was kept). */
 static void a_waiter_that_missed_two_resets_ends_broken(void **state) {
   fixture *f = *state;
-  hilock_barrier *probe = new_barrier(f->client, "two", 2, 5000);
-  party p = {new_barrier(f->client, "two", 2, 5000), 60000, 1, -100, {0}, ""};
+  hilock_barrier *probe = hl_new_barrier(f->client, "two", 2, 5000);
+  party p = {hl_new_barrier(f->client, "two", 2, 5000), 60000, 1, -100, {0},
+             ""};
   pthread_t t;
   start_waiter(&t, &p, probe, 0); /* generation 0 */
   hl_redis_ok(f->redis, "DEL %s", ZKEY("two"));
@@ -453,8 +400,7 @@ static void a_waiter_that_missed_two_resets_ends_broken(void **state) {
   pthread_join(t, NULL);
   assert_int_equal(p.rc, HILOCK_EBROKEN);
   assert_substr(p.msg, "reset");
-  hilock_hold_free(HILOCK_HOLD(probe));
-  hilock_hold_free(HILOCK_HOLD(p.b));
+  hl_holds_free(HILOCK_HOLD(probe), HILOCK_HOLD(p.b));
 }
 
 /* A party whose wait times out while the server does not answer (CLIENT
@@ -466,14 +412,14 @@ static void a_give_up_that_fails_is_retried_until_it_lands(void **state) {
   fixture *f = *state;
   hilock_options o = hl_test_options();
   hilock_client *c;
-  hilock_barrier *probe = new_barrier(f->client, "ghost", 2, 5000);
-  hilock_barrier *b = new_barrier(f->client, "ghost", 2, 5000);
+  hilock_barrier *probe = hl_new_barrier(f->client, "ghost", 2, 5000);
+  hilock_barrier *b = hl_new_barrier(f->client, "ghost", 2, 5000);
   party a = {NULL, 300, 1, -100, {0}, ""};
   pthread_t t;
   int64_t index = -1;
   o.command_timeout_ms = 100;
   c = hl_client(f->server.url, &o);
-  a.b = new_barrier(c, "ghost", 2, 5000);
+  a.b = hl_new_barrier(c, "ghost", 2, 5000);
   start_waiter(&t, &a, probe, 0); /* a arrived; its wait ends at 300 ms */
   /* The pause outlasts a's wait and its first give-ups. */
   hl_redis_ok(f->redis, "CLIENT PAUSE 800 ALL");
@@ -483,9 +429,7 @@ static void a_give_up_that_fails_is_retried_until_it_lands(void **state) {
    * it with a's arrival). */
   assert_int_equal(hilock_barrier_wait(b, 5000, &index), HILOCK_EBROKEN);
   assert_substr(hilock_hold_errmsg(HILOCK_HOLD(b)), "is broken: a ");
-  hilock_hold_free(HILOCK_HOLD(probe));
-  hilock_hold_free(HILOCK_HOLD(b));
-  hilock_hold_free(HILOCK_HOLD(a.b));
+  hl_holds_free(HILOCK_HOLD(probe), HILOCK_HOLD(b), HILOCK_HOLD(a.b));
   hilock_client_free(c);
 }
 

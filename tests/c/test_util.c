@@ -526,12 +526,19 @@ hilock_lock *hl_new_simple(hilock_client *c, const char *name) {
   return made(c, rc, x);
 }
 
-hilock_semaphore *hl_new_semaphore(hilock_client *c, const char *name,
-                                   int64_t permits, int64_t ttl_ms) {
-  hilock_semaphore *x = NULL;
-  int rc = hilock_semaphore_new(c, name, strlen(name), permits, ttl_ms, &x);
-  return made(c, rc, x);
-}
+/* The constructors of a named family with a number (permits, count,
+ * parties) and a TTL. */
+#define HL_NEW_N_TTL(fn, type, ctor)                                       \
+  type *fn(hilock_client *c, const char *name, int64_t n, int64_t ttl_ms) { \
+    type *x = NULL;                                                         \
+    int rc = ctor(c, name, strlen(name), n, ttl_ms, &x);                    \
+    return made(c, rc, x);                                                  \
+  }
+HL_NEW_N_TTL(hl_new_semaphore, hilock_semaphore, hilock_semaphore_new)
+HL_NEW_N_TTL(hl_new_latch, hilock_latch, hilock_latch_new)
+HL_NEW_N_TTL(hl_new_barrier, hilock_barrier, hilock_barrier_new)
+HL_NEW_N_TTL(hl_new_double_barrier, hilock_double_barrier,
+             hilock_double_barrier_new)
 
 hilock_segmented_lock *hl_new_seg(hilock_client *c, const char *name,
                                   size_t segments, int64_t ttl_ms) {
@@ -607,6 +614,45 @@ void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn) {
                      HILOCK_EINVAL);
     assert_int_equal(hilock_client_errcode(c), HILOCK_EINVAL);
     assert_substr(hilock_client_errmsg(c), bad[i].why);
+    assert_null(h);
+  }
+}
+
+/* A counted constructor on the hold (hl_new_counted_fn). */
+#define HL_NEW_COUNTED(fn, type, ctor)                                      \
+  int fn(hilock_client *c, const char *name, size_t len, int64_t n,         \
+         int64_t ttl_ms, hilock_hold **out) {                               \
+    type *x = out != NULL ? (type *)*out : NULL;                            \
+    int rc = ctor(c, name, len, n, ttl_ms, out != NULL ? &x : NULL);        \
+    if (out != NULL) *out = (hilock_hold *)x;                               \
+    return rc;                                                              \
+  }
+HL_NEW_COUNTED(hl_latch_new_hold, hilock_latch, hilock_latch_new)
+HL_NEW_COUNTED(hl_barrier_new_hold, hilock_barrier, hilock_barrier_new)
+HL_NEW_COUNTED(hl_double_barrier_new_hold, hilock_double_barrier,
+               hilock_double_barrier_new)
+
+void hl_assert_counted_args_refused(hilock_client *c, hl_new_counted_fn *new_fn,
+                                    int64_t n_max, const char *n_why) {
+  static char big[HILOCK_NAME_MAX + 1];
+  const struct {
+    hilock_client *c;
+    const char *name;
+    size_t len;
+    int64_t n, ttl_ms;
+  } bad[] = {{NULL, "n", 1, 2, 1000},      {c, "", 0, 2, 1000},
+             {c, NULL, 1, 2, 1000},        {c, big, sizeof(big), 2, 1000},
+             {c, "n", 1, 0, 1000},         {c, "n", 1, -3, 1000},
+             {c, "n", 1, n_max + 1, 1000}, {c, "n", 1, 2, 0},
+             {c, "n", 1, 2, -1}};
+  memset(big, 'n', sizeof(big));
+  assert_int_equal(new_fn(c, "n", 1, 2, 1000, NULL), HILOCK_EINVAL);
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    hilock_hold *h = NULL;
+    assert_int_equal(new_fn(bad[i].c, bad[i].name, bad[i].len, bad[i].n,
+                            bad[i].ttl_ms, &h),
+                     HILOCK_EINVAL);
+    if (bad[i].n == 0) assert_substr(hilock_client_errmsg(c), n_why);
     assert_null(h);
   }
 }

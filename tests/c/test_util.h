@@ -180,6 +180,12 @@ hilock_rwlock *hl_new_rwlock(hilock_client *c, const char *name,
                              int64_t ttl_ms);
 hilock_semaphore *hl_new_semaphore(hilock_client *c, const char *name,
                                    int64_t permits, int64_t ttl_ms);
+hilock_latch *hl_new_latch(hilock_client *c, const char *name, int64_t count,
+                           int64_t ttl_ms);
+hilock_barrier *hl_new_barrier(hilock_client *c, const char *name,
+                               int64_t parties, int64_t ttl_ms);
+hilock_double_barrier *hl_new_double_barrier(hilock_client *c, const char *name,
+                                             int64_t parties, int64_t ttl_ms);
 hilock_fair_lock *hl_new_fair(hilock_client *c, const char *name,
                               int64_t ttl_ms);
 hilock_sequential_lock *hl_new_seq(hilock_client *c, const char *name,
@@ -202,6 +208,18 @@ hl_new_hold_fn hl_lock_new_hold, hl_lease_new_hold, hl_simple_new_hold,
  * client's message and resets *out to NULL: a NULL name, an empty one,
  * one of HILOCK_NAME_MAX + 1 bytes, one that begins with '}'. */
 void hl_assert_bad_names_refused(hilock_client *c, hl_new_fn new_fn);
+
+/* A counted family's constructor on the hold: hilock_<family>_new(c, name,
+ * len, n, ttl_ms, out), n its count (latch) or its parties (barriers). */
+typedef int hl_new_counted_fn(hilock_client *c, const char *name, size_t len,
+                              int64_t n, int64_t ttl_ms, hilock_hold **out);
+hl_new_counted_fn hl_latch_new_hold, hl_barrier_new_hold,
+    hl_double_barrier_new_hold;
+/* The constructor refuses with HILOCK_EINVAL, and leaves *out NULL: no
+ * client, no out, a NULL, empty or HILOCK_NAME_MAX + 1 byte name, n of 0
+ * (n_why in the client's message), -3 or n_max + 1, ttl_ms of 0 or -1. */
+void hl_assert_counted_args_refused(hilock_client *c, hl_new_counted_fn *new_fn,
+                                    int64_t n_max, const char *n_why);
 
 /* The hl_new_* above on the hold, for tables over families: a new handle
  * on name, made or the test fails. The simple lock ignores ttl_ms. */

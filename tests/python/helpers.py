@@ -941,3 +941,24 @@ def run_with_client(redis_url: str, body: Callable[[Any], Awaitable[None]]) -> N
 
     with asyncio.Runner(loop_factory=Loops.factory) as runner:
         runner.run(main())
+
+
+def assert_a_timed_out_wait_breaks(barrier: Any, timeout: float = 30) -> None:
+    """A wait on barrier that times out breaks it for another party waiting
+    (in a thread, up to timeout seconds): both end in BrokenBarrier."""
+    import hilock
+    broken: List[BaseException] = []
+
+    def wait() -> None:
+        try:
+            barrier.wait(timeout=timeout)
+        except hilock.BrokenBarrier as e:
+            broken.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_for(lambda: barrier.n_waiting == 1, 10, what="a waiter")
+    with pytest.raises(hilock.BrokenBarrier):
+        barrier.wait(timeout=0.1)
+    t.join(timeout + 5)
+    assert len(broken) == 1

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import hilock
-from helpers import RedisServer, wait_for
+from helpers import RedisServer, assert_a_timed_out_wait_breaks, wait_for
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
@@ -348,13 +348,6 @@ def test_asyncio_waiters_of_a_user_without_publish_are_still_woken(
     assert len(refused) == 1, error_records.messages
 
 
-def wait_for_waiting(barrier: Any) -> None:
-    deadline = time.monotonic() + 10
-    while barrier.n_waiting < 1:
-        assert time.monotonic() < deadline, "no waiter"
-        time.sleep(0.01)
-
-
 @pytest.mark.parametrize("shared", [True, False], ids=["shared-waiting", "blpop"])
 def test_barriers_run_as_the_published_acl_user(acl_server: RedisServer, shared: bool) -> None:
     """Waiters renewed past their 0.3 s TTL (the party renewal), woken on
@@ -375,21 +368,8 @@ def test_barriers_run_as_the_published_acl_user(acl_server: RedisServer, shared:
         assert barrier.delete()
         # A wait that times out breaks a barrier of 3 for the other waiter.
         three = c.barrier("bar3", 3, ttl=0.3)
-        broken: List[Any] = []
-
-        def wait() -> None:
-            try:
-                three.wait(timeout=10)
-            except hilock.BrokenBarrier as e:
-                broken.append(e)
-
-        t = threading.Thread(target=wait)
-        t.start()
-        wait_for_waiting(three)
-        with pytest.raises(hilock.BrokenBarrier):
-            three.wait(timeout=0.1)
-        t.join(15)
-        assert len(broken) == 1 and three.broken
+        assert_a_timed_out_wait_breaks(three, timeout=10)
+        assert three.broken
         three.reset()
         assert three.delete()
         db = c.double_barrier("dbar", 2, ttl=0.3)
@@ -400,3 +380,35 @@ def test_barriers_run_as_the_published_acl_user(acl_server: RedisServer, shared:
         t.join(15)
         assert not db.broken
     assert r.execute_command("ACL", "LOG") == []  # nothing was refused
+
+
+def test_the_recipes_under_a_tenant_prefix_and_its_acl_user(acl_server: RedisServer) -> None:
+    """The election, the latch and the barriers keep every key and channel
+    under the client's prefix, so a tenant's user restricted to its prefix
+    (~t3:* and &t3:*) runs them, waiters woken through its channels; no
+    key is written outside the prefix."""
+    r = redis.Redis.from_url(acl_server.url)
+    make_user(r, "t3", tenant_rule("t3:"))
+    with hilock.Client(user_url(acl_server, "t3"), prefix="t3:") as c:
+        with c.election("rec-el", ttl=5.0).campaign("me") as lead:
+            assert c.election("rec-el").leader() == ("me", lead.fence)
+        latch = c.latch("rec-latch", 2, ttl=5.0)
+        party = latch.join()
+        got: List[object] = []
+        waiter = threading.Thread(target=lambda: got.append(latch.wait(timeout=30)))
+        waiter.start()
+        party.count_down()
+        latch.count_down()
+        waiter.join(30)
+        assert got == [True]
+        barrier = c.barrier("rec-barrier", 2, ttl=5.0)
+        arrived: List[int] = []
+        other = threading.Thread(target=lambda: arrived.append(barrier.wait(timeout=30)))
+        other.start()
+        arrived.append(barrier.wait(timeout=30))
+        other.join(30)
+        assert sorted(arrived) == [0, 1]
+    keys = {k.decode() for k in r.keys("*")}
+    assert keys and all(k.startswith("t3:") for k in keys), keys
+    assert any(k.startswith("t3:{rec-latch}:") for k in keys)
+    assert any(k.startswith("t3:{rec-barrier}:") for k in keys)

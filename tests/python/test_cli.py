@@ -76,10 +76,18 @@ def run_cli(url: Optional[str], *args: str, input: Optional[str] = None,
                           capture_output=True, text=True, timeout=DEADLINE)
 
 
+def _default_signals() -> None:
+    """In the hilock process: SIGHUP as a shell gets it. A suite started
+    under nohup would pass SIGHUP on ignored, and a shell cannot trap a
+    signal ignored on entry, so the tests that send HUP need this."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def start_cli(url: str, *args: str, stdin: Optional[int] = None) -> subprocess.Popen:
     """A hilock process whose stdout is a pipe (its command says "ready" on it)."""
     return subprocess.Popen(hilock_argv(*args), env=cli_env(url), stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_signals)
 
 
 def read_line(proc: subprocess.Popen) -> str:

@@ -20,7 +20,8 @@ import redis
 
 import hilock
 from cluster import LocalCluster, name_slot
-from helpers import FORK, NoLock, acquire_within, join_all, pass_gate, start_child, wait_for
+from helpers import (FORK, NoLock, acquire_within, assert_a_timed_out_wait_breaks, join_all,
+                     pass_gate, start_child, wait_for)
 from history import (Interval, OverlapError, RedisHistory, check_fences_increase,
                      check_max_concurrent, check_no_overlap)
 
@@ -584,21 +585,7 @@ def test_barriers_on_every_master(cluster, cclient) -> None:
                 t.join(30)
         assert sorted(got) == [0, 0, 1, 1, 2, 2]
         assert _key_exists_on(cluster, m, name)
-        errors: List[BaseException] = []
-
-        def wait() -> None:
-            try:
-                barrier.wait(timeout=30)
-            except hilock.BrokenBarrier as e:
-                errors.append(e)
-
-        t = threading.Thread(target=wait)
-        t.start()
-        wait_for(lambda: barrier.n_waiting == 1, 10, what="a waiter")
-        with pytest.raises(hilock.BrokenBarrier):
-            barrier.wait(timeout=0.1)
-        t.join(30)
-        assert len(errors) == 1
+        assert_a_timed_out_wait_breaks(barrier)
         assert barrier.delete()
         db = cclient.double_barrier(name, 2, ttl=5.0)
         inside: List[int] = []

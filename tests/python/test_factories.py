@@ -11,7 +11,6 @@ and docstrings. No server needed.
 """
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import sys
 import typing
@@ -28,18 +27,8 @@ import hilock.asyncio
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-
-def _load_generator() -> ModuleType:
-    path = ROOT / "tools" / "gen_factories.py"
-    spec = importlib.util.spec_from_file_location("gen_factories", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+sys.path.insert(0, str(ROOT / "tools"))
+import gen_factories as gen  # noqa: E402
 
 SURFACES: Dict[str, Tuple[ModuleType, Any]] = {
     gen.CLIENT: (hilock._client, hilock.Client),

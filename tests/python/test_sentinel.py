@@ -445,3 +445,51 @@ def test_a_latch_follows_a_graceful_failover(deployment):
         latch.count_down()
         t.join(60)
         assert got == [True], got
+
+
+def test_barriers_follow_a_graceful_failover(deployment):
+    """Two parties wait at a barrier of three through a failover: their
+    leases are renewed on the promoted replica (the barrier is not broken
+    after it), and the third, arriving after it, releases all three with
+    the indices 0..2. Then a double barrier round runs on the new master.
+    The TTL is longer than the failover, as for the latch (docs/latch.md,
+    Limits)."""
+    import threading
+
+    with hilock.Client(deployment.url, reconnect=15.0) as c:
+        barrier = c.barrier("sent-barrier", 3, ttl=30.0)
+        got = []
+
+        def wait() -> None:
+            try:
+                got.append(barrier.wait(timeout=90))
+            except Exception as e:  # noqa: BLE001  (reported below)
+                got.append(e)
+
+        threads = [threading.Thread(target=wait) for _ in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while barrier.n_waiting < 2:
+            assert time.monotonic() < deadline, "the two parties did not arrive"
+            time.sleep(0.02)
+        _wait_replicated(deployment, _key("sent-barrier", "arrived"))
+        deployment.graceful_failover()
+        assert not barrier.broken
+        got.append(barrier.wait(timeout=60))
+        for t in threads:
+            t.join(90)
+        assert sorted(got) == [0, 1, 2], got
+
+        db = c.double_barrier("sent-dbarrier", 2, ttl=30.0)
+        entered = []
+
+        def round_trip() -> None:
+            with db.enter(timeout=60):
+                entered.append(True)
+
+        other = threading.Thread(target=round_trip)
+        other.start()
+        round_trip()
+        other.join(60)
+        assert entered == [True, True] and not db.broken
