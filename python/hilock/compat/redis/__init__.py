@@ -122,7 +122,45 @@ def _set_token(lk: _HiLock, token: bytes, name: str) -> None:
         raise LockError(str(e), lock_name=name) from None
 
 
-class Lock:
+class _Base:
+    """The attributes redis-py's Lock has (and this module's extras), for
+    the blocking and the asyncio class alike."""
+
+    redis: Any
+    name: str
+    timeout: Optional[float]
+    sleep: float
+    blocking: bool
+    blocking_timeout: Optional[float]
+    thread_local: bool
+    raise_on_release_error: bool
+    local: Any
+    _locks: Any
+
+    def __init__(self, redis: Any, name: str, timeout: Optional[float], sleep: float,
+                 blocking: bool, blocking_timeout: Optional[float], thread_local: bool,
+                 raise_on_release_error: bool, auto_renew: bool,
+                 on_lost: Optional[Callable[[_HiLock], None]]) -> None:
+        if timeout is not None and timeout <= 0:
+            raise LockError("'timeout' must be a positive number of seconds", lock_name=name)
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.local = threading.local() if self.thread_local else SimpleNamespace()
+        self.local.token = None
+        self._auto_renew = auto_renew
+        self._on_lost = on_lost
+        # One hilock lock per token owner: per thread, or one for the object.
+        self._locks = threading.local() if self.thread_local else SimpleNamespace()
+        self._locks.lock = None
+
+
+class Lock(_Base):
     """redis-py's ``redis.lock.Lock``, on hilock's core (see the module).
 
     ``timeout``: the lock's TTL in seconds (None: no expiry, as in
@@ -139,24 +177,9 @@ class Lock:
                  blocking_timeout: Optional[float] = None, thread_local: bool = True,
                  raise_on_release_error: bool = True, *, auto_renew: bool = False,
                  on_lost: Optional[Callable[[_HiLock], None]] = None) -> None:
-        self.redis = redis
-        self.name = name
-        self.timeout = timeout
-        self.sleep = sleep
-        self.blocking = blocking
-        self.blocking_timeout = blocking_timeout
-        self.thread_local = bool(thread_local)
-        self.raise_on_release_error = raise_on_release_error
-        self.local: Any = threading.local() if self.thread_local else SimpleNamespace()
-        self.local.token = None
-        self._auto_renew = auto_renew
-        self._on_lost = on_lost
+        super().__init__(redis, name, timeout, sleep, blocking, blocking_timeout,
+                         thread_local, raise_on_release_error, auto_renew, on_lost)
         self._client = client_for(redis)
-        # One hilock lock per token owner: per thread, or one for the object.
-        self._locks: Any = threading.local() if self.thread_local else SimpleNamespace()
-        self._locks.lock = None
-        if self.timeout is not None and self.timeout <= 0:
-            raise LockError("'timeout' must be a positive number of seconds", lock_name=name)
 
     @property
     def hilock_lock(self) -> _HiLock:

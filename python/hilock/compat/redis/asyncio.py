@@ -13,7 +13,6 @@ import logging
 import threading
 import uuid
 import weakref
-from types import SimpleNamespace
 from typing import Any, Callable, Optional, Union
 
 from redis.exceptions import LockError, LockNotOwnedError
@@ -23,7 +22,7 @@ from ..._lock import REDIS_PY
 from ..._lock import Lock as _HiLock
 from ...asyncio import Client
 from ...asyncio import Lock as _AsyncLock
-from . import _client_args, _encode, _pool_of, _set_token
+from . import _Base, _client_args, _encode, _pool_of, _set_token
 
 __all__ = ["Lock", "LockError", "LockNotOwnedError", "client_for"]
 
@@ -47,7 +46,7 @@ def client_for(redis_client: Any) -> Client:
     return c
 
 
-class Lock:
+class Lock(_Base):
     """redis-py's ``redis.asyncio.lock.Lock`` on hilock's core (see
     :class:`hilock.compat.redis.Lock`: the same arguments, extras and
     differences; the methods are coroutines)."""
@@ -57,23 +56,9 @@ class Lock:
                  blocking_timeout: Optional[float] = None, thread_local: bool = True,
                  raise_on_release_error: bool = True, *, auto_renew: bool = False,
                  on_lost: Optional[Callable[[_HiLock], None]] = None) -> None:
-        self.redis = redis
-        self.name = name
-        self.timeout = timeout
-        self.sleep = sleep
-        self.blocking = blocking
-        self.blocking_timeout = blocking_timeout
-        self.thread_local = bool(thread_local)
-        self.raise_on_release_error = raise_on_release_error
-        self.local: Any = threading.local() if self.thread_local else SimpleNamespace()
-        self.local.token = None
-        self._auto_renew = auto_renew
-        self._on_lost = on_lost
+        super().__init__(redis, name, timeout, sleep, blocking, blocking_timeout,
+                         thread_local, raise_on_release_error, auto_renew, on_lost)
         self._client = client_for(redis)
-        self._locks: Any = threading.local() if self.thread_local else SimpleNamespace()
-        self._locks.lock = None
-        if self.timeout is not None and self.timeout <= 0:
-            raise LockError("'timeout' must be a positive number of seconds", lock_name=name)
 
     @property
     def hilock_lock(self) -> _AsyncLock:
