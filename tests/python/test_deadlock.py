@@ -1,0 +1,196 @@
+"""Deadlock detection across processes (Client(detect_deadlocks=True)): cycles
+of waits between processes and between threads are found, exactly one wait
+of each (the youngest) fails with DeadlockError naming the cycle, the others
+get their locks; chains that resolve are never reported."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List
+
+import pytest
+
+import hilock
+
+# Each process takes its first lock, says so with a file, waits for the
+# test's "go" file, then waits for its second lock (the next process's
+# first), and prints what happened as JSON.
+WORKER = r"""
+import json, os, sys, time
+import hilock
+url, d, me, first, second, delay, detect, wait = sys.argv[1:]
+c = hilock.Client(url, detect_deadlocks=detect == "1", deadlock_timeout=float(delay))
+a = c.lock(first, ttl=120)
+b = c.lock(second, ttl=120)
+a.acquire()
+open(os.path.join(d, "held." + me), "w").close()
+while not os.path.exists(os.path.join(d, "go")):
+    time.sleep(0.005)
+t0 = time.monotonic()
+try:
+    ok = b.acquire(timeout=float(wait))
+    out = {"ok": bool(ok)}
+    if ok:
+        b.release()
+except hilock.DeadlockError as e:
+    out = {"deadlock": str(e)}
+out["waited"] = time.monotonic() - t0
+a.release()
+c.close()
+print(json.dumps(out))
+"""
+
+
+def _ring(redis_url: str, tmp_path: Any, n: int, delay: float, detect: bool,
+          wait: float) -> List[Dict[str, Any]]:
+    """n processes in a ring: process i holds L<i> and waits for L<i+1>."""
+    names = [f"dl-ring-{n}-{i}" for i in range(n)]
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", WORKER, redis_url, str(tmp_path), str(i), names[i],
+         names[(i + 1) % n], str(delay), "1" if detect else "0", str(wait)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    try:
+        # Every process holds its first lock before any waits for its second.
+        held = [tmp_path / f"held.{i}" for i in range(n)]
+        limit = time.monotonic() + 60  # a stuck start fails instead of hanging
+        while not all(p.exists() for p in held):
+            assert time.monotonic() < limit, "workers did not take their first locks"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=wait + 60)
+            assert p.returncode == 0, err
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+        return outs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_cycle_across_processes_has_one_victim(rds: Any, redis_url: str, tmp_path: Any,
+                                               n: int) -> None:
+    delay = 0.5
+    outs = _ring(redis_url, tmp_path, n, delay, True, 60.0)
+    victims = [o for o in outs if "deadlock" in o]
+    assert len(victims) == 1, outs
+    assert all(o.get("ok") is True for o in outs if "deadlock" not in o), outs
+    msg = victims[0]["deadlock"]
+    # The message names every lock of the cycle, in the order of the waits.
+    for i in range(n):
+        assert f"dl-ring-{n}-{i}" in msg, msg
+    assert f"({n} owners)" in msg, msg
+    # Found within the delay and a bound: the cycle closes when the last
+    # wait begins; its check runs at the delay, or half a delay later when
+    # another member had not recorded its wait yet. The 5 s on top is
+    # generous for a loaded 2-core machine (the walk is a few round trips).
+    assert victims[0]["waited"] < delay * 1.5 + 5.0, victims
+    # Every record of the waits is gone once they end.
+    assert not rds.keys("*:dlw"), rds.keys("*:dlw")
+
+
+def test_cycle_without_detection_waits_out(rds: Any, redis_url: str, tmp_path: Any) -> None:
+    outs = _ring(redis_url, tmp_path, 2, 0.2, False, 1.5)
+    assert outs == [{"ok": False, "waited": o["waited"]} for o in outs], outs
+    assert not rds.keys("*:dl*")  # detection off writes nothing
+
+
+def _thread_cycle(client: Any, names: List[str]) -> Dict[int, str]:
+    """Threads of one client in a ring; what each thread's wait ended with."""
+    n = len(names)
+    firsts = [client.lock(nm, ttl=120) for nm in names]
+    seconds = [client.lock(names[(i + 1) % n], ttl=120) for i in range(n)]
+    ready = threading.Barrier(n)
+    res: Dict[int, str] = {}
+
+    def run(i: int) -> None:
+        firsts[i].acquire()
+        ready.wait()
+        try:
+            res[i] = "ok" if seconds[i].acquire(timeout=60) else "timeout"
+            if res[i] == "ok":
+                seconds[i].release()
+        except hilock.DeadlockError as e:
+            res[i] = "deadlock: " + str(e)
+        firsts[i].release()
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return res
+
+
+def test_cycle_across_threads_of_one_client(rds: Any, redis_url: str) -> None:
+    c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.2)
+    try:
+        res = _thread_cycle(c, ["dl-t-a", "dl-t-b", "dl-t-c"])
+    finally:
+        c.close()
+    assert sorted(v.split(":")[0] for v in res.values()) == ["deadlock", "ok", "ok"], res
+
+
+def test_chain_that_resolves_is_no_deadlock(rds: Any, redis_url: str) -> None:
+    """A waits for B, B for C, C's holder releases once both waits have
+    recorded themselves (their walks ran over the chain): nobody fails.
+    Repeated with a short delay so that walks run while the chain moves."""
+    c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.05)
+    try:
+        for rnd in range(5):
+            a, b, cc = (f"dl-chain-{rnd}-{x}" for x in "abc")
+            hold_c = c.lock(cc, ttl=60)
+            assert hold_c.acquire()
+            res: Dict[str, str] = {}
+            b_held = threading.Event()
+
+            def t2() -> None:
+                lb, lc = c.lock(b, ttl=60), c.lock(cc, ttl=60)
+                lb.acquire()
+                b_held.set()
+                try:
+                    res["t2"] = "ok" if lc.acquire(timeout=60) else "timeout"
+                    lc.release()
+                except hilock.LockError as e:
+                    res["t2"] = repr(e)
+                lb.release()
+
+            def t1() -> None:
+                la, lb = c.lock(a, ttl=60), c.lock(b, ttl=60)
+                la.acquire()
+                b_held.wait()
+                try:
+                    res["t1"] = "ok" if lb.acquire(timeout=60) else "timeout"
+                    lb.release()
+                except hilock.LockError as e:
+                    res["t1"] = repr(e)
+                la.release()
+
+            ts = [threading.Thread(target=t2), threading.Thread(target=t1)]
+            for t in ts:
+                t.start()
+            limit = time.monotonic() + 30
+            while len(rds.keys("*:dlw")) < 2:  # both waits recorded and walked
+                assert time.monotonic() < limit, "the waits never recorded themselves"
+                time.sleep(0.005)
+            hold_c.release()
+            for t in ts:
+                t.join()
+            assert res == {"t1": "ok", "t2": "ok"}, res
+    finally:
+        c.close()
+
+
+def test_deadlock_options_are_checked(redis_url: str) -> None:
+    with pytest.raises(hilock.InvalidArgument):
+        hilock.Client(redis_url, detect_deadlocks=1)  # type: ignore[arg-type]
+    with pytest.raises(hilock.InvalidArgument):
+        hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0)
+    with pytest.raises(hilock.InvalidArgument):
+        hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=float("nan"))
