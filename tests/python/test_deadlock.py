@@ -3,7 +3,6 @@ of waits between processes and between threads are found, exactly one wait
 of each (the youngest) fails with DeadlockError naming the cycle, the others
 get their locks; chains that resolve are never reported."""
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -101,11 +100,12 @@ def test_cycle_without_detection_waits_out(rds: Any, redis_url: str, tmp_path: A
     assert not rds.keys("*:dl*")  # detection off writes nothing
 
 
-def _thread_cycle(client: Any, names: List[str]) -> Dict[int, str]:
+def _thread_cycle(client: Any, names: List[str], kind: str = "lock") -> Dict[int, str]:
     """Threads of one client in a ring; what each thread's wait ended with."""
     n = len(names)
-    firsts = [client.lock(nm, ttl=120) for nm in names]
-    seconds = [client.lock(names[(i + 1) % n], ttl=120) for i in range(n)]
+    make = getattr(client, kind)
+    firsts = [make(nm, ttl=120) for nm in names]
+    seconds = [make(names[(i + 1) % n], ttl=120) for i in range(n)]
     ready = threading.Barrier(n)
     res: Dict[int, str] = {}
 
@@ -128,13 +128,58 @@ def _thread_cycle(client: Any, names: List[str]) -> Dict[int, str]:
     return res
 
 
-def test_cycle_across_threads_of_one_client(rds: Any, redis_url: str) -> None:
+@pytest.mark.parametrize("kind", ["lock", "fair_lock"])
+def test_cycle_across_threads_of_one_client(rds: Any, redis_url: str, kind: str) -> None:
     c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.2)
     try:
-        res = _thread_cycle(c, ["dl-t-a", "dl-t-b", "dl-t-c"])
+        res = _thread_cycle(c, ["dl-t-a", "dl-t-b", "dl-t-c"], kind)
     finally:
         c.close()
     assert sorted(v.split(":")[0] for v in res.values()) == ["deadlock", "ok", "ok"], res
+
+
+def _chain_round(c: Any, rds: Any, rnd: int) -> Dict[str, str]:
+    """t1 holds a and waits for b, t2 holds b and waits for c, which this
+    thread holds until both waits have recorded themselves."""
+    a, b, cc = (f"dl-chain-{rnd}-{x}" for x in "abc")
+    hold_c = c.lock(cc, ttl=60)
+    assert hold_c.acquire()
+    res: Dict[str, str] = {}
+    b_held = threading.Event()
+
+    def t2() -> None:
+        lb, lc = c.lock(b, ttl=60), c.lock(cc, ttl=60)
+        lb.acquire()
+        b_held.set()
+        try:
+            res["t2"] = "ok" if lc.acquire(timeout=60) else "timeout"
+            lc.release()
+        except hilock.LockError as e:
+            res["t2"] = repr(e)
+        lb.release()
+
+    def t1() -> None:
+        la, lb = c.lock(a, ttl=60), c.lock(b, ttl=60)
+        la.acquire()
+        b_held.wait()
+        try:
+            res["t1"] = "ok" if lb.acquire(timeout=60) else "timeout"
+            lb.release()
+        except hilock.LockError as e:
+            res["t1"] = repr(e)
+        la.release()
+
+    ts = [threading.Thread(target=t2), threading.Thread(target=t1)]
+    for t in ts:
+        t.start()
+    limit = time.monotonic() + 30
+    while len(rds.keys("*:dlw")) < 2:  # both waits recorded and walked
+        assert time.monotonic() < limit, "the waits never recorded themselves"
+        time.sleep(0.005)
+    hold_c.release()
+    for t in ts:
+        t.join()
+    return res
 
 
 def test_chain_that_resolves_is_no_deadlock(rds: Any, redis_url: str) -> None:
@@ -144,45 +189,7 @@ def test_chain_that_resolves_is_no_deadlock(rds: Any, redis_url: str) -> None:
     c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.05)
     try:
         for rnd in range(5):
-            a, b, cc = (f"dl-chain-{rnd}-{x}" for x in "abc")
-            hold_c = c.lock(cc, ttl=60)
-            assert hold_c.acquire()
-            res: Dict[str, str] = {}
-            b_held = threading.Event()
-
-            def t2() -> None:
-                lb, lc = c.lock(b, ttl=60), c.lock(cc, ttl=60)
-                lb.acquire()
-                b_held.set()
-                try:
-                    res["t2"] = "ok" if lc.acquire(timeout=60) else "timeout"
-                    lc.release()
-                except hilock.LockError as e:
-                    res["t2"] = repr(e)
-                lb.release()
-
-            def t1() -> None:
-                la, lb = c.lock(a, ttl=60), c.lock(b, ttl=60)
-                la.acquire()
-                b_held.wait()
-                try:
-                    res["t1"] = "ok" if lb.acquire(timeout=60) else "timeout"
-                    lb.release()
-                except hilock.LockError as e:
-                    res["t1"] = repr(e)
-                la.release()
-
-            ts = [threading.Thread(target=t2), threading.Thread(target=t1)]
-            for t in ts:
-                t.start()
-            limit = time.monotonic() + 30
-            while len(rds.keys("*:dlw")) < 2:  # both waits recorded and walked
-                assert time.monotonic() < limit, "the waits never recorded themselves"
-                time.sleep(0.005)
-            hold_c.release()
-            for t in ts:
-                t.join()
-            assert res == {"t1": "ok", "t2": "ok"}, res
+            assert _chain_round(c, rds, rnd) == {"t1": "ok", "t2": "ok"}
     finally:
         c.close()
 
