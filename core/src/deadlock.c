@@ -3,7 +3,7 @@
  * looks for a cycle. Only waiters write anything: a grant costs nothing.
  *
  * A wait that has lasted the delay records, with a lease of a few delays,
- *   <prefix>{<owner>}:dlw  = "<start wall ms>:<serial>\n<holder key>\n<name>"
+ *   <prefix>{<owner>}:dlw  = "<start wall ms>:<serial>\n<s|h>\n<holder key>\n<name>"
  * (the owner: client id and caller, a thread or an async operation), and
  * for each grant its owner holds (its lock families whose holder key holds
  * the owner token: the lock and the fair lock)
@@ -12,7 +12,8 @@
  * goes to its own slot's master, one round trip each.
  *
  * The walk: the holder token of the name the waiter waits for (GET of the
- * holder key), that token's owner (dl), what the owner waits for (dlw),
+ * holder key) and that token's owner (dl), or the owner a holder hash
+ * names (HKEYS: the reentrant lock, a writer), what the owner waits for (dlw),
  * and again, until it comes back to the waiter (a cycle), or ends (a
  * holder that does not wait, a record gone, an unreadable reply) or
  * reaches its depth. A cycle found is walked a second time: only the same
@@ -52,11 +53,19 @@ typedef struct dl_hop {
 
 static uint64_t dl_serial; /* waits of this process (atomic) */
 
-/* The families whose holder key is a string holding the owner token. */
+/* How a family's holder is read: 's', its holder key is a string holding
+ * the owner token (the lock, the fair lock); 'h', a hash whose fields are
+ * the owners themselves besides "fence" and "<owner>:op" (the reentrant
+ * lock, the read-write lock's writer); 0: not served. */
 static int dl_family(const hilock__hold *h) {
-  return h->fam != NULL && h->rkey != NULL &&
-         (strcmp(h->fam->name, "lock") == 0 ||
-          strcmp(h->fam->name, "fair lock") == 0);
+  if (h->fam == NULL || h->rkey == NULL) return 0;
+  if (strcmp(h->fam->name, "lock") == 0 ||
+      strcmp(h->fam->name, "fair lock") == 0)
+    return 's';
+  if (strcmp(h->fam->name, "reentrant lock") == 0 ||
+      strcmp(h->fam->name, "read-write lock") == 0)
+    return 'h';
+  return 0;
 }
 
 static int64_t wall_ms(void) {
@@ -70,7 +79,20 @@ static size_t owner_of(const hilock_client *c, long caller, char *out) {
   return n < 0 ? 0 : (size_t)n;
 }
 
+/* The hold the thread's next acquire loop is for, read when the loop
+ * begins (its deadlock detection). */
+static __thread hilock__hold *tl_dl_hold;
+
+void hilock__dl_expect(hilock__hold *h, int64_t wait_ms) {
+  tl_dl_hold = h != NULL && h->client != NULL &&
+                       h->client->rt.opts.detect_deadlocks && wait_ms != 0
+                   ? h
+                   : NULL;
+}
+
 void hilock__dl_begin(hilock_client *c, hilock__dl *d, hilock__hold *h) {
+  h = h != NULL ? h : tl_dl_hold;
+  tl_dl_hold = NULL;
   memset(d, 0, sizeof(*d));
   if (h == NULL || !c->rt.opts.detect_deadlocks || !dl_family(h)) return;
   d->on = 1;
@@ -171,9 +193,10 @@ static void dl_register(hilock_client *c, hilock__dl *d) {
   long caller = hilock__caller();
   int n = 0;
   if (d->reclen == 0) {
-    int len = snprintf(d->rec, sizeof(d->rec), "%" PRId64 ":%" PRIu64 "\n%.*s\n%.*s",
-                       d->start_wall_ms, d->serial, (int)h->rkeylen, h->rkey,
-                       (int)namelen, name);
+    int len = snprintf(d->rec, sizeof(d->rec),
+                       "%" PRId64 ":%" PRIu64 "\n%c\n%.*s\n%.*s",
+                       d->start_wall_ms, d->serial, dl_family(h),
+                       (int)h->rkeylen, h->rkey, (int)namelen, name);
     d->reclen = len < 0 || (size_t)len >= sizeof(d->rec) ? 0 : (size_t)len;
     if (d->reclen == 0) {
       d->on = 0; /* a name too long to record: no detection for it */
@@ -184,7 +207,8 @@ static void dl_register(hilock_client *c, hilock__dl *d) {
   pthread_mutex_lock(&c->rt.wd.mu);
   for (hilock__hold *g = c->rt.wd.live; g != NULL && n < DL_TOKENS;
        g = g->live_next)
-    if (g->held && g->client == c && g->dl_caller == caller && dl_family(g) &&
+    if (g->held && g->client == c && g->dl_caller == caller &&
+        dl_family(g) == 's' &&
         g->pid == hilock__pid() && g->ownerlen < sizeof(tokens[0])) {
       memcpy(tokens[n], g->owner, g->ownerlen);
       toklens[n++] = g->ownerlen;
@@ -198,25 +222,68 @@ static void dl_register(hilock_client *c, hilock__dl *d) {
 
 /* Walk from d's wait: the number of hops of a cycle back to d's owner
  * (hops[0..n-1]), or 0. */
+/* The one owner field of a holder hash (HKEYS key) into out: 1, or 0 for
+ * none, more than one, or anything unreadable. */
+static int dl_hash_owner(hilock_client *c, const char *key, size_t keylen,
+                         char *out, size_t cap) {
+  const char *argv[2] = {"HKEYS", key};
+  size_t lens[2] = {5, keylen};
+  hilock__err e;
+  redisReply *r = NULL;
+  int found = 0;
+  hilock__clear_err(&e);
+  if (hilock__command(c, &e, 2, argv, lens, &r) == HILOCK_OK && r != NULL &&
+      r->type == REDIS_REPLY_ARRAY) {
+    for (size_t i = 0; i < r->elements; i++) {
+      const redisReply *f = r->element[i];
+      if (f->type != REDIS_REPLY_STRING) {
+        found = 2;
+        break;
+      }
+      if ((f->len == 5 && memcmp(f->str, "fence", 5) == 0) ||
+          (f->len >= 3 && memcmp(f->str + f->len - 3, ":op", 3) == 0))
+        continue;
+      if (found++ || f->len >= cap) {
+        found = 2;
+        break;
+      }
+      memcpy(out, f->str, f->len);
+      out[f->len] = '\0';
+    }
+  }
+  if (r != NULL) freeReplyObject(r);
+  return found == 1;
+}
+
 static int dl_walk(hilock_client *c, const hilock__dl *d, dl_hop *hops) {
   const char *key = d->h->rkey;
   size_t keylen = d->h->rkeylen;
+  int type = dl_family(d->h);
   for (int n = 0; n < DL_DEPTH; n++) {
     dl_hop *p = &hops[n];
     char *nl;
-    if (!dl_get(c, key, keylen, p->token, sizeof(p->token)) ||
-        !dl_get_named(c, p->token, "dl", p->owner, sizeof(p->owner)))
+    if (type == 'h') {
+      /* The owner holds it itself: no token between. */
+      if (!dl_hash_owner(c, key, keylen, p->owner, sizeof(p->owner)))
+        return 0;
+      snprintf(p->token, sizeof(p->token), "%s", "-");
+    } else if (!dl_get(c, key, keylen, p->token, sizeof(p->token)) ||
+               !dl_get_named(c, p->token, "dl", p->owner, sizeof(p->owner))) {
       return 0;
+    }
     if (strcmp(p->owner, d->owner) == 0) {
       p->rec[0] = '\0';
       return n + 1;
     }
     if (!dl_get_named(c, p->owner, "dlw", p->rec, sizeof(p->rec))) return 0;
-    /* "<start>:<serial>\n<holder key>\n<name>" */
+    /* "<start>:<serial>\n<type>\n<holder key>\n<name>" */
     key = strchr(p->rec, '\n');
-    nl = key != NULL ? strchr(key + 1, '\n') : NULL;
+    if (key == NULL || (key[1] != 's' && key[1] != 'h') || key[2] != '\n')
+      return 0;
+    type = key[1];
+    key += 3;
+    nl = strchr(key, '\n');
     if (nl == NULL) return 0;
-    key++;
     keylen = (size_t)(nl - key);
   }
   return 0;
@@ -237,6 +304,7 @@ static int dl_younger(const char *a, const char *oa, const char *b,
 /* The name line of a record. */
 static const char *dl_rec_name(const char *rec, int *len) {
   const char *p = strchr(rec, '\n');
+  p = p != NULL ? strchr(p + 1, '\n') : NULL;
   p = p != NULL ? strchr(p + 1, '\n') : NULL;
   if (p == NULL) {
     *len = 0;

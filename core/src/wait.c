@@ -322,21 +322,10 @@ void hilock__spec_queue(hilock__acquire_spec *s,
   s->leave = leave;
 }
 
-/* The hold the thread's acquire loop is for (its deadlock detection),
- * read when the loop begins. */
-static __thread hilock__hold *tl_dl_hold;
-
 int hilock__hold_acquire(hilock__hold *h, int64_t wait_ms) {
   hilock__acquire_spec s;
-  int rc;
   h->fam->acquire_spec(h, &s);
-  tl_dl_hold = h->client != NULL && h->client->rt.opts.detect_deadlocks &&
-                       wait_ms != 0
-                   ? h
-                   : NULL;
-  rc = hilock__acquire(h->client, &h->err, &s, wait_ms);
-  tl_dl_hold = NULL;
-  return rc;
+  return hilock__acquire(h->client, &h->err, &s, wait_ms);
 }
 
 int hilock__acquire_loop(hilock_client *c, hilock__err *e, const char *wkey,
@@ -368,8 +357,8 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
     return hilock__set_err(e, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
   if (wait_ms > HILOCK__WAIT_CAP_MS) wait_ms = HILOCK_WAIT_FOREVER;
-  hilock__dl_begin(c, &dl, wait_ms != 0 ? tl_dl_hold : NULL);
-  tl_dl_hold = NULL;
+  hilock__dl_begin(c, &dl, NULL);
+  if (wait_ms == 0) dl.on = 0;
   /* + 1: the clock reads whole milliseconds, and a wait must never end
    * before the caller's timeout. */
   deadline = wait_ms < 0    ? INT64_MAX

@@ -184,7 +184,7 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
 
 /* Deadlock detection (deadlock.c; hilock_options.detect_deadlocks): the
  * state of one blocking acquire. hilock__dl_begin at its first attempt (h:
- * the hold it acquires, NULL: none; off unless the client detects and the
+ * the hold it acquires, NULL: the one hilock__dl_expect named; off unless the client detects and the
  * family's holder is readable); hilock__dl_bound shortens a sleep to the
  * next check; hilock__dl_check, after a busy attempt once the check is
  * due, records the wait and walks the graph: HILOCK_EDEADLK (e set,
@@ -203,6 +203,9 @@ typedef struct hilock__dl {
   size_t reclen;
 } hilock__dl;
 void hilock__dl_begin(hilock_client *c, hilock__dl *d, struct hilock__hold *h);
+/* The public blocking acquire of h (family.c) names the hold its loop is
+ * for; hilock__dl_begin(c, d, NULL) takes it (and forgets it). */
+void hilock__dl_expect(struct hilock__hold *h, int64_t wait_ms);
 int64_t hilock__dl_bound(const hilock__dl *d, int64_t bound_ms);
 int hilock__dl_check(hilock_client *c, hilock__err *e, hilock__dl *d);
 void hilock__dl_end(hilock_client *c, hilock__dl *d);

@@ -107,8 +107,8 @@ class Client(Uncopyable):
     keeps them apart (docs/security.md). Clients that share a lock must use
     the same prefix.
 
-    ``detect_deadlocks=True``: a blocking acquire of a :class:`Lock` or
-    :class:`FairLock` that has waited ``deadlock_timeout`` seconds (default
+    ``detect_deadlocks=True``: a blocking acquire of a :class:`Lock`,
+    :class:`FairLock`, :class:`RLock` or a write lock that has waited ``deadlock_timeout`` seconds (default
     1.0) records in Redis what its owner (the calling thread of this
     client) waits for and holds, and follows the graph through the other
     processes' records; the youngest wait of a confirmed cycle raises

@@ -111,7 +111,7 @@ def _thread_cycle(client: Any, names: List[str], kind: str = "lock") -> Dict[int
 
     def run(i: int) -> None:
         firsts[i].acquire()
-        ready.wait()
+        ready.wait(timeout=30)
         try:
             res[i] = "ok" if seconds[i].acquire(timeout=60) else "timeout"
             if res[i] == "ok":
@@ -201,3 +201,38 @@ def test_deadlock_options_are_checked(redis_url: str) -> None:
         hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0)
     with pytest.raises(hilock.InvalidArgument):
         hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=float("nan"))
+
+
+def test_cycle_through_every_served_type(rds: Any, redis_url: str) -> None:
+    """A ring of threads through a lock, a reentrant lock and the write side
+    of a read-write lock: one of them fails, naming all three."""
+    c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.2)
+    makers = [lambda: c.lock("dl-m-lock", ttl=60), lambda: c.rlock("dl-m-rlock", ttl=60),
+              lambda: c.rwlock("dl-m-rw", ttl=60).write()]
+    ready = threading.Barrier(3)
+    res: Dict[int, str] = {}
+
+    def run(i: int) -> None:
+        first, second = makers[i](), makers[(i + 1) % 3]()
+        first.acquire()
+        ready.wait(timeout=30)
+        try:
+            res[i] = "ok" if second.acquire(timeout=60) else "timeout"
+            if res[i] == "ok":
+                second.release()
+        except hilock.DeadlockError as e:
+            res[i] = "deadlock: " + str(e)
+        first.release()
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    try:
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        c.close()
+    victims = [v for v in res.values() if v.startswith("deadlock")]
+    assert len(victims) == 1 and sorted(res.values())[1:] == ["ok", "ok"], res
+    for name in ("dl-m-lock", "dl-m-rlock", "dl-m-rw"):
+        assert name in victims[0], victims

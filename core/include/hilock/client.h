@@ -109,7 +109,8 @@ typedef struct hilock_options {
    * the network (hilock/async.h). Default 0: connect before returning. */
   int connect_later;
   /* 1: deadlock detection across processes (docs/contention.md). A
-   * blocking acquire of an exclusive lock (hilock_lock) that has waited
+   * blocking acquire (hilock_hold_acquire) of a lock, fair lock, reentrant
+   * lock or a read-write lock's write side that has waited
    * deadlock_timeout_ms records in Redis, with a lease, that its owner
    * (this thread of this client; an async operation's owner) waits for
    * the lock, and which grants that owner holds, then follows the graph:
