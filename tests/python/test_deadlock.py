@@ -236,3 +236,75 @@ def test_cycle_through_every_served_type(rds: Any, redis_url: str) -> None:
     assert len(victims) == 1 and sorted(res.values())[1:] == ["ok", "ok"], res
     for name in ("dl-m-lock", "dl-m-rlock", "dl-m-rw"):
         assert name in victims[0], victims
+
+
+def _soak(redis_url: str, rds: Any, ordered: bool, seed: int,
+          hold: float) -> Dict[str, int]:
+    """4 threads of 4 clients take random pairs of 4 locks, 15 rounds each,
+    holding each pair up to hold seconds; ordered: always in name order (no
+    cycle can form). A DeadlockError backs off (releases the first lock).
+    "recorded": how many looks at the server found a wait recorded (checks
+    ran)."""
+    import random
+
+    names = [f"dl-soak-{i}" for i in range(4)]
+    counts = {"deadlock": 0, "timeout": 0, "done": 0, "recorded": 0}
+    mu = threading.Lock()
+    clients = [hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.05)
+               for _ in range(4)]
+
+    def run(k: int) -> None:
+        rnd = random.Random(seed * 10 + k)
+        c = clients[k]
+        for _ in range(15):
+            pair = rnd.sample(names, 2)
+            if ordered:
+                pair.sort()
+            first, second = c.lock(pair[0], ttl=60), c.lock(pair[1], ttl=60)
+            outcome = "done"
+            if not first.acquire(timeout=30):
+                outcome = "timeout"
+            else:
+                try:
+                    if second.acquire(timeout=30):
+                        time.sleep(rnd.random() * hold)  # the hold: work, not sync
+                        second.release()
+                    else:
+                        outcome = "timeout"
+                except hilock.DeadlockError:
+                    outcome = "deadlock"
+                first.release()
+            with mu:
+                counts[outcome] += 1
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    try:
+        for t in ts:
+            t.start()
+        while any(t.is_alive() for t in ts):
+            counts["recorded"] += bool(rds.keys("*:dlw"))
+            time.sleep(0.01)
+        for t in ts:
+            t.join()
+    finally:
+        for c in clients:
+            c.close()
+    return counts
+
+
+def test_soak_random_orders_every_cycle_broken(rds: Any, redis_url: str) -> None:
+    """Random orders: every cycle that forms is found and broken (no wait
+    runs out its 30 s; an undetected cycle would), each by one victim."""
+    counts = _soak(redis_url, rds, False, 1, 0.005)
+    assert counts["timeout"] == 0, counts
+    assert counts["done"] + counts["deadlock"] == 60, counts
+
+
+def test_soak_ordered_never_reports(rds: Any, redis_url: str) -> None:
+    """Name order: no cycle can form, so no DeadlockError, while checks run
+    every 25 ms over chains that keep moving (holds up to 80 ms, longer than
+    the 50 ms delay)."""
+    counts = _soak(redis_url, rds, True, 2, 0.08)
+    assert counts["recorded"] > 0, counts  # waits lasted the delay: walks ran
+    del counts["recorded"]
+    assert counts == {"deadlock": 0, "timeout": 0, "done": 60}, counts
