@@ -79,9 +79,10 @@ static size_t owner_of(const hilock_client *c, long caller, char *out) {
   return n < 0 ? 0 : (size_t)n;
 }
 
-/* The hold the thread's next acquire loop is for, read when the loop
- * begins (its deadlock detection). */
-static __thread hilock__hold *tl_dl_hold;
+/* The hold the caller's next acquire loop is for, read when the loop
+ * begins (its deadlock detection); in the call's state, which a fiber
+ * takes along when it gives its thread back. */
+#define tl_dl_hold hilock__tl.dl_hold
 
 void hilock__dl_expect(hilock__hold *h, int64_t wait_ms) {
   tl_dl_hold = h != NULL && h->client != NULL &&
@@ -91,7 +92,7 @@ void hilock__dl_expect(hilock__hold *h, int64_t wait_ms) {
 }
 
 void hilock__dl_begin(hilock_client *c, hilock__dl *d, hilock__hold *h) {
-  h = h != NULL ? h : tl_dl_hold;
+  h = h != NULL ? h : (hilock__hold *)tl_dl_hold;
   tl_dl_hold = NULL;
   memset(d, 0, sizeof(*d));
   if (h == NULL || !c->rt.opts.detect_deadlocks || !dl_family(h)) return;

@@ -108,9 +108,10 @@ class Client(Uncopyable):
     the same prefix.
 
     ``detect_deadlocks=True``: a blocking acquire of a :class:`Lock`,
-    :class:`FairLock`, :class:`RLock` or a write lock that has waited ``deadlock_timeout`` seconds (default
-    1.0) records in Redis what its owner (the calling thread of this
-    client) waits for and holds, and follows the graph through the other
+    :class:`FairLock`, :class:`RLock` or a write lock that has waited
+    ``deadlock_timeout`` seconds (default 1.0) records in Redis what its
+    owner (the calling thread of this client, or greenlet under gevent or
+    eventlet) waits for and holds, and follows the graph through the other
     processes' records; the youngest wait of a confirmed cycle raises
     :class:`DeadlockError` naming the cycle's locks, the others keep
     waiting (docs/contention.md). Off by default: nothing is written.

@@ -308,3 +308,65 @@ def test_soak_ordered_never_reports(rds: Any, redis_url: str) -> None:
     assert counts["recorded"] > 0, counts  # waits lasted the delay: walks ran
     del counts["recorded"]
     assert counts == {"deadlock": 0, "timeout": 0, "done": 60}, counts
+
+
+GREEN = r"""
+from gevent import monkey; monkey.patch_all()
+import json, sys
+import gevent
+from gevent.event import Event
+import hilock
+c = hilock.Client(sys.argv[1], detect_deadlocks=True, deadlock_timeout=0.1)
+out = {}
+# Not a cycle: g1 holds GA until g2 is done; g2 holds GB and waits for GA
+# (its waits run on the hub's pool threads, which g1's grant came from too).
+held, done = Event(), Event()
+def g1():
+    a = c.lock("GA", ttl=60)
+    a.acquire()
+    held.set()
+    done.wait()
+    a.release()
+def g2():
+    held.wait()
+    b, a = c.lock("GB", ttl=60), c.lock("GA", ttl=60)
+    b.acquire()
+    try:
+        out["chain"] = a.acquire(timeout=0.8)
+    except hilock.DeadlockError as e:
+        out["chain"] = str(e)
+    b.release()
+    done.set()
+gevent.joinall([gevent.spawn(g1), gevent.spawn(g2)])
+# A cycle between two greenlets.
+evs = [Event(), Event()]
+ring = {}
+def member(i, first, second):
+    f, s = c.lock(first, ttl=60), c.lock(second, ttl=60)
+    f.acquire()
+    evs[i].set()
+    evs[1 - i].wait()
+    try:
+        ring[i] = s.acquire(timeout=30)
+        if ring[i]:
+            s.release()
+    except hilock.DeadlockError as e:
+        ring[i] = "deadlock: " + str(e)
+    f.release()
+gevent.joinall([gevent.spawn(member, 0, "RA", "RB"), gevent.spawn(member, 1, "RB", "RA")])
+out["ring"] = sorted(str(v).split(":")[0] for v in ring.values())
+c.close()
+print(json.dumps(out))
+"""
+
+
+def test_greenlets_are_owners(rds: Any, redis_url: str) -> None:
+    """Under gevent the owner is the greenlet, not the pool thread its wait
+    runs on: a wait for a lock another greenlet holds is no cycle, a ring of
+    greenlets is one."""
+    pytest.importorskip("gevent")
+    p = subprocess.run([sys.executable, "-c", GREEN, redis_url], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out == {"chain": False, "ring": ["True", "deadlock"]}, out
