@@ -3,7 +3,8 @@
  * looks for a cycle. Only waiters write anything: a grant costs nothing.
  *
  * A wait that has lasted the delay records, with a lease of a few delays,
- *   <prefix>{<owner>}:dlw  = "<start wall ms>:<serial>\n<s|h>\n<holder key>\n<name>"
+ *   <prefix>{<owner>}:dlw  = "<start wall ms>:<serial>\n<s|h>\n<holder key>\n<name>\n"
+ *                             and " <token>" for each grant it holds
  * (the owner: client id and caller, a thread or an async operation), and
  * for each grant its owner holds (its lock families whose holder key holds
  * the owner token: the lock and the fair lock)
@@ -43,7 +44,7 @@
 
 #define DL_DEPTH 16
 #define DL_TOKENS 32
-#define DL_REC 600
+#define DL_REC HILOCK__DL_REC
 
 typedef struct dl_hop {
   char token[HILOCK__TOKEN_LEN + 32]; /* the holder token read */
@@ -183,7 +184,10 @@ static size_t dl_name(const hilock_client *c, const char *key, size_t keylen,
   return (size_t)(end - *name);
 }
 
-/* Record this wait and the owner's grants, for a lease of a few checks. */
+/* Record this wait and the owner's grants, for a lease of a few checks.
+ * The record ends with the grants' tokens, so that a walk believes a
+ * token's owner (dl, which may be left from a grant since handed over)
+ * only while the owner's current wait still names the token. */
 static void dl_register(hilock_client *c, hilock__dl *d) {
   char tokens[DL_TOKENS][HILOCK__TOKEN_LEN + 32];
   size_t toklens[DL_TOKENS];
@@ -192,18 +196,7 @@ static void dl_register(hilock_client *c, hilock__dl *d) {
   const char *name;
   size_t namelen = dl_name(c, h->rkey, h->rkeylen, &name);
   long caller = hilock__caller();
-  int n = 0;
-  if (d->reclen == 0) {
-    int len = snprintf(d->rec, sizeof(d->rec),
-                       "%" PRId64 ":%" PRIu64 "\n%c\n%.*s\n%.*s",
-                       d->start_wall_ms, d->serial, dl_family(h),
-                       (int)h->rkeylen, h->rkey, (int)namelen, name);
-    d->reclen = len < 0 || (size_t)len >= sizeof(d->rec) ? 0 : (size_t)len;
-    if (d->reclen == 0) {
-      d->on = 0; /* a name too long to record: no detection for it */
-      return;
-    }
-  }
+  int n = 0, len;
   /* The owner's grants: this client's, granted to this caller. */
   pthread_mutex_lock(&c->rt.wd.mu);
   for (hilock__hold *g = c->rt.wd.live; g != NULL && n < DL_TOKENS;
@@ -215,10 +208,39 @@ static void dl_register(hilock_client *c, hilock__dl *d) {
       toklens[n++] = g->ownerlen;
     }
   pthread_mutex_unlock(&c->rt.wd.mu);
+  len = snprintf(d->rec, sizeof(d->rec),
+                 "%" PRId64 ":%" PRIu64 "\n%c\n%.*s\n%.*s\n",
+                 d->start_wall_ms, d->serial, dl_family(h), (int)h->rkeylen,
+                 h->rkey, (int)namelen, name);
+  for (int i = 0; i < n && len > 0 && (size_t)len < sizeof(d->rec); i++)
+    len += snprintf(d->rec + len, sizeof(d->rec) - (size_t)len, " %.*s",
+                    (int)toklens[i], tokens[i]);
+  d->reclen = len < 0 || (size_t)len >= sizeof(d->rec) ? 0 : (size_t)len;
+  if (d->reclen == 0) {
+    d->on = 0; /* a name too long to record: no detection for it */
+    return;
+  }
   for (int i = 0; i < n; i++)
     dl_set_named(c, tokens[i], toklens[i], "dl", d->owner, d->ownerlen, lease);
   if (dl_set_named(c, d->owner, d->ownerlen, "dlw", d->rec, d->reclen, lease))
     d->registered = 1;
+}
+
+/* Whether a wait record's grants line names token. */
+static int dl_rec_holds(const char *rec, const char *token) {
+  const char *p = rec;
+  size_t tl = strlen(token);
+  for (int i = 0; i < 4 && p != NULL; i++) {
+    p = strchr(p, '\n');
+    if (p != NULL) p++;
+  }
+  while (p != NULL && *p == ' ') {
+    const char *end = strchr(p + 1, ' ');
+    size_t l = end != NULL ? (size_t)(end - p - 1) : strlen(p + 1);
+    if (l == tl && memcmp(p + 1, token, tl) == 0) return 1;
+    p = end;
+  }
+  return 0;
 }
 
 /* Walk from d's wait: the number of hops of a cycle back to d's owner
@@ -274,9 +296,11 @@ static int dl_walk(hilock_client *c, const hilock__dl *d, dl_hop *hops) {
     }
     if (strcmp(p->owner, d->owner) == 0) {
       p->rec[0] = '\0';
-      return n + 1;
+      return type == 'h' || dl_rec_holds(d->rec, p->token) ? n + 1 : 0;
     }
-    if (!dl_get_named(c, p->owner, "dlw", p->rec, sizeof(p->rec))) return 0;
+    if (!dl_get_named(c, p->owner, "dlw", p->rec, sizeof(p->rec)) ||
+        (type == 's' && !dl_rec_holds(p->rec, p->token)))
+      return 0;
     /* "<start>:<serial>\n<type>\n<holder key>\n<name>" */
     key = strchr(p->rec, '\n');
     if (key == NULL || (key[1] != 's' && key[1] != 'h') || key[2] != '\n')
@@ -304,14 +328,15 @@ static int dl_younger(const char *a, const char *oa, const char *b,
 
 /* The name line of a record. */
 static const char *dl_rec_name(const char *rec, int *len) {
-  const char *p = strchr(rec, '\n');
+  const char *p = strchr(rec, '\n'), *end;
   p = p != NULL ? strchr(p + 1, '\n') : NULL;
   p = p != NULL ? strchr(p + 1, '\n') : NULL;
-  if (p == NULL) {
+  end = p != NULL ? strchr(p + 1, '\n') : NULL;
+  if (end == NULL) {
     *len = 0;
     return "";
   }
-  *len = (int)strlen(p + 1);
+  *len = (int)(end - p - 1);
   return p + 1;
 }
 

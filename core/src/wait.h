@@ -192,6 +192,7 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
  * HILOCK_OK (its own failures are never the acquire's); hilock__dl_end
  * when the acquire ends deletes the wait's record. */
 #define HILOCK__DL_OWNER 96
+#define HILOCK__DL_REC 3072
 typedef struct hilock__dl {
   int on, registered;
   struct hilock__hold *h;
@@ -199,7 +200,7 @@ typedef struct hilock__dl {
   uint64_t serial;
   char owner[HILOCK__DL_OWNER];
   size_t ownerlen;
-  char rec[600];
+  char rec[HILOCK__DL_REC];
   size_t reclen;
 } hilock__dl;
 void hilock__dl_begin(hilock_client *c, hilock__dl *d, struct hilock__hold *h);

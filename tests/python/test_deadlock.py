@@ -370,3 +370,59 @@ def test_greenlets_are_owners(rds: Any, redis_url: str) -> None:
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out == {"chain": False, "ring": ["True", "deadlock"]}, out
+
+
+def test_grant_handed_over_is_no_cycle(rds: Any, redis_url: str) -> None:
+    """t1's wait recorded that t1 holds A; t1 then hands A over (export,
+    adopt by t2) and waits for X, which this thread holds while it waits
+    for A. The record of A's token still names t1 (its lease runs), but
+    t1's current wait no longer lists A's token: no cycle, for either."""
+    c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.1)
+    hb, hx = c.lock("dl-adopt-b", ttl=60), c.lock("dl-adopt-x", ttl=60)
+    assert hb.acquire() and hx.acquire()
+    handed, adopted = threading.Event(), threading.Event()
+    box: Dict[str, Any] = {}
+
+    def t1() -> None:
+        a, b, x = (c.lock(f"dl-adopt-{n}", ttl=60) for n in "abx")
+        a.acquire()
+        box["b"] = b.acquire(timeout=0.5)  # waits past the delay: recorded
+        box["text"] = a.export()
+        handed.set()
+        adopted.wait(30)
+        try:
+            box["t1"] = x.acquire(timeout=30)
+            x.release()
+        except hilock.LockError as e:
+            box["t1"] = repr(e)
+
+    def t2() -> None:
+        handed.wait(30)
+        box["a2"] = c.adopt(box["text"])
+        adopted.set()
+
+    ts = [threading.Thread(target=t1), threading.Thread(target=t2)]
+    try:
+        for t in ts:
+            t.start()
+        limit = time.monotonic() + 30
+        while not any(b"dl-adopt-x" in (rds.get(k) or b"") for k in rds.keys("*:dlw")):
+            assert time.monotonic() < limit, "t1 never recorded its wait for X"
+            time.sleep(0.005)
+        token = rds.get("hilock:{dl-adopt-a}:lock").decode()
+        # The scenario: A's token still maps to t1.
+        assert rds.get("hilock:{" + token + "}:dl") is not None
+        a = c.lock("dl-adopt-a", ttl=60)
+        try:
+            got = a.acquire(timeout=1.0)
+        except hilock.DeadlockError as e:
+            got = repr(e)
+        assert got is False, got
+        hx.release()
+        for t in ts:
+            t.join()
+        assert box["b"] is False and box["t1"] is True, box
+        box["a2"].release()
+        hb.release()
+    finally:
+        c.close()
