@@ -426,3 +426,16 @@ def test_grant_handed_over_is_no_cycle(rds: Any, redis_url: str) -> None:
         hb.release()
     finally:
         c.close()
+
+
+def test_cycle_across_cluster_slots(cluster: Any) -> None:
+    """On a Redis Cluster every record has a hash tag of its own, so the
+    walk's reads go to several masters: a ring through three locks (each in
+    its own slot) still has one victim."""
+    c = hilock.Client(cluster.url, detect_deadlocks=True, deadlock_timeout=0.2,
+                      reconnect=15.0)
+    try:
+        res = _thread_cycle(c, ["dl-cl-a", "dl-cl-b", "dl-cl-c"])
+    finally:
+        c.close()
+    assert sorted(v.split(":")[0] for v in res.values()) == ["deadlock", "ok", "ok"], res
