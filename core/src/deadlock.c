@@ -41,6 +41,7 @@
 #include "holds.h"
 #include "script.h"
 #include "wait.h"
+#include "scripts.h"
 
 #define DL_DEPTH 16
 #define DL_TOKENS 32
@@ -57,15 +58,15 @@ static uint64_t dl_serial; /* waits of this process (atomic) */
 /* How a family's holder is read: 's', its holder key is a string holding
  * the owner token (the lock, the fair lock); 'h', a hash whose fields are
  * the owners themselves besides "fence" and "<owner>:op" (the reentrant
- * lock, the read-write lock's writer); 0: not served. */
+ * lock); 'w', a read-write lock's writer hash, else its live readers
+ * (deadlock_holders.lua); 0: not served. */
 static int dl_family(const hilock__hold *h) {
   if (h->fam == NULL || h->rkey == NULL) return 0;
   if (strcmp(h->fam->name, "lock") == 0 ||
       strcmp(h->fam->name, "fair lock") == 0)
     return 's';
-  if (strcmp(h->fam->name, "reentrant lock") == 0 ||
-      strcmp(h->fam->name, "read-write lock") == 0)
-    return 'h';
+  if (strcmp(h->fam->name, "reentrant lock") == 0) return 'h';
+  if (strcmp(h->fam->name, "read-write lock") == 0) return 'w';
   return 0;
 }
 
@@ -278,40 +279,110 @@ static int dl_hash_owner(hilock_client *c, const char *key, size_t keylen,
   return found == 1;
 }
 
-static int dl_walk(hilock_client *c, const hilock__dl *d, dl_hop *hops) {
-  const char *key = d->h->rkey;
-  size_t keylen = d->h->rkeylen;
-  int type = dl_family(d->h);
-  for (int n = 0; n < DL_DEPTH; n++) {
-    dl_hop *p = &hops[n];
-    char *nl;
-    if (type == 'h') {
-      /* The owner holds it itself: no token between. */
-      if (!dl_hash_owner(c, key, keylen, p->owner, sizeof(p->owner)))
-        return 0;
-      snprintf(p->token, sizeof(p->token), "%s", "-");
-    } else if (!dl_get(c, key, keylen, p->token, sizeof(p->token)) ||
-               !dl_get_named(c, p->token, "dl", p->owner, sizeof(p->owner))) {
-      return 0;
+/* The owners of a read-write lock (deadlock_holders.lua), sorted (both
+ * walks try them in one order): their number, at most DL_FAN. */
+#define DL_FAN 8
+static int dl_rw_owners(hilock_client *c, const char *wkey, size_t wkeylen,
+                        const char *name, size_t namelen,
+                        char owners[DL_FAN][HILOCK__DL_OWNER]) {
+  const char *keys[2];
+  size_t keylens[2];
+  hilock__err e;
+  redisReply *r = NULL;
+  int n = 0;
+  char *rkey = hilock__key(&c->rt, name, namelen, "rw:readers", &keylens[1]);
+  if (rkey == NULL) return 0;
+  keys[0] = wkey;
+  keylens[0] = wkeylen;
+  keys[1] = rkey;
+  hilock__clear_err(&e);
+  if (hilock__script_run(c, &e, &hilock__script_deadlock_holders, 2, keys,
+                         keylens, 0, NULL, NULL, &r) == HILOCK_OK &&
+      r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements <= DL_FAN) {
+    for (size_t i = 0; i < r->elements; i++) {
+      const redisReply *f = r->element[i];
+      if (f->type != REDIS_REPLY_STRING || f->len >= HILOCK__DL_OWNER) {
+        n = 0;
+        break;
+      }
+      memcpy(owners[n], f->str, f->len);
+      owners[n++][f->len] = '\0';
     }
+  }
+  if (r != NULL) freeReplyObject(r);
+  free(rkey);
+  qsort(owners, (size_t)n, sizeof(owners[0]),
+        (int (*)(const void *, const void *))strcmp);
+  return n;
+}
+
+/* A record's type, holder key and name. */
+static int dl_rec_parse(const char *rec, int *type, const char **key,
+                        size_t *keylen, const char **name, size_t *namelen) {
+  const char *p = strchr(rec, '\n'), *nl;
+  if (p == NULL || (p[1] != 's' && p[1] != 'h' && p[1] != 'w') || p[2] != '\n')
+    return 0;
+  *type = p[1];
+  *key = p + 3;
+  nl = strchr(*key, '\n');
+  if (nl == NULL) return 0;
+  *keylen = (size_t)(nl - *key);
+  *name = nl + 1;
+  nl = strchr(*name, '\n');
+  if (nl == NULL) return 0;
+  *namelen = (size_t)(nl - *name);
+  return 1;
+}
+
+/* Walk on from hop n, the wait for (type, key, name): the number of hops
+ * of a cycle back to d's owner, or 0. A read-write lock's readers are
+ * tried in turn (depth first); *budget bounds the owners looked at. */
+static int dl_walk_from(hilock_client *c, const hilock__dl *d, dl_hop *hops,
+                        int n, int type, const char *key, size_t keylen,
+                        const char *name, size_t namelen, int *budget) {
+  char owners[DL_FAN][HILOCK__DL_OWNER];
+  char token[HILOCK__TOKEN_LEN + 32];
+  int k = 1;
+  if (n >= DL_DEPTH) return 0;
+  snprintf(token, sizeof(token), "%s", "-");
+  if (type == 'h') {
+    if (!dl_hash_owner(c, key, keylen, owners[0], sizeof(owners[0]))) return 0;
+  } else if (type == 'w') {
+    k = dl_rw_owners(c, key, keylen, name, namelen, owners);
+  } else if (!dl_get(c, key, keylen, token, sizeof(token)) ||
+             !dl_get_named(c, token, "dl", owners[0], sizeof(owners[0]))) {
+    return 0;
+  }
+  for (int i = 0; i < k && (*budget)-- > 0; i++) {
+    dl_hop *p = &hops[n];
+    int ntype, r;
+    const char *nkey, *nname;
+    size_t nkeylen, nnamelen;
+    memcpy(p->token, token, sizeof(token));
+    memcpy(p->owner, owners[i], sizeof(p->owner));
     if (strcmp(p->owner, d->owner) == 0) {
       p->rec[0] = '\0';
-      return type == 'h' || dl_rec_holds(d->rec, p->token) ? n + 1 : 0;
+      if (type != 's' || dl_rec_holds(d->rec, p->token)) return n + 1;
+      continue;
     }
     if (!dl_get_named(c, p->owner, "dlw", p->rec, sizeof(p->rec)) ||
-        (type == 's' && !dl_rec_holds(p->rec, p->token)))
-      return 0;
-    /* "<start>:<serial>\n<type>\n<holder key>\n<name>" */
-    key = strchr(p->rec, '\n');
-    if (key == NULL || (key[1] != 's' && key[1] != 'h') || key[2] != '\n')
-      return 0;
-    type = key[1];
-    key += 3;
-    nl = strchr(key, '\n');
-    if (nl == NULL) return 0;
-    keylen = (size_t)(nl - key);
+        (type == 's' && !dl_rec_holds(p->rec, p->token)) ||
+        !dl_rec_parse(p->rec, &ntype, &nkey, &nkeylen, &nname, &nnamelen))
+      continue;
+    r = dl_walk_from(c, d, hops, n + 1, ntype, nkey, nkeylen, nname, nnamelen,
+                     budget);
+    if (r > 0) return r;
   }
   return 0;
+}
+
+static int dl_walk(hilock_client *c, const hilock__dl *d, dl_hop *hops) {
+  int type, budget = 4 * DL_DEPTH;
+  const char *key, *name;
+  size_t keylen, namelen;
+  if (!dl_rec_parse(d->rec, &type, &key, &keylen, &name, &namelen)) return 0;
+  return dl_walk_from(c, d, hops, 0, type, key, keylen, name, namelen,
+                      &budget);
 }
 
 /* Whether wait record a is younger than b (owners oa, ob break a tie). */

@@ -439,3 +439,37 @@ def test_cycle_across_cluster_slots(cluster: Any) -> None:
     finally:
         c.close()
     assert sorted(v.split(":")[0] for v in res.values()) == ["deadlock", "ok", "ok"], res
+
+
+def test_read_write_cycle(rds: Any, redis_url: str) -> None:
+    """t0 holds a read of R and waits for lock A; t1 holds A and waits for
+    the write side of R (it waits for every reader): one victim."""
+    c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.2)
+    makers = [lambda: c.rwlock("dl-rw-r", ttl=60).read(), lambda: c.lock("dl-rw-a", ttl=60)]
+    seconds = [lambda: c.lock("dl-rw-a", ttl=60), lambda: c.rwlock("dl-rw-r", ttl=60).write()]
+    ready = threading.Barrier(2)
+    res: Dict[int, str] = {}
+
+    def run(i: int) -> None:
+        first, second = makers[i](), seconds[i]()
+        first.acquire()
+        ready.wait(timeout=30)
+        try:
+            res[i] = "ok" if second.acquire(timeout=60) else "timeout"
+            if res[i] == "ok":
+                second.release()
+        except hilock.DeadlockError as e:
+            res[i] = "deadlock: " + str(e)
+        first.release()
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    try:
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        c.close()
+    victims = [v for v in res.values() if v.startswith("deadlock")]
+    assert len(victims) == 1 and "ok" in res.values(), res
+    assert "dl-rw-r" in victims[0] and "dl-rw-a" in victims[0], victims
