@@ -473,3 +473,14 @@ def test_read_write_cycle(rds: Any, redis_url: str) -> None:
     victims = [v for v in res.values() if v.startswith("deadlock")]
     assert len(victims) == 1 and "ok" in res.values(), res
     assert "dl-rw-r" in victims[0] and "dl-rw-a" in victims[0], victims
+
+
+def test_cycle_through_sentinel(deployment: Any) -> None:
+    """Through Sentinel the records go to the master the sentinels name."""
+    c = hilock.Client(deployment.url, detect_deadlocks=True, deadlock_timeout=0.2,
+                      reconnect=15.0)
+    try:
+        res = _thread_cycle(c, ["dl-sn-a", "dl-sn-b"])
+    finally:
+        c.close()
+    assert sorted(v.split(":")[0] for v in res.values()) == ["deadlock", "ok"], res
