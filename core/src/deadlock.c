@@ -96,8 +96,10 @@ void hilock__dl_expect(hilock__hold *h, int64_t wait_ms) {
 void hilock__dl_begin(hilock_client *c, hilock__dl *d, hilock__hold *h) {
   h = h != NULL ? h : (hilock__hold *)tl_dl_hold;
   tl_dl_hold = NULL;
-  memset(d, 0, sizeof(*d));
+  /* Off (the usual case), only the flags the loop reads are set. */
+  d->on = d->registered = 0;
   if (h == NULL || !c->rt.opts.detect_deadlocks || !dl_family(h)) return;
+  d->reclen = 0;
   d->on = 1;
   d->h = h;
   d->delay_ms = c->rt.opts.deadlock_timeout_ms;
