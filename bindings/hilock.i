@@ -215,7 +215,8 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
                                     int check_hostname,
                                     const char *server_name,
                                     const char *key_prefix,
-                                    int connect_later) {
+                                    int connect_later, int detect_deadlocks,
+                                    int64_t deadlock_timeout_ms) {
   hilock_options o;
   hilock_client *c = NULL;
   int rc;
@@ -229,6 +230,8 @@ static hilock_client *py_client_new(const char *url, int64_t connect_ms,
   o.wait_replicas = wait_replicas;
   if (wait_replicas > 0) o.wait_timeout_ms = wait_timeout_ms;
   o.connect_later = connect_later;
+  o.detect_deadlocks = detect_deadlocks;
+  o.deadlock_timeout_ms = deadlock_timeout_ms;
   rc = hilock_client_new(url, &o, &c);
   if (rc == HILOCK_OK) return c;
   py_ctor_failed(rc, c ? hilock_client_errmsg(c) : NULL);

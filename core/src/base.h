@@ -149,8 +149,9 @@ typedef struct hilock__callstate {
    * thread may move it: an attempt cancelled on the wire). NULL: none. */
   const int64_t *cut_ms;
   int undone; /* the armed undo was queued (hilock__undo_queued) */
+  void *dl_hold; /* the hold a blocking acquire waits for (deadlock.c) */
 } hilock__callstate;
-#define HILOCK__CALLSTATE_INIT {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1, NULL, 0}
+#define HILOCK__CALLSTATE_INIT {INT64_MAX, NULL, NULL, NULL, NULL, 0, 0, -1, NULL, 0, NULL}
 extern __thread hilock__callstate hilock__tl;
 
 #endif /* HILOCK_BASE_H */

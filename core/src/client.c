@@ -31,6 +31,8 @@ void hilock_options_init(hilock_options *opts) {
   opts->direct_waiters = 1;
   opts->key_prefix = NULL;
   opts->connect_later = 0;
+  opts->detect_deadlocks = 0;
+  opts->deadlock_timeout_ms = 1000;
 }
 
 int hilock_client_waiting(const hilock_client *c) {

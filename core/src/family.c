@@ -179,10 +179,15 @@ static int lacks(hilock__hold *h, const char *verb) {
 
 int hilock_hold_acquire(hilock_hold *hh, int64_t wait_ms) {
   hilock__hold *h = (hilock__hold *)hh;
+  int rc;
   if (h == NULL || h->fam == NULL) return HILOCK_EINVAL;
-  if (h->fam->acquire != NULL) return h->fam->acquire(h, wait_ms);
-  if (h->fam->acquire_spec == NULL) return lacks(h, "acquire");
-  return hilock__hold_acquire(h, wait_ms);
+  if (h->fam->acquire == NULL && h->fam->acquire_spec == NULL)
+    return lacks(h, "acquire");
+  hilock__dl_expect(h, wait_ms); /* deadlock detection: its wait's hold */
+  rc = h->fam->acquire != NULL ? h->fam->acquire(h, wait_ms)
+                               : hilock__hold_acquire(h, wait_ms);
+  hilock__dl_expect(NULL, 0);
+  return rc;
 }
 
 int hilock_hold_try_acquire(hilock_hold *hh) {

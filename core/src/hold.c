@@ -163,6 +163,7 @@ int hilock__hold_granted(hilock__hold *h, int64_t start_us, uint64_t fence) {
   h->told = 0;
   h->pid = hilock__pid();
   h->fence = fence;
+  if (rt->opts.detect_deadlocks) h->dl_caller = hilock__caller();
   h->valid_until_us =
       h->ttl_ms > 0 ? start_us + h->ttl_ms * 1000 - drift_us(h->ttl_ms) : 0;
   closed = !hilock__runtime_usable(rt);
@@ -199,6 +200,7 @@ int hilock__hold_adopted(hilock__hold *h, uint64_t fence) {
   h->lost = h->gone = h->close_lost = h->told = 0;
   h->pid = hilock__pid();
   h->fence = fence;
+  if (rt->opts.detect_deadlocks) h->dl_caller = hilock__caller();
   h->valid_until_us =
       h->ttl_ms > 0 ? start + h->ttl_ms * 1000 - drift_us(h->ttl_ms) : 0;
   live_link(&rt->wd, h);

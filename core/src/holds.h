@@ -141,6 +141,9 @@ typedef struct hilock__hold {
    * returns HILOCK__RENEWED, HILOCK__NOT_OWNED or HILOCK__RENEW_FAILED. */
   int (*renew_fn)(struct hilock__hold *h, void *arg);
   void *renew_arg;
+  /* With deadlock detection: the caller the grant went to (its owner for
+   * the detector, deadlock.c). */
+  long dl_caller;
 } hilock__hold;
 
 /* Initialise h for client c (takes a client reference). */

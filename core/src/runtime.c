@@ -75,7 +75,9 @@ static void install_atfork(void) {
 int hilock__options_ok(const hilock_options *o) {
   return o->connect_timeout_ms >= 1 && o->command_timeout_ms >= 0 &&
          o->reconnect_ms >= 0 && o->max_idle >= 0 && o->max_connections >= 0 &&
-         o->direct_waiters >= 0;
+         o->direct_waiters >= 0 &&
+         (!o->detect_deadlocks || (o->deadlock_timeout_ms >= 1 &&
+                                   o->deadlock_timeout_ms <= 86400000));
 }
 
 int hilock__runtime_prefix(hilock__runtime *rt, hilock__err *e) {

@@ -352,10 +352,13 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              void *arg) {
   int64_t deadline, outer, start_us = 0;
   int woken = 0, waited = 0, rc;
+  hilock__dl dl;
   if (wait_ms < 0 && wait_ms != HILOCK_WAIT_FOREVER)
     return hilock__set_err(e, HILOCK_EINVAL,
                            "wait must be >= 0 ms or HILOCK_WAIT_FOREVER");
   if (wait_ms > HILOCK__WAIT_CAP_MS) wait_ms = HILOCK_WAIT_FOREVER;
+  hilock__dl_begin(c, &dl, NULL);
+  if (wait_ms == 0) dl.on = 0;
   /* + 1: the clock reads whole milliseconds, and a wait must never end
    * before the caller's timeout. */
   deadline = wait_ms < 0    ? INT64_MAX
@@ -376,6 +379,13 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
      * with no expiry (-1) is re-checked at least every 30 s. */
     bound = pttl >= 0 ? pttl + 1 : 30000;
     if (left < bound) bound = left;
+    if (dl.on) {
+      if (hilock__now_ms() >= dl.next_ms) {
+        rc = hilock__dl_check(c, e, &dl);
+        if (rc != HILOCK_OK) break;
+      }
+      bound = hilock__dl_bound(&dl, bound);
+    }
     if (!waited) start_us = tried_us; /* the wait time: from the first try */
     waited = 1;
     rc = hilock__wait_wake(c, e, *wkey, *wkeylen, bound, tried_us, wake,
@@ -384,6 +394,7 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
   }
   if (woken) hilock__hub_settle(c, *wkey, *wkeylen);
   hilock__call_end(outer);
+  if (dl.registered) hilock__dl_end(c, &dl);
   return hilock__stat_acquire(&c->rt, rc, wait_ms, start_us, waited);
 }
 

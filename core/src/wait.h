@@ -182,6 +182,35 @@ int hilock__acquire_loop_var(hilock_client *c, hilock__err *e,
                              int (*attempt)(void *arg, int64_t *pttl),
                              void *arg);
 
+/* Deadlock detection (deadlock.c; hilock_options.detect_deadlocks): the
+ * state of one blocking acquire. hilock__dl_begin at its first attempt (h:
+ * the hold it acquires, NULL: the one hilock__dl_expect named; off unless the client detects and the
+ * family's holder is readable); hilock__dl_bound shortens a sleep to the
+ * next check; hilock__dl_check, after a busy attempt once the check is
+ * due, records the wait and walks the graph: HILOCK_EDEADLK (e set,
+ * naming the cycle) if this wait is the victim of a confirmed cycle, else
+ * HILOCK_OK (its own failures are never the acquire's); hilock__dl_end
+ * when the acquire ends deletes the wait's record. */
+#define HILOCK__DL_OWNER 96
+#define HILOCK__DL_REC 3072
+typedef struct hilock__dl {
+  int on, registered;
+  struct hilock__hold *h;
+  int64_t delay_ms, next_ms, start_wall_ms;
+  uint64_t serial;
+  char owner[HILOCK__DL_OWNER];
+  size_t ownerlen;
+  char rec[HILOCK__DL_REC];
+  size_t reclen;
+} hilock__dl;
+void hilock__dl_begin(hilock_client *c, hilock__dl *d, struct hilock__hold *h);
+/* The public blocking acquire of h (family.c) names the hold its loop is
+ * for; hilock__dl_begin(c, d, NULL) takes it (and forgets it). */
+void hilock__dl_expect(struct hilock__hold *h, int64_t wait_ms);
+int64_t hilock__dl_bound(const hilock__dl *d, int64_t bound_ms);
+int hilock__dl_check(hilock_client *c, hilock__err *e, hilock__dl *d);
+void hilock__dl_end(hilock_client *c, hilock__dl *d);
+
 /* Heartbeated waiters (fair lock, sequential lock): a waiter's liveness
  * window defaults to its lock's TTL clamped to min_ms..max_ms. A waiter
  * re-checks at least every window/3, and sooner when what it watches (the

@@ -198,8 +198,13 @@ class LockBase(Uncopyable):
     def _c_attempt(self, wait: Optional[float]) -> bool:
         wait_ms = -1 if wait is None else math.ceil(wait * 1000)
         held_before = type(self)._c_validity(self._h) > 0
+        acquire = type(self)._c_acquire
+        if _green.patched():
+            # The greenlet is the grant's owner, not the pool thread the
+            # wait runs on (deadlock detection's owners).
+            acquire = _green.as_caller(acquire)
         try:
-            return type(self)._c_acquire(self._h, wait_ms) == _h.HILOCK_OK
+            return acquire(self._h, wait_ms) == _h.HILOCK_OK
         except LockError:
             raise  # the C call failed closed: nothing was granted
         except BaseException:

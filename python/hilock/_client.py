@@ -109,6 +109,15 @@ class Client(Uncopyable):
     keeps them apart (docs/security.md). Clients that share a lock must use
     the same prefix.
 
+    ``detect_deadlocks=True``: a blocking acquire of a :class:`Lock`,
+    :class:`FairLock`, :class:`RLock` or a write lock that has waited
+    ``deadlock_timeout`` seconds (default 1.0) records in Redis what its
+    owner (the calling thread of this client, or greenlet under gevent or
+    eventlet) waits for and holds, and follows the graph through the other
+    processes' records; the youngest wait of a confirmed cycle raises
+    :class:`DeadlockError` naming the cycle's locks, the others keep
+    waiting (docs/contention.md). Off by default: nothing is written.
+
     ``wait_replicas=n``: every grant and renewal is confirmed by ``WAIT n``
     on the same connection; a grant fewer than ``n`` replicas acknowledged
     within ``wait_timeout`` seconds is given back and raises
@@ -133,7 +142,8 @@ class Client(Uncopyable):
                  ssl_cert_reqs: Union[str, ssl.VerifyMode, None] = "required",
                  ssl_check_hostname: bool = True,
                  ssl_server_name: Optional[str] = None, prefix: str = "hilock:",
-                 connect: bool = True) -> None:
+                 connect: bool = True, detect_deadlocks: bool = False,
+                 deadlock_timeout: float = 1.0) -> None:
         self._h: Any = None
         self._calls = 0  # calls on the C client in flight (see _use)
         self._closing: Any = None  # the C handle close() left to the last call
@@ -166,10 +176,16 @@ class Client(Uncopyable):
             raise InvalidArgument("max_connections must be an int >= 0 (0: no limit)")
         if not isinstance(connect, bool):
             raise InvalidArgument("connect must be a bool")
+        if not isinstance(detect_deadlocks, bool):
+            raise InvalidArgument("detect_deadlocks must be a bool")
+        deadlock_ms = seconds_to_ms(deadlock_timeout, "deadlock_timeout")
+        if deadlock_ms < 1 or deadlock_ms > 86400000:
+            raise InvalidArgument("deadlock_timeout must be 0.001 to 86400 seconds")
         self._h = _h.py_client_new(url.encode(), connect_ms, command_ms, reconnect_ms,
                                    int(shared_waiting), direct_waiters, max_connections,
                                    wait_replicas,
-                                   wait_ms, *tls, prefix_bytes(prefix), int(not connect))
+                                   wait_ms, *tls, prefix_bytes(prefix), int(not connect),
+                                   int(detect_deadlocks), deadlock_ms)
         self.prefix = prefix
         self._shared_waiting = shared_waiting  # what traces report
         # Losses, renewal failures, reconnects and failovers go to the

@@ -114,9 +114,13 @@ class NotTransferable(UnsupportedError, ValueError):
 
 
 class DeadlockError(LockError, RuntimeError):
-    """The request could only deadlock, so it was refused at once: a thread
-    holding a read lock asked for the write lock of the same read-write lock
-    (release the read lock first). Nothing was changed in Redis."""
+    """The request could only deadlock, so it was refused: a thread holding
+    a read lock asked for the write lock of the same read-write lock
+    (release the read lock first; nothing was changed in Redis), or, on a
+    client made with ``detect_deadlocks=True``, this wait was the youngest
+    of a cycle of waits across threads and processes, which its message
+    names (back off: release what this owner holds and try again; the other
+    waiters keep waiting and get their locks)."""
 
 
 class CrossSlotError(InvalidArgument):

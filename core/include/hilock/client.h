@@ -108,6 +108,21 @@ typedef struct hilock_options {
    * or a wrong password. For an event loop's thread, which never waits on
    * the network (hilock/async.h). Default 0: connect before returning. */
   int connect_later;
+  /* 1: deadlock detection across processes (docs/contention.md). A
+   * blocking acquire (hilock_hold_acquire) of a lock, fair lock, reentrant
+   * lock or a read-write lock's write side that has waited
+   * deadlock_timeout_ms records in Redis, with a lease, that its owner
+   * (this thread of this client; an async operation's owner) waits for
+   * the lock, and which grants that owner holds, then follows the graph:
+   * the lock's holder, what that holder waits for, and so on. A walk that
+   * comes back to the waiter twice over the same waits and grants is a
+   * deadlock; the youngest wait of the cycle fails with HILOCK_EDEADLK, its
+   * message naming the cycle's locks in order, and the others keep
+   * waiting. The check runs again every deadlock_timeout_ms / 2 while the
+   * wait lasts. Default 0 (off: nothing is written); deadlock_timeout_ms:
+   * default 1000, at least 1. */
+  int detect_deadlocks;
+  int64_t deadlock_timeout_ms;
 } hilock_options;
 
 #define HILOCK_KEY_PREFIX_MAX 64
