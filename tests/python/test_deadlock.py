@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import pytest
 
@@ -203,17 +203,17 @@ def test_deadlock_options_are_checked(redis_url: str) -> None:
         hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=float("nan"))
 
 
-def test_cycle_through_every_served_type(rds: Any, redis_url: str) -> None:
-    """A ring of threads through a lock, a reentrant lock and the write side
-    of a read-write lock: one of them fails, naming all three."""
-    c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.2)
-    makers = [lambda: c.lock("dl-m-lock", ttl=60), lambda: c.rlock("dl-m-rlock", ttl=60),
-              lambda: c.rwlock("dl-m-rw", ttl=60).write()]
-    ready = threading.Barrier(3)
+
+def _thread_ring(c: hilock.Client, firsts: List[Callable[[], Any]],
+                 seconds: List[Callable[[], Any]]) -> Dict[int, str]:
+    """Thread i takes firsts[i]() and, once every thread holds its first,
+    waits for seconds[i](): each thread's outcome ("ok", "timeout" or
+    "deadlock: <message>"). Closes c."""
+    ready = threading.Barrier(len(firsts))
     res: Dict[int, str] = {}
 
     def run(i: int) -> None:
-        first, second = makers[i](), makers[(i + 1) % 3]()
+        first, second = firsts[i](), seconds[i]()
         first.acquire()
         ready.wait(timeout=30)
         try:
@@ -224,7 +224,7 @@ def test_cycle_through_every_served_type(rds: Any, redis_url: str) -> None:
             res[i] = "deadlock: " + str(e)
         first.release()
 
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(firsts))]
     try:
         for t in ts:
             t.start()
@@ -232,6 +232,15 @@ def test_cycle_through_every_served_type(rds: Any, redis_url: str) -> None:
             t.join()
     finally:
         c.close()
+    return res
+
+def test_cycle_through_every_served_type(rds: Any, redis_url: str) -> None:
+    """A ring of threads through a lock, a reentrant lock and the write side
+    of a read-write lock: one of them fails, naming all three."""
+    c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.2)
+    makers = [lambda: c.lock("dl-m-lock", ttl=60), lambda: c.rlock("dl-m-rlock", ttl=60),
+              lambda: c.rwlock("dl-m-rw", ttl=60).write()]
+    res = _thread_ring(c, makers, makers[1:] + makers[:1])
     victims = [v for v in res.values() if v.startswith("deadlock")]
     assert len(victims) == 1 and sorted(res.values())[1:] == ["ok", "ok"], res
     for name in ("dl-m-lock", "dl-m-rlock", "dl-m-rw"):
@@ -447,29 +456,7 @@ def test_read_write_cycle(rds: Any, redis_url: str) -> None:
     c = hilock.Client(redis_url, detect_deadlocks=True, deadlock_timeout=0.2)
     makers = [lambda: c.rwlock("dl-rw-r", ttl=60).read(), lambda: c.lock("dl-rw-a", ttl=60)]
     seconds = [lambda: c.lock("dl-rw-a", ttl=60), lambda: c.rwlock("dl-rw-r", ttl=60).write()]
-    ready = threading.Barrier(2)
-    res: Dict[int, str] = {}
-
-    def run(i: int) -> None:
-        first, second = makers[i](), seconds[i]()
-        first.acquire()
-        ready.wait(timeout=30)
-        try:
-            res[i] = "ok" if second.acquire(timeout=60) else "timeout"
-            if res[i] == "ok":
-                second.release()
-        except hilock.DeadlockError as e:
-            res[i] = "deadlock: " + str(e)
-        first.release()
-
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    try:
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-    finally:
-        c.close()
+    res = _thread_ring(c, makers, seconds)
     victims = [v for v in res.values() if v.startswith("deadlock")]
     assert len(victims) == 1 and "ok" in res.values(), res
     assert "dl-rw-r" in victims[0] and "dl-rw-a" in victims[0], victims
