@@ -137,10 +137,14 @@ class _Base:
     local: Any
     _locks: Any
 
-    def __init__(self, redis: Any, name: str, timeout: Optional[float], sleep: float,
-                 blocking: bool, blocking_timeout: Optional[float], thread_local: bool,
-                 raise_on_release_error: bool, auto_renew: bool,
-                 on_lost: Optional[Callable[[_HiLock], None]]) -> None:
+    # The hilock client for a redis-py client (blocking or asyncio).
+    _client_for: Callable[[Any], Any]
+
+    def __init__(self, redis: Any, name: str, timeout: Optional[float] = None,
+                 sleep: float = 0.1, blocking: bool = True,
+                 blocking_timeout: Optional[float] = None, thread_local: bool = True,
+                 raise_on_release_error: bool = True, *, auto_renew: bool = False,
+                 on_lost: Optional[Callable[[_HiLock], None]] = None) -> None:
         if timeout is not None and timeout <= 0:
             raise LockError("'timeout' must be a positive number of seconds", lock_name=name)
         self.redis = redis
@@ -158,6 +162,7 @@ class _Base:
         # One hilock lock per token owner: per thread, or one for the object.
         self._locks = threading.local() if self.thread_local else SimpleNamespace()
         self._locks.lock = None
+        self._client = type(self)._client_for(redis)
 
 
 class Lock(_Base):
@@ -172,14 +177,8 @@ class Lock(_Base):
     not used (waiters are woken, they do not poll).
     """
 
-    def __init__(self, redis: Any, name: str, timeout: Optional[float] = None,
-                 sleep: float = 0.1, blocking: bool = True,
-                 blocking_timeout: Optional[float] = None, thread_local: bool = True,
-                 raise_on_release_error: bool = True, *, auto_renew: bool = False,
-                 on_lost: Optional[Callable[[_HiLock], None]] = None) -> None:
-        super().__init__(redis, name, timeout, sleep, blocking, blocking_timeout,
-                         thread_local, raise_on_release_error, auto_renew, on_lost)
-        self._client = client_for(redis)
+    _client_for = staticmethod(client_for)
+    _client: Client
 
     @property
     def hilock_lock(self) -> _HiLock:

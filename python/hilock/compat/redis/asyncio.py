@@ -13,7 +13,7 @@ import logging
 import threading
 import uuid
 import weakref
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from redis.exceptions import LockError, LockNotOwnedError
 
@@ -51,14 +51,8 @@ class Lock(_Base):
     :class:`hilock.compat.redis.Lock`: the same arguments, extras and
     differences; the methods are coroutines)."""
 
-    def __init__(self, redis: Any, name: str, timeout: Optional[float] = None,
-                 sleep: float = 0.1, blocking: bool = True,
-                 blocking_timeout: Optional[float] = None, thread_local: bool = True,
-                 raise_on_release_error: bool = True, *, auto_renew: bool = False,
-                 on_lost: Optional[Callable[[_HiLock], None]] = None) -> None:
-        super().__init__(redis, name, timeout, sleep, blocking, blocking_timeout,
-                         thread_local, raise_on_release_error, auto_renew, on_lost)
-        self._client = client_for(redis)
+    _client_for = staticmethod(client_for)
+    _client: Client
 
     @property
     def hilock_lock(self) -> _AsyncLock:
