@@ -96,7 +96,11 @@ def test_cycle_across_processes_has_one_victim(rds: Any, redis_url: str, tmp_pat
 
 def test_cycle_without_detection_waits_out(rds: Any, redis_url: str, tmp_path: Any) -> None:
     outs = _ring(redis_url, tmp_path, 2, 0.2, False, 1.5)
-    assert outs == [{"ok": False, "waited": o["waited"]} for o in outs], outs
+    # Nobody is failed for a deadlock: the cycle ends only when a wait runs
+    # out (the first to give up releases its lock, which may still reach
+    # the other before its own wait runs out).
+    assert not any("deadlock" in o for o in outs), outs
+    assert any(o["ok"] is False for o in outs), outs
     assert not rds.keys("*:dl*")  # detection off writes nothing
 
 
