@@ -86,7 +86,7 @@ class LocalCluster:
 
     # -- lifecycle -----------------------------------------------------------
 
-    def start(self, timeout: float = 30.0) -> "LocalCluster":
+    def start(self, timeout: float = 90.0) -> "LocalCluster":
         for n in self.nodes:
             n.start()
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
