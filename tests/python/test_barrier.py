@@ -236,8 +236,10 @@ def test_a_waiter_sleeps_without_polling(rds, client: hilock.Client) -> None:
     before = command_calls(rds).get("evalsha", 0)
     time.sleep(1.0)
     # Asleep on the channel until a message or the other leases' end (none
-    # here but its own, renewed every 10 s): no look at all in a second.
-    assert command_calls(rds).get("evalsha", 0) - before <= 1
+    # here but its own, renewed every 10 s): no look in a second but the
+    # end of its start (the look after it listens may fall in the window on
+    # a loaded machine); a waiter polling every 50 ms would make 20.
+    assert command_calls(rds).get("evalsha", 0) - before <= 3
     assert barrier.wait(timeout=30) == 1
     t.join(10)
     assert got == [0]

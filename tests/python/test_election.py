@@ -233,7 +233,7 @@ def test_asyncio_campaign_leader_observe_and_cancel(rds, redis_url: str) -> None
             async def watch() -> None:
                 async for change in c.election("el:async").observe(timeout=5):
                     seen.append(change)
-                    if len(seen) == 2:
+                    if change[0] == "b":
                         return
 
             watcher = asyncio.ensure_future(watch())
@@ -250,7 +250,9 @@ def test_asyncio_campaign_leader_observe_and_cancel(rds, redis_url: str) -> None
                     await task
                 assert await election.leader() == ("b", lead.fence)
             await asyncio.wait_for(watcher, 10)
-            assert seen == [("a", lead.fence), ("b", lead.fence)]
+            # Changes faster than the reader may be coalesced, never the
+            # last one.
+            assert seen in ([("a", lead.fence), ("b", lead.fence)], [("b", lead.fence)]), seen
             assert await election.leader() is None
             assert not await standby.owned()
 
